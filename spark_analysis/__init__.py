@@ -1,0 +1,1 @@
+"""Offline analysis of NameServer packet captures: pcap reading, TCP reassembly, Spark jobs."""

@@ -1,0 +1,255 @@
+"""Read classic pcap and pcapng captures from bytes, standard library only.
+
+Everything here is a pure function over a buffer so that Spark tasks can call it on byte ranges
+of big files. Records carry zero-copy ``memoryview`` slices of the input buffer; call
+``bytes(record.data)`` to keep one beyond the buffer's life or to pickle it. Truncated input
+(a capture cut short while being written or copied) ends iteration quietly instead of raising.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+Buffer = bytes | bytearray | memoryview
+
+PCAP_HEADER_LEN = 24
+RECORD_HEADER_LEN = 16
+MAX_SNAPLEN = 0x40000  # libpcap's ceiling, used when a header says snaplen 0
+MAX_ORIG_LEN = 1 << 22  # far above any real frame, even with GSO/BIG TCP on loopback
+
+_PCAP_MAGICS = {
+    # magic as read little-endian -> (byte order, fractional units per second)
+    0xA1B2C3D4: ("<", 1_000_000),
+    0xD4C3B2A1: (">", 1_000_000),
+    0xA1B23C4D: ("<", 1_000_000_000),
+    0x4D3CB2A1: (">", 1_000_000_000),
+}
+_MAGIC = struct.Struct("<I")
+_FILE_HEADER = {e: struct.Struct(e + "HHiIII") for e in "<>"}
+_RECORD_HEADER = {e: struct.Struct(e + "IIII") for e in "<>"}
+
+_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_PCAPNG_BOM = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
+_BLOCK_HEAD = {e: struct.Struct(e + "II") for e in "<>"}
+_IDB = {e: struct.Struct(e + "HHI") for e in "<>"}
+_OPTION = {e: struct.Struct(e + "HH") for e in "<>"}
+_EPB = {e: struct.Struct(e + "IIIII") for e in "<>"}
+_U32 = {e: struct.Struct(e + "I") for e in "<>"}
+_I64 = {e: struct.Struct(e + "q") for e in "<>"}
+_IDB_TYPE, _SPB_TYPE, _EPB_TYPE = 1, 3, 6
+_OPT_END, _OPT_TSRESOL, _OPT_TSOFFSET = 0, 9, 14
+
+
+class Record(NamedTuple):
+    """One captured frame: capture time in seconds, link type, captured bytes, length on the wire."""
+
+    ts: float
+    linktype: int
+    data: Buffer
+    orig_len: int
+
+
+class PcapHeader(NamedTuple):
+    """What a classic pcap global header says about every record that follows it."""
+
+    endian: str  # struct byte-order prefix, "<" or ">"
+    ts_units: int  # fractional timestamp units per second (10**6 or 10**9)
+    snaplen: int
+    linktype: int
+
+
+class _Interface(NamedTuple):
+    linktype: int
+    snaplen: int
+    ticks_per_second: int
+    ts_offset: int
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read a whole capture file (pcap or pcapng) into records."""
+    return list(iter_records(Path(path).read_bytes()))
+
+
+def iter_records(data: Buffer) -> Iterator[Record]:
+    """Yield the records of a pcap or pcapng capture held in ``data``.
+
+    Raises ValueError if the data starts with neither format's magic number.
+    """
+    view = memoryview(data)
+    if view[:4] == _PCAPNG_SHB:
+        yield from _iter_pcapng(view)
+        return
+    header = parse_pcap_header(view)
+    if header is not None:
+        yield from iter_pcap_records(view, header)
+
+
+def parse_pcap_header(data: Buffer) -> PcapHeader | None:
+    """Decode a classic pcap global header; None if the data is too short to hold one."""
+    if len(data) < 4:
+        return None
+    (magic,) = _MAGIC.unpack_from(data, 0)
+    if magic not in _PCAP_MAGICS:
+        raise ValueError(f"not a pcap or pcapng capture (magic {magic:#010x})")
+    if len(data) < PCAP_HEADER_LEN:
+        return None
+    endian, ts_units = _PCAP_MAGICS[magic]
+    *_, snaplen, network = _FILE_HEADER[endian].unpack_from(data, 4)
+    # The upper bits of the link-type word carry FCS information, not the link type.
+    return PcapHeader(endian, ts_units, snaplen, network & 0xFFFF)
+
+
+def iter_pcap_records(
+    data: Buffer, header: PcapHeader, start: int = PCAP_HEADER_LEN, stop: int | None = None
+) -> Iterator[Record]:
+    """Yield the classic-pcap records whose headers start in ``[start, stop)``.
+
+    ``start`` must be a record boundary (see find_record_boundary). A record that starts before
+    ``stop`` is read whole even if it runs past it, so byte ranges split at any offsets and read
+    this way together yield every record exactly once.
+    """
+    view = memoryview(data)
+    end = len(view)
+    stop = end if stop is None else min(stop, end)
+    unpack = _RECORD_HEADER[header.endian].unpack_from
+    units, linktype = header.ts_units, header.linktype
+    offset = start
+    while offset < stop and offset + RECORD_HEADER_LEN <= end:
+        sec, frac, incl_len, orig_len = unpack(view, offset)
+        body = offset + RECORD_HEADER_LEN
+        offset = body + incl_len
+        if offset > end:
+            return
+        yield Record(sec + frac / units, linktype, view[body:offset], orig_len)
+
+
+def find_record_boundary(
+    data: Buffer,
+    start: int,
+    header: PcapHeader,
+    *,
+    chain: int = 3,
+    max_ts_step: float = 3600.0,
+    at_eof: bool = True,
+) -> int | None:
+    """Find the first offset >= ``start`` in a classic pcap where a record header really starts.
+
+    Classic pcap has no sync marker, so a Spark task handed an arbitrary byte range must find the
+    first record it owns by heuristics: a candidate is accepted when it and the records following
+    it form a chain of ``chain`` plausible headers (fractional timestamp below one second,
+    0 < orig_len <= MAX_ORIG_LEN, incl_len <= snaplen and <= orig_len, each timestamp within
+    ``max_ts_step`` seconds of the previous one), or when a shorter plausible chain ends exactly
+    at the end of ``data`` and ``at_eof`` says that is the end of the file. Offsets are indexes
+    into ``data``, which should be the whole file or a window reaching far enough past ``start``
+    to hold ``chain`` records; pass ``at_eof=False`` when the window stops short of the file's
+    end. Returns ``len(data)`` when ``start`` is the end of the file, None if no boundary is found.
+    """
+    view = memoryview(data)
+    for offset in range(start, len(view) + 1):
+        if _chain_is_plausible(view, offset, header, chain, max_ts_step, at_eof):
+            return offset
+    return None
+
+
+def _chain_is_plausible(
+    view: memoryview, offset: int, header: PcapHeader, chain: int, max_ts_step: float, at_eof: bool
+) -> bool:
+    end = len(view)
+    unpack = _RECORD_HEADER[header.endian].unpack_from
+    snaplen = header.snaplen or MAX_SNAPLEN
+    units = header.ts_units
+    previous_ts = None
+    for seen in range(chain):
+        if offset == end:
+            return at_eof
+        if offset + RECORD_HEADER_LEN > end:
+            return False
+        sec, frac, incl_len, orig_len = unpack(view, offset)
+        if frac >= units or not 0 < orig_len <= MAX_ORIG_LEN or incl_len > min(snaplen, orig_len):
+            return False
+        ts = sec + frac / units
+        if previous_ts is not None and abs(ts - previous_ts) > max_ts_step:
+            return False
+        previous_ts = ts
+        offset += RECORD_HEADER_LEN + incl_len
+    return True
+
+
+def _iter_pcapng(view: memoryview) -> Iterator[Record]:
+    """Walk pcapng blocks; each section header resets byte order and the interface table."""
+    end = len(view)
+    offset = 0
+    endian = "<"
+    interfaces: list[_Interface] = []
+    last_ts = 0.0
+    while offset + 12 <= end:
+        if view[offset : offset + 4] == _PCAPNG_SHB:
+            bom = bytes(view[offset + 8 : offset + 12])
+            if bom not in _PCAPNG_BOM:
+                return
+            endian = _PCAPNG_BOM[bom]
+            interfaces = []
+        block_type, block_len = _BLOCK_HEAD[endian].unpack_from(view, offset)
+        if block_len < 12 or block_len % 4 or offset + block_len > end:
+            return
+        body = view[offset + 8 : offset + block_len - 4]
+        offset += block_len
+        record = None
+        if block_type == _IDB_TYPE and len(body) >= 8:
+            interfaces.append(_parse_idb(body, endian))
+        elif block_type == _EPB_TYPE:
+            record = _parse_epb(body, endian, interfaces)
+        elif block_type == _SPB_TYPE:
+            record = _parse_spb(body, endian, interfaces, last_ts)
+        if record is not None:
+            last_ts = record.ts
+            yield record
+
+
+def _parse_idb(body: memoryview, endian: str) -> _Interface:
+    linktype, _, snaplen = _IDB[endian].unpack_from(body, 0)
+    ticks_per_second, ts_offset = 1_000_000, 0
+    for code, value in _iter_options(body, 8, endian):
+        if code == _OPT_TSRESOL and len(value) >= 1:
+            exponent = value[0] & 0x7F
+            ticks_per_second = 2**exponent if value[0] & 0x80 else 10**exponent
+        elif code == _OPT_TSOFFSET and len(value) >= 8:
+            (ts_offset,) = _I64[endian].unpack_from(value, 0)
+    return _Interface(linktype, snaplen, ticks_per_second, ts_offset)
+
+
+def _iter_options(body: memoryview, offset: int, endian: str) -> Iterator[tuple[int, memoryview]]:
+    unpack = _OPTION[endian].unpack_from
+    while offset + 4 <= len(body):
+        code, length = unpack(body, offset)
+        if code == _OPT_END:
+            return
+        value = body[offset + 4 : offset + 4 + length]
+        yield code, value
+        offset += 4 + (length + 3) // 4 * 4
+
+
+def _parse_epb(body: memoryview, endian: str, interfaces: list[_Interface]) -> Record | None:
+    if len(body) < 20:
+        return None
+    iface_id, ts_high, ts_low, incl_len, orig_len = _EPB[endian].unpack_from(body, 0)
+    if iface_id >= len(interfaces):
+        return None
+    iface = interfaces[iface_id]
+    ts = ((ts_high << 32) | ts_low) / iface.ticks_per_second + iface.ts_offset
+    return Record(ts, iface.linktype, body[20 : 20 + incl_len], orig_len)
+
+
+def _parse_spb(
+    body: memoryview, endian: str, interfaces: list[_Interface], last_ts: float
+) -> Record | None:
+    """Simple packet blocks have no timestamp: give them the previous record's, keeping order."""
+    if len(body) < 4 or not interfaces:
+        return None
+    (orig_len,) = _U32[endian].unpack_from(body, 0)
+    iface = interfaces[0]
+    incl_len = min(orig_len, iface.snaplen or orig_len)
+    return Record(last_ts, iface.linktype, body[4 : 4 + incl_len], orig_len)

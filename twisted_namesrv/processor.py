@@ -1,0 +1,384 @@
+"""Request dispatch: one table from RequestCode to handler.
+
+A handler takes the NameServer state and a request and returns a response command, or None
+for no answer.  No I/O here except through the state's callbacks; the protocol frames it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compat import Profile
+from .protocol.register import RegisterBodyError, decode_register_body
+from .protocol.route import (
+    MASTER_ID,
+    DataVersion,
+    QueueData,
+    cluster_info_bean,
+    kv_table_bean,
+    topic_list_bean,
+    topic_route_bean,
+)
+from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
+from .remoting.codes import V4_9_4
+from .remoting.crc import crc32_masked
+from .state.config import ConfigError, NamesrvConfig, parse_properties
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from .state.routes import RegisterRequest, RouteData, RouteInfoManager, has_unit_flag, has_unit_sub_flag
+
+log = logging.getLogger(__name__)
+
+ZONE_NAME = "__ZONE_NAME"
+ZONE_MODE = "__ZONE_MODE"
+
+
+@dataclass
+class Peer:
+    """The connection a request came over: its channel id and remote ``ip:port``."""
+
+    channel: Any
+    address: str = ""
+
+
+@dataclass
+class NamesrvState:
+    config: NamesrvConfig
+    routes: RouteInfoManager
+    kv: KVConfigManager
+    clock: Callable[[], float]
+    started_at: float = 0.0
+    persist_config: Callable[[str], None] = field(default=lambda text: None)
+
+    @property
+    def profile(self) -> Profile:
+        return self.config.profile
+
+
+Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None]
+
+
+# -- helpers shared by the handlers ------------------------------------------------------------
+
+def respond(state: NamesrvState, request: RemotingCommand, code: int = ResponseCode.SUCCESS,
+            remark: str | None = None, ext: dict[str, str] | None = None, body: bytes | None = None,
+            normal: bool = True) -> RemotingCommand:
+    """A response as each Java generation writes it: its version, and its header type (4.9.8
+    answers a normal response in the request's type; error replies and 5.3.3 use JSON)."""
+    profile = state.profile
+    follow_request = normal and profile.reply_in_request_serialize_type
+    serialize_type = request.serialize_type if follow_request else SerializeType.JSON
+    return RemotingCommand.response_to(request, code, remark, ext, body, version=profile.mq_version,
+                                       serialize_type=serialize_type)
+
+
+def java_bool(value: str | None) -> bool:
+    """Boolean.parseBoolean: only a case-insensitive "true" is true."""
+    return value is not None and value.lower() == "true"
+
+
+def java_long(value: str | None, field_name: str) -> int:
+    """An unboxed Long header field: missing or malformed ends as Java's NPE -> SYSTEM_ERROR."""
+    if value is None:
+        raise HeaderFieldError(f"java.lang.NullPointerException: header field {field_name} is missing")
+    try:
+        return int(value)
+    except ValueError:
+        message = f'java.lang.NumberFormatException: For input string: "{value}" ({field_name})'
+        raise HeaderFieldError(message) from None
+
+
+def optional_long(value: str | None) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
+
+
+class HeaderFieldError(ValueError):
+    """A header field whose absence or form makes Java fail with SYSTEM_ERROR."""
+
+
+# -- KV config (100, 101, 102, 219) ---------------------------------------------------------
+
+def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    namespace, key = ext.get("namespace"), ext.get("key")
+    if namespace is None or key is None:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    state.kv.put(namespace, key, ext.get("value"))
+    return respond(state, request)
+
+
+def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    namespace, key = request.ext.get("namespace"), request.ext.get("key")
+    value = state.kv.get(namespace, key)
+    if value is None:
+        return respond(state, request, ResponseCode.QUERY_NOT_FOUND,
+                       f"No config item, Namespace: {namespace} Key: {key}", ext={})
+    return respond(state, request, ext={"value": value})
+
+
+def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    state.kv.delete(request.ext.get("namespace"), request.ext.get("key"))
+    return respond(state, request)
+
+
+def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    namespace = request.ext.get("namespace")
+    table = state.kv.get_kv_list(namespace)
+    if table is None:
+        return respond(state, request, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+    return respond(state, request, body=fastjson.dumps_bytes(kv_table_bean(table)))
+
+
+# -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
+
+def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    crc = optional_long(ext.get("bodyCrc32")) or 0
+    if crc != 0 and crc32_masked(request.body) != crc:
+        log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    broker_id = java_long(ext.get("brokerId"), "brokerId")
+    try:
+        body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version)
+    except RegisterBodyError as exc:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+    acting = ext.get("enableActingMaster")
+    result = state.routes.register_broker(RegisterRequest(
+        clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
+        brokerId=broker_id, haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
+        zoneName=ext.get(ZONE_NAME), heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis")),
+        enableActingMaster=None if acting is None else java_bool(acting)))  # type: ignore[arg-type]
+    if result is None:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed")
+    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
+    reply_body = None
+    if not state.profile.v5_bodies or state.config["returnOrderTopicConfigToBroker"]:
+        table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
+        reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
+    return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
+                   body=reply_body)
+
+
+def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    broker_id = optional_long(ext.get("brokerId"))
+    if broker_id is None and not state.profile.unregister_by_address:
+        raise HeaderFieldError("java.lang.NullPointerException: header field brokerId is missing")
+    state.routes.unregister_broker(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"), broker_id)
+    return respond(state, request)
+
+
+def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    cluster, addr = ext.get("clusterName"), ext.get("brokerAddr")
+    if request.body is None and not state.profile.query_data_version_always_refreshes:
+        raise HeaderFieldError("java.lang.NullPointerException: QUERY_DATA_VERSION without a body")
+    version = None if request.body is None else DataVersion.from_json(fastjson.loads(request.body))
+    routes = state.routes
+    changed = routes.is_broker_topic_config_changed(cluster, addr, version)
+    if state.profile.query_data_version_always_refreshes or not changed:
+        routes.update_broker_info_update_timestamp(cluster, addr)
+    stored = routes.query_broker_topic_config(cluster, addr)
+    body = None if stored is None else fastjson.dumps_bytes(stored.bean(state.profile.v5_bodies))
+    return respond(state, request, ext={"changed": "true" if changed else "false"}, body=body)
+
+
+def broker_heartbeat(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    state.routes.update_broker_info_update_timestamp(request.ext.get("clusterName"), request.ext.get("brokerAddr"))
+    return respond(state, request)
+
+
+def get_broker_member_group(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    addrs = state.routes.broker_member_group(ext.get("brokerName"))
+    group = {"brokerAddrs": fastjson.java_hash_map(addrs), "brokerName": ext.get("brokerName"),
+             "cluster": ext.get("clusterName")}
+    # Java builds this reply with createResponseCommand(null) and never clears the remark.
+    return respond(state, request, remark="not set any response code",
+                   body=fastjson.dumps_bytes({"brokerMemberGroup": group}))
+
+
+# -- routes (105, 106, 217) ------------------------------------------------------------------
+
+def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    ext = request.ext
+    config = state.config
+    if (state.profile.v5_bodies and config["needWaitForService"]
+            and state.clock() - state.started_at < config["waitSecondsForService"]):
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
+    topic = ext.get("topic")
+    route = state.routes.pickup_topic_route_data(topic)
+    if route is None:
+        return respond(state, request, ResponseCode.TOPIC_NOT_EXIST,
+                       f"No topic route info in name server for the topic: {topic}{state.profile.faq_suffix}")
+    order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if config["orderMessageEnable"] else None
+    standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
+    if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) and (ext.get(ZONE_NAME) or "").strip():
+        route = filter_by_zone(route, ext[ZONE_NAME])
+        standard = False  # ZoneRouteRPCHook re-encodes with the plain encoder
+    bean = topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable, order_conf,
+                            route.topicQueueMappingByBroker, state.profile.v5_bodies)
+    return respond(state, request, body=fastjson.dumps_bytes(bean, standard))
+
+
+def filter_by_zone(route: RouteData, zone: str) -> RouteData:
+    """ZoneRouteRPCHook: keep brokers without a master or in the requested zone."""
+    kept = [b for b in route.brokerDatas
+            if MASTER_ID not in b.brokerAddrs or (b.zoneName or "").lower() == zone.lower()]
+    names = {b.brokerName for b in kept}
+    addrs = {a for b in kept for a in b.brokerAddrs.values()}
+    return RouteData([q for q in route.queueDatas if q.brokerName in names], kept,
+                     {a: s for a, s in route.filterServerTable.items() if a in addrs},
+                     route.topicQueueMappingByBroker)
+
+
+def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    routes = state.routes
+    bean = cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, state.profile.v5_bodies)
+    return respond(state, request, body=fastjson.dumps_bytes(bean))
+
+
+def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    if request.body:
+        route = fastjson.loads(request.body)
+        queues = [QueueData.from_json(q) for q in (route.get("queueDatas") or [])]
+        state.routes.register_topic(request.ext.get("topic"), queues)
+    return respond(state, request)
+
+
+# -- administration (205, 327, 216) ----------------------------------------------------------
+
+def wipe_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    count = state.routes.wipe_write_perm_of_broker(request.ext.get("brokerName"))
+    log.info("wipe write perm of broker[%s], client: %s, %d", request.ext.get("brokerName"), peer.address, count)
+    return respond(state, request, ext={"wipeTopicCount": str(count)})
+
+
+def add_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    count = state.routes.add_write_perm_of_broker(request.ext.get("brokerName"))
+    log.info("add write perm of broker[%s], client: %s, %d", request.ext.get("brokerName"), peer.address, count)
+    return respond(state, request, ext={"addTopicCount": str(count)})
+
+
+def delete_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    state.routes.delete_topic(request.ext.get("topic"), request.ext.get("clusterName"))
+    return respond(state, request)
+
+
+# -- topic lists (206, 224, 304, 311, 312, 313) ------------------------------------------------
+
+def _list_disabled(state: NamesrvState, switch: str) -> bool:
+    return state.profile.topic_list_gates and not state.config[switch]
+
+
+def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str], switch: str,
+                broker_addr: str | None = None) -> RemotingCommand:
+    if _list_disabled(state, switch):
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
+    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, broker_addr)))
+
+
+def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    return _topic_list(state, request, state.routes.all_topics(), "enableAllTopicList")
+
+
+def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    return _topic_list(state, request, state.routes.topics_by_cluster(request.ext.get("cluster")), "enableTopicList")
+
+
+def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    topics, addr = state.routes.system_topic_list()
+    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr)))
+
+
+def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    return _topic_list(state, request, state.routes.unit_topics(has_unit_flag), "enableTopicList")
+
+
+def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    return _topic_list(state, request, state.routes.unit_topics(has_unit_sub_flag), "enableTopicList")
+
+
+def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    topics = state.routes.unit_topics(lambda f: not has_unit_flag(f) and has_unit_sub_flag(f))
+    return _topic_list(state, request, topics, "enableTopicList")
+
+
+# -- configuration (318, 319) ----------------------------------------------------------------
+
+def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    if not request.body:
+        return respond(state, request)
+    try:
+        props = parse_properties(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
+    blocked = sorted(set(props) & state.config.blocked_keys())
+    if blocked:
+        log.warning("updateNamesrvConfig from %s refused, keys in black list: %s", peer.address, ", ".join(blocked))
+        return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    try:
+        state.config.apply(props)
+    except ConfigError as exc:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
+    state.routes.support_acting_master = state.config["supportActingMaster"]
+    state.routes.notify_min_broker_id_changed = state.config["notifyMinBrokerIdChanged"]
+    state.routes.delete_topic_with_registration = state.config["deleteTopicWithBrokerRegistration"]
+    log.info("updateNamesrvConfig from %s: %s", peer.address, props)
+    state.persist_config(state.config.properties_text())
+    return respond(state, request)
+
+
+def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    return respond(state, request, body=state.config.properties_text().encode("utf-8"))
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+HANDLERS: dict[int, Handler] = {
+    RequestCode.PUT_KV_CONFIG: put_kv_config,
+    RequestCode.GET_KV_CONFIG: get_kv_config,
+    RequestCode.DELETE_KV_CONFIG: delete_kv_config,
+    RequestCode.REGISTER_BROKER: register_broker,
+    RequestCode.UNREGISTER_BROKER: unregister_broker,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
+    RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: wipe_write_perm_of_broker,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: get_all_topic_list,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: delete_topic_in_namesrv,
+    RequestCode.REGISTER_TOPIC_IN_NAMESRV: register_topic_in_namesrv,
+    RequestCode.GET_KVLIST_BY_NAMESPACE: get_kvlist_by_namespace,
+    RequestCode.GET_TOPICS_BY_CLUSTER: get_topics_by_cluster,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: get_system_topic_list,
+    RequestCode.GET_UNIT_TOPIC_LIST: get_unit_topic_list,
+    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: get_has_unit_sub_topic_list,
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: get_has_unit_sub_ununit_topic_list,
+    RequestCode.UPDATE_NAMESRV_CONFIG: update_namesrv_config,
+    RequestCode.GET_NAMESRV_CONFIG: get_namesrv_config,
+    RequestCode.QUERY_DATA_VERSION: query_data_version,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: add_write_perm_of_broker,
+    RequestCode.GET_BROKER_MEMBER_GROUP: get_broker_member_group,
+    RequestCode.BROKER_HEARTBEAT: broker_heartbeat,
+}
+
+
+def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+    """Answer one request; None when nothing is to be sent (oneway requests)."""
+    handler = HANDLERS.get(request.code)
+    if handler is None:
+        response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                           f" request type {request.code} not supported", normal=False)
+    else:
+        try:
+            response = handler(state, request, peer)
+        except HeaderFieldError as exc:
+            response = respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+        except Exception as exc:  # a handler bug must cost one answer, never the connection
+            log.exception("process request %s from %s failed", request.code, peer.address)
+            response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
+    return None if request.is_oneway else response

@@ -1,0 +1,190 @@
+"""RegisterBrokerBody: the topic table a broker sends with REGISTER_BROKER.
+
+Three forms: plain JSON; zlib-compressed in the 4.9.8 layout (5 text fields per topic); and
+zlib-compressed in the 5.x layout (6 fields, then a queue-mapping section).  We read all three
+in either compatibility mode: Java 4.9.8 refuses a 5.x compressed body, we need not.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..remoting import fastjson
+from ..remoting.codes import V3_0_11
+from .route import DataVersion, queue_mapping_info
+
+DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
+_INT = struct.Struct(">i")
+
+
+class RegisterBodyError(ValueError):
+    """A registration body that cannot be decoded."""
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topicName: str
+    readQueueNums: int = 16
+    writeQueueNums: int = 16
+    perm: int = 6
+    topicFilterType: str = "SINGLE_TAG"
+    topicSysFlag: int = 0
+    order: bool = False
+    attributes: dict[str, str] | None = None
+
+    @classmethod
+    def from_json(cls, name: str, obj: dict[str, Any]) -> TopicConfig:
+        return cls(str(obj.get("topicName") or name), int(obj.get("readQueueNums", 16)),
+                   int(obj.get("writeQueueNums", 16)), int(obj.get("perm", 6)),
+                   str(obj.get("topicFilterType", "SINGLE_TAG")), int(obj.get("topicSysFlag", 0)),
+                   bool(obj.get("order", False)), obj.get("attributes"))
+
+    def bean(self, v5: bool) -> dict[str, Any]:
+        bean: dict[str, Any] = {"attributes": self.attributes or {}} if v5 else {}
+        bean.update({"order": self.order, "perm": self.perm, "readQueueNums": self.readQueueNums,
+                     "topicFilterType": self.topicFilterType, "topicName": self.topicName,
+                     "topicSysFlag": self.topicSysFlag, "writeQueueNums": self.writeQueueNums})
+        return bean
+
+    def encode_text(self, v5: bool) -> str:
+        """TopicConfig.encode(): the space-separated form of compressed bodies."""
+        text = f"{self.topicName} {self.readQueueNums} {self.writeQueueNums} {self.perm} {self.topicFilterType}"
+        if v5:
+            text += " " + fastjson.dumps(self.attributes or {})
+        return text
+
+    @classmethod
+    def decode_text(cls, text: str) -> TopicConfig:
+        """TopicConfig.decode(): 5 tokens (4.9.8) or more (5.x: attributes JSON after them).
+        Java's split drops trailing empty tokens, hence the rstrip."""
+        tokens = text.rstrip(" ").split(" ")
+        if len(tokens) < 5:
+            raise RegisterBodyError(f"bad topic config line {text!r}")
+        attributes = None
+        if len(tokens) > 5:
+            try:
+                parsed = fastjson.loads(" ".join(tokens[5:]))
+                attributes = parsed if isinstance(parsed, dict) else None
+            except ValueError:
+                attributes = None
+        try:
+            return cls(tokens[0], int(tokens[1]), int(tokens[2]), int(tokens[3]), tokens[4], attributes=attributes)
+        except ValueError:
+            raise RegisterBodyError(f"bad topic config line {text!r}") from None
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    dataVersion: DataVersion = field(default_factory=DataVersion)
+    topicConfigTable: dict[str, TopicConfig] = field(default_factory=dict)
+    filterServerList: list[str] = field(default_factory=list)
+    topicQueueMappingInfoMap: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def decode_register_body(body: bytes | None, compressed: bool, version: int,
+                         max_inflated: int = DEFAULT_MAX_INFLATED) -> RegisterBrokerBody:
+    """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
+    TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed."""
+    if not body:
+        return RegisterBrokerBody()
+    try:
+        if version < V3_0_11:
+            return _from_wrapper(_json_object(body), [])
+        if compressed:
+            return _decode_compressed(_inflate(body, max_inflated))
+        obj = _json_object(body)
+        wrapper = obj.get("topicConfigSerializeWrapper") or {}
+        return _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+    except RegisterBodyError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, struct.error, zlib.error) as exc:
+        raise RegisterBodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    obj = fastjson.loads(data)
+    if not isinstance(obj, dict):
+        raise RegisterBodyError("RegisterBrokerBody is not a JSON object")
+    return obj
+
+
+def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str]) -> RegisterBrokerBody:
+    table = wrapper.get("topicConfigTable") or {}
+    mappings = wrapper.get("topicQueueMappingInfoMap") or {}
+    return RegisterBrokerBody(
+        DataVersion.from_json(wrapper.get("dataVersion")),
+        {name: TopicConfig.from_json(name, cfg) for name, cfg in table.items()},
+        filter_servers,
+        {topic: queue_mapping_info(info) for topic, info in mappings.items()},
+    )
+
+
+def _inflate(data: bytes, max_inflated: int) -> bytes:
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, max_inflated)
+    if inflater.unconsumed_tail:
+        raise RegisterBodyError(f"compressed RegisterBrokerBody inflates beyond {max_inflated} bytes")
+    return out
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def int32(self) -> int:
+        (value,) = _INT.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return value
+
+    def chunk(self) -> bytes:
+        length = self.int32()
+        if length < 0 or length > self.remaining():
+            raise RegisterBodyError(f"bad length {length} in compressed RegisterBrokerBody")
+        self.pos += length
+        return self.data[self.pos - length:self.pos]
+
+
+def _decode_compressed(data: bytes) -> RegisterBrokerBody:
+    reader = _Reader(data)
+    data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
+    topics: dict[str, TopicConfig] = {}
+    for _ in range(reader.int32()):
+        config = TopicConfig.decode_text(reader.chunk().decode("utf-8"))
+        topics[config.topicName] = config
+    filter_servers = [str(s) for s in fastjson.loads(reader.chunk()) or []]
+    mappings: dict[str, dict[str, Any]] = {}
+    if reader.remaining() >= 4:  # 5.x layout: queue-mapping section
+        for _ in range(reader.int32()):
+            info = queue_mapping_info(fastjson.loads(reader.chunk()))
+            mappings[str(info.get("topic"))] = info
+    return RegisterBrokerBody(data_version, topics, filter_servers, mappings)
+
+
+def encode_register_body(body: RegisterBrokerBody, compressed: bool, v5: bool) -> bytes:
+    """RegisterBrokerBody.encode(compress) as the 4.9.8 (v5=False) or 5.3.3 broker writes it."""
+    if not compressed:
+        wrapper: dict[str, Any] = {"dataVersion": body.dataVersion.bean(v5)}
+        if v5:
+            wrapper["mappingDataVersion"] = DataVersion().bean(v5)
+        wrapper["topicConfigTable"] = {n: c.bean(v5) for n, c in body.topicConfigTable.items()}
+        if v5:
+            wrapper["topicQueueMappingDetailMap"] = {}
+            wrapper["topicQueueMappingInfoMap"] = body.topicQueueMappingInfoMap
+        return fastjson.dumps_bytes({"filterServerList": body.filterServerList, "topicConfigSerializeWrapper": wrapper})
+    parts = [_chunk(fastjson.dumps_bytes(body.dataVersion.bean(v5))), _INT.pack(len(body.topicConfigTable))]
+    parts += [_chunk(c.encode_text(v5).encode("utf-8")) for c in body.topicConfigTable.values()]
+    parts.append(_chunk(fastjson.dumps_bytes(body.filterServerList)))
+    if v5:
+        parts.append(_INT.pack(len(body.topicQueueMappingInfoMap)))
+        parts += [_chunk(fastjson.dumps_bytes(info)) for info in body.topicQueueMappingInfoMap.values()]
+    return zlib.compress(b"".join(parts), 9)
+
+
+def _chunk(data: bytes) -> bytes:
+    return _INT.pack(len(data)) + data

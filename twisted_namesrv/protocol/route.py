@@ -1,0 +1,116 @@
+"""Route structures (QueueData, BrokerData, TopicRouteData, ClusterInfo, TopicList, KVTable,
+DataVersion) and their fastjson bean shapes.
+
+``*_bean`` functions return dicts with keys in fastjson's SortField order, ready for
+``fastjson.dumps``.  ``v5`` selects the 5.x shapes (extra BrokerData/DataVersion fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..remoting.fastjson import java_hash_map, java_hash_order
+
+PERM_PRIORITY = 1 << 3
+PERM_READ = 1 << 2
+PERM_WRITE = 1 << 1
+PERM_INHERIT = 1 << 0
+FLAG_UNIT = 1 << 0
+FLAG_UNIT_SUB = 1 << 1
+MASTER_ID = 0
+
+
+@dataclass(slots=True)
+class QueueData:
+    brokerName: str
+    readQueueNums: int
+    writeQueueNums: int
+    perm: int
+    topicSysFlag: int = 0
+
+    def bean(self) -> dict[str, Any]:
+        return {"brokerName": self.brokerName, "perm": self.perm, "readQueueNums": self.readQueueNums,
+                "topicSysFlag": self.topicSysFlag, "writeQueueNums": self.writeQueueNums}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> QueueData:
+        return cls(str(obj["brokerName"]), int(obj.get("readQueueNums", 0)), int(obj.get("writeQueueNums", 0)),
+                   int(obj.get("perm", 0)), int(obj.get("topicSysFlag", 0)))
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    brokerName: str
+    brokerAddrs: dict[int, str] = field(default_factory=dict)
+    zoneName: str | None = None
+    enableActingMaster: bool = False
+
+    def bean(self, v5: bool) -> dict[str, Any]:
+        bean: dict[str, Any] = {"brokerAddrs": java_hash_map(self.brokerAddrs), "brokerName": self.brokerName,
+                                "cluster": self.cluster}
+        if v5:
+            bean["enableActingMaster"] = self.enableActingMaster
+            bean["zoneName"] = self.zoneName
+        return bean
+
+
+@dataclass(slots=True)
+class DataVersion:
+    timestamp: int = 0
+    counter: int = 0
+    stateVersion: int = 0
+
+    def bean(self, v5: bool) -> dict[str, Any]:
+        if v5:
+            return {"counter": self.counter, "stateVersion": self.stateVersion, "timestamp": self.timestamp}
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> DataVersion:
+        obj = obj or {}
+        return cls(int(obj.get("timestamp", 0)), int(obj.get("counter", 0)), int(obj.get("stateVersion", 0)))
+
+
+def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[BrokerData],
+                     filter_server_table: dict[str, list[str]], order_topic_conf: str | None,
+                     queue_mapping_by_broker: dict[str, Any] | None, v5: bool) -> dict[str, Any]:
+    return {
+        "brokerDatas": [b.bean(v5) for b in broker_datas],
+        "filterServerTable": java_hash_map(filter_server_table),
+        "orderTopicConf": order_topic_conf,
+        "queueDatas": [q.bean() for q in queue_datas],
+        "topicQueueMappingByBroker": queue_mapping_by_broker if v5 else None,
+    }
+
+
+def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]],
+                      v5: bool) -> dict[str, Any]:
+    return {
+        "brokerAddrTable": {name: broker_addr_table[name].bean(v5) for name in java_hash_order(broker_addr_table)},
+        "clusterAddrTable": {c: java_hash_order(cluster_addr_table[c]) for c in java_hash_order(cluster_addr_table)},
+    }
+
+
+def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None) -> dict[str, Any]:
+    return {"brokerAddr": broker_addr, "topicList": java_hash_order(topics)}
+
+
+def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:
+    return {"table": java_hash_map(table)}
+
+
+def int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
+    """Map keys back to ints where Java's map is keyed by Long/Integer (brokerAddrs, currIdMap),
+    so fastjson's plain mode writes them bare again."""
+    return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in mapping.items()}
+
+
+def queue_mapping_info(obj: dict[str, Any]) -> dict[str, Any]:
+    """A TopicQueueMappingInfo passed through: bean order, currIdMap keyed by int."""
+    info = dict(sorted(obj.items()))
+    if isinstance(info.get("currIdMap"), dict):
+        info["currIdMap"] = int_keys(info["currIdMap"])
+    return info

@@ -1,0 +1,98 @@
+"""RemotingCommand: one request or response, independent of how its header was encoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .codes import ResponseCode, SerializeType
+from .errors import RemotingDecodeError
+from .frame import encode_frame, split_frame
+from .header import (
+    Header,
+    decode_binary_header,
+    decode_json_header,
+    encode_binary_header,
+    encode_json_header,
+)
+
+RESPONSE_FLAG = 1 << 0  # RPC_TYPE bit: set on responses
+ONEWAY_FLAG = 1 << 1  # RPC_ONEWAY bit: the sender expects no answer
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """``header`` holds code, language, version, opaque, flag, remark, extFields;
+    ``serialize_type`` is the frame's type byte (JSON 0, ROCKETMQ 1)."""
+
+    header: Header
+    body: bytes | None = None
+    serialize_type: int = SerializeType.JSON
+
+    # -- the fields everybody reads -------------------------------------------------------
+    @property
+    def code(self) -> int:
+        return self.header.code
+
+    @property
+    def opaque(self) -> int:
+        return self.header.opaque
+
+    @property
+    def version(self) -> int:
+        return self.header.version
+
+    @property
+    def remark(self) -> str | None:
+        return self.header.remark
+
+    @property
+    def ext(self) -> dict[str, str | None]:
+        """extFields, empty when absent (Java: null map)."""
+        return self.header.ext_fields or {}
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.header.flag & RESPONSE_FLAG)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.header.flag & ONEWAY_FLAG)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def request(cls, code: int, ext: dict[str, str] | None = None, body: bytes | None = None, *,
+                opaque: int = 0, version: int = 0, language: str = "JAVA", oneway: bool = False,
+                serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+        header = Header(code=code, language=language, version=version, opaque=opaque,
+                        flag=ONEWAY_FLAG if oneway else 0, ext_fields=ext)
+        return cls(header, body, serialize_type)
+
+    @classmethod
+    def response_to(cls, request: RemotingCommand, code: int = ResponseCode.SUCCESS, remark: str | None = None,
+                    ext: dict[str, str] | None = None, body: bytes | None = None, *, version: int = 0,
+                    serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+        """A response carrying the request's opaque, as NettyRemotingAbstract writes it."""
+        header = Header(code=code, version=version, opaque=request.opaque, flag=RESPONSE_FLAG,
+                        remark=remark, ext_fields=ext)
+        return cls(header, body, serialize_type)
+
+    # -- wire --------------------------------------------------------------------------------
+    def encode(self) -> bytes:
+        """The whole frame, length prefix included."""
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            header = encode_binary_header(self.header)
+        else:
+            header = encode_json_header(self.header, SerializeType(self.serialize_type).name)
+        return encode_frame(self.serialize_type, header, self.body)
+
+    @classmethod
+    def decode(cls, frame: bytes | memoryview) -> RemotingCommand:
+        """A frame without its length prefix (as FrameDecoder yields it)."""
+        serialize_type, header_bytes, body = split_frame(frame)
+        if serialize_type == SerializeType.JSON:
+            header = decode_json_header(header_bytes)
+        elif serialize_type == SerializeType.ROCKETMQ:
+            header = decode_binary_header(header_bytes)
+        else:
+            raise RemotingDecodeError(f"unknown serialize type {serialize_type}")
+        return cls(header, body, serialize_type)

@@ -1,0 +1,180 @@
+"""JSON as fastjson 1.2.x writes and reads it, so our bytes match Java's.
+
+Writing (``dumps``):
+- plain mode (``RemotingSerializable.encode``): integer map keys come out *unquoted*
+  (``{0:"127.0.0.1:10911"}``, not valid JSON), strings are raw UTF-8, maps keep the order
+  the caller gives (use ``java_hash_order`` for a Java HashMap's order);
+- standard mode (route answers to clients of version >= V4_9_4 or with
+  ``acceptStandardJsonOnly``: BrowserCompatible + MapSortField): keys quoted, maps sorted,
+  non-ASCII as upper-case ``\\uXXXX``, ``/`` as ``\\/``, longs beyond 2^53 as strings.
+Beans are plain dicts whose keys the caller already put in alphabetical order (SortField):
+sorting them again in standard mode is a no-op.  ``None`` values are omitted, as fastjson
+omits null properties and null map values by default.
+
+Reading (``loads``): lenient like fastjson's parser - unquoted numeric keys are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+_plain_string = json.JSONEncoder(ensure_ascii=False).encode
+_ascii_string = json.JSONEncoder(ensure_ascii=True).encode
+_LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-f]{4})")
+_MAX_SAFE_LONG = 9007199254740991
+
+
+def _standard_string(text: str) -> str:
+    escaped = _ascii_string(text).replace("/", "\\/")
+    if "\\u" not in escaped:
+        return escaped
+    return _LOWER_HEX_ESCAPE.sub(lambda m: m.group(1) + "\\u" + m.group(2).upper(), escaped)
+
+
+def _sort_key(key: Any) -> tuple[int, Any]:
+    if isinstance(key, int):
+        return (0, key)
+    return (1, str(key).encode("utf-16-be"))
+
+
+def dumps(value: Any, standard: bool = False) -> str:
+    """Serialize like fastjson's ``JSON.toJSONString`` (see module docstring)."""
+    out: list[str] = []
+    _write(value, standard, out)
+    return "".join(out)
+
+
+def dumps_bytes(value: Any, standard: bool = False) -> bytes:
+    return dumps(value, standard).encode("utf-8")
+
+
+def _write(value: Any, standard: bool, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(_standard_string(value) if standard else _plain_string(value))
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        if standard and not -_MAX_SAFE_LONG <= value <= _MAX_SAFE_LONG:
+            out.append(f'"{value}"')
+        else:
+            out.append(str(value))
+    elif isinstance(value, dict):
+        _write_map(value, standard, out)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        out.append("[")
+        first = True
+        for item in value:
+            if not first:
+                out.append(",")
+            first = False
+            if item is None:
+                out.append("null")
+            else:
+                _write(item, standard, out)
+        out.append("]")
+    elif value is None:
+        out.append("null")
+    else:
+        raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def _write_map(mapping: dict, standard: bool, out: list[str]) -> None:
+    items: Iterable = mapping.items()
+    if standard:
+        items = sorted(items, key=lambda kv: _sort_key(kv[0]))
+    out.append("{")
+    first = True
+    for key, item in items:
+        if item is None:
+            continue
+        if not first:
+            out.append(",")
+        first = False
+        if isinstance(key, int) and not standard:
+            out.append(str(key))
+        else:
+            _write(str(key), standard, out)
+        out.append(":")
+        _write(item, standard, out)
+    out.append("}")
+
+
+# A JSON string, or an unquoted numeric key right after '{' or ','.
+_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
+
+
+def _quote_bare_keys(text: str) -> str:
+    def quote(m: re.Match) -> str:
+        return m.group(0) if m.group(1) is None else f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
+
+    return _BARE_KEY.sub(quote, text)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON, also accepting fastjson's unquoted numeric keys (they become strings).
+
+    Raises ``ValueError`` on anything else that is not JSON.
+    """
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_quote_bare_keys(text))
+
+
+def java_string_hash(text: str) -> int:
+    """``String.hashCode()``: 31-based over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    for unit in _utf16_units(text):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _utf16_units(text: str) -> Iterable[int]:
+    if text.isascii():
+        return text.encode("ascii")
+    data = text.encode("utf-16-be")
+    return (int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+
+
+def _java_hash(key: Any) -> int:
+    if isinstance(key, str):
+        return java_string_hash(key)
+    if isinstance(key, int):  # Long.hashCode
+        v = key & 0xFFFFFFFFFFFFFFFF
+        return (v ^ (v >> 32)) & 0xFFFFFFFF
+    raise TypeError(f"no Java hash for {type(key).__name__}")
+
+
+def _table_size(count: int) -> int:
+    size = 16
+    while count > size * 3 // 4:
+        size *= 2
+    return size
+
+
+def java_hash_order(keys: Iterable[Any]) -> list[Any]:
+    """Iteration order of a java.util.HashMap/HashSet holding ``keys`` inserted in the given
+    order: by bucket ``(h ^ h >>> 16) & (n - 1)``, insertion order within a bucket.
+
+    The table size is the one a map of this many entries grows to, so a map that once held
+    many more entries than now may iterate differently in Java; clients never depend on it.
+    """
+    keys = list(keys)
+    mask = _table_size(len(keys)) - 1
+
+    def bucket(key: Any) -> int:
+        h = _java_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    return sorted(keys, key=bucket)
+
+
+def java_hash_map(mapping: dict) -> dict:
+    """The same dict, re-ordered as a Java HashMap with these insertions would iterate."""
+    return {key: mapping[key] for key in java_hash_order(mapping)}

@@ -1,0 +1,194 @@
+"""The two header encodings of a remoting command: JSON and ROCKETMQ (binary).
+
+Both map to the same fields: code, language, version, opaque, flag, remark, extFields.
+Decoding follows Java's leniency (fastjson for JSON, RocketMQSerializable for binary) and
+raises ``RemotingDecodeError`` where Java throws and closes the channel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from construct import (
+    ConstructError,
+    GreedyRange,
+    Int8ub,
+    Int16sb,
+    Int16ub,
+    Int32sb,
+    PascalString,
+    Prefixed,
+    Struct,
+    Terminated,
+)
+
+from . import fastjson
+from .codes import LanguageCode
+from .errors import RemotingDecodeError
+
+JAVA_KEY_ORDER = ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
+
+
+@dataclass(slots=True)
+class Header:
+    """The header fields.  ``language`` is the LanguageCode name, or None when Java would
+    decode it to null (unknown name, unknown byte).  ``json_layout`` remembers how a decoded
+    JSON header was written (key order, trailing bytes) so re-encoding reproduces it; None
+    means Java's layout (alphabetical keys, nulls omitted)."""
+
+    code: int = 0
+    language: str | None = "JAVA"
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str | None] | None = None
+    json_layout: tuple[tuple[str, ...], bytes] | None = field(default=None, compare=False)
+
+
+# ---- JSON -----------------------------------------------------------------------------------
+
+def _java_string(value: Any) -> str | None:
+    """fastjson's coercion of a JSON value into a Java String field."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return fastjson.dumps(value)
+    return str(value)
+
+
+def _java_int(name: str, value: Any, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise RemotingDecodeError(f"header field {name} is a boolean")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise RemotingDecodeError(f"header field {name} is not a number: {value!r}") from None
+
+
+def _json_language(value: Any) -> str | None:
+    if value is None:
+        return "JAVA"
+    if isinstance(value, str):
+        return value if value in LanguageCode.__members__ else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return LanguageCode(value).name
+        except ValueError:
+            raise RemotingDecodeError(f"unknown language code {value}") from None
+    raise RemotingDecodeError(f"bad language {value!r}")
+
+
+def decode_json_header(data: bytes) -> Header:
+    try:
+        text = data.decode("utf-8")
+        obj = fastjson.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemotingDecodeError(f"header is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RemotingDecodeError("header is not a JSON object")
+    ext = obj.get("extFields")
+    if ext is not None and not isinstance(ext, dict):
+        raise RemotingDecodeError("extFields is not an object")
+    trailer = text[len(text.rstrip()):].encode("utf-8")
+    return Header(
+        code=_java_int("code", obj.get("code")),
+        language=_json_language(obj.get("language")),
+        version=_java_int("version", obj.get("version")),
+        opaque=_java_int("opaque", obj.get("opaque")),
+        flag=_java_int("flag", obj.get("flag")),
+        remark=_java_string(obj.get("remark")),
+        ext_fields=None if ext is None else {str(k): _java_string(v) for k, v in ext.items()},
+        json_layout=(tuple(obj), trailer),
+    )
+
+
+def _json_field(header: Header, key: str, serialize_name: str) -> str | None:
+    if key == "code":
+        return str(header.code)
+    if key == "flag":
+        return str(header.flag)
+    if key == "opaque":
+        return str(header.opaque)
+    if key == "version":
+        return str(header.version)
+    if key == "language":
+        return None if header.language is None else f'"{header.language}"'
+    if key == "remark":
+        return None if header.remark is None else fastjson.dumps(header.remark)
+    if key == "extFields":
+        return None if header.ext_fields is None else fastjson.dumps(header.ext_fields)
+    if key == "serializeTypeCurrentRPC":
+        return f'"{serialize_name}"'
+    return None
+
+
+def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
+    """fastjson's ``toJSONString(cmd)``: alphabetical keys, null fields omitted; or the
+    decoded header's own layout.  ``serialize_name`` is the command's serializeTypeCurrentRPC."""
+    keys, trailer = header.json_layout or (JAVA_KEY_ORDER, b"")
+    parts = []
+    for key in keys:
+        value = _json_field(header, key, serialize_name)
+        if value is not None:
+            parts.append(f'"{key}":{value}')
+    return ("{" + ",".join(parts) + "}").encode("utf-8") + trailer
+
+
+# ---- ROCKETMQ binary ------------------------------------------------------------------------
+
+_EXT_ENTRY = Struct("key" / PascalString(Int16ub, "utf8"), "value" / PascalString(Int32sb, "utf8"))
+
+BINARY_HEADER = Struct(
+    "code" / Int16sb,
+    "language" / Int8ub,
+    "version" / Int16sb,
+    "opaque" / Int32sb,
+    "flag" / Int32sb,
+    "remark" / PascalString(Int32sb, "utf8"),
+    "ext" / Prefixed(Int32sb, Struct("entries" / GreedyRange(_EXT_ENTRY), Terminated)),
+).compile()
+
+
+def decode_binary_header(data: bytes) -> Header:
+    """RocketMQSerializable.rocketMQProtocolDecode: empty strings read as null."""
+    try:
+        parsed = BINARY_HEADER.parse(data)
+    except (ConstructError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        raise RemotingDecodeError(f"RocketMQ protocol decoding failed: {exc}") from None
+    try:
+        language: str | None = LanguageCode(parsed.language).name
+    except ValueError:
+        language = None
+    entries = parsed.ext.entries
+    return Header(
+        code=parsed.code,
+        language=language,
+        version=parsed.version,
+        opaque=parsed.opaque,
+        flag=parsed.flag,
+        remark=parsed.remark or None,
+        ext_fields={e.key: e.value or None for e in entries if e.key} if entries else None,
+    )
+
+
+def encode_binary_header(header: Header) -> bytes:
+    ext = header.ext_fields or {}
+    try:
+        return BINARY_HEADER.build({
+            "code": header.code,
+            "language": LanguageCode[header.language or "JAVA"].value,
+            "version": header.version,
+            "opaque": header.opaque,
+            "flag": header.flag,
+            "remark": header.remark or "",
+            "ext": {"entries": [{"key": k, "value": v} for k, v in ext.items() if k and v is not None]},
+        })
+    except ConstructError as exc:
+        raise ValueError(f"cannot encode binary header: {exc}") from None
+

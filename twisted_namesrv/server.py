@@ -1,0 +1,88 @@
+"""The remoting protocol: frames in, dispatch, frames out; one channel id per connection."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from twisted.internet import interfaces, protocol
+from twisted.logger import Logger
+from twisted.protocols.policies import TimeoutMixin
+
+from .processor import NamesrvState, Peer, dispatch
+from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
+
+log = Logger()
+
+
+class RemotingProtocol(protocol.Protocol, TimeoutMixin):
+    """One client or broker connection.  A frame that cannot be decoded closes only this
+    connection (as Java's NettyDecoder does); a failing request costs one error answer."""
+
+    factory: RemotingFactory
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        self.channel = next(factory.channel_ids)
+        peer = self.transport.getPeer()
+        self.peer = Peer(self.channel, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
+        self.decoder = FrameDecoder(factory.max_frame_length)
+        factory.connections[self.channel] = self
+        self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
+        self.setTimeout(factory.idle_timeout or None)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.resetTimeout()
+        try:
+            frames = self.decoder.feed(data)
+        except RemotingDecodeError as exc:
+            self._reject(str(exc))
+            return
+        replies = []
+        for frame in frames:
+            try:
+                request = RemotingCommand.decode(frame)
+            except RemotingDecodeError as exc:
+                self._reject(str(exc))
+                break
+            if request.is_response:
+                continue  # answers to our own oneway notifications; nothing waits for them
+            response = dispatch(self.factory.state, request, self.peer)
+            if response is not None:
+                replies.append(response.encode())
+        if replies:
+            self.transport.writeSequence(replies)
+
+    def _reject(self, reason: str) -> None:
+        log.warn("decode exception from {peer}, closing the channel: {reason}", peer=self.peer.address, reason=reason)
+        self.transport.loseConnection()
+        self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
+
+    def timeoutConnection(self) -> None:
+        log.info("channel {peer} idle for {seconds} s, closing it", peer=self.peer.address,
+                 seconds=self.factory.idle_timeout)
+        self.transport.abortConnection()
+
+    def connectionLost(self, reason: object = protocol.connectionDone) -> None:
+        self.setTimeout(None)
+        self.factory.connections.pop(self.channel, None)
+        self.factory.on_channel_closed(self.channel)
+
+
+class RemotingFactory(protocol.Factory):
+    protocol = RemotingProtocol
+
+    def __init__(self, state: NamesrvState, clock: interfaces.IReactorTime, max_frame_length: int,
+                 idle_timeout: float, on_channel_closed: Callable[[int], None]) -> None:
+        self.state = state
+        self.clock = clock
+        self.max_frame_length = max_frame_length
+        self.idle_timeout = idle_timeout
+        self.on_channel_closed = on_channel_closed
+        self.connections: dict[int, RemotingProtocol] = {}
+        self.channel_ids = itertools.count(1)
+
+    def close_channel(self, channel: int) -> None:
+        connection = self.connections.get(channel)
+        if connection is not None:
+            connection.transport.loseConnection()

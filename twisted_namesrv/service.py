@@ -1,0 +1,112 @@
+"""NamesrvService: load configuration and KV, listen, run the timers, stop cleanly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from twisted.application import service
+from twisted.internet import defer, interfaces, protocol
+from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
+from twisted.logger import Logger
+
+from .housekeeping import HousekeepingService, log_route_event
+from .processor import NamesrvState
+from .remoting import RemotingCommand, RequestCode
+from .server import RemotingFactory
+from .state.config import NamesrvConfig
+from .state.kv import KVConfigManager
+from .state.routes import RouteInfoManager
+from .state.store import write_atomically
+
+log = Logger()
+BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
+
+
+def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
+                notifier=None) -> NamesrvState:
+    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError)."""
+    kv_path = Path(config["kvConfigPath"])
+    kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
+    kv.load(kv_path)
+    routes = RouteInfoManager(
+        config.profile, clock.seconds,
+        delete_topic_with_registration=config["deleteTopicWithBrokerRegistration"],
+        support_acting_master=config["supportActingMaster"],
+        notify_min_broker_id_changed=config["notifyMinBrokerIdChanged"],
+        listener=log_route_event, notifier=notifier)
+    return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
+                        lambda text: write_atomically(config["configStorePath"], text.encode("utf-8")))
+
+
+class MinBrokerIdNotifier:
+    """Sends NOTIFY_MIN_BROKER_ID_CHANGE (905) oneway on its own connection, as Java's
+    NamesrvController.remotingClient does."""
+
+    def __init__(self, reactor, version: int) -> None:
+        self.reactor = reactor
+        self.version = version
+
+    def __call__(self, broker_addr: str, header: dict[str, str]) -> None:
+        host, _, port = broker_addr.rpartition(":")
+        request = RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header,
+                                          version=self.version, oneway=True)
+        endpoint = TCP4ClientEndpoint(self.reactor, host, int(port), timeout=3)
+        d = endpoint.connect(protocol.Factory.forProtocol(protocol.Protocol))
+        d.addCallback(lambda proto: (proto.transport.write(request.encode()), proto.transport.loseConnection()))
+        d.addErrback(lambda failure: log.warn("notify min broker id change to {addr} failed: {f}",
+                                              addr=broker_addr, f=failure.getErrorMessage()))
+
+
+class NamesrvService(service.MultiService):
+    def __init__(self, config: NamesrvConfig, reactor=None) -> None:
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+            reactor = default_reactor
+        self.config = config
+        self.reactor = reactor
+        self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version))
+        self.housekeeping: HousekeepingService
+        self.factory = RemotingFactory(self.state, reactor, config["frameMaxLength"],
+                                       config["serverChannelMaxIdleTimeSeconds"],
+                                       lambda channel: self.housekeeping.channel_closed(channel))
+        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
+        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
+        self.housekeeping.setServiceParent(self)
+        self.port = None
+        self.port_ready: defer.Deferred = defer.Deferred()
+
+    def endpoint_description(self) -> str:
+        bind = self.config["bindAddress"].replace(":", r"\:")
+        return f"tcp:{self.config['listenPort']}:interface={bind}"
+
+    def startService(self) -> None:
+        super().startService()
+        d = serverFromString(self.reactor, self.endpoint_description()).listen(self.factory)
+        d.addCallbacks(self._listening, self._listen_failed)
+
+    def stopService(self):
+        d = defer.maybeDeferred(super().stopService)
+        if self.port is not None:
+            port, self.port = self.port, None
+            d.addCallback(lambda _: port.stopListening())
+        for connection in list(self.factory.connections.values()):
+            connection.transport.loseConnection()
+        return d
+
+    def _listening(self, port) -> object:
+        address = port.getHost()
+        log.info("{message}, address {host}:{port}, compat {compat}", message=BOOT_MESSAGE, host=address.host,
+                 port=address.port, compat=self.config.profile.name)
+        print(BOOT_MESSAGE, flush=True)
+        self.port = port
+        self.port_ready.callback(port)
+        return port
+
+    def _listen_failed(self, failure) -> None:
+        log.failure("cannot listen on {endpoint}", failure, endpoint=self.endpoint_description())
+        print(f"cannot listen on {self.endpoint_description()}: {failure.getErrorMessage()}", file=sys.stderr)
+        self.port_ready.errback(failure)
+        if self.reactor.running:
+            self.reactor.stop()

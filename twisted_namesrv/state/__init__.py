@@ -1,0 +1,1 @@
+"""NameServer state: pure Python, no Twisted, no sockets; time comes from an injected clock."""

@@ -1,0 +1,236 @@
+"""NamesrvConfig and the server keys, with Java's names and defaults.
+
+One ``ConfigKey`` table: the generation it belongs to, its type, and whether UPDATE_NAMESRV_CONFIG
+may change it at runtime.  Keys that would change listening, threads, limits or paths once the
+server runs are refused with 16, like Java's configBlackList but complete.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..compat import Profile, profile_named
+from ..remoting.fastjson import java_hash_order
+from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
+
+V4 = frozenset({"4.9.8"})
+V5 = frozenset({"5.3.3"})
+BOTH = V4 | V5
+OURS = frozenset()  # our own keys: listed only when set in the properties file
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    default: Any
+    generations: frozenset[str]
+    runtime: bool = False  # takes effect when changed by UPDATE_NAMESRV_CONFIG
+
+
+def _home() -> str:
+    return os.path.expanduser("~")
+
+
+# Java declaration order (NamesrvConfig, then NettyServerConfig): GET_NAMESRV_CONFIG's order follows it.
+KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("rocketmqHome", os.environ.get("ROCKETMQ_HOME"), BOTH),
+    ConfigKey("kvConfigPath", os.path.join(_home(), "namesrv", "kvConfig.json"), BOTH),
+    ConfigKey("configStorePath", os.path.join(_home(), "namesrv", "namesrv.properties"), BOTH),
+    ConfigKey("productEnvName", "center", BOTH, runtime=True),
+    ConfigKey("clusterTest", False, BOTH),
+    ConfigKey("orderMessageEnable", False, BOTH, runtime=True),
+    ConfigKey("returnOrderTopicConfigToBroker", True, V5, runtime=True),
+    ConfigKey("clientRequestThreadPoolNums", 8, V5),
+    ConfigKey("defaultThreadPoolNums", 16, V5),
+    ConfigKey("clientRequestThreadPoolQueueCapacity", 50000, V5),
+    ConfigKey("defaultThreadPoolQueueCapacity", 10000, V5),
+    ConfigKey("scanNotActiveBrokerInterval", 5000, V5),
+    ConfigKey("unRegisterBrokerQueueCapacity", 3000, V5),
+    ConfigKey("supportActingMaster", False, V5, runtime=True),
+    ConfigKey("enableAllTopicList", True, V5, runtime=True),
+    ConfigKey("enableTopicList", True, V5, runtime=True),
+    ConfigKey("notifyMinBrokerIdChanged", False, V5, runtime=True),
+    ConfigKey("enableControllerInNamesrv", False, V5),
+    ConfigKey("needWaitForService", False, V5, runtime=True),
+    ConfigKey("waitSecondsForService", 45, V5, runtime=True),
+    ConfigKey("deleteTopicWithBrokerRegistration", False, V5, runtime=True),
+    ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH),
+    ConfigKey("bindAddress", "127.0.0.1", V5),
+    ConfigKey("listenPort", 9876, BOTH),
+    ConfigKey("serverWorkerThreads", 8, BOTH),
+    ConfigKey("serverCallbackExecutorThreads", 0, BOTH),
+    ConfigKey("serverSelectorThreads", 3, BOTH),
+    ConfigKey("serverOnewaySemaphoreValue", 256, BOTH),
+    ConfigKey("serverAsyncSemaphoreValue", 64, BOTH),
+    ConfigKey("serverChannelMaxIdleTimeSeconds", 120, BOTH),
+    ConfigKey("serverSocketSndBufSize", 0, BOTH),
+    ConfigKey("serverSocketRcvBufSize", 0, BOTH),
+    ConfigKey("writeBufferHighWaterMark", 0, BOTH),
+    ConfigKey("writeBufferLowWaterMark", 0, BOTH),
+    ConfigKey("serverSocketBacklog", 1024, BOTH),
+    ConfigKey("serverNettyWorkerGroupEnable", True, V5),
+    ConfigKey("serverPooledByteBufAllocatorEnable", True, BOTH),
+    ConfigKey("enableShutdownGracefully", False, V5),
+    ConfigKey("shutdownWaitTimeSeconds", 30, V5),
+    ConfigKey("useEpollNativeSelector", False, BOTH),
+    ConfigKey("compatVersion", "5.3.3", OURS),
+    ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS),
+)
+KEYS_BY_NAME = {k.name: k for k in KEYS}
+ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the key."""
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """java.util.Properties.load: '#'/'!' comments, '=' ':' or blank separators, line
+    continuations, backslash escapes."""
+    result: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for raw in lines:
+        line = raw.lstrip()
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line):
+            line = line[:-1] + next(lines, "").lstrip()
+        key, value = _split_property(line)
+        result[key] = value
+    return result
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i, key = 0, []
+    while i < len(line) and line[i] not in "=: \t\f":
+        if line[i] == "\\" and i + 1 < len(line):
+            i += 1
+        key.append(line[i])
+        i += 1
+    while i < len(line) and line[i] in " \t\f":
+        i += 1
+    if i < len(line) and line[i] in "=:":
+        i += 1
+    return _unescape("".join(key)), _unescape(line[i:].lstrip(" \t\f"))
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _coerce(key: ConfigKey, text: str) -> Any:
+    default = key.default
+    if isinstance(default, bool):
+        return text.strip().lower() == "true"  # Boolean.parseBoolean
+    if isinstance(default, int):
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ConfigError(f"{key.name}: not a number: {text!r}") from None
+    return text
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class NamesrvConfig:
+    """The running configuration: Java's keys for the chosen generation plus our own."""
+
+    def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None) -> None:
+        self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
+        self.extra: dict[str, str] = {}  # keys from the file that no config object knows
+        self.file_keys = set(file_keys or ())
+        self.apply(file_keys or {}, strict=True)
+        self.values.update(values or {})
+        self.profile: Profile = profile_named(str(self.values["compatVersion"]))
+        self._validate()
+
+    @classmethod
+    def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None) -> NamesrvConfig:
+        file_keys: dict[str, str] = {}
+        if path:
+            try:
+                file_keys = parse_properties(Path(path).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        values = dict(overrides or {})
+        if path:
+            values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
+        return cls(values, file_keys)
+
+    def apply(self, props: dict[str, str], strict: bool = False) -> None:
+        for name, text in props.items():
+            key = KEYS_BY_NAME.get(name)
+            if key is None:
+                self.extra[name] = text
+            else:
+                self.values[name] = _coerce(key, text)
+        if strict:
+            return
+        self._validate()
+
+    def _validate(self) -> None:
+        profile_named(str(self.values["compatVersion"]))
+        port = self.values["listenPort"]
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"listenPort: {port} is not a TCP port")
+        if self.values["frameMaxLength"] < 1024:
+            raise ConfigError(f"frameMaxLength: {self.values['frameMaxLength']} is below 1024")
+        if self.values["serverChannelMaxIdleTimeSeconds"] < 0:
+            raise ConfigError("serverChannelMaxIdleTimeSeconds: must not be negative")
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def blocked_keys(self) -> frozenset[str]:
+        """Keys UPDATE_NAMESRV_CONFIG refuses: Java's blacklist, plus everything that is only
+        read at start (ports, threads, limits, paths), so a remote peer changes no resources."""
+        listed = {k for k in str(self.values["configBlackList"]).split(";") if k}
+        startup_only = {k.name for k in KEYS if not k.runtime}
+        return frozenset(ALWAYS_BLOCKED | listed | startup_only)
+
+    def listed_keys(self) -> list[str]:
+        names = [k.name for k in KEYS if self.profile.name in k.generations or k.name in self.file_keys]
+        return names + [n for n in self.extra if n not in names]
+
+    def properties_text(self) -> str:
+        """GET_NAMESRV_CONFIG's body: key=value lines, sorted (5.3.3) or hash-ordered (4.9.8)."""
+        names = self.listed_keys()
+        names = sorted(names) if self.profile.sorted_config_text else java_hash_order(names)
+        lines = []
+        for name in names:
+            value = self.values.get(name, self.extra.get(name))
+            if value is not None:
+                lines.append(f"{name}={_text(value)}\n")
+        return "".join(lines)
+
+    def all_keys_text(self) -> str:
+        """``-p``: every key we know with its current value."""
+        return "".join(f"{k.name}={_text(self.values[k.name])}\n" for k in KEYS if self.values[k.name] is not None)

@@ -1,0 +1,58 @@
+"""KVConfigManager: namespaced key/value pairs (e.g. ORDER_TOPIC_CONFIG), persisted after
+every change as ``{"configTable":{namespace:{key:value}}}``, like Java's kvConfig.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..remoting import fastjson
+from ..remoting.fastjson import java_hash_map
+
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+class KVConfigError(Exception):
+    """The persisted KV file exists but cannot be read: refuse to start rather than empty it."""
+
+
+class KVConfigManager:
+    def __init__(self, persist: Callable[[bytes], None]) -> None:
+        self.configTable: dict[str, dict[str, str]] = {}
+        self._persist = persist
+
+    def load(self, path: Path) -> None:
+        if not path.exists():
+            return
+        try:
+            obj = fastjson.loads(path.read_bytes())
+            table = obj.get("configTable") or {}
+            self.configTable = {str(ns): {str(k): str(v) for k, v in kv.items() if v is not None}
+                                for ns, kv in table.items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise KVConfigError(f"cannot load KV config {path}: {exc}") from None
+
+    def encode(self) -> bytes:
+        table = {ns: java_hash_map(self.configTable[ns]) for ns in self.configTable}
+        return fastjson.dumps_bytes({"configTable": java_hash_map(table)})
+
+    def put(self, namespace: str, key: str, value: str | None) -> None:
+        """A null value is dropped, as fastjson drops null map values when persisting."""
+        entries = self.configTable.setdefault(namespace, {})
+        if value is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = value
+        self._persist(self.encode())
+
+    def get(self, namespace: str | None, key: str | None) -> str | None:
+        return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]
+
+    def delete(self, namespace: str | None, key: str | None) -> None:
+        entries = self.configTable.get(namespace)  # type: ignore[arg-type]
+        if entries is not None and key in entries:
+            del entries[key]
+            self._persist(self.encode())
+
+    def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:
+        return self.configTable.get(namespace)  # type: ignore[arg-type]

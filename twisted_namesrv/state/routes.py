@@ -1,0 +1,442 @@
+"""RouteInfoManager: the five tables a NameServer keeps, rebuilt from broker registrations.
+
+Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the profile says so).
+Channels are opaque hashable ids handed out by the server, so connection loss is one call.
+Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..compat import Profile
+from ..protocol.register import RegisterBrokerBody, TopicConfig
+from ..protocol.route import (
+    FLAG_UNIT,
+    FLAG_UNIT_SUB,
+    MASTER_ID,
+    PERM_READ,
+    PERM_WRITE,
+    BrokerData,
+    DataVersion,
+    QueueData,
+)
+from ..remoting.fastjson import java_hash_order
+
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+
+Channel = Hashable
+LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
+EventListener = Callable[[str, dict[str, Any]], None]
+Notifier = Callable[[str, dict[str, str]], None]
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    lastUpdateTimestamp: int
+    heartbeatTimeoutMillis: int
+    dataVersion: DataVersion
+    channel: Channel | None
+    haServerAddr: str | None
+
+
+@dataclass(slots=True)
+class RegisterBrokerResult:
+    haServerAddr: str | None = None
+    masterAddr: str | None = None
+
+
+@dataclass(slots=True)
+class RouteData:
+    """pickupTopicRouteData's result, before encoding."""
+
+    queueDatas: list[QueueData]
+    brokerDatas: list[BrokerData]
+    filterServerTable: dict[str, list[str]] = field(default_factory=dict)
+    topicQueueMappingByBroker: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class RegisterRequest:
+    clusterName: str
+    brokerAddr: str
+    brokerName: str
+    brokerId: int
+    haServerAddr: str | None
+    body: RegisterBrokerBody
+    channel: Channel | None = None
+    zoneName: str | None = None
+    heartbeatTimeoutMillis: int | None = None
+    enableActingMaster: bool | None = None  # None: an old-version broker that did not say
+
+
+class RouteInfoManager:
+    def __init__(self, profile: Profile, clock: Callable[[], float], *, delete_topic_with_registration: bool = False,
+                 support_acting_master: bool = False, notify_min_broker_id_changed: bool = False,
+                 listener: EventListener | None = None, notifier: Notifier | None = None) -> None:
+        self.profile = profile
+        self._clock = clock
+        self.delete_topic_with_registration = delete_topic_with_registration
+        self.support_acting_master = support_acting_master
+        self.notify_min_broker_id_changed = notify_min_broker_id_changed
+        self._listener = listener or (lambda kind, info: None)
+        self._notifier = notifier or (lambda addr, header: None)
+        self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
+        self.brokerAddrTable: dict[str, BrokerData] = {}
+        self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
+        self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
+        self.filterServerTable: dict[LiveKey, list[str]] = {}
+        self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+
+    # -- helpers ----------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def live_key(self, cluster: str | None, addr: str) -> LiveKey:
+        return (cluster, addr) if self.profile.live_key_includes_cluster else addr
+
+    @staticmethod
+    def _addr_of(key: LiveKey) -> str:
+        return key[1] if isinstance(key, tuple) else key  # type: ignore[return-value]
+
+    def _same_version(self, a: DataVersion | None, b: DataVersion | None) -> bool:
+        if a is None or b is None:
+            return False
+        same = a.timestamp == b.timestamp and a.counter == b.counter
+        return same and (not self.profile.data_version_includes_state or a.stateVersion == b.stateVersion)
+
+    def _emit(self, kind: str, **info: Any) -> None:
+        self._listener(kind, info)
+
+    # -- registration -----------------------------------------------------------------------
+    def register_broker(self, req: RegisterRequest) -> RegisterBrokerResult | None:
+        """Java's registerBroker; None means 5.3.3's refusal ("register broker failed")."""
+        p = self.profile
+        self.clusterAddrTable.setdefault(req.clusterName, {})[req.brokerName] = None
+        broker = self.brokerAddrTable.get(req.brokerName)
+        register_first = broker is None
+        if broker is None:
+            broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
+        if p.acting_master_rules:
+            broker.enableActingMaster = bool(req.enableActingMaster)
+            broker.zoneName = req.zoneName
+        addrs = broker.brokerAddrs
+        prev_min_id = min(addrs) if addrs else 0
+        # a slave switching to master: one address, one id
+        for broker_id in [i for i, a in addrs.items() if a == req.brokerAddr and i != req.brokerId]:
+            del addrs[broker_id]
+        if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
+            self.brokerLiveTable.pop(self.live_key(req.clusterName, req.brokerAddr), None)
+            return RegisterBrokerResult()
+        if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
+                and len(req.body.topicConfigTable) == 1):
+            self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
+                       reason="first registration carries a single topic")
+            return None
+        old_addr = addrs.get(req.brokerId)
+        addrs[req.brokerId] = req.brokerAddr
+        register_first = register_first or not old_addr
+        self._apply_topics(req, broker, register_first)
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        previous = self.brokerLiveTable.get(key)
+        self.brokerLiveTable[key] = BrokerLiveInfo(
+            self.now_ms(), req.heartbeatTimeoutMillis or DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+            req.body.dataVersion, req.channel, req.haServerAddr)
+        if previous is None:
+            self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
+                       addr=req.brokerAddr, topics=len(req.body.topicConfigTable))
+        elif not self._same_version(previous.dataVersion, req.body.dataVersion):
+            self._emit("changed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
+                       addr=req.brokerAddr, topics=len(req.body.topicConfigTable))
+        if req.body.filterServerList:
+            self.filterServerTable[key] = list(req.body.filterServerList)
+        else:
+            self.filterServerTable.pop(key, None)
+        result = RegisterBrokerResult()
+        if req.brokerId != MASTER_ID:
+            master_addr = addrs.get(MASTER_ID)
+            master = self.brokerLiveTable.get(self.live_key(req.clusterName, master_addr)) if master_addr else None
+            if master is not None:
+                result.haServerAddr, result.masterAddr = master.haServerAddr, master_addr
+        if p.acting_master_rules and req.brokerId < prev_min_id and self.notify_min_broker_id_changed:
+            self._notify_min_broker_id(addrs, None, req.haServerAddr)
+        return result
+
+    def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
+        """5.3.3: another address already holds this id with a newer stateVersion."""
+        if old_addr is None or old_addr == req.brokerAddr:
+            return False
+        old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
+        return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
+
+    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool) -> None:
+        is_master = req.brokerId == MASTER_ID
+        is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
+                          and not is_master and req.brokerId == min(broker.brokerAddrs))
+        if not (is_master or is_prime_slave):
+            return
+        table = req.body.topicConfigTable
+        changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
+                                         req.body.dataVersion)
+        if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
+            if changed or register_first:
+                for config in table.values():
+                    self._create_and_update_queue_data(req.brokerName, config)
+            return
+        mappings = req.body.topicQueueMappingInfoMap
+        if self.delete_topic_with_registration and not mappings:
+            for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
+                self._remove_queue_data(topic, req.brokerName)
+        for config in table.values():
+            known = self.topicQueueTable.get(config.topicName)
+            if register_first or changed or not known or req.brokerName not in known:
+                perm = config.perm
+                if is_prime_slave and broker.enableActingMaster:
+                    perm &= ~PERM_WRITE
+                self._create_and_update_queue_data(req.brokerName, config, perm)
+        if changed or register_first:
+            for topic, info in mappings.items():
+                self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+
+    def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
+        queue = QueueData(broker_name, config.readQueueNums, config.writeQueueNums,
+                          config.perm if perm is None else perm, config.topicSysFlag)
+        queues = self.topicQueueTable.setdefault(config.topicName, {})
+        if queues.get(broker_name) != queue:
+            queues[broker_name] = queue
+
+    def _remove_queue_data(self, topic: str, broker_name: str) -> None:
+        queues = self.topicQueueTable.get(topic)
+        if queues is not None:
+            queues.pop(broker_name, None)
+            if not queues:
+                del self.topicQueueTable[topic]
+
+    def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
+        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
+        if not queue_datas:
+            return
+        existing = self.topicQueueTable.get(topic)
+        queues = existing if existing is not None else {}
+        for queue in queue_datas:
+            if queue.brokerName not in self.brokerAddrTable:
+                return
+            queues[queue.brokerName] = queue
+        if existing is None:
+            self.topicQueueTable[topic] = queues
+
+    # -- liveness ---------------------------------------------------------------------------
+    def query_broker_topic_config(self, cluster: str | None, addr: str) -> DataVersion | None:
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))
+        return live.dataVersion if live else None
+
+    def is_broker_topic_config_changed(self, cluster: str | None, addr: str, version: DataVersion | None) -> bool:
+        return not self._same_version(self.query_broker_topic_config(cluster, addr), version)
+
+    def update_broker_info_update_timestamp(self, cluster: str | None, addr: str) -> None:
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))
+        if live is not None:
+            live.lastUpdateTimestamp = self.now_ms()
+
+    def scan_not_active_broker(self) -> list[Channel]:
+        """Remove brokers whose heartbeat is older than their timeout; returns their channels,
+        which the caller closes."""
+        now = self.now_ms()
+        expired = [(key, live) for key, live in self.brokerLiveTable.items()
+                   if live.lastUpdateTimestamp + live.heartbeatTimeoutMillis < now]
+        for key, live in expired:
+            self._destroy(key, f"expired: no heartbeat for {now - live.lastUpdateTimestamp} ms")
+        return [live.channel for _, live in expired if live.channel is not None]
+
+    def on_channel_destroy(self, channel: Channel, reason: str = "connection closed") -> None:
+        """The connection a broker registered over is gone: the broker goes with it."""
+        for key in [k for k, live in self.brokerLiveTable.items() if live.channel == channel]:
+            self._destroy(key, reason)
+
+    def _destroy(self, key: LiveKey, reason: str) -> None:
+        addr = self._addr_of(key)
+        cluster = key[0] if isinstance(key, tuple) else None
+        self.brokerLiveTable.pop(key, None)
+        self.filterServerTable.pop(key, None)
+        for broker in list(self.brokerAddrTable.values()):
+            if cluster is not None and broker.cluster != cluster:
+                continue
+            broker_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
+            if broker_id is not None:
+                self._emit("expired" if reason.startswith("expired") else "closed", cluster=broker.cluster,
+                           broker=broker.brokerName, id=broker_id, addr=addr, reason=reason)
+                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id)
+                return
+
+    # -- unregistration ---------------------------------------------------------------------
+    def unregister_broker(self, cluster: str | None, addr: str, broker_name: str | None, broker_id: int | None) -> None:
+        key = self.live_key(cluster, addr)
+        self.brokerLiveTable.pop(key, None)
+        self.filterServerTable.pop(key, None)
+        broker = self.brokerAddrTable.get(broker_name) if broker_name is not None else None
+        if broker is None:
+            return
+        if self.profile.unregister_by_address:
+            removed_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
+        else:
+            removed_id = broker_id if broker_id in broker.brokerAddrs else None
+        self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
+        self._remove_member(cluster, broker.brokerName, broker.brokerAddrs.get(removed_id, addr), removed_id,
+                            cluster_of_request=True)
+
+    def _remove_member(self, cluster: str | None, broker_name: str, addr: str, broker_id: int | None,
+                       cluster_of_request: bool = False) -> None:
+        """Drop one address from a broker group; an emptied group leaves every table."""
+        broker = self.brokerAddrTable[broker_name]
+        was_min = bool(broker.brokerAddrs) and broker_id == min(broker.brokerAddrs)
+        if broker_id is not None:
+            broker.brokerAddrs.pop(broker_id, None)
+        if broker.brokerAddrs:
+            if self.profile.acting_master_rules and was_min:
+                self._reduced_group(broker, addr)
+            return
+        del self.brokerAddrTable[broker_name]
+        names = self.clusterAddrTable.get(cluster if cluster_of_request else broker.cluster)
+        if names is not None and broker_name in names:
+            del names[broker_name]
+            if not names:
+                del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
+        for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
+            self._remove_queue_data(topic, broker_name)
+
+    def _reduced_group(self, broker: BrokerData, offline_addr: str) -> None:
+        """5.3.3: the lowest id left the group; without a master, queues lose write perm."""
+        if not broker.enableActingMaster:
+            return
+        if min(broker.brokerAddrs) > 0:
+            for queues in self.topicQueueTable.values():
+                queue = queues.get(broker.brokerName)
+                if queue is not None:
+                    queue.perm &= ~PERM_WRITE
+        if self.notify_min_broker_id_changed:
+            self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
+
+    def _notify_min_broker_id(self, addrs: dict[int, str], offline_addr: str | None, ha_addr: str | None) -> None:
+        """NOTIFY_MIN_BROKER_ID_CHANGE to the group (chooseBrokerAddrsToNotify)."""
+        if not addrs:
+            return
+        min_id = min(addrs)
+        header = {"minBrokerId": str(min_id), "minBrokerAddr": addrs[min_id]}
+        if offline_addr is not None:
+            header["offlineBrokerAddr"] = offline_addr
+        if ha_addr is not None:
+            header["haBrokerAddr"] = ha_addr
+        if offline_addr is not None or len(addrs) == 1:
+            targets = list(addrs.values())
+        else:
+            targets = [a for i, a in addrs.items() if i != min_id]
+        for target in targets:
+            self._notifier(target, header)
+
+    # -- administration ---------------------------------------------------------------------
+    def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
+        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+
+    def add_write_perm_of_broker(self, broker_name: str | None) -> int:
+        return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
+
+    def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+        count = 0
+        for queues in self.topicQueueTable.values():
+            queue = queues.get(broker_name)  # type: ignore[arg-type]
+            if queue is not None:
+                queue.perm = change(queue.perm)
+                count += 1
+        return count
+
+    def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
+        if not cluster:
+            self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
+            return
+        for broker_name in list(self.clusterAddrTable.get(cluster, ())):
+            self._remove_queue_data(topic, broker_name)  # type: ignore[arg-type]
+
+    # -- queries ----------------------------------------------------------------------------
+    def pickup_topic_route_data(self, topic: str | None) -> RouteData | None:
+        queues = self.topicQueueTable.get(topic) if topic is not None else None
+        if not queues:
+            return None
+        names = java_hash_order(queues)
+        brokers: list[BrokerData] = []
+        filter_servers: dict[str, list[str]] = {}
+        for name in names:
+            broker = self.brokerAddrTable.get(name)
+            if broker is None:
+                continue
+            clone = BrokerData(broker.cluster, broker.brokerName, dict(broker.brokerAddrs), broker.zoneName,
+                               broker.enableActingMaster)
+            brokers.append(clone)
+            for addr in clone.brokerAddrs.values():
+                servers = self.filterServerTable.get(self.live_key(clone.cluster, addr))
+                if servers:
+                    filter_servers[addr] = servers
+        if not brokers:
+            return None
+        route = RouteData([queues[n] for n in names], brokers, filter_servers)
+        if self.profile.v5_bodies:
+            route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
+            if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):  # type: ignore[union-attr]
+                self._apply_acting_master(route)
+        return route
+
+    @staticmethod
+    def _apply_acting_master(route: RouteData) -> None:
+        """supportActingMaster: a master-less group whose queues are read-only answers its
+        lowest-id slave as id 0."""
+        perms = {q.brokerName: q.perm for q in route.queueDatas}
+        for broker in route.brokerDatas:
+            addrs = broker.brokerAddrs
+            if not addrs or MASTER_ID in addrs or not broker.enableActingMaster:
+                continue
+            if broker.brokerName in perms and not perms[broker.brokerName] & PERM_WRITE:
+                addrs[MASTER_ID] = addrs.pop(min(addrs))
+
+    def all_topics(self) -> list[str]:
+        return list(self.topicQueueTable)
+
+    def topics_by_cluster(self, cluster: str | None) -> list[str]:
+        names = self.clusterAddrTable.get(cluster) if cluster is not None else None
+        if not names:
+            return []
+        return [t for t, queues in self.topicQueueTable.items() if any(n in queues for n in names)]
+
+    def system_topic_list(self) -> tuple[list[str], str | None]:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names, plus one address."""
+        topics = list(self.clusterAddrTable)
+        for names in self.clusterAddrTable.values():
+            topics.extend(names)
+        addr = None
+        for name in java_hash_order(self.brokerAddrTable):
+            addrs = self.brokerAddrTable[name].brokerAddrs
+            if addrs:
+                addr = addrs[java_hash_order(addrs)[0]]
+                break
+        return topics, addr
+
+    def unit_topics(self, test: Callable[[int], bool]) -> list[str]:
+        """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag."""
+        result = []
+        for topic, queues in self.topicQueueTable.items():
+            if queues and test(queues[java_hash_order(queues)[0]].topicSysFlag):
+                result.append(topic)
+        return result
+
+    def broker_member_group(self, broker_name: str | None) -> dict[int, str]:
+        broker = self.brokerAddrTable.get(broker_name) if broker_name is not None else None
+        return dict(broker.brokerAddrs) if broker else {}
+
+
+def has_unit_flag(flag: int) -> bool:
+    return flag & FLAG_UNIT == FLAG_UNIT
+
+
+def has_unit_sub_flag(flag: int) -> bool:
+    return flag & FLAG_UNIT_SUB == FLAG_UNIT_SUB

@@ -1,0 +1,59 @@
+"""``twistd namesrv`` options and service, in twisted.names' pattern."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from twisted.python import usage
+
+from .compat import PROFILES
+from .state.config import ConfigError, NamesrvConfig
+from .state.kv import KVConfigError
+
+
+class Options(usage.Options):
+    synopsis = "[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [-p]"
+    longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
+    optParameters = [
+        ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
+        ["port", None, None, "TCP port to listen on (listenPort, default 9876)"],
+        ["bind", None, None, "address to listen on (bindAddress, default 127.0.0.1)"],
+        ["data-dir", None, None, "directory for kvConfig.json and namesrv.properties (default ~/namesrv)"],
+        ["kv-config-path", None, None, "the KV store file (kvConfigPath)"],
+        ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
+    ]
+    optFlags = [["printConfigItem", "p", "print every configuration key and exit"]]
+
+    def overrides(self) -> dict[str, object]:
+        values: dict[str, object] = {}
+        if self["data-dir"]:
+            values["kvConfigPath"] = os.path.join(self["data-dir"], "kvConfig.json")
+            values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
+        for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion")):
+            if self[option]:
+                values[key] = self[option]
+        if self["port"]:
+            try:
+                values["listenPort"] = int(self["port"])
+            except ValueError:
+                raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+        return values
+
+    def postOptions(self) -> None:
+        try:
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides())
+        except (ConfigError, ValueError) as exc:
+            raise usage.UsageError(str(exc)) from None
+        if self["printConfigItem"]:
+            sys.stdout.write(self.config.all_keys_text())
+            sys.exit(0)
+
+
+def makeService(options: Options):
+    from .service import NamesrvService
+
+    try:
+        return NamesrvService(options.config)
+    except KVConfigError as exc:
+        raise SystemExit(f"{exc}; fix or move the file, the NameServer will not start with it") from None
