@@ -90,11 +90,20 @@ def java_long(value: str | None, field_name: str) -> int:
         raise HeaderFieldError(message) from None
 
 
-def optional_long(value: str | None) -> int | None:
+def optional_long(value: str | None, bits: int = 64) -> int | None:
+    """A boxed Integer/Long header field: Java swallows a parse error and keeps null."""
     try:
-        return None if value is None else int(value)
+        number = None if value is None else int(value)
     except ValueError:
         return None
+    if number is not None and not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
+        return None
+    return number
+
+
+def java_text(value: object) -> str:
+    """String concatenation in Java: null reads as "null"."""
+    return "null" if value is None else str(value)
 
 
 class HeaderFieldError(ValueError):
@@ -117,7 +126,7 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     value = state.kv.get(namespace, key)
     if value is None:
         return respond(state, request, ResponseCode.QUERY_NOT_FOUND,
-                       f"No config item, Namespace: {namespace} Key: {key}", ext={})
+                       f"No config item, Namespace: {java_text(namespace)} Key: {java_text(key)}", ext={})
     return respond(state, request, ext={"value": value})
 
 
@@ -130,7 +139,8 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
     namespace = request.ext.get("namespace")
     table = state.kv.get_kv_list(namespace)
     if table is None:
-        return respond(state, request, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        remark = f"No config item, Namespace: {java_text(namespace)}"
+        return respond(state, request, ResponseCode.QUERY_NOT_FOUND, remark)
     return respond(state, request, body=fastjson.dumps_bytes(kv_table_bean(table)))
 
 
@@ -138,10 +148,10 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 
 def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     ext = request.ext
-    crc = optional_long(ext.get("bodyCrc32")) or 0
+    crc = optional_long(ext.get("bodyCrc32"), bits=32) or 0  # an unmasked CRC fails parseInt: no check
     if crc != 0 and crc32_masked(request.body) != crc:
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
     try:
         body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version)
@@ -154,7 +164,7 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         zoneName=ext.get(ZONE_NAME), heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis")),
         enableActingMaster=None if acting is None else java_bool(acting)))  # type: ignore[arg-type]
     if result is None:
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed")
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
     if not state.profile.v5_bodies or state.config["returnOrderTopicConfigToBroker"]:
@@ -214,8 +224,8 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
     topic = ext.get("topic")
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
-        return respond(state, request, ResponseCode.TOPIC_NOT_EXIST,
-                       f"No topic route info in name server for the topic: {topic}{state.profile.faq_suffix}")
+        remark = f"No topic route info in name server for the topic: {java_text(topic)}{state.profile.faq_suffix}"
+        return respond(state, request, ResponseCode.TOPIC_NOT_EXIST, remark)
     order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if config["orderMessageEnable"] else None
     standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
     if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) and (ext.get(ZONE_NAME) or "").strip():

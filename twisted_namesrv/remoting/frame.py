@@ -66,8 +66,9 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     @property
-    def buffered(self) -> int:
-        return len(self._buffer)
+    def pending(self) -> bytes:
+        """Bytes received that do not yet make a whole frame."""
+        return bytes(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer

@@ -1,8 +1,8 @@
 """NamesrvConfig and the server keys, with Java's names and defaults.
 
-One ``ConfigKey`` table: the generation it belongs to, its type, and whether UPDATE_NAMESRV_CONFIG
-may change it at runtime.  Keys that would change listening, threads, limits or paths once the
-server runs are refused with 16, like Java's configBlackList but complete.
+One ``ConfigKey`` table: the generation a key belongs to, its default (and so its type), and
+whether it is guarded: keys that would change listening, threads, queues, limits or paths are
+refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class ConfigKey:
     name: str
     default: Any
     generations: frozenset[str]
-    runtime: bool = False  # takes effect when changed by UPDATE_NAMESRV_CONFIG
+    #: changes listening, threads, queues, limits or paths: UPDATE_NAMESRV_CONFIG refuses it
+    guarded: bool = False
 
 
 def _home() -> str:
@@ -36,48 +37,48 @@ def _home() -> str:
 
 # Java declaration order (NamesrvConfig, then NettyServerConfig): GET_NAMESRV_CONFIG's order follows it.
 KEYS: tuple[ConfigKey, ...] = (
-    ConfigKey("rocketmqHome", os.environ.get("ROCKETMQ_HOME"), BOTH),
-    ConfigKey("kvConfigPath", os.path.join(_home(), "namesrv", "kvConfig.json"), BOTH),
-    ConfigKey("configStorePath", os.path.join(_home(), "namesrv", "namesrv.properties"), BOTH),
-    ConfigKey("productEnvName", "center", BOTH, runtime=True),
+    ConfigKey("rocketmqHome", os.environ.get("ROCKETMQ_HOME"), BOTH, guarded=True),
+    ConfigKey("kvConfigPath", os.path.join(_home(), "namesrv", "kvConfig.json"), BOTH, guarded=True),
+    ConfigKey("configStorePath", os.path.join(_home(), "namesrv", "namesrv.properties"), BOTH, guarded=True),
+    ConfigKey("productEnvName", "center", BOTH),
     ConfigKey("clusterTest", False, BOTH),
-    ConfigKey("orderMessageEnable", False, BOTH, runtime=True),
-    ConfigKey("returnOrderTopicConfigToBroker", True, V5, runtime=True),
-    ConfigKey("clientRequestThreadPoolNums", 8, V5),
-    ConfigKey("defaultThreadPoolNums", 16, V5),
-    ConfigKey("clientRequestThreadPoolQueueCapacity", 50000, V5),
-    ConfigKey("defaultThreadPoolQueueCapacity", 10000, V5),
-    ConfigKey("scanNotActiveBrokerInterval", 5000, V5),
-    ConfigKey("unRegisterBrokerQueueCapacity", 3000, V5),
-    ConfigKey("supportActingMaster", False, V5, runtime=True),
-    ConfigKey("enableAllTopicList", True, V5, runtime=True),
-    ConfigKey("enableTopicList", True, V5, runtime=True),
-    ConfigKey("notifyMinBrokerIdChanged", False, V5, runtime=True),
-    ConfigKey("enableControllerInNamesrv", False, V5),
-    ConfigKey("needWaitForService", False, V5, runtime=True),
-    ConfigKey("waitSecondsForService", 45, V5, runtime=True),
-    ConfigKey("deleteTopicWithBrokerRegistration", False, V5, runtime=True),
-    ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH),
-    ConfigKey("bindAddress", "127.0.0.1", V5),
-    ConfigKey("listenPort", 9876, BOTH),
-    ConfigKey("serverWorkerThreads", 8, BOTH),
-    ConfigKey("serverCallbackExecutorThreads", 0, BOTH),
-    ConfigKey("serverSelectorThreads", 3, BOTH),
-    ConfigKey("serverOnewaySemaphoreValue", 256, BOTH),
-    ConfigKey("serverAsyncSemaphoreValue", 64, BOTH),
-    ConfigKey("serverChannelMaxIdleTimeSeconds", 120, BOTH),
-    ConfigKey("serverSocketSndBufSize", 0, BOTH),
-    ConfigKey("serverSocketRcvBufSize", 0, BOTH),
-    ConfigKey("writeBufferHighWaterMark", 0, BOTH),
-    ConfigKey("writeBufferLowWaterMark", 0, BOTH),
-    ConfigKey("serverSocketBacklog", 1024, BOTH),
-    ConfigKey("serverNettyWorkerGroupEnable", True, V5),
+    ConfigKey("orderMessageEnable", False, BOTH),
+    ConfigKey("returnOrderTopicConfigToBroker", True, V5),
+    ConfigKey("clientRequestThreadPoolNums", 8, V5, guarded=True),
+    ConfigKey("defaultThreadPoolNums", 16, V5, guarded=True),
+    ConfigKey("clientRequestThreadPoolQueueCapacity", 50000, V5, guarded=True),
+    ConfigKey("defaultThreadPoolQueueCapacity", 10000, V5, guarded=True),
+    ConfigKey("scanNotActiveBrokerInterval", 5000, V5, guarded=True),
+    ConfigKey("unRegisterBrokerQueueCapacity", 3000, V5, guarded=True),
+    ConfigKey("supportActingMaster", False, V5),
+    ConfigKey("enableAllTopicList", True, V5),
+    ConfigKey("enableTopicList", True, V5),
+    ConfigKey("notifyMinBrokerIdChanged", False, V5),
+    ConfigKey("enableControllerInNamesrv", False, V5, guarded=True),
+    ConfigKey("needWaitForService", False, V5),
+    ConfigKey("waitSecondsForService", 45, V5),
+    ConfigKey("deleteTopicWithBrokerRegistration", False, V5),
+    ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH, guarded=True),
+    ConfigKey("bindAddress", "127.0.0.1", V5, guarded=True),
+    ConfigKey("listenPort", 9876, BOTH, guarded=True),
+    ConfigKey("serverWorkerThreads", 8, BOTH, guarded=True),
+    ConfigKey("serverCallbackExecutorThreads", 0, BOTH, guarded=True),
+    ConfigKey("serverSelectorThreads", 3, BOTH, guarded=True),
+    ConfigKey("serverOnewaySemaphoreValue", 256, BOTH, guarded=True),
+    ConfigKey("serverAsyncSemaphoreValue", 64, BOTH, guarded=True),
+    ConfigKey("serverChannelMaxIdleTimeSeconds", 120, BOTH, guarded=True),
+    ConfigKey("serverSocketSndBufSize", 0, BOTH, guarded=True),
+    ConfigKey("serverSocketRcvBufSize", 0, BOTH, guarded=True),
+    ConfigKey("writeBufferHighWaterMark", 0, BOTH, guarded=True),
+    ConfigKey("writeBufferLowWaterMark", 0, BOTH, guarded=True),
+    ConfigKey("serverSocketBacklog", 1024, BOTH, guarded=True),
+    ConfigKey("serverNettyWorkerGroupEnable", True, V5, guarded=True),
     ConfigKey("serverPooledByteBufAllocatorEnable", True, BOTH),
-    ConfigKey("enableShutdownGracefully", False, V5),
-    ConfigKey("shutdownWaitTimeSeconds", 30, V5),
-    ConfigKey("useEpollNativeSelector", False, BOTH),
-    ConfigKey("compatVersion", "5.3.3", OURS),
-    ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS),
+    ConfigKey("enableShutdownGracefully", False, V5, guarded=True),
+    ConfigKey("shutdownWaitTimeSeconds", 30, V5, guarded=True),
+    ConfigKey("useEpollNativeSelector", False, BOTH, guarded=True),
+    ConfigKey("compatVersion", "5.3.3", OURS, guarded=True),
+    ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -210,11 +211,10 @@ class NamesrvConfig:
         return self.values[name]
 
     def blocked_keys(self) -> frozenset[str]:
-        """Keys UPDATE_NAMESRV_CONFIG refuses: Java's blacklist, plus everything that is only
-        read at start (ports, threads, limits, paths), so a remote peer changes no resources."""
+        """Keys UPDATE_NAMESRV_CONFIG refuses: Java's blacklist plus every guarded key, so a
+        remote peer changes no ports, threads, queues, limits or paths."""
         listed = {k for k in str(self.values["configBlackList"]).split(";") if k}
-        startup_only = {k.name for k in KEYS if not k.runtime}
-        return frozenset(ALWAYS_BLOCKED | listed | startup_only)
+        return frozenset(ALWAYS_BLOCKED | listed | {k.name for k in KEYS if k.guarded})
 
     def listed_keys(self) -> list[str]:
         names = [k.name for k in KEYS if self.profile.name in k.generations or k.name in self.file_keys]

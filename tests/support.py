@@ -1,0 +1,88 @@
+"""Test helpers shared by the suites: the shared captures, an in-process server on an
+ephemeral loopback port, and a minimal remoting client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet import defer, protocol, reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.config import NamesrvConfig
+
+CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
+TIMEOUT = 10  # seconds a test waits for an answer before it fails instead of hanging
+
+
+def capture(name: str) -> Path:
+    path = CAPTURES / name
+    if not path.exists():
+        pytest.skip(f"shared capture {path} not present")
+    return path
+
+
+def server_config(tmp_path: Path, **values: Any) -> NamesrvConfig:
+    base = {"listenPort": 0, "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kvConfig.json"),
+            "configStorePath": str(tmp_path / "namesrv.properties")}
+    base.update(values)
+    return NamesrvConfig(base)
+
+
+@defer.inlineCallbacks
+def start_server(config: NamesrvConfig):
+    """A started NamesrvService and its port number; stop it with ``service.stopService()``."""
+    service = NamesrvService(config, reactor)
+    service.startService()
+    port = yield service.port_ready
+    return service, port.getHost().port
+
+
+class RemotingClient(protocol.Protocol):
+    """Sends frames and hands back responses by opaque; records anything unasked for."""
+
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder(1 << 31)
+        self.waiting: dict[int, defer.Deferred] = {}
+        self.received: dict[int, RemotingCommand] = {}
+        self.frames: dict[int, bytes] = {}  # each response's bytes as received, by opaque
+        self.closed: defer.Deferred = defer.Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        for frame in self.decoder.feed(data):
+            command = RemotingCommand.decode(frame)
+            self.frames[command.opaque] = len(frame).to_bytes(4, "big") + frame
+            waiter = self.waiting.pop(command.opaque, None)
+            if waiter is not None:
+                waiter.callback(command)
+            else:
+                self.received[command.opaque] = command
+
+    def connectionLost(self, reason: object = None) -> None:
+        self.closed.callback(None)
+        for waiter in self.waiting.values():
+            waiter.errback(ConnectionError("connection closed before the answer"))
+        self.waiting.clear()
+
+    def answer(self, opaque: int) -> defer.Deferred:
+        """The response with this opaque (already received or still to come)."""
+        if opaque in self.received:
+            return defer.succeed(self.received.pop(opaque))
+        d = self.waiting[opaque] = defer.Deferred()
+        return d.addTimeout(TIMEOUT, reactor)
+
+    def send(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    @defer.inlineCallbacks
+    def call(self, request: RemotingCommand):
+        self.send(request.encode())
+        response = yield self.answer(request.opaque)
+        return response
+
+
+def connect(port: int) -> defer.Deferred:
+    return connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RemotingClient())
