@@ -290,7 +290,8 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str]
                 broker_addr: str | None = None) -> RemotingCommand:
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, broker_addr)))
+    bean = topic_list_bean(topics, broker_addr, state.profile.v5_bodies)
+    return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
 def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -303,7 +304,7 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr)))
+    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr, state.profile.v5_bodies)))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:

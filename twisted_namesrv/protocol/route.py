@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..remoting.fastjson import java_hash_map, java_hash_order
+from ..remoting.fastjson import java_hash_map, java_hash_order, table_size
 
 PERM_PRIORITY = 1 << 3
 PERM_READ = 1 << 2
@@ -86,16 +86,28 @@ def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[Br
     }
 
 
+def java_table_order(keys: Iterable[Any], initial: int, v5: bool) -> list[Any]:
+    """Iteration order of one of RouteInfoManager's own tables: HashMap(initial) in 4.9.8,
+    ConcurrentHashMap(initial) in 5.x."""
+    keys = list(keys)
+    return java_hash_order(keys, table_size(len(keys), initial, concurrent=v5))
+
+
 def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]],
                       v5: bool) -> dict[str, Any]:
+    brokers = java_table_order(broker_addr_table, 128, v5)
+    clusters = java_table_order(cluster_addr_table, 32, v5)
     return {
-        "brokerAddrTable": {name: broker_addr_table[name].bean(v5) for name in java_hash_order(broker_addr_table)},
-        "clusterAddrTable": {c: java_hash_order(cluster_addr_table[c]) for c in java_hash_order(cluster_addr_table)},
+        "brokerAddrTable": {name: broker_addr_table[name].bean(v5) for name in brokers},
+        "clusterAddrTable": {c: java_hash_order(cluster_addr_table[c]) for c in clusters},
     }
 
 
-def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None) -> dict[str, Any]:
-    return {"brokerAddr": broker_addr, "topicList": java_hash_order(topics)}
+def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, v5: bool = False) -> dict[str, Any]:
+    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x) filled in the
+    iteration order of topicQueueTable, a HashMap/ConcurrentHashMap(1024)."""
+    ordered = java_table_order(topics, 1024, v5)
+    return {"brokerAddr": broker_addr, "topicList": java_hash_order(ordered, table_size(len(ordered), None, v5))}
 
 
 def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:

@@ -151,22 +151,31 @@ def _java_hash(key: Any) -> int:
     raise TypeError(f"no Java hash for {type(key).__name__}")
 
 
-def _table_size(count: int) -> int:
-    size = 16
-    while count > size * 3 // 4:
-        size *= 2
+def table_size(count: int, initial: int | None = None, concurrent: bool = False) -> int:
+    """Bucket count of a java.util.HashMap or ConcurrentHashMap holding ``count`` entries,
+    built with ``new X(initial)`` (None: the no-argument constructor, 16 buckets): the
+    constructor's rounding, then doubling at load factor 0.75 (ConcurrentHashMap one entry
+    earlier)."""
+    if initial is None:
+        wanted = 16
+    else:
+        wanted = initial + (initial >> 1) + 1 if concurrent else initial
+    size = 1
+    while size < wanted:
+        size <<= 1
+    while (count >= size - (size >> 2)) if concurrent else (count > size * 3 // 4):
+        size <<= 1
     return size
 
 
-def java_hash_order(keys: Iterable[Any]) -> list[Any]:
-    """Iteration order of a java.util.HashMap/HashSet holding ``keys`` inserted in the given
-    order: by bucket ``(h ^ h >>> 16) & (n - 1)``, insertion order within a bucket.
-
-    The table size is the one a map of this many entries grows to, so a map that once held
-    many more entries than now may iterate differently in Java; clients never depend on it.
-    """
+def java_hash_order(keys: Iterable[Any], table: int | None = None) -> list[Any]:
+    """Iteration order of a java.util.HashMap/HashSet (or ConcurrentHashMap) holding ``keys``
+    inserted in the given order: by bucket ``(h ^ h >>> 16) & (table - 1)``, insertion order
+    within a bucket.  ``table`` defaults to what a default-sized map grows to; a map that once
+    held many more entries than now may iterate differently in Java, and clients never depend
+    on it, but this keeps most answers byte-identical to Java's."""
     keys = list(keys)
-    mask = _table_size(len(keys)) - 1
+    mask = (table or table_size(len(keys))) - 1
 
     def bucket(key: Any) -> int:
         h = _java_hash(key) & 0xFFFFFFFF
