@@ -82,6 +82,9 @@ class RegisterBrokerBody:
     topicConfigTable: dict[str, TopicConfig] = field(default_factory=dict)
     filterServerList: list[str] = field(default_factory=list)
     topicQueueMappingInfoMap: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: 5.x JSON form only, carried through unchanged
+    mappingDataVersion: DataVersion = field(default_factory=DataVersion)
+    topicQueueMappingDetailMap: dict[str, Any] = field(default_factory=dict)
 
 
 def decode_register_body(body: bytes | None, compressed: bool, version: int,
@@ -119,6 +122,8 @@ def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str]) -> Registe
         {name: TopicConfig.from_json(name, cfg) for name, cfg in table.items()},
         filter_servers,
         {topic: queue_mapping_info(info) for topic, info in mappings.items()},
+        DataVersion.from_json(wrapper.get("mappingDataVersion")),
+        wrapper.get("topicQueueMappingDetailMap") or {},
     )
 
 
@@ -171,10 +176,10 @@ def encode_register_body(body: RegisterBrokerBody, compressed: bool, v5: bool) -
     if not compressed:
         wrapper: dict[str, Any] = {"dataVersion": body.dataVersion.bean(v5)}
         if v5:
-            wrapper["mappingDataVersion"] = DataVersion().bean(v5)
+            wrapper["mappingDataVersion"] = body.mappingDataVersion.bean(v5)
         wrapper["topicConfigTable"] = {n: c.bean(v5) for n, c in body.topicConfigTable.items()}
         if v5:
-            wrapper["topicQueueMappingDetailMap"] = {}
+            wrapper["topicQueueMappingDetailMap"] = body.topicQueueMappingDetailMap
             wrapper["topicQueueMappingInfoMap"] = body.topicQueueMappingInfoMap
         return fastjson.dumps_bytes({"filterServerList": body.filterServerList, "topicConfigSerializeWrapper": wrapper})
     parts = [_chunk(fastjson.dumps_bytes(body.dataVersion.bean(v5))), _INT.pack(len(body.topicConfigTable))]

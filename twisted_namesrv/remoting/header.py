@@ -7,6 +7,7 @@ raises ``RemotingDecodeError`` where Java throws and closes the channel.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +160,8 @@ def decode_binary_header(data: bytes) -> Header:
     """RocketMQSerializable.rocketMQProtocolDecode: empty strings read as null."""
     try:
         parsed = BINARY_HEADER.parse(data)
-    except (ConstructError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+    except (ConstructError, UnicodeDecodeError, ValueError, OverflowError, struct.error) as exc:
+        # compiled construct raises struct.error on truncated input
         raise RemotingDecodeError(f"RocketMQ protocol decoding failed: {exc}") from None
     try:
         language: str | None = LanguageCode(parsed.language).name

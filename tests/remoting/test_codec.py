@@ -1,0 +1,209 @@
+"""Codec rules from PROTOCOL.md, one test each, with Java's verified bytes where they exist."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from twisted_namesrv.protocol.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    TopicConfig,
+    decode_register_body,
+    encode_register_body,
+)
+from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, fastjson
+from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.header import decode_binary_header, decode_json_header
+
+ROUTE_REQUEST_JSON = bytes.fromhex("0000008700000083") + (
+    b'{"code":105,"extFields":{"topic":"TopicTest"},"flag":0,"language":"JAVA","opaque":7,'
+    b'"serializeTypeCurrentRPC":"JSON","version":409}')
+ROUTE_REQUEST_BINARY = bytes.fromhex(
+    "0000002d010000290069000199000000070000000000000000000000140005746f70696300000009546f70696354657374")
+
+
+def route_request(serialize_type: int = 0) -> RemotingCommand:
+    return RemotingCommand.request(105, {"topic": "TopicTest"}, opaque=7, version=409, serialize_type=serialize_type)
+
+
+def test_json_request_matches_java_bytes() -> None:
+    assert route_request().encode() == ROUTE_REQUEST_JSON
+
+
+def test_binary_request_matches_java_bytes() -> None:
+    assert route_request(1).encode() == ROUTE_REQUEST_BINARY
+    decoded = RemotingCommand.decode(ROUTE_REQUEST_BINARY[4:])
+    assert (decoded.code, decoded.version, decoded.opaque, decoded.ext) == (105, 409, 7, {"topic": "TopicTest"})
+
+
+def test_versions_match_mqversion_ordinals() -> None:
+    assert len(VERSION_NAMES) == 613
+    assert (V4_9_4, V4_9_8, V5_3_3) == (401, 409, 479)
+    assert version_name(37) == "V3_0_11" and version_name(9999) == "HIGHER_VERSION"
+
+
+def test_unknown_code_reply_matches_java() -> None:
+    request = RemotingCommand.request(999, opaque=5)
+    reply = RemotingCommand.response_to(request, 3, " request type 999 not supported")
+    assert reply.encode()[8:] == (b'{"code":3,"flag":1,"language":"JAVA","opaque":5,"remark":" request type 999 '
+                                  b'not supported","serializeTypeCurrentRPC":"JSON","version":0}')
+
+
+class TestFastjson:
+    def test_plain_mode_writes_bare_numeric_keys(self) -> None:
+        assert fastjson.dumps({"brokerAddrs": {0: "a:1", 1: "b:2"}}) == '{"brokerAddrs":{0:"a:1",1:"b:2"}}'
+
+    def test_standard_mode_quotes_sorts_and_escapes(self) -> None:
+        text = fastjson.dumps({"b": {1: "x/é", 0: "y"}, "a": 2 ** 60}, standard=True)
+        assert text == '{"a":"1152921504606846976","b":{"0":"y","1":"x\\/\\u00E9"}}'
+
+    def test_nulls_are_omitted(self) -> None:
+        assert fastjson.dumps({"a": None, "b": {"c": None}, "d": [None]}) == '{"b":{},"d":[null]}'
+
+    def test_lenient_reader_accepts_bare_keys_but_not_inside_strings(self) -> None:
+        assert fastjson.loads(b'{0:"x",1:"{2:3}"}') == {"0": "x", "1": "{2:3}"}
+        with pytest.raises(ValueError):
+            fastjson.loads(b"{not json")
+
+    def test_java_hash_order_matches_verified_java_output(self) -> None:
+        keys = ["topic", "lo", "ns", "acceptStandardJsonOnly"]
+        assert fastjson.java_hash_order(keys) == ["lo", "ns", "topic", "acceptStandardJsonOnly"]
+        assert fastjson.java_string_hash("TopicTest") == -1902610879
+
+    def test_table_sizes_follow_java_constructors(self) -> None:
+        assert fastjson.table_size(5, 128) == 128  # HashMap(128)
+        assert fastjson.table_size(5, 128, concurrent=True) == 256  # ConcurrentHashMap(128)
+        assert fastjson.table_size(13) == 32 and fastjson.table_size(12) == 16
+
+
+class TestJsonHeader:
+    def test_lenient_like_fastjson(self) -> None:
+        header = decode_json_header(b'{"code":"105","language":"NODE_X","extFields":{"n":12,"b":true,"z":null}}')
+        assert header.code == 105 and header.language is None
+        assert header.ext_fields == {"n": "12", "b": "true", "z": None}
+
+    def test_missing_language_is_java(self) -> None:
+        assert decode_json_header(b'{"code":1}').language == "JAVA"
+
+    @pytest.mark.parametrize("data", [b'{"code":1,"language":99}', b"[1]", b"{no", b'{"code":"x"}', b"\xff"])
+    def test_what_java_refuses_raises(self, data: bytes) -> None:
+        with pytest.raises(RemotingDecodeError):
+            decode_json_header(data)
+
+    def test_foreign_layout_reencodes_as_received(self) -> None:
+        raw = b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,"extFields":{"topic":"T"}}'
+        frame = len(raw).to_bytes(4, "big") + raw
+        command = RemotingCommand.decode(frame)
+        assert command.encode()[4:] == frame
+
+
+class TestBinaryHeader:
+    def test_empty_strings_read_as_null(self) -> None:
+        command = RemotingCommand.request(105, {"k": "", "topic": "T"}, serialize_type=1)
+        command.header.remark = ""
+        decoded = decode_binary_header(command.encode()[8:])
+        assert decoded.remark is None and decoded.ext_fields == {"k": None, "topic": "T"}  # Java: {k=null}
+
+    @pytest.mark.parametrize("cut", [3, 12, 16, 20, 30])
+    def test_truncated_or_inconsistent_lengths_raise(self, cut: int) -> None:
+        header = ROUTE_REQUEST_BINARY[8:]
+        with pytest.raises(RemotingDecodeError):
+            decode_binary_header(header[:cut] + b"\x7f\xff\xff\xff" if cut == 20 else header[:cut])
+
+    def test_unknown_type_byte_raises(self) -> None:
+        with pytest.raises(RemotingDecodeError):
+            RemotingCommand.decode(b"\x05\x00\x00\x00")
+
+
+class TestFrameDecoder:
+    def test_frames_split_and_joined_arbitrarily(self) -> None:
+        stream = ROUTE_REQUEST_JSON * 3
+        decoder = FrameDecoder()
+        frames = [f for i in range(0, len(stream), 7) for f in decoder.feed(stream[i:i + 7])]
+        assert frames == [ROUTE_REQUEST_JSON[4:]] * 3 and decoder.pending == b""
+
+    def test_too_long_is_refused_before_it_arrives(self) -> None:
+        with pytest.raises(RemotingDecodeError):
+            FrameDecoder().feed((32 * 1024 * 1024).to_bytes(4, "big"))
+        FrameDecoder(64 * 1024 * 1024).feed((32 * 1024 * 1024).to_bytes(4, "big"))  # configurable higher
+
+    def test_largest_legal_length_is_max_minus_prefix(self) -> None:
+        FrameDecoder(1024).feed((1020).to_bytes(4, "big"))
+        with pytest.raises(RemotingDecodeError):
+            FrameDecoder(1024).feed((1021).to_bytes(4, "big"))
+
+    def test_negative_length_refused(self) -> None:
+        with pytest.raises(RemotingDecodeError):
+            FrameDecoder().feed(b"\xff\xff\xff\xf0")
+
+    def test_header_longer_than_frame_refused(self) -> None:
+        with pytest.raises(RemotingDecodeError):
+            RemotingCommand.decode(b"\x00\x00\x01\x00{}")
+
+
+class TestRegisterBody:
+    VERIFIED_498 = bytes.fromhex(
+        "78da63606050af564ace2fcd2b492d52b232d5512ac9cc4d2d2e49cc2d50b232343740805a0606064620960ac92fc84c0e01aa"
+        "513001423385604f3f771fd7f8104777a02c53742c0080c71458")
+
+    def body(self) -> RegisterBrokerBody:
+        return RegisterBrokerBody(DataVersion(1700000000000, 5), {"TopicTest": TopicConfig("TopicTest", 4, 4, 6)})
+
+    def test_compressed_498_matches_java_bytes(self) -> None:
+        assert encode_register_body(self.body(), compressed=True, v5=False) == self.VERIFIED_498
+
+    def test_compressed_5x_layout_is_read_in_any_mode(self) -> None:
+        body = self.body()
+        body.topicConfigTable["TopicTest"].attributes = {"message.type": "FIFO"}
+        body.topicQueueMappingInfoMap = {"TopicTest": {"bname": "b", "currIdMap": {0: 0}, "topic": "TopicTest"}}
+        decoded = decode_register_body(encode_register_body(body, True, v5=True), True, V4_9_8)
+        assert decoded.topicConfigTable["TopicTest"].attributes == {"message.type": "FIFO"}
+        assert decoded.topicQueueMappingInfoMap["TopicTest"]["currIdMap"] == {0: 0}
+
+    def test_topic_line_with_trailing_space_like_java_split(self) -> None:
+        assert TopicConfig.decode_text("T 1 2 6 SINGLE_TAG ").writeQueueNums == 2
+        with pytest.raises(RegisterBodyError):
+            TopicConfig.decode_text("T 1 2 6")
+
+    def test_old_brokers_send_a_bare_wrapper(self) -> None:
+        wrapper = b'{"dataVersion":{"counter":1,"timestamp":2},"topicConfigTable":{"T":{"topicName":"T"}}}'
+        assert list(decode_register_body(wrapper, False, 36).topicConfigTable) == ["T"]
+
+    def test_zip_bomb_is_refused(self) -> None:
+        bomb = zlib.compress(b"\0" * (8 * 1024 * 1024))
+        with pytest.raises(RegisterBodyError):
+            decode_register_body(bomb, True, V4_9_8, max_inflated=1024 * 1024)
+
+    @pytest.mark.parametrize("data", [b"not zlib", zlib.compress(b"\x00\x00\x00\x05{}"), zlib.compress(b"")])
+    def test_garbage_compressed_bodies_raise_register_body_error(self, data: bytes) -> None:
+        with pytest.raises(RegisterBodyError):
+            decode_register_body(data, True, V4_9_8)
+
+
+def test_crc_is_masked_java_crc32() -> None:
+    assert crc32_masked(b"hello") == zlib.crc32(b"hello") & 0x7FFFFFFF
+    assert crc32_masked(None) == 0
+
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+
+
+@given(code=st.integers(-32768, 32767), opaque=st.integers(-2**31, 2**31 - 1), flag=st.integers(0, 3),
+       remark=st.none() | texts, ext=st.none() | st.dictionaries(texts.filter(bool), texts.filter(bool), max_size=4),
+       body=st.none() | st.binary(min_size=1, max_size=64), serialize_type=st.sampled_from([0, 1]))
+def test_any_command_roundtrips(code, opaque, flag, remark, ext, body, serialize_type) -> None:
+    command = RemotingCommand.request(code, ext, body, opaque=opaque, serialize_type=serialize_type)
+    command.header.flag, command.header.remark = flag, remark
+    frames = FrameDecoder().feed(command.encode())
+    decoded = RemotingCommand.decode(frames[0])
+    if serialize_type == 1:  # the binary header reads empty strings as null
+        remark = remark or None
+    assert (decoded.code, decoded.opaque, decoded.header.flag, decoded.remark, decoded.body) == (
+        code, opaque, flag, remark, body)
+    assert (decoded.header.ext_fields or None) == (ext or None)
