@@ -168,7 +168,7 @@ class NamesrvConfig:
         self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
-        self.apply(file_keys or {}, strict=True)
+        self._set(file_keys or {})
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
         self._validate()
@@ -186,16 +186,18 @@ class NamesrvConfig:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         return cls(values, file_keys)
 
-    def apply(self, props: dict[str, str], strict: bool = False) -> None:
+    def apply(self, props: dict[str, str]) -> None:
+        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys)."""
+        self._set(props)
+        self._validate()
+
+    def _set(self, props: dict[str, str]) -> None:
         for name, text in props.items():
             key = KEYS_BY_NAME.get(name)
             if key is None:
                 self.extra[name] = text
             else:
                 self.values[name] = _coerce(key, text)
-        if strict:
-            return
-        self._validate()
 
     def _validate(self) -> None:
         profile_named(str(self.values["compatVersion"]))
