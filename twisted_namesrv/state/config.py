@@ -192,12 +192,10 @@ class NamesrvConfig:
         self._validate()
 
     def _set(self, props: dict[str, str]) -> None:
-        for name, text in props.items():
-            key = KEYS_BY_NAME.get(name)
-            if key is None:
-                self.extra[name] = text
-            else:
-                self.values[name] = _coerce(key, text)
+        """All values are converted before any is stored: a bad one changes nothing."""
+        known = {name: _coerce(KEYS_BY_NAME[name], text) for name, text in props.items() if name in KEYS_BY_NAME}
+        self.values.update(known)
+        self.extra.update({name: text for name, text in props.items() if name not in KEYS_BY_NAME})
 
     def _validate(self) -> None:
         profile_named(str(self.values["compatVersion"]))
