@@ -1,0 +1,46 @@
+"""Fixtures of the interop suite: where the real clients are, and a record of every request
+our NameServer answers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from twisted_namesrv import server as server_module
+from twisted_namesrv.remoting import RemotingCommand
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def clients_dir() -> Path:
+    """NAMESRV_CLIENTS_DIR, or <repo>/.clients where tools/install_clients.sh puts them."""
+    return Path(os.environ.get("NAMESRV_CLIENTS_DIR") or REPO / ".clients").resolve()
+
+
+@dataclass
+class Exchange:
+    """One request our NameServer dispatched, the connection it came over, and its answer."""
+
+    peer: str
+    request: RemotingCommand
+    response: RemotingCommand | None
+
+
+@pytest.fixture
+def namesrv_exchanges(monkeypatch) -> list[Exchange]:
+    """Every request our server dispatches during the test, with its answer.  Wraps the
+    dispatch function the protocol calls; the real one still answers."""
+    exchanges: list[Exchange] = []
+    real_dispatch = server_module.dispatch
+
+    def recording_dispatch(state, request, peer):
+        response = real_dispatch(state, request, peer)
+        exchanges.append(Exchange(peer.address, request, response))
+        return response
+
+    monkeypatch.setattr(server_module, "dispatch", recording_dispatch)
+    return exchanges

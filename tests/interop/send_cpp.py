@@ -1,0 +1,44 @@
+"""Send one message with a PyPI RocketMQ C++-client binding (rocketmq==0.4.4 or
+rocketmq-python-cvs==2.1.0.3; both import as ``rocketmq``), finding TopicTest's route through
+the NameServer given on the command line.
+
+usage: python send_cpp.py NAMESRV_ADDR PRODUCER_GROUP BODY
+Run it with PYTHONPATH=<clients dir>/cpp1 or /cpp2 (tools/install_clients.sh installs both).
+Prints ``ROCKETMQ_MODULE <path>`` and ``SEND_RESULT <json>``; exits 0 only on SendStatus.OK.
+"""
+
+import json
+import sys
+import time
+
+import rocketmq
+from rocketmq.client import Message, Producer, SendStatus
+
+
+def main() -> int:
+    namesrv, group, body = sys.argv[1:4]
+    print(f"ROCKETMQ_MODULE {rocketmq.__file__}", flush=True)
+    started = time.monotonic()
+    producer = Producer(group, timeout=3000)  # send timeout, ms
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    ok = False
+    try:
+        msg = Message("TopicTest")
+        msg.set_keys("interop-key")
+        msg.set_tags("interop")
+        msg.set_body(body)
+        result = producer.send_sync(msg)
+        ok = result.status == SendStatus.OK
+        status = getattr(result.status, "name", str(result.status))
+        report = {"ok": ok, "status": status, "msgId": result.msg_id, "offset": result.offset}
+        print("SEND_RESULT " + json.dumps(report), flush=True)
+    finally:
+        sent = time.monotonic()
+        producer.shutdown()
+        print(f"TIMING send={sent - started:.3f}s shutdown={time.monotonic() - sent:.3f}s", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
