@@ -115,8 +115,9 @@ class BrokerDouble(protocol.Factory):
     protocol = BrokerProtocol
 
     def __init__(self, reactor, broker_name: str = "broker-a", cluster: str = "DefaultCluster",
-                 topics: dict[str, int] | None = None, version: int = V4_9_8) -> None:
+                 topics: dict[str, int] | None = None, version: int = V4_9_8, broker_id: int = 0) -> None:
         self.reactor = reactor
+        self.broker_id = broker_id
         self.broker_name = broker_name
         self.cluster = cluster
         self.topics = {"TopicTest": 4, "TBW102": 8} if topics is None else topics
@@ -162,7 +163,7 @@ class BrokerDouble(protocol.Factory):
         data_version = DataVersion(timestamp=int(self.reactor.seconds() * 1000), counter=1)
         body = encode_register_body(RegisterBrokerBody(data_version, table), compressed=False, v5=v5)
         ext = {"brokerName": self.broker_name, "brokerAddr": self.addr, "clusterName": self.cluster,
-               "haServerAddr": f"{HOST}:{self.listen_port + 1}", "brokerId": "0",
+               "haServerAddr": f"{HOST}:{self.listen_port + 1}", "brokerId": str(self.broker_id),
                "compressed": "false", "bodyCrc32": str(crc32_masked(body))}
         if v5:
             ext.update({"heartbeatTimeoutMillis": "120000", "enableActingMaster": "false"})
