@@ -22,10 +22,15 @@ def register(routes: RouteInfoManager, broker_id: int, addr: str, acting: bool =
                                            enableActingMaster=acting))
 
 
-def test_lower_id_joining_notifies_the_others() -> None:
+def notifying_routes(enabled: bool = True) -> tuple[RouteInfoManager, list[tuple[str, dict]]]:
     sent: list[tuple[str, dict]] = []
-    routes = RouteInfoManager(JAVA_5_3_3, lambda: 0.0, notify_min_broker_id_changed=True,
+    routes = RouteInfoManager(JAVA_5_3_3, lambda: 0.0, notify_min_broker_id_changed=enabled,
                               notifier=lambda addr, header: sent.append((addr, header)))
+    return routes, sent
+
+
+def test_lower_id_joining_notifies_the_others() -> None:
+    routes, sent = notifying_routes()
     register(routes, 2, "s2")
     register(routes, 1, "s1")
     assert sent == [("s2", {"minBrokerId": "1", "minBrokerAddr": "s1", "haBrokerAddr": "s1-ha"})]
@@ -35,9 +40,7 @@ def test_lower_id_joining_notifies_the_others() -> None:
 
 
 def test_minimum_leaving_notifies_the_rest_when_acting_master() -> None:
-    sent: list[tuple[str, dict]] = []
-    routes = RouteInfoManager(JAVA_5_3_3, lambda: 0.0, notify_min_broker_id_changed=True,
-                              notifier=lambda addr, header: sent.append((addr, header)))
+    routes, sent = notifying_routes()
     register(routes, 0, "m")
     register(routes, 1, "s1")
     register(routes, 2, "s2")
@@ -49,8 +52,7 @@ def test_minimum_leaving_notifies_the_rest_when_acting_master() -> None:
 
 
 def test_no_notification_unless_enabled() -> None:
-    sent: list = []
-    routes = RouteInfoManager(JAVA_5_3_3, lambda: 0.0, notifier=lambda *a: sent.append(a))
+    routes, sent = notifying_routes(enabled=False)
     register(routes, 1, "s1")
     register(routes, 0, "m")
     assert sent == []
