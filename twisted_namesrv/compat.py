@@ -41,6 +41,9 @@ class Profile:
     sorted_config_text: bool
     #: 5.3.3 config switches enableAllTopicList/enableTopicList gate list requests
     topic_list_gates: bool
+    #: REGISTER_TOPIC_IN_NAMESRV, GET_BROKER_MEMBER_GROUP, BROKER_HEARTBEAT exist (5.x); in 4.9.8
+    #: they are unknown codes
+    v5_request_codes: bool
 
 
 JAVA_4_9_8 = Profile(
@@ -58,6 +61,7 @@ JAVA_4_9_8 = Profile(
     acting_master_rules=False,
     sorted_config_text=False,
     topic_list_gates=False,
+    v5_request_codes=False,
 )
 
 JAVA_5_3_3 = Profile(
@@ -75,6 +79,7 @@ JAVA_5_3_3 = Profile(
     acting_master_rules=True,
     sorted_config_text=True,
     topic_list_gates=True,
+    v5_request_codes=True,
 )
 
 PROFILES = {p.name: p for p in (JAVA_4_9_8, JAVA_5_3_3)}

@@ -51,6 +51,15 @@ class NamesrvState:
     clock: Callable[[], float]
     started_at: float = 0.0
     persist_config: Callable[[str], None] = field(default=lambda text: None)
+    #: bodies of whole-table answers (cluster info, topic lists), valid for one routes.generation
+    memo: dict[Any, tuple[int, bytes]] = field(default_factory=dict)
+
+    def memoized(self, key: Any, build: Callable[[], bytes]) -> bytes:
+        generation = self.routes.generation
+        entry = self.memo.get(key)
+        if entry is None or entry[0] != generation:
+            entry = self.memo[key] = (generation, build())
+        return entry[1]
 
     @property
     def profile(self) -> Profile:
@@ -222,18 +231,35 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
             and state.clock() - state.started_at < config["waitSecondsForService"]):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
     topic = ext.get("topic")
-    route = state.routes.pickup_topic_route_data(topic)
-    if route is None:
-        remark = f"No topic route info in name server for the topic: {java_text(topic)}{state.profile.faq_suffix}"
-        return respond(state, request, ResponseCode.TOPIC_NOT_EXIST, remark)
     order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if config["orderMessageEnable"] else None
     standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
-    if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) and (ext.get(ZONE_NAME) or "").strip():
-        route = filter_by_zone(route, ext[ZONE_NAME])
+    zone = ext.get(ZONE_NAME) if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) else None
+    variant = (standard, order_conf)
+    memo = state.routes.route_memo.get(topic) if not (zone and zone.strip()) else None  # type: ignore[arg-type]
+    body = memo.get(variant) if memo else None
+    if body is None:
+        body = encode_route(state, topic, order_conf, standard, zone)
+        if body is None:
+            remark = f"No topic route info in name server for the topic: {java_text(topic)}{state.profile.faq_suffix}"
+            return respond(state, request, ResponseCode.TOPIC_NOT_EXIST, remark)
+    return respond(state, request, body=body)
+
+
+def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,
+                 zone: str | None) -> bytes | None:
+    """The route body, memoized per topic and variant (misses are not: any name can be asked)."""
+    route = state.routes.pickup_topic_route_data(topic)
+    if route is None:
+        return None
+    if zone and zone.strip():
+        route = filter_by_zone(route, zone)
         standard = False  # ZoneRouteRPCHook re-encodes with the plain encoder
     bean = topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable, order_conf,
                             route.topicQueueMappingByBroker, state.profile.v5_bodies)
-    return respond(state, request, body=fastjson.dumps_bytes(bean, standard))
+    body = fastjson.dumps_bytes(bean, standard)
+    if not (zone and zone.strip()):
+        state.routes.route_memo.setdefault(topic, {})[(standard, order_conf)] = body  # type: ignore[arg-type]
+    return body
 
 
 def filter_by_zone(route: RouteData, zone: str) -> RouteData:
@@ -249,8 +275,12 @@ def filter_by_zone(route: RouteData, zone: str) -> RouteData:
 
 def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     routes = state.routes
-    bean = cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, state.profile.v5_bodies)
-    return respond(state, request, body=fastjson.dumps_bytes(bean))
+
+    def build() -> bytes:
+        return fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable,
+                                                      state.profile.v5_bodies))
+
+    return respond(state, request, body=state.memoized(RequestCode.GET_BROKER_CLUSTER_INFO, build))
 
 
 def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -295,7 +325,13 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str]
 
 
 def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.all_topics(), "enableAllTopicList")
+    if _list_disabled(state, "enableAllTopicList"):
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
+
+    def build() -> bytes:
+        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.v5_bodies))
+
+    return respond(state, request, body=state.memoized(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, build))
 
 
 def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -340,6 +376,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
     state.routes.support_acting_master = state.config["supportActingMaster"]
     state.routes.notify_min_broker_id_changed = state.config["notifyMinBrokerIdChanged"]
     state.routes.delete_topic_with_registration = state.config["deleteTopicWithBrokerRegistration"]
+    state.routes.routes_changed()
     log.info("updateNamesrvConfig from %s: %s", peer.address, props)
     state.persist_config(state.config.properties_text())
     return respond(state, request)
@@ -378,9 +415,15 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
+V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
+                              RequestCode.BROKER_HEARTBEAT})
+
+
 def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
     """Answer one request; None when nothing is to be sent (oneway requests)."""
     handler = HANDLERS.get(request.code)
+    if request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes:
+        handler = None
     if handler is None:
         response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                            f" request type {request.code} not supported", normal=False)

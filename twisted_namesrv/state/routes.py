@@ -3,6 +3,11 @@
 Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the profile says so).
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
+
+Answers are expensive to encode and asked for far more often than the state changes, so the
+manager keeps ``route_memo`` (per topic, filled by whoever encodes a route) and ``generation``
+(bumped on any change that can alter cluster info or topic lists).  Every mutation below clears
+exactly what it touches: a heartbeat that changes nothing clears nothing.
 """
 
 from __future__ import annotations
@@ -90,6 +95,25 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        self.route_memo: dict[str, dict[Any, bytes]] = {}
+        self.generation = 0
+
+    # -- memo invalidation ------------------------------------------------------------------
+    def _topic_changed(self, topic: str) -> None:
+        self.route_memo.pop(topic, None)
+        self.generation += 1
+
+    def _broker_changed(self, broker_name: str) -> None:
+        """A group's addresses, zone or flags changed: every route naming it is stale."""
+        if self.route_memo:
+            for topic in [t for t in self.route_memo if broker_name in self.topicQueueTable.get(t, ())]:
+                del self.route_memo[topic]
+        self.generation += 1
+
+    def routes_changed(self) -> None:
+        """A switch that shapes every answer changed (e.g. supportActingMaster)."""
+        self.route_memo.clear()
+        self.generation += 1
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -115,19 +139,26 @@ class RouteInfoManager:
     def register_broker(self, req: RegisterRequest) -> RegisterBrokerResult | None:
         """Java's registerBroker; None means 5.3.3's refusal ("register broker failed")."""
         p = self.profile
-        self.clusterAddrTable.setdefault(req.clusterName, {})[req.brokerName] = None
+        names = self.clusterAddrTable.setdefault(req.clusterName, {})
+        if req.brokerName not in names:
+            names[req.brokerName] = None
+            self.generation += 1
         broker = self.brokerAddrTable.get(req.brokerName)
         register_first = broker is None
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
-        if p.acting_master_rules:
+            self.generation += 1
+        if p.acting_master_rules and (broker.enableActingMaster, broker.zoneName) != (
+                bool(req.enableActingMaster), req.zoneName):
             broker.enableActingMaster = bool(req.enableActingMaster)
             broker.zoneName = req.zoneName
+            self._broker_changed(req.brokerName)
         addrs = broker.brokerAddrs
         prev_min_id = min(addrs) if addrs else 0
         # a slave switching to master: one address, one id
         for broker_id in [i for i, a in addrs.items() if a == req.brokerAddr and i != req.brokerId]:
             del addrs[broker_id]
+            self._broker_changed(req.brokerName)
         if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
             self.brokerLiveTable.pop(self.live_key(req.clusterName, req.brokerAddr), None)
             return RegisterBrokerResult()
@@ -137,7 +168,9 @@ class RouteInfoManager:
                        reason="first registration carries a single topic")
             return None
         old_addr = addrs.get(req.brokerId)
-        addrs[req.brokerId] = req.brokerAddr
+        if old_addr != req.brokerAddr:
+            addrs[req.brokerId] = req.brokerAddr
+            self._broker_changed(req.brokerName)
         register_first = register_first or not old_addr
         self._apply_topics(req, broker, register_first)
         key = self.live_key(req.clusterName, req.brokerAddr)
@@ -151,10 +184,13 @@ class RouteInfoManager:
         elif not self._same_version(previous.dataVersion, req.body.dataVersion):
             self._emit("changed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=len(req.body.topicConfigTable))
-        if req.body.filterServerList:
-            self.filterServerTable[key] = list(req.body.filterServerList)
-        else:
-            self.filterServerTable.pop(key, None)
+        servers = list(req.body.filterServerList)
+        if servers != self.filterServerTable.get(key, []):
+            if servers:
+                self.filterServerTable[key] = servers
+            else:
+                del self.filterServerTable[key]
+            self._broker_changed(req.brokerName)
         result = RegisterBrokerResult()
         if req.brokerId != MASTER_ID:
             master_addr = addrs.get(MASTER_ID)
@@ -200,6 +236,7 @@ class RouteInfoManager:
         if changed or register_first:
             for topic, info in mappings.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+                self._topic_changed(topic)
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
         queue = QueueData(broker_name, config.readQueueNums, config.writeQueueNums,
@@ -207,13 +244,15 @@ class RouteInfoManager:
         queues = self.topicQueueTable.setdefault(config.topicName, {})
         if queues.get(broker_name) != queue:
             queues[broker_name] = queue
+            self._topic_changed(config.topicName)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
-        if queues is not None:
-            queues.pop(broker_name, None)
+        if queues is not None and broker_name in queues:
+            del queues[broker_name]
             if not queues:
                 del self.topicQueueTable[topic]
+            self._topic_changed(topic)
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
@@ -225,6 +264,7 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
+            self._topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
 
@@ -292,6 +332,7 @@ class RouteInfoManager:
         """Drop one address from a broker group; an emptied group leaves every table."""
         broker = self.brokerAddrTable[broker_name]
         was_min = bool(broker.brokerAddrs) and broker_id == min(broker.brokerAddrs)
+        self._broker_changed(broker_name)
         if broker_id is not None:
             broker.brokerAddrs.pop(broker_id, None)
         if broker.brokerAddrs:
@@ -345,16 +386,19 @@ class RouteInfoManager:
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         count = 0
-        for queues in self.topicQueueTable.values():
+        for topic, queues in self.topicQueueTable.items():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
                 queue.perm = change(queue.perm)
+                self.route_memo.pop(topic, None)
                 count += 1
+        self.generation += 1
         return count
 
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         if not cluster:
-            self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
+            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+                self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
             self._remove_queue_data(topic, broker_name)  # type: ignore[arg-type]
@@ -409,17 +453,17 @@ class RouteInfoManager:
         return [t for t, queues in self.topicQueueTable.items() if any(n in queues for n in names)]
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
-        """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names, plus one address."""
-        topics = list(self.clusterAddrTable)
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (a set), plus one address."""
+        topics = dict.fromkeys(self.clusterAddrTable)
         for names in self.clusterAddrTable.values():
-            topics.extend(names)
+            topics.update(names)
         addr = None
         for name in java_hash_order(self.brokerAddrTable):
             addrs = self.brokerAddrTable[name].brokerAddrs
             if addrs:
                 addr = addrs[java_hash_order(addrs)[0]]
                 break
-        return topics, addr
+        return list(topics), addr
 
     def unit_topics(self, test: Callable[[int], bool]) -> list[str]:
         """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag."""
