@@ -7,6 +7,7 @@ raises ``RemotingDecodeError`` where Java throws and closes the channel.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from . import fastjson
 from .codes import LanguageCode
 from .errors import RemotingDecodeError
 
+_LANGUAGE_NAMES = frozenset(LanguageCode.__members__)
 JAVA_KEY_ORDER = ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
 
 
@@ -62,6 +64,8 @@ def _java_string(value: Any) -> str | None:
 
 
 def _java_int(name: str, value: Any, default: int = 0) -> int:
+    if type(value) is int:
+        return value
     if value is None:
         return default
     if isinstance(value, bool):
@@ -76,7 +80,7 @@ def _json_language(value: Any) -> str | None:
     if value is None:
         return "JAVA"
     if isinstance(value, str):
-        return value if value in LanguageCode.__members__ else None
+        return value if value in _LANGUAGE_NAMES else None
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return LanguageCode(value).name
@@ -85,26 +89,54 @@ def _json_language(value: Any) -> str | None:
     raise RemotingDecodeError(f"bad language {value!r}")
 
 
+_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
+_OPAQUE_KEY = b'"opaque":'
+_TEMPLATES: dict[bytes, Header] = {}
+MAX_TEMPLATES = 4096
+
+
 def decode_json_header(data: bytes) -> Header:
+    """Headers of a client differ only in their opaque, so a decoded header is kept as a
+    template under its bytes minus the opaque digits and reused: same bytes, same fields."""
+    match = _OPAQUE.search(data)
+    if match is None or data.count(_OPAQUE_KEY) != 1:
+        return _parse_json_header(data)
+    key = data[:match.start(1)] + data[match.end(1):]
+    template = _TEMPLATES.get(key)
+    if template is None:
+        header = _parse_json_header(data)
+        if len(_TEMPLATES) >= MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = header
+        return header
+    return Header(template.code, template.language, template.version, int(match.group(1)), template.flag,
+                  template.remark, None if template.ext_fields is None else dict(template.ext_fields),
+                  template.json_layout)
+
+
+def _parse_json_header(data: bytes) -> Header:
     try:
-        text = data.decode("utf-8")
-        obj = fastjson.loads(text)
+        obj = fastjson.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemotingDecodeError(f"header is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise RemotingDecodeError("header is not a JSON object")
     ext = obj.get("extFields")
-    if ext is not None and not isinstance(ext, dict):
-        raise RemotingDecodeError("extFields is not an object")
-    trailer = text[len(text.rstrip()):].encode("utf-8")
+    if ext is not None:
+        if not isinstance(ext, dict):
+            raise RemotingDecodeError("extFields is not an object")
+        if not all(type(v) is str for v in ext.values()):
+            ext = {str(k): _java_string(v) for k, v in ext.items()}
+    trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
+    language = obj.get("language", "JAVA")
     return Header(
         code=_java_int("code", obj.get("code")),
-        language=_json_language(obj.get("language")),
+        language=language if language in _LANGUAGE_NAMES else _json_language(language),
         version=_java_int("version", obj.get("version")),
         opaque=_java_int("opaque", obj.get("opaque")),
         flag=_java_int("flag", obj.get("flag")),
         remark=_java_string(obj.get("remark")),
-        ext_fields=None if ext is None else {str(k): _java_string(v) for k, v in ext.items()},
+        ext_fields=ext,
         json_layout=(tuple(obj), trailer),
     )
 
@@ -132,13 +164,24 @@ def _json_field(header: Header, key: str, serialize_name: str) -> str | None:
 def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
     """fastjson's ``toJSONString(cmd)``: alphabetical keys, null fields omitted; or the
     decoded header's own layout.  ``serialize_name`` is the command's serializeTypeCurrentRPC."""
-    keys, trailer = header.json_layout or (JAVA_KEY_ORDER, b"")
+    if header.json_layout is None:
+        return _encode_java_layout(header, serialize_name)
+    keys, trailer = header.json_layout
     parts = []
     for key in keys:
         value = _json_field(header, key, serialize_name)
         if value is not None:
             parts.append(f'"{key}":{value}')
     return ("{" + ",".join(parts) + "}").encode("utf-8") + trailer
+
+
+def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
+    """JAVA_KEY_ORDER written directly: the path of every answer the server sends."""
+    ext = "" if header.ext_fields is None else ',"extFields":' + fastjson.dumps(header.ext_fields)
+    language = "" if header.language is None else f',"language":"{header.language}"'
+    remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
+    return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
+            f',"serializeTypeCurrentRPC":"{serialize_name}","version":{header.version}}}').encode()
 
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------
