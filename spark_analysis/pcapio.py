@@ -8,6 +8,7 @@ of big files. Records carry zero-copy ``memoryview`` slices of the input buffer;
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ Buffer = bytes | bytearray | memoryview
 PCAP_HEADER_LEN = 24
 RECORD_HEADER_LEN = 16
 MAX_SNAPLEN = 0x40000  # libpcap's ceiling, used when a header says snaplen 0
-MAX_ORIG_LEN = 1 << 22  # far above any real frame, even with GSO/BIG TCP on loopback
+MAX_ORIG_LEN = 1 << 22  # far above any real frame, even with GSO/BIG TCP; must stay < 2**24
 
 _PCAP_MAGICS = {
     # magic as read little-endian -> (byte order, fractional units per second)
@@ -30,6 +31,13 @@ _PCAP_MAGICS = {
 _MAGIC = struct.Struct("<I")
 _FILE_HEADER = {e: struct.Struct(e + "HHiIII") for e in "<>"}
 _RECORD_HEADER = {e: struct.Struct(e + "IIII") for e in "<>"}
+
+# Cheap prefilter for find_record_boundary: orig_len <= MAX_ORIG_LEN < 2**24 and
+# incl_len <= orig_len, so the most significant byte of both length words must be zero.
+_CANDIDATE = {
+    "<": re.compile(rb"(?=.{11}\x00.{3}\x00)", re.DOTALL),
+    ">": re.compile(rb"(?=.{8}\x00.{3}\x00)", re.DOTALL),
+}
 
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 _PCAPNG_BOM = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
@@ -148,10 +156,11 @@ def find_record_boundary(
     end. Returns ``len(data)`` when ``start`` is the end of the file, None if no boundary is found.
     """
     view = memoryview(data)
-    for offset in range(start, len(view) + 1):
+    for candidate in _CANDIDATE[header.endian].finditer(view, start):
+        offset = candidate.start()
         if _chain_is_plausible(view, offset, header, chain, max_ts_step, at_eof):
             return offset
-    return None
+    return len(view) if at_eof and start <= len(view) else None
 
 
 def _chain_is_plausible(
@@ -162,7 +171,7 @@ def _chain_is_plausible(
     snaplen = header.snaplen or MAX_SNAPLEN
     units = header.ts_units
     previous_ts = None
-    for seen in range(chain):
+    for _ in range(chain):
         if offset == end:
             return at_eof
         if offset + RECORD_HEADER_LEN > end:
@@ -243,9 +252,7 @@ def _parse_epb(body: memoryview, endian: str, interfaces: list[_Interface]) -> R
     return Record(ts, iface.linktype, body[20 : 20 + incl_len], orig_len)
 
 
-def _parse_spb(
-    body: memoryview, endian: str, interfaces: list[_Interface], last_ts: float
-) -> Record | None:
+def _parse_spb(body: memoryview, endian: str, interfaces: list[_Interface], last_ts: float) -> Record | None:
     """Simple packet blocks have no timestamp: give them the previous record's, keeping order."""
     if len(body) < 4 or not interfaces:
         return None
