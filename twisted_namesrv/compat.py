@@ -41,6 +41,8 @@ class Profile:
     sorted_config_text: bool
     #: 5.3.3 config switches enableAllTopicList/enableTopicList gate list requests
     topic_list_gates: bool
+    #: brokers may set their own heartbeatTimeoutMillis (5.3.3); 4.9.8 expires all after 120 s
+    per_broker_heartbeat_timeout: bool
     #: REGISTER_TOPIC_IN_NAMESRV, GET_BROKER_MEMBER_GROUP, BROKER_HEARTBEAT exist (5.x); in 4.9.8
     #: they are unknown codes
     v5_request_codes: bool
@@ -61,6 +63,7 @@ JAVA_4_9_8 = Profile(
     acting_master_rules=False,
     sorted_config_text=False,
     topic_list_gates=False,
+    per_broker_heartbeat_timeout=False,
     v5_request_codes=False,
 )
 
@@ -79,6 +82,7 @@ JAVA_5_3_3 = Profile(
     acting_master_rules=True,
     sorted_config_text=True,
     topic_list_gates=True,
+    per_broker_heartbeat_timeout=True,
     v5_request_codes=True,
 )
 

@@ -170,7 +170,9 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
     result = state.routes.register_broker(RegisterRequest(
         clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
         brokerId=broker_id, haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
-        zoneName=ext.get(ZONE_NAME), heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis")),
+        zoneName=ext.get(ZONE_NAME),
+        heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
+        if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=None if acting is None else java_bool(acting)))  # type: ignore[arg-type]
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})

@@ -23,6 +23,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def connectionMade(self) -> None:
         factory = self.factory
+        if interfaces.ITCPTransport.providedBy(self.transport):
+            self.transport.setTcpNoDelay(True)  # as Java does: answers must not wait for delayed ACKs
         self.channel = next(factory.channel_ids)
         peer = self.transport.getPeer()
         self.peer = Peer(self.channel, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")

@@ -144,6 +144,8 @@ def _unescape(text: str) -> str:
 
 
 def _coerce(key: ConfigKey, text: str) -> Any:
+    """MixAll.properties2Object: the value trimmed, then parsed by the field's type."""
+    text = text.strip()
     default = key.default
     if isinstance(default, bool):
         return text.strip().lower() == "true"  # Boolean.parseBoolean

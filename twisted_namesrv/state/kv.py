@@ -24,8 +24,11 @@ class KVConfigManager:
     def load(self, path: Path) -> None:
         if not path.exists():
             return
+        data = path.read_bytes()
+        if not data.strip():
+            return  # Java reads an empty file as an empty table
         try:
-            obj = fastjson.loads(path.read_bytes())
+            obj = fastjson.loads(data)
             table = obj.get("configTable") or {}
             self.configTable = {str(ns): {str(k): str(v) for k, v in kv.items() if v is not None}
                                 for ns, kv in table.items()}

@@ -176,7 +176,8 @@ class RouteInfoManager:
         key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
         self.brokerLiveTable[key] = BrokerLiveInfo(
-            self.now_ms(), req.heartbeatTimeoutMillis or DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+            self.now_ms(),
+            DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
             req.body.dataVersion, req.channel, req.haServerAddr)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
@@ -300,7 +301,7 @@ class RouteInfoManager:
         addr = self._addr_of(key)
         cluster = key[0] if isinstance(key, tuple) else None
         self.brokerLiveTable.pop(key, None)
-        self.filterServerTable.pop(key, None)
+        self._drop_filter_servers(key)
         for broker in list(self.brokerAddrTable.values()):
             if cluster is not None and broker.cluster != cluster:
                 continue
@@ -315,7 +316,7 @@ class RouteInfoManager:
     def unregister_broker(self, cluster: str | None, addr: str, broker_name: str | None, broker_id: int | None) -> None:
         key = self.live_key(cluster, addr)
         self.brokerLiveTable.pop(key, None)
-        self.filterServerTable.pop(key, None)
+        self._drop_filter_servers(key)
         broker = self.brokerAddrTable.get(broker_name) if broker_name is not None else None
         if broker is None:
             return
@@ -327,6 +328,11 @@ class RouteInfoManager:
         self._remove_member(cluster, broker.brokerName, broker.brokerAddrs.get(removed_id, addr), removed_id,
                             cluster_of_request=True)
 
+    def _drop_filter_servers(self, key: LiveKey) -> None:
+        """Routes list filter servers by address, whichever group holds it: drop them all."""
+        if self.filterServerTable.pop(key, None) is not None:
+            self.routes_changed()
+
     def _remove_member(self, cluster: str | None, broker_name: str, addr: str, broker_id: int | None,
                        cluster_of_request: bool = False) -> None:
         """Drop one address from a broker group; an emptied group leaves every table."""
@@ -336,8 +342,8 @@ class RouteInfoManager:
         if broker_id is not None:
             broker.brokerAddrs.pop(broker_id, None)
         if broker.brokerAddrs:
-            if self.profile.acting_master_rules and was_min:
-                self._reduced_group(broker, addr)
+            if self.profile.acting_master_rules:
+                self._reduced_group(broker, addr, was_min)
             return
         del self.brokerAddrTable[broker_name]
         names = self.clusterAddrTable.get(cluster if cluster_of_request else broker.cluster)
@@ -348,8 +354,9 @@ class RouteInfoManager:
         for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
             self._remove_queue_data(topic, broker_name)
 
-    def _reduced_group(self, broker: BrokerData, offline_addr: str) -> None:
-        """5.3.3: the lowest id left the group; without a master, queues lose write perm."""
+    def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
+        """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
+        loses write perm, whichever member left; only the lowest id leaving is notified."""
         if not broker.enableActingMaster:
             return
         if min(broker.brokerAddrs) > 0:
@@ -357,7 +364,7 @@ class RouteInfoManager:
                 queue = queues.get(broker.brokerName)
                 if queue is not None:
                     queue.perm &= ~PERM_WRITE
-        if self.notify_min_broker_id_changed:
+        if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
     def _notify_min_broker_id(self, addrs: dict[int, str], offline_addr: str | None, ha_addr: str | None) -> None:
