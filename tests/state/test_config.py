@@ -1,0 +1,147 @@
+"""NamesrvConfig and java.util.Properties parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from twisted_namesrv import compat
+from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig, parse_properties
+
+
+def make(tmp_path, **values) -> NamesrvConfig:
+    base = {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "ns.properties")}
+    base.update(values)
+    return NamesrvConfig(base)
+
+
+def listed(config: NamesrvConfig) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in config.properties_text().splitlines())
+
+
+def test_properties_comments_separators_and_blank_lines():
+    text = (
+        "# a comment\n"
+        "! another comment\n"
+        "\n"
+        "   \n"
+        "a=1\n"
+        "b : 2\n"
+        "c 3\n"
+        "  d\t=\t4 \n"
+        "e=\n"
+        "f\n"
+        "g==x\n"
+        "h=value # not a comment\n"
+    )
+    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "4 ", "e": "", "f": "", "g": "=x",
+                                      "h": "value # not a comment"}
+
+
+def test_properties_continuation_lines():
+    text = "list=a,\\\n    b,\\\n\tc\nnext=1\nodd=x\\\\\nafter=2\n"
+    assert parse_properties(text) == {"list": "a,b,c", "next": "1", "odd": "x\\", "after": "2"}
+
+
+def test_properties_escapes():
+    text = "key\\ with\\:colon\\=eq=v\\tt\\nn\\u0041\\\\\nunicode=\\u00e9t\\u00e9\nplain\\q=\\q\n"
+    assert parse_properties(text) == {"key with:colon=eq": "v\tt\nnA\\", "unicode": "été", "plainq": "q"}
+
+
+def test_properties_last_duplicate_wins():
+    assert parse_properties("a=1\na=2\n") == {"a": "2"}
+
+
+def test_defaults_are_javas():
+    config = NamesrvConfig()
+    assert config.profile is compat.JAVA_5_3_3
+    assert config["listenPort"] == 9876
+    assert config["serverChannelMaxIdleTimeSeconds"] == 120
+    assert config["scanNotActiveBrokerInterval"] == 5000
+    assert config["waitSecondsForService"] == 45
+    assert config["enableTopicList"] is True and config["orderMessageEnable"] is False
+    assert config["configBlackList"] == "configBlackList;configStorePath;kvConfigPath"
+
+
+def test_config_file_keys_are_typed_and_listed(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPort = 9988\norderMessageEnable=TRUE\nwaitSecondsForService: 7\n"
+                    "customKey=custom value\nenableTopicList=false\ncompatVersion=4.9.8\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert config.profile is compat.JAVA_4_9_8
+    assert config["listenPort"] == 9988
+    assert config["orderMessageEnable"] is True  # Boolean.parseBoolean is case-insensitive
+    assert config["waitSecondsForService"] == 7
+    assert config["configStorePath"] == str(path)  # -c sets configStorePath, as in Java
+    keys = listed(config)
+    assert keys["customKey"] == "custom value"
+    assert keys["listenPort"] == "9988"
+    # 5.x keys appear in 4.9.8 mode only because the file sets them
+    assert keys["enableTopicList"] == "false" and keys["waitSecondsForService"] == "7"
+    assert "returnOrderTopicConfigToBroker" not in keys and "needWaitForService" not in keys
+
+
+def test_overrides_beat_the_file(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPort=9988\n")
+    config = NamesrvConfig.from_file(str(path), {"listenPort": 1234, "configStorePath": str(tmp_path / "x")})
+    assert config["listenPort"] == 1234
+    assert config["configStorePath"] == str(tmp_path / "x")
+
+
+@pytest.mark.parametrize("line,key", [("listenPort=abc", "listenPort"),
+                                      ("serverChannelMaxIdleTimeSeconds=1.5", "serverChannelMaxIdleTimeSeconds"),
+                                      ("listenPort=70000", "listenPort"),
+                                      ("frameMaxLength=10", "frameMaxLength"),
+                                      ("serverChannelMaxIdleTimeSeconds=-1", "serverChannelMaxIdleTimeSeconds")])
+def test_invalid_values_name_the_key(tmp_path, line, key):
+    path = tmp_path / "namesrv.conf"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=key):
+        NamesrvConfig.from_file(str(path))
+
+
+def test_unreadable_file_names_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="nope.conf"):
+        NamesrvConfig.from_file(str(tmp_path / "nope.conf"))
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5", ""])
+def test_unknown_compat_version_is_an_error(tmp_path, version):
+    with pytest.raises(ValueError, match="compatVersion"):
+        make(tmp_path, compatVersion=version)
+    path = tmp_path / "namesrv.conf"
+    path.write_text(f"compatVersion={version}\n")
+    with pytest.raises(ValueError, match="compatVersion"):
+        NamesrvConfig.from_file(str(path))
+
+
+def test_both_profiles_by_name(tmp_path):
+    assert make(tmp_path, compatVersion="4.9.8").profile is compat.JAVA_4_9_8
+    assert make(tmp_path, compatVersion="5.3.3").profile is compat.JAVA_5_3_3
+
+
+def test_listed_keys_follow_the_generation(tmp_path):
+    v4, v5 = make(tmp_path, compatVersion="4.9.8"), make(tmp_path)
+    v4_keys, v5_keys = listed(v4), listed(v5)
+    assert "enableTopicList" not in v4_keys and "bindAddress" not in v4_keys
+    assert v5_keys["enableTopicList"] == "true" and v5_keys["bindAddress"] == "127.0.0.1"
+    assert "compatVersion" not in v5_keys and "frameMaxLength" not in v5_keys  # our own keys: only when set
+    assert list(v5_keys) == sorted(v5_keys)  # 5.3.3 sorts GET_NAMESRV_CONFIG
+    for key in ("kvConfigPath", "configStorePath", "listenPort", "orderMessageEnable", "configBlackList"):
+        assert key in v4_keys and key in v5_keys
+
+
+def test_blocked_keys_include_the_blacklist_and_guarded_keys(tmp_path):
+    config = make(tmp_path, configBlackList="orderMessageEnable;;")
+    blocked = config.blocked_keys()
+    assert {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome", "orderMessageEnable",
+            "listenPort", "serverChannelMaxIdleTimeSeconds", "compatVersion"} <= blocked
+    assert "" not in blocked
+    assert "enableTopicList" not in blocked and "productEnvName" not in blocked
+
+
+def test_all_keys_text_lists_every_key_with_a_value(tmp_path):
+    config = make(tmp_path)
+    lines = dict(line.split("=", 1) for line in config.all_keys_text().splitlines())
+    assert set(lines) == {k.name for k in KEYS if config[k.name] is not None}
+    assert lines["listenPort"] == "9876" and lines["compatVersion"] == "5.3.3"

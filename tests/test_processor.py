@@ -1,0 +1,762 @@
+"""processor.dispatch: every request code's answer, for both Java generations, without sockets.
+
+Requests and answers go through the wire codec (encode, then decode) so what is checked is what
+a peer would read."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from twisted.internet import task
+
+from twisted_namesrv import compat
+from twisted_namesrv.processor import HANDLERS, NamesrvState, Peer, dispatch
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
+from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.service import build_state
+from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+
+BOTH = pytest.mark.parametrize("profile", ["4.9.8", "5.3.3"])
+START = 1_000.0
+MASTER, SLAVE, OTHER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.1.1:10911"
+_opaques = itertools.count(1)
+
+
+class Namesrv:
+    """A NamesrvState wired as the service wires it, on a fake clock, and a way to ask it."""
+
+    def __init__(self, tmp_path, profile: str = "5.3.3", **values) -> None:
+        base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kvConfig.json"),
+                "configStorePath": str(tmp_path / "namesrv.properties")}
+        base.update(values)
+        self.config = NamesrvConfig(base)
+        self.config_path = tmp_path / "namesrv.properties"
+        self.clock = task.Clock()
+        self.clock.advance(START)
+        self.state: NamesrvState = build_state(self.config, self.clock)
+        self.routes = self.state.routes
+        self.profile = self.config.profile
+
+    @property
+    def client_version(self) -> int:
+        return V4_9_8 if self.profile is compat.JAVA_4_9_8 else V5_3_3
+
+    def call(self, code: int, ext: dict | None = None, body: bytes | None = None, *, version: int | None = None,
+             serialize_type: int = SerializeType.JSON, oneway: bool = False, channel: object = 1):
+        request = RemotingCommand.request(code, ext, body, opaque=next(_opaques),
+                                          version=self.client_version if version is None else version,
+                                          oneway=oneway, serialize_type=serialize_type)
+        wire_request = RemotingCommand.decode(request.encode()[4:])
+        response = dispatch(self.state, wire_request, Peer(channel, "127.0.0.1:40000"))
+        if response is None:
+            return None
+        answer = RemotingCommand.decode(response.encode()[4:])
+        assert answer.opaque == request.opaque and answer.is_response
+        assert answer.version == self.profile.mq_version
+        return answer
+
+    def register(self, *, cluster: str = "c1", addr: str = MASTER, name: str = "broker-a", broker_id: int = 0,
+                 topics=("T1", "T2"), version=(1, 1), ha: str | None = None, crc: int | None = None,
+                 compressed: bool = False, channel: object = 1, extra: dict | None = None,
+                 filters: list[str] | None = None):
+        configs = {}
+        for t in topics:
+            config = t if isinstance(t, TopicConfig) else TopicConfig(t, 8, 8, 6)
+            configs[config.topicName] = config
+        payload = encode_register_body(RegisterBrokerBody(DataVersion(*version), configs, list(filters or [])),
+                                       compressed, self.profile.v5_bodies)
+        ext = {"clusterName": cluster, "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id),
+               "haServerAddr": ha, "compressed": "true" if compressed else "false",
+               "bodyCrc32": str(crc32_masked(payload) if crc is None else crc)}
+        ext.update(extra or {})
+        return self.call(RequestCode.REGISTER_BROKER, ext, payload, channel=channel)
+
+    def live(self, addr: str = MASTER, cluster: str = "c1"):
+        return self.routes.brokerLiveTable.get(self.routes.live_key(cluster, addr))
+
+
+@pytest.fixture(params=["4.9.8", "5.3.3"])
+def ns(request, tmp_path) -> Namesrv:
+    return Namesrv(tmp_path, request.param)
+
+
+def body_json(answer: RemotingCommand):
+    return fastjson.loads(answer.body)
+
+
+def version_body(version: tuple[int, ...], v5: bool) -> bytes:
+    return fastjson.dumps_bytes(DataVersion(*version).bean(v5))
+
+
+# -- dispatch ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_unknown_code_is_not_supported_in_both_modes(ns, serialize_type):
+    answer = ns.call(9999, {"a": "b"}, serialize_type=serialize_type)
+    assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert answer.remark == " request type 9999 not supported"
+    assert answer.serialize_type == SerializeType.JSON  # an error reply is JSON in both
+
+
+@pytest.mark.parametrize("code", sorted(HANDLERS) + [9999])
+@BOTH
+def test_oneway_request_gets_no_answer(tmp_path, profile, code):
+    ns = Namesrv(tmp_path, profile)
+    assert ns.call(code, {}, oneway=True) is None
+    assert ns.call(code, None, b"{garbage", oneway=True) is None
+
+
+def test_oneway_request_still_takes_effect(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(60)
+    assert ns.call(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a"},
+                   oneway=True) is None
+    assert ns.live().lastUpdateTimestamp == int((START + 60) * 1000)
+
+
+def test_handler_exception_costs_one_answer(ns, monkeypatch):
+    ns.register()
+    # a body that is not JSON makes Java's decode throw: SYSTEM_ERROR, the connection stays usable
+    bad = ns.call(RequestCode.QUERY_DATA_VERSION, {"clusterName": "c1", "brokerAddr": MASTER}, b"{not json",
+                  serialize_type=SerializeType.ROCKETMQ)
+    assert bad.code == ResponseCode.SYSTEM_ERROR and bad.remark
+    assert bad.serialize_type == SerializeType.JSON
+    monkeypatch.setattr(ns.routes, "all_topics", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    boom = ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert boom.code == ResponseCode.SYSTEM_ERROR and "boom" in boom.remark
+    monkeypatch.undo()
+    after = ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert after.code == ResponseCode.SUCCESS
+    assert sorted(body_json(after)["topicList"]) == ["T1", "T2"]
+
+
+def test_missing_long_header_field_is_a_system_error(ns):
+    answer = ns.call(RequestCode.REGISTER_BROKER, {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "b"})
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "brokerId" in answer.remark
+    assert ns.routes.brokerAddrTable == {}
+
+
+# -- serialize type of answers ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile,expected", [("4.9.8", SerializeType.ROCKETMQ), ("5.3.3", SerializeType.JSON)])
+def test_normal_answer_to_a_binary_request(tmp_path, profile, expected):
+    ns = Namesrv(tmp_path, profile)
+    ns.register()
+    route = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, serialize_type=SerializeType.ROCKETMQ)
+    assert route.code == ResponseCode.SUCCESS and route.serialize_type == expected
+    missing = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nope"}, serialize_type=SerializeType.ROCKETMQ)
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and missing.serialize_type == expected
+    json_request = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"})
+    assert json_request.serialize_type == SerializeType.JSON
+
+
+# -- REGISTER_BROKER ---------------------------------------------------------------------------------------
+
+def test_register_broker_fills_the_route(ns):
+    answer = ns.register(ha="10.0.0.1:10912")
+    assert answer.code == ResponseCode.SUCCESS and answer.body is None
+    assert not answer.ext.get("masterAddr")
+    slave = ns.register(addr=SLAVE, broker_id=1, ha="10.0.0.2:10912")
+    assert (slave.ext["masterAddr"], slave.ext["haServerAddr"]) == (MASTER, "10.0.0.1:10912")
+    route = body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER, "1": SLAVE}
+    assert route["queueDatas"] == [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 8, "topicSysFlag": 0,
+                                    "writeQueueNums": 8}]
+
+
+def test_register_broker_compressed_body(ns):
+    assert ns.register(compressed=True, topics=("T1", "T2", "T3")).code == ResponseCode.SUCCESS
+    assert sorted(ns.routes.topicQueueTable) == ["T1", "T2", "T3"]
+
+
+def test_register_broker_crc_mismatch_is_refused_and_changes_nothing(ns):
+    answer = ns.register(crc=12345)
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    assert ns.routes.brokerAddrTable == {} and ns.routes.clusterAddrTable == {}
+    assert ns.routes.brokerLiveTable == {} and ns.routes.topicQueueTable == {}
+
+
+def test_register_broker_crc_zero_or_absent_skips_the_check(ns):
+    assert ns.register(crc=0).code == ResponseCode.SUCCESS
+    assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {0: MASTER}
+    answer = ns.register(name="broker-b", addr=OTHER, extra={"bodyCrc32": None})
+    assert answer.code == ResponseCode.SUCCESS
+    assert set(ns.routes.brokerAddrTable) == {"broker-a", "broker-b"}
+
+
+def test_register_broker_answers_the_order_topic_config(ns):
+    assert ns.register().body is None  # no ORDER_TOPIC_CONFIG namespace: no body
+    put = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "OrderTopic",
+                                              "value": "broker-a:4"})
+    assert put.code == ResponseCode.SUCCESS
+    answer = ns.register(version=(2, 2))
+    assert answer.code == ResponseCode.SUCCESS
+    assert body_json(answer) == {"table": {"OrderTopic": "broker-a:4"}}
+
+
+def test_5_3_3_return_order_topic_config_to_broker_off(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", returnOrderTopicConfigToBroker=False)
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T", "value": "a:1"})
+    assert ns.register().body is None
+
+
+def test_4_9_8_always_returns_the_order_topic_config(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8", returnOrderTopicConfigToBroker=False)
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T", "value": "a:1"})
+    assert body_json(ns.register()) == {"table": {"T": "a:1"}}
+
+
+def test_5_3_3_first_single_topic_registration_fails(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    answer = ns.register(topics=("T1",))
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, "register broker failed")
+    assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {}
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_4_9_8_first_single_topic_registration_succeeds(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8")
+    assert ns.register(topics=("T1",)).code == ResponseCode.SUCCESS
+
+
+def test_5_3_3_heartbeat_timeout_header_is_honoured(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register(extra={"heartbeatTimeoutMillis": "10000"})
+    ns.clock.advance(10.001)
+    assert ns.routes.scan_not_active_broker() == [1]
+
+
+def test_4_9_8_ignores_the_heartbeat_timeout_header(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8")
+    ns.register(extra={"heartbeatTimeoutMillis": "10000"})
+    ns.clock.advance(60)
+    assert ns.routes.scan_not_active_broker() == []
+    assert "broker-a" in ns.routes.brokerAddrTable
+
+
+# -- QUERY_DATA_VERSION (322) and BROKER_HEARTBEAT (904) ---------------------------------------------------------
+
+def query_version(ns: Namesrv, version: tuple[int, ...] | None):
+    body = None if version is None else version_body(version, ns.profile.v5_bodies)
+    return ns.call(RequestCode.QUERY_DATA_VERSION, {"clusterName": "c1", "brokerAddr": MASTER,
+                                                    "brokerName": "broker-a", "brokerId": "0"}, body)
+
+
+def test_query_data_version_changed_and_unchanged(ns):
+    unknown = query_version(ns, (1, 1))
+    assert unknown.code == ResponseCode.SUCCESS and unknown.ext["changed"] == "true" and unknown.body is None
+    ns.register(version=(1, 1))
+    same = query_version(ns, (1, 1))
+    assert same.ext["changed"] == "false"
+    expected = {"counter": 1, "timestamp": 1} | ({"stateVersion": 0} if ns.profile.v5_bodies else {})
+    assert body_json(same) == expected
+    changed = query_version(ns, (1, 2))
+    assert changed.ext["changed"] == "true"
+    assert body_json(changed) == expected  # the stored version, not the queried one
+
+
+def test_query_data_version_refresh_rules(ns):
+    ns.register(version=(1, 1))
+    ns.clock.advance(100)
+    query_version(ns, (1, 2))  # changed
+    refreshed_when_changed = ns.live().lastUpdateTimestamp == int((START + 100) * 1000)
+    assert refreshed_when_changed is ns.profile.query_data_version_always_refreshes
+    ns.clock.advance(10)
+    query_version(ns, (1, 1))  # unchanged: a heartbeat in both
+    assert ns.live().lastUpdateTimestamp == int((START + 110) * 1000)
+
+
+def test_4_9_8_query_data_version_without_body_is_an_error(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8")
+    ns.register()
+    assert query_version(ns, None).code == ResponseCode.SYSTEM_ERROR
+
+
+def test_5_3_3_query_data_version_without_body_is_changed_and_refreshes(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(50)
+    answer = query_version(ns, None)
+    assert answer.code == ResponseCode.SUCCESS and answer.ext["changed"] == "true"
+    assert ns.live().lastUpdateTimestamp == int((START + 50) * 1000)
+
+
+def test_5_3_3_query_data_version_is_per_cluster(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register(cluster="c1")
+    other = ns.call(RequestCode.QUERY_DATA_VERSION, {"clusterName": "c2", "brokerAddr": MASTER},
+                    version_body((1, 1), True))
+    assert other.ext["changed"] == "true" and other.body is None
+
+
+def test_5_3_3_broker_heartbeat_refreshes(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(119)
+    answer = ns.call(RequestCode.BROKER_HEARTBEAT,
+                     {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a"})
+    assert answer.code == ResponseCode.SUCCESS
+    ns.clock.advance(119)
+    assert ns.routes.scan_not_active_broker() == []
+    ns.call(RequestCode.BROKER_HEARTBEAT, {"clusterName": "other", "brokerAddr": MASTER, "brokerName": "broker-a"})
+    ns.clock.advance(1.001)
+    assert ns.routes.scan_not_active_broker() == [1]  # the wrong cluster refreshed nothing
+
+
+@pytest.mark.parametrize("code", [RequestCode.BROKER_HEARTBEAT, RequestCode.GET_BROKER_MEMBER_GROUP,
+                                  RequestCode.REGISTER_TOPIC_IN_NAMESRV])
+def test_4_9_8_does_not_know_5_x_only_codes(tmp_path, code):
+    ns = Namesrv(tmp_path, "4.9.8")
+    ns.register()
+    ns.clock.advance(100)
+    answer = ns.call(code, {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a", "topic": "T1"})
+    assert (answer.code, answer.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                            f" request type {int(code)} not supported")
+    assert ns.live().lastUpdateTimestamp == int(START * 1000)
+
+
+# -- UNREGISTER_BROKER (104) ------------------------------------------------------------------------------------
+
+def test_unregister_broker(ns):
+    ns.register()
+    ns.register(addr=SLAVE, broker_id=1)
+    answer = ns.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c1", "brokerAddr": SLAVE,
+                                                     "brokerName": "broker-a", "brokerId": "1"})
+    assert answer.code == ResponseCode.SUCCESS
+    assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {0: MASTER}
+    ns.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a",
+                                            "brokerId": "0"})
+    assert ns.routes.brokerAddrTable == {} and ns.routes.topicQueueTable == {}
+    cluster = body_json(ns.call(RequestCode.GET_BROKER_CLUSTER_INFO))
+    assert cluster == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+# -- GET_ROUTEINFO_BY_TOPIC (105) ------------------------------------------------------------------------------
+
+def test_route_of_an_unknown_topic(ns):
+    answer = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"})
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST and answer.body is None
+    assert answer.remark == "No topic route info in name server for the topic: NoSuchTopic" + ns.profile.faq_suffix
+    assert ("rocketmq.apache.org/docs/faq/" in answer.remark) is (ns.profile is compat.JAVA_4_9_8)
+
+
+@pytest.mark.parametrize("version,flag,quoted", [
+    (V4_9_4, None, True), (V4_9_4 - 1, None, False), (63, "true", True), (63, "TRUE", True),
+    (63, "false", False), (V5_3_3, "false", True), (0, None, False)])
+def test_route_answer_key_style(ns, version, flag, quoted):
+    ns.register()
+    ext = {"topic": "T1"} if flag is None else {"topic": "T1", "acceptStandardJsonOnly": flag}
+    answer = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, version=version)
+    assert answer.code == ResponseCode.SUCCESS
+    assert (b'"brokerAddrs":{"0":"' in answer.body) is quoted
+    assert (b'"brokerAddrs":{0:"' in answer.body) is not quoted
+    assert body_json(answer)["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
+
+
+def test_cluster_info_and_member_group_keys_are_always_bare(tmp_path):
+    for profile in ("4.9.8", "5.3.3"):
+        ns = Namesrv(tmp_path / profile, profile)
+        ns.register()
+        cluster = ns.call(RequestCode.GET_BROKER_CLUSTER_INFO, version=V5_3_3)
+        assert b'"brokerAddrs":{0:"10.0.0.1:10911"}' in cluster.body
+        assert body_json(cluster)["clusterAddrTable"] == {"c1": ["broker-a"]}
+    group = ns.call(RequestCode.GET_BROKER_MEMBER_GROUP, {"clusterName": "c1", "brokerName": "broker-a"},
+                    version=V5_3_3, serialize_type=SerializeType.ROCKETMQ)
+    assert group.code == ResponseCode.SUCCESS and group.remark == "not set any response code"
+    assert b'"brokerAddrs":{0:"10.0.0.1:10911"}' in group.body
+    assert body_json(group) == {"brokerMemberGroup": {"brokerAddrs": {"0": MASTER}, "brokerName": "broker-a",
+                                                      "cluster": "c1"}}
+    unknown = ns.call(RequestCode.GET_BROKER_MEMBER_GROUP, {"clusterName": "c9", "brokerName": "nobody"})
+    assert body_json(unknown)["brokerMemberGroup"]["brokerAddrs"] == {}
+    assert unknown.remark == "not set any response code"
+
+
+@pytest.mark.parametrize("enabled,stored,present", [(True, True, True), (True, False, False), (False, True, False)])
+def test_order_topic_conf_in_route_answers(tmp_path, enabled, stored, present):
+    for profile in ("4.9.8", "5.3.3"):
+        ns = Namesrv(tmp_path / profile, profile, orderMessageEnable=enabled)
+        ns.register()
+        if stored:
+            ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1",
+                                                "value": "broker-a:8"})
+            ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T2",
+                                                "value": "broker-a:2"})
+        route = body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+        assert route.get("orderTopicConf") == ("broker-a:8" if present else None)
+
+
+def test_order_message_enable_switched_on_at_runtime(ns):
+    ns.register()
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1", "value": "a:1"})
+    assert "orderTopicConf" not in body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    update = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert update.code == ResponseCode.SUCCESS
+    assert body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))["orderTopicConf"] == "a:1"
+
+
+def test_5_3_3_need_wait_for_service(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", needWaitForService=True, waitSecondsForService=45)
+    ns.register()
+    ns.clock.advance(44.9)
+    early = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"})
+    assert (early.code, early.remark) == (ResponseCode.SYSTEM_ERROR, "name server not ready")
+    assert ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).code == ResponseCode.SUCCESS  # only 105 waits
+    ns.clock.advance(0.1)
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+
+
+def test_4_9_8_never_waits_for_service(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8", needWaitForService=True, waitSecondsForService=45)
+    ns.register()
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+
+
+def test_5_3_3_without_need_wait_answers_at_once(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", waitSecondsForService=45)
+    ns.register()
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+
+
+# -- permissions, topics ---------------------------------------------------------------------------------------
+
+def test_wipe_and_add_write_perm(ns):
+    ns.register(topics=(TopicConfig("T1", 8, 8, 6), TopicConfig("T2", 8, 8, 7), TopicConfig("T3", 8, 8, 4)))
+    ns.register(name="broker-b", addr=OTHER, topics=("T1", "T9"))
+    wipe = ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert wipe.code == ResponseCode.SUCCESS and wipe.ext["wipeTopicCount"] == "3"
+    route = body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    assert {q["brokerName"]: q["perm"] for q in route["queueDatas"]} == {"broker-a": 4, "broker-b": 6}
+    add = ns.call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert add.code == ResponseCode.SUCCESS and add.ext["addTopicCount"] == "3"
+    route = body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T2"}))
+    assert route["queueDatas"][0]["perm"] == 6
+    none = ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "nobody"})
+    assert none.ext["wipeTopicCount"] == "0"
+
+
+def test_delete_topic_with_and_without_cluster(ns):
+    ns.register(topics=("T1", "T2"))
+    ns.register(name="broker-c", addr=OTHER, cluster="c2", topics=("T1", "T2"))
+    answer = ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1", "clusterName": "c1"})
+    assert answer.code == ResponseCode.SUCCESS
+    route = body_json(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-c"]
+    ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T2"})
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T2"}).code == ResponseCode.TOPIC_NOT_EXIST
+    assert ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "absent"}).code == ResponseCode.SUCCESS
+
+
+def test_register_topic_partial_update(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register(name="broker-a", addr=MASTER, topics=("T1", "T2"))
+    ns.register(name="broker-b", addr=OTHER, topics=("T2", "T3"))
+    queue = {"perm": 6, "readQueueNums": 2, "writeQueueNums": 2, "topicSysFlag": 0}
+    route = {"queueDatas": [{"brokerName": "broker-b", **queue}, {"brokerName": "ghost", **queue},
+                            {"brokerName": "broker-a", **queue}]}
+    answer = ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T3"}, fastjson.dumps_bytes(route))
+    assert answer.code == ResponseCode.SUCCESS
+    assert set(ns.routes.topicQueueTable["T3"]) == {"broker-b"}
+    assert ns.routes.topicQueueTable["T3"]["broker-b"].readQueueNums == 2
+    new = ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "NEW"}, fastjson.dumps_bytes(route))
+    assert new.code == ResponseCode.SUCCESS and "NEW" not in ns.routes.topicQueueTable
+    ok = {"queueDatas": [{"brokerName": "broker-a", **queue}]}
+    ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "NEW"}, fastjson.dumps_bytes(ok))
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NEW"}).code == ResponseCode.SUCCESS
+    assert ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "X"}).code == ResponseCode.SUCCESS  # no body
+
+
+# -- topic lists -------------------------------------------------------------------------------------------------
+
+def topic_list(ns: Namesrv, code: int, ext: dict | None = None) -> list[str]:
+    answer = ns.call(code, ext)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return sorted(body_json(answer)["topicList"])
+
+
+def test_topic_lists(ns):
+    ns.register(name="broker-a", addr=MASTER, cluster="c1",
+                topics=(TopicConfig("PLAIN", 8, 8, 6, topicSysFlag=0), TopicConfig("UNIT", 8, 8, 6, topicSysFlag=1),
+                        TopicConfig("SUB", 8, 8, 6, topicSysFlag=2), TopicConfig("BOTH", 8, 8, 6, topicSysFlag=3)))
+    ns.register(name="broker-c", addr=OTHER, cluster="c2", topics=("OTHER", "PLAIN"))
+    assert topic_list(ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER) == ["BOTH", "OTHER", "PLAIN", "SUB", "UNIT"]
+    assert topic_list(ns, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c2"}) == ["OTHER", "PLAIN"]
+    assert topic_list(ns, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "unknown"}) == []
+    assert topic_list(ns, RequestCode.GET_TOPICS_BY_CLUSTER) == []
+    assert topic_list(ns, RequestCode.GET_UNIT_TOPIC_LIST) == ["BOTH", "UNIT"]
+    assert topic_list(ns, RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST) == ["BOTH", "SUB"]
+    assert topic_list(ns, RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST) == ["SUB"]
+    system = ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+    assert sorted(body_json(system)["topicList"]) == ["broker-a", "broker-c", "c1", "c2"]
+    assert body_json(system)["brokerAddr"] in {MASTER, OTHER}
+
+
+def test_empty_topic_lists(ns):
+    empty = ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert body_json(empty) == {"topicList": []}
+    assert body_json(ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)) == {"topicList": []}
+
+
+def test_system_topic_list_has_no_duplicates(ns):
+    ns.register(cluster="DefaultCluster", name="DefaultCluster", topics=("T1", "T2"))
+    ns.register(cluster="c2", name="broker-x", addr=OTHER)
+    ns.register(cluster="c3", name="broker-x", addr=SLAVE, broker_id=1)
+    topics = body_json(ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS))["topicList"]
+    assert sorted(topics) == ["DefaultCluster", "broker-x", "c2", "c3"]  # a Set in Java
+
+
+@pytest.mark.parametrize("switch,codes", [
+    ("enableAllTopicList", [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]),
+    ("enableTopicList", [RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.GET_UNIT_TOPIC_LIST,
+                         RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST])])
+@BOTH
+def test_topic_list_gates(tmp_path, profile, switch, codes):
+    ns = Namesrv(tmp_path, profile, **{switch: False})
+    ns.register()
+    for code in codes:
+        answer = ns.call(code, {"cluster": "c1"})
+        if profile == "5.3.3":
+            assert (answer.code, answer.remark, answer.body) == (ResponseCode.SYSTEM_ERROR, "disable", None)
+        else:
+            assert answer.code == ResponseCode.SUCCESS
+    assert ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).code == ResponseCode.SUCCESS  # never gated
+    other = "enableTopicList" if switch == "enableAllTopicList" else "enableAllTopicList"
+    assert ns.config[other] is True
+
+
+# -- KV (100, 101, 102, 219) ------------------------------------------------------------------------------------
+
+def test_kv_requests(ns):
+    put = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k1", "value": "v1"})
+    assert put.code == ResponseCode.SUCCESS
+    get = ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k1"})
+    assert (get.code, get.ext["value"]) == (ResponseCode.SUCCESS, "v1")
+    miss = ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "zz"})
+    assert (miss.code, miss.remark) == (ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: NS Key: zz")
+    null = ns.call(RequestCode.GET_KV_CONFIG, {})
+    assert null.remark == "No config item, Namespace: null Key: null"
+    listing = ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})
+    assert body_json(listing) == {"table": {"k1": "v1"}}
+    absent = ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NOPE"})
+    assert (absent.code, absent.remark) == (ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: NOPE")
+    assert ns.call(RequestCode.DELETE_KV_CONFIG, {"namespace": "NS", "key": "k1"}).code == ResponseCode.SUCCESS
+    assert ns.call(RequestCode.DELETE_KV_CONFIG, {"namespace": "NS", "key": "k1"}).code == ResponseCode.SUCCESS
+    assert body_json(ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})) == {"table": {}}
+    bad = ns.call(RequestCode.PUT_KV_CONFIG, {"key": "k", "value": "v"})
+    assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    on_disk = json.loads((ns.config_path.parent / "kvConfig.json").read_text())
+    assert on_disk == {"configTable": {"NS": {}}}
+
+
+# -- configuration (318, 319) -------------------------------------------------------------------------------------
+
+def config_keys(ns: Namesrv) -> dict[str, str]:
+    answer = ns.call(RequestCode.GET_NAMESRV_CONFIG)
+    assert answer.code == ResponseCode.SUCCESS
+    return dict(line.split("=", 1) for line in answer.body.decode().splitlines())
+
+
+@pytest.mark.parametrize("line", ["kvConfigPath=/tmp/evil", "configStorePath=/tmp/evil", "configBlackList=",
+                                  "rocketmqHome=/x", "listenPort=1", "serverChannelMaxIdleTimeSeconds=1",
+                                  "compatVersion=4.9.8"])
+def test_update_config_refuses_blocked_keys(ns, line):
+    before = dict(ns.config.values)
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=f"enableTopicList=false\n{line}\n".encode())
+    assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    assert ns.config.values == before
+    assert not ns.config_path.exists()
+
+
+def test_update_config_blacklist_from_config(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", configBlackList="configBlackList;orderMessageEnable")
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert answer.code == ResponseCode.NO_PERMISSION and ns.config["orderMessageEnable"] is False
+
+
+def test_update_config_applies_and_persists(ns):
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG,
+                     body=b"# tuned\nenableTopicList = false\nproductEnvName=prod\ncustomKey=42\n")
+    assert answer.code == ResponseCode.SUCCESS
+    assert ns.config["enableTopicList"] is False and ns.config["productEnvName"] == "prod"
+    written = dict(line.split("=", 1) for line in ns.config_path.read_text().splitlines())
+    assert written["productEnvName"] == "prod" and written["customKey"] == "42"
+    assert written == config_keys(ns)
+    if ns.profile.topic_list_gates:
+        assert ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c1"}).remark == "disable"
+
+
+def test_update_config_changes_route_rules_live(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register(topics=("T1", "T2", "T3"))
+    ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"deleteTopicWithBrokerRegistration=true\n")
+    ns.register(topics=("T1", "T2"), version=(2, 2))
+    assert sorted(ns.routes.topicQueueTable) == ["T1", "T2"]
+
+
+def test_update_config_without_body_is_a_no_op(ns):
+    assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG).code == ResponseCode.SUCCESS
+    assert not ns.config_path.exists()
+
+
+def test_update_config_with_a_bad_number(ns):
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"waitSecondsForService=abc\n")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "waitSecondsForService" in answer.remark
+    assert ns.config["waitSecondsForService"] == 45
+
+
+def test_update_config_error_leaves_the_config_unchanged(ns):
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\nwaitSecondsForService=x\n")
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert ns.config["orderMessageEnable"] is False  # nothing of a refused update is applied
+    assert not ns.config_path.exists()
+
+
+def test_get_config_lists_the_keys(ns):
+    keys = config_keys(ns)
+    assert keys["listenPort"] == "9876"
+    assert keys["kvConfigPath"] == str(ns.config_path.parent / "kvConfig.json")
+    assert keys["orderMessageEnable"] == "false" and keys["productEnvName"] == "center"
+    assert ("enableTopicList" in keys) is ns.profile.topic_list_gates
+    assert ("returnOrderTopicConfigToBroker" in keys) is ns.profile.v5_bodies
+    if ns.profile.sorted_config_text:
+        assert list(keys) == sorted(keys)
+
+
+def test_get_config_lists_config_file_keys(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("customKey=hello\nenableTopicList=false\nkvConfigPath=%s\ncompatVersion=4.9.8\n"
+                    % (tmp_path / "kv.json"))
+    config = NamesrvConfig.from_file(str(path))
+    clock = task.Clock()
+    state = build_state(config, clock)
+    answer = dispatch(state, RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
+    assert keys["customKey"] == "hello" and keys["enableTopicList"] == "false"
+    assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)
+
+
+# -- answers stay fresh: every change shows in the next answer ------------------------------------------------------
+
+def route_of(ns: Namesrv, topic: str = "T1", version: int | None = None):
+    answer = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, version=version)
+    return body_json(answer) if answer.code == ResponseCode.SUCCESS else answer.code
+
+
+def queue_perms(route) -> dict[str, int]:
+    return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def addrs_of(route) -> dict[str, dict[str, str]]:
+    return {b["brokerName"]: b["brokerAddrs"] for b in route["brokerDatas"]}
+
+
+def test_route_answers_follow_every_change(ns):
+    ns.register(topics=("T1", "T2"))
+    for version in (V4_9_4, 63):  # both encodings, each asked twice
+        assert route_of(ns, version=version) == route_of(ns, version=version)
+    assert queue_perms(route_of(ns)) == {"broker-a": 6}
+    ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert queue_perms(route_of(ns)) == {"broker-a": 4}
+    assert queue_perms(route_of(ns, version=63)) == {"broker-a": 4}
+    ns.call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert queue_perms(route_of(ns)) == {"broker-a": 6}
+    ns.register(addr=SLAVE, broker_id=1)
+    assert addrs_of(route_of(ns)) == {"broker-a": {"0": MASTER, "1": SLAVE}}
+    ns.register(name="broker-b", addr=OTHER, topics=("T1", "T3"))
+    assert set(addrs_of(route_of(ns))) == {"broker-a", "broker-b"}
+    ns.register(topics=(TopicConfig("T1", 2, 2, 6), "T2"), version=(5, 5))
+    assert {q["brokerName"]: q["readQueueNums"] for q in route_of(ns)["queueDatas"]} == {"broker-a": 2, "broker-b": 8}
+    ns.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c1", "brokerAddr": SLAVE, "brokerName": "broker-a",
+                                            "brokerId": "1"})
+    assert addrs_of(route_of(ns))["broker-a"] == {"0": MASTER}
+    ns.routes.on_channel_destroy(1)  # every broker registered over channel 1 is gone
+    assert route_of(ns) == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_route_answers_follow_topic_administration(ns):
+    ns.register(topics=("T1", "T2"))
+    ns.register(name="broker-c", addr=OTHER, cluster="c2", topics=("T1", "T2"))
+    assert set(addrs_of(route_of(ns))) == {"broker-a", "broker-c"}
+    ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1", "clusterName": "c2"})
+    assert set(addrs_of(route_of(ns))) == {"broker-a"}
+    ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1"})
+    assert route_of(ns) == ResponseCode.TOPIC_NOT_EXIST
+    ns.register(topics=("T1", "T2"), version=(2, 2))
+    assert set(addrs_of(route_of(ns))) == {"broker-a"}
+    ns.clock.advance(121)
+    assert sorted(ns.routes.scan_not_active_broker()) == [1, 1]
+    assert route_of(ns) == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_route_answers_follow_order_topic_config(ns):
+    ns.register()
+    ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert "orderTopicConf" not in route_of(ns)
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1", "value": "a:1"})
+    assert route_of(ns)["orderTopicConf"] == "a:1"
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1", "value": "a:2"})
+    assert route_of(ns)["orderTopicConf"] == "a:2"
+    ns.call(RequestCode.DELETE_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1"})
+    assert "orderTopicConf" not in route_of(ns)
+
+
+def test_5_3_3_route_answers_follow_register_topic_and_acting_master(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register(addr=SLAVE, broker_id=1, extra={"enableActingMaster": "true"})
+    assert addrs_of(route_of(ns)) == {"broker-a": {"1": SLAVE}}
+    ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"supportActingMaster=true\n")
+    assert addrs_of(route_of(ns)) == {"broker-a": {"0": SLAVE}}  # the read-only prime slave acts as master
+    ns.register(name="broker-b", addr=OTHER, topics=("T8", "T9"))
+    queue = {"perm": 6, "readQueueNums": 1, "writeQueueNums": 1, "topicSysFlag": 0}
+    ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T1"},
+            fastjson.dumps_bytes({"queueDatas": [{"brokerName": "broker-b", **queue}]}))
+    assert set(addrs_of(route_of(ns))) == {"broker-a", "broker-b"}
+
+
+def test_whole_table_answers_follow_changes(ns):
+    def cluster():
+        return body_json(ns.call(RequestCode.GET_BROKER_CLUSTER_INFO))
+
+    def all_topics():
+        return sorted(body_json(ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))["topicList"])
+
+    assert cluster() == {"brokerAddrTable": {}, "clusterAddrTable": {}} and all_topics() == []
+    ns.register(topics=("T1", "T2"))
+    assert cluster()["clusterAddrTable"] == {"c1": ["broker-a"]} and all_topics() == ["T1", "T2"]
+    ns.register(addr=SLAVE, broker_id=1)
+    assert cluster()["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": MASTER, "1": SLAVE}
+    ns.register(name="broker-b", addr=OTHER, cluster="c2", topics=("T3", "T4"))
+    assert set(cluster()["clusterAddrTable"]) == {"c1", "c2"} and all_topics() == ["T1", "T2", "T3", "T4"]
+    ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T3"})
+    assert all_topics() == ["T1", "T2", "T4"]
+    ns.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c2", "brokerAddr": OTHER, "brokerName": "broker-b",
+                                            "brokerId": "0"})
+    assert set(cluster()["clusterAddrTable"]) == {"c1"} and all_topics() == ["T1", "T2"]
+    if ns.profile.v5_bodies:
+        ns.register(extra={"__ZONE_NAME": "zone-1", "enableActingMaster": "true"}, version=(3, 3))
+        broker = cluster()["brokerAddrTable"]["broker-a"]
+        assert (broker["zoneName"], broker["enableActingMaster"]) == ("zone-1", True)
+
+
+def test_route_answer_drops_filter_servers_of_an_unregistered_address(ns):
+    ns.register(filters=["10.0.0.1:30000"])
+    assert route_of(ns)["filterServerTable"] == {MASTER: ["10.0.0.1:30000"]}
+    ns.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "other",
+                                            "brokerId": "0"})
+    assert ns.routes.filterServerTable == {}
+    assert route_of(ns)["filterServerTable"] == {}
+
+
+def test_route_answer_filter_servers_follow_registration(ns):
+    ns.register(filters=["10.0.0.1:30000"])
+    assert route_of(ns)["filterServerTable"] == {MASTER: ["10.0.0.1:30000"]}
+    ns.register(filters=["10.0.0.1:30000", "10.0.0.1:30001"], version=(2, 2))
+    assert route_of(ns)["filterServerTable"] == {MASTER: ["10.0.0.1:30000", "10.0.0.1:30001"]}
+    ns.register(filters=[], version=(3, 3))
+    assert route_of(ns)["filterServerTable"] == {}

@@ -1,0 +1,250 @@
+"""RemotingProtocol / RemotingFactory over a StringTransport, with a task.Clock for the idle timer."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+from twisted.internet import address, task
+from twisted.internet.testing import StringTransportWithDisconnection
+
+from twisted_namesrv.processor import NamesrvState
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.remoting import (
+    RESPONSE_FLAG,
+    FrameDecoder,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.header import Header
+from twisted_namesrv.server import RemotingFactory
+from twisted_namesrv.service import build_state
+from twisted_namesrv.state.config import NamesrvConfig
+
+IDLE = 120
+MASTER = "10.0.0.1:10911"
+_opaques = itertools.count(1)
+
+
+class Harness:
+    def __init__(self, tmp_path, profile: str = "5.3.3", idle: float = IDLE, max_frame: int = 16 * 1024 * 1024):
+        config = NamesrvConfig({"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
+                                "configStorePath": str(tmp_path / "ns.properties")})
+        self.clock = task.Clock()
+        self.clock.advance(1_000)
+        self.state: NamesrvState = build_state(config, self.clock)
+        self.closed: list[int] = []
+        self.factory = RemotingFactory(self.state, self.clock, max_frame, idle, self._closed)
+
+    def _closed(self, channel: int) -> None:
+        self.closed.append(channel)
+        self.state.routes.on_channel_destroy(channel)
+
+    def connect(self, port: int = 40000):
+        proto = self.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))
+        transport = StringTransportWithDisconnection(peerAddress=address.IPv4Address("TCP", "127.0.0.1", port))
+        transport.protocol = proto
+        proto.makeConnection(transport)
+        return proto, transport
+
+
+def request(code: int, ext: dict | None = None, body: bytes | None = None, **kwargs) -> RemotingCommand:
+    kwargs.setdefault("version", V5_3_3)
+    return RemotingCommand.request(code, ext, body, opaque=next(_opaques), **kwargs)
+
+
+def register_frame(addr: str = MASTER, name: str = "broker-a", topics=("T1", "T2")) -> RemotingCommand:
+    payload = encode_register_body(
+        RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}), False, True)
+    ext = {"clusterName": "c1", "brokerAddr": addr, "brokerName": name, "brokerId": "0",
+           "bodyCrc32": str(crc32_masked(payload))}
+    return request(RequestCode.REGISTER_BROKER, ext, payload)
+
+
+def answers(transport) -> list[RemotingCommand]:
+    frames = FrameDecoder(1 << 31).feed(transport.value())
+    transport.clear()
+    return [RemotingCommand.decode(f) for f in frames]
+
+
+def route_request(topic: str = "T1") -> RemotingCommand:
+    return request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+
+
+@pytest.fixture
+def harness(tmp_path) -> Harness:
+    return Harness(tmp_path)
+
+
+# -- framing -------------------------------------------------------------------------------------------
+
+def test_a_request_gets_its_answer(harness):
+    proto, transport = harness.connect()
+    req = route_request("nope")
+    proto.dataReceived(req.encode())
+    [answer] = answers(transport)
+    assert answer.opaque == req.opaque and answer.is_response
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+    assert transport.connected
+
+
+def test_frames_split_across_many_writes(harness):
+    proto, transport = harness.connect()
+    reqs = [register_frame(), route_request("T1"), route_request("T2")]
+    data = b"".join(r.encode() for r in reqs)
+    for i in range(len(data)):
+        proto.dataReceived(data[i:i + 1])
+        if i < len(reqs[0].encode()) - 1:
+            assert transport.value() == b""  # nothing until the first frame is whole
+    got = answers(transport)
+    assert [a.opaque for a in got] == [r.opaque for r in reqs]
+    assert [a.code for a in got] == [ResponseCode.SUCCESS] * 3
+
+
+def test_several_frames_in_one_write_and_a_trailing_partial_frame(harness):
+    proto, transport = harness.connect()
+    reqs = [register_frame(), route_request("T1"), route_request("nope")]
+    tail = route_request("T2").encode()
+    proto.dataReceived(b"".join(r.encode() for r in reqs) + tail[:7])
+    got = answers(transport)
+    assert [(a.opaque, a.code) for a in got] == [(reqs[0].opaque, 0), (reqs[1].opaque, 0), (reqs[2].opaque, 17)]
+    proto.dataReceived(tail[7:])
+    [last] = answers(transport)
+    assert last.code == ResponseCode.SUCCESS
+
+
+def test_binary_header_requests(tmp_path):
+    for profile, expected in (("4.9.8", SerializeType.ROCKETMQ), ("5.3.3", SerializeType.JSON)):
+        harness = Harness(tmp_path / profile, profile)
+        proto, transport = harness.connect()
+        proto.dataReceived(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                                   serialize_type=SerializeType.ROCKETMQ).encode())
+        [answer] = answers(transport)
+        assert answer.code == ResponseCode.SUCCESS and answer.serialize_type == expected
+
+
+def test_oneway_request_is_not_answered(harness):
+    proto, transport = harness.connect()
+    proto.dataReceived(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, oneway=True).encode())
+    assert transport.value() == b"" and transport.connected
+
+
+def test_a_response_frame_is_ignored(harness):
+    proto, transport = harness.connect()
+    response = RemotingCommand(Header(code=0, opaque=77, flag=RESPONSE_FLAG))
+    proto.dataReceived(response.encode())
+    assert transport.value() == b"" and transport.connected
+    req = route_request("nope")
+    proto.dataReceived(req.encode())
+    assert [a.opaque for a in answers(transport)] == [req.opaque]
+
+
+# -- bad input closes only that connection -------------------------------------------------------------------
+
+def json_frame(header: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+@pytest.mark.parametrize("data", [
+    json_frame(b"this is not json"),
+    json_frame(b'["a list"]'),
+    struct.pack(">i", 32 * 1024 * 1024),  # the length word alone is enough
+    struct.pack(">i", -1),
+    struct.pack(">i", -(1 << 31)),
+    struct.pack(">ii", 4 + 2, (9 << 24) | 2) + b"{}",  # unknown serialize type
+    struct.pack(">ii", 4, 100),  # header longer than the frame
+], ids=["non-json", "json-list", "32MiB", "minus-one", "min-int", "type-9", "short-header"])
+def test_undecodable_input_closes_the_connection(harness, data):
+    proto, transport = harness.connect()
+    other, other_transport = harness.connect(40001)
+    other.dataReceived(register_frame().encode())
+    answers(other_transport)
+    proto.dataReceived(data)
+    assert not transport.connected
+    assert transport.value() == b""
+    assert proto.channel in harness.closed
+    assert other_transport.connected  # the other connection and its broker are untouched
+    assert "broker-a" in harness.state.routes.brokerAddrTable
+
+
+def test_good_frames_before_a_bad_one_are_answered(harness):
+    proto, transport = harness.connect()
+    good = route_request("nope")
+    proto.dataReceived(good.encode() + json_frame(b"garbage{"))
+    assert [a.opaque for a in answers(transport)] == [good.opaque]
+    assert not transport.connected
+
+
+def test_frame_limit_is_the_configured_one(tmp_path):
+    harness = Harness(tmp_path, max_frame=1024)
+    proto, transport = harness.connect()
+    proto.dataReceived(route_request("x" * 2000).encode()[:4])
+    assert not transport.connected
+
+
+# -- connection lifecycle ---------------------------------------------------------------------------------
+
+def test_connection_lost_removes_its_brokers_at_once(harness):
+    proto, transport = harness.connect()
+    keeper, keeper_transport = harness.connect(40001)
+    proto.dataReceived(register_frame(MASTER, "broker-a").encode())
+    proto.dataReceived(register_frame("10.0.0.9:10911", "broker-b", ("T3", "T4")).encode())
+    keeper.dataReceived(register_frame("10.0.1.1:10911", "broker-c", ("T1", "T5")).encode())
+    assert [a.code for a in answers(transport)] == [0, 0]
+    transport.loseConnection()
+    assert harness.closed == [proto.channel]
+    assert set(harness.state.routes.brokerAddrTable) == {"broker-c"}
+    assert sorted(harness.state.routes.topicQueueTable) == ["T1", "T5"]
+    assert proto.channel not in harness.factory.connections
+    assert keeper.channel in harness.factory.connections
+
+
+def test_each_connection_gets_its_own_channel_id(harness):
+    first, _ = harness.connect()
+    second, _ = harness.connect(40001)
+    assert first.channel != second.channel
+    assert harness.factory.connections == {first.channel: first, second.channel: second}
+
+
+def test_idle_connection_is_closed_and_its_brokers_removed(harness):
+    proto, transport = harness.connect()
+    proto.dataReceived(register_frame().encode())
+    harness.clock.advance(IDLE - 0.5)
+    assert transport.connected
+    proto.dataReceived(route_request().encode())  # activity restarts the idle timer
+    harness.clock.advance(IDLE - 0.5)
+    assert transport.connected and "broker-a" in harness.state.routes.brokerAddrTable
+    harness.clock.advance(0.5)
+    assert not transport.connected
+    assert harness.closed == [proto.channel]
+    assert harness.state.routes.brokerAddrTable == {} and harness.state.routes.brokerLiveTable == {}
+    assert harness.clock.getDelayedCalls() == []
+
+
+def test_idle_timer_is_cancelled_when_the_connection_goes(harness):
+    proto, transport = harness.connect()
+    assert len(harness.clock.getDelayedCalls()) == 1
+    transport.loseConnection()
+    assert harness.clock.getDelayedCalls() == []
+
+
+def test_idle_timeout_zero_disables_it(tmp_path):
+    harness = Harness(tmp_path, idle=0)
+    proto, transport = harness.connect()
+    assert harness.clock.getDelayedCalls() == []
+    harness.clock.advance(10 * IDLE)
+    assert transport.connected
+
+
+def test_close_channel_closes_that_connection(harness):
+    proto, transport = harness.connect()
+    other, other_transport = harness.connect(40001)
+    harness.factory.close_channel(proto.channel)
+    harness.factory.close_channel(12345)  # unknown: nothing happens
+    assert not transport.connected and other_transport.connected

@@ -1,0 +1,197 @@
+"""NamesrvService on the real reactor (127.0.0.1, ephemeral ports), and the command lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+
+from tests.support import connect, server_config, start_server
+from twisted_namesrv import tap
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.service import BOOT_MESSAGE, NamesrvService
+from twisted_namesrv.state.config import KEYS, NamesrvConfig
+from twisted_namesrv.state.kv import KVConfigError
+
+BIN = Path(sys.executable).parent
+SUBPROCESS_TIMEOUT = 15
+
+
+def route_request(topic: str, opaque: int) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=opaque,
+                                   version=V5_3_3)
+
+
+@pytest_twisted.inlineCallbacks
+def test_service_answers_an_unknown_topic(tmp_path):
+    service, port = yield start_server(server_config(tmp_path))
+    client = None
+    try:
+        client = yield connect(port)
+        answer = yield client.call(route_request("NoSuchTopic", 5))
+        assert answer.code == ResponseCode.TOPIC_NOT_EXIST and answer.opaque == 5
+        assert answer.remark.startswith("No topic route info in name server for the topic: NoSuchTopic")
+    finally:
+        if client is not None:
+            client.transport.loseConnection()
+            yield client.closed
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_kv_survives_a_restart(tmp_path):
+    config = server_config(tmp_path)
+    service, port = yield start_server(config)
+    try:
+        client = yield connect(port)
+        put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v1"},
+                                      opaque=1)
+        assert (yield client.call(put)).code == ResponseCode.SUCCESS
+        client.transport.loseConnection()
+        yield client.closed
+    finally:
+        yield service.stopService()
+    assert (tmp_path / "kvConfig.json").exists()
+    restarted, port = yield start_server(server_config(tmp_path))
+    try:
+        client = yield connect(port)
+        get = RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"}, opaque=2)
+        answer = yield client.call(get)
+        assert (answer.code, answer.ext.get("value")) == (ResponseCode.SUCCESS, "v1")
+        client.transport.loseConnection()
+        yield client.closed
+    finally:
+        yield restarted.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_stop_closes_client_connections(tmp_path):
+    service, port = yield start_server(server_config(tmp_path))
+    client = yield connect(port)
+    yield client.call(route_request("x", 1))
+    yield service.stopService()
+    yield client.closed  # the server closed it
+    assert service.factory.connections == {}
+
+
+def test_corrupt_kv_file_refuses_to_construct(tmp_path):
+    kv_path = tmp_path / "kvConfig.json"
+    kv_path.write_text('{"configTable": {"NS": ')
+    with pytest.raises(KVConfigError) as info:
+        NamesrvService(server_config(tmp_path))
+    assert str(kv_path) in str(info.value)
+    options = tap.Options()
+    options.parseOptions(["--data-dir", str(tmp_path), "--port", "0", "--bind", "127.0.0.1"])
+    with pytest.raises(SystemExit) as exit_info:
+        tap.makeService(options)
+    assert str(kv_path) in str(exit_info.value.code)
+    assert kv_path.read_text() == '{"configTable": {"NS": '  # left as it was
+
+
+def test_tap_options_build_the_config(tmp_path):
+    options = tap.Options()
+    options.parseOptions(["--data-dir", str(tmp_path), "--port", "0", "--bind", "127.0.0.1", "--compat", "4.9.8"])
+    config: NamesrvConfig = options.config
+    assert config["kvConfigPath"] == str(tmp_path / "kvConfig.json")
+    assert config["configStorePath"] == str(tmp_path / "namesrv.properties")
+    assert (config["listenPort"], config["bindAddress"], config.profile.name) == (0, "127.0.0.1", "4.9.8")
+    service = tap.makeService(options)
+    assert isinstance(service, NamesrvService)
+
+
+@pytest.mark.parametrize("argv", [["--port", "abc"], ["--compat", "6.0.0"]])
+def test_tap_rejects_bad_options(tmp_path, argv):
+    from twisted.python import usage
+
+    with pytest.raises(usage.UsageError):
+        tap.Options().parseOptions(["--data-dir", str(tmp_path), *argv])
+
+
+def subprocess_env(tmp_path) -> dict[str, str]:
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    env.pop("ROCKETMQ_HOME", None)
+    return env
+
+
+@pytest.mark.parametrize("compat", ["5.3.3", "4.9.8"])
+def test_print_config_items(tmp_path, compat):
+    result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--compat", compat, "-p"], cwd=tmp_path,
+                            env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    printed = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    defaults = NamesrvConfig({"compatVersion": compat})
+    assert set(printed) == {k.name for k in KEYS if defaults[k.name] is not None}
+    assert printed["compatVersion"] == compat and printed["listenPort"] == "9876"
+    assert not list(tmp_path.glob("*.pid")) and not (tmp_path / "namesrv").exists()  # nothing written
+
+
+def read_until(proc: subprocess.Popen, needle: str, deadline: float) -> str:
+    seen = ""
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while needle not in seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            seen += chunk.decode("utf-8", "replace")
+    return seen
+
+
+def ask(port: int, request: RemotingCommand) -> RemotingCommand:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request.encode())
+        decoder = FrameDecoder()
+        while True:
+            data = sock.recv(65536)
+            assert data, "the server closed the connection"
+            frames = decoder.feed(data)
+            if frames:
+                return RemotingCommand.decode(frames[0])
+
+
+@pytest.fixture(scope="module")
+def twistd_run(tmp_path_factory):
+    """One `twistd -n namesrv` process: its output until the boot message, an answer it gave,
+    then SIGTERM; its exit status and the rest of its output."""
+    tmp_path = tmp_path_factory.mktemp("twistd")
+    data_dir = tmp_path / "data"
+    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0", "--bind",
+                             "127.0.0.1", "--data-dir", str(data_dir)], cwd=tmp_path, env=subprocess_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
+        answer = None
+        match = re.search(r"address 127\.0\.0\.1:(\d+)", boot)
+        if match:
+            answer = ask(int(match.group(1)), route_request("NoSuchTopic", 3))
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return {"boot": boot, "answer": answer, "rest": rest.decode("utf-8", "replace"), "returncode": proc.returncode,
+            "data_dir": data_dir}
+
+
+def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
+    assert BOOT_MESSAGE in twistd_run["boot"], twistd_run["boot"]
+    assert twistd_run["answer"] is not None and twistd_run["answer"].code == ResponseCode.TOPIC_NOT_EXIST
+    assert "Server Shut Down" in twistd_run["rest"]
+    # after a clean shutdown twistd re-raises the signal, so it ends by SIGTERM (status 143) as the
+    # Java NameServer's JVM does, which is what service managers expect of a SIGTERM stop
+    assert twistd_run["returncode"] == -signal.SIGTERM
+    assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
