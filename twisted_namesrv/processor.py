@@ -162,11 +162,14 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
+    acting = ext.get("enableActingMaster")
+    known = state.routes.known_table_digest(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"),
+                                            broker_id, java_bool(acting))
     try:
-        body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version)
+        body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version,
+                                    known_digest=known)
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    acting = ext.get("enableActingMaster")
     result = state.routes.register_broker(RegisterRequest(
         clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
         brokerId=broker_id, haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,

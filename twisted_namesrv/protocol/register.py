@@ -7,6 +7,7 @@ in either compatibility mode: Java 4.9.8 refuses a 5.x compressed body, we need 
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from .route import DataVersion, queue_mapping_info
 
 DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
 _INT = struct.Struct(">i")
+_DATA_VERSION_KEY = b'"dataVersion":{'
+_DATA_VERSION_FIELDS = frozenset({"counter", "timestamp", "stateVersion"})
 
 
 class RegisterBodyError(ValueError):
@@ -85,26 +88,66 @@ class RegisterBrokerBody:
     #: 5.x JSON form only, carried through unchanged
     mappingDataVersion: DataVersion = field(default_factory=DataVersion)
     topicQueueMappingDetailMap: dict[str, Any] = field(default_factory=dict)
+    #: SHA-1 of everything but the dataVersion: equal digests, equal topic tables (None: unknown)
+    tableDigest: bytes | None = None
+    #: the table equals the one whose digest the caller passed, so it was not decoded: only
+    #: dataVersion is set
+    tableUnchanged: bool = False
 
 
 def decode_register_body(body: bytes | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED) -> RegisterBrokerBody:
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
+                         ) -> RegisterBrokerBody:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
-    TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed."""
+    TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
+
+    Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
+    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded."""
     if not body:
         return RegisterBrokerBody()
     try:
         if version < V3_0_11:
             return _from_wrapper(_json_object(body), [])
         if compressed:
-            return _decode_compressed(_inflate(body, max_inflated))
-        obj = _json_object(body)
-        wrapper = obj.get("topicConfigSerializeWrapper") or {}
-        return _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+            return _decode_compressed(_inflate(body, max_inflated), known_digest)
+        return _decode_json(body, known_digest)
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, struct.error, zlib.error) as exc:
         raise RegisterBodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
+
+
+def _decode_json(body: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
+    split = _split_data_version(body)
+    if split is not None and split[1] == known_digest:
+        return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
+    obj = _json_object(body)
+    wrapper = obj.get("topicConfigSerializeWrapper") or {}
+    decoded = _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+    if split is not None and split[0] == decoded.dataVersion:
+        decoded.tableDigest = split[1]
+    return decoded
+
+
+def _split_data_version(body: bytes) -> tuple[DataVersion, bytes] | None:
+    """The first ``"dataVersion":{...}`` (Java writes it first) and the digest of the rest; None
+    unless that object really is a flat DataVersion."""
+    start = body.find(_DATA_VERSION_KEY)
+    if start < 0:
+        return None
+    opening = start + len(_DATA_VERSION_KEY) - 1
+    end = body.find(b"}", opening) + 1
+    try:
+        fields = fastjson.loads(body[opening:end]) if end else None
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or not fields.keys() <= _DATA_VERSION_FIELDS or not all(
+            type(v) is int for v in fields.values()):
+        return None
+    view = memoryview(body)
+    digest = hashlib.sha1(view[:opening])
+    digest.update(view[end:])
+    return DataVersion.from_json(fields), digest.digest()
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
@@ -155,9 +198,12 @@ class _Reader:
         return self.data[self.pos - length:self.pos]
 
 
-def _decode_compressed(data: bytes) -> RegisterBrokerBody:
+def _decode_compressed(data: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
     reader = _Reader(data)
     data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
+    digest = hashlib.sha1(memoryview(data)[reader.pos:]).digest()
+    if digest == known_digest:
+        return RegisterBrokerBody(data_version, tableDigest=digest, tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
     for _ in range(reader.int32()):
         config = TopicConfig.decode_text(reader.chunk().decode("utf-8"))
@@ -168,7 +214,7 @@ def _decode_compressed(data: bytes) -> RegisterBrokerBody:
         for _ in range(reader.int32()):
             info = queue_mapping_info(fastjson.loads(reader.chunk()))
             mappings[str(info.get("topic"))] = info
-    return RegisterBrokerBody(data_version, topics, filter_servers, mappings)
+    return RegisterBrokerBody(data_version, topics, filter_servers, mappings, tableDigest=digest)
 
 
 def encode_register_body(body: RegisterBrokerBody, compressed: bool, v5: bool) -> bytes:

@@ -46,6 +46,9 @@ class BrokerLiveInfo:
     dataVersion: DataVersion
     channel: Channel | None
     haServerAddr: str | None
+    #: digest of the topic table last applied in full from this broker (see known_table_digest)
+    tableDigest: bytes | None = None
+    topicCount: int = 0
 
 
 @dataclass(slots=True)
@@ -110,6 +113,25 @@ class RouteInfoManager:
                 del self.route_memo[topic]
         self.generation += 1
 
+    def _forget_tables(self) -> None:
+        """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
+        be applied in full again, as Java re-applies it."""
+        for live in self.brokerLiveTable.values():
+            live.tableDigest = None
+
+    def known_table_digest(self, cluster: str | None, addr: str | None, broker_name: str | None,
+                           broker_id: int, enable_acting_master: bool | None) -> bytes | None:
+        """The digest of the table this broker's queues hold now, when registering the same
+        table again cannot change anything: same id slot (not a first registration), same
+        acting-master flag, and nothing changed its queue data since."""
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))  # type: ignore[arg-type]
+        broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
+        if live is None or live.tableDigest is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
+            return None
+        if self.profile.acting_master_rules and broker.enableActingMaster != bool(enable_acting_master):
+            return None
+        return live.tableDigest
+
     def routes_changed(self) -> None:
         """A switch that shapes every answer changed (e.g. supportActingMaster)."""
         self.route_memo.clear()
@@ -162,8 +184,12 @@ class RouteInfoManager:
         if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
             self.brokerLiveTable.pop(self.live_key(req.clusterName, req.brokerAddr), None)
             return RegisterBrokerResult()
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        previous = self.brokerLiveTable.get(key)
+        unchanged = req.body.tableUnchanged and previous is not None
+        topic_count = previous.topicCount if unchanged else len(req.body.topicConfigTable)  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
-                and len(req.body.topicConfigTable) == 1):
+                and topic_count == 1):
             self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
                        reason="first registration carries a single topic")
             return None
@@ -172,20 +198,22 @@ class RouteInfoManager:
             addrs[req.brokerId] = req.brokerAddr
             self._broker_changed(req.brokerName)
         register_first = register_first or not old_addr
-        self._apply_topics(req, broker, register_first)
-        key = self.live_key(req.clusterName, req.brokerAddr)
-        previous = self.brokerLiveTable.get(key)
+        if unchanged:
+            digest = previous.tableDigest  # type: ignore[union-attr]
+        else:
+            applied_all = self._apply_topics(req, broker, register_first)
+            digest = req.body.tableDigest if applied_all else None
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr)
+            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
-                       addr=req.brokerAddr, topics=len(req.body.topicConfigTable))
+                       addr=req.brokerAddr, topics=topic_count)
         elif not self._same_version(previous.dataVersion, req.body.dataVersion):
             self._emit("changed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
-                       addr=req.brokerAddr, topics=len(req.body.topicConfigTable))
-        servers = list(req.body.filterServerList)
+                       addr=req.brokerAddr, topics=topic_count)
+        servers = self.filterServerTable.get(key, []) if unchanged else list(req.body.filterServerList)
         if servers != self.filterServerTable.get(key, []):
             if servers:
                 self.filterServerTable[key] = servers
@@ -209,12 +237,14 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool) -> None:
+    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool) -> bool:
+        """Java's topic application; True when every topic of the table was (re)applied, so the
+        queues now hold exactly this table."""
         is_master = req.brokerId == MASTER_ID
         is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
                           and not is_master and req.brokerId == min(broker.brokerAddrs))
         if not (is_master or is_prime_slave):
-            return
+            return False
         table = req.body.topicConfigTable
         changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
                                          req.body.dataVersion)
@@ -222,7 +252,7 @@ class RouteInfoManager:
             if changed or register_first:
                 for config in table.values():
                     self._create_and_update_queue_data(req.brokerName, config)
-            return
+            return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
             for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
@@ -238,6 +268,7 @@ class RouteInfoManager:
             for topic, info in mappings.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
                 self._topic_changed(topic)
+        return changed or register_first
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
         queue = QueueData(broker_name, config.readQueueNums, config.writeQueueNums,
@@ -259,6 +290,7 @@ class RouteInfoManager:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
         if not queue_datas:
             return
+        self._forget_tables()
         existing = self.topicQueueTable.get(topic)
         queues = existing if existing is not None else {}
         for queue in queue_datas:
@@ -360,6 +392,7 @@ class RouteInfoManager:
         if not broker.enableActingMaster:
             return
         if min(broker.brokerAddrs) > 0:
+            self._forget_tables()
             for queues in self.topicQueueTable.values():
                 queue = queues.get(broker.brokerName)
                 if queue is not None:
@@ -392,6 +425,7 @@ class RouteInfoManager:
         return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+        self._forget_tables()
         count = 0
         for topic, queues in self.topicQueueTable.items():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
@@ -403,6 +437,7 @@ class RouteInfoManager:
         return count
 
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
+        self._forget_tables()
         if not cluster:
             if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
                 self._topic_changed(topic)  # type: ignore[arg-type]

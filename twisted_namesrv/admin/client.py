@@ -1,0 +1,179 @@
+"""A blocking remoting client for the admin CLI: one TCP connection per NameServer, the
+project's codec (FrameDecoder, RemotingCommand), a deadline per request.
+
+Requests go out as a Java 4.9.8 client writes them: JSON header, language JAVA, version 409,
+an opaque that increments across the process.  A command line needs no reactor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
+from ..remoting.codes import V4_9_8, code_name
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_TIMEOUT = 3.0
+_OPAQUES = itertools.count(1)
+
+
+class AdminError(Exception):
+    """Anything that makes a subcommand fail; ``str()`` is the line for stderr."""
+
+
+class TransportError(AdminError):
+    """No usable answer: refused, unreachable, timed out, closed, or undecodable."""
+
+
+class ResponseError(AdminError):
+    """The NameServer answered with a code other than SUCCESS."""
+
+    def __init__(self, addr: str, request_code: int, response: RemotingCommand) -> None:
+        self.addr = addr
+        self.code = response.code
+        self.remark = response.remark
+        super().__init__(f"{addr}: {code_name(request_code)} failed: {code_name(response.code, True)} "
+                         f"({response.code}): {response.remark}")
+
+
+def split_namesrv_list(text: str) -> list[str]:
+    """``host:port;host:port`` as mqadmin's ``-n`` takes it."""
+    addrs = [part.strip() for part in text.split(";") if part.strip()]
+    if not addrs:
+        raise AdminError(f"no NameServer address in {text!r}")
+    for addr in addrs:
+        parse_address(addr)
+    return addrs
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise AdminError(f"bad NameServer address {addr!r} (expected host:port)")
+    return host, int(port)
+
+
+def json_body(addr: str, response: RemotingCommand) -> Any:
+    """The response body as JSON (fastjson's unquoted numeric keys accepted)."""
+    if not response.body:
+        raise TransportError(f"{addr}: answer {code_name(response.code, True)} has no body")
+    try:
+        return fastjson.loads(response.body)
+    except ValueError as exc:
+        raise TransportError(f"{addr}: answer body is not JSON: {exc}") from None
+
+
+class NamesrvClient:
+    """One NameServer, connected on first use and kept open for the following requests."""
+
+    def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.addr = addr
+        self.host, self.port = parse_address(addr)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._decoder = FrameDecoder()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sock.close()
+        self._decoder = FrameDecoder()
+
+    def call(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
+        """Send one request and wait for its answer, whatever its code."""
+        request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=V4_9_8, language="JAVA")
+        deadline = time.monotonic() + self.timeout
+        try:
+            sock = self._connect(deadline)
+            sock.sendall(request.encode())
+            for response in self._responses(sock, deadline, code):
+                if response.opaque == request.opaque:
+                    return response
+        except TransportError:
+            self.close()
+            raise
+        except OSError as exc:
+            self.close()
+            raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}") from None
+        raise AssertionError("unreachable")
+
+    def call_ok(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
+        """``call``, raising ResponseError unless the answer is SUCCESS."""
+        response = self.call(code, ext, body)
+        if response.code != ResponseCode.SUCCESS:
+            raise ResponseError(self.addr, code, response)
+        return response
+
+    def _connect(self, deadline: float) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            raise TransportError(f"connect to {self.addr} timed out after {self.timeout:g} s") from None
+        except socket.gaierror as exc:
+            raise TransportError(f"connect to {self.addr} failed: {exc.strerror}") from None
+        except OSError as exc:
+            raise TransportError(f"connect to {self.addr} failed: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        return sock
+
+    def _responses(self, sock: socket.socket, deadline: float, code: int) -> Iterator[RemotingCommand]:
+        """Responses as they arrive until the deadline; requests from the server are skipped."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TransportError(f"{self.addr}: no answer to {code_name(code)} within {self.timeout:g} s")
+            sock.settimeout(remaining)
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                raise TransportError(f"{self.addr} closed the connection before answering {code_name(code)}")
+            try:
+                commands = [RemotingCommand.decode(frame) for frame in self._decoder.feed(data)]
+            except RemotingDecodeError as exc:
+                raise TransportError(f"{self.addr}: undecodable answer to {code_name(code)}: {exc}") from None
+            yield from (command for command in commands if command.is_response)
+
+
+class Namesrvs:
+    """The ``-n`` list: read requests go to the first NameServer that answers (a transport
+    failure moves on to the next, as the Java client picks another channel), writes to each."""
+
+    def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.clients = [NamesrvClient(addr, timeout) for addr in addrs]
+
+    def __enter__(self) -> Namesrvs:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for client in self.clients:
+            client.close()
+
+    def ask_any(self, code: int, ext: dict[str, str] | None = None,
+                body: bytes | None = None) -> tuple[str, RemotingCommand]:
+        failures = []
+        for client in self.clients:
+            try:
+                return client.addr, client.call_ok(code, ext, body)
+            except TransportError as exc:
+                failures.append(str(exc))
+        raise TransportError("; ".join(failures))
+
+    def ask_each(self, code: int, ext: dict[str, str] | None = None,
+                 body: bytes | None = None) -> list[tuple[str, RemotingCommand | AdminError]]:
+        answers: list[tuple[str, RemotingCommand | AdminError]] = []
+        for client in self.clients:
+            try:
+                answers.append((client.addr, client.call_ok(code, ext, body)))
+            except AdminError as exc:
+                answers.append((client.addr, exc))
+        return answers
