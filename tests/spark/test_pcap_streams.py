@@ -22,6 +22,7 @@ from spark_analysis.pcapio import (
     read_records,
 )
 from spark_analysis.streams import Chunk, Connection, reassemble, stream_bytes
+from tests.support import require_captures
 
 CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"
 CAPTURE_FILES = sorted(CAPTURES.glob("*.pcap"))
@@ -161,7 +162,7 @@ def record_offsets(data: bytes) -> list[int]:
 @pytest.fixture(params=[p.name for p in CAPTURE_FILES] or ["<none>"])
 def capture(request: pytest.FixtureRequest) -> Path:
     if not CAPTURE_FILES:
-        pytest.skip(f"shared captures not found in {CAPTURES}")
+        require_captures(str(CAPTURES))
     return CAPTURES / request.param
 
 
