@@ -63,6 +63,12 @@ class TopicConfig:
     def decode_text(cls, text: str) -> TopicConfig:
         """TopicConfig.decode(): 5 tokens (4.9.8) or more (5.x: attributes JSON after them).
         Java's split drops trailing empty tokens, hence the rstrip."""
+        tokens = text.split(" ")
+        if len(tokens) == 5:  # the 4.9.8 line: no attributes
+            try:
+                return cls(tokens[0], int(tokens[1]), int(tokens[2]), int(tokens[3]), tokens[4])
+            except ValueError:
+                raise RegisterBodyError(f"bad topic config line {text!r}") from None
         tokens = text.rstrip(" ").split(" ")
         if len(tokens) < 5:
             raise RegisterBodyError(f"bad topic config line {text!r}")
@@ -191,11 +197,21 @@ class _Reader:
         return value
 
     def chunk(self) -> bytes:
-        length = self.int32()
-        if length < 0 or length > self.remaining():
-            raise RegisterBodyError(f"bad length {length} in compressed RegisterBrokerBody")
-        self.pos += length
-        return self.data[self.pos - length:self.pos]
+        return self.chunks(1)[0]
+
+    def chunks(self, count: int) -> list[bytes]:
+        """``count`` length-prefixed chunks; one tight loop, as a table holds thousands."""
+        data, pos, end, unpack = self.data, self.pos, len(self.data), _INT.unpack_from
+        out = []
+        for _ in range(count):
+            (length,) = unpack(data, pos)
+            pos += 4
+            if length < 0 or pos + length > end:
+                raise RegisterBodyError(f"bad length {length} in compressed RegisterBrokerBody")
+            out.append(data[pos:pos + length])
+            pos += length
+        self.pos = pos
+        return out
 
 
 def _decode_compressed(data: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
@@ -205,8 +221,9 @@ def _decode_compressed(data: bytes, known_digest: bytes | None) -> RegisterBroke
     if digest == known_digest:
         return RegisterBrokerBody(data_version, tableDigest=digest, tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
-    for _ in range(reader.int32()):
-        config = TopicConfig.decode_text(reader.chunk().decode("utf-8"))
+    decode_text = TopicConfig.decode_text
+    for line in reader.chunks(reader.int32()):
+        config = decode_text(line.decode("utf-8"))
         topics[config.topicName] = config
     filter_servers = [str(s) for s in fastjson.loads(reader.chunk()) or []]
     mappings: dict[str, dict[str, Any]] = {}

@@ -271,12 +271,18 @@ class RouteInfoManager:
         return changed or register_first
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
-        queue = QueueData(broker_name, config.readQueueNums, config.writeQueueNums,
-                          config.perm if perm is None else perm, config.topicSysFlag)
-        queues = self.topicQueueTable.setdefault(config.topicName, {})
-        if queues.get(broker_name) != queue:
-            queues[broker_name] = queue
-            self._topic_changed(config.topicName)
+        perm = config.perm if perm is None else perm
+        queues = self.topicQueueTable.get(config.topicName)
+        if queues is None:
+            queues = self.topicQueueTable[config.topicName] = {}
+        else:
+            old = queues.get(broker_name)
+            if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
+                    and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
+                return
+        queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
+                                        config.topicSysFlag)
+        self._topic_changed(config.topicName)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
