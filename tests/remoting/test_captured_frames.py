@@ -12,6 +12,7 @@ from twisted_namesrv.protocol.register import decode_register_body, encode_regis
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.frame import encode_frame, frame_struct, split_frame
 
 CAPTURES = ["json_lifecycle.pcap", "binary_lifecycle.pcap", "compressed_bulk.pcap", "v5_probe.pcap"]
 
@@ -61,3 +62,13 @@ def test_bulk_registration_carries_3000_extra_topics() -> None:
               if r.ext.get("brokerName") == "broker-a" and r.ext.get("brokerId") == "0"]
     assert max(len(b.topicConfigTable) for b in bodies) >= 3000
     assert "BulkTopic002999" in bodies[-1].topicConfigTable
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_fast_frame_path_agrees_with_the_construct_definition(name: str) -> None:
+    definition = frame_struct()
+    for captured in captured_commands(name):
+        parsed = definition.parse(captured.frame)
+        serialize_type, header, body = split_frame(captured.frame[4:])
+        assert (parsed.header_word >> 24, parsed.header, parsed.body or None) == (serialize_type, header, body)
+        assert definition.build(parsed) == encode_frame(serialize_type, header, body) == captured.frame

@@ -10,20 +10,8 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
-
-from construct import (
-    ConstructError,
-    GreedyRange,
-    Int8ub,
-    Int16sb,
-    Int16ub,
-    Int32sb,
-    PascalString,
-    Prefixed,
-    Struct,
-    Terminated,
-)
 
 from . import fastjson
 from .codes import LanguageCode
@@ -186,24 +174,35 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------
 
-_EXT_ENTRY = Struct("key" / PascalString(Int16ub, "utf8"), "value" / PascalString(Int32sb, "utf8"))
+@cache
+def binary_header_struct():
+    """RocketMQSerializable's layout as a construct definition, compiled on first use: servers
+    that only ever see JSON headers never load construct (~10 MB)."""
+    from construct import GreedyRange, Int8ub, Int16sb, Int16ub, Int32sb, PascalString, Prefixed, Struct, Terminated
 
-BINARY_HEADER = Struct(
-    "code" / Int16sb,
-    "language" / Int8ub,
-    "version" / Int16sb,
-    "opaque" / Int32sb,
-    "flag" / Int32sb,
-    "remark" / PascalString(Int32sb, "utf8"),
-    "ext" / Prefixed(Int32sb, Struct("entries" / GreedyRange(_EXT_ENTRY), Terminated)),
-).compile()
+    entry = Struct("key" / PascalString(Int16ub, "utf8"), "value" / PascalString(Int32sb, "utf8"))
+    return Struct(
+        "code" / Int16sb,
+        "language" / Int8ub,
+        "version" / Int16sb,
+        "opaque" / Int32sb,
+        "flag" / Int32sb,
+        "remark" / PascalString(Int32sb, "utf8"),
+        "ext" / Prefixed(Int32sb, Struct("entries" / GreedyRange(entry), Terminated)),
+    ).compile()
+
+
+def _construct_error() -> type[Exception]:
+    from construct import ConstructError
+
+    return ConstructError
 
 
 def decode_binary_header(data: bytes) -> Header:
     """RocketMQSerializable.rocketMQProtocolDecode: empty strings read as null."""
     try:
-        parsed = BINARY_HEADER.parse(data)
-    except (ConstructError, UnicodeDecodeError, ValueError, OverflowError, struct.error) as exc:
+        parsed = binary_header_struct().parse(data)
+    except (_construct_error(), UnicodeDecodeError, ValueError, OverflowError, struct.error) as exc:
         # compiled construct raises struct.error on truncated input
         raise RemotingDecodeError(f"RocketMQ protocol decoding failed: {exc}") from None
     try:
@@ -225,7 +224,7 @@ def decode_binary_header(data: bytes) -> Header:
 def encode_binary_header(header: Header) -> bytes:
     ext = header.ext_fields or {}
     try:
-        return BINARY_HEADER.build({
+        return binary_header_struct().build({
             "code": header.code,
             "language": LanguageCode[header.language or "JAVA"].value,
             "version": header.version,
@@ -234,6 +233,6 @@ def encode_binary_header(header: Header) -> bytes:
             "remark": header.remark or "",
             "ext": {"entries": [{"key": k, "value": v} for k, v in ext.items() if k and v is not None]},
         })
-    except ConstructError as exc:
+    except _construct_error() as exc:
         raise ValueError(f"cannot encode binary header: {exc}") from None
 
