@@ -7,6 +7,8 @@ for no answer.  No I/O here except through the state's callbacks; the protocol f
 from __future__ import annotations
 
 import logging
+import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,8 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: bodies of whole-table answers (cluster info, topic lists), valid for one routes.generation
     memo: dict[Any, tuple[int, bytes]] = field(default_factory=dict)
+    #: route answers as bytes, by request frame minus its opaque (see fast_reply)
+    reply_memo: dict[bytes, tuple[str, Any, bytes, bytes, bytes]] = field(default_factory=dict)
 
     def memoized(self, key: Any, build: Callable[[], bytes]) -> bytes:
         generation = self.routes.generation
@@ -127,6 +131,8 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
     state.kv.put(namespace, key, ext.get("value"))
+    if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
+        state.routes.topic_changed(key)  # its orderTopicConf
     return respond(state, request)
 
 
@@ -140,7 +146,10 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
 
 
 def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    state.kv.delete(request.ext.get("namespace"), request.ext.get("key"))
+    namespace, key = request.ext.get("namespace"), request.ext.get("key")
+    state.kv.delete(namespace, key)
+    if namespace == NAMESPACE_ORDER_TOPIC_CONFIG and key is not None:
+        state.routes.topic_changed(key)
     return respond(state, request)
 
 
@@ -229,18 +238,29 @@ def get_broker_member_group(state: NamesrvState, request: RemotingCommand, peer:
 
 # -- routes (105, 106, 217) ------------------------------------------------------------------
 
-def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def route_variant(state: NamesrvState, request: RemotingCommand) -> tuple[str | None, tuple, str | None]:
+    """What a route answer depends on besides the route: (topic, (standard JSON?, orderTopicConf),
+    zone filter or None)."""
     ext = request.ext
-    config = state.config
-    if (state.profile.v5_bodies and config["needWaitForService"]
-            and state.clock() - state.started_at < config["waitSecondsForService"]):
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
     topic = ext.get("topic")
-    order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if config["orderMessageEnable"] else None
+    order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if state.config["orderMessageEnable"] else None
     standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
     zone = ext.get(ZONE_NAME) if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) else None
-    variant = (standard, order_conf)
-    memo = state.routes.route_memo.get(topic) if not (zone and zone.strip()) else None  # type: ignore[arg-type]
+    return topic, (standard, order_conf), zone if zone and zone.strip() else None
+
+
+def waiting_for_service(state: NamesrvState) -> bool:
+    config = state.config
+    return (state.profile.v5_bodies and config["needWaitForService"]
+            and state.clock() - state.started_at < config["waitSecondsForService"])
+
+
+def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    if waiting_for_service(state):
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
+    topic, variant, zone = route_variant(state, request)
+    standard, order_conf = variant
+    memo = state.routes.route_memo.get(topic) if zone is None else None  # type: ignore[arg-type]
     body = memo.get(variant) if memo else None
     if body is None:
         body = encode_route(state, topic, order_conf, standard, zone)
@@ -256,13 +276,13 @@ def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None,
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
         return None
-    if zone and zone.strip():
+    if zone is not None:
         route = filter_by_zone(route, zone)
         standard = False  # ZoneRouteRPCHook re-encodes with the plain encoder
     bean = topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable, order_conf,
                             route.topicQueueMappingByBroker, state.profile.v5_bodies)
     body = fastjson.dumps_bytes(bean, standard)
-    if not (zone and zone.strip()):
+    if zone is None:
         state.routes.route_memo.setdefault(topic, {})[(standard, order_conf)] = body  # type: ignore[arg-type]
     return body
 
@@ -389,6 +409,60 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     return respond(state, request, body=state.config.properties_text().encode("utf-8"))
+
+
+# -- route answers served from memory ----------------------------------------------------------
+#
+# Clients repeat the same route lookup with a new opaque every 30 s, and load tools far more
+# often.  A JSON lookup that differs from an earlier one only in its opaque gets the same answer
+# while that topic's memoized body is still the one in route_memo (any change to the topic, its
+# brokers, its order config or the switches shaping answers replaces or drops it), so the answer
+# is kept as bytes around the opaque and checked by identity: no decoding, no dispatch.
+
+_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
+_FRAME_PREFIX = struct.Struct(">iI")
+MAX_REPLY_MEMO = 65536
+
+
+def fast_reply(state: NamesrvState, frame: bytes) -> bytes | None:
+    """The whole answer frame to a repeated route lookup, or None to decode and dispatch."""
+    match = _OPAQUE.search(frame, 4)
+    if match is None:
+        return None
+    key = frame[:match.start(1)] + frame[match.end(1):]
+    entry = state.reply_memo.get(key)
+    if entry is None:
+        return None
+    topic, variant, body, head, tail = entry
+    memo = state.routes.route_memo.get(topic)
+    if memo is None or memo.get(variant) is not body:
+        del state.reply_memo[key]
+        return None
+    header = head + str(int(match.group(1))).encode() + tail
+    return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
+
+
+def remember_reply(state: NamesrvState, frame: bytes, request: RemotingCommand, response: RemotingCommand) -> None:
+    """Keep a successful, plain JSON route answer for fast_reply."""
+    if (request.code != RequestCode.GET_ROUTEINFO_BY_TOPIC or response.code != ResponseCode.SUCCESS
+            or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
+            or request.body or request.is_oneway or waiting_for_service(state)
+            or frame.count(b'"opaque":') != 1):
+        return
+    topic, variant, zone = route_variant(state, request)
+    memo = state.routes.route_memo.get(topic) if zone is None else None  # type: ignore[arg-type]
+    if memo is None or memo.get(variant) is not response.body:
+        return
+    match = _OPAQUE.search(frame, 4)
+    header = response.encode()[8:len(response.encode()) - len(response.body or b"")]
+    opaque = f'"opaque":{response.opaque},'.encode()
+    split = header.find(opaque)
+    if match is None or split < 0:
+        return
+    if len(state.reply_memo) >= MAX_REPLY_MEMO:
+        state.reply_memo.clear()
+    head, tail = header[:split + 9], header[split + len(opaque) - 1:]
+    state.reply_memo[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, response.body, head, tail)
 
 
 # -- the table ---------------------------------------------------------------------------------

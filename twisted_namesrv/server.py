@@ -9,7 +9,7 @@ from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 
-from .processor import NamesrvState, Peer, dispatch
+from .processor import NamesrvState, Peer, dispatch, fast_reply, remember_reply
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
 
 log = Logger()
@@ -20,6 +20,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     connection (as Java's NettyDecoder does); a failing request costs one error answer."""
 
     factory: RemotingFactory
+    #: answer repeated route lookups from memory (processor.fast_reply); off only to compare
+    fast_replies = True
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -41,7 +43,12 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self._reject(str(exc))
             return
         replies = []
+        state = self.factory.state
         for frame in frames:
+            reply = fast_reply(state, frame) if self.fast_replies else None
+            if reply is not None:
+                replies.append(reply)
+                continue
             try:
                 request = RemotingCommand.decode(frame)
             except RemotingDecodeError as exc:
@@ -49,9 +56,10 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                 break
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            response = dispatch(self.factory.state, request, self.peer)
+            response = dispatch(state, request, self.peer)
             if response is not None:
                 replies.append(response.encode())
+                remember_reply(state, frame, request, response)
         if replies:
             self.transport.writeSequence(replies)
 

@@ -102,7 +102,8 @@ class RouteInfoManager:
         self.generation = 0
 
     # -- memo invalidation ------------------------------------------------------------------
-    def _topic_changed(self, topic: str) -> None:
+    def topic_changed(self, topic: str) -> None:
+        """Anything a route answer for ``topic`` shows changed (also order-topic KV entries)."""
         self.route_memo.pop(topic, None)
         self.generation += 1
 
@@ -267,7 +268,7 @@ class RouteInfoManager:
         if changed or register_first:
             for topic, info in mappings.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
-                self._topic_changed(topic)
+                self.topic_changed(topic)
         return changed or register_first
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
@@ -282,7 +283,7 @@ class RouteInfoManager:
                 return
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
-        self._topic_changed(config.topicName)
+        self.topic_changed(config.topicName)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
@@ -290,7 +291,7 @@ class RouteInfoManager:
             del queues[broker_name]
             if not queues:
                 del self.topicQueueTable[topic]
-            self._topic_changed(topic)
+            self.topic_changed(topic)
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
@@ -303,7 +304,7 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
-            self._topic_changed(topic)
+            self.topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
 
@@ -446,7 +447,7 @@ class RouteInfoManager:
         self._forget_tables()
         if not cluster:
             if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
-                self._topic_changed(topic)  # type: ignore[arg-type]
+                self.topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
             self._remove_queue_data(topic, broker_name)  # type: ignore[arg-type]
