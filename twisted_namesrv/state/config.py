@@ -140,7 +140,8 @@ def _unescape(text: str) -> str:
             continue
         out.append(ch)
         i += 1
-    return "".join(out)
+    # \uD83C\uDF89 escapes one character as two UTF-16 halves, as Java's Properties do
+    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
 
 
 def _coerce(key: ConfigKey, text: str) -> Any:

@@ -1,0 +1,134 @@
+"""Each subcommand against our in-process NameServer, in both output forms."""
+
+from __future__ import annotations
+
+import json
+
+import pytest_twisted
+
+from tests.admin.conftest import TOPICS_A, TOPICS_B
+from tests.admin.support import run_cli
+
+
+@pytest_twisted.ensureDeferred
+async def test_cluster_list(server):
+    a, b = server.brokers
+    run = await run_cli("-n", server.addr, "clusterList")
+    assert (run.code, run.err) == (0, "")
+    lines = [line.split() for line in run.out.splitlines()]
+    assert lines[0] == ["#Cluster", "Name", "#Broker", "Name", "#BID", "#Addr"]
+    assert lines[1:] == [["DefaultCluster", "broker-a", "0", a.addr], ["DefaultCluster", "broker-b", "0", b.addr]]
+    run = await run_cli("-n", server.addr, "--json", "clusterList")
+    info = json.loads(run.out)
+    assert sorted(info["clusterAddrTable"]["DefaultCluster"]) == ["broker-a", "broker-b"]
+    assert info["brokerAddrTable"]["broker-b"]["brokerAddrs"] == {"0": b.addr}
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_route(server):
+    run = await run_cli("topicRoute", "-t", "TopicTest", "-n", server.addr)  # -n after the subcommand
+    assert run.code == 0, run.err
+    assert run.out.startswith("{\n    \"brokerDatas\"")  # pretty
+    route = json.loads(run.out)
+    queues = {q["brokerName"]: q["readQueueNums"] for q in route["queueDatas"]}
+    assert queues == {"broker-a": 4, "broker-b": 2}
+    assert json.loads((await run_cli("-n", server.addr, "--json", "topicRoute", "-t", "TopicTest")).out) == route
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_route_of_an_unknown_topic_fails_with_the_remark(server):
+    run = await run_cli("-n", server.addr, "topicRoute", "-t", "NoSuchTopic")
+    assert (run.code, run.out) == (1, "")
+    assert "GET_ROUTEINFO_BY_TOPIC failed: TOPIC_NOT_EXIST (17)" in run.err
+    assert "No topic route info in name server for the topic: NoSuchTopic" in run.err
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_list(server):
+    run = await run_cli("-n", server.addr, "topicList")
+    assert run.code == 0, run.err
+    assert run.out.splitlines() == sorted(TOPICS_A | TOPICS_B)
+    run = await run_cli("-n", server.addr, "--json", "topicList", "-c", "DefaultCluster")
+    assert json.loads(run.out)["topicList"] == sorted(TOPICS_A | TOPICS_B)
+    run = await run_cli("-n", server.addr, "topicList", "-c", "NoSuchCluster")
+    assert (run.code, run.out) == (0, "")
+
+
+@pytest_twisted.ensureDeferred
+async def test_kv_config_round_trip(server):
+    ns = ["-n", server.addr]
+    run = await run_cli(*ns, "updateKvConfig", "-s", "NS1", "-k", "k1", "-v", "v 1")
+    assert run.code == 0 and f"in name server[{server.addr}] OK" in run.out
+    assert (await run_cli(*ns, "updateKvConfig", "-s", "NS1", "-k", "k2", "-v", "v2")).code == 0
+    run = await run_cli(*ns, "getKvConfig", "-s", "NS1", "-k", "k1")
+    assert (run.code, run.out) == (0, "v 1\n")
+    run = await run_cli(*ns, "--json", "getKvConfig", "-s", "NS1", "-k", "k1")
+    assert json.loads(run.out) == {"namespace": "NS1", "key": "k1", "value": "v 1"}
+    run = await run_cli(*ns, "getKvList", "-s", "NS1")
+    assert [line.split(None, 1) for line in run.out.splitlines()] == [["#Key", "#Value"], ["k1", "v 1"], ["k2", "v2"]]
+    run = await run_cli(*ns, "--json", "getKvList", "-s", "NS1")
+    assert json.loads(run.out)["table"] == {"k1": "v 1", "k2": "v2"}
+    run = await run_cli(*ns, "deleteKvConfig", "-s", "NS1", "-k", "k1")
+    assert run.code == 0 and "delete kv config [NS1] k1" in run.out
+    run = await run_cli(*ns, "getKvConfig", "-s", "NS1", "-k", "k1")
+    assert (run.code, run.out) == (1, "")
+    assert "QUERY_NOT_FOUND (22): No config item, Namespace: NS1 Key: k1" in run.err
+    run = await run_cli(*ns, "getKvList", "-s", "NoSuchNamespace")
+    assert run.code == 1 and "QUERY_NOT_FOUND (22)" in run.err
+
+
+@pytest_twisted.ensureDeferred
+async def test_namesrv_config(server):
+    ns = ["-n", server.addr]
+    run = await run_cli(*ns, "getNamesrvConfig")
+    assert run.code == 0, run.err
+    assert run.out.startswith(f"============{server.addr}============\n")
+    assert "orderMessageEnable                                =  false" in run.out
+    run = await run_cli(*ns, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true")
+    assert run.code == 0 and "orderMessageEnable = true" in run.out
+    run = await run_cli(*ns, "--json", "getNamesrvConfig")
+    [result] = json.loads(run.out)["results"]
+    assert result["namesrv"] == server.addr and result["config"]["orderMessageEnable"] == "true"
+
+
+@pytest_twisted.ensureDeferred
+async def test_blacklisted_config_key_is_refused_with_exit_1(server):
+    run = await run_cli("-n", server.addr, "updateNamesrvConfig", "-k", "kvConfigPath", "-v", "/tmp/elsewhere")
+    assert (run.code, run.out) == (1, "")
+    assert "UPDATE_NAMESRV_CONFIG failed: NO_PERMISSION (16): Can not update config in black list." in run.err
+
+
+@pytest_twisted.ensureDeferred
+async def test_write_permissions(server):
+    ns = ["-n", server.addr]
+
+    async def perms() -> dict[str, int]:
+        route = json.loads((await run_cli(*ns, "topicRoute", "-t", "TopicTest")).out)
+        return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+    run = await run_cli(*ns, "wipeWritePerm", "-b", "broker-a")
+    assert run.out == f"wipe write perm of broker[broker-a] in name server[{server.addr}] OK, {len(TOPICS_A)}\n"
+    assert await perms() == {"broker-a": 4, "broker-b": 6}
+    run = await run_cli(*ns, "--json", "addWritePerm", "-b", "broker-a")
+    assert json.loads(run.out) == {"results": [{"namesrv": server.addr, "ok": True, "addTopicCount": 3}]}
+    assert await perms() == {"broker-a": 6, "broker-b": 6}
+
+
+@pytest_twisted.ensureDeferred
+async def test_delete_topic(server):
+    ns = ["-n", server.addr]
+    run = await run_cli(*ns, "deleteTopic", "-t", "TopicTest", "-c", "DefaultCluster")
+    assert run.code == 0 and "delete topic [TopicTest] of cluster [DefaultCluster]" in run.out
+    run = await run_cli(*ns, "deleteTopic", "-t", "OnlyA")
+    assert run.code == 0, run.err
+    assert (await run_cli(*ns, "topicList")).out.splitlines() == ["TBW102"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_module_entry_point_exit_codes(server):
+    from tests.admin.support import refused_addr, run_module
+
+    run = await run_module("-n", server.addr, "topicList")
+    assert (run.code, run.out.split()) == (0, sorted(TOPICS_A | TOPICS_B))
+    run = await run_module("-n", refused_addr(), "topicList")
+    assert run.code == 1 and "Connection refused" in run.err
