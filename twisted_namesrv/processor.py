@@ -7,8 +7,6 @@ for no answer.  No I/O here except through the state's callbacks; the protocol f
 from __future__ import annotations
 
 import logging
-import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +53,7 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: bodies of whole-table answers (cluster info, topic lists), valid for one routes.generation
     memo: dict[Any, tuple[int, bytes]] = field(default_factory=dict)
-    #: route answers as bytes, by request frame minus its opaque (see fast_reply)
+    #: route answers as bytes, by request frame minus its opaque (see replies.py)
     reply_memo: dict[bytes, tuple[str, Any, bytes, bytes, bytes]] = field(default_factory=dict)
 
     def memoized(self, key: Any, build: Callable[[], bytes]) -> bytes:
@@ -171,6 +169,10 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
+    missing = [name for name in ("clusterName", "brokerAddr", "brokerName") if ext.get(name) is None]
+    if missing:  # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
+        return respond(state, request, ResponseCode.SYSTEM_ERROR,
+                       f"register broker failed: header field {missing[0]} is missing", ext={}, normal=False)
     acting = ext.get("enableActingMaster")
     known = state.routes.known_table_digest(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"),
                                             broker_id, java_bool(acting))
@@ -409,60 +411,6 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     return respond(state, request, body=state.config.properties_text().encode("utf-8"))
-
-
-# -- route answers served from memory ----------------------------------------------------------
-#
-# Clients repeat the same route lookup with a new opaque every 30 s, and load tools far more
-# often.  A JSON lookup that differs from an earlier one only in its opaque gets the same answer
-# while that topic's memoized body is still the one in route_memo (any change to the topic, its
-# brokers, its order config or the switches shaping answers replaces or drops it), so the answer
-# is kept as bytes around the opaque and checked by identity: no decoding, no dispatch.
-
-_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
-_FRAME_PREFIX = struct.Struct(">iI")
-MAX_REPLY_MEMO = 65536
-
-
-def fast_reply(state: NamesrvState, frame: bytes) -> bytes | None:
-    """The whole answer frame to a repeated route lookup, or None to decode and dispatch."""
-    match = _OPAQUE.search(frame, 4)
-    if match is None:
-        return None
-    key = frame[:match.start(1)] + frame[match.end(1):]
-    entry = state.reply_memo.get(key)
-    if entry is None:
-        return None
-    topic, variant, body, head, tail = entry
-    memo = state.routes.route_memo.get(topic)
-    if memo is None or memo.get(variant) is not body:
-        del state.reply_memo[key]
-        return None
-    header = head + str(int(match.group(1))).encode() + tail
-    return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
-
-
-def remember_reply(state: NamesrvState, frame: bytes, request: RemotingCommand, response: RemotingCommand) -> None:
-    """Keep a successful, plain JSON route answer for fast_reply."""
-    if (request.code != RequestCode.GET_ROUTEINFO_BY_TOPIC or response.code != ResponseCode.SUCCESS
-            or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
-            or request.body or request.is_oneway or waiting_for_service(state)
-            or frame.count(b'"opaque":') != 1):
-        return
-    topic, variant, zone = route_variant(state, request)
-    memo = state.routes.route_memo.get(topic) if zone is None else None  # type: ignore[arg-type]
-    if memo is None or memo.get(variant) is not response.body:
-        return
-    match = _OPAQUE.search(frame, 4)
-    header = response.encode()[8:len(response.encode()) - len(response.body or b"")]
-    opaque = f'"opaque":{response.opaque},'.encode()
-    split = header.find(opaque)
-    if match is None or split < 0:
-        return
-    if len(state.reply_memo) >= MAX_REPLY_MEMO:
-        state.reply_memo.clear()
-    head, tail = header[:split + 9], header[split + len(opaque) - 1:]
-    state.reply_memo[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, response.body, head, tail)
 
 
 # -- the table ---------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 
-from .processor import NamesrvState, Peer, dispatch, fast_reply, remember_reply
+from .processor import NamesrvState, Peer, dispatch
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
+from .replies import fast_reply, remember_reply
 
 log = Logger()
 
@@ -20,7 +21,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     connection (as Java's NettyDecoder does); a failing request costs one error answer."""
 
     factory: RemotingFactory
-    #: answer repeated route lookups from memory (processor.fast_reply); off only to compare
+    #: answer repeated route lookups from memory (replies.fast_reply); off only to compare
     fast_replies = True
 
     def connectionMade(self) -> None:
@@ -58,8 +59,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                 continue  # answers to our own oneway notifications; nothing waits for them
             response = dispatch(state, request, self.peer)
             if response is not None:
-                replies.append(response.encode())
-                remember_reply(state, frame, request, response)
+                encoded = response.encode()
+                replies.append(encoded)
+                remember_reply(state, frame, request, response, encoded)
         if replies:
             self.transport.writeSequence(replies)
 

@@ -77,8 +77,9 @@ def _json_language(value: Any) -> str | None:
     raise RemotingDecodeError(f"bad language {value!r}")
 
 
-_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
-_OPAQUE_KEY = b'"opaque":'
+#: the opaque's digits in a JSON header (headers differ by little else)
+OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
+OPAQUE_KEY = b'"opaque":'
 _TEMPLATES: dict[bytes, Header] = {}
 MAX_TEMPLATES = 4096
 
@@ -86,8 +87,8 @@ MAX_TEMPLATES = 4096
 def decode_json_header(data: bytes) -> Header:
     """Headers of a client differ only in their opaque, so a decoded header is kept as a
     template under its bytes minus the opaque digits and reused: same bytes, same fields."""
-    match = _OPAQUE.search(data)
-    if match is None or data.count(_OPAQUE_KEY) != 1:
+    match = OPAQUE_NUMBER.search(data)
+    if match is None or data.count(OPAQUE_KEY) != 1:
         return _parse_json_header(data)
     key = data[:match.start(1)] + data[match.end(1):]
     template = _TEMPLATES.get(key)
