@@ -7,6 +7,7 @@ for no answer.  No I/O here except through the state's callbacks; the protocol f
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,26 +91,29 @@ def java_bool(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
+    """Long.parseLong / Integer.parseInt: ASCII digits with an optional sign, in range; None
+    where Java throws (Python's int() would also take '1_0', ' 0' or other scripts' digits)."""
+    if value is None or not _JAVA_INTEGER.fullmatch(value):
+        return None
+    number = int(value)
+    return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None
+
+
 def java_long(value: str | None, field_name: str) -> int:
     """An unboxed Long header field: missing or malformed ends as Java's NPE -> SYSTEM_ERROR."""
-    if value is None:
-        raise HeaderFieldError(f"java.lang.NullPointerException: header field {field_name} is missing")
-    try:
-        return int(value)
-    except ValueError:
-        message = f'java.lang.NumberFormatException: For input string: "{value}" ({field_name})'
-        raise HeaderFieldError(message) from None
+    number = parse_java_integer(value)
+    if number is None:
+        raise HeaderFieldError(f"header field {field_name} is missing or not a long: {str(value)[:40]!r}")
+    return number
 
 
 def optional_long(value: str | None, bits: int = 64) -> int | None:
     """A boxed Integer/Long header field: Java swallows a parse error and keeps null."""
-    try:
-        number = None if value is None else int(value)
-    except ValueError:
-        return None
-    if number is not None and not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
-        return None
-    return number
+    return parse_java_integer(value, bits)
 
 
 def java_text(value: object) -> str:
@@ -311,7 +315,8 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
 
 
 def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    if request.body:
+    """Always 0, as Java; without a topic nothing is stored (5.3.3: NPE on the null key)."""
+    if request.body and request.ext.get("topic") is not None:
         route = fastjson.loads(request.body)
         queues = [QueueData.from_json(q) for q in (route.get("queueDatas") or [])]
         state.routes.register_topic(request.ext.get("topic"), queues)
@@ -397,7 +402,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         log.warning("updateNamesrvConfig from %s refused, keys in black list: %s", peer.address, ", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
-        state.config.apply(props)
+        state.config.apply({k: v for k, v in props.items() if k in state.config.values})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
     state.routes.support_acting_master = state.config["supportActingMaster"]
@@ -410,7 +415,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
 
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return respond(state, request, body=state.config.properties_text().encode("utf-8"))
+    return respond(state, request, body=fastjson.java_utf8(state.config.properties_text()))
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -444,6 +449,21 @@ HANDLERS: dict[int, Handler] = {
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})
+
+
+def answer(state: NamesrvState, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
+    """dispatch, encoded: an answer that cannot be encoded costs one error reply, not the
+    connection."""
+    response = dispatch(state, request, peer)
+    if response is None:
+        return None
+    try:
+        return response, response.encode()
+    except Exception as exc:
+        log.exception("cannot encode the answer to request %s from %s", request.code, peer.address)
+        response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"cannot encode the answer: {type(exc).__name__}",
+                           normal=False)
+        return response, response.encode()
 
 
 def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:

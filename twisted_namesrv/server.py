@@ -9,7 +9,7 @@ from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 
-from .processor import NamesrvState, Peer, dispatch
+from .processor import NamesrvState, Peer, answer
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
 from .replies import fast_reply, remember_reply
 
@@ -57,9 +57,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                 break
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            response = dispatch(state, request, self.peer)
-            if response is not None:
-                encoded = response.encode()
+            answered = answer(state, request, self.peer)
+            if answered is not None:
+                response, encoded = answered
                 replies.append(encoded)
                 remember_reply(state, frame, request, response, encoded)
         if replies:

@@ -13,6 +13,7 @@ from twisted.logger import Logger
 from .housekeeping import HousekeepingService, log_route_event
 from .processor import NamesrvState
 from .remoting import RemotingCommand, RequestCode
+from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
@@ -36,7 +37,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
         notify_min_broker_id_changed=config["notifyMinBrokerIdChanged"],
         listener=log_route_event, notifier=notifier)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: write_atomically(config["configStorePath"], text.encode("utf-8")))
+                        lambda text: write_atomically(config["configStorePath"], java_utf8(text)))
 
 
 class MinBrokerIdNotifier:

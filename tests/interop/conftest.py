@@ -32,15 +32,15 @@ class Exchange:
 
 @pytest.fixture
 def namesrv_exchanges(monkeypatch) -> list[Exchange]:
-    """Every request our server dispatches during the test, with its answer.  Wraps the
-    dispatch function the protocol calls; the real one still answers."""
+    """Every request our server answers by dispatch during the test, with its answer.  Wraps
+    the answer function the protocol calls; the real one still answers."""
     exchanges: list[Exchange] = []
-    real_dispatch = server_module.dispatch
+    real_answer = server_module.answer
 
-    def recording_dispatch(state, request, peer):
-        response = real_dispatch(state, request, peer)
-        exchanges.append(Exchange(peer.address, request, response))
-        return response
+    def recording_answer(state, request, peer):
+        answered = real_answer(state, request, peer)
+        exchanges.append(Exchange(peer.address, request, answered[0] if answered else None))
+        return answered
 
-    monkeypatch.setattr(server_module, "dispatch", recording_dispatch)
+    monkeypatch.setattr(server_module, "answer", recording_answer)
     return exchanges

@@ -17,6 +17,7 @@ Reading (``loads``): lenient like fastjson's parser - unquoted numeric keys are 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -34,10 +35,20 @@ def _standard_string(text: str) -> str:
     return _LOWER_HEX_ESCAPE.sub(lambda m: m.group(1) + "\\u" + m.group(2).upper(), escaped)
 
 
+def java_utf8(text: str) -> bytes:
+    """String.getBytes(UTF_8): a lone surrogate (JSON can carry one) becomes '?', never an error."""
+    return text.encode("utf-8", "replace")
+
+
+def _utf16(text: str) -> bytes:
+    """Java's UTF-16 code units, lone surrogates included (hashing and TreeMap order use them)."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
 def _sort_key(key: Any) -> tuple[int, Any]:
     if isinstance(key, int):
         return (0, key)
-    return (1, str(key).encode("utf-16-be"))
+    return (1, _utf16(str(key)))
 
 
 def dumps(value: Any, standard: bool = False) -> str:
@@ -48,7 +59,7 @@ def dumps(value: Any, standard: bool = False) -> str:
 
 
 def dumps_bytes(value: Any, standard: bool = False) -> bytes:
-    return dumps(value, standard).encode("utf-8")
+    return java_utf8(dumps(value, standard))
 
 
 def _write(value: Any, standard: bool, out: list[str]) -> None:
@@ -63,6 +74,8 @@ def _write(value: Any, standard: bool, out: list[str]) -> None:
             out.append(f'"{value}"')
         else:
             out.append(str(value))
+    elif isinstance(value, float):
+        out.append(repr(value) if math.isfinite(value) else "null")
     elif isinstance(value, dict):
         _write_map(value, standard, out)
     elif isinstance(value, (list, tuple, set, frozenset)):
@@ -122,9 +135,12 @@ def loads(data: bytes | str) -> Any:
     """
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_quote_bare_keys(text))
+        try:
+            return json.loads(text)
+        except ValueError:
+            return json.loads(_quote_bare_keys(text))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def java_string_hash(text: str) -> int:
@@ -138,7 +154,7 @@ def java_string_hash(text: str) -> int:
 def _utf16_units(text: str) -> Iterable[int]:
     if text.isascii():
         return text.encode("ascii")
-    data = text.encode("utf-16-be")
+    data = _utf16(text)
     return (int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
 
 

@@ -51,17 +51,22 @@ def _java_string(value: Any) -> str | None:
     return str(value)
 
 
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def _java_int(name: str, value: Any, default: int = 0) -> int:
-    if type(value) is int:
-        return value
+    """An int field as fastjson fills it: numbers and numeric strings within int range."""
     if value is None:
         return default
     if isinstance(value, bool):
         raise RemotingDecodeError(f"header field {name} is a boolean")
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise RemotingDecodeError(f"header field {name} is not a number: {value!r}") from None
+        number = value if type(value) is int else int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise RemotingDecodeError(f"header field {name} is not a number: {str(value)[:40]!r}") from None
+    if not _INT_MIN <= number <= _INT_MAX:
+        raise RemotingDecodeError(f"header field {name} overflows an int: {str(number)[:40]}")
+    return number
 
 
 def _json_language(value: Any) -> str | None:
@@ -88,7 +93,7 @@ def decode_json_header(data: bytes) -> Header:
     """Headers of a client differ only in their opaque, so a decoded header is kept as a
     template under its bytes minus the opaque digits and reused: same bytes, same fields."""
     match = OPAQUE_NUMBER.search(data)
-    if match is None or data.count(OPAQUE_KEY) != 1:
+    if match is None or len(match.group(1)) > 11 or data.count(OPAQUE_KEY) != 1:
         return _parse_json_header(data)
     key = data[:match.start(1)] + data[match.end(1):]
     template = _TEMPLATES.get(key)
@@ -120,7 +125,7 @@ def _parse_json_header(data: bytes) -> Header:
     language = obj.get("language", "JAVA")
     return Header(
         code=_java_int("code", obj.get("code")),
-        language=language if language in _LANGUAGE_NAMES else _json_language(language),
+        language=language if type(language) is str and language in _LANGUAGE_NAMES else _json_language(language),
         version=_java_int("version", obj.get("version")),
         opaque=_java_int("opaque", obj.get("opaque")),
         flag=_java_int("flag", obj.get("flag")),
@@ -161,7 +166,7 @@ def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
         value = _json_field(header, key, serialize_name)
         if value is not None:
             parts.append(f'"{key}":{value}')
-    return ("{" + ",".join(parts) + "}").encode("utf-8") + trailer
+    return fastjson.java_utf8("{" + ",".join(parts) + "}") + trailer
 
 
 def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
@@ -170,18 +175,25 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     language = "" if header.language is None else f',"language":"{header.language}"'
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
-            f',"serializeTypeCurrentRPC":"{serialize_name}","version":{header.version}}}').encode()
+            f',"serializeTypeCurrentRPC":"{serialize_name}","version":{header.version}}}').encode("utf-8", "replace")
 
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------
 
 @cache
+def _ext_entry_struct():
+    from construct import Int16ub, Int32sb, PascalString, Struct
+
+    return Struct("key" / PascalString(Int16ub, "utf8"), "value" / PascalString(Int32sb, "utf8")).compile()
+
+
+@cache
 def binary_header_struct():
     """RocketMQSerializable's layout as a construct definition, compiled on first use: servers
-    that only ever see JSON headers never load construct (~10 MB)."""
-    from construct import GreedyRange, Int8ub, Int16sb, Int16ub, Int32sb, PascalString, Prefixed, Struct, Terminated
+    that only ever see JSON headers never load construct (~10 MB).  Like Java, extFields are
+    read only when their length is positive, and must fit in the header."""
+    from construct import FixedSized, GreedyRange, If, Int8ub, Int16sb, Int32sb, PascalString, Struct, Terminated, this
 
-    entry = Struct("key" / PascalString(Int16ub, "utf8"), "value" / PascalString(Int32sb, "utf8"))
     return Struct(
         "code" / Int16sb,
         "language" / Int8ub,
@@ -189,7 +201,9 @@ def binary_header_struct():
         "opaque" / Int32sb,
         "flag" / Int32sb,
         "remark" / PascalString(Int32sb, "utf8"),
-        "ext" / Prefixed(Int32sb, Struct("entries" / GreedyRange(entry), Terminated)),
+        "ext_length" / Int32sb,
+        "ext" / If(this.ext_length > 0, FixedSized(this.ext_length,
+                                                   Struct("entries" / GreedyRange(_ext_entry_struct()), Terminated))),
     ).compile()
 
 
@@ -210,7 +224,7 @@ def decode_binary_header(data: bytes) -> Header:
         language: str | None = LanguageCode(parsed.language).name
     except ValueError:
         language = None
-    entries = parsed.ext.entries
+    entries = parsed.ext.entries if parsed.ext is not None else None
     return Header(
         code=parsed.code,
         language=language,
@@ -222,8 +236,15 @@ def decode_binary_header(data: bytes) -> Header:
     )
 
 
+def _java_text(text: str) -> str:
+    """What survives Java's UTF-8 encoding (a lone surrogate becomes '?')."""
+    return fastjson.java_utf8(text).decode("utf-8")
+
+
 def encode_binary_header(header: Header) -> bytes:
-    ext = header.ext_fields or {}
+    entries = [{"key": _java_text(k), "value": _java_text(v)}
+               for k, v in (header.ext_fields or {}).items() if k and v is not None]
+    ext_length = sum(len(_ext_entry_struct().build(e)) for e in entries)
     try:
         return binary_header_struct().build({
             "code": header.code,
@@ -231,8 +252,9 @@ def encode_binary_header(header: Header) -> bytes:
             "version": header.version,
             "opaque": header.opaque,
             "flag": header.flag,
-            "remark": header.remark or "",
-            "ext": {"entries": [{"key": k, "value": v} for k, v in ext.items() if k and v is not None]},
+            "remark": _java_text(header.remark or ""),
+            "ext_length": ext_length,
+            "ext": {"entries": entries} if entries else None,
         })
     except _construct_error() as exc:
         raise ValueError(f"cannot encode binary header: {exc}") from None

@@ -158,6 +158,21 @@ def _coerce(key: ConfigKey, text: str) -> Any:
     return text
 
 
+_VALUE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\t": "\\t"}
+_KEY_ESCAPES = {**_VALUE_ESCAPES, "=": "\\=", ":": "\\:", " ": "\\ ", "#": "\\#", "!": "\\!"}
+
+
+def property_line(name: str, value: str) -> str:
+    """``key=value`` that Properties.load reads back as exactly this key and value.  Java writes
+    both raw, so a value holding an escaped newline smuggles extra keys into the saved file;
+    ordinary keys and values come out byte-identical to Java's."""
+    key = "".join(_KEY_ESCAPES.get(ch, ch) for ch in name)
+    text = "".join(_VALUE_ESCAPES.get(ch, ch) for ch in value)
+    if text[:1] in (" ", "\t"):
+        text = "\\" + text
+    return f"{key}={text}\n"
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -231,9 +246,10 @@ class NamesrvConfig:
         for name in names:
             value = self.values.get(name, self.extra.get(name))
             if value is not None:
-                lines.append(f"{name}={_text(value)}\n")
+                lines.append(property_line(name, _text(value)))
         return "".join(lines)
 
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value."""
-        return "".join(f"{k.name}={_text(self.values[k.name])}\n" for k in KEYS if self.values[k.name] is not None)
+        values = self.values
+        return "".join(property_line(k.name, _text(values[k.name])) for k in KEYS if values[k.name] is not None)

@@ -295,7 +295,7 @@ class RouteInfoManager:
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
-        if not queue_datas:
+        if not queue_datas or topic is None:
             return
         self._forget_tables()
         existing = self.topicQueueTable.get(topic)
