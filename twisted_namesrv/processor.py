@@ -107,7 +107,7 @@ def java_long(value: str | None, field_name: str) -> int:
     """An unboxed Long header field: missing or malformed ends as Java's NPE -> SYSTEM_ERROR."""
     number = parse_java_integer(value)
     if number is None:
-        raise HeaderFieldError(f"header field {field_name} is missing or not a long: {str(value)[:40]!r}")
+        raise BadRequest(f"header field {field_name} is missing or not a long: {str(value)[:40]!r}")
     return number
 
 
@@ -121,8 +121,16 @@ def java_text(value: object) -> str:
     return "null" if value is None else str(value)
 
 
-class HeaderFieldError(ValueError):
-    """A header field whose absence or form makes Java fail with SYSTEM_ERROR."""
+class BadRequest(ValueError):
+    """A header field or body whose absence or form makes Java fail with SYSTEM_ERROR: answered
+    with code 1 and logged in one line (a peer sending garbage must not flood the log)."""
+
+
+def json_body(request: RemotingCommand) -> Any:
+    try:
+        return fastjson.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from None
 
 
 # -- KV config (100, 101, 102, 219) ---------------------------------------------------------
@@ -207,7 +215,7 @@ def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer)
     ext = request.ext
     broker_id = optional_long(ext.get("brokerId"))
     if broker_id is None and not state.profile.unregister_by_address:
-        raise HeaderFieldError("java.lang.NullPointerException: header field brokerId is missing")
+        raise BadRequest("java.lang.NullPointerException: header field brokerId is missing")
     state.routes.unregister_broker(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"), broker_id)
     return respond(state, request)
 
@@ -216,8 +224,11 @@ def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer
     ext = request.ext
     cluster, addr = ext.get("clusterName"), ext.get("brokerAddr")
     if request.body is None and not state.profile.query_data_version_always_refreshes:
-        raise HeaderFieldError("java.lang.NullPointerException: QUERY_DATA_VERSION without a body")
-    version = None if request.body is None else DataVersion.from_json(fastjson.loads(request.body))
+        raise BadRequest("java.lang.NullPointerException: QUERY_DATA_VERSION without a body")
+    try:
+        version = None if request.body is None else DataVersion.from_json(json_body(request))
+    except (AttributeError, TypeError, OverflowError, ValueError) as exc:
+        raise BadRequest(f"body is not a DataVersion: {exc}") from None
     routes = state.routes
     changed = routes.is_broker_topic_config_changed(cluster, addr, version)
     if state.profile.query_data_version_always_refreshes or not changed:
@@ -317,8 +328,10 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
 def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     """Always 0, as Java; without a topic nothing is stored (5.3.3: NPE on the null key)."""
     if request.body and request.ext.get("topic") is not None:
-        route = fastjson.loads(request.body)
-        queues = [QueueData.from_json(q) for q in (route.get("queueDatas") or [])]
+        try:
+            queues = [QueueData.from_json(q) for q in (json_body(request).get("queueDatas") or [])]
+        except (AttributeError, TypeError, KeyError, OverflowError, ValueError) as exc:
+            raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
         state.routes.register_topic(request.ext.get("topic"), queues)
     return respond(state, request)
 
@@ -477,7 +490,8 @@ def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Remot
     else:
         try:
             response = handler(state, request, peer)
-        except HeaderFieldError as exc:
+        except BadRequest as exc:
+            log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
             response = respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
         except Exception as exc:  # a handler bug must cost one answer, never the connection
             log.exception("process request %s from %s failed", request.code, peer.address)

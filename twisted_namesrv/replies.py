@@ -31,7 +31,10 @@ def fast_reply(state: NamesrvState, frame: bytes) -> bytes | None:
     if memo is None or memo.get(variant) is not body:
         del state.reply_memo[key]
         return None
-    header = head + str(int(match.group(1))).encode() + tail
+    opaque = int(match.group(1))
+    if not -(1 << 31) <= opaque < (1 << 31):
+        return None  # decoding refuses it
+    header = head + str(opaque).encode() + tail
     return encode_frame(SerializeType.JSON, header, body)
 
 

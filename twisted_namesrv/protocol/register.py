@@ -119,7 +119,7 @@ def decode_register_body(body: bytes | None, compressed: bool, version: int,
         return _decode_json(body, known_digest)
     except RegisterBodyError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, struct.error, zlib.error) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
         raise RegisterBodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
 
 
