@@ -6,17 +6,26 @@ Used by the replay conformance test and by the Spark decode step.
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_analysis.packets import tcp_segments
 from spark_analysis.pcapio import read_records
-from spark_analysis.streams import Chunk, Connection, reassemble
-from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
+from spark_analysis.streams import Chunk, Connection, Direction, reassemble
+from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
+from twisted_namesrv.remoting.frame import split_header_word
 
 REQUEST = "request"
 RESPONSE = "response"
+
+# A frame's first 8 bytes: a length below 16 MiB (top byte 0), then serialize type JSON or ROCKETMQ.
+_FRAME_CANDIDATE = re.compile(rb"(?=\x00...[\x00\x01])", re.DOTALL)
+_FRAME_PREFIX = struct.Struct(">iI")
+# A frame in progress ends within the largest frame Java accepts: the next one starts before this.
+_RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 
 
 @dataclass
@@ -24,7 +33,12 @@ class CapturedCommand:
     ts: float
     direction: str  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
     command: RemotingCommand
-    frame: bytes  # the whole frame as captured, length prefix included
+    raw: bytes  # the frame as captured, without its length prefix
+
+    @property
+    def frame(self) -> bytes:
+        """The whole frame as captured, length prefix included."""
+        return len(self.raw).to_bytes(4, "big") + self.raw
 
 
 @dataclass
@@ -34,6 +48,9 @@ class Conversation:
     #: client bytes from the first frame the codec refused (Java closes such channels)
     undecodable: bytes = b""
     undecodable_ts: float | None = None
+    #: bytes not cut into frames: around capture gaps, or before the first frame found in a
+    #: stream whose start was not captured
+    lost_bytes: int = 0
 
     def requests(self) -> list[CapturedCommand]:
         return [c for c in self.commands if c.direction == REQUEST]
@@ -46,7 +63,29 @@ def timed_frames(chunks: Iterable[Chunk]) -> tuple[list[tuple[float, bytes]], by
     """Cut one direction into frames; each frame's ts is when its last byte arrived.
 
     Returns (frames, the bytes after the last whole frame - a frame that does not decode or
-    never completed -, and the ts they arrived at)."""
+    never completed -, and the ts they arrived at). The decoder gets all chunks at once and a
+    frame's time is that of the chunk where it ends; if the decoder refuses a frame, it gets them
+    one by one, which says in which chunk that happened."""
+    chunks = list(chunks)
+    decoder = FrameDecoder(max_frame_length=1 << 31)
+    try:
+        frames = decoder.feed(b"".join(chunk.data for chunk in chunks))
+    except RemotingDecodeError:
+        return _timed_frames_by_chunk(chunks)
+    timed: list[tuple[float, bytes]] = []
+    index, chunk_end, frame_end = 0, len(chunks[0].data) if chunks else 0, 0
+    for frame in frames:
+        frame_end += 4 + len(frame)
+        while chunk_end < frame_end:
+            index += 1
+            chunk_end += len(chunks[index].data)
+        timed.append((chunks[index].ts, frame))
+    pending = decoder.pending
+    return timed, pending, chunks[-1].ts if pending else None
+
+
+def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
+    """timed_frames feeding one chunk at a time: the rest starts with the chunk the decoder refused."""
     decoder = FrameDecoder(max_frame_length=1 << 31)
     frames: list[tuple[float, bytes]] = []
     last_ts = None
@@ -60,23 +99,112 @@ def timed_frames(chunks: Iterable[Chunk]) -> tuple[list[tuple[float, bytes]], by
 
 
 def _decode(ts: float, frame: bytes, direction: str) -> CapturedCommand:
-    return CapturedCommand(ts, direction, RemotingCommand.decode(frame), len(frame).to_bytes(4, "big") + frame)
+    return CapturedCommand(ts, direction, RemotingCommand.decode(frame), frame)
 
 
 def conversation_of(connection: Connection) -> Conversation:
+    """Decode both directions. A stream is cut into frames from its first byte when that byte
+    follows the SYN; after a capture gap, or when the capture began mid-stream, cutting resumes
+    at the next plausible frame header (see frame_start)."""
     conversation = Conversation(connection)
-    for direction, chunks in ((REQUEST, connection.to_server), (RESPONSE, connection.to_client)):
-        frames, rest, rest_ts = timed_frames(chunks)
-        for ts, frame in frames:
-            try:
-                conversation.commands.append(_decode(ts, frame, direction))
-            except RemotingDecodeError:
-                if direction == REQUEST and conversation.undecodable_ts is None:
-                    conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
-        if direction == REQUEST and rest and conversation.undecodable_ts is None:
-            conversation.undecodable, conversation.undecodable_ts = rest, rest_ts
+    for direction, stream in ((REQUEST, connection.to_server), (RESPONSE, connection.to_client)):
+        runs = contiguous_runs(stream)
+        for index, run in enumerate(runs):
+            if not (index == 0 and _starts_at_first_frame(stream, run)):
+                run = _resynchronised(run, conversation)
+            last_run = index == len(runs) - 1
+            _decode_run(conversation, direction, run, last_run)
     conversation.commands.sort(key=lambda c: c.ts)
     return conversation
+
+
+def contiguous_runs(direction: Iterable[Chunk]) -> list[list[Chunk]]:
+    """Split a direction's chunks at its gaps."""
+    runs: list[list[Chunk]] = []
+    end = None
+    for chunk in direction:
+        if chunk.offset != end:
+            runs.append([])
+        runs[-1].append(chunk)
+        end = chunk.offset + len(chunk.data)
+    return runs
+
+
+def frame_start(data: bytes) -> int | None:
+    """The first offset in ``data`` where a frame plausibly starts, or None.
+
+    Plausible: the codec decodes the header that the length and header-length words delimit, and
+    the header of the frame after it too when that lies within ``data``.
+    """
+    for candidate in _FRAME_CANDIDATE.finditer(data):
+        offset = candidate.start()
+        end = _frame_end(data, offset)
+        if end is not None and (end + 8 > len(data) or _frame_end(data, end) is not None):
+            return offset
+    return None
+
+
+def _frame_end(data: bytes, offset: int) -> int | None:
+    """Where the frame at ``offset`` ends, if its header is within ``data`` and decodes."""
+    if offset + 8 > len(data):
+        return None
+    length, word = _FRAME_PREFIX.unpack_from(data, offset)
+    header_length = split_header_word(word)[1]
+    header_end = offset + 8 + header_length
+    if not 4 + header_length <= length <= DEFAULT_MAX_FRAME_LENGTH - 4 or header_end > len(data):
+        return None
+    try:
+        RemotingCommand.decode(data[offset + 4 : header_end])
+    except RemotingDecodeError:
+        return None
+    return offset + 4 + length
+
+
+def _starts_at_first_frame(stream: Direction, run: list[Chunk]) -> bool:
+    return stream.from_syn and run[0].offset == 0
+
+
+def _resynchronised(run: list[Chunk], conversation: Conversation) -> list[Chunk]:
+    """The run from its first plausible frame on; the bytes before it count as lost."""
+    window = bytearray()
+    for chunk in run:
+        window += chunk.data
+        if len(window) >= _RESYNC_WINDOW:
+            break
+    start = frame_start(bytes(window))
+    if start is None:
+        conversation.lost_bytes += sum(len(chunk.data) for chunk in run)
+        return []
+    conversation.lost_bytes += start
+    return _skip(run, start)
+
+
+def _skip(run: list[Chunk], count: int) -> list[Chunk]:
+    """The run without its first ``count`` bytes."""
+    kept = []
+    for chunk in run:
+        if count >= len(chunk.data):
+            count -= len(chunk.data)
+            continue
+        kept.append(Chunk(chunk.ts, chunk.offset + count, chunk.data[count:]) if count else chunk)
+        count = 0
+    return kept
+
+
+def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], last_run: bool) -> None:
+    frames, rest, rest_ts = timed_frames(run)
+    for ts, frame in frames:
+        try:
+            conversation.commands.append(_decode(ts, frame, direction))
+        except RemotingDecodeError:
+            if direction == REQUEST and conversation.undecodable_ts is None:
+                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+    if not rest:
+        return
+    if not last_run:  # a frame cut short by the gap that ends the run
+        conversation.lost_bytes += len(rest)
+    elif direction == REQUEST and conversation.undecodable_ts is None:
+        conversation.undecodable, conversation.undecodable_ts = rest, rest_ts
 
 
 def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conversation]:

@@ -35,10 +35,13 @@ _IPV6_EXT_8_OCTETS = frozenset({0, 43, 60, 135, 139, 140})  # length counts 8-oc
 _IPV6_FRAGMENT, _IPV6_AH = 44, 51
 
 _U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
 _NULL_FAMILY = (struct.Struct("<I"), struct.Struct(">I"))
-_IPV4 = struct.Struct("!BxHxxHxB")  # version/ihl, total length, flags/fragment, protocol
+_IPV4 = struct.Struct("!BxHxxHxBxxII")  # version/ihl, total length, flags/fragment, protocol, addresses
 _IPV6 = struct.Struct("!HB")  # payload length, next header (from offset 4)
 _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
+_ENDPOINTS: dict[tuple[int | bytes, int], str] = {}
+_MAX_ENDPOINTS = 1 << 16
 
 
 class TcpSegment(NamedTuple):
@@ -123,28 +126,24 @@ def _from_family(view: memoryview, big_endian_only: bool) -> tuple[int, int] | N
 def _parse_ipv4(view: memoryview, offset: int) -> TcpSegment | None:
     if offset + 20 > len(view):
         return None
-    version_ihl, total_len, fragment, protocol = _IPV4.unpack_from(view, offset)
+    version_ihl, total_len, fragment, protocol, src, dst = _IPV4.unpack_from(view, offset)
     header_len = (version_ihl & 0x0F) * 4
     if version_ihl >> 4 != 4 or header_len < 20 or protocol != _IPPROTO_TCP:
         return None
     if fragment & 0x1FFF:  # a later fragment: no TCP header in it
         return None
     # Total length 0 happens with TSO/GSO captures; trust the captured length then.
-    end = offset + total_len if total_len else len(view)
-    if end < offset + header_len:
-        return None
-    src = socket.inet_ntoa(view[offset + 12 : offset + 16])
-    dst = socket.inet_ntoa(view[offset + 16 : offset + 20])
-    return _parse_tcp_header(view[offset + header_len : end], src, dst)
+    end = min(offset + total_len, len(view)) if total_len else len(view)
+    return _parse_tcp_header(view, offset + header_len, end, src, dst)
 
 
 def _parse_ipv6(view: memoryview, offset: int) -> TcpSegment | None:
     if offset + 40 > len(view) or view[offset] >> 4 != 6:
         return None
     payload_len, next_header = _IPV6.unpack_from(view, offset + 4)
-    src = "[" + socket.inet_ntop(socket.AF_INET6, view[offset + 8 : offset + 24]) + "]"
-    dst = "[" + socket.inet_ntop(socket.AF_INET6, view[offset + 24 : offset + 40]) + "]"
-    end = offset + 40 + payload_len if payload_len else len(view)  # 0: jumbogram or GSO
+    src = bytes(view[offset + 8 : offset + 24])
+    dst = bytes(view[offset + 24 : offset + 40])
+    end = min(offset + 40 + payload_len, len(view)) if payload_len else len(view)  # 0: jumbogram or GSO
     offset += 40
     while next_header != _IPPROTO_TCP:
         if offset + 8 > len(view):
@@ -161,21 +160,38 @@ def _parse_ipv6(view: memoryview, offset: int) -> TcpSegment | None:
             return None
         next_header = view[offset]
         offset += length
-    return _parse_tcp_header(view[offset:end], src, dst)
+    return _parse_tcp_header(view, offset, end, src, dst)
 
 
-def _parse_tcp_header(tcp: memoryview, src_ip: str, dst_ip: str) -> TcpSegment | None:
-    if len(tcp) < 20:
+def _parse_tcp_header(view: memoryview, start: int, end: int, src_ip: int | bytes, dst_ip: int | bytes
+                      ) -> TcpSegment | None:
+    """The TCP header at ``start``; its segment ends at ``end``. IPs as int (v4) or 16 bytes (v6)."""
+    if end - start < 20:
         return None
-    src_port, dst_port, seq, ack, data_offset, flags = _TCP.unpack_from(tcp, 0)
+    src_port, dst_port, seq, ack, data_offset, flags = _TCP.unpack_from(view, start)
     header_len = (data_offset >> 4) * 4
-    if header_len < 20 or header_len > len(tcp):
+    if header_len < 20 or start + header_len > end:
         return None
     return TcpSegment(
-        f"{src_ip}:{src_port}",
-        f"{dst_ip}:{dst_port}",
+        _endpoint(src_ip, src_port),
+        _endpoint(dst_ip, dst_port),
         seq,
         ack,
         flags | (data_offset & 1) << 8,  # the NS bit sits in the data-offset byte
-        bytes(tcp[header_len:]),
+        bytes(view[start + header_len : end]),
     )
+
+
+def _endpoint(ip: int | bytes, port: int) -> str:
+    """"ip:port" text, cached: a capture has few endpoints and millions of packets."""
+    key = (ip, port)
+    text = _ENDPOINTS.get(key)
+    if text is None:
+        if len(_ENDPOINTS) >= _MAX_ENDPOINTS:
+            _ENDPOINTS.clear()
+        if isinstance(ip, int):
+            text = f"{socket.inet_ntoa(_U32.pack(ip))}:{port}"
+        else:
+            text = f"[{socket.inet_ntop(socket.AF_INET6, ip)}]:{port}"
+        _ENDPOINTS[key] = text
+    return text

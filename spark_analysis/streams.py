@@ -33,12 +33,14 @@ class Direction(list[Chunk]):
     """One direction's reassembled bytes as chunks in stream order.
 
     ``gaps`` holds (offset, length) of every stretch that was never captured; the chunk after a
-    gap starts at ``offset + length``.
+    gap starts at ``offset + length``. ``from_syn`` says offset 0 is the first byte after the
+    sender's SYN, i.e. where its first frame starts; otherwise the capture began mid-stream.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.gaps: list[tuple[int, int]] = []
+        self.from_syn = False
 
 
 @dataclass(eq=False)
@@ -70,7 +72,7 @@ def reassemble(
     for ts, segment in segments:
         key = (segment.src, segment.dst) if segment.src < segment.dst else (segment.dst, segment.src)
         tracker = current.get(key)
-        if tracker is None or tracker.is_new_connection(segment):
+        if tracker is None or segment.flags & SYN and tracker.is_new_connection(segment):
             tracker = _Tracker.open(len(trackers), ts, segment, server_port)
             current[key] = tracker
             trackers.append(tracker)
@@ -149,7 +151,8 @@ class _Tracker:
             self.client_isn = segment.seq
         reassembler = self.to_server if from_client else self.to_client
         # A SYN consumes one sequence number: its (rare) data starts after it.
-        reassembler.add(ts, segment.seq + 1 if flags & SYN else segment.seq, segment.payload)
+        syn = bool(flags & SYN)
+        reassembler.add(ts, segment.seq + 1 if syn else segment.seq, segment.payload, syn)
 
     def finish(self) -> None:
         self.to_server.finish()
@@ -169,9 +172,10 @@ class _Reassembler:
         self.pending: list[tuple[int, int, float, bytes]] = []  # heap of (offset, arrival, ts, data)
         self.arrivals = 0
 
-    def add(self, ts: float, seq: int, payload: bytes) -> None:
+    def add(self, ts: float, seq: int, payload: bytes, syn: bool = False) -> None:
         if self.base_seq is None:
             self.base_seq = seq % _SEQ_MOD
+            self.out.from_syn = syn
         if not payload:
             return
         delta = (seq - self.base_seq - self.next_offset) % _SEQ_MOD
@@ -181,6 +185,10 @@ class _Reassembler:
         if offset > self.next_offset:
             heapq.heappush(self.pending, (offset, self.arrivals, ts, payload))
             self.arrivals += 1
+            return
+        if offset == self.next_offset and not self.pending:  # the common case: the next bytes, in order
+            self.out.append(Chunk(ts, offset, payload))
+            self.next_offset += len(payload)
             return
         self._deliver(ts, offset, payload)
         # Buffered bytes become readable only now, so they take this packet's timestamp.

@@ -1,0 +1,57 @@
+"""The output contract: columns of ``frames/``, ``calls/``, ``registrations/`` and ``brokers.csv``.
+
+Other tools read these, so names, order and types are fixed here and nowhere else. ``*_ROWS``
+describe the tuples decode.py builds (times as seconds or milliseconds); the job turns those
+columns into timestamps, giving the ``*_COLUMNS`` of the files.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+
+def _schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in fields])
+
+
+FRAME_ROWS = _schema(
+    ("ts", DoubleType()), ("conn_id", StringType()), ("client", StringType()), ("server", StringType()),
+    ("direction", StringType()), ("code", IntegerType()), ("code_name", StringType()), ("opaque", IntegerType()),
+    ("flag", IntegerType()), ("oneway", BooleanType()), ("version", IntegerType()), ("version_name", StringType()),
+    ("language", StringType()), ("serialize_type", StringType()), ("remark", StringType()),
+    ("ext", MapType(StringType(), StringType(), True)), ("body_len", IntegerType()),
+)
+
+CALL_ROWS = _schema(
+    ("ts", DoubleType()), ("conn_id", StringType()), ("client", StringType()), ("code", IntegerType()),
+    ("code_name", StringType()), ("opaque", IntegerType()), ("response_code", IntegerType()),
+    ("latency_ms", DoubleType()),
+)
+
+REGISTRATION_ROWS = _schema(
+    ("ts", DoubleType()), ("conn_id", StringType()), ("cluster", StringType()), ("broker_name", StringType()),
+    ("broker_addr", StringType()), ("broker_id", LongType()), ("ha_server_addr", StringType()),
+    ("compressed", BooleanType()), ("body_len", IntegerType()), ("crc_declared", LongType()),
+    ("crc_ok", BooleanType()), ("topic_count", IntegerType()), ("data_version_counter", LongType()),
+    ("data_version_ts", LongType()), ("filter_servers", ArrayType(StringType(), True)),
+    ("response_code", IntegerType()),
+)
+
+#: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
+SECONDS_COLUMNS = ("ts",)
+MILLIS_COLUMNS = ("data_version_ts",)
+
+BROKER_COLUMNS = (
+    "broker_addr", "broker_name", "first_seen", "last_seen", "registrations", "median_interval_s", "max_gap_s",
+    "would_expire", "unregistered", "last_topic_count",
+)

@@ -1,0 +1,80 @@
+"""One SparkSession for all Spark tests (local[2], two shuffle partitions, no UI, loopback only), a
+small synthetic capture with its truth, and a helper that runs the job and reads its outputs back."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_analysis.job import analyse, build_session
+
+REPO = Path(__file__).resolve().parents[2]
+SYNTH = REPO / "tools" / "synth_pcap.py"
+# Impairments far above real rates, so that a few minutes of traffic carry every kind of them.
+SYNTH_ARGS = ("--brokers", "8", "--clients", "5", "--topics", "30", "--hours", "0.3", "--seed", "3",
+              "--loss", "0.03", "--reorder", "0.2", "--retransmit", "0.1")
+
+
+@dataclass
+class Outputs:
+    """What the job wrote, read back as plain Python values."""
+
+    out: str
+    counts: Counter
+    frames: list[dict]
+    calls: list[dict]
+    registrations: list[dict]
+    brokers: list[dict]  # brokers.csv rows, as text
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = build_session("local[2]", conf={"spark.sql.shuffle.partitions": "2",
+                                              "spark.ui.showConsoleProgress": "false"})
+    yield session
+    session.stop()
+
+
+def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) -> Outputs:
+    counts = analyse(spark, inputs, str(out), log=lambda message: None, **options)
+    local_out = str(out).removeprefix("file://")
+    tables = [[row.asDict(recursive=True) for row in _with_seconds(spark.read.parquet(f"{out}/{name}")).collect()]
+              for name in ("frames", "calls", "registrations")]
+    with open(f"{local_out}/brokers.csv", newline="") as f:
+        brokers = list(csv.DictReader(f))
+    return Outputs(local_out, counts, *tables, brokers)
+
+
+def _with_seconds(table):
+    """Timestamps as float seconds: plain numbers to compare, whatever the local time zone."""
+    for name, kind in table.dtypes:
+        if kind == "timestamp":
+            table = table.withColumn(name, F.col(name).cast("double"))
+    return table
+
+
+@pytest.fixture(scope="session")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A synthetic capture (written by the tool, as a user would) and its truth."""
+    path = tmp_path_factory.mktemp("synthetic") / "synthetic.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(path), *SYNTH_ARGS], check=True, capture_output=True)
+    return path, json.loads(path.with_name("synthetic.truth.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def synthetic_outputs(spark: SparkSession, synthetic: tuple[Path, dict],
+                      tmp_path_factory: pytest.TempPathFactory) -> Outputs:
+    """The job's outputs on the synthetic capture, read whole; with the report."""
+    return run_job(spark, [str(synthetic[0])], tmp_path_factory.mktemp("synthetic-out"), report=True)

@@ -1,0 +1,218 @@
+"""Without Spark: what the job's tasks do - resynchronising frames after capture gaps and mid-stream
+starts, pairing calls, summarising registrations, reading byte ranges cut anywhere, planning
+tasks - and the synthetic generator's truth against the single-process path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from spark_analysis.conversation import conversation_of, frame_start
+from spark_analysis.decode import (
+    CALL,
+    CONNECTION,
+    FRAME,
+    REGISTRATION,
+    batch_rows,
+    connection_rows,
+    conversation_rows,
+)
+from spark_analysis.inputs import CaptureFile, Split, discover, plan_tasks, read_task
+from spark_analysis.packets import ACK, PSH, tcp_segments
+from spark_analysis.pcapio import read_records
+from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
+from spark_analysis.streams import reassemble
+from tests.spark.conftest import SYNTH
+from tests.spark.test_pcap_streams import CLIENT, SERVER, handshake, only, segment
+from tests.support import capture
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, SerializeType
+from twisted_namesrv.remoting.codes import V4_9_8
+from twisted_namesrv.remoting.crc import crc32_masked
+
+
+def route_query(opaque: int, oneway: bool = False) -> bytes:
+    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=opaque,
+                                   oneway=oneway).encode()
+
+
+def answer(opaque: int, body: bytes = b"") -> bytes:
+    request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque)
+    return RemotingCommand.response_to(request, body=body or None).encode()
+
+
+BODY = encode_register_body(RegisterBrokerBody(topicConfigTable={"T": TopicConfig("T")}), False, v5=False)
+
+
+def registration(crc: str | None, serialize_type: int = SerializeType.JSON, compressed: bool = False) -> bytes:
+    """A REGISTER_BROKER request; ``crc`` is bodyCrc32 as sent, "right" for the body's own CRC."""
+    body = encode_register_body(RegisterBrokerBody(topicConfigTable={"T": TopicConfig("T")}), True, False) \
+        if compressed else BODY
+    ext = {"brokerAddr": "10.0.0.9:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0",
+           "compressed": str(compressed).lower()}
+    if crc is not None:
+        ext["bodyCrc32"] = str(crc32_masked(body)) if crc == "right" else crc
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=7, version=V4_9_8,
+                                   serialize_type=serialize_type).encode()
+
+
+def client_stream(*frames: bytes, start: int = 1001, ts: float = 2.0, cut: int = 700) -> list:
+    """The frames as client segments of at most ``cut`` bytes."""
+    data = b"".join(frames)
+    return [(ts + i * 0.001, segment(CLIENT, SERVER, start + offset, PSH | ACK, data[offset:offset + cut]))
+            for i, offset in enumerate(range(0, len(data), cut))]
+
+
+def requests_of(packets: list) -> list[RemotingCommand]:
+    conversation = conversation_of(only(reassemble(packets)))
+    return [c.command for c in conversation.commands]
+
+
+# --- resynchronising ---------------------------------------------------------------------------------
+
+
+def test_a_capture_gap_resumes_at_the_next_frame() -> None:
+    frames = [route_query(n) for n in range(1, 6)]
+    packets = client_stream(*frames, cut=20)
+    del packets[9]  # inside the second frame: the capture missed it and nothing filled the hole
+    conversation = conversation_of(only(reassemble(handshake() + packets)))
+    assert [c.command.opaque for c in conversation.commands] == [1, 3, 4, 5]
+    assert conversation.lost_bytes > 0 and not conversation.undecodable
+
+
+def test_a_capture_starting_mid_frame_resumes_at_the_next_frame() -> None:
+    frames = [registration("right"), route_query(2), registration("right", SerializeType.ROCKETMQ)]
+    packets = client_stream(*frames, cut=100)[3:]  # no SYN, and the first frame's start is missing
+    assert [(c.code, c.opaque) for c in requests_of(packets)] == [(105, 2), (103, 7)]
+
+
+def test_a_stream_from_its_syn_is_cut_from_its_first_byte() -> None:
+    """A frame the codec refuses there is what Java closes the channel for, not noise to skip."""
+    packets = handshake() + client_stream(b"\x00\x00\x00\x05junk!", route_query(1))
+    conversation = conversation_of(only(reassemble(packets)))
+    assert (conversation.undecodable, conversation.lost_bytes) == (b"\x00\x00\x00\x05junk!", 0)
+
+
+@pytest.mark.parametrize("noise", [b"", b"x" * 50, bytes(range(256)) * 3, b"\x00\x00\x01\x00\x00\x00\x00\x10{"])
+def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
+    frames = route_query(1) + route_query(2)
+    assert frame_start(noise + frames) == len(noise)
+    assert frame_start(noise) is None
+
+
+# --- calls and registrations -------------------------------------------------------------------------
+
+
+def rows_of(packets: list) -> dict[str, list[tuple]]:
+    rows: dict[str, list[tuple]] = {FRAME: [], CALL: [], REGISTRATION: [], CONNECTION: []}
+    for kind, row in connection_rows(packets, 9876):
+        rows[kind].append(row)
+    return rows
+
+
+def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:
+    to_server = client_stream(route_query(1), route_query(2, oneway=True), route_query(3), route_query(1))
+    answers = answer(3) + answer(1) + answer(1)
+    to_client = [(3.0, segment(SERVER, CLIENT, 5001, PSH | ACK, answers))]
+    calls = rows_of(handshake() + to_server + to_client)[CALL]
+    response_code, latency = CALL_ROWS.names.index("response_code"), CALL_ROWS.names.index("latency_ms")
+    assert [(c[5], c[response_code], c[latency] is None) for c in calls] == [
+        (1, 0, False), (2, None, True), (3, 0, False), (1, 0, False)]
+
+
+@pytest.mark.parametrize(("declared", "crc_ok"), [
+    ("right", True),
+    ("12345", False),  # the NameServer answers "crc32 not match"
+    ("0", None),  # no check
+    (None, None),  # no check
+    ("2835376080", None),  # above 2**31 - 1: Java's Integer parse fails, so no check
+])
+def test_crc_ok_says_what_the_nameserver_checked(declared: str | None, crc_ok: bool | None) -> None:
+    registrations = rows_of(handshake() + client_stream(registration(declared)))[REGISTRATION]
+    (row,) = registrations
+    names = REGISTRATION_ROWS.names
+    assert row[names.index("crc_ok")] is crc_ok
+    sent = {None: None, "right": crc32_masked(BODY)}.get(declared, declared)
+    assert row[names.index("crc_declared")] == (None if sent is None else int(sent))
+    assert (row[names.index("topic_count")], row[names.index("broker_addr")]) == (1, "10.0.0.9:10911")
+
+
+@pytest.mark.parametrize(("serialize_type", "compressed"), [(SerializeType.ROCKETMQ, False),
+                                                           (SerializeType.JSON, True)])
+def test_registrations_in_binary_headers_and_compressed_bodies(serialize_type: int, compressed: bool) -> None:
+    packets = handshake() + client_stream(registration("right", serialize_type, compressed))
+    (row,) = rows_of(packets)[REGISTRATION]
+    names = REGISTRATION_ROWS.names
+    assert (row[names.index("compressed")], row[names.index("crc_ok")], row[names.index("topic_count")]) == (
+        compressed, True, 1)
+
+
+def test_every_row_of_a_conversation_has_its_connection_id() -> None:
+    connection = only(reassemble(handshake() + client_stream(route_query(1))))
+    conn_ids = {row[1] for kind, row in conversation_rows(conversation_of(connection)) if kind != CONNECTION}
+    assert conn_ids == {"10.0.0.1:40000>10.0.0.2:9876@1.000000"}
+
+
+# --- byte ranges and tasks ---------------------------------------------------------------------------
+
+
+def decoded(splits: list[Split]) -> Counter:
+    """Decoded rows, as the job gets them from these splits (one task per split)."""
+    batches: dict = {}
+    for split in splits:
+        for key, batch in read_task([split], 9876, Counter()):
+            batches.setdefault(key, []).append(batch)
+    return Counter(repr(row) for parts in batches.values() for row in batch_rows(parts, 9876))
+
+
+@pytest.mark.parametrize("range_size", [97, 1000, 4099, 65536])
+def test_byte_ranges_cut_anywhere_decode_as_the_whole_file(range_size: int) -> None:
+    path = capture("compressed_bulk.pcap")
+    file = CaptureFile(str(path), path.stat().st_size, 0)
+    whole = decoded([Split(file, 0, file.size)])
+    cuts = [*range(0, file.size, range_size), file.size]
+    assert decoded([Split(file, start, stop) for start, stop in pairwise(cuts)]) == whole
+
+
+def test_tasks_cut_big_files_and_combine_small_ones(tmp_path: Path) -> None:
+    files = [CaptureFile(f"f{i}", size, i) for i, size in enumerate([10, 250, 30, 40, 50])]
+    tasks = plan_tasks(files, 100)
+    assert [[(s.file.path, s.start, s.stop) for s in task] for task in tasks] == [
+        [("f1", 0, 100)], [("f1", 100, 200)], [("f1", 200, 250)],
+        [("f0", 0, 10), ("f2", 0, 30), ("f3", 0, 40), ("f4", 0, 50)]]
+
+
+def test_inputs_expand_directories_and_globs(tmp_path: Path) -> None:
+    for name in ("a/1.pcap", "a/.hidden.pcap", "a/_SUCCESS", "a/b/2.pcap", "c.pcap"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * len(name))
+    found = discover([str(tmp_path / "a"), str(tmp_path / "*.pcap"), str(tmp_path / "c.pcap")], lambda uri: [])
+    assert [(Path(f.path).relative_to(tmp_path).as_posix(), f.size, f.index) for f in found] == [
+        ("a/1.pcap", 8, 0), ("a/b/2.pcap", 10, 1), ("c.pcap", 6, 2)]
+    with pytest.raises(FileNotFoundError):
+        discover([str(tmp_path / "missing*")], lambda uri: [])
+
+
+# --- the synthetic generator -------------------------------------------------------------------------
+
+
+def test_synthetic_truth_holds_in_a_single_process(tmp_path: Path) -> None:
+    path = tmp_path / "s.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(path), "--brokers", "6", "--clients", "4", "--hours", "0.2",
+                    "--seed", "11", "--loss", "0.05", "--reorder", "0.3", "--retransmit", "0.3"], check=True,
+                   capture_output=True)
+    truth = json.loads((tmp_path / "s.truth.json").read_text())
+    rows: dict[str, list] = {FRAME: [], CALL: [], REGISTRATION: [], CONNECTION: []}
+    for kind, row in connection_rows(tcp_segments(read_records(path)), 9876):
+        rows[kind].append(row)
+    assert (len(rows[FRAME]), len(rows[CALL]), len(rows[REGISTRATION]), len(rows[CONNECTION])) == (
+        truth["frames"], truth["requests"], truth["registrations"], truth["connections"])
+    response_code = CALL_ROWS.names.index("response_code")
+    assert sum(call[response_code] is None for call in rows[CALL]) == truth["unanswered"]
+    assert sum(c.gaps for c in rows[CONNECTION]) > 0

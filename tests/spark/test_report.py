@@ -1,0 +1,200 @@
+"""The Spark job end to end: exact counts on the shared captures of real Java traffic and on a
+synthetic capture whose truth is known, the same result however a file is cut into byte ranges,
+and the path for files on other filesystems (Hadoop listing, whole-file reads, Hadoop writes).
+
+Kept to four small jobs on one shared session: CI has two cores."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from spark_analysis import inputs
+from spark_analysis.conversation import read_conversations
+from spark_analysis.pcapio import read_records
+from tests.spark.conftest import Outputs, run_job
+from tests.support import capture
+from twisted_namesrv.remoting import RequestCode
+from twisted_namesrv.remoting.codes import code_name
+
+# The output contract of issue 3, written out here independently of spark_analysis/schema.py.
+FRAME_COLUMNS = ["ts", "conn_id", "client", "server", "direction", "code", "code_name", "opaque", "flag", "oneway",
+                 "version", "version_name", "language", "serialize_type", "remark", "ext", "body_len"]
+CALL_COLUMNS = ["ts", "conn_id", "client", "code", "code_name", "opaque", "response_code", "latency_ms"]
+REGISTRATION_COLUMNS = ["ts", "conn_id", "cluster", "broker_name", "broker_addr", "broker_id", "ha_server_addr",
+                        "compressed", "body_len", "crc_declared", "crc_ok", "topic_count", "data_version_counter",
+                        "data_version_ts", "filter_servers", "response_code"]
+BROKER_COLUMNS = ["broker_addr", "broker_name", "first_seen", "last_seen", "registrations", "median_interval_s",
+                  "max_gap_s", "would_expire", "unregistered", "last_topic_count"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    registrations: dict[str, int]  # REGISTER_BROKER requests per brokerAddr
+    unregisters: dict[str, int]  # UNREGISTER_BROKER requests per brokerAddr
+    crc_ok: dict[bool | None, int]  # registrations/ crc_ok values
+    unanswered: dict[str, int]  # requests without an answer, by code name
+    still_registered: set[str]  # brokers whose last word was not UNREGISTER_BROKER
+
+    def brokers(self) -> set[str]:
+        return set(self.registrations) | set(self.unregisters) | self.still_registered
+
+
+# From each file's README and steps: the probe registers broker-probe master 127.0.0.1:20911
+# three times - bodyCrc32 the unmasked CRC (> 2**31: Java's Integer parse fails, no check, so
+# crc_ok is None), then 12345 (refused: crc_ok False), then 0 (no check: None) - and its slave
+# 20921 once (True); every Java broker's CRC is right. Unregistered: the probe's two brokers,
+# broker-b (clean stop) and broker-a (stop); the slave 10931 is killed. Unanswered (4.9.8): code
+# 9999, the probe's oneway route query and the brokers' oneway registrations after auto-created
+# topics. How often the Java brokers registered depends on timing; those counts come from the
+# captures and are checked against the single-process path below.
+_PROBE_498 = {"127.0.0.1:20911": 3, "127.0.0.1:20921": 1}
+_UNREGISTERS_498 = {"127.0.0.1:10911": 1, "127.0.0.1:10921": 1, "127.0.0.1:20911": 1, "127.0.0.1:20921": 1}
+_STILL_498 = {"127.0.0.1:10931"}
+_LIFECYCLE = Expected(
+    {"127.0.0.1:10911": 11, "127.0.0.1:10921": 9, "127.0.0.1:10931": 6, **_PROBE_498}, _UNREGISTERS_498,
+    {True: 27, False: 1, None: 2}, {"REGISTER_BROKER": 5, "GET_ROUTEINFO_BY_TOPIC": 1, "9999": 1}, _STILL_498)
+EXPECTED = {
+    "json_lifecycle.pcap": _LIFECYCLE,
+    "binary_lifecycle.pcap": _LIFECYCLE,
+    "compressed_bulk.pcap": Expected(
+        {"127.0.0.1:10911": 7, "127.0.0.1:10921": 5, "127.0.0.1:10931": 5, **_PROBE_498}, _UNREGISTERS_498,
+        {True: 18, False: 1, None: 2}, {"REGISTER_BROKER": 5, "GET_ROUTEINFO_BY_TOPIC": 1, "9999": 1}, _STILL_498),
+    # 5.3.3: broker-5a registers twice, its slave, 5b, 5c and the refused 4.9.8-style broker once; the
+    # slave unregisters; the oneway BROKER_HEARTBEAT is the only request without an answer; 127.0.0.1:1
+    # is the unknown broker of a QUERY_DATA_VERSION.
+    "v5_probe.pcap": Expected(
+        {"127.0.0.1:50911": 2, "127.0.0.1:50921": 1, "127.0.0.1:51911": 1, "127.0.0.1:52911": 1,
+         "127.0.0.1:53911": 1}, {"127.0.0.1:50921": 1}, {True: 6}, {"BROKER_HEARTBEAT": 1},
+        {"127.0.0.1:50911", "127.0.0.1:51911", "127.0.0.1:52911", "127.0.0.1:53911", "127.0.0.1:1"}),
+}
+
+
+def single_process_counts(path: Path) -> dict[str, Counter]:
+    """The same facts from the replay test's path (read_conversations), without Spark: CRC failures
+    as the NameServer answered them, unanswered requests by opaque."""
+    counts: dict[str, Counter] = {name: Counter() for name in ("registrations", "unregisters", "unanswered")}
+    counts["totals"] = Counter()
+    for conversation in read_conversations(path):
+        answers = conversation.responses_by_opaque()
+        counts["totals"]["frames"] += len(conversation.commands)
+        for captured in conversation.requests():
+            command = captured.command
+            answer = answers.get(command.opaque)
+            if answer is None:
+                counts["unanswered"][code_name(command.code)] += 1
+            if command.code == RequestCode.REGISTER_BROKER:
+                counts["registrations"][command.ext["brokerAddr"]] += 1
+                counts["totals"]["crc_refused"] += answer is not None and answer.command.remark == "crc32 not match"
+            elif command.code == RequestCode.UNREGISTER_BROKER:
+                counts["unregisters"][command.ext["brokerAddr"]] += 1
+    return counts
+
+
+def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
+    """One job over the four captures (their times do not overlap, which attributes every row to
+    its capture); each capture's counts as expected and as the single-process path finds them."""
+    paths = {name: capture(name) for name in sorted(EXPECTED)}
+    out = run_job(spark, [str(path) for path in paths.values()], tmp_path, report=False)
+    spans = {name: (records[0].ts, records[-1].ts) for name, records in
+             ((name, read_records(path)) for name, path in paths.items())}
+
+    def of(name: str, rows: list[dict]) -> list[dict]:
+        first, last = spans[name]
+        return [row for row in rows if first <= row["ts"] <= last]
+
+    for name, expected in EXPECTED.items():
+        single = single_process_counts(paths[name])
+        frames, calls, registrations = of(name, out.frames), of(name, out.calls), of(name, out.registrations)
+        registered = Counter(r["broker_addr"] for r in registrations)
+        assert registered == expected.registrations == single["registrations"], name
+        unregisters = Counter(f["ext"]["brokerAddr"] for f in frames
+                              if f["direction"] == "request" and f["code"] == RequestCode.UNREGISTER_BROKER)
+        assert unregisters == expected.unregisters == single["unregisters"], name
+        assert Counter(r["crc_ok"] for r in registrations) == expected.crc_ok, name
+        assert sum(r["crc_ok"] is False for r in registrations) == single["totals"]["crc_refused"], name
+        assert Counter(c["code_name"] for c in calls if c["response_code"] is None) == expected.unanswered, name
+        assert Counter(c["code_name"] for c in calls if c["latency_ms"] is None) == single["unanswered"], name
+        assert len(frames) == single["totals"]["frames"], name
+    assert sum(len(of(name, out.frames)) for name in EXPECTED) == len(out.frames)
+
+    # Broker addresses recur across the 4.9.8 captures: brokers.csv sums them.
+    brokers = {b["broker_addr"]: b for b in out.brokers}
+    assert set(brokers) == set().union(*(e.brokers() for e in EXPECTED.values()))
+    assert {a for a, b in brokers.items() if b["unregistered"] == "false"} == set().union(
+        *(e.still_registered for e in EXPECTED.values()))
+    assert {a: int(b["registrations"]) for a, b in brokers.items() if int(b["registrations"])} == sum(
+        (Counter(e.registrations) for e in EXPECTED.values()), Counter())
+
+
+def test_output_columns_follow_the_contract(synthetic_outputs: Outputs) -> None:
+    assert list(synthetic_outputs.frames[0]) == FRAME_COLUMNS
+    assert list(synthetic_outputs.calls[0]) == CALL_COLUMNS
+    assert list(synthetic_outputs.registrations[0]) == REGISTRATION_COLUMNS
+    assert list(synthetic_outputs.brokers[0]) == BROKER_COLUMNS
+
+
+def test_synthetic_capture_matches_its_truth(synthetic, synthetic_outputs: Outputs) -> None:
+    path, truth = synthetic
+    out = synthetic_outputs
+    assert all(truth["injected"][kind] > 0 for kind in
+               ("capture_losses", "reorderings", "retransmissions", "heartbeat_silences")), truth["injected"]
+    assert out.counts["gaps"] > 0 and out.counts["lost_bytes"] > 0
+    requests = [f for f in out.frames if f["direction"] == "request"]
+    assert (len(out.frames), len(requests), out.counts["connection"]) == (
+        truth["frames"], truth["requests"], truth["connections"])
+    assert Counter(f["code_name"] for f in requests) == truth["requests_by_code"]
+    assert sum(c["response_code"] is None for c in out.calls) == truth["unanswered"]
+    assert sum(r["crc_ok"] is False for r in out.registrations) == truth["crc_failures"]
+
+    brokers = {b["broker_addr"]: b for b in out.brokers}
+    assert set(brokers) == set(truth["brokers"])
+    for addr, known in truth["brokers"].items():
+        found = brokers[addr]
+        assert int(found["registrations"]) == known["registrations"], addr
+        assert int(found["last_topic_count"]) == known["last_topic_count"], addr
+        assert found["would_expire"] == str(known["would_expire"]).lower(), addr
+        assert found["unregistered"] == str(known["unregistered"]).lower(), addr
+        assert float(found["max_gap_s"]) == pytest.approx(known["max_gap_s"], abs=1e-3), addr
+        assert float(found["median_interval_s"]) == pytest.approx(known["median_interval_s"], abs=1e-3), addr
+        assert seconds(found["first_seen"]) == pytest.approx(known["first_seen"], abs=1e-6), addr
+        assert seconds(found["last_seen"]) == pytest.approx(known["last_seen"], abs=1e-6), addr
+
+    report = Path(out.out, "report.html").read_text()
+    assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,", report)) == 5
+
+
+def test_byte_ranges_cut_anywhere_give_the_unsplit_result(spark, synthetic, synthetic_outputs: Outputs,
+                                                          tmp_path: Path) -> None:
+    path, _ = synthetic
+    split_size = path.stat().st_size // 40 + 17  # 41 ranges, cut at arbitrary offsets inside records
+    split = run_job(spark, [str(path)], tmp_path, split_size=split_size, report=False)
+    assert split.counts["records"] == synthetic_outputs.counts["records"]
+    assert same_rows(split, synthetic_outputs)
+
+
+def test_other_filesystems_are_listed_read_and_written_through_hadoop(spark, synthetic, synthetic_outputs: Outputs,
+                                                                     tmp_path: Path, monkeypatch) -> None:
+    local = inputs.is_local
+    monkeypatch.setattr(inputs, "is_local", lambda path: not path.startswith("file:") and local(path))
+    path, _ = synthetic
+    remote = run_job(spark, [f"file://{path.parent}"], f"file://{tmp_path}", report=False)
+    assert same_rows(remote, synthetic_outputs)
+    assert remote.brokers == synthetic_outputs.brokers
+
+
+def same_rows(a: Outputs, b: Outputs) -> bool:
+    def table(rows: list[dict]) -> list[str]:
+        return sorted(repr(sorted(row.items())) for row in rows)
+
+    return all(table(x) == table(y) for x, y in ((a.frames, b.frames), (a.calls, b.calls),
+                                                 (a.registrations, b.registrations)))
+
+
+def seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

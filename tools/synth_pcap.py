@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Synthetic NameServer traffic as a classic pcap, with the exact truth beside it.
+
+    python tools/synth_pcap.py OUT.pcap [--brokers N] [--hours H] [--clients M] [--topics T] [--seed S]
+
+writes OUT.pcap and OUT.truth.json. N brokers heartbeat every 30 s for H hours (JSON and
+ROCKETMQ headers, plain and compressed bodies, 4.9.8 and 5.x layouts, topics added over time),
+some with an injected silence longer than the 120 s expiry and some unregistering at the end;
+M clients look routes up every 30 s and get answers. On the wire: retransmissions, out-of-order
+segments, segments the capture missed, a broker and a client whose connections were opened before
+the capture began (it starts mid-frame), a client port reused by a new connection, and a last
+packet cut short. Frames are built with the project's codec; no real time passes.
+
+The truth counts what an exact analyser must find: a frame exists iff every one of its segments
+was captured; its time is that of the packet that completed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import random
+import socket
+import statistics
+import struct
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.protocol.route import BrokerData, DataVersion, QueueData, topic_route_bean
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
+from twisted_namesrv.remoting.codes import V4_9_8, V5_3_3, code_name
+from twisted_namesrv.remoting.crc import crc32_masked
+
+START = 1_800_000_000.0  # capture start, seconds since the epoch
+SERVER = ("10.0.0.1", 9876)
+CLUSTER = "SynthCluster"
+HEARTBEAT_S = 30.0
+LOOKUP_S = 30.0
+EXPIRY_S = 120.0
+SILENCE_S = 185.0  # an injected heartbeat gap: the NameServer would expire the broker
+SEGMENT_SPACING_S = 10e-6  # between the segments of one frame
+RETRANSMIT_AFTER_S = 0.2
+SYN, ACK, FIN, PSH = 0x02, 0x10, 0x01, 0x08
+
+_RECORD = struct.Struct("<IIII")
+_PACKET = struct.Struct("!6s6sH BBHHHBBH4s4s HHIIBBHHH")  # Ethernet, IPv4, TCP headers
+_MACS = (b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02")
+
+
+@dataclass
+class Frame:
+    """Truth about one remoting command."""
+
+    conn: int
+    request: bool
+    code: int
+    ts: float = 0.0
+    lost: bool = False
+    oneway: bool = False
+    broker_addr: str | None = None
+    crc_bad: bool = False
+    topic_count: int | None = None
+    answer: Frame | None = None
+
+
+@dataclass
+class Options:
+    brokers: int = 4
+    hours: float = 0.25
+    clients: int = 3
+    topics: int = 40
+    seed: int = 1
+    mss: int = 1460
+    retransmit: float = 0.01
+    reorder: float = 0.01
+    loss: float = 0.001
+
+
+@dataclass
+class Connection:
+    """One TCP connection's endpoints and next sequence numbers; ``number`` counts connections."""
+
+    number: int
+    client: tuple[str, int]
+    client_seq: int
+    server_seq: int
+    packed: tuple[bytes, bytes] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.packed = (socket.inet_aton(self.client[0]), socket.inet_aton(SERVER[0]))
+
+
+class Packet:
+    """A packet to write: ordered by time, then by creation, so merging keeps each actor's order."""
+
+    __slots__ = ("ts", "order", "conn", "from_client", "seq", "ack", "flags", "payload", "frame")
+    _orders = itertools.count()
+
+    def __init__(self, ts: float, conn: Connection, from_client: bool, seq: int, ack: int, flags: int,
+                 payload: bytes = b"", frame: Frame | None = None) -> None:
+        self.ts, self.order, self.conn, self.from_client = ts, next(Packet._orders), conn, from_client
+        self.seq, self.ack, self.flags, self.payload, self.frame = seq, ack, flags, payload, frame
+
+    def __lt__(self, other: Packet) -> bool:
+        return (self.ts, self.order) < (other.ts, other.order)
+
+
+class Generator:
+    def __init__(self, options: Options) -> None:
+        self.o = options
+        self.rng = random.Random(options.seed)
+        self.end = START + options.hours * 3600
+        self.frames: list[Frame] = []
+        self.connections = 0
+        self.injected: Counter = Counter()
+        self.bodies: dict[tuple, bytes] = {}
+        self.routes: dict[str, bytes] = {}
+
+    # -- actors ------------------------------------------------------------------------------------
+
+    def actors(self) -> list[Iterator[Packet]]:
+        brokers = [self.broker(i) for i in range(self.o.brokers)]
+        return brokers + [self.client(j) for j in range(self.o.clients)]
+
+    def broker(self, i: int) -> Iterator[Packet]:
+        """Broker i: ROCKETMQ (binary) headers if i % 4 == 1, JSON otherwise (JSON is RocketMQ's default);
+        compressed bodies if i % 3 == 1; 5.x if i % 5 == 4;
+        silent for SILENCE_S mid-capture if i % 4 == 2; unregisters at the end if i % 4 == 3.
+        Broker 0's connection predates the capture, whose first packets cut its first registration."""
+        host = f"10.1.{i // 250}.{i % 250 + 1}"
+        addr = f"{host}:10911"
+        name = f"broker-{i:03d}"
+        version = V5_3_3 if i % 5 == 4 else V4_9_8
+        serialize = SerializeType.ROCKETMQ if i % 4 == 1 else SerializeType.JSON
+        compressed = i % 3 == 1
+        topics = self.o.topics + i % 7
+        topic_every = self.o.hours * 3600 / 4  # a topic is added four times over the capture
+        mid_stream = i == 0
+        conn = self.connect((host, 40000 + i % 20000))
+        t = START - 1.5 * SEGMENT_SPACING_S if mid_stream else START + self.rng.uniform(0.05, HEARTBEAT_S)
+        if not mid_stream:
+            yield from self.handshake(conn, t - 0.01)
+        silence = (START + self.o.hours * 1800, START + self.o.hours * 1800 + SILENCE_S) if i % 4 == 2 else None
+        opaque = self.rng.randrange(1 << 20)
+        beats = 0
+        while t < self.end - 5:
+            if silence and silence[0] <= t < silence[1]:
+                t = silence[1]
+                self.injected["heartbeat_silences"] += 1
+                silence = None
+                continue
+            counter = 1 + int((t - START) // topic_every)
+            topic_count = topics + counter - 1
+            body = self.register_body(name, topic_count, counter, compressed, version)
+            crc = crc32_masked(body)
+            crc_bad = i == 0 and beats == 3  # one registration with a wrong CRC, refused
+            ext = {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
+                   "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": CLUSTER,
+                   "compressed": "true" if compressed else "false", "haServerAddr": f"{host}:10912"}
+            if version == V5_3_3:
+                ext["enableActingMaster"] = "false"
+                ext["heartbeatTimeoutMillis"] = "120000"
+            request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=version,
+                                              serialize_type=serialize)
+            frame = Frame(conn.number, True, RequestCode.REGISTER_BROKER, broker_addr=addr, crc_bad=crc_bad,
+                          topic_count=topic_count)
+            answer = RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR if crc_bad else ResponseCode.SUCCESS,
+                "crc32 not match" if crc_bad else None, ext={}, version=version,
+                serialize_type=serialize if version == V4_9_8 else SerializeType.JSON)
+            yield from self.exchange(conn, t, request, frame, answer, latency=self.rng.uniform(0.0003, 0.003))
+            opaque += 1
+            beats += 1
+            t += HEARTBEAT_S + self.rng.uniform(-0.5, 0.5)
+        if i % 4 == 3:
+            request = RemotingCommand.request(
+                RequestCode.UNREGISTER_BROKER, {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
+                                                "clusterName": CLUSTER}, opaque=opaque, version=version,
+                serialize_type=serialize)
+            frame = Frame(conn.number, True, RequestCode.UNREGISTER_BROKER, broker_addr=addr)
+            answer = RemotingCommand.response_to(request, version=version, serialize_type=SerializeType.JSON)
+            yield from self.exchange(conn, t, request, frame, answer, latency=0.001)
+            yield from self.close(conn, t + 0.01)
+
+    def client(self, j: int) -> Iterator[Packet]:
+        """Client j looks a route up every 30 s (every 20th request asks for cluster info); client 0's
+        connection predates the capture and sends one oneway request; client 1 reconnects from the
+        same port halfway through."""
+        host = f"10.2.{j // 250}.{j % 250 + 1}"
+        language, version = ("CPP", 63) if j % 3 == 1 else ("JAVA", V4_9_8)
+        conn = self.connect((host, 50000 + j % 10000))
+        mid_stream = j == 0
+        t = START - 0.0005 if mid_stream else START + self.rng.uniform(0.05, LOOKUP_S)
+        if not mid_stream:
+            yield from self.handshake(conn, t - 0.01)
+        reconnect_at = START + self.o.hours * 1800 if j == 1 else None
+        oneway_at = START + self.o.hours * 1200 if j == 0 else None
+        opaque = 0
+        while t < self.end - 5:
+            if reconnect_at is not None and t >= reconnect_at:
+                yield from self.close(conn, t)
+                conn = self.connect(conn.client)
+                yield from self.handshake(conn, t + 1)
+                t += 1.1
+                reconnect_at = None
+            oneway = oneway_at is not None and t >= oneway_at
+            oneway_at = None if oneway else oneway_at
+            yield from self.lookup(conn, t, opaque, j, language, version, oneway)
+            opaque += 1
+            t += LOOKUP_S + self.rng.uniform(-1, 1)
+        if j == 0:  # the capture stops while this request is being written
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=opaque, version=version)
+            yield from self.exchange(conn, self.end + 60, request, Frame(conn.number, True, request.code), None, 0)
+
+    def lookup(self, conn: Connection, t: float, opaque: int, j: int, language: str, version: int,
+               oneway: bool) -> Iterator[Packet]:
+        if opaque % 20 == 19:
+            code, ext, body, answer_code = RequestCode.GET_BROKER_CLUSTER_INFO, None, self.cluster_info(), 0
+        else:
+            topic = f"Topic-{self.rng.randrange(max(self.o.brokers, 1)):03d}-{self.rng.randrange(self.o.topics)}"
+            if self.rng.random() < 0.05:
+                topic = "NoSuchTopic"
+            code, ext = RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
+            body = None if topic == "NoSuchTopic" else self.route(topic)
+            answer_code = ResponseCode.TOPIC_NOT_EXIST if body is None else ResponseCode.SUCCESS
+        request = RemotingCommand.request(code, ext, opaque=opaque, version=version, language=language, oneway=oneway)
+        frame = Frame(conn.number, True, code, oneway=oneway)
+        answer = None
+        if not oneway:
+            remark = None if answer_code == 0 else f"No topic route info in name server for the topic: {ext['topic']}"
+            answer = RemotingCommand.response_to(request, answer_code, remark, body=body, version=V4_9_8)
+        yield from self.exchange(conn, t, request, frame, answer, latency=self.rng.uniform(0.0002, 0.002))
+
+    # -- bodies ------------------------------------------------------------------------------------
+
+    def register_body(self, name: str, topics: int, counter: int, compressed: bool, version: int) -> bytes:
+        key = (name, topics, counter, compressed, version)
+        body = self.bodies.get(key)
+        if body is None:
+            broker = int(name.rpartition("-")[2])
+            table = {f"Topic-{broker:03d}-{k}": TopicConfig(f"Topic-{broker:03d}-{k}", 8, 8, 6)
+                     for k in range(topics)}
+            wrapper = RegisterBrokerBody(DataVersion(int(START * 1000) + counter, counter), table)
+            body = self.bodies[key] = encode_register_body(wrapper, compressed, v5=version == V5_3_3)
+        return body
+
+    def route(self, topic: str) -> bytes:
+        body = self.routes.get(topic)
+        if body is None:
+            broker = int(topic.split("-")[1])
+            name, addr = f"broker-{broker:03d}", f"10.1.{broker // 250}.{broker % 250 + 1}:10911"
+            bean = topic_route_bean([QueueData(name, 8, 8, 6)], [BrokerData(CLUSTER, name, {0: addr})], {}, None,
+                                    None, False)
+            body = self.routes[topic] = fastjson.dumps_bytes(bean, standard=True)
+        return body
+
+    def cluster_info(self) -> bytes:
+        body = self.routes.get("")
+        if body is None:
+            names = [f"broker-{i:03d}" for i in range(self.o.brokers)]
+            addrs = {n: {0: f"10.1.{i // 250}.{i % 250 + 1}:10911"} for i, n in enumerate(names)}
+            bean = {"brokerAddrTable": {n: {"brokerAddrs": a, "brokerName": n, "cluster": CLUSTER}
+                                        for n, a in addrs.items()}, "clusterAddrTable": {CLUSTER: names}}
+            body = self.routes[""] = fastjson.dumps_bytes(bean)
+        return body
+
+    # -- TCP ---------------------------------------------------------------------------------------
+
+    def connect(self, client: tuple[str, int]) -> Connection:
+        self.connections += 1
+        return Connection(self.connections, client, self.rng.randrange(1 << 32), self.rng.randrange(1 << 32))
+
+    def handshake(self, conn: Connection, t: float) -> Iterator[Packet]:
+        yield Packet(t, conn, True, conn.client_seq, 0, SYN)
+        yield Packet(t + 0.0001, conn, False, conn.server_seq, conn.client_seq + 1, SYN | ACK)
+        conn.client_seq, conn.server_seq = conn.client_seq + 1, conn.server_seq + 1
+        yield Packet(t + 0.0002, conn, True, conn.client_seq, conn.server_seq, ACK)
+
+    def close(self, conn: Connection, t: float) -> Iterator[Packet]:
+        yield Packet(t, conn, True, conn.client_seq, conn.server_seq, FIN | ACK)
+        yield Packet(t + 0.0001, conn, False, conn.server_seq, conn.client_seq + 1, FIN | ACK)
+        yield Packet(t + 0.0002, conn, True, conn.client_seq + 1, conn.server_seq + 1, ACK)
+
+    def exchange(self, conn: Connection, t: float, request: RemotingCommand, frame: Frame,
+                 answer: RemotingCommand | None, latency: float) -> Iterator[Packet]:
+        """A request and its answer as segments, with the wire's impairments, in time order."""
+        data = request.encode()
+        packets = self.segments(conn, True, t, data, frame)
+        self.frames.append(frame)
+        if answer is not None:
+            response = Frame(conn.number, False, answer.code)
+            frame.answer = response
+            self.frames.append(response)
+            sent = t + -(-len(data) // self.o.mss) * SEGMENT_SPACING_S
+            packets += self.segments(conn, False, max(t + latency, sent), answer.encode(), response)
+        packets.sort()
+        return iter(packets)
+
+    def segments(self, conn: Connection, from_client: bool, t: float, data: bytes, frame: Frame) -> list[Packet]:
+        mss = self.o.mss
+        seq = conn.client_seq if from_client else conn.server_seq
+        ack = conn.server_seq if from_client else conn.client_seq
+        count = -(-len(data) // mss)
+        packets = [Packet(t + k * SEGMENT_SPACING_S, conn, from_client, seq + k * mss, ack, PSH | ACK,
+                          data[k * mss:(k + 1) * mss], frame) for k in range(count)]
+        if from_client:
+            conn.client_seq = (seq + len(data)) % (1 << 32)
+        else:
+            conn.server_seq = (seq + len(data)) % (1 << 32)
+        frame.ts = packets[-1].ts
+        if t < START + 1:  # impairments would blur what the capture's start cuts off
+            return packets
+        if self.rng.random() < self.o.loss:
+            missed = packets.pop(count // 2)
+            missed.frame.lost = True
+            self.injected["capture_losses"] += 1
+            return packets
+        if count > 1 and self.rng.random() < self.o.reorder:
+            k = self.rng.randrange(count - 1)
+            first, second = packets[k], packets[k + 1]
+            first.ts, second.ts = second.ts, first.ts  # the later bytes are captured first
+            packets[k], packets[k + 1] = second, first
+            self.injected["reorderings"] += 1
+        if self.rng.random() < self.o.retransmit:
+            original = self.rng.choice(packets)
+            packets.append(Packet(original.ts + RETRANSMIT_AFTER_S, conn, from_client, original.seq, original.ack,
+                                  original.flags, original.payload))
+            self.injected["retransmissions"] += 1
+        return packets
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def write(self, out: BinaryIO) -> dict:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        written = 0
+        last: Packet | None = None
+        for packet in heapq.merge(*self.actors()):
+            if packet.ts < START:
+                if packet.frame is not None:
+                    packet.frame.lost = True
+                continue
+            if last is not None:
+                self._record(out, last)
+                written += 1
+            last = packet
+        self._record(out, last, truncated=True)  # the capture was stopped while writing it
+        if last.frame is not None:
+            last.frame.lost = True
+        return self.truth(written)
+
+    @staticmethod
+    def _record(out: BinaryIO, packet: Packet, truncated: bool = False) -> None:
+        conn = packet.conn
+        client, server = conn.packed
+        src, dst = (client, server) if packet.from_client else (server, client)
+        ports = (conn.client[1], SERVER[1]) if packet.from_client else (SERVER[1], conn.client[1])
+        length = 40 + len(packet.payload)
+        usec = round(packet.ts * 1e6)
+        headers = _PACKET.pack(_MACS[packet.from_client], _MACS[not packet.from_client], 0x0800,
+                               0x45, 0, length, 0, 0x4000, 64, 6, 0, src, dst,
+                               ports[0], ports[1], packet.seq % (1 << 32), packet.ack % (1 << 32), 0x50,
+                               packet.flags, 65535, 0, 0)
+        captured = len(headers) + len(packet.payload)
+        out.write(_RECORD.pack(usec // 1_000_000, usec % 1_000_000, captured, captured))
+        if truncated:
+            out.write((headers + packet.payload)[:captured // 2])
+            return
+        out.write(headers)
+        out.write(packet.payload)
+
+    # -- truth ---------------------------------------------------------------------------------------
+
+    def truth(self, packets: int) -> dict:
+        captured = [f for f in self.frames if not f.lost]
+        requests = [f for f in captured if f.request]
+        brokers: dict[str, dict] = {}
+        for frame in requests:
+            if frame.broker_addr is None:
+                continue
+            broker = brokers.setdefault(frame.broker_addr, {"events": [], "alive": [], "registrations": 0,
+                                                            "topics": []})
+            answered_ok = frame.answer is None or frame.answer.lost or frame.answer.code == 0
+            broker["events"].append((_micros(frame.ts), frame.code))
+            if frame.code == RequestCode.REGISTER_BROKER:
+                broker["registrations"] += 1
+                broker["topics"].append((frame.ts, frame.topic_count))
+                if answered_ok:
+                    broker["alive"].append(_micros(frame.ts))
+        return {
+            "capture": {"start": START, "end": self.end, "packets_written": packets, "truncated_last_packet": True},
+            "connections": self.connections,
+            "frames": len(captured),
+            "requests": len(requests),
+            "responses": len(captured) - len(requests),
+            "unanswered": sum(f.answer is None or f.answer.lost for f in requests),
+            "registrations": sum(f.code == RequestCode.REGISTER_BROKER for f in requests),
+            "unregisters": sum(f.code == RequestCode.UNREGISTER_BROKER for f in requests),
+            "crc_failures": sum(f.crc_bad for f in requests),
+            "requests_by_code": dict(Counter(code_name(f.code) for f in requests)),
+            "brokers": {addr: _broker_truth(b) for addr, b in sorted(brokers.items())},
+            "injected": dict(self.injected),
+        }
+
+
+def _micros(ts: float) -> float:
+    """A time as the capture stores it (microseconds)."""
+    return round(ts * 1e6) / 1e6
+
+
+def _broker_truth(broker: dict) -> dict:
+    alive = broker["alive"]
+    intervals = [b - a for a, b in itertools.pairwise(alive)]
+    events = sorted(broker["events"])
+    return {
+        "registrations": broker["registrations"],
+        "median_interval_s": statistics.median(intervals) if intervals else None,
+        "max_gap_s": max(intervals) if intervals else None,
+        "would_expire": bool(intervals) and max(intervals) > EXPIRY_S,
+        "unregistered": events[-1][1] == RequestCode.UNREGISTER_BROKER,
+        "first_seen": events[0][0],
+        "last_seen": events[-1][0],
+        "last_topic_count": max(broker["topics"])[1] if broker["topics"] else None,
+    }
+
+
+def synthesize(path: str | Path, options: Options) -> dict:
+    """Write the capture and its truth (``<stem>.truth.json``); return the truth."""
+    path = Path(path)
+    with open(path, "wb", buffering=1 << 22) as out:
+        truth = Generator(options).write(out)
+    truth["options"] = vars(options)
+    truth_path(path).write_text(json.dumps(truth, indent=1, sort_keys=True))
+    return truth
+
+
+def truth_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".truth.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the pcap to write; the truth goes to <stem>.truth.json")
+    defaults = Options()
+    for name, value in vars(defaults).items():
+        parser.add_argument(f"--{name}", type=type(value), default=value)
+    args = vars(parser.parse_args(argv))
+    out = args.pop("out")
+    truth = synthesize(out, Options(**args))
+    print(f"{out}: {Path(out).stat().st_size:,} bytes, {truth['capture']['packets_written']:,} packets, "
+          f"{truth['frames']:,} frames, {truth['registrations']:,} registrations", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
