@@ -13,6 +13,7 @@ from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.frame import encode_frame, frame_struct, split_frame
+from twisted_namesrv.remoting.header import binary_header_struct, decode_binary_header, encode_binary_header
 
 CAPTURES = ["json_lifecycle.pcap", "binary_lifecycle.pcap", "compressed_bulk.pcap", "v5_probe.pcap"]
 
@@ -72,3 +73,22 @@ def test_fast_frame_path_agrees_with_the_construct_definition(name: str) -> None
         serialize_type, header, body = split_frame(captured.frame[4:])
         assert (parsed.header_word >> 24, parsed.header, parsed.body or None) == (serialize_type, header, body)
         assert definition.build(parsed) == encode_frame(serialize_type, header, body) == captured.frame
+
+
+def test_binary_codec_agrees_with_the_construct_definition() -> None:
+    """The struct codec reads and writes exactly the declared RocketMQSerializable layout."""
+    definition = binary_header_struct()
+    checked = 0
+    for captured in captured_commands("binary_lifecycle.pcap"):
+        if captured.command.serialize_type != SerializeType.ROCKETMQ:
+            continue
+        header_bytes = split_frame(captured.frame[4:])[1]
+        parsed = definition.parse(header_bytes)
+        ours = decode_binary_header(header_bytes)
+        entries = parsed.ext.entries if parsed.ext is not None else []
+        assert (parsed.code, parsed.version, parsed.opaque, parsed.flag, parsed.remark or None) == (
+            ours.code, ours.version, ours.opaque, ours.flag, ours.remark)
+        assert ({e.key: e.value or None for e in entries if e.key} or None) == ours.ext_fields
+        assert definition.build(parsed) == encode_binary_header(ours) == header_bytes
+        checked += 1
+    assert checked > 20
