@@ -8,6 +8,7 @@ from collections.abc import Callable
 from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
+from zope.interface import implementer
 
 from .processor import NamesrvState, Peer, answer
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
@@ -16,9 +17,14 @@ from .replies import fast_reply, remember_reply
 log = Logger()
 
 
+@implementer(interfaces.IPushProducer)
 class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     """One client or broker connection.  A frame that cannot be decoded closes only this
-    connection (as Java's NettyDecoder does); a failing request costs one error answer."""
+    connection (as Java's NettyDecoder does); a failing request costs one error answer.
+
+    It is its transport's producer: when a peer does not read its answers and the write buffer
+    fills, the server stops reading that peer's requests until it does, so a slow peer costs a
+    bounded buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
     #: answer repeated route lookups from memory (replies.fast_reply); off only to compare
@@ -35,6 +41,17 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         factory.connections[self.channel] = self
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
         self.setTimeout(factory.idle_timeout or None)
+        self.transport.registerProducer(self, True)
+
+    def pauseProducing(self) -> None:
+        """The write buffer is full: stop reading this peer until it reads its answers."""
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        """The connection is going away; connectionLost cleans up."""
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
@@ -85,14 +102,23 @@ class RemotingFactory(protocol.Factory):
     protocol = RemotingProtocol
 
     def __init__(self, state: NamesrvState, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, on_channel_closed: Callable[[int], None]) -> None:
+                 idle_timeout: float, on_channel_closed: Callable[[int], None], max_connections: int = 0) -> None:
         self.state = state
+        self.max_connections = max_connections  # 0: no limit
         self.clock = clock
         self.max_frame_length = max_frame_length
         self.idle_timeout = idle_timeout
         self.on_channel_closed = on_channel_closed
         self.connections: dict[int, RemotingProtocol] = {}
         self.channel_ids = itertools.count(1)
+
+    def buildProtocol(self, addr) -> RemotingProtocol | None:
+        """None (the connection is closed at once) when maxConnections are open."""
+        if self.max_connections and len(self.connections) >= self.max_connections:
+            log.warn("refusing a connection from {peer}: maxConnections ({limit}) are open",
+                     peer=getattr(addr, "host", addr), limit=self.max_connections)
+            return None
+        return super().buildProtocol(addr)
 
     def close_channel(self, channel: int) -> None:
         connection = self.connections.get(channel)

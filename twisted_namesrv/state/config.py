@@ -79,6 +79,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("useEpollNativeSelector", False, BOTH, guarded=True),
     ConfigKey("compatVersion", "5.3.3", OURS, guarded=True),
     ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
+    ConfigKey("maxConnections", 10000, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
