@@ -23,7 +23,7 @@ from twisted_namesrv.remoting import (
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.header import Header
-from twisted_namesrv.server import RemotingFactory
+from twisted_namesrv.server import RemotingFactory, send_now
 from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -248,3 +248,22 @@ def test_close_channel_closes_that_connection(harness):
     harness.factory.close_channel(proto.channel)
     harness.factory.close_channel(12345)  # unknown: nothing happens
     assert not transport.connected and other_transport.connected
+
+
+class _SocketLike:
+    """What send_now needs of a socket transport: doWrite and the disconnecting flag."""
+
+    def __init__(self, disconnecting: bool) -> None:
+        self.disconnecting = disconnecting
+        self.flushed = 0
+
+    def doWrite(self) -> None:
+        self.flushed += 1
+
+
+@pytest.mark.parametrize(("disconnecting", "flushed"), [(False, 1), (True, 0)])
+def test_answers_are_sent_at_once_unless_the_socket_is_closing(disconnecting: bool, flushed: int) -> None:
+    transport = _SocketLike(disconnecting)
+    send_now(transport)
+    assert transport.flushed == flushed
+    send_now(StringTransportWithDisconnection())  # no doWrite (TLS, tests): the reactor sends
