@@ -81,6 +81,7 @@ FIGURES = [
     Figure("ceiling_rps", "  framework ceiling (ceiling.py), same load", "rps"),
     Figure("route_vs_ceiling", "  route lookups / ceiling", "x"),
     Figure("ceiling_lat1_p50", "  framework ceiling, latency -c 1, p50", "us"),
+    Figure("floor_lat1_p50", "  blocking-socket floor (socket_floor.py), latency -c 1, p50", "us"),
     Figure("lat16_p50", "closed-loop latency -c 16, p50", "us", "236 µs"),
     Figure("lat16_p99", "closed-loop latency -c 16, p99", "us", "4.5 ms", 1000),
     Figure("lat1_p50", "closed-loop latency -c 1, p50", "us", "24 µs", 30),
@@ -446,6 +447,17 @@ def ceiling_scenario(b: Bench) -> Outcome:
     return {"ceiling_rps": thr["rps"], "ceiling_lat1_p50": lat["p50_us"]}, {"throughput": thr, "latency_c1": lat}
 
 
+def floor_scenario(b: Bench) -> Outcome:
+    """A blocking socket loop on the server core: what Python on this machine allows for one
+    round trip at all, under the 1-connection latency goal and the ceiling."""
+    port = free_port()
+    argv = [b.server_python, str(Path(__file__).with_name("socket_floor.py")), str(port)]
+    with b.running("socket-floor", argv, b.args.server_core, log=True) as proc:
+        wait_answer(port, proc)
+        lat = b.nsload(port, "latency", "-c", "1")
+    return {"floor_lat1_p50": lat["p50_us"]}, {"latency_c1": lat}
+
+
 def rss_lookups_scenario(b: Bench) -> Outcome:
     """RSS once the server has answered --lookups route requests, spread over the 100 topics
     in chunks (nsload counts with -w 0 every answer it reads)."""
@@ -502,6 +514,7 @@ def register_scenario(key: str, topics: int, compressed: bool) -> Callable[[Benc
 SCENARIOS: dict[str, Callable[[Bench], Outcome]] = {
     "route": route_scenario,
     "ceiling": ceiling_scenario,
+    "floor": floor_scenario,
     "rss-lookups": rss_lookups_scenario,
     "topics-100k": topics_100k_scenario,
     "startup": startup_scenario,
