@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import selectors
@@ -19,7 +20,7 @@ from tests.support import connect, server_config, start_server
 from twisted_namesrv import tap
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.service import BOOT_MESSAGE, NamesrvService
+from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
 from twisted_namesrv.state.config import KEYS, NamesrvConfig
 from twisted_namesrv.state.kv import KVConfigError
 
@@ -46,6 +47,20 @@ def test_service_answers_an_unknown_topic(tmp_path):
             client.transport.loseConnection()
             yield client.closed
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_start_tunes_the_collector_for_long_lived_tables(tmp_path):
+    threshold = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    service, _ = yield start_server(server_config(tmp_path))
+    try:
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        yield service.stopService()
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 @pytest_twisted.inlineCallbacks

