@@ -4,6 +4,7 @@ ephemeral loopback port, and a minimal remoting client."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ def server_config(tmp_path: Path, **values: Any) -> NamesrvConfig:
             "configStorePath": str(tmp_path / "namesrv.properties")}
     base.update(values)
     return NamesrvConfig(base)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for keys where 0 means 'off')."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @defer.inlineCallbacks

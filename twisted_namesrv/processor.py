@@ -199,7 +199,8 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         zoneName=ext.get(ZONE_NAME),
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
-        enableActingMaster=None if acting is None else java_bool(acting)))  # type: ignore[arg-type]
+        enableActingMaster=None if acting is None else java_bool(acting),
+        version=request.version))  # type: ignore[arg-type]
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}

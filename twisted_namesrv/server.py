@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from time import perf_counter
 
 from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 from zope.interface import implementer
 
+from .metrics import Metrics
 from .processor import NamesrvState, Peer, answer
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
 from .replies import fast_reply, remember_reply
@@ -51,6 +53,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.peer = Peer(self.channel, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
         self.decoder = FrameDecoder(factory.max_frame_length)
         factory.connections[self.channel] = self
+        factory.metrics.connections_accepted += 1
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
         self.setTimeout(factory.idle_timeout or None)
         self.transport.registerProducer(self, True)
@@ -66,23 +69,30 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         """The connection is going away; connectionLost cleans up."""
 
     def dataReceived(self, data: bytes) -> None:
+        started = perf_counter()
         self.resetTimeout()
+        metrics = self.factory.metrics
+        metrics.bytes_received += len(data)
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
-            self._reject(str(exc))
+            self._reject("frame_length", str(exc))
             return
         replies = []
         state = self.factory.state
+        from_memory = 0
+        decoded_seconds = 0.0
         for frame in frames:
             reply = fast_reply(state, frame) if self.fast_replies else None
             if reply is not None:
                 replies.append(reply)
+                from_memory += 1
                 continue
+            begun = perf_counter()
             try:
                 request = RemotingCommand.decode(frame)
             except RemotingDecodeError as exc:
-                self._reject(str(exc))
+                self._reject("undecodable", str(exc))
                 break
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
@@ -91,16 +101,26 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                 response, encoded = answered
                 replies.append(encoded)
                 remember_reply(state, frame, request, response, encoded)
+            seconds = perf_counter() - begun
+            decoded_seconds += seconds
+            metrics.answered(request.code, None if answered is None else answered[0].code, seconds)
+        if from_memory:  # they share what the batch took beyond the decoded requests
+            metrics.answered_from_memory((perf_counter() - started - decoded_seconds) / from_memory, from_memory)
         if replies:
+            metrics.bytes_sent += sum(map(len, replies))
             self.transport.writeSequence(replies)
             send_now(self.transport)
 
-    def _reject(self, reason: str) -> None:
-        log.warn("decode exception from {peer}, closing the channel: {reason}", peer=self.peer.address, reason=reason)
+    def _reject(self, reason: str, detail: str) -> None:
+        """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
+        self.factory.metrics.reject(reason)
+        log.warn("decode exception from {peer}, closing the channel: {detail}", peer=self.peer.address,
+                 detail=detail, rejected=reason)
         self.transport.loseConnection()
         self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
 
     def timeoutConnection(self) -> None:
+        self.factory.metrics.reject("idle")
         log.info("channel {peer} idle for {seconds} s, closing it", peer=self.peer.address,
                  seconds=self.factory.idle_timeout)
         self.transport.abortConnection()
@@ -115,7 +135,8 @@ class RemotingFactory(protocol.Factory):
     protocol = RemotingProtocol
 
     def __init__(self, state: NamesrvState, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, on_channel_closed: Callable[[int], None], max_connections: int = 0) -> None:
+                 idle_timeout: float, on_channel_closed: Callable[[int], None], max_connections: int = 0,
+                 metrics: Metrics | None = None) -> None:
         self.state = state
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -123,11 +144,13 @@ class RemotingFactory(protocol.Factory):
         self.idle_timeout = idle_timeout
         self.on_channel_closed = on_channel_closed
         self.connections: dict[int, RemotingProtocol] = {}
+        self.metrics = metrics or Metrics(clock=clock.seconds)
         self.channel_ids = itertools.count(1)
 
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         """None (the connection is closed at once) when maxConnections are open."""
         if self.max_connections and len(self.connections) >= self.max_connections:
+            self.metrics.reject("max_connections")
             log.warn("refusing a connection from {peer}: maxConnections ({limit}) are open",
                      peer=getattr(addr, "host", addr), limit=self.max_connections)
             return None

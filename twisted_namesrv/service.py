@@ -12,13 +12,14 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 from twisted.logger import Logger
 
 from .housekeeping import HousekeepingService, log_route_event
+from .metrics import Metrics
 from .processor import NamesrvState
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
-from .state.routes import RouteInfoManager
+from .state.routes import EventListener, RouteInfoManager
 from .state.store import write_atomically
 
 log = Logger()
@@ -26,7 +27,7 @@ BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
 
 
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None) -> NamesrvState:
+                notifier=None, listener: EventListener = log_route_event) -> NamesrvState:
     """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError)."""
     kv_path = Path(config["kvConfigPath"])
     kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
@@ -36,7 +37,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
         delete_topic_with_registration=config["deleteTopicWithBrokerRegistration"],
         support_acting_master=config["supportActingMaster"],
         notify_min_broker_id_changed=config["notifyMinBrokerIdChanged"],
-        listener=log_route_event, notifier=notifier)
+        listener=listener, notifier=notifier)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
                         lambda text: write_atomically(config["configStorePath"], java_utf8(text)))
 
@@ -81,33 +82,63 @@ class NamesrvService(service.MultiService):
             reactor = default_reactor
         self.config = config
         self.reactor = reactor
-        self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version))
+        self.metrics = Metrics(clock=reactor.seconds)
+        self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
+                                 self._route_event)
         self.housekeeping: HousekeepingService
         self.factory = RemotingFactory(self.state, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"],
                                        lambda channel: self.housekeeping.channel_closed(channel),
-                                       config["maxConnections"])
+                                       config["maxConnections"], self.metrics)
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
         self.port = None
         self.port_ready: defer.Deferred = defer.Deferred()
+        self.web_port = None
+        self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
 
-    def endpoint_description(self) -> str:
+    def _route_event(self, kind: str, info: dict) -> None:
+        log_route_event(kind, info)
+        self.metrics.route_event(kind, info)
+
+    def endpoint_description(self, port_key: str = "listenPort") -> str:
         bind = self.config["bindAddress"].replace(":", r"\:")
-        return f"tcp:{self.config['listenPort']}:interface={bind}"
+        return f"tcp:{self.config[port_key]}:interface={bind}"
 
     def startService(self) -> None:
         tune_gc()
         super().startService()
         d = serverFromString(self.reactor, self.endpoint_description()).listen(self.factory)
         d.addCallbacks(self._listening, self._listen_failed)
+        if self.config["metricsPort"]:
+            self._listen_web()
+
+    def _listen_web(self) -> None:
+        from .web.site import make_site  # prometheus_client and twisted.web only when asked for
+
+        endpoint = self.endpoint_description("metricsPort")
+        d = serverFromString(self.reactor, endpoint).listen(make_site(self.state, self.factory))
+
+        def listening(port) -> None:
+            self.web_port = port
+            address = port.getHost()
+            log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
+            self.web_ready.callback(port)
+
+        def failed(failure) -> None:
+            log.failure("cannot listen on {endpoint} for the status page", failure, endpoint=endpoint)
+            self.web_ready.errback(failure)
+
+        d.addCallbacks(listening, failed)
 
     def stopService(self):
         d = defer.maybeDeferred(super().stopService)
-        if self.port is not None:
-            port, self.port = self.port, None
-            d.addCallback(lambda _: port.stopListening())
+        for name in ("port", "web_port"):
+            port = getattr(self, name)
+            if port is not None:
+                setattr(self, name, None)
+                d.addCallback(lambda _, port=port: port.stopListening())
         for connection in list(self.factory.connections.values()):
             connection.transport.loseConnection()
         return d

@@ -13,7 +13,7 @@ from .state.kv import KVConfigError
 
 
 class Options(usage.Options):
-    synopsis = "[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [-p]"
+    synopsis = "[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] [-p]"
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
@@ -22,6 +22,7 @@ class Options(usage.Options):
         ["data-dir", None, None, "directory for kvConfig.json and namesrv.properties (default ~/namesrv)"],
         ["kv-config-path", None, None, "the KV store file (kvConfigPath)"],
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
+        ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
     ]
     optFlags = [["printConfigItem", "p", "print every configuration key and exit"]]
 
@@ -33,11 +34,12 @@ class Options(usage.Options):
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion")):
             if self[option]:
                 values[key] = self[option]
-        if self["port"]:
-            try:
-                values["listenPort"] = int(self["port"])
-            except ValueError:
-                raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+        for option, key in (("port", "listenPort"), ("metrics-port", "metricsPort")):
+            if self[option]:
+                try:
+                    values[key] = int(self[option])
+                except ValueError:
+                    raise usage.UsageError(f"--{option}: not a number: {self[option]}") from None
         return values
 
     def postOptions(self) -> None:

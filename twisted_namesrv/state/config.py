@@ -80,6 +80,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("compatVersion", "5.3.3", OURS, guarded=True),
     ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
+    ConfigKey("metricsPort", 0, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -218,9 +219,9 @@ class NamesrvConfig:
 
     def _validate(self) -> None:
         profile_named(str(self.values["compatVersion"]))
-        port = self.values["listenPort"]
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"listenPort: {port} is not a TCP port")
+        for name in ("listenPort", "metricsPort"):
+            if not 0 <= self.values[name] <= 65535:
+                raise ConfigError(f"{name}: {self.values[name]} is not a TCP port")
         if self.values["frameMaxLength"] < 1024:
             raise ConfigError(f"frameMaxLength: {self.values['frameMaxLength']} is below 1024")
         if self.values["serverChannelMaxIdleTimeSeconds"] < 0:

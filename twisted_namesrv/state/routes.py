@@ -49,6 +49,8 @@ class BrokerLiveInfo:
     #: digest of the topic table last applied in full from this broker (see known_table_digest)
     tableDigest: bytes | None = None
     topicCount: int = 0
+    #: MQVersion ordinal of the broker's last registration (status page only)
+    version: int | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +81,7 @@ class RegisterRequest:
     zoneName: str | None = None
     heartbeatTimeoutMillis: int | None = None
     enableActingMaster: bool | None = None  # None: an old-version broker that did not say
+    version: int | None = None  # the request's MQVersion ordinal
 
 
 class RouteInfoManager:
@@ -207,7 +210,7 @@ class RouteInfoManager:
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count)
+            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count, req.version)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)

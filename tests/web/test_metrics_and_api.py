@@ -1,0 +1,122 @@
+"""/metrics and /api/... as the state changes: a NamesrvService on a task.Clock, fed over
+in-memory transports, scraped and queried without a network."""
+
+from __future__ import annotations
+
+import struct
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet import address, task
+from twisted.internet.testing import StringTransportWithDisconnection
+
+from tests.test_housekeeping import MASTER, START, config, register
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.web.api import StatusApi
+from twisted_namesrv.web.collector import registry
+
+
+class Served:
+    """The service's own wiring (route events -> metrics) on a fake clock."""
+
+    def __init__(self, tmp_path) -> None:
+        self.clock = task.Clock()
+        self.clock.advance(START)
+        self.service = NamesrvService(config(tmp_path), reactor=self.clock)
+        self.service.housekeeping.startService()
+        self.registry = registry(self.service.state, self.service.factory)
+        self.api = StatusApi(self.service.state, self.service.factory)
+        self.ports = iter(range(40000, 41000))
+
+    def connect(self):
+        peer = address.IPv4Address("TCP", "127.0.0.1", next(self.ports))
+        proto = self.service.factory.buildProtocol(peer)
+        transport = StringTransportWithDisconnection(peerAddress=peer)
+        transport.protocol = proto
+        proto.makeConnection(transport)
+        return proto, transport
+
+    def call(self, code: int, ext: dict[str, str] | None = None, opaque: int = 1) -> None:
+        proto, transport = self.connect()
+        proto.dataReceived(RemotingCommand.request(code, ext, opaque=opaque, version=V5_3_3).encode())
+        transport.loseConnection()
+
+    def scrape(self) -> dict[tuple[str, tuple], float]:
+        text = generate_latest(self.registry).decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: dict, metric: str, **labels: str) -> float:
+    return samples.get((metric, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
+    served = Served(tmp_path)
+    broker, broker_transport = served.connect()
+    register(broker, broker_transport)
+    lookups, lookup_transport = served.connect()
+    for opaque in (1, 2, 3):  # the first is decoded, the others answered from memory
+        lookups.dataReceived(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"},
+                                                     opaque=opaque, version=V5_3_3).encode())
+    served.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "missing"})
+    served.call(RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"})
+    garbage, _ = served.connect()
+    garbage.dataReceived(struct.pack(">i", -5))
+
+    samples = served.scrape()
+    route = {"code": "105", "name": "GET_ROUTEINFO_BY_TOPIC"}
+    assert value(samples, "namesrv_requests_total", **route, response_code="0") == 3
+    assert value(samples, "namesrv_requests_total", **route, response_code="17") == 1
+    assert value(samples, "namesrv_requests_total", code="103", name="REGISTER_BROKER", response_code="0") == 1
+    assert value(samples, "namesrv_request_duration_seconds_count", **route) == 4
+    assert value(samples, "namesrv_request_duration_seconds_bucket", **route, le="+Inf") == 4
+    assert value(samples, "namesrv_rejected_total", reason="frame_length") == 1
+    assert value(samples, "namesrv_broker_events_total", event="registered") == 1
+    assert value(samples, "namesrv_brokers_live") == 1 and value(samples, "namesrv_topics") == 2
+    assert value(samples, "namesrv_kv_entries") == 1
+    assert value(samples, "namesrv_connections") == 2  # the broker and the lookups stay open
+    assert value(samples, "namesrv_received_bytes_total") > 0 < value(samples, "namesrv_sent_bytes_total")
+
+    served.clock.advance(130)  # past the broker's 120 s heartbeat timeout, one scan later
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_events_total", event="expired") == 1
+    assert value(samples, "namesrv_brokers_live") == 0 and value(samples, "namesrv_topics") == 0
+
+
+def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
+    served = Served(tmp_path)
+    broker, broker_transport = served.connect()
+    register(broker, broker_transport)
+    served.clock.advance(7)
+
+    clusters = served.api.clusters()
+    assert clusters["now_ms"] == (START + 7) * 1000
+    (cluster,) = clusters["clusters"]
+    (group,) = cluster["broker_groups"]
+    (member,) = group["members"]
+    assert (cluster["cluster"], group["broker_name"]) == ("c1", "broker-a")
+    assert member["addr"] == MASTER and member["role"] == "master" and member["version"] == "V5_3_3"
+    assert member["last_update_ms"] == START * 1000 and member["topics"] == 2 and member["confirmed"]
+    assert group["queues"] == {"topics": 2, "writable": 2}
+
+    served.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert served.api.clusters()["clusters"][0]["broker_groups"][0]["queues"] == {"topics": 2, "writable": 0}
+
+    assert [t["topic"] for t in served.api.topics("t")["topics"]] == ["T1", "T2"]
+    assert served.api.topics("t2") == {"query": "t2", "matches": 1,
+                                       "topics": [{"topic": "T2", "broker_names": ["broker-a"]}]}
+    route = served.api.route("T1")["route"]
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
+    assert served.api.route("missing") is None
+
+    served.call(RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"})
+    assert served.api.kv() == {"namespaces": {"ns": {"k": "v"}}}
+
+    broker_transport.loseConnection()
+    events = served.api.events()["events"]
+    assert [(e["seq"], e["kind"], e["addr"]) for e in events] == [(1, "registered", MASTER), (2, "closed", MASTER)]
+    assert served.api.events(since=1)["events"] == events[1:]
+    assert served.api.overview()["brokers_live"] == 0

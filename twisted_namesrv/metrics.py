@@ -1,0 +1,117 @@
+"""What the server counts for ``/metrics`` and the status page.
+
+Counting happens on the request path at ~200k lookups/s, so it is plain ints and dicts bumped
+in place; they become Prometheus families only when scraped (``collector``).  No label carries a
+topic, broker or client: codes, response codes, event kinds and rejection reasons only.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .remoting.codes import RequestCode, ResponseCode, code_name
+
+#: upper bounds (seconds) of the server-side latency histogram; the last bucket is +Inf
+LATENCY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                   0.1, 0.25, 1.0)
+RECENT_EVENTS = 200
+_ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)  # ints hash faster than enums
+
+
+class LatencyHistogram:
+    """Bucket counts and the sum of one request code's processing times."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float, times: int = 1) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += times
+        self.total += seconds * times
+
+    def merged(self, other: LatencyHistogram) -> LatencyHistogram:
+        both = LatencyHistogram()
+        both.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        both.total = self.total + other.total
+        return both
+
+
+@dataclass
+class RouteEvent:
+    """A broker registered, changed, expired, closed, unregistered or was refused."""
+
+    seq: int
+    ts: float
+    kind: str
+    info: dict[str, Any]
+
+
+@dataclass
+class Metrics:
+    """Counters since start.  ``requests`` is keyed by (request code, response code or None for
+    oneway); latency is the server's time from a request's bytes to its encoded answer."""
+
+    requests: Counter = field(default_factory=Counter)
+    latency: dict[int, LatencyHistogram] = field(default_factory=dict)
+    rejected: Counter = field(default_factory=Counter)
+    route_events: Counter = field(default_factory=Counter)
+    recent_events: deque = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
+    #: route lookups answered by replies.fast_reply (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
+    #: so the hottest path costs two additions and a bisect; ``requests_by_code`` folds them in
+    answered_from_memory_count: int = 0
+    memory_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    connections_accepted: int = 0
+    clock: Callable[[], float] = time.time
+
+    def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
+        self.requests[code, response_code] += times
+        histogram = self.latency.get(code)
+        if histogram is None:
+            histogram = self.latency[code] = LatencyHistogram()
+        histogram.observe(seconds, times)
+
+    def answered_from_memory(self, seconds: float, times: int) -> None:
+        self.answered_from_memory_count += times
+        latency = self.memory_latency
+        latency.counts[bisect_left(LATENCY_BUCKETS, seconds)] += times
+        latency.total += seconds * times
+
+    def requests_by_code(self) -> tuple[Counter, dict[int, LatencyHistogram]]:
+        """All requests and latencies, those answered from memory included."""
+        requests = Counter(self.requests)
+        latency = dict(self.latency)
+        if self.answered_from_memory_count:
+            requests[_ROUTE, _SUCCESS] += self.answered_from_memory_count
+            route = latency.get(_ROUTE)
+            latency[_ROUTE] = self.memory_latency if route is None else route.merged(self.memory_latency)
+        return requests, latency
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+
+    def route_event(self, kind: str, info: dict[str, Any]) -> None:
+        """RouteInfoManager's listener: counted, and kept for the status page."""
+        self.route_events[kind] += 1
+        seq = self.recent_events[-1].seq + 1 if self.recent_events else 1
+        self.recent_events.append(RouteEvent(seq, self.clock(), kind, dict(info)))
+
+
+def latency_buckets(histogram: LatencyHistogram) -> Iterator[tuple[str, int]]:
+    """Cumulative (le, count) pairs as Prometheus wants them."""
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), histogram.counts, strict=True):
+        running += count
+        yield ("+Inf" if bound == float("inf") else repr(bound)), running
+
+
+def request_labels(code: int, response_code: int | None) -> list[str]:
+    return [str(code), code_name(code), "" if response_code is None else str(response_code)]

@@ -1,0 +1,112 @@
+"""The JSON behind the status page (``/api/...``): plain dicts built from the state on request.
+
+Times are epoch milliseconds with the server's ``now_ms`` beside them, so a page computes
+heartbeat ages against the server's clock, not the browser's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..metrics import Metrics
+from ..processor import NamesrvState, encode_route
+from ..protocol.route import MASTER_ID, PERM_WRITE
+from ..remoting import fastjson
+from ..remoting.codes import version_name
+from ..server import RemotingFactory
+from ..state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+
+TOPIC_SEARCH_LIMIT = 200
+
+
+class StatusApi:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+        self.state = state
+        self.factory = factory
+        self._writable: tuple[int, dict[str, dict[str, int]]] = (-1, {})
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.factory.metrics
+
+    def now_ms(self) -> int:
+        return int(self.state.clock() * 1000)
+
+    def overview(self) -> dict[str, Any]:
+        state, routes = self.state, self.state.routes
+        return {"now_ms": self.now_ms(), "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
+                "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
+                "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
+                "brokers_live": len(routes.brokerLiveTable), "topics": len(routes.topicQueueTable),
+                "kv_entries": sum(map(len, state.kv.configTable.values()))}
+
+    def clusters(self) -> dict[str, Any]:
+        """clusterAddrTable -> brokerAddrTable -> brokerLiveTable, one entry per broker address."""
+        routes = self.state.routes
+        writable = self._write_perm_by_broker()
+        clusters = []
+        for cluster in sorted(routes.clusterAddrTable):
+            groups = []
+            for name in sorted(routes.clusterAddrTable[cluster]):
+                broker = routes.brokerAddrTable.get(name)
+                if broker is None:
+                    continue
+                members = [self._member(cluster, broker_id, addr)
+                           for broker_id, addr in sorted(broker.brokerAddrs.items())]
+                groups.append({"broker_name": name, "zone": broker.zoneName, "members": members,
+                               "enable_acting_master": broker.enableActingMaster,
+                               "queues": writable.get(name, {"topics": 0, "writable": 0})})
+            clusters.append({"cluster": cluster, "broker_groups": groups})
+        return {"now_ms": self.now_ms(), "clusters": clusters}
+
+    def _member(self, cluster: str, broker_id: int, addr: str) -> dict[str, Any]:
+        routes = self.state.routes
+        live = routes.brokerLiveTable.get(routes.live_key(cluster, addr))
+        role = "master" if broker_id == MASTER_ID else "slave"
+        member: dict[str, Any] = {"addr": addr, "id": broker_id, "role": role, "live": live is not None}
+        if live is not None:
+            member.update({
+                "version": None if live.version is None else version_name(live.version),
+                "last_update_ms": live.lastUpdateTimestamp, "heartbeat_timeout_ms": live.heartbeatTimeoutMillis,
+                "topics": live.topicCount, "ha_server_addr": live.haServerAddr,
+                "data_version": {"counter": live.dataVersion.counter, "timestamp": live.dataVersion.timestamp},
+                "confirmed": live.channel is not None})
+        return member
+
+    def _write_perm_by_broker(self) -> dict[str, dict[str, int]]:
+        """Per broker name: topics it serves and how many of them it may take writes for
+        (wipeWritePerm clears them all); recomputed only when the routes changed."""
+        routes = self.state.routes
+        generation, table = self._writable
+        if generation != routes.generation:
+            table = {}
+            for queues in routes.topicQueueTable.values():
+                for name, queue in queues.items():
+                    counts = table.setdefault(name, {"topics": 0, "writable": 0})
+                    counts["topics"] += 1
+                    counts["writable"] += bool(queue.perm & PERM_WRITE)
+            self._writable = (routes.generation, table)
+        return table
+
+    def topics(self, query: str = "", limit: int = TOPIC_SEARCH_LIMIT) -> dict[str, Any]:
+        needle = query.lower()
+        table = self.state.routes.topicQueueTable
+        found = sorted(t for t in table if needle in t.lower())
+        return {"query": query, "matches": len(found),
+                "topics": [{"topic": t, "broker_names": sorted(table[t])} for t in found[:limit]]}
+
+    def route(self, topic: str) -> dict[str, Any] | None:
+        """The route a client gets for ``topic`` (TopicRouteData, as GET_ROUTEINFO_BY_TOPIC sends it)."""
+        state = self.state
+        order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if state.config["orderMessageEnable"] else None
+        body = encode_route(state, topic, order_conf, True, None)
+        return None if body is None else {"topic": topic, "route": fastjson.loads(body)}
+
+    def kv(self) -> dict[str, Any]:
+        table = self.state.kv.configTable
+        return {"namespaces": {ns: dict(sorted(table[ns].items())) for ns in sorted(table)}}
+
+    def events(self, since: int = 0) -> dict[str, Any]:
+        return {"now_ms": self.now_ms(),
+                "events": [{"seq": e.seq, "ts_ms": int(e.ts * 1000), "kind": e.kind, **e.info}
+                           for e in self.metrics.recent_events if e.seq > since]}

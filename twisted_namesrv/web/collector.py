@@ -1,0 +1,88 @@
+"""The Prometheus view of the server: counters from ``metrics.Metrics`` and gauges read from
+the state when scraped, in the text format every Prometheus server reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..metrics import Metrics, latency_buckets, request_labels
+from ..processor import NamesrvState
+from ..remoting.codes import code_name
+from ..server import RemotingFactory
+
+
+class NamesrvCollector(Collector):
+    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+        self.state = state
+        self.factory = factory
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.factory.metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._traffic()
+        yield from self._routes()
+        yield from self._kv()
+
+    def _requests(self) -> Iterator[Metric]:
+        requests, latency = self.metrics.requests_by_code()
+        total = CounterMetricFamily("namesrv_requests", "Requests answered (or taken, for oneway), by request "
+                                    "code and response code (empty: oneway)", labels=["code", "name", "response_code"])
+        for (code, response_code), count in sorted(requests.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+            total.add_metric(request_labels(code, response_code), count)
+        yield total
+        seconds = HistogramMetricFamily("namesrv_request_duration_seconds", "Server time from a request's bytes to "
+                                        "its encoded answer, by request code", labels=["code", "name"])
+        for code, histogram in sorted(latency.items()):
+            seconds.add_metric([str(code), code_name(code)], list(latency_buckets(histogram)), histogram.total)
+        yield seconds
+
+    def _traffic(self) -> Iterator[Metric]:
+        metrics = self.metrics
+        yield GaugeMetricFamily("namesrv_connections", "Open client and broker connections",
+                                value=len(self.factory.connections))
+        yield CounterMetricFamily("namesrv_connections_accepted", "Connections accepted since start",
+                                  value=metrics.connections_accepted)
+        rejected = CounterMetricFamily("namesrv_rejected", "Frames and connections refused, by reason: frame_length "
+                                       "(negative or over frameMaxLength), undecodable (header or serialize type), "
+                                       "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds)",
+                                       labels=["reason"])
+        for reason, count in sorted(metrics.rejected.items()):
+            rejected.add_metric([reason], count)
+        yield rejected
+        yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
+        yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
+
+    def _routes(self) -> Iterator[Metric]:
+        routes = self.state.routes
+        yield GaugeMetricFamily("namesrv_brokers_live", "Brokers in brokerLiveTable", value=len(routes.brokerLiveTable))
+        yield GaugeMetricFamily("namesrv_broker_groups", "Broker names in brokerAddrTable",
+                                value=len(routes.brokerAddrTable))
+        yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
+        yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
+        events = CounterMetricFamily("namesrv_broker_events", "Broker route events: registered, changed (new data "
+                                     "version), expired, closed (connection lost), unregistered, refused",
+                                     labels=["event"])
+        for kind, count in sorted(self.metrics.route_events.items()):
+            events.add_metric([kind], count)
+        yield events
+
+    def _kv(self) -> Iterator[Metric]:
+        table = self.state.kv.configTable
+        yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
+        yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
+
+
+def registry(state: NamesrvState, factory: RemotingFactory) -> CollectorRegistry:
+    """Our families plus the process's own (CPU, resident memory, open files)."""
+    from prometheus_client import ProcessCollector
+
+    found = CollectorRegistry(auto_describe=False)
+    found.register(NamesrvCollector(state, factory))
+    ProcessCollector(registry=found)
+    return found
