@@ -17,6 +17,7 @@ from .processor import NamesrvState
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
+from .snapshots import RouteSnapshotService
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
@@ -93,6 +94,12 @@ class NamesrvService(service.MultiService):
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
+        self.snapshots: RouteSnapshotService | None = None
+        if config["routeSnapshotPath"]:
+            self.snapshots = RouteSnapshotService(self.state.routes, config["routeSnapshotPath"], reactor,
+                                                  config["routeSnapshotInterval"] / 1000)
+            self.snapshots.load()
+            self.snapshots.setServiceParent(self)
         self.port = None
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_port = None

@@ -13,7 +13,8 @@ from .state.kv import KVConfigError
 
 
 class Options(usage.Options):
-    synopsis = "[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] [-p]"
+    synopsis = ("[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] "
+                "[--route-snapshot FILE] [-p]")
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
@@ -23,6 +24,7 @@ class Options(usage.Options):
         ["kv-config-path", None, None, "the KV store file (kvConfigPath)"],
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
+        ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
     ]
     optFlags = [["printConfigItem", "p", "print every configuration key and exit"]]
 
@@ -31,7 +33,8 @@ class Options(usage.Options):
         if self["data-dir"]:
             values["kvConfigPath"] = os.path.join(self["data-dir"], "kvConfig.json")
             values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
-        for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion")):
+        for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
+                            ("route-snapshot", "routeSnapshotPath")):
             if self[option]:
                 values[key] = self[option]
         for option, key in (("port", "listenPort"), ("metrics-port", "metricsPort")):

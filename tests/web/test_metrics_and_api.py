@@ -21,10 +21,10 @@ from twisted_namesrv.web.collector import registry
 class Served:
     """The service's own wiring (route events -> metrics) on a fake clock."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **values) -> None:
         self.clock = task.Clock()
         self.clock.advance(START)
-        self.service = NamesrvService(config(tmp_path), reactor=self.clock)
+        self.service = NamesrvService(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
         self.registry = registry(self.service.state, self.service.factory)
         self.api = StatusApi(self.service.state, self.service.factory)

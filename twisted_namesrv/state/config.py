@@ -81,6 +81,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
+    ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
+    ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -222,6 +224,8 @@ class NamesrvConfig:
         for name in ("listenPort", "metricsPort"):
             if not 0 <= self.values[name] <= 65535:
                 raise ConfigError(f"{name}: {self.values[name]} is not a TCP port")
+        if self.values["routeSnapshotInterval"] < 100:
+            raise ConfigError(f"routeSnapshotInterval: {self.values['routeSnapshotInterval']} ms is below 100")
         if self.values["frameMaxLength"] < 1024:
             raise ConfigError(f"frameMaxLength: {self.values['frameMaxLength']} is below 1024")
         if self.values["serverChannelMaxIdleTimeSeconds"] < 0:

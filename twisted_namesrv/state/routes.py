@@ -51,6 +51,8 @@ class BrokerLiveInfo:
     topicCount: int = 0
     #: MQVersion ordinal of the broker's last registration (status page only)
     version: int | None = None
+    #: loaded from a route snapshot and not registered since (state/snapshot.py)
+    restored: bool = False
 
 
 @dataclass(slots=True)
@@ -201,7 +203,8 @@ class RouteInfoManager:
         if old_addr != req.brokerAddr:
             addrs[req.brokerId] = req.brokerAddr
             self._broker_changed(req.brokerName)
-        register_first = register_first or not old_addr
+        # a broker restored from a snapshot applies its whole table once, as a new one does
+        register_first = register_first or not old_addr or (previous is not None and previous.restored)
         if unchanged:
             digest = previous.tableDigest  # type: ignore[union-attr]
         else:
@@ -213,6 +216,9 @@ class RouteInfoManager:
             req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count, req.version)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
+                       addr=req.brokerAddr, topics=topic_count)
+        elif previous.restored:
+            self._emit("confirmed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
         elif not self._same_version(previous.dataVersion, req.body.dataVersion):
             self._emit("changed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,

@@ -1,0 +1,93 @@
+"""Route snapshots: what a warm-restarted NameServer answers, and how restored brokers end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.state.test_routes import BOTH, MASTER_A, MASTER_B, SLAVE_A, V5, manager, register
+from twisted_namesrv.protocol.route import cluster_info_bean, queue_mapping_info, topic_list_bean, topic_route_bean
+from twisted_namesrv.remoting import fastjson
+from twisted_namesrv.state.routes import RouteInfoManager
+from twisted_namesrv.state.snapshot import SnapshotError, export_routes, import_routes
+
+# as decode_register_body stores it: in bean order, currIdMap keyed by int
+MAPPING = {"T1": queue_mapping_info({"bname": "broker-a", "epoch": 1, "scope": "c1", "totalQueues": 8,
+                                     "currIdMap": {"0": 0, "1": 1}})}
+
+
+def answers(routes: RouteInfoManager) -> list[bytes]:
+    """Every route, the cluster info and the topic list, as a client would receive them."""
+    v5 = routes.profile.v5_bodies
+    bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5)),
+              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), v5=v5))]
+    for topic in routes.all_topics():
+        route = routes.pickup_topic_route_data(topic)
+        bodies.append(fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas,
+                                                            route.filterServerTable, None,
+                                                            route.topicQueueMappingByBroker, v5)))
+    return bodies
+
+
+def populated(profile):
+    routes, clock = manager(profile)
+    register(routes, addr=MASTER_A, topics=("T1", "T2", "%RETRY%g"), filters=["10.0.0.9:1"], channel=1,
+             mappings=MAPPING if profile is V5 else None, timeout=60_000 if profile is V5 else None)
+    register(routes, addr=SLAVE_A, broker_id=1, topics=("T1", "T2", "%RETRY%g"), channel=2)
+    register(routes, cluster="c2", addr=MASTER_B, name="broker-b", topics=("T2", "T3"), channel=3)
+    return routes, clock
+
+
+def restored(profile, snapshot: dict):
+    routes, clock = manager(profile)
+    assert import_routes(routes, json.loads(json.dumps(snapshot))) == 3  # through JSON, as on disk
+    return routes, clock
+
+
+@BOTH
+def test_a_restored_server_answers_exactly_what_it_answered(profile):
+    before, _ = populated(profile)
+    after, _ = restored(profile, export_routes(before))
+    assert answers(after) == answers(before)
+    assert all(live.channel is None and live.restored for live in after.brokerLiveTable.values())
+
+
+@BOTH
+def test_restored_brokers_expire_after_their_timeout_unless_they_register_again(profile):
+    routes, clock = restored(profile, export_routes(populated(profile)[0]))
+    clock.advance(30)
+    register(routes, addr=MASTER_A, topics=("T1", "T2", "%RETRY%g"), channel=7)  # broker-a's master is back
+    clock.advance(95)  # past 120 s since the restart (and past 60 s for 5.3.3's own timeout)
+    routes.scan_not_active_broker()
+    assert list(routes.brokerAddrTable) == ["broker-a"] and routes.brokerAddrTable["broker-a"].brokerAddrs == {
+        0: MASTER_A}
+    assert sorted(routes.topicQueueTable) == ["%RETRY%g", "T1", "T2"]
+    assert not routes.brokerLiveTable[routes.live_key("c1", MASTER_A)].restored
+
+
+@BOTH
+def test_first_registration_after_a_restore_applies_the_whole_table(profile):
+    events = []
+    routes, _ = manager(profile)
+    routes._listener = lambda kind, info: events.append((kind, info["addr"]))
+    import_routes(routes, export_routes(populated(profile)[0]))
+    register(routes, addr=MASTER_B, name="broker-b", cluster="c2", topics=("T2", "T3", "T4"), channel=9)
+    assert "broker-b" in routes.topicQueueTable["T4"]  # same data version, yet applied
+    assert events == [("confirmed", MASTER_B)]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda s: s.update(format=99),
+    lambda s: s.update(profile="1.0"),
+    lambda s: s["brokerLiveTable"][0].update(dataVersion="x"),
+    lambda s: s.pop("topicQueueTable"),
+    lambda s: s["brokerAddrTable"]["broker-a"].update(brokerAddrs=[["zero", "addr"]]),
+])
+def test_a_damaged_snapshot_changes_nothing(damage):
+    snapshot = export_routes(populated(V5)[0])
+    damage(snapshot)
+    routes, _ = manager(V5)
+    with pytest.raises(SnapshotError):
+        import_routes(routes, snapshot)
+    assert (routes.topicQueueTable, routes.brokerAddrTable, routes.brokerLiveTable) == ({}, {}, {})

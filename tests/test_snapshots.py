@@ -1,0 +1,62 @@
+"""--route-snapshot: written after changes at most once per interval, loaded at the next start,
+and a damaged file costs a log line, not the start."""
+
+from __future__ import annotations
+
+import json
+
+from twisted.internet import task
+
+from tests.test_housekeeping import MASTER, START, config, register
+from tests.web.test_metrics_and_api import Served
+from twisted_namesrv.service import NamesrvService
+
+INTERVAL = 10  # s
+
+
+def served(tmp_path) -> Served:
+    return Served(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json"), routeSnapshotInterval=INTERVAL * 1000)
+
+
+def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
+    world = served(tmp_path)
+    snapshots = world.service.snapshots
+    snapshots.startService()
+    broker, transport = world.connect()
+    register(broker, transport)
+    register(broker, transport, name="broker-b", addr="10.0.9.9:10911")
+    world.clock.advance(INTERVAL - 1)
+    assert not (tmp_path / "routes.json").exists()  # nothing before the first check
+    world.clock.advance(1)
+    saved = json.loads((tmp_path / "routes.json").read_bytes())
+    assert sorted(saved["brokerAddrTable"]) == ["broker-a", "broker-b"]
+    mtime = (tmp_path / "routes.json").stat().st_mtime_ns
+    for _ in range(3):  # heartbeats that change nothing: no write
+        register(broker, transport)
+        world.clock.advance(INTERVAL)
+    assert (tmp_path / "routes.json").stat().st_mtime_ns == mtime
+    transport.loseConnection()  # both brokers leave with their connection
+    snapshots.stopService()
+    assert json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"] == {}
+
+
+def test_a_restart_serves_the_snapshot_until_brokers_expire(tmp_path):
+    first = served(tmp_path)
+    broker, transport = first.connect()
+    register(broker, transport)
+    first.service.snapshots.stopService()  # a clean stop writes the routes
+
+    second = served(tmp_path)
+    assert second.api.route("T1")["route"]["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
+    (member,) = second.api.clusters()["clusters"][0]["broker_groups"][0]["members"]
+    assert member["addr"] == MASTER and not member["confirmed"]
+    second.clock.advance(125)  # the 120 s heartbeat timeout and one scan
+    assert second.api.route("T1") is None and second.service.state.routes.brokerLiveTable == {}
+
+
+def test_a_damaged_snapshot_starts_empty(tmp_path):
+    (tmp_path / "routes.json").write_bytes(b'{"format": 1, "profile": "5.3.3", "topicQueueTable": [')
+    clock = task.Clock()
+    clock.advance(START)
+    service = NamesrvService(config(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json")), reactor=clock)
+    assert service.state.routes.topicQueueTable == {}
