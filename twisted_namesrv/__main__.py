@@ -20,9 +20,11 @@ def main(argv: list[str] | None = None) -> None:
     except usage.UsageError as exc:
         sys.exit(f"python -m twisted_namesrv: {exc}\n{options}")
     from twisted.internet import reactor
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    from twisted.logger import globalLogBeginner
 
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
+    from .logs import observer
+
+    globalLogBeginner.beginLoggingTo([observer(options["log-format"])], redirectStandardIO=False)
     service = makeService(options)
     reactor.callWhenRunning(service.startService)
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)

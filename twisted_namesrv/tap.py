@@ -8,6 +8,7 @@ import sys
 from twisted.python import usage
 
 from .compat import PROFILES
+from .logs import FORMATS
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError
 
@@ -25,6 +26,8 @@ class Options(usage.Options):
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
+        ["log-format", None, "text", "python -m twisted_namesrv logs 'text' or 'json' lines (twistd: use "
+         "--logger twisted_namesrv.logs.json_lines)"],
     ]
     optFlags = [["printConfigItem", "p", "print every configuration key and exit"]]
 
@@ -46,6 +49,8 @@ class Options(usage.Options):
         return values
 
     def postOptions(self) -> None:
+        if self["log-format"] not in FORMATS:
+            raise usage.UsageError(f"--log-format: {self['log-format']} is not one of {', '.join(FORMATS)}")
         try:
             self.config = NamesrvConfig.from_file(self["configFile"], self.overrides())
         except (ConfigError, ValueError) as exc:

@@ -1,0 +1,57 @@
+"""JSON-lines logs: one object per line, carrying each broker event's and rejection's fields."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+
+import pytest
+from twisted.logger import globalLogPublisher
+from twisted.python import usage
+
+from tests.test_housekeeping import MASTER, register
+from tests.web.test_metrics_and_api import Served
+from twisted_namesrv import tap
+from twisted_namesrv.logs import json_lines
+
+
+@pytest.fixture
+def json_log():
+    out = io.StringIO()
+    observer = json_lines(out)
+    globalLogPublisher.addObserver(observer)
+    yield out
+    globalLogPublisher.removeObserver(observer)
+
+
+def records(out: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_broker_events_and_rejected_frames_as_json_lines(tmp_path, json_log):
+    served = Served(tmp_path)
+    broker, transport = served.connect()
+    register(broker, transport)
+    garbage, _ = served.connect()
+    garbage.dataReceived(struct.pack(">i", -1))
+    served.clock.advance(125)
+
+    lines = records(json_log)
+    events = [(r["route_event"], r["route_info"]["addr"]) for r in lines if "route_event" in r]
+    assert events == [("registered", MASTER), ("expired", MASTER)]
+    registered = next(r for r in lines if r.get("route_event") == "registered")
+    assert registered["route_info"] == {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": MASTER, "topics": 2}
+    assert registered["level"] == "info" and registered["message"].startswith("broker registered: cluster=c1")
+    assert registered["namespace"] == "twisted_namesrv.housekeeping"
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", registered["time"])
+    (rejected,) = [r for r in lines if "rejected" in r]
+    assert rejected["rejected"] == "frame_length" and rejected["peer"].startswith("127.0.0.1:")
+    assert rejected["level"] == "warn" and "negative frame length" in rejected["detail"]
+
+
+def test_log_format_option():
+    options = tap.Options()
+    with pytest.raises(usage.UsageError, match="--log-format: xml"):
+        options.parseOptions(["--log-format", "xml"])
