@@ -267,3 +267,16 @@ def test_answers_are_sent_at_once_unless_the_socket_is_closing(disconnecting: bo
     send_now(transport)
     assert transport.flushed == flushed
     send_now(StringTransportWithDisconnection())  # no doWrite (TLS, tests): the reactor sends
+
+
+def test_a_registration_over_16_mib_needs_a_raised_frame_limit(tmp_path):
+    frame = register_frame(topics=[f"BigRegistrationTopic{i:06d}" for i in range(110_000)]).encode()
+    assert len(frame) > 16 << 20
+    default, raised = Harness(tmp_path), Harness(tmp_path, max_frame=32 << 20)
+    proto, transport = default.connect()
+    proto.dataReceived(frame)
+    assert not transport.connected and default.state.routes.topicQueueTable == {}
+    proto, transport = raised.connect()
+    proto.dataReceived(frame)
+    assert [a.code for a in answers(transport)] == [ResponseCode.SUCCESS]
+    assert len(raised.state.routes.topicQueueTable) == 110_000
