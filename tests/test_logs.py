@@ -55,3 +55,18 @@ def test_log_format_option():
     options = tap.Options()
     with pytest.raises(usage.UsageError, match="--log-format: xml"):
         options.parseOptions(["--log-format", "xml"])
+
+
+def test_a_limit_is_logged_once_per_peer_host_and_counted_every_time(tmp_path, json_log):
+    served = Served(tmp_path, headerMaxLength=1024)
+    for _ in range(3):  # the same host comes back with the same oversized header
+        proto, transport = served.connect()
+        proto.dataReceived(struct.pack(">iI", 5000, 4096))
+        assert not transport.connected
+    proto, transport = served.connect()
+    proto.dataReceived(struct.pack(">i", -1))  # another limit: its own first warning
+    warnings = [r for r in records(json_log) if r.get("limit") and r["level"] == "warn"]
+    assert [w["limit"] for w in warnings] == ["header_length", "frame_length"]
+    assert "header length 4096 exceeds 1024" in warnings[0]["detail"]
+    assert "further hits of this limit from 127.0.0.1 are counted" in warnings[0]["message"]
+    assert served.service.factory.metrics.rejected == {"header_length": 3, "frame_length": 1}

@@ -124,18 +124,44 @@ def test_tap_options_build_the_config(tmp_path):
     assert isinstance(service, NamesrvService)
 
 
-@pytest.mark.parametrize("argv", [["--port", "abc"], ["--compat", "6.0.0"]])
-def test_tap_rejects_bad_options(tmp_path, argv):
+@pytest.mark.parametrize(("argv", "key"), [
+    (["--port", "abc"], "--port"), (["--port", "70000"], "listenPort"), (["--compat", "6.0.0"], "compatVersion"),
+    (["--metrics-port", "-1"], "metricsPort"), (["--port", "9876", "--metrics-port", "9876"], "metricsPort"),
+    (["--bind", " "], "bindAddress"),
+])
+def test_tap_refuses_bad_options_naming_the_key(tmp_path, argv, key):
     from twisted.python import usage
 
-    with pytest.raises(usage.UsageError):
+    with pytest.raises(usage.UsageError, match=f"^{key}"):
         tap.Options().parseOptions(["--data-dir", str(tmp_path), *argv])
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ("frameMaxLength=100", "frameMaxLength"), ("headerMaxLength=10", "headerMaxLength"),
+    ("headerMaxLength=99999999", "headerMaxLength"), ("maxConnections=-1", "maxConnections"),
+    ("serverChannelMaxIdleTimeSeconds=-5", "serverChannelMaxIdleTimeSeconds"),
+    ("scanNotActiveBrokerInterval=0", "scanNotActiveBrokerInterval"),
+    ("waitSecondsForService=-1", "waitSecondsForService"),
+    ("routeSnapshotInterval=5", "routeSnapshotInterval"), ("listenPort=nine", "listenPort"),
+])
+def test_a_bad_properties_file_is_refused_naming_the_key(tmp_path, line, key):
+    from twisted.python import usage
+
+    (tmp_path / "namesrv.properties").write_text(line + "\n")
+    with pytest.raises(usage.UsageError, match=f"^{key}"):
+        tap.Options().parseOptions(["-c", str(tmp_path / "namesrv.properties")])
 
 
 def subprocess_env(tmp_path) -> dict[str, str]:
     env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     env.pop("ROCKETMQ_HOME", None)
     return env
+
+
+def test_the_direct_runner_refuses_a_bad_key_naming_it(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--port", "70000"], cwd=tmp_path,
+                            env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "listenPort: 70000 is out of range (0 to 65535)" in result.stderr
 
 
 @pytest.mark.parametrize("compat", ["5.3.3", "4.9.8"])

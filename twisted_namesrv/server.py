@@ -19,6 +19,27 @@ from .replies import fast_reply, remember_reply
 log = Logger()
 
 
+class LimitLog:
+    """Each peer host's first hit of each limit is a warning; later ones are debug events (and
+    counted in the metrics), so a peer looping on bad frames or connections cannot flood the log."""
+
+    CAPACITY = 10_000  # (host, reason) pairs remembered; forgotten all at once when full
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, host: str, reason: str, message: str, **fields: object) -> None:
+        key = (host, reason)
+        if key in self._seen:
+            log.debug(message, limit=reason, **fields)
+            return
+        if len(self._seen) >= self.CAPACITY:
+            self._seen.clear()
+        self._seen.add(key)
+        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=reason,
+                 host=host, **fields)
+
+
 def send_now(transport: interfaces.ITransport) -> None:
     """Send what was just written now rather than on the reactor's next turn.
 
@@ -50,8 +71,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self.transport.setTcpNoDelay(True)  # as Java does: answers must not wait for delayed ACKs
         self.channel = next(factory.channel_ids)
         peer = self.transport.getPeer()
-        self.peer = Peer(self.channel, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
-        self.decoder = FrameDecoder(factory.max_frame_length)
+        self.host = str(getattr(peer, "host", "?"))
+        self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
+        self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
@@ -60,6 +82,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def pauseProducing(self) -> None:
         """The write buffer is full: stop reading this peer until it reads its answers."""
+        self.factory.limit_log(self.host, "write_buffer", "{peer} does not read its answers: not reading it "
+                               "until it does", peer=self.peer.address)
         self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
@@ -76,7 +100,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
-            self._reject("frame_length", str(exc))
+            self._reject(exc.reason, str(exc))
             return
         replies = []
         state = self.factory.state
@@ -92,7 +116,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             try:
                 request = RemotingCommand.decode(frame)
             except RemotingDecodeError as exc:
-                self._reject("undecodable", str(exc))
+                self._reject(exc.reason, str(exc))
                 break
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
@@ -114,15 +138,15 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     def _reject(self, reason: str, detail: str) -> None:
         """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
         self.factory.metrics.reject(reason)
-        log.warn("decode exception from {peer}, closing the channel: {detail}", peer=self.peer.address,
-                 detail=detail, rejected=reason)
+        self.factory.limit_log(self.host, reason, "decode exception from {peer}, closing the channel: {detail}",
+                               peer=self.peer.address, detail=detail, rejected=reason)
         self.transport.loseConnection()
-        self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
+        self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
 
     def timeoutConnection(self) -> None:
         self.factory.metrics.reject("idle")
-        log.info("channel {peer} idle for {seconds} s, closing it", peer=self.peer.address,
-                 seconds=self.factory.idle_timeout)
+        self.factory.limit_log(self.host, "idle", "channel {peer} idle for {seconds} s, closing it",
+                               peer=self.peer.address, seconds=self.factory.idle_timeout)
         self.transport.abortConnection()
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
@@ -136,23 +160,26 @@ class RemotingFactory(protocol.Factory):
 
     def __init__(self, state: NamesrvState, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, on_channel_closed: Callable[[int], None], max_connections: int = 0,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, max_header_length: int | None = None) -> None:
         self.state = state
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
         self.max_frame_length = max_frame_length
+        self.max_header_length = max_header_length
         self.idle_timeout = idle_timeout
         self.on_channel_closed = on_channel_closed
         self.connections: dict[int, RemotingProtocol] = {}
         self.metrics = metrics or Metrics(clock=clock.seconds)
+        self.limit_log = LimitLog()
         self.channel_ids = itertools.count(1)
 
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         """None (the connection is closed at once) when maxConnections are open."""
         if self.max_connections and len(self.connections) >= self.max_connections:
             self.metrics.reject("max_connections")
-            log.warn("refusing a connection from {peer}: maxConnections ({limit}) are open",
-                     peer=getattr(addr, "host", addr), limit=self.max_connections)
+            host = str(getattr(addr, "host", addr))
+            self.limit_log(host, "max_connections", "refusing a connection from {peer}: maxConnections ({maximum}) "
+                           "are open", peer=host, maximum=self.max_connections)
             return None
         return super().buildProtocol(addr)
 

@@ -65,11 +65,15 @@ class FrameDecoder:
     LengthFieldBasedFrameDecoder(maxFrame, 0, 4, 0, 4) with failFast.
 
     A negative length or one whose whole frame (prefix included) exceeds ``max_frame_length``
-    raises ``RemotingDecodeError`` as soon as the length word arrives: the peer is broken.
+    raises ``RemotingDecodeError`` as soon as the length word arrives: the peer is broken.  So
+    does a header length over ``max_header_length`` (when given) as soon as its word arrives:
+    Java bounds it only by the frame, so a peer could make a server buffer and parse 16 MiB of
+    header JSON.
     """
 
-    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
         self.max_frame_length = max_frame_length
+        self.max_header_length = max_header_length
         self._buffer = bytearray()
 
     @property
@@ -86,9 +90,14 @@ class FrameDecoder:
         while end - start >= 4:
             (length,) = _LENGTH.unpack_from(buffer, start)
             if length < 0:
-                raise RemotingDecodeError(f"negative frame length {length}")
+                raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
             if length + 4 > self.max_frame_length:
-                raise RemotingDecodeError(f"frame length {length + 4} exceeds {self.max_frame_length}")
+                raise RemotingDecodeError(f"frame length {length + 4} exceeds {self.max_frame_length}", "frame_length")
+            if self.max_header_length is not None and end - start >= 8:
+                header_length = _LENGTH.unpack_from(buffer, start + 4)[0] & HEADER_LENGTH_MASK
+                if header_length > self.max_header_length:
+                    raise RemotingDecodeError(f"header length {header_length} exceeds {self.max_header_length}",
+                                              "header_length")
             if end - start - 4 < length:
                 break
             frames.append(bytes(buffer[start + 4:start + 4 + length]))

@@ -79,6 +79,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("useEpollNativeSelector", False, BOTH, guarded=True),
     ConfigKey("compatVersion", "5.3.3", OURS, guarded=True),
     ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
+    ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
@@ -86,6 +87,20 @@ KEYS: tuple[ConfigKey, ...] = (
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+
+
+#: numeric keys the server acts on: (lowest, highest or None)
+_RANGES: dict[str, tuple[int, int | None]] = {
+    "listenPort": (0, 65535),
+    "metricsPort": (0, 65535),
+    "frameMaxLength": (1024, (1 << 31) - 1),
+    "headerMaxLength": (64, None),
+    "maxConnections": (0, None),
+    "serverChannelMaxIdleTimeSeconds": (0, None),
+    "scanNotActiveBrokerInterval": (100, None),
+    "waitSecondsForService": (0, None),
+    "routeSnapshotInterval": (100, None),
+}
 
 
 class ConfigError(ValueError):
@@ -220,16 +235,23 @@ class NamesrvConfig:
         self.extra.update({name: text for name, text in props.items() if name not in KEYS_BY_NAME})
 
     def _validate(self) -> None:
-        profile_named(str(self.values["compatVersion"]))
-        for name in ("listenPort", "metricsPort"):
-            if not 0 <= self.values[name] <= 65535:
-                raise ConfigError(f"{name}: {self.values[name]} is not a TCP port")
-        if self.values["routeSnapshotInterval"] < 100:
-            raise ConfigError(f"routeSnapshotInterval: {self.values['routeSnapshotInterval']} ms is below 100")
-        if self.values["frameMaxLength"] < 1024:
-            raise ConfigError(f"frameMaxLength: {self.values['frameMaxLength']} is below 1024")
-        if self.values["serverChannelMaxIdleTimeSeconds"] < 0:
-            raise ConfigError("serverChannelMaxIdleTimeSeconds: must not be negative")
+        """Refuse values the server cannot run with, naming the key (at start and on 318)."""
+        values = self.values
+        try:
+            profile_named(str(values["compatVersion"]))
+        except ValueError as exc:
+            raise ConfigError(f"compatVersion: {exc}") from None
+        for name, (low, high) in _RANGES.items():
+            value = values[name]
+            if value < low or (high is not None and value > high):
+                allowed = f"{low} to {high}" if high is not None else f"at least {low}"
+                raise ConfigError(f"{name}: {value} is out of range ({allowed})")
+        if values["headerMaxLength"] > values["frameMaxLength"]:
+            raise ConfigError(f"headerMaxLength: {values['headerMaxLength']} exceeds frameMaxLength")
+        if values["metricsPort"] and values["metricsPort"] == values["listenPort"]:
+            raise ConfigError(f"metricsPort: {values['metricsPort']} is the listenPort")
+        if not str(values["bindAddress"]).strip():
+            raise ConfigError("bindAddress: empty")
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

@@ -49,7 +49,8 @@ class NamesrvCollector(Collector):
         yield CounterMetricFamily("namesrv_connections_accepted", "Connections accepted since start",
                                   value=metrics.connections_accepted)
         rejected = CounterMetricFamily("namesrv_rejected", "Frames and connections refused, by reason: frame_length "
-                                       "(negative or over frameMaxLength), undecodable (header or serialize type), "
+                                       "(negative or over frameMaxLength), header_length (over headerMaxLength), "
+                                       "undecodable (header or serialize type), "
                                        "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds)",
                                        labels=["reason"])
         for reason, count in sorted(metrics.rejected.items()):
