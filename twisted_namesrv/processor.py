@@ -26,6 +26,7 @@ from .protocol.route import (
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked
+from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from .state.routes import RegisterRequest, RouteData, RouteInfoManager, has_unit_flag, has_unit_sub_flag
@@ -56,6 +57,8 @@ class NamesrvState:
     memo: dict[Any, tuple[int, bytes]] = field(default_factory=dict)
     #: route answers as bytes, by request frame minus its opaque (see replies.py)
     reply_memo: dict[bytes, tuple[str, Any, bytes, bytes, bytes]] = field(default_factory=dict)
+    #: signed-request checks (aclEnable); None: no checks
+    acl: AccessControl | None = None
 
     def memoized(self, key: Any, build: Callable[[], bytes]) -> bytes:
         generation = self.routes.generation
@@ -485,7 +488,12 @@ def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Remot
     handler = HANDLERS.get(request.code)
     if request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes:
         handler = None
-    if handler is None:
+    acl = state.acl
+    refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
+    if refusal is not None:  # as a Java broker answers an AclException
+        log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
+        response = respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
+    elif handler is None:
         response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                            f" request type {request.code} not supported", normal=False)
     else:

@@ -18,6 +18,7 @@ from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
 from .snapshots import RouteSnapshotService
+from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
@@ -29,7 +30,8 @@ BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
 
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
                 notifier=None, listener: EventListener = log_route_event) -> NamesrvState:
-    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError)."""
+    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
+    with aclEnable, the accounts (AclConfigError)."""
     kv_path = Path(config["kvConfigPath"])
     kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
     kv.load(kv_path)
@@ -39,8 +41,10 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
         support_acting_master=config["supportActingMaster"],
         notify_min_broker_id_changed=config["notifyMinBrokerIdChanged"],
         listener=listener, notifier=notifier)
+    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"])
+           if config["aclEnable"] else None)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: write_atomically(config["configStorePath"], java_utf8(text)))
+                        lambda text: write_atomically(config["configStorePath"], java_utf8(text)), acl=acl)
 
 
 class MinBrokerIdNotifier:

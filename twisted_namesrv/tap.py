@@ -9,6 +9,7 @@ from twisted.python import usage
 
 from .compat import PROFILES
 from .logs import FORMATS
+from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError
 
@@ -67,3 +68,5 @@ def makeService(options: Options):
         return NamesrvService(options.config)
     except KVConfigError as exc:
         raise SystemExit(f"{exc}; fix or move the file, the NameServer will not start with it") from None
+    except AclConfigError as exc:
+        raise SystemExit(str(exc)) from None

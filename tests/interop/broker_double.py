@@ -31,6 +31,7 @@ from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V4_9_8, V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.state.acl import signed
 
 log = Logger()
 
@@ -115,8 +116,10 @@ class BrokerDouble(protocol.Factory):
     protocol = BrokerProtocol
 
     def __init__(self, reactor, broker_name: str = "broker-a", cluster: str = "DefaultCluster",
-                 topics: dict[str, int] | None = None, version: int = V4_9_8, broker_id: int = 0) -> None:
+                 topics: dict[str, int] | None = None, version: int = V4_9_8, broker_id: int = 0,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.reactor = reactor
+        self.credentials = credentials  # (accessKey, secretKey): sign registrations for an ACL
         self.broker_id = broker_id
         self.broker_name = broker_name
         self.cluster = cluster
@@ -167,6 +170,8 @@ class BrokerDouble(protocol.Factory):
                "compressed": "false", "bodyCrc32": str(crc32_masked(body))}
         if v5:
             ext.update({"heartbeatTimeoutMillis": "120000", "enableActingMaster": "false"})
+        if self.credentials:
+            ext = signed(ext, *self.credentials, body)
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=self.version)
 
     @defer.inlineCallbacks

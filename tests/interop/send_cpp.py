@@ -4,10 +4,12 @@ the NameServer given on the command line.
 
 usage: python send_cpp.py NAMESRV_ADDR PRODUCER_GROUP BODY
 Run it with PYTHONPATH=<clients dir>/cpp1 or /cpp2 (tools/install_clients.sh installs both).
+With ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY set, the client signs its requests (ACL).
 Prints ``ROCKETMQ_MODULE <path>`` and ``SEND_RESULT <json>``; exits 0 only on SendStatus.OK.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -21,6 +23,8 @@ def main() -> int:
     started = time.monotonic()
     producer = Producer(group, timeout=3000)  # send timeout, ms
     producer.set_namesrv_addr(namesrv)
+    if os.environ.get("ROCKETMQ_ACCESS_KEY"):
+        producer.set_session_credentials(os.environ["ROCKETMQ_ACCESS_KEY"], os.environ["ROCKETMQ_SECRET_KEY"], "LOCAL")
     producer.start()
     ok = False
     try:

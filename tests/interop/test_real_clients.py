@@ -235,3 +235,43 @@ def test_real_client_sends_through_our_namesrv(client_name, compat, tmp_path, cl
     assert re.fullmatch(r"[0-9A-F]{32}", result["msgId"] or ""), result
     if not client.native:
         assert result["msgId"] == stored.msg_id, (result, stored)
+
+
+ACL_ACCOUNTS = "accounts:\n  - accessKey: producer\n    secretKey: producer-secret\n    admin: false\n"
+
+
+@pytest.mark.parametrize("secret", ["producer-secret", "wrong-secret"])
+@pytest.mark.parametrize("client_name", ["cpp1", "cpp2"])
+@pytest_twisted.inlineCallbacks
+def test_cpp_client_signs_its_route_lookups_for_our_acl(client_name, secret, tmp_path, clients_dir,
+                                                        namesrv_exchanges):
+    """aclReadRequired: the C++ client's signed lookups pass with its secret, fail without."""
+    client = CLIENTS[client_name]
+    require_client(client, clients_dir)
+    (tmp_path / "plain_acl.yml").write_text(ACL_ACCOUNTS)
+    config = server_config(tmp_path, aclEnable=True, aclReadRequired=True,
+                           aclAccountsFile=str(tmp_path / "plain_acl.yml"))
+    service, port = yield start_server(config)
+    double = BrokerDouble(reactor, credentials=("producer", "producer-secret"))
+    try:
+        registered = yield double.start(port)
+        assert registered.code == ResponseCode.SUCCESS, registered.header
+        broker_link = f"127.0.0.1:{double.namesrv_link.transport.getHost().port}"
+        executable, args, extra = client.command(clients_dir, f"127.0.0.1:{port}", "PG_ACL", "signed")
+        extra.update(ROCKETMQ_ACCESS_KEY="producer", ROCKETMQ_SECRET_KEY=secret)
+        run = yield run_client(executable, args, client_env(tmp_path, clients_dir, extra), tmp_path)
+    finally:
+        yield double.stop()
+        yield service.stopService()
+    lookups = [x for x in namesrv_exchanges if x.peer != broker_link
+               and x.request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and x.request.ext.get("topic") == "TopicTest"]
+    assert lookups, summarize(namesrv_exchanges, broker_link)
+    assert all(x.request.ext.get("AccessKey") == "producer" and x.request.ext.get("Signature") for x in lookups)
+    if secret == "producer-secret":
+        assert not run.timed_out and run.exit_code == 0, run.describe()
+        assert all(x.response.code == ResponseCode.SUCCESS for x in lookups)
+        assert len(double.sends("TopicTest")) == 1
+    else:
+        assert run.exit_code != 0 and double.sends() == [], run.describe()
+        assert {x.response.remark for x in lookups} == {
+            "org.apache.rocketmq.acl.common.AclException: Check signature failed for accessKey=producer"}

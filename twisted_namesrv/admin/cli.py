@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def credentials() -> tuple[str, str] | None:
+    """NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY (the environment keeps the secret off the command
+    line): sign every request for a NameServer with aclEnable."""
+    access_key, secret_key = os.environ.get("NAMESRV_ACCESS_KEY"), os.environ.get("NAMESRV_SECRET_KEY")
+    return (access_key, secret_key) if access_key and secret_key else None
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.command == "compare":
         return run_compare(args, out, err)
     try:
-        with Namesrvs(split_namesrv_list(args.namesrv), args.timeout) as namesrvs:
+        with Namesrvs(split_namesrv_list(args.namesrv), args.timeout, credentials()) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:
         err.write(f"error: {exc}\n")

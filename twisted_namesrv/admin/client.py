@@ -15,6 +15,7 @@ from typing import Any
 
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
+from ..state.acl import signed
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_TIMEOUT = 3.0
@@ -71,10 +72,11 @@ def json_body(addr: str, response: RemotingCommand) -> Any:
 class NamesrvClient:
     """One NameServer, connected on first use and kept open for the following requests."""
 
-    def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT, credentials: tuple[str, str] | None = None) -> None:
         self.addr = addr
         self.host, self.port = parse_address(addr)
         self.timeout = timeout
+        self.credentials = credentials  # (accessKey, secretKey): every request signed, as mqadmin's ACL hook does
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder()
 
@@ -86,6 +88,8 @@ class NamesrvClient:
 
     def call(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
         """Send one request and wait for its answer, whatever its code."""
+        if self.credentials:
+            ext = signed({k: v for k, v in (ext or {}).items() if v is not None}, *self.credentials, body)
         request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=V4_9_8, language="JAVA")
         deadline = time.monotonic() + self.timeout
         try:
@@ -148,8 +152,9 @@ class Namesrvs:
     """The ``-n`` list: read requests go to the first NameServer that answers (a transport
     failure moves on to the next, as the Java client picks another channel), writes to each."""
 
-    def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.clients = [NamesrvClient(addr, timeout) for addr in addrs]
+    def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT,
+                 credentials: tuple[str, str] | None = None) -> None:
+        self.clients = [NamesrvClient(addr, timeout, credentials) for addr in addrs]
 
     def __enter__(self) -> Namesrvs:
         return self

@@ -79,6 +79,9 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("useEpollNativeSelector", False, BOTH, guarded=True),
     ConfigKey("compatVersion", "5.3.3", OURS, guarded=True),
     ConfigKey("frameMaxLength", DEFAULT_MAX_FRAME_LENGTH, OURS, guarded=True),
+    ConfigKey("aclEnable", False, OURS, guarded=True),
+    ConfigKey("aclAccountsFile", "", OURS, guarded=True),
+    ConfigKey("aclReadRequired", False, OURS, guarded=True),
     ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
@@ -252,6 +255,8 @@ class NamesrvConfig:
             raise ConfigError(f"metricsPort: {values['metricsPort']} is the listenPort")
         if not str(values["bindAddress"]).strip():
             raise ConfigError("bindAddress: empty")
+        if values["aclEnable"] and not values["aclAccountsFile"]:
+            raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

@@ -1,0 +1,138 @@
+"""aclEnable: state-changing requests must be signed as RocketMQ clients sign them, with an
+account of a plain_acl.yml; refusals change nothing and answer what a Java broker answers."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import pytest_twisted
+from twisted.internet.utils import getProcessOutputAndValue
+
+from tests.support import server_config, start_server
+from tests.test_processor import MASTER, Namesrv
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.state.acl import AccessControl, AclConfigError, signature, signed
+
+ACCOUNTS = """\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: operator
+    secretKey: operator-secret
+    admin: true
+  - accessKey: broker
+    secretKey: broker-secret
+    whiteRemoteAddress:
+    admin: false
+"""
+PUT = {"namespace": "ns", "key": "k", "value": "v"}
+
+
+@pytest.fixture
+def accounts_file(tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACCOUNTS)
+    return str(path)
+
+
+def ns_with_acl(tmp_path, accounts_file, **values) -> Namesrv:
+    return Namesrv(tmp_path, aclEnable=True, aclAccountsFile=accounts_file, **values)
+
+
+def test_signature_is_hmac_sha1_of_the_values_in_key_order_then_the_body():
+    # by hand: values of AccessKey, b, topic (Java String order) then the body
+    import base64
+    import hashlib
+    import hmac
+
+    expected = base64.b64encode(hmac.new(b"sk", b"akBtopicXbody", hashlib.sha1).digest()).decode()
+    assert signature("sk", {"topic": "topicX", "b": "B", "AccessKey": "ak", "Signature": "old"}, b"body") == expected
+
+
+def test_operator_codes_need_an_admin_signature(tmp_path, accounts_file):
+    ns = ns_with_acl(tmp_path, accounts_file)
+    refused = {
+        "No accessKey is configured": PUT,
+        "No acl config for nobody": signed(PUT, "nobody", "x"),
+        "Check signature failed for accessKey=operator": signed(PUT, "operator", "wrong-secret"),
+        "Need admin permission for request code=100, but accessKey=broker is not": signed(PUT, "broker",
+                                                                                         "broker-secret"),
+    }
+    for reason, ext in refused.items():
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, ext)
+        assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                f"org.apache.rocketmq.acl.common.AclException: {reason}")
+    assert ns.state.kv.configTable == {}
+    tampered = signed(PUT, "operator", "operator-secret")
+    tampered["value"] = "changed after signing"
+    assert ns.call(RequestCode.PUT_KV_CONFIG, tampered).code == ResponseCode.SYSTEM_ERROR
+    assert ns.call(RequestCode.PUT_KV_CONFIG, signed(PUT, "operator", "operator-secret", security_token="t")).code == 0
+    assert ns.state.kv.configTable == {"ns": {"k": "v"}}
+    assert ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k"}).code == 0  # reads stay open
+
+
+def register_ext(body: bytes) -> dict[str, str]:
+    return {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a", "brokerId": "0",
+            "compressed": "false", "bodyCrc32": str(crc32_masked(body))}
+
+
+def test_brokers_sign_their_registrations_with_any_account(tmp_path, accounts_file):
+    ns = ns_with_acl(tmp_path, accounts_file)
+    body, other = (encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}),
+                                        False, True) for topics in (("T1", "T2"), ("T8", "T9")))
+    assert ns.call(RequestCode.REGISTER_BROKER, register_ext(body), body).code == ResponseCode.SYSTEM_ERROR
+    body_swapped = ns.call(RequestCode.REGISTER_BROKER, signed(register_ext(body), "broker", "broker-secret", body),
+                           other)  # the signature covers the body
+    assert body_swapped.code == ResponseCode.SYSTEM_ERROR and ns.routes.topicQueueTable == {}
+    good = ns.call(RequestCode.REGISTER_BROKER, signed(register_ext(body), "broker", "broker-secret", body), body)
+    assert good.code == ResponseCode.SUCCESS and list(ns.routes.topicQueueTable) == ["T1", "T2"]
+
+
+def test_reads_need_a_signature_when_configured(tmp_path, accounts_file):
+    ns = ns_with_acl(tmp_path, accounts_file, aclReadRequired=True)
+    ask = {"topic": "T1"}
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ask).code == ResponseCode.SYSTEM_ERROR
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, signed(ask, "broker", "broker-secret")).code == (
+        ResponseCode.TOPIC_NOT_EXIST)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("accounts: []", "has no 'accounts' list"), ("accounts:\n  - accessKey: a\n", "account 1 needs"),
+    ("accounts: [", "cannot read"),
+])
+def test_a_bad_accounts_file_is_refused_naming_it(tmp_path, text, problem):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(text)
+    with pytest.raises(AclConfigError, match=f"^aclAccountsFile: .*{problem}"):
+        AccessControl.from_file(str(path))
+
+
+def test_acl_on_without_an_accounts_file_is_a_config_error(tmp_path):
+    from twisted.python import usage
+
+    from twisted_namesrv import tap
+
+    (tmp_path / "namesrv.properties").write_text("aclEnable=true\n")
+    with pytest.raises(usage.UsageError, match="^aclAccountsFile: required"):
+        tap.Options().parseOptions(["-c", str(tmp_path / "namesrv.properties")])
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_admin_cli_signs_with_the_environments_keys(tmp_path, accounts_file):
+    service, port = yield start_server(server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file))
+    command = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port}", "updateKvConfig", "-s", "NS",
+               "-k", "k", "-v", "v"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
+    try:
+        out, err, code = yield getProcessOutputAndValue(command[0], command[1:], env=env)
+        assert code == 1 and b"AclException: No accessKey is configured" in err
+        keys = {"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"}
+        out, err, code = yield getProcessOutputAndValue(command[0], command[1:], env={**env, **keys})
+        assert code == 0, err
+        assert service.state.kv.configTable == {"NS": {"k": "v"}}
+    finally:
+        yield service.stopService()
