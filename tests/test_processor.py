@@ -761,3 +761,12 @@ def test_route_answer_filter_servers_follow_registration(ns):
     assert route_of(ns)["filterServerTable"] == {MASTER: ["10.0.0.1:30000", "10.0.0.1:30001"]}
     ns.register(filters=[], version=(3, 3))
     assert route_of(ns)["filterServerTable"] == {}
+
+
+def test_inflate_limit_is_the_configured_one(tmp_path):
+    ns = Namesrv(tmp_path, inflateMaxLength=1024)
+    answer = ns.register(compressed=True, topics=[f"Topic{i:04d}" for i in range(200)])
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR,
+                                            "compressed RegisterBrokerBody inflates beyond 1024 bytes")
+    assert ns.routes.topicQueueTable == {}
+    assert ns.register(compressed=True, topics=("T1", "T2")).code == ResponseCode.SUCCESS

@@ -193,7 +193,7 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
                                             broker_id, java_bool(acting))
     try:
         body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version,
-                                    known_digest=known)
+                                    state.config["inflateMaxLength"], known_digest=known)
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     result = state.routes.register_broker(RegisterRequest(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compat import Profile, profile_named
+from ..protocol.register import DEFAULT_MAX_INFLATED
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 
@@ -83,6 +84,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("aclAccountsFile", "", OURS, guarded=True),
     ConfigKey("aclReadRequired", False, OURS, guarded=True),
     ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
+    ConfigKey("inflateMaxLength", DEFAULT_MAX_INFLATED, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
@@ -98,6 +100,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "metricsPort": (0, 65535),
     "frameMaxLength": (1024, (1 << 31) - 1),
     "headerMaxLength": (64, None),
+    "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
     "serverChannelMaxIdleTimeSeconds": (0, None),
     "scanNotActiveBrokerInterval": (100, None),
