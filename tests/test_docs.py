@@ -14,5 +14,5 @@ def test_readme_lists_every_configuration_key():
     text = README.read_text(encoding="utf-8")
     section = text[text.index("### Configuration keys"):]
     section = section[:section.index("\n## ")]
-    documented = set(re.findall(r"`([a-zA-Z]+)`", section))
+    documented = set(re.findall(r"`([a-zA-Z.]+)`", section))
     assert [k.name for k in KEYS if k.name not in documented] == []

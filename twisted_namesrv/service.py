@@ -23,6 +23,7 @@ from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
 from .state.store import write_atomically
+from .tls import listening_factory
 
 log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
@@ -104,6 +105,7 @@ class NamesrvService(service.MultiService):
                                                   config["routeSnapshotInterval"] / 1000)
             self.snapshots.load()
             self.snapshots.setServiceParent(self)
+        self.listening_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
         self.port = None
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_port = None
@@ -120,7 +122,7 @@ class NamesrvService(service.MultiService):
     def startService(self) -> None:
         tune_gc()
         super().startService()
-        d = serverFromString(self.reactor, self.endpoint_description()).listen(self.factory)
+        d = serverFromString(self.reactor, self.endpoint_description()).listen(self.listening_factory)
         d.addCallbacks(self._listening, self._listen_failed)
         if self.config["metricsPort"]:
             self._listen_web()

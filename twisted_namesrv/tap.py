@@ -27,6 +27,9 @@ class Options(usage.Options):
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
+        ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
+        ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
+        ["tls-key", None, None, "its private key, PEM (tls.server.keyPath)"],
         ["log-format", None, "text", "python -m twisted_namesrv logs 'text' or 'json' lines (twistd: use "
          "--logger twisted_namesrv.logs.json_lines)"],
     ]
@@ -38,7 +41,8 @@ class Options(usage.Options):
             values["kvConfigPath"] = os.path.join(self["data-dir"], "kvConfig.json")
             values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
-                            ("route-snapshot", "routeSnapshotPath")):
+                            ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
+                            ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
             if self[option]:
                 values[key] = self[option]
         for option, key in (("port", "listenPort"), ("metrics-port", "metricsPort")):
@@ -68,5 +72,5 @@ def makeService(options: Options):
         return NamesrvService(options.config)
     except KVConfigError as exc:
         raise SystemExit(f"{exc}; fix or move the file, the NameServer will not start with it") from None
-    except AclConfigError as exc:
+    except (AclConfigError, ConfigError) as exc:
         raise SystemExit(str(exc)) from None

@@ -83,6 +83,12 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("aclEnable", False, OURS, guarded=True),
     ConfigKey("aclAccountsFile", "", OURS, guarded=True),
     ConfigKey("aclReadRequired", False, OURS, guarded=True),
+    ConfigKey("tls.server.mode", "disabled", OURS, guarded=True),
+    ConfigKey("tls.server.certPath", "", OURS, guarded=True),
+    ConfigKey("tls.server.keyPath", "", OURS, guarded=True),
+    ConfigKey("tls.server.keyPassword", "", OURS, guarded=True),
+    ConfigKey("tls.server.authClient", False, OURS, guarded=True),
+    ConfigKey("tls.server.trustCertPath", "", OURS, guarded=True),
     ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
     ConfigKey("inflateMaxLength", DEFAULT_MAX_INFLATED, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
@@ -94,6 +100,7 @@ KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 
+TLS_MODES = ("disabled", "permissive", "enforcing")  # RocketMQ's TlsMode
 #: numeric keys the server acts on: (lowest, highest or None)
 _RANGES: dict[str, tuple[int, int | None]] = {
     "listenPort": (0, 65535),
@@ -258,6 +265,8 @@ class NamesrvConfig:
             raise ConfigError(f"metricsPort: {values['metricsPort']} is the listenPort")
         if not str(values["bindAddress"]).strip():
             raise ConfigError("bindAddress: empty")
+        if values["tls.server.mode"] not in TLS_MODES:
+            raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
 

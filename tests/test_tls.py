@@ -1,0 +1,142 @@
+"""tls.server.mode: permissive serves TLS and plain on one port, enforcing only TLS; a TLS
+client (Python's ssl, verifying our certificate) asks over the same remoting protocol."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import socket
+import ssl
+import struct
+
+import pytest
+import pytest_twisted
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from twisted.internet import threads
+
+from tests.support import server_config, start_server
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.config import ConfigError
+
+ASK = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}, opaque=7, version=409)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1, made for this run (no key is ever committed)."""
+    directory = tmp_path_factory.mktemp("tls")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return directory / "cert.pem", directory / "key.pem"
+
+
+def ask(port: int, cafile=None, client_pair=None) -> RemotingCommand | None:
+    """One route lookup, over TLS when ``cafile`` is given (presenting ``client_pair``, a
+    certificate and key, if given); None when the server closes on us."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if cafile is not None:
+        context = ssl.create_default_context(cafile=str(cafile))
+        if client_pair:
+            context.load_cert_chain(*map(str, client_pair))
+        try:
+            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+        except (ConnectionError, ssl.SSLError):
+            return None
+    with sock:
+        sock.sendall(ASK.encode())
+        decoder, data = FrameDecoder(), b""
+        while True:
+            try:
+                data = sock.recv(65536)
+            except (ConnectionError, ssl.SSLError):
+                return None
+            if not data:
+                return None
+            frames = decoder.feed(data)
+            if frames:
+                return RemotingCommand.decode(frames[0])
+
+
+def tls_config(tmp_path, certificate, mode: str):
+    cert, key = certificate
+    return server_config(tmp_path, **{"tls.server.mode": mode, "tls.server.certPath": str(cert),
+                                      "tls.server.keyPath": str(key)})
+
+
+@pytest.mark.parametrize(("mode", "plain_answered"), [("permissive", True), ("enforcing", False)])
+@pytest_twisted.inlineCallbacks
+def test_tls_modes(tmp_path, certificate, mode, plain_answered):
+    service, port = yield start_server(tls_config(tmp_path, certificate, mode))
+    try:
+        over_tls = yield threads.deferToThread(ask, port, certificate[0])
+        plain = yield threads.deferToThread(ask, port)
+    finally:
+        yield service.stopService()
+    assert over_tls.code == ResponseCode.TOPIC_NOT_EXIST and over_tls.opaque == ASK.opaque
+    if plain_answered:
+        assert plain.code == ResponseCode.TOPIC_NOT_EXIST and plain.opaque == ASK.opaque
+    else:
+        assert plain is None
+
+
+@pytest_twisted.inlineCallbacks
+def test_auth_client_requires_a_trusted_client_certificate(tmp_path, certificate):
+    config = tls_config(tmp_path, certificate, "enforcing")
+    config.values.update({"tls.server.authClient": True, "tls.server.trustCertPath": str(certificate[0])})
+    service, port = yield start_server(config)
+    try:
+        anonymous = yield threads.deferToThread(ask, port, certificate[0])
+        trusted = yield threads.deferToThread(ask, port, certificate[0], certificate)
+    finally:
+        yield service.stopService()
+    assert anonymous is None
+    assert trusted.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_permissive_peer_that_never_speaks_is_closed_when_idle(tmp_path, certificate):
+    from twisted.internet import address, task
+    from twisted.internet.testing import StringTransport
+
+    clock = task.Clock()
+    service = NamesrvService(tls_config(tmp_path, certificate, "permissive"), reactor=clock)
+    silent = service.listening_factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 1))
+    transport = StringTransport()
+    silent.makeConnection(transport)
+    clock.advance(service.config["serverChannelMaxIdleTimeSeconds"])
+    assert transport.disconnecting
+
+
+@pytest.mark.parametrize(("values", "key"), [
+    ({"tls.server.mode": "enforcing"}, "tls.server.certPath: required"),
+    ({"tls.server.mode": "permissive", "tls.server.certPath": "/nonexistent/cert.pem",
+      "tls.server.keyPath": "/nonexistent/key.pem"}, "tls.server.certPath: cannot read"),
+])
+def test_bad_tls_settings_stop_the_start_naming_the_key(tmp_path, values, key):
+    with pytest.raises(ConfigError, match=f"^{key}"):
+        NamesrvService(server_config(tmp_path, **values))
+
+
+def test_an_unknown_tls_mode_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="^tls.server.mode: 'on' is not one of"):
+        server_config(tmp_path, **{"tls.server.mode": "on"})
+
+
+def test_garbage_key_file_is_refused(tmp_path, certificate):
+    (tmp_path / "bad.pem").write_bytes(struct.pack(">I", 7) * 10)
+    values = {"tls.server.mode": "enforcing", "tls.server.certPath": str(certificate[0]),
+              "tls.server.keyPath": str(tmp_path / "bad.pem")}
+    with pytest.raises(ConfigError, match="^tls.server.certPath/keyPath: not a PEM"):
+        NamesrvService(server_config(tmp_path, **values))

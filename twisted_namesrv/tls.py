@@ -1,0 +1,104 @@
+"""TLS for the remoting port, with RocketMQ's modes (TlsSystemConfig ``tls.server.mode``):
+
+- ``disabled``: plain TCP only (our default; Java's is permissive with a self-signed certificate);
+- ``permissive``: each connection's first byte decides: 0x16 (a TLS handshake record) is served
+  over TLS, anything else in plain, on the same port, as Java's HandshakeHandler does;
+- ``enforcing``: TLS only; a plain peer's bytes fail the handshake and it is closed.
+
+Twisted's TLSMemoryBIOFactory does the TLS; the remoting protocol above it is unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from OpenSSL import crypto
+from twisted.internet import interfaces, protocol
+from twisted.internet import ssl as twisted_ssl
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from .server import RemotingFactory
+from .state.config import ConfigError, NamesrvConfig
+
+TLS_HANDSHAKE = 0x16
+
+
+def context_factory(config: NamesrvConfig) -> twisted_ssl.CertificateOptions:
+    """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
+    client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+    pem = {key: _read(config, key) for key in ("tls.server.certPath", "tls.server.keyPath")}
+    password = config["tls.server.keyPassword"].encode() or None
+    try:
+        key = twisted_ssl.KeyPair(crypto.load_privatekey(crypto.FILETYPE_PEM, pem["tls.server.keyPath"], password))
+        certificate = twisted_ssl.PrivateCertificate.load(pem["tls.server.certPath"], key, crypto.FILETYPE_PEM)
+    except Exception as exc:  # OpenSSL's errors name no file
+        raise ConfigError(f"tls.server.certPath/keyPath: not a PEM certificate and its key: {exc}") from None
+    if not config["tls.server.authClient"]:
+        return certificate.options()
+    trust = _read(config, "tls.server.trustCertPath")
+    try:
+        return certificate.options(twisted_ssl.Certificate.loadPEM(trust))
+    except Exception as exc:
+        raise ConfigError(f"tls.server.trustCertPath: not a PEM certificate: {exc}") from None
+
+
+def _read(config: NamesrvConfig, key: str) -> bytes:
+    path = config[key]
+    if not path:
+        raise ConfigError(f"{key}: required with tls.server.mode={config['tls.server.mode']}")
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+
+
+class SniffingProtocol(protocol.Protocol):
+    """Permissive mode: holds a new connection until its first byte, then hands it to the TLS
+    or the plain remoting protocol.  A peer that never sends is closed after the idle timeout."""
+
+    def __init__(self, factory: SniffingFactory, addr: interfaces.IAddress) -> None:
+        self.factory = factory
+        self.addr = addr
+        self.delegate: protocol.Protocol | None = None
+        self._idle = None
+
+    def connectionMade(self) -> None:
+        remoting = self.factory.remoting
+        if remoting.idle_timeout:
+            self._idle = remoting.clock.callLater(remoting.idle_timeout, self.transport.abortConnection)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.delegate is None:
+            if self._idle is not None and self._idle.active():
+                self._idle.cancel()
+            inner = self.factory.tls if data[0] == TLS_HANDSHAKE else self.factory.remoting
+            self.delegate = inner.buildProtocol(self.addr)
+            if self.delegate is None:  # maxConnections
+                self.transport.loseConnection()
+                return
+            self.delegate.makeConnection(self.transport)
+        self.delegate.dataReceived(data)
+
+    def connectionLost(self, reason: object = protocol.connectionDone) -> None:
+        if self._idle is not None and self._idle.active():
+            self._idle.cancel()
+        if self.delegate is not None:
+            self.delegate.connectionLost(reason)
+
+
+class SniffingFactory(protocol.Factory):
+    def __init__(self, remoting: RemotingFactory, tls: TLSMemoryBIOFactory) -> None:
+        self.remoting = remoting
+        self.tls = tls
+
+    def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol:
+        return SniffingProtocol(self, addr)
+
+
+def listening_factory(config: NamesrvConfig, remoting: RemotingFactory) -> protocol.Factory:
+    """What the remoting port listens with, by ``tls.server.mode``."""
+    mode = config["tls.server.mode"]
+    if mode == "disabled":
+        return remoting
+    tls = TLSMemoryBIOFactory(context_factory(config), False, remoting)
+    return tls if mode == "enforcing" else SniffingFactory(remoting, tls)
