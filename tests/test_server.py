@@ -280,3 +280,16 @@ def test_a_registration_over_16_mib_needs_a_raised_frame_limit(tmp_path):
     proto.dataReceived(frame)
     assert [a.code for a in answers(transport)] == [ResponseCode.SUCCESS]
     assert len(raised.state.routes.topicQueueTable) == 110_000
+
+
+def test_a_broker_vanishing_mid_registration_changes_nothing_for_others(harness):
+    other, other_transport = harness.connect(40001)
+    other.dataReceived(register_frame("10.0.1.1:10911", "broker-b", ("T3", "T4")).encode())
+    before = (dict(harness.state.routes.topicQueueTable), dict(harness.state.routes.brokerAddrTable))
+    proto, transport = harness.connect()
+    frame = register_frame(MASTER, "broker-a", ("T1", "T2")).encode()
+    proto.dataReceived(frame[:len(frame) // 2])  # half a registration, then the broker is gone
+    transport.loseConnection()
+    assert (harness.state.routes.topicQueueTable, harness.state.routes.brokerAddrTable) == before
+    other.dataReceived(route_request("T3").encode())
+    assert [a.code for a in answers(other_transport)] == [ResponseCode.SUCCESS, ResponseCode.SUCCESS]
