@@ -12,7 +12,8 @@ defaults), in plain JSON as Java brokers do by default (``compressedRegister=fal
 1. register every broker once, one after another: round-trip p50/p99/max, server RSS after;
 2. storm: every broker re-registers (same data version: a heartbeat) within one second while 16
    client connections look routes up in a closed loop: registration round trips, and lookup
-   latency during the storm against the 3 s before it;
+   latency during the storm against the 3 s before it; then every broker's connection drops at
+   once: seconds until the cluster info is empty;
 3. a broker with ``--big-topics`` topics (about 17 MiB of JSON): round trip, RSS after; and the
    same frame to a server on the default 16 MiB limit, which must close the connection.
 """
@@ -32,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools"), str(REPO / "tools" / "fuzz")]
 
 from namesrv_proc import NamesrvProcess  # noqa: E402
-from soak import HOST, call, register_frame  # noqa: E402
+from soak import HOST, brokers_in_cluster, call, register_frame  # noqa: E402
 
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
 from twisted_namesrv.remoting.codes import V4_9_8  # noqa: E402
@@ -98,6 +99,16 @@ async def storm(port: int, connections: list, frames: list[bytes], topics: list[
             "lookup_us_before": percentiles(before), "lookup_us_during": percentiles(during)}
 
 
+async def mass_disconnect(port: int, connections: list) -> float:
+    """Every broker's connection drops at once: seconds until the cluster info is empty."""
+    started = time.monotonic()
+    for _, writer in connections:
+        writer.close()
+    while await brokers_in_cluster(port):
+        await asyncio.sleep(0.01)
+    return round(time.monotonic() - started, 3)
+
+
 async def big_registration(port: int, frame: bytes) -> tuple[float, bool]:
     """Round trip in ms, or whether the server closed the connection (refused)."""
     reader, writer = await asyncio.open_connection(HOST, port)
@@ -137,8 +148,7 @@ async def measure(args) -> dict:
         topics = [f"Soak{g:03d}_{j:04d}" for g in range(0, args.brokers // GROUP, 7) for j in range(0, args.topics, 97)]
         figures.update(await storm(proc.port, connections, frames, topics))
         figures["rss_mib_after_storm"] = round(proc.rss_kib() / 1024, 1)
-        for _, writer in connections:
-            writer.close()
+        figures["mass_disconnect_s"] = await mass_disconnect(proc.port, connections)
         big = register_frame(args.brokers + 1, args.big_topics, 1, compressed=False)
         figures["big_frame_mib"] = round(len(big) / (1 << 20), 2)
         ms, refused = await big_registration(proc.port, big)
