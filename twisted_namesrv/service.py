@@ -8,7 +8,6 @@ from pathlib import Path
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol
-from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 from twisted.logger import Logger
 
 from .housekeeping import HousekeepingService, log_route_event
@@ -60,8 +59,7 @@ class MinBrokerIdNotifier:
         host, _, port = broker_addr.rpartition(":")
         request = RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header,
                                           version=self.version, oneway=True)
-        endpoint = TCP4ClientEndpoint(self.reactor, host, int(port), timeout=3)
-        d = endpoint.connect(protocol.Factory.forProtocol(protocol.Protocol))
+        d = protocol.ClientCreator(self.reactor, protocol.Protocol).connectTCP(host, int(port), timeout=3)
         d.addCallback(lambda proto: (proto.transport.write(request.encode()), proto.transport.loseConnection()))
         d.addErrback(lambda failure: log.warn("notify min broker id change to {addr} failed: {f}",
                                               addr=broker_addr, f=failure.getErrorMessage()))
@@ -115,14 +113,19 @@ class NamesrvService(service.MultiService):
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
-    def endpoint_description(self, port_key: str = "listenPort") -> str:
-        bind = self.config["bindAddress"].replace(":", r"\:")
-        return f"tcp:{self.config[port_key]}:interface={bind}"
+    def listen(self, port_key: str, factory: protocol.Factory) -> defer.Deferred:
+        """Listen on bindAddress at the port of ``port_key``.  reactor.listenTCP rather than
+        twisted.internet.endpoints, which imports pyOpenSSL (~12 MB per process) when installed."""
+        return defer.maybeDeferred(self.reactor.listenTCP, self.config[port_key], factory,
+                                   interface=self.config["bindAddress"])
+
+    def address(self, port_key: str = "listenPort") -> str:
+        return f"{self.config['bindAddress']}:{self.config[port_key]}"
 
     def startService(self) -> None:
         tune_gc()
         super().startService()
-        d = serverFromString(self.reactor, self.endpoint_description()).listen(self.listening_factory)
+        d = self.listen("listenPort", self.listening_factory)
         d.addCallbacks(self._listening, self._listen_failed)
         if self.config["metricsPort"]:
             self._listen_web()
@@ -130,8 +133,8 @@ class NamesrvService(service.MultiService):
     def _listen_web(self) -> None:
         from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-        endpoint = self.endpoint_description("metricsPort")
-        d = serverFromString(self.reactor, endpoint).listen(make_site(self.state, self.factory))
+        endpoint = self.address("metricsPort")
+        d = self.listen("metricsPort", make_site(self.state, self.factory))
 
         def listening(port) -> None:
             self.web_port = port
@@ -166,8 +169,8 @@ class NamesrvService(service.MultiService):
         return port
 
     def _listen_failed(self, failure) -> None:
-        log.failure("cannot listen on {endpoint}", failure, endpoint=self.endpoint_description())
-        print(f"cannot listen on {self.endpoint_description()}: {failure.getErrorMessage()}", file=sys.stderr)
+        log.failure("cannot listen on {endpoint}", failure, endpoint=self.address())
+        print(f"cannot listen on {self.address()}: {failure.getErrorMessage()}", file=sys.stderr)
         self.port_ready.errback(failure)
         if self.reactor.running:
             self.reactor.stop()

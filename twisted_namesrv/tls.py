@@ -6,26 +6,33 @@
 - ``enforcing``: TLS only; a plain peer's bytes fail the handshake and it is closed.
 
 Twisted's TLSMemoryBIOFactory does the TLS; the remoting protocol above it is unchanged.
+TLS needs the ``tls`` extra (pyOpenSSL): once installed, Twisted's TCP transport imports it in every
+process (~13 MB), so installs without TLS leave it out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from OpenSSL import crypto
 from twisted.internet import interfaces, protocol
-from twisted.internet import ssl as twisted_ssl
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
 
+if TYPE_CHECKING:
+    from twisted.internet.ssl import CertificateOptions
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+
 TLS_HANDSHAKE = 0x16
 
 
-def context_factory(config: NamesrvConfig) -> twisted_ssl.CertificateOptions:
+def context_factory(config: NamesrvConfig) -> CertificateOptions:
     """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
     client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+    from OpenSSL import crypto
+    from twisted.internet import ssl as twisted_ssl
+
     pem = {key: _read(config, key) for key in ("tls.server.certPath", "tls.server.keyPath")}
     password = config["tls.server.keyPassword"].encode() or None
     try:
@@ -100,5 +107,10 @@ def listening_factory(config: NamesrvConfig, remoting: RemotingFactory) -> proto
     mode = config["tls.server.mode"]
     if mode == "disabled":
         return remoting
+    try:
+        from twisted.protocols.tls import TLSMemoryBIOFactory
+    except ImportError:
+        raise ConfigError(f"tls.server.mode: {mode} needs pyOpenSSL: pip install 'twisted-namesrv[tls]'") from None
+
     tls = TLSMemoryBIOFactory(context_factory(config), False, remoting)
     return tls if mode == "enforcing" else SniffingFactory(remoting, tls)

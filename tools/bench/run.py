@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+BENCH_VENV = REPO / ".venv-bench"
 DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "bench"
 HOST = "127.0.0.1"
 V4_9_8 = 409  # the version the shared tools speak; our answers do not depend on it
@@ -334,8 +335,18 @@ class Bench:
 
     @property
     def server_python(self) -> str:
-        venv = REPO / ".venv" / "bin" / "python"
-        return str(venv) if venv.exists() else sys.executable
+        """The server runs from a default install (BENCH_VENV: the package without extras), as an
+        operator without TLS has it: with pyOpenSSL present, Twisted's TCP imports it (~13 MB)."""
+        python = BENCH_VENV / "bin" / "python"
+        stamp = BENCH_VENV / ".installed"
+        want = (REPO / "setup.cfg").read_text() + (REPO / "setup.py").read_text()
+        if not python.exists() or not stamp.exists() or stamp.read_text() != want:
+            print(f"[bench] installing the package without extras into {BENCH_VENV}", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO), "--config-settings",
+                            "editable_mode=compat"], check=True)
+            stamp.write_text(want)
+        return str(python)
 
     def load_opts(self) -> tuple[str, str]:
         return str(self.args.seconds), str(self.args.warmup)
