@@ -564,13 +564,16 @@ def config_keys(ns: Namesrv) -> dict[str, str]:
 
 @pytest.mark.parametrize("line", ["kvConfigPath=/tmp/evil", "configStorePath=/tmp/evil", "configBlackList=",
                                   "rocketmqHome=/x", "listenPort=1", "serverChannelMaxIdleTimeSeconds=1",
-                                  "compatVersion=4.9.8"])
-def test_update_config_refuses_blocked_keys(ns, line):
+                                  "compatVersion=4.9.8", "aclEnable=false", "tls.server.mode=disabled",
+                                  "headerMaxLength=99999999"])
+def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line, caplog):
     before = dict(ns.config.values)
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=f"enableTopicList=false\n{line}\n".encode())
     assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     assert ns.config.values == before
     assert not ns.config_path.exists()
+    key = line.split("=")[0]
+    assert any("127.0.0.1:40000" in r.getMessage() and key in r.getMessage() for r in caplog.records)
 
 
 def test_update_config_blacklist_from_config(tmp_path):
