@@ -94,6 +94,7 @@ class NamesrvService(service.MultiService):
                                        config["serverChannelMaxIdleTimeSeconds"],
                                        lambda channel: self.housekeeping.channel_closed(channel),
                                        config["maxConnections"], self.metrics, config["headerMaxLength"])
+        self.factory.count_requests = bool(config["metricsPort"])
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)

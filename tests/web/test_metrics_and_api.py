@@ -24,6 +24,7 @@ class Served:
     def __init__(self, tmp_path, **values) -> None:
         self.clock = task.Clock()
         self.clock.advance(START)
+        values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
         self.service = NamesrvService(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
         self.registry = registry(self.service.state, self.service.factory)
@@ -120,3 +121,9 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     assert [(e["seq"], e["kind"], e["addr"]) for e in events] == [(1, "registered", MASTER), (2, "closed", MASTER)]
     assert served.api.events(since=1)["events"] == events[1:]
     assert served.api.overview()["brokers_live"] == 0
+
+
+def test_without_a_metrics_port_requests_are_not_counted(tmp_path):
+    served = Served(tmp_path, metricsPort=0)
+    served.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "missing"})
+    assert served.service.factory.metrics.requests_by_code()[0] == {}
