@@ -103,10 +103,6 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
-        #: brokerName -> its topics (an ordered set): topicQueueTable inverted, so that removing a
-        #: broker group costs its own topics, not a scan of every topic (1,000 groups leaving a
-        #: 100k-topic table took 7 s that way); kept by the few methods that change queue data
-        self.topics_by_broker: dict[str, dict[str, None]] = {}
         self.route_memo: dict[str, dict[Any, bytes]] = {}
         self.generation = 0
 
@@ -119,16 +115,9 @@ class RouteInfoManager:
     def _broker_changed(self, broker_name: str) -> None:
         """A group's addresses, zone or flags changed: every route naming it is stale."""
         if self.route_memo:
-            for topic in self.topics_by_broker.get(broker_name, ()):
-                self.route_memo.pop(topic, None)
+            for topic in [t for t in self.route_memo if broker_name in self.topicQueueTable.get(t, ())]:
+                del self.route_memo[topic]
         self.generation += 1
-
-    def index_topics(self) -> None:
-        """Rebuild topics_by_broker from topicQueueTable (after replacing the table wholesale)."""
-        self.topics_by_broker = {}
-        for topic, queues in self.topicQueueTable.items():
-            for broker_name in queues:
-                self.topics_by_broker.setdefault(broker_name, {})[topic] = None
 
     def _forget_tables(self) -> None:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
@@ -276,7 +265,7 @@ class RouteInfoManager:
             return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
-            for topic in [t for t in self.topics_by_broker.get(req.brokerName, ()) if t not in table]:
+            for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
                 self._remove_queue_data(topic, req.brokerName)
         for config in table.values():
             known = self.topicQueueTable.get(config.topicName)
@@ -303,7 +292,6 @@ class RouteInfoManager:
                 return
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
-        self.topics_by_broker.setdefault(broker_name, {})[config.topicName] = None
         self.topic_changed(config.topicName)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
@@ -312,15 +300,7 @@ class RouteInfoManager:
             del queues[broker_name]
             if not queues:
                 del self.topicQueueTable[topic]
-            self._unindex(topic, broker_name)
             self.topic_changed(topic)
-
-    def _unindex(self, topic: str, broker_name: str) -> None:
-        topics = self.topics_by_broker.get(broker_name)
-        if topics is not None:
-            topics.pop(topic, None)
-            if not topics:
-                del self.topics_by_broker[broker_name]
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
@@ -333,13 +313,9 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
-            if existing is not None:  # a new topic's map joins the table only when complete
-                self.topics_by_broker.setdefault(queue.brokerName, {})[topic] = None
             self.topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
-            for broker_name in queues:
-                self.topics_by_broker.setdefault(broker_name, {})[topic] = None
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str) -> DataVersion | None:
@@ -423,7 +399,7 @@ class RouteInfoManager:
             del names[broker_name]
             if not names:
                 del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
-        for topic in list(self.topics_by_broker.get(broker_name, ())):
+        for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
             self._remove_queue_data(topic, broker_name)
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
@@ -479,10 +455,7 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            queues = self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
-            if queues is not None:
-                for broker_name in queues:
-                    self._unindex(topic, broker_name)  # type: ignore[arg-type]
+            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
                 self.topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
