@@ -21,6 +21,8 @@ LATENCY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0
                    0.1, 0.25, 1.0)
 RECENT_EVENTS = 200
 _ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)  # ints hash faster than enums
+#: every request code the server does not handle counts under this one: a peer cannot add series
+OTHER_CODE = -1
 
 
 class LatencyHistogram:
@@ -73,6 +75,7 @@ class Metrics:
     clock: Callable[[], float] = time.time
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
+        """``code`` must be one the server handles or OTHER_CODE (see server.metric_code)."""
         self.requests[code, response_code] += times
         histogram = self.latency.get(code)
         if histogram is None:
@@ -113,5 +116,9 @@ def latency_buckets(histogram: LatencyHistogram) -> Iterator[tuple[str, int]]:
         yield ("+Inf" if bound == float("inf") else repr(bound)), running
 
 
+def code_labels(code: int) -> list[str]:
+    return ["other", "other"] if code == OTHER_CODE else [str(code), code_name(code)]
+
+
 def request_labels(code: int, response_code: int | None) -> list[str]:
-    return [str(code), code_name(code), "" if response_code is None else str(response_code)]
+    return [*code_labels(code), "" if response_code is None else str(response_code)]

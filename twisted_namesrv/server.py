@@ -11,8 +11,8 @@ from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 from zope.interface import implementer
 
-from .metrics import Metrics
-from .processor import NamesrvState, Peer, answer
+from .metrics import OTHER_CODE, Metrics
+from .processor import HANDLERS, NamesrvState, Peer, answer
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
 from .replies import fast_reply, remember_reply
 
@@ -129,7 +129,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             if metrics:
                 seconds = perf_counter() - begun
                 decoded_seconds += seconds
-                metrics.answered(request.code, None if answered is None else answered[0].code, seconds)
+                code = request.code if request.code in HANDLERS else OTHER_CODE
+                metrics.answered(code, None if answered is None else answered[0].code, seconds)
         if metrics:
             metrics.bytes_received += len(data)
             metrics.bytes_sent += sum(map(len, replies))

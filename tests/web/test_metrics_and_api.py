@@ -64,6 +64,8 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
                                                      opaque=opaque, version=V5_3_3).encode())
     served.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "missing"})
     served.call(RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"})
+    for unknown in (9999, 12345, -7):  # codes nobody handles share one series
+        served.call(unknown)
     garbage, _ = served.connect()
     garbage.dataReceived(struct.pack(">i", -5))
 
@@ -72,6 +74,8 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     assert value(samples, "namesrv_requests_total", **route, response_code="0") == 3
     assert value(samples, "namesrv_requests_total", **route, response_code="17") == 1
     assert value(samples, "namesrv_requests_total", code="103", name="REGISTER_BROKER", response_code="0") == 1
+    assert value(samples, "namesrv_requests_total", code="other", name="other", response_code="3") == 3
+    assert not any(name == "namesrv_requests_total" and ("code", "9999") in labels for name, labels in samples)
     assert value(samples, "namesrv_request_duration_seconds_count", **route) == 4
     assert value(samples, "namesrv_request_duration_seconds_bucket", **route, le="+Inf") == 4
     assert value(samples, "namesrv_rejected_total", reason="frame_length") == 1

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..metrics import Metrics, latency_buckets, request_labels
+from ..metrics import Metrics, code_labels, latency_buckets, request_labels
 from ..processor import NamesrvState
-from ..remoting.codes import code_name
 from ..server import RemotingFactory
 
 
@@ -39,7 +38,7 @@ class NamesrvCollector(Collector):
         seconds = HistogramMetricFamily("namesrv_request_duration_seconds", "Server time from a request's bytes to "
                                         "its encoded answer, by request code", labels=["code", "name"])
         for code, histogram in sorted(latency.items()):
-            seconds.add_metric([str(code), code_name(code)], list(latency_buckets(histogram)), histogram.total)
+            seconds.add_metric(code_labels(code), list(latency_buckets(histogram)), histogram.total)
         yield seconds
 
     def _traffic(self) -> Iterator[Metric]:
