@@ -236,3 +236,14 @@ def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
     # Java NameServer's JVM does, which is what service managers expect of a SIGTERM stop
     assert twistd_run["returncode"] == -signal.SIGTERM
     assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
+
+
+def test_a_busy_metrics_port_stops_the_server_naming_it(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--metrics-port", str(port),
+                                 "--data-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(tmp_path),
+                                capture_output=True, text=True, timeout=60)
+    assert f"cannot listen on 127.0.0.1:{port} (metricsPort)" in result.stderr

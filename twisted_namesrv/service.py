@@ -134,7 +134,6 @@ class NamesrvService(service.MultiService):
     def _listen_web(self) -> None:
         from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-        endpoint = self.address("metricsPort")
         d = self.listen("metricsPort", make_site(self.state, self.factory))
 
         def listening(port) -> None:
@@ -143,11 +142,7 @@ class NamesrvService(service.MultiService):
             log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
             self.web_ready.callback(port)
 
-        def failed(failure) -> None:
-            log.failure("cannot listen on {endpoint} for the status page", failure, endpoint=endpoint)
-            self.web_ready.errback(failure)
-
-        d.addCallbacks(listening, failed)
+        d.addCallbacks(listening, self._listen_failed, errbackArgs=("metricsPort", self.web_ready))
 
     def stopService(self):
         d = defer.maybeDeferred(super().stopService)
@@ -169,9 +164,10 @@ class NamesrvService(service.MultiService):
         self.port_ready.callback(port)
         return port
 
-    def _listen_failed(self, failure) -> None:
-        log.failure("cannot listen on {endpoint}", failure, endpoint=self.address())
-        print(f"cannot listen on {self.address()}: {failure.getErrorMessage()}", file=sys.stderr)
-        self.port_ready.errback(failure)
+    def _listen_failed(self, failure, port_key: str = "listenPort", ready: defer.Deferred | None = None) -> None:
+        """A port that cannot be had stops the server: it would run without what was asked for."""
+        log.failure("cannot listen on {endpoint}", failure, endpoint=self.address(port_key))
+        print(f"cannot listen on {self.address(port_key)} ({port_key}): {failure.getErrorMessage()}", file=sys.stderr)
+        (ready or self.port_ready).errback(failure)
         if self.reactor.running:
             self.reactor.stop()
