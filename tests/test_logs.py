@@ -14,7 +14,8 @@ from twisted.python import usage
 from tests.test_housekeeping import MASTER, register
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv import tap
-from twisted_namesrv.logs import json_lines
+from twisted_namesrv.logs import forward_stdlib_logging, json_lines
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
 
 @pytest.fixture
@@ -70,3 +71,13 @@ def test_a_limit_is_logged_once_per_peer_host_and_counted_every_time(tmp_path, j
     assert "header length 4096 exceeds 1024" in warnings[0]["detail"]
     assert "further hits of this limit from 127.0.0.1 are counted" in warnings[0]["message"]
     assert served.service.factory.metrics.rejected == {"header_length": 3, "frame_length": 1}
+
+
+def test_the_dispatch_layers_records_reach_the_server_log(tmp_path, json_log):
+    forward_stdlib_logging()  # what startService does
+    proto, _ = Served(tmp_path).connect()
+    proto.dataReceived(RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"listenPort=1\n",
+                                               opaque=3, version=409).encode())
+    refused = [r for r in records(json_log) if "refused, keys in black list" in r["message"]]
+    assert refused and refused[0]["namespace"] == "twisted_namesrv.processor" and refused[0]["level"] == "warn"
+    assert "listenPort" in refused[0]["message"] and "127.0.0.1:" in refused[0]["message"]

@@ -247,3 +247,11 @@ def test_a_busy_metrics_port_stops_the_server_naming_it(tmp_path):
                                  "--data-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(tmp_path),
                                 capture_output=True, text=True, timeout=60)
     assert f"cannot listen on 127.0.0.1:{port} (metricsPort)" in result.stderr
+
+
+def test_with_a_config_file_updates_go_to_it_even_with_a_data_dir(tmp_path):
+    (tmp_path / "mine.properties").write_text("orderMessageEnable=true\n")
+    options = tap.Options()
+    options.parseOptions(["-c", str(tmp_path / "mine.properties"), "--data-dir", str(tmp_path / "data")])
+    assert options.config["configStorePath"] == str(tmp_path / "mine.properties")
+    assert options.config["kvConfigPath"] == str(tmp_path / "data" / "kvConfig.json")

@@ -11,6 +11,7 @@ from twisted.internet import defer, interfaces, protocol
 from twisted.logger import Logger
 
 from .housekeeping import HousekeepingService, log_route_event
+from .logs import forward_stdlib_logging
 from .metrics import Metrics
 from .processor import NamesrvState
 from .remoting import RemotingCommand, RequestCode
@@ -118,13 +119,14 @@ class NamesrvService(service.MultiService):
         """Listen on bindAddress at the port of ``port_key``.  reactor.listenTCP rather than
         twisted.internet.endpoints, which imports pyOpenSSL (~12 MB per process) when installed."""
         return defer.maybeDeferred(self.reactor.listenTCP, self.config[port_key], factory,
-                                   interface=self.config["bindAddress"])
+                                   backlog=self.config["serverSocketBacklog"], interface=self.config["bindAddress"])
 
     def address(self, port_key: str = "listenPort") -> str:
         return f"{self.config['bindAddress']}:{self.config[port_key]}"
 
     def startService(self) -> None:
         tune_gc()
+        forward_stdlib_logging()
         super().startService()
         d = self.listen("listenPort", self.listening_factory)
         d.addCallbacks(self._listening, self._listen_failed)

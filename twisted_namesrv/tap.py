@@ -39,7 +39,8 @@ class Options(usage.Options):
         values: dict[str, object] = {}
         if self["data-dir"]:
             values["kvConfigPath"] = os.path.join(self["data-dir"], "kvConfig.json")
-            values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
+            if not self["configFile"]:  # with -c, updates go to that file (as mqnamesrv -c), not the data dir
+                values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
                             ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
