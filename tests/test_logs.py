@@ -62,7 +62,7 @@ def test_a_limit_is_logged_once_per_peer_host_and_counted_every_time(tmp_path, j
     served = Served(tmp_path, headerMaxLength=1024)
     for _ in range(3):  # the same host comes back with the same oversized header
         proto, transport = served.connect()
-        proto.dataReceived(struct.pack(">iI", 5000, 4096))
+        proto.dataReceived(struct.pack(">iI", 5000, 4096) + b"{" * 4996)  # a whole frame, header never parsed
         assert not transport.connected
     proto, transport = served.connect()
     proto.dataReceived(struct.pack(">i", -1))  # another limit: its own first warning

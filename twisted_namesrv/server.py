@@ -14,6 +14,7 @@ from zope.interface import implementer
 from .metrics import OTHER_CODE, Metrics
 from .processor import HANDLERS, NamesrvState, Peer, answer
 from .remoting import FrameDecoder, RemotingCommand, RemotingDecodeError
+from .remoting.frame import check_header_length
 from .replies import fast_reply, remember_reply
 
 log = Logger()
@@ -73,7 +74,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         peer = self.transport.getPeer()
         self.host = str(getattr(peer, "host", "?"))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
-        self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
+        self.decoder = FrameDecoder(factory.max_frame_length)
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
@@ -105,6 +106,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         replies = []
         state = self.factory.state
+        max_header = self.factory.max_header_length
         from_memory = 0
         decoded_seconds = 0.0
         for frame in frames:
@@ -115,6 +117,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                 continue
             begun = perf_counter() if metrics else 0.0
             try:
+                if max_header is not None:
+                    check_header_length(frame, max_header)
                 request = RemotingCommand.decode(frame)
             except RemotingDecodeError as exc:
                 self._reject(exc.reason, str(exc))
@@ -146,7 +150,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.factory.limit_log(self.host, reason, "decode exception from {peer}, closing the channel: {detail}",
                                peer=self.peer.address, detail=detail, rejected=reason)
         self.transport.loseConnection()
-        self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
+        self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
 
     def timeoutConnection(self) -> None:
         self.factory.metrics.reject("idle")

@@ -48,6 +48,15 @@ def encode_frame(serialize_type: int, header: bytes, body: bytes | None) -> byte
     return _PREFIX.pack(length, (serialize_type << 24) | len(header)) + header + body
 
 
+def check_header_length(frame: bytes, max_header_length: int) -> None:
+    """Refuse a frame (prefix stripped) whose header is longer than ``max_header_length`` before
+    anything parses it: Java bounds a header only by the frame, 16 MiB of JSON."""
+    if len(frame) >= 4:
+        header_length = _LENGTH.unpack_from(frame, 0)[0] & HEADER_LENGTH_MASK
+        if header_length > max_header_length:
+            raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
+
+
 def split_frame(frame: bytes | memoryview) -> tuple[int, bytes, bytes | None]:
     """(serialize type, header, body or None) of a frame whose length prefix was stripped."""
     if len(frame) < 4:
@@ -65,15 +74,11 @@ class FrameDecoder:
     LengthFieldBasedFrameDecoder(maxFrame, 0, 4, 0, 4) with failFast.
 
     A negative length or one whose whole frame (prefix included) exceeds ``max_frame_length``
-    raises ``RemotingDecodeError`` as soon as the length word arrives: the peer is broken.  So
-    does a header length over ``max_header_length`` (when given) as soon as its word arrives:
-    Java bounds it only by the frame, so a peer could make a server buffer and parse 16 MiB of
-    header JSON.
+    raises ``RemotingDecodeError`` as soon as the length word arrives: the peer is broken.
     """
 
-    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         self.max_frame_length = max_frame_length
-        self.max_header_length = max_header_length
         self._buffer = bytearray()
 
     @property
@@ -93,11 +98,6 @@ class FrameDecoder:
                 raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
             if length + 4 > self.max_frame_length:
                 raise RemotingDecodeError(f"frame length {length + 4} exceeds {self.max_frame_length}", "frame_length")
-            if self.max_header_length is not None and end - start >= 8:
-                header_length = _LENGTH.unpack_from(buffer, start + 4)[0] & HEADER_LENGTH_MASK
-                if header_length > self.max_header_length:
-                    raise RemotingDecodeError(f"header length {header_length} exceeds {self.max_header_length}",
-                                              "header_length")
             if end - start - 4 < length:
                 break
             frames.append(bytes(buffer[start + 4:start + 4 + length]))
