@@ -99,7 +99,9 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
              f"bytes, {counts['not_captures']} files that are no captures")
 
     for kind, name, schema in TABLES:
-        selected = rows.filter(partial(_is_kind, kind)).map(itemgetter(1))
+        # one task (and Parquet file) per core, not per shuffle partition: the tables are far
+        # smaller than the capture, and each task and file costs the same whatever its size
+        selected = rows.filter(partial(_is_kind, kind)).map(itemgetter(1)).coalesce(sc.defaultParallelism)
         table = spark.createDataFrame(selected, schema, verifySchema=False).transform(with_timestamps)
         table.write.mode("overwrite").parquet(f"{out}/{name}")
     rows.unpersist()
