@@ -60,3 +60,5 @@ def test_a_damaged_snapshot_starts_empty(tmp_path):
     clock.advance(START)
     service = NamesrvService(config(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json")), reactor=clock)
     assert service.state.routes.topicQueueTable == {}
+    assert (tmp_path / "routes.json.corrupt").read_bytes().endswith(b'"topicQueueTable": [')
+    assert not (tmp_path / "routes.json").exists()

@@ -36,10 +36,18 @@ class RouteSnapshotService(Service):
         if not self.path.exists():
             return 0
         try:
-            restored = import_routes(self.routes, json.loads(self.path.read_bytes()))
-        except (OSError, ValueError, SnapshotError) as exc:
-            log.error("route snapshot {path} not loaded, starting with empty routes: {error}", path=str(self.path),
+            data = self.path.read_bytes()
+        except OSError as exc:
+            log.error("route snapshot {path} not readable, starting with empty routes: {error}", path=str(self.path),
                       error=exc)
+            return 0
+        try:
+            restored = import_routes(self.routes, json.loads(data))
+        except (ValueError, SnapshotError) as exc:  # SnapshotError is a ValueError; so is bad JSON
+            kept = self.path.with_name(self.path.name + ".corrupt")
+            self.path.replace(kept)  # the next write must not destroy what went wrong
+            log.error("route snapshot {path} not loaded ({error}); kept as {kept}, starting with empty routes",
+                      path=str(self.path), error=exc, kept=str(kept))
             return 0
         self._written = self._version()
         log.info("route snapshot {path}: {brokers} brokers and {topics} topics restored, each unconfirmed until "
