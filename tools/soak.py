@@ -65,6 +65,7 @@ class Stats:
     rss_mib: list[tuple[float, float]] = field(default_factory=list)
     restart_recovery_s: float | None = None
     restarting: bool = False
+    server_died: str | None = None
 
 
 def broker_addr(i: int) -> str:
@@ -248,7 +249,14 @@ async def soak(args) -> dict:
     started = time.monotonic()
     await asyncio.sleep(min(args.period, 10) + 5)  # every broker registered once
     measuring.set()
-    await asyncio.sleep(max(0.0, args.minutes * 60 - (time.monotonic() - started)))
+    deadline = started + args.minutes * 60
+    while time.monotonic() < deadline:  # a server that dies ends the soak at once, said in the report
+        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        if not server[0].alive and not stats.restarting:
+            stats.server_died = f"server exited with {server[0].proc.returncode} after " \
+                                f"{time.monotonic() - started:.0f} s (log in {scratch})"
+            print(f"[soak] {stats.server_died}", file=sys.stderr, flush=True)
+            break
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     expired_lines = sum(len(re.findall(rb"broker expired", p.read_bytes())) for p in scratch.glob("server*.log"))
@@ -275,7 +283,7 @@ def report(args, stats: Stats, expired_lines: int, seconds: float, scratch: Path
         "lookup_us_p50": pct(0.5), "lookup_us_p99": pct(0.99),
         "rss_mib_first": rss[0] if rss else None, "rss_mib_last": rss[-1] if rss else None,
         "rss_mib_max": max(rss) if rss else None, "rss_mib_per_min_slope": slope,
-        "restart_recovery_s": stats.restart_recovery_s, "scratch": str(scratch),
+        "restart_recovery_s": stats.restart_recovery_s, "server_died": stats.server_died, "scratch": str(scratch),
     }
 
 
@@ -300,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     ok = figures["false_expiries"] == figures["expired_log_lines"] == figures["lookup_errors"] == 0
+    ok = ok and figures["server_died"] is None
     return 0 if ok else 1
 
 
