@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -99,4 +100,5 @@ def test_status_page_in_headless_chromium(tmp_path):
     assert status == 0, text[-2000:]
     assert f'data-addr="{BROKER}"' in text and "V5_3_3" in text and "DefaultCluster" in text
     assert "1 match" in text and '"queueDatas"' in text and '"brokerName": "broker-a"' in text
+    assert re.search(r"<td[^>]*>\d+ s ago</td>", text), "no heartbeat age: tick() did not run"
     assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000
