@@ -1,5 +1,5 @@
-"""Per-broker liveness from frames/ and registrations/: the rows of brokers.csv and the events the
-report plots. Computed in Spark; only one row per broker reaches the driver.
+"""Per-broker liveness from the decoded broker events: the rows of brokers.csv and the intervals
+the report plots. Computed in Spark; only one row per broker reaches the driver.
 
 A broker stays alive at the NameServer through REGISTER_BROKER requests that are not refused,
 QUERY_DATA_VERSION (brokers with forceRegister=false send it every 30 s instead of registering)
@@ -22,33 +22,22 @@ from twisted_namesrv.remoting import RequestCode
 #: a broker silent this long is removed by the NameServer (4.9.8's BROKER_CHANNEL_EXPIRED_TIME,
 #: 5.x's default heartbeatTimeoutMillis)
 EXPIRY_SECONDS = 120
-_NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 
 
-def broker_events(frames: DataFrame, registrations: DataFrame) -> DataFrame:
-    """Requests naming a broker: broker_addr, broker_name, t (seconds), code, alive (keeps it
-    registered), topic_count (of registrations), interval (of alive ones: seconds since the
-    broker's previous sign of life)."""
-    ext = F.col("ext")
-    named = frames.where((F.col("direction") == "request") & F.col("code").isin(*_NAMING_CODES)).select(
-        ext.getItem("brokerAddr").alias("broker_addr"), ext.getItem("brokerName").alias("broker_name"),
-        F.col("ts").cast("double").alias("t"), "code", (F.col("code") != RequestCode.UNREGISTER_BROKER).alias("alive"))
-    registered = registrations.select(
-        "broker_addr", "broker_name", F.col("ts").cast("double").alias("t"),
-        F.lit(int(RequestCode.REGISTER_BROKER)).alias("code"),
-        (F.coalesce("response_code", F.lit(0)) == 0).alias("alive"), "topic_count")
-    events = named.unionByName(registered, allowMissingColumns=True).where(F.col("broker_addr").isNotNull())
+def broker_events(events: DataFrame) -> DataFrame:
+    """The decoded broker events (schema.EVENT_ROWS) with ``interval``: for alive ones, seconds
+    since the broker's previous sign of life."""
     earlier = Window.partitionBy("broker_addr").orderBy("t").rowsBetween(Window.unboundedPreceding, -1)
     previous_alive = F.max(F.when(F.col("alive"), F.col("t"))).over(earlier)
     return events.withColumn("interval", F.when(F.col("alive"), F.col("t") - previous_alive))
 
 
-def broker_rows(frames: DataFrame, registrations: DataFrame) -> list[dict]:
-    """brokers.csv as dicts, sorted by address. ``unregistered``: the broker's last word was
-    UNREGISTER_BROKER (no registration after it); ``first_seen``/``last_seen`` (seconds) span every
-    request naming it, and ``broker_name`` is the last name they gave."""
+def broker_rows(events: DataFrame) -> list[dict]:
+    """brokers.csv as dicts, sorted by address, from broker_events. ``unregistered``: the broker's
+    last word was UNREGISTER_BROKER (no registration after it); ``first_seen``/``last_seen``
+    (seconds) span every request naming it, and ``broker_name`` is the last name they gave."""
     registered_at = F.when(F.col("code") == RequestCode.REGISTER_BROKER, F.col("t"))
-    summary = broker_events(frames, registrations).groupBy("broker_addr").agg(
+    summary = events.groupBy("broker_addr").agg(
         F.min("t").alias("first_seen"), F.max("t").alias("last_seen"),
         F.max_by("broker_name", F.when(F.col("broker_name").isNotNull(), F.col("t"))).alias("broker_name"),
         F.count(registered_at).alias("registrations"), F.max(registered_at).alias("last_registration"),

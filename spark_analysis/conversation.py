@@ -16,7 +16,7 @@ from spark_analysis.packets import tcp_segments
 from spark_analysis.pcapio import read_records
 from spark_analysis.streams import Chunk, Connection, Direction, reassemble
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
-from twisted_namesrv.remoting.frame import split_header_word
+from twisted_namesrv.remoting.frame import frame_spans, split_header_word
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -26,19 +26,24 @@ _FRAME_CANDIDATE = re.compile(rb"(?=\x00...[\x00\x01])", re.DOTALL)
 _FRAME_PREFIX = struct.Struct(">iI")
 # A frame in progress ends within the largest frame Java accepts: the next one starts before this.
 _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
+# Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
+_MAX_FRAME_LENGTH = 1 << 31
 
 
 @dataclass
 class CapturedCommand:
+    """A decoded frame. Its raw bytes and ``command.body`` are views of the reassembled stream
+    (bodies are most of a capture: no copies); ``bytes()`` of them to keep or compare them."""
+
     ts: float
     direction: str  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
     command: RemotingCommand
-    raw: bytes  # the frame as captured, without its length prefix
+    raw: bytes | memoryview  # the frame as captured, without its length prefix
 
     @property
     def frame(self) -> bytes:
         """The whole frame as captured, length prefix included."""
-        return len(self.raw).to_bytes(4, "big") + self.raw
+        return len(self.raw).to_bytes(4, "big") + bytes(self.raw)
 
 
 @dataclass
@@ -59,46 +64,45 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-def timed_frames(chunks: Iterable[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
-    """Cut one direction into frames; each frame's ts is when its last byte arrived.
+def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
+                 ) -> tuple[list[tuple[float, memoryview]], bytes, float | None]:
+    """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
+    frame's ts is when its last byte arrived. Frames are views of ``data``: no copy.
 
     Returns (frames, the bytes after the last whole frame - a frame that does not decode or
-    never completed -, and the ts they arrived at). The decoder gets all chunks at once and a
-    frame's time is that of the chunk where it ends; if the decoder refuses a frame, it gets them
-    one by one, which says in which chunk that happened."""
-    chunks = list(chunks)
-    decoder = FrameDecoder(max_frame_length=1 << 31)
+    never completed -, and the ts they arrived at). If the codec refuses a frame, the chunks are
+    fed one by one instead, which says in which chunk that happened."""
+    view = memoryview(data)
     try:
-        frames = decoder.feed(b"".join(chunk.data for chunk in chunks))
+        spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
     except RemotingDecodeError:
-        return _timed_frames_by_chunk(chunks)
-    timed: list[tuple[float, bytes]] = []
-    index, chunk_end, frame_end = 0, len(chunks[0].data) if chunks else 0, 0
-    for frame in frames:
-        frame_end += 4 + len(frame)
+        return _timed_frames_by_chunk(_skip(chunks, start))
+    timed: list[tuple[float, memoryview]] = []
+    index, chunk_end = 0, len(chunks[0].data) if chunks else 0
+    for frame_start_, frame_end in spans:
         while chunk_end < frame_end:
             index += 1
             chunk_end += len(chunks[index].data)
-        timed.append((chunks[index].ts, frame))
-    pending = decoder.pending
-    return timed, pending, chunks[-1].ts if pending else None
+        timed.append((chunks[index].ts, view[frame_start_:frame_end]))
+    rest = data[used:]
+    return timed, rest, chunks[-1].ts if rest else None
 
 
 def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
     """timed_frames feeding one chunk at a time: the rest starts with the chunk the decoder refused."""
-    decoder = FrameDecoder(max_frame_length=1 << 31)
+    decoder = FrameDecoder(max_frame_length=_MAX_FRAME_LENGTH)
     frames: list[tuple[float, bytes]] = []
     last_ts = None
     for chunk in chunks:
         try:
             frames.extend((chunk.ts, frame) for frame in decoder.feed(chunk.data))
         except RemotingDecodeError:
-            return frames, chunk.data, chunk.ts
+            return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
-def _decode(ts: float, frame: bytes, direction: str) -> CapturedCommand:
+def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
     return CapturedCommand(ts, direction, RemotingCommand.decode(frame), frame)
 
 
@@ -110,10 +114,8 @@ def conversation_of(connection: Connection) -> Conversation:
     for direction, stream in ((REQUEST, connection.to_server), (RESPONSE, connection.to_client)):
         runs = contiguous_runs(stream)
         for index, run in enumerate(runs):
-            if not (index == 0 and _starts_at_first_frame(stream, run)):
-                run = _resynchronised(run, conversation)
-            last_run = index == len(runs) - 1
-            _decode_run(conversation, direction, run, last_run)
+            resynchronise = not (index == 0 and _starts_at_first_frame(stream, run))
+            _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
     conversation.commands.sort(key=lambda c: c.ts)
     return conversation
 
@@ -130,7 +132,7 @@ def contiguous_runs(direction: Iterable[Chunk]) -> list[list[Chunk]]:
     return runs
 
 
-def frame_start(data: bytes) -> int | None:
+def frame_start(data: bytes | memoryview) -> int | None:
     """The first offset in ``data`` where a frame plausibly starts, or None.
 
     Plausible: the codec decodes the header that the length and header-length words delimit, and
@@ -144,7 +146,7 @@ def frame_start(data: bytes) -> int | None:
     return None
 
 
-def _frame_end(data: bytes, offset: int) -> int | None:
+def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     """Where the frame at ``offset`` ends, if its header is within ``data`` and decodes."""
     if offset + 8 > len(data):
         return None
@@ -164,21 +166,6 @@ def _starts_at_first_frame(stream: Direction, run: list[Chunk]) -> bool:
     return stream.from_syn and run[0].offset == 0
 
 
-def _resynchronised(run: list[Chunk], conversation: Conversation) -> list[Chunk]:
-    """The run from its first plausible frame on; the bytes before it count as lost."""
-    window = bytearray()
-    for chunk in run:
-        window += chunk.data
-        if len(window) >= _RESYNC_WINDOW:
-            break
-    start = frame_start(bytes(window))
-    if start is None:
-        conversation.lost_bytes += sum(len(chunk.data) for chunk in run)
-        return []
-    conversation.lost_bytes += start
-    return _skip(run, start)
-
-
 def _skip(run: list[Chunk], count: int) -> list[Chunk]:
     """The run without its first ``count`` bytes."""
     kept = []
@@ -191,8 +178,20 @@ def _skip(run: list[Chunk], count: int) -> list[Chunk]:
     return kept
 
 
-def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], last_run: bool) -> None:
-    frames, rest, rest_ts = timed_frames(run)
+def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], last_run: bool,
+                resynchronise: bool) -> None:
+    """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
+    it count as lost), because the run does not start where a frame does."""
+    data = b"".join(chunk.data for chunk in run)
+    start = 0
+    if resynchronise:
+        found = frame_start(memoryview(data)[:_RESYNC_WINDOW])
+        if found is None:
+            conversation.lost_bytes += len(data)
+            return
+        conversation.lost_bytes += found
+        start = found
+    frames, rest, rest_ts = timed_frames(run, data, start)
     for ts, frame in frames:
         try:
             conversation.commands.append(_decode(ts, frame, direction))

@@ -7,21 +7,29 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.inputs import Piece, local_path
 from spark_analysis.packets import TcpSegment
-from spark_analysis.streams import Connection, reassemble
+from spark_analysis.pcapio import Buffer
+from spark_analysis.schema import REGISTRATION_ROWS
+from spark_analysis.streams import Connection, merge_tables, reassemble, reassemble_table
 from twisted_namesrv.processor import java_bool, optional_long
 from twisted_namesrv.protocol.register import RegisterBodyError, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 
-FRAME, CALL, REGISTRATION, CONNECTION = "frame", "call", "registration", "connection"
-HEARTBEAT_CODES = (RequestCode.REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
+#: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
+NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+_REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
+_BROKER_ADDR, _BROKER_NAME, _TOPIC_COUNT, _RESPONSE_CODE = (
+    _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "topic_count", "response_code"))
 
 _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
@@ -45,11 +53,26 @@ class BodySummary(NamedTuple):
     filter_servers: list[str] | None
 
 
-def batch_rows(batches: Iterable[list[tuple]], server_port: int) -> Iterator[tuple[str, tuple]]:
-    """Tagged rows of one 4-tuple from the segment batches that reading tasks made (see
-    inputs.SegmentRow), put in capture order: (ts, file, split, record number) is unique."""
-    rows = sorted(row for batch in batches for row in batch)
-    return connection_rows(((row[0], TcpSegment(*row[4:])) for row in rows), server_port)
+class MappedFiles:
+    """Local capture files mapped into memory, each once: where pieces' payloads are read."""
+
+    def __init__(self) -> None:
+        self._mapped: dict[str, Buffer] = {}
+
+    def __call__(self, path: str) -> Buffer:
+        mapped = self._mapped.get(path)
+        if mapped is None:
+            with open(local_path(path), "rb") as f:
+                mapped = self._mapped[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return mapped
+
+
+def batch_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | None = None
+               ) -> Iterator[tuple[str, tuple]]:
+    """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
+    table = merge_tables(piece.table(mapped or MappedFiles()) for piece in pieces)
+    for connection in reassemble_table(table, server_port):
+        yield from conversation_rows(conversation_of(connection))
 
 
 def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, tuple]]:
@@ -65,7 +88,8 @@ def connection_id(connection: Connection) -> str:
 
 def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
-    opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, one CONNECTION row."""
+    opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
+    request naming a broker, one CONNECTION row."""
     connection = conversation.connection
     conn_id = connection_id(connection)
     requests: list[CapturedCommand] = []
@@ -86,8 +110,17 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
     bodies = _BodyCache()
     for request, answer in zip(requests, answers, strict=True):
         yield CALL, call_row(conn_id, connection.client, request, answer)
-        if request.command.code == RequestCode.REGISTER_BROKER and request.direction == REQUEST:
-            yield REGISTRATION, registration_row(conn_id, request, answer, bodies)
+        code = request.command.code
+        if code == RequestCode.REGISTER_BROKER and request.direction == REQUEST:
+            registration = registration_row(conn_id, request, answer, bodies)
+            yield REGISTRATION, registration
+            if registration[_BROKER_ADDR] is not None:
+                yield EVENT, registration_event(request.ts, registration)
+        elif code in NAMING_CODES:
+            ext = request.command.ext
+            if ext.get("brokerAddr") is not None:
+                yield EVENT, (ext["brokerAddr"], ext.get("brokerName"), request.ts, code,
+                              code != RequestCode.UNREGISTER_BROKER, None)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(gaps, conversation.lost_bytes, len(conversation.undecodable))
 
@@ -133,13 +166,20 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     )
 
 
+def registration_event(ts: float, registration: tuple) -> tuple:
+    """A registration as a sign of life, unless the NameServer refused it."""
+    return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),
+            (registration[_RESPONSE_CODE] or 0) == 0, registration[_TOPIC_COUNT])
+
+
 class _BodyCache:
     """A broker re-sends the same body every 30 s until its topics change: decode it once."""
 
     def __init__(self) -> None:
         self._last: tuple[bytes | None, bool, int, BodySummary] | None = None
 
-    def summary(self, body: bytes | None, compressed: bool, version: int) -> BodySummary:
+    def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
+        body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
         last = self._last
         if last is not None and last[1] == compressed and last[2] == version and last[0] == body:
             return last[3]

@@ -1,11 +1,15 @@
 """Input captures: paths expanded to files, files planned as byte-range splits, and a split read
-into TCP segments batched by connection.
+into TCP segments batched by connection (Pieces).
 
 The driver plans from file names and sizes only; every byte is read in a task. A classic pcap
 larger than the split size is cut into ranges at arbitrary offsets, each task finding its first
 record with find_record_boundary; small files are combined into one task. A pcapng file is read
 whole by one task (through mmap, so it need not fit in memory). Files on other filesystems
 (hdfs://, s3a://) are listed by the job through Hadoop and read whole with ``binaryFiles``.
+
+A Piece of a local file carries no payload bytes, only where they are in the file: the task that
+reassembles the connection maps the file and reads them there, so the shuffle moves ~30 bytes
+per segment instead of the capture. Pieces of files read whole carry their payloads.
 """
 
 from __future__ import annotations
@@ -18,19 +22,23 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 from urllib.parse import urlparse
 
-from spark_analysis.packets import parse_tcp
+import numpy as np
+
+from spark_analysis.packets import segment_columns
 from spark_analysis.pcapio import (
     MAX_ORIG_LEN,
     MAX_SNAPLEN,
     PCAP_HEADER_LEN,
     RECORD_HEADER_LEN,
     Buffer,
-    Record,
+    RecordIndex,
     find_record_boundary,
-    iter_pcap_records,
+    index_pcap_records,
+    index_records,
     iter_records,
     parse_pcap_header,
 )
+from spark_analysis.streams import SEGMENT, SegmentTable
 
 DEFAULT_SPLIT_BYTES = 64 << 20
 MIN_SPLIT_BYTES = 1 << 20
@@ -41,9 +49,6 @@ _RECORDS_PAST_STOP = 4
 
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
-#: (ts, file index, split start, record number, src, dst, seq, ack, flags, payload); the first
-#: four fields order segments in capture order across splits and files
-SegmentRow = tuple
 
 
 class CaptureFile(NamedTuple):
@@ -58,6 +63,21 @@ class Split(NamedTuple):
     file: CaptureFile
     start: int
     stop: int
+
+
+class Piece(NamedTuple):
+    """One 4-tuple's segments found in one file by one task: what the shuffle moves."""
+
+    ends: ConnectionKey
+    path: str
+    rows: bytes  # SEGMENT records
+    payload: bytes | None  # None: the offsets are into the file at ``path``
+
+    def table(self, mapped: Callable[[str], Buffer]) -> SegmentTable:
+        """As a table; ``mapped`` gives a local file's content (e.g. an mmap)."""
+        rows = np.frombuffer(self.rows, SEGMENT)
+        source = mapped(self.path) if self.payload is None else self.payload
+        return SegmentTable(self.ends, rows, {int(rows["file"][0]): source} if len(rows) else {})
 
 
 def is_local(path: str) -> bool:
@@ -118,70 +138,87 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
     return tasks
 
 
-def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[tuple[ConnectionKey, list]]:
-    """Segments to or from ``server_port`` in local splits, one batch per connection and split."""
+def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[Piece]:
+    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split."""
     for split in splits:
         tally["bytes"] += split.stop - split.start
-        yield from batch_by_connection(_local_records(split, tally), split.file.index, split.start, server_port, tally)
+        with open(local_path(split.file.path), "rb") as f:
+            content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if split.file.size else b""
+        yield from pieces(content, _local_records(content, split, tally), split.file, server_port, tally, inline=False)
 
 
-def read_whole(data: Buffer, file_index: int, server_port: int, tally: Counter) -> Iterator[tuple[ConnectionKey, list]]:
+def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
     """The same for a file's whole content (files that tasks cannot read by range)."""
     tally["bytes"] += len(data)
-    yield from batch_by_connection(_records(data, tally), file_index, 0, server_port, tally)
-
-
-def batch_by_connection(records: Iterable[Record], file_index: int, split_start: int, server_port: int,
-                        tally: Counter) -> Iterator[tuple[ConnectionKey, list[SegmentRow]]]:
-    port = f":{server_port}"
-    batches: dict[ConnectionKey, list[SegmentRow]] = {}
-    number = -1
-    for number, record in enumerate(records):
-        segment = parse_tcp(record.linktype, record.data)
-        if segment is None:
-            continue
-        src, dst = segment.src, segment.dst
-        if not (dst.endswith(port) or src.endswith(port)):
-            continue
-        key = (src, dst) if src < dst else (dst, src)
-        batch = batches.get(key)
-        if batch is None:
-            batch = batches[key] = []
-        batch.append((record.ts, file_index, split_start, number, *segment))
-    tally["records"] += number + 1
-    tally["segments"] += sum(len(batch) for batch in batches.values())
-    return iter(batches.items())
-
-
-def _records(data: Buffer, tally: Counter) -> Iterator[Record]:
     try:
-        yield from iter_records(data)
+        records = _records(data)
     except ValueError:
         tally["not_captures"] += 1
+        return
+    yield from pieces(data, records, file, server_port, tally, inline=True)
 
 
-def _local_records(split: Split, tally: Counter) -> Iterator[Record]:
-    with open(local_path(split.file.path), "rb") as f:
-        head = os.pread(f.fileno(), PCAP_HEADER_LEN, 0)
-        if head[:4] == _PCAPNG_MAGIC:
-            if split.start == 0 and split.file.size:  # pcapng has no record boundaries to find
-                yield from iter_records(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            return
-        try:
-            header = parse_pcap_header(head)
-        except ValueError:
-            tally["not_captures"] += split.start == 0
-            return
-        if header is None:
-            return
-        begin = max(split.start, PCAP_HEADER_LEN)
-        if begin >= split.stop:
-            return
-        record_bytes = min(header.snaplen or MAX_SNAPLEN, MAX_ORIG_LEN) + RECORD_HEADER_LEN
-        data = os.pread(f.fileno(), split.stop - begin + _RECORDS_PAST_STOP * record_bytes, begin)
-    first = 0
+def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: Counter,
+           inline: bool) -> Iterator[Piece]:
+    """The segments of ``records`` on ``server_port``, one piece per 4-tuple; ``inline``: with their
+    payloads (else the offsets say where they are in the file)."""
+    found = segment_columns(data, records, server_port)
+    tally["records"] += len(records.ts)
+    tally["segments"] += len(found.ts)
+    names = found.endpoints
+    rank = np.empty(len(names), np.int64)
+    rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+    forward = rank[found.src] < rank[found.dst]
+    lower, higher = np.where(forward, found.src, found.dst), np.where(forward, found.dst, found.src)
+    pairs, which = np.unique(lower * len(names) + higher, return_inverse=True)
+    rows = np.empty(len(found.ts), SEGMENT)
+    rows["ts"], rows["file"], rows["order"], rows["offset"] = found.ts, file.index, found.start, found.start
+    rows["length"], rows["seq"], rows["flags"] = found.end - found.start, found.seq, found.flags
+    rows["forward"] = forward
+    by_pair = np.argsort(which.reshape(-1), kind="stable")
+    bounds = np.searchsorted(which.reshape(-1)[by_pair], np.arange(len(pairs) + 1))
+    view = memoryview(data)
+    for index, pair in enumerate(pairs.tolist()):
+        chosen = rows[by_pair[bounds[index]:bounds[index + 1]]]
+        payload = None
+        if inline:
+            payload = b"".join(view[start:start + length] for start, length in
+                               zip(chosen["offset"].tolist(), chosen["length"].tolist(), strict=True))
+            chosen["offset"] = np.cumsum(chosen["length"], dtype=np.int64) - chosen["length"]
+        yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
+
+
+def _records(data: Buffer) -> RecordIndex:
+    """Every record of a whole capture; ValueError if it is none."""
+    view = memoryview(data)
+    if view[:4] == _PCAPNG_MAGIC:
+        return index_records(iter_records(view))
+    header = parse_pcap_header(view)
+    return _NO_RECORDS if header is None else index_pcap_records(view, header)
+
+
+def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex:
+    """The records of ``content`` (a whole local file) whose headers start in the split."""
+    view = memoryview(content)
+    if view[:4] == _PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
+        return index_records(iter_records(view)) if split.start == 0 else _NO_RECORDS
+    try:
+        header = parse_pcap_header(view[:PCAP_HEADER_LEN])
+    except ValueError:
+        tally["not_captures"] += split.start == 0
+        return _NO_RECORDS
+    begin = max(split.start, PCAP_HEADER_LEN)
+    if header is None or begin >= split.stop:
+        return _NO_RECORDS
+    first = begin
     if begin > PCAP_HEADER_LEN:
-        first = find_record_boundary(data, 0, header, at_eof=begin + len(data) >= split.file.size)
-        if first is None:
-            return
-    yield from iter_pcap_records(data, header, first, split.stop - begin)
+        record_bytes = min(header.snaplen or MAX_SNAPLEN, MAX_ORIG_LEN) + RECORD_HEADER_LEN
+        window = view[begin:split.stop + _RECORDS_PAST_STOP * record_bytes]
+        found = find_record_boundary(window, 0, header, at_eof=begin + len(window) >= len(view))
+        if found is None:
+            return _NO_RECORDS
+        first = begin + found
+    return index_pcap_records(view, header, first, split.stop)
+
+
+_NO_RECORDS = RecordIndex(*(np.empty(0, kind) for kind in (np.float64, np.int64, np.int64, np.int64)))

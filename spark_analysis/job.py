@@ -1,39 +1,46 @@
 """The Spark job: captures -> frames/, calls/, registrations/ (Parquet), brokers.csv, report.html.
 
-Plan: tasks read byte ranges of the captures and emit, per connection 4-tuple, the batch of TCP
-segments they found; a shuffle brings every batch of a 4-tuple to one task, which orders them
-in capture order and reassembles and decodes that 4-tuple's connections (port reuse is told
-apart there, by SYN). The driver only plans splits and collects counts and per-broker
-aggregates: never packets or frames.
+Plan: tasks read byte ranges of the captures and emit, per connection 4-tuple, a piece: where the
+TCP segments they found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file). A
+shuffle brings every piece of a 4-tuple to one task, which orders them in capture order, maps the
+file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
+SYN). Decoded rows go to the JVM as Arrow batches (mapInArrow), one struct column per table, and
+are cached there while the tables are written. The driver only plans splits and collects counts
+and per-broker aggregates: never packets or frames.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
-from operator import itemgetter
 
+import pyarrow as pa
 from pyspark import RDD, AccumulatorParam, SparkContext, StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis import inputs
-from spark_analysis.brokers import EXPIRY_SECONDS, broker_rows, brokers_csv
+from spark_analysis.brokers import EXPIRY_SECONDS, broker_events, broker_rows, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
-from spark_analysis.decode import CALL, CONNECTION, FRAME, REGISTRATION, ConnectionStats, batch_rows
-from spark_analysis.inputs import CaptureFile, ConnectionKey, Split
-from spark_analysis.schema import CALL_ROWS, FRAME_ROWS, MILLIS_COLUMNS, REGISTRATION_ROWS, SECONDS_COLUMNS
+from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, MappedFiles, batch_rows
+from spark_analysis.inputs import CaptureFile, Piece, Split
+from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.streams import DEFAULT_SERVER_PORT
 
-TABLES = ((FRAME, "frames", FRAME_ROWS), (CALL, "calls", CALL_ROWS), (REGISTRATION, "registrations", REGISTRATION_ROWS))
-_DIRECTION = FRAME_ROWS.names.index("direction")
-_RESPONSE_CODE = CALL_ROWS.names.index("response_code")
-_CRC_OK = REGISTRATION_ROWS.names.index("crc_ok")
+TABLES = ((FRAME, "frames"), (CALL, "calls"), (REGISTRATION, "registrations"))
+PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
+                     StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
+                     StructField("payload", BinaryType(), True)])
+_ARROW_DECODED = to_arrow_schema(DECODED)
+_BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent to the JVM
 
 
 def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
@@ -83,14 +90,14 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
              f"{_mib(size)} over local files, {len(remote)} remote files read whole")
 
     tally = sc.accumulator(Counter(), _CounterParam())
-    segments = _segments(sc, tasks, remote, server_port, tally)
+    pieces = spark.createDataFrame(_pieces(sc, tasks, remote, server_port, tally), PIECES, verifySchema=False)
     # by bytes, not tasks: tiny ranges must not multiply the shuffle's partitions and output files;
     # about 32 MiB of capture each, so that whole connections spread evenly over the cores
     partitions = max(2 * sc.defaultParallelism, 2 * (total // inputs.DEFAULT_SPLIT_BYTES + 1))
-    rows = (segments.partitionBy(partitions, _connection_partition)
-            .mapPartitions(partial(_decode_partition, server_port=server_port))
-            .persist(StorageLevel.MEMORY_AND_DISK))
-    counts = rows.aggregate(Counter(), _count, _merge)
+    decoded = (pieces.repartition(partitions, "lower", "higher")
+               .mapInArrow(partial(decode_batches, server_port=server_port), DECODED)
+               .persist(StorageLevel.MEMORY_AND_DISK))
+    counts = Counter({key: value or 0 for key, value in decoded.agg(*_counts()).first().asDict().items()})
     counts.update(tally.value)
     progress(f"read {counts['records']:,} records ({_mib(counts['bytes'])}), {counts['segments']:,} TCP segments "
              f"on port {server_port}; {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames "
@@ -98,44 +105,47 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
              f"{counts['lost_bytes']:,} bytes lost to gaps, {counts['undecodable']} connections with undecodable "
              f"bytes, {counts['not_captures']} files that are no captures")
 
-    for kind, name, schema in TABLES:
+    for kind, name in TABLES:
         # one task (and Parquet file) per core, not per shuffle partition: the tables are far
         # smaller than the capture, and each task and file costs the same whatever its size
-        selected = rows.filter(partial(_is_kind, kind)).map(itemgetter(1)).coalesce(sc.defaultParallelism)
-        table = spark.createDataFrame(selected, schema, verifySchema=False).transform(with_timestamps)
-        table.write.mode("overwrite").parquet(f"{out}/{name}")
-    rows.unpersist()
+        _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
+            "overwrite").parquet(f"{out}/{name}")
     progress(f"wrote frames/ ({counts[FRAME]:,} rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} "
              f"unanswered), registrations/ ({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
 
-    frames, registrations = (spark.read.parquet(f"{out}/{name}") for name in ("frames", "registrations"))
-    brokers = broker_rows(frames, registrations)
+    events = broker_events(_rows_of(decoded, EVENT)).persist()
+    brokers = broker_rows(events)
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(brokers))
     counts["brokers"] = len(brokers)
     progress(f"wrote brokers.csv ({len(brokers)} brokers, {sum(b['would_expire'] for b in brokers)} with a gap "
              f"over {EXPIRY_SECONDS} s)")
     if report:
-        write_report(spark, out, brokers, counts, write_bytes)
+        write_report(spark, out, brokers, counts, write_bytes, events, _rows_of(decoded, FRAME),
+                     _rows_of(decoded, CALL))
         progress("wrote report.html")
+    events.unpersist()
+    decoded.unpersist()
     return counts
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _segments(sc: SparkContext, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
-              tally) -> RDD:
+def _pieces(sc: SparkContext, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
+            tally) -> RDD:
+    """The pieces of every input (a few per connection and task: cheap to pickle to the JVM)."""
     parts = []
     if tasks:
         parts.append(sc.parallelize(tasks, len(tasks)).flatMap(
             partial(_tallied, inputs.read_task, server_port=server_port, accumulator=tally)))
     if remote:
-        index = {f.path: f.index for f in remote}
+        by_path = {f.path: f for f in remote}
         whole = sc.binaryFiles(",".join(f.path for f in remote), minPartitions=len(remote))
         parts.append(whole.flatMap(
-            lambda item: _tallied(inputs.read_whole, item[1], index.get(item[0], 0), server_port=server_port,
-                                  accumulator=tally)))
-    return parts[0] if len(parts) == 1 else sc.union(parts)
+            lambda item: _tallied(inputs.read_whole, item[1], by_path.get(item[0], CaptureFile(item[0], 0, 0)),
+                                  server_port=server_port, accumulator=tally)))
+    rdd = parts[0] if len(parts) == 1 else sc.union(parts)
+    return rdd.map(lambda piece: (*piece.ends, piece.path, piece.rows, piece.payload))
 
 
 def _tallied(read: Callable[..., Iterator], *args, server_port: int, accumulator) -> Iterator:
@@ -145,41 +155,72 @@ def _tallied(read: Callable[..., Iterator], *args, server_port: int, accumulator
     accumulator.add(tally)
 
 
-def _connection_partition(key: ConnectionKey) -> int:
-    """Deterministic in every worker, unlike hash() of strings."""
-    return zlib.crc32(f"{key[0]}|{key[1]}".encode())
-
-
-def _decode_partition(batches: Iterable[tuple[ConnectionKey, list]], server_port: int) -> Iterator[tuple]:
-    """Decode each 4-tuple of the partition from all its batches."""
-    by_connection: dict[ConnectionKey, list[list]] = {}
-    for key, batch in batches:
-        by_connection.setdefault(key, []).append(batch)
+def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces, and send
+    the rows back as batches of DECODED (each row fills the struct column of its kind)."""
+    by_connection: dict[tuple[str, str], list[Piece]] = {}
+    for batch in batches:
+        for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+            by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
+    mapped = MappedFiles()
+    pending: dict[str, list[tuple]] = {kind: [] for kind in _ARROW_DECODED.names}
+    count = 0
     while by_connection:
-        _, parts = by_connection.popitem()
-        yield from batch_rows(parts, server_port)
+        _, pieces = by_connection.popitem()
+        with _no_cycle_collection():
+            for kind, row in batch_rows(pieces, server_port, mapped):
+                pending[kind].append(row)
+                count += 1
+        if count >= _BATCH_ROWS:
+            yield from _arrow_batches(pending)
+            count = 0
+    yield from _arrow_batches(pending)
 
 
-def _is_kind(kind: str, tagged: tuple[str, tuple]) -> bool:
-    return tagged[0] == kind
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Decoding a connection makes millions of objects and no cycles: without this, the cycle
+    collector walks them all again and again (a third of the time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
-def _count(counts: Counter, tagged: tuple[str, tuple]) -> Counter:
-    """Everything the progress lines and the report need, in one pass over the decoded rows."""
-    kind, row = tagged
-    counts[kind] += 1
-    if kind == FRAME:
-        counts[row[_DIRECTION]] += 1
-    elif kind == CALL:
-        counts["unanswered"] += row[_RESPONSE_CODE] is None
-    elif kind == REGISTRATION:
-        counts["crc_failures"] += row[_CRC_OK] is False
-    elif kind == CONNECTION:
-        stats = ConnectionStats(*row)
-        counts["gaps"] += stats.gaps
-        counts["lost_bytes"] += stats.lost_bytes
-        counts["undecodable"] += stats.undecodable_bytes > 0
-    return counts
+def _arrow_batches(pending: dict[str, list[tuple]]) -> Iterator[pa.RecordBatch]:
+    """One batch per kind with rows (which it empties): that kind's column set, the others null."""
+    for kind, rows in pending.items():
+        if rows:
+            columns = [pa.array(rows, type=field.type) if field.name == kind else pa.nulls(len(rows), field.type)
+                       for field in _ARROW_DECODED]
+            yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
+            rows.clear()
+
+
+def _rows_of(decoded: DataFrame, kind: str) -> DataFrame:
+    """The decoded rows of one kind, as that kind's columns."""
+    return decoded.where(F.col(kind).isNotNull()).select(f"{kind}.*")
+
+
+def _count_where(condition: Column, name: str) -> Column:
+    return F.count(F.when(condition, 1)).alias(name)
+
+
+def _counts() -> tuple[Column, ...]:
+    """Everything the progress lines and the report count, in one pass over the decoded rows."""
+    return (
+        F.count(FRAME).alias(FRAME), _count_where(F.col(f"{FRAME}.direction") == REQUEST, REQUEST),
+        _count_where(F.col(f"{FRAME}.direction") == RESPONSE, RESPONSE),
+        F.count(CALL).alias(CALL),
+        _count_where(F.col(CALL).isNotNull() & F.col(f"{CALL}.response_code").isNull(), "unanswered"),
+        F.count(REGISTRATION).alias(REGISTRATION), _count_where(~F.col(f"{REGISTRATION}.crc_ok"), "crc_failures"),
+        F.count(CONNECTION).alias(CONNECTION), F.sum(f"{CONNECTION}.gaps").alias("gaps"),
+        F.sum(f"{CONNECTION}.lost_bytes").alias("lost_bytes"),
+        _count_where(F.col(f"{CONNECTION}.undecodable_bytes") > 0, "undecodable"),
+    )
 
 
 def _merge(counts: Counter, more: Counter) -> Counter:

@@ -1,8 +1,12 @@
-"""Decode link-layer frames down to TCP segments, standard library only.
+"""Decode link-layer frames down to TCP segments.
 
 Captures come from many tools (tcpdump on Linux ``any`` gives SLL/SLL2, macOS loopback gives
 NULL, some exporters write raw IP), so every common link type is accepted. Malformed or
-truncated frames return None rather than raising: one bad packet must not kill a Spark task.
+truncated frames are skipped rather than raising: one bad packet must not kill a Spark task.
+
+Two entry points over one decoder: parse_tcp for a single frame, and segment_columns for the
+millions of records of a Spark task, which decodes IPv4 over the common link types with numpy
+and hands every other record (VLAN tags, IPv6, odd link types) to parse_tcp's code.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from spark_analysis.pcapio import Buffer, Record
+import numpy as np
+
+from spark_analysis.pcapio import Buffer, Record, RecordIndex, read_uint
 
 FIN, SYN, RST, PSH, ACK, URG = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 
@@ -55,6 +61,25 @@ class TcpSegment(NamedTuple):
     payload: bytes
 
 
+class SegmentColumns(NamedTuple):
+    """The TCP segments of some records as columns, in capture order. Endpoints are indexes into
+    ``endpoints`` ("ip:port" texts); the payload of segment i is ``buffer[start[i] : end[i]]``."""
+
+    endpoints: list[str]
+    ts: np.ndarray  # float64
+    src: np.ndarray  # int64
+    dst: np.ndarray  # int64
+    seq: np.ndarray  # int64
+    ack: np.ndarray  # int64
+    flags: np.ndarray  # int64
+    start: np.ndarray  # int64
+    end: np.ndarray  # int64
+
+
+#: what _tcp_fields finds: source and destination (ip, port), seq, ack, flags, payload bounds
+_Fields = tuple[int | bytes, int, int | bytes, int, int, int, int, int, int]
+
+
 def tcp_segments(records: Iterable[Record]) -> Iterator[tuple[float, TcpSegment]]:
     """Yield (timestamp, segment) for every TCP record, in capture order: input for reassembly."""
     for record in records:
@@ -66,6 +91,113 @@ def tcp_segments(records: Iterable[Record]) -> Iterator[tuple[float, TcpSegment]
 def parse_tcp(linktype: int, data: Buffer) -> TcpSegment | None:
     """Decode one captured frame into a TCP segment; None if it is anything else."""
     view = memoryview(data)
+    fields = _tcp_fields(linktype, view)
+    if fields is None:
+        return None
+    src_ip, src_port, dst_ip, dst_port, seq, ack, flags, start, end = fields
+    return TcpSegment(_endpoint(src_ip, src_port), _endpoint(dst_ip, dst_port), seq, ack, flags,
+                      bytes(view[start:end]))
+
+
+def segment_columns(data: Buffer, records: RecordIndex, port: int | None = None) -> SegmentColumns:
+    """The TCP segments among ``records`` of ``data`` (to or from ``port`` if given)."""
+    u8 = np.frombuffer(data, np.uint8)
+    fast, ip = _ipv4_records(u8, records)
+    ts, start, length = records.ts[fast], records.start[fast], records.length[fast]
+    columns = _tcp_columns(u8, ip, start + length)
+    tcp, src_ip, dst_ip, src_port, dst_port, seq, ack, flags, payload, end = columns
+    kept = np.ones(len(tcp), bool) if port is None else (src_port == port) | (dst_port == port)
+    endpoints: dict[str, int] = {}
+    src = _endpoint_ids(src_ip[kept], src_port[kept], endpoints)
+    dst = _endpoint_ids(dst_ip[kept], dst_port[kept], endpoints)
+    order = fast.nonzero()[0][tcp][kept]
+    found = [ts[tcp][kept], src, dst, seq[kept], ack[kept], flags[kept], payload[kept], end[kept]]
+    slow = _slow_segments(data, records, np.flatnonzero(~fast), port, endpoints)
+    if slow:
+        order = np.concatenate([order, np.array([row[0] for row in slow], np.int64)])
+        found = [np.concatenate([column, np.array([row[i] for row in slow], column.dtype)])
+                 for i, column in enumerate(found, start=1)]
+        by_record = np.argsort(order, kind="stable")
+        found = [column[by_record] for column in found]
+    return SegmentColumns(list(endpoints), *found)
+
+
+_LINK_HEADER = {LINKTYPE_ETHERNET: (14, 12), LINKTYPE_LINUX_SLL: (16, 14), LINKTYPE_LINUX_SLL2: (20, 0)}
+
+
+def _ipv4_records(u8: np.ndarray, records: RecordIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Which records carry IPv4 right after a plain link header (a mask), and where (for those)."""
+    linktype, start, length = records.linktype, records.start, records.length
+    ip = np.full(len(start), -1, np.int64)
+    for kind, (header, ethertype_at) in _LINK_HEADER.items():
+        candidates = np.flatnonzero((linktype == kind) & (length >= header))
+        ethertype = read_uint(u8, start[candidates] + ethertype_at, 2, True)
+        chosen = candidates[ethertype == _ETHERTYPE_IPV4]
+        ip[chosen] = start[chosen] + header
+    for kind in (LINKTYPE_NULL, LINKTYPE_LOOP):
+        candidates = np.flatnonzero((linktype == kind) & (length >= 4))
+        family = read_uint(u8, start[candidates], 4, True)
+        is_inet = family == _AF_INET
+        if kind == LINKTYPE_NULL:
+            is_inet |= read_uint(u8, start[candidates], 4, False) == _AF_INET
+        chosen = candidates[is_inet]
+        ip[chosen] = start[chosen] + 4
+    raw = np.flatnonzero(np.isin(linktype, (LINKTYPE_RAW, LINKTYPE_IPV4)) & (length >= 1))
+    raw = raw[u8[start[raw]] >> 4 == 4]
+    ip[raw] = start[raw]
+    fast = ip >= 0
+    return fast, ip[fast]
+
+
+def _tcp_columns(u8: np.ndarray, ip: np.ndarray, frame_end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """_parse_ipv4 and _parse_tcp_header over columns: the first item says which of the IPv4
+    packets at ``ip`` hold a TCP header, the others are that header's fields for those."""
+    room = ip + 20 <= frame_end
+    at = np.where(room, ip, 0)
+    version_ihl = u8[at]
+    header_len = (version_ihl & 0x0F).astype(np.int64) * 4
+    fragment = read_uint(u8, at + 6, 2, True) & 0x1FFF
+    tcp = room & (version_ihl >> 4 == 4) & (header_len >= 20) & (u8[at + 9] == _IPPROTO_TCP) & (fragment == 0)
+    total_len = read_uint(u8, at + 2, 2, True)
+    end = np.where(total_len > 0, np.minimum(ip + total_len, frame_end), frame_end)
+    header = ip + header_len
+    tcp &= end - header >= 20
+    header = np.where(tcp, header, 0)
+    data_offset = u8[header + 12].astype(np.int64)
+    payload = header + (data_offset >> 4) * 4
+    tcp &= (data_offset >> 4 >= 5) & (payload <= end)
+    at, header, payload, end = at[tcp], header[tcp], payload[tcp], end[tcp]
+    flags = u8[header + 13].astype(np.int64) | (data_offset[tcp] & 1) << 8  # the NS bit
+    return (tcp, read_uint(u8, at + 12, 4, True), read_uint(u8, at + 16, 4, True), read_uint(u8, header, 2, True),
+            read_uint(u8, header + 2, 2, True), read_uint(u8, header + 4, 4, True),
+            read_uint(u8, header + 8, 4, True), flags, payload, end)
+
+
+def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int]) -> np.ndarray:
+    """Ids in ``endpoints`` (added as met) of IPv4 endpoints; few distinct ones, many packets."""
+    codes, inverse = np.unique(ips << 16 | ports, return_inverse=True)
+    ids = [endpoints.setdefault(_endpoint(int(code) >> 16, int(code) & 0xFFFF), len(endpoints)) for code in codes]
+    return np.array(ids, np.int64)[inverse.reshape(-1)]
+
+
+def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, port: int | None,
+                   endpoints: dict[str, int]) -> list[tuple]:
+    """Rows (record, ts, src, dst, seq, ack, flags, payload start, end) decoded one by one."""
+    view = memoryview(data)
+    rows = []
+    for index in which.tolist():
+        start = int(records.start[index])
+        fields = _tcp_fields(int(records.linktype[index]), view[start:start + int(records.length[index])])
+        if fields is None or port is not None and port not in (fields[1], fields[3]):
+            continue
+        src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end = fields
+        src = endpoints.setdefault(_endpoint(src_ip, src_port), len(endpoints))
+        dst = endpoints.setdefault(_endpoint(dst_ip, dst_port), len(endpoints))
+        rows.append((index, float(records.ts[index]), src, dst, seq, ack, flags, start + payload, start + end))
+    return rows
+
+
+def _tcp_fields(linktype: int, view: memoryview) -> _Fields | None:
     located = _network_layer(linktype, view)
     if located is None:
         return None
@@ -123,7 +255,7 @@ def _from_family(view: memoryview, big_endian_only: bool) -> tuple[int, int] | N
     return None
 
 
-def _parse_ipv4(view: memoryview, offset: int) -> TcpSegment | None:
+def _parse_ipv4(view: memoryview, offset: int) -> _Fields | None:
     if offset + 20 > len(view):
         return None
     version_ihl, total_len, fragment, protocol, src, dst = _IPV4.unpack_from(view, offset)
@@ -137,7 +269,7 @@ def _parse_ipv4(view: memoryview, offset: int) -> TcpSegment | None:
     return _parse_tcp_header(view, offset + header_len, end, src, dst)
 
 
-def _parse_ipv6(view: memoryview, offset: int) -> TcpSegment | None:
+def _parse_ipv6(view: memoryview, offset: int) -> _Fields | None:
     if offset + 40 > len(view) or view[offset] >> 4 != 6:
         return None
     payload_len, next_header = _IPV6.unpack_from(view, offset + 4)
@@ -164,7 +296,7 @@ def _parse_ipv6(view: memoryview, offset: int) -> TcpSegment | None:
 
 
 def _parse_tcp_header(view: memoryview, start: int, end: int, src_ip: int | bytes, dst_ip: int | bytes
-                      ) -> TcpSegment | None:
+                      ) -> _Fields | None:
     """The TCP header at ``start``; its segment ends at ``end``. IPs as int (v4) or 16 bytes (v6)."""
     if end - start < 20:
         return None
@@ -172,14 +304,8 @@ def _parse_tcp_header(view: memoryview, start: int, end: int, src_ip: int | byte
     header_len = (data_offset >> 4) * 4
     if header_len < 20 or start + header_len > end:
         return None
-    return TcpSegment(
-        _endpoint(src_ip, src_port),
-        _endpoint(dst_ip, dst_port),
-        seq,
-        ack,
-        flags | (data_offset & 1) << 8,  # the NS bit sits in the data-offset byte
-        bytes(view[start + header_len : end]),
-    )
+    flags |= (data_offset & 1) << 8  # the NS bit sits in the data-offset byte
+    return src_ip, src_port, dst_ip, dst_port, seq, ack, flags, start + header_len, end
 
 
 def _endpoint(ip: int | bytes, port: int) -> str:

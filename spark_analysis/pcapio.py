@@ -1,18 +1,24 @@
-"""Read classic pcap and pcapng captures from bytes, standard library only.
+"""Read classic pcap and pcapng captures from bytes.
 
 Everything here is a pure function over a buffer so that Spark tasks can call it on byte ranges
 of big files. Records carry zero-copy ``memoryview`` slices of the input buffer; call
 ``bytes(record.data)`` to keep one beyond the buffer's life or to pickle it. Truncated input
 (a capture cut short while being written or copied) ends iteration quietly instead of raising.
+
+The Spark job reads millions of records, so it takes them as columns (RecordIndex, numpy arrays):
+only the walk from one classic-pcap record header to the next is a Python loop.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 Buffer = bytes | bytearray | memoryview
 
@@ -52,12 +58,24 @@ _OPT_END, _OPT_TSRESOL, _OPT_TSOFFSET = 0, 9, 14
 
 
 class Record(NamedTuple):
-    """One captured frame: capture time in seconds, link type, captured bytes, length on the wire."""
+    """One captured frame: capture time in seconds, link type, captured bytes, length on the wire,
+    and where the captured bytes start in the buffer read."""
 
     ts: float
     linktype: int
     data: Buffer
     orig_len: int
+    offset: int = 0
+
+
+class RecordIndex(NamedTuple):
+    """Records as columns, in capture order: the captured bytes of record i are
+    ``buffer[start[i] : start[i] + length[i]]``."""
+
+    ts: np.ndarray  # float64 seconds
+    linktype: np.ndarray  # int64
+    start: np.ndarray  # int64
+    length: np.ndarray  # int64
 
 
 class PcapHeader(NamedTuple):
@@ -131,7 +149,48 @@ def iter_pcap_records(
         offset = body + incl_len
         if offset > end:
             return
-        yield Record(sec + frac / units, linktype, view[body:offset], orig_len)
+        yield Record(sec + frac / units, linktype, view[body:offset], orig_len, body)
+
+
+def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADER_LEN,
+                       stop: int | None = None) -> RecordIndex:
+    """iter_pcap_records as columns: the same records, without an object per record."""
+    view = memoryview(data)
+    end = len(view)
+    stop = end if stop is None else min(stop, end)
+    unpack = _U32[header.endian].unpack_from
+    headers = array("q")
+    append = headers.append
+    offset = start
+    while offset < stop and offset + RECORD_HEADER_LEN <= end:
+        following = offset + RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
+        if following > end:
+            break
+        append(offset)
+        offset = following
+    at = np.frombuffer(headers, np.int64)
+    u8 = np.frombuffer(view, np.uint8)
+    big = header.endian == ">"
+    seconds, fraction, length = (read_uint(u8, at + field, 4, big) for field in (0, 4, 8))
+    return RecordIndex(seconds + fraction / header.ts_units, np.full(len(at), header.linktype, np.int64),
+                       at + RECORD_HEADER_LEN, length)
+
+
+def index_records(records: Iterable[Record]) -> RecordIndex:
+    """Columns of records read one by one (pcapng): their ``offset`` must index the same buffer."""
+    rows = [(r.ts, r.linktype, r.offset, len(r.data)) for r in records]
+    ts, linktype, start, length = zip(*rows, strict=True) if rows else ((), (), (), ())
+    return RecordIndex(np.array(ts, np.float64), np.array(linktype, np.int64), np.array(start, np.int64),
+                       np.array(length, np.int64))
+
+
+def read_uint(u8: np.ndarray, at: np.ndarray, width: int, big_endian: bool) -> np.ndarray:
+    """The unsigned ``width``-byte integers at positions ``at`` of a byte array, as int64."""
+    value = np.zeros(len(at), np.int64)
+    for byte in range(width):
+        shift = 8 * (width - 1 - byte if big_endian else byte)
+        value |= u8[at + byte].astype(np.int64) << shift
+    return value
 
 
 def find_record_boundary(
@@ -204,15 +263,16 @@ def _iter_pcapng(view: memoryview) -> Iterator[Record]:
         block_type, block_len = _BLOCK_HEAD[endian].unpack_from(view, offset)
         if block_len < 12 or block_len % 4 or offset + block_len > end:
             return
-        body = view[offset + 8 : offset + block_len - 4]
+        body_at = offset + 8
+        body = view[body_at : offset + block_len - 4]
         offset += block_len
         record = None
         if block_type == _IDB_TYPE and len(body) >= 8:
             interfaces.append(_parse_idb(body, endian))
         elif block_type == _EPB_TYPE:
-            record = _parse_epb(body, endian, interfaces)
+            record = _parse_epb(body, body_at, endian, interfaces)
         elif block_type == _SPB_TYPE:
-            record = _parse_spb(body, endian, interfaces, last_ts)
+            record = _parse_spb(body, body_at, endian, interfaces, last_ts)
         if record is not None:
             last_ts = record.ts
             yield record
@@ -241,7 +301,7 @@ def _iter_options(body: memoryview, offset: int, endian: str) -> Iterator[tuple[
         offset += 4 + (length + 3) // 4 * 4
 
 
-def _parse_epb(body: memoryview, endian: str, interfaces: list[_Interface]) -> Record | None:
+def _parse_epb(body: memoryview, body_at: int, endian: str, interfaces: list[_Interface]) -> Record | None:
     if len(body) < 20:
         return None
     iface_id, ts_high, ts_low, incl_len, orig_len = _EPB[endian].unpack_from(body, 0)
@@ -249,14 +309,15 @@ def _parse_epb(body: memoryview, endian: str, interfaces: list[_Interface]) -> R
         return None
     iface = interfaces[iface_id]
     ts = ((ts_high << 32) | ts_low) / iface.ticks_per_second + iface.ts_offset
-    return Record(ts, iface.linktype, body[20 : 20 + incl_len], orig_len)
+    return Record(ts, iface.linktype, body[20 : 20 + incl_len], orig_len, body_at + 20)
 
 
-def _parse_spb(body: memoryview, endian: str, interfaces: list[_Interface], last_ts: float) -> Record | None:
+def _parse_spb(body: memoryview, body_at: int, endian: str, interfaces: list[_Interface],
+               last_ts: float) -> Record | None:
     """Simple packet blocks have no timestamp: give them the previous record's, keeping order."""
     if len(body) < 4 or not interfaces:
         return None
     (orig_len,) = _U32[endian].unpack_from(body, 0)
     iface = interfaces[0]
     incl_len = min(orig_len, iface.snaplen or orig_len)
-    return Record(last_ts, iface.linktype, body[4 : 4 + incl_len], orig_len)
+    return Record(last_ts, iface.linktype, body[4 : 4 + incl_len], orig_len, body_at + 4)

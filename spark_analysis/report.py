@@ -1,7 +1,8 @@
 """report.html: what the cluster did, as PNG plots embedded in one self-contained page.
 
 Every plot is drawn from an aggregate computed in Spark (time bins, histogram buckets, percentiles),
-so the driver holds a few thousand numbers however large the capture.
+so the driver holds a few thousand numbers however large the capture. The job hands over its
+cached decoded rows, so no plot reads the written tables back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from matplotlib.figure import Figure
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_analysis.brokers import EXPIRY_SECONDS, broker_events, iso_time
+from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
 from spark_analysis.schema import BROKER_COLUMNS
 
 TIME_BINS = 800
@@ -34,19 +35,19 @@ _SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"
 
 
 def write_report(spark: SparkSession, out: str, brokers: list[dict], counts: Counter,
-                 write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    frames, calls, registrations = (spark.read.parquet(f"{out}/{name}")
-                                    for name in ("frames", "calls", "registrations"))
-    events = broker_events(frames, registrations).persist()
+                 write_bytes: Callable[[SparkSession, str, bytes], None], events: DataFrame, frames: DataFrame,
+                 calls: DataFrame) -> None:
+    """``events``: brokers.broker_events; ``frames``, ``calls``: rows as decoded (ts in seconds)."""
     shown = _brokers_shown(brokers)
+    start, width = _time_bins(brokers, shown)
+    bins = per_broker_bins(events, shown, start, width)
     plots = [
-        ("Heartbeat timeline per broker", heartbeat_timeline(events, shown)),
+        ("Heartbeat timeline per broker", heartbeat_timeline(events, shown, bins, start, width)),
         ("Intervals between heartbeats", interval_histogram(events)),
-        ("Topics per broker over time", topic_counts(registrations, shown)),
+        ("Topics per broker over time", topic_counts(shown, bins, start, width)),
         ("Request mix by code", request_mix(frames)),
         ("Latency percentiles by code", latency_percentiles(calls)),
     ]
-    events.unpersist()
     write_bytes(spark, f"{out}/report.html", _page(brokers, counts, plots).encode())
 
 
@@ -56,11 +57,18 @@ def _brokers_shown(brokers: list[dict]) -> list[str]:
     return [b["broker_addr"] for b in ordered[:MAX_BROKERS]]
 
 
-def heartbeat_timeline(events: DataFrame, shown: list[str]) -> bytes:
-    alive = events.where(F.col("alive") & F.col("broker_addr").isin(shown))
-    start, width = _time_bins(alive)
-    marks = alive.groupBy("broker_addr", _bin(start, width)).count().collect()
-    gaps = alive.where(F.col("interval") > EXPIRY_SECONDS).select("broker_addr", "t", "interval").collect()
+def per_broker_bins(events: DataFrame, shown: list[str], start: float, width: float) -> list:
+    """Per shown broker and time bin: ``heartbeats`` (alive events) and ``topics`` (the most any
+    registration in the bin carried, None without one)."""
+    return (events.where(F.col("broker_addr").isin(shown)).groupBy("broker_addr", _bin(start, width))
+            .agg(F.count(F.when(F.col("alive"), 1)).alias("heartbeats"), F.max("topic_count").alias("topics"))
+            .collect())
+
+
+def heartbeat_timeline(events: DataFrame, shown: list[str], bins: list, start: float, width: float) -> bytes:
+    marks = [b for b in bins if b.heartbeats]
+    gaps = (events.where(F.col("alive") & F.col("broker_addr").isin(shown) & (F.col("interval") > EXPIRY_SECONDS))
+            .select("broker_addr", "t", "interval").collect())
     figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2))
     row_of = {addr: index for index, addr in enumerate(reversed(shown))}
     axes.scatter([_time(start + (m.bin + 0.5) * width) for m in marks], [row_of[m.broker_addr] for m in marks],
@@ -87,14 +95,11 @@ def interval_histogram(events: DataFrame) -> bytes:
     return _png(figure)
 
 
-def topic_counts(registrations: DataFrame, shown: list[str]) -> bytes:
-    counted = registrations.where(F.col("topic_count").isNotNull() & F.col("broker_addr").isin(shown)).select(
-        "broker_addr", F.col("ts").cast("double").alias("t"), "topic_count")
-    start, width = _time_bins(counted)
-    rows = counted.groupBy("broker_addr", _bin(start, width)).agg(F.max("topic_count").alias("topics")).collect()
+def topic_counts(shown: list[str], bins: list, start: float, width: float) -> bytes:
     series: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for row in rows:
-        series[row.broker_addr].append((row.bin, row.topics))
+    for row in bins:
+        if row.topics is not None:
+            series[row.broker_addr].append((row.bin, row.topics))
     figure, axes = _figure()
     for addr in shown:
         points = sorted(series.get(addr, ()))
@@ -137,11 +142,12 @@ def latency_percentiles(calls: DataFrame) -> bytes:
     return _png(figure)
 
 
-def _time_bins(table: DataFrame) -> tuple[float, float]:
-    """Start and width of TIME_BINS equal bins over the column t."""
-    low, high = table.agg(F.min("t"), F.max("t")).first()
-    if low is None:
+def _time_bins(brokers: list[dict], shown: list[str]) -> tuple[float, float]:
+    """Start and width of TIME_BINS equal bins from the first to the last sight of a shown broker."""
+    seen = [b for b in brokers if b["broker_addr"] in set(shown)]
+    if not seen:
         return 0.0, 1.0
+    low, high = min(b["first_seen"] for b in seen), max(b["last_seen"] for b in seen)
     return low, max(high - low, 1.0) / TIME_BINS
 
 

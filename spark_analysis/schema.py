@@ -47,6 +47,19 @@ REGISTRATION_ROWS = _schema(
     ("response_code", IntegerType()),
 )
 
+#: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
+#: (code: REGISTER_BROKER or a decode.NAMING_CODES; alive: keeps the broker registered)
+EVENT_ROWS = _schema(
+    ("broker_addr", StringType()), ("broker_name", StringType()), ("t", DoubleType()), ("code", IntegerType()),
+    ("alive", BooleanType()), ("topic_count", IntegerType()),
+)
+
+CONNECTION_ROWS = _schema(("gaps", IntegerType()), ("lost_bytes", LongType()), ("undecodable_bytes", LongType()))
+
+#: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags)
+DECODED = _schema(("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS),
+                  ("connection", CONNECTION_ROWS), ("event", EVENT_ROWS))
+
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)
 MILLIS_COLUMNS = ("data_version_ts",)

@@ -10,11 +10,14 @@ carries on so that a frame parser can resynchronise.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from spark_analysis.packets import ACK, FIN, RST, SYN, TcpSegment
+from spark_analysis.pcapio import Buffer
 
 DEFAULT_SERVER_PORT = 9876
 _SEQ_MOD = 1 << 32
@@ -26,7 +29,7 @@ class Chunk(NamedTuple):
 
     ts: float
     offset: int
-    data: bytes
+    data: Buffer
 
 
 class Direction(list[Chunk]):
@@ -43,6 +46,21 @@ class Direction(list[Chunk]):
         self.from_syn = False
 
 
+#: One TCP segment of a 4-tuple. (ts, file, order) is its place in capture order, ``order`` being
+#: unique within a file; its payload is ``length`` bytes at ``offset`` of its file's source buffer;
+#: ``forward`` says it was sent by the lower of the 4-tuple's two endpoints.
+SEGMENT = np.dtype([("ts", "<f8"), ("file", "<i4"), ("order", "<i8"), ("offset", "<i8"), ("length", "<i4"),
+                    ("seq", "<u4"), ("flags", "<u2"), ("forward", "?")])
+
+
+class SegmentTable(NamedTuple):
+    """The segments of one 4-tuple (both directions, every connection on it) in capture order."""
+
+    ends: tuple[str, str]  # (lower, higher) "ip:port"
+    rows: np.ndarray  # of SEGMENT
+    sources: Mapping[int, Buffer]  # file -> the buffer its payload offsets index
+
+
 @dataclass(eq=False)
 class Connection:
     """One TCP connection: who opened it, how it ended, and both reassembled directions."""
@@ -56,27 +74,67 @@ class Connection:
     first_close_by: str | None = None  # "client" or "server"
     to_server: Direction = field(default_factory=Direction, repr=False)
     to_client: Direction = field(default_factory=Direction, repr=False)
+    first_packet: tuple[float, int, int] = field(default=(0.0, 0, 0), repr=False)  # (ts, file, order)
 
 
 def reassemble(
     segments: Iterable[tuple[float, TcpSegment]], server_port: int = DEFAULT_SERVER_PORT
 ) -> list[Connection]:
-    """Group (ts, segment) pairs, in capture order, into connections in order of first packet.
+    """Group (ts, segment) pairs, in capture order, into connections in order of first packet."""
+    connections = [c for table in segment_tables(segments) for c in reassemble_table(table, server_port)]
+    connections.sort(key=lambda c: c.first_packet)
+    for conn_id, connection in enumerate(connections):
+        connection.conn_id = conn_id
+    return connections
+
+
+def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[SegmentTable]:
+    """(ts, segment) pairs in capture order as one table per 4-tuple, over one payload buffer."""
+    by_ends: dict[tuple[str, str], list[tuple]] = {}
+    payloads: list[bytes] = []
+    offset = 0
+    for order, (ts, segment) in enumerate(segments):
+        src, dst = segment.src, segment.dst
+        ends = (src, dst) if src < dst else (dst, src)
+        length = len(segment.payload)
+        by_ends.setdefault(ends, []).append((ts, 0, order, offset, length, segment.seq, segment.flags, src == ends[0]))
+        payloads.append(segment.payload)
+        offset += length
+    sources = {0: b"".join(payloads)}
+    return [SegmentTable(ends, np.array(rows, SEGMENT), sources) for ends, rows in by_ends.items()]
+
+
+def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
+    """Tables of one 4-tuple read from different files or byte ranges as one, in capture order:
+    by time, then file, then place in the file (the capture order of several files is by time)."""
+    tables = list(tables)
+    rows = np.concatenate([table.rows for table in tables])
+    rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
+    sources = {file: buffer for table in tables for file, buffer in table.sources.items()}
+    return SegmentTable(tables[0].ends, rows, sources)
+
+
+def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT) -> list[Connection]:
+    """The connections on one 4-tuple, in order.
 
     A SYN without ACK opens a new connection on its 4-tuple unless it repeats the SYN of a
     connection that is still open there (same ISN): that is how port reuse is told apart from
     a retransmitted SYN.
     """
-    current: dict[tuple[str, str], _Tracker] = {}
+    lower, higher = table.ends
+    sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
+    rows = table.rows
+    columns = (rows[name].tolist() for name in ("ts", "file", "order", "offset", "length", "seq", "flags", "forward"))
     trackers: list[_Tracker] = []
-    for ts, segment in segments:
-        key = (segment.src, segment.dst) if segment.src < segment.dst else (segment.dst, segment.src)
-        tracker = current.get(key)
-        if tracker is None or segment.flags & SYN and tracker.is_new_connection(segment):
-            tracker = _Tracker.open(len(trackers), ts, segment, server_port)
-            current[key] = tracker
+    tracker = None
+    for ts, file, order, offset, length, seq, flags, forward in zip(*columns, strict=True):
+        src = lower if forward else higher
+        if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
+            dst = higher if forward else lower
+            tracker = _Tracker.open(len(trackers), ts, src, dst, flags, server_port)
+            tracker.connection.first_packet = (ts, file, order)
             trackers.append(tracker)
-        tracker.add(ts, segment)
+        tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"")
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
@@ -117,30 +175,29 @@ class _Tracker:
         self.to_client = _Reassembler(connection.to_client)
 
     @classmethod
-    def open(cls, conn_id: int, ts: float, first: TcpSegment, server_port: int) -> _Tracker:
+    def open(cls, conn_id: int, ts: float, src: str, dst: str, flags: int, server_port: int) -> _Tracker:
         """Start a connection; the client is the SYN sender, else the side off the server port."""
-        syn_ack = first.flags & (SYN | ACK)
+        syn_ack = flags & (SYN | ACK)
         if syn_ack == SYN:
-            client = first.src
+            client = src
         elif syn_ack == SYN | ACK:
-            client = first.dst
-        elif _port(first.src) == server_port and _port(first.dst) != server_port:
-            client = first.dst
+            client = dst
+        elif _port(src) == server_port and _port(dst) != server_port:
+            client = dst
         else:
-            client = first.src
-        server = first.dst if client == first.src else first.src
+            client = src
+        server = dst if client == src else src
         return cls(Connection(conn_id, client, server, ts))
 
-    def is_new_connection(self, segment: TcpSegment) -> bool:
-        if segment.flags & (SYN | ACK) != SYN:
+    def is_new_connection(self, src: str, seq: int, flags: int) -> bool:
+        if flags & (SYN | ACK) != SYN:
             return False
         still_open = self.connection.closed_ts is None
-        return not (still_open and segment.src == self.connection.client and segment.seq == self.client_isn)
+        return not (still_open and src == self.connection.client and seq == self.client_isn)
 
-    def add(self, ts: float, segment: TcpSegment) -> None:
+    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer) -> None:
         connection = self.connection
-        from_client = segment.src == connection.client
-        flags = segment.flags
+        from_client = src == connection.client
         if flags & (FIN | RST) and connection.closed_ts is None:
             connection.closed_ts = ts
             connection.close_kind = "rst" if flags & RST else "fin"
@@ -148,11 +205,11 @@ class _Tracker:
         if flags & RST:  # a reset's sequence number and payload say nothing about the stream
             return
         if flags & (SYN | ACK) == SYN and from_client:
-            self.client_isn = segment.seq
+            self.client_isn = seq
         reassembler = self.to_server if from_client else self.to_client
         # A SYN consumes one sequence number: its (rare) data starts after it.
         syn = bool(flags & SYN)
-        reassembler.add(ts, segment.seq + 1 if syn else segment.seq, segment.payload, syn)
+        reassembler.add(ts, seq + 1 if syn else seq, payload, syn)
 
     def finish(self) -> None:
         self.to_server.finish()
@@ -169,10 +226,10 @@ class _Reassembler:
         self.out = out
         self.base_seq: int | None = None
         self.next_offset = 0
-        self.pending: list[tuple[int, int, float, bytes]] = []  # heap of (offset, arrival, ts, data)
+        self.pending: list[tuple[int, int, float, Buffer]] = []  # heap of (offset, arrival, ts, data)
         self.arrivals = 0
 
-    def add(self, ts: float, seq: int, payload: bytes, syn: bool = False) -> None:
+    def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False) -> None:
         if self.base_seq is None:
             self.base_seq = seq % _SEQ_MOD
             self.out.from_syn = syn
@@ -205,7 +262,7 @@ class _Reassembler:
                 self.next_offset = offset
             self._deliver(ts, offset, data)
 
-    def _deliver(self, ts: float, offset: int, data: bytes) -> None:
+    def _deliver(self, ts: float, offset: int, data: Buffer) -> None:
         """Append the part of ``data`` past what was already delivered (the first copy wins)."""
         skip = self.next_offset - offset
         if skip >= len(data):

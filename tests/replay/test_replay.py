@@ -60,7 +60,8 @@ def _properties(body: bytes) -> dict[str, str]:
     return {k: "<masked>" if k in MACHINE_KEYS else v for k, v in pairs.items()}
 
 
-def body_differences(code: int, expected: bytes | None, actual: bytes | None) -> list[str]:
+def body_differences(code: int, expected: bytes | memoryview | None, actual: bytes | None) -> list[str]:
+    expected = None if expected is None else bytes(expected)  # a captured body is a view of its stream
     if not expected and not actual:
         return []
     if not expected or not actual:

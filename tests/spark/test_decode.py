@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from itertools import pairwise
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from spark_analysis.conversation import conversation_of, frame_start
 from spark_analysis.decode import (
     CALL,
     CONNECTION,
+    EVENT,
     FRAME,
     REGISTRATION,
     batch_rows,
@@ -32,7 +34,7 @@ from tests.spark.conftest import SYNTH
 from tests.spark.test_pcap_streams import CLIENT, SERVER, handshake, only, segment
 from tests.support import capture
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.remoting import RemotingCommand, RequestCode, SerializeType
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import V4_9_8
 from twisted_namesrv.remoting.crc import crc32_masked
 
@@ -109,11 +111,23 @@ def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
 # --- calls and registrations -------------------------------------------------------------------------
 
 
-def rows_of(packets: list) -> dict[str, list[tuple]]:
-    rows: dict[str, list[tuple]] = {FRAME: [], CALL: [], REGISTRATION: [], CONNECTION: []}
+def rows_of(packets: Iterable) -> dict[str, list[tuple]]:
+    rows: dict[str, list[tuple]] = defaultdict(list)
     for kind, row in connection_rows(packets, 9876):
         rows[kind].append(row)
     return rows
+
+
+def test_requests_naming_a_broker_are_its_events() -> None:
+    unregister = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+        "brokerAddr": "10.0.0.9:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0"}, opaque=8).encode()
+    refused = RemotingCommand.response_to(RemotingCommand.request(RequestCode.REGISTER_BROKER, opaque=7),
+                                          code=ResponseCode.SYSTEM_ERROR).encode()
+    to_client = [(3.0, segment(SERVER, CLIENT, 5001, PSH | ACK, refused))]
+    events = rows_of(handshake() + client_stream(registration("right"), route_query(9), unregister) + to_client)[EVENT]
+    assert [(e[0], e[1], e[3], e[4], e[5]) for e in events] == [
+        ("10.0.0.9:10911", "b", RequestCode.REGISTER_BROKER, False, 1),  # refused: no sign of life
+        ("10.0.0.9:10911", "b", RequestCode.UNREGISTER_BROKER, False, None)]
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:
@@ -164,11 +178,11 @@ def test_every_row_of_a_conversation_has_its_connection_id() -> None:
 
 def decoded(splits: list[Split]) -> Counter:
     """Decoded rows, as the job gets them from these splits (one task per split)."""
-    batches: dict = {}
+    pieces: dict = {}
     for split in splits:
-        for key, batch in read_task([split], 9876, Counter()):
-            batches.setdefault(key, []).append(batch)
-    return Counter(repr(row) for parts in batches.values() for row in batch_rows(parts, 9876))
+        for piece in read_task([split], 9876, Counter()):
+            pieces.setdefault(piece.ends, []).append(piece)
+    return Counter(repr(row) for parts in pieces.values() for row in batch_rows(parts, 9876))
 
 
 @pytest.mark.parametrize("range_size", [97, 1000, 4099, 65536])
@@ -208,9 +222,7 @@ def test_synthetic_truth_holds_in_a_single_process(tmp_path: Path) -> None:
                     "--seed", "11", "--loss", "0.05", "--reorder", "0.3", "--retransmit", "0.3"], check=True,
                    capture_output=True)
     truth = json.loads((tmp_path / "s.truth.json").read_text())
-    rows: dict[str, list] = {FRAME: [], CALL: [], REGISTRATION: [], CONNECTION: []}
-    for kind, row in connection_rows(tcp_segments(read_records(path)), 9876):
-        rows[kind].append(row)
+    rows = rows_of(tcp_segments(read_records(path)))
     assert (len(rows[FRAME]), len(rows[CALL]), len(rows[REGISTRATION]), len(rows[CONNECTION])) == (
         truth["frames"], truth["requests"], truth["registrations"], truth["connections"])
     response_code = CALL_ROWS.names.index("response_code")

@@ -133,7 +133,7 @@ def loads(data: bytes | str) -> Any:
 
     Raises ``ValueError`` on anything else that is not JSON.
     """
-    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    text = data if isinstance(data, str) else str(data, "utf-8")
     try:
         try:
             return json.loads(text)

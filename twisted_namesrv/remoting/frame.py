@@ -57,16 +57,39 @@ def check_header_length(frame: bytes, max_header_length: int) -> None:
             raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
 
 
-def split_frame(frame: bytes | memoryview) -> tuple[int, bytes, bytes | None]:
-    """(serialize type, header, body or None) of a frame whose length prefix was stripped."""
+def split_frame(frame: bytes | memoryview) -> tuple[int, bytes, bytes | memoryview | None]:
+    """(serialize type, header, body or None) of a frame whose length prefix was stripped.
+    The body of a memoryview frame is a view of it (capture analysis: no copy of big bodies)."""
     if len(frame) < 4:
         raise RemotingDecodeError(f"decode error, frame of {len(frame)} bytes")
     serialize_type, header_length = split_header_word(_LENGTH.unpack_from(frame, 0)[0] & 0xFFFFFFFF)
     if header_length > len(frame) - 4:
         raise RemotingDecodeError(f"decode error, bad header length: {header_length}")
     header = bytes(frame[4:4 + header_length])
-    body = bytes(frame[4 + header_length:]) or None
+    body = frame[4 + header_length:] or None
     return serialize_type, header, body
+
+
+def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, start: int = 0
+                ) -> tuple[list[tuple[int, int]], int]:
+    """Where the whole frames in ``data`` from ``start`` are, as (start, end) of each frame without
+    its length prefix, and where the bytes not yet making a frame begin.
+
+    A negative length, or one whose whole frame (prefix included) exceeds ``max_frame_length``,
+    raises ``RemotingDecodeError`` as soon as its length word is there."""
+    spans: list[tuple[int, int]] = []
+    end = len(data)
+    while end - start >= 4:
+        (length,) = _LENGTH.unpack_from(data, start)
+        if length < 0:
+            raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
+        if length + 4 > max_frame_length:
+            raise RemotingDecodeError(f"frame length {length + 4} exceeds {max_frame_length}", "frame_length")
+        if end - start - 4 < length:
+            break
+        spans.append((start + 4, start + 4 + length))
+        start += 4 + length
+    return spans, start
 
 
 class FrameDecoder:
@@ -89,19 +112,8 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         buffer += data
-        frames: list[bytes] = []
-        start = 0
-        end = len(buffer)
-        while end - start >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            if length < 0:
-                raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
-            if length + 4 > self.max_frame_length:
-                raise RemotingDecodeError(f"frame length {length + 4} exceeds {self.max_frame_length}", "frame_length")
-            if end - start - 4 < length:
-                break
-            frames.append(bytes(buffer[start + 4:start + 4 + length]))
-            start += 4 + length
-        if start:
-            del buffer[:start]
+        spans, used = frame_spans(buffer, self.max_frame_length)
+        frames = [bytes(buffer[start:end]) for start, end in spans]
+        if used:
+            del buffer[:used]
         return frames
