@@ -120,8 +120,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"wrote brokers.csv ({len(brokers)} brokers, {sum(b['would_expire'] for b in brokers)} with a gap "
              f"over {EXPIRY_SECONDS} s)")
     if report:
-        write_report(spark, out, brokers, counts, write_bytes, events, _rows_of(decoded, FRAME),
-                     _rows_of(decoded, CALL))
+        write_report(spark, out, brokers, counts, write_bytes, events)
         progress("wrote report.html")
     events.unpersist()
     decoded.unpersist()

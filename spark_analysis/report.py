@@ -1,8 +1,9 @@
 """report.html: what the cluster did, as PNG plots embedded in one self-contained page.
 
 Every plot is drawn from an aggregate computed in Spark (time bins, histogram buckets, percentiles),
-so the driver holds a few thousand numbers however large the capture. The job hands over its
-cached decoded rows, so no plot reads the written tables back.
+so the driver holds a few thousand numbers however large the capture. Broker plots come from the
+job's cached broker events; request mix and latencies read just the columns they need of frames/
+and calls/ (cheaper than the cached rows, whose every column comes along).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ _SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"
 
 
 def write_report(spark: SparkSession, out: str, brokers: list[dict], counts: Counter,
-                 write_bytes: Callable[[SparkSession, str, bytes], None], events: DataFrame, frames: DataFrame,
-                 calls: DataFrame) -> None:
-    """``events``: brokers.broker_events; ``frames``, ``calls``: rows as decoded (ts in seconds)."""
+                 write_bytes: Callable[[SparkSession, str, bytes], None], events: DataFrame) -> None:
+    """``events``: brokers.broker_events, to be used several times (cached)."""
+    frames, calls = (spark.read.parquet(f"{out}/{name}") for name in ("frames", "calls"))
     shown = _brokers_shown(brokers)
     start, width = _time_bins(brokers, shown)
     bins = per_broker_bins(events, shown, start, width)

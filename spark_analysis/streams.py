@@ -20,6 +20,7 @@ from spark_analysis.packets import ACK, FIN, RST, SYN, TcpSegment
 from spark_analysis.pcapio import Buffer
 
 DEFAULT_SERVER_PORT = 9876
+_CONTROL = SYN | FIN | RST
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
 
@@ -127,12 +128,21 @@ def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT
     columns = (rows[name].tolist() for name in ("ts", "file", "order", "offset", "length", "seq", "flags", "forward"))
     trackers: list[_Tracker] = []
     tracker = None
+    client_forward = False  # the tracker's client is the lower endpoint
     for ts, file, order, offset, length, seq, flags, forward in zip(*columns, strict=True):
+        if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
+            reassembler = tracker.to_server if forward == client_forward else tracker.to_client
+            if length:
+                reassembler.add(ts, seq, sources[file][offset:offset + length])
+            elif reassembler.base_seq is None:
+                reassembler.add(ts, seq, b"")
+            continue
         src = lower if forward else higher
         if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
             dst = higher if forward else lower
             tracker = _Tracker.open(len(trackers), ts, src, dst, flags, server_port)
             tracker.connection.first_packet = (ts, file, order)
+            client_forward = tracker.connection.client == lower
             trackers.append(tracker)
         tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"")
     for tracker in trackers:
