@@ -67,7 +67,7 @@ class MappedFiles:
         return mapped
 
 
-def batch_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | None = None
+def piece_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | None = None
                ) -> Iterator[tuple[str, tuple]]:
     """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
     table = merge_tables(piece.table(mapped or MappedFiles()) for piece in pieces)

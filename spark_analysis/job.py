@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from spark_analysis import inputs
 from spark_analysis.brokers import EXPIRY_SECONDS, broker_events, broker_rows, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
-from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, MappedFiles, batch_rows
+from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, MappedFiles, piece_rows
 from spark_analysis.inputs import CaptureFile, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.streams import DEFAULT_SERVER_PORT
@@ -45,8 +45,10 @@ _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent to the JVM
 
 def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
     """A session for ``master``. Under spark-submit without ``master`` the submitted settings
-    rule; a local master is kept on loopback, with the UI off unless asked for, and with as many
-    SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more)."""
+    rule; a local master is kept on loopback, with the UI off unless asked for, with as many
+    SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
+    and with the serial garbage collector unless JVM options are configured: tasks and the
+    collector share the same few cores there, and G1's concurrent threads cost a first job ~15%."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = "local[*]"
@@ -58,12 +60,28 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.ui.enabled", str(ui).lower())
                    .config("spark.sql.shuffle.partitions", str(_local_cores(master))))
+        if not _java_options_configured(conf or {}):
+            builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC")
     builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _java_options_configured(conf: dict[str, str]) -> bool:
+    """Whether driver JVM options come from the caller, the environment or spark-defaults.conf."""
+    if any(key.endswith("JavaOptions") for key in conf) or "JavaOptions" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
+    spark_home = os.environ.get("SPARK_HOME")
+    for conf_dir in filter(None, [os.environ.get("SPARK_CONF_DIR"), spark_home and os.path.join(spark_home, "conf")]):
+        defaults = os.path.join(conf_dir, "spark-defaults.conf")
+        if os.path.isfile(defaults):
+            with open(defaults) as f:
+                if "JavaOptions" in f.read():
+                    return True
+    return False
 
 
 def _local_cores(master: str) -> int:
@@ -167,7 +185,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Itera
     while by_connection:
         _, pieces = by_connection.popitem()
         with _no_cycle_collection():
-            for kind, row in batch_rows(pieces, server_port, mapped):
+            for kind, row in piece_rows(pieces, server_port, mapped):
                 pending[kind].append(row)
                 count += 1
         if count >= _BATCH_ROWS:

@@ -106,7 +106,7 @@ def segment_columns(data: Buffer, records: RecordIndex, port: int | None = None)
     ts, start, length = records.ts[fast], records.start[fast], records.length[fast]
     columns = _tcp_columns(u8, ip, start + length)
     tcp, src_ip, dst_ip, src_port, dst_port, seq, ack, flags, payload, end = columns
-    kept = np.ones(len(tcp), bool) if port is None else (src_port == port) | (dst_port == port)
+    kept = np.ones(len(src_port), bool) if port is None else (src_port == port) | (dst_port == port)
     endpoints: dict[str, int] = {}
     src = _endpoint_ids(src_ip[kept], src_port[kept], endpoints)
     dst = _endpoint_ids(dst_ip[kept], dst_port[kept], endpoints)

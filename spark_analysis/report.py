@@ -42,9 +42,10 @@ def write_report(spark: SparkSession, out: str, brokers: list[dict], counts: Cou
     shown = _brokers_shown(brokers)
     start, width = _time_bins(brokers, shown)
     bins = per_broker_bins(events, shown, start, width)
+    buckets, gaps = interval_buckets(events, shown)
     plots = [
-        ("Heartbeat timeline per broker", heartbeat_timeline(events, shown, bins, start, width)),
-        ("Intervals between heartbeats", interval_histogram(events)),
+        ("Heartbeat timeline per broker", heartbeat_timeline(shown, bins, gaps, start, width)),
+        ("Intervals between heartbeats", interval_histogram(buckets)),
         ("Topics per broker over time", topic_counts(shown, bins, start, width)),
         ("Request mix by code", request_mix(frames)),
         ("Latency percentiles by code", latency_percentiles(calls)),
@@ -66,10 +67,20 @@ def per_broker_bins(events: DataFrame, shown: list[str], start: float, width: fl
             .collect())
 
 
-def heartbeat_timeline(events: DataFrame, shown: list[str], bins: list, start: float, width: float) -> bytes:
+def interval_buckets(events: DataFrame, shown: list[str]) -> tuple[dict[int, int], list]:
+    """Intervals counted per INTERVAL_BUCKET_S bucket (the last: INTERVAL_RANGE_S and more), and
+    the gaps over the expiry of shown brokers (broker_addr, t, interval), in one query."""
+    bucket = F.least(F.floor(F.col("interval") / INTERVAL_BUCKET_S), F.lit(INTERVAL_RANGE_S // INTERVAL_BUCKET_S))
+    is_gap = (F.col("interval") > EXPIRY_SECONDS) & F.col("broker_addr").isin(shown)
+    rows = (events.where(F.col("interval").isNotNull()).groupBy(bucket.alias("bucket"))
+            .agg(F.count(F.lit(1)).alias("n"),
+                 F.collect_list(F.when(is_gap, F.struct("broker_addr", "t", "interval"))).alias("gaps"))
+            .collect())
+    return {row.bucket: row.n for row in rows}, [gap for row in rows for gap in row.gaps]
+
+
+def heartbeat_timeline(shown: list[str], bins: list, gaps: list, start: float, width: float) -> bytes:
     marks = [b for b in bins if b.heartbeats]
-    gaps = (events.where(F.col("alive") & F.col("broker_addr").isin(shown) & (F.col("interval") > EXPIRY_SECONDS))
-            .select("broker_addr", "t", "interval").collect())
     figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2))
     row_of = {addr: index for index, addr in enumerate(reversed(shown))}
     axes.scatter([_time(start + (m.bin + 0.5) * width) for m in marks], [row_of[m.broker_addr] for m in marks],
@@ -83,10 +94,7 @@ def heartbeat_timeline(events: DataFrame, shown: list[str], bins: list, start: f
     return _png(figure)
 
 
-def interval_histogram(events: DataFrame) -> bytes:
-    intervals = events.where(F.col("interval").isNotNull())
-    bucket = F.least(F.floor(F.col("interval") / INTERVAL_BUCKET_S), F.lit(INTERVAL_RANGE_S // INTERVAL_BUCKET_S))
-    counts = {row.bucket: row["count"] for row in intervals.groupBy(bucket.alias("bucket")).count().collect()}
+def interval_histogram(counts: dict[int, int]) -> bytes:
     figure, axes = _figure()
     axes.bar([b * INTERVAL_BUCKET_S for b in counts], list(counts.values()), width=INTERVAL_BUCKET_S, align="edge")
     axes.axvline(EXPIRY_SECONDS, color="tab:red", linestyle="--", label=f"expiry ({EXPIRY_SECONDS} s)")

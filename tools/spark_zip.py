@@ -9,8 +9,9 @@ The zip holds spark_analysis and twisted_namesrv (the one wire codec) and the pu
 dependencies the executors import (construct, crcmod: without its C extension crcmod computes
 CRCs in Python, slower; install crcmod on the executors to avoid that). The launcher beside it
 is the main file: running spark_analysis/__main__.py itself would put the package directory first
-on sys.path, where its module names could shadow others. The driver also needs pyspark and
-matplotlib (it draws the report's plots).
+on sys.path, where its module names could shadow others. Driver and executors also need PySpark's
+sql extra (pyarrow, pandas, numpy: compiled, so installed, not zipped), and the driver matplotlib
+(it draws the report's plots).
 """
 
 from __future__ import annotations

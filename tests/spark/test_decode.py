@@ -21,9 +21,9 @@ from spark_analysis.decode import (
     EVENT,
     FRAME,
     REGISTRATION,
-    batch_rows,
     connection_rows,
     conversation_rows,
+    piece_rows,
 )
 from spark_analysis.inputs import CaptureFile, Split, discover, plan_tasks, read_task
 from spark_analysis.packets import ACK, PSH, tcp_segments
@@ -182,7 +182,7 @@ def decoded(splits: list[Split]) -> Counter:
     for split in splits:
         for piece in read_task([split], 9876, Counter()):
             pieces.setdefault(piece.ends, []).append(piece)
-    return Counter(repr(row) for parts in pieces.values() for row in batch_rows(parts, 9876))
+    return Counter(repr(row) for parts in pieces.values() for row in piece_rows(parts, 9876))
 
 
 @pytest.mark.parametrize("range_size", [97, 1000, 4099, 65536])
