@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(spark_runs(args.worker, args.file, args.runs)))
         return 0
+    if shutil.which("tshark") is None:
+        parser.error("tshark is not installed (Debian: apt-get install tshark)")
     if not args.file.exists():
         subprocess.run([sys.executable, str(SYNTH), str(args.file), *BIG], check=True)
     figures = measure(args)
