@@ -101,16 +101,19 @@ class RegisterBrokerBody:
     tableUnchanged: bool = False
 
 
-def decode_register_body(body: bytes | None, compressed: bool, version: int,
+def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
                          max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
                          ) -> RegisterBrokerBody:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
-    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded."""
+    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A captured body
+    may be a view of its stream (see split_frame)."""
     if not body:
         return RegisterBrokerBody()
+    if isinstance(body, memoryview):
+        body = bytes(body)
     try:
         if version < V3_0_11:
             return _from_wrapper(_json_object(body), [])
