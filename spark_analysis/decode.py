@@ -7,15 +7,13 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
-from spark_analysis.inputs import Piece, local_path
+from spark_analysis.inputs import MappedFiles, Piece
 from spark_analysis.packets import TcpSegment
-from spark_analysis.pcapio import Buffer
 from spark_analysis.schema import REGISTRATION_ROWS
 from spark_analysis.streams import Connection, merge_tables, reassemble, reassemble_table
 from twisted_namesrv.processor import java_bool, optional_long
@@ -51,20 +49,6 @@ class BodySummary(NamedTuple):
     data_version_counter: int | None
     data_version_ms: int | None
     filter_servers: list[str] | None
-
-
-class MappedFiles:
-    """Local capture files mapped into memory, each once: where pieces' payloads are read."""
-
-    def __init__(self) -> None:
-        self._mapped: dict[str, Buffer] = {}
-
-    def __call__(self, path: str) -> Buffer:
-        mapped = self._mapped.get(path)
-        if mapped is None:
-            with open(local_path(path), "rb") as f:
-                mapped = self._mapped[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return mapped
 
 
 def piece_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | None = None

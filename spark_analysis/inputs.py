@@ -80,6 +80,23 @@ class Piece(NamedTuple):
         return SegmentTable(self.ends, rows, {int(rows["file"][0]): source} if len(rows) else {})
 
 
+class MappedFiles:
+    """Local capture files mapped into memory, each once: what reading tasks scan and where
+    reassembling tasks read pieces' payloads (the page cache, not a copy per task)."""
+
+    def __init__(self) -> None:
+        self._mapped: dict[str, Buffer] = {}
+
+    def __call__(self, path: str) -> Buffer:
+        mapped = self._mapped.get(path)
+        if mapped is None:
+            with open(local_path(path), "rb") as f:
+                empty = os.fstat(f.fileno()).st_size == 0  # mmap refuses empty files
+                mapped = b"" if empty else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mapped[path] = mapped
+        return mapped
+
+
 def is_local(path: str) -> bool:
     return urlparse(path).scheme in ("", "file")
 
@@ -140,10 +157,10 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
 
 def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[Piece]:
     """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split."""
+    mapped = MappedFiles()
     for split in splits:
         tally["bytes"] += split.stop - split.start
-        with open(local_path(split.file.path), "rb") as f:
-            content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if split.file.size else b""
+        content = mapped(split.file.path)
         yield from pieces(content, _local_records(content, split, tally), split.file, server_port, tally, inline=False)
 
 

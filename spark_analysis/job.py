@@ -30,8 +30,8 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from spark_analysis import inputs
 from spark_analysis.brokers import EXPIRY_SECONDS, broker_events, broker_rows, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
-from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, MappedFiles, piece_rows
-from spark_analysis.inputs import CaptureFile, Piece, Split
+from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.inputs import CaptureFile, MappedFiles, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.streams import DEFAULT_SERVER_PORT
 

@@ -153,7 +153,8 @@ def latency_percentiles(calls: DataFrame) -> bytes:
 
 def _time_bins(brokers: list[dict], shown: list[str]) -> tuple[float, float]:
     """Start and width of TIME_BINS equal bins from the first to the last sight of a shown broker."""
-    seen = [b for b in brokers if b["broker_addr"] in set(shown)]
+    shown_addrs = set(shown)
+    seen = [b for b in brokers if b["broker_addr"] in shown_addrs]
     if not seen:
         return 0.0, 1.0
     low, high = min(b["first_seen"] for b in seen), max(b["last_seen"] for b in seen)
