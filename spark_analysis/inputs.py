@@ -238,4 +238,4 @@ def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex
     return index_pcap_records(view, header, first, split.stop)
 
 
-_NO_RECORDS = RecordIndex(*(np.empty(0, kind) for kind in (np.float64, np.int64, np.int64, np.int64)))
+_NO_RECORDS = RecordIndex(np.empty(0, np.float64), *(np.empty(0, np.int64) for _ in range(4)))

@@ -76,6 +76,7 @@ class RecordIndex(NamedTuple):
     linktype: np.ndarray  # int64
     start: np.ndarray  # int64
     length: np.ndarray  # int64
+    orig_len: np.ndarray  # int64, the length on the wire
 
 
 class PcapHeader(NamedTuple):
@@ -137,19 +138,10 @@ def iter_pcap_records(
     ``stop`` is read whole even if it runs past it, so byte ranges split at any offsets and read
     this way together yield every record exactly once.
     """
+    index = index_pcap_records(data, header, start, stop)
     view = memoryview(data)
-    end = len(view)
-    stop = end if stop is None else min(stop, end)
-    unpack = _RECORD_HEADER[header.endian].unpack_from
-    units, linktype = header.ts_units, header.linktype
-    offset = start
-    while offset < stop and offset + RECORD_HEADER_LEN <= end:
-        sec, frac, incl_len, orig_len = unpack(view, offset)
-        body = offset + RECORD_HEADER_LEN
-        offset = body + incl_len
-        if offset > end:
-            return
-        yield Record(sec + frac / units, linktype, view[body:offset], orig_len, body)
+    for ts, linktype, at, length, orig_len in zip(*(column.tolist() for column in index), strict=True):
+        yield Record(ts, linktype, view[at:at + length], orig_len, at)
 
 
 def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADER_LEN,
@@ -158,7 +150,7 @@ def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADE
     view = memoryview(data)
     end = len(view)
     stop = end if stop is None else min(stop, end)
-    unpack = _U32[header.endian].unpack_from
+    unpack = _U32[header.endian].unpack_from  # incl_len, at +8 in a record header
     headers = array("q")
     append = headers.append
     offset = start
@@ -171,17 +163,16 @@ def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADE
     at = np.frombuffer(headers, np.int64)
     u8 = np.frombuffer(view, np.uint8)
     big = header.endian == ">"
-    seconds, fraction, length = (read_uint(u8, at + field, 4, big) for field in (0, 4, 8))
+    seconds, fraction, length, orig_len = (read_uint(u8, at + field, 4, big) for field in (0, 4, 8, 12))
     return RecordIndex(seconds + fraction / header.ts_units, np.full(len(at), header.linktype, np.int64),
-                       at + RECORD_HEADER_LEN, length)
+                       at + RECORD_HEADER_LEN, length, orig_len)
 
 
 def index_records(records: Iterable[Record]) -> RecordIndex:
     """Columns of records read one by one (pcapng): their ``offset`` must index the same buffer."""
-    rows = [(r.ts, r.linktype, r.offset, len(r.data)) for r in records]
-    ts, linktype, start, length = zip(*rows, strict=True) if rows else ((), (), (), ())
-    return RecordIndex(np.array(ts, np.float64), np.array(linktype, np.int64), np.array(start, np.int64),
-                       np.array(length, np.int64))
+    rows = [(r.ts, r.linktype, r.offset, len(r.data), r.orig_len) for r in records]
+    ts, *integers = zip(*rows, strict=True) if rows else ((),) * 5
+    return RecordIndex(np.array(ts, np.float64), *(np.array(column, np.int64) for column in integers))
 
 
 def read_uint(u8: np.ndarray, at: np.ndarray, width: int, big_endian: bool) -> np.ndarray:

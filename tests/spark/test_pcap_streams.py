@@ -352,8 +352,9 @@ def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
     ]
     data = b"".join(frame for _, frame in frames)
     starts = list(itertools.accumulate((len(frame) for _, frame in frames), initial=0))[:-1]
+    lengths = np.array([len(frame) for _, frame in frames])
     index = RecordIndex(np.arange(len(frames), dtype=np.float64), np.array([lt for lt, _ in frames]),
-                        np.array(starts), np.array([len(frame) for _, frame in frames]))
+                        np.array(starts), lengths, lengths)
     columns = segment_columns(data, index, port)
     found = [(ts, TcpSegment(columns.endpoints[src], columns.endpoints[dst], seq, ack, flags, data[start:end]))
              for ts, src, dst, seq, ack, flags, start, end in zip(
