@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis import inputs
-from spark_analysis.brokers import EXPIRY_SECONDS, broker_events, broker_rows, brokers_csv
+from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, broker_liveness, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.inputs import CaptureFile, MappedFiles, Piece, Split
@@ -109,13 +109,16 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 
     tally = sc.accumulator(Counter(), _CounterParam())
     pieces = spark.createDataFrame(_pieces(sc, tasks, remote, server_port, tally), PIECES, verifySchema=False)
-    # by bytes, not tasks: tiny ranges must not multiply the shuffle's partitions and output files;
-    # about 32 MiB of capture each, so that whole connections spread evenly over the cores
-    partitions = max(2 * sc.defaultParallelism, 2 * (total // inputs.DEFAULT_SPLIT_BYTES + 1))
+    # two per core, so that whole connections spread evenly over the cores (each task costs ~70 ms
+    # more, whatever its size); a task holds its pieces, whose payloads are inline for remote files
+    remote_bytes = sum(f.size for f in remote)
+    partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.DEFAULT_SPLIT_BYTES + 1)
     decoded = (pieces.repartition(partitions, "lower", "higher")
                .mapInArrow(partial(decode_batches, server_port=server_port), DECODED)
                .persist(StorageLevel.MEMORY_AND_DISK))
-    counts = Counter({key: value or 0 for key, value in decoded.agg(*_counts()).first().asDict().items()})
+    summary = decoded.agg(*_counts()).first().asDict()
+    time_bins = TimeBins.spanning(summary.pop("first_event"), summary.pop("last_event"))
+    counts = Counter({key: value or 0 for key, value in summary.items()})
     counts.update(tally.value)
     progress(f"read {counts['records']:,} records ({_mib(counts['bytes'])}), {counts['segments']:,} TCP segments "
              f"on port {server_port}; {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames "
@@ -131,16 +134,14 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"wrote frames/ ({counts[FRAME]:,} rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} "
              f"unanswered), registrations/ ({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
 
-    events = broker_events(_rows_of(decoded, EVENT)).persist()
-    brokers = broker_rows(events)
-    write_bytes(spark, f"{out}/brokers.csv", brokers_csv(brokers))
-    counts["brokers"] = len(brokers)
-    progress(f"wrote brokers.csv ({len(brokers)} brokers, {sum(b['would_expire'] for b in brokers)} with a gap "
-             f"over {EXPIRY_SECONDS} s)")
+    liveness = broker_liveness(_rows_of(decoded, EVENT), time_bins)
+    write_bytes(spark, f"{out}/brokers.csv", brokers_csv(liveness.brokers))
+    counts["brokers"] = len(liveness.brokers)
+    progress(f"wrote brokers.csv ({len(liveness.brokers)} brokers, "
+             f"{sum(b['would_expire'] for b in liveness.brokers)} with a gap over {EXPIRY_SECONDS} s)")
     if report:
-        write_report(spark, out, brokers, counts, write_bytes, events)
+        write_report(spark, out, liveness, counts, write_bytes)
         progress("wrote report.html")
-    events.unpersist()
     decoded.unpersist()
     return counts
 
@@ -227,7 +228,8 @@ def _count_where(condition: Column, name: str) -> Column:
 
 
 def _counts() -> tuple[Column, ...]:
-    """Everything the progress lines and the report count, in one pass over the decoded rows."""
+    """Everything the progress lines and the report count, and the span of broker events, in one
+    pass over the decoded rows."""
     return (
         F.count(FRAME).alias(FRAME), _count_where(F.col(f"{FRAME}.direction") == REQUEST, REQUEST),
         _count_where(F.col(f"{FRAME}.direction") == RESPONSE, RESPONSE),
@@ -237,6 +239,7 @@ def _counts() -> tuple[Column, ...]:
         F.count(CONNECTION).alias(CONNECTION), F.sum(f"{CONNECTION}.gaps").alias("gaps"),
         F.sum(f"{CONNECTION}.lost_bytes").alias("lost_bytes"),
         _count_where(F.col(f"{CONNECTION}.undecodable_bytes") > 0, "undecodable"),
+        F.min(f"{EVENT}.t").alias("first_event"), F.max(f"{EVENT}.t").alias("last_event"),
     )
 
 

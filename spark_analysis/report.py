@@ -1,9 +1,9 @@
 """report.html: what the cluster did, as PNG plots embedded in one self-contained page.
 
-Every plot is drawn from an aggregate computed in Spark (time bins, histogram buckets, percentiles),
-so the driver holds a few thousand numbers however large the capture. Broker plots come from the
-job's cached broker events; request mix and latencies read just the columns they need of frames/
-and calls/ (cheaper than the cached rows, whose every column comes along).
+Every plot is drawn from aggregates computed in Spark: the per-broker liveness (brokers.py: time
+bins of the plotted brokers, interval buckets, gaps) and one query over the columns of calls/ that
+give the request mix and latency percentiles per code. The driver holds a few thousand numbers
+however large the capture.
 """
 
 from __future__ import annotations
@@ -11,22 +11,28 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+import numpy as np
+from matplotlib.dates import date2num
 from matplotlib.figure import Figure
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
+from spark_analysis.brokers import (
+    EXPIRY_SECONDS,
+    INTERVAL_BUCKET_S,
+    INTERVAL_RANGE_S,
+    PLOTTED_BROKERS,
+    TIME_BINS,
+    Liveness,
+    iso_time,
+)
 from spark_analysis.schema import BROKER_COLUMNS
 
-TIME_BINS = 800
-MAX_BROKERS = 60  # plotted; brokers.csv has them all
 LEGEND_BROKERS = 12
-INTERVAL_BUCKET_S = 5
-INTERVAL_RANGE_S = 300
 TOP_CODES = 25
 PERCENTILES = (0.5, 0.9, 0.99)
 _SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
@@ -35,62 +41,56 @@ _SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"
             ("gaps", "capture gaps"), ("lost_bytes", "bytes lost to gaps"), ("brokers", "brokers"))
 
 
-def write_report(spark: SparkSession, out: str, brokers: list[dict], counts: Counter,
-                 write_bytes: Callable[[SparkSession, str, bytes], None], events: DataFrame) -> None:
-    """``events``: brokers.broker_events, to be used several times (cached)."""
-    frames, calls = (spark.read.parquet(f"{out}/{name}") for name in ("frames", "calls"))
-    shown = _brokers_shown(brokers)
-    start, width = _time_bins(brokers, shown)
-    bins = per_broker_bins(events, shown, start, width)
-    buckets, gaps = interval_buckets(events, shown)
+def write_report(spark: SparkSession, out: str, liveness: Liveness, counts: Counter,
+                 write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
+    codes = code_stats(spark.read.parquet(f"{out}/calls"))
+    shown = plotted_brokers(liveness.brokers)
     plots = [
-        ("Heartbeat timeline per broker", heartbeat_timeline(shown, bins, gaps, start, width)),
-        ("Intervals between heartbeats", interval_histogram(buckets)),
-        ("Topics per broker over time", topic_counts(shown, bins, start, width)),
-        ("Request mix by code", request_mix(frames)),
-        ("Latency percentiles by code", latency_percentiles(calls)),
+        ("Heartbeat timeline per broker", heartbeat_timeline(shown, liveness)),
+        ("Intervals between heartbeats", interval_histogram(liveness.interval_counts)),
+        ("Topics per broker over time", topic_counts(shown, liveness)),
+        ("Request mix by code", request_mix(codes)),
+        ("Latency percentiles by code", latency_percentiles(codes)),
     ]
-    write_bytes(spark, f"{out}/report.html", _page(brokers, counts, plots).encode())
+    write_bytes(spark, f"{out}/report.html", _page(liveness.brokers, counts, plots).encode())
 
 
-def _brokers_shown(brokers: list[dict]) -> list[str]:
-    """Brokers with expiring gaps first, then by address."""
+def plotted_brokers(brokers: list[dict]) -> list[str]:
+    """Brokers with expiring gaps first, then by address (the brokers Liveness has bins of)."""
     ordered = sorted(brokers, key=lambda b: (not b["would_expire"], b["broker_addr"]))
-    return [b["broker_addr"] for b in ordered[:MAX_BROKERS]]
+    return [b["broker_addr"] for b in ordered[:PLOTTED_BROKERS]]
 
 
-def per_broker_bins(events: DataFrame, shown: list[str], start: float, width: float) -> list:
-    """Per shown broker and time bin: ``heartbeats`` (alive events) and ``topics`` (the most any
-    registration in the bin carried, None without one)."""
-    return (events.where(F.col("broker_addr").isin(shown)).groupBy("broker_addr", _bin(start, width))
-            .agg(F.count(F.when(F.col("alive"), 1)).alias("heartbeats"), F.max("topic_count").alias("topics"))
+def code_stats(calls: DataFrame) -> list[Row]:
+    """Per code name: requests, answered ones and their latency percentiles (null if none)."""
+    return (calls.groupBy("code_name")
+            .agg(F.count(F.lit(1)).alias("requests"), F.count("latency_ms").alias("answered"),
+                 F.percentile_approx("latency_ms", list(PERCENTILES)).alias("p"))
             .collect())
 
 
-def interval_buckets(events: DataFrame, shown: list[str]) -> tuple[dict[int, int], list]:
-    """Intervals counted per INTERVAL_BUCKET_S bucket (the last: INTERVAL_RANGE_S and more), and
-    the gaps over the expiry of shown brokers (broker_addr, t, interval), in one query."""
-    bucket = F.least(F.floor(F.col("interval") / INTERVAL_BUCKET_S), F.lit(INTERVAL_RANGE_S // INTERVAL_BUCKET_S))
-    is_gap = (F.col("interval") > EXPIRY_SECONDS) & F.col("broker_addr").isin(shown)
-    rows = (events.where(F.col("interval").isNotNull()).groupBy(bucket.alias("bucket"))
-            .agg(F.count(F.lit(1)).alias("n"),
-                 F.collect_list(F.when(is_gap, F.struct("broker_addr", "t", "interval"))).alias("gaps"))
-            .collect())
-    return {row.bucket: row.n for row in rows}, [gap for row in rows for gap in row.gaps]
-
-
-def heartbeat_timeline(shown: list[str], bins: list, gaps: list, start: float, width: float) -> bytes:
-    marks = [b for b in bins if b.heartbeats]
+def heartbeat_timeline(shown: list[str], liveness: Liveness) -> bytes:
+    """Heartbeats per broker and time bin as shades (an image: cheap for any number of bins), gaps
+    over the expiry as red bars."""
+    time_bins = liveness.time_bins
+    row_of = {addr: index for index, addr in enumerate(shown)}
+    heartbeats = np.zeros((len(shown), TIME_BINS + 1))  # the last event falls into bin TIME_BINS
+    for addr in shown:
+        for index, count, _ in liveness.bins.get(addr, ()):
+            heartbeats[row_of[addr], index] = count
     figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2))
-    row_of = {addr: index for index, addr in enumerate(reversed(shown))}
-    axes.scatter([_time(start + (m.bin + 0.5) * width) for m in marks], [row_of[m.broker_addr] for m in marks],
-                 marker="|", s=60, linewidths=1, color="tab:blue", label="heartbeat")
-    for gap in gaps:
-        axes.hlines(row_of[gap.broker_addr], _time(gap.t - gap.interval), _time(gap.t), color="tab:red",
-                    linewidth=4, label=f"gap > {EXPIRY_SECONDS} s")
-    axes.set_yticks(range(len(shown)), list(reversed(shown)), fontsize=7)
-    axes.set_xlabel("time (UTC)")
-    _dedupe_legend(axes)
+    span = [date2num(_time(time_bins.middle(index) - time_bins.width / 2)) for index in (0, TIME_BINS + 1)]
+    axes.imshow(np.ma.masked_equal(heartbeats, 0), aspect="auto", interpolation="nearest", cmap="Blues",
+                vmin=0, extent=(*span, len(shown) - 0.5, -0.5))
+    axes.xaxis_date()
+    for addr, t, interval in liveness.gaps:
+        if addr in row_of:
+            axes.hlines(row_of[addr], _time(t - interval), _time(t), color="tab:red", linewidth=4,
+                        label=f"gap > {EXPIRY_SECONDS} s")
+    axes.set_yticks(range(len(shown)), shown, fontsize=7)
+    axes.set_xlabel("time (UTC); shade: heartbeats per time bin")
+    if liveness.gaps:
+        _dedupe_legend(axes)
     return _png(figure)
 
 
@@ -104,41 +104,35 @@ def interval_histogram(counts: dict[int, int]) -> bytes:
     return _png(figure)
 
 
-def topic_counts(shown: list[str], bins: list, start: float, width: float) -> bytes:
-    series: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for row in bins:
-        if row.topics is not None:
-            series[row.broker_addr].append((row.bin, row.topics))
+def topic_counts(shown: list[str], liveness: Liveness) -> bytes:
     figure, axes = _figure()
+    plotted = 0
     for addr in shown:
-        points = sorted(series.get(addr, ()))
+        points = [(index, topics) for index, _, topics in liveness.bins.get(addr, ()) if topics is not None]
         if points:
-            axes.step([_time(start + (b + 0.5) * width) for b, _ in points], [t for _, t in points], where="post",
-                      label=addr)
+            plotted += 1
+            axes.step([_time(liveness.time_bins.middle(index)) for index, _ in points], [t for _, t in points],
+                      where="post", label=addr)
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("topics in the registration")
-    if len(series) <= LEGEND_BROKERS:
+    if plotted <= LEGEND_BROKERS:
         axes.legend(fontsize=7)
     return _png(figure)
 
 
-def request_mix(frames: DataFrame) -> bytes:
-    rows = (frames.where(F.col("direction") == "request").groupBy("code_name").count()
-            .orderBy(F.desc("count")).limit(TOP_CODES).collect())
+def request_mix(codes: list[Row]) -> bytes:
+    rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]  # the most frequent on top
     figure, axes = _figure(height=max(2.5, 0.3 * len(rows) + 1))
-    names = [row.code_name for row in reversed(rows)]
-    axes.barh(names, [row["count"] for row in reversed(rows)])
+    axes.barh([row.code_name for row in rows], [row.requests for row in rows])
     axes.set_xscale("log")
     axes.set_xlabel("requests")
     axes.tick_params(axis="y", labelsize=7)
     return _png(figure)
 
 
-def latency_percentiles(calls: DataFrame) -> bytes:
-    answered = calls.where(F.col("latency_ms").isNotNull())
-    rows = (answered.groupBy("code_name").agg(F.percentile_approx("latency_ms", list(PERCENTILES)).alias("p"),
-                                              F.count(F.lit(1)).alias("n"))
-            .orderBy(F.desc("n")).limit(TOP_CODES).collect())[::-1]  # the most frequent on top
+def latency_percentiles(codes: list[Row]) -> bytes:
+    answered = [row for row in codes if row.answered]
+    rows = sorted(answered, key=lambda row: row.answered, reverse=True)[:TOP_CODES][::-1]
     figure, axes = _figure(height=max(2.5, 0.45 * len(rows) + 1))
     height = 0.8 / len(PERCENTILES)
     for index, percentile in enumerate(PERCENTILES):
@@ -149,20 +143,6 @@ def latency_percentiles(calls: DataFrame) -> bytes:
     axes.set_xlabel("latency, ms (request to answer, as captured)")
     axes.legend()
     return _png(figure)
-
-
-def _time_bins(brokers: list[dict], shown: list[str]) -> tuple[float, float]:
-    """Start and width of TIME_BINS equal bins from the first to the last sight of a shown broker."""
-    shown_addrs = set(shown)
-    seen = [b for b in brokers if b["broker_addr"] in shown_addrs]
-    if not seen:
-        return 0.0, 1.0
-    low, high = min(b["first_seen"] for b in seen), max(b["last_seen"] for b in seen)
-    return low, max(high - low, 1.0) / TIME_BINS
-
-
-def _bin(start: float, width: float):
-    return F.floor((F.col("t") - F.lit(start)) / F.lit(width)).alias("bin")
 
 
 def _time(seconds: float) -> datetime:
