@@ -5,7 +5,7 @@ The driver plans from file names and sizes only; every byte is read in a task. A
 larger than the split size is cut into ranges at arbitrary offsets, each task finding its first
 record with find_record_boundary; small files are combined into one task. A pcapng file is read
 whole by one task (through mmap, so it need not fit in memory). Files on other filesystems
-(hdfs://, s3a://) are listed by the job through Hadoop and read whole with ``binaryFiles``.
+(hdfs://, s3a://) are listed by the job through Hadoop and read whole by Spark (``binaryFile``).
 
 A Piece of a local file carries no payload bytes, only where they are in the file: the task that
 reassembles the connection maps the file and reads them there, so the shuffle moves ~30 bytes
@@ -40,7 +40,7 @@ from spark_analysis.pcapio import (
 )
 from spark_analysis.streams import SEGMENT, SegmentTable
 
-DEFAULT_SPLIT_BYTES = 64 << 20
+MAX_SPLIT_BYTES = 256 << 20
 MIN_SPLIT_BYTES = 1 << 20
 _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # A task reads this many whole records past its range: the last record starting in the range,
@@ -132,8 +132,11 @@ def _expand_local(pattern: str) -> list[tuple[str, int]]:
 
 
 def split_bytes(total: int, parallelism: int) -> int:
-    """About three ranges per core, so a slow range does not leave cores idle, within bounds."""
-    return max(MIN_SPLIT_BYTES, min(DEFAULT_SPLIT_BYTES, total // (3 * max(parallelism, 1)) + 1))
+    """As few ranges as keep each within MAX_SPLIT_BYTES, in a multiple of the cores: a task costs
+    tens of milliseconds whatever its size, and equal tasks leave no core idle."""
+    cores = max(parallelism, 1)
+    rounds = max(1, -(-total // (cores * MAX_SPLIT_BYTES)))
+    return max(MIN_SPLIT_BYTES, -(-total // (cores * rounds)))
 
 
 def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:

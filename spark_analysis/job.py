@@ -1,7 +1,8 @@
 """The Spark job: captures -> frames/, calls/, registrations/ (Parquet), brokers.csv, report.html.
 
-Plan: tasks read byte ranges of the captures and emit, per connection 4-tuple, a piece: where the
-TCP segments they found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file). A
+Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no pickled rows) read
+byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
+found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file). A
 shuffle brings every piece of a 4-tuple to one task, which orders them in capture order, maps the
 file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
 SYN). Decoded rows go to the JVM as Arrow batches (mapInArrow), one struct column per table, and
@@ -18,10 +19,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
+from functools import partial, reduce
 
 import pyarrow as pa
-from pyspark import RDD, AccumulatorParam, SparkContext, StorageLevel
+from pyspark import AccumulatorParam, StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -40,6 +41,8 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True)])
 _ARROW_DECODED = to_arrow_schema(DECODED)
+_ARROW_PIECES = to_arrow_schema(PIECES)
+_BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent to the JVM
 
 
@@ -47,7 +50,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     """A session for ``master``. Under spark-submit without ``master`` the submitted settings
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
-    and with the serial garbage collector unless JVM options are configured: tasks and the
+    with Python workers on Unix sockets (Spark >= 4.1: half the ~60 ms each Python task costs over
+    TCP), and with the serial garbage collector unless JVM options are configured: tasks and the
     collector share the same few cores there, and G1's concurrent threads cost a first job ~15%."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
@@ -58,6 +62,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.python.unix.domain.socket.enabled", "true")
                    .config("spark.ui.enabled", str(ui).lower())
                    .config("spark.sql.shuffle.partitions", str(_local_cores(master))))
         if not _java_options_configured(conf or {}):
@@ -108,11 +113,11 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
              f"{_mib(size)} over local files, {len(remote)} remote files read whole")
 
     tally = sc.accumulator(Counter(), _CounterParam())
-    pieces = spark.createDataFrame(_pieces(sc, tasks, remote, server_port, tally), PIECES, verifySchema=False)
+    pieces = _pieces(spark, tasks, remote, server_port, tally)
     # two per core, so that whole connections spread evenly over the cores (each task costs ~70 ms
     # more, whatever its size); a task holds its pieces, whose payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
-    partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.DEFAULT_SPLIT_BYTES + 1)
+    partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decoded = (pieces.repartition(partitions, "lower", "higher")
                .mapInArrow(partial(decode_batches, server_port=server_port), DECODED)
                .persist(StorageLevel.MEMORY_AND_DISK))
@@ -149,28 +154,61 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(sc: SparkContext, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
-            tally) -> RDD:
-    """The pieces of every input (a few per connection and task: cheap to pickle to the JVM)."""
+def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
+            tally) -> DataFrame:
+    """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
+    splits (its index is all the task is given), and tasks over the files Spark reads whole."""
     parts = []
     if tasks:
-        parts.append(sc.parallelize(tasks, len(tasks)).flatMap(
-            partial(_tallied, inputs.read_task, server_port=server_port, accumulator=tally)))
+        indexes = spark.range(0, len(tasks), 1, len(tasks))
+        parts.append(indexes.mapInArrow(
+            partial(_read_tasks, tasks=tasks, server_port=server_port, accumulator=tally), PIECES))
     if remote:
-        by_path = {f.path: f for f in remote}
-        whole = sc.binaryFiles(",".join(f.path for f in remote), minPartitions=len(remote))
-        parts.append(whole.flatMap(
-            lambda item: _tallied(inputs.read_whole, item[1], by_path.get(item[0], CaptureFile(item[0], 0, 0)),
-                                  server_port=server_port, accumulator=tally)))
-    rdd = parts[0] if len(parts) == 1 else sc.union(parts)
-    return rdd.map(lambda piece: (*piece.ends, piece.path, piece.rows, piece.payload))
+        files = spark.read.format("binaryFile").load([f.path for f in remote]).select("path", "content")
+        parts.append(files.mapInArrow(
+            partial(_read_files, remote={f.path: f for f in remote}, server_port=server_port, accumulator=tally),
+            PIECES))
+    return reduce(DataFrame.union, parts)
 
 
-def _tallied(read: Callable[..., Iterator], *args, server_port: int, accumulator) -> Iterator:
-    """Run a reader with a local tally, added to the accumulator once the reader is done."""
+def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
+                accumulator) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port, accumulator=accumulator)
+
+
+def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int,
+                accumulator) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            yield from _piece_batches(inputs.read_whole, content, remote.get(path, CaptureFile(path, 0, 0)),
+                                      server_port=server_port, accumulator=accumulator)
+
+
+def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int, accumulator
+                   ) -> Iterator[pa.RecordBatch]:
+    """Run a reader with a local tally, added to the accumulator once the reader is done; its
+    pieces as Arrow batches of about _BATCH_BYTES."""
     tally: Counter = Counter()
-    yield from read(*args, server_port, tally)
+    pending: list[Piece] = []
+    size = 0
+    for piece in read(*args, server_port, tally):
+        pending.append(piece)
+        size += len(piece.rows) + len(piece.payload or b"")
+        if size >= _BATCH_BYTES:
+            yield _piece_batch(pending)
+            pending, size = [], 0
+    if pending:
+        yield _piece_batch(pending)
     accumulator.add(tally)
+
+
+def _piece_batch(pieces: list[Piece]) -> pa.RecordBatch:
+    lower, higher = zip(*(piece.ends for piece in pieces), strict=True)
+    columns = (lower, higher, [p.path for p in pieces], [p.rows for p in pieces], [p.payload for p in pieces])
+    return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field in
+                                       zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Iterator[pa.RecordBatch]:
