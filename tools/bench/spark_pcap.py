@@ -7,8 +7,9 @@ against ``tshark -r FILE -q -z conv,tcp`` on the same file.
 Without the file, writes a ~1.2 GB synthetic capture there first (tools/synth_pcap.py: 40 brokers
 with 200-odd topics, 80 clients, 10 hours). Every measurement runs in a child process pinned to as
 many cores as it is credited with (tshark and local[1] to one, local[2] to two): the JVM's threads
-would otherwise lend local[1] a second core. Each master gets its own session, warmed up on a small
-capture, then runs the whole job (outputs and report) ``--runs`` times; the figures are medians.
+would otherwise lend local[1] a second core. Each master gets its own session, warmed up on a
+capture of the same traffic 20 times smaller (the JIT compiles the paths big captures take), then
+runs the whole job (outputs and report) ``--runs`` times; the figures are medians.
 "decode" is the stage that reads, shuffles, reassembles and decodes; "job" is everything.
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
 BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "10", "--seed", "1")
-WARM_UP = ("--brokers", "4", "--clients", "4", "--hours", "0.1")
+WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "0.5", "--seed", "2")  # ~60 MB
 MB = 1e6
 
 
