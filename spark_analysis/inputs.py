@@ -193,7 +193,7 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
     pairs, which = np.unique(lower * len(names) + higher, return_inverse=True)
     rows = np.empty(len(found.ts), SEGMENT)
     rows["ts"], rows["file"], rows["order"], rows["offset"] = found.ts, file.index, found.start, found.start
-    rows["length"], rows["seq"], rows["flags"] = found.end - found.start, found.seq, found.flags
+    rows["length"], rows["seq"], rows["ack"], rows["flags"] = found.end - found.start, found.seq, found.ack, found.flags
     rows["forward"] = forward
     by_pair = np.argsort(which.reshape(-1), kind="stable")
     bounds = np.searchsorted(which.reshape(-1)[by_pair], np.arange(len(pairs) + 1))

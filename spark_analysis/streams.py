@@ -51,7 +51,7 @@ class Direction(list[Chunk]):
 #: unique within a file; its payload is ``length`` bytes at ``offset`` of its file's source buffer;
 #: ``forward`` says it was sent by the lower of the 4-tuple's two endpoints.
 SEGMENT = np.dtype([("ts", "<f8"), ("file", "<i4"), ("order", "<i8"), ("offset", "<i8"), ("length", "<i4"),
-                    ("seq", "<u4"), ("flags", "<u2"), ("forward", "?")])
+                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?")])
 
 
 class SegmentTable(NamedTuple):
@@ -98,7 +98,8 @@ def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[Segment
         src, dst = segment.src, segment.dst
         ends = (src, dst) if src < dst else (dst, src)
         length = len(segment.payload)
-        by_ends.setdefault(ends, []).append((ts, 0, order, offset, length, segment.seq, segment.flags, src == ends[0]))
+        by_ends.setdefault(ends, []).append(
+            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0]))
         payloads.append(segment.payload)
         offset += length
     sources = {0: b"".join(payloads)}
@@ -125,13 +126,17 @@ def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in ("ts", "file", "order", "offset", "length", "seq", "flags", "forward"))
+    columns = (rows[name].tolist() for name in SEGMENT.names)
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
-    for ts, file, order, offset, length, seq, flags, forward in zip(*columns, strict=True):
+    for ts, file, order, offset, length, seq, ack, flags, forward in zip(*columns, strict=True):
         if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
-            reassembler = tracker.to_server if forward == client_forward else tracker.to_client
+            to_server = forward == client_forward
+            reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
+                tracker.to_client, tracker.to_server)
+            if other.pending and flags & ACK:
+                other.acknowledged(ack)
             if length:
                 reassembler.add(ts, seq, sources[file][offset:offset + length])
             elif reassembler.base_seq is None:
@@ -263,9 +268,23 @@ class _Reassembler:
             pending_offset, _, _, data = heapq.heappop(self.pending)
             self._deliver(ts, pending_offset, data)
 
+    def acknowledged(self, ack: int) -> None:
+        """The receiver acknowledged every byte before ``ack``: a hole before that was filled
+        where the capture did not see it, so it becomes a gap now, not at the end of the stream
+        (bounding what is held; without this a capture loss early in a long connection would keep
+        the rest of it pending)."""
+        delta = (ack - self.base_seq - self.next_offset) % _SEQ_MOD
+        if 0 < delta < _HALF_SEQ:
+            self._give_up_before(self.next_offset + delta)
+
     def finish(self) -> None:
         """Give up on holes never filled: record each as a gap and deliver what follows it."""
-        while self.pending:
+        self._give_up_before(None)
+
+    def _give_up_before(self, limit: int | None) -> None:
+        """Deliver the pending bytes starting before ``limit`` (all: None), the holes between
+        them becoming gaps; each keeps its own timestamp."""
+        while self.pending and (limit is None or self.pending[0][0] < limit):
             offset, _, ts, data = heapq.heappop(self.pending)
             if offset > self.next_offset:
                 self.out.gaps.append((self.next_offset, offset - self.next_offset))

@@ -77,8 +77,8 @@ def ethernet(packet: bytes, ethertype: int = 0x0800, vlans: int = 0) -> bytes:
 
 
 def segment(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int = ACK,
-            payload: bytes = b"") -> TcpSegment:
-    return TcpSegment(f"{src[0]}:{src[1]}", f"{dst[0]}:{dst[1]}", seq % 2**32, 0, flags, payload)
+            payload: bytes = b"", ack: int = 0) -> TcpSegment:
+    return TcpSegment(f"{src[0]}:{src[1]}", f"{dst[0]}:{dst[1]}", seq % 2**32, ack % 2**32, flags, payload)
 
 
 def pcap(frames: list[tuple[float, bytes]], endian: str = "<", nanos: bool = False, linktype: int = 1,
@@ -430,6 +430,22 @@ def test_unfilled_hole_becomes_a_gap_and_the_stream_resumes() -> None:
     assert direction.gaps == [(4, 4)]
     assert list(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"cccc"), Chunk(2.2, 12, b"dd")]
     assert stream_bytes(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"ccccdd")]
+
+
+def test_a_hole_the_receiver_acknowledged_is_a_gap_at_once() -> None:
+    """The server acknowledging bytes past the hole got them where the capture did not: the hole
+    is a gap from then on (a late copy of its bytes is a retransmission), and the bytes after it
+    are delivered then, not held to the end of the connection."""
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, ACK, b"aaaa")),
+        (2.1, segment(CLIENT, SERVER, 1009, ACK, b"cccc")),
+        (2.2, segment(SERVER, CLIENT, 5001, ACK, ack=1013)),
+        (2.3, segment(CLIENT, SERVER, 1005, ACK, b"bbbb")),
+        (2.4, segment(CLIENT, SERVER, 1013, ACK, b"dd")),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert direction.gaps == [(4, 4)]
+    assert list(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"cccc"), Chunk(2.4, 12, b"dd")]
 
 
 def test_capture_starting_mid_stream() -> None:
