@@ -86,6 +86,8 @@ def _json_language(value: Any) -> str | None:
 OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
 _TEMPLATES: dict[bytes, Header] = {}
+#: templates a process keeps before starting over: enough for a server's clients; the capture
+#: analysis raises it (a capture holds every client of a cluster asking for every topic)
 MAX_TEMPLATES = 4096
 
 
