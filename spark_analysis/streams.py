@@ -23,6 +23,7 @@ DEFAULT_SERVER_PORT = 9876
 _CONTROL = SYN | FIN | RST
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
+_chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Python-level __new__ (a chunk per segment)
 
 
 class Chunk(NamedTuple):
@@ -241,12 +242,18 @@ class _Reassembler:
         self.out = out
         self.base_seq: int | None = None
         self.next_offset = 0
+        self.next_seq: int | None = None  # the sequence number of the byte at next_offset
         self.pending: list[tuple[int, int, float, Buffer]] = []  # heap of (offset, arrival, ts, data)
         self.arrivals = 0
 
     def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False) -> None:
+        if seq == self.next_seq and payload and not self.pending:  # the common case: the next bytes, in order
+            self.out.append(_chunk(Chunk, (ts, self.next_offset, payload)))
+            self.next_offset += len(payload)
+            self.next_seq = (seq + len(payload)) % _SEQ_MOD
+            return
         if self.base_seq is None:
-            self.base_seq = seq % _SEQ_MOD
+            self.base_seq = self.next_seq = seq % _SEQ_MOD
             self.out.from_syn = syn
         if not payload:
             return
@@ -257,10 +264,6 @@ class _Reassembler:
         if offset > self.next_offset:
             heapq.heappush(self.pending, (offset, self.arrivals, ts, payload))
             self.arrivals += 1
-            return
-        if offset == self.next_offset and not self.pending:  # the common case: the next bytes, in order
-            self.out.append(Chunk(ts, offset, payload))
-            self.next_offset += len(payload)
             return
         self._deliver(ts, offset, payload)
         # Buffered bytes become readable only now, so they take this packet's timestamp.
@@ -288,7 +291,7 @@ class _Reassembler:
             offset, _, ts, data = heapq.heappop(self.pending)
             if offset > self.next_offset:
                 self.out.gaps.append((self.next_offset, offset - self.next_offset))
-                self.next_offset = offset
+                self._advance(offset - self.next_offset)
             self._deliver(ts, offset, data)
 
     def _deliver(self, ts: float, offset: int, data: Buffer) -> None:
@@ -297,5 +300,9 @@ class _Reassembler:
         if skip >= len(data):
             return
         fresh = data[skip:] if skip > 0 else data
-        self.out.append(Chunk(ts, self.next_offset, fresh))
-        self.next_offset += len(fresh)
+        self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
+        self._advance(len(fresh))
+
+    def _advance(self, count: int) -> None:
+        self.next_offset += count
+        self.next_seq = (self.next_seq + count) % _SEQ_MOD
