@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_analysis.brokers import TimeBins, broker_summary
 from spark_analysis.conversation import conversation_of, frame_start
 from spark_analysis.decode import (
     CALL,
@@ -128,6 +129,26 @@ def test_requests_naming_a_broker_are_its_events() -> None:
     assert [(e[0], e[1], e[3], e[4], e[5]) for e in events] == [
         ("10.0.0.9:10911", "b", RequestCode.REGISTER_BROKER, False, 1),  # refused: no sign of life
         ("10.0.0.9:10911", "b", RequestCode.UNREGISTER_BROKER, False, None)]
+
+
+def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
+    """Intervals run between alive events (a refused registration is none); the broker's name and
+    topic count are its last; it unregistered if that was its last word. Events come in any order."""
+    register, unregister, query = (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
+                                   RequestCode.QUERY_DATA_VERSION)
+    events = [[100.0, "b", register, True, 5], [130.0, None, query, True, None], [290.0, "b2", register, False, 7],
+              [300.0, "b2", register, True, 8], [310.0, None, unregister, False, None]]
+    row = broker_summary("10.0.0.1:10911", events[::-1], TimeBins(100.0, 10.0))
+    assert {key: row[key] for key in ("broker_name", "first_seen", "last_seen", "registrations", "median_interval_s",
+                                      "max_gap_s", "would_expire", "unregistered", "last_topic_count")} == {
+        "broker_name": "b2", "first_seen": 100.0, "last_seen": 310.0, "registrations": 3,
+        "median_interval_s": 100.0, "max_gap_s": 170.0, "would_expire": True, "unregistered": True,
+        "last_topic_count": 8}
+    assert row["gaps"] == [{"t": 300.0, "interval": 170.0}]
+    assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {6: 1, 34: 1}
+    assert row["bins"] == [{"bin": 0, "heartbeats": 1, "topics": 5}, {"bin": 3, "heartbeats": 1, "topics": None},
+                           {"bin": 19, "heartbeats": 0, "topics": 7}, {"bin": 20, "heartbeats": 1, "topics": 8},
+                           {"bin": 21, "heartbeats": 0, "topics": None}]
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:
