@@ -25,7 +25,7 @@ from functools import partial
 from typing import NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_analysis import worker
 from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode
 
@@ -103,27 +104,30 @@ class Liveness:
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
-    """Liveness from the decoded broker events (schema.EVENT_ROWS), in one Spark job."""
+    """Liveness from the decoded broker events (schema.EVENT_ROWS): one pass over them, its
+    per-broker rows cached for the two collects (every row without bins, the plotted ones' bins)."""
     per_broker = events.repartition("broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
-                                                              LIVENESS)
-    # one row per broker: a window over a single partition ranks them cheaply
-    plotted_first = Window.partitionBy(F.lit(0)).orderBy(F.col("would_expire").desc(), "broker_addr")
-    rows = per_broker.withColumn(
-        "bins", F.when(F.row_number().over(plotted_first) <= PLOTTED_BROKERS, F.col("bins"))).collect()
+                                                              LIVENESS).persist()
+    try:
+        rows = per_broker.drop("bins").collect()
+        plotted = (per_broker.orderBy(F.col("would_expire").desc(), "broker_addr").limit(PLOTTED_BROKERS)
+                   .select("broker_addr", "bins").collect())
+        bins = {row.broker_addr: [tuple(b) for b in row.bins] for row in plotted}
+    finally:
+        per_broker.unpersist()
     rows.sort(key=lambda row: row.broker_addr)
     interval_counts: Counter = Counter()
-    gaps, bins = [], {}
+    gaps = []
     for row in rows:
         interval_counts.update({bucket: n for bucket, n in enumerate(row.interval_buckets) if n})
         gaps += [(row.broker_addr, gap.t, gap.interval) for gap in row.gaps]
-        if row.bins is not None:
-            bins[row.broker_addr] = [tuple(b) for b in row.bins]
     brokers = [{column: row[column] for column in BROKER_COLUMNS} for row in rows]
     return Liveness(brokers, dict(interval_counts), gaps, bins, time_bins)
 
 
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of events: one LIVENESS row per broker."""
+    worker.settle()
     by_broker: dict[str, list[tuple]] = {}
     for batch in batches:
         columns = batch.to_pydict()

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import inputs
+from spark_analysis import inputs, worker
 from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, broker_liveness, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
@@ -174,6 +174,7 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureF
 
 def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
                 accumulator) -> Iterator[pa.RecordBatch]:
+    worker.settle()
     for batch in batches:
         for index in batch.column(0).to_pylist():
             yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port, accumulator=accumulator)
@@ -181,6 +182,7 @@ def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ser
 
 def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int,
                 accumulator) -> Iterator[pa.RecordBatch]:
+    worker.settle()
     for batch in batches:
         for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             yield from _piece_batches(inputs.read_whole, content, remote.get(path, CaptureFile(path, 0, 0)),
@@ -215,6 +217,7 @@ def _piece_batch(pieces: list[Piece]) -> pa.RecordBatch:
 def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces, and send
     the rows back as batches of DECODED (each row fills the struct column of its kind)."""
+    worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
