@@ -9,7 +9,9 @@ apart by their brokerAddr header field.
 A shuffle brings each broker's events to one task, which walks them in time order once (a broker
 has a few thousand a day) and emits one row: its brokers.csv columns, its intervals counted in
 buckets, its gaps over the expiry and its heartbeats and topic counts per time bin. The driver
-collects those rows, with the time bins of only the brokers the report plots.
+collects those rows in one job, with time bins only where the report may plot them: a task keeps
+the bins of its first PLOTTED_BROKERS in the report's order, which include all it has of the
+brokers plotted.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ from functools import partial
 from typing import NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Row
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -104,17 +105,10 @@ class Liveness:
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
-    """Liveness from the decoded broker events (schema.EVENT_ROWS): one pass over them, its
-    per-broker rows cached for the two collects (every row without bins, the plotted ones' bins)."""
-    per_broker = events.repartition("broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
-                                                              LIVENESS).persist()
-    try:
-        rows = per_broker.drop("bins").collect()
-        plotted = (per_broker.orderBy(F.col("would_expire").desc(), "broker_addr").limit(PLOTTED_BROKERS)
-                   .select("broker_addr", "bins").collect())
-        bins = {row.broker_addr: [tuple(b) for b in row.bins] for row in plotted}
-    finally:
-        per_broker.unpersist()
+    """Liveness from the decoded broker events (schema.EVENT_ROWS), in one pass over them."""
+    rows = events.repartition("broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
+                                                        LIVENESS).collect()
+    bins = {row.broker_addr: [tuple(b) for b in row.bins] for row in sorted(rows, key=plot_order)[:PLOTTED_BROKERS]}
     rows.sort(key=lambda row: row.broker_addr)
     interval_counts: Counter = Counter()
     gaps = []
@@ -134,9 +128,16 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) ->
         for addr, *event in zip(columns["broker_addr"], columns["t"], columns["broker_name"], columns["code"],
                                 columns["alive"], columns["topic_count"], strict=True):
             by_broker.setdefault(addr, []).append(event)
-    rows = [broker_summary(addr, events, time_bins) for addr, events in by_broker.items()]
+    rows = sorted((broker_summary(addr, events, time_bins) for addr, events in by_broker.items()), key=plot_order)
+    for row in rows[PLOTTED_BROKERS:]:
+        row["bins"] = None
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
+
+
+def plot_order(broker: dict | Row) -> tuple[bool, str]:
+    """The report plots brokers with expiring gaps first, then by address."""
+    return not broker["would_expire"], broker["broker_addr"]
 
 
 def broker_summary(addr: str, events: list[list], time_bins: TimeBins) -> dict:

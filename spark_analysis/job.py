@@ -5,9 +5,11 @@ byte ranges of the captures and emit, per connection 4-tuple, a piece: where the
 found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file). A
 shuffle brings every piece of a 4-tuple to one task, which orders them in capture order, maps the
 file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
-SYN). Decoded rows go to the JVM as Arrow batches (mapInArrow), one struct column per table, and
-are cached there while the tables are written. The driver only plans splits and collects counts
-and per-broker aggregates: never packets or frames.
+SYN). With a local output and master, that task writes its rows of the tables as Parquet part
+files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one
+struct column per table, and are cached there while Spark writes the tables. Broker events go to
+the JVM either way, for brokers.csv and the report; counts come back through an accumulator. The
+driver only plans splits and collects counts and per-broker aggregates: never packets or frames.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from contextlib import contextmanager
 from functools import partial, reduce
 
 import pyarrow as pa
-from pyspark import AccumulatorParam, StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+import pyarrow.compute as pc
+from pyspark import AccumulatorParam, StorageLevel, TaskContext
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import inputs, worker
+from spark_analysis import inputs, latency, tables, worker
 from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, broker_liveness, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
@@ -36,14 +39,13 @@ from spark_analysis.inputs import CaptureFile, MappedFiles, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.streams import DEFAULT_SERVER_PORT
 
-TABLES = ((FRAME, "frames"), (CALL, "calls"), (REGISTRATION, "registrations"))
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True)])
 _ARROW_DECODED = to_arrow_schema(DECODED)
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
-_BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent to the JVM
+_BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
 
 
 def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
@@ -113,26 +115,32 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
              f"{_mib(size)} over local files, {len(remote)} remote files read whole")
 
     tally = sc.accumulator(Counter(), _CounterParam())
+    latencies = sc.accumulator(Counter(), _CounterParam())  # latency.count_calls
     pieces = _pieces(spark, tasks, remote, server_port, tally)
+    tables_out = out if _tasks_write_tables(sc.master, out) else None
+    if tables_out:
+        tables.prepare(tables_out)
     # four per core, so that whole connections (a few carry most bytes) spread evenly over the
     # cores, yet few (each task costs ~30 ms whatever its size); a task holds its pieces, whose
     # payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
     partitions = max(4 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decoded = (pieces.repartition(partitions, "lower", "higher")
-               .mapInArrow(partial(decode_batches, server_port=server_port), DECODED)
+               .mapInArrow(partial(decode_batches, server_port=server_port, accumulator=tally,
+                                   latencies=latencies, tables_out=tables_out), DECODED)
                .persist(StorageLevel.MEMORY_AND_DISK))
-    summary = decoded.agg(*_counts()).first().asDict()
-    time_bins = TimeBins.spanning(summary.pop("first_event"), summary.pop("last_event"))
-    counts = Counter({key: value or 0 for key, value in summary.items()})
-    counts.update(tally.value)
+    span = decoded.agg(F.min(f"{EVENT}.t"), F.max(f"{EVENT}.t")).first()  # runs every task: counts complete
+    time_bins = TimeBins.spanning(*span)
+    counts = Counter(tally.value)
     progress(f"read {counts['records']:,} records ({_mib(counts['bytes'])}), {counts['segments']:,} TCP segments "
              f"on port {server_port}; {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames "
              f"({counts[REQUEST]:,} requests, {counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, "
              f"{counts['lost_bytes']:,} bytes lost to gaps, {counts['undecodable']} connections with undecodable "
              f"bytes, {counts['not_captures']} files that are no captures")
 
-    for kind, name in TABLES:
+    if tables_out:
+        tables.commit(tables_out)
+    for kind, name, _ in tables.TABLES if not tables_out else ():
         # one task (and Parquet file) per core, not per shuffle partition: the tables are far
         # smaller than the capture, and each task and file costs the same whatever its size
         _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
@@ -146,7 +154,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"wrote brokers.csv ({len(liveness.brokers)} brokers, "
              f"{sum(b['would_expire'] for b in liveness.brokers)} with a gap over {EXPIRY_SECONDS} s)")
     if report:
-        write_report(spark, out, liveness, counts, write_bytes)
+        write_report(spark, out, liveness, latency.code_stats(latencies.value), counts, write_bytes)
         progress("wrote report.html")
     decoded.unpersist()
     return counts
@@ -214,16 +222,22 @@ def _piece_batch(pieces: list[Piece]) -> pa.RecordBatch:
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces, and send
-    the rows back as batches of DECODED (each row fills the struct column of its kind)."""
+def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, accumulator, latencies,
+                   tables_out: str | None = None) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
+    the tables go to this task's part files when it writes them (``tables_out``), else, like the
+    broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
+    kind); all are counted into the accumulator, calls' latencies into ``latencies``."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
+    writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     mapped = MappedFiles()
-    pending: dict[str, list[tuple]] = {kind: [] for kind in _ARROW_DECODED.names}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names, CONNECTION)}
+    tally: Counter = Counter()
+    calls: Counter = Counter()
     count = 0
     while by_connection:
         _, pieces = by_connection.popitem()
@@ -232,9 +246,13 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int) -> Itera
                 pending[kind].append(row)
                 count += 1
         if count >= _BATCH_ROWS:
-            yield from _arrow_batches(pending)
+            yield from _send(pending, writer, tally, calls)
             count = 0
-    yield from _arrow_batches(pending)
+    yield from _send(pending, writer, tally, calls)
+    if writer is not None:
+        writer.close()
+    accumulator.add(tally)
+    latencies.add(calls)
 
 
 @contextmanager
@@ -250,39 +268,50 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _arrow_batches(pending: dict[str, list[tuple]]) -> Iterator[pa.RecordBatch]:
-    """One batch per kind with rows (which it empties): that kind's column set, the others null."""
-    for kind, rows in pending.items():
-        if rows:
-            columns = [pa.array(rows, type=field.type) if field.name == kind else pa.nulls(len(rows), field.type)
-                       for field in _ARROW_DECODED]
-            yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
-            rows.clear()
+def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter, calls: Counter
+          ) -> Iterator[pa.RecordBatch]:
+    """Count the pending rows and send them on, emptying them: table rows to the part files if
+    ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
+    for stats in pending[CONNECTION]:
+        tally.update({CONNECTION: 1, "gaps": stats.gaps, "lost_bytes": stats.lost_bytes,
+                      "undecodable": stats.undecodable_bytes > 0})
+    pending[CONNECTION].clear()
+    for field in _ARROW_DECODED:
+        rows = pending[field.name]
+        if not rows:
+            continue
+        array = pa.array(rows, type=field.type)
+        rows.clear()
+        _count(tally, calls, field.name, array)
+        if writer is not None and field.name != EVENT:
+            writer.write(field.name, array)
+            continue
+        columns = [array if other.name == field.name else pa.nulls(len(array), other.type) for other in _ARROW_DECODED]
+        yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
+
+
+def _count(tally: Counter, calls: Counter, kind: str, rows: pa.StructArray) -> None:
+    """What the progress lines and the report count of a batch of rows."""
+    if kind == FRAME:
+        requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
+        tally.update({FRAME: len(rows), REQUEST: requests, RESPONSE: len(rows) - requests})
+    elif kind == CALL:
+        tally.update({CALL: len(rows), "unanswered": rows.field("response_code").null_count})
+        calls.update(latency.count_calls(rows))
+    elif kind == REGISTRATION:
+        tally.update({REGISTRATION: len(rows),
+                      "crc_failures": pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0})
+
+
+def _tasks_write_tables(master: str, out: str) -> bool:
+    """Whether the decoding tasks write the tables (tables.py): the output is a local directory
+    and they run on this machine."""
+    return inputs.is_local(out) and master.startswith("local")
 
 
 def _rows_of(decoded: DataFrame, kind: str) -> DataFrame:
     """The decoded rows of one kind, as that kind's columns."""
     return decoded.where(F.col(kind).isNotNull()).select(f"{kind}.*")
-
-
-def _count_where(condition: Column, name: str) -> Column:
-    return F.count(F.when(condition, 1)).alias(name)
-
-
-def _counts() -> tuple[Column, ...]:
-    """Everything the progress lines and the report count, and the span of broker events, in one
-    pass over the decoded rows."""
-    return (
-        F.count(FRAME).alias(FRAME), _count_where(F.col(f"{FRAME}.direction") == REQUEST, REQUEST),
-        _count_where(F.col(f"{FRAME}.direction") == RESPONSE, RESPONSE),
-        F.count(CALL).alias(CALL),
-        _count_where(F.col(CALL).isNotNull() & F.col(f"{CALL}.response_code").isNull(), "unanswered"),
-        F.count(REGISTRATION).alias(REGISTRATION), _count_where(~F.col(f"{REGISTRATION}.crc_ok"), "crc_failures"),
-        F.count(CONNECTION).alias(CONNECTION), F.sum(f"{CONNECTION}.gaps").alias("gaps"),
-        F.sum(f"{CONNECTION}.lost_bytes").alias("lost_bytes"),
-        _count_where(F.col(f"{CONNECTION}.undecodable_bytes") > 0, "undecodable"),
-        F.min(f"{EVENT}.t").alias("first_event"), F.max(f"{EVENT}.t").alias("last_event"),
-    )
 
 
 def _merge(counts: Counter, more: Counter) -> Counter:

@@ -1,9 +1,9 @@
 """report.html: what the cluster did, as PNG plots embedded in one self-contained page.
 
 Every plot is drawn from aggregates computed in Spark: the per-broker liveness (brokers.py: time
-bins of the plotted brokers, interval buckets, gaps) and one query over the columns of calls/ that
-give the request mix and latency percentiles per code. The driver holds a few thousand numbers
-however large the capture.
+bins of the plotted brokers, interval buckets, gaps) and the calls and latency buckets per code that
+the decoding tasks counted (latency.py). The driver holds a few thousand numbers however large the
+capture.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from datetime import datetime, timezone
 import numpy as np
 from matplotlib.dates import date2num
 from matplotlib.figure import Figure
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from spark_analysis.brokers import (
     EXPIRY_SECONDS,
@@ -29,21 +28,21 @@ from spark_analysis.brokers import (
     TIME_BINS,
     Liveness,
     iso_time,
+    plot_order,
 )
+from spark_analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.schema import BROKER_COLUMNS
 
 LEGEND_BROKERS = 12
 TOP_CODES = 25
-PERCENTILES = (0.5, 0.9, 0.99)
 _SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
             ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
             ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
             ("gaps", "capture gaps"), ("lost_bytes", "bytes lost to gaps"), ("brokers", "brokers"))
 
 
-def write_report(spark: SparkSession, out: str, liveness: Liveness, counts: Counter,
+def write_report(spark: SparkSession, out: str, liveness: Liveness, codes: list[CodeStats], counts: Counter,
                  write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    codes = code_stats(spark.read.parquet(f"{out}/calls"))
     shown = plotted_brokers(liveness.brokers)
     plots = [
         ("Heartbeat timeline per broker", heartbeat_timeline(shown, liveness)),
@@ -56,17 +55,8 @@ def write_report(spark: SparkSession, out: str, liveness: Liveness, counts: Coun
 
 
 def plotted_brokers(brokers: list[dict]) -> list[str]:
-    """Brokers with expiring gaps first, then by address (the brokers Liveness has bins of)."""
-    ordered = sorted(brokers, key=lambda b: (not b["would_expire"], b["broker_addr"]))
-    return [b["broker_addr"] for b in ordered[:PLOTTED_BROKERS]]
-
-
-def code_stats(calls: DataFrame) -> list[Row]:
-    """Per code name: requests, answered ones and their latency percentiles (null if none)."""
-    return (calls.groupBy("code_name")
-            .agg(F.count(F.lit(1)).alias("requests"), F.count("latency_ms").alias("answered"),
-                 F.percentile_approx("latency_ms", list(PERCENTILES)).alias("p"))
-            .collect())
+    """The brokers Liveness has bins of."""
+    return [b["broker_addr"] for b in sorted(brokers, key=plot_order)[:PLOTTED_BROKERS]]
 
 
 def heartbeat_timeline(shown: list[str], liveness: Liveness) -> bytes:
@@ -120,7 +110,7 @@ def topic_counts(shown: list[str], liveness: Liveness) -> bytes:
     return _png(figure)
 
 
-def request_mix(codes: list[Row]) -> bytes:
+def request_mix(codes: list[CodeStats]) -> bytes:
     rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]  # the most frequent on top
     figure, axes = _figure(height=max(2.5, 0.3 * len(rows) + 1))
     axes.barh([row.code_name for row in rows], [row.requests for row in rows])
@@ -130,7 +120,7 @@ def request_mix(codes: list[Row]) -> bytes:
     return _png(figure)
 
 
-def latency_percentiles(codes: list[Row]) -> bytes:
+def latency_percentiles(codes: list[CodeStats]) -> bytes:
     answered = [row for row in codes if row.answered]
     rows = sorted(answered, key=lambda row: row.answered, reverse=True)[:TOP_CODES][::-1]
     figure, axes = _figure(height=max(2.5, 0.45 * len(rows) + 1))

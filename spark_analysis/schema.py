@@ -54,11 +54,10 @@ EVENT_ROWS = _schema(
     ("alive", BooleanType()), ("topic_count", IntegerType()),
 )
 
-CONNECTION_ROWS = _schema(("gaps", IntegerType()), ("lost_bytes", LongType()), ("undecodable_bytes", LongType()))
-
-#: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags)
+#: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags);
+#: table rows only when Spark writes the tables (job.py), connections never (they are only counted)
 DECODED = _schema(("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS),
-                  ("connection", CONNECTION_ROWS), ("event", EVENT_ROWS))
+                  ("event", EVENT_ROWS))
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)

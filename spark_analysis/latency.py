@@ -1,0 +1,88 @@
+"""The report's request mix and latency percentiles per code, counted by the decoding tasks.
+
+Each task counts its calls per code name and their latencies in logarithmic buckets 1% wide, as
+a Counter that Spark adds up across tasks (an accumulator): the driver gets a few hundred numbers
+per code however many calls a capture holds, and no job reads calls/ back. A percentile is the
+upper edge of the bucket it falls in, so within 1% of the exact value (latencies up to
+MIN_LATENCY_MS share the first bucket).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+PERCENTILES = (0.5, 0.9, 0.99)
+MIN_LATENCY_MS = 1e-3
+_GROWTH = 1.01  # each bucket's upper edge over the one before
+_LOG_GROWTH = math.log(_GROWTH)
+_REQUESTS = -1  # the bucket key under which a code's requests are counted
+
+
+class CodeStats(NamedTuple):
+    code_name: str
+    requests: int
+    answered: int
+    p: tuple[float, ...] | None  # latency percentiles in ms (PERCENTILES), None if none answered
+
+
+def count_calls(calls: pa.StructArray) -> Counter:
+    """(code_name, bucket) -> calls of a batch of schema.CALL_ROWS: every call under bucket -1,
+    answered ones under their latency's bucket too."""
+    names = calls.field("code_name").dictionary_encode()
+    dictionary = names.dictionary.to_pylist()
+    codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    latency = calls.field("latency_ms").to_numpy(zero_copy_only=False)  # NaN: unanswered
+    answered = ~np.isnan(latency)
+    tally: Counter = Counter()
+    for code, count in _counted(codes):
+        tally[dictionary[code], _REQUESTS] += count
+    for key, count in _counted(codes[answered] << 32 | bucket_of(latency[answered])):
+        tally[dictionary[key >> 32], key & 0xFFFFFFFF] += count
+    return tally
+
+
+def _counted(values: np.ndarray) -> zip:
+    """(value, how often) for each distinct value."""
+    return zip(*(column.tolist() for column in np.unique(values, return_counts=True)), strict=True)
+
+
+def bucket_of(latency_ms: np.ndarray) -> np.ndarray:
+    """The bucket of each latency: 0 up to MIN_LATENCY_MS, then one per 1% more."""
+    ratio = np.maximum(latency_ms / MIN_LATENCY_MS, 1.0)
+    return np.ceil(np.log(ratio) / _LOG_GROWTH - 1e-9).astype(np.int64)
+
+
+def upper_edge(bucket: int) -> float:
+    return MIN_LATENCY_MS * _GROWTH**bucket
+
+
+def code_stats(tally: Counter) -> list[CodeStats]:
+    """Per code name: its requests, the answered ones and their latency percentiles."""
+    by_code: dict[str, dict[int, int]] = {}
+    for (name, bucket), count in tally.items():
+        by_code.setdefault(name, {})[bucket] = count
+    stats = []
+    for name, buckets in sorted(by_code.items()):
+        requests = buckets.pop(_REQUESTS, 0)
+        answered = sum(buckets.values())
+        stats.append(CodeStats(name, requests, answered, _percentiles(buckets, answered) if answered else None))
+    return stats
+
+
+def _percentiles(buckets: dict[int, int], answered: int) -> tuple[float, ...]:
+    """The smallest bucket edge with at least that share of the latencies at or below it."""
+    found = []
+    ordered = sorted(buckets.items())
+    for percentile in PERCENTILES:
+        seen = 0
+        for bucket, count in ordered:
+            seen += count
+            if seen >= percentile * answered:
+                found.append(upper_edge(bucket))
+                break
+    return tuple(found)

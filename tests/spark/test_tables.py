@@ -1,0 +1,81 @@
+"""What the decoding tasks compute themselves: the tables' part files (tables.py) and the report's
+latency buckets (latency.py). Pure Python: no Spark session."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_analysis import latency, tables
+from spark_analysis.decode import CALL, FRAME
+
+
+def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
+    """CALL rows with only what latency.py reads filled in."""
+    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms) for name, ms in rows]
+    return pa.array(full, type=tables.row_type(CALL))
+
+
+def test_latency_percentiles_are_within_one_percent_of_the_exact_ones() -> None:
+    random = np.random.default_rng(7)
+    latencies = {"GET_ROUTEINFO_BY_TOPIC": random.lognormal(-1, 1.5, 5000),
+                 "REGISTER_BROKER": random.uniform(0.2, 40, 300), "QUERY_DATA_VERSION": np.array([0.0, 0.5])}
+    rows = [(name, float(ms)) for name, values in latencies.items() for ms in values] + [("UNREGISTER_BROKER", None)]
+    tally: Counter = Counter()
+    for start in range(0, len(rows), 1000):  # as tasks' batches, added up
+        tally.update(latency.count_calls(calls(rows[start:start + 1000])))
+    stats = {s.code_name: s for s in latency.code_stats(tally)}
+    assert stats["UNREGISTER_BROKER"] == latency.CodeStats("UNREGISTER_BROKER", 1, 0, None)
+    for name, values in latencies.items():
+        assert (stats[name].requests, stats[name].answered) == (len(values), len(values))
+        for percentile, found in zip(latency.PERCENTILES, stats[name].p, strict=True):
+            exact = max(np.percentile(values, percentile * 100, method="inverted_cdf"), latency.MIN_LATENCY_MS)
+            assert exact <= found <= exact * 1.01 + 1e-12, (name, percentile)
+
+
+def test_latency_buckets_edges() -> None:
+    edges = np.array([latency.upper_edge(b) for b in range(5)])
+    assert latency.bucket_of(edges).tolist() == [0, 1, 2, 3, 4]
+    assert latency.bucket_of(np.array([0.0, -3.0, edges[2] * 1.0001])).tolist() == [0, 0, 3]
+
+
+def frames(count: int, first_ts: float) -> pa.StructArray:
+    rows = [(first_ts + i * 0.5, "c", "a:1", "b:9876", "request", 105, "GET_ROUTEINFO_BY_TOPIC", i, 0, False,
+             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0) for i in range(count)]
+    return pa.array(rows, type=tables.row_type(FRAME))
+
+
+def test_a_task_run_again_replaces_its_part_files(tmp_path: Path) -> None:
+    tables.prepare(str(tmp_path))
+    for first_ts in (1.0, 100.0):  # the same partition twice, as a task re-run
+        writer = tables.PartWriter(str(tmp_path), 3)
+        writer.write(FRAME, frames(4, first_ts))
+        writer.close()
+    assert sorted(p.name for p in (tmp_path / "frames").iterdir()) == ["part-00003.parquet"]
+    assert not list((tmp_path / "calls").iterdir())  # only partition 0 writes empty tables
+    table = pq.read_table(tmp_path / "frames")
+    assert table.num_rows == 4
+    assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert table.column("ts").to_pylist()[0].timestamp() == 100.0
+
+
+def test_partition_zero_gives_every_table_its_schema(tmp_path: Path) -> None:
+    tables.prepare(str(tmp_path))
+    tables.PartWriter(str(tmp_path), 0).close()
+    tables.commit(str(tmp_path))
+    for _, name, rows in tables.TABLES:
+        assert pq.read_table(tmp_path / name).column_names == rows.names
+        assert (tmp_path / name / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("seconds", [1764032000.123456, 1764032000.9999995, 0.000001, 1.5])
+def test_seconds_become_microseconds_as_spark_truncates_them(seconds: float) -> None:
+    batch = tables.to_file_batch(FRAME, frames(1, seconds))
+    micros = batch.column(0).cast(pa.int64()).to_pylist()[0]
+    assert micros == math.trunc(seconds * 1e6)
