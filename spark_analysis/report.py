@@ -12,7 +12,7 @@ import base64
 import html
 import io
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 import numpy as np
@@ -68,7 +68,7 @@ def heartbeat_timeline(shown: list[str], liveness: Liveness) -> bytes:
     for addr in shown:
         for index, count, _ in liveness.bins.get(addr, ()):
             heartbeats[row_of[addr], index] = count
-    figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2))
+    figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2), y_labels=shown)
     span = [date2num(_time(time_bins.middle(index) - time_bins.width / 2)) for index in (0, TIME_BINS + 1)]
     axes.imshow(np.ma.masked_equal(heartbeats, 0), aspect="auto", interpolation="nearest", cmap="Blues",
                 vmin=0, extent=(*span, len(shown) - 0.5, -0.5))
@@ -112,7 +112,7 @@ def topic_counts(shown: list[str], liveness: Liveness) -> bytes:
 
 def request_mix(codes: list[CodeStats]) -> bytes:
     rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]  # the most frequent on top
-    figure, axes = _figure(height=max(2.5, 0.3 * len(rows) + 1))
+    figure, axes = _figure(height=max(2.5, 0.3 * len(rows) + 1), y_labels=[row.code_name for row in rows])
     axes.barh([row.code_name for row in rows], [row.requests for row in rows])
     axes.set_xscale("log")
     axes.set_xlabel("requests")
@@ -123,7 +123,7 @@ def request_mix(codes: list[CodeStats]) -> bytes:
 def latency_percentiles(codes: list[CodeStats]) -> bytes:
     answered = [row for row in codes if row.answered]
     rows = sorted(answered, key=lambda row: row.answered, reverse=True)[:TOP_CODES][::-1]
-    figure, axes = _figure(height=max(2.5, 0.45 * len(rows) + 1))
+    figure, axes = _figure(height=max(2.5, 0.45 * len(rows) + 1), y_labels=[row.code_name for row in rows])
     height = 0.8 / len(PERCENTILES)
     for index, percentile in enumerate(PERCENTILES):
         axes.barh([r + index * height for r in range(len(rows))], [max(row.p[index], 1e-3) for row in rows],
@@ -139,8 +139,16 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, timezone.utc)
 
 
-def _figure(height: float = 3.5) -> tuple[Figure, object]:
-    figure = Figure(figsize=(11, height), layout="constrained")
+_WIDTH = 11  # inches
+_LABEL_CHAR = 0.065  # inches a character of a 7-point tick label takes, at most
+
+
+def _figure(height: float = 3.5, y_labels: Iterable[str] = ()) -> tuple[Figure, object]:
+    """A figure with margins in inches, wide enough on the left for ``y_labels`` (matplotlib's
+    layout engines measure every label by drawing the figure once more: a third of a plot's time)."""
+    left = 0.3 + _LABEL_CHAR * max(map(len, y_labels), default=8)
+    figure = Figure(figsize=(_WIDTH, height))
+    figure.subplots_adjust(left=left / _WIDTH, right=1 - 0.45 / _WIDTH, bottom=0.6 / height, top=1 - 0.15 / height)
     return figure, figure.add_subplot()
 
 
@@ -152,7 +160,7 @@ def _dedupe_legend(axes) -> None:
 
 def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
+    figure.savefig(buffer, format="png", dpi=90, pil_kwargs={"compress_level": 1})  # 3x faster, 25% bigger
     return buffer.getvalue()
 
 
