@@ -68,7 +68,9 @@ LIVENESS = _struct(
     ("last_topic_count", IntegerType()),
     ("interval_buckets", ArrayType(LongType())),  # index: bucket
     ("gaps", ArrayType(_struct(("t", DoubleType()), ("interval", DoubleType())))),
-    ("bins", ArrayType(_struct(("bin", IntegerType()), ("heartbeats", IntegerType()), ("topics", IntegerType())))),
+    # per time bin with events, as three lists (a struct per bin costs the driver a Row object each)
+    ("bins", _struct(("bin", ArrayType(IntegerType())), ("heartbeats", ArrayType(IntegerType())),
+                     ("topics", ArrayType(IntegerType())))),
 )
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 
@@ -108,7 +110,8 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
     """Liveness from the decoded broker events (schema.EVENT_ROWS), in one pass over them."""
     rows = events.repartition("broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
                                                         LIVENESS).collect()
-    bins = {row.broker_addr: [tuple(b) for b in row.bins] for row in sorted(rows, key=plot_order)[:PLOTTED_BROKERS]}
+    plotted = sorted(rows, key=plot_order)[:PLOTTED_BROKERS]
+    bins = {row.broker_addr: list(zip(*row.bins, strict=True)) for row in plotted}
     rows.sort(key=lambda row: row.broker_addr)
     interval_counts: Counter = Counter()
     gaps = []
@@ -182,8 +185,8 @@ def broker_summary(addr: str, events: list[list], time_bins: TimeBins) -> dict:
         "unregistered": last_unregister is not None and (last_registration is None
                                                          or last_unregister >= last_registration),
         "last_topic_count": last_topic_count, "interval_buckets": buckets, "gaps": gaps,
-        "bins": [{"bin": index, "heartbeats": heartbeats, "topics": topics}
-                 for index, (heartbeats, topics) in sorted(bins.items())],
+        "bins": {"bin": sorted(bins), "heartbeats": [bins[index][0] for index in sorted(bins)],
+                 "topics": [bins[index][1] for index in sorted(bins)]},
     }
 
 

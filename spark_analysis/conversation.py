@@ -182,7 +182,7 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
                 resynchronise: bool) -> None:
     """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
     it count as lost), because the run does not start where a frame does."""
-    data = b"".join(chunk.data for chunk in run)
+    data = b"".join([chunk.data for chunk in run])
     start = 0
     if resynchronise:
         found = frame_start(memoryview(data)[:_RESYNC_WINDOW])

@@ -33,6 +33,7 @@ _BROKER_ADDR, _BROKER_NAME, _TOPIC_COUNT, _RESPONSE_CODE = (
 # all their templates rather than re-parse each after the server-sized set starts over.
 header.MAX_TEMPLATES = 1 << 16
 
+_SERIALIZE_NAMES = {kind.value: kind.name for kind in SerializeType}  # an enum lookup per frame costs more
 _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
 
@@ -120,7 +121,7 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
     return (
         captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
         header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
-        header.version, _version_name(header.version), header.language, SerializeType(command.serialize_type).name,
+        header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
         header.remark, header.ext_fields or {}, len(command.body or b""),
     )
 

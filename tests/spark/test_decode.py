@@ -146,9 +146,7 @@ def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
         "last_topic_count": 8}
     assert row["gaps"] == [{"t": 300.0, "interval": 170.0}]
     assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {6: 1, 34: 1}
-    assert row["bins"] == [{"bin": 0, "heartbeats": 1, "topics": 5}, {"bin": 3, "heartbeats": 1, "topics": None},
-                           {"bin": 19, "heartbeats": 0, "topics": 7}, {"bin": 20, "heartbeats": 1, "topics": 8},
-                           {"bin": 21, "heartbeats": 0, "topics": None}]
+    assert row["bins"] == {"bin": [0, 3, 19, 20, 21], "heartbeats": [1, 1, 0, 1, 0], "topics": [5, None, 7, 8, None]}
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:
