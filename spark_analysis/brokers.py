@@ -48,7 +48,7 @@ from twisted_namesrv.remoting import RequestCode
 #: 5.x's default heartbeatTimeoutMillis)
 EXPIRY_SECONDS = 120
 #: the report's per-broker plots: at most this many brokers (those with expiring gaps first), over
-#: this many equal time bins of the capture's broker events
+#: this many equal time bins of the capture's NameServer traffic
 PLOTTED_BROKERS = 60
 TIME_BINS = 800
 #: the report's interval histogram: buckets this wide, the last one this many seconds and more
@@ -76,7 +76,8 @@ _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 
 
 class TimeBins(NamedTuple):
-    """TIME_BINS equal bins from ``start``; built from the first and last broker event."""
+    """TIME_BINS equal bins from ``start``, spanning the capture's segments on the port (the
+    reading tasks find that span before anything is decoded)."""
 
     start: float
     width: float

@@ -47,6 +47,9 @@ _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # and the chain that find_record_boundary validates when the next range starts near its end.
 _RECORDS_PAST_STOP = 4
 
+#: the tally keys of the first and last capture time of a segment on the port
+FIRST_SEGMENT, LAST_SEGMENT = "first_segment", "last_segment"
+
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
 
@@ -185,6 +188,8 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
     found = segment_columns(data, records, server_port)
     tally["records"] += len(records.ts)
     tally["segments"] += len(found.ts)
+    if len(found.ts):
+        merge_tally(tally, Counter({FIRST_SEGMENT: float(found.ts.min()), LAST_SEGMENT: float(found.ts.max())}))
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
@@ -206,6 +211,18 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
                                zip(chosen["offset"].tolist(), chosen["length"].tolist(), strict=True))
             chosen["offset"] = np.cumsum(chosen["length"], dtype=np.int64) - chosen["length"]
         yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
+
+
+def merge_tally(tally: Counter, more: Counter) -> Counter:
+    """Add ``more`` to a reading or decoding task's counts, in place; the segments' span
+    (FIRST_SEGMENT, LAST_SEGMENT) is widened instead."""
+    span = {key: tally.pop(key) for key in (FIRST_SEGMENT, LAST_SEGMENT) if key in tally}
+    for key, pick in ((FIRST_SEGMENT, min), (LAST_SEGMENT, max)):
+        if key in more:
+            span[key] = pick(span.get(key, more[key]), more[key])
+    tally.update({key: value for key, value in more.items() if key not in span})
+    tally.update(span)
+    return tally
 
 
 def _records(data: Buffer) -> RecordIndex:

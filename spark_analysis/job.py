@@ -2,14 +2,16 @@
 
 Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no pickled rows) read
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
-found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file). A
+found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of
+their own, whose span of segments sets the report's time bins, and their pieces are kept. A
 shuffle brings every piece of a 4-tuple to one task, which orders them in capture order, maps the
 file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
 SYN). With a local output and master, that task writes its rows of the tables as Parquet part
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one
 struct column per table, and are cached there while Spark writes the tables. Broker events go to
-the JVM either way, for brokers.csv and the report; counts come back through an accumulator. The
-driver only plans splits and collects counts and per-broker aggregates: never packets or frames.
+the JVM either way and on, by broker, to the liveness tasks (brokers.py), in the same job; counts
+come back through accumulators. The driver only plans splits and collects counts and per-broker
+aggregates: never packets or frames.
 """
 
 from __future__ import annotations
@@ -114,9 +116,18 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files, {len(remote)} remote files read whole")
 
-    tally = sc.accumulator(Counter(), _CounterParam())
-    latencies = sc.accumulator(Counter(), _CounterParam())  # latency.count_calls
-    pieces = _pieces(spark, tasks, remote, server_port, tally)
+    tally = sc.accumulator(Counter(), _TallyParam())
+    latencies = sc.accumulator(Counter(), _TallyParam())  # latency.count_calls
+    # The reading tasks run first: the span of the segments they find sets the time bins in
+    # which the brokers' liveness is counted, so that decoding, writing the tables and the
+    # liveness are then one job. Their pieces are kept for it.
+    pieces = _pieces(spark, tasks, remote, server_port, tally).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces.count()
+    read = Counter(tally.value)
+    time_bins = TimeBins.spanning(read.get(inputs.FIRST_SEGMENT), read.get(inputs.LAST_SEGMENT))
+    progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
+             f"on port {server_port}, {read['not_captures']} files that are no captures")
+
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
         tables.prepare(tables_out)
@@ -127,28 +138,23 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     partitions = max(4 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decoded = (pieces.repartition(partitions, "lower", "higher")
                .mapInArrow(partial(decode_batches, server_port=server_port, accumulator=tally,
-                                   latencies=latencies, tables_out=tables_out), DECODED)
-               .persist(StorageLevel.MEMORY_AND_DISK))
-    span = decoded.agg(F.min(f"{EVENT}.t"), F.max(f"{EVENT}.t")).first()  # runs every task: counts complete
-    time_bins = TimeBins.spanning(*span)
-    counts = Counter(tally.value)
-    progress(f"read {counts['records']:,} records ({_mib(counts['bytes'])}), {counts['segments']:,} TCP segments "
-             f"on port {server_port}; {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames "
-             f"({counts[REQUEST]:,} requests, {counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, "
-             f"{counts['lost_bytes']:,} bytes lost to gaps, {counts['undecodable']} connections with undecodable "
-             f"bytes, {counts['not_captures']} files that are no captures")
-
-    if tables_out:
-        tables.commit(tables_out)
+                                   latencies=latencies, tables_out=tables_out), DECODED))
+    if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
+        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     for kind, name, _ in tables.TABLES if not tables_out else ():
         # one task (and Parquet file) per core, not per shuffle partition: the tables are far
         # smaller than the capture, and each task and file costs the same whatever its size
         _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
             "overwrite").parquet(f"{out}/{name}")
-    progress(f"wrote frames/ ({counts[FRAME]:,} rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} "
-             f"unanswered), registrations/ ({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
-
     liveness = broker_liveness(_rows_of(decoded, EVENT), time_bins)
+    if tables_out:
+        tables.commit(tables_out)
+    counts = Counter(tally.value)
+    progress(f"decoded {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames ({counts[REQUEST]:,} requests, "
+             f"{counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, {counts['lost_bytes']:,} bytes lost "
+             f"to gaps, {counts['undecodable']} connections with undecodable bytes; wrote frames/ ({counts[FRAME]:,} "
+             f"rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} unanswered), registrations/ "
+             f"({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(liveness.brokers))
     counts["brokers"] = len(liveness.brokers)
     progress(f"wrote brokers.csv ({len(liveness.brokers)} brokers, "
@@ -157,6 +163,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
         write_report(spark, out, liveness, latency.code_stats(latencies.value), counts, write_bytes)
         progress("wrote report.html")
     decoded.unpersist()
+    pieces.unpersist()
     return counts
 
 
@@ -314,17 +321,12 @@ def _rows_of(decoded: DataFrame, kind: str) -> DataFrame:
     return decoded.where(F.col(kind).isNotNull()).select(f"{kind}.*")
 
 
-def _merge(counts: Counter, more: Counter) -> Counter:
-    counts.update(more)
-    return counts
-
-
-class _CounterParam(AccumulatorParam):
+class _TallyParam(AccumulatorParam):
     def zero(self, value: Counter) -> Counter:
         return Counter()
 
     def addInPlace(self, value1: Counter, value2: Counter) -> Counter:
-        return _merge(value1, value2)
+        return inputs.merge_tally(value1, value2)
 
 
 # -- writing ----------------------------------------------------------------------------------------

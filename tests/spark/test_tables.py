@@ -1,5 +1,6 @@
-"""What the decoding tasks compute themselves: the tables' part files (tables.py) and the report's
-latency buckets (latency.py). Pure Python: no Spark session."""
+"""What the tasks compute themselves: the tables' part files (tables.py), the report's latency
+buckets (latency.py), the tallies their accumulators add up (inputs.merge_tally). Pure Python:
+no Spark session."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_analysis import latency, tables
+from spark_analysis import inputs, latency, tables
 from spark_analysis.decode import CALL, FRAME
 
 
@@ -79,3 +80,11 @@ def test_seconds_become_microseconds_as_spark_truncates_them(seconds: float) -> 
     batch = tables.to_file_batch(FRAME, frames(1, seconds))
     micros = batch.column(0).cast(pa.int64()).to_pylist()[0]
     assert micros == math.trunc(seconds * 1e6)
+
+
+def test_tallies_add_counts_and_widen_the_segments_span() -> None:
+    task_a = Counter({"segments": 3, inputs.FIRST_SEGMENT: 10.0, inputs.LAST_SEGMENT: 20.0})
+    task_b = Counter({"segments": 4, inputs.FIRST_SEGMENT: 5.0, inputs.LAST_SEGMENT: 15.0, "records": 9})
+    merged = inputs.merge_tally(inputs.merge_tally(Counter(), task_a), task_b)
+    assert merged == Counter({"segments": 7, "records": 9, inputs.FIRST_SEGMENT: 5.0, inputs.LAST_SEGMENT: 20.0})
+    assert inputs.merge_tally(merged, Counter({"segments": 1}))[inputs.FIRST_SEGMENT] == 5.0
