@@ -109,8 +109,9 @@ class Liveness:
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
     """Liveness from the decoded broker events (schema.EVENT_ROWS), in one pass over them."""
-    rows = events.repartition("broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
-                                                        LIVENESS).collect()
+    cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
+    rows = events.repartition(cores, "broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
+                                                               LIVENESS).collect()
     plotted = sorted(rows, key=plot_order)[:PLOTTED_BROKERS]
     bins = {row.broker_addr: list(zip(*row.bins, strict=True)) for row in plotted}
     rows.sort(key=lambda row: row.broker_addr)

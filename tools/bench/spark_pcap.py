@@ -8,9 +8,11 @@ Without the file, writes a ~1.2 GB synthetic capture there first (tools/synth_pc
 with 200-odd topics, 80 clients, 10 hours). Every measurement runs in a child process pinned to as
 many cores as it is credited with (tshark and local[1] to one, local[2] to two): the JVM's threads
 would otherwise lend local[1] a second core. Each master gets its own session, warmed up on a
-capture of the same traffic 20 times smaller (the JIT compiles the paths big captures take), then
-runs the whole job (outputs and report) ``--runs`` times; the figures are medians.
-"decode" is the stage that reads, shuffles, reassembles and decodes; "job" is everything.
+capture of the same traffic 4 times smaller (the JIT compiles the paths big captures take: after
+one capture 20 times smaller the next two big runs were still 10-20% slower), then runs the whole
+job (outputs and report) ``--runs`` times; the figures are medians, with the fastest and the
+first run beside them (this machine's runs vary by ±15%).
+"decode" is everything up to the tables and the brokers' liveness; "job" is everything.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
 BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "10", "--seed", "1")
-WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "0.5", "--seed", "2")  # ~60 MB
+WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "2.5", "--seed", "2")  # ~300 MB
 MB = 1e6
 
 
@@ -55,7 +57,7 @@ def spark_runs(master: str, capture: Path, runs: int) -> list[dict]:
                 marks: list[float] = []
                 started = time.monotonic()
                 analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
-                results.append({"job_s": time.monotonic() - started, "decode_s": marks[1] - marks[0]})
+                results.append({"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]})
                 print(f"  {master}: {results[-1]}", file=sys.stderr)
             return results
         finally:
@@ -88,7 +90,8 @@ def measure(args: argparse.Namespace) -> dict:
     size = args.file.stat().st_size
     figures: dict = {"file": str(args.file), "bytes": size, "load_before": os.getloadavg()}
     tshark = tshark_runs(args.file, args.runs)
-    figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s")}
+    figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s"),
+                         "wall_s": {"median": median(tshark, "wall_s"), "min": min(r["wall_s"] for r in tshark)}}
     for master in args.masters:
         cores = int(master.removeprefix("local[").rstrip("]"))
         child = subprocess.run([sys.executable, __file__, "--file", str(args.file), "--runs", str(args.runs),
@@ -96,7 +99,9 @@ def measure(args: argparse.Namespace) -> dict:
         runs = json.loads(child.stdout)
         figures[master] = {"runs": runs, "cores": cores,
                            "job_MB_per_s_per_core": size / MB / median(runs, "job_s") / cores,
-                           "decode_MB_per_s_per_core": size / MB / median(runs, "decode_s") / cores}
+                           "decode_MB_per_s_per_core": size / MB / median(runs, "decode_s") / cores,
+                           "job_s": {"median": median(runs, "job_s"), "min": min(r["job_s"] for r in runs),
+                                     "first": runs[0]["job_s"]}}
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
