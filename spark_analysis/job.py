@@ -122,7 +122,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it.
     pieces = _pieces(spark, tasks, remote, server_port, tally).persist(StorageLevel.MEMORY_AND_DISK)
-    pieces.count()
+    pieces.write.format("noop").mode("overwrite").save()  # one stage that fills the cache
     read = Counter(tally.value)
     time_bins = TimeBins.spanning(read.get(inputs.FIRST_SEGMENT), read.get(inputs.LAST_SEGMENT))
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
