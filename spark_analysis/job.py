@@ -54,6 +54,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     """A session for ``master``. Under spark-submit without ``master`` the submitted settings
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
+    without adaptive execution (every shuffle here has its partitions set; AQE ran each stage as a
+    job of its own: ~0.2 s of a 5 s two-core run),
     with Python workers on Unix sockets (Spark >= 4.1: half the ~60 ms each Python task costs over
     TCP), and with the serial garbage collector unless JVM options are configured: tasks and the
     collector share the same few cores there, and G1's concurrent threads cost a first job ~15%."""
@@ -68,7 +70,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.python.unix.domain.socket.enabled", "true")
                    .config("spark.ui.enabled", str(ui).lower())
-                   .config("spark.sql.shuffle.partitions", str(_local_cores(master))))
+                   .config("spark.sql.shuffle.partitions", str(_local_cores(master)))
+                   .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC")
     builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
