@@ -2,16 +2,17 @@
 """Benchmark (not a test): MB/s of pcap per core for the Spark report, with local[1] and local[2],
 against ``tshark -r FILE -q -z conv,tcp`` on the same file.
 
-    python tools/bench/spark_pcap.py [--file /tmp/spark_pcap_bench.pcap] [--runs 3] [--json OUT]
+    python tools/bench/spark_pcap.py [--file /tmp/spark_pcap_bench.pcap] [--runs 5] [--json OUT]
 
 Without the file, writes a ~1.2 GB synthetic capture there first (tools/synth_pcap.py: 40 brokers
 with 200-odd topics, 80 clients, 10 hours). Every measurement runs in a child process pinned to as
 many cores as it is credited with (tshark and local[1] to one, local[2] to two): the JVM's threads
-would otherwise lend local[1] a second core. Each master gets its own session, warmed up on a
-capture of the same traffic 4 times smaller (the JIT compiles the paths big captures take: after
-one capture 20 times smaller the next two big runs were still 10-20% slower), then runs the whole
-job (outputs and report) ``--runs`` times; the figures are medians, with the fastest and the
-first run beside them (this machine's runs vary by ±15%).
+would otherwise lend local[1] a second core. Each master gets its own child process and session,
+warmed up on a capture of the same traffic 4 times smaller (the JIT compiles the paths big
+captures take: after one capture 20 times smaller the next two big runs were still 10-20%
+slower); then, ``--runs`` times, tshark and each master run once in turn, the masters running the
+whole job (outputs and report). The figures are medians, with the fastest and the first run beside
+them.
 "decode" is everything up to the tables and the brokers' liveness; "job" is everything.
 """
 
@@ -42,8 +43,9 @@ def pinned(cores: int) -> partial:
     return partial(os.sched_setaffinity, 0, set(sorted(os.sched_getaffinity(0))[:cores]))
 
 
-def spark_runs(master: str, capture: Path, runs: int) -> list[dict]:
-    """In this (pinned) process: warm up, then time ``runs`` whole jobs."""
+def serve_runs(master: str, capture: Path) -> None:
+    """In this (pinned) process: warm up, say "ready", then time one whole job per line read from
+    stdin, answering each with a line of JSON; stop at end of input."""
     from spark_analysis.job import analyse, build_session
 
     with tempfile.TemporaryDirectory(prefix="spark-pcap-bench-") as scratch:
@@ -52,14 +54,14 @@ def spark_runs(master: str, capture: Path, runs: int) -> list[dict]:
         spark = build_session(master, conf={"spark.ui.showConsoleProgress": "false"})
         try:
             analyse(spark, [str(warm_up)], f"{scratch}/out", log=lambda message: None)
-            results = []
-            for _ in range(runs):
+            print("ready", flush=True)
+            for _ in sys.stdin:
                 marks: list[float] = []
                 started = time.monotonic()
                 analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
-                results.append({"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]})
-                print(f"  {master}: {results[-1]}", file=sys.stderr)
-            return results
+                result = {"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]}
+                print(f"  {master}: {result}", file=sys.stderr)
+                print(json.dumps(result), flush=True)
         finally:
             spark.stop()
 
@@ -68,18 +70,40 @@ def _mark(marks: list[float], message: str) -> None:
     marks.append(time.monotonic())
 
 
-def tshark_runs(capture: Path, runs: int) -> list[dict]:
-    results = []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.monotonic()
-        subprocess.run(["tshark", "-r", str(capture), "-q", "-z", "conv,tcp"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False, preexec_fn=pinned(1))  # exits 2: last packet cut
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-        results.append({"wall_s": time.monotonic() - started, "cpu_s": cpu})
-        print(f"  tshark: {results[-1]}", file=sys.stderr)
-    return results
+class SparkChild:
+    """A pinned child process with its own session for one master, run by serve_runs."""
+
+    def __init__(self, master: str, capture: Path) -> None:
+        self.master = master
+        self.cores = int(master.removeprefix("local[").rstrip("]"))
+        self.process = subprocess.Popen([sys.executable, __file__, "--file", str(capture), "--worker", master],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        preexec_fn=pinned(self.cores))
+
+    def wait_ready(self) -> None:
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{self.master}: the child failed to warm up")
+
+    def run(self) -> dict:
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def tshark_run(capture: Path) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run(["tshark", "-r", str(capture), "-q", "-z", "conv,tcp"], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False, preexec_fn=pinned(1))  # exits 2: last packet cut
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    result = {"wall_s": time.monotonic() - started, "cpu_s": cpu}
+    print(f"  tshark: {result}", file=sys.stderr)
+    return result
 
 
 def median(results: list[dict], key: str) -> float:
@@ -87,21 +111,31 @@ def median(results: list[dict], key: str) -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
+    """Round after round, tshark then each master once: a machine whose speed drifts (this one's
+    runs vary by ±15%) then favours none of them."""
     size = args.file.stat().st_size
     figures: dict = {"file": str(args.file), "bytes": size, "load_before": os.getloadavg()}
-    tshark = tshark_runs(args.file, args.runs)
+    children = [SparkChild(master, args.file) for master in args.masters]
+    try:
+        for child in children:
+            child.wait_ready()
+        tshark, runs = [], {child.master: [] for child in children}
+        for _ in range(args.runs):
+            tshark.append(tshark_run(args.file))
+            for child in children:
+                runs[child.master].append(child.run())
+    finally:
+        for child in children:
+            child.close()
     figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s"),
                          "wall_s": {"median": median(tshark, "wall_s"), "min": min(r["wall_s"] for r in tshark)}}
-    for master in args.masters:
-        cores = int(master.removeprefix("local[").rstrip("]"))
-        child = subprocess.run([sys.executable, __file__, "--file", str(args.file), "--runs", str(args.runs),
-                                "--worker", master], check=True, stdout=subprocess.PIPE, preexec_fn=pinned(cores))
-        runs = json.loads(child.stdout)
-        figures[master] = {"runs": runs, "cores": cores,
-                           "job_MB_per_s_per_core": size / MB / median(runs, "job_s") / cores,
-                           "decode_MB_per_s_per_core": size / MB / median(runs, "decode_s") / cores,
-                           "job_s": {"median": median(runs, "job_s"), "min": min(r["job_s"] for r in runs),
-                                     "first": runs[0]["job_s"]}}
+    for child in children:
+        done = runs[child.master]
+        figures[child.master] = {"runs": done, "cores": child.cores,
+                                 "job_MB_per_s_per_core": size / MB / median(done, "job_s") / child.cores,
+                                 "decode_MB_per_s_per_core": size / MB / median(done, "decode_s") / child.cores,
+                                 "job_s": {"median": median(done, "job_s"), "min": min(r["job_s"] for r in done),
+                                           "first": done[0]["job_s"]}}
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
@@ -113,14 +147,14 @@ def measure(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--file", type=Path, default=Path("/tmp/spark_pcap_bench.pcap"))
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--worker", metavar="MASTER", help=argparse.SUPPRESS)  # a pinned child's job
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if args.worker:
-        print(json.dumps(spark_runs(args.worker, args.file, args.runs)))
+        serve_runs(args.worker, args.file)
         return 0
     if shutil.which("tshark") is None:
         parser.error("tshark is not installed (Debian: apt-get install tshark)")
