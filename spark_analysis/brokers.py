@@ -180,6 +180,7 @@ def broker_summary(addr: str, events: list[list], time_bins: TimeBins) -> dict:
     for interval in intervals:
         buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
     max_gap = max(intervals, default=None)
+    ordered_bins = sorted(bins)
     return {
         "broker_addr": addr, "broker_name": name, "first_seen": events[0][0], "last_seen": events[-1][0],
         "registrations": registrations, "median_interval_s": statistics.median(intervals) if intervals else None,
@@ -187,8 +188,8 @@ def broker_summary(addr: str, events: list[list], time_bins: TimeBins) -> dict:
         "unregistered": last_unregister is not None and (last_registration is None
                                                          or last_unregister >= last_registration),
         "last_topic_count": last_topic_count, "interval_buckets": buckets, "gaps": gaps,
-        "bins": {"bin": sorted(bins), "heartbeats": [bins[index][0] for index in sorted(bins)],
-                 "topics": [bins[index][1] for index in sorted(bins)]},
+        "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
+                 "topics": [bins[index][1] for index in ordered_bins]},
     }
 
 

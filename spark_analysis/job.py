@@ -144,11 +144,11 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
                                    latencies=latencies, tables_out=tables_out), DECODED))
     if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-    for kind, name, _ in tables.TABLES if not tables_out else ():
-        # one task (and Parquet file) per core, not per shuffle partition: the tables are far
-        # smaller than the capture, and each task and file costs the same whatever its size
-        _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
-            "overwrite").parquet(f"{out}/{name}")
+        for kind, name, _ in tables.TABLES:
+            # one task (and Parquet file) per core, not per shuffle partition: the tables are far
+            # smaller than the capture, and each task and file costs the same whatever its size
+            _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
+                "overwrite").parquet(f"{out}/{name}")
     liveness = broker_liveness(_rows_of(decoded, EVENT), time_bins)
     if tables_out:
         tables.commit(tables_out)
