@@ -13,7 +13,9 @@ captures take: after one capture 20 times smaller the next two big runs were sti
 slower); then, ``--runs`` times, tshark and each master run once in turn, the masters running the
 whole job (outputs and report). The figures are medians, with the fastest and the first run beside
 them.
-"decode" is everything up to the tables and the brokers' liveness; "job" is everything.
+"decode" is everything up to the tables and the brokers' liveness; "job" is everything. "cpu_s" is
+the CPU time of a master's whole process tree in a job, "busy" that over job time x cores: where a
+two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a core sat idle.
 """
 
 from __future__ import annotations
@@ -85,13 +87,38 @@ class SparkChild:
             raise RuntimeError(f"{self.master}: the child failed to warm up")
 
     def run(self) -> dict:
+        """One whole job; with the CPU seconds its process tree used (driver, JVM, Python workers)
+        and how busy that kept its cores: what a second core does not get to do shows there."""
+        before = tree_cpu_seconds(self.process.pid)
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
+        result = json.loads(self.process.stdout.readline())
+        result["cpu_s"] = tree_cpu_seconds(self.process.pid) - before
+        result["busy"] = result["cpu_s"] / (result["job_s"] * self.cores)
+        return result
 
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait()
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User and system CPU seconds of a process and all its descendants, living or reaped (Linux /proc)."""
+    parents, used = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        pid = int(stat.parent.name)
+        parents[pid], used[pid] = int(fields[1]), sum(map(int, fields[11:15]))  # own and reaped children's
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [child for child, parent in parents.items() if parent == pid and child not in tree]
+    return sum(used.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def tshark_run(capture: Path) -> dict:
@@ -135,7 +162,8 @@ def measure(args: argparse.Namespace) -> dict:
                                  "job_MB_per_s_per_core": size / MB / median(done, "job_s") / child.cores,
                                  "decode_MB_per_s_per_core": size / MB / median(done, "decode_s") / child.cores,
                                  "job_s": {"median": median(done, "job_s"), "min": min(r["job_s"] for r in done),
-                                           "first": done[0]["job_s"]}}
+                                           "first": done[0]["job_s"]},
+                                 "cpu_s": median(done, "cpu_s"), "busy": median(done, "busy")}
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
