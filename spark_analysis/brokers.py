@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -91,7 +92,8 @@ class TimeBins(NamedTuple):
     def of(self, t: float) -> int:
         return int((t - self.start) // self.width)
 
-    def middle(self, index: int) -> float:
+    def middle(self, index: int | np.ndarray) -> float | np.ndarray:
+        """The middle time of a bin (or of each of an array of bins)."""
         return self.start + (index + 0.5) * self.width
 
 

@@ -112,15 +112,13 @@ def interval_histogram(counts: dict[int, int]) -> bytes:
 
 def topic_counts(shown: list[str], liveness: Liveness) -> bytes:
     figure, axes = _figure()
-    time_bins = liveness.time_bins
     plotted = 0
     for addr in shown:
         points = [(index, topics) for index, _, topics in liveness.bins.get(addr, ()) if topics is not None]
         if points:
             plotted += 1
             indexes, topics = zip(*points, strict=True)
-            axes.step(_days(time_bins.start + (np.array(indexes) + 0.5) * time_bins.width), topics,
-                      where="post", label=addr)
+            axes.step(_days(liveness.time_bins.middle(np.array(indexes))), topics, where="post", label=addr)
     axes.xaxis_date()
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("topics in the registration")
