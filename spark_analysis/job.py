@@ -70,7 +70,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.python.unix.domain.socket.enabled", "true")
                    .config("spark.ui.enabled", str(ui).lower())
-                   .config("spark.sql.shuffle.partitions", str(_local_cores(master)))
+                   .config("spark.sql.shuffle.partitions", str(local_cores(master)))
                    .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC")
@@ -96,7 +96,7 @@ def _java_options_configured(conf: dict[str, str]) -> bool:
     return False
 
 
-def _local_cores(master: str) -> int:
+def local_cores(master: str) -> int:
     """The thread count of local, local[N], local[N,F] or local[*]."""
     threads = master.partition("[")[2].split(",")[0].rstrip("]") or "1"
     return (os.cpu_count() or 1) if threads == "*" else int(threads)

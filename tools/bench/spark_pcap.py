@@ -33,6 +33,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from spark_analysis.job import analyse, build_session, local_cores
+
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
 BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "10", "--seed", "1")
@@ -48,8 +50,6 @@ def pinned(cores: int) -> partial:
 def serve_runs(master: str, capture: Path) -> None:
     """In this (pinned) process: warm up, say "ready", then time one whole job per line read from
     stdin, answering each with a line of JSON; stop at end of input."""
-    from spark_analysis.job import analyse, build_session
-
     with tempfile.TemporaryDirectory(prefix="spark-pcap-bench-") as scratch:
         warm_up = Path(scratch, "warm_up.pcap")
         subprocess.run([sys.executable, str(SYNTH), str(warm_up), *WARM_UP], check=True, capture_output=True)
@@ -77,7 +77,7 @@ class SparkChild:
 
     def __init__(self, master: str, capture: Path) -> None:
         self.master = master
-        self.cores = int(master.removeprefix("local[").rstrip("]"))
+        self.cores = local_cores(master)
         self.process = subprocess.Popen([sys.executable, __file__, "--file", str(capture), "--worker", master],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         preexec_fn=pinned(self.cores))
