@@ -2,10 +2,11 @@
 """Benchmark (not a test): MB/s of pcap per core for the Spark report, with local[1] and local[2],
 against ``tshark -r FILE -q -z conv,tcp`` on the same file.
 
-    python tools/bench/spark_pcap.py [--file /tmp/spark_pcap_bench.pcap] [--runs 5] [--json OUT]
+    python tools/bench/spark_pcap.py [--hours 10 | --file FILE] [--runs 5] [--json OUT]
 
-Without the file, writes a ~1.2 GB synthetic capture there first (tools/synth_pcap.py: 40 brokers
-with 200-odd topics, 80 clients, 10 hours). Every measurement runs in a child process pinned to as
+Without ``--file``, on a synthetic capture of ``--hours`` of traffic (tools/synth_pcap.py: 40
+brokers with 200-odd topics, 80 clients; 10 hours, the default, ~1.2 GB; 30 hours ~3.6 GB), written
+to /tmp/spark_pcap_bench_<hours>h.pcap if not there yet. Every measurement runs in a child process pinned to as
 many cores as it is credited with (tshark and local[1] to one, local[2] to two): the JVM's threads
 would otherwise lend local[1] a second core. Each master gets its own child process and session,
 warmed up on a capture of the same traffic 4 times smaller (the JIT compiles the paths big
@@ -37,7 +38,7 @@ from spark_analysis.job import analyse, build_session, local_cores
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
-BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "10", "--seed", "1")
+BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--seed", "1")  # and --hours
 WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "2.5", "--seed", "2")  # ~300 MB
 MB = 1e6
 
@@ -174,7 +175,8 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--file", type=Path, default=Path("/tmp/spark_pcap_bench.pcap"))
+    parser.add_argument("--file", type=Path, help="a capture to measure on (default: a synthetic one)")
+    parser.add_argument("--hours", type=float, default=10, help="of synthetic traffic, without --file")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -186,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("tshark") is None:
         parser.error("tshark is not installed (Debian: apt-get install tshark)")
-    if not args.file.exists():
-        subprocess.run([sys.executable, str(SYNTH), str(args.file), *BIG], check=True)
+    if args.file is None:
+        args.file = Path(f"/tmp/spark_pcap_bench_{args.hours:g}h.pcap")
+        if not args.file.exists():
+            subprocess.run([sys.executable, str(SYNTH), str(args.file), *BIG, "--hours", str(args.hours)], check=True)
     figures = measure(args)
     print(json.dumps({key: {k: v for k, v in value.items() if k != "runs"} if isinstance(value, dict) else value
                       for key, value in figures.items()}, indent=1))
