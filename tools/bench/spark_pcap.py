@@ -6,12 +6,11 @@ against ``tshark -r FILE -q -z conv,tcp`` on the same file.
 
 Without ``--file``, on a synthetic capture of ``--hours`` of traffic (tools/synth_pcap.py: 40
 brokers with 200-odd topics, 80 clients; 10 hours, the default, ~1.2 GB; 30 hours ~3.6 GB), written
-to /tmp/spark_pcap_bench_<hours>h.pcap if not there yet. Every measurement runs in a child process pinned to as
-many cores as it is credited with (tshark and local[1] to one, local[2] to two): the JVM's threads
-would otherwise lend local[1] a second core. Each master gets its own child process and session,
-warmed up on a capture of the same traffic 4 times smaller (the JIT compiles the paths big
-captures take: after one capture 20 times smaller the next two big runs were still 10-20%
-slower); then, ``--runs`` times, tshark and each master run once in turn, the masters running the
+to /tmp/spark_pcap_bench_<hours>h.pcap if not there yet. Every measurement runs in a child process
+pinned to as many cores as it is credited with (tshark and local[1] to one, local[2] to two): the
+JVM's threads would otherwise lend local[1] a second core. Each master gets its own child process
+and session, warmed up on ~300 MB of the same traffic (the JIT compiles the paths big captures
+take); then, ``--runs`` times, tshark and each master run once in turn, the masters running the
 whole job (outputs and report). The figures are medians, with the fastest and the first run beside
 them.
 "decode" is everything up to the tables and the brokers' liveness; "job" is everything. "cpu_s" is
