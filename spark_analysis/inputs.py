@@ -76,6 +76,10 @@ class Piece(NamedTuple):
     rows: bytes  # SEGMENT records
     payload: bytes | None  # None: the offsets are into the file at ``path``
 
+    @property
+    def payload_bytes(self) -> int:
+        return int(np.frombuffer(self.rows, SEGMENT)["length"].sum())
+
     def table(self, mapped: Callable[[str], Buffer]) -> SegmentTable:
         """As a table; ``mapped`` gives a local file's content (e.g. an mmap)."""
         rows = np.frombuffer(self.rows, SEGMENT)

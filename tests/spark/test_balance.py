@@ -1,0 +1,42 @@
+"""Dealing the largest 4-tuples out to the decoding tasks (balance.py)."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from spark_analysis import balance
+
+
+def _ends(index: int) -> tuple[str, str]:
+    return ("10.0.0.1:9876", f"10.1.0.{index}:40000")
+
+
+def test_deal_gives_each_task_the_least_loaded_share() -> None:
+    sizes = {_ends(i): size for i, size in enumerate([90, 80, 50, 40, 30, 30, 20, 10])}
+    dealt = balance.deal(sizes, 3)
+    loads = [sum(sizes[key] for key, task in dealt.items() if task == t) for t in range(3)]
+    assert set(dealt) == set(sizes)
+    assert sorted(loads) == [110, 120, 120]  # largest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
+
+
+def test_deal_keeps_only_the_largest() -> None:
+    sizes = {_ends(i): 1000 - i for i in range(100)}
+    dealt = balance.deal(sizes, 2)
+    assert set(dealt) == {_ends(i) for i in range(balance.DEALT_PER_TASK * 2)}
+
+
+def test_spark_hash_int_is_sparks(spark) -> None:
+    values = spark.range(0, 5000, 7).select(F.col("id").cast("int").alias("value"))
+    rows = values.select("value", F.hash("value").alias("hash")).collect()
+    assert [balance.spark_hash_int(row.value) for row in rows] == [row.hash for row in rows]
+
+
+def test_dealt_rows_land_in_their_task(spark) -> None:
+    tasks = 5
+    dealt = {_ends(i): i % tasks for i in range(12)}
+    rows = [(lower, higher) for lower, higher in dealt] + [_ends(i) for i in range(50, 60)]  # and undealt ones
+    pieces = spark.createDataFrame(rows, "lower string, higher string")
+    placed = (pieces.repartition(tasks, balance.task_column(dealt, tasks))
+              .select("lower", "higher", F.spark_partition_id().alias("task")).collect())
+    assert len(placed) == len(rows)
+    assert {(row.lower, row.higher): row.task for row in placed if (row.lower, row.higher) in dealt} == dealt
