@@ -15,6 +15,7 @@ to one task whole.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Mapping
 
 from pyspark.sql import Column
@@ -47,9 +48,10 @@ def task_column(dealt: Mapping[ConnectionKey, int], tasks: int) -> Column:
     if not dealt:
         return ends_hash
     to_value = _values_to_tasks(tasks)
-    values = F.create_map(*(F.lit(item) for (lower, higher), task in sorted(dealt.items())
-                            for item in (f"{lower} {higher}", to_value[task])))
-    return F.coalesce(values[F.concat_ws(" ", "lower", "higher")], ends_hash)
+    # one literal however many are dealt (a map of literals costs a Py4J call and an expression each)
+    values = json.dumps({f"{lower} {higher}": to_value[task] for (lower, higher), task in dealt.items()})
+    return F.coalesce(F.from_json(F.lit(values), "map<string,int>")[F.concat_ws(" ", "lower", "higher")],
+                      ends_hash)
 
 
 def _values_to_tasks(tasks: int) -> list[int]:
