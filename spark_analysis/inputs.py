@@ -78,6 +78,7 @@ class Piece(NamedTuple):
 
     @property
     def payload_bytes(self) -> int:
+        """The bytes of its segments' payloads, inline or in the file."""
         return int(np.frombuffer(self.rows, SEGMENT)["length"].sum())
 
     def table(self, mapped: Callable[[str], Buffer]) -> SegmentTable:

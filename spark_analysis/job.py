@@ -9,9 +9,9 @@ the tasks by the bytes the reading tasks counted: balance.py), which orders them
 maps the file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart
 there, by SYN). With a local output and master, that task writes its rows of the tables as
 Parquet part files itself (tables.py); otherwise the rows go to the JVM as Arrow batches
-(mapInArrow), one struct column per table, and are cached there while Spark writes the tables. Broker events go to
-the JVM either way and on, by broker, to the liveness tasks (brokers.py), in the same job; counts
-come back through accumulators. The driver only plans splits and collects counts and per-broker
+(mapInArrow), one struct column per table, and are cached there while Spark writes the tables.
+Broker events go to the JVM either way and on, by broker, to the liveness tasks (brokers.py), in
+the same job; counts come back through accumulators. The driver only plans splits and collects counts and per-broker
 aggregates: never packets or frames.
 """
 
@@ -225,8 +225,8 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
-        if (payload := piece.payload_bytes) >= balance.COUNTED_PIECE_BYTES:
-            large[piece.ends] += payload
+        if (payload_bytes := piece.payload_bytes) >= balance.COUNTED_PIECE_BYTES:
+            large[piece.ends] += payload_bytes
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
