@@ -76,11 +76,6 @@ class Piece(NamedTuple):
     rows: bytes  # SEGMENT records
     payload: bytes | None  # None: the offsets are into the file at ``path``
 
-    @property
-    def payload_bytes(self) -> int:
-        """The bytes of its segments' payloads, inline or in the file."""
-        return int(np.frombuffer(self.rows, SEGMENT)["length"].sum())
-
     def table(self, mapped: Callable[[str], Buffer]) -> SegmentTable:
         """As a table; ``mapped`` gives a local file's content (e.g. an mmap)."""
         rows = np.frombuffer(self.rows, SEGMENT)

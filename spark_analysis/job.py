@@ -4,8 +4,8 @@ Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no p
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
 found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of
 their own, whose span of segments sets the report's time bins, and their pieces are kept. A
-shuffle brings every piece of a 4-tuple to one task (the largest 4-tuples dealt out evenly over
-the tasks by the bytes the reading tasks counted: balance.py), which orders them in capture order,
+shuffle brings every piece of a 4-tuple to one task (the costliest 4-tuples dealt out evenly over
+the tasks by what the reading tasks estimated: balance.py), which orders them in capture order,
 maps the file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart
 there, by SYN). With a local output and master, that task writes its rows of the tables as
 Parquet part files itself (tables.py); otherwise the rows go to the JVM as Arrow batches
@@ -125,11 +125,11 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 
     tally = sc.accumulator(Counter(), _TallyParam())
     latencies = sc.accumulator(Counter(), _TallyParam())  # latency.count_calls
-    sizes = sc.accumulator(Counter(), _TallyParam())  # 4-tuple -> payload bytes, of large pieces
+    costs = sc.accumulator(Counter(), _TallyParam())  # 4-tuple -> decoding cost, of costly pieces (balance.py)
     # The reading tasks run first: the span of the segments they find sets the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it.
-    pieces = _pieces(spark, tasks, remote, server_port, tally, sizes).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, remote, server_port, tally, costs).persist(StorageLevel.MEMORY_AND_DISK)
     pieces.write.format("noop").mode("overwrite").save()  # one stage that fills the cache
     read = Counter(tally.value)
     time_bins = TimeBins.spanning(read.get(inputs.FIRST_SEGMENT), read.get(inputs.LAST_SEGMENT))
@@ -139,12 +139,12 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
         tables.prepare(tables_out)
-    # two per core: with the largest 4-tuples dealt out evenly (balance.py) few tasks do, and each
+    # two per core: with the costliest 4-tuples dealt out evenly (balance.py) few tasks do, and each
     # costs ~30 ms whatever its size (four per core, hashed: 1.2 GB jobs 6% slower on one core, 3%
     # on two); a task holds its pieces, whose payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
     partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    dealt = balance.deal(sizes.value, partitions)
+    dealt = balance.deal(costs.value, partitions)
     decoded = (pieces.repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, accumulator=tally,
                                    latencies=latencies, tables_out=tables_out), DECODED))
@@ -180,53 +180,53 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
-            tally, sizes) -> DataFrame:
+            tally, costs) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
         parts.append(indexes.mapInArrow(
-            partial(_read_tasks, tasks=tasks, server_port=server_port, accumulator=tally, sizes=sizes), PIECES))
+            partial(_read_tasks, tasks=tasks, server_port=server_port, accumulator=tally, costs=costs), PIECES))
     if remote:
         files = spark.read.format("binaryFile").load([f.path for f in remote]).select("path", "content")
         parts.append(files.mapInArrow(
             partial(_read_files, remote={f.path: f for f in remote}, server_port=server_port, accumulator=tally,
-                    sizes=sizes),
+                    costs=costs),
             PIECES))
     return reduce(DataFrame.union, parts)
 
 
 def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
-                accumulator, sizes) -> Iterator[pa.RecordBatch]:
+                accumulator, costs) -> Iterator[pa.RecordBatch]:
     worker.settle()
     for batch in batches:
         for index in batch.column(0).to_pylist():
             yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port, accumulator=accumulator,
-                                      sizes=sizes)
+                                      costs=costs)
 
 
 def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int,
-                accumulator, sizes) -> Iterator[pa.RecordBatch]:
+                accumulator, costs) -> Iterator[pa.RecordBatch]:
     worker.settle()
     for batch in batches:
         for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             yield from _piece_batches(inputs.read_whole, content, remote.get(path, CaptureFile(path, 0, 0)),
-                                      server_port=server_port, accumulator=accumulator, sizes=sizes)
+                                      server_port=server_port, accumulator=accumulator, costs=costs)
 
 
-def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int, accumulator, sizes
+def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int, accumulator, costs
                    ) -> Iterator[pa.RecordBatch]:
     """Run a reader with a local tally, added to the accumulator once the reader is done, as are
-    the payload bytes of its large pieces to ``sizes``; its pieces as Arrow batches of about
+    the decoding costs of its costly pieces to ``costs``; its pieces as Arrow batches of about
     _BATCH_BYTES."""
     tally: Counter = Counter()
-    large: Counter = Counter()
+    costly: Counter = Counter()
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
-        if (payload_bytes := piece.payload_bytes) >= balance.COUNTED_PIECE_BYTES:
-            large[piece.ends] += payload_bytes
+        if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
+            costly[piece.ends] += cost
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
@@ -235,7 +235,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     if pending:
         yield _piece_batch(pending)
     accumulator.add(tally)
-    sizes.add(large)
+    costs.add(costly)
 
 
 def _piece_batch(pieces: list[Piece]) -> pa.RecordBatch:

@@ -1,14 +1,27 @@
-"""Dealing the largest 4-tuples out to the decoding tasks (balance.py)."""
+"""Dealing the costliest 4-tuples out to the decoding tasks (balance.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 from pyspark.sql import functions as F
 
 from spark_analysis import balance
+from spark_analysis.inputs import Piece
+from spark_analysis.streams import SEGMENT
 
 
 def _ends(index: int) -> tuple[str, str]:
     return ("10.0.0.1:9876", f"10.1.0.{index}:40000")
+
+
+def test_decode_cost_counts_payload_bytes_and_a_frame_per_run_one_way() -> None:
+    # a request in two segments with the server's bare ACK between them (no payload: no run), its
+    # answer, the next request
+    rows = np.zeros(5, SEGMENT)
+    rows["length"] = [1000, 0, 200, 50, 300]
+    rows["forward"] = [True, False, True, False, True]
+    piece = Piece(_ends(1), "capture.pcap", rows.tobytes(), None)
+    assert balance.decode_cost(piece) == 1550 + 3 * balance.FRAME_COST_BYTES
 
 
 def test_deal_gives_each_task_the_least_loaded_share() -> None:
@@ -19,10 +32,11 @@ def test_deal_gives_each_task_the_least_loaded_share() -> None:
     assert sorted(loads) == [110, 120, 120]  # largest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
 
 
-def test_deal_keeps_only_the_largest() -> None:
-    sizes = {_ends(i): 1000 - i for i in range(100)}
-    dealt = balance.deal(sizes, 2)
-    assert set(dealt) == {_ends(i) for i in range(balance.DEALT_PER_TASK * 2)}
+def test_deal_keeps_only_the_costliest(monkeypatch) -> None:
+    monkeypatch.setattr(balance, "MAX_DEALT", 10)
+    costs = {_ends(i): 1000 - i for i in range(100)}
+    dealt = balance.deal(costs, 2)
+    assert set(dealt) == {_ends(i) for i in range(10)}
 
 
 def test_spark_hash_int_is_sparks(spark) -> None:
