@@ -16,12 +16,17 @@ them.
 "decode" is everything up to the tables and the brokers' liveness; "job" is everything. "cpu_s" is
 the CPU time of a master's whole process tree in a job, "busy" that over job time x cores: where a
 two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a core sat idle.
+"two_core_probe": in every round, the job's own Python work without Spark (reading and decoding
+the capture's first 128 MiB) timed alone on each of the two cores, then on both at once; its
+"scaling" is what two cores gave that fixed work at that moment (2.0 where running side by side
+costs nothing): the ceiling the job's two-core speedup is read against on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -30,16 +35,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
 
+from spark_analysis import inputs
+from spark_analysis.decode import piece_rows
+from spark_analysis.inputs import CaptureFile, MappedFiles, Split
 from spark_analysis.job import analyse, build_session, local_cores
+from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
 BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--seed", "1")  # and --hours
 WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "2.5", "--seed", "2")  # ~300 MB
 MB = 1e6
+PROBE_BYTES = 128 << 20  # of the capture, read and decoded by the two-core probe
 
 
 def pinned(cores: int) -> partial:
@@ -133,6 +144,49 @@ def tshark_run(capture: Path) -> dict:
     return result
 
 
+def probe_work(capture: Path) -> float:
+    """Seconds this process takes to read and decode the connections in the capture's first
+    PROBE_BYTES the way the job's tasks do, with no Spark around it."""
+    started = time.monotonic()
+    file = CaptureFile(str(capture), capture.stat().st_size, 0)
+    by_connection = defaultdict(list)
+    for piece in inputs.read_task([Split(file, 0, min(PROBE_BYTES, file.size))], DEFAULT_SERVER_PORT, Counter()):
+        by_connection[piece.ends].append(piece)
+    mapped = MappedFiles()
+    for pieces in by_connection.values():
+        for _ in piece_rows(pieces, DEFAULT_SERVER_PORT, mapped):
+            pass
+    return time.monotonic() - started
+
+
+def _probe_on(core: int, capture: Path, results) -> None:
+    os.sched_setaffinity(0, {core})
+    results.put((core, probe_work(capture)))
+
+
+def probes(capture: Path, cores: list[int]) -> list[float]:
+    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here)."""
+    context = multiprocessing.get_context("fork")
+    results = context.SimpleQueue()
+    workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    seconds = dict(results.get() for _ in workers)
+    return [seconds[core] for core in cores]
+
+
+def two_core_probe(capture: Path) -> dict:
+    """The probe alone on each of the first two cores, then on both at once."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    alone = [probes(capture, [core])[0] for core in cores]
+    together = probes(capture, cores)
+    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together)}
+    print(f"  two-core probe: {result}", file=sys.stderr)
+    return result
+
+
 def median(results: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in results)
 
@@ -146,14 +200,18 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         for child in children:
             child.wait_ready()
-        tshark, runs = [], {child.master: [] for child in children}
+        tshark, runs, probed = [], {child.master: [] for child in children}, []
         for _ in range(args.runs):
             tshark.append(tshark_run(args.file))
             for child in children:
                 runs[child.master].append(child.run())
+            probed.append(two_core_probe(args.file))
     finally:
         for child in children:
             child.close()
+    figures["two_core_probe"] = {"runs": probed, "scaling": {"median": median(probed, "scaling"),
+                                                             "min": min(r["scaling"] for r in probed),
+                                                             "max": max(r["scaling"] for r in probed)}}
     figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s"),
                          "wall_s": {"median": median(tshark, "wall_s"), "min": min(r["wall_s"] for r in tshark)}}
     for child in children:
@@ -167,6 +225,7 @@ def measure(args: argparse.Namespace) -> dict:
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
+        figures["speedup_job_rounds"] = [a["job_s"] / b["job_s"] for a, b in zip(one, two, strict=True)]
         figures["speedup_decode"] = median(one, "decode_s") / median(two, "decode_s")
     figures["load_after"] = os.getloadavg()
     return figures
