@@ -7,12 +7,13 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
-from spark_analysis.inputs import MappedFiles, Piece
+from spark_analysis.inputs import ConnectionKey, MappedFiles, Piece, Split, read_task
 from spark_analysis.packets import TcpSegment
 from spark_analysis.schema import REGISTRATION_ROWS
 from spark_analysis.streams import Connection, merge_tables, reassemble, reassemble_table
@@ -62,6 +63,18 @@ def piece_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | 
     table = merge_tables(piece.table(mapped or MappedFiles()) for piece in pieces)
     for connection in reassemble_table(table, server_port):
         yield from conversation_rows(conversation_of(connection))
+
+
+def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, tuple]]:
+    """Tagged rows of every 4-tuple in these splits (a reading task each), as the job makes them,
+    in this process: what tests compare and benchmarks time without Spark."""
+    pieces: dict[ConnectionKey, list[Piece]] = {}
+    for split in splits:
+        for piece in read_task([split], server_port, Counter()):
+            pieces.setdefault(piece.ends, []).append(piece)
+    mapped = MappedFiles()
+    for parts in pieces.values():
+        yield from piece_rows(parts, server_port, mapped)
 
 
 def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, tuple]]:

@@ -24,9 +24,9 @@ from spark_analysis.decode import (
     REGISTRATION,
     connection_rows,
     conversation_rows,
-    piece_rows,
+    split_rows,
 )
-from spark_analysis.inputs import CaptureFile, Split, discover, plan_tasks, read_task
+from spark_analysis.inputs import CaptureFile, Split, discover, plan_tasks
 from spark_analysis.packets import ACK, PSH, tcp_segments
 from spark_analysis.pcapio import read_records
 from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
@@ -197,11 +197,7 @@ def test_every_row_of_a_conversation_has_its_connection_id() -> None:
 
 def decoded(splits: list[Split]) -> Counter:
     """Decoded rows, as the job gets them from these splits (one task per split)."""
-    pieces: dict = {}
-    for split in splits:
-        for piece in read_task([split], 9876, Counter()):
-            pieces.setdefault(piece.ends, []).append(piece)
-    return Counter(repr(row) for parts in pieces.values() for row in piece_rows(parts, 9876))
+    return Counter(repr(row) for row in split_rows(splits, 9876))
 
 
 @pytest.mark.parametrize("range_size", [97, 1000, 4099, 65536])

@@ -25,6 +25,7 @@ costs nothing): the ceiling the job's two-core speedup is read against on a shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -35,13 +36,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
 
-from spark_analysis import inputs
-from spark_analysis.decode import piece_rows
-from spark_analysis.inputs import CaptureFile, MappedFiles, Split
+from run import descendants  # the performance table's runner, beside this file
+
+from spark_analysis.decode import split_rows
+from spark_analysis.inputs import CaptureFile, Split
 from spark_analysis.job import analyse, build_session, local_cores
 from spark_analysis.streams import DEFAULT_SERVER_PORT
 
@@ -115,21 +116,12 @@ class SparkChild:
 
 def tree_cpu_seconds(root: int) -> float:
     """User and system CPU seconds of a process and all its descendants, living or reaped (Linux /proc)."""
-    parents, used = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
-        pid = int(stat.parent.name)
-        parents[pid], used[pid] = int(fields[1]), sum(map(int, fields[11:15]))  # own and reaped children's
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo += [child for child, parent in parents.items() if parent == pid and child not in tree]
-    return sum(used.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for pid in [root, *descendants(root)]:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            text = Path(f"/proc/{pid}/stat").read_text()
+            ticks += sum(map(int, text[text.rindex(")") + 2:].split()[11:15]))  # own and reaped children's
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def tshark_run(capture: Path) -> dict:
@@ -149,13 +141,8 @@ def probe_work(capture: Path) -> float:
     PROBE_BYTES the way the job's tasks do, with no Spark around it."""
     started = time.monotonic()
     file = CaptureFile(str(capture), capture.stat().st_size, 0)
-    by_connection = defaultdict(list)
-    for piece in inputs.read_task([Split(file, 0, min(PROBE_BYTES, file.size))], DEFAULT_SERVER_PORT, Counter()):
-        by_connection[piece.ends].append(piece)
-    mapped = MappedFiles()
-    for pieces in by_connection.values():
-        for _ in piece_rows(pieces, DEFAULT_SERVER_PORT, mapped):
-            pass
+    for _ in split_rows([Split(file, 0, min(PROBE_BYTES, file.size))], DEFAULT_SERVER_PORT):
+        pass
     return time.monotonic() - started
 
 
