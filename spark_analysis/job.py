@@ -2,17 +2,17 @@
 
 Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no pickled rows) read
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
-found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of
-their own, whose span of segments sets the report's time bins, and their pieces are kept. A
-shuffle brings every piece of a 4-tuple to one task (the costliest 4-tuples dealt out evenly over
-the tasks by what the reading tasks estimated: balance.py), which orders them in capture order,
-maps the file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart
-there, by SYN). With a local output and master, that task writes its rows of the tables as
-Parquet part files itself (tables.py); otherwise the rows go to the JVM as Arrow batches
-(mapInArrow), one struct column per table, and are cached there while Spark writes the tables.
-Broker events go to the JVM either way and on, by broker, to the liveness tasks (brokers.py), in
-the same job; counts come back through accumulators. The driver only plans splits and collects counts and per-broker
-aggregates: never packets or frames.
+found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of their
+own, whose span of segments sets the report's time bins, and their pieces are kept. A shuffle brings
+every piece of a 4-tuple to one task (the costliest 4-tuples dealt out evenly over the tasks by what
+the reading tasks estimated: balance.py), which orders them in capture order, maps the file, and
+reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by SYN). With a
+local output and master, that task writes its rows of the tables as Parquet part files itself
+(tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct column per
+table, and are cached there while Spark writes the tables. Broker events go to the JVM either way
+and on, by broker, to the liveness tasks (brokers.py), in the same job; counts come back through
+accumulators. The driver only plans splits and collects counts and per-broker aggregates: never
+packets or frames.
 """
 
 from __future__ import annotations

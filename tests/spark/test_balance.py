@@ -25,11 +25,11 @@ def test_decode_cost_counts_payload_bytes_and_a_frame_per_run_one_way() -> None:
 
 
 def test_deal_gives_each_task_the_least_loaded_share() -> None:
-    sizes = {_ends(i): size for i, size in enumerate([90, 80, 50, 40, 30, 30, 20, 10])}
-    dealt = balance.deal(sizes, 3)
-    loads = [sum(sizes[key] for key, task in dealt.items() if task == t) for t in range(3)]
-    assert set(dealt) == set(sizes)
-    assert sorted(loads) == [110, 120, 120]  # largest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
+    costs = {_ends(i): cost for i, cost in enumerate([90, 80, 50, 40, 30, 30, 20, 10])}
+    dealt = balance.deal(costs, 3)
+    loads = [sum(costs[key] for key, task in dealt.items() if task == t) for t in range(3)]
+    assert set(dealt) == set(costs)
+    assert sorted(loads) == [110, 120, 120]  # costliest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
 
 
 def test_deal_keeps_only_the_costliest(monkeypatch) -> None:
