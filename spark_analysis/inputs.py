@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import mmap
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 from urllib.parse import urlparse
@@ -85,19 +85,44 @@ class Piece(NamedTuple):
 
 class MappedFiles:
     """Local capture files mapped into memory, each once: what reading tasks scan and where
-    reassembling tasks read pieces' payloads (the page cache, not a copy per task)."""
+    reassembling tasks read pieces' payloads (the page cache, not a copy per task).
+
+    The mappings outlive the task (_map): PySpark runs the next task in the same worker, which then
+    finds the pages its earlier tasks touched mapped. A decoding task's connections have segments
+    all over the file, so mapping it anew in every task cost the kernel ~0.1 s per GB and task to
+    map every page again (and so did the reading task before it over its range)."""
 
     def __init__(self) -> None:
         self._mapped: dict[str, Buffer] = {}
+        while len(_MAPPINGS) > RETAINED_MAPPINGS:  # another task's files, least recently used first
+            _MAPPINGS.popitem(last=False)
 
     def __call__(self, path: str) -> Buffer:
         mapped = self._mapped.get(path)
         if mapped is None:
-            with open(local_path(path), "rb") as f:
-                empty = os.fstat(f.fileno()).st_size == 0  # mmap refuses empty files
-                mapped = b"" if empty else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._mapped[path] = mapped
+            mapped = self._mapped[path] = _map(path)
         return mapped
+
+
+#: files whose mappings a worker keeps between tasks (within a task it keeps all it maps)
+RETAINED_MAPPINGS = 16
+_MAPPINGS: OrderedDict[str, tuple[tuple[int, ...], Buffer]] = OrderedDict()
+
+
+def _map(path: str) -> Buffer:
+    """The file's content: this process's mapping of it while it is the same file (device, inode,
+    size and modification time), else a new one."""
+    with open(local_path(path), "rb") as f:
+        status = os.fstat(f.fileno())
+        identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        kept = _MAPPINGS.get(path)
+        if kept is not None and kept[0] == identity:
+            _MAPPINGS.move_to_end(path)
+            return kept[1]
+        empty = status.st_size == 0  # mmap refuses empty files
+        mapped = b"" if empty else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    _MAPPINGS[path] = (identity, mapped)
+    return mapped
 
 
 def is_local(path: str) -> bool:

@@ -26,7 +26,7 @@ from spark_analysis.decode import (
     conversation_rows,
     split_rows,
 )
-from spark_analysis.inputs import CaptureFile, Split, discover, plan_tasks
+from spark_analysis.inputs import RETAINED_MAPPINGS, CaptureFile, MappedFiles, Split, discover, plan_tasks
 from spark_analysis.packets import ACK, PSH, tcp_segments
 from spark_analysis.pcapio import read_records
 from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
@@ -226,6 +226,26 @@ def test_inputs_expand_directories_and_globs(tmp_path: Path) -> None:
         ("a/1.pcap", 8, 0), ("a/b/2.pcap", 10, 1), ("c.pcap", 6, 2)]
     with pytest.raises(FileNotFoundError):
         discover([str(tmp_path / "missing*")], lambda uri: [])
+
+
+def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "a.pcap"
+    path.write_bytes(b"a" * 4096)
+    first = MappedFiles()(str(path))  # one task
+    assert MappedFiles()(str(path)) is first  # the next
+    path.write_bytes(b"b" * 8192)
+    changed = MappedFiles()(str(path))
+    assert changed is not first and changed[:] == b"b" * 8192
+
+
+def test_a_worker_lets_go_of_the_mappings_used_longest_ago(tmp_path: Path) -> None:
+    paths = [tmp_path / f"{index}.pcap" for index in range(RETAINED_MAPPINGS + 1)]
+    for path in paths:
+        path.write_bytes(path.name.encode())
+    mappings = [MappedFiles()(str(path)) for path in paths]  # a task each
+    task = MappedFiles()
+    assert task(str(paths[-1])) is mappings[-1]
+    assert task(str(paths[0])) is not mappings[0]
 
 
 # --- the synthetic generator -------------------------------------------------------------------------
