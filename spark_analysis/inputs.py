@@ -90,7 +90,8 @@ class MappedFiles:
     The mappings outlive the task (_map): PySpark runs the next task in the same worker, which then
     finds the pages its earlier tasks touched mapped. A decoding task's connections have segments
     all over the file, so mapping it anew in every task cost the kernel ~0.1 s per GB and task to
-    map every page again (and so did the reading task before it over its range)."""
+    map every page again (and so did the reading task before it over its range). Spark ends a worker
+    left idle for a minute, and with it its mappings (and its hold on files deleted since)."""
 
     def __init__(self) -> None:
         self._mapped: dict[str, Buffer] = {}
