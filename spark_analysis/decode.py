@@ -13,10 +13,10 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
-from spark_analysis.inputs import ConnectionKey, MappedFiles, Piece, Split, read_task
+from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
 from spark_analysis.packets import TcpSegment
 from spark_analysis.schema import REGISTRATION_ROWS
-from spark_analysis.streams import Connection, merge_tables, reassemble, reassemble_table
+from spark_analysis.streams import Connection, reassemble, reassemble_table
 from twisted_namesrv.processor import java_bool, optional_long
 from twisted_namesrv.protocol.register import RegisterBodyError, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType, header
@@ -57,10 +57,9 @@ class BodySummary(NamedTuple):
     filter_servers: list[str] | None
 
 
-def piece_rows(pieces: Iterable[Piece], server_port: int, mapped: MappedFiles | None = None
-               ) -> Iterator[tuple[str, tuple]]:
+def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, tuple]]:
     """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
-    table = merge_tables(piece.table(mapped or MappedFiles()) for piece in pieces)
+    table = connection_table(pieces)
     for connection in reassemble_table(table, server_port):
         yield from conversation_rows(conversation_of(connection))
 
@@ -72,9 +71,8 @@ def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str,
     for split in splits:
         for piece in read_task([split], server_port, Counter()):
             pieces.setdefault(piece.ends, []).append(piece)
-    mapped = MappedFiles()
     for parts in pieces.values():
-        yield from piece_rows(parts, server_port, mapped)
+        yield from piece_rows(parts, server_port)
 
 
 def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, tuple]]:

@@ -8,8 +8,9 @@ whole by one task (through mmap, so it need not fit in memory). Files on other f
 (hdfs://, s3a://) are listed by the job through Hadoop and read whole by Spark (``binaryFile``).
 
 A Piece of a local file carries no payload bytes, only where they are in the file: the task that
-reassembles the connection maps the file and reads them there, so the shuffle moves ~30 bytes
-per segment instead of the capture. Pieces of files read whole carry their payloads.
+reassembles the connection maps the file and reads them there (copies them out of a small file),
+so the shuffle moves ~30 bytes per segment instead of the capture. Pieces of files read whole
+carry their payloads.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from spark_analysis.pcapio import (
     iter_records,
     parse_pcap_header,
 )
-from spark_analysis.streams import SEGMENT, SegmentTable
+from spark_analysis.streams import SEGMENT, SegmentTable, merge_tables
 
 MAX_SPLIT_BYTES = 256 << 20
 MIN_SPLIT_BYTES = 1 << 20
@@ -76,43 +77,43 @@ class Piece(NamedTuple):
     rows: bytes  # SEGMENT records
     payload: bytes | None  # None: the offsets are into the file at ``path``
 
-    def table(self, mapped: Callable[[str], Buffer]) -> SegmentTable:
-        """As a table; ``mapped`` gives a local file's content (e.g. an mmap)."""
-        rows = np.frombuffer(self.rows, SEGMENT)
-        source = mapped(self.path) if self.payload is None else self.payload
-        return SegmentTable(self.ends, rows, {int(rows["file"][0]): source} if len(rows) else {})
+
+def connection_table(pieces: Iterable[Piece]) -> SegmentTable:
+    """One 4-tuple's pieces as one table in capture order. The payloads of a local file smaller
+    than MAPPED_FILE_BYTES are copied out of it: a connection may span thousands of small files
+    (captures rotated every minute), and a mapping held per file would hold a file descriptor each."""
+    tables: list[SegmentTable] = []
+    local: dict[str, tuple[ConnectionKey, list[np.ndarray]]] = {}
+    for piece in pieces:
+        rows = np.frombuffer(piece.rows, SEGMENT)
+        if piece.payload is not None:
+            tables.append(SegmentTable(piece.ends, rows, {int(rows["file"][0]): piece.payload}))
+        else:  # the pieces of one file (from its byte ranges) index one source
+            local.setdefault(piece.path, (piece.ends, []))[1].append(rows)
+    for path, (ends, parts) in local.items():
+        rows, source = np.concatenate(parts), mapped_file(path)
+        if len(source) < MAPPED_FILE_BYTES:
+            rows, source = gathered(source, rows)
+        tables.append(SegmentTable(ends, rows, {int(rows["file"][0]): source}))
+    return merge_tables(tables)
 
 
-class MappedFiles:
-    """Local capture files mapped into memory, each once: what reading tasks scan and where
-    reassembling tasks read pieces' payloads (the page cache, not a copy per task).
-
-    The mappings outlive the task (_map): PySpark runs the next task in the same worker, which then
-    finds the pages its earlier tasks touched mapped. A decoding task's connections have segments
-    all over the file, so mapping it anew in every task cost the kernel ~0.1 s per GB and task to
-    map every page again (and so did the reading task before it over its range). Spark ends a worker
-    left idle for a minute, and with it its mappings (and its hold on files deleted since)."""
-
-    def __init__(self) -> None:
-        self._mapped: dict[str, Buffer] = {}
-        while len(_MAPPINGS) > RETAINED_MAPPINGS:  # another task's files, least recently used first
-            _MAPPINGS.popitem(last=False)
-
-    def __call__(self, path: str) -> Buffer:
-        mapped = self._mapped.get(path)
-        if mapped is None:
-            mapped = self._mapped[path] = _map(path)
-        return mapped
-
-
-#: files whose mappings a worker keeps between tasks (within a task it keeps all it maps)
-RETAINED_MAPPINGS = 16
+#: a local file this large stays mapped while connections with segments in it are decoded
+MAPPED_FILE_BYTES = 16 << 20
+#: files a process keeps mapped at most, the most recently used (a mapping holds a file descriptor)
+OPEN_MAPPINGS = 64
 _MAPPINGS: OrderedDict[str, tuple[tuple[int, ...], Buffer]] = OrderedDict()
 
 
-def _map(path: str) -> Buffer:
-    """The file's content: this process's mapping of it while it is the same file (device, inode,
-    size and modification time), else a new one."""
+def mapped_file(path: str) -> Buffer:
+    """A local file's content, mapped into memory: what reading tasks scan and where decoding tasks
+    read pieces' payloads (the page cache, not a copy per task).
+
+    The mapping is kept, while the file is the same (device, inode, size and modification time),
+    for the tasks PySpark runs next in this worker: a decoding task's connections have segments
+    all over the file, and mapping it anew in every task cost the kernel ~0.1 s per GB and task to
+    map every page again (and so did the reading task before it over its range). Spark ends a
+    worker left idle for a minute, and with it its mappings (and its hold on files deleted since)."""
     with open(local_path(path), "rb") as f:
         status = os.fstat(f.fileno())
         identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
@@ -123,7 +124,20 @@ def _map(path: str) -> Buffer:
         empty = status.st_size == 0  # mmap refuses empty files
         mapped = b"" if empty else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     _MAPPINGS[path] = (identity, mapped)
+    _MAPPINGS.move_to_end(path)
+    while len(_MAPPINGS) > OPEN_MAPPINGS:  # closed once no piece's table refers to it
+        _MAPPINGS.popitem(last=False)
     return mapped
+
+
+def gathered(data: Buffer, rows: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """The payloads that SEGMENT ``rows`` locate in ``data``, back to back, and rows locating them there."""
+    view = memoryview(data)
+    payload = b"".join(view[start:start + length] for start, length in
+                       zip(rows["offset"].tolist(), rows["length"].tolist(), strict=True))
+    rows = rows.copy()
+    rows["offset"] = np.cumsum(rows["length"], dtype=np.int64) - rows["length"]
+    return rows, payload
 
 
 def is_local(path: str) -> bool:
@@ -189,10 +203,9 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
 
 def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[Piece]:
     """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split."""
-    mapped = MappedFiles()
     for split in splits:
         tally["bytes"] += split.stop - split.start
-        content = mapped(split.file.path)
+        content = mapped_file(split.file.path)
         yield from pieces(content, _local_records(content, split, tally), split.file, server_port, tally, inline=False)
 
 
@@ -228,14 +241,11 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
     rows["forward"] = forward
     by_pair = np.argsort(which.reshape(-1), kind="stable")
     bounds = np.searchsorted(which.reshape(-1)[by_pair], np.arange(len(pairs) + 1))
-    view = memoryview(data)
     for index, pair in enumerate(pairs.tolist()):
         chosen = rows[by_pair[bounds[index]:bounds[index + 1]]]
         payload = None
         if inline:
-            payload = b"".join(view[start:start + length] for start, length in
-                               zip(chosen["offset"].tolist(), chosen["length"].tolist(), strict=True))
-            chosen["offset"] = np.cumsum(chosen["length"], dtype=np.int64) - chosen["length"]
+            chosen, payload = gathered(data, chosen)
         yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
 
 

@@ -38,7 +38,7 @@ from spark_analysis import balance, inputs, latency, tables, worker
 from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, broker_liveness, brokers_csv
 from spark_analysis.conversation import REQUEST, RESPONSE
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
-from spark_analysis.inputs import CaptureFile, MappedFiles, Piece, Split
+from spark_analysis.inputs import CaptureFile, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.streams import DEFAULT_SERVER_PORT
 
@@ -257,7 +257,6 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, accumula
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    mapped = MappedFiles()
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names, CONNECTION)}
     tally: Counter = Counter()
     calls: Counter = Counter()
@@ -265,7 +264,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, accumula
     with _no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
-            for kind, row in piece_rows(pieces, server_port, mapped):
+            for kind, row in piece_rows(pieces, server_port):
                 pending[kind].append(row)
                 count += 1
             if count >= _BATCH_ROWS:

@@ -5,6 +5,8 @@ tasks - and the synthetic generator's truth against the single-process path."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -26,9 +28,15 @@ from spark_analysis.decode import (
     conversation_rows,
     split_rows,
 )
-from spark_analysis.inputs import RETAINED_MAPPINGS, CaptureFile, MappedFiles, Split, discover, plan_tasks
+from spark_analysis.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.packets import ACK, PSH, tcp_segments
-from spark_analysis.pcapio import read_records
+from spark_analysis.pcapio import (
+    PCAP_HEADER_LEN,
+    RECORD_HEADER_LEN,
+    index_pcap_records,
+    parse_pcap_header,
+    read_records,
+)
 from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
 from spark_analysis.streams import reassemble
 from tests.spark.conftest import SYNTH
@@ -231,21 +239,45 @@ def test_inputs_expand_directories_and_globs(tmp_path: Path) -> None:
 def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "a.pcap"
     path.write_bytes(b"a" * 4096)
-    first = MappedFiles()(str(path))  # one task
-    assert MappedFiles()(str(path)) is first  # the next
+    first = mapped_file(str(path))  # one task
+    assert mapped_file(str(path)) is first  # the next
     path.write_bytes(b"b" * 8192)
-    changed = MappedFiles()(str(path))
+    changed = mapped_file(str(path))
     assert changed is not first and changed[:] == b"b" * 8192
 
 
 def test_a_worker_lets_go_of_the_mappings_used_longest_ago(tmp_path: Path) -> None:
-    paths = [tmp_path / f"{index}.pcap" for index in range(RETAINED_MAPPINGS + 1)]
+    paths = [tmp_path / f"{index}.pcap" for index in range(OPEN_MAPPINGS + 1)]
     for path in paths:
         path.write_bytes(path.name.encode())
-    mappings = [MappedFiles()(str(path)) for path in paths]  # a task each
-    task = MappedFiles()
-    assert task(str(paths[-1])) is mappings[-1]
-    assert task(str(paths[0])) is not mappings[0]
+    mappings = [mapped_file(str(path)) for path in paths]
+    assert mapped_file(str(paths[-1])) is mappings[-1]
+    assert mapped_file(str(paths[0])) is not mappings[0]
+
+
+def test_thousands_of_small_files_decode_within_a_few_file_descriptors(tmp_path: Path) -> None:
+    """Captures rotated into small files: a reading task combines many, a connection spans many,
+    yet neither holds a file open per file; here a file per record, and room for fewer open
+    files than a connection's segments (94) over what a worker keeps mapped."""
+    path = capture("json_lifecycle.pcap")
+    file = CaptureFile(str(path), path.stat().st_size, 0)
+    data = path.read_bytes()
+    records = index_pcap_records(data, parse_pcap_header(data))
+    room = OPEN_MAPPINGS + 16
+    assert len(records.start) > room
+    files = []
+    for index, (start, length) in enumerate(zip(records.start.tolist(), records.length.tolist(), strict=True)):
+        part = tmp_path / f"part{index:05}.pcap"  # a file per record
+        part.write_bytes(data[:PCAP_HEADER_LEN] + data[start - RECORD_HEADER_LEN:start + length])
+        files.append(CaptureFile(str(part), part.stat().st_size, index))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # new descriptors take the lowest free numbers, below the limit (those open above it stay usable)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(len(os.listdir("/proc/self/fd")) + room, hard), hard))
+    try:
+        rows = Counter(repr(row) for row in split_rows([Split(f, 0, f.size) for f in files], 9876))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert rows == decoded([Split(file, 0, file.size)])
 
 
 # --- the synthetic generator -------------------------------------------------------------------------
