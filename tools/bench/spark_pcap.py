@@ -10,9 +10,9 @@ to /tmp/spark_pcap_bench_<hours>h.pcap if not there yet. Every measurement runs 
 pinned to as many cores as it is credited with (tshark and local[1] to one, local[2] to two): the
 JVM's threads would otherwise lend local[1] a second core. Each master gets its own child process
 and session, warmed up on ~300 MB of the same traffic (the JIT compiles the paths big captures
-take); then, ``--runs`` times, tshark and each master run once in turn, the masters running the
-whole job (outputs and report). The figures are medians, with the fastest and the first run beside
-them.
+take), its Python workers kept between runs (keep_workers); then, ``--runs`` times, tshark and each
+master run once in turn, the masters running the whole job (outputs and report). The figures are
+medians, with the fastest and the first run beside them.
 "decode" is everything up to the tables and the brokers' liveness; "job" is everything. "cpu_s" is
 the CPU time of a master's whole process tree in a job, "busy" that over job time x cores: where a
 two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a core sat idle.
@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -52,6 +53,7 @@ BIG = ("--brokers", "40", "--clients", "80", "--topics", "200", "--seed", "1")  
 WARM_UP = ("--brokers", "40", "--clients", "80", "--topics", "200", "--hours", "2.5", "--seed", "2")  # ~300 MB
 MB = 1e6
 PROBE_BYTES = 128 << 20  # of the capture, read and decoded by the two-core probe
+KEEP_WORKERS_S = 30
 
 
 def pinned(cores: int) -> partial:
@@ -66,18 +68,35 @@ def serve_runs(master: str, capture: Path) -> None:
         warm_up = Path(scratch, "warm_up.pcap")
         subprocess.run([sys.executable, str(SYNTH), str(warm_up), *WARM_UP], check=True, capture_output=True)
         spark = build_session(master, conf={"spark.ui.showConsoleProgress": "false"})
+        busy, stop = threading.Lock(), threading.Event()
+        threading.Thread(target=keep_workers, args=(spark, busy, stop), daemon=True).start()
         try:
-            analyse(spark, [str(warm_up)], f"{scratch}/out", log=lambda message: None)
+            with busy:
+                analyse(spark, [str(warm_up)], f"{scratch}/out", log=lambda message: None)
             print("ready", flush=True)
             for _ in sys.stdin:
                 marks: list[float] = []
-                started = time.monotonic()
-                analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
-                result = {"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]}
+                with busy:
+                    started = time.monotonic()
+                    analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
+                    result = {"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]}
                 print(f"  {master}: {result}", file=sys.stderr)
                 print(json.dumps(result), flush=True)
         finally:
-            spark.stop()
+            stop.set()
+            with busy:
+                spark.stop()
+
+
+def keep_workers(spark, busy: threading.Lock, stop: threading.Event) -> None:
+    """Spark ends a session's idle Python workers once none has run a task for a minute (a fixed
+    timeout). On a 3.6 GB capture a master waits longer than that between its runs (tshark alone
+    takes ~40 s), so without this it would start some runs with new workers (new processes, their
+    imports, new mappings of the capture) and others not, as its wait fell: on 1.2 GB none. A
+    Python task every KEEP_WORKERS_S, between runs, keeps them."""
+    while not stop.wait(KEEP_WORKERS_S):
+        with busy:
+            spark.range(1).mapInArrow(lambda batches: batches, "id long").collect()
 
 
 def _mark(marks: list[float], message: str) -> None:
