@@ -87,15 +87,22 @@ def connection_table(pieces: Iterable[Piece]) -> SegmentTable:
     for piece in pieces:
         rows = np.frombuffer(piece.rows, SEGMENT)
         if piece.payload is not None:
-            tables.append(SegmentTable(piece.ends, rows, {int(rows["file"][0]): piece.payload}))
-        else:  # the pieces of one file (from its byte ranges) index one source
+            tables.append(_table(piece.ends, rows, piece.payload))
+        else:  # the pieces of one file (from its byte ranges) locate payloads in one source
             local.setdefault(piece.path, (piece.ends, []))[1].append(rows)
     for path, (ends, parts) in local.items():
-        rows, source = np.concatenate(parts), mapped_file(path)
-        if len(source) < MAPPED_FILE_BYTES:
-            rows, source = gathered(source, rows)
-        tables.append(SegmentTable(ends, rows, {int(rows["file"][0]): source}))
+        source = mapped_file(path)
+        if len(source) >= MAPPED_FILE_BYTES:
+            tables += [_table(ends, rows, source) for rows in parts]
+            continue
+        rows = np.concatenate(parts)
+        payload = gather(source, rows)
+        tables.append(_table(ends, rows, payload))
     return merge_tables(tables)
+
+
+def _table(ends: ConnectionKey, rows: np.ndarray, source: Buffer) -> SegmentTable:
+    return SegmentTable(ends, rows, {int(rows["file"][0]): source})
 
 
 #: a local file this large stays mapped while connections with segments in it are decoded
@@ -130,14 +137,14 @@ def mapped_file(path: str) -> Buffer:
     return mapped
 
 
-def gathered(data: Buffer, rows: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """The payloads that SEGMENT ``rows`` locate in ``data``, back to back, and rows locating them there."""
+def gather(data: Buffer, rows: np.ndarray) -> bytes:
+    """The payloads that SEGMENT ``rows`` locate in ``data``, back to back; ``rows`` (a writable
+    array of them) then locate them there."""
     view = memoryview(data)
     payload = b"".join(view[start:start + length] for start, length in
                        zip(rows["offset"].tolist(), rows["length"].tolist(), strict=True))
-    rows = rows.copy()
     rows["offset"] = np.cumsum(rows["length"], dtype=np.int64) - rows["length"]
-    return rows, payload
+    return payload
 
 
 def is_local(path: str) -> bool:
@@ -245,7 +252,7 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
         chosen = rows[by_pair[bounds[index]:bounds[index + 1]]]
         payload = None
         if inline:
-            chosen, payload = gathered(data, chosen)
+            payload = gather(data, chosen)
         yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
 
 

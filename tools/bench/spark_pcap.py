@@ -40,6 +40,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from pyspark.sql import SparkSession
 from run import descendants  # the performance table's runner, beside this file
 
 from spark_analysis.decode import split_rows
@@ -88,7 +89,7 @@ def serve_runs(master: str, capture: Path) -> None:
                 spark.stop()
 
 
-def keep_workers(spark, busy: threading.Lock, stop: threading.Event) -> None:
+def keep_workers(spark: SparkSession, busy: threading.Lock, stop: threading.Event) -> None:
     """Spark ends a session's idle Python workers once none has run a task for a minute (a fixed
     timeout). On a 3.6 GB capture a master waits longer than that between its runs (tshark alone
     takes ~40 s), so without this it would start some runs with new workers (new processes, their
