@@ -5,6 +5,7 @@
 #   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff) and TLS (pyOpenSSL)
 #   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, matplotlib) and a Java
 #                                runtime for it (apt's default-jre-headless when `java` is missing; needs root)
+#   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
 #
 # The package is installed editable (code changes apply without reinstalling) and a .pth file puts the
@@ -24,9 +25,10 @@ for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
     --spark) extras+=(spark) ;;
+    --tls) extras+=(tls) ;;
     --browser) browser=1 ;;
-    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup-env: unknown option $arg (known: --test, --spark, --browser)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser)" >&2; exit 2 ;;
   esac
 done
 

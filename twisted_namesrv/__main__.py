@@ -10,6 +10,7 @@ key and the cause, also logged), 2 for a command-line usage error.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from twisted.python import usage
 
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options.parseOptions(sys.argv[1:] if argv is None else argv)
     except usage.UsageError as exc:
-        sys.stderr.write(f"{options}\npython -m twisted_namesrv: {exc}\n")
+        program = "python -m twisted_namesrv" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
+        sys.stderr.write(f"{options}\n{program}: {exc}\n")
         sys.exit(USAGE_ERROR)
     except SystemExit as exc:
         if exc.code not in (0, None):  # a bad config: the log gets the reason too (-p and --version print only)
