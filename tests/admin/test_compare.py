@@ -94,7 +94,7 @@ async def test_a_4_9_8_and_a_5_3_3_namesrv_differ_only_where_routes_do(tmp_path)
         assert run.code == 1
         assert run.out.splitlines()[:3] == [
             "2 NameServers differ: 2 brokers differ, 2 topics differ", "broker broker-0",
-            f"  enableActingMaster: False on {new.addr}; missing on {old.addr}"]
+            f"  enableActingMaster: false on {new.addr}; missing on {old.addr}"]
 
         for n in range(3):
             await start_broker(new, f"extra-{n}", {"TopicTest": 4, f"Only{n}": 2})
@@ -186,4 +186,4 @@ def test_a_5x_field_differs_between_5x_namesrvs_only():
     both_false["B"].paths[("broker", "b", "enableActingMaster")] = True
     [found] = differences(both_false)
     assert not found.generation_only
-    assert found.describe(2) == "enableActingMaster: False on A; True on B; missing on C"
+    assert found.describe(2) == "enableActingMaster: false on A; true on B; missing on C"

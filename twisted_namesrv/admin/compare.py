@@ -62,8 +62,7 @@ class Difference:
         groups: dict[Any, list[str]] = {}
         for addr, value in self.values.items():
             groups.setdefault(value, []).append(addr)
-        shown = "; ".join(f"{'missing' if value is MISSING else value} on {', '.join(addrs)}"
-                          for value, addrs in groups.items())
+        shown = "; ".join(f"{_shown(value)} on {', '.join(addrs)}" for value, addrs in groups.items())
         return f"{' '.join(str(part) for part in self.path[start:])}: {shown}"
 
     @property
@@ -218,6 +217,13 @@ def _without_echoes(found: list[Difference]) -> list[Difference]:
     own = {d.path: d.values for d in found if len(d.path) == 2}
     return [d for d in found
             if not (len(d.path) == 4 and d.path[0] == "cluster" and own.get(("broker", d.path[3])) == d.values)]
+
+
+def _shown(value: Any) -> str:
+    """A value as the JSON answer had it (``false``, not Python's ``False``)."""
+    if value is MISSING:
+        return "missing"
+    return json.dumps(value) if isinstance(value, bool) else str(value)
 
 
 def _plural(count: int, noun: str) -> str:
