@@ -211,24 +211,20 @@ def _count(answer: RemotingCommand, name: str) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
-def wipe_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+def _write_perm(namesrvs: Namesrvs, broker: str, code: int, verb: str, count_name: str) -> Outcome:
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
-        count = _count(client.call_ok(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": args.broker}),
-                       "wipeTopicCount")
-        return (f"wipe write perm of broker[{args.broker}] in name server[{client.addr}] OK, {count}",
-                {"wipeTopicCount": count})
+        count = _count(client.call_ok(code, {"brokerName": broker}), count_name)
+        return f"{verb} write perm of broker[{broker}] in name server[{client.addr}] OK, {count}", {count_name: count}
 
     return on_each(namesrvs, step)
+
+
+def wipe_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+    return _write_perm(namesrvs, args.broker, RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipe", "wipeTopicCount")
 
 
 def add_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
-        count = _count(client.call_ok(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": args.broker}),
-                       "addTopicCount")
-        return (f"add write perm of broker[{args.broker}] in name server[{client.addr}] OK, {count}",
-                {"addTopicCount": count})
-
-    return on_each(namesrvs, step)
+    return _write_perm(namesrvs, args.broker, RequestCode.ADD_WRITE_PERM_OF_BROKER, "add", "addTopicCount")
 
 
 def delete_topic(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
