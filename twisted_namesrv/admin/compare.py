@@ -190,7 +190,7 @@ class Report:
                 if own is not None and own.missing_on:
                     missing[own.missing_on] = missing.get(own.missing_on, 0) + 1
             parts += [f"{_plural(n, kind)} missing on {', '.join(addrs)}" for addrs, n in missing.items()]
-            changed = sum(1 for own, inner in groups if inner or (own is not None and not own.missing_on))
+            changed = sum(1 for _, inner in groups if inner)
             if changed:
                 parts.append(f"{_plural(changed, kind)} {'differs' if changed == 1 else 'differ'}")
         return f"{len(self.addrs)} NameServers differ: {', '.join(parts)}"
@@ -230,7 +230,8 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def agreement(addrs: Iterable[str], snapshot_: Snapshot) -> str:
-    counts = snapshot_.counts()
+def agreement(addrs: Iterable[str], first: Snapshot) -> str:
+    """The line for servers that agree, with what they agree on."""
+    counts = first.counts()
     return (f"{', '.join(addrs)} agree: {_plural(counts['brokers'], 'broker')}, "
             f"{_plural(counts['topics'], 'topic')}")
