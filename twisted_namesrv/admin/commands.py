@@ -174,30 +174,28 @@ def properties_line(key: str, value: str) -> str:
 def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     """UPDATE_NAMESRV_CONFIG as mqadmin sends it, between two reads of the config.  Java answers
     SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
-    (and keeps or coerces it), so only the config read back tells whether the update took; a key
-    is known if the config listed it before (ours lists an unknown key once it is sent)."""
+    (and keeps or coerces it), so only the config read back tells whether the update took; the
+    one read before gives the value it replaced (what to set back)."""
     body = properties_line(args.key, args.value).encode("utf-8")
 
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
-        before = read_config(client)
+        before = read_config(client).get(args.key)
         client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
         after = read_config(client).get(args.key)
-        if args.key not in before:
+        if after is None:
             raise AdminError(f"{client.addr}: {args.key} is not a configuration key of this NameServer: it answered "
                              "OK but ignores the key (getNamesrvConfig lists its keys)")
         if not _took(args.value, after):
             raise AdminError(f"{client.addr}: {args.key} did not take {args.value!r}: it reads back as {after!r}")
-        return (f"update name server config in name server[{client.addr}] OK: {args.key} = {after} "
-                f"(was {before[args.key]})"), {"key": args.key, "before": before[args.key], "after": after}
+        return (f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})",
+                {"key": args.key, "before": before, "after": after})
 
     return on_each(namesrvs, step)
 
 
-def _took(sent: str, now: str | None) -> bool:
+def _took(sent: str, now: str) -> bool:
     """Whether a value read back is the one sent, as Java stores it: parsed by the field's type
     and printed again (``TRUE`` reads back ``true``, ``010`` reads back ``10``)."""
-    if now is None:
-        return False
     if sent == now or (sent.lower() in ("true", "false") and sent.lower() == now):
         return True
     try:
