@@ -42,6 +42,12 @@ class Served:
         proto.makeConnection(transport)
         return proto, transport
 
+    def broker(self, *args, **kwargs):
+        """A broker registered over its own connection (``register``'s arguments)."""
+        proto, transport = self.connect()
+        register(proto, transport, *args, **kwargs)
+        return proto, transport
+
     def call(self, code: int, ext: dict[str, str] | None = None, opaque: int = 1) -> None:
         proto, transport = self.connect()
         proto.dataReceived(RemotingCommand.request(code, ext, opaque=opaque, version=V5_3_3).encode())
@@ -138,10 +144,8 @@ def test_without_a_metrics_port_requests_are_not_counted(tmp_path):
 
 def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
     served = Served(tmp_path)
-    first, first_transport = served.connect()
-    register(first, first_transport)
-    second, second_transport = served.connect()
-    register(second, second_transport, OTHER, "broker-b")
+    served.broker()
+    _, second_transport = served.broker(OTHER, "broker-b")
     served.clock.advance(30)
     member = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]
     assert member["live"] and member["expires_in_ms"] == 90_000 and member["heartbeat_timeout_ms"] == 120_000
@@ -159,8 +163,7 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
     assert group_a["members"][0]["departed"]["reason"].startswith("expired: no heartbeat for ")
     assert served.api.overview()["brokers_departed"] == 1
 
-    again, again_transport = served.connect()
-    register(again, again_transport)  # back: listed live again, not as departed
+    served.broker()  # back: listed live again, not as departed
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]
     assert served.api.overview()["brokers_departed"] == 0
 
@@ -175,10 +178,8 @@ def test_departed_brokers_are_bounded(tmp_path, monkeypatch):
 
 def test_a_brokers_changed_events_fold_into_one(tmp_path):
     served = Served(tmp_path)
-    broker, transport = served.connect()
-    register(broker, transport)
-    other, other_transport = served.connect()
-    register(other, other_transport, OTHER, "broker-b")
+    broker, transport = served.broker()
+    other, other_transport = served.broker(OTHER, "broker-b")
     for counter in (2, 3, 4):
         served.clock.advance(30)
         register(broker, transport, version=(1, counter))
@@ -195,8 +196,7 @@ def test_a_brokers_changed_events_fold_into_one(tmp_path):
 
 def test_an_idle_close_is_reported_as_idle(tmp_path):
     served = Served(tmp_path)
-    broker, transport = served.connect()
-    register(broker, transport)
+    broker, transport = served.broker()
     served.clock.advance(60)
     register(broker, transport, version=(1, 2))  # the heartbeat keeps it live; then silence
     with capturedLogs() as logged:

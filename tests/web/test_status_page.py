@@ -216,6 +216,7 @@ def test_status_page_in_headless_chromium(tmp_path):
     text = dom.decode()
     assert status == 0, text[-2000:]
     assert "V5_3_3" in text and CLUSTER in text and "server time 2026-11-25 03:00:0" in text
+    assert "<title>⚠ NameServer status</title>" in text
 
     for addr, kind, why, at in [("127.0.0.1:10941", "idle", "no request for 120 s", "03:00:00"),
                                 ("127.0.0.1:10951", "unregistered", "the broker unregistered", "02:58:10"),
