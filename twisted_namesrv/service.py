@@ -105,7 +105,7 @@ class NamesrvService(service.MultiService):
         self.housekeeping: HousekeepingService
         self.factory = RemotingFactory(self.state, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"],
-                                       lambda channel: self.housekeeping.channel_closed(channel),
+                                       lambda channel, reason: self.housekeeping.channel_closed(channel, reason),
                                        config["maxConnections"], self.metrics, config["headerMaxLength"])
         self.factory.count_requests = bool(config["metricsPort"])
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
