@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -162,8 +163,9 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) ->
 
 
 def plot_order(broker: dict | Row) -> tuple:
-    """The report plots brokers with gaps first, then by cluster, name, id and address."""
-    return (not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "", broker["broker_name"] or "",
+    """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
+    return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
+            broker["broker_name"] or "",
             broker["broker_id"] if broker["broker_id"] is not None else -1, broker["broker_addr"])
 
 
@@ -211,9 +213,9 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
     """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
-    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts, their drops and
-    data versions going backwards: of the full registrations the NameServer accepted (a 4.9.8
-    broker's oneway increments carry only new topics); ``unregistered``: its last word was
+    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts and data versions
+    going backwards: of the registrations the NameServer accepted (not 4.9.8's oneway ones, which
+    carry only new topics); topic counts dropping: between whole tables (_settled); ``unregistered``: its last word was
     UNREGISTER_BROKER (no registration after it)."""
     events.sort(key=lambda event: event["t"])
     walk = _Walk(time_bins)
@@ -273,12 +275,22 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
         "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
         "topic_count_max": max(topics, default=None), "unregistered": unregistered,
         "gaps": walk.gaps, "crc_failure_times": crc_failures, "refused": refused, "id_changes": id_changes,
-        "topic_drops": _drops(registered, "topic_count"),
+        "topic_drops": _drops(_settled(registered), "topic_count"),
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
         "interval_buckets": buckets,
         "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
                  "topics": [bins[index][1] for index in ordered_bins]},
     }
+
+
+def _settled(registrations: list[dict]) -> list[dict]:
+    """The registrations that carry a broker's whole topic table: those it sent again unchanged
+    (same data version and topic count: the periodic re-registration). A 4.9.8 broker registers
+    a topic just created or updated alone (registerIncrementBrokerData), with a new data version,
+    and the NameServer adds it to the broker's topics: such a body is no drop."""
+    return [first for first, again in itertools.pairwise(registrations) if first["topic_count"] is not None
+            and (first["data_version_counter"], first["topic_count"]) == (again["data_version_counter"],
+                                                                           again["topic_count"])]
 
 
 def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:

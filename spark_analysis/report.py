@@ -74,28 +74,32 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> str:
 
 
 def plotted_brokers(brokers: list[dict]) -> list[dict]:
-    """The brokers Liveness has bins of (those with gaps first), shown by cluster, name and id."""
-    chosen = sorted(brokers, key=plot_order)[:PLOTTED_BROKERS]
-    return sorted(chosen, key=lambda b: plot_order(b)[1:])
+    """The brokers that registered Liveness has bins of (those with gaps first), shown by cluster,
+    name and id."""
+    chosen = [b for b in sorted(brokers, key=plot_order)[:PLOTTED_BROKERS] if b["registrations"]]
+    return sorted(chosen, key=lambda b: plot_order(b)[2:])
 
 
 def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
-    """Heartbeats per broker and time bin as shades, one panel per capture period; gaps over the
-    expiry as red bars, near it as amber ones (hover: when and how long)."""
+    """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
+    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long)."""
     labels = [broker_label(b) for b in shown]
     figure = _period_panels(time_bins, len(shown))
     for period in range(len(time_bins.starts)):
         first, stop = time_bins.first_bin[period], time_bins.first_bin[period + 1]
-        z = [[None] * (stop - first) for _ in shown]
-        for row, broker in enumerate(shown):
+        x, y, counts = [], [], []
+        for label, broker in zip(labels, shown, strict=True):
             bins = broker.get("bins") or {"bin": [], "heartbeats": []}
             for index, count in zip(bins["bin"], bins["heartbeats"], strict=True):
                 if first <= index < stop and count:
-                    z[row][index - first] = count
-        figure.add_trace(go.Heatmap(
-            x=[_time(time_bins.middle(index)) for index in range(first, stop)], y=labels, z=z, colorscale="Blues",
-            zmin=0, showscale=period == 0, colorbar={"title": "heartbeats<br>per bin"},
-            hovertemplate="%{y}<br>%{x}<br>%{z} heartbeats<extra></extra>"), row=1, col=period + 1)
+                    x.append(_time(time_bins.middle(index)))
+                    y.append(label)
+                    counts.append(count)
+        figure.add_trace(go.Scatter(
+            x=x, y=y, customdata=counts, mode="markers", marker={"symbol": "line-ns-open", "size": 14,
+                                                                   "color": "#1f77b4", "line": {"width": 2}},
+            name="heartbeats", showlegend=period == 0,
+            hovertemplate="%{y}<br>%{x}<br>%{customdata} heartbeat(s)<extra></extra>"), row=1, col=period + 1)
     for label, broker in zip(labels, shown, strict=True):
         for gap in broker["gaps"]:
             color = RED if gap["expired"] else AMBER
@@ -108,7 +112,7 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
     for name, color in ((f"gap over {EXPIRY_SECONDS} s (expired)", RED), (f"gap of {NEAR_EXPIRY_S}-{EXPIRY_SECONDS} s",
                                                                            AMBER)):
         figure.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "width": 6}, name=name))
-    figure.update_yaxes(autorange="reversed", type="category")
+    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
     return figure
 
 
@@ -127,7 +131,7 @@ def interval_distributions(shown: list[dict]) -> go.Figure:
     figure.update_layout(height=_height(len(shown)), margin=_MARGIN,
                          xaxis_title=f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and more); "
                                      f"dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry")
-    figure.update_yaxes(autorange="reversed", type="category")
+    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
     return figure
 
 
@@ -187,7 +191,8 @@ def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
     figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
                            horizontal_spacing=min(0.02, 0.5 / count),
                            subplot_titles=[f"period {i + 1}" for i in range(count)] if count > 1 else None)
-    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.15})
+    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.1,
+                                                                       "yanchor": "top"})
     figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, 12 // count))
     return figure
 

@@ -169,19 +169,24 @@ def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
 
 def test_liveness_stays_within_capture_periods_and_notes_changes() -> None:
     """No interval spans the time between two capture periods; a broker last heard more than the
-    expiry before its period ended was silent till then; a oneway increment's few topics are no
-    drop; a data version counter going back (a restart) and a new brokerId (a role flip) are noted."""
+    expiry before its period ended was silent till then; a topic table sent twice with fewer topics
+    than the last one sent twice is a drop (a oneway increment's, or one sent once, is none); a data
+    version counter going back (a restart) and a new brokerId (a role flip) are noted."""
     register = RequestCode.REGISTER_BROKER
     bins = TimeBins.over([(0.0, 100.0), (1000.0, 1300.0)])
     events = [event(10.0, "b", register, True, 9, broker_id=0, data_version_counter=5),
-              event(40.0, "b", register, True, 1, broker_id=0, oneway=True, data_version_counter=6),
+              event(20.0, "b", register, True, 1, broker_id=0, data_version_counter=6),  # a topic created
+              event(40.0, "b", register, True, 1, broker_id=0, oneway=True, data_version_counter=7),
+              event(70.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
+              event(90.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
               event(1010.0, "b", register, True, 9, broker_id=0, data_version_counter=1),
-              event(1040.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]
+              event(1040.0, "b", register, True, 4, broker_id=1, data_version_counter=2),
+              event(1070.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]
     row = broker_summary("10.0.0.1:10911", events, bins)
-    assert row["gaps"] == [{"from": 1040.0, "to": 1300.0, "seconds": 260.0, "expired": True, "open": True}]
-    assert (row["interval_p50_s"], row["max_gap_s"], row["would_expire"]) == (30.0, 260.0, 1)
-    assert row["topic_drops"] == [{"t": 1040.0, "from": 9, "to": 4}]
-    assert row["version_backwards"] == [{"t": 1010.0, "from": 5, "to": 1, "data_version_ts_from": None,
+    assert row["gaps"] == [{"from": 1070.0, "to": 1300.0, "seconds": 230.0, "expired": True, "open": True}]
+    assert (row["interval_p50_s"], row["max_gap_s"], row["would_expire"]) == (25.0, 230.0, 1)
+    assert row["topic_drops"] == [{"t": 1040.0, "from": 11, "to": 4}]
+    assert row["version_backwards"] == [{"t": 1010.0, "from": 7, "to": 1, "data_version_ts_from": None,
                                          "data_version_ts_to": None}]
     assert row["id_changes"] == [{"t": 1040.0, "from": 0, "to": 1}] and row["role"] == "SLAVE"
     assert bins.of(99.0) < bins.first_bin[1] <= bins.of(1000.0) and bins.of(1300.0) == bins.first_bin[2] - 1
