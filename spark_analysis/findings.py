@@ -88,9 +88,8 @@ def broker_label(broker: dict) -> str:
 def summary(files: list[inputs.CaptureFile], read: Counter, counts: Counter, groups: Groups, brokers: list[dict],
             codes: list[CodeStats]) -> dict:
     """summary.json: findings first, then the inputs, counts, brokers and calls by code."""
-    facts = {f.path: read.get((inputs.FILE, f.path)) or inputs.FileFacts() for f in files}
-    file_rows = [_file_row(f, facts[f.path]) for f in files]
-    periods = capture_periods([(fact.first, fact.last) for fact in facts.values() if fact.first is not None])
+    file_rows = input_files(files, read)
+    periods = capture_periods(spans(files, read))
     registered = [b for b in brokers if b["registrations"]]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -118,13 +117,22 @@ COUNTS = ("records", "bytes", "segments", "connection", "frame", "request", "res
           "registration", "crc_failures", "gaps", "lost_bytes", "undecodable")
 
 
-def _file_row(file: inputs.CaptureFile, fact: inputs.FileFacts) -> dict:
-    problem = fact.problem
-    if problem is None and file.size == 0:
-        problem = inputs.EMPTY
-    return {"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
-            "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last), "problem": problem,
-            "trailing_bytes": fact.trailing_bytes}
+def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
+    """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
+    rows = []
+    for file in files:
+        fact = read.get((inputs.FILE, file.path)) or inputs.FileFacts()
+        rows.append({"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
+                     "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
+                     "problem": fact.problem or (None if fact.records else inputs.EMPTY),
+                     "trailing_bytes": fact.trailing_bytes})
+    return rows
+
+
+def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, float]]:
+    """The (first, last) record times of the inputs with records."""
+    facts = [read.get((inputs.FILE, file.path)) for file in files]
+    return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
 def findings(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dict]:

@@ -227,9 +227,9 @@ def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter
         note_file(tally, file.path, problem=NOT_A_CAPTURE)
         return
     if not len(data) or records is _NO_RECORDS:
-        note_file(tally, file.path, problem=EMPTY if not len(data) else TRUNCATED)
+        note_file(tally, file.path, problem=EMPTY if not len(data) else TRUNCATED, trailing_bytes=len(data))
     else:
-        _note_records(tally, file.path, data, records, len(data))
+        _note_records(tally, file.path, data, records, PCAP_HEADER_LEN, len(data))
     yield from pieces(data, records, file, server_port, tally, inline=True)
 
 
@@ -295,13 +295,12 @@ def note_file(tally: Counter, path: str, records: int = 0, first: float | None =
         old.trailing_bytes + trailing_bytes)
 
 
-def _note_records(tally: Counter, path: str, data: Buffer, records: RecordIndex, stop: int) -> None:
-    """A classic pcap whose records, read up to ``stop``, leave bytes before it that are no whole
-    record is TRUNCATED (the capture was cut while writing a record)."""
-    if len(records.ts) and memoryview(data)[:4] != _PCAPNG_MAGIC:
-        following = int(records.start[-1] + records.length[-1])
-        end = min(stop, len(data))
-        if following < end:
+def _note_records(tally: Counter, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
+    """A classic pcap whose records, read from the record boundary ``start`` up to ``stop``, leave
+    bytes before it that are no whole record is TRUNCATED (the capture was cut while writing one)."""
+    if memoryview(data)[:4] != _PCAPNG_MAGIC:
+        following = int(records.start[-1] + records.length[-1]) if len(records.ts) else start
+        if following < min(stop, len(data)):
             note_file(tally, path, problem=TRUNCATED, trailing_bytes=len(data) - following)
 
 
@@ -340,10 +339,7 @@ def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex
             return _NO_RECORDS
         first = begin + found
     records = index_pcap_records(view, header, first, split.stop)
-    if len(records.ts):
-        _note_records(tally, split.file.path, view, records, split.stop)
-    elif split.start == 0 and len(view) > PCAP_HEADER_LEN:  # a first record cut short
-        note_file(tally, split.file.path, problem=TRUNCATED, trailing_bytes=len(view) - PCAP_HEADER_LEN)
+    _note_records(tally, split.file.path, view, records, first, split.stop)
     return records
 
 

@@ -166,13 +166,10 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     pieces = _pieces(spark, tasks, remote, server_port).persist(StorageLevel.MEMORY_AND_DISK)
     read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     costs = read.pop(_COSTS, Counter())
-    facts = {f.path: read.get((inputs.FILE, f.path)) or inputs.FileFacts() for f in files}
-    problems = [(path, fact.problem or inputs.EMPTY) for path, fact in facts.items()
-                if fact.problem or not fact.records]
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
-             f"on port {server_port}" + "".join(f"\n      {path}: {problem}" for path, problem in problems))
-    periods = capture_periods([(fact.first, fact.last) for fact in facts.values() if fact.first is not None])
-    time_bins = TimeBins.over(periods)
+             f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
+                                                 for f in findings.input_files(files, read) if f["problem"]))
+    time_bins = TimeBins.over(capture_periods(findings.spans(files, read)))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:

@@ -201,6 +201,9 @@ def test_byte_ranges_cut_anywhere_give_the_unsplit_result(spark, synthetic, synt
     split = run_job(spark, [str(path)], tmp_path, split_size=split_size, report=False)
     assert split.counts["records"] == synthetic_outputs.counts["records"]
     assert same_rows(split, synthetic_outputs)
+    # the ranges together find the file's span and its last record cut short, as one task does
+    assert split.summary["inputs"] == synthetic_outputs.summary["inputs"]
+    assert synthetic_outputs.summary["inputs"]["files"][0]["problem"] == "truncated"
 
 
 def test_other_filesystems_are_listed_read_and_written_through_hadoop(spark, synthetic, synthetic_outputs: Outputs,
@@ -212,6 +215,11 @@ def test_other_filesystems_are_listed_read_and_written_through_hadoop(spark, syn
     # there Spark writes the tables; for a local output the decoding tasks did: the same files
     assert same_rows(remote, synthetic_outputs)
     assert remote.brokers == synthetic_outputs.brokers
+    # the directory also holds the truth, named for what it is; the capture is found as by ranges
+    truth, read_whole = sorted(remote.summary["inputs"]["files"], key=lambda f: f["path"], reverse=True)
+    assert (truth["path"].endswith("synthetic.truth.json"), truth["problem"]) == (True, "not a capture")
+    [read_by_range] = synthetic_outputs.summary["inputs"]["files"]
+    assert {**read_whole, "path": None} == {**read_by_range, "path": None}
     for name in ("frames", "calls", "registrations"):
         assert spark.read.parquet(f"{remote.out}/{name}").schema == spark.read.parquet(
             f"{synthetic_outputs.out}/{name}").schema, name
