@@ -35,8 +35,6 @@ KINDS = ("bad_input", "heartbeat_expired", "crc_failure", "registration_refused"
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
               108: "LOOP"}
-#: how many events of one kind a finding lists in the report (summary.json lists them all)
-SHOWN_EVENTS = 20
 
 #: group -> key -> [count, first t, last t, worst]
 Groups = dict[str, dict[tuple, list]]

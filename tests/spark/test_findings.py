@@ -7,9 +7,7 @@ Two small jobs on the shared session (CI has two cores); the rest reuses the syn
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -25,8 +23,7 @@ from spark_analysis.worker import FAIL_FIRST_ATTEMPT
 from tests.spark.conftest import Outputs, run_job
 from tests.spark.test_report import same_rows
 from tests.support import capture
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts"
+from tests.web.test_status_page import ARTIFACTS, chromium
 
 
 def kinds(summary: dict, kind: str) -> list[dict]:
@@ -126,15 +123,6 @@ def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
         assert said in err and err.count("\n") == 1, err
     assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(Path(__file__).parent), overwrite=True) is None
     assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(tmp_path), overwrite=False) is None  # empty
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (tools/setup-env.sh installs it)")
-        pytest.skip("chromium is not installed")
-    return found
 
 
 def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> None:
