@@ -12,12 +12,14 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_analysis import __main__ as cli
 from spark_analysis import findings as findings_module
-from spark_analysis import job
+from spark_analysis import job, tables
 from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
+from spark_analysis.decode import CALL
 from spark_analysis.schema import BROKER_COLUMNS
 from spark_analysis.worker import FAIL_FIRST_ATTEMPT
 from tests.spark.conftest import Outputs, run_job
@@ -158,3 +160,24 @@ def test_the_documentation_names_every_finding_column_and_field(synthetic_output
     assert fields | set(BROKER_COLUMNS) | set(summary) | set(summary["counts"]) <= documented | set(
         re.findall(r'"([a-z_0-9]+)":', text))
     assert set(findings_module.KINDS) <= documented
+
+
+def test_calls_are_noted_for_the_findings_without_spark() -> None:
+    """Slow answers by code (the slowest as evidence), answers with a non-zero code, and requests
+    never answered unless they were oneway."""
+    rows = [(1.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 1, 0, 5.0, False, "T", None),
+            (2.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 2, 0, 1500.0, False, "T", None),
+            (3.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 3, 17, 2500.0, False, "X", "no route"),
+            (4.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 4, None, None, True, "T", None),
+            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None)]
+    groups: findings_module.Groups = {}
+    for start in (0, 2):  # two batches, as a task sends them
+        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start else rows[:2],
+                                                    type=tables.row_type(CALL)))
+    assert groups[findings_module.SLOW] == {("GET_ROUTEINFO_BY_TOPIC",): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
+    assert groups[findings_module.ANSWER_CODES] == {
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
+    assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
+    said = findings_module.findings([], groups, [])
+    assert [f["kind"] for f in said] == ["topic_not_exist", "response_code", "unanswered", "slow_answer"]
+    assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
