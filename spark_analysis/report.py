@@ -191,7 +191,7 @@ def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
     figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
                            horizontal_spacing=min(0.02, 0.5 / count),
                            subplot_titles=[f"period {i + 1}" for i in range(count)] if count > 1 else None)
-    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.1,
+    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
                                                                        "yanchor": "top"})
     figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, 12 // count))
     return figure
