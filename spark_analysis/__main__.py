@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from spark_analysis.streams import DEFAULT_SERVER_PORT
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
-from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.packets import TcpSegment
+from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
 from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
-from spark_analysis.packets import TcpSegment
 from spark_analysis.schema import REGISTRATION_ROWS
-from spark_analysis.streams import Connection, reassemble, reassemble_table
 from twisted_namesrv.processor import java_bool, optional_long
 from twisted_namesrv.protocol.register import RegisterBodyError, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType, header

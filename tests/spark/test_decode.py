@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from spark_analysis.brokers import TimeBins, broker_summary
-from spark_analysis.conversation import conversation_of, frame_start
+from spark_analysis.capture.conversation import conversation_of, frame_start
+from spark_analysis.capture.packets import ACK, PSH, tcp_segments
+from spark_analysis.capture.reassembly import reassemble
+from spark_analysis.capture.records import (
+    PCAP_HEADER_LEN,
+    RECORD_HEADER_LEN,
+    index_pcap_records,
+    parse_pcap_header,
+    read_records,
+)
 from spark_analysis.decode import (
     CALL,
     CONNECTION,
@@ -29,16 +38,7 @@ from spark_analysis.decode import (
     split_rows,
 )
 from spark_analysis.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
-from spark_analysis.packets import ACK, PSH, tcp_segments
-from spark_analysis.pcapio import (
-    PCAP_HEADER_LEN,
-    RECORD_HEADER_LEN,
-    index_pcap_records,
-    parse_pcap_header,
-    read_records,
-)
 from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
-from spark_analysis.streams import reassemble
 from tests.spark.conftest import SYNTH
 from tests.spark.test_pcap_streams import CLIENT, SERVER, handshake, only, segment
 from tests.support import capture

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spark_analysis.packets import ACK, FIN, PSH, RST, SYN, TcpSegment, parse_tcp, segment_columns, tcp_segments
-from spark_analysis.pcapio import (
+from spark_analysis.capture.packets import ACK, FIN, PSH, RST, SYN, TcpSegment, parse_tcp, segment_columns, tcp_segments
+from spark_analysis.capture.reassembly import Chunk, Connection, reassemble, stream_bytes
+from spark_analysis.capture.records import (
     PCAP_HEADER_LEN,
     RecordIndex,
     find_record_boundary,
@@ -24,7 +25,6 @@ from spark_analysis.pcapio import (
     parse_pcap_header,
     read_records,
 )
-from spark_analysis.streams import Chunk, Connection, reassemble, stream_bytes
 from tests.support import require_captures
 
 CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"

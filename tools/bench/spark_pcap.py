@@ -43,10 +43,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from run import descendants  # the performance table's runner, beside this file
 
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode import split_rows
 from spark_analysis.inputs import CaptureFile, Split
 from spark_analysis.job import analyse, build_session, local_cores
-from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"

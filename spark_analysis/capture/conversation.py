@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_analysis.packets import tcp_segments
-from spark_analysis.pcapio import read_records
-from spark_analysis.streams import Chunk, Connection, Direction, reassemble
+from spark_analysis.capture.packets import tcp_segments
+from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
+from spark_analysis.capture.records import read_records
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
 from twisted_namesrv.remoting.frame import frame_spans, split_header_word
 
