@@ -3,5 +3,5 @@ link layers down to TCP segments (``packets``), TCP reassembly (``reassembly``) 
 commands of each connection (``conversation``, through the server's own codec).
 
 The Spark job runs these in its tasks; the replay test, the codec tests and the fuzzer read
-captures with them directly. Nothing here imports pyspark.
+captures with them directly. Nothing here imports Spark.
 """
