@@ -39,7 +39,7 @@ class World:
         self.state = build_state(config(tmp_path, profile), self.clock)
         self.routes = self.state.routes
         self.factory = RemotingFactory(self.state, self.clock, 16 << 20, idle,
-                                       lambda channel: self.housekeeping.channel_closed(channel))
+                                       lambda channel, reason: self.housekeeping.channel_closed(channel, reason))
         self.housekeeping = HousekeepingService(self.routes, self.factory, self.clock, interval)
         self.housekeeping.startService()
 
@@ -144,7 +144,7 @@ def test_channel_closed_removes_the_brokers_of_that_channel(tmp_path):
     world = World(tmp_path)
     proto, transport = world.connect()
     register(proto, transport)
-    world.housekeeping.channel_closed(proto.channel + 100)
+    world.housekeeping.channel_closed(proto.channel + 100, "connection closed")
     assert "broker-a" in world.routes.brokerAddrTable
     transport.loseConnection()
     assert world.routes.brokerAddrTable == {}

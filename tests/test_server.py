@@ -39,12 +39,12 @@ class Harness:
         self.clock = task.Clock()
         self.clock.advance(1_000)
         self.state: NamesrvState = build_state(config, self.clock)
-        self.closed: list[int] = []
+        self.closed: list[tuple[int, str]] = []
         self.factory = RemotingFactory(self.state, self.clock, max_frame, idle, self._closed)
 
-    def _closed(self, channel: int) -> None:
-        self.closed.append(channel)
-        self.state.routes.on_channel_destroy(channel)
+    def _closed(self, channel: int, reason: str) -> None:
+        self.closed.append((channel, reason))
+        self.state.routes.on_channel_destroy(channel, reason)
 
     def connect(self, port: int = 40000):
         proto = self.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))
@@ -168,7 +168,7 @@ def test_undecodable_input_closes_the_connection(harness, data):
     proto.dataReceived(data)
     assert not transport.connected
     assert transport.value() == b""
-    assert proto.channel in harness.closed
+    assert (proto.channel, "connection closed") in harness.closed
     assert other_transport.connected  # the other connection and its broker are untouched
     assert "broker-a" in harness.state.routes.brokerAddrTable
 
@@ -198,7 +198,7 @@ def test_connection_lost_removes_its_brokers_at_once(harness):
     keeper.dataReceived(register_frame("10.0.1.1:10911", "broker-c", ("T1", "T5")).encode())
     assert [a.code for a in answers(transport)] == [0, 0]
     transport.loseConnection()
-    assert harness.closed == [proto.channel]
+    assert harness.closed == [(proto.channel, "connection closed")]
     assert set(harness.state.routes.brokerAddrTable) == {"broker-c"}
     assert sorted(harness.state.routes.topicQueueTable) == ["T1", "T5"]
     assert proto.channel not in harness.factory.connections
@@ -222,7 +222,7 @@ def test_idle_connection_is_closed_and_its_brokers_removed(harness):
     assert transport.connected and "broker-a" in harness.state.routes.brokerAddrTable
     harness.clock.advance(0.5)
     assert not transport.connected
-    assert harness.closed == [proto.channel]
+    assert harness.closed == [(proto.channel, "idle: no request for 120 s")]
     assert harness.state.routes.brokerAddrTable == {} and harness.state.routes.brokerLiveTable == {}
     assert harness.clock.getDelayedCalls() == []
 

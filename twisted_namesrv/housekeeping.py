@@ -38,11 +38,12 @@ class HousekeepingService(Service):
         for channel in self.routes.scan_not_active_broker():
             self.factory.close_channel(channel)
 
-    def channel_closed(self, channel: int) -> None:
-        self.routes.on_channel_destroy(channel, "connection closed")
+    def channel_closed(self, channel: int, reason: str) -> None:
+        """``reason``: "connection closed", or "idle: ..." when the idle timeout closed it."""
+        self.routes.on_channel_destroy(channel, reason)
 
 
 def log_route_event(kind: str, info: dict) -> None:
-    """Every broker registered, changed, expired, closed or unregistered, with its reason."""
+    """Every broker registered, changed, expired, closed, idle or unregistered, with its reason."""
     details = " ".join(f"{k}={v}" for k, v in info.items())
     log.info("broker {route_event}: {details}", details=details, route_event=kind, route_info=info)

@@ -63,6 +63,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     bounded buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
+    #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
+    close_reason = "connection closed"
     #: answer repeated route lookups from memory (replies.fast_reply); off only to compare
     fast_replies = True
 
@@ -153,6 +155,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
 
     def timeoutConnection(self) -> None:
+        self.close_reason = f"idle: no request for {self.factory.idle_timeout} s"
         self.factory.metrics.reject("idle")
         self.factory.limit_log(self.host, "idle", "channel {peer} idle for {seconds} s, closing it",
                                peer=self.peer.address, seconds=self.factory.idle_timeout)
@@ -161,14 +164,14 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
         self.factory.connections.pop(self.channel, None)
-        self.factory.on_channel_closed(self.channel)
+        self.factory.on_channel_closed(self.channel, self.close_reason)
 
 
 class RemotingFactory(protocol.Factory):
     protocol = RemotingProtocol
 
     def __init__(self, state: NamesrvState, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, on_channel_closed: Callable[[int], None], max_connections: int = 0,
+                 idle_timeout: float, on_channel_closed: Callable[[int, str], None], max_connections: int = 0,
                  metrics: Metrics | None = None, max_header_length: int | None = None) -> None:
         self.state = state
         self.max_connections = max_connections  # 0: no limit
