@@ -56,7 +56,7 @@ def test_submitted_to_a_standalone_cluster_the_report_equals_the_local_run(
                                 str(zip_path.with_name("spark_analysis_main.py")),
                                 "report", str(synthetic[0]), "--out", str(out)],
                                tmp_path / "submit.log", env, SUBMIT_SECONDS)
-    assert submitted == 0, tail(tmp_path / "submit.log")
+    assert submitted == 0, tails(tmp_path)
     assert list((tmp_path / "work").glob("app-*/0/stderr")), "no executor ran on the worker"
 
     cluster = read_outputs(spark, out, Counter())
@@ -100,7 +100,7 @@ def spark_env(root: Path, python: str) -> dict[str, str]:
 @contextmanager
 def standalone_cluster(root: Path, env: dict[str, str]) -> Iterator[str]:
     """A master and a worker with one core on 127.0.0.1, killed on the way out with every
-    process they started (executors, Python workers); yields the master's URL."""
+    process they started (executors, Python workers); yields the master's URL once it serves."""
     port = free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
@@ -110,7 +110,8 @@ def standalone_cluster(root: Path, env: dict[str, str]) -> Iterator[str]:
         stack.enter_context(daemon([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                                     "--port", "0", "--webui-port", "0", "--cores", "1", "--memory", "1g",
                                     "--work-dir", str(root / "work"), master], root / "worker.log", env))
-        wait_for(root / "worker.log", "Successfully registered with master")
+        # the driver starts while the worker registers: it waits for an executor anyway
+        wait_for(root / "master.log", "I have been elected leader")
         yield master
 
 
@@ -132,7 +133,7 @@ def run_logged(args: list[str], log: Path, env: dict[str, str], timeout: float) 
         try:
             return process.wait(timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{args[0]} still running after {timeout} s\n{tail(log)}")
+            pytest.fail(f"{args[0]} still running after {timeout} s\n{tails(log.parent)}")
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -159,3 +160,9 @@ def free_port() -> int:
 
 def tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def tails(root: Path) -> str:
+    """The end of every process's log: the submission's, the worker's (an executor that could not
+    start), the master's."""
+    return "\n".join(f"--- {log.name}\n{tail(log)}" for log in sorted(root.glob("*.log")))
