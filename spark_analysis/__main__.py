@@ -11,8 +11,8 @@ import glob
 import os
 import sys
 
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.inputs import is_local, local_path
-from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3

@@ -12,16 +12,16 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
-from spark_analysis.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.packets import TcpSegment
+from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
 from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
-from spark_analysis.packets import TcpSegment
 from spark_analysis.schema import REGISTRATION_ROWS
-from spark_analysis.streams import Connection, reassemble, reassemble_table
-from twisted_namesrv.processor import java_bool, optional_long
 from twisted_namesrv.protocol.register import RegisterBodyError, decode_register_body
-from twisted_namesrv.remoting import RequestCode, SerializeType, header
+from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.values import java_bool, optional_long
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
@@ -34,10 +34,6 @@ _REGISTRATION_TAIL = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
     "response_code", "crc_ok", "body_len", "compressed", "data_version_counter", "data_version_ts"))
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code"))
-
-# A capture holds the headers of every client of a cluster (clients x topics route queries): keep
-# all their templates rather than re-parse each after the server-sized set starts over.
-header.MAX_TEMPLATES = 1 << 16
 
 _SERIALIZE_NAMES = {kind.value: kind.name for kind in SerializeType}  # an enum lookup per frame costs more
 _code_name = lru_cache(maxsize=4096)(code_name)

@@ -25,8 +25,9 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from spark_analysis.packets import segment_columns
-from spark_analysis.pcapio import (
+from spark_analysis.capture.packets import segment_columns
+from spark_analysis.capture.reassembly import SEGMENT, SegmentTable, merge_tables
+from spark_analysis.capture.records import (
     MAX_ORIG_LEN,
     MAX_SNAPLEN,
     PCAP_HEADER_LEN,
@@ -39,7 +40,6 @@ from spark_analysis.pcapio import (
     iter_records,
     parse_pcap_header,
 )
-from spark_analysis.streams import SEGMENT, SegmentTable, merge_tables
 
 MAX_SPLIT_BYTES = 256 << 20
 MIN_SPLIT_BYTES = 1 << 20

@@ -44,11 +44,11 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis import balance, findings, inputs, latency, tables, worker
 from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods
-from spark_analysis.conversation import REQUEST, RESPONSE
+from spark_analysis.capture.conversation import REQUEST, RESPONSE
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.inputs import CaptureFile, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
-from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),

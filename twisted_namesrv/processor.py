@@ -7,7 +7,6 @@ for no answer.  No I/O here except through the state's callbacks; the protocol f
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from .protocol.route import (
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked
+from .remoting.values import java_bool, optional_long, parse_java_integer
 from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
@@ -89,34 +89,12 @@ def respond(state: NamesrvState, request: RemotingCommand, code: int = ResponseC
                                        serialize_type=serialize_type)
 
 
-def java_bool(value: str | None) -> bool:
-    """Boolean.parseBoolean: only a case-insensitive "true" is true."""
-    return value is not None and value.lower() == "true"
-
-
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
-    """Long.parseLong / Integer.parseInt: ASCII digits with an optional sign, in range; None
-    where Java throws (Python's int() would also take '1_0', ' 0' or other scripts' digits)."""
-    if value is None or not _JAVA_INTEGER.fullmatch(value):
-        return None
-    number = int(value)
-    return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None
-
-
 def java_long(value: str | None, field_name: str) -> int:
     """An unboxed Long header field: missing or malformed ends as Java's NPE -> SYSTEM_ERROR."""
     number = parse_java_integer(value)
     if number is None:
         raise BadRequest(f"header field {field_name} is missing or not a long: {str(value)[:40]!r}")
     return number
-
-
-def optional_long(value: str | None, bits: int = 64) -> int | None:
-    """A boxed Integer/Long header field: Java swallows a parse error and keeps null."""
-    return parse_java_integer(value, bits)
 
 
 def java_text(value: object) -> str:

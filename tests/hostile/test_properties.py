@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_analysis.conversation import read_conversations
+from spark_analysis.capture.conversation import read_conversations
 from tests.support import CAPTURES
 from twisted_namesrv.protocol.register import (
     DEFAULT_MAX_INFLATED,

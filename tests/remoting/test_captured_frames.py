@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_analysis.conversation import read_conversations
+from spark_analysis.capture.conversation import read_conversations
 from tests.support import capture
 from twisted_namesrv.protocol.register import decode_register_body, encode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType

@@ -19,7 +19,9 @@ from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.remoting.header import decode_binary_header, decode_json_header
+from twisted_namesrv.remoting.header import SERVER_TEMPLATES, HeaderTemplates, decode_binary_header
+
+decode_json = HeaderTemplates(16).decode_json
 
 ROUTE_REQUEST_JSON = bytes.fromhex("0000008700000083") + (
     b'{"code":105,"extFields":{"topic":"TopicTest"},"flag":0,"language":"JAVA","opaque":7,'
@@ -84,23 +86,43 @@ class TestFastjson:
 
 class TestJsonHeader:
     def test_lenient_like_fastjson(self) -> None:
-        header = decode_json_header(b'{"code":"105","language":"NODE_X","extFields":{"n":12,"b":true,"z":null}}')
+        header = decode_json(b'{"code":"105","language":"NODE_X","extFields":{"n":12,"b":true,"z":null}}')
         assert header.code == 105 and header.language is None
         assert header.ext_fields == {"n": "12", "b": "true", "z": None}
 
     def test_missing_language_is_java(self) -> None:
-        assert decode_json_header(b'{"code":1}').language == "JAVA"
+        assert decode_json(b'{"code":1}').language == "JAVA"
 
     @pytest.mark.parametrize("data", [b'{"code":1,"language":99}', b"[1]", b"{no", b'{"code":"x"}', b"\xff"])
     def test_what_java_refuses_raises(self, data: bytes) -> None:
         with pytest.raises(RemotingDecodeError):
-            decode_json_header(data)
+            decode_json(data)
 
     def test_foreign_layout_reencodes_as_received(self) -> None:
         raw = b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,"extFields":{"topic":"T"}}'
         frame = len(raw).to_bytes(4, "big") + raw
         command = RemotingCommand.decode(frame)
         assert command.encode()[4:] == frame
+
+
+class TestHeaderTemplates:
+    def test_a_clients_headers_differ_only_in_their_opaque(self) -> None:
+        templates = HeaderTemplates(2)
+        heads = [RemotingCommand.request(105, {"topic": topic}, opaque=opaque).encode()[8:]
+                 for topic in ("A", "B", "C") for opaque in (1, 2)]
+        decoded = [templates.decode_json(head) for head in heads]
+        assert [(h.ext_fields["topic"], h.opaque) for h in decoded] == [
+            (topic, opaque) for topic in ("A", "B", "C") for opaque in (1, 2)]
+        assert len(templates) <= 2
+
+    def test_each_user_sizes_its_own(self) -> None:
+        """The capture analysis keeps more templates than a server without changing the server's."""
+        SERVER_TEMPLATES.decode_json(b'{"code":1,"opaque":1}')
+        kept = len(SERVER_TEMPLATES)
+        mine = HeaderTemplates(1 << 16)
+        frame = RemotingCommand.request(105, {"topic": "Mine"}, opaque=7).encode()[4:]
+        assert RemotingCommand.decode(frame, mine).ext == {"topic": "Mine"}
+        assert (len(mine), len(SERVER_TEMPLATES), SERVER_TEMPLATES.size) == (1, kept, 4096)
 
 
 class TestBinaryHeader:

@@ -23,7 +23,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 
-from spark_analysis.conversation import Conversation, read_conversations
+from spark_analysis.capture.conversation import Conversation, read_conversations
 from tests.support import TIMEOUT, capture, connect, server_config, start_server
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
 

@@ -51,6 +51,11 @@ def spark() -> Iterator[SparkSession]:
 
 def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) -> Outputs:
     counts = analyse(spark, inputs, str(out), log=lambda message: None, **options)
+    return read_outputs(spark, out, counts)
+
+
+def read_outputs(spark: SparkSession, out: str | Path, counts: Counter) -> Outputs:
+    """What a run wrote to ``out``, read back; ``counts`` as it returned them."""
     local_out = str(out).removeprefix("file://")
     tables = [[row.asDict(recursive=True) for row in _with_seconds(spark.read.parquet(f"{out}/{name}")).collect()]
               for name in ("frames", "calls", "registrations")]

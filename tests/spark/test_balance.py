@@ -6,8 +6,8 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from spark_analysis import balance
+from spark_analysis.capture.reassembly import SEGMENT
 from spark_analysis.inputs import Piece
-from spark_analysis.streams import SEGMENT
 
 
 def _ends(index: int) -> tuple[str, str]:

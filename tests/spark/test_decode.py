@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from spark_analysis.brokers import TimeBins, broker_summary
-from spark_analysis.conversation import conversation_of, frame_start
+from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.packets import ACK, PSH, tcp_segments
+from spark_analysis.capture.reassembly import reassemble
+from spark_analysis.capture.records import (
+    PCAP_HEADER_LEN,
+    RECORD_HEADER_LEN,
+    index_pcap_records,
+    parse_pcap_header,
+    read_records,
+)
 from spark_analysis.decode import (
     CALL,
     CONNECTION,
@@ -29,93 +38,23 @@ from spark_analysis.decode import (
     split_rows,
 )
 from spark_analysis.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
-from spark_analysis.packets import ACK, PSH, tcp_segments
-from spark_analysis.pcapio import (
-    PCAP_HEADER_LEN,
-    RECORD_HEADER_LEN,
-    index_pcap_records,
-    parse_pcap_header,
-    read_records,
-)
 from spark_analysis.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
-from spark_analysis.streams import reassemble
+from tests.spark.capture.builders import (
+    BODY,
+    CLIENT,
+    SERVER,
+    answer,
+    client_stream,
+    handshake,
+    only,
+    registration,
+    route_query,
+    segment,
+)
 from tests.spark.conftest import SYNTH
-from tests.spark.test_pcap_streams import CLIENT, SERVER, handshake, only, segment
 from tests.support import capture
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
-from twisted_namesrv.remoting.codes import V4_9_8
 from twisted_namesrv.remoting.crc import crc32_masked
-
-
-def route_query(opaque: int, oneway: bool = False) -> bytes:
-    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=opaque,
-                                   oneway=oneway).encode()
-
-
-def answer(opaque: int, body: bytes = b"") -> bytes:
-    request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque)
-    return RemotingCommand.response_to(request, body=body or None).encode()
-
-
-BODY = encode_register_body(RegisterBrokerBody(topicConfigTable={"T": TopicConfig("T")}), False, v5=False)
-
-
-def registration(crc: str | None, serialize_type: int = SerializeType.JSON, compressed: bool = False) -> bytes:
-    """A REGISTER_BROKER request; ``crc`` is bodyCrc32 as sent, "right" for the body's own CRC."""
-    body = encode_register_body(RegisterBrokerBody(topicConfigTable={"T": TopicConfig("T")}), True, False) \
-        if compressed else BODY
-    ext = {"brokerAddr": "10.0.0.9:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0",
-           "compressed": str(compressed).lower()}
-    if crc is not None:
-        ext["bodyCrc32"] = str(crc32_masked(body)) if crc == "right" else crc
-    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=7, version=V4_9_8,
-                                   serialize_type=serialize_type).encode()
-
-
-def client_stream(*frames: bytes, start: int = 1001, ts: float = 2.0, cut: int = 700) -> list:
-    """The frames as client segments of at most ``cut`` bytes."""
-    data = b"".join(frames)
-    return [(ts + i * 0.001, segment(CLIENT, SERVER, start + offset, PSH | ACK, data[offset:offset + cut]))
-            for i, offset in enumerate(range(0, len(data), cut))]
-
-
-def requests_of(packets: list) -> list[RemotingCommand]:
-    conversation = conversation_of(only(reassemble(packets)))
-    return [c.command for c in conversation.commands]
-
-
-# --- resynchronising ---------------------------------------------------------------------------------
-
-
-def test_a_capture_gap_resumes_at_the_next_frame() -> None:
-    frames = [route_query(n) for n in range(1, 6)]
-    packets = client_stream(*frames, cut=20)
-    del packets[9]  # inside the second frame: the capture missed it and nothing filled the hole
-    conversation = conversation_of(only(reassemble(handshake() + packets)))
-    assert [c.command.opaque for c in conversation.commands] == [1, 3, 4, 5]
-    assert conversation.lost_bytes > 0 and not conversation.undecodable
-
-
-def test_a_capture_starting_mid_frame_resumes_at_the_next_frame() -> None:
-    frames = [registration("right"), route_query(2), registration("right", SerializeType.ROCKETMQ)]
-    packets = client_stream(*frames, cut=100)[3:]  # no SYN, and the first frame's start is missing
-    assert [(c.code, c.opaque) for c in requests_of(packets)] == [(105, 2), (103, 7)]
-
-
-def test_a_stream_from_its_syn_is_cut_from_its_first_byte() -> None:
-    """A frame the codec refuses there is what Java closes the channel for, not noise to skip."""
-    packets = handshake() + client_stream(b"\x00\x00\x00\x05junk!", route_query(1))
-    conversation = conversation_of(only(reassemble(packets)))
-    assert (conversation.undecodable, conversation.lost_bytes) == (b"\x00\x00\x00\x05junk!", 0)
-
-
-@pytest.mark.parametrize("noise", [b"", b"x" * 50, bytes(range(256)) * 3, b"\x00\x00\x01\x00\x00\x00\x00\x10{"])
-def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
-    frames = route_query(1) + route_query(2)
-    assert frame_start(noise + frames) == len(noise)
-    assert frame_start(noise) is None
-
 
 # --- calls and registrations -------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from spark_analysis import inputs
-from spark_analysis.conversation import read_conversations
-from spark_analysis.pcapio import read_records
+from spark_analysis.capture.conversation import read_conversations
+from spark_analysis.capture.records import read_records
 from tests.spark.conftest import Outputs, run_job
 from tests.support import capture
 from twisted_namesrv.remoting import RequestCode

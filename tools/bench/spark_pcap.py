@@ -20,6 +20,8 @@ two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a c
 the capture's first 128 MiB) timed alone on each of the two cores, then on both at once; its
 "scaling" is what two cores gave that fixed work at that moment (2.0 where running side by side
 costs nothing): the ceiling the job's two-core speedup is read against on a shared machine.
+"speedup_of_probe": the job's two-core speedup over the probe's scaling, per round (both measured
+within a minute of each other) and their median, and the same of the medians.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from run import descendants  # the performance table's runner, beside this file
 
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode import split_rows
 from spark_analysis.inputs import CaptureFile, Split
 from spark_analysis.job import analyse, build_session, local_cores
-from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"
@@ -234,6 +236,11 @@ def measure(args: argparse.Namespace) -> dict:
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
         figures["speedup_job_rounds"] = [a["job_s"] / b["job_s"] for a, b in zip(one, two, strict=True)]
         figures["speedup_decode"] = median(one, "decode_s") / median(two, "decode_s")
+        # the goal's measure: the job's speedup as a share of what two cores gave the probe, round by round
+        shares = [speedup / r["scaling"] for speedup, r in zip(figures["speedup_job_rounds"], probed, strict=True)]
+        figures["speedup_of_probe"] = {"median": statistics.median(shares), "rounds": shares,
+                                       "of_medians": figures["speedup_job"] / figures["two_core_probe"]["scaling"][
+                                           "median"]}
     figures["load_after"] = os.getloadavg()
     return figures
 

@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from namesrv_proc import HOST, NamesrvProcess, scan_log  # noqa: E402
 
-from spark_analysis.conversation import read_conversations  # noqa: E402
+from spark_analysis.capture.conversation import read_conversations  # noqa: E402
 from twisted_namesrv.protocol.register import (  # noqa: E402
     RegisterBrokerBody,
     TopicConfig,

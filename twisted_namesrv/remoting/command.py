@@ -8,9 +8,10 @@ from .codes import ResponseCode, SerializeType
 from .errors import RemotingDecodeError
 from .frame import encode_frame, split_frame
 from .header import (
+    SERVER_TEMPLATES,
     Header,
+    HeaderTemplates,
     decode_binary_header,
-    decode_json_header,
     encode_binary_header,
     encode_json_header,
 )
@@ -86,11 +87,12 @@ class RemotingCommand:
         return encode_frame(self.serialize_type, header, self.body)
 
     @classmethod
-    def decode(cls, frame: bytes | memoryview) -> RemotingCommand:
-        """A frame without its length prefix (as FrameDecoder yields it)."""
+    def decode(cls, frame: bytes | memoryview, templates: HeaderTemplates = SERVER_TEMPLATES) -> RemotingCommand:
+        """A frame without its length prefix (as FrameDecoder yields it); JSON headers through
+        ``templates``."""
         serialize_type, header_bytes, body = split_frame(frame)
         if serialize_type == SerializeType.JSON:
-            header = decode_json_header(header_bytes)
+            header = templates.decode_json(header_bytes)
         elif serialize_type == SerializeType.ROCKETMQ:
             header = decode_binary_header(header_bytes)
         else:

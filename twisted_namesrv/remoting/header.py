@@ -18,7 +18,6 @@ from .codes import LanguageCode
 from .errors import RemotingDecodeError
 
 _LANGUAGE_NAMES = frozenset(LanguageCode.__members__)
-JAVA_KEY_ORDER = ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
 
 
 @dataclass(slots=True)
@@ -85,32 +84,46 @@ def _json_language(value: Any) -> str | None:
 #: the opaque's digits in a JSON header (headers differ by little else)
 OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
-_TEMPLATES: dict[bytes, Header] = {}
-#: templates a process keeps before starting over: enough for a server's clients; the capture
-#: analysis raises it (a capture holds every client of a cluster asking for every topic)
-MAX_TEMPLATES = 4096
 
 
-def decode_json_header(data: bytes) -> Header:
-    """Headers of a client differ only in their opaque, so a decoded header is kept as a
-    template under its bytes minus the opaque digits and reused: same bytes, same fields."""
-    match = OPAQUE_NUMBER.search(data)
-    if match is None or len(match.group(1)) > 11 or data.count(OPAQUE_KEY) != 1:
-        return _parse_json_header(data)
-    key = data[:match.start(1)] + data[match.end(1):]
-    template = _TEMPLATES.get(key)
-    if template is None:
-        header = _parse_json_header(data)
-        if len(_TEMPLATES) >= MAX_TEMPLATES:
-            _TEMPLATES.clear()
-        _TEMPLATES[key] = header
-        return header
-    opaque = int(match.group(1))
-    if not _INT_MIN <= opaque <= _INT_MAX:
-        return _parse_json_header(data)  # refuses it, as fastjson overflows
-    return Header(template.code, template.language, template.version, opaque, template.flag,
-                  template.remark, None if template.ext_fields is None else dict(template.ext_fields),
-                  template.json_layout)
+class HeaderTemplates:
+    """JSON header decoding with a cache: headers of a client differ only in their opaque, so a
+    decoded header is kept as a template under its bytes minus the opaque digits and reused (same
+    bytes, same fields). At most ``size`` templates are kept before starting over; each user sizes
+    its own (a server's clients, or every client of a cluster in a capture) and shares no state."""
+
+    __slots__ = ("size", "_templates")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._templates: dict[bytes, Header] = {}
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+    def decode_json(self, data: bytes) -> Header:
+        match = OPAQUE_NUMBER.search(data)
+        if match is None or len(match.group(1)) > 11 or data.count(OPAQUE_KEY) != 1:
+            return _parse_json_header(data)
+        key = data[:match.start(1)] + data[match.end(1):]
+        templates = self._templates
+        template = templates.get(key)
+        if template is None:
+            header = _parse_json_header(data)
+            if len(templates) >= self.size:
+                templates.clear()
+            templates[key] = header
+            return header
+        opaque = int(match.group(1))
+        if not _INT_MIN <= opaque <= _INT_MAX:
+            return _parse_json_header(data)  # refuses it, as fastjson overflows
+        return Header(template.code, template.language, template.version, opaque, template.flag,
+                      template.remark, None if template.ext_fields is None else dict(template.ext_fields),
+                      template.json_layout)
+
+
+#: the server's templates: enough for its clients
+SERVER_TEMPLATES = HeaderTemplates(4096)
 
 
 def _parse_json_header(data: bytes) -> Header:
@@ -175,7 +188,7 @@ def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
 
 
 def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
-    """JAVA_KEY_ORDER written directly: the path of every answer the server sends."""
+    """Java's layout (alphabetical keys) written directly: the path of every answer the server sends."""
     ext = "" if header.ext_fields is None else ',"extFields":' + fastjson.dumps(header.ext_fields)
     language = "" if header.language is None else f',"language":"{header.language}"'
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)

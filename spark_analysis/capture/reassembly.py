@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spark_analysis.packets import ACK, FIN, RST, SYN, TcpSegment
-from spark_analysis.pcapio import Buffer
+from spark_analysis.capture.packets import ACK, FIN, RST, SYN, TcpSegment
+from spark_analysis.capture.records import Buffer
 
 DEFAULT_SERVER_PORT = 9876
 _CONTROL = SYN | FIN | RST

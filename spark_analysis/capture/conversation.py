@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_analysis.packets import tcp_segments
-from spark_analysis.pcapio import read_records
-from spark_analysis.streams import Chunk, Connection, Direction, reassemble
+from spark_analysis.capture.packets import tcp_segments
+from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
+from spark_analysis.capture.records import read_records
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
 from twisted_namesrv.remoting.frame import frame_spans, split_header_word
+from twisted_namesrv.remoting.header import HeaderTemplates
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -28,6 +29,9 @@ _FRAME_PREFIX = struct.Struct(">iI")
 _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
 _MAX_FRAME_LENGTH = 1 << 31
+# A capture holds the headers of every client of a cluster (clients x topics route queries): keep
+# all their templates rather than re-parse each after a server-sized set starts over.
+_TEMPLATES = HeaderTemplates(1 << 16)
 
 
 @dataclass
@@ -103,7 +107,7 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes
 
 
 def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    return CapturedCommand(ts, direction, RemotingCommand.decode(frame), frame)
+    return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
 
 
 def conversation_of(connection: Connection) -> Conversation:
@@ -156,7 +160,7 @@ def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     if not 4 + header_length <= length <= DEFAULT_MAX_FRAME_LENGTH - 4 or header_end > len(data):
         return None
     try:
-        RemotingCommand.decode(data[offset + 4 : header_end])
+        RemotingCommand.decode(data[offset + 4 : header_end], _TEMPLATES)
     except RemotingDecodeError:
         return None
     return offset + 4 + length

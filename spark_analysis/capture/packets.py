@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spark_analysis.pcapio import Buffer, Record, RecordIndex, read_uint
+from spark_analysis.capture.records import Buffer, Record, RecordIndex, read_uint
 
 FIN, SYN, RST, PSH, ACK, URG = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 

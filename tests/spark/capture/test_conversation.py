@@ -1,0 +1,48 @@
+"""Cutting reassembled streams into commands: resynchronising after capture gaps and mid-stream
+starts, and refusing what Java refuses from a stream seen from its SYN."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_analysis.capture.conversation import conversation_of, frame_start
+from spark_analysis.capture.reassembly import reassemble
+from tests.spark.capture.builders import client_stream, handshake, only, registration, route_query
+from twisted_namesrv.remoting import RemotingCommand, SerializeType
+
+
+def requests_of(packets: list) -> list[RemotingCommand]:
+    conversation = conversation_of(only(reassemble(packets)))
+    return [c.command for c in conversation.commands]
+
+
+# --- resynchronising ---------------------------------------------------------------------------------
+
+
+def test_a_capture_gap_resumes_at_the_next_frame() -> None:
+    frames = [route_query(n) for n in range(1, 6)]
+    packets = client_stream(*frames, cut=20)
+    del packets[9]  # inside the second frame: the capture missed it and nothing filled the hole
+    conversation = conversation_of(only(reassemble(handshake() + packets)))
+    assert [c.command.opaque for c in conversation.commands] == [1, 3, 4, 5]
+    assert conversation.lost_bytes > 0 and not conversation.undecodable
+
+
+def test_a_capture_starting_mid_frame_resumes_at_the_next_frame() -> None:
+    frames = [registration("right"), route_query(2), registration("right", SerializeType.ROCKETMQ)]
+    packets = client_stream(*frames, cut=100)[3:]  # no SYN, and the first frame's start is missing
+    assert [(c.code, c.opaque) for c in requests_of(packets)] == [(105, 2), (103, 7)]
+
+
+def test_a_stream_from_its_syn_is_cut_from_its_first_byte() -> None:
+    """A frame the codec refuses there is what Java closes the channel for, not noise to skip."""
+    packets = handshake() + client_stream(b"\x00\x00\x00\x05junk!", route_query(1))
+    conversation = conversation_of(only(reassemble(packets)))
+    assert (conversation.undecodable, conversation.lost_bytes) == (b"\x00\x00\x00\x05junk!", 0)
+
+
+@pytest.mark.parametrize("noise", [b"", b"x" * 50, bytes(range(256)) * 3, b"\x00\x00\x01\x00\x00\x00\x00\x10{"])
+def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
+    frames = route_query(1) + route_query(2)
+    assert frame_start(noise + frames) == len(noise)
+    assert frame_start(noise) is None

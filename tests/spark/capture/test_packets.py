@@ -1,0 +1,95 @@
+"""Link layers and IP down to TCP segments: every link type, IPv6 extension headers, damaged frames,
+and the columnar decoder against the one-frame decoder."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import numpy as np
+import pytest
+
+from spark_analysis.capture.packets import ACK, PSH, SYN, TcpSegment, parse_tcp, segment_columns
+from spark_analysis.capture.records import RecordIndex
+from tests.spark.capture.builders import CLIENT, CLIENT6, SERVER, SERVER6, ethernet, ipv4, ipv6, tcp
+
+V4_TCP = ipv4("192.0.2.1", "192.0.2.2", tcp(("", 1234), ("", 9876), 42, PSH | ACK, b"hello", ack=7),
+              options=b"\x01\x01\x01\x00")
+V6_TCP = ipv6(CLIENT6[0], SERVER6[0], tcp(CLIENT6, SERVER6, 42, PSH | ACK, b"hello", ack=7),
+              extensions=((0, b"\x01\x00"), (60, b"\x01\x02\x00\x00"), (44, b"\x00\x00\x00\x00\x00\x01")))
+
+
+IPV4_FRAMES = [(1, ethernet(V4_TCP) + bytes(6)), (1, ethernet(V4_TCP, vlans=2)),
+               (113, struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + V4_TCP),
+               (276, struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + V4_TCP),
+               (0, struct.pack("<I", 2) + V4_TCP), (0, struct.pack(">I", 2) + V4_TCP),
+               (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP)]
+
+
+@pytest.mark.parametrize(("linktype", "frame"), IPV4_FRAMES)  # Ethernet pads short frames, or has VLANs
+def test_ipv4_over_every_link_type(linktype: int, frame: bytes) -> None:
+    assert parse_tcp(linktype, frame) == TcpSegment("192.0.2.1:1234", "192.0.2.2:9876", 42, 7, PSH | ACK, b"hello")
+
+
+@pytest.mark.parametrize(("linktype", "frame"), [
+    (1, ethernet(V6_TCP, 0x86DD)),
+    (276, struct.pack("!HHIHBB8s", 0x86DD, 0, 1, 772, 0, 6, b"") + V6_TCP),
+    (0, struct.pack("<I", 30) + V6_TCP),
+    (0, struct.pack(">I", 24) + V6_TCP),
+    (101, V6_TCP),
+    (229, V6_TCP),
+])
+def test_ipv6_with_extension_headers(linktype: int, frame: bytes) -> None:
+    expected = TcpSegment("[2001:db8::1]:40000", "[2001:db8::2]:9876", 42, 7, PSH | ACK, b"hello")
+    assert parse_tcp(linktype, frame) == expected
+
+
+@pytest.mark.parametrize(("linktype", "frame"), [
+    (1, ethernet(ipv4("10.0.0.1", "10.0.0.2", b"\x00" * 8, protocol=17))),  # UDP
+    (1, ethernet(b"\x00" * 28, 0x0806)),  # ARP
+    (1, ethernet(ipv4("10.0.0.1", "10.0.0.2", tcp(CLIENT, SERVER, 1), fragment=0x2000 | 185))),  # later fragment
+    (229, ipv6(CLIENT6[0], SERVER6[0], tcp(CLIENT6, SERVER6, 1), extensions=((44, b"\x00\x08\x00\x00\x00\x01"),))),
+    (1, ethernet(V4_TCP)[:40]),  # TCP header cut short
+    (1, b"\x00" * 5),
+    (147, V4_TCP),  # a link type we do not decode
+])
+def test_non_tcp_and_damaged_frames_are_skipped(linktype: int, frame: bytes) -> None:
+    assert parse_tcp(linktype, frame) is None
+
+
+@pytest.mark.parametrize("port", [None, 9876, 1234, 80])
+def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
+    """segment_columns (IPv4 in bulk, the rest one by one) agrees with parse_tcp record by record,
+    in capture order, whichever path each record takes."""
+    frames = [
+        *IPV4_FRAMES,
+        (1, ethernet(V6_TCP, 0x86DD)), (229, V6_TCP),
+        (1, ethernet(ipv4("10.0.0.1", "10.0.0.2", b"\x00" * 8, protocol=17))),
+        (1, ethernet(ipv4("10.0.0.1", "10.0.0.2", tcp(CLIENT, SERVER, 1), fragment=0x2000 | 185))),
+        (1, ethernet(V4_TCP)[:40]), (1, b"\x00" * 5), (147, V4_TCP), (0, struct.pack("<I", 2) + V4_TCP[:30]),
+        (1, ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 99, SYN, b"x" * 3)))),
+    ]
+    data = b"".join(frame for _, frame in frames)
+    starts = list(itertools.accumulate((len(frame) for _, frame in frames), initial=0))[:-1]
+    lengths = np.array([len(frame) for _, frame in frames])
+    index = RecordIndex(np.arange(len(frames), dtype=np.float64), np.array([lt for lt, _ in frames]),
+                        np.array(starts), lengths, lengths)
+    columns = segment_columns(data, index, port)
+    found = [(ts, TcpSegment(columns.endpoints[src], columns.endpoints[dst], seq, ack, flags, data[start:end]))
+             for ts, src, dst, seq, ack, flags, start, end in zip(
+                 *(getattr(columns, name).tolist() for name in ("ts", "src", "dst", "seq", "ack", "flags", "start",
+                                                                 "end")), strict=True)]
+    expected = [(float(ts), segment) for ts, (linktype, frame) in enumerate(frames)
+                if (segment := parse_tcp(linktype, frame)) is not None
+                and (port is None or port in (_port(segment.src), _port(segment.dst)))]
+    assert found == expected
+    assert len(found) == {None: 12, 9876: 12, 1234: 9, 80: 0}[port]
+
+
+def _port(endpoint: str) -> int:
+    return int(endpoint.rpartition(":")[2])
+
+
+def test_syn_flags_and_addresses_from_an_ethernet_frame() -> None:
+    frame = ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 99, SYN, options=b"\x02\x04\x05\xb4")))
+    assert parse_tcp(1, frame) == TcpSegment("10.0.0.1:40000", "10.0.0.2:9876", 99, 0, SYN, b"")

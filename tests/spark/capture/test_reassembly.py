@@ -1,0 +1,221 @@
+"""TCP reassembly: the shared captures' connections carry whole frames; loss, reordering,
+retransmission, wraparound and port reuse built here (clean loopback captures never show them)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from spark_analysis.capture.packets import ACK, FIN, PSH, RST, SYN, tcp_segments
+from spark_analysis.capture.reassembly import Chunk, reassemble, stream_bytes
+from spark_analysis.capture.records import iter_records, read_records
+from tests.spark.capture.builders import (
+    CLIENT,
+    CLIENT6,
+    SERVER,
+    SERVER6,
+    handshake,
+    ipv6,
+    joined,
+    only,
+    pcap,
+    segment,
+    tcp,
+)
+
+# Connections on port 9876 in each shared capture (see its README for the scenarios).
+EXPECTED_CONNECTIONS = {
+    "binary_lifecycle.pcap": 29,
+    "compressed_bulk.pcap": 29,
+    "json_lifecycle.pcap": 29,
+    "v5_probe.pcap": 6,
+}
+MAX_FRAME = 16 * 1024 * 1024  # Java's default remoting frame limit: larger length words are refused
+
+
+def whole_frames(stream: bytes) -> tuple[list[bytes], bytes]:
+    """Cut a RocketMQ byte stream into frames (4-byte length + that many bytes); returns the rest."""
+    frames, offset = [], 0
+    while offset + 4 <= len(stream):
+        (length,) = struct.unpack_from(">i", stream, offset)
+        if offset + 4 + length > len(stream):
+            break
+        frames.append(stream[offset + 4 : offset + 4 + length])
+        offset += 4 + length
+    return frames, stream[offset:]
+
+
+def plausible_frame_start(stream: bytes) -> bool:
+    if len(stream) < 8:
+        return False
+    length, type_and_header_len = struct.unpack_from(">iI", stream)
+    return length > 0 and (type_and_header_len & 0xFFFFFF) < length and type_and_header_len >> 24 in (0, 1)
+
+
+def test_captured_connections_carry_whole_frames(capture: Path) -> None:
+    connections = reassemble(tcp_segments(read_records(capture)))
+    assert len(connections) == EXPECTED_CONNECTIONS[capture.name]
+    refused = []
+    for connection in connections:
+        assert connection.server == "127.0.0.1:9876"
+        assert connection.close_kind == "fin"
+        assert not connection.to_server.gaps and not connection.to_client.gaps
+        requests = joined(connection.to_server)
+        assert plausible_frame_start(requests), connection
+        frames, rest = whole_frames(requests)
+        if rest:  # only the probe's oversized length word, which the server refuses by closing
+            assert struct.unpack_from(">i", rest)[0] > MAX_FRAME and len(rest) == 8
+            assert connection.first_close_by == "server"
+            refused.append(connection.conn_id)
+        assert whole_frames(joined(connection.to_client))[1] == b""
+    assert len(refused) == (0 if capture.name == "v5_probe.pcap" else 1)
+
+
+
+def test_handshake_data_and_close() -> None:
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, PSH | ACK, b"request")),
+        (2.1, segment(SERVER, CLIENT, 5001, PSH | ACK, b"answer")),
+        (3.0, segment(CLIENT, SERVER, 1008, FIN | ACK)),
+        (3.1, segment(SERVER, CLIENT, 5007, FIN | ACK)),
+    ]
+    connection = only(reassemble(packets))
+    assert (connection.conn_id, connection.client, connection.server) == (0, "10.0.0.1:40000", "10.0.0.2:9876")
+    assert (connection.opened_ts, connection.closed_ts, connection.close_kind, connection.first_close_by) == (
+        1.0, 3.0, "fin", "client")
+    assert list(connection.to_server) == [Chunk(2.0, 0, b"request")]
+    assert list(connection.to_client) == [Chunk(2.1, 0, b"answer")]
+
+
+def test_out_of_order_segments_wait_for_the_hole() -> None:
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1005, ACK, b"4567")),
+        (2.1, segment(CLIENT, SERVER, 1009, ACK, b"89")),
+        (2.2, segment(CLIENT, SERVER, 1001, ACK, b"0123")),
+        (2.3, segment(CLIENT, SERVER, 1011, ACK, b"ab")),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert list(direction) == [Chunk(2.2, 0, b"0123"), Chunk(2.2, 4, b"4567"), Chunk(2.2, 8, b"89"),
+                               Chunk(2.3, 10, b"ab")]
+    assert direction.gaps == []
+    assert stream_bytes(direction) == [Chunk(2.2, 0, b"0123456789ab")]
+
+
+def test_retransmissions_and_overlaps_keep_the_first_copy() -> None:
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, ACK, b"abcd")),
+        (2.1, segment(CLIENT, SERVER, 1001, ACK, b"abcd")),  # plain retransmission
+        (2.2, segment(CLIENT, SERVER, 1003, ACK, b"XXef")),  # overlap with different bytes
+        (2.3, segment(CLIENT, SERVER, 1000, SYN)),  # retransmitted SYN: same connection
+    ]
+    connections = reassemble(packets)
+    assert joined(only(connections).to_server) == b"abcdef"
+    assert list(connections[0].to_server)[-1] == Chunk(2.2, 4, b"ef")
+
+
+def test_unfilled_hole_becomes_a_gap_and_the_stream_resumes() -> None:
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, ACK, b"aaaa")),
+        (2.1, segment(CLIENT, SERVER, 1009, ACK, b"cccc")),
+        (2.2, segment(CLIENT, SERVER, 1013, ACK, b"dd")),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert direction.gaps == [(4, 4)]
+    assert list(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"cccc"), Chunk(2.2, 12, b"dd")]
+    assert stream_bytes(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"ccccdd")]
+
+
+def test_a_hole_the_receiver_acknowledged_is_a_gap_at_once() -> None:
+    """The server acknowledging bytes past the hole got them where the capture did not: the hole
+    is a gap from then on (a late copy of its bytes is a retransmission), and the bytes after it
+    are delivered then, not held to the end of the connection."""
+    packets = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, ACK, b"aaaa")),
+        (2.1, segment(CLIENT, SERVER, 1009, ACK, b"cccc")),
+        (2.2, segment(SERVER, CLIENT, 5001, ACK, ack=1013)),
+        (2.3, segment(CLIENT, SERVER, 1005, ACK, b"bbbb")),
+        (2.4, segment(CLIENT, SERVER, 1013, ACK, b"dd")),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert direction.gaps == [(4, 4)]
+    assert list(direction) == [Chunk(2.0, 0, b"aaaa"), Chunk(2.1, 8, b"cccc"), Chunk(2.4, 12, b"dd")]
+
+
+def test_capture_starting_mid_stream() -> None:
+    packets = [
+        (1.0, segment(SERVER, CLIENT, 777, PSH | ACK, b"late answer")),
+        (1.1, segment(CLIENT, SERVER, 123456, PSH | ACK, b"next request")),
+    ]
+    connection = only(reassemble(packets))
+    assert (connection.client, connection.server) == ("10.0.0.1:40000", "10.0.0.2:9876")
+    assert list(connection.to_client) == [Chunk(1.0, 0, b"late answer")]
+    assert list(connection.to_server) == [Chunk(1.1, 0, b"next request")]
+
+
+def test_without_syn_or_server_port_the_first_sender_is_the_client() -> None:
+    connection = only(reassemble([(1.0, segment(SERVER, CLIENT, 1, ACK, b"x"))], server_port=1))
+    assert connection.client == "10.0.0.2:9876"
+
+
+def test_syn_ack_identifies_the_server_when_the_syn_was_missed() -> None:
+    connection = only(reassemble(handshake()[1:], server_port=1))
+    assert (connection.client, connection.server) == ("10.0.0.1:40000", "10.0.0.2:9876")
+
+
+def test_sequence_numbers_wrap_around() -> None:
+    isn = 2**32 - 3
+    packets = handshake(client_isn=isn) + [
+        (2.0, segment(CLIENT, SERVER, isn + 1, ACK, b"abcd")),  # crosses 2**32
+        (2.2, segment(CLIENT, SERVER, isn + 9, ACK, b"ij")),  # out of order, past the wrap
+        (2.1, segment(CLIENT, SERVER, isn + 5, ACK, b"efgh")),
+        (2.3, segment(CLIENT, SERVER, isn + 3, ACK, b"cd")),  # old bytes, before the wrap
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert joined(direction) == b"abcdefghij"
+    assert direction[-1].offset == 8
+
+
+def test_port_reuse_starts_a_new_connection() -> None:
+    first = handshake() + [
+        (2.0, segment(CLIENT, SERVER, 1001, PSH | ACK, b"one")),
+        (3.0, segment(SERVER, CLIENT, 5001, RST | ACK)),
+    ]
+    second = handshake(client_isn=90000, server_isn=70000, ts=4.0) + [
+        (5.0, segment(CLIENT, SERVER, 90001, PSH | ACK, b"two")),
+    ]
+    third = [(6.0, segment(CLIENT, SERVER, 123, SYN)), (6.1, segment(CLIENT, SERVER, 124, ACK, b"three"))]
+    connections = reassemble(first + second + third)
+    assert [c.conn_id for c in connections] == [0, 1, 2]
+    assert [joined(c.to_server) for c in connections] == [b"one", b"two", b"three"]
+    reset, reused, _ = connections
+    assert (reset.closed_ts, reset.close_kind, reset.first_close_by) == (3.0, "rst", "server")
+    assert reused.opened_ts == 4.0 and reused.closed_ts is None
+
+
+def test_connections_are_listed_by_first_packet() -> None:
+    other = ("10.0.0.3", 40001)
+    packets = [
+        (1.0, segment(CLIENT, SERVER, 1, ACK, b"a")),
+        (1.1, segment(other, SERVER, 1, ACK, b"b")),
+        (1.2, segment(CLIENT, SERVER, 2, ACK, b"c")),
+    ]
+    assert [(c.client, joined(c.to_server)) for c in reassemble(packets)] == [
+        ("10.0.0.1:40000", b"ac"), ("10.0.0.3:40001", b"b")]
+
+
+def test_ipv6_sll2_capture_end_to_end() -> None:
+    def frame(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int, payload: bytes = b"") -> bytes:
+        packet = ipv6(src[0], dst[0], tcp(src, dst, seq, flags, payload))
+        return struct.pack("!HHIHBB8s", 0x86DD, 0, 1, 772, 0, 6, b"") + packet
+
+    data = pcap([
+        (1.0, frame(CLIENT6, SERVER6, 10, SYN)),
+        (1.1, frame(SERVER6, CLIENT6, 20, SYN | ACK)),
+        (1.2, frame(CLIENT6, SERVER6, 11, PSH | ACK, b"ping")),
+        (1.3, frame(SERVER6, CLIENT6, 21, PSH | ACK, b"pong")),
+        (1.4, frame(CLIENT6, SERVER6, 15, FIN | ACK)),  # cut short below: dropped
+    ], linktype=276)[:-1]
+    connection = only(reassemble(tcp_segments(iter_records(data))))
+    assert (connection.client, connection.server) == ("[2001:db8::1]:40000", "[2001:db8::2]:9876")
+    assert joined(connection.to_server) == b"ping" and joined(connection.to_client) == b"pong"
+    assert connection.closed_ts is None

@@ -1,0 +1,28 @@
+"""Header values as Java parses them: extFields are strings, and what Java makes of one (a boolean,
+a boxed or unboxed number) decides what the NameServer does with it. The server's handlers and the
+capture analysis read the same fields the same way."""
+
+from __future__ import annotations
+
+import re
+
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def java_bool(value: str | None) -> bool:
+    """Boolean.parseBoolean: only a case-insensitive "true" is true."""
+    return value is not None and value.lower() == "true"
+
+
+def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
+    """Long.parseLong / Integer.parseInt: ASCII digits with an optional sign, in range; None
+    where Java throws (Python's int() would also take '1_0', ' 0' or other scripts' digits)."""
+    if value is None or not _JAVA_INTEGER.fullmatch(value):
+        return None
+    number = int(value)
+    return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None
+
+
+def optional_long(value: str | None, bits: int = 64) -> int | None:
+    """A boxed Integer/Long header field: Java swallows a parse error and keeps null."""
+    return parse_java_integer(value, bits)
