@@ -54,8 +54,9 @@ def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) 
     return read_outputs(spark, out, counts)
 
 
-def read_outputs(spark: SparkSession, out: str | Path, counts: Counter) -> Outputs:
-    """What a run wrote to ``out``, read back; ``counts`` as it returned them."""
+def read_outputs(spark: SparkSession, out: str | Path, counts: Counter | None = None) -> Outputs:
+    """What a run wrote to ``out``, read back; ``counts`` as it returned them (None: a run whose
+    counts stayed in another process, e.g. spark-submit's driver)."""
     local_out = str(out).removeprefix("file://")
     tables = [[row.asDict(recursive=True) for row in _with_seconds(spark.read.parquet(f"{out}/{name}")).collect()]
               for name in ("frames", "calls", "registrations")]
@@ -63,7 +64,10 @@ def read_outputs(spark: SparkSession, out: str | Path, counts: Counter) -> Outpu
         brokers = list(csv.DictReader(f))
     with open(f"{local_out}/summary.json") as f:
         summary = json.load(f)
-    assert summary == counts.pop("summary")
+    if counts is None:
+        counts = Counter()
+    else:
+        assert summary == counts.pop("summary")
     return Outputs(local_out, counts, *tables, brokers, summary)
 
 

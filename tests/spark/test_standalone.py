@@ -14,7 +14,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -59,18 +58,19 @@ def test_submitted_to_a_standalone_cluster_the_report_equals_the_local_run(
     assert submitted == 0, tails(tmp_path)
     assert list((tmp_path / "work").glob("app-*/0/stderr")), "no executor ran on the worker"
 
-    cluster = read_outputs(spark, out, Counter())
+    cluster = read_outputs(spark, out)
     local = synthetic_outputs
     assert [len(cluster.frames), len(cluster.calls), len(cluster.registrations)] == [
         len(local.frames), len(local.calls), len(local.registrations)]
     assert same_rows(cluster, local)
     assert (out / "brokers.csv").read_text() == Path(local.out, "brokers.csv").read_text()
+    assert cluster.summary == local.summary
     assert (out / "report.html").stat().st_size > 0
 
 
 def clean_python(root: Path) -> str:
     """A virtual environment with the test environment's packages but for NOT_INSTALLED: PySpark,
-    its sql extra and matplotlib, as a cluster's nodes would have them."""
+    its sql extra and plotly, as a cluster's nodes would have them."""
     site = root / "site"
     site.mkdir(parents=True)
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
