@@ -4,10 +4,11 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
-Answers are expensive to encode and asked for far more often than the state changes, so the
-manager keeps ``route_memo`` (per topic, filled by whoever encodes a route) and ``generation``
-(bumped on any change that can alter cluster info or topic lists).  Every mutation below clears
-exactly what it touches: a heartbeat that changes nothing clears nothing.
+The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
+page compare it) and publishes each one through a single hook, ``on_change(kind, name)``: a
+topic's route changed, a broker group changed (so every route naming it), or everything did.
+Whoever caches answers (answer_cache.py) subscribes; a heartbeat that changes nothing publishes
+nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compat import Profile
 from ..protocol.register import RegisterBrokerBody, TopicConfig
 from ..protocol.route import (
     FLAG_UNIT,
@@ -29,6 +29,7 @@ from ..protocol.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
+from .config import NamesrvConfig
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
@@ -37,6 +38,9 @@ Channel = Hashable
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
 EventListener = Callable[[str, dict[str, Any]], None]
 Notifier = Callable[[str, dict[str, str]], None]
+#: on_change's kinds: the name is a topic, a broker name, or None (everything)
+TOPIC, BROKER, EVERYTHING = "topic", "broker", "everything"
+ChangeListener = Callable[[str, str | None], None]
 
 
 @dataclass(slots=True)
@@ -87,14 +91,11 @@ class RegisterRequest:
 
 
 class RouteInfoManager:
-    def __init__(self, profile: Profile, clock: Callable[[], float], *, delete_topic_with_registration: bool = False,
-                 support_acting_master: bool = False, notify_min_broker_id_changed: bool = False,
-                 listener: EventListener | None = None, notifier: Notifier | None = None) -> None:
-        self.profile = profile
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.profile = config.profile
         self._clock = clock
-        self.delete_topic_with_registration = delete_topic_with_registration
-        self.support_acting_master = support_acting_master
-        self.notify_min_broker_id_changed = notify_min_broker_id_changed
         self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
         self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
@@ -103,21 +104,41 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
-        self.route_memo: dict[str, dict[Any, bytes]] = {}
         self.generation = 0
+        #: the one subscriber to changes (the answer cache); None: nobody caches
+        self.on_change: ChangeListener | None = None
 
-    # -- memo invalidation ------------------------------------------------------------------
+    # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
+    @property
+    def delete_topic_with_registration(self) -> bool:
+        return bool(self.config["deleteTopicWithBrokerRegistration"])
+
+    @property
+    def support_acting_master(self) -> bool:
+        return bool(self.config["supportActingMaster"])
+
+    @property
+    def notify_min_broker_id_changed(self) -> bool:
+        return bool(self.config["notifyMinBrokerIdChanged"])
+
+    # -- change publication -----------------------------------------------------------------
+    def _changed(self, kind: str, name: str | None) -> None:
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change(kind, name)
+
     def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (also order-topic KV entries)."""
-        self.route_memo.pop(topic, None)
-        self.generation += 1
+        """Anything a route answer for ``topic`` shows changed."""
+        self._changed(TOPIC, topic)
 
-    def _broker_changed(self, broker_name: str) -> None:
-        """A group's addresses, zone or flags changed: every route naming it is stale."""
-        if self.route_memo:
-            for topic in [t for t in self.route_memo if broker_name in self.topicQueueTable.get(t, ())]:
-                del self.route_memo[topic]
-        self.generation += 1
+    def _broker_changed(self, broker_name: str | None) -> None:
+        """A group's addresses, zone, flags or queue permissions changed: every route naming it
+        is stale, and so is the cluster info."""
+        self._changed(BROKER, broker_name)
+
+    def routes_changed(self) -> None:
+        """Everything may have changed (tables replaced, filter servers dropped)."""
+        self._changed(EVERYTHING, None)
 
     def _forget_tables(self) -> None:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
@@ -137,11 +158,6 @@ class RouteInfoManager:
         if self.profile.acting_master_rules and broker.enableActingMaster != bool(enable_acting_master):
             return None
         return live.tableDigest
-
-    def routes_changed(self) -> None:
-        """A switch that shapes every answer changed (e.g. supportActingMaster)."""
-        self.route_memo.clear()
-        self.generation += 1
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -170,12 +186,12 @@ class RouteInfoManager:
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
-            self.generation += 1
+            self._broker_changed(req.brokerName)
         broker = self.brokerAddrTable.get(req.brokerName)
         register_first = broker is None
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
-            self.generation += 1
+            self._broker_changed(req.brokerName)
         if p.acting_master_rules and (broker.enableActingMaster, broker.zoneName) != (
                 bool(req.enableActingMaster), req.zoneName):
             broker.enableActingMaster = bool(req.enableActingMaster)
@@ -443,13 +459,12 @@ class RouteInfoManager:
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
         count = 0
-        for topic, queues in self.topicQueueTable.items():
+        for queues in self.topicQueueTable.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
                 queue.perm = change(queue.perm)
-                self.route_memo.pop(topic, None)
                 count += 1
-        self.generation += 1
+        self._broker_changed(broker_name)
         return count
 
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
