@@ -115,9 +115,10 @@ class AnswerCache:
                    topic: str, variant: Hashable) -> None:
         """Keep a successful plain JSON route answer (``encoded``: its frame) for reply_to, while
         its body is the one kept for ``topic`` and ``variant``."""
-        if (not self.keep or response.code != ResponseCode.SUCCESS or request.serialize_type != SerializeType.JSON
-                or response.serialize_type != SerializeType.JSON or request.body or request.is_oneway
-                or frame.count(OPAQUE_KEY) != 1 or self.route(topic, variant) is not response.body):
+        body = self.route(topic, variant)
+        if (body is None or body is not response.body or not self.keep or response.code != ResponseCode.SUCCESS
+                or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
+                or request.body or request.is_oneway or frame.count(OPAQUE_KEY) != 1):
             return
         match = OPAQUE_NUMBER.search(frame, 4)
         header = split_frame(encoded[4:])[1]
@@ -128,4 +129,4 @@ class AnswerCache:
         if len(self.replies) >= MAX_REPLIES:
             self.replies.clear()
         head, tail = header[:split + 9], header[split + len(opaque) - 1:]
-        self.replies[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, response.body, head, tail)
+        self.replies[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, body, head, tail)

@@ -101,6 +101,7 @@ class NamesrvController:
             handler = None
         acl = state.acl
         refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
+        response: RemotingCommand | None
         if refusal is not None:  # as a Java broker answers an AclException
             log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
             response = respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)

@@ -41,7 +41,7 @@ Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None
 # -- helpers shared by the handlers ------------------------------------------------------------
 
 def respond(state: NamesrvState, request: RemotingCommand, code: int = ResponseCode.SUCCESS,
-            remark: str | None = None, ext: dict[str, str] | None = None, body: bytes | None = None,
+            remark: str | None = None, ext: dict[str, str | None] | None = None, body: bytes | None = None,
             normal: bool = True) -> RemotingCommand:
     """A response as each Java generation writes it: its version, and its header type (4.9.8
     answers a normal response in the request's type; error replies and 5.3.3 use JSON)."""
@@ -94,7 +94,7 @@ class BadRequest(ValueError):
 
 def json_body(request: RemotingCommand) -> Any:
     try:
-        return fastjson.loads(request.body or b"")
+        return fastjson.loads(bytes(request.body or b""))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from None
 
@@ -147,26 +147,27 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
-    missing = [name for name in ("clusterName", "brokerAddr", "brokerName") if ext.get(name) is None]
-    if missing:  # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
+    cluster, addr, name = ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName")
+    if cluster is None or addr is None or name is None:
+        # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
+        missing = "clusterName" if cluster is None else "brokerAddr" if addr is None else "brokerName"
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
-                       f"register broker failed: header field {missing[0]} is missing", ext={}, normal=False)
+                       f"register broker failed: header field {missing} is missing", ext={}, normal=False)
     acting = ext.get("enableActingMaster")
-    known = state.routes.known_table_digest(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"),
-                                            broker_id, java_bool(acting))
+    known = state.routes.known_table_digest(cluster, addr, name, broker_id, java_bool(acting))
     try:
         body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version,
                                     state.config["inflateMaxLength"], known_digest=known)
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     result = state.routes.register_broker(RegisterRequest(
-        clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
-        brokerId=broker_id, haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
+        clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
+        haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
         zoneName=ext.get(ZONE_NAME),
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=None if acting is None else java_bool(acting),
-        version=request.version))  # type: ignore[arg-type]
+        version=request.version))
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -374,7 +375,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
     if not request.body:
         return respond(state, request)
     try:
-        props = parse_properties(request.body.decode("utf-8"))
+        props = parse_properties(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())

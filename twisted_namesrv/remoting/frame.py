@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from functools import cache
+from typing import Any
 
 from .errors import RemotingDecodeError
 
@@ -22,7 +23,7 @@ HEADER_LENGTH_MASK = 0x00FFFFFF
 
 
 @cache
-def frame_struct():
+def frame_struct() -> Any:
     """The frame as a construct definition (imported and compiled only when used)."""
     from construct import Bytes, Int32sb, Int32ub, Struct, this
 
@@ -42,7 +43,7 @@ def split_header_word(word: int) -> tuple[int, int]:
     return (word >> 24) & 0xFF, word & HEADER_LENGTH_MASK
 
 
-def encode_frame(serialize_type: int, header: bytes, body: bytes | None) -> bytes:
+def encode_frame(serialize_type: int, header: bytes, body: bytes | memoryview | None) -> bytes:
     body = body or b""
     length = 4 + len(header) + len(body)
     return _PREFIX.pack(length, (serialize_type << 24) | len(header)) + header + body

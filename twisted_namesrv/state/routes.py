@@ -151,7 +151,7 @@ class RouteInfoManager:
         """The digest of the table this broker's queues hold now, when registering the same
         table again cannot change anything: same id slot (not a first registration), same
         acting-master flag, and nothing changed its queue data since."""
-        live = self.brokerLiveTable.get(self.live_key(cluster, addr))  # type: ignore[arg-type]
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
         if live is None or live.tableDigest is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
             return None
@@ -163,7 +163,7 @@ class RouteInfoManager:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def live_key(self, cluster: str | None, addr: str) -> LiveKey:
+    def live_key(self, cluster: str | None, addr: str | None) -> LiveKey:
         return (cluster, addr) if self.profile.live_key_includes_cluster else addr
 
     @staticmethod
@@ -318,7 +318,7 @@ class RouteInfoManager:
                 del self.topicQueueTable[topic]
             self.topic_changed(topic)
 
-    def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
+    def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
         if not queue_datas or topic is None:
             return
@@ -334,14 +334,15 @@ class RouteInfoManager:
             self.topicQueueTable[topic] = queues
 
     # -- liveness ---------------------------------------------------------------------------
-    def query_broker_topic_config(self, cluster: str | None, addr: str) -> DataVersion | None:
+    def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         return live.dataVersion if live else None
 
-    def is_broker_topic_config_changed(self, cluster: str | None, addr: str, version: DataVersion | None) -> bool:
+    def is_broker_topic_config_changed(self, cluster: str | None, addr: str | None,
+                                       version: DataVersion | None) -> bool:
         return not self._same_version(self.query_broker_topic_config(cluster, addr), version)
 
-    def update_broker_info_update_timestamp(self, cluster: str | None, addr: str) -> None:
+    def update_broker_info_update_timestamp(self, cluster: str | None, addr: str | None) -> None:
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         if live is not None:
             live.lastUpdateTimestamp = self.now_ms()
@@ -377,7 +378,8 @@ class RouteInfoManager:
                 return
 
     # -- unregistration ---------------------------------------------------------------------
-    def unregister_broker(self, cluster: str | None, addr: str, broker_name: str | None, broker_id: int | None) -> None:
+    def unregister_broker(self, cluster: str | None, addr: str | None, broker_name: str | None,
+                          broker_id: int | None) -> None:
         key = self.live_key(cluster, addr)
         self.brokerLiveTable.pop(key, None)
         self._drop_filter_servers(key)
@@ -389,15 +391,15 @@ class RouteInfoManager:
         else:
             removed_id = broker_id if broker_id in broker.brokerAddrs else None
         self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
-        self._remove_member(cluster, broker.brokerName, broker.brokerAddrs.get(removed_id, addr), removed_id,
-                            cluster_of_request=True)
+        removed_addr = addr if removed_id is None else broker.brokerAddrs.get(removed_id, addr)
+        self._remove_member(cluster, broker.brokerName, removed_addr, removed_id, cluster_of_request=True)
 
     def _drop_filter_servers(self, key: LiveKey) -> None:
         """Routes list filter servers by address, whichever group holds it: drop them all."""
         if self.filterServerTable.pop(key, None) is not None:
             self.routes_changed()
 
-    def _remove_member(self, cluster: str | None, broker_name: str, addr: str, broker_id: int | None,
+    def _remove_member(self, cluster: str | None, broker_name: str, addr: str | None, broker_id: int | None,
                        cluster_of_request: bool = False) -> None:
         """Drop one address from a broker group; an emptied group leaves every table."""
         broker = self.brokerAddrTable[broker_name]
@@ -410,15 +412,16 @@ class RouteInfoManager:
                 self._reduced_group(broker, addr, was_min)
             return
         del self.brokerAddrTable[broker_name]
-        names = self.clusterAddrTable.get(cluster if cluster_of_request else broker.cluster)
-        if names is not None and broker_name in names:
+        owner = cluster if cluster_of_request else broker.cluster
+        names = None if owner is None else self.clusterAddrTable.get(owner)
+        if owner is not None and names is not None and broker_name in names:
             del names[broker_name]
             if not names:
-                del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
+                del self.clusterAddrTable[owner]
         for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
             self._remove_queue_data(topic, broker_name)
 
-    def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
+    def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
         loses write perm, whichever member left; only the lowest id leaving is notified."""
         if not broker.enableActingMaster:
