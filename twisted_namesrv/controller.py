@@ -30,6 +30,7 @@ class NamesrvController:
 
     def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False) -> None:
         self.state = state
+        self.answers = state.answers
         self.metrics = metrics or Metrics(clock=state.clock)
         self.count_requests = count_requests
 
@@ -40,14 +41,11 @@ class NamesrvController:
         Raises RemotingDecodeError when the frame is not a command: the caller closes the channel."""
         if self.count_requests:
             return self._handle_counted(frame, peer)
-        reply = self.state.answers.reply_to(frame)
-        if reply is not None:
-            return reply
-        return self._answer_frame(frame, peer)[1]
+        return self.answers.reply_to(frame) or self._answer_frame(frame, peer)[1]
 
     def _handle_counted(self, frame: bytes, peer: Peer) -> bytes | None:
         begun = perf_counter()
-        reply = self.state.answers.reply_to(frame)
+        reply = self.answers.reply_to(frame)
         if reply is not None:
             self.metrics.answered_from_memory(perf_counter() - begun, 1)
             return reply
@@ -77,7 +75,7 @@ class NamesrvController:
             return
         topic, variant, zone = route_variant(state, request)
         if zone is None and topic is not None:
-            state.answers.keep_reply(frame, request, response, encoded, topic, variant)
+            self.answers.keep_reply(frame, request, response, encoded, topic, variant)
 
     def answer(self, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
         """dispatch, encoded: an answer that cannot be encoded costs one error reply, not the

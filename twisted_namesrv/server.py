@@ -16,7 +16,6 @@ from .context import Peer
 from .controller import NamesrvController
 from .metrics import Metrics
 from .remoting import FrameDecoder, RemotingDecodeError
-from .remoting.frame import check_header_length
 
 log = Logger()
 
@@ -73,7 +72,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         peer = self.transport.getPeer()
         self.host = str(getattr(peer, "host", "?"))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
-        self.decoder = FrameDecoder(factory.max_frame_length)
+        self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
@@ -102,11 +101,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         replies = []
         handle = factory.controller.handle
-        max_header = factory.max_header_length
         for frame in frames:
             try:
-                if max_header is not None:
-                    check_header_length(frame, max_header)
                 reply = handle(frame, self.peer)
             except RemotingDecodeError as exc:
                 self._reject(exc.reason, str(exc))
@@ -126,7 +122,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.factory.limit_log(self.host, reason, "decode exception from {peer}, closing the channel: {detail}",
                                peer=self.peer.address, detail=detail, rejected=reason)
         self.transport.loseConnection()
-        self.decoder = FrameDecoder(self.factory.max_frame_length)  # drop what is buffered
+        self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
 
     def timeoutConnection(self) -> None:
         self.factory.metrics.reject("idle")
