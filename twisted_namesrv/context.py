@@ -34,12 +34,11 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
-    #: subscribed to the routes' changes; keep=False caches nothing (the differential tests' reference)
+    #: answers kept from the tables, subscribed to the routes' changes
     answers: AnswerCache = field(init=False)
-    keep_answers: bool = True
 
     def __post_init__(self) -> None:
-        self.answers = AnswerCache(self.routes, self.keep_answers)
+        self.answers = AnswerCache(self.routes)
 
     @property
     def profile(self) -> Profile:
