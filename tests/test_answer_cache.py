@@ -176,7 +176,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     answers = protocol.factory.controller.state.answers
-    routes = answers._state
+    routes = protocol.factory.controller.state.routes
     routes.topic_changed("T0")
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]

@@ -18,8 +18,6 @@ from .state.routes import Channel
 
 log = logging.getLogger(__name__)
 
-_ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)
-
 
 class NamesrvController:
     """One entry for requests (``handle``), one for closed channels (``channel_closed``).
@@ -64,7 +62,7 @@ class NamesrvController:
         if answered is None:
             return request, None, None
         response, encoded = answered
-        if request.code == _ROUTE and response.code == _SUCCESS:
+        if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and response.code == ResponseCode.SUCCESS:
             self._keep_route_reply(frame, request, response, encoded)
         return request, encoded, response.code
 
