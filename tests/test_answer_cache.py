@@ -166,6 +166,8 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     """A topic's change keeps the other topics' bodies and the cluster info; a broker's change
     keeps the routes not naming it and the topic list."""
     protocol, transport, _ = connection(tmp_path, "one", "4.9.8", keep=True)
+    routes = protocol.factory.controller.state.routes
+    assert routes.on_change is None  # nothing kept, nothing to drop: registrations publish to nobody
     for broker, topics in (("a", ["T0", "T1"]), ("b", ["T2"])):
         body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in topics}),
                                     False, False)
@@ -176,7 +178,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     answers = protocol.factory.controller.state.answers
-    routes = protocol.factory.controller.state.routes
+    assert routes.on_change == answers.changed
     routes.topic_changed("T0")
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
@@ -187,3 +189,4 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     assert answers.tables["broker"] == {}
     routes.routes_changed()
     assert answers.routes == {} and answers.tables == {"topic": {}, "broker": {}}
+    assert routes.on_change is None

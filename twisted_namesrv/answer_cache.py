@@ -11,9 +11,10 @@ less often.  Three levels, one owner:
 
 RouteInfoManager publishes each change through its ``on_change`` hook: a topic (drop its
 bodies and the topic list), a broker group (drop every route naming it and the cluster info),
-everything.  Handlers drop a topic whose orderTopicConf changed, and everything when the
-configuration changed, since switches shape answers.  ``keep=False`` keeps nothing: the
-reference the differential tests compare against.
+everything.  The cache subscribes only while it holds something, so a first registration of
+many topics on a fresh server pays no call per topic.  Handlers drop a topic whose
+orderTopicConf changed, and everything when the configuration changed, since switches shape
+answers.  ``keep=False`` keeps nothing: the reference the differential tests compare against.
 """
 
 from __future__ import annotations
@@ -38,14 +39,19 @@ class AnswerCache:
         self.keep = keep
         self.routes: dict[str, dict[Hashable, bytes]] = {}
         self.tables: dict[str, dict[Hashable, bytes]] = {TOPIC: {}, BROKER: {}}
+        self._topic_tables = self.tables[TOPIC]
         self.replies: dict[bytes, Reply] = {}
-        routes.on_change = self.changed
+
+    def _subscribe(self) -> None:
+        self._state.on_change = self.changed
 
     # -- invalidation -------------------------------------------------------------------------
     def changed(self, kind: str, name: str | None) -> None:
         """RouteInfoManager's on_change: drop what ``kind``/``name`` reaches."""
-        if kind == TOPIC:
-            self.forget_topic(name)  # type: ignore[arg-type]
+        if kind == TOPIC:  # by far the most frequent: registrations change topics by the thousand
+            self.routes.pop(name, None)  # type: ignore[arg-type]
+            if self._topic_tables:
+                self._topic_tables.clear()
         elif kind == BROKER:
             if self.routes:
                 topics = self._state.topicQueueTable
@@ -68,6 +74,7 @@ class AnswerCache:
         for table in self.tables.values():
             table.clear()
         self.replies.clear()
+        self._state.on_change = None  # nothing left to drop
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -78,6 +85,7 @@ class AnswerCache:
         """Only found routes: any name can be asked, so misses would grow without bound."""
         if self.keep:
             self.routes.setdefault(topic, {})[variant] = body
+            self._subscribe()
 
     # -- whole tables ---------------------------------------------------------------------------
     def table(self, key: Hashable, shows: str, build: Callable[[], bytes]) -> bytes:
@@ -88,6 +96,7 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
+                self._subscribe()
         return body
 
     # -- answer frames --------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class RouteInfoManager:
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         self.generation = 0
-        #: the one subscriber to changes (the answer cache); None: nobody caches
+        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody
         self.on_change: ChangeListener | None = None
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
@@ -128,8 +128,10 @@ class RouteInfoManager:
             self.on_change(kind, name)
 
     def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed."""
-        self._changed(TOPIC, topic)
+        """Anything a route answer for ``topic`` shows changed (inline: called per topic)."""
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change(TOPIC, topic)
 
     def _broker_changed(self, broker_name: str | None) -> None:
         """A group's addresses, zone, flags or queue permissions changed: every route naming it
