@@ -1,24 +1,56 @@
 """``python -m spark_analysis report INPUT... --out DIR``; also the main file for spark-submit
-(``spark-submit --py-files dist/spark_analysis.zip spark_analysis/__main__.py report ...``)."""
+(``spark-submit --py-files dist/spark_analysis.zip spark_analysis/__main__.py report ...``).
+
+Arguments are checked before the JVM starts: a missing input or an output that would be
+overwritten is one line and exit status 2, not a traceback after seconds of start-up."""
 
 from __future__ import annotations
 
 import argparse
+import glob
+import os
+import sys
 
+from spark_analysis.inputs import is_local, local_path
 from spark_analysis.streams import DEFAULT_SERVER_PORT
+
+#: exit status when no input is a capture (2: the command line was wrong)
+NO_CAPTURE = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from spark_analysis.job import analyse, build_session  # after --help: importing pyspark is slow
+    parser = _parser()
+    args = parser.parse_args(argv)
+    problem = check_arguments(args.inputs, args.out, args.overwrite)
+    if problem:
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
+    from spark_analysis.job import analyse, build_session  # after the checks: importing pyspark is slow
 
-    spark = build_session(args.master, ui=args.ui)
+    spark = build_session(args.master, ui=args.ui, log_level=args.spark_log)
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
-        analyse(spark, args.inputs, args.out, args.port, split_size)
+        counts = analyse(spark, args.inputs, args.out, args.port, split_size)
     finally:
         spark.stop()
+    files = counts["summary"]["inputs"]["files"]
+    if not any(f["problem"] in (None, "truncated") and f["records"] for f in files):
+        print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
+        return NO_CAPTURE
     return 0
+
+
+def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
+    """What is wrong with local inputs and output, if anything (other filesystems: Spark says)."""
+    for given in inputs:
+        if is_local(given):
+            path = local_path(given)
+            if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
+                return f"no such file or directory: {given}"
+    if is_local(out) and not overwrite:
+        path = local_path(out)
+        if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+            return f"output {out} exists and is not empty (--overwrite replaces what the job writes there)"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,13 +58,16 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Explain NameServer traffic from packet captures with Spark.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="decode captures into frames/, calls/, registrations/, "
-                                                "brokers.csv and report.html")
+                                                "brokers.csv, summary.json and report.html")
     report.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="pcap/pcapng files, directories, globs, or Spark paths (hdfs://, s3a://)")
     report.add_argument("--out", required=True, metavar="DIR", help="output directory (local or a Spark path)")
+    report.add_argument("--overwrite", action="store_true", help="write into an existing non-empty --out")
     report.add_argument("--master", help="Spark master (default: local[*], or what spark-submit was given)")
     report.add_argument("--port", type=int, default=DEFAULT_SERVER_PORT, help="NameServer port (default 9876)")
     report.add_argument("--split-mib", type=float, help="bytes of capture per task (default: by input size)")
+    report.add_argument("--spark-log", default="ERROR", metavar="LEVEL",
+                        help="Spark's own log level (default ERROR; WARN or INFO to see more)")
     report.add_argument("--ui", action="store_true", help="start Spark's web UI (off by default for local runs)")
     return parser
 

@@ -1,25 +1,29 @@
-"""Per-broker liveness from the decoded broker events: the rows of brokers.csv and what the
-report plots of each broker.
+"""Per-broker liveness from the decoded broker events: the rows of brokers.csv, what the findings
+say of each broker and what the report plots of it.
 
 A broker stays alive at the NameServer through REGISTER_BROKER requests that are not refused,
 QUERY_DATA_VERSION (brokers with forceRegister=false send it every 30 s instead of registering)
-and BROKER_HEARTBEAT (5.x); intervals and gaps are measured between those. Brokers are told
-apart by their brokerAddr header field.
+and BROKER_HEARTBEAT (5.x); intervals and gaps are measured between those, within a capture
+period only (nothing is known of a broker while nothing was captured), and not across an
+UNREGISTER_BROKER (a broker that said goodbye is not silent). A broker last heard more than the
+expiry before its period's end is silent until that end (an open gap). Brokers are told apart by
+their brokerAddr header field.
 
 A shuffle brings each broker's events to one task, which walks them in time order once (a broker
-has a few thousand a day) and emits one row: its brokers.csv columns, its intervals counted in
-buckets, its gaps over the expiry and its heartbeats and topic counts per time bin. The driver
-collects those rows in one job, with time bins only where the report may plot them: a task keeps
-the bins of its first PLOTTED_BROKERS in the report's order, which include all it has of the
-brokers plotted.
+has a few thousand a day) and emits one row: its brokers.csv columns and, as JSON, its gaps,
+CRC failures, refusals, topic-count drops, data versions going backwards, id changes, intervals
+counted in buckets and heartbeats and topic counts per time bin. The driver collects those rows in
+one job, with time bins only where the report may plot them: a task keeps the bins of its first
+PLOTTED_BROKERS in the report's order, which include all it has of the brokers plotted.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
-import statistics
-from collections import Counter
+import itertools
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,169 +34,278 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (
-    ArrayType,
-    BooleanType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from spark_analysis import worker
 from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode
 
 #: a broker silent this long is removed by the NameServer (4.9.8's BROKER_CHANNEL_EXPIRED_TIME,
-#: 5.x's default heartbeatTimeoutMillis)
+#: 5.x's default heartbeatTimeoutMillis); a gap over NEAR_EXPIRY_S up to it came close
 EXPIRY_SECONDS = 120
-#: the report's per-broker plots: at most this many brokers (those with expiring gaps first), over
-#: this many equal time bins of the capture's NameServer traffic
+NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
+#: files whose records are further apart than this are separate capture periods
+PERIOD_GAP_S = 60.0
+#: the report's per-broker plots: at most this many brokers (those with findings first), over
+#: about this many time bins of the capture periods
 PLOTTED_BROKERS = 60
 TIME_BINS = 800
-#: the report's interval histogram: buckets this wide, the last one this many seconds and more
-INTERVAL_BUCKET_S = 5
+#: the report's interval distributions: buckets this wide, the last one this many seconds and more
+INTERVAL_BUCKET_S = 1
 INTERVAL_RANGE_S = 300
 _LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
-
-
-def _struct(*fields: tuple[str, object]) -> StructType:
-    return StructType([StructField(name, kind, True) for name, kind in fields])
-
-
-LIVENESS = _struct(
-    ("broker_addr", StringType()), ("broker_name", StringType()), ("first_seen", DoubleType()),
-    ("last_seen", DoubleType()), ("registrations", LongType()), ("median_interval_s", DoubleType()),
-    ("max_gap_s", DoubleType()), ("would_expire", BooleanType()), ("unregistered", BooleanType()),
-    ("last_topic_count", IntegerType()),
-    ("interval_buckets", ArrayType(LongType())),  # index: bucket
-    ("gaps", ArrayType(_struct(("t", DoubleType()), ("interval", DoubleType())))),
-    # per time bin with events, as three lists (a struct per bin costs the driver a Row object each)
-    ("bins", _struct(("bin", ArrayType(IntegerType())), ("heartbeats", ArrayType(IntegerType())),
-                     ("topics", ArrayType(IntegerType())))),
-)
+#: brokers.csv columns by type; the rest (JSON ``details``) is read by findings.py and report.py
+_COLUMN_TYPES = {
+    **dict.fromkeys(("cluster", "broker_name", "role", "broker_addr", "version", "compressed"), StringType()),
+    "unregistered": BooleanType(),
+    **dict.fromkeys(("first_seen", "last_seen", "interval_p50_s", "interval_p90_s", "interval_p99_s", "max_gap_s",
+                     "body_len_median"), DoubleType()),
+}
+LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType()), True) for column in BROKER_COLUMNS]
+                      + [StructField("details", StringType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 
 
 class TimeBins(NamedTuple):
-    """TIME_BINS equal bins from ``start``, spanning the capture's segments on the port (the
-    reading tasks find that span before anything is decoded)."""
+    """Time bins over the capture periods, never between them: each period gets a share of
+    TIME_BINS by its length (at least one bin), of equal width within it."""
 
-    start: float
-    width: float
+    starts: tuple[float, ...]
+    ends: tuple[float, ...]
+    first_bin: tuple[int, ...]  # and one more: the total
+    widths: tuple[float, ...]
 
     @classmethod
-    def spanning(cls, first: float | None, last: float | None) -> TimeBins:
-        if first is None or last is None:
-            return cls(0.0, 1.0)
-        return cls(first, max(last - first, 1.0) / TIME_BINS)
+    def over(cls, periods: list[tuple[float, float]]) -> TimeBins:
+        periods = periods or [(0.0, 1.0)]
+        total = sum(max(end - start, 1.0) for start, end in periods)
+        counts = [max(1, round(TIME_BINS * max(end - start, 1.0) / total)) for start, end in periods]
+        firsts = [0]
+        for count in counts:
+            firsts.append(firsts[-1] + count)
+        return cls(tuple(s for s, _ in periods), tuple(e for _, e in periods), tuple(firsts),
+                   tuple(max(end - start, 1.0) / count for (start, end), count in zip(periods, counts, strict=True)))
+
+    def period_of(self, t: float) -> int:
+        return max(bisect.bisect_right(self.starts, t) - 1, 0)
 
     def of(self, t: float) -> int:
-        return int((t - self.start) // self.width)
+        period = self.period_of(t)
+        within = int((t - self.starts[period]) // self.widths[period])
+        return self.first_bin[period] + min(max(within, 0), self.first_bin[period + 1] - self.first_bin[period] - 1)
 
-    def middle(self, index: int | np.ndarray) -> float | np.ndarray:
-        """The middle time of a bin (or of each of an array of bins)."""
-        return self.start + (index + 0.5) * self.width
+    def middle(self, index: int) -> float:
+        """The middle time of a bin."""
+        period = bisect.bisect_right(self.first_bin, index) - 1
+        return self.starts[period] + (index - self.first_bin[period] + 0.5) * self.widths[period]
+
+
+def capture_periods(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Files' (first, last) record times merged where less than PERIOD_GAP_S apart."""
+    periods: list[list[float]] = []
+    for first, last in sorted(spans):
+        if periods and first - periods[-1][1] <= PERIOD_GAP_S:
+            periods[-1][1] = max(periods[-1][1], last)
+        else:
+            periods.append([first, last])
+    return [(first, last) for first, last in periods]
 
 
 @dataclass
 class Liveness:
-    """What the driver holds: brokers.csv rows sorted by address, the interval histogram of all
-    brokers, the gaps over the expiry and the time bins of the plotted brokers."""
+    """What the driver holds: one row per broker address sorted by address (brokers.csv columns
+    plus ``details``, parsed), the time bins, and the tallies the rows' tasks passed on."""
 
     brokers: list[dict]
-    interval_counts: dict[int, int]  # bucket -> intervals
-    gaps: list[tuple[str, float, float]]  # (broker_addr, t, interval): silent from t - interval to t
-    bins: dict[str, list[tuple[int, int, int | None]]]  # broker_addr -> (bin, heartbeats, topics)
     time_bins: TimeBins
+    tallies: list[bytes]
+
+    def registered(self) -> list[dict]:
+        """brokers.csv: the addresses that registered."""
+        return [broker for broker in self.brokers if broker["registrations"]]
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
-    """Liveness from the decoded broker events (schema.EVENT_ROWS), in one pass over them."""
+    """Liveness from the decoded broker events (schema.EVENT_ROWS) in one pass over them; rows with
+    a ``tally`` (the decoding tasks') are passed on to the driver with it."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
     rows = events.repartition(cores, "broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
                                                                LIVENESS).collect()
-    plotted = sorted(rows, key=plot_order)[:PLOTTED_BROKERS]
-    bins = {row.broker_addr: list(zip(*row.bins, strict=True)) for row in plotted}
-    rows.sort(key=lambda row: row.broker_addr)
-    interval_counts: Counter = Counter()
-    gaps = []
-    for row in rows:
-        interval_counts.update({bucket: n for bucket, n in enumerate(row.interval_buckets) if n})
-        gaps += [(row.broker_addr, gap.t, gap.interval) for gap in row.gaps]
-    brokers = [{column: row[column] for column in BROKER_COLUMNS} for row in rows]
-    return Liveness(brokers, dict(interval_counts), gaps, bins, time_bins)
+    tallies = [row.tally for row in rows if row.tally is not None]
+    brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.tally is None]
+    for broker in brokers:
+        del broker["details"], broker["tally"]
+    brokers.sort(key=lambda broker: broker["broker_addr"])
+    return Liveness(brokers, time_bins, tallies)
 
 
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over a partition of events: one LIVENESS row per broker."""
+    """mapInArrow over a partition of events: one LIVENESS row per broker, and the tallies."""
     worker.settle()
     by_broker: dict[str, list[tuple]] = {}
+    tallies = []
     for batch in batches:
         columns = batch.to_pydict()
-        for addr, *event in zip(columns["broker_addr"], columns["t"], columns["broker_name"], columns["code"],
-                                columns["alive"], columns["topic_count"], strict=True):
-            by_broker.setdefault(addr, []).append(event)
+        tallies += [tally for tally in columns.pop("tally") if tally is not None]
+        names = list(columns)
+        for row in zip(*columns.values(), strict=True):
+            if row[0] is not None:
+                by_broker.setdefault(row[0], []).append(dict(zip(names, row, strict=True)))
     rows = sorted((broker_summary(addr, events, time_bins) for addr, events in by_broker.items()), key=plot_order)
+    worker.drill("liveness")
     for row in rows[PLOTTED_BROKERS:]:
         row["bins"] = None
+    rows = [{**{column: row[column] for column in BROKER_COLUMNS}, "details": json.dumps(
+        {key: value for key, value in row.items() if key not in BROKER_COLUMNS}), "tally": None} for row in rows]
+    rows += [{"tally": tally} for tally in tallies]
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
 
 
-def plot_order(broker: dict | Row) -> tuple[bool, str]:
-    """The report plots brokers with expiring gaps first, then by address."""
-    return not broker["would_expire"], broker["broker_addr"]
+def plot_order(broker: dict | Row) -> tuple:
+    """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
+    return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
+            broker["broker_name"] or "",
+            broker["broker_id"] if broker["broker_id"] is not None else -1, broker["broker_addr"])
 
 
-def broker_summary(addr: str, events: list[list], time_bins: TimeBins) -> dict:
-    """One broker's LIVENESS row from its events as [t, broker_name, code, alive, topic_count].
+def role(broker_id: int | None) -> str | None:
+    """RocketMQ's own rule: brokerId 0 is the master."""
+    return None if broker_id is None else "MASTER" if broker_id == 0 else "SLAVE"
 
-    ``broker_name``: the last name its requests gave; ``registrations``: its REGISTER_BROKER
-    requests, refused or not; ``last_topic_count``: its last registration's; ``unregistered``: its
-    last word was UNREGISTER_BROKER (no registration after it)."""
-    events.sort(key=lambda event: event[0])
-    name = last_topic_count = previous_alive = last_registration = last_unregister = None
-    registrations = 0
-    intervals: list[float] = []
-    gaps: list[dict] = []
+
+class _Walk:
+    """One broker's events walked in time order."""
+
+    def __init__(self, time_bins: TimeBins) -> None:
+        self.time_bins = time_bins
+        self.intervals: list[float] = []
+        self.gaps: list[dict] = []
+        self.previous_alive: float | None = None
+
+    def alive(self, t: float) -> None:
+        previous = self.previous_alive
+        if previous is not None:
+            if self.time_bins.period_of(previous) == self.time_bins.period_of(t):
+                self.interval(previous, t, False)
+            else:
+                self.silent_until_period_end()
+        self.previous_alive = t
+
+    def interval(self, start: float, end: float, open_: bool) -> None:
+        seconds = end - start
+        if not open_:
+            self.intervals.append(seconds)
+        if seconds > NEAR_EXPIRY_S:
+            self.gaps.append({"from": start, "to": end, "seconds": seconds, "expired": seconds > EXPIRY_SECONDS,
+                              "open": open_})
+
+    def silent_until_period_end(self) -> None:
+        """A broker heard last more than the expiry before its period ended: silent till then."""
+        if self.previous_alive is not None:
+            end = self.time_bins.ends[self.time_bins.period_of(self.previous_alive)]
+            if end - self.previous_alive > EXPIRY_SECONDS:
+                self.interval(self.previous_alive, end, True)
+        self.previous_alive = None
+
+
+def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
+    """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
+
+    Names, cluster, id and version: the last its requests gave; ``registrations``: its
+    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts and data versions
+    going backwards: of the registrations the NameServer accepted (not 4.9.8's oneway ones, which
+    carry only new topics); topic counts dropping: between whole tables (_settled); ``unregistered``: its last word was
+    UNREGISTER_BROKER (no registration after it)."""
+    events.sort(key=lambda event: event["t"])
+    walk = _Walk(time_bins)
+    last: dict = {}
+    registered: list[dict] = []
+    crc_failures: list[float] = []
+    refused: list[dict] = []
+    id_changes: list[dict] = []
     bins: dict[int, list] = {}
-    for t, broker_name, code, alive, topic_count in events:
-        if broker_name is not None:
-            name = broker_name
-        if code == RequestCode.REGISTER_BROKER:
-            registrations += 1
-            last_registration, last_topic_count = t, topic_count
-        elif code == RequestCode.UNREGISTER_BROKER:
-            last_unregister = t
+    last_unregister = None
+    for event in events:
+        t = event["t"]
+        if event["broker_id"] is not None and last.get("broker_id") not in (None, event["broker_id"]):
+            id_changes.append({"t": t, "from": last["broker_id"], "to": event["broker_id"]})
+        last.update({key: value for key, value in event.items() if value is not None})
         cell = bins.setdefault(time_bins.of(t), [0, None])
-        if topic_count is not None and (cell[1] is None or topic_count > cell[1]):
-            cell[1] = topic_count
-        if not alive:
-            continue
-        cell[0] += 1
-        if previous_alive is not None:
-            intervals.append(t - previous_alive)
-            if intervals[-1] > EXPIRY_SECONDS:
-                gaps.append({"t": t, "interval": intervals[-1]})
-        previous_alive = t
+        if event["code"] == RequestCode.REGISTER_BROKER:
+            if event["crc_ok"] is False:
+                crc_failures.append(t)
+            if event["response_code"]:
+                refused.append({"t": t, "response_code": event["response_code"],
+                                "crc_failure": event["crc_ok"] is False})
+            elif not event["oneway"]:
+                registered.append(event)
+            if event["topic_count"] is not None:
+                cell[1] = max(cell[1] or 0, event["topic_count"])
+        elif event["code"] == RequestCode.UNREGISTER_BROKER:
+            last_unregister = t
+            walk.previous_alive = None
+        if event["alive"]:
+            cell[0] += 1
+            walk.alive(t)
+    unregistered = last_unregister is not None and last_unregister >= max(
+        (e["t"] for e in events if e["code"] == RequestCode.REGISTER_BROKER), default=last_unregister)
+    walk.silent_until_period_end()
+    registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
+    topics = [e["topic_count"] for e in registered if e["topic_count"] is not None]
+    sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
+    compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
+    percentiles = np.percentile(walk.intervals, [50, 90, 99]).tolist() if walk.intervals else [None] * 3
     buckets = [0] * (_LAST_BUCKET + 1)
-    for interval in intervals:
+    for interval in walk.intervals:
         buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
-    max_gap = max(intervals, default=None)
     ordered_bins = sorted(bins)
     return {
-        "broker_addr": addr, "broker_name": name, "first_seen": events[0][0], "last_seen": events[-1][0],
-        "registrations": registrations, "median_interval_s": statistics.median(intervals) if intervals else None,
-        "max_gap_s": max_gap, "would_expire": (max_gap or 0) > EXPIRY_SECONDS,
-        "unregistered": last_unregister is not None and (last_registration is None
-                                                         or last_unregister >= last_registration),
-        "last_topic_count": last_topic_count, "interval_buckets": buckets, "gaps": gaps,
+        "cluster": last.get("cluster"), "broker_name": last.get("broker_name"), "broker_id": last.get("broker_id"),
+        "role": role(last.get("broker_id")), "broker_addr": addr, "version": last.get("version_name"),
+        "first_seen": events[0]["t"], "last_seen": events[-1]["t"], "registrations": len(registrations),
+        "refused_registrations": len(refused), "crc_failures": len(crc_failures),
+        "interval_p50_s": percentiles[0], "interval_p90_s": percentiles[1], "interval_p99_s": percentiles[2],
+        "max_gap_s": max((gap["seconds"] for gap in walk.gaps), default=max(walk.intervals, default=None)),
+        "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
+        "would_expire": sum(gap["expired"] for gap in walk.gaps),
+        "body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
+        "body_len_max": max(sizes, default=None),
+        "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
+        "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
+        "topic_count_max": max(topics, default=None), "unregistered": unregistered,
+        "gaps": walk.gaps, "crc_failure_times": crc_failures, "refused": refused, "id_changes": id_changes,
+        "topic_drops": _drops(_settled(registered), "topic_count"),
+        "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
+        "interval_buckets": buckets,
         "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
                  "topics": [bins[index][1] for index in ordered_bins]},
     }
+
+
+def _settled(registrations: list[dict]) -> list[dict]:
+    """The registrations that carry a broker's whole topic table: those it sent again unchanged
+    (same data version and topic count: the periodic re-registration). A 4.9.8 broker registers
+    a topic just created or updated alone (registerIncrementBrokerData), with a new data version,
+    and the NameServer adds it to the broker's topics: such a body is no drop."""
+    return [first for first, again in itertools.pairwise(registrations) if first["topic_count"] is not None
+            and (first["data_version_counter"], first["topic_count"]) == (again["data_version_counter"],
+                                                                           again["topic_count"])]
+
+
+def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:
+    """Where ``key`` of accepted registrations went down from one to the next (with ``also``)."""
+    drops = []
+    previous = None
+    for event in registrations:
+        if event[key] is None:
+            continue
+        if previous is not None and event[key] < previous[key]:
+            drops.append({"t": event["t"], "from": previous[key], "to": event[key],
+                          **{f"{name}_from": previous[name] for name in also},
+                          **{f"{name}_to": event[name] for name in also}})
+        previous = event
+    return drops
 
 
 def brokers_csv(brokers: list[dict]) -> bytes:
@@ -201,7 +314,8 @@ def brokers_csv(brokers: list[dict]) -> bytes:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(BROKER_COLUMNS)
     for broker in brokers:
-        writer.writerow([_csv_value(column, broker[column]) for column in BROKER_COLUMNS])
+        if broker["registrations"]:
+            writer.writerow([_csv_value(column, broker[column]) for column in BROKER_COLUMNS])
     return text.getvalue().encode()
 
 

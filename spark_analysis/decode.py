@@ -27,8 +27,13 @@ FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", 
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
 NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
-_BROKER_ADDR, _BROKER_NAME, _TOPIC_COUNT, _RESPONSE_CODE = (
-    _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "topic_count", "response_code"))
+#: the registrations/ columns an EVENT row repeats (schema.EVENT_ROWS)
+_EVENT_COLUMNS = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
+    "topic_count", "cluster", "broker_id"))
+_REGISTRATION_TAIL = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
+    "response_code", "crc_ok", "body_len", "compressed", "data_version_counter", "data_version_ts"))
+_BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE = (
+    _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code"))
 
 # A capture holds the headers of every client of a cluster (clients x topics route queries): keep
 # all their templates rather than re-parse each after the server-sized set starts over.
@@ -40,8 +45,9 @@ _version_name = lru_cache(maxsize=4096)(version_name)
 
 
 class ConnectionStats(NamedTuple):
-    """What a connection row carries: only counted, never written out."""
+    """What a connection row carries: only counted (and named among the findings), never written out."""
 
+    conn_id: str
     gaps: int
     lost_bytes: int
     undecodable_bytes: int
@@ -115,14 +121,18 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
             registration = registration_row(conn_id, request, answer, bodies)
             yield REGISTRATION, registration
             if registration[_BROKER_ADDR] is not None:
-                yield EVENT, registration_event(request.ts, registration)
+                yield EVENT, registration_event(request.ts, registration, _version_name(request.command.version),
+                                                request.command.is_oneway)
         elif code in NAMING_CODES:
             ext = request.command.ext
             if ext.get("brokerAddr") is not None:
                 yield EVENT, (ext["brokerAddr"], ext.get("brokerName"), request.ts, code,
-                              code != RequestCode.UNREGISTER_BROKER, None)
+                              code != RequestCode.UNREGISTER_BROKER, None, ext.get("clusterName"),
+                              optional_long(ext.get("brokerId")), _version_name(request.command.version),
+                              None if answer is None else answer.command.code, None, None, None, None, None,
+                              request.command.is_oneway)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
-    yield CONNECTION, ConnectionStats(gaps, conversation.lost_bytes, len(conversation.undecodable))
+    yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable))
 
 
 def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> tuple:
@@ -139,12 +149,12 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
 
 def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None) -> tuple:
     command = request.command
-    response_code = latency_ms = None
+    response_code = latency_ms = remark = None
     if answer is not None:
-        response_code = answer.command.code
+        response_code, remark = answer.command.code, answer.command.remark
         latency_ms = (answer.ts - request.ts) * 1000.0
     return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms)
+            latency_ms, command.is_oneway, command.ext.get("topic"), remark)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
@@ -166,10 +176,12 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     )
 
 
-def registration_event(ts: float, registration: tuple) -> tuple:
-    """A registration as a sign of life, unless the NameServer refused it."""
+def registration_event(ts: float, registration: tuple, version: str, oneway: bool) -> tuple:
+    """A registration as a sign of life, unless the NameServer refused it, with what brokers.csv
+    keeps of it (``oneway``: a 4.9.8 broker's increment, carrying only the topics just created)."""
     return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),
-            (registration[_RESPONSE_CODE] or 0) == 0, registration[_TOPIC_COUNT])
+            (registration[_RESPONSE_CODE] or 0) == 0, *(registration[i] for i in _EVENT_COLUMNS), version,
+            *(registration[i] for i in _REGISTRATION_TAIL), oneway)
 
 
 class _BodyCache:

@@ -48,8 +48,10 @@ _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # and the chain that find_record_boundary validates when the next range starts near its end.
 _RECORDS_PAST_STOP = 4
 
-#: the tally keys of the first and last capture time of a segment on the port
-FIRST_SEGMENT, LAST_SEGMENT = "first_segment", "last_segment"
+#: a tally key ("file", path) holds what the reading tasks learnt of that file (note_file)
+FILE = "file"
+#: what is wrong with an input file, if anything (FileFacts.problem)
+NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
 
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
@@ -222,8 +224,12 @@ def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter
     try:
         records = _records(data)
     except ValueError:
-        tally["not_captures"] += 1
+        note_file(tally, file.path, problem=NOT_A_CAPTURE)
         return
+    if not len(data) or records is _NO_RECORDS:
+        note_file(tally, file.path, problem=EMPTY if not len(data) else TRUNCATED, trailing_bytes=len(data))
+    else:
+        _note_records(tally, file.path, data, records, PCAP_HEADER_LEN, len(data))
     yield from pieces(data, records, file, server_port, tally, inline=True)
 
 
@@ -234,8 +240,9 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
     found = segment_columns(data, records, server_port)
     tally["records"] += len(records.ts)
     tally["segments"] += len(found.ts)
-    if len(found.ts):
-        merge_tally(tally, Counter({FIRST_SEGMENT: float(found.ts.min()), LAST_SEGMENT: float(found.ts.max())}))
+    if len(records.ts):
+        note_file(tally, file.path, records=len(records.ts), first=float(records.ts.min()),
+                  last=float(records.ts.max()), link_type=int(records.linktype[0]))
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
@@ -257,15 +264,44 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
 
 
 def merge_tally(tally: Counter, more: Counter) -> Counter:
-    """Add ``more`` to a reading or decoding task's counts, in place; the segments' span
-    (FIRST_SEGMENT, LAST_SEGMENT) is widened instead."""
-    span = {key: tally.pop(key) for key in (FIRST_SEGMENT, LAST_SEGMENT) if key in tally}
-    for key, pick in ((FIRST_SEGMENT, min), (LAST_SEGMENT, max)):
-        if key in more:
-            span[key] = pick(span.get(key, more[key]), more[key])
-    tally.update({key: value for key, value in more.items() if key not in span})
-    tally.update(span)
+    """Add ``more`` to a reading or decoding task's counts, in place; files' facts are merged
+    (note_file)."""
+    for key, facts in more.items():
+        if isinstance(key, tuple) and key[0] == FILE:
+            note_file(tally, key[1], **facts._asdict())
+    tally.update({key: value for key, value in more.items() if not isinstance(value, FileFacts)})
     return tally
+
+
+class FileFacts(NamedTuple):
+    """What the reading tasks found in one input file (its byte ranges' findings merged)."""
+
+    records: int = 0
+    first: float | None = None
+    last: float | None = None
+    link_type: int | None = None
+    problem: str | None = None  # NOT_A_CAPTURE, EMPTY or TRUNCATED
+    trailing_bytes: int = 0  # after the last whole record (TRUNCATED)
+
+
+def note_file(tally: Counter, path: str, records: int = 0, first: float | None = None, last: float | None = None,
+              link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0) -> None:
+    """Merge facts about a file into a task's tally (several tasks read ranges of one file)."""
+    old = tally.get((FILE, path)) or FileFacts()
+    tally[(FILE, path)] = FileFacts(
+        old.records + records, min((t for t in (old.first, first) if t is not None), default=None),
+        max((t for t in (old.last, last) if t is not None), default=None),
+        old.link_type if old.link_type is not None else link_type, old.problem or problem,
+        old.trailing_bytes + trailing_bytes)
+
+
+def _note_records(tally: Counter, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
+    """A classic pcap whose records, read from the record boundary ``start`` up to ``stop``, leave
+    bytes before it that are no whole record is TRUNCATED (the capture was cut while writing one)."""
+    if memoryview(data)[:4] != _PCAPNG_MAGIC:
+        following = int(records.start[-1] + records.length[-1]) if len(records.ts) else start
+        if following < min(stop, len(data)):
+            note_file(tally, path, problem=TRUNCATED, trailing_bytes=len(data) - following)
 
 
 def _records(data: Buffer) -> RecordIndex:
@@ -285,10 +321,14 @@ def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])
     except ValueError:
-        tally["not_captures"] += split.start == 0
+        if split.start == 0:
+            note_file(tally, split.file.path, problem=NOT_A_CAPTURE)
+        return _NO_RECORDS
+    if header is None:
+        note_file(tally, split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view))
         return _NO_RECORDS
     begin = max(split.start, PCAP_HEADER_LEN)
-    if header is None or begin >= split.stop:
+    if begin >= split.stop:
         return _NO_RECORDS
     first = begin
     if begin > PCAP_HEADER_LEN:
@@ -298,7 +338,9 @@ def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex
         if found is None:
             return _NO_RECORDS
         first = begin + found
-    return index_pcap_records(view, header, first, split.stop)
+    records = index_pcap_records(view, header, first, split.stop)
+    _note_records(tally, split.file.path, view, records, first, split.stop)
+    return records
 
 
 _NO_RECORDS = RecordIndex(np.empty(0, np.float64), *(np.empty(0, np.int64) for _ in range(4)))

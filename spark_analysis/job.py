@@ -10,16 +10,24 @@ reassembles and decodes that 4-tuple's connections (port reuse is told apart the
 local output and master, that task writes its rows of the tables as Parquet part files itself
 (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct column per
 table, and are cached there while Spark writes the tables. Broker events go to the JVM either way
-and on, by broker, to the liveness tasks (brokers.py), in the same job; counts come back through
-accumulators. The driver only plans splits and collects counts and per-broker aggregates: never
-packets or frames.
+and on, by broker, to the liveness tasks (brokers.py), in the same job.
+
+What the driver counts comes back as data, never through accumulators (a retried or speculative
+task would add its counts twice): each reading task ends its output with a row holding only its
+tally, which the action that fills the pieces' cache collects; each decoding task ends with one
+too, which the liveness tasks pass on with the brokers' rows. Spark keeps the output of one
+successful attempt of each task, so the counts are exact under retries. The driver only plans
+splits and collects counts and per-broker aggregates: never packets or frames.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import os
+import pickle
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -28,14 +36,14 @@ from functools import partial, reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import AccumulatorParam, StorageLevel, TaskContext
+from pyspark import StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import balance, inputs, latency, tables, worker
-from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, broker_liveness, brokers_csv
+from spark_analysis import balance, findings, inputs, latency, tables, worker
+from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods
 from spark_analysis.conversation import REQUEST, RESPONSE
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.inputs import CaptureFile, Piece, Split
@@ -44,14 +52,17 @@ from spark_analysis.streams import DEFAULT_SERVER_PORT
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
-                     StructField("payload", BinaryType(), True)])
+                     StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = to_arrow_schema(DECODED)
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
+#: Spark's log level unless asked otherwise: its warnings drown the progress lines
+SPARK_LOG = "ERROR"
 
 
-def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
+def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None,
+                  log_level: str = SPARK_LOG) -> SparkSession:
     """A session for ``master``. Under spark-submit without ``master`` the submitted settings
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
@@ -62,7 +73,9 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     collector share the same few cores there, and G1's concurrent threads cost a first job ~15%)
     and with the JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their
     batches, and its optimising compiler took 0.8-1.5 s of CPU in each 1.2 GB run: a one-shot CLI
-    run on one core 26 s instead of 19 s, on two 15.7 s instead of 13.3 s)."""
+    run on one core 26 s instead of 19 s, on two 15.7 s instead of 13.3 s). Spark logs at
+    ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
+    native-library warning every local run gives."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = "local[*]"
@@ -70,6 +83,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         builder = builder.master(master)
     if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark warns of a loopback hostname
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.python.unix.domain.socket.enabled", "true")
@@ -79,11 +93,35 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
     builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
+    if "spark.driver.extraJavaOptions" not in (conf or {}):
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={_log4j2(log_level)}")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def _log4j2(level: str) -> str:
+    """A log4j2 configuration for the driver JVM: Spark's console logging at ``level``."""
+    path = os.path.join(tempfile.gettempdir(), f"spark-analysis-log4j2-{os.getpid()}.properties")
+    with open(path, "w") as f:
+        f.write(_LOG4J2.format(level=level.lower()))
+    return path
+
+
+_LOG4J2 = """rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
+"""
 
 
 def _java_options_configured(conf: dict[str, str]) -> bool:
@@ -108,9 +146,7 @@ def local_cores(master: str) -> int:
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int = DEFAULT_SERVER_PORT,
             split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print) -> Counter:
-    """Run the whole job; returns the counts it printed."""
-    from spark_analysis.report import write_report  # matplotlib only when a report is wanted
-
+    """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content)."""
     sc = spark.sparkContext
     progress = _Progress(log)
     out = _absolute(out)
@@ -123,18 +159,17 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files, {len(remote)} remote files read whole")
 
-    tally = sc.accumulator(Counter(), _TallyParam())
-    latencies = sc.accumulator(Counter(), _TallyParam())  # latency.count_calls
-    costs = sc.accumulator(Counter(), _TallyParam())  # 4-tuple -> decoding cost, of costly pieces (balance.py)
-    # The reading tasks run first: the span of the segments they find sets the time bins in
+    # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
-    # liveness are then one job. Their pieces are kept for it.
-    pieces = _pieces(spark, tasks, remote, server_port, tally, costs).persist(StorageLevel.MEMORY_AND_DISK)
-    pieces.write.format("noop").mode("overwrite").save()  # one stage that fills the cache
-    read = Counter(tally.value)
-    time_bins = TimeBins.spanning(read.get(inputs.FIRST_SEGMENT), read.get(inputs.LAST_SEGMENT))
+    # liveness are then one job. Their pieces are kept for it; the action that fills that cache
+    # collects the tally each task ends with.
+    pieces = _pieces(spark, tasks, remote, server_port).persist(StorageLevel.MEMORY_AND_DISK)
+    read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
+    costs = read.pop(_COSTS, Counter())
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
-             f"on port {server_port}, {read['not_captures']} files that are no captures")
+             f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
+                                                 for f in findings.input_files(files, read) if f["problem"]))
+    time_bins = TimeBins.over(capture_periods(findings.spans(files, read)))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -144,10 +179,10 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     # on two); a task holds its pieces, whose payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
     partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    dealt = balance.deal(costs.value, partitions)
-    decoded = (pieces.repartition(partitions, balance.task_column(dealt, partitions))
-               .mapInArrow(partial(decode_batches, server_port=server_port, accumulator=tally,
-                                   latencies=latencies, tables_out=tables_out), DECODED))
+    dealt = balance.deal(costs, partitions)
+    decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
+               .repartition(partitions, balance.task_column(dealt, partitions))
+               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out), DECODED))
     if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
         for kind, name, _ in tables.TABLES:
@@ -155,71 +190,96 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
             # smaller than the capture, and each task and file costs the same whatever its size
             _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                 "overwrite").parquet(f"{out}/{name}")
-    liveness = broker_liveness(_rows_of(decoded, EVENT), time_bins)
+    events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(f"{EVENT}.*", "tally")
+    liveness = broker_liveness(events, time_bins)
     if tables_out:
         tables.commit(tables_out)
-    counts = Counter(tally.value)
+    decoding = _merged(liveness.tallies)
+    calls, groups = decoding.pop(_LATENCIES, Counter()), decoding.pop(_GROUPS, {})
+    counts = inputs.merge_tally(Counter(read), decoding)
     progress(f"decoded {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames ({counts[REQUEST]:,} requests, "
              f"{counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, {counts['lost_bytes']:,} bytes lost "
              f"to gaps, {counts['undecodable']} connections with undecodable bytes; wrote frames/ ({counts[FRAME]:,} "
              f"rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} unanswered), registrations/ "
              f"({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
-    write_bytes(spark, f"{out}/brokers.csv", brokers_csv(liveness.brokers))
-    counts["brokers"] = len(liveness.brokers)
-    progress(f"wrote brokers.csv ({len(liveness.brokers)} brokers, "
-             f"{sum(b['would_expire'] for b in liveness.brokers)} with a gap over {EXPIRY_SECONDS} s)")
+    registered = liveness.registered()
+    write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
+    counts["brokers"] = len(registered)
+    codes = latency.code_stats(calls)
+    summary = findings.summary(files, read, counts, groups, liveness.brokers, codes)
+    write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
+    attention = Counter(finding["severity"] for finding in summary["findings"])
+    progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {attention['critical']} critical and "
+             f"{attention['warning']} other findings" + "".join(
+                 f"\n      {finding['severity']}: {finding['message']}" for finding in summary["findings"][:10])
+             + (f"\n      ... {len(summary['findings']) - 10} more" if len(summary["findings"]) > 10 else ""))
     if report:
-        write_report(spark, out, liveness, latency.code_stats(latencies.value), counts, write_bytes)
+        from spark_analysis.report import write_report  # plotly only when a report is wanted
+
+        write_report(spark, out, summary, liveness, codes, write_bytes)
         progress("wrote report.html")
     decoded.unpersist()
     pieces.unpersist()
+    counts["summary"] = summary
     return counts
+
+
+#: tally keys of what is not a count: the decoding costs of 4-tuples (balance.py), the calls'
+#: latency buckets (latency.py) and the findings' groups (findings.py)
+_COSTS, _LATENCIES, _GROUPS = "costs", "latencies", "groups"
+
+
+def _merged(tallies: Iterable[bytes]) -> Counter:
+    """The tasks' tallies added up."""
+    total: Counter = Counter()
+    for pickled in tallies:
+        tally = pickle.loads(pickled)
+        for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge)):
+            if key in tally:
+                part = tally.pop(key)
+                pick(total.setdefault(key, {} if key == _GROUPS else Counter()), part)
+        inputs.merge_tally(total, tally)
+    return total
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int,
-            tally, costs) -> DataFrame:
+def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
-    splits (its index is all the task is given), and tasks over the files Spark reads whole."""
+    splits (its index is all the task is given), and tasks over the files Spark reads whole; each
+    task's last row holds its tally."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
-        parts.append(indexes.mapInArrow(
-            partial(_read_tasks, tasks=tasks, server_port=server_port, accumulator=tally, costs=costs), PIECES))
+        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port), PIECES))
     if remote:
         files = spark.read.format("binaryFile").load([f.path for f in remote]).select("path", "content")
         parts.append(files.mapInArrow(
-            partial(_read_files, remote={f.path: f for f in remote}, server_port=server_port, accumulator=tally,
-                    costs=costs),
-            PIECES))
+            partial(_read_files, remote={f.path: f for f in remote}, server_port=server_port), PIECES))
     return reduce(DataFrame.union, parts)
 
 
-def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
-                accumulator, costs) -> Iterator[pa.RecordBatch]:
+def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int
+                ) -> Iterator[pa.RecordBatch]:
     worker.settle()
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port, accumulator=accumulator,
-                                      costs=costs)
+            yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port)
 
 
-def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int,
-                accumulator, costs) -> Iterator[pa.RecordBatch]:
+def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int
+                ) -> Iterator[pa.RecordBatch]:
     worker.settle()
     for batch in batches:
         for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             yield from _piece_batches(inputs.read_whole, content, remote.get(path, CaptureFile(path, 0, 0)),
-                                      server_port=server_port, accumulator=accumulator, costs=costs)
+                                      server_port=server_port)
 
 
-def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int, accumulator, costs
-                   ) -> Iterator[pa.RecordBatch]:
-    """Run a reader with a local tally, added to the accumulator once the reader is done, as are
-    the decoding costs of its costly pieces to ``costs``; its pieces as Arrow batches of about
-    _BATCH_BYTES."""
+def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:
+    """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
+    and the decoding costs of its costly pieces."""
     tally: Counter = Counter()
     costly: Counter = Counter()
     pending: list[Piece] = []
@@ -231,35 +291,37 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
             yield _piece_batch(pending)
+            worker.drill("read")
             pending, size = [], 0
     if pending:
         yield _piece_batch(pending)
-    accumulator.add(tally)
-    costs.add(costly)
+    worker.drill("read")
+    tally[_COSTS] = costly
+    yield _piece_batch([Piece(("", ""), "", b"", None)], pickle.dumps(tally))
 
 
-def _piece_batch(pieces: list[Piece]) -> pa.RecordBatch:
+def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBatch:
     lower, higher = zip(*(piece.ends for piece in pieces), strict=True)
-    columns = (lower, higher, [p.path for p in pieces], [p.rows for p in pieces], [p.payload for p in pieces])
+    columns = (lower, higher, [p.path for p in pieces], [p.rows for p in pieces], [p.payload for p in pieces],
+               [tally] * len(pieces))
     return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field in
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, accumulator, latencies,
-                   tables_out: str | None = None) -> Iterator[pa.RecordBatch]:
+def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None
+                   ) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
-    kind); all are counted into the accumulator, calls' latencies into ``latencies``."""
+    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names, CONNECTION)}
-    tally: Counter = Counter()
-    calls: Counter = Counter()
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
+    tally: Counter = Counter({_LATENCIES: Counter(), _GROUPS: {}})
     count = 0
     with _no_cycle_collection():
         while by_connection:
@@ -268,13 +330,15 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, accumula
                 pending[kind].append(row)
                 count += 1
             if count >= _BATCH_ROWS:
-                yield from _send(pending, writer, tally, calls)
+                yield from _send(pending, writer, tally)
+                worker.drill("decode")
                 count = 0
-        yield from _send(pending, writer, tally, calls)
+        yield from _send(pending, writer, tally)
+    worker.drill("decode")
     if writer is not None:
         writer.close()
-    accumulator.add(tally)
-    latencies.add(calls)
+    yield pa.RecordBatch.from_arrays([pa.nulls(1, field.type) for field in _ARROW_DECODED][:-1]
+                                     + [pa.array([pickle.dumps(tally)], pa.binary())], schema=_ARROW_DECODED)
 
 
 @contextmanager
@@ -290,21 +354,23 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter, calls: Counter
+def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter
           ) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
     for stats in pending[CONNECTION]:
         tally.update({CONNECTION: 1, "gaps": stats.gaps, "lost_bytes": stats.lost_bytes,
                       "undecodable": stats.undecodable_bytes > 0})
+        if stats.undecodable_bytes:
+            findings.add(tally[_GROUPS], findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
     for field in _ARROW_DECODED:
-        rows = pending[field.name]
+        rows = pending.get(field.name)
         if not rows:
             continue
         array = pa.array(rows, type=field.type)
         rows.clear()
-        _count(tally, calls, field.name, array)
+        _count(tally, field.name, array)
         if writer is not None and field.name != EVENT:
             writer.write(field.name, array)
             continue
@@ -312,14 +378,15 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
 
 
-def _count(tally: Counter, calls: Counter, kind: str, rows: pa.StructArray) -> None:
-    """What the progress lines and the report count of a batch of rows."""
+def _count(tally: Counter, kind: str, rows: pa.StructArray) -> None:
+    """What the progress lines, findings and the report count of a batch of rows."""
     if kind == FRAME:
         requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
         tally.update({FRAME: len(rows), REQUEST: requests, RESPONSE: len(rows) - requests})
     elif kind == CALL:
         tally.update({CALL: len(rows), "unanswered": rows.field("response_code").null_count})
-        calls.update(latency.count_calls(rows))
+        tally[_LATENCIES].update(latency.count_calls(rows))
+        findings.note_calls(tally[_GROUPS], rows)
     elif kind == REGISTRATION:
         tally.update({REGISTRATION: len(rows),
                       "crc_failures": pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0})
@@ -334,14 +401,6 @@ def _tasks_write_tables(master: str, out: str) -> bool:
 def _rows_of(decoded: DataFrame, kind: str) -> DataFrame:
     """The decoded rows of one kind, as that kind's columns."""
     return decoded.where(F.col(kind).isNotNull()).select(f"{kind}.*")
-
-
-class _TallyParam(AccumulatorParam):
-    def zero(self, value: Counter) -> Counter:
-        return Counter()
-
-    def addInPlace(self, value1: Counter, value2: Counter) -> Counter:
-        return inputs.merge_tally(value1, value2)
 
 
 # -- writing ----------------------------------------------------------------------------------------

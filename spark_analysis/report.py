@@ -1,217 +1,270 @@
-"""report.html: what the cluster did, as PNG plots embedded in one self-contained page.
+"""report.html: what needs attention first, then what the cluster did, as one self-contained page.
 
-Every plot is drawn from aggregates computed in Spark: the per-broker liveness (brokers.py: time
-bins of the plotted brokers, interval buckets, gaps) and the calls and latency buckets per code that
-the decoding tasks counted (latency.py). The driver holds a few thousand numbers however large the
-capture.
+The findings, inputs and tables come from summary.json's content (findings.py); the pictures
+from the per-broker liveness (brokers.py: time bins of the plotted brokers over the capture
+periods, interval buckets, gaps) and the calls and latency buckets per code that the decoding
+tasks counted (latency.py). The driver holds a few thousand numbers however large the capture.
+
+The pictures are Plotly figures: zoom and hover for the values, with plotly.js inlined once in the
+page (no CDN: the report opens offline, from a ticket or a mail). The timeline and the topics have
+one panel per capture period, so that time nothing was captured takes no room.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
-import multiprocessing
-import os
-from collections import Counter
+import math
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
-from functools import partial
 
-import numpy as np
-from matplotlib.dates import date2num
-from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 from pyspark.sql import SparkSession
 
 from spark_analysis.brokers import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
     INTERVAL_RANGE_S,
+    NEAR_EXPIRY_S,
     PLOTTED_BROKERS,
-    TIME_BINS,
     Liveness,
-    iso_time,
+    TimeBins,
     plot_order,
 )
+from spark_analysis.findings import CRITICAL, broker_label
 from spark_analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.schema import BROKER_COLUMNS
 
-LEGEND_BROKERS = 12
 TOP_CODES = 25
-_SUMMARY = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
-            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
-            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
-            ("gaps", "capture gaps"), ("lost_bytes", "bytes lost to gaps"), ("brokers", "brokers"))
+#: findings listed in the page (summary.json has them all)
+SHOWN_FINDINGS = 500
+RED, AMBER = "#d62728", "#ff9f1a"
+_COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
+           ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
+           ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
+           ("gaps", "capture gaps in connections"), ("lost_bytes", "bytes lost to capture gaps"),
+           ("undecodable", "connections with undecodable bytes"))
 
 
-def write_report(spark: SparkSession, out: str, liveness: Liveness, codes: list[CodeStats], counts: Counter,
+def write_report(spark: SparkSession, out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
                  write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
+    write_bytes(spark, f"{out}/report.html", page(summary, liveness, codes).encode())
+
+
+def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> str:
     shown = plotted_brokers(liveness.brokers)
-    plots = _draw([
-        ("Heartbeat timeline per broker", partial(heartbeat_timeline, shown, liveness)),
-        ("Intervals between heartbeats", partial(interval_histogram, liveness.interval_counts)),
-        ("Topics per broker over time", partial(topic_counts, shown, liveness)),
-        ("Request mix by code", partial(request_mix, codes)),
-        ("Latency percentiles by code", partial(latency_percentiles, codes)),
-    ])
-    write_bytes(spark, f"{out}/report.html", _page(liveness.brokers, counts, plots).encode())
-
-
-def _draw(plots: list[tuple[str, Callable[[], bytes]]]) -> list[tuple[str, bytes]]:
-    """Draw the plots; with a second core, the first (the largest) in a forked child meanwhile:
-    drawing is the driver's only serial work after the last job (0.5 s on one core, 0.35 s on two)."""
-    if len(os.sched_getaffinity(0)) < 2:
-        return [(title, draw()) for title, draw in plots]
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as child:
-        first = child.submit(plots[0][1])
-        rest = [(title, draw()) for title, draw in plots[1:]]
-        return [(plots[0][0], first.result()), *rest]
-
-
-def plotted_brokers(brokers: list[dict]) -> list[str]:
-    """The brokers Liveness has bins of."""
-    return [b["broker_addr"] for b in sorted(brokers, key=plot_order)[:PLOTTED_BROKERS]]
-
-
-def heartbeat_timeline(shown: list[str], liveness: Liveness) -> bytes:
-    """Heartbeats per broker and time bin as shades (an image: cheap for any number of bins), gaps
-    over the expiry as red bars."""
-    time_bins = liveness.time_bins
-    row_of = {addr: index for index, addr in enumerate(shown)}
-    heartbeats = np.zeros((len(shown), TIME_BINS + 1))  # the last event falls into bin TIME_BINS
-    for addr in shown:
-        for index, count, _ in liveness.bins.get(addr, ()):
-            heartbeats[row_of[addr], index] = count
-    figure, axes = _figure(height=max(2.5, 0.28 * len(shown) + 1.2), y_labels=shown)
-    span = _days([time_bins.start, time_bins.start + (TIME_BINS + 1) * time_bins.width])
-    axes.imshow(np.ma.masked_equal(heartbeats, 0), aspect="auto", interpolation="nearest", cmap="Blues",
-                vmin=0, extent=(*span, len(shown) - 0.5, -0.5))
-    axes.xaxis_date()
-    gaps = [(row_of[addr], t - interval, t) for addr, t, interval in liveness.gaps if addr in row_of]
-    if gaps:
-        rows, silent_from, silent_to = zip(*gaps, strict=True)
-        axes.hlines(rows, _days(silent_from), _days(silent_to), color="tab:red", linewidth=4,
-                    label=f"gap > {EXPIRY_SECONDS} s")
-        axes.legend(fontsize=7, loc="upper right")
-    axes.set_yticks(range(len(shown)), shown, fontsize=7)
-    axes.set_xlabel("time (UTC); shade: heartbeats per time bin")
-    return _png(figure)
-
-
-def interval_histogram(counts: dict[int, int]) -> bytes:
-    figure, axes = _figure()
-    axes.bar([b * INTERVAL_BUCKET_S for b in counts], list(counts.values()), width=INTERVAL_BUCKET_S, align="edge")
-    axes.axvline(EXPIRY_SECONDS, color="tab:red", linestyle="--", label=f"expiry ({EXPIRY_SECONDS} s)")
-    axes.set_xlabel(f"seconds between heartbeats of a broker (last bar: {INTERVAL_RANGE_S} s and more)")
-    axes.set_ylabel("intervals")
-    axes.legend()
-    return _png(figure)
-
-
-def topic_counts(shown: list[str], liveness: Liveness) -> bytes:
-    figure, axes = _figure()
-    plotted = 0
-    for addr in shown:
-        points = [(index, topics) for index, _, topics in liveness.bins.get(addr, ()) if topics is not None]
-        if points:
-            plotted += 1
-            indexes, topics = zip(*points, strict=True)
-            axes.step(_days(liveness.time_bins.middle(np.array(indexes))), topics, where="post", label=addr)
-    axes.xaxis_date()
-    axes.set_xlabel("time (UTC)")
-    axes.set_ylabel("topics in the registration")
-    if plotted <= LEGEND_BROKERS:
-        axes.legend(fontsize=7)
-    return _png(figure)
-
-
-def request_mix(codes: list[CodeStats]) -> bytes:
-    rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]  # the most frequent on top
-    figure, axes = _figure(height=max(2.5, 0.3 * len(rows) + 1), y_labels=[row.code_name for row in rows])
-    axes.barh([row.code_name for row in rows], [row.requests for row in rows])
-    _log_x(axes)
-    axes.set_xlabel("requests")
-    axes.tick_params(axis="y", labelsize=7)
-    return _png(figure)
-
-
-def latency_percentiles(codes: list[CodeStats]) -> bytes:
-    answered = [row for row in codes if row.answered]
-    rows = sorted(answered, key=lambda row: row.answered, reverse=True)[:TOP_CODES][::-1]
-    figure, axes = _figure(height=max(2.5, 0.45 * len(rows) + 1), y_labels=[row.code_name for row in rows])
-    height = 0.8 / len(PERCENTILES)
-    for index, percentile in enumerate(PERCENTILES):
-        axes.barh([r + index * height for r in range(len(rows))], [max(row.p[index], 1e-3) for row in rows],
-                  height=height, label=f"p{percentile * 100:g}")
-    axes.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], [row.code_name for row in rows], fontsize=7)
-    _log_x(axes)
-    axes.set_xlabel("latency, ms (request to answer, as captured)")
-    axes.legend()
-    return _png(figure)
-
-
-_EPOCH_DAYS = date2num(datetime(1970, 1, 1, tzinfo=timezone.utc))  # matplotlib's date.epoch may differ
-
-
-def _days(seconds: Iterable[float] | np.ndarray) -> np.ndarray:
-    """Unix times as matplotlib's date numbers, at once (a datetime per point is most of a plot's time)."""
-    return np.asarray(seconds, dtype=float) / 86400 + _EPOCH_DAYS
-
-
-def _log_x(axes) -> None:
-    """A log x axis labelled with plain numbers (matplotlib's default typesets each one as TeX:
-    a third of a bar plot's time); the ticks between powers of ten labelled as by default, where
-    the axis spans under two decades."""
-    axes.set_xscale("log")
-    axes.xaxis.set_major_formatter(_PlainLogFormatter())
-    axes.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-
-
-class _PlainLogFormatter(LogFormatter):
-    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
-        return f"{x:,.0f}" if x >= 1 else f"{x:g}"
-
-
-_WIDTH = 11  # inches
-_LABEL_CHAR = 0.065  # inches a character of a 7-point tick label takes, at most
-
-
-def _figure(height: float = 3.5, y_labels: Iterable[str] = ()) -> tuple[Figure, object]:
-    """A figure with margins in inches, wide enough on the left for ``y_labels`` (matplotlib's
-    layout engines measure every label by drawing the figure once more: a third of a plot's time)."""
-    left = 0.3 + _LABEL_CHAR * max(map(len, y_labels), default=8)
-    figure = Figure(figsize=(_WIDTH, height))
-    figure.subplots_adjust(left=left / _WIDTH, right=1 - 0.45 / _WIDTH, bottom=0.6 / height, top=1 - 0.15 / height)
-    return figure, figure.add_subplot()
-
-
-def _png(figure: Figure) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, pil_kwargs={"compress_level": 1})  # 3x faster, 25% bigger
-    return buffer.getvalue()
-
-
-def _page(brokers: list[dict], counts: Counter, plots: list[tuple[str, bytes]]) -> str:
-    summary = "".join(f"<tr><th>{html.escape(label)}</th><td>{counts[key]:,}</td></tr>" for key, label in _SUMMARY)
-    head = "".join(f"<th>{column}</th>" for column in BROKER_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(column, b[column]))}</td>" for column in BROKER_COLUMNS)
-                   + "</tr>" for b in brokers)
-    figures = "".join(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                      f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for title, png in plots)
+    figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins)),
+               ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
+               ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins)),
+               ("requests", "Requests by code", request_mix(codes)),
+               ("latency", "Latency by code", latency_percentiles(codes))]
+    plots = "".join(f"<section id='{key}'><h2>{html.escape(title)}</h2>"
+                    + figure.to_html(full_html=False, include_plotlyjs=index == 0, div_id=f"plot-{key}",
+                                     config={"displaylogo": False})
+                    + "</section>" for index, (key, title, figure) in enumerate(figures))
+    critical = sum(f["severity"] == CRITICAL for f in summary["findings"])
+    status = (f"{critical} critical, {len(summary['findings']) - critical} other findings"
+              if summary["findings"] else "nothing needs attention")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
             f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
-            f"<table>{summary}</table>{figures}<h2>Brokers</h2><table><tr>{head}</tr>{body}</table></body></html>")
+            f"<p class='status'>{html.escape(status)}</p>"
+            f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}{plots}"
+            f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}{_counts(summary['counts'])}"
+            f"</body></html>")
 
 
-def _cell(column: str, value: object) -> str:
+def plotted_brokers(brokers: list[dict]) -> list[dict]:
+    """The brokers that registered Liveness has bins of (those with gaps first), shown by cluster,
+    name and id."""
+    chosen = [b for b in sorted(brokers, key=plot_order)[:PLOTTED_BROKERS] if b["registrations"]]
+    return sorted(chosen, key=lambda b: plot_order(b)[2:])
+
+
+def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
+    """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
+    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long)."""
+    labels = [broker_label(b) for b in shown]
+    figure = _period_panels(time_bins, len(shown))
+    for period in range(len(time_bins.starts)):
+        first, stop = time_bins.first_bin[period], time_bins.first_bin[period + 1]
+        x, y, counts = [], [], []
+        for label, broker in zip(labels, shown, strict=True):
+            bins = broker.get("bins") or {"bin": [], "heartbeats": []}
+            for index, count in zip(bins["bin"], bins["heartbeats"], strict=True):
+                if first <= index < stop and count:
+                    x.append(_time(time_bins.middle(index)))
+                    y.append(label)
+                    counts.append(count)
+        figure.add_trace(go.Scatter(
+            x=x, y=y, customdata=counts, mode="markers", marker={"symbol": "line-ns-open", "size": 14,
+                                                                   "color": "#1f77b4", "line": {"width": 2}},
+            name="heartbeats", showlegend=period == 0,
+            hovertemplate="%{y}<br>%{x}<br>%{customdata} heartbeat(s)<extra></extra>"), row=1, col=period + 1)
+    for label, broker in zip(labels, shown, strict=True):
+        for gap in broker["gaps"]:
+            color = RED if gap["expired"] else AMBER
+            text = (f"{label}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
+                    + (" (capture end)" if gap["open"] else ""))
+            figure.add_trace(go.Scatter(
+                x=[_time(gap["from"]), _time(gap["to"])], y=[label, label], mode="lines+markers",
+                line={"color": color, "width": 6}, marker={"color": color, "size": 8}, hovertext=text,
+                hoverinfo="text", showlegend=False), row=1, col=time_bins.period_of(gap["from"]) + 1)
+    for name, color in ((f"gap over {EXPIRY_SECONDS} s (expired)", RED), (f"gap of {NEAR_EXPIRY_S}-{EXPIRY_SECONDS} s",
+                                                                           AMBER)):
+        figure.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "width": 6}, name=name))
+    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
+    return figure
+
+
+def interval_distributions(shown: list[dict]) -> go.Figure:
+    """Each broker's intervals between heartbeats, counted per second (colour on a log scale)."""
+    labels = [broker_label(b) for b in shown]
+    widest = max((index for b in shown for index, n in enumerate(b["interval_buckets"]) if n), default=0)
+    x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
+    counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
+    shade = [[None if n is None else math.log10(n) for n in row] for row in counts]
+    figure = go.Figure(go.Heatmap(
+        x=x, y=labels, z=shade, customdata=counts, colorscale="Viridis", colorbar={"title": "intervals<br>(log10)"},
+        hovertemplate="%{y}<br>%{x} s to <+" + str(INTERVAL_BUCKET_S) + " s: %{customdata} intervals<extra></extra>"))
+    for seconds, color in ((NEAR_EXPIRY_S, AMBER), (EXPIRY_SECONDS, RED)):
+        figure.add_vline(x=seconds, line={"color": color, "dash": "dash"})
+    figure.update_layout(height=_height(len(shown)), margin=_MARGIN,
+                         xaxis_title=f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and more); "
+                                     f"dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry")
+    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
+    return figure
+
+
+def topic_counts(shown: list[dict], time_bins: TimeBins) -> go.Figure:
+    """Each broker's registered topic count over time, on a log scale (3 and 3,000 both show)."""
+    figure = _period_panels(time_bins, 12)
+    for broker in shown:
+        bins = broker.get("bins") or {"bin": [], "topics": []}
+        points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
+        label = broker_label(broker)
+        for period in range(len(time_bins.starts)):
+            inside = [(index, n) for index, n in points
+                      if time_bins.first_bin[period] <= index < time_bins.first_bin[period + 1]]
+            if inside:
+                figure.add_trace(go.Scatter(
+                    x=[_time(time_bins.middle(index)) for index, _ in inside], y=[n for _, n in inside],
+                    mode="lines+markers", name=label, legendgroup=label, showlegend=period == 0 or not any(
+                        time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
+                    hovertemplate=f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"),
+                    row=1, col=period + 1)
+    figure.update_yaxes(type="log", title_text="topics (log scale)", col=1)
+    return figure
+
+
+def request_mix(codes: list[CodeStats]) -> go.Figure:
+    rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]
+    figure = go.Figure(go.Bar(
+        x=[row.requests for row in rows], y=[row.code_name for row in rows], orientation="h",
+        text=[f"{row.requests:,} ({row.answered:,} answered)" for row in rows], textposition="auto",
+        hovertemplate="%{y}: %{x:,} requests<extra></extra>"))
+    figure.update_layout(height=_height(len(rows)), margin=_MARGIN, xaxis_type="log",
+                         xaxis_title=f"requests (log scale; top {TOP_CODES} codes)")
+    return figure
+
+
+def latency_percentiles(codes: list[CodeStats]) -> go.Figure:
+    rows = sorted((row for row in codes if row.answered), key=lambda row: row.answered, reverse=True)[:TOP_CODES]
+    rows = rows[::-1]
+    figure = go.Figure()
+    for index, percentile in enumerate(PERCENTILES):
+        name = f"p{percentile * 100:g}"
+        figure.add_trace(go.Bar(
+            x=[max(row.p[index], 1e-3) for row in rows], y=[row.code_name for row in rows], orientation="h", name=name,
+            customdata=[row.answered for row in rows], text=[f"{row.p[index]:,.2f}" for row in rows],
+            textposition="auto",
+            hovertemplate=f"%{{y}} {name}: %{{x:,.3f}} ms of %{{customdata:,}} answered<extra></extra>"))
+    figure.update_layout(height=_height(len(rows) * 2), margin=_MARGIN, barmode="group", xaxis_type="log",
+                         xaxis_title="latency, ms (request to answer, as captured; log scale)")
+    return figure
+
+
+def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
+    """One panel per capture period, as wide as its share of the captured time (at least 8%)."""
+    lengths = [max(end - start, 1.0) for start, end in zip(time_bins.starts, time_bins.ends, strict=True)]
+    widths = [max(length / sum(lengths), 0.08) for length in lengths]
+    count = len(lengths)
+    figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
+                           horizontal_spacing=min(0.02, 0.5 / count),
+                           subplot_titles=[f"period {i + 1}" for i in range(count)] if count > 1 else None)
+    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
+                                                                       "yanchor": "top"})
+    figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, 12 // count))
+    return figure
+
+
+_MARGIN = {"l": 10, "r": 10, "t": 40, "b": 40}
+
+
+def _height(rows: int) -> int:
+    return 160 + 24 * max(rows, 4)
+
+
+def _time(seconds: float) -> str:
+    """UTC as Plotly reads dates (it ignores time-zone suffixes)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _findings(found: list[dict]) -> str:
+    rows = "".join(f"<tr class='{f['severity']}'><td>{f['severity']}</td><td>{html.escape(f['kind'])}</td>"
+                   f"<td>{html.escape(f['message'])}</td></tr>" for f in found[:SHOWN_FINDINGS])
+    more = f"<p>{len(found) - SHOWN_FINDINGS:,} more in summary.json.</p>" if len(found) > SHOWN_FINDINGS else ""
+    body = (f"<table><tr><th>severity</th><th>kind</th><th>what, where, when</th></tr>{rows}</table>{more}"
+            if found else "<p>Nothing needs attention.</p>")
+    return f"<section id='findings'><h2>Findings</h2>{body}</section>"
+
+
+def _inputs(inputs: dict) -> str:
+    files = _table(("path", "size", "link_type", "records", "first", "last", "problem"), inputs["files"],
+                   lambda row: "problem" if row["problem"] else "")
+    periods = _table(("start", "end", "seconds"), inputs["periods"])
+    gaps = _table(("start", "end", "seconds"), inputs["gaps"]) if inputs["gaps"] else "<p>none</p>"
+    return (f"<section id='inputs'><h2>Inputs</h2>{files}<h3>Capture periods</h3>{periods}"
+            f"<h3>Gaps between periods (nothing captured)</h3>{gaps}</section>")
+
+
+def _response_codes(rows: list[dict]) -> str:
+    shown = [{**row, "requesters": ", ".join(f"{client} ({n})" for client, n in sorted(row["requesters"].items()))}
+             for row in rows]
+    table = _table(("code_name", "response_code", "response_name", "remark", "count", "requesters"), shown)
+    return f"<section id='response-codes'><h2>Answers with a non-zero code</h2>{table if rows else '<p>none</p>'}" \
+           f"</section>"
+
+
+def _brokers(brokers: list[dict]) -> str:
+    return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKER_COLUMNS, brokers)}</section>"
+
+
+def _counts(counts: dict) -> str:
+    rows = "".join(f"<tr><th>{html.escape(label)}</th><td>{counts.get(key, 0):,}</td></tr>" for key, label in _COUNTS)
+    return f"<section id='counts'><h2>Counts</h2><table>{rows}</table></section>"
+
+
+def _table(columns: Iterable[str], rows: list[dict], row_class: Callable[[dict], str] = lambda row: "") -> str:
+    columns = list(columns)
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "".join(f"<tr class='{row_class(row)}'>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns)
+                   + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(value: object) -> str:
     if value is None:
         return ""
-    if column in ("first_seen", "last_seen"):
-        return iso_time(value)
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
 
 
-_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
-          "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}img{max-width:100%}")
+_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin-bottom:1em}"
+          "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}"
+          f"tr.critical td:first-child{{background:{RED};color:#fff}}tr.warning td:first-child{{background:{AMBER}}}"
+          "tr.problem{background:#fde0e0}.status{font-size:18px;font-weight:bold}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DoubleType,
     IntegerType,
@@ -35,7 +36,7 @@ FRAME_ROWS = _schema(
 CALL_ROWS = _schema(
     ("ts", DoubleType()), ("conn_id", StringType()), ("client", StringType()), ("code", IntegerType()),
     ("code_name", StringType()), ("opaque", IntegerType()), ("response_code", IntegerType()),
-    ("latency_ms", DoubleType()),
+    ("latency_ms", DoubleType()), ("oneway", BooleanType()), ("topic", StringType()), ("response_remark", StringType()),
 )
 
 REGISTRATION_ROWS = _schema(
@@ -51,19 +52,26 @@ REGISTRATION_ROWS = _schema(
 #: (code: REGISTER_BROKER or a decode.NAMING_CODES; alive: keeps the broker registered)
 EVENT_ROWS = _schema(
     ("broker_addr", StringType()), ("broker_name", StringType()), ("t", DoubleType()), ("code", IntegerType()),
-    ("alive", BooleanType()), ("topic_count", IntegerType()),
+    ("alive", BooleanType()), ("topic_count", IntegerType()), ("cluster", StringType()), ("broker_id", LongType()),
+    ("version_name", StringType()), ("response_code", IntegerType()), ("crc_ok", BooleanType()),
+    ("body_len", IntegerType()), ("compressed", BooleanType()), ("data_version_counter", LongType()),
+    ("data_version_ts", LongType()), ("oneway", BooleanType()),
 )
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags);
-#: table rows only when Spark writes the tables (job.py), connections never (they are only counted)
+#: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
+#: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
 DECODED = _schema(("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS),
-                  ("event", EVENT_ROWS))
+                  ("event", EVENT_ROWS), ("tally", BinaryType()))
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)
 MILLIS_COLUMNS = ("data_version_ts",)
 
+#: one row per broker address that registered (docs/capture-report.md says what each means)
 BROKER_COLUMNS = (
-    "broker_addr", "broker_name", "first_seen", "last_seen", "registrations", "median_interval_s", "max_gap_s",
-    "would_expire", "unregistered", "last_topic_count",
+    "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
+    "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s", "interval_p99_s",
+    "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median", "body_len_max", "compressed",
+    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered",
 )

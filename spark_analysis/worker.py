@@ -1,8 +1,14 @@
-"""What every Python task of the job does first."""
+"""What every Python task of the job does first, and the failure drill tests use."""
 
 from __future__ import annotations
 
 import gc
+
+from pyspark import TaskContext
+
+#: a Spark local property naming stages ("read", "decode", "liveness") whose even-numbered tasks
+#: fail on their first attempt, after sending some output: how tests prove the counts exact
+FAIL_FIRST_ATTEMPT = "spark_analysis.fail_first_attempt"
 
 
 def settle() -> None:
@@ -10,3 +16,11 @@ def settle() -> None:
     the objects of the modules a task imports (numpy, pyarrow, the codec), ~40 ms a task. Freezing
     what exists when a task starts (no garbage then: the collection just ran) takes them out of it."""
     gc.freeze()
+
+
+def drill(stage: str) -> None:
+    """Fail this task's first attempt if a test asked so (FAIL_FIRST_ATTEMPT) for this stage."""
+    context = TaskContext.get()
+    asked = context.getLocalProperty(FAIL_FIRST_ATTEMPT) or ""
+    if stage in asked.split(",") and context.attemptNumber() == 0 and context.partitionId() % 2 == 0:
+        raise RuntimeError(f"{stage}: first attempt of task {context.partitionId()} failed on purpose ({asked})")

@@ -23,7 +23,9 @@ TIMEOUT = 10  # seconds a test waits for an answer before it fails instead of ha
 def require_captures(what: str) -> None:
     """Outside CI a checkout without ../shared skips capture tests; in CI (CI=true, shared/
     beside the clone) a missing capture is a failure, never a silent skip."""
-    message = f"shared capture {what} not present"
+    message = (f"shared capture {what} not present: these tests replay recorded Java NameServer traffic, kept "
+               "outside the repository; put the capture set in a 'shared' directory beside the checkout "
+               "(../shared/captures), see docs/startup.md")
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

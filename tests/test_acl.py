@@ -124,12 +124,10 @@ def test_a_bad_accounts_file_is_refused_naming_it(tmp_path, text, problem):
 
 
 def test_acl_on_without_an_accounts_file_is_a_config_error(tmp_path):
-    from twisted.python import usage
-
     from twisted_namesrv import tap
 
     (tmp_path / "namesrv.properties").write_text("aclEnable=true\n")
-    with pytest.raises(usage.UsageError, match="^aclAccountsFile: required"):
+    with pytest.raises(SystemExit, match="^namesrv: cannot start: aclAccountsFile: required"):
         tap.Options().parseOptions(["-c", str(tmp_path / "namesrv.properties")])
 
 

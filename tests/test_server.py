@@ -34,14 +34,14 @@ _opaques = itertools.count(1)
 
 
 class RecordingController(NamesrvController):
-    """Remembers the channels reported closed."""
+    """Remembers the channels reported closed, with the reason."""
 
     def __init__(self, state: NamesrvState) -> None:
         super().__init__(state)
-        self.closed: list[int] = []
+        self.closed: list[tuple[int, str]] = []
 
     def channel_closed(self, channel, reason: str = "connection closed") -> None:
-        self.closed.append(channel)
+        self.closed.append((channel, reason))
         super().channel_closed(channel, reason)
 
 
@@ -56,7 +56,7 @@ class Harness:
         self.factory = RemotingFactory(self.controller, self.clock, max_frame, idle)
 
     @property
-    def closed(self) -> list[int]:
+    def closed(self) -> list[tuple[int, str]]:
         return self.controller.closed
 
     def connect(self, port: int = 40000):
@@ -181,7 +181,7 @@ def test_undecodable_input_closes_the_connection(harness, data):
     proto.dataReceived(data)
     assert not transport.connected
     assert transport.value() == b""
-    assert proto.channel in harness.closed
+    assert (proto.channel, "connection closed") in harness.closed
     assert other_transport.connected  # the other connection and its broker are untouched
     assert "broker-a" in harness.state.routes.brokerAddrTable
 
@@ -211,7 +211,7 @@ def test_connection_lost_removes_its_brokers_at_once(harness):
     keeper.dataReceived(register_frame("10.0.1.1:10911", "broker-c", ("T1", "T5")).encode())
     assert [a.code for a in answers(transport)] == [0, 0]
     transport.loseConnection()
-    assert harness.closed == [proto.channel]
+    assert harness.closed == [(proto.channel, "connection closed")]
     assert set(harness.state.routes.brokerAddrTable) == {"broker-c"}
     assert sorted(harness.state.routes.topicQueueTable) == ["T1", "T5"]
     assert proto.channel not in harness.factory.connections
@@ -235,7 +235,7 @@ def test_idle_connection_is_closed_and_its_brokers_removed(harness):
     assert transport.connected and "broker-a" in harness.state.routes.brokerAddrTable
     harness.clock.advance(0.5)
     assert not transport.connected
-    assert harness.closed == [proto.channel]
+    assert harness.closed == [(proto.channel, "idle: no request for 120 s")]
     assert harness.state.routes.brokerAddrTable == {} and harness.state.routes.brokerLiveTable == {}
     assert harness.clock.getDelayedCalls() == []
 

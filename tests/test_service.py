@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
+from twisted.internet import reactor, task
 
-from tests.support import connect, server_config, start_server
-from twisted_namesrv import tap
+from tests.support import connect, free_port, server_config, start_server
+from twisted_namesrv import CannotStart, tap
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
-from twisted_namesrv.state.config import KEYS, NamesrvConfig
+from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig
 from twisted_namesrv.state.kv import KVConfigError
 
 BIN = Path(sys.executable).parent
@@ -124,15 +125,20 @@ def test_tap_options_build_the_config(tmp_path):
     assert isinstance(service, NamesrvService)
 
 
+def test_a_non_numeric_port_option_is_a_usage_error(tmp_path):
+    from twisted.python import usage
+
+    with pytest.raises(usage.UsageError, match="^--port: not a number: abc"):
+        tap.Options().parseOptions(["--data-dir", str(tmp_path), "--port", "abc"])
+
+
 @pytest.mark.parametrize(("argv", "key"), [
-    (["--port", "abc"], "--port"), (["--port", "70000"], "listenPort"), (["--compat", "6.0.0"], "compatVersion"),
+    (["--port", "70000"], "listenPort"), (["--compat", "6.0.0"], "compatVersion"),
     (["--metrics-port", "-1"], "metricsPort"), (["--port", "9876", "--metrics-port", "9876"], "metricsPort"),
     (["--bind", " "], "bindAddress"),
 ])
 def test_tap_refuses_bad_options_naming_the_key(tmp_path, argv, key):
-    from twisted.python import usage
-
-    with pytest.raises(usage.UsageError, match=f"^{key}"):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {key}"):
         tap.Options().parseOptions(["--data-dir", str(tmp_path), *argv])
 
 
@@ -142,14 +148,75 @@ def test_tap_refuses_bad_options_naming_the_key(tmp_path, argv, key):
     ("serverChannelMaxIdleTimeSeconds=-5", "serverChannelMaxIdleTimeSeconds"),
     ("scanNotActiveBrokerInterval=0", "scanNotActiveBrokerInterval"),
     ("waitSecondsForService=-1", "waitSecondsForService"),
-    ("routeSnapshotInterval=5", "routeSnapshotInterval"), ("listenPort=nine", "listenPort"),
+    ("routeSnapshotInterval=5", "routeSnapshotInterval"),
 ])
 def test_a_bad_properties_file_is_refused_naming_the_key(tmp_path, line, key):
-    from twisted.python import usage
-
     (tmp_path / "namesrv.properties").write_text(line + "\n")
-    with pytest.raises(usage.UsageError, match=f"^{key}"):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {key}"):
         tap.Options().parseOptions(["-c", str(tmp_path / "namesrv.properties")])
+
+
+@pytest.mark.parametrize("line", ["listenPort=nine", "orderMessageEnable=maybe", "clusterTest=1",
+                                  "serverSocketBacklog=1_000"])
+def test_a_value_that_does_not_parse_is_refused_naming_key_value_and_file(tmp_path, line):
+    path = tmp_path / "namesrv.properties"
+    path.write_text(f"# comment\n {line} \n")
+    with pytest.raises(SystemExit) as info:
+        tap.Options().parseOptions(["-c", str(path)])
+    assert str(info.value.code).startswith(f"namesrv: cannot start: {path}: {line}: not a ")
+
+
+def test_an_unknown_key_warns_naming_it_and_the_file_or_is_refused_when_strict(tmp_path, capsys):
+    path = tmp_path / "namesrv.properties"
+    path.write_text("orderMessageEnable=TRUE\nbogusKey=1\n")
+    options = tap.Options()
+    options.parseOptions(["-c", str(path)])
+    assert options.config["orderMessageEnable"] is True
+    assert capsys.readouterr().err == (f"namesrv: warning: {path}: unknown key bogusKey, ignored (a typo? "
+                                       "--strict-config refuses unknown keys)\n")
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {path}: unknown key bogusKey"):
+        tap.Options().parseOptions(["-c", str(path), "--strict-config"])
+
+
+def test_an_unreadable_config_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: Is a dir"):
+        tap.Options().parseOptions(["-c", str(tmp_path)])
+
+
+@pytest.mark.parametrize(("make", "cause"), [
+    (lambda d: d.write_text("x"), "{d} is not a directory"),
+    (lambda d: (d / "kvConfig.json").mkdir(parents=True), "{d}/kvConfig.json is a directory"),
+])
+def test_an_unusable_data_dir_is_refused_before_listening(tmp_path, make, cause):
+    data = tmp_path / "data"
+    make(data)
+    options = tap.Options()
+    options.parseOptions(["--data-dir", str(data), "--port", "0"])
+    with pytest.raises(SystemExit) as info:
+        tap.makeService(options)
+    assert info.value.code == f"namesrv: cannot start: kvConfigPath={data}/kvConfig.json: {cause.format(d=data)}"
+
+
+def read_only_dir(tmp_path):
+    """A directory this process cannot write in: a chmod 500 one, or for root (which writes there
+    anyway) Linux's sysfs."""
+    if os.geteuid() != 0:
+        data = tmp_path / "data"
+        data.mkdir(mode=0o500)
+        return data
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("root writes in any directory, and there is no sysfs")
+    return Path("/sys")
+
+
+def test_a_read_only_data_dir_is_refused(tmp_path):
+    data = read_only_dir(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match=f"^kvConfigPath={data}/kvConfig.json: cannot write in {data}: Perm"):
+            NamesrvService(server_config(data))
+    finally:
+        if data.is_relative_to(tmp_path):
+            data.chmod(0o700)
 
 
 def subprocess_env(tmp_path) -> dict[str, str]:
@@ -170,9 +237,8 @@ def test_print_config_items(tmp_path, compat):
                             env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr
     printed = dict(line.split("=", 1) for line in result.stdout.splitlines())
-    defaults = NamesrvConfig({"compatVersion": compat})
-    assert set(printed) == {k.name for k in KEYS if defaults[k.name] is not None}
-    assert printed["compatVersion"] == compat and printed["listenPort"] == "9876"
+    assert list(printed) == [k.name for k in KEYS]  # every key the README documents (test_docs)
+    assert printed["compatVersion"] == compat and printed["listenPort"] == "9876" and printed["rocketmqHome"] == ""
     assert not list(tmp_path.glob("*.pid")) and not (tmp_path / "namesrv").exists()  # nothing written
 
 
@@ -246,7 +312,9 @@ def test_a_busy_metrics_port_stops_the_server_naming_it(tmp_path):
         result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--metrics-port", str(port),
                                  "--data-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(tmp_path),
                                 capture_output=True, text=True, timeout=60)
-    assert f"cannot listen on 127.0.0.1:{port} (metricsPort)" in result.stderr
+    assert result.returncode == 1
+    reason = f"cannot listen on 127.0.0.1:{port} (metricsPort): Address already in use"
+    assert result.stderr.splitlines()[-1] == f"namesrv: cannot start: {reason}"
 
 
 def test_with_a_config_file_updates_go_to_it_even_with_a_data_dir(tmp_path):
@@ -255,3 +323,19 @@ def test_with_a_config_file_updates_go_to_it_even_with_a_data_dir(tmp_path):
     options.parseOptions(["-c", str(tmp_path / "mine.properties"), "--data-dir", str(tmp_path / "data")])
     assert options.config["configStorePath"] == str(tmp_path / "mine.properties")
     assert options.config["kvConfigPath"] == str(tmp_path / "data" / "kvConfig.json")
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_taken_metrics_port_releases_the_remoting_port(tmp_path):
+    """Either the server has every port it was asked for or none: a supervisor's restart can bind again."""
+    listen_port = free_port()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        service = NamesrvService(server_config(tmp_path, listenPort=listen_port, metricsPort=busy.getsockname()[1]))
+        with pytest.raises(CannotStart, match=r"\(metricsPort\): Address already in use"):
+            service.startService()
+    assert not service.running and service.port is None
+    yield task.deferLater(reactor, 0, lambda: None)  # a closed port's socket goes on the reactor's next turn
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", listen_port))

@@ -1,27 +1,84 @@
 #!/usr/bin/env bash
-# Create or refresh the project's virtualenv (.venv) with the package, its test tools and the
-# Spark analysis dependencies (PySpark runs on the machine's Java; openjdk from apt if missing).
-# Idempotent: does nothing when setup.cfg/setup.py have not changed since the last run.
+# Create or refresh the project's virtualenv (.venv).
+#
+#   tools/setup-env.sh           the server only: Twisted and its few dependencies (what run-server.sh needs)
+#   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff) and TLS (pyOpenSSL)
+#   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, matplotlib) and a Java
+#                                runtime for it (apt's default-jre-headless when `java` is missing; needs root)
+#   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
+#   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
+#
+# The package is installed editable (code changes apply without reinstalling) and a .pth file puts the
+# checkout on the venv's path, which is how twistd finds twisted/plugins/namesrv_plugin.py (Twisted looks
+# for plugins in the twisted/plugins directory of every sys.path entry; a plain `pip install -e .` only
+# maps the Python packages). Idempotent: a run asking for nothing the venv lacks does nothing; extras
+# installed earlier stay installed.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venv"
 python="${PYTHON:-python3}"
+say() { printf 'setup-env: %s\n' "$*"; }
 
-need_apt=()
-command -v "$python" >/dev/null || need_apt+=(python3)
-"$python" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-command -v java >/dev/null || need_apt+=(default-jre-headless)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "installing ${need_apt[*]} (apt)"
-  apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+extras=()
+browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) extras+=(test) ;;
+    --spark) extras+=(spark) ;;
+    --tls) extras+=(tls) ;;
+    --browser) browser=1 ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser)" >&2; exit 2 ;;
+  esac
+done
+
+# apt_install WHY PACKAGE...: install system packages, saying what and why first; only root may.
+apt_install() {
+  local why=$1; shift
+  say "system packages needed: $* ($why)"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-env: not root, cannot install $*; run as root, or install them first:" \
+         "sudo apt-get install $*" >&2
+    exit 1
+  fi
+  command -v apt-get >/dev/null || { echo "setup-env: no apt-get here; install $* with this system's tools" >&2; exit 1; }
+  say "apt-get install $* (as root)"
+  apt-get update -qq && apt-get install -y -qq "$@"
+}
+
+need=()
+command -v "$python" >/dev/null || need+=(python3)
+"$python" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+[ ${#need[@]} -eq 0 ] || apt_install "to create the virtualenv .venv" "${need[@]}"
+if [[ " ${extras[*]-} " == *" spark "* ]] && ! command -v java >/dev/null; then
+  apt_install "PySpark runs on a Java runtime" default-jre-headless
+fi
+if [ "$browser" -eq 1 ] && ! command -v chromium >/dev/null; then
+  apt_install "the status page's test drives headless Chromium" chromium
 fi
 
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-stamp="$venv/.installed"
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating $venv"
+  "$python" -m venv "$venv"
+fi
+stamp="$venv/.installed"  # first line: hash of setup.cfg/setup.py; then one installed extra per line
 want="$(cat "$repo/setup.cfg" "$repo/setup.py" | sha256sum | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  "$venv/bin/pip" install -q --upgrade pip
-  # compat mode puts the checkout on sys.path, so twistd finds twisted/plugins/namesrv_plugin.py
-  "$venv/bin/pip" install -q -e "$repo[test,spark]" --config-settings editable_mode=compat
-  echo "$want" > "$stamp"
+have=()
+[ -f "$stamp" ] && mapfile -t have < <(tail -n +2 "$stamp")
+missing=0
+if [ ! -f "$stamp" ] || [ "$(head -1 "$stamp")" != "$want" ]; then
+  missing=1
+else
+  for extra in "${extras[@]}"; do
+    [[ " ${have[*]-} " == *" $extra "* ]] || missing=1
+  done
+fi
+if [ "$missing" -eq 1 ]; then
+  all=$(printf '%s\n' "${have[@]}" "${extras[@]}" | sed '/^$/d' | sort -u | paste -sd, -)
+  say "installing twisted-namesrv${all:+[$all]} into $venv (pip; the first run downloads packages)"
+  "$venv/bin/pip" install --disable-pip-version-check --progress-bar on -e "$repo${all:+[$all]}"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$repo" > "$site/twisted_namesrv_checkout.pth"  # twistd's plugin lookup sees twisted/plugins here
+  { echo "$want"; printf '%s\n' "${all//,/$'\n'}" | sed '/^$/d'; } > "$stamp"
+  say "done: $venv/bin holds twistd, twisted-namesrv and namesrv-admin (or: source .venv/bin/activate)"
 fi

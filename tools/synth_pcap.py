@@ -5,11 +5,13 @@
 
 writes OUT.pcap and OUT.truth.json. N brokers heartbeat every 30 s for H hours (JSON and
 ROCKETMQ headers, plain and compressed bodies, 4.9.8 and 5.x layouts, topics added over time),
-some with an injected silence longer than the 120 s expiry and some unregistering at the end;
-M clients look routes up every 30 s and get answers. On the wire: retransmissions, out-of-order
-segments, segments the capture missed, a broker and a client whose connections were opened before
-the capture began (it starts mid-frame), a client port reused by a new connection, and a last
-packet cut short. Frames are built with the project's codec; no real time passes.
+some with an injected silence longer than the 120 s expiry, some with one near it (over 60 s),
+some with registrations refused (a wrong CRC, or a 5.x refusal) and some unregistering at the
+end; M clients look routes up every 30 s and get answers (TOPIC_NOT_EXIST for a missing topic).
+On the wire: retransmissions, out-of-order segments, segments the capture missed, a broker and a
+client whose connections were opened before the capture began (it starts mid-frame), a client
+port reused by a new connection, and a last packet cut short. Frames are built with the project's
+codec; no real time passes.
 
 The truth counts what an exact analyser must find: a frame exists iff every one of its segments
 was captured; its time is that of the packet that completed it.
@@ -45,6 +47,8 @@ HEARTBEAT_S = 30.0
 LOOKUP_S = 30.0
 EXPIRY_S = 120.0
 SILENCE_S = 185.0  # an injected heartbeat gap: the NameServer would expire the broker
+NEAR_SILENCE_S = 90.0  # an injected heartbeat gap over half the expiry: close to expiring
+NEAR_EXPIRY_S = EXPIRY_S / 2
 SEGMENT_SPACING_S = 10e-6  # between the segments of one frame
 RETRANSMIT_AFTER_S = 0.2
 SYN, ACK, FIN, PSH = 0x02, 0x10, 0x01, 0x08
@@ -68,6 +72,8 @@ class Frame:
     crc_bad: bool = False
     topic_count: int | None = None
     answer: Frame | None = None
+    client: str = ""  # ip:port of the connection's client
+    topic: str | None = None
 
 
 @dataclass
@@ -132,7 +138,9 @@ class Generator:
     def broker(self, i: int) -> Iterator[Packet]:
         """Broker i: ROCKETMQ (binary) headers if i % 4 == 1, JSON otherwise (JSON is RocketMQ's default);
         compressed bodies if i % 3 == 1; 5.x if i % 5 == 4;
-        silent for SILENCE_S mid-capture if i % 4 == 2; unregisters at the end if i % 4 == 3.
+        silent for SILENCE_S mid-capture if i % 4 == 2, for NEAR_SILENCE_S a third into it if i % 4 == 0
+        and i > 0; its 4th registration has a wrong CRC if i % 4 == 0 and a 5.x broker's 6th is
+        refused ("register broker failed"); unregisters at the end if i % 4 == 3.
         Broker 0's connection predates the capture, whose first packets cut its first registration."""
         host = f"10.1.{i // 250}.{i % 250 + 1}"
         addr = f"{host}:10911"
@@ -148,19 +156,22 @@ class Generator:
         if not mid_stream:
             yield from self.handshake(conn, t - 0.01)
         silence = (START + self.o.hours * 1800, START + self.o.hours * 1800 + SILENCE_S) if i % 4 == 2 else None
+        if i % 4 == 0 and i > 0:
+            silence = (START + self.o.hours * 1200, START + self.o.hours * 1200 + NEAR_SILENCE_S)
         opaque = self.rng.randrange(1 << 20)
         beats = 0
         while t < self.end - 5:
             if silence and silence[0] <= t < silence[1]:
                 t = silence[1]
-                self.injected["heartbeat_silences"] += 1
+                self.injected["heartbeat_silences" if silence[1] - silence[0] > EXPIRY_S else "near_silences"] += 1
                 silence = None
                 continue
             counter = 1 + int((t - START) // topic_every)
             topic_count = topics + counter - 1
             body = self.register_body(name, topic_count, counter, compressed, version)
             crc = crc32_masked(body)
-            crc_bad = i == 0 and beats == 3  # one registration with a wrong CRC, refused
+            crc_bad = i % 4 == 0 and beats == 3  # a registration with a wrong CRC, refused
+            refused = version == V5_3_3 and beats == 5
             ext = {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
                    "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": CLUSTER,
                    "compressed": "true" if compressed else "false", "haServerAddr": f"{host}:10912"}
@@ -171,9 +182,9 @@ class Generator:
                                               serialize_type=serialize)
             frame = Frame(conn.number, True, RequestCode.REGISTER_BROKER, broker_addr=addr, crc_bad=crc_bad,
                           topic_count=topic_count)
+            remark = "crc32 not match" if crc_bad else "register broker failed" if refused else None
             answer = RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR if crc_bad else ResponseCode.SUCCESS,
-                "crc32 not match" if crc_bad else None, ext={}, version=version,
+                request, ResponseCode.SYSTEM_ERROR if remark else ResponseCode.SUCCESS, remark, ext={}, version=version,
                 serialize_type=serialize if version == V4_9_8 else SerializeType.JSON)
             yield from self.exchange(conn, t, request, frame, answer, latency=self.rng.uniform(0.0003, 0.003))
             opaque += 1
@@ -231,7 +242,7 @@ class Generator:
             body = None if topic == "NoSuchTopic" else self.route(topic)
             answer_code = ResponseCode.TOPIC_NOT_EXIST if body is None else ResponseCode.SUCCESS
         request = RemotingCommand.request(code, ext, opaque=opaque, version=version, language=language, oneway=oneway)
-        frame = Frame(conn.number, True, code, oneway=oneway)
+        frame = Frame(conn.number, True, code, oneway=oneway, topic=(ext or {}).get("topic"))
         answer = None
         if not oneway:
             remark = None if answer_code == 0 else f"No topic route info in name server for the topic: {ext['topic']}"
@@ -292,6 +303,7 @@ class Generator:
                  answer: RemotingCommand | None, latency: float) -> Iterator[Packet]:
         """A request and its answer as segments, with the wire's impairments, in time order."""
         data = request.encode()
+        frame.client = f"{conn.client[0]}:{conn.client[1]}"
         packets = self.segments(conn, True, t, data, frame)
         self.frames.append(frame)
         if answer is not None:
@@ -381,15 +393,18 @@ class Generator:
         captured = [f for f in self.frames if not f.lost]
         requests = [f for f in captured if f.request]
         brokers: dict[str, dict] = {}
+        answered = [f for f in requests if f.answer is not None and not f.answer.lost]
         for frame in requests:
             if frame.broker_addr is None:
                 continue
             broker = brokers.setdefault(frame.broker_addr, {"events": [], "alive": [], "registrations": 0,
-                                                            "topics": []})
+                                                            "topics": [], "crc_failures": 0, "refused": 0})
             answered_ok = frame.answer is None or frame.answer.lost or frame.answer.code == 0
             broker["events"].append((_micros(frame.ts), frame.code))
             if frame.code == RequestCode.REGISTER_BROKER:
                 broker["registrations"] += 1
+                broker["crc_failures"] += frame.crc_bad
+                broker["refused"] += not answered_ok and not frame.crc_bad
                 broker["topics"].append((frame.ts, frame.topic_count))
                 if answered_ok:
                     broker["alive"].append(_micros(frame.ts))
@@ -404,6 +419,15 @@ class Generator:
             "unregisters": sum(f.code == RequestCode.UNREGISTER_BROKER for f in requests),
             "crc_failures": sum(f.crc_bad for f in requests),
             "requests_by_code": dict(Counter(code_name(f.code) for f in requests)),
+            # what the findings must say: answers with a non-zero code by "request code name response
+            # code", route lookups answered TOPIC_NOT_EXIST by "topic client", requests that expected
+            # an answer and got none (or none captured) by code name
+            "response_codes": dict(Counter(f"{code_name(f.code)} {f.answer.code}" for f in answered
+                                           if f.answer.code)),
+            "topic_not_exist": dict(Counter(f"{f.topic} {f.client}" for f in answered
+                                            if f.answer.code == ResponseCode.TOPIC_NOT_EXIST)),
+            "unanswered_expected": dict(Counter(code_name(f.code) for f in requests
+                                                if not f.oneway and (f.answer is None or f.answer.lost))),
             "brokers": {addr: _broker_truth(b) for addr, b in sorted(brokers.items())},
             "injected": dict(self.injected),
         }
@@ -420,6 +444,10 @@ def _broker_truth(broker: dict) -> dict:
     events = sorted(broker["events"])
     return {
         "registrations": broker["registrations"],
+        "crc_failures": broker["crc_failures"],
+        "refused_other": broker["refused"],
+        # heartbeat gaps over half the expiry: [from, to] (silent between those signs of life)
+        "gaps": [[a, b] for a, b in itertools.pairwise(alive) if b - a > NEAR_EXPIRY_S],
         "median_interval_s": statistics.median(intervals) if intervals else None,
         "max_gap_s": max(intervals) if intervals else None,
         "would_expire": bool(intervals) and max(intervals) > EXPIRY_S,

@@ -1,32 +1,51 @@
-"""``python -m twisted_namesrv [options]``: the service ``twistd -n namesrv`` runs, started directly.
+"""``python -m twisted_namesrv [options]`` (also the ``twisted-namesrv`` command): the service
+``twistd -n namesrv`` runs, started directly.
 
 Same options (tap.Options) and service (tap.makeService); it skips twistd's plugin scan, pid
 file and daemon machinery, so it starts faster, logs to stdout, and stops on SIGINT/SIGTERM.
+Exit status: 0 after a stop by signal, 1 when it cannot start (one line on stderr naming the
+key and the cause, also logged), 2 for a command-line usage error.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from twisted.python import usage
 
+USAGE_ERROR = 2
+
 
 def main(argv: list[str] | None = None) -> None:
-    from .tap import Options, makeService
-
-    options = Options()
-    try:
-        options.parseOptions(sys.argv[1:] if argv is None else argv)
-    except usage.UsageError as exc:
-        sys.exit(f"python -m twisted_namesrv: {exc}\n{options}")
     from twisted.internet import reactor
     from twisted.logger import globalLogBeginner
 
+    from . import CannotStart
     from .logs import observer
+    from .tap import Options, makeService
 
-    globalLogBeginner.beginLoggingTo([observer(options["log-format"])], redirectStandardIO=False)
-    service = makeService(options)
-    reactor.callWhenRunning(service.startService)
+    options = Options()
+
+    def begin_logging() -> None:
+        globalLogBeginner.beginLoggingTo([observer(options["log-format"])], redirectStandardIO=False)
+
+    try:
+        options.parseOptions(sys.argv[1:] if argv is None else argv)
+    except usage.UsageError as exc:
+        program = "python -m twisted_namesrv" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
+        sys.stderr.write(f"{options}\n{program}: {exc}\n")
+        sys.exit(USAGE_ERROR)
+    except SystemExit as exc:
+        if exc.code not in (0, None):  # a bad config: the log gets the reason too (-p and --version print only)
+            begin_logging()
+        raise
+    begin_logging()
+    try:
+        service = makeService(options)
+        service.startService()
+    except CannotStart as exc:
+        sys.exit(f"namesrv: cannot start: {exc}")
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
     reactor.run()
 

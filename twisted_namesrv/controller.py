@@ -117,5 +117,6 @@ class NamesrvController:
         return None if request.is_oneway else response
 
     def channel_closed(self, channel: Channel, reason: str = "connection closed") -> None:
-        """BrokerHousekeepingService: the brokers registered over ``channel`` go with it."""
+        """BrokerHousekeepingService: the brokers registered over ``channel`` go with it; ``reason``
+        ("connection closed", or "idle: ..." when the idle timeout closed it) is in their events."""
         self.state.routes.on_channel_destroy(channel, reason)

@@ -39,6 +39,6 @@ class HousekeepingService(Service):
 
 
 def log_route_event(kind: str, info: dict) -> None:
-    """Every broker registered, changed, expired, closed or unregistered, with its reason."""
+    """Every broker registered, changed, expired, closed, idle or unregistered, with its reason."""
     details = " ".join(f"{k}={v}" for k, v in info.items())
     log.info("broker {route_event}: {details}", details=details, route_event=kind, route_info=info)

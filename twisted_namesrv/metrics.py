@@ -20,6 +20,12 @@ from .remoting.codes import RequestCode, ResponseCode, code_name
 LATENCY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                    0.1, 0.25, 1.0)
 RECENT_EVENTS = 200
+#: how long a broker that left (expired, closed, idle, unregistered) stays on the status page
+DEPARTED_KEEP_SECONDS = 600
+#: at most this many departed brokers are kept, however fast brokers come and go
+DEPARTED_LIMIT = 1000
+#: route events after which a broker is no longer in brokerLiveTable
+DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
 _ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)  # ints hash faster than enums
 #: every request code the server does not handle counts under this one: a peer cannot add series
 OTHER_CODE = -1
@@ -47,12 +53,19 @@ class LatencyHistogram:
 
 @dataclass
 class RouteEvent:
-    """A broker registered, changed, expired, closed, unregistered or was refused."""
+    """A broker registered, changed, expired, closed, went idle, unregistered or was refused.
+    ``count`` > 1: as many "changed" events of one broker (same topic count) since ``first_ts``."""
 
     seq: int
     ts: float
     kind: str
     info: dict[str, Any]
+    count: int
+    first_ts: float
+
+    @property
+    def broker_key(self) -> tuple[Any, Any, Any]:
+        return self.info.get("cluster"), self.info.get("broker"), self.info.get("addr")
 
 
 @dataclass
@@ -65,6 +78,10 @@ class Metrics:
     rejected: Counter = field(default_factory=Counter)
     route_events: Counter = field(default_factory=Counter)
     recent_events: deque = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
+    #: the last departure of each broker (cluster, name, address) that left in the last DEPARTED_KEEP_SECONDS
+    departed: dict[tuple[Any, Any, Any], RouteEvent] = field(default_factory=dict)
+    #: route events since start: the last one's ``seq``
+    events_seen: int = 0
     #: route lookups answered by AnswerCache.reply_to (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
     #: so the hottest path costs two additions and a bisect; ``requests_by_code`` folds them in
     answered_from_memory_count: int = 0
@@ -103,10 +120,30 @@ class Metrics:
         self.rejected[reason] += 1
 
     def route_event(self, kind: str, info: dict[str, Any]) -> None:
-        """RouteInfoManager's listener: counted, and kept for the status page."""
+        """RouteInfoManager's listener: counted, and kept for the status page.  A broker's repeated
+        "changed" events (a new data version at each heartbeat) fold into one, so they cannot push
+        the departures out of the last RECENT_EVENTS."""
         self.route_events[kind] += 1
-        seq = self.recent_events[-1].seq + 1 if self.recent_events else 1
-        self.recent_events.append(RouteEvent(seq, self.clock(), kind, dict(info)))
+        self.events_seen += 1
+        now = self.clock()
+        event = RouteEvent(self.events_seen, now, kind, dict(info), 1, now)
+        if kind == "changed":
+            earlier = next((e for e in self.recent_events if e.kind == kind and e.info == event.info), None)
+            if earlier is not None:
+                self.recent_events.remove(earlier)
+                event.count, event.first_ts = earlier.count + 1, earlier.first_ts
+        self.recent_events.append(event)
+        self.departed.pop(event.broker_key, None)
+        if kind in DEPARTURES:
+            self.departed[event.broker_key] = event
+        self.departed_brokers()
+
+    def departed_brokers(self) -> list[RouteEvent]:
+        """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
+        departed, oldest_kept = self.departed, self.clock() - DEPARTED_KEEP_SECONDS
+        while departed and (len(departed) > DEPARTED_LIMIT or next(iter(departed.values())).ts < oldest_kept):
+            del departed[next(iter(departed))]
+        return list(departed.values())
 
 
 def latency_buckets(histogram: LatencyHistogram) -> Iterator[tuple[str, int]]:

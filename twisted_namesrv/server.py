@@ -63,6 +63,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     bounded buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
+    #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
+    close_reason = "connection closed"
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -125,6 +127,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
 
     def timeoutConnection(self) -> None:
+        self.close_reason = f"idle: no request for {self.factory.idle_timeout} s"
         self.factory.metrics.reject("idle")
         self.factory.limit_log(self.host, "idle", "channel {peer} idle for {seconds} s, closing it",
                                peer=self.peer.address, seconds=self.factory.idle_timeout)
@@ -133,7 +136,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
         self.factory.connections.pop(self.channel, None)
-        self.factory.controller.channel_closed(self.channel)
+        self.factory.controller.channel_closed(self.channel, self.close_reason)
 
 
 class RemotingFactory(protocol.Factory):

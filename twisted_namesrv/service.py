@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gc
-import sys
 from pathlib import Path
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
+from . import CannotStart, __version__
 from .context import NamesrvState
 from .controller import NamesrvController
 from .housekeeping import HousekeepingService, log_route_event
@@ -20,14 +21,24 @@ from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
 from .snapshots import RouteSnapshotService
 from .state.acl import AccessControl
-from .state.config import NamesrvConfig
+from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
-from .state.store import write_atomically
+from .state.store import unwritable, write_atomically
 from .tls import listening_factory
 
 log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
+
+
+def check_paths(config: NamesrvConfig) -> None:
+    """The files the server writes must be writable before it listens: a data dir that is a file
+    would otherwise fail at the first KV change, answered with SYSTEM_ERROR."""
+    for key in ("kvConfigPath", "routeSnapshotPath"):
+        if config[key]:
+            cause = unwritable(config[key])
+            if cause:
+                raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
@@ -83,6 +94,7 @@ class NamesrvService(service.MultiService):
             reactor = default_reactor
         self.config = config
         self.reactor = reactor
+        check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
@@ -109,36 +121,46 @@ class NamesrvService(service.MultiService):
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
-    def listen(self, port_key: str, factory: protocol.Factory) -> defer.Deferred:
-        """Listen on bindAddress at the port of ``port_key``.  reactor.listenTCP rather than
-        twisted.internet.endpoints, which imports pyOpenSSL (~12 MB per process) when installed."""
-        return defer.maybeDeferred(self.reactor.listenTCP, self.config[port_key], factory,
-                                   backlog=self.config["serverSocketBacklog"], interface=self.config["bindAddress"])
+    def listen(self, port_key: str, factory: protocol.Factory):
+        """Listen on bindAddress at the port of ``port_key``, or raise CannotStart naming it (a server
+        without what was asked for would look healthy to its supervisor).  reactor.listenTCP rather
+        than twisted.internet.endpoints, which imports pyOpenSSL (~12 MB per process) when installed."""
+        try:
+            return self.reactor.listenTCP(self.config[port_key], factory, backlog=self.config["serverSocketBacklog"],
+                                          interface=self.config["bindAddress"])
+        except CannotListenError as exc:
+            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
+            reason = f"cannot listen on {self.address(port_key)} ({port_key}): {cause}"
+            log.critical("cannot start: {reason}", reason=reason)
+            raise CannotStart(reason) from None
 
     def address(self, port_key: str = "listenPort") -> str:
         return f"{self.config['bindAddress']}:{self.config[port_key]}"
 
     def startService(self) -> None:
+        """Both ports are bound before anything runs: either the server serves all it was asked
+        to, or startService raises CannotStart and nothing is left listening."""
         tune_gc()
         forward_stdlib_logging()
-        super().startService()
-        d = self.listen("listenPort", self.listening_factory)
-        d.addCallbacks(self._listening, self._listen_failed)
+        port = self.listen("listenPort", self.listening_factory)
         if self.config["metricsPort"]:
-            self._listen_web()
+            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-    def _listen_web(self) -> None:
-        from .web.site import make_site  # prometheus_client and twisted.web only when asked for
-
-        d = self.listen("metricsPort", make_site(self.state, self.factory))
-
-        def listening(port) -> None:
-            self.web_port = port
-            address = port.getHost()
+            try:
+                self.web_port = self.listen("metricsPort", make_site(self.state, self.factory))
+            except CannotStart:
+                port.stopListening()
+                raise
+        super().startService()
+        self.port = port
+        address = port.getHost()
+        log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
+                 host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
+        if self.web_port is not None:
+            address = self.web_port.getHost()
             log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
-            self.web_ready.callback(port)
-
-        d.addCallbacks(listening, self._listen_failed, errbackArgs=("metricsPort", self.web_ready))
+            self.web_ready.callback(self.web_port)
+        self.port_ready.callback(port)
 
     def stopService(self):
         d = defer.maybeDeferred(super().stopService)
@@ -150,20 +172,3 @@ class NamesrvService(service.MultiService):
         for connection in list(self.factory.connections.values()):
             connection.transport.loseConnection()
         return d
-
-    def _listening(self, port) -> object:
-        address = port.getHost()
-        log.info("{message}, address {host}:{port}, compat {compat}", message=BOOT_MESSAGE, host=address.host,
-                 port=address.port, compat=self.config.profile.name)
-        print(BOOT_MESSAGE, flush=True)
-        self.port = port
-        self.port_ready.callback(port)
-        return port
-
-    def _listen_failed(self, failure, port_key: str = "listenPort", ready: defer.Deferred | None = None) -> None:
-        """A port that cannot be had stops the server: it would run without what was asked for."""
-        log.failure("cannot listen on {endpoint}", failure, endpoint=self.address(port_key))
-        print(f"cannot listen on {self.address(port_key)} ({port_key}): {failure.getErrorMessage()}", file=sys.stderr)
-        (ready or self.port_ready).errback(failure)
-        if self.reactor.running:
-            self.reactor.stop()

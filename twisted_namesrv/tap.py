@@ -1,22 +1,60 @@
-"""``twistd namesrv`` options and service, in twisted.names' pattern."""
+"""``twistd namesrv`` options and service, in twisted.names' pattern.
+
+A configuration the server cannot run with ends the process with one line on stderr,
+``namesrv: cannot start: <key and cause>`` (and the same as a critical event in the log), and
+status 1 -- before daemonising where it can, so the shell that ran ``twistd namesrv`` sees it.
+"""
 
 from __future__ import annotations
 
 import os
+import platform
 import sys
+from typing import NoReturn
 
+from twisted.copyright import version as twisted_version
+from twisted.logger import Logger
 from twisted.python import usage
 
+from . import CannotStart, __version__
 from .compat import PROFILES
 from .logs import FORMATS
 from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError
 
+log = Logger()
+
+
+def version_line() -> str:
+    return f"twisted-namesrv {__version__} (Twisted {twisted_version}, Python {platform.python_version()})\n"
+
+
+def cannot_start(reason: str) -> NoReturn:
+    """Log the reason, then exit 1 with it on stderr (SystemExit: twistd prints no traceback).
+    Logged as an error: a critical event before the log opens would reach stderr a second time."""
+    log.error("cannot start: {reason}", reason=reason)
+    raise SystemExit(f"namesrv: cannot start: {reason}")
+
+
+def report_cannot_start_in_one_line() -> None:
+    """Under ``twistd -n`` a port that cannot be bound raises CannotStart out of twistd: print
+    its one line instead of a traceback (the log already has it).  Daemonised, twistd's parent
+    prints the reason and exits 1."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, CannotStart):
+            (sys.__stderr__ or sys.stderr).write(f"namesrv: cannot start: {value}\n")
+        else:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
+
 
 class Options(usage.Options):
     synopsis = ("[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] "
-                "[--route-snapshot FILE] [-p]")
+                "[--route-snapshot FILE] [--strict-config] [-p] [--version]")
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
@@ -33,7 +71,13 @@ class Options(usage.Options):
         ["log-format", None, "text", "python -m twisted_namesrv logs 'text' or 'json' lines (twistd: use "
          "--logger twisted_namesrv.logs.json_lines)"],
     ]
-    optFlags = [["printConfigItem", "p", "print every configuration key and exit"]]
+    optFlags = [["printConfigItem", "p", "print every configuration key and exit"],
+                ["strict-config", None, "refuse a -c file holding keys no NameServer setting has (else a warning)"]]
+
+    def opt_version(self) -> NoReturn:
+        """print the versions of twisted-namesrv, Twisted and Python, and exit"""
+        sys.stdout.write(version_line())
+        sys.exit(0)
 
     def overrides(self) -> dict[str, object]:
         values: dict[str, object] = {}
@@ -58,9 +102,12 @@ class Options(usage.Options):
         if self["log-format"] not in FORMATS:
             raise usage.UsageError(f"--log-format: {self['log-format']} is not one of {', '.join(FORMATS)}")
         try:
-            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides())
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"])
         except (ConfigError, ValueError) as exc:
-            raise usage.UsageError(str(exc)) from None
+            cannot_start(str(exc))
+        for warning in self.config.warnings:
+            log.warn("{warning}", warning=warning)
+            sys.stderr.write(f"namesrv: warning: {warning}\n")
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
@@ -69,9 +116,10 @@ class Options(usage.Options):
 def makeService(options: Options):
     from .service import NamesrvService
 
+    report_cannot_start_in_one_line()
     try:
         return NamesrvService(options.config)
     except KVConfigError as exc:
-        raise SystemExit(f"{exc}; fix or move the file, the NameServer will not start with it") from None
+        cannot_start(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it")
     except (AclConfigError, ConfigError) as exc:
-        raise SystemExit(str(exc)) from None
+        cannot_start(str(exc))

@@ -7,7 +7,7 @@ import json
 import pytest_twisted
 
 from tests.admin.conftest import TOPICS_A, TOPICS_B
-from tests.admin.support import run_cli
+from tests.admin.support import namesrv, run_cli
 
 
 @pytest_twisted.ensureDeferred
@@ -68,8 +68,8 @@ async def test_kv_config_round_trip(server):
     assert [line.split(None, 1) for line in run.out.splitlines()] == [["#Key", "#Value"], ["k1", "v 1"], ["k2", "v2"]]
     run = await run_cli(*ns, "--json", "getKvList", "-s", "NS1")
     assert json.loads(run.out)["table"] == {"k1": "v 1", "k2": "v2"}
-    run = await run_cli(*ns, "deleteKvConfig", "-s", "NS1", "-k", "k1")
-    assert run.code == 0 and "delete kv config [NS1] k1" in run.out
+    run = await run_cli(*ns, "--json", "deleteKvConfig", "-s", "NS1", "-k", "k1")
+    assert json.loads(run.out) == {"results": [{"namesrv": server.addr, "ok": True, "deleted": True}]}
     run = await run_cli(*ns, "getKvConfig", "-s", "NS1", "-k", "k1")
     assert (run.code, run.out) == (1, "")
     assert "QUERY_NOT_FOUND (22): No config item, Namespace: NS1 Key: k1" in run.err
@@ -85,7 +85,9 @@ async def test_namesrv_config(server):
     assert run.out.startswith(f"============{server.addr}============\n")
     assert "orderMessageEnable                                =  false" in run.out
     run = await run_cli(*ns, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true")
-    assert run.code == 0 and "orderMessageEnable = true" in run.out
+    assert (run.code, run.err) == (0, "")
+    assert run.out == (f"update name server config in name server[{server.addr}] OK: "
+                       "orderMessageEnable = true (was false)\n")
     run = await run_cli(*ns, "--json", "getNamesrvConfig")
     [result] = json.loads(run.out)["results"]
     assert result["namesrv"] == server.addr and result["config"]["orderMessageEnable"] == "true"
@@ -96,6 +98,47 @@ async def test_blacklisted_config_key_is_refused_with_exit_1(server):
     run = await run_cli("-n", server.addr, "updateNamesrvConfig", "-k", "kvConfigPath", "-v", "/tmp/elsewhere")
     assert (run.code, run.out) == (1, "")
     assert "UPDATE_NAMESRV_CONFIG failed: NO_PERMISSION (16): Can not update config in black list." in run.err
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_config_update_that_did_not_take_exits_1(server, tmp_path):
+    """The server answers SUCCESS to each update below (as Java does); the config read back tells."""
+    ns = ["-n", server.addr]
+    run = await run_cli(*ns, "updateNamesrvConfig", "-k", "noSuchKey", "-v", "1")
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (f"error: {server.addr}: noSuchKey is not a configuration key of this NameServer: it answered "
+                       "OK but ignores the key (getNamesrvConfig lists its keys)\n")
+    run = await run_cli(*ns, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "maybe")
+    assert (run.code, run.out) == (1, "")
+    assert run.err == f"error: {server.addr}: orderMessageEnable did not take 'maybe': it reads back as 'false'\n"
+    run = await run_cli(*ns, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "TRUE")
+    assert run.code == 0 and run.out.endswith("orderMessageEnable = true (was false)\n")
+    run = await run_cli(*ns, "--json", "updateNamesrvConfig", "-k", "waitSecondsForService", "-v", "010")
+    assert json.loads(run.out)["results"] == [
+        {"namesrv": server.addr, "ok": True, "key": "waitSecondsForService", "before": "45", "after": "10"}]
+
+    old = await namesrv(tmp_path, "old", compatVersion="4.9.8")  # a 5.x key on a 4.9.8 server
+    try:
+        run = await run_cli("-n", f"{server.addr};{old.addr}", "updateNamesrvConfig", "-k", "enableTopicList",
+                            "-v", "false")
+        assert run.code == 1
+        assert run.out.startswith(f"update name server config in name server[{server.addr}] OK")
+        assert run.err.startswith(f"error: {old.addr}: enableTopicList is not a configuration key of this NameServer")
+    finally:
+        await old.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_deleting_an_absent_kv_config_says_so_and_exits_0(server):
+    ns = ["-n", server.addr]
+    run = await run_cli(*ns, "deleteKvConfig", "-s", "NS1", "-k", "nope")
+    assert (run.code, run.err) == (0, "")
+    assert run.out == f"kv config [NS1] nope was not in name server[{server.addr}]: nothing to delete\n"
+    assert (await run_cli(*ns, "updateKvConfig", "-s", "NS1", "-k", "k", "-v", "v")).code == 0
+    run = await run_cli(*ns, "--json", "deleteKvConfig", "-s", "NS1", "-k", "nope")
+    assert json.loads(run.out) == {"results": [{"namesrv": server.addr, "ok": True, "deleted": False}]}
+    run = await run_cli(*ns, "deleteKvConfig", "-s", "NS1", "-k", "k")
+    assert run.out == f"delete kv config [NS1] k from name server[{server.addr}] OK\n"
 
 
 @pytest_twisted.ensureDeferred

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import pytest_twisted
+from twisted.internet import protocol, reactor
 
 from tests.admin.support import namesrv, refused_addr, run_cli, silent_server
-from twisted_namesrv.admin.client import AdminError, split_namesrv_list
+from tests.interop.broker_double import HOST
+from tests.support import free_port
+from twisted_namesrv.admin.cli import SUBCOMMANDS
+from twisted_namesrv.admin.client import AdminError, NamesrvClient, split_namesrv_list
 from twisted_namesrv.admin.commands import properties_line
 from twisted_namesrv.state.config import parse_properties
 
@@ -34,19 +39,96 @@ async def test_timeout():
 async def test_usage_errors():
     assert (await run_cli("topicRoute")).code == 2  # -t missing
     assert (await run_cli("noSuchCommand")).code == 2
-    run = await run_cli("-n", "localhost", "clusterList")
-    assert run.code == 1 and "bad NameServer address 'localhost'" in run.err
+    run = await run_cli("-n", "localhost:x", "clusterList")
+    assert (run.code, run.err) == (2, "error: bad NameServer address 'localhost:x' (expected host or host:port)\n")
     assert (await run_cli("--timeout", "0", "clusterList")).code == 2
+    assert (await run_cli("compare", "127.0.0.1:1", "127.0.0.1:")).code == 2
+    assert (await run_cli("--help")).code == 0
+
+
+@pytest_twisted.ensureDeferred
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+async def test_every_subcommand_exits_1_when_unreachable_and_2_on_usage(name):
+    required = [arg for flag, dest, _, needed in SUBCOMMANDS[name][2] if needed for arg in (flag, "x")]
+    dead = refused_addr()
+    run = await run_cli("-n", dead, name, *required)
+    assert (run.code, run.out) == (1, ""), run.err
+    assert f"connect to {dead} failed: Connection refused" in run.err
+    assert (await run_cli("-n", "host:0", name, *required)).code == 2
+    if required:
+        assert (await run_cli("-n", dead, name)).code == 2
 
 
 def test_namesrv_list_parsing():
     assert split_namesrv_list(" 127.0.0.1:9876; 127.0.0.1:9877;") == ["127.0.0.1:9876", "127.0.0.1:9877"]
-    for bad in ("", ";", "host", "host:0", "host:x", ":9876"):
+    assert split_namesrv_list("localhost;10.0.0.1:9877;[::1];[::1]:9") == [
+        "localhost:9876", "10.0.0.1:9877", "[::1]:9876", "[::1]:9"]
+    assert NamesrvClient("[::1]:9").host == "::1"
+    for bad in ("", ";", "host:", "host:0", "host:x", ":9876", "[]"):
         try:
             split_namesrv_list(bad)
         except AdminError:
             continue
         raise AssertionError(f"{bad!r} accepted")
+
+
+class AnswersAtOnce(protocol.Protocol):
+    """A peer that answers whatever it gets with ``reply`` (nginx answers a binary request 400)."""
+
+    reply = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        self.transport.write(self.reply)
+        self.transport.loseConnection()
+
+
+class SpeaksFirst(protocol.Protocol):
+    """A peer that greets before it is asked, as an SSH server does."""
+
+    def connectionMade(self) -> None:
+        self.transport.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+
+def http_error(addr: str) -> str:
+    return f"error: {addr} answered HTTP, not RocketMQ remoting (is that the status/metrics port?)\n"
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_status_page_port_is_named_as_http(tmp_path):
+    """Twisted's HTTP server waits for a line end a remoting frame never has: the silence makes
+    the client ask on a second connection (well before a 30 s timeout)."""
+    ns = await namesrv(tmp_path, metricsPort=free_port())
+    try:
+        web = await ns.service.web_ready
+        addr = f"{HOST}:{web.getHost().port}"
+        run = await run_cli("-n", addr, "--timeout", "30", "clusterList")
+        assert (run.code, run.out, run.err) == (1, "", http_error(addr))
+        run = await run_cli("--timeout", "30", "compare", ns.addr, addr)
+        assert (run.code, run.out, run.err) == (1, "", http_error(addr))
+        run = await run_cli("-n", f"{addr};{ns.addr}", "clusterList")  # a read moves on to the next
+        assert run.code == 0, run.err
+    finally:
+        await ns.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_peers_that_answer_something_else_are_named():
+    factory = protocol.Factory.forProtocol(AnswersAtOnce)
+    factory.protocol.reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+    http = reactor.listenTCP(0, factory, interface=HOST)
+    ssh = reactor.listenTCP(0, protocol.Factory.forProtocol(SpeaksFirst), interface=HOST)
+    try:
+        addr = f"{HOST}:{http.getHost().port}"
+        run = await run_cli("-n", addr, "topicList")
+        assert (run.code, run.err) == (1, http_error(addr))
+        addr = f"{HOST}:{ssh.getHost().port}"
+        run = await run_cli("-n", addr, "topicList")
+        assert run.code == 1
+        assert run.err.startswith(f"error: {addr}: undecodable answer to GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ")
+        assert run.err.endswith(" (is that a RocketMQ NameServer's port?)\n")
+    finally:
+        await http.stopListening()
+        await ssh.stopListening()
 
 
 def test_config_update_body_reads_back_exactly():
@@ -72,8 +154,8 @@ async def test_reads_fall_over_to_the_next_namesrv_and_writes_go_to_each(tmp_pat
         assert run.code == 1
         assert run.out == f"wipe write perm of broker[broker-x] in name server[{one.addr}] OK, 0\n"
         assert run.err == f"error: connect to {dead} failed: Connection refused\n"
-        run = await run_cli("-n", f"{dead};{dead}", "getKvConfig", "-s", "NS", "-k", "k")
-        assert run.code == 1 and run.err.count("Connection refused") == 2
+        run = await run_cli("-n", f"{dead};{refused_addr()};{dead}", "getKvConfig", "-s", "NS", "-k", "k")
+        assert run.code == 1 and run.err.count("Connection refused") == 2  # each address once
         run = await run_cli("-n", both, "getNamesrvConfig")
         assert run.code == 0 and run.out.count("============") == 4
     finally:

@@ -1,4 +1,5 @@
-"""One SparkSession for all Spark tests (local[2], two shuffle partitions, no UI, loopback only), a
+"""One SparkSession for all Spark tests (local[2,2]: two threads, a failed task tried twice; two
+shuffle partitions, no UI, loopback only), a
 small synthetic capture with its truth, and a helper that runs the job and reads its outputs back."""
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ class Outputs:
     calls: list[dict]
     registrations: list[dict]
     brokers: list[dict]  # brokers.csv rows, as text
+    summary: dict  # summary.json
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = build_session("local[2]", conf={"spark.sql.shuffle.partitions": "2",
+    session = build_session("local[2,2]", conf={"spark.sql.shuffle.partitions": "2",
                                               "spark.ui.showConsoleProgress": "false"})
     yield session
     session.stop()
@@ -54,7 +56,10 @@ def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) 
               for name in ("frames", "calls", "registrations")]
     with open(f"{local_out}/brokers.csv", newline="") as f:
         brokers = list(csv.DictReader(f))
-    return Outputs(local_out, counts, *tables, brokers)
+    with open(f"{local_out}/summary.json") as f:
+        summary = json.load(f)
+    assert summary == counts.pop("summary")
+    return Outputs(local_out, counts, *tables, brokers, summary)
 
 
 def _with_seconds(table):

@@ -37,7 +37,7 @@ from spark_analysis.pcapio import (
     parse_pcap_header,
     read_records,
 )
-from spark_analysis.schema import CALL_ROWS, REGISTRATION_ROWS
+from spark_analysis.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
 from spark_analysis.streams import reassemble
 from tests.spark.conftest import SYNTH
 from tests.spark.test_pcap_streams import CLIENT, SERVER, handshake, only, segment
@@ -139,22 +139,57 @@ def test_requests_naming_a_broker_are_its_events() -> None:
         ("10.0.0.9:10911", "b", RequestCode.UNREGISTER_BROKER, False, None)]
 
 
+def event(t: float, name: str | None, code: int, alive: bool, topics: int | None = None, **more) -> dict:
+    """An EVENT row as brokers.broker_summary reads it."""
+    return {**dict.fromkeys(EVENT_ROWS.names), "broker_addr": "10.0.0.1:10911", "broker_name": name, "t": t,
+            "code": code, "alive": alive, "topic_count": topics, **more}
+
+
 def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
     """Intervals run between alive events (a refused registration is none); the broker's name and
     topic count are its last; it unregistered if that was its last word. Events come in any order."""
     register, unregister, query = (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
                                    RequestCode.QUERY_DATA_VERSION)
-    events = [[100.0, "b", register, True, 5], [130.0, None, query, True, None], [290.0, "b2", register, False, 7],
-              [300.0, "b2", register, True, 8], [310.0, None, unregister, False, None]]
-    row = broker_summary("10.0.0.1:10911", events[::-1], TimeBins(100.0, 10.0))
-    assert {key: row[key] for key in ("broker_name", "first_seen", "last_seen", "registrations", "median_interval_s",
-                                      "max_gap_s", "would_expire", "unregistered", "last_topic_count")} == {
-        "broker_name": "b2", "first_seen": 100.0, "last_seen": 310.0, "registrations": 3,
-        "median_interval_s": 100.0, "max_gap_s": 170.0, "would_expire": True, "unregistered": True,
-        "last_topic_count": 8}
-    assert row["gaps"] == [{"t": 300.0, "interval": 170.0}]
-    assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {6: 1, 34: 1}
-    assert row["bins"] == {"bin": [0, 3, 19, 20, 21], "heartbeats": [1, 1, 0, 1, 0], "topics": [5, None, 7, 8, None]}
+    events = [event(100.0, "b", register, True, 5, broker_id=0), event(130.0, None, query, True),
+              event(290.0, "b2", register, False, 7, response_code=1), event(300.0, "b2", register, True, 8),
+              event(310.0, None, unregister, False)]
+    row = broker_summary("10.0.0.1:10911", events[::-1], TimeBins.over([(100.0, 400.0)]))
+    assert {key: row[key] for key in ("broker_name", "broker_id", "role", "first_seen", "last_seen", "registrations",
+                                      "refused_registrations", "interval_p50_s", "max_gap_s", "near_expiry",
+                                      "would_expire", "unregistered", "topic_count_first", "topic_count_last")} == {
+        "broker_name": "b2", "broker_id": 0, "role": "MASTER", "first_seen": 100.0, "last_seen": 310.0,
+        "registrations": 3, "refused_registrations": 1, "interval_p50_s": 100.0, "max_gap_s": 170.0,
+        "near_expiry": 0, "would_expire": 1, "unregistered": True, "topic_count_first": 5, "topic_count_last": 8}
+    assert row["gaps"] == [{"from": 130.0, "to": 300.0, "seconds": 170.0, "expired": True, "open": False}]
+    assert row["refused"] == [{"t": 290.0, "response_code": 1, "crc_failure": False}]
+    assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {30: 1, 170: 1}
+    assert row["bins"] == {"bin": [0, 80, 506, 533, 560], "heartbeats": [1, 1, 0, 1, 0],
+                           "topics": [5, None, 7, 8, None]}
+
+
+def test_liveness_stays_within_capture_periods_and_notes_changes() -> None:
+    """No interval spans the time between two capture periods; a broker last heard more than the
+    expiry before its period ended was silent till then; a topic table sent twice with fewer topics
+    than the last one sent twice is a drop (a oneway increment's, or one sent once, is none); a data
+    version counter going back (a restart) and a new brokerId (a role flip) are noted."""
+    register = RequestCode.REGISTER_BROKER
+    bins = TimeBins.over([(0.0, 100.0), (1000.0, 1300.0)])
+    events = [event(10.0, "b", register, True, 9, broker_id=0, data_version_counter=5),
+              event(20.0, "b", register, True, 1, broker_id=0, data_version_counter=6),  # a topic created
+              event(40.0, "b", register, True, 1, broker_id=0, oneway=True, data_version_counter=7),
+              event(70.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
+              event(90.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
+              event(1010.0, "b", register, True, 9, broker_id=0, data_version_counter=1),
+              event(1040.0, "b", register, True, 4, broker_id=1, data_version_counter=2),
+              event(1070.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]
+    row = broker_summary("10.0.0.1:10911", events, bins)
+    assert row["gaps"] == [{"from": 1070.0, "to": 1300.0, "seconds": 230.0, "expired": True, "open": True}]
+    assert (row["interval_p50_s"], row["max_gap_s"], row["would_expire"]) == (25.0, 230.0, 1)
+    assert row["topic_drops"] == [{"t": 1040.0, "from": 11, "to": 4}]
+    assert row["version_backwards"] == [{"t": 1010.0, "from": 7, "to": 1, "data_version_ts_from": None,
+                                         "data_version_ts_to": None}]
+    assert row["id_changes"] == [{"t": 1040.0, "from": 0, "to": 1}] and row["role"] == "SLAVE"
+    assert bins.of(99.0) < bins.first_bin[1] <= bins.of(1000.0) and bins.of(1300.0) == bins.first_bin[2] - 1
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:

@@ -1,5 +1,5 @@
 """What the tasks compute themselves: the tables' part files (tables.py), the report's latency
-buckets (latency.py), the tallies their accumulators add up (inputs.merge_tally). Pure Python:
+buckets (latency.py), the tallies the driver adds up (inputs.merge_tally). Pure Python:
 no Spark session."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from spark_analysis.decode import CALL, FRAME
 
 def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
     """CALL rows with only what latency.py reads filled in."""
-    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms) for name, ms in rows]
+    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None) for name, ms in rows]
     return pa.array(full, type=tables.row_type(CALL))
 
 
@@ -82,9 +82,13 @@ def test_seconds_become_microseconds_as_spark_truncates_them(seconds: float) -> 
     assert micros == math.trunc(seconds * 1e6)
 
 
-def test_tallies_add_counts_and_widen_the_segments_span() -> None:
-    task_a = Counter({"segments": 3, inputs.FIRST_SEGMENT: 10.0, inputs.LAST_SEGMENT: 20.0})
-    task_b = Counter({"segments": 4, inputs.FIRST_SEGMENT: 5.0, inputs.LAST_SEGMENT: 15.0, "records": 9})
+def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
+    """Two tasks read byte ranges of one file: its records add up, its span widens, the problem
+    one of them found (the last record cut short) is kept."""
+    task_a, task_b = Counter({"segments": 3}), Counter({"segments": 4, "records": 9})
+    inputs.note_file(task_a, "f.pcap", records=5, first=10.0, last=20.0, link_type=1)
+    inputs.note_file(task_b, "f.pcap", records=4, first=20.5, last=30.0, link_type=1, problem=inputs.TRUNCATED,
+                     trailing_bytes=7)
     merged = inputs.merge_tally(inputs.merge_tally(Counter(), task_a), task_b)
-    assert merged == Counter({"segments": 7, "records": 9, inputs.FIRST_SEGMENT: 5.0, inputs.LAST_SEGMENT: 20.0})
-    assert inputs.merge_tally(merged, Counter({"segments": 1}))[inputs.FIRST_SEGMENT] == 5.0
+    assert merged == Counter({"segments": 7, "records": 9, (inputs.FILE, "f.pcap"): inputs.FileFacts(
+        9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)})

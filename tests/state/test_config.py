@@ -80,6 +80,27 @@ def test_config_file_keys_are_typed_and_listed(tmp_path):
     assert "returnOrderTopicConfigToBroker" not in keys and "needWaitForService" not in keys
 
 
+def test_a_file_warns_of_keys_no_setting_has_and_strict_refuses_them(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPort=9988\nlistenPrt=9989\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert config.warnings == [f"{path}: unknown key listenPrt, ignored (a typo? --strict-config refuses unknown keys)"]
+    assert NamesrvConfig.from_file(None).warnings == []
+    with pytest.raises(ConfigError, match=f"^{path}: unknown key listenPrt"):
+        NamesrvConfig.from_file(str(path), strict=True)
+
+
+@pytest.mark.parametrize("text", ["maybe", "yes", "1", ""])
+def test_a_file_boolean_must_say_true_or_false_but_the_wire_reads_it_as_java(tmp_path, text):
+    path = tmp_path / "namesrv.conf"
+    path.write_text(f"orderMessageEnable={text}\n")
+    with pytest.raises(ConfigError, match=f"^{path}: orderMessageEnable={text}: not a boolean"):
+        NamesrvConfig.from_file(str(path))
+    config = make(tmp_path, orderMessageEnable=True)
+    config.apply({"orderMessageEnable": text})  # UPDATE_NAMESRV_CONFIG: Boolean.parseBoolean
+    assert config["orderMessageEnable"] is False
+
+
 def test_overrides_beat_the_file(tmp_path):
     path = tmp_path / "namesrv.conf"
     path.write_text("listenPort=9988\n")
@@ -140,8 +161,8 @@ def test_blocked_keys_include_the_blacklist_and_guarded_keys(tmp_path):
     assert "enableTopicList" not in blocked and "productEnvName" not in blocked
 
 
-def test_all_keys_text_lists_every_key_with_a_value(tmp_path):
-    config = make(tmp_path)
+def test_all_keys_text_lists_every_key_unset_ones_empty(tmp_path):
+    config = make(tmp_path, rocketmqHome=None)
     lines = dict(line.split("=", 1) for line in config.all_keys_text().splitlines())
-    assert set(lines) == {k.name for k in KEYS if config[k.name] is not None}
+    assert list(lines) == [k.name for k in KEYS] and lines["rocketmqHome"] == ""
     assert lines["listenPort"] == "9876" and lines["compatVersion"] == "5.3.3"

@@ -9,8 +9,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
+from twisted.logger import capturedLogs, formatEvent
 
-from tests.test_housekeeping import MASTER, START, config, register
+from tests.test_housekeeping import MASTER, OTHER, START, config, register
+from twisted_namesrv import metrics as metrics_module
+from twisted_namesrv.metrics import DEPARTED_KEEP_SECONDS, Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -37,6 +40,12 @@ class Served:
         transport = StringTransportWithDisconnection(peerAddress=peer)
         transport.protocol = proto
         proto.makeConnection(transport)
+        return proto, transport
+
+    def broker(self, *args, **kwargs):
+        """A broker registered over its own connection (``register``'s arguments)."""
+        proto, transport = self.connect()
+        register(proto, transport, *args, **kwargs)
         return proto, transport
 
     def call(self, code: int, ext: dict[str, str] | None = None, opaque: int = 1) -> None:
@@ -131,3 +140,75 @@ def test_without_a_metrics_port_requests_are_not_counted(tmp_path):
     served = Served(tmp_path, metricsPort=0)
     served.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "missing"})
     assert served.service.factory.metrics.requests_by_code()[0] == {}
+
+
+def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
+    served = Served(tmp_path)
+    served.broker()
+    _, second_transport = served.broker(OTHER, "broker-b")
+    served.clock.advance(30)
+    member = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]
+    assert member["live"] and member["expires_in_ms"] == 90_000 and member["heartbeat_timeout_ms"] == 120_000
+
+    second_transport.loseConnection()
+    (group_a, group_b) = served.api.clusters()["clusters"][0]["broker_groups"]
+    assert group_a["members"][0]["live"] and "departed" not in group_a["members"][0]
+    assert group_b["broker_name"] == "broker-b" and group_b["zone"] is None  # the group left brokerAddrTable
+    assert group_b["members"] == [{"addr": OTHER, "id": 0, "role": "master", "live": False, "departed": {
+        "kind": "closed", "reason": "connection closed", "ts_ms": (START + 30) * 1000}}]
+    assert served.api.overview()["brokers_departed"] == 1
+
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b is forgotten; broker-a expired meanwhile
+    (group_a,) = served.api.clusters()["clusters"][0]["broker_groups"]
+    assert group_a["members"][0]["departed"]["reason"].startswith("expired: no heartbeat for ")
+    assert served.api.overview()["brokers_departed"] == 1
+
+    served.broker()  # back: listed live again, not as departed
+    assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]
+    assert served.api.overview()["brokers_departed"] == 0
+
+
+def test_departed_brokers_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(metrics_module, "DEPARTED_LIMIT", 3)
+    metrics = Metrics(clock=task.Clock().seconds)
+    for port in range(5):
+        metrics.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
+    assert [e.info["broker"] for e in metrics.departed_brokers()] == ["b2", "b3", "b4"]
+
+
+def test_a_brokers_changed_events_fold_into_one(tmp_path):
+    served = Served(tmp_path)
+    broker, transport = served.broker()
+    other, other_transport = served.broker(OTHER, "broker-b")
+    for counter in (2, 3, 4):
+        served.clock.advance(30)
+        register(broker, transport, version=(1, counter))
+    register(other, other_transport, OTHER, "broker-b", version=(1, 2))
+    events = served.api.events()["events"]
+    assert [(e["kind"], e["broker"], e["count"]) for e in events] == [
+        ("registered", "broker-a", 1), ("registered", "broker-b", 1), ("changed", "broker-a", 3),
+        ("changed", "broker-b", 1)]
+    folded = events[2]
+    assert (folded["seq"], folded["first_ts_ms"], folded["ts_ms"]) == (5, (START + 30) * 1000, (START + 90) * 1000)
+    assert served.api.events(since=4)["events"] == events[2:]  # a folded event is new again
+    assert value(served.scrape(), "namesrv_broker_events_total", event="changed") == 4
+
+
+def test_an_idle_close_is_reported_as_idle(tmp_path):
+    served = Served(tmp_path)
+    broker, transport = served.broker()
+    served.clock.advance(60)
+    register(broker, transport, version=(1, 2))  # the heartbeat keeps it live; then silence
+    with capturedLogs() as logged:
+        served.clock.advance(120)
+    assert not transport.connected
+    (event,) = [e for e in served.api.events()["events"] if e["kind"] not in ("registered", "changed")]
+    assert (event["kind"], event["reason"]) == ("idle", "idle: no request for 120 s")
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_events_total", event="idle") == 1
+    assert value(samples, "namesrv_broker_events_total", event="closed") == 0
+    assert value(samples, "namesrv_rejected_total", reason="idle") == 1
+    assert "broker idle: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911 reason=idle: no request for 120 s" in [
+        formatEvent(e) for e in logged]
+    departed = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["departed"]
+    assert departed == {"kind": "idle", "reason": "idle: no request for 120 s", "ts_ms": (START + 180) * 1000}

@@ -1,26 +1,34 @@
-"""The status page over real HTTP, and in headless Chromium: it loads, shows a registered
-broker, and topic search finds a topic's route.  The screenshot is kept as an artifact."""
+"""The status page over real HTTP, and in headless Chromium on a night with trouble: brokers
+that expired, closed, went idle and unregistered stay greyed with why and when, a broker past half
+its heartbeat timeout is highlighted, repeated "changed" events fold into one, the route is a
+table, every time is a date with its zone.  The server's clock is a task.Clock (sockets are real),
+so every age and countdown the page shows is known.  The screenshot is kept as an artifact."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor, utils
+from twisted.internet import defer, reactor, task, utils
 from twisted.web.client import Agent, readBody
 
-from tests.support import connect, free_port, server_config, start_server
+from tests.support import TIMEOUT, connect, free_port, server_config
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.service import NamesrvService
 
-BROKER = "127.0.0.1:10911"
+CLUSTER = "DefaultCluster"
+START = datetime(2026, 11, 25, 1, 58, tzinfo=UTC).timestamp()  # 02:58 in Berlin, where the browser is
+START_MS = int(START * 1000)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts"
 
 
@@ -33,26 +41,116 @@ def chromium() -> str:
     return found
 
 
+class ClockedReactor:
+    """The real reactor for sockets, a task.Clock for time: the test says when time passes."""
+
+    def __init__(self, clock: task.Clock) -> None:
+        self.clock = clock
+
+    def seconds(self) -> float:
+        return self.clock.seconds()
+
+    def callLater(self, delay, f, *args, **kwargs):
+        return self.clock.callLater(delay, f, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(reactor, name)
+
+
+class Night:
+    """A started service on a fake clock, and brokers registering over their own connections."""
+
+    def __init__(self, tmp_path) -> None:
+        self.clock = task.Clock()
+        self.clock.advance(START)
+        self.service = NamesrvService(server_config(tmp_path, metricsPort=free_port()), ClockedReactor(self.clock))
+        self.clients = []
+
+    @defer.inlineCallbacks
+    def start(self):
+        self.service.startService()
+        port = yield self.service.port_ready
+        web = yield self.service.web_ready
+        self.port = port.getHost().port
+        self.base = f"http://127.0.0.1:{web.getHost().port}"
+
+    def until(self, seconds_since_start: float) -> None:
+        """Advance second by second, so the scan and idle timers due on the way fire in order."""
+        while self.clock.seconds() < START + seconds_since_start:
+            self.clock.advance(min(1.0, START + seconds_since_start - self.clock.seconds()))
+
+    @defer.inlineCallbacks
+    def broker(self, name: str, addr: str, broker_id: int = 0, topics=("TopicTest", "T2"), perm: int = 6,
+               **ext):
+        client = yield connect(self.port)
+        self.clients.append(client)
+        yield self.register(client, name, addr, broker_id, topics, perm, 1, **ext)
+        return client
+
+    @defer.inlineCallbacks
+    def register(self, client, name: str, addr: str, broker_id: int = 0, topics=("TopicTest", "T2"), perm: int = 6,
+                 counter: int = 1, **ext):
+        body = RegisterBrokerBody(DataVersion(START_MS, counter), {t: TopicConfig(t, perm=perm) for t in topics})
+        ext = {"clusterName": CLUSTER, "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id), **ext}
+        request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, encode_register_body(body, False, True),
+                                          opaque=counter, version=V5_3_3)
+        answer = yield client.call(request)
+        assert answer.code == ResponseCode.SUCCESS
+
+    def next_event(self, kind: str) -> defer.Deferred:
+        """Fires when the service records a route event of ``kind``: a connection's end reaches the
+        server in the reactor's own time, not the test's."""
+        metrics, seen = self.service.metrics, defer.Deferred()
+        record = metrics.route_event
+
+        def watch(event_kind: str, info: dict) -> None:
+            record(event_kind, info)
+            if event_kind == kind and not seen.called:
+                seen.callback(info)
+        metrics.route_event = watch
+        return seen.addTimeout(TIMEOUT, reactor)
+
+    @defer.inlineCallbacks
+    def stop(self):
+        for client in self.clients:
+            client.transport.loseConnection()
+        yield defer.DeferredList([client.closed for client in self.clients])
+        yield self.service.stopService()
+
+
 @pytest_twisted.inlineCallbacks
-def served_with_a_broker(tmp_path):
-    """A service with its status page, and a broker registered over a connection kept open."""
-    service, _ = yield start_server(server_config(tmp_path, metricsPort=free_port()))
-    web = yield service.web_ready
-    broker = yield connect(service.port.getHost().port)
-    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in ("TopicTest", "T2")}),
-                                False, True)
-    ext = {"clusterName": "DefaultCluster", "brokerAddr": BROKER, "brokerName": "broker-a", "brokerId": "0"}
-    request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=1, version=V5_3_3)
-    answer = yield broker.call(request)
+def night_of_trouble(tmp_path):
+    """Two minutes in which broker-a's slave stops heartbeating and four brokers leave, one each way."""
+    night = Night(tmp_path)
+    yield night.start()
+    master = yield night.broker("broker-a", "127.0.0.1:10911")
+    slave = yield night.broker("broker-a", "127.0.0.1:10921", 1)
+    read_only = yield night.broker("broker-b", "127.0.0.1:10931", perm=4)
+    yield night.broker("broker-c", "127.0.0.1:10941", topics=("T3", "T3-retry"))  # never speaks again: idle
+    leaving = yield night.broker("broker-d", "127.0.0.1:10951", topics=("T4", "T4-retry"))
+    dropped = yield night.broker("broker-e", "127.0.0.1:10961", topics=("T5", "T5-retry"))
+    yield night.broker("broker-f", "127.0.0.1:10971", topics=("T6", "T6-retry"), heartbeatTimeoutMillis="30000")
+
+    night.until(10)
+    ext = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10951", "brokerName": "broker-d", "brokerId": "0"}
+    answer = yield leaving.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=9, version=V5_3_3))
     assert answer.code == ResponseCode.SUCCESS
-    return service, broker, f"http://127.0.0.1:{web.getHost().port}"
-
-
-@pytest_twisted.inlineCallbacks
-def stop(service, broker):
-    broker.transport.loseConnection()
-    yield broker.closed
-    yield service.stopService()
+    night.until(20)
+    closed = night.next_event("closed")
+    dropped.transport.loseConnection()
+    yield closed
+    night.until(40)  # broker-f expired at the scan of +35 s
+    for counter in (2, 3):
+        yield night.register(slave, "broker-a", "127.0.0.1:10921", 1, counter=counter)
+    night.until(100)
+    yield night.register(read_only, "broker-b", "127.0.0.1:10931", perm=4)
+    night.until(115)
+    for counter in (2, 3, 4):
+        yield night.register(master, "broker-a", "127.0.0.1:10911", counter=counter)
+    idle = night.next_event("idle")
+    night.until(120)  # broker-c's connection said nothing for serverChannelMaxIdleTimeSeconds
+    yield idle
+    return night
 
 
 @pytest_twisted.inlineCallbacks
@@ -64,41 +162,91 @@ def get(url: str):
 
 @pytest_twisted.inlineCallbacks
 def test_metrics_api_and_page_over_http(tmp_path):
-    service, broker, base = yield served_with_a_broker(tmp_path)
+    night = Night(tmp_path)
+    yield night.start()
     try:
+        yield night.broker("broker-a", "127.0.0.1:10911")
+        base = night.base
         code, kind, body = yield get(f"{base}/metrics")
         assert code == 200 and kind.startswith(b"text/plain")
         assert b"namesrv_brokers_live 1.0" in body and b"process_resident_memory_bytes" in body
         code, kind, body = yield get(f"{base}/api/overview")
         assert code == 200 and kind == b"application/json" and json.loads(body)["brokers_live"] == 1
         code, _, body = yield get(f"{base}/api/route?topic=TopicTest")
-        assert code == 200 and json.loads(body)["route"]["brokerDatas"][0]["brokerAddrs"] == {"0": BROKER}
-        for missing in ("/api/nothing", "/api/route?topic=missing"):
-            code, _, _ = yield get(base + missing)
-            assert code == 404
+        assert code == 200 and json.loads(body)["route"]["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+        for path, status, error in [
+                ("/api/route?topic=Nope", 404, "topic 'Nope' has no route"),
+                ("/api/route", 400, "missing query parameter 'topic' (/api/route?topic=NAME)"),
+                ("/api/events?since=soon", 400, "query parameter 'since' must be a whole number >= 0, not 'soon'"),
+                ("/api/topics?limit=-1", 400, "query parameter 'limit' must be a whole number >= 0, not '-1'"),
+                ("/api/nothing", 404, "no endpoint /api/nothing; there are /api/overview, /api/clusters, "
+                                      "/api/topics, /api/route, /api/kv, /api/events")]:
+            code, kind, body = yield get(base + path)
+            assert (code, kind, json.loads(body)) == (status, b"application/json", {"error": error}), path
         code, kind, body = yield get(base + "/")
         assert code == 200 and kind.startswith(b"text/html") and b"<title>NameServer status</title>" in body
     finally:
-        yield stop(service, broker)
+        yield night.stop()
+
+
+def row(dom: str, attribute: str, value: str, tag: str = "tr") -> tuple[str, str]:
+    """The attributes and the text (spaces collapsed) of the first table row (or ``tag``, not
+    nested in its own kind) with ``attribute="value"``."""
+    found = re.search(rf'<{tag}([^>]*\b{attribute}="{re.escape(value)}"[^>]*)>(.*?)</{tag}>', dom, re.S)
+    assert found, f"no {tag} with {attribute}={value}"
+    return found.group(1), " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(2))).split())
 
 
 @pytest_twisted.inlineCallbacks
 def test_status_page_in_headless_chromium(tmp_path):
     browser = chromium()
-    service, broker, base = yield served_with_a_broker(tmp_path)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,900",
-             "--virtual-time-budget=5000", f"--user-data-dir={tmp_path / 'profile'}"]
-    page = f"{base}/?q=TopicTest"  # the search box takes ?q=, as if typed
+    night = yield night_of_trouble(tmp_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    env = {**os.environ, "TZ": "Europe/Berlin"}  # the page shows local time with its offset
+    page = f"{night.base}/?q=TopicTest"  # the search box takes ?q=, as if typed
     try:
-        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, "--dump-dom", page], env=os.environ)
+        dom, _, status = yield utils.getProcessOutputAndValue(
+            browser, [*flags, "--window-size=1280,900", "--dump-dom", page], env=env)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        yield utils.getProcessOutputAndValue(
-            browser, [*flags, f"--screenshot={ARTIFACTS / 'status-page.png'}", page], env=os.environ)
+        screenshot = f"--screenshot={ARTIFACTS / 'status-page.png'}"
+        yield utils.getProcessOutputAndValue(browser, [*flags, "--window-size=1280,1300", screenshot, page], env=env)
     finally:
-        yield stop(service, broker)
+        yield night.stop()
     text = dom.decode()
     assert status == 0, text[-2000:]
-    assert f'data-addr="{BROKER}"' in text and "V5_3_3" in text and "DefaultCluster" in text
-    assert "1 match" in text and '"queueDatas"' in text and '"brokerName": "broker-a"' in text
-    assert re.search(r"<td[^>]*>\d+ s ago</td>", text), "no heartbeat age: tick() did not run"
+    assert "V5_3_3" in text and CLUSTER in text and "server time 2026-11-25 03:00:0" in text
+    assert "<title>⚠ NameServer status</title>" in text
+
+    for addr, kind, why, at in [("127.0.0.1:10941", "idle", "no request for 120 s", "03:00:00"),
+                                ("127.0.0.1:10951", "unregistered", "the broker unregistered", "02:58:10"),
+                                ("127.0.0.1:10961", "closed", "connection closed", "02:58:20"),
+                                ("127.0.0.1:10971", "expired", "no heartbeat for 35000 ms", "02:58:35")]:
+        attributes, cells = row(text, "data-addr", addr)
+        assert 'class="gone"' in attributes and f'data-departed="{kind}"' in attributes
+        assert re.search(rf"{kind} (\d+ m )?\d+ s ago at 2026-11-25 {at} UTC\+01:00 — {why}", cells), cells
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10921")  # last heartbeat at +40 s of a 120 s timeout
+    assert 'class="near"' in attributes and re.search(r"1 m 2\d s ago +in (3\d|40) s", cells), cells
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
+    assert "near" not in attributes and "overdue" not in attributes, attributes
+    assert re.search(r"V5_3_3 \d s ago in 1 m 5\d s", cells), cells
+    assert "#4 · 2026-11-25 02:58:00 UTC+01:00" in cells
+    _, status_line = row(text, "id", "status", "div")
+    assert re.search(r"1 live broker is past half of the heartbeat timeout: broker-a 127\.0\.0\.1:10921 in 3\d s; 4 "
+                     r"brokers left in the last 10 min: broker-c \(idle\), broker-d \(unregistered\), broker-e "
+                     r"\(closed\), broker-f \(expired\)", status_line), status_line
+
+    assert text.index('id="events"') < text.index('id="topic-search"'), "events come above the topics"
+    assert text.count('data-kind="changed"') == 2, "each broker's changed events fold into one row"
+    _, cells = row(text, "data-kind", "changed")  # newest first: the master's
+    assert re.search(r"changed ×3 .*broker-a #0 +127\.0\.0\.1:10911 +topics=2 · first at 2026-11-25 02:59:55 "
+                     r"UTC\+01:00, last at 2026-11-25 02:59:55 UTC\+01:00", cells), cells
+    _, cells = row(text, "data-kind", "idle")
+    assert "2026-11-25 03:00:00 UTC+01:00" in cells and "idle: no request for 120 s" in cells
+
+    _, cells = row(text, "data-broker", "broker-a")
+    assert re.search(r"0: 127\.0\.0\.1:10911\s+1: 127\.0\.0\.1:10921 +16 +16 +RW-", cells), cells
+    _, cells = row(text, "data-broker", "broker-b")
+    assert "R--" in cells
+    assert '"queueDatas"' in text  # the raw TopicRouteData stays one click away
     assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000

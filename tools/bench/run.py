@@ -343,8 +343,8 @@ class Bench:
         if not python.exists() or not stamp.exists() or stamp.read_text() != want:
             print(f"[bench] installing the package without extras into {BENCH_VENV}", file=sys.stderr, flush=True)
             subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO), "--config-settings",
-                            "editable_mode=compat"], check=True)
+            # a plain editable install: the server runs as python -m twisted_namesrv, no twistd plugin lookup
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)], check=True)
             stamp.write_text(want)
         return str(python)
 

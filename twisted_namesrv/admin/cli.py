@@ -1,8 +1,9 @@
 """``namesrv-admin`` / ``python -m twisted_namesrv.admin``: the command line.
 
-Exit codes: 0 success; 1 any failure (refused, timeout, a non-SUCCESS answer, whose remark
-goes to stderr) - and for ``compare``, NameServers that disagree; 2 usage errors and, for
-``compare``, a NameServer that could not be read.
+Exit codes, for every subcommand: 0 success (for ``compare``: the NameServers agree); 1 any
+failure - refused, unreachable, timed out, not a remoting peer, a non-SUCCESS answer (its remark
+goes to stderr), a config update that did not take, NameServers that disagree; 2 usage errors
+only (bad options, a malformed address).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import sys
 from typing import TextIO
 
+from ..remoting.codes import version_name
 from . import commands, compare
 from .client import DEFAULT_NAMESRV, DEFAULT_TIMEOUT, AdminError, NamesrvClient, Namesrvs, split_namesrv_list
 
@@ -52,8 +54,8 @@ def _options(parser: argparse.ArgumentParser, namesrv: bool, suppress: bool) -> 
 
     if namesrv:
         parser.add_argument("-n", "--namesrv", default=default(os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV),
-                            help="NameServer list host:port[;host:port...] (default: $NAMESRV_ADDR or "
-                                 f"{DEFAULT_NAMESRV})")
+                            help="NameServer list host[:port][;host[:port]...], port 9876 if omitted "
+                                 f"(default: $NAMESRV_ADDR or {DEFAULT_NAMESRV})")
     parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable JSON output")
     parser.add_argument("--timeout", type=float, default=default(DEFAULT_TIMEOUT),
                         help=f"seconds to wait for each answer (default {DEFAULT_TIMEOUT:g})")
@@ -71,11 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument(flag, f"--{dest}", dest=dest, required=required, help=arg_help, type=str.strip)
         sub.set_defaults(function=function)
     sub = subparsers.add_parser("compare", help="report every difference between NameServers' routes",
-                                description="Exit 0 when all agree, 1 when they differ, 2 when one cannot be read.")
-    sub.add_argument("servers", nargs="+", metavar="NAMESRV", help="host:port (at least two)")
+                                description="Exit 0 when all agree, 1 when they differ or one cannot be read, "
+                                            "2 on usage errors.")
+    sub.add_argument("servers", nargs="+", metavar="NAMESRV", help="host[:port] (at least two; port 9876 by default)")
     sub.add_argument("--data-versions", action="store_true",
                      help="also compare each broker's data version (QUERY_DATA_VERSION per broker address; "
                           "a 5.x NameServer counts that query as a heartbeat of the broker)")
+    sub.add_argument("--strict", action="store_true",
+                     help="also compare fields only RocketMQ 5.x sends (enableActingMaster, zoneName, "
+                          "topicQueueMappingByBroker) between a 4.x and a 5.x NameServer")
     _options(sub, namesrv=False, suppress=True)
     return parser
 
@@ -98,10 +104,16 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.timeout <= 0:
         err.write("error: --timeout must be positive\n")
         return 2
-    if args.command == "compare":
-        return run_compare(args, out, err)
     try:
-        with Namesrvs(split_namesrv_list(args.namesrv), args.timeout, credentials()) as namesrvs:
+        lists = args.servers if args.command == "compare" else [args.namesrv]
+        addrs = list(dict.fromkeys(addr for text in lists for addr in split_namesrv_list(text)))
+    except AdminError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    if args.command == "compare":
+        return run_compare(addrs, args, out, err)
+    try:
+        with Namesrvs(addrs, args.timeout, credentials()) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:
         err.write(f"error: {exc}\n")
@@ -115,18 +127,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     return 1 if outcome.errors else 0
 
 
-def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        addrs = list(dict.fromkeys(a for text in args.servers for a in split_namesrv_list(text)))
-    except AdminError as exc:
-        err.write(f"error: {exc}\n")
-        return 2
+def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if len(addrs) < 2:
         err.write("error: compare needs at least two different NameServers\n")
         return 2
     snapshots = {}
     for addr in addrs:
-        client = NamesrvClient(addr, args.timeout)
+        client = NamesrvClient(addr, args.timeout, credentials())
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:
@@ -134,18 +141,18 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         finally:
             client.close()
     if len(snapshots) < len(addrs):
-        return 2
-    found = compare.differences(snapshots)
+        return 1
+    report = compare.Report.of(addrs, compare.differences(snapshots), args.strict)
+    note = report.ignored_note(snapshots)
     if args.json:
-        counts = {addr: dict(zip(("brokers", "topics"), compare.summary(paths), strict=True))
-                  for addr, paths in snapshots.items()}
-        report = {"namesrvs": addrs, "equal": not found, "counts": counts,
-                  "differences": [{"path": list(d.path), "values": d.values} for d in found]}
-        out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    elif found:
-        out.write(f"{len(found)} difference(s) between {', '.join(addrs)}:\n")
-        out.writelines(f"  {difference.describe()}\n" for difference in found)
-    else:
-        brokers, topics = compare.summary(snapshots[addrs[0]])
-        out.write(f"{', '.join(addrs)} agree: {brokers} broker(s), {topics} topic(s)\n")
-    return 1 if found else 0
+        data = {"namesrvs": addrs, "equal": not report.shown,
+                "summary": report.summary() if report.shown else compare.agreement(addrs, snapshots[addrs[0]]),
+                "versions": {addr: version_name(s.version) for addr, s in snapshots.items()},
+                "counts": {addr: s.counts() for addr, s in snapshots.items()},
+                "differences": [{"path": list(d.path), "values": d.values} for d in report.shown],
+                "ignoredGenerationOnly": len(report.ignored)}
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return 1 if report.shown else 0
+    lines = report.lines() if report.shown else [compare.agreement(addrs, snapshots[addrs[0]])]
+    out.writelines(f"{line}\n" for line in [*lines, *([note] if note else [])])
+    return 1 if report.shown else 0

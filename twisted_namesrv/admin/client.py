@@ -17,9 +17,14 @@ from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, Respo
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import signed
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
+DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_TIMEOUT = 3.0
 _OPAQUES = itertools.count(1)
+#: seconds of silence after a request before asking, once, whether the peer is an HTTP server
+#: (line-based HTTP servers wait for a line end a remoting frame never has, so they never answer)
+PROBE_AFTER = 0.5
+HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
 
 
 class AdminError(Exception):
@@ -42,21 +47,29 @@ class ResponseError(AdminError):
 
 
 def split_namesrv_list(text: str) -> list[str]:
-    """``host:port;host:port`` as mqadmin's ``-n`` takes it."""
+    """``host:port;host:port`` as mqadmin's ``-n`` takes it; a bare ``host`` means port 9876.
+    Each address comes back as ``host:port``."""
     addrs = [part.strip() for part in text.split(";") if part.strip()]
     if not addrs:
         raise AdminError(f"no NameServer address in {text!r}")
-    for addr in addrs:
-        parse_address(addr)
-    return addrs
+    return [_with_port(addr) for addr in addrs]
 
 
 def parse_address(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
+    """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port."""
+    if ":" not in addr or (addr.startswith("[") and addr.endswith("]")):
+        host, port = addr, str(DEFAULT_PORT)
+    else:
+        host, _, port = addr.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise AdminError(f"bad NameServer address {addr!r} (expected host:port)")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise AdminError(f"bad NameServer address {addr!r} (expected host or host:port)")
     return host, int(port)
+
+
+def _with_port(addr: str) -> str:
+    host, port = parse_address(addr)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def json_body(addr: str, response: RemotingCommand) -> Any:
@@ -129,23 +142,48 @@ class NamesrvClient:
         return sock
 
     def _responses(self, sock: socket.socket, deadline: float, code: int) -> Iterator[RemotingCommand]:
-        """Responses as they arrive until the deadline; requests from the server are skipped."""
+        """Responses as they arrive until the deadline; requests from the server are skipped.
+        A peer that answers HTTP, or stays silent until it is found to speak HTTP, is named so."""
+        probe_at: float | None = time.monotonic() + PROBE_AFTER
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 raise TransportError(f"{self.addr}: no answer to {code_name(code)} within {self.timeout:g} s")
-            sock.settimeout(remaining)
+            if probe_at is not None and now >= probe_at:
+                probe_at = None
+                if self._speaks_http(min(PROBE_AFTER, remaining / 2)):
+                    raise TransportError(self._http_peer())
+                continue
+            sock.settimeout(remaining if probe_at is None else min(remaining, probe_at - now))
             try:
                 data = sock.recv(65536)
             except TimeoutError:
                 continue
+            probe_at = None
             if not data:
                 raise TransportError(f"{self.addr} closed the connection before answering {code_name(code)}")
             try:
                 commands = [RemotingCommand.decode(frame) for frame in self._decoder.feed(data)]
             except RemotingDecodeError as exc:
-                raise TransportError(f"{self.addr}: undecodable answer to {code_name(code)}: {exc}") from None
+                if data.startswith(b"HTTP/"):
+                    raise TransportError(self._http_peer()) from None
+                raise TransportError(f"{self.addr}: undecodable answer to {code_name(code)}: {exc} "
+                                     "(is that a RocketMQ NameServer's port?)") from None
             yield from (command for command in commands if command.is_response)
+
+    def _speaks_http(self, wait: float) -> bool:
+        """Whether the peer answers an HTTP request, asked on a connection of its own so the
+        remoting one stays as the peer saw it (a slow NameServer closes this one as a bad frame)."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=wait) as probe:
+                probe.sendall(HTTP_PROBE)
+                return probe.recv(64).startswith(b"HTTP/")
+        except OSError:
+            return False
+
+    def _http_peer(self) -> str:
+        return f"{self.addr} answered HTTP, not RocketMQ remoting (is that the status/metrics port?)"
 
 
 class Namesrvs:
@@ -172,13 +210,3 @@ class Namesrvs:
             except TransportError as exc:
                 failures.append(str(exc))
         raise TransportError("; ".join(failures))
-
-    def ask_each(self, code: int, ext: dict[str, str] | None = None,
-                 body: bytes | None = None) -> list[tuple[str, RemotingCommand | AdminError]]:
-        answers: list[tuple[str, RemotingCommand | AdminError]] = []
-        for client in self.clients:
-            try:
-                answers.append((client.addr, client.call_ok(code, ext, body)))
-            except AdminError as exc:
-                answers.append((client.addr, exc))
-        return answers

@@ -1,9 +1,11 @@
-"""The subcommands: one request code each, answered as a table like mqadmin's or as JSON.
+"""The subcommands: mqadmin's request for each, answered as a table like mqadmin's or as JSON.
 
 Reads (clusterList, topicRoute, topicList, getKvConfig, getKvList) ask the first NameServer
 of ``-n`` that answers; the operations mqadmin applies to every NameServer (KV and config
 updates, write permissions, deleteTopic, getNamesrvConfig) go to each, one line per server.
-Each function returns an ``Outcome``; any error in it makes the exit code 1.
+Where a NameServer answers SUCCESS whatever happened (a config key it ignores, a KV key that
+was not there), a read around the request tells what did.  Each function returns an
+``Outcome``; any error in it makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..remoting import RemotingCommand, RequestCode
+from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..state.config import parse_properties
-from .client import AdminError, Namesrvs, json_body
+from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
 
 
 @dataclass
@@ -81,50 +83,69 @@ def get_kv_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
 
 # -- operations on each NameServer -------------------------------------------------------------
 
-def on_each(namesrvs: Namesrvs, code: int, ext: dict[str, str] | None, body: bytes | None,
-            done: Callable[[str, RemotingCommand], tuple[str, dict[str, Any]]]) -> Outcome:
-    """Send to every NameServer; ``done(addr, answer)`` gives the success line and the JSON
-    fields of one server's result."""
+Step = Callable[[NamesrvClient], tuple[str, dict[str, Any]]]
+
+
+def on_each(namesrvs: Namesrvs, step: Step) -> Outcome:
+    """``step(client)`` on every NameServer: the success line and JSON fields of its result, or
+    an AdminError that becomes that server's error while the others still run."""
     lines, results, errors = [], [], []
-    for addr, answer in namesrvs.ask_each(code, ext, body):
-        if isinstance(answer, AdminError):
-            errors.append(str(answer))
-            results.append({"namesrv": addr, "ok": False, "error": str(answer)})
-            continue
+    for client in namesrvs.clients:
         try:
-            line, fields = done(addr, answer)
+            line, fields = step(client)
         except AdminError as exc:
             errors.append(str(exc))
-            results.append({"namesrv": addr, "ok": False, "error": str(exc)})
+            results.append({"namesrv": client.addr, "ok": False, "error": str(exc)})
             continue
         lines.append(line)
-        results.append({"namesrv": addr, "ok": True, **fields})
+        results.append({"namesrv": client.addr, "ok": True, **fields})
     return Outcome({"results": results}, "\n".join(lines), errors)
 
 
 def update_kv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    ext = {"namespace": args.namespace, "key": args.key, "value": args.value}
-    return on_each(namesrvs, RequestCode.PUT_KV_CONFIG, ext, None, lambda addr, answer: (
-        f"create or update kv config [{args.namespace}] {args.key}={args.value} in name server[{addr}] OK", {}))
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        client.call_ok(RequestCode.PUT_KV_CONFIG, {"namespace": args.namespace, "key": args.key, "value": args.value})
+        return (f"create or update kv config [{args.namespace}] {args.key}={args.value} "
+                f"in name server[{client.addr}] OK"), {}
+
+    return on_each(namesrvs, step)
 
 
 def delete_kv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+    """DELETE_KV_CONFIG answers SUCCESS whether or not the key was there, so the key is read
+    first: an absent key is said so, and is no error (the key is gone, as asked)."""
     ext = {"namespace": args.namespace, "key": args.key}
-    return on_each(namesrvs, RequestCode.DELETE_KV_CONFIG, ext, None, lambda addr, answer: (
-        f"delete kv config [{args.namespace}] {args.key} from name server[{addr}] OK", {}))
+
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        before = client.call(RequestCode.GET_KV_CONFIG, ext)
+        if before.code not in (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND):
+            raise ResponseError(client.addr, RequestCode.GET_KV_CONFIG, before)
+        client.call_ok(RequestCode.DELETE_KV_CONFIG, ext)
+        if before.code == ResponseCode.QUERY_NOT_FOUND:
+            return (f"kv config [{args.namespace}] {args.key} was not in name server[{client.addr}]: "
+                    "nothing to delete"), {"deleted": False}
+        return f"delete kv config [{args.namespace}] {args.key} from name server[{client.addr}] OK", {"deleted": True}
+
+    return on_each(namesrvs, step)
+
+
+def read_config(client: NamesrvClient) -> dict[str, str]:
+    """GET_NAMESRV_CONFIG's properties text as a dict."""
+    answer = client.call_ok(RequestCode.GET_NAMESRV_CONFIG)
+    try:
+        return parse_properties((answer.body or b"").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise AdminError(f"{client.addr}: config body is not properties text: {exc}") from None
 
 
 def get_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    def done(addr: str, answer: RemotingCommand) -> tuple[str, dict[str, Any]]:
-        try:
-            config = parse_properties((answer.body or b"").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise AdminError(f"{addr}: config body is not properties text: {exc}") from None
-        lines = [f"============{addr}============"]
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        config = read_config(client)
+        lines = [f"============{client.addr}============"]
         lines += [f"{key:<50}=  {config[key]}" for key in sorted(config)]
         return "\n".join(lines), {"config": config}
 
-    return on_each(namesrvs, RequestCode.GET_NAMESRV_CONFIG, None, None, done)
+    return on_each(namesrvs, step)
 
 
 _CONTROL_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
@@ -151,9 +172,36 @@ def properties_line(key: str, value: str) -> str:
 
 
 def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+    """UPDATE_NAMESRV_CONFIG as mqadmin sends it, between two reads of the config.  Java answers
+    SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
+    (and keeps or coerces it), so only the config read back tells whether the update took; the
+    one read before gives the value it replaced (what to set back)."""
     body = properties_line(args.key, args.value).encode("utf-8")
-    return on_each(namesrvs, RequestCode.UPDATE_NAMESRV_CONFIG, None, body, lambda addr, answer: (
-        f"update name server config in name server[{addr}] OK: {args.key} = {args.value}", {}))
+
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        before = read_config(client).get(args.key)
+        client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+        after = read_config(client).get(args.key)
+        if after is None:
+            raise AdminError(f"{client.addr}: {args.key} is not a configuration key of this NameServer: it answered "
+                             "OK but ignores the key (getNamesrvConfig lists its keys)")
+        if not _took(args.value, after):
+            raise AdminError(f"{client.addr}: {args.key} did not take {args.value!r}: it reads back as {after!r}")
+        return (f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})",
+                {"key": args.key, "before": before, "after": after})
+
+    return on_each(namesrvs, step)
+
+
+def _took(sent: str, now: str) -> bool:
+    """Whether a value read back is the one sent, as Java stores it: parsed by the field's type
+    and printed again (``TRUE`` reads back ``true``, ``010`` reads back ``10``)."""
+    if sent == now or (sent.lower() in ("true", "false") and sent.lower() == now):
+        return True
+    try:
+        return int(sent) == int(now)
+    except ValueError:
+        return False
 
 
 def _count(answer: RemotingCommand, name: str) -> int | None:
@@ -161,18 +209,20 @@ def _count(answer: RemotingCommand, name: str) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
+def _write_perm(namesrvs: Namesrvs, broker: str, code: int, verb: str, count_name: str) -> Outcome:
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        count = _count(client.call_ok(code, {"brokerName": broker}), count_name)
+        return f"{verb} write perm of broker[{broker}] in name server[{client.addr}] OK, {count}", {count_name: count}
+
+    return on_each(namesrvs, step)
+
+
 def wipe_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    return on_each(namesrvs, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": args.broker}, None,
-                   lambda addr, answer: (
-                       f"wipe write perm of broker[{args.broker}] in name server[{addr}] OK, "
-                       f"{_count(answer, 'wipeTopicCount')}", {"wipeTopicCount": _count(answer, "wipeTopicCount")}))
+    return _write_perm(namesrvs, args.broker, RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipe", "wipeTopicCount")
 
 
 def add_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    return on_each(namesrvs, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": args.broker}, None,
-                   lambda addr, answer: (
-                       f"add write perm of broker[{args.broker}] in name server[{addr}] OK, "
-                       f"{_count(answer, 'addTopicCount')}", {"addTopicCount": _count(answer, "addTopicCount")}))
+    return _write_perm(namesrvs, args.broker, RequestCode.ADD_WRITE_PERM_OF_BROKER, "add", "addTopicCount")
 
 
 def delete_topic(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
@@ -180,5 +230,9 @@ def delete_topic(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     if args.cluster is not None:
         ext["clusterName"] = args.cluster
     where = "" if args.cluster is None else f" of cluster [{args.cluster}]"
-    return on_each(namesrvs, RequestCode.DELETE_TOPIC_IN_NAMESRV, ext, None, lambda addr, answer: (
-        f"delete topic [{args.topic}]{where} from name server[{addr}] OK", {}))
+
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        client.call_ok(RequestCode.DELETE_TOPIC_IN_NAMESRV, ext)
+        return f"delete topic [{args.topic}]{where} from name server[{client.addr}] OK", {}
+
+    return on_each(namesrvs, step)

@@ -6,15 +6,24 @@ every topic's route (105, standard JSON); optionally each broker address's data 
 ``("topic", "T", "route", "queue", "broker-a", "perm") -> 6``; container paths hold PRESENT.
 A path is compared among the servers that hold all of its containers, so a missing topic is
 one difference, not one per queue field.
+
+A difference in a field only 5.x NameServers send (``V5_ONLY_FIELDS``) that vanishes when only
+the servers answering as 5.x are compared is ``generation_only``: between a 4.9.8 and a 5.3.3
+server it would appear on every broker of every route without saying anything about routing.
+
+The report groups differences by their first two path parts (cluster, broker or topic and its
+name) under a one-line summary.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..remoting import RequestCode, ResponseCode
+from ..remoting.codes import V5_0_0, version_name
 from .client import NamesrvClient, ResponseError, json_body
 
 PRESENT = "present"
@@ -23,26 +32,48 @@ NO_ROUTE = "TOPIC_NOT_EXIST"
 #: never equal to a broker's real DataVersion, so 4.x does not count the query as a heartbeat
 PROBE_VERSION = b'{"counter":0,"timestamp":0}'
 QUEUE_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+#: BrokerData.enableActingMaster/zoneName and TopicRouteData.topicQueueMappingByBroker: 4.9.8 has none
+V5_ONLY_FIELDS = frozenset({"enableActingMaster", "zoneName", "topicQueueMappingByBroker"})
+KINDS = ("cluster", "broker", "topic")  # the report's order of groups
 Path = tuple[Any, ...]
+
+
+@dataclass
+class Snapshot:
+    paths: dict[Path, Any]
+    version: int  # the MQVersion ordinal in the server's answers: which generation's bodies it sends
+
+    @property
+    def sends_v5_fields(self) -> bool:
+        return self.version >= V5_0_0
+
+    def counts(self) -> dict[str, int]:
+        return {f"{kind}s": sum(1 for p in self.paths if len(p) == 2 and p[0] == kind) for kind in ("broker", "topic")}
 
 
 @dataclass
 class Difference:
     path: Path
     values: dict[str, Any]  # server address -> value, MISSING where absent
+    generation_only: bool = False
 
-    def describe(self) -> str:
+    def describe(self, start: int = 0) -> str:
+        """``path[start:]: value on A; other value on B``."""
         groups: dict[Any, list[str]] = {}
         for addr, value in self.values.items():
             groups.setdefault(value, []).append(addr)
-        shown = "; ".join(f"{'missing' if value is MISSING else value} on {', '.join(addrs)}"
-                          for value, addrs in groups.items())
-        return f"{' '.join(str(part) for part in self.path)}: {shown}"
+        shown = "; ".join(f"{_shown(value)} on {', '.join(addrs)}" for value, addrs in groups.items())
+        return f"{' '.join(str(part) for part in self.path[start:])}: {shown}"
+
+    @property
+    def missing_on(self) -> tuple[str, ...]:
+        return tuple(addr for addr, value in self.values.items() if value is MISSING)
 
 
-def snapshot(client: NamesrvClient, data_versions: bool = False) -> dict[Path, Any]:
+def snapshot(client: NamesrvClient, data_versions: bool = False) -> Snapshot:
     """One NameServer's routes, flattened."""
-    info = json_body(client.addr, client.call_ok(RequestCode.GET_BROKER_CLUSTER_INFO))
+    answer = client.call_ok(RequestCode.GET_BROKER_CLUSTER_INFO)
+    info = json_body(client.addr, answer)
     topics = json_body(client.addr, client.call_ok(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
     paths: dict[Path, Any] = {}
     for cluster, names in (info.get("clusterAddrTable") or {}).items():
@@ -56,7 +87,7 @@ def snapshot(client: NamesrvClient, data_versions: bool = False) -> dict[Path, A
     for topic in topics.get("topicList") or []:
         paths[("topic", topic)] = PRESENT
         paths.update(_route_paths(client, topic))
-    return paths
+    return Snapshot(paths, answer.version)
 
 
 def _broker_paths(prefix: Path, broker: dict[str, Any]) -> dict[Path, Any]:
@@ -112,21 +143,95 @@ def _path_key(path: Path) -> tuple[tuple[bool, Any], ...]:
     return tuple((isinstance(part, str), part) for part in path)
 
 
-def differences(snapshots: dict[str, dict[Path, Any]]) -> list[Difference]:
+def differences(snapshots: dict[str, Snapshot]) -> list[Difference]:
     """Every path whose value is not the same on all servers that hold its containers."""
-    union: set[Path] = set().union(*snapshots.values())
+    union: set[Path] = set().union(*(s.paths for s in snapshots.values()))
     found = []
     for path in sorted(union, key=_path_key):
         containers = [path[:i] for i in range(1, len(path)) if path[:i] in union]
-        eligible = [addr for addr, paths in snapshots.items()
-                    if all(paths.get(container) == PRESENT for container in containers)]
-        values = {addr: snapshots[addr].get(path, MISSING) for addr in eligible}
+        eligible = [addr for addr, s in snapshots.items()
+                    if all(s.paths.get(container) == PRESENT for container in containers)]
+        values = {addr: snapshots[addr].paths.get(path, MISSING) for addr in eligible}
         if len(values) > 1 and len(set(values.values())) > 1:
-            found.append(Difference(path, values))
+            v5_values = {values[addr] for addr in eligible if snapshots[addr].sends_v5_fields}
+            found.append(Difference(path, values, path[-1] in V5_ONLY_FIELDS and len(v5_values) <= 1))
     return found
 
 
-def summary(paths: dict[Path, Any]) -> tuple[int, int]:
-    """(brokers, topics) of one snapshot."""
-    return (sum(1 for p in paths if len(p) == 2 and p[0] == "broker"),
-            sum(1 for p in paths if len(p) == 2 and p[0] == "topic"))
+@dataclass
+class Report:
+    """The differences to show, grouped, and the one-line summary that heads them."""
+
+    addrs: list[str]
+    shown: list[Difference]
+    ignored: list[Difference]  # generation-only, left out unless --strict
+
+    @classmethod
+    def of(cls, addrs: list[str], found: list[Difference], strict: bool) -> Report:
+        shown = [d for d in found if strict or not d.generation_only]
+        return cls(addrs, _without_echoes(shown), [d for d in found if d.generation_only and not strict])
+
+    def groups(self) -> list[tuple[Path, Difference | None, list[Difference]]]:
+        """(cluster/broker/topic and name, the difference of that entity itself, the ones inside it)."""
+        grouped: dict[Path, list[Difference]] = {}
+        for difference in self.shown:
+            grouped.setdefault(difference.path[:2], []).append(difference)
+        order = sorted(grouped, key=lambda key: (KINDS.index(key[0]), _path_key(key)))
+        return [(key, next((d for d in grouped[key] if d.path == key), None),
+                 [d for d in grouped[key] if d.path != key]) for key in order]
+
+    def summary(self) -> str:
+        """``2 NameServers differ: 3 brokers missing on B, 12 topics differ``."""
+        parts, all_groups = [], self.groups()
+        for kind in KINDS:
+            groups = [(own, inner) for key, own, inner in all_groups if key[0] == kind]
+            missing: dict[tuple[str, ...], int] = {}
+            for own, _ in groups:
+                if own is not None and own.missing_on:
+                    missing[own.missing_on] = missing.get(own.missing_on, 0) + 1
+            parts += [f"{_plural(n, kind)} missing on {', '.join(addrs)}" for addrs, n in missing.items()]
+            changed = sum(1 for _, inner in groups if inner)
+            if changed:
+                parts.append(f"{_plural(changed, kind)} {'differs' if changed == 1 else 'differ'}")
+        return f"{len(self.addrs)} NameServers differ: {', '.join(parts)}"
+
+    def lines(self) -> list[str]:
+        out = [self.summary()]
+        for key, own, inner in self.groups():
+            out.append(own.describe() if own is not None else " ".join(str(part) for part in key))
+            out += [f"  {difference.describe(2)}" for difference in inner]
+        return out
+
+    def ignored_note(self, snapshots: dict[str, Snapshot]) -> str | None:
+        if not self.ignored:
+            return None
+        fields = sorted({d.path[-1] for d in self.ignored})
+        older = [f"{addr} answers as {version_name(s.version)}" for addr, s in snapshots.items()
+                 if not s.sends_v5_fields]
+        return (f"({_plural(len(self.ignored), 'difference')} in fields only RocketMQ 5.x sends ignored: "
+                f"{', '.join(fields)}; {', '.join(older)}; --strict shows them)")
+
+
+def _without_echoes(found: list[Difference]) -> list[Difference]:
+    """Drop ``cluster C broker B`` where ``broker B`` itself differs the same way: one fact, one line."""
+    own = {d.path: d.values for d in found if len(d.path) == 2}
+    return [d for d in found
+            if not (len(d.path) == 4 and d.path[0] == "cluster" and own.get(("broker", d.path[3])) == d.values)]
+
+
+def _shown(value: Any) -> str:
+    """A value as the JSON answer had it (``false``, not Python's ``False``)."""
+    if value is MISSING:
+        return "missing"
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def agreement(addrs: Iterable[str], first: Snapshot) -> str:
+    """The line for servers that agree, with what they agree on."""
+    counts = first.counts()
+    return (f"{', '.join(addrs)} agree: {_plural(counts['brokers'], 'broker')}, "
+            f"{_plural(counts['topics'], 'topic')}")

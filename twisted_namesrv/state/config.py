@@ -8,6 +8,7 @@ refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but comple
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,13 +182,44 @@ def _coerce(key: ConfigKey, text: str) -> Any:
     text = text.strip()
     default = key.default
     if isinstance(default, bool):
-        return text.strip().lower() == "true"  # Boolean.parseBoolean
+        return text.lower() == "true"  # Boolean.parseBoolean
     if isinstance(default, int):
         try:
-            return int(text.strip())
+            return int(text)
         except ValueError:
             raise ConfigError(f"{key.name}: not a number: {text!r}") from None
     return text
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _check_value(key: ConfigKey, text: str) -> str | None:
+    """Why a file's value does not parse for the key's type, or None.  Stricter than Java on
+    purpose: Boolean.parseBoolean reads ``maybe`` as false, and a typo would pass unseen."""
+    text = text.strip()
+    if isinstance(key.default, bool):
+        return None if text.lower() in ("true", "false") else "not a boolean (true or false)"
+    if isinstance(key.default, int):
+        return None if _JAVA_INT.fullmatch(text) else "not a number"
+    return None
+
+
+def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) -> list[str]:
+    """Warnings for keys no NameServer setting has (Java ignores them); a value that does not
+    parse, or with ``strict`` an unknown key, raises ConfigError naming key, value and file."""
+    warnings = []
+    for name, text in file_keys.items():
+        key = KEYS_BY_NAME.get(name)
+        if key is None:
+            if strict:
+                raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
+            warnings.append(f"{path}: unknown key {name}, ignored (a typo? --strict-config refuses unknown keys)")
+            continue
+        problem = _check_value(key, text)
+        if problem:
+            raise ConfigError(f"{path}: {name}={text.strip()}: {problem}")
+    return warnings
 
 
 _VALUE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\t": "\\t"}
@@ -218,23 +250,33 @@ class NamesrvConfig:
         self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
+        self.warnings: list[str] = []  # what from_file found suspicious in the file
         self._set(file_keys or {})
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
         self._validate()
 
     @classmethod
-    def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None) -> NamesrvConfig:
+    def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
+                  strict: bool = False) -> NamesrvConfig:
+        """The -c file (if any) under the command line's ``overrides``; ``warnings`` lists its
+        unknown keys (``strict`` refuses them)."""
         file_keys: dict[str, str] = {}
+        warnings: list[str] = []
         if path:
             try:
                 file_keys = parse_properties(Path(path).read_text(encoding="utf-8"))
             except OSError as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+            warnings = check_file_keys(path, file_keys, strict)
         values = dict(overrides or {})
         if path:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
-        return cls(values, file_keys)
+        config = cls(values, file_keys)
+        config.warnings = warnings
+        return config
 
     def apply(self, props: dict[str, str]) -> None:
         """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys)."""
@@ -295,6 +337,7 @@ class NamesrvConfig:
         return "".join(lines)
 
     def all_keys_text(self) -> str:
-        """``-p``: every key we know with its current value."""
+        """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
+        without $ROCKETMQ_HOME)."""
         values = self.values
-        return "".join(property_line(k.name, _text(values[k.name])) for k in KEYS if values[k.name] is not None)
+        return "".join(property_line(k.name, "" if values[k.name] is None else _text(values[k.name])) for k in KEYS)

@@ -24,7 +24,10 @@ class KVConfigManager:
     def load(self, path: Path) -> None:
         if not path.exists():
             return
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise KVConfigError(f"cannot read KV config {path}: {exc.strerror}") from None
         if not data.strip():
             return  # Java reads an empty file as an empty table
         try:

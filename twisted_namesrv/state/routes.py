@@ -374,8 +374,9 @@ class RouteInfoManager:
                 continue
             broker_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
             if broker_id is not None:
-                self._emit("expired" if reason.startswith("expired") else "closed", cluster=broker.cluster,
-                           broker=broker.brokerName, id=broker_id, addr=addr, reason=reason)
+                kind = reason.partition(":")[0] if reason.startswith(("expired:", "idle:")) else "closed"
+                self._emit(kind, cluster=broker.cluster, broker=broker.brokerName, id=broker_id, addr=addr,
+                           reason=reason)
                 self._remove_member(broker.cluster, broker.brokerName, addr, broker_id)
                 return
 

@@ -1,7 +1,8 @@
 """The JSON behind the status page (``/api/...``): plain dicts built from the state on request.
 
 Times are epoch milliseconds with the server's ``now_ms`` beside them, so a page computes
-heartbeat ages against the server's clock, not the browser's.
+heartbeat ages against the server's clock, not the browser's.  Brokers that left in the last
+``metrics.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import NamesrvState
-from ..metrics import Metrics
+from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
 from ..processor import encode_route
 from ..protocol.route import MASTER_ID, PERM_WRITE
 from ..remoting import fastjson
@@ -38,37 +39,47 @@ class StatusApi:
         return {"now_ms": self.now_ms(), "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
                 "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
-                "brokers_live": len(routes.brokerLiveTable), "topics": len(routes.topicQueueTable),
+                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.metrics.departed_brokers()),
+                "topics": len(routes.topicQueueTable),
                 "kv_entries": sum(map(len, state.kv.configTable.values()))}
 
     def clusters(self) -> dict[str, Any]:
-        """clusterAddrTable -> brokerAddrTable -> brokerLiveTable, one entry per broker address."""
-        routes = self.state.routes
+        """clusterAddrTable -> brokerAddrTable -> brokerLiveTable, one entry per broker address,
+        and the brokers that left lately (a group whose last member left is listed by them alone)."""
+        routes, now = self.state.routes, self.now_ms()
         writable = self._write_perm_by_broker()
+        departed: dict[tuple[str, str], list[RouteEvent]] = {}
+        for event in self.metrics.departed_brokers():
+            cluster, name, _ = event.broker_key
+            departed.setdefault((str(cluster), str(name)), []).append(event)
         clusters = []
-        for cluster in sorted(routes.clusterAddrTable):
+        for cluster in sorted(set(routes.clusterAddrTable) | {c for c, _ in departed}):
             groups = []
-            for name in sorted(routes.clusterAddrTable[cluster]):
-                broker = routes.brokerAddrTable.get(name)
-                if broker is None:
+            names = routes.clusterAddrTable.get(cluster, {})
+            for name in sorted(set(names) | {n for c, n in departed if c == cluster}):
+                broker = routes.brokerAddrTable.get(name) if name in names else None
+                addrs = broker.brokerAddrs if broker is not None else {}
+                members = [self._member(cluster, broker_id, addr, now) for broker_id, addr in addrs.items()]
+                members += [_departed_member(event) for event in departed.get((cluster, name), ())
+                            if event.info["addr"] not in addrs.values()]
+                if not members:
                     continue
-                members = [self._member(cluster, broker_id, addr)
-                           for broker_id, addr in sorted(broker.brokerAddrs.items())]
-                groups.append({"broker_name": name, "zone": broker.zoneName, "members": members,
-                               "enable_acting_master": broker.enableActingMaster,
+                groups.append({"broker_name": name, "zone": broker.zoneName if broker else None,
+                               "members": sorted(members, key=lambda m: (m["id"] is None, m["id"] or 0, m["addr"])),
+                               "enable_acting_master": broker.enableActingMaster if broker else None,
                                "queues": writable.get(name, {"topics": 0, "writable": 0})})
             clusters.append({"cluster": cluster, "broker_groups": groups})
-        return {"now_ms": self.now_ms(), "clusters": clusters}
+        return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "clusters": clusters}
 
-    def _member(self, cluster: str, broker_id: int, addr: str) -> dict[str, Any]:
+    def _member(self, cluster: str, broker_id: int, addr: str, now: int) -> dict[str, Any]:
         routes = self.state.routes
         live = routes.brokerLiveTable.get(routes.live_key(cluster, addr))
-        role = "master" if broker_id == MASTER_ID else "slave"
-        member: dict[str, Any] = {"addr": addr, "id": broker_id, "role": role, "live": live is not None}
+        member: dict[str, Any] = {"addr": addr, "id": broker_id, "role": _role(broker_id), "live": live is not None}
         if live is not None:
             member.update({
                 "version": None if live.version is None else version_name(live.version),
                 "last_update_ms": live.lastUpdateTimestamp, "heartbeat_timeout_ms": live.heartbeatTimeoutMillis,
+                "expires_in_ms": live.lastUpdateTimestamp + live.heartbeatTimeoutMillis - now,
                 "topics": live.topicCount, "ha_server_addr": live.haServerAddr,
                 "data_version": {"counter": live.dataVersion.counter, "timestamp": live.dataVersion.timestamp},
                 "confirmed": live.channel is not None})
@@ -108,6 +119,24 @@ class StatusApi:
         return {"namespaces": {ns: dict(sorted(table[ns].items())) for ns in sorted(table)}}
 
     def events(self, since: int = 0) -> dict[str, Any]:
+        """The last events after ``since``, oldest first; a broker's folded "changed" events come
+        once, with ``count`` and the time of the first (``first_ts_ms``) and the last (``ts_ms``)."""
         return {"now_ms": self.now_ms(),
-                "events": [{"seq": e.seq, "ts_ms": int(e.ts * 1000), "kind": e.kind, **e.info}
-                           for e in self.metrics.recent_events if e.seq > since]}
+                "events": [{"seq": e.seq, "ts_ms": _ms(e.ts), "first_ts_ms": _ms(e.first_ts), "count": e.count,
+                            "kind": e.kind, **e.info} for e in self.metrics.recent_events if e.seq > since]}
+
+
+def _role(broker_id: int | None) -> str:
+    return "master" if broker_id == MASTER_ID else "slave"
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _departed_member(event: RouteEvent) -> dict[str, Any]:
+    """A broker no longer in brokerLiveTable: how (event kind) and why it left, and when."""
+    info = event.info
+    reason = info.get("reason") or ("the broker unregistered" if event.kind == "unregistered" else event.kind)
+    return {"addr": info["addr"], "id": info.get("id"), "role": _role(info.get("id")), "live": False,
+            "departed": {"kind": event.kind, "reason": reason, "ts_ms": _ms(event.ts)}}

@@ -66,7 +66,9 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
         yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
         events = CounterMetricFamily("namesrv_broker_events", "Broker route events: registered, changed (new data "
-                                     "version), expired, closed (connection lost), unregistered, refused",
+                                     "version), expired (no heartbeat within its timeout), closed (connection lost), "
+                                     "idle (its connection closed after serverChannelMaxIdleTimeSeconds), "
+                                     "unregistered, refused",
                                      labels=["event"])
         for kind, count in sorted(self.metrics.route_events.items()):
             events.add_metric([kind], count)

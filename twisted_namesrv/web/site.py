@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
 
@@ -39,40 +40,55 @@ class StatusPage(resource.Resource):
         return STATUS_PAGE.read_bytes()
 
 
+class ApiError(Exception):
+    """An answer other than 200: its HTTP status, and a message that names what is missing."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ApiResource(resource.Resource):
-    """``/api/<name>``: one JSON document each; unknown names and topics answer 404."""
+    """``/api/<name>``: one JSON document each; an error is ``{"error": message}`` with 400 (a bad or
+    missing parameter) or 404 (no such endpoint, no such topic)."""
 
     isLeaf = True
 
     def __init__(self, api: StatusApi) -> None:
         super().__init__()
         self.api = api
+        self.endpoints: dict[str, Callable[[server.Request], dict[str, Any]]] = {
+            "overview": lambda request: api.overview(),
+            "clusters": lambda request: api.clusters(),
+            "topics": lambda request: api.topics(_arg(request, "q"), _int_arg(request, "limit", TOPIC_SEARCH_LIMIT)),
+            "route": self._route,
+            "kv": lambda request: api.kv(),
+            "events": lambda request: api.events(_int_arg(request, "since", 0)),
+        }
 
     def render_GET(self, request: server.Request) -> bytes:
-        name = "/".join(p.decode() for p in request.postpath)
-        document = self._document(name, request)
-        if document is None:
-            request.setResponseCode(404)
-            document = {"error": f"not found: /api/{name}"}
+        name = "/".join(p.decode("utf-8", "replace") for p in request.postpath)
+        try:
+            endpoint = self.endpoints.get(name)
+            if endpoint is None:
+                raise ApiError(404, f"no endpoint /api/{name}; there are " +
+                               ", ".join(f"/api/{known}" for known in self.endpoints))
+            document = endpoint(request)
+        except ApiError as error:
+            request.setResponseCode(error.status)
+            document = {"error": str(error)}
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-cache")
         return json.dumps(document).encode()
 
-    def _document(self, name: str, request: server.Request) -> dict[str, Any] | None:
-        api = self.api
-        if name == "overview":
-            return api.overview()
-        if name == "clusters":
-            return api.clusters()
-        if name == "topics":
-            return api.topics(_arg(request, "q"), _int_arg(request, "limit", TOPIC_SEARCH_LIMIT))
-        if name == "route":
-            return api.route(_arg(request, "topic"))
-        if name == "kv":
-            return api.kv()
-        if name == "events":
-            return api.events(_int_arg(request, "since", 0))
-        return None
+    def _route(self, request: server.Request) -> dict[str, Any]:
+        topic = _arg(request, "topic")
+        if not topic:
+            raise ApiError(400, "missing query parameter 'topic' (/api/route?topic=NAME)")
+        route = self.api.route(topic)
+        if route is None:
+            raise ApiError(404, f"topic {topic!r} has no route")
+        return route
 
 
 def _arg(request: server.Request, name: str) -> str:
@@ -80,10 +96,13 @@ def _arg(request: server.Request, name: str) -> str:
 
 
 def _int_arg(request: server.Request, name: str, default: int) -> int:
-    try:
-        return max(0, int(_arg(request, name)))
-    except ValueError:
+    """``default`` when absent; anything but a whole number >= 0 is refused, naming the parameter."""
+    raw = _arg(request, name)
+    if not raw:
         return default
+    if not (raw.isascii() and raw.isdigit()):
+        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw!r}")
+    return int(raw)
 
 
 class Root(resource.Resource):

@@ -1,0 +1,274 @@
+"""What needs attention in a capture, with its evidence: the top of report.html and summary.json.
+
+The decoding tasks note the calls findings are made of (note_calls: answers with a non-zero code,
+requests never answered, slow answers) and the connections with undecodable bytes, grouped, in
+the tally each task returns as data; the per-broker liveness (brokers.py) says what happened to
+each broker; the reading tasks say what each input file is. ``summary`` puts them together as the
+documented summary.json (docs/capture-report.md: SCHEMA_VERSION says which layout).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_analysis import inputs
+from spark_analysis.brokers import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S, capture_periods, iso_time
+from spark_analysis.latency import PERCENTILES, CodeStats
+from spark_analysis.schema import BROKER_COLUMNS
+from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.remoting.codes import code_name
+
+SCHEMA_VERSION = 1
+#: an answer this late is slow: a third of the Java clients' default 3 s timeout
+SLOW_MS = 1000.0
+#: group keys of the calls noted (note_calls), and of undecodable connections
+ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+CRITICAL, WARNING = "critical", "warning"
+#: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
+KINDS = ("bad_input", "heartbeat_expired", "crc_failure", "registration_refused", "heartbeat_near_expiry",
+         "topic_count_drop", "data_version_backwards", "broker_id_change", "broker_address_change", "topic_not_exist",
+         "response_code", "unanswered", "slow_answer", "undecodable_connection")
+#: well-known link types by number (pcap LINKTYPE_*)
+LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
+              108: "LOOP"}
+
+#: group -> key -> [count, first t, last t, worst]
+Groups = dict[str, dict[tuple, list]]
+
+
+def note_calls(groups: Groups, calls: pa.StructArray) -> None:
+    """Note a batch of schema.CALL_ROWS: answers with a non-zero code by (request code name,
+    response code, remark, client, topic); requests never answered (not oneway) by (code name,
+    client); answers slower than SLOW_MS by code name, the slowest as ``worst``."""
+    code, latency = calls.field("response_code"), calls.field("latency_ms")
+    picks = ((ANSWER_CODES, pc.fill_null(pc.not_equal(code, 0), False),
+              ("code_name", "response_code", "response_remark", "client", "topic")),
+             (UNANSWERED, pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
+              ("code_name", "client")),
+             (SLOW, pc.fill_null(pc.greater_equal(latency, SLOW_MS), False), ("code_name",)))
+    for group, mask, key in picks:
+        if not pc.any(mask).as_py():
+            continue
+        for row in pc.filter(calls, mask).to_pylist():
+            worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
+            add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
+
+
+def add(groups: Groups, group: str, key: tuple, count: int, first: float, last: float, worst: tuple | None = None
+        ) -> None:
+    found = groups.setdefault(group, {}).get(key)
+    if found is None:
+        groups[group][key] = [count, first, last, worst]
+        return
+    found[0] += count
+    found[1], found[2] = min(found[1], first), max(found[2], last)
+    if worst is not None and (found[3] is None or worst > found[3]):
+        found[3] = worst
+
+
+def merge(groups: Groups, more: Groups) -> Groups:
+    for group, entries in more.items():
+        for key, (count, first, last, worst) in entries.items():
+            add(groups, group, key, count, first, last, worst)
+    return groups
+
+
+def broker_label(broker: dict) -> str:
+    """cluster / broker / id (role) / address, as operators name a broker."""
+    ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
+    return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
+
+
+def summary(files: list[inputs.CaptureFile], read: Counter, counts: Counter, groups: Groups, brokers: list[dict],
+            codes: list[CodeStats]) -> dict:
+    """summary.json: findings first, then the inputs, counts, brokers and calls by code."""
+    file_rows = input_files(files, read)
+    periods = capture_periods(spans(files, read))
+    registered = [b for b in brokers if b["registrations"]]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
+                       "period_gap_s": PERIOD_GAP_S},
+        "findings": findings(file_rows, groups, brokers),
+        "inputs": {
+            "files": file_rows,
+            "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
+            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
+                     for a, b in zip(periods, periods[1:], strict=False)],
+        },
+        "counts": {key: counts[key] for key in COUNTS},
+        "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
+        "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
+        "calls_by_code": [{"code_name": s.code_name, "requests": s.requests, "answered": s.answered,
+                           **{f"p{round(p * 100)}_ms": None if s.p is None else v for p, v in
+                              zip(PERCENTILES, s.p or (None,) * 3, strict=True)}} for s in codes],
+        "response_codes": _response_codes(groups),
+    }
+
+
+#: summary.json's counts
+COUNTS = ("records", "bytes", "segments", "connection", "frame", "request", "response", "call", "unanswered",
+          "registration", "crc_failures", "gaps", "lost_bytes", "undecodable")
+
+
+def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
+    """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
+    rows = []
+    for file in files:
+        fact = read.get((inputs.FILE, file.path)) or inputs.FileFacts()
+        rows.append({"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
+                     "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
+                     "problem": fact.problem or (None if fact.records else inputs.EMPTY),
+                     "trailing_bytes": fact.trailing_bytes})
+    return rows
+
+
+def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, float]]:
+    """The (first, last) record times of the inputs with records."""
+    facts = [read.get((inputs.FILE, file.path)) for file in files]
+    return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
+
+
+def findings(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dict]:
+    """Every finding, critical ones first; each says what, where and when (docs/capture-report.md)."""
+    found: list[dict] = []
+    for f in files:
+        if f["problem"]:  # a capture cut while a record was written still has its other records read
+            severity = WARNING if f["problem"] == inputs.TRUNCATED and f["records"] else CRITICAL
+            what = f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)" if (
+                f["problem"] == inputs.TRUNCATED) else f["problem"]
+            found.append(_finding("bad_input", severity, f"{f['path']}: {what}", path=f["path"], problem=f["problem"],
+                                  size=f["size"], trailing_bytes=f["trailing_bytes"]))
+    for broker in brokers:
+        found += _broker_findings(broker)
+    found += _address_changes(brokers)
+    for (name, response, _, client, topic), (count, first, last, _) in sorted(
+            groups.get(ANSWER_CODES, {}).items(), key=_by_key):
+        if name == code_name(RequestCode.GET_ROUTEINFO_BY_TOPIC) and response == ResponseCode.TOPIC_NOT_EXIST:
+            found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+                                  f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
+                                  last=_iso(last)))
+    for (name, response, remark), entry in _response_groups(groups).items():
+        requesters = entry["requesters"]
+        found.append(_finding("response_code", WARNING, f"{name} answered {code_name(response, True)} "
+                              f"({response}) {entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
+                              code_name=name, response_code=response, response_name=code_name(response, True),
+                              remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
+                              last=_iso(entry["last"])))
+    for (name, client), (count, first, last, _) in sorted(groups.get(UNANSWERED, {}).items(), key=_by_key):
+        found.append(_finding("unanswered", WARNING, f"{count} {name} request(s) from {client} never answered",
+                              code_name=name, client=client, count=count, first=_iso(first), last=_iso(last)))
+    for (name,), (count, first, last, worst) in sorted(groups.get(SLOW, {}).items(), key=_by_key):
+        latency, t, client = worst
+        found.append(_finding("slow_answer", WARNING, f"{count} {name} answer(s) took {SLOW_MS:,.0f} ms or more; "
+                              f"slowest {latency:,.0f} ms at {iso_time(t)} for {client}", code_name=name, count=count,
+                              max_ms=latency, max_at=iso_time(t), max_client=client, first=_iso(first),
+                              last=_iso(last)))
+    for (conn_id,), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
+        found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
+                              f"remoting frame (the rest of that direction is not decoded)", connection=conn_id,
+                              bytes=count))
+    found.sort(key=lambda finding: (finding["severity"] != CRITICAL, KINDS.index(finding["kind"])))  # stable
+    return found
+
+
+def _by_key(item: tuple) -> tuple:
+    return tuple("" if part is None else str(part) for part in item[0])
+
+
+def _response_groups(groups: Groups) -> dict[tuple, dict]:
+    """Answers with a non-zero code by (request code name, response code, remark), with requesters."""
+    merged: dict[tuple, dict] = {}
+    for (name, response, remark, client, _), (count, first, last, _) in sorted(
+            groups.get(ANSWER_CODES, {}).items(), key=_by_key):
+        entry = merged.setdefault((name, response, remark), {"count": 0, "first": first, "last": last,
+                                                             "requesters": {}})
+        entry["count"] += count
+        entry["first"], entry["last"] = min(entry["first"], first), max(entry["last"], last)
+        entry["requesters"][client] = entry["requesters"].get(client, 0) + count
+    return merged
+
+
+def _response_codes(groups: Groups) -> list[dict]:
+    """The response-code table: every non-zero answer by request code, response code and remark."""
+    return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
+             "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
+            for (name, response, remark), entry in _response_groups(groups).items()]
+
+
+def _broker_findings(broker: dict) -> Iterable[dict]:
+    label = broker_label(broker)
+    addr = {"broker": label, "broker_addr": broker["broker_addr"]}
+    for gap in broker["gaps"]:
+        when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
+        if gap["expired"]:
+            yield _finding("heartbeat_expired", CRITICAL, f"{label}: silent {gap['seconds']:,.1f} s {when}, over "
+                           f"the {EXPIRY_SECONDS} s expiry", **addr, **_gap(gap))
+        else:
+            yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
+                           f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))
+    if broker["crc_failure_times"]:
+        times = broker["crc_failure_times"]
+        yield _finding("crc_failure", CRITICAL, f"{label}: {len(times)} registration(s) failed the body CRC "
+                       f"(first {iso_time(times[0])})", **addr, count=len(times), times=[iso_time(t) for t in times])
+    refused = [r for r in broker["refused"] if not r["crc_failure"]]  # CRC failures: said above
+    if refused:
+        codes = Counter(code_name(r["response_code"], True) for r in refused)
+        yield _finding("registration_refused", CRITICAL, f"{label}: {len(refused)} registration(s) refused "
+                       f"({', '.join(f'{n}x {c}' for c, n in sorted(codes.items()))}; first "
+                       f"{iso_time(refused[0]['t'])})", **addr, count=len(refused),
+                       events=[{"t": iso_time(r["t"]), "response_code": r["response_code"]} for r in refused])
+    for drop in broker["topic_drops"]:
+        yield _finding("topic_count_drop", WARNING, f"{label}: topics {drop['from']:,} -> {drop['to']:,} at "
+                       f"{iso_time(drop['t'])}", **addr, t=iso_time(drop["t"]), topics_from=drop["from"],
+                       topics_to=drop["to"])
+    for back in broker["version_backwards"]:
+        yield _finding("data_version_backwards", WARNING, f"{label}: data version counter {back['from']} -> "
+                       f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
+                       counter_from=back["from"], counter_to=back["to"], timestamp_from=back["data_version_ts_from"],
+                       timestamp_to=back["data_version_ts_to"])
+    for change in broker["id_changes"]:
+        yield _finding("broker_id_change", WARNING, f"{label}: brokerId {change['from']} -> {change['to']} at "
+                       f"{iso_time(change['t'])} (role flip)", **addr, t=iso_time(change["t"]), id_from=change["from"],
+                       id_to=change["to"])
+
+
+def _gap(gap: dict) -> dict:
+    return {"from": iso_time(gap["from"]), "to": iso_time(gap["to"]), "seconds": round(gap["seconds"], 6),
+            "open": gap["open"]}
+
+
+def _address_changes(brokers: list[dict]) -> list[dict]:
+    """A broker name and id registered from more than one address (fail-over, moved broker)."""
+    by_identity: dict[tuple, list[dict]] = {}
+    for broker in brokers:
+        if broker["registrations"] and broker["broker_name"] is not None:
+            key = (broker["cluster"], broker["broker_name"], broker["broker_id"])
+            by_identity.setdefault(key, []).append(broker)
+    found = []
+    for (cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
+        if len(seen) > 1:
+            seen.sort(key=lambda b: b["first_seen"])
+            found.append(_finding("broker_address_change", WARNING, f"{cluster} / {name} / {broker_id}: registered "
+                                  f"from {len(seen)} addresses: " + ", ".join(
+                                      f"{b['broker_addr']} ({iso_time(b['first_seen'])} - {iso_time(b['last_seen'])})"
+                                      for b in seen), cluster=cluster, broker_name=name, broker_id=broker_id,
+                                  addresses=[{"broker_addr": b["broker_addr"], "first_seen": iso_time(b["first_seen"]),
+                                              "last_seen": iso_time(b["last_seen"])} for b in seen]))
+    return found
+
+
+def _finding(kind: str, severity: str, message: str, **evidence) -> dict:
+    return {"kind": kind, "severity": severity, "message": message, **evidence}
+
+
+def _iso(seconds: float | None) -> str | None:
+    return None if seconds is None else iso_time(seconds)
+
+
+def _json_value(column: str, value: object) -> object:
+    return iso_time(value) if column in ("first_seen", "last_seen") and value is not None else value

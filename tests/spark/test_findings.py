@@ -1,0 +1,183 @@
+"""What the report says first: the findings on a synthetic capture are exactly what its generator
+injected; the same outputs when the first attempt of tasks fails (no counts added twice); bad
+inputs named, exit codes and refusals before Spark starts; the page in headless Chromium.
+
+Two small jobs on the shared session (CI has two cores); the rest reuses the synthetic job."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_analysis import __main__ as cli
+from spark_analysis import findings as findings_module
+from spark_analysis import job, tables
+from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
+from spark_analysis.decode import CALL
+from spark_analysis.schema import BROKER_COLUMNS
+from spark_analysis.worker import FAIL_FIRST_ATTEMPT
+from tests.spark.conftest import Outputs, run_job
+from tests.spark.test_report import same_rows
+from tests.support import capture
+from tests.web.test_status_page import ARTIFACTS, chromium
+
+
+def kinds(summary: dict, kind: str) -> list[dict]:
+    return [f for f in summary["findings"] if f["kind"] == kind]
+
+
+def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: Outputs) -> None:
+    _, truth = synthetic
+    summary = synthetic_outputs.summary
+    assert summary["schema_version"] == 1
+    assert truth["injected"]["heartbeat_silences"] and truth["injected"]["near_silences"]
+    gaps = {(addr, iso_time(a), iso_time(b), b - a > EXPIRY_SECONDS)
+            for addr, broker in truth["brokers"].items() for a, b in broker["gaps"]}
+    found = {(f["broker_addr"], f["from"], f["to"], f["kind"] == "heartbeat_expired")
+             for f in kinds(summary, "heartbeat_expired") + kinds(summary, "heartbeat_near_expiry")}
+    assert found == gaps and any(expired for *_, expired in gaps) and not all(expired for *_, expired in gaps)
+    assert {f["broker_addr"]: f["count"] for f in kinds(summary, "crc_failure")} == {
+        addr: b["crc_failures"] for addr, b in truth["brokers"].items() if b["crc_failures"]} != {}
+    assert {f["broker_addr"]: f["count"] for f in kinds(summary, "registration_refused")} == {
+        addr: b["refused_other"] for addr, b in truth["brokers"].items() if b["refused_other"]} != {}
+    answers: Counter = Counter()
+    for row in summary["response_codes"]:
+        answers[f"{row['code_name']} {row['response_code']}"] += row["count"]
+    assert answers == truth["response_codes"]
+    assert {f"{f['topic']} {f['client']}": f["count"] for f in kinds(summary, "topic_not_exist")} == truth[
+        "topic_not_exist"] != {}
+    unanswered: Counter = Counter()
+    for f in kinds(summary, "unanswered"):
+        unanswered[f["code_name"]] += f["count"]
+    assert unanswered == truth["unanswered_expected"]
+    # the generator stopped the capture while writing its last packet: the file is named for it
+    assert [(f["kind"], f["problem"], f["severity"]) for f in kinds(summary, "bad_input")] == [
+        ("bad_input", "truncated", "warning")]
+    said = {f["kind"] for f in summary["findings"]}
+    assert said == {"heartbeat_expired", "heartbeat_near_expiry", "crc_failure", "registration_refused",
+                    "response_code", "topic_not_exist", "unanswered", "bad_input"}
+    assert [f["severity"] for f in summary["findings"]] == sorted(
+        (f["severity"] for f in summary["findings"]), key=lambda severity: severity != "critical")
+    [period] = summary["inputs"]["periods"]
+    assert summary["inputs"]["gaps"] == [] and period["seconds"] > 0
+
+
+def test_outputs_are_exact_when_first_attempts_fail(spark, synthetic, synthetic_outputs: Outputs, tmp_path) -> None:
+    """Half the reading, decoding and liveness tasks fail once after sending output; Spark runs them
+    again. Accumulators updated in those tasks would count the failed attempts too."""
+    path, _ = synthetic
+    spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, "read,decode,liveness")
+    try:
+        retried = run_job(spark, [str(path)], tmp_path, report=False)
+    finally:
+        spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, None)
+    assert same_rows(retried, synthetic_outputs)
+    assert retried.brokers == synthetic_outputs.brokers
+    assert retried.counts == synthetic_outputs.counts
+    assert retried.summary == synthetic_outputs.summary
+
+
+def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch, capsys) -> None:
+    """A text file named .pcap, an empty file and a pcap cut inside its first record: each named on
+    the console and in summary.json; with no capture among them the command fails."""
+    bad = tmp_path / "in"
+    bad.mkdir()
+    (bad / "notes.pcap").write_text("not a capture\n" * 10)
+    (bad / "empty.pcap").write_bytes(b"")
+    (bad / "cut.pcap").write_bytes(capture("json_lifecycle.pcap").read_bytes()[:24 + 30])
+
+    class Kept:  # the shared session, not stopped by the command
+        def __getattr__(self, name):
+            return getattr(spark, name)
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(job, "build_session", lambda *args, **kwargs: Kept())
+    assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
+    console = capsys.readouterr()
+    for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated")):
+        assert f"{bad / name}: {problem}" in console.out, console.out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert {(Path(f["path"]).name, f["problem"], f["severity"]) for f in kinds(summary, "bad_input")} == {
+        ("notes.pcap", "not a capture", "critical"), ("empty.pcap", "empty", "critical"),
+        ("cut.pcap", "truncated", "critical")}
+    assert "no input is a capture" in console.err
+    assert "cut.pcap" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
+    for argv, said in ((["report", str(tmp_path / "missing.pcap"), "--out", str(tmp_path / "o")],
+                        "no such file or directory"),
+                       (["report", str(tmp_path / "*.pcapng"), "--out", str(tmp_path / "o")], "no such file"),
+                       (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__).parent)],
+                        "exists and is not empty (--overwrite")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+    assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(Path(__file__).parent), overwrite=True) is None
+    assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(tmp_path), overwrite=False) is None  # empty
+
+
+def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> None:
+    """The page opens offline with the findings first, its tables, and every plot drawn by plotly.js
+    (an SVG inside each plot div); the screenshot is kept as a build artifact."""
+    page = Path(synthetic_outputs.out, "report.html").as_uri()
+    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,2400",
+             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", page], capture_output=True, text=True, timeout=120, check=True).stdout
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    subprocess.run([*flags, f"--screenshot={shot}", page], capture_output=True, timeout=120, check=True)
+    body = dom[dom.index("<body"):]
+    sections = [body.index(f"<section id=\"{name}\"") for name in ("findings", "inputs", "timeline", "intervals",
+                                                                    "topics", "requests", "latency", "response-codes",
+                                                                    "brokers")]
+    assert sections == sorted(sections) and body.index("<h1") < sections[0]
+    assert "heartbeat_expired" in body and "crc_failure" in body and "synthetic.pcap" in body
+    for plot in ("timeline", "intervals", "topics", "requests", "latency"):
+        div = body[body.index(f'id="plot-{plot}"'):]
+        assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
+    assert "broker-002" in body and "SynthCluster / broker-002 / 0 (MASTER) / 10.1.0.3:10911" in body
+    assert shot.stat().st_size > 50_000
+
+
+def test_the_documentation_names_every_finding_column_and_field(synthetic_outputs: Outputs) -> None:
+    """docs/capture-report.md stays true: every finding kind and evidence field, every brokers.csv
+    column and every top-level summary.json key is described there."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "capture-report.md").read_text()
+    documented = set(re.findall(r"`([a-z_0-9]+)`", text))
+    summary = synthetic_outputs.summary
+    fields = {key for f in summary["findings"] for key in f} | {f["kind"] for f in summary["findings"]}
+    assert fields | set(BROKER_COLUMNS) | set(summary) | set(summary["counts"]) <= documented | set(
+        re.findall(r'"([a-z_0-9]+)":', text))
+    assert set(findings_module.KINDS) <= documented
+
+
+def test_calls_are_noted_for_the_findings_without_spark() -> None:
+    """Slow answers by code (the slowest as evidence), answers with a non-zero code, and requests
+    never answered unless they were oneway."""
+    rows = [(1.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 1, 0, 5.0, False, "T", None),
+            (2.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 2, 0, 1500.0, False, "T", None),
+            (3.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 3, 17, 2500.0, False, "X", "no route"),
+            (4.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 4, None, None, True, "T", None),
+            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None)]
+    groups: findings_module.Groups = {}
+    for start in (0, 2):  # two batches, as a task sends them
+        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start else rows[:2],
+                                                    type=tables.row_type(CALL)))
+    assert groups[findings_module.SLOW] == {("GET_ROUTEINFO_BY_TOPIC",): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
+    assert groups[findings_module.ANSWER_CODES] == {
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
+    assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
+    said = findings_module.findings([], groups, [])
+    assert [f["kind"] for f in said] == ["topic_not_exist", "response_code", "unanswered", "slow_answer"]
+    assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
