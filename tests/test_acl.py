@@ -53,6 +53,18 @@ def test_signature_is_hmac_sha1_of_the_values_in_key_order_then_the_body():
     assert signature("sk", {"topic": "topicX", "b": "B", "AccessKey": "ak", "Signature": "old"}, b"body") == expected
 
 
+
+def test_a_null_value_is_signed_as_java_appends_it():
+    """StringBuilder.append((String) null) writes "null": a header with a null extField is checked
+    like any other, not failed on."""
+    import base64
+    import hashlib
+    import hmac
+
+    expected = base64.b64encode(hmac.new(b"sk", b"aknull", hashlib.sha1).digest()).decode()
+    assert signature("sk", {"AccessKey": "ak", "b": None}, None) == expected
+
+
 def test_operator_codes_need_an_admin_signature(tmp_path, accounts_file):
     ns = ns_with_acl(tmp_path, accounts_file)
     refused = {

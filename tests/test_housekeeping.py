@@ -8,6 +8,7 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.housekeeping import HousekeepingService
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.protocol.route import DataVersion
@@ -38,8 +39,8 @@ class World:
         self.clock.advance(START)
         self.state = build_state(config(tmp_path, profile), self.clock)
         self.routes = self.state.routes
-        self.factory = RemotingFactory(self.state, self.clock, 16 << 20, idle,
-                                       lambda channel, reason: self.housekeeping.channel_closed(channel, reason))
+        self.controller = NamesrvController(self.state)
+        self.factory = RemotingFactory(self.controller, self.clock, 16 << 20, idle)
         self.housekeeping = HousekeepingService(self.routes, self.factory, self.clock, interval)
         self.housekeeping.startService()
 
@@ -144,7 +145,7 @@ def test_channel_closed_removes_the_brokers_of_that_channel(tmp_path):
     world = World(tmp_path)
     proto, transport = world.connect()
     register(proto, transport)
-    world.housekeeping.channel_closed(proto.channel + 100, "connection closed")
+    world.controller.channel_closed(proto.channel + 100)
     assert "broker-a" in world.routes.brokerAddrTable
     transport.loseConnection()
     assert world.routes.brokerAddrTable == {}

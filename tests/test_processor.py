@@ -1,4 +1,5 @@
-"""processor.dispatch: every request code's answer, for both Java generations, without sockets.
+"""Every request code's answer (the handlers, dispatched by NamesrvController), for both Java
+generations, without sockets.
 
 Requests and answers go through the wire codec (encode, then decode) so what is checked is what
 a peer would read."""
@@ -12,7 +13,9 @@ import pytest
 from twisted.internet import task
 
 from twisted_namesrv import compat
-from twisted_namesrv.processor import HANDLERS, NamesrvState, Peer, dispatch
+from twisted_namesrv.context import NamesrvState, Peer
+from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.processor import HANDLERS
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
@@ -40,6 +43,7 @@ class Namesrv:
         self.clock = task.Clock()
         self.clock.advance(START)
         self.state: NamesrvState = build_state(self.config, self.clock)
+        self.controller = NamesrvController(self.state)
         self.routes = self.state.routes
         self.profile = self.config.profile
 
@@ -53,7 +57,7 @@ class Namesrv:
                                           version=self.client_version if version is None else version,
                                           oneway=oneway, serialize_type=serialize_type)
         wire_request = RemotingCommand.decode(request.encode()[4:])
-        response = dispatch(self.state, wire_request, Peer(channel, "127.0.0.1:40000"))
+        response = self.controller.dispatch(wire_request, Peer(channel, "127.0.0.1:40000"))
         if response is None:
             return None
         answer = RemotingCommand.decode(response.encode()[4:])
@@ -639,7 +643,7 @@ def test_get_config_lists_config_file_keys(tmp_path):
     config = NamesrvConfig.from_file(str(path))
     clock = task.Clock()
     state = build_state(config, clock)
-    answer = dispatch(state, RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    answer = NamesrvController(state).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
     assert keys["customKey"] == "hello" and keys["enableTopicList"] == "false"
     assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)

@@ -9,7 +9,8 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
-from twisted_namesrv.processor import NamesrvState
+from twisted_namesrv.context import NamesrvState
+from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import (
@@ -32,6 +33,18 @@ MASTER = "10.0.0.1:10911"
 _opaques = itertools.count(1)
 
 
+class RecordingController(NamesrvController):
+    """Remembers the channels reported closed, with the reason."""
+
+    def __init__(self, state: NamesrvState) -> None:
+        super().__init__(state)
+        self.closed: list[tuple[int, str]] = []
+
+    def channel_closed(self, channel, reason: str = "connection closed") -> None:
+        self.closed.append((channel, reason))
+        super().channel_closed(channel, reason)
+
+
 class Harness:
     def __init__(self, tmp_path, profile: str = "5.3.3", idle: float = IDLE, max_frame: int = 16 * 1024 * 1024):
         config = NamesrvConfig({"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
@@ -39,12 +52,12 @@ class Harness:
         self.clock = task.Clock()
         self.clock.advance(1_000)
         self.state: NamesrvState = build_state(config, self.clock)
-        self.closed: list[tuple[int, str]] = []
-        self.factory = RemotingFactory(self.state, self.clock, max_frame, idle, self._closed)
+        self.controller = RecordingController(self.state)
+        self.factory = RemotingFactory(self.controller, self.clock, max_frame, idle)
 
-    def _closed(self, channel: int, reason: str) -> None:
-        self.closed.append((channel, reason))
-        self.state.routes.on_channel_destroy(channel, reason)
+    @property
+    def closed(self) -> list[tuple[int, str]]:
+        return self.controller.closed
 
     def connect(self, port: int = 40000):
         proto = self.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))

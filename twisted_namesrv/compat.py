@@ -87,7 +87,6 @@ JAVA_5_3_3 = Profile(
 )
 
 PROFILES = {p.name: p for p in (JAVA_4_9_8, JAVA_5_3_3)}
-DEFAULT_PROFILE = JAVA_5_3_3
 
 
 def profile_named(name: str) -> Profile:

@@ -1,7 +1,7 @@
 """What the server counts for ``/metrics`` and the status page.
 
-Counting happens on the request path at ~200k lookups/s, so it is plain ints and dicts bumped
-in place; they become Prometheus families only when scraped (``collector``).  No label carries a
+Counting happens on the request path, the hottest route lookups included, so it is plain ints
+and dicts bumped in place; they become Prometheus families only when scraped (``collector``).  No label carries a
 topic, broker or client: codes, response codes, event kinds and rejection reasons only.
 """
 
@@ -82,7 +82,7 @@ class Metrics:
     departed: dict[tuple[Any, Any, Any], RouteEvent] = field(default_factory=dict)
     #: route events since start: the last one's ``seq``
     events_seen: int = 0
-    #: route lookups answered by replies.fast_reply (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
+    #: route lookups answered by AnswerCache.reply_to (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
     #: so the hottest path costs two additions and a bisect; ``requests_by_code`` folds them in
     answered_from_memory_count: int = 0
     memory_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
@@ -92,7 +92,8 @@ class Metrics:
     clock: Callable[[], float] = time.time
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
-        """``code`` must be one the server handles or OTHER_CODE (see server.metric_code)."""
+        """``code`` must be one the server handles or OTHER_CODE (NamesrvController folds the others
+        into it), so a peer cannot add series."""
         self.requests[code, response_code] += times
         histogram = self.latency.get(code)
         if histogram is None:

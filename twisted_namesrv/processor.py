@@ -1,17 +1,16 @@
-"""Request dispatch: one table from RequestCode to handler.
+"""The handlers, and one table from RequestCode to handler (HANDLERS).
 
-A handler takes the NameServer state and a request and returns a response command, or None
-for no answer.  No I/O here except through the state's callbacks; the protocol frames it.
+A handler takes the NameServer state, a request and its peer and returns the response command.
+No I/O here except through the state's callbacks; the controller dispatches and encodes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from .compat import Profile
+from .context import NamesrvState, Peer
 from .protocol.register import RegisterBodyError, decode_register_body
 from .protocol.route import (
     MASTER_ID,
@@ -26,50 +25,14 @@ from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType,
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked
 from .remoting.values import java_bool, optional_long, parse_java_integer
-from .state.acl import AccessControl
-from .state.config import ConfigError, NamesrvConfig, parse_properties
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
-from .state.routes import RegisterRequest, RouteData, RouteInfoManager, has_unit_flag, has_unit_sub_flag
+from .state.config import ConfigError, parse_properties
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+from .state.routes import BROKER, TOPIC, RegisterRequest, RouteData, has_unit_flag, has_unit_sub_flag
 
 log = logging.getLogger(__name__)
 
 ZONE_NAME = "__ZONE_NAME"
 ZONE_MODE = "__ZONE_MODE"
-
-
-@dataclass
-class Peer:
-    """The connection a request came over: its channel id and remote ``ip:port``."""
-
-    channel: Any
-    address: str = ""
-
-
-@dataclass
-class NamesrvState:
-    config: NamesrvConfig
-    routes: RouteInfoManager
-    kv: KVConfigManager
-    clock: Callable[[], float]
-    started_at: float = 0.0
-    persist_config: Callable[[str], None] = field(default=lambda text: None)
-    #: bodies of whole-table answers (cluster info, topic lists), valid for one routes.generation
-    memo: dict[Any, tuple[int, bytes]] = field(default_factory=dict)
-    #: route answers as bytes, by request frame minus its opaque (see replies.py)
-    reply_memo: dict[bytes, tuple[str, Any, bytes, bytes, bytes]] = field(default_factory=dict)
-    #: signed-request checks (aclEnable); None: no checks
-    acl: AccessControl | None = None
-
-    def memoized(self, key: Any, build: Callable[[], bytes]) -> bytes:
-        generation = self.routes.generation
-        entry = self.memo.get(key)
-        if entry is None or entry[0] != generation:
-            entry = self.memo[key] = (generation, build())
-        return entry[1]
-
-    @property
-    def profile(self) -> Profile:
-        return self.config.profile
 
 
 Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None]
@@ -78,7 +41,7 @@ Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None
 # -- helpers shared by the handlers ------------------------------------------------------------
 
 def respond(state: NamesrvState, request: RemotingCommand, code: int = ResponseCode.SUCCESS,
-            remark: str | None = None, ext: dict[str, str] | None = None, body: bytes | None = None,
+            remark: str | None = None, ext: dict[str, str | None] | None = None, body: bytes | None = None,
             normal: bool = True) -> RemotingCommand:
     """A response as each Java generation writes it: its version, and its header type (4.9.8
     answers a normal response in the request's type; error replies and 5.3.3 use JSON)."""
@@ -109,7 +72,7 @@ class BadRequest(ValueError):
 
 def json_body(request: RemotingCommand) -> Any:
     try:
-        return fastjson.loads(request.body or b"")
+        return fastjson.loads(bytes(request.body or b""))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from None
 
@@ -123,7 +86,7 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
     state.kv.put(namespace, key, ext.get("value"))
     if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-        state.routes.topic_changed(key)  # its orderTopicConf
+        state.answers.forget_topic(key)  # its orderTopicConf
     return respond(state, request)
 
 
@@ -140,7 +103,7 @@ def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) 
     namespace, key = request.ext.get("namespace"), request.ext.get("key")
     state.kv.delete(namespace, key)
     if namespace == NAMESPACE_ORDER_TOPIC_CONFIG and key is not None:
-        state.routes.topic_changed(key)
+        state.answers.forget_topic(key)
     return respond(state, request)
 
 
@@ -162,26 +125,27 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
-    missing = [name for name in ("clusterName", "brokerAddr", "brokerName") if ext.get(name) is None]
-    if missing:  # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
+    cluster, addr, name = ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName")
+    if cluster is None or addr is None or name is None:
+        # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
+        missing = "clusterName" if cluster is None else "brokerAddr" if addr is None else "brokerName"
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
-                       f"register broker failed: header field {missing[0]} is missing", ext={}, normal=False)
+                       f"register broker failed: header field {missing} is missing", ext={}, normal=False)
     acting = ext.get("enableActingMaster")
-    known = state.routes.known_table_digest(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"),
-                                            broker_id, java_bool(acting))
+    known = state.routes.known_table_digest(cluster, addr, name, broker_id, java_bool(acting))
     try:
         body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version,
                                     state.config["inflateMaxLength"], known_digest=known)
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     result = state.routes.register_broker(RegisterRequest(
-        clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
-        brokerId=broker_id, haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
+        clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
+        haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
         zoneName=ext.get(ZONE_NAME),
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=None if acting is None else java_bool(acting),
-        version=request.version))  # type: ignore[arg-type]
+        version=request.version))
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -259,8 +223,7 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
     topic, variant, zone = route_variant(state, request)
     standard, order_conf = variant
-    memo = state.routes.route_memo.get(topic) if zone is None else None  # type: ignore[arg-type]
-    body = memo.get(variant) if memo else None
+    body = state.answers.route(topic, variant) if zone is None else None
     if body is None:
         body = encode_route(state, topic, order_conf, standard, zone)
         if body is None:
@@ -271,7 +234,7 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
 
 def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,
                  zone: str | None) -> bytes | None:
-    """The route body, memoized per topic and variant (misses are not: any name can be asked)."""
+    """The route body, kept per topic and variant unless filtered by zone."""
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
         return None
@@ -282,7 +245,7 @@ def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None,
                             route.topicQueueMappingByBroker, state.profile.v5_bodies)
     body = fastjson.dumps_bytes(bean, standard)
     if zone is None:
-        state.routes.route_memo.setdefault(topic, {})[(standard, order_conf)] = body  # type: ignore[arg-type]
+        state.answers.keep_route(topic, (standard, order_conf), body)  # type: ignore[arg-type]
     return body
 
 
@@ -304,7 +267,7 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
         return fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable,
                                                       state.profile.v5_bodies))
 
-    return respond(state, request, body=state.memoized(RequestCode.GET_BROKER_CLUSTER_INFO, build))
+    return respond(state, request, body=state.answers.table(RequestCode.GET_BROKER_CLUSTER_INFO, BROKER, build))
 
 
 def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -358,7 +321,8 @@ def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer
     def build() -> bytes:
         return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.v5_bodies))
 
-    return respond(state, request, body=state.memoized(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, build))
+    return respond(state, request,
+                   body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
 
 
 def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -389,7 +353,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
     if not request.body:
         return respond(state, request)
     try:
-        props = parse_properties(request.body.decode("utf-8"))
+        props = parse_properties(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
@@ -400,10 +364,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         state.config.apply({k: v for k, v in props.items() if k in state.config.values})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    state.routes.support_acting_master = state.config["supportActingMaster"]
-    state.routes.notify_min_broker_id_changed = state.config["notifyMinBrokerIdChanged"]
-    state.routes.delete_topic_with_registration = state.config["deleteTopicWithBrokerRegistration"]
-    state.routes.routes_changed()
+    state.answers.clear()  # switches shape answers (orderMessageEnable, supportActingMaster, ...)
     log.info("updateNamesrvConfig from %s: %s", peer.address, props)
     state.persist_config(state.config.properties_text())
     return respond(state, request)
@@ -444,43 +405,3 @@ HANDLERS: dict[int, Handler] = {
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})
-
-
-def answer(state: NamesrvState, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
-    """dispatch, encoded: an answer that cannot be encoded costs one error reply, not the
-    connection."""
-    response = dispatch(state, request, peer)
-    if response is None:
-        return None
-    try:
-        return response, response.encode()
-    except Exception as exc:
-        log.exception("cannot encode the answer to request %s from %s", request.code, peer.address)
-        response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"cannot encode the answer: {type(exc).__name__}",
-                           normal=False)
-        return response, response.encode()
-
-
-def dispatch(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-    """Answer one request; None when nothing is to be sent (oneway requests)."""
-    handler = HANDLERS.get(request.code)
-    if request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes:
-        handler = None
-    acl = state.acl
-    refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
-    if refusal is not None:  # as a Java broker answers an AclException
-        log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
-        response = respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
-    elif handler is None:
-        response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                           f" request type {request.code} not supported", normal=False)
-    else:
-        try:
-            response = handler(state, request, peer)
-        except BadRequest as exc:
-            log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
-            response = respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-        except Exception as exc:  # a handler bug must cost one answer, never the connection
-            log.exception("process request %s from %s failed", request.code, peer.address)
-            response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
-    return None if request.is_oneway else response

@@ -11,10 +11,11 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from . import CannotStart, __version__
+from .context import NamesrvState
+from .controller import NamesrvController
 from .housekeeping import HousekeepingService, log_route_event
 from .logs import forward_stdlib_logging
 from .metrics import Metrics
-from .processor import NamesrvState
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
@@ -47,12 +48,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     kv_path = Path(config["kvConfigPath"])
     kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
     kv.load(kv_path)
-    routes = RouteInfoManager(
-        config.profile, clock.seconds,
-        delete_topic_with_registration=config["deleteTopicWithBrokerRegistration"],
-        support_acting_master=config["supportActingMaster"],
-        notify_min_broker_id_changed=config["notifyMinBrokerIdChanged"],
-        listener=listener, notifier=notifier)
+    routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"])
            if config["aclEnable"] else None)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
@@ -83,9 +79,9 @@ GC_YOUNG_THRESHOLD = 50_000
 
 def tune_gc() -> None:
     """Registrations build long-lived tables by the hundred thousand objects, and the default
-    young-generation threshold makes CPython collect every 700 of them: a first registration
-    of 100k topics spent a third of its 339 ms CPU in the collector (250 ms with this). Freezing
-    what boot created keeps it out of every later full collection."""
+    young-generation threshold makes CPython collect every 700 of them, so a first registration
+    spends much of its CPU in the collector (tools/bench/README.md). Freezing what boot created
+    keeps it out of every later full collection."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
@@ -102,12 +98,10 @@ class NamesrvService(service.MultiService):
         self.metrics = Metrics(clock=reactor.seconds)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
-        self.housekeeping: HousekeepingService
-        self.factory = RemotingFactory(self.state, reactor, config["frameMaxLength"],
-                                       config["serverChannelMaxIdleTimeSeconds"],
-                                       lambda channel, reason: self.housekeeping.channel_closed(channel, reason),
-                                       config["maxConnections"], self.metrics, config["headerMaxLength"])
-        self.factory.count_requests = bool(config["metricsPort"])
+        self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]))
+        self.factory = RemotingFactory(self.controller, reactor, config["frameMaxLength"],
+                                       config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
+                                       config["headerMaxLength"])
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)

@@ -9,10 +9,10 @@ from twisted.internet import defer, reactor
 from tests.interop.broker_double import BrokerDouble
 from tests.replay.test_replay import wait_until
 from tests.support import server_config, start_server
-from twisted_namesrv.compat import JAVA_5_3_3
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
 
 
@@ -24,8 +24,8 @@ def register(routes: RouteInfoManager, broker_id: int, addr: str, acting: bool =
 
 def notifying_routes(enabled: bool = True) -> tuple[RouteInfoManager, list[tuple[str, dict]]]:
     sent: list[tuple[str, dict]] = []
-    routes = RouteInfoManager(JAVA_5_3_3, lambda: 0.0, notify_min_broker_id_changed=enabled,
-                              notifier=lambda addr, header: sent.append((addr, header)))
+    config = NamesrvConfig({"compatVersion": "5.3.3", "notifyMinBrokerIdChanged": enabled})
+    routes = RouteInfoManager(config, lambda: 0.0, notifier=lambda addr, header: sent.append((addr, header)))
     return routes, sent
 
 

@@ -168,6 +168,15 @@ class TestFrameDecoder:
         with pytest.raises(RemotingDecodeError):
             RemotingCommand.decode(b"\x00\x00\x01\x00{}")
 
+    def test_too_long_header_is_refused_once_its_word_arrives(self) -> None:
+        header_length = len(ROUTE_REQUEST_JSON) - 8  # the route request has no body
+        assert FrameDecoder(max_header_length=header_length).feed(ROUTE_REQUEST_JSON) == [ROUTE_REQUEST_JSON[4:]]
+        decoder = FrameDecoder(max_header_length=header_length - 1)
+        assert decoder.feed(ROUTE_REQUEST_JSON[:7]) == []  # the header word is not complete yet
+        with pytest.raises(RemotingDecodeError) as refused:
+            decoder.feed(ROUTE_REQUEST_JSON[7:8])
+        assert refused.value.reason == "header_length"
+
 
 class TestRegisterBody:
     VERIFIED_498 = bytes.fromhex(

@@ -10,6 +10,7 @@ from twisted.internet import task
 from twisted_namesrv import compat
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig
 from twisted_namesrv.protocol.route import BrokerData, DataVersion, QueueData
+from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     RegisterRequest,
@@ -37,10 +38,12 @@ def body(*topics: str | TopicConfig, version: tuple[int, ...] = (1, 1), filters:
                               dict(mappings or {}))
 
 
-def manager(profile: compat.Profile, **kwargs) -> tuple[RouteInfoManager, task.Clock]:
+def manager(profile: compat.Profile, notifier=None, **switches) -> tuple[RouteInfoManager, task.Clock]:
+    """A manager on a fake clock; ``switches`` are config keys (supportActingMaster=True)."""
     clock = task.Clock()
     clock.advance(START)
-    return RouteInfoManager(profile, clock.seconds, **kwargs), clock
+    config = NamesrvConfig({"compatVersion": profile.name, **switches})
+    return RouteInfoManager(config, clock.seconds, notifier=notifier), clock
 
 
 def register(routes: RouteInfoManager, *, cluster: str = "c1", addr: str = MASTER_A, name: str = "broker-a",
@@ -225,7 +228,7 @@ def test_changed_version_does_not_remove_missing_topics(profile):
 
 
 def test_5_3_3_delete_topic_with_broker_registration_removes_missing_topics():
-    routes, _ = manager(V5, delete_topic_with_registration=True)
+    routes, _ = manager(V5, deleteTopicWithBrokerRegistration=True)
     register(routes, topics=("T1", "T2", "T3"))
     register(routes, name="broker-b", addr=MASTER_B, topics=("T3", "T9"))
     register(routes, topics=("T1", "T2"), version=(2, 2))
@@ -236,7 +239,7 @@ def test_5_3_3_delete_topic_with_broker_registration_removes_missing_topics():
 
 
 def test_5_3_3_delete_topic_with_registration_skipped_with_static_topic_mappings():
-    routes, _ = manager(V5, delete_topic_with_registration=True)
+    routes, _ = manager(V5, deleteTopicWithBrokerRegistration=True)
     register(routes, topics=("T1", "T2", "T3"))
     mapping = {"T1": {"bname": "broker-a", "topic": "T1", "totalQueues": 8, "epoch": 1}}
     register(routes, topics=("T1", "T2"), version=(2, 2), mappings=mapping)
@@ -245,7 +248,7 @@ def test_5_3_3_delete_topic_with_registration_skipped_with_static_topic_mappings
 
 
 def test_4_9_8_ignores_delete_topic_with_registration():
-    routes, _ = manager(V4, delete_topic_with_registration=True)
+    routes, _ = manager(V4, deleteTopicWithBrokerRegistration=True)
     register(routes, topics=("T1", "T2", "T3"))
     register(routes, topics=("T1", "T2"), version=(2, 2))
     assert set(routes.topicQueueTable) == {"T1", "T2", "T3"}
@@ -302,7 +305,7 @@ def test_5_3_3_older_state_version_on_another_address_is_ignored():
 
 def test_5_3_3_registering_a_lower_id_notifies_the_group():
     sent = []
-    routes, _ = manager(V5, notify_min_broker_id_changed=True,
+    routes, _ = manager(V5, notifyMinBrokerIdChanged=True,
                         notifier=lambda addr, header: sent.append((addr, header)))
     register(routes, addr=SLAVE_A, broker_id=1, acting=True)
     register(routes, addr=SLAVE_A2, broker_id=2, acting=True)
@@ -587,11 +590,11 @@ def test_topics_by_cluster(profile):
 
 
 def test_5_3_3_route_with_support_acting_master_names_the_lowest_slave_master():
-    routes, _ = manager(V5, support_acting_master=True)
+    routes, _ = manager(V5, supportActingMaster=True)
     register(routes, addr=SLAVE_A, broker_id=1, acting=True)
     register(routes, addr=SLAVE_A2, broker_id=2, acting=True)
     route = routes.pickup_topic_route_data("T1")
     assert route.brokerDatas[0].brokerAddrs == {2: SLAVE_A2, 0: SLAVE_A}
     assert routes.brokerAddrTable["broker-a"].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}  # a clone was changed
-    routes.support_acting_master = False
+    routes.config.apply({"supportActingMaster": "false"})
     assert routes.pickup_topic_route_data("T1").brokerDatas[0].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}

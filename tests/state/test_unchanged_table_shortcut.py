@@ -9,7 +9,8 @@ import random
 import pytest
 from twisted.internet import task
 
-from twisted_namesrv.processor import Peer, dispatch
+from twisted_namesrv.context import Peer
+from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
@@ -79,7 +80,8 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
         before = fast.routes.known_table_digest("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
                                                 acting[broker_id])
         skipped += before is not None and request.code == RequestCode.REGISTER_BROKER
-        answers = [dispatch(state, request, Peer(broker_id, ADDRS[broker_id])) for state in (fast, reference)]
+        answers = [NamesrvController(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
+                   for state in (fast, reference)]
         assert answers[0].encode() == answers[1].encode()
         assert snapshot(fast) == snapshot(reference)
     assert skipped > 0  # the shortcut was exercised

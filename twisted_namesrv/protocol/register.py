@@ -195,6 +195,7 @@ class _Reader:
         return len(self.data) - self.pos
 
     def int32(self) -> int:
+        value: int
         (value,) = _INT.unpack_from(self.data, self.pos)
         self.pos += 4
         return value

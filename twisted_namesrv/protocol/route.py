@@ -7,7 +7,7 @@ DataVersion) and their fastjson bean shapes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,7 @@ def java_table_order(keys: Iterable[Any], initial: int, v5: bool) -> list[Any]:
     return java_hash_order(keys, table_size(len(keys), initial, concurrent=v5))
 
 
-def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]],
+def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]],
                       v5: bool) -> dict[str, Any]:
     brokers = java_table_order(broker_addr_table, 128, v5)
     clusters = java_table_order(cluster_addr_table, 32, v5)

@@ -26,7 +26,8 @@ class RemotingCommand:
     ``serialize_type`` is the frame's type byte (JSON 0, ROCKETMQ 1)."""
 
     header: Header
-    body: bytes | None = None
+    #: a view of the frame when decoded from a memoryview (capture analysis: no copy of big bodies)
+    body: bytes | memoryview | None = None
     serialize_type: int = SerializeType.JSON
 
     # -- the fields everybody reads -------------------------------------------------------
@@ -61,7 +62,7 @@ class RemotingCommand:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def request(cls, code: int, ext: dict[str, str] | None = None, body: bytes | None = None, *,
+    def request(cls, code: int, ext: dict[str, str | None] | None = None, body: bytes | None = None, *,
                 opaque: int = 0, version: int = 0, language: str = "JAVA", oneway: bool = False,
                 serialize_type: int = SerializeType.JSON) -> RemotingCommand:
         header = Header(code=code, language=language, version=version, opaque=opaque,
@@ -70,7 +71,7 @@ class RemotingCommand:
 
     @classmethod
     def response_to(cls, request: RemotingCommand, code: int = ResponseCode.SUCCESS, remark: str | None = None,
-                    ext: dict[str, str] | None = None, body: bytes | None = None, *, version: int = 0,
+                    ext: dict[str, str | None] | None = None, body: bytes | None = None, *, version: int = 0,
                     serialize_type: int = SerializeType.JSON) -> RemotingCommand:
         """A response carrying the request's opaque, as NettyRemotingAbstract writes it."""
         header = Header(code=code, version=version, opaque=request.opaque, flag=RESPONSE_FLAG,

@@ -9,21 +9,22 @@ every checksum once an import-time check shows that both agree.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import crcmod.predefined
 
-_CRC_32 = crcmod.predefined.mkPredefinedCrcFun("crc-32")
+_CRC_32: Callable[[bytes | memoryview], int] = crcmod.predefined.mkPredefinedCrcFun("crc-32")
 _PROBE = bytes(range(256)) * 3
 
 
-def _fastest_crc32():
+def _fastest_crc32() -> Callable[[bytes | memoryview], int]:
     return zlib.crc32 if zlib.crc32(_PROBE) == _CRC_32(_PROBE) else _CRC_32
 
 
 _crc32 = _fastest_crc32()
 
 
-def crc32_masked(data: bytes | None) -> int:
+def crc32_masked(data: bytes | memoryview | None) -> int:
     """UtilAll.crc32: java.util.zip.CRC32 with the top bit cleared; 0 for no body."""
     if not data:
         return 0

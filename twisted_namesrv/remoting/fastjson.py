@@ -20,12 +20,14 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 _plain_string = json.JSONEncoder(ensure_ascii=False).encode
 _ascii_string = json.JSONEncoder(ensure_ascii=True).encode
 _LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-f]{4})")
 _MAX_SAFE_LONG = 9007199254740991
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def _standard_string(text: str) -> str:
@@ -96,8 +98,8 @@ def _write(value: Any, standard: bool, out: list[str]) -> None:
         raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
-def _write_map(mapping: dict, standard: bool, out: list[str]) -> None:
-    items: Iterable = mapping.items()
+def _write_map(mapping: dict[Any, Any], standard: bool, out: list[str]) -> None:
+    items: Iterable[tuple[Any, Any]] = mapping.items()
     if standard:
         items = sorted(items, key=lambda kv: _sort_key(kv[0]))
     out.append("{")
@@ -122,7 +124,7 @@ _BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
 
 
 def _quote_bare_keys(text: str) -> str:
-    def quote(m: re.Match) -> str:
+    def quote(m: re.Match[str]) -> str:
         return m.group(0) if m.group(1) is None else f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
 
     return _BARE_KEY.sub(quote, text)
@@ -200,6 +202,6 @@ def java_hash_order(keys: Iterable[Any], table: int | None = None) -> list[Any]:
     return sorted(keys, key=bucket)
 
 
-def java_hash_map(mapping: dict) -> dict:
+def java_hash_map(mapping: dict[K, V]) -> dict[K, V]:
     """The same dict, re-ordered as a Java HashMap with these insertions would iterate."""
     return {key: mapping[key] for key in java_hash_order(mapping)}

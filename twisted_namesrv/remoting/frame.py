@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from functools import cache
+from typing import Any
 
 from .errors import RemotingDecodeError
 
@@ -22,7 +23,7 @@ HEADER_LENGTH_MASK = 0x00FFFFFF
 
 
 @cache
-def frame_struct():
+def frame_struct() -> Any:
     """The frame as a construct definition (imported and compiled only when used)."""
     from construct import Bytes, Int32sb, Int32ub, Struct, this
 
@@ -42,19 +43,10 @@ def split_header_word(word: int) -> tuple[int, int]:
     return (word >> 24) & 0xFF, word & HEADER_LENGTH_MASK
 
 
-def encode_frame(serialize_type: int, header: bytes, body: bytes | None) -> bytes:
+def encode_frame(serialize_type: int, header: bytes, body: bytes | memoryview | None) -> bytes:
     body = body or b""
     length = 4 + len(header) + len(body)
     return _PREFIX.pack(length, (serialize_type << 24) | len(header)) + header + body
-
-
-def check_header_length(frame: bytes, max_header_length: int) -> None:
-    """Refuse a frame (prefix stripped) whose header is longer than ``max_header_length`` before
-    anything parses it: Java bounds a header only by the frame, 16 MiB of JSON."""
-    if len(frame) >= 4:
-        header_length = _LENGTH.unpack_from(frame, 0)[0] & HEADER_LENGTH_MASK
-        if header_length > max_header_length:
-            raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
 
 
 def split_frame(frame: bytes | memoryview) -> tuple[int, bytes, bytes | memoryview | None]:
@@ -70,21 +62,29 @@ def split_frame(frame: bytes | memoryview) -> tuple[int, bytes, bytes | memoryvi
     return serialize_type, header, body
 
 
-def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, start: int = 0
-                ) -> tuple[list[tuple[int, int]], int]:
+def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, start: int = 0,
+                max_header_length: int | None = None) -> tuple[list[tuple[int, int]], int]:
     """Where the whole frames in ``data`` from ``start`` are, as (start, end) of each frame without
     its length prefix, and where the bytes not yet making a frame begin.
 
     A negative length, or one whose whole frame (prefix included) exceeds ``max_frame_length``,
-    raises ``RemotingDecodeError`` as soon as its length word is there."""
+    raises ``RemotingDecodeError`` as soon as its length word is there; a header longer than
+    ``max_header_length`` as soon as its header word is (Java bounds a header only by the frame,
+    16 MiB of JSON to parse)."""
     spans: list[tuple[int, int]] = []
     end = len(data)
     while end - start >= 4:
-        (length,) = _LENGTH.unpack_from(data, start)
+        if end - start >= 8:
+            length, word = _PREFIX.unpack_from(data, start)
+        else:
+            (length,), word = _LENGTH.unpack_from(data, start), 0
         if length < 0:
             raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
         if length + 4 > max_frame_length:
             raise RemotingDecodeError(f"frame length {length + 4} exceeds {max_frame_length}", "frame_length")
+        if max_header_length is not None and length >= 4 and word & HEADER_LENGTH_MASK > max_header_length:
+            header_length = word & HEADER_LENGTH_MASK
+            raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
         if end - start - 4 < length:
             break
         spans.append((start + 4, start + 4 + length))
@@ -97,11 +97,13 @@ class FrameDecoder:
     LengthFieldBasedFrameDecoder(maxFrame, 0, 4, 0, 4) with failFast.
 
     A negative length or one whose whole frame (prefix included) exceeds ``max_frame_length``
-    raises ``RemotingDecodeError`` as soon as the length word arrives: the peer is broken.
+    raises ``RemotingDecodeError`` as soon as the length word arrives, and a header longer than
+    ``max_header_length`` as soon as the header word does: the peer is broken.
     """
 
-    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
         self.max_frame_length = max_frame_length
+        self.max_header_length = max_header_length
         self._buffer = bytearray()
 
     @property
@@ -112,7 +114,7 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         buffer += data
-        spans, used = frame_spans(buffer, self.max_frame_length)
+        spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
         frames = [bytes(buffer[start:end]) for start, end in spans]
         if used:
             del buffer[:used]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,11 @@ class Account:
     admin: bool = False
 
 
-def signature(secret_key: str, ext: dict[str, str], body: bytes | None) -> str:
-    """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys."""
+def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
+    """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys (a
+    null value appends "null", as StringBuilder does)."""
     fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be"))
-    content = "".join(ext[k] for k in fields).encode("utf-8") + (body or b"")
+    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8") + bytes(body or b"")
     return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode()
 
 
@@ -80,7 +82,7 @@ class AccessControl:
     def guards(self, code: int) -> bool:
         return self.read_required or code in BROKER_CODES or code in ADMIN_CODES
 
-    def refusal(self, code: int, ext: dict[str, str], body: bytes | None) -> str | None:
+    def refusal(self, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
         """None when the request may proceed, else the AclException text Java would send."""
         access_key = ext.get(ACCESS_KEY)
         if not access_key:

@@ -21,7 +21,7 @@ from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
 BOTH = V4 | V5
-OURS = frozenset()  # our own keys: listed only when set in the properties file
+OURS: frozenset[str] = frozenset()  # our own keys: listed only when set in the properties file
 
 
 @dataclass(frozen=True, slots=True)

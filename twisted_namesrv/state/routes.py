@@ -4,10 +4,11 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
-Answers are expensive to encode and asked for far more often than the state changes, so the
-manager keeps ``route_memo`` (per topic, filled by whoever encodes a route) and ``generation``
-(bumped on any change that can alter cluster info or topic lists).  Every mutation below clears
-exactly what it touches: a heartbeat that changes nothing clears nothing.
+The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
+page compare it) and publishes each one through a single hook, ``on_change(kind, name)``: a
+topic's route changed, a broker group changed (so every route naming it), or everything did.
+Whoever caches answers (answer_cache.py) subscribes; a heartbeat that changes nothing publishes
+nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compat import Profile
 from ..protocol.register import RegisterBrokerBody, TopicConfig
 from ..protocol.route import (
     FLAG_UNIT,
@@ -29,6 +29,7 @@ from ..protocol.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
+from .config import NamesrvConfig
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
@@ -37,6 +38,9 @@ Channel = Hashable
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
 EventListener = Callable[[str, dict[str, Any]], None]
 Notifier = Callable[[str, dict[str, str]], None]
+#: on_change's kinds: the name is a topic, a broker name, or None (everything)
+TOPIC, BROKER, EVERYTHING = "topic", "broker", "everything"
+ChangeListener = Callable[[str, str | None], None]
 
 
 @dataclass(slots=True)
@@ -87,14 +91,11 @@ class RegisterRequest:
 
 
 class RouteInfoManager:
-    def __init__(self, profile: Profile, clock: Callable[[], float], *, delete_topic_with_registration: bool = False,
-                 support_acting_master: bool = False, notify_min_broker_id_changed: bool = False,
-                 listener: EventListener | None = None, notifier: Notifier | None = None) -> None:
-        self.profile = profile
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.profile = config.profile
         self._clock = clock
-        self.delete_topic_with_registration = delete_topic_with_registration
-        self.support_acting_master = support_acting_master
-        self.notify_min_broker_id_changed = notify_min_broker_id_changed
         self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
         self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
@@ -103,21 +104,43 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
-        self.route_memo: dict[str, dict[Any, bytes]] = {}
         self.generation = 0
+        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody
+        self.on_change: ChangeListener | None = None
 
-    # -- memo invalidation ------------------------------------------------------------------
+    # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
+    @property
+    def delete_topic_with_registration(self) -> bool:
+        return bool(self.config["deleteTopicWithBrokerRegistration"])
+
+    @property
+    def support_acting_master(self) -> bool:
+        return bool(self.config["supportActingMaster"])
+
+    @property
+    def notify_min_broker_id_changed(self) -> bool:
+        return bool(self.config["notifyMinBrokerIdChanged"])
+
+    # -- change publication -----------------------------------------------------------------
+    def _changed(self, kind: str, name: str | None) -> None:
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change(kind, name)
+
     def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (also order-topic KV entries)."""
-        self.route_memo.pop(topic, None)
+        """Anything a route answer for ``topic`` shows changed (inline: called per topic)."""
         self.generation += 1
+        if self.on_change is not None:
+            self.on_change(TOPIC, topic)
 
-    def _broker_changed(self, broker_name: str) -> None:
-        """A group's addresses, zone or flags changed: every route naming it is stale."""
-        if self.route_memo:
-            for topic in [t for t in self.route_memo if broker_name in self.topicQueueTable.get(t, ())]:
-                del self.route_memo[topic]
-        self.generation += 1
+    def _broker_changed(self, broker_name: str | None) -> None:
+        """A group's addresses, zone, flags or queue permissions changed: every route naming it
+        is stale, and so is the cluster info."""
+        self._changed(BROKER, broker_name)
+
+    def routes_changed(self) -> None:
+        """Everything may have changed (tables replaced, filter servers dropped)."""
+        self._changed(EVERYTHING, None)
 
     def _forget_tables(self) -> None:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
@@ -130,7 +153,7 @@ class RouteInfoManager:
         """The digest of the table this broker's queues hold now, when registering the same
         table again cannot change anything: same id slot (not a first registration), same
         acting-master flag, and nothing changed its queue data since."""
-        live = self.brokerLiveTable.get(self.live_key(cluster, addr))  # type: ignore[arg-type]
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
         if live is None or live.tableDigest is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
             return None
@@ -138,16 +161,11 @@ class RouteInfoManager:
             return None
         return live.tableDigest
 
-    def routes_changed(self) -> None:
-        """A switch that shapes every answer changed (e.g. supportActingMaster)."""
-        self.route_memo.clear()
-        self.generation += 1
-
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def live_key(self, cluster: str | None, addr: str) -> LiveKey:
+    def live_key(self, cluster: str | None, addr: str | None) -> LiveKey:
         return (cluster, addr) if self.profile.live_key_includes_cluster else addr
 
     @staticmethod
@@ -170,12 +188,12 @@ class RouteInfoManager:
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
-            self.generation += 1
+            self._broker_changed(req.brokerName)
         broker = self.brokerAddrTable.get(req.brokerName)
         register_first = broker is None
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
-            self.generation += 1
+            self._broker_changed(req.brokerName)
         if p.acting_master_rules and (broker.enableActingMaster, broker.zoneName) != (
                 bool(req.enableActingMaster), req.zoneName):
             broker.enableActingMaster = bool(req.enableActingMaster)
@@ -302,7 +320,7 @@ class RouteInfoManager:
                 del self.topicQueueTable[topic]
             self.topic_changed(topic)
 
-    def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
+    def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
         if not queue_datas or topic is None:
             return
@@ -318,14 +336,15 @@ class RouteInfoManager:
             self.topicQueueTable[topic] = queues
 
     # -- liveness ---------------------------------------------------------------------------
-    def query_broker_topic_config(self, cluster: str | None, addr: str) -> DataVersion | None:
+    def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         return live.dataVersion if live else None
 
-    def is_broker_topic_config_changed(self, cluster: str | None, addr: str, version: DataVersion | None) -> bool:
+    def is_broker_topic_config_changed(self, cluster: str | None, addr: str | None,
+                                       version: DataVersion | None) -> bool:
         return not self._same_version(self.query_broker_topic_config(cluster, addr), version)
 
-    def update_broker_info_update_timestamp(self, cluster: str | None, addr: str) -> None:
+    def update_broker_info_update_timestamp(self, cluster: str | None, addr: str | None) -> None:
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         if live is not None:
             live.lastUpdateTimestamp = self.now_ms()
@@ -362,7 +381,8 @@ class RouteInfoManager:
                 return
 
     # -- unregistration ---------------------------------------------------------------------
-    def unregister_broker(self, cluster: str | None, addr: str, broker_name: str | None, broker_id: int | None) -> None:
+    def unregister_broker(self, cluster: str | None, addr: str | None, broker_name: str | None,
+                          broker_id: int | None) -> None:
         key = self.live_key(cluster, addr)
         self.brokerLiveTable.pop(key, None)
         self._drop_filter_servers(key)
@@ -374,15 +394,15 @@ class RouteInfoManager:
         else:
             removed_id = broker_id if broker_id in broker.brokerAddrs else None
         self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
-        self._remove_member(cluster, broker.brokerName, broker.brokerAddrs.get(removed_id, addr), removed_id,
-                            cluster_of_request=True)
+        removed_addr = addr if removed_id is None else broker.brokerAddrs.get(removed_id, addr)
+        self._remove_member(cluster, broker.brokerName, removed_addr, removed_id, cluster_of_request=True)
 
     def _drop_filter_servers(self, key: LiveKey) -> None:
         """Routes list filter servers by address, whichever group holds it: drop them all."""
         if self.filterServerTable.pop(key, None) is not None:
             self.routes_changed()
 
-    def _remove_member(self, cluster: str | None, broker_name: str, addr: str, broker_id: int | None,
+    def _remove_member(self, cluster: str | None, broker_name: str, addr: str | None, broker_id: int | None,
                        cluster_of_request: bool = False) -> None:
         """Drop one address from a broker group; an emptied group leaves every table."""
         broker = self.brokerAddrTable[broker_name]
@@ -395,15 +415,16 @@ class RouteInfoManager:
                 self._reduced_group(broker, addr, was_min)
             return
         del self.brokerAddrTable[broker_name]
-        names = self.clusterAddrTable.get(cluster if cluster_of_request else broker.cluster)
-        if names is not None and broker_name in names:
+        owner = cluster if cluster_of_request else broker.cluster
+        names = None if owner is None else self.clusterAddrTable.get(owner)
+        if owner is not None and names is not None and broker_name in names:
             del names[broker_name]
             if not names:
-                del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
+                del self.clusterAddrTable[owner]
         for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
             self._remove_queue_data(topic, broker_name)
 
-    def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
+    def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
         loses write perm, whichever member left; only the lowest id leaving is notified."""
         if not broker.enableActingMaster:
@@ -444,13 +465,12 @@ class RouteInfoManager:
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
         count = 0
-        for topic, queues in self.topicQueueTable.items():
+        for queues in self.topicQueueTable.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
                 queue.perm = change(queue.perm)
-                self.route_memo.pop(topic, None)
                 count += 1
-        self.generation += 1
+        self._broker_changed(broker_name)
         return count
 
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:

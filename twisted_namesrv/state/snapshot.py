@@ -70,7 +70,7 @@ def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
     return len(routes.brokerLiveTable)
 
 
-def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> tuple:
+def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> tuple[Any, ...]:
     """Everything converted before anything is replaced: a damaged file changes nothing."""
     now = routes.now_ms()
     live_key = routes.live_key

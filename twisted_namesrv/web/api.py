@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..context import NamesrvState
 from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
-from ..processor import NamesrvState, encode_route
+from ..processor import encode_route
 from ..protocol.route import MASTER_ID, PERM_WRITE
 from ..remoting import fastjson
 from ..remoting.codes import version_name

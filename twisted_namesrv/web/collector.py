@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..context import NamesrvState
 from ..metrics import Metrics, code_labels, latency_buckets, request_labels
-from ..processor import NamesrvState
 from ..server import RemotingFactory
 
 

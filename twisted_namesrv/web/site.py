@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
-from ..processor import NamesrvState
+from ..context import NamesrvState
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .collector import registry

@@ -1,0 +1,192 @@
+"""The answer cache keeps route bodies per topic, whole-table bodies and whole route answer frames
+around the opaque (answer_cache.py).  None may ever differ from encoding from the tables: random
+sequences of every request the server answers from memory or whose effect an answer shows (lookups
+with any opaque, version, key style or zone; cluster info; topic lists) mixed with registrations of
+masters and slaves, zones, acting-master flags and filter servers, order-topic KV changes, config
+switches, wipes, topic registrations and deletions, unregistrations, closed channels and expiry give
+the same bytes as a reference server that keeps nothing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
+from twisted_namesrv import server
+from twisted_namesrv.answer_cache import AnswerCache
+from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
+from twisted_namesrv.service import build_state
+from twisted_namesrv.state.config import NamesrvConfig
+
+TOPICS = ["T0", "T1", "T2"]
+BROKERS = ["a", "b"]
+
+
+def connection(tmp_path, name: str, compat: str, keep: bool):
+    config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
+                            "configStorePath": str(tmp_path / f"{name}.properties")})
+    clock = task.Clock()
+    state = build_state(config, clock)
+    if not keep:
+        state.answers = AnswerCache(state.routes, keep=False)
+    factory = server.RemotingFactory(NamesrvController(state, count_requests=True), clock, 1 << 24, 0)
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport, clock
+
+
+def lookup_request(rng: random.Random, opaque: int) -> RemotingCommand:
+    ext = {"topic": rng.choice(TOPICS + ["Nope"])}
+    if rng.random() < 0.2:
+        ext["acceptStandardJsonOnly"] = rng.choice(["true", "false"])
+    if rng.random() < 0.1:
+        ext.update({"__ZONE_MODE": "true", "__ZONE_NAME": rng.choice(["z1", "z2"])})
+    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque,
+                                   version=rng.choice([63, 409, 479]))
+
+
+def register_request(rng: random.Random, counter: int, opaque: int, v5: bool) -> RemotingCommand:
+    names = rng.sample(TOPICS, 2)
+    broker, broker_id = rng.choice(BROKERS), rng.choice([0, 0, 1])
+    filters = [f"127.0.0.1:{rng.choice([30, 31])}"] if rng.random() < 0.2 else []
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {
+        n: TopicConfig(n, rng.choice([4, 8]), 4, rng.choice([2, 6])) for n in names}, filters), False, v5)
+    ext = {"brokerName": broker, "brokerAddr": f"127.0.0.1:{ord(broker) * 10 + broker_id}", "clusterName": "c",
+           "haServerAddr": "h", "brokerId": str(broker_id)}
+    if v5:
+        ext.update({"enableActingMaster": rng.choice(["true", "false"]), "__ZONE_NAME": rng.choice(["z1", "z2"])})
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque,
+                                   version=479 if v5 else 409)
+
+
+def other_request(rng: random.Random, opaque: int) -> RemotingCommand:
+    topic, broker = rng.choice(TOPICS), rng.choice(BROKERS)
+    queue_datas = fastjson.dumps_bytes({"queueDatas": [{"brokerName": broker, "readQueueNums": 2,
+                                                        "writeQueueNums": 2, "perm": 6, "topicSysFlag": 0}]})
+    code, ext, body = rng.choice([
+        (RequestCode.GET_BROKER_CLUSTER_INFO, None, None),
+        (RequestCode.GET_BROKER_CLUSTER_INFO, None, None),
+        (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, None),
+        (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, None),
+        (RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c"}, None),
+        (RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic,
+                                     "value": f"{broker}:{rng.randint(1, 4)}"}, None),
+        (RequestCode.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic}, None),
+        (RequestCode.UPDATE_NAMESRV_CONFIG, None, rng.choice([b"orderMessageEnable=true"] * 2
+                                                             + [b"orderMessageEnable=false"])),
+        (RequestCode.UPDATE_NAMESRV_CONFIG, None, rng.choice([b"supportActingMaster=true",
+                                                              b"supportActingMaster=false"])),
+        (RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker}, None),
+        (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker}, None),
+        (RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic}, queue_datas),
+        (RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, None),
+        (RequestCode.UNREGISTER_BROKER, {"brokerName": broker, "brokerAddr": f"127.0.0.1:{ord(broker) * 10}",
+                                         "clusterName": "c", "brokerId": "0"}, None),
+    ])
+    return RemotingCommand.request(code, ext, body, opaque=opaque, version=rng.choice([409, 479]))
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+@pytest.mark.parametrize("seed", range(6))
+def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, seed: int) -> None:
+    rng = random.Random(seed)
+    kept, kept_out, kept_clock = connection(tmp_path, "kept", compat, keep=True)
+    reference, reference_out, reference_clock = connection(tmp_path, "reference", compat, keep=False)
+    for counter in range(1, 500):
+        opaque = rng.choice([counter, 7, 10**9 + counter])
+        op = rng.random()
+        if op < 0.005:  # the connection the brokers registered over closes
+            for protocol in (kept, reference):
+                protocol.factory.controller.channel_closed(protocol.channel)
+            continue
+        if op < 0.01:  # every broker's heartbeat times out
+            for protocol, clock in ((kept, kept_clock), (reference, reference_clock)):
+                clock.advance(200)
+                protocol.factory.controller.state.routes.scan_not_active_broker()
+            continue
+        if op < 0.6:
+            request = lookup_request(rng, opaque)
+        elif op < 0.72:
+            request = register_request(rng, counter, opaque, compat == "5.3.3")
+        else:
+            request = other_request(rng, opaque)
+        frame = request.encode()
+        for protocol in (kept, reference):
+            protocol.dataReceived(frame)
+        assert kept_out.value() == reference_out.value(), request
+        kept_out.clear()
+        reference_out.clear()
+    assert kept.factory.metrics.answered_from_memory_count > 0, "no answer frame was served from memory"
+
+
+def lookup(protocol, transport, opaque: int) -> bytes:
+    transport.clear()
+    protocol.dataReceived(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T0"},
+                                                  opaque=opaque, version=409).encode())
+    return transport.value()
+
+
+def send(protocol, code: int, ext=None, body=None) -> None:
+    protocol.dataReceived(RemotingCommand.request(code, ext, body, version=409).encode())
+
+
+@pytest.mark.parametrize("change", ["put", "delete", "disable", "wipe"])
+def test_each_change_reaches_a_repeated_lookup(tmp_path, change: str) -> None:
+    protocol, transport, _ = connection(tmp_path, "one", "5.3.3", keep=True)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n, 4, 4, 6) for n in TOPICS}),
+                                False, False)
+    send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1",
+                                                 "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    send(protocol, RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true")
+    send(protocol, RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T0", "value": "a:1"})
+    assert b'"orderTopicConf":"a:1"' in lookup(protocol, transport, 1)
+    assert b'"orderTopicConf":"a:1"' in lookup(protocol, transport, 2)
+    assert protocol.factory.controller.state.answers.replies  # the second came from memory
+    if change == "put":
+        send(protocol, RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T0", "value": "a:2"})
+        assert b'"orderTopicConf":"a:2"' in lookup(protocol, transport, 3)
+    elif change == "delete":
+        send(protocol, RequestCode.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T0"})
+        assert b"orderTopicConf" not in lookup(protocol, transport, 3)
+    elif change == "disable":
+        send(protocol, RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=false")
+        assert b"orderTopicConf" not in lookup(protocol, transport, 3)
+    else:
+        send(protocol, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "a"})
+        assert b'"perm":4' in lookup(protocol, transport, 3)
+
+
+def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
+    """A topic's change keeps the other topics' bodies and the cluster info; a broker's change
+    keeps the routes not naming it and the topic list."""
+    protocol, transport, _ = connection(tmp_path, "one", "4.9.8", keep=True)
+    routes = protocol.factory.controller.state.routes
+    assert routes.on_change is None  # nothing kept, nothing to drop: registrations publish to nobody
+    for broker, topics in (("a", ["T0", "T1"]), ("b", ["T2"])):
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in topics}),
+                                    False, False)
+        send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": broker, "brokerAddr": f"127.0.0.1:{ord(broker)}",
+                                                     "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    for topic in ("T0", "T1", "T2"):
+        send(protocol, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
+    send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    answers = protocol.factory.controller.state.answers
+    assert routes.on_change == answers.changed
+    routes.topic_changed("T0")
+    assert sorted(answers.routes) == ["T1", "T2"]
+    assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
+    send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    routes._broker_changed("a")
+    assert sorted(answers.routes) == ["T2"]
+    assert list(answers.tables["topic"]) == [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]
+    assert answers.tables["broker"] == {}
+    routes.routes_changed()
+    assert answers.routes == {} and answers.tables == {"topic": {}, "broker": {}}
+    assert routes.on_change is None

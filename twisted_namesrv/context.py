@@ -1,0 +1,45 @@
+"""What every handler is given: the NameServer's state and the peer a request came over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .answer_cache import AnswerCache
+from .compat import Profile
+from .state.acl import AccessControl
+from .state.config import NamesrvConfig
+from .state.kv import KVConfigManager
+from .state.routes import RouteInfoManager
+
+
+@dataclass
+class Peer:
+    """The connection a request came over: its channel id and remote ``ip:port``."""
+
+    channel: Any
+    address: str = ""
+
+
+@dataclass
+class NamesrvState:
+    """Configuration, route and KV tables, the answers kept from them, and the clock."""
+
+    config: NamesrvConfig
+    routes: RouteInfoManager
+    kv: KVConfigManager
+    clock: Callable[[], float]
+    started_at: float = 0.0
+    persist_config: Callable[[str], None] = field(default=lambda text: None)
+    #: signed-request checks (aclEnable); None: no checks
+    acl: AccessControl | None = None
+    #: answers kept from the tables, subscribed to the routes' changes
+    answers: AnswerCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.answers = AnswerCache(self.routes)
+
+    @property
+    def profile(self) -> Profile:
+        return self.config.profile

@@ -1,0 +1,122 @@
+"""NamesrvController: from a request frame to its answer frame, without sockets.
+
+As in Java's NamesrvController, this is where the parts meet: the state (configuration, route
+and KV tables, the answer cache), the handler table and the metrics.  The protocol hands over
+whole frames and writes what comes back; a channel that closes is reported here.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import perf_counter
+
+from .context import NamesrvState, Peer
+from .metrics import OTHER_CODE, Metrics
+from .processor import HANDLERS, V5_REQUEST_CODES, BadRequest, respond, route_variant, waiting_for_service
+from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .state.routes import Channel
+
+log = logging.getLogger(__name__)
+
+
+class NamesrvController:
+    """One entry for requests (``handle``), one for closed channels (``channel_closed``).
+
+    ``count_requests``: count and time every request for /metrics, only when metrics are served
+    (the clock reads cost route lookup throughput: tools/bench/README.md); rejections and route
+    events are always counted."""
+
+    def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False) -> None:
+        self.state = state
+        self.answers = state.answers
+        self.metrics = metrics or Metrics(clock=state.clock)
+        self.count_requests = count_requests
+
+    def handle(self, frame: bytes, peer: Peer) -> bytes | None:
+        """The answer frame to one request frame (length prefix stripped, as both are here), or
+        None when nothing is sent (oneway requests, responses to our own notifications).
+
+        Raises RemotingDecodeError when the frame is not a command: the caller closes the channel."""
+        if self.count_requests:
+            return self._handle_counted(frame, peer)
+        return self.answers.reply_to(frame) or self._answer_frame(frame, peer)[1]
+
+    def _handle_counted(self, frame: bytes, peer: Peer) -> bytes | None:
+        begun = perf_counter()
+        reply = self.answers.reply_to(frame)
+        if reply is not None:
+            self.metrics.answered_from_memory(perf_counter() - begun, 1)
+            return reply
+        request, encoded, response_code = self._answer_frame(frame, peer)
+        if request is not None:
+            code = request.code if request.code in HANDLERS else OTHER_CODE
+            self.metrics.answered(code, response_code, perf_counter() - begun)
+        return encoded
+
+    def _answer_frame(self, frame: bytes, peer: Peer) -> tuple[RemotingCommand | None, bytes | None, int | None]:
+        """(the request, or None for a response frame; the answer frame; its response code)."""
+        request = RemotingCommand.decode(frame)
+        if request.is_response:
+            return None, None, None  # answers to our own oneway notifications; nothing waits for them
+        answered = self.answer(request, peer)
+        if answered is None:
+            return request, None, None
+        response, encoded = answered
+        if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and response.code == ResponseCode.SUCCESS:
+            self._keep_route_reply(frame, request, response, encoded)
+        return request, encoded, response.code
+
+    def _keep_route_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand,
+                          encoded: bytes) -> None:
+        state = self.state
+        if waiting_for_service(state):
+            return
+        topic, variant, zone = route_variant(state, request)
+        if zone is None and topic is not None:
+            self.answers.keep_reply(frame, request, response, encoded, topic, variant)
+
+    def answer(self, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
+        """dispatch, encoded: an answer that cannot be encoded costs one error reply, not the
+        connection."""
+        response = self.dispatch(request, peer)
+        if response is None:
+            return None
+        try:
+            return response, response.encode()
+        except Exception as exc:
+            log.exception("cannot encode the answer to request %s from %s", request.code, peer.address)
+            response = respond(self.state, request, ResponseCode.SYSTEM_ERROR,
+                               f"cannot encode the answer: {type(exc).__name__}", normal=False)
+            return response, response.encode()
+
+    def dispatch(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+        """Answer one request by its code (HANDLERS); None when nothing is to be sent (oneway)."""
+        state = self.state
+        handler = HANDLERS.get(request.code)
+        if request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes:
+            handler = None
+        acl = state.acl
+        refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
+        response: RemotingCommand | None
+        if refusal is not None:  # as a Java broker answers an AclException
+            log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
+            response = respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
+        elif handler is None:
+            response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                               f" request type {request.code} not supported", normal=False)
+        else:
+            try:
+                response = handler(state, request, peer)
+            except BadRequest as exc:
+                log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
+                response = respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+            except Exception as exc:  # a handler bug must cost one answer, never the connection
+                log.exception("process request %s from %s failed", request.code, peer.address)
+                response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}",
+                                   normal=False)
+        return None if request.is_oneway else response
+
+    def channel_closed(self, channel: Channel, reason: str = "connection closed") -> None:
+        """BrokerHousekeepingService: the brokers registered over ``channel`` go with it; ``reason``
+        ("connection closed", or "idle: ..." when the idle timeout closed it) is in their events."""
+        self.state.routes.on_channel_destroy(channel, reason)
