@@ -17,7 +17,7 @@ from spark_analysis.capture.packets import TcpSegment
 from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
 from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
 from spark_analysis.schema import REGISTRATION_ROWS
-from twisted_namesrv.protocol.register import RegisterBodyError, decode_register_body
+from twisted_namesrv.bodies.register import RegisterBodyError, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked

@@ -12,8 +12,8 @@ from twisted.internet.utils import getProcessOutputAndValue
 
 from tests.support import server_config, start_server
 from tests.test_processor import MASTER, Namesrv
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.state.acl import AccessControl, AclConfigError, signature, signed

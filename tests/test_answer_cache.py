@@ -16,9 +16,9 @@ from twisted.internet.testing import StringTransport
 
 from twisted_namesrv import server
 from twisted_namesrv.answer_cache import AnswerCache
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.controller import NamesrvController
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
 from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig

@@ -6,11 +6,11 @@ import pytest
 from twisted.internet import task
 
 from twisted_namesrv import processor
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
 from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.metrics import OTHER_CODE
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import build_state

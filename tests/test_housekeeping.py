@@ -8,10 +8,10 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.housekeeping import HousekeepingService
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.server import RemotingFactory

@@ -13,11 +13,11 @@ import pytest
 from twisted.internet import task
 
 from twisted_namesrv import compat
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
 from twisted_namesrv.controller import NamesrvController
 from twisted_namesrv.processor import HANDLERS
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked

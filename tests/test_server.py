@@ -9,10 +9,10 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState
 from twisted_namesrv.controller import NamesrvController
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import (
     RESPONSE_FLAG,
     FrameDecoder,

@@ -37,8 +37,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tools" / "fuzz")]
 
 from namesrv_proc import NamesrvProcess  # noqa: E402
 
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body  # noqa: E402
-from twisted_namesrv.protocol.route import DataVersion  # noqa: E402
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body  # noqa: E402
+from twisted_namesrv.bodies.route import DataVersion  # noqa: E402
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson  # noqa: E402
 from twisted_namesrv.remoting.codes import V4_9_8  # noqa: E402
 from twisted_namesrv.remoting.crc import crc32_masked  # noqa: E402

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import BrokerData, DataVersion, QueueData, topic_route_bean
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import BrokerData, DataVersion, QueueData, topic_route_bean
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_8, V5_3_3, code_name
 from twisted_namesrv.remoting.crc import crc32_masked

@@ -10,9 +10,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .context import NamesrvState, Peer
-from .protocol.register import RegisterBodyError, decode_register_body
-from .protocol.route import (
+from .bodies.register import RegisterBodyError, decode_register_body
+from .bodies.route import (
     MASTER_ID,
     DataVersion,
     QueueData,
@@ -21,6 +20,7 @@ from .protocol.route import (
     topic_list_bean,
     topic_route_bean,
 )
+from .context import NamesrvState, Peer
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked

@@ -19,13 +19,13 @@ from .metrics import Metrics
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
-from .snapshots import RouteSnapshotService
 from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
 from .state.store import unwritable, write_atomically
 from .tls import listening_factory
+from .warm_restart import RouteSnapshotService
 
 log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"

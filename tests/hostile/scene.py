@@ -20,8 +20,8 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.logger import globalLogPublisher
 
 from tests.support import TIMEOUT, RemotingClient, connect, server_config, start_server
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked

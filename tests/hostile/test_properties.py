@@ -4,7 +4,7 @@
 - FrameDecoder.feed, RemotingCommand.decode and decode_register_body, fed arbitrary bytes,
   mutated real frames from the shared captures, or structurally odd JSON, raise nothing but
   their documented errors: RemotingDecodeError (remoting/errors.py) and RegisterBodyError
-  (protocol/register.py).
+  (bodies/register.py).
 
 Example counts come from the "hostile" profile: 200 by default so CI stays fast; set
 HOSTILE_EXAMPLES for a longer local run.  Inputs that once made the codec raise another
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from spark_analysis.capture.conversation import read_conversations
 from tests.support import CAPTURES
-from twisted_namesrv.protocol.register import (
+from twisted_namesrv.bodies.register import (
     DEFAULT_MAX_INFLATED,
     RegisterBodyError,
     decode_register_body,

@@ -26,8 +26,8 @@ from twisted.internet import defer, protocol
 from twisted.logger import Logger
 
 from tests.support import connect
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V4_9_8, V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked

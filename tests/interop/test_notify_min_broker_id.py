@@ -9,7 +9,7 @@ from twisted.internet import defer, reactor
 from tests.interop.broker_double import BrokerDouble
 from tests.replay.test_replay import wait_until
 from tests.support import server_config, start_server
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.state.config import NamesrvConfig

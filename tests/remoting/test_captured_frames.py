@@ -8,7 +8,7 @@ import pytest
 
 from spark_analysis.capture.conversation import read_conversations
 from tests.support import capture
-from twisted_namesrv.protocol.register import decode_register_body, encode_register_body
+from twisted_namesrv.bodies.register import decode_register_body, encode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twisted_namesrv.protocol.register import (
+from twisted_namesrv.bodies.register import (
     RegisterBodyError,
     RegisterBrokerBody,
     TopicConfig,
     decode_register_body,
     encode_register_body,
 )
-from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
 from twisted_namesrv.remoting.crc import crc32_masked

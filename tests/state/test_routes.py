@@ -8,8 +8,8 @@ import pytest
 from twisted.internet import task
 
 from twisted_namesrv import compat
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig
-from twisted_namesrv.protocol.route import BrokerData, DataVersion, QueueData
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
+from twisted_namesrv.bodies.route import BrokerData, DataVersion, QueueData
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,

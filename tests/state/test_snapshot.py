@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.state.test_routes import BOTH, MASTER_A, MASTER_B, SLAVE_A, V5, manager, register
-from twisted_namesrv.protocol.route import cluster_info_bean, queue_mapping_info, topic_list_bean, topic_route_bean
+from twisted_namesrv.bodies.route import cluster_info_bean, queue_mapping_info, topic_list_bean, topic_route_bean
 from twisted_namesrv.remoting import fastjson
 from twisted_namesrv.state.routes import RouteInfoManager
 from twisted_namesrv.state.snapshot import SnapshotError, export_routes, import_routes

@@ -9,10 +9,10 @@ import random
 import pytest
 from twisted.internet import task
 
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
 from twisted_namesrv.controller import NamesrvController
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import build_state

@@ -20,8 +20,8 @@ from twisted.internet import defer, reactor, task, utils
 from twisted.web.client import Agent, readBody
 
 from tests.support import TIMEOUT, connect, free_port, server_config
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
-from twisted_namesrv.protocol.route import DataVersion
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService

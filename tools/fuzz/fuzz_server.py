@@ -58,12 +58,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from namesrv_proc import HOST, NamesrvProcess, scan_log  # noqa: E402
 
 from spark_analysis.capture.conversation import read_conversations  # noqa: E402
-from twisted_namesrv.protocol.register import (  # noqa: E402
+from twisted_namesrv.bodies.register import (  # noqa: E402
     RegisterBrokerBody,
     TopicConfig,
     encode_register_body,
 )
-from twisted_namesrv.protocol.route import DataVersion  # noqa: E402
+from twisted_namesrv.bodies.route import DataVersion  # noqa: E402
 from twisted_namesrv.remoting import (  # noqa: E402
     DEFAULT_MAX_FRAME_LENGTH,
     ONEWAY_FLAG,

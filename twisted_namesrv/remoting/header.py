@@ -210,7 +210,7 @@ _INT = struct.Struct(">i")
 
 
 @cache
-def binary_header_struct():
+def binary_header_struct() -> Any:  # a construct Struct (construct is untyped)
     """RocketMQSerializable's layout as a construct definition (imported on first use).
     extFields are read only when their length is positive, and must fit in the header."""
     from construct import (

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
-from ..protocol.register import DEFAULT_MAX_INFLATED
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 

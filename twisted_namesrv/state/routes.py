@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.register import RegisterBrokerBody, TopicConfig
-from ..protocol.route import (
+from ..bodies.register import RegisterBrokerBody, TopicConfig
+from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
     MASTER_ID,

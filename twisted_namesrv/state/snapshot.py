@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.route import BrokerData, DataVersion, QueueData, queue_mapping_info
+from ..bodies.route import BrokerData, DataVersion, QueueData, queue_mapping_info
 from .routes import BrokerLiveInfo, RouteInfoManager
 
 SNAPSHOT_FORMAT = 1

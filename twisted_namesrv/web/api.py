@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bodies.route import MASTER_ID, PERM_WRITE
 from ..context import NamesrvState
 from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
 from ..processor import encode_route
-from ..protocol.route import MASTER_ID, PERM_WRITE
 from ..remoting import fastjson
 from ..remoting.codes import version_name
 from ..server import RemotingFactory

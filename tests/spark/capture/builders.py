@@ -8,7 +8,7 @@ import struct
 
 from spark_analysis.capture.packets import ACK, PSH, SYN, TcpSegment
 from spark_analysis.capture.reassembly import Chunk, Connection
-from twisted_namesrv.protocol.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import V4_9_8
 from twisted_namesrv.remoting.crc import crc32_masked
