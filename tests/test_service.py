@@ -339,3 +339,18 @@ def test_a_taken_metrics_port_releases_the_remoting_port(tmp_path):
     yield task.deferLater(reactor, 0, lambda: None)  # a closed port's socket goes on the reactor's next turn
     with socket.socket() as again:
         again.bind(("127.0.0.1", listen_port))
+
+
+@pytest_twisted.inlineCallbacks
+def test_ports_are_child_services_bound_in_the_privileged_step(tmp_path):
+    """twistd binds in privilegedStartService, before it drops root; startService then binds nothing twice,
+    and stopping the service stops listening."""
+    service = NamesrvService(server_config(tmp_path, listenPort=0, metricsPort=free_port()))
+    assert [child.name for child in service.listeners()] == ["listenPort", "metricsPort"]
+    service.privilegedStartService()
+    remoting, web = service.port, service.web_port
+    assert remoting is not None and web is not None
+    service.startService()
+    assert (service.port, service.web_port) == (remoting, web)
+    yield service.stopService()
+    assert service.port is None and service.web_port is None

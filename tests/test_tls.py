@@ -112,7 +112,7 @@ def test_permissive_peer_that_never_speaks_is_closed_when_idle(tmp_path, certifi
 
     clock = task.Clock()
     service = NamesrvService(tls_config(tmp_path, certificate, "permissive"), reactor=clock)
-    silent = service.listening_factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 1))
+    silent = service.remoting.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 1))
     transport = StringTransport()
     silent.makeConnection(transport)
     clock.advance(service.config["serverChannelMaxIdleTimeSeconds"])

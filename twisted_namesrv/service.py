@@ -86,6 +86,45 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
+class Listener(service.Service):
+    """One listening port on bindAddress, named by its config key; a port that cannot be had raises
+    CannotStart naming key and cause (a server without what was asked for would look healthy to its
+    supervisor).  reactor.listenTCP rather than twisted.internet.endpoints, which imports pyOpenSSL
+    (~12 MB per process) when it is installed."""
+
+    def __init__(self, port_key: str, factory: protocol.Factory, config: NamesrvConfig,
+                 reactor: interfaces.IReactorTCP) -> None:
+        self.setName(port_key)
+        self.factory = factory
+        self.config = config
+        self.reactor = reactor
+        self.port: interfaces.IListeningPort | None = None
+
+    def address(self) -> str:
+        return f"{self.config['bindAddress']}:{self.config[self.name]}"
+
+    def bind(self) -> None:
+        if self.port is not None:
+            return
+        try:
+            self.port = self.reactor.listenTCP(self.config[self.name], self.factory,
+                                               backlog=self.config["serverSocketBacklog"],
+                                               interface=self.config["bindAddress"])
+        except CannotListenError as exc:
+            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
+            reason = f"cannot listen on {self.address()} ({self.name}): {cause}"
+            log.critical("cannot start: {reason}", reason=reason)
+            raise CannotStart(reason) from None
+
+    def unbind(self) -> defer.Deferred | None:
+        port, self.port = self.port, None
+        return port.stopListening() if port is not None else None
+
+    def stopService(self) -> defer.Deferred | None:
+        super().stopService()
+        return self.unbind()
+
+
 class NamesrvService(service.MultiService):
     def __init__(self, config: NamesrvConfig, reactor=None) -> None:
         super().__init__()
@@ -111,64 +150,68 @@ class NamesrvService(service.MultiService):
                                                   config["routeSnapshotInterval"] / 1000)
             self.snapshots.load()
             self.snapshots.setServiceParent(self)
-        self.listening_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
-        self.port = None
+        # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
+        remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
+        self.remoting = Listener("listenPort", remoting_factory, config, reactor)
+        self.remoting.setServiceParent(self)
+        self.web: Listener | None = None
+        if config["metricsPort"]:
+            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
+
+            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor)
+            self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
-        self.web_port = None
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
 
     def _route_event(self, kind: str, info: dict) -> None:
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
-    def listen(self, port_key: str, factory: protocol.Factory):
-        """Listen on bindAddress at the port of ``port_key``, or raise CannotStart naming it (a server
-        without what was asked for would look healthy to its supervisor).  reactor.listenTCP rather
-        than twisted.internet.endpoints, which imports pyOpenSSL (~12 MB per process) when installed."""
-        try:
-            return self.reactor.listenTCP(self.config[port_key], factory, backlog=self.config["serverSocketBacklog"],
-                                          interface=self.config["bindAddress"])
-        except CannotListenError as exc:
-            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
-            reason = f"cannot listen on {self.address(port_key)} ({port_key}): {cause}"
-            log.critical("cannot start: {reason}", reason=reason)
-            raise CannotStart(reason) from None
+    @property
+    def port(self) -> interfaces.IListeningPort | None:
+        return self.remoting.port
 
-    def address(self, port_key: str = "listenPort") -> str:
-        return f"{self.config['bindAddress']}:{self.config[port_key]}"
+    @property
+    def web_port(self) -> interfaces.IListeningPort | None:
+        return self.web.port if self.web else None
+
+    def listeners(self) -> list[Listener]:
+        return [child for child in self if isinstance(child, Listener)]
+
+    def bind_all(self) -> None:
+        """Every port is bound before anything runs: either the server serves all it was asked
+        to, or this raises CannotStart and nothing is left listening."""
+        bound: list[Listener] = []
+        try:
+            for listener in self.listeners():
+                listener.bind()
+                bound.append(listener)
+        except CannotStart:
+            for listener in bound:
+                listener.unbind()
+            raise
+
+    def privilegedStartService(self) -> None:
+        """twistd binds here, before it drops privileges (a port below 1024 as root)."""
+        self.bind_all()
+        super().privilegedStartService()
 
     def startService(self) -> None:
-        """Both ports are bound before anything runs: either the server serves all it was asked
-        to, or startService raises CannotStart and nothing is left listening."""
         tune_gc()
         forward_stdlib_logging()
-        port = self.listen("listenPort", self.listening_factory)
-        if self.config["metricsPort"]:
-            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
-
-            try:
-                self.web_port = self.listen("metricsPort", make_site(self.state, self.factory))
-            except CannotStart:
-                port.stopListening()
-                raise
+        self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
-        self.port = port
-        address = port.getHost()
+        address = self.remoting.port.getHost()
         log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
                  host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
-        if self.web_port is not None:
-            address = self.web_port.getHost()
+        if self.web is not None:
+            address = self.web.port.getHost()
             log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
-            self.web_ready.callback(self.web_port)
-        self.port_ready.callback(port)
+            self.web_ready.callback(self.web.port)
+        self.port_ready.callback(self.remoting.port)
 
     def stopService(self):
-        d = defer.maybeDeferred(super().stopService)
-        for name in ("port", "web_port"):
-            port = getattr(self, name)
-            if port is not None:
-                setattr(self, name, None)
-                d.addCallback(lambda _, port=port: port.stopListening())
+        d = defer.maybeDeferred(super().stopService)  # the listeners stop listening first
         for connection in list(self.factory.connections.values()):
             connection.transport.loseConnection()
         return d
