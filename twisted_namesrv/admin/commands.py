@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..state.config import parse_properties
+from ..state.config import parse_properties, property_line
 from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
 
 
@@ -148,35 +148,12 @@ def get_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     return on_each(namesrvs, step)
 
 
-_CONTROL_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
-
-
-def properties_line(key: str, value: str) -> str:
-    """``key=value`` escaped as Properties.store(OutputStream) does (non-ASCII as ``\\uXXXX``:
-    Java loads the body as ISO-8859-1), so Properties.load reads back exactly the same."""
-    def escape(text: str, is_key: bool) -> str:
-        out = []
-        for i, ch in enumerate(text):
-            if ch in "\\=:#!" or (ch == " " and (is_key or i == 0)):
-                out.append("\\" + ch)
-            elif ch in _CONTROL_ESCAPES:
-                out.append(_CONTROL_ESCAPES[ch])
-            elif not " " <= ch <= "~":
-                units = ch.encode("utf-16-be")
-                out += [f"\\u{units[j:j + 2].hex().upper()}" for j in range(0, len(units), 2)]
-            else:
-                out.append(ch)
-        return "".join(out)
-
-    return f"{escape(key, True)}={escape(value, False)}\n"
-
-
 def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     """UPDATE_NAMESRV_CONFIG as mqadmin sends it, between two reads of the config.  Java answers
     SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
     (and keeps or coerces it), so only the config read back tells whether the update took; the
     one read before gives the value it replaced (what to set back)."""
-    body = properties_line(args.key, args.value).encode("utf-8")
+    body = property_line(args.key, args.value, ascii_only=True).encode("ascii")
 
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         before = read_config(client).get(args.key)

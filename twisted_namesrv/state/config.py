@@ -226,15 +226,27 @@ _VALUE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\t": "\\
 _KEY_ESCAPES = {**_VALUE_ESCAPES, "=": "\\=", ":": "\\:", " ": "\\ ", "#": "\\#", "!": "\\!"}
 
 
-def property_line(name: str, value: str) -> str:
+def property_line(name: str, value: str, ascii_only: bool = False) -> str:
     """``key=value`` that Properties.load reads back as exactly this key and value.  Java writes
     both raw, so a value holding an escaped newline smuggles extra keys into the saved file;
-    ordinary keys and values come out byte-identical to Java's."""
+    ordinary keys and values come out byte-identical to Java's.  ``ascii_only`` writes other
+    characters as ``\\uXXXX``, as Properties.store(OutputStream) does: for a request body, which
+    Java loads as ISO-8859-1."""
     key = "".join(_KEY_ESCAPES.get(ch, ch) for ch in name)
     text = "".join(_VALUE_ESCAPES.get(ch, ch) for ch in value)
     if text[:1] in (" ", "\t"):
         text = "\\" + text
-    return f"{key}={text}\n"
+    line = f"{key}={text}\n"
+    return _unicode_escaped(line) if ascii_only else line
+
+
+def _unicode_escaped(text: str) -> str:
+    return "".join(ch if ch.isascii() else "".join(f"\\u{unit:04X}" for unit in _utf16_units(ch)) for ch in text)
+
+
+def _utf16_units(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def _text(value: Any) -> str:
