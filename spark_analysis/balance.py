@@ -2,16 +2,16 @@
 
 A decoding task takes whole 4-tuples, and a few of them (brokers registering every 30 s for hours,
 clients asking for routes all day) carry most of the work. Hashed to tasks, they made tasks of
-0.8 to 3.1 s from a 3.6 GB capture, and a core finished the stage alone for up to 0.65 s. So the
-reading tasks estimate what decoding each 4-tuple they found much of will cost, and the driver
+very unequal length, and a core finished the stage alone (docs/benchmarks.md, "Figures behind
+design choices"). So the reading tasks estimate what decoding each 4-tuple they found much of will cost, and the driver
 deals them out, costliest first, each to the task with the least cost so far (the
 longest-processing-time rule); the many small ones stay hashed.
 
-Decoding costs per byte (bodies inflated and parsed) and per frame (a header parsed, a row made):
-measured on the 1.2 GB benchmark capture, 1.6 ns a payload byte and 8.9 us a frame, so a broker's
-connection (38 MB, 2,400 frames) costs four times a client's (1 MB, 2,400 frames), not forty. The
-reading tasks cannot count frames, but a request-response protocol changes direction once a
-frame: the runs of payload-carrying segments one way count them (within 0.2% there).
+Decoding costs per byte (bodies inflated and parsed) and per frame (a header parsed, a row made),
+so a broker's connection costs a few times a client's with as many frames, not the ratio of their
+bytes (FRAME_COST_BYTES is a frame's cost in bytes' worth). The reading tasks cannot count frames, but a
+request-response protocol changes direction once a frame: the runs of payload-carrying segments
+one way count them.
 
 Spark's hash partitioning sends a row to pmod(murmur3(value, seed 42), partitions), the hash
 its bucketed tables on disk rely on; a dealt 4-tuple gets a value that hashes to its task. Were

@@ -67,13 +67,12 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
     without adaptive execution (every shuffle here has its partitions set; AQE ran each stage as a
-    job of its own: ~0.2 s of a 5 s two-core run),
-    with Python workers on Unix sockets (Spark >= 4.1: half the ~60 ms each Python task costs over
+    job of its own), with Python workers on Unix sockets (Spark >= 4.1: cheaper per task than
     TCP), and, unless JVM options are configured, with the serial garbage collector (tasks and the
-    collector share the same few cores there, and G1's concurrent threads cost a first job ~15%)
+    collector share the same few cores there, where G1's concurrent threads slow a first job)
     and with the JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their
-    batches, and its optimising compiler took 0.8-1.5 s of CPU in each 1.2 GB run: a one-shot CLI
-    run on one core 26 s instead of 19 s, on two 15.7 s instead of 13.3 s). Spark logs at
+    batches, and a one-shot run never earns back the optimising compiler's CPU). What each choice
+    measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
     ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
     native-library warning every local run gives."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
@@ -175,8 +174,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     if tables_out:
         tables.prepare(tables_out)
     # two per core: with the costliest 4-tuples dealt out evenly (balance.py) few tasks do, and each
-    # costs ~30 ms whatever its size (four per core, hashed: 1.2 GB jobs 6% slower on one core, 3%
-    # on two); a task holds its pieces, whose payloads are inline for remote files
+    # has a fixed cost whatever its size (four per core measured slower); a task holds its pieces,
+    # whose payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
     partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
     dealt = balance.deal(costs, partitions)

@@ -90,7 +90,7 @@ class Listener(service.Service):
     """One listening port on bindAddress, named by its config key; a port that cannot be had raises
     CannotStart naming key and cause (a server without what was asked for would look healthy to its
     supervisor).  reactor.listenTCP rather than twisted.internet.endpoints, which imports pyOpenSSL
-    (~12 MB per process) when it is installed."""
+    (megabytes per process: docs/benchmarks.md) when it is installed."""
 
     def __init__(self, port_key: str, factory: protocol.Factory, config: NamesrvConfig,
                  reactor: interfaces.IReactorTCP) -> None:

@@ -7,7 +7,7 @@
 
 Twisted's TLSMemoryBIOFactory does the TLS; the remoting protocol above it is unchanged.
 TLS needs the ``tls`` extra (pyOpenSSL): once installed, Twisted's TCP transport imports it in every
-process (~13 MB), so installs without TLS leave it out.
+process (its memory cost: docs/benchmarks.md), so installs without TLS leave it out.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 ``frame_struct()`` is the declarative definition (construct, compiled on first use).  The hot
 path - ``FrameDecoder``, ``encode_frame``, ``split_frame`` - reads and writes the same two int32s
-with precompiled ``struct``, because construct's parse costs ~4 us per frame against ~0.1 us; the
+with precompiled ``struct``, because construct's parse costs tens of times more per frame; the
 codec tests check the fast path against the definition on every captured frame.
 """
 
