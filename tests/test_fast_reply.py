@@ -1,8 +1,9 @@
 """Answers are kept in memory at three levels: route bodies per topic (route_memo), whole-table
 bodies (state.memo) and whole route answers around the opaque (fast_reply).  None may ever differ
 from encoding from the tables: random sequences of lookups (any opaque, version, key style) mixed
-with registrations, order-topic KV changes, config switches, wipes and unregistrations give the
-same bytes as a reference server that keeps nothing."""
+with registrations (each applied as a diff: topics added, changed, left out), order-topic KV
+changes, config switches, wipes, topic deletions, unregistrations and expiries give the same bytes
+as a reference server that keeps nothing."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ class Forgetful(dict):
         return {} if default is None else default
 
 
-def connection(tmp_path, name: str, compat: str, fast: bool):
+def connection(tmp_path, name: str, compat: str, fast: bool, **settings):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties")})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings})
     clock = task.Clock()
     factory = server.RemotingFactory(build_state(config, clock), clock, 1 << 24, 120, lambda channel: None)
     protocol = factory.buildProtocol(None)
@@ -72,6 +73,7 @@ def random_request(rng: random.Random, counter: list[int]) -> bytes:
         (RequestCode.UPDATE_NAMESRV_CONFIG, None, rng.choice([b"orderMessageEnable=true"] * 2
                                                              + [b"orderMessageEnable=false"])),
         (RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "a"}, None),
+        (RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": rng.choice(TOPICS)}, None),
         (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "a"}, None),
         (RequestCode.UNREGISTER_BROKER, {"brokerName": "b", "brokerAddr": f"127.0.0.1:{ord('b')}",
                                          "clusterName": "c", "brokerId": "0"}, None),
@@ -79,18 +81,33 @@ def random_request(rng: random.Random, counter: list[int]) -> bytes:
     return RemotingCommand.request(code, ext, body, opaque=opaque).encode()
 
 
-@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+def topics_by_broker(routes) -> dict[str, set[str]]:
+    """topicsByBroker as topicQueueTable says it must be."""
+    index: dict[str, set[str]] = {}
+    for topic, queues in routes.topicQueueTable.items():
+        for name in queues:
+            index.setdefault(name, set()).add(topic)
+    return index
+
+
+@pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {}),
+                                                  ("5.3.3", {"deleteTopicWithBrokerRegistration": "true"})])
 @pytest.mark.parametrize("seed", range(6))
-def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, seed: int) -> None:
+def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, settings: dict, seed: int) -> None:
     rng = random.Random(seed)
-    fast, fast_out = connection(tmp_path, "fast", compat, fast=True)
-    slow, slow_out = connection(tmp_path, "reference", compat, fast=False)
+    fast, fast_out = connection(tmp_path, "fast", compat, fast=True, **settings)
+    slow, slow_out = connection(tmp_path, "reference", compat, fast=False, **settings)
     counter = [0]
     for _ in range(300):
+        if rng.random() < 0.03:  # every broker's heartbeat times out
+            for protocol in (fast, slow):
+                protocol.factory.clock.advance(130)
+                protocol.factory.state.routes.scan_not_active_broker()
         frame = random_request(rng, counter)
         for protocol in (fast, slow):
             protocol.dataReceived(frame)
         assert fast_out.value() == slow_out.value()
+        assert fast.factory.state.routes.topicsByBroker == topics_by_broker(fast.factory.state.routes)
         fast_out.clear()
         slow_out.clear()
     assert fast.factory.state.reply_memo, "the fast path was never used"

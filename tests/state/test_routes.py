@@ -595,3 +595,32 @@ def test_5_3_3_route_with_support_acting_master_names_the_lowest_slave_master():
     assert routes.brokerAddrTable["broker-a"].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}  # a clone was changed
     routes.support_acting_master = False
     assert routes.pickup_topic_route_data("T1").brokerDatas[0].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}
+
+
+# -- re-registration as a diff ----------------------------------------------------------------
+
+@BOTH
+@pytest.mark.parametrize("field", ["perm", "readQueueNums", "writeQueueNums", "topicSysFlag"])
+def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
+    """Each changed field of one topic reaches its queue data and drops its cached answer; the
+    unchanged topics keep theirs; an added topic appears."""
+    routes, _ = manager(profile)
+    register(routes, topics=("T1", "T2", "T3"))
+    routes.route_memo.update({t: {"answer": b"cached"} for t in ("T1", "T2", "T3")})
+    changed = topic("T2")
+    setattr(changed, field, 3)
+    register(routes, topics=("T1", changed, "T3", "T4"), version=(1, 2))
+    assert getattr(routes.topicQueueTable["T2"]["broker-a"], field) == 3
+    assert "T4" in routes.topicQueueTable
+    assert set(routes.route_memo) == {"T1", "T3"}
+    assert routes.topicsByBroker == {"broker-a": {"T1", "T2", "T3", "T4"}}
+
+
+@BOTH
+def test_an_emptied_group_leaves_only_its_own_topics(profile):
+    routes, _ = manager(profile)
+    register(routes, topics=("T1", "T2"), channel="a")
+    register(routes, addr=MASTER_B, name="broker-b", topics=("T2", "T3"), channel="b")
+    routes.on_channel_destroy("a")
+    assert {t: set(q) for t, q in routes.topicQueueTable.items()} == {"T2": {"broker-b"}, "T3": {"broker-b"}}
+    assert routes.topicsByBroker == {"broker-b": {"T2", "T3"}}

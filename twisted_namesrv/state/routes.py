@@ -12,7 +12,7 @@ exactly what it touches: a heartbeat that changes nothing clears nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,9 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        #: brokerName -> the topics topicQueueTable holds queues of it for: an emptied group leaves
+        #: in time proportional to its own topics, not to the table (see index_topics)
+        self.topicsByBroker: dict[str, set[str]] = {}
         self.route_memo: dict[str, dict[Any, bytes]] = {}
         self.generation = 0
 
@@ -124,6 +127,13 @@ class RouteInfoManager:
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
             live.tableDigest = None
+
+    def index_topics(self) -> None:
+        """Rebuild topicsByBroker after topicQueueTable was replaced wholesale (a snapshot load)."""
+        self.topicsByBroker = {}
+        for topic, queues in self.topicQueueTable.items():
+            for broker_name in queues:
+                self.topicsByBroker.setdefault(broker_name, set()).add(topic)
 
     def known_table_digest(self, cluster: str | None, addr: str | None, broker_name: str | None,
                            broker_id: int, enable_acting_master: bool | None) -> bytes | None:
@@ -260,18 +270,19 @@ class RouteInfoManager:
                                          req.body.dataVersion)
         if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
             if changed or register_first:
-                for config in table.values():
+                for config in self._changed_configs(req.brokerName, table.values()):
                     self._create_and_update_queue_data(req.brokerName, config)
             return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
-            for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
+            for topic in [t for t in self.topicsByBroker.get(req.brokerName, ()) if t not in table]:
                 self._remove_queue_data(topic, req.brokerName)
-        for config in table.values():
+        read_only = is_prime_slave and broker.enableActingMaster
+        for config in table.values() if read_only else self._changed_configs(req.brokerName, table.values()):
             known = self.topicQueueTable.get(config.topicName)
             if register_first or changed or not known or req.brokerName not in known:
                 perm = config.perm
-                if is_prime_slave and broker.enableActingMaster:
+                if read_only:
                     perm &= ~PERM_WRITE
                 self._create_and_update_queue_data(req.brokerName, config, perm)
         if changed or register_first:
@@ -279,6 +290,20 @@ class RouteInfoManager:
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
                 self.topic_changed(topic)
         return changed or register_first
+
+    def _changed_configs(self, broker_name: str, configs: Iterable[TopicConfig]) -> list[TopicConfig]:
+        """The configs whose queue data for ``broker_name`` would change: a re-registration then
+        touches topicQueueTable and the answer cache only where it differs. One tight loop, as a
+        table holds up to 100k topics."""
+        table = self.topicQueueTable
+        out = []
+        for config in configs:
+            queues = table.get(config.topicName)
+            old = queues.get(broker_name) if queues else None
+            if (old is None or old.readQueueNums != config.readQueueNums or old.perm != config.perm
+                    or old.writeQueueNums != config.writeQueueNums or old.topicSysFlag != config.topicSysFlag):
+                out.append(config)
+        return out
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
         perm = config.perm if perm is None else perm
@@ -290,6 +315,8 @@ class RouteInfoManager:
             if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 return
+        if broker_name not in queues:
+            self.topicsByBroker.setdefault(broker_name, set()).add(config.topicName)
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
         self.topic_changed(config.topicName)
@@ -298,9 +325,17 @@ class RouteInfoManager:
         queues = self.topicQueueTable.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
+            self._unindex(topic, broker_name)
             if not queues:
                 del self.topicQueueTable[topic]
             self.topic_changed(topic)
+
+    def _unindex(self, topic: str, broker_name: str) -> None:
+        topics = self.topicsByBroker.get(broker_name)
+        if topics is not None:
+            topics.discard(topic)
+            if not topics:
+                del self.topicsByBroker[broker_name]
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
@@ -313,6 +348,7 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
+            self.topicsByBroker.setdefault(queue.brokerName, set()).add(topic)
             self.topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
@@ -399,7 +435,7 @@ class RouteInfoManager:
             del names[broker_name]
             if not names:
                 del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
-        for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
+        for topic in list(self.topicsByBroker.get(broker_name, ())):
             self._remove_queue_data(topic, broker_name)
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
@@ -455,7 +491,10 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+            queues = self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
+            if queues is not None:
+                for broker_name in queues:
+                    self._unindex(topic, broker_name)  # type: ignore[arg-type]
                 self.topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
