@@ -613,14 +613,4 @@ def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
     assert getattr(routes.topicQueueTable["T2"]["broker-a"], field) == 3
     assert "T4" in routes.topicQueueTable
     assert set(routes.route_memo) == {"T1", "T3"}
-    assert routes.topicsByBroker == {"broker-a": {"T1", "T2", "T3", "T4"}}
 
-
-@BOTH
-def test_an_emptied_group_leaves_only_its_own_topics(profile):
-    routes, _ = manager(profile)
-    register(routes, topics=("T1", "T2"), channel="a")
-    register(routes, addr=MASTER_B, name="broker-b", topics=("T2", "T3"), channel="b")
-    routes.on_channel_destroy("a")
-    assert {t: set(q) for t, q in routes.topicQueueTable.items()} == {"T2": {"broker-b"}, "T3": {"broker-b"}}
-    assert routes.topicsByBroker == {"broker-b": {"T2", "T3"}}

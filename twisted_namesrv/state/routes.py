@@ -103,9 +103,6 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
-        #: brokerName -> the topics topicQueueTable holds queues of it for: an emptied group leaves
-        #: in time proportional to its own topics, not to the table (see index_topics)
-        self.topicsByBroker: dict[str, set[str]] = {}
         self.route_memo: dict[str, dict[Any, bytes]] = {}
         self.generation = 0
 
@@ -127,13 +124,6 @@ class RouteInfoManager:
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
             live.tableDigest = None
-
-    def index_topics(self) -> None:
-        """Rebuild topicsByBroker after topicQueueTable was replaced wholesale (a snapshot load)."""
-        self.topicsByBroker = {}
-        for topic, queues in self.topicQueueTable.items():
-            for broker_name in queues:
-                self.topicsByBroker.setdefault(broker_name, set()).add(topic)
 
     def known_table_digest(self, cluster: str | None, addr: str | None, broker_name: str | None,
                            broker_id: int, enable_acting_master: bool | None) -> bytes | None:
@@ -275,7 +265,7 @@ class RouteInfoManager:
             return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
-            for topic in [t for t in self.topicsByBroker.get(req.brokerName, ()) if t not in table]:
+            for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
                 self._remove_queue_data(topic, req.brokerName)
         read_only = is_prime_slave and broker.enableActingMaster
         for config in table.values() if read_only else self._changed_configs(req.brokerName, table.values()):
@@ -315,8 +305,6 @@ class RouteInfoManager:
             if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 return
-        if broker_name not in queues:
-            self.topicsByBroker.setdefault(broker_name, set()).add(config.topicName)
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
         self.topic_changed(config.topicName)
@@ -325,17 +313,9 @@ class RouteInfoManager:
         queues = self.topicQueueTable.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
-            self._unindex(topic, broker_name)
             if not queues:
                 del self.topicQueueTable[topic]
             self.topic_changed(topic)
-
-    def _unindex(self, topic: str, broker_name: str) -> None:
-        topics = self.topicsByBroker.get(broker_name)
-        if topics is not None:
-            topics.discard(topic)
-            if not topics:
-                del self.topicsByBroker[broker_name]
 
     def register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
@@ -348,7 +328,6 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
-            self.topicsByBroker.setdefault(queue.brokerName, set()).add(topic)
             self.topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
@@ -435,7 +414,7 @@ class RouteInfoManager:
             del names[broker_name]
             if not names:
                 del self.clusterAddrTable[cluster if cluster_of_request else broker.cluster]
-        for topic in list(self.topicsByBroker.get(broker_name, ())):
+        for topic in [t for t, queues in self.topicQueueTable.items() if broker_name in queues]:
             self._remove_queue_data(topic, broker_name)
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str, was_min: bool) -> None:
@@ -491,10 +470,7 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            queues = self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
-            if queues is not None:
-                for broker_name in queues:
-                    self._unindex(topic, broker_name)  # type: ignore[arg-type]
+            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
                 self.topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
