@@ -19,12 +19,17 @@ def served(tmp_path) -> Served:
     return Served(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json"), routeSnapshotInterval=INTERVAL * 1000)
 
 
-def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
+def started(tmp_path):
+    """A served NameServer with its snapshot service running and broker-a registered."""
     world = served(tmp_path)
-    snapshots = world.service.snapshots
-    snapshots.startService()
+    world.service.snapshots.startService()
     broker, transport = world.connect()
     register(broker, transport)
+    return world, world.service.snapshots, broker, transport
+
+
+def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
+    world, snapshots, broker, transport = started(tmp_path)
     register(broker, transport, name="broker-b", addr="10.0.9.9:10911")
     world.clock.advance(INTERVAL - 1)
     assert not (tmp_path / "routes.json").exists()  # nothing before the first check
@@ -44,11 +49,7 @@ def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
 
 def test_a_forked_write_holds_the_routes_of_its_fork(tmp_path):
     """Changes made while the child writes reach the next write, not a torn one."""
-    world = served(tmp_path)
-    snapshots = world.service.snapshots
-    snapshots.startService()
-    broker, transport = world.connect()
-    register(broker, transport)
+    world, snapshots, broker, transport = started(tmp_path)
     world.clock.advance(INTERVAL)  # forks the writer
     register(broker, transport, name="broker-b", addr="10.0.9.9:10911")
     snapshots.finish_write()
@@ -61,12 +62,8 @@ def test_a_forked_write_holds_the_routes_of_its_fork(tmp_path):
 
 
 def test_a_failed_forked_write_is_logged_and_retried(tmp_path):
-    world = served(tmp_path)
-    snapshots = world.service.snapshots
-    snapshots.startService()
+    world, snapshots, _, _ = started(tmp_path)
     (tmp_path / "routes.json").mkdir()  # a directory where the file belongs: the child's rename fails
-    broker, transport = world.connect()
-    register(broker, transport)
     with capturedLogs() as events:
         world.clock.advance(INTERVAL)
         snapshots.finish_write()
