@@ -27,9 +27,9 @@ TOPICS = ["T0", "T1", "T2"]
 BROKERS = ["a", "b"]
 
 
-def connection(tmp_path, name: str, compat: str, keep: bool):
+def connection(tmp_path, name: str, compat: str, keep: bool, **settings: str):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties")})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings})
     clock = task.Clock()
     state = build_state(config, clock)
     if not keep:
@@ -92,12 +92,15 @@ def other_request(rng: random.Random, opaque: int) -> RemotingCommand:
     return RemotingCommand.request(code, ext, body, opaque=opaque, version=rng.choice([409, 479]))
 
 
-@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+@pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {}),
+                                                  ("5.3.3", {"deleteTopicWithBrokerRegistration": "true"})])
 @pytest.mark.parametrize("seed", range(6))
-def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, seed: int) -> None:
+def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, settings: dict, seed: int) -> None:
+    """Registrations are applied as diffs (topics added, changed, left out; with
+    deleteTopicWithBrokerRegistration, left-out topics leave): every path must drop what it changed."""
     rng = random.Random(seed)
-    kept, kept_out, kept_clock = connection(tmp_path, "kept", compat, keep=True)
-    reference, reference_out, reference_clock = connection(tmp_path, "reference", compat, keep=False)
+    kept, kept_out, kept_clock = connection(tmp_path, "kept", compat, keep=True, **settings)
+    reference, reference_out, reference_clock = connection(tmp_path, "reference", compat, keep=False, **settings)
     for counter in range(1, 500):
         opaque = rng.choice([counter, 7, 10**9 + counter])
         op = rng.random()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from twisted.internet import task
+from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_housekeeping import MASTER, START, config, register
 from tests.web.test_metrics_and_api import Served
@@ -18,16 +19,22 @@ def served(tmp_path) -> Served:
     return Served(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json"), routeSnapshotInterval=INTERVAL * 1000)
 
 
-def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
+def started(tmp_path):
+    """A served NameServer with its snapshot service running and broker-a registered."""
     world = served(tmp_path)
-    snapshots = world.service.snapshots
-    snapshots.startService()
+    world.service.snapshots.startService()
     broker, transport = world.connect()
     register(broker, transport)
+    return world, world.service.snapshots, broker, transport
+
+
+def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
+    world, snapshots, broker, transport = started(tmp_path)
     register(broker, transport, name="broker-b", addr="10.0.9.9:10911")
     world.clock.advance(INTERVAL - 1)
     assert not (tmp_path / "routes.json").exists()  # nothing before the first check
     world.clock.advance(1)
+    snapshots.finish_write()  # the write runs in a forked child
     saved = json.loads((tmp_path / "routes.json").read_bytes())
     assert sorted(saved["brokerAddrTable"]) == ["broker-a", "broker-b"]
     mtime = (tmp_path / "routes.json").stat().st_mtime_ns
@@ -38,6 +45,34 @@ def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
     transport.loseConnection()  # both brokers leave with their connection
     snapshots.stopService()
     assert json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"] == {}
+
+
+def test_a_forked_write_holds_the_routes_of_its_fork(tmp_path):
+    """Changes made while the child writes reach the next write, not a torn one."""
+    world, snapshots, broker, transport = started(tmp_path)
+    world.clock.advance(INTERVAL)  # forks the writer
+    register(broker, transport, name="broker-b", addr="10.0.9.9:10911")
+    snapshots.finish_write()
+    assert sorted(json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"]) == ["broker-a"]
+    world.clock.advance(INTERVAL)
+    snapshots.finish_write()
+    saved = json.loads((tmp_path / "routes.json").read_bytes())
+    assert sorted(saved["brokerAddrTable"]) == ["broker-a", "broker-b"]
+    snapshots.stopService()
+
+
+def test_a_failed_forked_write_is_logged_and_retried(tmp_path):
+    world, snapshots, _, _ = started(tmp_path)
+    (tmp_path / "routes.json").mkdir()  # a directory where the file belongs: the child's rename fails
+    with capturedLogs() as events:
+        world.clock.advance(INTERVAL)
+        snapshots.finish_write()
+    assert any("cannot write route snapshot" in formatEvent(e) and "Error" in formatEvent(e) for e in events)
+    (tmp_path / "routes.json").rmdir()
+    world.clock.advance(INTERVAL)  # nothing changed since, yet the failed write is tried again
+    snapshots.finish_write()
+    assert sorted(json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"]) == ["broker-a"]
+    snapshots.stopService()
 
 
 def test_a_restart_serves_the_snapshot_until_brokers_expire(tmp_path):

@@ -4,11 +4,20 @@ Writes are atomic (state/store.write_atomically) and rate-limited: a check every
 ``routeSnapshotInterval`` ms writes only when the routes changed since the last write, and a
 clean stop writes once more.  A snapshot that cannot be read is logged and skipped: routes are
 soft state, so the server starts empty (as without a snapshot) rather than not at all.
+
+Encoding a big table takes long enough to stall every client, so the periodic write runs in a
+forked child (as Redis' BGSAVE does): it sees the routes as they were at the fork, writes them
+atomically and exits; the reactor only forks and reaps.  One child at a time; the stop writes
+in the foreground, after any child has finished.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from twisted.application.service import Service
@@ -20,14 +29,28 @@ from .state.snapshot import SnapshotError, export_routes, import_routes
 from .state.store import write_atomically
 
 log = Logger()
+CHILD_POLL = 0.05  # s between checks whether a forked write has finished
+
+
+@dataclass(slots=True)
+class _Writer:
+    """A forked child writing the snapshot of ``version``; it reports an error on ``errors``."""
+
+    pid: int
+    errors: int
+    version: tuple[int, int]
 
 
 class RouteSnapshotService(Service):
-    def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float) -> None:
+    def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
+                 background: bool = hasattr(os, "fork")) -> None:
         self.routes = routes
         self.path = Path(path)
         self.interval = interval
+        self.background = background
+        self._clock = clock
         self._written: tuple[int, int] | None = None
+        self._writer: _Writer | None = None
         self._check = task.LoopingCall(self.write_if_changed)
         self._check.clock = clock
 
@@ -58,16 +81,69 @@ class RouteSnapshotService(Service):
         """What a write would change: the routes' generation and the live brokers."""
         return self.routes.generation, len(self.routes.brokerLiveTable)
 
-    def write_if_changed(self) -> None:
+    def write_if_changed(self, background: bool | None = None) -> None:
+        """Write when the routes changed since the last write; in a child unless told otherwise,
+        and not while a child still writes (the next check catches up)."""
+        if self._writer is not None and not self.finish_write(block=False):
+            return
         version = self._version()
         if version == self._written:
             return
-        try:
-            write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode())
-        except OSError as exc:
-            log.error("cannot write route snapshot {path}: {error}", path=str(self.path), error=exc)
+        if not (self.background if background is None else background):
+            try:
+                self._write()
+            except OSError as exc:
+                log.error("cannot write route snapshot {path}: {error}", path=str(self.path), error=exc)
+                return
+            self._written = version
             return
-        self._written = version
+        self._writer = self._fork_writer(version)
+        self._clock.callLater(CHILD_POLL, self._poll_writer)
+
+    def _write(self) -> None:
+        write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode())
+
+    def _fork_writer(self, version: tuple[int, int]) -> _Writer:
+        errors, report = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: write, report, exit; never back into the reactor or its handlers
+            status = 1
+            try:
+                os.close(errors)
+                gc.disable()  # the collector would touch (and so copy) every page of the routes
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                self._write()
+                status = 0
+            except BaseException as exc:  # noqa: BLE001 - whatever it is, the parent logs it
+                os.write(report, f"{type(exc).__name__}: {exc}".encode(errors="replace")[:4000])
+            finally:
+                os._exit(status)
+        os.close(report)
+        return _Writer(pid, errors, version)
+
+    def _poll_writer(self) -> None:
+        if self._writer is not None and not self.finish_write(block=False):
+            self._clock.callLater(CHILD_POLL, self._poll_writer)
+
+    def finish_write(self, block: bool = True) -> bool:
+        """True once no child is writing (waiting for it when ``block``); logs a failed write."""
+        writer = self._writer
+        if writer is None:
+            return True
+        pid, status = os.waitpid(writer.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return False
+        self._writer = None
+        error = os.read(writer.errors, 4096).decode(errors="replace")
+        os.close(writer.errors)
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            self._written = writer.version
+        else:
+            log.error("cannot write route snapshot {path}: {error}", path=str(self.path),
+                      error=error or f"the writing child ended with status {code}")
+        return True
 
     def startService(self) -> None:
         super().startService()
@@ -76,5 +152,6 @@ class RouteSnapshotService(Service):
     def stopService(self):
         if self._check.running:
             self._check.stop()
-        self.write_if_changed()
+        self.finish_write()
+        self.write_if_changed(background=False)
         return super().stopService()

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from spark_analysis.capture.conversation import read_conversations
 from tests.support import CAPTURES
+from twisted_namesrv.bodies import register
 from twisted_namesrv.bodies.register import (
     DEFAULT_MAX_INFLATED,
     RegisterBodyError,
@@ -395,3 +396,31 @@ def test_register_bodies_that_raise_other_exceptions(body, compressed):
         decode_register_body(body, compressed, V5_3_3)
     except RegisterBodyError:
         pass
+
+
+_config_values = {"topicName": TEXT, "readQueueNums": INT32 | st.text(max_size=3), "writeQueueNums": INT32,
+                  "perm": st.integers(0, 7) | st.booleans(), "topicFilterType": TEXT | st.integers(),
+                  "topicSysFlag": INT32, "order": st.booleans() | st.integers(0, 1),
+                  "attributes": st.none() | st.dictionaries(TEXT, TEXT | st.integers(), max_size=2)}
+_topic_configs = st.fixed_dictionaries({}, optional=_config_values)
+
+
+@HOSTILE
+@given(table=st.dictionaries(TEXT, _topic_configs, max_size=5), filters=st.none() | st.lists(TEXT, max_size=2),
+       extra=st.dictionaries(st.sampled_from(["dataVersion", "topicQueueMappingInfoMap", "mappingDataVersion"]),
+                             st.none() | st.fixed_dictionaries({"counter": INT32, "timestamp": INT32}), max_size=2))
+def test_typed_register_body_decoding_equals_the_lenient_one(table, filters, extra):
+    """The fast typed decoder either declines or decodes exactly what the general one does."""
+    body = json.dumps({"filterServerList": filters,
+                       "topicConfigSerializeWrapper": {"topicConfigTable": table, **extra}}).encode()
+    typed, lenient = _outcome(register._decode_typed, body), _outcome(register._decode_lenient, body)
+    if typed is not None:
+        assert typed == lenient
+
+
+def _outcome(decode, body: bytes) -> object:
+    """What decoding returns, or the type of what it raises."""
+    try:
+        return decode(body)
+    except Exception as exc:  # noqa: BLE001 - the two decoders must fail alike
+        return type(exc)

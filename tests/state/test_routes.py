@@ -598,3 +598,22 @@ def test_5_3_3_route_with_support_acting_master_names_the_lowest_slave_master():
     assert routes.brokerAddrTable["broker-a"].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}  # a clone was changed
     routes.config.apply({"supportActingMaster": "false"})
     assert routes.pickup_topic_route_data("T1").brokerDatas[0].brokerAddrs == {1: SLAVE_A, 2: SLAVE_A2}
+
+
+# -- re-registration as a diff ----------------------------------------------------------------
+
+@BOTH
+@pytest.mark.parametrize("field", ["perm", "readQueueNums", "writeQueueNums", "topicSysFlag"])
+def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
+    """Each changed field of one topic reaches its queue data and drops its cached answer; the
+    unchanged topics keep theirs; an added topic appears."""
+    routes, _ = manager(profile)
+    register(routes, topics=("T1", "T2", "T3"))
+    routes.route_memo.update({t: {"answer": b"cached"} for t in ("T1", "T2", "T3")})
+    changed = topic("T2")
+    setattr(changed, field, 3)
+    register(routes, topics=("T1", changed, "T3", "T4"), version=(1, 2))
+    assert getattr(routes.topicQueueTable["T2"]["broker-a"], field) == 3
+    assert "T4" in routes.topicQueueTable
+    assert set(routes.route_memo) == {"T1", "T3"}
+

@@ -98,6 +98,13 @@ FIGURES = [
     Figure("reg100k_compressed_first", "  first registration (new broker)", "ms"),
     Figure("topics206_p50", "GET_ALL_TOPIC_LIST (206) at 100k topics, p50", "ms", "58–92 ms", 10),
     Figure("topics206_p99", "  GET_ALL_TOPIC_LIST (206), p99", "ms"),
+    # issue 20: the probe's longest wait while the server works; goals are a third of Java's lowest
+    Figure("stall_first", "longest probe wait: first registration, 80k topics plain", "ms", "557–881 ms", 186),
+    Figure("stall_same", "  same table again, new dataVersion", "ms", "48–53 ms", 16),
+    Figure("stall_plus1", "  one topic added", "ms", "81–112 ms", 27),
+    Figure("stall_minus1", "  that topic removed again", "ms", "61–117 ms", 20),
+    Figure("stall_drop", "  500 groups lose their connections at once", "ms", "2.7–3.2 s", 900),
+    Figure("stall_snapshot", "  route-snapshot write, 100k topics x 3 brokers", "ms", "(none)", 16),
 ]
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 
@@ -522,6 +529,42 @@ def register_scenario(key: str, topics: int, compressed: bool) -> Callable[[Benc
     return scenario
 
 
+STALLS = ("first", "same", "plus1", "minus1", "drop")  # stall.py's scenarios, in its order
+
+
+def stall_scenario(b: Bench) -> Outcome:
+    """Issue 20: stall.py's probe looks a route up in a closed loop while one broker registers
+    --stall-topics topics (plain JSON) and re-registers, then 500 groups' connections reset."""
+    with b.server() as srv:
+        argv = [sys.executable, str(b.shared / "stall.py"), f"{HOST}:{srv.port}", "--topics", str(b.args.stall_topics)]
+        with b.running("stall", argv, b.args.load_core) as proc:
+            res = last_json(proc.finish(timeout=900), "stall")
+    missing = [name for name in STALLS if (res.get(name) or {}).get("probe_max_ms") is None]
+    if missing:
+        raise BenchError(f"stall.py: no probe answer during {', '.join(missing)}: {res}")
+    return {f"stall_{name}": res[name]["probe_max_ms"] for name in STALLS}, res
+
+
+def snapshot_stall_scenario(b: Bench) -> Outcome:
+    """Issue 20: the probe's longest wait while our server writes a route snapshot of 100k
+    topics x 3 brokers (snapshot_stall.py; a write every 0.5 s when something changed)."""
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="data-", dir=b.tmp))
+    snapshot = data_dir / "routes.json"
+    (data_dir / "bench.properties").write_text("routeSnapshotInterval=500\n")
+    argv = b.server_argv(port, data_dir) + ["-c", str(data_dir / "bench.properties"), "--route-snapshot", str(snapshot)]
+    with b.running("server", argv, b.args.server_core, log=True) as server:
+        wait_answer(port, server)
+        tool = [sys.executable, str(Path(__file__).with_name("snapshot_stall.py")), f"{HOST}:{port}", str(snapshot),
+                "--shared-bench", str(b.shared)]
+        with b.running("snapshot-stall", tool, b.args.load_core) as proc:
+            res = last_json(proc.finish(timeout=900), "snapshot_stall")
+    return {"stall_snapshot": res["probe_max_ms"]}, res
+
+
+#: scenarios that need our server's own options, skipped with --server-cmd
+OURS_ONLY = {"stall-snapshot"}
+
 SCENARIOS: dict[str, Callable[[Bench], Outcome]] = {
     "route": route_scenario,
     "ceiling": ceiling_scenario,
@@ -532,6 +575,8 @@ SCENARIOS: dict[str, Callable[[Bench], Outcome]] = {
     "register-20k-compressed": register_scenario("reg20k_compressed", 20_000, True),
     "register-20k-plain": register_scenario("reg20k_plain", 20_000, False),
     "register-100k-compressed": register_scenario("reg100k_compressed", 100_000, True),
+    "stall": stall_scenario,
+    "stall-snapshot": snapshot_stall_scenario,
 }
 
 
@@ -691,6 +736,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shared-bench", type=Path, default=DEFAULT_SHARED, metavar="DIR",
                    help=f"directory of nsload.py, fakebroker.py, ceiling.py (default {DEFAULT_SHARED})")
     p.add_argument("--only", metavar="NAMES", help="comma-separated scenarios: " + ",".join(SCENARIOS))
+    p.add_argument("--stall-topics", type=int, default=80_000,
+                   help="topics of the big broker in the stall scenario (default 80,000: 12.8 MB of plain JSON)")
     p.add_argument("--server-core", type=int, default=0)
     p.add_argument("--load-core", type=int, default=1)
     a = p.parse_args(argv)
@@ -706,7 +753,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.server_cmd and "{port}" not in a.server_cmd:
         p.error("--server-cmd needs a {port} placeholder: the bench picks a free port per server")
-    for tool in ("nsload.py", "fakebroker.py", "ceiling.py"):
+    for tool in ("nsload.py", "fakebroker.py", "ceiling.py", "stall.py"):
         if not (a.shared_bench / tool).is_file():
             p.error(f"{tool} not found in {a.shared_bench} (see --shared-bench)")
     unknown = set((a.only or "").split(",")) - set(SCENARIOS) - {""}
@@ -724,6 +771,9 @@ def stop_on_signal(signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     names = [n for n in SCENARIOS if not args.only or n in args.only.split(",")]
+    if args.server_cmd and OURS_ONLY & set(names):
+        print(f"[bench] skipped with --server-cmd: {', '.join(sorted(OURS_ONLY & set(names)))}", file=sys.stderr)
+        names = [n for n in names if n not in OURS_ONLY]
     signal.signal(signal.SIGTERM, stop_on_signal)
     signal.signal(signal.SIGHUP, stop_on_signal)
     os.sched_setaffinity(0, {args.load_core})  # our own polling and bookkeeping stay off the server core

@@ -13,6 +13,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..remoting import fastjson
 from ..remoting.codes import V3_0_11
 from .route import DataVersion, queue_mapping_info
@@ -27,8 +29,11 @@ class RegisterBodyError(ValueError):
     """A registration body that cannot be decoded."""
 
 
-@dataclass(slots=True)
-class TopicConfig:
+class TopicConfig(msgspec.Struct, gc=False):
+    """One topic of a broker's table. A msgspec Struct so that a JSON body decodes straight into
+    it (a dict per topic first was most of a big registration's pause); gc=False: it holds no
+    cycles, and 100k of them are not worth the collector's visits."""
+
     topicName: str
     readQueueNums: int = 16
     writeQueueNums: int = 16
@@ -126,15 +131,61 @@ def decode_register_body(body: bytes | memoryview | None, compressed: bool, vers
         raise RegisterBodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
 
 
+class _TypedWrapper(msgspec.Struct):
+    """TopicConfigSerializeWrapper with its topic table decoded straight into TopicConfig."""
+
+    topicConfigTable: dict[str, TopicConfig] | None = None
+    dataVersion: Any = None
+    topicQueueMappingInfoMap: Any = None
+    mappingDataVersion: Any = None
+    topicQueueMappingDetailMap: Any = None
+
+
+class _TypedBody(msgspec.Struct):
+    topicConfigSerializeWrapper: _TypedWrapper | None = None
+    filterServerList: Any = None
+
+
+_TYPED_BODY = msgspec.json.Decoder(_TypedBody)
+
+
 def _decode_json(body: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
     split = _split_data_version(body)
     if split is not None and split[1] == known_digest:
         return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
-    obj = _json_object(body)
-    wrapper = obj.get("topicConfigSerializeWrapper") or {}
-    decoded = _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+    decoded = _decode_typed(body) or _decode_lenient(body)
     if split is not None and split[0] == decoded.dataVersion:
         decoded.tableDigest = split[1]
+    return decoded
+
+
+def _decode_lenient(body: bytes) -> RegisterBrokerBody:
+    obj = _json_object(body)
+    wrapper = obj.get("topicConfigSerializeWrapper") or {}
+    return _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+
+
+def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
+    """The common case, several times faster: a well-typed body decoded without a dict per topic
+    (a big table's decoding is most of a registration's pause). None for anything else — a
+    string where a number belongs, fastjson's bare keys, odd unicode, no table — which the
+    general path decodes with Java's leniency."""
+    try:
+        typed = _TYPED_BODY.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    wrapper = typed.topicConfigSerializeWrapper
+    if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
+        return None
+    table = wrapper.topicConfigTable
+    for name in [name for name, config in table.items() if not config.topicName]:
+        table[name].topicName = name  # TopicConfig.from_json: the key stands in for a missing name
+    rest = {"dataVersion": wrapper.dataVersion, "topicQueueMappingInfoMap": wrapper.topicQueueMappingInfoMap,
+            "mappingDataVersion": wrapper.mappingDataVersion,
+            "topicQueueMappingDetailMap": wrapper.topicQueueMappingDetailMap}
+    decoded = _from_wrapper({k: v for k, v in rest.items() if v is not None},
+                            [str(s) for s in typed.filterServerList or []])
+    decoded.topicConfigTable = table
     return decoded
 
 
