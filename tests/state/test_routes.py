@@ -13,6 +13,7 @@ from twisted_namesrv.bodies.route import BrokerData, DataVersion, QueueData
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+    TOPIC,
     RegisterRequest,
     RouteInfoManager,
     has_unit_flag,
@@ -605,15 +606,16 @@ def test_5_3_3_route_with_support_acting_master_names_the_lowest_slave_master():
 @BOTH
 @pytest.mark.parametrize("field", ["perm", "readQueueNums", "writeQueueNums", "topicSysFlag"])
 def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
-    """Each changed field of one topic reaches its queue data and drops its cached answer; the
-    unchanged topics keep theirs; an added topic appears."""
+    """Each changed field of one topic reaches its queue data and is published as that topic's
+    change (what drops its cached answer); the unchanged topics are not; an added topic appears."""
     routes, _ = manager(profile)
     register(routes, topics=("T1", "T2", "T3"))
-    routes.route_memo.update({t: {"answer": b"cached"} for t in ("T1", "T2", "T3")})
+    published: list[tuple[str, str | None]] = []
+    routes.on_change = lambda kind, name: published.append((kind, name))
     changed = topic("T2")
     setattr(changed, field, 3)
     register(routes, topics=("T1", changed, "T3", "T4"), version=(1, 2))
     assert getattr(routes.topicQueueTable["T2"]["broker-a"], field) == 3
     assert "T4" in routes.topicQueueTable
-    assert set(routes.route_memo) == {"T1", "T3"}
+    assert sorted(name for kind, name in published if kind == TOPIC) == ["T2", "T4"]
 
