@@ -39,6 +39,8 @@ TOP_CODES = 25
 #: evidence listed under a finding in the page (summary.json has it all)
 SHOWN_EVIDENCE = 500
 RED, AMBER = "#d62728", "#ff9f1a"
+#: a capture period's panel is at least this share of a time plot's width; TICKS labels fill a whole one
+MIN_PANEL_SHARE, TICKS = 0.25, 14
 _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
@@ -181,17 +183,34 @@ def latency_percentiles(codes: list[CodeStats]) -> go.Figure:
 
 
 def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
-    """One panel per capture period, as wide as its share of the captured time (at least 8%)."""
+    """One panel per capture period, as wide as its share of the captured time but at least a
+    quarter of the page (a 1 s period beside an hour one stays readable), titled with its start
+    and length, spanning the whole period; ticks in proportion to the width, so that their labels
+    never overlap."""
     lengths = [max(end - start, 1.0) for start, end in zip(time_bins.starts, time_bins.ends, strict=True)]
-    widths = [max(length / sum(lengths), 0.08) for length in lengths]
     count = len(lengths)
+    least = min(MIN_PANEL_SHARE, 1 / count)
+    short = [length / sum(lengths) < least for length in lengths]
+    rest = (1 - least * sum(short)) / (sum(length for length, s in zip(lengths, short, strict=True) if not s) or 1)
+    widths = [least if s else length * rest for length, s in zip(lengths, short, strict=True)]
+    titles = [f"period {i + 1}: {_time(start)[11:19]} UTC, {_duration(end - start)}"
+              for i, (start, end) in enumerate(zip(time_bins.starts, time_bins.ends, strict=True))]
     figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
-                           horizontal_spacing=min(0.02, 0.5 / count),
-                           subplot_titles=[f"period {i + 1}" for i in range(count)] if count > 1 else None)
+                           horizontal_spacing=min(0.03, 0.5 / count), subplot_titles=titles if count > 1 else None)
     figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
                                                                        "yanchor": "top"})
-    figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, 12 // count))
+    for column, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True), start=1):
+        figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, round(TICKS * width)),
+                            tickangle=0, range=[_time(start), _time(start + length)], row=1, col=column)
     return figure
+
+
+def _duration(seconds: float) -> str:
+    """'1.5 s', '7 min 14 s', '2 h 5 min': a capture period's length, for its title."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 _MARGIN = {"l": 10, "r": 10, "t": 40, "b": 40}

@@ -18,8 +18,8 @@ import pytest
 
 from spark_analysis import __main__ as cli
 from spark_analysis import findings as findings_module
-from spark_analysis import job, tables
-from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
+from spark_analysis import job, report, tables
+from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
 from spark_analysis.decode import CALL
 from spark_analysis.schema import BROKER_COLUMNS
 from spark_analysis.worker import FAIL_FIRST_ATTEMPT
@@ -207,3 +207,14 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
     assert findings_module.attention(said)["attention"] == (
         "3 warnings: 1 unknown topic, 1 request code never answered, 1 slow request code")
 
+
+def test_a_short_capture_period_gets_a_readable_panel() -> None:
+    """An hour and 1.5 s captured: the short period's panel spans its own 1.5 s, a quarter of the
+    width at least, titled with its start and length, with fewer ticks than the long one."""
+    hour, short = (1_800_000_000.0, 1_800_003_600.0), (1_800_005_000.0, 1_800_005_001.5)
+    figure = report._period_panels(TimeBins.over([hour, short]), 4)
+    wide, narrow = figure.layout.xaxis, figure.layout.xaxis2
+    assert narrow.domain[1] - narrow.domain[0] >= 0.2 and narrow.nticks < wide.nticks
+    assert narrow.range == (report._time(short[0]), report._time(short[1]))
+    assert [a.text for a in figure.layout.annotations] == ["period 1: 08:00:00 UTC, 1 h 0 min",
+                                                           "period 2: 09:23:20 UTC, 1.5 s"]
