@@ -13,7 +13,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -247,7 +247,8 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun.format(s='' if n == 1 else 's')}"
 
 
-def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False) -> str:
+def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
+           show: Callable[[object], str] = str) -> str:
     """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
     counts: Counter = Counter()
     who: dict[object, set] = {}
@@ -258,7 +259,7 @@ def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str 
     for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))):
         notes = ([f"{n:,}{unit}"] if n > 1 or unit != "x" else []) + (
             [_plural(len(who[name]), "client{s}")] if clients and len(who[name]) > 1 else [])
-        shown.append(f"{'(none)' if name is None else name}" + (f" ({', '.join(notes)})" if notes else ""))
+        shown.append(f"{'(none)' if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
     return _first(shown)
 
 
@@ -297,7 +298,7 @@ def _answers(items: list[dict]) -> str:
         requesters.update(item["requesters"])
     return (f"{first['code_name']} answered {first['response_name']} ({first['response_code']}) "
             f"{sum(i['count'] for i in items):,}x to {_plural(len(requesters), 'client{s}')}: "
-            f"{_tally(items, 'remark')}")
+            f"{_tally(items, 'remark', show=repr)}")
 
 
 def _unanswered(items: list[dict]) -> str:
