@@ -5,12 +5,15 @@ requests never answered, slow answers) and the connections with undecodable byte
 the tally each task returns as data; the per-broker liveness (brokers.py) says what happened to
 each broker; the reading tasks say what each input file is. ``summary`` puts them together as the
 documented summary.json (docs/capture-report.md: SCHEMA_VERSION says which layout).
+
+An operator reads problems, not events: the evidence (one item per broker, client, topic or
+connection) is grouped into one finding per kind and subject, and every event is said once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,7 +25,7 @@ from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
@@ -93,7 +96,7 @@ def summary(files: list[inputs.CaptureFile], read: Counter, counts: Counter, gro
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
-        "findings": findings(file_rows, groups, brokers),
+        **attention(evidence(file_rows, groups, brokers)),
         "inputs": {
             "files": file_rows,
             "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
@@ -133,8 +136,10 @@ def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, f
     return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
-def findings(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dict]:
-    """Every finding, critical ones first; each says what, where and when (docs/capture-report.md)."""
+def evidence(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dict]:
+    """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
+    An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
+    registrations crc_failure or registration_refused, never also response_code."""
     found: list[dict] = []
     for f in files:
         if f["problem"]:  # a capture cut while a record was written still has its other records read
@@ -148,11 +153,13 @@ def findings(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dic
     found += _address_changes(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
-        if name == code_name(RequestCode.GET_ROUTEINFO_BY_TOPIC) and response == ResponseCode.TOPIC_NOT_EXIST:
+        if _is_topic_not_exist(name, response):
             found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
                                   last=_iso(last)))
     for (name, response, remark), entry in _response_groups(groups).items():
+        if _said_elsewhere(name, response):
+            continue
         requesters = entry["requesters"]
         found.append(_finding("response_code", WARNING, f"{name} answered {code_name(response, True)} "
                               f"({response}) {entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
@@ -174,6 +181,147 @@ def findings(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dic
                               bytes=count))
     found.sort(key=lambda finding: (finding["severity"] != CRITICAL, KINDS.index(finding["kind"])))  # stable
     return found
+
+
+#: per kind: the evidence field naming what a finding counts, and that thing in the summary line
+UNITS = {"bad_input": ("path", "bad input file{s}"),
+         "heartbeat_expired": ("broker", f"broker{{s}} silent past the {EXPIRY_SECONDS} s expiry"),
+         "crc_failure": ("broker", "broker{s} failing the body CRC"),
+         "registration_refused": ("broker", "broker{s} refused registration"),
+         "heartbeat_near_expiry": ("broker", f"broker{{s}} silent over {NEAR_EXPIRY_S} s"),
+         "topic_count_drop": ("broker", "broker{s} losing topics"),
+         "data_version_backwards": ("broker", "broker{s} restarted"),
+         "broker_id_change": ("broker", "broker{s} changing brokerId"),
+         "broker_address_change": ("broker_name", "broker{s} moving address"),
+         "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "error answer{s}"),
+         "unanswered": ("code_name", "request code{s} never answered"),
+         "slow_answer": ("code_name", "slow request code{s}"),
+         "undecodable_connection": ("connection", "undecodable connection{s}")}
+#: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
+LISTED = 6
+
+
+def attention(found: list[dict]) -> dict:
+    """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
+    request code, and response code, of call findings), most severe first, its evidence inside."""
+    grouped: dict[tuple, list[dict]] = {}
+    for item in found:
+        grouped.setdefault((item["kind"], _subject(item)), []).append(item)
+    problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
+    problems.sort(key=lambda p: (p["severity"] != CRITICAL, KINDS.index(p["kind"]), -len(p["evidence"]),
+                                 -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
+    return {"attention": _headline(problems), "findings": problems}
+
+
+def _subject(item: dict) -> str | None:
+    if item["kind"] == "response_code":
+        return f"{item['code_name']} {item['response_name']}"
+    return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
+
+
+def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
+    severity = CRITICAL if any(item["severity"] == CRITICAL for item in items) else WARNING
+    units = len({str(item.get(UNITS[kind][0])) for item in items})
+    message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
+    return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
+            "evidence": items}
+
+
+def _headline(problems: list[dict]) -> str:
+    """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'."""
+    parts = []
+    for severity in (CRITICAL, WARNING):
+        units: Counter = Counter()
+        for p in problems:
+            if p["severity"] == severity:
+                units[p["kind"]] += p["units"]
+        if units:
+            rows = sum(p["severity"] == severity for p in problems)
+            parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
+                _plural(n, UNITS[kind][1]) for kind, n in units.items()))
+    return " · ".join(parts) or "nothing needs attention"
+
+
+def _plural(n: int, noun: str) -> str:
+    """'1 broker', '3 brokers' of 'broker{s}'."""
+    return f"{n:,} {noun.format(s='' if n == 1 else 's')}"
+
+
+def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
+           show: Callable[[object], str] = str) -> str:
+    """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
+    counts: Counter = Counter()
+    who: dict[object, set] = {}
+    for item in items:
+        counts[item.get(key)] += item[weight] if weight else 1
+        who.setdefault(item.get(key), set()).add(item.get("client"))
+    shown = []
+    for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))):
+        notes = ([f"{n:,}{unit}"] if n > 1 or unit != "x" else []) + (
+            [_plural(len(who[name]), "client{s}")] if clients and len(who[name]) > 1 else [])
+        shown.append(f"{'(none)' if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
+    return _first(shown)
+
+
+def _first(shown: list[str]) -> str:
+    return ", ".join(shown[:LISTED]) + (f" and {len(shown) - LISTED} more" if len(shown) > LISTED else "")
+
+
+def _silences(items: list[dict]) -> str:
+    """Brokers silent too long, the longest silence first: 'label (201.6 s), label (2x, longest 94.6 s)'."""
+    longest: dict[str, list] = {}
+    for item in items:
+        entry = longest.setdefault(item["broker"], [0, 0.0])
+        entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
+    shown = [f"{broker} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
+             for broker, (n, seconds) in sorted(longest.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
+
+
+def _listed(items: list[dict]) -> str:
+    kind = items[0]["kind"]
+    field, noun = UNITS[kind]
+    return (f"{_plural(len({str(i.get(field)) for i in items}), noun)}: "
+            + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
+
+
+def _topics(items: list[dict]) -> str:
+    clients = {item["client"] for item in items}
+    return (f"TOPIC_NOT_EXIST for {_plural(len({i['topic'] for i in items}), 'topic{s}')} from "
+            f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True)}")
+
+
+def _answers(items: list[dict]) -> str:
+    first = items[0]
+    requesters: Counter = Counter()
+    for item in items:
+        requesters.update(item["requesters"])
+    return (f"{first['code_name']} answered {first['response_name']} ({first['response_code']}) "
+            f"{sum(i['count'] for i in items):,}x to {_plural(len(requesters), 'client{s}')}: "
+            f"{_tally(items, 'remark', show=repr)}")
+
+
+def _unanswered(items: list[dict]) -> str:
+    return (f"{items[0]['code_name']}: {sum(i['count'] for i in items):,} request(s) never answered, from "
+            f"{_plural(len(items), 'client{s}')}: {_tally(items, 'client')}")
+
+
+def _undecodable(items: list[dict]) -> str:
+    return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
+            f"direction is not decoded): {_tally(items, 'connection', 'bytes', ' bytes')}")
+
+
+_MESSAGES = {"heartbeat_expired": _silences, "heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
+             "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
+
+
+def _is_topic_not_exist(name: str, response: int) -> bool:
+    return name == code_name(RequestCode.GET_ROUTEINFO_BY_TOPIC) and response == ResponseCode.TOPIC_NOT_EXIST
+
+
+def _said_elsewhere(name: str, response: int) -> bool:
+    """Answers a more specific finding already says: unknown topics and refused registrations."""
+    return _is_topic_not_exist(name, response) or name == code_name(RequestCode.REGISTER_BROKER)
 
 
 def _by_key(item: tuple) -> tuple:

@@ -207,11 +207,10 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     codes = latency.code_stats(calls)
     summary = findings.summary(files, read, counts, groups, liveness.brokers, codes)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
-    attention = Counter(finding["severity"] for finding in summary["findings"])
-    progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {attention['critical']} critical and "
-             f"{attention['warning']} other findings" + "".join(
-                 f"\n      {finding['severity']}: {finding['message']}" for finding in summary["findings"][:10])
-             + (f"\n      ... {len(summary['findings']) - 10} more" if len(summary["findings"]) > 10 else ""))
+    found = summary["findings"]
+    progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
+        f"\n      {finding['severity']}: {finding['message']}" for finding in found[:10])
+        + (f"\n      ... {len(found) - 10} more" if len(found) > 10 else ""))
     if report:
         from spark_analysis.report import write_report  # plotly only when a report is wanted
 

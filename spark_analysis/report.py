@@ -31,14 +31,16 @@ from spark_analysis.brokers import (
     TimeBins,
     plot_order,
 )
-from spark_analysis.findings import CRITICAL, broker_label
+from spark_analysis.findings import broker_label
 from spark_analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.schema import BROKER_COLUMNS
 
 TOP_CODES = 25
-#: findings listed in the page (summary.json has them all)
-SHOWN_FINDINGS = 500
+#: evidence listed under a finding in the page (summary.json has it all)
+SHOWN_EVIDENCE = 500
 RED, AMBER = "#d62728", "#ff9f1a"
+#: a capture period's panel is at least this share of a time plot's width; TICKS labels fill a whole one
+MIN_PANEL_SHARE, TICKS = 0.25, 14
 _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
@@ -62,12 +64,9 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> str:
                     + figure.to_html(full_html=False, include_plotlyjs=index == 0, div_id=f"plot-{key}",
                                      config={"displaylogo": False})
                     + "</section>" for index, (key, title, figure) in enumerate(figures))
-    critical = sum(f["severity"] == CRITICAL for f in summary["findings"])
-    status = (f"{critical} critical, {len(summary['findings']) - critical} other findings"
-              if summary["findings"] else "nothing needs attention")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
             f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
-            f"<p class='status'>{html.escape(status)}</p>"
+            f"<p class='status'>{html.escape(summary['attention'])}</p>"
             f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}{plots}"
             f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}{_counts(summary['counts'])}"
             f"</body></html>")
@@ -184,17 +183,34 @@ def latency_percentiles(codes: list[CodeStats]) -> go.Figure:
 
 
 def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
-    """One panel per capture period, as wide as its share of the captured time (at least 8%)."""
+    """One panel per capture period, as wide as its share of the captured time but at least a
+    quarter of the page (a 1 s period beside an hour one stays readable), titled with its start
+    and length, spanning the whole period; ticks in proportion to the width, so that their labels
+    never overlap."""
     lengths = [max(end - start, 1.0) for start, end in zip(time_bins.starts, time_bins.ends, strict=True)]
-    widths = [max(length / sum(lengths), 0.08) for length in lengths]
     count = len(lengths)
+    least = min(MIN_PANEL_SHARE, 1 / count)
+    short = [length / sum(lengths) < least for length in lengths]
+    rest = (1 - least * sum(short)) / (sum(length for length, s in zip(lengths, short, strict=True) if not s) or 1)
+    widths = [least if s else length * rest for length, s in zip(lengths, short, strict=True)]
+    titles = [f"period {i + 1}: {_time(start)[11:19]} UTC, {_duration(end - start)}"
+              for i, (start, end) in enumerate(zip(time_bins.starts, time_bins.ends, strict=True))]
     figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
-                           horizontal_spacing=min(0.02, 0.5 / count),
-                           subplot_titles=[f"period {i + 1}" for i in range(count)] if count > 1 else None)
+                           horizontal_spacing=min(0.03, 0.5 / count), subplot_titles=titles if count > 1 else None)
     figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
                                                                        "yanchor": "top"})
-    figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, 12 // count))
+    for column, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True), start=1):
+        figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, round(TICKS * width)),
+                            tickangle=0, range=[_time(start), _time(start + length)], row=1, col=column)
     return figure
+
+
+def _duration(seconds: float) -> str:
+    """'1.5 s', '7 min 14 s', '2 h 5 min': a capture period's length, for its title."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 _MARGIN = {"l": 10, "r": 10, "t": 40, "b": 40}
@@ -210,12 +226,23 @@ def _time(seconds: float) -> str:
 
 
 def _findings(found: list[dict]) -> str:
+    """One row per problem; its evidence (one line per broker, client, topic or connection) a
+    click away."""
     rows = "".join(f"<tr class='{f['severity']}'><td>{f['severity']}</td><td>{html.escape(f['kind'])}</td>"
-                   f"<td>{html.escape(f['message'])}</td></tr>" for f in found[:SHOWN_FINDINGS])
-    more = f"<p>{len(found) - SHOWN_FINDINGS:,} more in summary.json.</p>" if len(found) > SHOWN_FINDINGS else ""
-    body = (f"<table><tr><th>severity</th><th>kind</th><th>what, where, when</th></tr>{rows}</table>{more}"
+                   f"<td>{_evidence(f)}</td></tr>" for f in found)
+    body = (f"<table><tr><th>severity</th><th>kind</th><th>what, where, when</th></tr>{rows}</table>"
             if found else "<p>Nothing needs attention.</p>")
     return f"<section id='findings'><h2>Findings</h2>{body}</section>"
+
+
+def _evidence(finding: dict) -> str:
+    items = finding["evidence"]
+    if len(items) == 1:
+        return html.escape(finding["message"])
+    listed = "".join(f"<li>{html.escape(item['message'])}</li>" for item in items[:SHOWN_EVIDENCE])
+    more = f"<li>{len(items) - SHOWN_EVIDENCE:,} more in summary.json</li>" if len(items) > SHOWN_EVIDENCE else ""
+    return (f"<details><summary>{html.escape(finding['message'])} <span class='count'>({len(items):,} items)</span>"
+            f"</summary><ul>{listed}{more}</ul></details>")
 
 
 def _inputs(inputs: dict) -> str:
@@ -267,4 +294,5 @@ def _cell(value: object) -> str:
 _STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}"
           f"tr.critical td:first-child{{background:{RED};color:#fff}}tr.warning td:first-child{{background:{AMBER}}}"
-          "tr.problem{background:#fde0e0}.status{font-size:18px;font-weight:bold}")
+          "tr.problem{background:#fde0e0}.status{font-size:18px;font-weight:bold}"
+          "summary{cursor:pointer}.count{color:#666}details ul{margin:4px 0;padding-left:1.5em}")

@@ -6,6 +6,7 @@ Two small jobs on the shared session (CI has two cores); the rest reuses the syn
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -17,8 +18,8 @@ import pytest
 
 from spark_analysis import __main__ as cli
 from spark_analysis import findings as findings_module
-from spark_analysis import job, tables
-from spark_analysis.brokers import EXPIRY_SECONDS, iso_time
+from spark_analysis import job, report, tables
+from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
 from spark_analysis.decode import CALL
 from spark_analysis.schema import BROKER_COLUMNS
 from spark_analysis.worker import FAIL_FIRST_ATTEMPT
@@ -29,13 +30,14 @@ from tests.web.test_status_page import ARTIFACTS, chromium
 
 
 def kinds(summary: dict, kind: str) -> list[dict]:
-    return [f for f in summary["findings"] if f["kind"] == kind]
+    """The evidence of one kind of finding."""
+    return [item for f in summary["findings"] if f["kind"] == kind for item in f["evidence"]]
 
 
 def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: Outputs) -> None:
     _, truth = synthetic
     summary = synthetic_outputs.summary
-    assert summary["schema_version"] == 1
+    assert summary["schema_version"] == 2
     assert truth["injected"]["heartbeat_silences"] and truth["injected"]["near_silences"]
     gaps = {(addr, iso_time(a), iso_time(b), b - a > EXPIRY_SECONDS)
             for addr, broker in truth["brokers"].items() for a, b in broker["gaps"]}
@@ -59,11 +61,23 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     # the generator stopped the capture while writing its last packet: the file is named for it
     assert [(f["kind"], f["problem"], f["severity"]) for f in kinds(summary, "bad_input")] == [
         ("bad_input", "truncated", "warning")]
-    said = {f["kind"] for f in summary["findings"]}
-    assert said == {"heartbeat_expired", "heartbeat_near_expiry", "crc_failure", "registration_refused",
-                    "response_code", "topic_not_exist", "unanswered", "bad_input"}
-    assert [f["severity"] for f in summary["findings"]] == sorted(
-        (f["severity"] for f in summary["findings"]), key=lambda severity: severity != "critical")
+    # each answer said once: unknown topics and refused registrations are not also response_code
+    assert not kinds(summary, "response_code")
+    assert sum(f["count"] for f in kinds(summary, "topic_not_exist")) == truth["response_codes"][
+        "GET_ROUTEINFO_BY_TOPIC 17"]
+    assert sum(f["count"] for f in kinds(summary, "crc_failure") + kinds(summary, "registration_refused")) == sum(
+        n for key, n in truth["response_codes"].items() if key.startswith("REGISTER_BROKER "))
+    # one finding per problem, most severe first, counted in the line at the top
+    problems = [(f["kind"], f["subject"]) for f in summary["findings"]]
+    assert [kind for kind, _ in problems] == ["heartbeat_expired", "crc_failure", "registration_refused", "bad_input",
+                                              "heartbeat_near_expiry", "topic_not_exist", "unanswered", "unanswered"]
+    assert {subject for _, subject in problems[-2:]} == {"GET_ROUTEINFO_BY_TOPIC", "REGISTER_BROKER"}
+    expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
+    assert summary["attention"].startswith(f"3 critical: {expired} brokers silent past the {EXPIRY_SECONDS} s expiry, "
+                                           f"2 brokers failing the body CRC, 1 broker refused registration · "
+                                           f"5 warnings: 1 bad input file, ")
+    assert summary["findings"][5]["message"] == (
+        "TOPIC_NOT_EXIST for 1 topic from 2 clients: NoSuchTopic (4x, 2 clients)")
     [period] = summary["inputs"]["periods"]
     assert summary["inputs"]["gaps"] == [] and period["seconds"] > 0
 
@@ -143,6 +157,14 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
                                                                     "brokers")]
     assert sections == sorted(sections) and body.index("<h1") < sections[0]
     assert "heartbeat_expired" in body and "crc_failure" in body and "synthetic.pcap" in body
+    # one row per problem under the line counting them; each broker's gap a click away
+    findings_table = body[body.index('<section id="findings"'):sections[1]]
+    assert findings_table.count("<tr class=") == len(synthetic_outputs.summary["findings"])
+    assert html.escape(synthetic_outputs.summary["attention"], quote=False) in body[:sections[0]]
+    expired = next(f for f in synthetic_outputs.summary["findings"] if f["kind"] == "heartbeat_expired")
+    opened = findings_table[findings_table.index("<details>"):]
+    assert all(f"<li>{html.escape(item['message'], quote=False)}</li>" in opened[:opened.index("</details>")]
+               for item in expired["evidence"]) and len(expired["evidence"]) > 1
     for plot in ("timeline", "intervals", "topics", "requests", "latency"):
         div = body[body.index(f'id="plot-{plot}"'):]
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
@@ -156,7 +178,8 @@ def test_the_documentation_names_every_finding_column_and_field(synthetic_output
     text = (Path(__file__).resolve().parents[2] / "docs" / "capture-report.md").read_text()
     documented = set(re.findall(r"`([a-z_0-9]+)`", text))
     summary = synthetic_outputs.summary
-    fields = {key for f in summary["findings"] for key in f} | {f["kind"] for f in summary["findings"]}
+    evidence = [item for f in summary["findings"] for item in f["evidence"]]
+    fields = {key for f in summary["findings"] + evidence for key in f} | {f["kind"] for f in evidence}
     assert fields | set(BROKER_COLUMNS) | set(summary) | set(summary["counts"]) <= documented | set(
         re.findall(r'"([a-z_0-9]+)":', text))
     assert set(findings_module.KINDS) <= documented
@@ -178,6 +201,20 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
     assert groups[findings_module.ANSWER_CODES] == {
         ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
     assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
-    said = findings_module.findings([], groups, [])
-    assert [f["kind"] for f in said] == ["topic_not_exist", "response_code", "unanswered", "slow_answer"]
+    said = findings_module.evidence([], groups, [])
+    assert [f["kind"] for f in said] == ["topic_not_exist", "unanswered", "slow_answer"]  # 17 said once
     assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
+    assert findings_module.attention(said)["attention"] == (
+        "3 warnings: 1 unknown topic, 1 request code never answered, 1 slow request code")
+
+
+def test_a_short_capture_period_gets_a_readable_panel() -> None:
+    """An hour and 1.5 s captured: the short period's panel spans its own 1.5 s, a quarter of the
+    width at least, titled with its start and length, with fewer ticks than the long one."""
+    hour, short = (1_800_000_000.0, 1_800_003_600.0), (1_800_005_000.0, 1_800_005_001.5)
+    figure = report._period_panels(TimeBins.over([hour, short]), 4)
+    wide, narrow = figure.layout.xaxis, figure.layout.xaxis2
+    assert narrow.domain[1] - narrow.domain[0] >= 0.2 and narrow.nticks < wide.nticks
+    assert narrow.range == (report._time(short[0]), report._time(short[1]))
+    assert [a.text for a in figure.layout.annotations] == ["period 1: 08:00:00 UTC, 1 h 0 min",
+                                                           "period 2: 09:23:20 UTC, 1.5 s"]
