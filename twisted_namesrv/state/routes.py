@@ -371,7 +371,8 @@ class RouteInfoManager:
         expired = [(key, live) for key, live in self.brokerLiveTable.items()
                    if live.lastUpdateTimestamp + live.heartbeatTimeoutMillis < now]
         for key, live in expired:
-            self._destroy(key, f"expired: no heartbeat for {now - live.lastUpdateTimestamp} ms")
+            silent, timeout = (now - live.lastUpdateTimestamp) / 1000, live.heartbeatTimeoutMillis / 1000
+            self._destroy(key, f"expired: no heartbeat for {silent:g} s (timeout {timeout:g} s)")
         return [live.channel for _, live in expired if live.channel is not None]
 
     def on_channel_destroy(self, channel: Channel, reason: str = "connection closed") -> None:
