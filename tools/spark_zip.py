@@ -10,8 +10,8 @@ dependencies the executors import (construct, crcmod: without its C extension cr
 CRCs in Python, slower; install crcmod on the executors to avoid that). The launcher beside it
 is the main file: running spark_analysis/__main__.py itself would put the package directory first
 on sys.path, where its module names could shadow others. Driver and executors also need PySpark's
-sql extra (pyarrow, pandas, numpy: compiled, so installed, not zipped), and the driver plotly
-(it draws the report's plots).
+sql extra (pyarrow, pandas, numpy) and msgspec (registration bodies): compiled, so installed, not
+zipped; the driver also plotly (it draws the report's plots).
 """
 
 from __future__ import annotations
