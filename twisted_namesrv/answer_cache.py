@@ -112,7 +112,8 @@ class AnswerCache:
         if kept is None:
             return None
         topic, variant, body, head, tail = kept
-        if self.route(topic, variant) is not body:
+        bodies = self.routes.get(topic)  # self.route(), inline: this runs for every lookup
+        if bodies is None or bodies.get(variant) is not body:
             del self.replies[key]
             return None
         opaque = int(match.group(1))
