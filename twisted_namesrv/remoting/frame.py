@@ -115,7 +115,8 @@ class FrameDecoder:
         buffer = self._buffer
         buffer += data
         spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
-        frames = [bytes(buffer[start:end]) for start, end in spans]
+        with memoryview(buffer) as view:  # one copy per frame: a registration frame is megabytes
+            frames = [bytes(view[start:end]) for start, end in spans]
         if used:
             del buffer[:used]
         return frames
