@@ -222,7 +222,7 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
     for name, keep in (("kept", True), ("reference", False)):
         client, out, clock = connection(tmp_path, name, "4.9.8", keep=keep)
         client.factory.controller = NamesrvController(client.factory.controller.state, count_requests=True,
-                                                      reactor=clock)
+                                                      call_later=clock.callLater)
         servers.append((client, out, clock, {}))
     for counter in range(1, 400):
         op = rng.random()

@@ -103,7 +103,7 @@ def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path
     clock = task.Clock()
     config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
                             "configStorePath": str(tmp_path / "ns.properties")})
-    controller = NamesrvController(build_state(config, clock), reactor=clock)
+    controller = NamesrvController(build_state(config, clock), call_later=clock.callLater)
     register(controller)
     register(controller, Peer(9, "10.0.0.3:50000"))
     batches = []

@@ -8,9 +8,8 @@ whole frames and writes what comes back; a channel that closes is reported here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from time import perf_counter
-
-from twisted.internet.interfaces import IReactorTime
 
 from .context import NamesrvState, Peer
 from .metrics import OTHER_CODE, Metrics
@@ -29,12 +28,12 @@ class NamesrvController:
     events are always counted."""
 
     def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False,
-                 reactor: IReactorTime | None = None) -> None:
+                 call_later: Callable[[float, Callable[[], None]], object] | None = None) -> None:
         self.state = state
         self.answers = state.answers
         self.metrics = metrics or Metrics(clock=state.clock)
         self.count_requests = count_requests
-        self._reactor = reactor
+        self._call_later = call_later  # the reactor's callLater
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
 
@@ -126,14 +125,14 @@ class NamesrvController:
         """BrokerHousekeepingService: the brokers registered over ``channel`` go with it; ``reason``
         ("connection closed", or "idle: ..." when the idle timeout closed it) is in their events.
 
-        With a reactor, at its next turn, together with every channel closed in this one: when a
-        rack loses its network, the groups it empties leave the topic table in one scan rather
-        than one scan each, so lookups wait for one scan. Without one (tests), at once."""
-        if self._reactor is None:
+        With ``call_later``, at the reactor's next turn, together with every channel closed in this
+        one: when a rack loses its network, the groups it empties leave the topic table in one scan
+        rather than one scan each, so lookups wait for one scan. Without it (tests), at once."""
+        if self._call_later is None:
             self.state.routes.on_channel_destroy(channel, reason)
             return
         if not self._closed:
-            self._reactor.callLater(0, self._remove_closed)
+            self._call_later(0, self._remove_closed)
         self._closed[channel] = reason
 
     def _remove_closed(self) -> None:

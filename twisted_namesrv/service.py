@@ -138,7 +138,7 @@ class NamesrvService(service.MultiService):
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
         self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
-                                            reactor=reactor)
+                                            call_later=reactor.callLater)
         self.factory = RemotingFactory(self.controller, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])
