@@ -35,10 +35,15 @@ def connection(tmp_path, name: str, compat: str, keep: bool, **settings: str):
     if not keep:
         state.answers = AnswerCache(state.routes, keep=False)
     factory = server.RemotingFactory(NamesrvController(state, count_requests=True), clock, 1 << 24, 0)
+    protocol, transport = connect(factory)
+    return protocol, transport, clock
+
+
+def connect(factory: server.RemotingFactory):
     protocol = factory.buildProtocol(None)
     transport = StringTransport()
     protocol.makeConnection(transport)
-    return protocol, transport, clock
+    return protocol, transport
 
 
 def lookup_request(rng: random.Random, opaque: int) -> RemotingCommand:
@@ -193,3 +198,57 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     routes.routes_changed()
     assert answers.routes == {} and answers.tables == {"topic": {}, "broker": {}}
     assert routes.on_change is None
+
+
+GROUPS = ["g0", "g1", "g2", "g3", "g4"]
+
+
+def group_register_request(rng: random.Random, group: str, broker_id: int, counter: int) -> RemotingCommand:
+    names = rng.sample(TOPICS, rng.randint(1, 3))
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {
+        n: TopicConfig(n, rng.choice([4, 8]), 4, 6) for n in names}, []), False, False)
+    ext = {"brokerName": group, "brokerAddr": f"127.0.0.1:{GROUPS.index(group) * 10 + broker_id}",
+           "clusterName": "c", "haServerAddr": "h", "brokerId": str(broker_id)}
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=counter, version=409)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int) -> None:
+    """A server with a reactor removes the brokers of channels closed in one reactor turn together,
+    at the next turn (one scan of the topic table for all the groups they empty): its answers,
+    before and after, equal those of a server that keeps nothing."""
+    rng = random.Random(seed)
+    servers = []
+    for name, keep in (("kept", True), ("reference", False)):
+        client, out, clock = connection(tmp_path, name, "4.9.8", keep=keep)
+        client.factory.controller = NamesrvController(client.factory.controller.state, count_requests=True,
+                                                      call_later=clock.callLater)
+        servers.append((client, out, clock, {}))
+    for counter in range(1, 400):
+        op = rng.random()
+        if op < 0.1:  # some brokers' connections reset at once; the removal waits for the next turn
+            closing = rng.sample(sorted(servers[0][3]), min(len(servers[0][3]), rng.randint(1, 4)))
+            next_turn = rng.random() < 0.7  # or lookups first, and more resets in the same turn
+            for _, _, clock, brokers in servers:
+                for member in closing:
+                    brokers.pop(member)[0].connectionLost()
+                if next_turn:
+                    clock.advance(0)
+            continue
+        if op < 0.4:
+            member = (rng.choice(GROUPS), rng.choice([0, 0, 1]))
+            request = group_register_request(rng, *member, counter)
+        else:
+            request = rng.choice([lookup_request(rng, counter), other_request(rng, counter)])
+            member = None
+        replies = []
+        for client, out, _, brokers in servers:
+            if member is None:
+                protocol, transport = client, out
+            else:
+                protocol, transport = brokers.get(member) or brokers.setdefault(member, connect(client.factory))
+            transport.clear()
+            protocol.dataReceived(request.encode())
+            replies.append(transport.value())
+        assert replies[0] == replies[1], request
+    assert servers[0][0].factory.metrics.answered_from_memory_count > 0

@@ -97,3 +97,25 @@ def test_a_closed_channel_takes_its_brokers_along(controller) -> None:
     assert controller.state.routes.brokerAddrTable == {}
     route = answer(controller.handle(frame(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}), CLIENT))
     assert route.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path, monkeypatch) -> None:
+    clock = task.Clock()
+    config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
+                            "configStorePath": str(tmp_path / "ns.properties")})
+    controller = NamesrvController(build_state(config, clock), call_later=clock.callLater)
+    register(controller)
+    register(controller, Peer(9, "10.0.0.3:50000"))
+    batches = []
+    routes = controller.state.routes
+    monkeypatch.setattr(routes, "on_channels_destroy", lambda closed, destroy=routes.on_channels_destroy: (
+        batches.append(dict(closed)), destroy(closed)))
+    controller.channel_closed(BROKER.channel)
+    controller.channel_closed(9, "idle: no request for 120 s")
+    assert "broker-a" in routes.brokerAddrTable and batches == []  # this turn still answers as before
+    clock.advance(0)
+    assert batches == [{BROKER.channel: "connection closed", 9: "idle: no request for 120 s"}]
+    assert routes.brokerAddrTable == {}
+    controller.channel_closed(CLIENT.channel)
+    clock.advance(0)
+    assert batches[1:] == [{CLIENT.channel: "connection closed"}]

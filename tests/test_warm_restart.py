@@ -43,6 +43,7 @@ def test_changes_are_written_once_per_interval_and_at_stop(tmp_path):
         world.clock.advance(INTERVAL)
     assert (tmp_path / "routes.json").stat().st_mtime_ns == mtime
     transport.loseConnection()  # both brokers leave with their connection
+    world.clock.advance(0)  # at the reactor's next turn
     snapshots.stopService()
     assert json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"] == {}
 

@@ -137,7 +137,8 @@ class NamesrvService(service.MultiService):
         self.metrics = Metrics(clock=reactor.seconds)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
-        self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]))
+        self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
+                                            call_later=reactor.callLater)
         self.factory = RemotingFactory(self.controller, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])

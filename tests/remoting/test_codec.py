@@ -206,6 +206,12 @@ class TestRegisterBody:
         wrapper = b'{"dataVersion":{"counter":1,"timestamp":2},"topicConfigTable":{"T":{"topicName":"T"}}}'
         assert list(decode_register_body(wrapper, False, 36).topicConfigTable) == ["T"]
 
+    def test_an_empty_topic_name_is_the_key_as_in_java(self) -> None:
+        body = (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"timestamp":2},"topicConfigTable":'
+                b'{"A":{"topicName":"A","perm":6},"B":{"topicName":"","perm":6}}},"filterServerList":[]}')
+        table = decode_register_body(body, False, V4_9_8).topicConfigTable
+        assert [config.topicName for config in table.values()] == ["A", "B"]
+
     def test_zip_bomb_is_refused(self) -> None:
         bomb = zlib.compress(b"\0" * (8 * 1024 * 1024))
         with pytest.raises(RegisterBodyError):

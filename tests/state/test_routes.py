@@ -383,6 +383,41 @@ def test_channel_destroy_removes_every_broker_of_that_channel(profile):
 
 
 @BOTH
+def test_channels_destroyed_together_leave_what_one_by_one_leaves(profile):
+    """on_channels_destroy (a rack's connections lost in one reactor turn) removes groups' queue
+    data in one scan: same tables, events in closing order; everything published as changed once."""
+    def scene():
+        clock = task.Clock()
+        events, changed = [], set()
+        config = NamesrvConfig({"compatVersion": profile.name})
+        routes = RouteInfoManager(config, clock.seconds, listener=lambda kind, info: events.append((kind, info)))
+        routes.on_change = lambda kind, name: changed.add((kind, name))
+        register(routes, name="broker-a", addr=MASTER_A, topics=("T1", "T2"), channel=1, acting=True)
+        register(routes, name="broker-a", addr=SLAVE_A, broker_id=1, topics=("T1", "T2"), channel=2, acting=True)
+        register(routes, name="broker-b", addr=MASTER_B, topics=("T2", "T3"), channel=3)
+        register(routes, name="broker-c", addr=MASTER_C, topics=("T3", "T4"), channel=4)
+        register(routes, name="broker-d", addr="10.0.3.1:10911", topics=("T3", "T5"), channel=5)
+        events.clear()
+        changed.clear()
+        return routes, events, changed
+    one_by_one, together = scene(), scene()
+    closed = {5: "connection closed", 1: "idle: no request for 120 s", 3: "connection closed", 99: "unknown"}
+    for channel, reason in closed.items():
+        one_by_one[0].on_channel_destroy(channel, reason)
+    together[0].on_channels_destroy(closed)
+    for routes, _, changed in (one_by_one, together):
+        assert set(routes.brokerAddrTable) == {"broker-a", "broker-c"}
+        assert {t: sorted(q) for t, q in routes.topicQueueTable.items()} == {
+            "T1": ["broker-a"], "T2": ["broker-a"], "T3": ["broker-c"], "T4": ["broker-c"]}
+        assert {("topic", "T2"), ("topic", "T3"), ("topic", "T5")} <= changed
+    assert together[1] == one_by_one[1]
+    assert [e[1]["broker"] for e in together[1]] == ["broker-d", "broker-a", "broker-b"]
+    assert ("everything", None) in together[2]  # one change instead of one per group
+    assert ("broker", "broker-b") in one_by_one[2] and ("broker", "broker-b") not in together[2]
+    assert perms(together[0]) == perms(one_by_one[0])
+
+
+@BOTH
 def test_channel_destroy_of_a_slave_keeps_the_group_and_its_topics(profile):
     routes, _ = manager(profile)
     register(routes, addr=MASTER_A, channel=1)

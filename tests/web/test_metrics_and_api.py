@@ -130,6 +130,7 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     assert served.api.kv() == {"namespaces": {"ns": {"k": "v"}}}
 
     broker_transport.loseConnection()
+    served.clock.advance(0)  # its brokers leave at the reactor's next turn
     events = served.api.events()["events"]
     assert [(e["seq"], e["kind"], e["addr"]) for e in events] == [(1, "registered", MASTER), (2, "closed", MASTER)]
     assert served.api.events(since=1)["events"] == events[1:]
@@ -151,6 +152,7 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
     assert member["live"] and member["expires_in_ms"] == 90_000 and member["heartbeat_timeout_ms"] == 120_000
 
     second_transport.loseConnection()
+    served.clock.advance(0)  # its brokers leave at the reactor's next turn
     (group_a, group_b) = served.api.clusters()["clusters"][0]["broker_groups"]
     assert group_a["members"][0]["live"] and "departed" not in group_a["members"][0]
     assert group_b["broker_name"] == "broker-b" and group_b["zone"] is None  # the group left brokerAddrTable

@@ -51,6 +51,8 @@ class ClockedReactor:
         return self.clock.seconds()
 
     def callLater(self, delay, f, *args, **kwargs):
+        if delay == 0:  # the next turn (closed channels' brokers leave then) is no time passing
+            return reactor.callLater(0, f, *args, **kwargs)
         return self.clock.callLater(delay, f, *args, **kwargs)
 
     def __getattr__(self, name: str):

@@ -11,6 +11,7 @@ import hashlib
 import struct
 import zlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -147,6 +148,7 @@ class _TypedBody(msgspec.Struct):
 
 
 _TYPED_BODY = msgspec.json.Decoder(_TypedBody)
+_TOPIC_NAME = attrgetter("topicName")
 
 
 def _decode_json(body: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
@@ -178,8 +180,9 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
         return None
     table = wrapper.topicConfigTable
-    for name in [name for name, config in table.items() if not config.topicName]:
-        table[name].topicName = name  # TopicConfig.from_json: the key stands in for a missing name
+    if not all(map(_TOPIC_NAME, table.values())):  # in C: half the time of the loop below
+        for name in [name for name, config in table.items() if not config.topicName]:
+            table[name].topicName = name  # TopicConfig.from_json: the key stands in for a missing name
     rest = {"dataVersion": wrapper.dataVersion, "topicQueueMappingInfoMap": wrapper.topicQueueMappingInfoMap,
             "mappingDataVersion": wrapper.mappingDataVersion,
             "topicQueueMappingDetailMap": wrapper.topicQueueMappingDetailMap}

@@ -92,6 +92,11 @@ def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, sta
     return spans, start
 
 
+#: frames (in one read) from which FrameDecoder copies through a memoryview: fewer copies, but
+#: a view costs more than a small frame's second copy
+ONE_COPY_FROM = 1 << 16
+
+
 class FrameDecoder:
     """Cuts a TCP byte stream into frames (length prefix stripped), like Netty's
     LengthFieldBasedFrameDecoder(maxFrame, 0, 4, 0, 4) with failFast.
@@ -115,7 +120,11 @@ class FrameDecoder:
         buffer = self._buffer
         buffer += data
         spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
-        frames = [bytes(buffer[start:end]) for start, end in spans]
+        if used < ONE_COPY_FROM:
+            frames = [bytes(buffer[start:end]) for start, end in spans]
+        else:  # through a view: one copy of each frame, not two (a registration is megabytes)
+            with memoryview(buffer) as view:
+                frames = [bytes(view[start:end]) for start, end in spans]
         if used:
             del buffer[:used]
         return frames
