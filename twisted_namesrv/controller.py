@@ -24,7 +24,7 @@ class NamesrvController:
     """One entry for requests (``handle``), one for closed channels (``channel_closed``).
 
     ``count_requests``: count and time every request for /metrics, only when metrics are served
-    (the clock reads cost route lookup throughput: tools/bench/README.md); rejections and route
+    (the clock reads cost route lookup throughput: docs/benchmarks.md); rejections and route
     events are always counted."""
 
     def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False,

@@ -45,7 +45,7 @@ def send_now(transport: interfaces.ITransport) -> None:
     """Send what was just written now rather than on the reactor's next turn.
 
     Twisted sends a write once epoll reports the socket writable, one loop iteration later;
-    doing it here saves that iteration on every answer (tools/bench/README.md has the
+    doing it here saves that iteration on every answer (docs/benchmarks.md has the
     one-connection latency figures).  Only for a socket transport that is not closing: a closing one
     must finish through the reactor, which acts on what its doWrite returns."""
     do_write = getattr(transport, "doWrite", None)

@@ -80,7 +80,7 @@ GC_YOUNG_THRESHOLD = 50_000
 def tune_gc() -> None:
     """Registrations build long-lived tables by the hundred thousand objects, and the default
     young-generation threshold makes CPython collect every 700 of them, so a first registration
-    spends much of its CPU in the collector (tools/bench/README.md). Freezing what boot created
+    spends much of its CPU in the collector (docs/benchmarks.md). Freezing what boot created
     keeps it out of every later full collection."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
