@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from pyspark.sql import SparkSession
@@ -95,8 +96,8 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
                     y.append(label)
                     counts.append(count)
         figure.add_trace(go.Scatter(
-            x=x, y=y, customdata=counts, mode="markers", marker={"symbol": "line-ns-open", "size": 14,
-                                                                   "color": "#1f77b4", "line": {"width": 2}},
+            x=_column(x), y=_column(y), customdata=_column(counts), mode="markers",
+            marker={"symbol": "line-ns-open", "size": 14, "color": "#1f77b4", "line": {"width": 2}},
             name="heartbeats", showlegend=period == 0,
             hovertemplate="%{y}<br>%{x}<br>%{customdata} heartbeat(s)<extra></extra>"), row=1, col=period + 1)
     for label, broker in zip(labels, shown, strict=True):
@@ -146,7 +147,8 @@ def topic_counts(shown: list[dict], time_bins: TimeBins) -> go.Figure:
                       if time_bins.first_bin[period] <= index < time_bins.first_bin[period + 1]]
             if inside:
                 figure.add_trace(go.Scatter(
-                    x=[_time(time_bins.middle(index)) for index, _ in inside], y=[n for _, n in inside],
+                    x=_column([_time(time_bins.middle(index)) for index, _ in inside]),
+                    y=_column([n for _, n in inside]),
                     mode="lines+markers", name=label, legendgroup=label, showlegend=period == 0 or not any(
                         time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
                     hovertemplate=f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"),
@@ -203,6 +205,12 @@ def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
         figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, round(TICKS * width)),
                             tickangle=0, range=[_time(start), _time(start + length)], row=1, col=column)
     return figure
+
+
+def _column(values: list) -> np.ndarray:
+    """A trace's data as an array: Plotly checks a list value by value (most of the report's time
+    on a long capture), an array as a whole."""
+    return np.asarray(values)
 
 
 def _duration(seconds: float) -> str:
