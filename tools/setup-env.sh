@@ -2,8 +2,8 @@
 # Create or refresh the project's virtualenv (.venv).
 #
 #   tools/setup-env.sh           the server only: Twisted and its few dependencies (what run-server.sh needs)
-#   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff) and TLS (pyOpenSSL)
-#   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, matplotlib) and a Java
+#   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff, mypy, numpy) and TLS (pyOpenSSL)
+#   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, plotly) and a Java
 #                                runtime for it (apt's default-jre-headless when `java` is missing; needs root)
 #   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
