@@ -64,9 +64,7 @@ class AnswerCache:
 
     def forget_topic(self, topic: str) -> None:
         """Anything a route answer for ``topic`` shows changed (also its orderTopicConf)."""
-        self.routes.pop(topic, None)
-        if self.tables[TOPIC]:
-            self.tables[TOPIC].clear()
+        self.changed(TOPIC, topic)
 
     def clear(self) -> None:
         """Everything may answer differently (tables replaced, a switch changed)."""
