@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.internet import reactor
     from twisted.logger import globalLogBeginner
 
-    from . import CannotStart
+    from . import CannotStart, cannot_start_line
     from .logs import observer
     from .tap import Options, makeService
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         service = makeService(options)
         service.startService()
     except CannotStart as exc:
-        sys.exit(f"namesrv: cannot start: {exc}")
+        sys.exit(cannot_start_line(exc))
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
     reactor.run()
 

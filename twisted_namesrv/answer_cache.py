@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from .remoting import RemotingCommand, ResponseCode, SerializeType
+from .remoting import RemotingCommand, SerializeType
 from .remoting.frame import encode_frame, split_frame
 from .remoting.header import OPAQUE_KEY, OPAQUE_NUMBER
 from .state.routes import BROKER, TOPIC, RouteInfoManager
@@ -64,9 +64,7 @@ class AnswerCache:
 
     def forget_topic(self, topic: str) -> None:
         """Anything a route answer for ``topic`` shows changed (also its orderTopicConf)."""
-        self.routes.pop(topic, None)
-        if self.tables[TOPIC]:
-            self.tables[TOPIC].clear()
+        self.changed(TOPIC, topic)
 
     def clear(self) -> None:
         """Everything may answer differently (tables replaced, a switch changed)."""
@@ -124,9 +122,10 @@ class AnswerCache:
     def keep_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
                    topic: str, variant: Hashable) -> None:
         """Keep a successful plain JSON route answer (``encoded``: its frame) for reply_to, while
-        its body is the one kept for ``topic`` and ``variant``."""
+        its body is the one kept for ``topic`` and ``variant`` (only a found route's body is kept,
+        and only with ``keep``: the identity check covers both)."""
         body = self.route(topic, variant)
-        if (body is None or body is not response.body or not self.keep or response.code != ResponseCode.SUCCESS
+        if (body is None or body is not response.body
                 or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
                 or request.body or request.is_oneway or frame.count(OPAQUE_KEY) != 1):
             return
@@ -138,5 +137,5 @@ class AnswerCache:
             return
         if len(self.replies) >= MAX_REPLIES:
             self.replies.clear()
-        head, tail = header[:split + 9], header[split + len(opaque) - 1:]
+        head, tail = header[:split + len(OPAQUE_KEY)], header[split + len(opaque) - 1:]
         self.replies[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, body, head, tail)

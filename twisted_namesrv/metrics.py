@@ -136,14 +136,18 @@ class Metrics:
         self.departed.pop(event.broker_key, None)
         if kind in DEPARTURES:
             self.departed[event.broker_key] = event
-        self.departed_brokers()
+        self._forget_old_departures()
 
     def departed_brokers(self) -> list[RouteEvent]:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
+        self._forget_old_departures()
+        return list(self.departed.values())
+
+    def _forget_old_departures(self) -> None:
+        """Beyond DEPARTED_LIMIT, or older than DEPARTED_KEEP_SECONDS: gone from ``departed``."""
         departed, oldest_kept = self.departed, self.clock() - DEPARTED_KEEP_SECONDS
         while departed and (len(departed) > DEPARTED_LIMIT or next(iter(departed.values())).ts < oldest_kept):
             del departed[next(iter(departed))]
-        return list(departed.values())
 
 
 def latency_buckets(histogram: LatencyHistogram) -> Iterator[tuple[str, int]]:

@@ -16,7 +16,7 @@ from twisted.copyright import version as twisted_version
 from twisted.logger import Logger
 from twisted.python import usage
 
-from . import CannotStart, __version__
+from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
 from .logs import FORMATS
 from .state.acl import AclConfigError
@@ -34,7 +34,7 @@ def cannot_start(reason: str) -> NoReturn:
     """Log the reason, then exit 1 with it on stderr (SystemExit: twistd prints no traceback).
     Logged as an error: a critical event before the log opens would reach stderr a second time."""
     log.error("cannot start: {reason}", reason=reason)
-    raise SystemExit(f"namesrv: cannot start: {reason}")
+    raise SystemExit(cannot_start_line(reason))
 
 
 def report_cannot_start_in_one_line() -> None:
@@ -45,7 +45,7 @@ def report_cannot_start_in_one_line() -> None:
 
     def hook(kind, value, tb) -> None:
         if issubclass(kind, CannotStart):
-            (sys.__stderr__ or sys.stderr).write(f"namesrv: cannot start: {value}\n")
+            (sys.__stderr__ or sys.stderr).write(cannot_start_line(value) + "\n")
         else:
             previous(kind, value, tb)
 

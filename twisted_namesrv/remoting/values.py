@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+#: what Long.parseLong / Integer.parseInt accept, range aside
+JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def java_bool(value: str | None) -> bool:
@@ -17,7 +18,7 @@ def java_bool(value: str | None) -> bool:
 def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     """Long.parseLong / Integer.parseInt: ASCII digits with an optional sign, in range; None
     where Java throws (Python's int() would also take '1_0', ' 0' or other scripts' digits)."""
-    if value is None or not _JAVA_INTEGER.fullmatch(value):
+    if value is None or not JAVA_INTEGER.fullmatch(value):
         return None
     number = int(value)
     return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None

@@ -8,7 +8,6 @@ refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but comple
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
+from ..remoting.values import JAVA_INTEGER
 
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
@@ -191,9 +191,6 @@ def _coerce(key: ConfigKey, text: str) -> Any:
     return text
 
 
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
-
-
 def _check_value(key: ConfigKey, text: str) -> str | None:
     """Why a file's value does not parse for the key's type, or None.  Stricter than Java on
     purpose: Boolean.parseBoolean reads ``maybe`` as false, and a typo would pass unseen."""
@@ -201,7 +198,7 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
     if isinstance(key.default, bool):
         return None if text.lower() in ("true", "false") else "not a boolean (true or false)"
     if isinstance(key.default, int):
-        return None if _JAVA_INT.fullmatch(text) else "not a number"
+        return None if JAVA_INTEGER.fullmatch(text) else "not a number"
     return None
 
 
