@@ -61,6 +61,7 @@ def main() -> None:
     p.add_argument("--topics", type=int, default=100_000)
     p.add_argument("--quiet", type=float, default=2.0, help="seconds without a write before the window opens")
     p.add_argument("--shared-bench", type=Path, required=True, help="directory of stall.py and fakebroker.py")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the write a registration causes")
     a = p.parse_args()
     sys.path.insert(0, str(a.shared_bench))
     from fakebroker import frame, read_frame, register_body, topic_names
@@ -81,7 +82,10 @@ def main() -> None:
     t0 = time.perf_counter()
     register(small, "snapshot-small", "127.0.0.1:30999", register_body(["SnapshotNewTopic", "TopicTest"], 1, False),
              False, frame, read_frame)
+    give_up = time.monotonic() + a.timeout
     while mtime(a.snapshot) == before:
+        if time.monotonic() > give_up:
+            raise SystemExit(f"snapshot {a.snapshot} was not rewritten within {a.timeout} s of a registration")
         time.sleep(0.001)
     t1 = time.perf_counter()
     time.sleep(0.3)
