@@ -419,4 +419,4 @@ def _iso(seconds: float | None) -> str | None:
 
 
 def _json_value(column: str, value: object) -> object:
-    return iso_time(value) if column in ("first_seen", "last_seen") and value is not None else value
+    return _iso(value) if column in ("first_seen", "last_seen") else value
