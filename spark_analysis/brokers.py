@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
@@ -162,7 +162,7 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) ->
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
 
 
-def plot_order(broker: dict | Row) -> tuple:
+def plot_order(broker: dict) -> tuple:
     """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
     return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
             broker["broker_name"] or "",
