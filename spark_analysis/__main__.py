@@ -12,7 +12,7 @@ import os
 import sys
 
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
-from spark_analysis.inputs import is_local, local_path
+from spark_analysis.inputs import TRUNCATED, is_local, local_path
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     files = counts["summary"]["inputs"]["files"]
-    if not any(f["problem"] in (None, "truncated") and f["records"] for f in files):
+    if not any(f["problem"] in (None, TRUNCATED) and f["records"] for f in files):
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
     return 0

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
@@ -162,7 +162,7 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) ->
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
 
 
-def plot_order(broker: dict | Row) -> tuple:
+def plot_order(broker: dict) -> tuple:
     """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
     return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
             broker["broker_name"] or "",
@@ -248,10 +248,9 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
         if event["alive"]:
             cell[0] += 1
             walk.alive(t)
-    unregistered = last_unregister is not None and last_unregister >= max(
-        (e["t"] for e in events if e["code"] == RequestCode.REGISTER_BROKER), default=last_unregister)
     walk.silent_until_period_end()
     registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
+    unregistered = last_unregister is not None and (not registrations or last_unregister >= registrations[-1]["t"])
     topics = [e["topic_count"] for e in registered if e["topic_count"] is not None]
     sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
     compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
@@ -308,14 +307,14 @@ def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:
     return drops
 
 
-def brokers_csv(brokers: list[dict]) -> bytes:
-    """Times as ISO 8601 UTC, durations in seconds to the millisecond, booleans as true/false."""
+def brokers_csv(registered: list[dict]) -> bytes:
+    """The brokers that registered (Liveness.registered): times as ISO 8601 UTC, durations in
+    seconds to the millisecond, booleans as true/false."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(BROKER_COLUMNS)
-    for broker in brokers:
-        if broker["registrations"]:
-            writer.writerow([_csv_value(column, broker[column]) for column in BROKER_COLUMNS])
+    for broker in registered:
+        writer.writerow([_csv_value(column, broker[column]) for column in BROKER_COLUMNS])
     return text.getvalue().encode()
 
 

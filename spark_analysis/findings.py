@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis import inputs
-from spark_analysis.brokers import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S, capture_periods, iso_time
+from spark_analysis.brokers import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S, iso_time
 from spark_analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode, ResponseCode
@@ -86,11 +86,10 @@ def broker_label(broker: dict) -> str:
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
-def summary(files: list[inputs.CaptureFile], read: Counter, counts: Counter, groups: Groups, brokers: list[dict],
-            codes: list[CodeStats]) -> dict:
-    """summary.json: findings first, then the inputs, counts, brokers and calls by code."""
-    file_rows = input_files(files, read)
-    periods = capture_periods(spans(files, read))
+def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: Counter, groups: Groups,
+            brokers: list[dict], codes: list[CodeStats]) -> dict:
+    """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
+    periods), counts, brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -419,4 +418,4 @@ def _iso(seconds: float | None) -> str | None:
 
 
 def _json_value(column: str, value: object) -> object:
-    return iso_time(value) if column in ("first_seen", "last_seen") and value is not None else value
+    return _iso(value) if column in ("first_seen", "last_seen") else value

@@ -266,10 +266,11 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
 def merge_tally(tally: Counter, more: Counter) -> Counter:
     """Add ``more`` to a reading or decoding task's counts, in place; files' facts are merged
     (note_file)."""
-    for key, facts in more.items():
-        if isinstance(key, tuple) and key[0] == FILE:
-            note_file(tally, key[1], **facts._asdict())
-    tally.update({key: value for key, value in more.items() if not isinstance(value, FileFacts)})
+    for key, value in more.items():
+        if isinstance(value, FileFacts):
+            note_file(tally, key[1], **value._asdict())
+        else:
+            tally[key] += value
     return tally
 
 

@@ -165,10 +165,12 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     pieces = _pieces(spark, tasks, remote, server_port).persist(StorageLevel.MEMORY_AND_DISK)
     read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     costs = read.pop(_COSTS, Counter())
+    file_rows = findings.input_files(files, read)
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
-                                                 for f in findings.input_files(files, read) if f["problem"]))
-    time_bins = TimeBins.over(capture_periods(findings.spans(files, read)))
+                                                 for f in file_rows if f["problem"]))
+    periods = capture_periods(findings.spans(files, read))
+    time_bins = TimeBins.over(periods)
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -205,7 +207,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
     codes = latency.code_stats(calls)
-    summary = findings.summary(files, read, counts, groups, liveness.brokers, codes)
+    summary = findings.summary(file_rows, periods, counts, groups, liveness.brokers, codes)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
