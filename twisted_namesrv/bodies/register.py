@@ -18,6 +18,7 @@ import msgspec
 
 from ..remoting import fastjson
 from ..remoting.codes import V3_0_11
+from ..steps import STEP_BYTES, Steps, run_steps
 from .route import DataVersion, queue_mapping_info
 
 DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
@@ -110,22 +111,30 @@ class RegisterBrokerBody:
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
                          max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
                          ) -> RegisterBrokerBody:
+    """decode_register_body_steps straight through."""
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest))
+
+
+def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
+                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
+                               ) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
-    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A captured body
-    may be a view of its stream (see split_frame)."""
+    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A big table is
+    decoded in steps of about STEP_BYTES (steps.py). A body may be a view of its frame."""
     if not body:
         return RegisterBrokerBody()
     if isinstance(body, memoryview):
         body = bytes(body)
+        yield
     try:
         if version < V3_0_11:
             return _from_wrapper(_json_object(body), [])
         if compressed:
-            return _decode_compressed(_inflate(body, max_inflated), known_digest)
-        return _decode_json(body, known_digest)
+            return (yield from _decode_compressed((yield from _inflate(body, max_inflated)), known_digest))
+        return (yield from _decode_json(body, known_digest))
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
@@ -148,14 +157,20 @@ class _TypedBody(msgspec.Struct):
 
 
 _TYPED_BODY = msgspec.json.Decoder(_TypedBody)
+_TABLE_PIECE = msgspec.json.Decoder(dict[str, TopicConfig])
+_TABLE_KEY = b'"topicConfigTable":{'
+#: topics of a compressed body decoded per step (a Python loop: about a millisecond)
+_LINES_PER_STEP = 1000
+_WRAPPER_KEY = b'"topicConfigSerializeWrapper":{'
 _TOPIC_NAME = attrgetter("topicName")
 
 
-def _decode_json(body: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
-    split = _split_data_version(body)
+def _decode_json(body: bytes, known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+    split = yield from _split_data_version(body)
     if split is not None and split[1] == known_digest:
         return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
-    decoded = _decode_typed(body) or _decode_lenient(body)
+    decoded = (yield from _decode_typed_in_pieces(body)) if len(body) > STEP_BYTES else None
+    decoded = decoded or _decode_typed(body) or _decode_lenient(body)
     if split is not None and split[0] == decoded.dataVersion:
         decoded.tableDigest = split[1]
     return decoded
@@ -169,7 +184,7 @@ def _decode_lenient(body: bytes) -> RegisterBrokerBody:
 
 def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     """The common case, several times faster: a well-typed body decoded without a dict per topic
-    (a big table's decoding is most of a registration's pause). None for anything else — a
+    (a big table's decoding is most of a registration's work). None for anything else — a
     string where a number belongs, fastjson's bare keys, odd unicode, no table — which the
     general path decodes with Java's leniency."""
     try:
@@ -179,20 +194,88 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     wrapper = typed.topicConfigSerializeWrapper
     if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
         return None
-    table = wrapper.topicConfigTable
-    if not all(map(_TOPIC_NAME, table.values())):  # in C: half the time of the loop below
-        for name in [name for name, config in table.items() if not config.topicName]:
-            table[name].topicName = name  # TopicConfig.from_json: the key stands in for a missing name
     rest = {"dataVersion": wrapper.dataVersion, "topicQueueMappingInfoMap": wrapper.topicQueueMappingInfoMap,
             "mappingDataVersion": wrapper.mappingDataVersion,
             "topicQueueMappingDetailMap": wrapper.topicQueueMappingDetailMap}
     decoded = _from_wrapper({k: v for k, v in rest.items() if v is not None},
                             [str(s) for s in typed.filterServerList or []])
-    decoded.topicConfigTable = table
+    decoded.topicConfigTable = _named(wrapper.topicConfigTable)
     return decoded
 
 
-def _split_data_version(body: bytes) -> tuple[DataVersion, bytes] | None:
+def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
+    """TopicConfig.from_json's rule for typed tables: the key stands in for a missing name."""
+    if not all(map(_TOPIC_NAME, table.values())):  # in C: half the time of the loop below
+        for name in [name for name, config in table.items() if not config.topicName]:
+            table[name].topicName = name
+    return table
+
+
+def _decode_typed_in_pieces(body: bytes) -> Steps[RegisterBrokerBody | None]:
+    """_decode_typed for a big body, its topic table a piece of about STEP_BYTES per step.
+
+    The table is cut between entries (``},"name":{``); each piece must decode on its own as a
+    JSON object, which it cannot when a cut falls inside an entry, so a wrong cut is never
+    taken for a right one. The rest of the body, with the table emptied, is decoded last and
+    must hold this table as its only one. None when any of that fails: the caller decodes the
+    body in one go."""
+    start = opening = body.find(_TABLE_KEY) + len(_TABLE_KEY)
+    if opening < len(_TABLE_KEY) or not 0 <= body.find(_WRAPPER_KEY) < opening:
+        return None
+    table: dict[str, TopicConfig] = {}
+    while (cut := _entry_end(body, start + STEP_BYTES)) >= 0 and (piece := _decode_piece(body, start, cut)):
+        table.update(piece)
+        start = cut + 1  # past the comma
+        yield
+    end = _table_end(body, start)  # the table's closing brace, after its last piece
+    piece = _decode_piece(body, start, end) if end >= 0 else None
+    if piece is None:
+        return None
+    table.update(piece)
+    skeleton = body[:opening] + body[end:]
+    rest = _decode_typed(skeleton) if skeleton.count(_TABLE_KEY) == 1 else None
+    if rest is None or rest.topicConfigTable:
+        return None
+    rest.topicConfigTable = _named(table)
+    return rest
+
+
+def _entry_end(body: bytes, at: int) -> int:
+    """Where the first table entry ending at or after ``at`` ends (the index of the comma after
+    its closing brace), if a ``"name":{`` follows it; -1 when none does."""
+    while (brace := body.find(b'},"', at)) >= 0:
+        quote = body.find(b'"', brace + 3)
+        if quote >= 0 and body[quote + 1:quote + 3] == b":{":
+            return brace + 1
+        at = brace + 1
+    return -1
+
+
+def _table_end(body: bytes, start: int) -> int:
+    """The index of the closing brace of a table whose last entries begin at ``start``: the
+    first ``}}`` after which the entries decode (a few tries: an entry may end with ``}}``)."""
+    at = start
+    for _ in range(4):
+        close = body.find(b"}}", at)
+        if close < 0:
+            return -1
+        if _decode_piece(body, start, close + 1) is not None:
+            return close + 1
+        at = close + 1
+    return -1
+
+
+def _decode_piece(body: bytes, start: int, end: int) -> dict[str, TopicConfig] | None:
+    """The table entries in ``body[start:end]`` (no braces around them), or None when they
+    are not a run of whole, well-typed entries."""
+    try:
+        with memoryview(body) as view:
+            return _TABLE_PIECE.decode(b"".join((b"{", view[start:end], b"}")))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+def _split_data_version(body: bytes) -> Steps[tuple[DataVersion, bytes] | None]:
     """The first ``"dataVersion":{...}`` (Java writes it first) and the digest of the rest; None
     unless that object really is a flat DataVersion."""
     start = body.find(_DATA_VERSION_KEY)
@@ -209,8 +292,16 @@ def _split_data_version(body: bytes) -> tuple[DataVersion, bytes] | None:
         return None
     view = memoryview(body)
     digest = hashlib.sha1(view[:opening])
-    digest.update(view[end:])
+    yield from _hash_steps(digest, view[end:])
     return DataVersion.from_json(fields), digest.digest()
+
+
+def _hash_steps(digest: Any, data: memoryview) -> Steps[None]:
+    """digest.update(data), a few megabytes per step."""
+    size = 8 * STEP_BYTES
+    for start in range(0, len(data), size):
+        digest.update(data[start:start + size])
+        yield
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
@@ -233,12 +324,18 @@ def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str]) -> Registe
     )
 
 
-def _inflate(data: bytes, max_inflated: int) -> bytes:
-    inflater = zlib.decompressobj()
-    out = inflater.decompress(data, max_inflated)
-    if inflater.unconsumed_tail:
-        raise RegisterBodyError(f"compressed RegisterBrokerBody inflates beyond {max_inflated} bytes")
-    return out
+def _inflate(data: bytes, max_inflated: int) -> Steps[bytes]:
+    """The inflated body, a slice of the compressed one per step; at most ``max_inflated``
+    bytes (a small body may inflate to gigabytes)."""
+    inflater, parts, size, step = zlib.decompressobj(), [], 0, STEP_BYTES // 8
+    for start in range(0, len(data), step):
+        part = inflater.decompress(data[start:start + step], max_inflated - size + 1)
+        size += len(part)
+        if size > max_inflated or inflater.unconsumed_tail:
+            raise RegisterBodyError(f"compressed RegisterBrokerBody inflates beyond {max_inflated} bytes")
+        parts.append(part)
+        yield
+    return b"".join(parts)
 
 
 class _Reader:
@@ -272,24 +369,29 @@ class _Reader:
         return out
 
 
-def _decode_compressed(data: bytes, known_digest: bytes | None) -> RegisterBrokerBody:
+def _decode_compressed(data: bytes, known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
     reader = _Reader(data)
     data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
-    digest = hashlib.sha1(memoryview(data)[reader.pos:]).digest()
-    if digest == known_digest:
-        return RegisterBrokerBody(data_version, tableDigest=digest, tableUnchanged=True)
+    digest = hashlib.sha1()
+    yield from _hash_steps(digest, memoryview(data)[reader.pos:])
+    if digest.digest() == known_digest:
+        return RegisterBrokerBody(data_version, tableDigest=known_digest, tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
     decode_text = TopicConfig.decode_text
-    for line in reader.chunks(reader.int32()):
-        config = decode_text(line.decode("utf-8"))
-        topics[config.topicName] = config
+    left = reader.int32()
+    while left > 0:
+        for line in reader.chunks(min(left, _LINES_PER_STEP)):
+            config = decode_text(line.decode("utf-8"))
+            topics[config.topicName] = config
+        left -= _LINES_PER_STEP
+        yield
     filter_servers = [str(s) for s in fastjson.loads(reader.chunk()) or []]
     mappings: dict[str, dict[str, Any]] = {}
     if reader.remaining() >= 4:  # 5.x layout: queue-mapping section
         for _ in range(reader.int32()):
             info = queue_mapping_info(fastjson.loads(reader.chunk()))
             mappings[str(info.get("topic"))] = info
-    return RegisterBrokerBody(data_version, topics, filter_servers, mappings, tableDigest=digest)
+    return RegisterBrokerBody(data_version, topics, filter_servers, mappings, tableDigest=digest.digest())
 
 
 def encode_register_body(body: RegisterBrokerBody, compressed: bool, v5: bool) -> bytes:

@@ -13,11 +13,14 @@ from collections.abc import Callable
 
 import crcmod.predefined
 
-_CRC_32: Callable[[bytes | memoryview], int] = crcmod.predefined.mkPredefinedCrcFun("crc-32")
+from ..steps import STEP_BYTES, Steps
+
+#: (data, previous crc=0) -> crc, as zlib.crc32
+_CRC_32: Callable[..., int] = crcmod.predefined.mkPredefinedCrcFun("crc-32")
 _PROBE = bytes(range(256)) * 3
 
 
-def _fastest_crc32() -> Callable[[bytes | memoryview], int]:
+def _fastest_crc32() -> Callable[..., int]:
     return zlib.crc32 if zlib.crc32(_PROBE) == _CRC_32(_PROBE) else _CRC_32
 
 
@@ -29,3 +32,15 @@ def crc32_masked(data: bytes | memoryview | None) -> int:
     if not data:
         return 0
     return _crc32(data) & 0x7FFFFFFF
+
+
+def crc32_masked_steps(data: bytes | memoryview | None) -> Steps[int]:
+    """crc32_masked over a big body, a few megabytes per step (both CRC functions continue
+    from a previous value)."""
+    if not data:
+        return 0
+    crc, view, size = 0, memoryview(data), 16 * STEP_BYTES
+    for start in range(0, len(view), size):
+        crc = _crc32(view[start:start + size], crc)
+        yield
+    return crc & 0x7FFFFFFF
