@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..bodies.register import RegisterBrokerBody, TopicConfig
@@ -29,9 +30,11 @@ from ..bodies.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
+from ..steps import Steps
 from .config import NamesrvConfig
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+TOPICS_PER_STEP = 2000  # changed_configs_steps: about a millisecond
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 Channel = Hashable
@@ -88,6 +91,16 @@ class RegisterRequest:
     heartbeatTimeoutMillis: int | None = None
     enableActingMaster: bool | None = None  # None: an old-version broker that did not say
     version: int | None = None  # the request's MQVersion ordinal
+    #: changed_configs_steps' result for this table, taken while the registration was decoded
+    changedConfigs: ChangedConfigs | None = None
+
+
+@dataclass(slots=True)
+class ChangedConfigs:
+    """The configs of a table whose queue data would change, as of the manager's ``generation``."""
+
+    generation: int
+    configs: list[TopicConfig]
 
 
 class RouteInfoManager:
@@ -185,6 +198,7 @@ class RouteInfoManager:
     def register_broker(self, req: RegisterRequest) -> RegisterBrokerResult | None:
         """Java's registerBroker; None means 5.3.3's refusal ("register broker failed")."""
         p = self.profile
+        generation = self.generation  # what follows changes no queue data before _apply_topics
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
@@ -210,6 +224,8 @@ class RouteInfoManager:
             return RegisterBrokerResult()
         key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
+        found = req.changedConfigs
+        changes = found.configs if found is not None and found.generation == generation else None
         unchanged = req.body.tableUnchanged and previous is not None
         topic_count = previous.topicCount if unchanged else len(req.body.topicConfigTable)  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
@@ -226,7 +242,7 @@ class RouteInfoManager:
         if unchanged:
             digest = previous.tableDigest  # type: ignore[union-attr]
         else:
-            applied_all = self._apply_topics(req, broker, register_first)
+            applied_all = self._apply_topics(req, broker, register_first, changes)
             digest = req.body.tableDigest if applied_all else None
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
@@ -265,9 +281,10 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool) -> bool:
+    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool,
+                      changes: list[TopicConfig] | None) -> bool:
         """Java's topic application; True when every topic of the table was (re)applied, so the
-        queues now hold exactly this table."""
+        queues now hold exactly this table. ``changes``: _changed_configs of the table, if known."""
         is_master = req.brokerId == MASTER_ID
         is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
                           and not is_master and req.brokerId == min(broker.brokerAddrs))
@@ -278,7 +295,7 @@ class RouteInfoManager:
                                          req.body.dataVersion)
         if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
             if changed or register_first:
-                for config in self._changed_configs(req.brokerName, table.values()):
+                for config in self._changed_configs(req.brokerName, table.values()) if changes is None else changes:
                     self._create_and_update_queue_data(req.brokerName, config)
             return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
@@ -286,7 +303,9 @@ class RouteInfoManager:
             for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
                 self._remove_queue_data(topic, req.brokerName)
         read_only = is_prime_slave and broker.enableActingMaster
-        for config in table.values() if read_only else self._changed_configs(req.brokerName, table.values()):
+        configs: Iterable[TopicConfig] = table.values() if read_only else (
+            self._changed_configs(req.brokerName, table.values()) if changes is None else changes)
+        for config in configs:
             known = self.topicQueueTable.get(config.topicName)
             if register_first or changed or not known or req.brokerName not in known:
                 perm = config.perm
@@ -298,6 +317,15 @@ class RouteInfoManager:
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
                 self.topic_changed(topic)
         return changed or register_first
+
+    def changed_configs_steps(self, broker_name: str, table: dict[str, TopicConfig]) -> Steps[ChangedConfigs]:
+        """_changed_configs of a big table, a slice per step, for register_broker to take if
+        nothing changed since the first step."""
+        generation, configs, found = self.generation, iter(table.values()), []
+        while piece := list(islice(configs, TOPICS_PER_STEP)):
+            found += self._changed_configs(broker_name, piece)
+            yield
+        return ChangedConfigs(generation, found)
 
     def _changed_configs(self, broker_name: str, configs: Iterable[TopicConfig]) -> list[TopicConfig]:
         """The configs whose queue data for ``broker_name`` would change: a re-registration then
