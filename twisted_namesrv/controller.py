@@ -3,6 +3,10 @@
 As in Java's NamesrvController, this is where the parts meet: the state (configuration, route
 and KV tables, the answer cache), the handler table and the metrics.  The protocol hands over
 whole frames and writes what comes back; a channel that closes is reported here.
+
+A big request whose handler is written in steps (HANDLERS_IN_STEPS: a broker's whole topic
+table) is answered later: its steps run across reactor turns through a Cooperator, so other
+connections are answered meanwhile, and ``handle`` returns a Deferred of the answer frame.
 """
 
 from __future__ import annotations
@@ -11,11 +15,24 @@ import logging
 from collections.abc import Callable
 from time import perf_counter
 
+from twisted.internet import defer, task
+
 from .context import NamesrvState, Peer
 from .metrics import OTHER_CODE, Metrics
-from .processor import HANDLERS, V5_REQUEST_CODES, BadRequest, respond, route_variant, waiting_for_service
+from .processor import (
+    HANDLERS,
+    HANDLERS_IN_STEPS,
+    V5_REQUEST_CODES,
+    BadRequest,
+    respond,
+    route_variant,
+    waiting_for_service,
+)
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .state.routes import Channel
+from .steps import STEP_BYTES, Steps
+
+Answer = bytes | None
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +45,28 @@ class NamesrvController:
     events are always counted."""
 
     def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False,
-                 call_later: Callable[[float, Callable[[], None]], object] | None = None) -> None:
+                 call_later: Callable[[float, Callable[[], None]], object] | None = None,
+                 cooperator: task.Cooperator | None = None, step_from: int = STEP_BYTES) -> None:
         self.state = state
         self.answers = state.answers
         self.metrics = metrics or Metrics(clock=state.clock)
         self.count_requests = count_requests
         self._call_later = call_later  # the reactor's callLater
+        self._cooperator = cooperator  # None: every request is answered at once
+        self.step_from = step_from  # frames from this size whose code has a handler in steps take them
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
 
-    def handle(self, frame: bytes, peer: Peer) -> bytes | None:
+    def handle(self, frame: bytes, peer: Peer) -> Answer | defer.Deferred[Answer]:
         """The answer frame to one request frame (length prefix stripped, as both are here), or
-        None when nothing is sent (oneway requests, responses to our own notifications).
+        None when nothing is sent (oneway requests, responses to our own notifications); a
+        Deferred of that for a big request answered in steps (cancel it when the peer goes).
 
         Raises RemotingDecodeError when the frame is not a command: the caller closes the channel."""
+        if len(frame) >= self.step_from and self._cooperator is not None:
+            request = RemotingCommand.decode(memoryview(frame))  # its body a view: no copy in this turn
+            if request.code in HANDLERS_IN_STEPS and not request.is_response:
+                return self._answer_in_steps(request, peer, self._cooperator)
         if self.count_requests:
             return self._handle_counted(frame, peer)
         return self.answers.reply_to(frame) or self._answer_frame(frame, peer)[1]
@@ -81,11 +106,13 @@ class NamesrvController:
             self.answers.keep_reply(frame, request, response, encoded, topic, variant)
 
     def answer(self, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
-        """dispatch, encoded: an answer that cannot be encoded costs one error reply, not the
-        connection."""
+        """dispatch, encoded."""
         response = self.dispatch(request, peer)
-        if response is None:
-            return None
+        return None if response is None else self._encoded(request, response, peer)
+
+    def _encoded(self, request: RemotingCommand, response: RemotingCommand,
+                 peer: Peer) -> tuple[RemotingCommand, bytes]:
+        """An answer that cannot be encoded costs one error reply, not the connection."""
         try:
             return response, response.encode()
         except Exception as exc:
@@ -96,30 +123,67 @@ class NamesrvController:
 
     def dispatch(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
         """Answer one request by its code (HANDLERS); None when nothing is to be sent (oneway)."""
+        response = self._refusal(request, peer)
+        if response is None:
+            try:
+                response = HANDLERS[request.code](self.state, request, peer)
+            except Exception as exc:
+                response = self._failed(request, peer, exc)
+        return None if request.is_oneway else response
+
+    def _dispatch_steps(self, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand | None]:
+        """dispatch, through the handler written in steps."""
+        response = self._refusal(request, peer)
+        if response is None:
+            try:
+                response = yield from HANDLERS_IN_STEPS[request.code](self.state, request, peer)
+            except Exception as exc:
+                response = self._failed(request, peer, exc)
+        return None if request.is_oneway else response
+
+    def _answer_in_steps(self, request: RemotingCommand, peer: Peer,
+                         cooperator: task.Cooperator) -> defer.Deferred[Answer]:
+        begun = perf_counter()
+        answered: list[RemotingCommand | None] = []
+
+        def steps() -> Steps[None]:
+            answered.append((yield from self._dispatch_steps(request, peer)))
+
+        def encode(_: object) -> Answer:
+            response = answered[0]
+            if response is None:
+                return None
+            response, encoded = self._encoded(request, response, peer)
+            if self.count_requests:
+                self.metrics.answered(request.code, response.code, perf_counter() - begun)
+            return encoded
+
+        work = cooperator.cooperate(steps())
+        answer: defer.Deferred[Answer] = defer.Deferred(lambda _: work.stop())  # cancelled: the peer went
+        work.whenDone().addCallback(encode).chainDeferred(answer)
+        return answer
+
+    def _refusal(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+        """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
         state = self.state
-        handler = HANDLERS.get(request.code)
-        if request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes:
-            handler = None
         acl = state.acl
         refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
-        response: RemotingCommand | None
         if refusal is not None:  # as a Java broker answers an AclException
             log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
-            response = respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
-        elif handler is None:
-            response = respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                               f" request type {request.code} not supported", normal=False)
-        else:
-            try:
-                response = handler(state, request, peer)
-            except BadRequest as exc:
-                log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
-                response = respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-            except Exception as exc:  # a handler bug must cost one answer, never the connection
-                log.exception("process request %s from %s failed", request.code, peer.address)
-                response = respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}",
-                                   normal=False)
-        return None if request.is_oneway else response
+            return respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
+        if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
+            return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                           f" request type {request.code} not supported", normal=False)
+        return None
+
+    def _failed(self, request: RemotingCommand, peer: Peer, exc: Exception) -> RemotingCommand:
+        """The answer to a handler that raised: a bad request is refused with its reason; a
+        handler bug costs one answer, never the connection."""
+        if isinstance(exc, BadRequest):
+            log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
+            return respond(self.state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+        log.exception("process request %s from %s failed", request.code, peer.address)
+        return respond(self.state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
 
     def channel_closed(self, channel: Channel, reason: str = "connection closed") -> None:
         """BrokerHousekeepingService: the brokers registered over ``channel`` go with it; ``reason``

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .bodies.register import RegisterBodyError, decode_register_body
+from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
 from .bodies.route import (
     MASTER_ID,
     DataVersion,
@@ -23,11 +23,12 @@ from .bodies.route import (
 from .context import NamesrvState, Peer
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
-from .remoting.crc import crc32_masked
+from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, RegisterRequest, RouteData, has_unit_flag, has_unit_sub_flag
+from .steps import Steps, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ ZONE_MODE = "__ZONE_MODE"
 
 
 Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None]
+SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand]]
 
 
 # -- helpers shared by the handlers ------------------------------------------------------------
@@ -118,10 +120,13 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
 
-def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand]:
+    """REGISTER_BROKER. A broker's whole table is checked, decoded and compared with the queues
+    in steps (a big one takes tens of milliseconds); the tables change only in the last step, as
+    under Java's write lock, so lookups meanwhile see the routes before it."""
     ext = request.ext
     crc = optional_long(ext.get("bodyCrc32"), bits=32) or 0  # an unmasked CRC fails parseInt: no check
-    if crc != 0 and crc32_masked(request.body) != crc:
+    if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
         log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
@@ -132,20 +137,31 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
                        f"register broker failed: header field {missing} is missing", ext={}, normal=False)
     acting = ext.get("enableActingMaster")
-    known = state.routes.known_table_digest(cluster, addr, name, broker_id, java_bool(acting))
+    routes = state.routes
+
+    def decode(known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+        return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
+                                          state.config["inflateMaxLength"], known_digest=known_digest)
+
+    def known_digest() -> bytes | None:
+        return routes.known_table_digest(cluster, addr, name, broker_id, java_bool(acting))
+
+    known = known_digest()
     try:
-        body = decode_register_body(request.body, java_bool(ext.get("compressed")), request.version,
-                                    state.config["inflateMaxLength"], known_digest=known)
+        body = yield from decode(known)
+        if body.tableUnchanged and known_digest() != known:
+            body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full again
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    result = state.routes.register_broker(RegisterRequest(
+    changes = None if body.tableUnchanged else (yield from routes.changed_configs_steps(name, body.topicConfigTable))
+    result = routes.register_broker(RegisterRequest(
         clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
         haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
         zoneName=ext.get(ZONE_NAME),
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=None if acting is None else java_bool(acting),
-        version=request.version))
+        version=request.version, changedConfigs=changes))
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -155,6 +171,14 @@ def register_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
                    body=reply_body)
+
+
+def in_one_go(handler: SteppedHandler) -> Handler:
+    """A handler written in steps, run straight through."""
+    def run(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        return run_steps(handler(state, request, peer))
+    run.__name__ = run.__qualname__ = handler.__name__.removesuffix("_steps")
+    return run
 
 
 def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -380,7 +404,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.PUT_KV_CONFIG: put_kv_config,
     RequestCode.GET_KV_CONFIG: get_kv_config,
     RequestCode.DELETE_KV_CONFIG: delete_kv_config,
-    RequestCode.REGISTER_BROKER: register_broker,
+    RequestCode.REGISTER_BROKER: in_one_go(register_broker_steps),
     RequestCode.UNREGISTER_BROKER: unregister_broker,
     RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
     RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
@@ -402,6 +426,12 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.BROKER_HEARTBEAT: broker_heartbeat,
 }
 
+
+#: handlers whose work grows with the request (a broker's whole table), written in steps: the
+#: controller runs them across reactor turns when the request is big (HANDLERS: straight through)
+HANDLERS_IN_STEPS: dict[int, SteppedHandler] = {
+    RequestCode.REGISTER_BROKER: register_broker_steps,
+}
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import itertools
 
-from twisted.internet import interfaces, protocol
+from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from .context import Peer
@@ -65,6 +66,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     factory: RemotingFactory
     #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
     close_reason = "connection closed"
+    #: the answer being worked out in steps (controller.py); the frames that came after it wait
+    answering: defer.Deferred[bytes | None] | None = None
+    waiting: list[bytes]
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -75,6 +79,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.host = str(getattr(peer, "host", "?"))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
+        self.waiting = []
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
@@ -95,28 +100,59 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
-        factory = self.factory
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
             self._reject(exc.reason, str(exc))
             return
+        if self.factory.controller.count_requests:
+            self.factory.metrics.bytes_received += len(data)
+        if self.answering is not None:
+            self.waiting += frames
+        else:
+            self._answer(frames)
+
+    def _answer(self, frames: list[bytes]) -> None:
+        """Answer ``frames`` in order; one answered in steps holds the rest until it is sent."""
         replies = []
-        handle = factory.controller.handle
-        for frame in frames:
+        handle = self.factory.controller.handle
+        for index, frame in enumerate(frames):
             try:
                 reply = handle(frame, self.peer)
             except RemotingDecodeError as exc:
                 self._reject(exc.reason, str(exc))
                 break
-            if reply is not None:
+            if reply is None:
+                continue
+            if isinstance(reply, bytes):
                 replies.append(reply)
-        if factory.controller.count_requests:
-            factory.metrics.bytes_received += len(data)
-            factory.metrics.bytes_sent += sum(map(len, replies))
-        if replies:
-            self.transport.writeSequence(replies)
-            send_now(self.transport)
+                continue
+            self._write(replies)
+            self.answering, self.waiting = reply, frames[index + 1:]
+            reply.addCallbacks(self._answered_in_steps, self._not_answered)
+            return
+        self._write(replies)
+
+    def _answered_in_steps(self, reply: bytes | None) -> None:
+        self.answering = None
+        self._write([reply] if reply is not None else [])
+        waiting, self.waiting = self.waiting, []
+        self._answer(waiting)
+
+    def _not_answered(self, failure: Failure) -> None:
+        """Cancelled because the peer went (connectionLost), or a bug: then the peer goes."""
+        self.answering = None
+        if not failure.check(defer.CancelledError, task.TaskStopped):
+            log.failure("answering {peer} failed, closing the channel", failure, peer=self.peer.address)
+            self.transport.loseConnection()
+
+    def _write(self, replies: list[bytes]) -> None:
+        if not replies:
+            return
+        if self.factory.controller.count_requests:
+            self.factory.metrics.bytes_sent += sum(map(len, replies))
+        self.transport.writeSequence(replies)
+        send_now(self.transport)
 
     def _reject(self, reason: str, detail: str) -> None:
         """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
@@ -135,6 +171,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
+        if self.answering is not None:
+            self.answering.cancel()  # a broker that left registers nothing
         self.factory.connections.pop(self.channel, None)
         self.factory.controller.channel_closed(self.channel, self.close_reason)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 
 from twisted.application import service
-from twisted.internet import defer, interfaces, protocol
+from twisted.internet import defer, interfaces, protocol, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
@@ -125,6 +127,18 @@ class Listener(service.Service):
         return self.unbind()
 
 
+#: how long answers worked out in steps may hold the reactor before it reads other connections again
+STEPS_PER_TURN_SECONDS = 0.003
+
+
+def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
+    """Runs the steps of big answers (controller.py) a few milliseconds per reactor turn."""
+    def budget() -> Callable[[], bool]:
+        deadline = perf_counter() + STEPS_PER_TURN_SECONDS
+        return lambda: perf_counter() >= deadline
+    return task.Cooperator(terminationPredicateFactory=budget, scheduler=lambda work: reactor.callLater(0, work))
+
+
 class NamesrvService(service.MultiService):
     def __init__(self, config: NamesrvConfig, reactor=None) -> None:
         super().__init__()
@@ -138,7 +152,7 @@ class NamesrvService(service.MultiService):
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
         self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
-                                            call_later=reactor.callLater)
+                                            call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.factory = RemotingFactory(self.controller, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])

@@ -1,0 +1,290 @@
+"""A big REGISTER_BROKER is checked, decoded and compared with the queues in steps across reactor
+turns (steps.py, controller.py): other connections are answered meanwhile and see the routes as
+before it; the tables change in its last step. The result must be what the same requests give a
+server that registers in one go, with the registration taken after whatever was answered during
+its steps (as Java's write lock orders them)."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+from twisted.internet import task
+
+from twisted_namesrv import server
+from twisted_namesrv.answer_cache import AnswerCache
+from twisted_namesrv.bodies import register
+from twisted_namesrv.bodies.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    TopicConfig,
+    decode_register_body,
+    decode_register_body_steps,
+    encode_register_body,
+)
+from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.service import build_state
+from twisted_namesrv.state import routes
+from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.steps import run_steps
+
+from .test_answer_cache import connect, lookup_request, other_request, register_request
+
+#: attribute values with the bytes the decoder cuts at, inside strings
+TRICKY = {"+message.type": "NORMAL", "x": 'a},"b":{', "y": "}}"}
+
+
+@pytest.fixture
+def small_steps(monkeypatch) -> None:
+    """Steps small enough that test-sized tables take many."""
+    monkeypatch.setattr(register, "STEP_BYTES", 200)
+    monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
+    monkeypatch.setattr(routes, "TOPICS_PER_STEP", 2)
+
+
+def table(count: int, v5: bool) -> dict[str, TopicConfig]:
+    return {f"T{i}": TopicConfig(f"T{i}", 4 + i % 3, 4, 6, attributes=TRICKY if v5 and i % 2 else None)
+            for i in range(count)}
+
+
+def steps_taken(steps) -> tuple[int, object]:
+    count = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return count, done.value
+        count += 1
+
+
+# -- the body ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("v5", [False, True])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_big_table_decodes_in_steps_as_in_one_go(monkeypatch, v5: bool, compressed: bool) -> None:
+    body = encode_register_body(RegisterBrokerBody(DataVersion(3, 9), table(60, v5), ["10.0.0.9:1"]), compressed, v5)
+    whole = decode_register_body(body, compressed, 400)
+    monkeypatch.setattr(register, "STEP_BYTES", 200)
+    monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
+    count, in_steps = steps_taken(decode_register_body_steps(body, compressed, 400))
+    assert count > 20
+    assert in_steps == whole
+    assert list(in_steps.topicConfigTable) == list(table(60, v5))
+    assert in_steps.tableDigest == whole.tableDigest is not None
+
+
+def test_a_table_the_pieces_cannot_take_is_decoded_in_one_go_with_javas_leniency(small_steps) -> None:
+    """A number written as a string in the middle of the table: that piece fails, the body is
+    decoded whole as before."""
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table(30, False)), False, False)
+    lenient = body.replace(b'"readQueueNums":5,"topicFilterType":"SINGLE_TAG","topicName":"T16"',
+                           b'"readQueueNums":"5","topicFilterType":"SINGLE_TAG","topicName":"T16"')
+    assert lenient != body
+    decoded = decode_register_body(lenient, False, 400)
+    assert decoded.topicConfigTable == decode_register_body(body, False, 400).topicConfigTable
+
+
+def test_a_table_key_outside_the_wrapper_is_not_cut_out(small_steps) -> None:
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table(30, False)), False, False)
+    decoy = body.replace(b'{"filterServerList"', b'{"topicConfigTable":{"X":{"topicName":"X"}},"filterServerList"', 1)
+    assert list(decode_register_body(decoy, False, 400).topicConfigTable) == list(table(30, False))
+
+
+def test_the_inflate_limit_holds_in_steps(small_steps) -> None:
+    with pytest.raises(RegisterBodyError, match="inflates beyond"):
+        decode_register_body(zlib.compress(b"\0" * 100_000), True, 400, max_inflated=50_000)
+
+
+# -- the server --------------------------------------------------------------------------------
+
+class Turns:
+    """A Cooperator whose reactor turns the test runs: one step per turn."""
+
+    def __init__(self) -> None:
+        self.pending: list = []
+        self.cooperator = task.Cooperator(scheduler=self.pending.append,
+                                          terminationPredicateFactory=lambda: lambda: True)
+
+    def one(self) -> bool:
+        if not self.pending:
+            return False
+        self.pending.pop(0)()
+        return True
+
+    def all(self) -> int:
+        count = 0
+        while self.one():
+            count += 1
+        return count
+
+
+def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None = None, keep: bool = True):
+    config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
+                            "configStorePath": str(tmp_path / f"{name}.properties")})
+    state = build_state(config, task.Clock())
+    if not keep:
+        state.answers = AnswerCache(state.routes, keep=False)
+    controller = NamesrvController(state, count_requests=True, step_from=0,
+                                   cooperator=turns.cooperator if turns else None)
+    return server.RemotingFactory(controller, task.Clock(), 1 << 24, 0)
+
+
+def big_registration(topics: dict[str, TopicConfig], counter: int = 1, opaque: int = 1) -> bytes:
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), topics), False, False)
+    ext = {"brokerName": "a", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+           "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=409).encode()
+
+
+def request(code: int, ext: dict | None = None, opaque: int = 1) -> bytes:
+    return RemotingCommand.request(code, ext, opaque=opaque, version=409).encode()
+
+
+def answers(transport) -> list[RemotingCommand]:
+    data, out = transport.value(), []
+    while data:
+        length = int.from_bytes(data[:4], "big")
+        out.append(RemotingCommand.decode(data[4:4 + length]))
+        data = data[4 + length:]
+    transport.clear()
+    return out
+
+
+def test_others_are_answered_from_the_old_routes_until_the_last_step(tmp_path, small_steps) -> None:
+    turns = Turns()
+    factory = make_server(tmp_path, "stepped", turns=turns)
+    broker, broker_out = connect(factory)
+    client, client_out = connect(factory)
+    broker.dataReceived(big_registration(table(20, False)))
+    assert broker_out.value() == b""
+    turns.one()
+    turns.one()
+    client.dataReceived(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T3"}, opaque=5))
+    assert [(a.opaque, a.code) for a in answers(client_out)] == [(5, ResponseCode.TOPIC_NOT_EXIST)]
+    assert turns.all() > 10
+    assert [(a.opaque, a.code) for a in answers(broker_out)] == [(1, ResponseCode.SUCCESS)]
+    client.dataReceived(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T3"}, opaque=6))
+    assert [(a.opaque, a.code) for a in answers(client_out)] == [(6, ResponseCode.SUCCESS)]
+    assert factory.metrics.requests[RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS] == 1
+
+
+def test_a_connections_later_requests_wait_for_its_answer_in_steps(tmp_path, small_steps) -> None:
+    turns = Turns()
+    factory = make_server(tmp_path, "stepped", turns=turns)
+    broker, out = connect(factory)
+    broker.dataReceived(big_registration(table(20, False)) + request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=2))
+    broker.dataReceived(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, opaque=3))
+    assert out.value() == b""
+    turns.all()
+    got = answers(out)
+    assert [(a.opaque, a.code) for a in got] == [(1, 0), (2, 0), (3, 0)]
+    assert b"127.0.0.1:10911" in got[1].body and b"T19" in got[2].body
+
+
+def test_a_broker_that_leaves_during_its_steps_registers_nothing(tmp_path, small_steps, caplog) -> None:
+    turns = Turns()
+    factory = make_server(tmp_path, "stepped", turns=turns)
+    broker, out = connect(factory)
+    broker.dataReceived(big_registration(table(20, False)))
+    turns.one()
+    broker.connectionLost()
+    turns.all()
+    assert out.value() == b"" and factory.controller.state.routes.brokerAddrTable == {}
+    assert "failed" not in caplog.text
+
+
+CHANGES = {"wipe": RequestCode.WIPE_WRITE_PERM_OF_BROKER, "add": RequestCode.ADD_WRITE_PERM_OF_BROKER,
+           "delete": RequestCode.DELETE_TOPIC_IN_NAMESRV, "unregister": RequestCode.UNREGISTER_BROKER}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("turns_before", [1, 3, 10, 18, 24])
+@pytest.mark.parametrize("last_topics", [20, 21])
+def test_a_change_during_the_steps_is_seen_by_the_registration(tmp_path, small_steps, change: str,
+                                                              turns_before: int, last_topics: int) -> None:
+    """The same table again (its digest says unchanged), or one with a topic more (compared
+    with the queues in steps), while a hand change strikes at some step: the answers are those
+    of a server registering in one go after the change."""
+    turns = Turns()
+    stepped, reference = make_server(tmp_path, "stepped", turns=turns), make_server(tmp_path, "reference")
+    (broker, broker_out), (admin, admin_out) = connect(stepped), connect(stepped)
+    (ref_broker, ref_broker_out), (ref_admin, ref_admin_out) = connect(reference), connect(reference)
+    registrations = [big_registration(table(20, False), counter=1, opaque=1),
+                      big_registration(table(20, False), counter=2, opaque=2),
+                      big_registration(table(last_topics, False), counter=3, opaque=3)]
+    change_frame = request(CHANGES[change], {"brokerName": "a", "topic": "T4", "clusterName": "c",
+                                             "brokerAddr": "127.0.0.1:10911", "brokerId": "0"}, opaque=9)
+    for frame in registrations[:2]:
+        broker.dataReceived(frame)
+        turns.all()
+        ref_broker.dataReceived(frame)
+    broker.dataReceived(registrations[2])  # the same table again, its steps interrupted by the change
+    for _ in range(turns_before):
+        turns.one()
+    still_in_steps = bool(turns.pending)
+    admin.dataReceived(change_frame)
+    turns.all()
+    if still_in_steps:
+        ref_admin.dataReceived(change_frame)
+        ref_broker.dataReceived(registrations[2])
+    else:
+        ref_broker.dataReceived(registrations[2])
+        ref_admin.dataReceived(change_frame)
+    for admin_connection in (admin, ref_admin):
+        admin_connection.dataReceived(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T4"}, opaque=10))
+        admin_connection.dataReceived(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=11))
+    assert broker_out.value() == ref_broker_out.value()
+    assert admin_out.value() == ref_admin_out.value()
+    if turns_before == 1:
+        assert still_in_steps
+
+
+@pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {})])
+@pytest.mark.parametrize("seed", range(4))
+def test_registrations_in_steps_answer_as_registrations_in_one_go(tmp_path, small_steps, compat: str,
+                                                                 settings: dict, seed: int) -> None:
+    """Random registrations answered in steps while other requests (lookups, wipes, deletions,
+    topic registrations, config changes...) arrive on another connection, against a server that
+    keeps no answers and registers in one go after those requests."""
+    rng = random.Random(seed)
+    turns = Turns()
+    stepped, reference = make_server(tmp_path, "stepped", compat, turns), make_server(tmp_path, "ref", compat,
+                                                                                    keep=False)
+    connections = {factory: (connect(factory), connect(factory)) for factory in (stepped, reference)}
+    for counter in range(1, 120):
+        registration = register_request(rng, counter, counter, compat == "5.3.3").encode()
+        during = [(lookup_request(rng, 1000 + i) if rng.random() < 0.6 else other_request(rng, 1000 + i)).encode()
+                  for i in range(rng.randint(0, 3))]
+        (broker, broker_out), (client, client_out) = connections[stepped]
+        broker.dataReceived(registration)
+        for frame in during:
+            turns.one()
+            client.dataReceived(frame)
+        turns.all()
+        (ref_broker, ref_broker_out), (ref_client, ref_client_out) = connections[reference]
+        for frame in during:
+            ref_client.dataReceived(frame)
+        ref_broker.dataReceived(registration)
+        assert broker_out.value() == ref_broker_out.value()
+        assert client_out.value() == ref_client_out.value()
+        for transport in (broker_out, client_out, ref_broker_out, ref_client_out):
+            transport.clear()
+        for topic in ("T0", "T1", "T2"):
+            frame = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=counter)
+            client.dataReceived(frame)
+            ref_client.dataReceived(frame)
+        assert client_out.value() == ref_client_out.value()
+        client_out.clear()
+        ref_client_out.clear()
+
+
+def test_run_steps_returns_the_result() -> None:
+    def job():
+        yield
+        yield
+        return 7
+    assert run_steps(job()) == 7
