@@ -16,6 +16,7 @@ from collections.abc import Callable
 from time import perf_counter
 
 from twisted.internet import defer, task
+from twisted.python.failure import Failure
 
 from .context import NamesrvState, Peer
 from .metrics import OTHER_CODE, Metrics
@@ -54,6 +55,7 @@ class NamesrvController:
         self._call_later = call_later  # the reactor's callLater
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
+        self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
 
@@ -143,25 +145,41 @@ class NamesrvController:
 
     def _answer_in_steps(self, request: RemotingCommand, peer: Peer,
                          cooperator: task.Cooperator) -> defer.Deferred[Answer]:
+        """One job in steps at a time, in arrival order: several brokers registering at once
+        decode one table after the other, so memory holds one decoded table, as before steps."""
         begun = perf_counter()
         answered: list[RemotingCommand | None] = []
+        running: list[task.CooperativeTask] = []
+        answer: defer.Deferred[Answer] = defer.Deferred(lambda _: running and running[0].stop())
 
         def steps() -> Steps[None]:
             answered.append((yield from self._dispatch_steps(request, peer)))
 
-        def encode(_: object) -> Answer:
-            response = answered[0]
-            if response is None:
+        def run() -> defer.Deferred[object] | None:
+            if answer.called:  # cancelled while the job before it ran: the peer went
                 return None
-            response, encoded = self._encoded(request, response, peer)
-            if self.count_requests:
-                self.metrics.answered(request.code, response.code, perf_counter() - begun)
-            return encoded
+            running.append(cooperator.cooperate(steps()))
+            return running[0].whenDone()
 
-        work = cooperator.cooperate(steps())
-        answer: defer.Deferred[Answer] = defer.Deferred(lambda _: work.stop())  # cancelled: the peer went
-        work.whenDone().addCallback(encode).chainDeferred(answer)
+        def deliver(result: object) -> None:
+            if answer.called:
+                return
+            if isinstance(result, Failure):
+                answer.errback(result)
+            else:
+                answer.callback(self._answer_frame_of(request, answered[0], peer, begun))
+
+        self._one_at_a_time.run(run).addBoth(deliver)
         return answer
+
+    def _answer_frame_of(self, request: RemotingCommand, response: RemotingCommand | None, peer: Peer,
+                         begun: float) -> Answer:
+        if response is None:
+            return None
+        response, encoded = self._encoded(request, response, peer)
+        if self.count_requests:
+            self.metrics.answered(request.code, response.code, perf_counter() - begun)
+        return encoded
 
     def _refusal(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
         """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
