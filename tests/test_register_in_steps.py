@@ -197,6 +197,25 @@ def test_a_broker_that_leaves_during_its_steps_registers_nothing(tmp_path, small
     assert "failed" not in caplog.text
 
 
+def test_big_registrations_take_their_steps_one_after_the_other(tmp_path, small_steps) -> None:
+    """One decoded table in memory at a time; one whose broker left while it waited never starts."""
+    turns = Turns()
+    factory = make_server(tmp_path, "stepped", turns=turns)
+    (first, first_out), (second, second_out), (third, third_out) = connect(factory), connect(factory), connect(factory)
+    first.dataReceived(big_registration(table(20, False)))
+    second.dataReceived(big_registration(table(20, False)).replace(b"127.0.0.1:10911", b"127.0.0.1:10912"))
+    third.dataReceived(big_registration(table(20, False)).replace(b"127.0.0.1:10911", b"127.0.0.1:10913"))
+    third.connectionLost()
+    first_turns = 0
+    while not first_out.value():
+        assert turns.one()
+        first_turns += 1
+    assert second_out.value() == b""
+    assert turns.all() >= first_turns - 1  # the second took all its steps after the first
+    assert [a.code for a in answers(second_out)] == [ResponseCode.SUCCESS] and third_out.value() == b""
+    assert sorted(factory.controller.state.routes.brokerLiveTable) == ["127.0.0.1:10911", "127.0.0.1:10912"]
+
+
 CHANGES = {"wipe": RequestCode.WIPE_WRITE_PERM_OF_BROKER, "add": RequestCode.ADD_WRITE_PERM_OF_BROKER,
            "delete": RequestCode.DELETE_TOPIC_IN_NAMESRV, "unregister": RequestCode.UNREGISTER_BROKER}
 
