@@ -150,7 +150,12 @@ class NamesrvController:
         begun = perf_counter()
         answered: list[RemotingCommand | None] = []
         running: list[task.CooperativeTask] = []
-        answer: defer.Deferred[Answer] = defer.Deferred(lambda _: running and running[0].stop())
+
+        def cancel(_: object) -> None:  # the peer went
+            if running:
+                running[0].stop()
+
+        answer: defer.Deferred[Answer] = defer.Deferred(cancel)
 
         def steps() -> Steps[None]:
             answered.append((yield from self._dispatch_steps(request, peer)))

@@ -26,4 +26,4 @@ def run_steps(steps: Steps[T]) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
