@@ -649,6 +649,21 @@ def test_get_config_lists_config_file_keys(tmp_path):
     assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)
 
 
+def test_update_config_changes_a_key_only_the_config_file_has(tmp_path):
+    """Java's Configuration.update merges every key allConfigs holds, and the -c file's keys are
+    in it: such a key changes, is listed and persisted; one nowhere is still dropped."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text("customKey=hello\nkvConfigPath=%s\n" % (tmp_path / "kv.json"))
+    state = build_state(NamesrvConfig.from_file(str(path)), task.Clock())
+    controller = NamesrvController(state)
+    update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"customKey=bye\nnowhere=1\n")
+    assert controller.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
+    answer = controller.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
+    assert keys["customKey"] == "bye" and "nowhere" not in keys
+    assert "customKey=bye" in path.read_text() and "nowhere" not in path.read_text()
+
+
 # -- answers stay fresh: every change shows in the next answer ------------------------------------------------------
 
 def route_of(ns: Namesrv, topic: str = "T1", version: int | None = None):

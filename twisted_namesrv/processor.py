@@ -385,7 +385,7 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         log.warning("updateNamesrvConfig from %s refused, keys in black list: %s", peer.address, ", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
-        state.config.apply({k: v for k, v in props.items() if k in state.config.values})
+        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
     state.answers.clear()  # switches shape answers (orderMessageEnable, supportActingMaster, ...)
