@@ -77,15 +77,24 @@ def test_a_big_table_decodes_in_steps_as_in_one_go(monkeypatch, v5: bool, compre
     assert in_steps.tableDigest == whole.tableDigest is not None
 
 
-def test_a_table_the_pieces_cannot_take_is_decoded_in_one_go_with_javas_leniency(small_steps) -> None:
+def test_a_table_the_pieces_cannot_take_is_decoded_in_one_go_with_javas_leniency(small_steps, monkeypatch) -> None:
     """A number written as a string in the middle of the table: that piece fails, the body is
-    decoded whole as before."""
+    decoded whole as before, and no try decoded more than two pieces' worth before."""
     body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table(30, False)), False, False)
     lenient = body.replace(b'"readQueueNums":5,"topicFilterType":"SINGLE_TAG","topicName":"T16"',
                            b'"readQueueNums":"5","topicFilterType":"SINGLE_TAG","topicName":"T16"')
     assert lenient != body
+    tried: list[int] = []
+    decode_piece = register._decode_piece
+
+    def counted(data: bytes, start: int, end: int):
+        tried.append(end - start)
+        return decode_piece(data, start, end)
+
+    monkeypatch.setattr(register, "_decode_piece", counted)
     decoded = decode_register_body(lenient, False, 400)
     assert decoded.topicConfigTable == decode_register_body(body, False, 400).topicConfigTable
+    assert tried and max(tried) <= 2 * register.STEP_BYTES
 
 
 def test_a_table_key_outside_the_wrapper_is_not_cut_out(small_steps) -> None:

@@ -253,10 +253,11 @@ def _entry_end(body: bytes, at: int) -> int:
 
 def _table_end(body: bytes, start: int) -> int:
     """The index of the closing brace of a table whose last entries begin at ``start``: the
-    first ``}}`` after which the entries decode (a few tries: an entry may end with ``}}``)."""
-    at = start
+    first ``}}`` after which the entries decode (a few tries: an entry may end with ``}}``),
+    looked for within two pieces' length, so that a body built to fail costs a few pieces."""
+    at, within = start, start + 2 * STEP_BYTES
     for _ in range(4):
-        close = body.find(b"}}", at)
+        close = body.find(b"}}", at, within)
         if close < 0:
             return -1
         if _decode_piece(body, start, close + 1) is not None:
