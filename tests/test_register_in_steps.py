@@ -72,9 +72,51 @@ def test_a_big_table_decodes_in_steps_as_in_one_go(monkeypatch, v5: bool, compre
     monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
     count, in_steps = steps_taken(decode_register_body_steps(body, compressed, 400))
     assert count > 20
+    assert (in_steps.tablePieces is not None) is not compressed
+    in_steps.tablePieces = None
     assert in_steps == whole
     assert list(in_steps.topicConfigTable) == list(table(60, v5))
     assert in_steps.tableDigest == whole.tableDigest is not None
+
+
+def edited(topics: dict[str, TopicConfig], edit: str) -> dict[str, TopicConfig]:
+    topics = dict(topics)
+    if edit == "added at the end":
+        topics["Z"] = TopicConfig("Z")
+    elif edit == "added in the middle":
+        topics = {**dict(list(topics.items())[:30]), "M": TopicConfig("M"), **dict(list(topics.items())[30:])}
+    elif edit == "changed":
+        topics["T33"] = TopicConfig("T33", 16, 16, 6)
+    elif edit == "removed":
+        del topics["T33"]
+    elif edit == "cut key removed":
+        del topics["T30"], topics["T31"], topics["T32"], topics["T34"]
+    elif edit == "grown":
+        topics = {**dict(list(topics.items())[:30]), **{f"N{i}": TopicConfig(f"N{i}") for i in range(40)},
+                  **dict(list(topics.items())[30:])}
+    return topics
+
+
+@pytest.mark.parametrize("v5", [False, True])
+@pytest.mark.parametrize("edit", ["same", "added at the end", "added in the middle", "changed", "removed",
+                                  "cut key removed", "grown"])
+def test_a_table_sent_again_is_decoded_where_it_changed(small_steps, v5: bool, edit: str) -> None:
+    """Cut where the broker's last table was, its unchanged pieces are counted, not decoded: the
+    decoded topics include every added or changed one, and the count is the table's."""
+    last = decode_register_body(encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table(60, v5)), False, v5),
+                                False, 400)
+    assert last.tablePieces is not None and len(last.tablePieces.counts) > 10
+    topics = edited(table(60, v5), edit)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 2), topics, ["10.0.0.9:1"]), False, v5)
+    again = run_steps(decode_register_body_steps(body, False, 400, known_pieces=last.tablePieces))
+    whole = decode_register_body(body, False, 400)
+    assert again.tableSkipped + len(again.topicConfigTable) == len(topics)
+    assert again.tableSkipped > len(topics) // 2
+    assert all(whole.topicConfigTable[name] == config for name, config in again.topicConfigTable.items())
+    changed = {name for name, config in topics.items() if table(60, v5).get(name) != config}
+    assert changed <= set(again.topicConfigTable)
+    assert again.filterServerList == ["10.0.0.9:1"] and again.dataVersion == DataVersion(1, 2)
+    assert again.tableDigest == whole.tableDigest
 
 
 def test_a_table_the_pieces_cannot_take_is_decoded_in_one_go_with_javas_leniency(small_steps, monkeypatch) -> None:

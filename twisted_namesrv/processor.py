@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
+from .bodies.register import RegisterBodyError, RegisterBrokerBody, TablePieces, decode_register_body_steps
 from .bodies.route import (
     MASTER_ID,
     DataVersion,
@@ -139,18 +139,20 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     acting = ext.get("enableActingMaster")
     routes = state.routes
 
-    def decode(known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+    def decode(known: tuple[bytes | None, TablePieces | None]) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
-                                          state.config["inflateMaxLength"], known_digest=known_digest)
+                                          state.config["inflateMaxLength"], *known)
 
-    def known_digest() -> bytes | None:
-        return routes.known_table_digest(cluster, addr, name, broker_id, java_bool(acting))
+    def known_table() -> tuple[bytes | None, TablePieces | None]:
+        """What this broker's queues hold now (RouteInfoManager.known_table_digest)."""
+        key = (cluster, addr, name, broker_id, java_bool(acting))
+        return routes.known_table_digest(*key), routes.known_table_pieces(*key)
 
-    known = known_digest()
+    known = known_table()
     try:
         body = yield from decode(known)
-        if body.tableUnchanged and known_digest() != known:
-            body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full again
+        if (body.tableUnchanged or body.tableSkipped) and known_table() != known:
+            body = run_steps(decode((None, None)))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     changes = None if body.tableUnchanged else (yield from routes.changed_configs_steps(name, body.topicConfigTable))

@@ -92,6 +92,16 @@ class TopicConfig(msgspec.Struct, gc=False):
             raise RegisterBodyError(f"bad topic config line {text!r}") from None
 
 
+@dataclass(slots=True, frozen=True)
+class TablePieces:
+    """How a plain JSON topic table was cut into pieces: the key each piece after the first
+    begins with (as written), and each piece's digest with the topics it holds. The broker's
+    next registration is cut at the same keys, and pieces it sends unchanged are not decoded."""
+
+    cuts: tuple[bytes, ...]
+    counts: dict[bytes, int]
+
+
 @dataclass(slots=True)
 class RegisterBrokerBody:
     dataVersion: DataVersion = field(default_factory=DataVersion)
@@ -106,6 +116,11 @@ class RegisterBrokerBody:
     #: the table equals the one whose digest the caller passed, so it was not decoded: only
     #: dataVersion is set
     tableUnchanged: bool = False
+    #: topics in pieces equal to those of the TablePieces the caller passed: not decoded, not in
+    #: topicConfigTable (which holds the others)
+    tableSkipped: int = 0
+    #: how this table was cut (big plain JSON tables only)
+    tablePieces: TablePieces | None = None
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
@@ -116,14 +131,15 @@ def decode_register_body(body: bytes | memoryview | None, compressed: bool, vers
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
-                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
-                               ) -> Steps[RegisterBrokerBody]:
+                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                               known_pieces: TablePieces | None = None) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
     the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A big table is
-    decoded in steps of about STEP_BYTES (steps.py). A body may be a view of its frame."""
+    decoded in steps of about STEP_BYTES (steps.py); with ``known_pieces`` (how this broker's
+    last table was cut) only its changed pieces are. A body may be a view of its frame."""
     if not body:
         return RegisterBrokerBody()
     if isinstance(body, memoryview):
@@ -134,7 +150,7 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
             return _from_wrapper(_json_object(body), [])
         if compressed:
             return (yield from _decode_compressed((yield from _inflate(body, max_inflated)), known_digest))
-        return (yield from _decode_json(body, known_digest))
+        return (yield from _decode_json(body, known_digest, known_pieces))
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
@@ -165,11 +181,12 @@ _WRAPPER_KEY = b'"topicConfigSerializeWrapper":{'
 _TOPIC_NAME = attrgetter("topicName")
 
 
-def _decode_json(body: bytes, known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+def _decode_json(body: bytes, known_digest: bytes | None,
+                 known_pieces: TablePieces | None) -> Steps[RegisterBrokerBody]:
     split = yield from _split_data_version(body)
     if split is not None and split[1] == known_digest:
         return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
-    decoded = (yield from _decode_typed_in_pieces(body)) if len(body) > STEP_BYTES else None
+    decoded = (yield from _decode_typed_in_pieces(body, known_pieces)) if len(body) > STEP_BYTES else None
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
     if split is not None and split[0] == decoded.dataVersion:
         decoded.tableDigest = split[1]
@@ -211,20 +228,33 @@ def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
     return table
 
 
-def _decode_typed_in_pieces(body: bytes) -> Steps[RegisterBrokerBody | None]:
+def _decode_typed_in_pieces(body: bytes, known: TablePieces | None) -> Steps[RegisterBrokerBody | None]:
     """_decode_typed for a big body, its topic table a piece of about STEP_BYTES per step.
 
-    The table is cut between entries (``},"name":{``); each piece must decode on its own as a
-    JSON object, which it cannot when a cut falls inside an entry, so a wrong cut is never
-    taken for a right one. The rest of the body, with the table emptied, is decoded last and
-    must hold this table as its only one. None when any of that fails: the caller decodes the
-    body in one go."""
+    The table is cut between entries (``},"name":{``): where ``known`` cut the broker's last
+    table, else by size. A piece whose digest ``known`` holds is that broker's unchanged piece
+    and is only counted; every other piece must decode on its own as a JSON object, which it
+    cannot when a cut falls inside an entry, so a wrong cut is never taken for a right one. The
+    rest of the body, with the table emptied, is decoded last and must hold this table as its
+    only one. None when any of that fails: the caller decodes the body in one go."""
     start = opening = body.find(_TABLE_KEY) + len(_TABLE_KEY)
     if opening < len(_TABLE_KEY) or not 0 <= body.find(_WRAPPER_KEY) < opening:
         return None
     table: dict[str, TopicConfig] = {}
-    while (cut := _entry_end(body, start + STEP_BYTES)) >= 0 and (piece := _decode_piece(body, start, cut)):
-        table.update(piece)
+    anchors, cuts, counts, skipped = list(known.cuts) if known else [], [], {}, 0
+    while (cut := _next_cut(body, start, anchors)) >= 0:
+        digest = hashlib.sha1(memoryview(body)[start:cut]).digest()
+        if known is not None and digest in known.counts:
+            count = known.counts[digest]
+            skipped += count
+        else:
+            piece = _decode_piece(body, start, cut)
+            if piece is None:
+                break  # past the table's end (what follows it looked like an entry), or no entries
+            table.update(piece)
+            count = len(piece)
+        counts[digest] = count
+        cuts.append(body[cut + 2:body.find(b'"', cut + 2)])
         start = cut + 1  # past the comma
         yield
     end = _table_end(body, start)  # the table's closing brace, after its last piece
@@ -232,12 +262,35 @@ def _decode_typed_in_pieces(body: bytes) -> Steps[RegisterBrokerBody | None]:
     if piece is None:
         return None
     table.update(piece)
+    counts[hashlib.sha1(memoryview(body)[start:end]).digest()] = len(piece)
     skeleton = body[:opening] + body[end:]
     rest = _decode_typed(skeleton) if skeleton.count(_TABLE_KEY) == 1 else None
     if rest is None or rest.topicConfigTable:
         return None
     rest.topicConfigTable = _named(table)
+    rest.tableSkipped = skipped
+    rest.tablePieces = TablePieces(tuple(cuts), counts)
     return rest
+
+
+def _next_cut(body: bytes, start: int, anchors: list[bytes]) -> int:
+    """Where the piece from ``start`` ends (the index of the comma after an entry), -1 when no
+    entry ends a piece's length after it: before the next of ``anchors`` (the keys the last
+    table was cut at, consumed) within two pieces' length, else after a piece's length."""
+    missed = 0
+    while anchors and missed < 3:
+        pattern = b'},"' + anchors[0] + b'":{'
+        at = body.find(pattern, start, start + 2 * STEP_BYTES + len(pattern))
+        if at >= 0:
+            del anchors[0]
+            return at + 1
+        if body.find(pattern, start) >= 0:
+            break  # further on: the table grew here
+        del anchors[0]  # a topic that left
+        missed += 1
+    if missed == 3:
+        anchors.clear()  # many left: cut by size from here on rather than look for each
+    return _entry_end(body, start + STEP_BYTES)
 
 
 def _entry_end(body: bytes, at: int) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from ..bodies.register import RegisterBrokerBody, TopicConfig
+from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -58,6 +58,8 @@ class BrokerLiveInfo:
     topicCount: int = 0
     #: MQVersion ordinal of the broker's last registration (status page only)
     version: int | None = None
+    #: how that table was cut (big plain JSON tables): its unchanged pieces are not decoded again
+    tablePieces: TablePieces | None = None
     #: loaded from a route snapshot and not registered since (state/snapshot.py)
     restored: bool = False
 
@@ -174,6 +176,15 @@ class RouteInfoManager:
             return None
         return live.tableDigest
 
+    def known_table_pieces(self, cluster: str | None, addr: str | None, broker_name: str | None,
+                           broker_id: int, enable_acting_master: bool | None) -> TablePieces | None:
+        """How the table known_table_digest speaks for was cut, when a piece of it sent again
+        need not be decoded: not with deleteTopicWithBrokerRegistration, which needs every name."""
+        if self.delete_topic_with_registration or self.known_table_digest(
+                cluster, addr, broker_name, broker_id, enable_acting_master) is None:
+            return None
+        return self.brokerLiveTable[self.live_key(cluster, addr)].tablePieces
+
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -227,7 +238,8 @@ class RouteInfoManager:
         found = req.changedConfigs
         changes = found.configs if found is not None and found.generation == generation else None
         unchanged = req.body.tableUnchanged and previous is not None
-        topic_count = previous.topicCount if unchanged else len(req.body.topicConfigTable)  # type: ignore[union-attr]
+        topic_count = previous.topicCount if unchanged else (  # type: ignore[union-attr]
+            len(req.body.topicConfigTable) + req.body.tableSkipped)
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
                 and topic_count == 1):
             self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
@@ -240,14 +252,15 @@ class RouteInfoManager:
         # a broker restored from a snapshot applies its whole table once, as a new one does
         register_first = register_first or not old_addr or (previous is not None and previous.restored)
         if unchanged:
-            digest = previous.tableDigest  # type: ignore[union-attr]
+            digest, pieces = previous.tableDigest, previous.tablePieces  # type: ignore[union-attr]
         else:
             applied_all = self._apply_topics(req, broker, register_first, changes)
-            digest = req.body.tableDigest if applied_all else None
+            digest, pieces = (req.body.tableDigest, req.body.tablePieces) if applied_all else (None, None)
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count, req.version)
+            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count, req.version,
+            tablePieces=pieces)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
