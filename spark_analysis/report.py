@@ -54,26 +54,30 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
 
 def write_report(spark: SparkSession, out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
                  write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    write_bytes(spark, f"{out}/report.html", page(summary, liveness, codes).encode())
+    write_bytes(spark, f"{out}/report.html", b"".join(part.encode() for part in page(summary, liveness, codes)))
 
 
-def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> str:
+def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[str]:
+    """The page in parts, encoded one by one: plotly.js, inlined with the first plot, is not all
+    Latin-1, and joined into one text the whole page would be copied at two bytes a character."""
     shown = plotted_brokers(liveness.brokers)
     figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins)),
                ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
                ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins)),
                ("requests", "Requests by code", request_mix(codes)),
                ("latency", "Latency by code", latency_percentiles(codes))]
-    plots = "".join(f"<section id='{key}'><h2>{html.escape(title)}</h2>"
-                    + pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=index == 0,
-                                  div_id=f"plot-{key}", config={"displaylogo": False})
-                    + "</section>" for index, (key, title, figure) in enumerate(figures))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
-            f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
-            f"<p class='status'>{html.escape(summary['attention'])}</p>"
-            f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}{plots}"
-            f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}{_counts(summary['counts'])}"
-            f"</body></html>")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
+             f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
+             f"<p class='status'>{html.escape(summary['attention'])}</p>"
+             f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}"]
+    for index, (key, title, figure) in enumerate(figures):
+        parts += [f"<section id='{key}'><h2>{html.escape(title)}</h2>",
+                  pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=index == 0,
+                              div_id=f"plot-{key}", config={"displaylogo": False}),
+                  "</section>"]
+    parts.append(f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}"
+                 f"{_counts(summary['counts'])}</body></html>")
+    return parts
 
 
 def plotted_brokers(brokers: list[dict]) -> list[dict]:
