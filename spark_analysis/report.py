@@ -12,6 +12,7 @@ one panel per capture period, so that time nothing was captured takes no room.
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from collections.abc import Callable, Iterable
@@ -19,6 +20,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.colors import get_colorscale
 from plotly.subplots import make_subplots
 from pyspark.sql import SparkSession
 
@@ -51,26 +54,30 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
 
 def write_report(spark: SparkSession, out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
                  write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    write_bytes(spark, f"{out}/report.html", page(summary, liveness, codes).encode())
+    write_bytes(spark, f"{out}/report.html", b"".join(part.encode() for part in page(summary, liveness, codes)))
 
 
-def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> str:
+def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[str]:
+    """The page in parts, encoded one by one: plotly.js, inlined with the first plot, is not all
+    Latin-1, and joined into one text the whole page would be copied at two bytes a character."""
     shown = plotted_brokers(liveness.brokers)
     figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins)),
                ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
                ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins)),
                ("requests", "Requests by code", request_mix(codes)),
                ("latency", "Latency by code", latency_percentiles(codes))]
-    plots = "".join(f"<section id='{key}'><h2>{html.escape(title)}</h2>"
-                    + figure.to_html(full_html=False, include_plotlyjs=index == 0, div_id=f"plot-{key}",
-                                     config={"displaylogo": False})
-                    + "</section>" for index, (key, title, figure) in enumerate(figures))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
-            f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
-            f"<p class='status'>{html.escape(summary['attention'])}</p>"
-            f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}{plots}"
-            f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}{_counts(summary['counts'])}"
-            f"</body></html>")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
+             f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
+             f"<p class='status'>{html.escape(summary['attention'])}</p>"
+             f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}"]
+    for index, (key, title, figure) in enumerate(figures):
+        parts += [f"<section id='{key}'><h2>{html.escape(title)}</h2>",
+                  pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=index == 0,
+                              div_id=f"plot-{key}", config={"displaylogo": False}),
+                  "</section>"]
+    parts.append(f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}"
+                 f"{_counts(summary['counts'])}</body></html>")
+    return parts
 
 
 def plotted_brokers(brokers: list[dict]) -> list[dict]:
@@ -80,11 +87,13 @@ def plotted_brokers(brokers: list[dict]) -> list[dict]:
     return sorted(chosen, key=lambda b: plot_order(b)[2:])
 
 
-def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
+def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
     period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long)."""
     labels = [broker_label(b) for b in shown]
     figure = _period_panels(time_bins, len(shown))
+    middles = _middles(time_bins)
+    traces = []
     for period in range(len(time_bins.starts)):
         first, stop = time_bins.first_bin[period], time_bins.first_bin[period + 1]
         x, y, counts = [], [], []
@@ -92,52 +101,57 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> go.Figure:
             bins = broker.get("bins") or {"bin": [], "heartbeats": []}
             for index, count in zip(bins["bin"], bins["heartbeats"], strict=True):
                 if first <= index < stop and count:
-                    x.append(_time(time_bins.middle(index)))
+                    x.append(index)
                     y.append(label)
                     counts.append(count)
-        figure.add_trace(go.Scatter(
-            x=_column(x), y=_column(y), customdata=_column(counts), mode="markers",
-            marker={"symbol": "line-ns-open", "size": 14, "color": "#1f77b4", "line": {"width": 2}},
-            name="heartbeats", showlegend=period == 0,
-            hovertemplate="%{y}<br>%{x}<br>%{customdata} heartbeat(s)<extra></extra>"), row=1, col=period + 1)
+        traces.append(_on_panel(period, {
+            "type": "scatter", "x": _dates(middles[x]), "y": y, "customdata": _numbers(counts, "i4"), "mode": "markers",
+            "marker": {"symbol": "line-ns-open", "size": 14, "color": "#1f77b4", "line": {"width": 2}},
+            "name": "heartbeats", "showlegend": period == 0,
+            "hovertemplate": "%{y}<br>%{x}<br>%{customdata} heartbeat(s)<extra></extra>"}))
     for label, broker in zip(labels, shown, strict=True):
         for gap in broker["gaps"]:
             color = RED if gap["expired"] else AMBER
             text = (f"{label}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
                     + (" (capture end)" if gap["open"] else ""))
-            figure.add_trace(go.Scatter(
-                x=[_time(gap["from"]), _time(gap["to"])], y=[label, label], mode="lines+markers",
-                line={"color": color, "width": 6}, marker={"color": color, "size": 8}, hovertext=text,
-                hoverinfo="text", showlegend=False), row=1, col=time_bins.period_of(gap["from"]) + 1)
+            traces.append(_on_panel(time_bins.period_of(gap["from"]), {
+                "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [label, label],
+                "mode": "lines+markers", "line": {"color": color, "width": 6}, "marker": {"color": color, "size": 8},
+                "hovertext": text, "hoverinfo": "text", "showlegend": False}))
     for name, color in ((f"gap over {EXPIRY_SECONDS} s (expired)", RED), (f"gap of {NEAR_EXPIRY_S}-{EXPIRY_SECONDS} s",
                                                                            AMBER)):
-        figure.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "width": 6}, name=name))
+        traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines",
+                       "line": {"color": color, "width": 6}, "name": name})
     figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
-    return figure
+    return _figure(figure, traces)
 
 
-def interval_distributions(shown: list[dict]) -> go.Figure:
+def interval_distributions(shown: list[dict]) -> dict:
     """Each broker's intervals between heartbeats, counted per second (colour on a log scale)."""
     labels = [broker_label(b) for b in shown]
     widest = max((index for b in shown for index, n in enumerate(b["interval_buckets"]) if n), default=0)
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
     shade = [[None if n is None else math.log10(n) for n in row] for row in counts]
-    figure = go.Figure(go.Heatmap(
-        x=x, y=labels, z=shade, customdata=counts, colorscale="Viridis", colorbar={"title": "intervals<br>(log10)"},
-        hovertemplate="%{y}<br>%{x} s to <+" + str(INTERVAL_BUCKET_S) + " s: %{customdata} intervals<extra></extra>"))
+    figure = go.Figure()
     for seconds, color in ((NEAR_EXPIRY_S, AMBER), (EXPIRY_SECONDS, RED)):
         figure.add_vline(x=seconds, line={"color": color, "dash": "dash"})
     figure.update_layout(height=_height(len(shown)), margin=_MARGIN,
                          xaxis_title=f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and more); "
                                      f"dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry")
     figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
-    return figure
+    return _figure(figure, [{
+        "type": "heatmap", "x": x, "y": labels, "z": shade, "customdata": counts,
+        "colorscale": get_colorscale("Viridis"),
+        "colorbar": {"title": {"text": "intervals<br>(log10)"}},
+        "hovertemplate": f"%{{y}}<br>%{{x}} s to <+{INTERVAL_BUCKET_S} s: %{{customdata}} intervals<extra></extra>"}])
 
 
-def topic_counts(shown: list[dict], time_bins: TimeBins) -> go.Figure:
+def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
     """Each broker's registered topic count over time, on a log scale (3 and 3,000 both show)."""
     figure = _period_panels(time_bins, 12)
+    middles = _middles(time_bins)
+    traces = []
     for broker in shown:
         bins = broker.get("bins") or {"bin": [], "topics": []}
         points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
@@ -146,49 +160,49 @@ def topic_counts(shown: list[dict], time_bins: TimeBins) -> go.Figure:
             inside = [(index, n) for index, n in points
                       if time_bins.first_bin[period] <= index < time_bins.first_bin[period + 1]]
             if inside:
-                figure.add_trace(go.Scatter(
-                    x=_column([_time(time_bins.middle(index)) for index, _ in inside]),
-                    y=_column([n for _, n in inside]),
-                    mode="lines+markers", name=label, legendgroup=label, showlegend=period == 0 or not any(
+                traces.append(_on_panel(period, {
+                    "type": "scatter", "x": _dates(middles[[index for index, _ in inside]]),
+                    "y": _numbers([n for _, n in inside], "i4"),
+                    "mode": "lines+markers", "name": label, "legendgroup": label, "showlegend": period == 0 or not any(
                         time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
-                    hovertemplate=f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"),
-                    row=1, col=period + 1)
+                    "hovertemplate": f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"}))
     figure.update_yaxes(type="log", title_text="topics (log scale)", col=1)
-    return figure
+    return _figure(figure, traces)
 
 
-def request_mix(codes: list[CodeStats]) -> go.Figure:
+def request_mix(codes: list[CodeStats]) -> dict:
     rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]
-    figure = go.Figure(go.Bar(
-        x=[row.requests for row in rows], y=[row.code_name for row in rows], orientation="h",
-        text=[f"{row.requests:,} ({row.answered:,} answered)" for row in rows], textposition="auto",
-        hovertemplate="%{y}: %{x:,} requests<extra></extra>"))
+    figure = go.Figure()
     figure.update_layout(height=_height(len(rows)), margin=_MARGIN, xaxis_type="log",
                          xaxis_title=f"requests (log scale; top {TOP_CODES} codes)")
-    return figure
+    return _figure(figure, [{
+        "type": "bar", "x": [row.requests for row in rows], "y": [row.code_name for row in rows], "orientation": "h",
+        "text": [f"{row.requests:,} ({row.answered:,} answered)" for row in rows], "textposition": "auto",
+        "hovertemplate": "%{y}: %{x:,} requests<extra></extra>"}])
 
 
-def latency_percentiles(codes: list[CodeStats]) -> go.Figure:
+def latency_percentiles(codes: list[CodeStats]) -> dict:
     rows = sorted((row for row in codes if row.answered), key=lambda row: row.answered, reverse=True)[:TOP_CODES]
     rows = rows[::-1]
     figure = go.Figure()
-    for index, percentile in enumerate(PERCENTILES):
-        name = f"p{percentile * 100:g}"
-        figure.add_trace(go.Bar(
-            x=[max(row.p[index], 1e-3) for row in rows], y=[row.code_name for row in rows], orientation="h", name=name,
-            customdata=[row.answered for row in rows], text=[f"{row.p[index]:,.2f}" for row in rows],
-            textposition="auto",
-            hovertemplate=f"%{{y}} {name}: %{{x:,.3f}} ms of %{{customdata:,}} answered<extra></extra>"))
     figure.update_layout(height=_height(len(rows) * 2), margin=_MARGIN, barmode="group", xaxis_type="log",
                          xaxis_title="latency, ms (request to answer, as captured; log scale)")
-    return figure
+    traces = []
+    for index, percentile in enumerate(PERCENTILES):
+        name = f"p{percentile * 100:g}"
+        traces.append({
+            "type": "bar", "x": [max(row.p[index], 1e-3) for row in rows], "y": [row.code_name for row in rows],
+            "orientation": "h", "name": name, "customdata": [row.answered for row in rows],
+            "text": [f"{row.p[index]:,.2f}" for row in rows], "textposition": "auto",
+            "hovertemplate": f"%{{y}} {name}: %{{x:,.3f}} ms of %{{customdata:,}} answered<extra></extra>"})
+    return _figure(figure, traces)
 
 
 def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
     """One panel per capture period, as wide as its share of the captured time but at least a
     quarter of the page (a 1 s period beside an hour one stays readable), titled with its start
     and length, spanning the whole period; ticks in proportion to the width, so that their labels
-    never overlap."""
+    never overlap. The layout only: the traces go on the panels as plain dicts (_on_panel)."""
     lengths = [max(end - start, 1.0) for start, end in zip(time_bins.starts, time_bins.ends, strict=True)]
     count = len(lengths)
     least = min(MIN_PANEL_SHARE, 1 / count)
@@ -202,15 +216,42 @@ def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
     figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
                                                                        "yanchor": "top"})
     for column, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True), start=1):
-        figure.update_xaxes(title_text="time (UTC)" if count == 1 else None, nticks=max(2, round(TICKS * width)),
-                            tickangle=0, range=[_time(start), _time(start + length)], row=1, col=column)
+        figure.update_xaxes(type="date", title_text="time (UTC)" if count == 1 else None, tickangle=0,
+                            nticks=max(2, round(TICKS * width)), range=[_time(start), _time(start + length)],
+                            row=1, col=column)
     return figure
 
 
-def _column(values: list) -> np.ndarray:
-    """A trace's data as an array: Plotly checks a list value by value (most of the report's time
-    on a long capture), an array as a whole."""
-    return np.asarray(values)
+def _middles(time_bins: TimeBins) -> np.ndarray:
+    """The middle time of every bin, by bin index."""
+    return np.array([time_bins.middle(index) for index in range(time_bins.first_bin[-1])])
+
+
+def _dates(seconds: list[float]) -> dict:
+    """Times on a date axis, as the milliseconds since the epoch that Plotly reads them as (formatting
+    each as a date string was a third of the report's time on a long capture)."""
+    return _numbers(np.multiply(seconds, 1000.0), "f8")
+
+
+def _numbers(values: Iterable[float], dtype: str) -> dict:
+    """Numbers as a typed array, base64 in the page (as Plotly writes a numpy array): short, and read
+    by plotly.js without parsing."""
+    return {"dtype": dtype, "bdata": base64.b64encode(np.asarray(values, f"<{dtype}").tobytes()).decode()}
+
+
+def _on_panel(period: int, trace: dict) -> dict:
+    """A trace on the panel of a capture period (_period_panels), as make_subplots names its axes."""
+    suffix = "" if period == 0 else str(period + 1)
+    return {**trace, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+
+
+def _figure(layout: go.Figure, traces: list[dict]) -> dict:
+    """A figure for pio.to_html(validate=False): the layout built and checked by Plotly (a few values),
+    the traces as plain dicts, which Plotly would check and copy value by value (on a long capture
+    most of the time after the last Spark job, in the driver, on one core)."""
+    figure = layout.to_dict()
+    figure["data"] = traces
+    return figure
 
 
 def _duration(seconds: float) -> str:

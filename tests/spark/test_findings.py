@@ -13,6 +13,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pyarrow as pa
 import pytest
 
@@ -170,6 +171,23 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
     assert "broker-002" in body and "SynthCluster / broker-002 / 0 (MASTER) / 10.1.0.3:10911" in body
     assert shot.stat().st_size > 50_000
+
+
+def test_the_figures_the_page_hands_plotly_unchecked_pass_its_checks(synthetic_outputs: Outputs) -> None:
+    """The report writes its figures as plain dicts, unchecked (Plotly's checks cost most of its
+    time): each figure in the page, data and layout, is one Plotly's own checks accept, with its
+    times on date axes."""
+    text = Path(synthetic_outputs.out, "report.html").read_text()
+    decoder = json.JSONDecoder()
+    checked = []
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"plot-(\w+)",\s*', text):
+        data, end = decoder.raw_decode(text, match.end())
+        layout, _ = decoder.raw_decode(text, text.index("{", end))
+        figure = go.Figure({"data": data, "layout": layout})  # raises on a property or value Plotly refuses
+        if match.group(1) in ("timeline", "topics"):
+            assert {axis.type for axis in figure.select_xaxes()} == {"date"}
+        checked.append(match.group(1))
+    assert checked == ["timeline", "intervals", "topics", "requests", "latency"]
 
 
 def test_the_documentation_names_every_finding_column_and_field(synthetic_outputs: Outputs) -> None:

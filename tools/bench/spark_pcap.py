@@ -13,7 +13,8 @@ and session, warmed up on ~300 MB of the same traffic (the JIT compiles the path
 take), its Python workers kept between runs (keep_workers); then, ``--runs`` times, tshark and each
 master run once in turn, the masters running the whole job (outputs and report). The figures are
 medians, with the fastest and the first run beside them.
-"decode" is everything up to the tables and the brokers' liveness; "job" is everything. "cpu_s" is
+"decode" is everything up to the tables and the brokers' liveness; "job" is everything; "tail" what
+the driver does after the last Spark job (brokers.csv, summary.json, report.html). "cpu_s" is
 the CPU time of a master's whole process tree in a job, "busy" that over job time x cores: where a
 two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a core sat idle.
 "two_core_probe": in every round, the job's own Python work without Spark (reading and decoding
@@ -82,7 +83,8 @@ def serve_runs(master: str, capture: Path) -> None:
                 with busy:
                     started = time.monotonic()
                     analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
-                    result = {"job_s": time.monotonic() - started, "decode_s": marks[2] - marks[0]}
+                    ended = time.monotonic()
+                    result = {"job_s": ended - started, "decode_s": marks[2] - marks[0], "tail_s": ended - marks[2]}
                 print(f"  {master}: {result}", file=sys.stderr)
                 print(json.dumps(result), flush=True)
         finally:
@@ -230,7 +232,8 @@ def measure(args: argparse.Namespace) -> dict:
                                  "decode_MB_per_s_per_core": size / MB / median(done, "decode_s") / child.cores,
                                  "job_s": {"median": median(done, "job_s"), "min": min(r["job_s"] for r in done),
                                            "first": done[0]["job_s"]},
-                                 "cpu_s": median(done, "cpu_s"), "busy": median(done, "busy")}
+                                 "tail_s": median(done, "tail_s"), "cpu_s": median(done, "cpu_s"),
+                                 "busy": median(done, "busy")}
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")
