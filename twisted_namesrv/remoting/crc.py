@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import crcmod.predefined
 
-from ..steps import STEP_BYTES, Steps
+from ..steps import STEP_BYTES, Steps, run_steps
 
 #: (data, previous crc=0) -> crc, as zlib.crc32
 _CRC_32: Callable[..., int] = crcmod.predefined.mkPredefinedCrcFun("crc-32")
@@ -29,14 +29,12 @@ _crc32 = _fastest_crc32()
 
 def crc32_masked(data: bytes | memoryview | None) -> int:
     """UtilAll.crc32: java.util.zip.CRC32 with the top bit cleared; 0 for no body."""
-    if not data:
-        return 0
-    return _crc32(data) & 0x7FFFFFFF
+    return run_steps(crc32_masked_steps(data))
 
 
 def crc32_masked_steps(data: bytes | memoryview | None) -> Steps[int]:
-    """crc32_masked over a big body, a few megabytes per step (both CRC functions continue
-    from a previous value)."""
+    """crc32_masked a few megabytes per step (both CRC functions continue from a previous
+    value), for big bodies answered in steps."""
     if not data:
         return 0
     crc, view, size = 0, memoryview(data), 16 * STEP_BYTES
