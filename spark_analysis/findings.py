@@ -91,11 +91,12 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: C
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods), counts, brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
+    responses = _response_groups(groups)
     return {
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers)),
+        **attention(evidence(file_rows, groups, brokers, responses)),
         "inputs": {
             "files": file_rows,
             "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
@@ -106,9 +107,9 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: C
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
         "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
         "calls_by_code": [{"code_name": s.code_name, "requests": s.requests, "answered": s.answered,
-                           **{f"p{round(p * 100)}_ms": None if s.p is None else v for p, v in
-                              zip(PERCENTILES, s.p or (None,) * 3, strict=True)}} for s in codes],
-        "response_codes": _response_codes(groups),
+                           **{f"p{round(p * 100)}_ms": v for p, v in
+                              zip(PERCENTILES, s.p or (None,) * len(PERCENTILES), strict=True)}} for s in codes],
+        "response_codes": _response_codes(responses),
     }
 
 
@@ -135,10 +136,12 @@ def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, f
     return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
-def evidence(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dict]:
+def evidence(files: list[dict], groups: Groups, brokers: list[dict],
+             responses: dict[tuple, dict] | None = None) -> list[dict]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
-    registrations crc_failure or registration_refused, never also response_code."""
+    registrations crc_failure or registration_refused, never also response_code. ``responses``:
+    _response_groups(groups), when the caller has it."""
     found: list[dict] = []
     for f in files:
         if f["problem"]:  # a capture cut while a record was written still has its other records read
@@ -156,7 +159,7 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict]) -> list[dic
             found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
                                   last=_iso(last)))
-    for (name, response, remark), entry in _response_groups(groups).items():
+    for (name, response, remark), entry in (_response_groups(groups) if responses is None else responses).items():
         if _said_elsewhere(name, response):
             continue
         requesters = entry["requesters"]
@@ -340,11 +343,12 @@ def _response_groups(groups: Groups) -> dict[tuple, dict]:
     return merged
 
 
-def _response_codes(groups: Groups) -> list[dict]:
-    """The response-code table: every non-zero answer by request code, response code and remark."""
+def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
+    """The response-code table (of _response_groups): every non-zero answer by request code,
+    response code and remark."""
     return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
              "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
-            for (name, response, remark), entry in _response_groups(groups).items()]
+            for (name, response, remark), entry in responses.items()]
 
 
 def _broker_findings(broker: dict) -> Iterable[dict]:
