@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 
 from .remoting import RemotingCommand, SerializeType
 from .remoting.frame import encode_frame, split_frame
-from .remoting.header import OPAQUE_KEY, OPAQUE_NUMBER
+from .remoting.header import OPAQUE_KEY, opaque_split
 from .state.routes import BROKER, TOPIC, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
@@ -102,10 +102,10 @@ class AnswerCache:
         """The whole answer frame to a repeated route lookup, or None to decode and dispatch."""
         if not self.replies:
             return None
-        match = OPAQUE_NUMBER.search(frame, 4)
-        if match is None:
-            return None
-        key = frame[:match.start(1)] + frame[match.end(1):]
+        split = opaque_split(frame, 4)
+        if split is None:
+            return None  # decoding says why
+        key, opaque = split
         kept = self.replies.get(key)
         if kept is None:
             return None
@@ -114,9 +114,6 @@ class AnswerCache:
         if bodies is None or bodies.get(variant) is not body:
             del self.replies[key]
             return None
-        opaque = int(match.group(1))
-        if not -(1 << 31) <= opaque < (1 << 31):
-            return None  # decoding refuses it
         return encode_frame(SerializeType.JSON, head + str(opaque).encode() + tail, body)
 
     def keep_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
@@ -129,13 +126,13 @@ class AnswerCache:
                 or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
                 or request.body or request.is_oneway or frame.count(OPAQUE_KEY) != 1):
             return
-        match = OPAQUE_NUMBER.search(frame, 4)
-        header = split_frame(encoded[4:])[1]
+        request_split = opaque_split(frame, 4)
+        header = split_frame(memoryview(encoded)[4:])[1]
         opaque = f'"opaque":{response.opaque},'.encode()
         split = header.find(opaque)
-        if match is None or split < 0:
+        if request_split is None or split < 0:
             return
         if len(self.replies) >= MAX_REPLIES:
             self.replies.clear()
         head, tail = header[:split + len(OPAQUE_KEY)], header[split + len(opaque) - 1:]
-        self.replies[frame[:match.start(1)] + frame[match.end(1):]] = (topic, variant, body, head, tail)
+        self.replies[request_split[0]] = (topic, variant, body, head, tail)

@@ -102,10 +102,10 @@ class HeaderTemplates:
         return len(self._templates)
 
     def decode_json(self, data: bytes) -> Header:
-        match = OPAQUE_NUMBER.search(data)
-        if match is None or len(match.group(1)) > 11 or data.count(OPAQUE_KEY) != 1:
-            return _parse_json_header(data)
-        key = data[:match.start(1)] + data[match.end(1):]
+        split = opaque_split(data) if data.count(OPAQUE_KEY) == 1 else None
+        if split is None:
+            return _parse_json_header(data)  # refuses an opaque out of int32, as fastjson overflows
+        key, opaque = split
         templates = self._templates
         template = templates.get(key)
         if template is None:
@@ -114,12 +114,22 @@ class HeaderTemplates:
                 templates.clear()
             templates[key] = header
             return header
-        opaque = int(match.group(1))
-        if not _INT_MIN <= opaque <= _INT_MAX:
-            return _parse_json_header(data)  # refuses it, as fastjson overflows
         return Header(template.code, template.language, template.version, opaque, template.flag,
                       template.remark, None if template.ext_fields is None else dict(template.ext_fields),
                       template.json_layout)
+
+
+def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
+    """``data`` without the digits of its first ``"opaque":N`` (from ``start``), and N: the key
+    under which requests that differ only by opaque share a header template or a kept answer.
+    None unless N is an int32 (at most 11 characters, so a hostile one is never converted)."""
+    match = OPAQUE_NUMBER.search(data, start)
+    if match is None or len(match.group(1)) > 11:
+        return None
+    opaque = int(match.group(1))
+    if not _INT_MIN <= opaque <= _INT_MAX:
+        return None
+    return data[:match.start(1)] + data[match.end(1):], opaque
 
 
 #: the server's templates: enough for its clients
