@@ -27,7 +27,6 @@ from .processor import (
     BadRequest,
     respond,
     route_variant,
-    waiting_for_service,
 )
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .state.routes import Channel
@@ -100,10 +99,7 @@ class NamesrvController:
 
     def _keep_route_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand,
                           encoded: bytes) -> None:
-        state = self.state
-        if waiting_for_service(state):
-            return
-        topic, variant, zone = route_variant(state, request)
+        topic, variant, zone = route_variant(self.state, request)
         if zone is None and topic is not None:
             self.answers.keep_reply(frame, request, response, encoded, topic, variant)
 
