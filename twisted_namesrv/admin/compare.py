@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ..remoting import RequestCode, ResponseCode
@@ -171,6 +172,7 @@ class Report:
         shown = [d for d in found if strict or not d.generation_only]
         return cls(addrs, _without_echoes(shown), [d for d in found if d.generation_only and not strict])
 
+    @cached_property
     def groups(self) -> list[tuple[Path, Difference | None, list[Difference]]]:
         """(cluster/broker/topic and name, the difference of that entity itself, the ones inside it)."""
         grouped: dict[Path, list[Difference]] = {}
@@ -182,7 +184,7 @@ class Report:
 
     def summary(self) -> str:
         """``2 NameServers differ: 3 brokers missing on B, 12 topics differ``."""
-        parts, all_groups = [], self.groups()
+        parts, all_groups = [], self.groups
         for kind in KINDS:
             groups = [(own, inner) for key, own, inner in all_groups if key[0] == kind]
             missing: dict[tuple[str, ...], int] = {}
@@ -197,7 +199,7 @@ class Report:
 
     def lines(self) -> list[str]:
         out = [self.summary()]
-        for key, own, inner in self.groups():
+        for key, own, inner in self.groups:
             out.append(own.describe() if own is not None else " ".join(str(part) for part in key))
             out += [f"  {difference.describe(2)}" for difference in inner]
         return out
