@@ -215,21 +215,13 @@ def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iter
     for split in splits:
         tally["bytes"] += split.stop - split.start
         content = mapped_file(split.file.path)
-        yield from pieces(content, _local_records(content, split, tally), split.file, server_port, tally, inline=False)
+        yield from pieces(content, _split_records(content, split, tally), split.file, server_port, tally, inline=False)
 
 
 def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
     """The same for a file's whole content (files that tasks cannot read by range)."""
     tally["bytes"] += len(data)
-    try:
-        records = _records(data)
-    except ValueError:
-        note_file(tally, file.path, problem=NOT_A_CAPTURE)
-        return
-    if not len(data) or records is _NO_RECORDS:
-        note_file(tally, file.path, problem=EMPTY if not len(data) else TRUNCATED, trailing_bytes=len(data))
-    else:
-        _note_records(tally, file.path, data, records, PCAP_HEADER_LEN, len(data))
+    records = _split_records(data, Split(file, 0, len(data)), tally)
     yield from pieces(data, records, file, server_port, tally, inline=True)
 
 
@@ -305,17 +297,8 @@ def _note_records(tally: Counter, path: str, data: Buffer, records: RecordIndex,
             note_file(tally, path, problem=TRUNCATED, trailing_bytes=len(data) - following)
 
 
-def _records(data: Buffer) -> RecordIndex:
-    """Every record of a whole capture; ValueError if it is none."""
-    view = memoryview(data)
-    if view[:4] == _PCAPNG_MAGIC:
-        return index_records(iter_records(view))
-    header = parse_pcap_header(view)
-    return _NO_RECORDS if header is None else index_pcap_records(view, header)
-
-
-def _local_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex:
-    """The records of ``content`` (a whole local file) whose headers start in the split."""
+def _split_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex:
+    """The records of ``content`` (a whole file) whose headers start in the split."""
     view = memoryview(content)
     if view[:4] == _PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
         return index_records(iter_records(view)) if split.start == 0 else _NO_RECORDS
