@@ -1,8 +1,8 @@
 """The report's request mix and latency percentiles per code, counted by the decoding tasks.
 
 Each task counts its calls per code name and their latencies in logarithmic buckets 1% wide, as
-a Counter that Spark adds up across tasks (an accumulator): the driver gets a few hundred numbers
-per code however many calls a capture holds, and no job reads calls/ back. A percentile is the
+a Counter in the tally row it returns (job.py), which the driver adds up: it gets a few hundred
+numbers per code however many calls a capture holds, and no job reads calls/ back. A percentile is the
 upper edge of the bucket it falls in, so within 1% of the exact value (latencies up to
 MIN_LATENCY_MS share the first bucket).
 """
