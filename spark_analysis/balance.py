@@ -13,6 +13,12 @@ bytes (FRAME_COST_BYTES is a frame's cost in bytes' worth). The reading tasks ca
 request-response protocol changes direction once a frame: the runs of payload-carrying segments
 one way count them.
 
+The tasks are not equal: per core one of four shares, one of two and one of one (task_shares),
+biggest first, as Spark starts a stage's tasks in index order. A core that runs slower than the
+other (a busy neighbour on a shared machine, the JVM's threads on it) then ends its big task late,
+and the other core takes more of the small ones: the stage ends when the work does, not when the
+slower core's equal half does. Equal tasks would leave the faster core idle for the difference.
+
 Spark's hash partitioning sends a row to pmod(murmur3(value, seed 42), partitions), the hash
 its bucketed tables on disk rely on; a dealt 4-tuple gets a value that hashes to its task. Were
 that ever to change, the tasks would be unbalanced again, never wrong: each 4-tuple still goes
@@ -50,15 +56,29 @@ def decode_cost(piece: Piece) -> int:
     return int(segments["length"].sum()) + FRAME_COST_BYTES * runs
 
 
-def deal(costs: Mapping[ConnectionKey, int], tasks: int) -> dict[ConnectionKey, int]:
-    """The costliest 4-tuples, each with its task: costliest first, to the least loaded task."""
+def task_shares(cores: int, at_least: int = 0) -> list[int]:
+    """Each decoding task's share of the work, in task order: with one core two equal tasks, with
+    more four, two and one shares per core, biggest first; ``at_least`` equal tasks where more are
+    needed (remote captures, whose payloads the tasks hold: a bound on each task's memory)."""
+    shares = [1, 1] if cores == 1 else [4] * cores + [2] * cores + [1] * cores
+    return shares if at_least <= len(shares) else [1] * at_least
+
+
+def deal(costs: Mapping[ConnectionKey, int], shares: list[int], hashed: int = 0) -> dict[ConnectionKey, int]:
+    """The costliest 4-tuples, each with its task: costliest first, to the task furthest below
+    its share of the whole. ``hashed`` is the cost of the 4-tuples no reading task counted: they,
+    and the costliest beyond MAX_DEALT, hash evenly over the tasks."""
     costliest = sorted(costs.items(), key=lambda item: (-item[1], item[0]))[:MAX_DEALT]
-    loads = [(0, task) for task in range(tasks)]
+    total = sum(costs.values()) + hashed
+    evenly = (total - sum(cost for _, cost in costliest)) / len(shares)
+    # (load - target, task): the top of the heap is the task furthest below its target
+    loads = [(evenly - total * share / sum(shares), task) for task, share in enumerate(shares)]
+    heapq.heapify(loads)
     dealt = {}
     for key, cost in costliest:
-        load, task = heapq.heappop(loads)
+        below, task = heapq.heappop(loads)
         dealt[key] = task
-        heapq.heappush(loads, (load + cost, task))
+        heapq.heappush(loads, (below + cost, task))
     return dealt
 
 

@@ -4,13 +4,13 @@ Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no p
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
 found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of their
 own, whose span of segments sets the report's time bins, and their pieces are kept. A shuffle brings
-every piece of a 4-tuple to one task (the costliest 4-tuples dealt out evenly over the tasks by what
-the reading tasks estimated: balance.py), which orders them in capture order, maps the file, and
-reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by SYN). With a
-local output and master, that task writes its rows of the tables as Parquet part files itself
-(tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct column per
-table, and are cached there while Spark writes the tables. Broker events go to the JVM either way
-and on, by broker, to the liveness tasks (brokers.py), in the same job.
+every piece of a 4-tuple to one task (the costliest 4-tuples dealt out over tasks of decreasing
+size by what the reading tasks estimated: balance.py), which orders them in capture order, maps the
+file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
+SYN). With a local output and master, that task writes its rows of the tables as Parquet part
+files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
+column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
+either way and on, by broker, to the liveness tasks (brokers.py), in the same job.
 
 What the driver counts comes back as data, never through accumulators (a retried or speculative
 task would add its counts twice): each reading task ends its output with a row holding only its
@@ -175,12 +175,13 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
         tables.prepare(tables_out)
-    # two per core: with the costliest 4-tuples dealt out evenly (balance.py) few tasks do, and each
-    # has a fixed cost whatever its size (four per core measured slower); a task holds its pieces,
-    # whose payloads are inline for remote files
+    # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
+    # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
+    # payloads are inline for remote files
     remote_bytes = sum(f.size for f in remote)
-    partitions = max(2 * sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    dealt = balance.deal(costs, partitions)
+    shares = balance.task_shares(sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
+    partitions = len(shares)
+    dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out), DECODED))
@@ -224,9 +225,10 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     return counts
 
 
-#: tally keys of what is not a count: the decoding costs of 4-tuples (balance.py), the calls'
-#: latency buckets (latency.py) and the findings' groups (findings.py)
-_COSTS, _LATENCIES, _GROUPS = "costs", "latencies", "groups"
+#: tally keys of what is not a count: the decoding costs of 4-tuples and of the pieces too small
+#: to count by 4-tuple (balance.py), the calls' latency buckets (latency.py) and the findings' groups
+#: (findings.py)
+_COSTS, _HASHED_COST, _LATENCIES, _GROUPS = "costs", "hashed_cost", "latencies", "groups"
 
 
 def _merged(tallies: Iterable[bytes]) -> Counter:
@@ -279,7 +281,7 @@ def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile
 
 def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:
     """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
-    and the decoding costs of its costly pieces."""
+    and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
     tally: Counter = Counter()
     costly: Counter = Counter()
     pending: list[Piece] = []
@@ -287,6 +289,8 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     for piece in read(*args, server_port, tally):
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             costly[piece.ends] += cost
+        else:
+            tally[_HASHED_COST] += cost
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:

@@ -24,18 +24,42 @@ def test_decode_cost_counts_payload_bytes_and_a_frame_per_run_one_way() -> None:
     assert balance.decode_cost(piece) == 1550 + 3 * balance.FRAME_COST_BYTES
 
 
-def test_deal_gives_each_task_the_least_loaded_share() -> None:
+def _loads(costs: dict, dealt: dict, tasks: int) -> list[int]:
+    return [sum(costs[key] for key, task in dealt.items() if task == t) for t in range(tasks)]
+
+
+def test_deal_with_equal_shares_gives_each_task_the_least_loaded_share() -> None:
     costs = {_ends(i): cost for i, cost in enumerate([90, 80, 50, 40, 30, 30, 20, 10])}
-    dealt = balance.deal(costs, 3)
-    loads = [sum(costs[key] for key, task in dealt.items() if task == t) for t in range(3)]
+    dealt = balance.deal(costs, [1, 1, 1])
     assert set(dealt) == set(costs)
-    assert sorted(loads) == [110, 120, 120]  # costliest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
+    # costliest first, each to the least loaded: 90+30, 80+30+10, 50+40+20
+    assert sorted(_loads(costs, dealt, 3)) == [110, 120, 120]
+
+
+def test_deal_fills_tasks_to_their_shares() -> None:
+    costs = {_ends(i): 10 for i in range(70)}
+    dealt = balance.deal(costs, balance.task_shares(2))
+    assert _loads(costs, dealt, 6) == [200, 200, 100, 100, 50, 50]
+
+
+def test_deal_counts_what_hashes_evenly_into_every_task() -> None:
+    # 60 worth of small pieces hash 10 into each of the 6 tasks: the dealt ones make up the rest
+    costs = {_ends(i): 10 for i in range(64)}
+    dealt = balance.deal(costs, balance.task_shares(2), hashed=60)
+    assert _loads(costs, dealt, 6) == [190, 190, 90, 90, 40, 40]
+
+
+def test_task_shares_per_core_biggest_first_and_equal_where_more_are_needed() -> None:
+    assert balance.task_shares(1) == [1, 1]
+    assert balance.task_shares(3) == [4, 4, 4, 2, 2, 2, 1, 1, 1]
+    assert balance.task_shares(2, at_least=6) == [4, 4, 2, 2, 1, 1]
+    assert balance.task_shares(2, at_least=7) == [1] * 7
 
 
 def test_deal_keeps_only_the_costliest(monkeypatch) -> None:
     monkeypatch.setattr(balance, "MAX_DEALT", 10)
     costs = {_ends(i): 1000 - i for i in range(100)}
-    dealt = balance.deal(costs, 2)
+    dealt = balance.deal(costs, [1, 1])
     assert set(dealt) == {_ends(i) for i in range(10)}
 
 
