@@ -92,11 +92,17 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
     builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
+    log_configuration = None
     if "spark.driver.extraJavaOptions" not in (conf or {}):
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={_log4j2(log_level)}")
+        log_configuration = _log4j2(log_level)
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log_configuration}")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
+            os.unlink(log_configuration)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
