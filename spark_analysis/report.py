@@ -7,22 +7,26 @@ tasks counted (latency.py). The driver holds a few thousand numbers however larg
 
 The pictures are Plotly figures: zoom and hover for the values, with plotly.js inlined once in the
 page (no CDN: the report opens offline, from a ticket or a mail). The timeline and the topics have
-one panel per capture period, so that time nothing was captured takes no room.
+one panel per capture period, so that time nothing was captured takes no room. The figures are
+plain dicts, data and layout, handed to Plotly unchecked: its figure objects check and copy every
+value, which was most of the driver's time after the last Spark job (a test runs each figure in
+the page through those checks instead).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
+import json
 import math
+import pkgutil
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 import numpy as np
-import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import get_colorscale
-from plotly.subplots import make_subplots
 from pyspark.sql import SparkSession
 
 from spark_analysis.brokers import (
@@ -91,7 +95,10 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
     period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long)."""
     labels = [broker_label(b) for b in shown]
-    figure = _period_panels(time_bins, len(shown))
+    layout = _period_panels(time_bins, len(shown))
+    for period in range(len(time_bins.starts)):
+        layout[f"yaxis{_suffix(period)}"].update(autorange="reversed", type="category", categoryorder="array",
+                                                 categoryarray=labels)
     middles = _middles(time_bins)
     traces = []
     for period in range(len(time_bins.starts)):
@@ -122,8 +129,7 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
                                                                            AMBER)):
         traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines",
                        "line": {"color": color, "width": 6}, "name": name})
-    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
-    return _figure(figure, traces)
+    return _figure(layout, traces)
 
 
 def interval_distributions(shown: list[dict]) -> dict:
@@ -133,14 +139,12 @@ def interval_distributions(shown: list[dict]) -> dict:
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
     shade = [[None if n is None else math.log10(n) for n in row] for row in counts]
-    figure = go.Figure()
-    for seconds, color in ((NEAR_EXPIRY_S, AMBER), (EXPIRY_SECONDS, RED)):
-        figure.add_vline(x=seconds, line={"color": color, "dash": "dash"})
-    figure.update_layout(height=_height(len(shown)), margin=_MARGIN,
-                         xaxis_title=f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and more); "
-                                     f"dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry")
-    figure.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
-    return _figure(figure, [{
+    layout = _layout(len(shown), shapes=[_vline(NEAR_EXPIRY_S, AMBER), _vline(EXPIRY_SECONDS, RED)],
+                     xaxis={"title": {"text": f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and "
+                                              f"more); dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry"}},
+                     yaxis={"autorange": "reversed", "type": "category", "categoryorder": "array",
+                            "categoryarray": labels})
+    return _figure(layout, [{
         "type": "heatmap", "x": x, "y": labels, "z": shade, "customdata": counts,
         "colorscale": get_colorscale("Viridis"),
         "colorbar": {"title": {"text": "intervals<br>(log10)"}},
@@ -149,7 +153,8 @@ def interval_distributions(shown: list[dict]) -> dict:
 
 def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
     """Each broker's registered topic count over time, on a log scale (3 and 3,000 both show)."""
-    figure = _period_panels(time_bins, 12)
+    layout = _period_panels(time_bins, 12)
+    layout["yaxis"].update(type="log", title={"text": "topics (log scale)"})  # the other panels' match it
     middles = _middles(time_bins)
     traces = []
     for broker in shown:
@@ -166,16 +171,14 @@ def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
                     "mode": "lines+markers", "name": label, "legendgroup": label, "showlegend": period == 0 or not any(
                         time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
                     "hovertemplate": f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"}))
-    figure.update_yaxes(type="log", title_text="topics (log scale)", col=1)
-    return _figure(figure, traces)
+    return _figure(layout, traces)
 
 
 def request_mix(codes: list[CodeStats]) -> dict:
     rows = sorted(codes, key=lambda row: row.requests, reverse=True)[:TOP_CODES][::-1]
-    figure = go.Figure()
-    figure.update_layout(height=_height(len(rows)), margin=_MARGIN, xaxis_type="log",
-                         xaxis_title=f"requests (log scale; top {TOP_CODES} codes)")
-    return _figure(figure, [{
+    layout = _layout(len(rows), xaxis={"type": "log",
+                                       "title": {"text": f"requests (log scale; top {TOP_CODES} codes)"}})
+    return _figure(layout, [{
         "type": "bar", "x": [row.requests for row in rows], "y": [row.code_name for row in rows], "orientation": "h",
         "text": [f"{row.requests:,} ({row.answered:,} answered)" for row in rows], "textposition": "auto",
         "hovertemplate": "%{y}: %{x:,} requests<extra></extra>"}])
@@ -184,9 +187,8 @@ def request_mix(codes: list[CodeStats]) -> dict:
 def latency_percentiles(codes: list[CodeStats]) -> dict:
     rows = sorted((row for row in codes if row.answered), key=lambda row: row.answered, reverse=True)[:TOP_CODES]
     rows = rows[::-1]
-    figure = go.Figure()
-    figure.update_layout(height=_height(len(rows) * 2), margin=_MARGIN, barmode="group", xaxis_type="log",
-                         xaxis_title="latency, ms (request to answer, as captured; log scale)")
+    layout = _layout(len(rows) * 2, barmode="group", xaxis={
+        "type": "log", "title": {"text": "latency, ms (request to answer, as captured; log scale)"}})
     traces = []
     for index, percentile in enumerate(PERCENTILES):
         name = f"p{percentile * 100:g}"
@@ -195,31 +197,62 @@ def latency_percentiles(codes: list[CodeStats]) -> dict:
             "orientation": "h", "name": name, "customdata": [row.answered for row in rows],
             "text": [f"{row.p[index]:,.2f}" for row in rows], "textposition": "auto",
             "hovertemplate": f"%{{y}} {name}: %{{x:,.3f}} ms of %{{customdata:,}} answered<extra></extra>"})
-    return _figure(figure, traces)
+    return _figure(layout, traces)
 
 
-def _period_panels(time_bins: TimeBins, rows: int) -> go.Figure:
+def _period_panels(time_bins: TimeBins, rows: int) -> dict:
     """One panel per capture period, as wide as its share of the captured time but at least a
     quarter of the page (a 1 s period beside an hour one stays readable), titled with its start
     and length, spanning the whole period; ticks in proportion to the width, so that their labels
-    never overlap. The layout only: the traces go on the panels as plain dicts (_on_panel)."""
+    never overlap; the y axis shared, labelled on the first. The layout only, laid out as Plotly's
+    make_subplots would: the traces go on the panels' axes (_on_panel)."""
     lengths = [max(end - start, 1.0) for start, end in zip(time_bins.starts, time_bins.ends, strict=True)]
     count = len(lengths)
     least = min(MIN_PANEL_SHARE, 1 / count)
     short = [length / sum(lengths) < least for length in lengths]
     rest = (1 - least * sum(short)) / (sum(length for length, s in zip(lengths, short, strict=True) if not s) or 1)
     widths = [least if s else length * rest for length, s in zip(lengths, short, strict=True)]
-    titles = [f"period {i + 1}: {_time(start)[11:19]} UTC, {_duration(end - start)}"
-              for i, (start, end) in enumerate(zip(time_bins.starts, time_bins.ends, strict=True))]
-    figure = make_subplots(rows=1, cols=count, shared_yaxes=True, column_widths=widths,
-                           horizontal_spacing=min(0.03, 0.5 / count), subplot_titles=titles if count > 1 else None)
-    figure.update_layout(height=_height(rows), margin=_MARGIN, legend={"orientation": "h", "y": -0.2,
-                                                                       "yanchor": "top"})
-    for column, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True), start=1):
-        figure.update_xaxes(type="date", title_text="time (UTC)" if count == 1 else None, tickangle=0,
-                            nticks=max(2, round(TICKS * width)), range=[_time(start), _time(start + length)],
-                            row=1, col=column)
-    return figure
+    spacing = min(0.03, 0.5 / count)
+    scale = (1 - spacing * (count - 1)) / sum(widths)
+    layout = _layout(rows, legend={"orientation": "h", "y": -0.2, "yanchor": "top"})
+    left = 0.0
+    for period, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True)):
+        right = left + width * scale
+        suffix = _suffix(period)
+        layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [left, right], "type": "date", "tickangle": 0,
+                                    "nticks": max(2, round(TICKS * width)),
+                                    "range": [_time(start), _time(start + length)]}
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [0.0, 1.0]}
+        if period:
+            layout[f"yaxis{suffix}"].update(matches="y", showticklabels=False)
+        if count > 1:
+            layout.setdefault("annotations", []).append({
+                "text": f"period {period + 1}: {_time(start)[11:19]} UTC, {_duration(time_bins.ends[period] - start)}",
+                "x": (left + right) / 2, "xref": "paper", "xanchor": "center", "y": 1.0, "yref": "paper",
+                "yanchor": "bottom", "showarrow": False, "font": {"size": 16}})
+        left = right + spacing
+    if count == 1:
+        layout["xaxis"]["title"] = {"text": "time (UTC)"}
+    return layout
+
+
+def _layout(rows: int, **more: object) -> dict:
+    """A figure's layout: the look of Plotly's default template, the page's margins, a height for
+    ``rows`` rows."""
+    return {"template": _template(), "height": _height(rows), "margin": _MARGIN, **more}
+
+
+@functools.cache
+def _template() -> dict:
+    """Plotly's default template, as its figure objects put it in every layout: read from where
+    pio.templates loads it, without the template object it would check the whole of first."""
+    return json.loads(pkgutil.get_data("plotly", f"package_data/templates/{pio.templates.default}.json"))
+
+
+def _vline(x: float, color: str) -> dict:
+    """A dashed vertical line at ``x`` across the plot."""
+    return {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain",
+            "line": {"color": color, "dash": "dash"}}
 
 
 def _middles(time_bins: TimeBins) -> np.ndarray:
@@ -240,18 +273,18 @@ def _numbers(values: Iterable[float], dtype: str) -> dict:
 
 
 def _on_panel(period: int, trace: dict) -> dict:
-    """A trace on the panel of a capture period (_period_panels), as make_subplots names its axes."""
-    suffix = "" if period == 0 else str(period + 1)
+    """A trace on the panel of a capture period (_period_panels)."""
+    suffix = _suffix(period)
     return {**trace, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
 
 
-def _figure(layout: go.Figure, traces: list[dict]) -> dict:
-    """A figure for pio.to_html(validate=False): the layout built and checked by Plotly (a few values),
-    the traces as plain dicts, which Plotly would check and copy value by value (on a long capture
-    most of the time after the last Spark job, in the driver, on one core)."""
-    figure = layout.to_dict()
-    figure["data"] = traces
-    return figure
+def _suffix(period: int) -> str:
+    """What the axes of a capture period's panel are named with: x and y, then x2 and y2, ..."""
+    return "" if period == 0 else str(period + 1)
+
+
+def _figure(layout: dict, traces: list[dict]) -> dict:
+    return {"data": traces, "layout": layout}
 
 
 def _duration(seconds: float) -> str:

@@ -230,9 +230,10 @@ def test_a_short_capture_period_gets_a_readable_panel() -> None:
     """An hour and 1.5 s captured: the short period's panel spans its own 1.5 s, a quarter of the
     width at least, titled with its start and length, with fewer ticks than the long one."""
     hour, short = (1_800_000_000.0, 1_800_003_600.0), (1_800_005_000.0, 1_800_005_001.5)
-    figure = report._period_panels(TimeBins.over([hour, short]), 4)
-    wide, narrow = figure.layout.xaxis, figure.layout.xaxis2
-    assert narrow.domain[1] - narrow.domain[0] >= 0.2 and narrow.nticks < wide.nticks
-    assert narrow.range == (report._time(short[0]), report._time(short[1]))
-    assert [a.text for a in figure.layout.annotations] == ["period 1: 08:00:00 UTC, 1 h 0 min",
-                                                           "period 2: 09:23:20 UTC, 1.5 s"]
+    layout = report._period_panels(TimeBins.over([hour, short]), 4)
+    wide, narrow = layout["xaxis"], layout["xaxis2"]
+    assert narrow["domain"][1] - narrow["domain"][0] >= 0.2 and narrow["nticks"] < wide["nticks"]
+    assert wide["domain"][1] < narrow["domain"][0] and narrow["domain"][1] == 1.0
+    assert narrow["range"] == [report._time(short[0]), report._time(short[1])]
+    assert [a["text"] for a in layout["annotations"]] == ["period 1: 08:00:00 UTC, 1 h 0 min",
+                                                          "period 2: 09:23:20 UTC, 1.5 s"]
