@@ -126,11 +126,13 @@ class Liveness:
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
-    """Liveness from the decoded broker events (schema.EVENT_ROWS) in one pass over them; rows with
-    a ``tally`` (the decoding tasks') are passed on to the driver with it."""
+    """Liveness from the decoded broker events in one pass over them: a column ``event``
+    (schema.EVENT_ROWS), and ``tally``, which rows of the decoding tasks' tallies hold instead and
+    which is passed on to the driver. The events stay one struct column: each column of a plan
+    costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
-    rows = events.repartition(cores, "broker_addr").mapInArrow(partial(_liveness_batches, time_bins=time_bins),
-                                                               LIVENESS).collect()
+    rows = events.repartition(cores, "event.broker_addr").mapInArrow(
+        partial(_liveness_batches, time_bins=time_bins), LIVENESS).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.tally is None]
     for broker in brokers:
@@ -142,15 +144,13 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of events: one LIVENESS row per broker, and the tallies."""
     worker.settle()
-    by_broker: dict[str, list[tuple]] = {}
+    by_broker: dict[str, list[dict]] = {}
     tallies = []
     for batch in batches:
-        columns = batch.to_pydict()
-        tallies += [tally for tally in columns.pop("tally") if tally is not None]
-        names = list(columns)
-        for row in zip(*columns.values(), strict=True):
-            if row[0] is not None:
-                by_broker.setdefault(row[0], []).append(dict(zip(names, row, strict=True)))
+        tallies += [tally for tally in batch.column(1).to_pylist() if tally is not None]
+        for event in batch.column(0).to_pylist():
+            if event is not None:
+                by_broker.setdefault(event["broker_addr"], []).append(event)
     rows = sorted((broker_summary(addr, events, time_bins) for addr, events in by_broker.items()), key=plot_order)
     worker.drill("liveness")
     for row in rows[PLOTTED_BROKERS:]:

@@ -74,7 +74,10 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     batches, and a one-shot run never earns back the optimising compiler's CPU). What each choice
     measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
     ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
-    native-library warning every local run gives."""
+    native-library warning every local run gives. On any master, PySpark does not tell the JVM
+    the Python line of every DataFrame call (its "DataFrame debugging": four more calls to the
+    JVM each, which the driver makes between the Spark jobs with every core idle; the job's plan
+    is its own, so a Python line in Spark's errors would name the job's code, not the user's)."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = "local[*]"
@@ -91,7 +94,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-    builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
+    builder = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
+               .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     log_configuration = None
     if "spark.driver.extraJavaOptions" not in (conf or {}):
         log_configuration = _log4j2(log_level)
@@ -198,7 +202,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
             # smaller than the capture, and each task and file costs the same whatever its size
             _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                 "overwrite").parquet(f"{out}/{name}")
-    events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(f"{EVENT}.*", "tally")
+    events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
     liveness = broker_liveness(events, time_bins)
     if tables_out:
         tables.commit(tables_out)
