@@ -71,8 +71,9 @@ def deal(costs: Mapping[ConnectionKey, int], shares: list[int], hashed: int = 0)
     costliest = sorted(costs.items(), key=lambda item: (-item[1], item[0]))[:MAX_DEALT]
     total = sum(costs.values()) + hashed
     evenly = (total - sum(cost for _, cost in costliest)) / len(shares)
+    per_share = total / sum(shares)
     # (load - target, task): the top of the heap is the task furthest below its target
-    loads = [(evenly - total * share / sum(shares), task) for task, share in enumerate(shares)]
+    loads = [(evenly - per_share * share, task) for task, share in enumerate(shares)]
     heapq.heapify(loads)
     dealt = {}
     for key, cost in costliest:

@@ -37,6 +37,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from spark_analysis import worker
+from spark_analysis.decode import EVENT
 from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode
 
@@ -126,12 +127,12 @@ class Liveness:
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
-    """Liveness from the decoded broker events in one pass over them: a column ``event``
+    """Liveness from the decoded broker events in one pass over them: a column EVENT
     (schema.EVENT_ROWS), and ``tally``, which rows of the decoding tasks' tallies hold instead and
     which is passed on to the driver. The events stay one struct column: each column of a plan
     costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
-    rows = events.repartition(cores, "event.broker_addr").mapInArrow(
+    rows = events.repartition(cores, f"{EVENT}.broker_addr").mapInArrow(
         partial(_liveness_batches, time_bins=time_bins), LIVENESS).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.tally is None]
