@@ -59,6 +59,8 @@ _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote fil
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
 #: Spark's log level unless asked otherwise: its warnings drown the progress lines
 SPARK_LOG = "ERROR"
+#: a local driver JVM's options unless the user sets some (build_session says why)
+QUICK_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 
 
 def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None,
@@ -68,10 +70,11 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
     without adaptive execution (every shuffle here has its partitions set; AQE ran each stage as a
     job of its own), with Python workers on Unix sockets (Spark >= 4.1: cheaper per task than
-    TCP), and, unless JVM options are configured, with the serial garbage collector (tasks and the
-    collector share the same few cores there, where G1's concurrent threads slow a first job)
-    and with the JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their
-    batches, and a one-shot run never earns back the optimising compiler's CPU). What each choice
+    TCP), and, unless JVM options are configured (QUICK_JVM), with the parallel garbage collector
+    (it stops the tasks while it collects, with every core, where the serial one left all but one
+    idle and G1's concurrent threads slow a first job by taking cores from the tasks) and with the
+    JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their batches, and a
+    one-shot run never earns back the optimising compiler's CPU). What each choice
     measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
     ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
     native-library warning every local run gives. On any master, PySpark does not tell the JVM
@@ -93,7 +96,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.sql.shuffle.partitions", str(local_cores(master)))
                    .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
-            builder = builder.config("spark.driver.defaultJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+            builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM)
     builder = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     log_configuration = None

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from spark_analysis.job import QUICK_JVM  # the JVMs the test starts run as the local driver does
 from tests.spark.conftest import REPO, Outputs, read_outputs
 from tests.spark.test_report import same_rows
 
@@ -29,9 +30,6 @@ SPARK_HOME = Path(pyspark.__file__).parent
 NOT_INSTALLED = re.compile(r"__editable__|twisted_namesrv|spark_analysis|construct|crcmod|__pycache__")
 STARTUP_SECONDS = 120  # a JVM daemon's start on a busy two-core machine takes ~5 s
 SUBMIT_SECONDS = 300
-#: as the job's local sessions start their driver: the JVM mostly moves Python's batches, and a few
-#: seconds of optimising compilation and G1's threads cost more than they save on a small job
-QUICK_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 #: small, on loopback, no UI; two shuffle partitions for the per-broker aggregates (200 tasks on one core cost seconds)
 SUBMIT_CONF = {"spark.executor.memory": "512m", "spark.executor.extraJavaOptions": QUICK_JVM,
                "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
