@@ -91,7 +91,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: C
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods), counts, brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
-    responses = _response_groups(groups)
+    responses = response_groups(groups)
     return {
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
@@ -136,12 +136,11 @@ def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, f
     return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
-def evidence(files: list[dict], groups: Groups, brokers: list[dict],
-             responses: dict[tuple, dict] | None = None) -> list[dict]:
+def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: dict[tuple, dict]) -> list[dict]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
-    _response_groups(groups), when the caller has it."""
+    response_groups(groups), which the response-code table shows too."""
     found: list[dict] = []
     for f in files:
         if f["problem"]:  # a capture cut while a record was written still has its other records read
@@ -159,7 +158,7 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict],
             found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
                                   last=_iso(last)))
-    for (name, response, remark), entry in (_response_groups(groups) if responses is None else responses).items():
+    for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
         requesters = entry["requesters"]
@@ -330,7 +329,7 @@ def _by_key(item: tuple) -> tuple:
     return tuple("" if part is None else str(part) for part in item[0])
 
 
-def _response_groups(groups: Groups) -> dict[tuple, dict]:
+def response_groups(groups: Groups) -> dict[tuple, dict]:
     """Answers with a non-zero code by (request code name, response code, remark), with requesters."""
     merged: dict[tuple, dict] = {}
     for (name, response, remark, client, _), (count, first, last, _) in sorted(
@@ -344,7 +343,7 @@ def _response_groups(groups: Groups) -> dict[tuple, dict]:
 
 
 def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
-    """The response-code table (of _response_groups): every non-zero answer by request code,
+    """The response-code table (of response_groups): every non-zero answer by request code,
     response code and remark."""
     return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
              "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}

@@ -219,7 +219,7 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
     assert groups[findings_module.ANSWER_CODES] == {
         ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
     assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
-    said = findings_module.evidence([], groups, [])
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
     assert [f["kind"] for f in said] == ["topic_not_exist", "unanswered", "slow_answer"]  # 17 said once
     assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
     assert findings_module.attention(said)["attention"] == (
