@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     problem = check_arguments(args.inputs, args.out, args.overwrite)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
-    from spark_analysis.job import analyse, build_session  # after the checks: importing pyspark is slow
+    from spark_analysis.job import analyse  # after the checks: importing pyspark is slow
+    from spark_analysis.session import build_session
 
     spark = build_session(args.master, ui=args.ui, log_level=args.spark_log)
     try:

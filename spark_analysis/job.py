@@ -26,8 +26,6 @@ import gc
 import json
 import os
 import pickle
-import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -57,105 +55,6 @@ _ARROW_DECODED = to_arrow_schema(DECODED)
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
-#: Spark's log level unless asked otherwise: its warnings drown the progress lines
-SPARK_LOG = "ERROR"
-#: a local driver JVM's options unless the user sets some (build_session says why)
-QUICK_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
-
-
-def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None,
-                  log_level: str = SPARK_LOG) -> SparkSession:
-    """A session for ``master``. Under spark-submit without ``master`` the submitted settings
-    rule; a local master is kept on loopback, with the UI off unless asked for, with as many
-    SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
-    without adaptive execution (every shuffle here has its partitions set; AQE ran each stage as a
-    job of its own), with Python workers on Unix sockets (Spark >= 4.1: cheaper per task than
-    TCP), and, unless JVM options are configured (QUICK_JVM), with the parallel garbage collector
-    (it stops the tasks while it collects, with every core, where the serial one left all but one
-    idle and G1's concurrent threads slow a first job by taking cores from the tasks) and with the
-    JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their batches, and a
-    one-shot run never earns back the optimising compiler's CPU). What each choice
-    measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
-    ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
-    native-library warning every local run gives. On any master, PySpark does not tell the JVM
-    the Python line of every DataFrame call (its "DataFrame debugging": four more calls to the
-    JVM each, which the driver makes between the Spark jobs with every core idle; the job's plan
-    is its own, so a Python line in Spark's errors would name the job's code, not the user's)."""
-    builder = SparkSession.builder.appName("namesrv-capture-report")
-    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-        master = "local[*]"
-    if master is not None:
-        builder = builder.master(master)
-    if master is not None and master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark warns of a loopback hostname
-        builder = (builder.config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.python.unix.domain.socket.enabled", "true")
-                   .config("spark.ui.enabled", str(ui).lower())
-                   .config("spark.sql.shuffle.partitions", str(local_cores(master)))
-                   .config("spark.sql.adaptive.enabled", "false"))
-        if not _java_options_configured(conf or {}):
-            builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM)
-    builder = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "true")
-               .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
-    log_configuration = None
-    if "spark.driver.extraJavaOptions" not in (conf or {}):
-        log_configuration = _log4j2(log_level)
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log_configuration}")
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    try:
-        spark = builder.getOrCreate()
-    finally:
-        if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
-            os.unlink(log_configuration)
-    spark.sparkContext.setLogLevel(log_level)
-    return spark
-
-
-def _log4j2(level: str) -> str:
-    """A log4j2 configuration for the driver JVM: Spark's console logging at ``level``."""
-    path = os.path.join(tempfile.gettempdir(), f"spark-analysis-log4j2-{os.getpid()}.properties")
-    with open(path, "w") as f:
-        f.write(_LOG4J2.format(level=level.lower()))
-    return path
-
-
-_LOG4J2 = """rootLogger.level = {level}
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
-logger.native.name = org.apache.hadoop.util.NativeCodeLoader
-logger.native.level = error
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = {level}
-"""
-
-
-def _java_options_configured(conf: dict[str, str]) -> bool:
-    """Whether driver JVM options come from the caller, the environment or spark-defaults.conf."""
-    if any(key.endswith("JavaOptions") for key in conf) or "JavaOptions" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        return True
-    spark_home = os.environ.get("SPARK_HOME")
-    for conf_dir in filter(None, [os.environ.get("SPARK_CONF_DIR"), spark_home and os.path.join(spark_home, "conf")]):
-        defaults = os.path.join(conf_dir, "spark-defaults.conf")
-        if os.path.isfile(defaults):
-            with open(defaults) as f:
-                if "JavaOptions" in f.read():
-                    return True
-    return False
-
-
-def local_cores(master: str) -> int:
-    """The thread count of local, local[N], local[N,F] or local[*]."""
-    threads = master.partition("[")[2].split(",")[0].rstrip("]") or "1"
-    return (os.cpu_count() or 1) if threads == "*" else int(threads)
-
-
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int = DEFAULT_SERVER_PORT,
             split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print) -> Counter:
     """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content)."""

@@ -19,7 +19,7 @@ import pytest
 
 from spark_analysis import __main__ as cli
 from spark_analysis import findings as findings_module
-from spark_analysis import job, report, tables
+from spark_analysis import report, session, tables
 from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
 from spark_analysis.decode import CALL
 from spark_analysis.schema import BROKER_COLUMNS
@@ -114,7 +114,7 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(job, "build_session", lambda *args, **kwargs: Kept())
+    monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: Kept())
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
     console = capsys.readouterr()
     for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated")):

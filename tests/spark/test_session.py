@@ -1,4 +1,4 @@
-"""The session the job builds (job.build_session)."""
+"""The session the job builds (session.build_session)."""
 
 from __future__ import annotations
 
