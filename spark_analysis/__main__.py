@@ -2,7 +2,8 @@
 (``spark-submit --py-files dist/spark_analysis.zip spark_analysis/__main__.py report ...``).
 
 Arguments are checked before the JVM starts: a missing input or an output that would be
-overwritten is one line and exit status 2, not a traceback after seconds of start-up."""
+overwritten is one line and exit status 2, not a traceback after seconds of start-up; a JVM
+that does not start is what it said and one line, exit status 4."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import argparse
 import glob
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.inputs import TRUNCATED, is_local, local_path
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
+#: exit status when Spark's JVM does not start (Java missing or failing)
+JVM_FAILED = 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,20 +31,38 @@ def main(argv: list[str] | None = None) -> int:
     problem = check_arguments(args.inputs, args.out, args.overwrite)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
-    from spark_analysis.job import analyse  # after the checks: importing pyspark is slow
-    from spark_analysis.session import build_session
+    from spark_analysis import session  # after the checks: importing pyspark is slow
+    from spark_analysis.job import analyse
 
-    spark = build_session(args.master, ui=args.ui, log_level=args.spark_log)
+    spark = _session(args)
+    if spark is None:
+        print(f"{parser.prog}: error: Spark's JVM did not start (what it said is above; Spark needs Java 17 "
+              f"or later, on the PATH or in JAVA_HOME)", file=sys.stderr)
+        return JVM_FAILED
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
         counts = analyse(spark, args.inputs, args.out, args.port, split_size)
     finally:
-        spark.stop()
+        session.stop(spark)
     files = counts["summary"]["inputs"]["files"]
     if not any(f["problem"] in (None, TRUNCATED) and f["records"] for f in files):
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
     return 0
+
+
+def _session(args: argparse.Namespace) -> SparkSession | None:
+    """The session, or None when the JVM exited as it started (what it said is on stderr)."""
+    from pyspark.errors import PySparkRuntimeError
+
+    from spark_analysis import session
+
+    try:
+        return session.build_session(args.master, ui=args.ui, log_level=args.spark_log)
+    except PySparkRuntimeError as error:
+        if "JAVA_GATEWAY_EXITED" not in str(error):
+            raise
+        return None
 
 
 def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:

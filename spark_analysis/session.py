@@ -1,16 +1,22 @@
 """The SparkSession the job runs in: local runs kept on loopback, quick to start and quiet.
 
 Under spark-submit the submitted settings rule. Otherwise this process starts the driver JVM, and
-sets it up here: Spark's log at a level of the user's choosing from the JVM's first line, and the
-garbage collector and compiler that suit a job whose work is done by Python tasks.
+sets it up here: Spark's log at a level of the user's choosing from the JVM's first line, the
+garbage collector and compiler that suit a job whose work is done by Python tasks, and stderr
+without the warning every start of Spark >= 4 on Java 17 prints.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 #: Spark's log level unless asked otherwise: its warnings drown the progress lines
@@ -33,7 +39,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     one-shot run never earns back the optimising compiler's CPU). What each choice
     measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
     ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
-    native-library warning every local run gives. On any master, PySpark does not tell the JVM
+    native-library warning every local run gives; Spark's progress bar only on a terminal (in a log
+    it is a line of carriage returns). On any master, PySpark does not tell the JVM
     the Python line of every DataFrame call (its "DataFrame debugging": four more calls to the
     JVM each, which the driver makes between the Spark jobs with every core idle; the job's plan
     is its own, so a Python line in Spark's errors would name the job's code, not the user's)."""
@@ -54,7 +61,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.showConsoleProgress", "true")
+               .config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     log_configuration = None
     if "spark.driver.extraJavaOptions" not in (conf or {}):
@@ -63,7 +70,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        with _jvm_stderr():
+            spark = builder.getOrCreate()
     finally:
         if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
             os.unlink(log_configuration)
@@ -113,3 +121,55 @@ def local_cores(master: str) -> int:
     return (os.cpu_count() or 1) if threads == "*" else int(threads)
 
 
+def stop(spark: SparkSession) -> None:
+    """Stop the session once the job is over, without what its Python workers say as Spark ends
+    them: a worker idle in its reuse loop at that moment prints a BrokenPipeError traceback
+    (PySpark's daemon), which after a good run would look like a failure."""
+    _STOPPING.set()
+    spark.stop()
+
+
+#: set by stop, cleared as a session is built: while set, the JVM's stderr is not passed on
+_STOPPING = threading.Event()
+
+
+@contextmanager
+def _jvm_stderr() -> Iterator[None]:
+    """Start the driver JVM, if this starts it, with its stderr passed on without "WARNING: Using
+    incubator modules: jdk.incubator.vector" (Spark >= 4 always adds that module, and Java has no
+    switch to keep the line quiet), and without what comes while a session stops (stop). While
+    the JVM starts, stderr (fd 2) is a pipe, which the JVM and the Python workers it starts keep
+    for good; a thread copies what comes through it to the real stderr, in chunks as they come
+    (Spark's progress bar rewrites a line without ending it). PySpark starts one JVM a process."""
+    _STOPPING.clear()
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        yield  # the JVM runs already
+        return
+    read, write = os.pipe()
+    stderr = os.dup(2)
+    threading.Thread(target=_pass_on, args=(read, stderr), name="jvm-stderr", daemon=True).start()
+    sys.stderr.flush()
+    os.dup2(write, 2)
+    os.close(write)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(stderr, 2)
+
+
+_INCUBATOR_WARNING = re.compile(rb"WARNING: Using incubator modules: [^\n]*\n")
+
+
+def _pass_on(read: int, stderr: int) -> None:
+    """Copy the pipe to stderr until every writer has closed it. It keeps reading if stderr
+    fails: a full pipe would stop the JVM at its next line."""
+    while chunk := os.read(read, 1 << 16):
+        rest = memoryview(b"" if _STOPPING.is_set() else _INCUBATOR_WARNING.sub(b"", chunk))
+        try:
+            while rest:
+                rest = rest[os.write(stderr, rest):]
+        except OSError:
+            pass
+    os.close(read)
+    os.close(stderr)

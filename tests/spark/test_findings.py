@@ -107,14 +107,8 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     (bad / "empty.pcap").write_bytes(b"")
     (bad / "cut.pcap").write_bytes(capture("json_lifecycle.pcap").read_bytes()[:24 + 30])
 
-    class Kept:  # the shared session, not stopped by the command
-        def __getattr__(self, name):
-            return getattr(spark, name)
-
-        def stop(self) -> None:
-            pass
-
-    monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: Kept())
+    monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
+    monkeypatch.setattr(session, "stop", lambda spark: None)  # the shared session goes on
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
     console = capsys.readouterr()
     for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated")):

@@ -3,10 +3,69 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
+
+from spark_analysis import __main__ as cli
+from tests.spark.conftest import REPO
 
 
 def test_the_session_leaves_no_log_configuration_in_the_temp_directory(spark) -> None:
     # the driver JVM's log4j2 file is written for its start only: one per run would pile up
     assert not list(Path(tempfile.gettempdir()).glob(f"spark-analysis-log4j2-{os.getpid()}*"))
+
+
+def test_a_good_run_says_nothing_but_its_progress(synthetic, tmp_path) -> None:
+    """What a user sees of a run in a log: the numbered lines on stdout, nothing on stderr (no
+    incubator warning from the JVM, no progress bar outside a terminal, no worker's traceback as
+    Spark stops)."""
+    run = subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert [line[:3] for line in run.stdout.splitlines() if line.startswith("[")] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
+
+
+def test_a_jvm_that_does_not_start_is_one_line_and_exit_4(synthetic, tmp_path) -> None:
+    run = subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
+    assert run.returncode == cli.JVM_FAILED
+    assert "no-java/bin/java" in run.stderr  # what the launcher said, passed on
+    assert run.stderr.splitlines()[-1].startswith("python -m spark_analysis: error: Spark's JVM did not start")
+    assert "Traceback" not in run.stderr
+
+
+_PASSED_ON = """
+import subprocess, sys, threading
+from spark_analysis import session
+
+class Session:
+    def stop(self) -> None:
+        pass
+
+with session._jvm_stderr():  # a shell in the JVM's place: it keeps the pipe as its stderr
+    print("said as the JVM starts", file=sys.stderr, flush=True)
+    jvm = subprocess.Popen(["sh", "-c", "echo 'WARNING: Using incubator modules: jdk.incubator.vector' >&2; "
+                            "echo 'a JVM error' >&2; read go; echo 'a worker as it stops' >&2"], stdin=subprocess.PIPE)
+if sys.argv[1] == "stop":
+    session.stop(Session())
+jvm.communicate(b"go\\n")
+for thread in threading.enumerate():  # the copying thread, until the pipe has no writer left
+    if thread.name == "jvm-stderr":
+        thread.join(30)
+"""
+
+
+def test_the_jvm_stderr_is_passed_on_without_the_incubator_warning() -> None:
+    run = subprocess.run([sys.executable, "-c", _PASSED_ON, "run"], capture_output=True, text=True, timeout=60,
+                         cwd=REPO, check=True)
+    assert run.stderr == "said as the JVM starts\na JVM error\na worker as it stops\n"
+
+
+def test_nothing_is_passed_on_once_the_session_stops() -> None:
+    run = subprocess.run([sys.executable, "-c", _PASSED_ON.replace("echo 'a JVM error' >&2; ", ""), "stop"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
+    assert run.stderr == "said as the JVM starts\n"
