@@ -6,6 +6,7 @@ Two small jobs on the shared session (CI has two cores); the rest reuses the syn
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -13,6 +14,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 import pytest
@@ -180,6 +182,12 @@ def test_the_figures_the_page_hands_plotly_unchecked_pass_its_checks(synthetic_o
         figure = go.Figure({"data": data, "layout": layout})  # raises on a property or value Plotly refuses
         if match.group(1) in ("timeline", "topics"):
             assert {axis.type for axis in figure.select_xaxes()} == {"date"}
+        if match.group(1) == "timeline":  # a row per broker: its ticks on its row, its label in their hover
+            labels = figure.layout.yaxis.ticktext
+            rows = {trace.hovertemplate: set(np.frombuffer(base64.b64decode(trace.y["bdata"]), trace.y["dtype"]))
+                    for trace in figure.data if trace.name == "heartbeats"}
+            assert sorted(tuple(row) for row in rows.values()) == [(row,) for row in range(len(labels))]
+            assert all(hover.startswith(html.escape(labels[row]) + "<br>") for hover, (row,) in rows.items())
         checked.append(match.group(1))
     assert checked == ["timeline", "intervals", "topics", "requests", "latency"]
 
