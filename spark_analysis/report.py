@@ -63,9 +63,8 @@ def write_report(spark: SparkSession, out: str, summary: dict, liveness: Livenes
 
 def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[bytes]:
     """The page in parts, each text encoded on its own; plotly.js, inlined before the first plot
-    (the findings above it show while the browser reads it), as the bytes of Plotly's file: as
-    text it is not all Latin-1, and decoded, joined and encoded again it was a third of the page's
-    time."""
+    (the findings above it show while the browser reads it), as the bytes of Plotly's file: it is
+    most of the page, and as text (not all Latin-1) it was decoded, copied and encoded again."""
     shown = plotted_brokers(liveness.brokers)
     figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins)),
                ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
@@ -98,7 +97,7 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
     period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long).
     A row per broker, numbered: its label is on the axis and in its traces' hover, not at every
-    point (at 40 brokers over 10 hours that was 2 MB of the page)."""
+    point (where it was most of the figure's data)."""
     labels = [broker_label(b) for b in shown]
     layout = _period_panels(time_bins, len(shown))
     for period in range(len(time_bins.starts)):
