@@ -1,23 +1,20 @@
 """``python -m spark_analysis report INPUT... --out DIR``; also the main file for spark-submit
 (``spark-submit --py-files dist/spark_analysis.zip spark_analysis/__main__.py report ...``).
 
-Arguments are checked before the JVM starts: a missing input or an output that would be
-overwritten is one line and exit status 2, not a traceback after seconds of start-up; a JVM
-that does not start is what it said and one line, exit status 4."""
+Arguments are checked before the JVM starts: a missing input, an output that would be
+overwritten or an option Spark would refuse is one line and exit status 2, not a traceback after
+seconds of start-up; a JVM that does not start is what it said and one line, exit status 4."""
 
 from __future__ import annotations
 
 import argparse
 import glob
 import os
+import re
 import sys
-from typing import TYPE_CHECKING
 
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.inputs import TRUNCATED, is_local, local_path
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -31,13 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     problem = check_arguments(args.inputs, args.out, args.overwrite)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
-    from spark_analysis import session  # after the checks: importing pyspark is slow
+    from pyspark.errors import PySparkRuntimeError  # after the checks: importing pyspark is slow
+
+    from spark_analysis import session
     from spark_analysis.job import analyse
 
-    spark = _session(args)
-    if spark is None:
-        print(f"{parser.prog}: error: Spark's JVM did not start (what it said is above; Spark needs Java 17 "
-              f"or later, on the PATH or in JAVA_HOME)", file=sys.stderr)
+    try:
+        spark = session.build_session(args.master, ui=args.ui, log_level=args.spark_log)
+    except PySparkRuntimeError as error:
+        if "JAVA_GATEWAY_EXITED" not in str(error):  # the JVM exited as it started, having said why
+            raise
+        print(f"{parser.prog}: error: Spark's JVM did not start; what it said is above (it needs Java 17 or "
+              f"later, on the PATH or in JAVA_HOME)", file=sys.stderr)
         return JVM_FAILED
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
@@ -49,20 +51,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
     return 0
-
-
-def _session(args: argparse.Namespace) -> SparkSession | None:
-    """The session, or None when the JVM exited as it started (what it said is on stderr)."""
-    from pyspark.errors import PySparkRuntimeError
-
-    from spark_analysis import session
-
-    try:
-        return session.build_session(args.master, ui=args.ui, log_level=args.spark_log)
-    except PySparkRuntimeError as error:
-        if "JAVA_GATEWAY_EXITED" not in str(error):
-            raise
-        return None
 
 
 def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
@@ -79,6 +67,39 @@ def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
     return None
 
 
+#: the levels Spark's log takes (SparkContext.setLogLevel)
+_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
+#: what spark-submit takes as a master (Spark 4: local..., spark://, k8s://, yarn)
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|(spark|k8s)://\S+")
+
+
+def spark_master(value: str) -> str:
+    """--master, checked before the JVM starts: a master Spark refuses is a Java stack trace."""
+    if not _MASTER.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a Spark master: {value!r} (local, local[N], local[*], "
+                                         f"spark://HOST:PORT, yarn, k8s://URL)")
+    return value
+
+
+def _port(value: str) -> int:
+    return _number(int, value, 1, 65535)
+
+
+def _mib(value: str) -> float:
+    return _number(float, value, 0.001, 1 << 20)
+
+
+def _number(kind: type, value: str, least: float, most: float) -> float:
+    """An option's number, within [least, most], or argparse's one-line error."""
+    try:
+        number = kind(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not least <= number <= most:
+        raise argparse.ArgumentTypeError(f"{value} is out of range ({least} to {most})")
+    return number
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_analysis",
                                      description="Explain NameServer traffic from packet captures with Spark.")
@@ -89,10 +110,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="pcap/pcapng files, directories, globs, or Spark paths (hdfs://, s3a://)")
     report.add_argument("--out", required=True, metavar="DIR", help="output directory (local or a Spark path)")
     report.add_argument("--overwrite", action="store_true", help="write into an existing non-empty --out")
-    report.add_argument("--master", help="Spark master (default: local[*], or what spark-submit was given)")
-    report.add_argument("--port", type=int, default=DEFAULT_SERVER_PORT, help="NameServer port (default 9876)")
-    report.add_argument("--split-mib", type=float, help="bytes of capture per task (default: by input size)")
-    report.add_argument("--spark-log", default="ERROR", metavar="LEVEL",
+    report.add_argument("--master", type=spark_master,
+                        help="Spark master (default: local[*], or what spark-submit was given)")
+    report.add_argument("--port", type=_port, default=DEFAULT_SERVER_PORT, help="NameServer port (default 9876)")
+    report.add_argument("--split-mib", type=_mib, help="MiB of capture per task (default: by input size)")
+    report.add_argument("--spark-log", default="ERROR", metavar="LEVEL", type=str.upper, choices=_LOG_LEVELS,
                         help="Spark's own log level (default ERROR; WARN or INFO to see more)")
     report.add_argument("--ui", action="store_true", help="start Spark's web UI (off by default for local runs)")
     return parser

@@ -134,6 +134,19 @@ def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as exited:  # a master Spark refuses: no JVM started for a stack trace
+        cli.main(["report", str(capture("v5_probe.pcap")), "--out", str(tmp_path / "o"), "--master", "lcoal[2]"])
+    assert exited.value.code == 2 and "--master: not a Spark master: 'lcoal[2]'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", str(capture("v5_probe.pcap")), "--out", str(tmp_path / "o"), "--spark-log", "LOUD"])
+    assert exited.value.code == 2 and "--spark-log: invalid choice: 'LOUD'" in capsys.readouterr().err
+    for option, value, said in (("--port", "70000", "out of range (1 to 65535)"), ("--port", "x", "not a number: 'x'"),
+                                ("--split-mib", "-1", "out of range")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["report", str(capture("v5_probe.pcap")), "--out", str(tmp_path / "o"), option, value])
+        assert exited.value.code == 2 and f"{option}: {said}" in capsys.readouterr().err.replace(f"{value} is ", "")
+    assert all(cli.spark_master(master) == master for master in ("local", "local[2]", "local[*]", "local[2,3]",
+                                                                  "spark://127.0.0.1:7077", "yarn", "k8s://h:443"))
     assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(Path(__file__).parent), overwrite=True) is None
     assert cli.check_arguments([str(capture("v5_probe.pcap"))], str(tmp_path), overwrite=False) is None  # empty
 

@@ -34,7 +34,7 @@ def test_a_jvm_that_does_not_start_is_one_line_and_exit_4(synthetic, tmp_path) -
                          env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
     assert run.returncode == cli.JVM_FAILED
     assert "no-java/bin/java" in run.stderr  # what the launcher said, passed on
-    assert run.stderr.splitlines()[-1].startswith("python -m spark_analysis: error: Spark's JVM did not start")
+    assert run.stderr.splitlines()[-1].startswith("python -m spark_analysis: error: Spark's JVM did not start;")
     assert "Traceback" not in run.stderr
 
 
