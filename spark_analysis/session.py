@@ -61,7 +61,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
+               .config("spark.ui.showConsoleProgress", str(os.isatty(2)).lower())
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     log_configuration = None
     if "spark.driver.extraJavaOptions" not in (conf or {}):
@@ -145,8 +145,12 @@ def _jvm_stderr() -> Iterator[None]:
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         yield  # the JVM runs already
         return
+    try:
+        stderr = os.dup(2)
+    except OSError:  # stderr closed (2>&-): nothing to pass on, and the pipe must not become fd 2
+        yield
+        return
     read, write = os.pipe()
-    stderr = os.dup(2)
     threading.Thread(target=_pass_on, args=(read, stderr), name="jvm-stderr", daemon=True).start()
     sys.stderr.flush()
     os.dup2(write, 2)
