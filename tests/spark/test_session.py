@@ -73,8 +73,15 @@ def test_nothing_is_passed_on_once_the_session_stops() -> None:
 
 def test_a_closed_stderr_stays_closed() -> None:
     """2>&-: no pipe takes fd 2's place (the JVM would write its stderr there for nobody to read)."""
-    script = "import os\nfrom spark_analysis import session\nwith session._jvm_stderr():\n    print(os.isatty(2) or " \
-             "os.path.exists('/proc/self/fd/2'))\n"
-    run = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, timeout=60, cwd=REPO,
-                         check=True, preexec_fn=lambda: os.close(2))
+    run = subprocess.run([sys.executable, "-c", _FD_2_INSIDE], stdout=subprocess.PIPE, text=True, timeout=60,
+                         cwd=REPO, check=True, preexec_fn=lambda: os.close(2))
     assert run.stdout == "False\n"
+
+
+_FD_2_INSIDE = """
+import os
+from spark_analysis import session
+
+with session._jvm_stderr():
+    print(os.path.exists("/proc/self/fd/2"))
+"""
