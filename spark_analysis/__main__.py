@@ -54,16 +54,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
-    """What is wrong with local inputs and output, if anything (other filesystems: Spark says)."""
+    """What is wrong with local inputs and output, if anything (other filesystems: Spark says);
+    a local output directory is made here."""
     for given in inputs:
         if is_local(given):
             path = local_path(given)
             if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                 return f"no such file or directory: {given}"
-    if is_local(out) and not overwrite:
-        path = local_path(out)
-        if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
-            return f"output {out} exists and is not empty (--overwrite replaces what the job writes there)"
+    if not is_local(out):
+        return None
+    path = local_path(out)
+    if not overwrite and (os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path))):
+        return f"output {out} exists and is not empty (--overwrite replaces what the job writes there)"
+    try:  # made now, where the job would fail after seconds of start-up
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        return f"cannot make the output directory {out}: {error.strerror}"
     return None
 
 

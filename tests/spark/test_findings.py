@@ -128,7 +128,9 @@ def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
                         "no such file or directory"),
                        (["report", str(tmp_path / "*.pcapng"), "--out", str(tmp_path / "o")], "no such file"),
                        (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__).parent)],
-                        "exists and is not empty (--overwrite")):
+                        "exists and is not empty (--overwrite"),
+                       (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__) / "out"), "--overwrite"],
+                        "cannot make the output directory")):
         with pytest.raises(SystemExit) as exited:
             cli.main(argv)
         assert exited.value.code == 2
