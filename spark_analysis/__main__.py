@@ -14,7 +14,7 @@ import re
 import sys
 
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
-from spark_analysis.inputs import TRUNCATED, is_local, local_path
+from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -61,6 +61,8 @@ def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
             path = local_path(given)
             if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                 return f"no such file or directory: {given}"
+            if not expand_local(path):
+                return f"no files in {given} (names starting with . or _ are skipped)"
     if not is_local(out):
         return None
     path = local_path(out)

@@ -162,7 +162,7 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     order without duplicates; ``list_remote`` does the same for a non-local path, as (uri, size)."""
     seen: dict[str, int] = {}
     for given in inputs:
-        found = _expand_local(local_path(given)) if is_local(given) else list_remote(given)
+        found = expand_local(local_path(given)) if is_local(given) else list_remote(given)
         if not found:
             raise FileNotFoundError(f"no capture files at {given}")
         for path, size in found:
@@ -170,7 +170,8 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
 
 
-def _expand_local(pattern: str) -> list[tuple[str, int]]:
+def expand_local(pattern: str) -> list[tuple[str, int]]:
+    """A local file, directory or glob as the (path, size) of its files."""
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     found = []
     for match in matches:

@@ -127,6 +127,7 @@ def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
     for argv, said in ((["report", str(tmp_path / "missing.pcap"), "--out", str(tmp_path / "o")],
                         "no such file or directory"),
                        (["report", str(tmp_path / "*.pcapng"), "--out", str(tmp_path / "o")], "no such file"),
+                       (["report", str(tmp_path), "--out", str(tmp_path / "o")], "no files in"),
                        (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__).parent)],
                         "exists and is not empty (--overwrite"),
                        (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__) / "out"), "--overwrite"],
