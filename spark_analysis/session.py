@@ -142,7 +142,7 @@ def _jvm_stderr() -> Iterator[None]:
     for good; a thread copies what comes through it to the real stderr, in chunks as they come
     (Spark's progress bar rewrites a line without ending it). PySpark starts one JVM a process."""
     _STOPPING.clear()
-    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if getattr(SparkContext, "_gateway", None) is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         yield  # the JVM runs already
         return
     try:
