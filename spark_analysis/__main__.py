@@ -20,6 +20,8 @@ from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path
 NO_CAPTURE = 3
 #: exit status when Spark's JVM does not start (Java missing or failing)
 JVM_FAILED = 4
+#: seconds between the lines on tasks done while a Spark job runs, when stderr is not a terminal
+TASKS_EVERY_S = 30.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         return JVM_FAILED
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
-        counts = analyse(spark, args.inputs, args.out, args.port, split_size)
+        counts = analyse(spark, args.inputs, args.out, args.port, split_size,
+                         tasks_every=None if os.isatty(2) else TASKS_EVERY_S)  # on a terminal, Spark's bar
     finally:
         session.stop(spark)
     files = counts["summary"]["inputs"]["files"]

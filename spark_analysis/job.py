@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import pickle
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -34,7 +35,7 @@ from functools import partial, reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel, TaskContext
+from pyspark import SparkContext, StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -55,11 +56,16 @@ _ARROW_DECODED = to_arrow_schema(DECODED)
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
+
+
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int = DEFAULT_SERVER_PORT,
-            split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print) -> Counter:
-    """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content)."""
+            split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print,
+            tasks_every: float | None = None) -> Counter:
+    """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content).
+    With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
+    done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence)."""
     sc = spark.sparkContext
-    progress = _Progress(log)
+    progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
     local = [f for f in files if inputs.is_local(f.path)]
@@ -75,7 +81,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
     pieces = _pieces(spark, tasks, remote, server_port).persist(StorageLevel.MEMORY_AND_DISK)
-    read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
+    with progress.meanwhile("reading"):
+        read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     costs = read.pop(_COSTS, Counter())
     file_rows = findings.input_files(files, read)
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
@@ -97,15 +104,16 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out), DECODED))
-    if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
-        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-        for kind, name, _ in tables.TABLES:
-            # one task (and Parquet file) per core, not per shuffle partition: the tables are far
-            # smaller than the capture, and each task and file costs the same whatever its size
-            _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
-                "overwrite").parquet(f"{out}/{name}")
-    events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-    liveness = broker_liveness(events, time_bins)
+    with progress.meanwhile("decoding"):
+        if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+            for kind, name, _ in tables.TABLES:
+                # one task (and Parquet file) per core, not per shuffle partition: the tables are far
+                # smaller than the capture, and each task and file costs the same whatever its size
+                _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
+                    "overwrite").parquet(f"{out}/{name}")
+        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
+        liveness = broker_liveness(events, time_bins)
     if tables_out:
         tables.commit(tables_out)
     decoding = _merged(liveness.tallies)
@@ -376,11 +384,39 @@ def _mib(count: int) -> str:
 
 
 class _Progress:
-    """Numbered stage lines with the time since the job started."""
+    """Numbered stage lines with the time since the job started; and, meanwhile, the tasks done."""
 
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.log, self.stage, self.started = log, 0, time.monotonic()
+    def __init__(self, log: Callable[[str], None], sc: SparkContext, tasks_every: float | None) -> None:
+        self.log, self.sc, self.tasks_every = log, sc, tasks_every
+        self.stage, self.started = 0, time.monotonic()
 
     def __call__(self, message: str) -> None:
         self.stage += 1
-        self.log(f"[{self.stage}] {time.monotonic() - self.started:7.1f}s  {message}")
+        self.log(f"[{self.stage}] {self._elapsed()}  {message}")
+
+    @contextmanager
+    def meanwhile(self, what: str) -> Iterator[None]:
+        """While the Spark jobs of the block run, every ``tasks_every`` seconds a line with the tasks
+        of their running stages done so far (from a thread: the block waits in the JVM)."""
+        if self.tasks_every is None:
+            yield
+            return
+        done = threading.Event()
+        thread = threading.Thread(target=self._tasks_until, args=(what, done), name="progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _tasks_until(self, what: str, done: threading.Event) -> None:
+        tracker = self.sc.statusTracker()
+        while not done.wait(self.tasks_every):
+            stages = [stage for stage in map(tracker.getStageInfo, tracker.getActiveStageIds()) if stage]
+            if stages:
+                finished, total = (sum(getattr(s, key) for s in stages) for key in ("numCompletedTasks", "numTasks"))
+                self.log(f"    {self._elapsed()}  {what}: {finished:,} of {total:,} tasks done")
+
+    def _elapsed(self) -> str:
+        return f"{time.monotonic() - self.started:7.1f}s"

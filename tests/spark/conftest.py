@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ class Outputs:
     registrations: list[dict]
     brokers: list[dict]  # brokers.csv rows, as text
     summary: dict  # summary.json
+    progress: list[str] = field(default_factory=list)  # the lines it logged
 
 
 @pytest.fixture(scope="session")
@@ -51,8 +52,11 @@ def spark() -> Iterator[SparkSession]:
 
 
 def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) -> Outputs:
-    counts = analyse(spark, inputs, str(out), log=lambda message: None, **options)
-    return read_outputs(spark, out, counts)
+    progress: list[str] = []
+    counts = analyse(spark, inputs, str(out), log=progress.append, **options)
+    outputs = read_outputs(spark, out, counts)
+    outputs.progress[:] = progress
+    return outputs
 
 
 def read_outputs(spark: SparkSession, out: str | Path, counts: Counter | None = None) -> Outputs:
@@ -91,5 +95,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def synthetic_outputs(spark: SparkSession, synthetic: tuple[Path, dict],
                       tmp_path_factory: pytest.TempPathFactory) -> Outputs:
-    """The job's outputs on the synthetic capture, read whole; with the report."""
-    return run_job(spark, [str(synthetic[0])], tmp_path_factory.mktemp("synthetic-out"), report=True)
+    """The job's outputs on the synthetic capture, read whole; with the report, and lines on the
+    tasks done as often as the job can give them."""
+    return run_job(spark, [str(synthetic[0])], tmp_path_factory.mktemp("synthetic-out"), report=True,
+                   tasks_every=0.05)

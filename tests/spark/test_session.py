@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,18 @@ def test_a_good_run_says_nothing_but_its_progress(synthetic, tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     assert [line[:3] for line in run.stdout.splitlines() if line.startswith("[")] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
+
+
+def test_a_job_says_how_many_tasks_are_done_meanwhile(synthetic_outputs) -> None:
+    """In a log, where Spark's progress bar is not: the numbered lines, and between them (here
+    every 50 ms) the tasks of the running stages done so far."""
+    numbered = [line for line in synthetic_outputs.progress if line.startswith("[")]
+    meanwhile = [line for line in synthetic_outputs.progress if not line.startswith("[")]
+    assert [line[:3] for line in numbered] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
+    assert meanwhile and all(re.fullmatch(r" {4} *\d+\.\ds  (reading|decoding): \d+ of \d+ tasks done", line)
+                             for line in meanwhile), meanwhile
+    assert any(" decoding: " in line for line in meanwhile)
+    assert synthetic_outputs.progress.index(meanwhile[-1]) < synthetic_outputs.progress.index(numbered[2])
 
 
 def test_a_jvm_that_does_not_start_is_one_line_and_exit_4(synthetic, tmp_path) -> None:
