@@ -5,7 +5,8 @@ The driver plans from file names and sizes only; every byte is read in a task. A
 larger than the split size is cut into ranges at arbitrary offsets, each task finding its first
 record with find_record_boundary; small files are combined into one task. A pcapng file is read
 whole by one task (through mmap, so it need not fit in memory). Files on other filesystems
-(hdfs://, s3a://) are listed by the job through Hadoop and read whole by Spark (``binaryFile``).
+(hdfs://, s3a://) are listed by the job through Hadoop and read whole by Spark (``binaryFile``),
+as are gzip-compressed captures anywhere (``.gz``), which their task inflates.
 
 A Piece of a local file carries no payload bytes, only where they are in the file: the task that
 reassembles the connection maps the file and reads them there (copies them out of a small file),
@@ -18,6 +19,7 @@ from __future__ import annotations
 import glob
 import mmap
 import os
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
@@ -42,6 +44,8 @@ from spark_analysis.capture.records import (
 )
 
 MAX_SPLIT_BYTES = 256 << 20
+#: captures compressed as tcpdump -z gzip leaves them: read whole by one task, inflated there
+GZIP_SUFFIX = ".gz"
 MIN_SPLIT_BYTES = 1 << 20
 _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # A task reads this many whole records past its range: the last record starting in the range,
@@ -220,10 +224,39 @@ def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iter
 
 
 def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
-    """The same for a file's whole content (files that tasks cannot read by range)."""
+    """The same for a file's whole content (files that tasks cannot read by range), gzip's
+    inflated."""
+    if file.path.endswith(GZIP_SUFFIX):
+        data = gunzip(data, file.path, tally)
     tally["bytes"] += len(data)
     records = _split_records(data, Split(file, 0, len(data)), tally)
     yield from pieces(data, records, file, server_port, tally, inline=True)
+
+
+def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
+    """A gzip file's content, every member of it. One cut short (compressed while it was written,
+    or copied in part) gives what it holds and is TRUNCATED; one that is no gzip at all gives
+    nothing and is NOT_A_CAPTURE."""
+    inflated: list[bytes] = []
+    rest = bytes(data)
+    while rest:
+        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)  # | 16: the gzip header and trailer
+        try:
+            inflated.append(inflater.decompress(rest))
+        except zlib.error:
+            note_file(tally, path, problem=TRUNCATED if inflated else NOT_A_CAPTURE)
+            break
+        if not inflater.eof:
+            note_file(tally, path, problem=TRUNCATED)
+            break
+        rest = inflater.unused_data
+    return b"".join(inflated)
+
+
+def read_by_range(file: CaptureFile) -> bool:
+    """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
+    reads it whole (Spark's binaryFile)."""
+    return is_local(file.path) and not file.path.endswith(GZIP_SUFFIX)
 
 
 def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: Counter,

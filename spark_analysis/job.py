@@ -54,8 +54,9 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = to_arrow_schema(DECODED)
 _ARROW_PIECES = to_arrow_schema(PIECES)
-_BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (remote files' carry payloads)
+_BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
+_INFLATED = 8  # what a gzip capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int = DEFAULT_SERVER_PORT,
@@ -68,19 +69,19 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
-    local = [f for f in files if inputs.is_local(f.path)]
-    remote = [f for f in files if not inputs.is_local(f.path)]
+    local = [f for f in files if inputs.read_by_range(f)]
+    whole = [f for f in files if not inputs.read_by_range(f)]
     total = sum(f.size for f in files)
     size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
     tasks = inputs.plan_tasks(local, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
-             f"{_mib(size)} over local files, {len(remote)} remote files read whole")
+             f"{_mib(size)} over local files, {len(whole)} remote or compressed files read whole")
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, remote, server_port).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, server_port).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     costs = read.pop(_COSTS, Counter())
@@ -96,9 +97,9 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
         tables.prepare(tables_out)
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
-    # payloads are inline for remote files
-    remote_bytes = sum(f.size for f in remote)
-    shares = balance.task_shares(sc.defaultParallelism, remote_bytes // inputs.MAX_SPLIT_BYTES + 1)
+    # payloads are inline for the files read whole (a compressed one inflates to several times its size)
+    whole_bytes = sum(f.size * (_INFLATED if f.path.endswith(inputs.GZIP_SUFFIX) else 1) for f in whole)
+    shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
     dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
@@ -167,7 +168,7 @@ def _merged(tallies: Iterable[bytes]) -> Counter:
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureFile], server_port: int) -> DataFrame:
+def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
     task's last row holds its tally."""
@@ -175,10 +176,10 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], remote: list[CaptureF
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
         parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port), PIECES))
-    if remote:
-        files = spark.read.format("binaryFile").load([f.path for f in remote]).select("path", "content")
-        parts.append(files.mapInArrow(
-            partial(_read_files, remote={f.path: f for f in remote}, server_port=server_port), PIECES))
+    if whole:
+        files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
+        by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
+        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, server_port=server_port), PIECES))
     return reduce(DataFrame.union, parts)
 
 
@@ -190,13 +191,15 @@ def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ser
             yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port)
 
 
-def _read_files(batches: Iterable[pa.RecordBatch], remote: dict[str, CaptureFile], server_port: int
+def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], server_port: int
                 ) -> Iterator[pa.RecordBatch]:
+    """Files as Spark read them whole: ``whole`` has them by URI, local ones by absolute path
+    (Spark names /x/y.gz file:/x/y.gz)."""
     worker.settle()
     for batch in batches:
-        for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
-            yield from _piece_batches(inputs.read_whole, content, remote.get(path, CaptureFile(path, 0, 0)),
-                                      server_port=server_port)
+        for uri, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            file = whole.get(uri) or whole.get(inputs.local_path(uri), CaptureFile(uri, 0, 0))
+            yield from _piece_batches(inputs.read_whole, content, file, server_port=server_port)
 
 
 def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:

@@ -6,6 +6,7 @@ Kept to four small jobs on one shared session: CI has two cores."""
 
 from __future__ import annotations
 
+import gzip
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -236,6 +237,24 @@ def test_other_filesystems_are_listed_read_and_written_through_hadoop(spark, syn
     for name in ("frames", "calls", "registrations"):
         assert spark.read.parquet(f"{remote.out}/{name}").schema == spark.read.parquet(
             f"{synthetic_outputs.out}/{name}").schema, name
+
+
+def test_gzip_captures_are_read_whole_and_inflated(spark, synthetic, synthetic_outputs: Outputs,
+                                                   tmp_path: Path) -> None:
+    """A capture as tcpdump -z gzip leaves it gives the rows of the capture itself; a .gz that is no
+    gzip is named for what it is."""
+    path, _ = synthetic
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "synthetic.pcap.gz").write_bytes(gzip.compress(path.read_bytes()))
+    (tmp_path / "in" / "notes.pcap.gz").write_text("not gzip\n")
+    inflated = run_job(spark, [str(tmp_path / "in")], tmp_path / "out", report=False)
+    assert same_rows(inflated, synthetic_outputs)
+    assert inflated.brokers == synthetic_outputs.brokers
+    notes, capture = sorted(inflated.summary["inputs"]["files"], key=lambda f: f["path"])
+    assert (Path(notes["path"]).name, notes["problem"]) == ("notes.pcap.gz", "not a capture")
+    [plain] = synthetic_outputs.summary["inputs"]["files"]
+    assert capture["path"] == str(tmp_path / "in" / "synthetic.pcap.gz")
+    assert {**capture, "path": None, "size": None} == {**plain, "path": None, "size": None}
 
 
 def same_rows(a: Outputs, b: Outputs) -> bool:

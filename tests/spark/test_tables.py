@@ -1,10 +1,12 @@
 """What the tasks compute themselves: the tables' part files (tables.py), the report's latency
-buckets (latency.py), the tallies the driver adds up (inputs.merge_tally). Pure Python:
-no Spark session."""
+buckets (latency.py), the tallies the driver adds up (inputs.merge_tally), gzip captures
+inflated (inputs.gunzip). Pure Python: no Spark session."""
 
 from __future__ import annotations
 
+import gzip
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -92,3 +94,15 @@ def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
     merged = inputs.merge_tally(inputs.merge_tally(Counter(), task_a), task_b)
     assert merged == Counter({"segments": 7, "records": 9, (inputs.FILE, "f.pcap"): inputs.FileFacts(
         9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)})
+
+
+def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
+    """tcpdump -z gzip, rotated files joined with cat, one copied in part, one that is no gzip."""
+    whole, tally = inputs.gunzip(gzip.compress(b"pcap ") + gzip.compress(b"records"), "two.gz", Counter()), Counter()
+    assert whole == b"pcap records"
+    data = os.urandom(50_000)  # incompressible: a cut in the middle of the stream
+    cut = inputs.gunzip(gzip.compress(data)[:30_000], "cut.gz", tally)
+    assert 0 < len(cut) < len(data) and data.startswith(cut)
+    assert tally[(inputs.FILE, "cut.gz")].problem == inputs.TRUNCATED
+    assert inputs.gunzip(b"not a capture\n", "notes.gz", tally) == b""
+    assert tally[(inputs.FILE, "notes.gz")].problem == inputs.NOT_A_CAPTURE
