@@ -62,9 +62,9 @@ def check_arguments(inputs: list[str], out: str, overwrite: bool) -> str | None:
     for given in inputs:
         if is_local(given):
             path = local_path(given)
-            if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
-                return f"no such file or directory: {given}"
             if not expand_local(path):
+                if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
+                    return f"no such file or directory: {given}"
                 return f"no files in {given} (names starting with . or _ are skipped)"
     if not is_local(out):
         return None

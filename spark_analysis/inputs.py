@@ -226,7 +226,7 @@ def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iter
 def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
     """The same for a file's whole content (files that tasks cannot read by range), gzip's
     inflated."""
-    if file.path.endswith(GZIP_SUFFIX):
+    if gzipped(file.path):
         data = gunzip(data, file.path, tally)
     tally["bytes"] += len(data)
     records = _split_records(data, Split(file, 0, len(data)), tally)
@@ -256,7 +256,12 @@ def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
 def read_by_range(file: CaptureFile) -> bool:
     """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
     reads it whole (Spark's binaryFile)."""
-    return is_local(file.path) and not file.path.endswith(GZIP_SUFFIX)
+    return is_local(file.path) and not gzipped(file.path)
+
+
+def gzipped(path: str) -> bool:
+    """Whether a capture is gzip-compressed, by its name (the driver plans from names and sizes)."""
+    return path.endswith(GZIP_SUFFIX)
 
 
 def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: Counter,

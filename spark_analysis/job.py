@@ -98,7 +98,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (_INFLATED if f.path.endswith(inputs.GZIP_SUFFIX) else 1) for f in whole)
+    whole_bytes = sum(f.size * (_INFLATED if inputs.gzipped(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
     dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -54,9 +54,7 @@ def spark() -> Iterator[SparkSession]:
 def run_job(spark: SparkSession, inputs: list[str], out: str | Path, **options) -> Outputs:
     progress: list[str] = []
     counts = analyse(spark, inputs, str(out), log=progress.append, **options)
-    outputs = read_outputs(spark, out, counts)
-    outputs.progress[:] = progress
-    return outputs
+    return replace(read_outputs(spark, out, counts), progress=progress)
 
 
 def read_outputs(spark: SparkSession, out: str | Path, counts: Counter | None = None) -> Outputs:
