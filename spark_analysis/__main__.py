@@ -43,11 +43,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: Spark's JVM did not start; what it said is above (it needs Java 17 or "
               f"later, on the PATH or in JAVA_HOME)", file=sys.stderr)
         return JVM_FAILED
+    starting = session.start_workers(spark)
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
         counts = analyse(spark, args.inputs, args.out, args.port, split_size,
                          tasks_every=None if os.isatty(2) else TASKS_EVERY_S)  # on a terminal, Spark's bar
     finally:
+        if starting:
+            starting.join()
         session.stop(spark)
     files = counts["summary"]["inputs"]["files"]
     if not any(f["problem"] in (None, TRUNCATED) and f["records"] for f in files):

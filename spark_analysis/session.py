@@ -3,7 +3,8 @@
 Under spark-submit the submitted settings rule. Otherwise this process starts the driver JVM, and
 sets it up here: Spark's log at a level of the user's choosing from the JVM's first line, the
 garbage collector and compiler that suit a job whose work is done by Python tasks, and stderr
-without the warning every start of Spark >= 4 on Java 17 prints.
+without the warning every start of Spark >= 4 on Java 17 prints. The command starts the Python
+workers while the driver plans its first Spark job (start_workers), on any master.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from spark_analysis import worker
 
 #: Spark's log level unless asked otherwise: its warnings drown the progress lines
 SPARK_LOG = "ERROR"
@@ -119,6 +122,45 @@ def local_cores(master: str) -> int:
     """The thread count of local, local[N], local[N,F] or local[*]."""
     threads = master.partition("[")[2].split(",")[0].rstrip("]") or "1"
     return (os.cpu_count() or 1) if threads == "*" else int(threads)
+
+
+def start_workers(spark: SparkSession) -> threading.Thread | None:
+    """Start a Python worker per core while the driver plans the job's first Spark job, which in a
+    new JVM takes more than a second; a first task otherwise waits as long again for its worker
+    (PySpark's daemon, the interpreter, the job's modules imported). Started by a job of its own
+    from a thread: a plain RDD job, which needs no query planning. Python workers are pooled by
+    their environment, to which Spark's SQL runners (those of the job's tasks) add the traceback
+    settings: every Python function of this context gets them too, or the workers started would
+    not be the ones the job's tasks get. Returns the thread (join it before stopping the session),
+    or None where this process has one CPU: the driver and the workers would take turns on it."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local") and _cpus() < 2:
+        return None
+    for key, default, variable in _SQL_WORKER_ENVIRONMENT:
+        if spark.conf.get(key, default) == "true":
+            sc.environment[variable] = "1"
+    thread = threading.Thread(target=_start_workers, args=(sc,), name="start-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+#: what Spark's SQL runners add to a Python worker's environment, each if a setting (its default) says so
+_SQL_WORKER_ENVIRONMENT = (
+    ("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "true", "SPARK_SIMPLIFIED_TRACEBACK"),
+    ("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "false", "SPARK_HIDE_TRACEBACK"))
+
+
+def _start_workers(sc: SparkContext) -> None:
+    cores = sc.defaultParallelism
+    try:
+        sc.parallelize(range(cores), cores).foreachPartition(worker.start)
+    except Exception:  # noqa: BLE001 - the job's own tasks then start their workers, and say what fails
+        pass
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def stop(spark: SparkSession) -> None:

@@ -1,8 +1,10 @@
-"""What every Python task of the job does first, and the failure drill tests use."""
+"""What every Python task of the job does first, the task that starts a worker early, and the
+failure drill tests use."""
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable
 
 from pyspark import TaskContext
 
@@ -16,6 +18,12 @@ def settle() -> None:
     the objects of the modules a task imports (numpy, pyarrow, the codec), every task. Freezing
     what exists when a task starts (no garbage then: the collection just ran) takes them out of it."""
     gc.freeze()
+
+
+def start(_: Iterable) -> None:
+    """A task that only starts its Python worker, with the modules of the job's tasks imported
+    (session.start_workers)."""
+    import spark_analysis.job  # noqa: F401 - the worker keeps them for the job's tasks
 
 
 def drill(stage: str) -> None:

@@ -7,9 +7,13 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
+
 from spark_analysis import __main__ as cli
+from spark_analysis import session
 from tests.spark.conftest import REPO
 
 
@@ -98,3 +102,22 @@ from spark_analysis import session
 with session._jvm_stderr():
     print(os.path.exists("/proc/self/fd/2"))
 """
+
+
+def test_workers_started_early_are_those_the_job_s_tasks_get(spark, monkeypatch) -> None:
+    """session.start_workers starts Python workers with a plain RDD job while the driver plans the
+    first query; they save a first task's wait only if they are of the pool that the job's tasks
+    (mapInArrow, run by Spark's SQL runners) take theirs from: the same PySpark daemon forked them."""
+
+    def daemon(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"daemon": [os.getppid()] * batch.num_rows})
+
+    monkeypatch.setattr(session, "_cpus", lambda: 2)  # as on any machine with more than one
+    starting = session.start_workers(spark)
+    assert starting is not None
+    starting.join()
+    by_rdd = set(spark.sparkContext.parallelize(range(2), 2).map(lambda _: os.getppid()).collect())
+    by_query = {row.daemon for row in spark.range(0, 2, 1, 2).mapInArrow(daemon, "daemon long").collect()}
+    assert len(by_rdd) == 1
+    assert by_rdd == by_query
