@@ -3,21 +3,27 @@
 Under spark-submit the submitted settings rule. Otherwise this process starts the driver JVM, and
 sets it up here: Spark's log at a level of the user's choosing from the JVM's first line, the
 garbage collector and compiler that suit a job whose work is done by Python tasks, and stderr
-without the warning every start of Spark >= 4 on Java 17 prints. The command starts the Python
-workers while the driver plans its first Spark job (start_workers), on any master.
+without the warning every start of Spark >= 4 on Java 17 prints, and mapping the classes it loads
+from an archive where `python -m spark_analysis prepare` recorded them (class_archive). The command
+starts the Python workers while the driver plans its first Spark job (start_workers), on any master.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import pyspark
 from pyspark import SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from spark_analysis import worker
@@ -26,10 +32,12 @@ from spark_analysis import worker
 SPARK_LOG = "ERROR"
 #: a local driver JVM's options unless the user sets some (build_session says why)
 QUICK_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+#: the class archive's path instead of class_archive()'s (a read-only environment, tests)
+CLASS_ARCHIVE_VARIABLE = "SPARK_ANALYSIS_CLASS_ARCHIVE"
 
 
 def build_session(master: str | None = None, ui: bool = False, conf: dict[str, str] | None = None,
-                  log_level: str = SPARK_LOG) -> SparkSession:
+                  log_level: str = SPARK_LOG, record_classes: Path | None = None) -> SparkSession:
     """A session for ``master``. Under spark-submit without ``master`` the submitted settings
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
@@ -39,8 +47,10 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     (it stops the tasks while it collects, with every core, where the serial one left all but one
     idle and G1's concurrent threads slow a first job by taking cores from the tasks) and with the
     JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their batches, and a
-    one-shot run never earns back the optimising compiler's CPU). What each choice
-    measured: docs/benchmarks.md, "Figures behind design choices". Spark logs at
+    one-shot run never earns back the optimising compiler's CPU), mapping the classes recorded in
+    class_archive() if it is there, or recording them into ``record_classes`` as the JVM exits
+    (record_classes() below). What each choice measured: docs/benchmarks.md, "Figures behind
+    design choices". Spark logs at
     ``log_level`` from the JVM's start (log4j2 set up before the session exists), without the
     native-library warning every local run gives; Spark's progress bar only on a terminal (in a log
     it is a line of carriage returns). On any master, PySpark does not tell the JVM
@@ -48,6 +58,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     JVM each, which the driver makes between the Spark jobs with every core idle; the job's plan
     is its own, so a Python line in Spark's errors would name the job's code, not the user's)."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
+    archive = None  # the class archive the JVM maps
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = "local[*]"
     if master is not None:
@@ -62,7 +73,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.sql.shuffle.partitions", str(local_cores(master)))
                    .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
-            builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM)
+            options, archive = _quick_jvm(record_classes)
+            builder = builder.config("spark.driver.defaultJavaOptions", options)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", str(os.isatty(2)).lower())
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
@@ -73,12 +85,32 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:
-        with _jvm_stderr():
-            spark = builder.getOrCreate()
+        spark = _start(builder, archive)
     finally:
         if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
             os.unlink(log_configuration)
     spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+def _start(builder: SparkSession.Builder, archive: Path | None) -> SparkSession:
+    """The session; where the JVM does not start with the class archive but does without it (an
+    archive cut short stops it), the archive is set aside, and said so: a report never fails for it."""
+    try:
+        with _jvm_stderr():
+            return builder.getOrCreate()
+    except PySparkRuntimeError as error:
+        if archive is None or "JAVA_GATEWAY_EXITED" not in str(error):
+            raise
+    with _jvm_stderr():
+        spark = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM).getOrCreate()
+    try:
+        os.replace(archive, f"{archive}.unusable")
+        done = f"set aside as {archive}.unusable"
+    except OSError as error:
+        done = f"remove it ({error.strerror})"
+    print(f"spark_analysis: Java did not start with the class archive {archive}: {done}; "
+          f"`python -m spark_analysis prepare CAPTURE` records a new one", file=sys.stderr)
     return spark
 
 
@@ -102,6 +134,65 @@ logger.native.level = error
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = {level}
 """
+
+
+def class_archive() -> Path | None:
+    """Where the classes a driver JVM loads are kept (a CDS archive: mapped at its start instead of
+    each class read, verified and parsed from its jar; a one-shot report then takes about half the
+    time), for this environment's PySpark and the Java that runs it; None without Java. An archive
+    of another Java or PySpark is never used: its name differs, and the JVM checks it too."""
+    if os.environ.get(CLASS_ARCHIVE_VARIABLE):
+        return Path(os.environ[CLASS_ARCHIVE_VARIABLE])
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")  # as spark-submit finds it
+    if not java or not os.path.isfile(java):
+        return None
+    real = os.path.realpath(java)
+    stat = os.stat(real)
+    java_id = hashlib.sha256(f"{real} {stat.st_size} {stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return Path(sys.prefix, "share", "spark_analysis", f"jvm-classes-pyspark-{pyspark.__version__}-{java_id}.jsa")
+
+
+def record_classes(archive: Path, run: Callable[[SparkSession], None]) -> None:
+    """In a process whose driver JVM is yet to start: start it recording the classes it loads,
+    ``run`` a job in it, end it and keep what it wrote as ``archive`` (written beside it and
+    renamed when the JVM has exited: a run never maps half an archive)."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.part")
+    spark = build_session("local[*]", record_classes=partial)
+    try:
+        try:
+            run(spark)
+        finally:
+            stop(spark)
+            _end_jvm()
+        os.replace(partial, archive)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _end_jvm() -> None:
+    """End the driver JVM this process started, and wait for it (it writes a class archive as it
+    exits); PySpark would leave that to the end of this process."""
+    gateway = SparkContext._gateway
+    gateway.shutdown()
+    gateway.proc.stdin.close()  # what the JVM's gateway server waits for to exit
+    gateway.proc.wait()
+    SparkContext._gateway = SparkContext._jvm = None
+
+
+def _quick_jvm(record_classes: Path | None) -> tuple[str, Path | None]:
+    """QUICK_JVM with the class archive's options (to record one, or to map it if it is there), and
+    the archive mapped. The JVM checks the archive's checksums as it maps it, and maps none that
+    does not match this Java and its class path: silently, it starts without."""
+    archive = class_archive()
+    if record_classes is not None:
+        sharing, archive = f'"-XX:ArchiveClassesAtExit={record_classes}"', None
+    elif archive is not None and archive.is_file():
+        sharing = f'"-XX:SharedArchiveFile={archive}" -XX:+VerifySharedSpaces'
+    else:
+        return QUICK_JVM, None
+    return f"{QUICK_JVM} {sharing} -Xlog:cds=off -Xlog:cds+dynamic=off", archive
 
 
 def _java_options_configured(conf: dict[str, str]) -> bool:

@@ -4,7 +4,9 @@
 #   tools/setup-env.sh           the server only: Twisted and its few dependencies (what run-server.sh needs)
 #   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff, mypy, numpy) and TLS (pyOpenSSL)
 #   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, plotly) and a Java
-#                                runtime for it (apt's default-jre-headless when `java` is missing; needs root)
+#                                runtime for it (apt's default-jre-headless when `java` is missing; needs root),
+#                                and the classes Spark's JVM loads recorded in .venv (`python -m spark_analysis
+#                                prepare`, ~160 MB, ~30 s once per PySpark and Java): reports start in half the time
 #   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
 #
@@ -27,7 +29,7 @@ for arg in "$@"; do
     --spark) extras+=(spark) ;;
     --tls) extras+=(tls) ;;
     --browser) browser=1 ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser)" >&2; exit 2 ;;
   esac
 done
@@ -81,4 +83,15 @@ if [ "$missing" -eq 1 ]; then
   echo "$repo" > "$site/twisted_namesrv_checkout.pth"  # twistd's plugin lookup sees twisted/plugins here
   { echo "$want"; printf '%s\n' "${all//,/$'\n'}" | sed '/^$/d'; } > "$stamp"
   say "done: $venv/bin holds twistd, twisted-namesrv and namesrv-admin (or: source .venv/bin/activate)"
+fi
+if [[ " ${extras[*]-} " == *" spark "* ]]; then
+  archive="$("$venv/bin/python" -c 'from spark_analysis.session import class_archive; print(class_archive() or "")')"
+  if [ -n "$archive" ] && [ ! -f "$archive" ]; then
+    say "recording the classes Spark's JVM loads, into $archive (~160 MB, once for this PySpark and Java):" \
+        "a capture report then starts in about half the time"
+    capture="$(mktemp --suffix=.pcap)"
+    trap 'rm -f "$capture"' EXIT
+    "$venv/bin/python" "$repo/tools/synth_pcap.py" "$capture" --brokers 4 --clients 4 --topics 20 --hours 0.2 --seed 1 >/dev/null
+    "$venv/bin/python" -m spark_analysis prepare "$capture"
+  fi
 fi
