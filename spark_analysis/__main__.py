@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import os
 import re
 import sys
 import tempfile
 
-from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
-from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path
+#: what the spark extra installs that the command needs (setup.cfg)
+_SPARK_EXTRA = ("numpy", "pyarrow", "pyspark", "plotly")
+if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) is None]:
+    sys.exit(f"python -m spark_analysis: error: {', '.join(_missing)} not installed: the capture report needs "
+             f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
+
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT  # noqa: E402 - after the check: numpy
+from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3

@@ -156,3 +156,14 @@ def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) 
                     f"{archive}.unusable; `python -m spark_analysis prepare CAPTURE` records a new one"]
     assert not archive.exists() and (tmp_path / "classes.jsa.unusable").is_file()
     assert (tmp_path / "damaged" / "report.html").is_file()
+
+
+def test_without_the_spark_extra_the_command_says_what_is_missing(tmp_path) -> None:
+    """Installed without the spark extra (here plotly made unimportable): one line, not a traceback."""
+    run = subprocess.run([sys.executable, "-c", "import runpy, sys; sys.modules['plotly'] = None; "
+                          "sys.argv = ['spark_analysis', 'report', 'in.pcap', '--out', 'out']; "
+                          "runpy.run_module('spark_analysis', run_name='__main__')"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr == ("python -m spark_analysis: error: plotly not installed: the capture report needs the "
+                          "spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')\n")
