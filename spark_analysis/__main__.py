@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def prepare(parser: argparse.ArgumentParser, inputs: list[str]) -> int:
     """Record the classes Spark's driver JVM loads in a report over ``inputs``, for later local runs
-    to map (session.class_archive: about 160 MB; a one-shot report then takes about half the time)."""
+    to map (session.class_archive: about 160 MB; their start then takes about half the time)."""
     problem = check_arguments(inputs, None, False)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")

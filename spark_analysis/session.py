@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pyspark
 from pyspark import SparkContext
-from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from spark_analysis import worker
@@ -58,7 +57,6 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     JVM each, which the driver makes between the Spark jobs with every core idle; the job's plan
     is its own, so a Python line in Spark's errors would name the job's code, not the user's)."""
     builder = SparkSession.builder.appName("namesrv-capture-report")
-    archive = None  # the class archive the JVM maps
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = "local[*]"
     if master is not None:
@@ -73,8 +71,7 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.sql.shuffle.partitions", str(local_cores(master)))
                    .config("spark.sql.adaptive.enabled", "false"))
         if not _java_options_configured(conf or {}):
-            options, archive = _quick_jvm(record_classes)
-            builder = builder.config("spark.driver.defaultJavaOptions", options)
+            builder = builder.config("spark.driver.defaultJavaOptions", _quick_jvm(record_classes))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", str(os.isatty(2)).lower())
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
@@ -85,32 +82,12 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:
-        spark = _start(builder, archive)
+        with _jvm_stderr():
+            spark = builder.getOrCreate()
     finally:
         if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
             os.unlink(log_configuration)
     spark.sparkContext.setLogLevel(log_level)
-    return spark
-
-
-def _start(builder: SparkSession.Builder, archive: Path | None) -> SparkSession:
-    """The session; where the JVM does not start with the class archive but does without it (an
-    archive cut short stops it), the archive is set aside, and said so: a report never fails for it."""
-    try:
-        with _jvm_stderr():
-            return builder.getOrCreate()
-    except PySparkRuntimeError as error:
-        if archive is None or "JAVA_GATEWAY_EXITED" not in str(error):
-            raise
-    with _jvm_stderr():
-        spark = builder.config("spark.driver.defaultJavaOptions", QUICK_JVM).getOrCreate()
-    try:
-        os.replace(archive, f"{archive}.unusable")
-        done = f"set aside as {archive}.unusable"
-    except OSError as error:
-        done = f"remove it ({error.strerror})"
-    print(f"spark_analysis: Java did not start with the class archive {archive}: {done}; "
-          f"`python -m spark_analysis prepare CAPTURE` records a new one", file=sys.stderr)
     return spark
 
 
@@ -138,8 +115,8 @@ logger.gateway.level = {level}
 
 def class_archive() -> Path | None:
     """Where the classes a driver JVM loads are kept (a CDS archive: mapped at its start instead of
-    each class read, verified and parsed from its jar; a one-shot report then takes about half the
-    time), for this environment's PySpark and the Java that runs it; None without Java. An archive
+    each class read, verified and parsed from its jar: the JVM starts in about half the time), for
+    this environment's PySpark and the Java that runs it; None without Java. An archive
     of another Java or PySpark is never used: its name differs, and the JVM checks it too."""
     if os.environ.get(CLASS_ARCHIVE_VARIABLE):
         return Path(os.environ[CLASS_ARCHIVE_VARIABLE])
@@ -166,6 +143,7 @@ def record_classes(archive: Path, run: Callable[[SparkSession], None]) -> None:
         finally:
             stop(spark)
             _end_jvm()
+        _recorded_size(archive).write_text(str(partial.stat().st_size))
         os.replace(partial, archive)
     finally:
         partial.unlink(missing_ok=True)
@@ -181,18 +159,46 @@ def _end_jvm() -> None:
     SparkContext._gateway = SparkContext._jvm = None
 
 
-def _quick_jvm(record_classes: Path | None) -> tuple[str, Path | None]:
-    """QUICK_JVM with the class archive's options (to record one, or to map it if it is there), and
-    the archive mapped. The JVM checks the archive's checksums as it maps it, and maps none that
-    does not match this Java and its class path: silently, it starts without."""
+def _quick_jvm(record_classes: Path | None) -> str:
+    """QUICK_JVM with the class archive's options: to record one, or to map it if it is there,
+    whole. The JVM checks its checksums as it maps it, and maps none that does not match this Java
+    and its class path: silently, it starts without."""
     archive = class_archive()
     if record_classes is not None:
-        sharing, archive = f'"-XX:ArchiveClassesAtExit={record_classes}"', None
-    elif archive is not None and archive.is_file():
+        sharing = f'"-XX:ArchiveClassesAtExit={record_classes}"'
+    elif archive is not None and _whole(archive):
         sharing = f'"-XX:SharedArchiveFile={archive}" -XX:+VerifySharedSpaces'
     else:
-        return QUICK_JVM, None
-    return f"{QUICK_JVM} {sharing} -Xlog:cds=off -Xlog:cds+dynamic=off", archive
+        return QUICK_JVM
+    return f"{QUICK_JVM} {sharing} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def _whole(archive: Path) -> bool:
+    """Whether the archive is there and as long as it was recorded. One cut short (a copy, a full
+    disk) would crash Java as it maps it: it is set aside, and said so, and the run goes on without."""
+    try:
+        size = archive.stat().st_size
+    except FileNotFoundError:
+        return False
+    try:
+        recorded = int(_recorded_size(archive).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if recorded == size:
+        return True
+    try:
+        os.replace(archive, f"{archive}.unusable")
+        done = f"set aside as {archive}.unusable"
+    except OSError as error:
+        done = f"remove it ({error.strerror})"
+    print(f"spark_analysis: the class archive {archive} is {size:,} bytes, not the "
+          f"{f'{recorded:,}' if recorded else '?'} recorded: {done}; `python -m spark_analysis prepare CAPTURE` "
+          f"records a new one", file=sys.stderr)
+    return False
+
+
+def _recorded_size(archive: Path) -> Path:
+    return archive.with_name(f"{archive.name}.size")
 
 
 def _java_options_configured(conf: dict[str, str]) -> bool:

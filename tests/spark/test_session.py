@@ -124,20 +124,22 @@ def test_workers_started_early_are_those_the_job_s_tasks_get(spark, monkeypatch)
 
 
 def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) -> None:
-    """`prepare` writes the class archive (here where SPARK_ANALYSIS_CLASS_ARCHIVE says); a report's
-    driver JVM then takes Spark's classes from it (the JVM's class log names where each came from),
-    quietly. One cut short stops Java: the report sets it aside, says so in a line, and goes on."""
+    """`prepare` writes the class archive (here where SPARK_ANALYSIS_CLASS_ARCHIVE says) and its
+    size; a report's driver JVM then takes Spark's classes from it (the JVM's class log names where
+    each came from), quietly. One cut short would crash Java: a report sets it aside, says so in a
+    line, and goes on without."""
     archive = tmp_path / "classes.jsa"
     env = {**os.environ, session.CLASS_ARCHIVE_VARIABLE: str(archive)}
     prepared = subprocess.run([sys.executable, "-m", "spark_analysis", "prepare", str(synthetic[0])],
-                              capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert prepared.returncode == 0, prepared.stderr
     assert prepared.stderr == ""
-    assert archive.is_file() and [path.name for path in tmp_path.iterdir()] == ["classes.jsa"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["classes.jsa", "classes.jsa.size"]
+    size = archive.stat().st_size
 
     def report(out: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
-                               str(tmp_path / out)], capture_output=True, text=True, timeout=600, cwd=REPO,
+                               str(tmp_path / out)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
                               env={**env, "JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={tmp_path}/{out}-%p.log"})
 
     mapped = report("mapped")
@@ -148,14 +150,16 @@ def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) 
 
     archive.chmod(0o644)  # the JVM writes it read-only
     with open(archive, "r+b") as cut:
-        cut.truncate(archive.stat().st_size // 3)
+        cut.truncate(size // 3)
     damaged = report("damaged")
     assert damaged.returncode == 0, damaged.stderr
     said = [line for line in damaged.stderr.splitlines() if not line.startswith("Picked up JAVA_TOOL_OPTIONS")]
-    assert said == [f"spark_analysis: Java did not start with the class archive {archive}: set aside as "
-                    f"{archive}.unusable; `python -m spark_analysis prepare CAPTURE` records a new one"]
+    assert said == [f"spark_analysis: the class archive {archive} is {size // 3:,} bytes, not the {size:,} "
+                    f"recorded: set aside as {archive}.unusable; `python -m spark_analysis prepare CAPTURE` "
+                    f"records a new one"]
     assert not archive.exists() and (tmp_path / "classes.jsa.unusable").is_file()
     assert (tmp_path / "damaged" / "report.html").is_file()
+    assert not list(tmp_path.glob("hs_err_pid*"))  # no Java crashed
 
 
 def test_without_the_spark_extra_the_command_says_what_is_missing(tmp_path) -> None:
