@@ -175,7 +175,7 @@ def _quick_jvm(record_classes: Path | None) -> str:
 
 def _whole(archive: Path) -> bool:
     """Whether the archive is there and as long as it was recorded. One cut short (a copy, a full
-    disk) would crash Java as it maps it: it is set aside, and said so, and the run goes on without."""
+    disk) would crash Java as it maps it: it is removed, and said so, and the run goes on without."""
     try:
         size = archive.stat().st_size
     except FileNotFoundError:
@@ -187,8 +187,8 @@ def _whole(archive: Path) -> bool:
     if recorded == size:
         return True
     try:
-        os.replace(archive, f"{archive}.unusable")
-        done = f"set aside as {archive}.unusable"
+        archive.unlink()
+        done = "removed it"
     except OSError as error:
         done = f"remove it ({error.strerror})"
     print(f"spark_analysis: the class archive {archive} is {size:,} bytes, not the "

@@ -86,7 +86,7 @@ if [ "$missing" -eq 1 ]; then
 fi
 if [[ " ${extras[*]-} " == *" spark "* ]]; then
   archive="$("$venv/bin/python" -c 'from spark_analysis.session import class_archive; print(class_archive() or "")')"
-  if [ -n "$archive" ] && [ ! -f "$archive" ]; then
+  if [ -n "$archive" ] && { [ ! -f "$archive" ] || [ ! -f "$archive.size" ]; }; then
     say "recording the classes Spark's JVM loads, into $archive (~160 MB, once for this PySpark and Java):" \
         "a capture report then starts in about half the time"
     capture="$(mktemp --suffix=.pcap)"

@@ -126,7 +126,7 @@ def test_workers_started_early_are_those_the_job_s_tasks_get(spark, monkeypatch)
 def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) -> None:
     """`prepare` writes the class archive (here where SPARK_ANALYSIS_CLASS_ARCHIVE says) and its
     size; a report's driver JVM then takes Spark's classes from it (the JVM's class log names where
-    each came from), quietly. One cut short would crash Java: a report sets it aside, says so in a
+    each came from), quietly. One cut short would crash Java: a report removes it, says so in a
     line, and goes on without."""
     archive = tmp_path / "classes.jsa"
     env = {**os.environ, session.CLASS_ARCHIVE_VARIABLE: str(archive)}
@@ -155,9 +155,8 @@ def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) 
     assert damaged.returncode == 0, damaged.stderr
     said = [line for line in damaged.stderr.splitlines() if not line.startswith("Picked up JAVA_TOOL_OPTIONS")]
     assert said == [f"spark_analysis: the class archive {archive} is {size // 3:,} bytes, not the {size:,} "
-                    f"recorded: set aside as {archive}.unusable; `python -m spark_analysis prepare CAPTURE` "
-                    f"records a new one"]
-    assert not archive.exists() and (tmp_path / "classes.jsa.unusable").is_file()
+                    f"recorded: removed it; `python -m spark_analysis prepare CAPTURE` records a new one"]
+    assert not archive.exists()
     assert (tmp_path / "damaged" / "report.html").is_file()
     assert not list(tmp_path.glob("hs_err_pid*"))  # no Java crashed
 
