@@ -166,26 +166,25 @@ def _quick_jvm(record_classes: Path | None) -> str:
     archive = class_archive()
     if record_classes is not None:
         sharing = f'"-XX:ArchiveClassesAtExit={record_classes}"'
-    elif archive is not None and _whole(archive):
+    elif archive is not None and _usable(archive):
         sharing = f'"-XX:SharedArchiveFile={archive}" -XX:+VerifySharedSpaces'
     else:
         return QUICK_JVM
     return f"{QUICK_JVM} {sharing} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def _whole(archive: Path) -> bool:
-    """Whether the archive is there and as long as it was recorded. One cut short (a copy, a full
-    disk) would crash Java as it maps it: it is removed, and said so, and the run goes on without."""
-    try:
-        size = archive.stat().st_size
-    except FileNotFoundError:
-        return False
-    try:
-        recorded = int(_recorded_size(archive).read_text())
-    except (OSError, ValueError):
-        recorded = None
-    if recorded == size:
-        return True
+def whole(archive: Path) -> bool:
+    """Whether the class archive is there, as long as `prepare` recorded it."""
+    size, recorded = _sizes(archive)
+    return size is not None and size == recorded
+
+
+def _usable(archive: Path) -> bool:
+    """Whether to map the class archive: it is whole. One cut short (a copy, a full disk) would
+    crash Java as it maps it: it is removed, and said so, and the run goes on without."""
+    size, recorded = _sizes(archive)
+    if size is None or size == recorded:
+        return size is not None
     try:
         archive.unlink()
         done = "removed it"
@@ -195,6 +194,18 @@ def _whole(archive: Path) -> bool:
           f"{f'{recorded:,}' if recorded else '?'} recorded: {done}; `python -m spark_analysis prepare CAPTURE` "
           f"records a new one", file=sys.stderr)
     return False
+
+
+def _sizes(archive: Path) -> tuple[int | None, int | None]:
+    """The archive's size and the one recorded beside it (None: not there, or unreadable)."""
+    try:
+        size = archive.stat().st_size
+    except FileNotFoundError:
+        return None, None
+    try:
+        return size, int(_recorded_size(archive).read_text())
+    except (OSError, ValueError):
+        return size, None
 
 
 def _recorded_size(archive: Path) -> Path:

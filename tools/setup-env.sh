@@ -85,8 +85,10 @@ if [ "$missing" -eq 1 ]; then
   say "done: $venv/bin holds twistd, twisted-namesrv and namesrv-admin (or: source .venv/bin/activate)"
 fi
 if [[ " ${extras[*]-} " == *" spark "* ]]; then
-  archive="$("$venv/bin/python" -c 'from spark_analysis.session import class_archive; print(class_archive() or "")')"
-  if [ -n "$archive" ] && { [ ! -f "$archive" ] || [ ! -f "$archive.size" ]; }; then
+  archive="$("$venv/bin/python" -c 'from spark_analysis.session import class_archive, whole
+archive = class_archive()
+print(archive if archive and not whole(archive) else "")')"  # to record: none there, or not whole
+  if [ -n "$archive" ]; then
     say "recording the classes Spark's JVM loads, into $archive (~160 MB, once for this PySpark and Java):" \
         "a capture report then starts in about half the time"
     capture="$(mktemp --suffix=.pcap)"

@@ -137,25 +137,25 @@ def test_prepare_records_the_classes_that_reports_then_map(synthetic, tmp_path) 
     assert sorted(path.name for path in tmp_path.iterdir()) == ["classes.jsa", "classes.jsa.size"]
     size = archive.stat().st_size
 
-    def report(out: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
-                               str(tmp_path / out)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                              env={**env, "JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={tmp_path}/{out}-%p.log"})
+    def report(out: str) -> list[str]:
+        """A report into ``out``, its JVMs' class logs beside it: what it said on stderr, but for the JVMs'
+        line on the logging option."""
+        run = subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
+                              str(tmp_path / out)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                             env={**env, "JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={tmp_path}/{out}-%p.log"})
+        assert run.returncode == 0, run.stderr
+        return [line for line in run.stderr.splitlines() if not line.startswith("Picked up JAVA_TOOL_OPTIONS")]
 
-    mapped = report("mapped")
-    assert mapped.returncode == 0, mapped.stderr
-    assert [line for line in mapped.stderr.splitlines() if not line.startswith("Picked up JAVA_TOOL_OPTIONS")] == []
+    assert report("mapped") == []
     loaded = "".join(path.read_text() for path in tmp_path.glob("mapped-*.log"))
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded
 
     archive.chmod(0o644)  # the JVM writes it read-only
     with open(archive, "r+b") as cut:
         cut.truncate(size // 3)
-    damaged = report("damaged")
-    assert damaged.returncode == 0, damaged.stderr
-    said = [line for line in damaged.stderr.splitlines() if not line.startswith("Picked up JAVA_TOOL_OPTIONS")]
-    assert said == [f"spark_analysis: the class archive {archive} is {size // 3:,} bytes, not the {size:,} "
-                    f"recorded: removed it; `python -m spark_analysis prepare CAPTURE` records a new one"]
+    assert report("damaged") == [f"spark_analysis: the class archive {archive} is {size // 3:,} bytes, not the "
+                                 f"{size:,} recorded: removed it; `python -m spark_analysis prepare CAPTURE` "
+                                 f"records a new one"]
     assert not archive.exists()
     assert (tmp_path / "damaged" / "report.html").is_file()
     assert not list(tmp_path.glob("hs_err_pid*"))  # no Java crashed
