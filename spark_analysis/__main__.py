@@ -103,8 +103,8 @@ def _jvm_did_not_start(parser: argparse.ArgumentParser, error: Exception) -> int
 
 
 def check_arguments(inputs: list[str], out: str | None, overwrite: bool) -> str | None:
-    """What is wrong with local inputs and output (if any), if anything (other filesystems: Spark
-    says); a local output directory is made here."""
+    """What is wrong with the local inputs and output (``out``, where there is one), if anything
+    (other filesystems: Spark says); a local output directory is made here."""
     for given in inputs:
         if is_local(given):
             path = local_path(given)

@@ -182,9 +182,11 @@ def whole(archive: Path) -> bool:
 def _usable(archive: Path) -> bool:
     """Whether to map the class archive: it is whole. One cut short (a copy, a full disk) would
     crash Java as it maps it: it is removed, and said so, and the run goes on without."""
+    if whole(archive):
+        return True
     size, recorded = _sizes(archive)
-    if size is None or size == recorded:
-        return size is not None
+    if size is None:
+        return False
     try:
         archive.unlink()
         done = "removed it"
