@@ -18,7 +18,7 @@ from twisted_namesrv import server
 from twisted_namesrv.answer_cache import AnswerCache
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
 from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
@@ -34,7 +34,7 @@ def connection(tmp_path, name: str, compat: str, keep: bool, **settings: str):
     state = build_state(config, clock)
     if not keep:
         state.answers = AnswerCache(state.routes, keep=False)
-    factory = server.RemotingFactory(NamesrvController(state, count_requests=True), clock, 1 << 24, 0)
+    factory = server.RemotingFactory(Dispatcher(state, count_requests=True), clock, 1 << 24, 0)
     protocol, transport = connect(factory)
     return protocol, transport, clock
 
@@ -111,12 +111,12 @@ def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str
         op = rng.random()
         if op < 0.005:  # the connection the brokers registered over closes
             for protocol in (kept, reference):
-                protocol.factory.controller.channel_closed(protocol.channel)
+                protocol.factory.dispatcher.channel_closed(protocol.channel)
             continue
         if op < 0.01:  # every broker's heartbeat times out
             for protocol, clock in ((kept, kept_clock), (reference, reference_clock)):
                 clock.advance(200)
-                protocol.factory.controller.state.routes.scan_not_active_broker()
+                protocol.factory.dispatcher.state.routes.scan_not_active_broker()
             continue
         if op < 0.6:
             request = lookup_request(rng, opaque)
@@ -155,7 +155,7 @@ def test_each_change_reaches_a_repeated_lookup(tmp_path, change: str) -> None:
     send(protocol, RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T0", "value": "a:1"})
     assert b'"orderTopicConf":"a:1"' in lookup(protocol, transport, 1)
     assert b'"orderTopicConf":"a:1"' in lookup(protocol, transport, 2)
-    assert protocol.factory.controller.state.answers.replies  # the second came from memory
+    assert protocol.factory.dispatcher.state.answers.replies  # the second came from memory
     if change == "put":
         send(protocol, RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T0", "value": "a:2"})
         assert b'"orderTopicConf":"a:2"' in lookup(protocol, transport, 3)
@@ -174,7 +174,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     """A topic's change keeps the other topics' bodies and the cluster info; a broker's change
     keeps the routes not naming it and the topic list."""
     protocol, transport, _ = connection(tmp_path, "one", "4.9.8", keep=True)
-    routes = protocol.factory.controller.state.routes
+    routes = protocol.factory.dispatcher.state.routes
     assert routes.on_change is None  # nothing kept, nothing to drop: registrations publish to nobody
     for broker, topics in (("a", ["T0", "T1"]), ("b", ["T2"])):
         body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in topics}),
@@ -185,7 +185,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
         send(protocol, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    answers = protocol.factory.controller.state.answers
+    answers = protocol.factory.dispatcher.state.answers
     assert routes.on_change == answers.changed
     routes.topic_changed("T0")
     assert sorted(answers.routes) == ["T1", "T2"]
@@ -221,7 +221,7 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
     servers = []
     for name, keep in (("kept", True), ("reference", False)):
         client, out, clock = connection(tmp_path, name, "4.9.8", keep=keep)
-        client.factory.controller = NamesrvController(client.factory.controller.state, count_requests=True,
+        client.factory.dispatcher = Dispatcher(client.factory.dispatcher.state, count_requests=True,
                                                       call_later=clock.callLater)
         servers.append((client, out, clock, {}))
     for counter in range(1, 400):

@@ -10,7 +10,7 @@ from twisted.internet.testing import StringTransportWithDisconnection
 
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.housekeeping import HousekeepingService
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -39,8 +39,8 @@ class World:
         self.clock.advance(START)
         self.state = build_state(config(tmp_path, profile), self.clock)
         self.routes = self.state.routes
-        self.controller = NamesrvController(self.state)
-        self.factory = RemotingFactory(self.controller, self.clock, 16 << 20, idle)
+        self.dispatcher = Dispatcher(self.state)
+        self.factory = RemotingFactory(self.dispatcher, self.clock, 16 << 20, idle)
         self.housekeeping = HousekeepingService(self.routes, self.factory, self.clock, interval)
         self.housekeeping.startService()
 
@@ -145,7 +145,7 @@ def test_channel_closed_removes_the_brokers_of_that_channel(tmp_path):
     world = World(tmp_path)
     proto, transport = world.connect()
     register(proto, transport)
-    world.controller.channel_closed(proto.channel + 100)
+    world.dispatcher.channel_closed(proto.channel + 100)
     assert "broker-a" in world.routes.brokerAddrTable
     transport.loseConnection()
     assert world.routes.brokerAddrTable == {}

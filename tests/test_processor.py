@@ -1,4 +1,4 @@
-"""Every request code's answer (the handlers, dispatched by NamesrvController), for both Java
+"""Every request code's answer (the handlers, dispatched by Dispatcher), for both Java
 generations, without sockets.
 
 Requests and answers go through the wire codec (encode, then decode) so what is checked is what
@@ -16,7 +16,7 @@ from twisted_namesrv import compat
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.processor import HANDLERS
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
@@ -43,7 +43,7 @@ class Namesrv:
         self.clock = task.Clock()
         self.clock.advance(START)
         self.state: NamesrvState = build_state(self.config, self.clock)
-        self.controller = NamesrvController(self.state)
+        self.dispatcher = Dispatcher(self.state)
         self.routes = self.state.routes
         self.profile = self.config.profile
 
@@ -57,7 +57,7 @@ class Namesrv:
                                           version=self.client_version if version is None else version,
                                           oneway=oneway, serialize_type=serialize_type)
         wire_request = RemotingCommand.decode(request.encode()[4:])
-        response = self.controller.dispatch(wire_request, Peer(channel, "127.0.0.1:40000"))
+        response = self.dispatcher.dispatch(wire_request, Peer(channel, "127.0.0.1:40000"))
         if response is None:
             return None
         answer = RemotingCommand.decode(response.encode()[4:])
@@ -643,7 +643,7 @@ def test_get_config_lists_config_file_keys(tmp_path):
     config = NamesrvConfig.from_file(str(path))
     clock = task.Clock()
     state = build_state(config, clock)
-    answer = NamesrvController(state).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    answer = Dispatcher(state).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
     assert keys["customKey"] == "hello" and keys["enableTopicList"] == "false"
     assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)
@@ -655,10 +655,10 @@ def test_update_config_changes_a_key_only_the_config_file_has(tmp_path):
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nkvConfigPath=%s\n" % (tmp_path / "kv.json"))
     state = build_state(NamesrvConfig.from_file(str(path)), task.Clock())
-    controller = NamesrvController(state)
+    dispatcher = Dispatcher(state)
     update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"customKey=bye\nnowhere=1\n")
-    assert controller.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
-    answer = controller.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    assert dispatcher.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
+    answer = dispatcher.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
     assert keys["customKey"] == "bye" and "nowhere" not in keys
     assert "customKey=bye" in path.read_text() and "nowhere" not in path.read_text()

@@ -1,5 +1,5 @@
 """A big REGISTER_BROKER is checked, decoded and compared with the queues in steps across reactor
-turns (steps.py, controller.py): other connections are answered meanwhile and see the routes as
+turns (steps.py, dispatch.py): other connections are answered meanwhile and see the routes as
 before it; the tables change in its last step. The result must be what the same requests give a
 server that registers in one go, with the registration taken after whatever was answered during
 its steps (as Java's write lock orders them)."""
@@ -24,7 +24,7 @@ from twisted_namesrv.bodies.register import (
     encode_register_body,
 )
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import build_state
@@ -179,9 +179,9 @@ def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None 
     state = build_state(config, task.Clock())
     if not keep:
         state.answers = AnswerCache(state.routes, keep=False)
-    controller = NamesrvController(state, count_requests=True, step_from=0,
+    dispatcher = Dispatcher(state, count_requests=True, step_from=0,
                                    cooperator=turns.cooperator if turns else None)
-    return server.RemotingFactory(controller, task.Clock(), 1 << 24, 0)
+    return server.RemotingFactory(dispatcher, task.Clock(), 1 << 24, 0)
 
 
 def big_registration(topics: dict[str, TopicConfig], counter: int = 1, opaque: int = 1) -> bytes:
@@ -244,7 +244,7 @@ def test_a_broker_that_leaves_during_its_steps_registers_nothing(tmp_path, small
     turns.one()
     broker.connectionLost()
     turns.all()
-    assert out.value() == b"" and factory.controller.state.routes.brokerAddrTable == {}
+    assert out.value() == b"" and factory.dispatcher.state.routes.brokerAddrTable == {}
     assert "failed" not in caplog.text
 
 
@@ -264,7 +264,7 @@ def test_big_registrations_take_their_steps_one_after_the_other(tmp_path, small_
     assert second_out.value() == b""
     assert turns.all() >= first_turns - 1  # the second took all its steps after the first
     assert [a.code for a in answers(second_out)] == [ResponseCode.SUCCESS] and third_out.value() == b""
-    assert sorted(factory.controller.state.routes.brokerLiveTable) == ["127.0.0.1:10911", "127.0.0.1:10912"]
+    assert sorted(factory.dispatcher.state.routes.brokerLiveTable) == ["127.0.0.1:10911", "127.0.0.1:10912"]
 
 
 CHANGES = {"wipe": RequestCode.WIPE_WRITE_PERM_OF_BROKER, "add": RequestCode.ADD_WRITE_PERM_OF_BROKER,

@@ -12,7 +12,7 @@ from twisted.internet.testing import StringTransportWithDisconnection
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import (
     RESPONSE_FLAG,
     FrameDecoder,
@@ -33,7 +33,7 @@ MASTER = "10.0.0.1:10911"
 _opaques = itertools.count(1)
 
 
-class RecordingController(NamesrvController):
+class RecordingDispatcher(Dispatcher):
     """Remembers the channels reported closed, with the reason."""
 
     def __init__(self, state: NamesrvState) -> None:
@@ -52,12 +52,12 @@ class Harness:
         self.clock = task.Clock()
         self.clock.advance(1_000)
         self.state: NamesrvState = build_state(config, self.clock)
-        self.controller = RecordingController(self.state)
-        self.factory = RemotingFactory(self.controller, self.clock, max_frame, idle)
+        self.dispatcher = RecordingDispatcher(self.state)
+        self.factory = RemotingFactory(self.dispatcher, self.clock, max_frame, idle)
 
     @property
     def closed(self) -> list[tuple[int, str]]:
-        return self.controller.closed
+        return self.dispatcher.closed
 
     def connect(self, port: int = 40000):
         proto = self.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))

@@ -1,6 +1,6 @@
 """The scanNotActiveBroker timer: a periodic scan removes brokers whose heartbeat is older than
 their timeout and closes their connections.  (A closed, reset or idle connection removes the
-brokers registered over it at once: NamesrvController.channel_closed.)
+brokers registered over it at once: Dispatcher.channel_closed.)
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class Metrics:
     clock: Callable[[], float] = time.time
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
-        """``code`` must be one the server handles or OTHER_CODE (NamesrvController folds the others
+        """``code`` must be one the server handles or OTHER_CODE (Dispatcher folds the others
         into it), so a peer cannot add series."""
         self.requests[code, response_code] += times
         histogram = self.latency.get(code)

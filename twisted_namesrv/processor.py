@@ -1,7 +1,7 @@
 """The handlers, and one table from RequestCode to handler (HANDLERS).
 
 A handler takes the NameServer state, a request and its peer and returns the response command.
-No I/O here except through the state's callbacks; the controller dispatches and encodes.
+No I/O here except through the state's callbacks; the dispatcher dispatches and encodes.
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ HANDLERS: dict[int, Handler] = {
 
 
 #: handlers whose work grows with the request (a broker's whole table), written in steps: the
-#: controller runs them across reactor turns when the request is big (HANDLERS: straight through)
+#: dispatcher runs them across reactor turns when the request is big (HANDLERS: straight through)
 HANDLERS_IN_STEPS: dict[int, SteppedHandler] = {
     RequestCode.REGISTER_BROKER: register_broker_steps,
 }

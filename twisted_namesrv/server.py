@@ -1,7 +1,7 @@
-"""The remoting protocol: frames in, the controller's answers out; one channel id per connection.
+"""The remoting protocol: frames in, the dispatcher's answers out; one channel id per connection.
 
 It owns what is about the connection: framing, the frame, header and connection limits, idle
-timeouts and back-pressure.  What a frame means is the controller's (controller.py)."""
+timeouts and back-pressure.  What a frame means is the dispatcher's (dispatch.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from .context import Peer
-from .controller import NamesrvController
+from .dispatch import Dispatcher
 from .metrics import Metrics
 from .remoting import FrameDecoder, RemotingDecodeError
 
@@ -66,7 +66,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     factory: RemotingFactory
     #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
     close_reason = "connection closed"
-    #: the answer being worked out in steps (controller.py); the frames that came after it wait
+    #: the answer being worked out in steps (dispatch.py); the frames that came after it wait
     answering: defer.Deferred[bytes | None] | None = None
     waiting: list[bytes]
 
@@ -105,7 +105,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         except RemotingDecodeError as exc:
             self._reject(exc.reason, str(exc))
             return
-        if self.factory.controller.count_requests:
+        if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
         if self.answering is not None:
             self.waiting += frames
@@ -115,7 +115,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     def _answer(self, frames: list[bytes]) -> None:
         """Answer ``frames`` in order; one answered in steps holds the rest until it is sent."""
         replies = []
-        handle = self.factory.controller.handle
+        handle = self.factory.dispatcher.handle
         for index, frame in enumerate(frames):
             try:
                 reply = handle(frame, self.peer)
@@ -149,7 +149,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     def _write(self, replies: list[bytes]) -> None:
         if not replies:
             return
-        if self.factory.controller.count_requests:
+        if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_sent += sum(map(len, replies))
         self.transport.writeSequence(replies)
         send_now(self.transport)
@@ -174,15 +174,15 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         if self.answering is not None:
             self.answering.cancel()  # a broker that left registers nothing
         self.factory.connections.pop(self.channel, None)
-        self.factory.controller.channel_closed(self.channel, self.close_reason)
+        self.factory.dispatcher.channel_closed(self.channel, self.close_reason)
 
 
 class RemotingFactory(protocol.Factory):
     protocol = RemotingProtocol
 
-    def __init__(self, controller: NamesrvController, clock: interfaces.IReactorTime, max_frame_length: int,
+    def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None) -> None:
-        self.controller = controller
+        self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
         self.max_frame_length = max_frame_length
@@ -194,7 +194,7 @@ class RemotingFactory(protocol.Factory):
 
     @property
     def metrics(self) -> Metrics:
-        return self.controller.metrics
+        return self.dispatcher.metrics
 
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         """None (the connection is closed at once) when maxConnections are open."""

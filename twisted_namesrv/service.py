@@ -14,7 +14,7 @@ from twisted.logger import Logger
 
 from . import CannotStart, __version__
 from .context import NamesrvState
-from .controller import NamesrvController
+from .dispatch import Dispatcher
 from .housekeeping import HousekeepingService, log_route_event
 from .logs import forward_stdlib_logging
 from .metrics import Metrics
@@ -59,7 +59,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
 
 class MinBrokerIdNotifier:
     """Sends NOTIFY_MIN_BROKER_ID_CHANGE (905) oneway on its own connection, as Java's
-    NamesrvController.remotingClient does."""
+    Dispatcher.remotingClient does."""
 
     def __init__(self, reactor, version: int) -> None:
         self.reactor = reactor
@@ -132,7 +132,7 @@ STEPS_PER_TURN_SECONDS = 0.003
 
 
 def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
-    """Runs the steps of big answers (controller.py) a few milliseconds per reactor turn."""
+    """Runs the steps of big answers (dispatch.py) a few milliseconds per reactor turn."""
     def budget() -> Callable[[], bool]:
         deadline = perf_counter() + STEPS_PER_TURN_SECONDS
         return lambda: perf_counter() >= deadline
@@ -151,9 +151,9 @@ class NamesrvService(service.MultiService):
         self.metrics = Metrics(clock=reactor.seconds)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
-        self.controller = NamesrvController(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
+        self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                             call_later=reactor.callLater, cooperator=step_cooperator(reactor))
-        self.factory = RemotingFactory(self.controller, reactor, config["frameMaxLength"],
+        self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000

@@ -2,7 +2,7 @@
 
 A NameServer must keep answering lookups while it decodes a broker's 12 MB topic table. Such
 jobs are written as generators that ``yield`` between slices of about a millisecond; the service
-runs them across reactor turns (controller.py, with Twisted's Cooperator) and everything else
+runs them across reactor turns (dispatch.py, with Twisted's Cooperator) and everything else
 runs them straight through with ``run_steps``. Pure Python: the codec and the state use it.
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,14 +33,14 @@ class Exchange:
 @pytest.fixture
 def namesrv_exchanges(monkeypatch) -> list[Exchange]:
     """Every request our server answers by dispatch during the test, with its answer.  Wraps
-    NamesrvController.answer; the real one still answers."""
+    Dispatcher.answer; the real one still answers."""
     exchanges: list[Exchange] = []
-    real_answer = NamesrvController.answer
+    real_answer = Dispatcher.answer
 
-    def recording_answer(controller, request, peer):
-        answered = real_answer(controller, request, peer)
+    def recording_answer(dispatcher, request, peer):
+        answered = real_answer(dispatcher, request, peer)
         exchanges.append(Exchange(peer.address, request, answered[0] if answered else None))
         return answered
 
-    monkeypatch.setattr(NamesrvController, "answer", recording_answer)
+    monkeypatch.setattr(Dispatcher, "answer", recording_answer)
     return exchanges

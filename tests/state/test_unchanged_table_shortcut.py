@@ -12,7 +12,7 @@ from twisted.internet import task
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
-from twisted_namesrv.controller import NamesrvController
+from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import build_state
@@ -80,7 +80,7 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
         before = fast.routes.known_table_digest("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
                                                 acting[broker_id])
         skipped += before is not None and request.code == RequestCode.REGISTER_BROKER
-        answers = [NamesrvController(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
+        answers = [Dispatcher(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
                    for state in (fast, reference)]
         assert answers[0].encode() == answers[1].encode()
         assert snapshot(fast) == snapshot(reference)

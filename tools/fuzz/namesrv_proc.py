@@ -103,7 +103,7 @@ def _taskset() -> bool:
 class LogReport:
     #: (context, request code, innermost project frame, exception type) -> count, where context is
     #: "unhandled" (a Twisted Unhandled Error: the exception escaped the protocol), "handler" (the
-    #: controller caught a handler's exception and answered code 1) or "other"
+    #: dispatcher caught a handler's exception and answered code 1) or "other"
     tracebacks: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)  # the same key -> one full exception line
     decode_closes: int = 0  # "decode exception ..., closing the channel"

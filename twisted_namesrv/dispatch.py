@@ -1,6 +1,6 @@
-"""NamesrvController: from a request frame to its answer frame, without sockets.
+"""Dispatcher: from a request frame to its answer frame, without sockets.
 
-As in Java's NamesrvController, this is where the parts meet: the state (configuration, route
+As in Java's Dispatcher, this is where the parts meet: the state (configuration, route
 and KV tables, the answer cache), the handler table and the metrics.  The protocol hands over
 whole frames and writes what comes back; a channel that closes is reported here.
 
@@ -37,7 +37,7 @@ Answer = bytes | None
 log = logging.getLogger(__name__)
 
 
-class NamesrvController:
+class Dispatcher:
     """One entry for requests (``handle``), one for closed channels (``channel_closed``).
 
     ``count_requests``: count and time every request for /metrics, only when metrics are served
