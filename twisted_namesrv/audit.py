@@ -81,10 +81,17 @@ class AuditEvent:
     def line(self) -> str:
         """The text log line: who did what to what, and how it ended."""
         who = f" accessKey={self.access_key}" if self.access_key else ""
-        target = " ".join(f"{k}={v}" for k, v in self.target.items())
+        target = " ".join(f"{k}={_shown(v)}" for k, v in self.target.items())
         why = f" ({self.reason})" if self.reason else ""
         return (f"audit {self.operation} {self.request}({self.code}) from {self.peer}{who}: {target} "
                 f"-> {self.result}{why}")
+
+
+def _shown(value: Any) -> str:
+    """A target value in the text line: a config update's keys as ``{k=v, k=v}``."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def event_of(state: NamesrvState, request: RemotingCommand, peer: Peer,
