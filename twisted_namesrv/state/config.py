@@ -355,8 +355,7 @@ class NamesrvConfig:
                 raise ConfigError(f"{name}: {value} is out of range ({allowed})")
         if values["headerMaxLength"] > values["frameMaxLength"]:
             raise ConfigError(f"headerMaxLength: {values['headerMaxLength']} exceeds frameMaxLength")
-        if (values["metricsPort"] and values["metricsPort"] == values["listenPort"]
-                and values["metricsBindAddress"] == values["bindAddress"]):
+        if values["metricsPort"] and values["metricsPort"] == values["listenPort"]:
             raise ConfigError(f"metricsPort: {values['metricsPort']} is the listenPort")
         for name in ("bindAddress", "metricsBindAddress"):
             if not str(values[name]).strip():
