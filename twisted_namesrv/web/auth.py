@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from typing import cast
 
 from twisted.web import resource, server
 
@@ -65,6 +66,10 @@ class Refusal(resource.Resource):
         return b""
 
 
+def refusal(status: int) -> resource.IResource:
+    return cast(resource.IResource, Refusal(status))  # a Resource provides IResource (zope, unseen by mypy)
+
+
 class AccountGate(resource.Resource):
     """The site's root behind the ACL file's accounts (the first path segment passes here)."""
 
@@ -78,9 +83,9 @@ class AccountGate(resource.Resource):
             return self.inner.getChildWithDefault(path, request)
         account = self.account(request)
         if account is None:
-            return Refusal(401)
+            return refusal(401)
         if request.path in ADMIN_PATHS and not account.admin:
-            return Refusal(403)
+            return refusal(403)
         return self.inner.getChildWithDefault(path, request)
 
     def account(self, request: server.Request) -> Account | None:
