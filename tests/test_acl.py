@@ -226,6 +226,17 @@ def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitel
     assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed_elsewhere, None, "8.8.8.8:1") is None
 
 
+@pytest.mark.parametrize(("remote", "ip"), [("10.0.0.1:5555", "10.0.0.1"), ("::1:5555", "::1"),
+                                            ("[2001:db8::7]:80", "2001:db8::7"), ("::ffff:10.0.0.1:80", "10.0.0.1"),
+                                            ("fe80::1%eth0:33", "fe80::1"), ("?:?", None)])
+def test_the_peer_address_a_whitelist_is_matched_against(remote, ip):
+    import ipaddress
+
+    from twisted_namesrv.state.acl import peer_ip
+
+    assert peer_ip(remote) == (None if ip is None else ipaddress.ip_address(ip))
+
+
 def test_whitelists_apply_through_the_dispatcher(tmp_path):
     path = tmp_path / "plain_acl.yml"
     path.write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\naccounts:\n  - accessKey: a\n    secretKey: s\n")

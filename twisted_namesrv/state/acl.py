@@ -59,17 +59,20 @@ class Account:
 
 
 def peer_ip(remote: str) -> Address | None:
-    """The IP of a peer's ``host:port`` (``[v6]:port``, or ``v6:port`` as the server writes it);
-    None when it is none."""
+    """The IP of a peer's ``host:port`` (``[v6]:port``, or ``v6:port`` as the server writes it),
+    an IPv4 peer of a dual-stack listener (``::ffff:a.b.c.d``) as IPv4; None when it is none."""
     host = remote
     if remote.startswith("["):
         host = remote[1:].partition("]")[0]
     elif ":" in remote:
         host = remote.rpartition(":")[0]
     try:
-        return ipaddress.ip_address(host.split("%")[0])
+        address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def address_pattern(pattern: str) -> AddressMatch:
