@@ -79,7 +79,17 @@ def planted_setup(tmp_path):
     return tmp_path, config, port, web, secrets, acl_secrets
 
 
-def test_no_planted_secret_reaches_any_output(planted_setup):
+LAUNCHERS = {
+    # the log in a file (twistd), and on stdout as JSON lines, every event's fields included
+    "twistd --logfile": lambda config, log: [str(BIN / "twistd"), "-n", "--pidfile=", "--logfile", str(log),
+                                             "namesrv", "-c", str(config)],
+    "python -m --log-format json": lambda config, log: [sys.executable, "-m", "twisted_namesrv", "-c", str(config),
+                                                        "--log-format", "json"],
+}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_no_planted_secret_reaches_any_output(planted_setup, launcher):
     tmp_path, config, port, web, secrets, acl_secrets = planted_setup
     seen: dict[str, str] = {}  # channel -> what it showed
 
@@ -89,11 +99,10 @@ def test_no_planted_secret_reaches_any_output(planted_setup):
     assert printed.returncode == 0
     assert parse_properties(printed.stdout)["tls.server.keyPassword"] == MASK
 
-    log_file = tmp_path / "namesrv.log"
     out, err = tmp_path / "stdout", tmp_path / "stderr"
+    log_file = tmp_path / "namesrv.log" if launcher.startswith("twistd") else out
     with out.open("w") as stdout, err.open("w") as stderr:
-        server = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "--logfile", str(log_file), "namesrv",
-                                   "-c", str(config)], stdout=stdout, stderr=stderr)
+        server = subprocess.Popen(LAUNCHERS[launcher](config, log_file), stdout=stdout, stderr=stderr)
     try:
         wait_for_port(port, server)
         wait_for_port(web, server)
@@ -148,12 +157,25 @@ def test_a_broken_acl_file_is_reported_without_its_lines(tmp_path):
     secret = planted("broken-yaml")
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(f"accounts:\n  - accessKey: a\n    secretKey: {secret}\n   admin: [true\n")
-    result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path),
-                             "-c", str(_properties(tmp_path, aclEnable="true", aclAccountsFile=acl))],
-                            capture_output=True, text=True, timeout=60)
+    result = start(tmp_path, aclEnable="true", aclAccountsFile=acl)
     assert result.returncode == 1
     assert "aclAccountsFile: cannot read" in result.stderr and "not valid YAML" in result.stderr
     assert secret not in result.stderr + result.stdout
+
+
+def test_a_wrong_key_password_is_reported_without_it(tmp_path):
+    secret = planted("wrong-key-password")
+    pki = make_pki(tmp_path, key_password="the-right-one")
+    result = start(tmp_path, **{"tls.server.mode": "enforcing", "tls.server.certPath": pki.cert,
+                                "tls.server.keyPath": pki.key, "tls.server.keyPassword": secret})
+    assert result.returncode == 1 and "cannot start: tls.server.certPath/keyPath" in result.stderr
+    assert secret not in result.stderr + result.stdout
+
+
+def start(tmp_path: Path, **values: object) -> subprocess.CompletedProcess:
+    """A start with these -c file values (expected to fail), its output captured."""
+    return subprocess.run([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path),
+                           "-c", str(_properties(tmp_path, **values))], capture_output=True, text=True, timeout=60)
 
 
 def _properties(tmp_path: Path, **values: object) -> Path:
