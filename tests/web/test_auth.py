@@ -6,6 +6,7 @@ Over real HTTP, and in headless Chromium (the page asks for credentials, then sh
 from __future__ import annotations
 
 import os
+import re
 import urllib.error
 import urllib.request
 from base64 import b64encode
@@ -17,6 +18,8 @@ from twisted.logger import globalLogPublisher
 
 from tests.support import free_port, server_config, start_server
 from tests.web.test_status_page import chromium
+from twisted_namesrv.admin.client import NamesrvClient
+from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.web.auth import is_loopback, is_public
 
@@ -53,8 +56,12 @@ def acl_file(tmp_path):
 async def web(tmp_path, acl_file):
     """A server with ACL and the HTTP side; yields the HTTP base URL, with a KV entry in place."""
     config = server_config(tmp_path, metricsPort=free_port(), aclEnable=True, aclAccountsFile=acl_file)
-    service, _ = await start_server(config)
-    service.state.kv.put("ns", "k", "kv-value")
+    service, port = await start_server(config)
+    client = NamesrvClient(f"127.0.0.1:{port}", 10, OPERATOR)
+    put = {"namespace": "ns", "key": "k", "value": "kv-value"}
+    answer = await threads.deferToThread(client.call, RequestCode.PUT_KV_CONFIG, put)  # an audited change
+    client.close()
+    assert answer.code == 0, answer.remark
     site = await service.web_ready
     yield f"http://127.0.0.1:{site.getHost().port}"
     await service.stopService()
@@ -141,5 +148,8 @@ async def test_the_status_page_asks_for_an_account_in_headless_chromium(web, tmp
         dom[name] = out.decode()
     assert "<title>NameServer status</title>" in dom["operator"]  # every fetch answered: no ⚠
     assert "<div>ns: k=kv-value</div>" in dom["operator"]
+    audit_row = re.search(r'<tr data-kind="audit" data-result="ok">(.*?)</tr>', dom["operator"])
+    assert audit_row and re.search(r"put_kv_config.*namespace=ns · key=k.*127\.0\.0\.1:\d+ \(operator\).*"
+                                   r"PUT_KV_CONFIG \(100\): ok", audit_row.group(1)), audit_row
     assert "<title>NameServer status</title>" in dom["reader"]
     assert ">KV values are shown to admin accounts only<" in dom["reader"] and "kv-value" not in dom["reader"]
