@@ -18,6 +18,7 @@ from time import perf_counter
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
+from .audit import AUDITED, record
 from .context import NamesrvState, Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import (
@@ -127,6 +128,8 @@ class Dispatcher:
                 response = HANDLERS[request.code](self.state, request, peer)
             except Exception as exc:
                 response = self._failed(request, peer, exc)
+        if request.code in AUDITED:  # the audit trail's one call (audit.py)
+            record(self.state, self.metrics, request, peer, response)
         return None if request.is_oneway else response
 
     def _dispatch_steps(self, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand | None]:
@@ -186,7 +189,8 @@ class Dispatcher:
         """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
         state = self.state
         acl = state.acl
-        refusal = acl.refusal(request.code, request.ext, request.body) if acl and acl.guards(request.code) else None
+        refusal = (acl.refusal(request.code, request.ext, request.body, peer.address)
+                   if acl and acl.guards(request.code) else None)
         if refusal is not None:  # as a Java broker answers an AclException
             log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
             return respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)

@@ -89,6 +89,8 @@ class Metrics:
     bytes_received: int = 0
     bytes_sent: int = 0
     connections_accepted: int = 0
+    #: audited requests (audit.py) by (operation, result)
+    admin_requests: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
@@ -137,6 +139,13 @@ class Metrics:
         if kind in DEPARTURES:
             self.departed[event.broker_key] = event
         self._forget_old_departures()
+
+    def feed_event(self, kind: str, info: dict[str, Any]) -> None:
+        """An event for the status page that is no route event (an audited request): kept with the
+        route events, numbered in the same sequence, counted elsewhere."""
+        self.events_seen += 1
+        now = self.clock()
+        self.recent_events.append(RouteEvent(self.events_seen, now, kind, dict(info), 1, now))
 
     def departed_brokers(self) -> list[RouteEvent]:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""

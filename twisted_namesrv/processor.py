@@ -25,7 +25,7 @@ from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType,
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
-from .state.config import ConfigError, parse_properties
+from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, RegisterRequest, RouteData, has_unit_flag, has_unit_sub_flag
 from .steps import Steps, run_steps
@@ -391,8 +391,8 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
     state.answers.clear()  # switches shape answers (orderMessageEnable, supportActingMaster, ...)
-    log.info("updateNamesrvConfig from %s: %s", peer.address, props)
-    state.persist_config(state.config.properties_text())
+    log.info("updateNamesrvConfig from %s: %s", peer.address, masked(props))
+    state.persist_config(state.config.stored_text())
     return respond(state, request)
 
 

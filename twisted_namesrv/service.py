@@ -95,15 +95,16 @@ class Listener(service.Service):
     (megabytes per process: docs/benchmarks.md) when it is installed."""
 
     def __init__(self, port_key: str, factory: protocol.Factory, config: NamesrvConfig,
-                 reactor: interfaces.IReactorTCP) -> None:
+                 reactor: interfaces.IReactorTCP, bind_key: str = "bindAddress") -> None:
         self.setName(port_key)
         self.factory = factory
         self.config = config
         self.reactor = reactor
+        self.bind_key = bind_key  # the HTTP side has its own (metricsBindAddress)
         self.port: interfaces.IListeningPort | None = None
 
     def address(self) -> str:
-        return f"{self.config['bindAddress']}:{self.config[self.name]}"
+        return f"{self.config[self.bind_key]}:{self.config[self.name]}"
 
     def bind(self) -> None:
         if self.port is not None:
@@ -111,7 +112,7 @@ class Listener(service.Service):
         try:
             self.port = self.reactor.listenTCP(self.config[self.name], self.factory,
                                                backlog=self.config["serverSocketBacklog"],
-                                               interface=self.config["bindAddress"])
+                                               interface=self.config[self.bind_key])
         except CannotListenError as exc:
             cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
             reason = f"cannot listen on {self.address()} ({self.name}): {cause}"
@@ -173,7 +174,8 @@ class NamesrvService(service.MultiService):
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor)
+            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor,
+                                "metricsBindAddress")
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
@@ -222,8 +224,20 @@ class NamesrvService(service.MultiService):
         if self.web is not None:
             address = self.web.port.getHost()
             log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
+            self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
+
+    def _warn_of_open_web(self) -> None:
+        """The status page and /api show every route and KV value: served beyond this machine
+        without ACL, say so where the operator looks."""
+        from .web.auth import is_loopback
+
+        host = self.config["metricsBindAddress"]
+        if not is_loopback(host) and not self.config["aclEnable"]:
+            log.warn("the status page and /api on {host} are open to anyone who reaches it (aclEnable=false): "
+                     "every route and KV value; bind it to loopback (--metrics-bind 127.0.0.1) or enable ACL",
+                     host=host)
 
     def stopService(self):
         d = defer.maybeDeferred(super().stopService)  # the listeners stop listening first

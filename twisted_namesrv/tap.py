@@ -54,7 +54,7 @@ def report_cannot_start_in_one_line() -> None:
 
 class Options(usage.Options):
     synopsis = ("[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] "
-                "[--route-snapshot FILE] [--strict-config] [-p] [--version]")
+                "[--metrics-bind ADDR] [--route-snapshot FILE] [--strict-config] [-p] [--version]")
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
@@ -64,6 +64,8 @@ class Options(usage.Options):
         ["kv-config-path", None, None, "the KV store file (kvConfigPath)"],
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
+        ["metrics-bind", None, None, "address the HTTP side listens on (metricsBindAddress, default 127.0.0.1 "
+         "whatever --bind says)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
         ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
         ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
@@ -86,6 +88,7 @@ class Options(usage.Options):
             if not self["configFile"]:  # with -c, updates go to that file (as mqnamesrv -c), not the data dir
                 values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
+                            ("metrics-bind", "metricsBindAddress"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
                             ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
             if self[option]:

@@ -158,6 +158,17 @@ async def test_write_permissions(server):
 
 
 @pytest_twisted.ensureDeferred
+async def test_write_permissions_of_a_broker_nobody_registered_fail(server):
+    """Java answers SUCCESS with a count of 0 for any name: read back, a typo is an error."""
+    for command in ("wipeWritePerm", "addWritePerm"):
+        run = await run_cli("-n", server.addr, command, "-b", "nosuch")
+        assert (run.code, run.out) == (1, "")
+        assert run.err == f"error: {server.addr}: no broker named nosuch is registered (clusterList lists them)\n"
+    run = await run_cli("-n", server.addr, "addWritePerm", "-b", "broker-b")  # registered, nothing to add: fine
+    assert run.code == 0 and run.out.endswith("OK, 2\n")
+
+
+@pytest_twisted.ensureDeferred
 async def test_delete_topic(server):
     ns = ["-n", server.addr]
     run = await run_cli(*ns, "deleteTopic", "-t", "TopicTest", "-c", "DefaultCluster")

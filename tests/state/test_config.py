@@ -166,3 +166,50 @@ def test_all_keys_text_lists_every_key_unset_ones_empty(tmp_path):
     lines = dict(line.split("=", 1) for line in config.all_keys_text().splitlines())
     assert list(lines) == [k.name for k in KEYS] and lines["rocketmqHome"] == ""
     assert lines["listenPort"] == "9876" and lines["compatVersion"] == "5.3.3"
+
+
+# -- secrets and keys not implemented here (one set each, in the schema) --------------------------
+
+def test_secret_values_are_left_out_of_the_answer_masked_in_p_and_kept_in_the_stored_file(tmp_path):
+    from twisted_namesrv.state.config import MASK, masked
+
+    path = tmp_path / "ns.properties"
+    path.write_text("tls.server.keyPassword=pw1\ndb.password=pw2\nproductEnvName=center\n")
+    config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")})
+    assert "pw1" not in config.properties_text() and "pw2" not in config.properties_text()
+    assert "productEnvName=center" in config.properties_text()
+    stored = parse_properties(config.stored_text())
+    assert stored["tls.server.keyPassword"] == "pw1" and stored["db.password"] == "pw2"
+    shown = parse_properties(config.all_keys_text())
+    assert shown["tls.server.keyPassword"] == MASK and shown["tls.server.mode"] == "disabled"
+    assert parse_properties(make(tmp_path).all_keys_text())["tls.server.keyPassword"] == ""  # unset: nothing to hide
+    assert masked({"a.token": "x", "listenPort": "1", "secretKey": ""}) == {"a.token": MASK, "listenPort": "1",
+                                                                            "secretKey": ""}
+
+
+@pytest.mark.parametrize("key", ["clusterTest=true", "enableControllerInNamesrv=true", "rocketmqHome=/opt/rmq",
+                                 "clientRequestThreadPoolNums=32"])
+def test_java_keys_not_implemented_here_warn_and_strict_refuses_them(tmp_path, key):
+    path = tmp_path / "ns.properties"
+    path.write_text(f"{key}\n")
+    config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")})
+    assert config.warnings == [f"{path}: {key}: not implemented, ignored (this NameServer does not do what the "
+                               "key asks)"]
+    with pytest.raises(ConfigError, match=f"{key}: not implemented by this NameServer"):
+        NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=True)
+
+
+def test_a_not_implemented_key_at_its_default_is_no_warning(tmp_path):
+    path = tmp_path / "ns.properties"
+    path.write_text("clusterTest=false\nenableControllerInNamesrv=false\norderMessageEnable=true\n")
+    config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=True)
+    assert config.warnings == []
+
+
+def test_the_http_side_binds_loopback_whatever_bind_address_says(tmp_path):
+    config = make(tmp_path, bindAddress="0.0.0.0")
+    assert config["metricsBindAddress"] == "127.0.0.1"
+    with pytest.raises(ConfigError, match="metricsPort: 9877 is the listenPort"):
+        make(tmp_path, metricsPort=9877, listenPort=9877)
+    with pytest.raises(ConfigError, match="metricsBindAddress: empty"):
+        make(tmp_path, metricsBindAddress=" ")

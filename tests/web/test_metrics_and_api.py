@@ -132,7 +132,10 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     broker_transport.loseConnection()
     served.clock.advance(0)  # its brokers leave at the reactor's next turn
     events = served.api.events()["events"]
-    assert [(e["seq"], e["kind"], e["addr"]) for e in events] == [(1, "registered", MASTER), (2, "closed", MASTER)]
+    assert [(e["seq"], e["kind"], e.get("addr"), e.get("operation")) for e in events] == [
+        (1, "registered", MASTER, None), (2, "audit", None, "wipe_write_perm"), (3, "audit", None, "put_kv_config"),
+        (4, "closed", MASTER, None)]  # route events and the audit trail, in one sequence
+    assert events[1]["target"] == {"brokerName": "broker-a", "wipeTopicCount": "2"} and events[1]["result"] == "ok"
     assert served.api.events(since=1)["events"] == events[1:]
     assert served.api.overview()["brokers_live"] == 0
 

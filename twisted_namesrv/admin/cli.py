@@ -11,12 +11,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 from typing import TextIO
 
 from ..remoting.codes import version_name
 from . import commands, compare
-from .client import DEFAULT_NAMESRV, DEFAULT_TIMEOUT, AdminError, NamesrvClient, Namesrvs, split_namesrv_list
+from .client import (
+    DEFAULT_NAMESRV,
+    DEFAULT_TIMEOUT,
+    AdminError,
+    NamesrvClient,
+    Namesrvs,
+    TlsOptions,
+    split_namesrv_list,
+)
 
 SUBCOMMANDS = {
     # name: (function, help, [(flags, dest, help, required)])
@@ -59,6 +68,18 @@ def _options(parser: argparse.ArgumentParser, namesrv: bool, suppress: bool) -> 
     parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable JSON output")
     parser.add_argument("--timeout", type=float, default=default(DEFAULT_TIMEOUT),
                         help=f"seconds to wait for each answer (default {DEFAULT_TIMEOUT:g})")
+    env = os.environ.get
+    parser.add_argument("--tls", action="store_true",
+                        default=default(env("NAMESRV_TLS", "").lower() in ("1", "true", "yes")),
+                        help="speak TLS, as mqadmin with tls.enable=true (default: $NAMESRV_TLS)")
+    parser.add_argument("--tls-ca", metavar="FILE", default=default(env("NAMESRV_TLS_CA")),
+                        help="PEM CA certificate(s) to verify the NameServer with (default: $NAMESRV_TLS_CA, else "
+                             "the system's trust store); implies --tls")
+    parser.add_argument("--tls-cert", metavar="FILE", default=default(env("NAMESRV_TLS_CERT")),
+                        help="PEM client certificate, for a NameServer with tls.server.authClient "
+                             "(default: $NAMESRV_TLS_CERT); implies --tls")
+    parser.add_argument("--tls-key", metavar="FILE", default=default(env("NAMESRV_TLS_KEY")),
+                        help="its PEM key (default: $NAMESRV_TLS_KEY, else the --tls-cert file)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +114,13 @@ def credentials() -> tuple[str, str] | None:
     return (access_key, secret_key) if access_key and secret_key else None
 
 
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The client TLS context the options ask for, or None for plain TCP."""
+    if not (args.tls or args.tls_ca or args.tls_cert):
+        return None
+    return TlsOptions(args.tls_ca, args.tls_cert, args.tls_key).context()
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -104,6 +132,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.timeout <= 0:
         err.write("error: --timeout must be positive\n")
         return 2
+    if args.tls_key and not args.tls_cert:
+        err.write("error: --tls-key needs --tls-cert\n")
+        return 2
+    try:
+        tls = tls_context(args)
+    except AdminError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
     try:
         lists = args.servers if args.command == "compare" else [args.namesrv]
         addrs = list(dict.fromkeys(addr for text in lists for addr in split_namesrv_list(text)))
@@ -111,9 +147,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         err.write(f"error: {exc}\n")
         return 2
     if args.command == "compare":
-        return run_compare(addrs, args, out, err)
+        return run_compare(addrs, args, out, err, tls)
     try:
-        with Namesrvs(addrs, args.timeout, credentials()) as namesrvs:
+        with Namesrvs(addrs, args.timeout, credentials(), tls) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:
         err.write(f"error: {exc}\n")
@@ -127,13 +163,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     return 1 if outcome.errors else 0
 
 
-def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: TextIO,
+                tls: ssl.SSLContext | None = None) -> int:
     if len(addrs) < 2:
         err.write("error: compare needs at least two different NameServers\n")
         return 2
     snapshots = {}
     for addr in addrs:
-        client = NamesrvClient(addr, args.timeout, credentials())
+        client = NamesrvClient(addr, args.timeout, credentials(), tls)
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
@@ -25,6 +27,36 @@ _OPAQUES = itertools.count(1)
 #: (line-based HTTP servers wait for a line end a remoting frame never has, so they never answer)
 PROBE_AFTER = 0.5
 HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
+#: what a plain request to a TLS-only NameServer ends in (it fails our bytes as a handshake and closes)
+TLS_HINT = "is the NameServer enforcing TLS? try --tls"
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """``--tls`` (mqadmin's tls.enable): the CA to verify the NameServer's certificate with (None:
+    the system's trust store), and a client certificate and key for ``tls.server.authClient``."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The client context; a file that cannot be used raises AdminError naming it."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise AdminError(f"--tls-ca {self.ca}: not a readable PEM CA certificate: {_reason(exc)}") from None
+        if self.cert:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as exc:
+                raise AdminError(f"--tls-cert {self.cert} / --tls-key {self.key}: not a readable PEM certificate and "
+                                 f"key: {_reason(exc)}") from None
+        return context
+
+
+def _reason(exc: Exception) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc)
 
 
 class AdminError(Exception):
@@ -85,11 +117,13 @@ def json_body(addr: str, response: RemotingCommand) -> Any:
 class NamesrvClient:
     """One NameServer, connected on first use and kept open for the following requests."""
 
-    def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT, credentials: tuple[str, str] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.addr = addr
         self.host, self.port = parse_address(addr)
         self.timeout = timeout
         self.credentials = credentials  # (accessKey, secretKey): every request signed, as mqadmin's ACL hook does
+        self.tls = tls  # None: plain TCP
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder()
 
@@ -116,7 +150,8 @@ class NamesrvClient:
             raise
         except OSError as exc:
             self.close()
-            raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}") from None
+            hint = f" ({TLS_HINT})" if self.tls is None and isinstance(exc, ConnectionResetError) else ""
+            raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}{hint}") from None
         raise AssertionError("unreachable")
 
     def call_ok(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
@@ -138,8 +173,29 @@ class NamesrvClient:
         except OSError as exc:
             raise TransportError(f"connect to {self.addr} failed: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            sock = self._handshake(sock, deadline)
         self._sock = sock
         return sock
+
+    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
+        """TLS over the new connection, verifying the NameServer's certificate and address."""
+        assert self.tls is not None
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            return self.tls.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise TransportError(f"{self.addr}: its TLS certificate is not trusted: {exc.verify_message} "
+                                 "(--tls-ca FILE names the CA that signed it)") from None
+        except (ssl.SSLError, ConnectionError) as exc:
+            sock.close()
+            raise TransportError(f"{self.addr}: TLS handshake failed: {_reason(exc)} (does the NameServer serve "
+                                 "TLS? tls.server.mode permissive or enforcing; with tls.server.authClient it wants "
+                                 "--tls-cert and --tls-key)") from None
+        except TimeoutError:
+            sock.close()
+            raise TransportError(f"{self.addr}: TLS handshake timed out after {self.timeout:g} s") from None
 
     def _responses(self, sock: socket.socket, deadline: float, code: int) -> Iterator[RemotingCommand]:
         """Responses as they arrive until the deadline; requests from the server are skipped.
@@ -162,7 +218,8 @@ class NamesrvClient:
                 continue
             probe_at = None
             if not data:
-                raise TransportError(f"{self.addr} closed the connection before answering {code_name(code)}")
+                hint = f" ({TLS_HINT})" if self.tls is None else ""
+                raise TransportError(f"{self.addr} closed the connection before answering {code_name(code)}{hint}")
             try:
                 commands = [RemotingCommand.decode(frame) for frame in self._decoder.feed(data)]
             except RemotingDecodeError as exc:
@@ -191,8 +248,8 @@ class Namesrvs:
     failure moves on to the next, as the Java client picks another channel), writes to each."""
 
     def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT,
-                 credentials: tuple[str, str] | None = None) -> None:
-        self.clients = [NamesrvClient(addr, timeout, credentials) for addr in addrs]
+                 credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None) -> None:
+        self.clients = [NamesrvClient(addr, timeout, credentials, tls) for addr in addrs]
 
     def __enter__(self) -> Namesrvs:
         return self

@@ -187,11 +187,21 @@ def _count(answer: RemotingCommand, name: str) -> int | None:
 
 
 def _write_perm(namesrvs: Namesrvs, broker: str, code: int, verb: str, count_name: str) -> Outcome:
+    """Java answers SUCCESS with a count of 0 for a broker name it does not know (a typo looks like
+    success), so a count of 0 is read back against the registered brokers."""
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         count = _count(client.call_ok(code, {"brokerName": broker}), count_name)
+        if count == 0 and not _registered(client, broker):
+            raise AdminError(f"{client.addr}: no broker named {broker} is registered (clusterList lists them)")
         return f"{verb} write perm of broker[{broker}] in name server[{client.addr}] OK, {count}", {count_name: count}
 
     return on_each(namesrvs, step)
+
+
+def _registered(client: NamesrvClient, broker: str) -> bool:
+    """Whether ``broker`` is a broker name of the NameServer's cluster info (brokerAddrTable)."""
+    info = json_body(client.addr, client.call_ok(RequestCode.GET_BROKER_CLUSTER_INFO))
+    return broker in (info.get("brokerAddrTable") or {})
 
 
 def wipe_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:

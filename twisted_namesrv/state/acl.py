@@ -8,6 +8,13 @@ NameServer never did, so anyone could wipe a broker's write permission or rewrit
 Here every state-changing code needs a valid signature; operator codes need an ``admin``
 account; reads need one only with ``aclReadRequired``.  A refusal is what a Java broker answers:
 SYSTEM_ERROR with the AclException text.
+
+Address whitelists (``globalWhiteRemoteAddresses``, an account's ``whiteRemoteAddress``) follow
+ACL 1.0 (PlainPermissionManager.validate, RemoteAddressStrategyFactory): a peer on the global
+list needs no signature at all; a request naming an account whose whitelist holds the peer needs
+no signature -- but, unlike Java, an admin code still needs an admin account.  Patterns:
+``*``, one address, ``a,b,c``, ``192.168.1.{1,2}``, ranges ``192.168.1.1-10`` / ``192.168.*`` /
+``192.168.1-10.*``, the IPv6 forms of those, and (beyond ACL 1.0) CIDR ``10.0.0.0/8``.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Mapping
-from dataclasses import dataclass
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +40,118 @@ class AclConfigError(ValueError):
     """An accounts file that cannot be used; the message names the file."""
 
 
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: whether a peer's address is on a whitelist
+AddressMatch = Callable[[Address], bool]
+
+
+def _never(address: Address) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Account:
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)  # a repr in a log or traceback must not carry it
     admin: bool = False
+    #: whiteRemoteAddress: peers whose requests for this account need no signature
+    white: AddressMatch = field(default=_never, repr=False, compare=False)
+
+
+def peer_ip(remote: str) -> Address | None:
+    """The IP of a peer's ``host:port`` (``[v6]:port``, or ``v6:port`` as the server writes it),
+    an IPv4 peer of a dual-stack listener (``::ffff:a.b.c.d``) as IPv4; None when it is none."""
+    host = remote
+    if remote.startswith("["):
+        host = remote[1:].partition("]")[0]
+    elif ":" in remote:
+        host = remote.rpartition(":")[0]
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def address_pattern(pattern: str) -> AddressMatch:
+    """RemoteAddressStrategyFactory: a whitelist entry as a test of a peer's address; a malformed
+    one raises ValueError naming it (Java: AclException at load)."""
+    text = pattern.strip()
+    if not text:
+        return _never  # BlankRemoteAddressStrategy
+    if text in ("*", "*.*.*.*", "*:*:*:*:*:*:*:*"):
+        return lambda address: True
+    if "/" in text:
+        network = ipaddress.ip_network(text, strict=False)
+        return lambda address: address in network
+    if text.endswith("}"):
+        head, brace, tail = text.rpartition("{")
+        if not brace or head[-1:] not in (".", ":"):
+            raise ValueError(f"{pattern!r}: expected a.b.c.{{x,y}}")
+        return _one_of([head + part.strip() for part in tail[:-1].split(",")])
+    if "," in text:
+        return _one_of([part.strip() for part in text.split(",") if part.strip()])
+    if "*" in text or "-" in text:
+        return _range(text)
+    return _one_of([text])
+
+
+def _one_of(texts: list[str]) -> AddressMatch:
+    addresses = {ipaddress.ip_address(text) for text in texts}  # ValueError names a bad one
+    return lambda address: address in addresses
+
+
+def _range(text: str) -> AddressMatch:
+    """RangeRemoteAddressStrategy: the parts before the first ``*`` or ``a-b`` part equal, that part in
+    range, the parts after it anything (``192.168.*``, ``192.168.1.1-10``, ``2001:db8::1-ff``)."""
+    v6 = ":" in text
+    separator, base, width, top = (":", 16, 8, 0xFFFF) if v6 else (".", 10, 4, 255)
+    parts = [part.strip() for part in text.split(separator)]
+    index = next((i for i, part in enumerate(parts) if part == "*" or "-" in part), None)
+    if index is None or index == 0:
+        raise ValueError(f"{text!r}: a range needs fixed leading parts")
+    try:
+        low, high = (0, top) if parts[index] == "*" else (int(n, base) for n in parts[index].split("-", 1))
+        head = _v6_words(parts[:index], width - len(parts) + index) if v6 else [int(p, base) for p in parts[:index]]
+    except ValueError:
+        raise ValueError(f"{text!r}: not an address range") from None
+    index = len(head)
+    if not (0 <= low <= high <= top and 0 < index < width and all(0 <= n <= top for n in head)):
+        raise ValueError(f"{text!r}: out of range")
+
+    def match(address: Address) -> bool:
+        if (address.version == 6) != v6:
+            return False
+        packed = address.packed
+        words = [int.from_bytes(packed[i:i + 2], "big") for i in range(0, 16, 2)] if v6 else list(packed)
+        return words[:index] == head and low <= words[index] <= high
+
+    return match
+
+
+def _v6_words(groups: list[str], count: int) -> list[int]:
+    """IPv6 groups before a range part, ``::`` filled with zeros up to ``count`` groups."""
+    if "" in groups:
+        gap = groups.index("")
+        rest = [g for g in groups[gap:] if g]
+        groups = groups[:gap] + ["0"] * (count - gap - len(rest)) + rest
+    return [int(group, 16) for group in groups]
+
+
+def _whitelist(entries: Any, where: str) -> AddressMatch:
+    """A YAML list (or one string) of patterns as one test; a bad pattern raises AclConfigError."""
+    if entries is None:
+        return _never
+    texts = [entries] if isinstance(entries, str) else entries
+    if not isinstance(texts, list):
+        raise AclConfigError(f"{where}: expected a list of addresses")
+    try:
+        tests = [address_pattern(str(text)) for text in texts if text is not None]
+    except ValueError as exc:
+        raise AclConfigError(f"{where}: bad address pattern: {exc}") from None
+    return lambda address: any(test(address) for test in tests)
 
 
 def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
@@ -55,19 +170,24 @@ def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | 
 
 
 class AccessControl:
-    def __init__(self, accounts: dict[str, Account], read_required: bool = False) -> None:
+    def __init__(self, accounts: dict[str, Account], read_required: bool = False,
+                 global_white: AddressMatch = _never) -> None:
         self.accounts = accounts
         self.read_required = read_required
+        self.global_white = global_white
 
     @classmethod
     def from_file(cls, path: str, read_required: bool = False) -> AccessControl:
-        """plain_acl.yml: ``accounts: [{accessKey, secretKey, admin}]`` (other keys are ignored)."""
+        """plain_acl.yml: ``globalWhiteRemoteAddresses`` and ``accounts: [{accessKey, secretKey,
+        admin, whiteRemoteAddress}]`` (topic and group permissions are the brokers' business: ignored)."""
         import yaml  # only when ACL is on
 
         try:
             document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc}") from None
+        except OSError as exc:
+            raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
         entries: Any = document.get("accounts") if isinstance(document, dict) else None
         if not isinstance(entries, list) or not entries:
             raise AclConfigError(f"aclAccountsFile: {path} has no 'accounts' list")
@@ -75,15 +195,23 @@ class AccessControl:
         for number, entry in enumerate(entries, 1):
             if not isinstance(entry, dict) or not entry.get("accessKey") or not entry.get("secretKey"):
                 raise AclConfigError(f"aclAccountsFile: {path}: account {number} needs accessKey and secretKey")
-            account = Account(str(entry["accessKey"]), str(entry["secretKey"]), entry.get("admin") is True)
+            white = _whitelist(entry.get("whiteRemoteAddress"), f"aclAccountsFile: {path}: account {number}")
+            account = Account(str(entry["accessKey"]), str(entry["secretKey"]), entry.get("admin") is True, white)
             accounts[account.access_key] = account
-        return cls(accounts, read_required)
+        global_white = _whitelist(document.get("globalWhiteRemoteAddresses"),
+                                  f"aclAccountsFile: {path}: globalWhiteRemoteAddresses")
+        return cls(accounts, read_required, global_white)
 
     def guards(self, code: int) -> bool:
         return self.read_required or code in BROKER_CODES or code in ADMIN_CODES
 
-    def refusal(self, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
-        """None when the request may proceed, else the AclException text Java would send."""
+    def refusal(self, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
+                remote: str = "") -> str | None:
+        """None when the request from ``remote`` (the peer's ``ip:port``) may proceed, else the
+        AclException text Java would send."""
+        address = peer_ip(remote)
+        if address is not None and self.global_white(address):
+            return None
         access_key = ext.get(ACCESS_KEY)
         if not access_key:
             return f"{ACL_EXCEPTION}: No accessKey is configured"
@@ -91,8 +219,19 @@ class AccessControl:
         if account is None:
             return f"{ACL_EXCEPTION}: No acl config for {access_key}"
         given = ext.get(SIGNATURE) or ""
-        if not hmac.compare_digest(given.encode(), signature(account.secret_key, ext, body).encode()):
+        whitelisted = address is not None and account.white(address)
+        expected = "" if whitelisted else signature(account.secret_key, ext, body)
+        if not whitelisted and not hmac.compare_digest(given.encode(), expected.encode()):
             return f"{ACL_EXCEPTION}: Check signature failed for accessKey={access_key}"
         if code in ADMIN_CODES and not account.admin:
             return f"{ACL_EXCEPTION}: Need admin permission for request code={code}, but accessKey={access_key} is not"
         return None
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error as its kind and position only: PyYAML's message quotes the offending line,
+    which in this file may hold a secretKey."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "not YAML"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML: {problem}{where}"

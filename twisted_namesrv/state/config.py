@@ -3,6 +3,12 @@
 One ``ConfigKey`` table: the generation a key belongs to, its default (and so its type), and
 whether it is guarded: keys that would change listening, threads, queues, limits or paths are
 refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
+
+Two sets beside it are data every consumer consults rather than decides for itself:
+``SECRET_KEYS`` (their values never leave the process: GET_NAMESRV_CONFIG leaves them out as Java
+leaves its TLS system properties out, ``-p``, logs, errors, the status page and the audit trail show
+``MASK``) and ``NOT_IMPLEMENTED`` (Java keys this server takes but does not act on: a start with
+one of them set warns, ``--strict-config`` refuses).
 """
 
 from __future__ import annotations
@@ -94,11 +100,40 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("inflateMaxLength", DEFAULT_MAX_INFLATED, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
+    ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+
+#: keys whose values are secrets (key passwords, secret keys, tokens): the one list every output consults
+SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword", "secretKey", "securityToken",
+                         "accessToken", "authToken"})
+#: a key no table knows (kept as it came, in ``extra``) is a secret too when its name ends in one of these
+SECRET_NAME_ENDINGS = ("password", "secretkey", "secret", "token", "credential", "credentials")
+#: what a secret's value is shown as
+MASK = "******"
+#: Java NamesrvConfig keys this server reads but does not act on: set to anything but their default
+#: they start with a warning (--strict-config: refused).  Issue work that implements one removes it.
+NOT_IMPLEMENTED = frozenset({
+    "rocketmqHome",  # Java: where its logback configuration is; here logging is Twisted's
+    "productEnvName",  # Java: only with clusterTest
+    "clusterTest",  # Java: routes of a test cluster fetched from another NameServer
+    "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
+    "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
+    "enableControllerInNamesrv",  # RocketMQ 5's embedded controller
+})
+
+
+def is_secret(name: str) -> bool:
+    """Whether ``name`` holds a secret: in SECRET_KEYS, or unknown and named like one."""
+    return name in SECRET_KEYS or (name not in KEYS_BY_NAME and name.lower().endswith(SECRET_NAME_ENDINGS))
+
+
+def masked(props: dict[str, Any]) -> dict[str, Any]:
+    """``props`` for a log line or an error: secret values replaced by MASK."""
+    return {name: MASK if is_secret(name) and value not in (None, "") else value for name, value in props.items()}
 
 
 TLS_MODES = ("disabled", "permissive", "enforcing")  # RocketMQ's TlsMode
@@ -203,8 +238,9 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
 
 
 def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) -> list[str]:
-    """Warnings for keys no NameServer setting has (Java ignores them); a value that does not
-    parse, or with ``strict`` an unknown key, raises ConfigError naming key, value and file."""
+    """Warnings for keys no NameServer setting has (Java ignores them) and for Java keys set to
+    what this server does not do (NOT_IMPLEMENTED); a value that does not parse, or with
+    ``strict`` either kind of key, raises ConfigError naming key, value (never a secret) and file."""
     warnings = []
     for name, text in file_keys.items():
         key = KEYS_BY_NAME.get(name)
@@ -215,7 +251,14 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
             continue
         problem = _check_value(key, text)
         if problem:
-            raise ConfigError(f"{path}: {name}={text.strip()}: {problem}")
+            shown = MASK if is_secret(name) else text.strip()
+            raise ConfigError(f"{path}: {name}={shown}: {problem}")
+        if name in NOT_IMPLEMENTED and _coerce(key, text) != key.default:
+            if strict:
+                raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
+                                  "(refused by --strict-config)")
+            warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
+                            "(this NameServer does not do what the key asks)")
     return warnings
 
 
@@ -314,8 +357,9 @@ class NamesrvConfig:
             raise ConfigError(f"headerMaxLength: {values['headerMaxLength']} exceeds frameMaxLength")
         if values["metricsPort"] and values["metricsPort"] == values["listenPort"]:
             raise ConfigError(f"metricsPort: {values['metricsPort']} is the listenPort")
-        if not str(values["bindAddress"]).strip():
-            raise ConfigError("bindAddress: empty")
+        for name in ("bindAddress", "metricsBindAddress"):
+            if not str(values[name]).strip():
+                raise ConfigError(f"{name}: empty")
         if values["tls.server.mode"] not in TLS_MODES:
             raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
@@ -335,8 +379,17 @@ class NamesrvConfig:
         return names + [n for n in self.extra if n not in names]
 
     def properties_text(self) -> str:
-        """GET_NAMESRV_CONFIG's body: key=value lines, sorted (5.3.3) or hash-ordered (4.9.8)."""
-        names = self.listed_keys()
+        """GET_NAMESRV_CONFIG's body: key=value lines, sorted (5.3.3) or hash-ordered (4.9.8);
+        secret keys left out, as Java's answer leaves out the TLS settings it keeps elsewhere."""
+        return self._text(with_secrets=False)
+
+    def stored_text(self) -> str:
+        """What UPDATE_NAMESRV_CONFIG writes to configStorePath: the answer's keys and the secrets
+        too (the operator's own file; without them the next start would lose its key password)."""
+        return self._text(with_secrets=True)
+
+    def _text(self, with_secrets: bool) -> str:
+        names = [n for n in self.listed_keys() if with_secrets or not is_secret(n)]
         names = sorted(names) if self.profile.sorted_config_text else java_hash_order(names)
         lines = []
         for name in names:
@@ -347,6 +400,6 @@ class NamesrvConfig:
 
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
-        without $ROCKETMQ_HOME)."""
-        values = self.values
-        return "".join(property_line(k.name, "" if values[k.name] is None else _text(values[k.name])) for k in KEYS)
+        without $ROCKETMQ_HOME; a set secret as MASK)."""
+        shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
+        return "".join(property_line(name, value) for name, value in shown.items())

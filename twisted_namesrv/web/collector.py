@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..audit import OPERATIONS, RESULTS
 from ..context import NamesrvState
 from ..metrics import Metrics, code_labels, latency_buckets, request_labels
 from ..server import RemotingFactory
@@ -27,6 +28,7 @@ class NamesrvCollector(Collector):
         yield from self._traffic()
         yield from self._routes()
         yield from self._kv()
+        yield self._admin_requests()
 
     def _requests(self) -> Iterator[Metric]:
         requests, latency = self.metrics.requests_by_code()
@@ -78,6 +80,18 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
+
+    def _admin_requests(self) -> Metric:
+        """Every (operation, result) series from the start, so a rate or an alert on refusals has
+        a series to read before the first refusal."""
+        family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
+                                     "operation and result: ok, refused (ACL or config black list), failed",
+                                     labels=["operation", "result"])
+        counts = self.metrics.admin_requests
+        for operation in sorted(OPERATIONS.values()):
+            for result in RESULTS:
+                family.add_metric([operation, result], counts[operation, result])
+        return family
 
 
 def registry(state: NamesrvState, factory: RemotingFactory) -> CollectorRegistry:

@@ -1,5 +1,6 @@
 """``--metrics-port``: Prometheus text at ``/metrics``, the status page at ``/``, its JSON under
-``/api/``, all on Twisted Web and all served from the package (no CDN, no build step)."""
+``/api/``, all on Twisted Web and all served from the package (no CDN, no build step); with
+``aclEnable`` behind the ACL file's accounts (web/auth.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from twisted.web import pages, resource, server
 from ..context import NamesrvState
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
+from .auth import guarded
 from .collector import registry
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
@@ -122,7 +124,7 @@ def make_site(state: NamesrvState, factory: RemotingFactory) -> server.Site:
     root.putChild(b"", StatusPage())
     root.putChild(b"metrics", MetricsPage(state, factory))
     root.putChild(b"api", ApiResource(StatusApi(state, factory)))
-    site = QuietSite(root)
+    site = QuietSite(guarded(root, state.acl))  # with aclEnable: accounts, but for web/auth.py's public paths
     site.displayTracebacks = False
     site.noisy = False
     return site

@@ -1,0 +1,131 @@
+"""The audit trail: every state-changing request, done or refused, is one ``audit`` event -- in the
+log (text, and JSON with the event's fields), in namesrv_admin_requests_total (every series from
+the start) and among the status page's events -- through the service's own wiring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from twisted.logger import capturedLogs, formatEvent
+
+from tests.web.test_metrics_and_api import Served, value
+from twisted_namesrv.audit import OPERATIONS, RESULTS
+from twisted_namesrv.logs import event_as_json_line
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.state.acl import signed
+from twisted_namesrv.state.config import MASK
+
+ACCOUNTS = """\
+accounts:
+  - accessKey: broker
+    secretKey: broker-secret
+    whiteRemoteAddress: 127.0.0.1
+
+  - accessKey: operator
+    secretKey: operator-secret
+    admin: true
+  - accessKey: reader
+    secretKey: reader-secret
+"""
+QUEUES = b'{"queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,"perm":6,"topicSysFlag":0}]}'
+
+
+@pytest.fixture
+def served(tmp_path):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACCOUNTS)
+    return Served(tmp_path, aclEnable=True, aclAccountsFile=str(acl))
+
+
+def ask(served: Served, code: int, ext: dict[str, str], body: bytes | None = None,
+        account: tuple[str, str] | None = ("operator", "operator-secret")) -> tuple[RemotingCommand, list[dict]]:
+    """One request over its own connection (ports 40000 and up): its answer and the audit events logged."""
+    proto, transport = served.connect()
+    if account:
+        ext = signed(ext, *account, body)
+    with capturedLogs() as events:
+        proto.dataReceived(RemotingCommand.request(code, ext, body, opaque=1, version=V5_3_3).encode())
+    (frame,) = FrameDecoder().feed(transport.value())
+    transport.loseConnection()
+    return RemotingCommand.decode(frame), [e for e in events if e.get("log_namespace") == "twisted_namesrv.audit"]
+
+
+def audit_of(events: list[dict]) -> dict:
+    (event,) = events
+    return event["audit"]
+
+
+@pytest.mark.parametrize(("code", "ext", "body", "target"), [
+    (RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "the value"}, None,
+     {"namespace": "ns", "key": "k"}),  # a KV value is no target: it stays out of the trail
+    (RequestCode.DELETE_KV_CONFIG, {"namespace": "ns", "key": "k"}, None, {"namespace": "ns", "key": "k"}),
+    (RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, None,
+     {"brokerName": "broker-a", "wipeTopicCount": "2"}),
+    (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, None,
+     {"brokerName": "broker-a", "addTopicCount": "2"}),
+    (RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1", "clusterName": "c1"}, None,
+     {"topic": "T1", "clusterName": "c1"}),
+    (RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T9"}, QUEUES, {"topic": "T9"}),
+    (RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"orderMessageEnable=true\ndb.password=hunter2\n",
+     {"config": {"orderMessageEnable": "true", "db.password": MASK}}),
+])
+def test_each_operation_is_one_audit_event_in_log_metric_and_status_page(served, code, ext, body, target):
+    served.broker(extra={"AccessKey": "broker"})  # broker-a with T1, T2 (its account's whitelist: no signature)
+
+    answer, events = ask(served, code, dict(ext), body)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    audit = audit_of(events)
+    operation = OPERATIONS[code]
+    assert audit == {"operation": operation, "request": RequestCode(code).name, "code": int(code),
+                     "peer": "127.0.0.1:40001", "access_key": "operator", "target": target, "result": "ok",
+                     "reason": None}
+    text = formatEvent(events[0])
+    assert text.startswith(f"audit {operation} {RequestCode(code).name}({int(code)}) from 127.0.0.1:40001 "
+                           "accessKey=operator: ") and text.endswith(" -> ok")
+    assert "hunter2" not in text and "the value" not in text
+    record = json.loads(event_as_json_line(events[0]))
+    assert record["audit"] == audit and record["namespace"] == "twisted_namesrv.audit" and record["level"] == "info"
+    assert record["message"] == text
+
+    samples = served.scrape()
+    assert value(samples, "namesrv_admin_requests_total", operation=operation, result="ok") == 1
+    shown = served.api.events()["events"][-1]
+    assert shown["kind"] == "audit" and shown["operation"] == operation and shown["target"] == target
+
+
+def test_refusals_and_failures_are_audited_too(served):
+    put = {"namespace": "ns", "key": "k", "value": "v"}
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, put, account=None)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert audit_of(events)["result"] == "refused" and audit_of(events)["reason"] == "No accessKey is configured"
+    assert events[0]["log_level"].name == "warn"
+
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, put, account=("reader", "reader-secret"))
+    assert audit_of(events)["result"] == "refused" and audit_of(events)["access_key"] == "reader"
+    assert "Need admin permission" in audit_of(events)["reason"]
+
+    answer, events = ask(served, RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"listenPort=1\ntls.server.keyPassword=pw\n")
+    assert answer.code == ResponseCode.NO_PERMISSION
+    assert audit_of(events)["result"] == "refused"
+    assert audit_of(events)["target"] == {"config": {"listenPort": "1", "tls.server.keyPassword": MASK}}
+
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"key": "k"})  # no namespace
+    assert answer.code == ResponseCode.SYSTEM_ERROR and audit_of(events)["result"] == "failed"
+
+    samples = served.scrape()
+    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="refused") == 2
+    assert value(samples, "namesrv_admin_requests_total", operation="update_namesrv_config", result="refused") == 1
+    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="failed") == 1
+
+
+def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
+    for code, ext in ((RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k"}),
+                      (RequestCode.GET_BROKER_CLUSTER_INFO, {}), (RequestCode.GET_NAMESRV_CONFIG, {})):
+        _, events = ask(served, code, ext)
+        assert events == []
+    samples = served.scrape()
+    series = {labels for (name, labels) in samples if name == "namesrv_admin_requests_total"}
+    assert series == {(("operation", o), ("result", r)) for o in OPERATIONS.values() for r in RESULTS}
+    assert len(series) == 21 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)

@@ -1,0 +1,155 @@
+"""The HTTP side under the ACL: with aclEnable, every path but the public ones asks for an account
+of the ACL file (HTTP Basic), KV values for an admin one; refusals say nothing but 401 (or 403);
+the listener has its own bind address, loopback by default, and warns when open without ACL.
+Over real HTTP, and in headless Chromium (the page asks for credentials, then shows)."""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.error
+import urllib.request
+from base64 import b64encode
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, threads, utils
+from twisted.logger import globalLogPublisher
+
+from tests.support import free_port, server_config, start_server
+from tests.web.test_status_page import chromium
+from twisted_namesrv.admin.client import NamesrvClient
+from twisted_namesrv.remoting import RequestCode
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.web.auth import is_loopback, is_public
+
+ACCOUNTS = """\
+accounts:
+  - accessKey: operator
+    secretKey: operator-secret
+    admin: true
+  - accessKey: reader
+    secretKey: reader-secret
+"""
+OPERATOR, READER = ("operator", "operator-secret"), ("reader", "reader-secret")
+
+
+def get(url: str, credentials: tuple[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url)
+    if credentials:
+        request.add_header("Authorization", "Basic " + b64encode(":".join(credentials).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+@pytest.fixture
+def acl_file(tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACCOUNTS)
+    return str(path)
+
+
+@pytest_twisted.async_yield_fixture
+async def web(tmp_path, acl_file):
+    """A server with ACL and the HTTP side; yields the HTTP base URL, with a KV entry in place."""
+    config = server_config(tmp_path, metricsPort=free_port(), aclEnable=True, aclAccountsFile=acl_file)
+    service, port = await start_server(config)
+    client = NamesrvClient(f"127.0.0.1:{port}", 10, OPERATOR)
+    put = {"namespace": "ns", "key": "k", "value": "kv-value"}
+    answer = await threads.deferToThread(client.call, RequestCode.PUT_KV_CONFIG, put)  # an audited change
+    client.close()
+    assert answer.code == 0, answer.remark
+    site = await service.web_ready
+    yield f"http://127.0.0.1:{site.getHost().port}"
+    await service.stopService()
+
+
+def test_public_paths_are_exactly_the_listed_ones():
+    for path in (b"/metrics", b"/healthz", b"/readyz", b"/rocketmq/nsaddr", b"/rocketmq/nsaddr-unit1"):
+        assert is_public(path), path
+    for path in (b"/", b"/api/kv", b"/metrics/", b"/metrics/x", b"/rocketmq/nsaddr-", b"/rocketmq/nsaddr-a/b",
+                 b"//metrics", b"/rocketmq/nsaddrx", b"/METRICS"):
+        assert not is_public(path), path
+
+
+def test_loopback_addresses():
+    assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost", "[::1]"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.1", "example.org"]))
+
+
+@pytest_twisted.ensureDeferred
+async def test_refusals_say_nothing_but_401_and_accounts_see_what_they_may(web):
+    def check() -> None:
+        for path in ("/", "/api/overview", "/api/kv", "/api/events", "/api/nosuch", "/nosuch", "/metrics/"):
+            for credentials in (None, ("operator", "wrong"), ("nobody", "operator-secret"), ("operator", "")):
+                status, headers, body = get(web + path, credentials)
+                assert (status, body) == (401, b""), (path, credentials)
+                assert headers["www-authenticate"] == 'Basic realm="twisted-namesrv", charset="UTF-8"'
+        status, _, body = get(web + "/metrics")
+        assert status == 200 and b"namesrv_admin_requests_total" in body
+        for path in ("/healthz", "/readyz", "/rocketmq/nsaddr", "/rocketmq/nsaddr-unit"):  # issue 33 serves them
+            assert get(web + path)[0] != 401, path
+        status, _, body = get(web + "/api/overview", READER)
+        assert status == 200 and b"kv_entries" in body
+        assert get(web + "/", READER)[0] == 200
+        assert get(web + "/api/kv", READER)[:3:2] == (403, b"")  # KV values: admin accounts only
+        status, _, body = get(web + "/api/kv", OPERATOR)
+        assert status == 200 and b"kv-value" in body
+
+    await threads.deferToThread(check)
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_acl_the_site_is_open_and_the_listener_on_its_own_loopback_address(tmp_path):
+    config = server_config(tmp_path, metricsPort=free_port())
+    assert config["metricsBindAddress"] == "127.0.0.1"
+    service, _ = await start_server(config)
+    try:
+        site = await service.web_ready
+        assert site.getHost().host == "127.0.0.1"
+        status, _, _ = await threads.deferToThread(get, f"http://127.0.0.1:{site.getHost().port}/api/kv")
+        assert status == 200
+    finally:
+        await service.stopService()
+
+
+def test_an_open_http_side_without_acl_is_warned_of(tmp_path, acl_file):
+    """Not started (nothing listens on every interface in a test): the warning is what startService says."""
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        for values in ({"metricsBindAddress": "0.0.0.0"}, {"metricsBindAddress": "0.0.0.0", "aclEnable": True,
+                                                           "aclAccountsFile": acl_file},
+                       {"bindAddress": "0.0.0.0"}):
+            service = NamesrvService(server_config(tmp_path, metricsPort=free_port(), **values), reactor)
+            service._warn_of_open_web()
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    warned = [e for e in events if "open to anyone" in e.get("log_format", "")]
+    assert [e["host"] for e in warned] == ["0.0.0.0"]  # only the first: ACL on, or --bind alone, is no warning
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_status_page_asks_for_an_account_in_headless_chromium(web, tmp_path):
+    browser = chromium()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    anonymous, _, _ = await utils.getProcessOutputAndValue(browser, [*flags, web + "/"], env=dict(os.environ))
+    assert b"NameServer status" not in anonymous  # a 401 shows no page
+    host = web.removeprefix("http://")
+    dom = {}
+    for name, secret in (OPERATOR, READER):
+        out, _, status = await utils.getProcessOutputAndValue(
+            browser, [*flags, f"http://{name}:{secret}@{host}/"], env=dict(os.environ))
+        assert status == 0
+        dom[name] = out.decode()
+    assert "<title>NameServer status</title>" in dom["operator"]  # every fetch answered: no ⚠
+    assert "<div>ns: k=kv-value</div>" in dom["operator"]
+    audit_row = re.search(r'<tr data-kind="audit" data-result="ok">(.*?)</tr>', dom["operator"])
+    assert audit_row and re.search(r"put_kv_config.*namespace=ns · key=k.*127\.0\.0\.1:\d+ \(operator\).*"
+                                   r"PUT_KV_CONFIG \(100\): ok", audit_row.group(1)), audit_row
+    assert "<title>NameServer status</title>" in dom["reader"]
+    assert ">KV values are shown to admin accounts only<" in dom["reader"] and "kv-value" not in dom["reader"]
