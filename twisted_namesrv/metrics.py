@@ -29,6 +29,10 @@ DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
 _ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)  # ints hash faster than enums
 #: every request code the server does not handle counts under this one: a peer cannot add series
 OTHER_CODE = -1
+#: every ``reason`` of namesrv_rejected_total and ``event`` of namesrv_broker_events_total, served at 0 from
+#: the start so that a rate() alert has a series before the first one happens
+REJECT_REASONS = ("frame_length", "header_length", "undecodable", "max_connections", "idle")
+ROUTE_EVENT_KINDS = ("registered", "changed", "confirmed", "expired", "closed", "idle", "unregistered", "refused")
 
 
 class LatencyHistogram:

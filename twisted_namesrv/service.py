@@ -170,13 +170,35 @@ class NamesrvService(service.MultiService):
         self.remoting = Listener("listenPort", remoting_factory, config, reactor)
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
+        self.stopping = False
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor)
+            self.web = Listener("metricsPort", make_site(self.state, self.factory, self.http_resources()), config,
+                                reactor)
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
+
+    def http_resources(self) -> dict:
+        """The probes and the address server, beside the status page on the HTTP port."""
+        from .web.health import health_resources
+        from .web.nsaddr import nsaddr_resources
+
+        return {**health_resources(self.liveness, self.readiness),
+                **nsaddr_resources(self.config, lambda: self.port.getHost().port if self.port else self.config[
+                    "listenPort"])}
+
+    def liveness(self) -> dict[str, bool]:
+        """``/healthz``: the process answers (this runs in it) and every listener is bound."""
+        return {f"{listener.name}_bound": listener.port is not None for listener in self.listeners()}
+
+    def readiness(self) -> dict[str, bool]:
+        """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
+        service can start: a KV file that cannot be read stops the start), and not stopping."""
+        return {**self.liveness(), "kv_loaded": self.state.kv is not None,
+                "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
+                "started": bool(self.running), "not_stopping": not self.stopping}
 
     def _route_event(self, kind: str, info: dict) -> None:
         log_route_event(kind, info)
@@ -226,6 +248,7 @@ class NamesrvService(service.MultiService):
         self.port_ready.callback(self.remoting.port)
 
     def stopService(self):
+        self.stopping = True
         d = defer.maybeDeferred(super().stopService)  # the listeners stop listening first
         for connection in list(self.factory.connections.values()):
             connection.transport.loseConnection()

@@ -65,6 +65,8 @@ class Options(usage.Options):
         ["compat", None, None, f"Java NameServer generation to emulate: {' or '.join(PROFILES)} (default 5.3.3)"],
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
+        ["nsaddr-list", None, None, "what /rocketmq/nsaddr answers, host:port;host:port (nsaddrList; default: "
+         "this server's own address)"],
         ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
         ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
         ["tls-key", None, None, "its private key, PEM (tls.server.keyPath)"],
@@ -87,6 +89,7 @@ class Options(usage.Options):
                 values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
+                            ("nsaddr-list", "nsaddrList"),
                             ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
             if self[option]:
                 values[key] = self[option]

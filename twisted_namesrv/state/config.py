@@ -96,6 +96,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
+    ConfigKey("nsaddrList", "", OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -119,6 +121,14 @@ _RANGES: dict[str, tuple[int, int | None]] = {
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the key."""
+
+
+def _check_nsaddr_list(text: str) -> None:
+    """``nsaddrList`` is empty or ``host:port`` entries joined by ``;``, as clients split it."""
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -320,6 +330,7 @@ class NamesrvConfig:
             raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
+        _check_nsaddr_list(str(values["nsaddrList"]))
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
