@@ -262,10 +262,21 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _read_properties(path: str) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+
+
 class NamesrvConfig:
     """The running configuration: Java's keys for the chosen generation plus our own."""
 
     def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None) -> None:
+        #: where a value not at its default came from: "command line" or a file's path (from_file)
+        self.sources: dict[str, str] = {}
         self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
@@ -279,22 +290,38 @@ class NamesrvConfig:
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
                   strict: bool = False) -> NamesrvConfig:
         """The -c file (if any) under the command line's ``overrides``; ``warnings`` lists its
-        unknown keys (``strict`` refuses them)."""
+        unknown keys (``strict`` refuses them).  Without -c, the values UPDATE_NAMESRV_CONFIG
+        changed and saved in configStorePath (the data dir's namesrv.properties) are read back, so
+        a runtime change survives a restart (Java saves them there but never reads them).
+        ``sources`` says where each value not at its default came from; a value out of range
+        is refused naming the file it came from."""
+        values = dict(overrides or {})
+        sources = dict.fromkeys(values, "command line")
         file_keys: dict[str, str] = {}
         warnings: list[str] = []
         if path:
-            try:
-                file_keys = parse_properties(Path(path).read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+            file_keys = _read_properties(path)
             warnings = check_file_keys(path, file_keys, strict)
-        values = dict(overrides or {})
-        if path:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
-        config = cls(values, file_keys)
+        else:
+            store = str(values.get("configStorePath") or KEYS_BY_NAME["configStorePath"].default)
+            if Path(store).is_file():
+                saved = _read_properties(store)
+                file_keys = {name: text for name, text in saved.items()
+                             if name in KEYS_BY_NAME and not KEYS_BY_NAME[name].guarded and name not in values}
+                check_file_keys(store, file_keys)
+                path = store
+        for name in file_keys:
+            sources.setdefault(name, str(path))
+        try:
+            config = cls(values, file_keys)
+        except ConfigError as exc:
+            key = str(exc).partition(":")[0]
+            if sources.get(key, "command line") != "command line":
+                raise ConfigError(f"{sources[key]}: {exc}") from None
+            raise
         config.warnings = warnings
+        config.sources = sources
         return config
 
     def apply(self, props: dict[str, str]) -> None:
@@ -358,6 +385,11 @@ class NamesrvConfig:
 
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
-        without $ROCKETMQ_HOME)."""
-        values = self.values
-        return "".join(property_line(k.name, "" if values[k.name] is None else _text(values[k.name])) for k in KEYS)
+        without $ROCKETMQ_HOME), each value that did not come from the defaults preceded by a
+        comment saying where it came from."""
+        values, lines = self.values, []
+        for k in KEYS:
+            if k.name in self.sources:
+                lines.append(f"# {k.name} from {self.sources[k.name]}\n")
+            lines.append(property_line(k.name, "" if values[k.name] is None else _text(values[k.name])))
+        return "".join(lines)
