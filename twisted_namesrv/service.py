@@ -201,6 +201,7 @@ class NamesrvService(service.MultiService):
                 "started": bool(self.running), "not_stopping": not self.stopping}
 
     def _route_event(self, kind: str, info: dict) -> None:
+        self.metrics.lost_topics.broker_leaving(kind, info, self.state.routes)  # before the tables drop it
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
@@ -239,6 +240,7 @@ class NamesrvService(service.MultiService):
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()
+        self.state.listen_address = f"{address.host}:{address.port}"
         log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
                  host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
         if self.web is not None:
