@@ -18,11 +18,12 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from twisted.logger import (
     FileLogObserver,
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
     Logger,
     LogLevel,
@@ -84,13 +85,13 @@ def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_K
 
 
 def configured_observer(log_format: str = "text", path: str | None = None, rotate: str = DEFAULT_ROTATE,
-                        keep: int = DEFAULT_KEEP, level: str = "info") -> ILogObserver:
+                        keep: int = DEFAULT_KEEP, level: str = "info") -> FilteringLogObserver:
     """What the command line asked for: the format, to stdout or a rotated file, from ``level`` up."""
     if level not in LEVELS:
         raise LogOptionError(f"--log-level: {level!r} is not one of {', '.join(LEVELS)}")
     out: Any = open_log_file(path, rotate, keep) if path else None
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
-    return FilteringLogObserver(observer(log_format, out), [predicate])
+    return FilteringLogObserver(observer(log_format, out), [cast(ILogFilterPredicate, predicate)])
 
 
 def event_as_json_line(event: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import gc
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
@@ -185,9 +186,12 @@ class NamesrvService(service.MultiService):
         from .web.health import health_resources
         from .web.nsaddr import nsaddr_resources
 
-        return {**health_resources(self.liveness, self.readiness),
-                **nsaddr_resources(self.config, lambda: self.port.getHost().port if self.port else self.config[
-                    "listenPort"])}
+        return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+
+    def listen_port(self) -> int:
+        """The remoting port as bound (listenPort 0 picks one), else as configured."""
+        port: Any = self.port
+        return port.getHost().port if port is not None else self.config["listenPort"]
 
     def liveness(self) -> dict[str, bool]:
         """``/healthz``: the process answers (this runs in it) and every listener is bound."""
