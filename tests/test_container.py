@@ -1,6 +1,7 @@
 """The container image: tools/container-build.sh builds it (podman here, with runc; from a Debian
 base of its own when no registry can be reached), and it runs as it says: the server as a non-root
-entrypoint taking our arguments, answering namesrv-admin, /readyz and its own HEALTHCHECK.
+entrypoint taking our arguments, answering namesrv-admin (a simulated broker registered), /readyz
+and its own HEALTHCHECK.
 
 Needs podman (or docker with a daemon): skipped without one, failed instead in CI (CI=true),
 where tools/test.sh installs podman.  Takes about 40 s with a base image present, two minutes
@@ -84,9 +85,20 @@ def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_ch
         assert json.loads(ready[1])["failing"] == []
         assert "The Name Server boot success" in logs
 
-        admin = subprocess.run([str(REPO / ".venv/bin/namesrv-admin"), "-n", f"127.0.0.1:{port}", "clusterList"],
-                               capture_output=True, text=True, timeout=30)
-        assert admin.returncode == 0 and "#Cluster Name" in admin.stdout, admin.stdout + admin.stderr
+        admin = str(REPO / ".venv/bin/namesrv-admin")
+        broker = subprocess.Popen([admin, "-n", f"127.0.0.1:{port}", "simulate-broker", "--interval", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            registered = broker.stdout.readline()
+            assert registered.startswith("registered DefaultCluster/broker-a"), registered + broker.stderr.read()
+            listed = subprocess.run([admin, "-n", f"127.0.0.1:{port}", "clusterList"], capture_output=True, text=True,
+                                    timeout=30)
+            assert listed.returncode == 0, listed.stdout + listed.stderr
+            assert listed.stdout.split()[-3:] == ["broker-a", "0", "127.0.0.1:10911"], listed.stdout
+        finally:
+            broker.terminate()  # SIGTERM: it unregisters, then exits 0
+            out, err = broker.communicate(timeout=30)
+        assert broker.returncode == 0 and f"unregistered broker-a from 127.0.0.1:{port}" in out, out + err
         assert http_get(f"http://127.0.0.1:{http}/rocketmq/nsaddr") == (200, f"127.0.0.1:{port}".encode())
 
         uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, env=env)

@@ -105,8 +105,13 @@ say "base: $base"
 # 3. the image
 format=()
 [ "$engine" = podman ] && format=(--format docker)  # keeps HEALTHCHECK (OCI images have none)
+previous=$("$engine" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 cp "$repo/Containerfile" "$context/Containerfile"
 rm -rf "$context/src"
 "$engine" build "${format[@]}" --build-arg "BASE=$base" -t "$tag" -f "$context/Containerfile" "$context" >&2
+"$engine" image prune -f --filter label=org.twisted-namesrv.stage=build >/dev/null 2>&1 || true  # the wheels' stage
+if [ -n "$previous" ] && [ "$previous" != "$("$engine" image inspect --format '{{.Id}}' "$tag")" ]; then
+  "$engine" rmi "$previous" >/dev/null 2>&1 || true  # the image this tag named before, unless a container uses it
+fi
 say "built $tag ($("$engine" image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
 echo "$tag"
