@@ -220,7 +220,7 @@ def test_status_page_in_headless_chromium(tmp_path):
     text = dom.decode()
     assert status == 0, text[-2000:]
     assert "V5_3_3" in text and CLUSTER in text and "server time 2026-11-25 03:00:0" in text
-    identity = f"NameServer 127.0.0.1:{night.port} · {__version__} · compat 5.3.3"
+    identity = f"NameServer 127.0.0.1:{night.port} · {__version__} · compat 5.3.3 · since 2026-11-25 02:58:00 UTC+01:00"
     assert f"<title>⚠ {identity}</title>" in text  # which NameServer, in every tab's title
     _, header = row(text, "id", "address", "span")
     assert header == f"127.0.0.1:{night.port}"
