@@ -3,6 +3,12 @@ their topics, heartbeat and unregister at the end; a refused registration fails 
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+
 import pytest_twisted
 
 from tests.admin.support import namesrv, run_cli
@@ -51,3 +57,27 @@ async def test_a_single_topic_first_registration_is_refused_and_says_why(tmp_pat
 async def test_bad_counts_are_usage_errors(tmp_path):
     run = await run_cli("-n", "127.0.0.1:1", "simulate-broker", "--brokers", "0")
     assert run.code == 2 and "--brokers" in run.err
+
+
+def test_sigterm_unregisters_the_simulated_brokers_and_exits_0(tmp_path):
+    """As the README's try-it section runs it: a server process, the simulator beside it, stopped by a signal."""
+    env = dict(os.environ, HOME=str(tmp_path))
+    server = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        boot = next(line for line in server.stdout if "boot success" in line)
+        addr = re.search(r"address (127\.0\.0\.1:\d+)", boot).group(1)
+        simulator = subprocess.Popen([sys.executable, "-m", "twisted_namesrv.admin", "-n", addr, "simulate-broker"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert simulator.stdout.readline().startswith("registered DefaultCluster/broker-a 127.0.0.1:10911")
+            listed = subprocess.run([sys.executable, "-m", "twisted_namesrv.admin", "-n", addr, "clusterList"],
+                                    capture_output=True, text=True, env=env, timeout=30)
+            assert listed.stdout.split()[-3:] == ["broker-a", "0", "127.0.0.1:10911"], listed
+        finally:
+            simulator.send_signal(signal.SIGTERM)
+            out, err = simulator.communicate(timeout=30)
+        assert (simulator.returncode, out, err) == (0, f"unregistered broker-a from {addr}\n", "")
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
