@@ -4,6 +4,7 @@ probes use, the probe paths are served, and the image's user, volume and ports a
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -104,3 +105,26 @@ def test_the_image_matches_the_manifest(docs):
     assert exposed and sorted(map(int, exposed.group(1).split())) == sorted(
         p["containerPort"] for p in container(docs)["ports"])
     assert container(docs)["image"] == f"twisted-namesrv:{__version__}"  # what tools/container-build.sh tags
+
+
+def http_bind(config) -> str:
+    """Where the HTTP side (probes, metrics, address server) listens: ``metricsBindAddress`` where the
+    server has that key, else ``bindAddress`` as the remoting port."""
+    return config.values.get("metricsBindAddress", config["bindAddress"])
+
+
+def test_kubelet_probes_can_reach_the_http_port(docs, tmp_path):
+    """A probe comes from outside the pod: the HTTP side must listen on every interface."""
+    assert http_bind(options_as_deployed(docs, tmp_path).config) in ("0.0.0.0", "::")
+
+
+def test_the_images_entrypoint_serves_remoting_and_http_on_every_interface(tmp_path):
+    containerfile = (REPO / "Containerfile").read_text()
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", containerfile, re.M).group(1))
+    assert entrypoint[0] == "/opt/namesrv/bin/twisted-namesrv"
+    args = [str(tmp_path) if a == "/var/lib/namesrv" else a for a in entrypoint[1:]]
+    options = tap.Options()
+    options.parseOptions(args)
+    config = options.config
+    assert config["bindAddress"] == "0.0.0.0" and http_bind(config) in ("0.0.0.0", "::")
+    assert config["metricsPort"] == int(re.search(r"NAMESRV_HTTP_PORT=(\d+)", containerfile).group(1))
