@@ -152,7 +152,8 @@ def test_tap_refuses_bad_options_naming_the_key(tmp_path, argv, key):
 ])
 def test_a_bad_properties_file_is_refused_naming_the_key(tmp_path, line, key):
     (tmp_path / "namesrv.properties").write_text(line + "\n")
-    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {key}"):
+    path = re.escape(str(tmp_path / "namesrv.properties"))
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {path}: {key}"):  # names the file too
         tap.Options().parseOptions(["-c", str(tmp_path / "namesrv.properties")])
 
 
@@ -236,7 +237,8 @@ def test_print_config_items(tmp_path, compat):
     result = subprocess.run([sys.executable, "-m", "twisted_namesrv", "--compat", compat, "-p"], cwd=tmp_path,
                             env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    printed = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    printed = dict(line.split("=", 1) for line in result.stdout.splitlines() if not line.startswith("#"))
+    assert "# compatVersion from command line\n" in result.stdout  # where a value not at its default came from
     assert list(printed) == [k.name for k in KEYS]  # every key the README documents (test_docs)
     assert printed["compatVersion"] == compat and printed["listenPort"] == "9876" and printed["rocketmqHome"] == ""
     assert not list(tmp_path.glob("*.pid")) and not (tmp_path / "namesrv").exists()  # nothing written

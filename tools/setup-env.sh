@@ -9,6 +9,8 @@
 #                                prepare`, ~160 MB, ~30 s once per PySpark and Java): reports start in half the time
 #   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
+#   tools/setup-env.sh --container  plus podman, runc and debootstrap, to build and test the container image
+#                                (tools/container-build.sh; apt, needs root)
 #
 # The package is installed editable (code changes apply without reinstalling) and a .pth file puts the
 # checkout on the venv's path, which is how twistd finds twisted/plugins/namesrv_plugin.py (Twisted looks
@@ -23,14 +25,16 @@ say() { printf 'setup-env: %s\n' "$*"; }
 
 extras=()
 browser=0
+container=0
 for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
     --spark) extras+=(spark) ;;
     --tls) extras+=(tls) ;;
     --browser) browser=1 ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser)" >&2; exit 2 ;;
+    --container) container=1 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser, --container)" >&2; exit 2 ;;
   esac
 done
 
@@ -57,6 +61,10 @@ if [[ " ${extras[*]-} " == *" spark "* ]] && ! command -v java >/dev/null; then
 fi
 if [ "$browser" -eq 1 ] && ! command -v chromium >/dev/null; then
   apt_install "the status page's test drives headless Chromium" chromium
+fi
+if [ "$container" -eq 1 ] && ! { command -v podman && command -v runc && command -v debootstrap; } >/dev/null; then
+  apt_install "the container image is built and run with podman (runc), its base made with debootstrap" \
+    podman runc debootstrap
 fi
 
 if [ ! -x "$venv/bin/python" ]; then

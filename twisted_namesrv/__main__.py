@@ -4,7 +4,7 @@
 Same options (tap.Options) and service (tap.makeService); it skips twistd's plugin scan, pid
 file and daemon machinery, so it starts faster, logs to stdout, and stops on SIGINT/SIGTERM.
 Exit status: 0 after a stop by signal, 1 when it cannot start (one line on stderr naming the
-key and the cause, also logged), 2 for a command-line usage error.
+key and the cause, also logged), 2 for a command-line usage error (one line, and "try --help").
 """
 
 from __future__ import annotations
@@ -22,19 +22,18 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.logger import globalLogBeginner
 
     from . import CannotStart, cannot_start_line
-    from .logs import observer
     from .tap import Options, makeService
 
     options = Options()
 
     def begin_logging() -> None:
-        globalLogBeginner.beginLoggingTo([observer(options["log-format"])], redirectStandardIO=False)
+        globalLogBeginner.beginLoggingTo([options.log_observer()], redirectStandardIO=False)
 
     try:
         options.parseOptions(sys.argv[1:] if argv is None else argv)
     except usage.UsageError as exc:
         program = "python -m twisted_namesrv" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
-        sys.stderr.write(f"{options}\n{program}: {exc}\n")
+        sys.stderr.write(f"{program}: {exc} (try --help)\n")
         sys.exit(USAGE_ERROR)
     except SystemExit as exc:
         if exc.code not in (0, None):  # a bad config: the log gets the reason too (-p and --version print only)

@@ -34,6 +34,8 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
+    #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
+    listen_address: str = ""
     #: answers kept from the tables, subscribed to the routes' changes
     answers: AnswerCache = field(init=False)
 

@@ -1,7 +1,9 @@
-"""Log output: Twisted's text lines by default, or one JSON object per line for log shippers.
+"""Log output: Twisted's text lines by default, or one JSON object per line for log shippers;
+to stdout, or to a file that rotates by size (keeping the last few, as Java's logback does) or daily;
+events below a level left out.  The same options for every launcher:
 
-    python -m twisted_namesrv --log-format json ...
-    twistd --logger twisted_namesrv.logs.json_lines -n namesrv ...
+    python -m twisted_namesrv --log-format json --log-file ~/logs/rocketmqlogs/namesrv.log ...
+    twistd -n --pidfile= namesrv --log-file namesrv.log --log-rotate daily --log-level warn ...
 
 Each line carries the time, level, namespace and formatted message, plus the event's own
 fields: ``route_event`` and ``route_info`` (cluster, broker, id, addr, topics or reason) for
@@ -13,12 +15,83 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, cast
 
-from twisted.logger import FileLogObserver, ILogObserver, Logger, LogLevel, formatEvent, formatTime, textFileLogObserver
+from twisted.logger import (
+    FileLogObserver,
+    FilteringLogObserver,
+    ILogFilterPredicate,
+    ILogObserver,
+    Logger,
+    LogLevel,
+    LogLevelFilterPredicate,
+    formatEvent,
+    formatTime,
+    textFileLogObserver,
+)
+from twisted.python import logfile
 
 FORMATS = ("text", "json")
+LEVELS = ("debug", "info", "warn", "error", "critical")
+#: Java's namesrv.log rolls at 128 MB and keeps 10 (rmq.namesrv.logback.xml)
+DEFAULT_ROTATE = "128MB"
+DEFAULT_KEEP = 10
+_SIZE = re.compile(r"(\d+)\s*(|K|M|G)B?", re.I)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+class LogOptionError(ValueError):
+    """A log option that cannot be used; the message names the option."""
+
+
+def rotation(text: str) -> int | None:
+    """``--log-rotate``: ``daily`` (None) or a size such as ``128MB``, ``500K``, ``1G`` (bytes)."""
+    if text.strip().lower() == "daily":
+        return None
+    found = _SIZE.fullmatch(text.strip())
+    if found is None or int(found.group(1)) == 0:
+        raise LogOptionError(f"--log-rotate: {text!r} is neither 'daily' nor a size such as 128MB")
+    return int(found.group(1)) * _UNITS[found.group(2).lower()]
+
+
+class DailyLogFile(logfile.DailyLogFile):
+    """Twisted's daily file (``namesrv.log.2026_11_26``), keeping only the newest ``keep`` old ones."""
+
+    def __init__(self, name: str, directory: str, keep: int) -> None:
+        self.keep = keep
+        super().__init__(name, directory)
+
+    def rotate(self) -> None:
+        super().rotate()
+        old = sorted(Path(self.directory).glob(self.name + ".*"), key=lambda p: p.stat().st_mtime)
+        for stale in old[:max(0, len(old) - self.keep)]:
+            stale.unlink(missing_ok=True)
+
+
+def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_KEEP) -> logfile.BaseLogFile:
+    """The file, its directory created; LogOptionError names what cannot be had."""
+    size = rotation(rotate)
+    target = Path(path).expanduser().absolute()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if size is None:
+            return DailyLogFile(target.name, str(target.parent), keep)
+        return logfile.LogFile(target.name, str(target.parent), rotateLength=size, maxRotatedFiles=keep)
+    except OSError as exc:
+        raise LogOptionError(f"--log-file: cannot write {target}: {exc.strerror}") from None
+
+
+def configured_observer(log_format: str = "text", path: str | None = None, rotate: str = DEFAULT_ROTATE,
+                        keep: int = DEFAULT_KEEP, level: str = "info") -> FilteringLogObserver:
+    """What the command line asked for: the format, to stdout or a rotated file, from ``level`` up."""
+    if level not in LEVELS:
+        raise LogOptionError(f"--log-level: {level!r} is not one of {', '.join(LEVELS)}")
+    out: Any = open_log_file(path, rotate, keep) if path else None
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
+    return FilteringLogObserver(observer(log_format, out), [cast(ILogFilterPredicate, predicate)])
 
 
 def event_as_json_line(event: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .lost_topics import DEPARTURES, LostTopics
 from .remoting.codes import RequestCode, ResponseCode, code_name
 
 #: upper bounds (seconds) of the server-side latency histogram; the last bucket is +Inf
@@ -24,11 +25,13 @@ RECENT_EVENTS = 200
 DEPARTED_KEEP_SECONDS = 600
 #: at most this many departed brokers are kept, however fast brokers come and go
 DEPARTED_LIMIT = 1000
-#: route events after which a broker is no longer in brokerLiveTable
-DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
 _ROUTE, _SUCCESS = int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(ResponseCode.SUCCESS)  # ints hash faster than enums
 #: every request code the server does not handle counts under this one: a peer cannot add series
 OTHER_CODE = -1
+#: every ``reason`` of namesrv_rejected_total and ``event`` of namesrv_broker_events_total, served at 0 from
+#: the start so that a rate() alert has a series before the first one happens
+REJECT_REASONS = ("frame_length", "header_length", "undecodable", "max_connections", "idle")
+ROUTE_EVENT_KINDS = ("registered", "changed", "confirmed", "expired", "closed", "idle", "unregistered", "refused")
 
 
 class LatencyHistogram:
@@ -92,6 +95,11 @@ class Metrics:
     #: audited requests (audit.py) by (operation, result)
     admin_requests: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time
+    #: topics whose last broker left lately (the status page lists them)
+    lost_topics: LostTopics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lost_topics = LostTopics(self.clock, DEPARTED_KEEP_SECONDS, DEPARTED_LIMIT)
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
         """``code`` must be one the server handles or OTHER_CODE (Dispatcher folds the others

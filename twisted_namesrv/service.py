@@ -6,6 +6,7 @@ import gc
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
@@ -171,16 +172,41 @@ class NamesrvService(service.MultiService):
         self.remoting = Listener("listenPort", remoting_factory, config, reactor)
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
+        self.stopping = False
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor,
-                                "metricsBindAddress")
+            self.web = Listener("metricsPort", make_site(self.state, self.factory, self.http_resources()), config,
+                                reactor, "metricsBindAddress")
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
 
+    def http_resources(self) -> dict:
+        """The probes and the address server, beside the status page on the HTTP port."""
+        from .web.health import health_resources
+        from .web.nsaddr import nsaddr_resources
+
+        return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+
+    def listen_port(self) -> int:
+        """The remoting port as bound (listenPort 0 picks one), else as configured."""
+        port: Any = self.port
+        return port.getHost().port if port is not None else self.config["listenPort"]
+
+    def liveness(self) -> dict[str, bool]:
+        """``/healthz``: the process answers (this runs in it) and every listener is bound."""
+        return {f"{listener.name}_bound": listener.port is not None for listener in self.listeners()}
+
+    def readiness(self) -> dict[str, bool]:
+        """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
+        service can start: a KV file that cannot be read stops the start), and not stopping."""
+        return {**self.liveness(), "kv_loaded": self.state.kv is not None,
+                "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
+                "started": bool(self.running), "not_stopping": not self.stopping}
+
     def _route_event(self, kind: str, info: dict) -> None:
+        self.metrics.lost_topics.broker_leaving(kind, info, self.state.routes)  # before the tables drop it
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
@@ -219,6 +245,7 @@ class NamesrvService(service.MultiService):
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()
+        self.state.listen_address = f"{address.host}:{address.port}"
         log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
                  host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
         if self.web is not None:
@@ -240,6 +267,7 @@ class NamesrvService(service.MultiService):
                      host=host)
 
     def stopService(self):
+        self.stopping = True
         d = defer.maybeDeferred(super().stopService)  # the listeners stop listening first
         for connection in list(self.factory.connections.values()):
             connection.transport.loseConnection()

@@ -18,7 +18,7 @@ from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
-from .logs import FORMATS
+from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError
@@ -67,14 +67,30 @@ class Options(usage.Options):
         ["metrics-bind", None, None, "address the HTTP side listens on (metricsBindAddress, default 127.0.0.1 "
          "whatever --bind says)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
+        ["nsaddr-list", None, None, "what /rocketmq/nsaddr answers, host:port;host:port (nsaddrList; default: "
+         "this server's own address)"],
         ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
         ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
         ["tls-key", None, None, "its private key, PEM (tls.server.keyPath)"],
-        ["log-format", None, "text", "python -m twisted_namesrv logs 'text' or 'json' lines (twistd: use "
-         "--logger twisted_namesrv.logs.json_lines)"],
+        ["log-format", None, "text", "log 'text' or 'json' lines"],
+        ["log-file", None, None, "log to this file (its directory created) instead of stdout; Java's is "
+         "~/logs/rocketmqlogs/namesrv.log"],
+        ["log-rotate", None, DEFAULT_ROTATE, "start a new --log-file past this size (128MB, 500K, 1G) or 'daily'"],
+        ["log-keep", None, str(DEFAULT_KEEP), "rotated log files kept"],
+        ["log-level", None, "info", f"leave out events below this level: {', '.join(LEVELS)}"],
     ]
     optFlags = [["printConfigItem", "p", "print every configuration key and exit"],
                 ["strict-config", None, "refuse a -c file holding keys no NameServer setting has (else a warning)"]]
+
+    def parseOptions(self, options=None) -> None:
+        """Under twistd, a usage error is one line and status 2, not twistd's page of help."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            if getattr(self, "parent", None) is None:
+                raise
+            sys.stderr.write(f"twistd namesrv: {exc} (try twistd namesrv --help)\n")
+            raise SystemExit(2) from None
 
     def opt_version(self) -> NoReturn:
         """print the versions of twisted-namesrv, Twisted and Python, and exit"""
@@ -90,6 +106,7 @@ class Options(usage.Options):
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
                             ("metrics-bind", "metricsBindAddress"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
+                            ("nsaddr-list", "nsaddrList"),
                             ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
             if self[option]:
                 values[key] = self[option]
@@ -104,6 +121,8 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         if self["log-format"] not in FORMATS:
             raise usage.UsageError(f"--log-format: {self['log-format']} is not one of {', '.join(FORMATS)}")
+        self._check_log_options()
+        self._no_pidfile_in_the_foreground()
         try:
             self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"])
         except (ConfigError, ValueError) as exc:
@@ -114,6 +133,53 @@ class Options(usage.Options):
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
+
+
+    def _check_log_options(self) -> None:
+        """Usage errors for the log options; under twistd, our observer replaces twistd's own (its
+        --logfile and --logger) when any of them asks for something else than its default."""
+        try:
+            rotation(self["log-rotate"])
+        except LogOptionError as exc:
+            raise usage.UsageError(str(exc)) from None
+        if self["log-level"] not in LEVELS:
+            raise usage.UsageError(f"--log-level: {self['log-level']} is not one of {', '.join(LEVELS)}")
+        if not self["log-keep"].isdigit():
+            raise usage.UsageError(f"--log-keep: not a number: {self['log-keep']}")
+        parent = getattr(self, "parent", None)
+        if parent is not None and "logger" in parent and self._logs_asked():
+            global _twistd_options
+            _twistd_options = self
+            parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
+
+    def _no_pidfile_in_the_foreground(self) -> None:
+        """``twistd -n namesrv`` writes no ./twistd.pid unless --pidfile says so: a second server
+        started from the same directory would otherwise refuse ("Another twistd server is running")."""
+        parent = getattr(self, "parent", None)
+        if parent is not None and parent.get("nodaemon") and "pidfile" in parent and not any(
+                arg.startswith("--pidfile") for arg in sys.argv[1:]):
+            parent["pidfile"] = ""
+
+    def _logs_asked(self) -> bool:
+        return bool(self["log-file"]) or self["log-format"] != "text" or self["log-level"] != "info"
+
+    def log_observer(self):
+        """The observer the log options ask for; a --log-file that cannot be written exits 1 naming it."""
+        try:
+            return configured_observer(self["log-format"], self["log-file"], self["log-rotate"],
+                                       int(self["log-keep"]), self["log-level"])
+        except LogOptionError as exc:
+            raise SystemExit(cannot_start_line(exc)) from None
+
+
+#: the options of ``twistd namesrv``, whose log observer twistd asks for by name (twistd_log_observer)
+_twistd_options: Options | None = None
+
+
+def twistd_log_observer():
+    """twistd's ``--logger``, set by ``twistd namesrv --log-file/--log-level/--log-format``."""
+    assert _twistd_options is not None
+    return _twistd_options.log_observer()
 
 
 def makeService(options: Options):

@@ -53,9 +53,12 @@ class RouteSnapshotService(Service):
         self._writer: _Writer | None = None
         self._check = task.LoopingCall(self.write_if_changed)
         self._check.clock = clock
+        #: load() has run (a snapshot that could not be read counts: the server starts empty on purpose)
+        self.loaded = False
 
     def load(self) -> int:
         """Restore the routes (before listening); the number of unconfirmed brokers."""
+        self.loaded = True
         if not self.path.exists():
             return 0
         try:

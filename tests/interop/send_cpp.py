@@ -3,6 +3,8 @@ rocketmq-python-cvs==2.1.0.3; both import as ``rocketmq``), finding TopicTest's 
 the NameServer given on the command line.
 
 usage: python send_cpp.py NAMESRV_ADDR PRODUCER_GROUP BODY
+NAMESRV_ADDR may be an address server's URL (``http://host:port/rocketmq/nsaddr``): the client is
+then given no NameServer address, only that domain (``set_namesrv_domain``), and polls it for one.
 Run it with PYTHONPATH=<clients dir>/cpp1 or /cpp2 (tools/install_clients.sh installs both).
 With ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY set, the client signs its requests (ACL).
 Prints ``ROCKETMQ_MODULE <path>`` and ``SEND_RESULT <json>``; exits 0 only on SendStatus.OK.
@@ -22,7 +24,10 @@ def main() -> int:
     print(f"ROCKETMQ_MODULE {rocketmq.__file__}", flush=True)
     started = time.monotonic()
     producer = Producer(group, timeout=3000)  # send timeout, ms
-    producer.set_namesrv_addr(namesrv)
+    if namesrv.startswith("http://"):
+        producer.set_namesrv_domain(namesrv)
+    else:
+        producer.set_namesrv_addr(namesrv)
     if os.environ.get("ROCKETMQ_ACCESS_KEY"):
         producer.set_session_credentials(os.environ["ROCKETMQ_ACCESS_KEY"], os.environ["ROCKETMQ_SECRET_KEY"], "LOCAL")
     producer.start()

@@ -20,6 +20,7 @@ from twisted.internet import defer, reactor, task, utils
 from twisted.web.client import Agent, readBody
 
 from tests.support import TIMEOUT, connect, free_port, server_config
+from twisted_namesrv import __version__
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -62,10 +63,11 @@ class ClockedReactor:
 class Night:
     """A started service on a fake clock, and brokers registering over their own connections."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **values) -> None:
         self.clock = task.Clock()
         self.clock.advance(START)
-        self.service = NamesrvService(server_config(tmp_path, metricsPort=free_port()), ClockedReactor(self.clock))
+        self.service = NamesrvService(server_config(tmp_path, metricsPort=free_port(), **values),
+                                      ClockedReactor(self.clock))
         self.clients = []
 
     @defer.inlineCallbacks
@@ -218,7 +220,19 @@ def test_status_page_in_headless_chromium(tmp_path):
     text = dom.decode()
     assert status == 0, text[-2000:]
     assert "V5_3_3" in text and CLUSTER in text and "server time 2026-11-25 03:00:0" in text
-    assert "<title>⚠ NameServer status</title>" in text
+    identity = f"NameServer 127.0.0.1:{night.port} · {__version__} · compat 5.3.3 · since 2026-11-25 02:58:00 UTC+01:00"
+    assert f"<title>⚠ {identity}</title>" in text  # which NameServer, in every tab's title
+    _, header = row(text, "id", "address", "span")
+    assert header == f"127.0.0.1:{night.port}"
+    _, started = row(text, "id", "identity", "div")
+    assert started == (f"twisted-namesrv {__version__}, emulating Java's V5_3_3 (compat 5.3.3), started "
+                       "2026-11-25 02:58:00 UTC+01:00")
+    for topic, kind, why in [("T3-retry", "idle", "no request for 120 s"), ("T4", "unregistered", "the broker "
+                             "unregistered"), ("T5", "closed", "connection closed"),
+                             ("T6", "expired", "no heartbeat for 35 s (timeout 30 s)")]:
+        attributes, cells = row(text, "data-topic", topic)
+        assert 'class="gone"' in attributes and f" {kind} " in f" {cells} " and cells.endswith(why), cells
+    assert 'data-topic="TopicTest"' not in text.split('id="lost-topics"')[1].split("</table>")[0]
 
     for addr, kind, why, at in [("127.0.0.1:10941", "idle", "no request for 120 s", "03:00:00"),
                                 ("127.0.0.1:10951", "unregistered", "the broker unregistered", "02:58:10"),
@@ -236,7 +250,8 @@ def test_status_page_in_headless_chromium(tmp_path):
     _, status_line = row(text, "id", "status", "div")
     assert re.search(r"1 live broker is past half of the heartbeat timeout: broker-a 127\.0\.0\.1:10921 in 3\d s; 4 "
                      r"brokers left in the last 10 min: broker-c \(idle\), broker-d \(unregistered\), broker-e "
-                     r"\(closed\), broker-f \(expired\)", status_line), status_line
+                     r"\(closed\), broker-f \(expired\); 8 topics lost their last broker \(newest first\): T3, "
+                     r"T3-retry, T6, T6-retry, T5 and 3 more", status_line), status_line
 
     assert text.index('id="events"') < text.index('id="topic-search"'), "events come above the topics"
     assert text.count('data-kind="changed"') == 2, "each broker's changed events fold into one row"
@@ -252,3 +267,41 @@ def test_status_page_in_headless_chromium(tmp_path):
     assert "R--" in cells
     assert '"queueDatas"' in text  # the raw TopicRouteData stays one click away
     assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000
+
+
+@pytest_twisted.inlineCallbacks
+def test_brokers_restored_from_a_snapshot_show_as_restored_until_they_heartbeat(tmp_path):
+    """After a warm restart with no broker connected yet, the page does not say "all heartbeating"."""
+    browser = chromium()
+    snapshot = str(tmp_path / "routes.json")
+    before = Night(tmp_path, routeSnapshotPath=snapshot)
+    yield before.start()
+    yield before.broker("broker-a", "127.0.0.1:10911")
+    yield before.broker("broker-b", "127.0.0.1:10931")
+    yield before.service.stopService()  # a clean stop writes the snapshot; the brokers' connections stay open
+    after = Night(tmp_path, routeSnapshotPath=snapshot)
+    yield after.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        overview = json.loads((yield get(f"{after.base}/api/overview"))[2])
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+        reborn = yield after.broker("broker-a", "127.0.0.1:10911")  # heartbeats: no longer only restored
+        assert reborn is not None
+        clusters = json.loads((yield get(f"{after.base}/api/clusters"))[2])
+    finally:
+        for client in before.clients:
+            client.transport.loseConnection()
+        yield after.stop()
+    text = dom.decode()
+    assert status == 0 and overview["brokers_restored"] == 2
+    for addr in ("127.0.0.1:10911", "127.0.0.1:10931"):
+        attributes, cells = row(text, "data-addr", addr)
+        assert 'class="restored"' in attributes and "restored from the route snapshot" in cells, cells
+    _, status_line = row(text, "id", "status", "div")
+    assert status_line.startswith("2 brokers are only restored from the route snapshot, not heartbeating since the "
+                                  "restart: broker-a 127.0.0.1:10911, broker-b 127.0.0.1:10931"), status_line
+    assert "all 2 brokers heartbeating" not in text
+    members = {m["addr"]: m["restored"] for c in clusters["clusters"] for g in c["broker_groups"] for m in g["members"]}
+    assert members == {"127.0.0.1:10911": False, "127.0.0.1:10931": True}

@@ -16,7 +16,7 @@ import sys
 from typing import TextIO
 
 from ..remoting.codes import version_name
-from . import commands, compare
+from . import commands, compare, simulate
 from .client import (
     DEFAULT_NAMESRV,
     DEFAULT_TIMEOUT,
@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also compare fields only RocketMQ 5.x sends (enableActingMaster, zoneName, "
                           "topicQueueMappingByBroker) between a 4.x and a 5.x NameServer")
     _options(sub, namesrv=False, suppress=True)
+    _options(simulate.add_parser(subparsers), namesrv=True, suppress=True)
     return parser
 
 
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return 2
     if args.command == "compare":
         return run_compare(addrs, args, out, err, tls)
+    if args.command == "simulate-broker":
+        return simulate.run_simulation(addrs, args, credentials(), out, err)
     try:
         with Namesrvs(addrs, args.timeout, credentials(), tls) as namesrvs:
             outcome = args.function(namesrvs, args)

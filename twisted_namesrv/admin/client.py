@@ -133,11 +133,13 @@ class NamesrvClient:
             sock.close()
         self._decoder = FrameDecoder()
 
-    def call(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
-        """Send one request and wait for its answer, whatever its code."""
+    def call(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+             version: int = V4_9_8) -> RemotingCommand:
+        """Send one request and wait for its answer, whatever its code; ``version`` is the MQVersion
+        the request says it comes from (a simulated 5.x broker says so)."""
         if self.credentials:
             ext = signed({k: v for k, v in (ext or {}).items() if v is not None}, *self.credentials, body)
-        request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=V4_9_8, language="JAVA")
+        request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=version, language="JAVA")
         deadline = time.monotonic() + self.timeout
         try:
             sock = self._connect(deadline)

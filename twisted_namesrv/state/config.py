@@ -103,6 +103,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
+    ConfigKey("nsaddrList", "", OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -154,6 +156,14 @@ _RANGES: dict[str, tuple[int, int | None]] = {
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the key."""
+
+
+def _check_nsaddr_list(text: str) -> None:
+    """``nsaddrList`` is empty or ``host:port`` entries joined by ``;``, as clients split it."""
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -295,10 +305,21 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _read_properties(path: str) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+
+
 class NamesrvConfig:
     """The running configuration: Java's keys for the chosen generation plus our own."""
 
     def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None) -> None:
+        #: where a value not at its default came from: "command line" or a file's path (from_file)
+        self.sources: dict[str, str] = {}
         self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
@@ -312,22 +333,38 @@ class NamesrvConfig:
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
                   strict: bool = False) -> NamesrvConfig:
         """The -c file (if any) under the command line's ``overrides``; ``warnings`` lists its
-        unknown keys (``strict`` refuses them)."""
+        unknown keys (``strict`` refuses them).  Without -c, the values UPDATE_NAMESRV_CONFIG
+        changed and saved in configStorePath (the data dir's namesrv.properties) are read back, so
+        a runtime change survives a restart (Java saves them there but never reads them).
+        ``sources`` says where each value not at its default came from; a value out of range
+        is refused naming the file it came from."""
+        values = dict(overrides or {})
+        sources = dict.fromkeys(values, "command line")
         file_keys: dict[str, str] = {}
         warnings: list[str] = []
         if path:
-            try:
-                file_keys = parse_properties(Path(path).read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+            file_keys = _read_properties(path)
             warnings = check_file_keys(path, file_keys, strict)
-        values = dict(overrides or {})
-        if path:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
-        config = cls(values, file_keys)
+        else:
+            store = str(values.get("configStorePath") or KEYS_BY_NAME["configStorePath"].default)
+            if Path(store).is_file():
+                saved = _read_properties(store)
+                file_keys = {name: text for name, text in saved.items()
+                             if name in KEYS_BY_NAME and not KEYS_BY_NAME[name].guarded and name not in values}
+                check_file_keys(store, file_keys)
+                path = store
+        for name in file_keys:
+            sources.setdefault(name, str(path))
+        try:
+            config = cls(values, file_keys)
+        except ConfigError as exc:
+            key = str(exc).partition(":")[0]
+            if sources.get(key, "command line") != "command line":
+                raise ConfigError(f"{sources[key]}: {exc}") from None
+            raise
         config.warnings = warnings
+        config.sources = sources
         return config
 
     def apply(self, props: dict[str, str]) -> None:
@@ -364,6 +401,7 @@ class NamesrvConfig:
             raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
+        _check_nsaddr_list(str(values["nsaddrList"]))
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -400,6 +438,12 @@ class NamesrvConfig:
 
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
-        without $ROCKETMQ_HOME; a set secret as MASK)."""
+        without $ROCKETMQ_HOME; a set secret as MASK), each value that did not come from the defaults
+        preceded by a comment saying where it came from."""
         shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
-        return "".join(property_line(name, value) for name, value in shown.items())
+        lines = []
+        for name, value in shown.items():
+            if name in self.sources:
+                lines.append(f"# {name} from {self.sources[name]}\n")
+            lines.append(property_line(name, value))
+        return "".join(lines)

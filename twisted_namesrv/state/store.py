@@ -33,18 +33,24 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
 
 def unwritable(path: str | os.PathLike[str]) -> str | None:
     """Why write_atomically could not replace ``path`` (its directory is a file, cannot be created or
-    written, or the path is a directory), or None.  Creates missing directories, as the first write
-    would, so a server finds out at start rather than at its first change."""
+    written, or the path is a directory), or None.  Creates nothing that was not there: a server
+    that then fails to start (a port taken) leaves no empty data directory behind; the first write
+    creates the missing directories."""
     target = Path(path)
     if target.is_dir():
         return f"{target} is a directory"
     existing = next(p for p in (target.parent, *target.parent.parents) if p.exists() or p == p.parent)
     if not existing.is_dir():
         return f"{existing} is not a directory"
+    if existing != target.parent:
+        return None if os.access(existing, os.W_OK | os.X_OK) else f"cannot create {target.parent}: no write " \
+            f"permission in {existing}"
+    probe = target.with_name(target.name + ".tmp")
+    if probe.exists():  # a crash's leftover, replaced at the next write
+        return None if os.access(probe, os.W_OK) else f"cannot write in {target.parent}: {probe} is read-only"
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(target.with_name(target.name + ".tmp"), os.O_WRONLY | os.O_CREAT, 0o644))
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))
     except OSError as exc:
         return f"cannot write in {target.parent}: {exc.strerror}"
-    target.with_name(target.name + ".tmp").unlink()
+    probe.unlink()
     return None

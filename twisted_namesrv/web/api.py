@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import __version__
 from ..bodies.route import MASTER_ID, PERM_WRITE
 from ..context import NamesrvState
 from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
@@ -38,6 +39,9 @@ class StatusApi:
         state, routes = self.state, self.state.routes
         return {"now_ms": self.now_ms(), "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
+                "address": state.listen_address or f"{state.config['bindAddress']}:{state.config['listenPort']}",
+                "namesrv_version": __version__,
+                "brokers_restored": sum(live.restored for live in routes.brokerLiveTable.values()),
                 "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
                 "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.metrics.departed_brokers()),
                 "topics": len(routes.topicQueueTable),
@@ -69,7 +73,10 @@ class StatusApi:
                                "enable_acting_master": broker.enableActingMaster if broker else None,
                                "queues": writable.get(name, {"topics": 0, "writable": 0})})
             clusters.append({"cluster": cluster, "broker_groups": groups})
-        return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "clusters": clusters}
+        lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
+                 "reason": t.reason, "ts_ms": _ms(t.ts)}
+                for t in self.metrics.lost_topics.recent(routes.topicQueueTable)]
+        return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "clusters": clusters, "lost_topics": lost}
 
     def _member(self, cluster: str, broker_id: int, addr: str, now: int) -> dict[str, Any]:
         routes = self.state.routes
@@ -82,7 +89,7 @@ class StatusApi:
                 "expires_in_ms": live.lastUpdateTimestamp + live.heartbeatTimeoutMillis - now,
                 "topics": live.topicCount, "ha_server_addr": live.haServerAddr,
                 "data_version": {"counter": live.dataVersion.counter, "timestamp": live.dataVersion.timestamp},
-                "confirmed": live.channel is not None})
+                "confirmed": live.channel is not None, "restored": live.restored})
         return member
 
     def _write_perm_by_broker(self) -> dict[str, dict[str, int]]:

@@ -3,14 +3,17 @@ the state when scraped, in the text format every Prometheus server reads."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+from twisted.copyright import version as twisted_version
 
+from .. import __version__
 from ..audit import OPERATIONS, RESULTS
 from ..context import NamesrvState
-from ..metrics import Metrics, code_labels, latency_buckets, request_labels
+from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..server import RemotingFactory
 
 
@@ -29,6 +32,8 @@ class NamesrvCollector(Collector):
         yield from self._routes()
         yield from self._kv()
         yield self._admin_requests()
+        yield from self._heartbeats()
+        yield self._build_info()
 
     def _requests(self) -> Iterator[Metric]:
         requests, latency = self.metrics.requests_by_code()
@@ -54,8 +59,8 @@ class NamesrvCollector(Collector):
                                        "undecodable (header or serialize type), "
                                        "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds)",
                                        labels=["reason"])
-        for reason, count in sorted(metrics.rejected.items()):
-            rejected.add_metric([reason], count)
+        for reason in sorted(set(REJECT_REASONS) | set(metrics.rejected)):
+            rejected.add_metric([reason], metrics.rejected[reason])
         yield rejected
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
@@ -70,10 +75,12 @@ class NamesrvCollector(Collector):
         events = CounterMetricFamily("namesrv_broker_events", "Broker route events: registered, changed (new data "
                                      "version), expired (no heartbeat within its timeout), closed (connection lost), "
                                      "idle (its connection closed after serverChannelMaxIdleTimeSeconds), "
+                                     "confirmed (restored from the route snapshot, then registered), "
                                      "unregistered, refused",
                                      labels=["event"])
-        for kind, count in sorted(self.metrics.route_events.items()):
-            events.add_metric([kind], count)
+        counted = self.metrics.route_events
+        for kind in sorted(set(ROUTE_EVENT_KINDS) | set(counted)):
+            events.add_metric([kind], counted[kind])
         yield events
 
     def _kv(self) -> Iterator[Metric]:
@@ -92,6 +99,38 @@ class NamesrvCollector(Collector):
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
         return family
+
+
+    def _heartbeats(self) -> Iterator[Metric]:
+        """One series per live broker (cardinality: the brokers), named by cluster, broker name and id,
+        never by address: an alert on age / timeout > 0.5 is the status page's amber."""
+        routes, now_ms = self.state.routes, self.state.clock() * 1000
+        labels = ["cluster", "broker", "broker_id"]
+        age = GaugeMetricFamily("namesrv_broker_heartbeat_age_seconds", "Seconds since each live broker's last "
+                                "heartbeat (registration)", labels=labels)
+        timeout = GaugeMetricFamily("namesrv_broker_heartbeat_timeout_seconds", "Each live broker's heartbeat "
+                                    "timeout: it expires when its age passes this", labels=labels)
+        restored = GaugeMetricFamily("namesrv_broker_restored", "1 while a live broker is only restored from the "
+                                     "route snapshot and has not registered since", labels=labels)
+        for name, broker in sorted(routes.brokerAddrTable.items()):
+            for broker_id, addr in sorted(broker.brokerAddrs.items()):
+                live = routes.brokerLiveTable.get(routes.live_key(broker.cluster, addr))
+                if live is None:
+                    continue
+                values = [str(broker.cluster), str(name), str(broker_id)]
+                age.add_metric(values, max(0.0, (now_ms - live.lastUpdateTimestamp) / 1000))
+                timeout.add_metric(values, live.heartbeatTimeoutMillis / 1000)
+                restored.add_metric(values, 1 if live.restored else 0)
+        yield age
+        yield timeout
+        yield restored
+
+    def _build_info(self) -> Metric:
+        info = GaugeMetricFamily("namesrv_build_info", "Always 1: this server's version, the Java generation it "
+                                 "emulates, Python's and Twisted's versions",
+                                 labels=["version", "compat", "python", "twisted"])
+        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version], 1)
+        return info
 
 
 def registry(state: NamesrvState, factory: RemotingFactory) -> CollectorRegistry:

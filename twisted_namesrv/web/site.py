@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 from typing import Any
 
@@ -119,8 +119,12 @@ class QuietSite(server.Site):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory) -> server.Site:
+def make_site(state: NamesrvState, factory: RemotingFactory,
+              children: Mapping[bytes, resource.IResource] | None = None) -> server.Site:
+    """``children``: more top-level resources (the probes, the address server), each in its own module."""
     root = Root()
+    for name, child in (children or {}).items():
+        root.putChild(name, child)
     root.putChild(b"", StatusPage())
     root.putChild(b"metrics", MetricsPage(state, factory))
     root.putChild(b"api", ApiResource(StatusApi(state, factory)))

@@ -1,0 +1,124 @@
+"""The container image: tools/container-build.sh builds it (podman here, with runc; from a Debian
+base of its own when no registry can be reached), and it runs as it says: the server as a non-root
+entrypoint taking our arguments, answering namesrv-admin (a simulated broker registered), /readyz
+and its own HEALTHCHECK.
+
+Needs podman (or docker with a daemon): skipped without one, failed instead in CI (CI=true),
+where tools/test.sh installs podman.  Takes about 40 s with a base image present, two minutes
+from nothing (the base built once with debootstrap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_TIMEOUT = 600
+READY_WITHIN = 30  # seconds from `run` to a 200 from /readyz before the test fails
+
+pytestmark = pytest.mark.container
+
+
+def engine_env() -> tuple[str, dict[str, str]]:
+    """The engine tools/container-engine.sh picks, and CONTAINERS_CONF as it sets it."""
+    script = f'source {REPO}/tools/container-engine.sh && pick_engine && echo "$engine ${{CONTAINERS_CONF:-}}"'
+    found = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    if found.returncode != 0 or shutil.which("bash") is None:
+        message = f"no container engine: {found.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " (CI: tools/test.sh installs podman)")
+        pytest.skip(message)
+    engine, _, conf = found.stdout.strip().partition(" ")
+    env = dict(os.environ)
+    if conf:
+        env["CONTAINERS_CONF"] = conf
+    return engine, env
+
+
+@pytest.fixture(scope="module")
+def image() -> tuple[str, str, dict[str, str]]:
+    engine, env = engine_env()
+    built = subprocess.run([str(REPO / "tools/container-build.sh")], capture_output=True, text=True, env=env,
+                           timeout=BUILD_TIMEOUT)
+    assert built.returncode == 0, built.stderr[-4000:]
+    name = built.stdout.strip().splitlines()[-1]
+    assert name.startswith("twisted-namesrv:"), built.stdout
+    return engine, name, env
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
+    engine, name, env = image
+    port, http = free_port(), free_port()
+    container = f"namesrv-test-{uuid.uuid4().hex[:8]}"
+    run = [engine, "run", "-d", "--name", container, "--network", "host", "-e", f"NAMESRV_HTTP_PORT={http}", name,
+           "--port", str(port), "--metrics-port", str(http), "--bind", "127.0.0.1"]
+    started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+    assert started.returncode == 0, started.stderr
+    try:
+        deadline, ready = time.monotonic() + READY_WITHIN, (0, b"")
+        while time.monotonic() < deadline and ready[0] != 200:
+            try:
+                ready = http_get(f"http://127.0.0.1:{http}/readyz")
+            except OSError:
+                time.sleep(0.2)
+        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
+        assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
+        assert json.loads(ready[1])["failing"] == []
+        assert "The Name Server boot success" in logs
+
+        admin = str(REPO / ".venv/bin/namesrv-admin")
+        broker = subprocess.Popen([admin, "-n", f"127.0.0.1:{port}", "simulate-broker", "--interval", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            registered = broker.stdout.readline()
+            assert registered.startswith("registered DefaultCluster/broker-a"), registered + broker.stderr.read()
+            listed = subprocess.run([admin, "-n", f"127.0.0.1:{port}", "clusterList"], capture_output=True, text=True,
+                                    timeout=30)
+            assert listed.returncode == 0, listed.stdout + listed.stderr
+            assert listed.stdout.split()[-3:] == ["broker-a", "0", "127.0.0.1:10911"], listed.stdout
+        finally:
+            broker.terminate()  # SIGTERM: it unregisters, then exits 0
+            out, err = broker.communicate(timeout=30)
+        assert broker.returncode == 0 and f"unregistered broker-a from 127.0.0.1:{port}" in out, out + err
+        assert http_get(f"http://127.0.0.1:{http}/rocketmq/nsaddr") == (200, f"127.0.0.1:{port}".encode())
+
+        uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, env=env)
+        assert uid.returncode == 0 and uid.stdout.strip() not in ("", "0"), uid
+        top = subprocess.run([engine, "top", container, "user", "args"], capture_output=True, text=True, env=env)
+        assert "twisted-namesrv" in top.stdout and "root" not in top.stdout, top.stdout
+        if engine == "podman":
+            health = subprocess.run([engine, "healthcheck", "run", container], capture_output=True, text=True,
+                                    env=env, timeout=30)
+            assert health.returncode == 0, health.stdout + health.stderr
+    finally:
+        subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
+
+
+def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
+    engine, name, env = image
+    printed = subprocess.run([engine, "run", "--rm", name, "-p", "--compat", "4.9.8"], capture_output=True,
+                             text=True, env=env, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert "compatVersion=4.9.8" in printed.stdout and "kvConfigPath=/var/lib/namesrv/kvConfig.json" in printed.stdout
+    refused = subprocess.run([engine, "run", "--rm", name, "--port", "abc"], capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert refused.returncode == 2 and "--port" in refused.stderr, refused

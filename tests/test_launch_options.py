@@ -1,0 +1,176 @@
+"""What an operator meets at the command line: usage errors in one line, range errors naming their
+file, a failed start that leaves nothing behind, log files that rotate and filter by level under
+every launcher, no pid file in the foreground, and runtime config changes that survive a restart."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import pytest_twisted
+from twisted.logger import Logger, LogLevel
+
+from tests.support import connect
+from tests.test_launchers import BIN, IN_REPO_VENV, REPO, TIMEOUT, run
+from twisted_namesrv import logs, tap
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.state.config import ConfigError, NamesrvConfig
+
+FOREGROUND = {
+    "python -m": [sys.executable, "-m", "twisted_namesrv"],
+    "twistd -n": [str(BIN / "twistd"), "-n", "namesrv"],
+}
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+@pytest.mark.parametrize("name", list(FOREGROUND))
+@pytest.mark.parametrize("args, message", [
+    (["--port", "abc"], "--port: not a number: abc"),
+    (["--log-rotate", "often"], "--log-rotate: 'often' is neither 'daily' nor a size such as 128MB"),
+    (["--log-level", "loud"], "--log-level: loud is not one of debug, info, warn, error, critical"),
+])
+def test_a_usage_error_is_one_line_and_try_help(tmp_path, name, args, message):
+    result = run(FOREGROUND[name] + args, tmp_path)
+    assert result.returncode == 2, result
+    (line,) = result.stderr.splitlines()
+    assert message in line and line.endswith("--help)"), line
+    assert result.stdout == ""
+
+
+def test_a_value_out_of_range_names_the_file_it_came_from(tmp_path):
+    config = tmp_path / "namesrv.properties"
+    config.write_text("listenPort=70000\n")
+    with pytest.raises(ConfigError, match=rf"^{config}: listenPort: 70000 is out of range"):
+        NamesrvConfig.from_file(str(config))
+    with pytest.raises(ConfigError, match=r"^listenPort: 70000 is out of range"):  # the command line's own
+        NamesrvConfig.from_file(None, {"listenPort": 70000, "configStorePath": str(tmp_path / "none")})
+
+
+@pytest.mark.parametrize("name", [*FOREGROUND, pytest.param("run-server.sh", marks=pytest.mark.skipif(
+    not IN_REPO_VENV, reason="run-server.sh runs the checkout's .venv"))])
+def test_a_failed_start_leaves_no_data_dir_and_its_reason_in_the_log_file(tmp_path, taken_port, name):
+    argv = [str(REPO / "tools" / "run-server.sh")] if name == "run-server.sh" else FOREGROUND[name]
+    data, log_file = tmp_path / "state" / "data", tmp_path / "logs" / "namesrv.log"
+    result = run(argv + ["--port", str(taken_port), "--data-dir", str(data), "--log-file", str(log_file)],
+                 tmp_path)
+    assert result.returncode == 1, result
+    assert not (tmp_path / "state").exists() and not (tmp_path / "namesrv").exists()
+    assert f"cannot listen on 127.0.0.1:{taken_port}" in log_file.read_text()
+    assert "cannot listen" not in result.stdout  # the log went to the file
+    assert not (tmp_path / "twistd.pid").exists()
+
+
+def test_twistd_in_the_foreground_writes_no_pid_file_so_a_second_server_starts_beside_it(tmp_path):
+    servers = []
+    try:
+        for name in ("a", "b"):
+            server = subprocess.Popen(FOREGROUND["twistd -n"] + ["--port", "0", "--data-dir", str(tmp_path / name)],
+                                      cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            servers.append(server)
+            seen = []
+            for line in server.stdout:
+                seen.append(line)
+                if "boot success" in line:
+                    break
+            assert "boot success" in seen[-1], "".join(seen)
+            assert not (tmp_path / "twistd.pid").exists()
+    finally:
+        for server in servers:
+            server.terminate()
+            server.communicate(timeout=TIMEOUT)
+
+
+def test_a_log_file_rotates_at_its_size_keeps_the_newest_and_filters_by_level(tmp_path):
+    path = tmp_path / "logs" / "namesrv.log"
+    observer = logs.configured_observer("text", str(path), rotate="1K", keep=2, level="warn")
+    log = Logger(observer=observer)
+    for i in range(60):
+        log.info("quiet {i}", i=i)
+        log.warn("loud {i} {pad}", i=i, pad="x" * 40)
+    names = sorted(p.name for p in path.parent.iterdir())
+    assert names == ["namesrv.log", "namesrv.log.1", "namesrv.log.2"]
+    text = "".join(p.read_text() for p in path.parent.iterdir())
+    assert "loud 59" in path.read_text() and "quiet" not in text and "loud 0 " not in text
+    assert all(p.stat().st_size <= 1024 + 200 for p in path.parent.iterdir())
+
+
+def test_daily_rotation_keeps_the_newest_files(tmp_path):
+    daily = logs.open_log_file(str(tmp_path / "namesrv.log"), "daily", keep=2)
+    for day in (1, 2, 3, 4):
+        daily.write(f"day {day}\n")
+        daily.lastDate = (2026, 11, day)  # as if the day changed: the next write rotates
+        daily.rotate()
+    daily.close()
+    assert len(list(tmp_path.glob("namesrv.log.*"))) == 2
+
+
+def test_a_log_file_that_cannot_be_written_stops_the_start_naming_it(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = run(FOREGROUND["python -m"] + ["--port", "0", "--log-file", str(tmp_path / "file" / "x.log")], tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(f"namesrv: cannot start: --log-file: cannot write {tmp_path}")
+
+
+def test_twistd_writes_json_lines_to_its_log_file(tmp_path, taken_port):
+    log_file = tmp_path / "ns.log"
+    result = run(FOREGROUND["twistd -n"] + ["--port", str(taken_port), "--data-dir", str(tmp_path / "d"),
+                                            "--log-file", str(log_file), "--log-format", "json",
+                                            "--log-level", "info"], tmp_path)
+    assert result.returncode == 1
+    lines = log_file.read_text().splitlines()
+    assert lines and all(line.startswith("{") for line in lines)
+    assert any('"level": "critical"' in line and "cannot listen" in line for line in lines)
+
+
+def test_level_names_are_twisted_levels():
+    assert [LogLevel.levelWithName(name) for name in logs.LEVELS]
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_runtime_config_change_survives_a_restart_with_the_same_data_dir(tmp_path):
+    data = tmp_path / "data"
+    argv = ["--port", "0", "--data-dir", str(data)]
+    options = tap.Options()
+    options.parseOptions(argv)
+    service = tap.makeService(options)
+    service.startService()
+    port = yield service.port_ready
+    try:
+        client = yield connect(port.getHost().port)
+        update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, {},
+                                         b"orderMessageEnable=true\n", opaque=1, version=V5_3_3)
+        answer = yield client.call(update)
+        assert answer.code == ResponseCode.SUCCESS
+        client.transport.loseConnection()
+    finally:
+        yield service.stopService()
+
+    again = tap.Options()
+    again.parseOptions(argv)
+    store = str(data / "namesrv.properties")
+    assert again.config["orderMessageEnable"] is True
+    assert again.config.sources["orderMessageEnable"] == store
+    assert again.config["listenPort"] == 0  # the saved listenPort=0 is not read back: the command line's
+    printed = again.config.all_keys_text()
+    assert f"# orderMessageEnable from {store}\norderMessageEnable=true\n" in printed
+    assert "# listenPort from command line\nlistenPort=0\n" in printed
+
+
+def test_the_saved_file_gives_back_only_keys_a_runtime_update_may_change(tmp_path):
+    store = tmp_path / "namesrv.properties"
+    store.write_text("orderMessageEnable=true\nlistenPort=1234\nkvConfigPath=/elsewhere\nproductEnvName=x\n")
+    config = NamesrvConfig.from_file(None, {"configStorePath": str(store)})
+    assert (config["orderMessageEnable"], config["productEnvName"]) == (True, "x")
+    assert config["listenPort"] == 9876 and config["kvConfigPath"] != "/elsewhere"

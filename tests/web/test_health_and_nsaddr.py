@@ -1,0 +1,107 @@
+"""``/healthz``, ``/readyz`` and the built-in address server (``/rocketmq/nsaddr``) on a started
+server, fetched over HTTP with Twisted's own client."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor
+from twisted.web.client import Agent, readBody
+
+from tests.support import free_port, server_config, start_server
+from twisted_namesrv.state.config import ConfigError, NamesrvConfig
+
+
+@defer.inlineCallbacks
+def get(url: str):
+    response = yield Agent(reactor).request(b"GET", url.encode())
+    body = yield readBody(response)
+    return response.code, response.headers.getRawHeaders(b"content-type", [b""])[0], body
+
+
+@defer.inlineCallbacks
+def started(tmp_path, **values):
+    values.setdefault("metricsPort", free_port())
+    service, port = yield start_server(server_config(tmp_path, **values))
+    web = yield service.web_ready
+    return service, port, f"http://127.0.0.1:{web.getHost().port}"
+
+
+@pytest_twisted.inlineCallbacks
+def test_probes_answer_ok_with_their_checks_while_serving(tmp_path):
+    service, _, base = yield started(tmp_path)
+    try:
+        code, kind, body = yield get(base + "/healthz")
+        assert (code, kind) == (200, b"application/json")
+        assert json.loads(body) == {"status": "ok", "failing": [],
+                                    "checks": {"listenPort_bound": True, "metricsPort_bound": True}}
+        code, _, body = yield get(base + "/readyz")
+        assert code == 200
+        ready = json.loads(body)
+        assert ready["status"] == "ok" and ready["checks"]["kv_loaded"] and ready["checks"]["not_stopping"]
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_readyz_fails_naming_the_check_once_stopping_and_healthz_when_a_listener_is_gone(tmp_path):
+    service, _, base = yield started(tmp_path)
+    try:
+        service.stopping = True
+        code, _, body = yield get(base + "/readyz")
+        assert code == 503 and json.loads(body)["failing"] == ["not_stopping"]
+        service.stopping = False
+        yield service.remoting.unbind()
+        code, _, body = yield get(base + "/healthz")
+        assert code == 503 and json.loads(body)["failing"] == ["listenPort_bound"]
+        code, _, body = yield get(base + "/readyz")
+        assert code == 503 and "listenPort_bound" in json.loads(body)["failing"]
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_nsaddr_answers_the_servers_own_address_by_default_in_both_forms(tmp_path):
+    service, port, base = yield started(tmp_path)
+    try:
+        for path in ("/rocketmq/nsaddr", "/rocketmq/nsaddr-unit1?nofix=1"):
+            code, kind, body = yield get(base + path)
+            assert (code, kind, body) == (200, b"text/plain; charset=utf-8", f"127.0.0.1:{port}".encode())
+        for path in ("/rocketmq/", "/rocketmq/nsaddr-", "/rocketmq/other", "/rocketmq/nsaddr/x"):
+            code, _, _ = yield get(base + path)
+            assert code == 404, path
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_nsaddr_answers_the_configured_list_as_clients_split_it(tmp_path):
+    listed = "10.0.0.1:9876;10.0.0.2:9876"
+    service, _, base = yield started(tmp_path, nsaddrList=listed)
+    try:
+        code, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert (code, body) == (200, listed.encode())
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_nsaddr_bound_to_every_interface_answers_the_address_the_poller_reached(tmp_path):
+    service, port, base = yield started(tmp_path, bindAddress="0.0.0.0")
+    try:
+        _, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert body == f"127.0.0.1:{port}".encode()
+    finally:
+        yield service.stopService()
+
+
+@pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000"])
+def test_a_malformed_nsaddr_list_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"nsaddrList: .* is not host:port"):
+        NamesrvConfig({"nsaddrList": value})
+
+
+def test_nsaddr_list_is_guarded_from_remote_updates():
+    assert "nsaddrList" in NamesrvConfig().blocked_keys()

@@ -1,0 +1,68 @@
+"""Topics that lost their last broker, for the status page.
+
+A topic leaves topicQueueTable, silently, when the last broker group serving it empties: its last
+member expired, closed its connection, went idle or unregistered.  Clients then get
+TOPIC_NOT_EXIST and nothing on the page said why.  This keeps, for DEPARTED_KEEP_SECONDS, each
+such topic with the broker that took it away, how and when; a topic that gets a broker again is
+no longer lost.  Worked out from the tables as the departing broker's event is emitted (before
+its group is removed), so it costs a scan of the topics per departure only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import Any
+
+from .state.routes import RouteInfoManager
+
+#: route events after which a broker is no longer in brokerLiveTable
+DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
+KEEP_SECONDS = 600  # metrics.DEPARTED_KEEP_SECONDS: as long as the broker that took it stays greyed
+LIMIT = 1000  # at most this many kept, the newest
+
+
+@dataclass(frozen=True, slots=True)
+class LostTopic:
+    topic: str
+    cluster: str | None
+    broker: str
+    addr: str | None
+    kind: str
+    reason: str
+    ts: float
+
+
+class LostTopics:
+    def __init__(self, clock: Callable[[], float], keep_seconds: float = KEEP_SECONDS, limit: int = LIMIT) -> None:
+        self.clock = clock
+        self.keep_seconds = keep_seconds
+        self.limit = limit
+        self._lost: dict[str, LostTopic] = {}
+
+    def broker_leaving(self, kind: str, info: dict[str, Any], routes: RouteInfoManager) -> None:
+        """A route event, seen before the tables drop the broker: the topics only its group serves
+        are lost when it is the group's last member."""
+        name, addr = info.get("broker"), info.get("addr")
+        if kind not in DEPARTURES or not isinstance(name, str):
+            return
+        group = routes.brokerAddrTable.get(name)
+        if group is not None and any(member != addr for member in group.brokerAddrs.values()):
+            return  # others of the group stay: its queues stay
+        now = self.clock()
+        reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
+        for topic, queues in routes.topicQueueTable.items():
+            if len(queues) == 1 and name in queues:
+                self._lost.pop(topic, None)
+                self._lost[topic] = LostTopic(topic, info.get("cluster"), name, addr, kind, reason, now)
+        self._forget(now)
+
+    def recent(self, present: Container[str]) -> list[LostTopic]:
+        """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first."""
+        self._forget(self.clock())
+        return [lost for topic, lost in self._lost.items() if topic not in present]
+
+    def _forget(self, now: float) -> None:
+        lost, oldest_kept = self._lost, now - self.keep_seconds
+        while lost and (len(lost) > self.limit or next(iter(lost.values())).ts < oldest_kept):
+            del lost[next(iter(lost))]

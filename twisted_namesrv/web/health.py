@@ -1,0 +1,46 @@
+"""``/healthz`` and ``/readyz`` on the HTTP port (``--metrics-port``), for probes.
+
+``/healthz`` (liveness): the process answers and every listener it was asked for is bound.
+``/readyz`` (readiness): that, and the KV store and route snapshot are loaded and the server is
+not stopping: a client sent here now is answered from the state it should have.
+
+Both answer 200 when every check passes, else 503, with a small JSON document naming each check,
+so a probe needs only the status and a person reading ``curl`` sees why.  They carry nothing
+secret and stay public when the HTTP side asks for credentials.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+
+from twisted.web import resource, server
+
+#: a check's name -> whether it passes now
+Checks = Callable[[], Mapping[str, bool]]
+
+
+class HealthResource(resource.Resource):
+    """One probe endpoint: 200 when every check passes, 503 naming those that do not."""
+
+    isLeaf = True
+
+    def __init__(self, checks: Checks) -> None:
+        super().__init__()
+        self.checks = checks
+
+    def render_GET(self, request: server.Request) -> bytes:
+        results = dict(self.checks())
+        failing = sorted(name for name, ok in results.items() if not ok)
+        request.setResponseCode(503 if failing else 200)
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-cache")
+        document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing}
+        return (json.dumps(document) + "\n").encode()
+
+    render_HEAD = render_GET
+
+
+def health_resources(live: Checks, ready: Checks) -> dict[bytes, resource.IResource]:
+    """The children to put on the site's root."""
+    return {b"healthz": HealthResource(live), b"readyz": HealthResource(ready)}

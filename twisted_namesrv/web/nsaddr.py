@@ -1,0 +1,65 @@
+"""The address server, built in: ``/rocketmq/nsaddr`` and Java's unit form ``/rocketmq/nsaddr-UNIT``.
+
+RocketMQ clients and brokers without a NameServer address poll an HTTP address server for one
+(Java's ``TopAddressing``: ``rocketmq.namesrv.domain``, ``fetchNamesrvAddrByAddressServer``; the
+C++ client's ``set_namesrv_domain``).  The body is ``host:port;host:port`` in plain text.  Operators
+usually run a separate web server for it; here the NameServer answers it on its HTTP port with
+``nsaddrList`` (``--nsaddr-list``), or by default with its own address: ``bindAddress:listenPort``,
+or, bound to every interface, the address the poller reached it on.  Every unit gets the same list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.web import pages, resource, server
+
+from ..state.config import NamesrvConfig
+
+NSADDR = b"nsaddr"
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+class NsaddrResource(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, config: NamesrvConfig, listen_port: Callable[[], int]) -> None:
+        super().__init__()
+        self.config = config
+        self.listen_port = listen_port
+
+    def answer(self, request: server.Request) -> str:
+        listed = str(self.config["nsaddrList"]).strip()
+        if listed:
+            return listed
+        host = str(self.config["bindAddress"])
+        if host in WILDCARDS:
+            host = request.getHost().host  # the interface this poller reached: reachable from it
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.listen_port()}"
+
+    def render_GET(self, request: server.Request) -> bytes:
+        if request.postpath:  # /rocketmq/nsaddr/anything
+            return pages.notFound().render(request)
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        request.setHeader(b"cache-control", b"no-cache")
+        return self.answer(request).encode()
+
+
+class RocketmqDirectory(resource.Resource):
+    """``/rocketmq/``: ``nsaddr`` and ``nsaddr-UNIT`` (Java appends ``?nofix=1``, ignored); nothing else."""
+
+    def __init__(self, nsaddr: NsaddrResource) -> None:
+        super().__init__()
+        self.nsaddr = nsaddr
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.IResource:
+        if path == NSADDR or (path.startswith(NSADDR + b"-") and len(path) > len(NSADDR) + 1):
+            return self.nsaddr
+        return pages.notFound()
+
+
+def nsaddr_resources(config: NamesrvConfig, listen_port: Callable[[], int]) -> dict[bytes, resource.IResource]:
+    """The children to put on the site's root."""
+    return {b"rocketmq": RocketmqDirectory(NsaddrResource(config, listen_port))}
