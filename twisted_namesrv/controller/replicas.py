@@ -39,10 +39,26 @@ class ControllerResult:
     remark: str | None = None
     body: bytes | None = None
     events: list[EventMessage] = field(default_factory=list)
+    #: a new master: whom to tell (NOTIFY_BROKER_ROLE_CHANGED) once the answer is durable
+    role_change: RoleChange | None = None
 
     def fail(self, code: int, remark: str) -> ControllerResult:
         self.code, self.remark = code, remark
         return self
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    """RoleChangeNotifyEntry: a broker group's new master, for every alive member."""
+
+    cluster_name: str
+    broker_name: str
+    master_broker_id: int
+    master_address: str | None
+    master_epoch: int
+    sync_state_set_epoch: int
+    sync_state_set: frozenset[int]
+    member_addrs: dict[int, str]
 
 
 class BrokerReplicaInfo:
@@ -201,6 +217,10 @@ class ReplicasInfoManager:
                                                     replicas.broker_id_table())
             result.body = bodies.elect_master_body({new_master}, group)
             result.events.append(ElectMasterEvent(broker_name, True, new_master))
+            result.role_change = RoleChange(replicas.cluster_name, replicas.broker_name, new_master,
+                                            replicas.broker_address(new_master), info.master_epoch + 1,
+                                            info.sync_state_set_epoch + 1, frozenset({new_master}),
+                                            replicas.broker_id_table())
             return result
         if broker_id is None or broker_id == -1:
             result.events.append(ElectMasterEvent(broker_name, False, None))
