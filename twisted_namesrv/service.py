@@ -140,7 +140,8 @@ def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
 
 
 class NamesrvService(service.MultiService):
-    def __init__(self, config: NamesrvConfig, reactor=None) -> None:
+    def __init__(self, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
+                 controller_bind: str | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -175,6 +176,11 @@ class NamesrvService(service.MultiService):
 
             self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor)
             self.web.setServiceParent(self)
+        from .controller.service import embedded_controller  # RocketMQ 5.x's controller, when asked for
+
+        self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
+        if self.controller is not None:
+            self.controller.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
 

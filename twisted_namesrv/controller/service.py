@@ -233,3 +233,29 @@ class ControllerService(service.MultiService):
         if self.file_log is not None:
             self.file_log.close()
         return port.stopListening() if port is not None else None
+
+
+def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
+                        bind: str | None = None) -> ControllerService | None:
+    """The controller inside the NameServer (Java's enableControllerInNamesrv), or None when
+    neither that key nor ``--controller-port`` asks for one.  Its keys come from the same -c
+    file; its store defaults to ``controller/`` beside kvConfigPath.  CannotStart names the key
+    the controller cannot run with."""
+    if not namesrv_config["enableControllerInNamesrv"] and port is None:
+        return None
+    props: dict[str, Any] = dict(namesrv_config.extra)
+    if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
+        props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
+    try:
+        config = ControllerConfig.from_properties(props)
+        self_peer = config.self_peer()
+    except ControllerConfigError as exc:
+        raise CannotStart(str(exc)) from None
+    if port is None and self_peer is None:
+        raise CannotStart("controllerDLegerPeers: Attribute value controllerDLegerPeers of ControllerConfig is null "
+                          "or empty (with enableControllerInNamesrv=true, name this controller's "
+                          "id-host:port there and its id in controllerDLegerSelfId, or give --controller-port)")
+    store_path = config["controllerStorePath"] or str(Path(namesrv_config["kvConfigPath"]).parent / "controller")
+    return ControllerService(config, reactor, port=port, bind=bind or namesrv_config["bindAddress"],
+                             store_path=store_path, max_frame_length=namesrv_config["frameMaxLength"],
+                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"])
