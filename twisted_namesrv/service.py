@@ -166,6 +166,11 @@ class NamesrvService(service.MultiService):
                                                   config["routeSnapshotInterval"] / 1000)
             self.snapshots.load()
             self.snapshots.setServiceParent(self)
+        from .controller.service import embedded_controller  # RocketMQ 5.x's controller, when asked for
+
+        self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
+        if self.controller is not None:
+            self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
         self.remoting = Listener("listenPort", remoting_factory, config, reactor)
@@ -174,13 +179,8 @@ class NamesrvService(service.MultiService):
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.web = Listener("metricsPort", make_site(self.state, self.factory), config, reactor)
+            self.web = Listener("metricsPort", make_site(self.state, self.factory, self.controller), config, reactor)
             self.web.setServiceParent(self)
-        from .controller.service import embedded_controller  # RocketMQ 5.x's controller, when asked for
-
-        self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
-        if self.controller is not None:
-            self.controller.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
 

@@ -90,3 +90,47 @@ def test_two_brokers_elect_sync_fail_over_and_rejoin(tmp_path) -> None:
         yield c0.kill()
         yield c1.kill()
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_metrics_and_status_api_show_the_controller(tmp_path) -> None:
+    import json
+
+    from twisted.web.client import Agent, readBody
+
+    from tests.support import free_port
+
+    web_port = free_port()
+    config = server_config(tmp_path, metricsPort=web_port)
+    service = NamesrvService(config, reactor, controller_port=0)
+    service.startService()
+    port = (yield service.port_ready).getHost().port
+    yield service.controller.ready
+    broker = ControllerModeBroker(reactor)
+    try:
+        yield broker.start_in_controller_mode(port, service.controller.port.getHost().port)
+
+        @defer.inlineCallbacks
+        def get(path: str):
+            response = yield Agent(reactor).request(b"GET", f"http://127.0.0.1:{web_port}{path}".encode())
+            body = yield readBody(response)
+            return response.code, body.decode()
+
+        code, text = yield get("/metrics")
+        assert code == 200
+        assert 'rocketmq_controller_role{role="leader"} 1.0' in text
+        assert 'rocketmq_controller_active_broker_num{broker_set="broker-ctl",cluster="CtlCluster"} 1.0' in text
+        assert ('rocketmq_controller_election_total{broker_set="broker-ctl",cluster="CtlCluster",'
+                'election_result="new_master_elected"} 1.0') in text
+        assert ('rocketmq_controller_request_total{request_handle_status="success",'
+                'request_type="controller_apply_broker_id"} 1.0') in text
+        assert 'rocketmq_controller_request_latency_us_count{request_type="controller_register_broker"} 1.0' in text
+        code, text = yield get("/api/controller")
+        group = json.loads(text)["groups"][0]
+        assert (group["brokerName"], group["masterBrokerId"], group["masterEpoch"], group["syncStateSet"]) == (
+            "broker-ctl", 1, 1, [1])
+        assert group["brokers"]["1"] == {"address": broker.addr, "alive": True}
+        assert (group["lastElection"]["trigger"], group["lastElection"]["newMaster"]) == ("broker", 1)
+    finally:
+        yield broker.kill()
+        yield service.stopService()

@@ -22,9 +22,13 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None) -> None:
         super().__init__()
         self.registry = registry(state, factory)
+        if controller is not None:  # RocketMQ 5.x's controller in this process
+            from ..controller.web import ControllerCollector
+
+            self.registry.register(ControllerCollector(controller))
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
@@ -54,7 +58,7 @@ class ApiResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, api: StatusApi) -> None:
+    def __init__(self, api: StatusApi, controller: Any = None) -> None:
         super().__init__()
         self.api = api
         self.endpoints: dict[str, Callable[[server.Request], dict[str, Any]]] = {
@@ -65,6 +69,10 @@ class ApiResource(resource.Resource):
             "kv": lambda request: api.kv(),
             "events": lambda request: api.events(_int_arg(request, "since", 0)),
         }
+        if controller is not None:
+            from ..controller.web import controller_status
+
+            self.endpoints["controller"] = lambda request: controller_status(controller)
 
     def render_GET(self, request: server.Request) -> bytes:
         name = "/".join(p.decode("utf-8", "replace") for p in request.postpath)
@@ -117,11 +125,12 @@ class QuietSite(server.Site):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory) -> server.Site:
+def make_site(state: NamesrvState, factory: RemotingFactory, controller: Any = None) -> server.Site:
+    """``controller``: the embedded ControllerService, if any (its metrics and /api/controller)."""
     root = Root()
     root.putChild(b"", StatusPage())
-    root.putChild(b"metrics", MetricsPage(state, factory))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory)))
+    root.putChild(b"metrics", MetricsPage(state, factory, controller))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory), controller))
     site = QuietSite(root)
     site.displayTracebacks = False
     site.noisy = False
