@@ -134,3 +134,60 @@ def test_metrics_and_status_api_show_the_controller(tmp_path) -> None:
     finally:
         yield broker.kill()
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_admin_commands_against_the_controller(tmp_path) -> None:
+    """namesrv-admin's controller subcommands (run in a thread: the admin client is blocking)."""
+    import io
+
+    from twisted.internet import threads
+
+    from twisted_namesrv.admin.cli import main
+
+    service, namesrv_port, controller_port = yield start_namesrv_with_controller(tmp_path)
+    c0, c1 = ControllerModeBroker(reactor), ControllerModeBroker(reactor)
+    address = f"127.0.0.1:{controller_port}"
+
+    def admin(*argv):
+        out, err = io.StringIO(), io.StringIO()
+        code = main([*argv, "-a", address], out, err)
+        return code, out.getvalue(), err.getvalue()
+
+    try:
+        yield c0.start_in_controller_mode(namesrv_port, controller_port)
+        yield c1.start_in_controller_mode(namesrv_port, controller_port)
+        code, out, err = yield threads.deferToThread(admin, "getControllerMetaData")
+        assert code == 0 and f"#ControllerLeaderAddress\t{address}" in out, (out, err)
+        code, out, err = yield threads.deferToThread(admin, "getSyncStateSet", "-b", "broker-ctl")
+        assert code == 0 and "#MasterBrokerId\t1" in out and "NotInSyncReplica:\tReplicaIdentity{brokerName=" \
+            f"'broker-ctl', brokerId=2, brokerAddress='{c1.addr}', alive=true}}" in out, out
+        code, out, err = yield threads.deferToThread(admin, "reElectMaster", "-c", "CtlCluster", "-b", "broker-ctl",
+                                                     "-i", "2")
+        assert code == 1  # 2 is not in the sync-state set yet
+        assert "CONTROLLER_ELECT_MASTER failed: CONTROLLER_ELECT_MASTER_FAILED (2012)" in err
+        yield c0.alter_sync_state_set([1, 2])
+        c1.role_changed = pushed = defer.Deferred()
+        code, out, err = yield threads.deferToThread(admin, "reElectMaster", "-c", "CtlCluster", "-b", "broker-ctl",
+                                                     "-i", "2")
+        assert code == 0 and "masterBrokerId=2" in out and "masterEpoch=2" in out, (out, err)
+        push = yield pushed.addTimeout(TIMEOUT, reactor)
+        assert push.ext["masterBrokerId"] == "2"
+        assert service.controller.manager.elections["broker-ctl"]["trigger"] == "admin"
+        code, out, err = yield threads.deferToThread(admin, "cleanBrokerMetadata", "-b", "broker-ctl")
+        assert code == 1 and "Broker broker-ctl is still alive, clean up failure" in err
+        code, out, err = yield threads.deferToThread(admin, "updateControllerConfig", "-k",
+                                                     "enableElectUncleanMaster", "-v", "true")
+        assert code == 0, err
+        code, out, err = yield threads.deferToThread(admin, "getControllerConfig")
+        assert code == 0 and "enableElectUncleanMaster" in out and "true" in out
+        yield c0.kill()
+        yield c1.kill()
+        code, out, err = yield threads.deferToThread(admin, "cleanBrokerMetadata", "-b", "broker-ctl", "-c",
+                                                     "CtlCluster", "-l")
+        assert code == 0, err
+        assert "broker-ctl" not in service.controller.manager.replicas.replica_info_table
+    finally:
+        yield c0.kill()
+        yield c1.kill()
+        yield service.stopService()
