@@ -196,11 +196,12 @@ class ControllerManager:
         """The controller's own election (Java's triggerElectMaster), retried up to
         electMasterMaxRetryCount times; with ``inactive_id`` only while that broker is still the
         master when its turn comes."""
-        for _ in range(max(1, int(self.config["electMasterMaxRetryCount"]))):
-            def supplier() -> ControllerResult | None:
-                if inactive_id is not None:
+        for attempt in range(max(1, int(self.config["electMasterMaxRetryCount"]))):
+            # Java checks "was it the master?" once, then retries the election as such
+            def supplier(check: int | None = inactive_id if attempt == 0 else None) -> ControllerResult | None:
+                if check is not None:
                     info = self.replicas.sync_state_set_info_table.get(broker_name)
-                    if info is None or info.master_broker_id != inactive_id:
+                    if info is None or info.master_broker_id != check:
                         return None  # not the master (any more): nothing to elect
                 cluster = self.replicas.replica_info_table[broker_name].cluster_name \
                     if broker_name in self.replicas.replica_info_table else ""

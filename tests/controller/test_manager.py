@@ -1,0 +1,62 @@
+"""ControllerManager on a fake clock: turns through the log, the controller's own elections
+(retried as Java's triggerElectMaster), the heartbeat scan, and replay at start."""
+
+from __future__ import annotations
+
+from twisted.internet import task
+
+from twisted_namesrv.controller.config import ControllerConfig
+from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
+from twisted_namesrv.controller.manager import ControllerManager
+
+
+def manager_on(tmp_path, clock: task.Clock, pushes: list | None = None, closed: list | None = None):
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, SoleLeader("127.0.0.1:1"), clock.seconds,
+                                notifier=lambda addr, frame: (pushes if pushes is not None else []).append(addr),
+                                close_channel=(closed if closed is not None else []).append)
+    manager.start()
+    return manager, store
+
+
+def join(manager: ControllerManager, broker_id: int, timeout: int = 10_000) -> None:
+    addr = f"127.0.0.1:{10000 + broker_id}"
+    manager.submit(lambda: manager.replicas.apply_broker_id("C", "g", broker_id, f"{addr};1"))
+    manager.heartbeats.on_broker_heartbeat("C", "g", addr, broker_id, timeout, f"ch{broker_id}", 0, 0, 0, 0)
+
+
+def test_a_master_that_goes_with_nobody_to_follow_leaves_the_group_masterless(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)  # alive, but never in the sync-state set
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.on_channel_close("ch1")
+    info = manager.replicas.sync_state_set_info_table["g"]
+    # three attempts (electMasterMaxRetryCount), each recording "no master": the epoch grows by three
+    assert (info.master_broker_id, info.master_epoch) == (None, 4)
+    assert manager.elections["g"]["code"] == 2004 and manager.elections["g"]["trigger"] == "controller"
+    store.close()
+    replayed, again = manager_on(tmp_path, clock)
+    assert replayed.replicas.summary() == manager.replicas.summary()
+    again.close()
+
+
+def test_the_heartbeat_scan_closes_silent_brokers_and_elects(tmp_path) -> None:
+    clock, pushes, closed = task.Clock(), [], []
+    manager, store = manager_on(tmp_path, clock, pushes, closed)
+    join(manager, 1, timeout=3_000)
+    join(manager, 2, timeout=60_000)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    clock.advance(2)
+    manager.scan_not_active_broker()
+    assert closed == [] and manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1
+    clock.advance(1.5)
+    manager.scan_not_active_broker()
+    assert closed == ["ch1"]
+    info = manager.replicas.sync_state_set_info_table["g"]
+    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (2, 2, {2})
+    assert pushes[-1] == "127.0.0.1:10002"  # the new master is told; the silent one is not
+    store.close()
