@@ -26,15 +26,17 @@ from ..remoting import RemotingCommand
 from ..server import RemotingFactory
 from .codes import ControllerResponseCode as Code
 from .config import ControllerConfig, ControllerConfigError
+from .config import Peer as ControllerPeer
 from .log import ControllerLog, ControllerLogError, FileControllerLog, Leadership, SoleLeader
 from .manager import ControllerManager
 from .metrics import ControllerMetrics
 from .processor import HANDLERS, BadRequest, reply
 
 log = Logger()
-DEFAULT_CONTROLLER_PORT = 9878  # Java's ControllerStartup listens on 19876 alone; DLedger peers name theirs
-#: Java's DefaultBrokerHeartbeatManager starts scanning 2 s after start
-FIRST_SCAN_DELAY = 2.0
+#: without controllerDLegerPeers or --port (Java's peers name the port; its ControllerStartup listens on 19876)
+DEFAULT_CONTROLLER_PORT = 9878
+#: DLedgerConfig's defaults, for a controller started without controllerDLegerGroup/SelfId
+DEFAULT_GROUP, DEFAULT_SELF_ID = "default", "n0"
 
 
 class ControllerDispatcher:
@@ -150,8 +152,9 @@ class ControllerService(service.MultiService):
         self.controller_metrics = ControllerMetrics()
         self.notifier = BrokerNotifier(reactor)
         self.manager = ControllerManager(
-            config, self.store, self.leadership, reactor.seconds, group=config["controllerDLegerGroup"] or "",
-            self_id=config["controllerDLegerSelfId"] or "", peers=config.peers, notifier=self.notifier,
+            config, self.store, self.leadership, reactor.seconds,
+            group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
+            DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
             close_channel=self._close_channel, metrics=self.controller_metrics)
         self.dispatcher = ControllerDispatcher(self.manager, self.metrics)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout)  # type: ignore[arg-type]
@@ -193,6 +196,8 @@ class ControllerService(service.MultiService):
             raise CannotStart(reason) from None
         host = self.port.getHost()
         self.manager.address = f"{host.host}:{host.port}"
+        if not self.manager.peers:  # --controller-port: a group of one, as DLedger's defaults name it
+            self.manager.peers = [ControllerPeer(self.manager.self_id, host.host, host.port)]
         if isinstance(self.leadership, SoleLeader):
             self.leadership.leader_address = self.manager.address
 
