@@ -104,3 +104,51 @@ def test_enable_controller_in_namesrv_without_peers_refuses_to_start(tmp_path) -
         assert "controllerDLegerPeers" in str(exc)
     else:
         raise AssertionError("started without controllerDLegerPeers")
+
+
+@pytest_twisted.inlineCallbacks
+def test_java_keys_in_the_c_file_start_the_embedded_controller(tmp_path) -> None:
+    from tests.support import free_port
+    from twisted_namesrv.state.config import NamesrvConfig
+    from twisted_namesrv.tap import Options
+
+    port = free_port()
+    props = tmp_path / "namesrv.properties"
+    props.write_text(f"enableControllerInNamesrv=true\ncontrollerDLegerGroup=G1\ncontrollerDLegerPeers=n0-127.0.0.1:"
+                     f"{port}\ncontrollerDLegerSelfId=n0\ncontrollerStorePath={tmp_path / 'store'}\n"
+                     "notifyBrokerRoleChanged=false\nscanNotActiveBrokerInterval=2000\n")
+    options = Options()
+    options.parseOptions(["-c", str(props), "--port", "0", "--data-dir", str(tmp_path), "--strict-config"])
+    assert isinstance(options.config, NamesrvConfig) and options.config.warnings == []
+    from twisted_namesrv.tap import makeService
+
+    service = makeService(options)
+    service.startService()
+    yield service.controller.ready
+    try:
+        assert service.controller.port.getHost().port == port
+        assert service.controller.config["notifyBrokerRoleChanged"] is False
+        assert service.controller.config["scanNotActiveBrokerInterval"] == 2000
+        assert (tmp_path / "store" / "controller.log").exists()
+        client = yield connect(port)
+        meta = yield client.call(RemotingCommand.request(Req.CONTROLLER_GET_METADATA_INFO, opaque=1))
+        assert meta.ext == {"group": "G1", "controllerLeaderId": "n0", "controllerLeaderAddress": f"127.0.0.1:{port}",
+                            "isLeader": "true", "peers": f"n0:127.0.0.1:{port};"}
+        client.transport.loseConnection()
+    finally:
+        yield service.stopService()
+
+
+def test_twistd_namesrv_controller_options(tmp_path) -> None:
+    import pytest
+
+    from twisted_namesrv.controller import tap
+
+    options = tap.Options()
+    options.parseOptions(["--port", "0"])
+    service = tap.makeService(options)
+    assert isinstance(service, ControllerService) and service.listen_port == 0
+    bad = tmp_path / "controller.properties"
+    bad.write_text("controllerDLegerPeers=n0-127.0.0.1:1\ncontrollerDLegerSelfId=n9\n")
+    with pytest.raises(SystemExit, match="controllerDLegerSelfId: n9 is not among controllerDLegerPeers"):
+        tap.Options().parseOptions(["-c", str(bad)])
