@@ -152,3 +152,78 @@ def test_twistd_namesrv_controller_options(tmp_path) -> None:
     bad.write_text("controllerDLegerPeers=n0-127.0.0.1:1\ncontrollerDLegerSelfId=n9\n")
     with pytest.raises(SystemExit, match="controllerDLegerSelfId: n9 is not among controllerDLegerPeers"):
         tap.Options().parseOptions(["-c", str(bad)])
+
+
+class FakeConsensus:
+    """EtcdConsensus's shape (log, leadership, start, stop) over a file log: follower until started."""
+
+    made: list = []
+
+    def __init__(self, values, address, reactor) -> None:
+        from twisted_namesrv.controller.log import FileControllerLog
+
+        self.values, self.address = values, address
+        self.log = FileControllerLog(values["kvConfigPath"] + ".ctl")
+        self.log.open()
+        self.leadership = Follower()
+        self.leadership.leader_address = None
+        self.stopped = False
+        FakeConsensus.made.append(self)
+
+    @classmethod
+    def from_config(cls, values, address, reactor=None):
+        return cls(values, address, reactor)
+
+    def start(self):
+        from twisted.internet import defer
+
+        self.leadership.is_leader, self.leadership.leader_address = True, self.address
+        self.leadership.callback(True, self.address)
+        return defer.succeed(None)
+
+    def stop(self):
+        self.stopped = True
+        self.log.close()
+        return None
+
+
+@pytest_twisted.inlineCallbacks
+def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> None:
+    import sys
+    import types
+
+    from tests.support import free_port
+
+    fake = types.ModuleType("twisted_namesrv.controller.etcd")
+    fake.EtcdConsensus = FakeConsensus
+    monkeypatch.setitem(sys.modules, "twisted_namesrv.controller.etcd", fake)
+    port = free_port()
+    config = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd")
+    config.extra.update({"controllerDLegerPeers": f"n0-127.0.0.1:{port};n1-127.0.0.1:1", "controllerDLegerSelfId": "n0",
+                         "controllerEtcdEndpoints": "http://127.0.0.1:2379"})
+    from twisted_namesrv.service import NamesrvService
+
+    service = NamesrvService(config, reactor)
+    consensus = FakeConsensus.made[-1]
+    assert consensus.address == f"127.0.0.1:{port}"
+    assert consensus.values["controllerEtcdEndpoints"] == "http://127.0.0.1:2379"
+    service.startService()
+    yield service.controller.ready
+    client = yield connect(port)
+    try:
+        answer = yield client.call(RemotingCommand.request(Req.CONTROLLER_GET_NEXT_BROKER_ID,
+                                                           {"clusterName": "C", "brokerName": "g"}, opaque=1))
+        assert (answer.code, answer.ext["nextBrokerId"]) == (0, "1")  # the leader, once it campaigned
+    finally:
+        client.transport.loseConnection()
+        yield service.stopService()
+    assert consensus.stopped
+    no_port = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd")
+    from twisted_namesrv import CannotStart
+
+    try:
+        NamesrvService(no_port, reactor, controller_port=0)
+    except CannotStart as exc:
+        assert "controllerType=etcd" in str(exc)
+    else:
+        raise AssertionError("an etcd peer started without a fixed address")

@@ -8,6 +8,7 @@ or ``--controller-port``) or stands alone (``twistd namesrv-controller``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from time import perf_counter
@@ -125,12 +126,14 @@ class ControllerService(service.MultiService):
     """The controller: log + leadership + manager + listener + scans.
 
     ``store``/``leadership`` default to the single-node FileControllerLog under
-    ``controllerStorePath`` and SoleLeader; the etcd store passes its own."""
+    ``controllerStorePath`` and SoleLeader.  Several peers pass a ``consensus`` instead (the etcd
+    store's EtcdConsensus): its ``log`` and ``leadership``, started once the manager follows its
+    changes and stopped with the service."""
 
     def __init__(self, config: ControllerConfig, reactor: Any = None, *, port: int | None = None,
                  bind: str = "127.0.0.1", store: ControllerLog | None = None,
                  leadership: Leadership | None = None, max_frame_length: int = 16 * 1024 * 1024,
-                 idle_timeout: float = 120, store_path: str | None = None) -> None:
+                 idle_timeout: float = 120, store_path: str | None = None, consensus: Any = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -144,6 +147,9 @@ class ControllerService(service.MultiService):
             raise CannotStart(str(exc)) from None
         self.bind_address = bind if self_peer is None or port is not None else self_peer.host
         self.listen_port = port if port is not None else (self_peer.port if self_peer else DEFAULT_CONTROLLER_PORT)
+        self.consensus = consensus
+        if consensus is not None:
+            store, leadership = consensus.log, consensus.leadership
         path = store_path or config["controllerStorePath"] or str(Path.home() / "controller" / "store")
         self.file_log = FileControllerLog(path) if store is None else None
         self.store: ControllerLog = store if store is not None else self.file_log  # type: ignore[assignment]
@@ -211,6 +217,9 @@ class ControllerService(service.MultiService):
         self.bind()
         super().startService()
         d = self.manager.start()
+        if self.consensus is not None:  # campaign once the manager follows the leadership
+            self.consensus.start().addErrback(
+                lambda failure: log.error("controller consensus: {why}", why=failure.getErrorMessage()))
 
         def started(_: object) -> None:
             for call, key in self._scans:
@@ -237,7 +246,9 @@ class ControllerService(service.MultiService):
         super().stopService()
         if self.file_log is not None:
             self.file_log.close()
-        return port.stopListening() if port is not None else None
+        stopping = [port.stopListening() if port is not None else None,
+                    self.consensus.stop() if self.consensus is not None else None]
+        return defer.gatherResults([d for d in stopping if isinstance(d, defer.Deferred)], consumeErrors=True)
 
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
@@ -251,6 +262,8 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
         props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
+    if namesrv_config.values.get("controllerType"):  # a NameServer key too (it picks the store)
+        props["controllerType"] = namesrv_config.values["controllerType"]
     try:
         config = ControllerConfig.from_properties(props)
         self_peer = config.self_peer()
@@ -261,6 +274,25 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                           "or empty (with enableControllerInNamesrv=true, name this controller's "
                           "id-host:port there and its id in controllerDLegerSelfId, or give --controller-port)")
     store_path = config["controllerStorePath"] or str(Path(namesrv_config["kvConfigPath"]).parent / "controller")
-    return ControllerService(config, reactor, port=port, bind=bind or namesrv_config["bindAddress"],
-                             store_path=store_path, max_frame_length=namesrv_config["frameMaxLength"],
-                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"])
+    bind = bind or namesrv_config["bindAddress"]
+    consensus = None
+    if namesrv_config.values.get("controllerType") == "etcd":  # several peers agree through etcd
+        consensus = _etcd_consensus({**namesrv_config.values, **props}, config, bind, port, reactor)
+    return ControllerService(config, reactor, port=port, bind=bind, store_path=store_path,
+                             max_frame_length=namesrv_config["frameMaxLength"],
+                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus)
+
+
+def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,
+                    reactor: Any) -> Any:
+    """The etcd store (controller/etcd.py) for this controller, whose leader key holds its address:
+    that address must be known before listening (controllerDLegerPeers at SelfId, or a fixed
+    --controller-port)."""
+    self_peer = config.self_peer()
+    host = self_peer.host if self_peer is not None and port is None else bind
+    number = port if port is not None else (self_peer.port if self_peer is not None else None)
+    if not number:
+        raise CannotStart("controllerType=etcd: the controller's address is its identity among the peers; name "
+                          "it in controllerDLegerPeers/controllerDLegerSelfId or give a fixed --controller-port")
+    etcd = importlib.import_module(".etcd", __package__)  # the etcd store, only when asked for
+    return etcd.EtcdConsensus.from_config(values, f"{host}:{number}", reactor)
