@@ -60,3 +60,31 @@ def test_the_heartbeat_scan_closes_silent_brokers_and_elects(tmp_path) -> None:
     assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (2, 2, {2})
     assert pushes[-1] == "127.0.0.1:10002"  # the new master is told; the silent one is not
     store.close()
+
+
+def test_a_long_log_is_compacted_at_start_into_the_same_state(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    manager.on_channel_close("ch1")  # 2 takes over: epochs 2 and 3
+    manager.submit(lambda: manager.replicas.clean_broker_data("C", "g", "1", False, manager.alive))
+    before = manager.replicas.snapshot()
+    store.close()
+    assert before["g"]["syncState"]["masterEpoch"] == 2 and store.records > 5
+
+    store = FileControllerLog(tmp_path)
+    store.open()
+    again = ControllerManager(ControllerConfig(), store, SoleLeader(), clock.seconds)
+    again.compact_after = 3
+    again.start()
+    assert store.records == 1 and again.replicas.snapshot() == before  # one snapshot record, same state
+    again.submit(lambda: again.replicas.apply_broker_id("C", "g", 3, "127.0.0.1:10003;1"))
+    store.close()
+    third, third_store = manager_on(tmp_path, clock)
+    assert third.replicas.snapshot()["g"]["replicas"]["brokers"] == [[2, "127.0.0.1:10002", "127.0.0.1:10002;1"],
+                                                                      [3, "127.0.0.1:10003", "127.0.0.1:10003;1"]]
+    assert third.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 4  # ids are never handed out twice
+    third_store.close()

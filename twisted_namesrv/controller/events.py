@@ -71,10 +71,22 @@ class UpdateBrokerAddressEvent:
     brokerId: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicasSnapshotEvent:
+    """Ours, not Java's: the whole state at one moment (ReplicasInfoManager.snapshot), so that a
+    compacted log (FileControllerLog.compact) starts from it instead of from every event since the
+    first.  Applying it replaces the state."""
+
+    TYPE: ClassVar[str] = "ReplicasSnapshotEvent"
+    ID: ClassVar[int] = 100
+    groups: dict[str, Any]
+
+
 EventMessage = (AlterSyncStateSetEvent | ApplyBrokerIdEvent | ElectMasterEvent | CleanBrokerDataEvent
-                | UpdateBrokerAddressEvent)
+                | UpdateBrokerAddressEvent | ReplicasSnapshotEvent)
 EVENT_TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in (
-    AlterSyncStateSetEvent, ApplyBrokerIdEvent, ElectMasterEvent, CleanBrokerDataEvent, UpdateBrokerAddressEvent)}
+    AlterSyncStateSetEvent, ApplyBrokerIdEvent, ElectMasterEvent, CleanBrokerDataEvent, UpdateBrokerAddressEvent,
+    ReplicasSnapshotEvent)}
 _TUPLE_FIELDS = frozenset({"newSyncStateSet", "brokerIdSetToClean"})
 
 
@@ -97,4 +109,5 @@ def decode_event(data: bytes) -> EventMessage:
 
 
 __all__ = ["AlterSyncStateSetEvent", "ApplyBrokerIdEvent", "CleanBrokerDataEvent", "ElectMasterEvent",
-           "EventDecodeError", "EventMessage", "UpdateBrokerAddressEvent", "decode_event", "encode_event"]
+           "EventDecodeError", "EventMessage", "ReplicasSnapshotEvent", "UpdateBrokerAddressEvent", "decode_event",
+           "encode_event"]

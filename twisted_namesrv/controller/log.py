@@ -22,6 +22,8 @@ from typing import Protocol
 
 from twisted.internet import defer
 
+from ..state.store import write_atomically
+
 _RECORD = struct.Struct(">II")
 MAGIC = b"RMQCTLLOG1\n"
 MAX_RECORD = 64 << 20
@@ -165,6 +167,19 @@ class FileControllerLog:
         self.records += len(events)
         self.bytes += len(record)
         return defer.succeed(None)
+
+    def compact(self, snapshot: bytes) -> None:
+        """Replace the log by one record (a ReplicasSnapshotEvent of the state its events built):
+        written beside it, fsync'd, renamed over it, the directory fsync'd - a crash leaves the old
+        log or the new one, both of which replay to the same state."""
+        if self._fd is None:
+            raise ControllerLogError(f"controllerStorePath: {self.path} is not open")
+        data = MAGIC + _RECORD.pack(len(snapshot), zlib.crc32(snapshot)) + snapshot
+        write_atomically(self.path, data)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        os.lseek(self._fd, 0, os.SEEK_END)
+        self.records, self.bytes = 1, len(data)
 
     def close(self) -> None:
         if self._fd is not None:

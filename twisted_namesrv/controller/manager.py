@@ -26,7 +26,7 @@ from . import bodies
 from .codes import ControllerRequestCode, ControllerResponseCode
 from .config import ControllerConfig, Peer
 from .elect import DefaultElectPolicy
-from .events import decode_event, encode_event
+from .events import ReplicasSnapshotEvent, decode_event, encode_event
 from .heartbeat import BrokerHeartbeatManager
 from .log import ControllerLog, Leadership, NotLeader
 from .metrics import ControllerMetrics
@@ -35,6 +35,7 @@ from .replicas import ControllerResult, ReplicasInfoManager, RoleChange
 log = logging.getLogger("twisted_namesrv.controller")
 
 NOT_LEADER_REMARK = "The controller is not in leader state"
+COMPACT_AFTER = 10_000
 TRIGGERS = {"broker": "the broker asked (CONTROLLER_ELECT_MASTER)", "admin": "an admin asked (reElectMaster)",
             "controller": "the master became inactive"}
 
@@ -66,6 +67,8 @@ class ControllerManager:
         #: broker name -> the last election: when, trigger, candidates, result, why (status page, API)
         self.elections: dict[str, dict[str, Any]] = {}
         self._serial = defer.DeferredLock()
+        #: at start, a file log of more events than this is rewritten as one snapshot of the state
+        self.compact_after = COMPACT_AFTER
         self._notify_opaque = 0
 
     def _fresh_replicas(self) -> ReplicasInfoManager:
@@ -107,6 +110,10 @@ class ControllerManager:
         self.ready = self.leadership.is_leader
         log.info("controller state replayed: %d events, %d broker groups", len(entries),
                  len(replicas.replica_info_table))
+        compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
+        if compact is not None and len(entries) > self.compact_after:
+            compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
+            log.info("controller log compacted: %d events into one snapshot", len(entries))
 
     # -- requests through the log -------------------------------------------------------------
 

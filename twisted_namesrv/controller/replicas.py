@@ -22,6 +22,7 @@ from .events import (
     CleanBrokerDataEvent,
     ElectMasterEvent,
     EventMessage,
+    ReplicasSnapshotEvent,
     UpdateBrokerAddressEvent,
 )
 
@@ -366,6 +367,45 @@ class ReplicasInfoManager:
             replicas = self.replica_info_table.get(event.brokerName)
             if replicas is not None:
                 replicas.update_broker_address(event.brokerId, event.brokerAddress)
+        elif isinstance(event, ReplicasSnapshotEvent):
+            self.restore(event.groups)
+
+    # -- the whole state as one record (log compaction) -----------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Both tables, every field, as JSON-ready data; ``restore`` reads it back exactly."""
+        groups: dict[str, Any] = {}
+        for name in sorted(self.replica_info_table.keys() | self.sync_state_set_info_table.keys()):
+            replicas = self.replica_info_table.get(name)
+            info = self.sync_state_set_info_table.get(name)
+            groups[name] = {
+                "replicas": None if replicas is None else {
+                    "clusterName": replicas.cluster_name, "nextAssignBrokerId": replicas.next_assign_broker_id,
+                    "brokers": [[i, a, c] for i, (a, c) in sorted(replicas.broker_id_info.items())]},
+                "syncState": None if info is None else {
+                    "clusterName": info.cluster_name, "masterBrokerId": info.master_broker_id,
+                    "masterEpoch": info.master_epoch, "syncStateSet": sorted(info.sync_state_set),
+                    "syncStateSetEpoch": info.sync_state_set_epoch}}
+        return groups
+
+    def restore(self, groups: dict[str, Any]) -> None:
+        self.replica_info_table.clear()
+        self.sync_state_set_info_table.clear()
+        for name, group in groups.items():
+            if group.get("replicas") is not None:
+                r = group["replicas"]
+                replicas = BrokerReplicaInfo(r["clusterName"], name)
+                replicas.broker_id_info = {int(i): (str(a), str(c)) for i, a, c in r["brokers"]}
+                replicas.next_assign_broker_id = int(r["nextAssignBrokerId"])
+                self.replica_info_table[name] = replicas
+            if group.get("syncState") is not None:
+                s = group["syncState"]
+                info = SyncStateInfo(s["clusterName"], name)
+                master = s["masterBrokerId"]
+                info.master_broker_id = None if master is None else int(master)
+                info.master_epoch, info.sync_state_set_epoch = int(s["masterEpoch"]), int(s["syncStateSetEpoch"])
+                info.sync_state_set = {int(i) for i in s["syncStateSet"]}
+                self.sync_state_set_info_table[name] = info
 
     def _apply_broker_id(self, event: ApplyBrokerIdEvent) -> None:
         if self.is_contains_broker(event.brokerName):
