@@ -227,3 +227,23 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
         assert "controllerType=etcd" in str(exc)
     else:
         raise AssertionError("an etcd peer started without a fixed address")
+
+
+@pytest_twisted.inlineCallbacks
+def test_many_pipelined_requests_are_all_answered_in_order(tmp_path) -> None:
+    service, port = yield start_controller(tmp_path)
+    client = yield connect(port)
+    try:
+        codes = (Req.CONTROLLER_GET_NEXT_BROKER_ID, Req.CONTROLLER_APPLY_BROKER_ID)
+        requests = [RemotingCommand.request(codes[n % 2], {"clusterName": "C", "brokerName": f"g{n // 2}",
+                                                           "appliedBrokerId": "1", "registerCheckCode": "a:1;1"},
+                                            opaque=n + 1) for n in range(1000)]
+        client.send(b"".join(r.encode() for r in requests))  # one write: the frames arrive together
+        answers = []
+        for request in requests:
+            answers.append((yield client.answer(request.opaque)))
+        assert [a.code for a in answers] == [0] * 1000
+        assert {a.ext["nextBrokerId"] for a in answers[0::2]} == {"1"}
+    finally:
+        client.transport.loseConnection()
+        yield service.stopService()
