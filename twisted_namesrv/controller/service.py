@@ -64,15 +64,23 @@ class ControllerDispatcher:
         except Exception as exc:
             return self._encoded(request, self._failed(request, peer, exc), begun, "failed")
         if isinstance(answer, defer.Deferred):
-            answer.addCallbacks(lambda response: self._encoded(request, response, begun, "success"),
-                                lambda failure: self._encoded(request, self._failed(request, peer, failure.value),
-                                                              begun, "failed"))
             done: list[bytes | None] = []
-            answer.addCallback(lambda frame: done.append(frame) or frame)
+
+            def encoded(response: RemotingCommand) -> bytes | None:
+                frame = self._encoded(request, response, begun, "success")
+                done.append(frame)
+                return frame
+
+            def failed(failure: Failure) -> bytes | None:
+                frame = self._encoded(request, self._failed(request, peer, failure.value), begun, "failed")
+                done.append(frame)
+                return frame
+
+            frames: defer.Deferred[bytes | None] = answer.addCallbacks(encoded, failed)
             if done:  # answered in this turn (the file log): no Deferred, so pipelined requests do not nest
                 return done[0]
             outer: defer.Deferred[bytes | None] = defer.Deferred()  # cancelling it (peer gone) leaves the turn alone
-            answer.addCallbacks(outer.callback, outer.errback)
+            frames.addCallbacks(outer.callback, outer.errback)
             return outer
         return self._encoded(request, answer, begun, "success")
 
