@@ -145,7 +145,8 @@ class ControllerService(service.MultiService):
     def __init__(self, config: ControllerConfig, reactor: Any = None, *, port: int | None = None,
                  bind: str = "127.0.0.1", store: ControllerLog | None = None,
                  leadership: Leadership | None = None, max_frame_length: int = 16 * 1024 * 1024,
-                 idle_timeout: float = 120, store_path: str | None = None, consensus: Any = None) -> None:
+                 idle_timeout: float = 120, store_path: str | None = None, consensus: Any = None,
+                 max_connections: int = 10_000, max_header_length: int | None = 65536) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -175,7 +176,8 @@ class ControllerService(service.MultiService):
             DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
             close_channel=self._close_channel, metrics=self.controller_metrics)
         self.dispatcher = ControllerDispatcher(self.manager, self.metrics)
-        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout)  # type: ignore[arg-type]
+        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length,  # type: ignore[arg-type]
+                                       idle_timeout, max_connections, max_header_length)
         self.port: Any = None
         self._scans = [self._looping(self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
                        self._looping(self.manager.scan_inactive_master, "scanInactiveMasterInterval")]
@@ -292,7 +294,9 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
         consensus = _etcd_consensus({**namesrv_config.values, **props}, config, bind, port, reactor)
     return ControllerService(config, reactor, port=port, bind=bind, store_path=store_path,
                              max_frame_length=namesrv_config["frameMaxLength"],
-                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus)
+                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus,
+                             max_connections=namesrv_config["maxConnections"],
+                             max_header_length=namesrv_config["headerMaxLength"])
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,
