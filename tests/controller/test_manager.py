@@ -88,3 +88,34 @@ def test_a_long_log_is_compacted_at_start_into_the_same_state(tmp_path) -> None:
                                                                       [3, "127.0.0.1:10003", "127.0.0.1:10003;1"]]
     assert third.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 4  # ids are never handed out twice
     third_store.close()
+
+
+def test_every_leadership_replays_before_answering(tmp_path) -> None:
+    """Another leader's events (written to the shared store meanwhile) are there once this one leads."""
+    from twisted_namesrv.controller.events import ApplyBrokerIdEvent, encode_event
+
+    class Switch:
+        is_leader, leader_address = False, "127.0.0.1:2"
+
+        def subscribe(self, callback) -> None:
+            self.callback = callback
+
+    clock, leadership = task.Clock(), Switch()
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, leadership, clock.seconds)
+    manager.start()
+    refused = []
+    manager.submit(lambda: manager.replicas.get_next_broker_id("C", "g"), write=False).addCallback(refused.append)
+    assert refused[0].code == 2007
+    store.append([encode_event(ApplyBrokerIdEvent("C", "g", "a:1", 1, "a:1;1"))])  # the other leader's
+    leadership.is_leader = True
+    leadership.callback(True, "127.0.0.1:1")
+    assert manager.ready and manager.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 2
+    store.append([encode_event(ApplyBrokerIdEvent("C", "g", "a:2", 2, "a:2;1"))])
+    leadership.callback(True, "127.0.0.1:1")  # a new term while leading: replayed again
+    assert manager.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 3
+    leadership.is_leader = False
+    leadership.callback(False, "127.0.0.1:2")
+    assert not manager.ready
+    store.close()

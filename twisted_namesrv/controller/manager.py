@@ -88,7 +88,7 @@ class ControllerManager:
 
     def _leadership_changed(self, is_leader: bool, leader_address: str | None) -> None:
         self.metrics.role_changes += 1
-        if is_leader and not self.ready:
+        if is_leader:  # a new leadership (or term): what the store holds now is the truth
             log.info("controller %s is the leader now: replaying the log", self.self_id or self.address)
             self._become_leader().addErrback(lambda failure: log.error("replay failed: %s", failure.getErrorMessage()))
         elif not is_leader:
