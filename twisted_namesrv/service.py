@@ -166,10 +166,11 @@ class NamesrvService(service.MultiService):
                                                   config["routeSnapshotInterval"] / 1000)
             self.snapshots.load()
             self.snapshots.setServiceParent(self)
-        from .controller.service import embedded_controller  # RocketMQ 5.x's controller, when asked for
+        self.controller = None  # RocketMQ 5.x's controller, when asked for (imported only then)
+        if config["enableControllerInNamesrv"] or controller_port is not None:
+            from .controller.service import embedded_controller
 
-        self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
-        if self.controller is not None:
+            self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here

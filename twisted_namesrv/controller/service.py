@@ -266,13 +266,10 @@ class ControllerService(service.MultiService):
 
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
-                        bind: str | None = None) -> ControllerService | None:
-    """The controller inside the NameServer (Java's enableControllerInNamesrv), or None when
-    neither that key nor ``--controller-port`` asks for one.  Its keys come from the same -c
-    file; its store defaults to ``controller/`` beside kvConfigPath.  CannotStart names the key
-    the controller cannot run with."""
-    if not namesrv_config["enableControllerInNamesrv"] and port is None:
-        return None
+                        bind: str | None = None) -> ControllerService:
+    """The controller inside the NameServer (Java's enableControllerInNamesrv, or
+    ``--controller-port``).  Its keys come from the same -c file; its store defaults to
+    ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
         props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
