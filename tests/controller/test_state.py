@@ -183,3 +183,15 @@ def test_events_read_back_as_written_and_garbage_is_refused() -> None:
     for garbage in (b"", b"[]", b'{"eventType":"ReadEvent"}', b'{"eventType":"ElectMasterEvent"}', b"\xff"):
         with pytest.raises(ev.EventDecodeError):
             ev.decode_event(garbage)
+
+
+def test_the_pure_state_imports_no_twisted() -> None:
+    """replicas, events, elect, heartbeat, bodies, codes and config: the state layer, clock injected."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import twisted_namesrv.controller.replicas, twisted_namesrv.controller.elect, "
+            "twisted_namesrv.controller.heartbeat, twisted_namesrv.controller.config; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'twisted'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
