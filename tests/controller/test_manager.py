@@ -119,3 +119,20 @@ def test_every_leadership_replays_before_answering(tmp_path) -> None:
     leadership.callback(False, "127.0.0.1:2")
     assert not manager.ready
     store.close()
+
+
+def test_the_inactive_master_scan_elects_when_a_master_timed_out(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1, timeout=3_000)
+    join(manager, 2, timeout=60_000)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    manager.scan_inactive_master()
+    assert manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1  # alive: nothing to do
+    clock.advance(3.5)  # 1's heartbeat is too old, though the heartbeat scan has not removed it yet
+    manager.scan_inactive_master()
+    info = manager.replicas.sync_state_set_info_table["g"]
+    assert (info.master_broker_id, info.master_epoch) == (2, 2)
+    assert manager.elections["g"]["oldMaster"] == 1 and manager.elections["g"]["trigger"] == "controller"
+    store.close()
