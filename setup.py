@@ -6,5 +6,6 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["twisted_namesrv", "twisted_namesrv.*", "spark_analysis", "spark_analysis.*"])
     + ["twisted.plugins"],
-    package_data={"twisted.plugins": ["namesrv_plugin.py"], "twisted_namesrv.web": ["status.html"]},
+    package_data={"twisted.plugins": ["namesrv_plugin.py", "namesrv_controller_plugin.py"],
+                  "twisted_namesrv.web": ["status.html"]},
 )

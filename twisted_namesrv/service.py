@@ -142,7 +142,8 @@ def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
 
 
 class NamesrvService(service.MultiService):
-    def __init__(self, config: NamesrvConfig, reactor=None) -> None:
+    def __init__(self, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
+                 controller_bind: str | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -167,6 +168,12 @@ class NamesrvService(service.MultiService):
                                                   config["routeSnapshotInterval"] / 1000)
             self.snapshots.load()
             self.snapshots.setServiceParent(self)
+        self.controller = None  # RocketMQ 5.x's controller, when asked for (imported only then)
+        if config["enableControllerInNamesrv"] or controller_port is not None:
+            from .controller.service import embedded_controller
+
+            self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
+            self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
         self.remoting = Listener("listenPort", remoting_factory, config, reactor)
@@ -176,8 +183,8 @@ class NamesrvService(service.MultiService):
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.web = Listener("metricsPort", make_site(self.state, self.factory, self.http_resources()), config,
-                                reactor, "metricsBindAddress")
+            site = make_site(self.state, self.factory, self.http_resources(), self.controller)
+            self.web = Listener("metricsPort", site, config, reactor, "metricsBindAddress")
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port

@@ -72,6 +72,9 @@ class Options(usage.Options):
         ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
         ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
         ["tls-key", None, None, "its private key, PEM (tls.server.keyPath)"],
+        ["controller-port", None, None, "run RocketMQ 5.x's controller (controller mode) on this port too "
+         "(as enableControllerInNamesrv; docs/controller.md)"],
+        ["controller-bind", None, None, "address the controller listens on (default: bindAddress)"],
         ["log-format", None, "text", "log 'text' or 'json' lines"],
         ["log-file", None, None, "log to this file (its directory created) instead of stdout; Java's is "
          "~/logs/rocketmqlogs/namesrv.log"],
@@ -118,7 +121,16 @@ class Options(usage.Options):
                     raise usage.UsageError(f"--{option}: not a number: {self[option]}") from None
         return values
 
+    def controller_port(self) -> int | None:
+        if self["controller-port"] is None:
+            return None
+        try:
+            return int(self["controller-port"])
+        except ValueError:
+            raise usage.UsageError(f"--controller-port: not a number: {self['controller-port']}") from None
+
     def postOptions(self) -> None:
+        self.controller_port()
         if self["log-format"] not in FORMATS:
             raise usage.UsageError(f"--log-format: {self['log-format']} is not one of {', '.join(FORMATS)}")
         self._check_log_options()
@@ -187,8 +199,9 @@ def makeService(options: Options):
 
     report_cannot_start_in_one_line()
     try:
-        return NamesrvService(options.config)
+        return NamesrvService(options.config, controller_port=options.controller_port(),
+                              controller_bind=options["controller-bind"])
     except KVConfigError as exc:
         cannot_start(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it")
-    except (AclConfigError, ConfigError) as exc:
+    except (AclConfigError, ConfigError, CannotStart) as exc:
         cannot_start(str(exc))

@@ -187,7 +187,7 @@ def test_secret_values_are_left_out_of_the_answer_masked_in_p_and_kept_in_the_st
                                                                             "secretKey": ""}
 
 
-@pytest.mark.parametrize("key", ["clusterTest=true", "enableControllerInNamesrv=true", "rocketmqHome=/opt/rmq",
+@pytest.mark.parametrize("key", ["clusterTest=true", "rocketmqHome=/opt/rmq",
                                  "clientRequestThreadPoolNums=32"])
 def test_java_keys_not_implemented_here_warn_and_strict_refuses_them(tmp_path, key):
     path = tmp_path / "ns.properties"

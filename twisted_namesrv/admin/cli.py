@@ -26,6 +26,7 @@ from .client import (
     TlsOptions,
     split_namesrv_list,
 )
+from .controller import CONTROLLER_SUBCOMMANDS
 
 SUBCOMMANDS = {
     # name: (function, help, [(flags, dest, help, required)])
@@ -93,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
         for flag, dest, arg_help, required in arguments:
             sub.add_argument(flag, f"--{dest}", dest=dest, required=required, help=arg_help, type=str.strip)
         sub.set_defaults(function=function)
+    for name, (function, help_text, options) in CONTROLLER_SUBCOMMANDS.items():  # RocketMQ 5.x's controller
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        _options(sub, namesrv=False, suppress=True)
+        sub.add_argument("-a", "--controller", dest="controller", required=True,
+                         help="controller list host:port[;host:port...]")
+        for flag, dest, arg_help, needed in options:
+            if needed is None:
+                sub.add_argument(flag, f"--{dest}", dest=dest, action="store_true", help=arg_help)
+            else:
+                sub.add_argument(flag, f"--{dest}", dest=dest, required=needed, help=arg_help, type=str.strip)
+        sub.set_defaults(function=function)
     sub = subparsers.add_parser("compare", help="report every difference between NameServers' routes",
                                 description="Exit 0 when all agree, 1 when they differ or one cannot be read, "
                                             "2 on usage errors.")
@@ -142,7 +154,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         err.write(f"error: {exc}\n")
         return 2
     try:
-        lists = args.servers if args.command == "compare" else [args.namesrv]
+        lists = args.servers if args.command == "compare" else [
+            args.controller if args.command in CONTROLLER_SUBCOMMANDS else args.namesrv]
         addrs = list(dict.fromkeys(addr for text in lists for addr in split_namesrv_list(text)))
     except AdminError as exc:
         err.write(f"error: {exc}\n")

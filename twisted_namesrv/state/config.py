@@ -20,6 +20,7 @@ from typing import Any
 
 from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
+from ..controller.config import CONTROLLER_KEY_NAMES
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
@@ -124,7 +125,6 @@ NOT_IMPLEMENTED = frozenset({
     "clusterTest",  # Java: routes of a test cluster fetched from another NameServer
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
     "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
-    "enableControllerInNamesrv",  # RocketMQ 5's embedded controller
 })
 
 
@@ -254,6 +254,8 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
     warnings = []
     for name, text in file_keys.items():
         key = KEYS_BY_NAME.get(name)
+        if key is None and name in CONTROLLER_KEY_NAMES:
+            continue  # the embedded controller's (controller/config.py checks them)
         if key is None:
             if strict:
                 raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")

@@ -24,9 +24,13 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None) -> None:
         super().__init__()
         self.registry = registry(state, factory)
+        if controller is not None:  # RocketMQ 5.x's controller in this process
+            from ..controller.web import ControllerCollector
+
+            self.registry.register(ControllerCollector(controller))
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
@@ -56,7 +60,7 @@ class ApiResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, api: StatusApi) -> None:
+    def __init__(self, api: StatusApi, controller: Any = None) -> None:
         super().__init__()
         self.api = api
         self.endpoints: dict[str, Callable[[server.Request], dict[str, Any]]] = {
@@ -67,6 +71,10 @@ class ApiResource(resource.Resource):
             "kv": lambda request: api.kv(),
             "events": lambda request: api.events(_int_arg(request, "since", 0)),
         }
+        if controller is not None:
+            from ..controller.web import controller_status
+
+            self.endpoints["controller"] = lambda request: controller_status(controller)
 
     def render_GET(self, request: server.Request) -> bytes:
         name = "/".join(p.decode("utf-8", "replace") for p in request.postpath)
@@ -120,14 +128,15 @@ class QuietSite(server.Site):
 
 
 def make_site(state: NamesrvState, factory: RemotingFactory,
-              children: Mapping[bytes, resource.IResource] | None = None) -> server.Site:
-    """``children``: more top-level resources (the probes, the address server), each in its own module."""
+              children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None) -> server.Site:
+    """``children``: more top-level resources (the probes, the address server), each in its own module;
+    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller)."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
-    root.putChild(b"metrics", MetricsPage(state, factory))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory)))
+    root.putChild(b"metrics", MetricsPage(state, factory, controller))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory), controller))
     site = QuietSite(guarded(root, state.acl))  # with aclEnable: accounts, but for web/auth.py's public paths
     site.displayTracebacks = False
     site.noisy = False

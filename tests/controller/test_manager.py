@@ -1,0 +1,138 @@
+"""ControllerManager on a fake clock: turns through the log, the controller's own elections
+(retried as Java's triggerElectMaster), the heartbeat scan, and replay at start."""
+
+from __future__ import annotations
+
+from twisted.internet import task
+
+from twisted_namesrv.controller.config import ControllerConfig
+from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
+from twisted_namesrv.controller.manager import ControllerManager
+
+
+def manager_on(tmp_path, clock: task.Clock, pushes: list | None = None, closed: list | None = None):
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, SoleLeader("127.0.0.1:1"), clock.seconds,
+                                notifier=lambda addr, frame: (pushes if pushes is not None else []).append(addr),
+                                close_channel=(closed if closed is not None else []).append)
+    manager.start()
+    return manager, store
+
+
+def join(manager: ControllerManager, broker_id: int, timeout: int = 10_000) -> None:
+    addr = f"127.0.0.1:{10000 + broker_id}"
+    manager.submit(lambda: manager.replicas.apply_broker_id("C", "g", broker_id, f"{addr};1"))
+    manager.heartbeats.on_broker_heartbeat("C", "g", addr, broker_id, timeout, f"ch{broker_id}", 0, 0, 0, 0)
+
+
+def test_a_master_that_goes_with_nobody_to_follow_leaves_the_group_masterless(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)  # alive, but never in the sync-state set
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.on_channel_close("ch1")
+    info = manager.replicas.sync_state_set_info_table["g"]
+    # three attempts (electMasterMaxRetryCount), each recording "no master": the epoch grows by three
+    assert (info.master_broker_id, info.master_epoch) == (None, 4)
+    assert manager.elections["g"]["code"] == 2004 and manager.elections["g"]["trigger"] == "controller"
+    store.close()
+    replayed, again = manager_on(tmp_path, clock)
+    assert replayed.replicas.summary() == manager.replicas.summary()
+    again.close()
+
+
+def test_the_heartbeat_scan_closes_silent_brokers_and_elects(tmp_path) -> None:
+    clock, pushes, closed = task.Clock(), [], []
+    manager, store = manager_on(tmp_path, clock, pushes, closed)
+    join(manager, 1, timeout=3_000)
+    join(manager, 2, timeout=60_000)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    clock.advance(2)
+    manager.scan_not_active_broker()
+    assert closed == [] and manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1
+    clock.advance(1.5)
+    manager.scan_not_active_broker()
+    assert closed == ["ch1"]
+    info = manager.replicas.sync_state_set_info_table["g"]
+    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (2, 2, {2})
+    assert pushes[-1] == "127.0.0.1:10002"  # the new master is told; the silent one is not
+    store.close()
+
+
+def test_a_long_log_is_compacted_at_start_into_the_same_state(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    manager.on_channel_close("ch1")  # 2 takes over: epochs 2 and 3
+    manager.submit(lambda: manager.replicas.clean_broker_data("C", "g", "1", False, manager.alive))
+    before = manager.replicas.snapshot()
+    store.close()
+    assert before["g"]["syncState"]["masterEpoch"] == 2 and store.records > 5
+
+    store = FileControllerLog(tmp_path)
+    store.open()
+    again = ControllerManager(ControllerConfig(), store, SoleLeader(), clock.seconds)
+    again.compact_after = 3
+    again.start()
+    assert store.records == 1 and again.replicas.snapshot() == before  # one snapshot record, same state
+    again.submit(lambda: again.replicas.apply_broker_id("C", "g", 3, "127.0.0.1:10003;1"))
+    store.close()
+    third, third_store = manager_on(tmp_path, clock)
+    assert third.replicas.snapshot()["g"]["replicas"]["brokers"] == [[2, "127.0.0.1:10002", "127.0.0.1:10002;1"],
+                                                                      [3, "127.0.0.1:10003", "127.0.0.1:10003;1"]]
+    assert third.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 4  # ids are never handed out twice
+    third_store.close()
+
+
+def test_every_leadership_replays_before_answering(tmp_path) -> None:
+    """Another leader's events (written to the shared store meanwhile) are there once this one leads."""
+    from twisted_namesrv.controller.events import ApplyBrokerIdEvent, encode_event
+
+    class Switch:
+        is_leader, leader_address = False, "127.0.0.1:2"
+
+        def subscribe(self, callback) -> None:
+            self.callback = callback
+
+    clock, leadership = task.Clock(), Switch()
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, leadership, clock.seconds)
+    manager.start()
+    refused = []
+    manager.submit(lambda: manager.replicas.get_next_broker_id("C", "g"), write=False).addCallback(refused.append)
+    assert refused[0].code == 2007
+    store.append([encode_event(ApplyBrokerIdEvent("C", "g", "a:1", 1, "a:1;1"))])  # the other leader's
+    leadership.is_leader = True
+    leadership.callback(True, "127.0.0.1:1")
+    assert manager.ready and manager.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 2
+    store.append([encode_event(ApplyBrokerIdEvent("C", "g", "a:2", 2, "a:2;1"))])
+    leadership.callback(True, "127.0.0.1:1")  # a new term while leading: replayed again
+    assert manager.replicas.get_next_broker_id("C", "g").header["nextBrokerId"] == 3
+    leadership.is_leader = False
+    leadership.callback(False, "127.0.0.1:2")
+    assert not manager.ready
+    store.close()
+
+
+def test_the_inactive_master_scan_elects_when_a_master_timed_out(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1, timeout=3_000)
+    join(manager, 2, timeout=60_000)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    manager.scan_inactive_master()
+    assert manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1  # alive: nothing to do
+    clock.advance(3.5)  # 1's heartbeat is too old, though the heartbeat scan has not removed it yet
+    manager.scan_inactive_master()
+    info = manager.replicas.sync_state_set_info_table["g"]
+    assert (info.master_broker_id, info.master_epoch) == (2, 2)
+    assert manager.elections["g"]["oldMaster"] == 1 and manager.elections["g"]["trigger"] == "controller"
+    store.close()

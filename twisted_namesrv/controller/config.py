@@ -1,0 +1,129 @@
+"""ControllerConfig: Java's controller keys and defaults, read from the same ``-c`` file.
+
+Java's NameServer with ``enableControllerInNamesrv=true`` fills a ControllerConfig from the
+properties it was started with; so do we.  The controller's own listen address comes from
+``controllerDLegerPeers`` (``n0-127.0.0.1:9878;n1-...``) at ``controllerDLegerSelfId``, or from
+``--controller-port``/``--controller-bind``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..remoting.values import java_bool, parse_java_integer
+
+
+class ControllerConfigError(ValueError):
+    """A controller key the controller cannot run with (named in the message)."""
+
+
+#: (name, default), in Java's declaration order: GET_CONTROLLER_CONFIG lists them so
+CONTROLLER_KEYS: tuple[tuple[str, Any], ...] = (
+    ("controllerType", "DLedger"),
+    ("scanNotActiveBrokerInterval", 5000),
+    ("controllerThreadPoolNums", 16),
+    ("controllerRequestThreadPoolQueueCapacity", 50000),
+    ("controllerDLegerGroup", None),
+    ("controllerDLegerPeers", None),
+    ("controllerDLegerSelfId", None),
+    ("mappedFileSize", 1024 * 1024 * 1024),
+    ("controllerStorePath", ""),
+    ("electMasterMaxRetryCount", 3),
+    ("enableElectUncleanMaster", False),
+    ("isProcessReadEvent", False),
+    ("notifyBrokerRoleChanged", True),
+    ("scanInactiveMasterInterval", 5000),
+    ("metricsExporterType", "DISABLE"),
+    ("configBlackList", "configBlackList;configStorePath"),
+)
+CONTROLLER_KEY_NAMES = frozenset(name for name, _ in CONTROLLER_KEYS)
+#: keys a remote UPDATE_CONTROLLER_CONFIG may change (the rest change listening, paths or threads)
+UPDATABLE = frozenset({"enableElectUncleanMaster", "notifyBrokerRoleChanged", "isProcessReadEvent",
+                       "electMasterMaxRetryCount", "metricsExporterType"})
+_MIN_INTERVAL_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    peer_id: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_peers(text: str | None) -> list[Peer]:
+    """``n0-127.0.0.1:9878;n1-127.0.0.1:9868`` -> peers; ControllerConfigError on a bad entry."""
+    peers = []
+    for entry in (text or "").split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        peer_id, _, address = entry.partition("-")
+        host, _, port = address.rpartition(":")
+        number = parse_java_integer(port, 32)
+        if not peer_id or not host or number is None or not 0 <= number <= 65535:
+            raise ControllerConfigError(f"controllerDLegerPeers: {entry!r} is not id-host:port")
+        peers.append(Peer(peer_id, host, number))
+    return peers
+
+
+class ControllerConfig:
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self.values: dict[str, Any] = dict(CONTROLLER_KEYS)
+        self.update({k: v for k, v in (values or {}).items() if k in CONTROLLER_KEY_NAMES})
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> ControllerConfig:
+        """The controller keys among a properties file's (strings) or a config's (typed) values."""
+        return cls({k: v for k, v in props.items() if k in CONTROLLER_KEY_NAMES})
+
+    def update(self, props: Mapping[str, Any]) -> None:
+        """Convert every value first: a bad one changes nothing (ControllerConfigError names it)."""
+        converted = {name: self._convert(name, value) for name, value in props.items()}
+        self.values.update(converted)
+
+    def _convert(self, name: str, value: Any) -> Any:
+        default = dict(CONTROLLER_KEYS)[name]
+        if not isinstance(value, str):
+            return value
+        if isinstance(default, bool):
+            return java_bool(value.strip())
+        if isinstance(default, int):
+            number = parse_java_integer(value.strip())
+            if number is None:
+                raise ControllerConfigError(f"{name}={value.strip()}: not a number")
+            if name.endswith("Interval") and number < _MIN_INTERVAL_MS:
+                raise ControllerConfigError(f"{name}: {number} is out of range (at least {_MIN_INTERVAL_MS})")
+            return number
+        return value.strip()
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def peers(self) -> list[Peer]:
+        return parse_peers(self.values["controllerDLegerPeers"])
+
+    def self_peer(self) -> Peer | None:
+        """This controller's entry of controllerDLegerPeers, or None when not configured."""
+        self_id = self.values["controllerDLegerSelfId"]
+        for peer in self.peers:
+            if peer.peer_id == self_id:
+                return peer
+        if self.values["controllerDLegerPeers"] and self_id:
+            raise ControllerConfigError(f"controllerDLegerSelfId: {self_id} is not among controllerDLegerPeers")
+        return None
+
+    def properties_text(self) -> str:
+        """GET_CONTROLLER_CONFIG's body: key=value lines (Java's getAllConfigsFormatString)."""
+        lines = []
+        for name, _ in CONTROLLER_KEYS:
+            value = self.values[name]
+            if value is None:
+                value = ""
+            lines.append(f"{name}={'true' if value is True else 'false' if value is False else value}\n")
+        return "".join(lines)

@@ -1,0 +1,209 @@
+"""The controller log: where events become durable before they are answered; and leadership.
+
+The interface is shared with the etcd store (controller/etcd.py): ``ControllerLog`` keeps every
+committed event in order, ``Leadership`` says whether this controller may write.  Here the
+single-node implementations: ``FileControllerLog`` (an append-only file, fsync'd before
+``append`` fires) and ``SoleLeader`` (always the leader).
+
+File format: records of ``length (4 bytes, big-endian) | crc32 (4) | event bytes``.  A record
+cut short at the very end of the file was never acknowledged (``append`` fires after fsync): it
+is dropped at replay, and the file truncated to the last whole record.  Anything else that does
+not read back (a bad checksum before the end, a foreign file) refuses to start, naming the path.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from twisted.internet import defer
+
+from ..state.store import write_atomically
+
+_RECORD = struct.Struct(">II")
+MAGIC = b"RMQCTLLOG1\n"
+MAX_RECORD = 64 << 20
+
+
+class NotLeader(Exception):
+    """This controller may not write: another holds the leadership (its address, or None)."""
+
+    def __init__(self, leader_address: str | None) -> None:
+        super().__init__(f"not the controller leader (leader: {leader_address or 'unknown'})")
+        self.leader_address = leader_address
+
+
+class ControllerLogError(Exception):
+    """The store cannot be read or written: the controller refuses to start (names the path)."""
+
+
+class ControllerLog(Protocol):
+    def replay(self) -> defer.Deferred[list[bytes]]:
+        """Every committed event, oldest first (at start / on becoming leader)."""
+
+    def append(self, events: list[bytes]) -> defer.Deferred[None]:
+        """Fires once durable; errbacks NotLeader if not leader."""
+
+
+class Leadership(Protocol):
+    is_leader: bool
+    leader_address: str | None  # the leader controller's remoting address "host:port", or None
+
+    def subscribe(self, callback: Callable[[bool, str | None], None]) -> None:
+        """``callback(is_leader, leader_address)`` on every change."""
+
+
+class SoleLeader:
+    """One controller, always the leader (the single-node default)."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.is_leader = True
+        self.leader_address = address
+
+    def subscribe(self, callback: Callable[[bool, str | None], None]) -> None:
+        """Nothing ever changes."""
+
+
+class FileControllerLog:
+    """Events in one append-only file under ``controllerStorePath``, fsync'd per append."""
+
+    FILE_NAME = "controller.log"
+
+    def __init__(self, store_path: str | os.PathLike[str]) -> None:
+        self.directory = Path(store_path)
+        self.path = self.directory / self.FILE_NAME
+        self._fd: int | None = None
+        self.records = 0
+        self.bytes = 0
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def open(self) -> list[bytes]:
+        """Read every event, cut a torn tail, and open for appending; ControllerLogError names the
+        path when the store is corrupt or cannot be written."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ControllerLogError(f"controllerStorePath: cannot open {self.path}: {exc.strerror}") from None
+        try:
+            data = _read_all(fd)
+            if fresh or not data:
+                os.write(fd, MAGIC)
+                os.fsync(fd)
+                _fsync_directory(self.directory)
+                data = MAGIC
+            events, good = self._parse(data)
+            if good < len(data):
+                os.ftruncate(fd, good)  # a record cut by a crash: never acknowledged
+                if good == 0:  # even the header was cut
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    os.write(fd, MAGIC)
+                    good = len(MAGIC)
+                os.fsync(fd)
+            os.lseek(fd, 0, os.SEEK_END)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.records, self.bytes = len(events), good
+        return events
+
+    def _parse(self, data: bytes) -> tuple[list[bytes], int]:
+        if not data.startswith(MAGIC):
+            if MAGIC.startswith(data):  # a crash while creating the file
+                return [], 0
+            raise ControllerLogError(f"controllerStorePath: {self.path} is not a controller log (bad header); "
+                                     "fix or move it, the controller will not start with it")
+        events, offset = [], len(MAGIC)
+        while offset < len(data):
+            if offset + _RECORD.size > len(data):
+                break  # torn tail
+            length, crc = _RECORD.unpack_from(data, offset)
+            end = offset + _RECORD.size + length
+            if length > MAX_RECORD:
+                raise self._corrupt(offset, "impossible record length")
+            if end > len(data):
+                break  # torn tail
+            payload = data[offset + _RECORD.size:end]
+            if zlib.crc32(payload) != crc:
+                if end == len(data):
+                    break  # the last record, half written
+                raise self._corrupt(offset, "checksum mismatch")
+            events.append(payload)
+            offset = end
+        return events, offset
+
+    def _corrupt(self, offset: int, why: str) -> ControllerLogError:
+        return ControllerLogError(f"controllerStorePath: {self.path} is corrupt at byte {offset} ({why}); "
+                                  "fix or move it, the controller will not start with it")
+
+    # -- the ControllerLog interface -----------------------------------------------------------
+
+    def replay(self) -> defer.Deferred[list[bytes]]:
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            return defer.succeed(self.open())
+        except Exception:
+            return defer.fail()
+
+    def append(self, events: list[bytes]) -> defer.Deferred[None]:
+        """Write and fsync the records before firing: what is answered is on disk."""
+        if self._fd is None:
+            return defer.fail(ControllerLogError(f"controllerStorePath: {self.path} is not open"))
+        record = b"".join(_RECORD.pack(len(e), zlib.crc32(e)) + e for e in events)
+        try:
+            _write_all(self._fd, record)
+            os.fsync(self._fd)
+        except OSError as exc:
+            return defer.fail(ControllerLogError(f"controllerStorePath: cannot write {self.path}: {exc.strerror}"))
+        self.records += len(events)
+        self.bytes += len(record)
+        return defer.succeed(None)
+
+    def compact(self, snapshot: bytes) -> None:
+        """Replace the log by one record (a ReplicasSnapshotEvent of the state its events built):
+        written beside it, fsync'd, renamed over it, the directory fsync'd - a crash leaves the old
+        log or the new one, both of which replay to the same state."""
+        if self._fd is None:
+            raise ControllerLogError(f"controllerStorePath: {self.path} is not open")
+        data = MAGIC + _RECORD.pack(len(snapshot), zlib.crc32(snapshot)) + snapshot
+        write_atomically(self.path, data)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        os.lseek(self._fd, 0, os.SEEK_END)
+        self.records, self.bytes = 1, len(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

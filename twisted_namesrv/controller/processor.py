@@ -1,0 +1,212 @@
+"""The controller's handlers, one per RequestCode (Java's ControllerRequestProcessor), and HANDLERS.
+
+A handler reads the request's header and body, and returns the answer: at once for what needs no
+turn (metadata, heartbeats, configuration), or a Deferred for what goes through the manager's
+turn and the log.  A header or body that Java could not decode is a ``BadRequest``: answered
+SYSTEM_ERROR naming the field, as Java answers the exception."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet import defer
+
+from ..context import Peer
+from ..remoting import RemotingCommand, fastjson
+from ..remoting.codes import V5_3_3
+from ..remoting.values import java_bool, optional_long
+from ..state.config import parse_properties
+from . import bodies
+from .codes import ControllerRequestCode as Req
+from .codes import ControllerResponseCode as Code
+from .config import CONTROLLER_KEY_NAMES, UPDATABLE, ControllerConfigError
+from .manager import ControllerManager
+from .replicas import ControllerResult
+
+Answer = RemotingCommand | defer.Deferred[RemotingCommand] | None
+Handler = Callable[[ControllerManager, RemotingCommand, Peer], Answer]
+
+
+class BadRequest(ValueError):
+    """A header field or body Java cannot decode: SYSTEM_ERROR with this message."""
+
+
+def respond(request: RemotingCommand, result: ControllerResult) -> RemotingCommand:
+    ext = None if result.header is None else bodies.ext_of(result.header)
+    return RemotingCommand.response_to(request, result.code, result.remark, ext, result.body, version=V5_3_3)
+
+
+def reply(request: RemotingCommand, code: int, remark: str | None = None, body: bytes | None = None,
+          ext: dict[str, object] | None = None) -> RemotingCommand:
+    return respond(request, ControllerResult(ext, code, remark, body))
+
+
+def _answer(request: RemotingCommand,
+            pending: defer.Deferred[ControllerResult | None]) -> defer.Deferred[RemotingCommand]:
+    def answered(result: ControllerResult | None) -> RemotingCommand:
+        if result is None:  # Java: createResponseCommand(null)
+            return reply(request, Code.SYSTEM_ERROR, "not set any response code")
+        return respond(request, result)
+
+    return pending.addCallback(answered)
+
+
+def _text(request: RemotingCommand, name: str, required: bool = False) -> str | None:
+    value = request.ext.get(name)
+    if value is None and required:
+        raise BadRequest(f"the custom field <{name}> is null")
+    return value
+
+
+def _required(request: RemotingCommand, name: str) -> str:
+    value = _text(request, name, True)
+    assert value is not None
+    return value
+
+
+def _long(request: RemotingCommand, name: str, bits: int = 64) -> int | None:
+    text = request.ext.get(name)
+    number = optional_long(text, bits)
+    if text is not None and number is None:
+        raise BadRequest(f"header field {name} is not a number: {text[:40]!r}")
+    return number
+
+
+# -- the handlers ------------------------------------------------------------------------------
+
+def alter_sync_state_set(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    broker_name = _text(request, "brokerName")
+    master_id = _long(request, "masterBrokerId")
+    master_epoch = _long(request, "masterEpoch", 32)
+    try:
+        new_set, set_epoch = bodies.parse_sync_state_set(None if request.body is None else bytes(request.body))
+    except ValueError as exc:
+        raise BadRequest(f"CONTROLLER_ALTER_SYNC_STATE_SET: {exc}") from None
+    return _answer(request, manager.submit(lambda: manager.replicas.alter_sync_state_set(
+        str(broker_name), master_id, master_epoch, new_set, set_epoch, manager.alive)))
+
+
+def elect_master(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    cluster = _text(request, "clusterName") or ""
+    broker_name = _text(request, "brokerName") or ""
+    broker_id = _long(request, "brokerId")
+    designate = java_bool(_text(request, "designateElect"))
+    trigger = "admin" if designate else "broker"
+    return _answer(request, manager.elect_master(cluster, broker_name, -1 if broker_id is None else broker_id,
+                                                 designate, trigger))
+
+
+def register_broker(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    cluster, broker_name = _text(request, "clusterName"), _text(request, "brokerName")
+    broker_id = _long(request, "brokerId")
+    address = _required(request, "brokerAddress")
+    return _answer(request, manager.submit(lambda: manager.replicas.register_broker(
+        cluster, broker_name, broker_id, address, manager.alive)))
+
+
+def get_replica_info(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    broker_name = _text(request, "brokerName")
+    return _answer(request, manager.submit(lambda: manager.replicas.get_replica_info(broker_name), write=False))
+
+
+def get_metadata_info(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    return reply(request, Code.SUCCESS, ext=manager.metadata())
+
+
+def broker_heartbeat(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    broker_id = _long(request, "brokerId")
+    if broker_id is None:
+        return reply(request, Code.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
+    cluster = _required(request, "clusterName")
+    address = _required(request, "brokerAddr")
+    broker_name = _required(request, "brokerName")
+    first = manager.heartbeats.on_broker_heartbeat(
+        cluster, broker_name, address, broker_id, _long(request, "heartbeatTimeoutMills"), peer.channel,
+        _long(request, "epoch", 32), _long(request, "maxOffset"), _long(request, "confirmOffset"),
+        _long(request, "electionPriority", 32))
+    if first:
+        manager.log_new_broker(cluster, broker_name, broker_id, address)
+    return reply(request, Code.SUCCESS, "Heart beat success")
+
+
+def get_sync_state_data(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    names: list[object] = []
+    if request.body:
+        try:
+            decoded = fastjson.loads(bytes(request.body))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"CONTROLLER_GET_SYNC_STATE_DATA: the body is not a JSON list of broker names: {exc}") \
+                from None
+        if not isinstance(decoded, list) or not all(isinstance(n, str) for n in decoded):
+            raise BadRequest("CONTROLLER_GET_SYNC_STATE_DATA: the body is not a JSON list of broker names")
+        names = decoded
+    if not names:
+        return reply(request, Code.SYSTEM_ERROR, "not set any response code")
+    wanted = [str(n) for n in names]
+    return _answer(request, manager.submit(lambda: manager.replicas.get_sync_state_data(wanted, manager.alive),
+                                           write=False))
+
+
+def update_controller_config(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    if request.body is None:
+        return reply(request, Code.SUCCESS)
+    try:
+        props = parse_properties(bytes(request.body).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return reply(request, Code.SYSTEM_ERROR, f"string2Properties error: {exc}")
+    blocked = set(str(manager.config["configBlackList"]).split(";")) | {"configBlackList", "configStorePath",
+                                                                       "rocketmqHome"}
+    guarded = {k for k in props if k in CONTROLLER_KEY_NAMES and k not in UPDATABLE}
+    if blocked & props.keys() or guarded:
+        return reply(request, Code.NO_PERMISSION, "Can not update config in black list.")
+    try:
+        manager.config.update({k: v for k, v in props.items() if k in CONTROLLER_KEY_NAMES})
+    except ControllerConfigError as exc:
+        return reply(request, Code.SYSTEM_ERROR, str(exc))
+    return reply(request, Code.SUCCESS)
+
+
+def get_controller_config(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    return reply(request, Code.SUCCESS, body=manager.config.properties_text().encode("utf-8"))
+
+
+def clean_broker_data(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    cluster = _text(request, "clusterName")
+    broker_name = _required(request, "brokerName")
+    ids = _text(request, "brokerControllerIdsToClean")
+    living = java_bool(_text(request, "isCleanLivingBroker"))
+    return _answer(request, manager.submit(lambda: manager.replicas.clean_broker_data(
+        cluster, broker_name, ids, living, manager.alive)))
+
+
+def get_next_broker_id(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    cluster, broker_name = _text(request, "clusterName"), _text(request, "brokerName")
+    return _answer(request, manager.submit(lambda: manager.replicas.get_next_broker_id(cluster, broker_name),
+                                           write=False))
+
+
+def apply_broker_id(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
+    cluster = _text(request, "clusterName") or ""
+    broker_name = _text(request, "brokerName") or ""
+    broker_id = _long(request, "appliedBrokerId")
+    if broker_id is None:
+        raise BadRequest("the custom field <appliedBrokerId> is null")
+    check_code = _required(request, "registerCheckCode")
+    return _answer(request, manager.submit(lambda: manager.replicas.apply_broker_id(
+        cluster, broker_name, broker_id, check_code)))
+
+
+HANDLERS: dict[int, Handler] = {
+    Req.CONTROLLER_ALTER_SYNC_STATE_SET: alter_sync_state_set,
+    Req.CONTROLLER_ELECT_MASTER: elect_master,
+    Req.CONTROLLER_REGISTER_BROKER: register_broker,
+    Req.CONTROLLER_GET_REPLICA_INFO: get_replica_info,
+    Req.CONTROLLER_GET_METADATA_INFO: get_metadata_info,
+    Req.BROKER_HEARTBEAT: broker_heartbeat,
+    Req.CONTROLLER_GET_SYNC_STATE_DATA: get_sync_state_data,
+    Req.UPDATE_CONTROLLER_CONFIG: update_controller_config,
+    Req.GET_CONTROLLER_CONFIG: get_controller_config,
+    Req.CLEAN_BROKER_DATA: clean_broker_data,
+    Req.CONTROLLER_GET_NEXT_BROKER_ID: get_next_broker_id,
+    Req.CONTROLLER_APPLY_BROKER_ID: apply_broker_id,
+}

@@ -1,0 +1,54 @@
+"""``twistd namesrv-controller``: the controller on its own, as Java's ControllerStartup (mqcontroller).
+
+``-c FILE`` holds the controller keys (controllerDLegerPeers/SelfId name the listen address, or
+``--port``/``--bind``); a configuration it cannot run with ends it with one line on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twisted.python import usage
+
+from .. import CannotStart
+from ..state.config import ConfigError, parse_properties
+from ..tap import cannot_start, report_cannot_start_in_one_line
+from .config import ControllerConfig, ControllerConfigError
+
+
+class Options(usage.Options):
+    synopsis = "[-c FILE] [--port 9878] [--bind 127.0.0.1]"
+    longdesc = "RocketMQ 5.x's controller (controller mode): broker ids, masters, sync-state sets."
+    optParameters = [
+        ["configFile", "c", None, "Java properties file with ControllerConfig keys (as mqcontroller -c)"],
+        ["port", None, None, "TCP port (default: this controller's entry of controllerDLegerPeers, else 9878)"],
+        ["bind", None, "127.0.0.1", "address to listen on"],
+    ]
+
+    def postOptions(self) -> None:
+        props: dict[str, str] = {}
+        if self["configFile"]:
+            try:
+                props = parse_properties(Path(self["configFile"]).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ConfigError) as exc:
+                cannot_start(f"cannot read config file {self['configFile']}: {exc}")
+        try:
+            self.config = ControllerConfig.from_properties(props)
+            self.config.self_peer()
+        except ControllerConfigError as exc:
+            cannot_start(str(exc))
+        if self["port"] is not None:
+            try:
+                self["port"] = int(self["port"])
+            except ValueError:
+                raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+
+
+def makeService(options: Options) -> Any:
+    from .service import ControllerService
+
+    report_cannot_start_in_one_line()
+    try:
+        return ControllerService(options.config, port=options["port"], bind=options["bind"])
+    except CannotStart as exc:
+        cannot_start(str(exc))
