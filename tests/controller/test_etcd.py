@@ -1,0 +1,327 @@
+"""The controller's leadership and event log on a real etcd (tests/controller/etcd_support.py).
+
+Real time with a 2 s lease: a crashed leader is replaced once etcd expires its lease. Every wait
+has a bound (the TTL plus a margin) so a broken handover fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import selectors
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor, task
+from twisted.protocols.portforward import ProxyFactory, ProxyServer
+
+from tests.controller.etcd_support import etcd  # noqa: F401  (the fixture)
+from twisted_namesrv.controller.etcd import (
+    MAX_EVENTS_PER_APPEND,
+    EtcdConsensus,
+    EtcdControllerLog,
+    EtcdLeadership,
+    group_prefix,
+)
+from twisted_namesrv.controller.etcd_gateway import EtcdGateway, parse_endpoints, prefix_end
+from twisted_namesrv.controller.log import NotLeader
+
+TTL = 2  # seconds: etcd's shortest lease with its default election timeout
+HANDOVER = TTL + 4  # a crashed leader's successor leads within this many seconds, or the test fails
+PEER = Path(__file__).with_name("etcd_peer.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def group() -> str:
+    return f"g{uuid.uuid4().hex[:12]}"  # each test its own keys in the shared etcd
+
+
+def peers(etcd, count: int, name: str | None = None, ttl: int = TTL) -> list[EtcdConsensus]:  # noqa: F811
+    name = name or group()
+    return [EtcdConsensus([etcd.endpoint], "/test/controller/", name, f"127.0.0.1:{10911 + i}", ttl, reactor)
+            for i in range(count)]
+
+
+async def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = reactor.seconds() + timeout
+    while not predicate():
+        if reactor.seconds() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await task.deferLater(reactor, 0.05, lambda: None)
+
+
+def leaders(group_peers: list[EtcdConsensus]) -> list[EtcdConsensus]:
+    return [p for p in group_peers if p.leadership.is_leader]
+
+
+async def start_all(group_peers: list[EtcdConsensus]) -> EtcdConsensus:
+    await defer.gatherResults([p.start() for p in group_peers], consumeErrors=True)
+    await wait_until(lambda: len(leaders(group_peers)) == 1, HANDOVER, "one leader")
+    return leaders(group_peers)[0]
+
+
+async def stop_all(group_peers: list[EtcdConsensus]) -> None:
+    for p in group_peers:
+        await p.stop()
+
+
+async def failure_of(deferred):
+    try:
+        await deferred
+    except Exception as exc:
+        return exc
+    raise AssertionError("expected a failure")
+
+
+# -- without etcd -------------------------------------------------------------------------------------
+
+
+def test_endpoints_and_prefixes_parse_as_documented():
+    assert parse_endpoints("127.0.0.1:2379; http://10.0.0.2:2379/ ,") == ["http://127.0.0.1:2379",
+                                                                          "http://10.0.0.2:2379"]
+    with pytest.raises(ValueError, match="only http://"):
+        parse_endpoints("https://a:2379")
+    with pytest.raises(ValueError, match="no etcd endpoint"):
+        parse_endpoints(" , ")
+    assert group_prefix("/rocketmq/controller", "G1") == b"/rocketmq/controller/G1/"
+    with pytest.raises(ValueError, match="without '/'"):
+        group_prefix("/p/", "a/b")
+    assert prefix_end(b"/a/") == b"/a0" and prefix_end(b"a\xff") == b"b" and prefix_end(b"\xff") == b"\0"
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_append_too_large_for_one_transaction_is_refused_before_sending():
+    gateway = EtcdGateway(["http://127.0.0.1:1"], reactor)
+    log = EtcdControllerLog(gateway, EtcdLeadership(gateway, b"/p/g/", "127.0.0.1:1"))
+    error = await failure_of(log.append([b"e"] * (MAX_EVENTS_PER_APPEND + 1)))
+    assert isinstance(error, ValueError) and "at most 127" in str(error)
+    assert isinstance(await failure_of(log.append([b"e"])), NotLeader)  # never started: not the leader
+    await gateway.close()
+
+
+# -- on a real etcd -----------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_leader_among_three_and_the_followers_know_its_address(etcd):  # noqa: F811
+    group_peers = peers(etcd, 3)
+    seen: dict[str, list] = {p.leadership.address: [] for p in group_peers}
+    for p in group_peers:
+        p.leadership.subscribe(lambda lead, addr, a=p.leadership.address: seen[a].append((lead, addr)))
+    try:
+        leader = await start_all(group_peers)
+        address = leader.leadership.address
+        await wait_until(lambda: all(p.leadership.leader_address == address for p in group_peers), HANDOVER,
+                         "every peer knows the leader")
+        assert leader.leadership.term is not None
+        for p in group_peers:
+            expected = (p is leader, address)
+            assert (p.leadership.is_leader, p.leadership.leader_address) == expected
+            assert seen[p.leadership.address][-1] == expected
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_followers_append_fails_with_not_leader_and_lands_nothing(etcd):  # noqa: F811
+    group_peers = peers(etcd, 2)
+    try:
+        leader = await start_all(group_peers)
+        follower = next(p for p in group_peers if p is not leader)
+        await wait_until(lambda: follower.leadership.leader_address is not None, HANDOVER, "follower knows")
+        assert await leader.log.replay() == []
+        error = await failure_of(follower.log.append([b"from-a-follower"]))
+        assert isinstance(error, NotLeader) and error.leader_address == leader.leadership.address
+        await leader.log.append([b"e1", b"e2"])
+        assert await leader.log.replay() == [b"e1", b"e2"]
+        assert await follower.log.replay() == [b"e1", b"e2"]  # followers may read
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopped_leader_hands_over_and_the_next_replays_every_event(etcd):  # noqa: F811
+    group_peers = peers(etcd, 3)
+    try:
+        leader = await start_all(group_peers)
+        await leader.log.replay()
+        for i in range(3):
+            await leader.log.append([f"a{i}".encode(), f"b{i}".encode()])
+        await leader.stop()
+        rest = [p for p in group_peers if p is not leader]
+        await wait_until(lambda: len(leaders(rest)) == 1, HANDOVER, "a successor leads")
+        successor = leaders(rest)[0]
+        written = [b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"]
+        assert await successor.log.replay() == written
+        await successor.log.append([b"c"])
+        assert await successor.log.replay() == written + [b"c"]
+        other = next(p for p in rest if p is not successor)
+        await wait_until(lambda: other.leadership.leader_address == successor.leadership.address, HANDOVER,
+                         "the other follower learns the successor")
+        assert leader.leadership.leader_address is None and not leader.leadership.is_leader
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_crashed_leader_is_replaced_and_its_late_append_does_not_land(etcd):  # noqa: F811
+    group_peers = peers(etcd, 2)
+    try:
+        leader = await start_all(group_peers)
+        await leader.log.replay()
+        await leader.log.append([b"e1"])
+        await leader.log.append([b"e2"])
+        leader.leadership.crash()  # frozen: no keep-alive, no watch, still believes it leads
+        successor = next(p for p in group_peers if p is not leader)
+        await wait_until(lambda: successor.leadership.is_leader, HANDOVER, "the successor leads")
+        assert await successor.log.replay() == [b"e1", b"e2"]
+        assert leader.leadership.is_leader  # it has not noticed: only etcd's guard stops it now
+        error = await failure_of(leader.log.append([b"late"]))
+        assert isinstance(error, NotLeader) and error.leader_address == successor.leadership.address
+        assert not leader.leadership.is_leader and leader.leadership.leader_address == successor.leadership.address
+        await successor.log.append([b"e3"])
+        assert await successor.log.replay() == [b"e1", b"e2", b"e3"]
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_appends_racing_a_handover_land_only_from_the_leader_that_holds_the_key(etcd):  # noqa: F811
+    group_peers = peers(etcd, 2)
+    try:
+        leader = await start_all(group_peers)
+        successor = next(p for p in group_peers if p is not leader)
+        await leader.log.replay()
+        await leader.log.append([b"before"])
+        leader.leadership.crash()
+        # the old leader's lease revoked by hand: the key goes at once and the successor campaigns,
+        # while the old leader still sends appends as fast as it can
+        await leader.gateway.lease_revoke(leader.leadership._lease)
+        outcomes = []
+        while not successor.leadership.is_leader:
+            try:
+                await leader.log.append([b"racing"])
+                outcomes.append("landed")
+            except NotLeader:
+                outcomes.append("refused")
+                break
+        assert "refused" in outcomes
+        await wait_until(lambda: successor.leadership.is_leader, HANDOVER, "the successor leads")
+        events = await successor.log.replay()
+        assert events == [b"before"] + [b"racing"] * outcomes.count("landed")
+        await successor.log.append([b"after"])
+        assert (await successor.log.replay())[-1] == b"after"
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_restarted_leader_takes_its_own_stale_key_back_without_waiting(etcd):  # noqa: F811
+    name = group()
+    [first] = peers(etcd, 1, name, ttl=30)  # a long lease: only the revoke can free the key in time
+    [again] = peers(etcd, 1, name, ttl=30)
+    try:
+        await first.start()
+        assert first.leadership.is_leader
+        await first.log.replay()
+        await first.log.append([b"kept"])
+        first.leadership.crash()
+        await again.start()  # same address, new lease: revokes the old one and campaigns
+        await wait_until(lambda: again.leadership.is_leader, HANDOVER, "the restarted controller leads")
+        assert again.leadership.term != first.leadership.term
+        assert await again.log.replay() == [b"kept"]
+    finally:
+        await stop_all([first, again])
+
+
+@pytest_twisted.ensureDeferred
+async def test_replay_reads_many_events_in_order_across_pages(etcd):  # noqa: F811
+    [peer] = peers(etcd, 1)
+    try:
+        await peer.start()
+        await peer.log.replay()
+        written = [f"event-{i}".encode() for i in range(25)]
+        for start in range(0, 25, 7):
+            await peer.log.append(written[start:start + 7])
+        paged = EtcdControllerLog(peer.gateway, peer.leadership, page_size=4)
+        assert await paged.replay() == written
+    finally:
+        await peer.stop()
+
+
+def read_line(process: subprocess.Popen, timeout: float) -> bytes:
+    """The child's next line, waiting at most ``timeout`` s (it needs nothing from our reactor)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise AssertionError(f"the peer process said nothing within {timeout} s")
+    return process.stdout.readline()
+
+
+class _TrackedProxy(ProxyServer):
+    def connectionMade(self) -> None:
+        self.factory.open.add(self)
+        super().connectionMade()
+
+    def connectionLost(self, reason) -> None:
+        self.factory.open.discard(self)
+        super().connectionLost(reason)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_leader_cut_off_from_etcd_steps_down_before_its_lease_ends(etcd):  # noqa: F811
+    host, port = etcd.endpoint.removeprefix("http://").split(":")
+    proxy = ProxyFactory(host, int(port))
+    proxy.protocol = _TrackedProxy
+    proxy.open = set()
+    listening = reactor.listenTCP(0, proxy, interface="127.0.0.1")
+    name = group()
+    cut = EtcdConsensus([f"http://127.0.0.1:{listening.getHost().port}"], "/test/controller/", name,
+                        "127.0.0.1:10001", TTL, reactor)
+    [direct] = peers(etcd, 1, name)
+    changes: list[tuple[float, bool, str | None]] = []
+    cut.leadership.subscribe(lambda lead, addr: changes.append((reactor.seconds(), lead, addr)))
+    try:
+        await cut.start()
+        assert cut.leadership.is_leader
+        both = []
+        direct.leadership.subscribe(lambda lead, addr: both.append(lead and cut.leadership.is_leader))
+        await direct.start()
+        await listening.stopListening()
+        for connection in list(proxy.open):
+            connection.transport.abortConnection()
+        cut_at = reactor.seconds()
+        await wait_until(lambda: not cut.leadership.is_leader, HANDOVER, "the cut-off leader steps down")
+        assert changes[-1][1:] == (False, None) and changes[-1][0] - cut_at < TTL
+        await wait_until(lambda: direct.leadership.is_leader, HANDOVER, "the peer takes over")
+        assert both and not any(both)  # when the peer took over, the cut-off one no longer led
+    finally:
+        cut.leadership.crash()
+        await cut.gateway.close()
+        await direct.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sigkilled_leader_process_is_replaced_with_every_event(etcd):  # noqa: F811
+    name = group()
+    process = subprocess.Popen([sys.executable, str(PEER), etcd.endpoint, "/test/controller/", name,
+                                "127.0.0.1:19999", str(TTL), "5"], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    [survivor] = peers(etcd, 1, name)
+    try:
+        line = read_line(process, HANDOVER)
+        assert line.decode().startswith("appended 5"), line
+        await survivor.start()
+        assert survivor.leadership.leader_address == "127.0.0.1:19999" and not survivor.leadership.is_leader
+        process.kill()
+        process.wait(10)
+        await wait_until(lambda: survivor.leadership.is_leader, HANDOVER, "the survivor leads")
+        assert await survivor.log.replay() == [f"event-{i}".encode() for i in range(1, 6)]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+        await survivor.stop()
