@@ -25,8 +25,9 @@ from twisted_namesrv.controller.etcd import (
     EtcdLeadership,
     group_prefix,
 )
-from twisted_namesrv.controller.etcd_gateway import EtcdGateway, parse_endpoints, prefix_end
+from twisted_namesrv.controller.etcd_gateway import EtcdGateway, prefix_end
 from twisted_namesrv.controller.log import NotLeader
+from twisted_namesrv.state.config import ConfigError, NamesrvConfig, etcd_endpoints
 
 TTL = 2  # seconds: etcd's shortest lease with its default election timeout
 HANDOVER = TTL + 4  # a crashed leader's successor leads within this many seconds, or the test fails
@@ -79,16 +80,30 @@ async def failure_of(deferred):
 
 
 def test_endpoints_and_prefixes_parse_as_documented():
-    assert parse_endpoints("127.0.0.1:2379; http://10.0.0.2:2379/ ,") == ["http://127.0.0.1:2379",
+    assert etcd_endpoints("127.0.0.1:2379; http://10.0.0.2:2379/ ,") == ["http://127.0.0.1:2379",
                                                                           "http://10.0.0.2:2379"]
     with pytest.raises(ValueError, match="only http://"):
-        parse_endpoints("https://a:2379")
+        etcd_endpoints("https://a:2379")
     with pytest.raises(ValueError, match="no etcd endpoint"):
-        parse_endpoints(" , ")
+        etcd_endpoints(" , ")
     assert group_prefix("/rocketmq/controller", "G1") == b"/rocketmq/controller/G1/"
     with pytest.raises(ValueError, match="without '/'"):
         group_prefix("/p/", "a/b")
     assert prefix_end(b"/a/") == b"/a0" and prefix_end(b"a\xff") == b"b" and prefix_end(b"\xff") == b"\0"
+
+
+def test_the_store_keys_are_checked_at_start_naming_the_key():
+    with pytest.raises(ConfigError, match="controllerEtcdEndpoints: no etcd endpoint given"):
+        NamesrvConfig({"controllerType": "etcd"})
+    with pytest.raises(ConfigError, match="controllerType: 'jRaft'"):
+        NamesrvConfig({"controllerType": "jRaft"})
+    with pytest.raises(ConfigError, match="controllerEtcdLeaseTtlSeconds: 1 is out of range"):
+        NamesrvConfig({"controllerEtcdLeaseTtlSeconds": 1})
+    config = NamesrvConfig({}, {"controllerType": "etcd", "controllerEtcdEndpoints": "127.0.0.1:2379",
+                                "controllerEtcdLeaseTtlSeconds": "5"})
+    consensus = EtcdConsensus.from_config({**config.values, "controllerDLegerGroup": "G"}, "127.0.0.1:9878", reactor)
+    assert consensus.gateway.endpoints == ["http://127.0.0.1:2379"]
+    assert consensus.leadership.prefix == b"/rocketmq/controller/G/" and consensus.leadership.ttl == 5
 
 
 @pytest_twisted.ensureDeferred

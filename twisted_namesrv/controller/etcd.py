@@ -33,7 +33,8 @@ from twisted.internet.defer import Deferred, DeferredLock, fail, inlineCallbacks
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from .etcd_gateway import EtcdError, EtcdGateway, KeyValue, WatchStream, b64, parse_endpoints, prefix_end
+from ..state.config import etcd_endpoints
+from .etcd_gateway import EtcdError, EtcdGateway, KeyValue, WatchStream, b64, prefix_end
 from .log import NotLeader
 
 log = Logger()
@@ -449,7 +450,7 @@ class EtcdConsensus:
     def from_config(cls, values: Mapping[str, Any], address: str, reactor: Any = None) -> EtcdConsensus:
         """From the ``-c`` file's keys: controllerEtcdEndpoints, controllerEtcdKeyPrefix,
         controllerDLegerGroup, controllerEtcdLeaseTtlSeconds."""
-        return cls(parse_endpoints(str(values.get("controllerEtcdEndpoints", ""))),
+        return cls(etcd_endpoints(str(values.get("controllerEtcdEndpoints", ""))),
                    str(values.get("controllerEtcdKeyPrefix") or DEFAULT_KEY_PREFIX),
                    str(values.get("controllerDLegerGroup") or "DefaultControllerGroup"), address,
                    int(values.get("controllerEtcdLeaseTtlSeconds") or DEFAULT_LEASE_TTL), reactor)

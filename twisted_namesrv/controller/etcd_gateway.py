@@ -78,23 +78,6 @@ class KeyValue:
                    int(kv.get("mod_revision", 0)), int(kv.get("lease", 0)))
 
 
-def parse_endpoints(text: str) -> list[str]:
-    """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
-    endpoints = []
-    for item in text.replace(";", ",").split(","):
-        item = item.strip().rstrip("/")
-        if not item:
-            continue
-        if "://" not in item:
-            item = "http://" + item
-        if not item.startswith("http://"):
-            raise ValueError(f"etcd endpoint {item!r}: only http:// is supported")
-        endpoints.append(item)
-    if not endpoints:
-        raise ValueError("no etcd endpoint given")
-    return endpoints
-
-
 class EtcdGateway:
     """Calls to one etcd cluster through its JSON gateway."""
 
