@@ -6,17 +6,14 @@ has a bound (the TTL plus a margin) so a broken handover fails the test instead 
 
 from __future__ import annotations
 
-import selectors
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
+from tests.controller.etcd_harness import peer_processes, wait_for
 from tests.controller.etcd_support import etcd  # noqa: F401  (the fixture)
 from twisted_namesrv.controller.etcd import (
     MAX_EVENTS_PER_APPEND,
@@ -31,8 +28,6 @@ from twisted_namesrv.state.config import ConfigError, NamesrvConfig, etcd_endpoi
 
 TTL = 2  # seconds: etcd's shortest lease with its default election timeout
 HANDOVER = TTL + 4  # a crashed leader's successor leads within this many seconds, or the test fails
-PEER = Path(__file__).with_name("etcd_peer.py")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def group() -> str:
@@ -266,15 +261,6 @@ async def test_replay_reads_many_events_in_order_across_pages(etcd):  # noqa: F8
         await peer.stop()
 
 
-def read_line(process: subprocess.Popen, timeout: float) -> bytes:
-    """The child's next line, waiting at most ``timeout`` s (it needs nothing from our reactor)."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            raise AssertionError(f"the peer process said nothing within {timeout} s")
-    return process.stdout.readline()
-
-
 class _TrackedProxy(ProxyServer):
     def connectionMade(self) -> None:
         self.factory.open.add(self)
@@ -318,25 +304,24 @@ async def test_a_leader_cut_off_from_etcd_steps_down_before_its_lease_ends(etcd)
         await direct.stop()
 
 
-@pytest_twisted.ensureDeferred
-async def test_a_sigkilled_leader_process_is_replaced_with_every_event(etcd):  # noqa: F811
-    name = group()
-    process = subprocess.Popen([sys.executable, str(PEER), etcd.endpoint, "/test/controller/", name,
-                                "127.0.0.1:19999", str(TTL), "5"], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
-    [survivor] = peers(etcd, 1, name)
-    try:
-        line = read_line(process, HANDOVER)
-        assert line.decode().startswith("appended 5"), line
-        await survivor.start()
-        assert survivor.leadership.leader_address == "127.0.0.1:19999" and not survivor.leadership.is_leader
-        process.kill()
-        process.wait(10)
-        await wait_until(lambda: survivor.leadership.is_leader, HANDOVER, "the survivor leads")
-        assert await survivor.log.replay() == [f"event-{i}".encode() for i in range(1, 6)]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdout.close()
-        await survivor.stop()
+def test_three_peer_processes_the_leaders_killed_with_sigkill_a_survivor_leads_with_every_event(etcd):  # noqa: F811
+    with peer_processes(etcd.endpoint, "/test/controller/", group(), 3, TTL) as trio:
+        wait_for(trio, lambda: sum(p.is_leader for p in trio) == 1 and all(
+            p.status.get("leader") for p in trio), HANDOVER, "one leader, known to all")
+        leader = next(p for p in trio if p.is_leader)
+        follower = next(p for p in trio if p is not leader)
+        assert follower.status["leader"] == leader.address
+        assert follower.ask("append nope") == {"refused": leader.address}
+        assert leader.ask("replay") == {"events": []}
+        for i in range(5):
+            assert leader.ask(f"append e{i}") == {"appended": f"e{i}"}
+        leader.kill()
+        rest = [p for p in trio if p is not leader]
+        wait_for(rest, lambda: sum(p.is_leader for p in rest) == 1 and all(
+            p.status.get("leader") not in (None, leader.address) for p in rest), HANDOVER,
+            "a survivor leads, known to the other")
+        successor = next(p for p in rest if p.is_leader)
+        assert successor.ask("replay") == {"events": [f"e{i}" for i in range(5)]}
+        assert successor.ask("append after") == {"appended": "after"}
+        other = next(p for p in rest if p is not successor)
+        assert other.ask("replay")["events"][-1] == "after"

@@ -154,23 +154,28 @@ class EtcdLeadership:
     @inlineCallbacks
     def _beat_once(self) -> Any:
         """Keep the lease, look at (or campaign for) the leader key, keep the watch. Never fails:
-        a LoopingCall stops at its first error."""
+        a LoopingCall stops at its first error. A failed keep-alive does not stop the look at the
+        leader key: followers still learn who leads."""
         if not self._running:
             return
+        problems = []
         try:
             yield self._keep_lease()
+        except Exception as exc:
+            problems.append(f"keep-alive: {exc}")
+        try:
             revision = yield self._observing.run(self._observe)
             if self._watch is None and self._running:
                 yield self._start_watch(revision + 1)
         except Exception as exc:
-            why = str(exc)
-            if why != self._failing:
-                log.warn("controller leadership: etcd beat failed: {why}", why=why)
-            self._failing = why
-        else:
-            if self._failing is not None:
+            problems.append(f"leader key: {exc}")
+        why = "; ".join(problems) or None
+        if why != self._failing:
+            if why is None:
                 log.info("controller leadership: etcd answers again")
-            self._failing = None
+            else:
+                log.warn("controller leadership: etcd beat failed: {why}", why=why)
+        self._failing = why
 
     @inlineCallbacks
     def _keep_lease(self) -> Any:
