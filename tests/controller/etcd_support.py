@@ -47,6 +47,12 @@ class EtcdServer:
     data_dir: Path
     log_path: Path
 
+    def kill(self) -> None:
+        """SIGKILL, as a crashed machine."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -68,29 +74,42 @@ def _answers(endpoint: str) -> bool:
 
 
 def start_etcd(workdir: Path) -> EtcdServer:
+    """One single-member cluster."""
+    return start_etcd_cluster(workdir, 1)[0]
+
+
+def start_etcd_cluster(workdir: Path, members: int) -> list[EtcdServer]:
+    """``members`` etcd processes forming one cluster, each answering (a quorum is up) on return."""
     binary = require_etcd()
-    client, peer = free_port(), free_port()
-    while peer == client:
-        peer = free_port()
-    endpoint = f"http://127.0.0.1:{client}"
-    data_dir = workdir / "etcd-data"
-    log_path = workdir / "etcd.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [binary, "--name", "test", "--data-dir", str(data_dir),
-             "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"test=http://127.0.0.1:{peer}", "--log-level", "warn"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = EtcdServer(process, endpoint, data_dir, log_path)
+    ports: set[int] = set()
+    while len(ports) < 2 * members:
+        ports.add(free_port())
+    client_ports, peer_ports = sorted(ports)[:members], sorted(ports)[members:]
+    names = [f"m{i}" for i in range(members)]
+    cluster = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in zip(names, peer_ports, strict=True))
+    servers = []
+    for name, client, peer in zip(names, client_ports, peer_ports, strict=True):
+        endpoint = f"http://127.0.0.1:{client}"
+        data_dir, log_path = workdir / f"etcd-{name}", workdir / f"etcd-{name}.log"
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(
+                [binary, "--name", name, "--data-dir", str(data_dir),
+                 "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", cluster, "--initial-cluster-token", workdir.name, "--log-level", "warn"],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        servers.append(EtcdServer(process, endpoint, data_dir, log_path))
     deadline = time.monotonic() + START_TIMEOUT
-    while not _answers(endpoint):
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"etcd did not start on {endpoint}: {log_path.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.1)
-    return server
+    for server in servers:
+        while not _answers(server.endpoint):
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                for each in servers:
+                    each.stop()
+                log = server.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"etcd did not start on {server.endpoint}: {log}")
+            time.sleep(0.1)
+    return servers
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from twisted.internet import defer, reactor, task
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
 from tests.controller.etcd_harness import peer_processes, wait_for
-from tests.controller.etcd_support import etcd  # noqa: F401  (the fixture)
+from tests.controller.etcd_support import etcd, start_etcd_cluster  # noqa: F401  (etcd: the fixture)
 from twisted_namesrv.controller.etcd import (
     MAX_EVENTS_PER_APPEND,
     EtcdConsensus,
@@ -325,3 +325,38 @@ def test_three_peer_processes_the_leaders_killed_with_sigkill_a_survivor_leads_w
         assert successor.ask("append after") == {"appended": "after"}
         other = next(p for p in rest if p is not successor)
         assert other.ask("replay")["events"][-1] == "after"
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_etcd_member_killed_the_peers_go_on_through_the_others(tmp_path):
+    members = start_etcd_cluster(tmp_path, 3)
+    endpoints = [m.endpoint for m in members]
+    name = group()
+    first = EtcdConsensus(endpoints, "/test/controller/", name, "127.0.0.1:10001", TTL, reactor)
+    second = EtcdConsensus(endpoints[1:] + endpoints[:1], "/test/controller/", name, "127.0.0.1:10002", TTL,
+                           reactor)
+    try:
+        await first.start()
+        await second.start()
+        assert first.leadership.is_leader and second.leadership.leader_address == "127.0.0.1:10001"
+        await first.log.replay()
+        await first.log.append([b"before"])
+        members[0].kill()  # the member both peers' first calls went to, maybe etcd's raft leader
+        # while etcd elects a new raft leader the controller leader may step down (its keep-alives go
+        # unanswered) and campaign again: a NotLeader on the way is an answer brokers retry after
+        deadline = reactor.seconds() + 3 * HANDOVER
+        while True:
+            await wait_until(lambda: len(leaders([first, second])) == 1, HANDOVER, "one leader")
+            leader = leaders([first, second])[0]
+            try:
+                events = await leader.log.replay()
+                await leader.log.append([b"after"])
+                break
+            except NotLeader:
+                assert reactor.seconds() < deadline, "no leader could append through the surviving members"
+        assert events == [b"before"]
+        assert await leader.log.replay() == [b"before", b"after"]
+    finally:
+        await stop_all([first, second])
+        for member in members:
+            member.stop()

@@ -8,9 +8,8 @@ gateway's path from etcd 3.4 on (Debian 12 ships 3.4.23; 3.4 still also answers 
 ``/v3beta/``, which 3.5 dropped).
 
 Only what the controller needs: range, txn, lease grant/keep-alive/revoke, and a watch (a streamed
-answer, one JSON object per line). Calls go to the first endpoint that accepts a connection; an
-endpoint that refuses one is skipped (nothing was sent to it, so retrying elsewhere is safe), while
-any other failure is the caller's: a transaction that timed out may or may not have been applied.
+answer, one JSON object per line). Calls go to one endpoint at a time and move on to the next when a
+connection fails; see ``EtcdGateway.call`` for which calls are tried again there.
 """
 
 from __future__ import annotations
@@ -25,19 +24,38 @@ from typing import Any
 from twisted.internet import error as net_error
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, PotentialDataLoss, ResponseDone
+from twisted.web.client import (
+    Agent,
+    FileBodyProducer,
+    HTTPConnectionPool,
+    PotentialDataLoss,
+    RequestTransmissionFailed,
+    ResponseDone,
+    ResponseFailed,
+    ResponseNeverReceived,
+)
 from twisted.web.http_headers import Headers
 
 API = "/v3"
 JSON_HEADERS = Headers({b"Content-Type": [b"application/json"]})
 CALL_TIMEOUT = 5.0  # seconds a unary call may take before it fails (its outcome then unknown)
+UNAVAILABLE_RETRIES = 8  # tries beyond one per endpoint, for answers lost or 503 while etcd elects a leader
+UNAVAILABLE_PAUSE = 0.25  # seconds between those tries
 #: connection failures that prove nothing reached the endpoint
 _NOT_SENT = (net_error.ConnectionRefusedError, net_error.ConnectError, net_error.DNSLookupError)
+#: the connection went away during the call: etcd may or may not have acted on it
+_LOST = (ResponseNeverReceived, RequestTransmissionFailed, ResponseFailed)
 
 
 class EtcdError(Exception):
-    """etcd answered with an error, or could not be reached; the message names the call."""
+    """etcd answered with an error (``status``: the HTTP status, 503 while etcd elects its leader), or
+    could not be reached (``status`` 0); the message names the call."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def b64(data: bytes) -> str:
@@ -96,23 +114,33 @@ class EtcdGateway:
     # -- unary calls ------------------------------------------------------------------------------
 
     @inlineCallbacks
-    def call(self, path: str, body: dict[str, Any]) -> Any:
-        """POST ``body`` to ``/v3/<path>``; the answer's JSON object. Tries each endpoint once
-        while they refuse connections."""
+    def call(self, path: str, body: dict[str, Any], retry: bool = True) -> Any:
+        """POST ``body`` to ``/v3/<path>``; the answer's JSON object.
+
+        A connection that fails moves the calls on to the next endpoint. The call is tried again
+        when nothing can have reached etcd (connection refused), or when ``retry`` says doing it
+        twice is harmless (every call but a transaction) and the connection was lost or etcd was
+        electing its own leader (503) - a few times, then EtcdError."""
         data = json.dumps(body).encode()
-        last: Failure | None = None
-        for _ in range(len(self.endpoints)):
+        tries = len(self.endpoints) + UNAVAILABLE_RETRIES
+        why = ""
+        for attempt in range(1, tries + 1):
+            if attempt > len(self.endpoints):
+                yield deferLater(self.reactor, UNAVAILABLE_PAUSE, lambda: None)  # every endpoint tried once
             endpoint = self.endpoints[self._current]
             try:
                 answer = yield self._post(endpoint, path, data)
-            except _NOT_SENT as exc:
-                last = Failure(exc)
+                return answer
+            except _NOT_SENT + _LOST as exc:
                 self._current = (self._current + 1) % len(self.endpoints)
-                continue
-            return answer
-        assert last is not None
-        raise EtcdError(f"etcd {path}: no endpoint reachable ({', '.join(self.endpoints)}): "
-                        f"{last.getErrorMessage()}")
+                why = Failure(exc).getErrorMessage()
+                if isinstance(exc, _LOST) and not retry:
+                    raise EtcdError(f"etcd {path}: connection to {endpoint} lost, outcome unknown: {why}") from None
+            except EtcdError as exc:
+                if exc.status != 503 or not retry:
+                    raise
+                why = str(exc)
+        raise EtcdError(f"etcd {path}: no answer after {tries} tries ({', '.join(self.endpoints)}): {why}")
 
     @inlineCallbacks
     def _post(self, endpoint: str, path: str, data: bytes) -> Any:
@@ -129,7 +157,7 @@ class EtcdGateway:
             raise EtcdError(f"etcd {path}: HTTP {response.code}, not JSON: {raw[:200]!r}") from None
         if response.code != 200 or "error" in answer:
             message = answer.get("message") or answer.get("error") or raw[:200]
-            raise EtcdError(f"etcd {path}: HTTP {response.code}: {message}")
+            raise EtcdError(f"etcd {path}: HTTP {response.code}: {message}", response.code)
         return answer
 
     def range(self, key: bytes, range_end: bytes | None = None, limit: int = 0,
@@ -145,7 +173,7 @@ class EtcdGateway:
 
     def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
             failure: list[dict[str, Any]] | None = None) -> Deferred[Any]:
-        return self.call("kv/txn", {"compare": compare, "success": success, "failure": failure or []})
+        return self.call("kv/txn", {"compare": compare, "success": success, "failure": failure or []}, retry=False)
 
     @inlineCallbacks
     def lease_grant(self, ttl: int) -> Any:
