@@ -180,14 +180,21 @@ class EtcdLeadership:
     @inlineCallbacks
     def _keep_lease(self) -> Any:
         sent = self.clock.seconds()
-        if self._lease is not None:
-            remaining = yield self.gateway.lease_keepalive(self._lease)
+        lease = self._lease
+        if lease is not None:
+            remaining = yield self.gateway.lease_keepalive(lease)
+            if lease != self._lease:
+                return  # given up while the keep-alive was under way: the next beat grants a new one
             if remaining > 0:
                 self._lease_alive_until(sent + remaining)
                 return
-            self._lost(f"lease {self._lease} expired at etcd")
+            self._lost(f"lease {lease} expired at etcd")
             self._lease = None
-        self._lease, granted = yield self.gateway.lease_grant(self.ttl)
+        lease, granted = yield self.gateway.lease_grant(self.ttl)
+        if not self._running:
+            yield self.gateway.lease_revoke(lease)  # stopped meanwhile: leave nothing behind
+            return
+        self._lease = lease
         self._lease_alive_until(sent + granted)
 
     def _lease_alive_until(self, expiry: float) -> None:
@@ -234,16 +241,20 @@ class EtcdLeadership:
         return revision
 
     def _saw(self, current: KeyValue | None) -> None:
-        if current is not None and self._lease is not None and current.lease == self._lease \
-                and current.value == self.address.encode():
+        ours = current is not None and current.value == self.address.encode()
+        if ours and self._lease is not None and current is not None and current.lease == self._lease:
             self._lead(current.create_revision)
-        elif current is None:
+        elif current is None or ours:  # none, or ours under a lost lease: nobody serves behind it
             self._lost("the leader key is gone") if self.is_leader else self._set(False, None)
         else:
             self._follow(current)
 
     def _lead(self, term: int) -> None:
+        if not self._running:
+            return  # a campaign that answered after stop(): its lease is revoked, the key gone
         if self.term != term:
+            if self.is_leader:  # a new term without a step-down in between: subscribers replay
+                self._lost(f"term {self.term} ended")
             log.info("controller leadership: {address} leads (term {term})", address=self.address, term=term)
             self.term = term
         self._set(True, self.address)
