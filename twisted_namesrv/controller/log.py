@@ -17,7 +17,10 @@ from twisted.internet.defer import Deferred
 
 class NotLeader(Exception):
     """This controller may not write: another holds the leadership (its address, or None when no
-    leader is known right now). The events of the refused append were not applied."""
+    leader is known right now). The request must not be answered as done; what the store holds is
+    the truth, which the next leader (maybe this controller again) gets from ``replay``. (A refused
+    append landed nothing; one whose answer from the store was lost may have, and its controller
+    then steps down so that a replay settles it.)"""
 
     def __init__(self, leader_address: str | None) -> None:
         super().__init__(f"not the controller leader (leader: {leader_address or 'unknown'})")
