@@ -15,6 +15,7 @@ from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
 from tests.controller.etcd_harness import peer_processes, wait_for
 from tests.controller.etcd_support import etcd, start_etcd_cluster  # noqa: F401  (etcd: the fixture)
+from tests.support import free_port
 from twisted_namesrv.controller.etcd import (
     MAX_EVENTS_PER_APPEND,
     EtcdConsensus,
@@ -22,7 +23,7 @@ from twisted_namesrv.controller.etcd import (
     EtcdLeadership,
     group_prefix,
 )
-from twisted_namesrv.controller.etcd_gateway import EtcdGateway, prefix_end
+from twisted_namesrv.controller.etcd_gateway import EtcdError, EtcdGateway, b64, prefix_end
 from twisted_namesrv.controller.log import NotLeader
 from twisted_namesrv.state.config import ConfigError, NamesrvConfig, etcd_endpoints
 
@@ -360,3 +361,41 @@ async def test_an_etcd_member_killed_the_peers_go_on_through_the_others(tmp_path
         await stop_all([first, second])
         for member in members:
             member.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_log_that_does_not_add_up_is_refused_naming_the_key(etcd):  # noqa: F811
+    [peer] = peers(etcd, 1)
+    try:
+        await peer.start()
+        await peer.log.replay()
+        await peer.log.append([b"e1", b"e2"])
+        gateway, log = peer.gateway, peer.log
+        await gateway.txn([], [{"request_put": {"key": b64(log.last_key), "value": b64(b"3")}}])
+        error = await failure_of(log.replay())
+        assert isinstance(error, EtcdError) and "2 events but" in str(error) and log.last_key.decode() in str(error)
+        await gateway.txn([], [{"request_put": {"key": b64(log.last_key), "value": b64(b"two")}}])
+        error = await failure_of(log.replay())
+        assert isinstance(error, EtcdError) and "not an index" in str(error)
+    finally:
+        await peer.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_controller_started_before_etcd_answers_leads_once_it_does(etcd):  # noqa: F811
+    host, port = etcd.endpoint.removeprefix("http://").split(":")
+    proxy_port = free_port()
+    consensus = EtcdConsensus([f"http://127.0.0.1:{proxy_port}"], "/test/controller/", group(), "127.0.0.1:10001",
+                              TTL, reactor)
+    listening = None
+    try:
+        await consensus.start()  # nothing listens there yet: refused, and the beats go on
+        assert not consensus.leadership.is_leader and consensus.leadership.leader_address is None
+        assert isinstance(await failure_of(consensus.log.append([b"e"])), NotLeader)
+        listening = reactor.listenTCP(proxy_port, ProxyFactory(host, int(port)), interface="127.0.0.1")
+        await wait_until(lambda: consensus.leadership.is_leader, HANDOVER, "it leads once etcd answers")
+        assert await consensus.log.replay() == []
+    finally:
+        await consensus.stop()
+        if listening is not None:
+            await listening.stopListening()

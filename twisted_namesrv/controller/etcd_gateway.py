@@ -41,7 +41,7 @@ from twisted.web.http_headers import Headers
 API = "/v3"
 JSON_HEADERS = Headers({b"Content-Type": [b"application/json"]})
 CALL_TIMEOUT = 5.0  # seconds a unary call may take before it fails (its outcome then unknown)
-UNAVAILABLE_RETRIES = 8  # tries beyond one per endpoint, for answers lost or 503 while etcd elects a leader
+UNAVAILABLE_RETRIES = 8  # tries again after a 503 (etcd electing its leader: about a second)
 UNAVAILABLE_PAUSE = 0.25  # seconds between those tries
 #: connection failures that prove nothing reached the endpoint
 _NOT_SENT = (net_error.ConnectionRefusedError, net_error.ConnectError, net_error.DNSLookupError)
@@ -117,16 +117,13 @@ class EtcdGateway:
     def call(self, path: str, body: dict[str, Any], retry: bool = True) -> Any:
         """POST ``body`` to ``/v3/<path>``; the answer's JSON object.
 
-        A connection that fails moves the calls on to the next endpoint. The call is tried again
-        when nothing can have reached etcd (connection refused), or when ``retry`` says doing it
-        twice is harmless (every call but a transaction) and the connection was lost or etcd was
-        electing its own leader (503) - a few times, then EtcdError."""
+        A connection that fails moves the calls on to the next endpoint, and this call with them when
+        nothing can have reached etcd (connection refused) or when ``retry`` says doing it twice is
+        harmless (every call but a transaction): once round the endpoints. A 503 (etcd electing its
+        own leader) is tried again a few times, a moment apart, when ``retry`` allows."""
         data = json.dumps(body).encode()
-        tries = len(self.endpoints) + UNAVAILABLE_RETRIES
-        why = ""
-        for attempt in range(1, tries + 1):
-            if attempt > len(self.endpoints):
-                yield deferLater(self.reactor, UNAVAILABLE_PAUSE, lambda: None)  # every endpoint tried once
+        unreachable = unavailable = 0
+        while True:
             endpoint = self.endpoints[self._current]
             try:
                 answer = yield self._post(endpoint, path, data)
@@ -136,11 +133,15 @@ class EtcdGateway:
                 why = Failure(exc).getErrorMessage()
                 if isinstance(exc, _LOST) and not retry:
                     raise EtcdError(f"etcd {path}: connection to {endpoint} lost, outcome unknown: {why}") from None
+                unreachable += 1
+                if unreachable >= len(self.endpoints):
+                    raise EtcdError(f"etcd {path}: no endpoint answered ({', '.join(self.endpoints)}): {why}") \
+                        from None
             except EtcdError as exc:
-                if exc.status != 503 or not retry:
+                unavailable += 1
+                if exc.status != 503 or not retry or unavailable > UNAVAILABLE_RETRIES:
                     raise
-                why = str(exc)
-        raise EtcdError(f"etcd {path}: no answer after {tries} tries ({', '.join(self.endpoints)}): {why}")
+                yield deferLater(self.reactor, UNAVAILABLE_PAUSE, lambda: None)
 
     @inlineCallbacks
     def _post(self, endpoint: str, path: str, data: bytes) -> Any:
