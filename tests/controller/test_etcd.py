@@ -119,8 +119,10 @@ async def test_an_append_too_large_for_one_transaction_is_refused_before_sending
 async def test_one_leader_among_three_and_the_followers_know_its_address(etcd):  # noqa: F811
     group_peers = peers(etcd, 3)
     seen: dict[str, list] = {p.leadership.address: [] for p in group_peers}
+    at_once: list[int] = []  # how many peers believed they led, at every change
     for p in group_peers:
         p.leadership.subscribe(lambda lead, addr, a=p.leadership.address: seen[a].append((lead, addr)))
+        p.leadership.subscribe(lambda lead, addr: at_once.append(len(leaders(group_peers))))
     try:
         leader = await start_all(group_peers)
         address = leader.leadership.address
@@ -131,6 +133,7 @@ async def test_one_leader_among_three_and_the_followers_know_its_address(etcd): 
             expected = (p is leader, address)
             assert (p.leadership.is_leader, p.leadership.leader_address) == expected
             assert seen[p.leadership.address][-1] == expected
+        assert max(at_once) == 1
     finally:
         await stop_all(group_peers)
 
