@@ -21,6 +21,7 @@ from twisted_namesrv.controller.etcd import (
     EtcdConsensus,
     EtcdControllerLog,
     EtcdLeadership,
+    ReplayFirst,
     group_prefix,
 )
 from twisted_namesrv.controller.etcd_gateway import EtcdError, EtcdGateway, b64, prefix_end
@@ -197,6 +198,29 @@ async def test_a_crashed_leader_is_replaced_and_its_late_append_does_not_land(et
         assert not leader.leadership.is_leader and leader.leadership.leader_address == successor.leadership.address
         await successor.log.append([b"e3"])
         assert await successor.log.replay() == [b"e1", b"e2", b"e3"]
+    finally:
+        await stop_all(group_peers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_leader_that_missed_events_cannot_append_until_it_replays(etcd):  # noqa: F811
+    group_peers = peers(etcd, 2)
+    try:
+        first = await start_all(group_peers)
+        second = next(p for p in group_peers if p is not first)
+        assert isinstance(await failure_of(first.log.append([b"e0"])), ReplayFirst)  # never replayed
+        assert await second.log.replay() == []  # at start, as a follower
+        await first.log.replay()
+        await first.log.append([b"e1"])
+        await first.stop()
+        await wait_until(lambda: second.leadership.is_leader, HANDOVER, "the second leads")
+        # it leads on a view of the log from before e1: its append is refused and it resigns
+        error = await failure_of(second.log.append([b"stale"]))
+        assert isinstance(error, NotLeader) and not second.leadership.is_leader
+        await wait_until(lambda: second.leadership.is_leader, HANDOVER, "it leads again (a new term)")
+        assert await second.log.replay() == [b"e1"]
+        await second.log.append([b"e2"])
+        assert await second.log.replay() == [b"e1", b"e2"]
     finally:
         await stop_all(group_peers)
 

@@ -335,8 +335,17 @@ class EtcdLeadership:
                 self._follow(kv)
 
 
+class ReplayFirst(RuntimeError):
+    """An append from a controller whose state no replay has built (or whose view of the log was
+    lost): its events could contradict what the log holds."""
+
+
 class EtcdControllerLog:
-    """The controller's events in etcd, appended only by the current leader."""
+    """The controller's events in etcd, appended only by the current leader, and only on top of
+    what this controller has seen: its last replay and its own appends since. If the log moved
+    since (another leader wrote), the append fails its guard and this controller resigns, so a
+    controller that missed events can never write events computed without them.
+    """
 
     def __init__(self, gateway: EtcdGateway, leadership: EtcdLeadership, page_size: int = REPLAY_PAGE) -> None:
         self.gateway = gateway
@@ -345,7 +354,7 @@ class EtcdControllerLog:
         self.log_prefix = leadership.prefix + b"log/"
         self.last_key = leadership.prefix + b"last"
         self._lock = DeferredLock()  # appends and replays one at a time, in call order
-        self._synced_term: int | None = None  # the term for which _last_index/_last_mod are known
+        self._seen = False  # _last_index/_last_mod hold what the last replay and later appends saw
         self._last_index = 0
         self._last_mod = 0  # mod_revision of ``last`` (0: not there yet)
 
@@ -360,7 +369,6 @@ class EtcdControllerLog:
     @inlineCallbacks
     def _replay(self) -> Any:
         """Every event at one revision (pages read at the revision of the first read)."""
-        term = self.leadership.term
         answer = yield self.gateway.range(self.last_key)
         revision = _revision(answer)
         last_index, last_mod = self._last_of(_range_kvs(answer))
@@ -381,7 +389,7 @@ class EtcdControllerLog:
         if len(events) != last_index:
             raise EtcdError(f"etcd event log under {self.log_prefix.decode()!r}: {len(events)} events but "
                             f"{self.last_key.decode()!r} says {last_index}")
-        self._synced_term, self._last_index, self._last_mod = term, last_index, last_mod
+        self._seen, self._last_index, self._last_mod = True, last_index, last_mod
         return events
 
     def _last_of(self, kvs: list[KeyValue]) -> tuple[int, int]:
@@ -391,12 +399,6 @@ class EtcdControllerLog:
             return int(kvs[0].value), kvs[0].mod_revision
         except ValueError:
             raise EtcdError(f"etcd key {self.last_key.decode()!r}: not an index: {kvs[0].value[:50]!r}") from None
-
-    @inlineCallbacks
-    def _sync_last(self, term: int) -> Any:
-        answer = yield self.gateway.range(self.last_key)
-        self._last_index, self._last_mod = self._last_of(_range_kvs(answer))
-        self._synced_term = term
 
     # -- append -----------------------------------------------------------------------------------
 
@@ -417,8 +419,9 @@ class EtcdControllerLog:
         term = leadership.term
         if not leadership.is_leader or term is None:
             raise NotLeader(leadership.leader_address)
-        if self._synced_term != term:
-            yield self._sync_last(term)
+        if not self._seen:
+            raise ReplayFirst(f"append to the etcd log under {self.log_prefix.decode()!r} before a replay: "
+                              "replay when this controller becomes leader")
         first = self._last_index + 1
         last = first + len(events) - 1
         puts = [{"request_put": {"key": b64(self.index_key(first + i)), "value": b64(event)}}
@@ -433,17 +436,17 @@ class EtcdControllerLog:
         try:
             answer = yield self.gateway.txn(guard, puts, [{"request_range": {"key": b64(leadership.leader_key)}}])
         except Exception as exc:
-            self._synced_term = None
+            self._seen = False
             leadership.resign(f"an append's outcome is unknown ({exc}): the next leader replays etcd")
             raise NotLeader(None) from exc
         if answer.get("succeeded"):
             self._last_index, self._last_mod = last, _revision(answer)
             return None
-        self._synced_term = None
+        self._seen = False
         kvs = _txn_range_kvs(answer)
         current = kvs[0] if kvs else None
         if current is not None and current.create_revision == term:
-            leadership.resign("the event log changed under this leader: another writer?")
+            leadership.resign("the event log moved since this controller's replay: it replays when it leads again")
             raise NotLeader(None)
         holder = current.value.decode(errors="replace") if current is not None else None
         leadership.deposed(term, holder)
