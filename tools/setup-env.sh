@@ -62,7 +62,7 @@ if [[ " ${extras[*]-} " == *" test "* ]] && ! command -v etcd >/dev/null; then
     apt_install "the controller's high-availability tests run a real etcd" etcd-server
   else
     say "etcd is missing and only root may install it (sudo apt-get install etcd-server):" \
-        "the controller's high-availability tests will skip"
+        "the controller's high-availability tests will skip (fail with CI=true)"
   fi
 fi
 if [ "$browser" -eq 1 ] && ! command -v chromium >/dev/null; then

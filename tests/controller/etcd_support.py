@@ -7,6 +7,7 @@ Where the binary is missing the tests skip, saying how to get it; in CI (CI=true
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import pytest
 from tests.support import free_port
 
 START_TIMEOUT = 20  # seconds etcd may take to answer after it starts
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def require_etcd() -> str:
@@ -63,6 +65,14 @@ class EtcdServer:
                 self.process.wait(10)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, so no etcd outlives a killed run."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: the fixture's teardown still stops it
+
+
 def _answers(endpoint: str) -> bool:
     request = urllib.request.Request(f"{endpoint}/v3/kv/range", data=json.dumps({"key": "AA=="}).encode(),
                                      headers={"Content-Type": "application/json"})
@@ -98,7 +108,8 @@ def start_etcd_cluster(workdir: Path, members: int) -> list[EtcdServer]:
                  "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                  "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                  "--initial-cluster", cluster, "--initial-cluster-token", workdir.name, "--log-level", "warn"],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent)
         servers.append(EtcdServer(process, endpoint, data_dir, log_path))
     deadline = time.monotonic() + START_TIMEOUT
     for server in servers:

@@ -3,8 +3,9 @@ state and the store that makes it durable (a local file by default, etcd for sev
 
 The controller changes its state only through events; an event is answered only once ``append`` has
 made it durable, and a controller rebuilds its state from ``replay`` at start and whenever it becomes
-leader (a shared store refuses appends built on a view older than the log). Only the leader writes: a store shared by peers refuses the others' appends with ``NotLeader``,
-so two controllers can never both hand out a broker id or an epoch.
+leader (a shared store refuses appends built on a view older than the log). Only the leader writes:
+a store shared by peers refuses the others' appends with ``NotLeader``, so two controllers can never
+both hand out a broker id or an epoch.
 """
 
 from __future__ import annotations
