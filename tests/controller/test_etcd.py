@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 import pytest_twisted
+from twisted.application.service import MultiService
 from twisted.internet import defer, reactor, task
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
@@ -426,3 +427,22 @@ async def test_a_controller_started_before_etcd_answers_leads_once_it_does(etcd)
         await consensus.stop()
         if listening is not None:
             await listening.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_as_a_child_service_it_joins_on_start_and_leaves_on_stop(etcd):  # noqa: F811
+    first, second = peers(etcd, 2)
+    parent = MultiService()
+    first.setServiceParent(parent)
+    try:
+        parent.startService()
+        await wait_until(lambda: first.leadership.is_leader, HANDOVER, "the service's controller leads")
+        await second.start()
+        assert second.leadership.leader_address == first.leadership.address
+        await parent.stopService()
+        assert not first.leadership.is_leader
+        await wait_until(lambda: second.leadership.is_leader, HANDOVER, "the other takes over")
+    finally:
+        if parent.running:
+            await parent.stopService()
+        await second.stop()

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredLock, fail, inlineCallbacks, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -40,6 +41,7 @@ from .log import NotLeader
 log = Logger()
 
 DEFAULT_KEY_PREFIX = "/rocketmq/controller/"
+DEFAULT_GROUP = "DefaultControllerGroup"  # when controllerDLegerGroup is not set (Java requires it for DLedger)
 DEFAULT_LEASE_TTL = 3  # seconds: a dead leader is replaced within about this long
 #: etcd refuses a transaction of more than --max-txn-ops (128 by default) operations: the events and ``last``
 MAX_EVENTS_PER_APPEND = 127
@@ -453,8 +455,12 @@ class EtcdControllerLog:
         raise NotLeader(holder)
 
 
-class EtcdConsensus:
-    """The gateway, leadership and log of one controller, started and stopped together."""
+class EtcdConsensus(Service):
+    """The gateway, leadership and log of one controller, started and stopped together; a Twisted
+    service, so that it can be a child of the NameServer's MultiService.
+
+    The controller subscribes to ``leadership`` and replays ``log`` whenever it becomes leader.
+    """
 
     def __init__(self, endpoints: list[str], key_prefix: str, group: str, address: str,
                  ttl: int = DEFAULT_LEASE_TTL, reactor: Any = None) -> None:
@@ -468,16 +474,28 @@ class EtcdConsensus:
     @classmethod
     def from_config(cls, values: Mapping[str, Any], address: str, reactor: Any = None) -> EtcdConsensus:
         """From the ``-c`` file's keys: controllerEtcdEndpoints, controllerEtcdKeyPrefix,
-        controllerDLegerGroup, controllerEtcdLeaseTtlSeconds."""
+        controllerDLegerGroup, controllerEtcdLeaseTtlSeconds; ``address`` is this controller's
+        remoting address, ``host:port``."""
         return cls(etcd_endpoints(str(values.get("controllerEtcdEndpoints", ""))),
                    str(values.get("controllerEtcdKeyPrefix") or DEFAULT_KEY_PREFIX),
-                   str(values.get("controllerDLegerGroup") or "DefaultControllerGroup"), address,
+                   str(values.get("controllerDLegerGroup") or DEFAULT_GROUP), address,
                    int(values.get("controllerEtcdLeaseTtlSeconds") or DEFAULT_LEASE_TTL), reactor)
 
     def start(self) -> Deferred[Any]:
+        """Join the group; fires once this controller leads or knows who does (or etcd did not
+        answer: the beats go on trying)."""
         return self.leadership.start()
 
     @inlineCallbacks
     def stop(self) -> Any:
+        """Leave the group (a leader's successor takes over at once) and close the connections."""
         yield self.leadership.stop()
         yield self.gateway.close()
+
+    def startService(self) -> None:
+        super().startService()
+        self.start().addErrback(lambda failure: log.failure("controller on etcd: start failed", failure))
+
+    def stopService(self) -> Deferred[Any]:
+        super().stopService()
+        return self.stop()
