@@ -177,6 +177,12 @@ async def test_a_stopped_leader_hands_over_and_the_next_replays_every_event(etcd
         await wait_until(lambda: other.leadership.leader_address == successor.leadership.address, HANDOVER,
                          "the other follower learns the successor")
         assert leader.leadership.leader_address is None and not leader.leadership.is_leader
+        status = successor.leadership.status()
+        assert status["role"] == "leader" and status["term"] == successor.leadership.term
+        whys = [change["why"] for change in status["changes"]]
+        assert whys[0] == f"{leader.leadership.address} leads"
+        assert whys[-1] == f"won the campaign (term {status['term']})"
+        assert leader.leadership.status()["changes"][-1]["why"] == "stopped"
     finally:
         await stop_all(group_peers)
 

@@ -26,6 +26,7 @@ that whoever leads next replays what etcd holds.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +48,7 @@ DEFAULT_LEASE_TTL = 3  # seconds: a dead leader is replaced within about this lo
 MAX_EVENTS_PER_APPEND = 127
 #: etcd refuses a request over --max-request-bytes (1.5 MiB by default); base64 adds a third
 MAX_APPEND_BYTES = 1 << 20
+CHANGES_KEPT = 20  # leadership changes the status keeps
 REPLAY_PAGE = 1000  # events per range request while replaying
 INDEX_DIGITS = 20  # log keys sort in index order: zero-padded to the width of a 64-bit number
 
@@ -98,6 +100,8 @@ class EtcdLeadership:
         self._observing = DeferredLock()  # one campaign or look at the leader key at a time
         self._running = False
         self._failing: str | None = None  # why the last beat failed, to log a change once
+        #: the last changes, for the status page: (time, is_leader, leader_address, why)
+        self.changes: deque[tuple[float, bool, str | None, str]] = deque(maxlen=CHANGES_KEPT)
 
     @property
     def interval(self) -> float:
@@ -105,6 +109,14 @@ class EtcdLeadership:
 
     def subscribe(self, callback: Callable[[bool, str | None], None]) -> None:
         self._subscribers.append(callback)
+
+    def status(self) -> dict[str, Any]:
+        """For the status page and the JSON API: role, leader, term, and the last changes and why."""
+        return {"role": "leader" if self.is_leader else "follower", "address": self.address,
+                "leader": self.leader_address, "term": self.term, "leaseTtlSeconds": self.ttl,
+                "etcd": list(self.gateway.endpoints), "etcdProblem": self._failing,
+                "changes": [{"time": t, "isLeader": lead, "leader": leader, "why": why}
+                            for t, lead, leader, why in self.changes]}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -126,7 +138,7 @@ class EtcdLeadership:
         self._halt()
         self._lease = None
         self.term = None
-        self._set(False, None)
+        self._set(False, None, "stopped")
         if lease is not None:
             try:
                 yield self.gateway.lease_revoke(lease)
@@ -247,7 +259,7 @@ class EtcdLeadership:
         if ours and self._lease is not None and current is not None and current.lease == self._lease:
             self._lead(current.create_revision)
         elif current is None or ours:  # none, or ours under a lost lease: nobody serves behind it
-            self._lost("the leader key is gone") if self.is_leader else self._set(False, None)
+            self._lost("the leader key is gone") if self.is_leader else self._set(False, None, "no leader")
         else:
             self._follow(current)
 
@@ -259,25 +271,27 @@ class EtcdLeadership:
                 self._lost(f"term {self.term} ended")
             log.info("controller leadership: {address} leads (term {term})", address=self.address, term=term)
             self.term = term
-        self._set(True, self.address)
+        self._set(True, self.address, f"won the campaign (term {term})")
 
     def _follow(self, current: KeyValue) -> None:
         if self.is_leader:
             log.warn("controller leadership: {address} deposed, {leader} leads", address=self.address,
                      leader=current.value.decode(errors="replace"))
         self.term = None
-        self._set(False, current.value.decode(errors="replace"))
+        leader = current.value.decode(errors="replace")
+        self._set(False, leader, f"{leader} leads")
 
     def _lost(self, why: str) -> None:
         if self.is_leader:
             log.warn("controller leadership: {address} steps down: {why}", address=self.address, why=why)
         self.term = None
-        self._set(False, None)
+        self._set(False, None, why)
 
-    def _set(self, is_leader: bool, leader_address: str | None) -> None:
+    def _set(self, is_leader: bool, leader_address: str | None, why: str) -> None:
         if (is_leader, leader_address) == (self.is_leader, self.leader_address):
             return
         self.is_leader, self.leader_address = is_leader, leader_address
+        self.changes.append((self.clock.seconds(), is_leader, leader_address, why))
         for callback in list(self._subscribers):
             try:
                 callback(is_leader, leader_address)
@@ -326,7 +340,7 @@ class EtcdLeadership:
             kv = KeyValue.from_json(event.get("kv", {}))
             if event.get("type") == "DELETE":
                 self._lost("the leader key was deleted (lease expired or revoked)") if self.is_leader \
-                    else self._set(False, None)
+                    else self._set(False, None, "the leader key was deleted")
                 if self._running:
                     self._observing.run(self._observe).addErrback(
                         lambda failure: log.warn("controller leadership: campaign failed: {why}",
