@@ -249,7 +249,10 @@ class EtcdLeadership:
             # lost lease. Nobody serves behind it; revoking that lease frees the key for a campaign now.
             log.info("controller leadership: revoking stale lease {lease} of our own leader key",
                      lease=current.lease)
-            yield self.gateway.lease_revoke(current.lease)
+            try:
+                yield self.gateway.lease_revoke(current.lease)
+            except EtcdError as exc:  # expired meanwhile ("lease not found"): the key went with it
+                log.info("controller leadership: stale lease {lease}: {why}", lease=current.lease, why=exc)
             current = None
         self._saw(current)
         return revision
