@@ -306,7 +306,7 @@ class EtcdLeadership:
     def deposed(self, term: int, leader_address: str | None) -> None:
         """An append found the leader key no longer ours (``leader_address`` holds it now, if any)."""
         if self.term == term:
-            if leader_address is None:
+            if leader_address is None or leader_address == self.address:  # ours from another lease: stale
                 self._lost("the leader key is gone")
             else:
                 self._follow(KeyValue(self.leader_key, leader_address.encode(), 0, 0, 0))
