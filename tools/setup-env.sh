@@ -2,7 +2,9 @@
 # Create or refresh the project's virtualenv (.venv).
 #
 #   tools/setup-env.sh           the server only: Twisted and its few dependencies (what run-server.sh needs)
-#   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff, mypy, numpy) and TLS (pyOpenSSL)
+#   tools/setup-env.sh --test    plus the test tools (pytest, hypothesis, ruff, mypy, numpy) and TLS (pyOpenSSL),
+#                                and etcd (apt's etcd-server when `etcd` is missing and we are root; otherwise
+#                                the controller's high-availability tests skip, saying so)
 #   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, plotly) and a Java
 #                                runtime for it (apt's default-jre-headless when `java` is missing; needs root),
 #                                and the classes Spark's JVM loads recorded in .venv (`python -m spark_analysis
@@ -33,7 +35,7 @@ for arg in "$@"; do
     --tls) extras+=(tls) ;;
     --browser) browser=1 ;;
     --container) container=1 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser, --container)" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +60,14 @@ command -v "$python" >/dev/null || need+=(python3)
 [ ${#need[@]} -eq 0 ] || apt_install "to create the virtualenv .venv" "${need[@]}"
 if [[ " ${extras[*]-} " == *" spark "* ]] && ! command -v java >/dev/null; then
   apt_install "PySpark runs on a Java runtime" default-jre-headless
+fi
+if [[ " ${extras[*]-} " == *" test "* ]] && ! command -v etcd >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt_install "the controller's high-availability tests run a real etcd" etcd-server
+  else
+    say "etcd is missing and only root may install it (sudo apt-get install etcd-server):" \
+        "the controller's high-availability tests will skip (fail with CI=true)"
+  fi
 fi
 if [ "$browser" -eq 1 ] && ! command -v chromium >/dev/null; then
   apt_install "the status page's test drives headless Chromium" chromium

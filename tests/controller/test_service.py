@@ -198,9 +198,10 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
     fake.EtcdConsensus = FakeConsensus
     monkeypatch.setitem(sys.modules, "twisted_namesrv.controller.etcd", fake)
     port = free_port()
-    config = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd")
-    config.extra.update({"controllerDLegerPeers": f"n0-127.0.0.1:{port};n1-127.0.0.1:1", "controllerDLegerSelfId": "n0",
-                         "controllerEtcdEndpoints": "http://127.0.0.1:2379"})
+    config = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd",
+                           controllerEtcdEndpoints="http://127.0.0.1:2379")
+    config.extra.update({"controllerDLegerPeers": f"n0-127.0.0.1:{port};n1-127.0.0.1:1",
+                         "controllerDLegerSelfId": "n0"})
     from twisted_namesrv.service import NamesrvService
 
     service = NamesrvService(config, reactor)
@@ -218,7 +219,8 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
         client.transport.loseConnection()
         yield service.stopService()
     assert consensus.stopped
-    no_port = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd")
+    no_port = server_config(tmp_path, enableControllerInNamesrv=True, controllerType="etcd",
+                            controllerEtcdEndpoints="http://127.0.0.1:2379")
     from twisted_namesrv import CannotStart
 
     try:

@@ -106,6 +106,11 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
     ConfigKey("nsaddrList", "", OURS, guarded=True),
+    # the controller's store: Java's ControllerConfig key controllerType (DLedger or jRaft there), plus etcd
+    ConfigKey("controllerType", "DLedger", OURS, guarded=True),
+    ConfigKey("controllerEtcdEndpoints", "", OURS, guarded=True),
+    ConfigKey("controllerEtcdKeyPrefix", "/rocketmq/controller/", OURS, guarded=True),
+    ConfigKey("controllerEtcdLeaseTtlSeconds", 3, OURS, guarded=True),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -151,7 +156,10 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
+    "controllerEtcdLeaseTtlSeconds": (2, 3600),  # etcd's shortest lease is about 2 s with its default timings
 }
+#: DLedger: the controller's own store on disk (one controller); etcd: peers agree through etcd
+CONTROLLER_TYPES = ("DLedger", "etcd")
 
 
 class ConfigError(ValueError):
@@ -164,6 +172,21 @@ def _check_nsaddr_list(text: str) -> None:
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
+def etcd_endpoints(text: str) -> list[str]:
+    """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
+    endpoints = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip().rstrip("/")
+        if not item:
+            continue
+        if "://" not in item:
+            item = "http://" + item
+        if not item.startswith("http://") or not item[len("http://"):]:
+            raise ValueError(f"etcd endpoint {item!r}: only http://host:port is supported")
+        endpoints.append(item)
+    if not endpoints:
+        raise ValueError("no etcd endpoint given")
+    return endpoints
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -404,6 +427,20 @@ class NamesrvConfig:
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
         _check_nsaddr_list(str(values["nsaddrList"]))
+        self._validate_controller_store()
+
+    def _validate_controller_store(self) -> None:
+        values = self.values
+        if values["controllerType"] not in CONTROLLER_TYPES:
+            raise ConfigError(f"controllerType: {values['controllerType']!r} is not one of "
+                              f"{', '.join(CONTROLLER_TYPES)} (jRaft is not supported)")
+        if values["controllerType"] == "etcd":
+            try:
+                etcd_endpoints(str(values["controllerEtcdEndpoints"]))
+            except ValueError as exc:
+                raise ConfigError(f"controllerEtcdEndpoints: {exc} (required with controllerType=etcd)") from None
+        if not str(values["controllerEtcdKeyPrefix"]).startswith("/"):
+            raise ConfigError(f"controllerEtcdKeyPrefix: {values['controllerEtcdKeyPrefix']!r} must start with '/'")
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
