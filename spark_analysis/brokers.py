@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import csv
 import io
-import itertools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from spark_analysis import worker
-from spark_analysis.decode import EVENT
+from spark_analysis.decode import CONNECTION_CLOSED, EVENT
 from spark_analysis.schema import BROKER_COLUMNS
 from twisted_namesrv.remoting import RequestCode
 
@@ -57,7 +56,8 @@ INTERVAL_RANGE_S = 300
 _LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
 #: brokers.csv columns by type; the rest (JSON ``details``) is read by findings.py and report.py
 _COLUMN_TYPES = {
-    **dict.fromkeys(("cluster", "broker_name", "role", "broker_addr", "version", "compressed"), StringType()),
+    **dict.fromkeys(("cluster", "broker_name", "role", "broker_addr", "version", "compressed", "ended"),
+                    StringType()),
     "unregistered": BooleanType(),
     **dict.fromkeys(("first_seen", "last_seen", "interval_p50_s", "interval_p90_s", "interval_p99_s", "max_gap_s",
                      "body_len_median"), DoubleType()),
@@ -183,6 +183,7 @@ class _Walk:
         self.intervals: list[float] = []
         self.gaps: list[dict] = []
         self.previous_alive: float | None = None
+        self.trailing: list[float] = []  # silences open at a period's end, whatever their length
 
     def alive(self, t: float) -> None:
         previous = self.previous_alive
@@ -201,34 +202,54 @@ class _Walk:
             self.gaps.append({"from": start, "to": end, "seconds": seconds, "expired": seconds > EXPIRY_SECONDS,
                               "open": open_})
 
-    def silent_until_period_end(self) -> None:
-        """A broker heard last more than the expiry before its period ended: silent till then."""
+    def silent_until_period_end(self) -> float | None:
+        """A broker still registered when its period ended is silent till then: that silence
+        counts in max_gap_s, and over NEAR_EXPIRY_S it is a gap (open). Returns its length."""
+        seconds = None
         if self.previous_alive is not None:
             end = self.time_bins.ends[self.time_bins.period_of(self.previous_alive)]
-            if end - self.previous_alive > EXPIRY_SECONDS:
-                self.interval(self.previous_alive, end, True)
+            seconds = max(end - self.previous_alive, 0.0)
+            self.trailing.append(seconds)
+            self.interval(self.previous_alive, end, True)
         self.previous_alive = None
+        return seconds
+
+
+#: how a broker's story ended (brokers.csv ``ended``; docs/capture-report.md)
+ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE = (
+    "unregistered", "connection_closed", "expired", "near_expiry", "alive")
 
 
 def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
     """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
-    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts and data versions
-    going backwards: of the registrations the NameServer accepted (not 4.9.8's oneway ones, which
-    carry only new topics); topic counts dropping: between whole tables (_settled); ``unregistered``: its last word was
-    UNREGISTER_BROKER (no registration after it)."""
-    events.sort(key=lambda event: event["t"])
+    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
+    NameServer held for it after each accepted registration (held.py; a slave, whose table the
+    server does not apply: what it announced), and their drops; data versions going backwards: of
+    accepted registrations; ``closes``: the connections it registered over that closed while it was
+    registered (no UNREGISTER_BROKER before: a crash or a kill; the NameServer forgets it at once);
+    ``ended``: how its story ended (ENDED_UNREGISTERED ... ENDED_ALIVE)."""
+    events.sort(key=lambda event: (event["t"], event["code"] == CONNECTION_CLOSED))
     walk = _Walk(time_bins)
     last: dict = {}
     registered: list[dict] = []
     crc_failures: list[float] = []
     refused: list[dict] = []
     id_changes: list[dict] = []
+    closes: list[dict] = []
     bins: dict[int, list] = {}
     last_unregister = None
+    ending = None  # ENDED_UNREGISTERED or ENDED_CLOSED while the broker is gone from the server
     for event in events:
         t = event["t"]
+        if event["code"] == CONNECTION_CLOSED:
+            if ending is None and walk.previous_alive is not None:
+                closes.append({"t": t, "how": event["closed"], "last_alive": walk.previous_alive, "back": None,
+                               "server": event["server"]})
+                walk.previous_alive = None
+                ending = ENDED_CLOSED
+            continue
         if event["broker_id"] is not None and last.get("broker_id") not in (None, event["broker_id"]):
             id_changes.append({"t": t, "from": last["broker_id"], "to": event["broker_id"]})
         last.update({key: value for key, value in event.items() if value is not None})
@@ -239,20 +260,29 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
             if event["response_code"]:
                 refused.append({"t": t, "response_code": event["response_code"],
                                 "crc_failure": event["crc_ok"] is False})
-            elif not event["oneway"]:
+            else:
                 registered.append(event)
-            if event["topic_count"] is not None:
-                cell[1] = max(cell[1] or 0, event["topic_count"])
+                held = _topics(event)
+                if held is not None:
+                    cell[1] = max(cell[1] or 0, held)
         elif event["code"] == RequestCode.UNREGISTER_BROKER:
             last_unregister = t
             walk.previous_alive = None
+            ending = ENDED_UNREGISTERED
         if event["alive"]:
             cell[0] += 1
+            if ending == ENDED_CLOSED and closes and closes[-1]["back"] is None:
+                closes[-1]["back"] = t
+            ending = None
             walk.alive(t)
-    walk.silent_until_period_end()
+    trailing = walk.silent_until_period_end()
     registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
+    requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
     unregistered = last_unregister is not None and (not registrations or last_unregister >= registrations[-1]["t"])
-    topics = [e["topic_count"] for e in registered if e["topic_count"] is not None]
+    if ending is None:
+        ending = ENDED_ALIVE if trailing is None or trailing <= NEAR_EXPIRY_S else (
+            ENDED_EXPIRED if trailing > EXPIRY_SECONDS else ENDED_NEAR_EXPIRY)
+    topics = [held for held in map(_topics, registered) if held is not None]
     sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
     compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
     percentiles = np.percentile(walk.intervals, [50, 90, 99]).tolist() if walk.intervals else [None] * 3
@@ -263,19 +293,22 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
     return {
         "cluster": last.get("cluster"), "broker_name": last.get("broker_name"), "broker_id": last.get("broker_id"),
         "role": role(last.get("broker_id")), "broker_addr": addr, "version": last.get("version_name"),
-        "first_seen": events[0]["t"], "last_seen": events[-1]["t"], "registrations": len(registrations),
+        "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
         "refused_registrations": len(refused), "crc_failures": len(crc_failures),
         "interval_p50_s": percentiles[0], "interval_p90_s": percentiles[1], "interval_p99_s": percentiles[2],
-        "max_gap_s": max((gap["seconds"] for gap in walk.gaps), default=max(walk.intervals, default=None)),
+        "max_gap_s": max(walk.intervals + walk.trailing, default=None),
         "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
         "would_expire": sum(gap["expired"] for gap in walk.gaps),
         "body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
         "body_len_max": max(sizes, default=None),
         "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
         "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
-        "topic_count_max": max(topics, default=None), "unregistered": unregistered,
+        "topic_count_max": max(topics, default=None), "unregistered": unregistered, "ended": ending,
+        "connection_closes": len(closes),
         "gaps": walk.gaps, "crc_failure_times": crc_failures, "refused": refused, "id_changes": id_changes,
-        "topic_drops": _drops(_settled(registered), "topic_count"),
+        "closes": closes, "last_alive": max((e["t"] for e in events if e["alive"]), default=None),
+        "trailing_s": trailing, "server": last.get("server"), "unregistered_at": last_unregister,
+        "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
         "interval_buckets": buckets,
         "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
@@ -283,14 +316,11 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
     }
 
 
-def _settled(registrations: list[dict]) -> list[dict]:
-    """The registrations that carry a broker's whole topic table: those it sent again unchanged
-    (same data version and topic count: the periodic re-registration). A 4.9.8 broker registers
-    a topic just created or updated alone (registerIncrementBrokerData), with a new data version,
-    and the NameServer adds it to the broker's topics: such a body is no drop."""
-    return [first for first, again in itertools.pairwise(registrations) if first["topic_count"] is not None
-            and (first["data_version_counter"], first["topic_count"]) == (again["data_version_counter"],
-                                                                           again["topic_count"])]
+def _topics(registration: dict) -> int | None:
+    """The topics the NameServer holds for a broker after an accepted registration; for a slave,
+    whose table it does not apply, the topics it announced."""
+    held = registration["topics_held"]
+    return registration["topic_count"] if held is None else held
 
 
 def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:

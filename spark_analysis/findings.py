@@ -30,11 +30,16 @@ SCHEMA_VERSION = 2
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
-CRITICAL, WARNING = "critical", "warning"
+CRITICAL, WARNING, INFO = "critical", "warning", "info"
+SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("bad_input", "heartbeat_expired", "crc_failure", "registration_refused", "heartbeat_near_expiry",
-         "topic_count_drop", "data_version_backwards", "broker_id_change", "broker_address_change", "topic_not_exist",
-         "response_code", "unanswered", "slow_answer", "undecodable_connection")
+KINDS = ("bad_input", "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused",
+         "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
+         "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
+         "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end")
+#: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
+#: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
+GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
               108: "LOOP"}
@@ -154,7 +159,12 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: 
     found += _address_changes(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
-        if _is_topic_not_exist(name, response):
+        if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
+            found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
+                                  f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
+                                  f"first needed: normal at start-up)", topic=topic, client=client, count=count,
+                                  first=_iso(first), last=_iso(last)))
+        elif _is_topic_not_exist(name, response):
             found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
                                   last=_iso(last)))
@@ -180,12 +190,16 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: 
         found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
                               f"remoting frame (the rest of that direction is not decoded)", connection=conn_id,
                               bytes=count))
-    found.sort(key=lambda finding: (finding["severity"] != CRITICAL, KINDS.index(finding["kind"])))  # stable
+    found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
 
 
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"bad_input": ("path", "bad input file{s}"),
+         "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
+         "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
+         "broker_unregistered": ("broker", "broker{s} unregistered"),
+         "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "heartbeat_expired": ("broker", f"broker{{s}} silent past the {EXPIRY_SECONDS} s expiry"),
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
@@ -209,7 +223,7 @@ def attention(found: list[dict]) -> dict:
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
-    problems.sort(key=lambda p: (p["severity"] != CRITICAL, KINDS.index(p["kind"]), -len(p["evidence"]),
+    problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     return {"attention": _headline(problems), "findings": problems}
 
@@ -221,7 +235,7 @@ def _subject(item: dict) -> str | None:
 
 
 def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
-    severity = CRITICAL if any(item["severity"] == CRITICAL for item in items) else WARNING
+    severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
     return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
@@ -229,7 +243,8 @@ def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
 
 
 def _headline(problems: list[dict]) -> str:
-    """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'."""
+    """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'
+    (what is only information is listed among the findings, not counted here)."""
     parts = []
     for severity in (CRITICAL, WARNING):
         units: Counter = Counter()
@@ -353,6 +368,7 @@ def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
 def _broker_findings(broker: dict) -> Iterable[dict]:
     label = broker_label(broker)
     addr = {"broker": label, "broker_addr": broker["broker_addr"]}
+    yield from _story(broker, label, addr)
     for gap in broker["gaps"]:
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if gap["expired"]:
@@ -385,6 +401,27 @@ def _broker_findings(broker: dict) -> Iterable[dict]:
         yield _finding("broker_id_change", WARNING, f"{label}: brokerId {change['from']} -> {change['to']} at "
                        f"{iso_time(change['t'])} (role flip)", **addr, t=iso_time(change["t"]), id_from=change["from"],
                        id_to=change["to"])
+
+
+def _story(broker: dict, label: str, addr: dict) -> Iterable[dict]:
+    """How the broker's story ended (brokers.ENDED_*), and every connection it lost on the way.
+    A silence past the expiry, or near it, is said by the heartbeat findings."""
+    for close in broker["closes"]:
+        back = f"; it registered again at {iso_time(close['back'])}" if close["back"] is not None else ""
+        yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
+                       f"at {iso_time(close['t'])} ({close['how']}; last heartbeat {iso_time(close['last_alive'])}): "
+                       f"a crash or a kill; the NameServer removed it from its routes at once{back}", **addr,
+                       t=iso_time(close["t"]), closed=close["how"], last_alive=iso_time(close["last_alive"]),
+                       registered_again=_iso(close["back"]), server=close["server"],
+                       nameserver="removed the broker from its routes at once (onChannelDestroy)")
+    if broker["ended"] == "unregistered":
+        yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(broker['unregistered_at'])} "
+                       f"(a clean stop)", **addr, t=iso_time(broker["unregistered_at"]))
+    elif broker["ended"] == "alive":
+        silent = broker["trailing_s"]
+        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when the capture ended (last heartbeat "
+                       f"{iso_time(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
+                       last_alive=iso_time(broker["last_alive"]), seconds=round(silent, 6))
 
 
 def _gap(gap: dict) -> dict:

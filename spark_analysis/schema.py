@@ -45,17 +45,20 @@ REGISTRATION_ROWS = _schema(
     ("compressed", BooleanType()), ("body_len", IntegerType()), ("crc_declared", LongType()),
     ("crc_ok", BooleanType()), ("topic_count", IntegerType()), ("data_version_counter", LongType()),
     ("data_version_ts", LongType()), ("filter_servers", ArrayType(StringType(), True)),
-    ("response_code", IntegerType()),
+    ("response_code", IntegerType()), ("version_name", StringType()), ("topics_held", IntegerType()),
 )
 
 #: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
-#: (code: REGISTER_BROKER or a decode.NAMING_CODES; alive: keeps the broker registered)
+#: (code: REGISTER_BROKER, a decode.NAMING_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
+#: registered; server: the NameServer endpoint; closed: how the connection it registered over ended;
+#: topics_held: what the NameServer holds for it after a registration, by its own logic)
 EVENT_ROWS = _schema(
     ("broker_addr", StringType()), ("broker_name", StringType()), ("t", DoubleType()), ("code", IntegerType()),
     ("alive", BooleanType()), ("topic_count", IntegerType()), ("cluster", StringType()), ("broker_id", LongType()),
     ("version_name", StringType()), ("response_code", IntegerType()), ("crc_ok", BooleanType()),
     ("body_len", IntegerType()), ("compressed", BooleanType()), ("data_version_counter", LongType()),
-    ("data_version_ts", LongType()), ("oneway", BooleanType()),
+    ("data_version_ts", LongType()), ("oneway", BooleanType()), ("server", StringType()),
+    ("closed", StringType()), ("topics_held", IntegerType()),
 )
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags);
@@ -73,5 +76,5 @@ BROKER_COLUMNS = (
     "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
     "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s", "interval_p99_s",
     "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median", "body_len_max", "compressed",
-    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered",
+    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered", "ended", "connection_closes",
 )
