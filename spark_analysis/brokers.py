@@ -25,7 +25,6 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import partial
 from typing import NamedTuple
 
@@ -38,6 +37,7 @@ from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, Str
 from spark_analysis import worker
 from spark_analysis.decode import CONNECTION_CLOSED, EVENT
 from spark_analysis.schema import BROKER_COLUMNS
+from spark_analysis.sessions import FileSpans, files_within, iso_time, session_name
 from twisted_namesrv.remoting import RequestCode
 
 #: a broker silent this long is removed by the NameServer (4.9.8's BROKER_CHANNEL_EXPIRED_TIME,
@@ -56,7 +56,8 @@ INTERVAL_RANGE_S = 300
 _LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
 #: brokers.csv columns by type; the rest (JSON ``details``) is read by findings.py and report.py
 _COLUMN_TYPES = {
-    **dict.fromkeys(("cluster", "broker_name", "role", "broker_addr", "version", "compressed", "ended"),
+    **dict.fromkeys(("session", "input", "cluster", "broker_name", "role", "broker_addr", "version", "compressed",
+                     "ended"),
                     StringType()),
     "unregistered": BooleanType(),
     **dict.fromkeys(("first_seen", "last_seen", "interval_p50_s", "interval_p90_s", "interval_p99_s", "max_gap_s",
@@ -126,33 +127,37 @@ class Liveness:
         return [broker for broker in self.brokers if broker["registrations"]]
 
 
-def broker_liveness(events: DataFrame, time_bins: TimeBins) -> Liveness:
+def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = ()
+                    ) -> Liveness:
     """Liveness from the decoded broker events in one pass over them: a column EVENT
     (schema.EVENT_ROWS), and ``tally``, which rows of the decoding tasks' tallies hold instead and
     which is passed on to the driver. The events stay one struct column: each column of a plan
     costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
     rows = events.repartition(cores, f"{EVENT}.broker_addr").mapInArrow(
-        partial(_liveness_batches, time_bins=time_bins), LIVENESS).collect()
+        partial(_liveness_batches, time_bins=time_bins, files=files), LIVENESS).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.tally is None]
     for broker in brokers:
         del broker["details"], broker["tally"]
-    brokers.sort(key=lambda broker: broker["broker_addr"])
+    brokers.sort(key=lambda broker: (broker["session"], broker["broker_addr"]))
     return Liveness(brokers, time_bins, tallies)
 
 
-def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over a partition of events: one LIVENESS row per broker, and the tallies."""
+def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins,
+                      files: FileSpans = ()) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a partition of events: one LIVENESS row per broker and session, and the tallies."""
     worker.settle()
-    by_broker: dict[str, list[dict]] = {}
+    by_broker: dict[tuple, list[dict]] = {}
     tallies = []
     for batch in batches:
         tallies += [tally for tally in batch.column(1).to_pylist() if tally is not None]
         for event in batch.column(0).to_pylist():
             if event is not None:
-                by_broker.setdefault(event["broker_addr"], []).append(event)
-    rows = sorted((broker_summary(addr, events, time_bins) for addr, events in by_broker.items()), key=plot_order)
+                key = (event["broker_addr"], event["server"], time_bins.period_of(event["t"]))
+                by_broker.setdefault(key, []).append(event)
+    rows = sorted((broker_summary(key[0], events, time_bins, files) for key, events in by_broker.items()),
+                  key=plot_order)
     worker.drill("liveness")
     for row in rows[PLOTTED_BROKERS:]:
         row["bins"] = None
@@ -220,7 +225,8 @@ ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE 
     "unregistered", "connection_closed", "expired", "near_expiry", "alive")
 
 
-def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
+def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
+                   files: FileSpans = ()) -> dict:
     """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
@@ -291,6 +297,8 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins) -> dict:
         buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
     ordered_bins = sorted(bins)
     return {
+        "session": session_name(last.get("server"), time_bins.starts, events[0]["t"]),
+        "input": files_within(files, events[0]["t"], events[-1]["t"]),
         "cluster": last.get("cluster"), "broker_name": last.get("broker_name"), "broker_id": last.get("broker_id"),
         "role": role(last.get("broker_id")), "broker_addr": addr, "version": last.get("version_name"),
         "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
@@ -359,7 +367,3 @@ def _csv_value(column: str, value: object) -> object:
     if isinstance(value, float):
         return f"{value:.3f}"
     return value
-
-
-def iso_time(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -120,10 +120,10 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
     server = connection.server
     registered: dict[str, tuple] = {}  # brokerAddr -> its last registration on this connection
     for request, answer in zip(requests, answers, strict=True):
-        yield CALL, call_row(conn_id, connection.client, request, answer)
+        yield CALL, call_row(conn_id, connection.client, request, answer, server)
         code = request.command.code
         if code == RequestCode.REGISTER_BROKER and request.direction == REQUEST:
-            registration = registration_row(conn_id, request, answer, bodies, held)
+            registration = registration_row(conn_id, request, answer, bodies, held, server)
             yield REGISTRATION, registration
             if registration[_BROKER_ADDR] is not None:
                 registered[registration[_BROKER_ADDR]] = registration
@@ -166,22 +166,24 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
         captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
         header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
         header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
-        header.remark, header.ext_fields or {}, len(command.body or b""),
+        header.remark, header.ext_fields or {}, len(command.body or b""), None, None,
     )
 
 
-def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None) -> tuple:
+def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
+             server: str | None = None) -> tuple:
     command = request.command
     response_code = latency_ms = remark = None
     if answer is not None:
         response_code, remark = answer.command.code, answer.command.remark
         latency_ms = (answer.ts - request.ts) * 1000.0
+    ext = command.ext
     return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, command.ext.get("topic"), remark)
+            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), None, None)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
-                     bodies: _BodyCache, held: HeldTopics | None = None) -> tuple:
+                     bodies: _BodyCache, held: HeldTopics | None = None, server: str | None = None) -> tuple:
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
@@ -200,7 +202,8 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
         broker_id, ext.get("haServerAddr"), compressed, len(command.body or b""),
         optional_long(ext.get("bodyCrc32")), crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
-        None if answer is None else answer.command.code, _version_name(command.version), topics_held,
+        None if answer is None else answer.command.code, _version_name(command.version), topics_held, server,
+        None, None,
     )
 
 

@@ -141,6 +141,13 @@ def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, f
     return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
+def file_spans(files: list[inputs.CaptureFile], read: Counter) -> tuple[tuple[float, float, str], ...]:
+    """(first, last, path) of the inputs with records: which file a time came from."""
+    facts = [(read.get((inputs.FILE, file.path)), file.path) for file in files]
+    return tuple(sorted((fact.first, fact.last, path) for fact, path in facts
+                        if fact is not None and fact.first is not None))
+
+
 def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: dict[tuple, dict]) -> list[dict]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
@@ -367,7 +374,7 @@ def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
 
 def _broker_findings(broker: dict) -> Iterable[dict]:
     label = broker_label(broker)
-    addr = {"broker": label, "broker_addr": broker["broker_addr"]}
+    addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
     yield from _story(broker, label, addr)
     for gap in broker["gaps"]:
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
@@ -430,20 +437,22 @@ def _gap(gap: dict) -> dict:
 
 
 def _address_changes(brokers: list[dict]) -> list[dict]:
-    """A broker name and id registered from more than one address (fail-over, moved broker)."""
+    """A broker name and id registered from more than one address (fail-over, moved broker) within
+    one session: captures of other servers, or days apart, are other clusters' stories."""
     by_identity: dict[tuple, list[dict]] = {}
     for broker in brokers:
         if broker["registrations"] and broker["broker_name"] is not None:
-            key = (broker["cluster"], broker["broker_name"], broker["broker_id"])
+            key = (broker["session"], broker["cluster"], broker["broker_name"], broker["broker_id"])
             by_identity.setdefault(key, []).append(broker)
     found = []
-    for (cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
+    for (session, cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
         if len(seen) > 1:
             seen.sort(key=lambda b: b["first_seen"])
             found.append(_finding("broker_address_change", WARNING, f"{cluster} / {name} / {broker_id}: registered "
                                   f"from {len(seen)} addresses: " + ", ".join(
                                       f"{b['broker_addr']} ({iso_time(b['first_seen'])} - {iso_time(b['last_seen'])})"
-                                      for b in seen), cluster=cluster, broker_name=name, broker_id=broker_id,
+                                      for b in seen), session=session, cluster=cluster, broker_name=name,
+                                  broker_id=broker_id,
                                   addresses=[{"broker_addr": b["broker_addr"], "first_seen": iso_time(b["first_seen"]),
                                               "last_seen": iso_time(b["last_seen"])} for b in seen]))
     return found

@@ -48,6 +48,7 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.inputs import CaptureFile, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.sessions import Places
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
@@ -104,7 +105,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
-               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out), DECODED))
+               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
+                                   places=Places(findings.file_spans(files, read), time_bins.starts)), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -114,7 +116,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-        liveness = broker_liveness(events, time_bins)
+        liveness = broker_liveness(events, time_bins, findings.file_spans(files, read))
     if tables_out:
         tables.commit(tables_out)
     decoding = _merged(liveness.tallies)
@@ -235,12 +237,13 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None
-                   ) -> Iterator[pa.RecordBatch]:
+def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None,
+                   places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
-    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups."""
+    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
+    ``places`` fills the tables' ``input`` and ``session`` columns."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
@@ -257,10 +260,10 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
                 pending[kind].append(row)
                 count += 1
             if count >= _BATCH_ROWS:
-                yield from _send(pending, writer, tally)
+                yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
                 count = 0
-        yield from _send(pending, writer, tally)
+        yield from _send(pending, writer, tally, places)
     worker.drill("decode")
     if writer is not None:
         writer.close()
@@ -281,8 +284,8 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter
-          ) -> Iterator[pa.RecordBatch]:
+def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter,
+          places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
     for stats in pending[CONNECTION]:
@@ -297,6 +300,8 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
             continue
         array = pa.array(rows, type=field.type)
         rows.clear()
+        if places is not None and field.name != EVENT:
+            array = places.fill(array)
         _count(tally, field.name, array)
         if writer is not None and field.name != EVENT:
             writer.write(field.name, array)

@@ -31,12 +31,14 @@ FRAME_ROWS = _schema(
     ("flag", IntegerType()), ("oneway", BooleanType()), ("version", IntegerType()), ("version_name", StringType()),
     ("language", StringType()), ("serialize_type", StringType()), ("remark", StringType()),
     ("ext", MapType(StringType(), StringType(), True)), ("body_len", IntegerType()),
+    ("input", StringType()), ("session", StringType()),
 )
 
 CALL_ROWS = _schema(
     ("ts", DoubleType()), ("conn_id", StringType()), ("client", StringType()), ("code", IntegerType()),
     ("code_name", StringType()), ("opaque", IntegerType()), ("response_code", IntegerType()),
     ("latency_ms", DoubleType()), ("oneway", BooleanType()), ("topic", StringType()), ("response_remark", StringType()),
+    ("server", StringType()), ("broker_addr", StringType()), ("input", StringType()), ("session", StringType()),
 )
 
 REGISTRATION_ROWS = _schema(
@@ -46,6 +48,7 @@ REGISTRATION_ROWS = _schema(
     ("crc_ok", BooleanType()), ("topic_count", IntegerType()), ("data_version_counter", LongType()),
     ("data_version_ts", LongType()), ("filter_servers", ArrayType(StringType(), True)),
     ("response_code", IntegerType()), ("version_name", StringType()), ("topics_held", IntegerType()),
+    ("server", StringType()), ("input", StringType()), ("session", StringType()),
 )
 
 #: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
@@ -71,8 +74,9 @@ DECODED = _schema(("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", R
 SECONDS_COLUMNS = ("ts",)
 MILLIS_COLUMNS = ("data_version_ts",)
 
-#: one row per broker address that registered (docs/capture-report.md says what each means)
+#: one row per broker (address) and session that registered (docs/capture-report.md says what each means)
 BROKER_COLUMNS = (
+    "session", "input",
     "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
     "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s", "interval_p99_s",
     "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median", "body_len_max", "compressed",
