@@ -102,11 +102,25 @@ class TimeBins(NamedTuple):
         return self.starts[period] + (index - self.first_bin[period] + 0.5) * self.widths[period]
 
 
-def capture_periods(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Files' (first, last) record times merged where less than PERIOD_GAP_S apart."""
+def server_restarts(files: FileSpans, ends: dict[str, set]) -> set[float]:
+    """The first record times of files that start another server's story although they follow
+    the file before within PERIOD_GAP_S: no TCP connection (4-tuple) of the one goes on in the
+    other. Rotated files of one capture share the brokers' long-lived connections; captures of
+    another cluster, or of a NameServer started again, share none."""
+    starts = set()
+    for (_, last, before), (first, _, after) in zip(files, files[1:], strict=False):
+        if first - last <= PERIOD_GAP_S and not ends.get(before, set()) & ends.get(after, set()):
+            starts.add(first)
+    return starts
+
+
+def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset()  # type: ignore[assignment]
+                    ) -> list[tuple[float, float]]:
+    """Files' (first, last) record times merged where less than PERIOD_GAP_S apart, unless the
+    later file starts another session (``restarts``: server_restarts)."""
     periods: list[list[float]] = []
     for first, last in sorted(spans):
-        if periods and first - periods[-1][1] <= PERIOD_GAP_S:
+        if periods and first - periods[-1][1] <= PERIOD_GAP_S and first not in restarts:
             periods[-1][1] = max(periods[-1][1], last)
         else:
             periods.append([first, last])
@@ -221,8 +235,8 @@ class _Walk:
 
 
 #: how a broker's story ended (brokers.csv ``ended``; docs/capture-report.md)
-ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE = (
-    "unregistered", "connection_closed", "expired", "near_expiry", "alive")
+ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE, ENDED_REFUSED = (
+    "unregistered", "connection_closed", "expired", "near_expiry", "alive", "refused")
 
 
 def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
@@ -285,7 +299,9 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
     registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
     requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
     unregistered = last_unregister is not None and (not registrations or last_unregister >= registrations[-1]["t"])
-    if ending is None:
+    if not any(event["alive"] for event in events):
+        ending = ENDED_REFUSED  # never registered: the server refused every registration
+    elif ending is None:
         ending = ENDED_ALIVE if trailing is None or trailing <= NEAR_EXPIRY_S else (
             ENDED_EXPIRED if trailing > EXPIRY_SECONDS else ENDED_NEAR_EXPIRY)
     topics = [held for held in map(_topics, registered) if held is not None]

@@ -375,7 +375,8 @@ def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
 def _broker_findings(broker: dict) -> Iterable[dict]:
     label = broker_label(broker)
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
-    yield from _story(broker, label, addr)
+    if broker["registrations"]:  # an address only named by other requests has no story of its own
+        yield from _story(broker, label, addr)
     for gap in broker["gaps"]:
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if gap["expired"]:

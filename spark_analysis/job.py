@@ -42,7 +42,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis import balance, findings, inputs, latency, tables, worker
-from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods
+from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods, server_restarts
 from spark_analysis.capture.conversation import REQUEST, RESPONSE
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
@@ -90,7 +90,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
-    periods = capture_periods(findings.spans(files, read))
+    ends = read.pop(_ENDS, {})
+    periods = capture_periods(findings.spans(files, read), server_restarts(findings.file_spans(files, read), ends))
     time_bins = TimeBins.over(periods)
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
@@ -152,6 +153,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 #: to count by 4-tuple (balance.py), the calls' latency buckets (latency.py) and the findings' groups
 #: (findings.py)
 _COSTS, _HASHED_COST, _LATENCIES, _GROUPS = "costs", "hashed_cost", "latencies", "groups"
+#: tally key of the connection 4-tuples each file holds (sessions: does a file continue the one before?)
+_ENDS = "ends"
 
 
 def _merged(tallies: Iterable[bytes]) -> Counter:
@@ -159,12 +162,18 @@ def _merged(tallies: Iterable[bytes]) -> Counter:
     total: Counter = Counter()
     for pickled in tallies:
         tally = pickle.loads(pickled)
-        for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge)):
+        for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge),
+                          (_ENDS, _union)):
             if key in tally:
                 part = tally.pop(key)
-                pick(total.setdefault(key, {} if key == _GROUPS else Counter()), part)
+                pick(total.setdefault(key, {} if key in (_GROUPS, _ENDS) else Counter()), part)
         inputs.merge_tally(total, tally)
     return total
+
+
+def _union(ends: dict[str, set], more: dict[str, set]) -> None:
+    for path, found in more.items():
+        ends.setdefault(path, set()).update(found)
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
@@ -209,9 +218,11 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
     tally: Counter = Counter()
     costly: Counter = Counter()
+    ends: dict[str, set] = {}
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
+        ends.setdefault(piece.path, set()).add(piece.ends)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             costly[piece.ends] += cost
         else:
@@ -226,6 +237,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
         yield _piece_batch(pending)
     worker.drill("read")
     tally[_COSTS] = costly
+    tally[_ENDS] = ends
     yield _piece_batch([Piece(("", ""), "", b"", None)], pickle.dumps(tally))
 
 

@@ -72,15 +72,38 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
         n for key, n in truth["response_codes"].items() if key.startswith("REGISTER_BROKER "))
     # one finding per problem, most severe first, counted in the line at the top
     problems = [(f["kind"], f["subject"]) for f in summary["findings"]]
-    assert [kind for kind, _ in problems] == ["heartbeat_expired", "crc_failure", "registration_refused", "bad_input",
-                                              "heartbeat_near_expiry", "topic_not_exist", "unanswered", "unanswered"]
-    assert {subject for _, subject in problems[-2:]} == {"GET_ROUTEINFO_BY_TOPIC", "REGISTER_BROKER"}
+    assert [kind for kind, _ in problems] == [
+        "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused", "bad_input",
+        "heartbeat_near_expiry", "data_version_backwards", "topic_not_exist", "unanswered", "unanswered",
+        "broker_unregistered", "broker_alive_at_end"]
+    assert {subject for kind, subject in problems if kind == "unanswered"} == {"GET_ROUTEINFO_BY_TOPIC",
+                                                                              "REGISTER_BROKER"}
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
-    assert summary["attention"].startswith(f"3 critical: {expired} brokers silent past the {EXPIRY_SECONDS} s expiry, "
-                                           f"2 brokers failing the body CRC, 1 broker refused registration · "
-                                           f"5 warnings: 1 bad input file, ")
-    assert summary["findings"][5]["message"] == (
-        "TOPIC_NOT_EXIST for 1 topic from 2 clients: NoSuchTopic (4x, 2 clients)")
+    assert summary["attention"].startswith(
+        f"4 critical: 2 brokers whose connection closed without unregistering, {expired} brokers silent past the "
+        f"{EXPIRY_SECONDS} s expiry, 2 brokers failing the body CRC, 1 broker refused registration · "
+        f"6 warnings: 1 bad input file, ")
+    [unknown] = [f for f in summary["findings"] if f["kind"] == "topic_not_exist"]
+    assert unknown["message"] == "TOPIC_NOT_EXIST for 1 topic from 2 clients: NoSuchTopic (4x, 2 clients)"
+    # how each broker's story ended: killed ones (critical, with the time its connection closed
+    # and when it came back), clean stops, the others alive at the end; a restart within the
+    # capture is one; 5.x single-topic registrations lose no topics
+    assert {f["broker_addr"]: (f["t"], f["registered_again"]) for f in kinds(summary, "broker_connection_closed")} == {
+        addr: (iso_time(b["closes"][0]), None if b["ended"] == "connection_closed" else
+               next(f["registered_again"] for f in kinds(summary, "broker_connection_closed")
+                    if f["broker_addr"] == addr))
+        for addr, b in truth["brokers"].items() if b["closes"]}
+    assert all(f["registered_again"] is not None for f in kinds(summary, "broker_connection_closed")
+               if truth["brokers"][f["broker_addr"]]["restarted"])
+    assert {f["broker_addr"] for f in kinds(summary, "data_version_backwards")} == {
+        addr for addr, b in truth["brokers"].items() if b["restarted"]} != set()
+    assert {f["broker_addr"] for f in kinds(summary, "broker_unregistered")} == {
+        addr for addr, b in truth["brokers"].items() if b["ended"] == "unregistered"}
+    assert {f["broker_addr"] for f in kinds(summary, "broker_alive_at_end")} == {
+        addr for addr, b in truth["brokers"].items() if b["ended"] == "alive"}
+    assert not kinds(summary, "topic_count_drop") and truth["injected"]["single_topic_registrations"] > 0
+    [closed] = [f for f in summary["findings"] if f["kind"] == "broker_connection_closed"]
+    assert closed["severity"] == "critical" and "without UNREGISTER_BROKER" in closed["evidence"][0]["message"]
     [period] = summary["inputs"]["periods"]
     assert summary["inputs"]["gaps"] == [] and period["seconds"] > 0
 
@@ -95,7 +118,7 @@ def test_outputs_are_exact_when_first_attempts_fail(spark, synthetic, synthetic_
     finally:
         spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, None)
     assert same_rows(retried, synthetic_outputs)
-    assert retried.brokers == synthetic_outputs.brokers
+    assert retried.brokers == synthetic_outputs.brokers  # the same input: the same rows, input included
     assert retried.counts == synthetic_outputs.counts
     assert retried.summary == synthetic_outputs.summary
 
