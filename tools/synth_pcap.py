@@ -192,7 +192,7 @@ class Generator:
                 silence = None
                 continue
             added = int((t - START) // topic_every)
-            counter = 1 + int((t - started) // topic_every)
+            counter = 1 + added - int((started - START) // topic_every)  # a new data version per topic added
             topic_count = topics + added
             if version == V5_3_3 and counter > announced:  # registerSingleTopicAll: the new topic alone
                 announced = counter
@@ -514,7 +514,7 @@ def _broker_truth(broker: dict) -> dict:
             gaps.append([last_alive, end])
         ended = "expired" if trailing > EXPIRY_S else "near_expiry" if trailing > NEAR_EXPIRY_S else "alive"
     silences = intervals + ([trailing] if trailing is not None else [])
-    registrations = [e for e in events if e[1] != -1]
+    requests = [e for e in events if e[1] != -1]  # a close is no request naming the broker
     return {
         "registrations": broker["registrations"],
         "crc_failures": broker["crc_failures"],
@@ -529,8 +529,8 @@ def _broker_truth(broker: dict) -> dict:
         "ended": ended,
         "closes": broker["closes"],
         "restarted": len(stretches) > 1 and bool(broker["closes"]),
-        "first_seen": registrations[0][0],
-        "last_seen": events[-1][0],
+        "first_seen": requests[0][0],
+        "last_seen": requests[-1][0],
         "last_topic_count": max(broker["topics"])[1] if broker["topics"] else None,
     }
 
