@@ -92,7 +92,8 @@ def broker_label(broker: dict) -> str:
 
 
 def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: Counter, groups: Groups,
-            brokers: list[dict], codes: list[CodeStats]) -> dict:
+            brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
+            clients: list[dict] | None = None) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods), counts, brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
@@ -111,11 +112,17 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: C
         "counts": {key: counts[key] for key in COUNTS},
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
         "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
-        "calls_by_code": [{"code_name": s.code_name, "requests": s.requests, "answered": s.answered,
-                           **{f"p{round(p * 100)}_ms": v for p, v in
-                              zip(PERCENTILES, s.p or (None,) * len(PERCENTILES), strict=True)}} for s in codes],
+        "calls_by_code": [_code_row(s) for s in codes],
+        "calls_by_server": [{"server": s.server, **_code_row(s)} for s in server_codes or ()],
+        "clients": clients or [],
         "response_codes": _response_codes(responses),
     }
+
+
+def _code_row(stats: CodeStats) -> dict:
+    return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered,
+            **{f"p{round(p * 100)}_ms": v for p, v in zip(PERCENTILES, stats.p or (None,) * len(PERCENTILES),
+                                                           strict=True)}}
 
 
 #: summary.json's counts

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import balance, findings, inputs, latency, tables, worker
+from spark_analysis import balance, clients, findings, inputs, latency, tables, worker
 from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods, server_restarts
 from spark_analysis.capture.conversation import REQUEST, RESPONSE
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
@@ -122,6 +122,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
         tables.commit(tables_out)
     decoding = _merged(liveness.tallies)
     calls, groups = decoding.pop(_LATENCIES, Counter()), decoding.pop(_GROUPS, {})
+    talkers = clients.client_rows(decoding.pop(_CLIENTS, Counter()))
     counts = inputs.merge_tally(Counter(read), decoding)
     progress(f"decoded {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames ({counts[REQUEST]:,} requests, "
              f"{counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, {counts['lost_bytes']:,} bytes lost "
@@ -131,8 +132,10 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     registered = liveness.registered()
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
+    write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(calls)
-    summary = findings.summary(file_rows, periods, counts, groups, liveness.brokers, codes)
+    summary = findings.summary(file_rows, periods, counts, groups, liveness.brokers, codes,
+                               latency.code_stats(calls, by_server=True), talkers)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -153,6 +156,8 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
 #: to count by 4-tuple (balance.py), the calls' latency buckets (latency.py) and the findings' groups
 #: (findings.py)
 _COSTS, _HASHED_COST, _LATENCIES, _GROUPS = "costs", "hashed_cost", "latencies", "groups"
+#: tally key of the clients' counts (clients.py)
+_CLIENTS = "clients"
 #: tally key of the connection 4-tuples each file holds (sessions: does a file continue the one before?)
 _ENDS = "ends"
 
@@ -163,7 +168,7 @@ def _merged(tallies: Iterable[bytes]) -> Counter:
     for pickled in tallies:
         tally = pickle.loads(pickled)
         for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge),
-                          (_ENDS, _union)):
+                          (_ENDS, _union), (_CLIENTS, Counter.update)):
             if key in tally:
                 part = tally.pop(key)
                 pick(total.setdefault(key, {} if key in (_GROUPS, _ENDS) else Counter()), part)
@@ -263,7 +268,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
-    tally: Counter = Counter({_LATENCIES: Counter(), _GROUPS: {}})
+    tally: Counter = Counter({_LATENCIES: Counter(), _GROUPS: {}, _CLIENTS: Counter()})
     count = 0
     with _no_cycle_collection():
         while by_connection:
@@ -327,10 +332,12 @@ def _count(tally: Counter, kind: str, rows: pa.StructArray) -> None:
     if kind == FRAME:
         requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
         tally.update({FRAME: len(rows), REQUEST: requests, RESPONSE: len(rows) - requests})
+        clients.count_frames(tally[_CLIENTS], rows)
     elif kind == CALL:
         tally.update({CALL: len(rows), "unanswered": rows.field("response_code").null_count})
         tally[_LATENCIES].update(latency.count_calls(rows))
         findings.note_calls(tally[_GROUPS], rows)
+        clients.count_calls(tally[_CLIENTS], rows)
     elif kind == REGISTRATION:
         tally.update({REGISTRATION: len(rows),
                       "crc_failures": pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0})

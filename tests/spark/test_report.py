@@ -196,6 +196,16 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
     nosuch = Counter(f["topic"] for f in found if f["kind"] in ("topic_not_exist", "retry_topic_lookup"))
     assert nosuch["NoSuchTopic"] == 6 and nosuch["%RETRY%cgA"] == 3
 
+    # the clients table: every connection's client, its language and version, lookups and errors
+    talkers = out.summary["clients"]
+    assert {(c["language"], c["version"]) for c in talkers} >= {("CPP", "V3_1_8"), ("JAVA", "V4_9_8"),
+                                                                 ("JAVA", "V5_3_3")}
+    assert sum(c["lookups"] for c in talkers) == sum(c["code_name"] == "GET_ROUTEINFO_BY_TOPIC" for c in out.calls)
+    assert sum(c["errors"] for c in talkers) == sum(row["count"] for row in out.summary["response_codes"])
+    assert {c["client"] for c in talkers if c["role"] == "broker"} == {
+        r["conn_id"].partition(">")[0] for r in out.registrations}
+    assert (Path(out.out) / "clients.csv").read_text().count("\n") == len(talkers) + 1
+
     # each capture alone says what it says among the others
     for name in ("json_lifecycle.pcap", "v5_probe.pcap"):
         alone = run_job(spark, [str(paths[name])], tmp_path / f"alone-{name}", report=False)

@@ -21,8 +21,21 @@ from spark_analysis.decode import CALL, FRAME
 
 def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
     """CALL rows with only what latency.py reads filled in."""
-    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None) for name, ms in rows]
+    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None, "s", None, None,
+             None) for name, ms in rows]
     return pa.array(full, type=tables.row_type(CALL))
+
+
+def test_latency_is_counted_per_nameserver_too() -> None:
+    rows = pa.array([{"code_name": "GET_ROUTEINFO_BY_TOPIC", "latency_ms": ms, "server": server}
+                     for server, ms in (("10.0.0.1:9876", 1.0), ("10.0.0.1:9876", 1.0), ("10.0.0.2:9876", 50.0))],
+                    type=tables.row_type(CALL))
+    tally = latency.count_calls(rows)
+    [both] = latency.code_stats(tally)
+    assert (both.server, both.requests, both.answered) == (None, 3, 3)
+    one, two = latency.code_stats(tally, by_server=True)
+    assert (one.server, one.requests, two.server, two.requests) == ("10.0.0.1:9876", 2, "10.0.0.2:9876", 1)
+    assert one.p[2] == pytest.approx(1.0, rel=0.01) and two.p[0] == pytest.approx(50.0, rel=0.01)
 
 
 def test_latency_percentiles_are_within_one_percent_of_the_exact_ones() -> None:
@@ -50,7 +63,7 @@ def test_latency_buckets_edges() -> None:
 
 def frames(count: int, first_ts: float) -> pa.StructArray:
     rows = [(first_ts + i * 0.5, "c", "a:1", "b:9876", "request", 105, "GET_ROUTEINFO_BY_TOPIC", i, 0, False,
-             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0) for i in range(count)]
+             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0, "in.pcap", "b:9876@x") for i in range(count)]
     return pa.array(rows, type=tables.row_type(FRAME))
 
 
