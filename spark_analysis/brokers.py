@@ -102,14 +102,36 @@ class TimeBins(NamedTuple):
         return self.starts[period] + (index - self.first_bin[period] + 0.5) * self.widths[period]
 
 
-def server_restarts(files: FileSpans, ends: dict[str, set]) -> set[float]:
+class ConnectionEnds(NamedTuple):
+    """How one 4-tuple's segments start and end within one file: whether its first is a SYN (a
+    connection opened there) and its last a FIN or RST (closed there)."""
+
+    first: float
+    opened: bool
+    last: float
+    closed: bool
+
+    def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
+        """The same 4-tuple in another byte range of the file: the earlier start, the later end."""
+        if other is None:
+            return self
+        start = self if self.first <= other.first else other
+        end = self if self.last >= other.last else other
+        return ConnectionEnds(start.first, start.opened, end.last, end.closed)
+
+
+def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]]) -> set[float]:
     """The first record times of files that start another server's story although they follow
-    the file before within PERIOD_GAP_S: no TCP connection (4-tuple) of the one goes on in the
-    other. Rotated files of one capture share the brokers' long-lived connections; captures of
-    another cluster, or of a NameServer started again, share none."""
+    the file before within PERIOD_GAP_S: no TCP connection goes on from the one to the other (a
+    4-tuple still open at the end of the first that the second carries on without a SYN). Rotated
+    files of one capture share the brokers' long-lived connections; captures of another cluster,
+    or of a NameServer started again, share none."""
     starts = set()
     for (_, last, before), (first, _, after) in zip(files, files[1:], strict=False):
-        if first - last <= PERIOD_GAP_S and not ends.get(before, set()) & ends.get(after, set()):
+        if first - last > PERIOD_GAP_S:
+            continue
+        earlier, later = ends.get(before, {}), ends.get(after, {})
+        if not any(not earlier[key].closed and not later[key].opened for key in earlier.keys() & later.keys()):
             starts.add(first)
     return starts
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial, reduce
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import SparkContext, StorageLevel, TaskContext
@@ -42,9 +43,17 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis import balance, clients, findings, inputs, latency, tables, worker
-from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods, server_restarts
+from spark_analysis.brokers import (
+    ConnectionEnds,
+    TimeBins,
+    broker_liveness,
+    brokers_csv,
+    capture_periods,
+    server_restarts,
+)
 from spark_analysis.capture.conversation import REQUEST, RESPONSE
-from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
+from spark_analysis.capture.packets import FIN, RST, SYN
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
 from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.inputs import CaptureFile, Piece, Split
 from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
@@ -176,9 +185,21 @@ def _merged(tallies: Iterable[bytes]) -> Counter:
     return total
 
 
-def _union(ends: dict[str, set], more: dict[str, set]) -> None:
+def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
+    """How a 4-tuple starts and ends in a file (brokers.ConnectionEnds), from one of its pieces."""
+    rows = np.frombuffer(piece.rows, SEGMENT)
+    if len(rows):
+        first, last = rows[0], rows[-1]
+        found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
+                               bool(last["flags"] & (FIN | RST)))
+        ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def _union(ends: dict[str, dict], more: dict[str, dict]) -> None:
     for path, found in more.items():
-        ends.setdefault(path, set()).update(found)
+        mine = ends.setdefault(path, {})
+        for key, end in found.items():
+            mine[key] = end.merge(mine.get(key))
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
@@ -223,11 +244,11 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
     tally: Counter = Counter()
     costly: Counter = Counter()
-    ends: dict[str, set] = {}
+    ends: dict[str, dict] = {}
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
-        ends.setdefault(piece.path, set()).add(piece.ends)
+        _note_ends(ends.setdefault(piece.path, {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             costly[piece.ends] += cost
         else:

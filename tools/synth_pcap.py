@@ -2,6 +2,7 @@
 """Synthetic NameServer traffic as a classic pcap, with the exact truth beside it.
 
     python tools/synth_pcap.py OUT.pcap [--brokers N] [--hours H] [--clients M] [--topics T] [--seed S]
+                               [--start EPOCH_S] [--cluster NAME] [--names PREFIX] [--ports OFFSET]
 
 writes OUT.pcap and OUT.truth.json. N brokers heartbeat every 30 s for H hours (JSON and
 ROCKETMQ headers, plain and compressed bodies, 4.9.8 and 5.x layouts, topics added over time),
@@ -10,7 +11,8 @@ some with registrations refused (a wrong CRC, or a 5.x refusal), some unregister
 end, some killed (the connection closes without UNREGISTER_BROKER), one of them restarting on a
 new connection with its data version starting over, and 5.x brokers announcing each new topic
 with a registration carrying only that topic; M clients look routes up every 30 s and get
-answers (TOPIC_NOT_EXIST for a missing topic).
+answers (TOPIC_NOT_EXIST for a missing topic). Captures of other sessions at the same addresses:
+another --start (right after this one, or days later), --cluster, --names and --ports.
 On the wire: retransmissions, out-of-order segments, segments the capture missed, a broker and a
 client whose connections were opened before the capture began (it starts mid-frame), a client
 port reused by a new connection, and a last packet cut short. Frames are built with the project's
@@ -92,6 +94,10 @@ class Options:
     retransmit: float = 0.01
     reorder: float = 0.01
     loss: float = 0.001
+    start: float = START  # when the capture starts, seconds since the epoch
+    cluster: str = CLUSTER
+    names: str = "broker"  # brokers are NAMES-000, NAMES-001, ...
+    ports: int = 0  # added to the clients' and brokers' own ports (another capture: other processes)
 
 
 @dataclass
@@ -127,13 +133,13 @@ class Generator:
     def __init__(self, options: Options) -> None:
         self.o = options
         self.rng = random.Random(options.seed)
-        self.end = START + options.hours * 3600
+        self.end = self.o.start + options.hours * 3600
         self.frames: list[Frame] = []
         self.connections = 0
         self.injected: Counter = Counter()
         self.bodies: dict[tuple, bytes] = {}
         self.routes: dict[str, bytes] = {}
-        self.last_record = START  # the time of the last whole record written: the capture's end
+        self.last_record = self.o.start  # the time of the last whole record written: the capture's end
 
     # -- actors ------------------------------------------------------------------------------------
 
@@ -154,24 +160,25 @@ class Generator:
         Broker 0's connection predates the capture, whose first packets cut its first registration."""
         host = f"10.1.{i // 250}.{i % 250 + 1}"
         addr = f"{host}:10911"
-        name = f"broker-{i:03d}"
+        name = f"{self.o.names}-{i:03d}"
         version = V5_3_3 if i % 5 == 4 else V4_9_8
         serialize = SerializeType.ROCKETMQ if i % 4 == 1 else SerializeType.JSON
         compressed = i % 3 == 1
         topics = self.o.topics + i % 7
         topic_every = self.o.hours * 3600 / 4  # a topic is added four times over the capture
         mid_stream = i == 0
-        conn = self.connect((host, 40000 + i % 20000))
-        t = START - 1.5 * SEGMENT_SPACING_S if mid_stream else START + self.rng.uniform(0.05, HEARTBEAT_S)
+        conn = self.connect((host, self.o.ports + 40000 + i % 10000))
+        t = self.o.start - 1.5 * SEGMENT_SPACING_S if mid_stream else self.o.start + self.rng.uniform(0.05, HEARTBEAT_S)
         if not mid_stream:
             yield from self.handshake(conn, t - 0.01)
-        silence = (START + self.o.hours * 1800, START + self.o.hours * 1800 + SILENCE_S) if i % 4 == 2 else None
+        half = self.o.start + self.o.hours * 1800
+        silence = (half, half + SILENCE_S) if i % 4 == 2 else None
         if i % 4 == 0 and i > 0:
-            silence = (START + self.o.hours * 1200, START + self.o.hours * 1200 + NEAR_SILENCE_S)
+            silence = (self.o.start + self.o.hours * 1200, self.o.start + self.o.hours * 1200 + NEAR_SILENCE_S)
         opaque = self.rng.randrange(1 << 20)
         beats = 0
-        kill_at = START + self.o.hours * 2400 if i % 4 == 1 else None
-        started = START  # the data version counter counts topic additions since the broker started
+        kill_at = self.o.start + self.o.hours * 2400 if i % 4 == 1 else None
+        started = self.o.start  # the data version counter counts topic additions since the broker started
         announced = 1
         while t < self.end - 5:
             if kill_at is not None and t >= kill_at:
@@ -182,7 +189,7 @@ class Generator:
                 if i % 8 != 5:
                     return
                 t += KILL_RESTART_S
-                conn = self.connect((host, 41000 + i % 20000))
+                conn = self.connect((host, self.o.ports + 41000 + i % 10000))
                 yield from self.handshake(conn, t - 0.01)
                 started, announced = t, 1
                 self.injected["restarts"] += 1
@@ -191,15 +198,15 @@ class Generator:
                 self.injected["heartbeat_silences" if silence[1] - silence[0] > EXPIRY_S else "near_silences"] += 1
                 silence = None
                 continue
-            added = int((t - START) // topic_every)
-            counter = 1 + added - int((started - START) // topic_every)  # a new data version per topic added
+            added = int((t - self.o.start) // topic_every)
+            counter = 1 + added - int((started - self.o.start) // topic_every)  # a new data version per topic added
             topic_count = topics + added
             if version == V5_3_3 and counter > announced:  # registerSingleTopicAll: the new topic alone
                 announced = counter
                 single = self.register_body(name, topic_count, counter, compressed, version, only_last=True)
                 request = RemotingCommand.request(
                     RequestCode.REGISTER_BROKER, {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
-                                                  "bodyCrc32": str(crc32_masked(single)), "clusterName": CLUSTER,
+                                                  "bodyCrc32": str(crc32_masked(single)), "clusterName": self.o.cluster,
                                                   "compressed": "true" if compressed else "false",
                                                   "haServerAddr": f"{host}:10912", "enableActingMaster": "false",
                                                   "heartbeatTimeoutMillis": "120000"},
@@ -217,7 +224,7 @@ class Generator:
             crc_bad = i % 4 == 0 and beats == 3  # a registration with a wrong CRC, refused
             refused = version == V5_3_3 and beats == 5
             ext = {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
-                   "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": CLUSTER,
+                   "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": self.o.cluster,
                    "compressed": "true" if compressed else "false", "haServerAddr": f"{host}:10912"}
             if version == V5_3_3:
                 ext["enableActingMaster"] = "false"
@@ -237,7 +244,7 @@ class Generator:
         if i % 4 == 3:
             request = RemotingCommand.request(
                 RequestCode.UNREGISTER_BROKER, {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
-                                                "clusterName": CLUSTER}, opaque=opaque, version=version,
+                                                "clusterName": self.o.cluster}, opaque=opaque, version=version,
                 serialize_type=serialize)
             frame = Frame(conn.number, True, RequestCode.UNREGISTER_BROKER, broker_addr=addr)
             answer = RemotingCommand.response_to(request, version=version, serialize_type=SerializeType.JSON)
@@ -250,13 +257,13 @@ class Generator:
         same port halfway through."""
         host = f"10.2.{j // 250}.{j % 250 + 1}"
         language, version = ("CPP", 63) if j % 3 == 1 else ("JAVA", V4_9_8)
-        conn = self.connect((host, 50000 + j % 10000))
+        conn = self.connect((host, self.o.ports + 50000 + j % 10000))
         mid_stream = j == 0
-        t = START - 0.0005 if mid_stream else START + self.rng.uniform(0.05, LOOKUP_S)
+        t = self.o.start - 0.0005 if mid_stream else self.o.start + self.rng.uniform(0.05, LOOKUP_S)
         if not mid_stream:
             yield from self.handshake(conn, t - 0.01)
-        reconnect_at = START + self.o.hours * 1800 if j == 1 else None
-        oneway_at = START + self.o.hours * 1200 if j == 0 else None
+        reconnect_at = self.o.start + self.o.hours * 1800 if j == 1 else None
+        oneway_at = self.o.start + self.o.hours * 1200 if j == 0 else None
         opaque = 0
         while t < self.end - 5:
             if reconnect_at is not None and t >= reconnect_at:
@@ -303,7 +310,7 @@ class Generator:
             broker = int(name.rpartition("-")[2])
             table = {f"Topic-{broker:03d}-{k}": TopicConfig(f"Topic-{broker:03d}-{k}", 8, 8, 6)
                      for k in range(topics - 1 if only_last else 0, topics)}
-            wrapper = RegisterBrokerBody(DataVersion(int(START * 1000) + counter, counter), table)
+            wrapper = RegisterBrokerBody(DataVersion(int(self.o.start * 1000) + counter, counter), table)
             body = self.bodies[key] = encode_register_body(wrapper, compressed, v5=version == V5_3_3)
         return body
 
@@ -311,8 +318,8 @@ class Generator:
         body = self.routes.get(topic)
         if body is None:
             broker = int(topic.split("-")[1])
-            name, addr = f"broker-{broker:03d}", f"10.1.{broker // 250}.{broker % 250 + 1}:10911"
-            bean = topic_route_bean([QueueData(name, 8, 8, 6)], [BrokerData(CLUSTER, name, {0: addr})], {}, None,
+            name, addr = f"{self.o.names}-{broker:03d}", f"10.1.{broker // 250}.{broker % 250 + 1}:10911"
+            bean = topic_route_bean([QueueData(name, 8, 8, 6)], [BrokerData(self.o.cluster, name, {0: addr})], {}, None,
                                     None, False)
             body = self.routes[topic] = fastjson.dumps_bytes(bean, standard=True)
         return body
@@ -320,10 +327,10 @@ class Generator:
     def cluster_info(self) -> bytes:
         body = self.routes.get("")
         if body is None:
-            names = [f"broker-{i:03d}" for i in range(self.o.brokers)]
+            names = [f"{self.o.names}-{i:03d}" for i in range(self.o.brokers)]
             addrs = {n: {0: f"10.1.{i // 250}.{i % 250 + 1}:10911"} for i, n in enumerate(names)}
-            bean = {"brokerAddrTable": {n: {"brokerAddrs": a, "brokerName": n, "cluster": CLUSTER}
-                                        for n, a in addrs.items()}, "clusterAddrTable": {CLUSTER: names}}
+            bean = {"brokerAddrTable": {n: {"brokerAddrs": a, "brokerName": n, "cluster": self.o.cluster}
+                                        for n, a in addrs.items()}, "clusterAddrTable": {self.o.cluster: names}}
             body = self.routes[""] = fastjson.dumps_bytes(bean)
         return body
 
@@ -372,7 +379,7 @@ class Generator:
         else:
             conn.server_seq = (seq + len(data)) % (1 << 32)
         frame.ts = packets[-1].ts
-        if t < START + 1:  # impairments would blur what the capture's start cuts off
+        if t < self.o.start + 1:  # impairments would blur what the capture's start cuts off
             return packets
         if self.rng.random() < self.o.loss:
             missed = packets.pop(count // 2)
@@ -399,7 +406,7 @@ class Generator:
         written = 0
         last: Packet | None = None
         for packet in heapq.merge(*self.actors()):
-            if packet.ts < START:
+            if packet.ts < self.o.start:
                 if packet.frame is not None:
                     packet.frame.lost = True
                 continue
@@ -462,8 +469,8 @@ class Generator:
                 if answered_ok:
                     broker["alive"][-1].append(_micros(frame.ts))
         return {
-            "capture": {"start": START, "end": self.end, "packets_written": packets, "truncated_last_packet": True,
-                        "last_record": _micros(self.last_record)},
+            "capture": {"start": self.o.start, "end": self.end, "packets_written": packets,
+                        "truncated_last_packet": True, "last_record": _micros(self.last_record)},
             "connections": self.connections,
             "frames": len(captured),
             "requests": len(requests),
