@@ -11,6 +11,7 @@ import html
 import json
 import re
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
 from spark_analysis.decode import CALL
 from spark_analysis.schema import BROKER_COLUMNS
 from spark_analysis.worker import FAIL_FIRST_ATTEMPT
-from tests.spark.conftest import Outputs, run_job
+from tests.spark.conftest import SYNTH, Outputs, run_job
 from tests.spark.test_report import same_rows
 from tests.support import capture
 from tests.web.test_status_page import ARTIFACTS, chromium
@@ -123,6 +124,68 @@ def test_outputs_are_exact_when_first_attempts_fail(spark, synthetic, synthetic_
     assert retried.brokers == synthetic_outputs.brokers  # the same input: the same rows, input included
     assert retried.counts == synthetic_outputs.counts
     assert retried.summary == synthetic_outputs.summary
+
+
+def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, synthetic_outputs: Outputs,
+                                                             tmp_path: Path) -> None:
+    """Another cluster captured 30 s after the synthetic capture, at the same addresses (other names,
+    fewer topics, its own processes): one capture period, two sessions (no connection goes on).
+    Together they give each session's brokers and findings as each capture alone does: no restart,
+    moved address or lost topics from comparing the two."""
+    path, truth = synthetic
+    other = tmp_path / "other.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(other), "--brokers", "4", "--clients", "2", "--topics", "5",
+                    "--hours", "0.05", "--seed", "5", "--start", str(truth["capture"]["last_record"] + 30),
+                    "--cluster", "OtherCluster", "--names", "other", "--ports", "7000"],
+                   check=True, capture_output=True)
+    alone = run_job(spark, [str(other)], tmp_path / "alone", report=False)
+    both = run_job(spark, [str(path), str(other)], tmp_path / "both", report=False)
+    assert len(both.summary["inputs"]["periods"]) == 2  # a new session, though within PERIOD_GAP_S
+    assert both.summary["inputs"]["gaps"][0]["seconds"] < findings_module.PERIOD_GAP_S
+    sessions = {b["session"] for b in both.brokers}
+    assert len(sessions) == 2 and {b["broker_addr"] for b in alone.brokers} < {
+        b["broker_addr"] for b in synthetic_outputs.brokers}  # the same addresses
+    for one in (synthetic_outputs, alone):
+        mine = {b["session"] for b in one.brokers}
+        assert [without_input(b) for b in both.brokers if b["session"] in mine] == [
+            without_input(b) for b in one.brokers]
+        assert _evidence(both.summary, mine) == _evidence(one.summary, mine)
+    assert {f["kind"] for f in both.summary["findings"]} == {
+        f["kind"] for one in (synthetic_outputs, alone) for f in one.summary["findings"]}
+
+
+def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, synthetic_outputs: Outputs,
+                                                      tmp_path: Path) -> None:
+    """The synthetic capture rotated into three files, cut between records mid-connection: one
+    session, the same brokers and the same findings (but for naming the files)."""
+    path, _ = synthetic
+    data = path.read_bytes()
+    offsets, at = [], 24
+    while at + 16 <= len(data):
+        offsets.append(at)
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    cuts = [offsets[len(offsets) // 3], offsets[2 * len(offsets) // 3]]
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    for index, (start, end) in enumerate(zip([24, *cuts], [*cuts, len(data)], strict=True)):
+        (rotated / f"part{index}.pcap").write_bytes(data[:24] + data[start:end])
+    parts = run_job(spark, [str(rotated)], tmp_path / "out", report=False)
+    assert len(parts.summary["inputs"]["periods"]) == 1
+    assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in synthetic_outputs.brokers]
+    assert {b["session"] for b in parts.brokers} == {b["session"] for b in synthetic_outputs.brokers}
+    assert _evidence(parts.summary) == _evidence(synthetic_outputs.summary)
+
+
+def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
+    """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
+    but the files' own (whose names differ)."""
+    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
+                  for item in f["evidence"] if (item.get("session") in sessions if sessions is not None
+                                                else item["kind"] != "bad_input"))
+
+
+def without_input(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key != "input"}
 
 
 def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch, capsys) -> None:
