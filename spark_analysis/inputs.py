@@ -340,7 +340,13 @@ def _split_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex
     """The records of ``content`` (a whole file) whose headers start in the split."""
     view = memoryview(content)
     if view[:4] == _PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
-        return index_records(iter_records(view)) if split.start == 0 else _NO_RECORDS
+        if split.start:
+            return _NO_RECORDS
+        trailing: list[int] = []
+        records = index_records(iter_records(view, trailing))
+        if trailing and trailing[0]:  # cut while a block was written: its whole blocks are read
+            note_file(tally, split.file.path, problem=TRUNCATED, trailing_bytes=trailing[0])
+        return records
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])
     except ValueError:

@@ -17,6 +17,7 @@ import pytest
 
 from spark_analysis import inputs, latency, tables
 from spark_analysis.decode import CALL, FRAME
+from tests.support import capture
 
 
 def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
@@ -120,3 +121,20 @@ def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
     assert tally[(inputs.FILE, "cut.gz")].problem == inputs.TRUNCATED
     assert inputs.gunzip(b"not a capture\n", "notes.gz", tally) == b""
     assert tally[(inputs.FILE, "notes.gz")].problem == inputs.NOT_A_CAPTURE
+
+
+def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:
+    """Its whole blocks are read; the bytes of the block cut short are counted, as for a pcap."""
+    whole = capture("v5_controller_failover.pcapng").read_bytes()
+    found = {}
+    for name, data in (("whole.pcapng", whole), ("cut.pcapng", whole[:len(whole) // 2])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        file = inputs.CaptureFile(str(path), len(data), 0)
+        tally: Counter = Counter()
+        list(inputs.read_task([inputs.Split(file, 0, len(data))], 9876, tally))
+        found[name] = tally[(inputs.FILE, str(path))]
+    assert (found["whole.pcapng"].problem, found["whole.pcapng"].trailing_bytes) == (None, 0)
+    cut = found["cut.pcapng"]
+    assert cut.problem == inputs.TRUNCATED and 0 < cut.trailing_bytes < len(whole) // 2
+    assert 0 < cut.records < found["whole.pcapng"].records
