@@ -215,12 +215,62 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
     return tasks
 
 
-def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[Piece]:
-    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split."""
+def read_task(splits: Iterable[Split], server_port: int, tally: Counter, spool: str | None = None
+              ) -> Iterator[Piece]:
+    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split; a
+    local gzip capture (a whole-file split) is inflated into ``spool`` first (read_gzip)."""
     for split in splits:
+        if gzipped(split.file.path) and spool is not None:
+            yield from read_gzip(split.file, server_port, tally, spool)
+            continue
         tally["bytes"] += split.stop - split.start
         content = mapped_file(split.file.path)
         yield from pieces(content, _split_records(content, split, tally), split.file, server_port, tally, inline=False)
+
+
+def read_gzip(file: CaptureFile, server_port: int, tally: Counter, spool: str) -> Iterator[Piece]:
+    """A local gzip capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
+    read in place as any local capture: its pieces locate their payloads in that file, so neither
+    the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
+    task's row overflowed the driver's default heap). Facts are noted under the .gz's own name."""
+    target = os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
+    inflate_to(local_path(file.path), target, file.path, tally)
+    content = mapped_file(target)
+    tally["bytes"] += len(content)
+    yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, server_port,
+                      tally, inline=False, source=target)
+
+
+def inflate_to(path: str, target: str, name: str, tally: Counter, chunk: int = 1 << 20) -> None:
+    """Inflate every member of a gzip file into ``target`` (written under a temporary name and
+    renamed: a task run again replaces it). One cut short gives what it holds and is TRUNCATED;
+    one that is no gzip at all gives nothing and is NOT_A_CAPTURE (as gunzip)."""
+    part = f"{target}.part"
+    wrote = 0
+    with open(path, "rb") as source, open(part, "wb") as out:
+        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)  # | 16: the gzip header and trailer
+        started = False  # the current member has had input
+        while data := source.read(chunk):
+            while data:
+                started = True
+                try:
+                    inflated = inflater.decompress(data)
+                except zlib.error:
+                    note_file(tally, name, problem=TRUNCATED if wrote else NOT_A_CAPTURE)
+                    started = False
+                    data = b""
+                    source.seek(0, os.SEEK_END)
+                    break
+                out.write(inflated)
+                wrote += len(inflated)
+                data = b""
+                if inflater.eof:  # the next member, if any, starts in what is left
+                    data = inflater.unused_data
+                    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+                    started = False
+        if started and not inflater.eof:
+            note_file(tally, name, problem=TRUNCATED)
+    os.replace(part, target)
 
 
 def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
@@ -255,7 +305,8 @@ def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
 
 def read_by_range(file: CaptureFile) -> bool:
     """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
-    reads it whole (Spark's binaryFile)."""
+    reads it whole: a local gzip one inflated into a spool file (read_gzip, on a local master),
+    others through Spark's binaryFile."""
     return is_local(file.path) and not gzipped(file.path)
 
 
@@ -265,9 +316,9 @@ def gzipped(path: str) -> bool:
 
 
 def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: Counter,
-           inline: bool) -> Iterator[Piece]:
+           inline: bool, source: str | None = None) -> Iterator[Piece]:
     """The segments of ``records`` on ``server_port``, one piece per 4-tuple; ``inline``: with their
-    payloads (else the offsets say where they are in the file)."""
+    payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
     found = segment_columns(data, records, server_port)
     tally["records"] += len(records.ts)
     tally["segments"] += len(found.ts)
@@ -291,7 +342,8 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
         payload = None
         if inline:
             payload = gather(data, chosen)
-        yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
+        yield Piece((names[pair // len(names)], names[pair % len(names)]), source or file.path, chosen.tobytes(),
+                    payload)
 
 
 def merge_tally(tally: Counter, more: Counter) -> Counter:

@@ -26,6 +26,8 @@ import gc
 import json
 import os
 import pickle
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -74,24 +76,38 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
             tasks_every: float | None = None) -> Counter:
     """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content).
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
-    done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence)."""
+    done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
+    On a local master, local gzip captures are inflated into a spool directory for the job's time
+    (inputs.read_gzip)."""
+    spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
+    try:
+        return _analyse(spark, paths, out, server_port, split_size, report, log, tasks_every, spool)
+    finally:
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
+
+
+def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int, split_size: int | None,
+             report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None) -> Counter:
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
+    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.gzipped(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
-    whole = [f for f in files if not inputs.read_by_range(f)]
+    whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
     size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
-    tasks = inputs.plan_tasks(local, size)
+    tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
-             f"{_mib(size)} over local files, {len(whole)} remote or compressed files read whole")
+             f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
+             f"remote files read whole")
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, server_port).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, server_port, spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     costs = read.pop(_COSTS, Counter())
@@ -205,14 +221,16 @@ def _union(ends: dict[str, dict], more: dict[str, dict]) -> None:
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int) -> DataFrame:
+def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int,
+            spool: str | None = None) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
     task's last row holds its tally."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
-        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port), PIECES))
+        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port, spool=spool),
+                                        PIECES))
     if whole:
         files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
         by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
@@ -220,12 +238,13 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFi
     return reduce(DataFrame.union, parts)
 
 
-def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int
-                ) -> Iterator[pa.RecordBatch]:
+def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
+                spool: str | None = None) -> Iterator[pa.RecordBatch]:
     worker.settle()
+    read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port)
+            yield from _piece_batches(read, tasks[index], server_port=server_port)
 
 
 def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], server_port: int

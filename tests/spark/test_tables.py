@@ -123,6 +123,23 @@ def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
     assert tally[(inputs.FILE, "notes.gz")].problem == inputs.NOT_A_CAPTURE
 
 
+def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
+    """The same as gunzip, a chunk at a time (small chunks here: members and a cut across them),
+    into a file: never the whole capture in memory."""
+    data = os.urandom(50_000)
+    cases = {"two.gz": (gzip.compress(b"pcap ") + gzip.compress(b"records"), b"pcap records", None),
+             "cut.gz": (gzip.compress(data)[:30_000], None, inputs.TRUNCATED),
+             "notes.gz": (b"not a capture\n", b"", inputs.NOT_A_CAPTURE)}
+    for name, (compressed, inflated, problem) in cases.items():
+        (tmp_path / name).write_bytes(compressed)
+        tally: Counter = Counter()
+        inputs.inflate_to(str(tmp_path / name), str(tmp_path / f"{name}.pcap"), name, tally, chunk=1000)
+        got = (tmp_path / f"{name}.pcap").read_bytes()
+        assert got == (inputs.gunzip(compressed, name, Counter()) if inflated is None else inflated), name
+        assert (tally[(inputs.FILE, name)].problem if (inputs.FILE, name) in tally else None) == problem, name
+    assert 0 < len((tmp_path / "cut.gz.pcap").read_bytes()) < len(data)
+
+
 def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:
     """Its whole blocks are read; the bytes of the block cut short are counted, as for a pcap."""
     whole = capture("v5_controller_failover.pcapng").read_bytes()
