@@ -73,6 +73,9 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", _quick_jvm(record_classes))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
+               # Spark's writer, as the local tasks' pyarrow one (tables.py): microseconds adjusted to
+               # UTC, not INT96 nanoseconds without a zone (Spark's default on a cluster)
+               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                .config("spark.ui.showConsoleProgress", str(os.isatty(2)).lower())
                .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     log_configuration = None

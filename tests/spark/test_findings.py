@@ -188,6 +188,29 @@ def without_input(row: dict) -> dict:
     return {key: value for key, value in row.items() if key != "input"}
 
 
+def test_remote_paths_fail_in_one_line_and_leave_no_output(spark, tmp_path, monkeypatch, capsys) -> None:
+    """s3a:// without the hadoop-aws connector: one line naming it and how to add it, exit status
+    REMOTE_FAILED, no --out left behind; --driver-memory and --conf reach the session."""
+    given: dict = {}
+
+    def build_session(*args, **kwargs):
+        given.update(kwargs)
+        return spark
+
+    monkeypatch.setattr(session, "build_session", build_session)
+    monkeypatch.setattr(session, "stop", lambda spark: None)
+    out = tmp_path / "out"
+    assert cli.main(["report", "s3a://captures/today/", "--out", str(out), "--driver-memory", "2g",
+                     "--conf", "spark.sql.shuffle.partitions=2"]) == cli.REMOTE_FAILED
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(r"python -m spark_analysis: error: s3a:// needs the hadoop-aws connector on Spark's class "
+                        r"path: add --conf spark\.jars\.packages=org\.apache\.hadoop:hadoop-aws:[\d.]+ "
+                        r"\(spark-submit: --packages org\.apache\.hadoop:hadoop-aws:[\d.]+\), or its jar with --jars",
+                        line), line
+    assert not out.exists()
+    assert given["conf"] == {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}
+
+
 def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch, capsys) -> None:
     """A text file named .pcap, an empty file and a pcap cut inside its first record: each named on
     the console and in summary.json; with no capture among them the command fails."""
