@@ -278,7 +278,7 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
     body = dom[dom.index("<body"):]
     sections = [body.index(f"<section id=\"{name}\"") for name in ("findings", "inputs", "timeline", "intervals",
                                                                     "topics", "requests", "latency", "response-codes",
-                                                                    "brokers")]
+                                                                    "brokers", "clients")]
     assert sections == sorted(sections) and body.index("<h1") < sections[0]
     assert "heartbeat_expired" in body and "crc_failure" in body and "synthetic.pcap" in body
     # one row per problem under the line counting them; each broker's gap a click away
@@ -286,13 +286,20 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
     assert findings_table.count("<tr class=") == len(synthetic_outputs.summary["findings"])
     assert html.escape(synthetic_outputs.summary["attention"], quote=False) in body[:sections[0]]
     expired = next(f for f in synthetic_outputs.summary["findings"] if f["kind"] == "heartbeat_expired")
-    opened = findings_table[findings_table.index("<details>"):]
+    after = findings_table[findings_table.index("<td>heartbeat_expired</td>"):]
+    opened = after[after.index("<details>"):]
     assert all(f"<li>{html.escape(item['message'], quote=False)}</li>" in opened[:opened.index("</details>")]
                for item in expired["evidence"]) and len(expired["evidence"]) > 1
     for plot in ("timeline", "intervals", "topics", "requests", "latency"):
         div = body[body.index(f'id="plot-{plot}"'):]
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
     assert "broker-002" in body and "SynthCluster / broker-002 / 0 (MASTER) / 10.1.0.3:10911" in body
+    # a killed broker: the first row, critical, its closed connection a click away
+    killed = synthetic_outputs.summary["findings"][0]
+    assert (killed["kind"], killed["severity"]) == ("broker_connection_closed", "critical")
+    assert findings_table.index("<td>broker_connection_closed</td>") < findings_table.index(
+        "<td>heartbeat_expired</td>")
+    assert all(html.escape(item["message"], quote=False) in findings_table for item in killed["evidence"])
     assert shot.stat().st_size > 50_000
 
 
@@ -339,18 +346,24 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
             (2.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 2, 0, 1500.0, False, "T", None),
             (3.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 3, 17, 2500.0, False, "X", "no route"),
             (4.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 4, None, None, True, "T", None),
-            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None)]
+            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None),
+            (6.0, "c", "10.0.0.9:1", 105, "GET_ROUTEINFO_BY_TOPIC", 6, 17, 1.0, False, "%RETRY%cgA", "no route")]
+    rows = [(*row, "s:9876", None, "in.pcap", "s:9876@x") for row in rows]
     groups: findings_module.Groups = {}
     for start in (0, 2):  # two batches, as a task sends them
-        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start else rows[:2],
+        findings_module.note_calls(groups, pa.array(rows[start:start + 4] if start else rows[:2],
                                                     type=tables.row_type(CALL)))
     assert groups[findings_module.SLOW] == {("GET_ROUTEINFO_BY_TOPIC",): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
     assert groups[findings_module.ANSWER_CODES] == {
-        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None],
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.9:1", "%RETRY%cgA"): [1, 6.0, 6.0, None]}
     assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
     said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
-    assert [f["kind"] for f in said] == ["topic_not_exist", "unanswered", "slow_answer"]  # 17 said once
-    assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
+    # 17 said once; a consumer's %RETRY% lookup at start-up is information, an unknown user topic a warning
+    assert [(f["kind"], f["severity"]) for f in said] == [
+        ("topic_not_exist", "warning"), ("unanswered", "warning"), ("slow_answer", "warning"),
+        ("retry_topic_lookup", "info")]
+    assert said[2]["max_ms"] == 2500.0 and said[2]["max_client"] == "10.0.0.8:1"
     assert findings_module.attention(said)["attention"] == (
         "3 warnings: 1 unknown topic, 1 request code never answered, 1 slow request code")
 
