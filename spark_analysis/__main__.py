@@ -23,8 +23,8 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
     sys.exit(f"python -m spark_analysis: error: {', '.join(_missing)} not installed: the capture report needs "
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
+from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT  # noqa: E402 - after the check: numpy
-from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkRuntimeError  # after the checks: importing pyspark is slow
 
-    from spark_analysis import remote, session
-    from spark_analysis.job import analyse
+    from spark_analysis.spark import remote, session
+    from spark_analysis.spark.job import analyse
 
     conf = dict(args.conf)
     if args.driver_memory:
@@ -104,8 +104,8 @@ def prepare(parser: argparse.ArgumentParser, inputs: list[str]) -> int:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     from pyspark.errors import PySparkRuntimeError
 
-    from spark_analysis import session
-    from spark_analysis.job import analyse
+    from spark_analysis.spark import session
+    from spark_analysis.spark.job import analyse
 
     archive = session.class_archive()
     if archive is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's packages, installed or not
 
-from spark_analysis.ship import build_zip  # noqa: E402
+from spark_analysis.spark.ship import build_zip  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis.brokers import TimeBins, broker_summary
+from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
 from spark_analysis.capture.reassembly import reassemble
 from spark_analysis.capture.records import (
@@ -27,7 +28,7 @@ from spark_analysis.capture.records import (
     parse_pcap_header,
     read_records,
 )
-from spark_analysis.decode import (
+from spark_analysis.decode.rows import (
     CALL,
     CONNECTION,
     CONNECTION_CLOSED,
@@ -38,8 +39,8 @@ from spark_analysis.decode import (
     conversation_rows,
     split_rows,
 )
-from spark_analysis.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
-from spark_analysis.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.model.periods import TimeBins
 from tests.spark.capture.builders import (
     BODY,
     CLIENT,

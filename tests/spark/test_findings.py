@@ -21,12 +21,14 @@ import pyarrow as pa
 import pytest
 
 from spark_analysis import __main__ as cli
-from spark_analysis import findings as findings_module
-from spark_analysis import report, session, tables
-from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
-from spark_analysis.decode import CALL
-from spark_analysis.schema import BROKER_COLUMNS
-from spark_analysis.worker import FAIL_FIRST_ATTEMPT
+from spark_analysis.analysis import findings as findings_module
+from spark_analysis.decode.rows import CALL
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.model.periods import EXPIRY_SECONDS, PERIOD_GAP_S, TimeBins
+from spark_analysis.model.sessions import iso_time
+from spark_analysis.output import report, tables
+from spark_analysis.spark import session
+from spark_analysis.spark.worker import FAIL_FIRST_ATTEMPT
 from tests.spark.conftest import SYNTH, Outputs, run_job
 from tests.spark.test_report import same_rows
 from tests.support import capture
@@ -141,7 +143,7 @@ def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, s
     alone = run_job(spark, [str(other)], tmp_path / "alone", report=False)
     both = run_job(spark, [str(path), str(other)], tmp_path / "both", report=False)
     assert len(both.summary["inputs"]["periods"]) == 2  # a new session, though within PERIOD_GAP_S
-    assert both.summary["inputs"]["gaps"][0]["seconds"] < findings_module.PERIOD_GAP_S
+    assert both.summary["inputs"]["gaps"][0]["seconds"] < PERIOD_GAP_S
     sessions = {b["session"] for b in both.brokers}
     assert len(sessions) == 2 and {b["broker_addr"] for b in alone.brokers} < {
         b["broker_addr"] for b in synthetic_outputs.brokers}  # the same addresses

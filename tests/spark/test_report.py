@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis import inputs
+from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import read_conversations
 from spark_analysis.capture.records import read_records
 from tests.spark.conftest import Outputs, run_job

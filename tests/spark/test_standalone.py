@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from spark_analysis.session import QUICK_JVM  # the JVMs the test starts run as the local driver does
+from spark_analysis.spark.session import QUICK_JVM  # the JVMs the test starts run as the local driver does
 from tests.spark.conftest import REPO, Outputs, read_outputs
 from tests.spark.test_report import same_rows
 

@@ -15,8 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_analysis import inputs, latency, tables
-from spark_analysis.decode import CALL, FRAME
+from spark_analysis.analysis import latency
+from spark_analysis.capture import inputs
+from spark_analysis.decode.rows import CALL, FRAME
+from spark_analysis.output import tables
 from tests.support import capture
 
 

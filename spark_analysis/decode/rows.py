@@ -13,11 +13,11 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.inputs import ConnectionKey, Piece, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
 from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
-from spark_analysis.held import HeldTopics
-from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
-from spark_analysis.schema import REGISTRATION_ROWS
+from spark_analysis.decode.held import HeldTopics
+from spark_analysis.decode.schema import REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name

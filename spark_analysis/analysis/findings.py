@@ -18,14 +18,12 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_analysis import inputs
-from spark_analysis.brokers import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S, iso_time
-from spark_analysis.latency import PERCENTILES, CodeStats
-from spark_analysis.schema import BROKER_COLUMNS
+from spark_analysis.capture import inputs
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S
+from spark_analysis.model.sessions import iso_time
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
-SCHEMA_VERSION = 2
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
@@ -89,45 +87,6 @@ def broker_label(broker: dict) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
-
-
-def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: Counter, groups: Groups,
-            brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
-            clients: list[dict] | None = None) -> dict:
-    """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
-    periods), counts, brokers and calls by code."""
-    registered = [b for b in brokers if b["registrations"]]
-    responses = response_groups(groups)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
-                       "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers, responses)),
-        "inputs": {
-            "files": file_rows,
-            "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
-            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
-                     for a, b in zip(periods, periods[1:], strict=False)],
-        },
-        "counts": {key: counts[key] for key in COUNTS},
-        "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
-        "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
-        "calls_by_code": [_code_row(s) for s in codes],
-        "calls_by_server": [{"server": s.server, **_code_row(s)} for s in server_codes or ()],
-        "clients": clients or [],
-        "response_codes": _response_codes(responses),
-    }
-
-
-def _code_row(stats: CodeStats) -> dict:
-    return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered,
-            **{f"p{round(p * 100)}_ms": v for p, v in zip(PERCENTILES, stats.p or (None,) * len(PERCENTILES),
-                                                           strict=True)}}
-
-
-#: summary.json's counts
-COUNTS = ("records", "bytes", "segments", "connection", "frame", "request", "response", "call", "unanswered",
-          "registration", "crc_failures", "gaps", "lost_bytes", "undecodable")
 
 
 def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
@@ -371,14 +330,6 @@ def response_groups(groups: Groups) -> dict[tuple, dict]:
     return merged
 
 
-def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
-    """The response-code table (of response_groups): every non-zero answer by request code,
-    response code and remark."""
-    return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
-             "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
-            for (name, response, remark), entry in responses.items()]
-
-
 def _broker_findings(broker: dict) -> Iterable[dict]:
     label = broker_label(broker)
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
@@ -472,7 +423,3 @@ def _finding(kind: str, severity: str, message: str, **evidence) -> dict:
 
 def _iso(seconds: float | None) -> str | None:
     return None if seconds is None else iso_time(seconds)
-
-
-def _json_value(column: str, value: object) -> object:
-    return _iso(value) if column in ("first_seen", "last_seen") else value

@@ -19,134 +19,23 @@ PLOTTED_BROKERS in the report's order, which include all it has of the brokers p
 
 from __future__ import annotations
 
-import bisect
-import csv
-import io
-import json
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
-from typing import NamedTuple
 
 import numpy as np
-import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from spark_analysis import worker
-from spark_analysis.decode import CONNECTION_CLOSED, EVENT
-from spark_analysis.schema import BROKER_COLUMNS
-from spark_analysis.sessions import FileSpans, files_within, iso_time, session_name
+from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.model.periods import (
+    EXPIRY_SECONDS,
+    INTERVAL_BUCKET_S,
+    INTERVAL_RANGE_S,
+    NEAR_EXPIRY_S,
+    TimeBins,
+    role,
+)
+from spark_analysis.model.sessions import FileSpans, files_within, session_name
 from twisted_namesrv.remoting import RequestCode
 
-#: a broker silent this long is removed by the NameServer (4.9.8's BROKER_CHANNEL_EXPIRED_TIME,
-#: 5.x's default heartbeatTimeoutMillis); a gap over NEAR_EXPIRY_S up to it came close
-EXPIRY_SECONDS = 120
-NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
-#: files whose records are further apart than this are separate capture periods
-PERIOD_GAP_S = 60.0
-#: the report's per-broker plots: at most this many brokers (those with findings first), over
-#: about this many time bins of the capture periods
-PLOTTED_BROKERS = 60
-TIME_BINS = 800
-#: the report's interval distributions: buckets this wide, the last one this many seconds and more
-INTERVAL_BUCKET_S = 1
-INTERVAL_RANGE_S = 300
 _LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
-#: brokers.csv columns by type; the rest (JSON ``details``) is read by findings.py and report.py
-_COLUMN_TYPES = {
-    **dict.fromkeys(("session", "input", "cluster", "broker_name", "role", "broker_addr", "version", "compressed",
-                     "ended"),
-                    StringType()),
-    "unregistered": BooleanType(),
-    **dict.fromkeys(("first_seen", "last_seen", "interval_p50_s", "interval_p90_s", "interval_p99_s", "max_gap_s",
-                     "body_len_median"), DoubleType()),
-}
-LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType()), True) for column in BROKER_COLUMNS]
-                      + [StructField("details", StringType(), True), StructField("tally", BinaryType(), True)])
-_ARROW_LIVENESS = to_arrow_schema(LIVENESS)
-
-
-class TimeBins(NamedTuple):
-    """Time bins over the capture periods, never between them: each period gets a share of
-    TIME_BINS by its length (at least one bin), of equal width within it."""
-
-    starts: tuple[float, ...]
-    ends: tuple[float, ...]
-    first_bin: tuple[int, ...]  # and one more: the total
-    widths: tuple[float, ...]
-
-    @classmethod
-    def over(cls, periods: list[tuple[float, float]]) -> TimeBins:
-        periods = periods or [(0.0, 1.0)]
-        total = sum(max(end - start, 1.0) for start, end in periods)
-        counts = [max(1, round(TIME_BINS * max(end - start, 1.0) / total)) for start, end in periods]
-        firsts = [0]
-        for count in counts:
-            firsts.append(firsts[-1] + count)
-        return cls(tuple(s for s, _ in periods), tuple(e for _, e in periods), tuple(firsts),
-                   tuple(max(end - start, 1.0) / count for (start, end), count in zip(periods, counts, strict=True)))
-
-    def period_of(self, t: float) -> int:
-        return max(bisect.bisect_right(self.starts, t) - 1, 0)
-
-    def of(self, t: float) -> int:
-        period = self.period_of(t)
-        within = int((t - self.starts[period]) // self.widths[period])
-        return self.first_bin[period] + min(max(within, 0), self.first_bin[period + 1] - self.first_bin[period] - 1)
-
-    def middle(self, index: int) -> float:
-        """The middle time of a bin."""
-        period = bisect.bisect_right(self.first_bin, index) - 1
-        return self.starts[period] + (index - self.first_bin[period] + 0.5) * self.widths[period]
-
-
-class ConnectionEnds(NamedTuple):
-    """How one 4-tuple's segments start and end within one file: whether its first is a SYN (a
-    connection opened there) and its last a FIN or RST (closed there)."""
-
-    first: float
-    opened: bool
-    last: float
-    closed: bool
-
-    def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
-        """The same 4-tuple in another byte range of the file: the earlier start, the later end."""
-        if other is None:
-            return self
-        start = self if self.first <= other.first else other
-        end = self if self.last >= other.last else other
-        return ConnectionEnds(start.first, start.opened, end.last, end.closed)
-
-
-def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]]) -> set[float]:
-    """The first record times of files that start another server's story although they follow
-    the file before within PERIOD_GAP_S: no TCP connection goes on from the one to the other (a
-    4-tuple still open at the end of the first that the second carries on without a SYN). Rotated
-    files of one capture share the brokers' long-lived connections; captures of another cluster,
-    or of a NameServer started again, share none."""
-    starts = set()
-    for (_, last, before), (first, _, after) in zip(files, files[1:], strict=False):
-        if first - last > PERIOD_GAP_S:
-            continue
-        earlier, later = ends.get(before, {}), ends.get(after, {})
-        if not any(not earlier[key].closed and not later[key].opened for key in earlier.keys() & later.keys()):
-            starts.add(first)
-    return starts
-
-
-def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset()  # type: ignore[assignment]
-                    ) -> list[tuple[float, float]]:
-    """Files' (first, last) record times merged where less than PERIOD_GAP_S apart, unless the
-    later file starts another session (``restarts``: server_restarts)."""
-    periods: list[list[float]] = []
-    for first, last in sorted(spans):
-        if periods and first - periods[-1][1] <= PERIOD_GAP_S and first not in restarts:
-            periods[-1][1] = max(periods[-1][1], last)
-        else:
-            periods.append([first, last])
-    return [(first, last) for first, last in periods]
 
 
 @dataclass
@@ -163,57 +52,11 @@ class Liveness:
         return [broker for broker in self.brokers if broker["registrations"]]
 
 
-def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = ()
-                    ) -> Liveness:
-    """Liveness from the decoded broker events in one pass over them: a column EVENT
-    (schema.EVENT_ROWS), and ``tally``, which rows of the decoding tasks' tallies hold instead and
-    which is passed on to the driver. The events stay one struct column: each column of a plan
-    costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
-    cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
-    rows = events.repartition(cores, f"{EVENT}.broker_addr").mapInArrow(
-        partial(_liveness_batches, time_bins=time_bins, files=files), LIVENESS).collect()
-    tallies = [row.tally for row in rows if row.tally is not None]
-    brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.tally is None]
-    for broker in brokers:
-        del broker["details"], broker["tally"]
-    brokers.sort(key=lambda broker: (broker["session"], broker["broker_addr"]))
-    return Liveness(brokers, time_bins, tallies)
-
-
-def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins,
-                      files: FileSpans = ()) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over a partition of events: one LIVENESS row per broker and session, and the tallies."""
-    worker.settle()
-    by_broker: dict[tuple, list[dict]] = {}
-    tallies = []
-    for batch in batches:
-        tallies += [tally for tally in batch.column(1).to_pylist() if tally is not None]
-        for event in batch.column(0).to_pylist():
-            if event is not None:
-                key = (event["broker_addr"], event["server"], time_bins.period_of(event["t"]))
-                by_broker.setdefault(key, []).append(event)
-    rows = sorted((broker_summary(key[0], events, time_bins, files) for key, events in by_broker.items()),
-                  key=plot_order)
-    worker.drill("liveness")
-    for row in rows[PLOTTED_BROKERS:]:
-        row["bins"] = None
-    rows = [{**{column: row[column] for column in BROKER_COLUMNS}, "details": json.dumps(
-        {key: value for key, value in row.items() if key not in BROKER_COLUMNS}), "tally": None} for row in rows]
-    rows += [{"tally": tally} for tally in tallies]
-    if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
-
-
 def plot_order(broker: dict) -> tuple:
     """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
     return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
             broker["broker_name"] or "",
             broker["broker_id"] if broker["broker_id"] is not None else -1, broker["broker_addr"])
-
-
-def role(broker_id: int | None) -> str | None:
-    """RocketMQ's own rule: brokerId 0 is the master."""
-    return None if broker_id is None else "MASTER" if broker_id == 0 else "SLAVE"
 
 
 class _Walk:
@@ -382,26 +225,3 @@ def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:
                           **{f"{name}_to": event[name] for name in also}})
         previous = event
     return drops
-
-
-def brokers_csv(registered: list[dict]) -> bytes:
-    """The brokers that registered (Liveness.registered): times as ISO 8601 UTC, durations in
-    seconds to the millisecond, booleans as true/false."""
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(BROKER_COLUMNS)
-    for broker in registered:
-        writer.writerow([_csv_value(column, broker[column]) for column in BROKER_COLUMNS])
-    return text.getvalue().encode()
-
-
-def _csv_value(column: str, value: object) -> object:
-    if value is None:
-        return ""
-    if column in ("first_seen", "last_seen"):
-        return iso_time(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return value

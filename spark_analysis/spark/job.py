@@ -44,27 +44,28 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import balance, clients, findings, inputs, latency, tables, worker
-from spark_analysis.brokers import (
-    ConnectionEnds,
-    TimeBins,
-    broker_liveness,
-    brokers_csv,
-    capture_periods,
-    server_restarts,
-)
+from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import REQUEST, RESPONSE
+from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import FIN, RST, SYN
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
-from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
-from spark_analysis.inputs import CaptureFile, Piece, Split
-from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
-from spark_analysis.sessions import Places
+from spark_analysis.decode import schema
+from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
+from spark_analysis.model.sessions import Places
+from spark_analysis.output import summary as summary_json
+from spark_analysis.output import tables
+from spark_analysis.output.brokers import brokers_csv
+from spark_analysis.spark import balance, worker
+from spark_analysis.spark.liveness import broker_liveness
+from spark_analysis.spark.schema import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
-_ARROW_DECODED = to_arrow_schema(DECODED)
+_ARROW_DECODED = schema.DECODED
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
@@ -159,7 +160,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(calls)
-    summary = findings.summary(file_rows, periods, counts, groups, liveness.brokers, codes,
+    summary = summary_json.summary(file_rows, periods, counts, groups, liveness.brokers, codes,
                                latency.code_stats(calls, by_server=True), talkers)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
@@ -167,9 +168,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
         f"\n      {finding['severity']}: {finding['message']}" for finding in found[:10])
         + (f"\n      ... {len(found) - 10} more" if len(found) > 10 else ""))
     if report:
-        from spark_analysis.report import write_report  # plotly only when a report is wanted
+        from spark_analysis.output.report import write_report  # plotly only when a report is wanted
 
-        write_report(spark, out, summary, liveness, codes, write_bytes)
+        write_report(out, summary, liveness, codes, partial(write_bytes, spark))
         progress("wrote report.html")
     decoded.unpersist()
     pieces.unpersist()
@@ -216,6 +217,11 @@ def _union(ends: dict[str, dict], more: dict[str, dict]) -> None:
         mine = ends.setdefault(path, {})
         for key, end in found.items():
             mine[key] = end.merge(mine.get(key))
+
+
+def start_worker(_: Iterable) -> None:
+    """A task that only starts its Python worker: pickled by reference, it has the worker import
+    this module and so every module of the job's tasks (session.start_workers)."""
 
 
 # -- reading and decoding ---------------------------------------------------------------------------

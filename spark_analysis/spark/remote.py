@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_analysis.ship import build_zip
+from spark_analysis.spark.ship import build_zip
 
 #: URI scheme -> (the connector's artifact, its Maven coordinates without version, versioned as Hadoop)
 CONNECTORS = {

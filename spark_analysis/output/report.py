@@ -27,22 +27,20 @@ from datetime import datetime, timezone
 import numpy as np
 import plotly.io as pio
 from plotly.colors import get_colorscale
-from pyspark.sql import SparkSession
 
-from spark_analysis.brokers import (
+from spark_analysis.analysis.clients import CLIENT_COLUMNS
+from spark_analysis.analysis.findings import broker_label
+from spark_analysis.analysis.latency import PERCENTILES, CodeStats
+from spark_analysis.analysis.liveness import Liveness, plot_order
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
     INTERVAL_RANGE_S,
     NEAR_EXPIRY_S,
     PLOTTED_BROKERS,
-    Liveness,
     TimeBins,
-    plot_order,
 )
-from spark_analysis.clients import CLIENT_COLUMNS
-from spark_analysis.findings import broker_label
-from spark_analysis.latency import PERCENTILES, CodeStats
-from spark_analysis.schema import BROKER_COLUMNS
 
 TOP_CODES = 25
 #: evidence listed under a finding in the page (summary.json has it all)
@@ -59,9 +57,10 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("undecodable", "connections with undecodable bytes"))
 
 
-def write_report(spark: SparkSession, out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
-                 write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    write_bytes(spark, f"{out}/report.html", b"".join(page(summary, liveness, codes)))
+def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
+                 write_bytes: Callable[[str, bytes], None]) -> None:
+    """report.html in ``out``, written by ``write_bytes`` (local or through Hadoop: the Spark layer's)."""
+    write_bytes(f"{out}/report.html", b"".join(page(summary, liveness, codes)))
 
 
 def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[bytes]:
