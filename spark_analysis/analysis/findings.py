@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from spark_analysis.capture import inputs
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S
 from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.tally import Groups, add
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
@@ -42,8 +43,6 @@ GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
               108: "LOOP"}
 
-#: group -> key -> [count, first t, last t, worst]
-Groups = dict[str, dict[tuple, list]]
 
 
 def note_calls(groups: Groups, calls: pa.StructArray) -> None:
@@ -64,36 +63,17 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
 
 
-def add(groups: Groups, group: str, key: tuple, count: int, first: float, last: float, worst: tuple | None = None
-        ) -> None:
-    found = groups.setdefault(group, {}).get(key)
-    if found is None:
-        groups[group][key] = [count, first, last, worst]
-        return
-    found[0] += count
-    found[1], found[2] = min(found[1], first), max(found[2], last)
-    if worst is not None and (found[3] is None or worst > found[3]):
-        found[3] = worst
-
-
-def merge(groups: Groups, more: Groups) -> Groups:
-    for group, entries in more.items():
-        for key, (count, first, last, worst) in entries.items():
-            add(groups, group, key, count, first, last, worst)
-    return groups
-
-
 def broker_label(broker: dict) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
-def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
+def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[dict]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
     for file in files:
-        fact = read.get((inputs.FILE, file.path)) or inputs.FileFacts()
+        fact = read.files.get(file.path) or inputs.FileFacts()
         rows.append({"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
@@ -101,15 +81,15 @@ def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
     return rows
 
 
-def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, float]]:
+def spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[tuple[float, float]]:
     """The (first, last) record times of the inputs with records."""
-    facts = [read.get((inputs.FILE, file.path)) for file in files]
+    facts = [read.files.get(file.path) for file in files]
     return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
 
 
-def file_spans(files: list[inputs.CaptureFile], read: Counter) -> tuple[tuple[float, float, str], ...]:
+def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple[tuple[float, float, str], ...]:
     """(first, last, path) of the inputs with records: which file a time came from."""
-    facts = [(read.get((inputs.FILE, file.path)), file.path) for file in files]
+    facts = [(read.files.get(file.path), file.path) for file in files]
     return tuple(sorted((fact.first, fact.last, path) for fact, path in facts
                         if fact is not None and fact.first is not None))
 

@@ -7,13 +7,12 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
 from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
-from spark_analysis.capture.inputs import ConnectionKey, Piece, Split, connection_table, read_task
+from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
 from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
 from spark_analysis.decode.held import HeldTopics
@@ -77,7 +76,7 @@ def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str,
     in this process: what tests compare and benchmarks time without Spark."""
     pieces: dict[ConnectionKey, list[Piece]] = {}
     for split in splits:
-        for piece in read_task([split], server_port, Counter()):
+        for piece in read_task([split], server_port, ReadTally()):
             pieces.setdefault(piece.ends, []).append(piece)
     for parts in pieces.values():
         yield from piece_rows(parts, server_port)

@@ -3,8 +3,6 @@ the layout fixed by SCHEMA_VERSION (docs/capture-report.md)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.decode.schema import BROKER_COLUMNS
@@ -15,7 +13,7 @@ from twisted_namesrv.remoting.codes import code_name
 SCHEMA_VERSION = 2
 
 
-def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: Counter, groups: Groups,
+def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: dict[str, int], groups: Groups,
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
             clients: list[dict] | None = None) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
@@ -33,7 +31,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: C
             "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
                      for a, b in zip(periods, periods[1:], strict=False)],
         },
-        "counts": {key: counts[key] for key in COUNTS},
+        "counts": counts,
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
         "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
         "calls_by_code": [_code_row(s) for s in codes],
@@ -47,11 +45,6 @@ def _code_row(stats: CodeStats) -> dict:
     return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered,
             **{f"p{round(p * 100)}_ms": v for p, v in zip(PERCENTILES, stats.p or (None,) * len(PERCENTILES),
                                                            strict=True)}}
-
-
-#: summary.json's counts
-COUNTS = ("records", "bytes", "segments", "connection", "frame", "request", "response", "call", "unanswered",
-          "registration", "crc_failures", "gaps", "lost_bytes", "undecodable")
 
 
 def _response_codes(responses: dict[tuple, dict]) -> list[dict]:

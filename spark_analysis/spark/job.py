@@ -46,7 +46,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, findings, latency
 from spark_analysis.capture import inputs
-from spark_analysis.capture.conversation import REQUEST, RESPONSE
+from spark_analysis.capture.conversation import REQUEST
 from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import FIN, RST, SYN
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
@@ -55,6 +55,7 @@ from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRAT
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
 from spark_analysis.model.sessions import Places
+from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
@@ -111,13 +112,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     pieces = _pieces(spark, tasks, whole, server_port, spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
-    costs = read.pop(_COSTS, Counter())
     file_rows = findings.input_files(files, read)
-    progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
+    progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
-    ends = read.pop(_ENDS, {})
-    periods = capture_periods(findings.spans(files, read), server_restarts(findings.file_spans(files, read), ends))
+    periods = capture_periods(findings.spans(files, read),
+                              server_restarts(findings.file_spans(files, read), read.ends))
     time_bins = TimeBins.over(periods)
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
@@ -129,7 +129,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     whole_bytes = sum(f.size * (_INFLATED if inputs.gzipped(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
-    dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))
+    dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
@@ -146,22 +146,21 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
         liveness = broker_liveness(events, time_bins, findings.file_spans(files, read))
     if tables_out:
         tables.commit(tables_out)
-    decoding = _merged(liveness.tallies)
-    calls, groups = decoding.pop(_LATENCIES, Counter()), decoding.pop(_GROUPS, {})
-    talkers = clients.client_rows(decoding.pop(_CLIENTS, Counter()))
-    counts = inputs.merge_tally(Counter(read), decoding)
-    progress(f"decoded {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames ({counts[REQUEST]:,} requests, "
-             f"{counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, {counts['lost_bytes']:,} bytes lost "
-             f"to gaps, {counts['undecodable']} connections with undecodable bytes; wrote frames/ ({counts[FRAME]:,} "
-             f"rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} unanswered), registrations/ "
-             f"({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
+    tally = Tally().merge(read).merge(_merged(liveness.tallies))
+    talkers = clients.client_rows(tally.clients)
+    progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
+             f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
+             f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
+             f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
+             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
+    counts = Counter(tally.counts())
     registered = liveness.registered()
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
-    codes = latency.code_stats(calls)
-    summary = summary_json.summary(file_rows, periods, counts, groups, liveness.brokers, codes,
-                               latency.code_stats(calls, by_server=True), talkers)
+    codes = latency.code_stats(tally.latencies)
+    summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
+                                   latency.code_stats(tally.latencies, by_server=True), talkers)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -178,27 +177,11 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     return counts
 
 
-#: tally keys of what is not a count: the decoding costs of 4-tuples and of the pieces too small
-#: to count by 4-tuple (balance.py), the calls' latency buckets (latency.py) and the findings' groups
-#: (findings.py)
-_COSTS, _HASHED_COST, _LATENCIES, _GROUPS = "costs", "hashed_cost", "latencies", "groups"
-#: tally key of the clients' counts (clients.py)
-_CLIENTS = "clients"
-#: tally key of the connection 4-tuples each file holds (sessions: does a file continue the one before?)
-_ENDS = "ends"
-
-
-def _merged(tallies: Iterable[bytes]) -> Counter:
-    """The tasks' tallies added up."""
-    total: Counter = Counter()
+def _merged(tallies: Iterable[bytes]) -> Tally:
+    """The tasks' tallies (pickled model.tally.Tally) added up."""
+    total = Tally()
     for pickled in tallies:
-        tally = pickle.loads(pickled)
-        for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge),
-                          (_ENDS, _union), (_CLIENTS, Counter.update)):
-            if key in tally:
-                part = tally.pop(key)
-                pick(total.setdefault(key, {} if key in (_GROUPS, _ENDS) else Counter()), part)
-        inputs.merge_tally(total, tally)
+        total.merge(pickle.loads(pickled))
     return total
 
 
@@ -210,13 +193,6 @@ def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
         found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
                                bool(last["flags"] & (FIN | RST)))
         ends[piece.ends] = found.merge(ends.get(piece.ends))
-
-
-def _union(ends: dict[str, dict], more: dict[str, dict]) -> None:
-    for path, found in more.items():
-        mine = ends.setdefault(path, {})
-        for key, end in found.items():
-            mine[key] = end.merge(mine.get(key))
 
 
 def start_worker(_: Iterable) -> None:
@@ -267,17 +243,15 @@ def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile]
 def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:
     """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
     and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
-    tally: Counter = Counter()
-    costly: Counter = Counter()
-    ends: dict[str, dict] = {}
+    tally = Tally()
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
-        _note_ends(ends.setdefault(piece.path, {}), piece)
+        _note_ends(tally.ends.setdefault(piece.path, {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
-            costly[piece.ends] += cost
+            tally.costs[piece.ends] += cost
         else:
-            tally[_HASHED_COST] += cost
+            tally.hashed_cost += cost
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
@@ -287,8 +261,6 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     if pending:
         yield _piece_batch(pending)
     worker.drill("read")
-    tally[_COSTS] = costly
-    tally[_ENDS] = ends
     yield _piece_batch([Piece(("", ""), "", b"", None)], pickle.dumps(tally))
 
 
@@ -314,7 +286,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
-    tally: Counter = Counter({_LATENCIES: Counter(), _GROUPS: {}, _CLIENTS: Counter()})
+    tally = Tally()
     count = 0
     with _no_cycle_collection():
         while by_connection:
@@ -347,15 +319,17 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter,
+def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Tally,
           places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
     for stats in pending[CONNECTION]:
-        tally.update({CONNECTION: 1, "gaps": stats.gaps, "lost_bytes": stats.lost_bytes,
-                      "undecodable": stats.undecodable_bytes > 0})
+        tally.connection += 1
+        tally.gaps += stats.gaps
+        tally.lost_bytes += stats.lost_bytes
+        tally.undecodable += stats.undecodable_bytes > 0
         if stats.undecodable_bytes:
-            findings.add(tally[_GROUPS], findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
+            add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
@@ -373,20 +347,23 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
 
 
-def _count(tally: Counter, kind: str, rows: pa.StructArray) -> None:
+def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
     """What the progress lines, findings and the report count of a batch of rows."""
     if kind == FRAME:
         requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
-        tally.update({FRAME: len(rows), REQUEST: requests, RESPONSE: len(rows) - requests})
-        clients.count_frames(tally[_CLIENTS], rows)
+        tally.frame += len(rows)
+        tally.request += requests
+        tally.response += len(rows) - requests
+        clients.count_frames(tally.clients, rows)
     elif kind == CALL:
-        tally.update({CALL: len(rows), "unanswered": rows.field("response_code").null_count})
-        tally[_LATENCIES].update(latency.count_calls(rows))
-        findings.note_calls(tally[_GROUPS], rows)
-        clients.count_calls(tally[_CLIENTS], rows)
+        tally.call += len(rows)
+        tally.unanswered += rows.field("response_code").null_count
+        tally.latencies.update(latency.count_calls(rows))
+        findings.note_calls(tally.groups, rows)
+        clients.count_calls(tally.clients, rows)
     elif kind == REGISTRATION:
-        tally.update({REGISTRATION: len(rows),
-                      "crc_failures": pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0})
+        tally.registration += len(rows)
+        tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:

@@ -1,6 +1,6 @@
 """What the tasks compute themselves: the tables' part files (tables.py), the report's latency
-buckets (latency.py), the tallies the driver adds up (inputs.merge_tally), gzip captures
-inflated (inputs.gunzip). Pure Python: no Spark session."""
+buckets (latency.py), the tallies the driver adds up (model/tally.py), gzip captures
+inflated (inputs.gunzip, inputs.inflate_to). Pure Python: no Spark session."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from spark_analysis.analysis import latency
 from spark_analysis.capture import inputs
 from spark_analysis.decode.rows import CALL, FRAME
+from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import tables
 from tests.support import capture
 
@@ -102,27 +103,35 @@ def test_seconds_become_microseconds_as_spark_truncates_them(seconds: float) -> 
 
 def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
     """Two tasks read byte ranges of one file: its records add up, its span widens, the problem
-    one of them found (the last record cut short) is kept."""
-    task_a, task_b = Counter({"segments": 3}), Counter({"segments": 4, "records": 9})
-    inputs.note_file(task_a, "f.pcap", records=5, first=10.0, last=20.0, link_type=1)
-    inputs.note_file(task_b, "f.pcap", records=4, first=20.5, last=30.0, link_type=1, problem=inputs.TRUNCATED,
+    one of them found (the last record cut short) is kept; a decoding task's counts, groups and
+    latencies add to them; summary.json's counts are the COUNT fields, in order."""
+    task_a, task_b = inputs.ReadTally(segments=3), inputs.ReadTally(segments=4, records=9)
+    task_a.note_file("f.pcap", records=5, first=10.0, last=20.0, link_type=1)
+    task_b.note_file("f.pcap", records=4, first=20.5, last=30.0, link_type=1, problem=inputs.TRUNCATED,
                      trailing_bytes=7)
-    merged = inputs.merge_tally(inputs.merge_tally(Counter(), task_a), task_b)
-    assert merged == Counter({"segments": 7, "records": 9, (inputs.FILE, "f.pcap"): inputs.FileFacts(
-        9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)})
+    decoding = Tally(frame=3, request=2, response=1, latencies=Counter({("s", "A", 1): 2}))
+    add(decoding.groups, "slow", ("A",), 1, 5.0, 5.0, (1500.0, 5.0, "c"))
+    merged = Tally().merge(task_a).merge(task_b).merge(decoding).merge(decoding)
+    assert (merged.segments, merged.records, merged.frame, merged.request) == (7, 9, 6, 4)
+    assert merged.files == {"f.pcap": inputs.FileFacts(9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)}
+    assert merged.groups == {"slow": {("A",): [2, 5.0, 5.0, (1500.0, 5.0, "c")]}}
+    assert merged.latencies == Counter({("s", "A", 1): 4})
+    assert list(merged.counts()) == ["records", "bytes", "segments", "connection", "frame", "request", "response",
+                                     "call", "unanswered", "registration", "crc_failures", "gaps", "lost_bytes",
+                                     "undecodable"]
 
 
 def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
     """tcpdump -z gzip, rotated files joined with cat, one copied in part, one that is no gzip."""
-    tally: Counter = Counter()
+    tally = inputs.ReadTally()
     assert inputs.gunzip(gzip.compress(b"pcap ") + gzip.compress(b"records"), "two.gz", tally) == b"pcap records"
-    assert (inputs.FILE, "two.gz") not in tally
+    assert "two.gz" not in tally.files
     data = os.urandom(50_000)  # incompressible: a cut in the middle of the stream
     cut = inputs.gunzip(gzip.compress(data)[:30_000], "cut.gz", tally)
     assert 0 < len(cut) < len(data) and data.startswith(cut)
-    assert tally[(inputs.FILE, "cut.gz")].problem == inputs.TRUNCATED
+    assert tally.files["cut.gz"].problem == inputs.TRUNCATED
     assert inputs.gunzip(b"not a capture\n", "notes.gz", tally) == b""
-    assert tally[(inputs.FILE, "notes.gz")].problem == inputs.NOT_A_CAPTURE
+    assert tally.files["notes.gz"].problem == inputs.NOT_A_CAPTURE
 
 
 def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
@@ -134,11 +143,11 @@ def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
              "notes.gz": (b"not a capture\n", b"", inputs.NOT_A_CAPTURE)}
     for name, (compressed, inflated, problem) in cases.items():
         (tmp_path / name).write_bytes(compressed)
-        tally: Counter = Counter()
+        tally = inputs.ReadTally()
         inputs.inflate_to(str(tmp_path / name), str(tmp_path / f"{name}.pcap"), name, tally, chunk=1000)
         got = (tmp_path / f"{name}.pcap").read_bytes()
-        assert got == (inputs.gunzip(compressed, name, Counter()) if inflated is None else inflated), name
-        assert (tally[(inputs.FILE, name)].problem if (inputs.FILE, name) in tally else None) == problem, name
+        assert got == (inputs.gunzip(compressed, name, inputs.ReadTally()) if inflated is None else inflated), name
+        assert (tally.files[name].problem if name in tally.files else None) == problem, name
     assert 0 < len((tmp_path / "cut.gz.pcap").read_bytes()) < len(data)
 
 
@@ -150,9 +159,9 @@ def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:
         path = tmp_path / name
         path.write_bytes(data)
         file = inputs.CaptureFile(str(path), len(data), 0)
-        tally: Counter = Counter()
+        tally = inputs.ReadTally()
         list(inputs.read_task([inputs.Split(file, 0, len(data))], 9876, tally))
-        found[name] = tally[(inputs.FILE, str(path))]
+        found[name] = tally.files[str(path)]
     assert (found["whole.pcapng"].problem, found["whole.pcapng"].trailing_bytes) == (None, 0)
     cut = found["cut.pcapng"]
     assert cut.problem == inputs.TRUNCATED and 0 < cut.trailing_bytes < len(whole) // 2
