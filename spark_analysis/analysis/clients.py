@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +24,7 @@ CLIENT_COLUMNS = ("session", "client", "server", "role", "language", "version", 
 _WHO = ("session", "client", "server")
 
 
-def count_frames(tally: Counter, frames: pa.StructArray) -> None:
+def count_frames(tally: Counter[Any], frames: pa.StructArray) -> None:
     """Requests per client and (language, version), and its REGISTER_BROKER requests."""
     table = _table(frames, *_WHO, "language", "version_name", "direction", "code")
     table = table.filter(pc.equal(table["direction"], "request"))
@@ -34,11 +35,13 @@ def count_frames(tally: Counter, frames: pa.StructArray) -> None:
                                                                             ("registration", "sum")])
     for row in grouped.to_pylist():
         who = tuple(row[name] for name in _WHO)
-        tally[("requests", *who, row["language"], row["version_name"])] += row["code_count"]
-        tally[("registrations", *who)] += row["registration_sum"]
+        requests = ("requests", *who, row["language"], row["version_name"])
+        registrations = ("registrations", *who)
+        tally[requests] += row["code_count"]
+        tally[registrations] += row["registration_sum"]
 
 
-def count_calls(tally: Counter, calls: pa.StructArray) -> None:
+def count_calls(tally: Counter[Any], calls: pa.StructArray) -> None:
     """Route lookups per client, and answers with a non-zero code."""
     table = _table(calls, *_WHO, "code", "response_code")
     if not len(table):
@@ -47,19 +50,20 @@ def count_calls(tally: Counter, calls: pa.StructArray) -> None:
     table = table.append_column("error", pc.fill_null(pc.not_equal(table["response_code"], 0), False))
     for row in table.group_by(list(_WHO)).aggregate([("lookup", "sum"), ("error", "sum")]).to_pylist():
         who = tuple(row[name] for name in _WHO)
-        tally[("lookups", *who)] += row["lookup_sum"]
-        tally[("errors", *who)] += row["error_sum"]
+        lookups, errors = ("lookups", *who), ("errors", *who)
+        tally[lookups] += row["lookup_sum"]
+        tally[errors] += row["error_sum"]
 
 
 def _table(rows: pa.StructArray, *names: str) -> pa.Table:
     return pa.Table.from_arrays([rows.field(name) for name in names], names=list(names))
 
 
-def client_rows(tally: Counter) -> list[dict]:
+def client_rows(tally: Counter[Any]) -> list[dict[str, Any]]:
     """One row per client and session (CLIENT_COLUMNS), by session, server and client address; its
     language and version those of most of its requests; ``role``: broker if it registered one."""
-    rows: dict[tuple, dict] = {}
-    spoken: dict[tuple, Counter] = {}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    spoken: dict[tuple[Any, ...], Counter[Any]] = {}
     for (metric, *rest), count in tally.items():
         who = tuple(rest[:3])
         row = rows.setdefault(who, {**dict(zip(_WHO, who, strict=True)), "requests": 0, "lookups": 0, "errors": 0,
@@ -75,7 +79,7 @@ def client_rows(tally: Counter) -> list[dict]:
     return found
 
 
-def clients_csv(rows: list[dict]) -> bytes:
+def clients_csv(rows: list[dict[str, Any]]) -> bytes:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(CLIENT_COLUMNS)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +30,8 @@ from twisted_namesrv.remoting.codes import code_name
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+#: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
+Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
@@ -63,43 +66,50 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
 
 
-def broker_label(broker: dict) -> str:
+def broker_label(broker: Item) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
-def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[dict]:
+def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
     for file in files:
         fact = read.files.get(file.path) or inputs.FileFacts()
-        rows.append({"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
+        rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
                      "trailing_bytes": fact.trailing_bytes})
     return rows
 
 
+def _link_type(number: int | None) -> str | int | None:
+    """A link type by name where known (LINK_TYPES), else its number."""
+    return number if number is None else LINK_TYPES.get(number, number)
+
+
 def spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[tuple[float, float]]:
     """The (first, last) record times of the inputs with records."""
     facts = [read.files.get(file.path) for file in files]
-    return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
+    return [(fact.first, fact.last) for fact in facts
+            if fact is not None and fact.first is not None and fact.last is not None]
 
 
 def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple[tuple[float, float, str], ...]:
     """(first, last, path) of the inputs with records: which file a time came from."""
     facts = [(read.files.get(file.path), file.path) for file in files]
     return tuple(sorted((fact.first, fact.last, path) for fact, path in facts
-                        if fact is not None and fact.first is not None))
+                        if fact is not None and fact.first is not None and fact.last is not None))
 
 
-def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: dict[tuple, dict]) -> list[dict]:
+def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item]
+             ) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too."""
-    found: list[dict] = []
+    found: list[Item] = []
     for f in files:
         if f["problem"]:  # a capture cut while a record was written still has its other records read
             severity = WARNING if f["problem"] == inputs.TRUNCATED and f["records"] else CRITICAL
@@ -169,10 +179,10 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
 LISTED = 6
 
 
-def attention(found: list[dict]) -> dict:
+def attention(found: list[Item]) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside."""
-    grouped: dict[tuple, list[dict]] = {}
+    grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
@@ -181,13 +191,13 @@ def attention(found: list[dict]) -> dict:
     return {"attention": _headline(problems), "findings": problems}
 
 
-def _subject(item: dict) -> str | None:
+def _subject(item: Item) -> str | None:
     if item["kind"] == "response_code":
         return f"{item['code_name']} {item['response_name']}"
     return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
 
 
-def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
+def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
@@ -195,12 +205,12 @@ def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
             "evidence": items}
 
 
-def _headline(problems: list[dict]) -> str:
+def _headline(problems: list[Item]) -> str:
     """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'
     (what is only information is listed among the findings, not counted here)."""
     parts = []
     for severity in (CRITICAL, WARNING):
-        units: Counter = Counter()
+        units: Counter[Any] = Counter()
         for p in problems:
             if p["severity"] == severity:
                 units[p["kind"]] += p["units"]
@@ -216,11 +226,11 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun.format(s='' if n == 1 else 's')}"
 
 
-def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
+def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
            show: Callable[[object], str] = str) -> str:
     """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
-    counts: Counter = Counter()
-    who: dict[object, set] = {}
+    counts: Counter[Any] = Counter()
+    who: dict[object, set[Any]] = {}
     for item in items:
         counts[item.get(key)] += item[weight] if weight else 1
         who.setdefault(item.get(key), set()).add(item.get("client"))
@@ -236,9 +246,9 @@ def _first(shown: list[str]) -> str:
     return ", ".join(shown[:LISTED]) + (f" and {len(shown) - LISTED} more" if len(shown) > LISTED else "")
 
 
-def _silences(items: list[dict]) -> str:
+def _silences(items: list[Item]) -> str:
     """Brokers silent too long, the longest silence first: 'label (201.6 s), label (2x, longest 94.6 s)'."""
-    longest: dict[str, list] = {}
+    longest: dict[str, list[Any]] = {}
     for item in items:
         entry = longest.setdefault(item["broker"], [0, 0.0])
         entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
@@ -247,22 +257,22 @@ def _silences(items: list[dict]) -> str:
     return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
 
 
-def _listed(items: list[dict]) -> str:
+def _listed(items: list[Item]) -> str:
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
     return (f"{_plural(len({str(i.get(field)) for i in items}), noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
 
 
-def _topics(items: list[dict]) -> str:
+def _topics(items: list[Item]) -> str:
     clients = {item["client"] for item in items}
     return (f"TOPIC_NOT_EXIST for {_plural(len({i['topic'] for i in items}), 'topic{s}')} from "
             f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True)}")
 
 
-def _answers(items: list[dict]) -> str:
+def _answers(items: list[Item]) -> str:
     first = items[0]
-    requesters: Counter = Counter()
+    requesters: Counter[Any] = Counter()
     for item in items:
         requesters.update(item["requesters"])
     return (f"{first['code_name']} answered {first['response_name']} ({first['response_code']}) "
@@ -270,12 +280,12 @@ def _answers(items: list[dict]) -> str:
             f"{_tally(items, 'remark', show=repr)}")
 
 
-def _unanswered(items: list[dict]) -> str:
+def _unanswered(items: list[Item]) -> str:
     return (f"{items[0]['code_name']}: {sum(i['count'] for i in items):,} request(s) never answered, from "
             f"{_plural(len(items), 'client{s}')}: {_tally(items, 'client')}")
 
 
-def _undecodable(items: list[dict]) -> str:
+def _undecodable(items: list[Item]) -> str:
     return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
             f"direction is not decoded): {_tally(items, 'connection', 'bytes', ' bytes')}")
 
@@ -293,13 +303,13 @@ def _said_elsewhere(name: str, response: int) -> bool:
     return _is_topic_not_exist(name, response) or name == code_name(RequestCode.REGISTER_BROKER)
 
 
-def _by_key(item: tuple) -> tuple:
+def _by_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple("" if part is None else str(part) for part in item[0])
 
 
-def response_groups(groups: Groups) -> dict[tuple, dict]:
+def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     """Answers with a non-zero code by (request code name, response code, remark), with requesters."""
-    merged: dict[tuple, dict] = {}
+    merged: dict[tuple[Any, ...], Item] = {}
     for (name, response, remark, client, _), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
         entry = merged.setdefault((name, response, remark), {"count": 0, "first": first, "last": last,
@@ -310,7 +320,7 @@ def response_groups(groups: Groups) -> dict[tuple, dict]:
     return merged
 
 
-def _broker_findings(broker: dict) -> Iterable[dict]:
+def _broker_findings(broker: Item) -> Iterable[Item]:
     label = broker_label(broker)
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
     if broker["registrations"]:  # an address only named by other requests has no story of its own
@@ -349,7 +359,7 @@ def _broker_findings(broker: dict) -> Iterable[dict]:
                        id_to=change["to"])
 
 
-def _story(broker: dict, label: str, addr: dict) -> Iterable[dict]:
+def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
     """How the broker's story ended (brokers.ENDED_*), and every connection it lost on the way.
     A silence past the expiry, or near it, is said by the heartbeat findings."""
     for close in broker["closes"]:
@@ -370,15 +380,15 @@ def _story(broker: dict, label: str, addr: dict) -> Iterable[dict]:
                        last_alive=iso_time(broker["last_alive"]), seconds=round(silent, 6))
 
 
-def _gap(gap: dict) -> dict:
+def _gap(gap: Item) -> Item:
     return {"from": iso_time(gap["from"]), "to": iso_time(gap["to"]), "seconds": round(gap["seconds"], 6),
             "open": gap["open"]}
 
 
-def _address_changes(brokers: list[dict]) -> list[dict]:
+def _address_changes(brokers: list[Item]) -> list[Item]:
     """A broker name and id registered from more than one address (fail-over, moved broker) within
     one session: captures of other servers, or days apart, are other clusters' stories."""
-    by_identity: dict[tuple, list[dict]] = {}
+    by_identity: dict[tuple[Any, ...], list[Item]] = {}
     for broker in brokers:
         if broker["registrations"] and broker["broker_name"] is not None:
             key = (broker["session"], broker["cluster"], broker["broker_name"], broker["broker_id"])
@@ -397,7 +407,7 @@ def _address_changes(brokers: list[dict]) -> list[dict]:
     return found
 
 
-def _finding(kind: str, severity: str, message: str, **evidence) -> dict:
+def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:
     return {"kind": kind, "severity": severity, "message": message, **evidence}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,7 @@ class CodeStats(NamedTuple):
     server: str | None = None  # the NameServer (None: all of them)
 
 
-def count_calls(calls: pa.StructArray) -> Counter:
+def count_calls(calls: pa.StructArray) -> Counter[Any]:
     """(server, code_name, bucket) -> calls of a batch of schema.CALL_ROWS: every call under
     bucket -1, answered ones under their latency's bucket too. Latency is a server's: each
     NameServer is counted apart."""
@@ -44,15 +44,17 @@ def count_calls(calls: pa.StructArray) -> Counter:
     codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     latency = calls.field("latency_ms").to_numpy(zero_copy_only=False)  # NaN: unanswered
     answered = ~np.isnan(latency)
-    tally: Counter = Counter()
+    tally: Counter[Any] = Counter()
     for code, count in _counted(codes):
-        tally[(*dictionary[code], _REQUESTS)] += count
+        server, name = dictionary[code]
+        tally[server, name, _REQUESTS] += count
     for key, count in _counted(codes[answered] << 32 | bucket_of(latency[answered])):
-        tally[(*dictionary[key >> 32], key & 0xFFFFFFFF)] += count
+        server, name = dictionary[key >> 32]
+        tally[server, name, key & 0xFFFFFFFF] += count
     return tally
 
 
-def _counted(values: np.ndarray) -> zip:
+def _counted(values: np.ndarray) -> zip[Any]:
     """(value, how often) for each distinct value."""
     return zip(*(column.tolist() for column in np.unique(values, return_counts=True)), strict=True)
 
@@ -67,10 +69,10 @@ def upper_edge(bucket: int) -> float:
     return MIN_LATENCY_MS * _GROWTH**bucket
 
 
-def code_stats(tally: Counter, by_server: bool = False) -> list[CodeStats]:
+def code_stats(tally: Counter[Any], by_server: bool = False) -> list[CodeStats]:
     """Per code name (and NameServer if ``by_server``): its requests, the answered ones and their
     latency percentiles."""
-    by_code: dict[tuple[str | None, str], Counter] = {}
+    by_code: dict[tuple[str | None, str], Counter[Any]] = {}
     for (server, name, bucket), count in tally.items():
         by_code.setdefault((server if by_server else None, name), Counter())[bucket] += count
     stats = []

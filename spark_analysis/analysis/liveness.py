@@ -20,6 +20,7 @@ PLOTTED_BROKERS in the report's order, which include all it has of the brokers p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +44,16 @@ class Liveness:
     """What the driver holds: one row per broker address sorted by address (brokers.csv columns
     plus ``details``, parsed), the time bins, and the tallies the rows' tasks passed on."""
 
-    brokers: list[dict]
+    brokers: list[dict[str, Any]]
     time_bins: TimeBins
     tallies: list[bytes]
 
-    def registered(self) -> list[dict]:
+    def registered(self) -> list[dict[str, Any]]:
         """brokers.csv: the addresses that registered."""
         return [broker for broker in self.brokers if broker["registrations"]]
 
 
-def plot_order(broker: dict) -> tuple:
+def plot_order(broker: dict[str, Any]) -> tuple[Any, ...]:
     """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
     return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
             broker["broker_name"] or "",
@@ -65,7 +66,7 @@ class _Walk:
     def __init__(self, time_bins: TimeBins) -> None:
         self.time_bins = time_bins
         self.intervals: list[float] = []
-        self.gaps: list[dict] = []
+        self.gaps: list[dict[str, Any]] = []
         self.previous_alive: float | None = None
         self.trailing: list[float] = []  # silences open at a period's end, whatever their length
 
@@ -104,8 +105,8 @@ ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE,
     "unregistered", "connection_closed", "expired", "near_expiry", "alive", "refused")
 
 
-def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
-                   files: FileSpans = ()) -> dict:
+def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
+                   files: FileSpans = ()) -> dict[str, Any]:
     """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
@@ -117,13 +118,13 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
     ``ended``: how its story ended (ENDED_UNREGISTERED ... ENDED_ALIVE)."""
     events.sort(key=lambda event: (event["t"], event["code"] == CONNECTION_CLOSED))
     walk = _Walk(time_bins)
-    last: dict = {}
-    registered: list[dict] = []
+    last: dict[str, Any] = {}
+    registered: list[dict[str, Any]] = []
     crc_failures: list[float] = []
-    refused: list[dict] = []
-    id_changes: list[dict] = []
-    closes: list[dict] = []
-    bins: dict[int, list] = {}
+    refused: list[dict[str, Any]] = []
+    id_changes: list[dict[str, Any]] = []
+    closes: list[dict[str, Any]] = []
+    bins: dict[int, list[Any]] = {}
     last_unregister = None
     ending = None  # ENDED_UNREGISTERED or ENDED_CLOSED while the broker is gone from the server
     for event in events:
@@ -205,14 +206,15 @@ def broker_summary(addr: str, events: list[dict], time_bins: TimeBins,
     }
 
 
-def _topics(registration: dict) -> int | None:
+def _topics(registration: dict[str, Any]) -> int | None:
     """The topics the NameServer holds for a broker after an accepted registration; for a slave,
     whose table it does not apply, the topics it announced."""
-    held = registration["topics_held"]
-    return registration["topic_count"] if held is None else held
+    held: int | None = registration["topics_held"]
+    count: int | None = registration["topic_count"]
+    return count if held is None else held
 
 
-def _drops(registrations: list[dict], key: str, *also: str) -> list[dict]:
+def _drops(registrations: list[dict[str, Any]], key: str, *also: str) -> list[dict[str, Any]]:
     """Where ``key`` of accepted registrations went down from one to the next (with ``also``)."""
     drops = []
     previous = None

@@ -63,7 +63,7 @@ ConnectionKey = tuple[str, str]
 class CaptureFile(NamedTuple):
     path: str
     size: int
-    index: int  # position among all inputs, which orders records of equal timestamps
+    index: int  # type: ignore[assignment]  # position among all inputs: orders records of equal timestamps
 
 
 class Split(NamedTuple):

@@ -11,6 +11,7 @@ only the walk from one classic-pcap record header to the next is a Python loop.
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 from array import array
@@ -20,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 PCAP_HEADER_LEN = 24
 RECORD_HEADER_LEN = 16

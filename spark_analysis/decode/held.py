@@ -15,6 +15,8 @@ from nothing there too. Pure Python: the decoding tasks run it per connection, t
 
 from __future__ import annotations
 
+from typing import Any
+
 from twisted_namesrv.bodies.register import RegisterBrokerBody
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.state.config import NamesrvConfig
@@ -37,7 +39,7 @@ class HeldTopics:
         #: broker name -> (the manager's generation when counted, the count): a re-registration
         #: of an unchanged table changes nothing, and counting walks every topic
         self._counted: dict[tuple[str, str], tuple[int, int]] = {}
-        self._last: dict[str, tuple] = {}  # broker address -> the last registration replayed
+        self._last: dict[str, tuple[Any, ...]] = {}  # broker address -> the last registration replayed
 
     def _manager(self, generation: str) -> RouteInfoManager:
         manager = self._managers.get(generation)

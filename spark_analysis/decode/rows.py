@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
 from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
@@ -39,6 +39,8 @@ _REGISTRATION_TAIL = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
 
+#: a row of one of schema.py's *_ROWS, as a tuple in column order
+Row = tuple[Any, ...]
 _SERIALIZE_NAMES = {kind.value: kind.name for kind in SerializeType}  # an enum lookup per frame costs more
 _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
@@ -64,14 +66,14 @@ class BodySummary(NamedTuple):
     decoded: RegisterBrokerBody | None = None
 
 
-def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, tuple]]:
+def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
     table = connection_table(pieces)
     for connection in reassemble_table(table, server_port):
         yield from conversation_rows(conversation_of(connection))
 
 
-def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, tuple]]:
+def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows of every 4-tuple in these splits (a reading task each), as the job makes them,
     in this process: what tests compare and benchmarks time without Spark."""
     pieces: dict[ConnectionKey, list[Piece]] = {}
@@ -82,7 +84,7 @@ def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str,
         yield from piece_rows(parts, server_port)
 
 
-def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, tuple]]:
+def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows for every connection (port reuse split by SYN) among segments in capture order."""
     for connection in reassemble(segments, server_port):
         yield from conversation_rows(conversation_of(connection))
@@ -93,7 +95,7 @@ def connection_id(connection: Connection) -> str:
     return f"{connection.client}>{connection.server}@{connection.opened_ts:.6f}"
 
 
-def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]:
+def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
     request naming a broker, one CONNECTION row."""
@@ -117,7 +119,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
     bodies = _BodyCache()
     held = HeldTopics()
     server = connection.server
-    registered: dict[str, tuple] = {}  # brokerAddr -> its last registration on this connection
+    registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
     for request, answer in zip(requests, answers, strict=True):
         yield CALL, call_row(conn_id, connection.client, request, answer, server)
         code = request.command.code
@@ -145,7 +147,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable))
 
 
-def closed_events(connection: Connection, registered: dict[str, tuple]) -> Iterator[tuple[str, tuple]]:
+def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
     """An EVENT row per broker that registered over a connection that closed: how it closed
     (``fin``/``rst``, and which side first), when, and the names it last registered with."""
     how = f"{connection.close_kind} from {connection.first_close_by}"
@@ -157,7 +159,7 @@ def closed_events(connection: Connection, registered: dict[str, tuple]) -> Itera
                       None)
 
 
-def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> tuple:
+def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
     command = captured.command
     header = command.header
     response = command.is_response
@@ -170,7 +172,7 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
 
 
 def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
-             server: str | None = None) -> tuple:
+             server: str | None = None) -> Row:
     command = request.command
     response_code = latency_ms = remark = None
     if answer is not None:
@@ -182,7 +184,7 @@ def call_row(conn_id: str, client: str, request: CapturedCommand, answer: Captur
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
-                     bodies: _BodyCache, held: HeldTopics | None = None, server: str | None = None) -> tuple:
+                     bodies: _BodyCache, held: HeldTopics | None = None, server: str | None = None) -> Row:
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
@@ -206,8 +208,8 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     )
 
 
-def registration_event(ts: float, registration: tuple, version: str, oneway: bool, server: str | None = None
-                       ) -> tuple:
+def registration_event(ts: float, registration: Row, version: str, oneway: bool, server: str | None = None
+                       ) -> Row:
     """A registration as a sign of life, unless the NameServer refused it, with what brokers.csv
     keeps of it (``topics_held``: what the server holds for the broker after it)."""
     return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),

@@ -48,7 +48,8 @@ class Places:
 
     def __init__(self, files: FileSpans, period_starts: tuple[float, ...]) -> None:
         self._file_starts = np.array([start for start, _, _ in files] or [0.0])
-        self._paths = pa.array([path for _, _, path in files] or [None], pa.string())
+        paths: list[str | None] = [path for _, _, path in files] or [None]
+        self._paths = pa.array(paths, pa.string())
         self._period_starts = np.array(period_starts or (0.0,))
         self._periods = pa.array([f"@{period_label(start)}" for start in period_starts or (0.0,)], pa.string())
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from spark_analysis.capture.inputs import COUNT, ReadTally
 from spark_analysis.model.periods import ConnectionEnds
 
 #: group -> key -> [count, first t, last t, worst] (analysis/findings.py notes calls and connections so)
-Groups = dict[str, dict[tuple, list]]
+Groups = dict[str, dict[tuple[Any, ...], list[Any]]]
 
 
 @dataclass
@@ -34,11 +35,11 @@ class Tally(ReadTally):
     lost_bytes: int = field(default=0, metadata=COUNT)
     undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
-    costs: Counter = field(default_factory=Counter)
+    costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0
-    latencies: Counter = field(default_factory=Counter)  # analysis/latency.count_calls
+    latencies: Counter[Any] = field(default_factory=Counter[Any])  # analysis/latency.count_calls
     groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
-    clients: Counter = field(default_factory=Counter)  # analysis/clients
+    clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
     #: path -> 4-tuple -> how it starts and ends in that file (model/periods.server_restarts)
     ends: dict[str, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
 
@@ -67,8 +68,8 @@ class Tally(ReadTally):
         return self
 
 
-def add(groups: Groups, group: str, key: tuple, count: int, first: float, last: float, worst: tuple | None = None
-        ) -> None:
+def add(groups: Groups, group: str, key: tuple[Any, ...], count: int, first: float, last: float,
+        worst: tuple[Any, ...] | None = None) -> None:
     """Note ``count`` events of a group's key between ``first`` and ``last``; ``worst`` kept if larger."""
     found = groups.setdefault(group, {}).get(key)
     if found is None:

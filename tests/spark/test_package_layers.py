@@ -6,6 +6,8 @@ indirectly, one that imports it."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_analysis"
@@ -120,3 +122,12 @@ def test_the_check_finds_a_cycle_and_an_upward_import() -> None:
 
     visit("a")
     assert found == [("b", "a")]
+
+
+def test_the_pure_layers_pass_strict_mypy() -> None:
+    """capture/, decode/, model/ and analysis/ under mypy --strict (tests/spark/mypy-layers.ini)."""
+    config = Path(__file__).with_name("mypy-layers.ini")
+    checked = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(config),
+                              *(str(PACKAGE / name) for name in LAYERS[:4])],
+                             capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
