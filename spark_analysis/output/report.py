@@ -107,7 +107,8 @@ def plotted_brokers(brokers: list[dict]) -> list[dict]:
 
 def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
-    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long).
+    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long); a
+    red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
     A row per broker, numbered: its label is on the axis and in its traces' hover, not at every
     point (where it was most of the figure's data)."""
     labels = [broker_label(b) for b in shown]
@@ -139,10 +140,22 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
                 "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [row, row],
                 "mode": "lines+markers", "line": {"color": color, "width": 6}, "marker": {"color": color, "size": 8},
                 "hovertext": text, "hoverinfo": "text", "showlegend": False}))
+    closed = [(row, label, close) for row, (label, broker) in enumerate(zip(labels, shown, strict=True))
+              for close in broker["closes"]]
+    for row, label, close in closed:  # a crash or kill: the NameServer forgot the broker there and then
+        traces.append(_on_panel(time_bins.period_of(close["t"]), {
+            "type": "scatter", "x": _dates([close["t"]]), "y": [row], "mode": "markers",
+            "marker": {"symbol": "x", "size": 12, "color": RED, "line": {"width": 2}}, "showlegend": False,
+            "hovertext": f"{label}<br>connection closed without UNREGISTER_BROKER at {_time(close['t'])} "
+                         f"({close['how']}): the NameServer removed it at once", "hoverinfo": "text"}))
     for name, color in ((f"gap over {EXPIRY_SECONDS} s (expired)", RED), (f"gap of {NEAR_EXPIRY_S}-{EXPIRY_SECONDS} s",
                                                                            AMBER)):
         traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines",
                        "line": {"color": color, "width": 6}, "name": name})
+    if closed:
+        traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name":
+                       "connection closed without unregistering (crash or kill)",
+                       "marker": {"symbol": "x", "size": 12, "color": RED, "line": {"width": 2}}})
     return _figure(layout, traces)
 
 
