@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis.capture import inputs
-from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.tally import Groups, add
 from twisted_namesrv.remoting import RequestCode, ResponseCode
@@ -364,6 +364,9 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
     A silence past the expiry, or near it, is said by the heartbeat findings."""
     for close in broker["closes"]:
         back = f"; it registered again at {iso_time(close['back'])}" if close["back"] is not None else ""
+        then = close.get("broker_id")
+        if then is not None and then != broker["broker_id"]:  # a role it had then, e.g. a killed master back as slave
+            back = f"; it was brokerId {then} ({role(then)}) then" + back
         yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
                        f"at {iso_time(close['t'])} ({close['how']}; last heartbeat {iso_time(close['last_alive'])}): "
                        f"a crash or a kill; the NameServer removed it from its routes at once{back}", **addr,

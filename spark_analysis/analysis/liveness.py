@@ -132,7 +132,7 @@ def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
         if event["code"] == CONNECTION_CLOSED:
             if ending is None and walk.previous_alive is not None:
                 closes.append({"t": t, "how": event["closed"], "last_alive": walk.previous_alive, "back": None,
-                               "server": event["server"]})
+                               "server": event["server"], "broker_id": event["broker_id"]})
                 walk.previous_alive = None
                 ending = ENDED_CLOSED
             continue
