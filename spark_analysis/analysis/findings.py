@@ -38,7 +38,8 @@ SEVERITIES = (CRITICAL, WARNING, INFO)
 KINDS = ("bad_input", "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
-         "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end")
+         "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end",
+         "address_in_sessions")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -120,6 +121,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     for broker in brokers:
         found += _broker_findings(broker)
     found += _address_changes(brokers)
+    found += _addresses_across_sessions(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
         if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
@@ -163,6 +165,7 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
+         "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
          "heartbeat_expired": ("broker", f"broker{{s}} silent past the {EXPIRY_SECONDS} s expiry"),
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
@@ -407,6 +410,27 @@ def _address_changes(brokers: list[Item]) -> list[Item]:
                                   broker_id=broker_id,
                                   addresses=[{"broker_addr": b["broker_addr"], "first_seen": iso_time(b["first_seen"]),
                                               "last_seen": iso_time(b["last_seen"])} for b in seen]))
+    return found
+
+
+def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
+    """A neutral note where one address was another broker in another session (another cluster,
+    another day): said, never compared."""
+    by_addr: dict[str, list[Item]] = {}
+    for broker in brokers:
+        if broker["registrations"]:
+            by_addr.setdefault(broker["broker_addr"], []).append(broker)
+    found = []
+    for addr, seen in sorted(by_addr.items()):
+        identities = {(b["cluster"], b["broker_name"], b["broker_id"]) for b in seen}
+        if len({b["session"] for b in seen}) > 1 and len(identities) > 1:
+            seen.sort(key=lambda b: b["first_seen"])
+            found.append(_finding(
+                "address_in_sessions", INFO, f"{addr}: " + ", ".join(
+                    f"{b['cluster'] or '?'} / {b['broker_name'] or '?'} / {b['broker_id']} in session {b['session']}"
+                    for b in seen) + " (other sessions: not compared)", broker_addr=addr,
+                sessions=[{"session": b["session"], "cluster": b["cluster"], "broker_name": b["broker_name"],
+                           "broker_id": b["broker_id"]} for b in seen]))
     return found
 
 

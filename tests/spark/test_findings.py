@@ -152,8 +152,14 @@ def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, s
         assert [without_input(b) for b in both.brokers if b["session"] in mine] == [
             without_input(b) for b in one.brokers]
         assert _evidence(both.summary, mine) == _evidence(one.summary, mine)
-    assert {f["kind"] for f in both.summary["findings"]} == {
+    # nothing combined that neither says alone, but a neutral note on the addresses they share
+    noted = {f["kind"] for f in both.summary["findings"]} - {
         f["kind"] for one in (synthetic_outputs, alone) for f in one.summary["findings"]}
+    assert noted == {"address_in_sessions"}
+    [note] = [f for f in both.summary["findings"] if f["kind"] == "address_in_sessions"]
+    assert note["severity"] == "info" and {item["broker_addr"] for item in note["evidence"]} == {
+        b["broker_addr"] for b in alone.brokers}
+    assert "other sessions: not compared" in note["evidence"][0]["message"]
 
 
 def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, synthetic_outputs: Outputs,
