@@ -23,13 +23,15 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
     sys.exit(f"python -m spark_analysis: error: {', '.join(_missing)} not installed: the capture report needs "
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
+from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT  # noqa: E402 - after the check: numpy
-from spark_analysis.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
 #: exit status when Spark's JVM does not start (Java missing or failing)
 JVM_FAILED = 4
+#: exit status when a remote input or output cannot be reached or read (a missing connector, a host down)
+REMOTE_FAILED = 5
 #: seconds between the lines on tasks done while a Spark job runs, when stderr is not a terminal
 TASKS_EVERY_S = 30.0
 
@@ -39,23 +41,41 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "prepare":
         return prepare(parser, args.inputs)
+    made = is_local(args.out) and not os.path.exists(local_path(args.out))
     problem = check_arguments(args.inputs, args.out, args.overwrite)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkRuntimeError  # after the checks: importing pyspark is slow
 
-    from spark_analysis import session
-    from spark_analysis.job import analyse
+    from spark_analysis.spark import remote, session
+    from spark_analysis.spark.job import analyse
 
+    conf = dict(args.conf)
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
     try:
-        spark = session.build_session(args.master, ui=args.ui, log_level=args.spark_log)
+        spark = session.build_session(args.master, ui=args.ui, log_level=args.spark_log, conf=conf)
     except PySparkRuntimeError as error:
+        _forget_output(args.out, made)
         return _jvm_did_not_start(parser, error)
+    if args.master and not args.master.startswith("local"):
+        remote.ship(spark)  # what spark-submit's --py-files would give the executors
     starting = session.start_workers(spark)
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
         counts = analyse(spark, args.inputs, args.out, args.port, split_size,
                          tasks_every=None if os.isatty(2) else TASKS_EVERY_S)  # on a terminal, Spark's bar
+    except Py4JJavaError as error:
+        said = remote.problem(spark, error)
+        if said is None:
+            raise
+        _forget_output(args.out, made)
+        print(f"{parser.prog}: error: {said}", file=sys.stderr)
+        return REMOTE_FAILED
+    except BaseException:
+        _forget_output(args.out, made)
+        raise
     finally:
         if starting:
             starting.join()
@@ -67,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _forget_output(out: str, made: bool) -> None:
+    """A local output directory this run made and left empty is removed: a failed run leaves none."""
+    if made:
+        try:
+            os.rmdir(local_path(out))
+        except OSError:
+            pass  # not empty: something was written there
+
+
 def prepare(parser: argparse.ArgumentParser, inputs: list[str]) -> int:
     """Record the classes Spark's driver JVM loads in a report over ``inputs``, for later local runs
     to map (session.class_archive: about 160 MB; their start then takes about half the time)."""
@@ -75,8 +104,8 @@ def prepare(parser: argparse.ArgumentParser, inputs: list[str]) -> int:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     from pyspark.errors import PySparkRuntimeError
 
-    from spark_analysis import session
-    from spark_analysis.job import analyse
+    from spark_analysis.spark import session
+    from spark_analysis.spark.job import analyse
 
     archive = session.class_archive()
     if archive is None:
@@ -138,6 +167,20 @@ def spark_master(value: str) -> str:
     return value
 
 
+def _memory(value: str) -> str:
+    """A JVM memory size as Spark takes it (512m, 2g, ...)."""
+    if not re.fullmatch(r"\d+[kmgt]?b?", value.lower()):
+        raise argparse.ArgumentTypeError(f"not a memory size: {value!r} (e.g. 512m, 2g)")
+    return value
+
+
+def _conf(value: str) -> tuple[str, str]:
+    key, equals, setting = value.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {value!r}")
+    return key.strip(), setting
+
+
 def _port(value: str) -> int:
     return _number(int, value, 1, 65535)
 
@@ -174,6 +217,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--spark-log", default="ERROR", metavar="LEVEL", type=str.upper, choices=_LOG_LEVELS,
                         help="Spark's own log level (default ERROR; WARN or INFO to see more)")
     report.add_argument("--ui", action="store_true", help="start Spark's web UI (off by default for local runs)")
+    report.add_argument("--driver-memory", type=_memory, metavar="SIZE",
+                        help="the driver JVM's heap (Spark's spark.driver.memory, e.g. 2g; default 1g)")
+    report.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, as spark-submit's --conf (repeatable), e.g. "
+                             "spark.jars.packages=org.apache.hadoop:hadoop-aws:3.4.1")
     prepare = commands.add_parser("prepare", help="record the classes Spark's JVM loads in a report over INPUT, "
                                                   "for local reports to start in half the time (about 160 MB)")
     prepare.add_argument("inputs", nargs="+", metavar="INPUT", help="a small capture or two (local files)")

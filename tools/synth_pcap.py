@@ -2,12 +2,17 @@
 """Synthetic NameServer traffic as a classic pcap, with the exact truth beside it.
 
     python tools/synth_pcap.py OUT.pcap [--brokers N] [--hours H] [--clients M] [--topics T] [--seed S]
+                               [--start EPOCH_S] [--cluster NAME] [--names PREFIX] [--ports OFFSET]
 
 writes OUT.pcap and OUT.truth.json. N brokers heartbeat every 30 s for H hours (JSON and
 ROCKETMQ headers, plain and compressed bodies, 4.9.8 and 5.x layouts, topics added over time),
 some with an injected silence longer than the 120 s expiry, some with one near it (over 60 s),
-some with registrations refused (a wrong CRC, or a 5.x refusal) and some unregistering at the
-end; M clients look routes up every 30 s and get answers (TOPIC_NOT_EXIST for a missing topic).
+some with registrations refused (a wrong CRC, or a 5.x refusal), some unregistering at the
+end, some killed (the connection closes without UNREGISTER_BROKER), one of them restarting on a
+new connection with its data version starting over, and 5.x brokers announcing each new topic
+with a registration carrying only that topic; M clients look routes up every 30 s and get
+answers (TOPIC_NOT_EXIST for a missing topic). Captures of other sessions at the same addresses:
+another --start (right after this one, or days later), --cluster, --names and --ports.
 On the wire: retransmissions, out-of-order segments, segments the capture missed, a broker and a
 client whose connections were opened before the capture began (it starts mid-frame), a client
 port reused by a new connection, and a last packet cut short. Frames are built with the project's
@@ -49,6 +54,7 @@ EXPIRY_S = 120.0
 SILENCE_S = 185.0  # an injected heartbeat gap: the NameServer would expire the broker
 NEAR_SILENCE_S = 90.0  # an injected heartbeat gap over half the expiry: close to expiring
 NEAR_EXPIRY_S = EXPIRY_S / 2
+KILL_RESTART_S = 40.0  # a killed broker that restarts does so this long after
 SEGMENT_SPACING_S = 10e-6  # between the segments of one frame
 RETRANSMIT_AFTER_S = 0.2
 SYN, ACK, FIN, PSH = 0x02, 0x10, 0x01, 0x08
@@ -74,6 +80,7 @@ class Frame:
     answer: Frame | None = None
     client: str = ""  # ip:port of the connection's client
     topic: str | None = None
+    closed: bool = False  # a pseudo-frame: the connection the broker registered over closed here
 
 
 @dataclass
@@ -87,6 +94,10 @@ class Options:
     retransmit: float = 0.01
     reorder: float = 0.01
     loss: float = 0.001
+    start: float = START  # when the capture starts, seconds since the epoch
+    cluster: str = CLUSTER
+    names: str = "broker"  # brokers are NAMES-000, NAMES-001, ...
+    ports: int = 0  # added to the clients' and brokers' own ports (another capture: other processes)
 
 
 @dataclass
@@ -122,12 +133,13 @@ class Generator:
     def __init__(self, options: Options) -> None:
         self.o = options
         self.rng = random.Random(options.seed)
-        self.end = START + options.hours * 3600
+        self.end = self.o.start + options.hours * 3600
         self.frames: list[Frame] = []
         self.connections = 0
         self.injected: Counter = Counter()
         self.bodies: dict[tuple, bytes] = {}
         self.routes: dict[str, bytes] = {}
+        self.last_record = self.o.start  # the time of the last whole record written: the capture's end
 
     # -- actors ------------------------------------------------------------------------------------
 
@@ -140,40 +152,79 @@ class Generator:
         compressed bodies if i % 3 == 1; 5.x if i % 5 == 4;
         silent for SILENCE_S mid-capture if i % 4 == 2, for NEAR_SILENCE_S a third into it if i % 4 == 0
         and i > 0; its 4th registration has a wrong CRC if i % 4 == 0 and a 5.x broker's 6th is
-        refused ("register broker failed"); unregisters at the end if i % 4 == 3.
+        refused ("register broker failed"); unregisters at the end if i % 4 == 3; killed two thirds
+        into the capture if i % 4 == 1 (its connection closes, no UNREGISTER_BROKER), and if i % 8 == 5
+        restarted KILL_RESTART_S later on a new connection, its data version counting from 1 again.
+        A 5.x broker announces each new topic with a registration carrying that topic alone, then
+        goes on registering its whole table.
         Broker 0's connection predates the capture, whose first packets cut its first registration."""
         host = f"10.1.{i // 250}.{i % 250 + 1}"
         addr = f"{host}:10911"
-        name = f"broker-{i:03d}"
+        name = f"{self.o.names}-{i:03d}"
         version = V5_3_3 if i % 5 == 4 else V4_9_8
         serialize = SerializeType.ROCKETMQ if i % 4 == 1 else SerializeType.JSON
         compressed = i % 3 == 1
         topics = self.o.topics + i % 7
         topic_every = self.o.hours * 3600 / 4  # a topic is added four times over the capture
         mid_stream = i == 0
-        conn = self.connect((host, 40000 + i % 20000))
-        t = START - 1.5 * SEGMENT_SPACING_S if mid_stream else START + self.rng.uniform(0.05, HEARTBEAT_S)
+        conn = self.connect((host, self.o.ports + 40000 + i % 10000))
+        t = self.o.start - 1.5 * SEGMENT_SPACING_S if mid_stream else self.o.start + self.rng.uniform(0.05, HEARTBEAT_S)
         if not mid_stream:
             yield from self.handshake(conn, t - 0.01)
-        silence = (START + self.o.hours * 1800, START + self.o.hours * 1800 + SILENCE_S) if i % 4 == 2 else None
+        half = self.o.start + self.o.hours * 1800
+        silence = (half, half + SILENCE_S) if i % 4 == 2 else None
         if i % 4 == 0 and i > 0:
-            silence = (START + self.o.hours * 1200, START + self.o.hours * 1200 + NEAR_SILENCE_S)
+            silence = (self.o.start + self.o.hours * 1200, self.o.start + self.o.hours * 1200 + NEAR_SILENCE_S)
         opaque = self.rng.randrange(1 << 20)
         beats = 0
+        kill_at = self.o.start + self.o.hours * 2400 if i % 4 == 1 else None
+        started = self.o.start  # the data version counter counts topic additions since the broker started
+        announced = 1
         while t < self.end - 5:
+            if kill_at is not None and t >= kill_at:
+                kill_at = None
+                self.frames.append(Frame(conn.number, True, -1, ts=t, broker_addr=addr, closed=True))
+                yield from self.close(conn, t)
+                self.injected["kills"] += 1
+                if i % 8 != 5:
+                    return
+                t += KILL_RESTART_S
+                conn = self.connect((host, self.o.ports + 41000 + i % 10000))
+                yield from self.handshake(conn, t - 0.01)
+                started, announced = t, 1
+                self.injected["restarts"] += 1
             if silence and silence[0] <= t < silence[1]:
                 t = silence[1]
                 self.injected["heartbeat_silences" if silence[1] - silence[0] > EXPIRY_S else "near_silences"] += 1
                 silence = None
                 continue
-            counter = 1 + int((t - START) // topic_every)
-            topic_count = topics + counter - 1
+            added = int((t - self.o.start) // topic_every)
+            counter = 1 + added - int((started - self.o.start) // topic_every)  # a new data version per topic added
+            topic_count = topics + added
+            if version == V5_3_3 and counter > announced:  # registerSingleTopicAll: the new topic alone
+                announced = counter
+                single = self.register_body(name, topic_count, counter, compressed, version, only_last=True)
+                request = RemotingCommand.request(
+                    RequestCode.REGISTER_BROKER, {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
+                                                  "bodyCrc32": str(crc32_masked(single)), "clusterName": self.o.cluster,
+                                                  "compressed": "true" if compressed else "false",
+                                                  "haServerAddr": f"{host}:10912", "enableActingMaster": "false",
+                                                  "heartbeatTimeoutMillis": "120000"},
+                    single, opaque=opaque, version=version, serialize_type=serialize)
+                frame = Frame(conn.number, True, RequestCode.REGISTER_BROKER, broker_addr=addr,
+                              topic_count=topic_count)
+                answer = RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, ext={}, version=version,
+                                                     serialize_type=SerializeType.JSON)
+                yield from self.exchange(conn, t, request, frame, answer, latency=self.rng.uniform(0.0003, 0.003))
+                self.injected["single_topic_registrations"] += 1
+                opaque += 1
+                t += 0.5
             body = self.register_body(name, topic_count, counter, compressed, version)
             crc = crc32_masked(body)
             crc_bad = i % 4 == 0 and beats == 3  # a registration with a wrong CRC, refused
             refused = version == V5_3_3 and beats == 5
             ext = {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
-                   "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": CLUSTER,
+                   "bodyCrc32": str(crc + 1 if crc_bad else crc), "clusterName": self.o.cluster,
                    "compressed": "true" if compressed else "false", "haServerAddr": f"{host}:10912"}
             if version == V5_3_3:
                 ext["enableActingMaster"] = "false"
@@ -193,7 +244,7 @@ class Generator:
         if i % 4 == 3:
             request = RemotingCommand.request(
                 RequestCode.UNREGISTER_BROKER, {"brokerAddr": addr, "brokerId": "0", "brokerName": name,
-                                                "clusterName": CLUSTER}, opaque=opaque, version=version,
+                                                "clusterName": self.o.cluster}, opaque=opaque, version=version,
                 serialize_type=serialize)
             frame = Frame(conn.number, True, RequestCode.UNREGISTER_BROKER, broker_addr=addr)
             answer = RemotingCommand.response_to(request, version=version, serialize_type=SerializeType.JSON)
@@ -206,13 +257,13 @@ class Generator:
         same port halfway through."""
         host = f"10.2.{j // 250}.{j % 250 + 1}"
         language, version = ("CPP", 63) if j % 3 == 1 else ("JAVA", V4_9_8)
-        conn = self.connect((host, 50000 + j % 10000))
+        conn = self.connect((host, self.o.ports + 50000 + j % 10000))
         mid_stream = j == 0
-        t = START - 0.0005 if mid_stream else START + self.rng.uniform(0.05, LOOKUP_S)
+        t = self.o.start - 0.0005 if mid_stream else self.o.start + self.rng.uniform(0.05, LOOKUP_S)
         if not mid_stream:
             yield from self.handshake(conn, t - 0.01)
-        reconnect_at = START + self.o.hours * 1800 if j == 1 else None
-        oneway_at = START + self.o.hours * 1200 if j == 0 else None
+        reconnect_at = self.o.start + self.o.hours * 1800 if j == 1 else None
+        oneway_at = self.o.start + self.o.hours * 1200 if j == 0 else None
         opaque = 0
         while t < self.end - 5:
             if reconnect_at is not None and t >= reconnect_at:
@@ -251,14 +302,15 @@ class Generator:
 
     # -- bodies ------------------------------------------------------------------------------------
 
-    def register_body(self, name: str, topics: int, counter: int, compressed: bool, version: int) -> bytes:
-        key = (name, topics, counter, compressed, version)
+    def register_body(self, name: str, topics: int, counter: int, compressed: bool, version: int,
+                      only_last: bool = False) -> bytes:
+        key = (name, topics, counter, compressed, version, only_last)
         body = self.bodies.get(key)
         if body is None:
             broker = int(name.rpartition("-")[2])
             table = {f"Topic-{broker:03d}-{k}": TopicConfig(f"Topic-{broker:03d}-{k}", 8, 8, 6)
-                     for k in range(topics)}
-            wrapper = RegisterBrokerBody(DataVersion(int(START * 1000) + counter, counter), table)
+                     for k in range(topics - 1 if only_last else 0, topics)}
+            wrapper = RegisterBrokerBody(DataVersion(int(self.o.start * 1000) + counter, counter), table)
             body = self.bodies[key] = encode_register_body(wrapper, compressed, v5=version == V5_3_3)
         return body
 
@@ -266,8 +318,8 @@ class Generator:
         body = self.routes.get(topic)
         if body is None:
             broker = int(topic.split("-")[1])
-            name, addr = f"broker-{broker:03d}", f"10.1.{broker // 250}.{broker % 250 + 1}:10911"
-            bean = topic_route_bean([QueueData(name, 8, 8, 6)], [BrokerData(CLUSTER, name, {0: addr})], {}, None,
+            name, addr = f"{self.o.names}-{broker:03d}", f"10.1.{broker // 250}.{broker % 250 + 1}:10911"
+            bean = topic_route_bean([QueueData(name, 8, 8, 6)], [BrokerData(self.o.cluster, name, {0: addr})], {}, None,
                                     None, False)
             body = self.routes[topic] = fastjson.dumps_bytes(bean, standard=True)
         return body
@@ -275,10 +327,10 @@ class Generator:
     def cluster_info(self) -> bytes:
         body = self.routes.get("")
         if body is None:
-            names = [f"broker-{i:03d}" for i in range(self.o.brokers)]
+            names = [f"{self.o.names}-{i:03d}" for i in range(self.o.brokers)]
             addrs = {n: {0: f"10.1.{i // 250}.{i % 250 + 1}:10911"} for i, n in enumerate(names)}
-            bean = {"brokerAddrTable": {n: {"brokerAddrs": a, "brokerName": n, "cluster": CLUSTER}
-                                        for n, a in addrs.items()}, "clusterAddrTable": {CLUSTER: names}}
+            bean = {"brokerAddrTable": {n: {"brokerAddrs": a, "brokerName": n, "cluster": self.o.cluster}
+                                        for n, a in addrs.items()}, "clusterAddrTable": {self.o.cluster: names}}
             body = self.routes[""] = fastjson.dumps_bytes(bean)
         return body
 
@@ -327,7 +379,7 @@ class Generator:
         else:
             conn.server_seq = (seq + len(data)) % (1 << 32)
         frame.ts = packets[-1].ts
-        if t < START + 1:  # impairments would blur what the capture's start cuts off
+        if t < self.o.start + 1:  # impairments would blur what the capture's start cuts off
             return packets
         if self.rng.random() < self.o.loss:
             missed = packets.pop(count // 2)
@@ -354,13 +406,14 @@ class Generator:
         written = 0
         last: Packet | None = None
         for packet in heapq.merge(*self.actors()):
-            if packet.ts < START:
+            if packet.ts < self.o.start:
                 if packet.frame is not None:
                     packet.frame.lost = True
                 continue
             if last is not None:
                 self._record(out, last)
                 written += 1
+                self.last_record = last.ts
             last = packet
         self._record(out, last, truncated=True)  # the capture was stopped while writing it
         if last.frame is not None:
@@ -390,15 +443,22 @@ class Generator:
     # -- truth ---------------------------------------------------------------------------------------
 
     def truth(self, packets: int) -> dict:
-        captured = [f for f in self.frames if not f.lost]
+        captured = [f for f in self.frames if not f.lost and not f.closed]
         requests = [f for f in captured if f.request]
         brokers: dict[str, dict] = {}
         answered = [f for f in requests if f.answer is not None and not f.answer.lost]
-        for frame in requests:
+        closes = [f for f in self.frames if f.closed]
+        for frame in sorted(requests + closes, key=lambda f: f.ts):
             if frame.broker_addr is None:
                 continue
-            broker = brokers.setdefault(frame.broker_addr, {"events": [], "alive": [], "registrations": 0,
-                                                            "topics": [], "crc_failures": 0, "refused": 0})
+            broker = brokers.setdefault(frame.broker_addr, {"events": [], "alive": [[]], "registrations": 0,
+                                                            "topics": [], "crc_failures": 0, "refused": 0,
+                                                            "closes": [], "end": self.last_record})
+            if frame.closed:
+                broker["closes"].append(_micros(frame.ts))
+                broker["events"].append((_micros(frame.ts), -1))
+                broker["alive"].append([])
+                continue
             answered_ok = frame.answer is None or frame.answer.lost or frame.answer.code == 0
             broker["events"].append((_micros(frame.ts), frame.code))
             if frame.code == RequestCode.REGISTER_BROKER:
@@ -407,9 +467,10 @@ class Generator:
                 broker["refused"] += not answered_ok and not frame.crc_bad
                 broker["topics"].append((frame.ts, frame.topic_count))
                 if answered_ok:
-                    broker["alive"].append(_micros(frame.ts))
+                    broker["alive"][-1].append(_micros(frame.ts))
         return {
-            "capture": {"start": START, "end": self.end, "packets_written": packets, "truncated_last_packet": True},
+            "capture": {"start": self.o.start, "end": self.end, "packets_written": packets,
+                        "truncated_last_packet": True, "last_record": _micros(self.last_record)},
             "connections": self.connections,
             "frames": len(captured),
             "requests": len(requests),
@@ -439,21 +500,44 @@ def _micros(ts: float) -> float:
 
 
 def _broker_truth(broker: dict) -> dict:
-    alive = broker["alive"]
-    intervals = [b - a for a, b in itertools.pairwise(alive)]
+    """What the report must say of a broker. Its signs of life run in stretches, one per
+    connection it registered over: a connection that closes without UNREGISTER_BROKER ends one
+    (the NameServer forgets the broker at once), so no interval spans it."""
+    stretches = [alive for alive in broker["alive"] if alive]
+    intervals = [b - a for alive in stretches for a, b in itertools.pairwise(alive)]
+    gaps = [[a, b] for alive in stretches for a, b in itertools.pairwise(alive) if b - a > NEAR_EXPIRY_S]
     events = sorted(broker["events"])
+    last_code = events[-1][1]
+    trailing = None
+    if last_code == RequestCode.UNREGISTER_BROKER:
+        ended = "unregistered"
+    elif last_code == -1:
+        ended = "connection_closed"
+    else:
+        last_alive = stretches[-1][-1]
+        end = _micros(broker["end"])
+        trailing = end - last_alive
+        if trailing > NEAR_EXPIRY_S:
+            gaps.append([last_alive, end])
+        ended = "expired" if trailing > EXPIRY_S else "near_expiry" if trailing > NEAR_EXPIRY_S else "alive"
+    silences = intervals + ([trailing] if trailing is not None else [])
+    requests = [e for e in events if e[1] != -1]  # a close is no request naming the broker
     return {
         "registrations": broker["registrations"],
         "crc_failures": broker["crc_failures"],
         "refused_other": broker["refused"],
-        # heartbeat gaps over half the expiry: [from, to] (silent between those signs of life)
-        "gaps": [[a, b] for a, b in itertools.pairwise(alive) if b - a > NEAR_EXPIRY_S],
+        # heartbeat gaps over half the expiry: [from, to] (silent between those signs of life, or
+        # from the last one to the capture's end)
+        "gaps": gaps,
         "median_interval_s": statistics.median(intervals) if intervals else None,
-        "max_gap_s": max(intervals) if intervals else None,
-        "would_expire": bool(intervals) and max(intervals) > EXPIRY_S,
-        "unregistered": events[-1][1] == RequestCode.UNREGISTER_BROKER,
-        "first_seen": events[0][0],
-        "last_seen": events[-1][0],
+        "max_gap_s": max(silences) if silences else None,
+        "would_expire": any(b - a > EXPIRY_S for a, b in gaps),
+        "unregistered": last_code == RequestCode.UNREGISTER_BROKER,
+        "ended": ended,
+        "closes": broker["closes"],
+        "restarted": len(stretches) > 1 and bool(broker["closes"]),
+        "first_seen": requests[0][0],
+        "last_seen": requests[-1][0],
         "last_topic_count": max(broker["topics"])[1] if broker["topics"] else None,
     }
 

@@ -68,8 +68,12 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
+#: a frame's bytes (a view of its run where possible) and when its last byte arrived
+TimedFrame = tuple[float, bytes | memoryview]
+
+
 def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
-                 ) -> tuple[list[tuple[float, memoryview]], bytes, float | None]:
+                 ) -> tuple[list[TimedFrame], bytes, float | None]:
     """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
     frame's ts is when its last byte arrived. Frames are views of ``data``: no copy.
 
@@ -81,7 +85,7 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
         spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
     except RemotingDecodeError:
         return _timed_frames_by_chunk(_skip(chunks, start))
-    timed: list[tuple[float, memoryview]] = []
+    timed: list[TimedFrame] = []
     index, chunk_end = 0, len(chunks[0].data) if chunks else 0
     for frame_start_, frame_end in spans:
         while chunk_end < frame_end:
@@ -92,14 +96,14 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
     return timed, rest, chunks[-1].ts if rest else None
 
 
-def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
+def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes, float | None]:
     """timed_frames feeding one chunk at a time: the rest starts with the chunk the decoder refused."""
     decoder = FrameDecoder(max_frame_length=_MAX_FRAME_LENGTH)
-    frames: list[tuple[float, bytes]] = []
+    frames: list[TimedFrame] = []
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame) for frame in decoder.feed(chunk.data))
+            frames.extend((chunk.ts, frame) for frame in decoder.feed(bytes(chunk.data)))  # rare: a refused frame
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
@@ -154,6 +158,7 @@ def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     """Where the frame at ``offset`` ends, if its header is within ``data`` and decodes."""
     if offset + 8 > len(data):
         return None
+    length: int
     length, word = _FRAME_PREFIX.unpack_from(data, offset)
     header_length = split_header_word(word)[1]
     header_end = offset + 8 + header_length

@@ -14,7 +14,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -181,7 +181,7 @@ def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int])
 
 
 def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, port: int | None,
-                   endpoints: dict[str, int]) -> list[tuple]:
+                   endpoints: dict[str, int]) -> list[tuple[Any, ...]]:
     """Rows (record, ts, src, dst, seq, ack, flags, payload start, end) decoded one by one."""
     view = memoryview(data)
     rows = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def reassemble(
 
 def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[SegmentTable]:
     """(ts, segment) pairs in capture order as one table per 4-tuple, over one payload buffer."""
-    by_ends: dict[tuple[str, str], list[tuple]] = {}
+    by_ends: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
     payloads: list[bytes] = []
     offset = 0
     for order, (ts, segment) in enumerate(segments):
@@ -127,7 +127,7 @@ def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in SEGMENT.names)
+    columns = (rows[name].tolist() for name in SEGMENT.names or ())
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
@@ -162,7 +162,7 @@ def stream_bytes(direction: Iterable[Chunk]) -> list[Chunk]:
     A direction without gaps gives at most one run: its whole byte stream.
     """
     runs: list[Chunk] = []
-    parts: list[bytes] = []
+    parts: list[Buffer] = []
     run_start, run_end, run_ts = 0, 0, 0.0
     for chunk in direction:
         if parts and chunk.offset != run_end:
@@ -276,6 +276,7 @@ class _Reassembler:
         where the capture did not see it, so it becomes a gap now, not at the end of the stream
         (bounding what is held; without this a capture loss early in a long connection would keep
         the rest of it pending)."""
+        assert self.base_seq is not None  # called once bytes are pending, so after the first segment
         delta = (ack - self.base_seq - self.next_offset) % _SEQ_MOD
         if 0 < delta < _HALF_SEQ:
             self._give_up_before(self.next_offset + delta)
@@ -305,4 +306,5 @@ class _Reassembler:
 
     def _advance(self, count: int) -> None:
         self.next_offset += count
+        assert self.next_seq is not None  # bytes are delivered after the first segment set it
         self.next_seq = (self.next_seq + count) % _SEQ_MOD

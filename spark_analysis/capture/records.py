@@ -11,6 +11,7 @@ only the walk from one classic-pcap record header to the next is a Python loop.
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 from array import array
@@ -20,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 PCAP_HEADER_LEN = 24
 RECORD_HEADER_LEN = 16
@@ -100,14 +101,15 @@ def read_records(path: str | Path) -> list[Record]:
     return list(iter_records(Path(path).read_bytes()))
 
 
-def iter_records(data: Buffer) -> Iterator[Record]:
-    """Yield the records of a pcap or pcapng capture held in ``data``.
+def iter_records(data: Buffer, trailing: list[int] | None = None) -> Iterator[Record]:
+    """Yield the records of a pcap or pcapng capture held in ``data``; for pcapng, append to
+    ``trailing`` the bytes after the last whole block (a capture cut while writing one).
 
     Raises ValueError if the data starts with neither format's magic number.
     """
     view = memoryview(data)
     if view[:4] == _PCAPNG_SHB:
-        yield from _iter_pcapng(view)
+        yield from _iter_pcapng(view, trailing)
         return
     header = parse_pcap_header(view)
     if header is not None:
@@ -237,36 +239,41 @@ def _chain_is_plausible(
     return True
 
 
-def _iter_pcapng(view: memoryview) -> Iterator[Record]:
-    """Walk pcapng blocks; each section header resets byte order and the interface table."""
+def _iter_pcapng(view: memoryview, trailing: list[int] | None = None) -> Iterator[Record]:
+    """Walk pcapng blocks; each section header resets byte order and the interface table. Where
+    the walk stops before the end (a block cut short), the bytes left go to ``trailing``."""
     end = len(view)
     offset = 0
     endian = "<"
     interfaces: list[_Interface] = []
     last_ts = 0.0
-    while offset + 12 <= end:
-        if view[offset : offset + 4] == _PCAPNG_SHB:
-            bom = bytes(view[offset + 8 : offset + 12])
-            if bom not in _PCAPNG_BOM:
+    try:
+        while offset + 12 <= end:
+            if view[offset : offset + 4] == _PCAPNG_SHB:
+                bom = bytes(view[offset + 8 : offset + 12])
+                if bom not in _PCAPNG_BOM:
+                    return
+                endian = _PCAPNG_BOM[bom]
+                interfaces = []
+            block_type, block_len = _BLOCK_HEAD[endian].unpack_from(view, offset)
+            if block_len < 12 or block_len % 4 or offset + block_len > end:
                 return
-            endian = _PCAPNG_BOM[bom]
-            interfaces = []
-        block_type, block_len = _BLOCK_HEAD[endian].unpack_from(view, offset)
-        if block_len < 12 or block_len % 4 or offset + block_len > end:
-            return
-        body_at = offset + 8
-        body = view[body_at : offset + block_len - 4]
-        offset += block_len
-        record = None
-        if block_type == _IDB_TYPE and len(body) >= 8:
-            interfaces.append(_parse_idb(body, endian))
-        elif block_type == _EPB_TYPE:
-            record = _parse_epb(body, body_at, endian, interfaces)
-        elif block_type == _SPB_TYPE:
-            record = _parse_spb(body, body_at, endian, interfaces, last_ts)
-        if record is not None:
-            last_ts = record.ts
-            yield record
+            body_at = offset + 8
+            body = view[body_at : offset + block_len - 4]
+            offset += block_len
+            record = None
+            if block_type == _IDB_TYPE and len(body) >= 8:
+                interfaces.append(_parse_idb(body, endian))
+            elif block_type == _EPB_TYPE:
+                record = _parse_epb(body, body_at, endian, interfaces)
+            elif block_type == _SPB_TYPE:
+                record = _parse_spb(body, body_at, endian, interfaces, last_ts)
+            if record is not None:
+                last_ts = record.ts
+                yield record
+    finally:
+        if trailing is not None:
+            trailing.append(end - offset)
 
 
 def _parse_idb(body: memoryview, endian: str) -> _Interface:

@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_analysis.job import analyse
-from spark_analysis.session import build_session
+from spark_analysis.spark.job import analyse
+from spark_analysis.spark.session import build_session
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"

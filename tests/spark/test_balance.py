@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from pyspark.sql import functions as F
 
-from spark_analysis import balance
+from spark_analysis.capture.inputs import Piece
 from spark_analysis.capture.reassembly import SEGMENT
-from spark_analysis.inputs import Piece
+from spark_analysis.spark import balance
 
 
 def _ends(index: int) -> tuple[str, str]:

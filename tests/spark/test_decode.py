@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis.brokers import TimeBins, broker_summary
+from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
 from spark_analysis.capture.reassembly import reassemble
 from spark_analysis.capture.records import (
@@ -27,9 +28,10 @@ from spark_analysis.capture.records import (
     parse_pcap_header,
     read_records,
 )
-from spark_analysis.decode import (
+from spark_analysis.decode.rows import (
     CALL,
     CONNECTION,
+    CONNECTION_CLOSED,
     EVENT,
     FRAME,
     REGISTRATION,
@@ -37,8 +39,8 @@ from spark_analysis.decode import (
     conversation_rows,
     split_rows,
 )
-from spark_analysis.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
-from spark_analysis.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.model.periods import TimeBins
 from tests.spark.capture.builders import (
     BODY,
     CLIENT,
@@ -102,33 +104,66 @@ def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
     assert row["gaps"] == [{"from": 130.0, "to": 300.0, "seconds": 170.0, "expired": True, "open": False}]
     assert row["refused"] == [{"t": 290.0, "response_code": 1, "crc_failure": False}]
     assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {30: 1, 170: 1}
+    # a refused registration adds nothing to what the server holds
     assert row["bins"] == {"bin": [0, 80, 506, 533, 560], "heartbeats": [1, 1, 0, 1, 0],
-                           "topics": [5, None, 7, 8, None]}
+                           "topics": [5, None, None, 8, None]}
+    assert (row["ended"], row["unregistered_at"], row["connection_closes"]) == ("unregistered", 310.0, 0)
 
 
 def test_liveness_stays_within_capture_periods_and_notes_changes() -> None:
     """No interval spans the time between two capture periods; a broker last heard more than the
-    expiry before its period ended was silent till then; a topic table sent twice with fewer topics
-    than the last one sent twice is a drop (a oneway increment's, or one sent once, is none); a data
-    version counter going back (a restart) and a new brokerId (a role flip) are noted."""
+    expiry before its period ended was silent till then; topic counts are what the server held
+    (a single-topic registration adds one, it does not replace the table), and a drop of those is
+    noted; a data version counter going back (a restart) and a new brokerId (a role flip) are
+    noted. The liveness tasks give each period (session) its own events: here one."""
     register = RequestCode.REGISTER_BROKER
     bins = TimeBins.over([(0.0, 100.0), (1000.0, 1300.0)])
-    events = [event(10.0, "b", register, True, 9, broker_id=0, data_version_counter=5),
-              event(20.0, "b", register, True, 1, broker_id=0, data_version_counter=6),  # a topic created
-              event(40.0, "b", register, True, 1, broker_id=0, oneway=True, data_version_counter=7),
-              event(70.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
-              event(90.0, "b", register, True, 11, broker_id=0, data_version_counter=7),
-              event(1010.0, "b", register, True, 9, broker_id=0, data_version_counter=1),
-              event(1040.0, "b", register, True, 4, broker_id=1, data_version_counter=2),
-              event(1070.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]
+    events = [event(10.0, "b", register, True, 9, broker_id=0, data_version_counter=5, topics_held=9),
+              event(20.0, "b", register, True, 1, broker_id=0, data_version_counter=6, topics_held=10),  # created
+              event(70.0, "b", register, True, 10, broker_id=0, data_version_counter=6, topics_held=10),
+              event(80.0, "b", register, True, 7, broker_id=0, data_version_counter=1, topics_held=7),  # restart
+              event(90.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]  # a slave: as announced
     row = broker_summary("10.0.0.1:10911", events, bins)
-    assert row["gaps"] == [{"from": 1070.0, "to": 1300.0, "seconds": 230.0, "expired": True, "open": True}]
-    assert (row["interval_p50_s"], row["max_gap_s"], row["would_expire"]) == (25.0, 230.0, 1)
-    assert row["topic_drops"] == [{"t": 1040.0, "from": 11, "to": 4}]
-    assert row["version_backwards"] == [{"t": 1010.0, "from": 7, "to": 1, "data_version_ts_from": None,
+    assert [row["topic_count_first"], row["topic_count_max"], row["topic_count_last"]] == [9, 10, 4]
+    assert row["topic_drops"] == [{"t": 80.0, "from": 10, "to": 7}, {"t": 90.0, "from": 7, "to": 4}]
+    assert row["version_backwards"] == [{"t": 80.0, "from": 6, "to": 1, "data_version_ts_from": None,
                                          "data_version_ts_to": None}]
-    assert row["id_changes"] == [{"t": 1040.0, "from": 0, "to": 1}] and row["role"] == "SLAVE"
+    assert row["id_changes"] == [{"t": 90.0, "from": 0, "to": 1}] and row["role"] == "SLAVE"
+    later = broker_summary("10.0.0.1:10911", [event(1010.0, "b", register, True, 9, broker_id=0, topics_held=9),
+                                              event(1070.0, "b", register, True, 9, broker_id=0, topics_held=9)],
+                           bins)
+    assert later["gaps"] == [{"from": 1070.0, "to": 1300.0, "seconds": 230.0, "expired": True, "open": True}]
+    assert (later["interval_p50_s"], later["max_gap_s"], later["would_expire"], later["ended"]) == (
+        60.0, 230.0, 1, "expired")
+    assert later["session"] != row["session"] and later["session"].endswith("@1970-01-01T00:16:40Z")
     assert bins.of(99.0) < bins.first_bin[1] <= bins.of(1000.0) and bins.of(1300.0) == bins.first_bin[2] - 1
+
+
+def test_how_a_brokers_story_ends() -> None:
+    """A connection closing while the broker is registered is a close (crash or kill), noted with
+    when it came back; one after UNREGISTER_BROKER is a clean stop; the silence after the last
+    heartbeat counts in max_gap_s, and says alive, near expiry or expired."""
+    register, unregister = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
+    bins = TimeBins.over([(0.0, 200.0)])
+    closed = {"closed": "fin from client", "server": "10.0.0.9:9876"}
+    killed = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
+                                               event(40.0, "b", register, True, 3, broker_id=0),
+                                               event(45.0, "b", CONNECTION_CLOSED, False, **closed),
+                                               event(100.0, "b", register, True, 3, broker_id=0),
+                                               event(130.0, "b", register, True, 3, broker_id=0),
+                                               event(150.0, "b", CONNECTION_CLOSED, False, **closed)], bins)
+    assert killed["ended"] == "connection_closed" and killed["connection_closes"] == 2
+    assert [(c["t"], c["last_alive"], c["back"], c["how"]) for c in killed["closes"]] == [
+        (45.0, 40.0, 100.0, "fin from client"), (150.0, 130.0, None, "fin from client")]
+    assert killed["max_gap_s"] == 30.0 and killed["last_seen"] == 130.0  # no silence after a close
+    stopped = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
+                                                event(20.0, "b", unregister, False),
+                                                event(20.5, "b", CONNECTION_CLOSED, False, **closed)], bins)
+    assert (stopped["ended"], stopped["closes"], stopped["max_gap_s"]) == ("unregistered", [], None)
+    for last, ended in ((170.0, "alive"), (120.0, "near_expiry"), (70.0, "expired")):
+        row = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
+                                                event(last, "b", register, True, 3, broker_id=0)], bins)
+        assert (row["ended"], row["max_gap_s"]) == (ended, max(200.0 - last, last - 10.0)), last
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:

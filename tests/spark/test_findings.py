@@ -11,6 +11,7 @@ import html
 import json
 import re
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,13 +21,15 @@ import pyarrow as pa
 import pytest
 
 from spark_analysis import __main__ as cli
-from spark_analysis import findings as findings_module
-from spark_analysis import report, session, tables
-from spark_analysis.brokers import EXPIRY_SECONDS, TimeBins, iso_time
-from spark_analysis.decode import CALL
-from spark_analysis.schema import BROKER_COLUMNS
-from spark_analysis.worker import FAIL_FIRST_ATTEMPT
-from tests.spark.conftest import Outputs, run_job
+from spark_analysis.analysis import findings as findings_module
+from spark_analysis.decode.rows import CALL
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.model.periods import EXPIRY_SECONDS, PERIOD_GAP_S, TimeBins
+from spark_analysis.model.sessions import iso_time
+from spark_analysis.output import report, tables
+from spark_analysis.spark import session
+from spark_analysis.spark.worker import FAIL_FIRST_ATTEMPT
+from tests.spark.conftest import SYNTH, Outputs, run_job
 from tests.spark.test_report import same_rows
 from tests.support import capture
 from tests.web.test_status_page import ARTIFACTS, chromium
@@ -72,15 +75,40 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
         n for key, n in truth["response_codes"].items() if key.startswith("REGISTER_BROKER "))
     # one finding per problem, most severe first, counted in the line at the top
     problems = [(f["kind"], f["subject"]) for f in summary["findings"]]
-    assert [kind for kind, _ in problems] == ["heartbeat_expired", "crc_failure", "registration_refused", "bad_input",
-                                              "heartbeat_near_expiry", "topic_not_exist", "unanswered", "unanswered"]
-    assert {subject for _, subject in problems[-2:]} == {"GET_ROUTEINFO_BY_TOPIC", "REGISTER_BROKER"}
+    unanswered_codes = sorted(truth["unanswered_expected"])
+    assert [kind for kind, _ in problems] == [
+        "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused", "bad_input",
+        "heartbeat_near_expiry", "data_version_backwards", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
+        "broker_unregistered", "broker_alive_at_end"]
+    assert sorted(subject for kind, subject in problems if kind == "unanswered") == unanswered_codes
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
-    assert summary["attention"].startswith(f"3 critical: {expired} brokers silent past the {EXPIRY_SECONDS} s expiry, "
-                                           f"2 brokers failing the body CRC, 1 broker refused registration · "
-                                           f"5 warnings: 1 bad input file, ")
-    assert summary["findings"][5]["message"] == (
-        "TOPIC_NOT_EXIST for 1 topic from 2 clients: NoSuchTopic (4x, 2 clients)")
+    assert summary["attention"].startswith(
+        f"4 critical: 2 brokers whose connection closed without unregistering, {expired} brokers silent past the "
+        f"{EXPIRY_SECONDS} s expiry, 2 brokers failing the body CRC, 1 broker refused registration · "
+        f"{4 + len(unanswered_codes)} warnings: 1 bad input file, ")
+    [unknown] = [f for f in summary["findings"] if f["kind"] == "topic_not_exist"]
+    asked = {key.split()[1] for key in truth["topic_not_exist"]}
+    assert unknown["message"] == (f"TOPIC_NOT_EXIST for 1 topic from {len(asked)} clients: NoSuchTopic "
+                                  f"({sum(truth['topic_not_exist'].values())}x, {len(asked)} clients)")
+    # how each broker's story ended: killed ones (critical, with the time its connection closed
+    # and when it came back), clean stops, the others alive at the end; a restart within the
+    # capture is one; 5.x single-topic registrations lose no topics
+    assert {f["broker_addr"]: (f["t"], f["registered_again"]) for f in kinds(summary, "broker_connection_closed")} == {
+        addr: (iso_time(b["closes"][0]), None if b["ended"] == "connection_closed" else
+               next(f["registered_again"] for f in kinds(summary, "broker_connection_closed")
+                    if f["broker_addr"] == addr))
+        for addr, b in truth["brokers"].items() if b["closes"]}
+    assert all(f["registered_again"] is not None for f in kinds(summary, "broker_connection_closed")
+               if truth["brokers"][f["broker_addr"]]["restarted"])
+    assert {f["broker_addr"] for f in kinds(summary, "data_version_backwards")} == {
+        addr for addr, b in truth["brokers"].items() if b["restarted"]} != set()
+    assert {f["broker_addr"] for f in kinds(summary, "broker_unregistered")} == {
+        addr for addr, b in truth["brokers"].items() if b["ended"] == "unregistered"}
+    assert {f["broker_addr"] for f in kinds(summary, "broker_alive_at_end")} == {
+        addr for addr, b in truth["brokers"].items() if b["ended"] == "alive"}
+    assert not kinds(summary, "topic_count_drop") and truth["injected"]["single_topic_registrations"] > 0
+    [closed] = [f for f in summary["findings"] if f["kind"] == "broker_connection_closed"]
+    assert closed["severity"] == "critical" and "without UNREGISTER_BROKER" in closed["evidence"][0]["message"]
     [period] = summary["inputs"]["periods"]
     assert summary["inputs"]["gaps"] == [] and period["seconds"] > 0
 
@@ -95,9 +123,100 @@ def test_outputs_are_exact_when_first_attempts_fail(spark, synthetic, synthetic_
     finally:
         spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, None)
     assert same_rows(retried, synthetic_outputs)
-    assert retried.brokers == synthetic_outputs.brokers
+    assert retried.brokers == synthetic_outputs.brokers  # the same input: the same rows, input included
     assert retried.counts == synthetic_outputs.counts
     assert retried.summary == synthetic_outputs.summary
+
+
+def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, synthetic_outputs: Outputs,
+                                                             tmp_path: Path) -> None:
+    """Another cluster captured 30 s after the synthetic capture, at the same addresses (other names,
+    fewer topics, its own processes): one capture period, two sessions (no connection goes on).
+    Together they give each session's brokers and findings as each capture alone does: no restart,
+    moved address or lost topics from comparing the two."""
+    path, truth = synthetic
+    other = tmp_path / "other.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(other), "--brokers", "4", "--clients", "2", "--topics", "5",
+                    "--hours", "0.05", "--seed", "5", "--start", str(truth["capture"]["last_record"] + 30),
+                    "--cluster", "OtherCluster", "--names", "other", "--ports", "7000"],
+                   check=True, capture_output=True)
+    alone = run_job(spark, [str(other)], tmp_path / "alone", report=False)
+    both = run_job(spark, [str(path), str(other)], tmp_path / "both", report=False)
+    assert len(both.summary["inputs"]["periods"]) == 2  # a new session, though within PERIOD_GAP_S
+    assert both.summary["inputs"]["gaps"][0]["seconds"] < PERIOD_GAP_S
+    sessions = {b["session"] for b in both.brokers}
+    assert len(sessions) == 2 and {b["broker_addr"] for b in alone.brokers} < {
+        b["broker_addr"] for b in synthetic_outputs.brokers}  # the same addresses
+    for one in (synthetic_outputs, alone):
+        mine = {b["session"] for b in one.brokers}
+        assert [without_input(b) for b in both.brokers if b["session"] in mine] == [
+            without_input(b) for b in one.brokers]
+        assert _evidence(both.summary, mine) == _evidence(one.summary, mine)
+    # nothing combined that neither says alone, but a neutral note on the addresses they share
+    noted = {f["kind"] for f in both.summary["findings"]} - {
+        f["kind"] for one in (synthetic_outputs, alone) for f in one.summary["findings"]}
+    assert noted == {"address_in_sessions"}
+    [note] = [f for f in both.summary["findings"] if f["kind"] == "address_in_sessions"]
+    assert note["severity"] == "info" and {item["broker_addr"] for item in note["evidence"]} == {
+        b["broker_addr"] for b in alone.brokers}
+    assert "other sessions: not compared" in note["evidence"][0]["message"]
+
+
+def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, synthetic_outputs: Outputs,
+                                                      tmp_path: Path) -> None:
+    """The synthetic capture rotated into three files, cut between records mid-connection: one
+    session, the same brokers and the same findings (but for naming the files)."""
+    path, _ = synthetic
+    data = path.read_bytes()
+    offsets, at = [], 24
+    while at + 16 <= len(data):
+        offsets.append(at)
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    cuts = [offsets[len(offsets) // 3], offsets[2 * len(offsets) // 3]]
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    for index, (start, end) in enumerate(zip([24, *cuts], [*cuts, len(data)], strict=True)):
+        (rotated / f"part{index}.pcap").write_bytes(data[:24] + data[start:end])
+    parts = run_job(spark, [str(rotated)], tmp_path / "out", report=False)
+    assert len(parts.summary["inputs"]["periods"]) == 1
+    assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in synthetic_outputs.brokers]
+    assert {b["session"] for b in parts.brokers} == {b["session"] for b in synthetic_outputs.brokers}
+    assert _evidence(parts.summary) == _evidence(synthetic_outputs.summary)
+
+
+def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
+    """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
+    but the files' own (whose names differ)."""
+    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
+                  for item in f["evidence"] if (item.get("session") in sessions if sessions is not None
+                                                else item["kind"] != "bad_input"))
+
+
+def without_input(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key != "input"}
+
+
+def test_remote_paths_fail_in_one_line_and_leave_no_output(spark, tmp_path, monkeypatch, capsys) -> None:
+    """s3a:// without the hadoop-aws connector: one line naming it and how to add it, exit status
+    REMOTE_FAILED, no --out left behind; --driver-memory and --conf reach the session."""
+    given: dict = {}
+
+    def build_session(*args, **kwargs):
+        given.update(kwargs)
+        return spark
+
+    monkeypatch.setattr(session, "build_session", build_session)
+    monkeypatch.setattr(session, "stop", lambda spark: None)
+    out = tmp_path / "out"
+    assert cli.main(["report", "s3a://captures/today/", "--out", str(out), "--driver-memory", "2g",
+                     "--conf", "spark.sql.shuffle.partitions=2"]) == cli.REMOTE_FAILED
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(r"python -m spark_analysis: error: s3a:// needs the hadoop-aws connector on Spark's class "
+                        r"path: add --conf spark\.jars\.packages=org\.apache\.hadoop:hadoop-aws:[\d.]+ "
+                        r"\(spark-submit: --packages org\.apache\.hadoop:hadoop-aws:[\d.]+\), or its jar with --jars",
+                        line), line
+    assert not out.exists()
+    assert given["conf"] == {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}
 
 
 def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch, capsys) -> None:
@@ -167,7 +286,7 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
     body = dom[dom.index("<body"):]
     sections = [body.index(f"<section id=\"{name}\"") for name in ("findings", "inputs", "timeline", "intervals",
                                                                     "topics", "requests", "latency", "response-codes",
-                                                                    "brokers")]
+                                                                    "brokers", "clients")]
     assert sections == sorted(sections) and body.index("<h1") < sections[0]
     assert "heartbeat_expired" in body and "crc_failure" in body and "synthetic.pcap" in body
     # one row per problem under the line counting them; each broker's gap a click away
@@ -175,13 +294,20 @@ def test_report_in_headless_chromium(synthetic_outputs: Outputs, tmp_path) -> No
     assert findings_table.count("<tr class=") == len(synthetic_outputs.summary["findings"])
     assert html.escape(synthetic_outputs.summary["attention"], quote=False) in body[:sections[0]]
     expired = next(f for f in synthetic_outputs.summary["findings"] if f["kind"] == "heartbeat_expired")
-    opened = findings_table[findings_table.index("<details>"):]
+    after = findings_table[findings_table.index("<td>heartbeat_expired</td>"):]
+    opened = after[after.index("<details>"):]
     assert all(f"<li>{html.escape(item['message'], quote=False)}</li>" in opened[:opened.index("</details>")]
                for item in expired["evidence"]) and len(expired["evidence"]) > 1
     for plot in ("timeline", "intervals", "topics", "requests", "latency"):
         div = body[body.index(f'id="plot-{plot}"'):]
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
     assert "broker-002" in body and "SynthCluster / broker-002 / 0 (MASTER) / 10.1.0.3:10911" in body
+    # a killed broker: the first row, critical, its closed connection a click away
+    killed = synthetic_outputs.summary["findings"][0]
+    assert (killed["kind"], killed["severity"]) == ("broker_connection_closed", "critical")
+    assert findings_table.index("<td>broker_connection_closed</td>") < findings_table.index(
+        "<td>heartbeat_expired</td>")
+    assert all(html.escape(item["message"], quote=False) in findings_table for item in killed["evidence"])
     assert shot.stat().st_size > 50_000
 
 
@@ -228,18 +354,24 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
             (2.0, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", 2, 0, 1500.0, False, "T", None),
             (3.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 3, 17, 2500.0, False, "X", "no route"),
             (4.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 4, None, None, True, "T", None),
-            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None)]
+            (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None),
+            (6.0, "c", "10.0.0.9:1", 105, "GET_ROUTEINFO_BY_TOPIC", 6, 17, 1.0, False, "%RETRY%cgA", "no route")]
+    rows = [(*row, "s:9876", None, "in.pcap", "s:9876@x") for row in rows]
     groups: findings_module.Groups = {}
     for start in (0, 2):  # two batches, as a task sends them
-        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start else rows[:2],
+        findings_module.note_calls(groups, pa.array(rows[start:start + 4] if start else rows[:2],
                                                     type=tables.row_type(CALL)))
     assert groups[findings_module.SLOW] == {("GET_ROUTEINFO_BY_TOPIC",): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
     assert groups[findings_module.ANSWER_CODES] == {
-        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None]}
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None],
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.9:1", "%RETRY%cgA"): [1, 6.0, 6.0, None]}
     assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
     said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
-    assert [f["kind"] for f in said] == ["topic_not_exist", "unanswered", "slow_answer"]  # 17 said once
-    assert said[-1]["max_ms"] == 2500.0 and said[-1]["max_client"] == "10.0.0.8:1"
+    # 17 said once; a consumer's %RETRY% lookup at start-up is information, an unknown user topic a warning
+    assert [(f["kind"], f["severity"]) for f in said] == [
+        ("topic_not_exist", "warning"), ("unanswered", "warning"), ("slow_answer", "warning"),
+        ("retry_topic_lookup", "info")]
+    assert said[2]["max_ms"] == 2500.0 and said[2]["max_client"] == "10.0.0.8:1"
     assert findings_module.attention(said)["attention"] == (
         "3 warnings: 1 unknown topic, 1 request code never answered, 1 slow request code")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis import inputs
+from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import read_conversations
 from spark_analysis.capture.records import read_records
 from tests.spark.conftest import Outputs, run_job
@@ -25,17 +25,20 @@ from twisted_namesrv.remoting.codes import code_name
 
 # The output contract of issue 3, written out here independently of spark_analysis/schema.py.
 FRAME_COLUMNS = ["ts", "conn_id", "client", "server", "direction", "code", "code_name", "opaque", "flag", "oneway",
-                 "version", "version_name", "language", "serialize_type", "remark", "ext", "body_len"]
+                 "version", "version_name", "language", "serialize_type", "remark", "ext", "body_len", "input",
+                 "session"]
 CALL_COLUMNS = ["ts", "conn_id", "client", "code", "code_name", "opaque", "response_code", "latency_ms", "oneway",
-                "topic", "response_remark"]
+                "topic", "response_remark", "server", "broker_addr", "input", "session"]
 REGISTRATION_COLUMNS = ["ts", "conn_id", "cluster", "broker_name", "broker_addr", "broker_id", "ha_server_addr",
                         "compressed", "body_len", "crc_declared", "crc_ok", "topic_count", "data_version_counter",
-                        "data_version_ts", "filter_servers", "response_code"]
-BROKER_COLUMNS = ["cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
+                        "data_version_ts", "filter_servers", "response_code", "version_name", "topics_held", "server",
+                        "input", "session"]
+BROKER_COLUMNS = ["session", "input",
+                  "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
                   "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s",
                   "interval_p99_s", "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median",
                   "body_len_max", "compressed", "topic_count_first", "topic_count_last", "topic_count_max",
-                  "unregistered"]
+                  "unregistered", "ended", "connection_closes"]
 
 
 @dataclass(frozen=True)
@@ -126,47 +129,101 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
         assert len(frames) == single["totals"]["frames"], name
     assert sum(len(of(name, out.frames)) for name in EXPECTED) == len(out.frames)
 
-    # Broker addresses recur across the 4.9.8 captures: brokers.csv sums them; an address only
-    # named by a QUERY_DATA_VERSION (127.0.0.1:1) never registered and has no row.
-    brokers = {b["broker_addr"]: b for b in out.brokers}
-    assert {a: int(b["registrations"]) for a, b in brokers.items()} == sum(
-        (Counter(e.registrations) for e in EXPECTED.values()), Counter())
-    assert {a for a, b in brokers.items() if b["unregistered"] == "false"} == set().union(
-        *(e.still_registered for e in EXPECTED.values())) - {"127.0.0.1:1"}
+    # Broker addresses recur across the 4.9.8 captures, of clusters that are not the same: each
+    # capture is a session of its own (no connection goes on from one file to the next), brokers.csv
+    # has a row per broker and session; an address only named by a QUERY_DATA_VERSION
+    # (127.0.0.1:1) never registered and has no row.
+    sessions = {b["session"] for b in out.brokers}
+    assert len(sessions) == len(EXPECTED) and all(s.startswith("127.0.0.1:9876@") for s in sessions)
+    for name, expected in EXPECTED.items():
+        brokers = {b["broker_addr"]: b for b in out.brokers if b["input"] == str(paths[name])}
+        assert {a: int(b["registrations"]) for a, b in brokers.items()} == expected.registrations, name
+        assert {a for a, b in brokers.items() if b["unregistered"] == "false"} == (
+            expected.still_registered - {"127.0.0.1:1"}), name
+        assert len({b["session"] for b in brokers.values()}) == 1, name
     assert out.summary["addresses_never_registered"] == ["127.0.0.1:1"]
-    assert (brokers["127.0.0.1:10911"]["role"], brokers["127.0.0.1:10931"]["role"]) == ("MASTER", "SLAVE")
-    assert (brokers["127.0.0.1:10911"]["body_len_max"], brokers["127.0.0.1:10921"]["body_len_min"]) == ("8534", "84")
+    lifecycle = {b["broker_addr"]: b for b in out.brokers if b["input"] == str(paths["json_lifecycle.pcap"])}
+    assert (lifecycle["127.0.0.1:10911"]["role"], lifecycle["127.0.0.1:10931"]["role"]) == ("MASTER", "SLAVE")
+    bulk = {b["broker_addr"]: b for b in out.brokers if b["input"] == str(paths["compressed_bulk.pcap"])}
+    assert (bulk["127.0.0.1:10911"]["body_len_max"], bulk["127.0.0.1:10921"]["body_len_min"]) == ("8534", "84")
+    assert bulk["127.0.0.1:10911"]["topic_count_last"] == "3013"
+    # how each broker's story ended (the steps files): broker-b stops cleanly, broker-a's slave is
+    # killed (kill9), broker-a stops, the probe unregisters its two; in 5.3.3 the slave unregisters,
+    # the other brokers' connections close, the 4.9.8-style broker was refused
+    assert {(b["broker_addr"], b["ended"]) for b in out.brokers if b["input"] != str(paths["v5_probe.pcap"])} == {
+        ("127.0.0.1:10911", "unregistered"), ("127.0.0.1:10921", "unregistered"),
+        ("127.0.0.1:10931", "connection_closed"), ("127.0.0.1:20911", "unregistered"),
+        ("127.0.0.1:20921", "unregistered")}
+    assert {b["broker_addr"]: b["ended"] for b in out.brokers if b["input"] == str(paths["v5_probe.pcap"])} == {
+        "127.0.0.1:50911": "connection_closed", "127.0.0.1:50921": "unregistered",
+        "127.0.0.1:51911": "connection_closed", "127.0.0.1:52911": "connection_closed",
+        "127.0.0.1:53911": "refused"}
 
-    # What the findings say of these captures (their README): every non-zero answer by code,
-    # the probe's three CRC failures (one a capture), 5.3.3's refusal of a 4.9.8-style broker,
-    # the 4.9.8 NameServer never answering code 9999, the two connections per 4.9.8 capture
-    # Java closed for bytes that are no frame; no broker came near the expiry. One finding per
-    # problem, each answer said once (TOPIC_NOT_EXIST and refused registrations not again as
-    # response_code), so the 50-odd events read as eleven lines.
+    # What the findings say of these captures (their README): the killed slave in each 4.9.8
+    # capture and the 5.3.3 brokers whose connections closed, every non-zero answer by code, the
+    # probe's three CRC failures (one a capture), 5.3.3's refusal of a 4.9.8-style broker, the
+    # 4.9.8 NameServer never answering code 9999, the two connections per 4.9.8 capture Java closed
+    # for bytes that are no frame; no broker came near the expiry; no restart, role flip, move or
+    # topic loss (those would compare captures of other clusters). One finding per problem, each
+    # answer said once (TOPIC_NOT_EXIST and refused registrations not again as response_code); the
+    # consumer's %RETRY% lookup at start-up is information.
     answers = Counter()
     for row in out.summary["response_codes"]:
         answers[row["response_code"]] += row["count"]
     assert answers == {17: 25, 22: 9, 16: 5, 1: 4, 3: 1}
     assert out.summary["attention"] == (
-        "2 critical: 1 broker failing the body CRC, 1 broker refused registration · 9 warnings: 2 brokers losing "
-        "topics, 3 brokers restarted, 8 unknown topics, 4 error answers, 1 request code never answered, "
-        "6 undecodable connections")
+        "3 critical: 4 brokers whose connection closed without unregistering, 1 broker failing the body CRC, "
+        "1 broker refused registration · 7 warnings: 7 unknown topics, 4 error answers, 1 request code never "
+        "answered, 6 undecodable connections")
     assert [(f["kind"], f["subject"], len(f["evidence"])) for f in out.summary["findings"]] == [
-        ("crc_failure", None, 1), ("registration_refused", None, 1), ("topic_count_drop", None, 2),
-        ("data_version_backwards", None, 6), ("topic_not_exist", None, 19),
-        ("response_code", "GET_KV_CONFIG QUERY_NOT_FOUND", 2),
+        ("broker_connection_closed", None, 6), ("crc_failure", None, 3), ("registration_refused", None, 1),
+        ("topic_not_exist", None, 16), ("response_code", "GET_KV_CONFIG QUERY_NOT_FOUND", 2),
         ("response_code", "UPDATE_NAMESRV_CONFIG NO_PERMISSION", 1),
         ("response_code", "GET_KVLIST_BY_NAMESPACE QUERY_NOT_FOUND", 1),
         ("response_code", "9999 REQUEST_CODE_NOT_SUPPORTED", 1), ("unanswered", "9999", 3),
-        ("undecodable_connection", None, 6)]
+        ("undecodable_connection", None, 6), ("retry_topic_lookup", None, 3), ("broker_unregistered", None, 13)]
     found = [item for f in out.summary["findings"] for item in f["evidence"]]
-    assert [(f["broker_addr"], f["count"]) for f in found if f["kind"] == "crc_failure"] == [("127.0.0.1:20911", 3)]
+    kill = STEPS_KILL9
+    killed = sorted((f["broker_addr"], f["t"][:19]) for f in found if f["kind"] == "broker_connection_closed"
+                    and f["broker_addr"] == "127.0.0.1:10931")
+    assert killed == sorted(("127.0.0.1:10931", t) for t in kill.values())
+    assert [(f["broker_addr"], f["count"]) for f in found if f["kind"] == "crc_failure"] == [
+        ("127.0.0.1:20911", 1)] * 3
     assert [(f["broker_addr"], f["count"]) for f in found if f["kind"] == "registration_refused"] == [
         ("127.0.0.1:53911", 1)]
     assert Counter((f["code_name"], f["count"]) for f in found if f["kind"] == "unanswered") == {("9999", 1): 3}
-    assert sum(f["count"] for f in found if f["kind"] == "topic_not_exist") == answers[17]
-    nosuch = Counter(f["topic"] for f in found if f["kind"] == "topic_not_exist")
+    assert sum(f["count"] for f in found if f["kind"] in ("topic_not_exist", "retry_topic_lookup")) == answers[17]
+    nosuch = Counter(f["topic"] for f in found if f["kind"] in ("topic_not_exist", "retry_topic_lookup"))
     assert nosuch["NoSuchTopic"] == 6 and nosuch["%RETRY%cgA"] == 3
+
+    # the clients table: every connection's client, its language and version, lookups and errors
+    talkers = out.summary["clients"]
+    assert {(c["language"], c["version"]) for c in talkers} >= {("CPP", "V3_1_8"), ("JAVA", "V4_9_8"),
+                                                                 ("JAVA", "V5_3_3")}
+    assert sum(c["lookups"] for c in talkers) == sum(c["code_name"] == "GET_ROUTEINFO_BY_TOPIC" for c in out.calls)
+    assert sum(c["errors"] for c in talkers) == sum(row["count"] for row in out.summary["response_codes"])
+    assert {c["client"] for c in talkers if c["role"] == "broker"} == {
+        r["conn_id"].partition(">")[0] for r in out.registrations}
+    assert (Path(out.out) / "clients.csv").read_text().count("\n") == len(talkers) + 1
+
+    # each capture alone says what it says among the others
+    for name in ("json_lifecycle.pcap", "v5_probe.pcap"):
+        alone = run_job(spark, [str(paths[name])], tmp_path / f"alone-{name}", report=False)
+        mine = {b["session"] for b in out.brokers if b["input"] == str(paths[name])}
+        assert [b for b in out.brokers if b["session"] in mine] == alone.brokers, name
+        assert _findings_of(out.summary, mine) == _findings_of(alone.summary, mine), name
+
+
+#: when broker-a's slave was killed (SIGKILL) in each 4.9.8 capture: its connection's FIN, as the
+#: steps files order it (after broker-b's stop, before clusterList), to the second
+STEPS_KILL9 = {"json_lifecycle.pcap": "2026-11-22T06:19:47", "binary_lifecycle.pcap": "2026-11-22T06:22:17",
+               "compressed_bulk.pcap": "2026-11-22T06:24:45"}
+
+
+def _findings_of(summary: dict, sessions: set[str]) -> list[tuple]:
+    """The evidence about brokers of these sessions, as (kind, severity, message)."""
+    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
+                  for item in f["evidence"] if item.get("session") in sessions)
 
 
 def test_output_columns_follow_the_contract(synthetic_outputs: Outputs) -> None:
@@ -197,6 +254,7 @@ def test_synthetic_capture_matches_its_truth(synthetic, synthetic_outputs: Outpu
         assert int(found["topic_count_last"]) == known["last_topic_count"], addr
         assert (int(found["would_expire"]) > 0) == known["would_expire"], addr
         assert found["unregistered"] == str(known["unregistered"]).lower(), addr
+        assert (found["ended"], int(found["connection_closes"])) == (known["ended"], len(known["closes"])), addr
         assert float(found["max_gap_s"]) == pytest.approx(known["max_gap_s"], abs=1e-3), addr
         assert float(found["interval_p50_s"]) == pytest.approx(known["median_interval_s"], abs=1e-3), addr
         assert seconds(found["first_seen"]) == pytest.approx(known["first_seen"], abs=1e-6), addr
@@ -228,7 +286,7 @@ def test_other_filesystems_are_listed_read_and_written_through_hadoop(spark, syn
     remote = run_job(spark, [f"file://{path.parent}"], f"file://{tmp_path}", report=False)
     # there Spark writes the tables; for a local output the decoding tasks did: the same files
     assert same_rows(remote, synthetic_outputs)
-    assert remote.brokers == synthetic_outputs.brokers
+    assert same_brokers(remote, synthetic_outputs)
     # the directory also holds the truth, named for what it is; the capture is found as by ranges
     truth, read_whole = sorted(remote.summary["inputs"]["files"], key=lambda f: f["path"], reverse=True)
     assert (truth["path"].endswith("synthetic.truth.json"), truth["problem"]) == (True, "not a capture")
@@ -249,7 +307,7 @@ def test_gzip_captures_are_read_whole_and_inflated(spark, synthetic, synthetic_o
     (tmp_path / "in" / "notes.pcap.gz").write_text("not gzip\n")
     inflated = run_job(spark, [str(tmp_path / "in")], tmp_path / "out", report=False)
     assert same_rows(inflated, synthetic_outputs)
-    assert inflated.brokers == synthetic_outputs.brokers
+    assert same_brokers(inflated, synthetic_outputs)
     notes, capture = sorted(inflated.summary["inputs"]["files"], key=lambda f: f["path"])
     assert (Path(notes["path"]).name, notes["problem"]) == ("notes.pcap.gz", "not a capture")
     [plain] = synthetic_outputs.summary["inputs"]["files"]
@@ -258,12 +316,41 @@ def test_gzip_captures_are_read_whole_and_inflated(spark, synthetic, synthetic_o
 
 
 def same_rows(a: Outputs, b: Outputs) -> bool:
+    """The same tables, read from input files of any name."""
     def table(rows: list[dict]) -> list[str]:
-        return sorted(repr(sorted(row.items())) for row in rows)
+        return sorted(repr(sorted(without_input(row).items())) for row in rows)
 
     return all(table(x) == table(y) for x, y in ((a.frames, b.frames), (a.calls, b.calls),
                                                  (a.registrations, b.registrations)))
 
 
+def without_input(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key != "input"}
+
+
+def same_brokers(a: Outputs, b: Outputs) -> bool:
+    return [without_input(row) for row in a.brokers] == [without_input(row) for row in b.brokers]
+
+
 def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_killed_master_in_controller_mode_is_critical_with_its_time(spark, tmp_path: Path) -> None:
+    """v5_controller_failover: broker-c0 (127.0.0.1:28911), master, killed -9 at 16:45:23.171 (its
+    steps file); the NameServer sees its connection close, the survivor takes brokerId 0, the
+    killed broker comes back as slave: a critical close at the kill's time (and what it was then),
+    two role flips within the session (the controller gave the slave id 2), no restart or topic loss
+    invented."""
+    out = run_job(spark, [str(capture("v5_controller_failover.pcapng"))], tmp_path, server_port=28876,
+                  report=False)
+    found = [item for f in out.summary["findings"] for item in f["evidence"]]
+    [killed] = [item for item in found if item["kind"] == "broker_connection_closed"]
+    assert (killed["broker_addr"], killed["severity"], killed["closed"]) == ("127.0.0.1:28911", "critical",
+                                                                             "fin from client")
+    assert 0 <= seconds(killed["t"]) - seconds("2026-11-26T16:45:23.171Z") < 1.0
+    assert killed["registered_again"] is not None and "it was brokerId 0 (MASTER) then" in killed["message"]
+    assert {(item["broker_addr"], item["id_from"], item["id_to"]) for item in found
+            if item["kind"] == "broker_id_change"} == {("127.0.0.1:28921", 2, 0), ("127.0.0.1:28911", 0, 1)}
+    assert not {item["kind"] for item in found} & {"data_version_backwards", "topic_count_drop",
+                                                   "broker_address_change"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_analysis import __main__ as cli
-from spark_analysis import session
+from spark_analysis.spark import session
 from tests.spark.conftest import REPO
 
 
@@ -57,7 +57,7 @@ def test_a_jvm_that_does_not_start_is_one_line_and_exit_4(synthetic, tmp_path) -
 
 _PASSED_ON = """
 import subprocess, sys, threading
-from spark_analysis import session
+from spark_analysis.spark import session
 
 class Session:
     def stop(self) -> None:
@@ -97,7 +97,7 @@ def test_a_closed_stderr_stays_closed() -> None:
 
 _FD_2_INSIDE = """
 import os
-from spark_analysis import session
+from spark_analysis.spark import session
 
 with session._jvm_stderr():
     print(os.path.exists("/proc/self/fd/2"))

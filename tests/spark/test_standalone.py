@@ -2,7 +2,8 @@
 and a worker (one core) started here from PySpark's own distribution on 127.0.0.1, the zip of
 tools/spark_zip.py and spark-submit, driver and executors in a virtual environment without this
 project (the zip is all they get of it). Spark writes the tables there (not the tasks), tasks run in
-executor processes: what a local run leaves out. Its output must equal the local run's."""
+executor processes: what a local run leaves out. Its output must equal the local run's, and so
+must that of ``python -m spark_analysis report --master spark://...``, which ships the zip itself."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from spark_analysis.session import QUICK_JVM  # the JVMs the test starts run as the local driver does
+from spark_analysis.spark.session import QUICK_JVM  # the JVMs the test starts run as the local driver does
 from tests.spark.conftest import REPO, Outputs, read_outputs
 from tests.spark.test_report import same_rows
 
@@ -53,7 +56,14 @@ def test_submitted_to_a_standalone_cluster_the_report_equals_the_local_run(
                                 str(zip_path.with_name("spark_analysis_main.py")),
                                 "report", str(synthetic[0]), "--out", str(out)],
                                tmp_path / "submit.log", env, SUBMIT_SECONDS)
+        # the command line itself with --master spark://: it ships the same zip (the executors'
+        # Python has nothing else of the project), with its own --driver-memory and --conf
+        direct = run_logged([sys.executable, "-m", "spark_analysis", "report", str(synthetic[0]), "--out",
+                             str(tmp_path / "direct"), "--master", master, "--driver-memory", "512m", *conf],
+                            tmp_path / "direct.log", {**env, "PYSPARK_DRIVER_PYTHON": sys.executable},
+                            SUBMIT_SECONDS)
     assert submitted == 0, tails(tmp_path)
+    assert direct == 0, tails(tmp_path)
     assert list((tmp_path / "work").glob("app-*/0/stderr")), "no executor ran on the worker"
 
     cluster = read_outputs(spark, out)
@@ -64,6 +74,11 @@ def test_submitted_to_a_standalone_cluster_the_report_equals_the_local_run(
     assert (out / "brokers.csv").read_text() == Path(local.out, "brokers.csv").read_text()
     assert cluster.summary == local.summary
     assert (out / "report.html").stat().st_size > 0
+    shipped = read_outputs(spark, tmp_path / "direct")
+    assert same_rows(shipped, local) and shipped.summary == local.summary
+    # Spark's writer on a cluster writes the timestamps the local tasks write: microseconds, UTC
+    for name in ("frames", "calls", "registrations"):
+        assert pq.read_schema(next((out / name).glob("*.parquet"))).field("ts").type == pa.timestamp("us", tz="UTC")
 
 
 def clean_python(root: Path) -> str:

@@ -1,6 +1,6 @@
 """What the tasks compute themselves: the tables' part files (tables.py), the report's latency
-buckets (latency.py), the tallies the driver adds up (inputs.merge_tally), gzip captures
-inflated (inputs.gunzip). Pure Python: no Spark session."""
+buckets (latency.py), the tallies the driver adds up (model/tally.py), gzip captures
+inflated (inputs.gunzip, inputs.inflate_to). Pure Python: no Spark session."""
 
 from __future__ import annotations
 
@@ -15,14 +15,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_analysis import inputs, latency, tables
-from spark_analysis.decode import CALL, FRAME
+from spark_analysis.analysis import latency
+from spark_analysis.capture import inputs
+from spark_analysis.decode.rows import CALL, FRAME
+from spark_analysis.model.tally import Tally, add
+from spark_analysis.output import tables
+from tests.support import capture
 
 
 def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
     """CALL rows with only what latency.py reads filled in."""
-    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None) for name, ms in rows]
+    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None, "s", None, None,
+             None) for name, ms in rows]
     return pa.array(full, type=tables.row_type(CALL))
+
+
+def test_latency_is_counted_per_nameserver_too() -> None:
+    rows = pa.array([{"code_name": "GET_ROUTEINFO_BY_TOPIC", "latency_ms": ms, "server": server}
+                     for server, ms in (("10.0.0.1:9876", 1.0), ("10.0.0.1:9876", 1.0), ("10.0.0.2:9876", 50.0))],
+                    type=tables.row_type(CALL))
+    tally = latency.count_calls(rows)
+    [both] = latency.code_stats(tally)
+    assert (both.server, both.requests, both.answered) == (None, 3, 3)
+    one, two = latency.code_stats(tally, by_server=True)
+    assert (one.server, one.requests, two.server, two.requests) == ("10.0.0.1:9876", 2, "10.0.0.2:9876", 1)
+    assert one.p[2] == pytest.approx(1.0, rel=0.01) and two.p[0] == pytest.approx(50.0, rel=0.01)
 
 
 def test_latency_percentiles_are_within_one_percent_of_the_exact_ones() -> None:
@@ -50,7 +67,7 @@ def test_latency_buckets_edges() -> None:
 
 def frames(count: int, first_ts: float) -> pa.StructArray:
     rows = [(first_ts + i * 0.5, "c", "a:1", "b:9876", "request", 105, "GET_ROUTEINFO_BY_TOPIC", i, 0, False,
-             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0) for i in range(count)]
+             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0, "in.pcap", "b:9876@x") for i in range(count)]
     return pa.array(rows, type=tables.row_type(FRAME))
 
 
@@ -86,24 +103,66 @@ def test_seconds_become_microseconds_as_spark_truncates_them(seconds: float) -> 
 
 def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
     """Two tasks read byte ranges of one file: its records add up, its span widens, the problem
-    one of them found (the last record cut short) is kept."""
-    task_a, task_b = Counter({"segments": 3}), Counter({"segments": 4, "records": 9})
-    inputs.note_file(task_a, "f.pcap", records=5, first=10.0, last=20.0, link_type=1)
-    inputs.note_file(task_b, "f.pcap", records=4, first=20.5, last=30.0, link_type=1, problem=inputs.TRUNCATED,
+    one of them found (the last record cut short) is kept; a decoding task's counts, groups and
+    latencies add to them; summary.json's counts are the COUNT fields, in order."""
+    task_a, task_b = inputs.ReadTally(segments=3), inputs.ReadTally(segments=4, records=9)
+    task_a.note_file("f.pcap", records=5, first=10.0, last=20.0, link_type=1)
+    task_b.note_file("f.pcap", records=4, first=20.5, last=30.0, link_type=1, problem=inputs.TRUNCATED,
                      trailing_bytes=7)
-    merged = inputs.merge_tally(inputs.merge_tally(Counter(), task_a), task_b)
-    assert merged == Counter({"segments": 7, "records": 9, (inputs.FILE, "f.pcap"): inputs.FileFacts(
-        9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)})
+    decoding = Tally(frame=3, request=2, response=1, latencies=Counter({("s", "A", 1): 2}))
+    add(decoding.groups, "slow", ("A",), 1, 5.0, 5.0, (1500.0, 5.0, "c"))
+    merged = Tally().merge(task_a).merge(task_b).merge(decoding).merge(decoding)
+    assert (merged.segments, merged.records, merged.frame, merged.request) == (7, 9, 6, 4)
+    assert merged.files == {"f.pcap": inputs.FileFacts(9, 10.0, 30.0, 1, inputs.TRUNCATED, 7)}
+    assert merged.groups == {"slow": {("A",): [2, 5.0, 5.0, (1500.0, 5.0, "c")]}}
+    assert merged.latencies == Counter({("s", "A", 1): 4})
+    assert list(merged.counts()) == ["records", "bytes", "segments", "connection", "frame", "request", "response",
+                                     "call", "unanswered", "registration", "crc_failures", "gaps", "lost_bytes",
+                                     "undecodable"]
 
 
 def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
     """tcpdump -z gzip, rotated files joined with cat, one copied in part, one that is no gzip."""
-    tally: Counter = Counter()
+    tally = inputs.ReadTally()
     assert inputs.gunzip(gzip.compress(b"pcap ") + gzip.compress(b"records"), "two.gz", tally) == b"pcap records"
-    assert (inputs.FILE, "two.gz") not in tally
+    assert "two.gz" not in tally.files
     data = os.urandom(50_000)  # incompressible: a cut in the middle of the stream
     cut = inputs.gunzip(gzip.compress(data)[:30_000], "cut.gz", tally)
     assert 0 < len(cut) < len(data) and data.startswith(cut)
-    assert tally[(inputs.FILE, "cut.gz")].problem == inputs.TRUNCATED
+    assert tally.files["cut.gz"].problem == inputs.TRUNCATED
     assert inputs.gunzip(b"not a capture\n", "notes.gz", tally) == b""
-    assert tally[(inputs.FILE, "notes.gz")].problem == inputs.NOT_A_CAPTURE
+    assert tally.files["notes.gz"].problem == inputs.NOT_A_CAPTURE
+
+
+def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
+    """The same as gunzip, a chunk at a time (small chunks here: members and a cut across them),
+    into a file: never the whole capture in memory."""
+    data = os.urandom(50_000)
+    cases = {"two.gz": (gzip.compress(b"pcap ") + gzip.compress(b"records"), b"pcap records", None),
+             "cut.gz": (gzip.compress(data)[:30_000], None, inputs.TRUNCATED),
+             "notes.gz": (b"not a capture\n", b"", inputs.NOT_A_CAPTURE)}
+    for name, (compressed, inflated, problem) in cases.items():
+        (tmp_path / name).write_bytes(compressed)
+        tally = inputs.ReadTally()
+        inputs.inflate_to(str(tmp_path / name), str(tmp_path / f"{name}.pcap"), name, tally, chunk=1000)
+        got = (tmp_path / f"{name}.pcap").read_bytes()
+        assert got == (inputs.gunzip(compressed, name, inputs.ReadTally()) if inflated is None else inflated), name
+        assert (tally.files[name].problem if name in tally.files else None) == problem, name
+    assert 0 < len((tmp_path / "cut.gz.pcap").read_bytes()) < len(data)
+
+
+def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:
+    """Its whole blocks are read; the bytes of the block cut short are counted, as for a pcap."""
+    whole = capture("v5_controller_failover.pcapng").read_bytes()
+    found = {}
+    for name, data in (("whole.pcapng", whole), ("cut.pcapng", whole[:len(whole) // 2])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        file = inputs.CaptureFile(str(path), len(data), 0)
+        tally = inputs.ReadTally()
+        list(inputs.read_task([inputs.Split(file, 0, len(data))], 9876, tally))
+        found[name] = tally.files[str(path)]
+    assert (found["whole.pcapng"].problem, found["whole.pcapng"].trailing_bytes) == (None, 0)
+    cut = found["cut.pcapng"]
+    assert cut.problem == inputs.TRUNCATED and 0 < cut.trailing_bytes < len(whole) // 2
+    assert 0 < cut.records < found["whole.pcapng"].records

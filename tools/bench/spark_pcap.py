@@ -46,11 +46,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from run import descendants  # the performance table's runner, beside this file
 
+from spark_analysis.capture.inputs import CaptureFile, Split
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
-from spark_analysis.decode import split_rows
-from spark_analysis.inputs import CaptureFile, Split
-from spark_analysis.job import analyse
-from spark_analysis.session import build_session, local_cores
+from spark_analysis.decode.rows import split_rows
+from spark_analysis.spark.job import analyse
+from spark_analysis.spark.session import build_session, local_cores
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTH = REPO / "tools" / "synth_pcap.py"

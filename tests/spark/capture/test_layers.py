@@ -23,9 +23,9 @@ def test_the_capture_reader_imports_no_spark() -> None:
 
 
 def test_the_spark_decoder_imports_no_dispatch_and_keeps_the_servers_templates() -> None:
-    loaded = loaded_by("spark_analysis.decode", "spark_analysis.job")
+    loaded = loaded_by("spark_analysis.decode.rows", "spark_analysis.spark.job")
     assert "twisted_namesrv.remoting.values" in loaded
     assert not loaded & {"twisted_namesrv.processor", "twisted_namesrv.server", "twisted_namesrv.replies"}
-    from spark_analysis import decode  # noqa: F401 - imported here too: no global of the server changes
+    from spark_analysis.decode import rows  # noqa: F401 - imported here too: no global of the server changes
     from twisted_namesrv.remoting.header import SERVER_TEMPLATES
     assert SERVER_TEMPLATES.size == 4096

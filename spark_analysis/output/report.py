@@ -27,25 +27,26 @@ from datetime import datetime, timezone
 import numpy as np
 import plotly.io as pio
 from plotly.colors import get_colorscale
-from pyspark.sql import SparkSession
 
-from spark_analysis.brokers import (
+from spark_analysis.analysis.clients import CLIENT_COLUMNS
+from spark_analysis.analysis.findings import broker_label
+from spark_analysis.analysis.latency import PERCENTILES, CodeStats
+from spark_analysis.analysis.liveness import Liveness, plot_order
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
     INTERVAL_RANGE_S,
     NEAR_EXPIRY_S,
     PLOTTED_BROKERS,
-    Liveness,
     TimeBins,
-    plot_order,
 )
-from spark_analysis.findings import broker_label
-from spark_analysis.latency import PERCENTILES, CodeStats
-from spark_analysis.schema import BROKER_COLUMNS
 
 TOP_CODES = 25
 #: evidence listed under a finding in the page (summary.json has it all)
 SHOWN_EVIDENCE = 500
+#: clients shown on the page (the others are in summary.json and clients.csv)
+_CLIENTS_SHOWN = 200
 RED, AMBER = "#d62728", "#ff9f1a"
 #: a capture period's panel is at least this share of a time plot's width; TICKS labels fill a whole one
 MIN_PANEL_SHARE, TICKS = 0.25, 14
@@ -56,9 +57,10 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("undecodable", "connections with undecodable bytes"))
 
 
-def write_report(spark: SparkSession, out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
-                 write_bytes: Callable[[SparkSession, str, bytes], None]) -> None:
-    write_bytes(spark, f"{out}/report.html", b"".join(page(summary, liveness, codes)))
+def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
+                 write_bytes: Callable[[str, bytes], None]) -> None:
+    """report.html in ``out``, written by ``write_bytes`` (local or through Hadoop: the Spark layer's)."""
+    write_bytes(f"{out}/report.html", b"".join(page(summary, liveness, codes)))
 
 
 def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[bytes]:
@@ -70,7 +72,7 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
                ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
                ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins)),
                ("requests", "Requests by code", request_mix(codes)),
-               ("latency", "Latency by code", latency_percentiles(codes))]
+               ("latency", "Latency by code and NameServer", latency_percentiles(_per_server(summary, codes)))]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
              f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
              f"<p class='status'>{html.escape(summary['attention'])}</p>"
@@ -82,8 +84,18 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
                            config={"displaylogo": False})
         parts.append(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode())
     parts.append(f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}"
-                 f"{_counts(summary['counts'])}</body></html>".encode())
+                 f"{_clients(summary['clients'])}{_counts(summary['counts'])}</body></html>".encode())
     return parts
+
+
+def _per_server(summary: dict, codes: list[CodeStats]) -> list[CodeStats]:
+    """The latency of each NameServer apart when the captures show several, else of all calls."""
+    rows = summary["calls_by_server"]
+    if len({row["server"] for row in rows}) < 2:
+        return codes
+    keys = [f"p{round(p * 100)}_ms" for p in PERCENTILES]
+    return [CodeStats(row["code_name"], row["requests"], row["answered"],
+                      tuple(row[key] for key in keys) if row["answered"] else None, row["server"]) for row in rows]
 
 
 def plotted_brokers(brokers: list[dict]) -> list[dict]:
@@ -95,7 +107,8 @@ def plotted_brokers(brokers: list[dict]) -> list[dict]:
 
 def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
-    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long).
+    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long); a
+    red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
     A row per broker, numbered: its label is on the axis and in its traces' hover, not at every
     point (where it was most of the figure's data)."""
     labels = [broker_label(b) for b in shown]
@@ -127,10 +140,22 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
                 "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [row, row],
                 "mode": "lines+markers", "line": {"color": color, "width": 6}, "marker": {"color": color, "size": 8},
                 "hovertext": text, "hoverinfo": "text", "showlegend": False}))
+    closed = [(row, label, close) for row, (label, broker) in enumerate(zip(labels, shown, strict=True))
+              for close in broker["closes"]]
+    for row, label, close in closed:  # a crash or kill: the NameServer forgot the broker there and then
+        traces.append(_on_panel(time_bins.period_of(close["t"]), {
+            "type": "scatter", "x": _dates([close["t"]]), "y": [row], "mode": "markers",
+            "marker": {"symbol": "x", "size": 12, "color": RED, "line": {"width": 2}}, "showlegend": False,
+            "hovertext": f"{label}<br>connection closed without UNREGISTER_BROKER at {_time(close['t'])} "
+                         f"({close['how']}): the NameServer removed it at once", "hoverinfo": "text"}))
     for name, color in ((f"gap over {EXPIRY_SECONDS} s (expired)", RED), (f"gap of {NEAR_EXPIRY_S}-{EXPIRY_SECONDS} s",
                                                                            AMBER)):
         traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines",
                        "line": {"color": color, "width": 6}, "name": name})
+    if closed:
+        traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name":
+                       "connection closed without unregistering (crash or kill)",
+                       "marker": {"symbol": "x", "size": 12, "color": RED, "line": {"width": 2}}})
     return _figure(layout, traces)
 
 
@@ -141,9 +166,12 @@ def interval_distributions(shown: list[dict]) -> dict:
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
     shade = [[None if n is None else math.log10(n) for n in row] for row in counts]
+    last = f" (last column: {INTERVAL_RANGE_S} s and more)" if widest * INTERVAL_BUCKET_S >= INTERVAL_RANGE_S else ""
+    right = max(widest * INTERVAL_BUCKET_S, EXPIRY_SECONDS) + 5 * INTERVAL_BUCKET_S  # both dashed lines show
     layout = _layout(len(shown), shapes=[_vline(NEAR_EXPIRY_S, AMBER), _vline(EXPIRY_SECONDS, RED)],
-                     xaxis={"title": {"text": f"seconds between heartbeats (last column: {INTERVAL_RANGE_S} s and "
-                                              f"more); dashed: {NEAR_EXPIRY_S} s and the {EXPIRY_SECONDS} s expiry"}},
+                     xaxis={"range": [-INTERVAL_BUCKET_S / 2, right],
+                            "title": {"text": f"seconds between heartbeats{last}; dashed: {NEAR_EXPIRY_S} s and "
+                                              f"the {EXPIRY_SECONDS} s expiry"}},
                      yaxis={"autorange": "reversed", "type": "category", "categoryorder": "array",
                             "categoryarray": labels})
     return _figure(layout, [{
@@ -187,15 +215,18 @@ def request_mix(codes: list[CodeStats]) -> dict:
 
 
 def latency_percentiles(codes: list[CodeStats]) -> dict:
+    """p50/p90/p99 per code, and per NameServer where CodeStats name one (a row each): each server
+    answers at its own speed."""
     rows = sorted((row for row in codes if row.answered), key=lambda row: row.answered, reverse=True)[:TOP_CODES]
     rows = rows[::-1]
+    names = [row.code_name if row.server is None else f"{row.code_name} @ {row.server}" for row in rows]
     layout = _layout(len(rows) * 2, barmode="group", xaxis={
         "type": "log", "title": {"text": "latency, ms (request to answer, as captured; log scale)"}})
     traces = []
     for index, percentile in enumerate(PERCENTILES):
         name = f"p{percentile * 100:g}"
         traces.append({
-            "type": "bar", "x": [max(row.p[index], 1e-3) for row in rows], "y": [row.code_name for row in rows],
+            "type": "bar", "x": [max(row.p[index], 1e-3) for row in rows], "y": names,
             "orientation": "h", "name": name, "customdata": [row.answered for row in rows],
             "text": [f"{row.p[index]:,.2f}" for row in rows], "textposition": "auto",
             "hovertemplate": f"%{{y}} {name}: %{{x:,.3f}} ms of %{{customdata:,}} answered<extra></extra>"})
@@ -348,6 +379,15 @@ def _response_codes(rows: list[dict]) -> str:
 
 def _brokers(brokers: list[dict]) -> str:
     return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKER_COLUMNS, brokers)}</section>"
+
+
+def _clients(rows: list[dict]) -> str:
+    """Who talked to the NameServers: the clients with most requests first (all in summary.json
+    and clients.csv)."""
+    shown = sorted(rows, key=lambda row: -row["requests"])[:_CLIENTS_SHOWN]
+    more = f"<p>and {len(rows) - len(shown):,} more (clients.csv)</p>" if len(rows) > len(shown) else ""
+    table = _table(CLIENT_COLUMNS, shown) if rows else "<p>none</p>"
+    return f"<section id='clients'><h2>Clients</h2>{table}{more}</section>"
 
 
 def _counts(counts: dict) -> str:

@@ -35,8 +35,8 @@ import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from spark_analysis.capture.inputs import ConnectionKey, Piece
 from spark_analysis.capture.reassembly import SEGMENT
-from spark_analysis.inputs import ConnectionKey, Piece
 
 #: what decoding a frame costs, in what decoding that many payload bytes does
 FRAME_COST_BYTES = 5600

@@ -1,4 +1,5 @@
-"""The report's request mix and latency percentiles per code, counted by the decoding tasks.
+"""The report's request mix and latency percentiles per code and NameServer, counted by the
+decoding tasks.
 
 Each task counts its calls per code name and their latencies in logarithmic buckets 1% wide, as
 a Counter in the tally row it returns (job.py), which the driver adds up: it gets a few hundred
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 PERCENTILES = (0.5, 0.9, 0.99)
 MIN_LATENCY_MS = 1e-3
@@ -28,25 +30,31 @@ class CodeStats(NamedTuple):
     requests: int
     answered: int
     p: tuple[float, ...] | None  # latency percentiles in ms (PERCENTILES), None if none answered
+    server: str | None = None  # the NameServer (None: all of them)
 
 
-def count_calls(calls: pa.StructArray) -> Counter:
-    """(code_name, bucket) -> calls of a batch of schema.CALL_ROWS: every call under bucket -1,
-    answered ones under their latency's bucket too."""
-    names = calls.field("code_name").dictionary_encode()
-    dictionary = names.dictionary.to_pylist()
+def count_calls(calls: pa.StructArray) -> Counter[Any]:
+    """(server, code_name, bucket) -> calls of a batch of schema.CALL_ROWS: every call under
+    bucket -1, answered ones under their latency's bucket too. Latency is a server's: each
+    NameServer is counted apart."""
+    servers = pc.fill_null(calls.field("server"), "?") if calls.type.get_field_index("server") >= 0 else (
+        pa.array(["?"] * len(calls), pa.string()))
+    names = pc.binary_join_element_wise(servers, calls.field("code_name"), "\x00").dictionary_encode()
+    dictionary = [tuple(name.split("\x00", 1)) for name in names.dictionary.to_pylist()]
     codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     latency = calls.field("latency_ms").to_numpy(zero_copy_only=False)  # NaN: unanswered
     answered = ~np.isnan(latency)
-    tally: Counter = Counter()
+    tally: Counter[Any] = Counter()
     for code, count in _counted(codes):
-        tally[dictionary[code], _REQUESTS] += count
+        server, name = dictionary[code]
+        tally[server, name, _REQUESTS] += count
     for key, count in _counted(codes[answered] << 32 | bucket_of(latency[answered])):
-        tally[dictionary[key >> 32], key & 0xFFFFFFFF] += count
+        server, name = dictionary[key >> 32]
+        tally[server, name, key & 0xFFFFFFFF] += count
     return tally
 
 
-def _counted(values: np.ndarray) -> zip:
+def _counted(values: np.ndarray) -> zip[Any]:
     """(value, how often) for each distinct value."""
     return zip(*(column.tolist() for column in np.unique(values, return_counts=True)), strict=True)
 
@@ -61,16 +69,18 @@ def upper_edge(bucket: int) -> float:
     return MIN_LATENCY_MS * _GROWTH**bucket
 
 
-def code_stats(tally: Counter) -> list[CodeStats]:
-    """Per code name: its requests, the answered ones and their latency percentiles."""
-    by_code: dict[str, dict[int, int]] = {}
-    for (name, bucket), count in tally.items():
-        by_code.setdefault(name, {})[bucket] = count
+def code_stats(tally: Counter[Any], by_server: bool = False) -> list[CodeStats]:
+    """Per code name (and NameServer if ``by_server``): its requests, the answered ones and their
+    latency percentiles."""
+    by_code: dict[tuple[str | None, str], Counter[Any]] = {}
+    for (server, name, bucket), count in tally.items():
+        by_code.setdefault((server if by_server else None, name), Counter())[bucket] += count
     stats = []
-    for name, buckets in sorted(by_code.items()):
+    for (server, name), buckets in sorted(by_code.items(), key=lambda item: (item[0][1], item[0][0] or "")):
         requests = buckets.pop(_REQUESTS, 0)
         answered = sum(buckets.values())
-        stats.append(CodeStats(name, requests, answered, _percentiles(buckets, answered) if answered else None))
+        stats.append(CodeStats(name, requests, answered, _percentiles(buckets, answered) if answered else None,
+                               server))
     return stats
 
 

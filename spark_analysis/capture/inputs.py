@@ -20,8 +20,9 @@ import glob
 import mmap
 import os
 import zlib
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import NamedTuple
 from urllib.parse import urlparse
 
@@ -52,8 +53,6 @@ _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # and the chain that find_record_boundary validates when the next range starts near its end.
 _RECORDS_PAST_STOP = 4
 
-#: a tally key ("file", path) holds what the reading tasks learnt of that file (note_file)
-FILE = "file"
 #: what is wrong with an input file, if anything (FileFacts.problem)
 NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
 
@@ -64,7 +63,7 @@ ConnectionKey = tuple[str, str]
 class CaptureFile(NamedTuple):
     path: str
     size: int
-    index: int  # position among all inputs, which orders records of equal timestamps
+    index: int  # type: ignore[assignment]  # position among all inputs: orders records of equal timestamps
 
 
 class Split(NamedTuple):
@@ -215,25 +214,75 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
     return tasks
 
 
-def read_task(splits: Iterable[Split], server_port: int, tally: Counter) -> Iterator[Piece]:
-    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split."""
+def read_task(splits: Iterable[Split], server_port: int, tally: ReadTally, spool: str | None = None
+              ) -> Iterator[Piece]:
+    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split; a
+    local gzip capture (a whole-file split) is inflated into ``spool`` first (read_gzip)."""
     for split in splits:
-        tally["bytes"] += split.stop - split.start
+        if gzipped(split.file.path) and spool is not None:
+            yield from read_gzip(split.file, server_port, tally, spool)
+            continue
+        tally.bytes += split.stop - split.start
         content = mapped_file(split.file.path)
         yield from pieces(content, _split_records(content, split, tally), split.file, server_port, tally, inline=False)
 
 
-def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: Counter) -> Iterator[Piece]:
+def read_gzip(file: CaptureFile, server_port: int, tally: ReadTally, spool: str) -> Iterator[Piece]:
+    """A local gzip capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
+    read in place as any local capture: its pieces locate their payloads in that file, so neither
+    the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
+    task's row overflowed the driver's default heap). Facts are noted under the .gz's own name."""
+    target = os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
+    inflate_to(local_path(file.path), target, file.path, tally)
+    content = mapped_file(target)
+    tally.bytes += len(content)
+    yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, server_port,
+                      tally, inline=False, source=target)
+
+
+def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int = 1 << 20) -> None:
+    """Inflate every member of a gzip file into ``target`` (written under a temporary name and
+    renamed: a task run again replaces it). One cut short gives what it holds and is TRUNCATED;
+    one that is no gzip at all gives nothing and is NOT_A_CAPTURE (as gunzip)."""
+    part = f"{target}.part"
+    wrote = 0
+    with open(path, "rb") as source, open(part, "wb") as out:
+        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)  # | 16: the gzip header and trailer
+        started = False  # the current member has had input
+        while data := source.read(chunk):
+            while data:
+                started = True
+                try:
+                    inflated = inflater.decompress(data)
+                except zlib.error:
+                    tally.note_file(name, problem=TRUNCATED if wrote else NOT_A_CAPTURE)
+                    started = False
+                    data = b""
+                    source.seek(0, os.SEEK_END)
+                    break
+                out.write(inflated)
+                wrote += len(inflated)
+                data = b""
+                if inflater.eof:  # the next member, if any, starts in what is left
+                    data = inflater.unused_data
+                    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+                    started = False
+        if started and not inflater.eof:
+            tally.note_file(name, problem=TRUNCATED)
+    os.replace(part, target)
+
+
+def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: ReadTally) -> Iterator[Piece]:
     """The same for a file's whole content (files that tasks cannot read by range), gzip's
     inflated."""
     if gzipped(file.path):
         data = gunzip(data, file.path, tally)
-    tally["bytes"] += len(data)
+    tally.bytes += len(data)
     records = _split_records(data, Split(file, 0, len(data)), tally)
     yield from pieces(data, records, file, server_port, tally, inline=True)
 
 
-def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
+def gunzip(data: Buffer, path: str, tally: ReadTally) -> bytes:
     """A gzip file's content, every member of it. One cut short (compressed while it was written,
     or copied in part) gives what it holds and is TRUNCATED; one that is no gzip at all gives
     nothing and is NOT_A_CAPTURE."""
@@ -244,10 +293,10 @@ def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
         try:
             inflated.append(inflater.decompress(rest))
         except zlib.error:
-            note_file(tally, path, problem=TRUNCATED if inflated else NOT_A_CAPTURE)
+            tally.note_file(path, problem=TRUNCATED if inflated else NOT_A_CAPTURE)
             break
         if not inflater.eof:
-            note_file(tally, path, problem=TRUNCATED)
+            tally.note_file(path, problem=TRUNCATED)
             break
         rest = inflater.unused_data
     return b"".join(inflated)
@@ -255,7 +304,8 @@ def gunzip(data: Buffer, path: str, tally: Counter) -> bytes:
 
 def read_by_range(file: CaptureFile) -> bool:
     """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
-    reads it whole (Spark's binaryFile)."""
+    reads it whole: a local gzip one inflated into a spool file (read_gzip, on a local master),
+    others through Spark's binaryFile."""
     return is_local(file.path) and not gzipped(file.path)
 
 
@@ -264,15 +314,15 @@ def gzipped(path: str) -> bool:
     return path.endswith(GZIP_SUFFIX)
 
 
-def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: Counter,
-           inline: bool) -> Iterator[Piece]:
+def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: ReadTally,
+           inline: bool, source: str | None = None) -> Iterator[Piece]:
     """The segments of ``records`` on ``server_port``, one piece per 4-tuple; ``inline``: with their
-    payloads (else the offsets say where they are in the file)."""
+    payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
     found = segment_columns(data, records, server_port)
-    tally["records"] += len(records.ts)
-    tally["segments"] += len(found.ts)
+    tally.records += len(records.ts)
+    tally.segments += len(found.ts)
     if len(records.ts):
-        note_file(tally, file.path, records=len(records.ts), first=float(records.ts.min()),
+        tally.note_file(file.path, records=len(records.ts), first=float(records.ts.min()),
                   last=float(records.ts.max()), link_type=int(records.linktype[0]))
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
@@ -291,18 +341,8 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: i
         payload = None
         if inline:
             payload = gather(data, chosen)
-        yield Piece((names[pair // len(names)], names[pair % len(names)]), file.path, chosen.tobytes(), payload)
-
-
-def merge_tally(tally: Counter, more: Counter) -> Counter:
-    """Add ``more`` to a reading or decoding task's counts, in place; files' facts are merged
-    (note_file)."""
-    for key, value in more.items():
-        if isinstance(value, FileFacts):
-            note_file(tally, key[1], **value._asdict())
-        else:
-            tally[key] += value
-    return tally
+        yield Piece((names[pair // len(names)], names[pair % len(names)]), source or file.path, chosen.tobytes(),
+                    payload)
 
 
 class FileFacts(NamedTuple):
@@ -316,39 +356,60 @@ class FileFacts(NamedTuple):
     trailing_bytes: int = 0  # after the last whole record (TRUNCATED)
 
 
-def note_file(tally: Counter, path: str, records: int = 0, first: float | None = None, last: float | None = None,
-              link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0) -> None:
-    """Merge facts about a file into a task's tally (several tasks read ranges of one file)."""
-    old = tally.get((FILE, path)) or FileFacts()
-    tally[(FILE, path)] = FileFacts(
-        old.records + records, min((t for t in (old.first, first) if t is not None), default=None),
-        max((t for t in (old.last, last) if t is not None), default=None),
-        old.link_type if old.link_type is not None else link_type, old.problem or problem,
-        old.trailing_bytes + trailing_bytes)
+#: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
+COUNT = {"count": True}
 
 
-def _note_records(tally: Counter, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
+@dataclass
+class ReadTally:
+    """What the reading tasks count and learn of each file, returned as data (spark/job.py). Each
+    count is one field (with COUNT metadata: summary.json lists it); model/tally.py adds the
+    decoding tasks' and merges them all."""
+
+    records: int = field(default=0, metadata=COUNT)
+    bytes: int = field(default=0, metadata=COUNT)
+    segments: int = field(default=0, metadata=COUNT)
+    files: dict[str, FileFacts] = field(default_factory=dict)
+
+    def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
+                  link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0) -> None:
+        """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
+        old = self.files.get(path) or FileFacts()
+        self.files[path] = FileFacts(
+            old.records + records, min((t for t in (old.first, first) if t is not None), default=None),
+            max((t for t in (old.last, last) if t is not None), default=None),
+            old.link_type if old.link_type is not None else link_type, old.problem or problem,
+            old.trailing_bytes + trailing_bytes)
+
+
+def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
     """A classic pcap whose records, read from the record boundary ``start`` up to ``stop``, leave
     bytes before it that are no whole record is TRUNCATED (the capture was cut while writing one)."""
     if memoryview(data)[:4] != _PCAPNG_MAGIC:
         following = int(records.start[-1] + records.length[-1]) if len(records.ts) else start
         if following < min(stop, len(data)):
-            note_file(tally, path, problem=TRUNCATED, trailing_bytes=len(data) - following)
+            tally.note_file(path, problem=TRUNCATED, trailing_bytes=len(data) - following)
 
 
-def _split_records(content: Buffer, split: Split, tally: Counter) -> RecordIndex:
+def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordIndex:
     """The records of ``content`` (a whole file) whose headers start in the split."""
     view = memoryview(content)
     if view[:4] == _PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
-        return index_records(iter_records(view)) if split.start == 0 else _NO_RECORDS
+        if split.start:
+            return _NO_RECORDS
+        trailing: list[int] = []
+        records = index_records(iter_records(view, trailing))
+        if trailing and trailing[0]:  # cut while a block was written: its whole blocks are read
+            tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=trailing[0])
+        return records
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])
     except ValueError:
         if split.start == 0:
-            note_file(tally, split.file.path, problem=NOT_A_CAPTURE)
+            tally.note_file(split.file.path, problem=NOT_A_CAPTURE)
         return _NO_RECORDS
     if header is None:
-        note_file(tally, split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view))
+        tally.note_file(split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view))
         return _NO_RECORDS
     begin = max(split.start, PCAP_HEADER_LEN)
     if begin >= split.stop:

@@ -26,6 +26,8 @@ import gc
 import json
 import os
 import pickle
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -33,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial, reduce
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import SparkContext, StorageLevel, TaskContext
@@ -41,18 +44,29 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis import balance, findings, inputs, latency, tables, worker
-from spark_analysis.brokers import TimeBins, broker_liveness, brokers_csv, capture_periods
-from spark_analysis.capture.conversation import REQUEST, RESPONSE
-from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
-from spark_analysis.decode import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
-from spark_analysis.inputs import CaptureFile, Piece, Split
-from spark_analysis.schema import DECODED, MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.capture import inputs
+from spark_analysis.capture.conversation import REQUEST
+from spark_analysis.capture.inputs import CaptureFile, Piece, Split
+from spark_analysis.capture.packets import FIN, RST, SYN
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
+from spark_analysis.decode import schema
+from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
+from spark_analysis.model.sessions import Places
+from spark_analysis.model.tally import Tally, add
+from spark_analysis.output import summary as summary_json
+from spark_analysis.output import tables
+from spark_analysis.output.brokers import brokers_csv
+from spark_analysis.spark import balance, worker
+from spark_analysis.spark.liveness import broker_liveness
+from spark_analysis.spark.schema import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
-_ARROW_DECODED = to_arrow_schema(DECODED)
+_ARROW_DECODED = schema.DECODED
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
@@ -64,32 +78,46 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
             tasks_every: float | None = None) -> Counter:
     """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content).
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
-    done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence)."""
+    done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
+    On a local master, local gzip captures are inflated into a spool directory for the job's time
+    (inputs.read_gzip)."""
+    spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
+    try:
+        return _analyse(spark, paths, out, server_port, split_size, report, log, tasks_every, spool)
+    finally:
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
+
+
+def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int, split_size: int | None,
+             report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None) -> Counter:
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
+    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.gzipped(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
-    whole = [f for f in files if not inputs.read_by_range(f)]
+    whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
     size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
-    tasks = inputs.plan_tasks(local, size)
+    tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
-             f"{_mib(size)} over local files, {len(whole)} remote or compressed files read whole")
+             f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
+             f"remote files read whole")
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, server_port).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, server_port, spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
-    costs = read.pop(_COSTS, Counter())
     file_rows = findings.input_files(files, read)
-    progress(f"read {read['records']:,} records ({_mib(read['bytes'])}), {read['segments']:,} TCP segments "
+    progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
-    periods = capture_periods(findings.spans(files, read))
+    periods = capture_periods(findings.spans(files, read),
+                              server_restarts(findings.file_spans(files, read), read.ends))
     time_bins = TimeBins.over(periods)
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
@@ -101,10 +129,11 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     whole_bytes = sum(f.size * (_INFLATED if inputs.gzipped(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
-    dealt = balance.deal(costs, shares, hashed=read.pop(_HASHED_COST, 0))
+    dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
-               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out), DECODED))
+               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
+                                   places=Places(findings.file_spans(files, read), time_bins.starts)), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -114,31 +143,33 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-        liveness = broker_liveness(events, time_bins)
+        liveness = broker_liveness(events, time_bins, findings.file_spans(files, read))
     if tables_out:
         tables.commit(tables_out)
-    decoding = _merged(liveness.tallies)
-    calls, groups = decoding.pop(_LATENCIES, Counter()), decoding.pop(_GROUPS, {})
-    counts = inputs.merge_tally(Counter(read), decoding)
-    progress(f"decoded {counts[CONNECTION]:,} connections, {counts[FRAME]:,} frames ({counts[REQUEST]:,} requests, "
-             f"{counts[RESPONSE]:,} responses), {counts['gaps']} capture gaps, {counts['lost_bytes']:,} bytes lost "
-             f"to gaps, {counts['undecodable']} connections with undecodable bytes; wrote frames/ ({counts[FRAME]:,} "
-             f"rows), calls/ ({counts[CALL]:,} rows, {counts['unanswered']} unanswered), registrations/ "
-             f"({counts[REGISTRATION]:,} rows, {counts['crc_failures']} CRC failures)")
+    tally = Tally().merge(read).merge(_merged(liveness.tallies))
+    talkers = clients.client_rows(tally.clients)
+    progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
+             f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
+             f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
+             f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
+             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
+    counts = Counter(tally.counts())
     registered = liveness.registered()
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
-    codes = latency.code_stats(calls)
-    summary = findings.summary(file_rows, periods, counts, groups, liveness.brokers, codes)
+    write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
+    codes = latency.code_stats(tally.latencies)
+    summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
+                                   latency.code_stats(tally.latencies, by_server=True), talkers)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
         f"\n      {finding['severity']}: {finding['message']}" for finding in found[:10])
         + (f"\n      ... {len(found) - 10} more" if len(found) > 10 else ""))
     if report:
-        from spark_analysis.report import write_report  # plotly only when a report is wanted
+        from spark_analysis.output.report import write_report  # plotly only when a report is wanted
 
-        write_report(spark, out, summary, liveness, codes, write_bytes)
+        write_report(out, summary, liveness, codes, partial(write_bytes, spark))
         progress("wrote report.html")
     decoded.unpersist()
     pieces.unpersist()
@@ -146,36 +177,42 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     return counts
 
 
-#: tally keys of what is not a count: the decoding costs of 4-tuples and of the pieces too small
-#: to count by 4-tuple (balance.py), the calls' latency buckets (latency.py) and the findings' groups
-#: (findings.py)
-_COSTS, _HASHED_COST, _LATENCIES, _GROUPS = "costs", "hashed_cost", "latencies", "groups"
-
-
-def _merged(tallies: Iterable[bytes]) -> Counter:
-    """The tasks' tallies added up."""
-    total: Counter = Counter()
+def _merged(tallies: Iterable[bytes]) -> Tally:
+    """The tasks' tallies (pickled model.tally.Tally) added up."""
+    total = Tally()
     for pickled in tallies:
-        tally = pickle.loads(pickled)
-        for key, pick in ((_COSTS, Counter.update), (_LATENCIES, Counter.update), (_GROUPS, findings.merge)):
-            if key in tally:
-                part = tally.pop(key)
-                pick(total.setdefault(key, {} if key == _GROUPS else Counter()), part)
-        inputs.merge_tally(total, tally)
+        total.merge(pickle.loads(pickled))
     return total
+
+
+def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
+    """How a 4-tuple starts and ends in a file (brokers.ConnectionEnds), from one of its pieces."""
+    rows = np.frombuffer(piece.rows, SEGMENT)
+    if len(rows):
+        first, last = rows[0], rows[-1]
+        found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
+                               bool(last["flags"] & (FIN | RST)))
+        ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def start_worker(_: Iterable) -> None:
+    """A task that only starts its Python worker: pickled by reference, it has the worker import
+    this module and so every module of the job's tasks (session.start_workers)."""
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int) -> DataFrame:
+def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int,
+            spool: str | None = None) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
     task's last row holds its tally."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
-        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port), PIECES))
+        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port, spool=spool),
+                                        PIECES))
     if whole:
         files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
         by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
@@ -183,12 +220,13 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFi
     return reduce(DataFrame.union, parts)
 
 
-def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int
-                ) -> Iterator[pa.RecordBatch]:
+def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
+                spool: str | None = None) -> Iterator[pa.RecordBatch]:
     worker.settle()
+    read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(inputs.read_task, tasks[index], server_port=server_port)
+            yield from _piece_batches(read, tasks[index], server_port=server_port)
 
 
 def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], server_port: int
@@ -205,15 +243,15 @@ def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile]
 def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:
     """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
     and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
-    tally: Counter = Counter()
-    costly: Counter = Counter()
+    tally = Tally()
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
+        _note_ends(tally.ends.setdefault(piece.path, {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
-            costly[piece.ends] += cost
+            tally.costs[piece.ends] += cost
         else:
-            tally[_HASHED_COST] += cost
+            tally.hashed_cost += cost
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
@@ -223,7 +261,6 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     if pending:
         yield _piece_batch(pending)
     worker.drill("read")
-    tally[_COSTS] = costly
     yield _piece_batch([Piece(("", ""), "", b"", None)], pickle.dumps(tally))
 
 
@@ -235,12 +272,13 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None
-                   ) -> Iterator[pa.RecordBatch]:
+def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None,
+                   places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
-    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups."""
+    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
+    ``places`` fills the tables' ``input`` and ``session`` columns."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
@@ -248,7 +286,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
-    tally: Counter = Counter({_LATENCIES: Counter(), _GROUPS: {}})
+    tally = Tally()
     count = 0
     with _no_cycle_collection():
         while by_connection:
@@ -257,10 +295,10 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
                 pending[kind].append(row)
                 count += 1
             if count >= _BATCH_ROWS:
-                yield from _send(pending, writer, tally)
+                yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
                 count = 0
-        yield from _send(pending, writer, tally)
+        yield from _send(pending, writer, tally, places)
     worker.drill("decode")
     if writer is not None:
         writer.close()
@@ -281,15 +319,17 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Counter
-          ) -> Iterator[pa.RecordBatch]:
+def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Tally,
+          places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
     for stats in pending[CONNECTION]:
-        tally.update({CONNECTION: 1, "gaps": stats.gaps, "lost_bytes": stats.lost_bytes,
-                      "undecodable": stats.undecodable_bytes > 0})
+        tally.connection += 1
+        tally.gaps += stats.gaps
+        tally.lost_bytes += stats.lost_bytes
+        tally.undecodable += stats.undecodable_bytes > 0
         if stats.undecodable_bytes:
-            findings.add(tally[_GROUPS], findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
+            add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
@@ -297,6 +337,8 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
             continue
         array = pa.array(rows, type=field.type)
         rows.clear()
+        if places is not None and field.name != EVENT:
+            array = places.fill(array)
         _count(tally, field.name, array)
         if writer is not None and field.name != EVENT:
             writer.write(field.name, array)
@@ -305,18 +347,23 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
 
 
-def _count(tally: Counter, kind: str, rows: pa.StructArray) -> None:
+def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
     """What the progress lines, findings and the report count of a batch of rows."""
     if kind == FRAME:
         requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
-        tally.update({FRAME: len(rows), REQUEST: requests, RESPONSE: len(rows) - requests})
+        tally.frame += len(rows)
+        tally.request += requests
+        tally.response += len(rows) - requests
+        clients.count_frames(tally.clients, rows)
     elif kind == CALL:
-        tally.update({CALL: len(rows), "unanswered": rows.field("response_code").null_count})
-        tally[_LATENCIES].update(latency.count_calls(rows))
-        findings.note_calls(tally[_GROUPS], rows)
+        tally.call += len(rows)
+        tally.unanswered += rows.field("response_code").null_count
+        tally.latencies.update(latency.count_calls(rows))
+        findings.note_calls(tally.groups, rows)
+        clients.count_calls(tally.clients, rows)
     elif kind == REGISTRATION:
-        tally.update({REGISTRATION: len(rows),
-                      "crc_failures": pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0})
+        tally.registration += len(rows)
+        tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:

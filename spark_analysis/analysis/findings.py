@@ -14,33 +14,39 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_analysis import inputs
-from spark_analysis.brokers import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S, iso_time
-from spark_analysis.latency import PERCENTILES, CodeStats
-from spark_analysis.schema import BROKER_COLUMNS
+from spark_analysis.capture import inputs
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
+from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.tally import Groups, add
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
-SCHEMA_VERSION = 2
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
-CRITICAL, WARNING = "critical", "warning"
+#: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
+Item = dict[str, Any]
+CRITICAL, WARNING, INFO = "critical", "warning", "info"
+SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("bad_input", "heartbeat_expired", "crc_failure", "registration_refused", "heartbeat_near_expiry",
-         "topic_count_drop", "data_version_backwards", "broker_id_change", "broker_address_change", "topic_not_exist",
-         "response_code", "unanswered", "slow_answer", "undecodable_connection")
+KINDS = ("bad_input", "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused",
+         "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
+         "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
+         "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end",
+         "address_in_sessions")
+#: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
+#: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
+GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
               108: "LOOP"}
 
-#: group -> key -> [count, first t, last t, worst]
-Groups = dict[str, dict[tuple, list]]
 
 
 def note_calls(groups: Groups, calls: pa.StructArray) -> None:
@@ -61,87 +67,50 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
 
 
-def add(groups: Groups, group: str, key: tuple, count: int, first: float, last: float, worst: tuple | None = None
-        ) -> None:
-    found = groups.setdefault(group, {}).get(key)
-    if found is None:
-        groups[group][key] = [count, first, last, worst]
-        return
-    found[0] += count
-    found[1], found[2] = min(found[1], first), max(found[2], last)
-    if worst is not None and (found[3] is None or worst > found[3]):
-        found[3] = worst
-
-
-def merge(groups: Groups, more: Groups) -> Groups:
-    for group, entries in more.items():
-        for key, (count, first, last, worst) in entries.items():
-            add(groups, group, key, count, first, last, worst)
-    return groups
-
-
-def broker_label(broker: dict) -> str:
+def broker_label(broker: Item) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
-def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: Counter, groups: Groups,
-            brokers: list[dict], codes: list[CodeStats]) -> dict:
-    """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
-    periods), counts, brokers and calls by code."""
-    registered = [b for b in brokers if b["registrations"]]
-    responses = response_groups(groups)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
-                       "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers, responses)),
-        "inputs": {
-            "files": file_rows,
-            "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
-            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
-                     for a, b in zip(periods, periods[1:], strict=False)],
-        },
-        "counts": {key: counts[key] for key in COUNTS},
-        "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
-        "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
-        "calls_by_code": [{"code_name": s.code_name, "requests": s.requests, "answered": s.answered,
-                           **{f"p{round(p * 100)}_ms": v for p, v in
-                              zip(PERCENTILES, s.p or (None,) * len(PERCENTILES), strict=True)}} for s in codes],
-        "response_codes": _response_codes(responses),
-    }
-
-
-#: summary.json's counts
-COUNTS = ("records", "bytes", "segments", "connection", "frame", "request", "response", "call", "unanswered",
-          "registration", "crc_failures", "gaps", "lost_bytes", "undecodable")
-
-
-def input_files(files: list[inputs.CaptureFile], read: Counter) -> list[dict]:
+def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
     for file in files:
-        fact = read.get((inputs.FILE, file.path)) or inputs.FileFacts()
-        rows.append({"path": file.path, "size": file.size, "link_type": LINK_TYPES.get(fact.link_type, fact.link_type),
+        fact = read.files.get(file.path) or inputs.FileFacts()
+        rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
                      "trailing_bytes": fact.trailing_bytes})
     return rows
 
 
-def spans(files: list[inputs.CaptureFile], read: Counter) -> list[tuple[float, float]]:
+def _link_type(number: int | None) -> str | int | None:
+    """A link type by name where known (LINK_TYPES), else its number."""
+    return number if number is None else LINK_TYPES.get(number, number)
+
+
+def spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[tuple[float, float]]:
     """The (first, last) record times of the inputs with records."""
-    facts = [read.get((inputs.FILE, file.path)) for file in files]
-    return [(fact.first, fact.last) for fact in facts if fact is not None and fact.first is not None]
+    facts = [read.files.get(file.path) for file in files]
+    return [(fact.first, fact.last) for fact in facts
+            if fact is not None and fact.first is not None and fact.last is not None]
 
 
-def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: dict[tuple, dict]) -> list[dict]:
+def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple[tuple[float, float, str], ...]:
+    """(first, last, path) of the inputs with records: which file a time came from."""
+    facts = [(read.files.get(file.path), file.path) for file in files]
+    return tuple(sorted((fact.first, fact.last, path) for fact, path in facts
+                        if fact is not None and fact.first is not None and fact.last is not None))
+
+
+def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item]
+             ) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too."""
-    found: list[dict] = []
+    found: list[Item] = []
     for f in files:
         if f["problem"]:  # a capture cut while a record was written still has its other records read
             severity = WARNING if f["problem"] == inputs.TRUNCATED and f["records"] else CRITICAL
@@ -152,9 +121,15 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: 
     for broker in brokers:
         found += _broker_findings(broker)
     found += _address_changes(brokers)
+    found += _addresses_across_sessions(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
-        if _is_topic_not_exist(name, response):
+        if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
+            found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
+                                  f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
+                                  f"first needed: normal at start-up)", topic=topic, client=client, count=count,
+                                  first=_iso(first), last=_iso(last)))
+        elif _is_topic_not_exist(name, response):
             found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
                                   last=_iso(last)))
@@ -180,12 +155,17 @@ def evidence(files: list[dict], groups: Groups, brokers: list[dict], responses: 
         found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
                               f"remoting frame (the rest of that direction is not decoded)", connection=conn_id,
                               bytes=count))
-    found.sort(key=lambda finding: (finding["severity"] != CRITICAL, KINDS.index(finding["kind"])))  # stable
+    found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
 
 
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"bad_input": ("path", "bad input file{s}"),
+         "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
+         "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
+         "broker_unregistered": ("broker", "broker{s} unregistered"),
+         "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
+         "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
          "heartbeat_expired": ("broker", f"broker{{s}} silent past the {EXPIRY_SECONDS} s expiry"),
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
@@ -202,37 +182,38 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
 LISTED = 6
 
 
-def attention(found: list[dict]) -> dict:
+def attention(found: list[Item]) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside."""
-    grouped: dict[tuple, list[dict]] = {}
+    grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
-    problems.sort(key=lambda p: (p["severity"] != CRITICAL, KINDS.index(p["kind"]), -len(p["evidence"]),
+    problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     return {"attention": _headline(problems), "findings": problems}
 
 
-def _subject(item: dict) -> str | None:
+def _subject(item: Item) -> str | None:
     if item["kind"] == "response_code":
         return f"{item['code_name']} {item['response_name']}"
     return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
 
 
-def _problem(kind: str, subject: str | None, items: list[dict]) -> dict:
-    severity = CRITICAL if any(item["severity"] == CRITICAL for item in items) else WARNING
+def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
+    severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
     return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
             "evidence": items}
 
 
-def _headline(problems: list[dict]) -> str:
-    """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'."""
+def _headline(problems: list[Item]) -> str:
+    """E.g. '2 critical: 1 broker failing the body CRC, ... · 6 warnings: 8 unknown topics, ...'
+    (what is only information is listed among the findings, not counted here)."""
     parts = []
     for severity in (CRITICAL, WARNING):
-        units: Counter = Counter()
+        units: Counter[Any] = Counter()
         for p in problems:
             if p["severity"] == severity:
                 units[p["kind"]] += p["units"]
@@ -248,11 +229,11 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun.format(s='' if n == 1 else 's')}"
 
 
-def _tally(items: list[dict], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
+def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
            show: Callable[[object], str] = str) -> str:
     """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
-    counts: Counter = Counter()
-    who: dict[object, set] = {}
+    counts: Counter[Any] = Counter()
+    who: dict[object, set[Any]] = {}
     for item in items:
         counts[item.get(key)] += item[weight] if weight else 1
         who.setdefault(item.get(key), set()).add(item.get("client"))
@@ -268,9 +249,9 @@ def _first(shown: list[str]) -> str:
     return ", ".join(shown[:LISTED]) + (f" and {len(shown) - LISTED} more" if len(shown) > LISTED else "")
 
 
-def _silences(items: list[dict]) -> str:
+def _silences(items: list[Item]) -> str:
     """Brokers silent too long, the longest silence first: 'label (201.6 s), label (2x, longest 94.6 s)'."""
-    longest: dict[str, list] = {}
+    longest: dict[str, list[Any]] = {}
     for item in items:
         entry = longest.setdefault(item["broker"], [0, 0.0])
         entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
@@ -279,22 +260,22 @@ def _silences(items: list[dict]) -> str:
     return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
 
 
-def _listed(items: list[dict]) -> str:
+def _listed(items: list[Item]) -> str:
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
     return (f"{_plural(len({str(i.get(field)) for i in items}), noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
 
 
-def _topics(items: list[dict]) -> str:
+def _topics(items: list[Item]) -> str:
     clients = {item["client"] for item in items}
     return (f"TOPIC_NOT_EXIST for {_plural(len({i['topic'] for i in items}), 'topic{s}')} from "
             f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True)}")
 
 
-def _answers(items: list[dict]) -> str:
+def _answers(items: list[Item]) -> str:
     first = items[0]
-    requesters: Counter = Counter()
+    requesters: Counter[Any] = Counter()
     for item in items:
         requesters.update(item["requesters"])
     return (f"{first['code_name']} answered {first['response_name']} ({first['response_code']}) "
@@ -302,12 +283,12 @@ def _answers(items: list[dict]) -> str:
             f"{_tally(items, 'remark', show=repr)}")
 
 
-def _unanswered(items: list[dict]) -> str:
+def _unanswered(items: list[Item]) -> str:
     return (f"{items[0]['code_name']}: {sum(i['count'] for i in items):,} request(s) never answered, from "
             f"{_plural(len(items), 'client{s}')}: {_tally(items, 'client')}")
 
 
-def _undecodable(items: list[dict]) -> str:
+def _undecodable(items: list[Item]) -> str:
     return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
             f"direction is not decoded): {_tally(items, 'connection', 'bytes', ' bytes')}")
 
@@ -325,13 +306,13 @@ def _said_elsewhere(name: str, response: int) -> bool:
     return _is_topic_not_exist(name, response) or name == code_name(RequestCode.REGISTER_BROKER)
 
 
-def _by_key(item: tuple) -> tuple:
+def _by_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple("" if part is None else str(part) for part in item[0])
 
 
-def response_groups(groups: Groups) -> dict[tuple, dict]:
+def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     """Answers with a non-zero code by (request code name, response code, remark), with requesters."""
-    merged: dict[tuple, dict] = {}
+    merged: dict[tuple[Any, ...], Item] = {}
     for (name, response, remark, client, _), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
         entry = merged.setdefault((name, response, remark), {"count": 0, "first": first, "last": last,
@@ -342,17 +323,11 @@ def response_groups(groups: Groups) -> dict[tuple, dict]:
     return merged
 
 
-def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
-    """The response-code table (of response_groups): every non-zero answer by request code,
-    response code and remark."""
-    return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
-             "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
-            for (name, response, remark), entry in responses.items()]
-
-
-def _broker_findings(broker: dict) -> Iterable[dict]:
+def _broker_findings(broker: Item) -> Iterable[Item]:
     label = broker_label(broker)
-    addr = {"broker": label, "broker_addr": broker["broker_addr"]}
+    addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    if broker["registrations"]:  # an address only named by other requests has no story of its own
+        yield from _story(broker, label, addr)
     for gap in broker["gaps"]:
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if gap["expired"]:
@@ -387,38 +362,81 @@ def _broker_findings(broker: dict) -> Iterable[dict]:
                        id_to=change["to"])
 
 
-def _gap(gap: dict) -> dict:
+def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
+    """How the broker's story ended (brokers.ENDED_*), and every connection it lost on the way.
+    A silence past the expiry, or near it, is said by the heartbeat findings."""
+    for close in broker["closes"]:
+        back = f"; it registered again at {iso_time(close['back'])}" if close["back"] is not None else ""
+        then = close.get("broker_id")
+        if then is not None and then != broker["broker_id"]:  # a role it had then, e.g. a killed master back as slave
+            back = f"; it was brokerId {then} ({role(then)}) then" + back
+        yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
+                       f"at {iso_time(close['t'])} ({close['how']}; last heartbeat {iso_time(close['last_alive'])}): "
+                       f"a crash or a kill; the NameServer removed it from its routes at once{back}", **addr,
+                       t=iso_time(close["t"]), closed=close["how"], last_alive=iso_time(close["last_alive"]),
+                       registered_again=_iso(close["back"]), server=close["server"],
+                       nameserver="removed the broker from its routes at once (onChannelDestroy)")
+    if broker["ended"] == "unregistered":
+        yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(broker['unregistered_at'])} "
+                       f"(a clean stop)", **addr, t=iso_time(broker["unregistered_at"]))
+    elif broker["ended"] == "alive":
+        silent = broker["trailing_s"]
+        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when the capture ended (last heartbeat "
+                       f"{iso_time(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
+                       last_alive=iso_time(broker["last_alive"]), seconds=round(silent, 6))
+
+
+def _gap(gap: Item) -> Item:
     return {"from": iso_time(gap["from"]), "to": iso_time(gap["to"]), "seconds": round(gap["seconds"], 6),
             "open": gap["open"]}
 
 
-def _address_changes(brokers: list[dict]) -> list[dict]:
-    """A broker name and id registered from more than one address (fail-over, moved broker)."""
-    by_identity: dict[tuple, list[dict]] = {}
+def _address_changes(brokers: list[Item]) -> list[Item]:
+    """A broker name and id registered from more than one address (fail-over, moved broker) within
+    one session: captures of other servers, or days apart, are other clusters' stories."""
+    by_identity: dict[tuple[Any, ...], list[Item]] = {}
     for broker in brokers:
         if broker["registrations"] and broker["broker_name"] is not None:
-            key = (broker["cluster"], broker["broker_name"], broker["broker_id"])
+            key = (broker["session"], broker["cluster"], broker["broker_name"], broker["broker_id"])
             by_identity.setdefault(key, []).append(broker)
     found = []
-    for (cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
+    for (session, cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
         if len(seen) > 1:
             seen.sort(key=lambda b: b["first_seen"])
             found.append(_finding("broker_address_change", WARNING, f"{cluster} / {name} / {broker_id}: registered "
                                   f"from {len(seen)} addresses: " + ", ".join(
                                       f"{b['broker_addr']} ({iso_time(b['first_seen'])} - {iso_time(b['last_seen'])})"
-                                      for b in seen), cluster=cluster, broker_name=name, broker_id=broker_id,
+                                      for b in seen), session=session, cluster=cluster, broker_name=name,
+                                  broker_id=broker_id,
                                   addresses=[{"broker_addr": b["broker_addr"], "first_seen": iso_time(b["first_seen"]),
                                               "last_seen": iso_time(b["last_seen"])} for b in seen]))
     return found
 
 
-def _finding(kind: str, severity: str, message: str, **evidence) -> dict:
+def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
+    """A neutral note where one address was another broker in another session (another cluster,
+    another day): said, never compared."""
+    by_addr: dict[str, list[Item]] = {}
+    for broker in brokers:
+        if broker["registrations"]:
+            by_addr.setdefault(broker["broker_addr"], []).append(broker)
+    found = []
+    for addr, seen in sorted(by_addr.items()):
+        identities = {(b["cluster"], b["broker_name"], b["broker_id"]) for b in seen}
+        if len({b["session"] for b in seen}) > 1 and len(identities) > 1:
+            seen.sort(key=lambda b: b["first_seen"])
+            found.append(_finding(
+                "address_in_sessions", INFO, f"{addr}: " + ", ".join(
+                    f"{b['cluster'] or '?'} / {b['broker_name'] or '?'} / {b['broker_id']} in session {b['session']}"
+                    for b in seen) + " (other sessions: not compared)", broker_addr=addr,
+                sessions=[{"session": b["session"], "cluster": b["cluster"], "broker_name": b["broker_name"],
+                           "broker_id": b["broker_id"]} for b in seen]))
+    return found
+
+
+def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:
     return {"kind": kind, "severity": severity, "message": message, **evidence}
 
 
 def _iso(seconds: float | None) -> str | None:
     return None if seconds is None else iso_time(seconds)
-
-
-def _json_value(column: str, value: object) -> object:
-    return _iso(value) if column in ("first_seen", "last_seen") else value

@@ -7,17 +7,17 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
 from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
-from spark_analysis.inputs import ConnectionKey, Piece, Split, connection_table, read_task
-from spark_analysis.schema import REGISTRATION_ROWS
-from twisted_namesrv.bodies.register import RegisterBodyError, decode_register_body
+from spark_analysis.decode.held import HeldTopics
+from spark_analysis.decode.schema import REGISTRATION_ROWS
+from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
@@ -26,15 +26,21 @@ from twisted_namesrv.remoting.values import java_bool, optional_long
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
 NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+#: the code of an EVENT row saying that the connection a broker registered over closed (no request
+#: code is negative): the NameServer forgets the broker at once (onChannelDestroy)
+CONNECTION_CLOSED = -1
 _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
 #: the registrations/ columns an EVENT row repeats (schema.EVENT_ROWS)
 _EVENT_COLUMNS = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
     "topic_count", "cluster", "broker_id"))
+_TOPICS_HELD = _REGISTRATION_COLUMNS.index("topics_held")
 _REGISTRATION_TAIL = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
     "response_code", "crc_ok", "body_len", "compressed", "data_version_counter", "data_version_ts"))
-_BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE = (
-    _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code"))
+_BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
+    _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
 
+#: a row of one of schema.py's *_ROWS, as a tuple in column order
+Row = tuple[Any, ...]
 _SERIALIZE_NAMES = {kind.value: kind.name for kind in SerializeType}  # an enum lookup per frame costs more
 _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
@@ -57,27 +63,28 @@ class BodySummary(NamedTuple):
     data_version_counter: int | None
     data_version_ms: int | None
     filter_servers: list[str] | None
+    decoded: RegisterBrokerBody | None = None
 
 
-def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, tuple]]:
+def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
     table = connection_table(pieces)
     for connection in reassemble_table(table, server_port):
         yield from conversation_rows(conversation_of(connection))
 
 
-def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, tuple]]:
+def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows of every 4-tuple in these splits (a reading task each), as the job makes them,
     in this process: what tests compare and benchmarks time without Spark."""
     pieces: dict[ConnectionKey, list[Piece]] = {}
     for split in splits:
-        for piece in read_task([split], server_port, Counter()):
+        for piece in read_task([split], server_port, ReadTally()):
             pieces.setdefault(piece.ends, []).append(piece)
     for parts in pieces.values():
         yield from piece_rows(parts, server_port)
 
 
-def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, tuple]]:
+def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, Row]]:
     """Tagged rows for every connection (port reuse split by SYN) among segments in capture order."""
     for connection in reassemble(segments, server_port):
         yield from conversation_rows(conversation_of(connection))
@@ -88,7 +95,7 @@ def connection_id(connection: Connection) -> str:
     return f"{connection.client}>{connection.server}@{connection.opened_ts:.6f}"
 
 
-def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]:
+def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
     request naming a broker, one CONNECTION row."""
@@ -110,28 +117,49 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, tuple]]
             requests.append(captured)
             answers.append(None)
     bodies = _BodyCache()
+    held = HeldTopics()
+    server = connection.server
+    registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
     for request, answer in zip(requests, answers, strict=True):
-        yield CALL, call_row(conn_id, connection.client, request, answer)
+        yield CALL, call_row(conn_id, connection.client, request, answer, server)
         code = request.command.code
         if code == RequestCode.REGISTER_BROKER and request.direction == REQUEST:
-            registration = registration_row(conn_id, request, answer, bodies)
+            registration = registration_row(conn_id, request, answer, bodies, held, server)
             yield REGISTRATION, registration
             if registration[_BROKER_ADDR] is not None:
+                registered[registration[_BROKER_ADDR]] = registration
                 yield EVENT, registration_event(request.ts, registration, _version_name(request.command.version),
-                                                request.command.is_oneway)
-        elif code in NAMING_CODES:
+                                                request.command.is_oneway, server)
+        elif code in NAMING_CODES and request.direction == REQUEST:
             ext = request.command.ext
             if ext.get("brokerAddr") is not None:
+                broker_id = optional_long(ext.get("brokerId"))
+                if code == RequestCode.UNREGISTER_BROKER:
+                    held.unregister(request.ts, ext, broker_id, request.command.version)
                 yield EVENT, (ext["brokerAddr"], ext.get("brokerName"), request.ts, code,
                               code != RequestCode.UNREGISTER_BROKER, None, ext.get("clusterName"),
-                              optional_long(ext.get("brokerId")), _version_name(request.command.version),
+                              broker_id, _version_name(request.command.version),
                               None if answer is None else answer.command.code, None, None, None, None, None,
-                              request.command.is_oneway)
+                              request.command.is_oneway, server, None, None)
+    if connection.closed_ts is not None:
+        yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable))
 
 
-def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> tuple:
+def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
+    """An EVENT row per broker that registered over a connection that closed: how it closed
+    (``fin``/``rst``, and which side first), when, and the names it last registered with."""
+    how = f"{connection.close_kind} from {connection.first_close_by}"
+    for addr, registration in registered.items():
+        cluster, name, broker_id = (registration[_REGISTRATION_COLUMNS.index(column)] for column in (
+            "cluster", "broker_name", "broker_id"))
+        yield EVENT, (addr, name, connection.closed_ts, CONNECTION_CLOSED, False, None, cluster, broker_id,
+                      registration[_VERSION], None, None, None, None, None, None, None, connection.server, how,
+                      None)
+
+
+def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
     command = captured.command
     header = command.header
     response = command.is_response
@@ -139,22 +167,24 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
         captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
         header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
         header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
-        header.remark, header.ext_fields or {}, len(command.body or b""),
+        header.remark, header.ext_fields or {}, len(command.body or b""), None, None,
     )
 
 
-def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None) -> tuple:
+def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
+             server: str | None = None) -> Row:
     command = request.command
     response_code = latency_ms = remark = None
     if answer is not None:
         response_code, remark = answer.command.code, answer.command.remark
         latency_ms = (answer.ts - request.ts) * 1000.0
+    ext = command.ext
     return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, command.ext.get("topic"), remark)
+            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), None, None)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
-                     bodies: _BodyCache) -> tuple:
+                     bodies: _BodyCache, held: HeldTopics | None = None, server: str | None = None) -> Row:
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
@@ -163,21 +193,28 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     compressed = java_bool(ext.get("compressed"))
     body = bodies.summary(command.body, compressed, command.version)
     checked = optional_long(ext.get("bodyCrc32"), bits=32) or 0
+    crc_ok = None if checked == 0 else body.crc == checked
+    broker_id = optional_long(ext.get("brokerId"))
+    accepted = crc_ok is not False and (answer is None or answer.command.code == 0)
+    topics_held = held.register(request.ts, ext, broker_id, body.decoded, bodies.last_body, command.version) if (
+        held is not None and accepted) else None
     return (
         request.ts, conn_id, ext.get("clusterName"), ext.get("brokerName"), ext.get("brokerAddr"),
-        optional_long(ext.get("brokerId")), ext.get("haServerAddr"), compressed, len(command.body or b""),
-        optional_long(ext.get("bodyCrc32")), None if checked == 0 else body.crc == checked,
+        broker_id, ext.get("haServerAddr"), compressed, len(command.body or b""),
+        optional_long(ext.get("bodyCrc32")), crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
-        None if answer is None else answer.command.code,
+        None if answer is None else answer.command.code, _version_name(command.version), topics_held, server,
+        None, None,
     )
 
 
-def registration_event(ts: float, registration: tuple, version: str, oneway: bool) -> tuple:
+def registration_event(ts: float, registration: Row, version: str, oneway: bool, server: str | None = None
+                       ) -> Row:
     """A registration as a sign of life, unless the NameServer refused it, with what brokers.csv
-    keeps of it (``oneway``: a 4.9.8 broker's increment, carrying only the topics just created)."""
+    keeps of it (``topics_held``: what the server holds for the broker after it)."""
     return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),
             (registration[_RESPONSE_CODE] or 0) == 0, *(registration[i] for i in _EVENT_COLUMNS), version,
-            *(registration[i] for i in _REGISTRATION_TAIL), oneway)
+            *(registration[i] for i in _REGISTRATION_TAIL), oneway, server, None, registration[_TOPICS_HELD])
 
 
 class _BodyCache:
@@ -185,6 +222,11 @@ class _BodyCache:
 
     def __init__(self) -> None:
         self._last: tuple[bytes | None, bool, int, BodySummary] | None = None
+
+    @property
+    def last_body(self) -> bytes | None:
+        """The body last summarised: what tells an unchanged table at once."""
+        return None if self._last is None else self._last[0]
 
     def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
         body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
@@ -204,4 +246,4 @@ def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummar
         return BodySummary(crc, None, None, None, None)
     data_version = decoded.dataVersion
     return BodySummary(crc, len(decoded.topicConfigTable), data_version.counter, data_version.timestamp,
-                       list(decoded.filterServerList))
+                       list(decoded.filterServerList), decoded)

@@ -1,10 +1,9 @@
-"""What every Python task of the job does first, the task that starts a worker early, and the
-failure drill tests use."""
+"""What every Python task of the job does first, and the failure drill tests use. (The task that
+starts a worker early is job.start_worker: a worker's first import is the job's modules.)"""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
 
 from pyspark import TaskContext
 
@@ -18,12 +17,6 @@ def settle() -> None:
     the objects of the modules a task imports (numpy, pyarrow, the codec), every task. Freezing
     what exists when a task starts (no garbage then: the collection just ran) takes them out of it."""
     gc.freeze()
-
-
-def start(_: Iterable) -> None:
-    """A task that only starts its Python worker, with the modules of the job's tasks imported
-    (session.start_workers)."""
-    import spark_analysis.job  # noqa: F401 - the worker keeps them for the job's tasks
 
 
 def drill(stage: str) -> None:

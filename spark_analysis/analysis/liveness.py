@@ -1,0 +1,229 @@
+"""Per-broker liveness from the decoded broker events: the rows of brokers.csv, what the findings
+say of each broker and what the report plots of it.
+
+A broker stays alive at the NameServer through REGISTER_BROKER requests that are not refused,
+QUERY_DATA_VERSION (brokers with forceRegister=false send it every 30 s instead of registering)
+and BROKER_HEARTBEAT (5.x); intervals and gaps are measured between those, within a capture
+period only (nothing is known of a broker while nothing was captured), and not across an
+UNREGISTER_BROKER (a broker that said goodbye is not silent). A broker last heard more than the
+expiry before its period's end is silent until that end (an open gap). Brokers are told apart by
+their brokerAddr header field.
+
+A shuffle brings each broker's events to one task, which walks them in time order once (a broker
+has a few thousand a day) and emits one row: its brokers.csv columns and, as JSON, its gaps,
+CRC failures, refusals, topic-count drops, data versions going backwards, id changes, intervals
+counted in buckets and heartbeats and topic counts per time bin. The driver collects those rows in
+one job, with time bins only where the report may plot them: a task keeps the bins of its first
+PLOTTED_BROKERS in the report's order, which include all it has of the brokers plotted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.model.periods import (
+    EXPIRY_SECONDS,
+    INTERVAL_BUCKET_S,
+    INTERVAL_RANGE_S,
+    NEAR_EXPIRY_S,
+    TimeBins,
+    role,
+)
+from spark_analysis.model.sessions import FileSpans, files_within, session_name
+from twisted_namesrv.remoting import RequestCode
+
+_LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
+
+
+@dataclass
+class Liveness:
+    """What the driver holds: one row per broker address sorted by address (brokers.csv columns
+    plus ``details``, parsed), the time bins, and the tallies the rows' tasks passed on."""
+
+    brokers: list[dict[str, Any]]
+    time_bins: TimeBins
+    tallies: list[bytes]
+
+    def registered(self) -> list[dict[str, Any]]:
+        """brokers.csv: the addresses that registered."""
+        return [broker for broker in self.brokers if broker["registrations"]]
+
+
+def plot_order(broker: dict[str, Any]) -> tuple[Any, ...]:
+    """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
+    return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
+            broker["broker_name"] or "",
+            broker["broker_id"] if broker["broker_id"] is not None else -1, broker["broker_addr"])
+
+
+class _Walk:
+    """One broker's events walked in time order."""
+
+    def __init__(self, time_bins: TimeBins) -> None:
+        self.time_bins = time_bins
+        self.intervals: list[float] = []
+        self.gaps: list[dict[str, Any]] = []
+        self.previous_alive: float | None = None
+        self.trailing: list[float] = []  # silences open at a period's end, whatever their length
+
+    def alive(self, t: float) -> None:
+        previous = self.previous_alive
+        if previous is not None:
+            if self.time_bins.period_of(previous) == self.time_bins.period_of(t):
+                self.interval(previous, t, False)
+            else:
+                self.silent_until_period_end()
+        self.previous_alive = t
+
+    def interval(self, start: float, end: float, open_: bool) -> None:
+        seconds = end - start
+        if not open_:
+            self.intervals.append(seconds)
+        if seconds > NEAR_EXPIRY_S:
+            self.gaps.append({"from": start, "to": end, "seconds": seconds, "expired": seconds > EXPIRY_SECONDS,
+                              "open": open_})
+
+    def silent_until_period_end(self) -> float | None:
+        """A broker still registered when its period ended is silent till then: that silence
+        counts in max_gap_s, and over NEAR_EXPIRY_S it is a gap (open). Returns its length."""
+        seconds = None
+        if self.previous_alive is not None:
+            end = self.time_bins.ends[self.time_bins.period_of(self.previous_alive)]
+            seconds = max(end - self.previous_alive, 0.0)
+            self.trailing.append(seconds)
+            self.interval(self.previous_alive, end, True)
+        self.previous_alive = None
+        return seconds
+
+
+#: how a broker's story ended (brokers.csv ``ended``; docs/capture-report.md)
+ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE, ENDED_REFUSED = (
+    "unregistered", "connection_closed", "expired", "near_expiry", "alive", "refused")
+
+
+def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
+                   files: FileSpans = ()) -> dict[str, Any]:
+    """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
+
+    Names, cluster, id and version: the last its requests gave; ``registrations``: its
+    REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
+    NameServer held for it after each accepted registration (held.py; a slave, whose table the
+    server does not apply: what it announced), and their drops; data versions going backwards: of
+    accepted registrations; ``closes``: the connections it registered over that closed while it was
+    registered (no UNREGISTER_BROKER before: a crash or a kill; the NameServer forgets it at once);
+    ``ended``: how its story ended (ENDED_UNREGISTERED ... ENDED_ALIVE)."""
+    events.sort(key=lambda event: (event["t"], event["code"] == CONNECTION_CLOSED))
+    walk = _Walk(time_bins)
+    last: dict[str, Any] = {}
+    registered: list[dict[str, Any]] = []
+    crc_failures: list[float] = []
+    refused: list[dict[str, Any]] = []
+    id_changes: list[dict[str, Any]] = []
+    closes: list[dict[str, Any]] = []
+    bins: dict[int, list[Any]] = {}
+    last_unregister = None
+    ending = None  # ENDED_UNREGISTERED or ENDED_CLOSED while the broker is gone from the server
+    for event in events:
+        t = event["t"]
+        if event["code"] == CONNECTION_CLOSED:
+            if ending is None and walk.previous_alive is not None:
+                closes.append({"t": t, "how": event["closed"], "last_alive": walk.previous_alive, "back": None,
+                               "server": event["server"], "broker_id": event["broker_id"]})
+                walk.previous_alive = None
+                ending = ENDED_CLOSED
+            continue
+        if event["broker_id"] is not None and last.get("broker_id") not in (None, event["broker_id"]):
+            id_changes.append({"t": t, "from": last["broker_id"], "to": event["broker_id"]})
+        last.update({key: value for key, value in event.items() if value is not None})
+        cell = bins.setdefault(time_bins.of(t), [0, None])
+        if event["code"] == RequestCode.REGISTER_BROKER:
+            if event["crc_ok"] is False:
+                crc_failures.append(t)
+            if event["response_code"]:
+                refused.append({"t": t, "response_code": event["response_code"],
+                                "crc_failure": event["crc_ok"] is False})
+            else:
+                registered.append(event)
+                held = _topics(event)
+                if held is not None:
+                    cell[1] = max(cell[1] or 0, held)
+        elif event["code"] == RequestCode.UNREGISTER_BROKER:
+            last_unregister = t
+            walk.previous_alive = None
+            ending = ENDED_UNREGISTERED
+        if event["alive"]:
+            cell[0] += 1
+            if ending == ENDED_CLOSED and closes and closes[-1]["back"] is None:
+                closes[-1]["back"] = t
+            ending = None
+            walk.alive(t)
+    trailing = walk.silent_until_period_end()
+    registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
+    requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
+    unregistered = last_unregister is not None and (not registrations or last_unregister >= registrations[-1]["t"])
+    if not any(event["alive"] for event in events):
+        ending = ENDED_REFUSED  # never registered: the server refused every registration
+    elif ending is None:
+        ending = ENDED_ALIVE if trailing is None or trailing <= NEAR_EXPIRY_S else (
+            ENDED_EXPIRED if trailing > EXPIRY_SECONDS else ENDED_NEAR_EXPIRY)
+    topics = [held for held in map(_topics, registered) if held is not None]
+    sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
+    compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
+    percentiles = np.percentile(walk.intervals, [50, 90, 99]).tolist() if walk.intervals else [None] * 3
+    buckets = [0] * (_LAST_BUCKET + 1)
+    for interval in walk.intervals:
+        buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
+    ordered_bins = sorted(bins)
+    return {
+        "session": session_name(last.get("server"), time_bins.starts, events[0]["t"]),
+        "input": files_within(files, events[0]["t"], events[-1]["t"]),
+        "cluster": last.get("cluster"), "broker_name": last.get("broker_name"), "broker_id": last.get("broker_id"),
+        "role": role(last.get("broker_id")), "broker_addr": addr, "version": last.get("version_name"),
+        "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
+        "refused_registrations": len(refused), "crc_failures": len(crc_failures),
+        "interval_p50_s": percentiles[0], "interval_p90_s": percentiles[1], "interval_p99_s": percentiles[2],
+        "max_gap_s": max(walk.intervals + walk.trailing, default=None),
+        "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
+        "would_expire": sum(gap["expired"] for gap in walk.gaps),
+        "body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
+        "body_len_max": max(sizes, default=None),
+        "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
+        "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
+        "topic_count_max": max(topics, default=None), "unregistered": unregistered, "ended": ending,
+        "connection_closes": len(closes),
+        "gaps": walk.gaps, "crc_failure_times": crc_failures, "refused": refused, "id_changes": id_changes,
+        "closes": closes, "last_alive": max((e["t"] for e in events if e["alive"]), default=None),
+        "trailing_s": trailing, "server": last.get("server"), "unregistered_at": last_unregister,
+        "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
+        "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
+        "interval_buckets": buckets,
+        "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
+                 "topics": [bins[index][1] for index in ordered_bins]},
+    }
+
+
+def _topics(registration: dict[str, Any]) -> int | None:
+    """The topics the NameServer holds for a broker after an accepted registration; for a slave,
+    whose table it does not apply, the topics it announced."""
+    held: int | None = registration["topics_held"]
+    count: int | None = registration["topic_count"]
+    return count if held is None else held
+
+
+def _drops(registrations: list[dict[str, Any]], key: str, *also: str) -> list[dict[str, Any]]:
+    """Where ``key`` of accepted registrations went down from one to the next (with ``also``)."""
+    drops = []
+    previous = None
+    for event in registrations:
+        if event[key] is None:
+            continue
+        if previous is not None and event[key] < previous[key]:
+            drops.append({"t": event["t"], "from": previous[key], "to": event[key],
+                          **{f"{name}_from": previous[name] for name in also},
+                          **{f"{name}_to": event[name] for name in also}})
+        previous = event
+    return drops

@@ -1,0 +1,75 @@
+"""The output contract: columns of ``frames/``, ``calls/``, ``registrations/`` and ``brokers.csv``.
+
+Other tools read these, so names, order and types are fixed here and nowhere else, as Arrow
+schemas (the Spark layer derives its StructTypes from them: spark/schema.py). ``*_ROWS`` describe
+the tuples decode/rows.py builds (times as seconds or milliseconds); the files have those columns
+as timestamps (SECONDS_COLUMNS, MILLIS_COLUMNS).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind, True) for name, kind in fields])
+
+
+FRAME_ROWS = _schema(
+    ("ts", pa.float64()), ("conn_id", pa.string()), ("client", pa.string()), ("server", pa.string()),
+    ("direction", pa.string()), ("code", pa.int32()), ("code_name", pa.string()), ("opaque", pa.int32()),
+    ("flag", pa.int32()), ("oneway", pa.bool_()), ("version", pa.int32()), ("version_name", pa.string()),
+    ("language", pa.string()), ("serialize_type", pa.string()), ("remark", pa.string()),
+    ("ext", pa.map_(pa.string(), pa.string())), ("body_len", pa.int32()),
+    ("input", pa.string()), ("session", pa.string()),
+)
+
+CALL_ROWS = _schema(
+    ("ts", pa.float64()), ("conn_id", pa.string()), ("client", pa.string()), ("code", pa.int32()),
+    ("code_name", pa.string()), ("opaque", pa.int32()), ("response_code", pa.int32()),
+    ("latency_ms", pa.float64()), ("oneway", pa.bool_()), ("topic", pa.string()), ("response_remark", pa.string()),
+    ("server", pa.string()), ("broker_addr", pa.string()), ("input", pa.string()), ("session", pa.string()),
+)
+
+REGISTRATION_ROWS = _schema(
+    ("ts", pa.float64()), ("conn_id", pa.string()), ("cluster", pa.string()), ("broker_name", pa.string()),
+    ("broker_addr", pa.string()), ("broker_id", pa.int64()), ("ha_server_addr", pa.string()),
+    ("compressed", pa.bool_()), ("body_len", pa.int32()), ("crc_declared", pa.int64()),
+    ("crc_ok", pa.bool_()), ("topic_count", pa.int32()), ("data_version_counter", pa.int64()),
+    ("data_version_ts", pa.int64()), ("filter_servers", pa.list_(pa.string())),
+    ("response_code", pa.int32()), ("version_name", pa.string()), ("topics_held", pa.int32()),
+    ("server", pa.string()), ("input", pa.string()), ("session", pa.string()),
+)
+
+#: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
+#: (code: REGISTER_BROKER, a decode.NAMING_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
+#: registered; server: the NameServer endpoint; closed: how the connection it registered over ended;
+#: topics_held: what the NameServer holds for it after a registration, by its own logic)
+EVENT_ROWS = _schema(
+    ("broker_addr", pa.string()), ("broker_name", pa.string()), ("t", pa.float64()), ("code", pa.int32()),
+    ("alive", pa.bool_()), ("topic_count", pa.int32()), ("cluster", pa.string()), ("broker_id", pa.int64()),
+    ("version_name", pa.string()), ("response_code", pa.int32()), ("crc_ok", pa.bool_()),
+    ("body_len", pa.int32()), ("compressed", pa.bool_()), ("data_version_counter", pa.int64()),
+    ("data_version_ts", pa.int64()), ("oneway", pa.bool_()), ("server", pa.string()),
+    ("closed", pa.string()), ("topics_held", pa.int32()),
+)
+
+#: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags);
+#: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
+#: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
+DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
+    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("event", EVENT_ROWS))),
+    ("tally", pa.binary()))
+
+#: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
+SECONDS_COLUMNS = ("ts",)
+MILLIS_COLUMNS = ("data_version_ts",)
+
+#: one row per broker (address) and session that registered (docs/capture-report.md says what each means)
+BROKER_COLUMNS = (
+    "session", "input",
+    "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
+    "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s", "interval_p99_s",
+    "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median", "body_len_max", "compressed",
+    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered", "ended", "connection_closes",
+)

@@ -1,0 +1,88 @@
+"""What every task counts and notes, returned as data (spark/job.py: never accumulators), merged
+by the driver: one typed tally, each field with its own merge.
+
+Adding a count is one field here (with COUNT metadata: summary.json's ``counts`` list the fields
+that have it, in this order; the reading tasks' own are in capture/inputs.ReadTally). The rest is
+what the analysis needs added up: the decoding costs of 4-tuples (spark/balance.py), the calls'
+latency buckets (analysis/latency.py), the findings' groups (analysis/findings.py), the clients'
+counts (analysis/clients.py) and how each file's connections start and end (model/periods.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from spark_analysis.capture.inputs import COUNT, ReadTally
+from spark_analysis.model.periods import ConnectionEnds
+
+#: group -> key -> [count, first t, last t, worst] (analysis/findings.py notes calls and connections so)
+Groups = dict[str, dict[tuple[Any, ...], list[Any]]]
+
+
+@dataclass
+class Tally(ReadTally):
+    connection: int = field(default=0, metadata=COUNT)
+    frame: int = field(default=0, metadata=COUNT)
+    request: int = field(default=0, metadata=COUNT)
+    response: int = field(default=0, metadata=COUNT)
+    call: int = field(default=0, metadata=COUNT)
+    unanswered: int = field(default=0, metadata=COUNT)
+    registration: int = field(default=0, metadata=COUNT)
+    crc_failures: int = field(default=0, metadata=COUNT)
+    gaps: int = field(default=0, metadata=COUNT)  # holes in TCP streams the capture missed
+    lost_bytes: int = field(default=0, metadata=COUNT)
+    undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
+    #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
+    costs: Counter[Any] = field(default_factory=Counter[Any])
+    hashed_cost: int = 0
+    latencies: Counter[Any] = field(default_factory=Counter[Any])  # analysis/latency.count_calls
+    groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
+    clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
+    #: path -> 4-tuple -> how it starts and ends in that file (model/periods.server_restarts)
+    ends: dict[str, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """summary.json's counts: every COUNT field, in order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("count")}
+
+    def merge(self, other: ReadTally) -> Tally:
+        """Add another task's tally (or a reading task's ReadTally) to this one, in place."""
+        for f in fields(other):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "files":
+                for path, facts in theirs.items():
+                    self.note_file(path, **facts._asdict())
+            elif f.name == "groups":
+                merge_groups(mine, theirs)
+            elif f.name == "ends":
+                for path, found in theirs.items():
+                    known = mine.setdefault(path, {})
+                    for key, end in found.items():
+                        known[key] = end.merge(known.get(key))
+            elif isinstance(mine, Counter):
+                mine.update(theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
+        return self
+
+
+def add(groups: Groups, group: str, key: tuple[Any, ...], count: int, first: float, last: float,
+        worst: tuple[Any, ...] | None = None) -> None:
+    """Note ``count`` events of a group's key between ``first`` and ``last``; ``worst`` kept if larger."""
+    found = groups.setdefault(group, {}).get(key)
+    if found is None:
+        groups[group][key] = [count, first, last, worst]
+        return
+    found[0] += count
+    found[1], found[2] = min(found[1], first), max(found[2], last)
+    if worst is not None and (found[3] is None or worst > found[3]):
+        found[3] = worst
+
+
+def merge_groups(groups: Groups, more: Groups) -> Groups:
+    for group, entries in more.items():
+        for key, (count, first, last, worst) in entries.items():
+            add(groups, group, key, count, first, last, worst)
+    return groups

@@ -1,0 +1,63 @@
+"""summary.json: the findings (analysis/findings.py), inputs, counts, brokers, calls and clients, in
+the layout fixed by SCHEMA_VERSION (docs/capture-report.md)."""
+
+from __future__ import annotations
+
+from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups
+from spark_analysis.analysis.latency import PERCENTILES, CodeStats
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S
+from spark_analysis.model.sessions import iso_time
+from twisted_namesrv.remoting.codes import code_name
+
+SCHEMA_VERSION = 2
+
+
+def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: dict[str, int], groups: Groups,
+            brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
+            clients: list[dict] | None = None) -> dict:
+    """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
+    periods), counts, brokers and calls by code."""
+    registered = [b for b in brokers if b["registrations"]]
+    responses = response_groups(groups)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
+                       "period_gap_s": PERIOD_GAP_S},
+        **attention(evidence(file_rows, groups, brokers, responses)),
+        "inputs": {
+            "files": file_rows,
+            "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
+            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
+                     for a, b in zip(periods, periods[1:], strict=False)],
+        },
+        "counts": counts,
+        "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
+        "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
+        "calls_by_code": [_code_row(s) for s in codes],
+        "calls_by_server": [{"server": s.server, **_code_row(s)} for s in server_codes or ()],
+        "clients": clients or [],
+        "response_codes": _response_codes(responses),
+    }
+
+
+def _code_row(stats: CodeStats) -> dict:
+    return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered,
+            **{f"p{round(p * 100)}_ms": v for p, v in zip(PERCENTILES, stats.p or (None,) * len(PERCENTILES),
+                                                           strict=True)}}
+
+
+def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
+    """The response-code table (of response_groups): every non-zero answer by request code,
+    response code and remark."""
+    return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
+             "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
+            for (name, response, remark), entry in responses.items()]
+
+
+def _iso(seconds: float | None) -> str | None:
+    return None if seconds is None else iso_time(seconds)
+
+
+def _json_value(column: str, value: object) -> object:
+    return _iso(value) if column in ("first_seen", "last_seen") else value
