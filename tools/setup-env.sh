@@ -103,7 +103,7 @@ if [ "$missing" -eq 1 ]; then
   say "done: $venv/bin holds twistd, twisted-namesrv and namesrv-admin (or: source .venv/bin/activate)"
 fi
 if [[ " ${extras[*]-} " == *" spark "* ]]; then
-  archive="$("$venv/bin/python" -c 'from spark_analysis.session import class_archive, whole
+  archive="$("$venv/bin/python" -c 'from spark_analysis.spark.session import class_archive, whole
 archive = class_archive()
 print(archive if archive and not whole(archive) else "")')"  # to record: none there, or not whole
   if [ -n "$archive" ]; then

@@ -13,7 +13,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_analysis"
 LAYERS = ("capture", "decode", "model", "analysis", "output", "spark")
 #: modules above every layer: the command, and the name tools/setup-env.sh asks the class archive of
-TOP = {"spark_analysis.__main__", "spark_analysis.session"}
+TOP = {"spark_analysis.__main__"}
 
 
 def modules() -> dict[str, Path]:
