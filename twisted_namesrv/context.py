@@ -34,11 +34,11 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
-    #: answers kept from the tables, subscribed to the routes' changes
+    #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes
     answers: AnswerCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self.answers = AnswerCache(self.routes)
+        self.answers = AnswerCache(self.routes, self.kv, self.config)
 
     @property
     def profile(self) -> Profile:

@@ -8,6 +8,7 @@ refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but comple
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,7 @@ class NamesrvConfig:
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
+        self._subscribers: list[Callable[[], None]] = []
         self._set(file_keys or {})
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
@@ -291,6 +293,12 @@ class NamesrvConfig:
         """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys)."""
         self._set(props)
         self._validate()
+        for listener in self._subscribers:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""
+        self._subscribers.append(listener)
 
     def _set(self, props: dict[str, str]) -> None:
         """All values are converted before any is stored: a bad one changes nothing."""

@@ -5,10 +5,10 @@ Channels are opaque hashable ids handed out by the server, so connection loss is
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
 The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
-page compare it) and publishes each one through a single hook, ``on_change(kind, name)``: a
-topic's route changed, a broker group changed (so every route naming it), or everything did.
-Whoever caches answers (answer_cache.py) subscribes; a heartbeat that changes nothing publishes
-nothing.
+page compare it) and publishes each one to its subscriber (``subscribe``), as ``(kind, name)``:
+a topic's route changed, a broker group changed (so every route naming it), or everything did.
+Whoever caches answers (answer_cache.py) subscribes while it holds some; a heartbeat that
+changes nothing publishes nothing.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ class RouteInfoManager:
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         self.generation = 0
-        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody
+        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
+        #: Set through subscribe/unsubscribe; a plain slot because topic_changed runs per topic.
         self.on_change: ChangeListener | None = None
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
@@ -137,6 +138,14 @@ class RouteInfoManager:
         return bool(self.config["notifyMinBrokerIdChanged"])
 
     # -- change publication -----------------------------------------------------------------
+    def subscribe(self, listener: ChangeListener) -> None:
+        """``listener(kind, name)`` hears every change from now on (one subscriber: the answer cache)."""
+        self.on_change = listener
+
+    def unsubscribe(self, listener: ChangeListener) -> None:
+        if self.on_change == listener:
+            self.on_change = None
+
     def _changed(self, kind: str, name: str | None) -> None:
         self.generation += 1
         if self.on_change is not None:
@@ -436,7 +445,7 @@ class RouteInfoManager:
         emptied: set[str] = set()
         subscriber = self.on_change
         if len(doomed) > 1:
-            self.on_change = None
+            self.on_change = None  # muted: one EVERYTHING below instead
         try:
             for key, reason in doomed:
                 self._destroy(key, reason, emptied)
