@@ -8,7 +8,7 @@ less often.  Three levels:
 - route bodies, per topic and variant (standard JSON or not, orderTopicConf);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
-  decoding (``reply_from_memory``) while their topic's bodies are still kept.
+  decoding (``replies_from_memory``) while their topic's bodies are still kept.
 
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
 handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
@@ -39,9 +39,13 @@ from .state.routes import BROKER, TOPIC, RouteInfoManager
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
 
-#: a kept answer frame: (its topic's bodies, the frame up to the opaque's digits, the rest after them).
-#: The topic's bodies dict is emptied when the topic is dropped, which is how a kept frame knows it is stale.
-Reply = tuple[dict[Hashable, bytes], bytes, bytes]
+#: kept answer frames per request up to the opaque's digits (clients that differ only after them)
+MAX_REPLIES_PER_HEAD = 8
+
+#: a kept answer frame: (how many digits the request's opaque has, the request after them, its topic's
+#: bodies, the answer frame up to its opaque's digits, the rest after them).  The topic's bodies dict
+#: is emptied when the topic is dropped, which is how a kept frame knows it is stale.
+Reply = tuple[int, bytes, dict[Hashable, bytes], bytes, bytes]
 
 _PREFIX = struct.Struct(">iI")
 _OPAQUE_AT = len(OPAQUE_KEY)
@@ -56,8 +60,8 @@ class AnswerCache:
         self.routes: dict[str, dict[Hashable, bytes]] = {}
         self.tables: dict[str, dict[Hashable, bytes]] = {TOPIC: {}, BROKER: {}}
         self._topic_tables = self.tables[TOPIC]
-        #: kept answer frames by the request frame without its opaque's digits
-        self.replies: dict[bytes, Reply] = {}
+        #: kept answer frames by the request frame up to its opaque's digits, newest first
+        self.replies: dict[bytes, list[Reply]] = {}
         if keep and kv is not None:
             kv.subscribe(self._kv_changed)
         if keep and config is not None:
@@ -92,7 +96,7 @@ class AnswerCache:
     def _drop_routes(self, topic: str) -> None:
         bodies = self.routes.pop(topic, None)
         if bodies is not None:
-            bodies.clear()  # the frames kept from them see it (reply_from_memory)
+            bodies.clear()  # the frames kept from them see it (replies_from_memory)
 
     def clear(self) -> None:
         """Everything may answer differently (tables replaced, a switch changed)."""
@@ -141,44 +145,52 @@ class AnswerCache:
     def _keep_reply(self, frame: bytes, opaque: int, encoded: bytes, bodies: dict[Hashable, bytes],
                     body: bytes) -> None:
         digits = str(opaque).encode()
-        start = frame.find(OPAQUE_KEY) + _OPAQUE_AT
-        end = start + len(digits)
+        at = frame.find(OPAQUE_KEY) + _OPAQUE_AT
+        end = at + len(digits)
         header = encoded[8:len(encoded) - len(body)]
         split = header.find(b'"opaque":' + digits + b",")
-        if opaque < 0 or frame[start:end] != digits or frame[end:end + 1] != b"," or split < 0:
-            return  # not as reply_from_memory reads it: always decoded
+        if opaque < 0 or frame[at:end] != digits or split < 0:
+            return  # not as replies_from_memory reads it: always decoded
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         if len(self.replies) >= MAX_REPLIES:
             self.replies.clear()
-        self.replies[frame[:start] + frame[end:]] = (bodies, prefix, tail + body)
+        after = frame[end:]
+        kept = self.replies.setdefault(frame[:at], [])
+        kept[:] = [k for k in kept if k[1] != after][:MAX_REPLIES_PER_HEAD - 1]
+        kept.insert(0, (len(digits), after, bodies, prefix, tail + body))
 
-    def reply_from_memory(self, frame: bytes, out: list[bytes]) -> bool:
-        """Append the answer to a repeated plain JSON route lookup to ``out`` (the request frame's
-        opaque spliced into the kept frame, no decoding), or say False: decode and dispatch.
+    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes]) -> int:
+        """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
+        ``out``, in order, up to the first that is not: its index (``len(frames)``: all were).
+        Each is the kept answer frame with the request's own opaque spliced in, without decoding.
 
-        The key is the request frame without its opaque's digits, header-length word included,
-        so one key always has the same number of digits; the digits are checked to be what Java
-        would read as that same number (ASCII, no leading zero, an int32)."""
-        start = frame.find(OPAQUE_KEY, 8)
-        if start < 0:
-            return False
-        start += _OPAQUE_AT
-        end = frame.find(b",", start, start + 11)
-        if end < 0:
-            return False
-        key = frame[:start] + frame[end:]
-        kept = self.replies.get(key)
-        if kept is None:
-            return False
-        bodies, prefix, rest = kept
-        if not bodies:  # its topic was dropped since
-            del self.replies[key]
-            return False
-        digits = frame[start:end]
-        if (not digits.isdigit() or (digits[0] == 48 and end - start > 1)
-                or (end - start == 10 and digits > _MAX_INT32)):
-            return False
-        out += (prefix, digits, rest)
-        return True
+        A kept frame is found by the request up to its opaque's digits (header-length word
+        included) and checked against the rest after them, without copying either; the digits
+        are checked to be what Java would read as that same number (ASCII, no leading zero, an
+        int32)."""
+        replies = self.replies
+        for index in range(start, len(frames)):
+            frame = frames[index]
+            at = frame.find(OPAQUE_KEY, 8) + _OPAQUE_AT
+            if at < _OPAQUE_AT:
+                return index
+            kept = replies.get(frame[:at])
+            if kept is None:
+                return index
+            rest_length = len(frame) - at
+            for length, after, bodies, prefix, rest in kept:
+                if rest_length == length + len(after) and frame.endswith(after):
+                    break
+            else:
+                return index
+            if not bodies:  # its topic was dropped since
+                kept.remove((length, after, bodies, prefix, rest))
+                return index
+            digits = frame[at:at + length]
+            if (not digits.isdigit() or (digits[0] == 48 and length > 1)
+                    or (length == 10 and digits > _MAX_INT32)):
+                return index
+            out += (prefix, digits, rest)
+        return len(frames)
