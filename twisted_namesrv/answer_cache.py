@@ -180,13 +180,14 @@ class AnswerCache:
             if kept is None:
                 return index
             rest_length = len(frame) - at
-            for length, after, bodies, prefix, rest in kept:
-                if rest_length == length + len(after) and frame.endswith(after):
+            for reply in kept:
+                if rest_length == reply[0] + len(reply[1]) and frame.endswith(reply[1]):
                     break
             else:
                 return index
+            length, _, bodies, prefix, rest = reply
             if not bodies:  # its topic was dropped since
-                kept.remove((length, after, bodies, prefix, rest))
+                kept.remove(reply)
                 return index
             digits = frame[at:at + length]
             if (not digits.isdigit() or (digits[0] == 48 and length > 1)
