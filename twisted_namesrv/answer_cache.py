@@ -42,10 +42,10 @@ MAX_REPLIES = 65536
 #: kept answer frames per request up to the opaque's digits (clients that differ only after them)
 MAX_REPLIES_PER_HEAD = 8
 
-#: a kept answer frame: (how many digits the request's opaque has, the request after them, its topic's
-#: bodies, the answer frame up to its opaque's digits, the rest after them).  The topic's bodies dict
-#: is emptied when the topic is dropped, which is how a kept frame knows it is stale.
-Reply = tuple[int, bytes, dict[Hashable, bytes], bytes, bytes]
+#: a kept answer frame: (the request's length from its opaque's digits on, the request after the digits,
+#: how many digits, its topic's bodies, the answer frame up to its opaque's digits, the rest after them).
+#: The topic's bodies dict is emptied when the topic is dropped, which is how a kept frame knows it is stale.
+Reply = tuple[int, bytes, int, dict[Hashable, bytes], bytes, bytes]
 
 _PREFIX = struct.Struct(">iI")
 _OPAQUE_AT = len(OPAQUE_KEY)
@@ -159,7 +159,7 @@ class AnswerCache:
         after = frame[end:]
         kept = self.replies.setdefault(frame[:at], [])
         kept[:] = [k for k in kept if k[1] != after][:MAX_REPLIES_PER_HEAD - 1]
-        kept.insert(0, (len(digits), after, bodies, prefix, tail + body))
+        kept.insert(0, (len(digits) + len(after), after, len(digits), bodies, prefix, tail + body))
 
     def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes]) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
@@ -171,27 +171,35 @@ class AnswerCache:
         are checked to be what Java would read as that same number (ASCII, no leading zero, an
         int32)."""
         replies = self.replies
+        head, size, after, at = b"", -1, b"", 0  # the last frame's (none yet): pipelined lookups repeat it
         for index in range(start, len(frames)):
             frame = frames[index]
-            at = frame.find(OPAQUE_KEY, 8) + _OPAQUE_AT
-            if at < _OPAQUE_AT:
-                return index
-            kept = replies.get(frame[:at])
-            if kept is None:
-                return index
-            rest_length = len(frame) - at
-            for reply in kept:
-                if rest_length == reply[0] + len(reply[1]) and frame.endswith(reply[1]):
-                    break
-            else:
-                return index
-            length, _, bodies, prefix, rest = reply
-            if not bodies:  # its topic was dropped since
-                kept.remove(reply)
-                return index
+            if not (len(frame) - at == size and frame.startswith(head) and frame.endswith(after)):
+                at = frame.find(OPAQUE_KEY, 8) + _OPAQUE_AT
+                if at < _OPAQUE_AT:
+                    return index
+                kept = replies.get(frame[:at])
+                if kept is None:
+                    return index
+                reply = self._match(kept, frame, len(frame) - at)
+                if reply is None:
+                    return index
+                size, after, length, bodies, prefix, rest = reply
+                if not bodies:  # its topic was dropped since
+                    kept.remove(reply)
+                    return index
+                head = frame[:at]
             digits = frame[at:at + length]
             if (not digits.isdigit() or (digits[0] == 48 and length > 1)
                     or (length == 10 and digits > _MAX_INT32)):
                 return index
             out += (prefix, digits, rest)
         return len(frames)
+
+    @staticmethod
+    def _match(kept: list[Reply], frame: bytes, size: int) -> Reply | None:
+        """The reply kept for the request ``frame`` among those with the same start (newest first)."""
+        for reply in kept:
+            if size == reply[0] and frame.endswith(reply[1]):
+                return reply
+        return None

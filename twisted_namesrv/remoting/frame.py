@@ -4,9 +4,10 @@
     length = 4 + headerLen + bodyLen  (not counting itself; all big-endian)
 
 ``frame_struct()`` is the declarative definition (construct, compiled on first use).  The hot
-path - ``FrameDecoder``, ``encode_frame``, ``split_frame`` - reads and writes the same two int32s
-with precompiled ``struct``, because construct's parse costs tens of times more per frame; the
-codec tests check the fast path against the definition on every captured frame.
+path - ``FrameDecoder`` (``frame_spans``, ``cut_frames``), ``encode_frame``, ``split_frame`` - reads
+and writes the same two int32s with precompiled ``struct``, because construct's parse costs tens
+of times more per frame; the codec tests check the fast path against the definition on every
+captured frame.
 """
 
 from __future__ import annotations
@@ -95,6 +96,29 @@ def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, sta
     return spans, start
 
 
+def cut_frames(data: bytes, max_frame_length: int, max_header_length: int | None = None) -> tuple[list[bytes], int]:
+    """``frame_spans`` for a read of bytes, with the frames cut out (one copy each) in the same loop:
+    the server's usual read, where a list of spans and a second loop cost as much as the cutting."""
+    frames: list[bytes] = []
+    append, unpack = frames.append, _PREFIX.unpack_from
+    start, end = 0, len(data)
+    longest = max_frame_length - 4
+    longest_header = HEADER_LENGTH_MASK if max_header_length is None else max_header_length
+    while end - start >= 8:
+        length, word = unpack(data, start)
+        if not 4 <= length <= longest or word & HEADER_LENGTH_MASK > longest_header:
+            _check_prefix(length, word, max_frame_length, max_header_length)
+        stop = start + 4 + length
+        if stop > end:
+            return frames, start
+        append(data[start + 4:stop])
+        start = stop
+    if end - start >= 4:  # fewer than 8 bytes left: what frame_spans makes of them
+        spans, start = frame_spans(data, max_frame_length, start, max_header_length)
+        frames += [data[a:b] for a, b in spans]
+    return frames, start
+
+
 def _check_prefix(length: int, word: int, max_frame_length: int, max_header_length: int | None) -> None:
     """Raise RemotingDecodeError for a frame that cannot be, as soon as its length (and header) word is there."""
     if length < 0:
@@ -133,10 +157,10 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         if not buffer and len(data) < ONE_COPY_FROM:  # the usual read: whole frames, nothing pending
-            spans, used = frame_spans(data, self.max_frame_length, 0, self.max_header_length)
+            frames, used = cut_frames(data, self.max_frame_length, self.max_header_length)
             if used < len(data):
                 buffer += memoryview(data)[used:]
-            return [data[start:end] for start, end in spans]  # one copy of each frame, not two
+            return frames
         buffer += data
         spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
         if used < ONE_COPY_FROM:
