@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, TablePieces, decode_register_body_steps
+from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
 from .bodies.route import (
     MASTER_ID,
     DataVersion,
@@ -31,7 +31,15 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, RegisterRequest, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.routes import (
+    BROKER,
+    TOPIC,
+    RegisterRequest,
+    RegistrationMemo,
+    RouteData,
+    has_unit_flag,
+    has_unit_sub_flag,
+)
 from .steps import Steps, run_steps
 
 log = logging.getLogger(__name__)
@@ -149,20 +157,20 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     acting = ext.get("enableActingMaster")
     routes = state.routes
 
-    def decode(known: tuple[bytes | None, TablePieces | None]) -> Steps[RegisterBrokerBody]:
+    def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
-                                          state.config["inflateMaxLength"], *known)
+                                          state.config["inflateMaxLength"], None if known is None else known.digest,
+                                          routes.reusable_pieces(known))
 
-    def known_table() -> tuple[bytes | None, TablePieces | None]:
-        """What this broker's queues hold now (RouteInfoManager.known_table_digest)."""
-        key = (cluster, addr, name, broker_id, java_bool(acting))
-        return routes.known_table_digest(*key), routes.known_table_pieces(*key)
+    def memo() -> RegistrationMemo | None:
+        """What this broker's queues hold now, if a registration may skip it."""
+        return routes.registration_memo(cluster, addr, name, broker_id, java_bool(acting))
 
-    known = known_table()
+    known = memo()
     try:
         body = yield from decode(known)
-        if (body.tableUnchanged or body.tableSkipped) and known_table() != known:
-            body = run_steps(decode((None, None)))  # its queues were changed meanwhile: the table applies in full
+        if (body.tableUnchanged or body.tableSkipped) and memo() is not known:
+            body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     changes = None if body.tableUnchanged else (yield from routes.changed_configs_steps(name, body.topicConfigTable))
