@@ -104,7 +104,7 @@ class Dispatcher:
 
     # -- frames in, frames out ------------------------------------------------------------------
     def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
-        """Append the answer frames to ``frames`` (length prefixes stripped) to ``out``, in order;
+        """Append the answers to ``frames`` (length prefixes stripped) to ``out``, in order;
         nothing for oneway requests and for responses to our own notifications.  A frame answered
         in steps stops there: its Later holds the frames after it.
 
