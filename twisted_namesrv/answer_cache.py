@@ -70,8 +70,12 @@ class AnswerCache:
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def changed(self, kind: str, name: str | None) -> None:
         """RouteInfoManager's changes: drop what ``kind``/``name`` reaches."""
-        if kind == TOPIC:  # by far the most frequent: registrations change topics by the thousand
-            self._drop_topic(name)  # type: ignore[arg-type]
+        if kind == TOPIC:  # by far the most frequent: registrations change topics by the thousand (inline)
+            bodies = self.routes.pop(name, None)  # type: ignore[arg-type]
+            if bodies is not None:
+                bodies.clear()  # the frames kept from them see it (replies_from_memory)
+            if self._topic_tables:
+                self._topic_tables.clear()
         elif kind == BROKER:
             if self.routes:
                 topics = self._routes.topicQueueTable
