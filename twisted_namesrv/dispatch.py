@@ -66,6 +66,21 @@ class Later:
     rest: list[bytes]
 
 
+def answer_frame_by_frame(handle: Callable[[bytes, Peer], bytes | None | defer.Deferred[bytes | None]],
+                          frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+    """``Dispatcher.answer`` for a dispatcher that answers one frame at a time: ``handle`` gives
+    each frame's answer, None (nothing to send) or a Deferred of either (answered later: the
+    frames after it wait).  What a dispatcher of its own (not a HandlerTable) needs to be served
+    by RemotingProtocol: ``def answer(self, frames, peer, out): return answer_frame_by_frame(self.handle, ...)``."""
+    for index, frame in enumerate(frames):
+        reply = handle(frame, peer)
+        if isinstance(reply, defer.Deferred):
+            return Later(reply, frames[index + 1:])
+        if reply is not None:
+            out.append(reply)
+    return None
+
+
 class AnswerNotEncodable(Exception):
     """A response that cannot be encoded: answered with an error, not the connection lost."""
 
