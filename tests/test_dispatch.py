@@ -14,8 +14,8 @@ from twisted_namesrv.dispatch import Dispatcher, answer_frame_by_frame
 from twisted_namesrv.metrics import OTHER_CODE, Metrics
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.service import build_state
 from twisted_namesrv.server import RemotingFactory
+from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
 
 BROKER = Peer(7, "10.0.0.1:50000")
