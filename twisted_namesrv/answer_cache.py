@@ -53,6 +53,9 @@ _MAX_INT32 = b"2147483647"
 
 
 class AnswerCache:
+    """The kept answers of one NameServer (module docstring); subscribed to ``kv`` and ``config``
+    from the start, to ``routes`` while it holds something."""
+
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager | None = None,
                  config: NamesrvConfig | None = None, keep: bool = True) -> None:
         self._routes = routes
@@ -131,7 +134,7 @@ class AnswerCache:
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
     def keep_route(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
-             topic: str, variant: Hashable) -> None:
+                   topic: str, variant: Hashable) -> None:
         """Keep a found route (``response``, encoded as ``encoded``, its handler's ``topic`` and
         ``variant``): its body for the next lookup of any client, and, for a plain JSON lookup, its
         whole frame around the opaque for the next lookup of the same client."""
