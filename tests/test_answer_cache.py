@@ -252,3 +252,37 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
             replies.append(transport.value())
         assert replies[0] == replies[1], request
     assert servers[0][0].factory.metrics.answered_from_memory_count > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pipelined_requests_from_memory_equal_answers_from_the_tables(tmp_path, seed: int) -> None:
+    """Several requests in one read, as pipelining clients send them: lookups repeating the one
+    before with another opaque (answered from the previous frame's kept answer), other topics,
+    versions and key styles in between, changes in the same read: the answers, written once per
+    read, equal those of a server that keeps nothing."""
+    rng = random.Random(seed)
+    kept, kept_out, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_out, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+    for counter in range(1, 200):
+        batch = []
+        for position in range(rng.randint(1, 8)):
+            opaque = rng.choice([counter * 10 + position, 7, 10**9 + position, 2**31 - 1, 0])
+            op = rng.random()
+            if op < 0.75:
+                repeat = batch and rng.random() < 0.6
+                request = RemotingCommand.decode(batch[-1][4:]) if repeat else lookup_request(rng, opaque)
+                request.header.opaque = opaque
+                request.header.json_layout = None
+                if rng.random() < 0.3:  # the same up to the opaque, but not after it (standard JSON or not)
+                    request.header.version = rng.choice([395, 409])
+            elif op < 0.85:
+                request = register_request(rng, counter, opaque, False)
+            else:
+                request = other_request(rng, opaque)
+            batch.append(request.encode())
+        for protocol in (kept, reference):
+            protocol.dataReceived(b"".join(batch))
+        assert kept_out.value() == reference_out.value(), batch
+        kept_out.clear()
+        reference_out.clear()
+    assert kept.factory.metrics.answered_from_memory_count > 0

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from twisted.internet import task
+from twisted.internet import defer, task
+from twisted.internet.testing import StringTransport
 
 from twisted_namesrv import processor
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
-from twisted_namesrv.dispatch import Dispatcher
-from twisted_namesrv.metrics import OTHER_CODE
-from twisted_namesrv.remoting import RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
+from twisted_namesrv.dispatch import Dispatcher, answer_frame_by_frame
+from twisted_namesrv.metrics import OTHER_CODE, Metrics
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.server import RemotingFactory
 from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -119,3 +121,38 @@ def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path
     dispatcher.channel_closed(CLIENT.channel)
     clock.advance(0)
     assert batches[1:] == [{CLIENT.channel: "connection closed"}]
+
+
+def test_a_dispatcher_answering_frame_by_frame_is_served_by_the_protocol() -> None:
+    """A dispatcher of its own (another listener's) answers through answer_frame_by_frame: the
+    answers of one read in one write, and one answered later holds the frames after it."""
+    later: defer.Deferred = defer.Deferred()
+
+    class Echo:
+        count_requests = False
+        metrics = Metrics()
+
+        def handle(self, frame: bytes, peer) -> bytes | None | defer.Deferred:
+            request = RemotingCommand.decode(frame)
+            if request.code == 1:
+                return later
+            return None if request.is_oneway else RemotingCommand.response_to(request).encode()
+
+        def answer(self, frames, peer, out):
+            return answer_frame_by_frame(self.handle, frames, peer, out)
+
+        def channel_closed(self, channel, reason="") -> None:
+            pass
+
+    factory = RemotingFactory(Echo(), task.Clock(), 1 << 20, 0)  # type: ignore[arg-type]
+    protocol, transport = factory.buildProtocol(None), StringTransport()
+    protocol.makeConnection(transport)
+    requests = [RemotingCommand.request(code, opaque=opaque) for code, opaque in ((7, 1), (1, 2), (7, 3))]
+    protocol.dataReceived(b"".join(r.encode() for r in requests))
+    assert [c.opaque for c in decode_all(transport.value())] == [1]  # the third waits for the second
+    later.callback(RemotingCommand.response_to(requests[1]).encode())
+    assert [c.opaque for c in decode_all(transport.value())] == [1, 2, 3]
+
+
+def decode_all(data: bytes) -> list[RemotingCommand]:
+    return [RemotingCommand.decode(f) for f in FrameDecoder().feed(data)]

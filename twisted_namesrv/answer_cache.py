@@ -1,89 +1,124 @@
-"""Answers kept in memory, dropped exactly when the routes say what changed.
+"""Answers kept in memory: the one owner of every encoded answer the server reuses, dropped
+exactly when the state it was built from says what changed.
 
 Clients repeat the same route lookup every 30 s with a new opaque (load tools far more often),
 and admin tools ask for whole tables; encoding is the expensive part and the tables change far
-less often.  Three levels, one owner:
+less often.  Three levels:
 
 - route bodies, per topic and variant (standard JSON or not, orderTopicConf);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
-  decoding while the body they carry is still the topic's (checked by identity).
+  decoding (``replies_from_memory``) while their topic's bodies are still kept.
 
-RouteInfoManager publishes each change through its ``on_change`` hook: a topic (drop its
-bodies and the topic list), a broker group (drop every route naming it and the cluster info),
-everything.  The cache subscribes only while it holds something, so a first registration of
-many topics on a fresh server pays no call per topic.  Handlers drop a topic whose
-orderTopicConf changed, and everything when the configuration changed, since switches shape
-answers.  ``keep=False`` keeps nothing: the reference the differential tests compare against.
+What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
+handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
+subscriptions, never from handlers:
+
+- RouteInfoManager publishes each change (``subscribe``): a topic (drop its bodies and the topic
+  list), a broker group (drop every route naming it and the cluster info), everything.  The cache
+  subscribes only while it holds something, so a first registration of many topics on a fresh
+  server pays no call per topic.
+- KVConfigManager publishes each key put or deleted: an ORDER_TOPIC_CONFIG key is a topic's
+  orderTopicConf, so that topic's routes go.
+- NamesrvConfig publishes an update: switches shape answers, so everything goes.
+
+``keep=False`` keeps nothing: the reference the differential tests compare against.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Hashable
 
 from .remoting import RemotingCommand, SerializeType
-from .remoting.frame import encode_frame, split_frame
-from .remoting.header import OPAQUE_KEY, opaque_split
+from .remoting.header import OPAQUE_KEY
+from .state.config import NamesrvConfig
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from .state.routes import BROKER, TOPIC, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
 
-#: a kept answer frame: (topic, variant, body, header before the opaque, header after it)
-Reply = tuple[str, Hashable, bytes, bytes, bytes]
+#: kept answer frames per request up to the opaque's digits (clients that differ only after them)
+MAX_REPLIES_PER_HEAD = 8
+
+#: a kept answer frame: (the request's length from its opaque's digits on, the request after the digits,
+#: how many digits, its topic's bodies, the answer frame up to its opaque's digits, the rest after them).
+#: The topic's bodies dict is emptied when the topic is dropped, which is how a kept frame knows it is stale.
+Reply = tuple[int, bytes, int, dict[Hashable, bytes], bytes, bytes]
+
+_PREFIX = struct.Struct(">iI")
+_OPAQUE_AT = len(OPAQUE_KEY)
+_MAX_INT32 = b"2147483647"
 
 
 class AnswerCache:
-    def __init__(self, routes: RouteInfoManager, keep: bool = True) -> None:
-        self._state = routes
+    """The kept answers of one NameServer (module docstring); subscribed to ``kv`` and ``config``
+    from the start, to ``routes`` while it holds something."""
+
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager | None = None,
+                 config: NamesrvConfig | None = None, keep: bool = True) -> None:
+        self._routes = routes
         self.keep = keep
         self.routes: dict[str, dict[Hashable, bytes]] = {}
         self.tables: dict[str, dict[Hashable, bytes]] = {TOPIC: {}, BROKER: {}}
         self._topic_tables = self.tables[TOPIC]
-        self.replies: dict[bytes, Reply] = {}
+        #: kept answer frames by the request frame up to its opaque's digits, newest first
+        self.replies: dict[bytes, list[Reply]] = {}
+        if keep and kv is not None:
+            kv.subscribe(self._kv_changed)
+        if keep and config is not None:
+            config.subscribe(self.clear)
 
-    def _subscribe(self) -> None:
-        self._state.on_change = self.changed
-
-    # -- invalidation -------------------------------------------------------------------------
+    # -- invalidation: the subscriptions ----------------------------------------------------------
     def changed(self, kind: str, name: str | None) -> None:
-        """RouteInfoManager's on_change: drop what ``kind``/``name`` reaches."""
-        if kind == TOPIC:  # by far the most frequent: registrations change topics by the thousand
-            self.routes.pop(name, None)  # type: ignore[arg-type]
+        """RouteInfoManager's changes: drop what ``kind``/``name`` reaches."""
+        if kind == TOPIC:  # by far the most frequent: registrations change topics by the thousand (inline)
+            bodies = self.routes.pop(name, None)  # type: ignore[arg-type]
+            if bodies is not None:
+                bodies.clear()  # the frames kept from them see it (replies_from_memory)
             if self._topic_tables:
                 self._topic_tables.clear()
         elif kind == BROKER:
             if self.routes:
-                topics = self._state.topicQueueTable
+                topics = self._routes.topicQueueTable
                 for topic in [t for t in self.routes if name in topics.get(t, ())]:
-                    del self.routes[topic]
+                    self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
         else:
             self.clear()
 
-    def forget_topic(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (also its orderTopicConf)."""
-        self.changed(TOPIC, topic)
+    def _kv_changed(self, namespace: str, key: str) -> None:
+        """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
+        if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
+            self._drop_topic(key)
+
+    def _drop_topic(self, topic: str) -> None:
+        """The topic's routes, and the topic list (it may have come or gone)."""
+        self._drop_routes(topic)
+        if self._topic_tables:
+            self._topic_tables.clear()
+
+    def _drop_routes(self, topic: str) -> None:
+        bodies = self.routes.pop(topic, None)
+        if bodies is not None:
+            bodies.clear()  # the frames kept from them see it (replies_from_memory)
 
     def clear(self) -> None:
         """Everything may answer differently (tables replaced, a switch changed)."""
+        for bodies in self.routes.values():
+            bodies.clear()
         self.routes.clear()
         for table in self.tables.values():
             table.clear()
         self.replies.clear()
-        self._state.on_change = None  # nothing left to drop
+        self._routes.unsubscribe(self.changed)  # nothing left to drop
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
         bodies = self.routes.get(topic) if topic is not None else None
         return bodies.get(variant) if bodies else None
-
-    def keep_route(self, topic: str, variant: Hashable, body: bytes) -> None:
-        """Only found routes: any name can be asked, so misses would grow without bound."""
-        if self.keep:
-            self.routes.setdefault(topic, {})[variant] = body
-            self._subscribe()
 
     # -- whole tables ---------------------------------------------------------------------------
     def table(self, key: Hashable, shows: str, build: Callable[[], bytes]) -> bytes:
@@ -94,45 +129,84 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
-                self._subscribe()
+                self._routes.subscribe(self.changed)
         return body
 
-    # -- answer frames --------------------------------------------------------------------------
-    def reply_to(self, frame: bytes) -> bytes | None:
-        """The whole answer frame to a repeated route lookup, or None to decode and dispatch."""
-        if not self.replies:
-            return None
-        split = opaque_split(frame, 4)
-        if split is None:
-            return None  # decoding says why
-        key, opaque = split
-        kept = self.replies.get(key)
-        if kept is None:
-            return None
-        topic, variant, body, head, tail = kept
-        bodies = self.routes.get(topic)  # self.route(), inline: this runs for every lookup
-        if bodies is None or bodies.get(variant) is not body:
-            del self.replies[key]
-            return None
-        return encode_frame(SerializeType.JSON, head + str(opaque).encode() + tail, body)
-
-    def keep_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
+    # -- route answers: kept by the dispatcher, served from memory -------------------------------
+    def keep_route(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
                    topic: str, variant: Hashable) -> None:
-        """Keep a successful plain JSON route answer (``encoded``: its frame) for reply_to, while
-        its body is the one kept for ``topic`` and ``variant`` (only a found route's body is kept,
-        and only with ``keep``: the identity check covers both)."""
-        body = self.route(topic, variant)
-        if (body is None or body is not response.body
-                or request.serialize_type != SerializeType.JSON or response.serialize_type != SerializeType.JSON
-                or request.body or request.is_oneway or frame.count(OPAQUE_KEY) != 1):
+        """Keep a found route (``response``, encoded as ``encoded``, its handler's ``topic`` and
+        ``variant``): its body for the next lookup of any client, and, for a plain JSON lookup, its
+        whole frame around the opaque for the next lookup of the same client."""
+        body = response.body
+        if not self.keep or not isinstance(body, bytes):
             return
-        request_split = opaque_split(frame, 4)
-        header = split_frame(memoryview(encoded)[4:])[1]
-        opaque = f'"opaque":{response.opaque},'.encode()
-        split = header.find(opaque)
-        if request_split is None or split < 0:
-            return
+        bodies = self.routes.setdefault(topic, {})
+        body = bodies.setdefault(variant, body)
+        self._routes.subscribe(self.changed)
+        if (body is response.body and request.serialize_type == SerializeType.JSON
+                and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
+                and frame.count(OPAQUE_KEY) == 1):
+            self._keep_reply(frame, request.opaque, encoded, bodies, body)
+
+    def _keep_reply(self, frame: bytes, opaque: int, encoded: bytes, bodies: dict[Hashable, bytes],
+                    body: bytes) -> None:
+        digits = str(opaque).encode()
+        at = frame.find(OPAQUE_KEY) + _OPAQUE_AT
+        end = at + len(digits)
+        header = encoded[8:len(encoded) - len(body)]
+        split = header.find(b'"opaque":' + digits + b",")
+        if opaque < 0 or frame[at:end] != digits or split < 0:
+            return  # not as replies_from_memory reads it: always decoded
+        head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
+        header_length = len(head) + len(digits) + len(tail)
+        prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         if len(self.replies) >= MAX_REPLIES:
             self.replies.clear()
-        head, tail = header[:split + len(OPAQUE_KEY)], header[split + len(opaque) - 1:]
-        self.replies[request_split[0]] = (topic, variant, body, head, tail)
+        after = frame[end:]
+        kept = self.replies.setdefault(frame[:at], [])
+        kept[:] = [k for k in kept if k[1] != after][:MAX_REPLIES_PER_HEAD - 1]
+        kept.insert(0, (len(digits) + len(after), after, len(digits), bodies, prefix, tail + body))
+
+    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes]) -> int:
+        """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
+        ``out``, in order, up to the first that is not: its index (``len(frames)``: all were).
+        Each is the kept answer frame with the request's own opaque spliced in, without decoding.
+
+        A kept frame is found by the request up to its opaque's digits (header-length word
+        included) and checked against the rest after them, without copying either; the digits
+        are checked to be what Java would read as that same number (ASCII, no leading zero, an
+        int32)."""
+        replies = self.replies
+        head, size, after, at = b"", -1, b"", 0  # the last frame's (none yet): pipelined lookups repeat it
+        for index in range(start, len(frames)):
+            frame = frames[index]
+            if not (len(frame) - at == size and frame.startswith(head) and frame.endswith(after)):
+                at = frame.find(OPAQUE_KEY, 8) + _OPAQUE_AT
+                if at < _OPAQUE_AT:
+                    return index
+                kept = replies.get(frame[:at])
+                if kept is None:
+                    return index
+                reply = self._match(kept, frame, len(frame) - at)
+                if reply is None:
+                    return index
+                size, after, length, bodies, prefix, rest = reply
+                if not bodies:  # its topic was dropped since
+                    kept.remove(reply)
+                    return index
+                head = frame[:at]
+            digits = frame[at:at + length]
+            if (not digits.isdigit() or (digits[0] == 48 and length > 1)
+                    or (length == 10 and digits > _MAX_INT32)):
+                return index
+            out += (prefix, digits, rest)
+        return len(frames)
+
+    @staticmethod
+    def _match(kept: list[Reply], frame: bytes, size: int) -> Reply | None:
+        """The reply kept for the request ``frame`` among those with the same start (newest first)."""
+        for reply in kept:
+            if size == reply[0] and frame.endswith(reply[1]):
+                return reply
+        return None

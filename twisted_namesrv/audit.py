@@ -11,13 +11,14 @@ no KV value either), and the result -- and the event goes three ways:
 - the counter ``namesrv_admin_requests_total{operation,result}`` (every series from the start);
 - the status page's recent events (``/api/events``, kind ``audit``).
 
-The dispatcher calls ``record`` once per request whose code is in AUDITED, after the answer is
-known; the operation and target are read from the request code and header here, so the
-handlers stay as they are.
+``observer`` is what the service hands the dispatcher (``Dispatcher.observe``): it hears every
+dispatched request with its answer and records those whose code is in AUDITED; the operation and
+target are read from the request code and header here, so the handlers stay as they are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,10 +127,20 @@ def _target(request: RemotingCommand) -> dict[str, Any]:
 
 def record(state: NamesrvState, metrics: Metrics, request: RemotingCommand, peer: Peer,
            response: RemotingCommand | None) -> AuditEvent:
-    """Log, count and show one audited request (the dispatcher's single call)."""
+    """Log, count and show one audited request."""
     event = event_of(state, request, peer, response)
     level = LogLevel.info if event.result == "ok" else LogLevel.warn
     log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
     metrics.admin_requests[event.operation, event.result] += 1
     metrics.feed_event("audit", event.fields())
     return event
+
+
+def observer(state: NamesrvState, metrics: Metrics) -> Callable[[RemotingCommand, Peer, RemotingCommand], None]:
+    """The dispatcher's observer (``Dispatcher.observe``) that records every audited request."""
+
+    def heard(request: RemotingCommand, peer: Peer, response: RemotingCommand) -> None:
+        if request.code in AUDITED:
+            record(state, metrics, request, peer, response)
+
+    return heard

@@ -36,11 +36,11 @@ class NamesrvState:
     acl: AccessControl | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
-    #: answers kept from the tables, subscribed to the routes' changes
+    #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes
     answers: AnswerCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self.answers = AnswerCache(self.routes)
+        self.answers = AnswerCache(self.routes, self.kv, self.config)
 
     @property
     def profile(self) -> Profile:

@@ -1,57 +1,106 @@
-"""Dispatcher: from a request frame to its answer frame, without sockets.
+"""Dispatcher: from request frames to answer frames, without sockets.
 
-As in Java's Dispatcher, this is where the parts meet: the state (configuration, route
-and KV tables, the answer cache), the handler table and the metrics.  The protocol hands over
-whole frames and writes what comes back; a channel that closes is reported here.
+One path per request, for every code: a repeated plain JSON route lookup is answered from memory
+(AnswerCache.replies_from_memory) without decoding; any other frame is decoded once, refused or
+handed to its handler once (``_outcome``: the same generator runs a handler written in steps and
+one that is not), encoded once, and, when its handler says so, kept by the answer cache with the
+topic and variant the handler worked out.  After each dispatched request the observers hear the
+request and its response (``observe``): the place for an audit trail.
 
-A big request whose handler is written in steps (HANDLERS_IN_STEPS: a broker's whole topic
-table) is answered later: its steps run across reactor turns through a Cooperator, so other
-connections are answered meanwhile, and ``handle`` returns a Deferred of the answer frame.
+The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py).
+Another listener (RocketMQ 5.x's controller) is a second Dispatcher with its own table behind the
+same protocol class (server.py).
+
+A big request whose handler is written in steps (a broker's whole topic table) is answered later:
+its steps run across reactor turns through a Cooperator, so other connections are answered
+meanwhile, and ``answer`` returns a ``Later`` for it; the frames after it wait for it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
-from .audit import AUDITED, record
-from .context import NamesrvState, Peer
+from . import processor
+from .context import Peer
 from .metrics import OTHER_CODE, Metrics
-from .processor import (
-    HANDLERS,
-    HANDLERS_IN_STEPS,
-    V5_REQUEST_CODES,
-    BadRequest,
-    respond,
-    route_variant,
-)
-from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .processor import Answer, Handler, SteppedHandler
+from .remoting import RemotingCommand
 from .state.routes import Channel
-from .steps import STEP_BYTES, Steps
-
-Answer = bytes | None
+from .steps import STEP_BYTES, Steps, run_steps
 
 log = logging.getLogger(__name__)
 
+#: hears every dispatched request (refused, failed or handled) with its response, after the handler
+Observer = Callable[[RemotingCommand, Peer, RemotingCommand], None]
+
+
+@dataclass(frozen=True)
+class HandlerTable:
+    """What a listener answers: a handler per code (``handlers``), the ones written in steps for
+    big requests (``in_steps``), what is refused before any handler (``refusal``: ACL, unknown
+    codes) and the answer to a handler that raised (``failure``)."""
+
+    handlers: Mapping[int, Handler]
+    in_steps: Mapping[int, SteppedHandler]
+    refusal: Callable[[Any, RemotingCommand, Peer], RemotingCommand | None]
+    failure: Callable[[Any, RemotingCommand, Peer, Exception], RemotingCommand]
+
+
+NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
+                             processor.failure)
+
+
+@dataclass
+class Later:
+    """An answer worked out in steps: ``answer`` fires with its frame (None: nothing to send);
+    ``rest`` are the frames that came after it, answered once it is sent."""
+
+    answer: defer.Deferred[bytes | None]
+    rest: list[bytes]
+
+
+def answer_frame_by_frame(handle: Callable[[bytes, Peer], bytes | None | defer.Deferred[bytes | None]],
+                          frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+    """``Dispatcher.answer`` for a dispatcher that answers one frame at a time: ``handle`` gives
+    each frame's answer, None (nothing to send) or a Deferred of either (answered later: the
+    frames after it wait).  What a dispatcher of its own (not a HandlerTable) needs to be served
+    by RemotingProtocol: ``def answer(self, frames, peer, out): return answer_frame_by_frame(self.handle, ...)``."""
+    for index, frame in enumerate(frames):
+        reply = handle(frame, peer)
+        if isinstance(reply, defer.Deferred):
+            return Later(reply, frames[index + 1:])
+        if reply is not None:
+            out.append(reply)
+    return None
+
+
+class AnswerNotEncodable(Exception):
+    """A response that cannot be encoded: answered with an error, not the connection lost."""
+
 
 class Dispatcher:
-    """One entry for requests (``handle``), one for closed channels (``channel_closed``).
+    """One entry for request frames (``answer``), one for closed channels (``channel_closed``).
 
     ``count_requests``: count and time every request for /metrics, only when metrics are served
     (the clock reads cost route lookup throughput: docs/benchmarks.md); rejections and route
     events are always counted."""
 
-    def __init__(self, state: NamesrvState, metrics: Metrics | None = None, count_requests: bool = False,
+    def __init__(self, state: Any, metrics: Metrics | None = None, count_requests: bool = False,
                  call_later: Callable[[float, Callable[[], None]], object] | None = None,
-                 cooperator: task.Cooperator | None = None, step_from: int = STEP_BYTES) -> None:
+                 cooperator: task.Cooperator | None = None, step_from: int = STEP_BYTES,
+                 table: HandlerTable = NAMESRV_TABLE) -> None:
         self.state = state
-        self.answers = state.answers
+        self.table = table
         self.metrics = metrics or Metrics(clock=state.clock)
         self.count_requests = count_requests
+        self.observers: list[Observer] = []
         self._call_later = call_later  # the reactor's callLater
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
@@ -59,111 +108,113 @@ class Dispatcher:
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
 
-    def handle(self, frame: bytes, peer: Peer) -> Answer | defer.Deferred[Answer]:
-        """The answer frame to one request frame (length prefix stripped, as both are here), or
-        None when nothing is sent (oneway requests, responses to our own notifications); a
-        Deferred of that for a big request answered in steps (cancel it when the peer goes).
+    @property
+    def answers(self) -> Any:
+        """The answer cache (the state's: tests replace it)."""
+        return self.state.answers
 
-        Raises RemotingDecodeError when the frame is not a command: the caller closes the channel."""
-        if len(frame) >= self.step_from and self._cooperator is not None:
-            request = RemotingCommand.decode(memoryview(frame))  # its body a view: no copy in this turn
-            if request.code in HANDLERS_IN_STEPS and not request.is_response:
-                return self._answer_in_steps(request, peer, self._cooperator)
-        if self.count_requests:
-            return self._handle_counted(frame, peer)
-        return self.answers.reply_to(frame) or self._answer_frame(frame, peer)[1]
+    def observe(self, observer: Observer) -> None:
+        """``observer(request, peer, response)`` after every dispatched request from now on."""
+        self.observers.append(observer)
 
-    def _handle_counted(self, frame: bytes, peer: Peer) -> bytes | None:
-        begun = perf_counter()
-        reply = self.answers.reply_to(frame)
-        if reply is not None:
-            self.metrics.answered_from_memory(perf_counter() - begun, 1)
-            return reply
-        request, encoded, response_code = self._answer_frame(frame, peer)
-        if request is not None:
-            code = request.code if request.code in HANDLERS else OTHER_CODE
-            self.metrics.answered(code, response_code, perf_counter() - begun)
-        return encoded
+    # -- frames in, frames out ------------------------------------------------------------------
+    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+        """Append the answers to ``frames`` (length prefixes stripped) to ``out``, in order;
+        nothing for oneway requests and for responses to our own notifications.  A frame answered
+        in steps stops there: its Later holds the frames after it.
 
-    def _answer_frame(self, frame: bytes, peer: Peer) -> tuple[RemotingCommand | None, bytes | None, int | None]:
-        """(the request, or None for a response frame; the answer frame; its response code)."""
-        request = RemotingCommand.decode(frame)
-        if request.is_response:
-            return None, None, None  # answers to our own oneway notifications; nothing waits for them
-        answered = self.answer(request, peer)
-        if answered is None:
-            return request, None, None
-        response, encoded = answered
-        if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and response.code == ResponseCode.SUCCESS:
-            self._keep_route_reply(frame, request, response, encoded)
-        return request, encoded, response.code
+        Raises RemotingDecodeError when a frame is not a command (``out`` holds the answers
+        before it): the caller closes the channel."""
+        answers, counted = self.answers, self.count_requests
+        index, count = 0, len(frames)
+        while index < count:
+            begun = perf_counter() if counted else 0.0
+            if answers.replies:
+                done = answers.replies_from_memory(frames, index, out)
+                if done > index:
+                    if counted:
+                        self.metrics.answered_from_memory((perf_counter() - begun) / (done - index), done - index)
+                    index = done
+                    continue
+            frame = frames[index]
+            index += 1
+            big = len(frame) >= self.step_from
+            request = RemotingCommand.decode(memoryview(frame) if big else frame)  # a big body: a view, no copy
+            if request.is_response:
+                continue  # answers to our own oneway notifications; nothing waits for them
+            if big and self._cooperator is not None and request.code in self.table.in_steps:
+                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:])
+            encoded = self._answer_frame(frame, request, peer, run_steps(self._outcome(request, peer)), begun)
+            if encoded is not None:
+                out.append(encoded)
+        return None
 
-    def _keep_route_reply(self, frame: bytes, request: RemotingCommand, response: RemotingCommand,
-                          encoded: bytes) -> None:
-        topic, variant, zone = route_variant(self.state, request)
-        if zone is None and topic is not None:
-            self.answers.keep_reply(frame, request, response, encoded, topic, variant)
-
-    def answer(self, request: RemotingCommand, peer: Peer) -> tuple[RemotingCommand, bytes] | None:
-        """dispatch, encoded."""
-        response = self.dispatch(request, peer)
-        return None if response is None else self._encoded(request, response, peer)
-
-    def _encoded(self, request: RemotingCommand, response: RemotingCommand,
-                 peer: Peer) -> tuple[RemotingCommand, bytes]:
-        """An answer that cannot be encoded costs one error reply, not the connection."""
-        try:
-            return response, response.encode()
-        except Exception as exc:
-            log.exception("cannot encode the answer to request %s from %s", request.code, peer.address)
-            response = respond(self.state, request, ResponseCode.SYSTEM_ERROR,
-                               f"cannot encode the answer: {type(exc).__name__}", normal=False)
-            return response, response.encode()
+    def handle(self, frame: bytes, peer: Peer) -> bytes | None:
+        """The answer to one frame answered at once (tests and tools): None when nothing is sent."""
+        out: list[bytes] = []
+        later = self.answer([frame], peer, out)
+        assert later is None, "handle() answers at once: use answer() for frames answered in steps"
+        return b"".join(out) if out else None
 
     def dispatch(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-        """Answer one request by its code (HANDLERS); None when nothing is to be sent (oneway)."""
-        response = self._refusal(request, peer)
-        if response is None:
-            try:
-                response = HANDLERS[request.code](self.state, request, peer)
-            except Exception as exc:
-                response = self._failed(request, peer, exc)
-        if request.code in AUDITED:  # the audit trail's one call (audit.py)
-            record(self.state, self.metrics, request, peer, response)
+        """The response to a decoded request, through the same path (tests and tools)."""
+        response = run_steps(self._outcome(request, peer)).response
         return None if request.is_oneway else response
 
-    def _dispatch_steps(self, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand | None]:
-        """dispatch, through the handler written in steps."""
-        response = self._refusal(request, peer)
+    # -- the one dispatch path ------------------------------------------------------------------
+    def _outcome(self, request: RemotingCommand, peer: Peer) -> Steps[Answer]:
+        """Refused, or handled by the request's handler (through its steps when it has them),
+        or failed; the observers hear it."""
+        table, state = self.table, self.state
+        response: RemotingCommand | Answer | None = table.refusal(state, request, peer)
         if response is None:
             try:
-                response = yield from HANDLERS_IN_STEPS[request.code](self.state, request, peer)
+                stepped = table.in_steps.get(request.code)
+                if stepped is not None:
+                    response = yield from stepped(state, request, peer)
+                else:
+                    response = table.handlers[request.code](state, request, peer)
             except Exception as exc:
-                response = self._failed(request, peer, exc)
-        return None if request.is_oneway else response
+                response = table.failure(state, request, peer, exc)
+        answer = response if isinstance(response, Answer) else Answer(response)
+        for observer in self.observers:
+            observer(request, peer, answer.response)
+        return answer
 
-    def _answer_in_steps(self, request: RemotingCommand, peer: Peer,
-                         cooperator: task.Cooperator) -> defer.Deferred[Answer]:
+    def _answer_frame(self, frame: bytes, request: RemotingCommand, peer: Peer, answer: Answer | None,
+                      begun: float) -> bytes | None:
+        """Encoded, kept when its handler said what under, counted; None for a oneway request."""
+        if answer is None or request.is_oneway:
+            if self.count_requests:
+                self.metrics.answered(self._counted_code(request), None, perf_counter() - begun)
+            return None
+        response = answer.response
+        try:
+            encoded = response.encode()
+        except Exception as exc:
+            response = self.table.failure(self.state, request, peer,
+                                          AnswerNotEncodable(f"cannot encode the answer: {type(exc).__name__}"))
+            answer, encoded = Answer(response), response.encode()
+        if answer.topic is not None and response.code == 0:
+            self.answers.keep_route(frame, request, response, encoded, answer.topic, answer.variant)
+        if self.count_requests:
+            self.metrics.answered(self._counted_code(request), response.code, perf_counter() - begun)
+        return encoded
+
+    def _counted_code(self, request: RemotingCommand) -> int:
+        return request.code if request.code in self.table.handlers else OTHER_CODE
+
+    def _answer_in_steps(self, frame: bytes, request: RemotingCommand, peer: Peer, begun: float,
+                         cooperator: task.Cooperator) -> defer.Deferred[bytes | None]:
         """One job in steps at a time, in arrival order: several brokers registering at once
         decode one table after the other, so memory holds one decoded table, as before steps."""
-        begun = perf_counter()
-        answered: list[RemotingCommand | None] = []
-        running: list[task.CooperativeTask] = []
-
-        def cancel(_: object) -> None:  # the peer went
-            if running:
-                running[0].stop()
-
-        answer: defer.Deferred[Answer] = defer.Deferred(cancel)
-
-        def steps() -> Steps[None]:
-            answered.append((yield from self._dispatch_steps(request, peer)))
+        job = SteppedJob(self._outcome(request, peer))
+        answer: defer.Deferred[bytes | None] = defer.Deferred(job.cancel)
 
         def run() -> defer.Deferred[object] | None:
             if answer.called:  # cancelled while the job before it ran: the peer went
                 return None
-            running.append(cooperator.cooperate(steps()))
-            return running[0].whenDone()
+            return job.run(cooperator)
 
         def deliver(result: object) -> None:
             if answer.called:
@@ -171,43 +222,12 @@ class Dispatcher:
             if isinstance(result, Failure):
                 answer.errback(result)
             else:
-                answer.callback(self._answer_frame_of(request, answered[0], peer, begun))
+                answer.callback(self._answer_frame(frame, request, peer, job.result, begun))
 
         self._one_at_a_time.run(run).addBoth(deliver)
         return answer
 
-    def _answer_frame_of(self, request: RemotingCommand, response: RemotingCommand | None, peer: Peer,
-                         begun: float) -> Answer:
-        if response is None:
-            return None
-        response, encoded = self._encoded(request, response, peer)
-        if self.count_requests:
-            self.metrics.answered(request.code, response.code, perf_counter() - begun)
-        return encoded
-
-    def _refusal(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-        """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
-        state = self.state
-        acl = state.acl
-        refusal = (acl.refusal(request.code, request.ext, request.body, peer.address)
-                   if acl and acl.guards(request.code) else None)
-        if refusal is not None:  # as a Java broker answers an AclException
-            log.warning("request %s from %s refused: %s", request.code, peer.address, refusal)
-            return respond(state, request, ResponseCode.SYSTEM_ERROR, refusal, normal=False)
-        if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
-            return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                           f" request type {request.code} not supported", normal=False)
-        return None
-
-    def _failed(self, request: RemotingCommand, peer: Peer, exc: Exception) -> RemotingCommand:
-        """The answer to a handler that raised: a bad request is refused with its reason; a
-        handler bug costs one answer, never the connection."""
-        if isinstance(exc, BadRequest):
-            log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
-            return respond(self.state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-        log.exception("process request %s from %s failed", request.code, peer.address)
-        return respond(self.state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
-
+    # -- closed channels ------------------------------------------------------------------------
     def channel_closed(self, channel: Channel, reason: str = "connection closed") -> None:
         """BrokerHousekeepingService: the brokers registered over ``channel`` go with it; ``reason``
         ("connection closed", or "idle: ..." when the idle timeout closed it) is in their events.
@@ -225,3 +245,24 @@ class Dispatcher:
     def _remove_closed(self) -> None:
         closed, self._closed = self._closed, {}
         self.state.routes.on_channels_destroy(closed)
+
+
+class SteppedJob:
+    """The dispatch path of one request run by a Cooperator: its result once done, stopped when
+    the peer goes."""
+
+    def __init__(self, steps: Steps[Answer]) -> None:
+        self._steps = steps
+        self._running: task.CooperativeTask | None = None
+        self.result: Answer | None = None
+
+    def _all(self) -> Steps[None]:
+        self.result = yield from self._steps
+
+    def run(self, cooperator: task.Cooperator) -> defer.Deferred[object]:
+        self._running = cooperator.cooperate(self._all())
+        return self._running.whenDone()
+
+    def cancel(self, _: object) -> None:
+        if self._running is not None:
+            self._running.stop()

@@ -85,7 +85,7 @@ class Metrics:
     departed: dict[tuple[Any, Any, Any], RouteEvent] = field(default_factory=dict)
     #: route events since start: the last one's ``seq``
     events_seen: int = 0
-    #: route lookups answered by AnswerCache.reply_to (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
+    #: route lookups answered by AnswerCache.replies_from_memory (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
     #: so the hottest path costs two additions and a bisect; ``requests_by_code`` folds them in
     answered_from_memory_count: int = 0
     memory_latency: LatencyHistogram = field(default_factory=LatencyHistogram)

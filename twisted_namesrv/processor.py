@@ -1,16 +1,20 @@
-"""The handlers, and one table from RequestCode to handler (HANDLERS).
+"""The NameServer's handlers: one function per RequestCode, in one table (HANDLERS).
 
-A handler takes the NameServer state, a request and its peer and returns the response command.
-No I/O here except through the state's callbacks; the dispatcher dispatches and encodes.
+A handler takes the NameServer state, a request and its peer and returns the response command,
+or an ``Answer``: the response with what the answer cache needs to keep it (a found route's topic
+and variant), worked out once by the handler and passed on, never recomputed.  No I/O here except
+through the state's callbacks; no handler keeps or drops cached answers (the cache subscribes to
+the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes and keeps.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, TablePieces, decode_register_body_steps
+from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
 from .bodies.route import (
     MASTER_ID,
     DataVersion,
@@ -27,7 +31,15 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, RegisterRequest, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.routes import (
+    BROKER,
+    TOPIC,
+    RegisterRequest,
+    RegistrationMemo,
+    RouteData,
+    has_unit_flag,
+    has_unit_sub_flag,
+)
 from .steps import Steps, run_steps
 
 log = logging.getLogger(__name__)
@@ -36,7 +48,17 @@ ZONE_NAME = "__ZONE_NAME"
 ZONE_MODE = "__ZONE_MODE"
 
 
-Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | None]
+@dataclass(slots=True)
+class Answer:
+    """A handler's response with what the answer cache needs to keep it: a found route's topic
+    and variant (route_variant), None when the answer is not to be kept."""
+
+    response: RemotingCommand
+    topic: str | None = None
+    variant: Hashable = None
+
+
+Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer]
 SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand]]
 
 
@@ -87,8 +109,6 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
     state.kv.put(namespace, key, ext.get("value"))
-    if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-        state.answers.forget_topic(key)  # its orderTopicConf
     return respond(state, request)
 
 
@@ -104,8 +124,6 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
 def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     namespace, key = request.ext.get("namespace"), request.ext.get("key")
     state.kv.delete(namespace, key)
-    if namespace == NAMESPACE_ORDER_TOPIC_CONFIG and key is not None:
-        state.answers.forget_topic(key)
     return respond(state, request)
 
 
@@ -139,20 +157,20 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     acting = ext.get("enableActingMaster")
     routes = state.routes
 
-    def decode(known: tuple[bytes | None, TablePieces | None]) -> Steps[RegisterBrokerBody]:
+    def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
-                                          state.config["inflateMaxLength"], *known)
+                                          state.config["inflateMaxLength"], None if known is None else known.digest,
+                                          routes.reusable_pieces(known))
 
-    def known_table() -> tuple[bytes | None, TablePieces | None]:
-        """What this broker's queues hold now (RouteInfoManager.known_table_digest)."""
-        key = (cluster, addr, name, broker_id, java_bool(acting))
-        return routes.known_table_digest(*key), routes.known_table_pieces(*key)
+    def memo() -> RegistrationMemo | None:
+        """What this broker's queues hold now, if a registration may skip it."""
+        return routes.registration_memo(cluster, addr, name, broker_id, java_bool(acting))
 
-    known = known_table()
+    known = memo()
     try:
         body = yield from decode(known)
-        if (body.tableUnchanged or body.tableSkipped) and known_table() != known:
-            body = run_steps(decode((None, None)))  # its queues were changed meanwhile: the table applies in full
+        if (body.tableUnchanged or body.tableSkipped) and memo() is not known:
+            body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     changes = None if body.tableUnchanged else (yield from routes.changed_configs_steps(name, body.topicConfigTable))
@@ -244,7 +262,8 @@ def waiting_for_service(state: NamesrvState) -> bool:
             and state.clock() - state.started_at < config["waitSecondsForService"])
 
 
-def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | Answer:
+    """A found route not filtered by zone is an Answer the cache may keep under its topic and variant."""
     if waiting_for_service(state):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
     topic, variant, zone = route_variant(state, request)
@@ -255,12 +274,13 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
         if body is None:
             remark = f"No topic route info in name server for the topic: {java_text(topic)}{state.profile.faq_suffix}"
             return respond(state, request, ResponseCode.TOPIC_NOT_EXIST, remark)
-    return respond(state, request, body=body)
+    response = respond(state, request, body=body)
+    return response if zone is not None or topic is None else Answer(response, topic, variant)
 
 
 def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,
                  zone: str | None) -> bytes | None:
-    """The route body, kept per topic and variant unless filtered by zone."""
+    """The route body (None: no route), filtered by ``zone`` when not None."""
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
         return None
@@ -269,10 +289,7 @@ def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None,
         standard = False  # ZoneRouteRPCHook re-encodes with the plain encoder
     bean = topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable, order_conf,
                             route.topicQueueMappingByBroker, state.profile.v5_bodies)
-    body = fastjson.dumps_bytes(bean, standard)
-    if zone is None:
-        state.answers.keep_route(topic, (standard, order_conf), body)  # type: ignore[arg-type]
-    return body
+    return fastjson.dumps_bytes(bean, standard)
 
 
 def filter_by_zone(route: RouteData, zone: str) -> RouteData:
@@ -390,7 +407,6 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    state.answers.clear()  # switches shape answers (orderMessageEnable, supportActingMaster, ...)
     log.info("updateNamesrvConfig from %s: %s", peer.address, masked(props))
     state.persist_config(state.config.stored_text())
     return respond(state, request)
@@ -398,6 +414,32 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     return respond(state, request, body=fastjson.java_utf8(state.config.properties_text()))
+
+
+# -- refusals and failures: what the dispatcher answers instead of a handler ------------------
+
+def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+    """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
+    acl = state.acl
+    denied = (acl.refusal(request.code, request.ext, request.body, peer.address)
+              if acl and acl.guards(request.code) else None)
+    if denied is not None:  # as a Java broker answers an AclException
+        log.warning("request %s from %s refused: %s", request.code, peer.address, denied)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
+    if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
+        return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                       f" request type {request.code} not supported", normal=False)
+    return None
+
+
+def failure(state: NamesrvState, request: RemotingCommand, peer: Peer, exc: Exception) -> RemotingCommand:
+    """The answer to a handler that raised (or an answer that cannot be encoded): a bad request
+    is refused with its reason; a bug costs one answer, never the connection."""
+    if isinstance(exc, BadRequest):
+        log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+    log.exception("process request %s from %s failed", request.code, peer.address)
+    return respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
 
 
 # -- the table ---------------------------------------------------------------------------------

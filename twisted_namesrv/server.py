@@ -1,7 +1,10 @@
-"""The remoting protocol: frames in, the dispatcher's answers out; one channel id per connection.
+"""The remoting protocol: bytes in, frames to the dispatcher, its answers out in one write per
+read; one channel id per connection.
 
 It owns what is about the connection: framing, the frame, header and connection limits, idle
-timeouts and back-pressure.  What a frame means is the dispatcher's (dispatch.py)."""
+timeouts, back-pressure, and holding the frames that arrive while one is answered in steps.
+What a frame means is the dispatcher's (dispatch.py): a factory serves one Dispatcher, so a
+second listener (another handler table) is a second factory of this same protocol."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from .context import Peer
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, Later
 from .metrics import Metrics
 from .remoting import FrameDecoder, RemotingDecodeError
 
@@ -113,29 +116,24 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self._answer(frames)
 
     def _answer(self, frames: list[bytes]) -> None:
-        """Answer ``frames`` in order; one answered in steps holds the rest until it is sent."""
-        replies = []
-        handle = self.factory.dispatcher.handle
-        for index, frame in enumerate(frames):
-            try:
-                reply = handle(frame, self.peer)
-            except RemotingDecodeError as exc:
-                self._reject(exc.reason, str(exc))
-                break
-            if reply is None:
-                continue
-            if isinstance(reply, bytes):
-                replies.append(reply)
-                continue
+        """Answer ``frames`` in order, in one write; one answered in steps holds the rest until it is sent."""
+        replies: list[bytes] = []
+        later: Later | None = None
+        try:
+            later = self.factory.dispatcher.answer(frames, self.peer, replies)
+        except RemotingDecodeError as exc:
             self._write(replies)
-            self.answering, self.waiting = reply, frames[index + 1:]
-            reply.addCallbacks(self._answered_in_steps, self._not_answered)
+            self._reject(exc.reason, str(exc))
             return
         self._write(replies)
+        if later is not None:
+            self.answering, self.waiting = later.answer, later.rest
+            later.answer.addCallbacks(self._answered_in_steps, self._not_answered)
 
     def _answered_in_steps(self, reply: bytes | None) -> None:
         self.answering = None
-        self._write([reply] if reply is not None else [])
+        if reply is not None:
+            self._write([reply])
         waiting, self.waiting = self.waiting, []
         self._answer(waiting)
 
@@ -147,11 +145,13 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self.transport.loseConnection()
 
     def _write(self, replies: list[bytes]) -> None:
+        """One write of every answer to one read (the pieces joined: one send, as the ceiling does)."""
         if not replies:
             return
+        data = b"".join(replies)
         if self.factory.dispatcher.count_requests:
-            self.factory.metrics.bytes_sent += sum(map(len, replies))
-        self.transport.writeSequence(replies)
+            self.factory.metrics.bytes_sent += len(data)
+        self.transport.write(data)
         send_now(self.transport)
 
     def _reject(self, reason: str, detail: str) -> None:

@@ -13,7 +13,7 @@ from twisted.internet import defer, interfaces, protocol, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from . import CannotStart, __version__
+from . import CannotStart, __version__, audit
 from .context import NamesrvState
 from .dispatch import Dispatcher
 from .housekeeping import HousekeepingService, log_route_event
@@ -155,7 +155,8 @@ class NamesrvService(service.MultiService):
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
-                                            call_later=reactor.callLater, cooperator=step_cooperator(reactor))
+                                     call_later=reactor.callLater, cooperator=step_cooperator(reactor))
+        self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])

@@ -32,15 +32,16 @@ class Exchange:
 
 @pytest.fixture
 def namesrv_exchanges(monkeypatch) -> list[Exchange]:
-    """Every request our server answers by dispatch during the test, with its answer.  Wraps
-    Dispatcher.answer; the real one still answers."""
+    """Every request our server answers by dispatch during the test, with its answer (None for a
+    oneway request): every Dispatcher made during the test has an observer recording them (lookups
+    answered from memory are not dispatched, so not recorded)."""
     exchanges: list[Exchange] = []
-    real_answer = Dispatcher.answer
+    real_init = Dispatcher.__init__
 
-    def recording_answer(dispatcher, request, peer):
-        answered = real_answer(dispatcher, request, peer)
-        exchanges.append(Exchange(peer.address, request, answered[0] if answered else None))
-        return answered
+    def observed_init(dispatcher, *args, **kwargs):
+        real_init(dispatcher, *args, **kwargs)
+        dispatcher.observe(lambda request, peer, response: exchanges.append(
+            Exchange(peer.address, request, None if request.is_oneway else response)))
 
-    monkeypatch.setattr(Dispatcher, "answer", recording_answer)
+    monkeypatch.setattr(Dispatcher, "__init__", observed_init)
     return exchanges

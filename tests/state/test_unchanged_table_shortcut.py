@@ -50,7 +50,7 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
     rng = random.Random(seed)
     v5 = compat == "5.3.3"
     fast, reference = new_state(tmp_path, "fast", compat), new_state(tmp_path, "ref", compat)
-    reference.routes.known_table_digest = lambda *args: None  # always decode in full
+    reference.routes.registration_memo = lambda *args: None  # always decode in full
     topics = [f"T{i}" for i in range(6)]
     tables = {i: [(t, 4, 6) for t in topics[:3]] for i in ADDRS}
     versions = dict.fromkeys(ADDRS, 1)
@@ -77,8 +77,8 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
                                                  "clusterName": "c", "brokerId": str(broker_id)}),
             ])
             request = RemotingCommand.request(code, ext)
-        before = fast.routes.known_table_digest("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
-                                                acting[broker_id])
+        before = fast.routes.registration_memo("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
+                                               acting[broker_id])
         skipped += before is not None and request.code == RequestCode.REGISTER_BROKER
         answers = [Dispatcher(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
                    for state in (fast, reference)]

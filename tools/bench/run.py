@@ -81,6 +81,9 @@ FIGURES = [
     Figure("route_rps", "route lookups/s (throughput -c 16 -d 32)", "rps", "80k–102k", 150_000, True),
     Figure("ceiling_rps", "  framework ceiling (ceiling.py), same load", "rps"),
     Figure("route_vs_ceiling", "  route lookups / ceiling", "x"),
+    Figure("route_cpu_us", "  server CPU per route lookup (throughput run)", "us"),
+    Figure("ceiling_cpu_us", "  ceiling CPU per request, same load", "us"),
+    Figure("ceiling_vs_route_cpu", "  ceiling CPU / route lookup CPU", "x"),
     Figure("ceiling_lat1_p50", "  framework ceiling, latency -c 1, p50", "us"),
     Figure("floor_lat1_p50", "  blocking-socket floor (socket_floor.py), latency -c 1, p50", "us"),
     Figure("lat16_p50", "closed-loop latency -c 16, p50", "us", "236 µs"),
@@ -223,6 +226,27 @@ def rss_mb(pid: int) -> tuple[float, float]:
                 elif line.startswith("VmHWM:"):
                     hwm += int(line.split()[1])
     return rss / 1024, hwm / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of the process and its descendants so far, from /proc/PID/stat."""
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(pid: int, b: Bench, port: int) -> tuple[dict[str, Any], float]:
+    """nsload's throughput run against the server ``pid``; its result and the server's CPU
+    microseconds per request answered (warm-up included, at the measured rate): unlike the rate,
+    what other processes take from the core moves this little."""
+    before = cpu_seconds(pid)
+    thr = b.nsload(port, "throughput", "-c", "16", "-d", "32")
+    used = cpu_seconds(pid) - before
+    answered = thr["rps"] * (b.args.seconds + b.args.warmup)
+    return thr, used / answered * 1e6
 
 
 def descendants(pid: int) -> list[int]:
@@ -445,11 +469,11 @@ def route_scenario(b: Bench) -> Outcome:
     Two topics, not one: 5.3.3 refuses a first registration carrying exactly one."""
     with b.server() as srv, b.brokers(srv.port, brokers=1, topics=2):
         body = expect_ok(srv.port, request_frame(ROUTE, {"topic": "TopicTest"}), "route lookup")
-        thr = b.nsload(srv.port, "throughput", "-c", "16", "-d", "32")
+        thr, cpu_us = cpu_per_request(srv.proc.pid, b, srv.port)
         l16 = b.nsload(srv.port, "latency", "-c", "16")
         l1 = b.nsload(srv.port, "latency", "-c", "1")
-    values = {"route_rps": thr["rps"], "lat16_p50": l16["p50_us"], "lat16_p99": l16["p99_us"],
-              "lat1_p50": l1["p50_us"], "lat1_p99": l1["p99_us"]}
+    values = {"route_rps": thr["rps"], "route_cpu_us": cpu_us, "lat16_p50": l16["p50_us"],
+              "lat16_p99": l16["p99_us"], "lat1_p50": l1["p50_us"], "lat1_p99": l1["p99_us"]}
     return values, {"route_body_bytes": body, "throughput": thr, "latency_c16": l16, "latency_c1": l1}
 
 
@@ -460,9 +484,10 @@ def ceiling_scenario(b: Bench) -> Outcome:
     argv = [b.server_python, str(b.shared / "ceiling.py"), str(port)]
     with b.running("ceiling", argv, b.args.server_core, log=True) as proc:
         wait_answer(port, proc)
-        thr = b.nsload(port, "throughput", "-c", "16", "-d", "32")
+        thr, cpu_us = cpu_per_request(proc.pid, b, port)
         lat = b.nsload(port, "latency", "-c", "1")
-    return {"ceiling_rps": thr["rps"], "ceiling_lat1_p50": lat["p50_us"]}, {"throughput": thr, "latency_c1": lat}
+    return ({"ceiling_rps": thr["rps"], "ceiling_cpu_us": cpu_us, "ceiling_lat1_p50": lat["p50_us"]},
+            {"throughput": thr, "latency_c1": lat})
 
 
 def floor_scenario(b: Bench) -> Outcome:
@@ -620,6 +645,10 @@ def ratio(results: Results, run: int) -> None:
     ceiling = [r["values"].get("ceiling_rps") for r in rows if r["values"].get("ceiling_rps")]
     if route and ceiling:
         results.values.setdefault("route_vs_ceiling", []).append(route[0] / ceiling[0])
+    route_cpu = [r["values"].get("route_cpu_us") for r in rows if r["values"].get("route_cpu_us")]
+    ceiling_cpu = [r["values"].get("ceiling_cpu_us") for r in rows if r["values"].get("ceiling_cpu_us")]
+    if route_cpu and ceiling_cpu:
+        results.values.setdefault("ceiling_vs_route_cpu", []).append(ceiling_cpu[0] / route_cpu[0])
 
 
 def progress(run: int, runs: int, record: dict[str, Any]) -> None:

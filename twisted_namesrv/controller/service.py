@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 
 from .. import CannotStart
 from ..context import Peer
+from ..dispatch import Later, answer_frame_by_frame
 from ..metrics import Metrics
 from ..remoting import RemotingCommand
 from ..server import RemotingFactory
@@ -41,14 +42,19 @@ DEFAULT_GROUP, DEFAULT_SELF_ID = "default", "n0"
 
 
 class ControllerDispatcher:
-    """What RemotingProtocol asks of a dispatcher: ``handle`` a frame, ``channel_closed``,
-    ``metrics`` (connections, rejections) and ``count_requests``."""
+    """What RemotingProtocol asks of a dispatcher: ``answer`` a read's frames, ``channel_closed``,
+    ``metrics`` (connections, rejections) and ``count_requests``.  Its answers wait for the
+    controller log (a Deferred), so it answers frame by frame (``handle``) rather than through a
+    HandlerTable, whose handlers answer at once or in steps."""
 
     count_requests = True
 
     def __init__(self, manager: ControllerManager, metrics: Metrics) -> None:
         self.manager = manager
         self.metrics = metrics
+
+    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+        return answer_frame_by_frame(self.handle, frames, peer, out)
 
     def handle(self, frame: bytes, peer: Peer) -> bytes | None | defer.Deferred[bytes | None]:
         request = RemotingCommand.decode(frame)  # RemotingDecodeError: the protocol closes the channel

@@ -4,9 +4,10 @@
     length = 4 + headerLen + bodyLen  (not counting itself; all big-endian)
 
 ``frame_struct()`` is the declarative definition (construct, compiled on first use).  The hot
-path - ``FrameDecoder``, ``encode_frame``, ``split_frame`` - reads and writes the same two int32s
-with precompiled ``struct``, because construct's parse costs tens of times more per frame; the
-codec tests check the fast path against the definition on every captured frame.
+path - ``FrameDecoder`` (``frame_spans``, ``cut_frames``), ``encode_frame``, ``split_frame`` - reads
+and writes the same two int32s with precompiled ``struct``, because construct's parse costs tens
+of times more per frame; the codec tests check the fast path against the definition on every
+captured frame.
 """
 
 from __future__ import annotations
@@ -72,24 +73,61 @@ def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, sta
     ``max_header_length`` as soon as its header word is (Java bounds a header only by the frame,
     16 MiB of JSON to parse)."""
     spans: list[tuple[int, int]] = []
+    append, unpack = spans.append, _PREFIX.unpack_from
     end = len(data)
-    while end - start >= 4:
-        if end - start >= 8:
-            length, word = _PREFIX.unpack_from(data, start)
-        else:
-            (length,), word = _LENGTH.unpack_from(data, start), 0
-        if length < 0:
-            raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
-        if length + 4 > max_frame_length:
-            raise RemotingDecodeError(f"frame length {length + 4} exceeds {max_frame_length}", "frame_length")
-        if max_header_length is not None and length >= 4 and word & HEADER_LENGTH_MASK > max_header_length:
-            header_length = word & HEADER_LENGTH_MASK
-            raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
+    longest = max_frame_length - 4
+    longest_header = HEADER_LENGTH_MASK if max_header_length is None else max_header_length
+    while end - start >= 8:  # the usual case, kept short: one unpack and one comparison per frame
+        length, word = unpack(data, start)
+        if not 4 <= length <= longest or word & HEADER_LENGTH_MASK > longest_header:
+            _check_prefix(length, word, max_frame_length, max_header_length)
+        stop = start + 4 + length
+        if stop > end:
+            return spans, start
+        append((start + 4, stop))
+        start = stop
+    while end - start >= 4:  # fewer than 8 bytes left: the length word alone
+        (length,) = _LENGTH.unpack_from(data, start)
+        _check_prefix(length, 0, max_frame_length, max_header_length)
         if end - start - 4 < length:
             break
-        spans.append((start + 4, start + 4 + length))
+        append((start + 4, start + 4 + length))
         start += 4 + length
     return spans, start
+
+
+def cut_frames(data: bytes, max_frame_length: int, max_header_length: int | None = None) -> tuple[list[bytes], int]:
+    """``frame_spans`` for a read of bytes, with the frames cut out (one copy each) in the same loop:
+    the server's usual read, where a list of spans and a second loop cost as much as the cutting."""
+    frames: list[bytes] = []
+    append, unpack = frames.append, _PREFIX.unpack_from
+    start, end = 0, len(data)
+    longest = max_frame_length - 4
+    longest_header = HEADER_LENGTH_MASK if max_header_length is None else max_header_length
+    while end - start >= 8:
+        length, word = unpack(data, start)
+        if not 4 <= length <= longest or word & HEADER_LENGTH_MASK > longest_header:
+            _check_prefix(length, word, max_frame_length, max_header_length)
+        stop = start + 4 + length
+        if stop > end:
+            return frames, start
+        append(data[start + 4:stop])
+        start = stop
+    if end - start >= 4:  # fewer than 8 bytes left: what frame_spans makes of them
+        spans, start = frame_spans(data, max_frame_length, start, max_header_length)
+        frames += [data[a:b] for a, b in spans]
+    return frames, start
+
+
+def _check_prefix(length: int, word: int, max_frame_length: int, max_header_length: int | None) -> None:
+    """Raise RemotingDecodeError for a frame that cannot be, as soon as its length (and header) word is there."""
+    if length < 0:
+        raise RemotingDecodeError(f"negative frame length {length}", "frame_length")
+    if length + 4 > max_frame_length:
+        raise RemotingDecodeError(f"frame length {length + 4} exceeds {max_frame_length}", "frame_length")
+    if max_header_length is not None and length >= 4 and word & HEADER_LENGTH_MASK > max_header_length:
+        header_length = word & HEADER_LENGTH_MASK
+        raise RemotingDecodeError(f"header length {header_length} exceeds {max_header_length}", "header_length")
 
 
 #: frames (in one read) from which FrameDecoder copies through a memoryview: fewer copies, but
@@ -118,6 +156,11 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
+        if not buffer and len(data) < ONE_COPY_FROM:  # the usual read: whole frames, nothing pending
+            frames, used = cut_frames(data, self.max_frame_length, self.max_header_length)
+            if used < len(data):
+                buffer += memoryview(data)[used:]
+            return frames
         buffer += data
         spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
         if used < ONE_COPY_FROM:

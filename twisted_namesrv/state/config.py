@@ -14,6 +14,7 @@ one of them set warns, ``--strict-config`` refuses).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,7 @@ class NamesrvConfig:
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
+        self._subscribers: list[Callable[[], None]] = []
         self._set(file_keys or {})
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
@@ -396,6 +398,12 @@ class NamesrvConfig:
         """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys)."""
         self._set(props)
         self._validate()
+        for listener in self._subscribers:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""
+        self._subscribers.append(listener)
 
     def _set(self, props: dict[str, str]) -> None:
         """All values are converted before any is stored: a bad one changes nothing."""

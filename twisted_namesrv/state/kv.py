@@ -1,5 +1,8 @@
 """KVConfigManager: namespaced key/value pairs (e.g. ORDER_TOPIC_CONFIG), persisted after
-every change as ``{"configTable":{namespace:{key:value}}}``, like Java's kvConfig.json."""
+every change as ``{"configTable":{namespace:{key:value}}}``, like Java's kvConfig.json.
+
+Each change is published to the subscribers as ``(namespace, key)``: an ORDER_TOPIC_CONFIG key
+shows in its topic's route answers, which the answer cache drops."""
 
 from __future__ import annotations
 
@@ -20,6 +23,15 @@ class KVConfigManager:
     def __init__(self, persist: Callable[[bytes], None]) -> None:
         self.configTable: dict[str, dict[str, str]] = {}
         self._persist = persist
+        self._subscribers: list[Callable[[str, str], None]] = []
+
+    def subscribe(self, listener: Callable[[str, str], None]) -> None:
+        """``listener(namespace, key)`` hears every key put or deleted from now on."""
+        self._subscribers.append(listener)
+
+    def _changed(self, namespace: str, key: str) -> None:
+        for listener in self._subscribers:
+            listener(namespace, key)
 
     def load(self, path: Path) -> None:
         if not path.exists():
@@ -50,6 +62,7 @@ class KVConfigManager:
         else:
             entries[key] = value
         self._persist(self.encode())
+        self._changed(namespace, key)
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
         return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]
@@ -59,6 +72,7 @@ class KVConfigManager:
         if entries is not None and key in entries:
             del entries[key]
             self._persist(self.encode())
+            self._changed(namespace, key)  # type: ignore[arg-type]
 
     def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:
         return self.configTable.get(namespace)  # type: ignore[arg-type]

@@ -5,10 +5,10 @@ Channels are opaque hashable ids handed out by the server, so connection loss is
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
 The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
-page compare it) and publishes each one through a single hook, ``on_change(kind, name)``: a
-topic's route changed, a broker group changed (so every route naming it), or everything did.
-Whoever caches answers (answer_cache.py) subscribes; a heartbeat that changes nothing publishes
-nothing.
+page compare it) and publishes each one to its subscriber (``subscribe``), as ``(kind, name)``:
+a topic's route changed, a broker group changed (so every route naming it), or everything did.
+Whoever caches answers (answer_cache.py) subscribes while it holds some; a heartbeat that
+changes nothing publishes nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +46,19 @@ TOPIC, BROKER, EVERYTHING = "topic", "broker", "everything"
 ChangeListener = Callable[[str, str | None], None]
 
 
+@dataclass(frozen=True, slots=True)
+class RegistrationMemo:
+    """What a broker's table last applied in full was: its digest (the same body again changes
+    nothing) and how it was cut (big plain JSON tables: a piece sent again unchanged is not decoded).
+
+    Replaced, never changed, and forgotten when anything else changes the broker's queues: a
+    registration in steps knows nothing touched them meanwhile when the memo it started from is
+    still the one (``is``)."""
+
+    digest: bytes
+    pieces: TablePieces | None = None
+
+
 @dataclass(slots=True)
 class BrokerLiveInfo:
     lastUpdateTimestamp: int
@@ -53,13 +66,11 @@ class BrokerLiveInfo:
     dataVersion: DataVersion
     channel: Channel | None
     haServerAddr: str | None
-    #: digest of the topic table last applied in full from this broker (see known_table_digest)
-    tableDigest: bytes | None = None
+    #: the table last applied in full from this broker (see registration_memo)
+    memo: RegistrationMemo | None = None
     topicCount: int = 0
     #: MQVersion ordinal of the broker's last registration (status page only)
     version: int | None = None
-    #: how that table was cut (big plain JSON tables): its unchanged pieces are not decoded again
-    tablePieces: TablePieces | None = None
     #: loaded from a route snapshot and not registered since (state/snapshot.py)
     restored: bool = False
 
@@ -120,7 +131,8 @@ class RouteInfoManager:
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         self.generation = 0
-        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody
+        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
+        #: Set through subscribe/unsubscribe; a plain slot because topic_changed runs per topic.
         self.on_change: ChangeListener | None = None
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
@@ -137,6 +149,14 @@ class RouteInfoManager:
         return bool(self.config["notifyMinBrokerIdChanged"])
 
     # -- change publication -----------------------------------------------------------------
+    def subscribe(self, listener: ChangeListener) -> None:
+        """``listener(kind, name)`` hears every change from now on (one subscriber: the answer cache)."""
+        self.on_change = listener
+
+    def unsubscribe(self, listener: ChangeListener) -> None:
+        if self.on_change == listener:
+            self.on_change = None
+
     def _changed(self, kind: str, name: str | None) -> None:
         self.generation += 1
         if self.on_change is not None:
@@ -161,29 +181,26 @@ class RouteInfoManager:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
-            live.tableDigest = None
+            live.memo = None
 
-    def known_table_digest(self, cluster: str | None, addr: str | None, broker_name: str | None,
-                           broker_id: int, enable_acting_master: bool | None) -> bytes | None:
-        """The digest of the table this broker's queues hold now, when registering the same
-        table again cannot change anything: same id slot (not a first registration), same
-        acting-master flag, and nothing changed its queue data since."""
+    def registration_memo(self, cluster: str | None, addr: str | None, broker_name: str | None,
+                          broker_id: int, enable_acting_master: bool | None) -> RegistrationMemo | None:
+        """The one check of what a registration may skip: the memo of the table this broker's
+        queues hold now, when registering the same table again cannot change anything (same id
+        slot, so not a first registration; same acting-master flag; nothing changed its queue data
+        since), else None."""
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
-        if live is None or live.tableDigest is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
+        if live is None or live.memo is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
             return None
         if self.profile.acting_master_rules and broker.enableActingMaster != bool(enable_acting_master):
             return None
-        return live.tableDigest
+        return live.memo
 
-    def known_table_pieces(self, cluster: str | None, addr: str | None, broker_name: str | None,
-                           broker_id: int, enable_acting_master: bool | None) -> TablePieces | None:
-        """How the table known_table_digest speaks for was cut, when a piece of it sent again
-        need not be decoded: not with deleteTopicWithBrokerRegistration, which needs every name."""
-        if self.delete_topic_with_registration or self.known_table_digest(
-                cluster, addr, broker_name, broker_id, enable_acting_master) is None:
-            return None
-        return self.brokerLiveTable[self.live_key(cluster, addr)].tablePieces
+    def reusable_pieces(self, memo: RegistrationMemo | None) -> TablePieces | None:
+        """The memo's pieces when a piece sent again need not be decoded: not with
+        deleteTopicWithBrokerRegistration, which needs every name."""
+        return None if memo is None or self.delete_topic_with_registration else memo.pieces
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -252,15 +269,15 @@ class RouteInfoManager:
         # a broker restored from a snapshot applies its whole table once, as a new one does
         register_first = register_first or not old_addr or (previous is not None and previous.restored)
         if unchanged:
-            digest, pieces = previous.tableDigest, previous.tablePieces  # type: ignore[union-attr]
+            memo = previous.memo  # type: ignore[union-attr]
         else:
             applied_all = self._apply_topics(req, broker, register_first, changes)
-            digest, pieces = (req.body.tableDigest, req.body.tablePieces) if applied_all else (None, None)
+            digest = req.body.tableDigest
+            memo = RegistrationMemo(digest, req.body.tablePieces) if applied_all and digest is not None else None
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, digest, topic_count, req.version,
-            tablePieces=pieces)
+            req.body.dataVersion, req.channel, req.haServerAddr, memo, topic_count, req.version)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
@@ -436,7 +453,7 @@ class RouteInfoManager:
         emptied: set[str] = set()
         subscriber = self.on_change
         if len(doomed) > 1:
-            self.on_change = None
+            self.on_change = None  # muted: one EVERYTHING below instead
         try:
             for key, reason in doomed:
                 self._destroy(key, reason, emptied)
