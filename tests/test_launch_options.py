@@ -5,7 +5,6 @@ every launcher, no pid file in the foreground, and runtime config changes that s
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -24,14 +23,6 @@ FOREGROUND = {
     "python -m": [sys.executable, "-m", "twisted_namesrv"],
     "twistd -n": [str(BIN / "twistd"), "-n", "namesrv"],
 }
-
-
-@pytest.fixture
-def taken_port():
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        yield busy.getsockname()[1]
 
 
 @pytest.mark.parametrize("name", list(FOREGROUND))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -40,14 +39,6 @@ LAUNCHERS = ["python -m", "twisted-namesrv", "twistd -n", "twistd (daemon)",
 def run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-
-
-@pytest.fixture
-def taken_port():
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        yield busy.getsockname()[1]
 
 
 @pytest.mark.parametrize("name", LAUNCHERS)
