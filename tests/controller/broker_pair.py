@@ -32,6 +32,8 @@ class ControllerModeBroker(BrokerDouble):
         self.sync_state_set_epoch = 0
         self.pushes: list[RemotingCommand] = []
         self.role_changed: defer.Deferred | None = None
+        #: what its heartbeats announce (a real broker beats every second; the double beats when told)
+        self.heartbeat_timeout_ms = 10_000
 
     @property
     def is_master(self) -> bool:
@@ -41,8 +43,9 @@ class ControllerModeBroker(BrokerDouble):
         self.opaque += 1
         return self.link.call(RemotingCommand.request(code, ext or {}, body, opaque=self.opaque, version=V5_3_3))
 
-    def heartbeat(self, timeout_ms: int = 10_000) -> None:
+    def heartbeat(self, timeout_ms: int | None = None) -> None:
         self.opaque += 1
+        timeout_ms = self.heartbeat_timeout_ms if timeout_ms is None else timeout_ms
         ext = {"clusterName": self.cluster, "brokerName": self.broker_name, "brokerAddr": self.addr,
                "brokerId": str(self.controller_id), "heartbeatTimeoutMills": str(timeout_ms), "epoch": str(
                    self.master_epoch), "maxOffset": "0", "confirmOffset": "0", "electionPriority": "0"}
@@ -81,6 +84,18 @@ class ControllerModeBroker(BrokerDouble):
             assert elected.code in (0, 2011), elected.header
             self._take(elected.ext)
         yield self.register_as_role(namesrv_port)
+
+    @defer.inlineCallbacks
+    def follow(self, controller_port: int):
+        """A new controller leader (the old one's process died): as a broker's metadata refresh
+        finds it, connect to it and heartbeat there, so its liveness (and the closing of this
+        connection) is the new leader's to watch."""
+        if self.link is not None:
+            self.link.transport.loseConnection()
+        self.link = yield connect(controller_port)
+        meta = yield self.call(Req.CONTROLLER_GET_METADATA_INFO)
+        assert meta.ext["isLeader"] == "true", meta.header
+        self.heartbeat()
 
     def _take(self, ext: dict) -> None:
         self.master_id = int(ext["masterBrokerId"])
