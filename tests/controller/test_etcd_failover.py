@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 from twisted.internet.error import ConnectError
@@ -158,9 +159,13 @@ async def route(namesrv_port: int) -> dict[int, str]:
     return {int(k): v for k, v in data["brokerDatas"][0]["brokerAddrs"].items()}
 
 
+@pytest.mark.parametrize("beat_every_controller", [False, True], ids=["beat-the-leader", "beat-every-controller"])
 @pytest_twisted.ensureDeferred
 async def test_three_namesrvs_on_etcd_the_controller_leaders_process_killed_a_broker_failover_still_elects(
-        tmp_path, etcd):  # noqa: F811
+        tmp_path, etcd, beat_every_controller):  # noqa: F811
+    """``beat_every_controller``: the brokers heartbeat the followers too, as 5.3.3's ReplicasManager
+    does, so the new leader knows who is alive before anyone finds it; otherwise they heartbeat
+    the leader only and move to the new one once it leads (liveness learned afresh there)."""
     nodes = start_namesrvs(tmp_path, etcd.endpoint)
     c0, c1 = ControllerModeBroker(reactor), ControllerModeBroker(reactor)
     for broker in (c0, c1):  # liveness from the connection here, not from a heartbeat timing out mid-test
@@ -183,6 +188,10 @@ async def test_three_namesrvs_on_etcd_the_controller_leaders_process_killed_a_br
         namesrv_port = followers[0].namesrv_port
         await c0.start_in_controller_mode(namesrv_port, leader.controller_port)
         await c1.start_in_controller_mode(namesrv_port, leader.controller_port)
+        if beat_every_controller:
+            for broker in (c0, c1):
+                for node in followers:
+                    await broker.heartbeat_also_to(node.controller_port)
         assert (c0.controller_id, c0.master_id, c0.master_epoch, c0.is_master) == (1, 1, 1, True)
         assert (c1.controller_id, c1.master_id, c1.master_epoch, c1.is_master) == (2, 1, 1, False)
         answer = await c0.alter_sync_state_set([1, 2])
@@ -200,11 +209,13 @@ async def test_three_namesrvs_on_etcd_the_controller_leaders_process_killed_a_br
             "clusterName": "CtlCluster", "brokerName": GROUP_NAME})
         assert next_id is not None and next_id.ext["nextBrokerId"] == "3"
 
-        # the brokers find the new leader and heartbeat there (the master first: no election meanwhile)
-        await c0.follow(new_leader.controller_port)
-        await wait_until(lambda: _has(alive_ids(new_leader), {1}), TIMEOUT, "the new leader sees the master alive")
-        await c1.follow(new_leader.controller_port)
-        await wait_until(lambda: _has(alive_ids(new_leader), {1, 2}), TIMEOUT, "the new leader sees both alive")
+        if beat_every_controller:  # it heard their heartbeats as a follower: it knows both alive already
+            assert await alive_ids(new_leader) == {1, 2}
+        else:  # the brokers find the new leader and heartbeat there (the master first: no election meanwhile)
+            await c0.follow(new_leader.controller_port)
+            await wait_until(lambda: _has(alive_ids(new_leader), {1}), TIMEOUT, "the new leader sees the master")
+            await c1.follow(new_leader.controller_port)
+            await wait_until(lambda: _has(alive_ids(new_leader), {1, 2}), TIMEOUT, "the new leader sees both alive")
         assert await replica_info(new_leader) == before  # nobody elected just for the handover
 
         # the master broker dies: its connection to the new leader closes, the slave is elected and told
@@ -216,6 +227,8 @@ async def test_three_namesrvs_on_etcd_the_controller_leaders_process_killed_a_br
         assert fastjson.loads(bytes(push.body)) == {"syncStateSet": [2], "syncStateSetEpoch": 3}
         await c1.register_as_role(namesrv_port)
         assert await route(namesrv_port) == {0: c1.addr}
+        if beat_every_controller:  # its requests go to the leader it has now found
+            await c1.follow(new_leader.controller_port)
 
         # the killed broker comes back with the id it kept: slave, and back in the sync-state set
         await c0.start_in_controller_mode(namesrv_port, new_leader.controller_port)
