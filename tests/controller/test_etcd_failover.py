@@ -34,7 +34,8 @@ from twisted_namesrv.remoting.codes import V5_3_3
 from .broker_pair import ControllerModeBroker
 
 TTL = 2  # seconds: the controllers' etcd lease
-START = 20  # seconds three NameServer processes may take to start and agree on a leader
+START = 15  # seconds three NameServer processes may take to start and agree on a leader
+BOUND = 40  # seconds the whole test may take
 HANDOVER = TTL + 6  # a killed leader's successor leads within this many seconds, or the test fails
 REPO = Path(__file__).resolve().parents[2]
 GROUP_NAME = "broker-ctl"
@@ -165,8 +166,17 @@ async def test_three_namesrvs_on_etcd_the_controller_leaders_process_killed_a_br
         tmp_path, etcd, beat_every_controller):  # noqa: F811
     """``beat_every_controller``: the brokers heartbeat the followers too, as 5.3.3's ReplicasManager
     does, so the new leader knows who is alive before anyone finds it; otherwise they heartbeat
-    the leader only and move to the new one once it leads (liveness learned afresh there)."""
-    nodes = start_namesrvs(tmp_path, etcd.endpoint)
+    the leader only and move to the new one once it leads (liveness learned afresh there).
+    The whole run is bounded: past BOUND s it is cancelled (processes killed on the way out) and fails."""
+    run = defer.ensureDeferred(failover(tmp_path, etcd.endpoint, beat_every_controller))
+    try:
+        await run.addTimeout(BOUND, reactor)
+    except defer.TimeoutError:
+        raise AssertionError(f"the failover run took more than {BOUND} s (cancelled; the logs above)") from None
+
+
+async def failover(tmp_path: Path, endpoint: str, beat_every_controller: bool) -> None:
+    nodes = start_namesrvs(tmp_path, endpoint)
     c0, c1 = ControllerModeBroker(reactor), ControllerModeBroker(reactor)
     for broker in (c0, c1):  # liveness from the connection here, not from a heartbeat timing out mid-test
         broker.heartbeat_timeout_ms = 120_000
