@@ -17,7 +17,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,15 +40,27 @@ REPO = Path(__file__).resolve().parents[2]
 GROUP_NAME = "broker-ctl"
 
 
-@dataclass
 class NamesrvProcess:
-    """One ``python -m twisted_namesrv`` with its embedded controller; ``peer_id`` as in controllerDLegerPeers."""
+    """One ``python -m twisted_namesrv -c FILE`` with its embedded controller; ``peer_id`` as in
+    controllerDLegerPeers.  Its output goes to ``namesrv.log`` beside its -c file (appended across restarts)."""
 
-    peer_id: str
-    namesrv_port: int
-    controller_port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
+    def __init__(self, peer_id: str, namesrv_port: int, controller_port: int, config: Path) -> None:
+        self.peer_id, self.namesrv_port, self.controller_port = peer_id, namesrv_port, controller_port
+        self.config = config
+        self.log_path = config.with_name("namesrv.log")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "twisted_namesrv", "-c", str(self.config), "--data-dir",
+                 str(self.config.with_name("data"))], cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     @property
     def controller_address(self) -> str:
@@ -57,9 +68,10 @@ class NamesrvProcess:
 
     def kill(self) -> None:
         """SIGKILL: no lease revoked, no connection closed cleanly."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(10)
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(10)
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-1500:] if self.log_path.exists() else ""
@@ -82,12 +94,7 @@ def start_namesrvs(tmp_path: Path, endpoint: str, count: int = 3) -> list[Namesr
                           f"controllerEtcdKeyPrefix=/test/e2e/\ncontrollerEtcdLeaseTtlSeconds={TTL}\n"
                           f"controllerDLegerGroup={group}\ncontrollerDLegerPeers={peers}\n"
                           f"controllerDLegerSelfId=n{i}\n")
-        log_path = home / "namesrv.log"
-        with open(log_path, "wb") as log_file:
-            process = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "-c", str(config), "--data-dir",
-                                        str(home / "data")], cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        started.append(NamesrvProcess(f"n{i}", namesrv_port, controller_port, process, log_path))
+        started.append(NamesrvProcess(f"n{i}", namesrv_port, controller_port, config))
     return started
 
 
@@ -116,7 +123,7 @@ async def agreed_leader(nodes: list[NamesrvProcess], timeout: float, what: str) 
     seen: list[dict | None] = []
     while reactor.seconds() < deadline:
         for node in nodes:
-            if node.process.poll() is not None:
+            if not node.running:
                 raise AssertionError(f"NameServer {node.peer_id} exited: {node.log_tail()}")
         seen = [await metadata(node) for node in nodes]
         leading = [node for node, meta in zip(nodes, seen, strict=True) if meta and meta["isLeader"] == "true"]
@@ -248,9 +255,12 @@ async def failover(tmp_path: Path, endpoint: str, beat_every_controller: bool) -
         assert (answer.code, answer.ext["newSyncStateSetEpoch"]) == (0, "4")
         assert await replica_info(new_leader) == ({"masterBrokerId": "2", "masterAddress": c1.addr,
                                                    "masterEpoch": "2"}, [1, 2], 4)
-        other = next(node for node in followers if node is not new_leader)
-        meta = await metadata(other)
-        assert meta is not None and meta["controllerLeaderAddress"] == new_leader.controller_address
+
+        # the killed NameServer restarted with its address: a follower of the new leader, not its old self
+        leader.start()
+        assert await agreed_leader(nodes, START, "the restarted controller follows the new leader") is new_leader
+        refused = await ask(leader.controller_port, Req.CONTROLLER_GET_REPLICA_INFO, {"brokerName": GROUP_NAME})
+        assert refused is not None and refused.code == 2007
     except BaseException:
         for node in nodes:
             sys.stderr.write(f"--- NameServer {node.peer_id} log (tail):\n{node.log_tail()}\n")
