@@ -266,10 +266,10 @@ async def failover(tmp_path: Path, endpoint: str, beat_every_controller: bool) -
             sys.stderr.write(f"--- NameServer {node.peer_id} log (tail):\n{node.log_tail()}\n")
         raise
     finally:
+        for node in nodes:  # first: nothing below may leave a process behind
+            node.kill()
         await c0.kill()
         await c1.kill()
-        for node in nodes:
-            node.kill()
 
 
 async def _has(ids, wanted: set[int]) -> bool:
