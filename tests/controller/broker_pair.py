@@ -32,6 +32,10 @@ class ControllerModeBroker(BrokerDouble):
         self.sync_state_set_epoch = 0
         self.pushes: list[RemotingCommand] = []
         self.role_changed: defer.Deferred | None = None
+        #: what its heartbeats announce (a real broker beats every second; the double beats when told)
+        self.heartbeat_timeout_ms = 10_000
+        #: connections to the other controllers of a group, heartbeats only (ReplicasManager beats every one)
+        self.heartbeat_links: list = []
 
     @property
     def is_master(self) -> bool:
@@ -41,13 +45,22 @@ class ControllerModeBroker(BrokerDouble):
         self.opaque += 1
         return self.link.call(RemotingCommand.request(code, ext or {}, body, opaque=self.opaque, version=V5_3_3))
 
-    def heartbeat(self, timeout_ms: int = 10_000) -> None:
+    def heartbeat(self, timeout_ms: int | None = None, link=None) -> None:
         self.opaque += 1
+        timeout_ms = self.heartbeat_timeout_ms if timeout_ms is None else timeout_ms
         ext = {"clusterName": self.cluster, "brokerName": self.broker_name, "brokerAddr": self.addr,
                "brokerId": str(self.controller_id), "heartbeatTimeoutMills": str(timeout_ms), "epoch": str(
                    self.master_epoch), "maxOffset": "0", "confirmOffset": "0", "electionPriority": "0"}
         request = RemotingCommand.request(Req.BROKER_HEARTBEAT, ext, opaque=self.opaque, version=V5_3_3, oneway=True)
-        self.link.send(request.encode())
+        (link or self.link).send(request.encode())
+
+    @defer.inlineCallbacks
+    def heartbeat_also_to(self, controller_port: int):
+        """Heartbeat a follower controller too, on a connection of its own, as a 5.3.3 broker
+        heartbeats every controller it knows: a follower that becomes leader knows who is alive."""
+        link = yield connect(controller_port)
+        self.heartbeat_links.append(link)
+        self.heartbeat(link=link)
 
     @defer.inlineCallbacks
     def start_in_controller_mode(self, namesrv_port: int, controller_port: int):
@@ -82,6 +95,18 @@ class ControllerModeBroker(BrokerDouble):
             self._take(elected.ext)
         yield self.register_as_role(namesrv_port)
 
+    @defer.inlineCallbacks
+    def follow(self, controller_port: int):
+        """A new controller leader (the old one's process died): as a broker's metadata refresh
+        finds it, connect to it and heartbeat there, so its liveness (and the closing of this
+        connection) is the new leader's to watch."""
+        if self.link is not None:
+            self.link.transport.loseConnection()
+        self.link = yield connect(controller_port)
+        meta = yield self.call(Req.CONTROLLER_GET_METADATA_INFO)
+        assert meta.ext["isLeader"] == "true", meta.header
+        self.heartbeat()
+
     def _take(self, ext: dict) -> None:
         self.master_id = int(ext["masterBrokerId"])
         self.master_epoch = int(ext["masterEpoch"])
@@ -110,11 +135,12 @@ class ControllerModeBroker(BrokerDouble):
     @defer.inlineCallbacks
     def kill(self):
         """kill -9: every connection reset, the port closed."""
-        for connection in (self.link, self.namesrv_link):
+        for connection in (self.link, self.namesrv_link, *self.heartbeat_links):
             if connection is not None:
                 connection.transport.abortConnection()
                 yield connection.closed
         self.link = self.namesrv_link = None
+        self.heartbeat_links = []
         for connection in list(self.connections):
             connection.transport.abortConnection()
         if self.port is not None:
