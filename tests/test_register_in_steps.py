@@ -28,7 +28,7 @@ from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import build_state
-from twisted_namesrv.state import routes
+from twisted_namesrv.state import registration
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.steps import run_steps
 
@@ -43,7 +43,7 @@ def small_steps(monkeypatch) -> None:
     """Steps small enough that test-sized tables take many."""
     monkeypatch.setattr(register, "STEP_BYTES", 200)
     monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
-    monkeypatch.setattr(routes, "TOPICS_PER_STEP", 2)
+    monkeypatch.setattr(registration, "TOPICS_PER_STEP", 2)
 
 
 def table(count: int, v5: bool) -> dict[str, TopicConfig]:
