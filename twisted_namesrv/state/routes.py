@@ -4,6 +4,10 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
+A registration is worked out first (state/registration.py: decoded and compared in steps, as a
+``RegistrationPlan``) and applied here in one place, ``apply_registration``: the only method in
+which a registration changes the tables.
+
 The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
 page compare it) and publishes each one to its subscriber (``subscribe``), as ``(kind, name)``:
 a topic's route changed, a broker group changed (so every route naming it), or everything did.
