@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
-from ..bodies.route import QueueData
+from ..bodies.route import MASTER_ID, QueueData
 from ..steps import Steps
 
 TOPICS_PER_STEP = 2000  # compare_steps: about a millisecond
@@ -98,9 +98,10 @@ def plan_steps(request: RegisterRequest, queues: QueueTable, generation: int,
         changes += changed_configs(queues, name, piece)
         yield
     plan.changes = changes
-    if remove_absent and not body.topicQueueMappingInfoMap:
-        yield  # a scan of topicQueueTable: a step of its own
+    may_apply = request.brokerId == MASTER_ID or request.enableActingMaster is not None  # a master or prime slave
+    if remove_absent and may_apply and not body.topicQueueMappingInfoMap:
         plan.removals = absent_topics(queues, name, body.topicConfigTable)
+        yield  # a scan of topicQueueTable: a step of its own, not the application's
     return plan
 
 
