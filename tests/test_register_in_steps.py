@@ -28,7 +28,7 @@ from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import build_state
-from twisted_namesrv.state import routes
+from twisted_namesrv.state import registration
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.steps import run_steps
 
@@ -43,7 +43,7 @@ def small_steps(monkeypatch) -> None:
     """Steps small enough that test-sized tables take many."""
     monkeypatch.setattr(register, "STEP_BYTES", 200)
     monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
-    monkeypatch.setattr(routes, "TOPICS_PER_STEP", 2)
+    monkeypatch.setattr(registration, "TOPICS_PER_STEP", 2)
 
 
 def table(count: int, v5: bool) -> dict[str, TopicConfig]:
@@ -173,9 +173,10 @@ class Turns:
         return count
 
 
-def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None = None, keep: bool = True):
+def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None = None, keep: bool = True,
+                settings: dict | None = None):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties")})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **(settings or {})})
     state = build_state(config, task.Clock())
     if not keep:
         state.answers = AnswerCache(state.routes, keep=False)
@@ -313,7 +314,8 @@ def test_a_change_during_the_steps_is_seen_by_the_registration(tmp_path, small_s
         assert still_in_steps
 
 
-@pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {})])
+@pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {}),
+                                                  ("5.3.3", {"deleteTopicWithBrokerRegistration": True})])
 @pytest.mark.parametrize("seed", range(4))
 def test_registrations_in_steps_answer_as_registrations_in_one_go(tmp_path, small_steps, compat: str,
                                                                  settings: dict, seed: int) -> None:
@@ -322,8 +324,8 @@ def test_registrations_in_steps_answer_as_registrations_in_one_go(tmp_path, smal
     keeps no answers and registers in one go after those requests."""
     rng = random.Random(seed)
     turns = Turns()
-    stepped, reference = make_server(tmp_path, "stepped", compat, turns), make_server(tmp_path, "ref", compat,
-                                                                                    keep=False)
+    stepped = make_server(tmp_path, "stepped", compat, turns, settings=settings)
+    reference = make_server(tmp_path, "ref", compat, keep=False, settings=settings)
     connections = {factory: (connect(factory), connect(factory)) for factory in (stepped, reference)}
     for counter in range(1, 120):
         registration = register_request(rng, counter, counter, compat == "5.3.3").encode()

@@ -31,15 +31,8 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import (
-    BROKER,
-    TOPIC,
-    RegisterRequest,
-    RegistrationMemo,
-    RouteData,
-    has_unit_flag,
-    has_unit_sub_flag,
-)
+from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
+from .state.routes import BROKER, TOPIC, RouteData, has_unit_flag, has_unit_sub_flag
 from .steps import Steps, run_steps
 
 log = logging.getLogger(__name__)
@@ -140,8 +133,9 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 
 def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand]:
     """REGISTER_BROKER. A broker's whole table is checked, decoded and compared with the queues
-    in steps (a big one takes tens of milliseconds); the tables change only in the last step, as
-    under Java's write lock, so lookups meanwhile see the routes before it."""
+    in steps (a big one takes tens of milliseconds), giving a plan (state/registration.py) that
+    RouteInfoManager.apply_registration applies in the last step, as under Java's write lock: the
+    tables change only there, so lookups meanwhile see the routes before it."""
     ext = request.ext
     crc = optional_long(ext.get("bodyCrc32"), bits=32) or 0  # an unmasked CRC fails parseInt: no check
     if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
@@ -173,15 +167,17 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    changes = None if body.tableUnchanged else (yield from routes.changed_configs_steps(name, body.topicConfigTable))
-    result = routes.register_broker(RegisterRequest(
+    registration = RegisterRequest(
         clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
         haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
         zoneName=ext.get(ZONE_NAME),
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=None if acting is None else java_bool(acting),
-        version=request.version, changedConfigs=changes))
+        version=request.version)
+    plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
+                                 routes.removes_absent_topics)
+    result = routes.apply_registration(plan)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}

@@ -19,14 +19,14 @@ async def test_simulated_brokers_register_heartbeat_and_unregister(tmp_path):
     ns = await namesrv(tmp_path)
     seen = []
     routes = ns.service.state.routes
-    real_register = routes.register_broker
+    real_register = routes.apply_registration
 
     def watching(*args, **kwargs):
         answer = real_register(*args, **kwargs)
         seen.append(sorted(routes.brokerAddrTable))
         return answer
 
-    routes.register_broker = watching
+    routes.apply_registration = watching
     try:
         run = await run_cli("-n", ns.addr, "simulate-broker", "--brokers", "2", "--topics", "TopicTest,T2,T3",
                             "--interval", "0.01", "--count", "2", "--broker-addr", "127.0.0.1:20911")

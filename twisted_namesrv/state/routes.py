@@ -4,6 +4,10 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
+A registration is worked out first (state/registration.py: decoded and compared in steps, as a
+``RegistrationPlan``) and applied here in one place, ``apply_registration``: the only method in
+which a registration changes the tables.
+
 The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
 page compare it) and publishes each one to its subscriber (``subscribe``), as ``(kind, name)``:
 a topic's route changed, a broker group changed (so every route naming it), or everything did.
@@ -15,10 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
-from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
+from ..bodies.register import TablePieces, TopicConfig
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -30,33 +33,26 @@ from ..bodies.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
-from ..steps import Steps
 from .config import NamesrvConfig
+from .registration import Channel as Channel  # re-exported: the server's connection ids
+from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
+from .registration import (
+    RegistrationMemo,
+    RegistrationPlan,
+    absent_topics,
+    changed_configs,
+    plan_of,
+)
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
-TOPICS_PER_STEP = 2000  # changed_configs_steps: about a millisecond
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
-Channel = Hashable
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
 EventListener = Callable[[str, dict[str, Any]], None]
 Notifier = Callable[[str, dict[str, str]], None]
 #: on_change's kinds: the name is a topic, a broker name, or None (everything)
 TOPIC, BROKER, EVERYTHING = "topic", "broker", "everything"
 ChangeListener = Callable[[str, str | None], None]
-
-
-@dataclass(frozen=True, slots=True)
-class RegistrationMemo:
-    """What a broker's table last applied in full was: its digest (the same body again changes
-    nothing) and how it was cut (big plain JSON tables: a piece sent again unchanged is not decoded).
-
-    Replaced, never changed, and forgotten when anything else changes the broker's queues: a
-    registration in steps knows nothing touched them meanwhile when the memo it started from is
-    still the one (``is``)."""
-
-    digest: bytes
-    pieces: TablePieces | None = None
 
 
 @dataclass(slots=True)
@@ -89,31 +85,6 @@ class RouteData:
     brokerDatas: list[BrokerData]
     filterServerTable: dict[str, list[str]] = field(default_factory=dict)
     topicQueueMappingByBroker: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class RegisterRequest:
-    clusterName: str
-    brokerAddr: str
-    brokerName: str
-    brokerId: int
-    haServerAddr: str | None
-    body: RegisterBrokerBody
-    channel: Channel | None = None
-    zoneName: str | None = None
-    heartbeatTimeoutMillis: int | None = None
-    enableActingMaster: bool | None = None  # None: an old-version broker that did not say
-    version: int | None = None  # the request's MQVersion ordinal
-    #: changed_configs_steps' result for this table, taken while the registration was decoded
-    changedConfigs: ChangedConfigs | None = None
-
-
-@dataclass(slots=True)
-class ChangedConfigs:
-    """The configs of a table whose queue data would change, as of the manager's ``generation``."""
-
-    generation: int
-    configs: list[TopicConfig]
 
 
 class RouteInfoManager:
@@ -223,10 +194,25 @@ class RouteInfoManager:
         self._listener(kind, info)
 
     # -- registration -----------------------------------------------------------------------
+    @property
+    def removes_absent_topics(self) -> bool:
+        """A registration removes the broker's topics its table lacks (5.3.3's
+        deleteTopicWithBrokerRegistration): its plan lists them."""
+        return self.profile.prime_slave_applies_topics and self.delete_topic_with_registration
+
     def register_broker(self, req: RegisterRequest) -> RegisterBrokerResult | None:
-        """Java's registerBroker; None means 5.3.3's refusal ("register broker failed")."""
+        """Java's registerBroker in one go: a plan with nothing compared yet, applied (the
+        comparison is then made while it applies)."""
+        return self.apply_registration(plan_of(req, self.generation))
+
+    def apply_registration(self, plan: RegistrationPlan) -> RegisterBrokerResult | None:
+        """Java's registerBroker, applying a plan (state/registration.py): the one place a
+        registration changes the tables. None means 5.3.3's refusal ("register broker failed").
+        The plan's comparison holds if nothing changed since it was made (its generation); else it
+        is made again here, where what follows changes no queue data before _apply_topics."""
         p = self.profile
-        generation = self.generation  # what follows changes no queue data before _apply_topics
+        req = plan.request
+        fresh = plan.generation == self.generation
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
@@ -252,11 +238,8 @@ class RouteInfoManager:
             return RegisterBrokerResult()
         key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
-        found = req.changedConfigs
-        changes = found.configs if found is not None and found.generation == generation else None
         unchanged = req.body.tableUnchanged and previous is not None
-        topic_count = previous.topicCount if unchanged else (  # type: ignore[union-attr]
-            len(req.body.topicConfigTable) + req.body.tableSkipped)
+        topic_count = previous.topicCount if unchanged else plan.topicCount  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
                 and topic_count == 1):
             self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
@@ -271,9 +254,8 @@ class RouteInfoManager:
         if unchanged:
             memo = previous.memo  # type: ignore[union-attr]
         else:
-            applied_all = self._apply_topics(req, broker, register_first, changes)
-            digest = req.body.tableDigest
-            memo = RegistrationMemo(digest, req.body.tablePieces) if applied_all and digest is not None else None
+            applied_all = self._apply_topics(plan, broker, register_first, fresh)
+            memo = plan.memo if applied_all else None
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
@@ -311,10 +293,11 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, req: RegisterRequest, broker: BrokerData, register_first: bool,
-                      changes: list[TopicConfig] | None) -> bool:
+    def _apply_topics(self, plan: RegistrationPlan, broker: BrokerData, register_first: bool, fresh: bool) -> bool:
         """Java's topic application; True when every topic of the table was (re)applied, so the
-        queues now hold exactly this table. ``changes``: _changed_configs of the table, if known."""
+        queues now hold exactly this table. ``fresh``: the plan's comparison still holds."""
+        req = plan.request
+        changes = plan.changes if fresh else None
         is_master = req.brokerId == MASTER_ID
         is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
                           and not is_master and req.brokerId == min(broker.brokerAddrs))
@@ -325,16 +308,18 @@ class RouteInfoManager:
                                          req.body.dataVersion)
         if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
             if changed or register_first:
-                for config in self._changed_configs(req.brokerName, table.values()) if changes is None else changes:
+                for config in self._changed_configs(req.brokerName, table) if changes is None else changes:
                     self._create_and_update_queue_data(req.brokerName, config)
             return changed or register_first
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
-            for topic in [t for t, qd in self.topicQueueTable.items() if req.brokerName in qd and t not in table]:
+            removals = plan.removals if fresh and plan.removals is not None else absent_topics(
+                self.topicQueueTable, req.brokerName, table)
+            for topic in removals:
                 self._remove_queue_data(topic, req.brokerName)
         read_only = is_prime_slave and broker.enableActingMaster
         configs: Iterable[TopicConfig] = table.values() if read_only else (
-            self._changed_configs(req.brokerName, table.values()) if changes is None else changes)
+            self._changed_configs(req.brokerName, table) if changes is None else changes)
         for config in configs:
             known = self.topicQueueTable.get(config.topicName)
             if register_first or changed or not known or req.brokerName not in known:
@@ -348,28 +333,9 @@ class RouteInfoManager:
                 self.topic_changed(topic)
         return changed or register_first
 
-    def changed_configs_steps(self, broker_name: str, table: dict[str, TopicConfig]) -> Steps[ChangedConfigs]:
-        """_changed_configs of a big table, a slice per step, for register_broker to take if
-        nothing changed since the first step."""
-        generation, configs, found = self.generation, iter(table.values()), []
-        while piece := list(islice(configs, TOPICS_PER_STEP)):
-            found += self._changed_configs(broker_name, piece)
-            yield
-        return ChangedConfigs(generation, found)
-
-    def _changed_configs(self, broker_name: str, configs: Iterable[TopicConfig]) -> list[TopicConfig]:
-        """The configs whose queue data for ``broker_name`` would change: a re-registration then
-        touches topicQueueTable and the answer cache only where it differs. One tight loop, as a
-        table holds up to 100k topics."""
-        table = self.topicQueueTable
-        out = []
-        for config in configs:
-            queues = table.get(config.topicName)
-            old = queues.get(broker_name) if queues else None
-            if (old is None or old.readQueueNums != config.readQueueNums or old.perm != config.perm
-                    or old.writeQueueNums != config.writeQueueNums or old.topicSysFlag != config.topicSysFlag):
-                out.append(config)
-        return out
+    def _changed_configs(self, broker_name: str, table: dict[str, TopicConfig]) -> list[TopicConfig]:
+        """The comparison a plan would have made (registration.changed_configs), made now."""
+        return changed_configs(self.topicQueueTable, broker_name, table.values())
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
         perm = config.perm if perm is None else perm
