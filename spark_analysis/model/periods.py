@@ -1,5 +1,6 @@
-"""Capture periods and the time bins over them, sessions cut where a file continues no connection,
-and the thresholds every layer above reads (the NameServer's expiry, the report's plot sizes).
+"""Capture periods and the time bins over them, sessions cut where a file continues no connection
+or where the NameServer restarted within a file, and the thresholds every layer above reads (the
+NameServer's expiry, the report's plot sizes).
 
 Pure: the driver computes the periods from the reading tasks' facts; the liveness walk and the
 report read them.
@@ -18,6 +19,9 @@ EXPIRY_SECONDS = 120
 NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
 #: files whose records are further apart than this are separate capture periods
 PERIOD_GAP_S = 60.0
+#: a NameServer going away closes every connection it holds within this long (a kill: the kernel
+#: closes the process's sockets at once; a clean stop: Netty closes its channels)
+SERVER_GONE_S = 1.0
 #: the report's per-broker plots: at most this many brokers (those with findings first), over
 #: about this many time bins of the capture periods
 PLOTTED_BROKERS = 60
@@ -36,9 +40,12 @@ class TimeBins(NamedTuple):
     ends: tuple[float, ...]
     first_bin: tuple[int, ...]  # and one more: the total
     widths: tuple[float, ...]
+    #: per period: whether it ended with the NameServer restarting within a file (restarts_within)
+    restarted: tuple[bool, ...] = ()
 
     @classmethod
-    def over(cls, periods: list[tuple[float, float]]) -> TimeBins:
+    def over(cls, periods: list[tuple[float, float]], restarted_at: frozenset[float] = frozenset()) -> TimeBins:
+        """``restarted_at``: the ends of the periods the server ended by restarting."""
         periods = periods or [(0.0, 1.0)]
         total = sum(max(end - start, 1.0) for start, end in periods)
         counts = [max(1, round(TIME_BINS * max(end - start, 1.0) / total)) for start, end in periods]
@@ -46,7 +53,14 @@ class TimeBins(NamedTuple):
         for count in counts:
             firsts.append(firsts[-1] + count)
         return cls(tuple(s for s, _ in periods), tuple(e for _, e in periods), tuple(firsts),
-                   tuple(max(end - start, 1.0) / count for (start, end), count in zip(periods, counts, strict=True)))
+                   tuple(max(end - start, 1.0) / count for (start, end), count in zip(periods, counts, strict=True)),
+                   tuple(end in restarted_at for _, end in periods))
+
+    def ended_by_restart(self, t: float) -> bool:
+        """Whether ``t`` is within SERVER_GONE_S of the end of a period the server ended by
+        restarting: the closes then are the server going away, not the brokers'."""
+        period = self.period_of(t)
+        return bool(self.restarted) and self.restarted[period] and t >= self.ends[period] - SERVER_GONE_S
 
     def period_of(self, t: float) -> int:
         return max(bisect.bisect_right(self.starts, t) - 1, 0)
@@ -64,20 +78,26 @@ class TimeBins(NamedTuple):
 
 class ConnectionEnds(NamedTuple):
     """How one 4-tuple's segments start and end within one file: whether its first is a SYN (a
-    connection opened there) and its last a FIN or RST (closed there)."""
+    connection opened there) and its last a FIN or RST (closed there); when its first FIN or RST
+    was, and whether the server sent it (the server closed the connection)."""
 
     first: float
     opened: bool
     last: float
     closed: bool
+    first_close: float | None = None
+    server_closed: bool = False
 
     def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
-        """The same 4-tuple in another byte range of the file: the earlier start, the later end."""
+        """The same 4-tuple in another byte range of the file: the earlier start, the later end,
+        the earlier first close."""
         if other is None:
             return self
         start = self if self.first <= other.first else other
         end = self if self.last >= other.last else other
-        return ConnectionEnds(start.first, start.opened, end.last, end.closed)
+        closes = [ends for ends in (self, other) if ends.first_close is not None]
+        close = min(closes, key=lambda ends: ends.first_close or 0.0) if closes else self
+        return ConnectionEnds(start.first, start.opened, end.last, end.closed, close.first_close, close.server_closed)
 
 
 def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]]) -> set[float]:
@@ -96,13 +116,51 @@ def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], Conn
     return starts
 
 
-def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset()  # type: ignore[assignment]
-                    ) -> list[tuple[float, float]]:
+def restarts_within(ends: dict[str, dict[tuple[str, str], ConnectionEnds]], server_port: int) -> dict[float, float]:
+    """Where a NameServer restarted within one file: {when the new session starts: when the old
+    one ended}. The evidence, per file and server endpoint (``ip:server_port``): a connection
+    opened (SYN) at a moment no connection spans (every one seen before it has ended), after at
+    least one that ended; and the connections that ended last (within SERVER_GONE_S of the last
+    first FIN or RST) were all closed by the server. A server that went away closes every
+    connection it holds at once, and its clients come back on new connections; a broker or client
+    that stops closes its own connection, and any connection going on through the moment says the
+    server stayed. The old session ends at the last segment before the new one's SYN."""
+    cuts: dict[float, float] = {}
+    suffix = f":{server_port}"
+    for by_tuple in ends.values():
+        by_server: dict[str, list[ConnectionEnds]] = {}
+        for (lower, higher), found in by_tuple.items():
+            server = lower if lower.endswith(suffix) else higher
+            by_server.setdefault(server, []).append(found)
+        for connections in by_server.values():
+            for start in sorted(c.first for c in connections if c.opened):
+                before = [c for c in connections if c.first < start]
+                if not before or any(c.last >= start for c in before):
+                    continue
+                closes = [c.first_close for c in before if c.first_close is not None]
+                if not closes:
+                    continue
+                gone = max(closes) - SERVER_GONE_S
+                if all(c.server_closed for c in before if c.last >= gone):
+                    cuts[start] = max(c.last for c in before)
+    return cuts
+
+
+def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset(),  # type: ignore[assignment]
+                    cuts: dict[float, float] | None = None) -> list[tuple[float, float]]:
     """Files' (first, last) record times merged where less than PERIOD_GAP_S apart, unless the
-    later file starts another session (``restarts``: server_restarts)."""
+    later file starts another session (``restarts``: server_restarts), and cut where the server
+    restarted within a file (``cuts``: restarts_within)."""
+    cuts = cuts or {}
+    pieces = []
+    for first, last in spans:
+        for start in sorted(s for s in cuts if first < s <= last):
+            pieces.append((first, cuts[start]))
+            first = start
+        pieces.append((first, last))
     periods: list[list[float]] = []
-    for first, last in sorted(spans):
-        if periods and first - periods[-1][1] <= PERIOD_GAP_S and first not in restarts:
+    for first, last in sorted(pieces):
+        if periods and first - periods[-1][1] <= PERIOD_GAP_S and first not in restarts and first not in cuts:
             periods[-1][1] = max(periods[-1][1], last)
         else:
             periods.append([first, last])
