@@ -184,6 +184,42 @@ def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, syntheti
     assert _evidence(parts.summary) == _evidence(synthetic_outputs.summary)
 
 
+def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_path: Path) -> None:
+    """The NameServer restarts 40% into one capture: it closes every connection at once, and the
+    brokers and clients come back on new connections. Two sessions, as the generator's truth says;
+    a broker seen in both has a row in each, its story in the first ends alive (the server went
+    away, the broker did not crash); the findings are each session's own (kills, silences, clean
+    stops), with nothing compared across the restart."""
+    path = tmp_path / "restart.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(path), "--brokers", "5", "--clients", "2", "--topics", "5",
+                    "--hours", "0.1", "--seed", "7", "--server_restart", "0.4"], check=True, capture_output=True)
+    truth = json.loads(path.with_name("restart.truth.json").read_text())
+    out = run_job(spark, [str(path)], tmp_path / "out", report=False)
+    assert [(p["start"], p["end"]) for p in out.summary["inputs"]["periods"]] == [
+        (iso_time(s["start"]), iso_time(s["end"])) for s in truth["sessions"]]
+    expected = {(s["session"], addr): b for s in truth["sessions"] for addr, b in s["brokers"].items()}
+    rows = {(b["session"], b["broker_addr"]): b for b in out.brokers}
+    assert rows.keys() == expected.keys() and len({addr for _, addr in rows}) < len(rows)
+    for key, broker in expected.items():
+        row = rows[key]
+        assert (row["ended"], int(row["registrations"]), row["first_seen"], row["last_seen"]) == (
+            broker["ended"], broker["registrations"], iso_time(broker["first_seen"]),
+            iso_time(broker["last_seen"])), key
+        assert float(row["max_gap_s"]) == pytest.approx(broker["max_gap_s"], abs=1e-3), key
+    found = {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_connection_closed")}
+    assert found == {key for key, b in expected.items() if b["closes"]} != set()
+    gaps = {(key, iso_time(a), iso_time(b)) for key, broker in expected.items() for a, b in broker["gaps"]}
+    assert {((f["session"], f["broker_addr"]), f["from"], f["to"]) for f in kinds(
+        out.summary, "heartbeat_expired") + kinds(out.summary, "heartbeat_near_expiry")} == gaps != set()
+    assert {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_alive_at_end")} == {
+        key for key, b in expected.items() if b["ended"] == "alive"}
+    assert {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_unregistered")} == {
+        key for key, b in expected.items() if b["ended"] == "unregistered"} != set()
+    changes = ("data_version_backwards", "broker_id_change", "broker_address_change", "topic_count_drop",
+               "address_in_sessions")
+    assert not [f for f in out.summary["findings"] if f["kind"] in changes]
+
+
 def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
     """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
     but the files' own (whose names differ)."""
