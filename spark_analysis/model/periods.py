@@ -137,13 +137,32 @@ def restarts_within(ends: dict[str, dict[tuple[str, str], ConnectionEnds]], serv
                 before = [c for c in connections if c.first < start]
                 if not before or any(c.last >= start for c in before):
                     continue
-                closes = [c.first_close for c in before if c.first_close is not None]
-                if not closes:
-                    continue
-                gone = max(closes) - SERVER_GONE_S
-                if all(c.server_closed for c in before if c.last >= gone):
+                if _server_went_away(before):
                     cuts[start] = max(c.last for c in before)
     return cuts
+
+
+def _server_went_away(connections: list[ConnectionEnds]) -> bool:
+    """Whether the connections that ended last (within SERVER_GONE_S of the last first FIN or
+    RST, and any still open then) were all closed by the server."""
+    closes = [c.first_close for c in connections if c.first_close is not None]
+    if not closes:
+        return False
+    gone = max(closes) - SERVER_GONE_S
+    return all(c.server_closed for c in connections if c.last >= gone)
+
+
+def restarted_ends(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]], restarts: set[float],
+                   cuts: dict[float, float]) -> frozenset[float]:
+    """The ends of the periods the NameServer ended by going away (TimeBins.restarted): where it
+    restarted within a file (``cuts``), and at the end of a file after which another session
+    starts (``restarts``) if the server closed every connection it held there: rotated files cut
+    between the server going away and its return say what the whole file says."""
+    ended = set(cuts.values())
+    for (_, last, before), (first, _, _) in zip(files, files[1:], strict=False):
+        if first in restarts and _server_went_away(list(ends.get(before, {}).values())):
+            ended.add(last)
+    return frozenset(ended)
 
 
 def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset(),  # type: ignore[assignment]

@@ -53,7 +53,14 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
-from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, restarts_within, server_restarts
+from spark_analysis.model.periods import (
+    ConnectionEnds,
+    TimeBins,
+    capture_periods,
+    restarted_ends,
+    restarts_within,
+    server_restarts,
+)
 from spark_analysis.model.sessions import Places
 from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
@@ -116,10 +123,11 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
+    by_file = findings.file_spans(files, read)
     cuts = restarts_within(read.ends, server_port)
-    periods = capture_periods(findings.spans(files, read),
-                              server_restarts(findings.file_spans(files, read), read.ends), cuts)
-    time_bins = TimeBins.over(periods, frozenset(cuts.values()))
+    restarts = server_restarts(by_file, read.ends)
+    periods = capture_periods(findings.spans(files, read), restarts, cuts)
+    time_bins = TimeBins.over(periods, restarted_ends(by_file, read.ends, restarts, cuts))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -134,7 +142,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
-                                   places=Places(findings.file_spans(files, read), time_bins.starts)), DECODED))
+                                   places=Places(by_file, time_bins.starts)), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -144,7 +152,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-        liveness = broker_liveness(events, time_bins, findings.file_spans(files, read))
+        liveness = broker_liveness(events, time_bins, by_file)
     if tables_out:
         tables.commit(tables_out)
     tally = Tally().merge(read).merge(_merged(liveness.tallies))

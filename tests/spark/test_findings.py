@@ -218,6 +218,22 @@ def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_pa
     changes = ("data_version_backwards", "broker_id_change", "broker_address_change", "topic_count_drop",
                "address_in_sessions")
     assert not [f for f in out.summary["findings"] if f["kind"] in changes]
+    # rotated into files, one of them cut while the server was down: the whole file's story
+    data = path.read_bytes()
+    offsets, at = [], 24
+    while at + 16 <= len(data):
+        offsets.append((at, int.from_bytes(data[at:at + 4], "little") + int.from_bytes(data[at + 4:at + 8],
+                                                                                         "little") / 1e6))
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    down = next(offset for offset, ts in offsets if ts >= truth["sessions"][1]["start"])
+    cuts = [down, offsets[2 * len(offsets) // 3][0]]
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    for index, (start, end) in enumerate(zip([24, *cuts], [*cuts, len(data)], strict=True)):
+        (rotated / f"part{index}.pcap").write_bytes(data[:24] + data[start:end])
+    parts = run_job(spark, [str(rotated)], tmp_path / "parts", report=False)
+    assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in out.brokers]
+    assert _evidence(parts.summary) == _evidence(out.summary)
 
 
 def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
