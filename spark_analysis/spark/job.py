@@ -169,7 +169,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
-                                   latency.code_stats(tally.latencies, by_server=True), talkers)
+                                   latency.code_stats(tally.latencies, by_server=True), talkers,
+                                   time_bins.restarted)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(

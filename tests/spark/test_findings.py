@@ -144,6 +144,7 @@ def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, s
     both = run_job(spark, [str(path), str(other)], tmp_path / "both", report=False)
     assert len(both.summary["inputs"]["periods"]) == 2  # a new session, though within PERIOD_GAP_S
     assert both.summary["inputs"]["gaps"][0]["seconds"] < PERIOD_GAP_S
+    assert both.summary["inputs"]["gaps"][0]["cause"] == "another session"
     sessions = {b["session"] for b in both.brokers}
     assert len(sessions) == 2 and {b["broker_addr"] for b in alone.brokers} < {
         b["broker_addr"] for b in synthetic_outputs.brokers}  # the same addresses
@@ -197,6 +198,7 @@ def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_pa
     out = run_job(spark, [str(path)], tmp_path / "out", report=False)
     assert [(p["start"], p["end"]) for p in out.summary["inputs"]["periods"]] == [
         (iso_time(s["start"]), iso_time(s["end"])) for s in truth["sessions"]]
+    assert [gap["cause"] for gap in out.summary["inputs"]["gaps"]] == ["server restarted"]
     expected = {(s["session"], addr): b for s in truth["sessions"] for addr, b in s["brokers"].items()}
     rows = {(b["session"], b["broker_addr"]): b for b in out.brokers}
     assert rows.keys() == expected.keys() and len({addr for _, addr in rows}) < len(rows)
