@@ -40,7 +40,7 @@ class TimeBins(NamedTuple):
     ends: tuple[float, ...]
     first_bin: tuple[int, ...]  # and one more: the total
     widths: tuple[float, ...]
-    #: per period: whether it ended with the NameServer restarting within a file (restarts_within)
+    #: per period: whether the NameServer ended it by going away and coming back (restarted_ends)
     restarted: tuple[bool, ...] = ()
 
     @classmethod
