@@ -3,6 +3,7 @@
 
     python tools/synth_pcap.py OUT.pcap [--brokers N] [--hours H] [--clients M] [--topics T] [--seed S]
                                [--start EPOCH_S] [--cluster NAME] [--names PREFIX] [--ports OFFSET]
+                               [--server_restart FRACTION]
 
 writes OUT.pcap and OUT.truth.json. N brokers heartbeat every 30 s for H hours (JSON and
 ROCKETMQ headers, plain and compressed bodies, 4.9.8 and 5.x layouts, topics added over time),
@@ -12,7 +13,10 @@ end, some killed (the connection closes without UNREGISTER_BROKER), one of them 
 new connection with its data version starting over, and 5.x brokers announcing each new topic
 with a registration carrying only that topic; M clients look routes up every 30 s and get
 answers (TOPIC_NOT_EXIST for a missing topic). Captures of other sessions at the same addresses:
-another --start (right after this one, or days later), --cluster, --names and --ports.
+another --start (right after this one, or days later), --cluster, --names and --ports. With
+--server_restart, the NameServer restarts that far into the capture: it closes every connection
+at once, is down SERVER_DOWN_S, and brokers and clients come back on new connections (a broker
+keeps its data version: it did not restart); the truth then has two sessions.
 On the wire: retransmissions, out-of-order segments, segments the capture missed, a broker and a
 client whose connections were opened before the capture began (it starts mid-frame), a client
 port reused by a new connection, and a last packet cut short. Frames are built with the project's
@@ -36,6 +40,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
@@ -55,6 +60,7 @@ SILENCE_S = 185.0  # an injected heartbeat gap: the NameServer would expire the 
 NEAR_SILENCE_S = 90.0  # an injected heartbeat gap over half the expiry: close to expiring
 NEAR_EXPIRY_S = EXPIRY_S / 2
 KILL_RESTART_S = 40.0  # a killed broker that restarts does so this long after
+SERVER_DOWN_S = 3.0  # a restarted NameServer takes new connections this long after it went away
 SEGMENT_SPACING_S = 10e-6  # between the segments of one frame
 RETRANSMIT_AFTER_S = 0.2
 SYN, ACK, FIN, PSH = 0x02, 0x10, 0x01, 0x08
@@ -98,6 +104,7 @@ class Options:
     cluster: str = CLUSTER
     names: str = "broker"  # brokers are NAMES-000, NAMES-001, ...
     ports: int = 0  # added to the clients' and brokers' own ports (another capture: other processes)
+    server_restart: float = 0.0  # how far into the capture the NameServer restarts (0: it does not)
 
 
 @dataclass
@@ -140,6 +147,11 @@ class Generator:
         self.bodies: dict[tuple, bytes] = {}
         self.routes: dict[str, bytes] = {}
         self.last_record = self.o.start  # the time of the last whole record written: the capture's end
+        #: when the NameServer goes away, and when the sessions change in the truth (while it is down)
+        self.restart_at = options.start + options.hours * 3600 * options.server_restart if options.server_restart \
+            else None
+        self.session_change = None if self.restart_at is None else self.restart_at + SERVER_DOWN_S / 2
+        self.session_bounds: list[list[float | None]] = [[None, None]]  # each session's first and last record
 
     # -- actors ------------------------------------------------------------------------------------
 
@@ -180,7 +192,11 @@ class Generator:
         kill_at = self.o.start + self.o.hours * 2400 if i % 4 == 1 else None
         started = self.o.start  # the data version counter counts topic additions since the broker started
         announced = 1
+        restart_at = self.restart_at
         while t < self.end - 5:
+            if restart_at is not None and t >= restart_at:  # the server went away; the broker comes back
+                conn, t = yield from self.server_restart(conn, (host, self.o.ports + 42000 + i % 10000), HEARTBEAT_S)
+                restart_at = None
             if kill_at is not None and t >= kill_at:
                 kill_at = None
                 self.frames.append(Frame(conn.number, True, -1, ts=t, broker_addr=addr, closed=True))
@@ -265,7 +281,11 @@ class Generator:
         reconnect_at = self.o.start + self.o.hours * 1800 if j == 1 else None
         oneway_at = self.o.start + self.o.hours * 1200 if j == 0 else None
         opaque = 0
+        restart_at = self.restart_at
         while t < self.end - 5:
+            if restart_at is not None and t >= restart_at:  # the server went away; the client comes back
+                conn, t = yield from self.server_restart(conn, (host, self.o.ports + 52000 + j % 10000), LOOKUP_S)
+                restart_at = None
             if reconnect_at is not None and t >= reconnect_at:
                 yield from self.close(conn, t)
                 conn = self.connect(conn.client)
@@ -346,10 +366,22 @@ class Generator:
         conn.client_seq, conn.server_seq = conn.client_seq + 1, conn.server_seq + 1
         yield Packet(t + 0.0002, conn, True, conn.client_seq, conn.server_seq, ACK)
 
-    def close(self, conn: Connection, t: float) -> Iterator[Packet]:
-        yield Packet(t, conn, True, conn.client_seq, conn.server_seq, FIN | ACK)
-        yield Packet(t + 0.0001, conn, False, conn.server_seq, conn.client_seq + 1, FIN | ACK)
-        yield Packet(t + 0.0002, conn, True, conn.client_seq + 1, conn.server_seq + 1, ACK)
+    def close(self, conn: Connection, t: float, by_server: bool = False) -> Iterator[Packet]:
+        first, second = (conn.server_seq, conn.client_seq) if by_server else (conn.client_seq, conn.server_seq)
+        yield Packet(t, conn, not by_server, first, second, FIN | ACK)
+        yield Packet(t + 0.0001, conn, by_server, second, first + 1, FIN | ACK)
+        yield Packet(t + 0.0002, conn, not by_server, first + 1, second + 1, ACK)
+
+    def server_restart(self, conn: Connection, client: tuple[str, int], every: float
+                       ) -> Iterator[Packet]:
+        """The server closes ``conn`` as it goes away; the actor connects again from ``client`` at
+        its next request after the server is back (within ``every``). Returns (connection, time)."""
+        assert self.restart_at is not None
+        yield from self.close(conn, self.restart_at + self.rng.uniform(0, 0.01), by_server=True)
+        conn = self.connect(client)
+        t = self.restart_at + SERVER_DOWN_S + self.rng.uniform(0.5, every)
+        yield from self.handshake(conn, t - 0.01)
+        return conn, t
 
     def exchange(self, conn: Connection, t: float, request: RemotingCommand, frame: Frame,
                  answer: RemotingCommand | None, latency: float) -> Iterator[Packet]:
@@ -414,11 +446,20 @@ class Generator:
                 self._record(out, last)
                 written += 1
                 self.last_record = last.ts
+                self._note_session(last.ts)
             last = packet
         self._record(out, last, truncated=True)  # the capture was stopped while writing it
         if last.frame is not None:
             last.frame.lost = True
         return self.truth(written)
+
+    def _note_session(self, ts: float) -> None:
+        """A whole record at ``ts``: the first or last of its session so far."""
+        if self.session_change is not None and ts >= self.session_change and len(self.session_bounds) == 1:
+            self.session_bounds.append([None, None])
+        bounds = self.session_bounds[-1]
+        bounds[0] = ts if bounds[0] is None else bounds[0]
+        bounds[1] = ts
 
     @staticmethod
     def _record(out: BinaryIO, packet: Packet, truncated: bool = False) -> None:
@@ -445,15 +486,16 @@ class Generator:
     def truth(self, packets: int) -> dict:
         captured = [f for f in self.frames if not f.lost and not f.closed]
         requests = [f for f in captured if f.request]
-        brokers: dict[str, dict] = {}
+        sessions: list[dict[str, dict]] = [{} for _ in self.session_bounds]
         answered = [f for f in requests if f.answer is not None and not f.answer.lost]
         closes = [f for f in self.frames if f.closed]
         for frame in sorted(requests + closes, key=lambda f: f.ts):
             if frame.broker_addr is None:
                 continue
-            broker = brokers.setdefault(frame.broker_addr, {"events": [], "alive": [[]], "registrations": 0,
-                                                            "topics": [], "crc_failures": 0, "refused": 0,
-                                                            "closes": [], "end": self.last_record})
+            session = int(self.session_change is not None and frame.ts >= self.session_change)
+            broker = sessions[session].setdefault(frame.broker_addr, {
+                "events": [], "alive": [[]], "registrations": 0, "topics": [], "crc_failures": 0, "refused": 0,
+                "closes": [], "end": self.session_bounds[session][1]})
             if frame.closed:
                 broker["closes"].append(_micros(frame.ts))
                 broker["events"].append((_micros(frame.ts), -1))
@@ -489,9 +531,20 @@ class Generator:
                                             if f.answer.code == ResponseCode.TOPIC_NOT_EXIST)),
             "unanswered_expected": dict(Counter(code_name(f.code) for f in requests
                                                 if not f.oneway and (f.answer is None or f.answer.lost))),
-            "brokers": {addr: _broker_truth(b) for addr, b in sorted(brokers.items())},
+            # one session unless the server restarted: each named as the report names it, with
+            # its brokers; ``brokers``: those of the first
+            "sessions": [{"session": _session_name(bounds[0]), "start": _micros(bounds[0]), "end": _micros(bounds[1]),
+                          "brokers": {addr: _broker_truth(b) for addr, b in sorted(brokers.items())}}
+                         for bounds, brokers in zip(self.session_bounds, sessions, strict=True)],
+            "brokers": {addr: _broker_truth(b) for addr, b in sorted(sessions[0].items())},
             "injected": dict(self.injected),
         }
+
+
+def _session_name(start: float) -> str:
+    """``server@start``, the start in ISO 8601 UTC to the second."""
+    when = datetime.fromtimestamp(_micros(start), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{SERVER[0]}:{SERVER[1]}@{when}"
 
 
 def _micros(ts: float) -> float:

@@ -130,6 +130,8 @@ def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
     for event in events:
         t = event["t"]
         if event["code"] == CONNECTION_CLOSED:
+            if str(event["closed"]).endswith("from server") and time_bins.ended_by_restart(t):
+                continue  # the server went away: the session ends here, the broker's story with it
             if ending is None and walk.previous_alive is not None:
                 closes.append({"t": t, "how": event["closed"], "last_alive": walk.previous_alive, "back": None,
                                "server": event["server"], "broker_id": event["broker_id"]})

@@ -4,7 +4,8 @@ A session is one NameServer endpoint observed continuously: within one capture p
 files' record spans merged where less than brokers.PERIOD_GAP_S apart), since nothing is known of a
 server while nothing was captured. Captures of different clusters, or of one cluster days apart,
 are different sessions, and nothing compares observations across sessions; rotated files of one
-capture are one period, so one session. It is named ``server@start`` (the period's start, ISO 8601
+capture are one period, so one session; a NameServer restarted within a file cuts its period
+there (model/periods.restarts_within). It is named ``server@start`` (the period's start, ISO 8601
 UTC to the second), the same in every table, brokers.csv and the findings.
 
 Pure (numpy, pyarrow): the decoding tasks fill the ``input`` and ``session`` columns of a batch of

@@ -364,9 +364,9 @@ def _inputs(inputs: dict) -> str:
     files = _table(("path", "size", "link_type", "records", "first", "last", "problem"), inputs["files"],
                    lambda row: "problem" if row["problem"] else "")
     periods = _table(("start", "end", "seconds"), inputs["periods"])
-    gaps = _table(("start", "end", "seconds"), inputs["gaps"]) if inputs["gaps"] else "<p>none</p>"
+    gaps = _table(("start", "end", "seconds", "cause"), inputs["gaps"]) if inputs["gaps"] else "<p>none</p>"
     return (f"<section id='inputs'><h2>Inputs</h2>{files}<h3>Capture periods</h3>{periods}"
-            f"<h3>Gaps between periods (nothing captured)</h3>{gaps}</section>")
+            f"<h3>Gaps between periods</h3>{gaps}</section>")
 
 
 def _response_codes(rows: list[dict]) -> str:

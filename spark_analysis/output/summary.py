@@ -15,9 +15,10 @@ SCHEMA_VERSION = 2
 
 def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: dict[str, int], groups: Groups,
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
-            clients: list[dict] | None = None) -> dict:
+            clients: list[dict] | None = None, restarted: tuple[bool, ...] = ()) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
-    periods), counts, brokers and calls by code."""
+    periods, and the gaps between them with their cause: ``restarted``, TimeBins.restarted), counts,
+    brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     return {
@@ -28,8 +29,9 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
         "inputs": {
             "files": file_rows,
             "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
-            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1]}
-                     for a, b in zip(periods, periods[1:], strict=False)],
+            "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1],
+                      "cause": _gap_cause(b[0] - a[1], index < len(restarted) and restarted[index])}
+                     for index, (a, b) in enumerate(zip(periods, periods[1:], strict=False))],
         },
         "counts": counts,
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
@@ -61,3 +63,9 @@ def _iso(seconds: float | None) -> str | None:
 
 def _json_value(column: str, value: object) -> object:
     return _iso(value) if column in ("first_seen", "last_seen") else value
+
+
+def _gap_cause(seconds: float, restarted: bool) -> str:
+    """Why one capture period ends and the next begins: the server went away (and came back), a
+    file that continues no connection of the one before (another session), or nothing captured."""
+    return "server restarted" if restarted else "another session" if seconds <= PERIOD_GAP_S else "nothing captured"

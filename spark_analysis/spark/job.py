@@ -53,7 +53,14 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
-from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
+from spark_analysis.model.periods import (
+    ConnectionEnds,
+    TimeBins,
+    capture_periods,
+    restarted_ends,
+    restarts_within,
+    server_restarts,
+)
 from spark_analysis.model.sessions import Places
 from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
@@ -116,9 +123,11 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
-    periods = capture_periods(findings.spans(files, read),
-                              server_restarts(findings.file_spans(files, read), read.ends))
-    time_bins = TimeBins.over(periods)
+    by_file = findings.file_spans(files, read)
+    cuts = restarts_within(read.ends, server_port)
+    restarts = server_restarts(by_file, read.ends)
+    periods = capture_periods(findings.spans(files, read), restarts, cuts)
+    time_bins = TimeBins.over(periods, restarted_ends(by_file, read.ends, restarts, cuts))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -133,7 +142,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
-                                   places=Places(findings.file_spans(files, read), time_bins.starts)), DECODED))
+                                   places=Places(by_file, time_bins.starts)), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -143,7 +152,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-        liveness = broker_liveness(events, time_bins, findings.file_spans(files, read))
+        liveness = broker_liveness(events, time_bins, by_file)
     if tables_out:
         tables.commit(tables_out)
     tally = Tally().merge(read).merge(_merged(liveness.tallies))
@@ -160,7 +169,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
-                                   latency.code_stats(tally.latencies, by_server=True), talkers)
+                                   latency.code_stats(tally.latencies, by_server=True), talkers,
+                                   time_bins.restarted)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -185,13 +195,18 @@ def _merged(tallies: Iterable[bytes]) -> Tally:
     return total
 
 
-def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
-    """How a 4-tuple starts and ends in a file (brokers.ConnectionEnds), from one of its pieces."""
+def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece, server_port: int) -> None:
+    """How a 4-tuple starts and ends in a file (model/periods.ConnectionEnds), from one of its
+    pieces: its first and last segments, and its first FIN or RST (and whether the server sent it)."""
     rows = np.frombuffer(piece.rows, SEGMENT)
     if len(rows):
         first, last = rows[0], rows[-1]
+        closing = np.flatnonzero(rows["flags"] & (FIN | RST))
+        close = rows[closing[0]] if len(closing) else None
+        server_lower = piece.ends[0].endswith(f":{server_port}")  # ``forward``: sent by the lower endpoint
         found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
-                               bool(last["flags"] & (FIN | RST)))
+                               bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
+                               close is not None and bool(close["forward"]) == server_lower)
         ends[piece.ends] = found.merge(ends.get(piece.ends))
 
 
@@ -247,7 +262,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, server_port, tally):
-        _note_ends(tally.ends.setdefault(piece.path, {}), piece)
+        _note_ends(tally.ends.setdefault(piece.path, {}), piece, server_port)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             tally.costs[piece.ends] += cost
         else:

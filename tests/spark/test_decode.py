@@ -40,7 +40,7 @@ from spark_analysis.decode.rows import (
     split_rows,
 )
 from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
-from spark_analysis.model.periods import TimeBins
+from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, restarts_within
 from tests.spark.capture.builders import (
     BODY,
     CLIENT,
@@ -164,6 +164,43 @@ def test_how_a_brokers_story_ends() -> None:
         row = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
                                                 event(last, "b", register, True, 3, broker_id=0)], bins)
         assert (row["ended"], row["max_gap_s"]) == (ended, max(200.0 - last, last - 10.0)), last
+
+
+def test_a_nameserver_restarted_within_a_file_starts_a_session() -> None:
+    """Every open connection closed by the server within a second, then a new one: a restart, and
+    the new session starts at its SYN. Not one where a connection goes on through the moment, nor
+    where the last connection open was closed by its client (a broker or client stopping)."""
+    server, broker, client, back = "10.0.0.9:9876", "10.0.0.1:40000", "10.0.0.2:50000", "10.0.0.1:40001"
+
+    def ends(*connections: tuple[str, ConnectionEnds]) -> dict[str, dict[tuple[str, str], ConnectionEnds]]:
+        return {"a.pcap": {tuple(sorted((peer, server))): found for peer, found in connections}}
+
+    gone = (broker, ConnectionEnds(0.0, False, 100.0002, False, 100.0, True))
+    client_gone = (client, ConnectionEnds(5.0, True, 100.3, False, 100.3, True))
+    later = (back, ConnectionEnds(104.0, True, 300.0, False))
+    assert restarts_within(ends(gone, client_gone, later), 9876) == {104.0: 100.3}
+    # the client left long before (its own close): the broker's connection is what was open
+    left = (client, ConnectionEnds(5.0, True, 50.0, False, 50.0, False))
+    assert restarts_within(ends(gone, left, later), 9876) == {104.0: 100.0002}
+    stopped = (broker, ConnectionEnds(0.0, False, 100.0002, False, 100.0, False))  # the broker closed it
+    assert restarts_within(ends(stopped, client_gone, later), 9876) == {}
+    stays = (client, ConnectionEnds(5.0, True, 250.0, False))  # goes on through the moment
+    assert restarts_within(ends(gone, stays, later), 9876) == {}
+    assert restarts_within(ends(gone, client_gone), 9876) == {}  # nothing new: the capture's end
+    # the file's span is cut there, into two periods the first of which the restart ended
+    periods = capture_periods([(0.0, 300.0)], cuts={104.0: 100.3})
+    assert periods == [(0.0, 100.3), (104.0, 300.0)]
+    bins = TimeBins.over(periods, frozenset({100.3}))
+    assert bins.restarted == (True, False) and bins.ended_by_restart(100.0) and not bins.ended_by_restart(99.0)
+    # the broker's connection closed by the server as it went away ends its story as alive, not
+    # as a crash; the same close in a period that did not end with a restart is one
+    register = RequestCode.REGISTER_BROKER
+    events = [event(70.0, "b", register, True, 3, broker_id=0), event(95.0, "b", register, True, 3, broker_id=0),
+              event(100.0, "b", CONNECTION_CLOSED, False, closed="fin from server", server=server)]
+    row = broker_summary("10.0.0.1:10911", [dict(e) for e in events], bins)
+    assert (row["ended"], row["closes"], row["max_gap_s"]) == ("alive", [], 25.0)
+    row = broker_summary("10.0.0.1:10911", [dict(e) for e in events], TimeBins.over(periods))
+    assert (row["ended"], row["connection_closes"]) == ("connection_closed", 1)
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:

@@ -144,6 +144,7 @@ def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, s
     both = run_job(spark, [str(path), str(other)], tmp_path / "both", report=False)
     assert len(both.summary["inputs"]["periods"]) == 2  # a new session, though within PERIOD_GAP_S
     assert both.summary["inputs"]["gaps"][0]["seconds"] < PERIOD_GAP_S
+    assert both.summary["inputs"]["gaps"][0]["cause"] == "another session"
     sessions = {b["session"] for b in both.brokers}
     assert len(sessions) == 2 and {b["broker_addr"] for b in alone.brokers} < {
         b["broker_addr"] for b in synthetic_outputs.brokers}  # the same addresses
@@ -182,6 +183,59 @@ def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, syntheti
     assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in synthetic_outputs.brokers]
     assert {b["session"] for b in parts.brokers} == {b["session"] for b in synthetic_outputs.brokers}
     assert _evidence(parts.summary) == _evidence(synthetic_outputs.summary)
+
+
+def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_path: Path) -> None:
+    """The NameServer restarts 40% into one capture: it closes every connection at once, and the
+    brokers and clients come back on new connections. Two sessions, as the generator's truth says;
+    a broker seen in both has a row in each, its story in the first ends alive (the server went
+    away, the broker did not crash); the findings are each session's own (kills, silences, clean
+    stops), with nothing compared across the restart."""
+    path = tmp_path / "restart.pcap"
+    subprocess.run([sys.executable, str(SYNTH), str(path), "--brokers", "5", "--clients", "2", "--topics", "5",
+                    "--hours", "0.1", "--seed", "7", "--server_restart", "0.4"], check=True, capture_output=True)
+    truth = json.loads(path.with_name("restart.truth.json").read_text())
+    out = run_job(spark, [str(path)], tmp_path / "out", report=False)
+    assert [(p["start"], p["end"]) for p in out.summary["inputs"]["periods"]] == [
+        (iso_time(s["start"]), iso_time(s["end"])) for s in truth["sessions"]]
+    assert [gap["cause"] for gap in out.summary["inputs"]["gaps"]] == ["server restarted"]
+    expected = {(s["session"], addr): b for s in truth["sessions"] for addr, b in s["brokers"].items()}
+    rows = {(b["session"], b["broker_addr"]): b for b in out.brokers}
+    assert rows.keys() == expected.keys() and len({addr for _, addr in rows}) < len(rows)
+    for key, broker in expected.items():
+        row = rows[key]
+        assert (row["ended"], int(row["registrations"]), row["first_seen"], row["last_seen"]) == (
+            broker["ended"], broker["registrations"], iso_time(broker["first_seen"]),
+            iso_time(broker["last_seen"])), key
+        assert float(row["max_gap_s"]) == pytest.approx(broker["max_gap_s"], abs=1e-3), key
+    found = {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_connection_closed")}
+    assert found == {key for key, b in expected.items() if b["closes"]} != set()
+    gaps = {(key, iso_time(a), iso_time(b)) for key, broker in expected.items() for a, b in broker["gaps"]}
+    assert {((f["session"], f["broker_addr"]), f["from"], f["to"]) for f in kinds(
+        out.summary, "heartbeat_expired") + kinds(out.summary, "heartbeat_near_expiry")} == gaps != set()
+    assert {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_alive_at_end")} == {
+        key for key, b in expected.items() if b["ended"] == "alive"}
+    assert {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_unregistered")} == {
+        key for key, b in expected.items() if b["ended"] == "unregistered"} != set()
+    changes = ("data_version_backwards", "broker_id_change", "broker_address_change", "topic_count_drop",
+               "address_in_sessions")
+    assert not [f for f in out.summary["findings"] if f["kind"] in changes]
+    # rotated into files, one of them cut while the server was down: the whole file's story
+    data = path.read_bytes()
+    offsets, at = [], 24
+    while at + 16 <= len(data):
+        offsets.append((at, int.from_bytes(data[at:at + 4], "little") + int.from_bytes(data[at + 4:at + 8],
+                                                                                         "little") / 1e6))
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    down = next(offset for offset, ts in offsets if ts >= truth["sessions"][1]["start"])
+    cuts = [down, offsets[2 * len(offsets) // 3][0]]
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    for index, (start, end) in enumerate(zip([24, *cuts], [*cuts, len(data)], strict=True)):
+        (rotated / f"part{index}.pcap").write_bytes(data[:24] + data[start:end])
+    parts = run_job(spark, [str(rotated)], tmp_path / "parts", report=False)
+    assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in out.brokers]
+    assert _evidence(parts.summary) == _evidence(out.summary)
 
 
 def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
