@@ -104,6 +104,22 @@ def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple
                         if fact is not None and fact.first is not None and fact.last is not None))
 
 
+#: names of files that sit beside captures (notes, steps, logs) and are never captures themselves
+DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".yml", ".yaml", ".html", ".py", ".sh")
+
+
+def _input_severity(f: Item) -> str:
+    """A capture cut while a record was written still has its other records read: a warning.  A
+    notes or steps file that a directory brought along is not a capture, and says so as information
+    (the operator's problems stay on top); any other input that is not a capture, or is empty or
+    unreadable, is critical: a capture the report could not read."""
+    if f["problem"] == inputs.TRUNCATED and f["records"]:
+        return WARNING
+    if f["problem"] == inputs.NOT_A_CAPTURE and str(f["path"]).lower().endswith(DOCUMENT_SUFFIXES):
+        return INFO
+    return CRITICAL
+
+
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item]
              ) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
@@ -112,8 +128,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     response_groups(groups), which the response-code table shows too."""
     found: list[Item] = []
     for f in files:
-        if f["problem"]:  # a capture cut while a record was written still has its other records read
-            severity = WARNING if f["problem"] == inputs.TRUNCATED and f["records"] else CRITICAL
+        if f["problem"]:
+            severity = _input_severity(f)
             what = f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)" if (
                 f["problem"] == inputs.TRUNCATED) else f["problem"]
             found.append(_finding("bad_input", severity, f"{f['path']}: {what}", path=f["path"], problem=f["problem"],

@@ -281,6 +281,7 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     (bad / "notes.pcap").write_text("not a capture\n" * 10)
     (bad / "empty.pcap").write_bytes(b"")
     (bad / "cut.pcap").write_bytes(capture("json_lifecycle.pcap").read_bytes()[:24 + 30])
+    (bad / "README.md").write_text("# what these captures are\n")  # notes beside captures: information only
 
     monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
     monkeypatch.setattr(session, "stop", lambda spark: None)  # the shared session goes on
@@ -291,7 +292,7 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {(Path(f["path"]).name, f["problem"], f["severity"]) for f in kinds(summary, "bad_input")} == {
         ("notes.pcap", "not a capture", "critical"), ("empty.pcap", "empty", "critical"),
-        ("cut.pcap", "truncated", "critical")}
+        ("cut.pcap", "truncated", "critical"), ("README.md", "not a capture", "info")}
     assert "no input is a capture" in console.err
     assert "cut.pcap" in (tmp_path / "out" / "report.html").read_text()
 
