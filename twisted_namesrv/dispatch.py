@@ -8,8 +8,9 @@ topic and variant the handler worked out.  After each dispatched request the obs
 request and its response (``observe``): the place for an audit trail.
 
 The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py).
-Another listener (RocketMQ 5.x's controller) is a second Dispatcher with its own table behind the
-same protocol class (server.py).
+Another listener behind the same protocol class (server.py) is a second Dispatcher with its own
+table, or a dispatcher of its own that answers frame by frame (``answer_frame_by_frame``), as
+RocketMQ 5.x's controller does (controller/service.py: its answers wait for the controller log).
 
 A big request whose handler is written in steps (a broker's whole topic table) is answered later:
 its steps run across reactor turns through a Cooperator, so other connections are answered

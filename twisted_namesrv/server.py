@@ -3,8 +3,8 @@ read; one channel id per connection.
 
 It owns what is about the connection: framing, the frame, header and connection limits, idle
 timeouts, back-pressure, and holding the frames that arrive while one is answered in steps.
-What a frame means is the dispatcher's (dispatch.py): a factory serves one Dispatcher, so a
-second listener (another handler table) is a second factory of this same protocol."""
+What a frame means is the dispatcher's (dispatch.py): a factory serves one dispatcher, so a
+second listener (the controller's: controller/service.py) is a second factory of this same protocol."""
 
 from __future__ import annotations
 

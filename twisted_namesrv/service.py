@@ -60,7 +60,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
 
 class MinBrokerIdNotifier:
     """Sends NOTIFY_MIN_BROKER_ID_CHANGE (905) oneway on its own connection, as Java's
-    Dispatcher.remotingClient does."""
+    NamesrvController.remotingClient does."""
 
     def __init__(self, reactor, version: int) -> None:
         self.reactor = reactor

@@ -146,7 +146,6 @@ class Options(usage.Options):
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
 
-
     def _check_log_options(self) -> None:
         """Usage errors for the log options; under twistd, our observer replaces twistd's own (its
         --logfile and --logger) when any of them asks for something else than its default."""

@@ -79,16 +79,16 @@ def brokers_from(args: argparse.Namespace, now_ms: int) -> list[SimulatedBroker]
 class Simulation:
     def __init__(self, namesrvs: list[str], brokers: list[SimulatedBroker], timeout: float,
                  credentials: tuple[str, str] | None, out: TextIO, err: TextIO) -> None:
-        self.brokers = brokers
         self.out, self.err = out, err
-        self.links = {(b.name, addr): NamesrvClient(addr, timeout, credentials) for b in brokers for addr in namesrvs}
+        #: (broker, NameServer address, its connection), per broker and NameServer
+        self.links = [(b, addr, NamesrvClient(addr, timeout, credentials)) for b in brokers for addr in namesrvs]
         self.stop = threading.Event()
 
     def heartbeat(self, round_: int) -> int:
         """Every broker registers with every NameServer once; the number that failed."""
         failed = 0
-        for (name, addr), link in self.links.items():
-            broker = next(b for b in self.brokers if b.name == name)
+        for broker, addr, link in self.links:
+            name = broker.name
             ext, body = broker.register_request()
             try:
                 answer = link.call(RequestCode.REGISTER_BROKER, ext, body, version=broker.version)
@@ -112,16 +112,15 @@ class Simulation:
         return failed
 
     def unregister(self) -> None:
-        for (name, addr), link in self.links.items():
-            broker = next(b for b in self.brokers if b.name == name)
+        for broker, addr, link in self.links:
             try:
                 link.call(RequestCode.UNREGISTER_BROKER, broker.unregister_fields(), version=broker.version)
-                self.out.write(f"unregistered {name} from {addr}\n")
+                self.out.write(f"unregistered {broker.name} from {addr}\n")
             except AdminError as exc:
-                self.err.write(f"simulate-broker: {name}: {exc}\n")
+                self.err.write(f"simulate-broker: {broker.name}: {exc}\n")
 
     def close(self) -> None:
-        for link in self.links.values():
+        for _, _, link in self.links:
             link.close()
 
 

@@ -124,9 +124,6 @@ class SyncStateInfo:
     def is_first_time_for_elect(self) -> bool:
         return self.master_epoch == 0
 
-    def is_master_exist(self) -> bool:
-        return self.master_broker_id is not None
-
     def remove_from_sync_state(self, broker_id: int) -> None:
         self.sync_state_set.discard(broker_id)
 

@@ -220,8 +220,8 @@ class AccessControl:
             return f"{ACL_EXCEPTION}: No acl config for {access_key}"
         given = ext.get(SIGNATURE) or ""
         whitelisted = address is not None and account.white(address)
-        expected = "" if whitelisted else signature(account.secret_key, ext, body)
-        if not whitelisted and not hmac.compare_digest(given.encode(), expected.encode()):
+        if not whitelisted and not hmac.compare_digest(given.encode(),
+                                                       signature(account.secret_key, ext, body).encode()):
             return f"{ACL_EXCEPTION}: Check signature failed for accessKey={access_key}"
         if code in ADMIN_CODES and not account.admin:
             return f"{ACL_EXCEPTION}: Need admin permission for request code={code}, but accessKey={access_key} is not"

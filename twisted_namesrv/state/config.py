@@ -173,6 +173,8 @@ def _check_nsaddr_list(text: str) -> None:
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
+
+
 def etcd_endpoints(text: str) -> list[str]:
     """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
     endpoints = []

@@ -100,7 +100,6 @@ class NamesrvCollector(Collector):
                 family.add_metric([operation, result], counts[operation, result])
         return family
 
-
     def _heartbeats(self) -> Iterator[Metric]:
         """One series per live broker (cardinality: the brokers), named by cluster, broker name and id,
         never by address: an alert on age / timeout > 0.5 is the status page's amber."""
