@@ -90,13 +90,6 @@ def _link_type(number: int | None) -> str | int | None:
     return number if number is None else LINK_TYPES.get(number, number)
 
 
-def spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[tuple[float, float]]:
-    """The (first, last) record times of the inputs with records."""
-    facts = [read.files.get(file.path) for file in files]
-    return [(fact.first, fact.last) for fact in facts
-            if fact is not None and fact.first is not None and fact.last is not None]
-
-
 def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple[tuple[float, float, str], ...]:
     """(first, last, path) of the inputs with records: which file a time came from."""
     facts = [(read.files.get(file.path), file.path) for file in files]

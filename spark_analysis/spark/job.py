@@ -126,7 +126,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     by_file = findings.file_spans(files, read)
     cuts = restarts_within(read.ends, server_port)
     restarts = server_restarts(by_file, read.ends)
-    periods = capture_periods(findings.spans(files, read), restarts, cuts)
+    periods = capture_periods([(first, last) for first, last, _ in by_file], restarts, cuts)
     time_bins = TimeBins.over(periods, restarted_ends(by_file, read.ends, restarts, cuts))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
