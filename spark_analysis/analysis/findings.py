@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from spark_analysis.capture import inputs
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
@@ -445,7 +446,3 @@ def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
 
 def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:
     return {"kind": kind, "severity": severity, "message": message, **evidence}
-
-
-def _iso(seconds: float | None) -> str | None:
-    return None if seconds is None else iso_time(seconds)
