@@ -2,7 +2,7 @@
 
 The decoding tasks note the calls findings are made of (note_calls: answers with a non-zero code,
 requests never answered, slow answers) and the connections with undecodable bytes, grouped, in
-the tally each task returns as data; the per-broker liveness (brokers.py) says what happened to
+the tally each task returns as data; the per-broker liveness (liveness.py) says what happened to
 each broker; the reading tasks say what each input file is. ``summary`` puts them together as the
 documented summary.json (docs/capture-report.md: SCHEMA_VERSION says which layout).
 
