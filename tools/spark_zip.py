@@ -5,7 +5,7 @@
     spark-submit --master yarn --py-files dist/spark_analysis.zip dist/spark_analysis_main.py \\
         report hdfs:///captures/ --out hdfs:///reports/today
 
-What the zip holds and what the nodes need installed: spark_analysis/ship.py (which
+What the zip holds and what the nodes need installed: spark_analysis/spark/ship.py (which
 ``python -m spark_analysis report --master spark://...`` uses to ship the same zip itself). The
 launcher beside it is the main file: running spark_analysis/__main__.py itself would put the
 package directory first on sys.path, where its module names could shadow others.

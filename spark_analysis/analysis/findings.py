@@ -2,7 +2,7 @@
 
 The decoding tasks note the calls findings are made of (note_calls: answers with a non-zero code,
 requests never answered, slow answers) and the connections with undecodable bytes, grouped, in
-the tally each task returns as data; the per-broker liveness (brokers.py) says what happened to
+the tally each task returns as data; the per-broker liveness (liveness.py) says what happened to
 each broker; the reading tasks say what each input file is. ``summary`` puts them together as the
 documented summary.json (docs/capture-report.md: SCHEMA_VERSION says which layout).
 
@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from spark_analysis.capture import inputs
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
@@ -88,13 +89,6 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
 def _link_type(number: int | None) -> str | int | None:
     """A link type by name where known (LINK_TYPES), else its number."""
     return number if number is None else LINK_TYPES.get(number, number)
-
-
-def spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[tuple[float, float]]:
-    """The (first, last) record times of the inputs with records."""
-    facts = [read.files.get(file.path) for file in files]
-    return [(fact.first, fact.last) for fact in facts
-            if fact is not None and fact.first is not None and fact.last is not None]
 
 
 def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple[tuple[float, float, str], ...]:
@@ -452,7 +446,3 @@ def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
 
 def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:
     return {"kind": kind, "severity": severity, "message": message, **evidence}
-
-
-def _iso(seconds: float | None) -> str | None:
-    return None if seconds is None else iso_time(seconds)

@@ -54,7 +54,7 @@ EVENT_ROWS = _schema(
     ("closed", pa.string()), ("topics_held", pa.int32()),
 )
 
-#: what the decoding tasks send the JVM: each row fills the column of its kind (decode.py's tags);
+#: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);
 #: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
 #: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (

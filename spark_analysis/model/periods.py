@@ -29,7 +29,6 @@ TIME_BINS = 800
 #: the report's interval distributions: buckets this wide, the last one this many seconds and more
 INTERVAL_BUCKET_S = 1
 INTERVAL_RANGE_S = 300
-_LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
 
 
 class TimeBins(NamedTuple):

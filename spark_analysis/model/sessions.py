@@ -29,6 +29,10 @@ def iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def iso_time_or_none(seconds: float | None) -> str | None:
+    return None if seconds is None else iso_time(seconds)
+
+
 def period_label(start: float) -> str:
     return f"{iso_time(start)[:19]}Z"
 

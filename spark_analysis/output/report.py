@@ -1,7 +1,7 @@
 """report.html: what needs attention first, then what the cluster did, as one self-contained page.
 
 The findings, inputs and tables come from summary.json's content (findings.py); the pictures
-from the per-broker liveness (brokers.py: time bins of the plotted brokers over the capture
+from the per-broker liveness (analysis/liveness.py: time bins of the plotted brokers over the capture
 periods, interval buckets, gaps) and the calls and latency buckets per code that the decoding
 tasks counted (latency.py). The driver holds a few thousand numbers however large the capture.
 

@@ -8,6 +8,7 @@ from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S
 from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_time_or_none as _iso
 from twisted_namesrv.remoting.codes import code_name
 
 SCHEMA_VERSION = 2
@@ -55,10 +56,6 @@ def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
     return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
              "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
             for (name, response, remark), entry in responses.items()]
-
-
-def _iso(seconds: float | None) -> str | None:
-    return None if seconds is None else iso_time(seconds)
 
 
 def _json_value(column: str, value: object) -> object:

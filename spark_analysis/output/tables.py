@@ -40,7 +40,7 @@ _FILE = {kind: _file_schema(rows) for kind, rows in _ROWS.items()}
 
 
 def row_type(kind: str) -> pa.StructType:
-    """The Arrow struct of a table's rows as decode.py builds them."""
+    """The Arrow struct of a table's rows as decode/rows.py builds them."""
     return pa.struct(list(_ROWS[kind]))
 
 

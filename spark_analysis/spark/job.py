@@ -10,7 +10,7 @@ file, and reassembles and decodes that 4-tuple's connections (port reuse is told
 SYN). With a local output and master, that task writes its rows of the tables as Parquet part
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
 column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
-either way and on, by broker, to the liveness tasks (brokers.py), in the same job.
+either way and on, by broker, to the liveness tasks (spark/liveness.py), in the same job.
 
 What the driver counts comes back as data, never through accumulators (a retried or speculative
 task would add its counts twice): each reading task ends its output with a row holding only its
@@ -126,7 +126,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     by_file = findings.file_spans(files, read)
     cuts = restarts_within(read.ends, server_port)
     restarts = server_restarts(by_file, read.ends)
-    periods = capture_periods(findings.spans(files, read), restarts, cuts)
+    periods = capture_periods([(first, last) for first, last, _ in by_file], restarts, cuts)
     time_bins = TimeBins.over(periods, restarted_ends(by_file, read.ends, restarts, cuts))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None

@@ -1,6 +1,7 @@
 """One SparkSession for all Spark tests (local[2,2]: two threads, a failed task tried twice; two
 shuffle partitions, no UI, loopback only), a
-small synthetic capture with its truth, and a helper that runs the job and reads its outputs back."""
+small synthetic capture with its truth, a helper that runs the job and reads its outputs back, and
+what the tests compare of them."""
 
 from __future__ import annotations
 
@@ -72,6 +73,18 @@ def read_outputs(spark: SparkSession, out: str | Path, counts: Counter | None = 
     else:
         assert summary == counts.pop("summary")
     return Outputs(local_out, counts, *tables, brokers, summary)
+
+
+def without_input(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key != "input"}
+
+
+def evidence_of(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
+    """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
+    but the files' own (whose names differ)."""
+    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
+                  for item in f["evidence"] if (item.get("session") in sessions if sessions is not None
+                                                else item["kind"] != "bad_input"))
 
 
 def _with_seconds(table):

@@ -29,7 +29,7 @@ from spark_analysis.model.sessions import iso_time
 from spark_analysis.output import report, tables
 from spark_analysis.spark import session
 from spark_analysis.spark.worker import FAIL_FIRST_ATTEMPT
-from tests.spark.conftest import SYNTH, Outputs, run_job
+from tests.spark.conftest import SYNTH, Outputs, evidence_of, run_job, without_input
 from tests.spark.test_report import same_rows
 from tests.support import capture
 from tests.web.test_status_page import ARTIFACTS, chromium
@@ -152,7 +152,7 @@ def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, s
         mine = {b["session"] for b in one.brokers}
         assert [without_input(b) for b in both.brokers if b["session"] in mine] == [
             without_input(b) for b in one.brokers]
-        assert _evidence(both.summary, mine) == _evidence(one.summary, mine)
+        assert evidence_of(both.summary, mine) == evidence_of(one.summary, mine)
     # nothing combined that neither says alone, but a neutral note on the addresses they share
     noted = {f["kind"] for f in both.summary["findings"]} - {
         f["kind"] for one in (synthetic_outputs, alone) for f in one.summary["findings"]}
@@ -182,7 +182,7 @@ def test_rotated_files_give_the_whole_capture_s_story(spark, synthetic, syntheti
     assert len(parts.summary["inputs"]["periods"]) == 1
     assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in synthetic_outputs.brokers]
     assert {b["session"] for b in parts.brokers} == {b["session"] for b in synthetic_outputs.brokers}
-    assert _evidence(parts.summary) == _evidence(synthetic_outputs.summary)
+    assert evidence_of(parts.summary) == evidence_of(synthetic_outputs.summary)
 
 
 def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_path: Path) -> None:
@@ -235,19 +235,7 @@ def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_pa
         (rotated / f"part{index}.pcap").write_bytes(data[:24] + data[start:end])
     parts = run_job(spark, [str(rotated)], tmp_path / "parts", report=False)
     assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in out.brokers]
-    assert _evidence(parts.summary) == _evidence(out.summary)
-
-
-def _evidence(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
-    """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
-    but the files' own (whose names differ)."""
-    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
-                  for item in f["evidence"] if (item.get("session") in sessions if sessions is not None
-                                                else item["kind"] != "bad_input"))
-
-
-def without_input(row: dict) -> dict:
-    return {key: value for key, value in row.items() if key != "input"}
+    assert evidence_of(parts.summary) == evidence_of(out.summary)
 
 
 def test_remote_paths_fail_in_one_line_and_leave_no_output(spark, tmp_path, monkeypatch, capsys) -> None:

@@ -18,7 +18,7 @@ import pytest
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import read_conversations
 from spark_analysis.capture.records import read_records
-from tests.spark.conftest import Outputs, run_job
+from tests.spark.conftest import Outputs, evidence_of, run_job, without_input
 from tests.support import capture
 from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.remoting.codes import code_name
@@ -211,19 +211,13 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
         alone = run_job(spark, [str(paths[name])], tmp_path / f"alone-{name}", report=False)
         mine = {b["session"] for b in out.brokers if b["input"] == str(paths[name])}
         assert [b for b in out.brokers if b["session"] in mine] == alone.brokers, name
-        assert _findings_of(out.summary, mine) == _findings_of(alone.summary, mine), name
+        assert evidence_of(out.summary, mine) == evidence_of(alone.summary, mine), name
 
 
 #: when broker-a's slave was killed (SIGKILL) in each 4.9.8 capture: its connection's FIN, as the
 #: steps files order it (after broker-b's stop, before clusterList), to the second
 STEPS_KILL9 = {"json_lifecycle.pcap": "2026-11-22T06:19:47", "binary_lifecycle.pcap": "2026-11-22T06:22:17",
                "compressed_bulk.pcap": "2026-11-22T06:24:45"}
-
-
-def _findings_of(summary: dict, sessions: set[str]) -> list[tuple]:
-    """The evidence about brokers of these sessions, as (kind, severity, message)."""
-    return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
-                  for item in f["evidence"] if item.get("session") in sessions)
 
 
 def test_output_columns_follow_the_contract(synthetic_outputs: Outputs) -> None:
@@ -322,10 +316,6 @@ def same_rows(a: Outputs, b: Outputs) -> bool:
 
     return all(table(x) == table(y) for x, y in ((a.frames, b.frames), (a.calls, b.calls),
                                                  (a.registrations, b.registrations)))
-
-
-def without_input(row: dict) -> dict:
-    return {key: value for key, value in row.items() if key != "input"}
 
 
 def same_brokers(a: Outputs, b: Outputs) -> bool:
