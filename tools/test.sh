@@ -3,8 +3,7 @@
 #   .venv with the test tools and the Spark stack   (tools/setup-env.sh --test --spark --browser --container;
 #   Java, Chromium and podman from apt if missing: needs root, says what it installs first)
 #   the real RocketMQ clients under .clients        (tools/install_clients.sh)
-# The replay and Spark tests read the recorded captures at ../shared/captures (see docs/startup.md);
-# without them those tests are skipped, saying so (in CI, with CI=true, they fail instead).
+# The replay and Spark tests read the recorded captures in tests/data/golden (see docs/startup.md).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
