@@ -13,7 +13,7 @@ from twisted.internet import defer, interfaces, protocol, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from . import CannotStart, __version__, audit
+from . import CannotStart, __version__, audit, sdnotify
 from .context import NamesrvState
 from .dispatch import Dispatcher
 from .housekeeping import HousekeepingService, log_route_event
@@ -262,6 +262,7 @@ class NamesrvService(service.MultiService):
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
+        sdnotify.ready(f"serving on {self.state.listen_address}")  # systemd's Type=notify: every port bound
 
     def _warn_of_open_web(self) -> None:
         """The status page and /api show every route and KV value: served beyond this machine
