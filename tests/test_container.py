@@ -53,7 +53,7 @@ def image() -> tuple[str, str, dict[str, str]]:
                            timeout=BUILD_TIMEOUT)
     assert built.returncode == 0, built.stderr[-4000:]
     name = built.stdout.strip().splitlines()[-1]
-    assert name.startswith("twisted-namesrv:"), built.stdout
+    assert name.startswith("localhost/twisted-namesrv:"), built.stdout
     return engine, name, env
 
 
