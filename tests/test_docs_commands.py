@@ -10,6 +10,7 @@ What runs where:
 - tools/*.py: run up to their argument parsing (argparse's parse_args, then exit);
 - tools/*.sh: each option shown is one the script handles;
 - curl: the path is served by a live server (not 404);
+- promtool: run (deploy/monitoring's checks);
 - podman, kubectl, systemctl, spark-submit and the install steps: the image, file and unit they name
   exist (tests/test_container.py runs docs/deploy.md's podman commands as printed, tests/test_systemd.py
   the unit, tests/test_deploy.py the manifests);
@@ -41,7 +42,7 @@ VENV_BIN = Path(sys.executable).parent
 IMAGE = f"localhost/twisted-namesrv:{__version__}"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 PROGRAMS = ("namesrv-admin", "twisted-namesrv", "twistd", "python", "python3", "curl", "podman", "kubectl",
-            "systemctl", "spark-submit", "install", "cp")
+            "systemctl", "spark-submit", "install", "cp", "promtool")
 #: values for the placeholders of usage lines
 VALUES = {
     "NS": "NS", "K": "key", "V": "value", "KEY": "key", "VALUE": "value", "T": "TopicTest", "CLUSTER": "DefaultCluster",
@@ -273,6 +274,12 @@ def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
     if program == "podman":
         image = next((w for w in words if "twisted-namesrv:" in w), IMAGE)
         return "image named", None if image == IMAGE else f"{image} is not what tools/container-build.sh tags"
+    if program == "promtool":
+        if shutil.which("promtool") is None:
+            missing = [w for w in words if w.startswith("deploy/") and not (REPO / w).exists()]
+            return "files named (no promtool here)", f"{missing} missing" if missing else None
+        done = subprocess.run(words, capture_output=True, text=True, cwd=REPO, timeout=120)
+        return "run", None if done.returncode == 0 else done.stdout + done.stderr
     if program == "kubectl":
         files = [words[i + 1] for i, w in enumerate(words) if w == "-f"]
         return "manifest exists", next((f"{f} missing" for f in files if not (REPO / f).exists()), None)
