@@ -164,3 +164,21 @@ def test_the_kubernetes_scrape_job_reads_the_manifests_annotations():
             if label.startswith("__meta_kubernetes_pod_annotation_")}
     as_meta = {"__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-zA-Z0-9]", "_", key) for key in annotations}
     assert read == as_meta
+
+
+def test_the_dashboard_imports_as_grafana_reads_it():
+    """Unique panel ids, each target with a refId and the data source variable, panels inside 24 columns,
+    the NameServer variable in every query of a panel (rows and the controller's cluster-wide panels aside)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    assert dashboard["uid"] and dashboard["schemaVersion"] >= 36
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "instance"}
+    for panel in panels:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        for target in panel.get("targets", []):
+            assert target["refId"] and target["datasource"]["uid"] == "${datasource}", panel["title"]
+            if not target["expr"].startswith(("sum(rocketmq_controller", "sum by (election_result)",
+                                              "sum by (cluster, broker_set)")):
+                assert '$instance' in target["expr"], panel["title"]
