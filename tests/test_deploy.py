@@ -233,3 +233,31 @@ def test_checkov_finds_nothing_but_the_choices_named_here():
     passed = {c["check_id"] for c in report["results"]["passed_checks"]}
     # the restricted profile's own checks are among those that passed
     assert {"CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_31", "CKV_K8S_37", "CKV_K8S_38", "CKV2_K8S_6"} <= passed
+
+
+def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path):
+    """The ConfigMap opens the HTTP side on every interface for the probes and the scrape; a peer that
+    is not loopback (another pod, a node) reaches /metrics, the probes and the address server only."""
+    from twisted.internet.address import IPv4Address
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from twisted_namesrv.web.auth import Refusal
+    from twisted_namesrv.web.site import make_site
+
+    config = options_as_deployed(docs, tmp_path).config
+    assert not config["aclEnable"]
+    service = NamesrvService(config)
+    site = make_site(service.state, service.factory, service.http_resources())
+
+    def resource_for(path: str, peer: str):
+        request = DummyRequest([part.encode() for part in path.strip("/").split("/")])
+        request.path = path.encode()
+        request.client = IPv4Address("TCP", peer, 40000)
+        return site.getResourceFor(request)
+
+    for path in ("/metrics", "/healthz", "/readyz", "/rocketmq/nsaddr"):
+        assert not isinstance(resource_for(path, "10.1.2.3"), Refusal), path
+    for path in ("/", "/api/overview", "/api/kv"):
+        refused = resource_for(path, "10.1.2.3")
+        assert isinstance(refused, Refusal) and refused.status == 403, path
+        assert not isinstance(resource_for(path, "127.0.0.1"), Refusal), path  # kubectl port-forward
