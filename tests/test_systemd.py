@@ -64,6 +64,35 @@ def test_ready_is_one_datagram_to_the_notify_socket(tmp_path, abstract):
         assert receiver.recv(4096) == b"READY=1\nSTATUS=serving on 127.0.0.1:9876\n"
 
 
+def test_ready_waits_for_the_reactor_to_run(tmp_path):
+    """Sent before reactor.run() installs the SIGTERM handler, a stop right after READY would kill
+    the server (exit -15, no clean stop): READY goes once the reactor runs."""
+    from twisted.internet.base import ReactorBase
+
+    class NotRunning:
+        running = False
+        triggers: list = []
+
+        def callWhenRunning(self, *call):  # noqa: N802 (Twisted's name)
+            return ReactorBase.callWhenRunning(self, *call)
+
+        def addSystemEventTrigger(self, phase, event, *call):  # noqa: N802
+            self.triggers.append((phase, event, call))
+
+    name = str(tmp_path / "notify")
+    reactor = NotRunning()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(name)
+        receiver.setblocking(False)
+        sdnotify.ready_when_running(reactor, "serving", {"NOTIFY_SOCKET": name})
+        with pytest.raises(BlockingIOError):
+            receiver.recv(4096)  # not yet
+        ((phase, event, (function, *args)),) = reactor.triggers
+        assert (phase, event) == ("after", "startup")  # after the signal handlers, installed during startup
+        function(*args)
+        assert receiver.recv(4096) == b"READY=1\nSTATUS=serving\n"
+
+
 def test_without_systemd_or_with_a_dead_socket_nothing_fails(tmp_path):
     assert not sdnotify.ready("x", {})
     assert not sdnotify.ready("x", {"NOTIFY_SOCKET": str(tmp_path / "nobody")})

@@ -6,6 +6,8 @@ The protocol of sd_notify(3), without libsystemd: a unix datagram socket whose p
 value; a leading ``@`` names Linux's abstract namespace (a NUL byte in the address). Not under systemd
 (no variable) this does nothing; a socket that cannot be reached is a warning, never a failure: the
 server serves either way, and systemd then reports the start as timed out, which says where to look.
+READY waits for the reactor to run (``ready_when_running``): its SIGTERM handler is installed by then,
+so a stop systemd sends right after READY is a clean stop, not a kill.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 from twisted.logger import Logger
 
@@ -52,3 +55,13 @@ def notify(message: str, environ: Mapping[str, str] = os.environ) -> bool:
 def ready(status: str, environ: Mapping[str, str] = os.environ) -> bool:
     """``READY=1`` with a one-line ``STATUS`` (shown by ``systemctl status``)."""
     return notify(f"READY=1\nSTATUS={' '.join(status.split())}\n", environ)
+
+
+def ready_when_running(reactor: Any, status: str, environ: Mapping[str, str] = os.environ) -> None:
+    """``ready`` once ``reactor`` runs (at once if it does): after its signal handlers are installed.
+    A clock without ``callWhenRunning`` (tests' ``task.Clock``) is told at once."""
+    when_running = getattr(reactor, "callWhenRunning", None)
+    if when_running is None:
+        ready(status, environ)
+    else:
+        when_running(ready, status, environ)

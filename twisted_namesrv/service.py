@@ -262,7 +262,7 @@ class NamesrvService(service.MultiService):
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
-        sdnotify.ready(f"serving on {self.state.listen_address}")  # systemd's Type=notify: every port bound
+        sdnotify.ready_when_running(self.reactor, f"serving on {self.state.listen_address}")  # systemd: all bound
 
     def _warn_of_open_web(self) -> None:
         """The status page and /api show every route and KV value: bound beyond this machine without
