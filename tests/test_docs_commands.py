@@ -362,6 +362,8 @@ def http_status(url: str) -> int:
 
 @pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
                     reason="runs the README's ports in a network namespace of its own: needs root and unshare")
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "namesrv-admin").exists(),
+                    reason="the quick start runs the checkout's .venv (tools/setup-env.sh makes it)")
 def test_the_readmes_quick_start_runs_as_printed(tmp_path):
     """Its three shells: the server and the simulated brokers run in the background (they run until
     Ctrl-C), then the third line's output is checked, all in a network namespace where 9876 and 9877
