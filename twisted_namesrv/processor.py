@@ -182,7 +182,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
-    if not state.profile.v5_bodies or state.config["returnOrderTopicConfigToBroker"]:
+    if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
@@ -248,13 +248,13 @@ def route_variant(state: NamesrvState, request: RemotingCommand) -> tuple[str | 
     topic = ext.get("topic")
     order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if state.config["orderMessageEnable"] else None
     standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
-    zone = ext.get(ZONE_NAME) if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) else None
+    zone = ext.get(ZONE_NAME) if state.profile.zone_filtered_routes and java_bool(ext.get(ZONE_MODE)) else None
     return topic, (standard, order_conf), zone if zone and zone.strip() else None
 
 
 def waiting_for_service(state: NamesrvState) -> bool:
     config = state.config
-    return (state.profile.v5_bodies and config["needWaitForService"]
+    return (state.profile.wait_for_service and config["needWaitForService"]
             and state.clock() - state.started_at < config["waitSecondsForService"])
 
 

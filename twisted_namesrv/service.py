@@ -160,7 +160,7 @@ class NamesrvService(service.MultiService):
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
+        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
         self.snapshots: RouteSnapshotService | None = None
