@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from . import CannotStart, __version__, audit
 from .context import NamesrvState
+from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
 from .housekeeping import HousekeepingService, log_route_event
 from .metrics import Metrics
