@@ -191,7 +191,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    routes._broker_changed("a")
+    routes.broker_changed("a")
     assert sorted(answers.routes) == ["T2"]
     assert list(answers.tables["topic"]) == [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]
     assert answers.tables["broker"] == {}
