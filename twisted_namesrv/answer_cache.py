@@ -71,6 +71,9 @@ _PREFIX = struct.Struct(">iI")
 _OPAQUE_AT = len(OPAQUE_KEY)
 _MAX_INT32 = b"2147483647"
 
+#: pipelined lookups in one read from which they are spliced as one block (_splice_block)
+BLOCK_FROM = 4
+
 
 class AnswerCache:
     """The kept answers of one NameServer (module docstring); subscribed to ``kv`` and ``config``
@@ -207,7 +210,8 @@ class AnswerCache:
         int32)."""
         replies = self.replies
         head, size, after, at = b"", -1, b"", 0  # the last frame's (none yet): pipelined lookups repeat it
-        for index in range(start, len(frames)):
+        count = len(frames)
+        for index in range(start, count):
             frame = frames[index]
             if not (len(frame) - at == size and frame.startswith(head) and frame.endswith(after)):
                 at = frame.find(OPAQUE_KEY, 8) + _OPAQUE_AT
@@ -224,6 +228,8 @@ class AnswerCache:
                     kept.remove(reply)
                     return index
                 head = frame[:at]
+                if count - index >= BLOCK_FROM and _splice_block(frames, index, at, length, prefix, rest, out):
+                    return count
             digits = frame[at:at + length]
             if (not digits.isdigit() or (digits[0] == 48 and length > 1)
                     or (length == 10 and digits > _MAX_INT32)):
@@ -238,3 +244,31 @@ class AnswerCache:
             if size == reply.size and frame.endswith(reply.after):
                 return reply
         return None
+
+
+def _splice_block(frames: list[bytes], index: int, at: int, length: int, prefix: bytes, rest: bytes,
+                  out: list[bytes]) -> bool:
+    """Answer ``frames[index:]`` at once when each is ``frames[index]`` but for its opaque's
+    ``length`` digits at ``at`` (a client's pipelined lookups of one topic): the checks and the
+    splicing are a few C-level operations on the whole block, by column of digits, instead of
+    Python steps per frame.  The same rule as per frame: ASCII digits, no leading zero, and an
+    int32 (ten digits go frame by frame).  False, with nothing appended, when any frame is not so."""
+    block = b"".join(frames[index:])
+    record, n = len(frames[index]), len(frames) - index
+    if length >= 10 or len(block) != record * n:
+        return False
+    columns = [block[at + k::record] for k in range(length)]
+    if not all(column.isdigit() for column in columns) or (length > 1 and b"0" in columns[0]):
+        return False
+    blanked, zeros = bytearray(block), b"0" * n
+    for k in range(length):
+        blanked[at + k::record] = zeros
+    first = blanked[:record]
+    if blanked != first * n:  # every frame is the first but for its digits
+        return False
+    answer = prefix + b"0" * length + rest
+    answers, step = bytearray(answer * n), len(answer)
+    for k, column in enumerate(columns):
+        answers[len(prefix) + k::step] = column
+    out.append(answers)  # type: ignore[arg-type]  # joined with the others: bytes-like is enough
+    return True
