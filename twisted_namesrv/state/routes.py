@@ -208,10 +208,10 @@ class RouteInfoManager:
                 change = pending.change if pending.collect else RouteChange(everything=True)
                 if change:
                     subscriber(change)
-        for event in pending.events:
-            self._listener(event.kind, event.info)
+        for event in pending.events:  # the lost topics first: a listener may change the tables again
             if event.lost_topics and self.on_lost is not None:
                 self.on_lost(event.kind, event.info, event.lost_topics)
+            self._listener(event.kind, event.info)
 
     def _topic_changed(self, topic: str) -> None:
         """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""
