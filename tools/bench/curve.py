@@ -48,7 +48,8 @@ HOST = "127.0.0.1"
 SPLIT_TOPICS = 50_000  # topics per registration frame at most (about 8 MiB of plain JSON)
 IN_FLIGHT = 8  # registrations in flight during the first and repeated registration
 CLIENTS_PER_SOURCE = 20_000  # client connections per source address (127.0.0.N): the ephemeral ports
-PROBE_TOPIC = "CurveProbeTopic"
+PROBE_TOPICS = ["CurveProbeTopic", "CurveProbeTopic-retry"]  # two: 5.3.3 refuses a first registration of one
+PROBE_TOPIC = PROBE_TOPICS[0]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Server:
     #: run.py's install without extras when there is one (with pyOpenSSL, Twisted's TCP imports it: ~13 MB)
     PYTHON = REPO / ".venv-bench" / "bin" / "python"
     OURS = (f"{PYTHON if PYTHON.exists() else sys.executable} -m twisted_namesrv --port {{port}} --bind {HOST}"
-            " --data-dir {data_dir}")
+            " --data-dir {data_dir} --compat 4.9.8")
 
     def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = 0) -> None:
         self.port = free_port()
@@ -264,7 +265,7 @@ async def run_step(step: Step, server: Server, port: int) -> dict[str, Any]:
     tables = broker_tables(step)
     first = [register_frames(n, a, t, 1) for n, a, t in tables]
     with socket.create_connection((HOST, port)) as s:  # the probe's topic, on a broker of its own
-        for f in register_frames("curve-probe", "127.0.0.1:19999", [PROBE_TOPIC], 1):
+        for f in register_frames("curve-probe", "127.0.0.1:19999", PROBE_TOPICS, 1):
             s.sendall(f)
             read_frame(s)
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
@@ -318,13 +319,20 @@ def raise_fd_limit(clients: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def ours_for(step: Step, scratch: Path) -> str:
+    """Our server with maxConnections (default 10,000) above the step's connections: Java has no such limit."""
+    props = scratch / f"ours-{step.name}.properties"
+    props.write_text(f"maxConnections={step.clients + step.brokers + 1000}\n")
+    return f"{Server.OURS} -c {props}"
+
+
 def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path) -> list[dict[str, Any]]:
     records = []
     for round_ in range(1, rounds + 1):
         for step in steps:
             for label, command in servers.items():
                 load = os.getloadavg()
-                server = Server(command, scratch, f"{label}-{step.name}")
+                server = Server(command or ours_for(step, scratch), scratch, f"{label}-{step.name}")
                 record: dict[str, Any] = {"round": round_, "step": step.name, "server": label,
                                           "loadavg": [round(x, 2) for x in load]}
                 try:
