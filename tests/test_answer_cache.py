@@ -254,6 +254,15 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
     assert servers[0][0].factory.metrics.answered_from_memory_count > 0
 
 
+def assert_same_answers(kept, reference, frames: list[bytes]) -> None:
+    """``frames`` in one read to both servers (protocol, transport): the same bytes back."""
+    for protocol, _ in (kept, reference):
+        protocol.dataReceived(b"".join(frames))
+    assert kept[1].value() == reference[1].value(), frames
+    kept[1].clear()
+    reference[1].clear()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pipelined_requests_from_memory_equal_answers_from_the_tables(tmp_path, seed: int) -> None:
     """Several requests in one read, as pipelining clients send them: lookups repeating the one
@@ -280,11 +289,7 @@ def test_pipelined_requests_from_memory_equal_answers_from_the_tables(tmp_path, 
             else:
                 request = other_request(rng, opaque)
             batch.append(request.encode())
-        for protocol in (kept, reference):
-            protocol.dataReceived(b"".join(batch))
-        assert kept_out.value() == reference_out.value(), batch
-        kept_out.clear()
-        reference_out.clear()
+        assert_same_answers((kept, kept_out), (reference, reference_out), batch)
     assert kept.factory.metrics.answered_from_memory_count > 0
 
 
@@ -326,9 +331,5 @@ def test_a_block_of_pipelined_repeats_equals_answers_from_the_tables(tmp_path, s
             other = rng.randrange(1, len(frames))
             frames[other] = frames[other].replace(*rng.choice([(b'"version":409', b'"version":408'),
                                                                (topic.encode(), rng.choice(TOPICS).encode())]))
-        for protocol in (kept, reference):
-            protocol.dataReceived(b"".join(frames))
-        assert kept_out.value() == reference_out.value(), frames
-        kept_out.clear()
-        reference_out.clear()
+        assert_same_answers((kept, kept_out), (reference, reference_out), frames)
     assert kept.factory.metrics.answered_from_memory_count > 0
