@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from .remoting import RemotingCommand, SerializeType
 from .remoting.header import OPAQUE_KEY
@@ -57,7 +57,8 @@ class TopicAnswers:
         self.stale = False
 
 
-class Reply(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Reply:
     """A kept answer frame to one client's plain JSON route lookup, around its opaque."""
 
     size: int  #: the request's length from its opaque's digits on
@@ -211,6 +212,7 @@ class AnswerCache:
         replies = self.replies
         head, size, after, at = b"", -1, b"", 0  # the last frame's (none yet): pipelined lookups repeat it
         count = len(frames)
+        block_until = count - BLOCK_FROM  # a frame up to this index may start a block
         for index in range(start, count):
             frame = frames[index]
             if not (len(frame) - at == size and frame.startswith(head) and frame.endswith(after)):
@@ -223,12 +225,13 @@ class AnswerCache:
                 reply = self._match(kept, frame, len(frame) - at)
                 if reply is None:
                     return index
-                size, after, length, answers, prefix, rest = reply
+                size, after, length, answers = reply.size, reply.after, reply.digits, reply.answers
+                prefix, rest = reply.prefix, reply.rest
                 if answers.stale:  # its topic was dropped since
                     kept.remove(reply)
                     return index
                 head = frame[:at]
-                if count - index >= BLOCK_FROM and _splice_block(frames, index, at, length, prefix, rest, out):
+                if index <= block_until and _splice_block(frames, index, at, length, prefix, rest, out):
                     return count
             digits = frame[at:at + length]
             if (not digits.isdigit() or (digits[0] == 48 and length > 1)
@@ -240,7 +243,7 @@ class AnswerCache:
     @staticmethod
     def _match(kept: list[Reply], frame: bytes, size: int) -> Reply | None:
         """The reply kept for the request ``frame`` among those with the same start (newest first)."""
-        for reply in kept:
+        for reply in kept:  # by position: the first read of every lookup passes here
             if size == reply.size and frame.endswith(reply.after):
                 return reply
         return None
