@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
 from ..context import NamesrvState
+from ..outages import HealthWatch
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded
@@ -24,9 +25,10 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None,
+                 health: HealthWatch | None = None) -> None:
         super().__init__()
-        self.registry = registry(state, factory)
+        self.registry = registry(state, factory, health)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
 
@@ -135,8 +137,9 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     for name, child in (children or {}).items():
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
-    root.putChild(b"metrics", MetricsPage(state, factory, controller))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory), controller))
+    health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
+    root.putChild(b"metrics", MetricsPage(state, factory, controller, health))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller))
     site = QuietSite(guarded(root, state.acl))  # with aclEnable: accounts, but for web/auth.py's public paths
     site.displayTracebacks = False
     site.noisy = False
