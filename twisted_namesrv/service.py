@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from . import CannotStart, __version__, audit
 from .context import NamesrvState
 from .dispatch import Dispatcher
+from .event_log import EventLogService, events_path
 from .housekeeping import HousekeepingService, log_route_event
 from .logs import forward_stdlib_logging
 from .metrics import Metrics
@@ -152,6 +153,9 @@ class NamesrvService(service.MultiService):
         self.reactor = reactor
         check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
+        self.events = EventLogService(self.metrics, events_path(config), reactor)  # the page's events kept
+        self.events.load()
+        self.events.setServiceParent(self)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
                                  self._route_event)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),

@@ -105,6 +105,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
+    ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
     ConfigKey("nsaddrList", "", OURS, guarded=True),
     # the controller's store: Java's ControllerConfig key controllerType (DLedger or jRaft there), plus etcd
