@@ -20,6 +20,7 @@ from .event_log import EventLogService, events_path
 from .housekeeping import HousekeepingService, log_route_event
 from .logs import forward_stdlib_logging
 from .metrics import Metrics
+from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import RemotingFactory
@@ -185,10 +186,14 @@ class NamesrvService(service.MultiService):
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
+        self.peers: PeersService | None = None
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller)
+            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers.setServiceParent(self)
+            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers)
             self.web = Listener("metricsPort", site, config, reactor, "metricsBindAddress")
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
@@ -200,6 +205,16 @@ class NamesrvService(service.MultiService):
         from .web.nsaddr import nsaddr_resources
 
         return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+
+    def own_address(self) -> str:
+        """Where this server's own routes are read for the peers view: its remoting port, on
+        loopback when it listens on every interface."""
+        host = str(self.config["bindAddress"])
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+        return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"
+
+    def peer_list(self) -> list[str]:
+        return peer_addresses(self.config, self.listen_port())
 
     def listen_port(self) -> int:
         """The remoting port as bound (listenPort 0 picks one), else as configured."""

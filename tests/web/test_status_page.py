@@ -184,7 +184,7 @@ def test_metrics_api_and_page_over_http(tmp_path):
                 ("/api/events?since=soon", 400, "query parameter 'since' must be a whole number >= 0, not 'soon'"),
                 ("/api/topics?limit=-1", 400, "query parameter 'limit' must be a whole number >= 0, not '-1'"),
                 ("/api/nothing", 404, "no endpoint /api/nothing; there are /api/overview, /api/clusters, "
-                                      "/api/topics, /api/route, /api/kv, /api/events")]:
+                                      "/api/topics, /api/route, /api/kv, /api/events, /api/peers")]:
             code, kind, body = yield get(base + path)
             assert (code, kind, json.loads(body)) == (status, b"application/json", {"error": error}), path
         code, kind, body = yield get(base + "/")

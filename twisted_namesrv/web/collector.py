@@ -17,14 +17,17 @@ from ..context import NamesrvState
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..outages import HealthWatch
+from ..peers import PeersService
 from ..server import RemotingFactory
 
 
 class NamesrvCollector(Collector):
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+                 peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
         self.health = health or HealthWatch(state.routes)
+        self.peers = peers
 
     @property
     def metrics(self) -> Metrics:
@@ -115,9 +118,25 @@ class NamesrvCollector(Collector):
         for kind in sorted(DEPARTURES):
             departed.add_metric([kind], kinds[kind])
         yield departed
+        yield from self._peers()
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
                                 value=len(self.metrics.lost_topics.recent(self.state.routes.topicQueueTable)))
+
+    def _peers(self) -> Iterator[Metric]:
+        """The peers view's last comparison: one series per peer once it has run."""
+        up = GaugeMetricFamily("namesrv_peer_up", "1 when the last comparison read the peer NameServer's routes, "
+                               "0 when it could not", labels=["peer"])
+        differ = GaugeMetricFamily("namesrv_peer_differences", "Differences between this NameServer's routes and "
+                                   "the peer's at the last comparison (namesrv-admin compare's; 0: they agree)",
+                                   labels=["peer"])
+        report = self.peers.report if self.peers is not None else None
+        for result in report.results if report is not None else ():
+            up.add_metric([result.addr], 1 if result.up else 0)
+            if result.up:
+                differ.add_metric([result.addr], result.differences)
+        yield up
+        yield differ
 
     def _kv(self) -> Iterator[Metric]:
         table = self.state.kv.configTable
@@ -168,12 +187,13 @@ class NamesrvCollector(Collector):
         return info
 
 
-def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> CollectorRegistry:
+def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+             peers: PeersService | None = None) -> CollectorRegistry:
     """Our families plus the process's own (CPU, resident memory, open files); ``health``: the
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
     found = CollectorRegistry(auto_describe=False)
-    found.register(NamesrvCollector(state, factory, health))
+    found.register(NamesrvCollector(state, factory, health, peers))
     ProcessCollector(registry=found)
     return found
