@@ -112,6 +112,8 @@ def test_system_topics_as_javas_topic_validator_and_mixall_name_them():
     clusters, brokers = {"DefaultCluster"}, {"broker-a"}
     assert system_topic_kind("broker-a", clusters, brokers) == "broker-named"
     assert system_topic_kind("DefaultCluster", clusters, brokers) == "cluster-named"
+    assert system_topic_kind("DefaultCluster_REPLY_TOPIC", clusters, brokers) == "cluster-named"  # 4.9.8 brokers
+    assert system_topic_kind("Other_REPLY_TOPIC", clusters, brokers) is None
     for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_SYNC_BROKER_MEMBER_x",
                   "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"):
         assert system_topic_kind(topic) == "system", topic
