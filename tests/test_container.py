@@ -122,3 +122,34 @@ def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
     refused = subprocess.run([engine, "run", "--rm", name, "--port", "abc"], capture_output=True, text=True,
                              env=env, timeout=60)
     assert refused.returncode == 2 and "--port" in refused.stderr, refused
+
+
+def test_the_address_server_answers_the_advertised_address_to_clients_outside_the_container(image):
+    """On podman's bridge network the server sees the container's own IP: without an advertised
+    address /rocketmq/nsaddr answers that (unreachable from outside); with NAMESRV_ADVERTISED_ADDRESS
+    (a manifest sets it from the pod IP or the Service name) it answers what clients reach."""
+    engine, name, env = image
+    http = free_port()
+    answers = {}
+    for advertised in ("", "127.0.0.1:19876"):
+        container = f"namesrv-nsaddr-{uuid.uuid4().hex[:8]}"
+        run = [engine, "run", "-d", "--name", container, "-p", f"127.0.0.1:{http}:9877",
+               *(["-e", f"NAMESRV_ADVERTISED_ADDRESS={advertised}"] if advertised else []), name,
+               "--port", "9876", "--metrics-port", "9877", "--bind", "0.0.0.0", "--metrics-bind", "0.0.0.0"]
+        started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+        if started.returncode != 0 and "network" in started.stderr.lower():
+            pytest.skip(f"no bridge network for containers here: {started.stderr.strip()[-300:]}")
+        assert started.returncode == 0, started.stderr
+        try:
+            deadline, answer = time.monotonic() + READY_WITHIN, (0, b"")
+            while time.monotonic() < deadline and answer[0] != 200:
+                try:
+                    answer = http_get(f"http://127.0.0.1:{http}/rocketmq/nsaddr")
+                except OSError:
+                    time.sleep(0.2)
+            answers[advertised] = answer
+        finally:
+            subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
+    status, inside = answers[""]
+    assert status == 200 and not inside.startswith(b"127.0.0.1:"), inside  # the container's own address
+    assert answers["127.0.0.1:19876"] == (200, b"127.0.0.1:19876")
