@@ -65,6 +65,17 @@ def http_get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def first_200(url: str) -> tuple[int, bytes]:
+    """The first 200 answer from ``url`` within READY_WITHIN seconds of a container's start, else the last."""
+    deadline, answer = time.monotonic() + READY_WITHIN, (0, b"")
+    while time.monotonic() < deadline and answer[0] != 200:
+        try:
+            answer = http_get(url)
+        except OSError:
+            time.sleep(0.2)
+    return answer
+
+
 def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
     engine, name, env = image
     port, http = free_port(), free_port()
@@ -74,12 +85,7 @@ def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_ch
     started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
     assert started.returncode == 0, started.stderr
     try:
-        deadline, ready = time.monotonic() + READY_WITHIN, (0, b"")
-        while time.monotonic() < deadline and ready[0] != 200:
-            try:
-                ready = http_get(f"http://127.0.0.1:{http}/readyz")
-            except OSError:
-                time.sleep(0.2)
+        ready = first_200(f"http://127.0.0.1:{http}/readyz")
         logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
         assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
         assert json.loads(ready[1])["failing"] == []
@@ -141,13 +147,7 @@ def test_the_address_server_answers_the_advertised_address_to_clients_outside_th
             pytest.skip(f"no bridge network for containers here: {started.stderr.strip()[-300:]}")
         assert started.returncode == 0, started.stderr
         try:
-            deadline, answer = time.monotonic() + READY_WITHIN, (0, b"")
-            while time.monotonic() < deadline and answer[0] != 200:
-                try:
-                    answer = http_get(f"http://127.0.0.1:{http}/rocketmq/nsaddr")
-                except OSError:
-                    time.sleep(0.2)
-            answers[advertised] = answer
+            answers[advertised] = first_200(f"http://127.0.0.1:{http}/rocketmq/nsaddr")
         finally:
             subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
     status, inside = answers[""]
