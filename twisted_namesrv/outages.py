@@ -62,8 +62,11 @@ class RouteHealth:
     def clusters_without_writable_queues(self) -> list[str]:
         return [cluster for cluster, count in self.writable_groups.items() if count == 0]
 
+    #: broker name -> its group (the page looks each group up)
+    by_name: dict[str, GroupHealth]
+
     def group(self, name: str) -> GroupHealth | None:
-        return next((group for group in self.groups if group.broker == name), None)
+        return self.by_name.get(name)
 
 
 class HealthWatch:
@@ -106,4 +109,4 @@ class HealthWatch:
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
-        return RouteHealth(tuple(groups), writable)
+        return RouteHealth(tuple(groups), writable, {group.broker: group for group in groups})
