@@ -62,6 +62,13 @@ def test_a_damaged_file_is_named_kept_aside_and_skipped(tmp_path):
     assert any("event 0: ValueError" in formatEvent(e) or "event 0: KeyError" in formatEvent(e) for e in logged)
 
 
+def test_a_run_without_events_writes_no_file(tmp_path):
+    served = run(tmp_path)
+    served.clock.advance(EVENTS_SAVE_SECONDS * 3)
+    served.service.events.stopService()
+    assert not (tmp_path / "events.json").exists()  # a start that fails leaves no file (nor data dir) behind
+
+
 def test_an_unwritable_events_path_is_logged_once_and_the_server_goes_on(tmp_path):
     (tmp_path / "file").write_text("")
     served = run(tmp_path, eventsPath=str(tmp_path / "file" / "events.json"))  # its directory is a file

@@ -104,6 +104,7 @@ class EventLogService(Service):
                     kept = self.path
                 log.error("events file {path} skipped ({error}); kept as {kept}, starting without earlier events",
                           path=str(self.path), error=exc, kept=str(kept))
+        self._saved = self.metrics.events_seen  # nothing new yet: a start that fails writes nothing
         if restored:  # the line between the last run's events and this one's
             self.metrics.restore_events(restored)
             self.metrics.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__}); "

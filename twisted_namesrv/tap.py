@@ -53,8 +53,8 @@ def report_cannot_start_in_one_line() -> None:
 
 
 class Options(usage.Options):
-    synopsis = ("[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] "
-                "[--metrics-bind ADDR] [--route-snapshot FILE] [--strict-config] [-p] [--version]")
+    synopsis = ("[-c FILE] [-n NAMESRV_LIST] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] "
+                "[--metrics-port N] [--metrics-bind ADDR] [--route-snapshot FILE] [--strict-config] [-p] [--version]")
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
