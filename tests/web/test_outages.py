@@ -74,6 +74,8 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     assert value(samples, "namesrv_brokers_departed", kind="unregistered") == 1
     assert value(samples, "namesrv_lost_topics") == 1  # OrdersB; broker-b's own and the system topics are not
 
+    overview = served.api.overview()
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (1, 1)
     clusters = served.api.clusters()
     assert clusters["outages"] == {
         "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,

@@ -38,7 +38,11 @@ class StatusApi:
 
     def overview(self) -> dict[str, Any]:
         state, routes = self.state, self.state.routes
-        return {"now_ms": self.now_ms(), "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
+        health = self.health.health()
+        return {"now_ms": self.now_ms(),
+                "broker_groups_without_master": len(health.without_master),
+                "clusters_without_writable_queues": len(health.clusters_without_writable_queues),
+                "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
                 "address": state.listen_address or f"{state.config['bindAddress']}:{state.config['listenPort']}",
                 "namesrv_version": __version__,
