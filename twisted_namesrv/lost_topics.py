@@ -4,8 +4,10 @@ A topic leaves topicQueueTable, silently, when the last broker group serving it 
 member expired, closed its connection, went idle or unregistered.  Clients then get
 TOPIC_NOT_EXIST and nothing on the page said why.  This keeps, for DEPARTED_KEEP_SECONDS, each
 such topic with the broker that took it away, how and when; a topic that gets a broker again is
-no longer lost.  Worked out from the tables as the departing broker's event is emitted (before
-its group is removed), so it costs a scan of the topics per departure only.
+no longer lost.  RocketMQ's own topics (system_topics.py: the broker- and cluster-named ones,
+TopicValidator's, retry and dead-letter) go with their broker by design and are left out.
+Worked out from the tables as the departing broker's event is emitted (before its group is
+removed), so it costs a scan of the topics per departure only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .state.routes import RouteInfoManager
+from .system_topics import is_system_topic
 
 #: route events after which a broker is no longer in brokerLiveTable
 DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
@@ -51,8 +54,9 @@ class LostTopics:
             return  # others of the group stay: its queues stay
         now = self.clock()
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
+        cluster = info.get("cluster")
         for topic, queues in routes.topicQueueTable.items():
-            if len(queues) == 1 and name in queues:
+            if len(queues) == 1 and name in queues and not is_system_topic(topic, (cluster,), (name,)):
                 self._lost.pop(topic, None)
                 self._lost[topic] = LostTopic(topic, info.get("cluster"), name, addr, kind, reason, now)
         self._forget(now)
