@@ -71,3 +71,11 @@ def test_a_change_that_is_no_departure_loses_nothing():
     lost = LostTopics(lambda: 0.0)
     lost.departed("changed", {"broker": "b", "addr": "h:3"}, ["T"])
     assert lost.recent(set()) == []
+
+
+def test_rocketmqs_own_topics_go_with_their_broker_unnoticed():
+    lost = LostTopics(lambda: 0.0)
+    routes = manager(lost)
+    register(routes, "x", "h:1", ["x", "c1", "%RETRY%group", "SCHEDULE_TOPIC_XXXX", "Orders"])
+    routes.on_channel_destroy("h:1")
+    assert [t.topic for t in lost.recent(set())] == ["Orders"]

@@ -4,10 +4,12 @@ A topic leaves topicQueueTable, silently, when the last broker group serving it 
 member expired, closed its connection, went idle or unregistered.  Clients then get
 TOPIC_NOT_EXIST and nothing on the page said why.  This keeps, for DEPARTED_KEEP_SECONDS, each
 such topic with the broker that took it away, how and when; a topic that gets a broker again is
-no longer lost.  RouteInfoManager works out which topics left with a departure while it removes
-them (the one scan of topicQueueTable a batch of departures makes) and hands them here once the
-change is complete (``departed``, its ``on_lost``): this reads no table, so its work is the
-topics lost, not the topics held.
+no longer lost.  RocketMQ's own topics (system_topics.py: the broker- and cluster-named ones,
+TopicValidator's, retry and dead-letter) go with their broker by design and are left out.
+RouteInfoManager works out which topics left with a departure while it removes them (the
+one scan of topicQueueTable a batch of departures makes) and hands them here once the change is
+complete (``departed``, its ``on_lost``): this reads no table, so its work is the topics lost,
+not the topics held.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
+
+from .system_topics import is_system_topic
 
 #: route events after which a broker is no longer in brokerLiveTable
 DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
@@ -48,11 +52,14 @@ class LostTopics:
             return
         now = self.clock()
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
+        cluster = info.get("cluster")
+        gone = [t for t in topics if not is_system_topic(t, (cluster,), (name,))]
         lost = self._lost
-        for topic in topics[-self.limit:]:
+        for topic in gone[-self.limit:]:
             lost.pop(topic, None)
-            lost[topic] = LostTopic(topic, info.get("cluster"), name, info.get("addr"), kind, reason, now)
+            lost[topic] = LostTopic(topic, cluster, name, info.get("addr"), kind, reason, now)
         self._forget(now)
+
     def recent(self, present: Container[str]) -> list[LostTopic]:
         """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first."""
         self._forget(self.clock())
