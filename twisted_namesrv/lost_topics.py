@@ -53,7 +53,8 @@ class LostTopics:
         now = self.clock()
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
         cluster = info.get("cluster")
-        gone = [t for t in topics if not is_system_topic(t, (cluster,), (name,))]
+        clusters = (cluster,) if isinstance(cluster, str) else ()
+        gone = [t for t in topics if not is_system_topic(t, clusters, (name,))]
         lost = self._lost
         for topic in gone[-self.limit:]:
             lost.pop(topic, None)
