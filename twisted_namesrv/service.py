@@ -109,6 +109,7 @@ class NamesrvService(service.MultiService):
         self.notifier = Notifier(reactor, "notify min broker id change")
         self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
                                  self._route_event)
+        self.state.routes.on_lost = self.metrics.lost_topics.departed  # the status page's lost topics
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
@@ -185,7 +186,6 @@ class NamesrvService(service.MultiService):
                 "started": bool(self.running), "not_stopping": not self.stopping}
 
     def _route_event(self, kind: str, info: dict) -> None:
-        self.metrics.lost_topics.broker_leaving(kind, info, self.state.routes)  # before the tables drop it
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
