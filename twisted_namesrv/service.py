@@ -16,8 +16,10 @@ from . import CannotStart, __version__, audit, sdnotify
 from .context import NamesrvState
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
+from .event_log import EventLogService, events_path
 from .housekeeping import HousekeepingService, log_route_event
 from .metrics import Metrics
+from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import Listener, Notifier, RemotingFactory
@@ -101,9 +103,13 @@ class NamesrvService(service.MultiService):
         self.reactor = reactor
         check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
+        self.events = EventLogService(self.metrics, events_path(config), reactor)  # the page's events kept
+        self.events.load()
+        self.events.setServiceParent(self)
         self.notifier = Notifier(reactor, "notify min broker id change")
         self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
                                  self._route_event)
+        self.state.routes.on_lost = self.metrics.lost_topics.departed  # the status page's lost topics
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
@@ -132,10 +138,14 @@ class NamesrvService(service.MultiService):
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
+        self.peers: PeersService | None = None
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller)
+            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers.setServiceParent(self)
+            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"])
             self.web.setServiceParent(self)
@@ -148,6 +158,16 @@ class NamesrvService(service.MultiService):
         from .web.nsaddr import nsaddr_resources
 
         return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+
+    def own_address(self) -> str:
+        """Where this server's own routes are read for the peers view: its remoting port, on
+        loopback when it listens on every interface."""
+        host = str(self.config["bindAddress"])
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+        return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"
+
+    def peer_list(self) -> list[str]:
+        return peer_addresses(self.config, self.listen_port())
 
     def listen_port(self) -> int:
         """The remoting port as bound (listenPort 0 picks one), else as configured."""
@@ -166,7 +186,6 @@ class NamesrvService(service.MultiService):
                 "started": bool(self.running), "not_stopping": not self.stopping}
 
     def _route_event(self, kind: str, info: dict) -> None:
-        self.metrics.lost_topics.broker_leaving(kind, info, self.state.routes)  # before the tables drop it
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 

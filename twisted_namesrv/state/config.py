@@ -104,8 +104,17 @@ KEYS: list[ConfigKey] = [
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
+    ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
     ConfigKey("nsaddrList", "", OURS, guarded=True),
+    #: the other NameServers of the cluster (``-n``, as mqnamesrv takes it): the status page's peers view
+    ConfigKey("namesrvAddr", "", OURS, guarded=True),
+    #: what clients can reach this server at (host or host:port), for /rocketmq/nsaddr without nsaddrList;
+    #: $NAMESRV_ADVERTISED_ADDRESS when neither the command line nor the file sets it (the pod IP, a Service name)
+    ConfigKey("advertisedAddress", "", OURS, guarded=True),
+    #: how often the peers view compares routes with the namesrvAddr / nsaddrList NameServers (ms)
+    ConfigKey("peersCompareInterval", 30_000, OURS, guarded=True),
     # the keys of modules above this layer follow, added by their owners (add_keys)
 ]
 KEYS_BY_NAME = {k.name: k for k in KEYS}
@@ -132,6 +141,25 @@ NOT_IMPLEMENTED = frozenset({
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
     "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
 })
+_ONE_THREAD = "one reactor thread serves every connection and request: there is no pool to size"
+_NETTY = "a Netty setting; Twisted's reactor has no counterpart"
+#: every Java key that changes nothing here, with why: ``-p`` says so above each, and a start with one
+#: set to anything but its default warns (NOT_IMPLEMENTED ones are also refused by --strict-config)
+NO_EFFECT: dict[str, str] = {
+    "rocketmqHome": "Java reads its logback configuration there; logging here is Twisted's (--log-*)",
+    "productEnvName": "Java uses it only with clusterTest, which is not implemented",
+    "clusterTest": "not implemented: routes of a test cluster fetched from another NameServer",
+    **dict.fromkeys(("clientRequestThreadPoolNums", "defaultThreadPoolNums", "clientRequestThreadPoolQueueCapacity",
+                     "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity", "serverWorkerThreads",
+                     "serverCallbackExecutorThreads", "serverSelectorThreads"), _ONE_THREAD),
+    "serverOnewaySemaphoreValue": "the NameServer sends no oneway requests of its own to bound",
+    "serverAsyncSemaphoreValue": "the NameServer sends no asynchronous requests of its own to bound",
+    **dict.fromkeys(("serverSocketSndBufSize", "serverSocketRcvBufSize", "writeBufferHighWaterMark",
+                     "writeBufferLowWaterMark", "serverNettyWorkerGroupEnable", "serverPooledByteBufAllocatorEnable",
+                     "useEpollNativeSelector"), _NETTY),
+    "enableShutdownGracefully": "a stop here always closes the listeners first and the connections after",
+    "shutdownWaitTimeSeconds": "a stop here does not wait for requests in flight: each is answered in one step",
+}
 
 
 def is_secret(name: str) -> bool:
@@ -157,6 +185,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
+    "peersCompareInterval": (1000, None),
 }
 
 
@@ -164,12 +193,43 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the key."""
 
 
-def _check_nsaddr_list(text: str) -> None:
-    """``nsaddrList`` is empty or ``host:port`` entries joined by ``;``, as clients split it."""
+def _check_nsaddr_list(name: str, text: str) -> None:
+    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it."""
     for entry in filter(None, (part.strip() for part in text.split(";"))):
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
+            raise ConfigError(f"{name}: {entry!r} is not host:port (a port 1 to 65535)")
+
+
+#: where advertisedAddress comes from when neither the command line nor the -c file sets it
+ADVERTISED_ADDRESS_ENV = "NAMESRV_ADVERTISED_ADDRESS"
+
+
+def _check_advertised(text: str) -> None:
+    """``advertisedAddress``: empty, a host, ``host:port`` or ``[v6]:port``; one address, no list."""
+    text = text.strip()
+    if not text:
+        return
+    if ";" in text or "," in text or " " in text:
+        raise ConfigError(f"advertisedAddress: {text!r} is one address (host or host:port), not a list; "
+                          "a list of NameServers is nsaddrList")
+    host, port = split_advertised(text)
+    if not host or (port is not None and not 0 < port <= 65535):
+        raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (a port 1 to 65535)")
+
+
+def split_advertised(text: str) -> tuple[str, int | None]:
+    """``host`` / ``host:port`` / ``[v6]`` / ``[v6]:port`` / a bare IPv6 address -> (host, port or None)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, None
+    if port is None:
+        return host, None
+    return host, int(port) if port.isdigit() else -1
 
 
 def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
@@ -286,12 +346,15 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
         if problem:
             shown = MASK if is_secret(name) else text.strip()
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
-        if name in NOT_IMPLEMENTED and _coerce(key, text) != key.default:
-            if strict:
+        if name in NO_EFFECT and _coerce(key, text) != key.default:
+            if strict and name in NOT_IMPLEMENTED:
                 raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
                                   "(refused by --strict-config)")
-            warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
-                            "(this NameServer does not do what the key asks)")
+            if name in NOT_IMPLEMENTED:
+                warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
+                                "(this NameServer does not do what the key asks)")
+            else:
+                warnings.append(f"{path}: {name}={text.strip()}: no effect here, ignored ({NO_EFFECT[name]})")
     return warnings
 
 
@@ -380,6 +443,10 @@ class NamesrvConfig:
                 path = store
         for name in file_keys:
             sources.setdefault(name, str(path))
+        advertised = os.environ.get(ADVERTISED_ADDRESS_ENV, "").strip()
+        if advertised and "advertisedAddress" not in values and "advertisedAddress" not in file_keys:
+            values["advertisedAddress"] = advertised
+            sources["advertisedAddress"] = f"${ADVERTISED_ADDRESS_ENV}"
         try:
             config = cls(values, file_keys)
         except ConfigError as exc:
@@ -431,7 +498,9 @@ class NamesrvConfig:
             raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
-        _check_nsaddr_list(str(values["nsaddrList"]))
+        _check_nsaddr_list("nsaddrList", str(values["nsaddrList"]))
+        _check_nsaddr_list("namesrvAddr", str(values["namesrvAddr"]))
+        _check_advertised(str(values["advertisedAddress"]))
         for check in _OWNERS_CHECKS:
             check(values)
 
@@ -471,10 +540,13 @@ class NamesrvConfig:
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
         without $ROCKETMQ_HOME; a set secret as MASK), each value that did not come from the defaults
-        preceded by a comment saying where it came from."""
+        preceded by a comment saying where it came from, and each key that changes nothing here
+        (NO_EFFECT) by one saying so and why."""
         shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
         lines = []
         for name, value in shown.items():
+            if name in NO_EFFECT:
+                lines.append(f"# {name}: no effect here ({NO_EFFECT[name]})\n")
             if name in self.sources:
                 lines.append(f"# {name} from {self.sources[name]}\n")
             lines.append(property_line(name, value))
