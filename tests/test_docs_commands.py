@@ -205,15 +205,28 @@ def parsed_by(parse) -> str | None:
     return None
 
 
-#: runs a tool script up to its argparse parse, then exits 0 ("PARSED"); a usage error exits 2
+#: runs a tool script up to its argparse parse (parse_args, or a top-level parse_known_args), then
+#: exits 0 ("PARSED") before it does anything; a usage error exits 2
 INTERCEPT = """
 import argparse, runpy, sys
-original = argparse.ArgumentParser.parse_args
-def parse_args(self, *args, **kwargs):
-    original(self, *args, **kwargs)
+parse_args, parse_known_args, inside = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, []
+def parsed():
     print("PARSED")
     raise SystemExit(0)
-argparse.ArgumentParser.parse_args = parse_args
+def whole(self, *args, **kwargs):
+    inside.append(1)
+    try:
+        parse_args(self, *args, **kwargs)
+    finally:
+        inside.pop()
+    parsed()
+def known(self, *args, **kwargs):
+    result = parse_known_args(self, *args, **kwargs)
+    if not inside:
+        parsed()
+    return result
+argparse.ArgumentParser.parse_args = whole
+argparse.ArgumentParser.parse_known_args = known
 sys.argv = sys.argv[1:]
 sys.path.insert(0, sys.argv[0].rsplit("/", 1)[0])
 runpy.run_path(sys.argv[0], run_name="__main__")
