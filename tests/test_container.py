@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -53,7 +54,7 @@ def image() -> tuple[str, str, dict[str, str]]:
                            timeout=BUILD_TIMEOUT)
     assert built.returncode == 0, built.stderr[-4000:]
     name = built.stdout.strip().splitlines()[-1]
-    assert name.startswith("twisted-namesrv:"), built.stdout
+    assert name.startswith("localhost/twisted-namesrv:"), built.stdout
     return engine, name, env
 
 
@@ -128,6 +129,54 @@ def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
     refused = subprocess.run([engine, "run", "--rm", name, "--port", "abc"], capture_output=True, text=True,
                              env=env, timeout=60)
     assert refused.returncode == 2 and "--port" in refused.stderr, refused
+
+
+def documented(page: str, start: str) -> str:
+    """The first line of a page's sh blocks that starts with ``start`` (continuations joined)."""
+    from tests.test_docs_commands import FENCE, logical_lines
+
+    text = (REPO / page).read_text(encoding="utf-8")
+    lines = [line for lang, block in FENCE.findall(text) if lang == "sh" for line in logical_lines(block, False)]
+    return next(line for line in lines if line.startswith(start))
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="the documented ports, in a network namespace of its own: needs root and unshare")
+def test_the_documented_podman_commands_work_as_printed(image):
+    """docs/deploy.md's `podman run` and the README's, with podman's own configuration (no
+    CONTAINERS_CONF: tools/setup-env.sh --container wrote what this machine needs), the ports they
+    print (free in a network namespace of its own); only the container's and volume's names are made
+    unique so that parallel runs do not meet. Then the lines the docs give to check it."""
+    engine, name, env = image
+    if engine != "podman":
+        pytest.skip("the docs print podman commands")
+    env = {k: v for k, v in env.items() if k != "CONTAINERS_CONF"}
+    env["PATH"] = f"{REPO / '.venv/bin'}:{env['PATH']}"
+    unique = uuid.uuid4().hex[:8]
+    deploy_run = documented("docs/deploy.md", "podman run -d --name namesrv ")
+    readme_run = re.search(r"# or: (podman run .*)$", (REPO / "README.md").read_text(), re.M).group(1).strip()
+    assert deploy_run.endswith(name) and readme_run.endswith(name)
+    deploy_run = deploy_run.replace("--name namesrv ", f"--name ns-{unique} ").replace(
+        "namesrv-data:", f"namesrv-data-{unique}:")
+    check = documented("docs/deploy.md", "namesrv-admin clusterList")
+    script = f"""
+ip link set lo up
+{deploy_run}
+for i in $(seq 150); do curl -fsS -o /dev/null 127.0.0.1:9877/readyz 2>/dev/null && break; sleep 0.2; done
+{check}
+echo "status page from the host: $(curl -s -o /dev/null -w '%{{http_code}}' 127.0.0.1:9877/)"
+podman rm -f -t 2 ns-{unique} >/dev/null; podman volume rm -f namesrv-data-{unique} >/dev/null
+podman run -d --name ns-host-{unique} {readme_run.removeprefix('podman run ')}
+for i in $(seq 150); do curl -fsS -o /dev/null 127.0.0.1:9877/readyz 2>/dev/null && break; sleep 0.2; done
+echo "status page with --network host: $(curl -s -o /dev/null -w '%{{http_code}}' 127.0.0.1:9877/)"
+podman rm -f -t 2 ns-host-{unique} >/dev/null
+"""
+    done = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=240)
+    out = done.stdout
+    assert "#Cluster Name" in out and '"failing": []' in out, out + done.stderr  # clusterList, then /readyz
+    assert "status page from the host: 403" in out, out  # published ports: the public paths only
+    assert "status page with --network host: 200" in out, out + done.stderr  # a loopback peer sees the page
 
 
 def test_the_address_server_answers_the_advertised_address_to_clients_outside_the_container(image):

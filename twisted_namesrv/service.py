@@ -12,7 +12,7 @@ from twisted.application import service
 from twisted.internet import defer, interfaces, task
 from twisted.logger import Logger
 
-from . import CannotStart, __version__, audit
+from . import CannotStart, __version__, audit, sdnotify
 from .context import NamesrvState
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
@@ -232,17 +232,18 @@ class NamesrvService(service.MultiService):
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
+        sdnotify.ready_when_running(self.reactor, f"serving on {self.state.listen_address}")  # systemd: all bound
 
     def _warn_of_open_web(self) -> None:
-        """The status page and /api show every route and KV value: served beyond this machine
-        without ACL, say so where the operator looks."""
+        """The status page and /api show every route and KV value: bound beyond this machine without
+        ACL they answer loopback peers only (web/auth.py's LoopbackGate); say so where the operator looks."""
         from .web.auth import is_loopback
 
         host = self.config["metricsBindAddress"]
         if not is_loopback(host) and not self.config["aclEnable"]:
-            log.warn("the status page and /api on {host} are open to anyone who reaches it (aclEnable=false): "
-                     "every route and KV value; bind it to loopback (--metrics-bind 127.0.0.1) or enable ACL",
-                     host=host)
+            log.warn("the HTTP side on {host} serves /metrics, the probes and /rocketmq/nsaddr to anyone who "
+                     "reaches it, the status page and /api to this machine only (aclEnable=false): enable ACL "
+                     "to see them from elsewhere", host=host)
 
     def stopService(self):
         self.stopping = True

@@ -8,9 +8,10 @@ own resource.  ADMIN_PATHS (KV values) need an ``admin: true`` account.
 
 A request without valid credentials gets 401 with ``WWW-Authenticate`` and an empty body, so a
 browser asks for them and an unauthenticated client learns nothing else; a valid account that is
-not admin gets 403 for an admin path, also empty.  Without ``aclEnable`` the site is served as
-is: the HTTP listener then binds ``metricsBindAddress`` (loopback by default) and the server
-warns at start when that is not loopback.
+not admin gets 403 for an admin path, also empty.  Without ``aclEnable`` only the public paths
+are served beyond this machine: a peer that is not loopback gets 403 (empty) for the status page
+and ``/api`` (LoopbackGate), so an image or manifest that binds ``metricsBindAddress`` to every
+interface for the probes and the scrape exposes nothing else; the server also warns at start.
 """
 
 from __future__ import annotations
@@ -100,6 +101,33 @@ class AccountGate(resource.Resource):
         return account
 
 
+class LoopbackGate(resource.Resource):
+    """Without ACL: the public paths for anyone, the rest for loopback peers only (403 otherwise)."""
+
+    def __init__(self, inner: resource.Resource) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
+        if is_public(request.path) or is_loopback_peer(request):
+            return self.inner.getChildWithDefault(path, request)
+        return refusal(403)
+
+
+def is_loopback_peer(request: server.Request) -> bool:
+    """Whether the request's connection comes from this machine (IPv4-mapped loopback included);
+    a unix socket peer is local too."""
+    host = getattr(request.getClientAddress(), "host", None)
+    if host is None:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def guarded(root: resource.Resource, acl: AccessControl | None) -> resource.Resource:
-    """``root`` behind the ACL's accounts when ACL is on, else as it is."""
-    return root if acl is None else AccountGate(root, acl)
+    """``root`` behind the ACL's accounts when ACL is on, else behind the loopback gate."""
+    return LoopbackGate(root) if acl is None else AccountGate(root, acl)
