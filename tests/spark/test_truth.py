@@ -63,13 +63,14 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
                      "broker_addr": s["broker_addr"], "broker_id": str(s["ids"][-1]["broker_id"]),
                      "ended": s["end"], "first_seen": s["registered"]})
         if s["end"] == "alive":
-            add("broker_alive_at_end", None, broker_addr=s["broker_addr"])
+            add("broker_alive_at_end", None, broker_addr=s["broker_addr"], server=s["namesrv"])
         elif s["end"] == "expired":
-            add("heartbeat_expired", s["ended_at"], broker_addr=s["broker_addr"], silence_s=s["silence_s"])
+            add("heartbeat_expired", s["ended_at"], broker_addr=s["broker_addr"], silence_s=s["silence_s"],
+                server=s["namesrv"])
         elif s["end"] == "unregistered":
-            add("broker_unregistered", s["ended_at"], broker_addr=s["broker_addr"])
+            add("broker_unregistered", s["ended_at"], broker_addr=s["broker_addr"], server=s["namesrv"])
         elif s["end"] == "connection_closed" and (s["broker_addr"], s["ended_at"]) not in failed_masters:
-            add("broker_connection_closed", s["ended_at"], broker_addr=s["broker_addr"])
+            add("broker_connection_closed", s["ended_at"], broker_addr=s["broker_addr"], server=s["namesrv"])
     for ns in truth["nameservers"]:
         for before in ns["runs"][:-1]:
             add("server_restart", before["down"], server=ns["endpoint"])

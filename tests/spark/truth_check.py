@@ -65,6 +65,7 @@ class Event:
     match: dict[str, Any] = field(default_factory=dict)  # evidence fields that must be equal
     extra: dict[str, float] = field(default_factory=dict)  # numeric fields compared within the tolerance
     also: tuple[str, ...] = ()  # other classes that may tell it (the old master's close: the fail-over)
+    where: str | None = None  # the NameServer endpoint, when an item names one it must be this
 
 
 def _events(truth: dict) -> list[Event]:
@@ -74,14 +75,15 @@ def _events(truth: dict) -> list[Event]:
         who = f"{s['cluster']} / {s['broker_name']} / {s['broker_addr']} (at {s['namesrv']})"
         ended = seconds(s["ended_at"])
         if s["end"] == "alive":
-            events.append(Event("alive", f"{who} alive at the end", match={"broker_addr": s["broker_addr"]}))
+            events.append(Event("alive", f"{who} alive at the end", match={"broker_addr": s["broker_addr"]},
+                                where=s["namesrv"]))
         elif s["end"] == "server_stopped":
             continue  # told by the endpoint's stop or restart (below) and by brokers.csv
         else:
             extra = {"silence": s["silence_s"]} if s["end"] == "expired" else {}
             also = ("failover",) if (s["broker_addr"], s["ended_at"]) in failover_masters else ()
             events.append(Event(s["end"], f"{who} {s['end']} at {s['ended_at']}", ended,
-                                match={"broker_addr": s["broker_addr"]}, extra=extra, also=also))
+                                match={"broker_addr": s["broker_addr"]}, extra=extra, also=also, where=s["namesrv"]))
     for ns in truth["nameservers"]:
         runs = ns["runs"]
         for before, after in zip(runs, runs[1:], strict=False):
@@ -133,6 +135,8 @@ def _field(item: dict, name: str) -> Any:
 
 def _fits(event: Event, item: dict, cls: str, tolerance: float) -> bool:
     if cls != event.cls and cls not in event.also:
+        return False
+    if event.where is not None and _endpoint(item) not in (None, event.where):
         return False
     if cls == event.cls and any(_field(item, k) != v for k, v in event.match.items()):
         return False
