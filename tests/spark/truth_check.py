@@ -147,7 +147,7 @@ def _fits(event: Event, item: dict, cls: str, tolerance: float) -> bool:
     if cls != event.cls and cls == "failover" and item.get("broker_addr") not in (None, event.match.get("broker_addr")):
         return False
     if event.t is not None:
-        t = seconds(item.get("t"))
+        t = seconds(item.get("t") or item.get("from"))  # an instant, or the start of a span
         if t is None or not (event.t - tolerance <= t <= (event.until or event.t) + tolerance):
             return False
     return True
@@ -191,7 +191,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
                 problems.append(f"invented: {kind}: {item.get('message')}")
             continue
         if cls == "topic_count_drop":
-            t = seconds(item.get("t"))
+            t = seconds(item.get("t") or item.get("from"))
             near = [e for e in events if e.cls in ("topic_deletion", "unregistered", "connection_closed", "expired")
                     and e.t is not None and t is not None and abs(t - e.t) <= tolerance]
             if not near:
