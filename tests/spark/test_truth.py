@@ -74,7 +74,7 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for ns in truth["nameservers"]:
         for before in ns["runs"][:-1]:
             add("server_restart", before["down"], server=ns["endpoint"])
-        if ns["runs"][-1]["down"]:
+        if ns["runs"][-1]["down"] and ns["runs"][-1].get("down_in_packets", True):
             add("server_stopped", ns["runs"][-1]["down"], server=ns["endpoint"])
     for f in truth["failovers"]:
         add("failover", f["master_lost"], broker_name=f["broker_name"], no_master_s=f["no_master_s"])

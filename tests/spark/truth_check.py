@@ -89,9 +89,10 @@ def _events(truth: dict) -> list[Event]:
         for before, after in zip(runs, runs[1:], strict=False):
             events.append(Event("restart", f"{ns['endpoint']} restarted (down {before['down']}, up {after['up']})",
                                 seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]}))
-        if runs[-1]["down"] is not None:
+        if runs[-1]["down"] is not None:  # required when the packets show it (it closed open connections)
             events.append(Event("server_stopped", f"{ns['endpoint']} stopped at {runs[-1]['down']}",
-                                seconds(runs[-1]["down"]), match={"endpoint": ns["endpoint"]}))
+                                seconds(runs[-1]["down"]), match={"endpoint": ns["endpoint"]},
+                                required=runs[-1].get("down_in_packets", True)))
     for f in truth["failovers"]:
         events.append(Event("failover", f"fail-over of {f['broker_name']}: {f['old_master']} lost at "
                             f"{f['master_lost']}, {f['new_master']} master at {f['new_master_at']}",
