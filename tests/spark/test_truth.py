@@ -123,6 +123,13 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
          "t": truth["capture"]["first"]}]})
     assert any(p.startswith("invented") for p in judge(truth, restart, rows))
 
+    late = copy.deepcopy(summary)  # an event told at another time
+    timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]
+    if timed:
+        timed[0]["evidence"][0]["t"] = truth["capture"]["first"] if timed[0]["evidence"][0]["t"] != \
+            truth["capture"]["first"] else truth["capture"]["last"]
+        assert any(p.startswith("wrong time") for p in judge(truth, late, rows)), timed[0]
+
     wrong = copy.deepcopy(rows)
     wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"
     assert judge(truth, summary, wrong)

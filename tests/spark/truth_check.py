@@ -138,7 +138,7 @@ def _field(item: dict, name: str) -> Any:
     return item.get(name)
 
 
-def _fits(event: Event, item: dict, cls: str, tolerance: float) -> bool:
+def _fits(event: Event, item: dict, cls: str, tolerance: float, timed: bool = True) -> bool:
     if cls != event.cls and cls not in event.also:
         return False
     if event.where is not None and _endpoint(item) not in (None, event.where):
@@ -147,7 +147,7 @@ def _fits(event: Event, item: dict, cls: str, tolerance: float) -> bool:
         return False
     if cls != event.cls and cls == "failover" and item.get("broker_addr") not in (None, event.match.get("broker_addr")):
         return False
-    if event.t is not None:
+    if event.t is not None and timed:
         t = seconds(item.get("t") or item.get("from"))  # an instant, or the start of a span
         if t is None or not (event.t - tolerance <= t <= (event.until or event.t) + tolerance):
             return False
@@ -177,6 +177,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
     problems: list[str] = []
     told: dict[int, list[dict]] = defaultdict(list)
     refused_told: dict[str, int] = defaultdict(int)
+    unfitted: list[tuple[dict, str]] = []
     for item in items:
         kind = item.get("kind")
         if kind in NOT_JUDGED:
@@ -200,10 +201,20 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         fitting = [i for i, e in enumerate(events) if _fits(e, item, cls, tolerance)]
         if not fitting:
-            problems.append(f"invented: {kind}: {item.get('message')}")
+            unfitted.append((item, cls))
             continue
         for i in fitting:
             told[i].append(item)
+    for item, cls in unfitted:
+        # the right event at the wrong time (or with none), if nothing told it at its time: said once as
+        # such, not as invented + missed; else a duplicate, invented
+        untimed = [i for i, e in enumerate(events) if not told[i] and _fits(e, item, cls, tolerance, timed=False)]
+        if untimed:
+            problems.append(f"wrong time: {item['kind']} told at {item.get('t') or item.get('from')}; "
+                            f"truth: {events[untimed[0]].what}")
+            told[untimed[0]].append(item)
+        else:
+            problems.append(f"invented: {item['kind']}: {item.get('message')}")
     for i, event in enumerate(events):
         if event.cls == "refused":
             noise, total = event.extra["counts"]  # type: ignore[misc]
