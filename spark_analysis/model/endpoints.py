@@ -120,15 +120,17 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
         if story is None:
             story = stories[server] = EndpointStory(server, found.first, found.last)
         story.first, story.last = min(story.first, found.first), max(story.last, found.last)
-        if found.syns and not found.accepted and found.last_payload is None:
-            refused.setdefault(server, []).append((found.first, found.syns))
-            continue
-        if found.accepted:
+        refused.setdefault(server, []).extend((t, 1) for t in found.refused_at)
+        if found.accepted_at is None and found.syn_by_lower is not None and found.last_payload is None:
+            continue  # only refused attempts: never a connection
+        first = found.first
+        if found.accepted_at is not None:
             story.accepted += 1
-            story.first_accepted = min(story.first_accepted or found.first, found.first)
+            first = found.accepted_at
+            story.first_accepted = min(story.first_accepted or first, first)
         by_server = found.first_close is not None and found.close_by_lower == (server == key[0])
         established.setdefault(server, []).append(
-            _Connection(found.first, found.last, found.first_close, by_server, found.last_payload))
+            _Connection(first, found.last, found.first_close, by_server, found.last_payload))
     for server, story in stories.items():
         connections = sorted(established.get(server, []), key=lambda c: c.first)
         story.outages = _outages(connections)

@@ -68,9 +68,10 @@ class TimeBins(NamedTuple):
 class ConnectionEnds(NamedTuple):
     """How one 4-tuple's segments start and end within one file: whether its first is a SYN (a
     connection opened there) and its last a FIN or RST (closed there); when its first FIN or RST
-    was, and whether the lower endpoint sent it; who sent its SYN (the client: the other end is
-    the server that listens), whether a SYN-ACK came (the server accepted), how many SYNs, and the
-    last segment carrying bytes (model/endpoints.py reads them per server endpoint)."""
+    was (after the server accepted it, if it did), and whether the lower endpoint sent it; who sent
+    its SYN (the client: the other end is the server that listens), when a SYN-ACK first came (the
+    server accepted), the SYNs answered by a reset (refused: nothing listening), and the last
+    segment carrying bytes (model/endpoints.py reads them per server endpoint)."""
 
     first: float
     opened: bool
@@ -79,13 +80,13 @@ class ConnectionEnds(NamedTuple):
     first_close: float | None = None
     close_by_lower: bool = False
     syn_by_lower: bool | None = None
-    accepted: bool = False
-    syns: int = 0
+    accepted_at: float | None = None
+    refused_at: tuple[float, ...] = ()
     last_payload: float | None = None
 
     def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
         """The same 4-tuple in another byte range or file: the earlier start, the later end,
-        the earlier first close; SYNs added up."""
+        the earlier first close and acceptance; the refused SYNs of both."""
         if other is None:
             return self
         start = self if self.first <= other.first else other
@@ -95,8 +96,9 @@ class ConnectionEnds(NamedTuple):
         payloads = [t for t in (self.last_payload, other.last_payload) if t is not None]
         return ConnectionEnds(start.first, start.opened, end.last, end.closed, close.first_close,
                               close.close_by_lower, start.syn_by_lower if start.syn_by_lower is not None
-                              else end.syn_by_lower, self.accepted or other.accepted, self.syns + other.syns,
-                              max(payloads, default=None))
+                              else end.syn_by_lower, min((t for t in (self.accepted_at, other.accepted_at)
+                                                          if t is not None), default=None),
+                              tuple(sorted({*self.refused_at, *other.refused_at})), max(payloads, default=None))
 
 
 def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]]) -> set[float]:

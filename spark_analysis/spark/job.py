@@ -197,23 +197,34 @@ def _merged(tallies: Iterable[bytes]) -> Tally:
 
 def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
     """How a 4-tuple starts and ends in a file (model/periods.ConnectionEnds), from one of its
-    pieces: its first and last segments, its first FIN or RST (and which end sent it), its SYNs
-    (who sent them: the client), whether the server accepted, and its last segment with bytes."""
+    pieces: its first and last segments, its first FIN or RST once accepted (and which end sent
+    it), who sent its SYNs (the client), when the server accepted, the SYNs it refused (answered by
+    a reset: a port reused after one is still a connection) and its last segment with bytes."""
     rows = np.frombuffer(piece.rows, SEGMENT)
-    if len(rows):
-        first, last = rows[0], rows[-1]
-        flags = rows["flags"]
-        closing = np.flatnonzero(flags & (FIN | RST))
-        close = rows[closing[0]] if len(closing) else None
-        syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
-        carrying = np.flatnonzero(rows["length"] > 0)
-        found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
-                               bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
-                               close is not None and bool(close["forward"]),
-                               bool(rows[syns[0]]["forward"]) if len(syns) else None,
-                               bool(np.any(flags & (SYN | ACK) == SYN | ACK)), len(syns),
-                               float(rows[carrying[-1]]["ts"]) if len(carrying) else None)
-        ends[piece.ends] = found.merge(ends.get(piece.ends))
+    if not len(rows):
+        return
+    flags, forward = rows["flags"], rows["forward"]
+    syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
+    accepts = np.flatnonzero(flags & (SYN | ACK) == SYN | ACK)
+    refused = tuple(float(rows[i]["ts"]) for i in syns if _answered_by_reset(flags, forward, i))
+    since = accepts[0] if len(accepts) else 0
+    closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
+    close = rows[closing[0]] if len(closing) else None
+    carrying = np.flatnonzero(rows["length"] > 0)
+    first, last = rows[0], rows[-1]
+    found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
+                           bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
+                           close is not None and bool(close["forward"]),
+                           bool(forward[syns[0]]) if len(syns) else None,
+                           float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
+                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None)
+    ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
+    """Whether the other end's first answer to the SYN at ``syn`` is a reset (nothing listened)."""
+    answers = np.flatnonzero(forward[syn + 1:] != forward[syn])
+    return bool(len(answers)) and bool(flags[syn + 1 + answers[0]] & RST)
 
 
 def start_worker(_: Iterable) -> None:
