@@ -362,12 +362,9 @@ def _broker_findings(broker: Item) -> Iterable[Item]:
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
-    for gap in broker["gaps"]:
+    for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
-        if gap["expired"]:
-            yield _finding("heartbeat_expired", CRITICAL, f"{label}: silent {gap['seconds']:,.1f} s {when}, over "
-                           f"the {EXPIRY_SECONDS} s expiry", **addr, **_gap(gap))
-        else:
+        if not gap["expired"]:
             yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
                            f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))
     if broker["crc_failure_times"]:

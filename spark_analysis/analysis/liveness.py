@@ -121,6 +121,9 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
     events = stay.events
     walk, registered, refused, crc_failures, bins = _walk(events, time_bins)
     trailing = walk.silent_until_period_end() if stay.end == ALIVE else None
+    if stay.end == EXPIRED and stay.ended_at is not None and stay.silence_s is not None:
+        walk.interval(stay.ended_at - stay.silence_s, stay.ended_at, True)  # the silence the server ended
+        walk.trailing.append(stay.silence_s)
     last: dict[str, Any] = {}
     for event in events:
         last.update({key: value for key, value in event.items() if value is not None})
@@ -138,7 +141,8 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
         "unregistered": stay.end == UNREGISTERED, "ended": stay.end,
         "connection_closes": int(stay.end == CLOSED), "ended_at": stay.ended_at, "silence_s": stay.silence_s,
         "ids": [{"broker_id": i, "role": role(i), "from": t} for i, t in stay.ids],
-        "gaps": [gap for gap in walk.gaps if not gap["expired"]], "crc_failure_times": crc_failures,
+        "gaps": walk.gaps, "crc_failure_times": crc_failures,
+        "closes": [{"t": stay.ended_at, "how": stay.closed}] if stay.end == CLOSED else [],
         "refused": refused, "closed": stay.closed, "last_alive": stay.last_alive if registered else None,
         "trailing_s": trailing,
         "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
@@ -149,7 +153,10 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
     }
 
 
-def _walk(events: list[dict[str, Any]], time_bins: TimeBins) -> tuple[_Walk, list, list, list, dict]:
+_Walked = tuple["_Walk", list[dict[str, Any]], list[dict[str, Any]], list[float], dict[int, list[Any]]]
+
+
+def _walk(events: list[dict[str, Any]], time_bins: TimeBins) -> _Walked:
     """A stay's signs of life walked in time order: intervals and gaps, accepted and refused
     registrations, CRC failures, and heartbeats and topics held per time bin."""
     walk = _Walk(time_bins)
