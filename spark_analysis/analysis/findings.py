@@ -150,6 +150,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
         found += _broker_findings(broker)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
+    told = {(story["old_master"], story["t"]) for story in stories or [] if story["kind"] == "failover"}
+    found = [item for item in found if not (item["kind"] == "broker_connection_closed"
+                                            and (item["broker_addr"], item["t"]) in told)]  # the fail-over tells it
     found += _addresses_across_sessions(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
@@ -405,6 +408,7 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
         yield _finding("heartbeat_expired", WARNING, f"{label}: expired at {iso_time(at)}: {how} (over the "
                        f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])})", **addr,
                        t=iso_time(at), silence_s=round(broker["silence_s"], 3), seconds=round(broker["silence_s"], 3),
+                       **{"from": iso_time(at - broker["silence_s"]), "to": iso_time(at)}, open=False,
                        last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"])
     elif ended == "unregistered":
         yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(at)} (a clean stop)",

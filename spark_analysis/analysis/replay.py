@@ -146,6 +146,10 @@ class _SessionReplay:
             self.open[addr].events.append(event)
             if event["alive"]:
                 self.open[addr].last_alive = t
+        elif code in _HEARTBEATS and addr is not None and not any(s.broker_addr == addr for s in self.stays):
+            # an address that never registered here: the server ignores it (addresses_never_registered)
+            self.stays.append(Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t, [],
+                                   [event], t, REFUSED, t))
         elif code == RequestCode.UNREGISTER_BROKER:
             self.manager.unregister_broker(event["cluster"], addr, event["broker_name"], event["broker_id"])
             stay = self.open.pop(addr, None)
