@@ -122,7 +122,8 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
     walk, registered, refused, crc_failures, bins = _walk(events, time_bins)
     trailing = walk.silent_until_period_end() if stay.end == ALIVE else None
     if stay.end == EXPIRED and stay.ended_at is not None and stay.silence_s is not None:
-        walk.interval(stay.ended_at - stay.silence_s, stay.ended_at, True)  # the silence the server ended
+        walk.gaps.append({"from": stay.ended_at - stay.silence_s, "to": stay.ended_at, "seconds": stay.silence_s,
+                          "expired": True, "open": False})  # the silence the server ended
         walk.trailing.append(stay.silence_s)
     last: dict[str, Any] = {}
     for event in events:

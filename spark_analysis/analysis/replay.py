@@ -128,7 +128,13 @@ class _SessionReplay:
             self.open.pop(stay.broker_addr)
 
     def scan_until(self, t: float) -> None:
-        """The housekeeping scan at each of its ticks up to ``t``."""
+        """The server's idle close (a channel silent EXPIRY_SECONDS is closed: Netty's idle
+        handler, serverChannelMaxIdleTimeSeconds) and its housekeeping scan at each tick, up to ``t``."""
+        for stay in [s for s in self.open.values() if t - s.last_alive > EXPIRY_SECONDS]:
+            self.now = stay.last_alive + EXPIRY_SECONDS
+            self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {EXPIRY_SECONDS} s")
+            self.open.pop(stay.broker_addr)
+            stay.finish(EXPIRED, self.now, float(EXPIRY_SECONDS))
         while self.next_scan <= t:
             self.now = self.next_scan
             for channel in self.manager.scan_not_active_broker():
@@ -188,7 +194,12 @@ class _SessionReplay:
         addr, t, how = event["broker_addr"], event["t"], str(event["closed"])
         stay = self.open.pop(addr, None)
         self.manager.on_channel_destroy(addr)
-        if stay is None:
+        if stay is None:  # the idle close the replay already applied: its packet is the evidence
+            expired = next((s for s in reversed(self.stays) if s.broker_addr == addr), None)
+            if expired is not None and expired.end == EXPIRED and abs((expired.ended_at or 0.0) - t) <= SCAN_S["5.3.3"]:
+                expired.events.append(event)
+                expired.closed, expired.ended_at = how, t
+                expired.silence_s = t - expired.last_alive
             return
         stay.events.append(event)
         stay.closed = how
