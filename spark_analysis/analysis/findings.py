@@ -51,7 +51,8 @@ NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_B
                            RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.GET_NAMESRV_CONFIG,
                            RequestCode.UPDATE_NAMESRV_CONFIG})
 #: the 5.x controller's request codes (CONTROLLER_ALTER_SYNC_STATE_SET 1001 ... CONTROLLER_APPLY_BROKER_ID)
-CONTROLLER_CODES = frozenset(range(1001, 1015))
+#: (NOTIFY_BROKER_ROLE_CHANGED, 1008, is the controller's request to a broker: not one a controller is asked)
+CONTROLLER_CODES = frozenset(range(1001, 1015)) - {1008}
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")

@@ -138,8 +138,9 @@ class _SessionReplay:
         while self.next_scan <= t:
             self.now = self.next_scan
             for channel in self.manager.scan_not_active_broker():
-                stay = self.open.pop(str(channel), None)
+                stay = self.open.get(str(channel))
                 if stay is not None:  # the moment the timeout passed, not the tick that saw it
+                    del self.open[stay.broker_addr]
                     stay.finish(EXPIRED, stay.last_alive + EXPIRY_SECONDS, float(EXPIRY_SECONDS))
             self.next_scan += self.scan_every
 

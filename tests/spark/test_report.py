@@ -176,7 +176,9 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
         "3 critical: 4 brokers whose connection closed without unregistering, 1 broker failing the body CRC, "
         "1 broker refused registration · 7 warnings: 7 unknown topics, 4 error answers, 1 request code never "
         "answered, 6 undecodable connections")
-    assert [(f["kind"], f["subject"], len(f["evidence"])) for f in out.summary["findings"]] == [
+    told_by_the_replay = ("topic_deleted", "write_perm_wiped", "write_perm_added", "refused_connections")
+    assert [(f["kind"], f["subject"], len(f["evidence"])) for f in out.summary["findings"]
+            if f["kind"] not in told_by_the_replay] == [
         ("broker_connection_closed", None, 6), ("crc_failure", None, 3), ("registration_refused", None, 1),
         ("topic_not_exist", None, 16), ("response_code", "GET_KV_CONFIG QUERY_NOT_FOUND", 2),
         ("response_code", "UPDATE_NAMESRV_CONFIG NO_PERMISSION", 1),
