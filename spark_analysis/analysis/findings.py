@@ -401,8 +401,8 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
                        f"at {iso_time(at)} ({broker['closed']}; last heartbeat {_iso(broker['last_alive'])}): "
                        f"a crash or a kill; the NameServer removed it from its routes at once", **addr,
                        t=iso_time(at), closed=broker["closed"], last_alive=_iso(broker["last_alive"]),
-                       server=broker["server"], nameserver="removed the broker from its routes at once "
-                                                           "(onChannelDestroy)")
+                       registered_again=_iso(broker["registered_again"]), server=broker["server"],
+                       nameserver="removed the broker from its routes at once (onChannelDestroy)")
     elif ended == "expired":
         how = (f"the NameServer closed its connection after {broker['silence_s']:,.1f} s of silence"
                if broker["closed"] else f"silent {broker['silence_s']:,.1f} s: the NameServer's scan removes it")

@@ -145,7 +145,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
         "gaps": walk.gaps, "crc_failure_times": crc_failures,
         "closes": [{"t": stay.ended_at, "how": stay.closed}] if stay.end == CLOSED else [],
         "refused": refused, "closed": stay.closed, "last_alive": stay.last_alive if registered else None,
-        "trailing_s": trailing,
+        "trailing_s": trailing, "registered_again": stay.back,
         "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
         "interval_buckets": _buckets(walk.intervals),

@@ -56,6 +56,7 @@ class Stay:
     ended_at: float | None = None
     silence_s: float | None = None
     closed: str | None = None  # how its connection closed (fin/rst from client/server), when it did
+    back: float | None = None  # when the same address registered again in the session, after this stay
 
     @property
     def broker_id(self) -> int | None:
@@ -97,6 +98,9 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
         end = outage.down if outage is not None else session_end(found[-1]["t"])
         session = _SessionReplay(server, sessions.name(server, start), start, found, story)
         session.run(end, stopped=outage is not None)
+        for index, stay in enumerate(session.stays):
+            stay.back = next((later.registered for later in session.stays[index + 1:]
+                              if later.broker_addr == stay.broker_addr and later.end != REFUSED), None)
         replay.stays += session.stays
         replay.stories += session.stories + stories_of(session.stays)
     return replay
@@ -138,10 +142,10 @@ class _SessionReplay:
         while self.next_scan <= t:
             self.now = self.next_scan
             for channel in self.manager.scan_not_active_broker():
-                stay = self.open.get(str(channel))
-                if stay is not None:  # the moment the timeout passed, not the tick that saw it
-                    del self.open[stay.broker_addr]
-                    stay.finish(EXPIRED, stay.last_alive + EXPIRY_SECONDS, float(EXPIRY_SECONDS))
+                scanned = self.open.get(str(channel))
+                if scanned is not None:  # the moment the timeout passed, not the tick that saw it
+                    del self.open[scanned.broker_addr]
+                    scanned.finish(EXPIRED, scanned.last_alive + EXPIRY_SECONDS, float(EXPIRY_SECONDS))
             self.next_scan += self.scan_every
 
     def apply(self, event: dict[str, Any]) -> None:

@@ -79,7 +79,7 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     unanswered_codes = sorted(truth["unanswered_expected"])
     assert [kind for kind, _ in problems] == [
         "broker_connection_closed", "crc_failure", "registration_refused", "bad_input", "heartbeat_expired",
-        "heartbeat_near_expiry", "data_version_backwards", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
+        "heartbeat_near_expiry", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
         "broker_unregistered", "broker_alive_at_end"]
     assert sorted(subject for kind, subject in problems if kind == "unanswered") == unanswered_codes
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
@@ -101,7 +101,9 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
         for addr, b in truth["brokers"].items() if b["closes"]}
     assert all(f["registered_again"] is not None for f in kinds(summary, "broker_connection_closed")
                if truth["brokers"][f["broker_addr"]]["restarted"])
-    assert {f["broker_addr"] for f in kinds(summary, "data_version_backwards")} == {
+    # a broker killed and back is two stays (its counter starts over in the second): no version compared across
+    assert not kinds(summary, "data_version_backwards") and {
+        b["broker_addr"] for b in synthetic_outputs.brokers if b["ended"] == "connection_closed"} >= {
         addr for addr, b in truth["brokers"].items() if b["restarted"]} != set()
     assert {f["broker_addr"] for f in kinds(summary, "broker_unregistered")} == {
         addr for addr, b in truth["brokers"].items() if b["ended"] == "unregistered"}
@@ -212,7 +214,10 @@ def test_a_nameserver_restarted_within_a_file_starts_a_new_session(spark, tmp_pa
         assert (row["ended"], int(row["registrations"]), row["first_seen"], row["last_seen"]) == (
             ended, broker["registrations"], iso_time(broker["first_seen"]),
             iso_time(broker["last_seen"])), key
-        assert float(row["max_gap_s"]) == pytest.approx(broker["max_gap_s"], abs=1e-3), key
+        if ended == "server_stopped":  # its silence ends where the server went away, not at the period's end
+            assert float(row["max_gap_s"]) <= broker["max_gap_s"] + 1e-3, key
+        else:
+            assert float(row["max_gap_s"]) == pytest.approx(broker["max_gap_s"], abs=1e-3), key
     found = {(f["session"], f["broker_addr"]) for f in kinds(out.summary, "broker_connection_closed")}
     assert found == {key for key, b in expected.items() if b["closes"]} != set()
     gaps = {(key, iso_time(a), iso_time(b)) for key, broker in expected.items() for a, b in broker["gaps"]}
