@@ -65,6 +65,17 @@ def http_get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def first_200(url: str) -> tuple[int, bytes]:
+    """The first 200 answer from ``url`` within READY_WITHIN seconds of a container's start, else the last."""
+    deadline, answer = time.monotonic() + READY_WITHIN, (0, b"")
+    while time.monotonic() < deadline and answer[0] != 200:
+        try:
+            answer = http_get(url)
+        except OSError:
+            time.sleep(0.2)
+    return answer
+
+
 def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
     engine, name, env = image
     port, http = free_port(), free_port()
@@ -74,12 +85,7 @@ def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_ch
     started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
     assert started.returncode == 0, started.stderr
     try:
-        deadline, ready = time.monotonic() + READY_WITHIN, (0, b"")
-        while time.monotonic() < deadline and ready[0] != 200:
-            try:
-                ready = http_get(f"http://127.0.0.1:{http}/readyz")
-            except OSError:
-                time.sleep(0.2)
+        ready = first_200(f"http://127.0.0.1:{http}/readyz")
         logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
         assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
         assert json.loads(ready[1])["failing"] == []
@@ -122,3 +128,28 @@ def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
     refused = subprocess.run([engine, "run", "--rm", name, "--port", "abc"], capture_output=True, text=True,
                              env=env, timeout=60)
     assert refused.returncode == 2 and "--port" in refused.stderr, refused
+
+
+def test_the_address_server_answers_the_advertised_address_to_clients_outside_the_container(image):
+    """On podman's bridge network the server sees the container's own IP: without an advertised
+    address /rocketmq/nsaddr answers that (unreachable from outside); with NAMESRV_ADVERTISED_ADDRESS
+    (a manifest sets it from the pod IP or the Service name) it answers what clients reach."""
+    engine, name, env = image
+    http = free_port()
+    answers = {}
+    for advertised in ("", "127.0.0.1:19876"):
+        container = f"namesrv-nsaddr-{uuid.uuid4().hex[:8]}"
+        run = [engine, "run", "-d", "--name", container, "-p", f"127.0.0.1:{http}:9877",
+               *(["-e", f"NAMESRV_ADVERTISED_ADDRESS={advertised}"] if advertised else []), name,
+               "--port", "9876", "--metrics-port", "9877", "--bind", "0.0.0.0", "--metrics-bind", "0.0.0.0"]
+        started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+        if started.returncode != 0 and "network" in started.stderr.lower():
+            pytest.skip(f"no bridge network for containers here: {started.stderr.strip()[-300:]}")
+        assert started.returncode == 0, started.stderr
+        try:
+            answers[advertised] = first_200(f"http://127.0.0.1:{http}/rocketmq/nsaddr")
+        finally:
+            subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
+    status, inside = answers[""]
+    assert status == 200 and not inside.startswith(b"127.0.0.1:"), inside  # the container's own address
+    assert answers["127.0.0.1:19876"] == (200, b"127.0.0.1:19876")
