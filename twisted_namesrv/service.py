@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
@@ -26,7 +27,7 @@ from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
-from .state.store import unwritable, write_atomically
+from .state.store import AtomicFile, unwritable
 from .tls import listening_factory
 from .warm_restart import RouteSnapshotService
 
@@ -45,17 +46,21 @@ def check_paths(config: NamesrvConfig) -> None:
 
 
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None, listener: EventListener = log_route_event) -> NamesrvState:
+                notifier=None, listener: EventListener = log_route_event,
+                store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
     """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
-    with aclEnable, the accounts (AclConfigError)."""
+    with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
+    ``store_failures`` by (store, errno name)."""
     kv_path = Path(config["kvConfigPath"])
-    kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
+    kv_file = AtomicFile("kvConfigPath", kv_path, store_failures)
+    config_file = AtomicFile("configStorePath", config["configStorePath"], kv_file.failures)
+    kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"])
            if config["aclEnable"] else None)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: write_atomically(config["configStorePath"], java_utf8(text)), acl=acl)
+                        lambda text: config_file.save(java_utf8(text)), acl=acl)
 
 
 class MinBrokerIdNotifier:
@@ -153,7 +158,7 @@ class NamesrvService(service.MultiService):
         check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
         self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
-                                 self._route_event)
+                                 self._route_event, self.metrics.store_failures)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)

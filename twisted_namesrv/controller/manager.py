@@ -112,8 +112,12 @@ class ControllerManager:
                  len(replicas.replica_info_table))
         compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
         if compact is not None and len(entries) > self.compact_after:
-            compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
-            log.info("controller log compacted: %d events into one snapshot", len(entries))
+            try:
+                compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
+            except OSError as exc:  # the log is as it was: start on it, compact at the next start
+                log.warning("controller log not compacted: %s", exc)
+            else:
+                log.info("controller log compacted: %d events into one snapshot", len(entries))
 
     # -- requests through the log -------------------------------------------------------------
 
@@ -135,11 +139,13 @@ class ControllerManager:
             yield self.store.append([encode_event(e) for e in result.events])
         except NotLeader as exc:
             self.metrics.log_append_total["failed"] += 1
+            self.metrics.log_append_failures["NotLeader"] += 1
             self.ready = False
             log.warning("events not written, not the leader any more (leader: %s)", exc.leader_address)
             return not_leader()
-        except Exception:
+        except Exception as exc:  # nothing applied: the answer is an error and the state is as it was
             self.metrics.log_append_total["failed"] += 1
+            self.metrics.log_append_failures[getattr(exc, "errno_name", type(exc).__name__)] += 1
             raise
         self.metrics.log_append_total["success"] += 1
         for event in result.events:

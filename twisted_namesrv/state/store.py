@@ -1,34 +1,86 @@
-"""Crash-safe file replacement: a reader never sees a half-written file.
+"""Crash-safe file replacement: a reader never sees a half-written file, and a failed write
+leaves the file as it was.
 
 temp file in the same directory -> write -> fsync -> rename over the target -> fsync the directory.
 (Java 4.9.8 deletes then renames, 5.3.3 writes in place; both can lose the file on a crash.)
+The directory is opened first, so a closed fd table (EMFILE) fails before anything changed; a
+failure before the rename removes the temp file; a failure after it (the directory's fsync) is
+reported with ``replaced`` set, for the caller to write its old content back.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+from collections import Counter
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+#: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
+opener: Callable[..., int] = os.open
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+
+class StoreError(OSError):
+    """A change that could not be made durable; the file holds what it held (``replaced``: the new
+    content was renamed in place but not made durable, the caller writes the old one back)."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], cause: OSError, replaced: bool = False) -> None:
+        self.errno_name = errno.errorcode.get(cause.errno or 0, "EUNKNOWN")
+        self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
+        super().__init__(cause.errno, self.message)
+        self.path, self.cause, self.replaced = str(path), cause, replaced
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
+    """Replace ``path`` by ``data`` durably, or raise StoreError leaving it as it was (see above)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, reused next time
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = opener(target.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreError(what, target, exc) from None
     try:
-        os.fsync(dir_fd)
+        try:
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StoreError(what, target, exc) from None
+        try:
+            os.fsync(dir_fd)
+        except OSError as exc:
+            raise StoreError(what, target, exc, replaced=True) from None
     finally:
         os.close(dir_fd)
+
+
+class AtomicFile:
+    """One store file (the KV store, the saved config): ``save(data)`` replaces it durably; a
+    failure is one log line, a count in ``failures`` by (store, errno name), and StoreError."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], failures: Counter[tuple[str, str]] | None = None):
+        self.what, self.path = what, Path(path)
+        self.failures: Counter[tuple[str, str]] = failures if failures is not None else Counter()
+
+    def save(self, data: bytes) -> None:
+        try:
+            write_atomically(self.path, data, self.what)
+        except StoreError as exc:
+            self.failures[self.what, exc.errno_name] += 1
+            log.error("%s; the change is refused", exc)
+            raise
 
 
 def unwritable(path: str | os.PathLike[str]) -> str | None:
