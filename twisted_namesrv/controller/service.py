@@ -98,6 +98,8 @@ class ControllerDispatcher:
         return response.encode()
 
     def _failed(self, request: RemotingCommand, peer: Peer, exc: BaseException) -> RemotingCommand:
+        if isinstance(exc, ControllerLogError):  # a refused write: the log said why in one line already
+            return reply(request, Code.SYSTEM_ERROR, str(exc))
         if isinstance(exc, BadRequest):
             log.warn("controller request {code} from {peer} refused: {why}", code=request.code, peer=peer.address,
                      why=str(exc))
