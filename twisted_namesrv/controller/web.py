@@ -74,4 +74,5 @@ def controller_status(controller: ControllerService) -> dict[str, Any]:
             "leader": manager.ready, "leaderAddress": manager.address if manager.ready
             else manager.leadership.leader_address, "eventsApplied": manager.events_applied,
             "pushes": {"sent": controller.notifier.sent, "failed": controller.notifier.failed},
+            "term": getattr(manager.leadership, "term", None),  # the etcd leadership's (None: a sole leader)
             "groups": groups}
