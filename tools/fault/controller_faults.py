@@ -623,7 +623,8 @@ def inject(kind: str, nodes: list[Node], members: list[EtcdMember], namespace: N
             time.sleep(TTL * 2 + 1)
             entry["healed"] = time.time()
             namespace.heal()
-    time.sleep(BOUND)  # let it settle: the bound is measured from the heal
+    current_leader(nodes, BOUND)  # traffic goes on until a leader is back (the checker measures when), and a bit
+    time.sleep(2)
 
 
 # -- the checker -------------------------------------------------------------------------------------
