@@ -244,6 +244,7 @@ def test_a_controller_write_that_fails_answers_an_error_and_changes_nothing(stor
     assert answer.code == ResponseCode.SYSTEM_ERROR, (answer.code, answer.remark)
     assert kind in answer.remark and "refused" in answer.remark
     assert controller.state() == before, "an error answer changed the controller's state"
+    assert controller.manager.elections["g"]["newMaster"] == 1  # a refused election is not shown as the last
     assert (store_dir / "controller.log").stat().st_size == size, "the failed append left bytes behind"
     assert controller.metrics.log_append_failures == {kind: 1}
     assert controller.restarted() == before
