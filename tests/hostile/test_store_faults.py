@@ -286,3 +286,29 @@ def test_an_append_whose_cut_fails_too_refuses_until_the_cut_succeeds(tmp_path, 
     assert controller.call(Req.CONTROLLER_APPLY_BROKER_ID, apply2).code == 0
     assert controller.restarted() == controller.state()
     assert set(controller.manager.replicas.replica_info_table["g"].broker_id_info) == {1, 2}
+
+
+def test_a_directory_fsync_that_fails_after_the_rename_puts_the_old_file_back(tmp_path, monkeypatch):
+    """The last step of a save (fsync of the directory, after the rename) fails with EIO: the old
+    file is renamed back from its hard link, so the file a restart reads is the old one even while
+    the device fails (putting it back by writing it again would need the failing device)."""
+    import errno
+    import os
+
+    namesrv = Namesrv(tmp_path)
+    assert namesrv.call(request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k1", "value": "v1"})).code == 0
+    memory, disk = namesrv.memory(), namesrv.disk()
+    real_fsync = os.fsync
+
+    def directory_fails(fd) -> None:
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", directory_fails)
+        answer = namesrv.call(request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k2", "value": "v2"}))
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "EIO" in answer.remark
+        assert namesrv.disk() == disk and namesrv.memory() == memory  # while the device still fails
+    assert namesrv.restarted()[0] == memory[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kvConfig.json"]

@@ -14,9 +14,10 @@ started again on the same store, and for every group:
 - nothing beyond what was sent exists (a group after the last one sent answers next id 1).
 
 With ``--fault ENOSPC`` the store lives on a small tmpfs that keeps filling up and emptying while
-the client writes, with ``--fault EMFILE`` the server's fd limit keeps dropping to what it uses
-(squeeze.py): some changes are answered with an error, and a group whose apply was answered with
-an error must not exist after the restart (GET_NEXT_BROKER_ID answers 1).  The issue's case - a
+the client writes, with ``--fault EMFILE`` the server's fd limit keeps dropping to what it uses,
+with ``--fault EIO`` its writes and fsyncs keep failing (eio_namesrv.py; squeeze.py): some changes
+are answered with an error, and a group whose apply was answered with an error must not exist after
+the restart (GET_NEXT_BROKER_ID answers 1).  The issue's case - a
 failed append's half record followed by the next good one, and a restart that says "corrupt at
 byte N" - is a start failure here.
 
@@ -45,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
-from squeeze import DiskSqueezer, FdSqueezer, Squeezer, tiny_disk  # noqa: E402
+from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req  # noqa: E402
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand  # noqa: E402
@@ -114,9 +115,11 @@ def elect(group: str) -> tuple[int, dict[str, str]]:
                                          "designateElect": "false"}
 
 
-def start(workdir: Path, attempt: int) -> tuple[NamesrvProcess, int]:
+def start(workdir: Path, attempt: int, fault: str | None = None) -> tuple[NamesrvProcess, int]:
     log = workdir / f"server-{attempt}.log"
-    server = NamesrvProcess(["--data-dir", str(workdir / "data"), "--controller-port", "0"], log, workdir)
+    launcher = eio_launcher(workdir / "eio-on", workdir / "data") if fault == "EIO" else None
+    server = NamesrvProcess(["--data-dir", str(workdir / "data"), "--controller-port", "0"], log, workdir,
+                            launcher=launcher)
     server.wait_ready()
     return server, controller_port(server)
 
@@ -152,7 +155,7 @@ def verify(port: int, sent: int, applied: list[int], elected: list[int], summary
 
 def run(iterations: int = 50, max_seconds: float = 120, workdir: Path | None = None, seed: int = 32,
         kill_after: tuple[float, float] = (0.0, 0.05), fault: str | None = None) -> Summary:
-    """``fault``: None, "ENOSPC" (the store on a small tmpfs kept filling up) or "EMFILE"."""
+    """``fault``: None, "ENOSPC" (the store on a small tmpfs kept filling up), "EMFILE" or "EIO"."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="crash-controller-"))
     if fault == "ENOSPC":
         with tiny_disk(workdir / "data", "512k"):
@@ -173,7 +176,7 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
         if time.monotonic() - began > max_seconds:
             break
         try:
-            server, port = start(workdir, attempt)
+            server, port = start(workdir, attempt, fault)
         except ServerStartError as exc:
             summary.start_failures += 1
             summary.violations.append(f"restart {attempt}: {exc}")
@@ -187,6 +190,8 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
             squeezer = DiskSqueezer(workdir / "data", rng.randrange(1 << 30))
         elif fault == "EMFILE":
             squeezer = FdSqueezer(server.proc.pid, rng.randrange(1 << 30))
+        elif fault == "EIO":
+            squeezer = EioSqueezer(workdir / "eio-on", rng.randrange(1 << 30))
         try:
             while True:
                 n += 1
@@ -221,7 +226,7 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
         summary.lag.append(n - (applied[-1] if applied else 0))
         summary.iterations += 1
     try:
-        server, port = start(workdir, iterations)
+        server, port = start(workdir, iterations, fault)
         verify(port, n, applied, elected, summary, refused)  # every change of the whole run
         server.stop()
     except ServerStartError as exc:
@@ -235,8 +240,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=1800)
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--json", help="write the summary here too")
-    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE"], help="a disk kept filling up / an fd table kept "
-                        "running full while writing (root)")
+    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE", "EIO"], help="a disk kept filling up / an fd table "
+                        "kept running full / a device kept failing while writing (the first two as root)")
     args = parser.parse_args()
     kill_after = (0.0, 0.3) if args.fault else (0.0, 0.05)  # under a fault: time for the squeezes to come
     summary = run(args.iterations, args.max_seconds, seed=args.seed, kill_after=kill_after, fault=args.fault)

@@ -15,7 +15,8 @@ SIGKILL the server at a random moment after the first acknowledgements.  After e
 
 With ``--fault ENOSPC`` the files live on a 64 KiB tmpfs that keeps filling up and emptying while
 the clients write; with ``--fault EMFILE`` the server's RLIMIT_NOFILE keeps dropping to its lowest
-free descriptor and back (squeeze.py).  Some writes then answer an error: a value whose write was
+free descriptor and back, with ``--fault EIO`` writes and fsyncs of the files keep failing with EIO
+(eio_namesrv.py; squeeze.py).  Some writes then answer an error: a value whose write was
 answered with an error must never be found in a file, and every restart must load the files.
 
 Prints iterations, acknowledged writes, violations (must be 0), how far the files were behind the
@@ -45,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
-from squeeze import DiskSqueezer, FdSqueezer, Squeezer, tiny_disk  # noqa: E402
+from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
 from twisted_namesrv.state.config import NamesrvConfig, parse_properties  # noqa: E402
@@ -216,8 +217,8 @@ async def one_iteration(port: int, kv: Stream, config: Stream, window: int, kill
 def run(iterations: int = 1000, max_seconds: float = 3600, workdir: Path | None = None, seed: int = 4,
         kill_after: tuple[float, float] = (0.0, 0.3), window: int = 8, progress: bool = False,
         fault: str | None = None) -> Summary:
-    """``fault``: None, "ENOSPC" (the files on a tiny tmpfs kept filling up) or "EMFILE" (the server's
-    fd limit kept dropping to what it uses)."""
+    """``fault``: None, "ENOSPC" (the files on a tiny tmpfs kept filling up), "EMFILE" (the server's
+    fd limit kept dropping to what it uses) or "EIO" (writes and fsyncs of the files kept failing)."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="namesrv-crash-"))
     if fault == "ENOSPC":
         with tiny_disk(workdir / "data"):
@@ -241,7 +242,9 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
             break
         log = workdir / f"server-{iteration % 3}.log"
         log.unlink(missing_ok=True)
-        server = NamesrvProcess(args, log, workdir)
+        eio_flag = workdir / "eio-on"
+        launcher = eio_launcher(eio_flag, data_dir) if fault == "EIO" else None
+        server = NamesrvProcess(args, log, workdir, launcher=launcher)
         try:
             port = server.wait_ready()
         except ServerStartError as exc:
@@ -254,6 +257,8 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
             squeezer = DiskSqueezer(data_dir, rng.randrange(1 << 30))
         elif fault == "EMFILE":
             squeezer = FdSqueezer(server.proc.pid, rng.randrange(1 << 30))
+        elif fault == "EIO":
+            squeezer = EioSqueezer(eio_flag, rng.randrange(1 << 30))
         killed_after = asyncio.run(one_iteration(port, kv, config, window, kill_after_s, server, deadline, squeezer))
         summary.squeezes += squeezer.squeezes if squeezer else 0
         summary.kill_after_ms.append(round(killed_after * 1000, 1))
@@ -279,8 +284,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--workdir", help="keep the data and logs here (default: a temp dir, removed)")
     parser.add_argument("--json", help="write the summary here as JSON")
-    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE"], help="a disk kept filling up / an fd table kept "
-                        "running full while writing (root)")
+    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE", "EIO"], help="a disk kept filling up / an fd table "
+                        "kept running full / a device kept failing while writing (the first two as root)")
     args = parser.parse_args()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="namesrv-crash-"))
     try:

@@ -7,8 +7,9 @@ whose fd table keeps running full, toggled at random moments while it writes.
 - ``FdSqueezer(pid)``: a thread that lowers the running server's RLIMIT_NOFILE (prlimit) to its
   lowest free descriptor, so every open fails with EMFILE, then gives the limit back, and again.
 
-EIO is not here: a failing device under a live server needs a device-mapper table switched
-under a mounted file system, which leaves it read-only; the in-process tests inject EIO instead.
+- ``EioSqueezer(flag)``: creates and removes the flag file that eio_namesrv.py (the server on a
+  failing device) reads: while it exists, writes and fsyncs of the stores fail with EIO.  (A
+  device-mapper ``error`` target would be the real thing; it needs a kernel driver not everywhere.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import random
 import resource
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -94,3 +96,20 @@ class FdSqueezer(Squeezer):
 
     def release(self) -> None:
         resource.prlimit(self.pid, resource.RLIMIT_NOFILE, self.limits)
+
+
+class EioSqueezer(Squeezer):
+    def __init__(self, flag: Path, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.flag = flag
+
+    def squeeze(self) -> None:
+        self.flag.touch()
+
+    def release(self) -> None:
+        self.flag.unlink(missing_ok=True)
+
+
+def eio_launcher(flag: Path, directory: Path) -> list[str]:
+    """The command that starts the server with its stores under ``directory`` on a failing device."""
+    return [sys.executable, str(Path(__file__).with_name("eio_namesrv.py")), str(flag), str(directory)]
