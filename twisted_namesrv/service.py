@@ -10,24 +10,23 @@ from time import perf_counter
 from typing import Any
 
 from twisted.application import service
-from twisted.internet import defer, interfaces, protocol, task
-from twisted.internet.error import CannotListenError
+from twisted.internet import defer, interfaces, task
 from twisted.logger import Logger
 
 from . import CannotStart, __version__, audit
 from .context import NamesrvState
+from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
 from .housekeeping import HousekeepingService, log_route_event
-from .logs import forward_stdlib_logging
 from .metrics import Metrics
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
-from .server import RemotingFactory
+from .server import Listener, Notifier, RemotingFactory
 from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
-from .state.store import AtomicFile, unwritable
+from .state.store import AtomicFile, StoreError, unwritable
 from .tls import listening_factory
 from .warm_restart import RouteSnapshotService
 
@@ -45,6 +44,15 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
+def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], None]:
+    """What a store's failed save does besides its error answer: one log line, one count by (store, errno)."""
+    def refused(error: StoreError) -> None:
+        failures[error.what, error.errno_name] += 1
+        log.error("{error}; the change is refused", error=str(error))
+
+    return refused
+
+
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
                 notifier=None, listener: EventListener = log_route_event,
                 store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
@@ -52,8 +60,9 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
     ``store_failures`` by (store, errno name)."""
     kv_path = Path(config["kvConfigPath"])
-    kv_file = AtomicFile("kvConfigPath", kv_path, store_failures)
-    config_file = AtomicFile("configStorePath", config["configStorePath"], kv_file.failures)
+    refused = store_refusal(Counter() if store_failures is None else store_failures)
+    kv_file = AtomicFile("kvConfigPath", kv_path, refused)
+    config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
@@ -63,22 +72,12 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
                         lambda text: config_file.save(java_utf8(text)), acl=acl)
 
 
-class MinBrokerIdNotifier:
-    """Sends NOTIFY_MIN_BROKER_ID_CHANGE (905) oneway on its own connection, as Java's
-    NamesrvController.remotingClient does."""
-
-    def __init__(self, reactor, version: int) -> None:
-        self.reactor = reactor
-        self.version = version
-
-    def __call__(self, broker_addr: str, header: dict[str, str]) -> None:
-        host, _, port = broker_addr.rpartition(":")
-        request = RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header,
-                                          version=self.version, oneway=True)
-        d = protocol.ClientCreator(self.reactor, protocol.Protocol).connectTCP(host, int(port), timeout=3)
-        d.addCallback(lambda proto: (proto.transport.write(request.encode()), proto.transport.loseConnection()))
-        d.addErrback(lambda failure: log.warn("notify min broker id change to {addr} failed: {f}",
-                                              addr=broker_addr, f=failure.getErrorMessage()))
+def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[str, str]], None]:
+    """NOTIFY_MIN_BROKER_ID_CHANGE (905), oneway, as Java's NamesrvController.remotingClient sends it."""
+    def notify(broker_addr: str, header: dict[str, str]) -> None:
+        push(broker_addr, RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header, version=version,
+                                                  oneway=True).encode())
+    return notify
 
 
 #: young objects before a collection (CPython's default is 700)
@@ -92,46 +91,6 @@ def tune_gc() -> None:
     keeps it out of every later full collection."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-
-
-class Listener(service.Service):
-    """One listening port on bindAddress, named by its config key; a port that cannot be had raises
-    CannotStart naming key and cause (a server without what was asked for would look healthy to its
-    supervisor).  reactor.listenTCP rather than twisted.internet.endpoints, which imports pyOpenSSL
-    (megabytes per process: docs/benchmarks.md) when it is installed."""
-
-    def __init__(self, port_key: str, factory: protocol.Factory, config: NamesrvConfig,
-                 reactor: interfaces.IReactorTCP, bind_key: str = "bindAddress") -> None:
-        self.setName(port_key)
-        self.factory = factory
-        self.config = config
-        self.reactor = reactor
-        self.bind_key = bind_key  # the HTTP side has its own (metricsBindAddress)
-        self.port: interfaces.IListeningPort | None = None
-
-    def address(self) -> str:
-        return f"{self.config[self.bind_key]}:{self.config[self.name]}"
-
-    def bind(self) -> None:
-        if self.port is not None:
-            return
-        try:
-            self.port = self.reactor.listenTCP(self.config[self.name], self.factory,
-                                               backlog=self.config["serverSocketBacklog"],
-                                               interface=self.config[self.bind_key])
-        except CannotListenError as exc:
-            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
-            reason = f"cannot listen on {self.address()} ({self.name}): {cause}"
-            log.critical("cannot start: {reason}", reason=reason)
-            raise CannotStart(reason) from None
-
-    def unbind(self) -> defer.Deferred | None:
-        port, self.port = self.port, None
-        return port.stopListening() if port is not None else None
-
-    def stopService(self) -> defer.Deferred | None:
-        super().stopService()
-        return self.unbind()
 
 
 #: how long answers worked out in steps may hold the reactor before it reads other connections again
@@ -157,7 +116,8 @@ class NamesrvService(service.MultiService):
         self.reactor = reactor
         check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
-        self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
+        self.notifier = Notifier(reactor, "notify min broker id change")
+        self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
                                  self._route_event, self.metrics.store_failures)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
@@ -165,7 +125,7 @@ class NamesrvService(service.MultiService):
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"])
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
+        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
         self.snapshots: RouteSnapshotService | None = None
@@ -182,7 +142,8 @@ class NamesrvService(service.MultiService):
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
-        self.remoting = Listener("listenPort", remoting_factory, config, reactor)
+        self.remoting = Listener("listenPort", remoting_factory, reactor, config["listenPort"], config["bindAddress"],
+                                 config["serverSocketBacklog"])
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
@@ -190,7 +151,8 @@ class NamesrvService(service.MultiService):
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
             site = make_site(self.state, self.factory, self.http_resources(), self.controller)
-            self.web = Listener("metricsPort", site, config, reactor, "metricsBindAddress")
+            self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
+                                config["serverSocketBacklog"])
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
@@ -254,7 +216,6 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
-        forward_stdlib_logging()
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()

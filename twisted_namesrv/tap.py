@@ -18,6 +18,7 @@ from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
+from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig

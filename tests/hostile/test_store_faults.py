@@ -20,12 +20,12 @@ controller log refused to start after an ENOSPC.
 from __future__ import annotations
 
 import copy
-import logging
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from twisted.internet import task
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from tests.hostile.faults import FAULTS, fault, tiny_tmpfs
 from twisted_namesrv.context import Peer
@@ -35,8 +35,8 @@ from twisted_namesrv.controller.events import ApplyBrokerIdEvent, decode_event, 
 from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
 from twisted_namesrv.controller.manager import ControllerManager
 from twisted_namesrv.controller.metrics import ControllerMetrics
+from twisted_namesrv.controller.processor import CONTROLLER_TABLE
 from twisted_namesrv.controller.replicas import ReplicasInfoManager
-from twisted_namesrv.controller.service import ControllerDispatcher
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -102,14 +102,24 @@ NAMESRV_WRITES = {
 
 @pytest.mark.parametrize("kind", FAULTS)
 @pytest.mark.parametrize("code", list(NAMESRV_WRITES))
-def test_a_namesrv_write_that_fails_answers_an_error_and_changes_nothing(store_dir, monkeypatch, caplog, code, kind):
+def test_a_namesrv_write_that_fails_answers_an_error_and_changes_nothing(store_dir, monkeypatch, code, kind):
     namesrv = Namesrv(store_dir)
     for key in ("k1", "k2"):
         assert namesrv.call(request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": key, "value": "v"})).code == 0
     command, changed = NAMESRV_WRITES[code]
     memory, disk = namesrv.memory(), namesrv.disk()
-    with caplog.at_level(logging.ERROR), fault(kind, store_dir, monkeypatch):
-        answer = namesrv.call(command)
+    logged: list[str] = []
+
+    def observer(event: dict) -> None:
+        if event.get("log_level") == LogLevel.error:
+            logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        with fault(kind, store_dir, monkeypatch):
+            answer = namesrv.call(command)
+    finally:
+        globalLogPublisher.removeObserver(observer)
     assert answer.code == ResponseCode.SYSTEM_ERROR, (answer.code, answer.remark)
     assert ERRNO[kind] in answer.remark and "not applied" in answer.remark
     assert namesrv.memory() == memory, "an error answer changed memory"
@@ -117,7 +127,7 @@ def test_a_namesrv_write_that_fails_answers_an_error_and_changes_nothing(store_d
     assert not changed(*namesrv.restarted()), "the refused change is there after a restart"
     store = "configStorePath" if code == "UPDATE_NAMESRV_CONFIG" else "kvConfigPath"
     assert namesrv.failures == {(store, ERRNO[kind]): 1}
-    assert any(ERRNO[kind] in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
+    assert [line for line in logged if ERRNO[kind] in line and "refused" in line], logged
     # the fault gone, the same request succeeds and survives a restart
     assert namesrv.call(command).code == ResponseCode.SUCCESS
     assert changed(*namesrv.restarted())
@@ -146,15 +156,15 @@ class Controller:
         self.manager = ControllerManager(ControllerConfig(), self.log, SoleLeader("127.0.0.1:1"), self.clock.seconds,
                                          metrics=self.metrics)
         self.manager.start()
-        self.dispatcher = ControllerDispatcher(self.manager, Metrics())
+        self.dispatcher = Dispatcher(self.manager, Metrics(), count_requests=True, table=CONTROLLER_TABLE)
         self.opaque = 0
 
     def call(self, code: int, ext: dict, body: bytes | None = None) -> RemotingCommand:
         self.opaque += 1
-        frame = self.dispatcher.handle(RemotingCommand.request(code, ext, body, opaque=self.opaque,
-                                                               version=V5_3_3).encode()[4:], Peer("ch"))
-        assert isinstance(frame, bytes), frame  # the file log answers in the same turn
-        return RemotingCommand.decode(frame[4:])
+        answer = self.dispatcher.dispatch(RemotingCommand.decode(RemotingCommand.request(
+            code, ext, body, opaque=self.opaque, version=V5_3_3).encode()[4:]), Peer("ch"))
+        assert answer is not None  # the file log answers in the same turn
+        return answer
 
     def join(self, broker_id: int) -> None:
         address = f"127.0.0.1:{10000 + broker_id}"
@@ -234,8 +244,13 @@ def test_a_controller_write_that_fails_answers_an_error_and_changes_nothing(stor
         pad_to_a_page_end(controller)
     before, size = controller.state(), (store_dir / "controller.log").stat().st_size
     request_code, ext, body = CONTROLLER_WRITES[code]
-    with fault(kind, store_dir, monkeypatch):
-        answer = controller.call(request_code, ext, body)
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        with fault(kind, store_dir, monkeypatch):
+            answer = controller.call(request_code, ext, body)
+    finally:
+        globalLogPublisher.removeObserver(events.append)
     if kind == "EMFILE":  # the log's descriptor is open: an append opens nothing, so it succeeds, durably
         assert answer.code == 0, answer.remark
         after = controller.state()
@@ -247,6 +262,9 @@ def test_a_controller_write_that_fails_answers_an_error_and_changes_nothing(stor
     assert controller.manager.elections["g"]["newMaster"] == 1  # a refused election is not shown as the last
     assert (store_dir / "controller.log").stat().st_size == size, "the failed append left bytes behind"
     assert controller.metrics.log_append_failures == {kind: 1}
+    errors = [formatEvent(e) for e in events if e.get("log_level") == LogLevel.error]
+    assert any(kind in line and "refused" in line for line in errors), errors  # one line says so,
+    assert not any("log_failure" in e for e in events)  # and no traceback
     assert controller.restarted() == before
     # the fault gone: the same request lands right after the last good record, and replays
     answer = controller.call(request_code, ext, body)

@@ -45,6 +45,7 @@ class ControllerLogError(Exception):
     change is refused (``errno_name`` says why, for the metrics)."""
 
     errno_name = "EUNKNOWN"
+    logged = False  # a refused append logged its line already: the dispatcher answers it without a traceback
 
 
 class ControllerLog(Protocol):
@@ -205,7 +206,7 @@ class FileControllerLog:
         name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
         error = ControllerLogError(f"controllerStorePath: cannot write {self.path}: {exc.strerror} ({name}); "
                                    f"the change is refused, {what}")
-        error.errno_name = name
+        error.errno_name, error.logged = name, True
         log.error("{error}", error=str(error))
         return error
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
-from ..controller.config import CONTROLLER_KEY_NAMES
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
@@ -47,7 +46,7 @@ def _home() -> str:
 
 
 # Java declaration order (NamesrvConfig, then NettyServerConfig): GET_NAMESRV_CONFIG's order follows it.
-KEYS: tuple[ConfigKey, ...] = (
+KEYS: list[ConfigKey] = [
     ConfigKey("rocketmqHome", os.environ.get("ROCKETMQ_HOME"), BOTH, guarded=True),
     ConfigKey("kvConfigPath", os.path.join(_home(), "namesrv", "kvConfig.json"), BOTH, guarded=True),
     ConfigKey("configStorePath", os.path.join(_home(), "namesrv", "namesrv.properties"), BOTH, guarded=True),
@@ -108,13 +107,14 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
     ConfigKey("nsaddrList", "", OURS, guarded=True),
-    # the controller's store: Java's ControllerConfig key controllerType (DLedger or jRaft there), plus etcd
-    ConfigKey("controllerType", "DLedger", OURS, guarded=True),
-    ConfigKey("controllerEtcdEndpoints", "", OURS, guarded=True),
-    ConfigKey("controllerEtcdKeyPrefix", "/rocketmq/controller/", OURS, guarded=True),
-    ConfigKey("controllerEtcdLeaseTtlSeconds", 3, OURS, guarded=True),
-)
+    # the keys of modules above this layer follow, added by their owners (add_keys)
+]
 KEYS_BY_NAME = {k.name: k for k in KEYS}
+#: checks of the keys other modules own (add_keys), run with the NameServer's own
+_OWNERS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
+#: keys other modules read from the same file but keep in their own config objects (the controller's
+#: ControllerConfig): known, so never an "unknown key" warning
+KEPT_ELSEWHERE: set[str] = set()
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 #: keys whose values are secrets (key passwords, secret keys, tokens): the one list every output consults
@@ -158,10 +158,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
-    "controllerEtcdLeaseTtlSeconds": (2, 3600),  # etcd's shortest lease is about 2 s with its default timings
 }
-#: DLedger: the controller's own store on disk (one controller); etcd: peers agree through etcd
-CONTROLLER_TYPES = ("DLedger", "etcd")
 
 
 class ConfigError(ValueError):
@@ -176,21 +173,19 @@ def _check_nsaddr_list(text: str) -> None:
             raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
 
 
-def etcd_endpoints(text: str) -> list[str]:
-    """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
-    endpoints = []
-    for item in text.replace(";", ",").split(","):
-        item = item.strip().rstrip("/")
-        if not item:
-            continue
-        if "://" not in item:
-            item = "http://" + item
-        if not item.startswith("http://") or not item[len("http://"):]:
-            raise ValueError(f"etcd endpoint {item!r}: only http://host:port is supported")
-        endpoints.append(item)
-    if not endpoints:
-        raise ValueError("no etcd endpoint given")
-    return endpoints
+def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
+             kept_elsewhere: frozenset[str] = frozenset()) -> None:
+    """A module above this layer owns ``keys`` and reads them from the same ``-c`` file (the
+    controller: controller/config.py, when it is imported): NamesrvConfig knows them from now on,
+    typed, guarded and listed as its own, and ``check(values)`` refuses (ConfigError naming the
+    key) what their owner cannot run with.  ``kept_elsewhere``: further keys the owner keeps in a
+    config object of its own (never an "unknown key" here).  Adding the same keys again changes nothing."""
+    new = [key for key in keys if key.name not in KEYS_BY_NAME]
+    if new:
+        KEYS.extend(new)
+        KEYS_BY_NAME.update((key.name, key) for key in new)
+        _OWNERS_CHECKS.append(check)
+    KEPT_ELSEWHERE.update(kept_elsewhere)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -281,8 +276,8 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
     warnings = []
     for name, text in file_keys.items():
         key = KEYS_BY_NAME.get(name)
-        if key is None and name in CONTROLLER_KEY_NAMES:
-            continue  # the embedded controller's (controller/config.py checks them)
+        if key is None and name in KEPT_ELSEWHERE:
+            continue  # another module's (the embedded controller's: controller/config.py checks them)
         if key is None:
             if strict:
                 raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
@@ -453,20 +448,8 @@ class NamesrvConfig:
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
         _check_nsaddr_list(str(values["nsaddrList"]))
-        self._validate_controller_store()
-
-    def _validate_controller_store(self) -> None:
-        values = self.values
-        if values["controllerType"] not in CONTROLLER_TYPES:
-            raise ConfigError(f"controllerType: {values['controllerType']!r} is not one of "
-                              f"{', '.join(CONTROLLER_TYPES)} (jRaft is not supported)")
-        if values["controllerType"] == "etcd":
-            try:
-                etcd_endpoints(str(values["controllerEtcdEndpoints"]))
-            except ValueError as exc:
-                raise ConfigError(f"controllerEtcdEndpoints: {exc} (required with controllerType=etcd)") from None
-        if not str(values["controllerEtcdKeyPrefix"]).startswith("/"):
-            raise ConfigError(f"controllerEtcdKeyPrefix: {values['controllerEtcdKeyPrefix']!r} must start with '/'")
+        for check in _OWNERS_CHECKS:
+            check(values)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

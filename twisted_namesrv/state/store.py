@@ -13,14 +13,11 @@ restart reads is the old one even while the device fails.
 from __future__ import annotations
 
 import errno
-import logging
 import os
-from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-log = logging.getLogger(__name__)
 #: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
 opener: Callable[..., int] = os.open
 #: a file system without hard links: no ``.old`` kept (the old content cannot be put back then)
@@ -35,7 +32,7 @@ class StoreError(OSError):
         self.errno_name = errno.errorcode.get(cause.errno or 0, "EUNKNOWN")
         self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
         super().__init__(cause.errno, self.message)
-        self.path, self.cause, self.replaced = str(path), cause, replaced
+        self.what, self.path, self.cause, self.replaced = what, str(path), cause, replaced
 
     def __str__(self) -> str:
         return self.message
@@ -102,19 +99,18 @@ def _put_back(target: Path, old: Path, kept: bool) -> bool:
 
 
 class AtomicFile:
-    """One store file (the KV store, the saved config): ``save(data)`` replaces it durably; a
-    failure is one log line, a count in ``failures`` by (store, errno name), and StoreError."""
+    """One store file (the KV store, the saved config) under its key: ``save(data)`` replaces it
+    durably, or tells ``refused`` (the service logs the line and counts it) and raises StoreError."""
 
-    def __init__(self, what: str, path: str | os.PathLike[str], failures: Counter[tuple[str, str]] | None = None):
-        self.what, self.path = what, Path(path)
-        self.failures: Counter[tuple[str, str]] = failures if failures is not None else Counter()
+    def __init__(self, what: str, path: str | os.PathLike[str],
+                 refused: Callable[[StoreError], None] = lambda error: None) -> None:
+        self.what, self.path, self.refused = what, Path(path), refused
 
     def save(self, data: bytes) -> None:
         try:
             write_atomically(self.path, data, self.what)
         except StoreError as exc:
-            self.failures[self.what, exc.errno_name] += 1
-            log.error("%s; the change is refused", exc)
+            self.refused(exc)
             raise
 
 
