@@ -219,6 +219,8 @@ class Dispatcher:
             log.warn("{subject} {code} from {peer} refused: {why}", subject=subject, code=request.code,
                      peer=peer.address, why=str(exc))
             remark = str(exc)
+        elif getattr(exc, "logged", False):  # a refused write (a store that failed) said why in one line already
+            remark = str(exc)
         else:
             log.failure("process {subject} {code} from {peer} failed", Failure(exc, type(exc), exc.__traceback__),
                         subject=subject, code=request.code, peer=peer.address)

@@ -94,6 +94,8 @@ class Metrics:
     connections_accepted: int = 0
     #: audited requests (audit.py) by (operation, result)
     admin_requests: Counter = field(default_factory=Counter)
+    #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
+    store_failures: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time
     #: topics whose last broker left lately (the status page lists them)
     lost_topics: LostTopics = field(init=False)

@@ -34,6 +34,7 @@ from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.store import StoreError
 from .steps import Steps, run_steps
 
 log = Logger()
@@ -99,7 +100,10 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     namespace, key = ext.get("namespace"), ext.get("key")
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    state.kv.put(namespace, key, ext.get("value"))
+    try:
+        state.kv.put(namespace, key, ext.get("value"))
+    except StoreError as exc:  # logged and counted by the store; nothing changed
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig not applied: {exc}")
     return respond(state, request)
 
 
@@ -114,7 +118,10 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
 
 def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     namespace, key = request.ext.get("namespace"), request.ext.get("key")
-    state.kv.delete(namespace, key)
+    try:
+        state.kv.delete(namespace, key)
+    except StoreError as exc:  # logged and counted by the store; nothing changed
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"deleteKVConfig not applied: {exc}")
     return respond(state, request)
 
 
@@ -401,11 +408,13 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
                  keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
-        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
+        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},
+                           state.persist_config)
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
+    except StoreError as exc:  # logged and counted by the store; nothing changed
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"updateNamesrvConfig not applied: {exc}")
     log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
-    state.persist_config(state.config.stored_text())
     return respond(state, request)
 
 

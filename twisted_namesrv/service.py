@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
@@ -27,7 +28,7 @@ from .state.acl import AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
-from .state.store import unwritable, write_atomically
+from .state.store import AtomicFile, StoreError, unwritable
 from .tls import listening_factory
 from .warm_restart import RouteSnapshotService
 
@@ -45,18 +46,32 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
+def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], None]:
+    """What a store's failed save does besides its error answer: one log line, one count by (store, errno)."""
+    def refused(error: StoreError) -> None:
+        failures[error.what, error.errno_name] += 1
+        log.error("{error}; the change is refused", error=str(error))
+
+    return refused
+
+
 def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None, listener: EventListener = log_route_event) -> NamesrvState:
+                notifier=None, listener: EventListener = log_route_event,
+                store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
     """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
-    with aclEnable, the accounts (AclConfigError)."""
+    with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
+    ``store_failures`` by (store, errno name)."""
     kv_path = Path(config["kvConfigPath"])
-    kv = KVConfigManager(lambda data: write_atomically(kv_path, data))
+    refused = store_refusal(Counter() if store_failures is None else store_failures)
+    kv_file = AtomicFile("kvConfigPath", kv_path, refused)
+    config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
+    kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"])
            if config["aclEnable"] else None)
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: write_atomically(config["configStorePath"], java_utf8(text)), acl=acl)
+                        lambda text: config_file.save(java_utf8(text)), acl=acl)
 
 
 def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[str, str]], None]:
@@ -108,7 +123,7 @@ class NamesrvService(service.MultiService):
         self.events.setServiceParent(self)
         self.notifier = Notifier(reactor, "notify min broker id change")
         self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
-                                 self._route_event)
+                                 self._route_event, self.metrics.store_failures)
         self.state.routes.on_lost = self.metrics.lost_topics.departed  # the status page's lost topics
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))

@@ -13,10 +13,19 @@ started again on the same store, and for every group:
 - an acknowledged election is still there: GET_REPLICA_INFO names broker 1 master at epoch 1;
 - nothing beyond what was sent exists (a group after the last one sent answers next id 1).
 
+With ``--fault ENOSPC`` the store lives on a small tmpfs that keeps filling up and emptying while
+the client writes, with ``--fault EMFILE`` the server's fd limit keeps dropping to what it uses,
+with ``--fault EIO`` its writes and fsyncs keep failing (eio_namesrv.py; squeeze.py): some changes
+are answered with an error, and a group whose apply was answered with an error must not exist after
+the restart (GET_NEXT_BROKER_ID answers 1).  The issue's case - a
+failed append's half record followed by the next good one, and a restart that says "corrupt at
+byte N" - is a start failure here.
+
 Prints iterations, acknowledged changes, violations (must be 0) and how far the store was behind
 the last change sent.  ``run()`` is what the test calls.
 
   .venv/bin/python tools/fuzz/crash_controller.py --iterations 200
+  .venv/bin/python tools/fuzz/crash_controller.py --iterations 50 --fault ENOSPC   # as root
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
+from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req  # noqa: E402
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand  # noqa: E402
@@ -53,6 +63,8 @@ class Summary:
     start_failures: int = 0
     violations: list[str] = field(default_factory=list)
     lag: list[int] = field(default_factory=list)  # groups sent but not acknowledged, per kill
+    refused: int = 0  # applies answered with an error (the faults hit)
+    fault: str | None = None
 
 
 class Client:
@@ -103,18 +115,25 @@ def elect(group: str) -> tuple[int, dict[str, str]]:
                                          "designateElect": "false"}
 
 
-def start(workdir: Path, attempt: int) -> tuple[NamesrvProcess, int]:
+def start(workdir: Path, attempt: int, fault: str | None = None) -> tuple[NamesrvProcess, int]:
     log = workdir / f"server-{attempt}.log"
-    server = NamesrvProcess(["--data-dir", str(workdir / "data"), "--controller-port", "0"], log, workdir)
+    launcher = eio_launcher(workdir / "eio-on", workdir / "data") if fault == "EIO" else None
+    server = NamesrvProcess(["--data-dir", str(workdir / "data"), "--controller-port", "0"], log, workdir,
+                            launcher=launcher)
     server.wait_ready()
     return server, controller_port(server)
 
 
-def verify(port: int, sent: int, applied: list[int], elected: list[int], summary: Summary) -> None:
+def verify(port: int, sent: int, applied: list[int], elected: list[int], summary: Summary,
+           refused: list[int] = ()) -> None:  # type: ignore[assignment]
     """The last acknowledged changes are there (every one, in the last restart), nothing beyond
-    what was sent."""
+    what was sent, nothing whose apply was answered with an error."""
     client = Client(port)
     try:
+        for n in refused:
+            next_id = client.call(Req.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": CLUSTER, "brokerName": f"g-{n}"})
+            if next_id.ext.get("nextBrokerId") != "1":
+                summary.violations.append(f"g-{n}: its apply was answered with an error, yet it exists")
         for n in applied:
             group = f"g-{n}"
             next_id = client.call(Req.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": CLUSTER, "brokerName": group})
@@ -135,10 +154,20 @@ def verify(port: int, sent: int, applied: list[int], elected: list[int], summary
 
 
 def run(iterations: int = 50, max_seconds: float = 120, workdir: Path | None = None, seed: int = 32,
-        kill_after: tuple[float, float] = (0.0, 0.05)) -> Summary:
-    rng = random.Random(seed)
+        kill_after: tuple[float, float] = (0.0, 0.05), fault: str | None = None) -> Summary:
+    """``fault``: None, "ENOSPC" (the store on a small tmpfs kept filling up), "EMFILE" or "EIO"."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="crash-controller-"))
-    summary = Summary()
+    if fault == "ENOSPC":
+        with tiny_disk(workdir / "data", "512k"):
+            return _run(iterations, max_seconds, workdir, seed, kill_after, fault)
+    return _run(iterations, max_seconds, workdir, seed, kill_after, fault)
+
+
+def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_after: tuple[float, float],
+         fault: str | None) -> Summary:
+    rng = random.Random(seed)
+    summary = Summary(fault=fault)
+    refused: list[int] = []  # groups whose apply was answered with an error
     n = 0  # the last group sent
     applied: list[int] = []  # groups whose apply / election was acknowledged
     elected: list[int] = []
@@ -147,15 +176,22 @@ def run(iterations: int = 50, max_seconds: float = 120, workdir: Path | None = N
         if time.monotonic() - began > max_seconds:
             break
         try:
-            server, port = start(workdir, attempt)
+            server, port = start(workdir, attempt, fault)
         except ServerStartError as exc:
             summary.start_failures += 1
             summary.violations.append(f"restart {attempt}: {exc}")
             break
-        if applied:
-            verify(port, n, applied[-4:], elected[-4:], summary)
+        if applied or refused:
+            verify(port, n, applied[-4:], elected[-4:], summary, refused[-4:])
         client = Client(port)
         killer = None
+        squeezer: Squeezer | None = None
+        if fault == "ENOSPC":
+            squeezer = DiskSqueezer(workdir / "data", rng.randrange(1 << 30))
+        elif fault == "EMFILE":
+            squeezer = FdSqueezer(server.proc.pid, rng.randrange(1 << 30))
+        elif fault == "EIO":
+            squeezer = EioSqueezer(workdir / "eio-on", rng.randrange(1 << 30))
         try:
             while True:
                 n += 1
@@ -166,10 +202,15 @@ def run(iterations: int = 50, max_seconds: float = 120, workdir: Path | None = N
                 if a.code == 0:
                     applied.append(n)
                     summary.applies_acked += 1
+                else:
+                    refused.append(n)
+                    summary.refused += 1
                 if e.code == 0:
                     elected.append(n)
                     summary.elects_acked += 1
-                if killer is None:
+                if killer is None:  # the first answers came (the connection was accepted): squeeze, then kill
+                    if squeezer is not None:
+                        squeezer.start()
                     killer = threading.Timer(rng.uniform(*kill_after), server.kill)
                     killer.start()
         except (ConnectionError, OSError):
@@ -180,11 +221,13 @@ def run(iterations: int = 50, max_seconds: float = 120, workdir: Path | None = N
                 killer.join()
             else:
                 server.kill()
+            if squeezer is not None and squeezer.is_alive():
+                squeezer.stop()
         summary.lag.append(n - (applied[-1] if applied else 0))
         summary.iterations += 1
     try:
-        server, port = start(workdir, iterations)
-        verify(port, n, applied, elected, summary)  # every acknowledged change of the whole run
+        server, port = start(workdir, iterations, fault)
+        verify(port, n, applied, elected, summary, refused)  # every change of the whole run
         server.stop()
     except ServerStartError as exc:
         summary.violations.append(f"last restart: {exc}")
@@ -197,11 +240,15 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=1800)
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--json", help="write the summary here too")
+    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE", "EIO"], help="a disk kept filling up / an fd table "
+                        "kept running full / a device kept failing while writing (the first two as root)")
     args = parser.parse_args()
-    summary = run(args.iterations, args.max_seconds, seed=args.seed)
+    kill_after = (0.0, 0.3) if args.fault else (0.0, 0.05)  # under a fault: time for the squeezes to come
+    summary = run(args.iterations, args.max_seconds, seed=args.seed, kill_after=kill_after, fault=args.fault)
     print(f"iterations {summary.iterations}, applies acknowledged {summary.applies_acked}, elections "
           f"acknowledged {summary.elects_acked}, violations {len(summary.violations)}, start failures "
-          f"{summary.start_failures}, lag max {max(summary.lag or [0])}")
+          f"{summary.start_failures}, lag max {max(summary.lag or [0])}, answered with an error {summary.refused}"
+          f"{' under ' + summary.fault if summary.fault else ''}")
     for violation in summary.violations[:20]:
         print("  ", violation)
     if args.json:

@@ -13,11 +13,18 @@ SIGKILL the server at a random moment after the first acknowledgements.  After e
   productEnvName = crash-N with the same bounds for UPDATE_NAMESRV_CONFIG;
 - the next start of the server loads both (it refuses to start on a corrupt KV file).
 
+With ``--fault ENOSPC`` the files live on a 64 KiB tmpfs that keeps filling up and emptying while
+the clients write; with ``--fault EMFILE`` the server's RLIMIT_NOFILE keeps dropping to its lowest
+free descriptor and back, with ``--fault EIO`` writes and fsyncs of the files keep failing with EIO
+(eio_namesrv.py; squeeze.py).  Some writes then answer an error: a value whose write was
+answered with an error must never be found in a file, and every restart must load the files.
+
 Prints iterations, acknowledged writes, violations (must be 0), how far the files were behind the
 last write sent, and how many temp files kills left behind.  ``run()`` is what the test calls.
 
   .venv/bin/python tools/fuzz/crash_kv.py                      # 1,000 iterations (bounded: 1 h)
   .venv/bin/python tools/fuzz/crash_kv.py --iterations 50 --json out.json
+  .venv/bin/python tools/fuzz/crash_kv.py --iterations 200 --fault ENOSPC     # as root
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
+from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
 from twisted_namesrv.state.config import NamesrvConfig, parse_properties  # noqa: E402
@@ -56,6 +64,7 @@ class Stream:
     acked: int = -1
     acks: int = 0  # acknowledgements in this run
     errors: int = 0  # answers other than SUCCESS
+    refused: set = field(default_factory=set)  # the N whose write was answered with an error
 
 
 @dataclass
@@ -68,6 +77,10 @@ class Summary:
     kv_lag: list = field(default_factory=list)  # sent - found, per kill
     config_lag: list = field(default_factory=list)
     leftover_temp_files: int = 0
+    kv_errors: int = 0  # writes answered with an error (the faults hit)
+    config_errors: int = 0
+    squeezes: int = 0
+    fault: str | None = None
     seconds: float = 0.0
     kill_after_ms: list = field(default_factory=list)
 
@@ -125,6 +138,8 @@ async def writer(port: int, stream: Stream, build, window: int, stop: asyncio.Ev
                 n = inflight.pop(answer.opaque, None)
                 if answer.code != ResponseCode.SUCCESS:
                     stream.errors += 1
+                    if n is not None:
+                        stream.refused.add(n)
                 elif n is not None:
                     stream.acked = max(stream.acked, n)
                     stream.acks += 1
@@ -151,6 +166,8 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
         else:
             if not kv.acked <= found <= kv.sent:
                 violation(f"kvConfig.json holds seq {found}, acknowledged {kv.acked}, sent {kv.sent}")
+            if found in kv.refused:
+                violation(f"kvConfig.json holds seq {found}, whose write was answered with an error")
             summary.kv_lag.append(kv.sent - found)
     config_path = data_dir / "namesrv.properties"
     try:
@@ -169,11 +186,13 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
         else:
             if not config.acked <= found <= config.sent:
                 violation(f"namesrv.properties holds crash-{found}, acknowledged {config.acked}, sent {config.sent}")
+            if found in config.refused:
+                violation(f"namesrv.properties holds crash-{found}, whose write was answered with an error")
             summary.config_lag.append(config.sent - found)
 
 
 async def one_iteration(port: int, kv: Stream, config: Stream, window: int, kill_after: float,
-                        server: NamesrvProcess, deadline: float) -> float:
+                        server: NamesrvProcess, deadline: float, squeezer: Squeezer | None = None) -> float:
     """Write until the first acknowledgements, then for ``kill_after`` more seconds, then SIGKILL.
     Returns how long after the first acknowledgement the kill came."""
     stop = asyncio.Event()
@@ -183,24 +202,39 @@ async def one_iteration(port: int, kv: Stream, config: Stream, window: int, kill
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(asyncio.gather(kv_ack.wait(), config_ack.wait()), max(1.0, deadline - time.monotonic()))
     started = time.monotonic()
+    if squeezer is not None:
+        squeezer.start()
     await asyncio.sleep(kill_after)
     server.kill()
     killed_after = time.monotonic() - started
+    if squeezer is not None:
+        squeezer.stop()
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
     return killed_after
 
 
 def run(iterations: int = 1000, max_seconds: float = 3600, workdir: Path | None = None, seed: int = 4,
-        kill_after: tuple[float, float] = (0.0, 0.3), window: int = 8, progress: bool = False) -> Summary:
-    rng = random.Random(seed)
+        kill_after: tuple[float, float] = (0.0, 0.3), window: int = 8, progress: bool = False,
+        fault: str | None = None) -> Summary:
+    """``fault``: None, "ENOSPC" (the files on a tiny tmpfs kept filling up), "EMFILE" (the server's
+    fd limit kept dropping to what it uses) or "EIO" (writes and fsyncs of the files kept failing)."""
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="namesrv-crash-"))
+    if fault == "ENOSPC":
+        with tiny_disk(workdir / "data"):
+            return _run(iterations, max_seconds, workdir, seed, kill_after, window, progress, fault)
+    return _run(iterations, max_seconds, workdir, seed, kill_after, window, progress, fault)
+
+
+def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_after: tuple[float, float],
+         window: int, progress: bool, fault: str | None) -> Summary:
+    rng = random.Random(seed)
     data_dir = workdir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "namesrv.properties").touch()
     args = ["-c", str(data_dir / "namesrv.properties"), "--kv-config-path", str(data_dir / "kvConfig.json")]
     kv, config = Stream("kv"), Stream("config")
-    summary = Summary()
+    summary = Summary(fault=fault)
     started = time.monotonic()
     deadline = started + max_seconds
     for iteration in range(iterations):
@@ -208,7 +242,9 @@ def run(iterations: int = 1000, max_seconds: float = 3600, workdir: Path | None 
             break
         log = workdir / f"server-{iteration % 3}.log"
         log.unlink(missing_ok=True)
-        server = NamesrvProcess(args, log, workdir)
+        eio_flag = workdir / "eio-on"
+        launcher = eio_launcher(eio_flag, data_dir) if fault == "EIO" else None
+        server = NamesrvProcess(args, log, workdir, launcher=launcher)
         try:
             port = server.wait_ready()
         except ServerStartError as exc:
@@ -216,7 +252,15 @@ def run(iterations: int = 1000, max_seconds: float = 3600, workdir: Path | None 
             summary.violations.append(f"iteration {iteration}: the server did not start on the files: {exc}")
             break
         kill_after_s = rng.uniform(*kill_after)
-        killed_after = asyncio.run(one_iteration(port, kv, config, window, kill_after_s, server, deadline))
+        squeezer: Squeezer | None = None
+        if fault == "ENOSPC":
+            squeezer = DiskSqueezer(data_dir, rng.randrange(1 << 30))
+        elif fault == "EMFILE":
+            squeezer = FdSqueezer(server.proc.pid, rng.randrange(1 << 30))
+        elif fault == "EIO":
+            squeezer = EioSqueezer(eio_flag, rng.randrange(1 << 30))
+        killed_after = asyncio.run(one_iteration(port, kv, config, window, kill_after_s, server, deadline, squeezer))
+        summary.squeezes += squeezer.squeezes if squeezer else 0
         summary.kill_after_ms.append(round(killed_after * 1000, 1))
         check_files(data_dir, kv, config, summary, iteration)
         summary.iterations += 1
@@ -224,6 +268,7 @@ def run(iterations: int = 1000, max_seconds: float = 3600, workdir: Path | None 
             print(f"[{time.monotonic() - started:7.1f} s] {summary.iterations} kills, {kv.acks:,} KV and "
                   f"{config.acks:,} config writes acknowledged, {len(summary.violations)} violations", flush=True)
     summary.kv_acks, summary.config_acks = kv.acks, config.acks
+    summary.kv_errors, summary.config_errors = kv.errors, config.errors
     summary.leftover_temp_files = len(list(data_dir.glob("*.tmp")) + list(data_dir.glob(".*.tmp")))
     summary.seconds = round(time.monotonic() - started, 1)
     return summary
@@ -239,11 +284,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--workdir", help="keep the data and logs here (default: a temp dir, removed)")
     parser.add_argument("--json", help="write the summary here as JSON")
+    parser.add_argument("--fault", choices=["ENOSPC", "EMFILE", "EIO"], help="a disk kept filling up / an fd table "
+                        "kept running full / a device kept failing while writing (the first two as root)")
     args = parser.parse_args()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="namesrv-crash-"))
     try:
         summary = run(args.iterations, args.max_seconds, workdir, args.seed, (0.0, args.kill_after_max),
-                      args.window, progress=True)
+                      args.window, progress=True, fault=args.fault)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -259,6 +306,9 @@ def main() -> int:
           f"{brief['config_lag_median_max']} (writes in flight when killed)")
     print(f"kill after first ack    median/max {brief['kill_after_ms_median_max']} ms")
     print(f"temp files left behind  {summary.leftover_temp_files}")
+    if summary.fault:
+        print(f"fault {summary.fault:<17} {summary.squeezes} squeezes; answered with an error: {summary.kv_errors} KV, "
+              f"{summary.config_errors} config writes")
     if args.json:
         Path(args.json).write_text(json.dumps(brief, indent=2))
     return 0 if not summary.violations and summary.iterations else 1

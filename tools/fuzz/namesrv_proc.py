@@ -29,9 +29,10 @@ class ServerStartError(RuntimeError):
 
 class NamesrvProcess:
     def __init__(self, args: list[str], log_path: Path, cwd: Path, core: int | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, launcher: list[str] | None = None) -> None:
+        """``launcher``: what runs the server instead of ``python -m twisted_namesrv`` (eio_namesrv.py)."""
         self.log_path = log_path
-        self.cmd = [python, "-m", "twisted_namesrv", "--port", "0", "--bind", HOST, *args]
+        self.cmd = [*(launcher or [python, "-m", "twisted_namesrv"]), "--port", "0", "--bind", HOST, *args]
         if core is not None and _taskset():
             self.cmd = ["taskset", "-c", str(core), *self.cmd]
         env = dict(os.environ, HOME=str(cwd), PYTHONUNBUFFERED="1")

@@ -167,6 +167,19 @@ class ControllerConfig:
             raise ControllerConfigError(f"controllerDLegerSelfId: {self_id} is not among controllerDLegerPeers")
         return None
 
+    def refuse_lone_peers(self) -> None:
+        """Several peers with no consensus engine under them would each lead alone, with a log of
+        their own: two controllers handing out the same broker id and epoch.  Java's DLedger is a
+        Raft group; ours is not, so a Java-style multi-peer config (``controllerType=DLedger``, the
+        default) is refused, naming the key and the way to run several controllers: etcd."""
+        peers = self.peers
+        if len(peers) > 1:
+            raise ControllerConfigError(
+                f"controllerDLegerPeers: {len(peers)} peers ({', '.join(p.peer_id for p in peers)}) with "
+                f"controllerType={self.values['controllerType']} would each lead alone (two leaders); run several "
+                "controllers through etcd: controllerType=etcd and controllerEtcdEndpoints in each NameServer's -c "
+                "file (see docs/controller.md), or list only this controller's own peer")
+
     def properties_text(self) -> str:
         """GET_CONTROLLER_CONFIG's body: key=value lines (Java's getAllConfigsFormatString)."""
         lines = []

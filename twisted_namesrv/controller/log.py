@@ -13,6 +13,7 @@ not read back (a bad checksum before the end, a foreign file) refuses to start, 
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -21,9 +22,11 @@ from pathlib import Path
 from typing import Protocol
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
-from ..state.store import write_atomically
+from ..state.store import StoreError, write_atomically
 
+log = Logger()
 _RECORD = struct.Struct(">II")
 MAGIC = b"RMQCTLLOG1\n"
 MAX_RECORD = 64 << 20
@@ -38,7 +41,11 @@ class NotLeader(Exception):
 
 
 class ControllerLogError(Exception):
-    """The store cannot be read or written: the controller refuses to start (names the path)."""
+    """The store cannot be read or written: the controller refuses to start (names the path), or a
+    change is refused (``errno_name`` says why, for the metrics)."""
+
+    errno_name = "EUNKNOWN"
+    logged = False  # a refused append logged its line already: the dispatcher answers it without a traceback
 
 
 class ControllerLog(Protocol):
@@ -79,6 +86,8 @@ class FileControllerLog:
         self._fd: int | None = None
         self.records = 0
         self.bytes = 0
+        #: why the file may hold bytes past ``bytes`` (an append failed and its cut too), or None
+        self._dirty: OSError | None = None
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -107,6 +116,9 @@ class FileControllerLog:
                     good = len(MAGIC)
                 os.fsync(fd)
             os.lseek(fd, 0, os.SEEK_END)
+        except OSError as exc:
+            os.close(fd)
+            raise ControllerLogError(f"controllerStorePath: cannot prepare {self.path}: {exc.strerror}") from None
         except BaseException:
             os.close(fd)
             raise
@@ -155,18 +167,48 @@ class FileControllerLog:
             return defer.fail()
 
     def append(self, events: list[bytes]) -> defer.Deferred[None]:
-        """Write and fsync the records before firing: what is answered is on disk."""
+        """Write and fsync the records before firing: what is answered is on disk.  A write or fsync
+        that fails is undone before the error is answered: the file is cut back to its last good
+        record and fsync'd, so the next append lands right after it (never after a half record)
+        and a restart replays exactly the acknowledged events.  If even the cut fails, the log
+        refuses every append until a cut succeeds (each later append retries it)."""
         if self._fd is None:
             return defer.fail(ControllerLogError(f"controllerStorePath: {self.path} is not open"))
+        if self._dirty is not None and not self._cut_back():
+            return defer.fail(self._failed(self._dirty, "the log is not writable until it is cut back"))
         record = b"".join(_RECORD.pack(len(e), zlib.crc32(e)) + e for e in events)
         try:
             _write_all(self._fd, record)
             os.fsync(self._fd)
         except OSError as exc:
-            return defer.fail(ControllerLogError(f"controllerStorePath: cannot write {self.path}: {exc.strerror}"))
+            self._dirty = exc
+            undone = self._cut_back()
+            return defer.fail(self._failed(exc, "undone" if undone else "NOT undone: appends refused until it is"))
         self.records += len(events)
         self.bytes += len(record)
         return defer.succeed(None)
+
+    def _cut_back(self) -> bool:
+        """Truncate to the last good record and fsync; True when the file is clean again."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self.bytes)
+            os.fsync(self._fd)
+            os.lseek(self._fd, self.bytes, os.SEEK_SET)
+        except OSError as exc:
+            log.error("controllerStorePath: cannot cut {path} back to byte {size}: {why}", path=str(self.path),
+                      size=self.bytes, why=exc.strerror)
+            return False
+        self._dirty = None
+        return True
+
+    def _failed(self, exc: OSError, what: str) -> ControllerLogError:
+        name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+        error = ControllerLogError(f"controllerStorePath: cannot write {self.path}: {exc.strerror} ({name}); "
+                                   f"the change is refused, {what}")
+        error.errno_name, error.logged = name, True
+        log.error("{error}", error=str(error))
+        return error
 
     def compact(self, snapshot: bytes) -> None:
         """Replace the log by one record (a ReplicasSnapshotEvent of the state its events built):
@@ -175,10 +217,20 @@ class FileControllerLog:
         if self._fd is None:
             raise ControllerLogError(f"controllerStorePath: {self.path} is not open")
         data = MAGIC + _RECORD.pack(len(snapshot), zlib.crc32(snapshot)) + snapshot
-        write_atomically(self.path, data)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR)
-        os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            write_atomically(self.path, data, "controller log")
+        except StoreError as exc:
+            if not exc.replaced:
+                raise  # the log is as it was, and still open: nothing to do
+            # renamed in place, the rename perhaps not durable: either file replays to the same state
+        old, self._fd = self._fd, None
+        os.close(old)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR)
+            os.lseek(self._fd, 0, os.SEEK_END)
+        except OSError as exc:  # appends must not go to the old, unlinked file: stop here, loudly
+            raise ControllerLogError(f"controllerStorePath: cannot reopen {self.path} after compacting it: "
+                                     f"{exc.strerror}") from None
         self.records, self.bytes = 1, len(data)
 
     def close(self) -> None:

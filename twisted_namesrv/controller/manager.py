@@ -66,6 +66,8 @@ class ControllerManager:
         self.events_applied = 0
         #: broker name -> the last election: when, trigger, candidates, result, why (status page, API)
         self.elections: dict[str, dict[str, Any]] = {}
+        #: what a request's turn records once its events are durable (an election's record and count)
+        self._on_commit: list[Callable[[], None]] = []
         self._serial = defer.DeferredLock()
         #: at start, a file log of more events than this is rewritten as one snapshot of the state
         self.compact_after = COMPACT_AFTER
@@ -113,8 +115,12 @@ class ControllerManager:
                  groups=len(replicas.replica_info_table))
         compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
         if compact is not None and len(entries) > self.compact_after:
-            compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
-            log.info("controller log compacted: {events} events into one snapshot", events=len(entries))
+            try:
+                compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
+            except OSError as exc:  # the log is as it was: start on it, compact at the next start
+                log.warn("controller log not compacted: {why}", why=str(exc))
+            else:
+                log.info("controller log compacted: {events} events into one snapshot", events=len(entries))
 
     # -- requests through the log -------------------------------------------------------------
 
@@ -129,22 +135,30 @@ class ControllerManager:
     def _run(self, supplier: Callable[[], ControllerResult | None], write: bool) -> Any:
         if not self.ready:
             return not_leader()
+        self._on_commit = []
         result = supplier()
+        on_commit, self._on_commit = self._on_commit, []
         if result is None or not write or not result.events:
+            for record in on_commit:
+                record()
             return result
         try:
             yield self.store.append([encode_event(e) for e in result.events])
         except NotLeader as exc:
             self.metrics.log_append_total["failed"] += 1
+            self.metrics.log_append_failures["NotLeader"] += 1
             self.ready = False
             log.warn("events not written, not the leader any more (leader: {leader})", leader=exc.leader_address)
             return not_leader()
-        except Exception:
+        except Exception as exc:  # nothing applied: the answer is an error and the state is as it was
             self.metrics.log_append_total["failed"] += 1
+            self.metrics.log_append_failures[getattr(exc, "errno_name", type(exc).__name__)] += 1
             raise
         self.metrics.log_append_total["success"] += 1
         for event in result.events:
             self.replicas.apply_event(event)
+        for record in on_commit:  # an election the log refused did not happen: not shown, not counted
+            record()
         self.events_applied += len(result.events)
         return result
 
@@ -165,14 +179,14 @@ class ControllerManager:
         old_master = before.master_broker_id if before else None
         self.policy.last.candidates, self.policy.last.why = [], "first election: the broker that asked"
         result = self.replicas.elect_master(broker_name, broker_id, designate, self.policy)
-        self.metrics.election(cluster_name, broker_name, result.code)
+        self._on_commit.append(lambda: self.metrics.election(cluster_name, broker_name, result.code))
         if result.code == ControllerResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
             return result
         chosen = result.role_change.master_broker_id if result.role_change else None
         record = {"time": self.clock(), "trigger": trigger, "oldMaster": old_master,
                   "candidates": list(self.policy.last.candidates), "newMaster": chosen, "code": int(result.code),
                   "why": self.policy.last.why if result.code in (0, 2011) else (result.remark or "")}
-        self.elections[broker_name] = record
+        self._on_commit.append(lambda: self.elections.__setitem__(broker_name, record))
         log.info("election in broker group {group} ({trigger}): old master {old}, candidates {candidates} -> {outcome} "
                  "({why}; code {code})", group=broker_name, trigger=TRIGGERS.get(trigger, trigger), old=old_master,
                  candidates=record["candidates"],

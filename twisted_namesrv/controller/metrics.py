@@ -59,6 +59,8 @@ class ControllerMetrics:
     election_total: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: appends to the controller log (Java: dledger_op_total), by status
     log_append_total: Counter[str] = field(default_factory=Counter)
+    #: appends that failed (the change refused, nothing applied), by error: ENOSPC, EIO, ... or NotLeader
+    log_append_failures: Counter[str] = field(default_factory=Counter)
     role_changes: int = 0
 
     def request(self, code: int, status: str, micros: float | None) -> None:

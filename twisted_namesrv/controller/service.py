@@ -61,6 +61,8 @@ class ControllerService(service.MultiService):
         self.reactor = reactor
         try:
             self_peer = config.self_peer()
+            if consensus is None and store is None and leadership is None:  # the file log: a group of one
+                config.refuse_lone_peers()
         except ControllerConfigError as exc:
             raise CannotStart(str(exc)) from None
         bind_address = bind if self_peer is None or port is not None else self_peer.host

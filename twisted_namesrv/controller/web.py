@@ -52,6 +52,12 @@ class ControllerCollector(Collector):
         for status, count in sorted(metrics.log_append_total.items()):
             appends.add_metric([status], count)
         yield appends
+        failures = CounterMetricFamily("rocketmq_controller_log_append_failures", "Event batches the controller "
+                                       "log refused (nothing applied, the request answered an error), by error: "
+                                       "ENOSPC, EIO, EMFILE, NotLeader...", labels=["error"])
+        for error in sorted(set(metrics.log_append_failures) | {"ENOSPC", "EIO", "NotLeader"}):
+            failures.add_metric([error], metrics.log_append_failures[error])
+        yield failures
 
 
 def controller_status(controller: ControllerService) -> dict[str, Any]:
@@ -68,4 +74,5 @@ def controller_status(controller: ControllerService) -> dict[str, Any]:
             "leader": manager.ready, "leaderAddress": manager.address if manager.ready
             else manager.leadership.leader_address, "eventsApplied": manager.events_applied,
             "pushes": {"sent": controller.notifier.sent, "failed": controller.notifier.failed},
+            "term": getattr(manager.leadership, "term", None),  # the etcd leadership's (None: a sole leader)
             "groups": groups}

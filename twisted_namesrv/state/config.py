@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -458,10 +459,25 @@ class NamesrvConfig:
         config.sources = sources
         return config
 
-    def apply(self, props: dict[str, str]) -> None:
-        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys)."""
-        self._set(props)
-        self._validate()
+    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> None:
+        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or
+        none: a value the server cannot run with (ConfigError), or a save that fails
+        (``persist(stored_text)`` raising OSError), leaves every value as it was, in memory and on disk."""
+        values, extra = dict(self.values), dict(self.extra)
+        try:
+            self._set(props)
+            self._validate()
+            if persist is not None:
+                persist(self.stored_text())
+        except (ConfigError, OSError) as exc:
+            self.values.clear()
+            self.values.update(values)
+            self.extra.clear()
+            self.extra.update(extra)
+            if persist is not None and getattr(exc, "replaced", False):  # renamed in place, not durable
+                with suppress(OSError):
+                    persist(self.stored_text())
+            raise
         for listener in self._subscribers:
             listener()
 

@@ -1,16 +1,21 @@
 """KVConfigManager: namespaced key/value pairs (e.g. ORDER_TOPIC_CONFIG), persisted after
 every change as ``{"configTable":{namespace:{key:value}}}``, like Java's kvConfig.json.
 
+A change is saved before it is made in memory: a save that fails (a full disk, no fd left, an
+I/O error) raises StoreError and changes nothing, in memory or on disk.
+
 Each change is published to the subscribers as ``(namespace, key)``: an ORDER_TOPIC_CONFIG key
 shows in its topic's route answers, which the answer cache drops."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 from ..remoting import fastjson
 from ..remoting.fastjson import java_hash_map
+from .store import StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
@@ -21,6 +26,7 @@ class KVConfigError(Exception):
 
 class KVConfigManager:
     def __init__(self, persist: Callable[[bytes], None]) -> None:
+        """``persist(data)`` saves the whole table, raising StoreError when it cannot."""
         self.configTable: dict[str, dict[str, str]] = {}
         self._persist = persist
         self._subscribers: list[Callable[[str, str], None]] = []
@@ -50,18 +56,30 @@ class KVConfigManager:
         except (ValueError, AttributeError, TypeError) as exc:
             raise KVConfigError(f"cannot load KV config {path}: {exc}") from None
 
-    def encode(self) -> bytes:
-        table = {ns: java_hash_map(self.configTable[ns]) for ns in self.configTable}
-        return fastjson.dumps_bytes({"configTable": java_hash_map(table)})
+    def encode(self, table: dict[str, dict[str, str]] | None = None) -> bytes:
+        table = self.configTable if table is None else table
+        by_namespace = {ns: java_hash_map(table[ns]) for ns in table}
+        return fastjson.dumps_bytes({"configTable": java_hash_map(by_namespace)})
+
+    def _commit(self, table: dict[str, dict[str, str]]) -> None:
+        """Durable first, then in memory: a save that fails changes nothing."""
+        try:
+            self._persist(self.encode(table))
+        except StoreError as exc:
+            if exc.replaced:  # renamed in place but not durable: put the old table back
+                with suppress(StoreError):
+                    self._persist(self.encode())
+            raise
+        self.configTable = table
 
     def put(self, namespace: str, key: str, value: str | None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
-        entries = self.configTable.setdefault(namespace, {})
+        entries = dict(self.configTable.get(namespace, {}))
         if value is None:
             entries.pop(key, None)
         else:
             entries[key] = value
-        self._persist(self.encode())
+        self._commit({**self.configTable, namespace: entries})
         self._changed(namespace, key)
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
@@ -70,8 +88,7 @@ class KVConfigManager:
     def delete(self, namespace: str | None, key: str | None) -> None:
         entries = self.configTable.get(namespace)  # type: ignore[arg-type]
         if entries is not None and key in entries:
-            del entries[key]
-            self._persist(self.encode())
+            self._commit({**self.configTable, namespace: {k: v for k, v in entries.items() if k != key}})  # type: ignore[dict-item]
             self._changed(namespace, key)  # type: ignore[arg-type]
 
     def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:

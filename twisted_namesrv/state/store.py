@@ -1,34 +1,117 @@
-"""Crash-safe file replacement: a reader never sees a half-written file.
+"""Crash-safe file replacement: a reader never sees a half-written file, and a failed write
+leaves the file as it was.
 
 temp file in the same directory -> write -> fsync -> rename over the target -> fsync the directory.
 (Java 4.9.8 deletes then renames, 5.3.3 writes in place; both can lose the file on a crash.)
+The directory is opened first, so a closed fd table (EMFILE) fails before anything changed; a
+failure before the rename removes the temp file.  A failure after it (the directory's fsync: a
+failing device) puts the old file back: it is kept as a hard link (``<file>.old``) until the new
+one is durable, and renamed back over it - a rename needs no write to take effect, so the file a
+restart reads is the old one even while the device fails.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
+#: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
+opener: Callable[..., int] = os.open
+#: a file system without hard links: no ``.old`` kept (the old content cannot be put back then)
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK)
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+
+class StoreError(OSError):
+    """A change that could not be made durable; the file holds what it held (``replaced``: the new
+    content is in place, not durable, and the old could not be put back: the caller writes it)."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], cause: OSError, replaced: bool = False) -> None:
+        self.errno_name = errno.errorcode.get(cause.errno or 0, "EUNKNOWN")
+        self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
+        super().__init__(cause.errno, self.message)
+        self.what, self.path, self.cause, self.replaced = what, str(path), cause, replaced
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
+    """Replace ``path`` by ``data`` durably, or raise StoreError leaving it as it was (see above)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, reused next time
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    old = target.with_name(target.name + ".old")  # the same: a leftover is replaced at the next write
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = opener(target.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreError(what, target, exc) from None
     try:
-        os.fsync(dir_fd)
+        try:
+            kept = _keep_old(target, old)
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StoreError(what, target, exc) from None
+        try:
+            os.fsync(dir_fd)
+        except OSError as exc:
+            raise StoreError(what, target, exc, replaced=not _put_back(target, old, kept)) from None
+        with suppress(OSError):
+            old.unlink(missing_ok=True)
     finally:
         os.close(dir_fd)
+
+
+def _keep_old(target: Path, old: Path) -> bool:
+    """Hard-link the current file as ``old``; False when there is none (or no links here)."""
+    with suppress(FileNotFoundError):
+        old.unlink()
+    try:
+        os.link(target, old)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_LINKS:
+            return False
+        raise
+    return True
+
+
+def _put_back(target: Path, old: Path, kept: bool) -> bool:
+    """The old file back in place (or no file, as before); True when done."""
+    try:
+        if kept:
+            os.replace(old, target)
+        else:
+            target.unlink()
+    except OSError:
+        return False
+    return True
+
+
+class AtomicFile:
+    """One store file (the KV store, the saved config) under its key: ``save(data)`` replaces it
+    durably, or tells ``refused`` (the service logs the line and counts it) and raises StoreError."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str],
+                 refused: Callable[[StoreError], None] = lambda error: None) -> None:
+        self.what, self.path, self.refused = what, Path(path), refused
+
+    def save(self, data: bytes) -> None:
+        try:
+            write_atomically(self.path, data, self.what)
+        except StoreError as exc:
+            self.refused(exc)
+            raise
 
 
 def unwritable(path: str | os.PathLike[str]) -> str | None:

@@ -20,6 +20,8 @@ from ..outages import HealthWatch
 from ..peers import PeersService
 from ..server import RemotingFactory
 
+#: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
+STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
@@ -142,6 +144,13 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
+        failures = CounterMetricFamily("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the "
+                                       "saved config (configStorePath) that failed, so the change was refused and "
+                                       "nothing changed, by store and error", labels=["store", "error"])
+        counts = self.metrics.store_failures
+        for store, error in sorted(set(counts) | {(s, e) for s in STORES for e in STORE_ERRORS}):
+            failures.add_metric([store, error], counts[store, error])
+        yield failures
 
     def _admin_requests(self) -> Metric:
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
