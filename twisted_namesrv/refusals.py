@@ -1,0 +1,76 @@
+"""Refusals: whatever a listener refuses -- a plain peer on a TLS port, a failed handshake, a request
+the ACL turns away, an HTTP request without an account or for a foreign Host, a limit hit -- is one
+log line naming the listener, the peer and the reason, and one count in
+``namesrv_refusals_total{listener,reason}`` (web/collector.py).
+
+A peer looping on refused requests must not flood the log: each (listener, peer host, reason)'s
+first refusal is a warning, later ones are debug events, all counted (``LimitLog``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from twisted.logger import Logger
+
+log = Logger(namespace="twisted_namesrv.refusals")
+
+#: the listeners, as the metric's ``listener`` label names them
+LISTENERS = ("remoting", "controller", "http")
+#: every reason, by listener, served at 0 from the start so that an alert has a series to read
+REASONS: dict[str, tuple[str, ...]] = {
+    "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
+                 "tls_handshake", "not_tls"),
+    "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
+                   "memory_budget", "tls_handshake", "not_tls"),
+    "http": ("unauthenticated", "not_admin", "host"),
+}
+
+
+class LimitLog:
+    """Each (key, peer host)'s first hit is a warning; later ones are debug events (and counted
+    elsewhere), so a peer looping on bad frames or connections cannot flood the log."""
+
+    CAPACITY = 10_000  # (host, key) pairs remembered; forgotten all at once when full
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, host: str, limit: str, message: str, /, **fields: object) -> None:
+        key = (host, limit)
+        if key in self._seen:
+            log.debug(message, limit=limit, **fields)
+            return
+        if len(self._seen) >= self.CAPACITY:
+            self._seen.clear()
+        self._seen.add(key)
+        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=limit,
+                 host=host, **fields)
+
+
+def peer_host(peer: str) -> str:
+    """The host of ``host:port`` / ``[v6]:port`` (a bare host as it is)."""
+    if peer.startswith("["):
+        return peer[1:].partition("]")[0]
+    return peer.rpartition(":")[0] if peer.count(":") == 1 else peer
+
+
+class Refusals:
+    """One per server, shared by its listeners: the counts and the flood-limited log."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.limit_log = LimitLog()
+
+    def __call__(self, listener: str, reason: str, peer: str, message: str, **fields: object) -> None:
+        """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
+        ``{listener}``, ``{reason}`` and ``fields``."""
+        self.counts[listener, reason] += 1
+        self.limit_log(peer_host(peer), f"{listener}:{reason}", "refused on {listener}: " + message + " [{reason}]",
+                       listener=listener, reason=reason, peer=peer, refused=reason, **fields)
+
+    def series(self) -> list[tuple[str, str, int]]:
+        """(listener, reason, count) for every known series and any other counted."""
+        known = {(listener, reason) for listener, reasons in REASONS.items() for reason in reasons}
+        return [(listener, reason, self.counts[listener, reason])
+                for listener, reason in sorted(known | set(self.counts))]
