@@ -15,7 +15,7 @@ from twisted.web import pages, resource, server
 from ..context import NamesrvState
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
-from .auth import guarded
+from .auth import guarded, is_loopback
 from .collector import registry
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
@@ -137,7 +137,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     root.putChild(b"", StatusPage())
     root.putChild(b"metrics", MetricsPage(state, factory, controller))
     root.putChild(b"api", ApiResource(StatusApi(state, factory), controller))
-    site = QuietSite(guarded(root, state.acl))  # with aclEnable: accounts, but for web/auth.py's public paths
+    loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
+    site = QuietSite(guarded(root, state.acl, state.refusals, loopback))  # web/auth.py: what is served to whom
     site.displayTracebacks = False
     site.noisy = False
     return site
