@@ -206,10 +206,13 @@ def whitelisted(tmp_path):
     return AccessControl.from_file(str(path))
 
 
-def test_the_global_whitelist_needs_no_signature(whitelisted):
+def test_the_global_whitelist_lets_brokers_and_readers_in_unsigned_but_never_an_admin_write(whitelisted):
     for peer in ("10.10.3.4:5555", "192.168.0.77:5555"):
-        assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, peer) is None
-    assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, "10.11.3.4:5555")
+        assert whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, {}, None, peer) is None
+        assert whitelisted.refusal(RequestCode.REGISTER_BROKER, {}, None, peer) is None
+        # Java's ACL 1.0 lets a globally whitelisted peer do anything; an admin write stays signed here
+        assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, peer)
+    assert "No accessKey" in whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, {}, None, "10.11.3.4:5555")
 
 
 def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitelisted):
@@ -218,12 +221,14 @@ def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitel
         assert whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, unsigned, None, "172.16.0.5:1") is None
         assert "Check signature failed" in whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, unsigned, None,
                                                                "172.16.0.10:1")
-    assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": "ops"}, None, "172.16.0.5:1") is None
-    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": "broker"}, None, "172.16.0.5:1")
-    assert "Need admin permission" in refusal  # Java would let it through; an admin code stays admin-only here
+    for key in ("ops", "broker"):  # Java would let these through; an admin write is always signed here
+        refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": key}, None, "172.16.0.5:1")
+        assert "Check signature failed" in refusal
     assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, "172.16.0.5:1")
     signed_elsewhere = signed(PUT, "ops", "ops-secret")
     assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed_elsewhere, None, "8.8.8.8:1") is None
+    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed(PUT, "broker", "broker-secret"), None, "172.16.0.5:1")
+    assert "Need admin permission" in refusal
 
 
 @pytest.mark.parametrize(("remote", "ip"), [("10.0.0.1:5555", "10.0.0.1"), ("::1:5555", "::1"),
@@ -241,8 +246,10 @@ def test_whitelists_apply_through_the_dispatcher(tmp_path):
     path = tmp_path / "plain_acl.yml"
     path.write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\naccounts:\n  - accessKey: a\n    secretKey: s\n")
     ns = ns_with_acl(tmp_path, str(path))
-    assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SUCCESS  # Namesrv.call comes from 127.0.0.1
-    assert ns.state.kv.get("ns", "k") == "v"
+    assert ns.call(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b",
+                                                  "brokerId": "0"}).code == ResponseCode.SUCCESS  # from 127.0.0.1
+    assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SYSTEM_ERROR
+    assert ns.state.kv.get("ns", "k") is None
 
 
 def test_account_reprs_hold_no_secret():

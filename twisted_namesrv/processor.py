@@ -26,9 +26,10 @@ from .bodies.route import (
 )
 from .context import NamesrvState, Peer
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
-from .remoting.codes import V4_9_4
+from .remoting.codes import V4_9_4, code_name
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
+from .state.acl import ACL_EXCEPTION, request_class
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
@@ -154,7 +155,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
                                           state.config["inflateMaxLength"], None if known is None else known.digest,
-                                          routes.reusable_pieces(known))
+                                          routes.reusable_pieces(known), state.budget)
 
     def memo() -> RegistrationMemo | None:
         """What this broker's queues hold now, if a registration may skip it."""
@@ -420,7 +421,9 @@ def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Remoti
     denied = (acl.refusal(request.code, request.ext, request.body, peer.address)
               if acl and acl.guards(request.code) else None)
     if denied is not None:  # as a Java broker answers an AclException
-        log.warning("request %s from %s refused: %s", request.code, peer.address, denied)
+        state.refusals("remoting", "acl", peer.address, "request {code} ({name}, {kind}) refused: {why}",
+                       code=request.code, name=code_name(request.code), kind=request_class(request.code),
+                       why=denied.removeprefix(ACL_EXCEPTION + ": "))
         return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
     if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
         return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
