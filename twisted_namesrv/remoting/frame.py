@@ -154,6 +154,11 @@ class FrameDecoder:
         """Bytes received that do not yet make a whole frame."""
         return bytes(self._buffer)
 
+    @property
+    def pending_length(self) -> int:
+        """How many bytes are held for a frame not yet whole (no copy)."""
+        return len(self._buffer)
+
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         if not buffer and len(data) < ONE_COPY_FROM:  # the usual read: whole frames, nothing pending
