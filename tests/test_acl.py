@@ -227,7 +227,8 @@ def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitel
     assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, "172.16.0.5:1")
     signed_elsewhere = signed(PUT, "ops", "ops-secret")
     assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed_elsewhere, None, "8.8.8.8:1") is None
-    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed(PUT, "broker", "broker-secret"), None, "172.16.0.5:1")
+    by_broker = signed(PUT, "broker", "broker-secret")
+    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, by_broker, None, "172.16.0.5:1")
     assert "Need admin permission" in refusal
 
 

@@ -128,8 +128,8 @@ class Gate(resource.Resource):
         routed = b"/" + b"/".join(segments)
         host = request.getHeader(b"host")
         if self.loopback_only and host is not None and not is_loopback(host_of(host)):
-            return self._refused(request, 403, "host", "Host {host} is not this machine (the listener is "
-                                 "bound to loopback)", host=host.decode("latin-1")[:100])
+            return self._refused(request, 403, "host", "Host {named} is not this machine (the listener is "
+                                 "bound to loopback)", named=host.decode("latin-1")[:100])
         if self.acl is not None and not is_public(routed):
             account = self.account(request)
             if account is None:
