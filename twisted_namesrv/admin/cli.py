@@ -122,8 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def credentials() -> tuple[str, str] | None:
     """NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY (the environment keeps the secret off the command
-    line): sign every request for a NameServer with aclEnable."""
+    line): sign every request for a NameServer with aclEnable.  One without the other is an
+    AdminError (usage: exit 2): sending unsigned requests while the operator meant to sign them
+    would be refused, or worse, accepted from a whitelisted address, without a word."""
     access_key, secret_key = os.environ.get("NAMESRV_ACCESS_KEY"), os.environ.get("NAMESRV_SECRET_KEY")
+    if bool(access_key) != bool(secret_key):
+        given, missing = (("NAMESRV_ACCESS_KEY", "NAMESRV_SECRET_KEY") if access_key
+                          else ("NAMESRV_SECRET_KEY", "NAMESRV_ACCESS_KEY"))
+        raise AdminError(f"{given} is set but {missing} is not: set both to sign requests (aclEnable), or "
+                         "neither to send them unsigned")
     return (access_key, secret_key) if access_key and secret_key else None
 
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return 2
     try:
         tls = tls_context(args)
+        keys = credentials()
     except AdminError as exc:
         err.write(f"error: {exc}\n")
         return 2
@@ -161,11 +169,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         err.write(f"error: {exc}\n")
         return 2
     if args.command == "compare":
-        return run_compare(addrs, args, out, err, tls)
+        return run_compare(addrs, args, out, err, tls, keys)
     if args.command == "simulate-broker":
-        return simulate.run_simulation(addrs, args, credentials(), out, err)
+        return simulate.run_simulation(addrs, args, keys, out, err)
     try:
-        with Namesrvs(addrs, args.timeout, credentials(), tls) as namesrvs:
+        with Namesrvs(addrs, args.timeout, keys, tls) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:
         err.write(f"error: {exc}\n")
@@ -180,13 +188,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
 
 
 def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: TextIO,
-                tls: ssl.SSLContext | None = None) -> int:
+                tls: ssl.SSLContext | None = None, keys: tuple[str, str] | None = None) -> int:
     if len(addrs) < 2:
         err.write("error: compare needs at least two different NameServers\n")
         return 2
     snapshots = {}
     for addr in addrs:
-        client = NamesrvClient(addr, args.timeout, credentials(), tls)
+        client = NamesrvClient(addr, args.timeout, keys, tls)
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:
