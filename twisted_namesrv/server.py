@@ -93,7 +93,7 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
-        pending = self.decoder.pending_length
+        pending = self.decoder.pending_memory
         if pending or self.held:  # an unfinished frame (rare but for big ones): held against the budget
             self.held = pending
             self.factory.budget.hold(self, pending)
@@ -161,8 +161,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.held = 0
         self.close_reason = "memory budget: closed holding the largest unfinished frame"
         self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the largest unfinished "
-                            "frame ({held} bytes) and peers hold {total} bytes, over receiveMemoryBudget ({limit})",
-                            held=held, total=budget.held + held, limit=budget.limit)
+                            "frame ({held} bytes) and peers hold {total} bytes, over receiveMemoryBudget "
+                            "({budget_bytes})",
+                            held=held, total=budget.held + held, budget_bytes=budget.limit)
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)
         self.transport.abortConnection()
 

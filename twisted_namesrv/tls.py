@@ -117,7 +117,7 @@ class SniffingProtocol(protocol.Protocol):
                 self.factory.remoting.refuse("not_tls", peer, "a plain (non-TLS) peer on a port with "
                                              "tls.server.mode=enforcing, closing the connection (first byte {byte})",
                                              byte=f"0x{data[0]:02x}")
-                self.transport.abortConnection()
+                self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
             inner = self.factory.remoting if plain else self.factory.tls
             self.delegate = inner.buildProtocol(self.addr)

@@ -9,7 +9,6 @@ only (bad options, a malformed address).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import ssl
 import sys
@@ -27,6 +26,7 @@ from .client import (
     split_namesrv_list,
 )
 from .controller import CONTROLLER_SUBCOMMANDS
+from .terminal import json_text, printable, printable_lines
 
 SUBCOMMANDS = {
     # name: (function, help, [(flags, dest, help, required)])
@@ -175,15 +175,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     try:
         with Namesrvs(addrs, args.timeout, keys, tls) as namesrvs:
             outcome = args.function(namesrvs, args)
-    except AdminError as exc:
-        err.write(f"error: {exc}\n")
+    except AdminError as exc:  # its text may quote a NameServer's remark
+        err.write(f"error: {printable(exc)}\n")
         return 1
     if args.json:
-        out.write(json.dumps(outcome.data, indent=2, ensure_ascii=False) + "\n")
+        out.write(json_text(outcome.data) + "\n")
     elif outcome.text:
-        out.write(outcome.text + "\n")
+        out.write(printable_lines(outcome.text) + "\n")
     for error in outcome.errors:
-        err.write(f"error: {error}\n")
+        err.write(f"error: {printable(error)}\n")
     return 1 if outcome.errors else 0
 
 
@@ -198,7 +198,7 @@ def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: Te
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:
-            err.write(f"error: {exc}\n")
+            err.write(f"error: {printable(exc)}\n")
         finally:
             client.close()
     if len(snapshots) < len(addrs):
@@ -212,8 +212,8 @@ def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: Te
                 "counts": {addr: s.counts() for addr, s in snapshots.items()},
                 "differences": [{"path": list(d.path), "values": d.values} for d in report.shown],
                 "ignoredGenerationOnly": len(report.ignored)}
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(json_text(data) + "\n")
         return 1 if report.shown else 0
     lines = report.lines() if report.shown else [compare.agreement(addrs, snapshots[addrs[0]])]
-    out.writelines(f"{line}\n" for line in [*lines, *([note] if note else [])])
+    out.writelines(f"{printable_lines(line)}\n" for line in [*lines, *([note] if note else [])])
     return 1 if report.shown else 0

@@ -124,10 +124,11 @@ class RegisterBrokerBody:
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
-                         ) -> RegisterBrokerBody:
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                         budget: Budget | None = None) -> RegisterBrokerBody:
     """decode_register_body_steps straight through."""
-    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest))
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest,
+                                                budget=budget))
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,

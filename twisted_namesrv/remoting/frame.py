@@ -155,9 +155,11 @@ class FrameDecoder:
         return bytes(self._buffer)
 
     @property
-    def pending_length(self) -> int:
-        """How many bytes are held for a frame not yet whole (no copy)."""
-        return len(self._buffer)
+    def pending_memory(self) -> int:
+        """What the bytes held for a frame not yet whole take in memory (the buffer's allocation,
+        which grows ahead of its length), 0 when none are."""
+        buffer = self._buffer
+        return buffer.__sizeof__() if buffer else 0
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
