@@ -49,8 +49,25 @@ BROKER, ADMIN, READ = "broker", "admin", "read"
 RELOAD_INTERVAL_SECONDS = 5.0
 
 
+#: the controller's (RocketMQ 5.x controller mode, its own port): what brokers send for themselves --
+#: heartbeat, alter sync-state set, register, next/apply broker id, and an election a broker asks for
+CONTROLLER_BROKER_CODES = frozenset({904, 1001, 1002, 1003, 1012, 1013})
+#: ... and what operators send: update the controller's config (unclean election), clean a group's data
+CONTROLLER_ADMIN_CODES = frozenset({1009, 1011})
+CONTROLLER_ELECT_MASTER = 1002
+
+
 def request_class(code: int) -> str:
     return BROKER if code in BROKER_CODES else ADMIN if code in ADMIN_CODES else READ
+
+
+def controller_request_class(code: int, ext: Mapping[str, str | None]) -> str:
+    """A controller request's class: an election that designates its master (mqadmin electMaster,
+    ``designateElect=true``) is an operator's, one a broker asks for is a broker's."""
+    if code in CONTROLLER_ADMIN_CODES or (code == CONTROLLER_ELECT_MASTER and
+                                          (ext.get("designateElect") or "").lower() == "true"):
+        return ADMIN
+    return BROKER if code in CONTROLLER_BROKER_CODES else READ
 
 
 class AclConfigError(ValueError):
@@ -225,14 +242,15 @@ class AccessControl:
             return f"not reloaded, the accounts read before stay: {exc}"
         return f"reloaded {self.path}: {len(self.accounts)} accounts"
 
-    def guards(self, code: int) -> bool:
-        return self.read_required or code in BROKER_CODES or code in ADMIN_CODES
+    def guards(self, code: int, kind: str | None = None) -> bool:
+        return self.read_required or (kind or request_class(code)) != READ
 
     def refusal(self, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
-                remote: str = "") -> str | None:
+                remote: str = "", kind: str | None = None) -> str | None:
         """None when the request from ``remote`` (the peer's ``ip:port``) may proceed, else the
-        AclException text Java would send."""
-        kind = request_class(code)
+        AclException text Java would send.  ``kind``: the request's class when it is not the
+        NameServer's code (the controller's: ``controller_request_class``)."""
+        kind = kind or request_class(code)
         address = peer_ip(remote)
         if kind != ADMIN and address is not None and (
                 self.global_white(address) or (kind == BROKER and self.broker_networks(address))):
