@@ -33,8 +33,9 @@ def printable(value: Any) -> str:
 
 
 def printable_lines(text: str) -> str:
-    """``text`` escaped but for its newlines, which stay line breaks."""
-    return "\n".join(printable(line) for line in text.split("\n"))
+    """``text`` escaped but for its newlines and tabs, which lay it out (mqadmin's tables are
+    tab-separated); the fields a subcommand puts in it are escaped whole (``printable``)."""
+    return "\n".join("\t".join(map(printable, line.split("\t"))) for line in text.split("\n"))
 
 
 def json_text(document: Any, indent: int = 2) -> str:
