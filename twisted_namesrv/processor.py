@@ -25,11 +25,11 @@ from .bodies.route import (
     topic_route_bean,
 )
 from .context import NamesrvState, Peer
+from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
-from .remoting.codes import V4_9_4, code_name
+from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import java_bool, optional_long, parse_java_integer
-from .state.acl import ACL_EXCEPTION, request_class
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
@@ -417,13 +417,9 @@ def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer
 
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
     """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
-    acl = state.acl
-    denied = (acl.refusal(request.code, request.ext, request.body, peer.address)
-              if acl and acl.guards(request.code) else None)
+    denied = acl_refusal(state.acl, state.refusals, "remoting", request.code, request.ext, request.body,
+                         peer.address)
     if denied is not None:  # as a Java broker answers an AclException
-        state.refusals("remoting", "acl", peer.address, "request {code} ({name}, {kind}) refused: {why}",
-                       code=request.code, name=code_name(request.code), kind=request_class(request.code),
-                       why=denied.removeprefix(ACL_EXCEPTION + ": "))
         return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
     if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
         return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -10,8 +10,12 @@ first refusal is a warning, later ones are debug events, all counted (``LimitLog
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from twisted.logger import Logger
+
+from .remoting.codes import code_name
+from .state.acl import ACL_EXCEPTION, AccessControl, request_class
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
@@ -74,3 +78,18 @@ class Refusals:
         known = {(listener, reason) for listener, reasons in REASONS.items() for reason in reasons}
         return [(listener, reason, self.counts[listener, reason])
                 for listener, reason in sorted(known | set(self.counts))]
+
+
+def acl_refusal(acl: AccessControl | None, refusals: Refusals, listener: str, code: int,
+                ext: Mapping[str, str | None], body: bytes | memoryview | None, peer: str,
+                kind: str | None = None) -> str | None:
+    """The AclException text a request from ``peer`` is refused with (logged and counted as
+    ``acl`` on ``listener``), or None when the ACL is off or lets it in.  ``kind``: its class when
+    it is not a NameServer code's (the controller's)."""
+    if acl is None or not acl.guards(code, kind):
+        return None
+    denied = acl.refusal(code, ext, body, peer, kind)
+    if denied is not None:
+        refusals(listener, "acl", peer, "request {code} ({name}, {kind}) refused: {why}", code=code,
+                 name=code_name(code), kind=kind or request_class(code), why=denied.removeprefix(ACL_EXCEPTION + ": "))
+    return denied

@@ -192,7 +192,8 @@ class NamesrvService(service.MultiService):
         if config["enableControllerInNamesrv"] or controller_port is not None:
             from .controller.service import embedded_controller
 
-            self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
+            self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
+                                                  self.state.refusals, self.state.budget)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here

@@ -21,11 +21,15 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import CannotStart
+from ..budget import MemoryBudget
 from ..context import Peer
 from ..dispatch import Later, answer_frame_by_frame
 from ..metrics import Metrics
+from ..refusals import Refusals, acl_refusal
 from ..remoting import RemotingCommand
 from ..server import RemotingFactory
+from ..state.acl import AccessControl, controller_request_class
+from ..tls import listening_factory
 from .codes import ControllerResponseCode as Code
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
@@ -49,9 +53,12 @@ class ControllerDispatcher:
 
     count_requests = True
 
-    def __init__(self, manager: ControllerManager, metrics: Metrics) -> None:
+    def __init__(self, manager: ControllerManager, metrics: Metrics, acl: AccessControl | None = None,
+                 refusals: Refusals | None = None) -> None:
         self.manager = manager
         self.metrics = metrics
+        self.acl = acl  # the NameServer's, with aclEnable: the controller's port is under it too
+        self.refusals = refusals or Refusals()
 
     def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
         return answer_frame_by_frame(self.handle, frames, peer, out)
@@ -61,6 +68,10 @@ class ControllerDispatcher:
         if request.is_response:
             return None  # brokers' answers to our oneway pushes: nothing waits for them
         begun = perf_counter()
+        denied = acl_refusal(self.acl, self.refusals, "controller", request.code, request.ext, request.body,
+                             peer.address, controller_request_class(request.code, request.ext))
+        if denied is not None:  # as the NameServer's port answers an AclException
+            return self._encoded(request, reply(request, Code.SYSTEM_ERROR, denied), begun, "failed")
         handler = HANDLERS.get(request.code)
         if handler is None:
             return self._encoded(request, reply(request, Code.REQUEST_CODE_NOT_SUPPORTED,
@@ -152,7 +163,9 @@ class ControllerService(service.MultiService):
                  bind: str = "127.0.0.1", store: ControllerLog | None = None,
                  leadership: Leadership | None = None, max_frame_length: int = 16 * 1024 * 1024,
                  idle_timeout: float = 120, store_path: str | None = None, consensus: Any = None,
-                 max_connections: int = 10_000, max_header_length: int | None = 65536) -> None:
+                 max_connections: int = 10_000, max_header_length: int | None = 65536,
+                 acl: AccessControl | None = None, refusals: Refusals | None = None,
+                 budget: MemoryBudget | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -181,9 +194,12 @@ class ControllerService(service.MultiService):
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
             DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
             close_channel=self._close_channel, metrics=self.controller_metrics)
-        self.dispatcher = ControllerDispatcher(self.manager, self.metrics)
+        self.dispatcher = ControllerDispatcher(self.manager, self.metrics, acl, refusals)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length,  # type: ignore[arg-type]
-                                       idle_timeout, max_connections, max_header_length)
+                                       idle_timeout, max_connections, max_header_length, self.dispatcher.refusals,
+                                       budget, "controller")
+        #: what the port listens with: the factory, or TLS over it (tls.listening_factory)
+        self.listening: protocol.Factory = self.factory
         self.port: Any = None
         self._scans = [self._looping(self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
                        self._looping(self.manager.scan_inactive_master, "scanInactiveMasterInterval")]
@@ -214,7 +230,7 @@ class ControllerService(service.MultiService):
         if self.port is not None:
             return
         try:
-            self.port = self.reactor.listenTCP(self.listen_port, self.factory, interface=self.bind_address)
+            self.port = self.reactor.listenTCP(self.listen_port, self.listening, interface=self.bind_address)
         except CannotListenError as exc:
             cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
             reason = f"cannot listen on {self.bind_address}:{self.listen_port} (controller): {cause}"
@@ -272,10 +288,13 @@ class ControllerService(service.MultiService):
 
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
-                        bind: str | None = None) -> ControllerService:
+                        bind: str | None = None, acl: AccessControl | None = None,
+                        refusals: Refusals | None = None, budget: MemoryBudget | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file; its store defaults to
-    ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with."""
+    ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with.
+    Its port is under the NameServer's rules: ``tls.server.mode`` (as Java's controller follows
+    TlsSystemConfig), the ACL (``acl``), the refusals' log and counts, the memory budget."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
         props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
@@ -295,11 +314,14 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
     consensus = None
     if namesrv_config.values.get("controllerType") == "etcd":  # several peers agree through etcd
         consensus = _etcd_consensus({**namesrv_config.values, **props}, config, bind, port, reactor)
-    return ControllerService(config, reactor, port=port, bind=bind, store_path=store_path,
-                             max_frame_length=namesrv_config["frameMaxLength"],
-                             idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus,
-                             max_connections=namesrv_config["maxConnections"],
-                             max_header_length=namesrv_config["headerMaxLength"])
+    controller = ControllerService(config, reactor, port=port, bind=bind, store_path=store_path,
+                                   max_frame_length=namesrv_config["frameMaxLength"],
+                                   idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"],
+                                   consensus=consensus, max_connections=namesrv_config["maxConnections"],
+                                   max_header_length=namesrv_config["headerMaxLength"], acl=acl, refusals=refusals,
+                                   budget=budget)
+    controller.listening = listening_factory(namesrv_config, controller.factory)  # a bad TLS setup fails here
+    return controller
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,
