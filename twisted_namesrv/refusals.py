@@ -70,7 +70,8 @@ class Refusals:
         """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
         ``{listener}``, ``{reason}`` and ``fields``."""
         self.counts[listener, reason] += 1
-        self.limit_log(peer_host(peer), f"{listener}:{reason}", "refused on {listener}: " + message + " [{reason}]",
+        self.limit_log(peer_host(peer), f"{listener}:{reason}",
+                       "refused on {listener} from {peer}: " + message + " [{reason}]",
                        listener=listener, reason=reason, peer=peer, refused=reason, **fields)
 
     def series(self) -> list[tuple[str, str, int]]:
@@ -82,14 +83,15 @@ class Refusals:
 
 def acl_refusal(acl: AccessControl | None, refusals: Refusals, listener: str, code: int,
                 ext: Mapping[str, str | None], body: bytes | memoryview | None, peer: str,
-                kind: str | None = None) -> str | None:
+                kind: str | None = None, name: str | None = None) -> str | None:
     """The AclException text a request from ``peer`` is refused with (logged and counted as
     ``acl`` on ``listener``), or None when the ACL is off or lets it in.  ``kind``: its class when
-    it is not a NameServer code's (the controller's)."""
+    it is not a NameServer code's (the controller's), ``name`` the code's name then."""
     if acl is None or not acl.guards(code, kind):
         return None
     denied = acl.refusal(code, ext, body, peer, kind)
     if denied is not None:
         refusals(listener, "acl", peer, "request {code} ({name}, {kind}) refused: {why}", code=code,
-                 name=code_name(code), kind=kind or request_class(code), why=denied.removeprefix(ACL_EXCEPTION + ": "))
+                 name=name or code_name(code), kind=kind or request_class(code),
+                 why=denied.removeprefix(ACL_EXCEPTION + ": "))
     return denied

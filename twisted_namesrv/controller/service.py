@@ -30,6 +30,7 @@ from ..remoting import RemotingCommand
 from ..server import RemotingFactory
 from ..state.acl import AccessControl, controller_request_class
 from ..tls import listening_factory
+from .codes import ControllerRequestCode as Req
 from .codes import ControllerResponseCode as Code
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
@@ -69,7 +70,8 @@ class ControllerDispatcher:
             return None  # brokers' answers to our oneway pushes: nothing waits for them
         begun = perf_counter()
         denied = acl_refusal(self.acl, self.refusals, "controller", request.code, request.ext, request.body,
-                             peer.address, controller_request_class(request.code, request.ext))
+                             peer.address, controller_request_class(request.code, request.ext),
+                             Req(request.code).name if request.code in Req._value2member_map_ else None)
         if denied is not None:  # as the NameServer's port answers an AclException
             return self._encoded(request, reply(request, Code.SYSTEM_ERROR, denied), begun, "failed")
         handler = HANDLERS.get(request.code)
