@@ -40,16 +40,16 @@ class LimitLog:
     def __init__(self) -> None:
         self._seen: set[tuple[str, str]] = set()
 
-    def __call__(self, host: str, limit: str, message: str, /, **fields: object) -> None:
-        key = (host, limit)
+    def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
+        key = (host, f"{listener}:{limit}")  # each listener's first hit of a limit is a warning of its own
         if key in self._seen:
-            log.debug(message, limit=limit, **fields)
+            log.debug(message, limit=limit, listener=listener, **fields)
             return
         if len(self._seen) >= self.CAPACITY:
             self._seen.clear()
         self._seen.add(key)
         log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=limit,
-                 host=host, **fields)
+                 host=host, listener=listener, **fields)
 
 
 def peer_host(peer: str) -> str:
@@ -70,8 +70,7 @@ class Refusals:
         """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
         ``{listener}``, ``{reason}`` and ``fields``."""
         self.counts[listener, reason] += 1
-        self.limit_log(peer_host(peer), f"{listener}:{reason}",
-                       "refused on {listener} from {peer}: " + message + " [{reason}]",
+        self.limit_log(peer_host(peer), reason, "refused on {listener} from {peer}: " + message + " [{reason}]",
                        listener=listener, reason=reason, peer=peer, refused=reason, **fields)
 
     def series(self) -> list[tuple[str, str, int]]:

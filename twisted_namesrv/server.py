@@ -223,7 +223,7 @@ class RemotingFactory(protocol.Factory):
         """A refused frame, request or connection: counted (namesrv_rejected_total and
         namesrv_refusals_total) and logged with the peer (refusals.py)."""
         self.metrics.reject(reason)
-        self.refusals(self.listener, reason, peer, message, **fields)
+        self.refusals(self.listener, reason, peer, message, rejected=reason, **fields)
 
     def close_channel(self, channel: int) -> None:
         connection = self.connections.get(channel)
