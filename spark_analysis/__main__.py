@@ -24,10 +24,11 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
 from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
-from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT  # noqa: E402 - after the check: numpy
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
+#: exit status when the captures hold no NameServer traffic (no endpoint answered a NameServer's requests)
+NO_NAMESERVER = 6
 #: exit status when Spark's JVM does not start (Java missing or failing)
 JVM_FAILED = 4
 #: exit status when a remote input or output cannot be reached or read (a missing connector, a host down)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     starting = session.start_workers(spark)
     try:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
-        counts = analyse(spark, args.inputs, args.out, args.port, split_size,
+        counts = analyse(spark, args.inputs, args.out, tuple(args.port), split_size,
                          tasks_every=None if os.isatty(2) else TASKS_EVERY_S)  # on a terminal, Spark's bar
     except Py4JJavaError as error:
         said = remote.problem(spark, error)
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     if not any(f["problem"] in (None, TRUNCATED) and f["records"] for f in files):
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
+    if not counts["summary"]["nameservers"]:
+        print(f"{parser.prog}: error: no NameServer traffic found (no endpoint was asked a NameServer's requests"
+              f"{' on port ' + ', '.join(map(str, args.port)) if args.port else ''}): see the findings",
+              file=sys.stderr)
+        return NO_NAMESERVER
     return 0
 
 
@@ -212,7 +218,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--overwrite", action="store_true", help="write into an existing non-empty --out")
     report.add_argument("--master", type=spark_master,
                         help="Spark master (default: local[*], or what spark-submit was given)")
-    report.add_argument("--port", type=_port, default=DEFAULT_SERVER_PORT, help="NameServer port (default 9876)")
+    report.add_argument("--port", type=_port, action="append", default=[],
+                        help="only traffic to or from this port (repeatable; default: every port, the NameServers "
+                             "found from their traffic)")
     report.add_argument("--split-mib", type=_mib, help="MiB of capture per task (default: by input size)")
     report.add_argument("--spark-log", default="ERROR", metavar="LEVEL", type=str.upper, choices=_LOG_LEVELS,
                         help="Spark's own log level (default ERROR; WARN or INFO to see more)")

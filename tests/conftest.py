@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 SPARK_MISSING = importlib.util.find_spec("pyspark") is None and not os.environ.get("CI")
 collect_ignore = ["spark"] if SPARK_MISSING else []
+REPO = Path(__file__).resolve().parents[1]
+#: what the wheel is built from
+WHEEL_SOURCES = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "twisted_namesrv", "spark_analysis",
+                 "twisted/plugins/namesrv_plugin.py")
+BUILD_TIMEOUT = 120
 
 
 def pytest_report_header() -> list[str]:
@@ -27,3 +36,28 @@ def taken_port():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         yield busy.getsockname()[1]
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, HOME=str(tmp_path))
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built offline from a copy of the sources (no build/ in the checkout);
+    once per run for the packaging and systemd tests."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    for name in WHEEL_SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
+        else:
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
+                   check=True, timeout=BUILD_TIMEOUT, env=clean_env(tmp))
+    (built,) = (tmp / "dist").glob("twisted_namesrv-*.whl")
+    return built

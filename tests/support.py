@@ -1,9 +1,8 @@
-"""Test helpers shared by the suites: the shared captures, an in-process server on an
+"""Test helpers shared by the suites: the golden captures, an in-process server on an
 ephemeral loopback port, and a minimal remoting client."""
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,14 @@ from twisted_namesrv.remoting import FrameDecoder, RemotingCommand
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
-CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
+CAPTURES = Path(__file__).resolve().parent / "data" / "golden"  # real Java traffic, kept in the repo
 TIMEOUT = 10  # seconds a test waits for an answer before it fails instead of hanging
 
 
 def require_captures(what: str) -> None:
-    """Outside CI a checkout without ../shared skips capture tests; in CI (CI=true, shared/
-    beside the clone) a missing capture is a failure, never a silent skip."""
-    message = (f"shared capture {what} not present: these tests replay recorded Java NameServer traffic, kept "
-               "outside the repository; put the capture set in a 'shared' directory beside the checkout "
-               "(../shared/captures), see docs/startup.md")
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    """The golden captures are part of the repository: one missing is a broken checkout, never a skip."""
+    pytest.fail(f"golden capture {what} not present: the recorded Java NameServer traffic the replay, frame "
+                "and Spark tests compare with lives in tests/data/golden (see its README.md)")
 
 
 def capture(name: str) -> Path:

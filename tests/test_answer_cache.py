@@ -191,7 +191,7 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    routes._broker_changed("a")
+    routes.broker_changed("a")
     assert sorted(answers.routes) == ["T2"]
     assert list(answers.tables["topic"]) == [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]
     assert answers.tables["broker"] == {}
@@ -254,6 +254,15 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
     assert servers[0][0].factory.metrics.answered_from_memory_count > 0
 
 
+def assert_same_answers(kept, reference, frames: list[bytes]) -> None:
+    """``frames`` in one read to both servers (protocol, transport): the same bytes back."""
+    for protocol, _ in (kept, reference):
+        protocol.dataReceived(b"".join(frames))
+    assert kept[1].value() == reference[1].value(), frames
+    kept[1].clear()
+    reference[1].clear()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pipelined_requests_from_memory_equal_answers_from_the_tables(tmp_path, seed: int) -> None:
     """Several requests in one read, as pipelining clients send them: lookups repeating the one
@@ -280,9 +289,47 @@ def test_pipelined_requests_from_memory_equal_answers_from_the_tables(tmp_path, 
             else:
                 request = other_request(rng, opaque)
             batch.append(request.encode())
-        for protocol in (kept, reference):
-            protocol.dataReceived(b"".join(batch))
-        assert kept_out.value() == reference_out.value(), batch
-        kept_out.clear()
-        reference_out.clear()
+        assert_same_answers((kept, kept_out), (reference, reference_out), batch)
+    assert kept.factory.metrics.answered_from_memory_count > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_block_of_pipelined_repeats_equals_answers_from_the_tables(tmp_path, seed: int) -> None:
+    """One client's lookups of one topic, 4 to 40 in a read (spliced as a block): opaques of one
+    width or mixed, and one frame's digits made what Java reads otherwise (a leading zero, a
+    letter, past int32, a sign) or its bytes after the opaque changed: the answers equal those of a
+    server that keeps nothing, and the frames after a refused one are answered as well."""
+    rng = random.Random(seed)
+    kept, kept_out, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_out, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {  # each topic its own route
+        n: TopicConfig(n, 4 + i, 4 + i, 6) for i, n in enumerate(TOPICS)}), False, False)
+    for protocol in (kept, reference):
+        send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1",
+                                                     "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    for _ in range(60):
+        topic, width = rng.choice(TOPICS), rng.choice([1, 3, 5, 9, 10])
+        frames = []
+        for _ in range(rng.randint(4, 40)):
+            opaque = rng.randint(10 ** (width - 1) if width > 1 else 0, min(10 ** width - 1, 2**31 - 1))
+            if rng.random() < 0.1:
+                opaque = rng.randint(1, 10**6)  # another width
+            frames.append(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                                  opaque=opaque, version=409).encode())
+        if rng.random() < 0.5:
+            spoiled = rng.randrange(len(frames))
+            frame = frames[spoiled]
+            at = frame.find(b'"opaque":') + len(b'"opaque":')
+            end = at
+            while frame[end:end + 1].isdigit():
+                end += 1
+            digits = frame[at:end]
+            spoil = rng.choice([b"0" + digits[1:], digits[:-1] + b"x", b"-" + digits[1:], b"9" * len(digits),
+                                digits.replace(digits[:1], b"7", 1)])
+            frames[spoiled] = frame[:at] + spoil + frame[end:]
+        if rng.random() < 0.5:  # the same length, other bytes before or after the opaque
+            other = rng.randrange(1, len(frames))
+            frames[other] = frames[other].replace(*rng.choice([(b'"version":409', b'"version":408'),
+                                                               (topic.encode(), rng.choice(TOPICS).encode())]))
+        assert_same_answers((kept, kept_out), (reference, reference_out), frames)
     assert kept.factory.metrics.answered_from_memory_count > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -53,7 +54,7 @@ def image() -> tuple[str, str, dict[str, str]]:
                            timeout=BUILD_TIMEOUT)
     assert built.returncode == 0, built.stderr[-4000:]
     name = built.stdout.strip().splitlines()[-1]
-    assert name.startswith("twisted-namesrv:"), built.stdout
+    assert name.startswith("localhost/twisted-namesrv:"), built.stdout
     return engine, name, env
 
 
@@ -65,6 +66,17 @@ def http_get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def first_200(url: str) -> tuple[int, bytes]:
+    """The first 200 answer from ``url`` within READY_WITHIN seconds of a container's start, else the last."""
+    deadline, answer = time.monotonic() + READY_WITHIN, (0, b"")
+    while time.monotonic() < deadline and answer[0] != 200:
+        try:
+            answer = http_get(url)
+        except OSError:
+            time.sleep(0.2)
+    return answer
+
+
 def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
     engine, name, env = image
     port, http = free_port(), free_port()
@@ -74,12 +86,7 @@ def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_ch
     started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
     assert started.returncode == 0, started.stderr
     try:
-        deadline, ready = time.monotonic() + READY_WITHIN, (0, b"")
-        while time.monotonic() < deadline and ready[0] != 200:
-            try:
-                ready = http_get(f"http://127.0.0.1:{http}/readyz")
-            except OSError:
-                time.sleep(0.2)
+        ready = first_200(f"http://127.0.0.1:{http}/readyz")
         logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
         assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
         assert json.loads(ready[1])["failing"] == []
@@ -122,3 +129,76 @@ def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
     refused = subprocess.run([engine, "run", "--rm", name, "--port", "abc"], capture_output=True, text=True,
                              env=env, timeout=60)
     assert refused.returncode == 2 and "--port" in refused.stderr, refused
+
+
+def documented(page: str, start: str) -> str:
+    """The first line of a page's sh blocks that starts with ``start`` (continuations joined)."""
+    from tests.test_docs_commands import FENCE, logical_lines
+
+    text = (REPO / page).read_text(encoding="utf-8")
+    lines = [line for lang, block in FENCE.findall(text) if lang == "sh" for line in logical_lines(block, False)]
+    return next(line for line in lines if line.startswith(start))
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="the documented ports, in a network namespace of its own: needs root and unshare")
+def test_the_documented_podman_commands_work_as_printed(image):
+    """docs/deploy.md's `podman run` and the README's, with podman's own configuration (no
+    CONTAINERS_CONF: tools/setup-env.sh --container wrote what this machine needs), the ports they
+    print (free in a network namespace of its own); only the container's and volume's names are made
+    unique so that parallel runs do not meet. Then the lines the docs give to check it."""
+    engine, name, env = image
+    if engine != "podman":
+        pytest.skip("the docs print podman commands")
+    env = {k: v for k, v in env.items() if k != "CONTAINERS_CONF"}
+    env["PATH"] = f"{REPO / '.venv/bin'}:{env['PATH']}"
+    unique = uuid.uuid4().hex[:8]
+    deploy_run = documented("docs/deploy.md", "podman run -d --name namesrv ")
+    readme_run = re.search(r"# or: (podman run .*)$", (REPO / "README.md").read_text(), re.M).group(1).strip()
+    assert deploy_run.endswith(name) and readme_run.endswith(name)
+    deploy_run = deploy_run.replace("--name namesrv ", f"--name ns-{unique} ").replace(
+        "namesrv-data:", f"namesrv-data-{unique}:")
+    check = documented("docs/deploy.md", "namesrv-admin clusterList")
+    script = f"""
+ip link set lo up
+{deploy_run}
+for i in $(seq 150); do curl -fsS -o /dev/null 127.0.0.1:9877/readyz 2>/dev/null && break; sleep 0.2; done
+{check}
+echo "status page from the host: $(curl -s -o /dev/null -w '%{{http_code}}' 127.0.0.1:9877/)"
+podman rm -f -t 2 ns-{unique} >/dev/null; podman volume rm -f namesrv-data-{unique} >/dev/null
+podman run -d --name ns-host-{unique} {readme_run.removeprefix('podman run ')}
+for i in $(seq 150); do curl -fsS -o /dev/null 127.0.0.1:9877/readyz 2>/dev/null && break; sleep 0.2; done
+echo "status page with --network host: $(curl -s -o /dev/null -w '%{{http_code}}' 127.0.0.1:9877/)"
+podman rm -f -t 2 ns-host-{unique} >/dev/null
+"""
+    done = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=240)
+    out = done.stdout
+    assert "#Cluster Name" in out and '"failing": []' in out, out + done.stderr  # clusterList, then /readyz
+    assert "status page from the host: 403" in out, out  # published ports: the public paths only
+    assert "status page with --network host: 200" in out, out + done.stderr  # a loopback peer sees the page
+
+
+def test_the_address_server_answers_the_advertised_address_to_clients_outside_the_container(image):
+    """On podman's bridge network the server sees the container's own IP: without an advertised
+    address /rocketmq/nsaddr answers that (unreachable from outside); with NAMESRV_ADVERTISED_ADDRESS
+    (a manifest sets it from the pod IP or the Service name) it answers what clients reach."""
+    engine, name, env = image
+    http = free_port()
+    answers = {}
+    for advertised in ("", "127.0.0.1:19876"):
+        container = f"namesrv-nsaddr-{uuid.uuid4().hex[:8]}"
+        run = [engine, "run", "-d", "--name", container, "-p", f"127.0.0.1:{http}:9877",
+               *(["-e", f"NAMESRV_ADVERTISED_ADDRESS={advertised}"] if advertised else []), name,
+               "--port", "9876", "--metrics-port", "9877", "--bind", "0.0.0.0", "--metrics-bind", "0.0.0.0"]
+        started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+        if started.returncode != 0 and "network" in started.stderr.lower():
+            pytest.skip(f"no bridge network for containers here: {started.stderr.strip()[-300:]}")
+        assert started.returncode == 0, started.stderr
+        try:
+            answers[advertised] = first_200(f"http://127.0.0.1:{http}/rocketmq/nsaddr")
+        finally:
+            subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
+    status, inside = answers[""]
+    assert status == 200 and not inside.startswith(b"127.0.0.1:"), inside  # the container's own address
+    assert answers["127.0.0.1:19876"] == (200, b"127.0.0.1:19876")

@@ -10,7 +10,7 @@ from twisted_namesrv import processor
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
-from twisted_namesrv.dispatch import Dispatcher, answer_frame_by_frame
+from twisted_namesrv.dispatch import Dispatcher, HandlerTable
 from twisted_namesrv.metrics import OTHER_CODE, Metrics
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -123,35 +123,65 @@ def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path
     assert batches[1:] == [{CLIENT.channel: "connection closed"}]
 
 
-def test_a_dispatcher_answering_frame_by_frame_is_served_by_the_protocol() -> None:
-    """A dispatcher of its own (another listener's) answers through answer_frame_by_frame: the
-    answers of one read in one write, and one answered later holds the frames after it."""
-    later: defer.Deferred = defer.Deferred()
+def waiting_table(answers: dict[int, defer.Deferred]) -> HandlerTable:
+    """A listener whose handlers answer with a Deferred (as the controller's wait for its log)."""
+    def handler(state, request, peer):
+        return answers[request.code]
 
-    class Echo:
-        count_requests = False
-        metrics = Metrics()
+    def error_reply(state, request, code, remark):
+        return RemotingCommand.response_to(request, code, remark)
 
-        def handle(self, frame: bytes, peer) -> bytes | None | defer.Deferred:
-            request = RemotingCommand.decode(frame)
-            if request.code == 1:
-                return later
-            return None if request.is_oneway else RemotingCommand.response_to(request).encode()
+    return HandlerTable(dict.fromkeys(answers, handler), {}, lambda state, request, peer: None, error_reply,
+                        lambda state, closed: None, keeps_answers=False, subject="test request")
 
-        def answer(self, frames, peer, out):
-            return answer_frame_by_frame(self.handle, frames, peer, out)
 
-        def channel_closed(self, channel, reason="") -> None:
-            pass
-
-    factory = RemotingFactory(Echo(), task.Clock(), 1 << 20, 0)  # type: ignore[arg-type]
+def served(table: HandlerTable):
+    factory = RemotingFactory(Dispatcher(object(), Metrics(), table=table), task.Clock(), 1 << 20, 0)
     protocol, transport = factory.buildProtocol(None), StringTransport()
     protocol.makeConnection(transport)
+    return protocol, transport
+
+
+def test_a_handler_answering_later_holds_the_frames_after_it() -> None:
+    """A handler's Deferred that has not fired: the answers before it go in one write, the frames
+    after it wait for it, and are answered in order once it fires."""
+    later: defer.Deferred = defer.Deferred()
     requests = [RemotingCommand.request(code, opaque=opaque) for code, opaque in ((7, 1), (1, 2), (7, 3))]
+    now = iter([RemotingCommand.response_to(requests[0]), RemotingCommand.response_to(requests[2])])
+    table = waiting_table({1: later})
+    table = HandlerTable({1: table.handlers[1], 7: lambda state, request, peer: defer.succeed(next(now))}, {},
+                         table.refusal, table.error_reply, table.closed, keeps_answers=False)
+    protocol, transport = served(table)
     protocol.dataReceived(b"".join(r.encode() for r in requests))
     assert [c.opaque for c in decode_all(transport.value())] == [1]  # the third waits for the second
-    later.callback(RemotingCommand.response_to(requests[1]).encode())
+    later.callback(RemotingCommand.response_to(requests[1]))
     assert [c.opaque for c in decode_all(transport.value())] == [1, 2, 3]
+
+
+def test_a_deferred_that_has_fired_is_answered_in_the_same_write() -> None:
+    """The file log answers in the same turn: no Later, so pipelined requests do not nest."""
+    requests = [RemotingCommand.request(5, opaque=opaque) for opaque in (1, 2, 3)]
+    fired = iter([RemotingCommand.response_to(r) for r in requests])
+    table = waiting_table({})
+    table = HandlerTable({5: lambda state, request, peer: defer.succeed(next(fired))}, {},
+                         table.refusal, table.error_reply, table.closed, keeps_answers=False)
+    out: list[bytes] = []
+    dispatcher = Dispatcher(object(), Metrics(), table=table)
+    assert dispatcher.answer([r.encode()[4:] for r in requests], CLIENT, out) is None
+    assert [answer(o).opaque for o in out] == [1, 2, 3]
+
+
+def test_a_failed_deferred_and_an_unknown_code_cost_one_error_answer_each() -> None:
+    """The same refusal and failure path for a handler's Deferred as for a handler that raises."""
+    requests = [RemotingCommand.request(code, opaque=opaque) for code, opaque in ((5, 1), (6, 2), (99, 3))]
+    table = waiting_table({5: defer.fail(processor.BadRequest("the custom field <x> is null")),
+                           6: defer.fail(ZeroDivisionError("bug"))})
+    out: list[bytes] = []
+    assert Dispatcher(object(), Metrics(), table=table).answer([r.encode()[4:] for r in requests], CLIENT, out) is None
+    assert [(answer(o).code, answer(o).remark) for o in out] == [
+        (ResponseCode.SYSTEM_ERROR, "the custom field <x> is null"),
+        (ResponseCode.SYSTEM_ERROR, "ZeroDivisionError: bug"),
+        (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 99 not supported")]
 
 
 def decode_all(data: bytes) -> list[RemotingCommand]:

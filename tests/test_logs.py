@@ -14,7 +14,7 @@ from twisted.python import usage
 from tests.test_housekeeping import MASTER, register
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv import tap
-from twisted_namesrv.logs import forward_stdlib_logging, json_lines
+from twisted_namesrv.logs import json_lines
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
 
@@ -74,7 +74,6 @@ def test_a_limit_is_logged_once_per_peer_host_and_counted_every_time(tmp_path, j
 
 
 def test_the_dispatch_layers_records_reach_the_server_log(tmp_path, json_log):
-    forward_stdlib_logging()  # what startService does
     proto, _ = Served(tmp_path).connect()
     proto.dataReceived(RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"listenPort=1\n",
                                                opaque=3, version=409).encode())

@@ -1,41 +1,81 @@
-"""Which topics a departing broker takes with it: only those its group alone serves, and only when
-it is the group's last member; a topic served again is no longer lost; old ones are forgotten."""
+"""Which topics a departing broker takes with it: only those no group serves once it left, and
+only when it was its group's last member; a topic served again is no longer lost; old ones are
+forgotten.  RouteInfoManager works them out as it removes them and hands them over (on_lost)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from twisted.internet import task
 
-from twisted_namesrv.bodies.route import BrokerData
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.lost_topics import LostTopics
+from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
 
 
-def routes(groups: dict[str, dict[int, str]], topics: dict[str, list[str]]):
-    """The two tables LostTopics reads, as RouteInfoManager holds them."""
-    return SimpleNamespace(
-        brokerAddrTable={name: BrokerData("c1", name, dict(addrs)) for name, addrs in groups.items()},
-        topicQueueTable={t: dict.fromkeys(names, object()) for t, names in topics.items()})
+def manager(lost: LostTopics) -> RouteInfoManager:
+    return RouteInfoManager(NamesrvConfig({"compatVersion": "4.9.8"}), task.Clock().seconds, on_lost=lost.departed)
+
+
+def register(routes: RouteInfoManager, name: str, addr: str, topics: list[str], broker_id: int = 0) -> None:
+    body = RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}, [], {})
+    routes.register_broker(RegisterRequest("c1", addr, name, broker_id, None, body, channel=addr))
 
 
 def test_a_groups_last_member_takes_the_topics_only_its_group_serves():
     now = [100.0]
     lost = LostTopics(lambda: now[0], keep_seconds=600)
-    table = routes({"a": {0: "h:1"}, "b": {0: "h:2", 1: "h:3"}}, {"OnlyA": ["a"], "Both": ["a", "b"], "OnlyB": ["b"]})
-    lost.broker_leaving("expired", {"cluster": "c1", "broker": "b", "addr": "h:2", "reason": "expired: x"}, table)
+    routes = manager(lost)
+    register(routes, "a", "h:1", ["OnlyA", "Both"])
+    register(routes, "b", "h:2", ["Both", "OnlyB"])
+    register(routes, "b", "h:3", ["Both", "OnlyB"], broker_id=1)
+    routes.on_channel_destroy("h:2", "expired: x")
     assert lost.recent(set()) == []  # b's slave stays: its queues stay
-    lost.broker_leaving("closed", {"cluster": "c1", "broker": "a", "addr": "h:1", "reason": "connection closed"},
-                        table)
+    routes.on_channel_destroy("h:1", "connection closed")
     (gone,) = lost.recent(set())
     assert (gone.topic, gone.broker, gone.kind, gone.reason, gone.ts) == ("OnlyA", "a", "closed",
                                                                           "connection closed", 100.0)
     assert lost.recent({"OnlyA"}) == []  # served again
-    lost.broker_leaving("changed", {"broker": "b", "addr": "h:3"}, table)  # not a departure
     now[0] += 601
     assert lost.recent(set()) == []
 
 
+def test_groups_leaving_together_lose_the_topics_they_shared():
+    """Two groups serving one topic empty in one batch: the topic is lost, to the later departure
+    (each departure alone left the other group serving it)."""
+    lost = LostTopics(lambda: 0.0)
+    routes = manager(lost)
+    register(routes, "a", "h:1", ["Shared", "OnlyA"])
+    register(routes, "b", "h:2", ["Shared"])
+    register(routes, "c", "h:3", ["Shared", "Kept"])
+    routes.on_channels_destroy({"h:1": "connection closed", "h:2": "connection closed"})
+    assert [(t.topic, t.broker) for t in lost.recent(set())] == [("OnlyA", "a")]  # c still serves Shared
+    routes.on_channels_destroy({"h:3": "connection closed"})
+    assert [(t.topic, t.broker) for t in lost.recent(set())] == [("OnlyA", "a"), ("Shared", "c"), ("Kept", "c")]
+    register(routes, "x", "h:4", ["P", "Q"])
+    register(routes, "y", "h:5", ["Q"])
+    routes.on_channels_destroy({"h:4": "connection closed", "h:5": "connection closed"})
+    assert [(t.topic, t.broker) for t in lost.recent(set())][-2:] == [("P", "x"), ("Q", "y")]
+
+
 def test_an_unregistered_broker_says_so_and_the_limit_keeps_the_newest():
     lost = LostTopics(lambda: 0.0, limit=2)
-    table = routes({"a": {0: "h:1"}}, {"T1": ["a"], "T2": ["a"], "T3": ["a"]})
-    lost.broker_leaving("unregistered", {"broker": "a", "addr": "h:1"}, table)
+    routes = manager(lost)
+    register(routes, "a", "h:1", ["T1", "T2", "T3"])
+    routes.unregister_broker("c1", "h:1", "a", 0)
     assert [(t.topic, t.reason) for t in lost.recent(set())] == [("T2", "the broker unregistered"),
                                                                   ("T3", "the broker unregistered")]
+
+
+def test_a_change_that_is_no_departure_loses_nothing():
+    lost = LostTopics(lambda: 0.0)
+    lost.departed("changed", {"broker": "b", "addr": "h:3"}, ["T"])
+    assert lost.recent(set()) == []
+
+
+def test_rocketmqs_own_topics_go_with_their_broker_unnoticed():
+    lost = LostTopics(lambda: 0.0)
+    routes = manager(lost)
+    register(routes, "x", "h:1", ["x", "c1", "%RETRY%group", "SCHEDULE_TOPIC_XXXX", "Orders"])
+    routes.on_channel_destroy("h:1")
+    assert [t.topic for t in lost.recent(set())] == ["Orders"]

@@ -4,8 +4,6 @@ namesrv_plugin.py there, and the scripts' editable venv must have the checkout o
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -14,40 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import clean_env
 from twisted_namesrv import __version__
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = "twisted/plugins/namesrv_plugin.py"
 TIMEOUT = 120
-SOURCES = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "twisted_namesrv", "spark_analysis", PLUGIN)
 #: runs twistd as the console script does, from a directory that is not the checkout
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv = ['twistd', *sys.argv[1:]]; run()"
 
 pytestmark = pytest.mark.packaging
-
-
-def clean_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ, HOME=str(tmp_path))
-    env.pop("PYTHONPATH", None)
-    return env
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The project's wheel, built offline from a copy of the sources (no build/ in the checkout)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
-        else:
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(REPO / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
-                   check=True, timeout=TIMEOUT, env=clean_env(tmp))
-    (built,) = (tmp / "dist").glob("twisted_namesrv-*.whl")
-    return built
 
 
 def test_the_wheel_carries_the_plugin_but_no_plugin_cache(wheel):

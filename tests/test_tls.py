@@ -143,6 +143,25 @@ def test_garbage_key_file_is_refused(tmp_path, certificate):
 
 
 @pytest_twisted.inlineCallbacks
+def test_the_embedded_controllers_port_follows_tls_server_mode(tmp_path, certificate):
+    """The controller listens through the same listening_factory as the remoting port: with
+    enforcing, a plain peer is closed and a TLS one answered (105 is no controller code: refused)."""
+    from twisted.internet import reactor
+
+    service = NamesrvService(tls_config(tmp_path, certificate, "enforcing"), reactor, controller_port=0)
+    service.startService()
+    try:
+        yield service.controller.ready
+        port = service.controller.port.getHost().port
+        over_tls = yield threads.deferToThread(ask, port, certificate[0])
+        plain = yield threads.deferToThread(ask, port)
+    finally:
+        yield service.stopService()
+    assert (over_tls.code, over_tls.opaque) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ASK.opaque)
+    assert plain is None
+
+
+@pytest_twisted.inlineCallbacks
 def test_every_tls_refusal_is_a_log_line_with_the_peer_and_a_count(tmp_path, certificate):
     """An enforcing port closing a plain peer, and a handshake without the client certificate
     authClient requires, each say so once in the log (with the peer) and count in

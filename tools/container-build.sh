@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the NameServer's container image, twisted-namesrv:VERSION, with podman or docker (whichever
+# Build the NameServer's container image, localhost/twisted-namesrv:VERSION, with podman or docker (whichever
 # works here, podman first), and print the image's name on the last line of stdout.
 #
 #   tools/container-build.sh [--engine podman|docker] [--base IMAGE] [--tag NAME]
@@ -31,7 +31,7 @@ done
 source "$repo/tools/container-engine.sh"
 pick_engine "$engine" || exit 1
 version=$(sed -n 's/^__version__ = "\(.*\)".*/\1/p' "$repo/twisted_namesrv/__init__.py")
-tag=${tag:-twisted-namesrv:$version}
+tag=${tag:-localhost/twisted-namesrv:$version}  # fully qualified: what podman calls it, and the manifest
 say "engine: $engine; image: $tag"
 
 # 1. the wheels, built with the project's venv (its Python must match the base's: both Debian 12's 3.11)

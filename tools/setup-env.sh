@@ -12,7 +12,11 @@
 #   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
 #   tools/setup-env.sh --container  plus podman, runc and debootstrap, to build and test the container image
-#                                (tools/container-build.sh; apt, needs root)
+#                                (tools/container-build.sh; apt, needs root); where podman's default limits
+#                                cannot be set, a containers.conf drop-in so that `podman run` works as printed
+#   tools/setup-env.sh --deploy  plus the checks of deploy/: promtool (apt's prometheus) for the alert rules'
+#                                unit tests, and kubernetes-validate and checkov for the manifests, in a venv
+#                                of their own (.venv-deploy: checkov pins many libraries the test venv also uses)
 #
 # The package is installed editable (code changes apply without reinstalling) and a .pth file puts the
 # checkout on the venv's path, which is how twistd finds twisted/plugins/namesrv_plugin.py (Twisted looks
@@ -28,6 +32,7 @@ say() { printf 'setup-env: %s\n' "$*"; }
 extras=()
 browser=0
 container=0
+deploy=0
 for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
@@ -35,8 +40,9 @@ for arg in "$@"; do
     --tls) extras+=(tls) ;;
     --browser) browser=1 ;;
     --container) container=1 ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser, --container)" >&2; exit 2 ;;
+    --deploy) deploy=1 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup-env: unknown option $arg (known: --test, --spark, --tls, --browser, --container, --deploy)" >&2; exit 2 ;;
   esac
 done
 
@@ -75,6 +81,30 @@ fi
 if [ "$container" -eq 1 ] && ! { command -v podman && command -v runc && command -v debootstrap; } >/dev/null; then
   apt_install "the container image is built and run with podman (runc), its base made with debootstrap" \
     podman runc debootstrap
+fi
+if [ "$container" -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
+  # podman's defaults raise the open-file limit (and use crun): where a sandbox forbids that, `podman run`
+  # fails as docs/deploy.md prints it. Then podman gets, machine-wide, what tools/container-build.sh uses.
+  dropin=/etc/containers/containers.conf.d/50-twisted-namesrv.conf
+  if [ ! -f "$dropin" ] && ! "$python" -c 'import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (1048576, 1048576))' 2>/dev/null; then
+    say "this machine may not raise the open-file limit that podman sets by default: writing $dropin" \
+        "(runc, no default ulimits, no pids limit) so that podman run works as the docs print it"
+    # shellcheck source=tools/container-engine.sh
+    source "$repo/tools/container-engine.sh"
+    mkdir -p "$(dirname "$dropin")" && cp "$(namesrv_podman_conf)" "$dropin"
+  fi
+fi
+if [ "$deploy" -eq 1 ] && ! command -v promtool >/dev/null; then
+  apt_install "the alert rules' unit tests run promtool, which Debian ships in prometheus" prometheus
+fi
+if [ "$deploy" -eq 1 ]; then
+  tools_venv="$repo/.venv-deploy"
+  [ -x "$tools_venv/bin/python" ] || "$python" -m venv "$tools_venv"
+  if ! "$tools_venv/bin/python" -m pip show -q kubernetes-validate checkov >/dev/null 2>&1; then
+    say "installing kubernetes-validate and checkov into $tools_venv (the manifests' schema and policy checks)"
+    "$tools_venv/bin/pip" install --disable-pip-version-check -q kubernetes-validate==1.37.0 checkov==3.3.30
+  fi
 fi
 
 if [ ! -x "$venv/bin/python" ]; then

@@ -17,7 +17,8 @@ class Profile:
     #: MQVersion ordinal written in every response header
     mq_version: int
     #: 5.x body shapes: BrokerData.enableActingMaster/zoneName, DataVersion.stateVersion,
-    #: TopicRouteData.topicQueueMappingByBroker, TopicConfig.attributes
+    #: TopicRouteData.topicQueueMappingByBroker, TopicConfig.attributes (body shapes only: each
+    #: other 5.x behaviour has its own flag below)
     v5_bodies: bool
     #: normal answers use the request's header type (4.9.8); 5.3.3 always answers in JSON
     reply_in_request_serialize_type: bool
@@ -46,6 +47,15 @@ class Profile:
     #: REGISTER_TOPIC_IN_NAMESRV, GET_BROKER_MEMBER_GROUP, BROKER_HEARTBEAT exist (5.x); in 4.9.8
     #: they are unknown codes
     v5_request_codes: bool
+    #: scanNotActiveBrokerInterval sets the broker scan's period (5.3.3); 4.9.8 scans every 10 s
+    configurable_scan_interval: bool
+    #: returnOrderTopicConfigToBroker decides whether a registration's answer carries the order
+    #: topic table (5.3.3); 4.9.8 always sends it
+    order_topic_reply_switch: bool
+    #: a route lookup with __ZONE_MODE=true is filtered to the brokers of __ZONE_NAME (5.3.3)
+    zone_filtered_routes: bool
+    #: needWaitForService/waitSecondsForService hold lookups after a start (5.3.3)
+    wait_for_service: bool
 
 
 JAVA_4_9_8 = Profile(
@@ -65,6 +75,10 @@ JAVA_4_9_8 = Profile(
     topic_list_gates=False,
     per_broker_heartbeat_timeout=False,
     v5_request_codes=False,
+    configurable_scan_interval=False,
+    order_topic_reply_switch=False,
+    zone_filtered_routes=False,
+    wait_for_service=False,
 )
 
 JAVA_5_3_3 = Profile(
@@ -84,6 +98,10 @@ JAVA_5_3_3 = Profile(
     topic_list_gates=True,
     per_broker_heartbeat_timeout=True,
     v5_request_codes=True,
+    configurable_scan_interval=True,
+    order_topic_reply_switch=True,
+    zone_filtered_routes=True,
+    wait_for_service=True,
 )
 
 PROFILES = {p.name: p for p in (JAVA_4_9_8, JAVA_5_3_3)}

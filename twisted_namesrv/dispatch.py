@@ -1,4 +1,4 @@
-"""Dispatcher: from request frames to answer frames, without sockets.
+"""Dispatcher: from request frames to answer frames, without sockets; every listener's.
 
 One path per request, for every code: a repeated plain JSON route lookup is answered from memory
 (AnswerCache.replies_from_memory) without decoding; any other frame is decoded once, refused or
@@ -7,79 +7,93 @@ one that is not), encoded once, and, when its handler says so, kept by the answe
 topic and variant the handler worked out.  After each dispatched request the observers hear the
 request and its response (``observe``): the place for an audit trail.
 
-The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py).
-Another listener behind the same protocol class (server.py) is a second Dispatcher with its own
-table, or a dispatcher of its own that answers frame by frame (``answer_frame_by_frame``), as
-RocketMQ 5.x's controller does (controller/service.py: its answers wait for the controller log).
+The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py),
+the controller's ``CONTROLLER_TABLE`` (controller/processor.py).  A handler returns a response (or
+an ``Answer``), or a Deferred of a response: the controller's answers wait for the controller log.
+A Deferred that has already fired (the file log's) is answered at once; one that has not makes
+``answer`` return a ``Later``, and the frames after it wait for it, as for a big request.
 
-A big request whose handler is written in steps (a broker's whole topic table) is answered later:
-its steps run across reactor turns through a Cooperator, so other connections are answered
-meanwhile, and ``answer`` returns a ``Later`` for it; the frames after it wait for it.
+A big request whose handler is written in steps (a broker's whole topic table) is answered later
+too: its steps run across reactor turns through a Cooperator, so other connections are answered
+meanwhile.
+
+What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
+unknown code); a handler that raises costs one error answer, never the connection: a
+``BadRequest`` (a field Java cannot decode) is answered SYSTEM_ERROR naming it and logged in one
+warning line, anything else is logged with its traceback.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
 from twisted.internet import defer, task
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from . import processor
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
-from .remoting import RemotingCommand
+from .remoting import RemotingCommand, ResponseCode
+from .remoting.values import BadRequest
 from .state.routes import Channel
 from .steps import STEP_BYTES, Steps, run_steps
 
-log = logging.getLogger(__name__)
+log = Logger()
 
 #: hears every dispatched request (refused, failed or handled) with its response, after the handler
 Observer = Callable[[RemotingCommand, Peer, RemotingCommand], None]
+#: a handler's result: at once, or (the controller's) once the log has it
+Outcome = Answer | defer.Deferred[Answer]
+
+
+def _serves_every_code(state: Any, code: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
 class HandlerTable:
-    """What a listener answers: a handler per code (``handlers``), the ones written in steps for
-    big requests (``in_steps``), what is refused before any handler (``refusal``: ACL, unknown
-    codes) and the answer to a handler that raised (``failure``)."""
+    """What a listener answers, and how it refuses and fails: a handler per code (``handlers``),
+    the ones written in steps for big requests (``in_steps``), what is refused before any handler
+    (``refusal``: the ACL; None lets the request through), which codes with a handler this state
+    serves (``serves``: 4.9.8 knows no 5.x codes), how an error is answered (``error_reply``:
+    state, request, code, remark), what a closed channel takes with it (``closed``: the channels
+    closed together, with their reasons), a listener's own per-request count beside Metrics
+    (``counted``: state, request, handled by its handler?, seconds) and the word the log lines use
+    for its requests (``subject``)."""
 
-    handlers: Mapping[int, Handler]
+    handlers: Mapping[int, Handler | Callable[[Any, RemotingCommand, Peer], Any]]
     in_steps: Mapping[int, SteppedHandler]
     refusal: Callable[[Any, RemotingCommand, Peer], RemotingCommand | None]
-    failure: Callable[[Any, RemotingCommand, Peer, Exception], RemotingCommand]
+    error_reply: Callable[[Any, RemotingCommand, int, str], RemotingCommand]
+    closed: Callable[[Any, dict[Channel, str]], None]
+    serves: Callable[[Any, int], bool] = _serves_every_code
+    counted: Callable[[Any, RemotingCommand, bool, float], None] | None = None
+    keeps_answers: bool = True
+    subject: str = "request"
 
 
 NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
-                             processor.failure)
+                             processor.error_reply, processor.channels_closed, processor.serves)
 
 
 @dataclass
 class Later:
-    """An answer worked out in steps: ``answer`` fires with its frame (None: nothing to send);
-    ``rest`` are the frames that came after it, answered once it is sent."""
+    """An answer worked out in steps or waiting for a Deferred: ``answer`` fires with its frame
+    (None: nothing to send); ``rest`` are the frames that came after it, answered once it is sent."""
 
     answer: defer.Deferred[bytes | None]
     rest: list[bytes]
 
 
-def answer_frame_by_frame(handle: Callable[[bytes, Peer], bytes | None | defer.Deferred[bytes | None]],
-                          frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
-    """``Dispatcher.answer`` for a dispatcher that answers one frame at a time: ``handle`` gives
-    each frame's answer, None (nothing to send) or a Deferred of either (answered later: the
-    frames after it wait).  What a dispatcher of its own (not a HandlerTable) needs to be served
-    by RemotingProtocol: ``def answer(self, frames, peer, out): return answer_frame_by_frame(self.handle, ...)``."""
-    for index, frame in enumerate(frames):
-        reply = handle(frame, peer)
-        if isinstance(reply, defer.Deferred):
-            return Later(reply, frames[index + 1:])
-        if reply is not None:
-            out.append(reply)
-    return None
+class _NoAnswersKept:
+    """The answer cache of a listener that keeps none (the controller's)."""
+
+    replies: dict[bytes, bytes] = {}
 
 
 class AnswerNotEncodable(Exception):
@@ -111,8 +125,8 @@ class Dispatcher:
 
     @property
     def answers(self) -> Any:
-        """The answer cache (the state's: tests replace it)."""
-        return self.state.answers
+        """The answer cache (the state's: tests replace it); none for a table that keeps no answers."""
+        return self.state.answers if self.table.keeps_answers else _NoAnswersKept
 
     def observe(self, observer: Observer) -> None:
         """``observer(request, peer, response)`` after every dispatched request from now on."""
@@ -145,7 +159,10 @@ class Dispatcher:
                 continue  # answers to our own oneway notifications; nothing waits for them
             if big and self._cooperator is not None and request.code in self.table.in_steps:
                 return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:])
-            encoded = self._answer_frame(frame, request, peer, run_steps(self._outcome(request, peer)), begun)
+            outcome = run_steps(self._outcome(request, peer))
+            if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
+                return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:])
+            encoded = self._answer_frame(frame, request, peer, outcome, begun)
             if encoded is not None:
                 out.append(encoded)
         return None
@@ -159,16 +176,22 @@ class Dispatcher:
 
     def dispatch(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
         """The response to a decoded request, through the same path (tests and tools)."""
-        response = run_steps(self._outcome(request, peer)).response
-        return None if request.is_oneway else response
+        outcome = run_steps(self._outcome(request, peer))
+        assert not isinstance(outcome, defer.Deferred), "dispatch() answers at once: use answer()"
+        return None if request.is_oneway else outcome.response
 
     # -- the one dispatch path ------------------------------------------------------------------
-    def _outcome(self, request: RemotingCommand, peer: Peer) -> Steps[Answer]:
+    def _outcome(self, request: RemotingCommand, peer: Peer) -> Steps[Outcome]:
         """Refused, or handled by the request's handler (through its steps when it has them),
-        or failed; the observers hear it."""
+        or failed; the observers hear it (once a Deferred answer fires)."""
         table, state = self.table, self.state
-        response: RemotingCommand | Answer | None = table.refusal(state, request, peer)
-        if response is None:
+        response: Any = table.refusal(state, request, peer)
+        handled = response is None
+        if handled and (request.code not in table.handlers or not table.serves(state, request.code)):
+            response = table.error_reply(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                         f" request type {request.code} not supported")
+            handled = False
+        if handled:
             try:
                 stepped = table.in_steps.get(request.code)
                 if stepped is not None:
@@ -176,34 +199,82 @@ class Dispatcher:
                 else:
                     response = table.handlers[request.code](state, request, peer)
             except Exception as exc:
-                response = table.failure(state, request, peer, exc)
-        answer = response if isinstance(response, Answer) else Answer(response)
+                response, handled = self._failed(request, peer, exc), False
+        if isinstance(response, defer.Deferred):
+            return self._when_answered(request, peer, response)
+        return self._heard(request, peer, response, handled)
+
+    def _heard(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | Answer,
+               handled: bool) -> Answer:
+        answer = response if isinstance(response, Answer) else Answer(response, handled=handled)
         for observer in self.observers:
             observer(request, peer, answer.response)
         return answer
+
+    def _failed(self, request: RemotingCommand, peer: Peer, exc: BaseException) -> RemotingCommand:
+        """The answer to a handler that raised (or an answer that cannot be encoded): a bad request
+        is refused with its reason; a bug costs one answer, never the connection."""
+        subject = self.table.subject
+        if isinstance(exc, BadRequest):
+            log.warn("{subject} {code} from {peer} refused: {why}", subject=subject, code=request.code,
+                     peer=peer.address, why=str(exc))
+            remark = str(exc)
+        else:
+            log.failure("process {subject} {code} from {peer} failed", Failure(exc, type(exc), exc.__traceback__),
+                        subject=subject, code=request.code, peer=peer.address)
+            remark = f"{type(exc).__name__}: {exc}"
+        return self.table.error_reply(self.state, request, ResponseCode.SYSTEM_ERROR, remark)
+
+    def _when_answered(self, request: RemotingCommand, peer: Peer,
+                       pending: defer.Deferred[RemotingCommand]) -> Outcome:
+        """A handler's Deferred: its Answer now when it has fired (the file log answers in the same
+        turn: no Deferred, so pipelined requests do not nest), else a Deferred of it."""
+        answered: defer.Deferred[Answer] = pending.addCallbacks(
+            lambda response: self._heard(request, peer, response, True),
+            lambda failure: self._heard(request, peer, self._failed(request, peer, failure.value), False))
+        done: list[Answer] = []
+
+        def now(answer: Answer) -> Answer:
+            done.append(answer)
+            return answer
+
+        answered.addCallback(now)
+        if done:
+            return done[0]
+        outer: defer.Deferred[Answer] = defer.Deferred()  # cancelling it (peer gone) leaves the handler's turn alone
+        answered.addCallbacks(outer.callback, outer.errback)
+        return outer
+
+    def _answer_later(self, frame: bytes, request: RemotingCommand, peer: Peer, pending: defer.Deferred[Answer],
+                      begun: float) -> defer.Deferred[bytes | None]:
+        return pending.addCallback(lambda answer: self._answer_frame(frame, request, peer, answer, begun))
 
     def _answer_frame(self, frame: bytes, request: RemotingCommand, peer: Peer, answer: Answer | None,
                       begun: float) -> bytes | None:
         """Encoded, kept when its handler said what under, counted; None for a oneway request."""
         if answer is None or request.is_oneway:
             if self.count_requests:
-                self.metrics.answered(self._counted_code(request), None, perf_counter() - begun)
+                self._count(request, None, answer is None or answer.handled, begun)
             return None
         response = answer.response
         try:
             encoded = response.encode()
         except Exception as exc:
-            response = self.table.failure(self.state, request, peer,
-                                          AnswerNotEncodable(f"cannot encode the answer: {type(exc).__name__}"))
-            answer, encoded = Answer(response), response.encode()
+            unencodable = AnswerNotEncodable(f"cannot encode the answer: {type(exc).__name__}")
+            response = self._failed(request, peer, unencodable)
+            answer, encoded = Answer(response, handled=False), response.encode()
         if answer.topic is not None and response.code == 0:
             self.answers.keep_route(frame, request, response, encoded, answer.topic, answer.variant)
         if self.count_requests:
-            self.metrics.answered(self._counted_code(request), response.code, perf_counter() - begun)
+            self._count(request, response.code, answer.handled, begun)
         return encoded
 
-    def _counted_code(self, request: RemotingCommand) -> int:
-        return request.code if request.code in self.table.handlers else OTHER_CODE
+    def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
+        seconds = perf_counter() - begun
+        code = request.code if request.code in self.table.handlers else OTHER_CODE
+        self.metrics.answered(code, response_code, seconds)
+        if self.table.counted is not None:
+            self.table.counted(self.state, request, handled, seconds)
 
     def _answer_in_steps(self, frame: bytes, request: RemotingCommand, peer: Peer, begun: float,
                          cooperator: task.Cooperator) -> defer.Deferred[bytes | None]:
@@ -223,7 +294,9 @@ class Dispatcher:
             if isinstance(result, Failure):
                 answer.errback(result)
             else:
-                answer.callback(self._answer_frame(frame, request, peer, job.result, begun))
+                outcome = job.result
+                assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
+                answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
 
         self._one_at_a_time.run(run).addBoth(deliver)
         return answer
@@ -237,7 +310,7 @@ class Dispatcher:
         one: when a rack loses its network, the groups it empties leave the topic table in one scan
         rather than one scan each, so lookups wait for one scan. Without it (tests), at once."""
         if self._call_later is None:
-            self.state.routes.on_channel_destroy(channel, reason)
+            self.table.closed(self.state, {channel: reason})
             return
         if not self._closed:
             self._call_later(0, self._remove_closed)
@@ -245,17 +318,17 @@ class Dispatcher:
 
     def _remove_closed(self) -> None:
         closed, self._closed = self._closed, {}
-        self.state.routes.on_channels_destroy(closed)
+        self.table.closed(self.state, closed)
 
 
 class SteppedJob:
     """The dispatch path of one request run by a Cooperator: its result once done, stopped when
     the peer goes."""
 
-    def __init__(self, steps: Steps[Answer]) -> None:
+    def __init__(self, steps: Steps[Outcome]) -> None:
         self._steps = steps
         self._running: task.CooperativeTask | None = None
-        self.result: Answer | None = None
+        self.result: Outcome | None = None
 
     def _all(self) -> Steps[None]:
         self.result = yield from self._steps

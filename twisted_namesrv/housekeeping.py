@@ -1,12 +1,13 @@
 """The scanNotActiveBroker timer: a periodic scan removes brokers whose heartbeat is older than
 their timeout and closes their connections.  (A closed, reset or idle connection removes the
-brokers registered over it at once: Dispatcher.channel_closed.)
+brokers registered over it at once: Dispatcher.channel_closed.)  Twisted's TimerService: the
+first scan runs at start, as Java's (scheduleAtFixedRate after 5 ms), then every interval.
 """
 
 from __future__ import annotations
 
-from twisted.application.service import Service
-from twisted.internet import interfaces, task
+from twisted.application.internet import TimerService
+from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .server import RemotingFactory
@@ -15,23 +16,17 @@ from .state.routes import RouteInfoManager
 log = Logger()
 
 
-class HousekeepingService(Service):
+class HousekeepingService(TimerService):
     def __init__(self, routes: RouteInfoManager, factory: RemotingFactory, clock: interfaces.IReactorTime,
                  interval: float) -> None:
+        super().__init__(interval, self.scan_not_active_broker)
+        self.clock = clock
         self.routes = routes
         self.factory = factory
-        self.interval = interval
-        self._scan = task.LoopingCall(self.scan_not_active_broker)
-        self._scan.clock = clock
 
-    def startService(self) -> None:
-        super().startService()
-        self._scan.start(self.interval, now=False)
-
-    def stopService(self) -> None:
-        if self._scan.running:
-            self._scan.stop()
-        return super().stopService()
+    @property
+    def interval(self) -> float:
+        return self.step
 
     def scan_not_active_broker(self) -> None:
         for channel in self.routes.scan_not_active_broker():

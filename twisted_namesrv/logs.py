@@ -15,7 +15,6 @@ every broker registered, changed, confirmed, expired, closed or unregistered, an
 from __future__ import annotations
 
 import json
-import logging
 import re
 import sys
 from pathlib import Path
@@ -26,7 +25,6 @@ from twisted.logger import (
     FilteringLogObserver,
     ILogFilterPredicate,
     ILogObserver,
-    Logger,
     LogLevel,
     LogLevelFilterPredicate,
     formatEvent,
@@ -109,27 +107,3 @@ def json_lines(out: IO[str] | None = None) -> ILogObserver:
 
 def observer(log_format: str, out: IO[str] | None = None) -> ILogObserver:
     return json_lines(out) if log_format == "json" else textFileLogObserver(out or sys.stdout)
-
-
-_LEVELS = {logging.DEBUG: LogLevel.debug, logging.INFO: LogLevel.info, logging.WARNING: LogLevel.warn,
-           logging.ERROR: LogLevel.error, logging.CRITICAL: LogLevel.critical}
-
-
-class _ToTwisted(logging.Handler):
-    """The dispatch layer logs with the standard library (it imports no Twisted); its records
-    join the server's own log, with their logger name as namespace."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        level = _LEVELS.get(record.levelno, LogLevel.info)
-        text = record.getMessage()
-        if record.exc_info:
-            text += "\n" + logging.Formatter().formatException(record.exc_info)
-        Logger(namespace=record.name).emit(level, "{text}", text=text)
-
-
-def forward_stdlib_logging() -> None:
-    """Once per process: twisted_namesrv's standard-library records go to twisted.logger."""
-    package = logging.getLogger("twisted_namesrv")
-    if not any(isinstance(h, _ToTwisted) for h in package.handlers):
-        package.addHandler(_ToTwisted())
-        package.setLevel(logging.INFO)

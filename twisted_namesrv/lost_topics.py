@@ -4,8 +4,12 @@ A topic leaves topicQueueTable, silently, when the last broker group serving it 
 member expired, closed its connection, went idle or unregistered.  Clients then get
 TOPIC_NOT_EXIST and nothing on the page said why.  This keeps, for DEPARTED_KEEP_SECONDS, each
 such topic with the broker that took it away, how and when; a topic that gets a broker again is
-no longer lost.  Worked out from the tables as the departing broker's event is emitted (before
-its group is removed), so it costs a scan of the topics per departure only.
+no longer lost.  RocketMQ's own topics (system_topics.py: the broker- and cluster-named ones,
+TopicValidator's, retry and dead-letter) go with their broker by design and are left out.
+RouteInfoManager works out which topics left with a departure while it removes them (the
+one scan of topicQueueTable a batch of departures makes) and hands them here once the change is
+complete (``departed``, its ``on_lost``): this reads no table, so its work is the topics lost,
+not the topics held.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
-from .state.routes import RouteInfoManager
+from .system_topics import is_system_topic
 
 #: route events after which a broker is no longer in brokerLiveTable
 DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
@@ -40,21 +44,21 @@ class LostTopics:
         self.limit = limit
         self._lost: dict[str, LostTopic] = {}
 
-    def broker_leaving(self, kind: str, info: dict[str, Any], routes: RouteInfoManager) -> None:
-        """A route event, seen before the tables drop the broker: the topics only its group serves
-        are lost when it is the group's last member."""
-        name, addr = info.get("broker"), info.get("addr")
+    def departed(self, kind: str, info: dict[str, Any], topics: list[str]) -> None:
+        """A departure (route event ``kind``, ``info``) took ``topics`` away: no group serves them
+        now.  Only the newest ``limit`` are kept, so only those are looked at."""
+        name = info.get("broker")
         if kind not in DEPARTURES or not isinstance(name, str):
             return
-        group = routes.brokerAddrTable.get(name)
-        if group is not None and any(member != addr for member in group.brokerAddrs.values()):
-            return  # others of the group stay: its queues stay
         now = self.clock()
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
-        for topic, queues in routes.topicQueueTable.items():
-            if len(queues) == 1 and name in queues:
-                self._lost.pop(topic, None)
-                self._lost[topic] = LostTopic(topic, info.get("cluster"), name, addr, kind, reason, now)
+        cluster = info.get("cluster")
+        clusters = (cluster,) if isinstance(cluster, str) else ()
+        gone = [t for t in topics if not is_system_topic(t, clusters, (name,))]
+        lost = self._lost
+        for topic in gone[-self.limit:]:
+            lost.pop(topic, None)
+            lost[topic] = LostTopic(topic, cluster, name, info.get("addr"), kind, reason, now)
         self._forget(now)
 
     def recent(self, present: Container[str]) -> list[LostTopic]:

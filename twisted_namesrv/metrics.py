@@ -155,6 +155,16 @@ class Metrics:
         now = self.clock()
         self.recent_events.append(RouteEvent(self.events_seen, now, kind, dict(info), 1, now))
 
+    def restore_events(self, events: list[RouteEvent]) -> None:
+        """The last run's events (event_log.py), oldest first, before this run's: numbered on
+        from the last one, so ``/api/events?since=`` stays monotonic across the restart."""
+        kept = list(self.recent_events)
+        self.recent_events.clear()
+        self.recent_events.extend(events[-RECENT_EVENTS:])
+        self.recent_events.extend(kept)
+        if events:
+            self.events_seen = max(self.events_seen, events[-1].seq)
+
     def departed_brokers(self) -> list[RouteEvent]:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
         self._forget_old_departures()

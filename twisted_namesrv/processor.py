@@ -9,10 +9,11 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
+
+from twisted.logger import Logger
 
 from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
 from .bodies.route import (
@@ -29,14 +30,14 @@ from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
-from .remoting.values import java_bool, optional_long, parse_java_integer
+from .remoting.values import BadRequest, java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
-from .state.routes import BROKER, TOPIC, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .steps import Steps, run_steps
 
-log = logging.getLogger(__name__)
+log = Logger()
 
 ZONE_NAME = "__ZONE_NAME"
 ZONE_MODE = "__ZONE_MODE"
@@ -45,11 +46,13 @@ ZONE_MODE = "__ZONE_MODE"
 @dataclass(slots=True)
 class Answer:
     """A handler's response with what the answer cache needs to keep it: a found route's topic
-    and variant (route_variant), None when the answer is not to be kept."""
+    and variant (route_variant), None when the answer is not to be kept; ``handled``: False when
+    the dispatcher refused the request or its handler failed (the controller counts those apart)."""
 
     response: RemotingCommand
     topic: str | None = None
     variant: Hashable = None
+    handled: bool = True
 
 
 Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer]
@@ -81,11 +84,6 @@ def java_long(value: str | None, field_name: str) -> int:
 def java_text(value: object) -> str:
     """String concatenation in Java: null reads as "null"."""
     return "null" if value is None else str(value)
-
-
-class BadRequest(ValueError):
-    """A header field or body whose absence or form makes Java fail with SYSTEM_ERROR: answered
-    with code 1 and logged in one line (a peer sending garbage must not flood the log)."""
 
 
 def json_body(request: RemotingCommand) -> Any:
@@ -140,7 +138,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     ext = request.ext
     crc = optional_long(ext.get("bodyCrc32"), bits=32) or 0  # an unmasked CRC fails parseInt: no check
     if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
-        log.warning("receive registerBroker request, crc32 not match, from %s", peer.address)
+        log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(ext.get("brokerId"), "brokerId")
     cluster, addr, name = ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName")
@@ -183,7 +181,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
-    if not state.profile.v5_bodies or state.config["returnOrderTopicConfigToBroker"]:
+    if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
@@ -249,13 +247,13 @@ def route_variant(state: NamesrvState, request: RemotingCommand) -> tuple[str | 
     topic = ext.get("topic")
     order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if state.config["orderMessageEnable"] else None
     standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
-    zone = ext.get(ZONE_NAME) if state.profile.v5_bodies and java_bool(ext.get(ZONE_MODE)) else None
+    zone = ext.get(ZONE_NAME) if state.profile.zone_filtered_routes and java_bool(ext.get(ZONE_MODE)) else None
     return topic, (standard, order_conf), zone if zone and zone.strip() else None
 
 
 def waiting_for_service(state: NamesrvState) -> bool:
     config = state.config
-    return (state.profile.v5_bodies and config["needWaitForService"]
+    return (state.profile.wait_for_service and config["needWaitForService"]
             and state.clock() - state.started_at < config["waitSecondsForService"])
 
 
@@ -325,13 +323,15 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
 
 def wipe_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     count = state.routes.wipe_write_perm_of_broker(request.ext.get("brokerName"))
-    log.info("wipe write perm of broker[%s], client: %s, %d", request.ext.get("brokerName"), peer.address, count)
+    log.info("wipe write perm of broker[{broker}], client: {peer}, {count}", broker=request.ext.get("brokerName"),
+             peer=peer.address, count=count)
     return respond(state, request, ext={"wipeTopicCount": str(count)})
 
 
 def add_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     count = state.routes.add_write_perm_of_broker(request.ext.get("brokerName"))
-    log.info("add write perm of broker[%s], client: %s, %d", request.ext.get("brokerName"), peer.address, count)
+    log.info("add write perm of broker[{broker}], client: {peer}, {count}", broker=request.ext.get("brokerName"),
+             peer=peer.address, count=count)
     return respond(state, request, ext={"addTopicCount": str(count)})
 
 
@@ -398,13 +398,14 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
     if blocked:
-        log.warning("updateNamesrvConfig from %s refused, keys in black list: %s", peer.address, ", ".join(blocked))
+        log.warn("updateNamesrvConfig from {peer} refused, keys in black list: {keys}", peer=peer.address,
+                 keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
         state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    log.info("updateNamesrvConfig from %s: %s", peer.address, masked(props))
+    log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
     state.persist_config(state.config.stored_text())
     return respond(state, request)
 
@@ -416,25 +417,28 @@ def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer
 # -- refusals and failures: what the dispatcher answers instead of a handler ------------------
 
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-    """The answer to a request no handler may take: refused by the ACL, or an unknown code."""
+    """The answer to a request the ACL refuses (as a Java broker answers an AclException), logged
+    and counted as a refusal (refusals.py)."""
     denied = acl_refusal(state.acl, state.refusals, "remoting", request.code, request.ext, request.body,
                          peer.address)
-    if denied is not None:  # as a Java broker answers an AclException
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
-    if request.code not in HANDLERS or (request.code in V5_REQUEST_CODES and not state.profile.v5_request_codes):
-        return respond(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                       f" request type {request.code} not supported", normal=False)
-    return None
+    if denied is None:
+        return None
+    return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
 
 
-def failure(state: NamesrvState, request: RemotingCommand, peer: Peer, exc: Exception) -> RemotingCommand:
-    """The answer to a handler that raised (or an answer that cannot be encoded): a bad request
-    is refused with its reason; a bug costs one answer, never the connection."""
-    if isinstance(exc, BadRequest):
-        log.warning("request %s from %s refused: %s", request.code, peer.address, exc)
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    log.exception("process request %s from %s failed", request.code, peer.address)
-    return respond(state, request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}", normal=False)
+def serves(state: NamesrvState, code: int) -> bool:
+    """4.9.8 knows none of the 5.x codes: they are unknown codes there."""
+    return code not in V5_REQUEST_CODES or state.profile.v5_request_codes
+
+
+def error_reply(state: NamesrvState, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    """A refusal or failure, as each Java generation writes an error (JSON header)."""
+    return respond(state, request, code, remark, normal=False)
+
+
+def channels_closed(state: NamesrvState, closed: dict[Channel, str]) -> None:
+    """BrokerHousekeepingService: the brokers registered over the closed channels go with them."""
+    state.routes.on_channels_destroy(closed)
 
 
 # -- the table ---------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                  "tls_handshake", "not_tls"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "not_tls"),
-    "http": ("unauthenticated", "not_admin", "host"),
+    "http": ("unauthenticated", "not_admin", "host", "not_loopback"),
 }
 
 

@@ -4,18 +4,23 @@ read; one channel id per connection.
 It owns what is about the connection: framing, the frame, header and connection limits, idle
 timeouts, back-pressure, and holding the frames that arrive while one is answered in steps.
 What a frame means is the dispatcher's (dispatch.py): a factory serves one dispatcher, so a
-second listener (the controller's: controller/service.py) is a second factory of this same protocol."""
+second listener (the controller's: controller/service.py) is a second factory of this same
+protocol, with a Dispatcher of its own, bound by the same ``Listener``.  ``Notifier`` is the
+other direction: a oneway push to a broker on a connection of its own (both listeners have one)."""
 
 from __future__ import annotations
 
 import itertools
 
+from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from . import CannotStart
 from .budget import MemoryBudget
 from .context import Peer
 from .dispatch import Dispatcher, Later
@@ -229,3 +234,82 @@ class RemotingFactory(protocol.Factory):
         connection = self.connections.get(channel)
         if connection is not None:
             connection.transport.loseConnection()
+
+
+class Listener(service.Service):
+    """One listening port, a child service named by what it serves (its config key); a port that
+    cannot be had raises CannotStart naming it and the cause (a server without what was asked for
+    would look healthy to its supervisor).  reactor.listenTCP rather than twisted.internet.endpoints,
+    which imports pyOpenSSL (megabytes per process: docs/benchmarks.md) when it is installed."""
+
+    def __init__(self, name: str, factory: protocol.Factory, reactor: interfaces.IReactorTCP, port: int,
+                 interface: str, backlog: int = 50) -> None:
+        self.setName(name)
+        self.factory = factory
+        self.reactor = reactor
+        self.port_number = port
+        self.interface = interface
+        self.backlog = backlog
+        self.port: interfaces.IListeningPort | None = None
+
+    def bind(self) -> None:
+        if self.port is not None:
+            return
+        try:
+            self.port = self.reactor.listenTCP(self.port_number, self.factory, backlog=self.backlog,
+                                               interface=self.interface)
+        except CannotListenError as exc:
+            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
+            reason = f"cannot listen on {self.interface}:{self.port_number} ({self.name}): {cause}"
+            log.critical("cannot start: {reason}", reason=reason)
+            raise CannotStart(reason) from None
+
+    def unbind(self) -> defer.Deferred[None] | None:
+        port, self.port = self.port, None
+        return port.stopListening() if port is not None else None  # type: ignore[no-any-return]
+
+    def privilegedStartService(self) -> None:
+        self.bind()  # twistd binds here, before it drops privileges (a port below 1024 as root)
+        super().privilegedStartService()
+
+    def startService(self) -> None:
+        self.bind()  # python -m twisted_namesrv starts without the privileged step
+        super().startService()
+
+    def stopService(self) -> defer.Deferred[None] | None:
+        super().stopService()
+        return self.unbind()
+
+
+class Notifier:
+    """Pushes a oneway frame to a broker's listen port on a connection of its own, as Java's
+    remoting client does for NOTIFY_MIN_BROKER_ID_CHANGE (the NameServer) and
+    NOTIFY_BROKER_ROLE_CHANGED (the controller's NotifyService); ``what`` names it in the log."""
+
+    def __init__(self, reactor: interfaces.IReactorTCP, what: str) -> None:
+        self.reactor = reactor
+        self.what = what
+        self.sent = 0
+        self.failed = 0
+
+    def __call__(self, address: str, frame: bytes) -> None:
+        host, _, port = address.rpartition(":")
+        try:
+            number = int(port)
+        except ValueError:
+            self.failed += 1
+            log.warn("{what} to {addr} failed: not host:port", what=self.what, addr=address)
+            return
+        d = protocol.ClientCreator(self.reactor, protocol.Protocol).connectTCP(host, number, timeout=3)
+
+        def send(proto: protocol.Protocol) -> None:
+            assert proto.transport is not None
+            proto.transport.write(frame)
+            proto.transport.loseConnection()
+            self.sent += 1
+
+        def failed(failure: Failure) -> None:
+            self.failed += 1
+            log.warn("{what} to {addr} failed: {why}", what=self.what, addr=address, why=failure.getErrorMessage())
+
+        d.addCallbacks(send, failed)

@@ -10,20 +10,21 @@ from typing import Any
 
 from twisted.application import service
 from twisted.application.internet import TimerService
-from twisted.internet import defer, interfaces, protocol, task
-from twisted.internet.error import CannotListenError
+from twisted.internet import defer, interfaces, task
 from twisted.logger import Logger
 
-from . import CannotStart, __version__, audit
+from . import CannotStart, __version__, audit, sdnotify
 from .budget import MemoryBudget, default_budget, fd_limit_warning
 from .context import NamesrvState
+from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
+from .event_log import EventLogService, events_path
 from .housekeeping import HousekeepingService, log_route_event
-from .logs import forward_stdlib_logging
 from .metrics import Metrics
+from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
-from .server import RemotingFactory
+from .server import Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
@@ -73,22 +74,12 @@ def reload_acl(acl: AccessControl) -> None:
         log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
-class MinBrokerIdNotifier:
-    """Sends NOTIFY_MIN_BROKER_ID_CHANGE (905) oneway on its own connection, as Java's
-    NamesrvController.remotingClient does."""
-
-    def __init__(self, reactor, version: int) -> None:
-        self.reactor = reactor
-        self.version = version
-
-    def __call__(self, broker_addr: str, header: dict[str, str]) -> None:
-        host, _, port = broker_addr.rpartition(":")
-        request = RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header,
-                                          version=self.version, oneway=True)
-        d = protocol.ClientCreator(self.reactor, protocol.Protocol).connectTCP(host, int(port), timeout=3)
-        d.addCallback(lambda proto: (proto.transport.write(request.encode()), proto.transport.loseConnection()))
-        d.addErrback(lambda failure: log.warn("notify min broker id change to {addr} failed: {f}",
-                                              addr=broker_addr, f=failure.getErrorMessage()))
+def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[str, str]], None]:
+    """NOTIFY_MIN_BROKER_ID_CHANGE (905), oneway, as Java's NamesrvController.remotingClient sends it."""
+    def notify(broker_addr: str, header: dict[str, str]) -> None:
+        push(broker_addr, RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, header, version=version,
+                                                  oneway=True).encode())
+    return notify
 
 
 #: young objects before a collection (CPython's default is 700)
@@ -102,46 +93,6 @@ def tune_gc() -> None:
     keeps it out of every later full collection."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-
-
-class Listener(service.Service):
-    """One listening port on bindAddress, named by its config key; a port that cannot be had raises
-    CannotStart naming key and cause (a server without what was asked for would look healthy to its
-    supervisor).  reactor.listenTCP rather than twisted.internet.endpoints, which imports pyOpenSSL
-    (megabytes per process: docs/benchmarks.md) when it is installed."""
-
-    def __init__(self, port_key: str, factory: protocol.Factory, config: NamesrvConfig,
-                 reactor: interfaces.IReactorTCP, bind_key: str = "bindAddress") -> None:
-        self.setName(port_key)
-        self.factory = factory
-        self.config = config
-        self.reactor = reactor
-        self.bind_key = bind_key  # the HTTP side has its own (metricsBindAddress)
-        self.port: interfaces.IListeningPort | None = None
-
-    def address(self) -> str:
-        return f"{self.config[self.bind_key]}:{self.config[self.name]}"
-
-    def bind(self) -> None:
-        if self.port is not None:
-            return
-        try:
-            self.port = self.reactor.listenTCP(self.config[self.name], self.factory,
-                                               backlog=self.config["serverSocketBacklog"],
-                                               interface=self.config[self.bind_key])
-        except CannotListenError as exc:
-            cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
-            reason = f"cannot listen on {self.address()} ({self.name}): {cause}"
-            log.critical("cannot start: {reason}", reason=reason)
-            raise CannotStart(reason) from None
-
-    def unbind(self) -> defer.Deferred | None:
-        port, self.port = self.port, None
-        return port.stopListening() if port is not None else None
-
-    def stopService(self) -> defer.Deferred | None:
-        super().stopService()
-        return self.unbind()
 
 
 #: how long answers worked out in steps may hold the reactor before it reads other connections again
@@ -167,8 +118,13 @@ class NamesrvService(service.MultiService):
         self.reactor = reactor
         check_paths(config)
         self.metrics = Metrics(clock=reactor.seconds)
-        self.state = build_state(config, reactor, MinBrokerIdNotifier(reactor, config.profile.mq_version),
+        self.events = EventLogService(self.metrics, events_path(config), reactor)  # the page's events kept
+        self.events.load()
+        self.events.setServiceParent(self)
+        self.notifier = Notifier(reactor, "notify min broker id change")
+        self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
                                  self._route_event)
+        self.state.routes.on_lost = self.metrics.lost_topics.departed  # the status page's lost topics
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
@@ -179,7 +135,7 @@ class NamesrvService(service.MultiService):
             reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
             reload.clock = reactor
             reload.setServiceParent(self)
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.v5_bodies else 10_000
+        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
         self.snapshots: RouteSnapshotService | None = None
@@ -197,15 +153,21 @@ class NamesrvService(service.MultiService):
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
-        self.remoting = Listener("listenPort", remoting_factory, config, reactor)
+        self.remoting = Listener("listenPort", remoting_factory, reactor, config["listenPort"], config["bindAddress"],
+                                 config["serverSocketBacklog"])
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
+        self.peers: PeersService | None = None
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller)
-            self.web = Listener("metricsPort", site, config, reactor, "metricsBindAddress")
+            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers.setServiceParent(self)
+            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers)
+            self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
+                                config["serverSocketBacklog"])
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
@@ -216,6 +178,16 @@ class NamesrvService(service.MultiService):
         from .web.nsaddr import nsaddr_resources
 
         return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+
+    def own_address(self) -> str:
+        """Where this server's own routes are read for the peers view: its remoting port, on
+        loopback when it listens on every interface."""
+        host = str(self.config["bindAddress"])
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+        return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"
+
+    def peer_list(self) -> list[str]:
+        return peer_addresses(self.config, self.listen_port())
 
     def listen_port(self) -> int:
         """The remoting port as bound (listenPort 0 picks one), else as configured."""
@@ -234,7 +206,6 @@ class NamesrvService(service.MultiService):
                 "started": bool(self.running), "not_stopping": not self.stopping}
 
     def _route_event(self, kind: str, info: dict) -> None:
-        self.metrics.lost_topics.broker_leaving(kind, info, self.state.routes)  # before the tables drop it
         log_route_event(kind, info)
         self.metrics.route_event(kind, info)
 
@@ -269,7 +240,6 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
-        forward_stdlib_logging()
         warning = fd_limit_warning(self.config["maxConnections"])
         if warning:
             log.warn("{warning}", warning=warning)
@@ -285,17 +255,18 @@ class NamesrvService(service.MultiService):
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
+        sdnotify.ready_when_running(self.reactor, f"serving on {self.state.listen_address}")  # systemd: all bound
 
     def _warn_of_open_web(self) -> None:
-        """The status page and /api show every route and KV value: served beyond this machine
-        without ACL, say so where the operator looks."""
+        """The status page and /api show every route and KV value: bound beyond this machine without
+        ACL they answer loopback peers only (web/auth.py's LoopbackGate); say so where the operator looks."""
         from .web.auth import is_loopback
 
         host = self.config["metricsBindAddress"]
         if not is_loopback(host) and not self.config["aclEnable"]:
-            log.warn("the status page and /api on {host} are open to anyone who reaches it (aclEnable=false): "
-                     "every route and KV value; bind it to loopback (--metrics-bind 127.0.0.1) or enable ACL",
-                     host=host)
+            log.warn("the HTTP side on {host} serves /metrics, the probes and /rocketmq/nsaddr to anyone who "
+                     "reaches it, the status page and /api to this machine only (aclEnable=false): enable ACL "
+                     "to see them from elsewhere", host=host)
 
     def stopService(self):
         self.stopping = True

@@ -18,6 +18,7 @@ from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
+from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig
@@ -53,8 +54,8 @@ def report_cannot_start_in_one_line() -> None:
 
 
 class Options(usage.Options):
-    synopsis = ("[-c FILE] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] [--metrics-port N] "
-                "[--metrics-bind ADDR] [--route-snapshot FILE] [--strict-config] [-p] [--version]")
+    synopsis = ("[-c FILE] [-n NAMESRV_LIST] [--port 9876] [--bind ADDR] [--data-dir DIR] [--compat 4.9.8|5.3.3] "
+                "[--metrics-port N] [--metrics-bind ADDR] [--route-snapshot FILE] [--strict-config] [-p] [--version]")
     longdesc = "An Apache RocketMQ NameServer: brokers register, clients look up topic routes."
     optParameters = [
         ["configFile", "c", None, "Java properties file with NamesrvConfig keys (as mqnamesrv -c)"],
@@ -69,6 +70,10 @@ class Options(usage.Options):
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
         ["nsaddr-list", None, None, "what /rocketmq/nsaddr answers, host:port;host:port (nsaddrList; default: "
          "this server's own address)"],
+        ["namesrvAddr", "n", None, "the other NameServers of this cluster, host:port;host:port, as mqnamesrv -n "
+         "takes them (namesrvAddr): the status page compares routes with them"],
+        ["advertised-address", None, None, "the address clients can reach this server at, host or host:port "
+         "(advertisedAddress; also $NAMESRV_ADVERTISED_ADDRESS): what /rocketmq/nsaddr answers without nsaddrList"],
         ["tls-mode", None, None, "disabled, permissive (TLS and plain on one port) or enforcing (tls.server.mode)"],
         ["tls-cert", None, None, "server certificate, PEM (tls.server.certPath)"],
         ["tls-key", None, None, "its private key, PEM (tls.server.keyPath)"],
@@ -95,6 +100,10 @@ class Options(usage.Options):
             sys.stderr.write(f"twistd namesrv: {exc} (try twistd namesrv --help)\n")
             raise SystemExit(2) from None
 
+    def opt_h(self) -> NoReturn:
+        """print this help and exit (mqnamesrv -h)"""
+        self.opt_help()
+
     def opt_version(self) -> NoReturn:
         """print the versions of twisted-namesrv, Twisted and Python, and exit"""
         sys.stdout.write(version_line())
@@ -109,7 +118,8 @@ class Options(usage.Options):
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
                             ("metrics-bind", "metricsBindAddress"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
-                            ("nsaddr-list", "nsaddrList"),
+                            ("nsaddr-list", "nsaddrList"), ("namesrvAddr", "namesrvAddr"),
+                            ("advertised-address", "advertisedAddress"),
                             ("tls-cert", "tls.server.certPath"), ("tls-key", "tls.server.keyPath")):
             if self[option]:
                 values[key] = self[option]

@@ -36,11 +36,23 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("bad_input", "broker_connection_closed", "heartbeat_expired", "crc_failure", "registration_refused",
+KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_refused", "server_restart",
+         "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end",
-         "address_in_sessions")
+         "address_in_sessions", "topic_deleted", "write_perm_wiped", "write_perm_added", "refused_connections")
+#: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
+NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
+                           RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
+                           RequestCode.QUERY_DATA_VERSION, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                           RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+                           RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.GET_KVLIST_BY_NAMESPACE,
+                           RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.GET_NAMESRV_CONFIG,
+                           RequestCode.UPDATE_NAMESRV_CONFIG})
+#: the 5.x controller's request codes (CONTROLLER_ALTER_SYNC_STATE_SET 1001 ... CONTROLLER_APPLY_BROKER_ID)
+#: (NOTIFY_BROKER_ROLE_CHANGED, 1008, is the controller's request to a broker: not one a controller is asked)
+CONTROLLER_CODES = frozenset(range(1001, 1015)) - {1008}
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -66,6 +78,13 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
         for row in pc.filter(calls, mask).to_pylist():
             worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
+
+
+def note_served(served: Counter[Any], calls: pa.StructArray) -> None:
+    """Count a batch of schema.CALL_ROWS by (server endpoint, request code): what each endpoint is asked."""
+    table = pa.table({"server": calls.field("server"), "code": calls.field("code")})
+    for row in table.group_by(["server", "code"]).aggregate([([], "count_all")]).to_pylist():
+        served[(row["server"], row["code"])] += row["count_all"]
 
 
 def broker_label(broker: Item) -> str:
@@ -114,8 +133,8 @@ def _input_severity(f: Item) -> str:
     return CRITICAL
 
 
-def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item]
-             ) -> list[Item]:
+def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
+             endpoints: list[Item] | None = None, stories: list[Item] | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
@@ -130,7 +149,11 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   size=f["size"], trailing_bytes=f["trailing_bytes"]))
     for broker in brokers:
         found += _broker_findings(broker)
-    found += _address_changes(brokers)
+    found += _endpoint_findings(endpoints or [], brokers)
+    found += _story_findings(stories or [])
+    told = {(story["old_master"], story["t"]) for story in stories or [] if story["kind"] == "failover"}
+    found = [item for item in found if not (item["kind"] == "broker_connection_closed"
+                                            and (item["broker_addr"], item["t"]) in told)]  # the fail-over tells it
     found += _addresses_across_sessions(brokers)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
@@ -175,8 +198,13 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
+         "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
+         "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
+         "write_perm_wiped": ("broker_name", "write permission{s} wiped"),
+         "write_perm_added": ("broker_name", "write permission{s} given back"),
+         "refused_connections": ("endpoint", "endpoint{s} refusing connections"),
          "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
-         "heartbeat_expired": ("broker", f"broker{{s}} silent past the {EXPIRY_SECONDS} s expiry"),
+         "heartbeat_expired": ("broker", f"broker{{s}} expired by the NameServer ({EXPIRY_SECONDS} s of silence)"),
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
          "heartbeat_near_expiry": ("broker", f"broker{{s}} silent over {NEAR_EXPIRY_S} s"),
@@ -303,7 +331,7 @@ def _undecodable(items: list[Item]) -> str:
             f"direction is not decoded): {_tally(items, 'connection', 'bytes', ' bytes')}")
 
 
-_MESSAGES = {"heartbeat_expired": _silences, "heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
+_MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
 
 
@@ -338,12 +366,9 @@ def _broker_findings(broker: Item) -> Iterable[Item]:
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
-    for gap in broker["gaps"]:
+    for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
-        if gap["expired"]:
-            yield _finding("heartbeat_expired", CRITICAL, f"{label}: silent {gap['seconds']:,.1f} s {when}, over "
-                           f"the {EXPIRY_SECONDS} s expiry", **addr, **_gap(gap))
-        else:
+        if not gap["expired"]:
             yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
                            f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))
     if broker["crc_failure_times"]:
@@ -366,61 +391,123 @@ def _broker_findings(broker: Item) -> Iterable[Item]:
                        f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
                        counter_from=back["from"], counter_to=back["to"], timestamp_from=back["data_version_ts_from"],
                        timestamp_to=back["data_version_ts_to"])
-    for change in broker["id_changes"]:
-        yield _finding("broker_id_change", WARNING, f"{label}: brokerId {change['from']} -> {change['to']} at "
-                       f"{iso_time(change['t'])} (role flip)", **addr, t=iso_time(change["t"]), id_from=change["from"],
-                       id_to=change["to"])
 
 
 def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
-    """How the broker's story ended (brokers.ENDED_*), and every connection it lost on the way.
-    A silence past the expiry, or near it, is said by the heartbeat findings."""
-    for close in broker["closes"]:
-        back = f"; it registered again at {iso_time(close['back'])}" if close["back"] is not None else ""
-        then = close.get("broker_id")
-        if then is not None and then != broker["broker_id"]:  # a role it had then, e.g. a killed master back as slave
-            back = f"; it was brokerId {then} ({role(then)}) then" + back
+    """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py)."""
+    ended, at = broker["ended"], broker["ended_at"]
+    if ended == "connection_closed":
         yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
-                       f"at {iso_time(close['t'])} ({close['how']}; last heartbeat {iso_time(close['last_alive'])}): "
-                       f"a crash or a kill; the NameServer removed it from its routes at once{back}", **addr,
-                       t=iso_time(close["t"]), closed=close["how"], last_alive=iso_time(close["last_alive"]),
-                       registered_again=_iso(close["back"]), server=close["server"],
+                       f"at {iso_time(at)} ({broker['closed']}; last heartbeat {_iso(broker['last_alive'])}): "
+                       f"a crash or a kill; the NameServer removed it from its routes at once", **addr,
+                       t=iso_time(at), closed=broker["closed"], last_alive=_iso(broker["last_alive"]),
+                       registered_again=_iso(broker["registered_again"]), server=broker["server"],
                        nameserver="removed the broker from its routes at once (onChannelDestroy)")
-    if broker["ended"] == "unregistered":
-        yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(broker['unregistered_at'])} "
-                       f"(a clean stop)", **addr, t=iso_time(broker["unregistered_at"]))
-    elif broker["ended"] == "alive":
-        silent = broker["trailing_s"]
+    elif ended == "expired":
+        how = (f"the NameServer closed its connection after {broker['silence_s']:,.1f} s of silence"
+               if broker["closed"] else f"silent {broker['silence_s']:,.1f} s: the NameServer's scan removes it")
+        yield _finding("heartbeat_expired", WARNING, f"{label}: expired at {iso_time(at)}: {how} (over the "
+                       f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])})", **addr,
+                       t=iso_time(at), silence_s=round(broker["silence_s"], 3), seconds=round(broker["silence_s"], 3),
+                       **{"from": iso_time(at - broker["silence_s"]), "to": iso_time(at)}, open=False,
+                       last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"])
+    elif ended == "unregistered":
+        yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(at)} (a clean stop)",
+                       **addr, t=iso_time(at))
+    elif ended == "alive":
+        silent = broker["trailing_s"] or 0.0
         yield _finding("broker_alive_at_end", INFO, f"{label}: alive when the capture ended (last heartbeat "
-                       f"{iso_time(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
-                       last_alive=iso_time(broker["last_alive"]), seconds=round(silent, 6))
+                       f"{_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
+                       last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))
+
+
+def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counter[Any]) -> list[Item]:
+    """summary.json's ``endpoints``: every server endpoint found, what it is (NameServer,
+    controller, other: by the requests it was asked), its outages and refused attempts."""
+    rows = []
+    for endpoint, story in sorted(stories.items()):
+        asked = {code for (server, code), n in served.items() if server == endpoint and n}
+        kind = ("nameserver" if endpoint in nameservers else "controller" if asked & CONTROLLER_CODES
+                else "other" if asked else "unknown")
+        rows.append({"endpoint": endpoint, "kind": kind, "first": iso_time(story.first), "last": iso_time(story.last),
+                     "accepted": story.accepted, "first_accepted": _iso(story.first_accepted),
+                     "requests": sum(n for (server, _), n in served.items() if server == endpoint),
+                     "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
+                                  "refused": o.refused} for o in story.outages],
+                     "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
+                                 for n, a, b, when in story.refused]})
+    return rows
+
+
+def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[Item]:
+    """Restarts and stops of NameServers, and attempts refused while nothing listened."""
+    for row in endpoints:
+        endpoint = row["endpoint"]
+        if row["kind"] == "nameserver":
+            for outage in row["outages"]:
+                if outage["up"] is None:
+                    yield _finding("server_stopped", WARNING, f"NameServer {endpoint} stopped at {outage['down']}: it "
+                                   f"closed its {outage['closed']} connection(s) and took none again",
+                                   server=endpoint, t=outage["down"], closed=outage["closed"])
+                    continue
+                down_s = seconds_between(outage["down"], outage["up"])
+                back = sorted({b["broker_addr"] for b in brokers if b["server"] == endpoint
+                               and outage["up"] <= iso_time(b["first_seen"]) <= iso_time(
+                                   b["first_seen"] if b["first_seen"] else 0)})
+                yield _finding("server_restart", WARNING, f"NameServer {endpoint} restarted: went away at "
+                               f"{outage['down']} (closed {outage['closed']} connection(s)), down {down_s:,.1f} s, "
+                               f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
+                               f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
+                               server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
+                               refused_while_down=outage["refused"], came_back=back)
+        count = sum(r["count"] for r in row["refused"])
+        if count:
+            whens = ", ".join(f"{r['count']} {r['when'].replace('_', ' ')}" for r in row["refused"])
+            yield _finding("refused_connections", INFO, f"{count} connection attempt(s) to {endpoint} refused: "
+                           f"nothing listening ({whens}; from {row['refused'][0]['first']})", endpoint=endpoint,
+                           count=count, first=min(r["first"] for r in row["refused"]),
+                           last=max(r["last"] for r in row["refused"]))
+
+
+def seconds_between(first: str, second: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(second.replace("Z", "+00:00"))
+            - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
+
+
+def _story_findings(stories: list[Item]) -> Iterable[Item]:
+    """What a session's stays tell together (analysis/replay.stories_of) and the admin requests."""
+    for story in stories:
+        kind, where = story["kind"], f"{story['cluster'] or '?'} / {story.get('broker_name') or '?'}"
+        fields = {key: value for key, value in story.items() if key != "kind"}
+        if kind == "failover":
+            back = (f"; the old master back as slave at {story['old_master_back_as_slave_at']}"
+                    if story["old_master_back_as_slave_at"] else "; the old master did not come back")
+            yield _finding(kind, WARNING, f"{where}: fail-over: master {story['old_master']} lost at {story['t']} "
+                           f"({story['how_lost'].replace('_', ' ')}), {story['new_master']} made master at "
+                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}", **fields)
+        elif kind == "broker_address_change":
+            yield _finding(kind, WARNING, f"{where} / {story['broker_id']}: moved from {story['from']} (it "
+                           f"{story['left'].replace('_', ' ')} at {story['left_at']}) to {story['to']} at "
+                           f"{story['t']}", **fields)
+        elif kind == "broker_id_change":
+            after = f" after it {story['after'].replace('_', ' ')}" if story["after"] else ""
+            yield _finding(kind, WARNING, f"{where} / {story['broker_addr']}: brokerId {story['id_from']} "
+                           f"({role(story['id_from'])}) -> {story['id_to']} ({role(story['id_to'])}) at "
+                           f"{story['t']}{after}", **fields)
+        elif kind == "topic_deleted":
+            yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} "
+                           f"(DELETE_TOPIC_IN_NAMESRV; {story['brokers_held']} broker group(s) held it)", **fields)
+        elif kind in ("write_perm_wiped", "write_perm_added"):
+            what = "wiped" if kind == "write_perm_wiped" else "given back"
+            yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
+                           f"{story['t']} ({story['topics']} topic(s))", **fields)
 
 
 def _gap(gap: Item) -> Item:
     return {"from": iso_time(gap["from"]), "to": iso_time(gap["to"]), "seconds": round(gap["seconds"], 6),
             "open": gap["open"]}
-
-
-def _address_changes(brokers: list[Item]) -> list[Item]:
-    """A broker name and id registered from more than one address (fail-over, moved broker) within
-    one session: captures of other servers, or days apart, are other clusters' stories."""
-    by_identity: dict[tuple[Any, ...], list[Item]] = {}
-    for broker in brokers:
-        if broker["registrations"] and broker["broker_name"] is not None:
-            key = (broker["session"], broker["cluster"], broker["broker_name"], broker["broker_id"])
-            by_identity.setdefault(key, []).append(broker)
-    found = []
-    for (session, cluster, name, broker_id), seen in sorted(by_identity.items(), key=lambda item: _by_key((item[0],))):
-        if len(seen) > 1:
-            seen.sort(key=lambda b: b["first_seen"])
-            found.append(_finding("broker_address_change", WARNING, f"{cluster} / {name} / {broker_id}: registered "
-                                  f"from {len(seen)} addresses: " + ", ".join(
-                                      f"{b['broker_addr']} ({iso_time(b['first_seen'])} - {iso_time(b['last_seen'])})"
-                                      for b in seen), session=session, cluster=cluster, broker_name=name,
-                                  broker_id=broker_id,
-                                  addresses=[{"broker_addr": b["broker_addr"], "first_seen": iso_time(b["first_seen"]),
-                                              "last_seen": iso_time(b["last_seen"])} for b in seen]))
-    return found
 
 
 def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:

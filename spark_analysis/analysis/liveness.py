@@ -19,11 +19,12 @@ PLOTTED_BROKERS in the report's order, which include all it has of the brokers p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from spark_analysis.analysis.replay import ALIVE, CLOSED, EXPIRED, UNREGISTERED, Stay
 from spark_analysis.decode.rows import CONNECTION_CLOSED
 from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
@@ -33,7 +34,7 @@ from spark_analysis.model.periods import (
     TimeBins,
     role,
 )
-from spark_analysis.model.sessions import FileSpans, files_within, session_name
+from spark_analysis.model.sessions import FileSpans, files_within
 from twisted_namesrv.remoting import RequestCode
 
 _LAST_BUCKET = INTERVAL_RANGE_S // INTERVAL_BUCKET_S
@@ -47,6 +48,13 @@ class Liveness:
     brokers: list[dict[str, Any]]
     time_bins: TimeBins
     tallies: list[bytes]
+    #: what the stays of a session tell together (analysis/replay.py: fail-overs, moves, ...)
+    stories: list[dict[str, Any]] = field(default_factory=list)
+
+    def only_at(self, nameservers: set[str]) -> None:
+        """Keep the brokers and stories of NameServer endpoints (a controller hears heartbeats too)."""
+        self.brokers = [b for b in self.brokers if b["server"] in nameservers]
+        self.stories = [s for s in self.stories if s["server"] in nameservers]
 
     def registered(self) -> list[dict[str, Any]]:
         """brokers.csv: the addresses that registered."""
@@ -55,7 +63,8 @@ class Liveness:
 
 def plot_order(broker: dict[str, Any]) -> tuple[Any, ...]:
     """The report plots brokers that registered, with gaps first, then by cluster, name, id and address."""
-    return (not broker["registrations"], not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
+    return (not broker["registrations"], broker["ended"] not in (ALIVE, "unregistered"),
+            not (broker["would_expire"] or broker["near_expiry"]), broker["cluster"] or "",
             broker["broker_name"] or "",
             broker["broker_id"] if broker["broker_id"] is not None else -1, broker["broker_addr"])
 
@@ -100,47 +109,67 @@ class _Walk:
         return seconds
 
 
-#: how a broker's story ended (brokers.csv ``ended``; docs/capture-report.md)
-ENDED_UNREGISTERED, ENDED_CLOSED, ENDED_EXPIRED, ENDED_NEAR_EXPIRY, ENDED_ALIVE, ENDED_REFUSED = (
-    "unregistered", "connection_closed", "expired", "near_expiry", "alive", "refused")
-
-
-def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
-                   files: FileSpans = ()) -> dict[str, Any]:
-    """One broker's brokers.csv columns and details from its events (schema.EVENT_ROWS as dicts).
+def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> dict[str, Any]:
+    """One broker stay's brokers.csv columns and details, from its events (schema.EVENT_ROWS as
+    dicts) and how the NameServer's replay says it ended (analysis/replay.py).
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
     REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
     NameServer held for it after each accepted registration (held.py; a slave, whose table the
     server does not apply: what it announced), and their drops; data versions going backwards: of
-    accepted registrations; ``closes``: the connections it registered over that closed while it was
-    registered (no UNREGISTER_BROKER before: a crash or a kill; the NameServer forgets it at once);
-    ``ended``: how its story ended (ENDED_UNREGISTERED ... ENDED_ALIVE)."""
-    events.sort(key=lambda event: (event["t"], event["code"] == CONNECTION_CLOSED))
-    walk = _Walk(time_bins)
+    accepted registrations; ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED)."""
+    events = stay.events
+    walk, registered, refused, crc_failures, bins = _walk(events, time_bins)
+    trailing = walk.silent_until_period_end() if stay.end == ALIVE else None
+    if stay.end == EXPIRED and stay.ended_at is not None and stay.silence_s is not None:
+        walk.gaps.append({"from": stay.ended_at - stay.silence_s, "to": stay.ended_at, "seconds": stay.silence_s,
+                          "expired": True, "open": False})  # the silence the server ended
+        walk.trailing.append(stay.silence_s)
     last: dict[str, Any] = {}
+    for event in events:
+        last.update({key: value for key, value in event.items() if value is not None})
+    registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
+    requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
+    return {
+        "session": stay.session, "server": stay.server,
+        "input": files_within(files, events[0]["t"], events[-1]["t"]),
+        "cluster": stay.cluster, "broker_name": stay.broker_name, "broker_id": stay.broker_id,
+        "role": role(stay.broker_id), "broker_addr": stay.broker_addr, "version": last.get("version_name"),
+        "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
+        "refused_registrations": len(refused), "crc_failures": len(crc_failures),
+        **_intervals(walk), "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
+        "would_expire": int(stay.end == EXPIRED), **_bodies(registrations, registered),
+        "unregistered": stay.end == UNREGISTERED, "ended": stay.end,
+        "connection_closes": int(stay.end == CLOSED), "ended_at": stay.ended_at, "silence_s": stay.silence_s,
+        "ids": [{"broker_id": i, "role": role(i), "from": t} for i, t in stay.ids],
+        "gaps": walk.gaps, "crc_failure_times": crc_failures,
+        "closes": [{"t": stay.ended_at, "how": stay.closed}] if stay.end == CLOSED else [],
+        "refused": refused, "closed": stay.closed, "last_alive": stay.last_alive if registered else None,
+        "trailing_s": trailing, "registered_again": stay.back,
+        "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
+        "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
+        "interval_buckets": _buckets(walk.intervals),
+        "bins": {"bin": sorted(bins), "heartbeats": [bins[index][0] for index in sorted(bins)],
+                 "topics": [bins[index][1] for index in sorted(bins)]},
+    }
+
+
+_Walked = tuple["_Walk", list[dict[str, Any]], list[dict[str, Any]], list[float], dict[int, list[Any]]]
+
+
+def _walk(events: list[dict[str, Any]], time_bins: TimeBins) -> _Walked:
+    """A stay's signs of life walked in time order: intervals and gaps, accepted and refused
+    registrations, CRC failures, and heartbeats and topics held per time bin."""
+    walk = _Walk(time_bins)
     registered: list[dict[str, Any]] = []
-    crc_failures: list[float] = []
     refused: list[dict[str, Any]] = []
-    id_changes: list[dict[str, Any]] = []
-    closes: list[dict[str, Any]] = []
+    crc_failures: list[float] = []
     bins: dict[int, list[Any]] = {}
-    last_unregister = None
-    ending = None  # ENDED_UNREGISTERED or ENDED_CLOSED while the broker is gone from the server
     for event in events:
         t = event["t"]
         if event["code"] == CONNECTION_CLOSED:
-            if str(event["closed"]).endswith("from server") and time_bins.ended_by_restart(t):
-                continue  # the server went away: the session ends here, the broker's story with it
-            if ending is None and walk.previous_alive is not None:
-                closes.append({"t": t, "how": event["closed"], "last_alive": walk.previous_alive, "back": None,
-                               "server": event["server"], "broker_id": event["broker_id"]})
-                walk.previous_alive = None
-                ending = ENDED_CLOSED
+            walk.previous_alive = None
             continue
-        if event["broker_id"] is not None and last.get("broker_id") not in (None, event["broker_id"]):
-            id_changes.append({"t": t, "from": last["broker_id"], "to": event["broker_id"]})
-        last.update({key: value for key, value in event.items() if value is not None})
         cell = bins.setdefault(time_bins.of(t), [0, None])
         if event["code"] == RequestCode.REGISTER_BROKER:
             if event["crc_ok"] is False:
@@ -154,58 +183,35 @@ def broker_summary(addr: str, events: list[dict[str, Any]], time_bins: TimeBins,
                 if held is not None:
                     cell[1] = max(cell[1] or 0, held)
         elif event["code"] == RequestCode.UNREGISTER_BROKER:
-            last_unregister = t
             walk.previous_alive = None
-            ending = ENDED_UNREGISTERED
         if event["alive"]:
             cell[0] += 1
-            if ending == ENDED_CLOSED and closes and closes[-1]["back"] is None:
-                closes[-1]["back"] = t
-            ending = None
             walk.alive(t)
-    trailing = walk.silent_until_period_end()
-    registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
-    requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
-    unregistered = last_unregister is not None and (not registrations or last_unregister >= registrations[-1]["t"])
-    if not any(event["alive"] for event in events):
-        ending = ENDED_REFUSED  # never registered: the server refused every registration
-    elif ending is None:
-        ending = ENDED_ALIVE if trailing is None or trailing <= NEAR_EXPIRY_S else (
-            ENDED_EXPIRED if trailing > EXPIRY_SECONDS else ENDED_NEAR_EXPIRY)
-    topics = [held for held in map(_topics, registered) if held is not None]
+    return walk, registered, refused, crc_failures, bins
+
+
+def _intervals(walk: _Walk) -> dict[str, Any]:
+    percentiles = np.percentile(walk.intervals, [50, 90, 99]).tolist() if walk.intervals else [None] * 3
+    return {"interval_p50_s": percentiles[0], "interval_p90_s": percentiles[1], "interval_p99_s": percentiles[2],
+            "max_gap_s": max(walk.intervals + walk.trailing, default=None)}
+
+
+def _bodies(registrations: list[dict[str, Any]], registered: list[dict[str, Any]]) -> dict[str, Any]:
     sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
     compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
-    percentiles = np.percentile(walk.intervals, [50, 90, 99]).tolist() if walk.intervals else [None] * 3
+    topics = [held for held in map(_topics, registered) if held is not None]
+    return {"body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
+            "body_len_max": max(sizes, default=None),
+            "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
+            "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
+            "topic_count_max": max(topics, default=None)}
+
+
+def _buckets(intervals: list[float]) -> list[int]:
     buckets = [0] * (_LAST_BUCKET + 1)
-    for interval in walk.intervals:
+    for interval in intervals:
         buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
-    ordered_bins = sorted(bins)
-    return {
-        "session": session_name(last.get("server"), time_bins.starts, events[0]["t"]),
-        "input": files_within(files, events[0]["t"], events[-1]["t"]),
-        "cluster": last.get("cluster"), "broker_name": last.get("broker_name"), "broker_id": last.get("broker_id"),
-        "role": role(last.get("broker_id")), "broker_addr": addr, "version": last.get("version_name"),
-        "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
-        "refused_registrations": len(refused), "crc_failures": len(crc_failures),
-        "interval_p50_s": percentiles[0], "interval_p90_s": percentiles[1], "interval_p99_s": percentiles[2],
-        "max_gap_s": max(walk.intervals + walk.trailing, default=None),
-        "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
-        "would_expire": sum(gap["expired"] for gap in walk.gaps),
-        "body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
-        "body_len_max": max(sizes, default=None),
-        "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
-        "topic_count_first": topics[0] if topics else None, "topic_count_last": topics[-1] if topics else None,
-        "topic_count_max": max(topics, default=None), "unregistered": unregistered, "ended": ending,
-        "connection_closes": len(closes),
-        "gaps": walk.gaps, "crc_failure_times": crc_failures, "refused": refused, "id_changes": id_changes,
-        "closes": closes, "last_alive": max((e["t"] for e in events if e["alive"]), default=None),
-        "trailing_s": trailing, "server": last.get("server"), "unregistered_at": last_unregister,
-        "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
-        "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
-        "interval_buckets": buckets,
-        "bins": {"bin": ordered_bins, "heartbeats": [bins[index][0] for index in ordered_bins],
-                 "topics": [bins[index][1] for index in ordered_bins]},
-    }
+    return buckets
 
 
 def _topics(registration: dict[str, Any]) -> int | None:

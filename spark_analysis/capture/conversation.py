@@ -216,5 +216,5 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
 
 
 def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conversation]:
-    connections = reassemble(tcp_segments(read_records(path)), server_port)
+    connections = reassemble(tcp_segments(read_records(path)), frozenset({server_port}))
     return [conversation_of(c) for c in connections]

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from spark_analysis.capture.packets import segment_columns
+from spark_analysis.capture.packets import Ports, segment_columns
 from spark_analysis.capture.reassembly import SEGMENT, SegmentTable, merge_tables
 from spark_analysis.capture.records import (
     MAX_ORIG_LEN,
@@ -214,20 +214,20 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
     return tasks
 
 
-def read_task(splits: Iterable[Split], server_port: int, tally: ReadTally, spool: str | None = None
+def read_task(splits: Iterable[Split], ports: Ports, tally: ReadTally, spool: str | None = None
               ) -> Iterator[Piece]:
-    """Segments to or from ``server_port`` in local splits, one piece per 4-tuple and split; a
+    """Segments to or from ``ports`` (every TCP segment if none) in local splits, one piece per 4-tuple and split; a
     local gzip capture (a whole-file split) is inflated into ``spool`` first (read_gzip)."""
     for split in splits:
         if gzipped(split.file.path) and spool is not None:
-            yield from read_gzip(split.file, server_port, tally, spool)
+            yield from read_gzip(split.file, ports, tally, spool)
             continue
         tally.bytes += split.stop - split.start
         content = mapped_file(split.file.path)
-        yield from pieces(content, _split_records(content, split, tally), split.file, server_port, tally, inline=False)
+        yield from pieces(content, _split_records(content, split, tally), split.file, ports, tally, inline=False)
 
 
-def read_gzip(file: CaptureFile, server_port: int, tally: ReadTally, spool: str) -> Iterator[Piece]:
+def read_gzip(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> Iterator[Piece]:
     """A local gzip capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
     read in place as any local capture: its pieces locate their payloads in that file, so neither
     the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
@@ -236,7 +236,7 @@ def read_gzip(file: CaptureFile, server_port: int, tally: ReadTally, spool: str)
     inflate_to(local_path(file.path), target, file.path, tally)
     content = mapped_file(target)
     tally.bytes += len(content)
-    yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, server_port,
+    yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, ports,
                       tally, inline=False, source=target)
 
 
@@ -272,14 +272,14 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
     os.replace(part, target)
 
 
-def read_whole(data: Buffer, file: CaptureFile, server_port: int, tally: ReadTally) -> Iterator[Piece]:
+def read_whole(data: Buffer, file: CaptureFile, ports: Ports, tally: ReadTally) -> Iterator[Piece]:
     """The same for a file's whole content (files that tasks cannot read by range), gzip's
     inflated."""
     if gzipped(file.path):
         data = gunzip(data, file.path, tally)
     tally.bytes += len(data)
     records = _split_records(data, Split(file, 0, len(data)), tally)
-    yield from pieces(data, records, file, server_port, tally, inline=True)
+    yield from pieces(data, records, file, ports, tally, inline=True)
 
 
 def gunzip(data: Buffer, path: str, tally: ReadTally) -> bytes:
@@ -314,11 +314,11 @@ def gzipped(path: str) -> bool:
     return path.endswith(GZIP_SUFFIX)
 
 
-def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, server_port: int, tally: ReadTally,
+def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, tally: ReadTally,
            inline: bool, source: str | None = None) -> Iterator[Piece]:
-    """The segments of ``records`` on ``server_port``, one piece per 4-tuple; ``inline``: with their
+    """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple; ``inline``: with their
     payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
-    found = segment_columns(data, records, server_port)
+    found = segment_columns(data, records, ports)
     tally.records += len(records.ts)
     tally.segments += len(found.ts)
     if len(records.ts):

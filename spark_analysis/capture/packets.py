@@ -99,20 +99,24 @@ def parse_tcp(linktype: int, data: Buffer) -> TcpSegment | None:
                       bytes(view[start:end]))
 
 
-def segment_columns(data: Buffer, records: RecordIndex, port: int | None = None) -> SegmentColumns:
-    """The TCP segments among ``records`` of ``data`` (to or from ``port`` if given)."""
+#: the server ports a reading keeps segments of (to or from one of them); empty: every TCP segment
+Ports = tuple[int, ...]
+
+
+def segment_columns(data: Buffer, records: RecordIndex, ports: Ports = ()) -> SegmentColumns:
+    """The TCP segments among ``records`` of ``data`` (to or from one of ``ports`` if any)."""
     u8 = np.frombuffer(data, np.uint8)
     fast, ip = _ipv4_records(u8, records)
     ts, start, length = records.ts[fast], records.start[fast], records.length[fast]
     columns = _tcp_columns(u8, ip, start + length)
     tcp, src_ip, dst_ip, src_port, dst_port, seq, ack, flags, payload, end = columns
-    kept = np.ones(len(src_port), bool) if port is None else (src_port == port) | (dst_port == port)
+    kept = np.ones(len(src_port), bool) if not ports else np.isin(src_port, ports) | np.isin(dst_port, ports)
     endpoints: dict[str, int] = {}
     src = _endpoint_ids(src_ip[kept], src_port[kept], endpoints)
     dst = _endpoint_ids(dst_ip[kept], dst_port[kept], endpoints)
     order = fast.nonzero()[0][tcp][kept]
     found = [ts[tcp][kept], src, dst, seq[kept], ack[kept], flags[kept], payload[kept], end[kept]]
-    slow = _slow_segments(data, records, np.flatnonzero(~fast), port, endpoints)
+    slow = _slow_segments(data, records, np.flatnonzero(~fast), ports, endpoints)
     if slow:
         order = np.concatenate([order, np.array([row[0] for row in slow], np.int64)])
         found = [np.concatenate([column, np.array([row[i] for row in slow], column.dtype)])
@@ -180,7 +184,7 @@ def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int])
     return np.array(ids, np.int64)[inverse.reshape(-1)]
 
 
-def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, port: int | None,
+def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, ports: Ports,
                    endpoints: dict[str, int]) -> list[tuple[Any, ...]]:
     """Rows (record, ts, src, dst, seq, ack, flags, payload start, end) decoded one by one."""
     view = memoryview(data)
@@ -188,7 +192,7 @@ def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, port: 
     for index in which.tolist():
         start = int(records.start[index])
         fields = _tcp_fields(int(records.linktype[index]), view[start:start + int(records.length[index])])
-        if fields is None or port is not None and port not in (fields[1], fields[3]):
+        if fields is None or ports and fields[1] not in ports and fields[3] not in ports:
             continue
         src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end = fields
         src = endpoints.setdefault(_endpoint(src_ip, src_port), len(endpoints))

@@ -20,6 +20,25 @@ from spark_analysis.capture.packets import ACK, FIN, RST, SYN, TcpSegment
 from spark_analysis.capture.records import Buffer
 
 DEFAULT_SERVER_PORT = 9876
+#: which side of a connection whose SYN was not captured is the server: an endpoint ("ip:port") of
+#: the set, or one on a port of it (the job finds the listening endpoints in the capture itself)
+Servers = frozenset[str | int]
+DEFAULT_SERVERS: Servers = frozenset({DEFAULT_SERVER_PORT})
+
+
+def is_server(endpoint: str, servers: Servers) -> bool:
+    return endpoint in servers or _port(endpoint) in servers
+
+
+def as_servers(given: Servers | int) -> Servers:
+    """A port alone (``--port``, older callers) as Servers."""
+    return frozenset({given}) if isinstance(given, int) else given
+
+
+def server_ports(servers: Servers) -> tuple[int, ...]:
+    """The ports among ``servers``: what a reading keeps (capture.packets.Ports)."""
+    return tuple(sorted(s for s in servers if isinstance(s, int)))
+
 _CONTROL = SYN | FIN | RST
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
@@ -80,10 +99,11 @@ class Connection:
 
 
 def reassemble(
-    segments: Iterable[tuple[float, TcpSegment]], server_port: int = DEFAULT_SERVER_PORT
+    segments: Iterable[tuple[float, TcpSegment]], servers: Servers | int = DEFAULT_SERVERS
 ) -> list[Connection]:
     """Group (ts, segment) pairs, in capture order, into connections in order of first packet."""
-    connections = [c for table in segment_tables(segments) for c in reassemble_table(table, server_port)]
+    servers = as_servers(servers)
+    connections = [c for table in segment_tables(segments) for c in reassemble_table(table, servers)]
     connections.sort(key=lambda c: c.first_packet)
     for conn_id, connection in enumerate(connections):
         connection.conn_id = conn_id
@@ -117,7 +137,7 @@ def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
     return SegmentTable(tables[0].ends, rows, sources)
 
 
-def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT) -> list[Connection]:
+def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) -> list[Connection]:
     """The connections on one 4-tuple, in order.
 
     A SYN without ACK opens a new connection on its 4-tuple unless it repeats the SYN of a
@@ -146,7 +166,7 @@ def reassemble_table(table: SegmentTable, server_port: int = DEFAULT_SERVER_PORT
         src = lower if forward else higher
         if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
             dst = higher if forward else lower
-            tracker = _Tracker.open(len(trackers), ts, src, dst, flags, server_port)
+            tracker = _Tracker.open(len(trackers), ts, src, dst, flags, servers)
             tracker.connection.first_packet = (ts, file, order)
             client_forward = tracker.connection.client == lower
             trackers.append(tracker)
@@ -191,14 +211,14 @@ class _Tracker:
         self.to_client = _Reassembler(connection.to_client)
 
     @classmethod
-    def open(cls, conn_id: int, ts: float, src: str, dst: str, flags: int, server_port: int) -> _Tracker:
-        """Start a connection; the client is the SYN sender, else the side off the server port."""
+    def open(cls, conn_id: int, ts: float, src: str, dst: str, flags: int, servers: Servers) -> _Tracker:
+        """Start a connection; the client is the SYN sender, else the side that is not a server."""
         syn_ack = flags & (SYN | ACK)
         if syn_ack == SYN:
             client = src
         elif syn_ack == SYN | ACK:
             client = dst
-        elif _port(src) == server_port and _port(dst) != server_port:
+        elif is_server(src, servers) and not is_server(dst, servers):
             client = dst
         else:
             client = src

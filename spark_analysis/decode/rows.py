@@ -14,7 +14,15 @@ from typing import Any, NamedTuple
 from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
 from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
-from spark_analysis.capture.reassembly import Connection, reassemble, reassemble_table
+from spark_analysis.capture.reassembly import (
+    DEFAULT_SERVERS,
+    Connection,
+    Servers,
+    as_servers,
+    reassemble,
+    reassemble_table,
+    server_ports,
+)
 from spark_analysis.decode.held import HeldTopics
 from spark_analysis.decode.schema import REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
@@ -26,6 +34,9 @@ from twisted_namesrv.remoting.values import java_bool, optional_long
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
 NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+#: requests of an administrator that change the NameServer's routes (an EVENT row each, as answered)
+ADMIN_CODES = (RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+               RequestCode.ADD_WRITE_PERM_OF_BROKER)
 #: the code of an EVENT row saying that the connection a broker registered over closed (no request
 #: code is negative): the NameServer forgets the broker at once (onChannelDestroy)
 CONNECTION_CLOSED = -1
@@ -66,27 +77,29 @@ class BodySummary(NamedTuple):
     decoded: RegisterBrokerBody | None = None
 
 
-def piece_rows(pieces: Iterable[Piece], server_port: int) -> Iterator[tuple[str, Row]]:
+def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
     """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
     table = connection_table(pieces)
-    for connection in reassemble_table(table, server_port):
+    for connection in reassemble_table(table, servers):
         yield from conversation_rows(conversation_of(connection))
 
 
-def split_rows(splits: Iterable[Split], server_port: int) -> Iterator[tuple[str, Row]]:
+def split_rows(splits: Iterable[Split], servers: Servers | int = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
     """Tagged rows of every 4-tuple in these splits (a reading task each), as the job makes them,
     in this process: what tests compare and benchmarks time without Spark."""
+    servers = as_servers(servers)
     pieces: dict[ConnectionKey, list[Piece]] = {}
     for split in splits:
-        for piece in read_task([split], server_port, ReadTally()):
+        for piece in read_task([split], server_ports(servers), ReadTally()):
             pieces.setdefault(piece.ends, []).append(piece)
     for parts in pieces.values():
-        yield from piece_rows(parts, server_port)
+        yield from piece_rows(parts, servers)
 
 
-def connection_rows(segments: Iterable[tuple[float, TcpSegment]], server_port: int) -> Iterator[tuple[str, Row]]:
+def connection_rows(segments: Iterable[tuple[float, TcpSegment]], servers: Servers | int = DEFAULT_SERVERS
+                    ) -> Iterator[tuple[str, Row]]:
     """Tagged rows for every connection (port reuse split by SYN) among segments in capture order."""
-    for connection in reassemble(segments, server_port):
+    for connection in reassemble(segments, servers):
         yield from conversation_rows(conversation_of(connection))
 
 
@@ -140,7 +153,12 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
                               code != RequestCode.UNREGISTER_BROKER, None, ext.get("clusterName"),
                               broker_id, _version_name(request.command.version),
                               None if answer is None else answer.command.code, None, None, None, None, None,
-                              request.command.is_oneway, server, None, None)
+                              request.command.is_oneway, server, None, None, None)
+        elif code in ADMIN_CODES and request.direction == REQUEST:
+            ext = request.command.ext
+            yield EVENT, (None, ext.get("brokerName"), request.ts, code, False, None, ext.get("clusterName"), None,
+                          _version_name(request.command.version), None if answer is None else answer.command.code,
+                          None, None, None, None, None, request.command.is_oneway, server, None, None, ext.get("topic"))
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
@@ -156,7 +174,7 @@ def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterato
             "cluster", "broker_name", "broker_id"))
         yield EVENT, (addr, name, connection.closed_ts, CONNECTION_CLOSED, False, None, cluster, broker_id,
                       registration[_VERSION], None, None, None, None, None, None, None, connection.server, how,
-                      None)
+                      None, None)
 
 
 def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
@@ -214,7 +232,7 @@ def registration_event(ts: float, registration: Row, version: str, oneway: bool,
     keeps of it (``topics_held``: what the server holds for the broker after it)."""
     return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),
             (registration[_RESPONSE_CODE] or 0) == 0, *(registration[i] for i in _EVENT_COLUMNS), version,
-            *(registration[i] for i in _REGISTRATION_TAIL), oneway, server, None, registration[_TOPICS_HELD])
+            *(registration[i] for i in _REGISTRATION_TAIL), oneway, server, None, registration[_TOPICS_HELD], None)
 
 
 class _BodyCache:

@@ -1,7 +1,7 @@
 """The output contract: columns of ``frames/``, ``calls/``, ``registrations/`` and ``brokers.csv``.
 
 Other tools read these, so names, order and types are fixed here and nowhere else, as Arrow
-schemas (the Spark layer derives its StructTypes from them: spark/schema.py). ``*_ROWS`` describe
+schemas (the Spark layer derives its StructTypes from them: spark/struct_types.py). ``*_ROWS`` describe
 the tuples decode/rows.py builds (times as seconds or milliseconds); the files have those columns
 as timestamps (SECONDS_COLUMNS, MILLIS_COLUMNS).
 """
@@ -42,16 +42,17 @@ REGISTRATION_ROWS = _schema(
 )
 
 #: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
-#: (code: REGISTER_BROKER, a decode.NAMING_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
+#: (code: REGISTER_BROKER, a decode.NAMING_CODES, an ADMIN_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
 #: registered; server: the NameServer endpoint; closed: how the connection it registered over ended;
-#: topics_held: what the NameServer holds for it after a registration, by its own logic)
+#: topics_held: what the NameServer holds for it after a registration, by its own logic; topic: of
+#: DELETE_TOPIC_IN_NAMESRV, whose row names no broker address, as WIPE/ADD_WRITE_PERM's name none)
 EVENT_ROWS = _schema(
     ("broker_addr", pa.string()), ("broker_name", pa.string()), ("t", pa.float64()), ("code", pa.int32()),
     ("alive", pa.bool_()), ("topic_count", pa.int32()), ("cluster", pa.string()), ("broker_id", pa.int64()),
     ("version_name", pa.string()), ("response_code", pa.int32()), ("crc_ok", pa.bool_()),
     ("body_len", pa.int32()), ("compressed", pa.bool_()), ("data_version_counter", pa.int64()),
     ("data_version_ts", pa.int64()), ("oneway", pa.bool_()), ("server", pa.string()),
-    ("closed", pa.string()), ("topics_held", pa.int32()),
+    ("closed", pa.string()), ("topics_held", pa.int32()), ("topic", pa.string()),
 )
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);
@@ -65,11 +66,12 @@ DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
 SECONDS_COLUMNS = ("ts",)
 MILLIS_COLUMNS = ("data_version_ts",)
 
-#: one row per broker (address) and session that registered (docs/capture-report.md says what each means)
+#: one row per broker stay: address and session, a registration to its end (docs/capture-report.md)
 BROKER_COLUMNS = (
-    "session", "input",
+    "session", "server", "input",
     "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
     "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s", "interval_p99_s",
     "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median", "body_len_max", "compressed",
-    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered", "ended", "connection_closes",
+    "topic_count_first", "topic_count_last", "topic_count_max", "unregistered", "ended", "ended_at",
+    "connection_closes",
 )

@@ -40,6 +40,8 @@ class Tally(ReadTally):
     latencies: Counter[Any] = field(default_factory=Counter[Any])  # analysis/latency.count_calls
     groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
+    #: (server endpoint, request code) -> requests it was asked: what kind of server it is (model/endpoints)
+    served: Counter[Any] = field(default_factory=Counter[Any])
     #: path -> 4-tuple -> how it starts and ends in that file (model/periods.server_restarts)
     ends: dict[str, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
 

@@ -23,7 +23,7 @@ def brokers_csv(registered: list[dict]) -> bytes:
 def _csv_value(column: str, value: object) -> object:
     if value is None:
         return ""
-    if column in ("first_seen", "last_seen"):
+    if column in ("first_seen", "last_seen", "ended_at"):
         return iso_time(value)
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -111,7 +111,7 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
     A row per broker, numbered: its label is on the axis and in its traces' hover, not at every
     point (where it was most of the figure's data)."""
-    labels = [broker_label(b) for b in shown]
+    labels = stay_labels(shown)
     layout = _period_panels(time_bins, len(shown))
     for period in range(len(time_bins.starts)):
         layout[f"yaxis{_suffix(period)}"].update(tickmode="array", tickvals=list(range(len(labels))),
@@ -159,9 +159,18 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     return _figure(layout, traces)
 
 
+def stay_labels(shown: list[dict]) -> list[str]:
+    """Each stay's label with the role it had then; a broker with several stays shown has each
+    named by when it registered."""
+    labels = [broker_label(b) for b in shown]
+    repeated = {label for label in labels if labels.count(label) > 1}
+    return [f"{label} from {_time(b['first_seen'])}" if label in repeated else label
+            for label, b in zip(labels, shown, strict=True)]
+
+
 def interval_distributions(shown: list[dict]) -> dict:
     """Each broker's intervals between heartbeats, counted per second (colour on a log scale)."""
-    labels = [broker_label(b) for b in shown]
+    labels = stay_labels(shown)
     widest = max((index for b in shown for index, n in enumerate(b["interval_buckets"]) if n), default=0)
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]

@@ -16,23 +16,26 @@ SCHEMA_VERSION = 2
 
 def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: dict[str, int], groups: Groups,
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
-            clients: list[dict] | None = None, restarted: tuple[bool, ...] = ()) -> dict:
+            clients: list[dict] | None = None, endpoints: list[dict] | None = None,
+            stories: list[dict] | None = None) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
-    periods, and the gaps between them with their cause: ``restarted``, TimeBins.restarted), counts,
-    brokers and calls by code."""
+    periods and the gaps between them), the server endpoints found (``endpoints``:
+    findings.endpoint_rows) and the NameServers among them, counts, brokers and calls by code."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     return {
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers, responses)),
+        **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories)),
+        "nameservers": [e for e in endpoints or [] if e["kind"] == "nameserver"],
+        "controllers": [e for e in endpoints or [] if e["kind"] == "controller"],
+        "endpoints": endpoints or [],
         "inputs": {
             "files": file_rows,
             "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
             "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1],
-                      "cause": _gap_cause(b[0] - a[1], index < len(restarted) and restarted[index])}
-                     for index, (a, b) in enumerate(zip(periods, periods[1:], strict=False))],
+                      "cause": _gap_cause(b[0] - a[1])} for a, b in zip(periods, periods[1:], strict=False)],
         },
         "counts": counts,
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
@@ -59,10 +62,11 @@ def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
 
 
 def _json_value(column: str, value: object) -> object:
-    return _iso(value) if column in ("first_seen", "last_seen") else value
+    return _iso(value) if column in ("first_seen", "last_seen", "ended_at") else value
 
 
-def _gap_cause(seconds: float, restarted: bool) -> str:
-    """Why one capture period ends and the next begins: the server went away (and came back), a
-    file that continues no connection of the one before (another session), or nothing captured."""
-    return "server restarted" if restarted else "another session" if seconds <= PERIOD_GAP_S else "nothing captured"
+def _gap_cause(seconds: float) -> str:
+    """Why one capture period ends and the next begins: a file that continues no connection of
+    the one before (another session), or nothing captured. (A NameServer's restart is its
+    endpoint's story: a finding, not a gap.)"""
+    return "another session" if seconds <= PERIOD_GAP_S else "nothing captured"

@@ -10,7 +10,7 @@ file, and reassembles and decodes that 4-tuple's connections (port reuse is told
 SYN). With a local output and master, that task writes its rows of the tables as Parquet part
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
 column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
-either way and on, by broker, to the liveness tasks (spark/liveness.py), in the same job.
+either way and on, by broker, to the liveness tasks (spark/liveness_stage.py), in the same job.
 
 What the driver counts comes back as data, never through accumulators (a retried or speculative
 task would add its counts twice): each reading task ends its output with a row holding only its
@@ -45,30 +45,25 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.analysis.findings import NAMESRV_CODES, endpoint_rows
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import REQUEST
 from spark_analysis.capture.inputs import CaptureFile, Piece, Split
-from spark_analysis.capture.packets import FIN, RST, SYN
-from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT, SEGMENT
+from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
+from spark_analysis.capture.reassembly import SEGMENT, Servers
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
-from spark_analysis.model.periods import (
-    ConnectionEnds,
-    TimeBins,
-    capture_periods,
-    restarted_ends,
-    restarts_within,
-    server_restarts,
-)
-from spark_analysis.model.sessions import Places
+from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
+from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
+from spark_analysis.model.sessions import Places, Sessions
 from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness import broker_liveness
-from spark_analysis.spark.schema import DECODED
+from spark_analysis.spark.liveness_stage import broker_liveness
+from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
@@ -80,7 +75,7 @@ _BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
 _INFLATED = 8  # what a gzip capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
-def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int = DEFAULT_SERVER_PORT,
+def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
             split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print,
             tasks_every: float | None = None) -> Counter:
     """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content).
@@ -90,13 +85,13 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: in
     (inputs.read_gzip)."""
     spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
     try:
-        return _analyse(spark, paths, out, server_port, split_size, report, log, tasks_every, spool)
+        return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool)
     finally:
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
 
 
-def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: int, split_size: int | None,
+def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, split_size: int | None,
              report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None) -> Counter:
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
@@ -116,18 +111,21 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, server_port, spool).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, ports, spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     file_rows = findings.input_files(files, read)
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
-             f"on port {server_port}" + "".join(f"\n      {f['path']}: {f['problem']}"
+             f"{_on_ports(ports)}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
-    cuts = restarts_within(read.ends, server_port)
-    restarts = server_restarts(by_file, read.ends)
-    periods = capture_periods([(first, last) for first, last, _ in by_file], restarts, cuts)
-    time_bins = TimeBins.over(periods, restarted_ends(by_file, read.ends, restarts, cuts))
+    ends = merged_ends(read.ends)
+    sides = server_sides(ends)
+    servers: Servers = frozenset(sides.values()) | frozenset(ports)
+    endpoints = endpoint_stories(ends, sides)
+    periods = capture_periods([(first, last) for first, last, _ in by_file], server_restarts(by_file, read.ends))
+    time_bins = TimeBins.over(periods)
+    sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()})
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -141,8 +139,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
-               .mapInArrow(partial(decode_batches, server_port=server_port, tables_out=tables_out,
-                                   places=Places(by_file, time_bins.starts)), DECODED))
+               .mapInArrow(partial(decode_batches, servers=servers, tables_out=tables_out,
+                                   places=Places(by_file, sessions)), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -152,7 +150,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
-        liveness = broker_liveness(events, time_bins, by_file)
+        liveness = broker_liveness(events, time_bins, by_file, sessions, endpoints)
     if tables_out:
         tables.commit(tables_out)
     tally = Tally().merge(read).merge(_merged(liveness.tallies))
@@ -163,6 +161,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
     counts = Counter(tally.counts())
+    nameservers = nameserver_endpoints(tally.served, NAMESRV_CODES)
+    liveness.only_at(nameservers)
     registered = liveness.registered()
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
@@ -170,7 +170,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, server_port: i
     codes = latency.code_stats(tally.latencies)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers,
-                                   time_bins.restarted)
+                                   endpoint_rows(endpoints, nameservers, tally.served), liveness.stories)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -195,19 +195,36 @@ def _merged(tallies: Iterable[bytes]) -> Tally:
     return total
 
 
-def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece, server_port: int) -> None:
+def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
     """How a 4-tuple starts and ends in a file (model/periods.ConnectionEnds), from one of its
-    pieces: its first and last segments, and its first FIN or RST (and whether the server sent it)."""
+    pieces: its first and last segments, its first FIN or RST once accepted (and which end sent
+    it), who sent its SYNs (the client), when the server accepted, the SYNs it refused (answered by
+    a reset: a port reused after one is still a connection) and its last segment with bytes."""
     rows = np.frombuffer(piece.rows, SEGMENT)
-    if len(rows):
-        first, last = rows[0], rows[-1]
-        closing = np.flatnonzero(rows["flags"] & (FIN | RST))
-        close = rows[closing[0]] if len(closing) else None
-        server_lower = piece.ends[0].endswith(f":{server_port}")  # ``forward``: sent by the lower endpoint
-        found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
-                               bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
-                               close is not None and bool(close["forward"]) == server_lower)
-        ends[piece.ends] = found.merge(ends.get(piece.ends))
+    if not len(rows):
+        return
+    flags, forward = rows["flags"], rows["forward"]
+    syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
+    accepts = np.flatnonzero(flags & (SYN | ACK) == SYN | ACK)
+    refused = tuple(float(rows[i]["ts"]) for i in syns if _answered_by_reset(flags, forward, i))
+    since = accepts[0] if len(accepts) else 0
+    closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
+    close = rows[closing[0]] if len(closing) else None
+    carrying = np.flatnonzero(rows["length"] > 0)
+    first, last = rows[0], rows[-1]
+    found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
+                           bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
+                           close is not None and bool(close["forward"]),
+                           bool(forward[syns[0]]) if len(syns) else None,
+                           float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
+                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None)
+    ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
+    """Whether the other end's first answer to the SYN at ``syn`` is a reset (nothing listened)."""
+    answers = np.flatnonzero(forward[syn + 1:] != forward[syn])
+    return bool(len(answers)) and bool(flags[syn + 1 + answers[0]] & RST)
 
 
 def start_worker(_: Iterable) -> None:
@@ -218,7 +235,7 @@ def start_worker(_: Iterable) -> None:
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], server_port: int,
+def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
             spool: str | None = None) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
@@ -226,25 +243,25 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFi
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
-        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, server_port=server_port, spool=spool),
+        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, ports=ports, spool=spool),
                                         PIECES))
     if whole:
         files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
         by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
-        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, server_port=server_port), PIECES))
+        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports), PIECES))
     return reduce(DataFrame.union, parts)
 
 
-def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], server_port: int,
+def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ports: Ports,
                 spool: str | None = None) -> Iterator[pa.RecordBatch]:
     worker.settle()
     read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(read, tasks[index], server_port=server_port)
+            yield from _piece_batches(read, tasks[index], ports=ports)
 
 
-def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], server_port: int
+def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], ports: Ports
                 ) -> Iterator[pa.RecordBatch]:
     """Files as Spark read them whole: ``whole`` has them by URI, local ones by absolute path
     (Spark names /x/y.gz file:/x/y.gz)."""
@@ -252,17 +269,17 @@ def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile]
     for batch in batches:
         for uri, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             file = whole.get(uri) or whole.get(inputs.local_path(uri), CaptureFile(uri, 0, 0))
-            yield from _piece_batches(inputs.read_whole, content, file, server_port=server_port)
+            yield from _piece_batches(inputs.read_whole, content, file, ports=ports)
 
 
-def _piece_batches(read: Callable[..., Iterator[Piece]], *args, server_port: int) -> Iterator[pa.RecordBatch]:
+def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports) -> Iterator[pa.RecordBatch]:
     """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
     and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
     tally = Tally()
     pending: list[Piece] = []
     size = 0
-    for piece in read(*args, server_port, tally):
-        _note_ends(tally.ends.setdefault(piece.path, {}), piece, server_port)
+    for piece in read(*args, ports, tally):
+        _note_ends(tally.ends.setdefault(piece.path, {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             tally.costs[piece.ends] += cost
         else:
@@ -287,7 +304,7 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_out: str | None = None,
+def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
                    places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
@@ -306,7 +323,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], server_port: int, tables_o
     with _no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
-            for kind, row in piece_rows(pieces, server_port):
+            for kind, row in piece_rows(pieces, servers):
                 pending[kind].append(row)
                 count += 1
             if count >= _BATCH_ROWS:
@@ -375,6 +392,7 @@ def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         tally.unanswered += rows.field("response_code").null_count
         tally.latencies.update(latency.count_calls(rows))
         findings.note_calls(tally.groups, rows)
+        findings.note_served(tally.served, rows)
         clients.count_calls(tally.clients, rows)
     elif kind == REGISTRATION:
         tally.registration += len(rows)
@@ -442,6 +460,10 @@ def _list_hadoop(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
 
 def _absolute(out: str) -> str:
     return os.path.abspath(inputs.local_path(out)) if inputs.is_local(out) else out.rstrip("/")
+
+
+def _on_ports(ports: Ports) -> str:
+    return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
 
 
 def _mib(count: int) -> str:

@@ -17,6 +17,7 @@ from twisted.protocols.portforward import ProxyFactory, ProxyServer
 from tests.controller.etcd_harness import peer_processes, wait_for
 from tests.controller.etcd_support import etcd, start_etcd_cluster  # noqa: F401  (etcd: the fixture)
 from tests.support import free_port
+from twisted_namesrv.controller.config import etcd_endpoints
 from twisted_namesrv.controller.etcd import (
     MAX_EVENTS_PER_APPEND,
     EtcdConsensus,
@@ -27,7 +28,7 @@ from twisted_namesrv.controller.etcd import (
 )
 from twisted_namesrv.controller.etcd_gateway import EtcdError, EtcdGateway, b64, prefix_end
 from twisted_namesrv.controller.log import NotLeader
-from twisted_namesrv.state.config import ConfigError, NamesrvConfig, etcd_endpoints
+from twisted_namesrv.state.config import ConfigError, NamesrvConfig
 
 TTL = 2  # seconds: etcd's shortest lease with its default election timeout
 HANDOVER = TTL + 4  # a crashed leader's successor leads within this many seconds, or the test fails

@@ -147,7 +147,7 @@ def test_twistd_namesrv_controller_options(tmp_path) -> None:
     options = tap.Options()
     options.parseOptions(["--port", "0"])
     service = tap.makeService(options)
-    assert isinstance(service, ControllerService) and service.listen_port == 0
+    assert isinstance(service, ControllerService) and service.listener.port_number == 0
     bad = tmp_path / "controller.properties"
     bad.write_text("controllerDLegerPeers=n0-127.0.0.1:1\ncontrollerDLegerSelfId=n9\n")
     with pytest.raises(SystemExit, match="controllerDLegerSelfId: n9 is not among controllerDLegerPeers"):

@@ -11,7 +11,6 @@ the KV namespace (219) and the configuration (319).
 from __future__ import annotations
 
 import itertools
-import logging
 import struct
 from dataclasses import dataclass, field
 
@@ -123,15 +122,6 @@ class Snapshot:
     answers: dict[str, tuple[int, str | None, bytes | None]] = field(default_factory=dict)
 
 
-class _ErrorRecords(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 class Scene:
     """Server, registered broker, good client; ``await Scene.start(tmp_path)``, then ``stop()``."""
 
@@ -143,14 +133,12 @@ class Scene:
         self.clients: list[protocol.Protocol] = []
         #: Twisted log events carrying a failure: exceptions that escaped the protocol
         self.unhandled: list[dict] = []
-        self._handler_errors = _ErrorRecords()
         self.expected: Snapshot | None = None
 
     @classmethod
     async def start(cls, tmp_path, **config) -> Scene:
         scene = cls()
         globalLogPublisher.addObserver(scene._observe)
-        logging.getLogger("twisted_namesrv").addHandler(scene._handler_errors)
         scene.service, scene.port = await start_server(server_config(tmp_path, **config))
         scene.broker = await scene.connect()
         answer = await scene.broker.call(register_request())
@@ -165,10 +153,6 @@ class Scene:
     def _observe(self, event: dict) -> None:
         if event.get("log_failure") is not None or event.get("isError"):
             self.unhandled.append(event)
-
-    @property
-    def handler_errors(self) -> list[str]:
-        return [r.getMessage() for r in self._handler_errors.records]
 
     def unhandled_text(self) -> str:
         out = []
@@ -242,7 +226,6 @@ class Scene:
 
     async def stop(self) -> None:
         globalLogPublisher.removeObserver(self._observe)
-        logging.getLogger("twisted_namesrv").removeHandler(self._handler_errors)
         for client in self.clients:
             if client.transport is not None and not client.transport.disconnected:
                 client.transport.loseConnection()

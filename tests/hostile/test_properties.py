@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_analysis.capture.conversation import read_conversations
-from tests.support import CAPTURES
+from tests.support import CAPTURES, require_captures
 from twisted_namesrv.bodies import register
 from twisted_namesrv.bodies.register import (
     DEFAULT_MAX_INFLATED,
@@ -51,7 +51,7 @@ LANGUAGES = st.sampled_from(list(LanguageCode.__members__))
 
 @functools.cache
 def captured_frames() -> tuple[bytes, ...]:
-    """Every whole frame (length prefix included) of the shared captures, both directions."""
+    """Every whole frame (length prefix included) of the golden captures, both directions."""
     frames = []
     for path in sorted(CAPTURES.glob("*.pcap")):
         for conversation in read_conversations(path):
@@ -73,7 +73,7 @@ def captured_registrations() -> tuple[tuple[bytes, bool, int], ...]:
 
 def _need_captures() -> None:
     if not captured_frames():
-        pytest.skip(f"no shared captures under {CAPTURES}")
+        require_captures(str(CAPTURES))
 
 
 # -- mutations -----------------------------------------------------------------------------------

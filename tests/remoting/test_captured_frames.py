@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from spark_analysis.capture.conversation import read_conversations
+from tests.remoting.declarations import binary_header_struct, frame_struct
 from tests.support import capture
 from twisted_namesrv.bodies.register import decode_register_body, encode_register_body
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.remoting.frame import encode_frame, frame_struct, split_frame
-from twisted_namesrv.remoting.header import binary_header_struct, decode_binary_header, encode_binary_header
+from twisted_namesrv.remoting.frame import encode_frame, split_frame
+from twisted_namesrv.remoting.header import decode_binary_header, encode_binary_header
 
 CAPTURES = ["json_lifecycle.pcap", "binary_lifecycle.pcap", "compressed_bulk.pcap", "v5_probe.pcap"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+import crcmod.predefined
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -224,7 +225,12 @@ class TestRegisterBody:
 
 
 def test_crc_is_masked_java_crc32() -> None:
-    assert crc32_masked(b"hello") == zlib.crc32(b"hello") & 0x7FFFFFFF
+    """crcmod's predefined crc-32 names java.util.zip.CRC32 (polynomial, reflection, final xor):
+    the zlib CRC the server computes is that one, in one go and across steps."""
+    java_crc32 = crcmod.predefined.mkPredefinedCrcFun("crc-32")
+    data = bytes(range(256)) * 5000  # more than one step of crc32_masked_steps
+    assert crc32_masked(data) == java_crc32(data) & 0x7FFFFFFF
+    assert crc32_masked(b"hello") == java_crc32(b"hello") & 0x7FFFFFFF == 0x3610A686
     assert crc32_masked(None) == 0
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.capture.conversation import conversation_of
 from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
@@ -31,7 +30,6 @@ from spark_analysis.capture.records import (
 from spark_analysis.decode.rows import (
     CALL,
     CONNECTION,
-    CONNECTION_CLOSED,
     EVENT,
     FRAME,
     REGISTRATION,
@@ -40,7 +38,6 @@ from spark_analysis.decode.rows import (
     split_rows,
 )
 from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
-from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, restarts_within
 from tests.spark.capture.builders import (
     BODY,
     CLIENT,
@@ -84,123 +81,6 @@ def event(t: float, name: str | None, code: int, alive: bool, topics: int | None
     """An EVENT row as brokers.broker_summary reads it."""
     return {**dict.fromkeys(EVENT_ROWS.names), "broker_addr": "10.0.0.1:10911", "broker_name": name, "t": t,
             "code": code, "alive": alive, "topic_count": topics, **more}
-
-
-def test_a_brokers_liveness_is_measured_between_its_signs_of_life() -> None:
-    """Intervals run between alive events (a refused registration is none); the broker's name and
-    topic count are its last; it unregistered if that was its last word. Events come in any order."""
-    register, unregister, query = (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
-                                   RequestCode.QUERY_DATA_VERSION)
-    events = [event(100.0, "b", register, True, 5, broker_id=0), event(130.0, None, query, True),
-              event(290.0, "b2", register, False, 7, response_code=1), event(300.0, "b2", register, True, 8),
-              event(310.0, None, unregister, False)]
-    row = broker_summary("10.0.0.1:10911", events[::-1], TimeBins.over([(100.0, 400.0)]))
-    assert {key: row[key] for key in ("broker_name", "broker_id", "role", "first_seen", "last_seen", "registrations",
-                                      "refused_registrations", "interval_p50_s", "max_gap_s", "near_expiry",
-                                      "would_expire", "unregistered", "topic_count_first", "topic_count_last")} == {
-        "broker_name": "b2", "broker_id": 0, "role": "MASTER", "first_seen": 100.0, "last_seen": 310.0,
-        "registrations": 3, "refused_registrations": 1, "interval_p50_s": 100.0, "max_gap_s": 170.0,
-        "near_expiry": 0, "would_expire": 1, "unregistered": True, "topic_count_first": 5, "topic_count_last": 8}
-    assert row["gaps"] == [{"from": 130.0, "to": 300.0, "seconds": 170.0, "expired": True, "open": False}]
-    assert row["refused"] == [{"t": 290.0, "response_code": 1, "crc_failure": False}]
-    assert {bucket: n for bucket, n in enumerate(row["interval_buckets"]) if n} == {30: 1, 170: 1}
-    # a refused registration adds nothing to what the server holds
-    assert row["bins"] == {"bin": [0, 80, 506, 533, 560], "heartbeats": [1, 1, 0, 1, 0],
-                           "topics": [5, None, None, 8, None]}
-    assert (row["ended"], row["unregistered_at"], row["connection_closes"]) == ("unregistered", 310.0, 0)
-
-
-def test_liveness_stays_within_capture_periods_and_notes_changes() -> None:
-    """No interval spans the time between two capture periods; a broker last heard more than the
-    expiry before its period ended was silent till then; topic counts are what the server held
-    (a single-topic registration adds one, it does not replace the table), and a drop of those is
-    noted; a data version counter going back (a restart) and a new brokerId (a role flip) are
-    noted. The liveness tasks give each period (session) its own events: here one."""
-    register = RequestCode.REGISTER_BROKER
-    bins = TimeBins.over([(0.0, 100.0), (1000.0, 1300.0)])
-    events = [event(10.0, "b", register, True, 9, broker_id=0, data_version_counter=5, topics_held=9),
-              event(20.0, "b", register, True, 1, broker_id=0, data_version_counter=6, topics_held=10),  # created
-              event(70.0, "b", register, True, 10, broker_id=0, data_version_counter=6, topics_held=10),
-              event(80.0, "b", register, True, 7, broker_id=0, data_version_counter=1, topics_held=7),  # restart
-              event(90.0, "b", register, True, 4, broker_id=1, data_version_counter=2)]  # a slave: as announced
-    row = broker_summary("10.0.0.1:10911", events, bins)
-    assert [row["topic_count_first"], row["topic_count_max"], row["topic_count_last"]] == [9, 10, 4]
-    assert row["topic_drops"] == [{"t": 80.0, "from": 10, "to": 7}, {"t": 90.0, "from": 7, "to": 4}]
-    assert row["version_backwards"] == [{"t": 80.0, "from": 6, "to": 1, "data_version_ts_from": None,
-                                         "data_version_ts_to": None}]
-    assert row["id_changes"] == [{"t": 90.0, "from": 0, "to": 1}] and row["role"] == "SLAVE"
-    later = broker_summary("10.0.0.1:10911", [event(1010.0, "b", register, True, 9, broker_id=0, topics_held=9),
-                                              event(1070.0, "b", register, True, 9, broker_id=0, topics_held=9)],
-                           bins)
-    assert later["gaps"] == [{"from": 1070.0, "to": 1300.0, "seconds": 230.0, "expired": True, "open": True}]
-    assert (later["interval_p50_s"], later["max_gap_s"], later["would_expire"], later["ended"]) == (
-        60.0, 230.0, 1, "expired")
-    assert later["session"] != row["session"] and later["session"].endswith("@1970-01-01T00:16:40Z")
-    assert bins.of(99.0) < bins.first_bin[1] <= bins.of(1000.0) and bins.of(1300.0) == bins.first_bin[2] - 1
-
-
-def test_how_a_brokers_story_ends() -> None:
-    """A connection closing while the broker is registered is a close (crash or kill), noted with
-    when it came back; one after UNREGISTER_BROKER is a clean stop; the silence after the last
-    heartbeat counts in max_gap_s, and says alive, near expiry or expired."""
-    register, unregister = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
-    bins = TimeBins.over([(0.0, 200.0)])
-    closed = {"closed": "fin from client", "server": "10.0.0.9:9876"}
-    killed = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
-                                               event(40.0, "b", register, True, 3, broker_id=0),
-                                               event(45.0, "b", CONNECTION_CLOSED, False, **closed),
-                                               event(100.0, "b", register, True, 3, broker_id=0),
-                                               event(130.0, "b", register, True, 3, broker_id=0),
-                                               event(150.0, "b", CONNECTION_CLOSED, False, **closed)], bins)
-    assert killed["ended"] == "connection_closed" and killed["connection_closes"] == 2
-    assert [(c["t"], c["last_alive"], c["back"], c["how"]) for c in killed["closes"]] == [
-        (45.0, 40.0, 100.0, "fin from client"), (150.0, 130.0, None, "fin from client")]
-    assert killed["max_gap_s"] == 30.0 and killed["last_seen"] == 130.0  # no silence after a close
-    stopped = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
-                                                event(20.0, "b", unregister, False),
-                                                event(20.5, "b", CONNECTION_CLOSED, False, **closed)], bins)
-    assert (stopped["ended"], stopped["closes"], stopped["max_gap_s"]) == ("unregistered", [], None)
-    for last, ended in ((170.0, "alive"), (120.0, "near_expiry"), (70.0, "expired")):
-        row = broker_summary("10.0.0.1:10911", [event(10.0, "b", register, True, 3, broker_id=0),
-                                                event(last, "b", register, True, 3, broker_id=0)], bins)
-        assert (row["ended"], row["max_gap_s"]) == (ended, max(200.0 - last, last - 10.0)), last
-
-
-def test_a_nameserver_restarted_within_a_file_starts_a_session() -> None:
-    """Every open connection closed by the server within a second, then a new one: a restart, and
-    the new session starts at its SYN. Not one where a connection goes on through the moment, nor
-    where the last connection open was closed by its client (a broker or client stopping)."""
-    server, broker, client, back = "10.0.0.9:9876", "10.0.0.1:40000", "10.0.0.2:50000", "10.0.0.1:40001"
-
-    def ends(*connections: tuple[str, ConnectionEnds]) -> dict[str, dict[tuple[str, str], ConnectionEnds]]:
-        return {"a.pcap": {tuple(sorted((peer, server))): found for peer, found in connections}}
-
-    gone = (broker, ConnectionEnds(0.0, False, 100.0002, False, 100.0, True))
-    client_gone = (client, ConnectionEnds(5.0, True, 100.3, False, 100.3, True))
-    later = (back, ConnectionEnds(104.0, True, 300.0, False))
-    assert restarts_within(ends(gone, client_gone, later), 9876) == {104.0: 100.3}
-    # the client left long before (its own close): the broker's connection is what was open
-    left = (client, ConnectionEnds(5.0, True, 50.0, False, 50.0, False))
-    assert restarts_within(ends(gone, left, later), 9876) == {104.0: 100.0002}
-    stopped = (broker, ConnectionEnds(0.0, False, 100.0002, False, 100.0, False))  # the broker closed it
-    assert restarts_within(ends(stopped, client_gone, later), 9876) == {}
-    stays = (client, ConnectionEnds(5.0, True, 250.0, False))  # goes on through the moment
-    assert restarts_within(ends(gone, stays, later), 9876) == {}
-    assert restarts_within(ends(gone, client_gone), 9876) == {}  # nothing new: the capture's end
-    # the file's span is cut there, into two periods the first of which the restart ended
-    periods = capture_periods([(0.0, 300.0)], cuts={104.0: 100.3})
-    assert periods == [(0.0, 100.3), (104.0, 300.0)]
-    bins = TimeBins.over(periods, frozenset({100.3}))
-    assert bins.restarted == (True, False) and bins.ended_by_restart(100.0) and not bins.ended_by_restart(99.0)
-    # the broker's connection closed by the server as it went away ends its story as alive, not
-    # as a crash; the same close in a period that did not end with a restart is one
-    register = RequestCode.REGISTER_BROKER
-    events = [event(70.0, "b", register, True, 3, broker_id=0), event(95.0, "b", register, True, 3, broker_id=0),
-              event(100.0, "b", CONNECTION_CLOSED, False, closed="fin from server", server=server)]
-    row = broker_summary("10.0.0.1:10911", [dict(e) for e in events], bins)
-    assert (row["ended"], row["closes"], row["max_gap_s"]) == ("alive", [], 25.0)
-    row = broker_summary("10.0.0.1:10911", [dict(e) for e in events], TimeBins.over(periods))
-    assert (row["ended"], row["connection_closes"]) == ("connection_closed", 1)
 
 
 def test_calls_pair_answers_by_opaque_and_keep_unanswered_requests() -> None:

@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import import_graph
+from tests.import_graph import cycles
+
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_analysis"
 LAYERS = ("capture", "decode", "model", "analysis", "output", "spark")
 #: modules above every layer: the command, and the name tools/setup-env.sh asks the class archive of
@@ -17,13 +20,7 @@ TOP = {"spark_analysis.__main__"}
 
 
 def modules() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
+    return import_graph.modules(PACKAGE)
 
 
 def imports(path: Path, name: str, known: set[str]) -> set[str]:
@@ -84,24 +81,7 @@ def test_only_the_spark_layer_imports_pyspark_and_only_the_command_imports_it() 
 
 def test_no_import_cycle() -> None:
     edges = graph()
-    cycles = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for target in sorted(edges.get(name, ())):
-            if target == "pyspark" or target == name.rpartition(".")[0]:
-                continue  # a package's own __init__ (imported on the way to any of its modules)
-            if state.get(target) == 1:
-                cycles.append(" -> ".join(path[path.index(target):] + [target]))
-            elif target not in state:
-                visit(target, [*path, target])
-        state[name] = 2
-
-    for name in sorted(edges):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
+    assert cycles({name: targets - {"pyspark"} for name, targets in edges.items()}) == []
 
 
 def test_the_check_finds_a_cycle_and_an_upward_import() -> None:

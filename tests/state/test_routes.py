@@ -385,13 +385,13 @@ def test_channel_destroy_removes_every_broker_of_that_channel(profile):
 @BOTH
 def test_channels_destroyed_together_leave_what_one_by_one_leaves(profile):
     """on_channels_destroy (a rack's connections lost in one reactor turn) removes groups' queue
-    data in one scan: same tables, events in closing order; everything published as changed once."""
+    data in one scan: same tables, events in closing order; one publication naming what changed."""
     def scene():
         clock = task.Clock()
-        events, changed = [], set()
+        events, changed = [], []
         config = NamesrvConfig({"compatVersion": profile.name})
         routes = RouteInfoManager(config, clock.seconds, listener=lambda kind, info: events.append((kind, info)))
-        routes.on_change = lambda kind, name: changed.add((kind, name))
+        routes.on_change = changed.append
         register(routes, name="broker-a", addr=MASTER_A, topics=("T1", "T2"), channel=1, acting=True)
         register(routes, name="broker-a", addr=SLAVE_A, broker_id=1, topics=("T1", "T2"), channel=2, acting=True)
         register(routes, name="broker-b", addr=MASTER_B, topics=("T2", "T3"), channel=3)
@@ -409,11 +409,12 @@ def test_channels_destroyed_together_leave_what_one_by_one_leaves(profile):
         assert set(routes.brokerAddrTable) == {"broker-a", "broker-c"}
         assert {t: sorted(q) for t, q in routes.topicQueueTable.items()} == {
             "T1": ["broker-a"], "T2": ["broker-a"], "T3": ["broker-c"], "T4": ["broker-c"]}
-        assert {("topic", "T2"), ("topic", "T3"), ("topic", "T5")} <= changed
+        assert {"T2", "T3", "T5"} <= {t for change in changed for t in change.topics}
+        assert {"broker-a", "broker-b", "broker-d"} <= {b for change in changed for b in change.brokers}
+        assert not any(change.everything for change in changed)
     assert together[1] == one_by_one[1]
     assert [e[1]["broker"] for e in together[1]] == ["broker-d", "broker-a", "broker-b"]
-    assert ("everything", None) in together[2]  # one change instead of one per group
-    assert ("broker", "broker-b") in one_by_one[2] and ("broker", "broker-b") not in together[2]
+    assert len(together[2]) == 1 and len(one_by_one[2]) == 3  # one change instead of one per channel
     assert perms(together[0]) == perms(one_by_one[0])
 
 
@@ -646,7 +647,7 @@ def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
     routes, _ = manager(profile)
     register(routes, topics=("T1", "T2", "T3"))
     published: list[tuple[str, str | None]] = []
-    routes.on_change = lambda kind, name: published.append((kind, name))
+    routes.on_change = lambda change: published.extend((TOPIC, t) for t in change.topics)
     changed = topic("T2")
     setattr(changed, field, 3)
     register(routes, topics=("T1", changed, "T3", "T4"), version=(1, 2))

@@ -128,7 +128,7 @@ def test_an_open_http_side_without_acl_is_warned_of(tmp_path, acl_file):
             service._warn_of_open_web()
     finally:
         globalLogPublisher.removeObserver(events.append)
-    warned = [e for e in events if "open to anyone" in e.get("log_format", "")]
+    warned = [e for e in events if "to this machine only" in e.get("log_format", "")]
     assert [e["host"] for e in warned] == ["0.0.0.0"]  # only the first: ACL on, or --bind alone, is no warning
 
 

@@ -105,3 +105,44 @@ def test_a_malformed_nsaddr_list_is_refused_naming_the_key(value):
 
 def test_nsaddr_list_is_guarded_from_remote_updates():
     assert "nsaddrList" in NamesrvConfig().blocked_keys()
+
+
+@pytest_twisted.inlineCallbacks
+def test_nsaddr_answers_the_advertised_address_clients_can_reach(tmp_path):
+    """Bound to every interface inside a container, the poller's view of the server is the
+    container's own IP: advertisedAddress (the pod IP, a Service name) is what clients can reach."""
+    service, port, base = yield started(tmp_path, bindAddress="0.0.0.0", advertisedAddress="namesrv.mq.svc")
+    try:
+        _, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert body == f"namesrv.mq.svc:{port}".encode()  # no port named: the listen port
+    finally:
+        yield service.stopService()
+    service, _, base = yield started(tmp_path, bindAddress="0.0.0.0", advertisedAddress="[fd00::7]:19876")
+    try:
+        _, _, body = yield get(base + "/rocketmq/nsaddr-unit1")
+        assert body == b"[fd00::7]:19876"
+    finally:
+        yield service.stopService()
+
+
+def test_the_advertised_address_comes_from_the_environment_unless_flag_or_file_say_otherwise(tmp_path, monkeypatch):
+    monkeypatch.setenv("NAMESRV_ADVERTISED_ADDRESS", "10.1.2.3:9876")
+    base = {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "ns.properties")}
+    config = NamesrvConfig.from_file(None, base)
+    assert config["advertisedAddress"] == "10.1.2.3:9876"
+    assert config.sources["advertisedAddress"] == "$NAMESRV_ADVERTISED_ADDRESS"
+    assert NamesrvConfig.from_file(None, {**base, "advertisedAddress": "ns.example"})["advertisedAddress"] == \
+        "ns.example"
+    properties = tmp_path / "file.properties"
+    properties.write_text("advertisedAddress=from-file:9876\n")
+    assert NamesrvConfig.from_file(str(properties), base)["advertisedAddress"] == "from-file:9876"
+    monkeypatch.setenv("NAMESRV_ADVERTISED_ADDRESS", "a:1;b:2")
+    with pytest.raises(ConfigError, match=r"\$NAMESRV_ADVERTISED_ADDRESS: advertisedAddress: 'a:1;b:2' is one "
+                                          "address"):
+        NamesrvConfig.from_file(None, base)
+
+
+@pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x"])
+def test_a_malformed_advertised_address_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"advertisedAddress: .* is not host or host:port"):
+        NamesrvConfig({"advertisedAddress": value})

@@ -159,8 +159,10 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
     (group_a, group_b) = served.api.clusters()["clusters"][0]["broker_groups"]
     assert group_a["members"][0]["live"] and "departed" not in group_a["members"][0]
     assert group_b["broker_name"] == "broker-b" and group_b["zone"] is None  # the group left brokerAddrTable
-    assert group_b["members"] == [{"addr": OTHER, "id": 0, "role": "master", "live": False, "departed": {
-        "kind": "closed", "reason": "connection closed", "ts_ms": (START + 30) * 1000}}]
+    assert group_b["members"] == [{"addr": OTHER, "id": 0, "role": "master", "live": False, "writes": False,
+                                   "perm": "gone", "departed": {"kind": "closed", "crash": True,
+                                                                "reason": "connection closed",
+                                                                "ts_ms": (START + 30) * 1000}}]
     assert served.api.overview()["brokers_departed"] == 1
 
     served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b is forgotten; broker-a expired meanwhile
@@ -216,4 +218,5 @@ def test_an_idle_close_is_reported_as_idle(tmp_path):
     assert "broker idle: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911 reason=idle: no request for 120 s" in [
         formatEvent(e) for e in logged]
     departed = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["departed"]
-    assert departed == {"kind": "idle", "reason": "idle: no request for 120 s", "ts_ms": (START + 180) * 1000}
+    assert departed == {"kind": "idle", "crash": True, "reason": "idle: no request for 120 s",
+                        "ts_ms": (START + 180) * 1000}

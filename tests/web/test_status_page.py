@@ -184,7 +184,7 @@ def test_metrics_api_and_page_over_http(tmp_path):
                 ("/api/events?since=soon", 400, "query parameter 'since' must be a whole number >= 0, not 'soon'"),
                 ("/api/topics?limit=-1", 400, "query parameter 'limit' must be a whole number >= 0, not '-1'"),
                 ("/api/nothing", 404, "no endpoint /api/nothing; there are /api/overview, /api/clusters, "
-                                      "/api/topics, /api/route, /api/kv, /api/events")]:
+                                      "/api/topics, /api/route, /api/kv, /api/events, /api/peers")]:
             code, kind, body = yield get(base + path)
             assert (code, kind, json.loads(body)) == (status, b"application/json", {"error": error}), path
         code, kind, body = yield get(base + "/")
@@ -231,7 +231,8 @@ def test_status_page_in_headless_chromium(tmp_path):
                              "unregistered"), ("T5", "closed", "connection closed"),
                              ("T6", "expired", "no heartbeat for 35 s (timeout 30 s)")]:
         attributes, cells = row(text, "data-topic", topic)
-        assert 'class="gone"' in attributes and f" {kind} " in f" {cells} " and cells.endswith(why), cells
+        shade = 'class="gone"' if kind == "unregistered" else 'class="gone crash"'  # a crash is red
+        assert shade in attributes and f" {kind} " in f" {cells} " and cells.endswith(why), cells
     assert 'data-topic="TopicTest"' not in text.split('id="lost-topics"')[1].split("</table>")[0]
 
     for addr, kind, why, at in [("127.0.0.1:10941", "idle", "no request for 120 s", "03:00:00"),
@@ -239,7 +240,8 @@ def test_status_page_in_headless_chromium(tmp_path):
                                 ("127.0.0.1:10961", "closed", "connection closed", "02:58:20"),
                                 ("127.0.0.1:10971", "expired", "no heartbeat for 35 s (timeout 30 s)", "02:58:35")]:
         attributes, cells = row(text, "data-addr", addr)
-        assert 'class="gone"' in attributes and f'data-departed="{kind}"' in attributes
+        shade = 'class="gone"' if kind == "unregistered" else 'class="gone crash"'
+        assert shade in attributes and f'data-departed="{kind}"' in attributes
         assert re.search(rf"{kind} (\d+ m )?\d+ s ago at 2026-11-25 {at} UTC\+01:00 — {re.escape(why)}", cells), cells
     attributes, cells = row(text, "data-addr", "127.0.0.1:10921")  # last heartbeat at +40 s of a 120 s timeout
     assert 'class="near"' in attributes and re.search(r"1 m 2\d s ago +in (3\d|40) s", cells), cells
@@ -248,10 +250,12 @@ def test_status_page_in_headless_chromium(tmp_path):
     assert re.search(r"V5_3_3 \d s ago in 1 m 5\d s", cells), cells
     assert "#4 · 2026-11-25 02:58:00 UTC+01:00" in cells
     _, status_line = row(text, "id", "status", "div")
-    assert re.search(r"1 live broker is past half of the heartbeat timeout: broker-a 127\.0\.0\.1:10921 in 3\d s; 4 "
-                     r"brokers left in the last 10 min: broker-c \(idle\), broker-d \(unregistered\), broker-e "
-                     r"\(closed\), broker-f \(expired\); 8 topics lost their last broker \(newest first\): T3, "
-                     r"T3-retry, T6, T6-retry, T5 and 3 more", status_line), status_line
+    # the worst first: crashes, the topics they took, then the clean stop, then the late heartbeat
+    assert re.search(r"3 brokers crashed in the last 10 min \(left without unregistering\): broker-c \(idle\), "
+                     r"broker-e \(closed\), broker-f \(expired\); 8 topics lost their last broker: T3, T3-retry, "
+                     r"T6, T6-retry, T5 and 3 more; 1 broker stopped cleanly in the last 10 min: broker-d "
+                     r"\(unregistered\); 1 live broker is past half of the heartbeat timeout: broker-a "
+                     r"127\.0\.0\.1:10921 in 3\d s", status_line), status_line
 
     assert text.index('id="events"') < text.index('id="topic-search"'), "events come above the topics"
     assert text.count('data-kind="changed"') == 2, "each broker's changed events fold into one row"
@@ -305,3 +309,61 @@ def test_brokers_restored_from_a_snapshot_show_as_restored_until_they_heartbeat(
     assert "all 2 brokers heartbeating" not in text
     members = {m["addr"]: m["restored"] for c in clusters["clusters"] for g in c["broker_groups"] for m in g["members"]}
     assert members == {"127.0.0.1:10911": False, "127.0.0.1:10931": True}
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_writes(tmp_path):
+    """Issue 40's outage: broker-a's master killed (its connection closes), broker-b stopped
+    (unregistered). The page says so above everything, in red; the slave is read-only; the crash
+    ranks above the clean stop; broker-b's own topic and the system topics are not "lost"."""
+    browser = chromium()
+    night = Night(tmp_path)
+    yield night.start()
+    system = (CLUSTER, "TBW102", "RMQ_SYS_TRACE_TOPIC", "%RETRY%please_rename_unique_group_name_4")
+    master = yield night.broker("broker-a", "127.0.0.1:10911", topics=("broker-a", "TopicTest", *system))
+    yield night.broker("broker-a", "127.0.0.1:10921", 1, topics=("broker-a", "TopicTest", *system))
+    stopping = yield night.broker("broker-b", "127.0.0.1:10931", topics=("broker-b", "OrdersB", *system))
+    night.until(5)
+    closed = night.next_event("closed")
+    master.transport.loseConnection()  # kill -9
+    yield closed
+    ext = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10931", "brokerName": "broker-b", "brokerId": "0"}
+    answer = yield stopping.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=9,
+                                                         version=V5_3_3))
+    assert answer.code == ResponseCode.SUCCESS
+    night.until(8)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    try:
+        metrics = (yield get(f"{night.base}/metrics"))[2].decode()
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, "--window-size=1280,900",
+                                                                        "--dump-dom", night.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        yield utils.getProcessOutputAndValue(browser, [*flags, "--window-size=1280,1000",
+                                                       f"--screenshot={ARTIFACTS / 'status-page-outage.png'}",
+                                                       night.base + "/"], env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield night.stop()
+    assert "namesrv_broker_groups_without_master 1.0" in metrics
+    assert "namesrv_clusters_without_writable_queues 1.0" in metrics
+    assert f'namesrv_broker_group_master_live{{broker="broker-a",cluster="{CLUSTER}"}} 0.0' in metrics
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    _, outages = row(text, "id", "outages", "div")
+    assert outages == (f"{CLUSTER} / broker-a has no live master (1 slave left, read-only) cluster {CLUSTER} "
+                       "takes no writes: no broker group has a live master with writable queues"), outages
+    assert text.index('id="outages"') < text.index('id="status"') < text.index('id="brokers"')
+    _, status_line = row(text, "id", "status", "div")
+    assert status_line.startswith(f"{CLUSTER} / broker-a has no live master"), status_line
+    assert status_line.index("1 broker crashed") < status_line.index("1 broker stopped cleanly"), status_line
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10921")
+    assert 'data-perm="read-only"' in attributes and cells.endswith("read-only (slave)"), cells
+    attributes, _ = row(text, "data-addr", "127.0.0.1:10911")
+    assert 'class="gone crash"' in attributes and 'data-departed="closed"' in attributes
+    attributes, _ = row(text, "data-addr", "127.0.0.1:10931")
+    assert 'class="gone"' in attributes and 'data-departed="unregistered"' in attributes
+    _, masterless = row(text, "data-masterless", "broker-a")
+    assert "broker-a: no live master" in masterless
+    lost = text.split('id="lost-topics"')[1].split("</table>")[0]
+    assert re.findall(r'data-topic="([^"]+)"', lost) == ["OrdersB"]

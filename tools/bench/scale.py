@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """Scale figures (a benchmark, not a test): 1,000 brokers × 1,000 topics, a heartbeat storm
-while clients look routes up, and one registration larger than 16 MiB.
+while clients look routes up, and one registration larger than 16 MiB; or, with ``--curve``, how
+each cost grows with topics, brokers and client connections, against another NameServer (Java's)
+in the same run.
 
     python tools/bench/scale.py [--brokers 1000] [--topics 1000] [--big-topics 120000] [--json OUT]
+    python tools/bench/scale.py --curve [--steps reduced|all|NAME,...] [--rounds 3] \
+        [--compare 'java=CMD'] [--server-cmd CMD] [--json OUT]
 
-The server runs as a child on core 0 (``-c`` a properties file raising ``frameMaxLength`` to
-64 MiB), the load from this process on core 1, all on 127.0.0.1.  Broker ``i`` registers
-``--topics`` topics shared by groups of 10 brokers (100k topics, each on 10 brokers, with the
-defaults), in plain JSON as Java brokers do by default (``compressedRegister=false``).
+``--server-cmd`` runs the scenario against another NameServer: a command line with ``{port}``
+and ``{data_dir}`` (e.g. ``tools/bench/java-namesrv.sh {port} {data_dir}`` with RMQ_LIB and
+ROCKETMQ_HOME set); ``--compare LABEL=CMD`` (repeatable) runs every curve step against that
+server too, right after ours in each round, and prints the ratio at each step.
+
+The server runs as a child on core 0, the load from this process on core 1, all on 127.0.0.1.
+
+Default run: broker ``i`` registers ``--topics`` topics shared by groups of 10 brokers (100k
+topics, each on 10 brokers, with the defaults), in plain JSON as Java brokers do by default
+(``compressedRegister=false``).
 
 1. register every broker once, one after another: round-trip p50/p99/max, server RSS after;
 2. storm: every broker re-registers (same data version: a heartbeat) within one second while 16
@@ -16,6 +26,9 @@ defaults), in plain JSON as Java brokers do by default (``compressedRegister=fal
    once: seconds until the cluster info is empty;
 3. a broker with ``--big-topics`` topics (about 17 MiB of JSON): round trip, RSS after; and the
    same frame to a server on the default 16 MiB limit, which must close the connection.
+
+Curve (curve.py's steps: topics 10k/100k/1M, brokers 10/1,000/5,000, client connections
+1k/10k/50k, one varied at a time from 10k topics, 10 brokers, 1k connections): see curve.py.
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools"), str(REPO / "tools" / "fuzz")]
 
-from namesrv_proc import NamesrvProcess  # noqa: E402
+from curve import Server, curve_main  # noqa: E402
 from soak import HOST, brokers_in_cluster, call, register_frame  # noqa: E402
 
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
@@ -124,14 +137,14 @@ async def big_registration(port: int, frame: bytes) -> tuple[float, bool]:
     return (time.monotonic() - started) * 1000, False
 
 
-def server(scratch: Path, name: str, frame_max: int | None) -> NamesrvProcess:
-    args = ["--data-dir", str(scratch / name)]
-    if frame_max:
+def server(scratch: Path, name: str, frame_max: int | None, command: str | None) -> Server:
+    """Ours (with ``frame_max``, a properties file raising frameMaxLength) or ``command``."""
+    if command is None and frame_max:
         props = scratch / f"{name}.properties"
         props.write_text(f"frameMaxLength={frame_max}\n")
-        args += ["-c", str(props)]
-    proc = NamesrvProcess(args, scratch / f"{name}.log", scratch, core=0)
-    proc.wait_ready(60)
+        command = Server.OURS + f" -c {props}"
+    proc = Server(command, scratch, name, core=0)
+    proc.wait_ready(120)
     return proc
 
 
@@ -140,23 +153,23 @@ async def measure(args) -> dict:
     figures: dict = {"brokers": args.brokers, "topics_per_broker": args.topics, "loadavg_before": os.getloadavg()}
     frames = [register_frame(i, args.topics, GROUP, compressed=False) for i in range(args.brokers)]
     figures["register_body_bytes"] = len(frames[0])
-    proc = server(scratch, "scale", BIG_FRAME_LIMIT)
+    proc = server(scratch, "scale", BIG_FRAME_LIMIT, args.server_cmd)
     try:
         connections, rtt = await register_all(proc.port, frames)
         figures["first_registration_ms"] = percentiles(rtt)
-        figures["rss_mib_after_registration"] = round(proc.rss_kib() / 1024, 1)
+        figures["rss_mib_after_registration"] = proc.rss_mib()
         topics = [f"Soak{g:03d}_{j:04d}" for g in range(0, args.brokers // GROUP, 7) for j in range(0, args.topics, 97)]
         figures.update(await storm(proc.port, connections, frames, topics))
-        figures["rss_mib_after_storm"] = round(proc.rss_kib() / 1024, 1)
+        figures["rss_mib_after_storm"] = proc.rss_mib()
         figures["mass_disconnect_s"] = await mass_disconnect(proc.port, connections)
         big = register_frame(args.brokers + 1, args.big_topics, 1, compressed=False)
         figures["big_frame_mib"] = round(len(big) / (1 << 20), 2)
         ms, refused = await big_registration(proc.port, big)
         figures["big_registration_ms"], figures["big_refused_at_64mib"] = round(ms, 1), refused
-        figures["rss_mib_after_big"] = round(proc.rss_kib() / 1024, 1)
+        figures["rss_mib_after_big"] = proc.rss_mib()
     finally:
         proc.stop()
-    default = server(scratch, "default-limit", None)
+    default = server(scratch, "default-limit", None, args.server_cmd)
     try:
         _, figures["big_refused_at_default_16mib"] = await big_registration(default.port, big)
         figures["default_limit_server_alive"] = default.alive
@@ -172,7 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--big-topics", type=int, default=120_000)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    parser.add_argument("--server-cmd", metavar="CMD",
+                        help="another NameServer: a command line with {port} and {data_dir} placeholders")
+    parser.add_argument("--curve", action="store_true", help="the scale curve instead (see curve.py)")
+    args, rest = parser.parse_known_args(argv)
+    if args.curve:
+        return curve_main(rest, args.server_cmd, args.json)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})  # the load on core 1, the server on core 0
     figures = asyncio.run(measure(args))

@@ -5,7 +5,7 @@ Starts ``python -m twisted_namesrv`` as a child process on 127.0.0.1 (ephemeral 
 temp dir), registers a broker double for a topic of its own over a connection it keeps open
 (re-registering every 20 s as brokers do), and while a well-behaved client keeps asking for that
 topic's route (and for a KV entry of its own) and checks every answer byte for byte, sends
-generated and mutated frames built from the shared captures over several parallel connections:
+generated and mutated frames built from the golden captures over several parallel connections:
 
   bit flips, interesting bytes, truncation (with and without a fixed length), splicing two
   frames, length-field lies (frame and header length), type-byte changes, random extFields keys
@@ -79,7 +79,7 @@ from twisted_namesrv.remoting.codes import V5_3_3  # noqa: E402
 from twisted_namesrv.remoting.crc import crc32_masked  # noqa: E402
 from twisted_namesrv.remoting.frame import encode_frame  # noqa: E402
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "captures"
+CAPTURES = Path(__file__).resolve().parents[2] / "tests" / "data" / "golden"
 OK, CLOSER, PARTIAL = "ok", "closer", "partial"
 ALL_CODES = sorted({int(c) for c in RequestCode} | {0, 1, 2, 3, 9999, 32767, -1, 65535, 2 ** 31 - 1})
 #: config keys whose change would legitimately change the good client's answers

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..remoting.values import java_bool, parse_java_integer
+from ..state.config import OURS, ConfigError, ConfigKey, add_keys
 
 
 class ControllerConfigError(ValueError):
@@ -42,6 +43,54 @@ CONTROLLER_KEY_NAMES = frozenset(name for name, _ in CONTROLLER_KEYS)
 UPDATABLE = frozenset({"enableElectUncleanMaster", "notifyBrokerRoleChanged", "isProcessReadEvent",
                        "electMasterMaxRetryCount", "metricsExporterType"})
 _MIN_INTERVAL_MS = 100
+
+#: the controller's store, a NameServer key too (Java's ControllerConfig controllerType: DLedger or
+#: jRaft there; etcd here): one controller's own log on disk, or peers that agree through etcd
+CONTROLLER_TYPES = ("DLedger", "etcd")
+#: the keys the NameServer's config holds for the controller (guarded: no remote peer changes the store)
+NAMESRV_KEYS = (
+    ConfigKey("controllerType", "DLedger", OURS, guarded=True),
+    ConfigKey("controllerEtcdEndpoints", "", OURS, guarded=True),
+    ConfigKey("controllerEtcdKeyPrefix", "/rocketmq/controller/", OURS, guarded=True),
+    ConfigKey("controllerEtcdLeaseTtlSeconds", 3, OURS, guarded=True),
+)
+#: etcd's shortest lease is about 2 s with its default timings
+LEASE_TTL_RANGE = (2, 3600)
+
+
+def etcd_endpoints(text: str) -> list[str]:
+    """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
+    endpoints = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip().rstrip("/")
+        if not item:
+            continue
+        if "://" not in item:
+            item = "http://" + item
+        if not item.startswith("http://") or not item[len("http://"):]:
+            raise ValueError(f"etcd endpoint {item!r}: only http://host:port is supported")
+        endpoints.append(item)
+    if not endpoints:
+        raise ValueError("no etcd endpoint given")
+    return endpoints
+
+
+def check_store_keys(values: Mapping[str, Any]) -> None:
+    """The controller's store keys as the NameServer's config holds them (at start and on 318)."""
+    if values["controllerType"] not in CONTROLLER_TYPES:
+        raise ConfigError(f"controllerType: {values['controllerType']!r} is not one of "
+                          f"{', '.join(CONTROLLER_TYPES)} (jRaft is not supported)")
+    low, high = LEASE_TTL_RANGE
+    if not low <= values["controllerEtcdLeaseTtlSeconds"] <= high:
+        raise ConfigError(f"controllerEtcdLeaseTtlSeconds: {values['controllerEtcdLeaseTtlSeconds']} is out of range "
+                          f"({low} to {high})")
+    if values["controllerType"] == "etcd":
+        try:
+            etcd_endpoints(str(values["controllerEtcdEndpoints"]))
+        except ValueError as exc:
+            raise ConfigError(f"controllerEtcdEndpoints: {exc} (required with controllerType=etcd)") from None
+    if not str(values["controllerEtcdKeyPrefix"]).startswith("/"):
+        raise ConfigError(f"controllerEtcdKeyPrefix: {values['controllerEtcdKeyPrefix']!r} must start with '/'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +176,8 @@ class ControllerConfig:
                 value = ""
             lines.append(f"{name}={'true' if value is True else 'false' if value is False else value}\n")
         return "".join(lines)
+
+
+# the NameServer's config knows the controller's keys once this module is imported: the launchers
+# (tap.py, service.py) import it before reading a -c file, and so does any use of the controller
+add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)

@@ -35,7 +35,7 @@ from twisted.internet.defer import Deferred, DeferredLock, fail, inlineCallbacks
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from ..state.config import etcd_endpoints
+from .config import etcd_endpoints
 from .etcd_gateway import EtcdError, EtcdGateway, KeyValue, WatchStream, b64, prefix_end
 from .log import NotLeader
 

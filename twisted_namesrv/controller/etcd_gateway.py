@@ -235,7 +235,9 @@ class EtcdGateway:
 
 
 def read_body(response: Any) -> Deferred[bytes]:
-    """The whole body of ``response``; cancelling the Deferred closes the connection."""
+    """The whole body of ``response``; cancelling the Deferred closes the connection.  Not
+    twisted.web.client.readBody: on an Agent's response it warns (DeprecationWarning: the body's
+    transport has no abortConnection) at every call, as it did for every etcd request when tried."""
     body = _Body()
     body.done = Deferred(lambda _: body.transport.stopProducing() if body.transport else None)
     response.deliverBody(body)

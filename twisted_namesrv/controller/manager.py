@@ -14,11 +14,11 @@ and every alive member of the group are told (NOTIFY_BROKER_ROLE_CHANGED) when
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from ..remoting import RemotingCommand
 from ..remoting.codes import V5_3_3
@@ -32,7 +32,7 @@ from .log import ControllerLog, Leadership, NotLeader
 from .metrics import ControllerMetrics
 from .replicas import ControllerResult, ReplicasInfoManager, RoleChange
 
-log = logging.getLogger("twisted_namesrv.controller")
+log = Logger()
 
 NOT_LEADER_REMARK = "The controller is not in leader state"
 COMPACT_AFTER = 10_000
@@ -89,12 +89,13 @@ class ControllerManager:
     def _leadership_changed(self, is_leader: bool, leader_address: str | None) -> None:
         self.metrics.role_changes += 1
         if is_leader:  # a new leadership (or term): what the store holds now is the truth
-            log.info("controller %s is the leader now: replaying the log", self.self_id or self.address)
-            self._become_leader().addErrback(lambda failure: log.error("replay failed: %s", failure.getErrorMessage()))
+            log.info("controller {id} is the leader now: replaying the log", id=self.self_id or self.address)
+            self._become_leader().addErrback(
+                lambda failure: log.error("replay failed: {why}", why=failure.getErrorMessage()))
         elif not is_leader:
             if self.ready:
-                log.info("controller %s is no longer the leader (leader: %s)", self.self_id or self.address,
-                         leader_address)
+                log.info("controller {id} is no longer the leader (leader: {leader})", id=self.self_id or self.address,
+                         leader=leader_address)
             self.ready = False
 
     def _become_leader(self) -> defer.Deferred[None]:
@@ -108,12 +109,12 @@ class ControllerManager:
             replicas.apply_event(decode_event(entry))
         self.replicas, self.events_applied = replicas, len(entries)
         self.ready = self.leadership.is_leader
-        log.info("controller state replayed: %d events, %d broker groups", len(entries),
-                 len(replicas.replica_info_table))
+        log.info("controller state replayed: {events} events, {groups} broker groups", events=len(entries),
+                 groups=len(replicas.replica_info_table))
         compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
         if compact is not None and len(entries) > self.compact_after:
             compact(encode_event(ReplicasSnapshotEvent(replicas.snapshot())))
-            log.info("controller log compacted: %d events into one snapshot", len(entries))
+            log.info("controller log compacted: {events} events into one snapshot", events=len(entries))
 
     # -- requests through the log -------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class ControllerManager:
         except NotLeader as exc:
             self.metrics.log_append_total["failed"] += 1
             self.ready = False
-            log.warning("events not written, not the leader any more (leader: %s)", exc.leader_address)
+            log.warn("events not written, not the leader any more (leader: {leader})", leader=exc.leader_address)
             return not_leader()
         except Exception:
             self.metrics.log_append_total["failed"] += 1
@@ -172,9 +173,11 @@ class ControllerManager:
                   "candidates": list(self.policy.last.candidates), "newMaster": chosen, "code": int(result.code),
                   "why": self.policy.last.why if result.code in (0, 2011) else (result.remark or "")}
         self.elections[broker_name] = record
-        log.info("election in broker group %s (%s): old master %s, candidates %s -> %s (%s; code %d)", broker_name,
-                 TRIGGERS.get(trigger, trigger), old_master, record["candidates"],
-                 f"new master {chosen}" if chosen is not None else "no new master", record["why"], result.code)
+        log.info("election in broker group {group} ({trigger}): old master {old}, candidates {candidates} -> {outcome} "
+                 "({why}; code {code})", group=broker_name, trigger=TRIGGERS.get(trigger, trigger), old=old_master,
+                 candidates=record["candidates"],
+                 outcome=f"new master {chosen}" if chosen is not None else "no new master", why=record["why"],
+                 code=result.code)
         return result
 
     def _notify_if_elected(self, result: ControllerResult | None) -> ControllerResult | None:
@@ -194,8 +197,9 @@ class ControllerManager:
                 request = RemotingCommand.request(ControllerRequestCode.NOTIFY_BROKER_ROLE_CHANGED,
                                                   bodies.ext_of(header), body, opaque=self._notify_opaque,
                                                   version=V5_3_3, oneway=True)
-                log.info("notify broker %s that group %s's master is %s (%s), epoch %d", address,
-                         change.broker_name, change.master_broker_id, change.master_address, change.master_epoch)
+                log.info("notify broker {addr} that group {group}'s master is {master} ({master_addr}), epoch {epoch}",
+                         addr=address, group=change.broker_name, master=change.master_broker_id,
+                         master_addr=change.master_address, epoch=change.master_epoch)
                 self.notifier(address, request.encode())
 
     @defer.inlineCallbacks
@@ -217,7 +221,7 @@ class ControllerManager:
             try:
                 result = yield self.submit(supplier)
             except Exception as exc:
-                log.warning("elect-master for broker group %s failed: %s", broker_name, exc)
+                log.warn("elect-master for broker group {group} failed: {why}", group=broker_name, why=str(exc))
                 continue
             if result is None:
                 return None
@@ -227,15 +231,17 @@ class ControllerManager:
         return None
 
     def on_broker_inactive(self, cluster_name: str | None, broker_name: str, broker_id: int | None) -> None:
-        log.info("broker inactive: cluster %s, group %s, id %s", cluster_name, broker_name, broker_id)
+        log.info("broker inactive: cluster {cluster}, group {group}, id {id}", cluster=cluster_name, group=broker_name,
+                 id=broker_id)
         if not self.ready:
             return
         self.trigger_elect_master(broker_name, broker_id).addErrback(
-            lambda failure: log.error("election for %s failed: %s", broker_name, failure.getErrorMessage()))
+            lambda failure: log.error("election for {group} failed: {why}", group=broker_name,
+                                      why=failure.getErrorMessage()))
 
     def log_new_broker(self, cluster_name: str, broker_name: str, broker_id: int, address: str) -> None:
-        log.info("new broker registered: cluster %s, group %s, id %d, %s", cluster_name, broker_name, broker_id,
-                 address)
+        log.info("new broker registered: cluster {cluster}, group {group}, id {id}, {addr}", cluster=cluster_name,
+                 group=broker_name, id=broker_id, addr=address)
 
     # -- liveness ----------------------------------------------------------------------------------
 
@@ -247,8 +253,9 @@ class ControllerManager:
 
     def scan_not_active_broker(self) -> None:
         for identity, info in self.heartbeats.scan_not_active_broker():
-            log.warning("broker %s (group %s, id %d) sent no heartbeat for %d ms: inactive", info.broker_addr,
-                        identity.broker_name, identity.broker_id, info.heartbeat_timeout_millis)
+            log.warn("broker {addr} (group {group}, id {id}) sent no heartbeat for {ms} ms: inactive",
+                     addr=info.broker_addr, group=identity.broker_name, id=identity.broker_id,
+                     ms=info.heartbeat_timeout_millis)
             if info.channel is not None:
                 self.close_channel(info.channel)
             self.on_broker_inactive(identity.cluster_name, identity.broker_name, identity.broker_id)

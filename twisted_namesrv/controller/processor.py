@@ -1,20 +1,26 @@
-"""The controller's handlers, one per RequestCode (Java's ControllerRequestProcessor), and HANDLERS.
+"""The controller's handlers, one per RequestCode (Java's ControllerRequestProcessor), in one
+table (CONTROLLER_TABLE) that the NameServer's Dispatcher runs (dispatch.py).
 
 A handler reads the request's header and body, and returns the answer: at once for what needs no
 turn (metadata, heartbeats, configuration), or a Deferred for what goes through the manager's
-turn and the log.  A header or body that Java could not decode is a ``BadRequest``: answered
-SYSTEM_ERROR naming the field, as Java answers the exception."""
+turn and the log.  A header or body that Java could not decode is a ``BadRequest``: the dispatcher
+answers SYSTEM_ERROR naming the field, as Java answers the exception.  "Not the leader" is the
+manager's answer (ControllerManager.submit), after the header is read, as in Java; ``refusal`` is
+where a check before any handler goes (the ACL)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from twisted.internet import defer
 
 from ..context import Peer
+from ..dispatch import HandlerTable
+from ..refusals import Refusals, acl_refusal
 from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
-from ..remoting.values import java_bool, optional_long
+from ..remoting.values import BadRequest, java_bool, optional_long
+from ..state.acl import AccessControl, controller_request_class
 from ..state.config import parse_properties
 from . import bodies
 from .codes import ControllerRequestCode as Req
@@ -25,10 +31,6 @@ from .replicas import ControllerResult
 
 Answer = RemotingCommand | defer.Deferred[RemotingCommand] | None
 Handler = Callable[[ControllerManager, RemotingCommand, Peer], Answer]
-
-
-class BadRequest(ValueError):
-    """A header field or body Java cannot decode: SYSTEM_ERROR with this message."""
 
 
 def respond(request: RemotingCommand, result: ControllerResult) -> RemotingCommand:
@@ -210,3 +212,40 @@ HANDLERS: dict[int, Handler] = {
     Req.CONTROLLER_GET_NEXT_BROKER_ID: get_next_broker_id,
     Req.CONTROLLER_APPLY_BROKER_ID: apply_broker_id,
 }
+
+
+def refusal(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+    """What the controller refuses before any handler without ACL: nothing (``acl_refusal_of``)."""
+    return None
+
+
+def acl_refusal_of(acl: AccessControl, refusals: Refusals) -> Callable[[ControllerManager, RemotingCommand, Peer],
+                                                                       RemotingCommand | None]:
+    """The table's ``refusal`` with aclEnable: the NameServer's ACL by the controller's request
+    classes (state/acl.py: brokers' own codes, operators' always by an admin), logged and counted."""
+    def refused(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+        code = request.code
+        denied = acl_refusal(acl, refusals, "controller", code, request.ext, request.body, peer.address,
+                             controller_request_class(code, request.ext),
+                             Req(code).name if code in Req._value2member_map_ else None)
+        return None if denied is None else reply(request, Code.SYSTEM_ERROR, denied)
+    return refused
+
+
+def error_reply(manager: ControllerManager, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return reply(request, code, remark)
+
+
+def channels_closed(manager: ControllerManager, closed: dict[Hashable, str]) -> None:
+    """BrokerHousekeepingService: the brokers whose heartbeats came over them are inactive now."""
+    for channel in closed:
+        manager.on_channel_close(channel)
+
+
+def counted(manager: ControllerManager, request: RemotingCommand, handled: bool, seconds: float) -> None:
+    """rocketmq_controller_request_total/latency: refused and failed requests are "failed"."""
+    manager.metrics.request(request.code, "success" if handled else "failed", seconds * 1e6)
+
+
+CONTROLLER_TABLE = HandlerTable(HANDLERS, {}, refusal, error_reply, channels_closed,  # type: ignore[arg-type]
+                                counted=counted, keeps_answers=False, subject="controller request")

@@ -3,18 +3,16 @@
     int32 length | int32 (serializeType << 24 | headerLen) | header | body
     length = 4 + headerLen + bodyLen  (not counting itself; all big-endian)
 
-``frame_struct()`` is the declarative definition (construct, compiled on first use).  The hot
-path - ``FrameDecoder`` (``frame_spans``, ``cut_frames``), ``encode_frame``, ``split_frame`` - reads
-and writes the same two int32s with precompiled ``struct``, because construct's parse costs tens
-of times more per frame; the codec tests check the fast path against the definition on every
-captured frame.
+The declarative definition is a construct Struct in the codec tests
+(tests/remoting/declarations.py).  ``FrameDecoder`` (``frame_spans``, ``cut_frames``),
+``encode_frame``, ``split_frame`` read and write the same two int32s with precompiled ``struct``,
+because construct's parse costs tens of times more per frame; the tests check them against the
+definition on every captured frame.
 """
 
 from __future__ import annotations
 
 import struct
-from functools import cache
-from typing import Any
 
 from .errors import RemotingDecodeError
 
@@ -22,18 +20,6 @@ DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024  # com.rocketmq.remoting.frameMaxLen
 HEADER_LENGTH_MASK = 0x00FFFFFF
 
 
-
-@cache
-def frame_struct() -> Any:
-    """The frame as a construct definition (imported and compiled only when used)."""
-    from construct import Bytes, Int32sb, Int32ub, Struct, this
-
-    return Struct(
-        "length" / Int32sb,
-        "header_word" / Int32ub,
-        "header" / Bytes(this.header_word & HEADER_LENGTH_MASK),
-        "body" / Bytes(this.length - 4 - (this.header_word & HEADER_LENGTH_MASK)),
-    ).compile()
 
 _LENGTH = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")

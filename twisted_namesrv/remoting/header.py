@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from . import fastjson
@@ -208,7 +207,7 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------
 #
-# binary_header_struct() declares RocketMQSerializable's layout with construct.  The codec below
+# tests/remoting/declarations.py declares RocketMQSerializable's layout with construct.  The codec below
 # reads and writes the same layout with struct: construct's compiled parser skips length checks
 # (a negative or overlong length reads "the rest"), which hostile input must not get past, and
 # its interpreted parser is far slower per header.  The codec tests check both agree on every
@@ -217,37 +216,6 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _SHORT = struct.Struct(">h")
 _INT = struct.Struct(">i")
-
-
-@cache
-def binary_header_struct() -> Any:  # a construct Struct (construct is untyped)
-    """RocketMQSerializable's layout as a construct definition (imported on first use).
-    extFields are read only when their length is positive, and must fit in the header."""
-    from construct import (
-        FixedSized,
-        GreedyRange,
-        If,
-        Int8ub,
-        Int16sb,
-        Int32sb,
-        PascalString,
-        Struct,
-        Terminated,
-        this,
-    )
-
-    entry = Struct("key" / PascalString(Int16sb, "utf8"), "value" / PascalString(Int32sb, "utf8"))
-    return Struct(
-        "code" / Int16sb,
-        "language" / Int8ub,
-        "version" / Int16sb,
-        "opaque" / Int32sb,
-        "flag" / Int32sb,
-        "remark" / PascalString(Int32sb, "utf8"),
-        "ext_length" / Int32sb,
-        "ext" / If(this.ext_length > 0,
-                   FixedSized(this.ext_length, Struct("entries" / GreedyRange(entry), Terminated))),
-    )
 
 
 def _read_string(data: bytes, pos: int, length_field: struct.Struct, end: int) -> tuple[str | None, int]:

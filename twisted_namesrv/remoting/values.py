@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import re
 
+
+class BadRequest(ValueError):
+    """A header field or body whose absence or form makes Java fail with SYSTEM_ERROR: the
+    dispatcher answers SYSTEM_ERROR with this message and logs it in one warning line (a peer
+    sending garbage must not flood the log), on every listener (the NameServer's, the controller's)."""
+
+
 #: what Long.parseLong / Integer.parseInt accept, range aside
 JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
-from ..controller.config import CONTROLLER_KEY_NAMES
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
@@ -47,7 +46,7 @@ def _home() -> str:
 
 
 # Java declaration order (NamesrvConfig, then NettyServerConfig): GET_NAMESRV_CONFIG's order follows it.
-KEYS: tuple[ConfigKey, ...] = (
+KEYS: list[ConfigKey] = [
     ConfigKey("rocketmqHome", os.environ.get("ROCKETMQ_HOME"), BOTH, guarded=True),
     ConfigKey("kvConfigPath", os.path.join(_home(), "namesrv", "kvConfig.json"), BOTH, guarded=True),
     ConfigKey("configStorePath", os.path.join(_home(), "namesrv", "namesrv.properties"), BOTH, guarded=True),
@@ -111,15 +110,25 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
+    ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
     ConfigKey("nsaddrList", "", OURS, guarded=True),
-    # the controller's store: Java's ControllerConfig key controllerType (DLedger or jRaft there), plus etcd
-    ConfigKey("controllerType", "DLedger", OURS, guarded=True),
-    ConfigKey("controllerEtcdEndpoints", "", OURS, guarded=True),
-    ConfigKey("controllerEtcdKeyPrefix", "/rocketmq/controller/", OURS, guarded=True),
-    ConfigKey("controllerEtcdLeaseTtlSeconds", 3, OURS, guarded=True),
-)
+    #: the other NameServers of the cluster (``-n``, as mqnamesrv takes it): the status page's peers view
+    ConfigKey("namesrvAddr", "", OURS, guarded=True),
+    #: what clients can reach this server at (host or host:port), for /rocketmq/nsaddr without nsaddrList;
+    #: $NAMESRV_ADVERTISED_ADDRESS when neither the command line nor the file sets it (the pod IP, a Service name)
+    ConfigKey("advertisedAddress", "", OURS, guarded=True),
+    #: how often the peers view compares routes with the namesrvAddr / nsaddrList NameServers (ms)
+    ConfigKey("peersCompareInterval", 30_000, OURS, guarded=True),
+    # the keys of modules above this layer follow, added by their owners (add_keys)
+]
 KEYS_BY_NAME = {k.name: k for k in KEYS}
+#: checks of the keys other modules own (add_keys), run with the NameServer's own
+_OWNERS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
+#: keys other modules read from the same file but keep in their own config objects (the controller's
+#: ControllerConfig): known, so never an "unknown key" warning
+KEPT_ELSEWHERE: set[str] = set()
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 #: keys whose values are secrets (key passwords, secret keys, tokens): the one list every output consults
@@ -138,6 +147,25 @@ NOT_IMPLEMENTED = frozenset({
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
     "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
 })
+_ONE_THREAD = "one reactor thread serves every connection and request: there is no pool to size"
+_NETTY = "a Netty setting; Twisted's reactor has no counterpart"
+#: every Java key that changes nothing here, with why: ``-p`` says so above each, and a start with one
+#: set to anything but its default warns (NOT_IMPLEMENTED ones are also refused by --strict-config)
+NO_EFFECT: dict[str, str] = {
+    "rocketmqHome": "Java reads its logback configuration there; logging here is Twisted's (--log-*)",
+    "productEnvName": "Java uses it only with clusterTest, which is not implemented",
+    "clusterTest": "not implemented: routes of a test cluster fetched from another NameServer",
+    **dict.fromkeys(("clientRequestThreadPoolNums", "defaultThreadPoolNums", "clientRequestThreadPoolQueueCapacity",
+                     "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity", "serverWorkerThreads",
+                     "serverCallbackExecutorThreads", "serverSelectorThreads"), _ONE_THREAD),
+    "serverOnewaySemaphoreValue": "the NameServer sends no oneway requests of its own to bound",
+    "serverAsyncSemaphoreValue": "the NameServer sends no asynchronous requests of its own to bound",
+    **dict.fromkeys(("serverSocketSndBufSize", "serverSocketRcvBufSize", "writeBufferHighWaterMark",
+                     "writeBufferLowWaterMark", "serverNettyWorkerGroupEnable", "serverPooledByteBufAllocatorEnable",
+                     "useEpollNativeSelector"), _NETTY),
+    "enableShutdownGracefully": "a stop here always closes the listeners first and the connections after",
+    "shutdownWaitTimeSeconds": "a stop here does not wait for requests in flight: each is answered in one step",
+}
 
 
 def is_secret(name: str) -> bool:
@@ -164,10 +192,8 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
-    "controllerEtcdLeaseTtlSeconds": (2, 3600),  # etcd's shortest lease is about 2 s with its default timings
+    "peersCompareInterval": (1000, None),
 }
-#: DLedger: the controller's own store on disk (one controller); etcd: peers agree through etcd
-CONTROLLER_TYPES = ("DLedger", "etcd")
 
 
 class ConfigError(ValueError):
@@ -182,29 +208,58 @@ def _check_networks(text: str) -> None:
                           "e.g. 10.0.0.0/8,192.168.1.0/24)") from None
 
 
-def _check_nsaddr_list(text: str) -> None:
-    """``nsaddrList`` is empty or ``host:port`` entries joined by ``;``, as clients split it."""
+def _check_nsaddr_list(name: str, text: str) -> None:
+    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it."""
     for entry in filter(None, (part.strip() for part in text.split(";"))):
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ConfigError(f"nsaddrList: {entry!r} is not host:port (a port 1 to 65535)")
+            raise ConfigError(f"{name}: {entry!r} is not host:port (a port 1 to 65535)")
 
 
-def etcd_endpoints(text: str) -> list[str]:
-    """``controllerEtcdEndpoints``: ``http://host:port`` (or ``host:port``) separated by ``,`` or ``;``."""
-    endpoints = []
-    for item in text.replace(";", ",").split(","):
-        item = item.strip().rstrip("/")
-        if not item:
-            continue
-        if "://" not in item:
-            item = "http://" + item
-        if not item.startswith("http://") or not item[len("http://"):]:
-            raise ValueError(f"etcd endpoint {item!r}: only http://host:port is supported")
-        endpoints.append(item)
-    if not endpoints:
-        raise ValueError("no etcd endpoint given")
-    return endpoints
+#: where advertisedAddress comes from when neither the command line nor the -c file sets it
+ADVERTISED_ADDRESS_ENV = "NAMESRV_ADVERTISED_ADDRESS"
+
+
+def _check_advertised(text: str) -> None:
+    """``advertisedAddress``: empty, a host, ``host:port`` or ``[v6]:port``; one address, no list."""
+    text = text.strip()
+    if not text:
+        return
+    if ";" in text or "," in text or " " in text:
+        raise ConfigError(f"advertisedAddress: {text!r} is one address (host or host:port), not a list; "
+                          "a list of NameServers is nsaddrList")
+    host, port = split_advertised(text)
+    if not host or (port is not None and not 0 < port <= 65535):
+        raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (a port 1 to 65535)")
+
+
+def split_advertised(text: str) -> tuple[str, int | None]:
+    """``host`` / ``host:port`` / ``[v6]`` / ``[v6]:port`` / a bare IPv6 address -> (host, port or None)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, None
+    if port is None:
+        return host, None
+    return host, int(port) if port.isdigit() else -1
+
+
+def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
+             kept_elsewhere: frozenset[str] = frozenset()) -> None:
+    """A module above this layer owns ``keys`` and reads them from the same ``-c`` file (the
+    controller: controller/config.py, when it is imported): NamesrvConfig knows them from now on,
+    typed, guarded and listed as its own, and ``check(values)`` refuses (ConfigError naming the
+    key) what their owner cannot run with.  ``kept_elsewhere``: further keys the owner keeps in a
+    config object of its own (never an "unknown key" here).  Adding the same keys again changes nothing."""
+    new = [key for key in keys if key.name not in KEYS_BY_NAME]
+    if new:
+        KEYS.extend(new)
+        KEYS_BY_NAME.update((key.name, key) for key in new)
+        _OWNERS_CHECKS.append(check)
+    KEPT_ELSEWHERE.update(kept_elsewhere)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -295,8 +350,8 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
     warnings = []
     for name, text in file_keys.items():
         key = KEYS_BY_NAME.get(name)
-        if key is None and name in CONTROLLER_KEY_NAMES:
-            continue  # the embedded controller's (controller/config.py checks them)
+        if key is None and name in KEPT_ELSEWHERE:
+            continue  # another module's (the embedded controller's: controller/config.py checks them)
         if key is None:
             if strict:
                 raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
@@ -306,12 +361,15 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
         if problem:
             shown = MASK if is_secret(name) else text.strip()
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
-        if name in NOT_IMPLEMENTED and _coerce(key, text) != key.default:
-            if strict:
+        if name in NO_EFFECT and _coerce(key, text) != key.default:
+            if strict and name in NOT_IMPLEMENTED:
                 raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
                                   "(refused by --strict-config)")
-            warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
-                            "(this NameServer does not do what the key asks)")
+            if name in NOT_IMPLEMENTED:
+                warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
+                                "(this NameServer does not do what the key asks)")
+            else:
+                warnings.append(f"{path}: {name}={text.strip()}: no effect here, ignored ({NO_EFFECT[name]})")
     return warnings
 
 
@@ -400,6 +458,10 @@ class NamesrvConfig:
                 path = store
         for name in file_keys:
             sources.setdefault(name, str(path))
+        advertised = os.environ.get(ADVERTISED_ADDRESS_ENV, "").strip()
+        if advertised and "advertisedAddress" not in values and "advertisedAddress" not in file_keys:
+            values["advertisedAddress"] = advertised
+            sources["advertisedAddress"] = f"${ADVERTISED_ADDRESS_ENV}"
         try:
             config = cls(values, file_keys)
         except ConfigError as exc:
@@ -455,21 +517,11 @@ class NamesrvConfig:
             raise ConfigError(f"receiveMemoryBudget: {values['receiveMemoryBudget']} is below frameMaxLength "
                               f"({values['frameMaxLength']}): one peer's biggest request would not fit")
         _check_networks(str(values["aclBrokerNetworks"]))
-        _check_nsaddr_list(str(values["nsaddrList"]))
-        self._validate_controller_store()
-
-    def _validate_controller_store(self) -> None:
-        values = self.values
-        if values["controllerType"] not in CONTROLLER_TYPES:
-            raise ConfigError(f"controllerType: {values['controllerType']!r} is not one of "
-                              f"{', '.join(CONTROLLER_TYPES)} (jRaft is not supported)")
-        if values["controllerType"] == "etcd":
-            try:
-                etcd_endpoints(str(values["controllerEtcdEndpoints"]))
-            except ValueError as exc:
-                raise ConfigError(f"controllerEtcdEndpoints: {exc} (required with controllerType=etcd)") from None
-        if not str(values["controllerEtcdKeyPrefix"]).startswith("/"):
-            raise ConfigError(f"controllerEtcdKeyPrefix: {values['controllerEtcdKeyPrefix']!r} must start with '/'")
+        _check_nsaddr_list("nsaddrList", str(values["nsaddrList"]))
+        _check_nsaddr_list("namesrvAddr", str(values["namesrvAddr"]))
+        _check_advertised(str(values["advertisedAddress"]))
+        for check in _OWNERS_CHECKS:
+            check(values)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -507,10 +559,13 @@ class NamesrvConfig:
     def all_keys_text(self) -> str:
         """``-p``: every key we know with its current value (unset ones empty, as rocketmqHome
         without $ROCKETMQ_HOME; a set secret as MASK), each value that did not come from the defaults
-        preceded by a comment saying where it came from."""
+        preceded by a comment saying where it came from, and each key that changes nothing here
+        (NO_EFFECT) by one saying so and why."""
         shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
         lines = []
         for name, value in shown.items():
+            if name in NO_EFFECT:
+                lines.append(f"# {name}: no effect here ({NO_EFFECT[name]})\n")
             if name in self.sources:
                 lines.append(f"# {name} from {self.sources[name]}\n")
             lines.append(property_line(name, value))

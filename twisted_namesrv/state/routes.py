@@ -8,18 +8,24 @@ A registration is worked out first (state/registration.py: decoded and compared 
 ``RegistrationPlan``) and applied here in one place, ``apply_registration``: the only method in
 which a registration changes the tables.
 
-The manager keeps no answers.  It counts its changes (``generation``: snapshots and the status
-page compare it) and publishes each one to its subscriber (``subscribe``), as ``(kind, name)``:
-a topic's route changed, a broker group changed (so every route naming it), or everything did.
-Whoever caches answers (answer_cache.py) subscribes while it holds some; a heartbeat that
-changes nothing publishes nothing.
+The manager keeps no answers.  Every public method that changes the tables is one *change*
+(``_one_change``): while it runs, what it touches is collected; once the tables are complete
+again, in this order, it counts the change (``generation``: snapshots and plans compare it),
+publishes one ``RouteChange`` to its subscriber (``subscribe``: the topics whose routes changed,
+the broker groups whose members or flags changed, or everything), then hands its route events
+to the listener in the order they happened, each departure with the topics it took away
+(``Departure``).  Nobody hears of a change half made, nothing is muted, and what each observer
+does is proportional to what changed: a batch of departures is one change, one scan of
+topicQueueTable, one publication.  Whoever caches answers (answer_cache.py) subscribes while it
+holds some; a heartbeat that changes nothing publishes nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..bodies.register import TablePieces, TopicConfig
 from ..bodies.route import (
@@ -50,9 +56,71 @@ SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
 EventListener = Callable[[str, dict[str, Any]], None]
 Notifier = Callable[[str, dict[str, str]], None]
-#: on_change's kinds: the name is a topic, a broker name, or None (everything)
-TOPIC, BROKER, EVERYTHING = "topic", "broker", "everything"
-ChangeListener = Callable[[str, str | None], None]
+#: what a cached answer shows: a topic's route, or broker tables (the cluster info)
+TOPIC, BROKER = "topic", "broker"
+
+
+@dataclass(slots=True)
+class RouteChange:
+    """What one change did to the tables, published once they are complete again: the topics
+    whose route answers changed, the broker groups whose addresses, zone, flags or filter
+    servers changed (so every route naming them, and the cluster info), or everything (tables
+    replaced).  Insertion-ordered sets, so a subscriber's work follows the change's size."""
+
+    topics: dict[str, None] = field(default_factory=dict)
+    brokers: dict[str | None, None] = field(default_factory=dict)
+    everything: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.topics or self.brokers or self.everything)
+
+
+@dataclass(slots=True)
+class Departure:
+    """A route event as it happened (``kind``, ``info``), and, for a broker whose leaving
+    emptied its group, the topics that left topicQueueTable with it (no group serves them now)."""
+
+    kind: str
+    info: dict[str, Any]
+    lost_topics: list[str] = field(default_factory=list)
+
+
+ChangeListener = Callable[[RouteChange], None]
+#: hears each departure that took topics away: (kind, info, the topics), after the change
+LostListener = Callable[[str, dict[str, Any], list[str]], None]
+
+
+class _Pending:
+    """The change being made: what it touched so far (``collect``: topic by topic, only when
+    someone subscribes) and its events, published by ``_one_change`` when it ends."""
+
+    __slots__ = ("change", "collect", "dirty", "events")
+
+    def __init__(self, collect: bool) -> None:
+        self.change = RouteChange()
+        self.collect = collect
+        self.dirty = False
+        self.events: list[Departure] = []
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callable[Concatenate[RouteInfoManager, P], R]:
+    """The method is one change of the tables: published when it ends (a call from inside another
+    change is part of that one)."""
+    @functools.wraps(method)
+    def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._pending is not None:
+            return method(self, *args, **kwargs)
+        pending = self._pending = _Pending(self.on_change is not None)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._pending = None
+            self._publish(pending)
+    return change
 
 
 @dataclass(slots=True)
@@ -89,7 +157,7 @@ class RouteData:
 
 class RouteInfoManager:
     def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, on_lost: LostListener | None = None) -> None:
         self.config = config
         self.profile = config.profile
         self._clock = clock
@@ -103,8 +171,11 @@ class RouteInfoManager:
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         self.generation = 0
         #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
-        #: Set through subscribe/unsubscribe; a plain slot because topic_changed runs per topic.
+        #: Set through subscribe/unsubscribe.
         self.on_change: ChangeListener | None = None
+        #: hears the topics each departure took away (lost_topics.py), after the change
+        self.on_lost = on_lost
+        self._pending: _Pending | None = None
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
     @property
@@ -128,25 +199,53 @@ class RouteInfoManager:
         if self.on_change == listener:
             self.on_change = None
 
-    def _changed(self, kind: str, name: str | None) -> None:
-        self.generation += 1
-        if self.on_change is not None:
-            self.on_change(kind, name)
+    def _publish(self, pending: _Pending) -> None:
+        """A change is complete: count it, publish what it did, then its events in order."""
+        if pending.dirty:
+            self.generation += 1
+            subscriber = self.on_change
+            if subscriber is not None:
+                change = pending.change if pending.collect else RouteChange(everything=True)
+                if change:
+                    subscriber(change)
+        for event in pending.events:  # the lost topics first: a listener may change the tables again
+            if event.lost_topics and self.on_lost is not None:
+                self.on_lost(event.kind, event.info, event.lost_topics)
+            self._listener(event.kind, event.info)
 
-    def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (inline: called per topic)."""
-        self.generation += 1
-        if self.on_change is not None:
-            self.on_change(TOPIC, topic)
+    def _topic_changed(self, topic: str) -> None:
+        """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""
+        pending: _Pending = self._pending  # type: ignore[assignment]
+        pending.dirty = True
+        if pending.collect:
+            pending.change.topics[topic] = None
 
     def _broker_changed(self, broker_name: str | None) -> None:
-        """A group's addresses, zone, flags or queue permissions changed: every route naming it
-        is stale, and so is the cluster info."""
-        self._changed(BROKER, broker_name)
+        """Inside a change: a group's addresses, zone, flags or queue permissions changed, so
+        every route naming it is stale, and so is the cluster info."""
+        pending: _Pending = self._pending  # type: ignore[assignment]
+        pending.dirty = True
+        pending.change.brokers[broker_name] = None
 
+    def _everything_changed(self) -> None:
+        pending: _Pending = self._pending  # type: ignore[assignment]
+        pending.dirty = True
+        pending.change.everything = True
+
+    @_one_change
+    def topic_changed(self, topic: str) -> None:
+        """Anything a route answer for ``topic`` shows changed (a change of its own)."""
+        self._topic_changed(topic)
+
+    @_one_change
+    def broker_changed(self, broker_name: str | None) -> None:
+        """A group changed (a change of its own)."""
+        self._broker_changed(broker_name)
+
+    @_one_change
     def routes_changed(self) -> None:
         """Everything may have changed (tables replaced, filter servers dropped)."""
-        self._changed(EVERYTHING, None)
+        self._everything_changed()
 
     def _forget_tables(self) -> None:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
@@ -190,8 +289,11 @@ class RouteInfoManager:
         same = a.timestamp == b.timestamp and a.counter == b.counter
         return same and (not self.profile.data_version_includes_state or a.stateVersion == b.stateVersion)
 
-    def _emit(self, kind: str, **info: Any) -> None:
-        self._listener(kind, info)
+    def _emit(self, kind: str, **info: Any) -> Departure:
+        """Inside a change: an event, handed to the listener once the change is complete."""
+        event = Departure(kind, info)
+        self._pending.events.append(event)  # type: ignore[union-attr]
+        return event
 
     # -- registration -----------------------------------------------------------------------
     @property
@@ -200,11 +302,13 @@ class RouteInfoManager:
         deleteTopicWithBrokerRegistration): its plan lists them."""
         return self.profile.prime_slave_applies_topics and self.delete_topic_with_registration
 
+    @_one_change
     def register_broker(self, req: RegisterRequest) -> RegisterBrokerResult | None:
         """Java's registerBroker in one go: a plan with nothing compared yet, applied (the
         comparison is then made while it applies)."""
         return self.apply_registration(plan_of(req, self.generation))
 
+    @_one_change
     def apply_registration(self, plan: RegistrationPlan) -> RegisterBrokerResult | None:
         """Java's registerBroker, applying a plan (state/registration.py): the one place a
         registration changes the tables. None means 5.3.3's refusal ("register broker failed").
@@ -330,7 +434,7 @@ class RouteInfoManager:
         if changed or register_first:
             for topic, info in mappings.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
-                self.topic_changed(topic)
+                self._topic_changed(topic)
         return changed or register_first
 
     def _changed_configs(self, broker_name: str, table: dict[str, TopicConfig]) -> list[TopicConfig]:
@@ -349,7 +453,7 @@ class RouteInfoManager:
                 return
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
-        self.topic_changed(config.topicName)
+        self._topic_changed(config.topicName)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
@@ -357,8 +461,9 @@ class RouteInfoManager:
             del queues[broker_name]
             if not queues:
                 del self.topicQueueTable[topic]
-            self.topic_changed(topic)
+            self._topic_changed(topic)
 
+    @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
         if not queue_datas or topic is None:
@@ -370,7 +475,7 @@ class RouteInfoManager:
             if queue.brokerName not in self.brokerAddrTable:
                 return
             queues[queue.brokerName] = queue
-            self.topic_changed(topic)
+            self._topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
 
@@ -388,6 +493,7 @@ class RouteInfoManager:
         if live is not None:
             live.lastUpdateTimestamp = self.now_ms()
 
+    @_one_change
     def scan_not_active_broker(self) -> list[Channel]:
         """Remove brokers whose heartbeat is older than their timeout; returns their channels,
         which the caller closes."""
@@ -402,6 +508,7 @@ class RouteInfoManager:
         """The connection a broker registered over is gone: the broker goes with it."""
         self.on_channels_destroy({channel: reason})
 
+    @_one_change
     def on_channels_destroy(self, closed: dict[Channel, str]) -> None:
         """Connections lost together (a rack's network), each with its reason, in the order they
         closed: the same events and tables as one on_channel_destroy per channel, but the groups
@@ -413,39 +520,40 @@ class RouteInfoManager:
         self._destroy_all([(key, reason) for channel, reason in closed.items() for key in by_channel.get(channel, ())])
 
     def _destroy_all(self, doomed: list[tuple[LiveKey, str]]) -> None:
-        """Destroy brokers, in order; the groups they empty leave topicQueueTable in one scan.
-        Several brokers publish one EVERYTHING rather than a change per group: a subscriber
-        drops a group's routes by scanning what it holds, and 500 groups would be 500 scans."""
-        emptied: set[str] = set()
-        subscriber = self.on_change
-        if len(doomed) > 1:
-            self.on_change = None  # muted: one EVERYTHING below instead
-        try:
-            for key, reason in doomed:
-                self._destroy(key, reason, emptied)
-        finally:
-            self.on_change = subscriber
-        if len(doomed) > 1:
-            self.routes_changed()
+        """Destroy brokers, in order, inside one change: the groups they empty leave
+        topicQueueTable in one scan, and each broker finds its groups through one index of
+        brokerAddrTable by address (not a walk of every group per broker)."""
+        if not doomed:
+            return
+        groups_of: dict[str, list[BrokerData]] = {}
+        for broker in self.brokerAddrTable.values():
+            for addr in set(broker.brokerAddrs.values()):
+                groups_of.setdefault(addr, []).append(broker)
+        emptied: dict[str, Departure | None] = {}
+        for key, reason in doomed:
+            self._destroy(key, reason, groups_of, emptied)
         self._remove_groups_queue_data(emptied)
 
-    def _destroy(self, key: LiveKey, reason: str, emptied: set[str]) -> None:
+    def _destroy(self, key: LiveKey, reason: str, groups_of: dict[str, list[BrokerData]],
+                 emptied: dict[str, Departure | None]) -> None:
         addr = self._addr_of(key)
         cluster = key[0] if isinstance(key, tuple) else None
         self.brokerLiveTable.pop(key, None)
         self._drop_filter_servers(key)
-        for broker in list(self.brokerAddrTable.values()):
+        for broker in groups_of.get(addr, ()):  # in brokerAddrTable's order, as Java walks it
             if cluster is not None and broker.cluster != cluster:
                 continue
             broker_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
             if broker_id is not None:
                 kind = reason.partition(":")[0] if reason.startswith(("expired:", "idle:")) else "closed"
-                self._emit(kind, cluster=broker.cluster, broker=broker.brokerName, id=broker_id, addr=addr,
-                           reason=reason)
-                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, emptied=emptied)
+                event = self._emit(kind, cluster=broker.cluster, broker=broker.brokerName, id=broker_id, addr=addr,
+                                   reason=reason)
+                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, emptied=emptied,
+                                    departure=event)
                 return
 
     # -- unregistration ---------------------------------------------------------------------
+    @_one_change
     def unregister_broker(self, cluster: str | None, addr: str | None, broker_name: str | None,
                           broker_id: int | None) -> None:
         key = self.live_key(cluster, addr)
@@ -458,19 +566,22 @@ class RouteInfoManager:
             removed_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
         else:
             removed_id = broker_id if broker_id in broker.brokerAddrs else None
-        self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
+        event = self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
         removed_addr = addr if removed_id is None else broker.brokerAddrs.get(removed_id, addr)
-        self._remove_member(cluster, broker.brokerName, removed_addr, removed_id, cluster_of_request=True)
+        self._remove_member(cluster, broker.brokerName, removed_addr, removed_id, cluster_of_request=True,
+                            departure=event)
 
     def _drop_filter_servers(self, key: LiveKey) -> None:
         """Routes list filter servers by address, whichever group holds it: drop them all."""
         if self.filterServerTable.pop(key, None) is not None:
-            self.routes_changed()
+            self._everything_changed()
 
     def _remove_member(self, cluster: str | None, broker_name: str, addr: str | None, broker_id: int | None,
-                       cluster_of_request: bool = False, emptied: set[str] | None = None) -> None:
+                       cluster_of_request: bool = False, emptied: dict[str, Departure | None] | None = None,
+                       departure: Departure | None = None) -> None:
         """Drop one address from a broker group; an emptied group leaves every table (its queue
-        data later, with the other groups in ``emptied``, when the caller collects them)."""
+        data later, with the other groups in ``emptied``, when the caller collects them), and
+        the topics it leaves without a group are ``departure``'s lost topics."""
         broker = self.brokerAddrTable[broker_name]
         was_min = bool(broker.brokerAddrs) and broker_id == min(broker.brokerAddrs)
         self._broker_changed(broker_name)
@@ -488,24 +599,33 @@ class RouteInfoManager:
             if not names:
                 del self.clusterAddrTable[owner]
         if emptied is None:
-            self._remove_groups_queue_data({broker_name})
+            self._remove_groups_queue_data({broker_name: departure})
         else:
-            emptied.add(broker_name)
+            emptied.pop(broker_name, None)  # its last departure is the one that emptied it
+            emptied[broker_name] = departure
 
-    def _remove_groups_queue_data(self, broker_names: set[str]) -> None:
+    def _remove_groups_queue_data(self, emptied: dict[str, Departure | None]) -> None:
         """Emptied groups leave topicQueueTable: one scan, whatever their number (a table holds up
-        to 100k topics; isdisjoint walks only each topic's few queues)."""
-        if not broker_names:
+        to 100k topics; isdisjoint walks only each topic's few queues).  A topic no group serves
+        any more leaves the table, a lost topic of the departure that emptied the last of its
+        groups (``emptied`` is in departure order)."""
+        if not emptied:
             return
+        order = {name: index for index, name in enumerate(emptied)}
+        names = order.keys()
         table = self.topicQueueTable
-        disjoint = broker_names.isdisjoint
+        disjoint = names.isdisjoint
         for topic in [t for t, queues in table.items() if not disjoint(queues)]:
             queues = table[topic]
-            for broker_name in broker_names.intersection(queues):
+            leaving = names & queues.keys()
+            for broker_name in leaving:
                 del queues[broker_name]
             if not queues:
                 del table[topic]
-            self.topic_changed(topic)
+                departure = emptied[max(leaving, key=order.__getitem__)]
+                if departure is not None:
+                    departure.lost_topics.append(topic)
+            self._topic_changed(topic)
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
@@ -539,9 +659,11 @@ class RouteInfoManager:
             self._notifier(target, header)
 
     # -- administration ---------------------------------------------------------------------
+    @_one_change
     def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
         return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
 
+    @_one_change
     def add_write_perm_of_broker(self, broker_name: str | None) -> int:
         return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
 
@@ -556,11 +678,12 @@ class RouteInfoManager:
         self._broker_changed(broker_name)
         return count
 
+    @_one_change
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
             if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
-                self.topic_changed(topic)  # type: ignore[arg-type]
+                self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
             self._remove_queue_data(topic, broker_name)  # type: ignore[arg-type]

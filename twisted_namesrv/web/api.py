@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
-from ..bodies.route import MASTER_ID, PERM_WRITE
+from ..bodies.route import MASTER_ID
 from ..context import NamesrvState
 from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
+from ..outages import GroupHealth, HealthWatch, is_crash
 from ..processor import encode_route
 from ..remoting import fastjson
 from ..remoting.codes import version_name
@@ -23,10 +24,10 @@ TOPIC_SEARCH_LIMIT = 200
 
 
 class StatusApi:
-    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> None:
         self.state = state
         self.factory = factory
-        self._writable: tuple[int, dict[str, dict[str, int]]] = (-1, {})
+        self.health = health or HealthWatch(state.routes)
 
     @property
     def metrics(self) -> Metrics:
@@ -37,7 +38,11 @@ class StatusApi:
 
     def overview(self) -> dict[str, Any]:
         state, routes = self.state, self.state.routes
-        return {"now_ms": self.now_ms(), "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
+        health = self.health.health()
+        return {"now_ms": self.now_ms(),
+                "broker_groups_without_master": len(health.without_master),
+                "clusters_without_writable_queues": len(health.clusters_without_writable_queues),
+                "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
                 "address": state.listen_address or f"{state.config['bindAddress']}:{state.config['listenPort']}",
                 "namesrv_version": __version__,
@@ -49,9 +54,11 @@ class StatusApi:
 
     def clusters(self) -> dict[str, Any]:
         """clusterAddrTable -> brokerAddrTable -> brokerLiveTable, one entry per broker address,
-        and the brokers that left lately (a group whose last member left is listed by them alone)."""
+        and the brokers that left lately (a group whose last member left is listed by them alone);
+        ``outages`` first: groups without a live master, clusters no group of which takes writes
+        (outages.py), crashes before clean stops."""
         routes, now = self.state.routes, self.now_ms()
-        writable = self._write_perm_by_broker()
+        health = self.health.health()
         departed: dict[tuple[str, str], list[RouteEvent]] = {}
         for event in self.metrics.departed_brokers():
             cluster, name, _ = event.broker_key
@@ -62,8 +69,9 @@ class StatusApi:
             names = routes.clusterAddrTable.get(cluster, {})
             for name in sorted(set(names) | {n for c, n in departed if c == cluster}):
                 broker = routes.brokerAddrTable.get(name) if name in names else None
+                group = health.group(name) if broker is not None else None
                 addrs = broker.brokerAddrs if broker is not None else {}
-                members = [self._member(cluster, broker_id, addr, now) for broker_id, addr in addrs.items()]
+                members = [self._member(cluster, broker_id, addr, now, group) for broker_id, addr in addrs.items()]
                 members += [_departed_member(event) for event in departed.get((cluster, name), ())
                             if event.info["addr"] not in addrs.values()]
                 if not members:
@@ -71,17 +79,30 @@ class StatusApi:
                 groups.append({"broker_name": name, "zone": broker.zoneName if broker else None,
                                "members": sorted(members, key=lambda m: (m["id"] is None, m["id"] or 0, m["addr"])),
                                "enable_acting_master": broker.enableActingMaster if broker else None,
-                               "queues": writable.get(name, {"topics": 0, "writable": 0})})
-            clusters.append({"cluster": cluster, "broker_groups": groups})
+                               "master_live": group.master_live if group else False,
+                               "takes_writes": group.takes_writes if group else False,
+                               "queues": {"topics": group.topics if group else 0,
+                                          "writable": group.writable_topics if group else 0}})
+            clusters.append({"cluster": cluster, "broker_groups": groups,
+                             "writable_broker_groups": health.writable_groups.get(cluster, 0)})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
-                 "reason": t.reason, "ts_ms": _ms(t.ts)}
+                 "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
                 for t in self.metrics.lost_topics.recent(routes.topicQueueTable)]
-        return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "clusters": clusters, "lost_topics": lost}
+        outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
+                                                     "live_members": g.live_members, "master_addr": g.master_addr}
+                                                    for g in health.without_master],
+                   "clusters_without_writable_queues": health.clusters_without_writable_queues}
+        return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "outages": outages, "clusters": clusters,
+                "lost_topics": lost}
 
-    def _member(self, cluster: str, broker_id: int, addr: str, now: int) -> dict[str, Any]:
+    def _member(self, cluster: str, broker_id: int, addr: str, now: int, group: GroupHealth | None) -> dict[str, Any]:
+        """One registered address; ``writes``: whether producers can write to it - a live master of
+        a group with writable queues, never a slave (clients send only to brokerId 0)."""
         routes = self.state.routes
         live = routes.brokerLiveTable.get(routes.live_key(cluster, addr))
-        member: dict[str, Any] = {"addr": addr, "id": broker_id, "role": _role(broker_id), "live": live is not None}
+        writes = broker_id == MASTER_ID and live is not None and group is not None and group.write_perm > 0
+        member: dict[str, Any] = {"addr": addr, "id": broker_id, "role": _role(broker_id), "live": live is not None,
+                                  "writes": writes, "perm": "read-write" if writes else "read-only"}
         if live is not None:
             member.update({
                 "version": None if live.version is None else version_name(live.version),
@@ -91,21 +112,6 @@ class StatusApi:
                 "data_version": {"counter": live.dataVersion.counter, "timestamp": live.dataVersion.timestamp},
                 "confirmed": live.channel is not None, "restored": live.restored})
         return member
-
-    def _write_perm_by_broker(self) -> dict[str, dict[str, int]]:
-        """Per broker name: topics it serves and how many of them it may take writes for
-        (wipeWritePerm clears them all); recomputed only when the routes changed."""
-        routes = self.state.routes
-        generation, table = self._writable
-        if generation != routes.generation:
-            table = {}
-            for queues in routes.topicQueueTable.values():
-                for name, queue in queues.items():
-                    counts = table.setdefault(name, {"topics": 0, "writable": 0})
-                    counts["topics"] += 1
-                    counts["writable"] += bool(queue.perm & PERM_WRITE)
-            self._writable = (routes.generation, table)
-        return table
 
     def topics(self, query: str = "", limit: int = TOPIC_SEARCH_LIMIT) -> dict[str, Any]:
         needle = query.lower()
@@ -146,4 +152,5 @@ def _departed_member(event: RouteEvent) -> dict[str, Any]:
     info = event.info
     reason = info.get("reason") or ("the broker unregistered" if event.kind == "unregistered" else event.kind)
     return {"addr": info["addr"], "id": info.get("id"), "role": _role(info.get("id")), "live": False,
-            "departed": {"kind": event.kind, "reason": reason, "ts_ms": _ms(event.ts)}}
+            "writes": False, "perm": "gone",
+            "departed": {"kind": event.kind, "crash": is_crash(event.kind), "reason": reason, "ts_ms": _ms(event.ts)}}

@@ -8,9 +8,10 @@ own resource.  ADMIN_PATHS (KV values) need an ``admin: true`` account.
 
 A request without valid credentials gets 401 with ``WWW-Authenticate`` and an empty body, so a
 browser asks for them and an unauthenticated client learns nothing else; a valid account that is
-not admin gets 403 for an admin path, also empty.  Without ``aclEnable`` the site is served as
-is: the HTTP listener then binds ``metricsBindAddress`` (loopback by default) and the server
-warns at start when that is not loopback.
+not admin gets 403 for an admin path, also empty.  Without ``aclEnable`` only the public paths
+are served beyond this machine: a peer that is not loopback gets 403 (empty) for the status page
+and ``/api`` (LoopbackGate), so an image or manifest that binds ``metricsBindAddress`` to every
+interface for the probes and the scrape exposes nothing else; the server also warns at start.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class Gate(resource.Resource):
         if self.loopback_only and host is not None and not is_loopback(host_of(host)):
             return self._refused(request, 403, "host", "Host {named} is not this machine (the listener is "
                                  "bound to loopback)", named=host.decode("latin-1")[:100])
+        if self.acl is None and not is_public(routed) and not is_loopback_peer(request):
+            return self._refused(request, 403, "not_loopback", "{path} is served to this machine only "
+                                 "(aclEnable=false)", path=routed.decode("utf-8", "replace")[:200])
         if self.acl is not None and not is_public(routed):
             account = self.account(request)
             if account is None:
@@ -160,8 +164,22 @@ class Gate(resource.Resource):
         return account
 
 
+def is_loopback_peer(request: server.Request) -> bool:
+    """Whether the request's connection comes from this machine (IPv4-mapped loopback included);
+    a unix socket peer is local too."""
+    host = getattr(request.getClientAddress(), "host", None)
+    if host is None:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
             loopback_only: bool = False) -> resource.Resource:
     """``root`` behind the Gate: normalized paths always, the Host check when bound to loopback,
-    the ACL's accounts when ACL is on."""
+    the ACL's accounts when ACL is on, else the status page and /api for loopback peers only."""
     return Gate(root, acl, refusals, loopback_only)

@@ -4,6 +4,7 @@ the state when scraped, in the text format every Prometheus server reads."""
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -13,14 +14,20 @@ from twisted.copyright import version as twisted_version
 from .. import __version__
 from ..audit import OPERATIONS, RESULTS
 from ..context import NamesrvState
+from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
+from ..outages import HealthWatch
+from ..peers import PeersService
 from ..server import RemotingFactory
 
 
 class NamesrvCollector(Collector):
-    def __init__(self, state: NamesrvState, factory: RemotingFactory) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+                 peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
+        self.health = health or HealthWatch(state.routes)
+        self.peers = peers
 
     @property
     def metrics(self) -> Metrics:
@@ -30,6 +37,7 @@ class NamesrvCollector(Collector):
         yield from self._requests()
         yield from self._traffic()
         yield from self._routes()
+        yield from self._outages()
         yield from self._kv()
         yield self._admin_requests()
         yield from self._heartbeats()
@@ -90,6 +98,53 @@ class NamesrvCollector(Collector):
             events.add_metric([kind], counted[kind])
         yield events
 
+    def _outages(self) -> Iterator[Metric]:
+        """What an alert fires on (outages.py): every family is served from the first scrape, the
+        counts at 0, so an alert needs no "absent()" clause."""
+        health = self.health.health()
+        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups in brokerAddrTable whose "
+                                "master (brokerId 0) is not live", value=len(health.without_master))
+        master = GaugeMetricFamily("namesrv_broker_group_master_live", "1 while the broker group's master "
+                                   "(brokerId 0) is live, 0 while the group has members but no live master",
+                                   labels=["cluster", "broker"])
+        for group in health.groups:
+            master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
+        yield master
+        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters in clusterAddrTable in which "
+                                "no broker group takes writes (a live master with a writable queue)",
+                                value=len(health.clusters_without_writable_queues))
+        writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
+                                     "take writes (a live master with a writable queue)", labels=["cluster"])
+        for cluster, count in health.writable_groups.items():
+            writable.add_metric([cluster], count)
+        yield writable
+        departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
+                                     "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
+                                     labels=["kind"])
+        kinds = Counter(event.kind for event in self.metrics.departed_brokers())
+        for kind in sorted(DEPARTURES):
+            departed.add_metric([kind], kinds[kind])
+        yield departed
+        yield from self._peers()
+        yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
+                                "broker left in the last 10 minutes and that no broker serves again",
+                                value=len(self.metrics.lost_topics.recent(self.state.routes.topicQueueTable)))
+
+    def _peers(self) -> Iterator[Metric]:
+        """The peers view's last comparison: one series per peer once it has run."""
+        up = GaugeMetricFamily("namesrv_peer_up", "1 when the last comparison read the peer NameServer's routes, "
+                               "0 when it could not", labels=["peer"])
+        differ = GaugeMetricFamily("namesrv_peer_differences", "Differences between this NameServer's routes and "
+                                   "the peer's at the last comparison (namesrv-admin compare's; 0: they agree)",
+                                   labels=["peer"])
+        report = self.peers.report if self.peers is not None else None
+        for result in report.results if report is not None else ():
+            up.add_metric([result.addr], 1 if result.up else 0)
+            if result.up:
+                differ.add_metric([result.addr], result.differences)
+        yield up
+        yield differ
+
     def _kv(self) -> Iterator[Metric]:
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
@@ -139,11 +194,13 @@ class NamesrvCollector(Collector):
         return info
 
 
-def registry(state: NamesrvState, factory: RemotingFactory) -> CollectorRegistry:
-    """Our families plus the process's own (CPU, resident memory, open files)."""
+def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+             peers: PeersService | None = None) -> CollectorRegistry:
+    """Our families plus the process's own (CPU, resident memory, open files); ``health``: the
+    status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
     found = CollectorRegistry(auto_describe=False)
-    found.register(NamesrvCollector(state, factory))
+    found.register(NamesrvCollector(state, factory, health, peers))
     ProcessCollector(registry=found)
     return found

@@ -4,8 +4,11 @@ RocketMQ clients and brokers without a NameServer address poll an HTTP address s
 (Java's ``TopAddressing``: ``rocketmq.namesrv.domain``, ``fetchNamesrvAddrByAddressServer``; the
 C++ client's ``set_namesrv_domain``).  The body is ``host:port;host:port`` in plain text.  Operators
 usually run a separate web server for it; here the NameServer answers it on its HTTP port with
-``nsaddrList`` (``--nsaddr-list``), or by default with its own address: ``bindAddress:listenPort``,
-or, bound to every interface, the address the poller reached it on.  Every unit gets the same list.
+``nsaddrList`` (``--nsaddr-list``); else with ``advertisedAddress`` (``--advertised-address`` or
+``$NAMESRV_ADVERTISED_ADDRESS``: the address clients reach it at, e.g. a pod IP or a Service name,
+with the listen port when it names none); else with its own address: ``bindAddress:listenPort``, or,
+bound to every interface, the address the poller reached it on - which, behind NAT or in a
+container, is an address only that network knows.  Every unit gets the same list.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 
 from twisted.web import pages, resource, server
 
-from ..state.config import NamesrvConfig
+from ..state.config import NamesrvConfig, split_advertised
 
 NSADDR = b"nsaddr"
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
@@ -32,12 +35,14 @@ class NsaddrResource(resource.Resource):
         listed = str(self.config["nsaddrList"]).strip()
         if listed:
             return listed
+        advertised = str(self.config["advertisedAddress"]).strip()
+        if advertised:
+            host, port = split_advertised(advertised)
+            return _host_port(host, self.listen_port() if port is None else port)
         host = str(self.config["bindAddress"])
         if host in WILDCARDS:
             host = request.getHost().host  # the interface this poller reached: reachable from it
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{host}:{self.listen_port()}"
+        return _host_port(host, self.listen_port())
 
     def render_GET(self, request: server.Request) -> bytes:
         if request.postpath:  # /rocketmq/nsaddr/anything
@@ -45,6 +50,10 @@ class NsaddrResource(resource.Resource):
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
         return self.answer(request).encode()
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class RocketmqDirectory(resource.Resource):

@@ -13,6 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
 from ..context import NamesrvState
+from ..outages import HealthWatch
+from ..peers import PeersService
+from ..peers import as_json as peers_json
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded, is_loopback
@@ -24,9 +27,10 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None,
+                 health: HealthWatch | None = None, peers: PeersService | None = None) -> None:
         super().__init__()
-        self.registry = registry(state, factory)
+        self.registry = registry(state, factory, health, peers)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
 
@@ -60,7 +64,7 @@ class ApiResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, api: StatusApi, controller: Any = None) -> None:
+    def __init__(self, api: StatusApi, controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
         self.api = api
         self.endpoints: dict[str, Callable[[server.Request], dict[str, Any]]] = {
@@ -70,6 +74,7 @@ class ApiResource(resource.Resource):
             "route": self._route,
             "kv": lambda request: api.kv(),
             "events": lambda request: api.events(_int_arg(request, "since", 0)),
+            "peers": lambda request: peers_json(peers.report if peers else None, peers.peers() if peers else []),
         }
         if controller is not None:
             from ..controller.web import controller_status
@@ -128,15 +133,18 @@ class QuietSite(server.Site):
 
 
 def make_site(state: NamesrvState, factory: RemotingFactory,
-              children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None) -> server.Site:
+              children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
+              peers: PeersService | None = None) -> server.Site:
     """``children``: more top-level resources (the probes, the address server), each in its own module;
-    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller)."""
+    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
+    the peers view's service (/api/peers and the namesrv_peer_* gauges)."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
-    root.putChild(b"metrics", MetricsPage(state, factory, controller))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory), controller))
+    health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
+    root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
     loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
     site = QuietSite(guarded(root, state.acl, state.refusals, loopback))  # web/auth.py: what is served to whom
     site.displayTracebacks = False

@@ -1,4 +1,4 @@
-"""The shared captures of real NameServer traffic, one test per capture."""
+"""The golden captures of real NameServer traffic (tests/data/golden), one test per capture."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import require_captures
+from tests.support import CAPTURES, require_captures
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
 CAPTURE_FILES = sorted(CAPTURES.glob("*.pcap"))
 
 

@@ -74,7 +74,7 @@ def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
     lengths = np.array([len(frame) for _, frame in frames])
     index = RecordIndex(np.arange(len(frames), dtype=np.float64), np.array([lt for lt, _ in frames]),
                         np.array(starts), lengths, lengths)
-    columns = segment_columns(data, index, port)
+    columns = segment_columns(data, index, (port,) if port else ())
     found = [(ts, TcpSegment(columns.endpoints[src], columns.endpoints[dst], seq, ack, flags, data[start:end]))
              for ts, src, dst, seq, ack, flags, start, end in zip(
                  *(getattr(columns, name).tolist() for name in ("ts", "src", "dst", "seq", "ack", "flags", "start",

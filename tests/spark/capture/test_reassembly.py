@@ -153,12 +153,12 @@ def test_capture_starting_mid_stream() -> None:
 
 
 def test_without_syn_or_server_port_the_first_sender_is_the_client() -> None:
-    connection = only(reassemble([(1.0, segment(SERVER, CLIENT, 1, ACK, b"x"))], server_port=1))
+    connection = only(reassemble([(1.0, segment(SERVER, CLIENT, 1, ACK, b"x"))], servers=frozenset({1})))
     assert connection.client == "10.0.0.2:9876"
 
 
 def test_syn_ack_identifies_the_server_when_the_syn_was_missed() -> None:
-    connection = only(reassemble(handshake()[1:], server_port=1))
+    connection = only(reassemble(handshake()[1:], servers=frozenset({1})))
     assert (connection.client, connection.server) == ("10.0.0.1:40000", "10.0.0.2:9876")
 
 

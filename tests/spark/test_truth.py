@@ -1,0 +1,139 @@
+"""The report against the truth of real captures of Java NameServers (tests/data/captures/real/): every
+finding and every brokers.csv row checked against what was done and what the Java NameServer logged.
+Nothing invented, nothing missed; classes of events, never one file's wording (truth_check.py).
+
+Each capture's files go to one run of the job as the other Spark tests run it, with no port given:
+the report must find the NameServers itself."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.spark.conftest import run_job
+from tests.spark.truth_check import judge
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
+CAPTURES = sorted(p.parent.name for p in REAL.glob("*/TRUTH.json"))
+
+
+def truth_of(name: str) -> dict:
+    return json.loads((REAL / name / "TRUTH.json").read_text())
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_report_tells_the_truth_of_a_real_capture(spark, tmp_path: Path, name: str) -> None:
+    truth = truth_of(name)
+    out = run_job(spark, [str(REAL / name / f) for f in truth["files"]], tmp_path / "out", report=False)
+    problems = judge(truth, out.summary, out.brokers)
+    assert not problems, f"{name}: the report disagrees with the truth in {len(problems)} way(s):\n  " + \
+        "\n  ".join(problems)
+
+
+def test_the_corpus_is_there_and_small() -> None:
+    """Every capture has its files, steps and NameServer log; a few MB in all."""
+    assert len(CAPTURES) >= 6
+    total = 0
+    for name in CAPTURES:
+        truth = truth_of(name)
+        for f in [*truth["files"], "steps.txt", "namesrv.log"]:
+            assert (REAL / name / f).is_file(), (name, f)
+        total += sum(p.stat().st_size for p in (REAL / name).iterdir())
+    assert total < 4 * 1024 * 1024
+
+
+# The checker itself: it passes a report that tells each truth, and fails one that misses, invents or
+# misnames a single event (so that the test above can fail for the right reasons only).
+
+def _told(truth: dict) -> tuple[dict, list[dict]]:
+    """A summary and brokers.csv rows that tell exactly the truth, in the vocabulary truth_check reads."""
+    items = []
+
+    def add(kind: str, t: str | None, **fields) -> None:
+        items.append({"kind": kind, "severity": "warning" if kind == "heartbeat_expired" else "info",
+                      "message": kind, "t": t, **fields})
+
+    failed_masters = {(f["old_master"], f["master_lost"]) for f in truth["failovers"]}
+    rows = []
+    for s in truth["stays"]:
+        rows.append({"session": f"{s['namesrv']}@x", "cluster": s["cluster"], "broker_name": s["broker_name"],
+                     "broker_addr": s["broker_addr"], "broker_id": str(s["ids"][-1]["broker_id"]),
+                     "ended": s["end"], "first_seen": s["registered"]})
+        if s["end"] == "alive":
+            add("broker_alive_at_end", None, broker_addr=s["broker_addr"], server=s["namesrv"])
+        elif s["end"] == "expired":
+            add("heartbeat_expired", s["ended_at"], broker_addr=s["broker_addr"], silence_s=s["silence_s"],
+                server=s["namesrv"])
+        elif s["end"] == "unregistered":
+            add("broker_unregistered", s["ended_at"], broker_addr=s["broker_addr"], server=s["namesrv"])
+        elif s["end"] == "connection_closed" and (s["broker_addr"], s["ended_at"]) not in failed_masters:
+            add("broker_connection_closed", s["ended_at"], broker_addr=s["broker_addr"], server=s["namesrv"])
+    for ns in truth["nameservers"]:
+        for before in ns["runs"][:-1]:
+            add("server_restart", before["down"], server=ns["endpoint"])
+        if ns["runs"][-1]["down"] and ns["runs"][-1].get("down_in_packets", True):
+            add("server_stopped", ns["runs"][-1]["down"], server=ns["endpoint"])
+    for f in truth["failovers"]:
+        add("failover", f["master_lost"], broker_name=f["broker_name"], no_master_s=f["no_master_s"])
+    for m in truth["moves"]:
+        add("broker_address_change", m["at"], broker_name=m["broker_name"])
+    for r in truth["renumbers"]:
+        add("broker_id_change", r["at"], broker_addr=r["broker_addr"])
+    for d in truth["topic_deletions"]:
+        add("topic_deleted", d["at"], topic=d["topic"])
+    for w in truth["write_perm"]:
+        add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"])
+    noise: dict[str, int] = {}
+    for r in truth["refused"]:
+        if r["when"] in ("never_listening", "before_start", "after_stop"):
+            noise[r["endpoint"]] = noise.get(r["endpoint"], 0) + r["count"]
+    for endpoint, count in noise.items():
+        add("refused_connections", None, endpoint=endpoint, count=count)
+    add("topic_not_exist", None, topic="TopicTest")  # not judged
+    summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
+               "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
+    return summary, rows
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> None:
+    truth = truth_of(name)
+    summary, rows = _told(truth)
+    assert judge(truth, summary, rows) == []
+
+    for n, finding in enumerate(summary["findings"]):  # each event left out is missed
+        if finding["kind"] == "topic_not_exist":
+            continue
+        less = copy.deepcopy(summary)
+        del less["findings"][n]
+        assert any(p.startswith("missed") for p in judge(truth, less, rows)), finding
+
+    invented = copy.deepcopy(summary)
+    invented["findings"].append({"kind": "broker_connection_closed", "evidence": [
+        {"kind": "broker_connection_closed", "severity": "critical", "message": "made up",
+         "broker_addr": truth["stays"][0]["broker_addr"], "t": truth["capture"]["last"]}]})
+    assert any(p.startswith("invented") for p in judge(truth, invented, rows))
+
+    restart = copy.deepcopy(summary)
+    restart["findings"].append({"kind": "server_restart", "evidence": [
+        {"kind": "server_restart", "message": "made up", "server": truth["nameservers"][0]["endpoint"],
+         "t": truth["capture"]["first"]}]})
+    assert any(p.startswith("invented") for p in judge(truth, restart, rows))
+
+    late = copy.deepcopy(summary)  # an event told at another time
+    timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]
+    if timed:
+        timed[0]["evidence"][0]["t"] = truth["capture"]["first"] if timed[0]["evidence"][0]["t"] != \
+            truth["capture"]["first"] else truth["capture"]["last"]
+        assert any(p.startswith("wrong time") for p in judge(truth, late, rows)), timed[0]
+
+    wrong = copy.deepcopy(rows)
+    wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"
+    assert judge(truth, summary, wrong)
+    assert judge(truth, summary, rows + [dict(rows[0], broker_addr="127.0.0.1:1")])
+    unknown = copy.deepcopy(summary)
+    unknown["findings"].append({"kind": "x", "evidence": [{"kind": "something_new", "message": "?"}]})
+    assert any("unknown finding kind" in p for p in judge(truth, unknown, rows))

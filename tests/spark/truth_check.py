@@ -1,0 +1,287 @@
+"""The report's outputs judged against the truth of a real capture (tests/data/captures/real/*/TRUTH.json).
+
+The truth was written from what the people who ran the cluster did (steps.txt) and what the Java
+NameServer logged (namesrv.log), with the packets as the clock; its format is in that folder's README.
+This module only compares: given a TRUTH.json and the report's summary.json and brokers.csv rows, it
+lists every disagreement in words (an empty list: the report told the truth). It judges classes of
+events, never one file's wording: a finding is known by its ``kind`` and its evidence fields
+(``broker_addr``, ``t``, ``server``/``endpoint``, ...), a broker row by its identity and ``ended``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+#: finding kind -> the class of event it tells (a kind missing here fails the check: say what it is)
+KIND_CLASSES = {
+    "broker_unregistered": "unregistered",
+    "broker_connection_closed": "connection_closed",
+    "heartbeat_expired": "expired",
+    "server_stopped": "server_stopped",
+    "server_restart": "restart",
+    "failover": "failover",
+    "broker_address_change": "move",
+    "broker_id_change": "renumber",
+    "topic_deleted": "topic_deletion",
+    "write_perm_wiped": "write_perm",
+    "write_perm_added": "write_perm",
+    "refused_connections": "refused",
+    "broker_alive_at_end": "alive",
+    "heartbeat_near_expiry": "near_expiry",  # must fall in one of the truth's silences
+    "topic_count_drop": "topic_count_drop",  # must fall on a deletion or a broker's departure
+    # no event of these classes happened in any capture of the corpus: each one is invented
+    "data_version_backwards": "absent",
+    "crc_failure": "absent",
+    "registration_refused": "absent",
+    "bad_input": "absent",
+    "undecodable_connection": "absent",
+}
+#: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
+NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "slow_answer", "response_code", "unanswered",
+                        "address_in_sessions"})
+#: refused attempts that are noise (nothing listening), which the report must count
+NOISE = ("never_listening", "before_start", "after_stop")
+
+
+def seconds(text: str | None) -> float | None:
+    """An ISO time (with Z or an offset) as epoch seconds."""
+    if text in (None, ""):
+        return None
+    return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Event:
+    """One thing that happened, as the truth tells it, with the evidence kinds that may tell it."""
+
+    cls: str
+    what: str  # in words, for the failure message
+    t: float | None = None
+    until: float | None = None  # with t: a window
+    required: bool = True
+    match: dict[str, Any] = field(default_factory=dict)  # evidence fields that must be equal
+    extra: dict[str, float] = field(default_factory=dict)  # numeric fields compared within the tolerance
+    also: tuple[str, ...] = ()  # other classes that may tell it (the old master's close: the fail-over)
+    where: str | None = None  # the NameServer endpoint, when an item names one it must be this
+
+
+def _events(truth: dict) -> list[Event]:
+    events: list[Event] = []
+    failover_masters = {(f["old_master"], f["master_lost"]) for f in truth["failovers"]}
+    for s in truth["stays"]:
+        who = f"{s['cluster']} / {s['broker_name']} / {s['broker_addr']} (at {s['namesrv']})"
+        ended = seconds(s["ended_at"])
+        if s["end"] == "alive":
+            events.append(Event("alive", f"{who} alive at the end", match={"broker_addr": s["broker_addr"]},
+                                where=s["namesrv"]))
+        elif s["end"] == "server_stopped":
+            continue  # told by the endpoint's stop or restart (below) and by brokers.csv
+        else:
+            extra = {"silence": s["silence_s"]} if s["end"] == "expired" else {}
+            also = ("failover",) if (s["broker_addr"], s["ended_at"]) in failover_masters else ()
+            events.append(Event(s["end"], f"{who} {s['end']} at {s['ended_at']}", ended,
+                                match={"broker_addr": s["broker_addr"]}, extra=extra, also=also, where=s["namesrv"]))
+    for ns in truth["nameservers"]:
+        runs = ns["runs"]
+        for before, after in zip(runs, runs[1:], strict=False):
+            events.append(Event("restart", f"{ns['endpoint']} restarted (down {before['down']}, up {after['up']})",
+                                seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]}))
+        if runs[-1]["down"] is not None:  # required when the packets show it (it closed open connections)
+            events.append(Event("server_stopped", f"{ns['endpoint']} stopped at {runs[-1]['down']}",
+                                seconds(runs[-1]["down"]), match={"endpoint": ns["endpoint"]},
+                                required=runs[-1].get("down_in_packets", True)))
+    for f in truth["failovers"]:
+        events.append(Event("failover", f"fail-over of {f['broker_name']}: {f['old_master']} lost at "
+                            f"{f['master_lost']}, {f['new_master']} master at {f['new_master_at']}",
+                            seconds(f["master_lost"]), seconds(f["new_master_at"]),
+                            match={"broker_name": f["broker_name"]}, extra={"no_master": f["no_master_s"]}))
+    for m in truth["moves"]:
+        events.append(Event("move", f"{m['broker_name']} moved {m['from']} -> {m['to']} at {m['at']}",
+                            seconds(m["at"]), match={"broker_name": m["broker_name"]}))
+    for r in truth["renumbers"]:
+        events.append(Event("renumber", f"{r['broker_addr']} brokerId {r['from_id']} -> {r['to_id']} at {r['at']}",
+                            seconds(r["at"]), match={"broker_addr": r["broker_addr"]}))
+    for gap in truth.get("silences", []):  # a long silence may be told (a policy), never invented
+        events.append(Event("near_expiry", f"{gap['broker_addr']} silent {gap['seconds']} s from {gap['from']}",
+                            seconds(gap["from"]), seconds(gap["until"]), required=False,
+                            match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
+    for d in truth["topic_deletions"]:
+        events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['at']}", seconds(d["at"]),
+                            match={"topic": d["topic"]}))
+    for w in truth["write_perm"]:
+        events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['at']}",
+                            seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]}))
+    by_endpoint: dict[str, list[dict]] = defaultdict(list)
+    for r in truth["refused"]:
+        by_endpoint[r["endpoint"]].append(r)
+    for endpoint, entries in by_endpoint.items():
+        noise = sum(r["count"] for r in entries if r["when"] in NOISE)
+        total = sum(r["count"] for r in entries)
+        events.append(Event("refused", f"{noise} refused connection attempts to {endpoint} (nothing listening)",
+                            required=noise > 0, match={"endpoint": endpoint},
+                            extra={"counts": (noise, total)}))  # type: ignore[dict-item]
+    return events
+
+
+def _endpoint(item: dict) -> str | None:
+    return item.get("server") or item.get("endpoint")
+
+
+def _field(item: dict, name: str) -> Any:
+    if name == "endpoint":
+        return _endpoint(item)
+    if name == "op":
+        return {"write_perm_wiped": "wipe", "write_perm_added": "add"}.get(item["kind"])
+    return item.get(name)
+
+
+def _fits(event: Event, item: dict, cls: str, tolerance: float, timed: bool = True) -> bool:
+    if cls != event.cls and cls not in event.also:
+        return False
+    if event.where is not None and _endpoint(item) not in (None, event.where):
+        return False
+    if cls == event.cls and any(_field(item, k) != v for k, v in event.match.items()):
+        return False
+    if cls != event.cls and cls == "failover" and item.get("broker_addr") not in (None, event.match.get("broker_addr")):
+        return False
+    if event.t is not None and timed:
+        t = seconds(item.get("t") or item.get("from"))  # an instant, or the start of a span
+        if t is None or not (event.t - tolerance <= t <= (event.until or event.t) + tolerance):
+            return False
+    return True
+
+
+def _extra_problems(event: Event, item: dict, tolerance: float) -> list[str]:
+    problems = []
+    if event.cls == "expired":
+        if item.get("severity") != "warning":
+            problems.append(f"{event.what}: told as {item.get('severity')}, not a warning")
+        told = item.get("silence_s", item.get("seconds"))
+        if told is not None and abs(float(told) - event.extra["silence"]) > tolerance:
+            problems.append(f"{event.what}: silence told as {told} s, truth {event.extra['silence']} s")
+    if event.cls == "failover" and item["kind"] == "failover":
+        told = item.get("no_master_s")
+        if told is not None and abs(float(told) - event.extra["no_master"]) > tolerance:
+            problems.append(f"{event.what}: no master for {told} s told, truth {event.extra['no_master']} s")
+    return problems
+
+
+def judge_findings(truth: dict, summary: dict) -> list[str]:
+    """Every finding's evidence against the truth's events: what is missed, invented or told wrong."""
+    tolerance = truth["tolerance_s"]
+    events = _events(truth)
+    items = [item for finding in summary.get("findings", []) for item in finding.get("evidence", [])]
+    problems: list[str] = []
+    told: dict[int, list[dict]] = defaultdict(list)
+    refused_told: dict[str, int] = defaultdict(int)
+    unfitted: list[tuple[dict, str]] = []
+    for item in items:
+        kind = item.get("kind")
+        if kind in NOT_JUDGED:
+            continue
+        cls = KIND_CLASSES.get(kind)
+        if cls is None:
+            problems.append(f"unknown finding kind {kind!r}: add it to truth_check.KIND_CLASSES "
+                            f"({item.get('message')})")
+            continue
+        if cls == "refused":
+            refused_told[_endpoint(item)] += int(item.get("count") or 0)
+            if not any(e.cls == "refused" and e.match["endpoint"] == _endpoint(item) for e in events):
+                problems.append(f"invented: {kind}: {item.get('message')}")
+            continue
+        if cls == "topic_count_drop":
+            t = seconds(item.get("t") or item.get("from"))
+            near = [e for e in events if e.cls in ("topic_deletion", "unregistered", "connection_closed", "expired")
+                    and e.t is not None and t is not None and abs(t - e.t) <= tolerance]
+            if not near:
+                problems.append(f"invented: {kind} with no deletion or departure at that time: {item.get('message')}")
+            continue
+        fitting = [i for i, e in enumerate(events) if _fits(e, item, cls, tolerance)]
+        if not fitting:
+            unfitted.append((item, cls))
+            continue
+        for i in fitting:
+            told[i].append(item)
+    for item, cls in unfitted:
+        # the right event at the wrong time (or with none), if nothing told it at its time: said once as
+        # such, not as invented + missed; else a duplicate, invented
+        untimed = [i for i, e in enumerate(events) if not told[i] and _fits(e, item, cls, tolerance, timed=False)]
+        if untimed:
+            problems.append(f"wrong time: {item['kind']} told at {item.get('t') or item.get('from')}; "
+                            f"truth: {events[untimed[0]].what}")
+            told[untimed[0]].append(item)
+        else:
+            problems.append(f"invented: {item['kind']}: {item.get('message')}")
+    for i, event in enumerate(events):
+        if event.cls == "refused":
+            noise, total = event.extra["counts"]  # type: ignore[misc]
+            count = refused_told.get(event.match["endpoint"], 0)
+            if event.required and count not in (noise, total):
+                problems.append(f"missed or miscounted: {event.what}; the report counts {count}")
+            continue
+        if not told[i]:
+            if event.required:
+                problems.append(f"missed: {event.what}")
+            continue
+        for item in told[i]:
+            problems += _extra_problems(event, item, tolerance)
+    return problems
+
+
+def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
+    """brokers.csv against the truth's stays: one row per broker and NameServer, or one per stay."""
+    tolerance = truth["tolerance_s"]
+    stays: dict[tuple, list[dict]] = defaultdict(list)
+    for s in truth["stays"]:
+        stays[(s["namesrv"], s["cluster"], s["broker_name"], s["broker_addr"])].append(s)
+    got: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        endpoint = row.get("server") or str(row.get("session", "")).split("@")[0]
+        got[(endpoint, row["cluster"], row["broker_name"], row["broker_addr"])].append(row)
+    problems = [f"invented brokers.csv row(s) for {' / '.join(key)}: {[r.get('ended') for r in rows]}"
+                for key, rows in got.items() if key not in stays]
+    for key, truth_stays in stays.items():
+        who = " / ".join(key)
+        rows = sorted(got.get(key, []), key=lambda r: seconds(r.get("first_seen")) or 0.0)
+        truth_stays = sorted(truth_stays, key=lambda s: seconds(s["registered"]))
+        if not rows:
+            problems.append(f"missed: no brokers.csv row for {who}")
+        elif len(rows) == 1:
+            row, last = rows[0], truth_stays[-1]
+            if row.get("ended") != last["end"]:
+                problems.append(f"{who}: ended {row.get('ended')!r}, truth {last['end']!r} ({last['how']})")
+            if str(row.get("broker_id")) != str(last["ids"][-1]["broker_id"]):
+                problems.append(f"{who}: broker_id {row.get('broker_id')}, truth {last['ids'][-1]['broker_id']}")
+        elif len(rows) == len(truth_stays):
+            for n, (row, stay) in enumerate(zip(rows, truth_stays, strict=True), 1):
+                if row.get("ended") != stay["end"]:
+                    problems.append(f"{who} (stay {n}): ended {row.get('ended')!r}, truth {stay['end']!r} "
+                                    f"({stay['how']})")
+                first = seconds(row.get("first_seen"))
+                if first is None or abs(first - seconds(stay["registered"])) > tolerance:
+                    problems.append(f"{who} (stay {n}): first_seen {row.get('first_seen')}, truth {stay['registered']}")
+                if str(row.get("broker_id")) not in {str(i["broker_id"]) for i in stay["ids"]}:
+                    problems.append(f"{who} (stay {n}): broker_id {row.get('broker_id')}, truth {stay['ids']}")
+        else:
+            problems.append(f"{who}: {len(rows)} brokers.csv rows for {len(truth_stays)} stay(s) "
+                            f"(one row, or one per stay): {[r.get('ended') for r in rows]}")
+    return problems
+
+
+def judge_endpoints(truth: dict, summary: dict) -> list[str]:
+    """The NameServer endpoints the report found by itself, against the truth's."""
+    expected = {ns["endpoint"] for ns in truth["nameservers"]}
+    if "nameservers" in summary:
+        found = {ns["endpoint"] if isinstance(ns, dict) else ns for ns in summary["nameservers"]}
+    else:
+        found = {row.get("server") for row in summary.get("calls_by_server", [])}
+    if found != expected:
+        return [f"NameServer endpoints found {sorted(map(str, found))}, truth {sorted(expected)}"]
+    return []
+
+
+def judge(truth: dict, summary: dict, rows: list[dict]) -> list[str]:
+    return judge_endpoints(truth, summary) + judge_brokers(truth, rows) + judge_findings(truth, summary)

@@ -1,0 +1,82 @@
+"""The status page's events survive a restart (event_log.py): written within EVENTS_SAVE_SECONDS
+(so a kill -9 keeps them) and at a clean stop, bounded, numbered on; a damaged file is named,
+kept aside and skipped, and a data directory that cannot be written never stops the server."""
+
+from __future__ import annotations
+
+import json
+
+from twisted.logger import capturedLogs, formatEvent
+
+from tests.web.test_metrics_and_api import Served
+from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS, decode_events
+from twisted_namesrv.metrics import RECENT_EVENTS
+
+
+def run(tmp_path, **values) -> Served:
+    served = Served(tmp_path, **values)
+    served.service.events.startService()
+    return served
+
+
+def test_events_survive_a_kill_and_a_clean_stop_numbered_on(tmp_path):
+    first = run(tmp_path)
+    _, transport = first.broker()
+    transport.loseConnection()
+    first.clock.advance(EVENTS_SAVE_SECONDS)  # written by the timer: what a kill -9 now leaves
+    killed = run(tmp_path)  # no stopService: as after kill -9
+    events = killed.api.events()["events"]
+    assert [(e["seq"], e["kind"]) for e in events] == [(1, "registered"), (2, "closed"), (3, "started")]
+    assert "the 2 events below are from before" in events[-1]["reason"]
+    assert events[1]["reason"] == "connection closed" and events[1]["broker"] == "broker-a"
+
+    killed.broker()
+    killed.service.events.stopService()  # a clean stop writes at once
+    again = run(tmp_path)
+    kinds = [(e["seq"], e["kind"]) for e in again.api.events()["events"]]
+    assert kinds == [(1, "registered"), (2, "closed"), (3, "started"), (4, "registered"), (5, "started")]
+    assert [e["seq"] for e in again.api.events(since=4)["events"]] == [5]
+
+
+def test_the_file_is_bounded_to_the_pages_events(tmp_path):
+    served = run(tmp_path)
+    for number in range(RECENT_EVENTS + 50):
+        served.service.metrics.route_event("registered", {"cluster": "c1", "broker": f"b{number}", "addr": "h:1"})
+    served.service.events.stopService()
+    kept = decode_events((tmp_path / "events.json").read_bytes())
+    assert len(kept) == RECENT_EVENTS and kept[-1].info["broker"] == f"b{RECENT_EVENTS + 49}"
+
+
+def test_a_damaged_file_is_named_kept_aside_and_skipped(tmp_path):
+    (tmp_path / "events.json").write_bytes(b'{"format": 1, "events": [{"seq": 1, "ts"')  # cut by a full disk
+    with capturedLogs() as logged:
+        served = run(tmp_path)
+    assert served.api.events()["events"] == []
+    lines = [formatEvent(e) for e in logged]
+    assert any(f"events file {tmp_path / 'events.json'} skipped (not JSON" in line and
+               f"kept as {tmp_path / 'events.json.corrupt'}" in line for line in lines), lines
+    assert (tmp_path / "events.json.corrupt").exists()
+    (tmp_path / "other.json").write_text(json.dumps({"format": 1, "events": [{"seq": "x"}]}))
+    with capturedLogs() as logged:
+        run(tmp_path, eventsPath=str(tmp_path / "other.json"))
+    assert any("event 0: ValueError" in formatEvent(e) or "event 0: KeyError" in formatEvent(e) for e in logged)
+
+
+def test_a_run_without_events_writes_no_file(tmp_path):
+    served = run(tmp_path)
+    served.clock.advance(EVENTS_SAVE_SECONDS * 3)
+    served.service.events.stopService()
+    assert not (tmp_path / "events.json").exists()  # a start that fails leaves no file (nor data dir) behind
+
+
+def test_an_unwritable_events_path_is_logged_once_and_the_server_goes_on(tmp_path):
+    (tmp_path / "file").write_text("")
+    served = run(tmp_path, eventsPath=str(tmp_path / "file" / "events.json"))  # its directory is a file
+    with capturedLogs() as logged:
+        served.broker()
+        for _ in range(3):
+            served.clock.advance(EVENTS_SAVE_SECONDS)
+            served.service.metrics.route_event("changed", {"broker": "broker-a"})
+    errors = [formatEvent(e) for e in logged if "cannot write events file" in formatEvent(e)]
+    assert len(errors) == 1, errors
+    assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]

@@ -1,0 +1,184 @@
+"""deploy/monitoring: the alert rules pass promtool's checks and their unit tests (firing on the outage
+each names, quiet otherwise), the Prometheus config is valid, and every metric the rules and the
+Grafana dashboard query is one a live server serves on /metrics (a NameServer with its controller,
+a peer and a registered broker), from the first scrape. promtool comes with Debian's prometheus
+(tools/setup-env.sh --deploy): skipped without it, failed in CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+MONITORING = REPO / "deploy" / "monitoring"
+RULES = MONITORING / "namesrv-alerts.yaml"
+DASHBOARD = MONITORING / "namesrv-dashboard.json"
+ADMIN = Path(sys.executable).parent / "namesrv-admin"
+#: PromQL words that look like metric names
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset",
+            "inf", "nan"}
+#: the outages the issue asks alerts for, each with an alert that covers it
+EXPECTED_ALERTS = {"NamesrvBrokerGroupWithoutMaster", "NamesrvClusterNothingWritable", "NamesrvBrokerNearExpiry",
+                   "NamesrvRefusingTraffic", "NamesrvConfigChanged", "NamesrvKVChanged",
+                   "NamesrvControllerWithoutLeader"}
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail("promtool missing: tools/setup-env.sh --deploy installs Debian's prometheus (tools/test.sh does)")
+    pytest.skip("promtool missing: tools/setup-env.sh --deploy installs it (Debian's prometheus)")
+
+
+def run_promtool(*args: str) -> str:
+    done = subprocess.run([promtool(), *args], capture_output=True, text=True, cwd=MONITORING, timeout=120)
+    output = done.stdout + done.stderr
+    print(f"promtool {' '.join(args)}:\n{output}")  # the CI log shows promtool's own words
+    assert done.returncode == 0, output
+    return output
+
+
+def test_promtool_checks_the_rules_and_the_config():
+    assert "SUCCESS: 15 rules found" in run_promtool("check", "rules", RULES.name)
+    assert "is valid prometheus config file syntax" in run_promtool("check", "config", "prometheus.yml")
+
+
+def test_promtool_unit_tests_of_the_alerts_pass():
+    assert "SUCCESS" in run_promtool("test", "rules", "namesrv-alerts.test.yaml")
+
+
+def rules() -> list[dict]:
+    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+
+
+def test_every_alert_is_named_for_an_operator_and_unit_tested():
+    alerts = {rule["alert"]: rule for rule in rules()}
+    assert EXPECTED_ALERTS <= set(alerts)
+    for name, rule in alerts.items():
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+        assert rule["annotations"]["summary"], name
+    tested = set(re.findall(r"alertname: (\w+)", (MONITORING / "namesrv-alerts.test.yaml").read_text()))
+    assert tested == set(alerts)
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: label matchers, strings, ranges, grouping
+    clauses, function names and keywords taken out."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    expr = re.sub(r"\{[^}]*\}", " ", expr)
+    expr = re.sub(r"\[[^\]]*\]", " ", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
+    expr = re.sub(r"\b[a-zA-Z_]\w*\s*\(", "(", expr)  # function and aggregation names
+    return {word for word in re.findall(r"(?<![\w.$])[a-zA-Z_:][\w:]*", expr) if word.lower() not in KEYWORDS}
+
+
+def test_metric_names_are_read_out_of_promql():
+    assert metric_names('histogram_quantile(0.99, sum by (le, name) (rate(a_bucket{instance=~"$x", b="c"}[5m])))') \
+        == {"a_bucket"}
+    assert metric_names("max by (cluster) (x) == 0 and on (i) y / z > 0.5") == {"x", "y", "z"}
+    assert metric_names('sum(rate(m{r!~"0|"}[$__rate_interval])) offset 5m') == {"m"}
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    queries = [t["expr"] for p in panels for t in p["targets"]]
+    assert len(queries) >= len(panels)  # every panel queries something
+    variables = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return queries + [re.sub(r"^label_values\((\w+),.*$", r"\1", v) for v in variables]
+
+
+@pytest.fixture(scope="module")
+def live_metrics(tmp_path_factory) -> tuple[set[str], set[str]]:
+    """(sample names, family names) a NameServer serves on its first scrape with a controller, a
+    peer NameServer and one broker registered (namesrv-admin simulate-broker)."""
+    tmp = tmp_path_factory.mktemp("live")
+    port, http, controller, peer = free_port(), free_port(), free_port(), free_port()
+    server = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", str(port), "--metrics-port",
+                               str(http), "--controller-port", str(controller), "--data-dir", str(tmp),
+                               "--nsaddr-list", f"127.0.0.1:{port};127.0.0.1:{peer}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    broker = None
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
+                time.sleep(0.1)
+        broker = subprocess.Popen([str(ADMIN), "-n", f"127.0.0.1:{port}", "simulate-broker", "--interval", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert broker.stdout.readline().startswith("registered "), broker.stderr.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    finally:
+        for process in (broker, server):
+            if process is not None:
+                process.terminate()
+                process.communicate(timeout=30)
+    families = list(text_string_to_metric_families(text))
+    return {s.name for f in families for s in f.samples}, {f.name for f in families}
+
+
+def served(name: str, live: tuple[set[str], set[str]]) -> bool:
+    samples, families = live
+    if name in samples or name in families:
+        return True
+    return any(name.endswith(suffix) and name.removesuffix(suffix) in families
+               for suffix in ("_total", "_bucket", "_count", "_sum"))  # a family without samples yet
+
+
+def test_every_metric_the_alerts_query_is_served(live_metrics):
+    names = {name for rule in rules() for name in metric_names(rule["expr"])}
+    assert names and [name for name in sorted(names) if not served(name, live_metrics)] == []
+
+
+def test_every_metric_the_dashboard_queries_is_served(live_metrics):
+    names = {name for query in dashboard_queries() for name in metric_names(query)}
+    assert len(names) >= 30
+    assert [name for name in sorted(names) if not served(name, live_metrics)] == []
+
+
+def test_the_kubernetes_scrape_job_reads_the_manifests_annotations():
+    job = yaml.safe_load((MONITORING / "prometheus-kubernetes-pods.yml").read_text())["scrape_configs"][0]
+    manifest = {d["kind"]: d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/namesrv.yaml").read_text())}
+    annotations = manifest["StatefulSet"]["spec"]["template"]["metadata"]["annotations"]
+    read = {label for rule in job["relabel_configs"] for label in rule["source_labels"]
+            if label.startswith("__meta_kubernetes_pod_annotation_")}
+    as_meta = {"__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-zA-Z0-9]", "_", key) for key in annotations}
+    assert read == as_meta
+
+
+def test_the_dashboard_imports_as_grafana_reads_it():
+    """Unique panel ids, each target with a refId and the data source variable, panels inside 24 columns,
+    the NameServer variable in every query of a panel (rows and the controller's cluster-wide panels aside)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    assert dashboard["uid"] and dashboard["schemaVersion"] >= 36
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "instance"}
+    for panel in panels:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        for target in panel.get("targets", []):
+            assert target["refId"] and target["datasource"]["uid"] == "${datasource}", panel["title"]
+            if not target["expr"].startswith(("sum(rocketmq_controller", "sum by (election_result)",
+                                              "sum by (cluster, broker_set)")):
+                assert '$instance' in target["expr"], panel["title"]

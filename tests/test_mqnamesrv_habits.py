@@ -1,0 +1,46 @@
+"""Habits of Java's ``mqnamesrv`` (NamesrvStartup + ServerUtil): ``-n`` / ``--namesrvAddr`` and
+``-h`` are accepted, and every key that changes nothing here says so, in ``-p`` and at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from twisted_namesrv import tap
+from twisted_namesrv.state.config import NO_EFFECT, ConfigError, NamesrvConfig, parse_properties
+
+
+def options(tmp_path, *argv: str) -> tap.Options:
+    parsed = tap.Options()
+    parsed.parseOptions(["--data-dir", str(tmp_path), *argv])
+    return parsed
+
+
+def test_dash_n_takes_the_nameserver_list_as_mqnamesrv_does(tmp_path):
+    parsed = options(tmp_path, "-n", "10.0.0.1:9876;10.0.0.2:9876")
+    assert parsed.config["namesrvAddr"] == "10.0.0.1:9876;10.0.0.2:9876"
+    assert options(tmp_path, "--namesrvAddr", "h:9876").config["namesrvAddr"] == "h:9876"
+    with pytest.raises(ConfigError, match=r"namesrvAddr: 'nope' is not host:port"):
+        NamesrvConfig({"namesrvAddr": "nope"})
+
+
+def test_dash_h_prints_the_help(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        options(tmp_path, "-h")
+    assert stopped.value.code in (0, None) and "--namesrvAddr" in capsys.readouterr().out
+
+
+def test_dash_p_says_which_keys_have_no_effect_here_and_why(tmp_path):
+    printed = NamesrvConfig().all_keys_text()
+    for name in ("serverWorkerThreads", "clientRequestThreadPoolNums", "serverSelectorThreads",
+                 "useEpollNativeSelector", "rocketmqHome"):
+        assert f"# {name}: no effect here (" in printed, name
+    assert "# listenPort: no effect" not in printed and "# orderMessageEnable: no effect" not in printed
+    assert set(NO_EFFECT) <= set(parse_properties(printed))  # each is still listed, with its value
+
+
+def test_a_start_with_a_key_that_has_no_effect_warns_naming_it(tmp_path):
+    path = tmp_path / "namesrv.properties"
+    path.write_text("serverWorkerThreads=32\nserverSelectorThreads=3\nlistenPort=9876\n")
+    config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=True)
+    assert config.warnings == [f"{path}: serverWorkerThreads=32: no effect here, ignored (one reactor thread serves "
+                               "every connection and request: there is no pool to size)"]  # at its default: quiet

@@ -1,0 +1,56 @@
+"""twisted_namesrv in layers, imports pointing one way (GUIDE: wire codec -> dispatch by
+RequestCode -> pure state -> Twisted services, read bottom-up): the wire (remoting/, bodies/,
+steps.py, compat.py) imports nothing of the server above it; state/ imports only the wire; every
+other module sits above both.  Every import counts, also those inside functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.import_graph import cycles, graph, upward
+
+PACKAGE = Path(__file__).resolve().parents[1] / "twisted_namesrv"
+#: (layer name, the modules in it by dotted prefix), bottom first; the rest of the package is above them all
+LAYERS = (("wire", ("twisted_namesrv.remoting", "twisted_namesrv.bodies", "twisted_namesrv.steps",
+                    "twisted_namesrv.compat")),
+          ("state", ("twisted_namesrv.state",)))
+
+
+def layer(name: str) -> int:
+    """A module's layer: its position in LAYERS; the package itself below them all, the rest above."""
+    if name == "twisted_namesrv":
+        return -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes):
+            return index
+    return len(LAYERS)
+
+
+def test_imports_point_one_way() -> None:
+    edges = graph(PACKAGE)
+    assert {layer(name) for name in edges} >= set(range(len(LAYERS) + 1)), "every layer holds modules"
+    assert upward(edges, layer) == []
+
+
+def test_the_state_layer_imports_no_twisted() -> None:
+    """The pure state: clock injected, no reactor, no Twisted (GUIDE)."""
+    found = sorted(str(path.relative_to(PACKAGE.parent)) for path in (PACKAGE / "state").rglob("*.py")
+                   if "twisted." in path.read_text().replace("twisted_namesrv", ""))
+    assert found == []
+
+
+def test_no_import_cycle_below_the_services() -> None:
+    """Within the wire and the state, no module imports one that imports it back."""
+    edges = graph(PACKAGE)
+    low = {name: {t for t in targets if layer(t) < len(LAYERS)} for name, targets in edges.items()
+           if layer(name) < len(LAYERS)}
+    assert cycles(low) == []
+
+
+def test_the_check_finds_an_upward_import_and_a_cycle() -> None:
+    """The checks above can fail: the import state/config.py had of controller/config.py is found."""
+    edges = {"twisted_namesrv.state.config": {"twisted_namesrv.controller.config"},
+             "twisted_namesrv.controller.config": {"twisted_namesrv.state.config"}}
+    assert upward(edges, layer) == ["twisted_namesrv.state.config -> twisted_namesrv.controller.config"]
+    assert cycles(edges) == ["twisted_namesrv.controller.config -> twisted_namesrv.state.config -> "
+                             "twisted_namesrv.controller.config"]

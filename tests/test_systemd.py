@@ -1,0 +1,163 @@
+"""systemd runs the NameServer as a native service: deploy/systemd/namesrv.service is a Type=notify
+unit of an installed wheel, with a user systemd makes and a sandbox, and the server tells systemd
+READY=1 (sdnotify.py, the NOTIFY_SOCKET protocol) once every port is bound -- received here on a
+socket the test binds, from the unit's own ExecStart run out of a venv holding only the wheel."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+from tests.support import free_port
+from twisted_namesrv import sdnotify, tap
+
+UNIT = REPO / "deploy" / "systemd" / "namesrv.service"
+PREFIX = "/opt/twisted-namesrv"  # where the unit expects the venv the wheel is installed in
+READY_WITHIN = 30
+HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+             "PrivateDevices": "yes", "StateDirectory": "namesrv", "CapabilityBoundingSet": "",
+             "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "SystemCallArchitectures": "native"}
+
+
+def unit() -> configparser.RawConfigParser:
+    parser = configparser.RawConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # systemd's keys are case-sensitive
+    parser.read_string(UNIT.read_text(encoding="utf-8").replace("\\\n", " "))
+    return parser
+
+
+def exec_start(prefix: str = PREFIX) -> list[str]:
+    return shlex.split(unit()["Service"]["ExecStart"].replace(PREFIX, prefix))
+
+
+def test_the_unit_is_a_notify_service_of_an_installed_wheel_as_its_own_user():
+    service = unit()["Service"]
+    assert service["Type"] == "notify"
+    assert service["DynamicUser"] == "yes" and "User" not in service  # systemd makes the user
+    assert {key: service.get(key) for key in HARDENING} == HARDENING
+    argv = exec_start()
+    assert argv[0] == f"{PREFIX}/bin/twisted-namesrv" and ".venv" not in argv[0]  # not a checkout's venv
+    options = tap.Options()
+    options.parseOptions(argv[1:])
+    state = f"/var/lib/{service['StateDirectory']}"
+    assert options.config["kvConfigPath"].startswith(state + "/")  # writes only where ProtectSystem allows
+    assert options.config["routeSnapshotPath"].startswith(state + "/")
+
+
+@pytest.mark.parametrize("abstract", [True, False])
+def test_ready_is_one_datagram_to_the_notify_socket(tmp_path, abstract):
+    name = f"@namesrv-test-{uuid.uuid4().hex}" if abstract else str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(sdnotify.socket_address(name))
+        receiver.settimeout(5)
+        assert sdnotify.ready("serving on  127.0.0.1:9876\n", {"NOTIFY_SOCKET": name})
+        assert receiver.recv(4096) == b"READY=1\nSTATUS=serving on 127.0.0.1:9876\n"
+
+
+def test_ready_waits_for_the_reactor_to_run(tmp_path):
+    """Sent before reactor.run() installs the SIGTERM handler, a stop right after READY would kill
+    the server (exit -15, no clean stop): READY goes once the reactor runs."""
+    from twisted.internet.base import ReactorBase
+
+    class NotRunning:
+        running = False
+        triggers: list = []
+
+        def callWhenRunning(self, *call):  # noqa: N802 (Twisted's name)
+            return ReactorBase.callWhenRunning(self, *call)
+
+        def addSystemEventTrigger(self, phase, event, *call):  # noqa: N802
+            self.triggers.append((phase, event, call))
+
+    name = str(tmp_path / "notify")
+    reactor = NotRunning()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(name)
+        receiver.setblocking(False)
+        sdnotify.ready_when_running(reactor, "serving", {"NOTIFY_SOCKET": name})
+        with pytest.raises(BlockingIOError):
+            receiver.recv(4096)  # not yet
+        ((phase, event, (function, *args)),) = reactor.triggers
+        assert (phase, event) == ("after", "startup")  # after the signal handlers, installed during startup
+        function(*args)
+        assert receiver.recv(4096) == b"READY=1\nSTATUS=serving\n"
+
+
+def test_without_systemd_or_with_a_dead_socket_nothing_fails(tmp_path):
+    assert not sdnotify.ready("x", {})
+    assert not sdnotify.ready("x", {"NOTIFY_SOCKET": str(tmp_path / "nobody")})
+    assert not sdnotify.ready("x", {"NOTIFY_SOCKET": "vsock:2:1234"})
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A venv holding only the wheel, as the unit's install steps make it; the dependencies come
+    from this interpreter's site-packages through a .pth line (no network, no checkout on the path)."""
+    venv = tmp_path_factory.mktemp("opt") / "twisted-namesrv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--no-deps", "--no-index",
+                    "--disable-pip-version-check", str(wheel)], check=True, timeout=120, env=clean_env(venv))
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(venv / "bin/python"), "-c", where], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_systemd_analyze_verifies_the_unit(installed, tmp_path):
+    """Unknown keys are only warnings to systemd (exit 0): any output fails the test too."""
+    copy = tmp_path / UNIT.name
+    copy.write_text(UNIT.read_text(encoding="utf-8").replace(PREFIX, str(installed)))
+    verified = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
+    assert (verified.returncode, verified.stdout + verified.stderr) == (0, "")
+
+
+def run_exec_start(installed: Path, tmp_path: Path, port: int, notify: str) -> subprocess.Popen:
+    """The unit's ExecStart from the installed wheel, on this test's ports and directory."""
+    swap = {"9876": str(port), "9877": str(free_port()), "0.0.0.0": "127.0.0.1"}
+    argv = [swap.get(a, a.replace("/var/lib/namesrv", str(tmp_path))) for a in exec_start(str(installed))]
+    env = dict(clean_env(tmp_path), NOTIFY_SOCKET=notify)
+    return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_installed_service_sends_ready_once_serving(installed, tmp_path):
+    name, port = f"@namesrv-test-{uuid.uuid4().hex}", free_port()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(sdnotify.socket_address(name))
+        receiver.settimeout(READY_WITHIN)
+        server = run_exec_start(installed, tmp_path, port, name)
+        try:
+            try:
+                message = receiver.recv(4096).decode()
+            except TimeoutError:
+                server.terminate()
+                pytest.fail(f"no READY=1 within {READY_WITHIN} s:\n{server.communicate(timeout=30)[0]}")
+            assert message == f"READY=1\nSTATUS=serving on 127.0.0.1:{port}\n"
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()  # serving when it said so
+        finally:
+            server.terminate()
+            output = server.communicate(timeout=30)[0]
+        assert server.returncode == 0, output
+
+
+def test_a_server_that_cannot_bind_never_says_ready(installed, tmp_path, taken_port):
+    name = f"@namesrv-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(sdnotify.socket_address(name))
+        receiver.setblocking(False)
+        server = run_exec_start(installed, tmp_path, taken_port, name)
+        output = server.communicate(timeout=60)[0]
+        assert server.returncode == 1, output
+        with pytest.raises(BlockingIOError):
+            receiver.recv(4096)

@@ -1,0 +1,124 @@
+"""The outage an operator must see first (issue 40): broker-a's master killed, broker-b stopped.
+/metrics names the masterless group and the cluster nothing can be written to from the first
+scrape, /api/clusters shows the slave read-only and never counts it writable, a crash ranks
+above a clean stop, and the broker- and cluster-named topics are no "lost topics"."""
+
+from __future__ import annotations
+
+import itertools
+
+from tests.web.test_metrics_and_api import Served, value
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
+from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.system_topics import is_system_topic, system_topic_kind
+
+A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.1.1:10911"
+_opaques = itertools.count(1000)
+
+
+def join(served: Served, addr: str, name: str, broker_id: int, topics: tuple[str, ...]):
+    """A broker of cluster c1 registering ``topics`` over its own connection, as a Java broker
+    does: its own broker-named and cluster-named topics, TBW102 and a retry topic among them."""
+    proto, transport = served.connect()
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}),
+                                False, True)
+    ext = {"clusterName": "c1", "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id),
+           "haServerAddr": addr}
+    proto.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=next(_opaques),
+                                               version=V5_3_3).encode())
+    assert b'"code":0' in transport.value()
+    return proto, transport
+
+
+def unregister(served: Served, addr: str, name: str, broker_id: int) -> None:
+    served.call(RequestCode.UNREGISTER_BROKER, {"clusterName": "c1", "brokerAddr": addr, "brokerName": name,
+                                                "brokerId": str(broker_id)}, opaque=next(_opaques))
+
+
+def two_groups(served: Served):
+    common = ("c1", "TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRACE_TOPIC", "%RETRY%group1", "%DLQ%group1")
+    a_master = join(served, A_MASTER, "broker-a", 0, ("broker-a", "OrdersA", *common))
+    join(served, A_SLAVE, "broker-a", 1, ("broker-a", "OrdersA", *common))
+    b_master = join(served, B_MASTER, "broker-b", 0, ("broker-b", "OrdersB", *common))
+    return a_master, b_master
+
+
+def test_the_outage_gauges_are_served_at_zero_from_the_first_scrape(tmp_path):
+    samples = Served(tmp_path).scrape()
+    for family in ("namesrv_broker_groups_without_master", "namesrv_clusters_without_writable_queues",
+                   "namesrv_lost_topics"):
+        assert (family, ()) in samples and samples[family, ()] == 0
+    for kind in ("closed", "expired", "idle", "unregistered"):
+        assert samples["namesrv_brokers_departed", (("kind", kind),)] == 0
+
+
+def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_path):
+    served = Served(tmp_path)
+    (_, a_master), _ = two_groups(served)
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_groups_without_master") == 0
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 2
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-a") == 1
+
+    a_master.loseConnection()  # kill -9: the connection closes without an unregistration
+    unregister(served, B_MASTER, "broker-b", 0)  # a clean stop
+    served.clock.advance(0)
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_groups_without_master") == 1
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-a") == 0
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 0
+    assert value(samples, "namesrv_clusters_without_writable_queues") == 1
+    assert value(samples, "namesrv_brokers_departed", kind="closed") == 1
+    assert value(samples, "namesrv_brokers_departed", kind="unregistered") == 1
+    assert value(samples, "namesrv_lost_topics") == 1  # OrdersB; broker-b's own and the system topics are not
+
+    overview = served.api.overview()
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (1, 1)
+    clusters = served.api.clusters()
+    assert clusters["outages"] == {
+        "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,
+                                          "master_addr": None}],
+        "clusters_without_writable_queues": ["c1"]}
+    (cluster,) = clusters["clusters"]
+    assert cluster["writable_broker_groups"] == 0
+    group_a = cluster["broker_groups"][0]
+    assert group_a["broker_name"] == "broker-a" and not group_a["master_live"] and not group_a["takes_writes"]
+    assert group_a["queues"]["writable"] == 0  # the slave's queues still carry the write bit: not counted
+    slave = next(m for m in group_a["members"] if m["live"])
+    assert (slave["role"], slave["writes"], slave["perm"]) == ("slave", False, "read-only")
+    master = next(m for m in group_a["members"] if not m["live"])
+    assert master["departed"]["kind"] == "closed" and master["departed"]["crash"]
+    (stopped,) = cluster["broker_groups"][1]["members"]
+    assert stopped["departed"]["kind"] == "unregistered" and not stopped["departed"]["crash"]
+    assert [t["topic"] for t in clusters["lost_topics"]] == ["OrdersB"]
+
+
+def test_a_live_master_is_read_write_and_its_slave_read_only(tmp_path):
+    served = Served(tmp_path)
+    two_groups(served)
+    group_a = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert group_a["master_live"] and group_a["takes_writes"]
+    assert [(m["role"], m["perm"]) for m in group_a["members"]] == [("master", "read-write"), ("slave", "read-only")]
+
+    served.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})  # the master stays, read-only
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_groups_without_master") == 0
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 1  # broker-b only
+    group_a = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert not group_a["takes_writes"] and group_a["members"][0]["perm"] == "read-only"
+
+
+def test_system_topics_as_javas_topic_validator_and_mixall_name_them():
+    clusters, brokers = {"DefaultCluster"}, {"broker-a"}
+    assert system_topic_kind("broker-a", clusters, brokers) == "broker-named"
+    assert system_topic_kind("DefaultCluster", clusters, brokers) == "cluster-named"
+    assert system_topic_kind("DefaultCluster_REPLY_TOPIC", clusters, brokers) == "cluster-named"  # 4.9.8 brokers
+    assert system_topic_kind("Other_REPLY_TOPIC", clusters, brokers) is None
+    for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_SYNC_BROKER_MEMBER_x",
+                  "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"):
+        assert system_topic_kind(topic) == "system", topic
+    assert system_topic_kind("%RETRY%group") == "retry" and system_topic_kind("%DLQ%group") == "dead-letter"
+    for topic in ("TopicTest", "broker-b", "orders", "TBW1020"):
+        assert not is_system_topic(topic, clusters, brokers), topic

@@ -1,0 +1,139 @@
+"""The status page's recent events, kept across restarts in the data directory.
+
+Without this a restart (an upgrade, the OOM killer, a node drain) wipes the one record of what
+the brokers did, and the page says "none yet" just when an operator asks what happened.  The
+last ``metrics.RECENT_EVENTS`` events (broker events and the audit trail) are written to
+``events.json`` beside ``kvConfigPath`` (``eventsPath`` says otherwise) by state/store.py's
+write_atomically - a reader never sees half a file - at most every EVENTS_SAVE_SECONDS when they
+changed, and at a clean stop; so a kill -9 loses at most the last few seconds of them.
+
+At start they are loaded back, numbered as before, and a ``started`` event marks the restart.  A
+file that cannot be used (not JSON, not ours, a field missing) is logged naming it and kept as
+``events.json.corrupt`` for whoever wants to look: the server starts with no earlier events, it
+never refuses to start over them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import interfaces, task
+from twisted.logger import Logger
+
+from . import __version__
+from .metrics import RECENT_EVENTS, Metrics, RouteEvent
+from .state.config import NamesrvConfig
+from .state.store import write_atomically
+
+log = Logger()
+EVENTS_FILE = "events.json"
+FORMAT = 1
+#: how often changed events are written (a kill -9 loses at most these seconds of events)
+EVENTS_SAVE_SECONDS = 2.0
+
+
+class EventsFileError(ValueError):
+    """The events file is not one this server wrote; the message says what is wrong."""
+
+
+def events_path(config: NamesrvConfig) -> Path:
+    """``eventsPath``, else ``events.json`` beside the KV store (the data directory)."""
+    configured = str(config["eventsPath"])
+    return Path(configured) if configured else Path(config["kvConfigPath"]).with_name(EVENTS_FILE)
+
+
+def encode_events(events: list[RouteEvent]) -> bytes:
+    return json.dumps({"format": FORMAT, "events": [
+        {"seq": e.seq, "ts": e.ts, "kind": e.kind, "info": e.info, "count": e.count, "first_ts": e.first_ts}
+        for e in events]}, default=str, separators=(",", ":")).encode()
+
+
+def decode_events(data: bytes) -> list[RouteEvent]:
+    """The events of a file encode_events wrote, oldest first, at most RECENT_EVENTS; anything
+    else raises EventsFileError naming what is wrong."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EventsFileError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("events"),
+                                                                                              list):
+        raise EventsFileError(f"not an events file of format {FORMAT}")
+    events = []
+    for number, item in enumerate(document["events"]):
+        try:
+            event = RouteEvent(int(item["seq"]), float(item["ts"]), str(item["kind"]), dict(item["info"]),
+                               int(item["count"]), float(item["first_ts"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EventsFileError(f"event {number}: {type(exc).__name__}: {exc}") from None
+        events.append(event)
+    events.sort(key=lambda e: e.seq)
+    return events[-RECENT_EVENTS:]
+
+
+class EventLogService(Service):
+    """Loads the events at start (``load``), writes them when changed and at a clean stop."""
+
+    def __init__(self, metrics: Metrics, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
+                 interval: float = EVENTS_SAVE_SECONDS) -> None:
+        self.metrics = metrics
+        self.path = Path(path)
+        self.interval = interval
+        self._saved = -1
+        self._failing = False
+        self._check = task.LoopingCall(self.save_if_changed)
+        self._check.clock = clock
+
+    def load(self) -> int:
+        """Restore the events of the last run, then record this start; how many were restored."""
+        restored: list[RouteEvent] = []
+        if self.path.exists():
+            try:
+                restored = decode_events(self.path.read_bytes())
+            except OSError as exc:
+                log.error("events file {path} not readable, starting without earlier events: {error}",
+                          path=str(self.path), error=exc.strerror)
+            except EventsFileError as exc:
+                kept = self.path.with_name(self.path.name + ".corrupt")
+                try:
+                    self.path.replace(kept)  # the next write must not destroy what went wrong
+                except OSError:
+                    kept = self.path
+                log.error("events file {path} skipped ({error}); kept as {kept}, starting without earlier events",
+                          path=str(self.path), error=exc, kept=str(kept))
+        self._saved = self.metrics.events_seen  # nothing new yet: a start that fails writes nothing
+        if restored:  # the line between the last run's events and this one's
+            self.metrics.restore_events(restored)
+            self.metrics.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__}); "
+                                                f"the {len(restored)} events below are from before"})
+        return len(restored)
+
+    def save_if_changed(self) -> None:
+        seen = self.metrics.events_seen
+        if seen == self._saved:
+            return
+        try:
+            write_atomically(self.path, encode_events(list(self.metrics.recent_events)))
+        except OSError as exc:
+            if not self._failing:  # once per failing spell, not every two seconds
+                log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "
+                          "until it can", path=str(self.path), error=exc.strerror or exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("events file {path} written again", path=str(self.path))
+        self._failing = False
+        self._saved = seen
+
+    def startService(self) -> None:
+        super().startService()
+        self._check.start(self.interval, now=False)
+
+    def stopService(self) -> Any:
+        if self._check.running:
+            self._check.stop()
+        self.save_if_changed()
+        return super().stopService()
