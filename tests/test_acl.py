@@ -206,10 +206,13 @@ def whitelisted(tmp_path):
     return AccessControl.from_file(str(path))
 
 
-def test_the_global_whitelist_needs_no_signature(whitelisted):
+def test_the_global_whitelist_lets_brokers_and_readers_in_unsigned_but_never_an_admin_write(whitelisted):
     for peer in ("10.10.3.4:5555", "192.168.0.77:5555"):
-        assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, peer) is None
-    assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, "10.11.3.4:5555")
+        assert whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, {}, None, peer) is None
+        assert whitelisted.refusal(RequestCode.REGISTER_BROKER, {}, None, peer) is None
+        # Java's ACL 1.0 lets a globally whitelisted peer do anything; an admin write stays signed here
+        assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, peer)
+    assert "No accessKey" in whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, {}, None, "10.11.3.4:5555")
 
 
 def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitelisted):
@@ -218,12 +221,15 @@ def test_an_accounts_whitelist_replaces_its_signature_not_its_permissions(whitel
         assert whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, unsigned, None, "172.16.0.5:1") is None
         assert "Check signature failed" in whitelisted.refusal(RequestCode.BROKER_HEARTBEAT, unsigned, None,
                                                                "172.16.0.10:1")
-    assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": "ops"}, None, "172.16.0.5:1") is None
-    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": "broker"}, None, "172.16.0.5:1")
-    assert "Need admin permission" in refusal  # Java would let it through; an admin code stays admin-only here
+    for key in ("ops", "broker"):  # Java would let these through; an admin write is always signed here
+        refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, {**PUT, "AccessKey": key}, None, "172.16.0.5:1")
+        assert "Check signature failed" in refusal
     assert "No accessKey" in whitelisted.refusal(RequestCode.PUT_KV_CONFIG, PUT, None, "172.16.0.5:1")
     signed_elsewhere = signed(PUT, "ops", "ops-secret")
     assert whitelisted.refusal(RequestCode.PUT_KV_CONFIG, signed_elsewhere, None, "8.8.8.8:1") is None
+    by_broker = signed(PUT, "broker", "broker-secret")
+    refusal = whitelisted.refusal(RequestCode.PUT_KV_CONFIG, by_broker, None, "172.16.0.5:1")
+    assert "Need admin permission" in refusal
 
 
 @pytest.mark.parametrize(("remote", "ip"), [("10.0.0.1:5555", "10.0.0.1"), ("::1:5555", "::1"),
@@ -241,11 +247,94 @@ def test_whitelists_apply_through_the_dispatcher(tmp_path):
     path = tmp_path / "plain_acl.yml"
     path.write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\naccounts:\n  - accessKey: a\n    secretKey: s\n")
     ns = ns_with_acl(tmp_path, str(path))
-    assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SUCCESS  # Namesrv.call comes from 127.0.0.1
-    assert ns.state.kv.get("ns", "k") == "v"
+    assert ns.call(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b",
+                                                  "brokerId": "0"}).code == ResponseCode.SUCCESS  # from 127.0.0.1
+    assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SYSTEM_ERROR
+    assert ns.state.kv.get("ns", "k") is None
 
 
 def test_account_reprs_hold_no_secret():
     from twisted_namesrv.state.acl import Account
 
     assert "operator-secret" not in repr(Account("operator", "operator-secret", True))
+
+
+def test_stock_brokers_register_unsigned_from_the_broker_networks_only(tmp_path, accounts_file):
+    """aclBrokerNetworks: a stock broker (it signs nothing) registers, heartbeats and unregisters from
+    the networks named, nowhere else; no network stands in for an admin's signature."""
+    topics = {t: TopicConfig(t) for t in ("T1", "T2")}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), topics), False, True)
+    ns = ns_with_acl(tmp_path, accounts_file, aclBrokerNetworks="10.0.0.0/8, 127.0.0.0/8")
+    assert ns.call(RequestCode.REGISTER_BROKER, register_ext(body), body).code == ResponseCode.SUCCESS  # 127.0.0.1
+    assert list(ns.routes.topicQueueTable) == ["T1", "T2"]
+    assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SYSTEM_ERROR
+    assert ns.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1"}).code == ResponseCode.SYSTEM_ERROR
+    assert list(ns.routes.topicQueueTable) == ["T1", "T2"] and ns.state.kv.get("ns", "k") is None
+
+    acl = ns.state.acl
+    for code in (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
+                 RequestCode.QUERY_DATA_VERSION):
+        assert acl.refusal(code, {}, None, "10.1.2.3:10911") is None
+        assert "No accessKey" in acl.refusal(code, {}, None, "192.168.0.1:10911")
+        assert acl.refusal(code, signed({}, "broker", "broker-secret"), None, "192.168.0.1:10911") is None
+    for code in (RequestCode.PUT_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.UPDATE_NAMESRV_CONFIG):
+        assert "No accessKey" in acl.refusal(code, {}, None, "10.1.2.3:1")
+        assert "Need admin" in acl.refusal(code, signed({}, "broker", "broker-secret"), None, "10.1.2.3:1")
+        assert acl.refusal(code, signed({}, "operator", "operator-secret"), None, "192.168.0.1:1") is None
+
+
+@pytest.mark.parametrize("text", ["10.0.0.0/33", "example.org", "10.0.0.0/8;192.168.0.0/16"])
+def test_a_bad_broker_network_stops_the_start_naming_the_key(tmp_path, accounts_file, text):
+    from twisted_namesrv.state.config import ConfigError
+
+    with pytest.raises(ConfigError, match="aclBrokerNetworks: .*expected CIDR networks"):
+        ns_with_acl(tmp_path, accounts_file, aclBrokerNetworks=text)
+
+
+def test_an_acl_refusal_is_one_log_line_with_the_peer_and_a_count(tmp_path, accounts_file):
+    from twisted.logger import capturedLogs
+
+    ns = ns_with_acl(tmp_path, accounts_file)
+    with capturedLogs() as events:
+        for _ in range(3):
+            assert ns.call(RequestCode.PUT_KV_CONFIG, PUT).code == ResponseCode.SYSTEM_ERROR
+    refused = [e for e in events if e.get("refused") == "acl"]
+    assert len(refused) == 3 and [e["log_level"].name for e in refused] == ["warn", "debug", "debug"]
+    assert refused[0]["peer"] == "127.0.0.1:40000" and refused[0]["kind"] == "admin"
+    assert refused[0]["why"] == "No accessKey is configured"
+    assert ns.state.refusals.counts["remoting", "acl"] == 3
+
+
+def test_the_accounts_file_is_read_again_when_it_changes_and_a_broken_one_changes_nothing(tmp_path, accounts_file):
+    """Java's AclFileWatchService reloads plain_acl.yml (every 5 s); so does the service's timer."""
+    from twisted.internet import task
+    from twisted.logger import capturedLogs
+
+    from twisted_namesrv.service import NamesrvService
+    from twisted_namesrv.state.acl import RELOAD_INTERVAL_SECONDS
+
+    clock = task.Clock()
+    service = NamesrvService(server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file), reactor=clock)
+    acl = service.state.acl
+    timer = next(child for child in service if getattr(child, "step", None) == RELOAD_INTERVAL_SECONDS)
+    timer.startService()
+    assert "newcomer" not in acl.accounts
+    with open(accounts_file, "a") as file:
+        file.write("  - accessKey: newcomer\n    secretKey: newcomer-secret\n    admin: true\n")
+    with capturedLogs() as events:
+        clock.advance(RELOAD_INTERVAL_SECONDS)
+    assert "newcomer" in acl.accounts and acl.accounts["newcomer"].admin
+    assert any("reloaded" in e.get("outcome", "") for e in events)
+    assert acl.refusal(RequestCode.PUT_KV_CONFIG, signed(PUT, "newcomer", "newcomer-secret"), None) is None
+
+    with open(accounts_file, "w") as file:
+        file.write("accounts: [\n")  # half written
+    with capturedLogs() as events:
+        clock.advance(RELOAD_INTERVAL_SECONDS)
+    assert "newcomer" in acl.accounts and "operator" in acl.accounts  # the accounts read before stay
+    (error,) = [e for e in events if "not reloaded" in e.get("outcome", "")]
+    assert error["log_level"].name == "error" and "not valid YAML" in error["outcome"]
+    with capturedLogs() as events:
+        clock.advance(RELOAD_INTERVAL_SECONDS)
+    assert not [e for e in events if "outcome" in e]  # said once, not every 5 s
+    timer.stopService()

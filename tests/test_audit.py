@@ -79,11 +79,11 @@ def test_each_operation_is_one_audit_event_in_log_metric_and_status_page(served,
     audit = audit_of(events)
     operation = OPERATIONS[code]
     assert audit == {"operation": operation, "request": RequestCode(code).name, "code": int(code),
-                     "peer": "127.0.0.1:40001", "access_key": "operator", "target": target, "result": "ok",
-                     "reason": None}
+                     "peer": "127.0.0.1:40001", "access_key": "operator", "verified": True,
+                     "claimed_access_key": None, "target": target, "result": "ok", "reason": None}
     text = formatEvent(events[0])
     assert text.startswith(f"audit {operation} {RequestCode(code).name}({int(code)}) from 127.0.0.1:40001 "
-                           "accessKey=operator: ") and text.endswith(" -> ok")
+                           "accessKey=operator (verified): ") and text.endswith(" -> ok")
     assert "hunter2" not in text and "the value" not in text
     record = json.loads(event_as_json_line(events[0]))
     assert record["audit"] == audit and record["namespace"] == "twisted_namesrv.audit" and record["level"] == "info"
@@ -129,3 +129,24 @@ def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
     series = {labels for (name, labels) in samples if name == "namesrv_admin_requests_total"}
     assert series == {(("operation", o), ("result", r)) for o in OPERATIONS.values() for r in RESULTS}
     assert len(series) == 21 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
+
+
+def test_a_claimed_access_key_that_nothing_verified_is_no_identity(served, tmp_path):
+    """Only a signature checked against the account's secret makes an identity; a request that
+    merely names an accessKey (unsigned, wrongly signed, or to a server without ACL) is recorded as
+    claimed and unverified."""
+    served.broker(extra={"AccessKey": "broker"})
+    forged = {**signed({"brokerName": "broker-a"}, "operator", "operator-secret"), "Signature": "Zm9yZ2Vk"}
+    answer, events = ask(served, RequestCode.WIPE_WRITE_PERM_OF_BROKER, forged, account=None)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    audit = audit_of(events)
+    assert (audit["access_key"], audit["verified"], audit["claimed_access_key"]) == (None, False, "operator")
+    assert "claimed accessKey=operator (unverified)" in formatEvent(events[0])
+
+    open_server = Served(tmp_path / "open")  # no ACL: nothing checks a signature
+    answer, events = ask(open_server, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"},
+                         account=("operator", "anything"))
+    assert answer.code == ResponseCode.SUCCESS
+    audit = audit_of(events)
+    assert (audit["access_key"], audit["verified"], audit["claimed_access_key"]) == (None, False, "operator")
+    assert "accessKey=operator (verified)" not in formatEvent(events[0])

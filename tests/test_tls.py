@@ -159,3 +159,33 @@ def test_the_embedded_controllers_port_follows_tls_server_mode(tmp_path, certifi
         yield service.stopService()
     assert (over_tls.code, over_tls.opaque) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ASK.opaque)
     assert plain is None
+
+
+@pytest_twisted.inlineCallbacks
+def test_every_tls_refusal_is_a_log_line_with_the_peer_and_a_count(tmp_path, certificate):
+    """An enforcing port closing a plain peer, and a handshake without the client certificate
+    authClient requires, each say so once in the log (with the peer) and count in
+    namesrv_refusals_total{listener="remoting",reason=...}; both were silent."""
+    from twisted.logger import globalLogPublisher
+
+    config = tls_config(tmp_path, certificate, "enforcing")
+    config.values.update({"tls.server.authClient": True, "tls.server.trustCertPath": str(certificate[0])})
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    service, port = yield start_server(config)
+    try:
+        plain = yield threads.deferToThread(ask, port)
+        anonymous = yield threads.deferToThread(ask, port, certificate[0])
+        trusted = yield threads.deferToThread(ask, port, certificate[0], certificate)
+    finally:
+        yield service.stopService()
+        globalLogPublisher.removeObserver(events.append)
+    assert plain is None and anonymous is None and trusted.code == ResponseCode.TOPIC_NOT_EXIST
+    counts = service.state.refusals.counts
+    assert (counts["remoting", "not_tls"], counts["remoting", "tls_handshake"]) == (1, 1)
+    refused = {e["refused"]: e for e in events if "refused" in e}
+    assert set(refused) == {"not_tls", "tls_handshake"}
+    for event in refused.values():
+        assert event["log_level"].name == "warn" and event["peer"].startswith("127.0.0.1:")
+        assert event["listener"] == "remoting"
+    assert "certificate" in refused["tls_handshake"]["why"]

@@ -2,8 +2,10 @@
 
 Java's NameServer logs some operator requests (wipeWritePerm, updateNamesrvConfig) in lines of
 their own and others (deleteTopic, KV changes) not at all.  Here each request whose code is in
-OPERATIONS becomes one AuditEvent -- when, from which peer, signed by which accessKey, which
-request, aimed at what (namespace and key, broker, topic, config keys; never a secret's value, and
+OPERATIONS becomes one AuditEvent -- when, from which peer, which
+request, who (with aclEnable the accessKey whose signature was checked; a key a request only names,
+unsigned or wrongly signed or with ACL off, is kept apart as ``claimed_access_key``, never as who
+did it), aimed at what (namespace and key, broker, topic, config keys; never a secret's value, and
 no KV value either), and the result -- and the event goes three ways:
 
 - the log, namespace ``twisted_namesrv.audit``: one text line, or in JSON mode (``--log-format
@@ -63,12 +65,17 @@ _EFFECT_FIELDS = ("wipeTopicCount", "addTopicCount")
 class AuditEvent:
     time: float
     peer: str
-    access_key: str | None  # as the request names it (checked only with aclEnable)
+    access_key: str | None  # the verified identity: the accessKey whose secret signed the request (aclEnable)
     code: int
     operation: str
     target: dict[str, Any]
     result: str
     reason: str | None = None  # the answer's remark when not ok
+    claimed_access_key: str | None = None  # an accessKey the request names that nothing verified
+
+    @property
+    def verified(self) -> bool:
+        return self.access_key is not None
 
     @property
     def request(self) -> str:
@@ -77,11 +84,14 @@ class AuditEvent:
     def fields(self) -> dict[str, Any]:
         """The event as JSON-ready fields (the JSON log line's ``audit``, the status page's event)."""
         return {"operation": self.operation, "request": self.request, "code": self.code, "peer": self.peer,
-                "access_key": self.access_key, "target": self.target, "result": self.result, "reason": self.reason}
+                "access_key": self.access_key, "verified": self.verified,
+                "claimed_access_key": self.claimed_access_key, "target": self.target, "result": self.result,
+                "reason": self.reason}
 
     def line(self) -> str:
         """The text log line: who did what to what, and how it ended."""
-        who = f" accessKey={self.access_key}" if self.access_key else ""
+        who = (f" accessKey={self.access_key} (verified)" if self.access_key else
+               f" claimed accessKey={self.claimed_access_key} (unverified)" if self.claimed_access_key else "")
         target = " ".join(f"{k}={_shown(v)}" for k, v in self.target.items())
         why = f" ({self.reason})" if self.reason else ""
         return (f"audit {self.operation} {self.request}({self.code}) from {self.peer}{who}: {target} "
@@ -102,8 +112,10 @@ def event_of(state: NamesrvState, request: RemotingCommand, peer: Peer,
     target = _target(request)
     if response is not None:
         target.update({k: response.ext[k] for k in _EFFECT_FIELDS if response.ext.get(k) is not None})
-    return AuditEvent(state.clock(), peer.address, request.ext.get(ACCESS_KEY), request.code,
-                      OPERATIONS[request.code], target, result, reason)
+    claimed = request.ext.get(ACCESS_KEY)
+    identity = state.acl.verified(request.ext, request.body) if state.acl is not None and claimed else None
+    return AuditEvent(state.clock(), peer.address, identity, request.code, OPERATIONS[request.code], target, result,
+                      reason, None if identity else claimed)
 
 
 def _result(response: RemotingCommand | None) -> tuple[str, str | None]:

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .answer_cache import AnswerCache
+from .budget import MemoryBudget
 from .compat import Profile
+from .refusals import Refusals
 from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
@@ -34,6 +36,10 @@ class NamesrvState:
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
+    #: every listener's refusals, logged and counted (refusals.py)
+    refusals: Refusals = field(default_factory=Refusals)
+    #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py); None: unbounded
+    budget: MemoryBudget | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
     #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes

@@ -8,7 +8,8 @@ events below a level left out.  The same options for every launcher:
 Each line carries the time, level, namespace and formatted message, plus the event's own
 fields: ``route_event`` and ``route_info`` (cluster, broker, id, addr, topics or reason) for
 every broker registered, changed, confirmed, expired, closed or unregistered, and ``peer``,
-``detail`` and ``rejected`` (the reason) for every rejected frame.
+``detail`` and ``rejected`` (the reason) for every rejected frame; every refusal (refusals.py) has
+``listener``, ``peer`` and ``refused`` (the reason).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from .bodies.route import (
     topic_route_bean,
 )
 from .context import NamesrvState, Peer
+from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
@@ -159,7 +160,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
                                           state.config["inflateMaxLength"], None if known is None else known.digest,
-                                          routes.reusable_pieces(known))
+                                          routes.reusable_pieces(known), state.budget)
 
     def memo() -> RegistrationMemo | None:
         """What this broker's queues hold now, if a registration may skip it."""
@@ -425,13 +426,12 @@ def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer
 # -- refusals and failures: what the dispatcher answers instead of a handler ------------------
 
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-    """The answer to a request the ACL refuses (as a Java broker answers an AclException)."""
-    acl = state.acl
-    denied = (acl.refusal(request.code, request.ext, request.body, peer.address)
-              if acl and acl.guards(request.code) else None)
+    """The answer to a request the ACL refuses (as a Java broker answers an AclException), logged
+    and counted as a refusal (refusals.py)."""
+    denied = acl_refusal(state.acl, state.refusals, "remoting", request.code, request.ext, request.body,
+                         peer.address)
     if denied is None:
         return None
-    log.warn("request {code} from {peer} refused: {why}", code=request.code, peer=peer.address, why=denied)
     return respond(state, request, ResponseCode.SYSTEM_ERROR, denied, normal=False)
 
 

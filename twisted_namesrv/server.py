@@ -21,33 +21,14 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from . import CannotStart
+from .budget import MemoryBudget
 from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
+from .refusals import LimitLog, Refusals
 from .remoting import FrameDecoder, RemotingDecodeError
 
 log = Logger()
-
-
-class LimitLog:
-    """Each peer host's first hit of each limit is a warning; later ones are debug events (and
-    counted in the metrics), so a peer looping on bad frames or connections cannot flood the log."""
-
-    CAPACITY = 10_000  # (host, reason) pairs remembered; forgotten all at once when full
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[str, str]] = set()
-
-    def __call__(self, host: str, reason: str, message: str, **fields: object) -> None:
-        key = (host, reason)
-        if key in self._seen:
-            log.debug(message, limit=reason, **fields)
-            return
-        if len(self._seen) >= self.CAPACITY:
-            self._seen.clear()
-        self._seen.add(key)
-        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=reason,
-                 host=host, **fields)
 
 
 def send_now(transport: interfaces.ITransport) -> None:
@@ -77,6 +58,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     #: the answer being worked out in steps (dispatch.py); the frames that came after it wait
     answering: defer.Deferred[bytes | None] | None = None
     waiting: list[bytes]
+    #: bytes of an unfinished frame held against the memory budget (budget.py)
+    held = 0
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -115,6 +98,12 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
+        pending = self.decoder.pending_memory
+        if pending or self.held:  # an unfinished frame (rare but for big ones): held against the budget
+            self.held = pending
+            self.factory.budget.hold(self, pending)
+            if self.held != pending:  # closed for the budget: its frames are not answered
+                return
         if self.answering is not None:
             self.waiting += frames
         else:
@@ -161,21 +150,39 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def _reject(self, reason: str, detail: str) -> None:
         """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
-        self.factory.metrics.reject(reason)
-        self.factory.limit_log(self.host, reason, "decode exception from {peer}, closing the channel: {detail}",
-                               peer=self.peer.address, detail=detail, rejected=reason)
+        self.factory.refuse(reason, self.peer.address, "decode exception, closing the channel: {detail}",
+                            detail=detail)
         self.transport.loseConnection()
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
+        if self.held:
+            self.held = 0
+            self.factory.budget.hold(self, 0)
+
+    def over_budget(self, held: int, budget: MemoryBudget) -> None:
+        """The memory budget is spent and this peer's unfinished frame is the largest: it goes."""
+        self.held = 0
+        self.close_reason = "memory budget: closed holding the largest unfinished frame"
+        self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the largest unfinished "
+                            "frame ({held} bytes) and peers hold {total} bytes, over receiveMemoryBudget "
+                            "({budget_bytes})",
+                            held=held, total=budget.held + held, budget_bytes=budget.limit)
+        self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)
+        self.transport.abortConnection()
 
     def timeoutConnection(self) -> None:
         self.close_reason = f"idle: no request for {self.factory.idle_timeout} s"
-        self.factory.metrics.reject("idle")
-        self.factory.limit_log(self.host, "idle", "channel {peer} idle for {seconds} s, closing it",
-                               peer=self.peer.address, seconds=self.factory.idle_timeout)
+        self.factory.refuse("idle", self.peer.address, "channel idle for {seconds} s, closing it",
+                            seconds=self.factory.idle_timeout)
         self.transport.abortConnection()
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
+        if self.held:
+            self.held = 0
+            self.factory.budget.hold(self, 0)
         if self.answering is not None:
             self.answering.cancel()  # a broker that left registers nothing
         self.factory.connections.pop(self.channel, None)
@@ -183,10 +190,15 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
 
 class RemotingFactory(protocol.Factory):
+    """``listener`` names the port in refusals (``remoting``, ``controller``); ``refusals`` and
+    ``budget`` are shared by a server's listeners (each its own when not given: tests)."""
+
     protocol = RemotingProtocol
 
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None) -> None:
+                 idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None,
+                 refusals: Refusals | None = None, budget: MemoryBudget | None = None,
+                 listener: str = "remoting") -> None:
         self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -195,6 +207,9 @@ class RemotingFactory(protocol.Factory):
         self.idle_timeout = idle_timeout
         self.connections: dict[int, RemotingProtocol] = {}
         self.limit_log = LimitLog()
+        self.refusals = refusals or Refusals()
+        self.budget = budget or MemoryBudget(8 * max_frame_length)
+        self.listener = listener
         self.channel_ids = itertools.count(1)
 
     @property
@@ -204,12 +219,16 @@ class RemotingFactory(protocol.Factory):
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         """None (the connection is closed at once) when maxConnections are open."""
         if self.max_connections and len(self.connections) >= self.max_connections:
-            self.metrics.reject("max_connections")
-            host = str(getattr(addr, "host", addr))
-            self.limit_log(host, "max_connections", "refusing a connection from {peer}: maxConnections ({maximum}) "
-                           "are open", peer=host, maximum=self.max_connections)
+            self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+                        "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
             return None
         return super().buildProtocol(addr)
+
+    def refuse(self, reason: str, peer: str, message: str, **fields: object) -> None:
+        """A refused frame, request or connection: counted (namesrv_rejected_total and
+        namesrv_refusals_total) and logged with the peer (refusals.py)."""
+        self.metrics.reject(reason)
+        self.refusals(self.listener, reason, peer, message, rejected=reason, **fields)
 
     def close_channel(self, channel: int) -> None:
         connection = self.connections.get(channel)

@@ -10,10 +10,12 @@ from time import perf_counter
 from typing import Any
 
 from twisted.application import service
+from twisted.application.internet import TimerService
 from twisted.internet import defer, interfaces, task
 from twisted.logger import Logger
 
 from . import CannotStart, __version__, audit, sdnotify
+from .budget import MemoryBudget, default_budget, fd_limit_warning
 from .context import NamesrvState
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
 from .dispatch import Dispatcher
@@ -24,7 +26,7 @@ from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import Listener, Notifier, RemotingFactory
-from .state.acl import AccessControl
+from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
@@ -68,10 +70,23 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
-    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"])
+    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"])
            if config["aclEnable"] else None)
+    budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: config_file.save(java_utf8(text)), acl=acl)
+                        lambda text: config_file.save(java_utf8(text)), acl=acl,
+                        budget=budget)
+
+
+def reload_acl(acl: AccessControl) -> None:
+    """The ACL timer's work: read the accounts file again if it changed, and say what happened."""
+    outcome = acl.reload_if_changed()
+    if outcome is None:
+        return
+    if outcome.startswith("reloaded"):
+        log.info("aclAccountsFile: {outcome}", outcome=outcome)
+    else:
+        log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
 def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[str, str]], None]:
@@ -130,7 +145,11 @@ class NamesrvService(service.MultiService):
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
-                                       config["headerMaxLength"])
+                                       config["headerMaxLength"], self.state.refusals, self.state.budget)
+        if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
+            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
+            reload.clock = reactor
+            reload.setServiceParent(self)
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
@@ -144,7 +163,8 @@ class NamesrvService(service.MultiService):
         if config["enableControllerInNamesrv"] or controller_port is not None:
             from .controller.service import embedded_controller
 
-            self.controller = embedded_controller(config, reactor, controller_port, controller_bind)
+            self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
+                                                  self.state.refusals, self.state.budget)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
@@ -235,6 +255,9 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
+        warning = fd_limit_warning(self.config["maxConnections"])
+        if warning:
+            log.warn("{warning}", warning=warning)
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()

@@ -3,7 +3,13 @@
 - ``disabled``: plain TCP only (our default; Java's is permissive with a self-signed certificate);
 - ``permissive``: each connection's first byte decides: 0x16 (a TLS handshake record) is served
   over TLS, anything else in plain, on the same port, as Java's HandshakeHandler does;
-- ``enforcing``: TLS only; a plain peer's bytes fail the handshake and it is closed.
+- ``enforcing``: TLS only; a peer whose first byte is no TLS handshake record is closed at once.
+
+Every refusal -- a plain peer on an enforcing port, a handshake that fails (no client certificate
+with ``authClient``, a broken or foreign peer) -- is a log line with the peer and a count in
+``namesrv_refusals_total{listener,reason}`` (``not_tls``, ``tls_handshake``; refusals.py).  The
+controller's port follows the same mode with the same certificate, as Java's NettyRemotingServer
+reads TlsSystemConfig in every server.
 
 Twisted's TLSMemoryBIOFactory does the TLS; the remoting protocol above it is unchanged.
 TLS needs the ``tls`` extra (pyOpenSSL): once installed, Twisted's TCP transport imports it in every
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twisted.internet import interfaces, protocol
+from twisted.python.failure import Failure
 
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
@@ -59,9 +66,35 @@ def _read(config: NamesrvConfig, key: str) -> bytes:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
 
 
+def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory) -> TLSMemoryBIOFactory:
+    """Twisted's TLS under ``remoting``, with a failed handshake refused loudly (logged, counted)."""
+    from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
+
+    class RefusingTLSProtocol(BufferingTLSTransport):
+        def _tlsShutdownFinished(self, reason: Failure | None) -> None:
+            # Twisted's one hook for a failed handshake (_checkHandshakeStatus, _flushReceiveBIO)
+            if reason is not None and not self._handshakeDone:
+                peer = self.transport.getPeer()
+                remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+                                "TLS handshake failed, closing the connection: {why}",
+                                why=_ssl_reason(reason.value))
+            super()._tlsShutdownFinished(reason)
+
+    factory = TLSMemoryBIOFactory(context, False, remoting)
+    factory.protocol = RefusingTLSProtocol
+    return factory
+
+
+def _ssl_reason(error: BaseException) -> str:
+    """OpenSSL's error list as its reasons (``no certificate returned``), else the exception's text."""
+    reasons = [entry[-1] for entry in getattr(error, "args", [[]])[0] if isinstance(entry, tuple) and entry]
+    return ", ".join(str(r) for r in reasons) or str(error) or type(error).__name__
+
+
 class SniffingProtocol(protocol.Protocol):
-    """Permissive mode: holds a new connection until its first byte, then hands it to the TLS
-    or the plain remoting protocol.  A peer that never sends is closed after the idle timeout."""
+    """Holds a new connection until its first byte, then hands it to the TLS or (permissive mode)
+    the plain remoting protocol; enforcing, a plain peer is refused there.  A peer that never
+    sends is closed after the idle timeout."""
 
     def __init__(self, factory: SniffingFactory, addr: interfaces.IAddress) -> None:
         self.factory = factory
@@ -78,7 +111,15 @@ class SniffingProtocol(protocol.Protocol):
         if self.delegate is None:
             if self._idle is not None and self._idle.active():
                 self._idle.cancel()
-            inner = self.factory.tls if data[0] == TLS_HANDSHAKE else self.factory.remoting
+            plain = data[0] != TLS_HANDSHAKE
+            if plain and self.factory.enforcing:
+                peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
+                self.factory.remoting.refuse("not_tls", peer, "a plain (non-TLS) peer on a port with "
+                                             "tls.server.mode=enforcing, closing the connection (first byte {byte})",
+                                             byte=f"0x{data[0]:02x}")
+                self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
+                return
+            inner = self.factory.remoting if plain else self.factory.tls
             self.delegate = inner.buildProtocol(self.addr)
             if self.delegate is None:  # maxConnections
                 self.transport.loseConnection()
@@ -94,23 +135,22 @@ class SniffingProtocol(protocol.Protocol):
 
 
 class SniffingFactory(protocol.Factory):
-    def __init__(self, remoting: RemotingFactory, tls: TLSMemoryBIOFactory) -> None:
+    def __init__(self, remoting: RemotingFactory, tls: TLSMemoryBIOFactory, enforcing: bool = False) -> None:
         self.remoting = remoting
         self.tls = tls
+        self.enforcing = enforcing
 
     def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol:
         return SniffingProtocol(self, addr)
 
 
 def listening_factory(config: NamesrvConfig, remoting: RemotingFactory) -> protocol.Factory:
-    """What the remoting port listens with, by ``tls.server.mode``."""
+    """What a remoting port (the NameServer's, the controller's) listens with, by ``tls.server.mode``."""
     mode = config["tls.server.mode"]
     if mode == "disabled":
         return remoting
     try:
-        from twisted.protocols.tls import TLSMemoryBIOFactory
+        import OpenSSL  # noqa: F401 -- Twisted's TLS needs it
     except ImportError:
         raise ConfigError(f"tls.server.mode: {mode} needs pyOpenSSL: pip install 'twisted-namesrv[tls]'") from None
-
-    tls = TLSMemoryBIOFactory(context_factory(config), False, remoting)
-    return tls if mode == "enforcing" else SniffingFactory(remoting, tls)
+    return SniffingFactory(remoting, refusing_tls_factory(context_factory(config), remoting), mode == "enforcing")

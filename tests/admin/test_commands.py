@@ -186,3 +186,39 @@ async def test_module_entry_point_exit_codes(server):
     assert (run.code, run.out.split()) == (0, sorted(TOPICS_A | TOPICS_B))
     run = await run_module("-n", refused_addr(), "topicList")
     assert run.code == 1 and "Connection refused" in run.err
+
+
+EVIL = "evil\x1b]0;pwned\x07\x1b[2J\r\n#forged\u202e\x9b31m"
+
+
+@pytest_twisted.ensureDeferred
+async def test_control_characters_from_the_namesrv_never_reach_the_terminal_raw(tmp_path):
+    """Broker names, topics, KV keys and values, config values and remarks come from whoever can
+    reach the NameServer: every output form shows their control characters as escapes."""
+    from tests.admin.support import start_broker
+
+    ns = await namesrv(tmp_path)
+    try:
+        await start_broker(ns, "broker" + EVIL, {"Topic" + EVIL: 4, "TBW102": 8})
+        put = await run_cli("-n", ns.addr, "updateKvConfig", "-s", "NS", "-k", "k" + EVIL, "-v", "v" + EVIL)
+        assert put.code == 0, put.err
+        runs = [await run_cli("-n", ns.addr, *argv) for argv in (
+            ["clusterList"], ["topicList"], ["getKvList", "-s", "NS"], ["getKvConfig", "-s", "NS", "-k", "k" + EVIL],
+            ["topicRoute", "-t", "Topic" + EVIL], ["getNamesrvConfig"], ["updateKvConfig", "-s", "NS", "-k", "x",
+                                                                          "-v", EVIL],
+            ["getKvConfig", "-s", "NS", "-k", "missing" + EVIL],  # the remark quotes the key: stderr
+            ["--json", "clusterList"], ["--json", "getKvList", "-s", "NS"], ["--json", "topicList"])]
+    finally:
+        await ns.stop()
+    for run in runs:
+        for text in (run.out, run.err):
+            assert not any(c in text for c in "\x1b\x07\r\x9b\u202e"), repr(text)
+    cluster, topics, kv, value = (run.out for run in runs[:4])
+    assert "broker" + "evil\\x1b]0;pwned\\x07\\x1b[2J\\r\\n#forged\\u202e\\x9b31m" in cluster
+    forged = [(i, line) for i, run in enumerate(runs) for line in run.out.splitlines() if line.startswith("#forged")]
+    assert not forged, forged
+    assert "Topicevil\\x1b]0;pwned" in topics and "kevil\\x1b" in kv and value.startswith("vevil\\x1b]0;pwned\\x07")
+    assert "missingevil\\x1b" in runs[7].err and runs[7].code == 1
+    decoded = json.loads(runs[9].out)  # JSON stays JSON, with the values exactly as stored
+    assert decoded["table"]["k" + EVIL] == "v" + EVIL
+    assert "broker" + EVIL in json.loads(runs[8].out)["brokerAddrTable"]

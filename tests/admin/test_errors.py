@@ -160,3 +160,19 @@ async def test_reads_fall_over_to_the_next_namesrv_and_writes_go_to_each(tmp_pat
     finally:
         await one.stop()
         await two.stop()
+
+
+@pytest_twisted.ensureDeferred
+@pytest.mark.parametrize(("given", "missing"), [("NAMESRV_ACCESS_KEY", "NAMESRV_SECRET_KEY"),
+                                                ("NAMESRV_SECRET_KEY", "NAMESRV_ACCESS_KEY")])
+async def test_half_credentials_are_a_usage_error_not_unsigned_requests(monkeypatch, given, missing):
+    """Only one of the two keys set: exit 2 naming both, before any request goes out unsigned."""
+    monkeypatch.delenv(missing, raising=False)
+    monkeypatch.setenv(given, "ops")
+    dead = refused_addr()
+    for argv in (("-n", dead, "updateKvConfig", "-s", "ns", "-k", "k", "-v", "v"), ("-n", dead, "clusterList"),
+                 ("compare", dead, refused_addr()), ("getControllerMetaData", "-a", dead)):
+        run = await run_cli(*argv)
+        assert (run.code, run.out) == (2, ""), argv
+        assert run.err == (f"error: {given} is set but {missing} is not: set both to sign requests (aclEnable), "
+                           "or neither to send them unsigned\n"), argv

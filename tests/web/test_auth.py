@@ -155,3 +155,81 @@ async def test_the_status_page_asks_for_an_account_in_headless_chromium(web, tmp
     title = re.search(r"<title>(.*?)</title>", dom["reader"])
     assert title and title.group(1).startswith("NameServer ")
     assert ">KV values are shown to admin accounts only<" in dom["reader"] and "kv-value" not in dom["reader"]
+
+
+def raw_get(base: str, path: str, credentials: tuple[str, str] | None = None,
+            host: str | None = None) -> tuple[int, bytes]:
+    """A GET of ``path`` exactly as written (no client normalizes it), with a chosen Host header."""
+    import http.client
+
+    address = base.removeprefix("http://")
+    connection = http.client.HTTPConnection(address, timeout=10)
+    headers = {"Host": host or address}
+    if credentials:
+        headers["Authorization"] = "Basic " + b64encode(":".join(credentials).encode()).decode()
+    connection.request("GET", path, headers=headers)
+    response = connection.getresponse()
+    try:
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+#: every spelling of /api/kv a router, a proxy or a browser may read as /api/kv
+KV_SPELLINGS = ("/api/%6bv", "/api/k%76", "/%61pi/kv", "/api/%6B%76", "/api/./kv", "//api//kv", "/api//kv",
+                "/x/../api/kv", "/./api/kv", "/api/%2e/kv", "/api/x/%2e%2e/kv")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_non_admin_cannot_read_kv_values_by_any_spelling_of_the_path(web):
+    """The account check and the router see the same, normalized path: /api/%6bv is /api/kv to both."""
+    def check() -> None:
+        for path in (*KV_SPELLINGS, "/api/kv/", "/api/kv/x/..", "/API/KV", "/Api/kv", "/api/KV"):
+            status, body = raw_get(web, path, READER)
+            assert b"kv-value" not in body, path
+            if path in KV_SPELLINGS:
+                assert (status, body) == (403, b""), path
+            status, body = raw_get(web, path)
+            assert (status, body) == (401, b""), path
+        for path in KV_SPELLINGS:  # the admin gets what the router serves for the path it authorized
+            status, body = raw_get(web, path, OPERATOR)
+            assert status == 200 and b"kv-value" in body, path
+        assert raw_get(web, "/metric%73")[0] == 200  # a public path is public however spelled
+        assert raw_get(web, "/metrics/../api/kv")[0] == 401  # ... and only it
+
+    await threads.deferToThread(check)
+    _, _, metrics = await threads.deferToThread(get, web + "/metrics")
+    assert re.search(rb'namesrv_refusals_total\{listener="http",reason="not_admin"\} [1-9]', metrics)
+    assert re.search(rb'namesrv_refusals_total\{listener="http",reason="unauthenticated"\} [1-9]', metrics)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_loopback_page_answers_only_hosts_that_name_this_machine(tmp_path):
+    """DNS rebinding: a page from attacker.example whose name now resolves to 127.0.0.1 sends
+    Host: attacker.example; the loopback-bound status page refuses it (ACL or not), logged and counted."""
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    service, _ = await start_server(server_config(tmp_path, metricsPort=free_port()))
+    try:
+        site = await service.web_ready
+        base = f"http://127.0.0.1:{site.getHost().port}"
+
+        def check() -> None:
+            port = site.getHost().port
+            for host in ("attacker.example", f"attacker.example:{port}", "10.0.0.1", "127.0.0.1.nip.io",
+                         "localhost.attacker.example"):
+                for path in ("/api/kv", "/", "/metrics"):
+                    assert raw_get(base, path, host=host) == (403, b""), (host, path)
+            for host in (f"127.0.0.1:{port}", "localhost", f"localhost:{port}", "127.0.0.2", f"[::1]:{port}",
+                         "LOCALHOST"):
+                assert raw_get(base, "/api/kv", host=host)[0] == 200, host
+
+        await threads.deferToThread(check)
+        _, _, metrics = await threads.deferToThread(get, base + "/metrics")
+        assert b'namesrv_refusals_total{listener="http",reason="host"} 15.0' in metrics
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+        await service.stopService()
+    refused = [e for e in events if e.get("refused") == "host"]
+    assert refused and refused[0]["log_level"].name == "warn" and refused[0]["peer"].startswith("127.0.0.1:")
+    assert "attacker.example" in refused[0]["named"]

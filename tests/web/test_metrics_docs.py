@@ -59,10 +59,13 @@ def test_every_reason_and_event_the_docs_list_is_served_at_zero_from_the_start(t
     docs, samples = documented(), Served(tmp_path).scrape()
     for family, label in (("namesrv_rejected", "reason"), ("namesrv_broker_events", "event")):
         listed = set(re.findall(r"`(\w+)`", docs[family][2])) - {"frameMaxLength", "headerMaxLength",
-                                                                 "serverChannelMaxIdleTimeSeconds"}
+                                                                 "serverChannelMaxIdleTimeSeconds",
+                                                                 "receiveMemoryBudget"}
         served = {dict(labels)[label] for name, labels in samples if name == family + "_total"}
         assert listed == served, family
         assert all(value(samples, family + "_total", **{label: v}) == 0 for v in served)
+    refusals = {dict(labels)["reason"] for name, labels in samples if name == "namesrv_refusals_total"}
+    assert set(re.findall(r"`(\w+)`", docs["namesrv_refusals"][2])) - {"remoting", "controller", "http"} <= refusals
 
 
 def test_each_live_broker_has_its_heartbeat_age_timeout_and_restored_flag(tmp_path):

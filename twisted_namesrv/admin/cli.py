@@ -9,7 +9,6 @@ only (bad options, a malformed address).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import ssl
 import sys
@@ -27,6 +26,7 @@ from .client import (
     split_namesrv_list,
 )
 from .controller import CONTROLLER_SUBCOMMANDS
+from .terminal import json_text, printable, printable_lines
 
 SUBCOMMANDS = {
     # name: (function, help, [(flags, dest, help, required)])
@@ -122,8 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def credentials() -> tuple[str, str] | None:
     """NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY (the environment keeps the secret off the command
-    line): sign every request for a NameServer with aclEnable."""
+    line): sign every request for a NameServer with aclEnable.  One without the other is an
+    AdminError (usage: exit 2): sending unsigned requests while the operator meant to sign them
+    would be refused, or worse, accepted from a whitelisted address, without a word."""
     access_key, secret_key = os.environ.get("NAMESRV_ACCESS_KEY"), os.environ.get("NAMESRV_SECRET_KEY")
+    if bool(access_key) != bool(secret_key):
+        given, missing = (("NAMESRV_ACCESS_KEY", "NAMESRV_SECRET_KEY") if access_key
+                          else ("NAMESRV_SECRET_KEY", "NAMESRV_ACCESS_KEY"))
+        raise AdminError(f"{given} is set but {missing} is not: set both to sign requests (aclEnable), or "
+                         "neither to send them unsigned")
     return (access_key, secret_key) if access_key and secret_key else None
 
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return 2
     try:
         tls = tls_context(args)
+        keys = credentials()
     except AdminError as exc:
         err.write(f"error: {exc}\n")
         return 2
@@ -161,36 +169,36 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         err.write(f"error: {exc}\n")
         return 2
     if args.command == "compare":
-        return run_compare(addrs, args, out, err, tls)
+        return run_compare(addrs, args, out, err, tls, keys)
     if args.command == "simulate-broker":
-        return simulate.run_simulation(addrs, args, credentials(), out, err)
+        return simulate.run_simulation(addrs, args, keys, out, err)
     try:
-        with Namesrvs(addrs, args.timeout, credentials(), tls) as namesrvs:
+        with Namesrvs(addrs, args.timeout, keys, tls) as namesrvs:
             outcome = args.function(namesrvs, args)
-    except AdminError as exc:
-        err.write(f"error: {exc}\n")
+    except AdminError as exc:  # its text may quote a NameServer's remark
+        err.write(f"error: {printable(exc)}\n")
         return 1
     if args.json:
-        out.write(json.dumps(outcome.data, indent=2, ensure_ascii=False) + "\n")
+        out.write(json_text(outcome.data) + "\n")
     elif outcome.text:
-        out.write(outcome.text + "\n")
+        out.write(printable_lines(outcome.text) + "\n")
     for error in outcome.errors:
-        err.write(f"error: {error}\n")
+        err.write(f"error: {printable(error)}\n")
     return 1 if outcome.errors else 0
 
 
 def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: TextIO,
-                tls: ssl.SSLContext | None = None) -> int:
+                tls: ssl.SSLContext | None = None, keys: tuple[str, str] | None = None) -> int:
     if len(addrs) < 2:
         err.write("error: compare needs at least two different NameServers\n")
         return 2
     snapshots = {}
     for addr in addrs:
-        client = NamesrvClient(addr, args.timeout, credentials(), tls)
+        client = NamesrvClient(addr, args.timeout, keys, tls)
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:
-            err.write(f"error: {exc}\n")
+            err.write(f"error: {printable(exc)}\n")
         finally:
             client.close()
     if len(snapshots) < len(addrs):
@@ -204,8 +212,8 @@ def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: Te
                 "counts": {addr: s.counts() for addr, s in snapshots.items()},
                 "differences": [{"path": list(d.path), "values": d.values} for d in report.shown],
                 "ignoredGenerationOnly": len(report.ignored)}
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(json_text(data) + "\n")
         return 1 if report.shown else 0
     lines = report.lines() if report.shown else [compare.agreement(addrs, snapshots[addrs[0]])]
-    out.writelines(f"{line}\n" for line in [*lines, *([note] if note else [])])
+    out.writelines(f"{printable_lines(line)}\n" for line in [*lines, *([note] if note else [])])
     return 1 if report.shown else 0

@@ -11,7 +11,6 @@ was not there), a read around the request tells what did.  Each function returns
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..state.config import parse_properties, property_line
 from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
+from .terminal import json_text, printable
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Outcome:
 
 def table(widths: tuple[int, ...], rows: list[tuple[Any, ...]]) -> str:
     """Columns padded like Java's ``%-Ns``, two spaces apart."""
-    lines = ["  ".join(f"{str(cell):<{width}}" for cell, width in zip(row, widths, strict=True)).rstrip()
+    lines = ["  ".join(f"{printable(cell):<{width}}" for cell, width in zip(row, widths, strict=True)).rstrip()
              for row in rows]
     return "\n".join(lines)
 
@@ -54,7 +54,7 @@ def topic_route(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     ext = {"topic": args.topic, "acceptStandardJsonOnly": "true"}
     addr, response = namesrvs.ask_any(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext)
     route = json_body(addr, response)
-    return Outcome(route, json.dumps(route, indent=4, ensure_ascii=False))
+    return Outcome(route, json_text(route, indent=4))
 
 
 def topic_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
@@ -64,14 +64,14 @@ def topic_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
         addr, response = namesrvs.ask_any(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": args.cluster})
     body = json_body(addr, response)
     topics = sorted(body.get("topicList") or [])
-    return Outcome(dict(body, topicList=topics), "\n".join(topics))
+    return Outcome(dict(body, topicList=topics), "\n".join(map(printable, topics)))
 
 
 def get_kv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     ext = {"namespace": args.namespace, "key": args.key}
     addr, response = namesrvs.ask_any(RequestCode.GET_KV_CONFIG, ext)
     value = response.ext.get("value")
-    return Outcome(dict(ext, value=value), str(value))
+    return Outcome(dict(ext, value=value), printable(value))
 
 
 def get_kv_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
@@ -83,13 +83,16 @@ def get_kv_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
 
 # -- operations on each NameServer -------------------------------------------------------------
 
-Step = Callable[[NamesrvClient], tuple[str, dict[str, Any]]]
+Step = Callable[[NamesrvClient], tuple[str | list[str], dict[str, Any]]]
 
 
 def on_each(namesrvs: Namesrvs, step: Step) -> Outcome:
-    """``step(client)`` on every NameServer: the success line and JSON fields of its result, or
-    an AdminError that becomes that server's error while the others still run."""
-    lines, results, errors = [], [], []
+    """``step(client)`` on every NameServer: the success line (or lines) and JSON fields of its
+    result, or an AdminError that becomes that server's error while the others still run.  Each
+    line is shown with its control characters escaped, a newline in a value included: a line
+    quotes the operator's arguments and the NameServer's values."""
+    lines: list[str] = []
+    results, errors = [], []
     for client in namesrvs.clients:
         try:
             line, fields = step(client)
@@ -97,7 +100,7 @@ def on_each(namesrvs: Namesrvs, step: Step) -> Outcome:
             errors.append(str(exc))
             results.append({"namesrv": client.addr, "ok": False, "error": str(exc)})
             continue
-        lines.append(line)
+        lines += map(printable, [line] if isinstance(line, str) else line)
         results.append({"namesrv": client.addr, "ok": True, **fields})
     return Outcome({"results": results}, "\n".join(lines), errors)
 
@@ -139,11 +142,11 @@ def read_config(client: NamesrvClient) -> dict[str, str]:
 
 
 def get_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
-    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+    def step(client: NamesrvClient) -> tuple[str | list[str], dict[str, Any]]:
         config = read_config(client)
         lines = [f"============{client.addr}============"]
-        lines += [f"{key:<50}=  {config[key]}" for key in sorted(config)]
-        return "\n".join(lines), {"config": config}
+        lines += [f"{printable(key):<50}=  {config[key]}" for key in sorted(config)]
+        return lines, {"config": config}
 
     return on_each(namesrvs, step)
 

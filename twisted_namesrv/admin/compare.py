@@ -26,6 +26,7 @@ from typing import Any
 from ..remoting import RequestCode, ResponseCode
 from ..remoting.codes import V5_0_0, version_name
 from .client import NamesrvClient, ResponseError, json_body
+from .terminal import printable
 
 PRESENT = "present"
 MISSING = None  # the value a server lacks
@@ -225,7 +226,7 @@ def _shown(value: Any) -> str:
     """A value as the JSON answer had it (``false``, not Python's ``False``)."""
     if value is MISSING:
         return "missing"
-    return json.dumps(value) if isinstance(value, bool) else str(value)
+    return json.dumps(value) if isinstance(value, bool) else printable(value)
 
 
 def _plural(count: int, noun: str) -> str:

@@ -27,6 +27,7 @@ from ..remoting import RequestCode, ResponseCode
 from ..remoting.codes import V4_9_8, V5_3_3, code_name
 from ..remoting.crc import crc32_masked
 from .client import AdminError, NamesrvClient, parse_address
+from .terminal import printable
 
 DEFAULT_TOPICS = "TopicTest,SimTopic"
 DEFAULT_INTERVAL = 30.0  # seconds: a Java broker's registerNameServerPeriod
@@ -94,13 +95,13 @@ class Simulation:
                 answer = link.call(RequestCode.REGISTER_BROKER, ext, body, version=broker.version)
             except AdminError as exc:
                 failed += 1
-                self.err.write(f"simulate-broker: {name}: {exc}\n")
+                self.err.write(f"simulate-broker: {name}: {printable(exc)}\n")
                 continue
             if answer.code != ResponseCode.SUCCESS:
                 failed += 1
                 hint = SINGLE_TOPIC_HINT if len(broker.topics) == 1 else ""
                 self.err.write(f"simulate-broker: {name} refused by {addr}: {code_name(answer.code, True)} "
-                               f"({answer.code}): {answer.remark}{hint}\n")
+                               f"({answer.code}): {printable(answer.remark)}{hint}\n")
             elif round_ == 1:
                 self.out.write(f"registered {broker.cluster}/{name} {broker.addr} with {len(broker.topics)} topics "
                                f"({', '.join(list(broker.topics)[:5])}{', ...' if len(broker.topics) > 5 else ''})"
@@ -117,7 +118,7 @@ class Simulation:
                 link.call(RequestCode.UNREGISTER_BROKER, broker.unregister_fields(), version=broker.version)
                 self.out.write(f"unregistered {broker.name} from {addr}\n")
             except AdminError as exc:
-                self.err.write(f"simulate-broker: {broker.name}: {exc}\n")
+                self.err.write(f"simulate-broker: {broker.name}: {printable(exc)}\n")
 
     def close(self) -> None:
         for _, _, link in self.links:

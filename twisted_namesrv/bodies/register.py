@@ -12,7 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -124,15 +124,17 @@ class RegisterBrokerBody:
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None
-                         ) -> RegisterBrokerBody:
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                         budget: Budget | None = None) -> RegisterBrokerBody:
     """decode_register_body_steps straight through."""
-    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest))
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest,
+                                                budget=budget))
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
                                max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
-                               known_pieces: TablePieces | None = None) -> Steps[RegisterBrokerBody]:
+                               known_pieces: TablePieces | None = None,
+                               budget: Budget | None = None) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
@@ -149,7 +151,12 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
         if version < V3_0_11:
             return _from_wrapper(_json_object(body), [])
         if compressed:
-            return (yield from _decode_compressed((yield from _inflate(body, max_inflated)), known_digest))
+            inflated = yield from _inflate(body, max_inflated, budget)
+            try:
+                return (yield from _decode_compressed(inflated, known_digest))
+            finally:
+                if budget is not None:
+                    budget.release(len(inflated))
         return (yield from _decode_json(body, known_digest, known_pieces))
     except RegisterBodyError:
         raise
@@ -378,18 +385,50 @@ def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str]) -> Registe
     )
 
 
-def _inflate(data: bytes, max_inflated: int) -> Steps[bytes]:
-    """The inflated body, a slice of the compressed one per step; at most ``max_inflated``
-    bytes (a small body may inflate to gigabytes)."""
+#: the most one call to zlib may inflate: its output is built in blocks and then copied into one
+#: bytes object, so an unbounded call holds twice what it inflates (a bomb: 2 x inflateMaxLength)
+INFLATE_PIECE = 1 << 20
+
+
+class Budget(Protocol):
+    """budget.MemoryBudget, as inflating uses it: bytes held for all peers together."""
+
+    def take(self, size: int) -> bool: ...
+
+    def release(self, size: int) -> None: ...
+
+
+def _inflate(data: bytes, max_inflated: int, budget: Budget | None = None) -> Steps[bytes]:
+    """The inflated body, a slice of the compressed one per step, at most INFLATE_PIECE per call;
+    at most ``max_inflated`` bytes (a small body may inflate to gigabytes), each piece held
+    against ``budget``.  The result stays held (the caller releases its length once decoded)."""
     inflater, parts, size, step = zlib.decompressobj(), [], 0, STEP_BYTES
-    for start in range(0, len(data), step):
-        part = inflater.decompress(data[start:start + step], max_inflated - size + 1)
-        size += len(part)
-        if size > max_inflated or inflater.unconsumed_tail:
-            raise RegisterBodyError(f"compressed RegisterBrokerBody inflates beyond {max_inflated} bytes")
-        parts.append(part)
-        yield
-    return b"".join(parts)
+    try:
+        for start in range(0, len(data), step):
+            chunk = data[start:start + step]
+            while chunk:
+                part = inflater.decompress(chunk, INFLATE_PIECE)
+                chunk = inflater.unconsumed_tail
+                if size + len(part) > max_inflated:
+                    raise RegisterBodyError(f"compressed RegisterBrokerBody inflates beyond {max_inflated} bytes")
+                if budget is not None and not budget.take(len(part)):
+                    raise RegisterBodyError(f"compressed RegisterBrokerBody: inflating past {size} bytes would "
+                                            "exceed receiveMemoryBudget (what all peers may make the server hold)")
+                size += len(part)
+                parts.append(part)
+            yield
+        if budget is not None and not budget.take(size):  # the joined copy, while the pieces are still there
+            raise RegisterBodyError(f"compressed RegisterBrokerBody: its {size} inflated bytes would exceed "
+                                    "receiveMemoryBudget")
+    except BaseException:
+        if budget is not None:
+            budget.release(sum(map(len, parts)))
+        raise
+    joined = b"".join(parts)
+    del parts
+    if budget is not None:
+        budget.release(size)
+    return joined
 
 
 class _Reader:

@@ -16,9 +16,11 @@ from twisted.internet import defer
 
 from ..context import Peer
 from ..dispatch import HandlerTable
+from ..refusals import Refusals, acl_refusal
 from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
 from ..remoting.values import BadRequest, java_bool, optional_long
+from ..state.acl import AccessControl, controller_request_class
 from ..state.config import parse_properties
 from . import bodies
 from .codes import ControllerRequestCode as Req
@@ -213,8 +215,21 @@ HANDLERS: dict[int, Handler] = {
 
 
 def refusal(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
-    """What the controller refuses before any handler: nothing yet (the place for the ACL)."""
+    """What the controller refuses before any handler without ACL: nothing (``acl_refusal_of``)."""
     return None
+
+
+def acl_refusal_of(acl: AccessControl, refusals: Refusals) -> Callable[[ControllerManager, RemotingCommand, Peer],
+                                                                       RemotingCommand | None]:
+    """The table's ``refusal`` with aclEnable: the NameServer's ACL by the controller's request
+    classes (state/acl.py: brokers' own codes, operators' always by an admin), logged and counted."""
+    def refused(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+        code = request.code
+        denied = acl_refusal(acl, refusals, "controller", code, request.ext, request.body, peer.address,
+                             controller_request_class(code, request.ext),
+                             Req(code).name if code in Req._value2member_map_ else None)
+        return None if denied is None else reply(request, Code.SYSTEM_ERROR, denied)
+    return refused
 
 
 def error_reply(manager: ControllerManager, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:

@@ -11,6 +11,7 @@ alone (``twistd namesrv-controller``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,19 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import CannotStart
+from ..budget import MemoryBudget
 from ..dispatch import Dispatcher
 from ..metrics import Metrics
+from ..refusals import Refusals
 from ..server import Listener, Notifier, RemotingFactory
+from ..state.acl import AccessControl
 from ..tls import listening_factory
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
 from .log import ControllerLog, ControllerLogError, FileControllerLog, Leadership, SoleLeader
 from .manager import ControllerManager
 from .metrics import ControllerMetrics
-from .processor import CONTROLLER_TABLE
+from .processor import CONTROLLER_TABLE, acl_refusal_of
 
 log = Logger()
 #: without controllerDLegerPeers or --port (Java's peers name the port; its ControllerStartup listens on 19876)
@@ -51,7 +55,9 @@ class ControllerService(service.MultiService):
                  leadership: Leadership | None = None, max_frame_length: int = 16 * 1024 * 1024,
                  idle_timeout: float = 120, store_path: str | None = None, consensus: Any = None,
                  max_connections: int = 10_000, max_header_length: int | None = 65536,
-                 listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None) -> None:
+                 listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
+                 acl: AccessControl | None = None, refusals: Refusals | None = None,
+                 budget: MemoryBudget | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -82,9 +88,11 @@ class ControllerService(service.MultiService):
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
             DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
             close_channel=self._close_channel, metrics=self.controller_metrics)
-        self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=CONTROLLER_TABLE)
+        refusals = refusals or Refusals()
+        table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
+        self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length)
+                                       max_header_length, refusals, budget, "controller")
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
                                  listen_port, bind_address)
         self.listener.setServiceParent(self)
@@ -172,11 +180,14 @@ class ControllerService(service.MultiService):
 
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
-                        bind: str | None = None) -> ControllerService:
+                        bind: str | None = None, acl: AccessControl | None = None,
+                        refusals: Refusals | None = None, budget: MemoryBudget | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
-    ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with."""
+    ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with.
+    With aclEnable its requests are under the NameServer's ACL (``acl``); its refusals are logged and
+    counted with the NameServer's, and what its peers hold counts against the one memory budget."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
         props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
@@ -201,7 +212,8 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus,
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
-                             listen_with=lambda factory: listening_factory(namesrv_config, factory))
+                             listen_with=lambda factory: listening_factory(namesrv_config, factory),
+                             acl=acl, refusals=refusals, budget=budget)
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,

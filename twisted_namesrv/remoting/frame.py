@@ -140,6 +140,13 @@ class FrameDecoder:
         """Bytes received that do not yet make a whole frame."""
         return bytes(self._buffer)
 
+    @property
+    def pending_memory(self) -> int:
+        """What the bytes held for a frame not yet whole take in memory (the buffer's allocation,
+        which grows ahead of its length), 0 when none are."""
+        buffer = self._buffer
+        return buffer.__sizeof__() if buffer else 0
+
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         if not buffer and len(data) < ONE_COPY_FROM:  # the usual read: whole frames, nothing pending

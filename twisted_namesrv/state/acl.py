@@ -9,10 +9,20 @@ Here every state-changing code needs a valid signature; operator codes need an `
 account; reads need one only with ``aclReadRequired``.  A refusal is what a Java broker answers:
 SYSTEM_ERROR with the AclException text.
 
+The policy is by request class (``request_class``):
+
+- ``broker`` (REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, QUERY_DATA_VERSION): from a
+  peer in ``aclBrokerNetworks`` (CIDR) or on a whitelist, or signed by any account -- so stock
+  brokers, which sign nothing, register from the networks the operator names and nowhere else;
+- ``admin`` (KV writes, write permissions, topics, config): always signed, by an ``admin: true``
+  account; no network or whitelist stands in for the signature (unlike Java's ACL 1.0, whose
+  global whitelist opens everything);
+- ``read``: open, or with ``aclReadRequired`` as ``broker`` minus the broker networks.
+
 Address whitelists (``globalWhiteRemoteAddresses``, an account's ``whiteRemoteAddress``) follow
-ACL 1.0 (PlainPermissionManager.validate, RemoteAddressStrategyFactory): a peer on the global
-list needs no signature at all; a request naming an account whose whitelist holds the peer needs
-no signature -- but, unlike Java, an admin code still needs an admin account.  Patterns:
+ACL 1.0 (PlainPermissionManager.validate, RemoteAddressStrategyFactory) for the broker and read
+classes: a peer on the global list needs no signature; a request naming an account whose
+whitelist holds the peer needs none either.  Patterns:
 ``*``, one address, ``a,b,c``, ``192.168.1.{1,2}``, ranges ``192.168.1.1-10`` / ``192.168.*`` /
 ``192.168.1-10.*``, the IPv6 forms of those, and (beyond ACL 1.0) CIDR ``10.0.0.0/8``.
 """
@@ -34,6 +44,30 @@ ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 BROKER_CODES = frozenset({103, 104, 322, 904})
 #: what operators send (KV, permissions, topics, config): admin accounts only
 ADMIN_CODES = frozenset({100, 102, 205, 216, 217, 318, 327})
+BROKER, ADMIN, READ = "broker", "admin", "read"
+#: how often the accounts file is checked for changes (Java 4.9.8's AclFileWatchService: 5000 ms)
+RELOAD_INTERVAL_SECONDS = 5.0
+
+
+#: the controller's (RocketMQ 5.x controller mode, its own port): what brokers send for themselves --
+#: heartbeat, alter sync-state set, register, next/apply broker id, and an election a broker asks for
+CONTROLLER_BROKER_CODES = frozenset({904, 1001, 1002, 1003, 1012, 1013})
+#: ... and what operators send: update the controller's config (unclean election), clean a group's data
+CONTROLLER_ADMIN_CODES = frozenset({1009, 1011})
+CONTROLLER_ELECT_MASTER = 1002
+
+
+def request_class(code: int) -> str:
+    return BROKER if code in BROKER_CODES else ADMIN if code in ADMIN_CODES else READ
+
+
+def controller_request_class(code: int, ext: Mapping[str, str | None]) -> str:
+    """A controller request's class: an election that designates its master (mqadmin electMaster,
+    ``designateElect=true``) is an operator's, one a broker asks for is a broker's."""
+    if code in CONTROLLER_ADMIN_CODES or (code == CONTROLLER_ELECT_MASTER and
+                                          (ext.get("designateElect") or "").lower() == "true"):
+        return ADMIN
+    return BROKER if code in CONTROLLER_BROKER_CODES else READ
 
 
 class AclConfigError(ValueError):
@@ -170,47 +204,56 @@ def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | 
 
 
 class AccessControl:
+    """The accounts and whitelists of one ``plain_acl.yml`` (``path``, read again by
+    ``reload_if_changed``) and the networks of ``aclBrokerNetworks``."""
+
     def __init__(self, accounts: dict[str, Account], read_required: bool = False,
-                 global_white: AddressMatch = _never) -> None:
+                 global_white: AddressMatch = _never, broker_networks: AddressMatch = _never,
+                 path: str | None = None) -> None:
         self.accounts = accounts
         self.read_required = read_required
         self.global_white = global_white
+        self.broker_networks = broker_networks
+        self.path = path
+        self._stamp = _stamp(path) if path else None
 
     @classmethod
-    def from_file(cls, path: str, read_required: bool = False) -> AccessControl:
+    def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "") -> AccessControl:
         """plain_acl.yml: ``globalWhiteRemoteAddresses`` and ``accounts: [{accessKey, secretKey,
         admin, whiteRemoteAddress}]`` (topic and group permissions are the brokers' business: ignored)."""
-        import yaml  # only when ACL is on
+        stamp = _stamp(path)
+        accounts, global_white = _read_accounts(path)
+        control = cls(accounts, read_required, global_white, _networks(broker_networks), path)
+        control._stamp = stamp
+        return control
 
+    def reload_if_changed(self) -> str | None:
+        """Read the file again if it changed since it was read: None when unchanged, else what
+        happened, for the log (``reloaded: N accounts`` or why the old accounts stay)."""
+        if self.path is None:
+            return None
+        stamp = _stamp(self.path)
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
         try:
-            document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
-        entries: Any = document.get("accounts") if isinstance(document, dict) else None
-        if not isinstance(entries, list) or not entries:
-            raise AclConfigError(f"aclAccountsFile: {path} has no 'accounts' list")
-        accounts = {}
-        for number, entry in enumerate(entries, 1):
-            if not isinstance(entry, dict) or not entry.get("accessKey") or not entry.get("secretKey"):
-                raise AclConfigError(f"aclAccountsFile: {path}: account {number} needs accessKey and secretKey")
-            white = _whitelist(entry.get("whiteRemoteAddress"), f"aclAccountsFile: {path}: account {number}")
-            account = Account(str(entry["accessKey"]), str(entry["secretKey"]), entry.get("admin") is True, white)
-            accounts[account.access_key] = account
-        global_white = _whitelist(document.get("globalWhiteRemoteAddresses"),
-                                  f"aclAccountsFile: {path}: globalWhiteRemoteAddresses")
-        return cls(accounts, read_required, global_white)
+            self.accounts, self.global_white = _read_accounts(self.path)
+        except AclConfigError as exc:
+            return f"not reloaded, the accounts read before stay: {exc}"
+        return f"reloaded {self.path}: {len(self.accounts)} accounts"
 
-    def guards(self, code: int) -> bool:
-        return self.read_required or code in BROKER_CODES or code in ADMIN_CODES
+    def guards(self, code: int, kind: str | None = None) -> bool:
+        return self.read_required or (kind or request_class(code)) != READ
 
     def refusal(self, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
-                remote: str = "") -> str | None:
+                remote: str = "", kind: str | None = None) -> str | None:
         """None when the request from ``remote`` (the peer's ``ip:port``) may proceed, else the
-        AclException text Java would send."""
+        AclException text Java would send.  ``kind``: the request's class when it is not the
+        NameServer's code (the controller's: ``controller_request_class``)."""
+        kind = kind or request_class(code)
         address = peer_ip(remote)
-        if address is not None and self.global_white(address):
+        if kind != ADMIN and address is not None and (
+                self.global_white(address) or (kind == BROKER and self.broker_networks(address))):
             return None
         access_key = ext.get(ACCESS_KEY)
         if not access_key:
@@ -218,14 +261,73 @@ class AccessControl:
         account = self.accounts.get(access_key)
         if account is None:
             return f"{ACL_EXCEPTION}: No acl config for {access_key}"
-        given = ext.get(SIGNATURE) or ""
-        whitelisted = address is not None and account.white(address)
-        if not whitelisted and not hmac.compare_digest(given.encode(),
-                                                       signature(account.secret_key, ext, body).encode()):
+        whitelisted = kind != ADMIN and address is not None and account.white(address)
+        if not whitelisted and not self._signed_by(account, ext, body):
             return f"{ACL_EXCEPTION}: Check signature failed for accessKey={access_key}"
-        if code in ADMIN_CODES and not account.admin:
+        if kind == ADMIN and not account.admin:
             return f"{ACL_EXCEPTION}: Need admin permission for request code={code}, but accessKey={access_key} is not"
         return None
+
+    def verified(self, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
+        """The accessKey whose secret signed this request, or None: a key that is only claimed
+        (unknown, unsigned, wrongly signed, or let in by a whitelist) is no identity."""
+        access_key = ext.get(ACCESS_KEY)
+        account = self.accounts.get(access_key) if access_key else None
+        return account.access_key if account is not None and self._signed_by(account, ext, body) else None
+
+    @staticmethod
+    def _signed_by(account: Account, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> bool:
+        given = ext.get(SIGNATURE) or ""
+        return hmac.compare_digest(given.encode(), signature(account.secret_key, ext, body).encode())
+
+
+def _stamp(path: str) -> tuple[int, int, bytes] | None:
+    """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
+    mtime's resolution still shows); None when it cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+        info = Path(path).stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size, hashlib.sha256(data).digest()
+
+
+def parse_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """``aclBrokerNetworks``: CIDR networks separated by ``,`` (a bare address is one host); a bad
+    one raises ValueError naming it."""
+    return [ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip()]
+
+
+def _networks(text: str) -> AddressMatch:
+    """``aclBrokerNetworks`` (checked at start by the config: state/config.py) as one test."""
+    networks = parse_networks(text)
+    if not networks:
+        return _never
+    return lambda address: any(address in network for network in networks)
+
+
+def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
+    import yaml  # only when ACL is on
+
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
+    entries: Any = document.get("accounts") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise AclConfigError(f"aclAccountsFile: {path} has no 'accounts' list")
+    accounts = {}
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict) or not entry.get("accessKey") or not entry.get("secretKey"):
+            raise AclConfigError(f"aclAccountsFile: {path}: account {number} needs accessKey and secretKey")
+        white = _whitelist(entry.get("whiteRemoteAddress"), f"aclAccountsFile: {path}: account {number}")
+        account = Account(str(entry["accessKey"]), str(entry["secretKey"]), entry.get("admin") is True, white)
+        accounts[account.access_key] = account
+    global_white = _whitelist(document.get("globalWhiteRemoteAddresses"),
+                              f"aclAccountsFile: {path}: globalWhiteRemoteAddresses")
+    return accounts, global_white
 
 
 def _yaml_problem(exc: Exception) -> str:

@@ -25,6 +25,7 @@ from ..compat import Profile, profile_named
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
+from .acl import parse_networks
 
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
@@ -92,6 +93,8 @@ KEYS: list[ConfigKey] = [
     ConfigKey("aclEnable", False, OURS, guarded=True),
     ConfigKey("aclAccountsFile", "", OURS, guarded=True),
     ConfigKey("aclReadRequired", False, OURS, guarded=True),
+    #: networks (CIDR, ``,``-separated) whose brokers register, heartbeat and unregister unsigned (state/acl.py)
+    ConfigKey("aclBrokerNetworks", "", OURS, guarded=True),
     ConfigKey("tls.server.mode", "disabled", OURS, guarded=True),
     ConfigKey("tls.server.certPath", "", OURS, guarded=True),
     ConfigKey("tls.server.keyPath", "", OURS, guarded=True),
@@ -101,6 +104,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
     ConfigKey("inflateMaxLength", DEFAULT_MAX_INFLATED, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
+    #: bytes of unfinished frames and inflating bodies held for all peers together; 0: a quarter of the
+    #: machine's memory limit within 64..256 MiB (budget.py)
+    ConfigKey("receiveMemoryBudget", 0, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
@@ -182,6 +188,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "headerMaxLength": (64, None),
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
+    "receiveMemoryBudget": (0, None),
     "serverChannelMaxIdleTimeSeconds": (0, None),
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
@@ -192,6 +199,14 @@ _RANGES: dict[str, tuple[int, int | None]] = {
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the key."""
+
+
+def _check_networks(text: str) -> None:
+    try:
+        parse_networks(text)
+    except ValueError as exc:
+        raise ConfigError(f"aclBrokerNetworks: {exc} (expected CIDR networks separated by ',', "
+                          "e.g. 10.0.0.0/8,192.168.1.0/24)") from None
 
 
 def _check_nsaddr_list(name: str, text: str) -> None:
@@ -514,6 +529,10 @@ class NamesrvConfig:
             raise ConfigError(f"tls.server.mode: {values['tls.server.mode']!r} is not one of {', '.join(TLS_MODES)}")
         if values["aclEnable"] and not values["aclAccountsFile"]:
             raise ConfigError("aclAccountsFile: required when aclEnable=true (a plain_acl.yml)")
+        if values["receiveMemoryBudget"] and values["receiveMemoryBudget"] < values["frameMaxLength"]:
+            raise ConfigError(f"receiveMemoryBudget: {values['receiveMemoryBudget']} is below frameMaxLength "
+                              f"({values['frameMaxLength']}): one peer's biggest request would not fit")
+        _check_networks(str(values["aclBrokerNetworks"]))
         _check_nsaddr_list("nsaddrList", str(values["nsaddrList"]))
         _check_nsaddr_list("namesrvAddr", str(values["namesrvAddr"]))
         _check_advertised(str(values["advertisedAddress"]))

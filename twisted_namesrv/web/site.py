@@ -18,7 +18,7 @@ from ..peers import PeersService
 from ..peers import as_json as peers_json
 from ..server import RemotingFactory
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
-from .auth import guarded
+from .auth import guarded, is_loopback
 from .collector import registry
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
@@ -145,7 +145,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
-    site = QuietSite(guarded(root, state.acl))  # with aclEnable: accounts, but for web/auth.py's public paths
+    loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
+    site = QuietSite(guarded(root, state.acl, state.refusals, loopback))  # web/auth.py: what is served to whom
     site.displayTracebacks = False
     site.noisy = False
     return site

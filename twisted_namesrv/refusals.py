@@ -1,0 +1,96 @@
+"""Refusals: whatever a listener refuses -- a plain peer on a TLS port, a failed handshake, a request
+the ACL turns away, an HTTP request without an account or for a foreign Host, a limit hit -- is one
+log line naming the listener, the peer and the reason, and one count in
+``namesrv_refusals_total{listener,reason}`` (web/collector.py).
+
+A peer looping on refused requests must not flood the log: each (listener, peer host, reason)'s
+first refusal is a warning, later ones are debug events, all counted (``LimitLog``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from twisted.logger import Logger
+
+from .remoting.codes import code_name
+from .state.acl import ACL_EXCEPTION, AccessControl, request_class
+
+log = Logger(namespace="twisted_namesrv.refusals")
+
+#: the listeners, as the metric's ``listener`` label names them
+LISTENERS = ("remoting", "controller", "http")
+#: every reason, by listener, served at 0 from the start so that an alert has a series to read
+REASONS: dict[str, tuple[str, ...]] = {
+    "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
+                 "tls_handshake", "not_tls"),
+    "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
+                   "memory_budget", "tls_handshake", "not_tls"),
+    "http": ("unauthenticated", "not_admin", "host", "not_loopback"),
+}
+
+
+class LimitLog:
+    """Each (key, peer host)'s first hit is a warning; later ones are debug events (and counted
+    elsewhere), so a peer looping on bad frames or connections cannot flood the log."""
+
+    CAPACITY = 10_000  # (host, key) pairs remembered; forgotten all at once when full
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
+        key = (host, f"{listener}:{limit}")  # each listener's first hit of a limit is a warning of its own
+        if key in self._seen:
+            log.debug(message, limit=limit, listener=listener, **fields)
+            return
+        if len(self._seen) >= self.CAPACITY:
+            self._seen.clear()
+        self._seen.add(key)
+        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=limit,
+                 host=host, listener=listener, **fields)
+
+
+def peer_host(peer: str) -> str:
+    """The host of ``host:port`` / ``[v6]:port`` (a bare host as it is)."""
+    if peer.startswith("["):
+        return peer[1:].partition("]")[0]
+    return peer.rpartition(":")[0] if peer.count(":") == 1 else peer
+
+
+class Refusals:
+    """One per server, shared by its listeners: the counts and the flood-limited log."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.limit_log = LimitLog()
+
+    def __call__(self, listener: str, reason: str, peer: str, message: str, **fields: object) -> None:
+        """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
+        ``{listener}``, ``{reason}`` and ``fields``."""
+        self.counts[listener, reason] += 1
+        self.limit_log(peer_host(peer), reason, "refused on {listener} from {peer}: " + message + " [{reason}]",
+                       listener=listener, reason=reason, peer=peer, refused=reason, **fields)
+
+    def series(self) -> list[tuple[str, str, int]]:
+        """(listener, reason, count) for every known series and any other counted."""
+        known = {(listener, reason) for listener, reasons in REASONS.items() for reason in reasons}
+        return [(listener, reason, self.counts[listener, reason])
+                for listener, reason in sorted(known | set(self.counts))]
+
+
+def acl_refusal(acl: AccessControl | None, refusals: Refusals, listener: str, code: int,
+                ext: Mapping[str, str | None], body: bytes | memoryview | None, peer: str,
+                kind: str | None = None, name: str | None = None) -> str | None:
+    """The AclException text a request from ``peer`` is refused with (logged and counted as
+    ``acl`` on ``listener``), or None when the ACL is off or lets it in.  ``kind``: its class when
+    it is not a NameServer code's (the controller's), ``name`` the code's name then."""
+    if acl is None or not acl.guards(code, kind):
+        return None
+    denied = acl.refusal(code, ext, body, peer, kind)
+    if denied is not None:
+        refusals(listener, "acl", peer, "request {code} ({name}, {kind}) refused: {why}", code=code,
+                 name=name or code_name(code), kind=kind or request_class(code),
+                 why=denied.removeprefix(ACL_EXCEPTION + ": "))
+    return denied
