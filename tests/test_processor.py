@@ -570,7 +570,8 @@ def config_keys(ns: Namesrv) -> dict[str, str]:
 @pytest.mark.parametrize("line", ["kvConfigPath=/tmp/evil", "configStorePath=/tmp/evil", "configBlackList=",
                                   "rocketmqHome=/x", "listenPort=1", "serverChannelMaxIdleTimeSeconds=1",
                                   "compatVersion=4.9.8", "aclEnable=false", "tls.server.mode=disabled",
-                                  "headerMaxLength=99999999"])
+                                  "headerMaxLength=99999999", "controllerStorePath=/tmp/evil",
+                                  "controllerDLegerPeers=n0-127.0.0.1:1", "controllerType=etcd"])
 def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     before = dict(ns.config.values)
     with capturedLogs() as events:

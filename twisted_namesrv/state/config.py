@@ -543,10 +543,12 @@ class NamesrvConfig:
         return self.values[name]
 
     def blocked_keys(self) -> frozenset[str]:
-        """Keys UPDATE_NAMESRV_CONFIG refuses: Java's blacklist plus every guarded key, so a
-        remote peer changes no ports, threads, queues, limits or paths."""
+        """Keys UPDATE_NAMESRV_CONFIG refuses: Java's blacklist, every guarded key, and the keys another
+        module keeps (the embedded controller's store path and peers: Java's UPDATE_NAMESRV_CONFIG does
+        not reach the controller's config either), so a remote peer changes no ports, threads, queues,
+        limits, paths or controller."""
         listed = {k for k in str(self.values["configBlackList"]).split(";") if k}
-        return frozenset(ALWAYS_BLOCKED | listed | {k.name for k in KEYS if k.guarded})
+        return frozenset(ALWAYS_BLOCKED | listed | KEPT_ELSEWHERE | {k.name for k in KEYS if k.guarded})
 
     def listed_keys(self) -> list[str]:
         names = [k.name for k in KEYS if self.profile.name in k.generations or k.name in self.file_keys]
