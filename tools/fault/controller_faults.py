@@ -313,7 +313,7 @@ def make_nodes(workdir: Path, endpoints: list[str], inner_endpoints: list[str] |
         etcd = inner_endpoints if node.prefix and inner_endpoints else endpoints
         node.config.write_text(
             f"listenPort={node.namesrv_port}\nbindAddress={node.host}\nmetricsPort={node.http_port}\n"
-            f"metricsBindAddress={node.host}\nenableControllerInNamesrv=true\ncontrollerType=etcd\n"
+            f"metricsBindAddress={node.host}\nhttpOpenBeyondLoopback=true\nenableControllerInNamesrv=true\ncontrollerType=etcd\n"
             f"controllerEtcdEndpoints={','.join(etcd)}\ncontrollerEtcdKeyPrefix={KEY_PREFIX}\n"
             f"controllerEtcdLeaseTtlSeconds={TTL}\ncontrollerDLegerGroup={group}\ncontrollerDLegerPeers={peers}\n"
             f"controllerDLegerSelfId={node.peer_id}\nscanNotActiveBrokerInterval={scan_ms}\n"

@@ -109,6 +109,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("receiveMemoryBudget", 0, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
+    # without ACL the status page and /api go to loopback peers only; true opens them to every peer
+    # (for a page kept behind the operator's own network rules)
+    ConfigKey("httpOpenBeyondLoopback", False, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath

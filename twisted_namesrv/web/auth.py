@@ -115,8 +115,9 @@ class Gate(resource.Resource):
     With an ACL, every path but the public ones needs an account, KV values an admin one."""
 
     def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
-                 loopback_only: bool = False) -> None:
+                 loopback_only: bool = False, open_beyond_loopback: bool = False) -> None:
         super().__init__()
+        self.open_beyond_loopback = open_beyond_loopback
         self.inner = inner
         self.acl = acl
         self.refusals = refusals or Refusals()
@@ -131,7 +132,8 @@ class Gate(resource.Resource):
         if self.loopback_only and host is not None and not is_loopback(host_of(host)):
             return self._refused(request, 403, "host", "Host {named} is not this machine (the listener is "
                                  "bound to loopback)", named=host.decode("latin-1")[:100])
-        if self.acl is None and not is_public(routed) and not is_loopback_peer(request):
+        if self.acl is None and not self.open_beyond_loopback and not is_public(routed) \
+                and not is_loopback_peer(request):
             return self._refused(request, 403, "not_loopback", "{path} is served to this machine only "
                                  "(aclEnable=false)", path=routed.decode("utf-8", "replace")[:200])
         if self.acl is not None and not is_public(routed):
@@ -179,7 +181,8 @@ def is_loopback_peer(request: server.Request) -> bool:
 
 
 def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
-            loopback_only: bool = False) -> resource.Resource:
+            loopback_only: bool = False, open_beyond_loopback: bool = False) -> resource.Resource:
     """``root`` behind the Gate: normalized paths always, the Host check when bound to loopback,
-    the ACL's accounts when ACL is on, else the status page and /api for loopback peers only."""
-    return Gate(root, acl, refusals, loopback_only)
+    the ACL's accounts when ACL is on, else the status page and /api for loopback peers only
+    (for every peer with ``open_beyond_loopback``: httpOpenBeyondLoopback)."""
+    return Gate(root, acl, refusals, loopback_only, open_beyond_loopback)

@@ -146,7 +146,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
     loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
-    site = QuietSite(guarded(root, state.acl, state.refusals, loopback))  # web/auth.py: what is served to whom
+    opened = bool(state.config["httpOpenBeyondLoopback"])
+    site = QuietSite(guarded(root, state.acl, state.refusals, loopback, opened))  # web/auth.py: who gets what
     site.displayTracebacks = False
     site.noisy = False
     return site
