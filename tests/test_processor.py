@@ -582,6 +582,7 @@ def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     key = line.split("=")[0]
     assert any("127.0.0.1:40000" in formatEvent(e) and key in formatEvent(e) and e["log_level"] == LogLevel.warn
                for e in events)
+    assert ns.state.refusals.counts["remoting", "config_key"] == 1  # namesrv_refusals_total{reason="config_key"}
 
 
 def test_update_config_blacklist_from_config(tmp_path):

@@ -405,8 +405,8 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
     if blocked:
-        log.warn("updateNamesrvConfig from {peer} refused, keys in black list: {keys}", peer=peer.address,
-                 keys=", ".join(blocked))
+        state.refusals("remoting", "config_key", peer.address, "updateNamesrvConfig of keys in black list: {keys}",
+                       keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
         state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},

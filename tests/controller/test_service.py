@@ -54,6 +54,7 @@ def test_bad_input_is_answered_not_crashed_on(tmp_path) -> None:
         assert (heartbeat.code, heartbeat.remark) == (2005, "Heart beat with empty brokerId")
         blocked = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"controllerStorePath=/tmp/x\n")
         assert (blocked.code, blocked.remark) == (16, "Can not update config in black list.")
+        assert service.manager.refusals.counts["controller", "config_key"] == 1  # logged and counted
         updated = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=true\n")
         assert updated.code == 0 and service.config["enableElectUncleanMaster"] is True
         config = yield ask(Req.GET_CONTROLLER_CONFIG)

@@ -20,6 +20,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..refusals import Refusals
 from ..remoting import RemotingCommand
 from ..remoting.codes import V5_3_3
 from . import bodies
@@ -49,7 +50,7 @@ class ControllerManager:
                  clock: Callable[[], float], *, group: str = "", self_id: str = "", address: str = "",
                  peers: list[Peer] | None = None, notifier: Callable[[str, bytes], None] | None = None,
                  close_channel: Callable[[Hashable], None] | None = None,
-                 metrics: ControllerMetrics | None = None) -> None:
+                 metrics: ControllerMetrics | None = None, refusals: Refusals | None = None) -> None:
         self.config = config
         self.store = store
         self.leadership = leadership
@@ -59,6 +60,8 @@ class ControllerManager:
         self.notifier = notifier or (lambda address, frame: None)
         self.close_channel = close_channel or (lambda channel: None)
         self.metrics = metrics or ControllerMetrics()
+        #: the listener's refusals, logged and counted (refusals.py): a blocked UPDATE_CONTROLLER_CONFIG
+        self.refusals = refusals or Refusals()
         self.heartbeats = BrokerHeartbeatManager(lambda: int(self.clock() * 1000))
         self.policy = DefaultElectPolicy(self.heartbeats.is_broker_active, self.heartbeats.get_broker_live_info)
         self.replicas = self._fresh_replicas()

@@ -159,7 +159,10 @@ def update_controller_config(manager: ControllerManager, request: RemotingComman
     blocked = set(str(manager.config["configBlackList"]).split(";")) | {"configBlackList", "configStorePath",
                                                                        "rocketmqHome"}
     guarded = {k for k in props if k in CONTROLLER_KEY_NAMES and k not in UPDATABLE}
-    if blocked & props.keys() or guarded:
+    refused = sorted(blocked & props.keys() | guarded)
+    if refused:
+        manager.refusals("controller", "config_key", peer.address,
+                         "updateControllerConfig of keys in black list: {keys}", keys=", ".join(refused))
         return reply(request, Code.NO_PERMISSION, "Can not update config in black list.")
     try:
         manager.config.update({k: v for k, v in props.items() if k in CONTROLLER_KEY_NAMES})

@@ -83,12 +83,12 @@ class ControllerService(service.MultiService):
         self.metrics = Metrics(clock=reactor.seconds)
         self.controller_metrics = ControllerMetrics()
         self.notifier = Notifier(reactor, "notify broker role change")
+        refusals = refusals or Refusals()
         self.manager = ControllerManager(
             config, self.store, self.leadership, reactor.seconds,
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
             DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
-            close_channel=self._close_channel, metrics=self.controller_metrics)
-        refusals = refusals or Refusals()
+            close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals)
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
