@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet import defer, protocol, reactor
+from twisted.internet import defer, protocol, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand
@@ -100,3 +100,21 @@ class RemotingClient(protocol.Protocol):
 
 def connect(port: int) -> defer.Deferred:
     return connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RemotingClient())
+
+
+class ClockedReactor:
+    """The real reactor for sockets, a task.Clock for time: the test says when time passes."""
+
+    def __init__(self, clock: task.Clock) -> None:
+        self.clock = clock
+
+    def seconds(self) -> float:
+        return self.clock.seconds()
+
+    def callLater(self, delay, f, *args, **kwargs):
+        if delay == 0:  # the next turn (closed channels' brokers leave then) is no time passing
+            return reactor.callLater(0, f, *args, **kwargs)
+        return self.clock.callLater(delay, f, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(reactor, name)

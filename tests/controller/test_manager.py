@@ -130,9 +130,59 @@ def test_the_inactive_master_scan_elects_when_a_master_timed_out(tmp_path) -> No
     manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
     manager.scan_inactive_master()
     assert manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1  # alive: nothing to do
-    clock.advance(3.5)  # 1's heartbeat is too old, though the heartbeat scan has not removed it yet
+    clock.advance(5)  # past the first interval as leader; 1's heartbeat is too old, though not yet scanned out
     manager.scan_inactive_master()
     info = manager.replicas.sync_state_set_info_table["g"]
     assert (info.master_broker_id, info.master_epoch) == (2, 2)
     assert manager.elections["g"]["oldMaster"] == 1 and manager.elections["g"]["trigger"] == "controller"
+    store.close()
+
+
+def test_a_new_leader_elects_no_master_within_its_first_interval(tmp_path) -> None:
+    """After a restart no heartbeat is known: the slave that beats first must not replace a master
+    whose beat is a moment behind.  The scan runs from the start (TimerService), but elects only one
+    scanInactiveMasterInterval after the leadership began (Java's DLedgerController starts it then)."""
+    from twisted.application.internet import TimerService
+
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    store.close()
+
+    clock.advance(100)
+    restarted, store = manager_on(tmp_path, clock)  # replayed: master 1, no heartbeats known
+    scan = TimerService(1, restarted.scan_inactive_master)
+    scan.clock = clock
+    scan.startService()  # scans at once, then every second
+    restarted.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10002", 2, 10_000, "ch2", 0, 0, 0, 0)
+    clock.pump([1] * 4)  # 4 s: the master has not beaten yet, the slave has
+    assert restarted.in_first_heartbeat_grace()
+    assert restarted.replicas.sync_state_set_info_table["g"].master_broker_id == 1 and restarted.elections == {}
+    restarted.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10001", 1, 10_000, "ch1", 0, 0, 0, 0)
+    clock.pump([1] * 10)  # the master is back: no election ever
+    assert restarted.replicas.sync_state_set_info_table["g"].master_broker_id == 1 and restarted.elections == {}
+    scan.stopService()
+    store.close()
+
+
+def test_a_master_silent_past_the_first_interval_is_replaced(tmp_path) -> None:
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    store.close()
+    restarted, store = manager_on(tmp_path, clock)
+    restarted.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10002", 2, 10_000, "ch2", 0, 0, 0, 0)
+    clock.advance(4.9)
+    restarted.scan_inactive_master()
+    assert restarted.replicas.sync_state_set_info_table["g"].master_broker_id == 1
+    clock.advance(0.1)  # scanInactiveMasterInterval (5 s) since the leadership: the master never came back
+    restarted.scan_inactive_master()
+    assert restarted.replicas.sync_state_set_info_table["g"].master_broker_id == 2
+    assert restarted.elections["g"]["trigger"] == "controller"
     store.close()

@@ -250,3 +250,14 @@ def test_many_pipelined_requests_are_all_answered_in_order(tmp_path) -> None:
     finally:
         client.transport.loseConnection()
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_listener_and_both_scans_are_child_services(tmp_path):
+    """Twisted's service tree, not calls started by hand: stopping the service stops the scans."""
+    service, _ = yield start_controller(tmp_path)
+    children = {child.name: child for child in service}
+    assert set(children) == {"controller", "scanNotActiveBrokerInterval", "scanInactiveMasterInterval"}
+    assert children["scanInactiveMasterInterval"].step == 5.0 and all(child.running for child in service)
+    yield service.stopService()
+    assert not any(child.running for child in service)

@@ -19,7 +19,7 @@ import pytest_twisted
 from twisted.internet import defer, reactor, task, utils
 from twisted.web.client import Agent, readBody
 
-from tests.support import TIMEOUT, connect, free_port, server_config
+from tests.support import TIMEOUT, ClockedReactor, connect, free_port, server_config
 from twisted_namesrv import __version__
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
@@ -40,24 +40,6 @@ def chromium() -> str:
             pytest.fail("chromium is not installed (tools/setup-env.sh installs it)")
         pytest.skip("chromium is not installed")
     return found
-
-
-class ClockedReactor:
-    """The real reactor for sockets, a task.Clock for time: the test says when time passes."""
-
-    def __init__(self, clock: task.Clock) -> None:
-        self.clock = clock
-
-    def seconds(self) -> float:
-        return self.clock.seconds()
-
-    def callLater(self, delay, f, *args, **kwargs):
-        if delay == 0:  # the next turn (closed channels' brokers leave then) is no time passing
-            return reactor.callLater(0, f, *args, **kwargs)
-        return self.clock.callLater(delay, f, *args, **kwargs)
-
-    def __getattr__(self, name: str):
-        return getattr(reactor, name)
 
 
 class Night:

@@ -66,6 +66,8 @@ class ControllerManager:
         self.policy = DefaultElectPolicy(self.heartbeats.is_broker_active, self.heartbeats.get_broker_live_info)
         self.replicas = self._fresh_replicas()
         self.ready = False  # leader, log replayed
+        #: when this controller last became ready: the inactive-master scan waits one interval from here
+        self.ready_since: float | None = None
         self.events_applied = 0
         #: broker name -> the last election: when, trigger, candidates, result, why (status page, API)
         self.elections: dict[str, dict[str, Any]] = {}
@@ -114,6 +116,7 @@ class ControllerManager:
             replicas.apply_event(decode_event(entry))
         self.replicas, self.events_applied = replicas, len(entries)
         self.ready = self.leadership.is_leader
+        self.ready_since = self.clock() if self.ready else None
         log.info("controller state replayed: {events} events, {groups} broker groups", events=len(entries),
                  groups=len(replicas.replica_info_table))
         compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
@@ -278,11 +281,20 @@ class ControllerManager:
             self.on_broker_inactive(identity.cluster_name, identity.broker_name, identity.broker_id)
 
     def scan_inactive_master(self) -> None:
-        """Groups whose master is gone while a member is alive: elect (a missed trigger's backstop)."""
-        if not self.ready:
+        """Groups whose master is gone while a member is alive: elect (a missed trigger's backstop).
+        Not within one scanInactiveMasterInterval of becoming leader (``in_first_heartbeat_grace``)."""
+        if not self.ready or self.in_first_heartbeat_grace():
             return
         for name in self.replicas.scan_need_reelect_broker_sets(self.alive):
             self.on_broker_inactive(None, name, None)
+
+    def in_first_heartbeat_grace(self) -> bool:
+        """A new leader knows no heartbeat (they are not in the log): the first broker of a group to
+        beat again would find its master "inactive" and be elected in its place.  Java's
+        DLedgerController starts this scan one scanInactiveMasterInterval after it leads; so does this
+        manager, by its own clock, whatever runs the scan."""
+        grace = float(self.config["scanInactiveMasterInterval"]) / 1000
+        return self.ready_since is None or self.clock() - self.ready_since < grace
 
     # -- metadata ---------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from twisted.application import service
-from twisted.internet import defer, protocol, task
+from twisted.application.internet import TimerService
+from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -43,7 +44,7 @@ DEFAULT_GROUP, DEFAULT_SELF_ID = "default", "n0"
 
 
 class ControllerService(service.MultiService):
-    """The controller: log + leadership + manager + listener + scans.
+    """The controller: log + leadership + manager, and as children the listener and the two scans.
 
     ``store``/``leadership`` default to the single-node FileControllerLog under
     ``controllerStorePath`` and SoleLeader.  Several peers pass a ``consensus`` instead (the etcd
@@ -97,14 +98,15 @@ class ControllerService(service.MultiService):
                                  listen_port, bind_address)
         self.listener.setServiceParent(self)
         self._store_open = False
-        self._scans = [self._looping(self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
-                       self._looping(self.manager.scan_inactive_master, "scanInactiveMasterInterval")]
+        # the scans, Twisted's TimerService (the first call at start): the manager keeps the
+        # inactive-master scan from electing within its first interval as leader (in_first_heartbeat_grace)
+        for work, key in ((self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
+                          (self.manager.scan_inactive_master, "scanInactiveMasterInterval")):
+            scan = TimerService(float(config[key]) / 1000, work)
+            scan.clock = reactor
+            scan.setName(key)
+            scan.setServiceParent(self)
         self.ready: defer.Deferred[None] = defer.Deferred()
-
-    def _looping(self, work: Callable[[], None], key: str) -> tuple[task.LoopingCall, str]:
-        call = task.LoopingCall(work)
-        call.clock = self.reactor
-        return call, key
 
     def _close_channel(self, channel: Hashable) -> None:
         self.factory.close_channel(channel)  # type: ignore[arg-type]
@@ -151,8 +153,6 @@ class ControllerService(service.MultiService):
                 lambda failure: log.error("controller consensus: {why}", why=failure.getErrorMessage()))
 
         def started(_: object) -> None:
-            for call, key in self._scans:
-                call.start(max(0.1, float(self.config[key]) / 1000), now=False)
             log.info("controller listening on {address} (group {group}, id {id}), store {store}",
                      address=self.manager.address, group=self.manager.group or "-", id=self.manager.self_id or "-",
                      store=getattr(self.file_log, "path", "external"))
@@ -165,9 +165,6 @@ class ControllerService(service.MultiService):
         d.addCallbacks(started, failed)
 
     def stopService(self) -> Any:
-        for call, _ in self._scans:
-            if call.running:
-                call.stop()
         for connection in list(self.factory.connections.values()):
             transport: Any = connection.transport
             transport.loseConnection()
