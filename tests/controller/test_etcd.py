@@ -453,3 +453,34 @@ async def test_as_a_child_service_it_joins_on_start_and_leaves_on_stop(etcd):  #
         if parent.running:
             await parent.stopService()
         await second.stop()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_stalled_answer_body_is_cut_at_the_timeout_and_its_connection_closed():
+    """Why the gateway reads bodies with read_body and not twisted.web.client.readBody: an Agent's
+    body protocol gets HTTP11ClientProtocol's TransportProxyProducer, which has no abortConnection,
+    so readBody warns at every answer and its cancellation (the call's timeout) closes nothing.
+    read_body's stops the producer: the connection closes, and the call fails instead of hanging."""
+    from twisted.internet import protocol
+
+    lost: defer.Deferred = defer.Deferred()
+
+    class Stall(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            if b"\r\n\r\n" in data and not getattr(self, "answered", False):
+                self.answered = True  # the headers and 2 of 100 promised bytes, then nothing
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: 100\r\n\r\n{}")
+
+        def connectionLost(self, reason=None) -> None:
+            lost.callback(None)
+
+    port = reactor.listenTCP(0, protocol.Factory.forProtocol(Stall), interface="127.0.0.1")
+    gateway = EtcdGateway([f"http://127.0.0.1:{port.getHost().port}"], reactor, timeout=0.3)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - whatever the timeout turns into, the call ends
+            yield gateway.call("kv/range", {"key": b64(b"k")}, retry=False)
+        yield lost  # closed by the client: the test's own timeout fails it otherwise
+    finally:
+        yield gateway.close()
+        yield port.stopListening()

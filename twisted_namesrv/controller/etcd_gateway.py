@@ -235,9 +235,12 @@ class EtcdGateway:
 
 
 def read_body(response: Any) -> Deferred[bytes]:
-    """The whole body of ``response``; cancelling the Deferred closes the connection.  Not
-    twisted.web.client.readBody: on an Agent's response it warns (DeprecationWarning: the body's
-    transport has no abortConnection) at every call, as it did for every etcd request when tried."""
+    """The whole body of ``response``; cancelling the Deferred (the call's timeout) closes the
+    connection.  Not twisted.web.client.readBody: an Agent hands the body protocol
+    HTTP11ClientProtocol's ``TransportProxyProducer``, which has no ``abortConnection`` (Twisted issue
+    8227, open), so readBody warns (DeprecationWarning) at every answer and its cancel closes nothing: a
+    stalled etcd body stayed connected past the timeout, and its late end raised AlreadyCalledError.
+    ``stopProducing`` is what the proxy passes on (tests/controller/test_etcd.py, the stalled answer)."""
     body = _Body()
     body.done = Deferred(lambda _: body.transport.stopProducing() if body.transport else None)
     response.deliverBody(body)
