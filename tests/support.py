@@ -49,7 +49,7 @@ def free_port() -> int:
 @defer.inlineCallbacks
 def start_server(config: NamesrvConfig):
     """A started NamesrvService and its port number; stop it with ``service.stopService()``."""
-    service = NamesrvService(config, reactor)
+    service = NamesrvService.from_config(config, reactor)
     service.startService()
     port = yield service.port_ready
     return service, port.getHost().port

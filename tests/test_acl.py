@@ -314,7 +314,8 @@ def test_the_accounts_file_is_read_again_when_it_changes_and_a_broken_one_change
     from twisted_namesrv.state.acl import RELOAD_INTERVAL_SECONDS
 
     clock = task.Clock()
-    service = NamesrvService(server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file), reactor=clock)
+    service = NamesrvService.from_config(server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file),
+                                         reactor=clock)
     acl = service.state.acl
     timer = next(child for child in service if getattr(child, "step", None) == RELOAD_INTERVAL_SECONDS)
     timer.startService()

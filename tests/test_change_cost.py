@@ -52,7 +52,7 @@ class Walked(dict):
 class Cluster:
     def __init__(self, tmp_path) -> None:
         self.clock = task.Clock()
-        self.service = NamesrvService(server_config(tmp_path), reactor=self.clock)
+        self.service = NamesrvService.from_config(server_config(tmp_path), reactor=self.clock)
         self.routes = self.service.state.routes
         self.answers = self.service.state.answers
         self.opaque = 0

@@ -81,7 +81,7 @@ def test_ports_agree_between_server_pod_service_and_probes(docs, tmp_path):
 
 def test_probe_paths_are_served_by_the_http_port(docs, tmp_path):
     options = options_as_deployed(docs, tmp_path)
-    service = NamesrvService(options.config)
+    service = NamesrvService.from_config(options.config)
     served = {b"/" + name for name in service.http_resources()}
     assert container(docs)["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container(docs)["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -246,7 +246,7 @@ def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path)
 
     config = options_as_deployed(docs, tmp_path).config
     assert not config["aclEnable"]
-    service = NamesrvService(config)
+    service = NamesrvService.from_config(config)
     site = make_site(service.state, service.factory, service.http_resources())
 
     def resource_for(path: str, peer: str):

@@ -322,7 +322,7 @@ def served_paths() -> set[str]:
     from twisted_namesrv.service import NamesrvService
     from twisted_namesrv.state.config import NamesrvConfig
 
-    service = NamesrvService(NamesrvConfig({"metricsPort": 9877}))
+    service = NamesrvService.from_config(NamesrvConfig({"metricsPort": 9877}))
     paths = {"/" + name.decode() for name in service.http_resources()} | {"/", "/metrics"}
     api = ("overview", "clusters", "topics", "route", "kv", "events")
     return paths | {f"/api/{name}" for name in api}

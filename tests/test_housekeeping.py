@@ -168,7 +168,7 @@ def test_stop_service_stops_the_scan(tmp_path):
     ("4.9.8", {"scanNotActiveBrokerInterval": 2000}, 10.0)])
 def test_service_scan_interval(tmp_path, profile, values, interval):
     clock = task.Clock()
-    service = NamesrvService(config(tmp_path, profile, **values), reactor=clock)
+    service = NamesrvService.from_config(config(tmp_path, profile, **values), reactor=clock)
     assert service.housekeeping.interval == interval
     assert service.factory.idle_timeout == 120
     service.housekeeping.startService()

@@ -32,7 +32,7 @@ def start_of_frame(size: int) -> bytes:
 @pytest.fixture
 def service(tmp_path):
     config = server_config(tmp_path, frameMaxLength=MiB, receiveMemoryBudget=2 * MiB)
-    return NamesrvService(config, reactor=task.Clock())
+    return NamesrvService.from_config(config, reactor=task.Clock())
 
 
 def connect(service, port: int):
@@ -93,7 +93,7 @@ def test_an_inflation_that_would_pass_the_budget_is_refused_and_gives_everything
 
 def test_a_zip_bomb_registration_is_answered_with_an_error_within_the_budget(tmp_path):
     config = server_config(tmp_path, frameMaxLength=MiB, receiveMemoryBudget=4 * MiB)
-    service = NamesrvService(config, reactor=task.Clock())
+    service = NamesrvService.from_config(config, reactor=task.Clock())
     proto, transport = connect(service, 7)
     ext = {"clusterName": "c", "brokerAddr": "10.0.0.9:10911", "brokerName": "b", "brokerId": "0",
            "compressed": "true"}

@@ -8,6 +8,7 @@ import ipaddress
 import socket
 import ssl
 import struct
+import sys
 
 import pytest
 import pytest_twisted
@@ -18,6 +19,7 @@ from cryptography.x509.oid import NameOID
 from twisted.internet import threads
 
 from tests.support import server_config, start_server
+from twisted_namesrv import CannotStart
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import ConfigError
@@ -111,7 +113,7 @@ def test_permissive_peer_that_never_speaks_is_closed_when_idle(tmp_path, certifi
     from twisted.internet.testing import StringTransport
 
     clock = task.Clock()
-    service = NamesrvService(tls_config(tmp_path, certificate, "permissive"), reactor=clock)
+    service = NamesrvService.from_config(tls_config(tmp_path, certificate, "permissive"), reactor=clock)
     silent = service.remoting.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 1))
     transport = StringTransport()
     silent.makeConnection(transport)
@@ -125,8 +127,8 @@ def test_permissive_peer_that_never_speaks_is_closed_when_idle(tmp_path, certifi
       "tls.server.keyPath": "/nonexistent/key.pem"}, "tls.server.certPath: cannot read"),
 ])
 def test_bad_tls_settings_stop_the_start_naming_the_key(tmp_path, values, key):
-    with pytest.raises(ConfigError, match=f"^{key}"):
-        NamesrvService(server_config(tmp_path, **values))
+    with pytest.raises(CannotStart, match=f"^{key}"):
+        NamesrvService.from_config(server_config(tmp_path, **values))
 
 
 def test_an_unknown_tls_mode_is_refused(tmp_path):
@@ -138,17 +140,55 @@ def test_garbage_key_file_is_refused(tmp_path, certificate):
     (tmp_path / "bad.pem").write_bytes(struct.pack(">I", 7) * 10)
     values = {"tls.server.mode": "enforcing", "tls.server.certPath": str(certificate[0]),
               "tls.server.keyPath": str(tmp_path / "bad.pem")}
-    with pytest.raises(ConfigError, match="^tls.server.certPath/keyPath: not a PEM"):
-        NamesrvService(server_config(tmp_path, **values))
+    with pytest.raises(CannotStart, match="^tls.server.certPath/keyPath: not a PEM"):
+        NamesrvService.from_config(server_config(tmp_path, **values))
+
+
+#: files opened while _OPENS_WATCHED[0] is set (an audit hook: Python allows no removing one)
+_OPENS_WATCHED: list = [None]
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    if event == "open" and _OPENS_WATCHED[0] is not None and not str(args[0]).endswith((".py", ".pyc")):
+        _OPENS_WATCHED[0].append(str(args[0]))
+
+
+def opened_by(build):
+    """``build()``'s result and the files it opened (imports aside)."""
+    if _record_opens not in getattr(opened_by, "hooked", ()):
+        sys.addaudithook(_record_opens)
+        opened_by.hooked = (_record_opens,)
+    _OPENS_WATCHED[0] = []
+    try:
+        return build(), _OPENS_WATCHED[0]
+    finally:
+        _OPENS_WATCHED[0] = None
+
+
+def test_files_are_read_by_load_and_the_service_is_built_reading_none(tmp_path, certificate):
+    """The TLS keys (once, for both ports), the KV store and the page's events are read by ``load``
+    (from_config; twistd's makeService); building the service and its controller opens no file."""
+    from twisted.internet import task
+
+    from twisted_namesrv.service import load
+
+    config = tls_config(tmp_path, certificate, "enforcing")
+    (tmp_path / "kvConfig.json").write_text('{"configTable": {}}')
+    clock = task.Clock()
+    loaded, read = opened_by(lambda: load(config, clock))
+    assert str(certificate[0]) in read and str(certificate[1]) in read and str(tmp_path / "kvConfig.json") in read
+    service, opened = opened_by(lambda: NamesrvService(config, loaded, clock, controller_port=0))
+    assert opened == []
+    assert service.controller.listener.factory.tls is not None and service.remoting.factory.enforcing
 
 
 @pytest_twisted.inlineCallbacks
 def test_the_embedded_controllers_port_follows_tls_server_mode(tmp_path, certificate):
-    """The controller listens through the same listening_factory as the remoting port: with
+    """The controller listens through the same tls.listen_with as the remoting port: with
     enforcing, a plain peer is closed and a TLS one answered (105 is no controller code: refused)."""
     from twisted.internet import reactor
 
-    service = NamesrvService(tls_config(tmp_path, certificate, "enforcing"), reactor, controller_port=0)
+    service = NamesrvService.from_config(tls_config(tmp_path, certificate, "enforcing"), reactor, controller_port=0)
     service.startService()
     try:
         yield service.controller.ready

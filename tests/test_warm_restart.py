@@ -94,7 +94,8 @@ def test_a_damaged_snapshot_starts_empty(tmp_path):
     (tmp_path / "routes.json").write_bytes(b'{"format": 1, "profile": "5.3.3", "topicQueueTable": [')
     clock = task.Clock()
     clock.advance(START)
-    service = NamesrvService(config(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json")), reactor=clock)
+    service = NamesrvService.from_config(config(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json")),
+                                         reactor=clock)
     assert service.state.routes.topicQueueTable == {}
     assert (tmp_path / "routes.json.corrupt").read_bytes().endswith(b'"topicQueueTable": [')
     assert not (tmp_path / "routes.json").exists()

@@ -1,17 +1,19 @@
-"""NamesrvService: load configuration and KV, listen, run the timers, stop cleanly."""
+"""NamesrvService: what a NameServer starts from, read once (``load``); the service tree built on it
+(listeners, timers, the controller: children, constructed without I/O); a clean stop."""
 
 from __future__ import annotations
 
 import gc
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 from twisted.application import service
 from twisted.application.internet import TimerService
-from twisted.internet import defer, interfaces, task
+from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 
 from . import CannotStart, __version__, audit, sdnotify
@@ -26,12 +28,12 @@ from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import Listener, Notifier, RemotingFactory
-from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl
+from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
-from .state.kv import KVConfigManager
+from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
-from .tls import listening_factory
+from .tls import listen_with
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -76,6 +78,57 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
                         lambda text: config_file.save(java_utf8(text)), acl=acl,
                         budget=budget)
+
+
+def route_events_to(metrics: Metrics) -> EventListener:
+    """Every route event to the log and to the metrics (the status page's events)."""
+    def heard(kind: str, info: dict) -> None:
+        log_route_event(kind, info)
+        metrics.route_event(kind, info)
+    return heard
+
+
+@dataclass
+class Loaded:
+    """What a NameServer starts from, read from disk by ``load`` before anything is built on it."""
+
+    state: NamesrvState
+    metrics: Metrics
+    #: NOTIFY_MIN_BROKER_ID_CHANGE's pushes (the routes' notifier)
+    notifier: Notifier
+    #: the status page's events of the last run, restored
+    events: EventLogService
+    #: routes of the last run (routeSnapshotPath), restored; None without a snapshot file
+    snapshots: RouteSnapshotService | None
+    #: what a remoting port listens with, the TLS keys read (tls.server.mode)
+    listen_with: Callable[[RemotingFactory], protocol.Factory]
+
+
+def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
+    """Every read a start needs, in one place: the data dir checked, the page's events, the KV store,
+    the ACL accounts (aclEnable), the route snapshot, the TLS certificate and key.  What the server
+    cannot run with is one CannotStart naming the key or file (each launcher prints it as its one line)."""
+    try:
+        check_paths(config)
+        metrics = Metrics(clock=reactor.seconds)
+        events = EventLogService(metrics, events_path(config), reactor)
+        events.load()
+        notifier = Notifier(reactor, "notify min broker id change")
+        state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
+                            route_events_to(metrics), metrics.store_failures)
+        state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
+        snapshots = None
+        if config["routeSnapshotPath"]:
+            snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
+                                             config["routeSnapshotInterval"] / 1000)
+            snapshots.load()
+        wrap = listen_with(config)  # a bad TLS setup fails here
+    except KVConfigError as exc:
+        raise CannotStart(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it") \
+            from None
+    except (AclConfigError, ConfigError) as exc:
+        raise CannotStart(str(exc)) from None
+    return Loaded(state, metrics, notifier, events, snapshots, wrap)
 
 
 def reload_acl(acl: AccessControl) -> None:
@@ -123,23 +176,28 @@ def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
 
 
 class NamesrvService(service.MultiService):
-    def __init__(self, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
-                 controller_bind: str | None = None) -> None:
-        super().__init__()
+    """The NameServer: its listeners, timers and (when asked for) controller are child services.
+    Built on what ``load`` read, reading nothing itself; ``from_config`` does both."""
+
+    @classmethod
+    def from_config(cls, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
+                    controller_bind: str | None = None) -> NamesrvService:
+        """Read what the server starts from (``load``) and build it: CannotStart names what it cannot run with."""
         if reactor is None:
             from twisted.internet import reactor as default_reactor
             reactor = default_reactor
+        return cls(config, load(config, reactor), reactor, controller_port, controller_bind)
+
+    def __init__(self, config: NamesrvConfig, loaded: Loaded, reactor, controller_port: int | None = None,
+                 controller_bind: str | None = None) -> None:
+        super().__init__()
         self.config = config
         self.reactor = reactor
-        check_paths(config)
-        self.metrics = Metrics(clock=reactor.seconds)
-        self.events = EventLogService(self.metrics, events_path(config), reactor)  # the page's events kept
-        self.events.load()
+        self.metrics = loaded.metrics
+        self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
-        self.notifier = Notifier(reactor, "notify min broker id change")
-        self.state = build_state(config, reactor, min_broker_id_notifier(self.notifier, config.profile.mq_version),
-                                 self._route_event, self.metrics.store_failures)
-        self.state.routes.on_lost = self.metrics.lost_topics.departed  # the status page's lost topics
+        self.notifier = loaded.notifier
+        self.state = loaded.state
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
@@ -153,23 +211,19 @@ class NamesrvService(service.MultiService):
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
-        self.snapshots: RouteSnapshotService | None = None
-        if config["routeSnapshotPath"]:
-            self.snapshots = RouteSnapshotService(self.state.routes, config["routeSnapshotPath"], reactor,
-                                                  config["routeSnapshotInterval"] / 1000)
-            self.snapshots.load()
+        self.snapshots = loaded.snapshots
+        if self.snapshots is not None:
             self.snapshots.setServiceParent(self)
         self.controller = None  # RocketMQ 5.x's controller, when asked for (imported only then)
         if config["enableControllerInNamesrv"] or controller_port is not None:
             from .controller.service import embedded_controller
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
-                                                  self.state.refusals, self.state.budget)
+                                                  self.state.refusals, self.state.budget, loaded.listen_with)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
-        remoting_factory = listening_factory(config, self.factory)  # a bad TLS setup fails here
-        self.remoting = Listener("listenPort", remoting_factory, reactor, config["listenPort"], config["bindAddress"],
-                                 config["serverSocketBacklog"])
+        self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],
+                                 config["bindAddress"], config["serverSocketBacklog"])
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
@@ -219,10 +273,6 @@ class NamesrvService(service.MultiService):
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
                 "started": bool(self.running), "not_stopping": not self.stopping}
-
-    def _route_event(self, kind: str, info: dict) -> None:
-        log_route_event(kind, info)
-        self.metrics.route_event(kind, info)
 
     @property
     def port(self) -> interfaces.IListeningPort | None:

@@ -20,9 +20,7 @@ from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
-from .state.acl import AclConfigError
 from .state.config import ConfigError, NamesrvConfig
-from .state.kv import KVConfigError
 
 log = Logger()
 
@@ -207,10 +205,8 @@ def makeService(options: Options):
     from .service import NamesrvService
 
     report_cannot_start_in_one_line()
-    try:
-        return NamesrvService(options.config, controller_port=options.controller_port(),
-                              controller_bind=options["controller-bind"])
-    except KVConfigError as exc:
-        cannot_start(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it")
-    except (AclConfigError, ConfigError, CannotStart) as exc:
+    try:  # every file the server starts from is read here, before twistd daemonises
+        return NamesrvService.from_config(options.config, controller_port=options.controller_port(),
+                                          controller_bind=options["controller-bind"])
+    except CannotStart as exc:
         cannot_start(str(exc))

@@ -18,6 +18,7 @@ process (its memory cost: docs/benchmarks.md), so installs without TLS leave it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,13 +145,15 @@ class SniffingFactory(protocol.Factory):
         return SniffingProtocol(self, addr)
 
 
-def listening_factory(config: NamesrvConfig, remoting: RemotingFactory) -> protocol.Factory:
-    """What a remoting port (the NameServer's, the controller's) listens with, by ``tls.server.mode``."""
+def listen_with(config: NamesrvConfig) -> Callable[[RemotingFactory], protocol.Factory]:
+    """What a remoting port (the NameServer's, the controller's) listens with, by ``tls.server.mode``:
+    the certificate and key are read here, once for every port (a ConfigError naming the key)."""
     mode = config["tls.server.mode"]
     if mode == "disabled":
-        return remoting
+        return lambda remoting: remoting
     try:
         import OpenSSL  # noqa: F401 -- Twisted's TLS needs it
     except ImportError:
         raise ConfigError(f"tls.server.mode: {mode} needs pyOpenSSL: pip install 'twisted-namesrv[tls]'") from None
-    return SniffingFactory(remoting, refusing_tls_factory(context_factory(config), remoting), mode == "enforcing")
+    context = context_factory(config)
+    return lambda remoting: SniffingFactory(remoting, refusing_tls_factory(context, remoting), mode == "enforcing")

@@ -57,7 +57,7 @@ async def guarded(tmp_path, pki):
     acl.write_text(ACCOUNTS)
     config = server_config(tmp_path, aclEnable=True, aclAccountsFile=str(acl), **{
         "tls.server.mode": "enforcing", "tls.server.certPath": str(pki.cert), "tls.server.keyPath": str(pki.key)})
-    service = NamesrvService(config, reactor, controller_port=0)
+    service = NamesrvService.from_config(config, reactor, controller_port=0)
     service.startService()
     await service.port_ready
     await service.controller.ready

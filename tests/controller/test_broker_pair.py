@@ -19,7 +19,7 @@ from .broker_pair import ControllerModeBroker
 @defer.inlineCallbacks
 def start_namesrv_with_controller(tmp_path):
     config = server_config(tmp_path)
-    service = NamesrvService(config, reactor, controller_port=0)
+    service = NamesrvService.from_config(config, reactor, controller_port=0)
     service.startService()
     port = yield service.port_ready
     yield service.controller.ready
@@ -102,7 +102,7 @@ def test_metrics_and_status_api_show_the_controller(tmp_path) -> None:
 
     web_port = free_port()
     config = server_config(tmp_path, metricsPort=web_port)
-    service = NamesrvService(config, reactor, controller_port=0)
+    service = NamesrvService.from_config(config, reactor, controller_port=0)
     service.startService()
     port = (yield service.port_ready).getHost().port
     yield service.controller.ready

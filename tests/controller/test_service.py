@@ -100,7 +100,7 @@ def test_enable_controller_in_namesrv_without_peers_refuses_to_start(tmp_path) -
 
     config = server_config(tmp_path, enableControllerInNamesrv=True)
     try:
-        NamesrvService(config, reactor)
+        NamesrvService.from_config(config, reactor)
     except CannotStart as exc:
         assert "controllerDLegerPeers" in str(exc)
     else:
@@ -205,7 +205,7 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
                          "controllerDLegerSelfId": "n0"})
     from twisted_namesrv.service import NamesrvService
 
-    service = NamesrvService(config, reactor)
+    service = NamesrvService.from_config(config, reactor)
     consensus = FakeConsensus.made[-1]
     assert consensus.address == f"127.0.0.1:{port}"
     assert consensus.values["controllerEtcdEndpoints"] == "http://127.0.0.1:2379"
@@ -225,7 +225,7 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
     from twisted_namesrv import CannotStart
 
     try:
-        NamesrvService(no_port, reactor, controller_port=0)
+        NamesrvService.from_config(no_port, reactor, controller_port=0)
     except CannotStart as exc:
         assert "controllerType=etcd" in str(exc)
     else:

@@ -124,7 +124,7 @@ def test_an_open_http_side_without_acl_is_warned_of(tmp_path, acl_file):
         for values in ({"metricsBindAddress": "0.0.0.0"}, {"metricsBindAddress": "0.0.0.0", "aclEnable": True,
                                                            "aclAccountsFile": acl_file},
                        {"bindAddress": "0.0.0.0"}):
-            service = NamesrvService(server_config(tmp_path, metricsPort=free_port(), **values), reactor)
+            service = NamesrvService.from_config(server_config(tmp_path, metricsPort=free_port(), **values), reactor)
             service._warn_of_open_web()
     finally:
         globalLogPublisher.removeObserver(events.append)

@@ -31,7 +31,7 @@ def controller_rows(dom: str) -> list[list[str]]:
 def test_the_controller_section_shows_each_groups_master_epoch_and_sync_state_set(tmp_path):
     browser = chromium()
     web_port = free_port()
-    service = NamesrvService(server_config(tmp_path, metricsPort=web_port), reactor, controller_port=0)
+    service = NamesrvService.from_config(server_config(tmp_path, metricsPort=web_port), reactor, controller_port=0)
     service.startService()
     namesrv_port = (yield service.port_ready).getHost().port
     yield service.controller.ready

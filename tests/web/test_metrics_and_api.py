@@ -28,7 +28,7 @@ class Served:
         self.clock = task.Clock()
         self.clock.advance(START)
         values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
-        self.service = NamesrvService(config(tmp_path, **values), reactor=self.clock)
+        self.service = NamesrvService.from_config(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
         self.registry = registry(self.service.state, self.service.factory)
         self.api = StatusApi(self.service.state, self.service.factory)

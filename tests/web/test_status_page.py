@@ -48,7 +48,7 @@ class Night:
     def __init__(self, tmp_path, **values) -> None:
         self.clock = task.Clock()
         self.clock.advance(START)
-        self.service = NamesrvService(server_config(tmp_path, metricsPort=free_port(), **values),
+        self.service = NamesrvService.from_config(server_config(tmp_path, metricsPort=free_port(), **values),
                                       ClockedReactor(self.clock))
         self.clients = []
 

@@ -21,14 +21,13 @@ from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .. import CannotStart
+from .. import CannotStart, tls
 from ..budget import MemoryBudget
 from ..dispatch import Dispatcher
 from ..metrics import Metrics
 from ..refusals import Refusals
 from ..server import Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
-from ..tls import listening_factory
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
 from .log import ControllerLog, ControllerLogError, FileControllerLog, Leadership, SoleLeader
@@ -178,13 +177,15 @@ class ControllerService(service.MultiService):
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
                         bind: str | None = None, acl: AccessControl | None = None,
-                        refusals: Refusals | None = None, budget: MemoryBudget | None = None) -> ControllerService:
+                        refusals: Refusals | None = None, budget: MemoryBudget | None = None,
+                        listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
     ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with.
     With aclEnable its requests are under the NameServer's ACL (``acl``); its refusals are logged and
-    counted with the NameServer's, and what its peers hold counts against the one memory budget."""
+    counted with the NameServer's, and what its peers hold counts against the one memory budget.
+    ``listen_with``: the NameServer's TLS wrapping, its keys read once (tls.listen_with)."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
         props["scanNotActiveBrokerInterval"] = namesrv_config["scanNotActiveBrokerInterval"]
@@ -209,7 +210,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              idle_timeout=namesrv_config["serverChannelMaxIdleTimeSeconds"], consensus=consensus,
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
-                             listen_with=lambda factory: listening_factory(namesrv_config, factory),
+                             listen_with=listen_with or tls.listen_with(namesrv_config),
                              acl=acl, refusals=refusals, budget=budget)
 
 
