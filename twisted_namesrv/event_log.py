@@ -20,14 +20,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet import interfaces, task
+from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from . import __version__
 from .metrics import RECENT_EVENTS, Metrics, RouteEvent
 from .state.config import NamesrvConfig
 from .state.store import write_atomically
+from .timers import StepTimerService
 
 log = Logger()
 EVENTS_FILE = "events.json"
@@ -74,18 +74,17 @@ def decode_events(data: bytes) -> list[RouteEvent]:
     return events[-RECENT_EVENTS:]
 
 
-class EventLogService(Service):
-    """Loads the events at start (``load``), writes them when changed and at a clean stop."""
+class EventLogService(StepTimerService):
+    """Loads the events before the start (``load``), writes them when changed (every ``interval``
+    seconds) and at a clean stop."""
 
     def __init__(self, metrics: Metrics, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS) -> None:
+        super().__init__(interval, self.save_if_changed, clock)
         self.metrics = metrics
         self.path = Path(path)
-        self.interval = interval
         self._saved = -1
         self._failing = False
-        self._check = task.LoopingCall(self.save_if_changed)
-        self._check.clock = clock
 
     def load(self) -> int:
         """Restore the events of the last run, then record this start; how many were restored."""
@@ -128,12 +127,7 @@ class EventLogService(Service):
         self._failing = False
         self._saved = seen
 
-    def startService(self) -> None:
-        super().startService()
-        self._check.start(self.interval, now=False)
-
     def stopService(self) -> Any:
-        if self._check.running:
-            self._check.stop()
+        stopped = super().stopService()  # the timer first
         self.save_if_changed()
-        return super().stopService()
+        return stopped

@@ -20,13 +20,13 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from twisted.application.service import Service
-from twisted.internet import interfaces, task
+from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
 from .state.store import write_atomically
+from .timers import StepTimerService
 
 log = Logger()
 CHILD_POLL = 0.05  # s between checks whether a forked write has finished
@@ -41,18 +41,19 @@ class _Writer:
     version: tuple[int, int]
 
 
-class RouteSnapshotService(Service):
+class RouteSnapshotService(StepTimerService):
+    """Restores the routes before the start (``load``), writes them when changed (every ``interval``
+    seconds, in a child) and at a clean stop."""
+
     def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
                  background: bool = hasattr(os, "fork")) -> None:
+        super().__init__(interval, self.write_if_changed, clock)
         self.routes = routes
         self.path = Path(path)
-        self.interval = interval
         self.background = background
         self._clock = clock
         self._written: tuple[int, int] | None = None
         self._writer: _Writer | None = None
-        self._check = task.LoopingCall(self.write_if_changed)
-        self._check.clock = clock
         #: load() has run (a snapshot that could not be read counts: the server starts empty on purpose)
         self.loaded = False
 
@@ -148,13 +149,8 @@ class RouteSnapshotService(Service):
                       error=error or f"the writing child ended with status {code}")
         return True
 
-    def startService(self) -> None:
-        super().startService()
-        self._check.start(self.interval, now=False)
-
     def stopService(self):
-        if self._check.running:
-            self._check.stop()
+        stopped = super().stopService()  # the timer first
         self.finish_write()
         self.write_if_changed(background=False)
-        return super().stopService()
+        return stopped

@@ -1,0 +1,39 @@
+"""Timers as Twisted services: ``TimerService`` calls at its start and then every step; a writer that
+has nothing new at start (the page's events, the route snapshot) wants its first call one step later."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.application.internet import TimerService
+from twisted.internet import interfaces
+
+
+class StepTimerService(TimerService):
+    """Twisted's TimerService whose first call comes one step after each start, not at it."""
+
+    def __init__(self, step: float, work: Callable[[], Any], clock: interfaces.IReactorTime) -> None:
+        super().__init__(step, self._tick)
+        self.clock = clock
+        self._work = work
+        self._starting = False
+
+    @property
+    def interval(self) -> float:
+        return self.step
+
+    def startService(self) -> None:
+        self._starting = True  # the call TimerService makes at once is skipped
+        super().startService()
+
+    def stopService(self) -> Any:
+        if not hasattr(self, "_loop"):  # never started (a start that failed before it): nothing runs
+            return None
+        return super().stopService()
+
+    def _tick(self) -> Any:
+        if self._starting:
+            self._starting = False
+            return None
+        return self._work()
