@@ -4,6 +4,7 @@ answers 2007 (and 1005 with the leader's address), metrics and config codes."""
 from __future__ import annotations
 
 import pytest_twisted
+from twisted.application.service import Service
 from twisted.internet import reactor
 
 from tests.support import connect, server_config
@@ -155,8 +156,9 @@ def test_twistd_namesrv_controller_options(tmp_path) -> None:
         tap.Options().parseOptions(["-c", str(bad)])
 
 
-class FakeConsensus:
-    """EtcdConsensus's shape (log, leadership, start, stop) over a file log: follower until started."""
+class FakeConsensus(Service):
+    """EtcdConsensus's shape (a Twisted service; log, leadership, start, stop) over a file log: follower
+    until started."""
 
     made: list = []
 
@@ -187,6 +189,14 @@ class FakeConsensus:
         self.log.close()
         return None
 
+    def startService(self) -> None:
+        super().startService()
+        self.start()
+
+    def stopService(self):
+        super().stopService()
+        return self.stop()
+
 
 @pytest_twisted.inlineCallbacks
 def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> None:
@@ -209,6 +219,7 @@ def test_controller_type_etcd_wires_the_consensus_in(tmp_path, monkeypatch) -> N
     consensus = FakeConsensus.made[-1]
     assert consensus.address == f"127.0.0.1:{port}"
     assert consensus.values["controllerEtcdEndpoints"] == "http://127.0.0.1:2379"
+    assert service.controller.getServiceNamed("consensus") is consensus  # started and stopped as a child
     service.startService()
     yield service.controller.ready
     client = yield connect(port)

@@ -43,7 +43,8 @@ DEFAULT_GROUP, DEFAULT_SELF_ID = "default", "n0"
 
 
 class ControllerService(service.MultiService):
-    """The controller: log + leadership + manager, and as children the listener and the two scans.
+    """The controller: log + leadership + manager, and as children the listener, the two scans and
+    (several peers) the consensus.
 
     ``store``/``leadership`` default to the single-node FileControllerLog under
     ``controllerStorePath`` and SoleLeader.  Several peers pass a ``consensus`` instead (the etcd
@@ -105,6 +106,9 @@ class ControllerService(service.MultiService):
             scan.clock = reactor
             scan.setName(key)
             scan.setServiceParent(self)
+        if consensus is not None:  # joins its group at start (once the manager follows it), leaves at stop
+            consensus.setName("consensus")
+            consensus.setServiceParent(self)
         self.ready: defer.Deferred[None] = defer.Deferred()
 
     def _close_channel(self, channel: Hashable) -> None:
@@ -144,12 +148,9 @@ class ControllerService(service.MultiService):
 
     def startService(self) -> None:
         self.open_store()
-        super().startService()  # the listener binds, if privilegedStartService did not
+        d = self.manager.start()  # follows the leadership before the consensus (a child) campaigns
+        super().startService()  # the listener binds, if privilegedStartService did not; the scans; the consensus
         self._bound()
-        d = self.manager.start()
-        if self.consensus is not None:  # campaign once the manager follows the leadership
-            self.consensus.start().addErrback(
-                lambda failure: log.error("controller consensus: {why}", why=failure.getErrorMessage()))
 
         def started(_: object) -> None:
             log.info("controller listening on {address} (group {group}, id {id}), store {store}",
@@ -167,12 +168,11 @@ class ControllerService(service.MultiService):
         for connection in list(self.factory.connections.values()):
             transport: Any = connection.transport
             transport.loseConnection()
-        stopped = super().stopService()  # the listener stops listening
+        stopped = super().stopService()  # the consensus leaves its group, the scans stop, the listener closes
         if self.file_log is not None:
             self.file_log.close()
             self._store_open = False
-        stopping = [stopped, self.consensus.stop() if self.consensus is not None else None]
-        return defer.gatherResults([d for d in stopping if isinstance(d, defer.Deferred)], consumeErrors=True)
+        return stopped
 
 
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
