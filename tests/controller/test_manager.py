@@ -26,6 +26,14 @@ def join(manager: ControllerManager, broker_id: int, timeout: int = 10_000) -> N
     manager.heartbeats.on_broker_heartbeat("C", "g", addr, broker_id, timeout, f"ch{broker_id}", 0, 0, 0, 0)
 
 
+def master_and_slave(manager: ControllerManager, master_timeout: int = 10_000, slave_timeout: int = 10_000) -> None:
+    """Group g: 1 the master, 2 in its sync-state set, both beating."""
+    join(manager, 1, master_timeout)
+    join(manager, 2, slave_timeout)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+
+
 def test_a_master_that_goes_with_nobody_to_follow_leaves_the_group_masterless(tmp_path) -> None:
     clock = task.Clock()
     manager, store = manager_on(tmp_path, clock)
@@ -46,10 +54,7 @@ def test_a_master_that_goes_with_nobody_to_follow_leaves_the_group_masterless(tm
 def test_the_heartbeat_scan_closes_silent_brokers_and_elects(tmp_path) -> None:
     clock, pushes, closed = task.Clock(), [], []
     manager, store = manager_on(tmp_path, clock, pushes, closed)
-    join(manager, 1, timeout=3_000)
-    join(manager, 2, timeout=60_000)
-    manager.elect_master("C", "g", 1, False, "broker")
-    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    master_and_slave(manager, 3_000, 60_000)
     clock.advance(2)
     manager.scan_not_active_broker()
     assert closed == [] and manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1
@@ -65,10 +70,7 @@ def test_the_heartbeat_scan_closes_silent_brokers_and_elects(tmp_path) -> None:
 def test_a_long_log_is_compacted_at_start_into_the_same_state(tmp_path) -> None:
     clock = task.Clock()
     manager, store = manager_on(tmp_path, clock)
-    join(manager, 1)
-    join(manager, 2)
-    manager.elect_master("C", "g", 1, False, "broker")
-    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    master_and_slave(manager)
     manager.on_channel_close("ch1")  # 2 takes over: epochs 2 and 3
     manager.submit(lambda: manager.replicas.clean_broker_data("C", "g", "1", False, manager.alive))
     before = manager.replicas.snapshot()
@@ -124,10 +126,7 @@ def test_every_leadership_replays_before_answering(tmp_path) -> None:
 def test_the_inactive_master_scan_elects_when_a_master_timed_out(tmp_path) -> None:
     clock = task.Clock()
     manager, store = manager_on(tmp_path, clock)
-    join(manager, 1, timeout=3_000)
-    join(manager, 2, timeout=60_000)
-    manager.elect_master("C", "g", 1, False, "broker")
-    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    master_and_slave(manager, 3_000, 60_000)
     manager.scan_inactive_master()
     assert manager.replicas.sync_state_set_info_table["g"].master_broker_id == 1  # alive: nothing to do
     clock.advance(5)  # past the first interval as leader; 1's heartbeat is too old, though not yet scanned out
@@ -146,10 +145,7 @@ def test_a_new_leader_elects_no_master_within_its_first_interval(tmp_path) -> No
 
     clock = task.Clock()
     manager, store = manager_on(tmp_path, clock)
-    join(manager, 1)
-    join(manager, 2)
-    manager.elect_master("C", "g", 1, False, "broker")
-    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    master_and_slave(manager)
     store.close()
 
     clock.advance(100)
@@ -171,10 +167,7 @@ def test_a_new_leader_elects_no_master_within_its_first_interval(tmp_path) -> No
 def test_a_master_silent_past_the_first_interval_is_replaced(tmp_path) -> None:
     clock = task.Clock()
     manager, store = manager_on(tmp_path, clock)
-    join(manager, 1)
-    join(manager, 2)
-    manager.elect_master("C", "g", 1, False, "broker")
-    manager.submit(lambda: manager.replicas.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1, manager.alive))
+    master_and_slave(manager)
     store.close()
     restarted, store = manager_on(tmp_path, clock)
     restarted.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10002", 2, 10_000, "ch2", 0, 0, 0, 0)
