@@ -16,6 +16,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
+from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
     MASTER_ID,
     DataVersion,
@@ -143,28 +144,28 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     RouteInfoManager.apply_registration applies in the last step, as under Java's write lock: the
     tables change only there, so lookups meanwhile see the routes before it."""
     ext = request.ext
-    crc = optional_long(ext.get("bodyCrc32"), bits=32) or 0  # an unmasked CRC fails parseInt: no check
+    header = RegisterBrokerHeader.from_ext(ext)
+    crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
     if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
-    broker_id = java_long(ext.get("brokerId"), "brokerId")
-    cluster, addr, name = ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName")
-    if cluster is None or addr is None or name is None:
+    broker_id = java_long(header.brokerIdText, "brokerId")
+    cluster, addr, name = header.clusterName, header.brokerAddr, header.brokerName
+    missing = header.missing
+    if missing is not None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
-        missing = "clusterName" if cluster is None else "brokerAddr" if addr is None else "brokerName"
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
                        f"register broker failed: header field {missing} is missing", ext={}, normal=False)
-    acting = ext.get("enableActingMaster")
     routes = state.routes
 
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
-        return decode_register_body_steps(request.body, java_bool(ext.get("compressed")), request.version,
+        return decode_register_body_steps(request.body, header.compressed, request.version,
                                           state.config["inflateMaxLength"], None if known is None else known.digest,
                                           routes.reusable_pieces(known), state.budget)
 
     def memo() -> RegistrationMemo | None:
         """What this broker's queues hold now, if a registration may skip it."""
-        return routes.registration_memo(cluster, addr, name, broker_id, java_bool(acting))
+        return routes.registration_memo(cluster, addr, name, broker_id, bool(header.enableActingMaster))
 
     known = memo()
     try:
@@ -175,11 +176,11 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     registration = RegisterRequest(
         clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
-        haServerAddr=ext.get("haServerAddr"), body=body, channel=peer.channel,
-        zoneName=ext.get(ZONE_NAME),
+        haServerAddr=header.haServerAddr, body=body, channel=peer.channel,
+        zoneName=header.zoneName,
         heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
         if state.profile.per_broker_heartbeat_timeout else None,
-        enableActingMaster=None if acting is None else java_bool(acting),
+        enableActingMaster=header.enableActingMaster,
         version=request.version)
     plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
                                  routes.removes_absent_topics)

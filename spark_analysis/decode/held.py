@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted_namesrv.bodies.register import RegisterBrokerBody
+from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting.codes import V5_0_0
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
@@ -53,20 +54,20 @@ class HeldTopics:
         """Apply an accepted registration; the topics the server then holds for the broker's name,
         or None where it holds none from this broker (a slave's table is not applied) or the
         registration cannot be applied (no body, no name, address or id)."""
-        cluster, addr, name = ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName")
+        header = RegisterBrokerHeader.from_ext(ext)
+        cluster, addr, name = header.clusterName, header.brokerAddr, header.brokerName
         if body is None or cluster is None or addr is None or name is None or broker_id is None:
             return None
         generation = generation_of(version)
         manager = self._manager(generation)
         self._now = ts
-        key = (generation, cluster, name, broker_id, ext.get("haServerAddr"), ext.get("enableActingMaster"),
-               ext.get("__ZONE_NAME"), body_key)
+        key = (generation, cluster, name, broker_id, header.haServerAddr, header.enableActingMasterText,
+               header.zoneName, body_key)
         if self._last.get(addr) != key:  # the same table again: the server's tables stay as they are
-            acting = ext.get("enableActingMaster")
             result = manager.register_broker(RegisterRequest(
                 clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
-                haServerAddr=ext.get("haServerAddr"), body=body, channel=addr, zoneName=ext.get("__ZONE_NAME"),
-                enableActingMaster=None if acting is None else acting.lower() == "true", version=version))
+                haServerAddr=header.haServerAddr, body=body, channel=addr, zoneName=header.zoneName,
+                enableActingMaster=header.enableActingMaster, version=version))
             if result is None:
                 self._last.pop(addr, None)
                 return None

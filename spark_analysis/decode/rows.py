@@ -26,10 +26,11 @@ from spark_analysis.capture.reassembly import (
 from spark_analysis.decode.held import HeldTopics
 from spark_analysis.decode.schema import REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
+from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.remoting.values import java_bool, optional_long
+from twisted_namesrv.remoting.values import optional_long
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
@@ -208,18 +209,19 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
     command = request.command
     ext = command.ext
-    compressed = java_bool(ext.get("compressed"))
+    header = RegisterBrokerHeader.from_ext(ext)
+    compressed = header.compressed
     body = bodies.summary(command.body, compressed, command.version)
-    checked = optional_long(ext.get("bodyCrc32"), bits=32) or 0
+    checked = header.bodyCrc32
     crc_ok = None if checked == 0 else body.crc == checked
-    broker_id = optional_long(ext.get("brokerId"))
+    broker_id = header.brokerId
     accepted = crc_ok is not False and (answer is None or answer.command.code == 0)
     topics_held = held.register(request.ts, ext, broker_id, body.decoded, bodies.last_body, command.version) if (
         held is not None and accepted) else None
     return (
-        request.ts, conn_id, ext.get("clusterName"), ext.get("brokerName"), ext.get("brokerAddr"),
-        broker_id, ext.get("haServerAddr"), compressed, len(command.body or b""),
-        optional_long(ext.get("bodyCrc32")), crc_ok,
+        request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr,
+        broker_id, header.haServerAddr, compressed, len(command.body or b""),
+        header.bodyCrc32Declared, crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
         None if answer is None else answer.command.code, _version_name(command.version), topics_held, server,
         None, None,

@@ -1,0 +1,49 @@
+"""The header of a REGISTER_BROKER request, read once with Java's rules, for the server
+(processor.register_broker_steps) and for the capture decoder (spark_analysis.decode) alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..remoting.values import java_bool, optional_long
+
+ZONE_NAME = "__ZONE_NAME"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerHeader:
+    """Each field as Java reads it. ``bodyCrc32``: absent, 0 or not a Java int means no check (0);
+    ``brokerId``: a Java long, None where absent or malformed (``brokerIdText`` keeps what was sent);
+    ``compressed``: a Java bool; ``enableActingMaster``: None where absent, else a Java bool."""
+    clusterName: str | None
+    brokerAddr: str | None
+    brokerName: str | None
+    brokerId: int | None
+    brokerIdText: str | None
+    haServerAddr: str | None
+    bodyCrc32: int
+    bodyCrc32Declared: int | None
+    compressed: bool
+    zoneName: str | None
+    enableActingMaster: bool | None
+    enableActingMasterText: str | None
+
+    @classmethod
+    def from_ext(cls, ext: dict[str, str | None]) -> RegisterBrokerHeader:
+        acting = ext.get("enableActingMaster")
+        return cls(
+            clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
+            brokerId=optional_long(ext.get("brokerId")), brokerIdText=ext.get("brokerId"),
+            haServerAddr=ext.get("haServerAddr"),
+            bodyCrc32=optional_long(ext.get("bodyCrc32"), bits=32) or 0,  # an unmasked CRC fails parseInt
+            bodyCrc32Declared=optional_long(ext.get("bodyCrc32")),
+            compressed=java_bool(ext.get("compressed")), zoneName=ext.get(ZONE_NAME),
+            enableActingMaster=None if acting is None else java_bool(acting), enableActingMasterText=acting)
+
+    @property
+    def missing(self) -> str | None:
+        """The first of clusterName, brokerAddr, brokerName that is absent, else None."""
+        for name in ("clusterName", "brokerAddr", "brokerName"):
+            if getattr(self, name) is None:
+                return name
+        return None
