@@ -58,19 +58,41 @@ class Step:
     topics: int
     brokers: int
     clients: int
+    #: the protocol generation both servers run: 4.9.8 (Java's reference generation) unless a
+    #: broker's table passes the frame limit, where only 5.x's split registration can carry it
+    #: (4.9.8 applies a broker's topics only when its dataVersion changed: the pieces after the
+    #: first would be dropped)
+    compat: str = "4.9.8"
+
+    @property
+    def axis_values(self) -> dict[str, int]:
+        return {"topics": self.topics, "brokers": self.brokers, "clients": self.clients}
 
 
 STEPS = {s.name: s for s in (
     Step("tiny", 1_000, 4, 50),  # a smoke run of the tool, not a curve step
     Step("base", 10_000, 10, 1_000),
     Step("topics-100k", 100_000, 10, 1_000),
-    Step("topics-1m", 1_000_000, 10, 1_000),
+    Step("topics-1m", 1_000_000, 10, 1_000, "5.3.3"),
     Step("brokers-1000", 10_000, 1_000, 1_000),
     Step("brokers-5000", 10_000, 5_000, 1_000),
     Step("clients-10k", 10_000, 10, 10_000),
     Step("clients-50k", 10_000, 10, 50_000),
 )}
 REDUCED = ["base", "topics-100k", "brokers-1000", "clients-10k"]
+COMPATS = ("4.9.8", "5.3.3")
+
+
+def step_named(name: str) -> Step:
+    """A step by name, or ``NAME@COMPAT`` for it in the other protocol generation (e.g.
+    ``topics-100k@5.3.3``, to read the topics axis in one generation up to 1M)."""
+    base, _, compat = name.partition("@")
+    if base not in STEPS or (compat and compat not in COMPATS):
+        raise KeyError(name)
+    step = STEPS[base]
+    if not compat or compat == step.compat:
+        return step
+    return Step(f"{base}@{compat}", step.topics, step.brokers, step.clients, compat)
 
 
 # ---- a NameServer as a child process --------------------------------------------------------
@@ -78,18 +100,24 @@ REDUCED = ["base", "topics-100k", "brokers-1000", "clients-10k"]
 
 class Server:
     """A NameServer child from a command line with ``{port}`` and ``{data_dir}`` (ours by
-    default), on ``core``, in its own process group; ready once it answers a request."""
+    default; also ``{compat}``, ``{topics}``, ``{brokers}``, ``{clients}`` of the step, e.g. to
+    pick Java's generation or heap), on ``core``, in its own process group; ready once it answers
+    a request."""
 
     #: run.py's install without extras when there is one (with pyOpenSSL, Twisted's TCP imports it: ~13 MB)
     PYTHON = REPO / ".venv-bench" / "bin" / "python"
     OURS = (f"{PYTHON if PYTHON.exists() else sys.executable} -m twisted_namesrv --port {{port}} --bind {HOST}"
-            " --data-dir {data_dir} --compat 4.9.8")
+            " --data-dir {data_dir} --compat {compat}")
 
-    def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = 0) -> None:
+    def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = 0,
+                 step: Step | None = None) -> None:
         self.port = free_port()
         data_dir = scratch / f"{name}-{self.port}"
         data_dir.mkdir(parents=True)
-        argv = shlex.split((command or self.OURS).format(port=self.port, data_dir=data_dir, host=HOST))
+        fields = {"port": self.port, "data_dir": data_dir, "host": HOST, "compat": "4.9.8"}
+        if step is not None:
+            fields.update(step.axis_values, compat=step.compat)
+        argv = shlex.split((command or self.OURS).format(**fields))
         if core is not None and (os.cpu_count() or 1) > 1:
             argv = ["taskset", "-c", str(core), *argv]
         self.log_path = scratch / f"{name}-{self.port}.log"
@@ -192,18 +220,22 @@ def broker_tables(step: Step) -> list[tuple[str, str, list[str]]]:
 
 def probe_loop(port: int, stop: Any, out: Any) -> None:
     os.sched_setaffinity(0, {1}) if (os.cpu_count() or 1) > 1 else None
-    s = socket.create_connection((HOST, port))
+    s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     samples: list[tuple[float, float]] = []
     opaque = 0
-    while not stop.is_set():
-        opaque += 1
-        started = time.monotonic()
-        s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
-        read_frame(s)
+    try:
+        while not stop.is_set():
+            opaque += 1
+            started = time.monotonic()
+            s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
+            read_frame(s)
+            samples.append((started, time.monotonic() - started))
+            time.sleep(0.0005)
+    except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
         samples.append((started, time.monotonic() - started))
-        time.sleep(0.0005)
-    out.send(samples)
+    finally:
+        out.send(samples)
 
 
 def window(samples: list[tuple[float, float]], t0: float, t1: float) -> dict[str, float | None]:
@@ -238,21 +270,36 @@ async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: fl
     await asyncio.gather(*(one(i) for i in range(len(conns))))
 
 
+class ClientsRefused(RuntimeError):
+    """Fewer client connections than the step asks could be opened: how many, and why."""
+
+
 def open_clients(port: int, count: int) -> list[socket.socket]:
-    """``count`` client connections, each having looked the probe's topic up once, held open."""
-    clients = []
-    for i in range(count):
-        s = socket.socket()
-        s.bind((f"127.0.0.{2 + i // CLIENTS_PER_SOURCE}", 0))
-        s.connect((HOST, port))
-        s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=1))
-        read_frame(s)
-        clients.append(s)
+    """``count`` client connections, each having looked the probe's topic up once, held open.
+    Each source address (127.0.0.2, .3, ...) takes CLIENTS_PER_SOURCE of them: one address has
+    only the ephemeral port range's ports (28,232 by default) towards one server port."""
+    clients: list[socket.socket] = []
+    try:
+        for i in range(count):
+            s = socket.socket()
+            clients.append(s)
+            if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):  # the port is picked at connect, by 4-tuple
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
+            s.bind((f"127.0.0.{2 + i // CLIENTS_PER_SOURCE}", 0))
+            s.settimeout(60)
+            s.connect((HOST, port))
+            s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=1))
+            read_frame(s)
+    except (OSError, ConnectionError) as exc:
+        for s in clients:
+            s.close()
+        raise ClientsRefused(f"opened {len(clients) - 1} of {count} client connections, then "
+                             f"{type(exc).__name__}: {exc}") from exc
     return clients
 
 
 def routes_gone(port: int, topics: list[str]) -> bool:
-    with socket.create_connection((HOST, port)) as s:
+    with socket.create_connection((HOST, port), timeout=60) as s:
         for i, topic in enumerate(topics):
             s.sendall(frame(105, {"topic": topic}, opaque=i + 1))
             if read_frame(s).get("code") == 0:
@@ -260,10 +307,11 @@ def routes_gone(port: int, topics: list[str]) -> bool:
     return True
 
 
-async def run_step(step: Step, server: Server, port: int) -> dict[str, Any]:
+async def run_step(step: Step, server: Server, port: int, disconnect_timeout: float) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_mib_idle": server.rss_mib()}
     tables = broker_tables(step)
     first = [register_frames(n, a, t, 1) for n, a, t in tables]
+    clients: list[socket.socket] = []
     with socket.create_connection((HOST, port)) as s:  # the probe's topic, on a broker of its own
         for f in register_frames("curve-probe", "127.0.0.1:19999", PROBE_TOPICS, 1):
             s.sendall(f)
@@ -271,34 +319,39 @@ async def run_step(step: Step, server: Server, port: int) -> dict[str, Any]:
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
         probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send), daemon=True)
         probe.start()
-        await asyncio.sleep(1)
-        phases: dict[str, tuple[float, float]] = {}
-        conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
-        for phase, spread in (("first_registration", None), ("repeated_registration", None),
-                              ("heartbeat_storm", 1.0)):
+        try:
+            await asyncio.sleep(1)
+            phases: dict[str, tuple[float, float]] = {}
+            conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
+            for phase, spread in (("first_registration", None), ("repeated_registration", None),
+                                  ("heartbeat_storm", 1.0)):
+                t0 = time.monotonic()
+                await send_all(port, conns, first, spread)
+                phases[phase] = (t0, time.monotonic())
+                if phase == "first_registration":
+                    clients = open_clients(port, step.clients)
+                    out["rss_mib_registered"] = server.rss_mib()
+                await asyncio.sleep(0.3)
+            last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
             t0 = time.monotonic()
-            await send_all(port, conns, first, spread)
-            phases[phase] = (t0, time.monotonic())
-            if phase == "first_registration":
-                clients = open_clients(port, step.clients)
-                out["rss_mib_registered"] = server.rss_mib()
+            for _, writer in conns:
+                writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                                      struct.pack("ii", 1, 0))
+                writer.close()
+            while not routes_gone(port, last_topics):
+                if time.monotonic() - t0 > disconnect_timeout:  # recorded as at least the timeout
+                    out["mass_disconnect_timed_out"] = True
+                    break
+                await asyncio.sleep(0.005)
+            phases["mass_disconnect"] = (t0, time.monotonic())
             await asyncio.sleep(0.3)
-        last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
-        t0 = time.monotonic()
-        for _, writer in conns:
-            writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                                  struct.pack("ii", 1, 0))
-            writer.close()
-        while not routes_gone(port, last_topics):
-            await asyncio.sleep(0.005)
-        phases["mass_disconnect"] = (t0, time.monotonic())
-        await asyncio.sleep(0.3)
-        stop.set()
-        samples = receive.recv()
-        probe.join(10)
+        finally:
+            stop.set()
+            samples = receive.recv() if receive.poll(150) else []
+            probe.join(10)
+            for client in clients:
+                client.close()
     out["rss_mib_end"] = server.rss_mib()
-    for client in clients:
-        client.close()
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         for key, value in window(samples, t0, t1).items():
@@ -306,11 +359,12 @@ async def run_step(step: Step, server: Server, port: int) -> dict[str, Any]:
     return out
 
 
-# ---- the curve: steps x servers x rounds ---------------------------------------------------------
+# ---- the curve: steps x servers x rounds, each run written as it ends ------------------------------
 
 
 def raise_fd_limit(clients: int) -> None:
-    want = clients + 20_000
+    """Room for the step's connections here and in the servers (children inherit the limit)."""
+    want = 2 * clients + 20_000
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < want:
         try:
@@ -320,38 +374,88 @@ def raise_fd_limit(clients: int) -> None:
 
 
 def ours_for(step: Step, scratch: Path) -> str:
-    """Our server with maxConnections (default 10,000) above the step's connections: Java has no such limit."""
+    """Our server with maxConnections (default 10,000) above the step's connections: Java has no
+    such limit."""
     props = scratch / f"ours-{step.name}.properties"
     props.write_text(f"maxConnections={step.clients + step.brokers + 1000}\n")
     return f"{Server.OURS} -c {props}"
 
 
-def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path) -> list[dict[str, Any]]:
+def git_head() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """The runs a records file holds (one JSON object a line; a line cut by a kill is skipped)."""
+    if not path.exists():
+        return []
     records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path, records_path: Path,
+            disconnect_timeout: float, ready_timeout: float, after_each: Any = None) -> list[dict[str, Any]]:
+    """Every (round, step, server) not already measured in ``records_path``, appended to it as
+    soon as it ends: a run stopped at any point leaves every finished run, and the same command
+    goes on from there. A run that failed is tried again. ``ready_timeout``: how long a server
+    may take to answer (a command that first waits for a shared resource needs long)."""
+    records = load_records(records_path)
+    done = {(r["round"], r["step"], r["server"]) for r in records if "figures" in r}
+    head = git_head()
     for round_ in range(1, rounds + 1):
         for step in steps:
             for label, command in servers.items():
+                if (round_, step.name, label) in done:
+                    continue
                 load = os.getloadavg()
-                server = Server(command or ours_for(step, scratch), scratch, f"{label}-{step.name}")
-                record: dict[str, Any] = {"round": round_, "step": step.name, "server": label,
+                server = Server(command or ours_for(step, scratch), scratch,
+                                f"{label}-{step.name}", step=step)
+                record: dict[str, Any] = {"round": round_, "step": step.name, "server": label, "commit": head,
+                                          "compat": step.compat, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime()),
                                           "loadavg": [round(x, 2) for x in load]}
                 try:
-                    port = server.wait_ready()
-                    record["figures"] = asyncio.run(run_step(step, server, port))
+                    port = server.wait_ready(ready_timeout)
+                    record["figures"] = asyncio.run(run_step(step, server, port, disconnect_timeout))
                 except Exception as exc:  # noqa: BLE001 - one failed step is recorded, the curve goes on
                     record["error"] = f"{type(exc).__name__}: {exc}"
                 finally:
                     server.stop()
+                record["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+                with records_path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
                 records.append(record)
                 print(f"[curve] round {round_} {step.name} {label}: {record.get('figures') or record['error']}",
                       file=sys.stderr, flush=True)
+                if after_each:
+                    after_each(records)
     return records
+
+
+def latest(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (round, step, server): the last with figures, else the last error."""
+    kept: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        key = (r["round"], r["step"], r["server"])
+        if "figures" in r or "figures" not in kept.get(key, {}):
+            kept[key] = r
+    return list(kept.values())
 
 
 def summarize(records: list[dict[str, Any]], servers: list[str]) -> list[dict[str, Any]]:
     """Per step and figure: each server's median and min–max; the median per-round ratio of ours
     to each other server."""
     ours, others = servers[0], servers[1:]
+    records = latest(records)
     rows = []
     steps = list(dict.fromkeys(r["step"] for r in records))
     for step in steps:
@@ -360,16 +464,19 @@ def summarize(records: list[dict[str, Any]], servers: list[str]) -> list[dict[st
         for key in keys:
             row: dict[str, Any] = {"step": step, "figure": key}
             for label in servers:
-                values = [r["figures"][key] for r in got if r["server"] == label and r["figures"].get(key) is not None]
+                values = [r["figures"][key] for r in got if r["server"] == label
+                          and isinstance(r["figures"].get(key), (int, float))]
                 if values:
-                    row[label] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+                    row[label] = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                                  "n": len(values)}
             for label in others:
                 ratios = [a["figures"][key] / b["figures"][key] for a in got for b in got
                           if a["server"] == ours and b["server"] == label and a["round"] == b["round"]
-                          and a["figures"].get(key) and b["figures"].get(key)]
+                          and isinstance(a["figures"].get(key), (int, float)) and b["figures"].get(key)]
                 if ratios:
                     row[f"ratio_to_{label}"] = {"median": round(statistics.median(ratios), 3),
-                                                "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+                                                "min": round(min(ratios), 3), "max": round(max(ratios), 3),
+                                                "n": len(ratios)}
             rows.append(row)
     return rows
 
@@ -387,34 +494,59 @@ def table(rows: list[dict[str, Any]], servers: list[str]) -> str:
 
 
 def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -> int:
+    from curve_report import write_report  # the report's writers (markdown, growth, SVG)
+
     p = argparse.ArgumentParser(prog="scale.py --curve", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="reduced", help=f"reduced ({','.join(REDUCED)}), all, or names: "
-                   + ",".join(STEPS))
+                   + ",".join(STEPS) + " (NAME@5.3.3 or NAME@4.9.8: that step in the other generation)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compare", action="append", default=[], metavar="LABEL=CMD",
                    help="another NameServer run at every step, interleaved with ours (e.g. java=CMD)")
+    p.add_argument("--records", type=Path, metavar="FILE",
+                   help="every run appended here as it ends (JSON lines) and read back at the start: runs "
+                        "already there are not run again (default: JSON.records.jsonl beside --json)")
+    p.add_argument("--report-only", action="store_true", help="run nothing: the tables and plot from --records")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also the tables as markdown")
+    p.add_argument("--svg", type=Path, metavar="FILE", help="also the curve as an SVG plot")
+    p.add_argument("--disconnect-timeout", type=float, default=600, metavar="S",
+                   help="give up waiting for the routes to go after a mass disconnect (recorded as ≥ S)")
+    p.add_argument("--ready-timeout", type=float, default=120, metavar="S",
+                   help="how long a server may take to answer its first request")
     a = p.parse_args(argv)
     names = REDUCED if a.steps == "reduced" else list(STEPS) if a.steps == "all" else a.steps.split(",")
-    unknown = set(names) - set(STEPS)
-    if unknown:
-        p.error(f"unknown step(s) {', '.join(sorted(unknown))}; known: {', '.join(STEPS)}")
+    try:
+        steps = [step_named(n) for n in names]
+    except KeyError as exc:
+        p.error(f"unknown step {exc}; known: {', '.join(STEPS)} (each also as NAME@{'/'.join(COMPATS)})")
     servers: dict[str, str | None] = {"ours": server_cmd}
     for item in a.compare:
         label, _, command = item.partition("=")
         if "{port}" not in command:
             p.error("--compare LABEL=CMD needs a {port} placeholder in CMD")
         servers[label] = command
-    steps = [STEPS[n] for n in names]
-    raise_fd_limit(max(s.clients for s in steps))
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-curve-"))
+    records_path = a.records or (json_out.with_suffix(".records.jsonl") if json_out else scratch / "records.jsonl")
     started = time.monotonic()
-    records = measure(steps, servers, a.rounds, scratch)
-    rows = summarize(records, list(servers))
-    print(table(rows, list(servers)))
-    doc = {"steps": [vars(s) for s in steps], "servers": {k: v or "ours" for k, v in servers.items()},
-           "rounds": a.rounds, "seconds": round(time.monotonic() - started, 1), "rows": rows, "records": records}
-    if json_out:
-        json_out.write_text(json.dumps(doc, indent=1))
+
+    def report(records: list[dict[str, Any]]) -> None:
+        rows = summarize([r for r in records if r["step"] in {s.name for s in steps}], list(servers))
+        doc = {"steps": [vars(s) for s in steps], "servers": {k: v or "ours" for k, v in servers.items()},
+               "rounds": a.rounds, "seconds": round(time.monotonic() - started, 1), "rows": rows,
+               "records": latest(records)}
+        if json_out:
+            json_out.write_text(json.dumps(doc, indent=1))
+        write_report(doc, a.markdown, a.svg)
+
+    if a.report_only:
+        records = load_records(records_path)
+    else:
+        raise_fd_limit(max(s.clients + s.brokers for s in steps))
+        if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+            os.sched_setaffinity(0, {1})
+        print(f"[curve] runs written to {records_path}", file=sys.stderr, flush=True)
+        records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout, a.ready_timeout,
+                          report)
+    report(records)
+    print(table(summarize([r for r in records if r["step"] in {s.name for s in steps}], list(servers)),
+                list(servers)))
     return 0
