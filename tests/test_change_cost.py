@@ -50,9 +50,9 @@ class Walked(dict):
 
 
 class Cluster:
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **config: Any) -> None:
         self.clock = task.Clock()
-        self.service = NamesrvService.from_config(server_config(tmp_path), reactor=self.clock)
+        self.service = NamesrvService.from_config(server_config(tmp_path, **config), reactor=self.clock)
         self.routes = self.service.state.routes
         self.answers = self.service.state.answers
         self.opaque = 0
@@ -154,4 +154,33 @@ def test_a_one_topic_change_on_a_big_broker_reaches_one_topic(cluster):
     cluster.register(big, "big", 1, [*BIG_TOPICS, "Added"], counter=2)
     assert table.visited == 0
     assert [(list(c.topics), list(c.brokers), c.everything) for c in published] == [(["Added"], [], False)]
+    assert set(cluster.answers.routes) == set(KEPT)
+
+
+@pytest.mark.parametrize(("compat", "delete_with_registration"), [("4.9.8", False), ("5.3.3", False), ("5.3.3", True)])
+def test_a_one_topic_removal_on_a_big_broker_reaches_at_most_that_topic(tmp_path, compat, delete_with_registration):
+    """stall.py's "removed again": the broker re-registers its table without a topic it had. No
+    kept answer goes; the topic's route changes only where the registration deletes what it
+    lacks (5.3.3's deleteTopicWithBrokerRegistration, off by default), else it stays, as Java
+    keeps it. Nothing walks the topic table, except once to find what the broker lacks when it
+    deletes (as Java's topicSetOfBrokerName walks it)."""
+    cluster = Cluster(tmp_path, compatVersion=compat, deleteTopicWithBrokerRegistration=delete_with_registration)
+    big, _ = cluster.connect()
+    cluster.register(big, "big", 1, [*BIG_TOPICS, "Added"])
+    client, _ = cluster.connect()
+    for topic in KEPT:
+        cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    published: list = []
+    subscriber = cluster.routes.on_change
+
+    def count(change) -> None:
+        published.append(change)
+        subscriber(change)  # type: ignore[misc]
+    cluster.routes.on_change = count
+    table = cluster.walked()
+    cluster.register(big, "big", 1, BIG_TOPICS, counter=2)
+    assert table.visited == (len(BIG_TOPICS) + 1 if delete_with_registration else 0)
+    changed = [(list(c.topics), list(c.brokers), c.everything) for c in published]
+    assert changed == ([(["Added"], [], False)] if delete_with_registration else [])
+    assert ("Added" in cluster.routes.topicQueueTable) is not delete_with_registration
     assert set(cluster.answers.routes) == set(KEPT)
