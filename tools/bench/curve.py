@@ -145,12 +145,19 @@ class Server:
         return self.proc.poll() is None
 
     def rss_mib(self) -> float | None:
-        try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        except OSError:
-            return None
-        kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
-        return None if kib is None else round(kib / 1024, 1)
+        """VmRSS of the process and its descendants (a command may start the server as a child)."""
+        total, pids = None, [self.proc.pid]
+        while pids:
+            pid = pids.pop()
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    pids += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+            total = (total or 0) + kib
+        return None if total is None else round(total / 1024, 1)
 
     def stop(self, timeout: float = 20) -> None:
         if self.alive:
@@ -537,6 +544,7 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
             json_out.write_text(json.dumps(doc, indent=1))
         write_report(doc, a.markdown, a.svg)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the running server is stopped on the way out
     if a.report_only:
         records = load_records(records_path)
     else:
