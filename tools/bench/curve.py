@@ -416,6 +416,9 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
     goes on from there. A run that failed is tried again. ``ready_timeout``: how long a server
     may take to answer (a command that first waits for a shared resource needs long)."""
     records = load_records(records_path)
+    if records_path.exists() and not records_path.read_bytes().endswith(b"\n"):
+        with records_path.open("a") as f:  # a line cut by a kill: the next run starts a line of its own
+            f.write("\n")
     done = {(r["round"], r["step"], r["server"]) for r in records if "figures" in r}
     head = git_head()
     for round_ in range(1, rounds + 1):

@@ -1,0 +1,141 @@
+"""The scale curve's tool (tools/bench/curve.py behind ``scale.py --curve``, curve_report.py): a
+run is written down step by step and a stopped run goes on where it stopped; the report reads
+how each cost grows the way the doc says; client connections that cannot be opened say how
+many were and why. The figures themselves are a benchmark's, never asserted."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "tools" / "bench"
+
+
+@pytest.fixture
+def curve(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import curve
+    return curve
+
+
+@pytest.fixture
+def report(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import curve_report
+    return curve_report
+
+
+def test_steps_by_name_and_generation(curve):
+    assert curve.step_named("base").compat == "4.9.8"
+    assert curve.step_named("topics-1m").compat == "5.3.3"  # 200k topics a broker: only split registrations
+    other = curve.step_named("topics-100k@5.3.3")
+    assert (other.name, other.topics, other.compat) == ("topics-100k@5.3.3", 100_000, "5.3.3")
+    assert curve.step_named("topics-1m@5.3.3") is curve.STEPS["topics-1m"]
+    for bad in ("topics-2m", "base@4.0"):
+        with pytest.raises(KeyError):
+            curve.step_named(bad)
+
+
+def test_a_big_table_goes_in_pieces_under_the_frame_limit(curve):
+    topics = [f"T{i:07d}" for i in range(curve.SPLIT_TOPICS * 2 + 1)]
+    frames = curve.register_frames("b", "127.0.0.1:1", topics, 1)
+    assert len(frames) == 3
+    assert max(len(f) for f in frames) < 16 << 20
+
+
+def test_clients_that_cannot_connect_say_how_many_did_and_why(curve):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        with pytest.raises(curve.ClientsRefused, match=r"opened 0 of 3 client connections, then "
+                                                         r"ConnectionRefusedError"):
+            curve.open_clients(port, 3)
+
+
+def scale(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    ours = (f"{sys.executable} -m twisted_namesrv --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}}"
+            " --compat {compat}")
+    return subprocess.run(
+        [sys.executable, str(BENCH / "scale.py"), "--curve", "--steps", "tiny", "--rounds", "1",
+         "--records", str(tmp / "runs.jsonl"), "--json", str(tmp / "curve.json"), "--markdown", str(tmp / "curve.md"),
+         "--svg", str(tmp / "curve.svg"), "--compare", f"again={ours}", "--compare", "broken=false {port}", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path):
+    """Each run is a line of the records file as soon as it ends; run again, the same command
+    measures only what is missing (a failed run, a line cut by a kill), and the tables and the
+    plot come from every run held."""
+    done = scale(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["server"], "figures" in r) for r in runs] == [
+        ("tiny", "ours", True), ("tiny", "again", True), ("tiny", "broken", False)]
+    assert "server exited 1" in runs[2]["error"]
+    figures = runs[0]["figures"]
+    for phase in ("first_registration", "repeated_registration", "heartbeat_storm", "mass_disconnect"):
+        assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
+    assert figures["rss_mib_registered"] > 0
+    with (tmp_path / "runs.jsonl").open("a") as f:
+        f.write('{"round": 1, "step": "tiny", "ser')  # a run killed while writing its line
+
+    again = scale(tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    rerun = [json.loads(line)["server"] for line in lines[4:]]
+    assert rerun == ["broken"]  # only the failed run was measured again
+    table = (tmp_path / "curve.md").read_text()
+    assert "| 1k topics, 4 brokers, 50 conns | mass disconnect | longest wait |" in table
+    assert "ours / again" in table
+    ET.fromstring((tmp_path / "curve.svg").read_text())  # well-formed SVG
+    summary = json.loads((tmp_path / "curve.json").read_text())
+    assert {r["server"] for r in summary["records"]} == {"ours", "again", "broken"}
+    assert len(summary["records"]) == 3  # the latest run of each
+
+    only = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--curve", "--steps", "tiny", "--rounds", "1",
+                           "--records", str(tmp_path / "runs.jsonl"), "--report-only"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert only.returncode == 0 and "mass_disconnect_s" in only.stdout
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == len(lines)
+
+
+def synthetic(curve, report) -> dict:
+    """ours: first registration linear in topics, constant in brokers; java: quadratic in brokers."""
+    steps = [curve.step_named(n) for n in ("base", "topics-100k", "topics-1m", "brokers-1000", "brokers-5000")]
+    rows = []
+    for s in steps:
+        ours = s.topics / 10_000 * 0.1
+        java = 0.5 * (s.topics / 10_000) * (s.brokers / 10) ** 2
+        rows.append({"step": s.name, "figure": "first_registration_s",
+                     "ours": {"median": ours, "min": ours * 0.9, "max": ours * 1.1, "n": 3},
+                     "java": {"median": java, "min": java, "max": java, "n": 3},
+                     "ratio_to_java": {"median": ours / java, "min": ours / java, "max": ours / java, "n": 3}})
+    return {"steps": [vars(s) for s in steps], "servers": {"ours": "ours", "java": "CMD"}, "rows": rows}
+
+
+def test_how_a_cost_grows_is_read_from_the_ends_of_each_axis(curve, report):
+    doc = synthetic(curve, report)
+    assert [s["name"] for s in report.axis_series(doc, "topics")] == ["base", "topics-100k", "topics-1m"]
+    assert [s["name"] for s in report.axis_series(doc, "brokers")] == ["base", "brokers-1000", "brokers-5000"]
+    first = next(line for line in report.growth_table(doc).splitlines() if line.startswith("| first registration"))
+    cells = [c.strip() for c in first.strip("|").split("|")][1:]
+    topics_ours, topics_java, brokers_ours, brokers_java = cells[:4]
+    assert topics_ours.endswith("k=1.00, linear") and topics_java.endswith("k=1.00, linear")
+    assert brokers_ours.endswith("k=0.00, constant") and brokers_java.endswith("k=2.00, worse than linear")
+    assert "×10 at ×10, ×100 at ×100" in topics_ours
+    assert "generation" in report.growth_table(doc)  # 1M topics is a 5.3.3 step: said under the table
+    assert [report.grows(k) for k in (0.1, 0.5, 1.0, 1.5, None)] == [
+        "constant", "sub-linear", "linear", "worse than linear", "?"]
+
+
+def test_the_plot_is_a_well_formed_svg_with_a_line_per_server_and_axis(curve, report):
+    svg = ET.fromstring(report.svg(synthetic(curve, report)))
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 2 * 2  # ours and java, along topics and brokers (the one figure given)
