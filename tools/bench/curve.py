@@ -6,7 +6,11 @@ topics 10k / 100k / 1M, brokers 10 / 1,000 / 5,000, connections 1k / 10k / 50k (
 ``--steps reduced`` (the default) runs the smaller ones a shared 2-core machine can take.  Brokers
 are masters in pairs, each topic on both of a pair; a broker's table is sent in registrations of
 at most SPLIT_TOPICS topics, as 5.x brokers split theirs (``enableSplitRegistration``), so no
-frame passes the 16 MiB default limit.
+frame passes the 16 MiB default limit.  Both servers run in 4.9.8 mode except at 1M topics (200k
+a broker, four pieces), which only 5.x's registration can take in pieces: that step runs in 5.3.3
+mode, and ``NAME@5.3.3`` runs any other step so (``topics-100k@5.3.3``: the topics axis in one
+generation).  A compared server's command may use the step's ``{compat}``, ``{topics}``,
+``{brokers}``, ``{clients}`` (Java's generation and heap).
 
 Per step, on a fresh server (core 0; the load and a probe process on core 1):
 
@@ -19,6 +23,12 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
 interleaved; the table gives each figure's median with its min–max and the ratio to each
 compared server (median of the per-round ratios).  The machine's load average is recorded.
+
+Each run is appended to ``--records`` (JSON lines) as it ends, with its round, step, server,
+commit, start time and load: a run stopped anywhere keeps what it finished, the same command
+goes on from there (measuring only what is missing or failed), and ``--report-only`` makes the
+tables (``--markdown``: per step and phase, and how each cost grows) and the plot (``--svg``,
+curve_report.py) from what is there.
 """
 
 from __future__ import annotations
@@ -78,6 +88,9 @@ STEPS = {s.name: s for s in (
     Step("brokers-5000", 10_000, 5_000, 1_000),
     Step("clients-10k", 10_000, 10, 10_000),
     Step("clients-50k", 10_000, 10, 50_000),
+    # the most one process can hold under a hard RLIMIT_NOFILE of 20,000 (a container without
+    # CAP_SYS_RESOURCE cannot raise it), with room for the server's own files (Java's jars)
+    Step("clients-19.5k", 10_000, 10, 19_500),
 )}
 REDUCED = ["base", "topics-100k", "brokers-1000", "clients-10k"]
 COMPATS = ("4.9.8", "5.3.3")
@@ -369,15 +382,21 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
 # ---- the curve: steps x servers x rounds, each run written as it ends ------------------------------
 
 
-def raise_fd_limit(clients: int) -> None:
-    """Room for the step's connections here and in the servers (children inherit the limit)."""
-    want = 2 * clients + 20_000
+def raise_fd_limit(connections: int) -> int:
+    """Room for the step's connections here and in the servers (children inherit the limit):
+    the soft limit now. Raising the hard limit needs CAP_SYS_RESOURCE; without it, neither this
+    process nor a server can hold more connections than the hard limit allows, and it says so."""
+    want = connections + 1_000
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < want:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
-        except (ValueError, OSError):
+        except (ValueError, OSError) as exc:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            print(f"[curve] RLIMIT_NOFILE: {want} wanted, the hard limit {hard} cannot be raised ({exc}; raising "
+                  "it needs CAP_SYS_RESOURCE): a server holds fewer connections than that", file=sys.stderr,
+                  flush=True)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def ours_for(step: Step, scratch: Path) -> str:

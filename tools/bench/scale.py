@@ -6,7 +6,8 @@ in the same run.
 
     python tools/bench/scale.py [--brokers 1000] [--topics 1000] [--big-topics 120000] [--json OUT]
     python tools/bench/scale.py --curve [--steps reduced|all|NAME,...] [--rounds 3] \
-        [--compare 'java=CMD'] [--server-cmd CMD] [--json OUT]
+        [--compare 'java=CMD'] [--server-cmd CMD] [--json OUT] [--records RUNS.jsonl] \
+        [--markdown OUT.md] [--svg OUT.svg] [--report-only]
 
 ``--server-cmd`` runs the scenario against another NameServer: a command line with ``{port}``
 and ``{data_dir}`` (e.g. ``tools/bench/java-namesrv.sh {port} {data_dir}`` with RMQ_LIB and
