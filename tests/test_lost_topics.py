@@ -79,3 +79,21 @@ def test_rocketmqs_own_topics_go_with_their_broker_unnoticed():
     register(routes, "x", "h:1", ["x", "c1", "%RETRY%group", "SCHEDULE_TOPIC_XXXX", "Orders"])
     routes.on_channel_destroy("h:1")
     assert [t.topic for t in lost.recent(set())] == ["Orders"]
+
+
+def test_a_departure_of_many_topics_looks_at_about_the_newest_limit_of_them(monkeypatch):
+    """Only the newest ``limit`` lost topics are kept, so only they (and RocketMQ's own topics
+    passed over on the way) are looked at: a departure that takes a million topics costs the
+    bookkeeping about ``limit`` checks, not a million."""
+    import twisted_namesrv.lost_topics as module
+    looked: list[str] = []
+
+    def counting(topic, *names):
+        looked.append(topic)
+        return topic.startswith("%RETRY%")
+    monkeypatch.setattr(module, "is_system_topic", counting)
+    lost = LostTopics(lambda: 0.0, limit=10)
+    topics = [f"T{i:05d}" for i in range(10_000)] + ["%RETRY%g"]
+    lost.departed("closed", {"broker": "b", "addr": "h:1"}, topics)
+    assert len(looked) == 11
+    assert [t.topic for t in lost.recent(set())] == topics[-11:-1]

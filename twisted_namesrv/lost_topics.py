@@ -54,12 +54,23 @@ class LostTopics:
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
         cluster = info.get("cluster")
         clusters = (cluster,) if isinstance(cluster, str) else ()
-        gone = [t for t in topics if not is_system_topic(t, clusters, (name,))]
         lost = self._lost
-        for topic in gone[-self.limit:]:
+        for topic in self._newest_applications(topics, clusters, (name,)):
             lost.pop(topic, None)
             lost[topic] = LostTopic(topic, cluster, name, info.get("addr"), kind, reason, now)
         self._forget(now)
+
+    def _newest_applications(self, topics: list[str], clusters: tuple[str, ...], brokers: tuple[str, ...]) -> list[str]:
+        """The last ``limit`` of ``topics`` that are an application's, in their order: looked for
+        from the end, so a departure taking a million topics looks at about ``limit`` of them."""
+        newest: list[str] = []
+        for topic in reversed(topics):
+            if len(newest) == self.limit:
+                break
+            if not is_system_topic(topic, clusters, brokers):
+                newest.append(topic)
+        newest.reverse()
+        return newest
 
     def recent(self, present: Container[str]) -> list[LostTopic]:
         """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first."""

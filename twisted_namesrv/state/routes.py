@@ -220,6 +220,15 @@ class RouteInfoManager:
         if pending.collect:
             pending.change.topics[topic] = None
 
+    def _topics_changed(self, topics: list[str]) -> None:
+        """``_topic_changed`` for each of ``topics``, in one call (a batch of departures may
+        touch every topic held)."""
+        if topics:
+            pending: _Pending = self._pending  # type: ignore[assignment]
+            pending.dirty = True
+            if pending.collect:
+                pending.change.topics.update(dict.fromkeys(topics))
+
     def _broker_changed(self, broker_name: str | None) -> None:
         """Inside a change: a group's addresses, zone, flags or queue permissions changed, so
         every route naming it is stale, and so is the cluster info."""
@@ -612,20 +621,22 @@ class RouteInfoManager:
         if not emptied:
             return
         order = {name: index for index, name in enumerate(emptied)}
+        last = order.__getitem__
         names = order.keys()
         table = self.topicQueueTable
         disjoint = names.isdisjoint
-        for topic in [t for t, queues in table.items() if not disjoint(queues)]:
+        touched = [t for t, queues in table.items() if not disjoint(queues)]
+        for topic in touched:
             queues = table[topic]
-            leaving = names & queues.keys()
+            leaving = [name for name in queues if name in order]
             for broker_name in leaving:
                 del queues[broker_name]
             if not queues:
                 del table[topic]
-                departure = emptied[max(leaving, key=order.__getitem__)]
+                departure = emptied[leaving[0] if len(leaving) == 1 else max(leaving, key=last)]
                 if departure is not None:
                     departure.lost_topics.append(topic)
-            self._topic_changed(topic)
+        self._topics_changed(touched)
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
