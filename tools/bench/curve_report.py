@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 AXES = ("topics", "brokers", "clients")
-AXIS_TITLE = {"topics": "topics", "brokers": "brokers", "clients": "client connections"}
+AXIS_TITLE = {"topics": "topics", "brokers": "brokers", "clients": "connections"}
 PHASES = (("first_registration", "first registration"), ("repeated_registration", "repeated registration"),
           ("heartbeat_storm", "heartbeat storm"), ("mass_disconnect", "mass disconnect"))
 #: what the growth table and the plot show: (summary key, label, unit)
@@ -50,7 +50,7 @@ def number(v: float, unit: str) -> str:
         return f"{v * 1e3:.3g} ms"
     if unit == "ms" and v >= 1000:
         return f"{v / 1e3:.3g} s"
-    return f"{v:.3g} {unit}"
+    return f"{v:,.0f} {unit}" if v >= 1000 else f"{v:.3g} {unit}"
 
 
 def cell(v: dict[str, Any] | None, unit: str) -> str:
@@ -74,39 +74,54 @@ def rows_by(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def step_table(doc: dict[str, Any]) -> str:
-    """Per step, one line per phase (its time, the probe's longest wait and lookup p50/p99 in it)
-    and one for RSS: ours, each other server, and ours/other per round."""
+    """Per step, one line per phase: its time and the probe's longest wait in it (each server's
+    median with min–max, ours/other per round: median with min–max) and the probe's lookup
+    p50 / p99 (medians); and one line for RSS with the client connections open."""
     servers = list(doc["servers"])
     ours, others = servers[0], servers[1:]
     rows = rows_by(doc)
-    head = ["step", "phase", "figure", ours, *others, *(f"{ours} / {o}" for o in others)]
+
+    def group(title: str) -> list[str]:
+        return [f"{title}: {s}" for s in servers] + [f"{title}: {ours} / {o}" for o in others]
+
+    head = ["step", "phase", *group("time"), *group("longest wait"), *(f"lookup p50 / p99: {s}" for s in servers)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def line(label: str, phase: str, figure: str, key: str, unit: str, step: str) -> None:
-        r = rows.get((step, key))
-        if r is None:
-            return
-        cells = [cell(r.get(s), unit) for s in servers] + [ratio_cell(r.get(f"ratio_to_{o}")) for o in others]
-        lines.append("| " + " | ".join([label, phase, figure, *cells]) + " |")
+    def cells(key: str, unit: str) -> list[str]:
+        r = rows.get(key, {})
+        return [cell(r.get(s), unit) for s in servers] + [ratio_cell(r.get(f"ratio_to_{o}")) for o in others]
 
+    def lookups(name: str, phase: str) -> list[str]:
+        out = []
+        for s in servers:
+            p50 = (rows.get((name, f"{phase}_lookup_p50_ms"), {}).get(s) or {}).get("median")
+            p99 = (rows.get((name, f"{phase}_lookup_p99_ms"), {}).get(s) or {}).get("median")
+            out.append("–" if p50 is None or p99 is None else f"{number(p50, 'ms')} / {number(p99, 'ms')}")
+        return out
+
+    blank = ["–"] * (len(servers) + len(others))
     for step in doc["steps"]:
         name, label = step["name"], step_label(step)
         if not any(k[0] == name for k in rows):
             continue
         for key, phase in PHASES:
-            line(label, phase, "time", f"{key}_s", "s", name)
-            line(label, phase, "longest wait", f"{key}_probe_max_ms", "ms", name)
-            line(label, phase, "lookup p50", f"{key}_lookup_p50_ms", "ms", name)
-            line(label, phase, "lookup p99", f"{key}_lookup_p99_ms", "ms", name)
-        line(label, "registered, conns open", "RSS", "rss_mib_registered", "MiB", name)
-        line(label, "at the end", "RSS", "rss_mib_end", "MiB", name)
+            if (name, f"{key}_s") not in rows:
+                continue
+            line = [label, phase, *cells((name, f"{key}_s"), "s"), *cells((name, f"{key}_probe_max_ms"), "ms"),
+                    *lookups(name, key)]
+            lines.append("| " + " | ".join(line) + " |")
+        if (name, "rss_mib_registered") in rows:
+            line = [label, "RSS, registered, connections open", *cells((name, "rss_mib_registered"), "MiB"), *blank,
+                    *(["–"] * len(servers))]
+            lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)
 
 
 def axis_series(doc: dict[str, Any], axis: str) -> list[dict[str, Any]]:
-    """The steps along ``axis`` (the other two sizes as the base step's), smallest first; one
-    step per size, in the generation of the largest where both were run."""
-    steps = doc["steps"]
+    """The measured steps along ``axis`` (the other two sizes as the base step's), smallest
+    first; one step per size, in the generation of the largest where both were run."""
+    measured = {r["step"] for r in doc["rows"]}
+    steps = [s for s in doc["steps"] if s["name"] in measured]
     base = next((s for s in steps if s["name"].split("@")[0] == "base"), None)
     if base is None:
         return []
@@ -153,7 +168,7 @@ def growth_table(doc: dict[str, Any]) -> str:
                     continue
                 (x0, y0), (x1, y1) = points[0], points[-1]
                 k = exponent(x0, y0, x1, y1)
-                factors = ", ".join(f"×{y / y0:.3g} at ×{x // x0:g}" for x, y in points[1:])
+                factors = ", ".join(f"×{y / y0:.3g} at ×{x / x0:.3g}" for x, y in points[1:])
                 cells.append(f"{factors}: k={k:.2f}, {grows(k)}" if k is not None else factors)
         lines.append("| " + " | ".join([label, *cells]) + " |")
     mixed = [a for a in AXES if len({s.get("compat", "4.9.8") for s in series[a]}) > 1]
