@@ -167,6 +167,21 @@ class Dispatcher:
                 out.append(encoded)
         return None
 
+    def answer_read(self, data: bytes, out: list[bytes]) -> int:
+        """Answer the repeated plain JSON route lookups at the start of a read as it came, before
+        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``:
+        the bytes of ``data`` answered (0: none; the rest goes through ``answer`` once cut)."""
+        answers = self.answers
+        if not answers.replies:
+            return 0
+        if not self.count_requests:
+            return answers.replies_from_read(data, out)[0]  # type: ignore[no-any-return]
+        begun = perf_counter()
+        used, count = answers.replies_from_read(data, out)
+        if count:
+            self.metrics.answered_from_memory((perf_counter() - begun) / count, count)
+        return used  # type: ignore[no-any-return]
+
     def handle(self, frame: bytes, peer: Peer) -> bytes | None:
         """The answer to one frame answered at once (tests and tools): None when nothing is sent."""
         out: list[bytes] = []
