@@ -165,11 +165,12 @@ class AnswerCache:
         return body
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
-    def keep_route(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
+    def keep_route(self, frame: bytes | None, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
                    topic: str, variant: Hashable) -> None:
         """Keep a found route (``response``, encoded as ``encoded``, its handler's ``topic`` and
         ``variant``): its body for the next lookup of any client, and, for a plain JSON lookup, its
-        whole frame around the opaque for the next lookup of the same client."""
+        whole frame around the opaque for the next lookup of the same client (not when ``frame``
+        is None: its bytes alone do not decide that it is let in, the ACL checks the peer)."""
         body = response.body
         if not self.keep or not isinstance(body, bytes):
             return
@@ -178,7 +179,7 @@ class AnswerCache:
             answers = self.routes[topic] = TopicAnswers()
         body = answers.bodies.setdefault(variant, body)
         self._routes.subscribe(self.changed)
-        if (body is response.body and request.serialize_type == SerializeType.JSON
+        if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
             self._keep_reply(frame, request.opaque, encoded, answers, body)

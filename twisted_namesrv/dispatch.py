@@ -55,6 +55,10 @@ def _serves_every_code(state: Any, code: int) -> bool:
     return True
 
 
+def _checks_no_peer(state: Any, code: int) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class HandlerTable:
     """What a listener answers, and how it refuses and fails: a handler per code (``handlers``),
@@ -73,12 +77,16 @@ class HandlerTable:
     closed: Callable[[Any, dict[Channel, str]], None]
     serves: Callable[[Any, int], bool] = _serves_every_code
     counted: Callable[[Any, RemotingCommand, bool, float], None] | None = None
+    #: whether a request of this code is let in by who sends it (the ACL), not by its bytes alone:
+    #: then no answer frame is kept to be served again to the same bytes (``replies_from_memory``)
+    checks_peer: Callable[[Any, int], bool] = _checks_no_peer
     keeps_answers: bool = True
     subject: str = "request"
 
 
 NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
-                             processor.error_reply, processor.channels_closed, processor.serves)
+                             processor.error_reply, processor.channels_closed, processor.serves,
+                             checks_peer=processor.checks_peer)
 
 
 @dataclass
@@ -281,7 +289,9 @@ class Dispatcher:
             response = self._failed(request, peer, unencodable)
             answer, encoded = Answer(response, handled=False), response.encode()
         if answer.topic is not None and response.code == 0:
-            self.answers.keep_route(frame, request, response, encoded, answer.topic, answer.variant)
+            reusable = not self.table.checks_peer(self.state, request.code)
+            self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
+                                    answer.variant)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded
