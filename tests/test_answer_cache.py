@@ -386,7 +386,11 @@ def test_reads_cut_anywhere_equal_answers_from_the_tables(tmp_path, seed: int) -
         assert kept_out.value() == reference_out.value()
         kept_out.clear()
         reference_out.clear()
-    assert kept.factory.metrics.answered_from_memory_count > 0
+    kept_metrics, reference_metrics = kept.factory.metrics, reference.factory.metrics
+    assert kept_metrics.answered_from_memory_count > 0
+    assert kept_metrics.requests_by_code()[0] == reference_metrics.requests_by_code()[0]
+    assert (kept_metrics.bytes_received, kept_metrics.bytes_sent) == (reference_metrics.bytes_received,
+                                                                      reference_metrics.bytes_sent)
 
 
 def test_a_read_of_repeats_gets_each_its_own_opaque_and_no_stale_route(tmp_path) -> None:
