@@ -281,6 +281,12 @@ class AnswerCache:
             return 0, 0
         length = reply.digits
         n = len(data) // record
+        if n == 1:  # one lookup in flight (the latency path): no block to check
+            digits = data[at:at + length]
+            if not _valid_digits(digits):
+                return 0, 0
+            out.append(reply.prefix + digits + reply.rest)
+            return record, 1
         if not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
             n = _first_other(data, record, n, at, length)  # the frames before the first that is not
             if not n or not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
