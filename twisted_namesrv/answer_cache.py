@@ -8,7 +8,9 @@ less often.  Three levels:
 - route bodies, per topic and variant (standard JSON or not, orderTopicConf);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
-  decoding (``replies_from_memory``) while their topic's bodies are still kept.
+  decoding (``replies_from_memory``; a client's repeats at the start of a read, before the read is
+  even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
+  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer).
 
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
 handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from

@@ -1,7 +1,8 @@
 """Dispatcher: from request frames to answer frames, without sockets; every listener's.
 
 One path per request, for every code: a repeated plain JSON route lookup is answered from memory
-(AnswerCache.replies_from_memory) without decoding; any other frame is decoded once, refused or
+(AnswerCache.replies_from_memory; ``answer_read`` for a client's repeats at the start of a read,
+before it is cut into frames) without decoding; any other frame is decoded once, refused or
 handed to its handler once (``_outcome``: the same generator runs a handler written in steps and
 one that is not), encoded once, and, when its handler says so, kept by the answer cache with the
 topic and variant the handler worked out.  After each dispatched request the observers hear the
