@@ -184,12 +184,12 @@ class Dispatcher:
         if not answers.replies:
             return 0
         if not self.count_requests:
-            return answers.replies_from_read(data, out)[0]  # type: ignore[no-any-return]
+            return answers.replies_from_read(data, out)[0]
         begun = perf_counter()
         used, count = answers.replies_from_read(data, out)
         if count:
             self.metrics.answered_from_memory((perf_counter() - begun) / count, count)
-        return used  # type: ignore[no-any-return]
+        return used
 
     def handle(self, frame: bytes, peer: Peer) -> bytes | None:
         """The answer to one frame answered at once (tests and tools): None when nothing is sent."""
