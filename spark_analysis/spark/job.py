@@ -52,7 +52,7 @@ from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
 from spark_analysis.capture.reassembly import SEGMENT, Servers
 from spark_analysis.decode import schema
-from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.rows import CALL, CONNECTION, CONTROLLER_NOTE, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
@@ -317,7 +317,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION, CONTROLLER_NOTE)}
     tally = Tally()
     count = 0
     with _no_cycle_collection():
@@ -363,6 +363,9 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
+    for group, key, count, first, last, worst in pending[CONTROLLER_NOTE]:
+        add(tally.groups, group, key, count, first, last, worst)
+    pending[CONTROLLER_NOTE].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
         if not rows:
