@@ -46,7 +46,7 @@ ASKED = frozenset(Req) - {Req.NOTIFY_BROKER_ROLE_CHANGED, Req.BROKER_HEARTBEAT}
 #: BROKER_HEARTBEAT goes to NameServers too: a controller's only on a connection carrying ASKED codes
 HEARTBEAT = Req.BROKER_HEARTBEAT
 _HIGHER_VERSION = len(VERSION_NAMES) - 1
-UNANSWERED, NO_REQUEST = "unanswered", "answer without its request"
+NO_REQUEST = "answer without its request"  # (a request never answered is the calls' own finding: unanswered)
 
 _NAMES = {int(code): code.name for code in Req}
 Row = tuple[Any, ...]
@@ -86,9 +86,6 @@ def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[Capt
                                     request.ts, None)
             yield CONTROLLER, _row(conn_id, connection, request, answer, {}, why)
             continue
-        if answer is None and command.code != HEARTBEAT and not command.is_oneway:
-            yield CONTROLLER_NOTE, (CONTROLLER_UNDECODABLE, (server, code_name(command.code), UNANSWERED), 1,
-                                    request.ts, request.ts, None)
         for fact in facts or [{}]:
             yield CONTROLLER, _row(conn_id, connection, request, answer, fact, None)
             yield from _notes(server, conn_id_key, request, answer, fact, heartbeats)

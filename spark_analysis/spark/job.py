@@ -45,6 +45,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.analysis.controller import controller_story, with_controller_view
 from spark_analysis.analysis.findings import NAMESRV_CODES, endpoint_rows
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import REQUEST
@@ -52,7 +53,16 @@ from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
 from spark_analysis.capture.reassembly import SEGMENT, Servers
 from spark_analysis.decode import schema
-from spark_analysis.decode.rows import CALL, CONNECTION, CONTROLLER_NOTE, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.rows import (
+    CALL,
+    CONNECTION,
+    CONTROLLER,
+    CONTROLLER_NOTE,
+    EVENT,
+    FRAME,
+    REGISTRATION,
+    piece_rows,
+)
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
@@ -159,7 +169,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
              f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
-             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
+             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
+             f"({tally.controller:,} rows)")
     counts = Counter(tally.counts())
     nameservers = nameserver_endpoints(tally.served, NAMESRV_CODES)
     liveness.only_at(nameservers)
@@ -168,9 +179,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
+    found_endpoints = endpoint_rows(endpoints, nameservers, tally.served)
+    controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
+                                  periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
-                                   latency.code_stats(tally.latencies, by_server=True), talkers,
-                                   endpoint_rows(endpoints, nameservers, tally.served), liveness.stories)
+                                   latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
+                                   with_controller_view(liveness.stories, controller), controller)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -397,6 +411,8 @@ def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         findings.note_calls(tally.groups, rows)
         findings.note_served(tally.served, rows)
         clients.count_calls(tally.clients, rows)
+    elif kind == CONTROLLER:
+        tally.controller += len(rows)
     elif kind == REGISTRATION:
         tally.registration += len(rows)
         tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0
