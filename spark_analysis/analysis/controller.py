@@ -100,8 +100,8 @@ def controller_story(groups: Groups, controllers: Iterable[str], end: float | No
         clusters = sorted({e.cluster for e in told if e.cluster} | {h["cluster"] for h in heard.get(key, [])})
         stories.append({"controller": server, "cluster": clusters[0] if clusters else None, "broker_name": name,
                         "members": [{"broker_id": i, "broker_addr": a} for i, a in sorted(members.items())],
-                        "elections": _elections(mine, told, known_epochs.get(key, {}), members),
-                        "sync_state_sets": _sync_state_sets(mine, told),
+                        "elections": (elections := _elections(mine, told, known_epochs.get(key, {}), members)),
+                        "sync_state_sets": _sync_state_sets(mine, told, elections),
                         "heartbeats": heard.get(key, [])})
     undecodable = [{"controller": server, "code_name": code, "why": why, "count": count, "first": iso_time(first),
                     "last": iso_time(last)}
@@ -149,16 +149,18 @@ def _elections(views: list[View], events: list[Event], known: dict[int, float], 
             item |= {"at": iso_time(answered[0].first), "after": None, "by": iso_time(answered[0].first),
                      "how": f"its answer to CONTROLLER_ELECT_MASTER of brokerId {asker}"}
         elif older:
-            item["how"] = (f"by itself (no request asked it): its last answer naming masterEpoch {epoch - 1} or "
-                           f"less at {item['after']}, the first sign of masterEpoch {epoch} at {item['by']}")
+            item["how"] = (f"answering no captured request (its own, as when its master's channel closes): its "
+                           f"last answer naming an older masterEpoch at {item['after']}, the first sign of "
+                           f"masterEpoch {epoch} at {item['by']}")
         else:
             item["how"] = f"before the capture, or before its first answer here ({item['by']})"
         found.append(item)
     return found
 
 
-def _sync_state_sets(views: list[View], events: list[Event]) -> list[Item]:
-    """One per syncStateSetEpoch the controller's answers name: the set, and when it changed."""
+def _sync_state_sets(views: list[View], events: list[Event], elections: list[Item]) -> list[Item]:
+    """One per syncStateSetEpoch the controller's answers name: the set, and when it changed (an
+    election sets it too: then as the election says)."""
     found = []
     for set_epoch in sorted({v.set_epoch for v in views if v.ids is not None and v.set_epoch is not None}):
         seen = sorted((v for v in views if v.set_epoch == set_epoch and v.ids is not None), key=lambda v: v.first)
@@ -172,8 +174,12 @@ def _sync_state_sets(views: list[View], events: list[Event]) -> list[Item]:
             item |= {"at": iso_time(altered[0].first), "after": None,
                      "how": f"CONTROLLER_ALTER_SYNC_STATE_SET of master brokerId {altered[0].broker_id} "
                             f"(masterEpoch {altered[0].epoch})"}
+        elif made := next((e for e in elections if e["sync_state_set_epoch"] == set_epoch and (
+                e["at"] or e["after"])), None):
+            item |= {"at": made["at"], "after": made["after"], "by": made["by"],
+                     "how": f"the election of masterEpoch {made['master_epoch']}"}
         elif older:
-            item["how"] = "seen in its answers (an election, or a change answered to a request not captured)"
+            item["how"] = "seen in its answers (a change answered to a request not captured)"
         else:
             item["how"] = "in force at its first answer here"
         found.append(item)
