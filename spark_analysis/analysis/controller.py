@@ -45,7 +45,7 @@ class View(NamedTuple):
     ids: tuple[int, ...] | None
     set_epoch: int | None
     source: str
-    count: int
+    answers: int
     first: float
     last: float
 
@@ -59,7 +59,7 @@ class Event(NamedTuple):
     epoch: int | None
     ids: tuple[int, ...] | None
     set_epoch: int | None
-    count: int
+    times: int
     first: float
 
 
@@ -71,10 +71,10 @@ def controller_story(groups: Groups, controllers: Iterable[str], end: float | No
     events: dict[tuple[str, str | None], list[Event]] = {}
     for (server, name, *rest), (count, first, last, _) in groups.get(CONTROLLER_VIEW, {}).items():
         if server in controllers:
-            views.setdefault((server, name), []).append(View(*rest, count, first, last))
+            views.setdefault((server, name), []).append(View._make((*rest, count, first, last)))
     for (server, name, *rest), (count, first, _, _) in groups.get(CONTROLLER_EVENT, {}).items():
         if server in controllers:
-            events.setdefault((server, name), []).append(Event(*rest, count, first))
+            events.setdefault((server, name), []).append(Event._make((*rest, count, first)))
     heard: dict[tuple[str, str | None], list[Item]] = {}
     closed = {(server, broker_id, addr, conn): (first, how) for (server, _, _, broker_id, addr, conn, how), (
         _, first, _, _) in groups.get(CONTROLLER_CLOSED, {}).items()}
@@ -92,7 +92,7 @@ def controller_story(groups: Groups, controllers: Iterable[str], end: float | No
     for (server, name, _, _, epoch), (_, first, _, _) in groups.get(CONTROLLER_BROKER_EPOCH, {}).items():
         seen = known_epochs.setdefault((server, name), {})
         seen[epoch] = min(first, seen.get(epoch, first))
-    stories = []
+    stories: list[Item] = []
     for key in sorted(set(views) | set(events) | set(heard), key=lambda k: (k[0], k[1] or "")):
         server, name = key
         mine, told = views.get(key, []), events.get(key, [])

@@ -36,6 +36,7 @@ from spark_analysis.capture.reassembly import Connection
 from twisted_namesrv.controller import bodies, headers
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 from twisted_namesrv.remoting.codes import V5_0_0, VERSION_NAMES
+from twisted_namesrv.remoting.values import BadRequest
 
 CONTROLLER, CONTROLLER_NOTE = "controller", "controller_note"
 CONTROLLER_VIEW, CONTROLLER_EVENT = "controller_view", "controller_event"
@@ -81,7 +82,7 @@ def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[Capt
         try:
             facts = list(_facts(request, answer))
         except (Undecodable, ValueError) as exc:
-            why = str(exc) if isinstance(exc, Undecodable) else _why(exc)
+            why = str(exc) if isinstance(exc, Undecodable | BadRequest) else _why(exc)
             yield CONTROLLER_NOTE, (CONTROLLER_UNDECODABLE, (server, code_name(command.code), why), 1, request.ts,
                                     request.ts, None)
             yield CONTROLLER, _row(conn_id, connection, request, answer, {}, why)
@@ -100,12 +101,28 @@ def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[Capt
 
 
 def _why(exc: ValueError) -> str:
-    """A body's fault in words: cut short (JSON ending early), not JSON, or not of the layout."""
-    if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc.rstrip()):
-        return "body truncated"
-    if isinstance(exc, UnicodeDecodeError | json.JSONDecodeError):
+    """A body's fault in words: cut short (JSON ending inside a string, object or array), not
+    JSON, or not of the layout."""
+    if isinstance(exc, json.JSONDecodeError):
+        return "body truncated" if _cut_short(exc.doc) else "body not JSON"
+    if isinstance(exc, UnicodeDecodeError):
         return "body not JSON"
     return f"not the layout: {str(exc)[:80]}"
+
+
+def _cut_short(text: str) -> bool:
+    """Whether JSON text ends inside a string or with an object or array still open."""
+    depth, quoted, escaped = 0, False, False
+    for char in text:
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+    return quoted or depth > 0
 
 
 def _facts(request: CapturedCommand, answer: CapturedCommand | None) -> Iterator[dict[str, Any]]:
