@@ -20,8 +20,10 @@ from spark_analysis.decode.controller import (
     CONTROLLER_CLOSED,
     CONTROLLER_EVENT,
     CONTROLLER_HEARTBEAT,
+    CONTROLLER_NOTICE,
     CONTROLLER_UNDECODABLE,
     CONTROLLER_VIEW,
+    NOTICE,
 )
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -88,19 +90,19 @@ def controller_story(groups: Groups, controllers: Iterable[str], end: float | No
             "first": iso_time(first), "last": iso_time(last), "max_silence_s": silence,
             "closed_at": _iso(close and close[0]), "closed": close and close[1],
             "alive_at_end": close is None and end is not None and end - last <= HEARTBEAT_TIMEOUT_S})
-    known_epochs: dict[tuple[str, str | None], dict[int, float]] = {}
-    for (server, name, _, _, epoch), (_, first, _, _) in groups.get(CONTROLLER_BROKER_EPOCH, {}).items():
-        seen = known_epochs.setdefault((server, name), {})
-        seen[epoch] = min(first, seen.get(epoch, first))
+    known_epochs: dict[tuple[str, str | None], list[tuple[float, int, str]]] = {}
+    for (server, name, broker_id, _, epoch), (_, first, _, _) in groups.get(CONTROLLER_BROKER_EPOCH, {}).items():
+        known_epochs.setdefault((server, name), []).append((first, epoch, f"a heartbeat of brokerId {broker_id}"))
     stories: list[Item] = []
     for key in sorted(set(views) | set(events) | set(heard), key=lambda k: (k[0], k[1] or "")):
         server, name = key
-        mine, told = views.get(key, []), events.get(key, [])
+        told = events.get(key, [])
         members = _members(told, heard.get(key, []))
+        mine = views.get(key, []) + _notices(groups, server, set(members.values()))
         clusters = sorted({e.cluster for e in told if e.cluster} | {h["cluster"] for h in heard.get(key, [])})
         stories.append({"controller": server, "cluster": clusters[0] if clusters else None, "broker_name": name,
                         "members": [{"broker_id": i, "broker_addr": a} for i, a in sorted(members.items())],
-                        "elections": (elections := _elections(mine, told, known_epochs.get(key, {}), members)),
+                        "elections": (elections := _elections(mine, told, known_epochs.get(key, []), members)),
                         "sync_state_sets": _sync_state_sets(mine, told, elections),
                         "heartbeats": heard.get(key, [])})
     undecodable = [{"controller": server, "code_name": code, "why": why, "count": count, "first": iso_time(first),
@@ -126,8 +128,22 @@ def _members(events: list[Event], heard: list[Item]) -> dict[int, str]:
     return members
 
 
-def _elections(views: list[View], events: list[Event], known: dict[int, float], members: dict[int, str]) -> list[Item]:
-    """One per masterEpoch the controller's answers name, in order."""
+def _notices(groups: Groups, controller: str, addresses: set[str]) -> list[View]:
+    """The controller's NOTIFY_BROKER_ROLE_CHANGED to a member of the group, as views: sent from
+    its host (its client port is ephemeral) naming a master at one of the group's addresses."""
+    host = controller.rsplit(":", 1)[0]
+    return [View(master_id, addr, epoch, ids, set_epoch, f"{NOTICE.name} to {told}", count, first, last)
+            for (sender, told, master_id, addr, epoch, ids, set_epoch), (count, first, last, _) in groups.get(
+                CONTROLLER_NOTICE, {}).items() if sender == host and addr in addresses]
+
+
+def _sign(view: View) -> str:
+    return f"its {view.source}" if view.source.startswith(NOTICE.name) else f"its answer to {view.source}"
+
+
+def _elections(views: list[View], events: list[Event], known: list[tuple[float, int, str]],
+               members: dict[int, str]) -> list[Item]:
+    """One per masterEpoch the controller's answers (and notices) name, in order."""
     found = []
     epochs = sorted({v.master_epoch for v in views if v.master_epoch is not None})
     for epoch in epochs:
@@ -135,8 +151,7 @@ def _elections(views: list[View], events: list[Event], known: dict[int, float], 
         master_id = next((v.master_id for v in seen if v.master_id is not None), None)
         addr = next((v.master_addr for v in seen if v.master_addr), None) or members.get(master_id or -1)
         older = [v.last for v in views if v.master_epoch is not None and v.master_epoch < epoch]
-        signs = [seen[0].first] + [t for e, t in known.items() if e >= epoch]
-        by = min(signs)
+        by, sign = min([(seen[0].first, _sign(seen[0]))] + [(t, what) for t, e, what in known if e >= epoch])
         answered = sorted((e for e in events if e.what == ELECT and e.response == 0 and e.epoch == epoch),
                           key=lambda e: e.first)
         with_set = next((v for v in seen if v.ids is not None and v.set_epoch is not None), None)
@@ -150,10 +165,10 @@ def _elections(views: list[View], events: list[Event], known: dict[int, float], 
                      "how": f"its answer to CONTROLLER_ELECT_MASTER of brokerId {asker}"}
         elif older:
             item["how"] = (f"answering no captured request (its own, as when its master's channel closes): its "
-                           f"last answer naming an older masterEpoch at {item['after']}, the first sign of "
-                           f"masterEpoch {epoch} at {item['by']}")
+                           f"last word of an older masterEpoch at {item['after']}, the first sign of masterEpoch "
+                           f"{epoch} at {item['by']} ({sign})")
         else:
-            item["how"] = f"before the capture, or before its first answer here ({item['by']})"
+            item["how"] = f"before the capture, or before its first word here ({item['by']}: {sign})"
         found.append(item)
     return found
 
@@ -233,11 +248,21 @@ def _failover_view(story: Item, groups: list[Item]) -> Item:
     ended = [h for h in group["heartbeats"] if h["broker_addr"] == story["old_master"]
              and _seconds(h["last"]) <= lost + MATCH_S and _seconds(h["last"]) <= made + MATCH_S]
     last_heard = max(ended, key=lambda h: h["last"]) if ended else None
+    after, how = election["after"], election["how"]
+    if last_heard is not None and after is not None:
+        # the controller elects for a master it no longer hears: not before its heartbeat connection
+        # closed, or its last heartbeat was heartbeatTimeoutMills old (the default, 10 s)
+        inactive = _seconds(last_heard["closed_at"]) if last_heard["closed_at"] else _seconds(
+            last_heard["last"]) + HEARTBEAT_TIMEOUT_S
+        if _seconds(after) < inactive <= _seconds(election["by"]):
+            after = iso_time(inactive)
+            how += (f"; not before the old master went inactive in its eyes at {after} (its heartbeat connection "
+                    f"closed)" if last_heard["closed_at"] else f" (its heartbeats {HEARTBEAT_TIMEOUT_S:g} s old)")
     return {"controller": group["controller"], "master_epoch": epoch,
             "master_epoch_before": None if before is None else before["master_epoch"],
             "new_master_broker_id": election["master_broker_id"], "old_master_broker_id": old_id,
-            "elected_at": election["at"], "elected_after": election["after"], "elected_by": election["by"],
-            "elected_how": election["how"],
+            "elected_at": election["at"], "elected_after": after, "elected_by": election["by"],
+            "elected_how": how,
             "sync_state_set_before": None if before_set is None else before_set["sync_state_set"],
             "sync_state_set_epoch_before": None if before_set is None else before_set["sync_state_set_epoch"],
             "sync_state_set_after": None if after_set is None else after_set["sync_state_set"],

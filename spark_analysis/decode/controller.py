@@ -22,6 +22,10 @@ Notes go to the task's tally (model/tally.add) as (group, key, count, first, las
   the connection its heartbeats came over closed (the controller takes it as inactive at once).
 - CONTROLLER_BROKER_EPOCH: (server, broker name, broker id, broker address, epoch) -> the heartbeats
   carrying that masterEpoch: a broker knows an epoch only once the controller elected it.
+- CONTROLLER_NOTICE: (the controller's host, the broker endpoint told, masterBrokerId, masterAddress,
+  masterEpoch, syncStateSet, syncStateSetEpoch) -> NOTIFY_BROKER_ROLE_CHANGED, the controller's own
+  notice of an election to a broker's port (captured only where the broker's port is: its client
+  port is ephemeral, so the controller is known by its host).
 - CONTROLLER_UNDECODABLE: (server, code name, why) -> how many.
 """
 
@@ -42,10 +46,11 @@ CONTROLLER, CONTROLLER_NOTE = "controller", "controller_note"
 CONTROLLER_VIEW, CONTROLLER_EVENT = "controller_view", "controller_event"
 CONTROLLER_HEARTBEAT, CONTROLLER_CLOSED = "controller_heartbeat", "controller_closed"
 CONTROLLER_UNDECODABLE, CONTROLLER_BROKER_EPOCH = "controller_undecodable", "controller_broker_epoch"
+CONTROLLER_NOTICE = "controller_notice"
 #: the codes a controller is asked (NOTIFY_BROKER_ROLE_CHANGED, 1008, is its request to a broker)
 ASKED = frozenset(Req) - {Req.NOTIFY_BROKER_ROLE_CHANGED, Req.BROKER_HEARTBEAT}
 #: BROKER_HEARTBEAT goes to NameServers too: a controller's only on a connection carrying ASKED codes
-HEARTBEAT = Req.BROKER_HEARTBEAT
+HEARTBEAT, NOTICE = Req.BROKER_HEARTBEAT, Req.NOTIFY_BROKER_ROLE_CHANGED
 _HIGHER_VERSION = len(VERSION_NAMES) - 1
 NO_REQUEST = "answer without its request"  # (a request never answered is the calls' own finding: unanswered)
 
@@ -64,7 +69,7 @@ class Undecodable(ValueError):
 
 
 def is_controller_connection(requests: Iterable[CapturedCommand]) -> bool:
-    return any(r.command.code in ASKED for r in requests)
+    return any(r.command.code in ASKED or r.command.code == NOTICE for r in requests)
 
 
 def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[CapturedCommand, CapturedCommand | None]],
@@ -77,7 +82,7 @@ def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[Capt
     conn_id_key = f"{connection.client}@{connection.opened_ts:.6f}"
     for request, answer in pairs:
         command = request.command
-        if command.code not in ASKED and command.code != HEARTBEAT:
+        if command.code not in ASKED and command.code not in (HEARTBEAT, NOTICE):
             continue
         try:
             facts = list(_facts(request, answer))
@@ -135,7 +140,10 @@ def _facts(request: CapturedCommand, answer: CapturedCommand | None) -> Iterator
     fact: dict[str, Any]
     ok = answer is not None and answer.command.code == 0
     reply = answer.command if answer is not None else None
-    if code == HEARTBEAT:
+    if code == NOTICE:
+        ids, _ = bodies.parse_sync_state_set(_body(command))
+        yield _master(headers.MasterHeader.from_ext(ext)) | {"sync_state_set": ids}
+    elif code == HEARTBEAT:
         h = headers.BrokerHeartbeatRequestHeader.from_ext(ext)
         yield {"cluster": h.clusterName, "broker_name": h.brokerName, "broker_id": h.brokerId,
                "broker_addr": h.brokerAddr, "broker_epoch": h.epoch}
@@ -214,6 +222,12 @@ def _notes(server: str, conn: str, request: CapturedCommand, answer: CapturedCom
     code = request.command.code
     name = fact.get("broker_name")
     key: tuple[Any, ...]
+    if code == NOTICE:
+        host = conn.rsplit("@", 1)[0].rsplit(":", 1)[0]  # the controller: the client, its port ephemeral
+        key = (host, server, fact.get("master_broker_id"), fact.get("master_addr"), fact.get("master_epoch"),
+               tuple(sorted(fact["sync_state_set"])), fact.get("sync_state_set_epoch"))
+        yield CONTROLLER_NOTE, (CONTROLLER_NOTICE, key, 1, request.ts, request.ts, None)
+        return
     if code == HEARTBEAT:
         key = (server, fact["cluster"], name, fact["broker_id"], fact["broker_addr"], conn)
         heartbeats.setdefault(key, []).append(request.ts)

@@ -208,3 +208,43 @@ def test_the_real_java_controllers_elections_and_sets_are_what_it_logged() -> No
         ("127.0.0.1:28911", "fin from client", False), ("127.0.0.1:28921", None, True),
         ("127.0.0.1:28911", None, True)]
 
+
+
+def _decode_file(data: bytes, ports: frozenset[int]) -> Groups:
+    groups: Groups = {}
+    for connection in reassemble(tcp_segments(iter_records(data)), ports):
+        for kind, row in conversation_rows(conversation_of(connection)):
+            if kind == CONTROLLER_NOTE:
+                add(groups, *row)
+    return groups
+
+
+def test_the_controllers_notice_to_the_new_master_closes_the_election_window() -> None:
+    """The shared capture of a Java 5.3.3 controller also holds its NOTIFY_BROKER_ROLE_CHANGED to the
+    brokers' ports: the election of masterEpoch 2 is then placed between the old master's heartbeat
+    connection closing and that notice, as its steps file's timeline (from the same packets, by
+    another reader) shows them; every syncStateSet change at its answer."""
+    golden = REAL.parents[1] / "golden"
+    steps = gzip.decompress((golden / "v5_controller_failover.steps.txt.gz").read_bytes()).decode()
+    notice = next(line for line in steps.splitlines() if "NOTIFY_BROKER_ROLE_CHANGED(1008)" in line)
+    altered = [line for line in steps.splitlines() if "<- controller  answer to 1001: code 0" in line]
+    groups = _decode_file((golden / "v5_controller_failover.pcapng").read_bytes(),
+                          frozenset({28876, 28878, 28911, 28921}))
+    story = controller_story(groups, {"127.0.0.1:28878"})
+    assert story["undecodable"] == []
+    (group,) = story["groups"]
+    second = next(e for e in group["elections"] if e["master_epoch"] == 2)
+    assert "masterEpoch=2" in notice and "masterBrokerId=2" in notice and "syncStateSetEpoch=3" in notice
+    assert (second["master_addr"], second["sync_state_set"], second["sync_state_set_epoch"]) == (
+        "127.0.0.1:28921", [2], 3)
+    assert second["by"][11:23] == notice[:12] and "NOTIFY_BROKER_ROLE_CHANGED to 127.0.0.1:28921" in second["how"]
+    changed = {s["sync_state_set_epoch"]: s["at"][11:23] for s in group["sync_state_sets"] if s["at"]}
+    assert [changed[int(line.split("newSyncStateSetEpoch=")[1].split()[0])] for line in altered] == [
+        line[:12] for line in altered]
+    failover = {"kind": "failover", "cluster": "CtlCluster", "broker_name": "broker-ctl",
+                "t": "2026-11-26T16:45:23.216193Z", "old_master": "127.0.0.1:28911", "new_master": "127.0.0.1:28921",
+                "new_master_at": "2026-11-26T16:45:23.292008Z"}
+    (told,) = with_controller_view([failover], story)
+    closed = next(h["closed_at"] for h in group["heartbeats"] if h["broker_addr"] == "127.0.0.1:28911")
+    assert (told["elected_after"], told["elected_by"]) == (closed, second["by"])  # 48 ms
+    assert told["master_epoch_before"] == 1 and told["old_master_in_sync_again_at"] is not None
