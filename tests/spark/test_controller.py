@@ -248,3 +248,13 @@ def test_the_controllers_notice_to_the_new_master_closes_the_election_window() -
     closed = next(h["closed_at"] for h in group["heartbeats"] if h["broker_addr"] == "127.0.0.1:28911")
     assert (told["elected_after"], told["elected_by"]) == (closed, second["by"])  # 48 ms
     assert told["master_epoch_before"] == 1 and told["old_master_in_sync_again_at"] is not None
+
+
+def test_the_page_shows_the_controllers_story_only_where_there_is_one() -> None:
+    from spark_analysis.output.report import _controller
+
+    groups = _views((1, "10.0.0.9:10911", 1, (1,), 1, "CONTROLLER_GET_REPLICA_INFO", 10.0, 20.0),
+                    (2, "10.0.0.8:10911", 2, (2,), 2, "CONTROLLER_GET_REPLICA_INFO", 25.0, 40.0))
+    section = _controller(controller_story(groups, {CONTROLLER_AT}))
+    assert "<section id='controller'>" in section and "10.0.0.8:10911" in section and "answering no captured" in section
+    assert _controller(controller_story(groups, set())) == "" and _controller(None) == ""
