@@ -1,11 +1,12 @@
 """Where a row was captured: its input file and its session.
 
-A session is one NameServer endpoint observed continuously: within one capture period (the input
-files' record spans merged where less than brokers.PERIOD_GAP_S apart), since nothing is known of a
-server while nothing was captured. Captures of different clusters, or of one cluster days apart,
-are different sessions, and nothing compares observations across sessions; rotated files of one
-capture are one period, so one session; a NameServer restarted within a file cuts its period
-there (model/periods.restarts_within). It is named ``server@start`` (the period's start, ISO 8601
+A session is one NameServer endpoint observed continuously: within the captures that carried its
+segments (model/periods.rotated_sets: a file, or a rotated set of files each continuing the one
+before, in whatever order they were given; captures running at once are observed together), since
+nothing is known of a server while nothing captured it. Captures of different clusters, or of one
+cluster days apart, are different sessions, and nothing compares observations across sessions; the
+rotated files of one capture are one session; a NameServer restarted within them cuts its session
+there (model/endpoints.py). It is named ``server@start`` (the period's start, ISO 8601
 UTC to the second), the same in every table, brokers.csv and the findings.
 
 Pure (numpy, pyarrow): the decoding tasks fill the ``input`` and ``session`` columns of a batch of
@@ -44,19 +45,40 @@ def session_name(server: str | None, period_starts: tuple[float, ...], t: float)
 
 
 class Sessions:
-    """The sessions of each server endpoint: a capture period, cut where that endpoint restarted
-    (model/endpoints.py: its own evidence, never another endpoint's); named ``server@start``."""
+    """The sessions of each server endpoint: a span of time it was observed (the captures that
+    carried any of its segments: model/periods.observed_spans; without those, the capture
+    periods), cut where that endpoint restarted (model/endpoints.py: its own evidence, never
+    another endpoint's); named ``server@start``."""
 
-    def __init__(self, period_starts: tuple[float, ...], runs: dict[str, tuple[float, ...]] | None = None) -> None:
+    def __init__(self, period_starts: tuple[float, ...], runs: dict[str, tuple[float, ...]] | None = None,
+                 observed: dict[str, tuple[tuple[float, float], ...]] | None = None,
+                 period_ends: tuple[float, ...] = ()) -> None:
         self.period_starts = period_starts
+        self.period_ends = period_ends
         self.runs = runs or {}
+        self.observed = observed or {}
+
+    def spans(self, server: str | None) -> tuple[tuple[float, float], ...]:
+        """When the endpoint was observed: its own spans, else the capture periods."""
+        found = self.observed.get(server or "")
+        if found:
+            return found
+        return tuple(zip(self.period_starts, self.period_ends or (float("inf"),) * len(self.period_starts),
+                         strict=True))
 
     def starts(self, server: str | None) -> tuple[float, ...]:
-        return tuple(sorted({*self.period_starts, *self.runs.get(server or "", ())}))
+        return tuple(sorted({*(start for start, _ in self.spans(server)), *self.runs.get(server or "", ())}))
 
     def start_of(self, server: str | None, t: float) -> float:
         starts = self.starts(server)
         return starts[max(bisect.bisect_right(starts, t) - 1, 0)] if starts else t
+
+    def end_of(self, server: str | None, t: float) -> float:
+        """The end of the span the endpoint was observed in that holds ``t`` (a session ends
+        there, or where the endpoint went away: model/endpoints.py)."""
+        spans = self.spans(server)
+        index = max(bisect.bisect_right([start for start, _ in spans], t) - 1, 0)
+        return max(spans[index][1], t) if spans else t
 
     def name(self, server: str | None, t: float) -> str:
         return session_name(server, self.starts(server), t)
