@@ -214,6 +214,16 @@ def observed_spans(captures: list[Capture], ends: Mapping[str, Mapping[tuple[str
             for endpoint, found in spans.items()}
 
 
+def endpoint_files(ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]]) -> dict[str, frozenset[str]]:
+    """The input files that carried each endpoint's segments."""
+    found: dict[str, set[str]] = {}
+    for path, keys in ends.items():
+        for key in keys:
+            for end in key:
+                found.setdefault(end, set()).add(path)
+    return {end: frozenset(paths) for end, paths in found.items()}
+
+
 def role(broker_id: int | None) -> str | None:
     """RocketMQ's own rule: brokerId 0 is the master."""
     return None if broker_id is None else "MASTER" if broker_id == 0 else "SLAVE"

@@ -55,7 +55,14 @@ from spark_analysis.decode import schema
 from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
-from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, observed_spans, rotated_sets
+from spark_analysis.model.periods import (
+    ConnectionEnds,
+    TimeBins,
+    capture_periods,
+    endpoint_files,
+    observed_spans,
+    rotated_sets,
+)
 from spark_analysis.model.sessions import Places, Sessions
 from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
@@ -128,7 +135,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     periods = capture_periods(captures)
     time_bins = TimeBins.over(periods)
     sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()},
-                        observed_spans(captures, by_path), time_bins.ends)
+                        observed_spans(captures, by_path), time_bins.ends, endpoint_files(by_path))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:

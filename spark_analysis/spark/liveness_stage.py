@@ -77,7 +77,8 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
                                lambda t, server=server: sessions.end_of(server, t))
         stays += [stay for stay in replay.stays if stay.events]
         stories += replay.stories
-    rows = sorted((broker_summary(stay, time_bins, files, sessions.end_of(stay.server, stay.registered))
+    rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
+                                  sessions.end_of(stay.server, stay.registered))
                    for stay in stays), key=plot_order)
     worker.drill("liveness")
     for row in rows[PLOTTED_BROKERS:]:

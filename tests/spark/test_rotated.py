@@ -89,6 +89,9 @@ def test_two_machines_rotated_sets_given_mixed_are_each_machine_s_capture(spark,
     mixed = run_job(spark, [str(p) for p in (b[1], a[0], b[0], a[1])], tmp_path / "mixed", report=False)
     same_story(mixed, whole)
     assert not judge(truth, mixed.summary, mixed.brokers)
+    for broker in mixed.brokers:  # its input: the files that carried its server, not the other capture's
+        mine = a if broker["server"].endswith(":9876") else b
+        assert set(broker["input"].split()) <= {str(p) for p in mine}, broker
     assert len(whole.summary["inputs"]["periods"]) == 1  # two captures at once: one period, no gap
 
 
