@@ -1,6 +1,7 @@
-"""Capture periods and the time bins over them, sessions cut where a file continues no connection,
-and the thresholds every layer above reads (the
-NameServer's expiry, the report's plot sizes).
+"""The captures the input files are (a file, or a rotated set chained by time and by the
+connections its files carry on), the capture periods and the time bins over them, when each
+endpoint was observed, and the thresholds every layer above reads (the NameServer's expiry, the
+report's plot sizes).
 
 Pure: the driver computes the periods from the reading tasks' facts; the liveness walk and the
 report read them.
@@ -155,10 +156,12 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
     time, or one started later (another session)."""
     link_types = link_types or {}
     chains: list[list[tuple[float, float, str]]] = []
+    open_: list[list[tuple[float, float, str]]] = []  # those a later file may still continue
     for span in sorted(files):
         first, _, path = span
+        open_ = [chain for chain in open_ if first - chain[-1][1] <= PERIOD_GAP_S]
         best: tuple[tuple[int, float], list[tuple[float, float, str]]] | None = None
-        for chain in chains:
+        for chain in open_:
             _, last, before = chain[-1]
             gap = first - last
             if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
@@ -170,6 +173,7 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
                     best = (score, chain)
         if best is None:
             chains.append([span])
+            open_.append(chains[-1])
         else:
             best[1].append(span)
     return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
