@@ -195,8 +195,9 @@ def timeline_rows(shown: list[dict]) -> list[TimelineRow]:
             parts.append((broker_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}), broker,
                           start, end, began, n > 0))
     labels = [label for label, *_ in parts]
-    return [TimelineRow(f"{label} from {_time(began)}" if later or labels.count(label) > 1 else label, broker,
-                        start, end) for label, broker, start, end, began, later in parts]
+    return [TimelineRow(f"{label} from {_time(began)}" if labels.count(label) > 1 else
+                        f"{label} from {_time(began)[:19]}" if later else label, broker, start, end)
+            for label, broker, start, end, began, later in parts]
 
 
 def stay_labels(shown: list[dict]) -> list[str]:
@@ -239,10 +240,9 @@ def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
     layout["yaxis"].update(type="log", title={"text": "topics (log scale)"})  # the other panels' match it
     middles = _middles(time_bins)
     traces = []
-    for broker in shown:
+    for broker, label in zip(shown, stay_labels(shown), strict=True):
         bins = broker.get("bins") or {"bin": [], "topics": []}
         points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
-        label = broker_label(broker)
         for period in range(len(time_bins.starts)):
             inside = [(index, n) for index, n in points
                       if time_bins.first_bin[period] <= index < time_bins.first_bin[period + 1]]
