@@ -19,6 +19,8 @@ from .packets import connections, iso, load_steps, read_pcap, step_time
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
 CONTROLLER_CODES = range(1001, 1020)
+# what a NameServer takes for a broker's heartbeat: REGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT
+HEARTBEATS = {REGISTER, 322, 904}
 SILENCE_S = 35.0
 
 
@@ -294,6 +296,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
             since = before["down"] - 1.0 if before else float("-inf")
             if not [t for t, _line in log.find("start") if since < t <= r["up"] + 1.0]:
                 problems.append(f"no start log line before {e} accepted its first connection at {iso(r['up'])}")
+            if r["down_how"] == "stopped" and log.knows("stop") and not log.find("stop", r["down"]):
+                problems.append(f"no stop log line near {e}'s stop at {iso(r['down'])}")
     if (d / EVENTS_FILE).is_file():
         problems += events_disagree(d / EVENTS_FILE, stays, runs)
 
@@ -330,10 +334,27 @@ def _close(st, t, side, c, runs, log, problems, key):
         st["end"], st["ended_at"] = "server_stopped", t
         st["how"] = f"the NameServer run ended ({r['down_how']}, steps): its side closed the connection"
     else:
+        # The log says which of the NameServer's two clocks ran out: its idle close counts from the
+        # connection's last byte, its expiry scan from the broker's last heartbeat (a broker's route
+        # lookups in between are bytes, not heartbeats): silence_s is the one that fired.
         st["end"], st["ended_at"] = "expired", t
-        st["silence_s"] = round(t - c.last_payload["c"], 3)
         hits = log.find("expired", t, port=client_port, addr=st["broker_addr"])
-        st["how"] = f"the NameServer closed it after {st['silence_s']} s of silence from the broker"
+        by_scan = [h for h in hits if log.knows("expired_by_scan") and
+                   log.find("expired_by_scan", h[0], within=0.0, addr=st["broker_addr"])]
+        last_byte = c.last_payload["c"]
+        if by_scan:
+            beat = max(bt for conn in st["_conns"] for bt, h in conn.frames("c")
+                       if bt is not None and bt <= t and h.get("code") in HEARTBEATS)
+            st["silence_s"] = round(t - beat, 3)
+            st["how"] = (f"the NameServer's expiry scan dropped it {st['silence_s']} s after its last heartbeat "
+                         f"and closed its connection ({round(t - last_byte, 3)} s after its last frame)")
+            told = re.search(r"no heartbeat for ([\d.]+) s", by_scan[0][1])
+            if told and abs(float(told.group(1)) - st["silence_s"]) > 1.0:
+                problems.append(f"{key}: the log says {told.group(1)} s without a heartbeat, the packets "
+                                f"{st['silence_s']} s")
+        else:
+            st["silence_s"] = round(t - last_byte, 3)
+            st["how"] = f"the NameServer closed it after {st['silence_s']} s of silence from the broker"
         if hits:
             st["how"] += "; log: " + " | ".join(log.message(h[1])[:180] for h in hits[:2])
         else:

@@ -10,7 +10,12 @@ from pathlib import Path
 
 LAUNCH = "the launch script polls the port every 0.1 s until the JVM listens"
 RETRY = f"{LAUNCH}; while it is down the brokers retry"
-OUR_LAUNCH = "our launch script polls the port every 0.1 s until the server listens"
+OUR_RETRY = ("our launch script polls the port every 0.1 s until the server listens; while it is down the brokers "
+             "retry")
+OUR_LOGS = ("namesrv.log",)
+OUR_NOTE = ("The NameServer is ours (twisted-namesrv, python -m twisted_namesrv with --compat set to the brokers' "
+            "version, defaults otherwise): namesrv.log is its log (UTC, seconds) and events.json its events file "
+            "(the data directory's, kept across the restart; sub-second times); both back every stay's end.")
 
 
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
@@ -60,4 +65,7 @@ ARGS: dict[str, list[str]] = {
                     "before file b began (steps: 05:47:16.934Z start); no restart.",
                     ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
     "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
+    # our own server (twisted-namesrv) serving the Java rig's brokers and clients
+    "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
+                    logs=OUR_LOGS),
 }

@@ -33,6 +33,7 @@ JAVA = {
     "unregister": r"unregisterBroker, remove from brokerLiveTable OK",
     "closed_by_broker": r"channel destroyed|channelInactive, the channel\[127\.0\.0\.1:{port}\]",
     "expired": r"IDLE exception \[127\.0\.0\.1:{port}\]|The broker channel expired",
+    "expired_by_scan": r"The broker channel (\S+ )?expired",
     "start": r"The Name Server boot success",
 }
 OURS = {
@@ -40,8 +41,10 @@ OURS = {
     "unregister": r"broker unregistered: .*\baddr={addr}(\s|$)",
     "closed_by_broker": r"broker closed: .*\baddr={addr}(\s|$)",
     "expired": r"broker (idle|expired): .*\baddr={addr}(\s|$)",
+    "expired_by_scan": r"broker expired: .*\baddr={addr}(\s|$)",
     "delete_topic": r"audit delete_topic DELETE_TOPIC_IN_NAMESRV\(216\) .*\btopic={topic}(\s|$).*-> ok",
     "start": r"The Name Server boot success",
+    "stop": r"Received SIG(TERM|INT), shutting down",
 }
 
 
