@@ -68,4 +68,6 @@ ARGS: dict[str, list[str]] = {
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
+    "v4-ours": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
+                    logs=OUR_LOGS),
 }
