@@ -124,7 +124,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         for t, h in c.frames("c"):
             code, ext = h.get("code"), h.get("extFields") or {}
             ans = answers.get(h.get("opaque"))
-            ok = ans is not None and ans.get("code") == 0
+            oneway = bool(h.get("flag", 0) & 2)  # RPC_ONEWAY: no answer comes; the log says if it was applied
+            ok = (ans is not None and ans.get("code") == 0) or (oneway and ans is None)
             if code == REGISTER:
                 events.append((t, c.server, "register" if ok else "register_refused", c, ext))
             elif code == UNREGISTER:
