@@ -81,8 +81,8 @@ def test_a_log_or_events_file_that_does_not_back_the_packets_is_a_problem(tmp_pa
     folder = tmp_path / name
     shutil.copytree(REAL / name, folder)
     truth = json.loads((folder / "TRUTH.json").read_text())
-    ended = next(s for s in truth["stays"] if s["end"] in ("expired", "unregistered"))
-    words = ("broker unregistered:",) if ended["end"] == "unregistered" else ("broker expired:", "broker idle:")
+    ended = next(s for s in truth["stays"] if s["end"] in build.END_EVENTS)
+    words = tuple(f"broker {kind}:" for kind in build.END_EVENTS[ended["end"]])
     log = folder / "namesrv.log"
     log.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
                            if not (any(w in line for w in words) and f"addr={ended['broker_addr']}" in line)))
