@@ -498,11 +498,11 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"{story['t']}{after}", **fields)
         elif kind == "topic_deleted":
             yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} "
-                           f"(DELETE_TOPIC_IN_NAMESRV; {story['brokers_held']} broker group(s) held it)", **fields)
+                           "(DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
             yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
-                           f"{story['t']} ({story['topics']} topic(s))", **fields)
+                           f"{story['t']}", **fields)
 
 
 def _gap(gap: Item) -> Item:
