@@ -33,6 +33,8 @@ from twisted_namesrv.remoting.codes import code_name
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+#: route lookups answered with a route, by topic: when a topic was known (a lookup before that is no warning)
+ROUTE_FOUND = "route_found"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
 Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -42,10 +44,9 @@ KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_r
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
-         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "broker_unregistered",
-         "broker_alive_at_end",
-         "address_in_sessions", "topic_deleted", "write_perm_wiped", "write_perm_added", "refused_connections",
-         "master_elected")
+         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped",
+         "write_perm_added", "refused_connections", "master_elected")
 #: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
 NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
                            RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
@@ -82,6 +83,18 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
         for row in pc.filter(calls, mask).to_pylist():
             worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
+    _note_routes_found(groups, calls)
+
+
+def _note_routes_found(groups: Groups, calls: pa.StructArray) -> None:
+    """Lookups answered with a route, by topic (count, first, last): one row per topic, however many."""
+    found = pc.and_(pc.fill_null(pc.equal(calls.field("code"), int(RequestCode.GET_ROUTEINFO_BY_TOPIC)), False),
+                    pc.fill_null(pc.equal(calls.field("response_code"), 0), False))
+    if not pc.any(found).as_py():
+        return
+    table = pa.table({"topic": calls.field("topic"), "ts": calls.field("ts")}).filter(found)
+    for row in table.group_by("topic").aggregate([("ts", "min"), ("ts", "max"), ([], "count_all")]).to_pylist():
+        add(groups, ROUTE_FOUND, (row["topic"],), row["count_all"], row["ts_min"], row["ts_max"])
 
 
 def note_served(served: Counter[Any], calls: pa.StructArray) -> None:
@@ -170,9 +183,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   f"first needed: normal at start-up)", topic=topic, client=client, count=count,
                                   first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
-            found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
-                                  f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
-                                  last=_iso(last)))
+            found.append(_unknown_topic(client, topic, count, first, last, _made_after(groups, topic, last)))
     for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
@@ -203,6 +214,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
 UNITS = {"bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
+         "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
@@ -342,6 +354,25 @@ def _undecodable(items: list[Item]) -> str:
 
 _MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
+
+
+def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any) -> Item:
+    """A user topic answered TOPIC_NOT_EXIST: a warning, unless its route was served after every such
+    answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
+    facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
+    if made is None:
+        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+                        f"TOPIC_NOT_EXIST", **facts)
+    return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
+                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
+                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
+
+
+def _made_after(groups: Groups, topic: Any, last_unknown: Any) -> Any:
+    """When the topic's route was first served, if every TOPIC_NOT_EXIST (up to ``last_unknown``) came
+    before it: the topic did not exist yet. None if it was never served, or was unknown again after."""
+    served = groups.get(ROUTE_FOUND, {}).get((topic,))
+    return served[1] if served is not None and last_unknown <= served[1] else None
 
 
 def _is_topic_not_exist(name: str, response: int) -> bool:
@@ -508,11 +539,11 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"{story['t']}{after}", **fields)
         elif kind == "topic_deleted":
             yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} "
-                           f"(DELETE_TOPIC_IN_NAMESRV; {story['brokers_held']} broker group(s) held it)", **fields)
+                           "(DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
             yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
-                           f"{story['t']} ({story['topics']} topic(s))", **fields)
+                           f"{story['t']}", **fields)
 
 
 def _controller_findings(controller: Item | None, stories: list[Item]) -> Iterable[Item]:

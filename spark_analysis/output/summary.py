@@ -68,7 +68,7 @@ def _json_value(column: str, value: object) -> object:
 
 
 def _gap_cause(seconds: float) -> str:
-    """Why one capture period ends and the next begins: a file that continues no connection of
-    the one before (another session), or nothing captured. (A NameServer's restart is its
+    """Why one capture period ends and the next begins: a capture that starts after the others
+    ended and continues none of their connections (another session), or nothing captured. (A NameServer's restart is its
     endpoint's story: a finding, not a gap.)"""
     return "another session" if seconds <= PERIOD_GAP_S else "nothing captured"

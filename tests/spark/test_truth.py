@@ -24,10 +24,9 @@ def truth_of(name: str) -> dict:
     return json.loads((REAL / name / "TRUTH.json").read_text())
 
 
-# Known and open: a capture rotated into several files (tcpdump -G) still splits one broker stay into a
-# row per file, and one unregister is then also told as "alive at the end". Strict: it fails the
-# suite the day the report gets it right, so the mark cannot outlive the bug.
-KNOWN_WRONG = {"v4-multi": "a stay that continues across rotated files is split into one row per file"}
+# Known and open (none now): a capture marked here is a strict xfail, which fails the suite the day
+# the report gets it right, so the mark cannot outlive the bug.
+KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_WRONG[n], strict=True))

@@ -42,7 +42,8 @@ KIND_CLASSES = {
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
-NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "slow_answer", "response_code", "unanswered",
+NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
+                        "response_code", "unanswered",
                         "address_in_sessions"})
 #: refused attempts that are noise (nothing listening), which the report must count
 NOISE = ("never_listening", "before_start", "after_stop")
