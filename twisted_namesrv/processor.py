@@ -150,12 +150,12 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(header.brokerIdText, "brokerId")
-    cluster, addr, name = header.clusterName, header.brokerAddr, header.brokerName
-    missing = header.missing
-    if missing is not None:
+    names = header.names
+    if names is None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
-                       f"register broker failed: header field {missing} is missing", ext={}, normal=False)
+                       f"register broker failed: header field {header.missing} is missing", ext={}, normal=False)
+    cluster, addr, name = names
     routes = state.routes
 
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
