@@ -58,12 +58,16 @@ class World:
             self.clock.advance(min(1.0, START + seconds_since_start - self.clock.seconds()))
 
 
-def register(proto, transport, addr: str = MASTER, name: str = "broker-a", version=(1, 1), extra=None) -> None:
+def register_request(addr: str = MASTER, name: str = "broker-a", version=(1, 1), extra=None) -> RemotingCommand:
+    """broker-a's REGISTER_BROKER with topics T1 and T2."""
     payload = encode_register_body(
         RegisterBrokerBody(DataVersion(*version), {t: TopicConfig(t) for t in ("T1", "T2")}), False, True)
     ext = {"clusterName": "c1", "brokerAddr": addr, "brokerName": name, "brokerId": "0", **(extra or {})}
-    proto.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, payload, opaque=next(_opaques),
-                                               version=V5_3_3).encode())
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, payload, opaque=next(_opaques), version=V5_3_3)
+
+
+def register(proto, transport, addr: str = MASTER, name: str = "broker-a", version=(1, 1), extra=None) -> None:
+    proto.dataReceived(register_request(addr, name, version, extra).encode())
     assert b'"code":0' in transport.value()
     transport.clear()
 

@@ -77,6 +77,8 @@ def test_the_dispatch_layers_records_reach_the_server_log(tmp_path, json_log):
     proto, _ = Served(tmp_path).connect()
     proto.dataReceived(RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"listenPort=1\n",
                                                opaque=3, version=409).encode())
-    refused = [r for r in records(json_log) if "refused, keys in black list" in r["message"]]
-    assert refused and refused[0]["namespace"] == "twisted_namesrv.processor" and refused[0]["level"] == "warn"
+    # the processor's refusal goes through the shared Refusals (one line, one count per listener and reason)
+    refused = [r for r in records(json_log) if "keys in black list" in r["message"]]
+    assert refused and refused[0]["namespace"] == "twisted_namesrv.refusals" and refused[0]["level"] == "warn"
+    assert refused[0]["refused"] == "config_key" and refused[0]["listener"] == "remoting"
     assert "listenPort" in refused[0]["message"] and "127.0.0.1:" in refused[0]["message"]

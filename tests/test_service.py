@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, task
+from twisted.logger import capturedLogs
 
 from tests.support import connect, free_port, server_config, start_server
 from twisted_namesrv import CannotStart, tap
@@ -97,6 +98,20 @@ def test_stop_closes_client_connections(tmp_path):
     yield service.stopService()
     yield client.closed  # the server closed it
     assert service.factory.connections == {}
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_stop_logs_the_brokers_it_drops_as_the_server_stopping(tmp_path):
+    from tests.test_housekeeping import register_request
+    service, port = yield start_server(server_config(tmp_path))
+    client = yield connect(port)
+    answer = yield client.call(register_request())
+    assert answer.code == ResponseCode.SUCCESS
+    with capturedLogs() as events:
+        yield service.stopService()
+        yield client.closed
+    closed = [e for e in events if e.get("route_event") == "closed"]
+    assert [e["route_info"]["reason"] for e in closed] == ["server stopping"]  # not "connection closed"
 
 
 def test_corrupt_kv_file_refuses_to_construct(tmp_path):

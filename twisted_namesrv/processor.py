@@ -150,12 +150,12 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(header.brokerIdText, "brokerId")
-    cluster, addr, name = header.clusterName, header.brokerAddr, header.brokerName
-    missing = header.missing
-    if missing is not None:
+    names = header.names
+    if names is None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
-                       f"register broker failed: header field {missing} is missing", ext={}, normal=False)
+                       f"register broker failed: header field {header.missing} is missing", ext={}, normal=False)
+    cluster, addr, name = names
     routes = state.routes
 
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
@@ -425,6 +425,12 @@ def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer
 
 
 # -- refusals and failures: what the dispatcher answers instead of a handler ------------------
+
+def checks_peer(state: NamesrvState, code: int) -> bool:
+    """Whether the ACL checks requests of ``code``: then who sends one (the peer's address, the
+    accounts as last reloaded) decides, and the same bytes may be refused next time."""
+    return state.acl is not None and state.acl.guards(code, None)
+
 
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
     """The answer to a request the ACL refuses (as a Java broker answers an AclException), logged

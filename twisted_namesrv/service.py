@@ -337,5 +337,6 @@ class NamesrvService(service.MultiService):
         self.stopping = True
         d = defer.maybeDeferred(super().stopService)  # the listeners stop listening first
         for connection in list(self.factory.connections.values()):
+            connection.close_reason = "server stopping"  # the brokers did not leave: the server went
             connection.transport.loseConnection()
         return d

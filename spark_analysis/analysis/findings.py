@@ -19,7 +19,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
+from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -31,6 +33,8 @@ from twisted_namesrv.remoting.codes import code_name
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+#: route lookups answered with a route, by topic: when a topic was known (a lookup before that is no warning)
+ROUTE_FOUND = "route_found"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
 Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -40,8 +44,9 @@ KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_r
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
-         "undecodable_connection", "retry_topic_lookup", "broker_unregistered", "broker_alive_at_end",
-         "address_in_sessions", "topic_deleted", "write_perm_wiped", "write_perm_added", "refused_connections")
+         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped",
+         "write_perm_added", "refused_connections", "master_elected")
 #: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
 NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
                            RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
@@ -78,6 +83,18 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
         for row in pc.filter(calls, mask).to_pylist():
             worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
+    _note_routes_found(groups, calls)
+
+
+def _note_routes_found(groups: Groups, calls: pa.StructArray) -> None:
+    """Lookups answered with a route, by topic (count, first, last): one row per topic, however many."""
+    found = pc.and_(pc.fill_null(pc.equal(calls.field("code"), int(RequestCode.GET_ROUTEINFO_BY_TOPIC)), False),
+                    pc.fill_null(pc.equal(calls.field("response_code"), 0), False))
+    if not pc.any(found).as_py():
+        return
+    table = pa.table({"topic": calls.field("topic"), "ts": calls.field("ts")}).filter(found)
+    for row in table.group_by("topic").aggregate([("ts", "min"), ("ts", "max"), ([], "count_all")]).to_pylist():
+        add(groups, ROUTE_FOUND, (row["topic"],), row["count_all"], row["ts_min"], row["ts_max"])
 
 
 def note_served(served: Counter[Any], calls: pa.StructArray) -> None:
@@ -134,11 +151,13 @@ def _input_severity(f: Item) -> str:
 
 
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
-             endpoints: list[Item] | None = None, stories: list[Item] | None = None) -> list[Item]:
+             endpoints: list[Item] | None = None, stories: list[Item] | None = None,
+             controller: Item | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
-    response_groups(groups), which the response-code table shows too."""
+    response_groups(groups), which the response-code table shows too. ``controller``:
+    analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     found: list[Item] = []
     for f in files:
         if f["problem"]:
@@ -151,6 +170,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
         found += _broker_findings(broker)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
+    found += _controller_findings(controller, stories or [])
     told = {(story["old_master"], story["t"]) for story in stories or [] if story["kind"] == "failover"}
     found = [item for item in found if not (item["kind"] == "broker_connection_closed"
                                             and (item["broker_addr"], item["t"]) in told)]  # the fail-over tells it
@@ -163,9 +183,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   f"first needed: normal at start-up)", topic=topic, client=client, count=count,
                                   first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
-            found.append(_finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
-                                  f"TOPIC_NOT_EXIST", topic=topic, client=client, count=count, first=_iso(first),
-                                  last=_iso(last)))
+            found.append(_unknown_topic(client, topic, count, first, last, _made_after(groups, topic, last)))
     for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
@@ -196,6 +214,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
 UNITS = {"bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
+         "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
@@ -215,7 +234,9 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "error answer{s}"),
          "unanswered": ("code_name", "request code{s} never answered"),
          "slow_answer": ("code_name", "slow request code{s}"),
-         "undecodable_connection": ("connection", "undecodable connection{s}")}
+         "undecodable_connection": ("connection", "undecodable connection{s}"),
+         "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
+         "master_elected": ("broker_name", "master election{s} by a controller")}
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -333,6 +354,25 @@ def _undecodable(items: list[Item]) -> str:
 
 _MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
+
+
+def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any) -> Item:
+    """A user topic answered TOPIC_NOT_EXIST: a warning, unless its route was served after every such
+    answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
+    facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
+    if made is None:
+        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+                        f"TOPIC_NOT_EXIST", **facts)
+    return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
+                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
+                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
+
+
+def _made_after(groups: Groups, topic: Any, last_unknown: Any) -> Any:
+    """When the topic's route was first served, if every TOPIC_NOT_EXIST (up to ``last_unknown``) came
+    before it: the topic did not exist yet. None if it was never served, or was unknown again after."""
+    served = groups.get(ROUTE_FOUND, {}).get((topic,))
+    return served[1] if served is not None and last_unknown <= served[1] else None
 
 
 def _is_topic_not_exist(name: str, response: int) -> bool:
@@ -486,7 +526,8 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                     if story["old_master_back_as_slave_at"] else "; the old master did not come back")
             yield _finding(kind, WARNING, f"{where}: fail-over: master {story['old_master']} lost at {story['t']} "
                            f"({story['how_lost'].replace('_', ' ')}), {story['new_master']} made master at "
-                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}", **fields)
+                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}"
+                           f"{failover_words(story)}", **fields)
         elif kind == "broker_address_change":
             yield _finding(kind, WARNING, f"{where} / {story['broker_id']}: moved from {story['from']} (it "
                            f"{story['left'].replace('_', ' ')} at {story['left_at']}) to {story['to']} at "
@@ -498,11 +539,25 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"{story['t']}{after}", **fields)
         elif kind == "topic_deleted":
             yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} "
-                           f"(DELETE_TOPIC_IN_NAMESRV; {story['brokers_held']} broker group(s) held it)", **fields)
+                           "(DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
             yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
-                           f"{story['t']} ({story['topics']} topic(s))", **fields)
+                           f"{story['t']}", **fields)
+
+
+def _controller_findings(controller: Item | None, stories: list[Item]) -> Iterable[Item]:
+    """Elections within the capture that no fail-over tells (info), and controller calls that say
+    nothing: a body cut short, not JSON or not of the layout, a header Java could not read, an
+    unknown version (warnings), answers whose request was not captured (info)."""
+    if not controller:
+        return
+    for item in elections_untold(controller, stories):
+        yield _finding("master_elected", INFO, **item)
+    for u in controller["undecodable"]:
+        edge = u["why"] == NO_REQUEST
+        yield _finding("controller_undecodable", INFO if edge else WARNING, f"{u['count']} {u['code_name']} call(s) "
+                       f"at controller {u['controller']} undecodable: {u['why']} (from {u['first']}; not used)", **u)
 
 
 def _gap(gap: Item) -> Item:

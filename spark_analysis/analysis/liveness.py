@@ -72,8 +72,9 @@ def plot_order(broker: dict[str, Any]) -> tuple[Any, ...]:
 class _Walk:
     """One broker's events walked in time order."""
 
-    def __init__(self, time_bins: TimeBins) -> None:
+    def __init__(self, time_bins: TimeBins, observed_until: float | None = None) -> None:
         self.time_bins = time_bins
+        self.observed_until = observed_until  # the end of the stay's session's observation
         self.intervals: list[float] = []
         self.gaps: list[dict[str, Any]] = []
         self.previous_alive: float | None = None
@@ -101,7 +102,9 @@ class _Walk:
         counts in max_gap_s, and over NEAR_EXPIRY_S it is a gap (open). Returns its length."""
         seconds = None
         if self.previous_alive is not None:
-            end = self.time_bins.ends[self.time_bins.period_of(self.previous_alive)]
+            end = self.observed_until
+            if end is None:
+                end = self.time_bins.ends[self.time_bins.period_of(self.previous_alive)]
             seconds = max(end - self.previous_alive, 0.0)
             self.trailing.append(seconds)
             self.interval(self.previous_alive, end, True)
@@ -109,7 +112,8 @@ class _Walk:
         return seconds
 
 
-def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> dict[str, Any]:
+def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), observed_until: float | None = None
+                   ) -> dict[str, Any]:
     """One broker stay's brokers.csv columns and details, from its events (schema.EVENT_ROWS as
     dicts) and how the NameServer's replay says it ended (analysis/replay.py).
 
@@ -117,9 +121,11 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
     REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
     NameServer held for it after each accepted registration (held.py; a slave, whose table the
     server does not apply: what it announced), and their drops; data versions going backwards: of
-    accepted registrations; ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED)."""
+    accepted registrations; ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED).
+    ``observed_until``: when the captures that observed its server ended (Sessions.end_of; else
+    its capture period's end): a broker alive at the end is silent until then."""
     events = stay.events
-    walk, registered, refused, crc_failures, bins = _walk(events, time_bins)
+    walk, registered, refused, crc_failures, bins = _walk(events, time_bins, observed_until)
     trailing = walk.silent_until_period_end() if stay.end == ALIVE else None
     if stay.end == EXPIRED and stay.ended_at is not None and stay.silence_s is not None:
         walk.gaps.append({"from": stay.ended_at - stay.silence_s, "to": stay.ended_at, "seconds": stay.silence_s,
@@ -157,10 +163,10 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = ()) -> di
 _Walked = tuple["_Walk", list[dict[str, Any]], list[dict[str, Any]], list[float], dict[int, list[Any]]]
 
 
-def _walk(events: list[dict[str, Any]], time_bins: TimeBins) -> _Walked:
+def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: float | None = None) -> _Walked:
     """A stay's signs of life walked in time order: intervals and gaps, accepted and refused
     registrations, CRC failures, and heartbeats and topics held per time bin."""
-    walk = _Walk(time_bins)
+    walk = _Walk(time_bins, observed_until)
     registered: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     crc_failures: list[float] = []

@@ -217,20 +217,19 @@ class _SessionReplay:
             stay.finish(CLOSED, t)
 
     def administer(self, event: dict[str, Any]) -> None:
+        """Applied as the server applies them; the stories say no topic counts: brokers are replayed
+        without the topics of their bodies, so the replay's tables cannot tell who held a topic."""
         code, t = event["code"], event["t"]
         common = {"t": iso_time(t), "server": self.server, "session": self.session, "cluster": event["cluster"]}
         if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-            held = sum(1 for _ in self.manager.topicQueueTable.get(event["topic"], {}))
             self.manager.delete_topic(event["topic"], event["cluster"])
-            self.stories.append({"kind": "topic_deleted", "topic": event["topic"], "brokers_held": held, **common})
+            self.stories.append({"kind": "topic_deleted", "topic": event["topic"], **common})
         elif code == RequestCode.WIPE_WRITE_PERM_OF_BROKER:
-            queues = self.manager.wipe_write_perm_of_broker(event["broker_name"])
-            self.stories.append({"kind": "write_perm_wiped", "broker_name": event["broker_name"], "topics": queues,
-                                 **common})
+            self.manager.wipe_write_perm_of_broker(event["broker_name"])
+            self.stories.append({"kind": "write_perm_wiped", "broker_name": event["broker_name"], **common})
         elif code == RequestCode.ADD_WRITE_PERM_OF_BROKER:
-            queues = self.manager.add_write_perm_of_broker(event["broker_name"])
-            self.stories.append({"kind": "write_perm_added", "broker_name": event["broker_name"], "topics": queues,
-                                 **common})
+            self.manager.add_write_perm_of_broker(event["broker_name"])
+            self.stories.append({"kind": "write_perm_added", "broker_name": event["broker_name"], **common})
 
 
 def stories_of(stays: list[Stay]) -> list[dict[str, Any]]:

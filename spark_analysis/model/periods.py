@@ -1,6 +1,7 @@
-"""Capture periods and the time bins over them, sessions cut where a file continues no connection,
-and the thresholds every layer above reads (the
-NameServer's expiry, the report's plot sizes).
+"""The captures the input files are (a file, or a rotated set chained by time and by the
+connections its files carry on), the capture periods and the time bins over them, when each
+endpoint was observed, and the thresholds every layer above reads (the NameServer's expiry, the
+report's plot sizes).
 
 Pure: the driver computes the periods from the reading tasks' facts; the liveness walk and the
 report read them.
@@ -9,6 +10,7 @@ report read them.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from spark_analysis.model.sessions import FileSpans
@@ -19,6 +21,14 @@ EXPIRY_SECONDS = 120
 NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
 #: files whose records are further apart than this are separate capture periods
 PERIOD_GAP_S = 60.0
+#: a file that starts this soon after another ended continues it (a rotated set), though no
+#: connection says so: tcpdump -G or -C starts the next file with the packet after the last one
+ROTATION_TOLERANCE_S = 1.0
+#: a connection carried on into the next file: each way, its first sequence number there at most
+#: this far past where it stopped (bytes the capture missed), or this far before (a retransmission)
+SEQUENCE_AHEAD = 1 << 24
+SEQUENCE_BEHIND = 1 << 16
+_SEQUENCE_SPACE = 1 << 32
 #: a NameServer going away closes every connection it holds within this long (a kill: the kernel
 #: closes the process's sockets at once; a clean stop: Netty closes its channels)
 SERVER_GONE_S = 1.0
@@ -83,6 +93,23 @@ class ConnectionEnds(NamedTuple):
     accepted_at: float | None = None
     refused_at: tuple[float, ...] = ()
     last_payload: float | None = None
+    #: each way (lower to higher, then back): its first sequence number, and the one that would
+    #: follow its last byte (and SYN or FIN); None where that way sent nothing
+    first_seq: tuple[int | None, int | None] = (None, None)
+    next_seq: tuple[int | None, int | None] = (None, None)
+
+    def goes_on_in(self, later: ConnectionEnds) -> bool:
+        """Whether ``later`` (the same 4-tuple in the next file) carries this connection on: open
+        at this one's end, no SYN there, and each way's sequence numbers going on from here."""
+        if self.closed or later.opened:
+            return False
+        for stopped, goes_on in zip(self.next_seq, later.first_seq, strict=True):
+            if stopped is None or goes_on is None:
+                continue
+            ahead = (goes_on - stopped) % _SEQUENCE_SPACE
+            if SEQUENCE_AHEAD < ahead < _SEQUENCE_SPACE - SEQUENCE_BEHIND:
+                return False
+        return True
 
     def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
         """The same 4-tuple in another byte range or file: the earlier start, the later end,
@@ -98,37 +125,107 @@ class ConnectionEnds(NamedTuple):
                               close.close_by_lower, start.syn_by_lower if start.syn_by_lower is not None
                               else end.syn_by_lower, min((t for t in (self.accepted_at, other.accepted_at)
                                                           if t is not None), default=None),
-                              tuple(sorted({*self.refused_at, *other.refused_at})), max(payloads, default=None))
+                              tuple(sorted({*self.refused_at, *other.refused_at})), max(payloads, default=None),
+                              _either(start.first_seq, end.first_seq), _either(end.next_seq, start.next_seq))
 
 
-def server_restarts(files: FileSpans, ends: dict[str, dict[tuple[str, str], ConnectionEnds]]) -> set[float]:
-    """The first record times of files that start another server's story although they follow
-    the file before within PERIOD_GAP_S: no TCP connection goes on from the one to the other (a
-    4-tuple still open at the end of the first that the second carries on without a SYN). Rotated
-    files of one capture share the brokers' long-lived connections; captures of another cluster,
-    or of a NameServer started again, share none."""
-    starts = set()
-    for (_, last, before), (first, _, after) in zip(files, files[1:], strict=False):
-        if first - last > PERIOD_GAP_S:
-            continue
-        earlier, later = ends.get(before, {}), ends.get(after, {})
-        if not any(not earlier[key].closed and not later[key].opened for key in earlier.keys() & later.keys()):
-            starts.add(first)
-    return starts
+def _either(mine: tuple[int | None, int | None], other: tuple[int | None, int | None]
+            ) -> tuple[int | None, int | None]:
+    """Each way's value from ``mine``, else from ``other`` (a way that sent nothing in one part)."""
+    return (mine[0] if mine[0] is not None else other[0], mine[1] if mine[1] is not None else other[1])
 
 
-def capture_periods(spans: list[tuple[float, float]], restarts: set[float] = frozenset()  # type: ignore[assignment]
-                    ) -> list[tuple[float, float]]:
-    """Files' (first, last) record times merged where less than PERIOD_GAP_S apart, unless the
-    later file starts another session (``restarts``: server_restarts). A NameServer restarted
-    within them is a story of its endpoint (model/endpoints.py), not a cut of the capture."""
-    periods: list[list[float]] = []
-    for first, last in sorted(spans):
-        if periods and first - periods[-1][1] <= PERIOD_GAP_S and first not in restarts:
-            periods[-1][1] = max(periods[-1][1], last)
+class Capture(NamedTuple):
+    """One capture as its files tell it: a file, or a rotated set of files each continuing the one
+    before; its first and last record times and its files in time order."""
+
+    first: float
+    last: float
+    paths: tuple[str, ...]
+
+
+def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+                 link_types: Mapping[str, int | None] | None = None) -> list[Capture]:
+    """The captures the input files are, whatever their names and the order they were given in:
+    each file, in time order, continues the capture (a chain of files) whose last file ended
+    before it began, with the same link type, at most PERIOD_GAP_S before, and either carries on
+    a TCP connection of that file (``continued``) or starts within ROTATION_TOLERANCE_S of its end
+    (tcpdump -G or -C: the next file starts with the packet after the last of the one before);
+    of several such, the one it continues most connections of, then the nearest. Otherwise it
+    starts a capture of its own: another machine's or interface's capture running at the same
+    time, or one started later (another session)."""
+    link_types = link_types or {}
+    chains: list[list[tuple[float, float, str]]] = []
+    open_: list[list[tuple[float, float, str]]] = []  # those a later file may still continue
+    for span in sorted(files):
+        first, _, path = span
+        open_ = [chain for chain in open_ if first - chain[-1][1] <= PERIOD_GAP_S]
+        best: tuple[tuple[int, float], list[tuple[float, float, str]]] | None = None
+        for chain in open_:
+            _, last, before = chain[-1]
+            gap = first - last
+            if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
+                continue
+            shared = continued(ends.get(before, {}), ends.get(path, {}))
+            if shared or gap <= ROTATION_TOLERANCE_S:
+                score = (shared, -gap)
+                if best is None or score > best[0]:
+                    best = (score, chain)
+        if best is None:
+            chains.append([span])
+            open_.append(chains[-1])
         else:
-            periods.append([first, last])
+            best[1].append(span)
+    return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
+                  for chain in chains)
+
+
+def continued(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]
+              ) -> int:
+    """How many connections of one file the next carries on: a 4-tuple still open at the end of
+    the first that the second has without a SYN, each way's sequence numbers going on from where
+    they stopped (bytes the capture missed between them, or a retransmission, within a window)."""
+    return sum(1 for key in before.keys() & after.keys() if before[key].goes_on_in(after[key]))
+
+
+def capture_periods(captures: list[Capture]) -> list[tuple[float, float]]:
+    """The times something was captured: captures that overlap in time (several machines or
+    interfaces captured at once) are one period; a capture that starts after the others ended is
+    another period, after a time nothing was captured or, within PERIOD_GAP_S, as another session
+    (it continues none of their connections: rotated_sets). A NameServer restarted within them is
+    a story of its endpoint (model/endpoints.py), not a cut of the capture."""
+    periods: list[list[float]] = []
+    for capture in sorted(captures):
+        if periods and capture.first <= periods[-1][1]:
+            periods[-1][1] = max(periods[-1][1], capture.last)
+        else:
+            periods.append([capture.first, capture.last])
     return [(first, last) for first, last in periods]
+
+
+def observed_spans(captures: list[Capture], ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]]
+                   ) -> dict[str, tuple[tuple[float, float], ...]]:
+    """When each endpoint was observed: the spans of the captures with any of its segments (the
+    capture covered it from its first record to its last, silent or not), merged where they
+    overlap. A server seen only in a capture that stopped earlier than another is not observed
+    after its capture's end (nothing is known of it then)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for capture in captures:
+        seen = {end for path in capture.paths for key in ends.get(path, {}) for end in key}
+        for endpoint in seen:
+            spans.setdefault(endpoint, []).append((capture.first, capture.last))
+    return {endpoint: tuple(capture_periods([Capture(first, last, ()) for first, last in found]))
+            for endpoint, found in spans.items()}
+
+
+def endpoint_files(ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]]) -> dict[str, frozenset[str]]:
+    """The input files that carried each endpoint's segments."""
+    found: dict[str, set[str]] = {}
+    for path, keys in ends.items():
+        for key in keys:
+            for end in key:
+                found.setdefault(end, set()).add(path)
+    return {end: frozenset(paths) for end, paths in found.items()}
 
 
 def role(broker_id: int | None) -> str | None:

@@ -34,6 +34,7 @@ class Tally(ReadTally):
     gaps: int = field(default=0, metadata=COUNT)  # holes in TCP streams the capture missed
     lost_bytes: int = field(default=0, metadata=COUNT)
     undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
+    controller: int = field(default=0, metadata=COUNT)  # rows of controller/: calls to a 5.x controller
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0
@@ -42,8 +43,9 @@ class Tally(ReadTally):
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
     #: (server endpoint, request code) -> requests it was asked: what kind of server it is (model/endpoints)
     served: Counter[Any] = field(default_factory=Counter[Any])
-    #: path -> 4-tuple -> how it starts and ends in that file (model/periods.server_restarts)
-    ends: dict[str, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
+    #: input (its index among the inputs) -> 4-tuple -> how it starts and ends in that file
+    #: (model/periods.rotated_sets, model/endpoints.py)
+    ends: dict[int, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """summary.json's counts: every COUNT field, in order."""

@@ -23,6 +23,7 @@ import math
 import pkgutil
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import numpy as np
 import plotly.io as pio
@@ -54,7 +55,7 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
            ("gaps", "capture gaps in connections"), ("lost_bytes", "bytes lost to capture gaps"),
-           ("undecodable", "connections with undecodable bytes"))
+           ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"))
 
 
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
@@ -83,7 +84,8 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
         plot = pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False, div_id=f"plot-{key}",
                            config={"displaylogo": False})
         parts.append(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode())
-    parts.append(f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}"
+    parts.append(f"{_response_codes(summary['response_codes'])}{_controller(summary.get('controller'))}"
+                 f"{_brokers(summary['brokers'])}"
                  f"{_clients(summary['clients'])}{_counts(summary['counts'])}</body></html>".encode())
     return parts
 
@@ -109,42 +111,48 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
     period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long); a
     red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
-    A row per broker, numbered: its label is on the axis and in its traces' hover, not at every
-    point (where it was most of the figure's data)."""
-    labels = stay_labels(shown)
-    layout = _period_panels(time_bins, len(shown))
+    A row per broker stay and role it held (timeline_rows: a slave made master within its stay
+    has a row as slave, then one as master), numbered: its label is on the axis and in its traces'
+    hover, not at every point (where it was most of the figure's data)."""
+    rows = timeline_rows(shown)
+    labels = [row.label for row in rows]
+    layout = _period_panels(time_bins, len(rows))
     for period in range(len(time_bins.starts)):
         layout[f"yaxis{_suffix(period)}"].update(tickmode="array", tickvals=list(range(len(labels))),
                                                  ticktext=labels, range=[len(labels) - 0.5, -0.5], zeroline=False)
     middles = _middles(time_bins)
     traces = []
-    for row, (label, broker) in enumerate(zip(labels, shown, strict=True)):
-        bins = broker.get("bins") or {"bin": [], "heartbeats": []}
+    for number, row in enumerate(rows):
+        bins = row.broker.get("bins") or {"bin": [], "heartbeats": []}
         index, counts = np.asarray(bins["bin"], np.int64), np.asarray(bins["heartbeats"], np.int64)
+        held = (counts > 0) & row.holds(middles[index] if len(index) else np.zeros(0))
         for period in range(len(time_bins.starts)):
-            inside = (index >= time_bins.first_bin[period]) & (index < time_bins.first_bin[period + 1]) & (counts > 0)
+            inside = (index >= time_bins.first_bin[period]) & (index < time_bins.first_bin[period + 1]) & held
             if not inside.any():
                 continue
             traces.append(_on_panel(period, {
-                "type": "scatter", "x": _dates(middles[index[inside]]), "y": _numbers([row] * int(inside.sum()), "i2"),
+                "type": "scatter", "x": _dates(middles[index[inside]]),
+                "y": _numbers([number] * int(inside.sum()), "i2"),
                 "customdata": _numbers(counts[inside], "i4"), "mode": "markers",
                 "marker": {"symbol": "line-ns-open", "size": 14, "color": "#1f77b4", "line": {"width": 2}},
                 "name": "heartbeats", "legendgroup": "heartbeats", "showlegend": not traces,
-                "hovertemplate": f"{html.escape(label)}<br>%{{x}}<br>%{{customdata}} heartbeat(s)<extra></extra>"}))
-    for row, (label, broker) in enumerate(zip(labels, shown, strict=True)):
-        for gap in broker["gaps"]:
+                "hovertemplate": f"{html.escape(row.label)}<br>%{{x}}<br>%{{customdata}} heartbeat(s)<extra></extra>"}))
+    for number, row in enumerate(rows):
+        for gap in row.broker["gaps"]:
+            if not row.holds(gap["from"]):
+                continue
             color = RED if gap["expired"] else AMBER
-            text = (f"{label}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
+            text = (f"{row.label}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
                     + (" (capture end)" if gap["open"] else ""))
             traces.append(_on_panel(time_bins.period_of(gap["from"]), {
-                "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [row, row],
+                "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [number, number],
                 "mode": "lines+markers", "line": {"color": color, "width": 6}, "marker": {"color": color, "size": 8},
                 "hovertext": text, "hoverinfo": "text", "showlegend": False}))
-    closed = [(row, label, close) for row, (label, broker) in enumerate(zip(labels, shown, strict=True))
-              for close in broker["closes"]]
-    for row, label, close in closed:  # a crash or kill: the NameServer forgot the broker there and then
+    closed = [(number, row.label, close) for number, row in enumerate(rows)
+              for close in row.broker["closes"] if row.holds(close["t"])]
+    for number, label, close in closed:  # a crash or kill: the NameServer forgot the broker there and then
         traces.append(_on_panel(time_bins.period_of(close["t"]), {
-            "type": "scatter", "x": _dates([close["t"]]), "y": [row], "mode": "markers",
+            "type": "scatter", "x": _dates([close["t"]]), "y": [number], "mode": "markers",
             "marker": {"symbol": "x", "size": 12, "color": RED, "line": {"width": 2}}, "showlegend": False,
             "hovertext": f"{label}<br>connection closed without UNREGISTER_BROKER at {_time(close['t'])} "
                          f"({close['how']}): the NameServer removed it at once", "hoverinfo": "text"}))
@@ -159,10 +167,47 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
     return _figure(layout, traces)
 
 
+class TimelineRow(NamedTuple):
+    """A part of a broker stay on the heartbeat timeline: the role (brokerId) it held from
+    ``start`` until ``end``, labelled with it."""
+
+    label: str
+    broker: dict
+    start: float
+    end: float
+
+    def holds(self, t: float | np.ndarray) -> bool | np.ndarray:
+        """Whether times fall in this part (the first part takes all before, the last all after)."""
+        return (t >= self.start) & (t < self.end)
+
+
+def timeline_rows(shown: list[dict]) -> list[TimelineRow]:
+    """Each stay's parts by the brokerId it held (a brokerId that changed within the stay, as a
+    slave made master in a fail-over, starts a part there), each labelled with the role it had
+    then, a later part with when it began; a label that repeats (an address with several stays
+    shown) is told apart by when its part began."""
+    parts = []
+    for broker in shown:
+        ids = broker.get("ids") or [{"broker_id": broker["broker_id"], "role": broker["role"], "from": None}]
+        for n, held in enumerate(ids):
+            start = -math.inf if n == 0 else held["from"]
+            end = ids[n + 1]["from"] if n + 1 < len(ids) else math.inf
+            began = broker["first_seen"] if n == 0 else held["from"]
+            parts.append((broker_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}), broker,
+                          start, end, began, n > 0))
+    labels = [label for label, *_ in parts]
+    return [TimelineRow(f"{label} from {_time(began)}" if labels.count(label) > 1 else
+                        f"{label} from {_time(began)[:19]}" if later else label, broker, start, end)
+            for label, broker, start, end, began, later in parts]
+
+
 def stay_labels(shown: list[dict]) -> list[str]:
-    """Each stay's label with the role it had then; a broker with several stays shown has each
-    named by when it registered."""
-    labels = [broker_label(b) for b in shown]
+    """Each stay's label with the role it had then (a stay whose brokerId changed: each, in order,
+    "2 (SLAVE) then 0 (MASTER)"); a broker with several stays shown has each named by when it
+    registered."""
+    labels = [broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
+        f"{i['broker_id']} ({i['role']}) then " for i in b["ids"][:-1]) + str(b["ids"][-1]["broker_id"]),
+        "role": b["ids"][-1]["role"]}) for b in shown]
     repeated = {label for label in labels if labels.count(label) > 1}
     return [f"{label} from {_time(b['first_seen'])}" if label in repeated else label
             for label, b in zip(labels, shown, strict=True)]
@@ -196,10 +241,9 @@ def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
     layout["yaxis"].update(type="log", title={"text": "topics (log scale)"})  # the other panels' match it
     middles = _middles(time_bins)
     traces = []
-    for broker in shown:
+    for broker, label in zip(shown, stay_labels(shown), strict=True):
         bins = broker.get("bins") or {"bin": [], "topics": []}
         points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
-        label = broker_label(broker)
         for period in range(len(time_bins.starts)):
             inside = [(index, n) for index, n in points
                       if time_bins.first_bin[period] <= index < time_bins.first_bin[period + 1]]
@@ -384,6 +428,30 @@ def _response_codes(rows: list[dict]) -> str:
     table = _table(("code_name", "response_code", "response_name", "remark", "count", "requesters"), shown)
     return f"<section id='response-codes'><h2>Answers with a non-zero code</h2>{table if rows else '<p>none</p>'}" \
            f"</section>"
+
+
+def _controller(controller: dict | None) -> str:
+    """What the controllers' traffic tells, per broker group: elections, syncStateSet changes and
+    the brokers it heard (only when a capture holds a controller's calls)."""
+    groups = (controller or {}).get("groups", [])
+    if not groups:
+        return ""
+    parts = []
+    for g in groups:
+        title = f"{g['cluster'] or '?'} / {g['broker_name'] or '?'} at controller {g['controller']}"
+        members = ", ".join(f"{m['broker_id']}: {m['broker_addr']}" for m in g["members"]) or "none known"
+        parts.append(f"<h3>{html.escape(title)}</h3><p>brokerIds: {html.escape(members)}</p>"
+                     + _table(("master_epoch", "master_broker_id", "master_addr", "at", "after", "by",
+                               "sync_state_set", "sync_state_set_epoch", "how"), g["elections"])
+                     + _table(("sync_state_set_epoch", "sync_state_set", "at", "after", "by", "how"),
+                              g["sync_state_sets"])
+                     + _table(("broker_id", "broker_addr", "heartbeats", "first", "last", "max_silence_s", "closed_at",
+                               "closed", "alive_at_end"), g["heartbeats"]))
+    undecodable = (controller or {}).get("undecodable", [])
+    if undecodable:
+        parts.append("<h3>Calls that say nothing</h3>" + _table(("controller", "code_name", "why", "count", "first",
+                                                                 "last"), undecodable))
+    return f"<section id='controller'><h2>Controller: elections and syncStateSets</h2>{''.join(parts)}</section>"
 
 
 def _brokers(brokers: list[dict]) -> str:

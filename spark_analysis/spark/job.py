@@ -45,6 +45,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.analysis.controller import controller_story, with_controller_view
 from spark_analysis.analysis.findings import NAMESRV_CODES, endpoint_rows
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import REQUEST
@@ -52,10 +53,26 @@ from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
 from spark_analysis.capture.reassembly import SEGMENT, Servers
 from spark_analysis.decode import schema
-from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.rows import (
+    CALL,
+    CONNECTION,
+    CONTROLLER,
+    CONTROLLER_NOTE,
+    EVENT,
+    FRAME,
+    REGISTRATION,
+    piece_rows,
+)
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
-from spark_analysis.model.periods import ConnectionEnds, TimeBins, capture_periods, server_restarts
+from spark_analysis.model.periods import (
+    ConnectionEnds,
+    TimeBins,
+    capture_periods,
+    endpoint_files,
+    observed_spans,
+    rotated_sets,
+)
 from spark_analysis.model.sessions import Places, Sessions
 from spark_analysis.model.tally import Tally, add
 from spark_analysis.output import summary as summary_json
@@ -119,13 +136,16 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
-    ends = merged_ends(read.ends)
+    by_path = {files[index].path: found for index, found in read.ends.items()}
+    ends = merged_ends(by_path)
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
-    periods = capture_periods([(first, last) for first, last, _ in by_file], server_restarts(by_file, read.ends))
+    captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
+    periods = capture_periods(captures)
     time_bins = TimeBins.over(periods)
-    sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()})
+    sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()},
+                        observed_spans(captures, by_path), time_bins.ends, endpoint_files(by_path))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -159,7 +179,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
              f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
-             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
+             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
+             f"({tally.controller:,} rows)")
     counts = Counter(tally.counts())
     nameservers = nameserver_endpoints(tally.served, NAMESRV_CODES)
     liveness.only_at(nameservers)
@@ -168,9 +189,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
+    found_endpoints = endpoint_rows(endpoints, nameservers, tally.served)
+    controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
+                                  periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
-                                   latency.code_stats(tally.latencies, by_server=True), talkers,
-                                   endpoint_rows(endpoints, nameservers, tally.served), liveness.stories)
+                                   latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
+                                   with_controller_view(liveness.stories, controller), controller)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -195,7 +219,7 @@ def _merged(tallies: Iterable[bytes]) -> Tally:
     return total
 
 
-def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
+def _note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None:
     """How a 4-tuple starts and ends in a file (model/periods.ConnectionEnds), from one of its
     pieces: its first and last segments, its first FIN or RST once accepted (and which end sent
     it), who sent its SYNs (the client), when the server accepted, the SYNs it refused (answered by
@@ -212,13 +236,33 @@ def _note_ends(ends: dict[tuple[str, str], tuple], piece: Piece) -> None:
     close = rows[closing[0]] if len(closing) else None
     carrying = np.flatnonzero(rows["length"] > 0)
     first, last = rows[0], rows[-1]
+    ways = [_sequences(rows[forward == way]) for way in (True, False)]
     found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
                            bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
                            close is not None and bool(close["forward"]),
                            bool(forward[syns[0]]) if len(syns) else None,
                            float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
-                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None)
+                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None,
+                           (ways[0][0], ways[1][0]), (ways[0][1], ways[1][1]))
     ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
+    """One way's first sequence number and the one after its furthest byte (a SYN and a FIN count
+    one each, as in TCP), counted from the first modulo 2**32 (retransmissions and reordering:
+    the furthest, not the last)."""
+    if not len(rows):
+        return None, None
+    start = int(rows["seq"][0])
+    flags = rows["flags"]
+    reach = (rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + (flags & SYN > 0) + (flags & FIN > 0)
+    return start, (start + int(reach.max())) % (1 << 32)
+
+
+def _input_of(piece: Piece) -> int:
+    """The input a piece was read from, by its index among the inputs (the driver names it): not
+    ``piece.path``, which for a gzip capture is the file it was inflated into."""
+    return int(np.frombuffer(piece.rows, SEGMENT, count=1)["file"][0])
 
 
 def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
@@ -279,7 +323,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports) ->
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, ports, tally):
-        _note_ends(tally.ends.setdefault(piece.path, {}), piece)
+        _note_ends(tally.ends.setdefault(_input_of(piece), {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             tally.costs[piece.ends] += cost
         else:
@@ -317,7 +361,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION, CONTROLLER_NOTE)}
     tally = Tally()
     count = 0
     with _no_cycle_collection():
@@ -363,6 +407,9 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
+    for group, key, count, first, last, worst in pending[CONTROLLER_NOTE]:
+        add(tally.groups, group, key, count, first, last, worst)
+    pending[CONTROLLER_NOTE].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
         if not rows:
@@ -394,6 +441,8 @@ def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         findings.note_calls(tally.groups, rows)
         findings.note_served(tally.served, rows)
         clients.count_calls(tally.clients, rows)
+    elif kind == CONTROLLER:
+        tally.controller += len(rows)
     elif kind == REGISTRATION:
         tally.registration += len(rows)
         tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0

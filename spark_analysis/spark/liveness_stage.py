@@ -46,7 +46,7 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     which is passed on to the driver. The events stay one struct column: each column of a plan
     costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
-    sessions = sessions or Sessions(time_bins.starts)
+    sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     rows = events.repartition(cores, f"{EVENT}.server").mapInArrow(
         partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints or {}),
         LIVENESS).collect()
@@ -74,10 +74,12 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
     stays, stories = [], []
     for server, events in by_server.items():
         replay = replay_server(server, events, sessions, endpoints.get(server),
-                               lambda t: time_bins.ends[time_bins.period_of(t)])
+                               lambda t, server=server: sessions.end_of(server, t))
         stays += [stay for stay in replay.stays if stay.events]
         stories += replay.stories
-    rows = sorted((broker_summary(stay, time_bins, files) for stay in stays), key=plot_order)
+    rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
+                                  sessions.end_of(stay.server, stay.registered))
+                   for stay in stays), key=plot_order)
     worker.drill("liveness")
     for row in rows[PLOTTED_BROKERS:]:
         row["bins"] = None

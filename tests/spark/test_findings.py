@@ -444,3 +444,28 @@ def test_a_short_capture_period_gets_a_readable_panel() -> None:
     assert narrow["range"] == [report._time(short[0]), report._time(short[1])]
     assert [a["text"] for a in layout["annotations"]] == ["period 1: 08:00:00 UTC, 1 h 0 min",
                                                           "period 2: 09:23:20 UTC, 1.5 s"]
+
+
+def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> None:
+    """A producer's first lookup of a topic the broker makes on first send (autoCreateTopicEnable)
+    answers TOPIC_NOT_EXIST, then the route is served: normal. Unknown again after it was served,
+    or never served, it is a warning (a misconfigured client, or NameServers that disagree)."""
+    def lookup(t: float, client: str, topic: str, code: int) -> tuple:
+        return (t, "c", client, 105, "GET_ROUTEINFO_BY_TOPIC", int(t), code, 1.0, False, topic, None)
+
+    rows = [lookup(1.0, "10.0.0.7:1", "Made", 17), lookup(2.0, "10.0.0.7:1", "Made", 17),
+            lookup(3.0, "10.0.0.7:1", "Made", 0), lookup(4.0, "10.0.0.8:1", "Made", 0),
+            lookup(1.0, "10.0.0.7:1", "Gone", 0), lookup(5.0, "10.0.0.7:1", "Gone", 17),
+            lookup(6.0, "10.0.0.9:1", "Never", 17)]
+    rows = [(*row, "s:9876", None, "in.pcap", "s:9876@x") for row in rows]
+    groups: findings_module.Groups = {}
+    for start in (0, 3):  # in two batches: the first answer found in one task, the rest in another
+        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start == 0 else rows[3:],
+                                                    type=tables.row_type(CALL)))
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
+    assert sorted((f["kind"], f["severity"], f["topic"]) for f in said) == [
+        ("topic_made_on_first_use", "info", "Made"), ("topic_not_exist", "warning", "Gone"),
+        ("topic_not_exist", "warning", "Never")]
+    made = next(f for f in said if f["topic"] == "Made")
+    assert made["count"] == 2 and made["found_from"] == findings_module._iso(3.0)
+    assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")

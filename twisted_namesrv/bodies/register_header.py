@@ -47,3 +47,10 @@ class RegisterBrokerHeader:
             if getattr(self, name) is None:
                 return name
         return None
+
+    @property
+    def names(self) -> tuple[str, str, str] | None:
+        """(clusterName, brokerAddr, brokerName) when all three were sent, else None (see ``missing``)."""
+        if self.clusterName is None or self.brokerAddr is None or self.brokerName is None:
+            return None
+        return self.clusterName, self.brokerAddr, self.brokerName

@@ -1,0 +1,151 @@
+"""A capture rotated into files (tcpdump -G or -C, with -z gzip) tells the story of the whole capture,
+whatever the order the files are given in and whatever they are named: real captures of the corpus
+(tests/data/captures/real/) cut at packet boundaries into gzipped parts, the report of the parts
+against the report of the whole. A broker's stay, a silence and a connection go on across the cut;
+nothing ends at a file boundary."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+from spark_analysis.model.periods import ConnectionEnds, capture_periods, observed_spans, rotated_sets
+from spark_analysis.model.sessions import Sessions
+from tests.spark.conftest import Outputs, evidence_of, run_job, without_input
+from tests.spark.test_truth import REAL, truth_of
+from tests.spark.truth_check import judge, seconds
+
+_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": 1e-6, b"\x4d\x3c\xb2\xa1": 1e-9}  # little-endian, micro- or nanoseconds
+
+
+def records(data: bytes) -> list[tuple[int, float]]:
+    """(offset, time) of each record of a little-endian classic pcap."""
+    scale = _PCAP_MAGICS[data[:4]]
+    found, at = [], 24
+    while at + 16 <= len(data):
+        seconds, fraction, length = struct.unpack_from("<III", data, at)
+        found.append((at, seconds + fraction * scale))
+        at += 16 + length
+    return found
+
+
+def rotate(capture: Path, into: Path, names: list[str]) -> list[Path]:
+    """The capture cut into len(names) gzipped parts at the records nearest equal shares of its
+    time span, each part a whole pcap (the header repeated), named in time order by ``names``."""
+    data = gzip.decompress(capture.read_bytes())
+    found = records(data)
+    first, last = found[0][1], found[-1][1]
+    cuts = [next(offset for offset, t in found if t >= first + (last - first) * n / len(names))
+            for n in range(1, len(names))]
+    into.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for name, start, end in zip(names, [24, *cuts], [*cuts, len(data)], strict=True):
+        parts.append(into / name)
+        parts[-1].write_bytes(gzip.compress(data[:24] + data[start:end]))
+    return parts
+
+
+def same_story(parts: Outputs, whole: Outputs) -> None:
+    """The parts' report tells the whole's: brokers.csv rows (but for the files named), findings,
+    sessions, capture periods and counts (but for the bytes: each part repeats the pcap header)."""
+    assert [without_input(b) for b in parts.brokers] == [without_input(b) for b in whole.brokers]
+    assert evidence_of(parts.summary) == evidence_of(whole.summary)
+    assert parts.summary["inputs"]["periods"] == whole.summary["inputs"]["periods"]
+    assert parts.summary["inputs"]["gaps"] == whole.summary["inputs"]["gaps"] == []
+    assert {k: v for k, v in parts.summary["counts"].items() if k != "bytes"} == {
+        k: v for k, v in whole.summary["counts"].items() if k != "bytes"}
+    assert parts.summary["endpoints"] == whole.summary["endpoints"]
+
+
+def test_a_capture_rotated_into_gzipped_files_is_the_whole_capture(spark, tmp_path: Path) -> None:
+    """v4-expiry (a broker frozen past the expiry, the NameServer's idle close) cut in three, the
+    first cut inside the frozen broker's silence; named so that their names sort against time, and
+    given in reverse time order, then as a directory: each gives the whole file's report, and the
+    truth of the capture."""
+    name = "v4-expiry"
+    truth = truth_of(name)
+    whole = run_job(spark, [str(REAL / name / truth["files"][0])], tmp_path / "whole", report=False)
+    parts = rotate(REAL / name / truth["files"][0], tmp_path / "parts", ["c.pcap.gz", "b.pcap.gz", "a.pcap.gz"])
+    frozen = next(s for s in truth["stays"] if s["end"] == "expired")
+    assert seconds_of(frozen["ended_at"]) - frozen["silence_s"] < first_record(parts[1]) < seconds_of(
+        frozen["ended_at"])  # the first cut is inside the silence the NameServer ended
+    for given, out in (([str(p) for p in reversed(parts)], "reversed"), ([str(tmp_path / "parts")], "directory")):
+        rotated = run_job(spark, given, tmp_path / out, report=False)
+        same_story(rotated, whole)
+        assert not judge(truth, rotated.summary, rotated.brokers)
+        assert {b["input"] for b in rotated.brokers} >= {" ".join(str(p) for p in parts)}  # a stay over the files
+
+
+def test_two_machines_rotated_sets_given_mixed_are_each_machine_s_capture(spark, tmp_path: Path) -> None:
+    """v5-pair: two captures running at once (one per NameServer port, the second started later and
+    stopped earlier), each rotated in two; the four files given mixed: the report of the two whole
+    files, and the truth. The second server is not observed after its capture stopped."""
+    name = "v5-pair"
+    truth = truth_of(name)
+    whole = run_job(spark, [str(REAL / name / f) for f in truth["files"]], tmp_path / "whole", report=False)
+    a = rotate(REAL / name / truth["files"][0], tmp_path / "parts", ["a-2.pcap.gz", "a-1.pcap.gz"])
+    b = rotate(REAL / name / truth["files"][1], tmp_path / "parts", ["b-2.pcap.gz", "b-1.pcap.gz"])
+    mixed = run_job(spark, [str(p) for p in (b[1], a[0], b[0], a[1])], tmp_path / "mixed", report=False)
+    same_story(mixed, whole)
+    assert not judge(truth, mixed.summary, mixed.brokers)
+    for broker in mixed.brokers:  # its input: the files that carried its server, not the other capture's
+        mine = a if broker["server"].endswith(":9876") else b
+        assert set(broker["input"].split()) <= {str(p) for p in mine}, broker
+    assert len(whole.summary["inputs"]["periods"]) == 1  # two captures at once: one period, no gap
+
+
+def seconds_of(text: str) -> float:
+    found = seconds(text)
+    assert found is not None
+    return found
+
+
+def first_record(part: Path) -> float:
+    return records(gzip.decompress(part.read_bytes()))[0][1]
+
+
+# -- the rule alone (model/periods.py), without Spark -----------------------------------------------
+
+BROKER = ("127.0.0.1:10911", "127.0.0.1:9876")
+
+
+def _open(first: float, last: float, seq: int, *, opened: bool = False, closed: bool = False) -> ConnectionEnds:
+    """A broker's connection within one file: its segments each way from ``seq`` on, 100 bytes."""
+    return ConnectionEnds(first, opened, last, closed, first_seq=(seq, seq + 7), next_seq=(seq + 100, seq + 107))
+
+
+def test_files_chain_by_the_connections_they_carry_on_not_by_name_or_order() -> None:
+    """Two machines' rotated sets, interleaved in time and given in any order: each file continues
+    the capture whose connection it carries on (sequence numbers going on); a file of the same
+    4-tuple whose sequence numbers do not go on, or one that opens it anew, starts another."""
+    files = (
+        (0.0, 30.0, "m1-z"), (30.5, 60.0, "m1-a"),  # machine 1: 30.5 s, the next file 0.5 s after
+        (0.2, 29.0, "m2-y"), (31.0, 59.0, "m2-b"),  # machine 2: the same 4-tuple, other sequence numbers
+        (70.0, 90.0, "later"),  # 10 s after: the same 4-tuple anew (a SYN): another session
+    )
+    ends = {"m1-z": {BROKER: _open(0.0, 30.0, 1000)}, "m1-a": {BROKER: _open(30.5, 60.0, 1100)},
+            "m2-y": {BROKER: _open(0.2, 29.0, 5_000_000_000 % 2**32)},
+            "m2-b": {BROKER: _open(31.0, 59.0, 5_000_000_100 % 2**32)},
+            "later": {BROKER: _open(70.0, 90.0, 1200, opened=True)}}
+    for order in (files, tuple(reversed(files)), tuple(sorted(files, key=lambda f: f[2]))):
+        captures = rotated_sets(order, ends)
+        assert [c.paths for c in captures] == [("m1-z", "m1-a"), ("m2-y", "m2-b"), ("later",)]
+        assert capture_periods(captures) == [(0.0, 60.0), (70.0, 90.0)]
+    # 5 s after, the same 4-tuple with sequence numbers far from where it stopped: not this connection
+    later = ((0.0, 30.0, "m1-z"), (35.0, 60.0, "m1-a"))
+    assert [c.paths for c in rotated_sets(later, ends)] == [("m1-z", "m1-a")]
+    ends["m1-a"] = {BROKER: _open(35.0, 60.0, 1000 + (1 << 30))}
+    assert [c.paths for c in rotated_sets(later, ends)] == [("m1-z",), ("m1-a",)]
+
+
+def test_a_server_is_observed_while_a_capture_carrying_it_runs() -> None:
+    """A capture of one port that stopped earlier than another's: its server is not observed after
+    it (its brokers' silence is not measured to the other capture's end)."""
+    ends = {"a": {BROKER: _open(0.0, 100.0, 1)}, "b": {("127.0.0.1:10911", "127.0.0.1:9877"): _open(20.0, 60.0, 1)}}
+    captures = rotated_sets(((0.0, 100.0, "a"), (20.0, 60.0, "b")), ends)
+    spans = observed_spans(captures, ends)
+    assert spans["127.0.0.1:9876"] == ((0.0, 100.0),) and spans["127.0.0.1:9877"] == ((20.0, 60.0),)
+    sessions = Sessions((0.0,), {}, spans, (100.0,))
+    assert sessions.end_of("127.0.0.1:9877", 50.0) == 60.0 and sessions.end_of("127.0.0.1:9876", 50.0) == 100.0
+    assert sessions.name("127.0.0.1:9877", 50.0) == "127.0.0.1:9877@1970-01-01T00:00:20Z"

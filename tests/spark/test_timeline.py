@@ -1,0 +1,61 @@
+"""The heartbeat timeline tells each part of a broker's stay with the role it held then: on a real
+capture of a controller-mode fail-over (tests/data/captures/real/v5-failover), the slave made master
+within its stay has a row as slave (its heartbeats before the promotion) and one as master (those
+after), not one row labelled by its last role."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spark_analysis.output import report
+from tests.spark.conftest import run_job
+from tests.spark.test_truth import REAL, truth_of
+from tests.spark.truth_check import seconds
+
+
+def _values(array: dict | list) -> np.ndarray:
+    """A trace's numbers, typed (report._numbers) or a plain list."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), f"<{array['dtype']}")
+    return np.asarray(array)
+
+
+def test_a_slave_made_master_within_its_stay_is_told_as_each_on_the_timeline(spark, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "v5-failover"
+    truth = truth_of(name)
+    [promoted] = [s for s in truth["stays"] if len(s["ids"]) > 1]  # one stay, two brokerIds
+    before, after = promoted["ids"]
+    assert (before["role"], after["role"]) == ("SLAVE", "MASTER")
+    kept: dict = {}
+    monkeypatch.setattr(report, "write_report", lambda out, summary, liveness, *_: kept.update(liveness=liveness))
+    run_job(spark, [str(REAL / name / f) for f in truth["files"]], tmp_path / "out")
+    liveness = kept["liveness"]
+    shown = report.plotted_brokers(liveness.brokers)
+    figure = report.heartbeat_timeline(shown, liveness.time_bins)
+    labels = figure["layout"]["yaxis"]["ticktext"]
+    [stay] = [b for b in shown if b["broker_addr"] == promoted["broker_addr"]]
+    rows = [n for n, label in enumerate(labels) if label.split(" from ")[0].endswith(f"/ {promoted['broker_addr']}")]
+    assert len(rows) == 2, labels
+    slave, master = rows
+    assert f"/ {before['broker_id']} (SLAVE) / {promoted['broker_addr']}" in labels[slave]
+    assert f"/ {after['broker_id']} (MASTER) / {promoted['broker_addr']}" in labels[master]
+    assert labels[master].endswith(f"from {report._time(stay['ids'][1]['from'])[:19]}")  # when it became master
+    promoted_at = seconds(after["from"])
+    assert abs(stay["ids"][1]["from"] - promoted_at) <= truth["tolerance_s"]
+    half_bin = max(liveness.time_bins.widths) / 2
+    ticks = {slave: [], master: []}
+    for trace in figure["data"]:
+        if trace.get("name") == "heartbeats":
+            for x, y in zip(_values(trace["x"]) / 1000.0, _values(trace["y"]), strict=True):
+                if int(y) in ticks:
+                    ticks[int(y)].append(float(x))
+    assert ticks[slave] and ticks[master]
+    assert max(ticks[slave]) <= promoted_at + half_bin and min(ticks[master]) >= promoted_at - half_bin
+    # the other pictures, a row per stay: its roles in order
+    assert f"/ {before['broker_id']} (SLAVE) then {after['broker_id']} (MASTER) / {promoted['broker_addr']}" in \
+        " ".join(report.stay_labels(shown))

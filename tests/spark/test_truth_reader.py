@@ -1,0 +1,98 @@
+"""The truth reader (tests/spark/truth_reader/) that wrote every TRUTH.json of the real-capture corpus: it
+rebuilds each of them from the folder's own files, reads both servers' logs (Java's and ours), and says
+so when the log or our events file does not back what the packets show."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.spark.truth_reader import build, corpus, server_logs
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
+FOLDERS = sorted(p.parent.name for p in REAL.glob("*/TRUTH.json"))
+
+
+def rebuilt(folder: Path) -> tuple[dict, list[str]]:
+    truth, problems = build.build(build.parser().parse_args(corpus.argv(folder)))
+    return json.loads(json.dumps(truth)), problems
+
+
+def test_every_folder_says_how_its_truth_was_built() -> None:
+    assert sorted(corpus.ARGS) == FOLDERS
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_reader_rebuilds_the_committed_truth(name: str) -> None:
+    """Each TRUTH.json is what the reader makes of its folder (keys added by hand aside), and the
+    NameServer's log backs every event of it."""
+    truth, problems = rebuilt(REAL / name)
+    committed = json.loads((REAL / name / "TRUTH.json").read_text())
+    assert problems == []
+    for key, value in truth.items():
+        assert committed.get(key) == value, key
+
+
+def test_our_servers_text_and_json_lines() -> None:
+    text = ("2026-11-28T09:02:15+0000 [twisted_namesrv.service#info] The Name Server boot success. "
+            "serializeType=JSON, address 127.0.0.1:9876, compat 5.3.3, twisted-namesrv 0.1.0\n"
+            "2026-11-28T09:05:05+0000 [twisted_namesrv.housekeeping#info] broker expired: cluster=DefaultCluster "
+            "broker=broker-b id=0 addr=127.0.0.1:11931 reason=expired: no heartbeat for 121.207 s (timeout 120 s)\n")
+    assert server_logs.flavor_of(text) == "ours"
+    log = server_logs.ServerLog("ours", server_logs.parse_lines(text, "ours"))
+    expired_at = 1795856705.0  # 2026-11-28T09:05:05Z
+    assert [t for t, _ in log.find("expired", expired_at, addr="127.0.0.1:11931")] == [expired_at]
+    assert log.find("expired", expired_at, addr="127.0.0.1:1193") == []  # an address is never a prefix
+    assert log.find("expired", expired_at + 60, addr="127.0.0.1:11931") == []
+    assert log.message(log.lines[1][1]).startswith("broker expired: cluster=DefaultCluster")
+    assert not log.knows("closed by magic") and log.knows("delete_topic")
+
+    record = {"time": "2026-11-28T09:05:05+0000", "level": "info", "namespace": "twisted_namesrv.housekeeping",
+              "message": "broker unregistered: cluster=DefaultCluster broker=broker-b id=0 addr=127.0.0.1:11931"}
+    as_json = server_logs.parse_lines(json.dumps(record) + "\n", "ours")
+    assert as_json[0][0] == expired_at
+    assert server_logs.ServerLog("ours", as_json).find("unregister", expired_at, addr="127.0.0.1:11931")
+
+
+def test_javas_lines_are_read_in_its_zone() -> None:
+    text = "2026-11-28 13:28:20 INFO main - The Name Server boot success. serializeType=JSON\n"
+    assert server_logs.flavor_of(text) == "java"
+    log = server_logs.ServerLog("java", server_logs.parse_lines(text, "java"))
+    assert log.find("start", 1795843700.0)  # 05:28:20Z: the rig's JVMs logged at UTC+08:00
+    assert not log.knows("delete_topic")  # Java logs no topic deletion: nothing to check it against
+    with pytest.raises(ValueError):
+        server_logs.flavor_of("no time here\n")
+
+
+OURS = [name for name in FOLDERS if json.loads((REAL / name / "TRUTH.json").read_text())
+        .get("nameserver_software") == "twisted-namesrv"]
+
+
+def test_the_corpus_holds_a_capture_of_our_own_server() -> None:
+    assert OURS
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_a_log_or_events_file_that_does_not_back_the_packets_is_a_problem(tmp_path: Path, name: str) -> None:
+    """Take one broker's end out of our server's log and of its events file: the reader says so."""
+    folder = tmp_path / name
+    shutil.copytree(REAL / name, folder)
+    truth = json.loads((folder / "TRUTH.json").read_text())
+    ended = next(s for s in truth["stays"] if s["end"] in build.END_EVENTS)
+    words = tuple(f"broker {kind}:" for kind in build.END_EVENTS[ended["end"]])
+    log = folder / "namesrv.log"
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
+                           if not (any(w in line for w in words) and f"addr={ended['broker_addr']}" in line)))
+    problems = rebuilt(folder)[1]
+    assert any("log line" in p and ended["broker_addr"] in p for p in problems), problems
+
+    events = json.loads((folder / "events.json").read_text())
+    events["events"] = [e for e in events["events"]
+                        if not (e["kind"] in build.END_EVENTS[ended["end"]] and e["info"].get("addr") ==
+                                ended["broker_addr"])]
+    (folder / "events.json").write_text(json.dumps(events))
+    problems = rebuilt(folder)[1]
+    assert any(p.startswith("events file") and ended["broker_addr"] in p for p in problems), problems

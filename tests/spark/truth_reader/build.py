@@ -1,0 +1,423 @@
+"""Build TRUTH.json for one scenario folder of the corpus:
+
+    python -m tests.spark.truth_reader.build DIR VERSION PORTS --files F... --logs L... [--restart STOP_RX START_RX]...
+
+Facts from the packets, each broker event cross-checked against the NameServer's own log (Java's or
+ours, server_logs.py) and, for ours, its events file (``events.json`` of its data directory, when in
+DIR); a missing corroboration is printed as PROBLEM and must be looked at by hand.  The steps file
+(steps.txt) says when a server was stopped or started, which packets alone cannot always tell."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from . import server_logs
+from .packets import connections, iso, load_steps, read_pcap, step_time
+
+REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
+CONTROLLER_CODES = range(1001, 1020)
+# what a NameServer takes for a broker's heartbeat: REGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT
+HEARTBEATS = {REGISTER, 322, 904}
+SILENCE_S = 35.0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tests.spark.truth_reader.build", description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("version")
+    ap.add_argument("ports")  # comma-separated server ports (NameServers and controllers)
+    ap.add_argument("--files", nargs="+", required=True)
+    ap.add_argument("--restart", nargs=2, action="append", default=[], metavar=("STOP_RX", "START_RX"))
+    ap.add_argument("--stopped", action="append", default=[], metavar="ENDPOINT=STOP_RX")
+    ap.add_argument("--logs", nargs="+", required=True)
+    ap.add_argument("--why", action="append", default=[], metavar="ENDPOINT=TEXT")
+    ap.add_argument("--note", action="append", default=[])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write DIR/TRUTH.json; print it and every PROBLEM (a packet fact the log does not back)."""
+    a = parser().parse_args(argv)
+    truth, problems = build(a)
+    (Path(a.dir) / "TRUTH.json").write_text(json.dumps(truth, indent=1) + "\n")
+    print(json.dumps(truth, indent=1)[:6000])
+    for p in problems:
+        print("PROBLEM:", p)
+
+
+def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The truth of one scenario folder, and the problems found cross-checking it."""
+    d = Path(a.dir)
+    ports = {int(p) for p in a.ports.split(",")}
+    pkts = []
+    seen_until: dict[str, float] = {}  # endpoint -> end of the last file that holds its traffic
+    for f in a.files:
+        part = read_pcap(d / f)
+        pkts += part
+        if part:
+            for _t, src, dst, *_rest in part:
+                for ep in (src, dst):
+                    if int(ep.rsplit(":", 1)[1]) in {int(x) for x in a.ports.split(",")}:
+                        seen_until[ep] = max(seen_until.get(ep, 0.0), part[-1][0])
+    pkts.sort(key=lambda p: p[0])
+    first, last = pkts[0][0], pkts[-1][0]
+    conns = connections(pkts, ports)
+    steps = load_steps(d / "steps.txt")
+    log = server_logs.load([d / lf for lf in a.logs])
+    problems = []
+
+    # which server endpoints answer which codes: NameServer vs controller
+    kinds: dict[str, set] = defaultdict(set)
+    for c in conns:
+        for _t, h in c.frames("c"):
+            if "code" in h:
+                kinds[c.server].add("controller" if h["code"] in CONTROLLER_CODES else h["code"])
+    accepted = {c.server for c in conns if c.synack}
+    # a 5.x controller answers 100x codes (and BROKER_HEARTBEAT 904 in controller mode), never REGISTER_BROKER
+    controllers = sorted(e for e in accepted if "controller" in kinds[e] and REGISTER not in kinds[e])
+    namesrvs = sorted(e for e in accepted if e not in controllers)
+
+    # runs of each NameServer endpoint
+    runs: dict[str, list[dict]] = {}
+    for e in namesrvs:
+        synacks = sorted(c.synack for c in conns if c.server == e and c.synack)
+        bounds = []
+        for stop_rx, start_rx in a.restart:
+            if "=" in stop_rx:  # ENDPOINT=STOP_RX: a restart of that endpoint only
+                ep, stop_rx = stop_rx.split("=", 1)
+                if ep != e:
+                    continue
+            stop_t = step_time(steps, stop_rx)
+            how = "killed" if any(t == stop_t and re.search(r"kill -9|SIGKILL", w) for t, w in steps) else "stopped"
+            bounds.append((stop_t, min(t for t, what in steps if t > stop_t and re.search(start_rx, what)), how))
+        rs = [{"up": synacks[0], "down": None, "down_how": None}]
+        for stop_t, start_t, how in bounds:
+            fins = server_closes(conns, e, stop_t)
+            rs[-1]["down"], rs[-1]["down_how"] = (fins[0] if fins else stop_t), how
+            rs[-1]["down_in_packets"] = bool(fins)
+            rs.append({"up": min(t for t in synacks if t >= start_t), "down": None, "down_how": None})
+        for spec in a.stopped:
+            ep, rx = spec.split("=", 1)
+            if ep == e:
+                stop_t = step_time(steps, rx)
+                fins = server_closes(conns, e, stop_t)
+                rs[-1]["down"], rs[-1]["down_how"] = (fins[0] if fins else stop_t), "stopped"
+                rs[-1]["down_in_packets"] = bool(fins)  # False: no connection was open, the steps tell it
+        runs[e] = rs
+
+    def run_of(e: str, t: float, slack: float = 0.5) -> int:
+        for i, r in enumerate(runs[e]):
+            if r["up"] - slack <= t and (r["down"] is None or t <= r["down"] + slack):
+                return i
+        return -1
+
+    # broker events from the frames
+    events = []  # (t, endpoint, kind, conn, ext)
+    admin = []
+    for c in conns:
+        if c.server not in namesrvs:
+            continue
+        answers = {h.get("opaque"): h for _t, h in c.frames("s") if h.get("flag", 0) & 1}
+        for t, h in c.frames("c"):
+            code, ext = h.get("code"), h.get("extFields") or {}
+            ans = answers.get(h.get("opaque"))
+            oneway = bool(h.get("flag", 0) & 2)  # RPC_ONEWAY: no answer comes; the log says if it was applied
+            ok = (ans is not None and ans.get("code") == 0) or (oneway and ans is None)
+            if code == REGISTER:
+                events.append((t, c.server, "register" if ok else "register_refused", c, ext))
+            elif code == UNREGISTER:
+                events.append((t, c.server, "unregister" if ok else "unregister_failed", c, ext))
+            elif code in (WIPE, ADD, DELETE_TOPIC):
+                admin.append((t, c.server, code, ext, ok, ans))
+    events.sort(key=lambda e: e[0])
+
+    # connection closes, in time order with the frames
+    for c in {id(ev[3]): ev[3] for ev in events}.values():
+        closes = sorted((t, side) for t, side in [(c.fin.get("c"), "c"), (c.fin.get("s"), "s"), (c.rst, c.rst_by)]
+                        if t is not None)
+        if closes:
+            events.append((closes[0][0], c.server, "close", c, {"side": closes[0][1]}))
+    events.sort(key=lambda e: e[0])
+
+    stays = []
+    open_stay: dict[tuple, dict] = {}
+    for t, e, kind, c, ext in events:
+        if kind == "close":
+            for key, st in list(open_stay.items()):
+                if st["_conn"] is c:
+                    _close(st, t, ext["side"], c, runs, log, problems, key)
+                    del open_stay[key]
+            continue
+        key = (e, ext.get("brokerAddr"))
+        st = open_stay.get(key)
+        if kind == "register":
+            bid = int(ext["brokerId"])
+            role = "MASTER" if bid == 0 else "SLAVE"
+            if st is None:
+                st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
+                      "broker_name": ext.get("brokerName"), "broker_addr": ext.get("brokerAddr"),
+                      "ids": [{"broker_id": bid, "role": role, "from": t}], "registered": t,
+                      "end": "alive", "ended_at": None, "_conn": c, "_last": t, "_conns": [c]}
+                open_stay[key] = st
+                stays.append(st)
+                if not log.find("register", t, addr=ext["brokerAddr"]):
+                    problems.append(f"no registration log line near {iso(t)} for {key}")
+            else:
+                if st["ids"][-1]["broker_id"] != bid:
+                    st["ids"].append({"broker_id": bid, "role": role, "from": t})
+                st["_conn"], st["_last"] = c, t
+                if c not in st["_conns"]:
+                    st["_conns"].append(c)
+        elif kind == "unregister" and st is not None:
+            st["end"], st["ended_at"] = "unregistered", t
+            st["how"] = "UNREGISTER_BROKER answered SUCCESS"
+            hits = log.find("unregister", t, addr=key[1])
+            if not hits:
+                problems.append(f"no unregister log line near {iso(t)} for {key}")
+            else:
+                st["how"] += "; log: " + log.message(hits[0][1])[:180]
+            del open_stay[key]
+    for st in stays:
+        if st["end"] == "alive":
+            st["how"] = "registered when the capture ended (last registration {})".format(iso(st["_last"]))
+
+    # silences: every gap longer than SILENCE_S between a stay's frames to the NameServer (30 s is the
+    # broker's registration interval), up to its end (or the capture's end when alive)
+    silences = []
+    for st in stays:
+        times = sorted(t for c in st["_conns"] for t, _h in c.frames("c") if t is not None and t >= st["registered"])
+        end = st["ended_at"] if st["ended_at"] is not None else seen_until.get(st["namesrv"], last)
+        times = [t for t in times if t <= end] + [end]
+        for a_, b_ in zip(times, times[1:], strict=False):
+            if b_ - a_ > SILENCE_S:
+                silences.append({"namesrv": st["namesrv"], "broker_addr": st["broker_addr"], "from": a_, "until": b_,
+                                 "seconds": round(b_ - a_, 3),
+                                 "ended": "expired" if (b_ == end and st["end"] == "expired") else
+                                 ("capture_end" if b_ == end and st["end"] == "alive" else "resumed")})
+
+    # failovers, moves, renumbers
+    failovers, moves, renumbers = [], [], []
+    in_failover = set()
+    for st in stays:
+        if st["end"] != "connection_closed" or st["ids"][-1]["broker_id"] != 0:
+            continue
+        lost = st["ended_at"]
+        for other in stays:
+            if other is st or other["broker_name"] != st["broker_name"] or other["broker_addr"] == st["broker_addr"]:
+                continue
+            if other["registered"] >= lost:  # a promotion: the new master was there before as a slave
+                continue
+            promo = [i for i in other["ids"] if i["broker_id"] == 0 and i["from"] >= lost - 0.5]
+            if promo and promo[0]["from"] - lost < 60:
+                back = [s for s in stays if s["broker_addr"] == st["broker_addr"] and s["registered"] > lost
+                        and s["ids"][0]["broker_id"] != 0]
+                failovers.append({"cluster": st["cluster"], "broker_name": st["broker_name"], "master_lost": lost,
+                                  "old_master": st["broker_addr"], "new_master": other["broker_addr"],
+                                  "new_master_at": promo[0]["from"], "no_master_s": round(promo[0]["from"] - lost, 3),
+                                  "old_master_back_as_slave_at": back[0]["registered"] if back else None})
+                in_failover |= {st["broker_addr"], other["broker_addr"]}
+    by_identity = defaultdict(list)
+    for st in stays:
+        by_identity[(st["namesrv"], st["cluster"], st["broker_name"], st["ids"][0]["broker_id"])].append(st)
+    for (e, cl, name, bid), sts in by_identity.items():
+        sts.sort(key=lambda s: s["registered"])
+        for prev, nxt in zip(sts, sts[1:], strict=False):
+            if prev["broker_addr"] != nxt["broker_addr"] and prev["ended_at"] \
+                    and prev["ended_at"] <= nxt["registered"] and prev["broker_addr"] not in in_failover:
+                moves.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_id": bid,
+                              "from": prev["broker_addr"], "to": nxt["broker_addr"], "at": nxt["registered"]})
+    by_addr = defaultdict(list)
+    for st in stays:
+        by_addr[(st["namesrv"], st["cluster"], st["broker_name"], st["broker_addr"])].append(st)
+    for (e, cl, name, addr), sts in by_addr.items():
+        if addr in in_failover:
+            continue
+        sts.sort(key=lambda s: s["registered"])
+        for prev, nxt in zip(sts, sts[1:], strict=False):
+            if prev["ids"][-1]["broker_id"] != nxt["ids"][0]["broker_id"]:
+                renumbers.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_addr": addr,
+                                  "from_id": prev["ids"][-1]["broker_id"], "to_id": nxt["ids"][0]["broker_id"],
+                                  "at": nxt["registered"]})
+        for st in sts:
+            for p, n in zip(st["ids"], st["ids"][1:], strict=False):
+                renumbers.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_addr": addr,
+                                  "from_id": p["broker_id"], "to_id": n["broker_id"], "at": n["from"]})
+
+    deletions, perms = [], []
+    for t, e, code, ext, ok, ans in sorted(admin, key=lambda x: x[0]):
+        if not ok:
+            problems.append(f"admin code {code} not answered SUCCESS at {iso(t)}: {ans}")
+            continue
+        if code == DELETE_TOPIC:
+            deletions.append({"namesrv": e, "topic": ext.get("topic"), "at": t})
+            if log.knows("delete_topic") and not log.find("delete_topic", t, topic=ext.get("topic", "")):
+                problems.append(f"no topic deletion log line near {iso(t)} for {ext.get('topic')}")
+        else:
+            perms.append({"namesrv": e, "op": "wipe" if code == WIPE else "add", "broker_name": ext.get("brokerName"),
+                          "at": t})
+
+    # refused connection attempts
+    refused = defaultdict(list)
+    for c in conns:
+        if c.syn and not c.synack and c.rst_by == "s":
+            refused[c.server].append(c.syn)
+    why = dict(w.split("=", 1) for w in a.why)
+    refused_out = []
+    for e, ts in sorted(refused.items()):
+        ts.sort()
+        groups = defaultdict(list)
+        for t in ts:
+            first_up = min((c.synack for c in conns if c.server == e and c.synack), default=None)
+            if e not in runs and (first_up is None or t > first_up):
+                when = "never_listening" if first_up is None else "while_up"
+            elif e not in runs or t < runs[e][0]["up"]:
+                when = "before_start"
+            elif runs[e][-1]["down"] is not None and t > runs[e][-1]["down"]:
+                when = "after_stop"
+            else:
+                when = "while_down" if run_of(e, t, 0.0) == -1 else "while_up"
+            groups[when].append(t)
+        for when, g in groups.items():
+            refused_out.append({"endpoint": e, "count": len(g), "first": g[0], "last": g[-1], "when": when,
+                                "why": why.get(e, "")})
+        if "while_up" in groups:
+            problems.append(f"{len(groups['while_up'])} refused attempts on {e} while it was up")
+
+    restarts = []
+    for e, rs in runs.items():
+        for prev, nxt in zip(rs, rs[1:], strict=False):
+            restarts.append({"endpoint": e, "down": prev["down"], "up": nxt["up"],
+                             "down_s": round(nxt["up"] - prev["down"], 3)})
+
+    for e, rs in runs.items():  # each run's start is logged after the run before it and by its first connection
+        for before, r in zip([None, *rs], rs, strict=False):
+            since = before["down"] - 1.0 if before else float("-inf")
+            if not [t for t, _line in log.find("start") if since < t <= r["up"] + 1.0]:
+                problems.append(f"no start log line before {e} accepted its first connection at {iso(r['up'])}")
+            if r["down_how"] == "stopped" and log.knows("stop") and not log.find("stop", r["down"]):
+                problems.append(f"no stop log line near {e}'s stop at {iso(r['down'])}")
+    if (d / EVENTS_FILE).is_file():
+        problems += events_disagree(d / EVENTS_FILE, stays, runs)
+
+    def clean(st):
+        return {k: v for k, v in st.items() if not k.startswith("_")}
+
+    truth = {
+        "name": d.name, "rocketmq": a.version, "files": a.files, "tolerance_s": 2.0,
+        "capture": {"first": first, "last": last},
+        "nameservers": [{"endpoint": e, "runs": runs[e]} for e in namesrvs],
+        "controllers": [{"endpoint": e} for e in controllers],
+        "restarts": restarts, "stays": [clean(s) for s in stays], "failovers": failovers, "moves": moves,
+        "renumbers": renumbers, "silences": silences, "topic_deletions": deletions, "write_perm": perms,
+        "refused": refused_out,
+        "notes": a.note,
+    }
+    if log.flavor == "ours":
+        truth["nameserver_software"] = "twisted-namesrv"
+    return _times(truth), problems
+
+
+def _close(st, t, side, c, runs, log, problems, key):
+    r = runs[st["namesrv"]][st["run"]]
+    client_port = c.client.rsplit(":", 1)[1]
+    if side == "c":
+        st["end"], st["ended_at"] = "connection_closed", t
+        hits = log.find("closed_by_broker", t, port=client_port, addr=st["broker_addr"])
+        st["how"] = "the broker's side closed the connection ({})".format("RST" if c.rst == t else "FIN")
+        if hits:
+            st["how"] += "; log: " + log.message(hits[0][1])[:180]
+        else:
+            problems.append(f"no close log line near {iso(t)} for {key}")
+    elif r["down"] is not None and abs(t - r["down"]) < 3:
+        st["end"], st["ended_at"] = "server_stopped", t
+        st["how"] = f"the NameServer run ended ({r['down_how']}, steps): its side closed the connection"
+    else:
+        # The log says which of the NameServer's two clocks ran out: its idle close counts from the
+        # connection's last byte, its expiry scan from the broker's last heartbeat (a broker's route
+        # lookups in between are bytes, not heartbeats): silence_s is the one that fired.
+        st["end"], st["ended_at"] = "expired", t
+        hits = log.find("expired", t, port=client_port, addr=st["broker_addr"])
+        by_scan = [h for h in hits if log.knows("expired_by_scan") and
+                   log.find("expired_by_scan", h[0], within=0.0, addr=st["broker_addr"])]
+        last_byte = c.last_payload["c"]
+        if by_scan:
+            beat = max(bt for conn in st["_conns"] for bt, h in conn.frames("c")
+                       if bt is not None and bt <= t and h.get("code") in HEARTBEATS)
+            st["silence_s"] = round(t - beat, 3)
+            st["how"] = (f"the NameServer's expiry scan dropped it {st['silence_s']} s after its last heartbeat "
+                         f"and closed its connection ({round(t - last_byte, 3)} s after its last frame)")
+            told = re.search(r"no heartbeat for ([\d.]+) s", by_scan[0][1])
+            if told and abs(float(told.group(1)) - st["silence_s"]) > 1.0:
+                problems.append(f"{key}: the log says {told.group(1)} s without a heartbeat, the packets "
+                                f"{st['silence_s']} s")
+        else:
+            st["silence_s"] = round(t - last_byte, 3)
+            st["how"] = f"the NameServer closed it after {st['silence_s']} s of silence from the broker"
+        if hits:
+            st["how"] += "; log: " + " | ".join(log.message(h[1])[:180] for h in hits[:2])
+        else:
+            problems.append(f"no IDLE/expired log line near {iso(t)} for {key}")
+
+
+EVENTS_FILE = "events.json"
+# a stay's end -> the kinds of our server's events that tell it (its events file: kind, info.addr, ts)
+END_EVENTS = {"unregistered": {"unregistered"}, "connection_closed": {"closed"}, "expired": {"expired", "idle"}}
+
+
+def events_disagree(path: Path, stays: list[dict], runs: dict[str, list[dict]]) -> list[str]:
+    """What our server's events file (the status page's recent events, kept across restarts in its data
+    directory; repeats folded into one with count and first_ts) says otherwise than the packets: every
+    registration and every end of a stay has its event within a second, and every run after the first
+    its ``started`` event."""
+    events = json.loads(path.read_text())["events"]
+    problems = []
+
+    def near(kinds: set[str], t: float, addr: str | None = None) -> bool:
+        return any(ev["kind"] in kinds and (addr is None or ev["info"].get("addr") == addr)
+                   and ev["first_ts"] - 1.0 <= t <= ev["ts"] + 1.0 for ev in events)
+
+    oldest = min((ev["first_ts"] for ev in events), default=float("inf"))
+    for st in stays:
+        if st["registered"] >= oldest and not near({"registered"}, st["registered"], st["broker_addr"]):
+            problems.append(f"events file: no 'registered' for {st['broker_addr']} at {iso(st['registered'])}")
+        kinds = END_EVENTS.get(st["end"])
+        if kinds and not near(kinds, st["ended_at"], st["broker_addr"]):
+            problems.append(f"events file: no {sorted(kinds)} for {st['broker_addr']} at {iso(st['ended_at'])}")
+    for e, rs in runs.items():
+        for r in rs[1:]:
+            if not any(ev["kind"] == "started" and -5.0 <= r["up"] - ev["ts"] <= 15.0 for ev in events):
+                problems.append(f"events file: no 'started' before {e} came back at {iso(r['up'])}")
+    return problems
+
+
+def server_closes(conns, e: str, since: float) -> list[float]:
+    """Times the server side closed (FIN first, or reset) an accepted connection at e, from since on."""
+    out = []
+    for c in conns:
+        if c.server != e or not c.synack:
+            continue
+        fs, fc = c.fin.get("s"), c.fin.get("c")
+        if fs is not None and fs >= since and (fc is None or fs <= fc):
+            out.append(fs)
+        elif c.rst_by == "s" and c.rst >= since and fs is None and fc is None:
+            out.append(c.rst)
+    return sorted(out)
+
+
+TIME_KEYS = {"first", "last", "up", "down", "until", "registered", "ended_at", "from", "at", "master_lost",
+             "new_master_at", "old_master_back_as_slave_at"}
+
+
+def _times(x):
+    if isinstance(x, dict):
+        return {k: (iso(v) if k in TIME_KEYS and isinstance(v, float) else _times(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_times(v) for v in x]
+    return x
+
+
+if __name__ == "__main__":
+    main()

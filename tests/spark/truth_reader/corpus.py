@@ -1,0 +1,75 @@
+"""How each TRUTH.json of the corpus was built: the builder's arguments after DIR (build.py), by folder.
+
+    python -m tests.spark.truth_reader.build tests/data/captures/real/NAME ARGS...
+
+Keys a builder does not write (``controller_story`` of v5-failover, read from mqadmin's answers in its
+steps file) were added by hand afterwards and are kept."""
+from __future__ import annotations
+
+from pathlib import Path
+
+LAUNCH = "the launch script polls the port every 0.1 s until the JVM listens"
+RETRY = f"{LAUNCH}; while it is down the brokers retry"
+OUR_RETRY = ("our launch script polls the port every 0.1 s until the server listens; while it is down the brokers "
+             "retry")
+OUR_LOGS = ("namesrv.log",)
+OUR_NOTE = ("The NameServer is ours (twisted-namesrv, python -m twisted_namesrv with --compat set to the brokers' "
+            "version, defaults otherwise): namesrv.log is its log (UTC, seconds) and events.json its events file "
+            "(the data directory's, kept across the restart; sub-second times); both back every stay's end.")
+
+
+def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
+         why: str = LAUNCH, endpoint: str = "127.0.0.1:9876") -> list[str]:
+    return [version, ports, "--logs", *logs, "--why", f"{endpoint}={why}", *extra]
+
+
+def argv(folder: Path) -> list[str]:
+    """The builder's whole command line for one folder: its capture files in name order (rotated files sort
+    by their time), then the arguments below."""
+    files = sorted(p.name for p in folder.glob("*.pcap*"))
+    return [str(folder), *ARGS[folder.name], "--files", *files]
+
+
+ARGS: dict[str, list[str]] = {
+    "v4-expiry": _one("4.9.8"),
+    "v5-expiry": _one("5.3.3"),
+    "v4-restart": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", why=RETRY),
+    "v5-restart": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", why=RETRY),
+    "v5-launch": _one("5.3.3", "--note", "No non-loopback address in the namespace: the 5.3.3 NameServer's "
+                      "scanAvailableNameSrv client connects to 127.0.0.1:9876, i.e. to itself (a connection with no "
+                      "frames, closed by its client side after 120 s idle)"),
+    "v5-selfprobe": _one("5.3.3", "--why", "10.37.1.1:9876=the NameServer's own scanAvailableNameSrv (default on) "
+                         "connects to <first non-loopback address>:9876 every 3 s; it listens on 127.0.0.1 only"),
+    "v5-failover": _one("5.3.3", "--why", "127.0.0.1:28878=the launch script polls the controller port until it "
+                        "listens", "--note", "In the NameServer's route a master is brokerId 0: broker-c1 registers "
+                        "as 2 (slave), then as 0 when elected, on the same connection; broker-c0 returns as 1.",
+                        ports="28876,28878", endpoint="127.0.0.1:28876",
+                        why="the launch script polls the port until the JVM listens"),
+    "v4-admin": _one("4.9.8", "--stopped", "127.0.0.1:9876=namesrv stop"),
+    "v5-admin": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop"),
+    "v5-slave": _one("5.3.3"),
+    "v4-slave": _one("4.9.8"),
+    "v4-moved": _one("4.9.8"),
+    "v5-moved": _one("5.3.3"),
+    "v4-stall": _one("4.9.8"),
+    "v4-multi": _one("4.9.8", "--restart", "127.0.0.1:9877=namesrv on 9877 stop", "namesrv on 9877 start",
+                     "--stopped", "127.0.0.1:9878=namesrv on 9878 stop",
+                     "--why", "127.0.0.1:9877=launch polling; while down: the brokers' registrations every 30 s",
+                     "--why", "127.0.0.1:9878=launch polling; after its stop: the brokers' registrations every 30 s",
+                     ports="9876,9877,9878", logs=("namesrv.log", "namesrv-9877.log", "namesrv-9878.log")),
+    "v5-pair": _one("5.3.3", "--why", f"127.0.0.1:9877={LAUNCH}",
+                    "--note", "Two capture files as from two hosts: v5-pair-a.pcap.gz holds only port 9876 for the "
+                    "whole run, v5-pair-b.pcap.gz only port 9877 and starts later / ends earlier: what is alive at "
+                    "9877 is alive at the end of file b",
+                    "--note", "127.0.0.1:9877's 'up' is the first connection file b saw: that NameServer started "
+                    "before file b began (steps: 05:47:16.934Z start); no restart.",
+                    ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
+    "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
+    # our own server (twisted-namesrv) serving the Java rig's brokers and clients
+    "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
+                    logs=OUR_LOGS),
+    "v5-ours-kill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", "--note", OUR_NOTE,
+                         why=OUR_RETRY, logs=OUR_LOGS),
+    "v4-ours": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
+                    logs=OUR_LOGS),
+}
