@@ -79,6 +79,23 @@ class Cluster:
                                                           "clusterName": "c", "haServerAddr": "h", "brokerId": "0"},
                   body)
 
+    def big_broker_watched(self, topics: list[str]) -> tuple[Any, list]:
+        """A broker "big" with ``topics``, KEPT's answers kept, and the list every RouteChange
+        published from now on goes to."""
+        big, _ = self.connect()
+        self.register(big, "big", 1, topics)
+        client, _ = self.connect()
+        for topic in KEPT:
+            self.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        published: list = []
+        subscriber = self.routes.on_change
+
+        def count(change) -> None:
+            published.append(change)
+            subscriber(change)  # type: ignore[misc]
+        self.routes.on_change = count
+        return big, published
+
     def walked(self) -> Walked:
         """From now on, count the walks of topicQueueTable."""
         table = self.routes.topicQueueTable = Walked(self.routes.topicQueueTable)
@@ -138,18 +155,7 @@ def test_route_events_are_heard_after_the_change_with_the_tables_complete(cluste
 def test_a_one_topic_change_on_a_big_broker_reaches_one_topic(cluster):
     """The broker re-registers its table with one topic added: the answers kept for its other
     topics stay, one topic's route changes, and nothing walks the topic table."""
-    big, _ = cluster.connect()
-    cluster.register(big, "big", 1, BIG_TOPICS)
-    client, _ = cluster.connect()
-    for topic in KEPT:
-        cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-    published: list = []
-    subscriber = cluster.routes.on_change
-
-    def count(change) -> None:
-        published.append(change)
-        subscriber(change)  # type: ignore[misc]
-    cluster.routes.on_change = count
+    big, published = cluster.big_broker_watched(BIG_TOPICS)
     table = cluster.walked()
     cluster.register(big, "big", 1, [*BIG_TOPICS, "Added"], counter=2)
     assert table.visited == 0
@@ -165,18 +171,7 @@ def test_a_one_topic_removal_on_a_big_broker_reaches_at_most_that_topic(tmp_path
     keeps it. Nothing walks the topic table, except once to find what the broker lacks when it
     deletes (as Java's topicSetOfBrokerName walks it)."""
     cluster = Cluster(tmp_path, compatVersion=compat, deleteTopicWithBrokerRegistration=delete_with_registration)
-    big, _ = cluster.connect()
-    cluster.register(big, "big", 1, [*BIG_TOPICS, "Added"])
-    client, _ = cluster.connect()
-    for topic in KEPT:
-        cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-    published: list = []
-    subscriber = cluster.routes.on_change
-
-    def count(change) -> None:
-        published.append(change)
-        subscriber(change)  # type: ignore[misc]
-    cluster.routes.on_change = count
+    big, published = cluster.big_broker_watched([*BIG_TOPICS, "Added"])
     table = cluster.walked()
     cluster.register(big, "big", 1, BIG_TOPICS, counter=2)
     assert table.visited == (len(BIG_TOPICS) + 1 if delete_with_registration else 0)
