@@ -542,7 +542,8 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
     p.add_argument("--ready-timeout", type=float, default=120, metavar="S",
                    help="how long a server may take to answer its first request")
     a = p.parse_args(argv)
-    names = REDUCED if a.steps == "reduced" else [n for n in STEPS if n != "tiny"] if a.steps == "all" else a.steps.split(",")
+    every = [n for n in STEPS if n != "tiny"]  # tiny: the tool's smoke run, no curve step
+    names = REDUCED if a.steps == "reduced" else every if a.steps == "all" else a.steps.split(",")
     try:
         steps = [step_named(n) for n in names]
     except KeyError as exc:
