@@ -19,7 +19,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
+from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -42,9 +44,9 @@ KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_r
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
-         "undecodable_connection", "retry_topic_lookup", "topic_made_on_first_use", "broker_unregistered",
-         "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped", "write_perm_added",
-         "refused_connections")
+         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped",
+         "write_perm_added", "refused_connections", "master_elected")
 #: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
 NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
                            RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
@@ -149,11 +151,13 @@ def _input_severity(f: Item) -> str:
 
 
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
-             endpoints: list[Item] | None = None, stories: list[Item] | None = None) -> list[Item]:
+             endpoints: list[Item] | None = None, stories: list[Item] | None = None,
+             controller: Item | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
-    response_groups(groups), which the response-code table shows too."""
+    response_groups(groups), which the response-code table shows too. ``controller``:
+    analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     found: list[Item] = []
     for f in files:
         if f["problem"]:
@@ -166,6 +170,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
         found += _broker_findings(broker)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
+    found += _controller_findings(controller, stories or [])
     told = {(story["old_master"], story["t"]) for story in stories or [] if story["kind"] == "failover"}
     found = [item for item in found if not (item["kind"] == "broker_connection_closed"
                                             and (item["broker_addr"], item["t"]) in told)]  # the fail-over tells it
@@ -229,7 +234,9 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "error answer{s}"),
          "unanswered": ("code_name", "request code{s} never answered"),
          "slow_answer": ("code_name", "slow request code{s}"),
-         "undecodable_connection": ("connection", "undecodable connection{s}")}
+         "undecodable_connection": ("connection", "undecodable connection{s}"),
+         "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
+         "master_elected": ("broker_name", "master election{s} by a controller")}
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -519,7 +526,8 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                     if story["old_master_back_as_slave_at"] else "; the old master did not come back")
             yield _finding(kind, WARNING, f"{where}: fail-over: master {story['old_master']} lost at {story['t']} "
                            f"({story['how_lost'].replace('_', ' ')}), {story['new_master']} made master at "
-                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}", **fields)
+                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}"
+                           f"{failover_words(story)}", **fields)
         elif kind == "broker_address_change":
             yield _finding(kind, WARNING, f"{where} / {story['broker_id']}: moved from {story['from']} (it "
                            f"{story['left'].replace('_', ' ')} at {story['left_at']}) to {story['to']} at "
@@ -536,6 +544,20 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
             what = "wiped" if kind == "write_perm_wiped" else "given back"
             yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
                            f"{story['t']}", **fields)
+
+
+def _controller_findings(controller: Item | None, stories: list[Item]) -> Iterable[Item]:
+    """Elections within the capture that no fail-over tells (info), and controller calls that say
+    nothing: a body cut short, not JSON or not of the layout, a header Java could not read, an
+    unknown version (warnings), answers whose request was not captured (info)."""
+    if not controller:
+        return
+    for item in elections_untold(controller, stories):
+        yield _finding("master_elected", INFO, **item)
+    for u in controller["undecodable"]:
+        edge = u["why"] == NO_REQUEST
+        yield _finding("controller_undecodable", INFO if edge else WARNING, f"{u['count']} {u['code_name']} call(s) "
+                       f"at controller {u['controller']} undecodable: {u['why']} (from {u['first']}; not used)", **u)
 
 
 def _gap(gap: Item) -> Item:

@@ -23,6 +23,7 @@ from spark_analysis.capture.reassembly import (
     reassemble_table,
     server_ports,
 )
+from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
 from spark_analysis.decode.held import HeldTopics
 from spark_analysis.decode.schema import REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
@@ -32,6 +33,7 @@ from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
+__all__ = ["CONTROLLER", "CONTROLLER_NOTE"]  # rows of calls to a controller, and their notes (decode/controller.py)
 #: requests other than REGISTER_BROKER that name a broker (brokerAddr): its signs of life and its goodbye
 NAMING_CODES = (RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: requests of an administrator that change the NameServer's routes (an EVENT row each, as answered)
@@ -111,12 +113,14 @@ def connection_id(connection: Connection) -> str:
 def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
-    request naming a broker, one CONNECTION row."""
+    request naming a broker, on a connection to a controller its CONTROLLER rows and notes, one
+    CONNECTION row."""
     connection = conversation.connection
     conn_id = connection_id(connection)
     requests: list[CapturedCommand] = []
     answers: list[CapturedCommand | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}  # (side that asked, opaque) -> indexes in requests
+    orphans: list[CapturedCommand] = []  # answers to no captured request
     for captured in conversation.commands:
         yield FRAME, frame_row(conn_id, connection, captured)
         command = captured.command
@@ -125,6 +129,8 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
             queue = waiting.get((asker, command.opaque))
             if queue:  # an opaque reused before its answer came: answers come in order
                 answers[queue.pop(0)] = captured
+            else:
+                orphans.append(captured)
         else:
             waiting.setdefault((captured.direction, command.opaque), []).append(len(requests))
             requests.append(captured)
@@ -160,6 +166,8 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
             yield EVENT, (None, ext.get("brokerName"), request.ts, code, False, None, ext.get("clusterName"), None,
                           _version_name(request.command.version), None if answer is None else answer.command.code,
                           None, None, None, None, None, request.command.is_oneway, server, None, None, ext.get("topic"))
+    if is_controller_connection(requests):
+        yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)

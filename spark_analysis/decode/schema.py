@@ -41,6 +41,19 @@ REGISTRATION_ROWS = _schema(
     ("server", pa.string()), ("input", pa.string()), ("session", pa.string()),
 )
 
+#: one per call to a 5.x controller (decode/controller.py), and one per broker group its answer tells of:
+#: the broker's fields as asked (BROKER_HEARTBEAT's epoch: the masterEpoch the broker knows) and, answered
+#: SUCCESS, the controller's view (master, masterEpoch, syncStateSet and its epoch); ``note``: why the
+#: call says nothing (undecodable), else null
+CONTROLLER_ROWS = _schema(
+    ("ts", pa.float64()), ("conn_id", pa.string()), ("client", pa.string()), ("server", pa.string()),
+    ("code", pa.int32()), ("code_name", pa.string()), ("response_code", pa.int32()), ("latency_ms", pa.float64()),
+    ("oneway", pa.bool_()), ("cluster", pa.string()), ("broker_name", pa.string()), ("broker_id", pa.int64()),
+    ("broker_addr", pa.string()), ("broker_epoch", pa.int32()), ("master_broker_id", pa.int64()),
+    ("master_addr", pa.string()), ("master_epoch", pa.int32()), ("sync_state_set", pa.list_(pa.int64())),
+    ("sync_state_set_epoch", pa.int32()), ("note", pa.string()), ("input", pa.string()), ("session", pa.string()),
+)
+
 #: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
 #: (code: REGISTER_BROKER, a decode.NAMING_CODES, an ADMIN_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
 #: registered; server: the NameServer endpoint; closed: how the connection it registered over ended;
@@ -59,7 +72,8 @@ EVENT_ROWS = _schema(
 #: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
 #: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
-    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("event", EVENT_ROWS))),
+    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS),
+    ("event", EVENT_ROWS))),
     ("tally", pa.binary()))
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files

@@ -34,6 +34,7 @@ class Tally(ReadTally):
     gaps: int = field(default=0, metadata=COUNT)  # holes in TCP streams the capture missed
     lost_bytes: int = field(default=0, metadata=COUNT)
     undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
+    controller: int = field(default=0, metadata=COUNT)  # rows of controller/: calls to a 5.x controller
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0

@@ -55,7 +55,7 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
            ("gaps", "capture gaps in connections"), ("lost_bytes", "bytes lost to capture gaps"),
-           ("undecodable", "connections with undecodable bytes"))
+           ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"))
 
 
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
@@ -84,7 +84,8 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
         plot = pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False, div_id=f"plot-{key}",
                            config={"displaylogo": False})
         parts.append(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode())
-    parts.append(f"{_response_codes(summary['response_codes'])}{_brokers(summary['brokers'])}"
+    parts.append(f"{_response_codes(summary['response_codes'])}{_controller(summary.get('controller'))}"
+                 f"{_brokers(summary['brokers'])}"
                  f"{_clients(summary['clients'])}{_counts(summary['counts'])}</body></html>".encode())
     return parts
 
@@ -427,6 +428,30 @@ def _response_codes(rows: list[dict]) -> str:
     table = _table(("code_name", "response_code", "response_name", "remark", "count", "requesters"), shown)
     return f"<section id='response-codes'><h2>Answers with a non-zero code</h2>{table if rows else '<p>none</p>'}" \
            f"</section>"
+
+
+def _controller(controller: dict | None) -> str:
+    """What the controllers' traffic tells, per broker group: elections, syncStateSet changes and
+    the brokers it heard (only when a capture holds a controller's calls)."""
+    groups = (controller or {}).get("groups", [])
+    if not groups:
+        return ""
+    parts = []
+    for g in groups:
+        title = f"{g['cluster'] or '?'} / {g['broker_name'] or '?'} at controller {g['controller']}"
+        members = ", ".join(f"{m['broker_id']}: {m['broker_addr']}" for m in g["members"]) or "none known"
+        parts.append(f"<h3>{html.escape(title)}</h3><p>brokerIds: {html.escape(members)}</p>"
+                     + _table(("master_epoch", "master_broker_id", "master_addr", "at", "after", "by",
+                               "sync_state_set", "sync_state_set_epoch", "how"), g["elections"])
+                     + _table(("sync_state_set_epoch", "sync_state_set", "at", "after", "by", "how"),
+                              g["sync_state_sets"])
+                     + _table(("broker_id", "broker_addr", "heartbeats", "first", "last", "max_silence_s", "closed_at",
+                               "closed", "alive_at_end"), g["heartbeats"]))
+    undecodable = (controller or {}).get("undecodable", [])
+    if undecodable:
+        parts.append("<h3>Calls that say nothing</h3>" + _table(("controller", "code_name", "why", "count", "first",
+                                                                 "last"), undecodable))
+    return f"<section id='controller'><h2>Controller: elections and syncStateSets</h2>{''.join(parts)}</section>"
 
 
 def _brokers(brokers: list[dict]) -> str:

@@ -20,12 +20,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark_analysis.decode.rows import CALL, FRAME, REGISTRATION
-from spark_analysis.decode.schema import CALL_ROWS, FRAME_ROWS, MILLIS_COLUMNS, REGISTRATION_ROWS, SECONDS_COLUMNS
+from spark_analysis.decode.rows import CALL, CONTROLLER, FRAME, REGISTRATION
+from spark_analysis.decode.schema import (
+    CALL_ROWS,
+    CONTROLLER_ROWS,
+    FRAME_ROWS,
+    MILLIS_COLUMNS,
+    REGISTRATION_ROWS,
+    SECONDS_COLUMNS,
+)
 
 #: each table's rows kind, directory and row schema (schema.py)
 TABLES = ((FRAME, "frames", FRAME_ROWS), (CALL, "calls", CALL_ROWS), (REGISTRATION, "registrations",
-                                                                      REGISTRATION_ROWS))
+                                                                      REGISTRATION_ROWS),
+          (CONTROLLER, "controller", CONTROLLER_ROWS))
 _TIMESTAMP = pa.timestamp("us", tz="UTC")  # a Parquet timestamp adjusted to UTC: Spark's TimestampType
 _ROWS = {kind: rows for kind, _, rows in TABLES}
 _DIRECTORY = {kind: name for kind, name, _ in TABLES}

@@ -45,6 +45,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.analysis.controller import controller_story, with_controller_view
 from spark_analysis.analysis.findings import NAMESRV_CODES, endpoint_rows
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import REQUEST
@@ -52,7 +53,16 @@ from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
 from spark_analysis.capture.reassembly import SEGMENT, Servers
 from spark_analysis.decode import schema
-from spark_analysis.decode.rows import CALL, CONNECTION, EVENT, FRAME, REGISTRATION, piece_rows
+from spark_analysis.decode.rows import (
+    CALL,
+    CONNECTION,
+    CONTROLLER,
+    CONTROLLER_NOTE,
+    EVENT,
+    FRAME,
+    REGISTRATION,
+    piece_rows,
+)
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import (
@@ -169,7 +179,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
              f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
-             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures)")
+             f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
+             f"({tally.controller:,} rows)")
     counts = Counter(tally.counts())
     nameservers = nameserver_endpoints(tally.served, NAMESRV_CODES)
     liveness.only_at(nameservers)
@@ -178,9 +189,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
+    found_endpoints = endpoint_rows(endpoints, nameservers, tally.served)
+    controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
+                                  periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
-                                   latency.code_stats(tally.latencies, by_server=True), talkers,
-                                   endpoint_rows(endpoints, nameservers, tally.served), liveness.stories)
+                                   latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
+                                   with_controller_view(liveness.stories, controller), controller)
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -347,7 +361,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION)}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION, CONTROLLER_NOTE)}
     tally = Tally()
     count = 0
     with _no_cycle_collection():
@@ -393,6 +407,9 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
     pending[CONNECTION].clear()
+    for group, key, count, first, last, worst in pending[CONTROLLER_NOTE]:
+        add(tally.groups, group, key, count, first, last, worst)
+    pending[CONTROLLER_NOTE].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
         if not rows:
@@ -424,6 +441,8 @@ def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         findings.note_calls(tally.groups, rows)
         findings.note_served(tally.served, rows)
         clients.count_calls(tally.clients, rows)
+    elif kind == CONTROLLER:
+        tally.controller += len(rows)
     elif kind == REGISTRATION:
         tally.registration += len(rows)
         tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark.conftest import run_job
-from tests.spark.truth_check import judge
+from tests.spark.truth_check import judge, seconds
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
 CAPTURES = sorted(p.parent.name for p in REAL.glob("*/TRUTH.json"))
@@ -82,8 +82,10 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
             add("server_restart", before["down"], server=ns["endpoint"])
         if ns["runs"][-1]["down"] and ns["runs"][-1].get("down_in_packets", True):
             add("server_stopped", ns["runs"][-1]["down"], server=ns["endpoint"])
+    log = truth.get("controller_log")
     for f in truth["failovers"]:
-        add("failover", f["master_lost"], broker_name=f["broker_name"], no_master_s=f["no_master_s"])
+        add("failover", f["master_lost"], broker_name=f["broker_name"], no_master_s=f["no_master_s"],
+            new_master=f["new_master"], **_controller_view(f, log))
     for m in truth["moves"]:
         add("broker_address_change", m["at"], broker_name=m["broker_name"])
     for r in truth["renumbers"]:
@@ -101,7 +103,30 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     add("topic_not_exist", None, topic="TopicTest")  # not judged
     summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
+    if log:
+        def told(change: dict) -> dict:
+            return {**change, "at": None, "after": change["logged"][0], "by": change["logged"][1]}
+
+        summary["controller"] = {"groups": [{"controller": log["endpoint"], "broker_name": log["broker_name"],
+                                             "elections": [told(e) for e in log["elections"]],
+                                             "sync_state_sets": [told(x) for x in log["sync_state_sets"]]}]}
     return summary, rows
+
+
+def _controller_view(failover: dict, log: dict | None) -> dict:
+    """A fail-over's controller fields as the controller logged them (none without its log)."""
+    if not log:
+        return {}
+    election = min((e for e in log["elections"] if e["master_addr"] == failover["new_master"]),
+                   key=lambda e: abs(seconds(e["logged"][0]) - seconds(failover["master_lost"])))
+    before = max((x for x in log["sync_state_sets"] if x["sync_state_set_epoch"] < election["sync_state_set_epoch"]),
+                 key=lambda x: x["sync_state_set_epoch"])
+    return {"controller": log["endpoint"], "master_epoch": election["master_epoch"],
+            "elected_at": None, "elected_after": election["logged"][0], "elected_by": election["logged"][1],
+            "sync_state_set_before": before["sync_state_set"],
+            "sync_state_set_epoch_before": before["sync_state_set_epoch"],
+            "sync_state_set_after": election["sync_state_set"],
+            "sync_state_set_epoch_after": election["sync_state_set_epoch"]}
 
 
 @pytest.mark.parametrize("name", CAPTURES)
@@ -140,6 +165,28 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
     wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"
     assert judge(truth, summary, wrong)
     assert judge(truth, summary, rows + [dict(rows[0], broker_addr="127.0.0.1:1")])
+    if truth.get("controller_log"):  # the controller's elections and sets, and each fail-over's view of them
+        for change in ("elections", "sync_state_sets"):
+            for field, value in (("master_epoch", 99), ("sync_state_set", [7]), ("after", truth["capture"]["first"])):
+                wrong_change = copy.deepcopy(summary)
+                entry = wrong_change["controller"]["groups"][0][change][-1]
+                if field not in entry:
+                    continue
+                entry[field] = value
+                if field == "after":
+                    entry["by"] = value
+                assert judge(truth, wrong_change, rows), (change, field)
+            fewer = copy.deepcopy(summary)
+            del fewer["controller"]["groups"][0][change][0]
+            assert any(p.startswith("missed: controller") for p in judge(truth, fewer, rows)), change
+        for field, value in (("master_epoch", 1), ("sync_state_set_before", [2]), ("sync_state_set_after", [1, 2]),
+                             ("elected_after", truth["capture"]["first"]), ("controller", None)):
+            wrong_view = copy.deepcopy(summary)
+            item = next(f["evidence"][0] for f in wrong_view["findings"] if f["kind"] == "failover")
+            item[field] = value
+            if field == "elected_after":
+                item["elected_by"] = value
+            assert judge(truth, wrong_view, rows), field
     unknown = copy.deepcopy(summary)
     unknown["findings"].append({"kind": "x", "evidence": [{"kind": "something_new", "message": "?"}]})
     assert any("unknown finding kind" in p for p in judge(truth, unknown, rows))

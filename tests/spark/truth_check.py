@@ -38,6 +38,8 @@ KIND_CLASSES = {
     "registration_refused": "absent",
     "bad_input": "absent",
     "undecodable_connection": "absent",
+    "controller_undecodable": "absent",
+    "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
@@ -193,6 +195,12 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             if not any(e.cls == "refused" and e.match["endpoint"] == _endpoint(item) for e in events):
                 problems.append(f"invented: {kind}: {item.get('message')}")
             continue
+        if cls == "election":
+            logged = (truth.get("controller_log") or {}).get("elections", [])
+            if not any(e["master_epoch"] == item.get("master_epoch") and e["master_addr"] == item.get("master_addr")
+                       for e in logged):
+                problems.append(f"invented: {kind}: {item.get('message')}")
+            continue
         if cls == "topic_count_drop":
             t = seconds(item.get("t") or item.get("from"))
             near = [e for e in events if e.cls in ("topic_deletion", "unregistered", "connection_closed", "expired")
@@ -284,5 +292,74 @@ def judge_endpoints(truth: dict, summary: dict) -> list[str]:
     return []
 
 
+def _overlaps(told: dict, logged: list[str], tolerance: float) -> bool:
+    """A told time (``at``, or the span ``after``..``by``) against the log's whole seconds [first, last + 1)."""
+    low, high = seconds(told.get("at") or told.get("after")), seconds(told.get("at") or told.get("by"))
+    first, last = seconds(logged[0]), seconds(logged[1]) + 1.0
+    return low is not None and high is not None and low <= last + tolerance and high >= first - tolerance
+
+
+def _changes(summary: dict, what: str) -> list[tuple[dict, dict]]:
+    """The controller's elections or syncStateSet changes the report places within the capture."""
+    return [(g, x) for g in (summary.get("controller") or {}).get("groups", []) for x in g.get(what, [])
+            if x.get("at") or x.get("after")]
+
+
+def judge_controller(truth: dict, summary: dict) -> list[str]:
+    """The controller's elections and syncStateSet changes (summary.json ``controller``) against
+    what the Java controller logged (TRUTH.json ``controller_log``), and each fail-over's controller
+    view against them: epochs, masters, sets and times; nothing invented, nothing missed."""
+    tolerance = truth["tolerance_s"]
+    log = truth.get("controller_log") or {"elections": [], "sync_state_sets": []}
+    problems = []
+    for what, key, fields in (("elections", "master_epoch", ("master_broker_id", "master_addr", "sync_state_set",
+                                                              "sync_state_set_epoch")),
+                              ("sync_state_sets", "sync_state_set_epoch", ("sync_state_set",))):
+        told = _changes(summary, what)
+        logged = {x[key]: x for x in log[what]}
+        for group, change in told:
+            truth_change = logged.get(change[key])
+            name = f"{what[:-1]} {key} {change[key]} of {group.get('broker_name')} at {group.get('controller')}"
+            if truth_change is None or group.get("broker_name") != log.get("broker_name") or group.get(
+                    "controller") != log.get("endpoint"):
+                problems.append(f"invented: controller {name}")
+                continue
+            problems += [f"controller {name}: {f} told {change.get(f)!r}, logged {truth_change[f]!r}"
+                         for f in fields if change.get(f) != truth_change[f]]
+            if not _overlaps(change, truth_change["logged"], tolerance):
+                problems.append(f"wrong time: controller {name} told at {change.get('at')} / between "
+                                f"{change.get('after')} and {change.get('by')}, logged {truth_change['logged']}")
+        problems += [f"missed: controller {what[:-1]} {key} {k} ({x['log']})" for k, x in logged.items()
+                     if k not in {c[key] for _, c in told}]
+    elections = {e["master_epoch"]: e for e in log["elections"]}
+    for finding in summary.get("findings", []):
+        for item in finding.get("evidence", []):
+            if item.get("kind") != "failover":
+                continue
+            if not item.get("controller"):
+                if log["elections"]:
+                    problems.append(f"missed: the controller's view of the fail-over at {item.get('t')}")
+                continue
+            election = elections.get(item.get("master_epoch"))
+            if election is None or election["master_addr"] != item.get("new_master"):
+                problems.append(f"fail-over at {item.get('t')}: masterEpoch {item.get('master_epoch')} of "
+                                f"{item.get('new_master')} is no election the controller logged")
+                continue
+            before = max((x for x in log["sync_state_sets"] if x["sync_state_set_epoch"] < election[
+                "sync_state_set_epoch"]), key=lambda x: x["sync_state_set_epoch"], default=None)
+            said = {"sync_state_set_after": election["sync_state_set"],
+                    "sync_state_set_epoch_after": election["sync_state_set_epoch"],
+                    "sync_state_set_before": before and before["sync_state_set"],
+                    "sync_state_set_epoch_before": before and before["sync_state_set_epoch"]}
+            problems += [f"fail-over at {item.get('t')}: {f} told {item.get(f)!r}, logged {v!r}"
+                         for f, v in said.items() if item.get(f) != v]
+            when = {"at": item.get("elected_at"), "after": item.get("elected_after"), "by": item.get("elected_by")}
+            if not _overlaps(when, election["logged"], tolerance):
+                problems.append(f"wrong time: fail-over at {item.get('t')}: elected {when}, "
+                                f"logged {election['logged']}")
+    return problems
+
+
 def judge(truth: dict, summary: dict, rows: list[dict]) -> list[str]:
-    return judge_endpoints(truth, summary) + judge_brokers(truth, rows) + judge_findings(truth, summary)
+    return (judge_endpoints(truth, summary) + judge_brokers(truth, rows) + judge_findings(truth, summary)
+            + judge_controller(truth, summary))

@@ -101,3 +101,64 @@ def parse_sync_state_set(body: bytes | None) -> tuple[frozenset[int], int]:
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         raise ValueError("syncStateSetEpoch is not a number")
     return frozenset(ids), epoch
+
+
+def _id_list(value: object, what: str) -> frozenset[int]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise ValueError(f"{what} is not a list of broker ids")
+    return frozenset(value)
+
+
+def _object(body: bytes | None, what: str) -> dict[str, Any]:
+    if not body:
+        raise ValueError(f"the body ({what}) is missing")
+    data = fastjson.loads(bytes(body))
+    if not isinstance(data, dict):
+        raise ValueError(f"the body is not a {what} object")
+    return data
+
+
+def parse_elect_master_body(body: bytes | None) -> tuple[frozenset[int], dict[int, str]]:
+    """An ElectMasterResponseBody (elect_master_body's): the syncStateSet and the group's
+    brokerId -> address (empty without brokerMemberGroup); ValueError names what is wrong."""
+    data = _object(body, "ElectMasterResponseBody")
+    ids = _id_list(data.get("syncStateSet"), "syncStateSet")
+    group = data.get("brokerMemberGroup") or {}
+    addrs = group.get("brokerAddrs") if isinstance(group, dict) else None
+    if not isinstance(group, dict) or not isinstance(addrs or {}, dict):
+        raise ValueError("brokerMemberGroup is not a BrokerMemberGroup")
+    try:
+        members = {int(k): str(v) for k, v in (addrs or {}).items()}
+    except ValueError:
+        raise ValueError("brokerMemberGroup.brokerAddrs has a key that is not a broker id") from None
+    return ids, members
+
+
+def _replica(bean: object) -> ReplicaIdentity:
+    if not isinstance(bean, dict) or not isinstance(bean.get("brokerId"), int):
+        raise ValueError("a replica is not a ReplicaIdentity")
+    return ReplicaIdentity(str(bean.get("brokerName")), bean["brokerId"], bean.get("brokerAddress"),
+                           bean.get("alive") is True)
+
+
+def parse_broker_replicas_info(body: bytes | None) -> dict[str, ReplicasInfo]:
+    """A BrokerReplicasInfo (broker_replicas_info_body's, GET_SYNC_STATE_DATA's answer): brokerName ->
+    ReplicasInfo; ValueError names what is wrong."""
+    table = _object(body, "BrokerReplicasInfo").get("replicasInfoTable") or {}
+    if not isinstance(table, dict):
+        raise ValueError("replicasInfoTable is not an object")
+    found = {}
+    for name, info in table.items():
+        if not isinstance(info, dict):
+            raise ValueError(f"the ReplicasInfo of {name!r} is not an object")
+        numbers = [info.get(k) for k in ("masterBrokerId", "masterEpoch", "syncStateSetEpoch")]
+        if not all(n is None or (isinstance(n, int) and not isinstance(n, bool)) for n in numbers):
+            raise ValueError(f"the ReplicasInfo of {name!r} has a number that is not one")
+        replicas = [info.get(k) or [] for k in ("inSyncReplicas", "notInSyncReplicas")]
+        if not all(isinstance(r, list) for r in replicas):
+            raise ValueError(f"the replicas of {name!r} are not lists")
+        found[str(name)] = ReplicasInfo(numbers[0], info.get("masterAddress"), numbers[1] or 0, numbers[2] or 0,
+                                        tuple(map(_replica, replicas[0])), tuple(map(_replica, replicas[1])))
+    return found

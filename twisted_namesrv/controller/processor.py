@@ -19,10 +19,10 @@ from ..dispatch import HandlerTable
 from ..refusals import Refusals, acl_refusal
 from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
-from ..remoting.values import BadRequest, java_bool, optional_long
+from ..remoting.values import BadRequest, java_bool
 from ..state.acl import AccessControl, controller_request_class
 from ..state.config import parse_properties
-from . import bodies
+from . import bodies, headers
 from .codes import ControllerRequestCode as Req
 from .codes import ControllerResponseCode as Code
 from .config import CONTROLLER_KEY_NAMES, UPDATABLE, ControllerConfigError
@@ -54,56 +54,41 @@ def _answer(request: RemotingCommand,
 
 
 def _text(request: RemotingCommand, name: str, required: bool = False) -> str | None:
-    value = request.ext.get(name)
-    if value is None and required:
-        raise BadRequest(f"the custom field <{name}> is null")
-    return value
+    return headers.text(request.ext, name, required)
 
 
 def _required(request: RemotingCommand, name: str) -> str:
-    value = _text(request, name, True)
-    assert value is not None
-    return value
+    return headers.required(request.ext, name)
 
 
 def _long(request: RemotingCommand, name: str, bits: int = 64) -> int | None:
-    text = request.ext.get(name)
-    number = optional_long(text, bits)
-    if text is not None and number is None:
-        raise BadRequest(f"header field {name} is not a number: {text[:40]!r}")
-    return number
+    return headers.long_field(request.ext, name, bits)
 
 
 # -- the handlers ------------------------------------------------------------------------------
 
 def alter_sync_state_set(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
-    broker_name = _text(request, "brokerName")
-    master_id = _long(request, "masterBrokerId")
-    master_epoch = _long(request, "masterEpoch", 32)
+    header = headers.AlterSyncStateSetRequestHeader.from_ext(request.ext)
     try:
         new_set, set_epoch = bodies.parse_sync_state_set(None if request.body is None else bytes(request.body))
     except ValueError as exc:
         raise BadRequest(f"CONTROLLER_ALTER_SYNC_STATE_SET: {exc}") from None
     return _answer(request, manager.submit(lambda: manager.replicas.alter_sync_state_set(
-        str(broker_name), master_id, master_epoch, new_set, set_epoch, manager.alive)))
+        str(header.brokerName), header.masterBrokerId, header.masterEpoch, new_set, set_epoch, manager.alive)))
 
 
 def elect_master(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
-    cluster = _text(request, "clusterName") or ""
-    broker_name = _text(request, "brokerName") or ""
-    broker_id = _long(request, "brokerId")
-    designate = java_bool(_text(request, "designateElect"))
-    trigger = "admin" if designate else "broker"
-    return _answer(request, manager.elect_master(cluster, broker_name, -1 if broker_id is None else broker_id,
-                                                 designate, trigger))
+    header = headers.ElectMasterRequestHeader.from_ext(request.ext)
+    trigger = "admin" if header.designateElect else "broker"
+    broker_id = -1 if header.brokerId is None else header.brokerId
+    return _answer(request, manager.elect_master(header.clusterName, header.brokerName, broker_id,
+                                                 header.designateElect, trigger))
 
 
 def register_broker(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
-    cluster, broker_name = _text(request, "clusterName"), _text(request, "brokerName")
-    broker_id = _long(request, "brokerId")
-    address = _required(request, "brokerAddress")
+    header = headers.RegisterBrokerToControllerRequestHeader.from_ext(request.ext)
     return _answer(request, manager.submit(lambda: manager.replicas.register_broker(
-        cluster, broker_name, broker_id, address, manager.alive)))
+        header.clusterName, header.brokerName, header.brokerId, header.brokerAddress, manager.alive)))
 
 
 def get_replica_info(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
@@ -116,18 +101,14 @@ def get_metadata_info(manager: ControllerManager, request: RemotingCommand, peer
 
 
 def broker_heartbeat(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
-    broker_id = _long(request, "brokerId")
-    if broker_id is None:
+    if _long(request, "brokerId") is None:
         return reply(request, Code.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
-    cluster = _required(request, "clusterName")
-    address = _required(request, "brokerAddr")
-    broker_name = _required(request, "brokerName")
+    h = headers.BrokerHeartbeatRequestHeader.from_ext(request.ext)
     first = manager.heartbeats.on_broker_heartbeat(
-        cluster, broker_name, address, broker_id, _long(request, "heartbeatTimeoutMills"), peer.channel,
-        _long(request, "epoch", 32), _long(request, "maxOffset"), _long(request, "confirmOffset"),
-        _long(request, "electionPriority", 32))
+        h.clusterName, h.brokerName, h.brokerAddr, h.brokerId, h.heartbeatTimeoutMills, peer.channel, h.epoch,
+        h.maxOffset, h.confirmOffset, h.electionPriority)
     if first:
-        manager.log_new_broker(cluster, broker_name, broker_id, address)
+        manager.log_new_broker(h.clusterName, h.brokerName, h.brokerId, h.brokerAddr)
     return reply(request, Code.SUCCESS, "Heart beat success")
 
 
@@ -191,14 +172,9 @@ def get_next_broker_id(manager: ControllerManager, request: RemotingCommand, pee
 
 
 def apply_broker_id(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
-    cluster = _text(request, "clusterName") or ""
-    broker_name = _text(request, "brokerName") or ""
-    broker_id = _long(request, "appliedBrokerId")
-    if broker_id is None:
-        raise BadRequest("the custom field <appliedBrokerId> is null")
-    check_code = _required(request, "registerCheckCode")
+    header = headers.ApplyBrokerIdRequestHeader.from_ext(request.ext)
     return _answer(request, manager.submit(lambda: manager.replicas.apply_broker_id(
-        cluster, broker_name, broker_id, check_code)))
+        header.clusterName, header.brokerName, header.appliedBrokerId, header.registerCheckCode)))
 
 
 HANDLERS: dict[int, Handler] = {
