@@ -6,7 +6,7 @@ magic.  ``declarations`` declares them with construct: the section header, the i
 description (IDB, with its options: if_tsresol, if_tsoffset), the enhanced and simple packet
 blocks (EPB, SPB); any other block type is skipped by its length.
 
-Who parses what, measured (docs/benchmarks.md, "pcapng: construct where its cost does not show"):
+Who parses what, measured (docs/benchmarks.md, "Figures behind design choices", pcapng):
 the declarations parse the cold blocks, section headers and interface descriptions (a handful a
 file), and every block's lengths are checked.  The hot blocks, one per packet, are read with
 ``struct`` by the same layout: construct's compiled parser costs ~45 us a packet block against
@@ -33,7 +33,6 @@ from typing import Any, NamedTuple
 from spark_analysis.capture.captured import Record
 
 SHB_TYPE, IDB_TYPE, SPB_TYPE, EPB_TYPE = 0x0A0D0D0A, 1, 3, 6
-SHB_MAGIC = b"\x0a\x0d\x0d\x0a"
 #: the byte-order magic as written, at +8 of a section header -> little-endian?
 _BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": True, b"\x1a\x2b\x3c\x4d": False}
 OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
