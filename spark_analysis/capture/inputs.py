@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import Ports, segment_columns
 from spark_analysis.capture.pcapng import PcapngEnd
 from spark_analysis.capture.reassembly import SEGMENT, SegmentTable, merge_tables
@@ -37,7 +38,6 @@ from spark_analysis.capture.records import (
     PCAP_HEADER_LEN,
     PCAPNG_MAGIC,
     RECORD_HEADER_LEN,
-    Buffer,
     RecordIndex,
     find_record_boundary,
     index_pcap_records,
