@@ -14,7 +14,8 @@ from tests.support import server_config, start_server
 from tests.test_processor import MASTER, Namesrv
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.context import Peer
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.state.acl import AccessControl, AclConfigError, signature, signed
 
@@ -339,3 +340,28 @@ def test_the_accounts_file_is_read_again_when_it_changes_and_a_broken_one_change
         clock.advance(RELOAD_INTERVAL_SECONDS)
     assert not [e for e in events if "outcome" in e]  # said once, not every 5 s
     timer.stopService()
+
+
+def test_a_repeated_lookup_is_checked_again_when_reads_are_guarded(tmp_path):
+    """With aclReadRequired a lookup's answer depends on who asks (the peer's address, the
+    accounts as last reloaded), not on its bytes alone: the same bytes from a peer outside the
+    whitelist are refused, even right after they were answered from a peer inside it (answered
+    from memory, they were not: answer_cache.py keeps no answer frame then)."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text("globalWhiteRemoteAddresses: ['10.0.0.1']\naccounts:\n  - accessKey: a\n    secretKey: s\n")
+    ns = ns_with_acl(tmp_path, str(path), aclReadRequired=True, compatVersion="4.9.8")
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {"T1": TopicConfig("T1")}), False, False)
+    ext = {"brokerName": "b", "brokerAddr": "10.0.0.1:1", "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}
+    assert ns.call(RequestCode.REGISTER_BROKER, signed(ext, "a", "s", body), body).code == ResponseCode.SUCCESS
+    lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, opaque=5,
+                                     version=409).encode()
+    inside, outside = Peer(1, "10.0.0.1:4000"), Peer(2, "10.0.0.2:4000")
+    for _ in range(2):
+        answer = ns.dispatcher.handle(lookup[4:], inside)
+        assert answer is not None and RemotingCommand.decode(answer[4:]).code == ResponseCode.SUCCESS
+    for frames in ([lookup[4:]], [lookup[4:]] * 5):
+        out: list[bytes] = []
+        ns.dispatcher.answer(frames, outside, out)
+        assert [RemotingCommand.decode(a[4:]).code for a in out] == [ResponseCode.SYSTEM_ERROR] * len(frames)
+    out = []
+    assert ns.dispatcher.answer_read(lookup * 5, out) == 0 and out == []

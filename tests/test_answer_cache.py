@@ -333,3 +333,94 @@ def test_a_block_of_pipelined_repeats_equals_answers_from_the_tables(tmp_path, s
                                                                (topic.encode(), rng.choice(TOPICS).encode())]))
         assert_same_answers((kept, kept_out), (reference, reference_out), frames)
     assert kept.factory.metrics.answered_from_memory_count > 0
+
+
+def opaque_of(answer: bytes) -> int:
+    return RemotingCommand.decode(answer[4:]).opaque
+
+
+def answers_in(data: bytes) -> list[bytes]:
+    """The frames of ``data`` (length prefixes included)."""
+    frames, start = [], 0
+    while start < len(data):
+        end = start + 4 + int.from_bytes(data[start:start + 4], "big")
+        frames.append(data[start:end])
+        start = end
+    return frames
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reads_cut_anywhere_equal_answers_from_the_tables(tmp_path, seed: int) -> None:
+    """A client's lookups answered from the read as it came (AnswerCache.replies_from_read):
+    repeats with one opaque (as load tools send them) or with their own, reads that end inside a
+    frame or hold other requests after the repeats, lookups of the same topic with other flags,
+    version or key style, and route changes between reads: the bytes back equal those of a
+    server that keeps nothing, read for read."""
+    rng = random.Random(seed)
+    kept, kept_out, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_out, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+    stream = b""
+    for counter in range(1, 150):
+        base = lookup_request(rng, 1)
+        same_opaque = rng.random() < 0.5
+        for position in range(rng.randint(1, 40)):
+            op = rng.random()
+            if op < 0.85:
+                request = RemotingCommand.decode(base.encode()[4:])
+                request.header.json_layout = None
+                request.header.opaque = 5 if same_opaque else rng.choice([counter * 100 + position, 7, 2**31 - 1])
+                if rng.random() < 0.05:  # the same topic, another flag or version
+                    request.header.flag = 2
+                    request.header.json_layout = None
+                if rng.random() < 0.05:
+                    request.header.version = 395
+            elif op < 0.93:
+                request = register_request(rng, counter, position, False)
+            else:
+                request = other_request(rng, position)
+            stream += request.encode()
+        cut = rng.randint(len(stream) // 2, len(stream))  # the rest comes with the next read
+        data, stream = stream[:cut], stream[cut:]
+        for protocol in (kept, reference):
+            protocol.dataReceived(data)
+        assert kept_out.value() == reference_out.value()
+        kept_out.clear()
+        reference_out.clear()
+    kept_metrics, reference_metrics = kept.factory.metrics, reference.factory.metrics
+    assert kept_metrics.answered_from_memory_count > 0
+    assert kept_metrics.requests_by_code()[0] == reference_metrics.requests_by_code()[0]
+    assert (kept_metrics.bytes_received, kept_metrics.bytes_sent) == (reference_metrics.bytes_received,
+                                                                      reference_metrics.bytes_sent)
+
+
+def test_a_read_of_repeats_gets_each_its_own_opaque_and_no_stale_route(tmp_path) -> None:
+    """Each answer to a read of repeated lookups carries its request's opaque, in order, and a
+    route change between two such reads is in the second one's answers at once."""
+    protocol, transport, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {"T0": TopicConfig("T0", 4, 4, 6)}),
+                                False, False)
+    register = {"brokerName": "a", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "haServerAddr": "h",
+                "brokerId": "0"}
+    send(protocol, RequestCode.REGISTER_BROKER, register, body)
+
+    def read(opaques: list[int]) -> list[bytes]:
+        transport.clear()
+        protocol.dataReceived(b"".join(
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T0"}, opaque=o,
+                                    version=409).encode() for o in opaques))
+        return answers_in(transport.value())
+
+    read([1])  # kept, for opaques of one digit
+    read([10])  # and of two
+    served = protocol.factory.metrics.answered_from_memory_count
+    opaques = [11, 12, 13, 99, 10, 14]
+    assert [opaque_of(a) for a in read(opaques)] == opaques
+    assert [opaque_of(a) for a in read([3] * 8)] == [3] * 8
+    assert protocol.factory.metrics.answered_from_memory_count == served + 14
+    before = read([21, 22])
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 2), {"T0": TopicConfig("T0", 8, 8, 6)}),
+                                False, False)
+    send(protocol, RequestCode.REGISTER_BROKER, register, body)
+    after = read([21, 22])
+    assert b'"readQueueNums":4' in before[0] and b'"readQueueNums":8' in after[0]
+    assert b'"readQueueNums":8' in after[1]

@@ -8,7 +8,9 @@ less often.  Three levels:
 - route bodies, per topic and variant (standard JSON or not, orderTopicConf);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
-  decoding (``replies_from_memory``) while their topic's bodies are still kept.
+  decoding (``replies_from_memory``; a client's repeats at the start of a read, before the read is
+  even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
+  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer).
 
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
 handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
@@ -69,6 +71,7 @@ class Reply:
     rest: bytes  #: the answer frame after them
 
 _PREFIX = struct.Struct(">iI")
+_LENGTH = struct.Struct(">i")
 _OPAQUE_AT = len(OPAQUE_KEY)
 _MAX_INT32 = b"2147483647"
 
@@ -164,11 +167,12 @@ class AnswerCache:
         return body
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
-    def keep_route(self, frame: bytes, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
+    def keep_route(self, frame: bytes | None, request: RemotingCommand, response: RemotingCommand, encoded: bytes,
                    topic: str, variant: Hashable) -> None:
         """Keep a found route (``response``, encoded as ``encoded``, its handler's ``topic`` and
         ``variant``): its body for the next lookup of any client, and, for a plain JSON lookup, its
-        whole frame around the opaque for the next lookup of the same client."""
+        whole frame around the opaque for the next lookup of the same client (not when ``frame``
+        is None: its bytes alone do not decide that it is let in, the ACL checks the peer)."""
         body = response.body
         if not self.keep or not isinstance(body, bytes):
             return
@@ -177,7 +181,7 @@ class AnswerCache:
             answers = self.routes[topic] = TopicAnswers()
         body = answers.bodies.setdefault(variant, body)
         self._routes.subscribe(self.changed)
-        if (body is response.body and request.serialize_type == SerializeType.JSON
+        if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
             self._keep_reply(frame, request.opaque, encoded, answers, body)
@@ -234,40 +238,107 @@ class AnswerCache:
                 if index <= block_until and _splice_block(frames, index, at, length, prefix, rest, out):
                     return count
             digits = frame[at:at + length]
-            if (not digits.isdigit() or (digits[0] == 48 and length > 1)
-                    or (length == 10 and digits > _MAX_INT32)):
+            if not _valid_digits(digits):
                 return index
             out += (prefix, digits, rest)
         return len(frames)
 
     @staticmethod
-    def _match(kept: list[Reply], frame: bytes, size: int) -> Reply | None:
-        """The reply kept for the request ``frame`` among those with the same start (newest first)."""
+    def _match(kept: list[Reply], frame: bytes, size: int, end: int | None = None) -> Reply | None:
+        """The reply kept for the request ``frame`` (or the one ending at ``end`` in a read) among
+        those with the same start (newest first)."""
         for reply in kept:  # by position: the first read of every lookup passes here
-            if size == reply.size and frame.endswith(reply.after):
+            if size == reply.size and frame.endswith(reply.after, 0, end):
                 return reply
         return None
+
+    def replies_from_read(self, data: bytes, out: list[bytes]) -> tuple[int, int]:
+        """Answer the frames at the start of a read, as it came (length prefixes included, not
+        cut into frames), when they are one client's repeats of one kept plain JSON lookup: the
+        first frame's kept answer for each, with each frame's own opaque spliced in.  (bytes
+        answered, lookups answered); (0, 0), with nothing appended, when the read does not start
+        so, and the frames go the usual way (``replies_from_memory`` after the cut).
+
+        The same rules as ``replies_from_memory``: the first frame is found by its bytes up to
+        its opaque's digits and checked against the rest; the frames after it answered with it
+        are those bytes but for the digits (``_splice_records``), all of one length, as pipelined
+        lookups of one client are; the first frame that is not ends the block, and it and what
+        follows are cut as usual."""
+        if len(data) < 8:
+            return 0, 0
+        record = _LENGTH.unpack_from(data)[0] + 4
+        if not 8 <= record <= len(data):
+            return 0, 0
+        at = data.find(OPAQUE_KEY, 8, record) + _OPAQUE_AT
+        if at < _OPAQUE_AT:
+            return 0, 0
+        kept = self.replies.get(data[4:at])
+        if kept is None:
+            return 0, 0
+        reply = self._match(kept, data, record - at, record)
+        if reply is None:
+            return 0, 0
+        if reply.answers.stale:  # its topic was dropped since
+            kept.remove(reply)
+            return 0, 0
+        length = reply.digits
+        n = len(data) // record
+        if n == 1:  # one lookup in flight (the latency path): no block to check
+            digits = data[at:at + length]
+            if not _valid_digits(digits):
+                return 0, 0
+            out.append(reply.prefix + digits + reply.rest)
+            return record, 1
+        if not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
+            n = _first_other(data, record, n, at, length)  # the frames before the first that is not
+            if not n or not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
+                return 0, 0
+        return n * record, n
 
 
 def _splice_block(frames: list[bytes], index: int, at: int, length: int, prefix: bytes, rest: bytes,
                   out: list[bytes]) -> bool:
     """Answer ``frames[index:]`` at once when each is ``frames[index]`` but for its opaque's
-    ``length`` digits at ``at`` (a client's pipelined lookups of one topic): the checks and the
-    splicing are a few C-level operations on the whole block, by column of digits, instead of
-    Python steps per frame.  The same rule as per frame: ASCII digits, no leading zero, and an
-    int32 (ten digits go frame by frame).  False, with nothing appended, when any frame is not so."""
+    ``length`` digits at ``at`` (a client's pipelined lookups of one topic); ``_splice_records``
+    on them joined."""
     block = b"".join(frames[index:])
     record, n = len(frames[index]), len(frames) - index
-    if length >= 10 or len(block) != record * n:
+    return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
+
+
+def _valid_digits(digits: bytes) -> bool:
+    """An opaque's digits as Java reads them: ASCII digits, no leading zero, an int32."""
+    length = len(digits)
+    return (digits.isdigit() and (digits[0] != 48 or length == 1)
+            and (length < 10 or (length == 10 and digits <= _MAX_INT32)))
+
+
+def _splice_records(data: bytes, record: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,
+                    out: list[bytes]) -> bool:
+    """Answer the ``n`` records of ``record`` bytes at the start of ``data`` at once when each is
+    the first but for its opaque's ``length`` digits at ``at``: the checks and the splicing are a
+    few C-level operations on the whole block instead of Python steps per frame.  Repeats with
+    one opaque (as load tools send them) are one count of the first record; others go by column
+    of digits.  The same rule as per frame: ASCII digits, no leading zero, and an int32 (ten
+    digits go frame by frame).  False, with nothing appended, when any record is not so."""
+    first = data[:record]
+    whole = record * n
+    if data.count(first, 0, whole) == n:  # n copies of it in n records' bytes: it, n times
+        digits = first[at:at + length]
+        if not _valid_digits(digits):
+            return False
+        out.append((prefix + digits + rest) * n)
+        return True
+    if length >= 10:
         return False
+    block = data[:whole] if whole < len(data) else data
     columns = [block[at + k::record] for k in range(length)]
     if not all(column.isdigit() for column in columns) or (length > 1 and b"0" in columns[0]):
         return False
     blanked, zeros = bytearray(block), b"0" * n
     for k in range(length):
         blanked[at + k::record] = zeros
-    first = blanked[:record]
-    if blanked != first * n:  # every frame is the first but for its digits
+    if blanked != blanked[:record] * n:  # every record is the first but for its digits
         return False
     answer = prefix + b"0" * length + rest
     answers, step = bytearray(answer * n), len(answer)
@@ -275,3 +346,16 @@ def _splice_block(frames: list[bytes], index: int, at: int, length: int, prefix:
         answers[len(prefix) + k::step] = column
     out.append(answers)  # type: ignore[arg-type]  # joined with the others: bytes-like is enough
     return True
+
+
+def _first_other(data: bytes, record: int, n: int, at: int, length: int) -> int:
+    """How many of the ``n`` records at the start of ``data`` come before the first that is not
+    the first but for valid digits at ``at`` (at least 1 when the first's digits are valid)."""
+    first = data[:record]
+    head, tail = first[:at], first[at + length:]
+    for index in range(n):
+        start = index * record
+        if not (data.startswith(head, start) and data.startswith(tail, start + at + length)
+                and _valid_digits(data[start + at:start + at + length])):
+            return index
+    return n

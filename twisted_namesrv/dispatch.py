@@ -1,7 +1,8 @@
 """Dispatcher: from request frames to answer frames, without sockets; every listener's.
 
 One path per request, for every code: a repeated plain JSON route lookup is answered from memory
-(AnswerCache.replies_from_memory) without decoding; any other frame is decoded once, refused or
+(AnswerCache.replies_from_memory; ``answer_read`` for a client's repeats at the start of a read,
+before it is cut into frames) without decoding; any other frame is decoded once, refused or
 handed to its handler once (``_outcome``: the same generator runs a handler written in steps and
 one that is not), encoded once, and, when its handler says so, kept by the answer cache with the
 topic and variant the handler worked out.  After each dispatched request the observers hear the
@@ -55,6 +56,10 @@ def _serves_every_code(state: Any, code: int) -> bool:
     return True
 
 
+def _checks_no_peer(state: Any, code: int) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class HandlerTable:
     """What a listener answers, and how it refuses and fails: a handler per code (``handlers``),
@@ -73,12 +78,16 @@ class HandlerTable:
     closed: Callable[[Any, dict[Channel, str]], None]
     serves: Callable[[Any, int], bool] = _serves_every_code
     counted: Callable[[Any, RemotingCommand, bool, float], None] | None = None
+    #: whether a request of this code is let in by who sends it (the ACL), not by its bytes alone:
+    #: then no answer frame is kept to be served again to the same bytes (``replies_from_memory``)
+    checks_peer: Callable[[Any, int], bool] = _checks_no_peer
     keeps_answers: bool = True
     subject: str = "request"
 
 
 NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
-                             processor.error_reply, processor.channels_closed, processor.serves)
+                             processor.error_reply, processor.channels_closed, processor.serves,
+                             checks_peer=processor.checks_peer)
 
 
 @dataclass
@@ -166,6 +175,21 @@ class Dispatcher:
             if encoded is not None:
                 out.append(encoded)
         return None
+
+    def answer_read(self, data: bytes, out: list[bytes]) -> int:
+        """Answer the repeated plain JSON route lookups at the start of a read as it came, before
+        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``:
+        the bytes of ``data`` answered (0: none; the rest goes through ``answer`` once cut)."""
+        answers = self.answers
+        if not answers.replies:
+            return 0
+        if not self.count_requests:
+            return answers.replies_from_read(data, out)[0]
+        begun = perf_counter()
+        used, count = answers.replies_from_read(data, out)
+        if count:
+            self.metrics.answered_from_memory((perf_counter() - begun) / count, count)
+        return used
 
     def handle(self, frame: bytes, peer: Peer) -> bytes | None:
         """The answer to one frame answered at once (tests and tools): None when nothing is sent."""
@@ -266,7 +290,9 @@ class Dispatcher:
             response = self._failed(request, peer, unencodable)
             answer, encoded = Answer(response, handled=False), response.encode()
         if answer.topic is not None and response.code == 0:
-            self.answers.keep_route(frame, request, response, encoded, answer.topic, answer.variant)
+            reusable = not self.table.checks_peer(self.state, request.code)
+            self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
+                                    answer.variant)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded

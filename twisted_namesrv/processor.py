@@ -426,6 +426,12 @@ def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer
 
 # -- refusals and failures: what the dispatcher answers instead of a handler ------------------
 
+def checks_peer(state: NamesrvState, code: int) -> bool:
+    """Whether the ACL checks requests of ``code``: then who sends one (the peer's address, the
+    accounts as last reloaded) decides, and the same bytes may be refused next time."""
+    return state.acl is not None and state.acl.guards(code, None)
+
+
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
     """The answer to a request the ACL refuses (as a Java broker answers an AclException), logged
     and counted as a refusal (refusals.py)."""

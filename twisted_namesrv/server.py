@@ -91,6 +91,17 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
+        if self.answering is None and self.decoder.empty:
+            # a client's repeated lookups, as they came: answered before (instead of) cutting them
+            replies: list[bytes] = []
+            used = self.factory.dispatcher.answer_read(data, replies)
+            if used:
+                if self.factory.dispatcher.count_requests:
+                    self.factory.metrics.bytes_received += used
+                self._write(replies)
+                if used == len(data):
+                    return
+                data = data[used:]
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:

@@ -141,6 +141,11 @@ class FrameDecoder:
         return bytes(self._buffer)
 
     @property
+    def empty(self) -> bool:
+        """No bytes are held: the next read starts with a frame."""
+        return not self._buffer
+
+    @property
     def pending_memory(self) -> int:
         """What the bytes held for a frame not yet whole take in memory (the buffer's allocation,
         which grows ahead of its length), 0 when none are."""
