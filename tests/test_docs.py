@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from twisted_namesrv.state.config import KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,3 +46,17 @@ def broken_links(page: Path) -> list[str]:
 def test_relative_links_resolve():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert [link for page in pages for link in broken_links(page)] == []
+
+
+@pytest.mark.parametrize("package", ["twisted_namesrv", "spark_analysis"])
+def test_architecture_has_a_row_for_every_module(package):
+    """docs/architecture.md's module map names every module of both packages (its first column,
+    in its package's section): a module added without a row fails here."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split(f"## {package}\n", 1)[1].split("\n## ", 1)[0]
+    named = {name for line in section.splitlines() if line.startswith("| `")
+             for name in re.findall(r"`([^`]+)`", line.split(" | ")[0])}
+    modules = {path.relative_to(ROOT / package).as_posix() for path in (ROOT / package).rglob("*.py")
+               if path.name != "__init__.py"}
+    assert sorted(modules - named) == []
+    assert sorted(name for name in named if name.endswith(".py") and name not in modules) == []

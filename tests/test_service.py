@@ -371,3 +371,33 @@ def test_ports_are_child_services_bound_in_the_privileged_step(tmp_path):
     assert (service.port, service.web_port) == (remoting, web)
     yield service.stopService()
     assert service.port is None and service.web_port is None
+
+
+def test_every_service_is_a_child_and_every_multiservice_has_children(tmp_path):
+    """Issue 36: timers are TimerServices and ports Listeners, all children of NamesrvService (the
+    controller's its own); no MultiService is empty and no Service starts a LoopingCall by hand.
+    The one LoopingCall left is etcd's beat, started after the first beat it awaits (EtcdConsensus.start)."""
+    from twisted.application.internet import TimerService
+    from twisted.application.service import IServiceCollection
+
+    service = NamesrvService.from_config(server_config(tmp_path, listenPort=0, metricsPort=free_port()),
+                                         controller_port=0)
+
+    def walk(node, depth=0):
+        yield node
+        if IServiceCollection.providedBy(node):
+            assert list(node), f"{type(node).__name__} has no children"
+            for child in node:
+                yield from walk(child, depth + 1)
+
+    found = list(walk(service))
+    names = {type(node).__name__ for node in found}
+    assert {"Listener", "HousekeepingService", "PeersService", "ControllerService", "EventLogService"} <= names
+    assert sum(isinstance(node, TimerService) for node in found) >= 4  # housekeeping, peers, the controller's scans
+    package = Path(__file__).resolve().parent.parent / "twisted_namesrv"
+    by_hand = {path.relative_to(package).as_posix() for path in package.rglob("*.py")
+               if "LoopingCall(" in path.read_text()}
+    assert by_hand == {"controller/etcd.py"}
+    started = {path.relative_to(package).as_posix() for path in package.rglob("*.py")
+               if re.search(r"(?<!super\(\))\.startService\(\)", path.read_text())}
+    assert started == {"__main__.py"}  # the root, outside twistd: nothing else starts a Service by hand

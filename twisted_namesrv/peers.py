@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet import defer, interfaces, task, threads
+from twisted.application.internet import TimerService
+from twisted.internet import defer, interfaces, threads
 from twisted.logger import Logger
 
 from .admin import compare
@@ -108,12 +108,15 @@ def compare_with_peers(own: str, peers: list[str], timeout: float = PEER_TIMEOUT
     return report
 
 
-class PeersService(Service):
-    """Compares every ``interval`` seconds while running; ``report`` is the last comparison."""
+class PeersService(TimerService):
+    """Compares every ``interval`` seconds while running (Twisted's TimerService: the first at its
+    start; nothing to do while no peer is configured); ``report`` is the last comparison."""
 
     def __init__(self, config: NamesrvConfig, own: Callable[[], str], peers: Callable[[], list[str]],
                  clock: interfaces.IReactorTime, interval: float,
                  run: Callable[..., defer.Deferred] | None = None) -> None:
+        super().__init__(interval, self.compare)
+        self.clock = clock
         self.config = config
         self.own = own
         self.peers = peers
@@ -121,8 +124,6 @@ class PeersService(Service):
         self.report: PeersReport | None = None
         self._run = run or threads.deferToThread
         self._busy = False
-        self._check = task.LoopingCall(self.compare)
-        self._check.clock = clock
         self._clock = clock
 
     def compare(self) -> defer.Deferred | None:
@@ -154,16 +155,6 @@ class PeersService(Service):
 
     def _idle(self, passed: Any) -> None:
         self._busy = False
-
-    def startService(self) -> None:
-        super().startService()
-        if self.peers():
-            self._check.start(self.interval, now=True)
-
-    def stopService(self) -> Any:
-        if self._check.running:
-            self._check.stop()
-        return super().stopService()
 
 
 def as_json(report: PeersReport | None, peers: list[str]) -> dict[str, Any]:

@@ -205,11 +205,10 @@ def in_one_go(handler: SteppedHandler) -> Handler:
 
 
 def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    ext = request.ext
-    broker_id = optional_long(ext.get("brokerId"))
-    if broker_id is None and not state.profile.unregister_by_address:
+    header = RegisterBrokerHeader.from_ext(request.ext)  # the same four fields, read by the same rules
+    if header.brokerId is None and not state.profile.unregister_by_address:
         raise BadRequest("java.lang.NullPointerException: header field brokerId is missing")
-    state.routes.unregister_broker(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"), broker_id)
+    state.routes.unregister_broker(header.clusterName, header.brokerAddr, header.brokerName, header.brokerId)
     return respond(state, request)
 
 

@@ -196,7 +196,16 @@ _twistd_options: Options | None = None
 
 
 def twistd_log_observer():
-    """twistd's ``--logger``, set by ``twistd namesrv --log-file/--log-level/--log-format``."""
+    """twistd's ``--logger``, set by ``twistd namesrv --log-file/--log-level/--log-format``.
+
+    Why a module global holds the options (the one left in the package, on purpose): twistd
+    starts logging before it calls makeService, from an observer factory it finds in its own
+    options' ``logger``; ServerOptions.postOptions, which runs after ours, passes that value
+    through ``namedAny``, so only a dotted name can be handed over, not a bound method of these
+    options.  The other route, an ILogObserver component on the Application, is out of reach:
+    twistd makes the Application and only then calls makeService, after its logger was built.
+    A dotted name reaches only module state, so this function and the global are that route;
+    ``python -m twisted_namesrv`` passes its observer without either (__main__.py)."""
     assert _twistd_options is not None
     return _twistd_options.log_observer()
 

@@ -28,14 +28,16 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import Ports, segment_columns
+from spark_analysis.capture.pcapng import PcapngEnd
 from spark_analysis.capture.reassembly import SEGMENT, SegmentTable, merge_tables
 from spark_analysis.capture.records import (
     MAX_ORIG_LEN,
     MAX_SNAPLEN,
     PCAP_HEADER_LEN,
+    PCAPNG_MAGIC,
     RECORD_HEADER_LEN,
-    Buffer,
     RecordIndex,
     find_record_boundary,
     index_pcap_records,
@@ -48,7 +50,6 @@ MAX_SPLIT_BYTES = 256 << 20
 #: captures compressed as tcpdump -z gzip leaves them: read whole by one task, inflated there
 GZIP_SUFFIX = ".gz"
 MIN_SPLIT_BYTES = 1 << 20
-_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # A task reads this many whole records past its range: the last record starting in the range,
 # and the chain that find_record_boundary validates when the next range starts near its end.
 _RECORDS_PAST_STOP = 4
@@ -385,7 +386,7 @@ class ReadTally:
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
     """A classic pcap whose records, read from the record boundary ``start`` up to ``stop``, leave
     bytes before it that are no whole record is TRUNCATED (the capture was cut while writing one)."""
-    if memoryview(data)[:4] != _PCAPNG_MAGIC:
+    if memoryview(data)[:4] != PCAPNG_MAGIC:
         following = int(records.start[-1] + records.length[-1]) if len(records.ts) else start
         if following < min(stop, len(data)):
             tally.note_file(path, problem=TRUNCATED, trailing_bytes=len(data) - following)
@@ -394,13 +395,13 @@ def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordInde
 def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordIndex:
     """The records of ``content`` (a whole file) whose headers start in the split."""
     view = memoryview(content)
-    if view[:4] == _PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
+    if view[:4] == PCAPNG_MAGIC:  # pcapng has no record boundaries to find: one task reads it
         if split.start:
             return _NO_RECORDS
-        trailing: list[int] = []
-        records = index_records(iter_records(view, trailing))
-        if trailing and trailing[0]:  # cut while a block was written: its whole blocks are read
-            tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=trailing[0])
+        walk = PcapngEnd()
+        records = index_records(iter_records(view, walk))
+        if walk.trailing:  # cut while a block was written, or a block that lies: the whole blocks before it are read
+            tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=walk.trailing)
         return records
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from spark_analysis.capture.records import Buffer, Record, RecordIndex, read_uint
+from spark_analysis.capture.captured import Buffer, Record
+from spark_analysis.capture.records import RecordIndex, read_uint
 
 FIN, SYN, RST, PSH, ACK, URG = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, TcpSegment
-from spark_analysis.capture.records import Buffer
 
 DEFAULT_SERVER_PORT = 9876
 #: which side of a connection whose SYN was not captured is the server: an endpoint ("ip:port") of

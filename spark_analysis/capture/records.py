@@ -1,4 +1,4 @@
-"""Read classic pcap and pcapng captures from bytes.
+"""Read classic pcap and pcapng captures from bytes (pcapng's blocks: pcapng.py).
 
 Everything here is a pure function over a buffer so that Spark tasks can call it on byte ranges
 of big files. Records carry zero-copy ``memoryview`` slices of the input buffer; call
@@ -11,7 +11,6 @@ only the walk from one classic-pcap record header to the next is a Python loop.
 
 from __future__ import annotations
 
-import mmap
 import re
 import struct
 from array import array
@@ -21,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-Buffer = bytes | bytearray | memoryview | mmap.mmap
+from spark_analysis.capture.captured import Buffer, Record
+from spark_analysis.capture.pcapng import PcapngEnd, iter_pcapng
 
 PCAP_HEADER_LEN = 24
 RECORD_HEADER_LEN = 16
@@ -38,6 +38,8 @@ _PCAP_MAGICS = {
 _MAGIC = struct.Struct("<I")
 _FILE_HEADER = {e: struct.Struct(e + "HHiIII") for e in "<>"}
 _RECORD_HEADER = {e: struct.Struct(e + "IIII") for e in "<>"}
+#: a pcapng file starts with a section header block, whose type reads alike in both byte orders
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 
 # Cheap prefilter for find_record_boundary: orig_len <= MAX_ORIG_LEN < 2**24 and
 # incl_len <= orig_len, so the most significant byte of both length words must be zero.
@@ -46,27 +48,7 @@ _CANDIDATE = {
     ">": re.compile(rb"(?=.{8}\x00.{3}\x00)", re.DOTALL),
 }
 
-_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
-_PCAPNG_BOM = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
-_BLOCK_HEAD = {e: struct.Struct(e + "II") for e in "<>"}
-_IDB = {e: struct.Struct(e + "HHI") for e in "<>"}
-_OPTION = {e: struct.Struct(e + "HH") for e in "<>"}
-_EPB = {e: struct.Struct(e + "IIIII") for e in "<>"}
 _U32 = {e: struct.Struct(e + "I") for e in "<>"}
-_I64 = {e: struct.Struct(e + "q") for e in "<>"}
-_IDB_TYPE, _SPB_TYPE, _EPB_TYPE = 1, 3, 6
-_OPT_END, _OPT_TSRESOL, _OPT_TSOFFSET = 0, 9, 14
-
-
-class Record(NamedTuple):
-    """One captured frame: capture time in seconds, link type, captured bytes, length on the wire,
-    and where the captured bytes start in the buffer read."""
-
-    ts: float
-    linktype: int
-    data: Buffer
-    orig_len: int
-    offset: int = 0
 
 
 class RecordIndex(NamedTuple):
@@ -89,27 +71,21 @@ class PcapHeader(NamedTuple):
     linktype: int
 
 
-class _Interface(NamedTuple):
-    linktype: int
-    snaplen: int
-    ticks_per_second: int
-    ts_offset: int
-
-
 def read_records(path: str | Path) -> list[Record]:
     """Read a whole capture file (pcap or pcapng) into records."""
     return list(iter_records(Path(path).read_bytes()))
 
 
-def iter_records(data: Buffer, trailing: list[int] | None = None) -> Iterator[Record]:
-    """Yield the records of a pcap or pcapng capture held in ``data``; for pcapng, append to
-    ``trailing`` the bytes after the last whole block (a capture cut while writing one).
+def iter_records(data: Buffer, end_of_walk: PcapngEnd | None = None) -> Iterator[Record]:
+    """Yield the records of a pcap or pcapng capture held in ``data``; for pcapng, ``end_of_walk``
+    is told the bytes after the last whole block and why the walk stopped there (a capture cut
+    while writing one, a block whose lengths lie: capture/pcapng.py).
 
     Raises ValueError if the data starts with neither format's magic number.
     """
     view = memoryview(data)
-    if view[:4] == _PCAPNG_SHB:
-        yield from _iter_pcapng(view, trailing)
+    if view[:4] == PCAPNG_MAGIC:
+        yield from iter_pcapng(view, end_of_walk)
         return
     header = parse_pcap_header(view)
     if header is not None:
@@ -237,85 +213,3 @@ def _chain_is_plausible(
         previous_ts = ts
         offset += RECORD_HEADER_LEN + incl_len
     return True
-
-
-def _iter_pcapng(view: memoryview, trailing: list[int] | None = None) -> Iterator[Record]:
-    """Walk pcapng blocks; each section header resets byte order and the interface table. Where
-    the walk stops before the end (a block cut short), the bytes left go to ``trailing``."""
-    end = len(view)
-    offset = 0
-    endian = "<"
-    interfaces: list[_Interface] = []
-    last_ts = 0.0
-    try:
-        while offset + 12 <= end:
-            if view[offset : offset + 4] == _PCAPNG_SHB:
-                bom = bytes(view[offset + 8 : offset + 12])
-                if bom not in _PCAPNG_BOM:
-                    return
-                endian = _PCAPNG_BOM[bom]
-                interfaces = []
-            block_type, block_len = _BLOCK_HEAD[endian].unpack_from(view, offset)
-            if block_len < 12 or block_len % 4 or offset + block_len > end:
-                return
-            body_at = offset + 8
-            body = view[body_at : offset + block_len - 4]
-            offset += block_len
-            record = None
-            if block_type == _IDB_TYPE and len(body) >= 8:
-                interfaces.append(_parse_idb(body, endian))
-            elif block_type == _EPB_TYPE:
-                record = _parse_epb(body, body_at, endian, interfaces)
-            elif block_type == _SPB_TYPE:
-                record = _parse_spb(body, body_at, endian, interfaces, last_ts)
-            if record is not None:
-                last_ts = record.ts
-                yield record
-    finally:
-        if trailing is not None:
-            trailing.append(end - offset)
-
-
-def _parse_idb(body: memoryview, endian: str) -> _Interface:
-    linktype, _, snaplen = _IDB[endian].unpack_from(body, 0)
-    ticks_per_second, ts_offset = 1_000_000, 0
-    for code, value in _iter_options(body, 8, endian):
-        if code == _OPT_TSRESOL and len(value) >= 1:
-            exponent = value[0] & 0x7F
-            ticks_per_second = 2**exponent if value[0] & 0x80 else 10**exponent
-        elif code == _OPT_TSOFFSET and len(value) >= 8:
-            (ts_offset,) = _I64[endian].unpack_from(value, 0)
-    return _Interface(linktype, snaplen, ticks_per_second, ts_offset)
-
-
-def _iter_options(body: memoryview, offset: int, endian: str) -> Iterator[tuple[int, memoryview]]:
-    unpack = _OPTION[endian].unpack_from
-    while offset + 4 <= len(body):
-        code, length = unpack(body, offset)
-        if code == _OPT_END:
-            return
-        value = body[offset + 4 : offset + 4 + length]
-        yield code, value
-        offset += 4 + (length + 3) // 4 * 4
-
-
-def _parse_epb(body: memoryview, body_at: int, endian: str, interfaces: list[_Interface]) -> Record | None:
-    if len(body) < 20:
-        return None
-    iface_id, ts_high, ts_low, incl_len, orig_len = _EPB[endian].unpack_from(body, 0)
-    if iface_id >= len(interfaces):
-        return None
-    iface = interfaces[iface_id]
-    ts = ((ts_high << 32) | ts_low) / iface.ticks_per_second + iface.ts_offset
-    return Record(ts, iface.linktype, body[20 : 20 + incl_len], orig_len, body_at + 20)
-
-
-def _parse_spb(body: memoryview, body_at: int, endian: str, interfaces: list[_Interface],
-               last_ts: float) -> Record | None:
-    """Simple packet blocks have no timestamp: give them the previous record's, keeping order."""
-    if len(body) < 4 or not interfaces:
-        return None
-    (orig_len,) = _U32[endian].unpack_from(body, 0)
-    iface = interfaces[0]
-    incl_len = min(orig_len, iface.snaplen or orig_len)
-    return Record(last_ts, iface.linktype, body[4 : 4 + incl_len], orig_len, body_at + 4)

@@ -49,13 +49,13 @@ class HeldTopics:
                 NamesrvConfig({"compatVersion": generation}), lambda: self._now)
         return manager
 
-    def register(self, ts: float, ext: dict[str, str | None], broker_id: int | None, body: RegisterBrokerBody | None,
+    def register(self, ts: float, header: RegisterBrokerHeader, body: RegisterBrokerBody | None,
                  body_key: bytes | None, version: int) -> int | None:
-        """Apply an accepted registration; the topics the server then holds for the broker's name,
-        or None where it holds none from this broker (a slave's table is not applied) or the
-        registration cannot be applied (no body, no name, address or id)."""
-        header = RegisterBrokerHeader.from_ext(ext)
-        cluster, addr, name = header.clusterName, header.brokerAddr, header.brokerName
+        """Apply an accepted registration (its header read once, by the caller); the topics the
+        server then holds for the broker's name, or None where it holds none from this broker (a
+        slave's table is not applied) or the registration cannot be applied (no body, no name,
+        address or id)."""
+        cluster, addr, name, broker_id = header.clusterName, header.brokerAddr, header.brokerName, header.brokerId
         if body is None or cluster is None or addr is None or name is None or broker_id is None:
             return None
         generation = generation_of(version)
@@ -75,12 +75,13 @@ class HeldTopics:
         held = self._count(generation, manager, name)
         return held if held or broker_id == MASTER_ID else None
 
-    def unregister(self, ts: float, ext: dict[str, str | None], broker_id: int | None, version: int) -> None:
-        """UNREGISTER_BROKER: the server forgets the broker (and its group's topics if it was the last)."""
+    def unregister(self, ts: float, header: RegisterBrokerHeader, version: int) -> None:
+        """UNREGISTER_BROKER: the server forgets the broker (and its group's topics if it was the
+        last). Its header names the broker with REGISTER_BROKER's fields, read by the same rules."""
         self._now = ts
         manager = self._manager(generation_of(version))
-        manager.unregister_broker(ext.get("clusterName"), ext.get("brokerAddr"), ext.get("brokerName"), broker_id)
-        self._last.pop(ext.get("brokerAddr") or "", None)
+        manager.unregister_broker(header.clusterName, header.brokerAddr, header.brokerName, header.brokerId)
+        self._last.pop(header.brokerAddr or "", None)
 
     def _count(self, generation: str, manager: RouteInfoManager, name: str) -> int:
         counted = self._counted.get((generation, name))

@@ -31,7 +31,6 @@ from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.remoting.values import optional_long
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 __all__ = ["CONTROLLER", "CONTROLLER_NOTE"]  # rows of calls to a controller, and their notes (decode/controller.py)
@@ -151,14 +150,15 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
                 yield EVENT, registration_event(request.ts, registration, _version_name(request.command.version),
                                                 request.command.is_oneway, server)
         elif code in NAMING_CODES and request.direction == REQUEST:
-            ext = request.command.ext
-            if ext.get("brokerAddr") is not None:
-                broker_id = optional_long(ext.get("brokerId"))
+            # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
+            # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
+            header = RegisterBrokerHeader.from_ext(request.command.ext)
+            if header.brokerAddr is not None:
                 if code == RequestCode.UNREGISTER_BROKER:
-                    held.unregister(request.ts, ext, broker_id, request.command.version)
-                yield EVENT, (ext["brokerAddr"], ext.get("brokerName"), request.ts, code,
-                              code != RequestCode.UNREGISTER_BROKER, None, ext.get("clusterName"),
-                              broker_id, _version_name(request.command.version),
+                    held.unregister(request.ts, header, request.command.version)
+                yield EVENT, (header.brokerAddr, header.brokerName, request.ts, code,
+                              code != RequestCode.UNREGISTER_BROKER, None, header.clusterName,
+                              header.brokerId, _version_name(request.command.version),
                               None if answer is None else answer.command.code, None, None, None, None, None,
                               request.command.is_oneway, server, None, None, None)
         elif code in ADMIN_CODES and request.direction == REQUEST:
@@ -216,15 +216,14 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
     command = request.command
-    ext = command.ext
-    header = RegisterBrokerHeader.from_ext(ext)
+    header = RegisterBrokerHeader.from_ext(command.ext)
     compressed = header.compressed
     body = bodies.summary(command.body, compressed, command.version)
     checked = header.bodyCrc32
     crc_ok = None if checked == 0 else body.crc == checked
     broker_id = header.brokerId
     accepted = crc_ok is not False and (answer is None or answer.command.code == 0)
-    topics_held = held.register(request.ts, ext, broker_id, body.decoded, bodies.last_body, command.version) if (
+    topics_held = held.register(request.ts, header, body.decoded, bodies.last_body, command.version) if (
         held is not None and accepted) else None
     return (
         request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr,

@@ -1,5 +1,6 @@
 """What executors need of this project, as one zip: spark_analysis and twisted_namesrv (the one wire
-codec; its CRC is zlib's, so no third-party pure-Python package goes with them).
+codec; its CRC is zlib's), and construct, the one pure-Python package they need (it declares and
+parses pcapng's cold blocks: capture/pcapng.py; it depends on nothing), zipped as they are.
 
 tools/spark_zip.py writes it for spark-submit; ``python -m spark_analysis report --master
 spark://...`` (or yarn, k8s) writes it to a temporary directory and ships it with the job
@@ -14,7 +15,7 @@ import importlib
 import zipfile
 from pathlib import Path
 
-PACKAGES = ("spark_analysis", "twisted_namesrv")
+PACKAGES = ("spark_analysis", "twisted_namesrv", "construct")
 #: the main file beside the zip for spark-submit: running spark_analysis/__main__.py itself would put
 #: the package directory first on sys.path, where its module names could shadow others
 LAUNCHER = "from spark_analysis.__main__ import main\n\nraise SystemExit(main())\n"

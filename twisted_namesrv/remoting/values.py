@@ -13,8 +13,9 @@ class BadRequest(ValueError):
     sending garbage must not flood the log), on every listener (the NameServer's, the controller's)."""
 
 
-#: what Long.parseLong / Integer.parseInt accept, range aside
-JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+#: what Long.parseLong / Integer.parseInt accept, range aside: Character.digit takes any Unicode
+#: decimal digit (Arabic-Indic, fullwidth...), as Python's ``\d`` on str does; no space, no '_'
+JAVA_INTEGER = re.compile(r"[+-]?\d+")
 
 
 def java_bool(value: str | None) -> bool:
@@ -23,8 +24,9 @@ def java_bool(value: str | None) -> bool:
 
 
 def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
-    """Long.parseLong / Integer.parseInt: ASCII digits with an optional sign, in range; None
-    where Java throws (Python's int() would also take '1_0', ' 0' or other scripts' digits)."""
+    """Long.parseLong / Integer.parseInt: decimal digits (any script's, as Java's Character.digit)
+    with an optional sign, in range; None where Java throws (Python's int() alone would also take
+    '1_0' or ' 0')."""
     if value is None or not JAVA_INTEGER.fullmatch(value):
         return None
     number = int(value)
