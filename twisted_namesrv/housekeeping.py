@@ -6,27 +6,22 @@ first scan runs at start, as Java's (scheduleAtFixedRate after 5 ms), then every
 
 from __future__ import annotations
 
-from twisted.application.internet import TimerService
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .server import RemotingFactory
 from .state.routes import RouteInfoManager
+from .timers import ClockedTimerService
 
 log = Logger()
 
 
-class HousekeepingService(TimerService):
+class HousekeepingService(ClockedTimerService):
     def __init__(self, routes: RouteInfoManager, factory: RemotingFactory, clock: interfaces.IReactorTime,
                  interval: float) -> None:
-        super().__init__(interval, self.scan_not_active_broker)
-        self.clock = clock
+        super().__init__(interval, self.scan_not_active_broker, clock)
         self.routes = routes
         self.factory = factory
-
-    @property
-    def interval(self) -> float:
-        return self.step
 
     def scan_not_active_broker(self) -> None:
         for channel in self.routes.scan_not_active_broker():

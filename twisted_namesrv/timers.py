@@ -10,18 +10,26 @@ from twisted.application.internet import TimerService
 from twisted.internet import interfaces
 
 
-class StepTimerService(TimerService):
-    """Twisted's TimerService whose first call comes one step after each start, not at it."""
+class ClockedTimerService(TimerService):
+    """Twisted's TimerService on a given clock (the reactor, or a test's ``task.Clock``), its
+    ``step`` also readable as ``interval`` (the name the status page and tests use)."""
 
-    def __init__(self, step: float, work: Callable[[], Any], clock: interfaces.IReactorTime) -> None:
-        super().__init__(step, self._tick)
+    def __init__(self, step: float, call: Callable[[], Any], clock: interfaces.IReactorTime) -> None:
+        super().__init__(step, call)
         self.clock = clock
-        self._work = work
-        self._starting = False
 
     @property
     def interval(self) -> float:
         return self.step
+
+
+class StepTimerService(ClockedTimerService):
+    """A TimerService whose first call comes one step after each start, not at it."""
+
+    def __init__(self, step: float, work: Callable[[], Any], clock: interfaces.IReactorTime) -> None:
+        super().__init__(step, self._tick, clock)
+        self._work = work
+        self._starting = False
 
     def startService(self) -> None:
         self._starting = True  # the call TimerService makes at once is skipped
