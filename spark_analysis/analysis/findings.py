@@ -135,7 +135,8 @@ def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple
 
 
 #: names of files that sit beside captures (notes, steps, logs) and are never captures themselves
-DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".yml", ".yaml", ".html", ".py", ".sh")
+DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".err", ".yml", ".yaml", ".html", ".py",
+                     ".sh", ".properties", ".conf", ".ini", ".xml", ".png", ".svg")
 
 
 def _input_severity(f: Item) -> str:
@@ -254,6 +255,8 @@ def attention(found: list[Item]) -> Item:
 
 
 def _subject(item: Item) -> str | None:
+    if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
+        return "notes" if item["severity"] == INFO else None
     if item["kind"] == "response_code":
         return f"{item['code_name']} {item['response_name']}"
     return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
