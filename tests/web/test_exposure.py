@@ -31,13 +31,19 @@ def own_address() -> str | None:
     return None if host.startswith("127.") or host == "0.0.0.0" else host
 
 
-@pytest_twisted.ensureDeferred
-async def test_beyond_loopback_only_the_public_paths_are_served_without_acl(tmp_path):
+def outside_address() -> str:
+    """This machine's non-loopback address; skipped without one (a failure in CI, which has one)."""
     outside = own_address()
     if outside is None:
         if os.environ.get("CI"):
             pytest.fail("no non-loopback address to reach the HTTP side from")
         pytest.skip("no non-loopback address on this machine")
+    return outside
+
+
+@pytest_twisted.ensureDeferred
+async def test_beyond_loopback_only_the_public_paths_are_served_without_acl(tmp_path):
+    outside = outside_address()
     config = server_config(tmp_path, metricsPort=free_port(), metricsBindAddress="0.0.0.0")
     service, _ = await start_server(config)
     try:
@@ -58,11 +64,7 @@ async def test_beyond_loopback_only_the_public_paths_are_served_without_acl(tmp_
 
 @pytest_twisted.ensureDeferred
 async def test_http_open_beyond_loopback_serves_the_page_to_every_peer_without_acl(tmp_path):
-    outside = own_address()
-    if outside is None:
-        if os.environ.get("CI"):
-            pytest.fail("no non-loopback address to reach the HTTP side from")
-        pytest.skip("no non-loopback address on this machine")
+    outside = outside_address()
     config = server_config(tmp_path, metricsPort=free_port(), metricsBindAddress="0.0.0.0",
                            httpOpenBeyondLoopback="true")
     service, _ = await start_server(config)
