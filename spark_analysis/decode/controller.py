@@ -156,9 +156,7 @@ def _facts(request: CapturedCommand, answer: CapturedCommand | None) -> Iterator
         fact = {"cluster": r.clusterName, "broker_name": r.brokerName, "broker_id": r.brokerId,
                 "broker_addr": r.brokerAddress}
         if ok and reply is not None:
-            ids, epoch = bodies.parse_sync_state_set(_body(reply))
-            fact |= _master(headers.MasterHeader.from_ext(reply.ext)) | {"sync_state_set": ids,
-                                                                          "sync_state_set_epoch": epoch}
+            fact |= _master_and_set(reply)
         yield fact
     elif code == Req.CONTROLLER_ELECT_MASTER:
         e = headers.ElectMasterRequestHeader.from_ext(ext)
@@ -182,9 +180,7 @@ def _facts(request: CapturedCommand, answer: CapturedCommand | None) -> Iterator
     elif code == Req.CONTROLLER_GET_REPLICA_INFO:
         fact = {"broker_name": headers.text(ext, "brokerName")}
         if ok and reply is not None:
-            ids, epoch = bodies.parse_sync_state_set(_body(reply))
-            fact |= _master(headers.MasterHeader.from_ext(reply.ext)) | {"sync_state_set": ids,
-                                                                          "sync_state_set_epoch": epoch}
+            fact |= _master_and_set(reply)
         yield fact
     elif code == Req.CONTROLLER_GET_SYNC_STATE_DATA and ok and reply is not None:
         for name, info in sorted(bodies.parse_broker_replicas_info(_body(reply)).items()):
@@ -198,6 +194,13 @@ def _facts(request: CapturedCommand, answer: CapturedCommand | None) -> Iterator
 
 def _body(command: Any) -> bytes | None:
     return None if command.body is None else bytes(command.body)
+
+
+def _master_and_set(reply: Any) -> dict[str, Any]:
+    """The master named by an answer's header and the syncStateSet (with its epoch) in its body:
+    what CONTROLLER_REGISTER_BROKER and GET_REPLICA_INFO both answer."""
+    ids, epoch = bodies.parse_sync_state_set(_body(reply))
+    return _master(headers.MasterHeader.from_ext(reply.ext)) | {"sync_state_set": ids, "sync_state_set_epoch": epoch}
 
 
 def _master(header: headers.MasterHeader) -> dict[str, Any]:
