@@ -40,7 +40,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_refused", "server_restart",
+KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed", "crc_failure", "registration_refused",
+         "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
@@ -74,7 +75,9 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
     code, latency = calls.field("response_code"), calls.field("latency_ms")
     picks = ((ANSWER_CODES, pc.fill_null(pc.not_equal(code, 0), False),
               ("code_name", "response_code", "response_remark", "client", "topic")),
-             (UNANSWERED, pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
+             # a call whose answer may be among frames a snap length cut (``cut``) is not known unanswered
+             (UNANSWERED, pc.and_(pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
+                                  pc.invert(pc.fill_null(calls.field("cut"), False))),
               ("code_name", "client")),
              (SLOW, pc.fill_null(pc.greater_equal(latency, SLOW_MS), False), ("code_name",)))
     for group, mask, key in picks:
@@ -118,7 +121,8 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
         rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
-                     "trailing_bytes": fact.trailing_bytes})
+                     "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
+                     "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None})
     return rows
 
 
@@ -153,13 +157,13 @@ def _input_severity(f: Item) -> str:
 
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
              endpoints: list[Item] | None = None, stories: list[Item] | None = None,
-             controller: Item | None = None) -> list[Item]:
+             controller: Item | None = None, counts: dict[str, int] | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
-    found: list[Item] = []
+    found: list[Item] = list(_cut_findings(files, counts or {}, endpoints or []))
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
@@ -211,8 +215,47 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     return found
 
 
+def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item]) -> Iterable[Item]:
+    """A capture a snap length cut, said first (what it keeps decides what the report can know):
+    per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
+    each server endpoint whose traffic no frame could be read of, with why."""
+    cut = [f for f in files if f.get("cut_records")]
+    frames = counts.get("cut_frames", 0)
+    for f in cut:
+        yield _finding("capture_cut", WARNING, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
+                       f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} bytes "
+                       f"not captured (seen, not kept: no loss); {frames:,} frames in all partly read: their length, "
+                       f"code, opaque "
+                       f"and header fields where captured, their bodies not (topic counts, CRC checks, broker "
+                       f"addresses cut, and answers whose opaque was cut are unknown, never guessed)",
+                       path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                       uncaptured_bytes=f["uncaptured_bytes"], cut_frames=frames,
+                       stream_bytes_not_captured=counts.get("uncaptured_bytes", 0),
+                       unplaced_bytes=counts.get("unplaced_bytes", 0))
+    why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
+           else "no frame of it decodes")
+    for row in endpoints:
+        if row["kind"] == "unknown" and row["accepted"]:
+            yield _finding("server_unread", WARNING, f"{row['endpoint']} accepted {row['accepted']:,} connection(s), "
+                           f"but nothing it was asked can be read: {why}; what it is stays unknown",
+                           endpoint=row["endpoint"], accepted=row["accepted"], why=why)
+
+
+def cut_headline(found: list[Item]) -> str | None:
+    """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
+    frames partly read'."""
+    cut = [item for item in found if item["kind"] == "capture_cut"]
+    if not cut:
+        return None
+    at = sorted({item["cut_at"] for item in cut})
+    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: "
+            f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read")
+
+
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
-UNITS = {"bad_input": ("path", "bad input file{s}"),
+UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
+         "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
@@ -251,7 +294,9 @@ def attention(found: list[Item]) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    return {"attention": _headline(problems), "findings": problems}
+    cut = cut_headline(found)
+    headline = _headline(problems)
+    return {"attention": f"{cut} · {headline}" if cut else headline, "findings": problems}
 
 
 def _subject(item: Item) -> str | None:

@@ -28,7 +28,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller)),
+        **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller, counts)),
         "nameservers": [e for e in endpoints or [] if e["kind"] == "nameserver"],
         "controllers": [e for e in endpoints or [] if e["kind"] == "controller"],
         "controller": controller or {"groups": [], "undecodable": [], "counts": {}},

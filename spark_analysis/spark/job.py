@@ -132,8 +132,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     file_rows = findings.input_files(files, read)
+    cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
-             f"{_on_ports(ports)}" + "".join(f"\n      {f['path']}: {f['problem']}"
+             f"{_on_ports(ports)}" + "".join(
+                 f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
+                 f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
+             + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
@@ -177,7 +181,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     talkers = clients.client_rows(tally.clients)
     progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
-             f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
+             f"to gaps, {tally.undecodable} connections with undecodable bytes"
+             + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
+                f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
+                if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
              f"({tally.controller:,} rows)")
@@ -255,7 +262,8 @@ def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
         return None, None
     start = int(rows["seq"][0])
     flags = rows["flags"]
-    reach = (rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + (flags & SYN > 0) + (flags & FIN > 0)
+    reach = ((rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + rows["missing"]
+             + (flags & SYN > 0) + (flags & FIN > 0))
     return start, (start + int(reach.max())) % (1 << 32)
 
 
@@ -403,6 +411,9 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         tally.connection += 1
         tally.gaps += stats.gaps
         tally.lost_bytes += stats.lost_bytes
+        tally.cut_frames += stats.cut_frames
+        tally.uncaptured_bytes += stats.uncaptured_bytes
+        tally.unplaced_bytes += stats.unplaced_bytes
         tally.undecodable += stats.undecodable_bytes > 0
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
@@ -436,7 +447,8 @@ def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         clients.count_frames(tally.clients, rows)
     elif kind == CALL:
         tally.call += len(rows)
-        tally.unanswered += rows.field("response_code").null_count
+        tally.unanswered += pc.sum(pc.and_(pc.is_null(rows.field("response_code")),
+                                           pc.invert(pc.fill_null(rows.field("cut"), False)))).as_py() or 0
         tally.latencies.update(latency.count_calls(rows))
         findings.note_calls(tally.groups, rows)
         findings.note_served(tally.served, rows)
