@@ -93,7 +93,8 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for d in truth["topic_deletions"]:
         add("topic_deleted", d["at"], topic=d["topic"])
     for cut in truth.get("cuts", []):
-        add("capture_cut", None, cut_at=cut["cut_at"], packets=cut["packets"], uncaptured_bytes=cut["bytes_not_captured"])
+        add("capture_cut", None, cut_at=cut["cut_at"], packets=cut["packets"],
+            uncaptured_bytes=cut["bytes_not_captured"])
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"])
     noise: dict[str, int] = {}

@@ -39,9 +39,9 @@ KIND_CLASSES = {
     "bad_input": "absent",
     "undecodable_connection": "absent",
     "controller_undecodable": "absent",
-    "master_elected": "election",
+    "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
-    "server_unread": "absent",  # every server of the corpus can be read, cut or not  # a controller's election: must be one the controller logged (judge_controller)
+    "server_unread": "absent",  # every server of the corpus can be read, cut or not
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",

@@ -56,7 +56,8 @@ def read_pcap(path: Path):
         doff = (offflags >> 12) * 4
         flags = offflags & 0x3F
         payload = tcp[doff:]
-        out.append((t, f"{src_ip}:{sport}", f"{dst_ip}:{dport}", flags, seq, payload, total - ihl - doff - len(payload)))
+        missing = total - ihl - doff - len(payload)
+        out.append((t, f"{src_ip}:{sport}", f"{dst_ip}:{dport}", flags, seq, payload, missing))
     return out
 
 
@@ -121,7 +122,7 @@ def _cut_header(start: bytes) -> dict:
     text = start.decode("utf-8", "ignore")
     h: dict = {"_cut": True}
     for key in ("code", "flag", "opaque"):
-        m = re.search(r'"%s":(-?\d+)[,}]' % key, text)
+        m = re.search(rf'"{key}":(-?\d+)[,}}]', text)
         if m:
             h[key] = int(m.group(1))
     m = re.search(r'"extFields":\{(.*)', text)
