@@ -263,8 +263,8 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
          "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
-         "write_perm_wiped": ("broker_name", "write permission{s} wiped"),
-         "write_perm_added": ("broker_name", "write permission{s} given back"),
+         "write_perm_wiped": ("broker_name", "write-permission wipe{s}"),
+         "write_perm_added": ("broker_name", "write-permission restore{s}"),
          "refused_connections": ("endpoint", "endpoint{s} refusing connections"),
          "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
          "heartbeat_expired": ("broker", f"broker{{s}} expired by the NameServer ({EXPIRY_SECONDS} s of silence)"),
@@ -281,6 +281,9 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
          "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
          "master_elected": ("broker_name", "master election{s} by a controller")}
+#: kinds whose noun names an event, not a thing: the headline counts each (two restarts of one
+#: NameServer are "2 NameServer restarts"); the others count the distinct things UNITS names
+EVENT_KINDS = frozenset({"server_restart", "failover", "master_elected", "write_perm_wiped", "write_perm_added"})
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -309,7 +312,7 @@ def _subject(item: Item) -> str | None:
 
 def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
-    units = len({str(item.get(UNITS[kind][0])) for item in items})
+    units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
     return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
             "evidence": items}
@@ -370,7 +373,8 @@ def _silences(items: list[Item]) -> str:
 def _listed(items: list[Item]) -> str:
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
-    return (f"{_plural(len({str(i.get(field)) for i in items}), noun)}: "
+    counted = len(items) if kind in EVENT_KINDS else len({str(i.get(field)) for i in items})
+    return (f"{_plural(counted, noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
 
 
