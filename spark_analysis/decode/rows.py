@@ -249,7 +249,7 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     )
 
 
-def registration_event(ts: float, registration: Row, version: str, oneway: bool, server: str | None = None
+def registration_event(ts: float, registration: Row, version: str | None, oneway: bool, server: str | None = None
                        ) -> Row:
     """A registration as a sign of life, unless the NameServer refused it, with what brokers.csv
     keeps of it (``topics_held``: what the server holds for the broker after it)."""
@@ -321,6 +321,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     answers: list[Said | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}
     unknown = {REQUEST: 0, RESPONSE: 0}  # frames of no known opaque or kind, by direction
+    is_request: bool | None
+    opaque: int | None
     for item in said:
         if isinstance(item, CapturedCommand):
             yield FRAME, frame_row(conn_id, connection, item)

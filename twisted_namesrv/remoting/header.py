@@ -242,6 +242,7 @@ def read_header_prefix(serialize_type: int, data: bytes) -> HeaderPrefix:
 
 
 _JSON_DECODER = json.JSONDecoder()
+_SCAN_STRING: Any = json.decoder.scanstring  # type: ignore[attr-defined]  # public, though typeshed leaves it out
 _WHITESPACE = " \t\n\r"
 
 
@@ -289,7 +290,7 @@ def _json_members(text: str, at: int, top: bool = False) -> dict[str, tuple[Any,
         if text[at] != '"':
             return members
         try:
-            key, at = json.decoder.scanstring(text, at + 1)
+            key, at = _SCAN_STRING(text, at + 1)
         except ValueError:
             return members
         at = _skip(text, at)
