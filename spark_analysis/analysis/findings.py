@@ -47,7 +47,7 @@ KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed"
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped",
-         "write_perm_added", "refused_connections", "master_elected")
+         "write_perm_added", "refused_connections", "master_elected", "other_port_traffic")
 #: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
 NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
                            RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
@@ -157,13 +157,14 @@ def _input_severity(f: Item) -> str:
 
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
              endpoints: list[Item] | None = None, stories: list[Item] | None = None,
-             controller: Item | None = None, counts: dict[str, int] | None = None) -> list[Item]:
+             controller: Item | None = None, counts: dict[str, int] | None = None,
+             others: list[Item] | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
-    found: list[Item] = list(_cut_findings(files, counts or {}, endpoints or []))
+    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or []), *(others or [])]
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
@@ -241,6 +242,26 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                            endpoint=row["endpoint"], accepted=row["accepted"], why=why)
 
 
+def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
+    """With --port, the RocketMQ traffic the reading left out, one info item per server port: what a
+    --port narrower than the capture did not read is said, never dropped in silence (a controller's
+    port, a broker's). ``others``: inputs.ReadTally.others; a port counts when a segment on it
+    starts with a remoting frame."""
+    by_port: dict[int, list[Any]] = {}
+    for (port, client, what), n in others.items():
+        entry = by_port.setdefault(port, [set(), 0, 0])
+        if what == "frames" and n:
+            entry[0].add(client)  # a connection carrying frames (not a refused or idle attempt)
+        entry[1 if what == "segments" else 2] += n
+    asked = ", ".join(map(str, sorted(ports)))
+    return [_finding("other_port_traffic", INFO, f"port {port} carries RocketMQ traffic that --port {asked} left "
+                     f"out: {len(clients):,} connection(s) carrying frames, from {_first(sorted(clients))}; "
+                     f"{frames:,} segment(s) "
+                     f"starting with a remoting frame ({segments:,} in all); give --port {port} too, or no --port, "
+                     f"to read it", port=port, connections=len(clients), frames=frames, segments=segments)
+            for port, (clients, segments, frames) in sorted(by_port.items()) if frames]
+
+
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
     frames partly read'."""
@@ -255,6 +276,7 @@ def cut_headline(found: list[Item]) -> str | None:
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
+         "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),

@@ -20,10 +20,10 @@ import glob
 import mmap
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
@@ -320,6 +320,9 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
     """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple; ``inline``: with their
     payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
     found = segment_columns(data, records, ports)
+    for key, (segments, frames) in (found.others or {}).items():
+        tally.others[(*key, "segments")] += segments
+        tally.others[(*key, "frames")] += frames
     tally.records += len(records.ts)
     tally.segments += len(found.ts)
     if len(records.ts):
@@ -380,6 +383,9 @@ class ReadTally:
     bytes: int = field(default=0, metadata=COUNT)
     segments: int = field(default=0, metadata=COUNT)
     files: dict[str, FileFacts] = field(default_factory=dict)
+    #: with --port: the TCP traffic on other ports, (server port, client endpoint) -> [segments,
+    #: segments starting with a remoting frame] (packets.OtherTraffic), added up over tasks
+    others: Counter[Any] = field(default_factory=Counter)
 
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,

@@ -201,7 +201,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
-                                   with_controller_view(liveness.stories, controller), controller)
+                                   with_controller_view(liveness.stories, controller), controller,
+                                   findings.other_traffic(tally.others, ports))
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(

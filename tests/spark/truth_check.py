@@ -42,6 +42,7 @@ KIND_CLASSES = {
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
+    "other_port_traffic": "absent",  # only with --port, which the truth test never gives
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",

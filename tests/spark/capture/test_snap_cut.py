@@ -128,3 +128,29 @@ def test_a_real_cut_capture_tells_its_brokers_by_their_connections() -> None:
     assert (cut_broker_addr("127.0.0.1:45630"), 104) in events  # clean stop: UNREGISTER_BROKER
     calls = [row for kind, row in rows if kind == CALL]
     assert not [row for row in calls if row[6] is None and not row[13]]  # unanswered only if not cut
+
+
+def test_with_ports_the_rocketmq_traffic_on_other_ports_is_counted_not_dropped() -> None:
+    """--port 9876 over a capture that also holds a broker's port: its connections and frames are
+    counted by port (a frame start on 10911, nothing that is no frame on 11912), and said as one info
+    finding per port."""
+    from collections import Counter
+
+    from spark_analysis.analysis.findings import other_traffic
+    from spark_analysis.capture.inputs import CaptureFile, ReadTally, pieces
+
+    broker, ha = ("10.0.0.2", 10911), ("10.0.0.2", 11912)
+    sent = [(1.0, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001, PSH | ACK, route_query(1))),
+            (1.1, ("10.0.0.1", 40001), broker, tcp(("10.0.0.1", 40001), broker, 7, PSH | ACK, route_query(2))),
+            (1.2, broker, ("10.0.0.1", 40001), tcp(broker, ("10.0.0.1", 40001), 9, PSH | ACK, route_query(3))),
+            (1.3, ("10.0.0.1", 40002), ha, tcp(("10.0.0.1", 40002), ha, 7, PSH | ACK, b"\x01" * 40))]
+    data = pcap([(t, ethernet(ipv4(src[0], dst[0], payload))) for t, src, dst, payload in sent])
+    tally = ReadTally()
+    read = list(pieces(data, index_records(iter_records(data)), CaptureFile("in.pcap", len(data), 0), (9876,), tally,
+                       inline=True))
+    assert [piece.ends for piece in read] == [(f"{CLIENT[0]}:{CLIENT[1]}", f"{SERVER[0]}:{SERVER[1]}")]
+    assert tally.others == Counter({(10911, "10.0.0.1:40001", "segments"): 2, (10911, "10.0.0.1:40001", "frames"): 2,
+                                    (11912, "10.0.0.1:40002", "segments"): 1, (11912, "10.0.0.1:40002", "frames"): 0})
+    said = other_traffic(tally.others, (9876,))
+    assert [(item["kind"], item["port"], item["connections"], item["frames"]) for item in said] == [
+        ("other_port_traffic", 10911, 1, 2)]
