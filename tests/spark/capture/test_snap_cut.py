@@ -16,7 +16,20 @@ from spark_analysis.capture.packets import LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SL
 from spark_analysis.capture.reassembly import reassemble
 from spark_analysis.capture.records import index_records, iter_records
 from spark_analysis.decode.rows import CALL, EVENT, REGISTRATION, connection_rows, cut_broker_addr
-from tests.spark.capture.builders import ACK, CLIENT, SERVER, ethernet, handshake, ipv4, pcap, route_query, tcp
+from tests.spark.capture.builders import (
+    ACK,
+    CLIENT,
+    SERVER,
+    ethernet,
+    handshake,
+    ipv4,
+    pcap,
+    pcapng_block,
+    pcapng_idb,
+    pcapng_shb,
+    route_query,
+    tcp,
+)
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.frame import FramePart, frame_parts
 from twisted_namesrv.remoting.header import read_header_prefix
@@ -61,14 +74,19 @@ def test_a_cut_header_says_only_what_is_certain(cut: int) -> None:
     assert read_header_prefix(0, header).opaque == 57
 
 
-def _cut_capture(snap: int, linktype: int = 1) -> bytes:
-    """A client's route query cut by ``snap``, the next whole, each answered; the records kept as tcpdump
-    does: captured length at most ``snap``, original length the frame's."""
+def _cut_capture(snap: int, linktype: int = 1, form: str = "pcap") -> bytes:
+    """A client's route query cut by ``snap``, the next whole; the records kept as tcpdump does:
+    captured length at most ``snap``, original length the frame's; ``form``: pcap, nanosecond pcap
+    or pcapng."""
     def link(packet: bytes) -> bytes:
         if linktype == LINKTYPE_LINUX_SLL2:
             return struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + packet
         if linktype == LINKTYPE_LINUX_SLL:
             return struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + packet
+        if linktype == 0:  # NULL: the family in the capturing host's byte order
+            return struct.pack("<I", 2) + packet
+        if linktype == 101:  # raw IP
+            return packet
         return ethernet(packet)
 
     first = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * 400, opaque=1).encode()
@@ -79,7 +97,14 @@ def _cut_capture(snap: int, linktype: int = 1) -> bytes:
     sent += [(2.0, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001, PSH | ACK, first, 5001)),
              (2.1, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001 + len(first), PSH | ACK, second, 5001))]
     frames = [(t, link(ipv4(src[0], dst[0], payload))) for t, src, dst, payload in sent]
-    data = bytearray(pcap(frames, linktype=linktype, snaplen=snap))
+    if form == "pcapng":
+        blocks = [pcapng_shb("<"), pcapng_idb("<", linktype)]
+        for t, whole in frames:
+            kept, ticks = whole[:snap], round(t * 1e6)
+            blocks.append(pcapng_block("<", 6, struct.pack("<IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(kept),
+                                                           len(whole)) + kept))
+        return b"".join(blocks)
+    data = bytearray(pcap(frames, linktype=linktype, snaplen=snap, nanos=form == "nanos"))
     at, out = 24, bytearray(data[:24])
     while at < len(data):
         sec, frac, incl, orig = struct.unpack_from("<IIII", data, at)
@@ -89,11 +114,15 @@ def _cut_capture(snap: int, linktype: int = 1) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("linktype", [1, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2])
-def test_cut_packets_are_no_capture_gap(linktype: int) -> None:
+@pytest.mark.parametrize(("linktype", "form"), [
+    (1, "pcap"), (LINKTYPE_LINUX_SLL, "pcap"), (LINKTYPE_LINUX_SLL2, "pcap"), (0, "pcap"), (101, "pcap"),
+    (LINKTYPE_LINUX_SLL2, "nanos"), (LINKTYPE_LINUX_SLL2, "pcapng"), (1, "pcapng")])
+def test_cut_packets_are_no_capture_gap(linktype: int, form: str) -> None:
     """The bytes cut are counted exactly (a record's original length, the IP total length) and never
-    taken for a gap: the frame after a cut one is read whole, by both ways of reading packets."""
-    data = _cut_capture(200, linktype)
+    taken for a gap: the frame after a cut one is read whole, by both ways of reading packets, over
+    every link type tcpdump writes (Ethernet, Linux cooked v1/v2, NULL, raw IP), pcap (micro- and
+    nanosecond) and pcapng."""
+    data = _cut_capture(200, linktype, form)
     records = index_records(iter_records(data))
     assert int((records.orig_len - records.length).sum()) > 0
     columns = segment_columns(data, records)
