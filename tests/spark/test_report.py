@@ -174,7 +174,7 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
     assert answers == {17: 25, 22: 9, 16: 5, 1: 4, 3: 1}
     assert out.summary["attention"] == (
         "3 critical: 4 brokers whose connection closed without unregistering, 1 broker failing the body CRC, "
-        "1 broker refused registration · 7 warnings: 7 unknown topics, 4 error answers, 1 request code never "
+        "1 broker refused registration · 7 warnings: 7 unknown topics, 4 kinds of error answer, 1 request code never "
         "answered, 6 undecodable connections")
     told_by_the_replay = ("topic_deleted", "write_perm_wiped", "write_perm_added", "refused_connections")
     assert [(f["kind"], f["subject"], len(f["evidence"])) for f in out.summary["findings"]
