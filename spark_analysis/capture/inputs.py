@@ -321,8 +321,8 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
     payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
     found = segment_columns(data, records, ports)
     for key, (segments, frames) in (found.others or {}).items():
-        tally.others[(*key, "segments")] += segments
-        tally.others[(*key, "frames")] += frames
+        tally.others[key + ("segments",)] += segments
+        tally.others[key + ("frames",)] += frames
     tally.records += len(records.ts)
     tally.segments += len(found.ts)
     if len(records.ts):

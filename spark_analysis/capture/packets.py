@@ -140,7 +140,7 @@ def segment_columns(data: Buffer, records: RecordIndex, ports: Ports = ()) -> Se
                  for i, column in enumerate(found, start=1)]
         by_record = np.argsort(order, kind="stable")
         found = [column[by_record] for column in found]
-    return SegmentColumns(list(endpoints), *found, others=others)
+    return SegmentColumns(list(endpoints), *found)._replace(others=others)
 
 
 def _other_traffic(u8: np.ndarray, left: np.ndarray, src_ip: np.ndarray, src_port: np.ndarray, dst_ip: np.ndarray,
