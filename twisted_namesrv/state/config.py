@@ -26,6 +26,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import parse_networks
+from .hosts import AllowedHostsError, parse_allowed
 
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
@@ -112,6 +113,9 @@ KEYS: list[ConfigKey] = [
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
     # (for a page kept behind the operator's own network rules)
     ConfigKey("httpOpenBeyondLoopback", False, OURS, guarded=True),
+    #: more names and addresses the HTTP side answers to, beyond its own (state/hosts.py): names,
+    #: ``*.domain``, addresses, CIDR networks, ``,``-separated (a Service name, a NAT address)
+    ConfigKey("httpAllowedHosts", "", OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
@@ -539,6 +543,10 @@ class NamesrvConfig:
         _check_nsaddr_list("nsaddrList", str(values["nsaddrList"]))
         _check_nsaddr_list("namesrvAddr", str(values["namesrvAddr"]))
         _check_advertised(str(values["advertisedAddress"]))
+        try:
+            parse_allowed(str(values["httpAllowedHosts"]))
+        except AllowedHostsError as exc:
+            raise ConfigError(f"httpAllowedHosts: {exc}") from None
         for check in _OWNERS_CHECKS:
             check(values)
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Mapping
 from importlib.resources import files
 from typing import Any
@@ -17,8 +18,10 @@ from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
 from ..server import RemotingFactory
+from ..state.config import NamesrvConfig
+from ..state.hosts import AllowedHosts
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
-from .auth import guarded, is_loopback
+from .auth import guarded
 from .collector import registry
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
@@ -120,6 +123,14 @@ def _int_arg(request: server.Request, name: str, default: int) -> int:
     return int(raw)
 
 
+def allowed_hosts(config: NamesrvConfig) -> AllowedHosts:
+    """What a Host header may name (state/hosts.py): this listener's bind address, the names and
+    addresses configured for this server, this machine's hostname, httpAllowedHosts."""
+    return AllowedHosts.from_values(str(config["metricsBindAddress"]), str(config["advertisedAddress"]),
+                                    [str(config["nsaddrList"]), str(config["namesrvAddr"])], socket.gethostname(),
+                                    str(config["httpAllowedHosts"]))
+
+
 class Root(resource.Resource):
     def getChild(self, path: bytes, request: server.Request) -> resource.IResource:
         return pages.notFound()
@@ -145,9 +156,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
-    loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
     opened = bool(state.config["httpOpenBeyondLoopback"])
-    site = QuietSite(guarded(root, state.acl, state.refusals, loopback, opened))  # web/auth.py: who gets what
+    site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(state.config), opened))  # web/auth.py
     site.displayTracebacks = False
     site.noisy = False
     return site
