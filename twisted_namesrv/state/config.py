@@ -28,6 +28,11 @@ from ..remoting.values import JAVA_INTEGER
 from .acl import parse_networks
 from .hosts import AllowedHostsError, parse_allowed
 
+#: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
+#: event writers hold two at most (the file and its directory, for the fsync), one at a time; the accounts
+#: reload and a log rotation one; pushes to brokers and the peers view a few connections
+DEFAULT_FD_RESERVE = 64
+
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
 BOTH = V4 | V5
@@ -116,6 +121,15 @@ KEYS: list[ConfigKey] = [
     #: more names and addresses the HTTP side answers to, beyond its own (state/hosts.py): names,
     #: ``*.domain``, addresses, CIDR networks, ``,``-separated (a Service name, a NAT address)
     ConfigKey("httpAllowedHosts", "", OURS, guarded=True),
+    #: the HTTP side's connections, apart from maxConnections (web/connections.py); 0: no limit
+    ConfigKey("httpMaxConnections", 128, OURS, guarded=True),
+    #: an HTTP connection with nothing received this long is closed; 0: never
+    ConfigKey("httpIdleTimeoutSeconds", 30, OURS, guarded=True),
+    #: a request whose line, headers and body are not all in this long after its first byte is closed; 0: never
+    ConfigKey("httpRequestTimeoutSeconds", 10, OURS, guarded=True),
+    #: descriptors (ulimit -n) kept free for the stores: no port accepts a connection that would take them
+    #: (budget.py: FdBudget; at most a quarter of the limit); 0: none kept
+    ConfigKey("fdReserve", DEFAULT_FD_RESERVE, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
@@ -196,6 +210,10 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
     "receiveMemoryBudget": (0, None),
+    "httpMaxConnections": (0, None),
+    "httpIdleTimeoutSeconds": (0, None),
+    "httpRequestTimeoutSeconds": (0, None),
+    "fdReserve": (0, None),
     "serverChannelMaxIdleTimeSeconds": (0, None),
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),

@@ -23,6 +23,7 @@ from ..state.hosts import AllowedHosts
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded
 from .collector import registry
+from .connections import BoundedSite
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
 
@@ -136,7 +137,7 @@ class Root(resource.Resource):
         return pages.notFound()
 
 
-class QuietSite(server.Site):
+class QuietSite(BoundedSite):
     """No access log: the status page polls every few seconds and would drown the broker events."""
 
     def log(self, request: server.Request) -> None:
@@ -145,10 +146,10 @@ class QuietSite(server.Site):
 
 def make_site(state: NamesrvState, factory: RemotingFactory,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
-              peers: PeersService | None = None) -> server.Site:
+              peers: PeersService | None = None, reactor: Any = None) -> QuietSite:
     """``children``: more top-level resources (the probes, the address server), each in its own module;
     ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges)."""
+    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
@@ -157,7 +158,10 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
     opened = bool(state.config["httpOpenBeyondLoopback"])
-    site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(state.config), opened))  # web/auth.py
+    config = state.config
+    site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
+                     state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
+                     config["httpRequestTimeoutSeconds"], reactor)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site
