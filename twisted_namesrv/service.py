@@ -73,7 +73,9 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
-    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"])
+    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
+                                   bound_required=config["aclNamesrvSignatureRequired"],
+                                   window=config["aclSignatureWindowSeconds"], clock=clock.seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),

@@ -25,7 +25,7 @@ from ..compat import Profile, profile_named
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
-from .acl import parse_networks
+from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
 from .hosts import AllowedHostsError, parse_allowed
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -101,6 +101,12 @@ KEYS: list[ConfigKey] = [
     ConfigKey("aclReadRequired", False, OURS, guarded=True),
     #: networks (CIDR, ``,``-separated) whose brokers register, heartbeat and unregister unsigned (state/acl.py)
     ConfigKey("aclBrokerNetworks", "", OURS, guarded=True),
+    #: operators' requests (KV, permissions, topics, config) must also carry a NamesrvSignature, which binds
+    #: the request code and the fields and is accepted once within the window (state/acl.py); Java's mqadmin
+    #: sends none, namesrv-admin does
+    ConfigKey("aclNamesrvSignatureRequired", False, OURS, guarded=True),
+    #: how far a NamesrvSignature's time may be from the server's (seconds, either way)
+    ConfigKey("aclSignatureWindowSeconds", DEFAULT_WINDOW_SECONDS, OURS, guarded=True),
     ConfigKey("tls.server.mode", "disabled", OURS, guarded=True),
     ConfigKey("tls.server.certPath", "", OURS, guarded=True),
     ConfigKey("tls.server.keyPath", "", OURS, guarded=True),
@@ -214,6 +220,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),
     "fdReserve": (0, None),
+    "aclSignatureWindowSeconds": (1, 86_400),
     "serverChannelMaxIdleTimeSeconds": (0, None),
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
