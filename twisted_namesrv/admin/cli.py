@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def credentials() -> tuple[str, str] | None:
     """NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY (the environment keeps the secret off the command
-    line): sign every request for a NameServer with aclEnable.  One without the other is an
+    line): sign writes (and reads with --sign-reads) for a NameServer with aclEnable.  One without the other is an
     AdminError (usage: exit 2): sending unsigned requests while the operator meant to sign them
     would be refused, or worse, accepted from a whitelisted address, without a word."""
     access_key, secret_key = os.environ.get("NAMESRV_ACCESS_KEY"), os.environ.get("NAMESRV_SECRET_KEY")
