@@ -6,14 +6,17 @@ often it sends, and at httpMaxConnections a new connection takes the place of th
 
 from __future__ import annotations
 
+import http.client
 import itertools
+import socket
 
-from twisted.internet import address, task
+import pytest_twisted
+from twisted.internet import address, task, threads
 from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.web import resource
 
 from twisted_namesrv.refusals import Refusals
-from twisted_namesrv.web.connections import BoundedSite
+from twisted_namesrv.web.connections import PIPELINED_MAX, BoundedSite
 
 GET = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
@@ -116,3 +119,74 @@ def test_no_limits_when_the_keys_are_0():
     connections[0][0].dataReceived(GET[:5])
     h.clock.advance(86_400)
     assert all(transport.connected for _, transport in connections) and h.counts() == {}
+
+
+class Counted(resource.Resource):
+    """A 20 KB page (as /metrics is for a small cluster) that counts its renders."""
+
+    isLeaf = True
+    renders = 0
+
+    def render_GET(self, request) -> bytes:
+        Counted.renders += 1
+        return b"m" * 20_000
+
+
+@pytest_twisted.ensureDeferred
+async def test_requests_pipelined_by_a_peer_that_does_not_read_wait_for_it():
+    """Pipelined GET lines were all read and answered at once, into memory, while every other peer
+    waited (100,000 renders of a 20 KB page; in the attack run health probes timed out and simulated
+    brokers were dropped). Now those behind an answer the peer does not read wait until it reads, the
+    peer is not read meanwhile, and the rest of the server is answered."""
+    from twisted.internet import reactor
+
+    Counted.renders = 0
+    site = BoundedSite(Counted(), Refusals(), 128, 30, 10)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    pipelined = socket.socket()
+    pipelined.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        pipelined.connect(("127.0.0.1", port.getHost().port))
+        pipelined.setblocking(False)
+        one = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        sent = 0
+        for _ in range(200):  # as much as the socket takes, the reactor running between
+            try:
+                sent += pipelined.send(one * 500)
+            except BlockingIOError:
+                pass
+            await task.deferLater(reactor, 0.01, lambda: None)
+        assert sent > 64 * 1024  # more than one read of requests
+        started = reactor.seconds()
+        status = await threads.deferToThread(http_status, port.getHost().port)
+        assert status == 200 and reactor.seconds() - started < 2
+        # answered: what the socket buffers took (the kernel's, a few MB on loopback, and Twisted's 64 KiB), not
+        # every request read (before: all 100,000)
+        assert Counted.renders < 500, Counted.renders
+        held = max(len(channel._buffer) for channel in site.channels)  # the requests held: not all it sent
+        assert held <= PIPELINED_MAX + 65536, held
+        pipelined.setblocking(True)
+        pipelined.settimeout(5)
+        assert await threads.deferToThread(read_answers, pipelined, 150)  # reading, the peer gets the rest
+        assert Counted.renders >= 150
+    finally:
+        pipelined.close()
+        await port.stopListening()
+
+
+def http_status(port: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def read_answers(connection: socket.socket, count: int) -> bool:
+    received = b""
+    while received.count(b"HTTP/1.1 200") < count:
+        received += connection.recv(1 << 20)
+    return True
