@@ -81,6 +81,12 @@ def test_the_budget_keeps_the_reserve_free_and_counts_seldom():
     clock.advance(5)
     fds.admit()
     assert table.counts == 3  # and every 5 s in any case
+    table.open += 1
+    free = fds.free()
+    fds.release()  # an admitted connection closed: free again before any count
+    table.open -= 1
+    fds.take()  # one kept in the place of one closed (the HTTP port's make_room)
+    assert fds.free() == free and table.counts == 3
 
 
 def test_the_reserve_is_at_most_a_quarter_of_the_limit_and_nothing_without_a_limit():

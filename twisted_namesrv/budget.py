@@ -125,12 +125,14 @@ class FdBudget:
     snapshot, the page's events or the accounts reload fail with EMFILE.
 
     A port calls ``admit()`` once per accepted socket, its descriptor already open (False: close it,
-    a refusal).  What is open is counted from the descriptor table (``count``) seldom -- every
-    RECOUNT_SECONDS, and while the estimate is within the reserve at most every NEAR_RECOUNT_SECONDS
-    (a count reads every descriptor: milliseconds at ten thousand) -- and between counts estimated as
-    the last count plus the connections admitted since.  Closes show at the next count, so the
-    estimate errs high: near the limit a burst may be refused for up to NEAR_RECOUNT_SECONDS that a
-    count would have let in, never the other way.  ``reserve`` is at most a quarter of the limit, so
+    a refusal), and its protocol ``release()`` when an admitted connection closes.  What is open is
+    counted from the descriptor table (``count``) seldom -- every RECOUNT_SECONDS, and while the
+    estimate is within the reserve at most every NEAR_RECOUNT_SECONDS (a count reads every
+    descriptor: milliseconds at ten thousand) -- and between counts estimated as the last count plus
+    the connections admitted since, less those released.  A socket closed unreleased (refused by
+    maxConnections, a TLS peer that never sent a byte) shows at the next count, so the estimate errs
+    high: near the limit a connection may be refused for up to NEAR_RECOUNT_SECONDS that a count would
+    have let in, never the other way.  ``reserve`` is at most a quarter of the limit, so
     a small ``ulimit -n`` still admits peers.  No Twisted: the clock and the count are given."""
 
     def __init__(self, limit: int | None, reserve: int, count: Callable[[], int | None],
@@ -142,7 +144,7 @@ class FdBudget:
         #: descriptors open at the last count (the socket being admitted then left out) ...
         self.counted = 0
         self.counted_at: float | None = None
-        #: ... and connections admitted since
+        #: ... and connections admitted since, less those released
         self.admitted = 0
         #: sockets refused for the reserve
         self.refused = 0
@@ -164,19 +166,27 @@ class FdBudget:
         self.admitted += 1
         return True
 
+    def take(self) -> None:
+        """A connection kept without asking: one closed to make room for it (Admission.make_room)."""
+        self.admitted += 1
+
+    def release(self) -> None:
+        """An admitted connection closed: its descriptor is free again (since the last count or before)."""
+        self.admitted -= 1
+
     def free(self) -> int:
         """Descriptors free as estimated (the limit's, when there is none)."""
         return (self.limit or 0) - self.counted - self.admitted
 
 
 def fd_limit_warning(max_connections: int, margin: int = DEFAULT_FD_RESERVE) -> str | None:
-    """The warning when RLIMIT_NOFILE's soft limit is below maxConnections + ``margin`` (listening
-    sockets, files, the controller's connections), else None."""
+    """The warning when RLIMIT_NOFILE's soft limit is below maxConnections + ``margin`` (fdReserve:
+    the descriptors kept for the stores, FdBudget), else None."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if not max_connections or soft == resource.RLIM_INFINITY or soft >= max_connections + margin:
         return None
     return (f"open-file limit (ulimit -n) is {soft}, below maxConnections={max_connections} + {margin}: past about "
-            f"{max(0, soft - margin)} connections accept() fails with EMFILE and new peers are dropped unanswered; "
+            f"{max(0, soft - margin)} connections new peers are refused (fd_reserve), the rest kept for the stores; "
             f"raise it (ulimit -n {max_connections + margin}, systemd LimitNOFILE=; hard limit {_shown(hard)}) or "
             f"lower maxConnections")
 

@@ -199,7 +199,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self.factory.budget.hold(self, 0)
         if self.answering is not None:
             self.answering.cancel()  # a broker that left registers nothing
-        self.factory.connections.pop(self.channel, None)
+        if self.factory.connections.pop(self.channel, None) is not None and self.factory.fds is not None:
+            self.factory.fds.release()
         self.factory.dispatcher.channel_closed(self.channel, self.close_reason)
 
 
@@ -212,7 +213,7 @@ class RemotingFactory(protocol.Factory):
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None,
                  refusals: Refusals | None = None, budget: MemoryBudget | None = None,
-                 listener: str = "remoting") -> None:
+                 listener: str = "remoting", fds: FdBudget | None = None) -> None:
         self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -224,6 +225,8 @@ class RemotingFactory(protocol.Factory):
         self.refusals = refusals or Refusals()
         self.budget = budget or MemoryBudget(8 * max_frame_length)
         self.listener = listener
+        #: the descriptors its port admits connections against (Admission), told of each close
+        self.fds = fds
         self.channel_ids = itertools.count(1)
 
     @property
@@ -235,6 +238,8 @@ class RemotingFactory(protocol.Factory):
         if self.max_connections and len(self.connections) >= self.max_connections:
             self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
                         "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
+            if self.fds is not None:
+                self.fds.release()  # its port admitted the socket; it closes now
             return None
         return super().buildProtocol(addr)
 
@@ -276,13 +281,15 @@ class _Admitting(protocol.Factory):
         self.admission = admission
 
     def buildProtocol(self, addr: Any) -> protocol.Protocol | None:
-        admission = self.admission
-        if not admission.fds.admit() and not (admission.make_room is not None and admission.make_room()):
-            fds = admission.fds
-            admission.refuse("fd_reserve", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
-                             "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for the "
-                             "stores (fdReserve), closing the connection", reserve=fds.reserve, nofile=fds.limit)
-            return None
+        admission, fds = self.admission, self.admission.fds
+        if not fds.admit():
+            if admission.make_room is None or not admission.make_room():
+                admission.refuse("fd_reserve", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+                                 "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for "
+                                 "the stores (fdReserve), closing the connection", reserve=fds.reserve,
+                                 nofile=fds.limit)
+                return None
+            fds.take()  # in the place of the one closed
         return self.inner.buildProtocol(addr)  # type: ignore[no-any-return]
 
     def doStart(self) -> None:

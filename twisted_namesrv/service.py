@@ -204,9 +204,12 @@ class NamesrvService(service.MultiService):
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
+        # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
+        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
-                                       config["headerMaxLength"], self.state.refusals, self.state.budget)
+                                       config["headerMaxLength"], self.state.refusals, self.state.budget,
+                                       fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
             reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
             reload.clock = reactor
@@ -217,8 +220,6 @@ class NamesrvService(service.MultiService):
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
             self.snapshots.setServiceParent(self)
-        # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
-        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
         self.controller = None  # RocketMQ 5.x's controller, when asked for (imported only then)
         if config["enableControllerInNamesrv"] or controller_port is not None:
             from .controller.service import embedded_controller
@@ -241,7 +242,8 @@ class NamesrvService(service.MultiService):
             self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
                                       config["peersCompareInterval"] / 1000)  # the status page's peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers, reactor)
+            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers, reactor,
+                             self.fds)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"],
                                 Admission(self.fds, partial(self.state.refusals, "http"), site.make_room))

@@ -93,7 +93,7 @@ class ControllerService(service.MultiService):
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length, refusals, budget, "controller")
+                                       max_header_length, refusals, budget, "controller", fds)
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
                                  listen_port, bind_address,
                                  admission=Admission(fds, self.factory.refuse) if fds is not None else None)

@@ -25,6 +25,7 @@ from twisted.internet import interfaces
 from twisted.protocols import basic
 from twisted.web import http, resource, server
 
+from ..budget import FdBudget
 from ..refusals import Refusals
 
 #: bytes of requests read but not yet answered past which a connection is not read (pipelining)
@@ -108,6 +109,8 @@ class BoundedChannel(http.HTTPChannel):
     def connectionLost(self, reason: Any) -> None:
         self._cancel_deadline()
         self.site.channels.discard(self)
+        if self.site.fds is not None:
+            self.site.fds.release()
         super().connectionLost(reason)
 
 
@@ -117,9 +120,12 @@ class BoundedSite(server.Site):
     protocol = BoundedChannel
 
     def __init__(self, root: resource.Resource, refusals: Refusals, max_connections: int = 0,
-                 idle_timeout: float = 0, request_timeout: float = 0, reactor: Any = None) -> None:
+                 idle_timeout: float = 0, request_timeout: float = 0, reactor: Any = None,
+                 fds: FdBudget | None = None) -> None:
         super().__init__(root, timeout=idle_timeout or None, reactor=reactor)
         self.refusals = refusals
+        #: the descriptors the port admits connections against (server.py: Admission), told of each close
+        self.fds = fds
         self.max_connections = max_connections  # 0: no limit
         self.request_timeout = request_timeout  # 0: none
         self.channels: set[BoundedChannel] = set()
@@ -128,6 +134,8 @@ class BoundedSite(server.Site):
         if self.max_connections and len(self.channels) >= self.max_connections and not self.make_room():
             self.refusals("http", "max_connections", _peer(addr), "httpMaxConnections ({maximum}) are open, none "
                           "idle: closing the connection", maximum=self.max_connections)
+            if self.fds is not None:
+                self.fds.release()  # its port admitted the socket; it closes now
             return None
         return super().buildProtocol(addr)
 

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
+from ..budget import FdBudget
 from ..context import NamesrvState
 from ..outages import HealthWatch
 from ..peers import PeersService
@@ -146,10 +147,11 @@ class QuietSite(BoundedSite):
 
 def make_site(state: NamesrvState, factory: RemotingFactory,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
-              peers: PeersService | None = None, reactor: Any = None) -> QuietSite:
+              peers: PeersService | None = None, reactor: Any = None, fds: FdBudget | None = None) -> QuietSite:
     """``children``: more top-level resources (the probes, the address server), each in its own module;
     ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock."""
+    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
+    ``fds``: the descriptors its port admits connections against, told of each close."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
@@ -161,7 +163,7 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
                      state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
-                     config["httpRequestTimeoutSeconds"], reactor)  # web/connections.py
+                     config["httpRequestTimeoutSeconds"], reactor, fds)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site
