@@ -23,7 +23,16 @@ from twisted_namesrv.admin.client import NamesrvClient
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RequestCode, ResponseCode
-from twisted_namesrv.state.acl import NAMESRV_SIGNATURE, NONCE_LIMIT, NonceCache, needs_signature, signed, signed_bound
+from twisted_namesrv.state.acl import (
+    ADMIN,
+    NAMESRV_SIGNATURE,
+    NONCE_LIMIT,
+    AccessControl,
+    NonceCache,
+    needs_signature,
+    signed,
+    signed_bound,
+)
 
 OPERATOR = ("operator", "operator-secret")
 NOW_MS = int(START * 1000)
@@ -160,3 +169,13 @@ def test_namesrv_admin_signs_writes_with_a_namesrv_signature_and_reads_only_when
 def test_a_client_without_credentials_signs_nothing(tmp_path):
     client = NamesrvClient("127.0.0.1:1", 1)
     assert client.credentials is None and client.sign_reads is False
+
+
+def test_the_controllers_operator_codes_need_one_too(accounts_file):
+    """The controller's port shares the NameServer's AccessControl: 1009, 1011 and a designated 1002."""
+    acl = AccessControl.from_file(accounts_file, bound_required=True, clock=lambda: START)
+    clean = {"clusterName": "c1", "brokerName": "broker-a"}
+    refused = acl.refusal(1011, signed(clean, *OPERATOR), None, "10.0.0.9:40000", ADMIN)
+    assert refused is not None and "needs a NamesrvSignature" in refused
+    assert acl.refusal(1011, bound(clean, 1011), None, "10.0.0.9:40000", ADMIN) is None
+    assert "check failed" in acl.refusal(1009, bound(clean, 1011, nonce=b"o" * 16), None, "10.0.0.9:40000", ADMIN)
