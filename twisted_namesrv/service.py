@@ -208,8 +208,7 @@ class NamesrvService(service.MultiService):
             reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
             reload.clock = reactor
             reload.setServiceParent(self)
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
-        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
+        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
