@@ -471,15 +471,15 @@ def _failovers(cluster: str | None, name: str | None, members: list[Stay], folde
                ) -> list[dict[str, Any]]:
     found = []
     for addr, before, after, t in _id_changes(members):
-        if after != 0 or before == 0:
+        if after != MASTER_ID or before == MASTER_ID:
             continue  # a promotion: a slave of the group made master
-        lost = [s for s in members if s.broker_addr != addr and s.ids and any(i == 0 for i, _ in s.ids)
+        lost = [s for s in members if s.broker_addr != addr and s.ids and any(i == MASTER_ID for i, _ in s.ids)
                 and s.ended_at is not None and s.ended_at <= t]
         if not lost:
             continue
         old = max(lost, key=lambda s: s.ended_at or 0.0)
         back = next(((s.broker_addr, since) for s in members if s.broker_addr == old.broker_addr
-                     for i, since in s.ids if since > (old.ended_at or 0.0) and i not in (None, 0)), None)
+                     for i, since in s.ids if since > (old.ended_at or 0.0) and i not in (None, MASTER_ID)), None)
         folded.add((addr, t))
         if back is not None:
             folded.add(back)

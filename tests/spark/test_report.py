@@ -32,7 +32,7 @@ CALL_COLUMNS = ["ts", "conn_id", "client", "code", "code_name", "opaque", "respo
                 "topic", "response_remark", "server", "broker_addr", "input", "session"]
 REGISTRATION_COLUMNS = ["ts", "conn_id", "cluster", "broker_name", "broker_addr", "broker_id", "ha_server_addr",
                         "compressed", "body_len", "crc_declared", "crc_ok", "topic_count", "data_version_counter",
-                        "data_version_ts", "filter_servers", "response_code", "version_name", "topics_held", "server",
+                        "data_version_ts", "filter_servers", "response_code", "version_name", "server",
                         "input", "session"]
 BROKER_COLUMNS = ["session", "server", "input",
                   "cluster", "broker_name", "broker_id", "role", "broker_addr", "version", "first_seen", "last_seen",
