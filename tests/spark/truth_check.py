@@ -113,11 +113,12 @@ def _events(truth: dict) -> list[Event]:
                             seconds(gap["from"]), seconds(gap["until"]), required=False,
                             match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
     for d in truth["topic_deletions"]:
-        events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['at']}", seconds(d["at"]),
-                            match={"topic": d["topic"]}))
+        events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['namesrv']} at {d['at']}",
+                            seconds(d["at"]), match={"topic": d["topic"]}, where=d["namesrv"]))
     for w in truth["write_perm"]:
-        events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['at']}",
-                            seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]}))
+        events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['namesrv']} at "
+                            f"{w['at']}", seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]},
+                            where=w["namesrv"]))
     by_endpoint: dict[str, list[dict]] = defaultdict(list)
     for r in truth["refused"]:
         by_endpoint[r["endpoint"]].append(r)

@@ -69,6 +69,10 @@ ARGS: dict[str, list[str]] = {
     "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connections to the "
                          "NameServer (steps): none of its packets after the cut is in the capture, the NameServer's "
                          "to it are (its idle close's FIN, unanswered) until the cut heals"),
+    "v5-trio": _one("5.3.3", "--restart", "127.0.0.1:9877=kill -9 namesrv on 9877", "namesrv on 9877 start",
+                    "--why", "127.0.0.1:9877=launch polling; while it is down the brokers retry",
+                    "--why", "127.0.0.1:9878=launch polling", ports="9876,9877,9878",
+                    logs=("namesrv.log", "namesrv-9877.log", "namesrv-9878.log")),
     "v5-split": _one("5.3.3", "--note", "broker-a registers its 1,513 topics in two bodies every 30 s "
                      "(enableSplitRegistration, splitRegistrationSize 800); namesrv.log leaves out its 1,500 lines "
                      "'new topic registered, SplitTopicNNNN'"),
