@@ -126,6 +126,7 @@ class Bodies:
     def __init__(self) -> None:
         self._raw: dict[bytes, bytes] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
+        self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
 
     def keep(self, event: dict[str, Any]) -> None:
         if event["body"] is not None and event["body_key"] is not None:
@@ -133,6 +134,16 @@ class Bodies:
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
+
+    def unchanged(self, event: dict[str, Any], header: RegisterBrokerHeader, digest: bytes) -> RegisterBrokerBody:
+        """The body as the server's decoder reads it when ``digest`` is the table its broker's
+        queues hold: only its dataVersion (decoded once per body: the same bytes, the same answer)."""
+        key = (event["body_key"], header.compressed, event["version"], digest)
+        found = self._unchanged.get(key)
+        if found is None:
+            found = self._unchanged[key] = decode_register_body(self.raw(event), header.compressed, event["version"],
+                                                                known_digest=digest)
+        return found
 
     def decoded(self, event: dict[str, Any], header: RegisterBrokerHeader) -> RegisterBrokerBody | None:
         """The whole table, or None where it is undecodable or was not captured."""
@@ -201,6 +212,7 @@ class _SessionReplay:
         self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
         self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
         self._counted = -1
+        self._uncounted = False  # a stay opened or changed its id since the last count
         self._held: dict[str, frozenset[str]] = {}
 
     def run(self, end: float, stopped: bool) -> None:
@@ -235,6 +247,9 @@ class _SessionReplay:
         """Each open stay's count of its group's topics in the server's tables: a master's once a
         table of its was applied, a slave's once its group holds any (the server applies a slave's
         table only where it is the group's prime slave)."""
+        if self.manager.generation == self._counted and not self._uncounted:
+            return  # nothing changed the tables, and every open stay was counted since
+        self._uncounted = False
         if self.manager.generation != self._counted:
             self._counted = self.manager.generation
             held: dict[str, set[str]] = {}
@@ -321,10 +336,12 @@ class _SessionReplay:
             self.latest[addr] = stay
         if not stay.ids or stay.ids[-1][0] != event["broker_id"]:
             stay.ids.append((event["broker_id"], t))
+            self._uncounted = True
         stay.cluster, stay.broker_name = event["cluster"] or stay.cluster, event["broker_name"] or stay.broker_name
         stay.events.append(event)
         stay.last_alive = t
-        stay.table_known = stay.table_known or table is not None
+        if table is not None and not stay.table_known:
+            stay.table_known = self._uncounted = True
 
     def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None) -> Any:
         """The registration as the server's handler makes it: the broker's table whole, unless the
@@ -334,9 +351,8 @@ class _SessionReplay:
         broker_id = event["broker_id"] if event["broker_id"] is not None else MASTER_ID
         body = table or RegisterBrokerBody()
         memo = self.manager.registration_memo(*names, broker_id, bool(header.enableActingMaster))
-        raw = self.bodies.raw(event)
-        if table is not None and memo is not None and memo.digest == table.tableDigest and raw is not None:
-            body = decode_register_body(raw, header.compressed, event["version"], known_digest=memo.digest)
+        if table is not None and memo is not None and memo.digest == table.tableDigest:
+            body = self.bodies.unchanged(event, header, memo.digest)
         return request_of(header, (names[0], names[1], names[2]), broker_id, body, event["broker_addr"],
                           event["version"] or 0, self.profile.per_broker_heartbeat_timeout)
 
