@@ -651,16 +651,17 @@ def _tie_lookups(found: list[Item], lookups: list[Item]) -> set[int]:
 
 
 def _tells(item: Item, cause: Item, lookup: Item) -> bool:
-    kind = cause["kind"]
+    """Whether a finding's item tells the cause a failed lookup had (by kind, subject and time)."""
+    kind, when = cause["kind"], bool(item.get("t") == cause["t"])
     if kind == "departed":
         if item["kind"] == "failover":
-            return item.get("old_master") == cause["broker_addr"] and item.get("t") == cause["t"]
-        return (item["kind"] == _END_KINDS.get(cause["end"]) and item.get("broker_addr") == cause["broker_addr"]
-                and item.get("t") == cause["t"])
+            return when and bool(item.get("old_master") == cause["broker_addr"])
+        return when and bool(item["kind"] == _END_KINDS.get(cause["end"]) and
+                             item.get("broker_addr") == cause["broker_addr"])
+    same_server = bool(item.get("server") == lookup["server"])
     if kind == "deleted":
-        return (item["kind"] == "topic_deleted" and item.get("topic") == cause["topic"] and item.get("t") == cause["t"]
-                and item.get("server") == lookup["server"])
-    return item["kind"] == "server_restart" and item.get("server") == lookup["server"] and item.get("t") == cause["t"]
+        return when and same_server and bool(item["kind"] == "topic_deleted" and item.get("topic") == cause["topic"])
+    return when and same_server and bool(item["kind"] == "server_restart")
 
 
 def _why(item: Item) -> str:

@@ -47,8 +47,8 @@ _EVENT_COLUMNS = EVENT_ROWS.names
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
 #: the admin requests' answers that count topics (WIPE/ADD_WRITE_PERM: wipeTopicCount, addTopicCount)
-_ANSWERED_COUNTS = {RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
-                    RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount"}
+_ANSWERED_COUNTS: dict[int, str] = {RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
+                                    RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount"}
 
 #: a row of one of schema.py's *_ROWS, as a tuple in column order
 Row = tuple[Any, ...]
