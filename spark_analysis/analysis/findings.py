@@ -269,6 +269,10 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
+    failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
+    if failed and len(items) > 1:  # one item says them in its own line
+        message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
+                    f"{_tally(failed, 'topic', clients=True)}")
     return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
             "evidence": items}
 

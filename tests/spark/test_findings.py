@@ -516,5 +516,8 @@ def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_fail
     assert [(f["topic"], f["count"]) for f in expired["failed_lookups"]] == [("T", 1)]
     assert "route lookup(s) answered TOPIC_NOT_EXIST for T" in expired["message"]
     assert [f["topic"] for f in said if f["kind"] == "topic_not_exist"] == ["Never"]
-    assert findings_module.attention(said)["attention"] == (
+    attention = findings_module.attention(said)
+    assert attention["attention"] == (
         "2 warnings: 2 brokers expired by the NameServer (120 s of silence), 1 unknown topic")
+    (both,) = [f for f in attention["findings"] if f["kind"] == "heartbeat_expired"]  # two expiries in one line
+    assert both["message"].endswith("then 1 route lookup(s) answered TOPIC_NOT_EXIST for T")
