@@ -66,9 +66,9 @@ ARGS: dict[str, list[str]] = {
                     ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
     "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
     "v4-delslave": _one("4.9.8"),
-    "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connections to the "
+    "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connection to the "
                          "NameServer (steps): none of its packets after the cut is in the capture, the NameServer's "
-                         "to it are (its idle close's FIN, unanswered) until the cut heals"),
+                         "to it are (the FIN of its expiry, retransmitted unanswered) until the cut heals"),
     "v5-trio": _one("5.3.3", "--restart", "127.0.0.1:9877=kill -9 namesrv on 9877", "namesrv on 9877 start",
                     "--why", "127.0.0.1:9877=launch polling; while it is down the brokers retry",
                     "--why", "127.0.0.1:9878=launch polling", ports="9876,9877,9878",
