@@ -121,9 +121,9 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
     REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
-    NameServer held for it over the stay, by the replay (replay.Stay.topics: a master's group in
-    the server's tables, after deletions too; a slave, whose table the server does not apply: what
-    it announced), and their drops; data versions going backwards: of accepted registrations;
+    NameServer held for its group over the stay, by the replay (replay.Stay.topics: the broker
+    name's queues in the server's tables, after deletions and restarts too), and their drops (with
+    the topics that left); data versions going backwards: of accepted registrations;
     ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED).
     ``observed_until``: when the captures that observed its server ended (Sessions.end_of; else
     its capture period's end): a broker alive at the end is silent until then."""
