@@ -3,7 +3,11 @@ ephemeral loopback port, and a minimal remoting client."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +122,42 @@ class ClockedReactor:
 
     def __getattr__(self, name: str):
         return getattr(reactor, name)
+
+
+class LiveServer:
+    """``python -m twisted_namesrv ARGS`` as a child process, as an operator runs it: its stdout and
+    stderr kept in files beside the test's other files; ``stop`` sends SIGTERM and waits."""
+
+    def __init__(self, tmp_path: Path, port: int, *args: str, name: str = "server") -> None:
+        self.port = port
+        self.stdout, self.stderr = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
+        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", *args], stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, seconds: float = 60) -> LiveServer:
+        """Returns once the port answers a connection; fails the test if the server exits first."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the server exited with {self.process.returncode}: {self.stderr.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        pytest.fail(f"nothing listens on {self.port} after {seconds} s")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def output(self) -> str:
+        return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")

@@ -28,10 +28,11 @@ from twisted.logger import Logger, LogLevel
 
 from .context import NamesrvState, Peer
 from .metrics import Metrics
+from .properties import load as load_properties
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .remoting.codes import code_name
 from .state.acl import ACCESS_KEY, ACL_EXCEPTION
-from .state.config import masked, parse_properties
+from .state.config import masked
 
 log = Logger(namespace="twisted_namesrv.audit")
 
@@ -129,7 +130,7 @@ def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
 def _target(request: RemotingCommand) -> dict[str, Any]:
     if request.code == RequestCode.UPDATE_NAMESRV_CONFIG:
         try:
-            props = parse_properties(bytes(request.body or b"").decode("utf-8"))
+            props = load_properties(bytes(request.body or b"").decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return {"config": "(unreadable body)"}
         return {"config": masked(props)}

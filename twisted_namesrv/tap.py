@@ -19,6 +19,7 @@ from twisted.python import usage
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
+from .escapes import escaped
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .state.config import ConfigError, NamesrvConfig
 
@@ -149,7 +150,7 @@ class Options(usage.Options):
             cannot_start(str(exc))
         for warning in self.config.warnings:
             log.warn("{warning}", warning=warning)
-            sys.stderr.write(f"namesrv: warning: {warning}\n")
+            sys.stderr.write(f"namesrv: warning: {escaped(warning)}\n")
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)

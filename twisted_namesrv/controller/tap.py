@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from twisted.python import usage
 
-from .. import CannotStart
-from ..state.config import ConfigError, parse_properties
+from .. import CannotStart, properties
+from ..state.config import ConfigError
+from ..state.files import read_regular_text
 from ..tap import cannot_start, report_cannot_start_in_one_line
 from .config import ControllerConfig, ControllerConfigError
 
@@ -29,8 +29,10 @@ class Options(usage.Options):
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
-                props = parse_properties(Path(self["configFile"]).read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ConfigError) as exc:
+                props = properties.load(read_regular_text(self["configFile"]))
+            except OSError as exc:
+                cannot_start(f"cannot read config file {self['configFile']}: {exc.strerror}")
+            except (UnicodeDecodeError, ValueError, ConfigError) as exc:
                 cannot_start(f"cannot read config file {self['configFile']}: {exc}")
         try:
             self.config = ControllerConfig.from_properties(props)
