@@ -1,7 +1,7 @@
 """twisted_namesrv in layers, imports pointing one way (GUIDE: wire codec -> dispatch by
 RequestCode -> pure state -> Twisted services, read bottom-up): the wire (remoting/, bodies/,
-steps.py, compat.py, properties.py, escapes.py) imports nothing of the server above it; state/ imports only the wire; every
-other module sits above both.  Every import counts, also those inside functions."""
+steps.py, compat.py, properties.py, escapes.py) imports nothing of the server above it; state/
+imports only the wire; every other module sits above both.  Every import counts, also those inside functions."""
 
 from __future__ import annotations
 
