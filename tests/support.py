@@ -128,11 +128,13 @@ class LiveServer:
     """``python -m twisted_namesrv ARGS`` as a child process, as an operator runs it: its stdout and
     stderr kept in files beside the test's other files; ``stop`` sends SIGTERM and waits."""
 
-    def __init__(self, tmp_path: Path, port: int, *args: str, name: str = "server") -> None:
+    def __init__(self, tmp_path: Path, port: int, *args: str, name: str = "server",
+                 launcher: tuple[str, ...] = (sys.executable, "-m", "twisted_namesrv")) -> None:
+        """``launcher``: what runs the server (``twistd -n --pidfile= namesrv``: the twistd plugin)."""
         self.port = port
         self.stdout, self.stderr = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
         with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", *args], stdout=out, stderr=err,
+            self.process = subprocess.Popen([*launcher, *args], stdout=out, stderr=err, cwd=tmp_path,
                                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self, seconds: float = 60) -> LiveServer:

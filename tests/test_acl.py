@@ -66,6 +66,20 @@ def test_a_null_value_is_signed_as_java_appends_it():
     assert signature("sk", {"AccessKey": "ak", "b": None}, None) == expected
 
 
+def test_a_lone_surrogate_is_signed_as_java_writes_it_and_refused_not_raised(tmp_path, accounts_file):
+    """A JSON header's "\\ud800" is a lone surrogate: Java's getBytes(UTF_8) writes it as "?", and the
+    signature check used to raise on it (no answer, no refusal line, no audit event)."""
+    assert signature("sk", {"AccessKey": "ak", "k": "a\ud800b"}, None) == signature("sk", {"AccessKey": "ak",
+                                                                                            "k": "a?b"}, None)
+    assert signature("sk", {"\ud800": "v", "a": "w"}, None)  # keys in UTF-16 order, surrogates and all
+    ns = ns_with_acl(tmp_path, accounts_file)
+    for fields in ({"namespace": "n\ud800", "AccessKey": "operator", "Signature": "eA=="},
+                   {"namespace": "n", "AccessKey": "operator", "Signature": "\ud800"}):
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, {"key": "k", "value": "v", **fields})
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "Check signature failed" in answer.remark
+    assert ns.state.refusals.counts["remoting", "acl"] == 2
+
+
 def test_operator_codes_need_an_admin_signature(tmp_path, accounts_file):
     ns = ns_with_acl(tmp_path, accounts_file)
     refused = {

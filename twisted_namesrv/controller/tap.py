@@ -10,9 +10,10 @@ from typing import Any
 from twisted.python import usage
 
 from .. import CannotStart, properties
+from ..logs import configured_observer
 from ..state.config import ConfigError
 from ..state.files import read_regular_text
-from ..tap import cannot_start, report_cannot_start_in_one_line
+from ..tap import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file
 from .config import ControllerConfig, ControllerConfigError
 
 
@@ -26,6 +27,7 @@ class Options(usage.Options):
     ]
 
     def postOptions(self) -> None:
+        take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
@@ -44,6 +46,11 @@ class Options(usage.Options):
                 self["port"] = int(self["port"])
             except ValueError:
                 raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+
+
+    def log_observer(self) -> Any:
+        """Text lines as the NameServer writes them (logs.py), where twistd would write its own."""
+        return configured_observer("text", twistd_log_file(self))
 
 
 def makeService(options: Options) -> Any:

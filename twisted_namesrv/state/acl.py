@@ -190,10 +190,12 @@ def _whitelist(entries: Any, where: str) -> AddressMatch:
 
 def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
     """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys (a
-    null value appends "null", as StringBuilder does)."""
-    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be"))
-    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8") + bytes(body or b"")
-    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode()
+    null value appends "null", as StringBuilder does).  A lone surrogate (a JSON header's ``\ud800``)
+    becomes ``?``, as Java's String.getBytes(UTF_8) writes it: signed like Java, never an exception."""
+    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8", "replace")
+    digest = hmac.new(secret_key.encode("utf-8", "replace"), content + bytes(body or b""), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
 
 
 def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | None = None,
@@ -278,7 +280,7 @@ class AccessControl:
     @staticmethod
     def _signed_by(account: Account, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> bool:
         given = ext.get(SIGNATURE) or ""
-        return hmac.compare_digest(given.encode(), signature(account.secret_key, ext, body).encode())
+        return hmac.compare_digest(given.encode("utf-8", "replace"), signature(account.secret_key, ext, body).encode())
 
 
 def _stamp(path: str) -> tuple[int, int, bytes] | None:
