@@ -219,7 +219,8 @@ class NamesrvService(service.MultiService):
             from .controller.service import embedded_controller
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
-                                                  self.state.refusals, self.state.budget, loaded.listen_with)
+                                                  self.state.refusals, self.state.budget, loaded.listen_with,
+                                                  audit_metrics=self.metrics)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.copyright import version as twisted_version
 
 from .. import __version__
-from ..audit import OPERATIONS, RESULTS
+from ..audit import OPERATION_NAMES, RESULTS
 from ..context import NamesrvState
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
@@ -163,10 +163,11 @@ class NamesrvCollector(Collector):
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
         a series to read before the first refusal."""
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
-                                     "operation and result: ok, refused (ACL or config black list), failed",
+                                     "operation and result: ok, refused (ACL, config black list or a value's control "
+                                     "characters), failed",
                                      labels=["operation", "result"])
         counts = self.metrics.admin_requests
-        for operation in sorted(OPERATIONS.values()):
+        for operation in OPERATION_NAMES:
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
         return family
