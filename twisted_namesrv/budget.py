@@ -19,6 +19,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Protocol
 
+from .state.files import read_regular_text
+
 MiB = 1024 * 1024
 #: the default's ceiling and floor: a quarter of what the machine allows, within these
 AUTO_MAX, AUTO_MIN = 256 * MiB, 64 * MiB
@@ -75,7 +77,7 @@ def machine_limit() -> int | None:
     except (ValueError, OSError):
         pass
     try:
-        text = CGROUP_MEMORY_MAX.read_text().strip()
+        text = read_regular_text(CGROUP_MEMORY_MAX).strip()
         if text.isdigit():
             limits.append(int(text))
     except OSError:

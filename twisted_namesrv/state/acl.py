@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import read_regular, read_regular_text
+
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 #: what brokers send for themselves: any account that signs correctly
@@ -287,7 +289,7 @@ def _stamp(path: str) -> tuple[int, int, bytes] | None:
     """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
     mtime's resolution still shows); None when it cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)  # a FIFO swapped in would block every port at the next check (files.py)
         info = Path(path).stat()
     except OSError:
         return None
@@ -312,9 +314,11 @@ def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
     import yaml  # only when ACL is on
 
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_regular_text(path))
     except OSError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise AclConfigError(f"aclAccountsFile: cannot read {path}: not UTF-8 ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
     entries: Any = document.get("accounts") if isinstance(document, dict) else None

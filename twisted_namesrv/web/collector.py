@@ -73,12 +73,16 @@ class NamesrvCollector(Collector):
             rejected.add_metric([reason], metrics.rejected[reason])
         yield rejected
         refusals = CounterMetricFamily("namesrv_refusals", "Connections and requests refused, by listener "
-                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, the "
-                                       "limits of namesrv_rejected_total, memory_budget; on http unauthenticated, "
+                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, "
+                                       "config_key, config_value, the limits of namesrv_rejected_total, "
+                                       "memory_budget; on http unauthenticated, "
                                        "not_admin, host (docs/security.md)", labels=["listener", "reason"])
         for listener, reason, count in self.state.refusals.series():
             refusals.add_metric([listener, reason], count)
         yield refusals
+        yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
+                                  "written, bad YAML, not a regular file): the accounts read before stay",
+                                  value=metrics.acl_reload_failures)
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
