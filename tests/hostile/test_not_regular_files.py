@@ -32,6 +32,7 @@ from twisted_namesrv.service import NamesrvService, load, reload_acl
 from twisted_namesrv.state.acl import AccessControl
 from twisted_namesrv.state.config import ConfigError, NamesrvConfig
 from twisted_namesrv.state.files import NotRegularFile, open_regular, read_regular
+from twisted_namesrv.state.store import write_atomically
 
 ACCOUNTS = "accounts:\n  - accessKey: ops\n    secretKey: ops-secret\n    admin: true\n"
 
@@ -202,3 +203,13 @@ def test_a_live_server_keeps_answering_when_its_accounts_become_a_fifo(tmp_path)
     finally:
         server.stop()
     assert server.output().count("aclAccountsFile: not reloaded, the accounts read before stay") == 1
+
+
+def test_a_fifo_left_as_a_stores_temp_file_does_not_block_the_next_save(tmp_path):
+    """write_atomically's fixed temp file (kvConfig.json.tmp): a FIFO there was opened O_WRONLY, which
+    blocks until a reader comes; now it is removed and the temp file created anew."""
+    target = tmp_path / "kvConfig.json"
+    os.mkfifo(tmp_path / "kvConfig.json.tmp")
+    with no_blocking():
+        write_atomically(target, b'{"configTable":{}}', "kvConfigPath")
+    assert target.read_bytes() == b'{"configTable":{}}' and not (tmp_path / "kvConfig.json.tmp").exists()
