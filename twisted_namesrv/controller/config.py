@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import properties
 from ..remoting.values import java_bool, parse_java_integer
-from ..state.config import OURS, ConfigError, ConfigKey, add_keys
+from ..state.config import JAVA_TRIMMED, OURS, ConfigError, ConfigKey, add_keys
 
 
 class ControllerConfigError(ValueError):
@@ -149,7 +149,7 @@ class ControllerConfig:
             if name.endswith("Interval") and number < _MIN_INTERVAL_MS:
                 raise ControllerConfigError(f"{name}: {number} is out of range (at least {_MIN_INTERVAL_MS})")
             return number
-        return value.strip()
+        return value.strip(JAVA_TRIMMED)  # String.trim(), as the NameServer's string keys
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
