@@ -102,6 +102,19 @@ class RemotingClient(protocol.Protocol):
         return response
 
 
+def answer_to(port: int, data: bytes, timeout: float = TIMEOUT) -> RemotingCommand:
+    """The first answer a live server on 127.0.0.1:``port`` gives to ``data`` (blocking; not in the reactor)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        decoder = FrameDecoder()
+        while True:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection without an answer"
+            frames = decoder.feed(chunk)
+            if frames:
+                return RemotingCommand.decode(frames[0])
+
+
 def connect(port: int) -> defer.Deferred:
     return connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RemotingClient())
 

@@ -603,6 +603,14 @@ def test_update_config_refuses_control_characters_and_changes_nothing(ns, value)
     assert ns.state.refusals.counts["remoting", "config_value"] == 1
 
 
+def test_update_config_refuses_a_body_over_64_kib_unread(ns):
+    """The whole configuration is under 4 KiB; a 16 MiB body of newlines held the reactor for seconds."""
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65536)
+    assert answer.code == ResponseCode.NO_PERMISSION and "over 65536" in answer.remark
+    assert ns.config["orderMessageEnable"] is False and ns.state.refusals.counts["remoting", "config_size"] == 1
+    assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65000).code == 0
+
+
 def test_update_config_blacklist_from_config(tmp_path):
     ns = Namesrv(tmp_path, "5.3.3", configBlackList="configBlackList;orderMessageEnable")
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")

@@ -33,7 +33,7 @@ from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType,
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, optional_long, parse_java_integer
-from .state.config import ConfigError, control_characters, masked
+from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
@@ -400,6 +400,10 @@ def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCom
 def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     if not request.body:
         return respond(state, request)
+    too_big = oversized(request.body)
+    if too_big:
+        state.refusals("remoting", "config_size", peer.address, "updateNamesrvConfig with {why}", why=too_big)
+        return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
         props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

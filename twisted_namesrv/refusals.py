@@ -24,9 +24,9 @@ LISTENERS = ("remoting", "controller", "http")
 #: every reason, by listener, served at 0 from the start so that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key", "config_value"),
+                 "tls_handshake", "not_tls", "config_key", "config_value", "config_size"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
-                   "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value"),
+                   "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback"),
 }
 

@@ -81,12 +81,14 @@ async def test_refused_controller_requests_are_audited_too(controller):
     assert [(e["audit"]["result"], e["audit"]["access_key"]) for e in events] == [("refused", "reader")] * 3
     assert all(e["log_level"].name == "warn" for e in events)
     blocked = [(Req.UPDATE_CONTROLLER_CONFIG, {}, b"controllerStorePath=/tmp/evil\n"),
-               (Req.UPDATE_CONTROLLER_CONFIG, {}, b"metricsExporterType=x\\u2028enableElectUncleanMaster=true\n")]
+               (Req.UPDATE_CONTROLLER_CONFIG, {}, b"metricsExporterType=x\\u2028enableElectUncleanMaster=true\n"),
+               (Req.UPDATE_CONTROLLER_CONFIG, {}, b"metricsExporterType=x\n" + b"\n" * 65536)]
     answers, events = await audited(addr, blocked, ("ops", "ops-secret"))
-    assert [a.code for a in answers] == [Code.NO_PERMISSION, Code.NO_PERMISSION]
-    assert "control character (U+2028)" in answers[1].remark
-    assert [e["audit"]["result"] for e in events] == ["refused", "refused"]
+    assert [a.code for a in answers] == [Code.NO_PERMISSION] * 3
+    assert "control character (U+2028)" in answers[1].remark and "over 65536" in answers[2].remark
+    assert [e["audit"]["result"] for e in events] == ["refused"] * 3
     assert service.state.refusals.counts["controller", "config_value"] == 1
+    assert service.state.refusals.counts["controller", "config_size"] == 1
     assert service.controller.manager.config["metricsExporterType"] == "DISABLE"
     counts = service.metrics.admin_requests
-    assert counts["update_controller_config", "refused"] == 3 and counts["clean_broker_data", "refused"] == 1
+    assert counts["update_controller_config", "refused"] == 4 and counts["clean_broker_data", "refused"] == 1

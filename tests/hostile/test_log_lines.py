@@ -9,7 +9,6 @@ Now every change and every refusal is one line, each control character shown as 
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import sys
 from pathlib import Path
@@ -17,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.scene import register_body, register_ext
-from tests.support import LiveServer, free_port
+from tests.support import LiveServer, answer_to, free_port
 from twisted_namesrv.escapes import CONTROLS
-from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.state.acl import signed
 
 TWISTD = str(Path(sys.executable).parent / "twistd")
@@ -44,15 +43,7 @@ def frame(code: int, ext: dict, body: bytes = b"") -> bytes:
 
 
 def ask(port: int, data: bytes) -> RemotingCommand:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(data)
-        decoder = FrameDecoder()
-        while True:
-            chunk = sock.recv(65536)
-            assert chunk, "closed without an answer"
-            frames = decoder.feed(chunk)
-            if frames:
-                return RemotingCommand.decode(frames[0])
+    return answer_to(port, data)
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

@@ -22,7 +22,7 @@ from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
 from ..remoting.values import BadRequest, java_bool
 from ..state.acl import AccessControl, controller_request_class
-from ..state.config import control_characters
+from ..state.config import control_characters, oversized
 from . import bodies, headers
 from .codes import ControllerRequestCode as Req
 from .codes import ControllerResponseCode as Code
@@ -134,6 +134,10 @@ def get_sync_state_data(manager: ControllerManager, request: RemotingCommand, pe
 def update_controller_config(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     if request.body is None:
         return reply(request, Code.SUCCESS)
+    too_big = oversized(request.body)
+    if too_big:
+        manager.refusals("controller", "config_size", peer.address, "updateControllerConfig with {why}", why=too_big)
+        return reply(request, Code.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
         props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

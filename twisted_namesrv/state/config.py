@@ -269,6 +269,19 @@ def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None
     KEPT_ELSEWHERE.update(kept_elsewhere)
 
 
+#: the largest UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG body read: the whole configuration is
+#: under 4 KiB, and properties text is read a line at a time in Python (a 16 MiB body of newlines held
+#: the reactor for seconds)
+CONFIG_BODY_LIMIT = 64 * 1024
+
+
+def oversized(body: bytes | memoryview) -> str | None:
+    """Why a config update's body is refused unread (a refusal ``config_size``), or None."""
+    if len(body) <= CONFIG_BODY_LIMIT:
+        return None
+    return f"a body of {len(body)} bytes is over {CONFIG_BODY_LIMIT} (the whole configuration is under 4 KiB)"
+
+
 def control_characters(props: dict[str, str]) -> str | None:
     """Why UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG refuse ``props`` (NO_PERMISSION, a
     refusal ``config_value``), or None: a key or value holding a control character (escapes.CONTROLS:

@@ -74,7 +74,7 @@ class NamesrvCollector(Collector):
         yield rejected
         refusals = CounterMetricFamily("namesrv_refusals", "Connections and requests refused, by listener "
                                        "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, "
-                                       "config_key, config_value, the limits of namesrv_rejected_total, "
+                                       "config_key, config_value, config_size, the limits of namesrv_rejected_total, "
                                        "memory_budget; on http unauthenticated, "
                                        "not_admin, host (docs/security.md)", labels=["listener", "reason"])
         for listener, reason, count in self.state.refusals.series():
