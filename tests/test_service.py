@@ -194,7 +194,8 @@ def test_an_unknown_key_warns_naming_it_and_the_file_or_is_refused_when_strict(t
 
 
 def test_an_unreadable_config_file_is_refused_naming_it(tmp_path):
-    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: Is a dir"):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: a directory, "
+                       "not a regular file"):
         tap.Options().parseOptions(["-c", str(tmp_path)])
 
 
