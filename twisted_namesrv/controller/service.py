@@ -23,11 +23,11 @@ from twisted.python.failure import Failure
 
 from .. import CannotStart, tls
 from ..audit import CONTROLLER, Trail
-from ..budget import MemoryBudget
+from ..budget import FdBudget, MemoryBudget
 from ..dispatch import Dispatcher
 from ..metrics import Metrics
 from ..refusals import Refusals
-from ..server import Listener, Notifier, RemotingFactory
+from ..server import Admission, Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
@@ -59,7 +59,8 @@ class ControllerService(service.MultiService):
                  max_connections: int = 10_000, max_header_length: int | None = 65536,
                  listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
                  acl: AccessControl | None = None, refusals: Refusals | None = None,
-                 budget: MemoryBudget | None = None, audit_metrics: Metrics | None = None) -> None:
+                 budget: MemoryBudget | None = None, fds: FdBudget | None = None,
+                 audit_metrics: Metrics | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -97,9 +98,10 @@ class ControllerService(service.MultiService):
         # NameServer around it (audit_metrics) or, alone, by its own metrics
         self.dispatcher.observe(Trail(CONTROLLER, reactor.seconds, acl, audit_metrics or self.metrics))
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length, refusals, budget, "controller")
+                                       max_header_length, refusals, budget, "controller", fds)
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
-                                 listen_port, bind_address)
+                                 listen_port, bind_address,
+                                 admission=Admission(fds, self.factory.refuse) if fds is not None else None)
         self.listener.setServiceParent(self)
         self._store_open = False
         # the scans, Twisted's TimerService (the first call at start): the manager keeps the
@@ -183,7 +185,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                         bind: str | None = None, acl: AccessControl | None = None,
                         refusals: Refusals | None = None, budget: MemoryBudget | None = None,
                         listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
-                        audit_metrics: Metrics | None = None) -> ControllerService:
+                        fds: FdBudget | None = None, audit_metrics: Metrics | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
@@ -217,7 +219,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
                              listen_with=listen_with or tls.listen_with(namesrv_config),
-                             acl=acl, refusals=refusals, budget=budget, audit_metrics=audit_metrics)
+                             acl=acl, refusals=refusals, budget=budget, fds=fds, audit_metrics=audit_metrics)
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,
