@@ -84,7 +84,11 @@ class Server:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(10)
+        try:
+            self.process.wait(60)  # a server holding millions of entries takes a while to let them go
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self.dir.cleanup()
 
 
