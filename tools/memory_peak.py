@@ -110,6 +110,12 @@ def stall(server: Server, peers: int) -> dict[str, object]:
         except OSError:
             pass  # closed by the server for the budget: expected with one
     time.sleep(3)
+    open_left = still_open(sockets)
+    return {"peak_mb": server.peak_mb(), "peers": peers, "peers_still_open": open_left}
+
+
+def still_open(sockets: list[socket.socket]) -> int:
+    """How many of ``sockets`` the server has not closed; all closed here."""
     open_left = 0
     for sock in sockets:
         sock.setblocking(False)
@@ -120,7 +126,7 @@ def stall(server: Server, peers: int) -> dict[str, object]:
         except OSError:
             pass
         sock.close()
-    return {"peak_mb": server.peak_mb(), "peers": peers, "peers_still_open": open_left}
+    return open_left
 
 
 def bomb(server: Server, mib: int, src: Path) -> dict[str, object]:
@@ -299,16 +305,7 @@ def queue(server: Server, peers: int, topics: int, src: Path) -> dict[str, objec
         highest = max(highest, send_all(sockets[wave:wave + QUEUE_WAVE], queued, server))
     time.sleep(1)
     highest = max(highest, server.rss_mb())
-    open_left = 0
-    for sock in sockets:
-        sock.setblocking(False)
-        try:
-            open_left += sock.recv(1, socket.MSG_PEEK) != b""
-        except BlockingIOError:
-            open_left += 1
-        except OSError:
-            pass
-        sock.close()
+    open_left = still_open(sockets)
     first.close()
     return {"peak_mb": server.peak_mb(), "rss_highest_mb": highest, "peers": peers,
             "frame_mb": round(len(queued) / 1e6, 1), "peers_still_open": open_left}
