@@ -24,11 +24,12 @@ LISTENERS = ("remoting", "controller", "http")
 #: every reason, by listener, served at 0 from the start so that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key", "max_topics_per_broker", "max_broker_groups", "max_brokers",
-                 "max_brokers_per_group", "max_topic_queue_entries"),
+                 "tls_handshake", "not_tls", "config_key", "fd_reserve", "max_topics_per_broker", "max_broker_groups",
+                 "max_brokers", "max_brokers_per_group", "max_topic_queue_entries"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
-                   "memory_budget", "tls_handshake", "not_tls", "config_key"),
-    "http": ("unauthenticated", "not_admin", "host", "not_loopback"),
+                   "memory_budget", "tls_handshake", "not_tls", "config_key", "fd_reserve"),
+    "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
+             "fd_reserve"),
 }
 
 
