@@ -9,12 +9,15 @@
   queue    one such registration, then PEERS connections each sending one whole REGISTER_BROKER
            frame of frameMaxLength (a plain JSON table) that waits its turn behind it, 12 at once
            (their unfinished frames together within the default budget), one wave after the other
+  unread   one topic on UNREAD_GROUPS broker groups, then UNREAD_PEERS connections each sending
+           UNREAD_LOOKUPS pipelined lookups of it (0: 64 KiB of them) and reading nothing
   amplify  AMPLIFY_BROKERS REGISTER_BROKERs on one connection, each a compressed table of
            AMPLIFY_TOPICS topics of its own under a broker name of its own, one after the other
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
                             [--behind-seconds 8] [--behind-peers 20] [--amplify-brokers 8] [--amplify-topics 200000]
+                            [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
@@ -311,9 +314,10 @@ def queue(server: Server, peers: int, topics: int, src: Path) -> dict[str, objec
             "frame_mb": round(len(queued) / 1e6, 1), "peers_still_open": open_left}
 
 
-def unread(server: Server, groups: int, peers: int, src: Path) -> dict[str, object]:
+def unread(server: Server, groups: int, peers: int, lookups: int, src: Path) -> dict[str, object]:
     """One topic on ``groups`` broker groups (a route answer of about 200 bytes a group), then
-    ``peers`` connections each sending 64 KiB of pipelined lookups of it and reading nothing."""
+    ``peers`` connections each sending ``lookups`` pipelined lookups of it (0: 64 KiB of them) and
+    reading nothing, as peers whose network went would (half-open)."""
     remoting, codes = codec(src)
     body = plain_table_of(["unread", "unread-too"])  # 5.x refuses a first registration of one topic
     brokers = socket.create_connection(("127.0.0.1", server.port), timeout=120)  # open: its brokers stay
@@ -326,14 +330,18 @@ def unread(server: Server, groups: int, peers: int, src: Path) -> dict[str, obje
         sock.sendall(lookup)
         answers(sock, src, 1)
     started = server.rss_mb()
-    highest = send_all(sockets, lookup * (65536 // len(lookup)), server)
-    time.sleep(2)
-    highest = max(highest, server.rss_mb())
+    lookups = lookups or 65536 // len(lookup)
+    for sock in sockets:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the least the kernel holds for them
+    highest = send_all(sockets, lookup * lookups, server)
+    for _ in range(10):  # the server works through every peer's first read
+        time.sleep(1)
+        highest = max(highest, server.rss_mb())
     for sock in [*sockets, brokers]:
         sock.close()
     return {"peak_mb": server.peak_mb(), "rss_before_lookups_mb": started, "rss_highest_mb": highest,
             "groups": groups, "registered": sum(answer.startswith("0 ") for answer in got), "peers": peers,
-            "lookups_each": 65536 // len(lookup)}
+            "lookups_each": lookups}
 
 
 def amplify(server: Server, brokers: int, topics: int, src: Path) -> dict[str, object]:
@@ -366,6 +374,7 @@ def main() -> None:
     parser.add_argument("--amplify-topics", type=int, default=200_000)
     parser.add_argument("--unread-groups", type=int, default=2000)
     parser.add_argument("--unread-peers", type=int, default=4)
+    parser.add_argument("--unread-lookups", type=int, default=0, help="each peer's (0: 64 KiB of them)")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -376,7 +385,7 @@ def main() -> None:
         "behind": lambda s: behind(s, args.behind_peers, args.behind_topics, args.behind_seconds, args.src),
         "queue": lambda s: queue(s, args.peers, args.behind_topics, args.src),
         "amplify": lambda s: amplify(s, args.amplify_brokers, args.amplify_topics, args.src),
-        "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.src),
+        "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]
