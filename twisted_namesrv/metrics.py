@@ -99,6 +99,8 @@ class Metrics:
     store_failures: Counter = field(default_factory=Counter)
     #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
     acl_reload_failures: int = 0
+    #: pushes to brokers (server.py: Notifier) by result: sent, failed, superseded, dropped
+    pushes: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time
     #: topics whose last broker left lately (the status page lists them)
     lost_topics: LostTopics = field(init=False)

@@ -116,7 +116,7 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         metrics = Metrics(clock=reactor.seconds)
         events = EventLogService(metrics, events_path(config), reactor)
         events.load()
-        notifier = Notifier(reactor, "notify min broker id change")
+        notifier = Notifier(reactor, "notify min broker id change", metrics.pushes)
         state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
                             route_events_to(metrics), metrics.store_failures)
         state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
@@ -210,6 +210,7 @@ class NamesrvService(service.MultiService):
         self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
         # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
         self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
+        self.notifier.fds = self.fds  # each push holds a descriptor
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
                                        config["headerMaxLength"], self.state.refusals, self.state.budget,

@@ -18,7 +18,7 @@ from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..outages import HealthWatch
 from ..peers import PeersService
-from ..server import RemotingFactory
+from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
@@ -85,6 +85,12 @@ class NamesrvCollector(Collector):
         yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
                                   "written, bad YAML, not a regular file): the accounts read before stay",
                                   value=metrics.acl_reload_failures)
+        pushes = CounterMetricFamily("namesrv_broker_pushes", "Pushes to brokers (NOTIFY_MIN_BROKER_ID_CHANGE), by "
+                                     "result: sent, failed, superseded by a newer one to the same address, dropped "
+                                     "(too many in flight, or the descriptor reserve)", labels=["result"])
+        for result in PUSH_RESULTS:
+            pushes.add_metric([result], metrics.pushes[result])
+        yield pushes
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
