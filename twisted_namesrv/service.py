@@ -137,8 +137,13 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
 def reload_acl(acl: AccessControl, metrics: Metrics | None = None) -> None:
     """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
     file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
-    accounts read before, one error line and one count in ``metrics.acl_reload_failures``."""
-    outcome = acl.reload_if_changed()
+    accounts read before, one error line and one count in ``metrics.acl_reload_failures``.  Whatever
+    goes wrong, the timer goes on (an exception out of here would end it: no later change of the
+    accounts, a revoked one included, would ever be read)."""
+    try:
+        outcome = acl.reload_if_changed()
+    except Exception as exc:  # the timer's boundary: anything unforeseen is a failed reload, said once
+        outcome = f"not reloaded, the accounts read before stay: {type(exc).__name__}: {exc}"
     if outcome is None:
         return
     if outcome.startswith("reloaded"):

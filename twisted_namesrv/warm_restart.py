@@ -65,7 +65,7 @@ class RouteSnapshotService(StepTimerService):
         if not self.path.exists():
             return 0
         try:
-            data = read_regular(self.path)
+            data = read_regular(self.path, None)
         except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
             raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
         except OSError as exc:

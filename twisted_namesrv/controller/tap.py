@@ -12,7 +12,7 @@ from twisted.python import usage
 from .. import CannotStart, properties
 from ..logs import configured_observer
 from ..state.config import ConfigError
-from ..state.files import read_regular_text
+from ..state.files import TEXT_FILE_LIMIT, read_regular_text
 from ..tap import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file
 from .config import ControllerConfig, ControllerConfigError
 
@@ -31,7 +31,7 @@ class Options(usage.Options):
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
-                props = properties.load(read_regular_text(self["configFile"]))
+                props = properties.load(read_regular_text(self["configFile"], TEXT_FILE_LIMIT))
             except OSError as exc:
                 cannot_start(f"cannot read config file {self['configFile']}: {exc.strerror}")
             except (UnicodeDecodeError, ValueError, ConfigError) as exc:

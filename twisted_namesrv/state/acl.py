@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .files import read_regular, read_regular_text
+from .files import TEXT_FILE_LIMIT, read_regular, read_regular_text
 
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 #: this project's signature beside Java's (``bound_signature``): an extField no Java client sends
@@ -446,7 +446,7 @@ def _stamp(path: str) -> tuple[int, int, bytes] | None:
     """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
     mtime's resolution still shows); None when it cannot be read."""
     try:
-        data = read_regular(path)  # a FIFO swapped in would block every port at the next check (files.py)
+        data = read_regular(path, TEXT_FILE_LIMIT)  # a FIFO swapped in would block every port (files.py)
         info = Path(path).stat()
     except OSError:
         return None
@@ -471,7 +471,7 @@ def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
     import yaml  # only when ACL is on
 
     try:
-        document = yaml.safe_load(read_regular_text(path))
+        document = yaml.safe_load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

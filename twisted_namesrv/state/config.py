@@ -28,7 +28,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
-from .files import read_regular_text
+from .files import TEXT_FILE_LIMIT, read_regular_text
 from .hosts import AllowedHostsError, parse_allowed
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -412,7 +412,7 @@ def _read_properties(path: str, what: str = "cannot read config file") -> dict[s
     """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
     a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
     try:
-        return properties.load(read_regular_text(path))
+        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -44,7 +44,7 @@ class KVConfigManager:
         if not path.exists():
             return
         try:
-            data = read_regular(path)  # a FIFO would block the start: refused (files.py)
+            data = read_regular(path, None)  # a FIFO would block the start: refused (files.py)
         except OSError as exc:
             raise KVConfigError(f"cannot read KV config {path}: {exc.strerror}") from None
         if not data.strip():
