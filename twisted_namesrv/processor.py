@@ -344,7 +344,13 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
             queues = [QueueData.from_json(q) for q in (json_body(request).get("queueDatas") or [])]
         except (AttributeError, TypeError, KeyError, OverflowError, ValueError) as exc:
             raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
-        state.routes.register_topic(request.ext.get("topic"), queues)
+        try:
+            state.routes.register_topic(request.ext.get("topic"), queues)
+        except RegistrationRefused as refusal:  # past a limit of the tables: nothing stored (Java has none)
+            state.refusals("remoting", refusal.reason, peer.address, "register topic {topic} refused: {why}",
+                           topic=str(request.ext.get("topic"))[:200], why=str(refusal))
+            return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register topic refused: {refusal}",
+                           normal=False)
     return respond(state, request)
 
 

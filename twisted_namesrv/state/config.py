@@ -129,6 +129,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("maxBrokers", 100_000, OURS, guarded=True),
     ConfigKey("maxBrokersPerGroup", 64, OURS, guarded=True),
     ConfigKey("maxTopicQueueEntries", 8_000_000, OURS, guarded=True),
+    #: the longest topic, broker or cluster name, address or zone a registration (or REGISTER_TOPIC_IN_NAMESRV)
+    #: may hold: the table limits count entries, and what one entry holds must be bounded too
+    ConfigKey("maxNameLength", 512, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -231,6 +234,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "maxBrokers": (1, None),
     "maxBrokersPerGroup": (1, None),
     "maxTopicQueueEntries": (1, None),
+    "maxNameLength": (16, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),
