@@ -31,7 +31,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                    "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
                    "fd_reserve"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
-             "request_body", "fd_reserve"),
+             "request_body", "fd_reserve", "memory_budget"),
 }
 
 

@@ -163,7 +163,7 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
                      state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
-                     config["httpRequestTimeoutSeconds"], reactor, fds)  # web/connections.py
+                     config["httpRequestTimeoutSeconds"], reactor, fds, state.budget)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site
