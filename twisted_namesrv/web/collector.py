@@ -14,6 +14,7 @@ from twisted.copyright import version as twisted_version
 from .. import __version__
 from ..audit import OPERATION_NAMES, RESULTS
 from ..context import NamesrvState
+from ..escapes import CONTROLS, escaped
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..outages import HealthWatch
@@ -225,7 +226,22 @@ def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch 
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
-    found = CollectorRegistry(auto_describe=False)
+    found = EscapedRegistry(auto_describe=False)
     found.register(NamesrvCollector(state, factory, health, peers))
     ProcessCollector(registry=found)
     return found
+
+
+class EscapedRegistry(CollectorRegistry):
+    """A registry whose label values hold no control character (escapes.py: ``\\x1b``, ``\\u2028``
+    as visible text): cluster and broker names are labels, and a broker registers them unsigned
+    without ACL.  Raw, an ESC in a cluster name reached the terminal of whoever ran ``curl /metrics``
+    (Prometheus's text format escapes only ``\\``, ``"`` and newlines), and a lone surrogate
+    (``"\\ud800"`` in a JSON header) made every scrape fail with 500 while that broker was registered."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            if any(CONTROLS.search(value) for sample in metric.samples for value in sample.labels.values()):
+                metric.samples = [sample._replace(labels={name: escaped(text) for name, text in sample.labels.items()})
+                                  for sample in metric.samples]
+            yield metric
