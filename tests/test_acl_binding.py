@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import pytest_twisted
+from twisted.internet import threads
 from twisted.internet.utils import getProcessOutputAndValue
 
 from tests.support import server_config, start_server
@@ -219,3 +220,38 @@ def test_a_request_signed_before_the_server_started_is_refused_after_a_restart(t
     assert after.state.kv.get("ns", "k") == "put back"
     fresh = bound({"namespace": "ns", "key": "k"}, RequestCode.DELETE_KV_CONFIG, NOW_MS + 30_000, b"f" * 16)
     assert after.call(RequestCode.DELETE_KV_CONFIG, fresh).code == ResponseCode.SUCCESS
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_write_to_every_namesrv_cannot_be_replayed_from_one_to_another(tmp_path, accounts_file):
+    """namesrv-admin signed each NameServer's copy of a write with a nonce of its own: a listener's
+    copy of ``updateKvConfig v1`` on its way to A, replayed to B after ``v2`` (within the window), put
+    v1 back on B. Now one write carries one nonce to every NameServer, and B has seen it."""
+    servers = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        config = server_config(tmp_path / name, aclEnable=True, aclAccountsFile=accounts_file,
+                               aclNamesrvSignatureRequired=True)
+        servers.append((yield start_server(config)))
+    (service_a, port_a), (service_b, port_b) = servers
+    seen: list[dict] = []
+    service_a.dispatcher.observe(lambda request, peer, response: seen.append(dict(request.ext or {})))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
+    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    admin = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port_a};127.0.0.1:{port_b}"]
+    try:
+        for value in ("v1", "v2"):
+            out, err, code = yield getProcessOutputAndValue(admin[0], [*admin[1:], "updateKvConfig", "-s", "NS", "-k",
+                                                                       "k", "-v", value], env=env)
+            assert code == 0, err
+        captured = next(ext for ext in seen if ext.get("value") == "v1")
+        replay = NamesrvClient(f"127.0.0.1:{port_b}", 5)  # no credentials: sends the captured fields as they are
+        try:
+            answer = yield threads.deferToThread(replay.call, RequestCode.PUT_KV_CONFIG, captured)
+        finally:
+            replay.close()
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "was seen before" in answer.remark
+        assert service_b.state.kv.get("NS", "k") == "v2" and service_a.state.kv.get("NS", "k") == "v2"
+    finally:
+        for service, _ in servers:
+            yield service.stopService()
