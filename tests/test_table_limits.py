@@ -357,3 +357,15 @@ def test_the_counts_equal_a_recount_after_any_sequence_of_changes(tmp_path, seed
     restored = Namesrv(tmp_path / "restored", ns.profile.name)
     import_routes(restored.routes, export_routes(ns.routes))
     assert (restored.routes.topicsOfGroup, restored.routes.queueEntries) == recounted(ns)[:2]
+
+
+def test_a_kv_put_past_max_kv_bytes_is_refused_logged_and_counted(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", maxKvBytes=1000)
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "a", "value": "v" * 500}).code == 0
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "b", "value": "v" * 500})
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "over maxKvBytes (1000)" in answer.remark
+    assert ns.state.kv.get("NS", "b") is None and ns.state.refusals.counts["remoting", "max_kv_bytes"] == 1
+    (line,) = [e for e in events if e.get("refused") == "max_kv_bytes"]
+    assert line["log_level"].name == "warn" and line["key"] == "b"
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "a", "value": "w" * 500}).code == 0

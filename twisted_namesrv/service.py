@@ -70,7 +70,7 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     refused = store_refusal(Counter() if store_failures is None else store_failures)
     kv_file = AtomicFile("kvConfigPath", kv_path, refused)
     config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
-    kv = KVConfigManager(kv_file.save)
+    kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],

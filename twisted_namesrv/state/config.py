@@ -132,6 +132,8 @@ KEYS: list[ConfigKey] = [
     #: the longest topic, broker or cluster name, address or zone a registration (or REGISTER_TOPIC_IN_NAMESRV)
     #: may hold: the table limits count entries, and what one entry holds must be bounded too
     ConfigKey("maxNameLength", 512, OURS, guarded=True),
+    #: the KV table's size, as written to kvConfigPath: every PUT_KV_CONFIG rewrites it whole, in the reactor
+    ConfigKey("maxKvBytes", 8 * 1024 * 1024, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -235,6 +237,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "maxBrokersPerGroup": (1, None),
     "maxTopicQueueEntries": (1, None),
     "maxNameLength": (16, None),
+    "maxKvBytes": (0, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),
