@@ -187,11 +187,11 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     answers = protocol.factory.dispatcher.state.answers
     assert routes.on_change == answers.changed
-    routes.topic_changed("T0")
+    routes.delete_topic("T0")  # one topic's change
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    routes.broker_changed("a")
+    routes.wipe_write_perm_of_broker("a")  # one group's change
     assert sorted(answers.routes) == ["T2"]
     assert list(answers.tables["topic"]) == [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]
     assert answers.tables["broker"] == {}

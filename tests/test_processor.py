@@ -18,7 +18,7 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
 from twisted_namesrv.dispatch import Dispatcher
-from twisted_namesrv.processor import HANDLERS
+from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
@@ -109,7 +109,7 @@ def test_unknown_code_is_not_supported_in_both_modes(ns, serialize_type):
     assert answer.serialize_type == SerializeType.JSON  # an error reply is JSON in both
 
 
-@pytest.mark.parametrize("code", sorted(HANDLERS) + [9999])
+@pytest.mark.parametrize("code", sorted(CODES) + [9999])
 @BOTH
 def test_oneway_request_gets_no_answer(tmp_path, profile, code):
     ns = Namesrv(tmp_path, profile)

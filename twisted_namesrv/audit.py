@@ -13,21 +13,22 @@ no KV value either), and the result -- and the event goes three ways:
 - the counter ``namesrv_admin_requests_total{operation,result}`` (every series from the start);
 - the status page's recent events (``/api/events``, kind ``audit``).
 
-``observer`` is what the service hands the dispatcher (``Dispatcher.observe``): it hears every
+``AuditTrail`` owns the counts; the composition root (service.py) constructs it once with the
+page's events and hands its ``observer`` to the dispatcher (``Dispatcher.observe``): it hears every
 dispatched request with its answer and records those whose code is in AUDITED; the operation and
 target are read from the request code and header here, so the handlers stay as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger, LogLevel
 
 from .context import NamesrvState, Peer
-from .metrics import Metrics
+from .events import RecentEvents
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .remoting.codes import code_name
 from .state.acl import ACCESS_KEY, ACL_EXCEPTION
@@ -137,22 +138,26 @@ def _target(request: RemotingCommand) -> dict[str, Any]:
     return {name: ext.get(name) for name in _TARGET_FIELDS[request.code] if ext.get(name) is not None}
 
 
-def record(state: NamesrvState, metrics: Metrics, request: RemotingCommand, peer: Peer,
-           response: RemotingCommand | None) -> AuditEvent:
-    """Log, count and show one audited request."""
-    event = event_of(state, request, peer, response)
-    level = LogLevel.info if event.result == "ok" else LogLevel.warn
-    log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
-    metrics.admin_requests[event.operation, event.result] += 1
-    metrics.feed_event("audit", event.fields())
-    return event
+class AuditTrail:
+    """The audit trail of one NameServer: its counts by (operation, result), the one owner of
+    ``namesrv_admin_requests_total``; each event also logged and fed to the page's ``events``."""
 
+    def __init__(self, state: NamesrvState, events: RecentEvents) -> None:
+        self.state = state
+        self.events = events
+        #: audited requests by (operation, result)
+        self.counts: Counter[tuple[str, str]] = Counter()
 
-def observer(state: NamesrvState, metrics: Metrics) -> Callable[[RemotingCommand, Peer, RemotingCommand], None]:
-    """The dispatcher's observer (``Dispatcher.observe``) that records every audited request."""
+    def record(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
+        """Log, count and show one audited request."""
+        event = event_of(self.state, request, peer, response)
+        level = LogLevel.info if event.result == "ok" else LogLevel.warn
+        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
+        self.counts[event.operation, event.result] += 1
+        self.events.feed_event("audit", event.fields())
+        return event
 
-    def heard(request: RemotingCommand, peer: Peer, response: RemotingCommand) -> None:
+    def observer(self, request: RemotingCommand, peer: Peer, response: RemotingCommand) -> None:
+        """The dispatcher's observer (``Dispatcher.observe``): records every audited request."""
         if request.code in AUDITED:
-            record(state, metrics, request, peer, response)
-
-    return heard
+            self.record(request, peer, response)

@@ -1,5 +1,9 @@
-"""NamesrvService: what a NameServer starts from, read once (``load``); the service tree built on it
-(listeners, timers, the controller: children, constructed without I/O); a clean stop."""
+"""The composition root of a NameServer: every owner constructed once and every subscription wired
+here (``build``: the state's owners, what the server observes of itself, who hears route changes and
+route events, in a stated order); what it starts from, read once (``load``); the service tree built
+on it (``NamesrvService``: listeners, timers, the controller: children, constructed without I/O); a
+clean stop.  Nothing registers itself by being imported, and no constructor elsewhere makes an owner
+of its own: tests build through ``build`` too."""
 
 from __future__ import annotations
 
@@ -12,27 +16,33 @@ from time import perf_counter
 from typing import Any
 
 from twisted.application import service
-from twisted.application.internet import TimerService
 from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 
-from . import CannotStart, __version__, audit, sdnotify
+from . import CannotStart, __version__, sdnotify
+from .answer_cache import AnswerCache
+from .audit import AuditTrail
 from .budget import MemoryBudget, default_budget, fd_limit_warning
 from .context import NamesrvState
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
+from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
+from .events import RecentEvents
 from .housekeeping import HousekeepingService, log_route_event
+from .lost_topics import LostTopics
 from .metrics import Metrics
+from .observations import Observations
 from .peers import PeersService, peer_addresses
+from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .server import Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError, KVConfigManager
-from .state.routes import EventListener, RouteInfoManager
+from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
+from .timers import ClockedTimerService
 from .tls import listen_with
 from .warm_restart import RouteSnapshotService
 
@@ -59,41 +69,66 @@ def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], 
     return refused
 
 
-def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None, listener: EventListener = log_route_event,
-                store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
-    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
-    with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
-    ``store_failures`` by (store, errno name)."""
+@dataclass(frozen=True)
+class Owners:
+    """Every owner of a NameServer's state, each constructed once by ``build``: what the handlers
+    are given (``state``) and what the server observes of itself (``seen``)."""
+
+    state: NamesrvState
+    seen: Observations
+
+
+def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
+          keep_answers: bool = True) -> Owners:
+    """Every owner, constructed once and wired, in one place (as Java's NamesrvController and
+    twisted.names' tap): the KV store loaded from its file (a corrupt file raises KVConfigError),
+    with aclEnable the accounts (AclConfigError).  A save that fails is counted in the metrics by
+    (store, errno name).  ``keep_answers=False``: a cache that keeps nothing (the differential
+    tests' reference).
+
+    Who hears what, in this order (nothing subscribes itself):
+
+    - a complete route change: the answer cache (drops what it makes stale);
+    - a key put or deleted: the answer cache (an ORDER_TOPIC_CONFIG key is a topic's orderTopicConf);
+    - a config update: the answer cache (everything: switches shape answers);
+    - a departure that took topics away: the lost topics, before the event's listeners;
+    - a route event: the log line, the counter by kind, the page's events, the departed brokers
+      (each reads the tables as changed: events come once the change is complete);
+    - an audited request (the dispatcher's observer, wired by NamesrvService): the audit trail,
+      which logs it, counts it and feeds it to the page's events."""
+    seconds = clock.seconds
+    metrics = Metrics()
+    refused = store_refusal(metrics.store_failures)
     kv_path = Path(config["kvConfigPath"])
-    refused = store_refusal(Counter() if store_failures is None else store_failures)
     kv_file = AtomicFile("kvConfigPath", kv_path, refused)
     config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
-    routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
+    routes = RouteInfoManager(config, seconds, notifier=notifier)
+    answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"])
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: config_file.save(java_utf8(text)), acl=acl,
-                        budget=budget)
-
-
-def route_events_to(metrics: Metrics) -> EventListener:
-    """Every route event to the log and to the metrics (the status page's events)."""
-    def heard(kind: str, info: dict) -> None:
-        log_route_event(kind, info)
-        metrics.route_event(kind, info)
-    return heard
+    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), seconds(),
+                         lambda text: config_file.save(java_utf8(text)), acl=acl, budget=budget)
+    events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
+    seen = Observations(metrics, events, departed, lost, AuditTrail(state, events))
+    # what makes kept answers stale
+    routes.subscribe(answers.changed, answers.holds)
+    kv.subscribe(answers.kv_changed)
+    config.subscribe(answers.clear)
+    # route events, each once its change is complete
+    routes.listen_lost(lost.departed)
+    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event):
+        routes.listen(heard)
+    return Owners(state, seen)
 
 
 @dataclass
 class Loaded:
     """What a NameServer starts from, read from disk by ``load`` before anything is built on it."""
 
-    state: NamesrvState
-    metrics: Metrics
+    owners: Owners
     #: NOTIFY_MIN_BROKER_ID_CHANGE's pushes (the routes' notifier)
     notifier: Notifier
     #: the status page's events of the last run, restored
@@ -103,6 +138,10 @@ class Loaded:
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
 
+    @property
+    def state(self) -> NamesrvState:
+        return self.owners.state
+
 
 def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
     """Every read a start needs, in one place: the data dir checked, the page's events, the KV store,
@@ -110,16 +149,13 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
     cannot run with is one CannotStart naming the key or file (each launcher prints it as its one line)."""
     try:
         check_paths(config)
-        metrics = Metrics(clock=reactor.seconds)
-        events = EventLogService(metrics, events_path(config), reactor)
-        events.load()
         notifier = Notifier(reactor, "notify min broker id change")
-        state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
-                            route_events_to(metrics), metrics.store_failures)
-        state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
+        owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version))
+        events = EventLogService(owners.seen.events, events_path(config), reactor)
+        events.load()
         snapshots = None
         if config["routeSnapshotPath"]:
-            snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
+            snapshots = RouteSnapshotService(owners.state.routes, config["routeSnapshotPath"], reactor,
                                              config["routeSnapshotInterval"] / 1000)
             snapshots.load()
         wrap = listen_with(config)  # a bad TLS setup fails here
@@ -128,7 +164,7 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(state, metrics, notifier, events, snapshots, wrap)
+    return Loaded(owners, notifier, events, snapshots, wrap)
 
 
 def reload_acl(acl: AccessControl) -> None:
@@ -193,21 +229,21 @@ class NamesrvService(service.MultiService):
         super().__init__()
         self.config = config
         self.reactor = reactor
-        self.metrics = loaded.metrics
+        self.seen = loaded.owners.seen
+        self.metrics = self.seen.metrics
         self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
         self.notifier = loaded.notifier
         self.state = loaded.state
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
-        self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
+        self.dispatcher.observe(self.seen.audit.observer)  # the audit trail (audit.py)
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
-                                       config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
-                                       config["headerMaxLength"], self.state.refusals, self.state.budget)
+                                       config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
+                                       self.state.budget, config["maxConnections"], config["headerMaxLength"])
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
-            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
-            reload.clock = reactor
-            reload.setServiceParent(self)
+            acl = self.state.acl
+            ClockedTimerService(RELOAD_INTERVAL_SECONDS, lambda: reload_acl(acl), reactor).setServiceParent(self)
         scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
         self.housekeeping.setServiceParent(self)
@@ -234,7 +270,7 @@ class NamesrvService(service.MultiService):
             self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
                                       config["peersCompareInterval"] / 1000)  # the status page's peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers)
+            site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"])
             self.web.setServiceParent(self)

@@ -19,9 +19,9 @@ MAPPING = {"T1": queue_mapping_info({"bname": "broker-a", "epoch": 1, "scope": "
 
 def answers(routes: RouteInfoManager) -> list[bytes]:
     """Every route, the cluster info and the topic list, as a client would receive them."""
-    v5 = routes.profile.v5_bodies
-    bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5)),
-              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), v5=v5))]
+    v5, concurrent = routes.profile.v5_bodies, routes.profile.concurrent_tables
+    bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5, concurrent)),
+              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), concurrent=concurrent))]
     for topic in routes.all_topics():
         route = routes.pickup_topic_route_data(topic)
         bodies.append(fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas,

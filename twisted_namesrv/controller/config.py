@@ -94,7 +94,9 @@ def check_store_keys(values: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Peer:
+class ControllerPeer:
+    """One entry of controllerDLegerPeers: a controller of the group (not a connection: context.Peer)."""
+
     peer_id: str
     host: str
     port: int
@@ -104,7 +106,7 @@ class Peer:
         return f"{self.host}:{self.port}"
 
 
-def parse_peers(text: str | None) -> list[Peer]:
+def parse_peers(text: str | None) -> list[ControllerPeer]:
     """``n0-127.0.0.1:9878;n1-127.0.0.1:9868`` -> peers; ControllerConfigError on a bad entry."""
     peers = []
     for entry in (text or "").split(";"):
@@ -116,7 +118,7 @@ def parse_peers(text: str | None) -> list[Peer]:
         number = parse_java_integer(port, 32)
         if not peer_id or not host or number is None or not 0 <= number <= 65535:
             raise ControllerConfigError(f"controllerDLegerPeers: {entry!r} is not id-host:port")
-        peers.append(Peer(peer_id, host, number))
+        peers.append(ControllerPeer(peer_id, host, number))
     return peers
 
 
@@ -154,10 +156,10 @@ class ControllerConfig:
         return self.values[name]
 
     @property
-    def peers(self) -> list[Peer]:
+    def peers(self) -> list[ControllerPeer]:
         return parse_peers(self.values["controllerDLegerPeers"])
 
-    def self_peer(self) -> Peer | None:
+    def self_peer(self) -> ControllerPeer | None:
         """This controller's entry of controllerDLegerPeers, or None when not configured."""
         self_id = self.values["controllerDLegerSelfId"]
         for peer in self.peers:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from twisted.application import service
-from twisted.application.internet import TimerService
 from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -28,8 +27,8 @@ from ..metrics import Metrics
 from ..refusals import Refusals
 from ..server import Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
-from .config import ControllerConfig, ControllerConfigError
-from .config import Peer as ControllerPeer
+from ..timers import ClockedTimerService
+from .config import ControllerConfig, ControllerConfigError, ControllerPeer
 from .log import ControllerLog, ControllerLogError, FileControllerLog, Leadership, SoleLeader
 from .manager import ControllerManager
 from .metrics import ControllerMetrics
@@ -81,10 +80,10 @@ class ControllerService(service.MultiService):
         self.file_log = FileControllerLog(path) if store is None else None
         self.store: ControllerLog = store if store is not None else self.file_log  # type: ignore[assignment]
         self.leadership: Leadership = leadership or SoleLeader()
-        self.metrics = Metrics(clock=reactor.seconds)
+        self.metrics = Metrics()
         self.controller_metrics = ControllerMetrics()
         self.notifier = Notifier(reactor, "notify broker role change")
-        refusals = refusals or Refusals()
+        refusals = refusals or Refusals()  # standing alone: its own
         self.manager = ControllerManager(
             config, self.store, self.leadership, reactor.seconds,
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
@@ -92,8 +91,10 @@ class ControllerService(service.MultiService):
             close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals)
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
-        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length, refusals, budget, "controller")
+        if budget is None:  # standing alone (controller/tap.py): its own root, with a budget of its own
+            budget = MemoryBudget(8 * max_frame_length)
+        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, refusals, budget,
+                                       max_connections, max_header_length, "controller")
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
                                  listen_port, bind_address)
         self.listener.setServiceParent(self)
@@ -102,8 +103,7 @@ class ControllerService(service.MultiService):
         # inactive-master scan from electing within its first interval as leader (in_first_heartbeat_grace)
         for work, key in ((self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
                           (self.manager.scan_inactive_master, "scanInactiveMasterInterval")):
-            scan = TimerService(float(config[key]) / 1000, work)
-            scan.clock = reactor
+            scan = ClockedTimerService(float(config[key]) / 1000, work, reactor)
             scan.setName(key)
             scan.setServiceParent(self)
         if consensus is not None:  # joins its group at start (once the manager follows it), leaves at stop

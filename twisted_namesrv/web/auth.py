@@ -114,13 +114,13 @@ class Gate(resource.Resource):
     to 127.0.0.1 (DNS rebinding) must not read the status page through the operator's browser.
     With an ACL, every path but the public ones needs an account, KV values an admin one."""
 
-    def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
+    def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals,
                  loopback_only: bool = False, open_beyond_loopback: bool = False) -> None:
         super().__init__()
         self.open_beyond_loopback = open_beyond_loopback
         self.inner = inner
         self.acl = acl
-        self.refusals = refusals or Refusals()
+        self.refusals = refusals
         self.loopback_only = loopback_only
 
     def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
@@ -180,7 +180,7 @@ def is_loopback_peer(request: server.Request) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
-def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
+def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals,
             loopback_only: bool = False, open_beyond_loopback: bool = False) -> resource.Resource:
     """``root`` behind the Gate: normalized paths always, the Host check when bound to loopback,
     the ACL's accounts when ACL is on, else the status page and /api for loopback peers only

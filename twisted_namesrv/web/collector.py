@@ -16,6 +16,7 @@ from ..audit import OPERATIONS, RESULTS
 from ..context import NamesrvState
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..server import RemotingFactory
@@ -24,16 +25,17 @@ from ..server import RemotingFactory
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
 
 class NamesrvCollector(Collector):
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
                  peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.seen = seen
+        self.health = health
         self.peers = peers
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -123,14 +125,14 @@ class NamesrvCollector(Collector):
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
                                      labels=["kind"])
-        kinds = Counter(event.kind for event in self.metrics.departed_brokers())
+        kinds = Counter(event.kind for event in self.seen.departed.brokers())
         for kind in sorted(DEPARTURES):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
-                                value=len(self.metrics.lost_topics.recent(self.state.routes.topicQueueTable)))
+                                value=len(self.seen.lost.recent(self.state.routes.topicQueueTable)))
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""
@@ -165,7 +167,7 @@ class NamesrvCollector(Collector):
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
                                      "operation and result: ok, refused (ACL or config black list), failed",
                                      labels=["operation", "result"])
-        counts = self.metrics.admin_requests
+        counts = self.seen.audit.counts
         for operation in sorted(OPERATIONS.values()):
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
@@ -203,13 +205,13 @@ class NamesrvCollector(Collector):
         return info
 
 
-def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
              peers: PeersService | None = None) -> CollectorRegistry:
     """Our families plus the process's own (CPU, resident memory, open files); ``health``: the
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
     found = CollectorRegistry(auto_describe=False)
-    found.register(NamesrvCollector(state, factory, health, peers))
+    found.register(NamesrvCollector(state, factory, seen, health, peers))
     ProcessCollector(registry=found)
     return found

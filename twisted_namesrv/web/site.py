@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
 from ..context import NamesrvState
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
@@ -27,10 +28,10 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None,
-                 health: HealthWatch | None = None, peers: PeersService | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
+                 controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
-        self.registry = registry(state, factory, health, peers)
+        self.registry = registry(state, factory, seen, health, peers)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
 
@@ -132,10 +133,11 @@ class QuietSite(server.Site):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory,
+def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
               peers: PeersService | None = None) -> server.Site:
-    """``children``: more top-level resources (the probes, the address server), each in its own module;
+    """``seen``: what the server observed of itself (the composition root's owners); ``children``:
+    more top-level resources (the probes, the address server), each in its own module;
     ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
     the peers view's service (/api/peers and the namesrv_peer_* gauges)."""
     root = Root()
@@ -143,8 +145,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
     health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
-    root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
+    root.putChild(b"metrics", MetricsPage(state, factory, seen, health, controller, peers))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory, seen, health), controller, peers))
     loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
     opened = bool(state.config["httpOpenBeyondLoopback"])
     site = QuietSite(guarded(root, state.acl, state.refusals, loopback, opened))  # web/auth.py: who gets what
