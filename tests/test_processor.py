@@ -13,16 +13,15 @@ import pytest
 from twisted.internet import task
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
+from tests import built
 from twisted_namesrv import compat
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
-from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 
@@ -43,8 +42,8 @@ class Namesrv:
         self.config_path = tmp_path / "namesrv.properties"
         self.clock = task.Clock()
         self.clock.advance(START)
-        self.state: NamesrvState = build_state(self.config, self.clock)
-        self.dispatcher = Dispatcher(self.state)
+        self.dispatcher = built.dispatcher(self.config, self.clock)
+        self.state: NamesrvState = self.dispatcher.state
         self.routes = self.state.routes
         self.profile = self.config.profile
 
@@ -647,8 +646,7 @@ def test_get_config_lists_config_file_keys(tmp_path):
                     % (tmp_path / "kv.json"))
     config = NamesrvConfig.from_file(str(path))
     clock = task.Clock()
-    state = build_state(config, clock)
-    answer = Dispatcher(state).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    answer = built.dispatcher(config, clock).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
     assert keys["customKey"] == "hello" and keys["enableTopicList"] == "false"
     assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)
@@ -659,8 +657,7 @@ def test_update_config_changes_a_key_only_the_config_file_has(tmp_path):
     in it: such a key changes, is listed and persisted; one nowhere is still dropped."""
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nkvConfigPath=%s\n" % (tmp_path / "kv.json"))
-    state = build_state(NamesrvConfig.from_file(str(path)), task.Clock())
-    dispatcher = Dispatcher(state)
+    dispatcher = built.dispatcher(NamesrvConfig.from_file(str(path)), task.Clock())
     update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"customKey=bye\nnowhere=1\n")
     assert dispatcher.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
     answer = dispatcher.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))

@@ -70,7 +70,7 @@ def test_restored_brokers_expire_after_their_timeout_unless_they_register_again(
 def test_first_registration_after_a_restore_applies_the_whole_table(profile):
     events = []
     routes, _ = manager(profile)
-    routes._listener = lambda kind, info: events.append((kind, info["addr"]))
+    routes.listen(lambda kind, info: events.append((kind, info["addr"])))
     import_routes(routes, export_routes(populated(profile)[0]))
     register(routes, addr=MASTER_B, name="broker-b", cluster="c2", topics=("T2", "T3", "T4"), channel=9)
     assert "broker-b" in routes.topicQueueTable["T4"]  # same data version, yet applied
