@@ -20,6 +20,7 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 TOPICS = ["T0", "T1", "T2"]
@@ -28,7 +29,7 @@ BROKERS = ["a", "b"]
 
 def connection(tmp_path, name: str, compat: str, keep: bool, **settings: str):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings}, schema=SERVER_SCHEMA)
     clock = task.Clock()
     factory = built.factory(built.dispatcher(config, clock, keep_answers=keep, count_requests=True), clock, 1 << 24, 0)
     protocol, transport = connect(factory)

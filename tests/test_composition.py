@@ -9,6 +9,7 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.housekeeping import log_route_event
 from twisted_namesrv.remoting import RequestCode
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService, build
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -17,7 +18,7 @@ from .test_answer_cache import connect, send
 
 def config(tmp_path, **values) -> NamesrvConfig:
     return NamesrvConfig({"compatVersion": "4.9.8", "kvConfigPath": str(tmp_path / "kv.json"),
-                          "configStorePath": str(tmp_path / "ns.properties"), **values})
+                          "configStorePath": str(tmp_path / "ns.properties"), **values}, schema=SERVER_SCHEMA)
 
 
 def test_every_subscription_is_wired_by_the_root_in_its_stated_order(tmp_path) -> None:

@@ -17,6 +17,7 @@ from twisted_namesrv.metrics import OTHER_CODE, Metrics
 from twisted_namesrv.refusals import Refusals
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.server import RemotingFactory
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -27,7 +28,7 @@ CLIENT = Peer(8, "10.0.0.2:50000")
 @pytest.fixture
 def dispatcher(tmp_path) -> Dispatcher:
     config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
-                            "configStorePath": str(tmp_path / "ns.properties")})
+                            "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
     return built.dispatcher(config, task.Clock(), count_requests=True)
 
 
@@ -106,7 +107,7 @@ def test_a_closed_channel_takes_its_brokers_along(dispatcher) -> None:
 def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path, monkeypatch) -> None:
     clock = task.Clock()
     config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
-                            "configStorePath": str(tmp_path / "ns.properties")})
+                            "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
     dispatcher = built.dispatcher(config, clock, call_later=clock.callLater)
     register(dispatcher)
     register(dispatcher, Peer(9, "10.0.0.3:50000"))

@@ -14,6 +14,7 @@ from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.housekeeping import HousekeepingService
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -26,7 +27,7 @@ def config(tmp_path, profile: str = "5.3.3", **values) -> NamesrvConfig:
     base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
             "configStorePath": str(tmp_path / "ns.properties")}
     base.update(values)
-    return NamesrvConfig(base)
+    return NamesrvConfig(base, schema=SERVER_SCHEMA)
 
 
 class World:

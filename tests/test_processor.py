@@ -22,6 +22,7 @@ from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 
@@ -38,7 +39,7 @@ class Namesrv:
         base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kvConfig.json"),
                 "configStorePath": str(tmp_path / "namesrv.properties")}
         base.update(values)
-        self.config = NamesrvConfig(base)
+        self.config = NamesrvConfig(base, schema=SERVER_SCHEMA)
         self.config_path = tmp_path / "namesrv.properties"
         self.clock = task.Clock()
         self.clock.advance(START)
@@ -644,7 +645,7 @@ def test_get_config_lists_config_file_keys(tmp_path):
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nenableTopicList=false\nkvConfigPath=%s\ncompatVersion=4.9.8\n"
                     % (tmp_path / "kv.json"))
-    config = NamesrvConfig.from_file(str(path))
+    config = NamesrvConfig.from_file(str(path), schema=SERVER_SCHEMA)
     clock = task.Clock()
     answer = built.dispatcher(config, clock).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
@@ -657,7 +658,7 @@ def test_update_config_changes_a_key_only_the_config_file_has(tmp_path):
     in it: such a key changes, is listed and persisted; one nowhere is still dropped."""
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nkvConfigPath=%s\n" % (tmp_path / "kv.json"))
-    dispatcher = built.dispatcher(NamesrvConfig.from_file(str(path)), task.Clock())
+    dispatcher = built.dispatcher(NamesrvConfig.from_file(str(path), schema=SERVER_SCHEMA), task.Clock())
     update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"customKey=bye\nnowhere=1\n")
     assert dispatcher.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
     answer = dispatcher.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))

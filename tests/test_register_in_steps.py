@@ -26,6 +26,7 @@ from twisted_namesrv.bodies.register import (
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state import registration
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.steps import run_steps
@@ -174,7 +175,8 @@ class Turns:
 def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None = None, keep: bool = True,
                 settings: dict | None = None):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties"), **(settings or {})})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **(settings or {})},
+                           schema=SERVER_SCHEMA)
     dispatcher = built.dispatcher(config, task.Clock(), keep_answers=keep, count_requests=True, step_from=0,
                                   cooperator=turns.cooperator if turns else None)
     return built.factory(dispatcher, task.Clock(), 1 << 24, 0)

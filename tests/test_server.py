@@ -26,6 +26,7 @@ from twisted_namesrv.remoting import (
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.header import Header
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.server import send_now
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -49,7 +50,7 @@ class RecordingDispatcher(Dispatcher):
 class Harness:
     def __init__(self, tmp_path, profile: str = "5.3.3", idle: float = IDLE, max_frame: int = 16 * 1024 * 1024):
         config = NamesrvConfig({"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
-                                "configStorePath": str(tmp_path / "ns.properties")})
+                                "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
         self.clock = task.Clock()
         self.clock.advance(1_000)
         self.dispatcher = built.dispatcher(config, self.clock, cls=RecordingDispatcher)

@@ -36,6 +36,7 @@ from .peers import PeersService, peer_addresses
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
+from .schema import SERVER_SCHEMA
 from .server import Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
@@ -96,6 +97,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
       (each reads the tables as changed: events come once the change is complete);
     - an audited request (the dispatcher's observer, wired by NamesrvService): the audit trail,
       which logs it, counts it and feeds it to the page's events."""
+    missing = [key.name for key in SERVER_SCHEMA.keys if key.name not in config.schema.by_name]
+    if missing:  # a partial schema would take the controller's keys as unknown ones: typed, checked and guarded nowhere
+        raise ConfigError(f"the NameServer's config does not know {', '.join(missing)}: build it with "
+                          "schema.SERVER_SCHEMA")
     seconds = clock.seconds
     metrics = Metrics()
     refused = store_refusal(metrics.store_failures)

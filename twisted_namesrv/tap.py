@@ -18,8 +18,9 @@ from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
+from .launch import cannot_start, report_cannot_start_in_one_line, warn_of
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
+from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
 
 log = Logger()
@@ -27,28 +28,6 @@ log = Logger()
 
 def version_line() -> str:
     return f"twisted-namesrv {__version__} (Twisted {twisted_version}, Python {platform.python_version()})\n"
-
-
-def cannot_start(reason: str) -> NoReturn:
-    """Log the reason, then exit 1 with it on stderr (SystemExit: twistd prints no traceback).
-    Logged as an error: a critical event before the log opens would reach stderr a second time."""
-    log.error("cannot start: {reason}", reason=reason)
-    raise SystemExit(cannot_start_line(reason))
-
-
-def report_cannot_start_in_one_line() -> None:
-    """Under ``twistd -n`` a port that cannot be bound raises CannotStart out of twistd: print
-    its one line instead of a traceback (the log already has it).  Daemonised, twistd's parent
-    prints the reason and exits 1."""
-    previous = sys.excepthook
-
-    def hook(kind, value, tb) -> None:
-        if issubclass(kind, CannotStart):
-            (sys.__stderr__ or sys.stderr).write(cannot_start_line(value) + "\n")
-        else:
-            previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 class Options(usage.Options):
@@ -144,12 +123,11 @@ class Options(usage.Options):
         self._check_log_options()
         self._no_pidfile_in_the_foreground()
         try:
-            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"])
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"],
+                                                  SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))
-        for warning in self.config.warnings:
-            log.warn("{warning}", warning=warning)
-            sys.stderr.write(f"namesrv: warning: {warning}\n")
+        warn_of(self.config.warnings)
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)

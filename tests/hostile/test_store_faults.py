@@ -42,6 +42,7 @@ from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 PAGE = 4096
@@ -65,7 +66,7 @@ def request(code: int, ext: dict | None = None, body: bytes | None = None, opaqu
 class Namesrv:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.config = NamesrvConfig.from_file(None, self.overrides())
+        self.config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
         self.dispatcher = built.dispatcher(self.config, task.Clock())
         self.state = self.dispatcher.state
         self.failures: Counter = self.dispatcher.metrics.store_failures
@@ -85,7 +86,7 @@ class Namesrv:
                 for name in ("kvConfig.json", "namesrv.properties")}
 
     def restarted(self) -> tuple:
-        config = NamesrvConfig.from_file(None, self.overrides())
+        config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
         state = built.owners(config, task.Clock()).state
         return state.kv.configTable, config["orderMessageEnable"]
 

@@ -15,6 +15,7 @@ from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 ADDRS = {0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "127.0.0.1:10931"}
@@ -22,7 +23,7 @@ ADDRS = {0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "127.0.0.1:10931"}
 
 def new_dispatcher(tmp_path, name: str, compat: str):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties")})
+                            "configStorePath": str(tmp_path / f"{name}.properties")}, schema=SERVER_SCHEMA)
     return built.dispatcher(config, task.Clock())
 
 

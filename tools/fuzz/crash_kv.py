@@ -49,6 +49,7 @@ from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
 from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig, parse_properties  # noqa: E402
 
 NAMESPACE, KEY = "CrashNS", "seq"
@@ -173,7 +174,7 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
     try:
         text = config_path.read_text(encoding="utf-8")
         props = parse_properties(text)
-        NamesrvConfig.from_file(str(config_path))
+        NamesrvConfig.from_file(str(config_path), schema=SERVER_SCHEMA)
     except (OSError, ValueError) as exc:
         violation(f"namesrv.properties does not load: {exc!r}")
         return

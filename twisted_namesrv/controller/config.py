@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..remoting.values import java_bool, parse_java_integer
-from ..state.config import OURS, ConfigError, ConfigKey, add_keys
+from ..state.config import OURS, ConfigError, ConfigKey
 
 
 class ControllerConfigError(ValueError):
@@ -192,7 +192,3 @@ class ControllerConfig:
             lines.append(f"{name}={'true' if value is True else 'false' if value is False else value}\n")
         return "".join(lines)
 
-
-# the NameServer's config knows the controller's keys once this module is imported: the launchers
-# (tap.py, service.py) import it before reading a -c file, and so does any use of the controller
-add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)
