@@ -23,6 +23,7 @@ from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
 from .audit import AuditTrail
 from .budget import MemoryBudget, default_budget, fd_limit_warning
+from .client import TlsWrap
 from .context import NamesrvState
 from .departures import DepartedBrokers
 from .dispatch import Dispatcher
@@ -44,7 +45,7 @@ from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
 from .timers import ClockedTimerService
-from .tls import listen_with
+from .tls import connect_with, listen_with
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -142,6 +143,8 @@ class Loaded:
     snapshots: RouteSnapshotService | None
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
+    #: what this server's own connections to its peers go over (None: plain TCP), the keys read
+    connect_with: TlsWrap | None = None
 
     @property
     def state(self) -> NamesrvState:
@@ -164,12 +167,13 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
                                              config["routeSnapshotInterval"] / 1000)
             snapshots.load()
         wrap = listen_with(config)  # a bad TLS setup fails here
+        to_peers = connect_with(config) if config["metricsPort"] else None  # the peers view's client
     except KVConfigError as exc:
         raise CannotStart(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it") \
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(owners, notifier, events, snapshots, wrap)
+    return Loaded(owners, notifier, events, snapshots, wrap, to_peers)
 
 
 def reload_acl(acl: AccessControl) -> None:
@@ -272,8 +276,8 @@ class NamesrvService(service.MultiService):
         if config["metricsPort"]:
             from .web.site import make_site  # prometheus_client and twisted.web only when asked for
 
-            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
-                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000, loaded.connect_with)  # peers view
             self.peers.setServiceParent(self)
             site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
@@ -290,8 +294,8 @@ class NamesrvService(service.MultiService):
         return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
-        """Where this server's own routes are read for the peers view: its remoting port, on
-        loopback when it listens on every interface."""
+        """How the peers view names this server (its routes are read in process): its remoting
+        port, on loopback when it listens on every interface."""
         host = str(self.config["bindAddress"])
         host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
         return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"

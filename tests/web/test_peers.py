@@ -99,3 +99,61 @@ def test_the_peers_are_namesrv_addr_else_the_nsaddr_list_without_this_server():
                             "advertisedAddress": "ns-0.ns"})
     assert peer_addresses(config, 9876) == ["ns-1.ns:9876"]  # ns-0 is this server; each peer once
     assert peer_addresses(NamesrvConfig(), 9876) == []
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_view_reads_its_peers_under_tls_and_acl_with_no_thread(tmp_path, monkeypatch):
+    """Under tls.server.mode=enforcing and aclReadRequired the old view failed (it read its own port
+    over plain TCP, unsigned, from a thread, beside the forked snapshot writer).  Now it reads its
+    own routes in process and its peers through the Twisted client, over TLS and signed, and no
+    thread pool is ever asked for."""
+    from tests.test_acl import ACCOUNTS
+
+    cert, key = _certificate(tmp_path / "tls")
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(ACCOUNTS)
+    secured = {"tls.server.mode": "enforcing", "tls.server.certPath": str(cert), "tls.server.keyPath": str(key),
+               "tls.server.trustCertPath": str(cert), "aclEnable": True, "aclAccountsFile": str(accounts),
+               "aclReadRequired": True}
+    asked: list[str] = []
+    monkeypatch.setattr(reactor, "getThreadPool", lambda: asked.append("thread pool") or None)
+    own_port, peer_port = free_port(), free_port()
+    peer, _ = yield start_server(server_config(tmp_path / "b", listenPort=peer_port, **secured))
+    own, _ = yield start_server(server_config(tmp_path / "a", listenPort=own_port, metricsPort=free_port(),
+                                              namesrvAddr=f"127.0.0.1:{peer_port}", peersCompareInterval=600_000,
+                                              **secured))
+    try:
+        report = yield compared(own)
+        assert report.error is None, report.error
+        [result] = report.results
+        assert result.up and result.differences == 0, result
+        assert result.summary == f"127.0.0.1:{own_port}, 127.0.0.1:{peer_port} agree: 0 brokers, 0 topics"
+        assert asked == []
+    finally:
+        yield own.stopService()
+        yield peer.stopService()
+
+
+def _certificate(directory):
+    """A self-signed certificate for 127.0.0.1 (tests/test_tls.py's), made for this test."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    directory.mkdir(parents=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return directory / "cert.pem", directory / "key.pem"
