@@ -114,7 +114,8 @@ def unused_imports(package: Path) -> list[str]:
         used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         exported: set[str] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            if isinstance(node, ast.Assign) and "__all__" in names:
                 exported |= {elt.value for elt in getattr(node.value, "elts", []) if isinstance(elt, ast.Constant)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
