@@ -274,7 +274,9 @@ class NamesrvService(service.MultiService):
         self.stopping = False
         self.peers: PeersService | None = None
         if config["metricsPort"]:
-            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
+            # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
+            # with metricsPort; both are installed with the package (setup.cfg), so it never lacks them
+            from .web.site import make_site
 
             self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
                                       config["peersCompareInterval"] / 1000, loaded.connect_with)  # peers view
