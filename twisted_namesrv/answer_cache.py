@@ -27,6 +27,12 @@ subscribes itself to nothing:
 - NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
+
+The same owner keeps the work of decoding: JSON header templates (remoting/header.py:
+``HeaderTemplates``, ``headers``), the request side of the same idea (a client's requests differ
+only in their opaque).  A template never goes stale (a header's fields are its bytes'), so no
+subscription drops one; they are bounded by count.  One server, one cache of each, constructed
+once by the composition root (service.py); no module holds one.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from .remoting import RemotingCommand, SerializeType
-from .remoting.header import OPAQUE_KEY
+from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, RouteChange, RouteInfoManager
 
@@ -91,6 +97,8 @@ class AnswerCache:
         self._topic_tables = self.tables[TOPIC]
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
+        #: JSON header templates of this server's clients (the dispatcher decodes through them)
+        self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:

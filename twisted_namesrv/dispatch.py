@@ -105,9 +105,10 @@ class Later:
 
 
 class _NoAnswersKept:
-    """The answer cache of a listener that keeps none (the controller's)."""
+    """The answer cache of a listener that keeps none (the controller's): its headers parsed each time."""
 
     replies: dict[bytes, bytes] = {}
+    headers = None
 
 
 class AnswerNotEncodable(Exception):
@@ -168,7 +169,8 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
-            request = RemotingCommand.decode(memoryview(frame) if big else frame)  # a big body: a view, no copy
+            request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
+                                             answers.headers)
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
             if big and self._cooperator is not None and request.code in self.table.in_steps:
