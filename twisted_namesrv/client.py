@@ -41,7 +41,10 @@ class ClientProtocol(protocol.Protocol):
     def request(self, command: RemotingCommand) -> defer.Deferred[RemotingCommand]:
         if self.lost is not None:
             return defer.fail(self.lost)
-        answer: defer.Deferred[RemotingCommand] = defer.Deferred(lambda d: self._waiting.pop(command.opaque, None))
+        def cancel(_: defer.Deferred[RemotingCommand]) -> None:
+            self._waiting.pop(command.opaque, None)
+
+        answer: defer.Deferred[RemotingCommand] = defer.Deferred(cancel)
         self._waiting[command.opaque] = answer
         assert self.transport is not None
         self.transport.write(command.encode())
@@ -78,7 +81,7 @@ class _Connecting(protocol.ClientFactory):
 
     def buildProtocol(self, addr: Any) -> ClientProtocol:
         made = ClientProtocol(self.addr)
-        made.factory = self  # type: ignore[assignment]
+        made.factory = self
         original = made.connectionMade
 
         def ready() -> None:

@@ -37,12 +37,12 @@ class NamesrvState:
     clock: Callable[[], float]
     #: every listener's refusals, logged and counted (refusals.py)
     refusals: Refusals
+    #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py)
+    budget: MemoryBudget
     started_at: float = 0.0
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
-    #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py)
-    budget: MemoryBudget | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
 

@@ -115,8 +115,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"])
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), seconds(),
-                         lambda text: config_file.save(java_utf8(text)), acl=acl, budget=budget)
+    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, seconds(),
+                         lambda text: config_file.save(java_utf8(text)), acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(state, events))
     # what makes kept answers stale
