@@ -108,8 +108,9 @@ def test_the_view_reads_its_peers_under_tls_and_acl_with_no_thread(tmp_path, mon
     own routes in process and its peers through the Twisted client, over TLS and signed, and no
     thread pool is ever asked for."""
     from tests.test_acl import ACCOUNTS
+    from tests.test_tls import self_signed
 
-    cert, key = _certificate(tmp_path / "tls")
+    cert, key = self_signed(tmp_path / "tls")
     accounts = tmp_path / "plain_acl.yml"
     accounts.write_text(ACCOUNTS)
     secured = {"tls.server.mode": "enforcing", "tls.server.certPath": str(cert), "tls.server.keyPath": str(key),
@@ -133,27 +134,3 @@ def test_the_view_reads_its_peers_under_tls_and_acl_with_no_thread(tmp_path, mon
         yield own.stopService()
         yield peer.stopService()
 
-
-def _certificate(directory):
-    """A self-signed certificate for 127.0.0.1 (tests/test_tls.py's), made for this test."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    directory.mkdir(parents=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
-    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    return directory / "cert.pem", directory / "key.pem"
