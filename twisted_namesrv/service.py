@@ -11,6 +11,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -22,7 +23,7 @@ from twisted.logger import Logger
 from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
 from .audit import AuditTrail
-from .budget import MemoryBudget, default_budget, fd_limit_warning
+from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
 from .context import NamesrvState
 from .departures import DepartedBrokers
@@ -38,7 +39,7 @@ from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
 from .schema import SERVER_SCHEMA
-from .server import Listener, Notifier, RemotingFactory
+from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError, KVConfigManager
@@ -112,7 +113,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     kv.load(kv_path)
     routes = RouteInfoManager(config, seconds, notifier=notifier)
     answers = AnswerCache(routes, keep=keep_answers)
-    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"])
+    acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
+                                   bound_required=config["aclNamesrvSignatureRequired"],
+                                   window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, seconds(),
@@ -247,9 +250,12 @@ class NamesrvService(service.MultiService):
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
         self.dispatcher.observe(self.seen.audit.observer)  # the audit trail (audit.py)
+        # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
+        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
-                                       self.state.budget, config["maxConnections"], config["headerMaxLength"])
+                                       self.state.budget, config["maxConnections"], config["headerMaxLength"],
+                                       fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
             acl = self.state.acl
             ClockedTimerService(RELOAD_INTERVAL_SECONDS, lambda: reload_acl(acl), reactor).setServiceParent(self)
@@ -264,11 +270,13 @@ class NamesrvService(service.MultiService):
             from .controller.service import embedded_controller
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
-                                                  self.state.refusals, self.state.budget, loaded.listen_with)
+                                                  self.state.refusals, self.state.budget, loaded.listen_with,
+                                                  self.fds)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],
-                                 config["bindAddress"], config["serverSocketBacklog"])
+                                 config["bindAddress"], config["serverSocketBacklog"],
+                                 Admission(self.fds, self.factory.refuse))
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
@@ -281,9 +289,11 @@ class NamesrvService(service.MultiService):
             self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
                                       config["peersCompareInterval"] / 1000, loaded.connect_with)  # peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers)
+            site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers,
+                             reactor, self.fds)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
-                                config["serverSocketBacklog"])
+                                config["serverSocketBacklog"],
+                                Admission(self.fds, partial(self.state.refusals, "http"), site.make_room))
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port
@@ -352,7 +362,7 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
-        warning = fd_limit_warning(self.config["maxConnections"])
+        warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve)
         if warning:
             log.warn("{warning}", warning=warning)
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
