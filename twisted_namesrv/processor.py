@@ -31,10 +31,10 @@ from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
-from .remoting.values import BadRequest, java_bool, optional_long, parse_java_integer
+from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.registration import RegisterRequest, RegistrationMemo, plan_steps
+from .state.registration import RegistrationMemo, plan_steps, request_of
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
 from .steps import Steps, run_steps
@@ -174,14 +174,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    registration = RegisterRequest(
-        clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
-        haServerAddr=header.haServerAddr, body=body, channel=peer.channel,
-        zoneName=header.zoneName,
-        heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
-        if state.profile.per_broker_heartbeat_timeout else None,
-        enableActingMaster=header.enableActingMaster,
-        version=request.version)
+    registration = request_of(header, names, broker_id, body, peer.channel, request.version,
+                              state.profile.per_broker_heartbeat_timeout)
     plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
                                  routes.removes_absent_topics)
     result = routes.apply_registration(plan)

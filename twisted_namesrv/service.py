@@ -259,8 +259,7 @@ class NamesrvService(service.MultiService):
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
             acl = self.state.acl
             ClockedTimerService(RELOAD_INTERVAL_SECONDS, lambda: reload_acl(acl), reactor).setServiceParent(self)
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
-        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
+        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:

@@ -469,6 +469,10 @@ def read_properties(path: str) -> dict[str, str]:
         raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
 
 
+#: 4.9.8's scanNotActiveBroker period (NamesrvController schedules it every 10 s, not configurable)
+FIXED_SCAN_INTERVAL_MS = 10_000
+
+
 class NamesrvConfig:
     """The running configuration: Java's keys for the chosen generation plus our own."""
 
@@ -487,6 +491,14 @@ class NamesrvConfig:
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
         self._validate()
+
+    @property
+    def scan_interval_s(self) -> float:
+        """How often the expiry scan looks for silent brokers: scanNotActiveBrokerInterval where the
+        generation reads it (5.3.3), else 4.9.8's fixed 10 s."""
+        if self.profile.configurable_scan_interval:
+            return float(self["scanNotActiveBrokerInterval"]) / 1000
+        return FIXED_SCAN_INTERVAL_MS / 1000
 
     @classmethod
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
