@@ -11,6 +11,7 @@ from twisted.logger import capturedLogs, formatEvent
 
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.audit import OPERATIONS, RESULTS
+from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
 from twisted_namesrv.logs import event_as_json_line
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -127,8 +128,9 @@ def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
         assert events == []
     samples = served.scrape()
     series = {labels for (name, labels) in samples if name == "namesrv_admin_requests_total"}
-    assert series == {(("operation", o), ("result", r)) for o in OPERATIONS.values() for r in RESULTS}
-    assert len(series) == 21 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
+    operations = {*OPERATIONS.values(), *CONTROLLER_OPERATIONS.values()}  # the controller's too, run or not
+    assert series == {(("operation", o), ("result", r)) for o in operations for r in RESULTS}
+    assert len(series) == 39 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
 
 
 def test_a_claimed_access_key_that_nothing_verified_is_no_identity(served, tmp_path):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from twisted.internet import task
 
+from twisted_namesrv import budget
+from twisted_namesrv import service as service_module
+from twisted_namesrv.audit import Trail
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.housekeeping import log_route_event
@@ -58,3 +61,23 @@ def test_a_subscriber_added_after_the_cache_leaves_the_cache_subscribed(tmp_path
     routes.subscribe(lambda change: heard.append(sorted(change.topics)))
     routes.delete_topic("T0")
     assert "T0" not in answers.routes and heard == [["T0"]]
+
+
+def test_the_descriptor_budget_and_the_audit_trail_are_the_roots(tmp_path, monkeypatch) -> None:
+    """The descriptor limit is read once by ``load`` and the FdBudget constructed by ``build``: the
+    service's constructor, documented as doing no I/O, read ``ulimit -n`` and made its own budget.
+    The embedded controller's audit events go into the root's one AuditTrail, not counters of its own."""
+    monkeypatch.setattr(service_module, "open_file_limit", lambda: 4096)
+    loaded = service_module.load(config(tmp_path, controllerStorePath=str(tmp_path / "ctl")), task.Clock())
+    assert loaded.owners.fds.limit == 4096 and loaded.owners.fds.reserve == 64
+
+    def no_io() -> None:
+        raise AssertionError("the service read the descriptor limit itself")
+
+    monkeypatch.setattr(service_module, "open_file_limit", no_io)
+    monkeypatch.setattr(budget, "open_file_limit", no_io)
+    server = NamesrvService(loaded.state.config, loaded, task.Clock(), controller_port=0)
+    assert server.fds is loaded.owners.fds and server.factory.fds is server.fds
+    assert build(config(tmp_path / "t"), task.Clock()).fds.limit is None  # tests: no limit unless given
+    (trail,) = server.controller.dispatcher.observers
+    assert isinstance(trail, Trail) and trail.into is server.seen.audit

@@ -70,6 +70,8 @@ class Metrics:
     connections_accepted: int = 0
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
     store_failures: Counter = field(default_factory=Counter)
+    #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
+    acl_reload_failures: int = 0
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
         """``code`` must be one the server handles or OTHER_CODE (Dispatcher folds the others

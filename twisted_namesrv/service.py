@@ -22,10 +22,11 @@ from twisted.logger import Logger
 
 from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
-from .audit import AuditTrail
+from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
 from .context import NamesrvState
+from .controller.audit import CONTROLLER
 from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
@@ -75,19 +76,22 @@ def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], 
 @dataclass(frozen=True)
 class Owners:
     """Every owner of a NameServer's state, each constructed once by ``build``: what the handlers
-    are given (``state``) and what the server observes of itself (``seen``)."""
+    are given (``state``), what the server observes of itself (``seen``) and the descriptors every
+    port's connections may take (``fds``)."""
 
     state: NamesrvState
     seen: Observations
+    fds: FdBudget
 
 
 def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
-          keep_answers: bool = True) -> Owners:
+          keep_answers: bool = True, fd_limit: int | None = None) -> Owners:
     """Every owner, constructed once and wired, in one place (as Java's NamesrvController and
     twisted.names' tap): the KV store loaded from its file (a corrupt file raises KVConfigError),
     with aclEnable the accounts (AclConfigError).  A save that fails is counted in the metrics by
     (store, errno name).  ``keep_answers=False``: a cache that keeps nothing (the differential
-    tests' reference).
+    tests' reference).  ``fd_limit``: the descriptor limit ``load`` read (``ulimit -n``; None:
+    unlimited, every connection admitted), less fdReserve the budget of every port's connections.
 
     Who hears what, in this order (nothing subscribes itself):
 
@@ -97,8 +101,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     - a departure that took topics away: the lost topics, before the event's listeners;
     - a route event: the log line, the counter by kind, the page's events, the departed brokers
       (each reads the tables as changed: events come once the change is complete);
-    - an audited request (the dispatcher's observer, wired by NamesrvService): the audit trail,
-      which logs it, counts it and feeds it to the page's events."""
+    - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
+      the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
+      it and feeds it to the page's events."""
     missing = [key.name for key in SERVER_SCHEMA.keys if key.name not in config.schema.by_name]
     if missing:  # a partial schema would take the controller's keys as unknown ones: typed, checked and guarded nowhere
         raise ConfigError(f"the NameServer's config does not know {', '.join(missing)}: build it with "
@@ -121,7 +126,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, seconds(),
                          lambda text: config_file.save(java_utf8(text)), acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
-    seen = Observations(metrics, events, departed, lost, AuditTrail(state, events))
+    seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)))
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
@@ -130,7 +135,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event):
         routes.listen(heard)
-    return Owners(state, seen)
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, seconds)
+    return Owners(state, seen, fds)
 
 
 @dataclass
@@ -155,13 +161,15 @@ class Loaded:
 
 
 def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
-    """Every read a start needs, in one place: the data dir checked, the page's events, the KV store,
-    the ACL accounts (aclEnable), the route snapshot, the TLS certificate and key.  What the server
-    cannot run with is one CannotStart naming the key or file (each launcher prints it as its one line)."""
+    """Every read a start needs, in one place: the data dir checked, the descriptor limit (ulimit
+    -n), the page's events, the KV store, the ACL accounts (aclEnable), the route snapshot, the TLS
+    certificate and key.  What the server cannot run with is one CannotStart naming the key or file
+    (each launcher prints it as its one line)."""
     try:
         check_paths(config)
         notifier = Notifier(reactor, "notify min broker id change")
-        owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version))
+        owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
+                       fd_limit=open_file_limit())
         events = EventLogService(owners.seen.events, events_path(config), reactor)
         events.load()
         snapshots = None
@@ -179,14 +187,17 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
     return Loaded(owners, notifier, events, snapshots, wrap, to_peers)
 
 
-def reload_acl(acl: AccessControl) -> None:
-    """The ACL timer's work: read the accounts file again if it changed, and say what happened."""
+def reload_acl(acl: AccessControl, metrics: Metrics) -> None:
+    """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
+    file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
+    accounts read before, one error line and one count in ``metrics.acl_reload_failures``."""
     outcome = acl.reload_if_changed()
     if outcome is None:
         return
     if outcome.startswith("reloaded"):
         log.info("aclAccountsFile: {outcome}", outcome=outcome)
     else:
+        metrics.acl_reload_failures += 1
         log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
@@ -249,16 +260,17 @@ class NamesrvService(service.MultiService):
         self.state = loaded.state
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=step_cooperator(reactor))
-        self.dispatcher.observe(self.seen.audit.observer)  # the audit trail (audit.py)
+        # the audit trail (audit.py): the NameServer's requests, and below the controller's, into the one trail
+        self.dispatcher.observe(Trail(NAMESRV, self.state.clock, self.state.acl, self.seen.audit))
         # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
-        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
+        self.fds = loaded.owners.fds
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
                                        self.state.budget, config["maxConnections"], config["headerMaxLength"],
                                        fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
-            acl = self.state.acl
-            ClockedTimerService(RELOAD_INTERVAL_SECONDS, lambda: reload_acl(acl), reactor).setServiceParent(self)
+            ClockedTimerService(RELOAD_INTERVAL_SECONDS, partial(reload_acl, self.state.acl, self.metrics),
+                                reactor).setServiceParent(self)
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
@@ -270,7 +282,8 @@ class NamesrvService(service.MultiService):
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
                                                   self.state.refusals, self.state.budget, loaded.listen_with,
-                                                  self.fds)
+                                                  self.fds, Trail(CONTROLLER, self.state.clock, self.state.acl,
+                                                                  self.seen.audit))
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],

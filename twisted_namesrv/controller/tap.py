@@ -13,7 +13,8 @@ from typing import Any
 from twisted.python import usage
 
 from .. import CannotStart
-from ..launch import cannot_start, report_cannot_start_in_one_line, warn_of
+from ..launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
+from ..logs import configured_observer
 from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties
 from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
 
@@ -32,6 +33,7 @@ class Options(usage.Options):
     optFlags = [["strict-config", None, "refuse a -c file holding keys the controller does not know (else a warning)"]]
 
     def postOptions(self) -> None:
+        take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
@@ -50,6 +52,10 @@ class Options(usage.Options):
                 self["port"] = int(self["port"])
             except ValueError:
                 raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+
+    def log_observer(self) -> Any:
+        """Text lines as the NameServer writes them (logs.py), where twistd would write its own."""
+        return configured_observer("text", twistd_log_file(self))
 
 
 def makeService(options: Options) -> Any:
