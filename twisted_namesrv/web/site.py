@@ -122,7 +122,9 @@ def _int_arg(request: server.Request, name: str, default: int) -> int:
     if not raw:
         return default
     if not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw!r}")
+        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw[:40]!r}")
+    if len(raw) > 12:  # int() refuses past 4,300 digits with a ValueError: a 500 and a traceback a request
+        raise ApiError(400, f"query parameter {name!r} has {len(raw)} digits, at most 12")
     return int(raw)
 
 
