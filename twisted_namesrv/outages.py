@@ -6,16 +6,20 @@ A group *takes writes* when its master (brokerId 0, Java's MixAll.MASTER_ID) is 
 and in brokerLiveTable - and at least one of its queues has the write bit: producers send only to
 masters (a slave's queues are read-only to clients whatever their perm says, and 5.x's acting
 master answers a slave as id 0 only with its queues made read-only).  A cluster none of whose
-groups takes writes refuses every send ("sent 0/2").
+groups takes writes refuses every send ("sent 0/2").  A system topic that takes no writes by
+design (system_topics.write_off_by_design: every 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<name>,
+perm 1) is not counted among a group's topics at all, so it never shows as a topic that lost its
+write permission.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bodies.route import MASTER_ID, PERM_WRITE
+from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
 from .lost_topics import DEPARTURES
 from .state.routes import RouteInfoManager
+from .system_topics import write_off_by_design
 
 #: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
 #: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
@@ -78,16 +82,21 @@ class HealthWatch:
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
 
     def queue_perms(self) -> dict[str, tuple[int, int]]:
-        """Broker name -> (topics it serves, how many with the write bit)."""
+        """Broker name -> (topics it serves, how many with the write bit); a topic read-only by
+        design (system_topics.write_off_by_design) is not counted."""
         routes = self.routes
         generation, table = self._perms
         if generation != routes.generation:
             counts: dict[str, list[int]] = {}
-            for queues in routes.topicQueueTable.values():
+            brokers = routes.brokerAddrTable
+            for topic, queues in routes.topicQueueTable.items():
                 for name, queue in queues.items():
+                    writable = bool(queue.perm & PERM_WRITE)
+                    if not writable and _read_only_by_design(topic, name, brokers.get(name)):
+                        continue
                     pair = counts.setdefault(name, [0, 0])
                     pair[0] += 1
-                    pair[1] += bool(queue.perm & PERM_WRITE)
+                    pair[1] += writable
             table = {name: (pair[0], pair[1]) for name, pair in counts.items()}
             self._perms = (routes.generation, table)
         return table
@@ -110,3 +119,8 @@ class HealthWatch:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
         return RouteHealth(tuple(groups), writable, {group.broker: group for group in groups})
+
+
+def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:
+    clusters = () if broker is None else (broker.cluster,)
+    return write_off_by_design(topic, clusters, (broker_name,))

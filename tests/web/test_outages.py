@@ -12,7 +12,7 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.system_topics import is_system_topic, system_topic_kind
+from twisted_namesrv.system_topics import is_system_topic, system_topic_kind, write_off_by_design
 
 A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.1.1:10911"
 _opaques = itertools.count(1000)
@@ -122,3 +122,32 @@ def test_system_topics_as_javas_topic_validator_and_mixall_name_them():
     assert system_topic_kind("%RETRY%group") == "retry" and system_topic_kind("%DLQ%group") == "dead-letter"
     for topic in ("TopicTest", "broker-b", "orders", "TBW1020"):
         assert not is_system_topic(topic, clusters, brokers), topic
+
+
+def test_a_system_topic_read_only_by_design_is_no_missing_write_permission(tmp_path):
+    """Every 5.3.3 broker registers rmq_sys_SYNC_BROKER_MEMBER_<its name> with perm 1 (Java's
+    TopicConfigManager: PERM_INHERIT alone), and with brokerTopicEnable/clusterTopicEnable off its
+    broker- and cluster-named topics too: the group was shown "2/5" writable, in red, while healthy."""
+    served = Served(tmp_path)
+    proto, transport = served.connect()
+    table = {t: TopicConfig(t) for t in ("OrdersA", "TBW102")}
+    table |= {t: TopicConfig(t, perm=1) for t in ("rmq_sys_SYNC_BROKER_MEMBER_broker-a", "broker-a", "c1")}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table), False, True)
+    ext = {"clusterName": "c1", "brokerAddr": A_MASTER, "brokerName": "broker-a", "brokerId": "0",
+           "haServerAddr": A_MASTER}
+    proto.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=next(_opaques),
+                                               version=V5_3_3).encode())
+    assert b'"code":0' in transport.value()
+    group = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert group["queues"] == {"topics": 2, "writable": 2} and group["takes_writes"]
+
+    served.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})  # a real loss still shows
+    group = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert group["queues"] == {"topics": 2, "writable": 0} and not group["takes_writes"]
+
+
+def test_which_system_topics_take_no_writes_by_design():
+    assert write_off_by_design("rmq_sys_SYNC_BROKER_MEMBER_broker-a")
+    assert write_off_by_design("broker-a", ("c1",), ("broker-a",)) and write_off_by_design("c1", ("c1",), ())
+    for topic in ("TBW102", "c1_REPLY_TOPIC", "OrdersA", "rmq_sys_REVIVE_LOG_c1", "broker-b"):
+        assert not write_off_by_design(topic, ("c1",), ("broker-a",)), topic
