@@ -247,7 +247,7 @@ def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path)
     config = options_as_deployed(docs, tmp_path).config
     assert not config["aclEnable"]
     service = NamesrvService.from_config(config)
-    site = make_site(service.state, service.factory, service.http_resources())
+    site = make_site(service.state, service.factory, service.health, service.http_resources())
 
     def resource_for(path: str, peer: str):
         request = DummyRequest([part.encode() for part in path.strip("/").split("/")])

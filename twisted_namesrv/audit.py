@@ -44,6 +44,7 @@ OPERATIONS: dict[int, str] = {
     RequestCode.DELETE_TOPIC_IN_NAMESRV: "delete_topic",
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: "register_topic",
     RequestCode.UPDATE_NAMESRV_CONFIG: "update_namesrv_config",
+    RequestCode.RETIRE_BROKER_GROUP: "retire_broker_group",
 }
 AUDITED = frozenset(OPERATIONS)
 #: ok: answered SUCCESS; refused: by the ACL or the config black list; failed: any other answer
@@ -56,9 +57,10 @@ _TARGET_FIELDS: dict[int, tuple[str, ...]] = {
     RequestCode.ADD_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.DELETE_TOPIC_IN_NAMESRV: ("topic", "clusterName"),
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: ("topic",),
+    RequestCode.RETIRE_BROKER_GROUP: ("clusterName", "brokerName", "brokerId"),
 }
-#: answer fields worth keeping: how many topics a write-permission change touched
-_EFFECT_FIELDS = ("wipeTopicCount", "addTopicCount")
+#: answer fields worth keeping: how many topics a write-permission change touched, what a retirement forgot
+_EFFECT_FIELDS = ("wipeTopicCount", "addTopicCount", "retired")
 
 
 @dataclass(frozen=True, slots=True)

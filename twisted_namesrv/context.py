@@ -14,6 +14,7 @@ from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
+from .state.topology import Topology
 
 
 @dataclass
@@ -42,6 +43,10 @@ class NamesrvState:
     budget: MemoryBudget | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
+    #: the broker groups seen, kept after they leave (state/topology.py), and what writes it at once
+    #: (an operator's retirement; raises StoreError when it cannot): topology_store.py's save_now
+    topology: Topology | None = None
+    save_topology: Callable[[], None] | None = None
     #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes
     answers: AnswerCache = field(init=False)
 

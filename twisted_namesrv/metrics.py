@@ -96,6 +96,8 @@ class Metrics:
     admin_requests: Counter = field(default_factory=Counter)
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
     store_failures: Counter = field(default_factory=Counter)
+    #: store files not loaded at start (topologyPath, routeSnapshotPath), by (store key, reason)
+    store_load_refusals: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time
     #: topics whose last broker left lately (the status page lists them)
     lost_topics: LostTopics = field(init=False)

@@ -10,6 +10,11 @@ groups takes writes refuses every send ("sent 0/2").  A system topic that takes 
 design (system_topics.write_off_by_design: every 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<name>,
 perm 1) is not counted among a group's topics at all, so it never shows as a topic that lost its
 write permission.
+
+A group the topology remembers (state/topology.py) whose members all left the routes stays here,
+*absent*: no live master, no live member, nothing writable, and its cluster with it.  So a whole
+cluster stopped cleanly is an outage of every one of its groups and of the cluster, as a crash is,
+until it comes back or an operator retires it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
 from .lost_topics import DEPARTURES
 from .state.routes import RouteInfoManager
+from .state.topology import KnownGroup, Topology
 from .system_topics import write_off_by_design
 
 #: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
@@ -41,6 +47,12 @@ class GroupHealth:
     #: topics with a queue on this group, and how many of those queues carry the write bit
     topics: int
     write_perm: int
+    #: live members that registered since this start (not only restored from a route snapshot)
+    heartbeating: int = 0
+    #: remembered (state/topology.py) but no member in the routes: since when and how its last left
+    absent: bool = False
+    absent_since: float | None = None
+    absent_how: str | None = None
 
     @property
     def takes_writes(self) -> bool:
@@ -72,13 +84,29 @@ class RouteHealth:
     def group(self, name: str) -> GroupHealth | None:
         return self.by_name.get(name)
 
+    @property
+    def absent(self) -> list[GroupHealth]:
+        """Groups remembered and not in the routes (expected but absent)."""
+        return [group for group in self.groups if group.absent]
+
+    @property
+    def known(self) -> int:
+        """Groups the topology remembers (or in the routes, where the memory is full)."""
+        return len(self.groups)
+
+    @property
+    def back(self) -> int:
+        """Groups with a member that registered since this start: "N of M known broker groups back"."""
+        return sum(group.heartbeating > 0 for group in self.groups)
+
 
 class HealthWatch:
     """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
     recomputed only when the routes changed (``generation``), liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager) -> None:
+    def __init__(self, routes: RouteInfoManager, topology: Topology | None = None) -> None:
         self.routes = routes
+        self.topology = topology
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
 
     def queue_perms(self) -> dict[str, tuple[int, int]]:
@@ -105,22 +133,35 @@ class HealthWatch:
         routes, perms = self.routes, self.queue_perms()
         live = routes.brokerLiveTable
         groups = []
-        for name, broker in sorted(routes.brokerAddrTable.items(), key=lambda item: (str(item[1].cluster), item[0])):
+        for name, broker in routes.brokerAddrTable.items():
             addrs = broker.brokerAddrs
             master = addrs.get(MASTER_ID)
             topics, write_perm = perms.get(name, (0, 0))
+            members = [live.get(routes.live_key(broker.cluster, addr)) for addr in addrs.values()]
             groups.append(GroupHealth(
                 str(broker.cluster), name, master,
                 master is not None and routes.live_key(broker.cluster, master) in live,
-                sum(routes.live_key(broker.cluster, addr) in live for addr in addrs.values()),
-                topics, write_perm))
-        writable = {cluster: 0 for cluster in sorted(routes.clusterAddrTable)}
+                sum(member is not None for member in members), topics, write_perm,
+                sum(member is not None and not member.restored for member in members)))
+        present = {(group.cluster, group.broker) for group in groups}
+        known = self.topology.groups if self.topology is not None else {}
+        groups += [_absent(group) for key, group in known.items() if key not in present]
+        groups.sort(key=lambda group: (group.cluster, group.broker))
+        writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
-        return RouteHealth(tuple(groups), writable, {group.broker: group for group in groups})
+        by_name = {group.broker: group for group in groups if group.absent}
+        by_name.update((group.broker, group) for group in groups if not group.absent)
+        return RouteHealth(tuple(groups), writable, by_name)
 
 
 def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:
     clusters = () if broker is None else (broker.cluster,)
     return write_off_by_design(topic, clusters, (broker_name,))
+
+
+def _absent(known: KnownGroup) -> GroupHealth:
+    master = known.members.get(MASTER_ID)
+    return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
+                       True, known.left, known.how)

@@ -24,6 +24,7 @@ from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
 from .housekeeping import HousekeepingService, log_route_event
 from .metrics import Metrics
+from .outages import HealthWatch
 from .peers import PeersService, peer_addresses
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
@@ -33,7 +34,9 @@ from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import EventListener, RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
+from .state.topology import Topology
 from .tls import listen_with
+from .topology_store import TopologyStoreService, topology_path
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -80,11 +83,13 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
                         budget=budget)
 
 
-def route_events_to(metrics: Metrics) -> EventListener:
-    """Every route event to the log and to the metrics (the status page's events)."""
+def route_events_to(metrics: Metrics, topology: Topology) -> EventListener:
+    """Every route event to the log, to the metrics (the status page's events) and to the
+    remembered topology (the groups expected back)."""
     def heard(kind: str, info: dict) -> None:
         log_route_event(kind, info)
         metrics.route_event(kind, info)
+        topology.heard(kind, info)
     return heard
 
 
@@ -100,6 +105,8 @@ class Loaded:
     events: EventLogService
     #: routes of the last run (routeSnapshotPath), restored; None without a snapshot file
     snapshots: RouteSnapshotService | None
+    #: the broker groups seen before, expected back (topologyPath), restored
+    topology: TopologyStoreService
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
 
@@ -113,22 +120,35 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         metrics = Metrics(clock=reactor.seconds)
         events = EventLogService(metrics, events_path(config), reactor)
         events.load()
+        topology = TopologyStoreService(Topology(reactor.seconds), topology_path(config), reactor,
+                                        metrics.store_load_refusals)
+        topology.load()
         notifier = Notifier(reactor, "notify min broker id change")
         state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
-                            route_events_to(metrics), metrics.store_failures)
+                            route_events_to(metrics, topology.topology), metrics.store_failures)
         state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
+        state.topology, state.save_topology = topology.topology, topology.save_now
         snapshots = None
         if config["routeSnapshotPath"]:
             snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
-                                             config["routeSnapshotInterval"] / 1000)
+                                             config["routeSnapshotInterval"] / 1000,
+                                             max_age=config["routeSnapshotMaxAge"] / 1000,
+                                             load_refusals=metrics.store_load_refusals)
             snapshots.load()
+            topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here
     except KVConfigError as exc:
         raise CannotStart(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it") \
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(state, metrics, notifier, events, snapshots, wrap)
+    return Loaded(state, metrics, notifier, events, snapshots, topology, wrap)
+
+
+def restored_members(routes: RouteInfoManager) -> list[tuple[str, str, int, str]]:
+    """(cluster, group, id, address) of every member in the routes (restored from a snapshot)."""
+    return [(str(broker.cluster), name, broker_id, addr) for name, broker in routes.brokerAddrTable.items()
+            for broker_id, addr in broker.brokerAddrs.items()]
 
 
 def reload_acl(acl: AccessControl) -> None:
@@ -196,6 +216,10 @@ class NamesrvService(service.MultiService):
         self.metrics = loaded.metrics
         self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
+        self.topology = loaded.topology  # the broker groups expected back, kept
+        self.topology.setServiceParent(self)
+        #: the outages, for the status page, /api, /metrics and /readyz alike (one computation)
+        self.health = HealthWatch(loaded.state.routes, loaded.state.topology)
         self.notifier = loaded.notifier
         self.state = loaded.state
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
@@ -234,7 +258,8 @@ class NamesrvService(service.MultiService):
             self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
                                       config["peersCompareInterval"] / 1000)  # the status page's peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers)
+            site = make_site(self.state, self.factory, self.health, self.http_resources(), self.controller,
+                             self.peers)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"])
             self.web.setServiceParent(self)
@@ -246,7 +271,8 @@ class NamesrvService(service.MultiService):
         from .web.health import health_resources
         from .web.nsaddr import nsaddr_resources
 
-        return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+        return {**health_resources(self.liveness, self.readiness, self.readiness_details),
+                **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
         """Where this server's own routes are read for the peers view: its remoting port, on
@@ -269,10 +295,27 @@ class NamesrvService(service.MultiService):
 
     def readiness(self) -> dict[str, bool]:
         """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
-        service can start: a KV file that cannot be read stops the start), and not stopping."""
+        service can start: a KV file that cannot be read stops the start), not stopping, and the
+        broker groups it knows (state/topology.py) routed again - registered since the start or
+        restored from the route snapshot - or ``readinessBrokerWait`` ms past the start: a group
+        that is down (or retired elsewhere) must not keep every NameServer unready for ever."""
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
-                "started": bool(self.running), "not_stopping": not self.stopping}
+                "started": bool(self.running), "not_stopping": not self.stopping,
+                "broker_groups_back": self.brokers_back()}
+
+    def brokers_back(self) -> bool:
+        health = self.health.health()
+        waited = self.state.clock() - self.state.started_at >= self.config["readinessBrokerWait"] / 1000
+        return waited or not health.absent
+
+    def readiness_details(self) -> dict[str, Any]:
+        """What /readyz says beside its checks: "N of M known broker groups back"."""
+        health = self.health.health()
+        absent = [f"{group.cluster}/{group.broker}" for group in health.absent]
+        return {"broker_groups": {"known": health.known, "back": health.back, "routed": health.known - len(absent),
+                                  "absent": absent[:20],
+                                  "summary": f"{health.back} of {health.known} known broker groups back"}}
 
     @property
     def port(self) -> interfaces.IListeningPort | None:

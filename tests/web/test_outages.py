@@ -66,8 +66,10 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     unregister(served, B_MASTER, "broker-b", 0)  # a clean stop
     served.clock.advance(0)
     samples = served.scrape()
-    assert value(samples, "namesrv_broker_groups_without_master") == 1
+    assert value(samples, "namesrv_broker_groups_without_master") == 2  # broker-b is absent: expected, gone
     assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-a") == 0
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-b") == 0
+    assert value(samples, "namesrv_broker_group_absent", cluster="c1", broker="broker-b") == 1
     assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 0
     assert value(samples, "namesrv_clusters_without_writable_queues") == 1
     assert value(samples, "namesrv_brokers_departed", kind="closed") == 1
@@ -75,12 +77,16 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     assert value(samples, "namesrv_lost_topics") == 1  # OrdersB; broker-b's own and the system topics are not
 
     overview = served.api.overview()
-    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (1, 1)
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (2, 1)
     clusters = served.api.clusters()
+    absent = {"since_ms": int(served.clock.seconds() * 1000), "how": "unregistered", "crash": False}
     assert clusters["outages"] == {
         "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,
-                                          "master_addr": None}],
-        "clusters_without_writable_queues": ["c1"]}
+                                          "master_addr": None, "absent": None},
+                                         {"cluster": "c1", "broker_name": "broker-b", "live_members": 0,
+                                          "master_addr": B_MASTER, "absent": absent}],
+        "clusters_without_writable_queues": ["c1"],
+        "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}]}
     (cluster,) = clusters["clusters"]
     assert cluster["writable_broker_groups"] == 0
     group_a = cluster["broker_groups"][0]

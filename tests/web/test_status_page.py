@@ -327,14 +327,16 @@ def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_write
                                                        night.base + "/"], env={**os.environ, "TZ": "UTC"})
     finally:
         yield night.stop()
-    assert "namesrv_broker_groups_without_master 1.0" in metrics
+    assert "namesrv_broker_groups_without_master 2.0" in metrics  # broker-b: expected, absent
     assert "namesrv_clusters_without_writable_queues 1.0" in metrics
     assert f'namesrv_broker_group_master_live{{broker="broker-a",cluster="{CLUSTER}"}} 0.0' in metrics
+    assert f'namesrv_broker_group_absent{{broker="broker-b",cluster="{CLUSTER}"}} 1.0' in metrics
     text = dom.decode()
     assert status == 0, text[-2000:]
     _, outages = row(text, "id", "outages", "div")
-    assert outages == (f"{CLUSTER} / broker-a has no live master (1 slave left, read-only) cluster {CLUSTER} "
-                       "takes no writes: no broker group has a live master with writable queues"), outages
+    assert re.fullmatch(f"{CLUSTER} / broker-a has no live master \\(1 slave left, read-only\\) {CLUSTER} / broker-b "
+                        f"is absent: every member left \\(unregistered, \\d+ s ago\\) cluster {CLUSTER} takes no "
+                        "writes: no broker group has a live master with writable queues", outages), outages
     assert text.index('id="outages"') < text.index('id="status"') < text.index('id="brokers"')
     _, status_line = row(text, "id", "status", "div")
     assert status_line.startswith(f"{CLUSTER} / broker-a has no live master"), status_line

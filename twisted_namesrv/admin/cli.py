@@ -53,6 +53,12 @@ SUBCOMMANDS = {
     "deleteTopic": (commands.delete_topic, "delete a topic's routes on every NameServer (not on the brokers, "
                                            "which register it again unless it is deleted there too)",
                     [("-t", "topic", "topic name", True), ("-c", "cluster", "only this cluster's queues", False)]),
+    "retireBrokerGroup": (commands.retire_broker_group, "forget a cluster, broker group or member removed on "
+                          "purpose, on every NameServer: it is no longer expected (no longer an outage); only "
+                          "what has left the routes",
+                          [("-c", "cluster", "cluster name", True),
+                           ("-b", "broker", "broker group name (without it: the whole cluster)", False),
+                           ("-i", "broker_id", "one member's broker id (with -b)", False)]),
 }
 
 

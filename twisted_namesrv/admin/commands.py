@@ -226,3 +226,28 @@ def delete_topic(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
         return f"delete topic [{args.topic}]{where} from name server[{client.addr}] OK", {}
 
     return on_each(namesrvs, step)
+
+
+def retire_broker_group(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+    """RETIRE_BROKER_GROUP (this NameServer's own request): forget a cluster, a broker group or one
+    of its member ids that was removed on purpose, so it is no longer expected (no longer an
+    outage).  Each NameServer remembers what it saw, so each is asked; one that does not remember
+    it answers QUERY_NOT_FOUND, which is said and is no error (it is not expected there either)."""
+    ext = {"clusterName": args.cluster}
+    if args.broker is not None:
+        ext["brokerName"] = args.broker
+    if args.broker_id is not None:
+        ext["brokerId"] = args.broker_id
+    what = args.cluster if args.broker is None else f"{args.cluster}/{args.broker}"
+    what += "" if args.broker_id is None else f" id {args.broker_id}"
+
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        answer = client.call(RequestCode.RETIRE_BROKER_GROUP, ext)
+        if answer.code == ResponseCode.QUERY_NOT_FOUND:
+            return f"{what} is not remembered by name server[{client.addr}]: nothing to retire", {"retired": None}
+        if answer.code != ResponseCode.SUCCESS:
+            raise ResponseError(client.addr, RequestCode.RETIRE_BROKER_GROUP, answer)
+        retired = answer.ext.get("retired") or what
+        return f"retired {retired} in name server[{client.addr}] OK", {"retired": retired}
+
+    return on_each(namesrvs, step)

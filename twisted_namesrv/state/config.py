@@ -114,6 +114,14 @@ KEYS: list[ConfigKey] = [
     ConfigKey("httpOpenBeyondLoopback", False, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: a snapshot not confirmed current for longer than this (ms) is not served: its brokers would have
+    #: expired had a NameServer been running (the brokers' 120 s heartbeat timeout); 0: any age
+    ConfigKey("routeSnapshotMaxAge", 120_000, OURS, guarded=True),
+    #: the broker groups seen across restarts (topology_store.py); empty: topology.json beside kvConfigPath
+    ConfigKey("topologyPath", "", OURS, guarded=True),
+    #: /readyz waits this long (ms) after the start for the known broker groups to register again: brokers
+    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one
+    ConfigKey("readinessBrokerWait", 45_000, OURS),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
     ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
@@ -196,6 +204,8 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
+    "routeSnapshotMaxAge": (0, None),
+    "readinessBrokerWait": (0, None),
     "peersCompareInterval": (1000, None),
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -137,3 +138,48 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
     return None
+
+
+class LoadRefused(OSError):
+    """A store file that is not read: ``reason`` is the counter's label (not_regular: a FIFO, a
+    device, a directory or a symlink; too_big; unreadable), the message names the file and why."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.reason, self.why = str(path), reason, why
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; None when there is none.
+    Never blocks and never follows a link: a FIFO planted in its place would hold the reactor in
+    ``open()`` (O_NONBLOCK), a symlink could point the server at a file it must not read
+    (O_NOFOLLOW); either raises LoadRefused, as do a file over ``limit`` and one that cannot be read."""
+    try:
+        fd = opener(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LoadRefused(path, "not_regular", "a symbolic link, not a regular file") from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
+            from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise LoadRefused(path, "not_regular", "not a regular file (a FIFO, a device or a directory)")
+        if status.st_size > limit:
+            raise LoadRefused(path, "too_big", f"{status.st_size} bytes, over the limit of {limit}")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:  # it grew while read
+                raise LoadRefused(path, "too_big", f"over {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except LoadRefused:
+        raise
+    except OSError as exc:
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
+            from None
+    finally:
+        os.close(fd)

@@ -22,13 +22,16 @@ from ..server import RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
+#: ... and namesrv_store_load_refusals: files read at start that were not used, by why
+LOADED_STORES = ("routeSnapshotPath", "topologyPath")
+LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
                  peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.health = health or HealthWatch(state.routes, state.topology)
         self.peers = peers
 
     @property
@@ -104,19 +107,33 @@ class NamesrvCollector(Collector):
         """What an alert fires on (outages.py): every family is served from the first scrape, the
         counts at 0, so an alert needs no "absent()" clause."""
         health = self.health.health()
-        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups in brokerAddrTable whose "
-                                "master (brokerId 0) is not live", value=len(health.without_master))
+        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups known (in brokerAddrTable, "
+                                "or remembered and absent) whose master (brokerId 0) is not live",
+                                value=len(health.without_master))
         master = GaugeMetricFamily("namesrv_broker_group_master_live", "1 while the broker group's master "
-                                   "(brokerId 0) is live, 0 while the group has members but no live master",
-                                   labels=["cluster", "broker"])
+                                   "(brokerId 0) is live, 0 while it is not: the group has members but no live "
+                                   "master, or none at all (remembered, absent)", labels=["cluster", "broker"])
+        absent = GaugeMetricFamily("namesrv_broker_group_absent", "1 while a broker group this NameServer has "
+                                   "seen has no member in the routes (expected but absent, until it registers "
+                                   "again or is retired), else 0", labels=["cluster", "broker"])
         for group in health.groups:
             master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
+            absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
         yield master
-        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters in clusterAddrTable in which "
-                                "no broker group takes writes (a live master with a writable queue)",
-                                value=len(health.clusters_without_writable_queues))
+        yield absent
+        yield GaugeMetricFamily("namesrv_broker_groups_known", "Broker groups this NameServer has seen and that "
+                                "were not retired (remembered across restarts)", value=health.known)
+        yield GaugeMetricFamily("namesrv_broker_groups_back", "Known broker groups with a member that registered "
+                                "since this NameServer started (N of namesrv_broker_groups_known back)",
+                                value=health.back)
+        yield GaugeMetricFamily("namesrv_broker_groups_absent", "Known broker groups with no member in the routes",
+                                value=len(health.absent))
+        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters known (in clusterAddrTable, "
+                                "or remembered) in which no broker group takes writes (a live master with a "
+                                "writable queue)", value=len(health.clusters_without_writable_queues))
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
-                                     "take writes (a live master with a writable queue)", labels=["cluster"])
+                                     "take writes (a live master with a writable queue); 0 for a cluster whose "
+                                     "groups are all absent", labels=["cluster"])
         for cluster, count in health.writable_groups.items():
             writable.add_metric([cluster], count)
         yield writable
@@ -158,6 +175,14 @@ class NamesrvCollector(Collector):
         for store, error in sorted(set(counts) | {(s, e) for s in STORES for e in STORE_ERRORS}):
             failures.add_metric([store, error], counts[store, error])
         yield failures
+        refusals = CounterMetricFamily("namesrv_store_load_refusals", "Files read at start and not used, by store "
+                                       "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, "
+                                       "device or symlink), too_big, too_old (a route snapshot past "
+                                       "routeSnapshotMaxAge), unreadable", labels=["store", "reason"])
+        refused = self.metrics.store_load_refusals
+        for store, reason in sorted(set(refused) | {(s, r) for s in LOADED_STORES for r in LOAD_REFUSALS}):
+            refusals.add_metric([store, reason], refused[store, reason])
+        yield refusals
 
     def _admin_requests(self) -> Metric:
         """Every (operation, result) series from the start, so a rate or an alert on refusals has

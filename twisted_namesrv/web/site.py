@@ -132,17 +132,17 @@ class QuietSite(server.Site):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory,
+def make_site(state: NamesrvState, factory: RemotingFactory, health: HealthWatch,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
               peers: PeersService | None = None) -> server.Site:
-    """``children``: more top-level resources (the probes, the address server), each in its own module;
-    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges)."""
+    """``health``: the one computation of the outages for /metrics and /api; ``children``: more
+    top-level resources (the probes, the address server), each in its own module; ``controller``: the
+    embedded ControllerService, if any (its metrics and /api/controller); ``peers``: the peers view's
+    service (/api/peers and the namesrv_peer_* gauges)."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
-    health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
     loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
