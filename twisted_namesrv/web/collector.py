@@ -222,9 +222,12 @@ class NamesrvCollector(Collector):
 
     def _build_info(self) -> Metric:
         info = GaugeMetricFamily("namesrv_build_info", "Always 1: this server's version, the Java generation it "
-                                 "emulates, Python's and Twisted's versions",
-                                 labels=["version", "compat", "python", "twisted"])
-        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version], 1)
+                                 "emulates, Python's and Twisted's versions, and its remoting port (the alerts "
+                                 "name a NameServer by its scrape target's host and this port)",
+                                 labels=["version", "compat", "python", "twisted", "listen_port"])
+        bound = self.state.listen_address.rpartition(":")[2]
+        port = bound if bound.isdigit() else str(self.state.config["listenPort"])
+        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version, port], 1)
         return info
 
 
