@@ -41,13 +41,31 @@ class MetricsPage(resource.Resource):
         return generate_latest(self.registry)
 
 
+#: where the page's first answers go: before its script, which reads them instead of asking
+PRELOAD_BEFORE = b'<script>\n"use strict";'
+
+
 class StatusPage(resource.Resource):
+    """The page, with its first answers in it (``/api/overview``, ``/api/clusters``, ``/api/events``,
+    none of them admin-only): it renders them as it loads, so whatever looks at it at its load event
+    - a plain ``chromium --headless --screenshot``, ``--dump-dom``, a slow browser - sees the
+    brokers, not "loading…", whatever the machine's load.  It refreshes from /api after that."""
+
     isLeaf = True
+
+    def __init__(self, api: StatusApi) -> None:
+        super().__init__()
+        self.api = api
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
-        return STATUS_PAGE.read_bytes()
+        first = {"api/overview": self.api.overview(), "api/clusters": self.api.clusters(),
+                 "api/events": self.api.events()}
+        data = json.dumps(first).replace("<", "\\u003c").encode()  # no "</script>" can end it early
+        page = STATUS_PAGE.read_bytes()
+        return page.replace(PRELOAD_BEFORE, b'<script id="preload" type="application/json">' + data +
+                            b"</script>\n" + PRELOAD_BEFORE, 1)
 
 
 class ApiError(Exception):
@@ -142,9 +160,10 @@ def make_site(state: NamesrvState, factory: RemotingFactory, health: HealthWatch
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
-    root.putChild(b"", StatusPage())
+    api = StatusApi(state, factory, health)
+    root.putChild(b"", StatusPage(api))
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
+    root.putChild(b"api", ApiResource(api, controller, peers))
     loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
     opened = bool(state.config["httpOpenBeyondLoopback"])
     site = QuietSite(guarded(root, state.acl, state.refusals, loopback, opened))  # web/auth.py: who gets what
