@@ -237,6 +237,25 @@ def test_a_restart_without_a_snapshot_is_not_ready_until_the_known_groups_are_ba
                                                                              "cB/broker-b2"]
 
 
+def test_a_group_that_was_down_before_the_restart_does_not_delay_readiness(tmp_path):
+    first = Served(tmp_path)
+    connections = clusters_ab(first)
+    stop_cleanly(first, B1, "broker-b1", "cB")
+    stop_cleanly(first, B2, "broker-b2", "cB")
+    first.service.topology.stopService()
+    for _, transport in connections.values():
+        transport.loseConnection()
+
+    second = Served(tmp_path)
+    assert not second.service.readiness()["broker_groups_back"]  # broker-a was up: expected back
+    assert second.service.readiness_details()["broker_groups"]["up_before_restart_not_back"] == ["c1/broker-a"]
+    proto, transport = second.connect()
+    register(proto, transport, MASTER, "broker-a")
+    assert second.service.readiness()["broker_groups_back"]  # cB is an outage, not a reason to wait
+    assert second.service.readiness_details()["broker_groups"]["summary"] == "1 of 3 known broker groups back"
+    assert value(second.scrape(), "namesrv_broker_groups_absent") == 2
+
+
 def test_a_route_snapshot_past_its_maximum_age_is_not_served(tmp_path):
     snapshot = str(tmp_path / "routes.json")
     first = Served(tmp_path, routeSnapshotPath=snapshot)

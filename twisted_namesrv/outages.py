@@ -94,6 +94,14 @@ class RouteHealth:
         """Groups the topology remembers (or in the routes, where the memory is full)."""
         return len(self.groups)
 
+    #: groups that were up when the remembered topology was last written (a restart expects them back)
+    up_before: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def not_back(self) -> list[GroupHealth]:
+        """Groups up before the restart that are not routed again (neither registered nor restored)."""
+        return [group for group in self.absent if (group.cluster, group.broker) in self.up_before]
+
     @property
     def back(self) -> int:
         """Groups with a member that registered since this start: "N of M known broker groups back"."""
@@ -153,7 +161,8 @@ class HealthWatch:
                 writable[group.cluster] += 1
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
-        return RouteHealth(tuple(groups), writable, by_name)
+        up_before = frozenset(self.topology.up_at_start) if self.topology is not None else frozenset()
+        return RouteHealth(tuple(groups), writable, by_name, up_before)
 
 
 def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:

@@ -296,9 +296,10 @@ class NamesrvService(service.MultiService):
     def readiness(self) -> dict[str, bool]:
         """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
         service can start: a KV file that cannot be read stops the start), not stopping, and the
-        broker groups it knows (state/topology.py) routed again - registered since the start or
-        restored from the route snapshot - or ``readinessBrokerWait`` ms past the start: a group
-        that is down (or retired elsewhere) must not keep every NameServer unready for ever."""
+        broker groups that were up when it last saved its topology (state/topology.py) routed again -
+        registered since the start or restored from the route snapshot - or ``readinessBrokerWait``
+        ms past the start: a group that stays down must not keep every NameServer unready for ever,
+        and one that was down before the restart is an outage, not a reason to wait."""
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
                 "started": bool(self.running), "not_stopping": not self.stopping,
@@ -307,14 +308,15 @@ class NamesrvService(service.MultiService):
     def brokers_back(self) -> bool:
         health = self.health.health()
         waited = self.state.clock() - self.state.started_at >= self.config["readinessBrokerWait"] / 1000
-        return waited or not health.absent
+        return waited or not health.not_back
 
     def readiness_details(self) -> dict[str, Any]:
         """What /readyz says beside its checks: "N of M known broker groups back"."""
         health = self.health.health()
         absent = [f"{group.cluster}/{group.broker}" for group in health.absent]
+        waiting = [f"{group.cluster}/{group.broker}" for group in health.not_back]
         return {"broker_groups": {"known": health.known, "back": health.back, "routed": health.known - len(absent),
-                                  "absent": absent[:20],
+                                  "absent": absent[:20], "up_before_restart_not_back": waiting[:20],
                                   "summary": f"{health.back} of {health.known} known broker groups back"}}
 
     @property

@@ -69,7 +69,7 @@ class TopologyStoreService(StepTimerService):
                 kept = self.path
             self._refused("corrupt", f"{exc}; kept as {kept}")
             return 0
-        self.topology.restore(groups)
+        self.topology.load(groups)
         self._saved = self.topology.version
         if groups:
             log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen",

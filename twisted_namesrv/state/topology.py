@@ -58,6 +58,9 @@ class KnownGroup:
     #: is absent when the routes hold none of its members, and then this says since when
     left: float | None = None
     how: str | None = None
+    #: the member ids in the routes as the events tell it (registered, not departed since): saved, so a
+    #: restart knows which groups were up when it went down (those /readyz waits for)
+    up: set[int] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -79,6 +82,8 @@ class Topology:
         self.refused = 0
         #: why the file was not loaded at start (the status page says so); None: loaded, or none there
         self.load_problem: str | None = None
+        #: the groups that were up when the file was last written: expected back after a restart
+        self.up_at_start: set[tuple[str, str]] = set()
 
     # -- what it hears ---------------------------------------------------------------------------
     def heard(self, kind: str, info: dict[str, Any]) -> None:
@@ -92,6 +97,7 @@ class Topology:
             group = self.groups.get((cluster, broker))
             if group is not None:
                 group.left, group.how = self.clock(), kind
+                group.up.discard(broker_id)  # type: ignore[arg-type]
                 self.version += 1
 
     def present(self, cluster: str, broker: str, broker_id: int, addr: str) -> None:
@@ -103,6 +109,9 @@ class Topology:
                 self.refused += 1
                 return
             group = self.groups[cluster, broker] = KnownGroup(cluster, broker, now)
+        if broker_id not in group.up:
+            group.up.add(broker_id)
+            self.version += 1
         member = group.members.get(broker_id)
         if member is not None and member.addr == addr:
             return
@@ -142,14 +151,22 @@ class Topology:
         return forgotten
 
     def restore(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
-        """Replace the memory (an undone retirement, a file loaded)."""
+        """Replace the memory (an undone retirement)."""
         self.groups = groups
         self.version += 1
+
+    def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
+        """The memory of the last run, at start: every member is out of the routes now, and the
+        groups that were up then are expected back (``up_at_start``)."""
+        self.up_at_start = {key for key, group in groups.items() if group.up}
+        for group in groups.values():
+            group.up = set()
+        self.restore(groups)
 
     def copy(self) -> dict[tuple[str, str], KnownGroup]:
         return {key: KnownGroup(g.cluster, g.broker, g.since,
                                 {i: Member(m.broker_id, m.addr, m.since) for i, m in g.members.items()},
-                                g.left, g.how)
+                                g.left, g.how, set(g.up))
                 for key, g in self.groups.items()}
 
     # -- views -----------------------------------------------------------------------------------
@@ -164,7 +181,7 @@ class Topology:
 def encode(topology: Topology) -> bytes:
     return json.dumps({"format": FORMAT, "groups": [
         {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-         "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()]}
+         "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
         for g in topology.groups.values()]}, separators=(",", ":")).encode()
 
 
@@ -191,6 +208,7 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
                 raise ValueError(f"{len(item['members'])} members, over the limit of {members_limit}")
             for broker_id, addr, since in item["members"]:
                 group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
+            group.up = {int(broker_id) for broker_id in item.get("up", ())}
         except (KeyError, TypeError, ValueError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group
