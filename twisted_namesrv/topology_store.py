@@ -22,7 +22,7 @@ from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .state.config import NamesrvConfig
-from .state.store import LoadRefused, StoreError, read_regular, write_atomically
+from .state.store import LoadRefused, StoreError, read_regular, set_aside, write_atomically
 from .state.topology import Topology, TopologyFileError, decode, encode
 from .timers import StepTimerService
 
@@ -62,12 +62,7 @@ class TopologyStoreService(StepTimerService):
             self._refused(exc.reason, f"{exc.why}; not loaded")
             return 0
         except TopologyFileError as exc:
-            kept = self.path.with_name(self.path.name + ".corrupt")
-            try:
-                self.path.replace(kept)  # the next write must not destroy what went wrong
-            except OSError:
-                kept = self.path
-            self._refused("corrupt", f"{exc}; kept as {kept}")
+            self._refused("corrupt", f"{exc}; kept as {set_aside(self.path)}")
             return 0
         self.topology.load(groups)
         self._saved = self.topology.version

@@ -13,11 +13,13 @@ restart reads is the old one even while the device fails.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 #: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
 opener: Callable[..., int] = os.open
@@ -183,3 +185,31 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
             from None
     finally:
         os.close(fd)
+
+
+class DocumentError(ValueError):
+    """A store file this server did not write (or a damaged one): the message says what is wrong."""
+
+
+def document_items(data: bytes, fmt: int, key: str, what: str) -> list[Any]:
+    """The list under ``key`` of a JSON store file ``{"format": fmt, key: [...]}`` (the page's
+    events, the remembered topology); anything else raises DocumentError naming what is wrong."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != fmt or not isinstance(document.get(key), list):
+        raise DocumentError(f"not {what} of format {fmt}")
+    items: list[Any] = document[key]
+    return items
+
+
+def set_aside(path: Path) -> Path:
+    """A file that could not be used, renamed ``<name>.corrupt`` so that the next write does not
+    destroy what went wrong; where it now is (``path`` itself when it could not be renamed)."""
+    kept = path.with_name(path.name + ".corrupt")
+    try:
+        path.replace(kept)
+    except OSError:
+        return path
+    return kept

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .store import DocumentError, document_items
+
 #: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
 PRESENT_EVENTS = frozenset({"registered", "confirmed", "changed"})
 DEPARTURE_EVENTS = frozenset({"expired", "closed", "idle", "unregistered"})
@@ -34,7 +36,7 @@ MEMBERS_LIMIT = 32
 FORMAT = 1
 
 
-class TopologyFileError(ValueError):
+class TopologyFileError(DocumentError):
     """A topology file this server did not write (or a damaged one): the message says what is wrong."""
 
 
@@ -97,7 +99,7 @@ class Topology:
             group = self.groups.get((cluster, broker))
             if group is not None:
                 group.left, group.how = self.clock(), kind
-                group.up.discard(broker_id)  # type: ignore[arg-type]
+                group.up.discard(broker_id)
                 self.version += 1
 
     def present(self, cluster: str, broker: str, broker_id: int, addr: str) -> None:
@@ -190,16 +192,13 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
     """The groups of a file ``encode`` wrote; anything else raises TopologyFileError naming what is
     wrong (a file over the limits too: this server never writes one)."""
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TopologyFileError(f"not JSON: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("groups"),
-                                                                                              list):
-        raise TopologyFileError(f"not a topology file of format {FORMAT}")
-    if len(document["groups"]) > groups_limit:
-        raise TopologyFileError(f"{len(document['groups'])} groups, over the limit of {groups_limit}")
+        items = document_items(data, FORMAT, "groups", "a topology file")
+    except DocumentError as exc:
+        raise TopologyFileError(str(exc)) from None
+    if len(items) > groups_limit:
+        raise TopologyFileError(f"{len(items)} groups, over the limit of {groups_limit}")
     groups: dict[tuple[str, str], KnownGroup] = {}
-    for number, item in enumerate(document["groups"]):
+    for number, item in enumerate(items):
         try:
             group = KnownGroup(_text(item["cluster"]), _text(item["broker"]), float(item["since"]),
                                left=None if item["left"] is None else float(item["left"]),

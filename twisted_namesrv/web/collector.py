@@ -168,21 +168,13 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
-        failures = CounterMetricFamily("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the "
-                                       "saved config (configStorePath) that failed, so the change was refused and "
-                                       "nothing changed, by store and error", labels=["store", "error"])
-        counts = self.metrics.store_failures
-        for store, error in sorted(set(counts) | {(s, e) for s in STORES for e in STORE_ERRORS}):
-            failures.add_metric([store, error], counts[store, error])
-        yield failures
-        refusals = CounterMetricFamily("namesrv_store_load_refusals", "Files read at start and not used, by store "
-                                       "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, "
-                                       "device or symlink), too_big, too_old (a route snapshot past "
-                                       "routeSnapshotMaxAge), unreadable", labels=["store", "reason"])
-        refused = self.metrics.store_load_refusals
-        for store, reason in sorted(set(refused) | {(s, r) for s in LOADED_STORES for r in LOAD_REFUSALS}):
-            refusals.add_metric([store, reason], refused[store, reason])
-        yield refusals
+        yield _by_store("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the saved config "
+                        "(configStorePath) that failed, so the change was refused and nothing changed, by store and "
+                        "error", "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
+                        "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
+                        "symlink), too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
+                        "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
@@ -229,6 +221,15 @@ class NamesrvCollector(Collector):
         port = bound if bound.isdigit() else str(self.state.config["listenPort"])
         info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version, port], 1)
         return info
+
+
+def _by_store(name: str, documentation: str, label: str, counts: Counter[tuple[str, str]],
+              stores: tuple[str, ...], values: tuple[str, ...]) -> Metric:
+    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` served from the start."""
+    family = CounterMetricFamily(name, documentation, labels=["store", label])
+    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values}):
+        family.add_metric([store, value], counts[store, value])
+    return family
 
 
 def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
