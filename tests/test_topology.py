@@ -45,10 +45,11 @@ def retire(served: Served, cluster: str, broker: str | None = None, broker_id: s
     return ask(served, RequestCode.RETIRE_BROKER_GROUP, ext, account=None)
 
 
-def test_a_whole_cluster_stopped_cleanly_is_an_outage_naming_it_until_it_is_back(tmp_path):
+@pytest.mark.parametrize("profile", ["5.3.3", "4.9.8"])
+def test_a_whole_cluster_stopped_cleanly_is_an_outage_naming_it_until_it_is_back(tmp_path, profile):
     """The issue's drill: every broker of cB unregistered, and after 10 minutes 0 alerts, no outage,
     clusters_without_writable_queues 0 and a green page.  Now the groups stay, absent, at 0."""
-    served = Served(tmp_path)
+    served = Served(tmp_path, profile=profile)
     connections = clusters_ab(served)
     stop_cleanly(served, B1, "broker-b1", "cB")
     stop_cleanly(served, B2, "broker-b2", "cB")
