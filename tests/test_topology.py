@@ -112,7 +112,7 @@ def test_an_operator_retires_a_group_or_a_cluster_audited_and_only_once_it_has_l
     connections = clusters_ab(served)
     answer, events = retire(served, "cB", "broker-b1")
     assert answer.code == ResponseCode.INVALID_PARAMETER and "still registered: cB/broker-b1" in answer.remark
-    assert events[0]["audit"]["result"] == "failed"
+    assert events[0]["audit"]["result"] == "refused"  # not "failed": that pages as a save that could not be made
 
     stop_cleanly(served, B1, "broker-b1", "cB")
     answer, events = retire(served, "cB", "broker-b1")
@@ -143,6 +143,7 @@ def test_a_retirement_that_cannot_be_saved_is_undone(tmp_path):
     (tmp_path / "topology.json").mkdir()  # a directory where the file belongs: the rename fails
     answer, _ = retire(served, "cB", "broker-b1")
     assert answer.code == ResponseCode.SYSTEM_ERROR and "not retired" in answer.remark
+    assert value(served.scrape(), "namesrv_admin_requests_total", operation="retire_broker_group", result="failed") == 1
     assert value(served.scrape(), "namesrv_broker_group_absent", cluster="cB", broker="broker-b1") == 1
 
 

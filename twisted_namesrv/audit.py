@@ -47,8 +47,11 @@ OPERATIONS: dict[int, str] = {
     RequestCode.RETIRE_BROKER_GROUP: "retire_broker_group",
 }
 AUDITED = frozenset(OPERATIONS)
-#: ok: answered SUCCESS; refused: by the ACL or the config black list; failed: any other answer
+#: ok: answered SUCCESS; refused: by the ACL or the config black list, or aimed at what it may not change
+#: (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown group); failed: any other
+#: answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
 RESULTS = ("ok", "refused", "failed")
+_REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 #: header fields that name a request's target, by request code (values of other fields are not kept)
 _TARGET_FIELDS: dict[int, tuple[str, ...]] = {
     RequestCode.PUT_KV_CONFIG: ("namespace", "key"),
@@ -124,7 +127,7 @@ def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
-    refused = response.code == ResponseCode.NO_PERMISSION or remark.startswith(ACL_EXCEPTION)
+    refused = response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION)
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 
