@@ -185,6 +185,19 @@ def test_a_planted_topology_file_is_refused_logged_and_counted_never_blocking(tm
         assert (tmp_path / "topology.json.corrupt").exists()
 
 
+def test_a_group_past_the_limit_is_logged_and_counted(tmp_path, monkeypatch):
+    served = Served(tmp_path)
+    monkeypatch.setattr(served.service.state.topology, "groups_limit", 1)
+    served.service.topology.startService()
+    clusters_ab(served)
+    with capturedLogs() as events:
+        served.clock.advance(2)
+    assert value(served.scrape(), "namesrv_topology_refusals_total") == 2
+    assert [formatEvent(e) for e in events if "not remembered" in formatEvent(e)] == [
+        "2 new broker groups not remembered: the topology holds its limit of 1 groups (retire those removed on "
+        "purpose)"]
+
+
 def test_the_topology_is_bounded_and_its_file_round_trips():
     clock = [100.0]
     topology = Topology(lambda: clock[0], groups_limit=2, members_limit=2)

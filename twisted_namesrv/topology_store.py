@@ -52,6 +52,7 @@ class TopologyStoreService(StepTimerService):
         self.load_refusals = load_refusals
         self._saved = -1
         self._failing = False
+        self._refused_told = 0
 
     def load(self) -> int:
         """The groups of the last run, remembered again; how many."""
@@ -83,6 +84,12 @@ class TopologyStoreService(StepTimerService):
         self._saved = self.topology.version
 
     def save_if_changed(self) -> None:
+        refused = self.topology.refused
+        if refused != self._refused_told:  # one line per check, however many were refused meanwhile
+            log.error("{count} new broker groups not remembered: the topology holds its limit of {limit} groups "
+                      "(retire those removed on purpose)", count=refused - self._refused_told,
+                      limit=self.topology.groups_limit)
+            self._refused_told = refused
         if self.topology.version == self._saved:
             return
         try:

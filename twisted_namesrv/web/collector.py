@@ -128,6 +128,9 @@ class NamesrvCollector(Collector):
                                 value=health.back)
         yield GaugeMetricFamily("namesrv_broker_groups_absent", "Known broker groups with no member in the routes",
                                 value=len(health.absent))
+        yield CounterMetricFamily("namesrv_topology_refusals", "New broker groups not remembered because the "
+                                  "topology held its limit (10,000 groups)",
+                                  value=self.state.topology.refused if self.state.topology is not None else 0)
         yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters known (in clusterAddrTable, "
                                 "or remembered) in which no broker group takes writes (a live master with a "
                                 "writable queue)", value=len(health.clusters_without_writable_queues))
