@@ -191,6 +191,20 @@ class ControllerConfig:
         return "".join(lines)
 
 
+_METRICS = "Java's controller metrics exporter (OpenTelemetry); this controller's metrics are on the metrics port"
+_JRAFT = "a key of Java's jRaft controller, which this server does not run (controllerType jRaft is refused)"
+#: Java 5.3.3's ControllerConfig and JraftConfig keys that mqnamesrv -c reads with enableControllerInNamesrv
+#: and this controller does not act on, with why (state/config.py JAVA_ONLY: accepted, a warning when set)
+JAVA_ONLY = {
+    **dict.fromkeys(("metricsGrpcExporterTarget", "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills",
+                     "metricGrpcExporterIntervalInMills", "metricLoggingExporterIntervalInMills",
+                     "metricsPromExporterPort", "metricsPromExporterHost", "metricsLabel", "metricsInDelta"), _METRICS),
+    # Java's setter is setProcessReadEvent (the -c key); GET_CONTROLLER_CONFIG shows the field, isProcessReadEvent
+    "processReadEvent": "Java's DLedger controller applies reads through its log with it; reads here are local",
+    **dict.fromkeys(("jRaftElectionTimeoutMs", "jRaftSnapshotIntervalSecs", "jRaftGroupId", "jRaftServerId",
+                     "jRaftInitConf", "jRaftControllerRPCAddr", "jRaftScanWaitTimeoutMs"), _JRAFT),
+}
+
 # the NameServer's config knows the controller's keys once this module is imported: the launchers
 # (tap.py, service.py) import it before reading a -c file, and so does any use of the controller
-add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)
+add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES, JAVA_ONLY)

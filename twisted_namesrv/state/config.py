@@ -7,8 +7,10 @@ refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but comple
 Two sets beside it are data every consumer consults rather than decides for itself:
 ``SECRET_KEYS`` (their values never leave the process: GET_NAMESRV_CONFIG leaves them out as Java
 leaves its TLS system properties out, ``-p``, logs, errors, the status page and the audit trail show
-``MASK``) and ``NOT_IMPLEMENTED`` (Java keys this server takes but does not act on: a start with
-one of them set warns, ``--strict-config`` refuses).
+``MASK``), ``NOT_IMPLEMENTED`` and ``NO_EFFECT`` (Java keys this server takes but does not act on: a
+start with one of them set warns) and ``JAVA_ONLY`` (keys of Java's other config objects that
+``mqnamesrv -c`` reads from the same file: known, so ``--strict-config``, which refuses only keys no
+Java NameServer reads, accepts a file Java wrote, and a warning when set).
 """
 
 from __future__ import annotations
@@ -150,10 +152,10 @@ SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword", "se
 SECRET_NAME_ENDINGS = ("password", "secretkey", "secret", "token", "credential", "credentials")
 #: what a secret's value is shown as
 MASK = "******"
-#: Java NamesrvConfig keys this server reads but does not act on: set to anything but their default
-#: they start with a warning (--strict-config: refused).  Issue work that implements one removes it.
+#: Java NamesrvConfig keys asking for what this server does not do: set to anything but their default
+#: they start with a warning saying so (a Java key: --strict-config accepts it).  Issue work that
+#: implements one removes it.
 NOT_IMPLEMENTED = frozenset({
-    "rocketmqHome",  # Java: where its logback configuration is; here logging is Twisted's
     "productEnvName",  # Java: only with clusterTest
     "clusterTest",  # Java: routes of a test cluster fetched from another NameServer
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
@@ -162,7 +164,7 @@ NOT_IMPLEMENTED = frozenset({
 _ONE_THREAD = "one reactor thread serves every connection and request: there is no pool to size"
 _NETTY = "a Netty setting; Twisted's reactor has no counterpart"
 #: every Java key that changes nothing here, with why: ``-p`` says so above each, and a start with one
-#: set to anything but its default warns (NOT_IMPLEMENTED ones are also refused by --strict-config)
+#: set to anything but its default warns (rocketmqHome too, which Java writes into every file it saves)
 NO_EFFECT: dict[str, str] = {
     "rocketmqHome": "Java reads its logback configuration there; logging here is Twisted's (--log-*)",
     "productEnvName": "Java uses it only with clusterTest, which is not implemented",
@@ -178,6 +180,20 @@ NO_EFFECT: dict[str, str] = {
     "enableShutdownGracefully": "a stop here always closes the listeners first and the connections after",
     "shutdownWaitTimeSeconds": "a stop here does not wait for requests in flight: each is answered in one step",
 }
+_CLIENT = ("a setting of Java's NameServer's Netty client (its NOTIFY_MIN_BROKER_ID_CHANGE and controller notices "
+           "to brokers); this server sends each notice on a connection of its own, 3 s to connect")
+#: keys ``mqnamesrv -c`` reads into Java objects this server has no counterpart for, with why they change
+#: nothing here: NettyClientConfig's (5.3.3 reads them from the -c file; 4.9.8 ignores them), and those
+#: other modules add (the embedded controller's Java keys it does not implement: add_keys).  Known, so
+#: --strict-config accepts them; set (to anything) they warn, as a Java file carries them only when an
+#: operator wrote them in.  GET_NAMESRV_CONFIG lists them as Java does the -c file's other keys.
+JAVA_ONLY: dict[str, str] = dict.fromkeys((
+    "clientWorkerThreads", "clientCallbackExecutorThreads", "clientOnewaySemaphoreValue", "clientAsyncSemaphoreValue",
+    "connectTimeoutMillis", "channelNotActiveInterval", "scanAvailableNameSrv", "clientChannelMaxIdleTimeSeconds",
+    "clientSocketSndBufSize", "clientSocketRcvBufSize", "clientPooledByteBufAllocatorEnable",
+    "clientCloseSocketIfTimeout", "useTLS", "socksProxyConfig", "disableCallbackExecutor", "disableNettyWorkerGroup",
+    "maxReconnectIntervalTimeSeconds", "enableReconnectForGoAway"), _CLIENT)
+# (NettyClientConfig has writeBufferHighWaterMark and writeBufferLowWaterMark too: NettyServerConfig keys here)
 
 
 def is_secret(name: str) -> bool:
@@ -262,18 +278,20 @@ def split_advertised(text: str) -> tuple[str, int | None]:
 
 
 def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
-             kept_elsewhere: frozenset[str] = frozenset()) -> None:
+             kept_elsewhere: frozenset[str] = frozenset(), java_only: dict[str, str] | None = None) -> None:
     """A module above this layer owns ``keys`` and reads them from the same ``-c`` file (the
     controller: controller/config.py, when it is imported): NamesrvConfig knows them from now on,
     typed, guarded and listed as its own, and ``check(values)`` refuses (ConfigError naming the
     key) what their owner cannot run with.  ``kept_elsewhere``: further keys the owner keeps in a
-    config object of its own (never an "unknown key" here).  Adding the same keys again changes nothing."""
+    config object of its own (never an "unknown key" here); ``java_only``: Java's keys of the owner's
+    that it does not implement, with why (JAVA_ONLY).  Adding the same keys again changes nothing."""
     new = [key for key in keys if key.name not in KEYS_BY_NAME]
     if new:
         KEYS.extend(new)
         KEYS_BY_NAME.update((key.name, key) for key in new)
         _OWNERS_CHECKS.append(check)
     KEPT_ELSEWHERE.update(kept_elsewhere)
+    JAVA_ONLY.update(java_only or {})
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -358,14 +376,20 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
 
 
 def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) -> list[str]:
-    """Warnings for keys no NameServer setting has (Java ignores them) and for Java keys set to
-    what this server does not do (NOT_IMPLEMENTED); a value that does not parse, or with
-    ``strict`` either kind of key, raises ConfigError naming key, value (never a secret) and file."""
+    """Warnings for keys no NameServer reads (Java ignores them), for Java keys set to what this
+    server does not do (NOT_IMPLEMENTED, NO_EFFECT) and for Java keys it has no counterpart for
+    (JAVA_ONLY); a value that does not parse raises ConfigError naming key, value (never a secret)
+    and file, and so, with ``strict``, does a key no NameServer reads: a file Java itself wrote
+    (every key of its NamesrvConfig and NettyServerConfig, rocketmqHome included) passes."""
     warnings = []
     for name, text in file_keys.items():
         key = KEYS_BY_NAME.get(name)
         if key is None and name in KEPT_ELSEWHERE:
             continue  # another module's (the embedded controller's: controller/config.py checks them)
+        if key is None and name in JAVA_ONLY:
+            warnings.append(f"{path}: {name}={MASK if is_secret(name) else text.strip()}: no effect here, ignored "
+                            f"({JAVA_ONLY[name]})")
+            continue
         if key is None:
             if strict:
                 raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
@@ -376,9 +400,6 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
             shown = MASK if is_secret(name) else text.strip()
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
         if name in NO_EFFECT and _coerce(key, text) != key.default:
-            if strict and name in NOT_IMPLEMENTED:
-                raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
-                                  "(refused by --strict-config)")
             if name in NOT_IMPLEMENTED:
                 warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
                                 "(this NameServer does not do what the key asks)")
