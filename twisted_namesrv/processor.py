@@ -458,12 +458,14 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
                        keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:
-        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},
-                           state.persist_config)
+        unsaved = state.config.apply({k: v for k, v in props.items()
+                                      if k in state.config.values or k in state.config.extra}, state.persist_config)
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"updateNamesrvConfig not applied: {exc}")
+    if unsaved is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
+        log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
+                 peer=peer.address, props=masked(props), error=str(unsaved))
+        return respond(state, request, remark=f"applied in memory only, until the restart: {unsaved}")
     log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
     return respond(state, request)
 

@@ -53,11 +53,13 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
-def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], None]:
-    """What a store's failed save does besides its error answer: one log line, one count by (store, errno)."""
+def store_refusal(failures: Counter[tuple[str, str]],
+                  consequence: str = "the change is refused") -> Callable[[StoreError], None]:
+    """What a store's failed save does besides its answer: one log line saying what became of the
+    change, one count by (store, errno)."""
     def refused(error: StoreError) -> None:
         failures[error.what, error.errno_name] += 1
-        log.error("{error}; the change is refused", error=str(error))
+        log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
 
@@ -69,9 +71,11 @@ def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
     with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
     ``store_failures`` by (store, errno name)."""
     kv_path = Path(config["kvConfigPath"])
-    refused = store_refusal(Counter() if store_failures is None else store_failures)
-    kv_file = AtomicFile("kvConfigPath", kv_path, refused)
-    config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
+    failures = Counter() if store_failures is None else store_failures
+    kv_file = AtomicFile("kvConfigPath", kv_path, store_refusal(failures))
+    # updateNamesrvConfig applies a change its file cannot take (a read-only ConfigMap), as Java does
+    config_file = AtomicFile("configStorePath", config["configStorePath"],
+                             store_refusal(failures, "the change is applied in memory only, until the restart"))
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)

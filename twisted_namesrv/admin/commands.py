@@ -155,20 +155,25 @@ def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outco
     """UPDATE_NAMESRV_CONFIG as mqadmin sends it, between two reads of the config.  Java answers
     SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
     (and keeps or coerces it), so only the config read back tells whether the update took; the
-    one read before gives the value it replaced (what to set back)."""
+    one read before gives the value it replaced (what to set back).  A SUCCESS with a remark is ours
+    applying a change its file could not take (a read-only ConfigMap: until the restart): said too."""
     body = property_line(args.key, args.value, ascii_only=True).encode("ascii")
 
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         before = read_config(client).get(args.key)
-        client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+        answer = client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
         after = read_config(client).get(args.key)
         if after is None:
             raise AdminError(f"{client.addr}: {args.key} is not a configuration key of this NameServer: it answered "
                              "OK but ignores the key (getNamesrvConfig lists its keys)")
         if not _took(args.value, after):
             raise AdminError(f"{client.addr}: {args.key} did not take {args.value!r}: it reads back as {after!r}")
-        return (f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})",
-                {"key": args.key, "before": before, "after": after})
+        said = f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})"
+        result = {"key": args.key, "before": before, "after": after}
+        if answer.remark:
+            said += f"; {answer.remark}"
+            result["unsaved"] = answer.remark
+        return said, result
 
     return on_each(namesrvs, step)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -460,6 +459,9 @@ class NamesrvConfig:
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
+        #: why the running values differ from configStorePath's (a runtime change whose save failed: it
+        #: lasts until the restart); empty when the file holds them
+        self.unsaved = ""
         self._subscribers: list[Callable[[], None]] = []
         self._set(file_keys or {})
         self.values.update(values or {})
@@ -508,27 +510,33 @@ class NamesrvConfig:
         config.sources = sources
         return config
 
-    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> None:
-        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or
-        none: a value the server cannot run with (ConfigError), or a save that fails
-        (``persist(stored_text)`` raising OSError), leaves every value as it was, in memory and on disk."""
+    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> OSError | None:
+        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or none:
+        a value the server cannot run with raises ConfigError and leaves every value as it was.  Then
+        ``persist(stored_text)`` saves them; a save that fails (OSError: a read-only file, a full disk)
+        is returned, the values applied in memory as Java's Configuration.update does (it logs the
+        failed save and answers SUCCESS): the change lasts until the restart, and ``unsaved`` says so
+        until a later save succeeds."""
         values, extra = dict(self.values), dict(self.extra)
         try:
             self._set(props)
             self._validate()
-            if persist is not None:
-                persist(self.stored_text())
-        except (ConfigError, OSError) as exc:
+        except ConfigError:
             self.values.clear()
             self.values.update(values)
             self.extra.clear()
             self.extra.update(extra)
-            if persist is not None and getattr(exc, "replaced", False):  # renamed in place, not durable
-                with suppress(OSError):
-                    persist(self.stored_text())
             raise
+        failed = None
+        if persist is not None:
+            try:
+                persist(self.stored_text())
+                self.unsaved = ""
+            except OSError as exc:
+                failed, self.unsaved = exc, str(exc)
         for listener in self._subscribers:
             listener()
+        return failed
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""

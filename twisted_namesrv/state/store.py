@@ -7,7 +7,9 @@ The directory is opened first, so a closed fd table (EMFILE) fails before anythi
 failure before the rename removes the temp file.  A failure after it (the directory's fsync: a
 failing device) puts the old file back: it is kept as a hard link (``<file>.old``) until the new
 one is durable, and renamed back over it - a rename needs no write to take effect, so the file a
-restart reads is the old one even while the device fails.
+restart reads is the old one even while the device fails.  A file mounted on its own (a bind
+mount, a Kubernetes subPath) can be neither linked nor replaced: it is written in place
+(``_write_in_place``, not atomic).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
     try:
         try:
             kept = _keep_old(target, old)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise StoreError(what, target, exc) from None
+            _write_in_place(target, data, what)  # a file mounted on its own: no link, no rename over it
+            return
+        try:
             fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -72,6 +80,39 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
             old.unlink(missing_ok=True)
     finally:
         os.close(dir_fd)
+
+
+def _write_in_place(target: Path, data: bytes, what: str) -> None:
+    """A file mounted on its own (a bind mount: ``podman -v ns.properties:/etc/...``, a Kubernetes
+    subPath) can be neither linked nor renamed over (EXDEV, EBUSY): it is rewritten in place and
+    fsync'd, as Java 5.3.3 writes every file.  Read-only, it fails before anything changed (EROFS).
+    Not atomic: a crash in the middle can leave it short; a failed write puts the old bytes back
+    (``replaced`` when even that failed)."""
+    try:
+        before = target.read_bytes()
+        fd = opener(target, os.O_WRONLY)
+    except OSError as exc:
+        raise StoreError(what, target, exc) from None
+    try:
+        try:
+            _rewrite(fd, data)
+        except OSError as exc:
+            try:
+                _rewrite(fd, before)
+            except OSError:
+                raise StoreError(what, target, exc, replaced=True) from None
+            raise StoreError(what, target, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _rewrite(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.fsync(fd)
 
 
 def _keep_old(target: Path, old: Path) -> bool:

@@ -21,7 +21,7 @@ from ..peers import PeersService
 from ..server import RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
+STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath")
 LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
@@ -171,9 +171,14 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
-        yield _by_store("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the saved config "
-                        "(configStorePath) that failed, so the change was refused and nothing changed, by store and "
-                        "error", "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
+                        "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
+                        "(configStorePath) is applied in memory only, until the restart, as Java's",
+                        "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
+                                "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
+                                "read-only file: a ConfigMap): a restart goes back to the file",
+                                value=1 if self.state.config.unsaved else 0)
         yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
                         "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
                         "symlink), too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
