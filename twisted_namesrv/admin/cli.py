@@ -15,7 +15,7 @@ import sys
 from typing import TextIO
 
 from ..remoting.codes import version_name
-from . import commands, compare, simulate
+from . import commands, compare, controller_store, simulate
 from .client import (
     DEFAULT_NAMESRV,
     DEFAULT_TIMEOUT,
@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "topicQueueMappingByBroker) between a 4.x and a 5.x NameServer")
     _options(sub, namesrv=False, suppress=True)
     _options(simulate.add_parser(subparsers), namesrv=True, suppress=True)
+    controller_store.add_parsers(subparsers)  # files, not the network: no -n, no TLS
     return parser
 
 
@@ -159,6 +160,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help (0)
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command in controller_store.COMMANDS:
+        return controller_store.run(args, out, err)
     if args.timeout <= 0:
         err.write("error: --timeout must be positive\n")
         return 2
