@@ -99,6 +99,8 @@ class Metrics:
     store_failures: Counter = field(default_factory=Counter)
     #: store files not loaded at start (topologyPath, routeSnapshotPath), by (store key, reason)
     store_load_refusals: Counter = field(default_factory=Counter)
+    #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
+    acl_reload_failures: int = 0
     clock: Callable[[], float] = time.time
     #: topics whose last broker left lately (the status page lists them)
     lost_topics: LostTopics = field(init=False)

@@ -23,6 +23,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from . import files
+
 #: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
 opener: Callable[..., int] = os.open
 #: a file system without hard links: no ``.old`` kept (the old content cannot be put back then)
@@ -46,7 +48,7 @@ class StoreError(OSError):
 def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
     """Replace ``path`` by ``data`` durably, or raise StoreError leaving it as it was (see above)."""
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, reused next time
+    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, replaced next time
     old = target.with_name(target.name + ".old")  # the same: a leftover is replaced at the next write
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +64,9 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
             _write_in_place(target, data, what)  # a file mounted on its own: no link, no rename over it
             return
         try:
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
+                tmp.unlink()
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -89,8 +93,8 @@ def _write_in_place(target: Path, data: bytes, what: str) -> None:
     Not atomic: a crash in the middle can leave it short; a failed write puts the old bytes back
     (``replaced`` when even that failed)."""
     try:
-        before = target.read_bytes()
-        fd = opener(target, os.O_WRONLY)
+        before = files.read_regular(target)
+        fd = files.open_regular(target, os.O_WRONLY)
     except OSError as exc:
         raise StoreError(what, target, exc) from None
     try:
