@@ -252,6 +252,26 @@ def test_a_restart_without_a_snapshot_is_not_ready_until_the_known_groups_are_ba
                                                                              "cB/broker-b2"]
 
 
+def test_a_group_up_when_the_nameserver_went_down_is_absent_since_its_restart_not_since_an_old_departure(tmp_path):
+    """Seen in the walk-through: after a kill -9 and a restart without a snapshot the page said a group
+    'is absent: every member left (unregistered, 4 m 57 s ago)', a clean stop long since undone."""
+    first = Served(tmp_path)
+    clusters_ab(first)
+    stop_cleanly(first, B1, "broker-b1", "cB")  # left and came back, long before the restart
+    first.clock.advance(300)
+    proto, transport = first.connect()
+    register(proto, transport, B1, "broker-b1", extra={"clusterName": "cB"})
+    first.service.topology.stopService()
+
+    second = Served(tmp_path)
+    second.clock.advance(5)
+    answer = second.api.clusters()
+    absent = {g["broker_name"]: g["absent"] for c in answer["clusters"] for g in c["broker_groups"]}
+    assert absent["broker-b1"]["how"] == "not registered since the NameServer restarted"
+    assert absent["broker-b1"]["crash"] is False
+    assert second.clock.seconds() * 1000 - absent["broker-b1"]["since_ms"] == 5000
+
+
 def test_a_group_that_was_down_before_the_restart_does_not_delay_readiness(tmp_path):
     first = Served(tmp_path)
     connections = clusters_ab(first)

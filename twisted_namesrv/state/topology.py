@@ -49,6 +49,10 @@ class Member:
     since: float
 
 
+#: how a group up when the NameServer stopped is absent after its restart: not registered since
+RESTART = "not registered since the NameServer restarted"
+
+
 @dataclass(slots=True)
 class KnownGroup:
     cluster: str
@@ -159,9 +163,13 @@ class Topology:
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
         """The memory of the last run, at start: every member is out of the routes now, and the
-        groups that were up then are expected back (``up_at_start``)."""
+        groups that were up then are expected back (``up_at_start``): absent since this start, by
+        ``RESTART`` (their last departure is older than their last registration, and did not cause it)."""
         self.up_at_start = {key for key, group in groups.items() if group.up}
-        for group in groups.values():
+        now = self.clock()
+        for key, group in groups.items():
+            if key in self.up_at_start:
+                group.left, group.how = now, RESTART
             group.up = set()
         self.restore(groups)
 
