@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..bodies.register import TablePieces, TopicConfig
+from ..bodies.register import RegistrationRefused, TablePieces, TopicConfig
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -169,6 +169,12 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
+        #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
+        #: entries, and topicQueueMappingInfoTable's
+        self.topicsOfGroup: dict[str, int] = {}
+        self.queueEntries = 0
+        self.mappingEntries = 0
         self.generation = 0
         #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
         #: Set through subscribe/unsubscribe.
@@ -326,6 +332,7 @@ class RouteInfoManager:
         p = self.profile
         req = plan.request
         fresh = plan.generation == self.generation
+        self._check_limits(plan, fresh)
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
@@ -399,6 +406,67 @@ class RouteInfoManager:
             self._notify_min_broker_id(addrs, None, req.haServerAddr)
         return result
 
+    def _check_limits(self, plan: RegistrationPlan, fresh: bool) -> None:
+        """Raise RegistrationRefused, before anything changes, when applying ``plan`` would pass
+        a limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
+        maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
+        maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
+        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's).
+
+        What a plan may add is bounded first by its size (constant time: the usual case);
+        only a plan that bound does not clear is counted entry by entry, and what it removes
+        (deleteTopicWithBrokerRegistration) is then taken off."""
+        req, config = plan.request, self.config
+        if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
+            raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
+                                      f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        if key not in self.brokerLiveTable and len(self.brokerLiveTable) >= config["maxBrokers"]:
+            raise RegistrationRefused("max_brokers", f"a new broker, and {len(self.brokerLiveTable)} are registered: "
+                                      f"maxBrokers ({config['maxBrokers']})")
+        broker = self.brokerAddrTable.get(req.brokerName)
+        members = broker.brokerAddrs if broker is not None else {}
+        if (len(members) >= config["maxBrokersPerGroup"] and req.brokerId not in members
+                and req.brokerAddr not in members.values()):
+            raise RegistrationRefused("max_brokers_per_group", f"a new member of broker group {req.brokerName}, "
+                                      f"which has {len(members)}: maxBrokersPerGroup ({config['maxBrokersPerGroup']})")
+        body = req.body
+        if body.tableUnchanged or not self._applies_topics(req):
+            return
+        candidates: Iterable[TopicConfig] = plan.changes if fresh and plan.changes is not None else (
+            body.topicConfigTable.values())
+        group = self.topicsOfGroup.get(req.brokerName, 0)
+        per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
+        mappings = body.topicQueueMappingInfoMap
+        added = len(candidates)  # type: ignore[arg-type]
+        entries = self.queueEntries + self.mappingEntries
+        if group + added <= per_group and entries + added + len(mappings) <= whole:
+            return
+        queues, name = self.topicQueueTable, req.brokerName
+        added = sum(1 for config_ in candidates if name not in queues.get(config_.topicName, ()))
+        if fresh and plan.removals is not None and not mappings:
+            added -= len(plan.removals)
+        if group + added > per_group:
+            raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold {group + added} "
+                                      f"topics, over maxTopicsPerBroker ({per_group})")
+        new_mappings = sum(1 for topic, info in mappings.items()
+                           if str(info.get("bname")) not in self.topicQueueMappingInfoTable.get(topic, ()))
+        if entries + added + new_mappings > whole:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold "
+                                      f"{entries + added + new_mappings} topic-queue entries, over "
+                                      f"maxTopicQueueEntries ({whole})")
+
+    def _applies_topics(self, req: RegisterRequest) -> bool:
+        """Whether a registration may add to topicQueueTable: a master's, or (5.x) a prime
+        slave's (the lowest id of its group once it is in), as _apply_topics decides."""
+        if req.brokerId == MASTER_ID:
+            return True
+        if not self.profile.prime_slave_applies_topics or req.enableActingMaster is None:
+            return False
+        broker = self.brokerAddrTable.get(req.brokerName)
+        others = [i for i, a in broker.brokerAddrs.items() if a != req.brokerAddr] if broker else []
+        return req.brokerId <= min(others, default=req.brokerId)
+
     def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
         """5.3.3: another address already holds this id with a newer stateVersion."""
         if old_addr is None or old_addr == req.brokerAddr:
@@ -442,7 +510,10 @@ class RouteInfoManager:
                 self._create_and_update_queue_data(req.brokerName, config, perm)
         if changed or register_first:
             for topic, info in mappings.items():
-                self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+                held = self.topicQueueMappingInfoTable.setdefault(topic, {})
+                bname = str(info.get("bname"))
+                self.mappingEntries += bname not in held
+                held[bname] = info
                 self._topic_changed(topic)
         return changed or register_first
 
@@ -455,26 +526,49 @@ class RouteInfoManager:
         queues = self.topicQueueTable.get(config.topicName)
         if queues is None:
             queues = self.topicQueueTable[config.topicName] = {}
+            old = None
         else:
             old = queues.get(broker_name)
             if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 return
+        if old is None:
+            self._count_queue(broker_name, 1)
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
         self._topic_changed(config.topicName)
+
+    def _count_queue(self, broker_name: str, change: int) -> None:
+        """topicQueueTable gained (1) or lost (-1) an entry of ``broker_name``'s queues."""
+        count = self.topicsOfGroup.get(broker_name, 0) + change
+        if count:
+            self.topicsOfGroup[broker_name] = count
+        else:
+            del self.topicsOfGroup[broker_name]
+        self.queueEntries += change
+
+    def recount(self) -> None:
+        """Count what the limits count from the tables as they are (tables replaced: a snapshot)."""
+        self.topicsOfGroup = {}
+        for queues in self.topicQueueTable.values():
+            for name in queues:
+                self.topicsOfGroup[name] = self.topicsOfGroup.get(name, 0) + 1
+        self.queueEntries = sum(self.topicsOfGroup.values())
+        self.mappingEntries = sum(map(len, self.topicQueueMappingInfoTable.values()))
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
+            self._count_queue(broker_name, -1)
             if not queues:
                 del self.topicQueueTable[topic]
             self._topic_changed(topic)
 
     @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
-        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
+        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial: a
+        topic new to the table gets none of its queues then)."""
         if not queue_datas or topic is None:
             return
         self._forget_tables()
@@ -483,10 +577,14 @@ class RouteInfoManager:
         for queue in queue_datas:
             if queue.brokerName not in self.brokerAddrTable:
                 return
+            if existing is not None and queue.brokerName not in queues:
+                self._count_queue(queue.brokerName, 1)
             queues[queue.brokerName] = queue
             self._topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
+            for name in queues:
+                self._count_queue(name, 1)
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
@@ -626,6 +724,8 @@ class RouteInfoManager:
         table = self.topicQueueTable
         disjoint = names.isdisjoint
         touched = [t for t, queues in table.items() if not disjoint(queues)]
+        for name in emptied:  # every entry of theirs leaves below
+            self.queueEntries -= self.topicsOfGroup.pop(name, 0)
         for topic in touched:
             queues = table[topic]
             leaving = [name for name in queues if name in order]
@@ -693,7 +793,10 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+            queues = self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
+            if queues is not None:
+                for name in queues:
+                    self._count_queue(name, -1)
                 self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
