@@ -10,14 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import free_port
+from tests.support import free_port, wait_http
 
 ADMIN = Path(sys.executable).parent / "namesrv-admin"
 MOUNTS = {
@@ -48,16 +47,7 @@ def start(tmp_path: Path, mount: str, port: int, http: int) -> subprocess.Popen:
 
 
 def wait_ready(server: subprocess.Popen, http: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=2).close()
-            return
-        except OSError:
-            if server.poll() is not None:
-                pytest.fail(f"the server exited: {server.communicate()[0]}")
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+    wait_http(server, f"http://127.0.0.1:{http}/healthz")
 
 
 def stop(server: subprocess.Popen) -> str:

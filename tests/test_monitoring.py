@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import free_port
+from tests.support import free_port, wait_http
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -118,14 +117,7 @@ def live_metrics(tmp_path_factory) -> tuple[set[str], set[str]]:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     broker = None
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
-                time.sleep(0.1)
+        wait_http(server, f"http://127.0.0.1:{http}/readyz")
         broker = subprocess.Popen([str(ADMIN), "-n", f"127.0.0.1:{port}", "simulate-broker", "--interval", "30"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert broker.stdout.readline().startswith("registered "), broker.stderr.read()
