@@ -15,7 +15,7 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.test_audit import ask
 from tests.test_housekeeping import MASTER, OTHER, register
 from tests.web.test_metrics_and_api import Served, value
-from twisted_namesrv.metrics import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.state.topology import Topology, TopologyFileError, decode, encode
 

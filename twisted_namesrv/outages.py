@@ -112,7 +112,7 @@ class HealthWatch:
     """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
     recomputed only when the routes changed (``generation``), liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager, topology: Topology | None = None) -> None:
+    def __init__(self, routes: RouteInfoManager, topology: Topology) -> None:
         self.routes = routes
         self.topology = topology
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
@@ -152,7 +152,7 @@ class HealthWatch:
                 sum(member is not None for member in members), topics, write_perm,
                 sum(member is not None and not member.restored for member in members)))
         present = {(group.cluster, group.broker) for group in groups}
-        known = self.topology.groups if self.topology is not None else {}
+        known = self.topology.groups
         groups += [_absent(group) for key, group in known.items() if key not in present]
         groups.sort(key=lambda group: (group.cluster, group.broker))
         writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
@@ -161,7 +161,7 @@ class HealthWatch:
                 writable[group.cluster] += 1
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
-        up_before = frozenset(self.topology.up_at_start) if self.topology is not None else frozenset()
+        up_before = frozenset(self.topology.up_at_start)
         return RouteHealth(tuple(groups), writable, by_name, up_before)
 
 

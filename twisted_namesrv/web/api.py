@@ -2,7 +2,7 @@
 
 Times are epoch milliseconds with the server's ``now_ms`` beside them, so a page computes
 heartbeat ages against the server's clock, not the browser's.  Brokers that left in the last
-``metrics.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went; broker groups
+``departures.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went; broker groups
 the NameServer has seen (state/topology.py) stay listed as *absent* - expected but gone - until
 they register again or an operator retires them.
 """
@@ -14,7 +14,10 @@ from typing import Any
 from .. import __version__
 from ..bodies.route import MASTER_ID
 from ..context import NamesrvState
-from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
+from ..departures import DEPARTED_KEEP_SECONDS
+from ..events import RouteEvent
+from ..metrics import Metrics
+from ..observations import Observations
 from ..outages import GroupHealth, HealthWatch, is_crash
 from ..processor import encode_route
 from ..remoting import fastjson
@@ -27,14 +30,15 @@ TOPIC_SEARCH_LIMIT = 200
 
 
 class StatusApi:
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes, state.topology)
+        self.seen = seen
+        self.health = health
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def now_ms(self) -> int:
         return int(self.state.clock() * 1000)
@@ -51,10 +55,10 @@ class StatusApi:
                 "namesrv_version": __version__,
                 "brokers_restored": sum(live.restored for live in routes.brokerLiveTable.values()),
                 "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
-                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.metrics.departed_brokers()),
+                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.seen.departed.brokers()),
                 "broker_groups_known": health.known, "broker_groups_back": health.back,
                 "broker_groups_absent": len(health.absent),
-                "topology_problem": state.topology.load_problem if state.topology else None,
+                "topology_problem": state.topology.load_problem,
                 "topics": len(routes.topicQueueTable),
                 "kv_entries": sum(map(len, state.kv.configTable.values()))}
 
@@ -66,7 +70,7 @@ class StatusApi:
         routes, now = self.state.routes, self.now_ms()
         health = self.health.health()
         departed: dict[tuple[str, str], list[RouteEvent]] = {}
-        for event in self.metrics.departed_brokers():
+        for event in self.seen.departed.brokers():
             cluster, name, _ = event.broker_key
             departed.setdefault((str(cluster), str(name)), []).append(event)
         absent = {(group.cluster, group.broker): group for group in health.absent}
@@ -102,7 +106,7 @@ class StatusApi:
                              "writable_broker_groups": health.writable_groups.get(cluster, 0)})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
                  "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
-                for t in self.metrics.lost_topics.recent(routes.topicQueueTable)]
+                for t in self.seen.lost.recent(routes.topicQueueTable)]
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
                                                      "live_members": g.live_members, "master_addr": g.master_addr,
                                                      "absent": _absence(g) if g.absent else None}
@@ -154,7 +158,7 @@ class StatusApi:
         once, with ``count`` and the time of the first (``first_ts_ms``) and the last (``ts_ms``)."""
         return {"now_ms": self.now_ms(),
                 "events": [{"seq": e.seq, "ts_ms": _ms(e.ts), "first_ts_ms": _ms(e.first_ts), "count": e.count,
-                            "kind": e.kind, **e.info} for e in self.metrics.recent_events if e.seq > since]}
+                            "kind": e.kind, **e.info} for e in self.seen.events.recent if e.seq > since]}
 
 
 def _role(broker_id: int | None) -> str:
