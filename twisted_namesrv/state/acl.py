@@ -314,7 +314,8 @@ class NonceCache:
             return (f"is {abs(now - stamp):.0f} s {where} the server's time, beyond "
                     f"aclSignatureWindowSeconds={self.window:g}")
         if stamp < self.started:
-            return "was signed before this server started (what the last one remembered is gone): send it again"
+            return (f"was signed {self.started - stamp:.3f} s before this server started (what the last one "
+                    "remembered is gone; or this machine's clock is behind the server's): send it again")
         if stamp <= self.floor:
             return "is older than the replay cache remembers: send it again"
         if nonce in self.seen:
