@@ -169,8 +169,9 @@ def read_words(u8: np.ndarray, at: np.ndarray, kind: str, count: int) -> np.ndar
     size = np.dtype(kind).itemsize * count
     if len(u8) < size:
         return np.zeros((len(at), count), kind)
-    windows = np.lib.stride_tricks.as_strided(u8, (len(u8) - size + 1, size), (1, 1), writeable=False)
-    return windows[at].view(kind)
+    windows: np.ndarray = np.lib.stride_tricks.as_strided(u8, (len(u8) - size + 1, size), (1, 1), writeable=False)
+    words: np.ndarray = windows[at].view(kind)
+    return words
 
 
 def find_record_boundary(
