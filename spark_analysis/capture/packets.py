@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from spark_analysis.capture.captured import Buffer, Record
 from spark_analysis.capture.records import RecordIndex, read_uint, read_words
@@ -228,10 +229,13 @@ def _tcp_columns(u8: np.ndarray, ip: np.ndarray, frame_end: np.ndarray, wire_end
 
 
 def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int]) -> np.ndarray:
-    """Ids in ``endpoints`` (added as met) of IPv4 endpoints; few distinct ones, many packets."""
-    codes, inverse = np.unique(ips << 16 | ports, return_inverse=True)
+    """Ids in ``endpoints`` (added as met, in the order of their codes) of IPv4 endpoints; few
+    distinct ones, many packets: pandas' factorize hashes them, where np.unique sorted every packet
+    (the same codes and order, 15 times the time)."""
+    inverse, codes = pd.factorize(ips << 16 | ports, sort=True)
     ids = [endpoints.setdefault(_endpoint(int(code) >> 16, int(code) & 0xFFFF), len(endpoints)) for code in codes]
-    return np.array(ids, np.int64)[inverse.reshape(-1)]
+    by_packet: np.ndarray = np.array(ids, np.int64)[inverse]
+    return by_packet
 
 
 def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, ports: Ports,
