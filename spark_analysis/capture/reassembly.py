@@ -49,6 +49,8 @@ _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Py
 #: the fewest rows a plain stretch (_plain_stretches) must have to be delivered at once: below, the
 #: numpy calls that set it up cost more than the rows walked one by one
 _STRETCH_ROWS = 16
+#: how many times in a row a stretch is tried again a row further on when it could not start
+_RETRIES = 3
 
 
 class Chunk(NamedTuple):
@@ -142,10 +144,19 @@ def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
     """Tables of one 4-tuple read from different files or byte ranges as one, in capture order:
     by time, then file, then place in the file (the capture order of several files is by time)."""
     tables = list(tables)
-    rows = np.concatenate([table.rows for table in tables])
-    rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
+    rows = np.concatenate([table.rows for table in tables]) if len(tables) > 1 else tables[0].rows
+    if not _in_capture_order(rows):  # one file's piece mostly is: no sort, no copy
+        rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
     sources = {file: buffer for table in tables for file, buffer in table.sources.items()}
     return SegmentTable(tables[0].ends, rows, sources)
+
+
+def _in_capture_order(rows: np.ndarray) -> bool:
+    """Whether ``rows`` are sorted by (ts, file, order) already (what a stable sort leaves as is)."""
+    ts, file, order = rows["ts"], rows["file"], rows["order"]
+    later, same = ts[1:] > ts[:-1], ts[1:] == ts[:-1]
+    next_file, same_file = file[1:] > file[:-1], file[1:] == file[:-1]
+    return bool(np.all(later | same & (next_file | same_file & (order[1:] >= order[:-1]))))
 
 
 def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) -> list[Connection]:
@@ -169,7 +180,12 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     client_forward = False  # the tracker's client is the lower endpoint
     walked = zip(*columns, strict=True)
     position = 0  # rows taken from ``walked``
-    for start, end in [*_plain_stretches(rows), (len(rows), len(rows))]:
+    stretches = [(start, end, _RETRIES) for start, end in reversed(_plain_stretches(rows))]  # the next one last
+    while True:
+        start, end, retries = stretches.pop() if stretches else (len(rows), len(rows), 0)
+        start = min(max(start, position), len(rows))
+        if start < len(rows) and end - start < _STRETCH_ROWS:
+            continue
         # the rows before the stretch one by one (after the last stretch: all that are left)
         for ts, file, order, offset, length, seq, ack, flags, forward in itertools.islice(
                 walked, start - position if start < len(rows) else None):
@@ -194,11 +210,15 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
                 trackers.append(tracker)
             tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
         position = start
-        if tracker is not None and start < len(rows):
-            done = _deliver_stretch(tracker, client_forward, rows[start:end], sources)
-            if done:
-                next(itertools.islice(walked, done, done), None)  # those rows are delivered
-                position += done
+        if start == len(rows):
+            break
+        done = 0 if tracker is None else _deliver_stretch(tracker, client_forward, rows[start:end], sources)
+        if done:
+            next(itertools.islice(walked, done, done), None)  # those rows are delivered
+            position += done
+            retries = _RETRIES
+        if retries:  # the row that stopped it (a retransmission, a segment ahead of a hole) walked, then again
+            stretches.append((position + 1, end, retries - 1))
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
@@ -241,6 +261,10 @@ def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, 
     to_server, to_client = tracker.to_server, tracker.to_client
     if to_server.pending or to_client.pending or to_server.base_seq is None or to_client.base_seq is None:
         return 0
+    first = rows[0]
+    if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
+                                                 to_client).next_seq:
+        return 0  # told before any column operation: a refusal costs little
     count = len(rows)
     chosen = []
     for sender in (True, False):

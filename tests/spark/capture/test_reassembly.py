@@ -258,8 +258,8 @@ def _conversation(rng: random.Random, isn: int, wrap: bool) -> list[tuple[float,
         elif trouble == "lose":
             del packets[at]
         elif trouble == "ack_past":
-            packets.insert(at, (packets[at][0], TcpSegment(chosen.dst, chosen.src, chosen.ack, (chosen.seq + 10**4) % 2**32,
-                                                           ACK, b"")))
+            past = (chosen.seq + 10**4) % 2**32
+            packets.insert(at, (packets[at][0], TcpSegment(chosen.dst, chosen.src, chosen.ack, past, ACK, b"")))
         elif trouble == "cut" and chosen.payload:
             packets[at] = (packets[at][0], chosen._replace(payload=chosen.payload[:1],
                                                            missing=len(chosen.payload) - 1))
@@ -304,3 +304,18 @@ def test_an_in_order_exchange_is_not_walked_segment_by_segment(monkeypatch: pyte
     connection = only(reassemble(packets))
     assert joined(connection.to_server) == b"x" * 3000 and joined(connection.to_client) == b"x" * 3000
     assert len(added) < 10
+
+
+def test_one_table_in_capture_order_is_kept_as_is_and_any_other_sorted() -> None:
+    """merge_tables sorts by (ts, file, order): a table already so (one file's piece, mostly) is
+    returned without a copy; a clock that stepped back, or pieces of two files, are sorted."""
+    table = reassembly.segment_tables(handshake() + [(2.0, segment(CLIENT, SERVER, 1001, ACK, b"ab"))])[0]
+    assert reassembly.merge_tables([table]).rows is table.rows
+    stepped_back = table._replace(rows=table.rows.copy())
+    stepped_back.rows["ts"][1] = 0.5
+    assert reassembly.merge_tables([stepped_back]).rows["order"].tolist() == [1, 0, 2, 3]
+    other_file = table._replace(rows=table.rows.copy())
+    other_file.rows["file"] = 1
+    merged = reassembly.merge_tables([other_file, table]).rows
+    assert list(zip(merged["file"].tolist(), merged["order"].tolist(), strict=True)) == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]
