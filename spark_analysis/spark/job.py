@@ -326,18 +326,16 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_TABLE_KINDS, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    count = 0
     with _no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers):
-                pending[kind].append(row)
-                count += 1
-            if count >= _BATCH_ROWS:
+                appends[kind](row)
+            if sum(map(len, pending.values())) >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
-                count = 0
         yield from _send(pending, writer, tally, places)
     worker.drill("decode")
     if writer is not None:
