@@ -16,7 +16,12 @@ from typing import Any
 from twisted.logger import Logger
 
 from . import properties
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
+from .bodies.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    RegistrationRefused,
+    decode_register_body_steps,
+)
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
     MASTER_ID,
@@ -143,7 +148,9 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     """REGISTER_BROKER. A broker's whole table is checked, decoded and compared with the queues
     in steps (a big one takes tens of milliseconds), giving a plan (state/registration.py) that
     RouteInfoManager.apply_registration applies in the last step, as under Java's write lock: the
-    tables change only there, so lookups meanwhile see the routes before it."""
+    tables change only there, so lookups meanwhile see the routes before it.  A table past a
+    limit (maxTopicsPerBroker as it is decoded, the tables' limits as it would apply) is refused
+    whole (``registration_refused``)."""
     ext = request.ext
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
@@ -162,7 +169,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, header.compressed, request.version,
                                           state.config["inflateMaxLength"], None if known is None else known.digest,
-                                          routes.reusable_pieces(known), state.budget)
+                                          routes.reusable_pieces(known), state.budget,
+                                          state.config["maxTopicsPerBroker"])
 
     def memo() -> RegistrationMemo | None:
         """What this broker's queues hold now, if a registration may skip it."""
@@ -175,11 +183,16 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     registration = request_of(header, names, broker_id, body, peer.channel, request.version,
                               state.profile.per_broker_heartbeat_timeout)
     plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
                                  routes.removes_absent_topics)
-    result = routes.apply_registration(plan)
+    try:
+        result = routes.apply_registration(plan)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -191,12 +204,18 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
                    body=reply_body)
 
 
-def in_one_go(handler: SteppedHandler) -> Handler:
-    """A handler written in steps, run straight through."""
-    def run(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        return run_steps(handler(state, request, peer))
-    run.__name__ = run.__qualname__ = handler.__name__.removesuffix("_steps")
-    return run
+def registration_refused(state: NamesrvState, request: RemotingCommand, peer: Peer, refusal: RegistrationRefused,
+                         names: tuple[str, str, str]) -> RemotingCommand:
+    """A registration a limit refused, nothing of it applied: one log line and one count
+    (refusals.py: the limit's name as the reason), answered SYSTEM_ERROR with why, which a Java
+    broker (4.9.8 and 5.x alike) logs as it logs any failed registration ("Failed to register
+    current broker to name server ... CODE: 1 DESC: register broker refused: ...") and sends
+    again at its next registration (30 s)."""
+    cluster, addr, name = names
+    state.refusals("remoting", refusal.reason, peer.address, "register broker {broker} ({addr}) of cluster "
+                   "{cluster} refused: {why}", broker=name, addr=addr, cluster=cluster, why=str(refusal))
+    return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register broker refused: {refusal}", ext={},
+                   normal=False)
 
 
 def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -305,7 +324,7 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
 
     def build() -> bytes:
         return fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable,
-                                                      state.profile.v5_bodies))
+                                                      state.profile.v5_bodies, state.profile.concurrent_tables))
 
     return respond(state, request, body=state.answers.table(RequestCode.GET_BROKER_CLUSTER_INFO, BROKER, build))
 
@@ -352,7 +371,7 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str]
                 broker_addr: str | None = None) -> RemotingCommand:
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    bean = topic_list_bean(topics, broker_addr, state.profile.v5_bodies)
+    bean = topic_list_bean(topics, broker_addr, state.profile.concurrent_tables)
     return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
@@ -361,7 +380,7 @@ def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
 
     def build() -> bytes:
-        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.v5_bodies))
+        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.concurrent_tables))
 
     return respond(state, request,
                    body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
@@ -373,7 +392,8 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr, state.profile.v5_bodies)))
+    bean = topic_list_bean(topics, addr, state.profile.concurrent_tables)
+    return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -466,7 +486,6 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.PUT_KV_CONFIG: put_kv_config,
     RequestCode.GET_KV_CONFIG: get_kv_config,
     RequestCode.DELETE_KV_CONFIG: delete_kv_config,
-    RequestCode.REGISTER_BROKER: in_one_go(register_broker_steps),
     RequestCode.UNREGISTER_BROKER: unregister_broker,
     RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
     RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
@@ -490,10 +509,12 @@ HANDLERS: dict[int, Handler] = {
 
 
 #: handlers whose work grows with the request (a broker's whole table), written in steps: the
-#: dispatcher runs them across reactor turns when the request is big (HANDLERS: straight through)
+#: dispatcher always takes their steps, across reactor turns when the request is big, else straight through
 HANDLERS_IN_STEPS: dict[int, SteppedHandler] = {
     RequestCode.REGISTER_BROKER: register_broker_steps,
 }
+#: every code with a handler, in one go or in steps
+CODES = frozenset(HANDLERS) | frozenset(HANDLERS_IN_STEPS)
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})

@@ -9,22 +9,22 @@ import random
 import pytest
 from twisted.internet import task
 
+from tests import built
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
-from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 ADDRS = {0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "127.0.0.1:10931"}
 
 
-def new_state(tmp_path, name: str, compat: str):
+def new_dispatcher(tmp_path, name: str, compat: str):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties")})
-    return build_state(config, task.Clock())
+                            "configStorePath": str(tmp_path / f"{name}.properties")}, schema=SERVER_SCHEMA)
+    return built.dispatcher(config, task.Clock())
 
 
 def register(broker_id: int, tables: list[dict], version: int, compressed: bool, acting: bool, v5: bool):
@@ -49,7 +49,9 @@ def snapshot(state) -> tuple:
 def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) -> None:
     rng = random.Random(seed)
     v5 = compat == "5.3.3"
-    fast, reference = new_state(tmp_path, "fast", compat), new_state(tmp_path, "ref", compat)
+    fast_dispatcher, reference_dispatcher = (new_dispatcher(tmp_path, "fast", compat),
+                                             new_dispatcher(tmp_path, "ref", compat))
+    fast, reference = fast_dispatcher.state, reference_dispatcher.state
     reference.routes.registration_memo = lambda *args: None  # always decode in full
     topics = [f"T{i}" for i in range(6)]
     tables = {i: [(t, 4, 6) for t in topics[:3]] for i in ADDRS}
@@ -80,8 +82,8 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
         before = fast.routes.registration_memo("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
                                                acting[broker_id])
         skipped += before is not None and request.code == RequestCode.REGISTER_BROKER
-        answers = [Dispatcher(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
-                   for state in (fast, reference)]
+        answers = [dispatcher.dispatch(request, Peer(broker_id, ADDRS[broker_id]))
+                   for dispatcher in (fast_dispatcher, reference_dispatcher)]
         assert answers[0].encode() == answers[1].encode()
         assert snapshot(fast) == snapshot(reference)
     assert skipped > 0  # the shortcut was exercised

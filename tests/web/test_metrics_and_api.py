@@ -12,8 +12,9 @@ from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_housekeeping import MASTER, OTHER, START, config, register
-from twisted_namesrv import metrics as metrics_module
-from twisted_namesrv.metrics import DEPARTED_KEEP_SECONDS, Metrics
+from twisted_namesrv import departures
+from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.outages import HealthWatch
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -30,8 +31,9 @@ class Served:
         values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
         self.service = NamesrvService.from_config(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
-        self.registry = registry(self.service.state, self.service.factory)
-        self.api = StatusApi(self.service.state, self.service.factory)
+        health = HealthWatch(self.service.state.routes)
+        self.registry = registry(self.service.state, self.service.factory, self.service.seen, health)
+        self.api = StatusApi(self.service.state, self.service.factory, self.service.seen, health)
         self.ports = iter(range(40000, 41000))
 
     def connect(self):
@@ -90,6 +92,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     assert value(samples, "namesrv_rejected_total", reason="frame_length") == 1
     assert value(samples, "namesrv_broker_events_total", event="registered") == 1
     assert value(samples, "namesrv_brokers_live") == 1 and value(samples, "namesrv_topics") == 2
+    assert value(samples, "namesrv_topic_queue_entries") == 2
     assert value(samples, "namesrv_kv_entries") == 1
     assert value(samples, "namesrv_connections") == 2  # the broker and the lookups stay open
     assert value(samples, "namesrv_received_bytes_total") > 0 < value(samples, "namesrv_sent_bytes_total")
@@ -98,6 +101,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     samples = served.scrape()
     assert value(samples, "namesrv_broker_events_total", event="expired") == 1
     assert value(samples, "namesrv_brokers_live") == 0 and value(samples, "namesrv_topics") == 0
+    assert value(samples, "namesrv_topic_queue_entries") == 0
 
 
 def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
@@ -176,11 +180,11 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
 
 
 def test_departed_brokers_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(metrics_module, "DEPARTED_LIMIT", 3)
-    metrics = Metrics(clock=task.Clock().seconds)
+    monkeypatch.setattr(departures, "DEPARTED_LIMIT", 3)
+    departed = departures.DepartedBrokers(task.Clock().seconds)
     for port in range(5):
-        metrics.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
-    assert [e.info["broker"] for e in metrics.departed_brokers()] == ["b2", "b3", "b4"]
+        departed.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
+    assert [e.info["broker"] for e in departed.brokers()] == ["b2", "b3", "b4"]
 
 
 def test_a_brokers_changed_events_fold_into_one(tmp_path):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..bodies.register import TablePieces, TopicConfig
+from ..bodies.register import RegistrationRefused, TablePieces, TopicConfig
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -50,7 +50,9 @@ from .registration import (
     plan_of,
 )
 
-DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
+#: expires unless it set its own heartbeatTimeoutMillis (the controller's is 10 s: controller/codes.py)
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
@@ -86,6 +88,13 @@ class Departure:
 
 
 ChangeListener = Callable[[RouteChange], None]
+#: whether a subscriber holds anything a change could make stale now
+Holds = Callable[[], bool]
+
+
+def _always() -> bool:
+    return True
+
 #: hears each departure that took topics away: (kind, info, the topics), after the change
 LostListener = Callable[[str, dict[str, Any], list[str]], None]
 
@@ -114,7 +123,7 @@ def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callab
     def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._pending is not None:
             return method(self, *args, **kwargs)
-        pending = self._pending = _Pending(self.on_change is not None)
+        pending = self._pending = _Pending(self._collects())
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -139,6 +148,12 @@ class BrokerLiveInfo:
     restored: bool = False
 
 
+#: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
+#: brokerLiveTable, filterServerTable, topicQueueMappingInfoTable (``restore``)
+RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict[str, dict[str, None]],
+                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
+
+
 @dataclass(slots=True)
 class RegisterBrokerResult:
     haServerAddr: str | None = None
@@ -156,12 +171,16 @@ class RouteData:
 
 
 class RouteInfoManager:
-    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
-                 notifier: Notifier | None = None, on_lost: LostListener | None = None) -> None:
+    """The tables, and who hears of their changes: subscribers (``subscribe``: each complete
+    change, in the order they subscribed), listeners (``listen``: its route events) and the lost
+    topics' keeper (``listen_lost``).  The composition root (service.py) wires them once, in a
+    stated order; nothing subscribes itself, and a second subscriber never replaces the first."""
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *,
+                 notifier: Notifier | None = None) -> None:
         self.config = config
         self.profile = config.profile
         self._clock = clock
-        self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
         self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
         self.brokerAddrTable: dict[str, BrokerData] = {}
@@ -169,12 +188,20 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
+        #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
+        #: entries, and topicQueueMappingInfoTable's
+        self.topicsOfGroup: dict[str, int] = {}
+        self.queueEntries = 0
+        self.mappingEntries = 0
         self.generation = 0
-        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
-        #: Set through subscribe/unsubscribe.
-        self.on_change: ChangeListener | None = None
-        #: hears the topics each departure took away (lost_topics.py), after the change
-        self.on_lost = on_lost
+        #: who hears each complete change, in this order, and whether each holds anything a change
+        #: could make stale (subscribe)
+        self._subscribers: list[tuple[ChangeListener, Holds]] = []
+        #: who hears each route event once its change is complete, in this order (listen)
+        self._listeners: list[EventListener] = []
+        #: who hears the topics each departure took away (lost_topics.py), before the listeners (listen_lost)
+        self._lost_listeners: list[LostListener] = []
         self._pending: _Pending | None = None
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
@@ -191,27 +218,53 @@ class RouteInfoManager:
         return bool(self.config["notifyMinBrokerIdChanged"])
 
     # -- change publication -----------------------------------------------------------------
-    def subscribe(self, listener: ChangeListener) -> None:
-        """``listener(kind, name)`` hears every change from now on (one subscriber: the answer cache)."""
-        self.on_change = listener
+    def subscribe(self, changed: ChangeListener, holds: Holds = _always) -> None:
+        """``changed(change)`` hears every complete change from now on, after those who subscribed
+        before it (the answer cache first: service.py).  ``holds()`` says whether it holds anything
+        a change could make stale now: while no subscriber does, a change is not collected topic
+        by topic and is published as ``everything`` (a first registration of many topics on a
+        fresh server collects nothing per topic).  Subscribing the same ``changed`` again changes nothing."""
+        if all(subscribed != changed for subscribed, _ in self._subscribers):
+            self._subscribers.append((changed, holds))
 
-    def unsubscribe(self, listener: ChangeListener) -> None:
-        if self.on_change == listener:
-            self.on_change = None
+    def unsubscribe(self, changed: ChangeListener) -> None:
+        self._subscribers = [(c, h) for c, h in self._subscribers if c != changed]
+
+    @property
+    def subscribers(self) -> list[ChangeListener]:
+        """Who hears each change, in the order they hear it."""
+        return [changed for changed, _ in self._subscribers]
+
+    def listen(self, heard: EventListener) -> None:
+        """``heard(kind, info)`` hears every route event from now on, once its change is complete,
+        after those who listened before it (service.py: the log, the metrics, the page's events)."""
+        self._listeners.append(heard)
+
+    def listen_lost(self, departed: LostListener) -> None:
+        """``departed(kind, info, topics)`` hears each departure that took topics away (no group
+        serves them now), once the change is complete and before the event's listeners."""
+        self._lost_listeners.append(departed)
+
+    def _collects(self) -> bool:
+        """Whether a change starting now is collected topic by topic: someone holds something."""
+        return any(holds() for _, holds in self._subscribers)
 
     def _publish(self, pending: _Pending) -> None:
-        """A change is complete: count it, publish what it did, then its events in order."""
+        """A change is complete: count it, publish what it did to every subscriber in order, then
+        its events in order."""
         if pending.dirty:
             self.generation += 1
-            subscriber = self.on_change
-            if subscriber is not None:
+            if self._subscribers:
                 change = pending.change if pending.collect else RouteChange(everything=True)
                 if change:
-                    subscriber(change)
+                    for changed, _ in self._subscribers:
+                        changed(change)
         for event in pending.events:  # the lost topics first: a listener may change the tables again
-            if event.lost_topics and self.on_lost is not None:
-                self.on_lost(event.kind, event.info, event.lost_topics)
-            self._listener(event.kind, event.info)
+            if event.lost_topics:
+                for departed in self._lost_listeners:
+                    departed(event.kind, event.info, event.lost_topics)
+            for heard in self._listeners:
+                heard(event.kind, event.info)
 
     def _topic_changed(self, topic: str) -> None:
         """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""
@@ -242,18 +295,12 @@ class RouteInfoManager:
         pending.change.everything = True
 
     @_one_change
-    def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (a change of its own)."""
-        self._topic_changed(topic)
-
-    @_one_change
-    def broker_changed(self, broker_name: str | None) -> None:
-        """A group changed (a change of its own)."""
-        self._broker_changed(broker_name)
-
-    @_one_change
-    def routes_changed(self) -> None:
-        """Everything may have changed (tables replaced, filter servers dropped)."""
+    def restore(self, tables: RouteTables) -> None:
+        """The six tables replaced at once by ones read back (state/snapshot.py, before listening):
+        one change, of everything."""
+        (self.topicQueueTable, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
+         self.filterServerTable, self.topicQueueMappingInfoTable) = tables
+        self.recount()
         self._everything_changed()
 
     def _forget_tables(self) -> None:
@@ -326,6 +373,7 @@ class RouteInfoManager:
         p = self.profile
         req = plan.request
         fresh = plan.generation == self.generation
+        self._check_limits(plan, fresh)
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
@@ -399,6 +447,67 @@ class RouteInfoManager:
             self._notify_min_broker_id(addrs, None, req.haServerAddr)
         return result
 
+    def _check_limits(self, plan: RegistrationPlan, fresh: bool) -> None:
+        """Raise RegistrationRefused, before anything changes, when applying ``plan`` would pass
+        a limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
+        maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
+        maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
+        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's).
+
+        What a plan may add is bounded first by its size (constant time: the usual case);
+        only a plan that bound does not clear is counted entry by entry, and what it removes
+        (deleteTopicWithBrokerRegistration) is then taken off."""
+        req, config = plan.request, self.config
+        if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
+            raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
+                                      f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        if key not in self.brokerLiveTable and len(self.brokerLiveTable) >= config["maxBrokers"]:
+            raise RegistrationRefused("max_brokers", f"a new broker, and {len(self.brokerLiveTable)} are registered: "
+                                      f"maxBrokers ({config['maxBrokers']})")
+        broker = self.brokerAddrTable.get(req.brokerName)
+        members = broker.brokerAddrs if broker is not None else {}
+        if (len(members) >= config["maxBrokersPerGroup"] and req.brokerId not in members
+                and req.brokerAddr not in members.values()):
+            raise RegistrationRefused("max_brokers_per_group", f"a new member of broker group {req.brokerName}, "
+                                      f"which has {len(members)}: maxBrokersPerGroup ({config['maxBrokersPerGroup']})")
+        body = req.body
+        if body.tableUnchanged or not self._applies_topics(req):
+            return
+        candidates: Iterable[TopicConfig] = plan.changes if fresh and plan.changes is not None else (
+            body.topicConfigTable.values())
+        group = self.topicsOfGroup.get(req.brokerName, 0)
+        per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
+        mappings = body.topicQueueMappingInfoMap
+        added = len(candidates)  # type: ignore[arg-type]
+        entries = self.queueEntries + self.mappingEntries
+        if group + added <= per_group and entries + added + len(mappings) <= whole:
+            return
+        queues, name = self.topicQueueTable, req.brokerName
+        added = sum(1 for config_ in candidates if name not in queues.get(config_.topicName, ()))
+        if fresh and plan.removals is not None and not mappings:
+            added -= len(plan.removals)
+        if group + added > per_group:
+            raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold {group + added} "
+                                      f"topics, over maxTopicsPerBroker ({per_group})")
+        new_mappings = sum(1 for topic, info in mappings.items()
+                           if str(info.get("bname")) not in self.topicQueueMappingInfoTable.get(topic, ()))
+        if entries + added + new_mappings > whole:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold "
+                                      f"{entries + added + new_mappings} topic-queue entries, over "
+                                      f"maxTopicQueueEntries ({whole})")
+
+    def _applies_topics(self, req: RegisterRequest) -> bool:
+        """Whether a registration may add to topicQueueTable: a master's, or (5.x) a prime
+        slave's (the lowest id of its group once it is in), as _apply_topics decides."""
+        if req.brokerId == MASTER_ID:
+            return True
+        if not self.profile.prime_slave_applies_topics or req.enableActingMaster is None:
+            return False
+        broker = self.brokerAddrTable.get(req.brokerName)
+        others = [i for i, a in broker.brokerAddrs.items() if a != req.brokerAddr] if broker else []
+        return req.brokerId <= min(others, default=req.brokerId)
+
     def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
         """5.3.3: another address already holds this id with a newer stateVersion."""
         if old_addr is None or old_addr == req.brokerAddr:
@@ -442,7 +551,10 @@ class RouteInfoManager:
                 self._create_and_update_queue_data(req.brokerName, config, perm)
         if changed or register_first:
             for topic, info in mappings.items():
-                self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+                held = self.topicQueueMappingInfoTable.setdefault(topic, {})
+                bname = str(info.get("bname"))
+                self.mappingEntries += bname not in held
+                held[bname] = info
                 self._topic_changed(topic)
         return changed or register_first
 
@@ -455,26 +567,49 @@ class RouteInfoManager:
         queues = self.topicQueueTable.get(config.topicName)
         if queues is None:
             queues = self.topicQueueTable[config.topicName] = {}
+            old = None
         else:
             old = queues.get(broker_name)
             if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 return
+        if old is None:
+            self._count_queue(broker_name, 1)
         queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
                                         config.topicSysFlag)
         self._topic_changed(config.topicName)
+
+    def _count_queue(self, broker_name: str, change: int) -> None:
+        """topicQueueTable gained (1) or lost (-1) an entry of ``broker_name``'s queues."""
+        count = self.topicsOfGroup.get(broker_name, 0) + change
+        if count:
+            self.topicsOfGroup[broker_name] = count
+        else:
+            del self.topicsOfGroup[broker_name]
+        self.queueEntries += change
+
+    def recount(self) -> None:
+        """Count what the limits count from the tables as they are (tables replaced: a snapshot)."""
+        self.topicsOfGroup = {}
+        for queues in self.topicQueueTable.values():
+            for name in queues:
+                self.topicsOfGroup[name] = self.topicsOfGroup.get(name, 0) + 1
+        self.queueEntries = sum(self.topicsOfGroup.values())
+        self.mappingEntries = sum(map(len, self.topicQueueMappingInfoTable.values()))
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topicQueueTable.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
+            self._count_queue(broker_name, -1)
             if not queues:
                 del self.topicQueueTable[topic]
             self._topic_changed(topic)
 
     @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
-        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
+        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial: a
+        topic new to the table gets none of its queues then)."""
         if not queue_datas or topic is None:
             return
         self._forget_tables()
@@ -483,10 +618,14 @@ class RouteInfoManager:
         for queue in queue_datas:
             if queue.brokerName not in self.brokerAddrTable:
                 return
+            if existing is not None and queue.brokerName not in queues:
+                self._count_queue(queue.brokerName, 1)
             queues[queue.brokerName] = queue
             self._topic_changed(topic)
         if existing is None:
             self.topicQueueTable[topic] = queues
+            for name in queues:
+                self._count_queue(name, 1)
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
@@ -626,6 +765,8 @@ class RouteInfoManager:
         table = self.topicQueueTable
         disjoint = names.isdisjoint
         touched = [t for t, queues in table.items() if not disjoint(queues)]
+        for name in emptied:  # every entry of theirs leaves below
+            self.queueEntries -= self.topicsOfGroup.pop(name, 0)
         for topic in touched:
             queues = table[topic]
             leaving = [name for name in queues if name in order]
@@ -693,7 +834,10 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+            queues = self.topicQueueTable.pop(topic, None)  # type: ignore[arg-type]
+            if queues is not None:
+                for name in queues:
+                    self._count_queue(name, -1)
                 self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
@@ -723,8 +867,9 @@ class RouteInfoManager:
         route = RouteData([queues[n] for n in names], brokers, filter_servers)
         if self.profile.v5_bodies:
             route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
-            if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):  # type: ignore[union-attr]
-                self._apply_acting_master(route)
+        if (self.profile.acting_master_routes and self.support_acting_master
+                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):  # type: ignore[union-attr]
+            self._apply_acting_master(route)
         return route
 
     @staticmethod
