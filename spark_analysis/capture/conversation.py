@@ -169,7 +169,10 @@ def conversation_of(connection: Connection) -> Conversation:
 
 def contiguous_runs(direction: Iterable[Chunk], uncaptured: dict[int, int] | None = None) -> list[list[Chunk]]:
     """Split a direction's chunks at its gaps; with ``uncaptured`` (offset -> length of the bytes a
-    snap length cut there), not where only such bytes lie between two chunks."""
+    snap length cut there), not where only such bytes lie between two chunks. A reassembled
+    Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
+    if isinstance(direction, Direction) and not direction.gaps and not direction.uncaptured:
+        return [direction] if direction else []
     runs: list[list[Chunk]] = []
     end = None
     for chunk in direction:

@@ -10,6 +10,7 @@ carries on so that a frame parser can resynchronise.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -45,6 +46,11 @@ _WALKED = ("ts", "file", "order", "offset", "length", "seq", "ack", "flags", "fo
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
 _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Python-level __new__ (a chunk per segment)
+#: the fewest rows a plain stretch (_plain_stretches) must have to be delivered at once: below, the
+#: numpy calls that set it up cost more than the rows walked one by one
+_STRETCH_ROWS = 16
+#: how many times in a row a stretch is tried again a row further on when it could not start
+_RETRIES = 3
 
 
 class Chunk(NamedTuple):
@@ -138,10 +144,19 @@ def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
     """Tables of one 4-tuple read from different files or byte ranges as one, in capture order:
     by time, then file, then place in the file (the capture order of several files is by time)."""
     tables = list(tables)
-    rows = np.concatenate([table.rows for table in tables])
-    rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
+    rows = np.concatenate([table.rows for table in tables]) if len(tables) > 1 else tables[0].rows
+    if not _in_capture_order(rows):  # one file's piece mostly is: no sort, no copy
+        rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
     sources = {file: buffer for table in tables for file, buffer in table.sources.items()}
     return SegmentTable(tables[0].ends, rows, sources)
+
+
+def _in_capture_order(rows: np.ndarray) -> bool:
+    """Whether ``rows`` are sorted by (ts, file, order) already (what a stable sort leaves as is)."""
+    ts, file, order = rows["ts"], rows["file"], rows["order"]
+    later, same = ts[1:] > ts[:-1], ts[1:] == ts[:-1]
+    next_file, same_file = file[1:] > file[:-1], file[1:] == file[:-1]
+    return bool(np.all(later | same & (next_file | same_file & (order[1:] >= order[:-1]))))
 
 
 def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) -> list[Connection]:
@@ -163,30 +178,113 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
-    for ts, file, order, offset, length, seq, ack, flags, forward in zip(*columns, strict=True):
-        missing = cut.get((file, order), 0) if cut else 0
-        if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
-            to_server = forward == client_forward
-            reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
-                tracker.to_client, tracker.to_server)
-            if other.pending and flags & ACK:
-                other.acknowledged(ack)
-            if length or missing:
-                reassembler.add(ts, seq, sources[file][offset:offset + length], missing=missing)
-            elif reassembler.base_seq is None:
-                reassembler.add(ts, seq, b"")
+    walked = zip(*columns, strict=True)
+    position = 0  # rows taken from ``walked``
+    stretches = [(start, end, _RETRIES) for start, end in reversed(_plain_stretches(rows))]  # the next one last
+    while True:
+        start, end, retries = stretches.pop() if stretches else (len(rows), len(rows), 0)
+        start = min(max(start, position), len(rows))
+        if start < len(rows) and end - start < _STRETCH_ROWS:
             continue
-        src = lower if forward else higher
-        if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
-            dst = higher if forward else lower
-            tracker = _Tracker.open(len(trackers), ts, src, dst, flags, servers)
-            tracker.connection.first_packet = (ts, file, order)
-            client_forward = tracker.connection.client == lower
-            trackers.append(tracker)
-        tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
+        # the rows before the stretch one by one (after the last stretch: all that are left)
+        for ts, file, order, offset, length, seq, ack, flags, forward in itertools.islice(
+                walked, start - position if start < len(rows) else None):
+            missing = cut.get((file, order), 0) if cut else 0
+            if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
+                to_server = forward == client_forward
+                reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
+                    tracker.to_client, tracker.to_server)
+                if other.pending and flags & ACK:
+                    other.acknowledged(ack)
+                if length or missing:
+                    reassembler.add(ts, seq, sources[file][offset:offset + length], missing=missing)
+                elif reassembler.base_seq is None:
+                    reassembler.add(ts, seq, b"")
+                continue
+            src = lower if forward else higher
+            if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
+                dst = higher if forward else lower
+                tracker = _Tracker.open(len(trackers), ts, src, dst, flags, servers)
+                tracker.connection.first_packet = (ts, file, order)
+                client_forward = tracker.connection.client == lower
+                trackers.append(tracker)
+            tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
+        position = start
+        if start == len(rows):
+            break
+        done = 0 if tracker is None else _deliver_stretch(tracker, client_forward, rows[start:end], sources)
+        if done:
+            next(itertools.islice(walked, done, done), None)  # those rows are delivered
+            position += done
+            retries = _RETRIES
+        if retries:  # the row that stopped it (a retransmission, a segment ahead of a hole) walked, then again
+            stretches.append((position + 1, end, retries - 1))
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
+
+
+def _plain_stretches(rows: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of the stretches of at least _STRETCH_ROWS rows that the walk above would
+    deliver one by one on its fast path (the in-order case of _Reassembler.add), told from the
+    columns: data or bare ACKs, no SYN, FIN or RST, nothing a snap length cut, and each direction's
+    data following on from its previous data segment in sequence. Whether a stretch's first data
+    segment of each direction follows what its direction delivered is only known when the walk
+    gets there (_deliver_stretch)."""
+    if len(rows) < _STRETCH_ROWS:
+        return []
+    length, forward = rows["length"], rows["forward"]
+    seq = rows["seq"].astype(np.int64)
+    plain = (rows["flags"] & _CONTROL == 0) & (rows["missing"] == 0)
+    follows = np.zeros(len(rows), bool)
+    for sender in (True, False):
+        data = np.flatnonzero((length > 0) & (forward == sender))
+        follows[data[1:]] = seq[data[1:]] == (seq[data[:-1]] + length[data[:-1]]) % _SEQ_MOD
+    breaks = ~plain | ((length > 0) & ~follows)
+    # a stretch starts where a plain row breaks the one before (a data segment that may still follow
+    # what its direction delivered) or follows a row that is not plain
+    after_break = np.ones(len(rows), bool)
+    after_break[1:] = ~plain[:-1]
+    starts = np.flatnonzero(plain & (breaks | after_break))
+    break_at = np.flatnonzero(breaks)
+    ends = np.append(break_at, len(rows))[np.searchsorted(break_at, starts, side="right")]
+    long = ends - starts >= _STRETCH_ROWS
+    return list(zip(starts[long].tolist(), ends[long].tolist(), strict=True))
+
+
+def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, sources: Mapping[int, memoryview]
+                     ) -> int:
+    """Deliver a plain stretch's data segments as the walk's fast path would, one column operation
+    per direction, when that is what the walk would do: nothing pending in either direction, both
+    begun, and the stretch's first data segment of a direction at the sequence number it expects
+    (the stretch is cut before one that is not). Returns how many of its rows it delivered."""
+    to_server, to_client = tracker.to_server, tracker.to_client
+    if to_server.pending or to_client.pending or to_server.base_seq is None or to_client.base_seq is None:
+        return 0
+    first = rows[0]
+    if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
+                                                 to_client).next_seq:
+        return 0  # told before any column operation: a refusal costs little
+    count = len(rows)
+    chosen = []
+    for sender in (True, False):
+        reassembler = to_server if sender == client_forward else to_client
+        data = np.flatnonzero((rows["length"] > 0) & (rows["forward"] == sender))
+        if len(data) and int(rows["seq"][data[0]]) != reassembler.next_seq:
+            count = min(count, int(data[0]))
+        chosen.append((reassembler, data))
+    for reassembler, data in chosen:
+        data = data[data < count]
+        if not len(data):
+            continue
+        lengths = rows["length"][data].astype(np.int64)
+        offsets = reassembler.next_offset + np.cumsum(lengths) - lengths
+        reassembler.out.extend([_chunk(Chunk, (ts, at, sources[file][offset:offset + length])) for ts, at, file, offset,
+                                length in zip(rows["ts"][data].tolist(), offsets.tolist(), rows["file"][data].tolist(),
+                                              rows["offset"][data].tolist(), lengths.tolist(), strict=True)])
+        reassembler.next_offset += int(lengths.sum())
+        reassembler.next_seq = (int(rows["seq"][data[-1]]) + int(lengths[-1])) % _SEQ_MOD
+    return count
 
 
 def stream_bytes(direction: Iterable[Chunk]) -> list[Chunk]:

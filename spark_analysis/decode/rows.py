@@ -206,7 +206,7 @@ def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterato
 
 def _event(**values: Any) -> Row:
     """An EVENT_ROWS row of the values given, the other columns null."""
-    return tuple(values.get(name) for name in _EVENT_COLUMNS)
+    return tuple(map(values.get, _EVENT_COLUMNS))
 
 
 def event_row(request: CapturedCommand, answer: CapturedCommand | None, client: str, server: str | None,

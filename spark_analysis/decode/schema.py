@@ -77,11 +77,12 @@ EVENT_ROWS = _schema(
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);
 #: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
-#: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
+#: events as a pickled list of EVENT_ROWS tuples of one server endpoint (``event_server``) a row: the
+#: JVM only moves them to that endpoint's liveness task, where a row per event cost it a conversion
+#: each way; a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
-    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS),
-    ("event", EVENT_ROWS))),
-    ("tally", pa.binary()))
+    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS))),
+    ("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()))
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)

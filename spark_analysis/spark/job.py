@@ -79,9 +79,11 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = schema.DECODED
+_TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
+_EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
-_BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
+_BATCH_ROWS = 50_000  # decoded rows per Arrow batch sent on (each batch's counting and row group cost ~ms)
 _INFLATED = 8  # what a gzip capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
@@ -166,7 +168,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                 # smaller than the capture, and each task and file costs the same whatever its size
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
+        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(
+            EVENT, "event_server", "tally")
         liveness = broker_liveness(events, time_bins, by_file, sessions, endpoints)
     if tables_out:
         tables.commit(tables_out)
@@ -322,25 +325,22 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION, CONTROLLER_NOTE)}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_TABLE_KINDS, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    count = 0
     with _no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers):
-                pending[kind].append(row)
-                count += 1
-            if count >= _BATCH_ROWS:
+                appends[kind](row)
+            if sum(map(len, pending.values())) >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
-                count = 0
         yield from _send(pending, writer, tally, places)
     worker.drill("decode")
     if writer is not None:
         writer.close()
-    yield pa.RecordBatch.from_arrays([pa.nulls(1, field.type) for field in _ARROW_DECODED][:-1]
-                                     + [pa.array([pickle.dumps(tally)], pa.binary())], schema=_ARROW_DECODED)
+    yield _decoded_batch(1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
 
 
 @contextmanager
@@ -364,20 +364,33 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
-    for field in _ARROW_DECODED:
-        rows = pending.get(field.name)
+    for kind in _TABLE_KINDS:
+        rows = pending[kind]
         if not rows:
             continue
-        array = pa.array(rows, type=field.type)
+        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type)
         rows.clear()
-        if places is not None and field.name != EVENT:
+        if places is not None:
             array = places.fill(array)
-        counting.count_rows(tally, field.name, array)
-        if writer is not None and field.name != EVENT:
-            writer.write(field.name, array)
+        counting.count_rows(tally, kind, array)
+        if writer is not None:
+            writer.write(kind, array)
             continue
-        columns = [array if other.name == field.name else pa.nulls(len(array), other.type) for other in _ARROW_DECODED]
-        yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
+        yield _decoded_batch(len(array), **{kind: array})
+    if pending[EVENT]:
+        by_server: dict[str | None, list[tuple]] = {}
+        for event in pending[EVENT]:
+            by_server.setdefault(event[_EVENT_SERVER], []).append(event)
+        pending[EVENT].clear()
+        yield _decoded_batch(len(by_server), event=pa.array([pickle.dumps(rows) for rows in by_server.values()],
+                                                             pa.binary()),
+                             event_server=pa.array(list(by_server), pa.string()))
+
+
+def _decoded_batch(length: int, **columns: pa.Array) -> pa.RecordBatch:
+    """A batch of DECODED of ``length`` rows: the ``columns`` given, the others null."""
+    return pa.RecordBatch.from_arrays(
+        [columns.get(field.name, pa.nulls(length, field.type)) for field in _ARROW_DECODED], schema=_ARROW_DECODED)
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:
