@@ -1,13 +1,17 @@
 """What a change to the routes costs whoever reacts to it, counted in work (table entries walked,
 answers dropped), never in time: a batch of departures walks topicQueueTable once, whatever the
 number of groups it empties; the lost topics, the events and the answer cache then work on what
-changed, not on everything held; a one-topic change reaches one topic.
+changed, not on everything held; a one-topic change reaches one topic; no reactor turn of a big
+registration or of a mass disconnect touches more than a bounded number of table entries, whatever
+the table's size, and lookups between those turns see each change whole or not at all; a table
+sent again in pieces is neither decoded nor compared.
 
 The server is a whole NamesrvService (its wiring of lost topics and events included) on a fake
 clock, with brokers and clients on in-memory connections."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -15,10 +19,12 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
 from tests.support import server_config
+from twisted_namesrv import service
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state import registration, settling
 
 GROUPS = 40
 GROUP_TOPICS = [f"Group{i:03d}" for i in range(20)]  # every group serves these, as stall.py's drop
@@ -27,14 +33,37 @@ KEPT = BIG_TOPICS[:50]  # looked up before the departures: their answers are kep
 
 
 class Walked(dict):
-    """topicQueueTable, counting the entries every walk of it visits (items, values, keys, iter)."""
+    """topicQueueTable, counting the entries every walk of it visits (items, values, keys, iter)
+    and, in ``touched``, every entry looked up, written or removed as well."""
 
     visited = 0
+    touched = 0
 
     def _count(self, entries: Any) -> Any:
         for entry in entries:
             self.visited += 1
+            self.touched += 1
             yield entry
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.touched += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.touched += 1
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value) -> None:
+        self.touched += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        self.touched += 1
+        super().__delitem__(key)
+
+    def pop(self, key, *default):  # type: ignore[override]
+        self.touched += 1
+        return super().pop(key, *default)
 
     def items(self):  # type: ignore[override]
         return self._count(super().items())
@@ -179,3 +208,167 @@ def test_a_one_topic_removal_on_a_big_broker_reaches_at_most_that_topic(tmp_path
     assert changed == ([(["Added"], [], False)] if delete_with_registration else [])
     assert ("Added" in cluster.routes.topicQueueTable) is not delete_with_registration
     assert set(cluster.answers.routes) == set(KEPT)
+
+
+# -- big changes in bounded turns, seen whole -------------------------------------------------------
+
+#: the most table entries one reactor turn may touch: one step of the largest kind, and a few more
+#: for the step's own bookkeeping (the walk of the departed groups' topics is the largest)
+TURN_BOUND = max(registration.TOPICS_PER_STEP, settling.WRITE_PER_STEP, settling.WALK_PER_STEP,
+                 2 * settling.REMOVE_PER_STEP) + 64
+
+
+class Turns(Cluster):
+    """A Cluster whose reactor turns run one at a time, one step each, counting the table entries
+    each turn touches; lookups in between are answered as they come."""
+
+    def __init__(self, tmp_path, monkeypatch, **config: Any) -> None:
+        monkeypatch.setattr(service, "STEPS_PER_TURN_SECONDS", 0)  # one step per turn, whatever the machine
+        super().__init__(tmp_path, **config)
+        self.client, self.client_out = self.connect()
+
+    def turns(self, table: Walked, between=lambda: None) -> list[int]:
+        """Run the due calls one by one: the entries each touched; ``between`` after each."""
+        touched = []
+        while (due := [c for c in self.clock.getDelayedCalls() if c.getTime() <= self.clock.seconds()]):
+            call = min(due, key=lambda c: c.getTime())
+            self.clock.calls.remove(call)
+            before = table.touched
+            call.func(*call.args, **call.kw)
+            touched.append(table.touched - before)
+            between()
+        return touched
+
+    def found(self, topics: list[str]) -> list[bool]:
+        """Whether each topic has a route now (looked up on the client's connection, at once)."""
+        out = []
+        for topic in topics:
+            self.opaque += 1
+            self.client.dataReceived(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                                             opaque=self.opaque, version=409).encode())
+            answer = RemotingCommand.decode(self.client_out.value()[4:])
+            self.client_out.clear()
+            out.append(answer.code == 0)
+        return out
+
+
+def registration_frame(name: str, port: int, topics: list[str], counter: int = 1) -> bytes:
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {t: TopicConfig(t) for t in topics}),
+                                False, False)
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": name, "brokerAddr": f"127.0.0.1:{port}", "clusterName": "c", "haServerAddr": "h",
+        "brokerId": "0"}, body, opaque=1, version=409).encode()
+
+
+@pytest.mark.parametrize("size", [2 * TURN_BOUND, 6 * TURN_BOUND])
+def test_a_big_registration_touches_a_bounded_slice_per_turn_and_lookups_see_it_whole(tmp_path, monkeypatch, size):
+    """A first registration of ``size`` topics beside a broker holding as many: no reactor turn
+    touches more than TURN_BOUND entries of topicQueueTable, whatever the size (it used to write
+    them all in the turn that applied it), and a lookup between two turns finds all of the new
+    topics or none of them, a topic both brokers serve with both or one; the broker is answered
+    once they are all found."""
+    cluster = Turns(tmp_path, monkeypatch)
+    old, _ = cluster.connect()
+    cluster.register(old, "old", 1, [f"Old{i:06d}" for i in range(size)] + ["Shared"])
+    table = cluster.walked()
+    new, new_out = cluster.connect()
+    probes = ["New000000", f"New{size // 2:06d}", f"New{size - 1:06d}"]
+    seen: list[tuple[bool, ...]] = []
+
+    def look() -> None:
+        found = cluster.found(probes)
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        seen.append((*found, len(route.queueDatas) == 2))  # type: ignore[union-attr]
+        assert len(set(seen[-1])) == 1, f"half a registration seen: {seen[-1]}"
+        if found[0]:
+            assert not seen[0][0] or len(seen) == 1
+    new.dataReceived(registration_frame("new", 2, [f"New{i:06d}" for i in range(size)] + ["Shared"]))
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert seen[0] == (False,) * 4 and seen[-1] == (True,) * 4  # before, then after
+    assert sum(touched) >= 2 * size  # compared and written: the work is all there, in slices
+    assert RemotingCommand.decode(new_out.value()[4:]).code == 0
+    assert len(table) == 2 * size + 1 and cluster.routes.settling == 0
+
+
+@pytest.mark.parametrize("size", [2 * TURN_BOUND, 6 * TURN_BOUND])
+def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_whole(tmp_path, monkeypatch, size):
+    """Groups serving ``size`` topics lose their connections together beside a broker that stays:
+    no turn touches more than TURN_BOUND entries, whatever the size (the one walk used to run in
+    one turn); from the turn that removes the brokers on, their topics are gone for every lookup
+    (the shared one keeps the staying broker's queues only), while their queues leave
+    topicQueueTable in the turns after; the departures' events and lost topics are heard once
+    they have, with the tables complete."""
+    cluster = Turns(tmp_path, monkeypatch)
+    stay, _ = cluster.connect()
+    cluster.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+    leaving = [cluster.connect()[0] for _ in range(3)]
+    for index, protocol in enumerate(leaving):
+        cluster.register(protocol, f"go{index}", 10 + index, [f"Go{i:06d}" for i in range(size)] + ["Shared"])
+    table = cluster.walked()
+    heard: list[tuple[str, int, bool]] = []
+    listener = cluster.routes._listener
+
+    def hear(kind: str, info: dict) -> None:
+        heard.append((kind, cluster.routes.settling, "Go000000" in cluster.routes.topicQueueTable))
+        listener(kind, info)
+    cluster.routes._listener = hear
+    seen: list[tuple[bool, ...]] = []
+
+    def look() -> None:
+        found = cluster.found(["Go000000", f"Go{size - 1:06d}", "Stay000000"])
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        seen.append((*found, [q.brokerName for q in route.queueDatas]))  # type: ignore[arg-type, union-attr]
+    for protocol in leaving:
+        protocol.connectionLost()
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert all(s == (False, False, True, ["stay"]) for s in seen)  # gone from the first turn on, wholly
+    assert cluster.routes.settling == 0 and sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+    assert [(kind, settling, present) for kind, settling, present in heard] == [("closed", 0, False)] * 3
+    lost = cluster.service.metrics.lost_topics.recent(cluster.routes.topicQueueTable)
+    assert {t.broker for t in lost} == {"go2"} and len(lost) > 0
+
+
+def test_a_table_sent_again_in_pieces_is_neither_decoded_nor_compared(tmp_path):
+    """5.x's enableSplitRegistration: a broker sends its table in pieces, each its own
+    REGISTER_BROKER with the same dataVersion. Sent again (the next heartbeat with the same
+    table, or a storm of them), each piece is known by its digest: no topic is looked up in
+    topicQueueTable (on the old code only the first piece was, the others compared topic by
+    topic), the tables and the answers kept stay as they are. A piece that changed is compared."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3")
+    names = [f"Piece{i:05d}" for i in range(4000)]
+    pieces = [names[i:i + 1000] for i in range(0, 4000, 1000)]
+    broker, _ = cluster.connect()
+
+    def send_pieces(tables: list[list[str]], counter: int) -> None:
+        for topics in tables:
+            body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter),
+                                                           {t: TopicConfig(t) for t in topics}), False, True)
+            cluster.send(broker, RequestCode.REGISTER_BROKER, {
+                "brokerName": "big", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "haServerAddr": "h",
+                "brokerId": "0", "enableActingMaster": "false"}, body)
+    send_pieces(pieces, 1)
+    client, _ = cluster.connect()
+    cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": names[0]})
+    table = cluster.walked()
+    for counter in (1, 1, 2):  # the same table again, twice, then with a new dataVersion
+        send_pieces(pieces, counter)
+    assert table.touched == 0
+    assert set(cluster.answers.routes) == {names[0]} and len(table) == 4000
+    send_pieces([pieces[0], pieces[1] + ["Added"]], 3)
+    assert 0 < table.touched <= 2 * 1001 + 8  # the changed piece only
+    assert "Added" in table
+
+
+def test_the_topic_table_is_nothing_to_the_collector(tmp_path):
+    """topicQueueTable's entries hold no cycles: none is tracked by the garbage collector, so a
+    full collection does not visit a million topics (each used to be two tracked objects)."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3")
+    broker, _ = cluster.connect()
+    cluster.register(broker, "small", 1, ["A", "B"])
+    cluster.register(cluster.connect()[0], "big", 2, [f"T{i:05d}" for i in range(3000)] + ["A"])
+    table = cluster.routes.topicQueueTable
+    assert len(table) == 3002
+    assert not [topic for topic, queues in table.items()
+                if gc.is_tracked(queues) or any(map(gc.is_tracked, queues.values()))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Protocol
@@ -124,22 +125,23 @@ class RegisterBrokerBody:
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                          budget: Budget | None = None) -> RegisterBrokerBody:
     """decode_register_body_steps straight through."""
-    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest,
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digests,
                                                 budget=budget))
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
-                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                                known_pieces: TablePieces | None = None,
                                budget: Budget | None = None) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
-    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A big table is
+    the dataVersion hashes to one of ``known_digests`` (the bodies the broker sent last, one per
+    piece of a table sent in pieces) only the dataVersion is decoded. A big table is
     decoded in steps of about STEP_BYTES (steps.py); with ``known_pieces`` (how this broker's
     last table was cut) only its changed pieces are. A body may be a view of its frame."""
     if not body:
@@ -153,11 +155,11 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
         if compressed:
             inflated = yield from _inflate(body, max_inflated, budget)
             try:
-                return (yield from _decode_compressed(inflated, known_digest))
+                return (yield from _decode_compressed(inflated, known_digests))
             finally:
                 if budget is not None:
                     budget.release(len(inflated))
-        return (yield from _decode_json(body, known_digest, known_pieces))
+        return (yield from _decode_json(body, known_digests, known_pieces))
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
@@ -188,11 +190,11 @@ _WRAPPER_KEY = b'"topicConfigSerializeWrapper":{'
 _TOPIC_NAME = attrgetter("topicName")
 
 
-def _decode_json(body: bytes, known_digest: bytes | None,
+def _decode_json(body: bytes, known_digests: Collection[bytes],
                  known_pieces: TablePieces | None) -> Steps[RegisterBrokerBody]:
     split = yield from _split_data_version(body)
-    if split is not None and split[1] == known_digest:
-        return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
+    if split is not None and split[1] in known_digests:
+        return RegisterBrokerBody(split[0], tableDigest=split[1], tableUnchanged=True)
     decoded = (yield from _decode_typed_in_pieces(body, known_pieces)) if len(body) > STEP_BYTES else None
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
     if split is not None and split[0] == decoded.dataVersion:
@@ -462,13 +464,13 @@ class _Reader:
         return out
 
 
-def _decode_compressed(data: bytes, known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+def _decode_compressed(data: bytes, known_digests: Collection[bytes]) -> Steps[RegisterBrokerBody]:
     reader = _Reader(data)
     data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
     digest = hashlib.sha1()
     yield from _hash_steps(digest, memoryview(data)[reader.pos:])
-    if digest.digest() == known_digest:
-        return RegisterBrokerBody(data_version, tableDigest=known_digest, tableUnchanged=True)
+    if digest.digest() in known_digests:
+        return RegisterBrokerBody(data_version, tableDigest=digest.digest(), tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
     decode_text = TopicConfig.decode_text
     lines = reader.chunks(reader.int32())  # all at once: cut in slices, they fragment the heap (+20 MB at 300k)

@@ -4,30 +4,38 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
-A registration is worked out first (state/registration.py: decoded and compared in steps, as a
-``RegistrationPlan``) and applied here in one place, ``apply_registration``: the only method in
-which a registration changes the tables.
+A registration is worked out first (state/registration.py: decoded, compared and its entries
+staged in steps, as a ``RegistrationPlan``) and applied here in one place, ``apply_registration``:
+the only method in which a registration changes the tables.
 
 The manager keeps no answers.  Every public method that changes the tables is one *change*
 (``_one_change``): while it runs, what it touches is collected; once the tables are complete
 again, in this order, it counts the change (``generation``: snapshots and plans compare it),
 publishes one ``RouteChange`` to its subscriber (``subscribe``: the topics whose routes changed,
-the broker groups whose members or flags changed, or everything), then hands its route events
-to the listener in the order they happened, each departure with the topics it took away
-(``Departure``).  Nobody hears of a change half made, nothing is muted, and what each observer
-does is proportional to what changed: a batch of departures is one change, one scan of
+the broker groups whose members or flags changed or that left, or everything), then hands its
+route events to the listener in the order they happened, each departure with the topics it took
+away (``Departure``).  Nobody hears of a change half made, nothing is muted, and what each
+observer does is proportional to what changed: a batch of departures is one change, one walk of
 topicQueueTable, one publication.  Whoever caches answers (answer_cache.py) subscribes while it
 holds some; a heartbeat that changes nothing publishes nothing.
+
+A change of many topics is complete when it is committed, but written into topicQueueTable after,
+a slice per step (state/settling.py: a registration's staged entries; the queues of groups that
+left): lookups read the table through what is still to write (``pickup_topic_route_data``), so
+they see every change whole, as under Java's write lock, and no step holds the reactor for as
+long as the table is big.  Whoever walks the table (``topicQueueTable``) or changes it finishes
+the writing first; ``settle_steps`` writes it in steps, and ``on_settle`` hears that there is
+some to write.  Departures' events wait for it: their lost topics are found while writing.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..bodies.register import TablePieces, TopicConfig
+from ..bodies.register import TablePieces
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -39,18 +47,27 @@ from ..bodies.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
+from ..steps import Steps
 from .config import NamesrvConfig
 from .registration import Channel as Channel  # re-exported: the server's connection ids
-from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
 from .registration import (
-    RegistrationMemo,
+    Memos,
     RegistrationPlan,
-    absent_topics,
-    changed_configs,
+    Staged,
+    TopicRules,
     plan_of,
+    stage_all,
 )
+from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
+from .settling import WRITE_PER_STEP, Departed, Settling
+from .settling import Staged as StagedEntries
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+#: a change that writes at most a step's worth of entries writes them at once, not in steps
+WRITE_AT_ONCE = WRITE_PER_STEP
+#: bodies a broker's memos remember (one per piece of a table sent in pieces: 5.x sends pieces of
+#: splitRegistrationSize topics, 800 by default); beyond, the oldest are forgotten
+MAX_MEMOS = 4096
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
@@ -64,15 +81,19 @@ TOPIC, BROKER = "topic", "broker"
 class RouteChange:
     """What one change did to the tables, published once they are complete again: the topics
     whose route answers changed, the broker groups whose addresses, zone, flags or filter
-    servers changed (so every route naming them, and the cluster info), or everything (tables
-    replaced).  Insertion-ordered sets, so a subscriber's work follows the change's size."""
+    servers changed (so every route naming them, and the cluster info), those that left
+    (``left``: also every route naming them; their topics may have left the table), or
+    everything (tables replaced).  Insertion-ordered, so a subscriber's work follows the
+    change's size; ``topics`` may be a registration's staged entries' keys (handed over, not
+    copied: a big table's are by the hundred thousand)."""
 
-    topics: dict[str, None] = field(default_factory=dict)
+    topics: Set[str] = frozenset()
     brokers: dict[str | None, None] = field(default_factory=dict)
+    left: dict[str, None] = field(default_factory=dict)
     everything: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.topics or self.brokers or self.everything)
+        return bool(self.topics or self.brokers or self.left or self.everything)
 
 
 @dataclass(slots=True)
@@ -92,15 +113,29 @@ LostListener = Callable[[str, dict[str, Any], list[str]], None]
 
 class _Pending:
     """The change being made: what it touched so far (``collect``: topic by topic, only when
-    someone subscribes) and its events, published by ``_one_change`` when it ends."""
+    someone subscribes), the entries a registration staged and the groups that emptied (both
+    committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
-    __slots__ = ("change", "collect", "dirty", "events")
+    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "emptied", "events")
 
     def __init__(self, collect: bool) -> None:
-        self.change = RouteChange()
         self.collect = collect
         self.dirty = False
+        self.topics: dict[str, None] = {}
+        self.brokers: dict[str | None, None] = {}
+        self.everything = False
+        self.staged: Staged | None = None
+        #: groups that lost their last member, in departure order, with the departure that emptied each
+        self.emptied: dict[str, Departure | None] = {}
         self.events: list[Departure] = []
+
+    def change(self) -> RouteChange:
+        if not self.collect:
+            return RouteChange(everything=True)
+        topics: Set[str] = self.topics.keys()
+        if self.staged:
+            topics = self.staged.keys() if not self.topics else dict.fromkeys([*self.topics, *self.staged]).keys()
+        return RouteChange(topics, self.brokers, dict.fromkeys(self.emptied), self.everything)
 
 
 P = ParamSpec("P")
@@ -108,12 +143,14 @@ R = TypeVar("R")
 
 
 def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callable[Concatenate[RouteInfoManager, P], R]:
-    """The method is one change of the tables: published when it ends (a call from inside another
-    change is part of that one)."""
+    """The method is one change of the tables: it starts from topicQueueTable with every change
+    before it written in, and is published when it ends (a call from inside another change is
+    part of that one)."""
     @functools.wraps(method)
     def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._pending is not None:
             return method(self, *args, **kwargs)
+        self.settle_now()
         pending = self._pending = _Pending(self.on_change is not None)
         try:
             return method(self, *args, **kwargs)
@@ -130,8 +167,8 @@ class BrokerLiveInfo:
     dataVersion: DataVersion
     channel: Channel | None
     haServerAddr: str | None
-    #: the table last applied in full from this broker (see registration_memo)
-    memo: RegistrationMemo | None = None
+    #: the bodies this broker sent whose topics are held as they say (see registration_memo)
+    memos: Memos | None = None
     topicCount: int = 0
     #: MQVersion ordinal of the broker's last registration (status page only)
     version: int | None = None
@@ -163,7 +200,7 @@ class RouteInfoManager:
         self._clock = clock
         self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
-        self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
+        self._table: dict[str, dict[str, QueueData]] = {}  # topicQueueTable, as written so far
         self.brokerAddrTable: dict[str, BrokerData] = {}
         self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
@@ -175,7 +212,60 @@ class RouteInfoManager:
         self.on_change: ChangeListener | None = None
         #: hears the topics each departure took away (lost_topics.py), after the change
         self.on_lost = on_lost
+        #: hears that a committed change is still to be written into topicQueueTable (the
+        #: service then runs settle_steps); None: it is written when someone next needs the table
+        self.on_settle: Callable[[], None] | None = None
         self._pending: _Pending | None = None
+        self._settling: Settling | None = None
+        self._settled_events: list[Departure] = []  # the departures' events, heard once their topics are found
+
+    # -- topicQueueTable, and what is still to be written into it --------------------------------
+    @property
+    def topicQueueTable(self) -> dict[str, dict[str, QueueData]]:
+        """topicQueueTable with every committed change written in: whoever walks or changes it."""
+        self.settle_now()
+        return self._table
+
+    @topicQueueTable.setter
+    def topicQueueTable(self, table: dict[str, dict[str, QueueData]]) -> None:
+        self.settle_now()
+        self._table = table
+
+    def queues_of(self, topic: str) -> Mapping[str, QueueData] | None:
+        """A topic's queues as of the last change (whatever is still to be written), without
+        writing anything: what a lookup reads."""
+        settling = self._settling
+        return self._table.get(topic) if settling is None else settling.queues(topic)
+
+    def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
+        """Of ``topics``, those whose queues name one of ``groups`` as topicQueueTable holds them
+        now, groups that left included until their queues are removed (the answer cache's walk of
+        what it keeps, when groups change or leave)."""
+        table, names = self._table, set(groups)
+        return [topic for topic in topics if not names.isdisjoint(table.get(topic, ()))]
+
+    @property
+    def settling(self) -> int:
+        """Entries still to write into topicQueueTable, or to walk to find them (0: none)."""
+        return 0 if self._settling is None else len(self._settling)
+
+    def settle_steps(self) -> Steps[None]:
+        """Write what is committed into topicQueueTable, a slice per step."""
+        while self._settling is not None:
+            if not self._settling.step():
+                self._settled()
+            yield
+
+    def settle_now(self) -> None:
+        """Write what is committed into topicQueueTable, at once."""
+        if self._settling is not None:
+            self._settling.finish()
+            self._settled()
+
+    def _settled(self) -> None:
+        self._settling = None
+        events, self._settled_events = self._settled_events, []
+        self._hand_over(events)
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
     @property
@@ -200,15 +290,42 @@ class RouteInfoManager:
             self.on_change = None
 
     def _publish(self, pending: _Pending) -> None:
-        """A change is complete: count it, publish what it did, then its events in order."""
+        """A change is complete: commit its many entries (what lookups read from now on), count
+        it, publish what it did (the table still as it was: a subscriber may look at what left),
+        then its events in order (a departure's once its lost topics are found: when its groups'
+        queues are written out of the table)."""
+        settling: Settling | None = None
+        if pending.staged:
+            settling = StagedEntries(self._table, pending.staged)
+        elif pending.emptied:
+            emptied = pending.emptied
+
+            def lost(topic: str, group: str) -> None:
+                departure = emptied[group]
+                if departure is not None:
+                    departure.lost_topics.append(topic)
+            settling = Departed(self._table, emptied, lost)
+        self._settling = settling
         if pending.dirty:
             self.generation += 1
             subscriber = self.on_change
             if subscriber is not None:
-                change = pending.change if pending.collect else RouteChange(everything=True)
+                change = pending.change()
                 if change:
                     subscriber(change)
-        for event in pending.events:  # the lost topics first: a listener may change the tables again
+        if settling is not None and len(settling) <= WRITE_AT_ONCE:  # few: written at once
+            settling.finish()
+            self._settling = settling = None
+        if settling is not None and pending.emptied:
+            self._settled_events = pending.events
+        else:
+            self._hand_over(pending.events)
+        if settling is not None and self.on_settle is not None:
+            self.on_settle()
+
+    def _hand_over(self, events: list[Departure]) -> None:
+        """Route events to their listeners, in order."""
+        for event in events:  # the lost topics first: a listener may change the tables again
             if event.lost_topics and self.on_lost is not None:
                 self.on_lost(event.kind, event.info, event.lost_topics)
             self._listener(event.kind, event.info)
@@ -218,28 +335,28 @@ class RouteInfoManager:
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
         if pending.collect:
-            pending.change.topics[topic] = None
+            pending.topics[topic] = None
 
-    def _topics_changed(self, topics: list[str]) -> None:
-        """``_topic_changed`` for each of ``topics``, in one call (a batch of departures may
-        touch every topic held)."""
-        if topics:
+    def _write(self, staged: Staged) -> None:
+        """Inside a change: a registration's staged entries, written when the change commits
+        (published with it: the topics are the entries' keys)."""
+        if staged:
             pending: _Pending = self._pending  # type: ignore[assignment]
+            assert pending.staged is None, "one registration per change"
             pending.dirty = True
-            if pending.collect:
-                pending.change.topics.update(dict.fromkeys(topics))
+            pending.staged = staged
 
     def _broker_changed(self, broker_name: str | None) -> None:
         """Inside a change: a group's addresses, zone, flags or queue permissions changed, so
         every route naming it is stale, and so is the cluster info."""
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
-        pending.change.brokers[broker_name] = None
+        pending.brokers[broker_name] = None
 
     def _everything_changed(self) -> None:
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
-        pending.change.everything = True
+        pending.everything = True
 
     @_one_change
     def topic_changed(self, topic: str) -> None:
@@ -260,26 +377,47 @@ class RouteInfoManager:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
-            live.memo = None
+            live.memos = None
 
     def registration_memo(self, cluster: str | None, addr: str | None, broker_name: str | None,
-                          broker_id: int, enable_acting_master: bool | None) -> RegistrationMemo | None:
-        """The one check of what a registration may skip: the memo of the table this broker's
-        queues hold now, when registering the same table again cannot change anything (same id
-        slot, so not a first registration; same acting-master flag; nothing changed its queue data
-        since), else None."""
+                          broker_id: int, enable_acting_master: bool | None) -> Memos | None:
+        """The one check of what a registration may skip: the memos of the bodies whose topics
+        this broker's queues hold as they say, when registering one of them again cannot change
+        anything (same id slot, so not a first registration; same acting-master flag; nothing
+        changed its queue data since), else None."""
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
-        if live is None or live.memo is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
+        if live is None or live.memos is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
             return None
         if self.profile.acting_master_rules and broker.enableActingMaster != bool(enable_acting_master):
             return None
-        return live.memo
+        return live.memos
 
-    def reusable_pieces(self, memo: RegistrationMemo | None) -> TablePieces | None:
-        """The memo's pieces when a piece sent again need not be decoded: not with
-        deleteTopicWithBrokerRegistration, which needs every name."""
-        return None if memo is None or self.delete_topic_with_registration else memo.pieces
+    def reusable_pieces(self, memos: Memos | None) -> TablePieces | None:
+        """How the broker's one table was cut, when a piece of it sent again need not be decoded:
+        not with deleteTopicWithBrokerRegistration, which needs every name, nor for a table sent
+        in pieces (which piece a frame is, is not known before it is decoded)."""
+        if memos is None or len(memos) != 1 or self.delete_topic_with_registration:
+            return None
+        return next(iter(memos.values())).pieces
+
+    def _memos_after(self, previous: BrokerLiveInfo | None, plan: RegistrationPlan, complete: bool,
+                     overwrites: bool) -> Memos | None:
+        """The broker's memos once its registration applied: the body's own when the table is
+        held as it says (``complete``), the others' while they still hold: not when it changed
+        queue data the group held (``overwrites``: a topic of another piece may be among them),
+        nor when each registration removes what its body lacks (deleteTopicWithBrokerRegistration)."""
+        kept: Memos | None = None if overwrites or previous is None else previous.memos
+        memo = plan.memo if complete else None
+        if memo is None:
+            return kept
+        if self.removes_absent_topics:
+            return {memo.digest: memo}
+        memos = {digest: held for digest, held in (kept or {}).items() if digest != memo.digest}
+        memos[memo.digest] = memo
+        while len(memos) > MAX_MEMOS:
+            del memos[next(iter(memos))]
+        return memos
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -317,21 +455,48 @@ class RouteInfoManager:
         comparison is then made while it applies)."""
         return self.apply_registration(plan_of(req, self.generation))
 
+    def topic_rules(self, req: RegisterRequest) -> TopicRules:
+        """How the registration applies its table (registration.TopicRules), from the tables as
+        they are before it changes them: a master, or 5.x's prime slave (the lowest id once the
+        request's is in); every topic on a first registration (a new id slot, or a broker restored
+        from a snapshot) or a new dataVersion; read-only for a prime slave of an acting-master
+        group (the group's flag as the request sets it in 5.x)."""
+        p = self.profile
+        broker = self.brokerAddrTable.get(req.brokerName)
+        addrs = broker.brokerAddrs if broker is not None else {}
+        previous = self.brokerLiveTable.get(self.live_key(req.clusterName, req.brokerAddr))
+        is_master = req.brokerId == MASTER_ID
+        others = [i for i, a in addrs.items() if a != req.brokerAddr]  # its own address's other ids go
+        is_prime_slave = (p.prime_slave_applies_topics and req.enableActingMaster is not None and not is_master
+                          and req.brokerId <= min(others, default=req.brokerId))
+        if not (is_master or is_prime_slave):
+            return TopicRules(applies=False)
+        register_first = not addrs.get(req.brokerId) or (previous is not None and previous.restored)
+        changed = not self._same_version(None if previous is None else previous.dataVersion, req.body.dataVersion)
+        if p.acting_master_rules:
+            acting = bool(req.enableActingMaster)
+        else:
+            acting = broker is not None and broker.enableActingMaster
+        return TopicRules(True, every_topic=changed or register_first, all_or_none=not p.prime_slave_applies_topics,
+                          read_only=is_prime_slave and acting,
+                          remove_absent=self.removes_absent_topics and not req.body.topicQueueMappingInfoMap)
+
     @_one_change
     def apply_registration(self, plan: RegistrationPlan) -> RegisterBrokerResult | None:
         """Java's registerBroker, applying a plan (state/registration.py): the one place a
         registration changes the tables. None means 5.3.3's refusal ("register broker failed").
-        The plan's comparison holds if nothing changed since it was made (its generation); else it
-        is made again here, where what follows changes no queue data before _apply_topics."""
+        The plan's staged entries hold if nothing changed since it was made (its generation) and
+        the rules it assumed are still the rules; else they are worked out again here, where what
+        follows changes no queue data before _apply_topics."""
         p = self.profile
         req = plan.request
-        fresh = plan.generation == self.generation
+        rules = self.topic_rules(req)  # before anything changes
+        fresh = plan.generation == self.generation and plan.rules == rules
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
             self._broker_changed(req.brokerName)
         broker = self.brokerAddrTable.get(req.brokerName)
-        register_first = broker is None
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
             self._broker_changed(req.brokerName)
@@ -352,27 +517,24 @@ class RouteInfoManager:
         key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
         unchanged = req.body.tableUnchanged and previous is not None
-        topic_count = previous.topicCount if unchanged else plan.topicCount  # type: ignore[union-attr]
+        memos = previous.memos if previous is not None else None
+        held = memos.get(req.body.tableDigest) if memos is not None and req.body.tableDigest is not None else None
+        topic_count = plan.topicCount if not unchanged else (
+            held.topicCount if held is not None else previous.topicCount)  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
                 and topic_count == 1):
             self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
                        reason="first registration carries a single topic")
             return None
-        old_addr = addrs.get(req.brokerId)
-        if old_addr != req.brokerAddr:
+        if addrs.get(req.brokerId) != req.brokerAddr:
             addrs[req.brokerId] = req.brokerAddr
             self._broker_changed(req.brokerName)
-        # a broker restored from a snapshot applies its whole table once, as a new one does
-        register_first = register_first or not old_addr or (previous is not None and previous.restored)
-        if unchanged:
-            memo = previous.memo  # type: ignore[union-attr]
-        else:
-            applied_all = self._apply_topics(plan, broker, register_first, fresh)
-            memo = plan.memo if applied_all else None
+        if not unchanged:
+            memos = self._apply_topics(plan, rules, fresh, previous)
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, memo, topic_count, req.version)
+            req.body.dataVersion, req.channel, req.haServerAddr, memos, topic_count, req.version)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
@@ -406,70 +568,32 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, plan: RegistrationPlan, broker: BrokerData, register_first: bool, fresh: bool) -> bool:
-        """Java's topic application; True when every topic of the table was (re)applied, so the
-        queues now hold exactly this table. ``fresh``: the plan's comparison still holds."""
+    def _apply_topics(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool,
+                      previous: BrokerLiveInfo | None) -> Memos | None:
+        """Java's topic application under ``rules``: the plan's staged entries (worked out again
+        when not ``fresh``) written as the change commits, then 5.x's queue mappings; the
+        broker's memos afterwards."""
+        if not rules.applies:
+            return None
         req = plan.request
-        changes = plan.changes if fresh else None
-        is_master = req.brokerId == MASTER_ID
-        is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
-                          and not is_master and req.brokerId == min(broker.brokerAddrs))
-        if not (is_master or is_prime_slave):
-            return False
-        table = req.body.topicConfigTable
-        changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
-                                         req.body.dataVersion)
-        if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
-            if changed or register_first:
-                for config in self._changed_configs(req.brokerName, table) if changes is None else changes:
-                    self._create_and_update_queue_data(req.brokerName, config)
-            return changed or register_first
-        mappings = req.body.topicQueueMappingInfoMap
-        if self.delete_topic_with_registration and not mappings:
-            removals = plan.removals if fresh and plan.removals is not None else absent_topics(
-                self.topicQueueTable, req.brokerName, table)
-            for topic in removals:
-                self._remove_queue_data(topic, req.brokerName)
-        read_only = is_prime_slave and broker.enableActingMaster
-        configs: Iterable[TopicConfig] = table.values() if read_only else (
-            self._changed_configs(req.brokerName, table) if changes is None else changes)
-        for config in configs:
-            known = self.topicQueueTable.get(config.topicName)
-            if register_first or changed or not known or req.brokerName not in known:
-                perm = config.perm
-                if read_only:
-                    perm &= ~PERM_WRITE
-                self._create_and_update_queue_data(req.brokerName, config, perm)
-        if changed or register_first:
-            for topic, info in mappings.items():
+        if fresh and plan.staged is not None:
+            staged, complete, overwrites = plan.staged, plan.complete, plan.overwrites
+        else:
+            staging = stage_all(req, self._table, rules)
+            staged, complete, overwrites = staging.staged, staging.complete, staging.overwrites
+        self._write(staged)
+        if rules.every_topic and not rules.all_or_none:
+            for topic, info in req.body.topicQueueMappingInfoMap.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
                 self._topic_changed(topic)
-        return changed or register_first
-
-    def _changed_configs(self, broker_name: str, table: dict[str, TopicConfig]) -> list[TopicConfig]:
-        """The comparison a plan would have made (registration.changed_configs), made now."""
-        return changed_configs(self.topicQueueTable, broker_name, table.values())
-
-    def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
-        perm = config.perm if perm is None else perm
-        queues = self.topicQueueTable.get(config.topicName)
-        if queues is None:
-            queues = self.topicQueueTable[config.topicName] = {}
-        else:
-            old = queues.get(broker_name)
-            if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
-                    and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
-                return
-        queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
-                                        config.topicSysFlag)
-        self._topic_changed(config.topicName)
+        return self._memos_after(previous, plan, complete, overwrites)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
-        queues = self.topicQueueTable.get(topic)
+        queues = self._table.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
             if not queues:
-                del self.topicQueueTable[topic]
+                del self._table[topic]
             self._topic_changed(topic)
 
     @_one_change
@@ -478,7 +602,7 @@ class RouteInfoManager:
         if not queue_datas or topic is None:
             return
         self._forget_tables()
-        existing = self.topicQueueTable.get(topic)
+        existing = self._table.get(topic)
         queues = existing if existing is not None else {}
         for queue in queue_datas:
             if queue.brokerName not in self.brokerAddrTable:
@@ -486,7 +610,7 @@ class RouteInfoManager:
             queues[queue.brokerName] = queue
             self._topic_changed(topic)
         if existing is None:
-            self.topicQueueTable[topic] = queues
+            self._table[topic] = queues
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
@@ -521,7 +645,7 @@ class RouteInfoManager:
     def on_channels_destroy(self, closed: dict[Channel, str]) -> None:
         """Connections lost together (a rack's network), each with its reason, in the order they
         closed: the same events and tables as one on_channel_destroy per channel, but the groups
-        they empty leave topicQueueTable in one scan instead of one scan each."""
+        they empty leave topicQueueTable in one walk instead of one walk each."""
         by_channel: dict[Channel, list[LiveKey]] = {}
         for key, live in self.brokerLiveTable.items():
             if live.channel in closed:
@@ -530,21 +654,18 @@ class RouteInfoManager:
 
     def _destroy_all(self, doomed: list[tuple[LiveKey, str]]) -> None:
         """Destroy brokers, in order, inside one change: the groups they empty leave
-        topicQueueTable in one scan, and each broker finds its groups through one index of
-        brokerAddrTable by address (not a walk of every group per broker)."""
+        topicQueueTable together when it commits (one walk), and each broker finds its groups
+        through one index of brokerAddrTable by address (not a walk of every group per broker)."""
         if not doomed:
             return
         groups_of: dict[str, list[BrokerData]] = {}
         for broker in self.brokerAddrTable.values():
             for addr in set(broker.brokerAddrs.values()):
                 groups_of.setdefault(addr, []).append(broker)
-        emptied: dict[str, Departure | None] = {}
         for key, reason in doomed:
-            self._destroy(key, reason, groups_of, emptied)
-        self._remove_groups_queue_data(emptied)
+            self._destroy(key, reason, groups_of)
 
-    def _destroy(self, key: LiveKey, reason: str, groups_of: dict[str, list[BrokerData]],
-                 emptied: dict[str, Departure | None]) -> None:
+    def _destroy(self, key: LiveKey, reason: str, groups_of: dict[str, list[BrokerData]]) -> None:
         addr = self._addr_of(key)
         cluster = key[0] if isinstance(key, tuple) else None
         self.brokerLiveTable.pop(key, None)
@@ -557,8 +678,7 @@ class RouteInfoManager:
                 kind = reason.partition(":")[0] if reason.startswith(("expired:", "idle:")) else "closed"
                 event = self._emit(kind, cluster=broker.cluster, broker=broker.brokerName, id=broker_id, addr=addr,
                                    reason=reason)
-                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, emptied=emptied,
-                                    departure=event)
+                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, departure=event)
                 return
 
     # -- unregistration ---------------------------------------------------------------------
@@ -586,11 +706,10 @@ class RouteInfoManager:
             self._everything_changed()
 
     def _remove_member(self, cluster: str | None, broker_name: str, addr: str | None, broker_id: int | None,
-                       cluster_of_request: bool = False, emptied: dict[str, Departure | None] | None = None,
-                       departure: Departure | None = None) -> None:
+                       cluster_of_request: bool = False, departure: Departure | None = None) -> None:
         """Drop one address from a broker group; an emptied group leaves every table (its queue
-        data later, with the other groups in ``emptied``, when the caller collects them), and
-        the topics it leaves without a group are ``departure``'s lost topics."""
+        data when the change commits, with every group the change empties: state/settling.py's
+        Departed), and the topics it leaves without a group are ``departure``'s lost topics."""
         broker = self.brokerAddrTable[broker_name]
         was_min = bool(broker.brokerAddrs) and broker_id == min(broker.brokerAddrs)
         self._broker_changed(broker_name)
@@ -607,36 +726,9 @@ class RouteInfoManager:
             del names[broker_name]
             if not names:
                 del self.clusterAddrTable[owner]
-        if emptied is None:
-            self._remove_groups_queue_data({broker_name: departure})
-        else:
-            emptied.pop(broker_name, None)  # its last departure is the one that emptied it
-            emptied[broker_name] = departure
-
-    def _remove_groups_queue_data(self, emptied: dict[str, Departure | None]) -> None:
-        """Emptied groups leave topicQueueTable: one scan, whatever their number (a table holds up
-        to 100k topics; isdisjoint walks only each topic's few queues).  A topic no group serves
-        any more leaves the table, a lost topic of the departure that emptied the last of its
-        groups (``emptied`` is in departure order)."""
-        if not emptied:
-            return
-        order = {name: index for index, name in enumerate(emptied)}
-        last = order.__getitem__
-        names = order.keys()
-        table = self.topicQueueTable
-        disjoint = names.isdisjoint
-        touched = [t for t, queues in table.items() if not disjoint(queues)]
-        for topic in touched:
-            queues = table[topic]
-            leaving = [name for name in queues if name in order]
-            for broker_name in leaving:
-                del queues[broker_name]
-            if not queues:
-                del table[topic]
-                departure = emptied[leaving[0] if len(leaving) == 1 else max(leaving, key=last)]
-                if departure is not None:
-                    departure.lost_topics.append(topic)
-        self._topics_changed(touched)
+        emptied = self._pending.emptied  # type: ignore[union-attr]
+        emptied.pop(broker_name, None)  # its last departure is the one that emptied it
+        emptied[broker_name] = departure
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
@@ -645,7 +737,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            for queues in self.topicQueueTable.values():
+            for queues in self._table.values():
                 queue = queues.get(broker.brokerName)
                 if queue is not None:
                     queue.perm &= ~PERM_WRITE
@@ -681,7 +773,7 @@ class RouteInfoManager:
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
         count = 0
-        for queues in self.topicQueueTable.values():
+        for queues in self._table.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
                 queue.perm = change(queue.perm)
@@ -693,7 +785,7 @@ class RouteInfoManager:
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
         if not cluster:
-            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+            if self._table.pop(topic, None) is not None:  # type: ignore[arg-type]
                 self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
@@ -701,7 +793,7 @@ class RouteInfoManager:
 
     # -- queries ----------------------------------------------------------------------------
     def pickup_topic_route_data(self, topic: str | None) -> RouteData | None:
-        queues = self.topicQueueTable.get(topic) if topic is not None else None
+        queues = self.queues_of(topic) if topic is not None else None
         if not queues:
             return None
         names = java_hash_order(queues)
