@@ -11,6 +11,7 @@ clock, with brokers and clients on in-memory connections."""
 
 from __future__ import annotations
 
+import functools
 import gc
 from typing import Any
 
@@ -228,15 +229,16 @@ class Turns(Cluster):
         self.client, self.client_out = self.connect()
 
     def turns(self, table: Walked, between=lambda: None) -> list[int]:
-        """Run the due calls one by one: the entries each touched; ``between`` after each."""
+        """Run the due calls one by one, and ``between`` after each (requests read in a turn of
+        their own): the entries each of these turns touched."""
         touched = []
         while (due := [c for c in self.clock.getDelayedCalls() if c.getTime() <= self.clock.seconds()]):
             call = min(due, key=lambda c: c.getTime())
             self.clock.calls.remove(call)
-            before = table.touched
-            call.func(*call.args, **call.kw)
-            touched.append(table.touched - before)
-            between()
+            for turn in (functools.partial(call.func, *call.args, **call.kw), between):
+                before = table.touched
+                turn()
+                touched.append(table.touched - before)
         return touched
 
     def found(self, topics: list[str]) -> list[bool]:
@@ -372,3 +374,51 @@ def test_the_topic_table_is_nothing_to_the_collector(tmp_path):
     assert len(table) == 3002
     assert not [topic for topic, queues in table.items()
                 if gc.is_tracked(queues) or any(map(gc.is_tracked, queues.values()))]
+
+
+def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_every_turn(tmp_path, monkeypatch):
+    """Connections lost over several turns, and one of the departed groups back (a small
+    registration, in one go) while their queues are still being removed: each is a change after
+    the one before it, none makes a turn finish another's work (a second batch used to finish the
+    first's walk in one go), and lookups see each whole, the group back with its new table only."""
+    size = 4 * TURN_BOUND
+    cluster = Turns(tmp_path, monkeypatch)
+    stay, _ = cluster.connect()
+    cluster.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+    leaving = [cluster.connect()[0] for _ in range(3)]
+    for index, protocol in enumerate(leaving):
+        cluster.register(protocol, f"go{index}", 10 + index, [f"Go{index}-{i:06d}" for i in range(size)] + ["Shared"])
+    table = cluster.walked()
+    back, _ = cluster.connect()
+    turns: list[str] = []
+
+    def shared() -> list[str]:
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        return sorted(q.brokerName for q in route.queueDatas)  # type: ignore[union-attr]
+
+    def look() -> None:
+        found = cluster.found(["Go0-000000", "Go0-000001", f"Go1-{size - 1:06d}", "Go2-000000"])
+        go2 = found[3]  # until its departure, a turn after its connection closed
+        assert not go2 or "go2 gone" not in turns
+        if not go2:
+            turns.append("go2 gone")
+        if "back" in turns:
+            assert found[:3] == [True, False, False] and shared() == ["go0", *(["go2"] if go2 else []), "stay"]
+        else:
+            assert found == [False, False, False, True] and shared() == ["go2", "stay"]
+        turns.append("turn")
+        if len(turns) == 2:  # two turns into the first batch's writing: the second batch, and go0 back
+            leaving[2].connectionLost()
+            back.dataReceived(registration_frame("go0", 20, ["Go0-000000", "Shared"], counter=5))
+            turns.append("back")
+    for protocol in leaving[:2]:
+        protocol.connectionLost()
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert cluster.routes.settling == 0 and turns.count("turn") > 6
+    assert sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared", "Go0-000000"])
+    assert sorted(table["Shared"]) == ["go0", "stay"] and list(table["Go0-000000"]) == ["go0"]
+    heard = [(e.kind, e.info["broker"]) for e in cluster.service.metrics.recent_events
+             if e.kind in ("closed", "registered")]
+    # in the order the changes were made (go2's departure is made at the turn after its connection closed)
+    assert heard[-4:] == [("closed", "go0"), ("closed", "go1"), ("registered", "go0"), ("closed", "go2")]

@@ -28,8 +28,8 @@ from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state
-from twisted_namesrv.state import registration
+from twisted_namesrv.service import build_state, settle_in_steps
+from twisted_namesrv.state import registration, settling
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.steps import run_steps
 
@@ -45,6 +45,9 @@ def small_steps(monkeypatch) -> None:
     monkeypatch.setattr(register, "STEP_BYTES", 200)
     monkeypatch.setattr(register, "_LINES_PER_STEP", 3)
     monkeypatch.setattr(registration, "TOPICS_PER_STEP", 2)
+    monkeypatch.setattr(settling, "WRITE_PER_STEP", 2)
+    monkeypatch.setattr(settling, "WALK_PER_STEP", 3)
+    monkeypatch.setattr(settling, "REMOVE_PER_STEP", 2)
 
 
 def table(count: int, v5: bool) -> dict[str, TopicConfig]:
@@ -323,11 +326,15 @@ def test_registrations_in_steps_answer_as_registrations_in_one_go(tmp_path, smal
                                                                  settings: dict, seed: int) -> None:
     """Random registrations answered in steps while other requests (lookups, wipes, deletions,
     topic registrations, config changes...) arrive on another connection, against a server that
-    keeps no answers and registers in one go after those of them that arrived before it answered."""
+    keeps no answers and registers in one go after those of them that arrived before it answered.
+    The stepped server leaves every change as a layer over topicQueueTable, written in steps
+    (state/settling.py): lookups between those steps must not tell."""
     rng = random.Random(seed)
     turns = Turns()
     stepped = make_server(tmp_path, "stepped", compat, turns, settings=settings)
     reference = make_server(tmp_path, "ref", compat, keep=False, settings=settings)
+    routes = stepped.dispatcher.state.routes  # every change a layer, written in the turns' steps
+    routes.write_at_once, routes.on_settle = 0, settle_in_steps(routes, turns.cooperator)
     connections = {factory: (connect(factory), connect(factory)) for factory in (stepped, reference)}
     for counter in range(1, 120):
         registration = register_request(rng, counter, counter, compat == "5.3.3").encode()

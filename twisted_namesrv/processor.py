@@ -184,7 +184,6 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         if state.profile.per_broker_heartbeat_timeout else None,
         enableActingMaster=header.enableActingMaster,
         version=request.version)
-    yield from routes.settle_steps()  # the last change written in: the plan compares with the table
     plan = yield from plan_steps(registration, routes)
     result = routes.apply_registration(plan)
     if result is None:

@@ -112,11 +112,23 @@ class RegistrationPlan:
     topicCount: int = 0
 
 
+class QueueView(Protocol):
+    """topicQueueTable as of the last change, to look topics up in."""
+
+    def get(self, topic: str, /) -> Mapping[str, QueueData] | None: ...
+
+
 class Tables(Protocol):
-    """What a plan reads of RouteInfoManager: the table, its generation, the rules."""
+    """What a plan reads of RouteInfoManager: the table as of the last change, what is still to be
+    written into it, its generation, the rules."""
+
+    def queue_view(self) -> QueueView: ...
 
     @property
     def topicQueueTable(self) -> QueueTable: ...
+
+    @property
+    def settling(self) -> int: ...
 
     @property
     def generation(self) -> int: ...
@@ -141,14 +153,16 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     if request.body.tableUnchanged:
         return plan
     rules = routes.topic_rules(request)
-    table = routes.topicQueueTable
+    table = routes.queue_view()
     staging = Staging(request.brokerName, rules)
     configs = iter(request.body.topicConfigTable.values())
     while rules.applies and (piece := list(islice(configs, TOPICS_PER_STEP))):
         staging.add(table, piece)
         yield
     if rules.applies and rules.remove_absent:
-        items = iter(table.items())
+        if routes.settling or routes.generation != generation:
+            return plan  # the walk needs the table itself: the manager works it out when it applies
+        items = iter(routes.topicQueueTable.items())
         while routes.generation == generation and (entries := list(islice(items, WALK_PER_STEP))):
             staging.remove_absent(entries, request.body.topicConfigTable)
             yield  # a walk of topicQueueTable: in slices, as the rest
@@ -159,11 +173,13 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     return plan
 
 
-def stage_all(request: RegisterRequest, table: QueueTable, rules: TopicRules) -> Staging:
-    """The staging of plan_steps, in one go (a plan that was stale when it applied)."""
+def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rules: TopicRules) -> Staging:
+    """The staging of plan_steps, in one go (a plan that was stale when it applied): compared with
+    ``view`` (the table as of the last change); the absent topics looked for in ``table`` (the
+    table itself, everything written in)."""
     staging = Staging(request.brokerName, rules)
     if rules.applies:
-        staging.add(table, request.body.topicConfigTable.values())
+        staging.add(view, request.body.topicConfigTable.values())
         if rules.remove_absent:
             staging.remove_absent(table.items(), request.body.topicConfigTable)
     return staging
@@ -183,7 +199,7 @@ class Staging:
         self.complete = True
         self.overwrites = False
 
-    def add(self, table: QueueTable, configs: Iterable[TopicConfig]) -> None:
+    def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
         anything. One tight loop, as a table holds up to 100k topics."""
         name, staged, rules = self.broker_name, self.staged, self.rules

@@ -31,6 +31,7 @@ some to write.  Departures' events wait for it: their lost topics are found whil
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -52,6 +53,7 @@ from .config import NamesrvConfig
 from .registration import Channel as Channel  # re-exported: the server's connection ids
 from .registration import (
     Memos,
+    QueueView,
     RegistrationPlan,
     Staged,
     TopicRules,
@@ -59,7 +61,7 @@ from .registration import (
     stage_all,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import WRITE_PER_STEP, Departed, Settling
+from .settling import WRITE_PER_STEP, Departed, Layer
 from .settling import Staged as StagedEntries
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
@@ -106,6 +108,17 @@ class Departure:
     lost_topics: list[str] = field(default_factory=list)
 
 
+def _lost_with(topic: str, departure: Departure | None) -> None:
+    """A Departed layer found a topic no group serves any more: the departure's lost topic."""
+    if departure is not None:
+        departure.lost_topics.append(topic)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayeredView:
+    get: Callable[[str], Mapping[str, QueueData] | None]
+
+
 ChangeListener = Callable[[RouteChange], None]
 #: hears each departure that took topics away: (kind, info, the topics), after the change
 LostListener = Callable[[str, dict[str, Any], list[str]], None]
@@ -116,7 +129,7 @@ class _Pending:
     someone subscribes), the entries a registration staged and the groups that emptied (both
     committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
-    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "emptied", "events")
+    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "emptied", "events", "earlier")
 
     def __init__(self, collect: bool) -> None:
         self.collect = collect
@@ -128,6 +141,8 @@ class _Pending:
         #: groups that lost their last member, in departure order, with the departure that emptied each
         self.emptied: dict[str, Departure | None] = {}
         self.events: list[Departure] = []
+        #: events of earlier changes whose layers were written during this one: handed over first
+        self.earlier: list[Departure] = []
 
     def change(self) -> RouteChange:
         if not self.collect:
@@ -143,14 +158,12 @@ R = TypeVar("R")
 
 
 def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callable[Concatenate[RouteInfoManager, P], R]:
-    """The method is one change of the tables: it starts from topicQueueTable with every change
-    before it written in, and is published when it ends (a call from inside another change is
-    part of that one)."""
+    """The method is one change of the tables, published when it ends (a call from inside another
+    change is part of that one)."""
     @functools.wraps(method)
     def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._pending is not None:
             return method(self, *args, **kwargs)
-        self.settle_now()
         pending = self._pending = _Pending(self.on_change is not None)
         try:
             return method(self, *args, **kwargs)
@@ -216,13 +229,15 @@ class RouteInfoManager:
         #: service then runs settle_steps); None: it is written when someone next needs the table
         self.on_settle: Callable[[], None] | None = None
         self._pending: _Pending | None = None
-        self._settling: Settling | None = None
-        self._settled_events: list[Departure] = []  # the departures' events, heard once their topics are found
+        #: committed changes still to write into topicQueueTable, oldest first (state/settling.py)
+        self._layers: deque[Layer] = deque()
+        #: entries a change writes at once rather than as a layer, when nothing waits before it
+        self.write_at_once = WRITE_AT_ONCE
 
     # -- topicQueueTable, and what is still to be written into it --------------------------------
     @property
     def topicQueueTable(self) -> dict[str, dict[str, QueueData]]:
-        """topicQueueTable with every committed change written in: whoever walks or changes it."""
+        """topicQueueTable with every committed change written in: whoever walks it or edits it in place."""
         self.settle_now()
         return self._table
 
@@ -232,40 +247,50 @@ class RouteInfoManager:
         self._table = table
 
     def queues_of(self, topic: str) -> Mapping[str, QueueData] | None:
-        """A topic's queues as of the last change (whatever is still to be written), without
+        """A topic's queues as of the last change (through what is still to be written), without
         writing anything: what a lookup reads."""
-        settling = self._settling
-        return self._table.get(topic) if settling is None else settling.queues(topic)
+        queues: Mapping[str, QueueData] | None = self._table.get(topic)
+        for layer in self._layers:
+            queues = layer.over(topic, queues)
+        return queues
+
+    def queue_view(self) -> QueueView:
+        """topicQueueTable as of the last change, to look topics up in (``get``) without writing
+        anything: the table itself when nothing is left to write."""
+        return self._table if not self._layers else _LayeredView(self.queues_of)
 
     def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
-        """Of ``topics``, those whose queues name one of ``groups`` as topicQueueTable holds them
-        now, groups that left included until their queues are removed (the answer cache's walk of
-        what it keeps, when groups change or leave)."""
-        table, names = self._table, set(groups)
-        return [topic for topic in topics if not names.isdisjoint(table.get(topic, ()))]
+        """Of ``topics``, those whose queues name one of ``groups`` (the answer cache's walk of
+        what it keeps, when groups change or leave: published before the groups' queues go)."""
+        names, queues_of = set(groups), self.queues_of
+        return [topic for topic in topics if not names.isdisjoint(queues_of(topic) or ())]
 
     @property
     def settling(self) -> int:
         """Entries still to write into topicQueueTable, or to walk to find them (0: none)."""
-        return 0 if self._settling is None else len(self._settling)
+        return sum(map(len, self._layers))
 
     def settle_steps(self) -> Steps[None]:
         """Write what is committed into topicQueueTable, a slice per step."""
-        while self._settling is not None:
-            if not self._settling.step():
-                self._settled()
+        while self._layers:
+            if not self._layers[0].step():
+                self._written()
             yield
 
     def settle_now(self) -> None:
         """Write what is committed into topicQueueTable, at once."""
-        if self._settling is not None:
-            self._settling.finish()
-            self._settled()
+        while self._layers:
+            self._layers[0].finish()
+            self._written()
 
-    def _settled(self) -> None:
-        self._settling = None
-        events, self._settled_events = self._settled_events, []
-        self._hand_over(events)
+    def _written(self) -> None:
+        """The oldest layer is in the table: its events are heard (after those of the change under
+        way, if any, is published)."""
+        layer = self._layers.popleft()
+        if self._pending is not None:
+            self._pending.earlier += layer.events
+        else:
+            self._hand_over(layer.events)
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
     @property
@@ -290,22 +315,11 @@ class RouteInfoManager:
             self.on_change = None
 
     def _publish(self, pending: _Pending) -> None:
-        """A change is complete: commit its many entries (what lookups read from now on), count
-        it, publish what it did (the table still as it was: a subscriber may look at what left),
-        then its events in order (a departure's once its lost topics are found: when its groups'
-        queues are written out of the table)."""
-        settling: Settling | None = None
-        if pending.staged:
-            settling = StagedEntries(self._table, pending.staged)
-        elif pending.emptied:
-            emptied = pending.emptied
-
-            def lost(topic: str, group: str) -> None:
-                departure = emptied[group]
-                if departure is not None:
-                    departure.lost_topics.append(topic)
-            settling = Departed(self._table, emptied, lost)
-        self._settling = settling
+        """A change is complete: count it, publish what it did (the table as it was: a subscriber
+        may look up what left), commit its many entries as a layer (what lookups read from now on:
+        written in at once when few and nothing is before them), then hand over the events in
+        order: now, or once the layers before them are written (a departure's, once its lost
+        topics are found)."""
         if pending.dirty:
             self.generation += 1
             subscriber = self.on_change
@@ -313,14 +327,29 @@ class RouteInfoManager:
                 change = pending.change()
                 if change:
                     subscriber(change)
-        if settling is not None and len(settling) <= WRITE_AT_ONCE:  # few: written at once
-            settling.finish()
-            self._settling = settling = None
-        if settling is not None and pending.emptied:
-            self._settled_events = pending.events
+        waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
+        layer: Layer | None = None
+        if pending.staged:
+            layer = StagedEntries(self._table, pending.staged)
+        elif pending.emptied:
+            last = self._layers[-1] if self._layers else None
+            if isinstance(last, Departed) and not last.started:  # one walk for both
+                last.join(pending.emptied, pending.events)
+                self._hand_over(pending.earlier)
+                return
+            layer = Departed(self._table, pending.emptied, _lost_with)
+        if layer is not None and not waiting and len(layer) <= self.write_at_once:
+            layer.finish()  # few: at once
+            layer = None
+        if layer is not None:
+            self._layers.append(layer)
+        events = pending.earlier
+        if waiting or isinstance(layer, Departed):
+            self._layers[-1].events += pending.events
         else:
-            self._hand_over(pending.events)
-        if settling is not None and self.on_settle is not None:
+            events = events + pending.events
+        self._hand_over(events)
+        if self._layers and self.on_settle is not None:
             self.on_settle()
 
     def _hand_over(self, events: list[Departure]) -> None:
@@ -579,7 +608,9 @@ class RouteInfoManager:
         if fresh and plan.staged is not None:
             staged, complete, overwrites = plan.staged, plan.complete, plan.overwrites
         else:
-            staging = stage_all(req, self._table, rules)
+            if rules.remove_absent:
+                self.settle_now()  # the topics it lacks are looked for in the table itself
+            staging = stage_all(req, self.queue_view(), self._table, rules)
             staged, complete, overwrites = staging.staged, staging.complete, staging.overwrites
         self._write(staged)
         if rules.every_topic and not rules.all_or_none:
@@ -589,6 +620,7 @@ class RouteInfoManager:
         return self._memos_after(previous, plan, complete, overwrites)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
+        self.settle_now()
         queues = self._table.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
@@ -602,6 +634,7 @@ class RouteInfoManager:
         if not queue_datas or topic is None:
             return
         self._forget_tables()
+        self.settle_now()
         existing = self._table.get(topic)
         queues = existing if existing is not None else {}
         for queue in queue_datas:
@@ -737,6 +770,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
+            self.settle_now()  # edited in place
             for queues in self._table.values():
                 queue = queues.get(broker.brokerName)
                 if queue is not None:
@@ -772,6 +806,7 @@ class RouteInfoManager:
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
+        self.settle_now()  # edited in place
         count = 0
         for queues in self._table.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
@@ -784,6 +819,7 @@ class RouteInfoManager:
     @_one_change
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
+        self.settle_now()
         if not cluster:
             if self._table.pop(topic, None) is not None:  # type: ignore[arg-type]
                 self._topic_changed(topic)  # type: ignore[arg-type]

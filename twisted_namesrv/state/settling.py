@@ -1,31 +1,35 @@
-"""A change of topicQueueTable made whole at once and written into it in slices.
+"""Changes of topicQueueTable made whole at once and written into it in slices.
 
 Java changes its tables under a write lock: a lookup sees them before a registration or after it,
 never half-way.  A change of many topics (a broker's 80k-topic table, groups leaving a table of a
 million topics) written entry by entry in one reactor turn holds every lookup for as long as the
 table is big; written across turns, lookups in between would see it half-way.  So RouteInfoManager
-commits such a change as a ``Settling``: from the commit on, a lookup reads the table through it
-(``queues``) and sees the whole change; ``step`` writes it into the table a slice at a time,
-between lookups.  Whatever would walk the whole table or change it finishes it first (``finish``):
-such work is as big as the table anyway.  Nothing else writes the table while one is pending.
+commits such a change as a *layer* over the table: from the commit on, a lookup reads the table
+through the layers still pending (``over``, oldest first) and sees every change whole; ``step``
+writes the oldest layer into the table a slice at a time, between lookups, and the next one after
+it.  A change made while layers are pending is a layer after them; only work that walks or edits
+the whole table in place finishes them first (``finish``): such work is as big as the table.
 
-Two kinds, one pending at a time:
+Two kinds of layer:
 
 - ``Staged``: a registration's new entries, built aside in steps (state/registration.py): each
   topic's queues as the registration leaves them (empty: the topic leaves the table).
 - ``Departed``: broker groups that left (their brokers, addresses and clusters already gone): their
   queues are hidden from every lookup at once, then removed topic by topic, first finding which
-  topics hold them (one walk of the table, in slices), then removing them; a topic left without
-  queues leaves the table, and ``lost`` hears it with the last group that served it.
+  topics hold them (one walk of the table, in slices, once the layers before it are written), then
+  removing them; a topic left without queues leaves the table, and ``lost`` hears it with what the
+  last group that served it was given.  Departures committed while one such layer waits for its
+  turn join it: one walk for all of them.
 
-Pure: no Twisted, no clock.
+A layer carries the route events to hand over once it is written (``events``: the departures',
+whose lost topics the walk finds).  Pure: no Twisted, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
 
@@ -36,14 +40,20 @@ WALK_PER_STEP = 4096
 REMOVE_PER_STEP = 1024
 
 Table = dict[str, dict[str, QueueData]]
+Queues = Mapping[str, QueueData]
 _ABSENT: dict[str, QueueData] = {}
+T = TypeVar("T")
 
 
-class Settling(Protocol):
+class Layer(Protocol):
     """A committed change not yet written into the table."""
 
-    def queues(self, topic: str) -> Mapping[str, QueueData] | None:
-        """The topic's queues as the change leaves them (None: not in the table)."""
+    #: route events to hand over once the layer is written
+    events: list[Any]
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        """The topic's queues with this change on top of ``queues`` (the table's, through the
+        layers before this one); None: not in the table."""
 
     def step(self) -> bool:
         """Write one slice in; False once everything is."""
@@ -58,19 +68,20 @@ class Settling(Protocol):
 class Staged:
     """A registration's staged entries (topic -> its queues; empty: the topic leaves)."""
 
-    __slots__ = ("table", "staged", "_todo", "_left")
+    __slots__ = ("table", "staged", "events", "_todo", "_left")
 
     def __init__(self, table: Table, staged: Mapping[str, dict[str, QueueData]]) -> None:
         self.table = table
         self.staged = staged
+        self.events: list[Any] = []
         self._todo: Iterator[tuple[str, dict[str, QueueData]]] = iter(staged.items())
         self._left = len(staged)
 
-    def queues(self, topic: str) -> Mapping[str, QueueData] | None:
-        queues = self.staged.get(topic, _ABSENT)
-        if queues is _ABSENT:
-            return self.table.get(topic)
-        return queues or None
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        staged = self.staged.get(topic, _ABSENT)
+        if staged is _ABSENT:
+            return queues
+        return staged or None
 
     def step(self) -> bool:
         return self._write(WRITE_PER_STEP)
@@ -92,42 +103,56 @@ class Staged:
         return self._left
 
 
-class Departed:
-    """Groups gone from every table but topicQueueTable (``leaving``: in the order they left);
-    ``lost(topic, group)``: a topic no group serves any more, with the last group of
-    ``leaving`` that did."""
+class Departed(Generic[T]):
+    """Groups gone from every table but topicQueueTable (``leaving``: in the order they left,
+    each with what ``lost(topic, value)`` is given for a topic it was the last to serve)."""
 
-    __slots__ = ("table", "leaving", "lost", "_order", "_walk", "_touched", "_todo", "_left")
+    __slots__ = ("table", "leaving", "lost", "events", "_order", "_walk", "_touched", "_todo", "_left")
 
-    def __init__(self, table: Table, leaving: Mapping[str, object], lost: Callable[[str, str], None]) -> None:
+    def __init__(self, table: Table, leaving: dict[str, T], lost: Callable[[str, T], None]) -> None:
         self.table = table
         self.leaving = leaving
         self.lost = lost
-        self._order = {group: index for index, group in enumerate(leaving)}
-        self._walk: Iterator[tuple[str, dict[str, QueueData]]] | None = iter(table.items())
+        self.events: list[Any] = []
+        self._order: dict[str, int] = {}
+        self._walk: Iterator[tuple[str, dict[str, QueueData]]] | None = None  # made when its turn comes
         self._touched: list[str] = []
         self._todo: Iterator[str] = iter(())
-        self._left = len(table)  # entries to walk, then topics to clear
+        self._left = -1  # not started: entries to walk, then topics to clear
 
-    def queues(self, topic: str) -> Mapping[str, QueueData] | None:
-        queues = self.table.get(topic)
+    @property
+    def started(self) -> bool:
+        return self._left >= 0
+
+    def join(self, leaving: dict[str, T], events: list[Any]) -> None:
+        """More groups that left, before this layer's turn came: found in the same walk."""
+        assert not self.started, "a walk under way cannot take more groups"
+        for group, value in leaving.items():
+            self.leaving.pop(group, None)  # its last departure is the one that emptied it
+            self.leaving[group] = value
+        self.events += events
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
         if queues is None or self.leaving.keys().isdisjoint(queues):
             return queues
         return {group: queue for group, queue in queues.items() if group not in self.leaving} or None
 
     def step(self) -> bool:
-        if self._walk is not None:
+        if not self.started or self._walk is not None:
             self._find(WALK_PER_STEP)
         else:
             self._remove(REMOVE_PER_STEP)
         return self._walk is not None or self._left > 0
 
     def finish(self) -> None:
-        self._find(len(self.table))
+        self._find(len(self.table) + 1)
         self._remove(self._left)
 
     def _find(self, count: int) -> None:
         """The next ``count`` entries of the one walk: which topics hold a departed group."""
+        if not self.started:
+            self._walk, self._left = iter(self.table.items()), len(self.table)
+            self._order = {group: index for index, group in enumerate(self.leaving)}
         if self._walk is None:
             return
         disjoint = self.leaving.keys().isdisjoint
@@ -151,8 +176,8 @@ class Departed:
                 del queues[group]
             if not queues:
                 del table[topic]
-                self.lost(topic, gone[0] if len(gone) == 1 else max(gone, key=last))
+                self.lost(topic, leaving[gone[0] if len(gone) == 1 else max(gone, key=last)])
         self._left = max(0, self._left - count)
 
     def __len__(self) -> int:
-        return self._left
+        return len(self.table) if not self.started else self._left
