@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fastjson
-from .codes import LanguageCode
+from .codes import LanguageCode, RequestCode
 from .errors import RemotingDecodeError
 
 _LANGUAGE_NAMES = frozenset(LanguageCode.__members__)
@@ -85,11 +85,17 @@ OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
 
 
+#: headers not kept as templates: one per broker, repeated every 30 s at most, and the biggest
+#: (a thousand brokers' took a megabyte and a half to save a parse each per 30 s)
+_NOT_KEPT = frozenset({RequestCode.REGISTER_BROKER})
+
+
 class HeaderTemplates:
     """JSON header decoding with a cache: headers of a client differ only in their opaque, so a
     decoded header is kept as a template under its bytes minus the opaque digits and reused (same
     bytes, same fields). At most ``size`` templates are kept before starting over; each user sizes
-    its own (a server's clients, or every client of a cluster in a capture) and shares no state."""
+    its own (a server's clients, or every client of a cluster in a capture) and shares no state.
+    A broker's registration header is not kept (``_NOT_KEPT``)."""
 
     __slots__ = ("size", "_templates")
 
@@ -109,6 +115,8 @@ class HeaderTemplates:
         template = templates.get(key)
         if template is None:
             header = _parse_json_header(data)
+            if header.code in _NOT_KEPT:
+                return header
             if len(templates) >= self.size:
                 templates.clear()
             templates[key] = header
