@@ -34,7 +34,7 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, optional_long, parse_java_integer
 from .state.config import ConfigError, masked, parse_properties
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.registration import Memos, RegisterRequest, plan_steps
+from .state.registration import Memos, RegisterRequest, digests, plan_steps
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
 from .steps import Steps, run_steps
@@ -162,7 +162,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
 
     def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, header.compressed, request.version,
-                                          state.config["inflateMaxLength"], () if known is None else known.keys(),
+                                          state.config["inflateMaxLength"], () if known is None else digests(known),
                                           routes.reusable_pieces(known), state.budget)
 
     def memo() -> Memos | None:

@@ -15,7 +15,7 @@ Pure: no Twisted, and nothing here changes a table.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
@@ -51,8 +51,20 @@ class RegistrationMemo:
     topicCount: int = 0
 
 
-#: a broker's memos by digest, oldest first; replaced, never changed
-Memos = Mapping[bytes, RegistrationMemo]
+#: a broker's memos, oldest first (a tuple: most brokers send one body, and thousands of them
+#: each holding a dict of one cost a megabyte more); replaced, never changed
+Memos = tuple[RegistrationMemo, ...]
+
+
+def memo_of(memos: Memos, digest: bytes | None) -> RegistrationMemo | None:
+    """The memo of the body whose digest is ``digest``, if ``memos`` hold it."""
+    return next((memo for memo in memos if memo.digest == digest), None)
+
+
+def digests(memos: Memos) -> Collection[bytes]:
+    """The digests of ``memos``, for a decoder to recognise a body it may skip."""
+    found = [memo.digest for memo in memos]
+    return frozenset(found) if len(found) > 8 else found
 
 
 @dataclass(slots=True)

@@ -57,6 +57,7 @@ from .registration import (
     RegistrationPlan,
     Staged,
     TopicRules,
+    memo_of,
     plan_of,
     stage_all,
 )
@@ -428,7 +429,7 @@ class RouteInfoManager:
         in pieces (which piece a frame is, is not known before it is decoded)."""
         if memos is None or len(memos) != 1 or self.delete_topic_with_registration:
             return None
-        return next(iter(memos.values())).pieces
+        return memos[0].pieces
 
     def _memos_after(self, previous: BrokerLiveInfo | None, plan: RegistrationPlan, complete: bool,
                      overwrites: bool) -> Memos | None:
@@ -440,13 +441,10 @@ class RouteInfoManager:
         memo = plan.memo if complete else None
         if memo is None:
             return kept
-        if self.removes_absent_topics:
-            return {memo.digest: memo}
-        memos = {digest: held for digest, held in (kept or {}).items() if digest != memo.digest}
-        memos[memo.digest] = memo
-        while len(memos) > MAX_MEMOS:
-            del memos[next(iter(memos))]
-        return memos
+        if self.removes_absent_topics or not kept:
+            return (memo,)
+        others = tuple(held for held in kept if held.digest != memo.digest)
+        return (*others[len(others) - MAX_MEMOS + 1:], memo) if len(others) >= MAX_MEMOS else (*others, memo)
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -547,7 +545,7 @@ class RouteInfoManager:
         previous = self.brokerLiveTable.get(key)
         unchanged = req.body.tableUnchanged and previous is not None
         memos = previous.memos if previous is not None else None
-        held = memos.get(req.body.tableDigest) if memos is not None and req.body.tableDigest is not None else None
+        held = memo_of(memos, req.body.tableDigest) if memos is not None else None
         topic_count = plan.topicCount if not unchanged else (
             held.topicCount if held is not None else previous.topicCount)  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
