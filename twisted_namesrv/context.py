@@ -16,9 +16,10 @@ from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
 
 
-@dataclass
+@dataclass(slots=True)
 class Peer:
-    """The connection a request came over: its channel id and remote ``ip:port``."""
+    """The connection a request came over: its channel id and remote ``ip:port`` (one per
+    connection: slots, as thousands of brokers and clients each have one)."""
 
     channel: Any
     address: str = ""
