@@ -249,10 +249,13 @@ def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path)
     service = NamesrvService.from_config(config)
     site = make_site(service.state, service.factory, service.http_resources())
 
-    def resource_for(path: str, peer: str):
+    def resource_for(path: str, peer: str, host: str | None = None, local: str = "127.0.0.1"):
         request = DummyRequest([part.encode() for part in path.strip("/").split("/")])
         request.path = path.encode()
         request.client = IPv4Address("TCP", peer, 40000)
+        request.getHost = lambda: IPv4Address("TCP", local, config["metricsPort"])
+        if host is not None:
+            request.requestHeaders.setRawHeaders(b"host", [host.encode()])
         return site.getResourceFor(request)
 
     for path in ("/metrics", "/healthz", "/readyz", "/rocketmq/nsaddr"):
@@ -261,3 +264,14 @@ def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path)
         refused = resource_for(path, "10.1.2.3")
         assert isinstance(refused, Refusal) and refused.status == 403, path
         assert not isinstance(resource_for(path, "127.0.0.1"), Refusal), path  # kubectl port-forward
+    # the Host each sends (DNS rebinding: a Host naming neither this pod nor a configured name is refused)
+    pod_ip, http = "10.244.1.7", config["metricsPort"]
+    for path in ("/healthz", "/readyz", "/metrics"):  # the kubelet and a pod scrape: POD_IP:PORT, reached there
+        assert not isinstance(resource_for(path, "10.244.1.1", f"{pod_ip}:{http}", local=pod_ip), Refusal), path
+    service_name = docs["Service"]["metadata"]["name"]
+    for host in (f"{service_name}:{http}", f"{service_name}-1.{service_name}:{http}"):  # address-server clients
+        assert not isinstance(resource_for("/rocketmq/nsaddr", "10.244.2.9", host, local=pod_ip), Refusal), host
+    for path in ("/metrics", "/rocketmq/nsaddr", "/api/kv"):
+        refused = resource_for(path, "127.0.0.1", f"attacker.example:{http}")  # rebound to the pod or loopback
+        assert isinstance(refused, Refusal) and refused.status == 403, path
+    assert not isinstance(resource_for("/api/kv", "127.0.0.1", "localhost:8080"), Refusal)  # port-forward

@@ -1,15 +1,27 @@
-"""A start with an open-file limit below maxConnections warns, naming both and the fix: past the
-limit accept() fails with EMFILE and peers are dropped unanswered, which nothing said before."""
+"""The descriptor limit (ulimit -n): a start with it below maxConnections warns, naming both and the
+fix; every port admits connections only while fdReserve descriptors stay free for the stores
+(budget.py: FdBudget), so idle peers under a low limit leave KV writes, config saves and the probes
+their descriptors (a subprocess under ulimit -n 256)."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import re
 import resource
+import socket
+import subprocess
+import sys
+import time
 
 import pytest_twisted
+from twisted.internet import task
 from twisted.logger import globalLogPublisher
 
-from tests.support import server_config, start_server
-from twisted_namesrv.budget import fd_limit_warning
+from tests.support import free_port, server_config, start_server
+from twisted_namesrv.admin.client import NamesrvClient
+from twisted_namesrv.budget import FdBudget, fd_limit_warning
+from twisted_namesrv.remoting import RequestCode
 
 
 def test_the_warning_names_the_limit_the_key_and_the_fix(monkeypatch):
@@ -35,3 +47,132 @@ async def test_a_start_below_the_limit_warns(tmp_path):
         globalLogPublisher.removeObserver(events.append)
     (warning,) = [e for e in events if "open-file limit" in str(e.get("warning", ""))]
     assert warning["log_level"].name == "warn" and f"maxConnections={soft + 1}" in warning["warning"]
+
+
+class Counted:
+    """A descriptor table as FdBudget reads it: ``open`` descriptors, each count recorded."""
+
+    def __init__(self, open_now: int) -> None:
+        self.open = open_now
+        self.counts = 0
+
+    def __call__(self) -> int:
+        self.counts += 1
+        return self.open
+
+
+def test_the_budget_keeps_the_reserve_free_and_counts_seldom():
+    clock = task.Clock()
+    table = Counted(100)
+    fds = FdBudget(256, 64, table, clock.seconds)
+    admitted = 0
+    while True:
+        table.open += 1  # accepted: its descriptor is open when the port asks
+        if not fds.admit():
+            table.open -= 1  # closed at once
+            break
+        admitted += 1
+    assert admitted == 256 - 64 - 100 and fds.refused == 1 and table.open == 256 - 64
+    assert table.counts == 1  # counted at the first; the estimate took it from there, then refused on it
+    assert not fds.admit() and table.counts == 1  # within a second of the last count: the estimate stands
+    table.open -= 50  # peers left
+    clock.advance(1)
+    assert fds.admit() and table.counts == 2  # near the limit, counted again after a second
+    clock.advance(5)
+    fds.admit()
+    assert table.counts == 3  # and every 5 s in any case
+    table.open += 1
+    free = fds.free()
+    fds.release()  # an admitted connection closed: free again before any count
+    table.open -= 1
+    fds.take()  # one kept in the place of one closed (the HTTP port's make_room)
+    assert fds.free() == free and table.counts == 3
+
+
+def test_the_reserve_is_at_most_a_quarter_of_the_limit_and_nothing_without_a_limit():
+    assert FdBudget(100, 64, Counted(10), task.Clock().seconds).reserve == 25
+    unlimited = FdBudget(None, 64, Counted(10**6), task.Clock().seconds)
+    assert all(unlimited.admit() for _ in range(1000))
+    off = FdBudget(256, 0, Counted(255), task.Clock().seconds)
+    assert off.admit()
+
+
+LIMIT = 256
+
+
+def start_limited(tmp_path, properties: str) -> tuple[subprocess.Popen, int, int]:
+    """``python -m twisted_namesrv`` under ``ulimit -n 256``; its remoting and HTTP ports."""
+    port, http = free_port(), free_port()
+    (tmp_path / "namesrv.properties").write_text(properties)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))  # noqa: E731
+    proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "-c", str(tmp_path / "namesrv.properties"),
+                             "--port", str(port), "--metrics-port", str(http), "--data-dir", str(tmp_path / "data")],
+                            preexec_fn=limit, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if "boot success" in line:
+            return proc, port, http
+    raise AssertionError(f"the server did not start: {proc.wait()}")
+
+
+def http_get(port: int, path: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def idle_connections(port: int, count: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+
+
+def test_idle_peers_under_a_low_descriptor_limit_leave_the_stores_and_the_probes_their_descriptors(tmp_path):
+    """Under ulimit -n 256: 300 idle HTTP connections, then 250 idle remoting connections. Before, they
+    took every descriptor: remoting accepts failed, a KV write failed with EMFILE, /healthz failed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))  # this process's own sockets
+    proc, port, http_port = start_limited(tmp_path, "aclEnable=false\n")
+    flood: list[socket.socket] = []
+    admin = NamesrvClient(f"127.0.0.1:{port}", 10)
+    try:
+        put = {"namespace": "ns", "key": "k0", "value": "v0"}
+        assert admin.call(RequestCode.PUT_KV_CONFIG, put).code == 0  # connected before the flood
+        flood += idle_connections(http_port, 300)
+        time.sleep(1)
+        assert http_get(http_port, "/healthz")[0] == 200  # takes the place of an idle connection
+        fresh = NamesrvClient(f"127.0.0.1:{port}", 10)
+        assert fresh.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k0"}).code == 0
+        fresh.close()
+        flood += idle_connections(port, 250)
+        time.sleep(1)
+        for number in range(1, 4):  # the stores write with the descriptor table at its reserve
+            put = {"namespace": "ns", "key": f"k{number}", "value": f"v{number}"}
+            assert admin.call(RequestCode.PUT_KV_CONFIG, put).code == 0, number
+        kv = json.loads((tmp_path / "data" / "kvConfig.json").read_text())
+        assert kv["configTable"]["ns"] == {f"k{n}": f"v{n}" for n in range(4)}
+        update = admin.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"productEnvName=under-pressure")
+        assert update.code == 0 and "productEnvName=under-pressure" in (tmp_path / "namesrv.properties").read_text()
+        assert http_get(http_port, "/healthz")[0] == 200
+        status, metrics = http_get(http_port, "/metrics")
+        refused = {reason: float(count) for reason, count in re.findall(
+            rb'namesrv_refusals_total\{listener="remoting",reason="(\w+)"\} (\S+)', metrics)}
+        assert refused[b"fd_reserve"] > 0
+        assert re.search(rb'namesrv_refusals_total\{listener="http",reason="max_connections"\} [1-9]', metrics)
+        for connection in flood:
+            connection.close()
+        flood.clear()
+        time.sleep(1.5)  # counted again a second after the last count
+        again = NamesrvClient(f"127.0.0.1:{port}", 10)
+        assert again.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k3"}).code == 0
+        again.close()
+    finally:
+        admin.close()
+        for connection in flood:
+            connection.close()
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "EMFILE" not in output and "Too many open files" not in output, output[-3000:]
+    assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve)" in output

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Protocol
+
+from .state.config import DEFAULT_FD_RESERVE
 
 MiB = 1024 * 1024
 #: the default's ceiling and floor: a quarter of what the machine allows, within these
@@ -95,14 +97,96 @@ def default_budget(frame_max_length: int) -> int:
     return max(min(quarter, AUTO_MAX), AUTO_MIN, 2 * frame_max_length)
 
 
-def fd_limit_warning(max_connections: int, margin: int = 64) -> str | None:
-    """The warning when RLIMIT_NOFILE's soft limit is below maxConnections + ``margin`` (listening
-    sockets, files, the controller's connections), else None."""
+#: how often the descriptors open are counted again while far from the limit, and at most while near it
+RECOUNT_SECONDS, NEAR_RECOUNT_SECONDS = 5.0, 1.0
+
+
+def count_open_fds() -> int | None:
+    """Descriptors this process has open (/proc/self/fd, /dev/fd on the BSDs and macOS); None when
+    neither can be read.  Costs a directory read of every open descriptor: counted seldom (FdBudget)."""
+    for directory in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(directory)) - 1  # the listing's own descriptor
+        except OSError:
+            continue
+    return None
+
+
+def open_file_limit() -> int | None:
+    """RLIMIT_NOFILE's soft limit, None when unlimited."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+class FdBudget:
+    """The process's descriptors (RLIMIT_NOFILE) as a budget shared by every listening port: a new
+    connection is kept only while ``reserve`` descriptors stay free for the stores, so that no number
+    of peers (idle HTTP connections, remoting connections that never send) makes a KV write, a route
+    snapshot, the page's events or the accounts reload fail with EMFILE.
+
+    A port calls ``admit()`` once per accepted socket, its descriptor already open (False: close it,
+    a refusal), and its protocol ``release()`` when an admitted connection closes.  What is open is
+    counted from the descriptor table (``count``) seldom -- every RECOUNT_SECONDS, and while the
+    estimate is within the reserve at most every NEAR_RECOUNT_SECONDS (a count reads every
+    descriptor: milliseconds at ten thousand) -- and between counts estimated as the last count plus
+    the connections admitted since, less those released.  A socket closed unreleased (refused by
+    maxConnections, a TLS peer that never sent a byte) shows at the next count, so the estimate errs
+    high: near the limit a connection may be refused for up to NEAR_RECOUNT_SECONDS that a count would
+    have let in, never the other way.  ``reserve`` is at most a quarter of the limit, so
+    a small ``ulimit -n`` still admits peers.  No Twisted: the clock and the count are given."""
+
+    def __init__(self, limit: int | None, reserve: int, count: Callable[[], int | None],
+                 clock: Callable[[], float]) -> None:
+        self.limit = limit
+        self.reserve = min(reserve, limit // 4) if limit is not None else reserve
+        self.count = count
+        self.clock = clock
+        #: descriptors open at the last count (the socket being admitted then left out) ...
+        self.counted = 0
+        self.counted_at: float | None = None
+        #: ... and connections admitted since, less those released
+        self.admitted = 0
+        #: sockets refused for the reserve
+        self.refused = 0
+
+    def admit(self) -> bool:
+        """Whether the connection just accepted (its descriptor open) may stay."""
+        if self.limit is None or not self.reserve:
+            return True
+        now = self.clock()
+        since = None if self.counted_at is None else now - self.counted_at
+        near = self.free() - 1 < self.reserve
+        if since is None or since >= RECOUNT_SECONDS or (near and since >= NEAR_RECOUNT_SECONDS):
+            counted = self.count()
+            if counted is not None:
+                self.counted, self.admitted, self.counted_at = counted - 1, 0, now
+        if self.free() - 1 < self.reserve:
+            self.refused += 1
+            return False
+        self.admitted += 1
+        return True
+
+    def take(self) -> None:
+        """A connection kept without asking: one closed to make room for it (Admission.make_room)."""
+        self.admitted += 1
+
+    def release(self) -> None:
+        """An admitted connection closed: its descriptor is free again (since the last count or before)."""
+        self.admitted -= 1
+
+    def free(self) -> int:
+        """Descriptors free as estimated (the limit's, when there is none)."""
+        return (self.limit or 0) - self.counted - self.admitted
+
+
+def fd_limit_warning(max_connections: int, margin: int = DEFAULT_FD_RESERVE) -> str | None:
+    """The warning when RLIMIT_NOFILE's soft limit is below maxConnections + ``margin`` (fdReserve:
+    the descriptors kept for the stores, FdBudget), else None."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if not max_connections or soft == resource.RLIM_INFINITY or soft >= max_connections + margin:
         return None
     return (f"open-file limit (ulimit -n) is {soft}, below maxConnections={max_connections} + {margin}: past about "
-            f"{max(0, soft - margin)} connections accept() fails with EMFILE and new peers are dropped unanswered; "
+            f"{max(0, soft - margin)} connections new peers are refused (fd_reserve), the rest kept for the stores; "
             f"raise it (ulimit -n {max_connections + margin}, systemd LimitNOFILE=; hard limit {_shown(hard)}) or "
             f"lower maxConnections")
 

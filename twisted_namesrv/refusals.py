@@ -24,10 +24,11 @@ LISTENERS = ("remoting", "controller", "http")
 #: every reason, by listener, served at 0 from the start so that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key"),
+                 "tls_handshake", "not_tls", "config_key", "fd_reserve"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
-                   "memory_budget", "tls_handshake", "not_tls", "config_key"),
-    "http": ("unauthenticated", "not_admin", "host", "not_loopback"),
+                   "memory_budget", "tls_handshake", "not_tls", "config_key", "fd_reserve"),
+    "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
+             "fd_reserve"),
 }
 
 

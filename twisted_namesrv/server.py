@@ -11,6 +11,9 @@ other direction: a oneway push to a broker on a connection of its own (both list
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
@@ -21,7 +24,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from . import CannotStart
-from .budget import MemoryBudget
+from .budget import FdBudget, MemoryBudget
 from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
@@ -196,7 +199,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self.factory.budget.hold(self, 0)
         if self.answering is not None:
             self.answering.cancel()  # a broker that left registers nothing
-        self.factory.connections.pop(self.channel, None)
+        if self.factory.connections.pop(self.channel, None) is not None and self.factory.fds is not None:
+            self.factory.fds.release()
         self.factory.dispatcher.channel_closed(self.channel, self.close_reason)
 
 
@@ -209,7 +213,7 @@ class RemotingFactory(protocol.Factory):
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None,
                  refusals: Refusals | None = None, budget: MemoryBudget | None = None,
-                 listener: str = "remoting") -> None:
+                 listener: str = "remoting", fds: FdBudget | None = None) -> None:
         self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -221,6 +225,8 @@ class RemotingFactory(protocol.Factory):
         self.refusals = refusals or Refusals()
         self.budget = budget or MemoryBudget(8 * max_frame_length)
         self.listener = listener
+        #: the descriptors its port admits connections against (Admission), told of each close
+        self.fds = fds
         self.channel_ids = itertools.count(1)
 
     @property
@@ -232,6 +238,8 @@ class RemotingFactory(protocol.Factory):
         if self.max_connections and len(self.connections) >= self.max_connections:
             self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
                         "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
+            if self.fds is not None:
+                self.fds.release()  # its port admitted the socket; it closes now
             return None
         return super().buildProtocol(addr)
 
@@ -247,6 +255,53 @@ class RemotingFactory(protocol.Factory):
             connection.transport.loseConnection()
 
 
+@dataclass
+class Admission:
+    """A listening port's rule for the sockets it accepts: each is kept only while the process's
+    descriptor budget (budget.py: FdBudget, fdReserve) leaves the reserve free for the stores; else
+    ``make_room()`` may close an idle connection of the same port to take its place (the HTTP side
+    does), or the socket is closed at once and refused (``refuse(reason, peer, message, **fields)``:
+    logged and counted as ``fd_reserve``).  Applied around whatever the port listens with (TLS
+    sniffing included), once per socket."""
+
+    fds: FdBudget
+    refuse: Callable[..., None]
+    make_room: Callable[[], bool] | None = None
+
+    def around(self, factory: protocol.Factory) -> protocol.Factory:
+        return _Admitting(factory, self)
+
+
+class _Admitting(protocol.Factory):
+    """``inner`` behind an Admission: only buildProtocol is intercepted, so the protocol it builds
+    talks to its transport directly (no wrapper on the path of every read)."""
+
+    def __init__(self, inner: protocol.Factory, admission: Admission) -> None:
+        self.inner = inner
+        self.admission = admission
+
+    def buildProtocol(self, addr: Any) -> protocol.Protocol | None:
+        admission, fds = self.admission, self.admission.fds
+        if not fds.admit():
+            if admission.make_room is None or not admission.make_room():
+                admission.refuse("fd_reserve", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+                                 "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for "
+                                 "the stores (fdReserve), closing the connection", reserve=fds.reserve,
+                                 nofile=fds.limit)
+                return None
+            fds.take()  # in the place of the one closed
+        return self.inner.buildProtocol(addr)  # type: ignore[no-any-return]
+
+    def doStart(self) -> None:
+        self.inner.doStart()
+
+    def doStop(self) -> None:
+        self.inner.doStop()
+
+    def logPrefix(self) -> str:
+        return self.inner.logPrefix()  # type: ignore[no-any-return]
+
+
 class Listener(service.Service):
     """One listening port, a child service named by what it serves (its config key); a port that
     cannot be had raises CannotStart naming it and the cause (a server without what was asked for
@@ -254,9 +309,10 @@ class Listener(service.Service):
     which imports pyOpenSSL (megabytes per process: docs/benchmarks.md) when it is installed."""
 
     def __init__(self, name: str, factory: protocol.Factory, reactor: interfaces.IReactorTCP, port: int,
-                 interface: str, backlog: int = 50) -> None:
+                 interface: str, backlog: int = 50, admission: Admission | None = None) -> None:
         self.setName(name)
         self.factory = factory
+        self.admission = admission
         self.reactor = reactor
         self.port_number = port
         self.interface = interface
@@ -267,7 +323,8 @@ class Listener(service.Service):
         if self.port is not None:
             return
         try:
-            self.port = self.reactor.listenTCP(self.port_number, self.factory, backlog=self.backlog,
+            factory = self.admission.around(self.factory) if self.admission is not None else self.factory
+            self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
                                                interface=self.interface)
         except CannotListenError as exc:
             cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)

@@ -65,6 +65,9 @@ class Options(usage.Options):
         ["metrics-port", None, None, "serve /metrics, the status page and /api on this port (metricsPort; 0: off)"],
         ["metrics-bind", None, None, "address the HTTP side listens on (metricsBindAddress, default 127.0.0.1 "
          "whatever --bind says)"],
+        ["http-allowed-hosts", None, None, "more names and addresses the HTTP side answers to, a,b,... "
+         "(httpAllowedHosts: names, *.domain, addresses, CIDR; a Host naming none of them and not this "
+         "machine is refused)"],
         ["route-snapshot", None, None, "keep routes across restarts in this file (routeSnapshotPath; see README)"],
         ["nsaddr-list", None, None, "what /rocketmq/nsaddr answers, host:port;host:port (nsaddrList; default: "
          "this server's own address)"],
@@ -114,7 +117,7 @@ class Options(usage.Options):
             if not self["configFile"]:  # with -c, updates go to that file (as mqnamesrv -c), not the data dir
                 values["configStorePath"] = os.path.join(self["data-dir"], "namesrv.properties")
         for option, key in (("kv-config-path", "kvConfigPath"), ("bind", "bindAddress"), ("compat", "compatVersion"),
-                            ("metrics-bind", "metricsBindAddress"),
+                            ("metrics-bind", "metricsBindAddress"), ("http-allowed-hosts", "httpAllowedHosts"),
                             ("route-snapshot", "routeSnapshotPath"), ("tls-mode", "tls.server.mode"),
                             ("nsaddr-list", "nsaddrList"), ("namesrvAddr", "namesrvAddr"),
                             ("advertised-address", "advertisedAddress"),

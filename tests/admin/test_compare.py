@@ -141,10 +141,14 @@ async def test_compare_signs_its_reads_for_a_namesrv_that_requires_it(tmp_path, 
     one, two = await namesrv(tmp_path, "one", **acl), await namesrv(tmp_path, "two", **acl)
     try:
         monkeypatch.delenv("NAMESRV_ACCESS_KEY", raising=False)
+        monkeypatch.delenv("NAMESRV_SIGN_READS", raising=False)
         run = await run_cli("compare", one.addr, two.addr)
         assert run.code == 1 and "AclException" in run.err
         monkeypatch.setenv("NAMESRV_ACCESS_KEY", "operator")
         monkeypatch.setenv("NAMESRV_SECRET_KEY", "operator-secret")
+        run = await run_cli("compare", one.addr, two.addr)  # reads go unsigned unless asked: nothing to replay
+        assert run.code == 1 and "set NAMESRV_SIGN_READS=true or pass --sign-reads" in run.err
+        monkeypatch.setenv("NAMESRV_SIGN_READS", "true")
         run = await run_cli("compare", one.addr, two.addr)
         assert (run.code, run.err) == (0, "")
     finally:

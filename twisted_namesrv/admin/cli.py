@@ -81,6 +81,10 @@ def _options(parser: argparse.ArgumentParser, namesrv: bool, suppress: bool) -> 
                              "(default: $NAMESRV_TLS_CERT); implies --tls")
     parser.add_argument("--tls-key", metavar="FILE", default=default(env("NAMESRV_TLS_KEY")),
                         help="its PEM key (default: $NAMESRV_TLS_KEY, else the --tls-cert file)")
+    parser.add_argument("--sign-reads", action="store_true",
+                        default=default(env("NAMESRV_SIGN_READS", "").lower() in ("1", "true", "yes")),
+                        help="sign reads too, for a NameServer with aclReadRequired (default: $NAMESRV_SIGN_READS; "
+                             "otherwise only writes are signed)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def credentials() -> tuple[str, str] | None:
     """NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY (the environment keeps the secret off the command
-    line): sign every request for a NameServer with aclEnable.  One without the other is an
+    line): sign writes (and reads with --sign-reads) for a NameServer with aclEnable.  One without the other is an
     AdminError (usage: exit 2): sending unsigned requests while the operator meant to sign them
     would be refused, or worse, accepted from a whitelisted address, without a word."""
     access_key, secret_key = os.environ.get("NAMESRV_ACCESS_KEY"), os.environ.get("NAMESRV_SECRET_KEY")
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.command == "simulate-broker":
         return simulate.run_simulation(addrs, args, keys, out, err)
     try:
-        with Namesrvs(addrs, args.timeout, keys, tls) as namesrvs:
+        with Namesrvs(addrs, args.timeout, keys, tls, args.sign_reads) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:  # its text may quote a NameServer's remark
         err.write(f"error: {printable(exc)}\n")
@@ -194,7 +198,7 @@ def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: Te
         return 2
     snapshots = {}
     for addr in addrs:
-        client = NamesrvClient(addr, args.timeout, keys, tls)
+        client = NamesrvClient(addr, args.timeout, keys, tls, args.sign_reads)
         try:
             snapshots[addr] = compare.snapshot(client, args.data_versions)
         except AdminError as exc:

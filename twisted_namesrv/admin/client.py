@@ -8,6 +8,7 @@ an opaque that increments across the process.  A command line needs no reactor.
 from __future__ import annotations
 
 import itertools
+import secrets
 import socket
 import ssl
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
-from ..state.acl import signed
+from ..state.acl import needs_signature, signed_bound
 
 DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
@@ -74,8 +75,12 @@ class ResponseError(AdminError):
         self.addr = addr
         self.code = response.code
         self.remark = response.remark
+        hint = ""
+        if "No accessKey is configured" in (response.remark or "") and not needs_signature(request_code, {}):
+            hint = (" (the NameServer wants reads signed, aclReadRequired: set NAMESRV_SIGN_READS=true or pass "
+                    "--sign-reads, with NAMESRV_ACCESS_KEY and NAMESRV_SECRET_KEY)")
         super().__init__(f"{addr}: {code_name(request_code)} failed: {code_name(response.code, True)} "
-                         f"({response.code}): {response.remark}")
+                         f"({response.code}): {response.remark}{hint}")
 
 
 def split_namesrv_list(text: str) -> list[str]:
@@ -118,11 +123,14 @@ class NamesrvClient:
     """One NameServer, connected on first use and kept open for the following requests."""
 
     def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT, credentials: tuple[str, str] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, sign_reads: bool = False) -> None:
         self.addr = addr
         self.host, self.port = parse_address(addr)
         self.timeout = timeout
-        self.credentials = credentials  # (accessKey, secretKey): every request signed, as mqadmin's ACL hook does
+        #: (accessKey, secretKey): brokers' and operators' requests signed, reads only with ``sign_reads``
+        #: (a server with aclReadRequired): a signed read could be replayed as another code (ACL 1.0)
+        self.credentials = credentials
+        self.sign_reads = sign_reads
         self.tls = tls  # None: plain TCP
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder()
@@ -137,8 +145,9 @@ class NamesrvClient:
              version: int = V4_9_8) -> RemotingCommand:
         """Send one request and wait for its answer, whatever its code; ``version`` is the MQVersion
         the request says it comes from (a simulated 5.x broker says so)."""
-        if self.credentials:
-            ext = signed({k: v for k, v in (ext or {}).items() if v is not None}, *self.credentials, body)
+        if self.credentials and needs_signature(code, ext or {}, self.sign_reads):
+            ext = signed_bound({k: v for k, v in (ext or {}).items() if v is not None}, code, *self.credentials, body,
+                               int(time.time() * 1000), secrets.token_bytes(16))
         request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=version, language="JAVA")
         deadline = time.monotonic() + self.timeout
         try:
@@ -250,8 +259,9 @@ class Namesrvs:
     failure moves on to the next, as the Java client picks another channel), writes to each."""
 
     def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT,
-                 credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None) -> None:
-        self.clients = [NamesrvClient(addr, timeout, credentials, tls) for addr in addrs]
+                 credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None,
+                 sign_reads: bool = False) -> None:
+        self.clients = [NamesrvClient(addr, timeout, credentials, tls, sign_reads) for addr in addrs]
 
     def __enter__(self) -> Namesrvs:
         return self

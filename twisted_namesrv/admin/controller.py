@@ -22,8 +22,9 @@ def _leader(controllers: Namesrvs) -> NamesrvClient:
     if meta.ext.get("isLeader") == "true" or not leader:
         return next(c for c in controllers.clients if c.addr == addr)
     known = next((c for c in controllers.clients if c.addr == leader), None)
-    if known is None:
-        known = NamesrvClient(leader, controllers.clients[0].timeout)
+    if known is None:  # signed and over TLS as the others are
+        first = controllers.clients[0]
+        known = NamesrvClient(leader, first.timeout, first.credentials, first.tls, first.sign_reads)
         controllers.clients.append(known)  # closed with the others
     return known
 

@@ -22,11 +22,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import CannotStart, tls
-from ..budget import MemoryBudget
+from ..budget import FdBudget, MemoryBudget
 from ..dispatch import Dispatcher
 from ..metrics import Metrics
 from ..refusals import Refusals
-from ..server import Listener, Notifier, RemotingFactory
+from ..server import Admission, Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
 from .config import ControllerConfig, ControllerConfigError
 from .config import Peer as ControllerPeer
@@ -58,7 +58,7 @@ class ControllerService(service.MultiService):
                  max_connections: int = 10_000, max_header_length: int | None = 65536,
                  listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
                  acl: AccessControl | None = None, refusals: Refusals | None = None,
-                 budget: MemoryBudget | None = None) -> None:
+                 budget: MemoryBudget | None = None, fds: FdBudget | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -93,9 +93,10 @@ class ControllerService(service.MultiService):
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length, refusals, budget, "controller")
+                                       max_header_length, refusals, budget, "controller", fds)
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
-                                 listen_port, bind_address)
+                                 listen_port, bind_address,
+                                 admission=Admission(fds, self.factory.refuse) if fds is not None else None)
         self.listener.setServiceParent(self)
         self._store_open = False
         # the scans, Twisted's TimerService (the first call at start): the manager keeps the
@@ -178,7 +179,8 @@ class ControllerService(service.MultiService):
 def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = None,
                         bind: str | None = None, acl: AccessControl | None = None,
                         refusals: Refusals | None = None, budget: MemoryBudget | None = None,
-                        listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None) -> ControllerService:
+                        listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
+                        fds: FdBudget | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
@@ -211,7 +213,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
                              listen_with=listen_with or tls.listen_with(namesrv_config),
-                             acl=acl, refusals=refusals, budget=budget)
+                             acl=acl, refusals=refusals, budget=budget, fds=fds)
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,

@@ -31,14 +31,25 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import hmac
 import ipaddress
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
+#: this project's signature beside Java's (``bound_signature``): an extField no Java client sends
+NAMESRV_SIGNATURE = "NamesrvSignature"
+#: its scheme, the first part of its value, and what its content starts with
+BOUND_SCHEME = "1"
+BOUND_PREFIX = b"twisted-namesrv NamesrvSignature 1\n"
+#: how far a NamesrvSignature's time may be from the server's, either way (aclSignatureWindowSeconds)
+DEFAULT_WINDOW_SECONDS = 300
+#: the nonces of accepted NamesrvSignatures remembered at most (NonceCache; about 200 bytes each)
+NONCE_LIMIT = 16_384
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 #: what brokers send for themselves: any account that signs correctly
 BROKER_CODES = frozenset({103, 104, 322, 904})
@@ -57,8 +68,21 @@ CONTROLLER_ADMIN_CODES = frozenset({1009, 1011})
 CONTROLLER_ELECT_MASTER = 1002
 
 
+#: every controller request code (its own port): their class is controller_request_class's
+CONTROLLER_CODES = frozenset(range(1001, 1014))
+
+
 def request_class(code: int) -> str:
     return BROKER if code in BROKER_CODES else ADMIN if code in ADMIN_CODES else READ
+
+
+def needs_signature(code: int, ext: Mapping[str, str | None], read_required: bool = False) -> bool:
+    """Whether a client should sign a request, as the server it goes to classes it (a controller
+    code by ``controller_request_class``): brokers' and operators' requests always, reads only when
+    the server wants them signed (``read_required``).  A signature sent that nothing needs only gives
+    a listener something to replay (ACL 1.0 covers neither the code nor the fields' names)."""
+    kind = controller_request_class(code, ext) if code in CONTROLLER_CODES else request_class(code)
+    return kind != READ or read_required
 
 
 def controller_request_class(code: int, ext: Mapping[str, str | None]) -> str:
@@ -203,27 +227,120 @@ def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | 
     return {**fields, SIGNATURE: signature(secret_key, fields, body)}
 
 
+def _length_prefixed(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str | None],
+                  body: bytes | memoryview | None) -> bytes:
+    """What a NamesrvSignature signs: the scheme, the request code, its time and nonce, every
+    extField but Signature and NamesrvSignature by name and value (each length-prefixed, a null value
+    marked apart from an empty one, in key order), and the body.  So unlike ACL 1.0's content it
+    cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once."""
+    fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: k.encode("utf-8"))
+    parts = [BOUND_PREFIX, code.to_bytes(4, "big", signed=True), stamp_ms.to_bytes(8, "big"),
+             _length_prefixed(nonce), len(fields).to_bytes(4, "big")]
+    for name in fields:
+        value = ext[name]
+        parts.append(_length_prefixed(name.encode("utf-8")))
+        parts.append(b"\x00" if value is None else b"\x01" + _length_prefixed(str(value).encode("utf-8")))
+    parts.append(_length_prefixed(bytes(body or b"")))
+    return b"".join(parts)
+
+
+def bound_signature(secret_key: str, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
+                    stamp_ms: int, nonce: bytes) -> str:
+    """A NamesrvSignature's value: ``1:<unix ms>:<nonce hex>:<Base64 HmacSHA256 of bound_content>``."""
+    mac = hmac.new(secret_key.encode("utf-8"), bound_content(code, stamp_ms, nonce, ext, body), hashlib.sha256)
+    return f"{BOUND_SCHEME}:{stamp_ms}:{nonce.hex()}:{base64.b64encode(mac.digest()).decode()}"
+
+
+def signed_bound(ext: dict[str, str], code: int, access_key: str, secret_key: str, body: bytes | None,
+                 stamp_ms: int, nonce: bytes) -> dict[str, str]:
+    """``ext`` as namesrv-admin sends it: AccessKey, NamesrvSignature, then Java's Signature over all
+    of them (so a Java-only server checks it as any request; ours checks both)."""
+    fields = {**ext, ACCESS_KEY: access_key}
+    fields[NAMESRV_SIGNATURE] = bound_signature(secret_key, code, fields, body, stamp_ms, nonce)
+    return {**fields, SIGNATURE: signature(secret_key, fields, body)}
+
+
+def parse_bound(value: str) -> tuple[int, bytes, bytes] | None:
+    """(time in ms, nonce, MAC) of a NamesrvSignature, or None when it is not one of scheme 1."""
+    parts = value.split(":")
+    if len(parts) != 4 or parts[0] != BOUND_SCHEME or not (parts[1].isascii() and parts[1].isdigit()):
+        return None
+    try:
+        nonce, mac = bytes.fromhex(parts[2]), base64.b64decode(parts[3], validate=True)
+    except ValueError:
+        return None
+    if not 8 <= len(nonce) <= 64 or len(parts[1]) > 15:
+        return None
+    return int(parts[1]), nonce, mac
+
+
+class NonceCache:
+    """The nonces of NamesrvSignatures accepted within the window, so that each is accepted once:
+    at most ``limit`` of them.  A nonce is forgotten once its time is out of the window (a replay is
+    refused for its time then); when full, the one with the oldest time is forgotten early and no
+    time at or before it is accepted from then on (``floor``), so a bounded cache never lets a
+    replay in -- it may refuse a fresh request whose clock lags by more than the newest forgotten one."""
+
+    def __init__(self, window: float, limit: int = NONCE_LIMIT) -> None:
+        self.window = window
+        self.limit = limit
+        self.seen: dict[bytes, float] = {}
+        self.by_time: list[tuple[float, bytes]] = []  # a heap
+        self.floor = float("-inf")
+
+    def refusal(self, nonce: bytes, stamp: float, now: float) -> str | None:
+        """Why this signature's time and nonce are refused, or None, and then it is remembered."""
+        if abs(now - stamp) > self.window:
+            where = "behind" if now > stamp else "ahead of"
+            return (f"is {abs(now - stamp):.0f} s {where} the server's time, beyond "
+                    f"aclSignatureWindowSeconds={self.window:g}")
+        if stamp <= self.floor:
+            return "is older than the replay cache remembers (it was full): send it again"
+        if nonce in self.seen:
+            return "was seen before: a replayed request"
+        while self.by_time and (self.by_time[0][0] < now - self.window or len(self.seen) >= self.limit):
+            oldest, gone = heapq.heappop(self.by_time)
+            del self.seen[gone]
+            if oldest >= now - self.window:  # forgotten early: nothing at or before it is accepted again
+                self.floor = max(self.floor, oldest)
+        self.seen[nonce] = stamp
+        heapq.heappush(self.by_time, (stamp, nonce))
+        return None
+
+
 class AccessControl:
     """The accounts and whitelists of one ``plain_acl.yml`` (``path``, read again by
     ``reload_if_changed``) and the networks of ``aclBrokerNetworks``."""
 
     def __init__(self, accounts: dict[str, Account], read_required: bool = False,
                  global_white: AddressMatch = _never, broker_networks: AddressMatch = _never,
-                 path: str | None = None) -> None:
+                 path: str | None = None, *, bound_required: bool = False,
+                 window: float = DEFAULT_WINDOW_SECONDS, clock: Callable[[], float] = time.time) -> None:
         self.accounts = accounts
         self.read_required = read_required
         self.global_white = global_white
         self.broker_networks = broker_networks
         self.path = path
         self._stamp = _stamp(path) if path else None
+        #: aclNamesrvSignatureRequired: operators' requests must carry a NamesrvSignature
+        self.bound_required = bound_required
+        self.clock = clock
+        self.nonces = NonceCache(window)
 
     @classmethod
-    def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "") -> AccessControl:
+    def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "", *,
+                  bound_required: bool = False, window: float = DEFAULT_WINDOW_SECONDS,
+                  clock: Callable[[], float] = time.time) -> AccessControl:
         """plain_acl.yml: ``globalWhiteRemoteAddresses`` and ``accounts: [{accessKey, secretKey,
         admin, whiteRemoteAddress}]`` (topic and group permissions are the brokers' business: ignored)."""
         stamp = _stamp(path)
         accounts, global_white = _read_accounts(path)
-        control = cls(accounts, read_required, global_white, _networks(broker_networks), path)
+        control = cls(accounts, read_required, global_white, _networks(broker_networks), path,
+                      bound_required=bound_required, window=window, clock=clock)
         control._stamp = stamp
         return control
 
@@ -266,7 +383,27 @@ class AccessControl:
             return f"{ACL_EXCEPTION}: Check signature failed for accessKey={access_key}"
         if kind == ADMIN and not account.admin:
             return f"{ACL_EXCEPTION}: Need admin permission for request code={code}, but accessKey={access_key} is not"
+        bound = ext.get(NAMESRV_SIGNATURE)
+        if bound is None and kind == ADMIN and self.bound_required:
+            return (f"{ACL_EXCEPTION}: request code={code} needs a {NAMESRV_SIGNATURE} "
+                    f"(aclNamesrvSignatureRequired=true), accessKey={access_key} sent none")
+        if bound is not None:
+            why = self._bound_refusal(account, code, ext, body, bound)
+            if why is not None:
+                return f"{ACL_EXCEPTION}: {NAMESRV_SIGNATURE} of accessKey={access_key} {why}"
         return None
+
+    def _bound_refusal(self, account: Account, code: int, ext: Mapping[str, str | None],
+                       body: bytes | memoryview | None, value: str) -> str | None:
+        """Why a NamesrvSignature is refused (malformed, wrong, out of the window, replayed), or None."""
+        parsed = parse_bound(value)
+        if parsed is None:
+            return "is malformed"
+        stamp_ms, nonce, mac = parsed
+        expected = bound_signature(account.secret_key, code, ext, body, stamp_ms, nonce).rpartition(":")[2]
+        if not hmac.compare_digest(base64.b64encode(mac), expected.encode()):
+            return "check failed (it covers the request code, every field by name and the body)"
+        return self.nonces.refusal(nonce, stamp_ms / 1000, self.clock())
 
     def verified(self, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
         """The accessKey whose secret signed this request, or None: a key that is only claimed

@@ -25,7 +25,13 @@ from ..compat import Profile, profile_named
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
-from .acl import parse_networks
+from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
+from .hosts import AllowedHostsError, parse_allowed
+
+#: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
+#: event writers hold two at most (the file and its directory, for the fsync), one at a time; the accounts
+#: reload and a log rotation one; pushes to brokers and the peers view a few connections
+DEFAULT_FD_RESERVE = 64
 
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
@@ -95,6 +101,12 @@ KEYS: list[ConfigKey] = [
     ConfigKey("aclReadRequired", False, OURS, guarded=True),
     #: networks (CIDR, ``,``-separated) whose brokers register, heartbeat and unregister unsigned (state/acl.py)
     ConfigKey("aclBrokerNetworks", "", OURS, guarded=True),
+    #: operators' requests (KV, permissions, topics, config) must also carry a NamesrvSignature, which binds
+    #: the request code and the fields and is accepted once within the window (state/acl.py); Java's mqadmin
+    #: sends none, namesrv-admin does
+    ConfigKey("aclNamesrvSignatureRequired", False, OURS, guarded=True),
+    #: how far a NamesrvSignature's time may be from the server's (seconds, either way)
+    ConfigKey("aclSignatureWindowSeconds", DEFAULT_WINDOW_SECONDS, OURS, guarded=True),
     ConfigKey("tls.server.mode", "disabled", OURS, guarded=True),
     ConfigKey("tls.server.certPath", "", OURS, guarded=True),
     ConfigKey("tls.server.keyPath", "", OURS, guarded=True),
@@ -112,6 +124,18 @@ KEYS: list[ConfigKey] = [
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
     # (for a page kept behind the operator's own network rules)
     ConfigKey("httpOpenBeyondLoopback", False, OURS, guarded=True),
+    #: more names and addresses the HTTP side answers to, beyond its own (state/hosts.py): names,
+    #: ``*.domain``, addresses, CIDR networks, ``,``-separated (a Service name, a NAT address)
+    ConfigKey("httpAllowedHosts", "", OURS, guarded=True),
+    #: the HTTP side's connections, apart from maxConnections (web/connections.py); 0: no limit
+    ConfigKey("httpMaxConnections", 128, OURS, guarded=True),
+    #: an HTTP connection with nothing received this long is closed; 0: never
+    ConfigKey("httpIdleTimeoutSeconds", 30, OURS, guarded=True),
+    #: a request whose line, headers and body are not all in this long after its first byte is closed; 0: never
+    ConfigKey("httpRequestTimeoutSeconds", 10, OURS, guarded=True),
+    #: descriptors (ulimit -n) kept free for the stores: no port accepts a connection that would take them
+    #: (budget.py: FdBudget; at most a quarter of the limit); 0: none kept
+    ConfigKey("fdReserve", DEFAULT_FD_RESERVE, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
@@ -192,6 +216,11 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
     "receiveMemoryBudget": (0, None),
+    "httpMaxConnections": (0, None),
+    "httpIdleTimeoutSeconds": (0, None),
+    "httpRequestTimeoutSeconds": (0, None),
+    "fdReserve": (0, None),
+    "aclSignatureWindowSeconds": (1, 86_400),
     "serverChannelMaxIdleTimeSeconds": (0, None),
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
@@ -539,6 +568,10 @@ class NamesrvConfig:
         _check_nsaddr_list("nsaddrList", str(values["nsaddrList"]))
         _check_nsaddr_list("namesrvAddr", str(values["namesrvAddr"]))
         _check_advertised(str(values["advertisedAddress"]))
+        try:
+            parse_allowed(str(values["httpAllowedHosts"]))
+        except AllowedHostsError as exc:
+            raise ConfigError(f"httpAllowedHosts: {exc}") from None
         for check in _OWNERS_CHECKS:
             check(values)
 

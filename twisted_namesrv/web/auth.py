@@ -9,9 +9,11 @@ own resource.  ADMIN_PATHS (KV values) need an ``admin: true`` account.
 A request without valid credentials gets 401 with ``WWW-Authenticate`` and an empty body, so a
 browser asks for them and an unauthenticated client learns nothing else; a valid account that is
 not admin gets 403 for an admin path, also empty.  Without ``aclEnable`` only the public paths
-are served beyond this machine: a peer that is not loopback gets 403 (empty) for the status page
-and ``/api`` (LoopbackGate), so an image or manifest that binds ``metricsBindAddress`` to every
-interface for the probes and the scrape exposes nothing else; the server also warns at start.
+are served beyond this machine: a peer that is not loopback, or a loopback peer whose Host is not
+loopback, gets 403 (empty) for the status page and ``/api`` (the Gate), so an image or manifest
+that binds ``metricsBindAddress`` to every interface for the probes and the scrape exposes nothing
+else; the server also warns at start.  On every bind and every path, a Host that names neither
+this machine nor a configured name is refused (DNS rebinding: state/hosts.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from typing import cast
+from urllib.parse import unquote_to_bytes as unquote
 
 from twisted.web import resource, server
 
 from ..refusals import Refusals
 from ..state.acl import AccessControl, Account
+from ..state.hosts import AllowedHosts, is_loopback_host, parse_host
 
 #: paths served to anyone, exactly as written (no trailing slash, no further segments)
 PUBLIC_PATHS = frozenset({b"/metrics", b"/healthz", b"/readyz", b"/rocketmq/nsaddr"})
@@ -95,12 +99,16 @@ def normalized(segments: list[bytes]) -> list[bytes]:
     return out or [b""]
 
 
-def host_of(header: bytes) -> str:
-    """The host of a Host header (``name``, ``name:port``, ``[v6]:port``), lower case."""
-    text = header.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[1:].partition("]")[0]
-    return text.rpartition(":")[0] if text.count(":") == 1 else text
+def absolute_form(request: server.Request) -> tuple[bytes, list[bytes]] | None:
+    """For a request line with an absolute URI (``GET http://host/path``, RFC 9112 3.2.2): its
+    authority, which stands for the Host header, and its path's segments, percent-decoded as
+    Twisted decodes a path (Twisted splits such a line as if it were a path); None otherwise."""
+    path = request.path
+    scheme, sep, rest = path.partition(b"://")
+    if not sep or scheme.lower() not in (b"http", b"https"):
+        return None
+    authority, slash, tail = rest.partition(b"/")
+    return authority, [unquote(segment) for segment in (slash + tail)[1:].split(b"/")]
 
 
 class Gate(resource.Resource):
@@ -108,34 +116,48 @@ class Gate(resource.Resource):
 
     The path is normalized (``normalized``) and the request rewritten to it, so the router serves
     exactly the path that was authorized: ``/api/%6bv``, ``/api/./kv``, ``//api//kv`` and
-    ``/x/../api/kv`` are all ``/api/kv``, for the account check and for the router.  With
-    ``loopback_only`` (the listener is bound to loopback) a Host header that names anything but
-    this machine (``localhost``, a loopback address) is refused: a web page whose name was rebound
-    to 127.0.0.1 (DNS rebinding) must not read the status page through the operator's browser.
-    With an ACL, every path but the public ones needs an account, KV values an admin one."""
+    ``/x/../api/kv`` are all ``/api/kv``, for the account check and for the router (an absolute URI
+    on the request line is its path, its authority the Host).  On every bind, the Host must name
+    this server (state/hosts.py: ``AllowedHosts``): a web page whose name was rebound to this
+    server's address or to 127.0.0.1 (DNS rebinding) must not read the status page, the routes or
+    the KV values through the operator's browser.  Without ACL the status page and /api are this
+    machine's only: a loopback peer with a loopback Host (or none).  With an ACL, every path but
+    the public ones needs an account, KV values an admin one."""
 
     def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
-                 loopback_only: bool = False, open_beyond_loopback: bool = False) -> None:
+                 hosts: AllowedHosts | None = None, open_beyond_loopback: bool = False) -> None:
         super().__init__()
         self.open_beyond_loopback = open_beyond_loopback
         self.inner = inner
         self.acl = acl
         self.refusals = refusals or Refusals()
-        self.loopback_only = loopback_only
+        self.hosts = hosts or AllowedHosts()
 
     def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
-        segments = normalized([path, *request.postpath])
+        absolute = absolute_form(request)
+        segments = normalized(absolute[1] if absolute else [path, *request.postpath])
         request.prepath[-1:] = segments[:1]
         request.postpath = segments[1:]
         routed = b"/" + b"/".join(segments)
-        host = request.getHeader(b"host")
-        if self.loopback_only and host is not None and not is_loopback(host_of(host)):
-            return self._refused(request, 403, "host", "Host {named} is not this machine (the listener is "
-                                 "bound to loopback)", named=host.decode("latin-1")[:100])
-        if self.acl is None and not self.open_beyond_loopback and not is_public(routed) \
-                and not is_loopback_peer(request):
-            return self._refused(request, 403, "not_loopback", "{path} is served to this machine only "
-                                 "(aclEnable=false)", path=routed.decode("utf-8", "replace")[:200])
+        headers = request.requestHeaders.getRawHeaders(b"host") or []
+        written = absolute[0] if absolute else headers[0] if len(headers) == 1 else None
+        host = parse_host(written.decode("latin-1")) if written is not None else None
+        if len(headers) > 1 and absolute is None:
+            return self._refused(request, 400, "host", "{count} Host headers", count=len(headers))
+        if written is not None and host is None:
+            return self._refused(request, 400, "host", "Host {named} is not a host[:port]", named=_shown(written))
+        if host is not None and not self.hosts.allows(host, getattr(request.getHost(), "host", None)):
+            return self._refused(request, 403, "host", "Host {named} names neither this machine nor a name or "
+                                 "address configured for it (httpAllowedHosts)", named=_shown(written))
+        if self.acl is None and not self.open_beyond_loopback and not is_public(routed):
+            if not is_loopback_peer(request):
+                return self._refused(request, 403, "not_loopback", "{path} is served to this machine only "
+                                     "(aclEnable=false)", path=routed.decode("utf-8", "replace")[:200])
+            if host is not None and not is_loopback_host(host):
+                return self._refused(request, 403, "host", "{path} is served to this machine only (aclEnable="
+                                     "false), asked for with Host {named}: only a loopback Host proves the page "
+                                     "is this machine's", path=routed.decode("utf-8", "replace")[:200],
+                                     named=_shown(written))
         if self.acl is not None and not is_public(routed):
             account = self.account(request)
             if account is None:
@@ -166,6 +188,11 @@ class Gate(resource.Resource):
         return account
 
 
+def _shown(header: bytes) -> str:
+    """A Host as the log shows it: at most 100 characters, escapes for what is not printable ASCII."""
+    return header[:100].decode("latin-1").encode("unicode_escape").decode("ascii")
+
+
 def is_loopback_peer(request: server.Request) -> bool:
     """Whether the request's connection comes from this machine (IPv4-mapped loopback included);
     a unix socket peer is local too."""
@@ -181,8 +208,8 @@ def is_loopback_peer(request: server.Request) -> bool:
 
 
 def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
-            loopback_only: bool = False, open_beyond_loopback: bool = False) -> resource.Resource:
-    """``root`` behind the Gate: normalized paths always, the Host check when bound to loopback,
-    the ACL's accounts when ACL is on, else the status page and /api for loopback peers only
-    (for every peer with ``open_beyond_loopback``: httpOpenBeyondLoopback)."""
-    return Gate(root, acl, refusals, loopback_only, open_beyond_loopback)
+            hosts: AllowedHosts | None = None, open_beyond_loopback: bool = False) -> resource.Resource:
+    """``root`` behind the Gate: normalized paths and the Host check always, the ACL's accounts when
+    ACL is on, else the status page and /api for loopback peers only (for every peer with
+    ``open_beyond_loopback``: httpOpenBeyondLoopback)."""
+    return Gate(root, acl, refusals, hosts, open_beyond_loopback)

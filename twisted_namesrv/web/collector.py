@@ -67,7 +67,8 @@ class NamesrvCollector(Collector):
         rejected = CounterMetricFamily("namesrv_rejected", "Frames and connections refused, by reason: frame_length "
                                        "(negative or over frameMaxLength), header_length (over headerMaxLength), "
                                        "undecodable (header or serialize type), "
-                                       "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds)",
+                                       "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds), "
+                                       "fd_reserve (the descriptors left would be fewer than fdReserve)",
                                        labels=["reason"])
         for reason in sorted(set(REJECT_REASONS) | set(metrics.rejected)):
             rejected.add_metric([reason], metrics.rejected[reason])
@@ -75,7 +76,8 @@ class NamesrvCollector(Collector):
         refusals = CounterMetricFamily("namesrv_refusals", "Connections and requests refused, by listener "
                                        "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, the "
                                        "limits of namesrv_rejected_total, memory_budget; on http unauthenticated, "
-                                       "not_admin, host (docs/security.md)", labels=["listener", "reason"])
+                                       "not_admin, host, not_loopback, max_connections, idle, request_timeout, "
+                                       "fd_reserve (docs/security.md)", labels=["listener", "reason"])
         for listener, reason, count in self.state.refusals.series():
             refusals.add_metric([listener, reason], count)
         yield refusals

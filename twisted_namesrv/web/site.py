@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Mapping
 from importlib.resources import files
 from typing import Any
@@ -12,14 +13,18 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web import pages, resource, server
 
+from ..budget import FdBudget
 from ..context import NamesrvState
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
 from ..server import RemotingFactory
+from ..state.config import NamesrvConfig
+from ..state.hosts import AllowedHosts
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
-from .auth import guarded, is_loopback
+from .auth import guarded
 from .collector import registry
+from .connections import BoundedSite
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
 
@@ -120,12 +125,20 @@ def _int_arg(request: server.Request, name: str, default: int) -> int:
     return int(raw)
 
 
+def allowed_hosts(config: NamesrvConfig) -> AllowedHosts:
+    """What a Host header may name (state/hosts.py): this listener's bind address, the names and
+    addresses configured for this server, this machine's hostname, httpAllowedHosts."""
+    return AllowedHosts.from_values(str(config["metricsBindAddress"]), str(config["advertisedAddress"]),
+                                    [str(config["nsaddrList"]), str(config["namesrvAddr"])], socket.gethostname(),
+                                    str(config["httpAllowedHosts"]))
+
+
 class Root(resource.Resource):
     def getChild(self, path: bytes, request: server.Request) -> resource.IResource:
         return pages.notFound()
 
 
-class QuietSite(server.Site):
+class QuietSite(BoundedSite):
     """No access log: the status page polls every few seconds and would drown the broker events."""
 
     def log(self, request: server.Request) -> None:
@@ -134,10 +147,11 @@ class QuietSite(server.Site):
 
 def make_site(state: NamesrvState, factory: RemotingFactory,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
-              peers: PeersService | None = None) -> server.Site:
+              peers: PeersService | None = None, reactor: Any = None, fds: FdBudget | None = None) -> QuietSite:
     """``children``: more top-level resources (the probes, the address server), each in its own module;
     ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges)."""
+    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
+    ``fds``: the descriptors its port admits connections against, told of each close."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
@@ -145,9 +159,11 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
     health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
     root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
     root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
-    loopback = is_loopback(state.config["metricsBindAddress"])  # then a Host check against DNS rebinding
     opened = bool(state.config["httpOpenBeyondLoopback"])
-    site = QuietSite(guarded(root, state.acl, state.refusals, loopback, opened))  # web/auth.py: who gets what
+    config = state.config
+    site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
+                     state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
+                     config["httpRequestTimeoutSeconds"], reactor, fds)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site

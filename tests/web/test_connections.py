@@ -1,0 +1,192 @@
+"""The HTTP side's connections on a fake clock (web/connections.py): an idle connection closed after
+httpIdleTimeoutSeconds (a refusal when it never sent a whole request, none after a served keep-alive),
+a slowloris that trickles its headers closed httpRequestTimeoutSeconds after its first byte however
+often it sends, and at httpMaxConnections a new connection takes the place of the one idle longest
+(refused when every one is answering). Twisted's defaults were no cap and a 12 h idle timeout."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import socket
+
+import pytest_twisted
+from twisted.internet import address, task, threads
+from twisted.internet.testing import StringTransportWithDisconnection
+from twisted.web import resource
+
+from twisted_namesrv.refusals import Refusals
+from twisted_namesrv.web.connections import PIPELINED_MAX, BoundedSite
+
+GET = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+class Page(resource.Resource):
+    isLeaf = True
+
+    def render_GET(self, request) -> bytes:
+        return b"page"
+
+
+class Harness:
+    def __init__(self, max_connections: int = 3, idle: float = 30, request: float = 10) -> None:
+        self.clock = task.Clock()
+        self.refusals = Refusals()
+        self.site = BoundedSite(Page(), self.refusals, max_connections, idle, request, reactor=self.clock)
+        self.ports = itertools.count(40000)
+
+    def connect(self):
+        """A connection as the port makes it; None when the site refuses it."""
+        peer = address.IPv4Address("TCP", "10.0.0.9", next(self.ports))
+        channel = self.site.buildProtocol(peer)
+        if channel is None:
+            return None
+        transport = StringTransportWithDisconnection(peerAddress=peer)
+        transport.protocol = channel
+        transport.abortConnection = lambda: self.closed(channel, transport)  # the reactor would call connectionLost
+        channel.makeConnection(transport)
+        return channel, transport
+
+    @staticmethod
+    def closed(channel, transport) -> None:
+        transport.aborted = True
+        if transport.connected:
+            transport.loseConnection()
+
+    def counts(self) -> dict[str, int]:
+        return {reason: count for (listener, reason), count in self.refusals.counts.items() if listener == "http"}
+
+
+def test_an_idle_connection_is_closed_and_refused_only_if_it_never_asked():
+    h = Harness()
+    (_, silent), (served_channel, served) = h.connect(), h.connect()
+    served_channel.dataReceived(GET)
+    assert b"page" in served.value()
+    h.clock.advance(29.9)
+    assert silent.connected and served.connected
+    h.clock.advance(0.2)
+    assert not silent.connected and not served.connected
+    assert h.counts() == {"idle": 1}  # the keep-alive that served its request closed without a refusal
+    assert h.site.channels == set()
+
+
+def test_a_slowloris_is_closed_at_the_request_timeout_however_often_it_sends():
+    h = Harness()
+    channel, transport = h.connect()
+    for byte in GET[:-4]:  # one byte a second: each resets the idle timer, never the request's deadline
+        channel.dataReceived(bytes([byte]))
+        h.clock.advance(1)
+        if not transport.connected:
+            break
+    assert not transport.connected and h.clock.seconds() == 10
+    assert h.counts() == {"request_timeout": 1}
+    again, served = h.connect()
+    again.dataReceived(GET[:10])
+    h.clock.advance(9)
+    again.dataReceived(GET[10:])  # whole within its 10 s: served, and the deadline gone
+    h.clock.advance(5)
+    assert served.connected and b"page" in served.value() and h.counts() == {"request_timeout": 1}
+    again.dataReceived(GET)  # the next request on the keep-alive has a deadline of its own
+    h.clock.advance(9.9)
+    assert served.connected
+
+
+def test_at_the_cap_a_new_connection_takes_the_place_of_the_one_idle_longest():
+    h = Harness(max_connections=3)
+    first = h.connect()
+    h.clock.advance(1)
+    second, third = h.connect(), h.connect()
+    h.clock.advance(1)
+    first[0].dataReceived(GET)  # first and third sent since: second is the one idle longest
+    h.clock.advance(1)
+    third[0].dataReceived(b"G")
+    fourth = h.connect()
+    assert fourth is not None and first[1].connected and not second[1].connected and third[1].connected
+    assert len(h.site.channels) == 3 and h.counts() == {"max_connections": 1}
+
+
+def test_at_the_cap_with_every_connection_answering_a_new_one_is_refused():
+    h = Harness(max_connections=2)
+    for channel, _ in (h.connect(), h.connect()):
+        channel.busy = True  # answering a request (a resource that has not finished)
+    assert h.connect() is None
+    assert h.counts() == {"max_connections": 1} and len(h.site.channels) == 2
+
+
+def test_no_limits_when_the_keys_are_0():
+    h = Harness(max_connections=0, idle=0, request=0)
+    connections = [h.connect() for _ in range(50)]
+    connections[0][0].dataReceived(GET[:5])
+    h.clock.advance(86_400)
+    assert all(transport.connected for _, transport in connections) and h.counts() == {}
+
+
+class Counted(resource.Resource):
+    """A 20 KB page (as /metrics is for a small cluster) that counts its renders."""
+
+    isLeaf = True
+    renders = 0
+
+    def render_GET(self, request) -> bytes:
+        Counted.renders += 1
+        return b"m" * 20_000
+
+
+@pytest_twisted.ensureDeferred
+async def test_requests_pipelined_by_a_peer_that_does_not_read_wait_for_it():
+    """Pipelined GET lines were all read and answered at once, into memory, while every other peer
+    waited (100,000 renders of a 20 KB page; in the attack run health probes timed out and simulated
+    brokers were dropped). Now those behind an answer the peer does not read wait until it reads, the
+    peer is not read meanwhile, and the rest of the server is answered."""
+    from twisted.internet import reactor
+
+    Counted.renders = 0
+    site = BoundedSite(Counted(), Refusals(), 128, 30, 10)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    pipelined = socket.socket()
+    pipelined.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        pipelined.connect(("127.0.0.1", port.getHost().port))
+        pipelined.setblocking(False)
+        one = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        sent = 0
+        for _ in range(200):  # as much as the socket takes, the reactor running between
+            try:
+                sent += pipelined.send(one * 500)
+            except BlockingIOError:
+                pass
+            await task.deferLater(reactor, 0.01, lambda: None)
+        assert sent > 64 * 1024  # more than one read of requests
+        started = reactor.seconds()
+        status = await threads.deferToThread(http_status, port.getHost().port)
+        assert status == 200 and reactor.seconds() - started < 2
+        # answered: what the socket buffers took (the kernel's, a few MB on loopback, and Twisted's 64 KiB), not
+        # every request read (before: all 100,000)
+        assert Counted.renders < 500, Counted.renders
+        held = max(len(channel._buffer) for channel in site.channels)  # the requests held: not all it sent
+        assert held <= PIPELINED_MAX + 65536, held
+        pipelined.setblocking(True)
+        pipelined.settimeout(5)
+        assert await threads.deferToThread(read_answers, pipelined, 150)  # reading, the peer gets the rest
+        assert Counted.renders >= 150
+    finally:
+        pipelined.close()
+        await port.stopListening()
+
+
+def http_status(port: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def read_answers(connection: socket.socket, count: int) -> bool:
+    received = b""
+    while received.count(b"HTTP/1.1 200") < count:
+        received += connection.recv(1 << 20)
+    return True

@@ -1,0 +1,161 @@
+"""The HTTP side's connections, bounded apart from the remoting port's: at most
+``httpMaxConnections`` at once, an idle one closed after ``httpIdleTimeoutSeconds``, and a request
+whose line, headers and body have not all arrived ``httpRequestTimeoutSeconds`` after its first byte
+closed too (a slowloris that trickles headers resets no idle timer here).
+
+Twisted's own default is one idle timeout of 12 hours and no cap: 300 idle connections under
+``ulimit -n 256`` took every descriptor, so remoting accepts, KV writes (EMFILE) and /healthz failed.
+With the cap reached, or the process's descriptor reserve short (budget.py: FdBudget, applied by
+the port: server.py's Admission), a new connection takes the place of the one idle longest
+(``make_room``): browsers and Prometheus reconnect without a word, and the kubelet's probe gets in
+past idle peers; with none idle it is refused.  Every close for these limits is a refusal, logged
+and counted on the ``http`` listener: ``max_connections``, ``idle`` (a connection closed before it
+sent one whole request), ``request_timeout``; a keep-alive connection that served its requests and
+went quiet is closed without one (that is how HTTP connections end).  Requests pipelined behind one
+whose answer the peer does not read wait until it does (``pauseProducing``), so one connection holds at
+most its transport's buffer, one answer and 64 KiB of requests read ahead (PIPELINED_MAX), and costs no
+more than that in CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import interfaces
+from twisted.protocols import basic
+from twisted.web import http, resource, server
+
+from ..budget import FdBudget
+from ..refusals import Refusals
+
+#: bytes of requests read but not yet answered past which a connection is not read (pipelining)
+PIPELINED_MAX = 64 * 1024
+
+
+class BoundedChannel(http.HTTPChannel):
+    """One HTTP connection under its site's limits."""
+
+    site: BoundedSite
+    #: whether a whole request arrived on this connection (then an idle close is no refusal)
+    served = False
+    #: a request is being answered: never the one closed to make room
+    busy = False
+    #: the clock's time of the last bytes received
+    last_active = 0.0
+    _request_deadline: interfaces.IDelayedCall | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self.last_active = self.site.reactor.seconds()
+        self.site.channels.add(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.last_active = self.site.reactor.seconds()
+        if self._request_deadline is None and not self.busy and self.site.request_timeout:
+            self._request_deadline = self.callLater(self.site.request_timeout, self._request_too_slow)
+        super().dataReceived(data)
+
+    def allContentReceived(self) -> None:
+        self._cancel_deadline()
+        self.served = self.busy = True
+        super().allContentReceived()
+
+    def requestDone(self, request: http.Request) -> None:
+        self.busy = False
+        super().requestDone(request)
+
+    def pauseProducing(self) -> None:
+        """The transport's buffer is full: the peer does not read its answers.  Twisted stops reading
+        it, but goes on answering the requests it already read, pipelined behind this one, at once
+        and into memory: 64 KiB of ``GET /metrics`` lines were 1,500 answers rendered in one turn of
+        the reactor while every other peer waited.  ``paused`` stops LineReceiver taking them out of
+        what was read until the peer reads again, and the peer is not read either (Twisted goes on
+        reading it when the answer that filled the buffer was written while being answered)."""
+        super().pauseProducing()
+        self.paused = True
+        self._networkProducer.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        """The peer read its answers: answer what waited; while more than PIPELINED_MAX of it is still
+        unanswered, read no more of the peer (Twisted would, 64 KiB a time, without end)."""
+        super().resumeProducing()
+        self.paused = False
+        basic.LineReceiver.dataReceived(self, b"")  # the requests that waited, if any
+        if len(self._buffer) > PIPELINED_MAX and self.connected:
+            self._networkProducer.pauseProducing()
+    def _request_too_slow(self) -> None:
+        self._request_deadline = None
+        self.site.refuse("request_timeout", self, "a request not received whole {seconds} s after its first byte "
+                         "(httpRequestTimeoutSeconds), closing the connection", seconds=self.site.request_timeout)
+        self.transport.abortConnection()
+
+    def timeoutConnection(self) -> None:
+        """Idle for httpIdleTimeoutSeconds: a refusal when it never sent a whole request."""
+        if not self.served:
+            self.site.refuse("idle", self, "no request for {seconds} s (httpIdleTimeoutSeconds), closing the "
+                             "connection", seconds=self.timeOut)
+            self.transport.abortConnection()
+            return
+        if self.abortTimeout is not None:
+            self._abortingCall = self.callLater(self.abortTimeout, self.transport.abortConnection)
+        self.loseConnection()
+
+    def _cancel_deadline(self) -> None:
+        if self._request_deadline is not None:
+            if self._request_deadline.active():
+                self._request_deadline.cancel()
+            self._request_deadline = None
+
+    def connectionLost(self, reason: Any) -> None:
+        self._cancel_deadline()
+        self.site.channels.discard(self)
+        if self.site.fds is not None:
+            self.site.fds.release()
+        super().connectionLost(reason)
+
+
+class BoundedSite(server.Site):
+    """A Site whose connections are BoundedChannels, counted and capped."""
+
+    protocol = BoundedChannel
+
+    def __init__(self, root: resource.Resource, refusals: Refusals, max_connections: int = 0,
+                 idle_timeout: float = 0, request_timeout: float = 0, reactor: Any = None,
+                 fds: FdBudget | None = None) -> None:
+        super().__init__(root, timeout=idle_timeout or None, reactor=reactor)
+        self.refusals = refusals
+        #: the descriptors the port admits connections against (server.py: Admission), told of each close
+        self.fds = fds
+        self.max_connections = max_connections  # 0: no limit
+        self.request_timeout = request_timeout  # 0: none
+        self.channels: set[BoundedChannel] = set()
+
+    def buildProtocol(self, addr: Any) -> Any:
+        if self.max_connections and len(self.channels) >= self.max_connections and not self.make_room():
+            self.refusals("http", "max_connections", _peer(addr), "httpMaxConnections ({maximum}) are open, none "
+                          "idle: closing the connection", maximum=self.max_connections)
+            if self.fds is not None:
+                self.fds.release()  # its port admitted the socket; it closes now
+            return None
+        return super().buildProtocol(addr)
+
+    def make_room(self) -> bool:
+        """Close the connection idle longest (none answering a request) for a new one; False when
+        every connection is answering one."""
+        idle = [channel for channel in self.channels if not channel.busy]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda channel: channel.last_active)
+        self.refuse("max_connections", oldest, "closing the connection idle longest ({seconds:.0f} s) to make room "
+                    "for a new one (httpMaxConnections {maximum}, or the descriptor reserve)",
+                    seconds=self.reactor.seconds() - oldest.last_active, maximum=self.max_connections)
+        self.channels.discard(oldest)
+        oldest.transport.abortConnection()
+        return True
+
+    def refuse(self, reason: str, channel: BoundedChannel, message: str, **fields: object) -> None:
+        self.refusals("http", reason, _peer(channel.transport.getPeer()), message, **fields)
+
+
+def _peer(addr: Any) -> str:
+    return f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}"
