@@ -66,6 +66,11 @@ class Walked(dict):
         self.touched += 1
         return super().pop(key, *default)
 
+    def update(self, entries=(), /, **more) -> None:  # type: ignore[override]
+        entries = list(entries.items() if isinstance(entries, dict) else entries) + list(more.items())
+        self.touched += len(entries)
+        super().update(entries)
+
     def items(self):  # type: ignore[override]
         return self._count(super().items())
 

@@ -215,23 +215,33 @@ class Staging:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
         anything. One tight loop, as a table holds up to 100k topics."""
         name, staged, rules = self.broker_name, self.staged, self.rules
-        every, read_only = rules.every_topic, rules.read_only
+        every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
         for config in configs:
             topic = config.topicName
-            held = staged[topic] if topic in staged else table.get(topic)
+            held: Mapping[str, QueueData] | None = in_staged(topic)
+            if held is None:
+                held = lookup(topic)
             old = held.get(name) if held else None
             perm = config.perm & ~PERM_WRITE if read_only else config.perm
-            if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
+            if old is None:
+                if not every and rules.all_or_none:  # 4.9.8 with its dataVersion unchanged: none applies
+                    self.complete = False
+                    continue
+            elif (old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 continue
-            if not every and (old is not None or rules.all_or_none):
-                self.complete = False  # Java leaves it as held: this table is not what the group holds
+            elif not every:  # Java leaves it as held: this table is not what the group holds
+                self.complete = False
                 continue
-            if old is not None:
+            else:
                 self.overwrites = True
-            queues = dict(held) if held else {}
-            queues[name] = QueueData(name, config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
-            staged[topic] = queues
+            queue = QueueData(name, config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+            if held:
+                queues = dict(held)
+                queues[name] = queue
+                staged[topic] = queues
+            else:
+                staged[topic] = {name: queue}
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:

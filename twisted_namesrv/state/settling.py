@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
+from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
@@ -42,6 +43,7 @@ REMOVE_PER_STEP = 1024
 Table = dict[str, dict[str, QueueData]]
 Queues = Mapping[str, QueueData]
 _ABSENT: dict[str, QueueData] = {}
+_QUEUES = itemgetter(1)
 T = TypeVar("T")
 
 
@@ -90,12 +92,15 @@ class Staged:
         self._write(self._left)
 
     def _write(self, count: int) -> bool:
-        table = self.table
-        for topic, queues in islice(self._todo, count):
-            if queues:
-                table[topic] = queues
-            else:
-                table.pop(topic, None)
+        table, chunk = self.table, list(islice(self._todo, count))
+        if all(map(_QUEUES, chunk)):  # nothing leaves the table: written in C
+            table.update(chunk)
+        else:
+            for topic, queues in chunk:
+                if queues:
+                    table[topic] = queues
+                else:
+                    table.pop(topic, None)
         self._left = max(0, self._left - count)
         return self._left > 0
 
