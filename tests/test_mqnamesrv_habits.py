@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from twisted_namesrv import tap
-from twisted_namesrv.state.config import NO_EFFECT, ConfigError, NamesrvConfig, parse_properties
+from twisted_namesrv import properties, tap
+from twisted_namesrv.state.config import NO_EFFECT, ConfigError, NamesrvConfig
 
 
 def options(tmp_path, *argv: str) -> tap.Options:
@@ -35,7 +35,7 @@ def test_dash_p_says_which_keys_have_no_effect_here_and_why(tmp_path):
                  "useEpollNativeSelector", "rocketmqHome"):
         assert f"# {name}: no effect here (" in printed, name
     assert "# listenPort: no effect" not in printed and "# orderMessageEnable: no effect" not in printed
-    assert set(NO_EFFECT) <= set(parse_properties(printed))  # each is still listed, with its value
+    assert set(NO_EFFECT) <= set(properties.load(printed))  # each is still listed, with its value
 
 
 def test_a_start_with_a_key_that_has_no_effect_warns_naming_it(tmp_path):

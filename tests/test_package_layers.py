@@ -1,7 +1,7 @@
 """twisted_namesrv in layers, imports pointing one way (GUIDE: wire codec -> dispatch by
 RequestCode -> pure state -> Twisted services, read bottom-up): the wire (remoting/, bodies/,
-steps.py, compat.py) imports nothing of the server above it; state/ imports only the wire; every
-other module sits above both.  Every import counts, also those inside functions."""
+steps.py, compat.py, properties.py, escapes.py) imports nothing of the server above it; state/
+imports only the wire; every other module sits above both.  Every import counts, also those inside functions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.import_graph import cycles, graph, upward
 PACKAGE = Path(__file__).resolve().parents[1] / "twisted_namesrv"
 #: (layer name, the modules in it by dotted prefix), bottom first; the rest of the package is above them all
 LAYERS = (("wire", ("twisted_namesrv.remoting", "twisted_namesrv.bodies", "twisted_namesrv.steps",
-                    "twisted_namesrv.compat")),
+                    "twisted_namesrv.compat", "twisted_namesrv.properties", "twisted_namesrv.escapes")),
           ("state", ("twisted_namesrv.state",)))
 
 

@@ -585,6 +585,32 @@ def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     assert ns.state.refusals.counts["remoting", "config_key"] == 1  # namesrv_refusals_total{reason="config_key"}
 
 
+@pytest.mark.parametrize("value", ["x\u2028aclEnable=false", "x\\u2028aclEnable\\=false", "x\x85y", "x\x0by",
+                                   "x\x1cy", "x\x1dy", "x\x1ey", "x\\u000ay", "x\\u000dy", "\x1b]0;t\x07", "x\\ud800",
+                                   "\u202ex", "x\x00"])
+def test_update_config_refuses_control_characters_and_changes_nothing(ns, value):
+    """Java takes them (and writes \\n raw into its file); here a key or value holding one is a
+    refusal: answered 16, one log line, counted as config_value, nothing changed in memory or on disk."""
+    before = dict(ns.config.values)
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=f"orderMessageEnable=true\nproductEnvName={value}\n"
+                         .encode())
+    assert answer.code == ResponseCode.NO_PERMISSION
+    assert answer.remark.startswith("Can not update config: productEnvName holds a control character (U+")
+    assert ns.config.values == before and not ns.config_path.exists()
+    (line,) = [formatEvent(e) for e in events if e.get("refused") == "config_value"]
+    assert "127.0.0.1:40000" in line and "productEnvName" in line
+    assert ns.state.refusals.counts["remoting", "config_value"] == 1
+
+
+def test_update_config_refuses_a_body_over_64_kib_unread(ns):
+    """The whole configuration is under 4 KiB; a 16 MiB body of newlines held the reactor for seconds."""
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65536)
+    assert answer.code == ResponseCode.NO_PERMISSION and "over 65536" in answer.remark
+    assert ns.config["orderMessageEnable"] is False and ns.state.refusals.counts["remoting", "config_size"] == 1
+    assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65000).code == 0
+
+
 def test_update_config_blacklist_from_config(tmp_path):
     ns = Namesrv(tmp_path, "5.3.3", configBlackList="configBlackList;orderMessageEnable")
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")

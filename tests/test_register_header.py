@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from spark_analysis.analysis.replay import replay_server
 from spark_analysis.capture.conversation import CapturedCommand
-from spark_analysis.decode.held import HeldTopics
-from spark_analysis.decode.rows import REQUEST, RESPONSE, _BodyCache, registration_row
-from spark_analysis.decode.schema import REGISTRATION_ROWS
+from spark_analysis.decode.rows import REQUEST, RESPONSE, _BodyCache, registration_event, registration_row
+from spark_analysis.decode.schema import EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.model.sessions import Sessions
 from tests.test_processor import MASTER, Namesrv
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.register_header import ZONE_NAME, RegisterBrokerHeader
@@ -105,9 +106,14 @@ def test_the_server_and_the_capture_decoder_read_it_alike(
     ns = Namesrv(tmp_path, "5.3.3")
     answer = ns.call(RequestCode.REGISTER_BROKER, ext, body)
     request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=7, version=ns.client_version)
-    row = dict(zip(REGISTRATION_ROWS.names, registration_row(
-        "conn", CapturedCommand(1.0, REQUEST, request, b""), CapturedCommand(1.0, RESPONSE, answer, b""),
-        _BodyCache(), HeldTopics(), "127.0.0.1:9876"), strict=True))
+    bodies = _BodyCache()
+    captured = CapturedCommand(1.0, REQUEST, request, b"")
+    registration = registration_row("conn", captured, CapturedCommand(1.0, RESPONSE, answer, b""), bodies,
+                                    "127.0.0.1:9876")
+    row = dict(zip(REGISTRATION_ROWS.names, registration, strict=True))
+    event = dict(zip(EVENT_ROWS.names, registration_event(captured, registration, bodies.last, bodies.last_body,
+                                                          "10.0.0.1:50000", "127.0.0.1:9876"), strict=True))
+    replayed = replay_server("127.0.0.1:9876", [event], Sessions((0.0,)), None, lambda t: 10.0).stays
 
     if refused is None:
         assert answer.code == ResponseCode.SUCCESS, answer.remark
@@ -123,11 +129,13 @@ def test_the_server_and_the_capture_decoder_read_it_alike(
     stored = ns.state.routes.brokerAddrTable.get("broker-a")
     if stored is None:
         assert refused is not None
-        assert row["topics_held"] is None  # the replay applies no registration the server refused
+        assert [stay.end for stay in replayed] == ["refused"]  # the replay applies no registration the server refused
     else:
         assert stored.brokerAddrs == {row["broker_id"]: row["broker_addr"]}
         assert (stored.cluster, stored.brokerName) == (row["cluster"], row["broker_name"])
         assert stored.zoneName == ext.get(ZONE_NAME)
         held = sum(1 for queues in ns.state.routes.topicQueueTable.values() if "broker-a" in queues)
-        assert row["topics_held"] == (held if held or row["broker_id"] == 0 else None)  # a slave's table is not applied
+        (stay,) = replayed
+        # what the replay holds for the group is what the server holds; a slave's table is not applied: none told
+        assert stay.topics == ([(1.0, held)] if row["broker_id"] == 0 else [])
         assert held == (2 if row["broker_id"] == 0 else 0)

@@ -18,9 +18,9 @@ import pytest_twisted
 from twisted.internet import reactor, task
 from twisted.logger import capturedLogs
 
-from tests.support import connect, free_port, server_config, start_server
+from tests.support import answer_to, connect, free_port, server_config, start_server
 from twisted_namesrv import CannotStart, tap
-from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
 from twisted_namesrv.state.config import KEYS, NamesrvConfig
@@ -194,7 +194,8 @@ def test_an_unknown_key_warns_naming_it_and_the_file_or_is_refused_when_strict(t
 
 
 def test_an_unreadable_config_file_is_refused_naming_it(tmp_path):
-    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: Is a dir"):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: a directory, "
+                       "not a regular file"):
         tap.Options().parseOptions(["-c", str(tmp_path)])
 
 
@@ -274,15 +275,7 @@ def read_until(proc: subprocess.Popen, needle: str, deadline: float) -> str:
 
 
 def ask(port: int, request: RemotingCommand) -> RemotingCommand:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(request.encode())
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(65536)
-            assert data, "the server closed the connection"
-            frames = decoder.feed(data)
-            if frames:
-                return RemotingCommand.decode(frames[0])
+    return answer_to(port, request.encode(), timeout=5)
 
 
 @pytest.fixture(scope="module")

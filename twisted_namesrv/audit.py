@@ -1,8 +1,10 @@
 """The audit trail: one ``audit`` event for every state-changing request, done or refused.
 
 Java's NameServer logs some operator requests (wipeWritePerm, updateNamesrvConfig) in lines of
-their own and others (deleteTopic, KV changes) not at all.  Here each request whose code is in
-OPERATIONS becomes one AuditEvent -- when, from which peer, which
+their own and others (deleteTopic, KV changes) not at all; its controller logs none.  Here each
+request a listener's ``Audited`` table names (``NAMESRV``: the NameServer's operator codes,
+OPERATIONS; ``CONTROLLER``: every code that changes the controller's state, brokers' included:
+CONTROLLER_OPERATIONS) becomes one AuditEvent -- when, from which peer, which
 request, who (with aclEnable the accessKey whose signature was checked; a key a request only names,
 unsigned or wrongly signed or with ACL off, is kept apart as ``claimed_access_key``, never as who
 did it), aimed at what (namespace and key, broker, topic, config keys; never a secret's value, and
@@ -13,9 +15,11 @@ no KV value either), and the result -- and the event goes three ways:
 - the counter ``namesrv_admin_requests_total{operation,result}`` (every series from the start);
 - the status page's recent events (``/api/events``, kind ``audit``).
 
-``observer`` is what the service hands the dispatcher (``Dispatcher.observe``): it hears every
-dispatched request with its answer and records those whose code is in AUDITED; the operation and
-target are read from the request code and header here, so the handlers stay as they are.
+A ``Trail`` is what a service hands its dispatcher (``Dispatcher.observe``; ``observer`` builds the
+NameServer's): it hears every dispatched request with its answer and records those its table names;
+the operation and target are read from the request code and header here, so the handlers stay as
+they are.  The text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone
+surrogate is still one line.
 """
 
 from __future__ import annotations
@@ -27,15 +31,31 @@ from typing import Any
 from twisted.logger import Logger, LogLevel
 
 from .context import NamesrvState, Peer
+from .controller.codes import ControllerRequestCode
 from .metrics import Metrics
+from .properties import load as load_properties
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .remoting.codes import code_name
-from .state.acl import ACCESS_KEY, ACL_EXCEPTION
-from .state.config import masked, parse_properties
+from .state.acl import ACCESS_KEY, ACL_EXCEPTION, AccessControl
+from .state.config import masked
 
 log = Logger(namespace="twisted_namesrv.audit")
 
-#: request code -> operation (the metric's label)
+
+@dataclass(frozen=True)
+class Audited:
+    """What one listener's trail records: its operations by request code (the metric's label),
+    the header fields that name each one's target, the codes whose body is properties text (the
+    target is its keys), the answer's fields worth keeping, and how its codes are named."""
+
+    operations: dict[int, str]
+    targets: dict[int, tuple[str, ...]]
+    config_codes: frozenset[int]
+    effects: tuple[str, ...]
+    name: Callable[[int], str]
+
+
+#: the NameServer's: request code -> operation
 OPERATIONS: dict[int, str] = {
     RequestCode.PUT_KV_CONFIG: "put_kv_config",
     RequestCode.DELETE_KV_CONFIG: "delete_kv_config",
@@ -46,19 +66,38 @@ OPERATIONS: dict[int, str] = {
     RequestCode.UPDATE_NAMESRV_CONFIG: "update_namesrv_config",
 }
 AUDITED = frozenset(OPERATIONS)
-#: ok: answered SUCCESS; refused: by the ACL or the config black list; failed: any other answer
-RESULTS = ("ok", "refused", "failed")
-#: header fields that name a request's target, by request code (values of other fields are not kept)
-_TARGET_FIELDS: dict[int, tuple[str, ...]] = {
+NAMESRV = Audited(OPERATIONS, {
     RequestCode.PUT_KV_CONFIG: ("namespace", "key"),
     RequestCode.DELETE_KV_CONFIG: ("namespace", "key"),
     RequestCode.WIPE_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.ADD_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.DELETE_TOPIC_IN_NAMESRV: ("topic", "clusterName"),
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: ("topic",),
+}, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}), ("wipeTopicCount", "addTopicCount"), code_name)
+
+#: the controller's: every code that changes its state (an operator's: 1009, 1011, 1002 with
+#: designateElect; a broker's: 1001, 1002, 1003, 1013); heartbeats (904) only keep a broker alive
+CONTROLLER_OPERATIONS: dict[int, str] = {
+    ControllerRequestCode.UPDATE_CONTROLLER_CONFIG: "update_controller_config",
+    ControllerRequestCode.CLEAN_BROKER_DATA: "clean_broker_data",
+    ControllerRequestCode.CONTROLLER_ELECT_MASTER: "elect_master",
+    ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: "alter_sync_state_set",
+    ControllerRequestCode.CONTROLLER_REGISTER_BROKER: "register_broker_to_controller",
+    ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: "apply_broker_id",
 }
-#: answer fields worth keeping: how many topics a write-permission change touched
-_EFFECT_FIELDS = ("wipeTopicCount", "addTopicCount")
+CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
+    ControllerRequestCode.CLEAN_BROKER_DATA: ("clusterName", "brokerName", "brokerControllerIdsToClean",
+                                              "isCleanLivingBroker"),
+    ControllerRequestCode.CONTROLLER_ELECT_MASTER: ("clusterName", "brokerName", "brokerId", "designateElect"),
+    ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: ("brokerName", "masterBrokerId", "masterEpoch"),
+    ControllerRequestCode.CONTROLLER_REGISTER_BROKER: ("clusterName", "brokerName", "brokerId", "brokerAddress"),
+    ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: ("clusterName", "brokerName", "appliedBrokerId"),
+}, frozenset({ControllerRequestCode.UPDATE_CONTROLLER_CONFIG}), ("masterBrokerId", "masterEpoch"),
+    lambda code: ControllerRequestCode(code).name)
+#: every operation the metric has a series for, from the start
+OPERATION_NAMES = tuple(sorted({*OPERATIONS.values(), *CONTROLLER_OPERATIONS.values()}))
+#: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters; failed: any other
+RESULTS = ("ok", "refused", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +111,11 @@ class AuditEvent:
     result: str
     reason: str | None = None  # the answer's remark when not ok
     claimed_access_key: str | None = None  # an accessKey the request names that nothing verified
+    request: str = ""  # the code's Java name
 
     @property
     def verified(self) -> bool:
         return self.access_key is not None
-
-    @property
-    def request(self) -> str:
-        return code_name(self.code)
 
     def fields(self) -> dict[str, Any]:
         """The event as JSON-ready fields (the JSON log line's ``audit``, the status page's event)."""
@@ -107,15 +143,8 @@ def _shown(value: Any) -> str:
 
 def event_of(state: NamesrvState, request: RemotingCommand, peer: Peer,
              response: RemotingCommand | None) -> AuditEvent:
-    """The audit event of an answered (or oneway) request whose code is in AUDITED."""
-    result, reason = _result(response)
-    target = _target(request)
-    if response is not None:
-        target.update({k: response.ext[k] for k in _EFFECT_FIELDS if response.ext.get(k) is not None})
-    claimed = request.ext.get(ACCESS_KEY)
-    identity = state.acl.verified(request.ext, request.body) if state.acl is not None and claimed else None
-    return AuditEvent(state.clock(), peer.address, identity, request.code, OPERATIONS[request.code], target, result,
-                      reason, None if identity else claimed)
+    """The audit event of an answered (or oneway) NameServer request whose code is in AUDITED."""
+    return Trail(NAMESRV, state.clock, state.acl).event(request, peer, response)
 
 
 def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
@@ -126,33 +155,57 @@ def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 
-def _target(request: RemotingCommand) -> dict[str, Any]:
-    if request.code == RequestCode.UPDATE_NAMESRV_CONFIG:
-        try:
-            props = parse_properties(bytes(request.body or b"").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return {"config": "(unreadable body)"}
-        return {"config": masked(props)}
-    ext = request.ext
-    return {name: ext.get(name) for name in _TARGET_FIELDS[request.code] if ext.get(name) is not None}
+class Trail:
+    """One listener's audit trail (``audited``: what it records), with the clock and the ACL that
+    says who signed; ``metrics``: where the events are counted and shown (the NameServer's, also
+    for the controller inside it).  Called as the dispatcher's observer."""
+
+    def __init__(self, audited: Audited, clock: Callable[[], float], acl: AccessControl | None,
+                 metrics: Metrics | None = None) -> None:
+        self.audited, self.clock, self.acl, self.metrics = audited, clock, acl, metrics
+
+    def __call__(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> None:
+        if request.code in self.audited.operations:
+            self.record(request, peer, response)
+
+    def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
+        audited = self.audited
+        result, reason = _result(response)
+        target = self._target(request)
+        if response is not None:
+            target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})
+        claimed = request.ext.get(ACCESS_KEY)
+        identity = self.acl.verified(request.ext, request.body) if self.acl is not None and claimed else None
+        return AuditEvent(self.clock(), peer.address, identity, request.code, audited.operations[request.code],
+                          target, result, reason, None if identity else claimed, audited.name(request.code))
+
+    def _target(self, request: RemotingCommand) -> dict[str, Any]:
+        if request.code in self.audited.config_codes:
+            try:
+                props = load_properties(bytes(request.body or b"").decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                return {"config": "(unreadable body)"}
+            return {"config": masked(props)}
+        ext = request.ext
+        return {name: ext.get(name) for name in self.audited.targets[request.code] if ext.get(name) is not None}
+
+    def record(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
+        """Log, count and show one audited request."""
+        event = self.event(request, peer, response)
+        level = LogLevel.info if event.result == "ok" else LogLevel.warn
+        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
+        if self.metrics is not None:
+            self.metrics.admin_requests[event.operation, event.result] += 1
+            self.metrics.feed_event("audit", event.fields())
+        return event
 
 
 def record(state: NamesrvState, metrics: Metrics, request: RemotingCommand, peer: Peer,
            response: RemotingCommand | None) -> AuditEvent:
-    """Log, count and show one audited request."""
-    event = event_of(state, request, peer, response)
-    level = LogLevel.info if event.result == "ok" else LogLevel.warn
-    log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
-    metrics.admin_requests[event.operation, event.result] += 1
-    metrics.feed_event("audit", event.fields())
-    return event
+    """Log, count and show one audited NameServer request."""
+    return Trail(NAMESRV, state.clock, state.acl, metrics).record(request, peer, response)
 
 
-def observer(state: NamesrvState, metrics: Metrics) -> Callable[[RemotingCommand, Peer, RemotingCommand], None]:
-    """The dispatcher's observer (``Dispatcher.observe``) that records every audited request."""
-
-    def heard(request: RemotingCommand, peer: Peer, response: RemotingCommand) -> None:
-        if request.code in AUDITED:
-            record(state, metrics, request, peer, response)
-
-    return heard
+def observer(state: NamesrvState, metrics: Metrics) -> Trail:
+    """The NameServer's trail, the dispatcher's observer (``Dispatcher.observe``)."""
+    return Trail(NAMESRV, state.clock, state.acl, metrics)

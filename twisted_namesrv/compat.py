@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .remoting.codes import V4_9_8, V5_3_3
+from .remoting.codes import V4_9_8, V5_0_0, V5_3_3
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +112,9 @@ def profile_named(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"compatVersion must be one of {', '.join(PROFILES)}, not {name!r}") from None
+
+
+def profile_for_version(ordinal: int) -> Profile:
+    """The generation whose NameServer a peer speaking this MQVersion ordinal expects: 5.3.3's rules
+    from V5_0_0 on, 4.9.8's before (what a capture's reader assumes of a NameServer it cannot ask)."""
+    return JAVA_5_3_3 if ordinal >= V5_0_0 else JAVA_4_9_8

@@ -25,7 +25,8 @@ from twisted.logger import Logger
 
 from . import __version__
 from .metrics import RECENT_EVENTS, Metrics, RouteEvent
-from .state.config import NamesrvConfig
+from .state.config import ConfigError, NamesrvConfig
+from .state.files import NotRegularFile, read_regular
 from .state.store import write_atomically
 from .timers import StepTimerService
 
@@ -91,7 +92,9 @@ class EventLogService(StepTimerService):
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
-                restored = decode_events(self.path.read_bytes())
+                restored = decode_events(read_regular(self.path))
+            except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
+                raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
             except OSError as exc:
                 log.error("events file {path} not readable, starting without earlier events: {error}",
                           path=str(self.path), error=exc.strerror)

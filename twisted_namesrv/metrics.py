@@ -97,6 +97,8 @@ class Metrics:
     admin_requests: Counter = field(default_factory=Counter)
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
     store_failures: Counter = field(default_factory=Counter)
+    #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
+    acl_reload_failures: int = 0
     clock: Callable[[], float] = time.time
     #: topics whose last broker left lately (the status page lists them)
     lost_topics: LostTopics = field(init=False)

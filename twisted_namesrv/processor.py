@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from . import properties
 from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
@@ -31,10 +32,10 @@ from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
-from .remoting.values import BadRequest, java_bool, optional_long, parse_java_integer
-from .state.config import ConfigError, masked, parse_properties
+from .remoting.values import BadRequest, java_bool, parse_java_integer
+from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.registration import Memos, RegisterRequest, digests, plan_steps
+from .state.registration import Memos, digests, plan_steps, request_of
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
 from .steps import Steps, run_steps
@@ -176,14 +177,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
-    registration = RegisterRequest(
-        clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id,
-        haServerAddr=header.haServerAddr, body=body, channel=peer.channel,
-        zoneName=header.zoneName,
-        heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis"))
-        if state.profile.per_broker_heartbeat_timeout else None,
-        enableActingMaster=header.enableActingMaster,
-        version=request.version)
+    registration = request_of(header, names, broker_id, body, peer.channel, request.version,
+                              state.profile.per_broker_heartbeat_timeout)
     plan = yield from plan_steps(registration, routes)
     result = routes.apply_registration(plan)
     if result is None:
@@ -400,8 +395,12 @@ def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCom
 def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     if not request.body:
         return respond(state, request)
+    too_big = oversized(request.body)
+    if too_big:
+        state.refusals("remoting", "config_size", peer.address, "updateNamesrvConfig with {why}", why=too_big)
+        return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
-        props = parse_properties(bytes(request.body).decode("utf-8"))
+        props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
@@ -409,6 +408,11 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         state.refusals("remoting", "config_key", peer.address, "updateNamesrvConfig of keys in black list: {keys}",
                        keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    controls = control_characters(props)
+    if controls:
+        state.refusals("remoting", "config_value", peer.address, "updateNamesrvConfig with {controls}",
+                       controls=controls)
+        return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
         state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},
                            state.persist_config)

@@ -135,14 +135,18 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
     return Loaded(state, metrics, notifier, events, snapshots, wrap)
 
 
-def reload_acl(acl: AccessControl) -> None:
-    """The ACL timer's work: read the accounts file again if it changed, and say what happened."""
+def reload_acl(acl: AccessControl, metrics: Metrics | None = None) -> None:
+    """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
+    file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
+    accounts read before, one error line and one count in ``metrics.acl_reload_failures``."""
     outcome = acl.reload_if_changed()
     if outcome is None:
         return
     if outcome.startswith("reloaded"):
         log.info("aclAccountsFile: {outcome}", outcome=outcome)
     else:
+        if metrics is not None:
+            metrics.acl_reload_failures += 1
         log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
@@ -230,11 +234,10 @@ class NamesrvService(service.MultiService):
                                        config["headerMaxLength"], self.state.refusals, self.state.budget,
                                        fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
-            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
+            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl, self.metrics)
             reload.clock = reactor
             reload.setServiceParent(self)
-        scan_ms = config["scanNotActiveBrokerInterval"] if config.profile.configurable_scan_interval else 10_000
-        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, scan_ms / 1000)
+        self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
@@ -245,7 +248,7 @@ class NamesrvService(service.MultiService):
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
                                                   self.state.refusals, self.state.budget, loaded.listen_with,
-                                                  self.fds)
+                                                  self.fds, audit_metrics=self.metrics)
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from twisted.copyright import version as twisted_version
 from twisted.logger import Logger
@@ -19,6 +19,7 @@ from twisted.python import usage
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
 from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
+from .escapes import escaped
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .state.config import ConfigError, NamesrvConfig
 
@@ -152,14 +153,15 @@ class Options(usage.Options):
             cannot_start(str(exc))
         for warning in self.config.warnings:
             log.warn("{warning}", warning=warning)
-            sys.stderr.write(f"namesrv: warning: {warning}\n")
+            sys.stderr.write(f"namesrv: warning: {escaped(warning)}\n")
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
 
     def _check_log_options(self) -> None:
         """Usage errors for the log options; under twistd, our observer replaces twistd's own (its
-        --logfile and --logger) when any of them asks for something else than its default."""
+        --logger when any of ours asks for something else than its default; always its text observer,
+        honouring its --logfile: ours escapes what peers send, twistd's writes it raw; not --syslog)."""
         try:
             rotation(self["log-rotate"])
         except LogOptionError as exc:
@@ -168,11 +170,7 @@ class Options(usage.Options):
             raise usage.UsageError(f"--log-level: {self['log-level']} is not one of {', '.join(LEVELS)}")
         if not self["log-keep"].isdigit():
             raise usage.UsageError(f"--log-keep: not a number: {self['log-keep']}")
-        parent = getattr(self, "parent", None)
-        if parent is not None and "logger" in parent and self._logs_asked():
-            global _twistd_options
-            _twistd_options = self
-            parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
+        take_over_twistd_logging(self, self._logs_asked())
 
     def _no_pidfile_in_the_foreground(self) -> None:
         """``twistd -n namesrv`` writes no ./twistd.pid unless --pidfile says so: a second server
@@ -188,18 +186,45 @@ class Options(usage.Options):
     def log_observer(self):
         """The observer the log options ask for; a --log-file that cannot be written exits 1 naming it."""
         try:
-            return configured_observer(self["log-format"], self["log-file"], self["log-rotate"],
+            return configured_observer(self["log-format"], self["log-file"] or twistd_log_file(self),
+                                       self["log-rotate"],
                                        int(self["log-keep"]), self["log-level"])
         except LogOptionError as exc:
             raise SystemExit(cannot_start_line(exc)) from None
 
 
-#: the options of ``twistd namesrv``, whose log observer twistd asks for by name (twistd_log_observer)
-_twistd_options: Options | None = None
+#: the options of ``twistd namesrv`` (or ``namesrv-controller``), whose log observer twistd asks for by
+#: name (twistd_log_observer)
+_twistd_options: Any = None
+
+
+def take_over_twistd_logging(options: usage.Options, asked: bool = False) -> None:
+    """Under twistd, our observer (logs.py) instead of twistd's own: when ``asked`` (a log option of
+    ours says something else than its default) even over its ``--logger``; else unless ``--logger``
+    or ``--syslog`` is given, honouring its ``--logfile`` (twistd_log_file): twistd's text observer
+    writes what a peer put in a name raw, ESC and CR and all, and loses a line holding a lone surrogate."""
+    parent = getattr(options, "parent", None)
+    if parent is None or "logger" not in parent or not (asked or not (parent["logger"] or parent.get("syslog"))):
+        return
+    global _twistd_options
+    _twistd_options = options
+    parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
+
+
+def twistd_log_file(options: usage.Options) -> str | None:
+    """Where twistd's own observer would write (None: stdout): its ``--logfile`` (``-``: stdout;
+    ``twistd.log`` for a daemon given none); None outside twistd."""
+    parent = getattr(options, "parent", None)
+    if parent is None or "logfile" not in parent:
+        return None
+    name = parent["logfile"]
+    if name == "-" or (not name and parent.get("nodaemon")):
+        return None
+    return name or "twistd.log"
 
 
 def twistd_log_observer():
-    """twistd's ``--logger``, set by ``twistd namesrv --log-file/--log-level/--log-format``.
+    """twistd's ``--logger``, set by ``twistd namesrv`` (take_over_twistd_logging).
 
     Why a module global holds the options (the one left in the package, on purpose): twistd
     starts logging before it calls makeService, from an observer factory it finds in its own

@@ -19,7 +19,6 @@ process (its memory cost: docs/benchmarks.md), so installs without TLS leave it 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twisted.internet import interfaces, protocol
@@ -27,6 +26,7 @@ from twisted.python.failure import Failure
 
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
+from .state.files import read_regular
 
 if TYPE_CHECKING:
     from twisted.internet.ssl import CertificateOptions
@@ -62,7 +62,7 @@ def _read(config: NamesrvConfig, key: str) -> bytes:
     if not path:
         raise ConfigError(f"{key}: required with tls.server.mode={config['tls.server.mode']}")
     try:
-        return Path(path).read_bytes()
+        return read_regular(path)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
 

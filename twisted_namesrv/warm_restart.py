@@ -23,6 +23,8 @@ from pathlib import Path
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
+from .state.config import ConfigError
+from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
 from .state.store import write_atomically
@@ -63,7 +65,9 @@ class RouteSnapshotService(StepTimerService):
         if not self.path.exists():
             return 0
         try:
-            data = self.path.read_bytes()
+            data = read_regular(self.path)
+        except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
+            raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
         except OSError as exc:
             log.error("route snapshot {path} not readable, starting with empty routes: {error}", path=str(self.path),
                       error=exc)

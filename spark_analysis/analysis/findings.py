@@ -13,7 +13,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -45,22 +45,16 @@ KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_r
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
-         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted", "write_perm_wiped",
-         "write_perm_added", "refused_connections", "master_elected")
-#: the requests only a NameServer is asked (what tells a NameServer endpoint from the traffic)
-NAMESRV_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
-                           RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
-                           RequestCode.QUERY_DATA_VERSION, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-                           RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-                           RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.GET_KVLIST_BY_NAMESPACE,
-                           RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.GET_NAMESRV_CONFIG,
-                           RequestCode.UPDATE_NAMESRV_CONFIG})
-#: the 5.x controller's request codes (CONTROLLER_ALTER_SYNC_STATE_SET 1001 ... CONTROLLER_APPLY_BROKER_ID)
-#: (NOTIFY_BROKER_ROLE_CHANGED, 1008, is the controller's request to a broker: not one a controller is asked)
-CONTROLLER_CODES = frozenset(range(1001, 1015)) - {1008}
+         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
+         "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
+         "master_elected")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
+#: a topic deletion explains a broker's table losing that topic when it came this long before the table that still
+#: had it was last seen (a slave's table follows its master's within seconds, and mqadmin deletes on the brokers
+#: before the NameServers), or this long after the table that lacks it
+DELETION_BEFORE_S, DELETION_AFTER_S = 60.0, 30.0
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
               108: "LOOP"}
@@ -160,6 +154,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     found: list[Item] = []
+    lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
+    stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
+    deletions = [story for story in stories if story["kind"] == "topic_deleted"]
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
@@ -168,7 +165,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             found.append(_finding("bad_input", severity, f"{f['path']}: {what}", path=f["path"], problem=f["problem"],
                                   size=f["size"], trailing_bytes=f["trailing_bytes"]))
     for broker in brokers:
-        found += _broker_findings(broker)
+        found += _broker_findings(broker, deletions)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -176,8 +173,13 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     found = [item for item in found if not (item["kind"] == "broker_connection_closed"
                                             and (item["broker_addr"], item["t"]) in told)]  # the fail-over tells it
     found += _addresses_across_sessions(brokers)
+    explained = _tie_lookups(found, lookups)
     for (name, response, _, client, topic), (count, first, last, _) in sorted(
             groups.get(ANSWER_CODES, {}).items(), key=_by_key):
+        if _is_topic_not_exist(name, response):
+            count, first, last = _unexplained(explained, lookups, client, topic, count, first, last)
+            if not count:
+                continue
         if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
             found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
@@ -220,6 +222,7 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
          "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
+         "topics_deleted_from_broker": ("broker", "broker{s} whose topics an operator deleted"),
          "write_perm_wiped": ("broker_name", "write permission{s} wiped"),
          "write_perm_added": ("broker_name", "write permission{s} given back"),
          "refused_connections": ("endpoint", "endpoint{s} refusing connections"),
@@ -266,6 +269,10 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
+    failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
+    if failed and len(items) > 1:  # one item says them in its own line
+        message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
+                    f"{_tally(failed, 'topic', clients=True)}")
     return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
             "evidence": items}
 
@@ -404,7 +411,7 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item) -> Iterable[Item]:
+def _broker_findings(broker: Item, deletions: Sequence[Item] = ()) -> Iterable[Item]:
     label = broker_label(broker)
     addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
     if broker["registrations"]:  # an address only named by other requests has no story of its own
@@ -426,9 +433,20 @@ def _broker_findings(broker: Item) -> Iterable[Item]:
                        f"{iso_time(refused[0]['t'])})", **addr, count=len(refused),
                        events=[{"t": iso_time(r["t"]), "response_code": r["response_code"]} for r in refused])
     for drop in broker["topic_drops"]:
+        removed = drop.get("removed") or []
+        facts = {**addr, "t": iso_time(drop["t"]), "topics_from": drop["from"], "topics_to": drop["to"],
+                 "removed": removed}
+        causes = _deleted_by_operator(drop, deletions)
+        if causes:
+            told = "; ".join(f"{d['topic']!r} deleted by {d['client'] or '?'} at {d['t']} (DELETE_TOPIC_IN_NAMESRV "
+                             f"at {d['server']})" for d in causes)
+            yield _finding("topics_deleted_from_broker", INFO, f"{label}: topics {drop['from']:,} -> {drop['to']:,} "
+                           f"at {iso_time(drop['t'])}: {told}: an operator's deletion, not a loss", **facts,
+                           deleted=[{key: d[key] for key in ("topic", "t", "client", "server")} for d in causes])
+            continue
+        gone = f" ({_first([repr(t) for t in removed])} gone)" if removed else ""
         yield _finding("topic_count_drop", WARNING, f"{label}: topics {drop['from']:,} -> {drop['to']:,} at "
-                       f"{iso_time(drop['t'])}", **addr, t=iso_time(drop["t"]), topics_from=drop["from"],
-                       topics_to=drop["to"])
+                       f"{iso_time(drop['t'])}{gone}", **facts)
     for back in broker["version_backwards"]:
         yield _finding("data_version_backwards", WARNING, f"{label}: data version counter {back['from']} -> "
                        f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
@@ -464,13 +482,15 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
                        last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))
 
 
-def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counter[Any]) -> list[Item]:
+def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counter[Any],
+                  controller_codes: frozenset[int] = frozenset()) -> list[Item]:
     """summary.json's ``endpoints``: every server endpoint found, what it is (NameServer,
-    controller, other: by the requests it was asked), its outages and refused attempts."""
+    controller: asked ``controller_codes``, other: by the requests it was asked), its outages and
+    refused attempts."""
     rows = []
     for endpoint, story in sorted(stories.items()):
         asked = {code for (server, code), n in served.items() if server == endpoint and n}
-        kind = ("nameserver" if endpoint in nameservers else "controller" if asked & CONTROLLER_CODES
+        kind = ("nameserver" if endpoint in nameservers else "controller" if asked & controller_codes
                 else "other" if asked else "unknown")
         rows.append({"endpoint": endpoint, "kind": kind, "first": iso_time(story.first), "last": iso_time(story.last),
                      "accepted": story.accepted, "first_accepted": _iso(story.first_accepted),
@@ -541,12 +561,16 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"({role(story['id_from'])}) -> {story['id_to']} ({role(story['id_to'])}) at "
                            f"{story['t']}{after}", **fields)
         elif kind == "topic_deleted":
-            yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} "
-                           "(DELETE_TOPIC_IN_NAMESRV)", **fields)
+            yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} by "
+                           f"{story.get('client') or '?'} (DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
+            answered = story.get("topics_answered")
+            differs = (f"; the NameServer answered {answered:,}: the capture misses some of what it held"
+                       if answered is not None and answered != story.get("topics") else "")
+            held = _plural(story.get("topics") or 0, "topic{s}")
             yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
-                           f"{story['t']}", **fields)
+                           f"{story['t']} by {story.get('client') or '?'} ({held} of it held{differs})", **fields)
 
 
 def _controller_findings(controller: Item | None, stories: list[Item]) -> Iterable[Item]:
@@ -587,6 +611,90 @@ def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
                 sessions=[{"session": b["session"], "cluster": b["cluster"], "broker_name": b["broker_name"],
                            "broker_id": b["broker_id"]} for b in seen]))
     return found
+
+
+def _deleted_by_operator(drop: Item, deletions: Sequence[Item]) -> list[Item]:
+    """The captured deletions (topic_deleted stories, at any NameServer) that explain a drop: each
+    topic the table lost deleted between DELETION_BEFORE_S before the table that had it was last seen
+    and DELETION_AFTER_S after the drop; empty if one is not (or the lost topics are not known)."""
+    removed = drop.get("removed") or []
+    low, high = drop["had_at"] - DELETION_BEFORE_S, drop["t"] + DELETION_AFTER_S
+    causes = []
+    for topic in removed:
+        cause = next((d for d in deletions if d["topic"] == topic and low <= _seconds(d["t"]) <= high), None)
+        if cause is None:
+            return []
+        causes.append(cause)
+    return causes
+
+
+#: the finding that tells each way a broker's stay ends (analysis/replay.py's ``end``)
+_END_KINDS = {"expired": "heartbeat_expired", "connection_closed": "broker_connection_closed",
+              "unregistered": "broker_unregistered"}
+
+
+def _tie_lookups(found: list[Item], lookups: list[Item]) -> set[int]:
+    """Each failed route lookup whose cause the replay saw goes under the finding that tells that
+    cause (the broker's end, a fail-over telling it, the deletion, the restart), in its evidence
+    (``failed_lookups``) and its message; returns the lookups so told (by index)."""
+    told: set[int] = set()
+    for index, lookup in enumerate(lookups):
+        cause = lookup["cause"]
+        target = None if cause is None else next((item for item in found if _tells(item, cause, lookup)), None)
+        if target is None:
+            continue
+        told.add(index)
+        target.setdefault("failed_lookups", []).append(
+            {key: lookup[key] for key in ("topic", "client", "count", "first", "last", "server")})
+    for item in found:
+        failed = item.get("failed_lookups")
+        if failed:
+            item["message"] += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST "
+                                f"for {_tally(failed, 'topic', clients=True)}: {_why(item)}")
+    return told
+
+
+def _tells(item: Item, cause: Item, lookup: Item) -> bool:
+    """Whether a finding's item tells the cause a failed lookup had (by kind, subject and time)."""
+    kind, when = cause["kind"], bool(item.get("t") == cause["t"])
+    if kind == "departed":
+        if item["kind"] == "failover":
+            return when and bool(item.get("old_master") == cause["broker_addr"])
+        return when and bool(item["kind"] == _END_KINDS.get(cause["end"]) and
+                             item.get("broker_addr") == cause["broker_addr"])
+    same_server = bool(item.get("server") == lookup["server"])
+    if kind == "deleted":
+        return when and same_server and bool(item["kind"] == "topic_deleted" and item.get("topic") == cause["topic"])
+    return when and same_server and bool(item["kind"] == "server_restart")
+
+
+def _why(item: Item) -> str:
+    """Why the lookups the finding tells found no route."""
+    if item["kind"] == "topic_deleted":
+        return "the topic was deleted"
+    if item["kind"] == "server_restart":
+        return "the NameServer came back with no routes and had none for them yet (brokers re-register within 30 s)"
+    return "the broker that left held the last route of those topics"
+
+
+def _unexplained(explained: set[int], lookups: list[Item], client: Any, topic: Any, count: int, first: Any,
+                 last: Any) -> tuple[int, Any, Any]:
+    """A client's TOPIC_NOT_EXIST answers for a topic less those a cause's finding tells; first and
+    last of the rest where the replay saw them (else as counted)."""
+    mine = [(i, lookup) for i, lookup in enumerate(lookups) if lookup["client"] == client and lookup["topic"] == topic]
+    told = sum(lookup["count"] for i, lookup in mine if i in explained)
+    rest = [lookup for i, lookup in mine if i not in explained]
+    count = max(count - told, 0)
+    if told and rest:
+        first = min(_seconds(lookup["first"]) for lookup in rest)
+        last = max(_seconds(lookup["last"]) for lookup in rest)
+    return count, first, last
+
+
+def _seconds(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:

@@ -19,6 +19,8 @@ PLOTTED_BROKERS in the report's order, which include all it has of the brokers p
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,13 +121,14 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
 
     Names, cluster, id and version: the last its requests gave; ``registrations``: its
     REGISTER_BROKER requests, refused or not; body sizes: of those; topic counts: what the
-    NameServer held for it after each accepted registration (held.py; a slave, whose table the
-    server does not apply: what it announced), and their drops; data versions going backwards: of
-    accepted registrations; ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED).
+    NameServer held for its group over the stay, by the replay (replay.Stay.topics: the broker
+    name's queues in the server's tables, after deletions and restarts too), and their drops (with
+    the topics that left); data versions going backwards: of accepted registrations;
+    ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED).
     ``observed_until``: when the captures that observed its server ended (Sessions.end_of; else
     its capture period's end): a broker alive at the end is silent until then."""
     events = stay.events
-    walk, registered, refused, crc_failures, bins = _walk(events, time_bins, observed_until)
+    walk, registered, refused, crc_failures, bins = _walk(events, time_bins, observed_until, stay.topics)
     trailing = walk.silent_until_period_end() if stay.end == ALIVE else None
     if stay.end == EXPIRED and stay.ended_at is not None and stay.silence_s is not None:
         walk.gaps.append({"from": stay.ended_at - stay.silence_s, "to": stay.ended_at, "seconds": stay.silence_s,
@@ -144,7 +147,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
         "refused_registrations": len(refused), "crc_failures": len(crc_failures),
         **_intervals(walk), "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
-        "would_expire": int(stay.end == EXPIRED), **_bodies(registrations, registered),
+        "would_expire": int(stay.end == EXPIRED), **_bodies(registrations, stay.topics),
         "unregistered": stay.end == UNREGISTERED, "ended": stay.end,
         "connection_closes": int(stay.end == CLOSED), "ended_at": stay.ended_at, "silence_s": stay.silence_s,
         "ids": [{"broker_id": i, "role": role(i), "from": t} for i, t in stay.ids],
@@ -152,7 +155,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         "closes": [{"t": stay.ended_at, "how": stay.closed}] if stay.end == CLOSED else [],
         "refused": refused, "closed": stay.closed, "last_alive": stay.last_alive if registered else None,
         "trailing_s": trailing, "registered_again": stay.back,
-        "topic_drops": _drops([{**e, "held": held} for e in registered if (held := _topics(e)) is not None], "held"),
+        "topic_drops": stay.topic_drops,
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
         "interval_buckets": _buckets(walk.intervals),
         "bins": {"bin": sorted(bins), "heartbeats": [bins[index][0] for index in sorted(bins)],
@@ -163,9 +166,12 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
 _Walked = tuple["_Walk", list[dict[str, Any]], list[dict[str, Any]], list[float], dict[int, list[Any]]]
 
 
-def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: float | None = None) -> _Walked:
+def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: float | None = None,
+          topics: Sequence[tuple[float, int]] = ()) -> _Walked:
     """A stay's signs of life walked in time order: intervals and gaps, accepted and refused
-    registrations, CRC failures, and heartbeats and topics held per time bin."""
+    registrations, CRC failures, and heartbeats and topics held (``topics``: replay.Stay.topics)
+    per time bin."""
+    changes = [t for t, _ in topics]
     walk = _Walk(time_bins, observed_until)
     registered: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
@@ -185,9 +191,9 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
                                 "crc_failure": event["crc_ok"] is False})
             else:
                 registered.append(event)
-                held = _topics(event)
-                if held is not None:
-                    cell[1] = max(cell[1] or 0, held)
+                at = bisect.bisect_right(changes, t) - 1
+                if at >= 0:
+                    cell[1] = max(cell[1] or 0, topics[at][1])
         elif event["code"] == RequestCode.UNREGISTER_BROKER:
             walk.previous_alive = None
         if event["alive"]:
@@ -202,10 +208,10 @@ def _intervals(walk: _Walk) -> dict[str, Any]:
             "max_gap_s": max(walk.intervals + walk.trailing, default=None)}
 
 
-def _bodies(registrations: list[dict[str, Any]], registered: list[dict[str, Any]]) -> dict[str, Any]:
+def _bodies(registrations: list[dict[str, Any]], held: list[tuple[float, int]]) -> dict[str, Any]:
     sizes = [e["body_len"] for e in registrations if e["body_len"] is not None]
     compressed = {e["compressed"] for e in registrations if e["compressed"] is not None}
-    topics = [held for held in map(_topics, registered) if held is not None]
+    topics = [count for _, count in held]
     return {"body_len_min": min(sizes, default=None), "body_len_median": float(np.median(sizes)) if sizes else None,
             "body_len_max": max(sizes, default=None),
             "compressed": "mixed" if len(compressed) > 1 else str(compressed.pop()).lower() if compressed else None,
@@ -218,14 +224,6 @@ def _buckets(intervals: list[float]) -> list[int]:
     for interval in intervals:
         buckets[min(int(interval // INTERVAL_BUCKET_S), _LAST_BUCKET)] += 1
     return buckets
-
-
-def _topics(registration: dict[str, Any]) -> int | None:
-    """The topics the NameServer holds for a broker after an accepted registration; for a slave,
-    whose table it does not apply, the topics it announced."""
-    held: int | None = registration["topics_held"]
-    count: int | None = registration["topic_count"]
-    return count if held is None else held
 
 
 def _drops(registrations: list[dict[str, Any]], key: str, *also: str) -> list[dict[str, Any]]:

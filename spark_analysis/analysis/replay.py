@@ -1,15 +1,25 @@
 """The NameServer's own state machine as the judge: each session of a server endpoint replayed
 through the server's RouteInfoManager and its housekeeping, with the capture's clock.
 
-Registrations, heartbeats (QUERY_DATA_VERSION, BROKER_HEARTBEAT), UNREGISTER_BROKER,
-DELETE_TOPIC_IN_NAMESRV, WIPE/ADD_WRITE_PERM_OF_BROKER and the closes of the connections brokers
-registered over are applied in capture order, and the expiry scan runs at the server's own interval
-(scanNotActiveBroker: 10 s in 4.9.8, 5 s in 5.x) in between. What the replay then says is what the
-report says: each broker's stay (from an accepted registration to its end), how it ended
-(unregistered; its connection closed by the broker; expired by the NameServer after N s of
-silence, which a close by the server of a broker silent past the expiry is: the NameServer's idle
-close; its server went away; alive at the end), with the packets as evidence; and the stories a
-session's stays tell together: a fail-over, a broker moved or re-numbered.
+Registrations (each read by the server's RegisterBrokerHeader, its body by the server's decoder,
+applied whole: the topics of its table too), heartbeats (QUERY_DATA_VERSION, BROKER_HEARTBEAT),
+UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV, WIPE/ADD_WRITE_PERM_OF_BROKER and the closes of the
+connections brokers registered over are applied in capture order, and the expiry scan runs at the
+server's own interval (NamesrvConfig.scan_interval_s) in between; a channel silent past the
+server's serverChannelMaxIdleTimeSeconds is closed as its idle handler closes it. The generation's
+rules are those compat.profile_for_version gives for the brokers' MQVersion.
+
+What the replay then says is what the report says: each broker's stay (from an accepted
+registration to its end), how it ended (unregistered; its connection closed by the broker; expired
+by the NameServer after N s of silence, which a close by the server of a broker silent past the
+idle time is; its server went away; alive at the end), with the packets as evidence; the topics the
+server held for its group over the stay (its broker name's queues in topicQueueTable, the routes
+through it: a deletion, a later registration or a restart shows; a split registration's bodies add
+up, as the server applies them; a slave's own table is applied only where the generation makes it
+the group's prime slave), and the topics that left; the route lookups answered TOPIC_NOT_EXIST
+that its tables explain (the topic's last broker left, it was deleted, or the server came back
+empty after a restart); and the
+stories a session's stays tell together: a fail-over, a broker moved or re-numbered.
 
 Pure Python: the liveness tasks run it per server endpoint (spark/liveness_stage.py).
 """
@@ -21,22 +31,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_analysis.decode.rows import CONNECTION_CLOSED
-from spark_analysis.model.endpoints import EndpointStory
-from spark_analysis.model.periods import EXPIRY_SECONDS
+from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.sessions import Sessions, iso_time
-from twisted_namesrv.bodies.register import RegisterBrokerBody
+from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
+from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
+from twisted_namesrv.bodies.route import MASTER_ID
+from twisted_namesrv.compat import JAVA_4_9_8, Profile, profile_for_version
 from twisted_namesrv.remoting import RequestCode
-from twisted_namesrv.remoting.codes import V4_9_8, V5_0_0, version_ordinal
 from twisted_namesrv.state.config import NamesrvConfig
-from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
+from twisted_namesrv.state.registration import memo_of, request_of
+from twisted_namesrv.state.routes import RouteChange, RouteInfoManager
 
-#: how often each generation's NameServer scans for brokers silent past their timeout
-SCAN_S = {"4.9.8": 10.0, "5.3.3": 5.0}
-#: a close by the server of a broker silent this long is the NameServer's idle close: an expiry
-IDLE_CLOSE_S = EXPIRY_SECONDS - 1.0
 ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
     "alive", "unregistered", "connection_closed", "expired", "server_stopped", "refused")
+#: why a route was gone when a lookup found none (Lookup.cause's ``kind``): a broker's stay ended
+#: (how: ``end``), the topic was deleted, the server came back without it after a restart
+DEPARTED, DELETED, RESTARTED = "departed", "deleted", "restarted"
 _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+#: the server's idle handler fires on the last byte, the replay counts from the last heartbeat:
+#: a close by the server this close to the idle time is that close
+_IDLE_SLACK_S = 1.0
 
 
 @dataclass
@@ -57,6 +71,13 @@ class Stay:
     silence_s: float | None = None
     closed: str | None = None  # how its connection closed (fin/rst from client/server), when it did
     back: float | None = None  # when the same address registered again in the session, after this stay
+    #: (when, how many) the server held for it, at each change over the stay (the module's docstring)
+    topics: list[tuple[float, int]] = field(default_factory=list)
+    #: where that count went down: t, from, to, ``removed`` (the topics that left, when known) and
+    #: ``had_at`` (when the table that still had them was last seen)
+    topic_drops: list[dict[str, Any]] = field(default_factory=list)
+    table_known: bool = False  # a registration of its with a decodable table was applied
+    names: frozenset[str] | None = None  # the topics of the last count
 
     @property
     def broker_id(self) -> int | None:
@@ -65,21 +86,77 @@ class Stay:
     def finish(self, end: str, t: float, silence: float | None = None) -> None:
         self.end, self.ended_at, self.silence_s = end, t, silence
 
+    def held(self, t: float, count: int, removed: list[str] | None = None, had_at: float | None = None) -> None:
+        """The server holds ``count`` topics for it from ``t`` on (a drop says what left, if known)."""
+        if self.topics and self.topics[-1][1] == count:
+            return
+        if self.topics and count < self.topics[-1][1]:
+            self.topic_drops.append({"t": t, "from": self.topics[-1][1], "to": count, "removed": removed,
+                                     "had_at": self.topics[-1][0] if had_at is None else had_at})
+        self.topics.append((t, count))
+
+
+@dataclass
+class Lookup:
+    """Route lookups of one topic by one client answered TOPIC_NOT_EXIST, and what the replay says
+    made them fail: ``cause`` None (the capture shows no cause: the topic was unknown there), or
+    (kind, the stay that left, the deletion event, the outage the server came back from)."""
+
+    topic: str | None
+    client: str | None
+    count: int
+    first: float
+    last: float
+    cause: tuple[str, Any] | None
+
 
 @dataclass
 class Replay:
-    """What a server endpoint's replay found: its stays and its session-level stories."""
+    """What a server endpoint's replay found: its stays, its session-level stories and its failed lookups."""
 
     stays: list[Stay] = field(default_factory=list)
     stories: list[dict[str, Any]] = field(default_factory=list)
+    lookups: list[Lookup] = field(default_factory=list)
 
 
-def generation(version_name: str | None) -> str:
-    """The NameServer generation whose rules apply to a broker speaking this version."""
-    try:
-        return "5.3.3" if version_ordinal(version_name or "") >= V5_0_0 else "4.9.8"
-    except (KeyError, ValueError):
-        return "4.9.8"
+class Bodies:
+    """The registration bodies of one server's events, by digest: kept from the event that carried
+    one (the first time its connection sent it), decoded once by the server's decoder."""
+
+    def __init__(self) -> None:
+        self._raw: dict[bytes, bytes] = {}
+        self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
+        self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
+
+    def keep(self, event: dict[str, Any]) -> None:
+        if event["body"] is not None and event["body_key"] is not None:
+            self._raw.setdefault(event["body_key"], event["body"])
+
+    def raw(self, event: dict[str, Any]) -> bytes | None:
+        return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
+
+    def unchanged(self, event: dict[str, Any], header: RegisterBrokerHeader, digest: bytes) -> RegisterBrokerBody:
+        """The body as the server's decoder reads it when ``digest`` is a table its broker's queues
+        hold (one of its memos): only its dataVersion (decoded once per body: the same bytes, the
+        same answer)."""
+        key = (event["body_key"], header.compressed, event["version"], digest)
+        found = self._unchanged.get(key)
+        if found is None:
+            found = self._unchanged[key] = decode_register_body(self.raw(event), header.compressed, event["version"],
+                                                                known_digests=(digest,))
+        return found
+
+    def decoded(self, event: dict[str, Any], header: RegisterBrokerHeader) -> RegisterBrokerBody | None:
+        """The whole table, or None where it is undecodable or was not captured."""
+        key = (event["body_key"], header.compressed, event["version"])
+        if key not in self._decoded:
+            raw = self.raw(event)
+            try:
+                self._decoded[key] = None if raw is None else decode_register_body(
+                    raw, header.compressed, event["version"])
+            except RegisterBodyError:
+                self._decoded[key] = None
+        return self._decoded[key]
 
 
 def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions, story: EndpointStory | None,
@@ -88,66 +165,133 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
     ``session_end(t)``: the end of the capture period holding ``t``."""
     events.sort(key=lambda e: (e["t"], e["code"] == CONNECTION_CLOSED))
     by_session: dict[float, list[dict[str, Any]]] = {}
+    bodies = Bodies()
     for event in events:
+        bodies.keep(event)
         by_session.setdefault(sessions.start_of(server, event["t"]), []).append(event)
     replay = Replay()
+    held_before: dict[str, float] = {}  # topic -> when an earlier session of this server last held it
     for start, found in sorted(by_session.items()):
         outage = None
         if story is not None:
             outage = next((o for o in story.outages if o.down >= start - 1.0), None)
         end = outage.down if outage is not None else session_end(found[-1]["t"])
-        session = _SessionReplay(server, sessions.name(server, start), start, found, story)
+        back_from = None if story is None else next(
+            (o for o in story.outages if o.up is not None and abs(o.up - start) <= 1.0), None)
+        session = _SessionReplay(server, sessions.name(server, start), start, found, story, bodies)
         session.run(end, stopped=outage is not None)
         for index, stay in enumerate(session.stays):
             stay.back = next((later.registered for later in session.stays[index + 1:]
                               if later.broker_addr == stay.broker_addr and later.end != REFUSED), None)
         replay.stays += session.stays
         replay.stories += session.stories + stories_of(session.stays)
+        replay.lookups += session.lookups(held_before, back_from)
+        held_before.update(session.ever_held)
     return replay
 
 
 class _SessionReplay:
     def __init__(self, server: str, session: str, start: float, events: list[dict[str, Any]],
-                 story: EndpointStory | None) -> None:
-        self.server, self.session, self.events, self.story = server, session, events, story
-        gen = max((generation(e["version_name"]) for e in events if e["version_name"]), default="4.9.8")
-        self.version = V5_0_0 if gen == "5.3.3" else V4_9_8
+                 story: EndpointStory | None, bodies: Bodies) -> None:
+        self.server, self.session, self.events, self.story, self.bodies = server, session, events, story, bodies
+        self.profile: Profile = max((profile_for_version(e["version"]) for e in events
+                                     if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None),
+                                    key=lambda p: p.mq_version, default=JAVA_4_9_8)
+        self.config = NamesrvConfig({"compatVersion": self.profile.name})
+        self.idle_s = float(self.config["serverChannelMaxIdleTimeSeconds"])
         self.now = start
-        self.scan_every = SCAN_S[gen]
+        self.scan_every = self.config.scan_interval_s
         self.next_scan = start + self.scan_every
-        self.manager = RouteInfoManager(NamesrvConfig({"compatVersion": gen}), lambda: self.now)
+        self.manager = RouteInfoManager(self.config, lambda: self.now, on_lost=self._lost)
+        self.manager.subscribe(self._changed)
         self.open: dict[str, Stay] = {}
+        self.latest: dict[str, Stay] = {}  # broker address -> its latest stay
         self.stays: list[Stay] = []
         self.stories: list[dict[str, Any]] = []
+        self.gone: dict[str, tuple[str, Any]] = {}  # topic -> why it left the tables (its latest leaving)
+        self.ever_held: dict[str, float] = {}  # topic -> when it was last seen held
+        self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
+        self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
+        self._counted = -1
+        self._uncounted = False  # a stay opened or changed its id since the last count
+        self._held: dict[str, frozenset[str]] = {}
 
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
             self.scan_until(event["t"])
             self.now = event["t"]
             self.apply(event)
+            self.note_topics(event["t"])
         self.scan_until(end)
+        self.note_topics(end)
         for stay in list(self.open.values()):
             if stopped:
                 stay.finish(SERVER_STOPPED, end)
             self.open.pop(stay.broker_addr)
 
+    # -- what the tables hold ---------------------------------------------------------------------
+    def _changed(self, change: RouteChange) -> None:
+        table = self.manager.topicQueueTable
+        topics = table if change.everything else change.topics
+        for topic in topics:
+            if topic in table:
+                self.first_held.setdefault(topic, self.now)
+
+    def _lost(self, kind: str, info: dict[str, Any], topics: list[str]) -> None:
+        """A departure took these topics out of the tables (no group serves them any more)."""
+        stay = self.latest.get(str(info.get("addr")))
+        for topic in topics:
+            self.gone[topic] = (DEPARTED, stay)
+            self.ever_held[topic] = self.now
+
+    def note_topics(self, t: float) -> None:
+        """Each open stay's count of its group's topics in the server's tables: a master's once a
+        table of its was applied, a slave's once its group holds any (the server applies a slave's
+        table only where it is the group's prime slave)."""
+        if self.manager.generation == self._counted and not self._uncounted:
+            return  # nothing changed the tables, and every open stay was counted since
+        self._uncounted = False
+        if self.manager.generation != self._counted:
+            self._counted = self.manager.generation
+            held: dict[str, set[str]] = {}
+            for topic, queues in self.manager.topicQueueTable.items():
+                for name in queues:
+                    held.setdefault(name, set()).add(topic)
+            self._held = {name: frozenset(topics) for name, topics in held.items()}
+        for stay in self.open.values():
+            if stay.broker_name is None or (stay.broker_id == MASTER_ID and not stay.table_known):
+                continue
+            now = self._held.get(stay.broker_name)
+            if now is None and stay.names is None:
+                continue  # nothing held for its group yet
+            now = now or frozenset()
+            if now is not stay.names:
+                dropped = stay.names is not None and len(now) < len(stay.names)
+                stay.held(t, len(now), sorted(stay.names - now) if dropped else None)  # type: ignore[operator]
+                stay.names = now
+
+    # -- housekeeping -----------------------------------------------------------------------------
     def scan_until(self, t: float) -> None:
-        """The server's idle close (a channel silent EXPIRY_SECONDS is closed: Netty's idle
-        handler, serverChannelMaxIdleTimeSeconds) and its housekeeping scan at each tick, up to ``t``."""
-        for stay in [s for s in self.open.values() if t - s.last_alive > EXPIRY_SECONDS]:
-            self.now = stay.last_alive + EXPIRY_SECONDS
-            self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {EXPIRY_SECONDS} s")
+        """The server's idle close (a channel silent serverChannelMaxIdleTimeSeconds is closed:
+        Netty's idle handler) and its housekeeping scan at each tick, up to ``t``."""
+        for stay in [s for s in self.open.values() if t - s.last_alive > self.idle_s]:
+            self.now = stay.last_alive + self.idle_s
+            self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {self.idle_s:g} s")
             self.open.pop(stay.broker_addr)
-            stay.finish(EXPIRED, self.now, float(EXPIRY_SECONDS))
+            stay.finish(EXPIRED, self.now, self.idle_s)
         while self.next_scan <= t:
             self.now = self.next_scan
+            timeouts = {live.channel: live.heartbeatTimeoutMillis / 1000
+                        for live in self.manager.brokerLiveTable.values()}
             for channel in self.manager.scan_not_active_broker():
                 scanned = self.open.get(str(channel))
                 if scanned is not None:  # the moment the timeout passed, not the tick that saw it
                     del self.open[scanned.broker_addr]
-                    scanned.finish(EXPIRED, scanned.last_alive + EXPIRY_SECONDS, float(EXPIRY_SECONDS))
+                    timeout = timeouts.get(channel, self.idle_s)
+                    scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
             self.next_scan += self.scan_every
 
+    # -- the requests -----------------------------------------------------------------------------
     def apply(self, event: dict[str, Any]) -> None:
         code, addr, t = event["code"], event["broker_addr"], event["t"]
         if code == RequestCode.REGISTER_BROKER:
@@ -169,6 +313,8 @@ class _SessionReplay:
                 stay.finish(UNREGISTERED, t)
         elif code == CONNECTION_CLOSED:
             self.closed(event)
+        elif code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            self.lookup_failed(event)
         elif event["response_code"] in (0, None):
             self.administer(event)
 
@@ -182,18 +328,34 @@ class _SessionReplay:
                 self.stays.append(stay)
             stay.events.append(event)
             return
-        self.manager.register_broker(RegisterRequest(
-            clusterName=event["cluster"] or "", brokerAddr=addr, brokerName=event["broker_name"] or "",
-            brokerId=event["broker_id"] if event["broker_id"] is not None else 0, haServerAddr=None,
-            body=RegisterBrokerBody(), channel=addr, version=self.version))
+        header = RegisterBrokerHeader.from_ext(dict(event["ext"] or {}))  # Arrow gives a map as pairs
+        table = self.bodies.decoded(event, header)
+        self.manager.register_broker(self._request(event, header, table))
         if stay is None:
             stay = self.open[addr] = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t)
             self.stays.append(stay)
+            self.latest[addr] = stay
         if not stay.ids or stay.ids[-1][0] != event["broker_id"]:
             stay.ids.append((event["broker_id"], t))
+            self._uncounted = True
         stay.cluster, stay.broker_name = event["cluster"] or stay.cluster, event["broker_name"] or stay.broker_name
         stay.events.append(event)
         stay.last_alive = t
+        if table is not None and not stay.table_known:
+            stay.table_known = self._uncounted = True
+
+    def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None) -> Any:
+        """The registration as the server's handler makes it: the broker's table whole, unless the
+        table is the one its queues hold already (the server's memo: the decoder then reads only
+        the dataVersion), or none (no body captured, or undecodable: liveness only)."""
+        names = (event["cluster"] or "", event["broker_addr"], event["broker_name"] or "")
+        broker_id = event["broker_id"] if event["broker_id"] is not None else MASTER_ID
+        body = table or RegisterBrokerBody()
+        memos = self.manager.registration_memo(*names, broker_id, bool(header.enableActingMaster))
+        if table is not None and memos is not None and memo_of(memos, table.tableDigest) is not None:
+            body = self.bodies.unchanged(event, header, table.tableDigest)  # type: ignore[arg-type]
+        return request_of(header, (names[0], names[1], names[2]), broker_id, body, event["broker_addr"],
+                          event["version"] or 0, self.profile.per_broker_heartbeat_timeout)
 
     def closed(self, event: dict[str, Any]) -> None:
         addr, t, how = event["broker_addr"], event["t"], str(event["closed"])
@@ -201,7 +363,8 @@ class _SessionReplay:
         self.manager.on_channel_destroy(addr)
         if stay is None:  # the idle close the replay already applied: its packet is the evidence
             expired = next((s for s in reversed(self.stays) if s.broker_addr == addr), None)
-            if expired is not None and expired.end == EXPIRED and abs((expired.ended_at or 0.0) - t) <= SCAN_S["5.3.3"]:
+            if expired is not None and expired.end == EXPIRED and abs((expired.ended_at or 0.0) - t) <= (
+                    self.scan_every):
                 expired.events.append(event)
                 expired.closed, expired.ended_at = how, t
                 expired.silence_s = t - expired.last_alive
@@ -211,25 +374,82 @@ class _SessionReplay:
         silence = t - stay.last_alive
         if how.endswith("from server") and self.story is not None and self.story.went_away(t):
             stay.finish(SERVER_STOPPED, t)
-        elif how.endswith("from server") and silence >= IDLE_CLOSE_S:
+        elif how.endswith("from server") and silence >= self.idle_s - _IDLE_SLACK_S:
             stay.finish(EXPIRED, t, silence)
         else:
             stay.finish(CLOSED, t)
 
     def administer(self, event: dict[str, Any]) -> None:
-        """Applied as the server applies them; the stories say no topic counts: brokers are replayed
-        without the topics of their bodies, so the replay's tables cannot tell who held a topic."""
+        """Applied as the server applies them; a write-permission change says how many topics the
+        replay's tables changed and, when captured, how many the server answered it changed."""
         code, t = event["code"], event["t"]
-        common = {"t": iso_time(t), "server": self.server, "session": self.session, "cluster": event["cluster"]}
+        common = {"t": iso_time(t), "server": self.server, "session": self.session, "cluster": event["cluster"],
+                  "client": event["client"]}
         if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-            self.manager.delete_topic(event["topic"], event["cluster"])
-            self.stories.append({"kind": "topic_deleted", "topic": event["topic"], **common})
-        elif code == RequestCode.WIPE_WRITE_PERM_OF_BROKER:
-            self.manager.wipe_write_perm_of_broker(event["broker_name"])
-            self.stories.append({"kind": "write_perm_wiped", "broker_name": event["broker_name"], **common})
-        elif code == RequestCode.ADD_WRITE_PERM_OF_BROKER:
-            self.manager.add_write_perm_of_broker(event["broker_name"])
-            self.stories.append({"kind": "write_perm_added", "broker_name": event["broker_name"], **common})
+            topic = event["topic"]
+            held = topic in self.manager.topicQueueTable
+            self.manager.delete_topic(topic, event["cluster"])
+            if held and topic not in self.manager.topicQueueTable:
+                self.gone[topic] = (DELETED, event)
+                self.ever_held[topic] = t
+            self.stories.append({"kind": "topic_deleted", "topic": topic, **common})
+        elif code in (RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER):
+            wipe = code == RequestCode.WIPE_WRITE_PERM_OF_BROKER
+            change = self.manager.wipe_write_perm_of_broker if wipe else self.manager.add_write_perm_of_broker
+            count = change(event["broker_name"])
+            self.stories.append({"kind": "write_perm_wiped" if wipe else "write_perm_added",
+                                 "broker_name": event["broker_name"], "topics": count,
+                                 "topics_answered": event["topic_count"], **common})
+
+    def lookup_failed(self, event: dict[str, Any]) -> None:
+        """A lookup answered TOPIC_NOT_EXIST: why the topic had no route then, if the replay knows."""
+        topic = event["topic"]
+        cause = None if topic in self.manager.topicQueueTable else self.gone.get(topic)
+        key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
+        found = self.failed.get(key)
+        if found is None:
+            self.failed[key] = Lookup(topic, event["client"], 1, event["t"], event["t"], cause)
+        else:
+            found.count += 1
+            found.last = event["t"]
+
+    def lookups(self, held_before: dict[str, float], back_from: Outage | None) -> list[Lookup]:
+        """The failed lookups; one with no cause of its own is tied to the restart this session
+        came back from when an earlier session held the topic: the server came back empty and had
+        no route for it yet (the cause carries when its route came back, if it did)."""
+        found = []
+        for lookup in self.failed.values():
+            topic = lookup.topic or ""
+            if lookup.cause is None and back_from is not None and topic in held_before:
+                lookup.cause = (RESTARTED, (back_from, self.first_held.get(topic)))
+            found.append(lookup)
+        for topic in self.manager.topicQueueTable:
+            self.ever_held[topic] = self.now
+        return found
+
+
+def lookup_stories(lookups: list[Lookup], server: str) -> list[dict[str, Any]]:
+    """The failed lookups as stories (JSON-like, for the driver): per topic, client and cause,
+    the cause told as the finding that tells it names it (findings.py ties them together)."""
+    told = []
+    for lookup in lookups:
+        story: dict[str, Any] = {"kind": "lookup_failed", "server": server, "topic": lookup.topic,
+                                 "client": lookup.client, "count": lookup.count, "first": iso_time(lookup.first),
+                                 "last": iso_time(lookup.last), "cause": None}
+        if lookup.cause is not None:
+            kind, what = lookup.cause
+            if kind == DEPARTED and what is not None:
+                story["cause"] = {"kind": DEPARTED, "end": what.end, "broker_addr": what.broker_addr,
+                                  "broker_name": what.broker_name, "t": iso_time(what.ended_at or lookup.first)}
+            elif kind == DELETED:
+                story["cause"] = {"kind": DELETED, "t": iso_time(what["t"]), "client": what["client"],
+                                  "topic": what["topic"]}
+            elif kind == RESTARTED:
+                outage, came = what
+                story["cause"] = {"kind": RESTARTED, "t": iso_time(outage.down), "up": iso_time(outage.up),
+                                  "route_back": None if came is None else iso_time(came)}
+        told.append(story)
+    return told
 
 
 def stories_of(stays: list[Stay]) -> list[dict[str, Any]]:
@@ -268,15 +488,15 @@ def _failovers(cluster: str | None, name: str | None, members: list[Stay], folde
                ) -> list[dict[str, Any]]:
     found = []
     for addr, before, after, t in _id_changes(members):
-        if after != 0 or before == 0:
+        if after != MASTER_ID or before == MASTER_ID:
             continue  # a promotion: a slave of the group made master
-        lost = [s for s in members if s.broker_addr != addr and s.ids and any(i == 0 for i, _ in s.ids)
+        lost = [s for s in members if s.broker_addr != addr and s.ids and any(i == MASTER_ID for i, _ in s.ids)
                 and s.ended_at is not None and s.ended_at <= t]
         if not lost:
             continue
         old = max(lost, key=lambda s: s.ended_at or 0.0)
         back = next(((s.broker_addr, since) for s in members if s.broker_addr == old.broker_addr
-                     for i, since in s.ids if since > (old.ended_at or 0.0) and i not in (None, 0)), None)
+                     for i, since in s.ids if since > (old.ended_at or 0.0) and i not in (None, MASTER_ID)), None)
         folded.add((addr, t))
         if back is not None:
             folded.add(back)

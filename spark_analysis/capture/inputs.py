@@ -83,6 +83,12 @@ class Piece(NamedTuple):
     rows: bytes  # SEGMENT records
     payload: bytes | None  # None: the offsets are into the file at ``path``
 
+    @property
+    def input_index(self) -> int:
+        """The input it was read from, by its index among the inputs (the driver names it): not
+        ``path``, which for a gzip capture is the file it was inflated into."""
+        return int(np.frombuffer(self.rows, SEGMENT, count=1)["file"][0])
+
 
 def connection_table(pieces: Iterable[Piece]) -> SegmentTable:
     """One 4-tuple's pieces as one table in capture order. The payloads of a local file smaller

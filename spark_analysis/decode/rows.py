@@ -7,6 +7,7 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -24,11 +25,10 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.held import HeldTopics
-from spark_analysis.decode.schema import REGISTRATION_ROWS
+from spark_analysis.decode.schema import EVENT_ROWS, REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
-from twisted_namesrv.remoting import RequestCode, SerializeType
+from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 
@@ -43,14 +43,12 @@ ADMIN_CODES = (RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_
 #: code is negative): the NameServer forgets the broker at once (onChannelDestroy)
 CONNECTION_CLOSED = -1
 _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
-#: the registrations/ columns an EVENT row repeats (schema.EVENT_ROWS)
-_EVENT_COLUMNS = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
-    "topic_count", "cluster", "broker_id"))
-_TOPICS_HELD = _REGISTRATION_COLUMNS.index("topics_held")
-_REGISTRATION_TAIL = tuple(_REGISTRATION_COLUMNS.index(name) for name in (
-    "response_code", "crc_ok", "body_len", "compressed", "data_version_counter", "data_version_ts"))
+_EVENT_COLUMNS = EVENT_ROWS.names
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
+#: the admin requests' answers that count topics (WIPE/ADD_WRITE_PERM: wipeTopicCount, addTopicCount)
+_ANSWERED_COUNTS: dict[int, str] = {RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
+                                    RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount"}
 
 #: a row of one of schema.py's *_ROWS, as a tuple in column order
 Row = tuple[Any, ...]
@@ -77,6 +75,7 @@ class BodySummary(NamedTuple):
     data_version_ms: int | None
     filter_servers: list[str] | None
     decoded: RegisterBrokerBody | None = None
+    key: bytes | None = None  # the body's digest: what the replay keeps it by (EVENT_ROWS ``body_key``)
 
 
 def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
@@ -136,36 +135,41 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
             requests.append(captured)
             answers.append(None)
     bodies = _BodyCache()
-    held = HeldTopics()
-    server = connection.server
+    server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
+    shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
     for request, answer in zip(requests, answers, strict=True):
-        yield CALL, call_row(conn_id, connection.client, request, answer, server)
+        yield CALL, call_row(conn_id, client, request, answer, server)
+        if request.direction != REQUEST:
+            continue
         code = request.command.code
-        if code == RequestCode.REGISTER_BROKER and request.direction == REQUEST:
-            registration = registration_row(conn_id, request, answer, bodies, held, server)
+        if code == RequestCode.REGISTER_BROKER:
+            registration = registration_row(conn_id, request, answer, bodies, server)
             yield REGISTRATION, registration
             if registration[_BROKER_ADDR] is not None:
                 registered[registration[_BROKER_ADDR]] = registration
-                yield EVENT, registration_event(request.ts, registration, _version_name(request.command.version),
-                                                request.command.is_oneway, server)
-        elif code in NAMING_CODES and request.direction == REQUEST:
+                summary = bodies.last
+                body = None if summary.key in shipped else bodies.last_body
+                shipped.add(summary.key)  # type: ignore[arg-type]
+                yield EVENT, registration_event(request, registration, summary, body, client, server)
+        elif code in NAMING_CODES:
             # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
             # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
             header = RegisterBrokerHeader.from_ext(request.command.ext)
             if header.brokerAddr is not None:
-                if code == RequestCode.UNREGISTER_BROKER:
-                    held.unregister(request.ts, header, request.command.version)
-                yield EVENT, (header.brokerAddr, header.brokerName, request.ts, code,
-                              code != RequestCode.UNREGISTER_BROKER, None, header.clusterName,
-                              header.brokerId, _version_name(request.command.version),
-                              None if answer is None else answer.command.code, None, None, None, None, None,
-                              request.command.is_oneway, server, None, None, None)
-        elif code in ADMIN_CODES and request.direction == REQUEST:
+                yield EVENT, event_row(
+                    request, answer, client, server, broker_addr=header.brokerAddr, broker_name=header.brokerName,
+                    alive=code != RequestCode.UNREGISTER_BROKER, cluster=header.clusterName,
+                    broker_id=header.brokerId)
+        elif code in ADMIN_CODES:
             ext = request.command.ext
-            yield EVENT, (None, ext.get("brokerName"), request.ts, code, False, None, ext.get("clusterName"), None,
-                          _version_name(request.command.version), None if answer is None else answer.command.code,
-                          None, None, None, None, None, request.command.is_oneway, server, None, None, ext.get("topic"))
+            answered = None if answer is None else optional_int(answer.command.ext.get(_ANSWERED_COUNTS.get(code, "")))
+            yield EVENT, event_row(request, answer, client, server, broker_name=ext.get("brokerName"),
+                                   cluster=ext.get("clusterName"), topic=ext.get("topic"), topic_count=answered,
+                                   ext=ext)
+        elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
+              and answer.command.code == ResponseCode.TOPIC_NOT_EXIST):
+            yield EVENT, event_row(request, answer, client, server, topic=request.command.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
     if connection.closed_ts is not None:
@@ -181,9 +185,31 @@ def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterato
     for addr, registration in registered.items():
         cluster, name, broker_id = (registration[_REGISTRATION_COLUMNS.index(column)] for column in (
             "cluster", "broker_name", "broker_id"))
-        yield EVENT, (addr, name, connection.closed_ts, CONNECTION_CLOSED, False, None, cluster, broker_id,
-                      registration[_VERSION], None, None, None, None, None, None, None, connection.server, how,
-                      None, None)
+        yield EVENT, _event(broker_addr=addr, broker_name=name, t=connection.closed_ts, code=CONNECTION_CLOSED,
+                            alive=False, cluster=cluster, broker_id=broker_id, version_name=registration[_VERSION],
+                            server=connection.server, client=connection.client, closed=how)
+
+
+def _event(**values: Any) -> Row:
+    """An EVENT_ROWS row of the values given, the other columns null."""
+    return tuple(values.get(name) for name in _EVENT_COLUMNS)
+
+
+def event_row(request: CapturedCommand, answer: CapturedCommand | None, client: str, server: str | None,
+              **values: Any) -> Row:
+    """A request's EVENT row: its time, code, version, answer and sender, and the ``values`` given."""
+    command = request.command
+    return _event(t=request.ts, code=command.code, version_name=_version_name(command.version),
+                  version=command.version, response_code=None if answer is None else answer.command.code,
+                  oneway=command.is_oneway, client=client, server=server, **values)
+
+
+def optional_int(text: str | None) -> int | None:
+    """A count an answer's header gives as text; None where absent or not a number."""
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
@@ -211,7 +237,7 @@ def call_row(conn_id: str, client: str, request: CapturedCommand, answer: Captur
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
-                     bodies: _BodyCache, held: HeldTopics | None = None, server: str | None = None) -> Row:
+                     bodies: _BodyCache, server: str | None = None) -> Row:
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
@@ -221,27 +247,31 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     body = bodies.summary(command.body, compressed, command.version)
     checked = header.bodyCrc32
     crc_ok = None if checked == 0 else body.crc == checked
-    broker_id = header.brokerId
-    accepted = crc_ok is not False and (answer is None or answer.command.code == 0)
-    topics_held = held.register(request.ts, header, body.decoded, bodies.last_body, command.version) if (
-        held is not None and accepted) else None
     return (
         request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr,
-        broker_id, header.haServerAddr, compressed, len(command.body or b""),
+        header.brokerId, header.haServerAddr, compressed, len(command.body or b""),
         header.bodyCrc32Declared, crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
-        None if answer is None else answer.command.code, _version_name(command.version), topics_held, server,
+        None if answer is None else answer.command.code, _version_name(command.version), server,
         None, None,
     )
 
 
-def registration_event(ts: float, registration: Row, version: str, oneway: bool, server: str | None = None
-                       ) -> Row:
-    """A registration as a sign of life, unless the NameServer refused it, with what brokers.csv
-    keeps of it (``topics_held``: what the server holds for the broker after it)."""
-    return (registration[_BROKER_ADDR], registration[_BROKER_NAME], ts, int(RequestCode.REGISTER_BROKER),
-            (registration[_RESPONSE_CODE] or 0) == 0, *(registration[i] for i in _EVENT_COLUMNS), version,
-            *(registration[i] for i in _REGISTRATION_TAIL), oneway, server, None, registration[_TOPICS_HELD], None)
+def registration_event(request: CapturedCommand, registration: Row, body: BodySummary, raw: bytes | None,
+                       client: str, server: str | None = None) -> Row:
+    """A registration as a sign of life (unless the NameServer refused it: ``alive``), with what
+    brokers.csv keeps of it, its header fields and its body for the replay: ``raw`` the first
+    time this connection sent it, else None (the replay keeps it by ``body.key``)."""
+    columns = dict(zip(_REGISTRATION_COLUMNS, registration, strict=True))
+    return _event(
+        broker_addr=columns["broker_addr"], broker_name=columns["broker_name"], t=request.ts,
+        code=int(RequestCode.REGISTER_BROKER), alive=(columns["response_code"] or 0) == 0 and columns["crc_ok"]
+        is not False, topic_count=columns["topic_count"], cluster=columns["cluster"], broker_id=columns["broker_id"],
+        version_name=columns["version_name"], response_code=columns["response_code"], crc_ok=columns["crc_ok"],
+        body_len=columns["body_len"], compressed=columns["compressed"],
+        data_version_counter=columns["data_version_counter"], data_version_ts=columns["data_version_ts"],
+        oneway=request.command.is_oneway, server=server, client=client, version=request.command.version,
+        ext=request.command.ext, body_key=body.key, body=raw)
 
 
 class _BodyCache:
@@ -252,8 +282,14 @@ class _BodyCache:
 
     @property
     def last_body(self) -> bytes | None:
-        """The body last summarised: what tells an unchanged table at once."""
+        """The body last summarised."""
         return None if self._last is None else self._last[0]
+
+    @property
+    def last(self) -> BodySummary:
+        """The summary of the body last summarised."""
+        assert self._last is not None
+        return self._last[3]
 
     def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
         body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
@@ -267,10 +303,11 @@ class _BodyCache:
 
 def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummary:
     crc = crc32_masked(body)
+    key = hashlib.blake2b(body or b"", digest_size=16).digest()
     try:
         decoded = decode_register_body(body, compressed, version)
     except RegisterBodyError:
-        return BodySummary(crc, None, None, None, None)
+        return BodySummary(crc, None, None, None, None, key=key)
     data_version = decoded.dataVersion
     return BodySummary(crc, len(decoded.topicConfigTable), data_version.counter, data_version.timestamp,
-                       list(decoded.filterServerList), decoded)
+                       list(decoded.filterServerList), decoded, key)

@@ -37,7 +37,7 @@ REGISTRATION_ROWS = _schema(
     ("compressed", pa.bool_()), ("body_len", pa.int32()), ("crc_declared", pa.int64()),
     ("crc_ok", pa.bool_()), ("topic_count", pa.int32()), ("data_version_counter", pa.int64()),
     ("data_version_ts", pa.int64()), ("filter_servers", pa.list_(pa.string())),
-    ("response_code", pa.int32()), ("version_name", pa.string()), ("topics_held", pa.int32()),
+    ("response_code", pa.int32()), ("version_name", pa.string()),
     ("server", pa.string()), ("input", pa.string()), ("session", pa.string()),
 )
 
@@ -54,18 +54,24 @@ CONTROLLER_ROWS = _schema(
     ("sync_state_set_epoch", pa.int32()), ("note", pa.string()), ("input", pa.string()), ("session", pa.string()),
 )
 
-#: requests naming a broker: what brokers.csv and the report's liveness plots are computed from
-#: (code: REGISTER_BROKER, a decode.NAMING_CODES, an ADMIN_CODES or decode.CONNECTION_CLOSED; alive: keeps the broker
-#: registered; server: the NameServer endpoint; closed: how the connection it registered over ended;
-#: topics_held: what the NameServer holds for it after a registration, by its own logic; topic: of
-#: DELETE_TOPIC_IN_NAMESRV, whose row names no broker address, as WIPE/ADD_WRITE_PERM's name none)
+#: what the NameServer's replay (analysis/replay.py) applies, per server endpoint, and brokers.csv and the
+#: report's liveness plots are computed from: requests naming a broker (code: REGISTER_BROKER or a
+#: decode.NAMING_CODES; alive: keeps the broker registered), an administrator's route changes
+#: (decode.ADMIN_CODES: DELETE_TOPIC_IN_NAMESRV's ``topic``; ``topic_count``: the count WIPE/ADD_WRITE_PERM
+#: answered), route lookups answered TOPIC_NOT_EXIST (GET_ROUTEINFO_BY_TOPIC, ``topic``), and the closes of
+#: connections brokers registered over (decode.CONNECTION_CLOSED; ``closed``: how). ``server``: the
+#: NameServer endpoint; ``client``: who asked; ``version``: the request's MQVersion ordinal; ``ext``: the
+#: header fields of a REGISTER_BROKER, UNREGISTER_BROKER or administrator's request, which the replay reads
+#: by the server's rules (RegisterBrokerHeader); ``body_key``: a REGISTER_BROKER body's digest, ``body``:
+#: the body itself the first time its connection sent it (null after: the replay keeps it by its key)
 EVENT_ROWS = _schema(
     ("broker_addr", pa.string()), ("broker_name", pa.string()), ("t", pa.float64()), ("code", pa.int32()),
     ("alive", pa.bool_()), ("topic_count", pa.int32()), ("cluster", pa.string()), ("broker_id", pa.int64()),
     ("version_name", pa.string()), ("response_code", pa.int32()), ("crc_ok", pa.bool_()),
     ("body_len", pa.int32()), ("compressed", pa.bool_()), ("data_version_counter", pa.int64()),
     ("data_version_ts", pa.int64()), ("oneway", pa.bool_()), ("server", pa.string()),
-    ("closed", pa.string()), ("topics_held", pa.int32()), ("topic", pa.string()),
+    ("closed", pa.string()), ("topic", pa.string()), ("client", pa.string()), ("version", pa.int32()),
+    ("ext", pa.map_(pa.string(), pa.string())), ("body_key", pa.binary()), ("body", pa.binary()),
 )
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);

@@ -13,11 +13,18 @@ import bisect
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from spark_analysis.model.sessions import FileSpans
+import numpy as np
 
-#: a broker silent this long is removed by the NameServer (4.9.8's BROKER_CHANNEL_EXPIRED_TIME,
-#: 5.x's default heartbeatTimeoutMillis); a gap over NEAR_EXPIRY_S up to it came close
-EXPIRY_SECONDS = 120
+from spark_analysis.capture.inputs import Piece
+from spark_analysis.capture.packets import ACK, FIN, RST, SYN
+from spark_analysis.capture.reassembly import SEGMENT
+from spark_analysis.model.sessions import FileSpans
+from twisted_namesrv.bodies.route import MASTER_ID
+from twisted_namesrv.state.routes import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+
+#: a broker silent this long is removed by the NameServer (the server's own default: 4.9.8's
+#: BROKER_CHANNEL_EXPIRED_TIME, 5.x's default heartbeatTimeoutMillis); a gap over NEAR_EXPIRY_S up to it came close
+EXPIRY_SECONDS = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME // 1000
 NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
 #: files whose records are further apart than this are separate capture periods
 PERIOD_GAP_S = 60.0
@@ -129,6 +136,53 @@ class ConnectionEnds(NamedTuple):
                               _either(start.first_seq, end.first_seq), _either(end.next_seq, start.next_seq))
 
 
+def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None:
+    """How a 4-tuple starts and ends in a file (ConnectionEnds), from one of its pieces, merged into
+    what ``ends`` knows of it: its first and last segments, its first FIN or RST once accepted (and
+    which end sent it), who sent its SYNs (the client), when the server accepted, the SYNs it
+    refused (answered by a reset: a port reused after one is still a connection) and its last
+    segment with bytes."""
+    rows = np.frombuffer(piece.rows, SEGMENT)
+    if not len(rows):
+        return
+    flags, forward = rows["flags"], rows["forward"]
+    syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
+    accepts = np.flatnonzero(flags & (SYN | ACK) == SYN | ACK)
+    refused = tuple(float(rows[i]["ts"]) for i in syns if _answered_by_reset(flags, forward, int(i)))
+    since = accepts[0] if len(accepts) else 0
+    closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
+    close = rows[closing[0]] if len(closing) else None
+    carrying = np.flatnonzero(rows["length"] > 0)
+    first, last = rows[0], rows[-1]
+    ways = [_sequences(rows[forward == way]) for way in (True, False)]
+    found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
+                           bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
+                           close is not None and bool(close["forward"]),
+                           bool(forward[syns[0]]) if len(syns) else None,
+                           float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
+                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None,
+                           (ways[0][0], ways[1][0]), (ways[0][1], ways[1][1]))
+    ends[piece.ends] = found.merge(ends.get(piece.ends))
+
+
+def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
+    """One way's first sequence number and the one after its furthest byte (a SYN and a FIN count
+    one each, as in TCP), counted from the first modulo 2**32 (retransmissions and reordering:
+    the furthest, not the last)."""
+    if not len(rows):
+        return None, None
+    start = int(rows["seq"][0])
+    flags = rows["flags"]
+    reach = (rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + (flags & SYN > 0) + (flags & FIN > 0)
+    return start, (start + int(reach.max())) % (1 << 32)
+
+
+def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
+    """Whether the other end's first answer to the SYN at ``syn`` is a reset (nothing listened)."""
+    answers = np.flatnonzero(forward[syn + 1:] != forward[syn])
+    return bool(len(answers)) and bool(flags[syn + 1 + answers[0]] & RST)
+
+
 def _either(mine: tuple[int | None, int | None], other: tuple[int | None, int | None]
             ) -> tuple[int | None, int | None]:
     """Each way's value from ``mine``, else from ``other`` (a way that sent nothing in one part)."""
@@ -229,5 +283,5 @@ def endpoint_files(ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]])
 
 
 def role(broker_id: int | None) -> str | None:
-    """RocketMQ's own rule: brokerId 0 is the master."""
-    return None if broker_id is None else "MASTER" if broker_id == 0 else "SLAVE"
+    """RocketMQ's own rule: brokerId MASTER_ID (0) is the master."""
+    return None if broker_id is None else "MASTER" if broker_id == MASTER_ID else "SLAVE"

@@ -35,46 +35,39 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial, reduce
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import SparkContext, StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.analysis import clients, counting, findings, latency
 from spark_analysis.analysis.controller import controller_story, with_controller_view
-from spark_analysis.analysis.findings import NAMESRV_CODES, endpoint_rows
+from spark_analysis.analysis.findings import endpoint_rows
 from spark_analysis.capture import inputs
-from spark_analysis.capture.conversation import REQUEST
 from spark_analysis.capture.inputs import CaptureFile, Piece, Split
-from spark_analysis.capture.packets import ACK, FIN, RST, SYN, Ports
-from spark_analysis.capture.reassembly import SEGMENT, Servers
+from spark_analysis.capture.packets import Ports
+from spark_analysis.capture.reassembly import Servers
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import (
-    CALL,
     CONNECTION,
-    CONTROLLER,
     CONTROLLER_NOTE,
     EVENT,
-    FRAME,
-    REGISTRATION,
     piece_rows,
 )
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import (
-    ConnectionEnds,
     TimeBins,
     capture_periods,
     endpoint_files,
+    note_ends,
     observed_spans,
     rotated_sets,
 )
 from spark_analysis.model.sessions import Places, Sessions
-from spark_analysis.model.tally import Tally, add
+from spark_analysis.model.tally import Tally
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
@@ -182,14 +175,15 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
              f"({tally.controller:,} rows)")
     counts = Counter(tally.counts())
-    nameservers = nameserver_endpoints(tally.served, NAMESRV_CODES)
+    namesrv_codes, controller_codes = served_codes()
+    nameservers = nameserver_endpoints(tally.served, namesrv_codes)
     liveness.only_at(nameservers)
     registered = liveness.registered()
     write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
-    found_endpoints = endpoint_rows(endpoints, nameservers, tally.served)
+    found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
@@ -211,64 +205,23 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     return counts
 
 
+def served_codes() -> tuple[frozenset[int], frozenset[int]]:
+    """The requests only a NameServer is asked and those only a controller is: the server's two
+    handler tables (processor.HANDLERS, controller/processor.HANDLERS) less what both serve
+    (BROKER_HEARTBEAT). Imported here, on the driver only: the handler modules log through
+    Twisted, which executors need not have (spark/ship.py)."""
+    from twisted_namesrv.controller.processor import HANDLERS as CONTROLLER_HANDLERS
+    from twisted_namesrv.processor import HANDLERS
+
+    return frozenset(HANDLERS) - frozenset(CONTROLLER_HANDLERS), frozenset(CONTROLLER_HANDLERS) - frozenset(HANDLERS)
+
+
 def _merged(tallies: Iterable[bytes]) -> Tally:
     """The tasks' tallies (pickled model.tally.Tally) added up."""
     total = Tally()
     for pickled in tallies:
         total.merge(pickle.loads(pickled))
     return total
-
-
-def _note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None:
-    """How a 4-tuple starts and ends in a file (model/periods.ConnectionEnds), from one of its
-    pieces: its first and last segments, its first FIN or RST once accepted (and which end sent
-    it), who sent its SYNs (the client), when the server accepted, the SYNs it refused (answered by
-    a reset: a port reused after one is still a connection) and its last segment with bytes."""
-    rows = np.frombuffer(piece.rows, SEGMENT)
-    if not len(rows):
-        return
-    flags, forward = rows["flags"], rows["forward"]
-    syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
-    accepts = np.flatnonzero(flags & (SYN | ACK) == SYN | ACK)
-    refused = tuple(float(rows[i]["ts"]) for i in syns if _answered_by_reset(flags, forward, i))
-    since = accepts[0] if len(accepts) else 0
-    closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
-    close = rows[closing[0]] if len(closing) else None
-    carrying = np.flatnonzero(rows["length"] > 0)
-    first, last = rows[0], rows[-1]
-    ways = [_sequences(rows[forward == way]) for way in (True, False)]
-    found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
-                           bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
-                           close is not None and bool(close["forward"]),
-                           bool(forward[syns[0]]) if len(syns) else None,
-                           float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
-                           float(rows[carrying[-1]]["ts"]) if len(carrying) else None,
-                           (ways[0][0], ways[1][0]), (ways[0][1], ways[1][1]))
-    ends[piece.ends] = found.merge(ends.get(piece.ends))
-
-
-def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
-    """One way's first sequence number and the one after its furthest byte (a SYN and a FIN count
-    one each, as in TCP), counted from the first modulo 2**32 (retransmissions and reordering:
-    the furthest, not the last)."""
-    if not len(rows):
-        return None, None
-    start = int(rows["seq"][0])
-    flags = rows["flags"]
-    reach = (rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + (flags & SYN > 0) + (flags & FIN > 0)
-    return start, (start + int(reach.max())) % (1 << 32)
-
-
-def _input_of(piece: Piece) -> int:
-    """The input a piece was read from, by its index among the inputs (the driver names it): not
-    ``piece.path``, which for a gzip capture is the file it was inflated into."""
-    return int(np.frombuffer(piece.rows, SEGMENT, count=1)["file"][0])
-
-
-def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
-    """Whether the other end's first answer to the SYN at ``syn`` is a reset (nothing listened)."""
-    answers = np.flatnonzero(forward[syn + 1:] != forward[syn])
-    return bool(len(answers)) and bool(flags[syn + 1 + answers[0]] & RST)
 
 
 def start_worker(_: Iterable) -> None:
@@ -323,7 +276,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports) ->
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, ports, tally):
-        _note_ends(tally.ends.setdefault(_input_of(piece), {}), piece)
+        note_ends(tally.ends.setdefault(piece.input_index, {}), piece)
         if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
             tally.costs[piece.ends] += cost
         else:
@@ -399,16 +352,9 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
           places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
-    for stats in pending[CONNECTION]:
-        tally.connection += 1
-        tally.gaps += stats.gaps
-        tally.lost_bytes += stats.lost_bytes
-        tally.undecodable += stats.undecodable_bytes > 0
-        if stats.undecodable_bytes:
-            add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
+    counting.count_connections(tally, pending[CONNECTION])
     pending[CONNECTION].clear()
-    for group, key, count, first, last, worst in pending[CONTROLLER_NOTE]:
-        add(tally.groups, group, key, count, first, last, worst)
+    counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
     for field in _ARROW_DECODED:
         rows = pending.get(field.name)
@@ -418,34 +364,12 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
         rows.clear()
         if places is not None and field.name != EVENT:
             array = places.fill(array)
-        _count(tally, field.name, array)
+        counting.count_rows(tally, field.name, array)
         if writer is not None and field.name != EVENT:
             writer.write(field.name, array)
             continue
         columns = [array if other.name == field.name else pa.nulls(len(array), other.type) for other in _ARROW_DECODED]
         yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
-
-
-def _count(tally: Tally, kind: str, rows: pa.StructArray) -> None:
-    """What the progress lines, findings and the report count of a batch of rows."""
-    if kind == FRAME:
-        requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
-        tally.frame += len(rows)
-        tally.request += requests
-        tally.response += len(rows) - requests
-        clients.count_frames(tally.clients, rows)
-    elif kind == CALL:
-        tally.call += len(rows)
-        tally.unanswered += rows.field("response_code").null_count
-        tally.latencies.update(latency.count_calls(rows))
-        findings.note_calls(tally.groups, rows)
-        findings.note_served(tally.served, rows)
-        clients.count_calls(tally.clients, rows)
-    elif kind == CONTROLLER:
-        tally.controller += len(rows)
-    elif kind == REGISTRATION:
-        tally.registration += len(rows)
-        tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:

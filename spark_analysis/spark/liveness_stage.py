@@ -1,7 +1,8 @@
 """The liveness stage: a shuffle brings each server endpoint's broker and admin events to one task,
 which replays them through the NameServer's own state machine (analysis/replay.py) and emits one
 row per broker stay: its brokers.csv columns and, as JSON, the rest; and a row of the stories the
-stays tell together (fail-overs, moves, re-numbering, topics deleted, write permission). The
+stays tell together (fail-overs, moves, re-numbering, topics deleted, write permission) and of the
+route lookups that found no route, each with the cause the replay saw (or none). The
 decoding tasks' tallies pass through with them to the driver, in one job."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from spark_analysis.analysis.liveness import Liveness, broker_summary, plot_order
-from spark_analysis.analysis.replay import replay_server
+from spark_analysis.analysis.replay import lookup_stories, replay_server
 from spark_analysis.decode.rows import EVENT
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.endpoints import EndpointStory
@@ -76,7 +77,7 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
         replay = replay_server(server, events, sessions, endpoints.get(server),
                                lambda t, server=server: sessions.end_of(server, t))
         stays += [stay for stay in replay.stays if stay.events]
-        stories += replay.stories
+        stories += replay.stories + lookup_stories(replay.lookups, server)
     rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
                                   sessions.end_of(stay.server, stay.registered))
                    for stay in stays), key=plot_order)

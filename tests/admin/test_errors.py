@@ -9,9 +9,9 @@ from twisted.internet import protocol, reactor
 from tests.admin.support import namesrv, refused_addr, run_cli, silent_server
 from tests.interop.broker_double import HOST
 from tests.support import free_port
+from twisted_namesrv import properties
 from twisted_namesrv.admin.cli import SUBCOMMANDS
 from twisted_namesrv.admin.client import AdminError, NamesrvClient, split_namesrv_list
-from twisted_namesrv.state.config import parse_properties, property_line
 
 
 @pytest_twisted.ensureDeferred
@@ -132,9 +132,9 @@ async def test_peers_that_answer_something_else_are_named():
 
 def test_config_update_body_reads_back_exactly():
     for key, value in [("k", "plain"), ("a b=c:d", " lead\\ing #x!\ttab\nnl"), ("k", "Zürich ☃"), ("k", "x🎉")]:
-        line = property_line(key, value, ascii_only=True)
+        line = properties.dump_line(key, value, ascii_only=True)
         assert line.isascii()
-        assert parse_properties(line) == {key: value}
+        assert properties.load(line) == {key: value}
 
 
 @pytest_twisted.ensureDeferred

@@ -475,3 +475,49 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     made = next(f for f in said if f["topic"] == "Made")
     assert made["count"] == 2 and made["found_from"] == findings_module._iso(3.0)
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
+
+
+def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_failed() -> None:
+    """A group's topics going down by a captured DELETE_TOPIC_IN_NAMESRV is information naming the
+    deletion (who, when), not "losing topics"; lookups answered TOPIC_NOT_EXIST because the topic's
+    only broker expired are that expiry's evidence and said in its line, not an unknown topic of a
+    client; a lookup the capture shows no cause for stays the client's warning."""
+    from spark_analysis.analysis.liveness import broker_summary
+    from spark_analysis.analysis.replay import lookup_stories
+    from tests.spark.test_replay import SERVER, event, registration, replayed
+    from twisted_namesrv.remoting import RequestCode
+
+    admin = {"broker_addr": None, "broker_id": None, "alive": False, "response_code": 0, "client": "10.0.0.7:1"}
+    lookup = {"broker_addr": None, "broker_id": None, "alive": False, "client": "10.0.0.5:40000",
+              "response_code": 17}
+    replay = replayed([registration(10.0, topics=("T", "D")), registration(12.0, "10.0.0.2:10911", name="c",
+                                                                            topics=("K",)),
+                       event(20.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="D", cluster="C", **admin),
+                       registration(42.0, "10.0.0.2:10911", name="c", topics=("K",)),
+                       registration(72.0, "10.0.0.2:10911", name="c", topics=("K",)),
+                       event(200.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T", **lookup),
+                       event(201.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Never", **lookup)], end=210.0)
+    bins = TimeBins.over([(0.0, 210.0)])
+    brokers = [broker_summary(stay, bins) for stay in replay.stays]
+    stories = replay.stories + lookup_stories(replay.lookups, SERVER)
+    rows = [(t, "c", "10.0.0.5:40000", 105, "GET_ROUTEINFO_BY_TOPIC", int(t), 17, 1.0, False, topic, "no route",
+             SERVER, None, "in.pcap", f"{SERVER}@x") for t, topic in ((200.0, "T"), (201.0, "Never"))]
+    groups: findings_module.Groups = {}
+    findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
+    said = findings_module.evidence([], groups, brokers, findings_module.response_groups(groups), [], stories)
+    by_kind = {(f["kind"], f.get("topic") or f.get("broker_addr")): f for f in said}
+
+    deleted = by_kind[("topics_deleted_from_broker", "10.0.0.1:10911")]
+    assert deleted["severity"] == "info" and deleted["removed"] == ["D"]
+    assert deleted["deleted"] == [{"topic": "D", "t": iso_time(20.0), "client": "10.0.0.7:1", "server": SERVER}]
+    assert "10.0.0.7:1" in deleted["message"] and not [f for f in said if f["kind"] == "topic_count_drop"]
+
+    expired = by_kind[("heartbeat_expired", "10.0.0.1:10911")]
+    assert [(f["topic"], f["count"]) for f in expired["failed_lookups"]] == [("T", 1)]
+    assert "route lookup(s) answered TOPIC_NOT_EXIST for T" in expired["message"]
+    assert [f["topic"] for f in said if f["kind"] == "topic_not_exist"] == ["Never"]
+    attention = findings_module.attention(said)
+    assert attention["attention"] == (
+        "2 warnings: 2 brokers expired by the NameServer (120 s of silence), 1 unknown topic")
+    (both,) = [f for f in attention["findings"] if f["kind"] == "heartbeat_expired"]  # two expiries in one line
+    assert both["message"].endswith("then 1 route lookup(s) answered TOPIC_NOT_EXIST for T")

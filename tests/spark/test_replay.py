@@ -4,14 +4,21 @@ captures in tests/data/captures/real/ check the same classes end to end (test_tr
 
 from __future__ import annotations
 
+import hashlib
+
+import pytest
+
 from spark_analysis.analysis.liveness import broker_summary
-from spark_analysis.analysis.replay import replay_server, stories_of
+from spark_analysis.analysis.replay import lookup_stories, replay_server, stories_of
 from spark_analysis.decode.rows import CONNECTION_CLOSED
 from spark_analysis.decode.schema import EVENT_ROWS
 from spark_analysis.model.endpoints import endpoint_stories, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins
-from spark_analysis.model.sessions import Sessions
+from spark_analysis.model.sessions import Sessions, iso_time
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RequestCode
+from twisted_namesrv.remoting.codes import V4_9_8, V5_3_3
 
 SERVER = "10.0.0.9:9876"
 REGISTER, UNREGISTER, QUERY = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION
@@ -69,16 +76,115 @@ def test_admin_requests_change_the_replayed_routes() -> None:
     """DELETE_TOPIC_IN_NAMESRV, WIPE_ and ADD_WRITE_PERM_OF_BROKER are applied when answered
     SUCCESS, each a story at its time; a refused one changes nothing."""
     admin = {"broker_addr": None, "broker_id": None, "alive": False}
-    replay = replayed([event(10.0, REGISTER),
-                       event(20.0, RequestCode.WIPE_WRITE_PERM_OF_BROKER, response_code=0, **admin),
+    replay = replayed([registration(10.0, topics=("T", "K")),
+                       event(20.0, RequestCode.WIPE_WRITE_PERM_OF_BROKER, response_code=0, topic_count=2, **admin),
                        event(25.0, RequestCode.ADD_WRITE_PERM_OF_BROKER, response_code=0, **admin),
                        event(30.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="T", response_code=0, **admin),
-                       event(31.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="U", response_code=1, **admin)])
-    assert [(s["kind"], s.get("topic") or s.get("broker_name")) for s in replay.stories] == [
-        ("write_perm_wiped", "b"), ("write_perm_added", "b"), ("topic_deleted", "T")]
-    # brokers are replayed without their bodies' topics: a count of who held a topic would be made up (it
-    # said "0 broker group(s) held it" of a topic both brokers of a real capture held, v5-ours)
-    assert not [s for s in replay.stories if {"brokers_held", "topics"} & set(s)]
+                       event(31.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="K", response_code=1, **admin)])
+    assert [(s["kind"], s.get("topic") or s.get("broker_name"), s.get("topics"), s.get("topics_answered"))
+            for s in replay.stories] == [("write_perm_wiped", "b", 2, 2), ("write_perm_added", "b", 2, None),
+                                         ("topic_deleted", "T", None, None)]
+    assert replay.stays[0].topics == [(10.0, 2), (30.0, 1)]
+
+
+def registration(t: float, addr: str = "10.0.0.1:10911", broker_id: int = 0, name: str = "b",
+                 topics: tuple[str, ...] = ("T", "K"), counter: int = 1, version: int = V5_3_3, **more) -> dict:
+    """A REGISTER_BROKER event as the decoder makes it: header fields, the body and its digest."""
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1000, counter), {topic: TopicConfig(topic, 8, 8, 6)
+                                                                                 for topic in topics}),
+                                False, version >= V5_3_3)
+    ext = {"clusterName": "C", "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id)}
+    return event(t, REGISTER, addr=addr, broker_id=broker_id, name=name, version=version, ext=ext,
+                 body=body, body_key=hashlib.blake2b(body, digest_size=16).digest(), **more)
+
+
+@pytest.mark.parametrize(("version", "at_70"), [(V4_9_8, []), (V5_3_3, [(70.0, 3)])])
+def test_topic_counts_are_what_the_server_held_after_a_delete_and_later_registrations(version: int, at_70) -> None:
+    """The replay applies each broker's table with the server's own rules: a master's count is its
+    group's topics in the server's tables: a deletion takes one away; its next registration of the
+    same dataVersion, still listing it, does not bring it back in 4.9.8 (all or nothing by
+    dataVersion) and does in 5.3.3 (a topic the tables lack is applied again), where a new table
+    without it does not take it away (deleteTopicWithBrokerRegistration is off). A slave's count is
+    its group's (the routes through it; the server does not apply its own table): it drops with the
+    deletion too, naming the topic it lost and since when the group had held it."""
+    master, slave = "10.0.0.1:10911", "10.0.0.2:10911"
+    admin = {"broker_addr": None, "broker_id": None, "alive": False, "client": "10.0.0.7:50000"}
+    replay = replayed([registration(10.0, master, topics=("T", "K", "L"), version=version),
+                       registration(11.0, slave, 1, topics=("T", "K", "L"), version=version),
+                       registration(40.0, master, topics=("T", "K", "L"), version=version),
+                       registration(41.0, slave, 1, topics=("T", "K", "L"), version=version),
+                       event(50.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="T", cluster="C", response_code=0,
+                             **admin),
+                       registration(70.0, master, topics=("T", "K", "L"), version=version),
+                       registration(71.0, slave, 1, topics=("K", "L"), counter=2, version=version),
+                       registration(100.0, master, topics=("K", "L"), counter=2, version=version),
+                       event(105.0, RequestCode.WIPE_WRITE_PERM_OF_BROKER, response_code=0, **admin)])
+    by_addr = {stay.broker_addr: stay for stay in replay.stays}
+    assert by_addr[master].topics == [(10.0, 3), (50.0, 2), *at_70]
+    assert by_addr[master].topic_drops[0] == {"t": 50.0, "from": 3, "to": 2, "removed": ["T"], "had_at": 10.0}
+    assert by_addr[slave].topics == [(11.0, 3), (50.0, 2), *at_70]
+    assert by_addr[slave].topic_drops[0] == {"t": 50.0, "from": 3, "to": 2, "removed": ["T"], "had_at": 11.0}
+    assert replay.stories[-1]["topics"] == 2 + len(at_70)  # what the server's wipe touched (Java logs it)
+    row = broker_summary(by_addr[master], TimeBins.over([(0.0, 200.0)]))
+    assert (row["topic_count_first"], row["topic_count_last"], row["topic_count_max"]) == (3, 2 + len(at_70), 3)
+
+
+def test_a_split_registration_is_one_table() -> None:
+    """A 5.x broker with enableSplitRegistration sends its table in several bodies of one
+    dataVersion: the server holds their union for the group (master and slave alike), and nothing
+    drops when the next round of splits begins."""
+    master, slave = "10.0.0.1:10911", "10.0.0.2:10911"
+    halves = (("A", "B"), ("C",))
+    events = []
+    for t in (10.0, 40.0, 70.0):
+        for index, half in enumerate(halves):
+            events += [registration(t + index, master, topics=half), registration(t + index + 0.5, slave, 1,
+                                                                                   topics=half)]
+    replay = replayed(events)
+    by_addr = {stay.broker_addr: stay for stay in replay.stays}
+    assert by_addr[master].topics == [(10.0, 2), (11.0, 3)] and not by_addr[master].topic_drops
+    assert by_addr[slave].topics == [(10.5, 2), (11.0, 3)] and not by_addr[slave].topic_drops
+
+
+def test_a_failed_lookup_is_tied_to_the_cause_the_replay_saw() -> None:
+    """TOPIC_NOT_EXIST for a topic whose only broker expired is that expiry's; for a deleted topic
+    the deletion's; after a restart, for a topic the server held before it, the restart's (with when
+    its route came back); for a topic the capture never showed held, none: a client's problem."""
+    lookup = {"broker_addr": None, "broker_id": None, "alive": False, "client": "10.0.0.5:40000",
+              "response_code": 17}
+    admin = {"broker_addr": None, "broker_id": None, "alive": False, "response_code": 0, "client": "10.0.0.7:1"}
+    replay = replayed([registration(10.0, topics=("T", "K")), registration(12.0, "10.0.0.2:10911", name="c",
+                                                                            topics=("K", "D")),
+                       event(20.0, RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="D", cluster="C", **admin),
+                       event(25.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="D", **lookup),
+                       event(200.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T", **lookup),
+                       event(201.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T", **lookup),
+                       event(202.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="K", **lookup),
+                       event(203.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Never", **lookup)], end=300.0)
+    told = {(s["topic"], s["count"]): s["cause"] for s in lookup_stories(replay.lookups, SERVER)}
+    expired = next(stay for stay in replay.stays if stay.broker_addr == "10.0.0.1:10911")
+    assert expired.end == "expired"
+    assert told[("T", 2)] == {"kind": "departed", "end": "expired", "broker_addr": "10.0.0.1:10911",
+                              "broker_name": "b", "t": iso_time(expired.ended_at)}
+    assert told[("D", 1)] == {"kind": "deleted", "t": iso_time(20.0), "client": "10.0.0.7:1", "topic": "D"}
+    assert told[("K", 1)]["kind"] == "departed"  # both its brokers left: the last to leave took its route
+    assert told[("Never", 1)] is None
+
+    broker = ConnectionEnds(0.0, False, 100.0002, False, 100.0, False, None, None, (), 95.0)
+    back = ConnectionEnds(104.0, True, 300.0, False, None, False, True, 104.0, (), 299.0)
+    story = endpoint_stories(_ends(**{"10.0.0.1:40000": broker, "10.0.0.1:40001": back}))[SERVER]
+    (outage,) = story.outages
+    sessions = Sessions((0.0,), {SERVER: story.run_starts()})
+    replay = replay_server(SERVER, [registration(70.0, topics=("T", "K")), registration(95.0, topics=("T", "K")),
+                                    closed(100.0, by="server"),
+                                    event(105.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T", **lookup),
+                                    event(106.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="New", **lookup),
+                                    registration(120.0, topics=("T", "K", "New"))],
+                           sessions, story, lambda t: 300.0)
+    told = {s["topic"]: s["cause"] for s in lookup_stories(replay.lookups, SERVER)}
+    assert told["T"] == {"kind": "restarted", "t": iso_time(outage.down), "up": iso_time(outage.up),
+                         "route_back": iso_time(120.0)}
+    assert told["New"] is None  # not held before the restart: made later, not lost in it
 
 
 def test_a_failover_is_one_story_and_a_move_and_a_renumbering_their_own() -> None:

@@ -91,9 +91,11 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for r in truth["renumbers"]:
         add("broker_id_change", r["at"], broker_addr=r["broker_addr"])
     for d in truth["topic_deletions"]:
-        add("topic_deleted", d["at"], topic=d["topic"])
+        add("topic_deleted", d["at"], topic=d["topic"], server=d["namesrv"])
+    counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
-        add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"])
+        add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],
+            server=w["namesrv"], topics=counts.get((w["namesrv"], w["broker_name"], w["op"], w["at"])))
     noise: dict[str, int] = {}
     for r in truth["refused"]:
         if r["when"] in ("never_listening", "before_start", "after_stop"):
@@ -160,6 +162,13 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         timed[0]["evidence"][0]["t"] = truth["capture"]["first"] if timed[0]["evidence"][0]["t"] != \
             truth["capture"]["first"] else truth["capture"]["last"]
         assert any(p.startswith("wrong time") for p in judge(truth, late, rows)), timed[0]
+
+    for n, count in enumerate(truth.get("topic_counts", [])):  # a topic count the NameServer did not hold
+        miscounted = copy.deepcopy(summary)
+        item = next(i for f in miscounted["findings"] for i in f["evidence"] if i["kind"].startswith("write_perm")
+                    and i["t"] == count["at"] and i["broker_name"] == count["broker_name"])
+        item["topics"] = count["topics"] + 1
+        assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
 
     wrong = copy.deepcopy(rows)
     wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"

@@ -32,6 +32,7 @@ KIND_CLASSES = {
     "broker_alive_at_end": "alive",
     "heartbeat_near_expiry": "near_expiry",  # must fall in one of the truth's silences
     "topic_count_drop": "topic_count_drop",  # must fall on a deletion or a broker's departure
+    "topics_deleted_from_broker": "deleted_topics",  # each deletion it names must be a truth deletion, before it
     # no event of these classes happened in any capture of the corpus: each one is invented
     "data_version_backwards": "absent",
     "crc_failure": "absent",
@@ -112,11 +113,12 @@ def _events(truth: dict) -> list[Event]:
                             seconds(gap["from"]), seconds(gap["until"]), required=False,
                             match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
     for d in truth["topic_deletions"]:
-        events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['at']}", seconds(d["at"]),
-                            match={"topic": d["topic"]}))
+        events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['namesrv']} at {d['at']}",
+                            seconds(d["at"]), match={"topic": d["topic"]}, where=d["namesrv"]))
     for w in truth["write_perm"]:
-        events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['at']}",
-                            seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]}))
+        events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['namesrv']} at "
+                            f"{w['at']}", seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]},
+                            where=w["namesrv"]))
     by_endpoint: dict[str, list[dict]] = defaultdict(list)
     for r in truth["refused"]:
         by_endpoint[r["endpoint"]].append(r)
@@ -200,6 +202,15 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             if not any(e["master_epoch"] == item.get("master_epoch") and e["master_addr"] == item.get("master_addr")
                        for e in logged):
                 problems.append(f"invented: {kind}: {item.get('message')}")
+            continue
+        if cls == "deleted_topics":
+            t = seconds(item.get("t"))
+            for deleted in item.get("deleted") or [None]:
+                when = seconds((deleted or {}).get("t"))
+                if deleted is None or t is None or when is None or when > t + tolerance or not any(
+                        d["topic"] == deleted["topic"] and abs(seconds(d["at"]) - when) <= tolerance
+                        for d in truth["topic_deletions"]):
+                    problems.append(f"invented: {kind} names no deletion of the truth before it: {item.get('message')}")
             continue
         if cls == "topic_count_drop":
             t = seconds(item.get("t") or item.get("from"))
@@ -360,6 +371,33 @@ def judge_controller(truth: dict, summary: dict) -> list[str]:
     return problems
 
 
+def judge_topic_counts(truth: dict, summary: dict) -> list[str]:
+    """The topics the report says the NameServer held for a broker when its write permission was
+    wiped or given back (the replay's count, ``topics`` of the write_perm item) against the count the
+    NameServer logged for that change (TRUTH.json ``topic_counts``); and every route lookup a finding
+    says its cause made fail came after that cause."""
+    tolerance = truth["tolerance_s"]
+    items = [item for finding in summary.get("findings", []) for item in finding.get("evidence", [])]
+    problems = []
+    for count in truth.get("topic_counts", []):
+        kind = "write_perm_wiped" if count["op"] == "wipe" else "write_perm_added"
+        told = [item for item in items if item.get("kind") == kind and item.get("broker_name") == count["broker_name"]
+                and _endpoint(item) == count["namesrv"] and abs((seconds(item.get("t")) or 0.0) - seconds(count["at"]))
+                <= tolerance]
+        if not told:
+            continue  # the write-permission event itself is judged (missed) by judge_findings
+        if told[0].get("topics") != count["topics"]:
+            problems.append(f"topic count of {count['broker_name']} at {count['namesrv']} at {count['at']}: told "
+                            f"{told[0].get('topics')!r}, the NameServer held {count['topics']} ({count['log']})")
+    for item in items:
+        for lookup in item.get("failed_lookups") or []:
+            cause, first = seconds(item.get("t")), seconds(lookup.get("first"))
+            if cause is not None and first is not None and first < cause - tolerance:
+                problems.append(f"{item['kind']} at {item.get('t')} told as the cause of lookups that failed before "
+                                f"it ({lookup.get('topic')} from {lookup.get('first')})")
+    return problems
+
+
 def judge(truth: dict, summary: dict, rows: list[dict]) -> list[str]:
     return (judge_endpoints(truth, summary) + judge_brokers(truth, rows) + judge_findings(truth, summary)
-            + judge_controller(truth, summary))
+            + judge_controller(truth, summary) + judge_topic_counts(truth, summary))

@@ -1,11 +1,11 @@
-"""NamesrvConfig and java.util.Properties parsing."""
+"""NamesrvConfig (its properties text: tests/test_properties_codec.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from twisted_namesrv import compat
-from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig, parse_properties
+from twisted_namesrv import compat, properties
+from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig
 
 
 def make(tmp_path, **values) -> NamesrvConfig:
@@ -16,39 +16,6 @@ def make(tmp_path, **values) -> NamesrvConfig:
 
 def listed(config: NamesrvConfig) -> dict[str, str]:
     return dict(line.split("=", 1) for line in config.properties_text().splitlines())
-
-
-def test_properties_comments_separators_and_blank_lines():
-    text = (
-        "# a comment\n"
-        "! another comment\n"
-        "\n"
-        "   \n"
-        "a=1\n"
-        "b : 2\n"
-        "c 3\n"
-        "  d\t=\t4 \n"
-        "e=\n"
-        "f\n"
-        "g==x\n"
-        "h=value # not a comment\n"
-    )
-    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "4 ", "e": "", "f": "", "g": "=x",
-                                      "h": "value # not a comment"}
-
-
-def test_properties_continuation_lines():
-    text = "list=a,\\\n    b,\\\n\tc\nnext=1\nodd=x\\\\\nafter=2\n"
-    assert parse_properties(text) == {"list": "a,b,c", "next": "1", "odd": "x\\", "after": "2"}
-
-
-def test_properties_escapes():
-    text = "key\\ with\\:colon\\=eq=v\\tt\\nn\\u0041\\\\\nunicode=\\u00e9t\\u00e9\nplain\\q=\\q\n"
-    assert parse_properties(text) == {"key with:colon=eq": "v\tt\nnA\\", "unicode": "été", "plainq": "q"}
-
-
-def test_properties_last_duplicate_wins():
-    assert parse_properties("a=1\na=2\n") == {"a": "2"}
 
 
 def test_defaults_are_javas():
@@ -178,11 +145,11 @@ def test_secret_values_are_left_out_of_the_answer_masked_in_p_and_kept_in_the_st
     config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")})
     assert "pw1" not in config.properties_text() and "pw2" not in config.properties_text()
     assert "productEnvName=center" in config.properties_text()
-    stored = parse_properties(config.stored_text())
+    stored = properties.load(config.stored_text())
     assert stored["tls.server.keyPassword"] == "pw1" and stored["db.password"] == "pw2"
-    shown = parse_properties(config.all_keys_text())
+    shown = properties.load(config.all_keys_text())
     assert shown["tls.server.keyPassword"] == MASK and shown["tls.server.mode"] == "disabled"
-    assert parse_properties(make(tmp_path).all_keys_text())["tls.server.keyPassword"] == ""  # unset: nothing to hide
+    assert properties.load(make(tmp_path).all_keys_text())["tls.server.keyPassword"] == ""  # unset: nothing to hide
     assert masked({"a.token": "x", "listenPort": "1", "secretKey": ""}) == {"a.token": MASK, "listenPort": "1",
                                                                             "secretKey": ""}
 

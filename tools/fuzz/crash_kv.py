@@ -48,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
 from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
+from twisted_namesrv import properties  # noqa: E402
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
-from twisted_namesrv.state.config import NamesrvConfig, parse_properties  # noqa: E402
+from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
 
 NAMESPACE, KEY = "CrashNS", "seq"
 CONFIG_KEY = "productEnvName"
@@ -172,7 +173,7 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
     config_path = data_dir / "namesrv.properties"
     try:
         text = config_path.read_text(encoding="utf-8")
-        props = parse_properties(text)
+        props = properties.load(text)
         NamesrvConfig.from_file(str(config_path))
     except (OSError, ValueError) as exc:
         violation(f"namesrv.properties does not load: {exc!r}")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import properties
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..state.config import parse_properties, property_line
 from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
 from .terminal import json_text, printable
 
@@ -136,7 +136,7 @@ def read_config(client: NamesrvClient) -> dict[str, str]:
     """GET_NAMESRV_CONFIG's properties text as a dict."""
     answer = client.call_ok(RequestCode.GET_NAMESRV_CONFIG)
     try:
-        return parse_properties((answer.body or b"").decode("utf-8"))
+        return properties.load((answer.body or b"").decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise AdminError(f"{client.addr}: config body is not properties text: {exc}") from None
 
@@ -156,7 +156,7 @@ def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outco
     SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
     (and keeps or coerces it), so only the config read back tells whether the update took; the
     one read before gives the value it replaced (what to set back)."""
-    body = property_line(args.key, args.value, ascii_only=True).encode("ascii")
+    body = properties.dump_line(args.key, args.value, ascii_only=True).encode("ascii")
 
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         before = read_config(client).get(args.key)

@@ -27,6 +27,7 @@ class RegisterBrokerHeader:
     zoneName: str | None
     enableActingMaster: bool | None
     enableActingMasterText: str | None
+    heartbeatTimeoutMillis: int | None = None  # 5.x brokers' own expiry; None where absent or malformed
 
     @classmethod
     def from_ext(cls, ext: dict[str, str | None]) -> RegisterBrokerHeader:
@@ -38,7 +39,8 @@ class RegisterBrokerHeader:
             bodyCrc32=optional_long(ext.get("bodyCrc32"), bits=32) or 0,  # an unmasked CRC fails parseInt
             bodyCrc32Declared=optional_long(ext.get("bodyCrc32")),
             compressed=java_bool(ext.get("compressed")), zoneName=ext.get(ZONE_NAME),
-            enableActingMaster=None if acting is None else java_bool(acting), enableActingMasterText=acting)
+            enableActingMaster=None if acting is None else java_bool(acting), enableActingMasterText=acting,
+            heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis")))
 
     @property
     def missing(self) -> str | None:

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import properties
 from ..remoting.values import java_bool, parse_java_integer
-from ..state.config import OURS, ConfigError, ConfigKey, add_keys
+from ..state.config import JAVA_TRIMMED, OURS, ConfigError, ConfigKey, add_keys
 
 
 class ControllerConfigError(ValueError):
@@ -148,7 +149,7 @@ class ControllerConfig:
             if name.endswith("Interval") and number < _MIN_INTERVAL_MS:
                 raise ControllerConfigError(f"{name}: {number} is out of range (at least {_MIN_INTERVAL_MS})")
             return number
-        return value.strip()
+        return value.strip(JAVA_TRIMMED)  # String.trim(), as the NameServer's string keys
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -182,13 +183,10 @@ class ControllerConfig:
 
     def properties_text(self) -> str:
         """GET_CONTROLLER_CONFIG's body: key=value lines (Java's getAllConfigsFormatString)."""
-        lines = []
-        for name, _ in CONTROLLER_KEYS:
-            value = self.values[name]
-            if value is None:
-                value = ""
-            lines.append(f"{name}={'true' if value is True else 'false' if value is False else value}\n")
-        return "".join(lines)
+        def text(value: Any) -> str:
+            return "" if value is None else "true" if value is True else "false" if value is False else str(value)
+
+        return properties.dump((name, text(self.values[name])) for name, _ in CONTROLLER_KEYS)
 
 
 # the NameServer's config knows the controller's keys once this module is imported: the launchers

@@ -24,6 +24,7 @@ from typing import Protocol
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..state.files import open_regular
 from ..state.store import StoreError, write_atomically
 
 log = Logger()
@@ -97,7 +98,7 @@ class FileControllerLog:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO or a directory: refused (files.py)
         except OSError as exc:
             raise ControllerLogError(f"controllerStorePath: cannot open {self.path}: {exc.strerror}") from None
         try:
@@ -226,7 +227,7 @@ class FileControllerLog:
         old, self._fd = self._fd, None
         os.close(old)
         try:
-            self._fd = os.open(self.path, os.O_RDWR)
+            self._fd = open_regular(self.path, os.O_RDWR)
             os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:  # appends must not go to the old, unlinked file: stop here, loudly
             raise ControllerLogError(f"controllerStorePath: cannot reopen {self.path} after compacting it: "

@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 
 from twisted.internet import defer
 
+from .. import properties
 from ..context import Peer
 from ..dispatch import HandlerTable
 from ..refusals import Refusals, acl_refusal
@@ -21,7 +22,7 @@ from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
 from ..remoting.values import BadRequest, java_bool
 from ..state.acl import AccessControl, controller_request_class
-from ..state.config import parse_properties
+from ..state.config import control_characters, oversized
 from . import bodies, headers
 from .codes import ControllerRequestCode as Req
 from .codes import ControllerResponseCode as Code
@@ -133,8 +134,12 @@ def get_sync_state_data(manager: ControllerManager, request: RemotingCommand, pe
 def update_controller_config(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     if request.body is None:
         return reply(request, Code.SUCCESS)
+    too_big = oversized(request.body)
+    if too_big:
+        manager.refusals("controller", "config_size", peer.address, "updateControllerConfig with {why}", why=too_big)
+        return reply(request, Code.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
-        props = parse_properties(bytes(request.body).decode("utf-8"))
+        props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return reply(request, Code.SYSTEM_ERROR, f"string2Properties error: {exc}")
     blocked = set(str(manager.config["configBlackList"]).split(";")) | {"configBlackList", "configStorePath",
@@ -145,6 +150,11 @@ def update_controller_config(manager: ControllerManager, request: RemotingComman
         manager.refusals("controller", "config_key", peer.address,
                          "updateControllerConfig of keys in black list: {keys}", keys=", ".join(refused))
         return reply(request, Code.NO_PERMISSION, "Can not update config in black list.")
+    controls = control_characters(props)
+    if controls:
+        manager.refusals("controller", "config_value", peer.address, "updateControllerConfig with {controls}",
+                         controls=controls)
+        return reply(request, Code.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
         manager.config.update({k: v for k, v in props.items() if k in CONTROLLER_KEY_NAMES})
     except ControllerConfigError as exc:

@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import CannotStart, tls
+from ..audit import CONTROLLER, Trail
 from ..budget import FdBudget, MemoryBudget
 from ..dispatch import Dispatcher
 from ..metrics import Metrics
@@ -58,7 +59,8 @@ class ControllerService(service.MultiService):
                  max_connections: int = 10_000, max_header_length: int | None = 65536,
                  listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
                  acl: AccessControl | None = None, refusals: Refusals | None = None,
-                 budget: MemoryBudget | None = None, fds: FdBudget | None = None) -> None:
+                 budget: MemoryBudget | None = None, fds: FdBudget | None = None,
+                 audit_metrics: Metrics | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -92,6 +94,9 @@ class ControllerService(service.MultiService):
             close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals)
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
+        # every state change a request makes is one audit event (audit.py), counted and shown by the
+        # NameServer around it (audit_metrics) or, alone, by its own metrics
+        self.dispatcher.observe(Trail(CONTROLLER, reactor.seconds, acl, audit_metrics or self.metrics))
         self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
                                        max_header_length, refusals, budget, "controller", fds)
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
@@ -180,13 +185,14 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                         bind: str | None = None, acl: AccessControl | None = None,
                         refusals: Refusals | None = None, budget: MemoryBudget | None = None,
                         listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
-                        fds: FdBudget | None = None) -> ControllerService:
+                        fds: FdBudget | None = None, audit_metrics: Metrics | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
     ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with.
     With aclEnable its requests are under the NameServer's ACL (``acl``); its refusals are logged and
-    counted with the NameServer's, and what its peers hold counts against the one memory budget.
+    counted with the NameServer's, and what its peers hold counts against the one memory budget; its
+    audit events are counted and shown with the NameServer's (``audit_metrics``).
     ``listen_with``: the NameServer's TLS wrapping, its keys read once (tls.listen_with)."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
@@ -213,7 +219,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
                              listen_with=listen_with or tls.listen_with(namesrv_config),
-                             acl=acl, refusals=refusals, budget=budget, fds=fds)
+                             acl=acl, refusals=refusals, budget=budget, fds=fds, audit_metrics=audit_metrics)
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,

@@ -5,14 +5,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from twisted.python import usage
 
-from .. import CannotStart
-from ..state.config import ConfigError, parse_properties
-from ..tap import cannot_start, report_cannot_start_in_one_line
+from .. import CannotStart, properties
+from ..logs import configured_observer
+from ..state.config import ConfigError
+from ..state.files import read_regular_text
+from ..tap import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file
 from .config import ControllerConfig, ControllerConfigError
 
 
@@ -26,11 +27,14 @@ class Options(usage.Options):
     ]
 
     def postOptions(self) -> None:
+        take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
-                props = parse_properties(Path(self["configFile"]).read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ConfigError) as exc:
+                props = properties.load(read_regular_text(self["configFile"]))
+            except OSError as exc:
+                cannot_start(f"cannot read config file {self['configFile']}: {exc.strerror}")
+            except (UnicodeDecodeError, ValueError, ConfigError) as exc:
                 cannot_start(f"cannot read config file {self['configFile']}: {exc}")
         try:
             self.config = ControllerConfig.from_properties(props)
@@ -42,6 +46,11 @@ class Options(usage.Options):
                 self["port"] = int(self["port"])
             except ValueError:
                 raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+
+
+    def log_observer(self) -> Any:
+        """Text lines as the NameServer writes them (logs.py), where twistd would write its own."""
+        return configured_observer("text", twistd_log_file(self))
 
 
 def makeService(options: Options) -> Any:

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import read_regular, read_regular_text
+
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 #: this project's signature beside Java's (``bound_signature``): an extField no Java client sends
 NAMESRV_SIGNATURE = "NamesrvSignature"
@@ -214,10 +216,12 @@ def _whitelist(entries: Any, where: str) -> AddressMatch:
 
 def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
     """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys (a
-    null value appends "null", as StringBuilder does)."""
-    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be"))
-    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8") + bytes(body or b"")
-    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode()
+    null value appends "null", as StringBuilder does).  A lone surrogate (a JSON header's ``\ud800``)
+    becomes ``?``, as Java's String.getBytes(UTF_8) writes it: signed like Java, never an exception."""
+    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8", "replace")
+    digest = hmac.new(secret_key.encode("utf-8", "replace"), content + bytes(body or b""), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
 
 
 def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | None = None,
@@ -225,6 +229,10 @@ def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | 
     """``ext`` as AclClientRPCHook sends it: with AccessKey (SecurityToken) and Signature."""
     fields = {**ext, ACCESS_KEY: access_key, **({SECURITY_TOKEN: security_token} if security_token else {})}
     return {**fields, SIGNATURE: signature(secret_key, fields, body)}
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _length_prefixed(data: bytes) -> bytes:
@@ -236,14 +244,15 @@ def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str 
     """What a NamesrvSignature signs: the scheme, the request code, its time and nonce, every
     extField but Signature and NamesrvSignature by name and value (each length-prefixed, a null value
     marked apart from an empty one, in key order), and the body.  So unlike ACL 1.0's content it
-    cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once."""
-    fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: k.encode("utf-8"))
+    cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once.  Text is
+    UTF-8 with lone surrogates (a JSON header's ``\ud800``) kept as their bytes: never an exception."""
+    fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: _utf8(k))
     parts = [BOUND_PREFIX, code.to_bytes(4, "big", signed=True), stamp_ms.to_bytes(8, "big"),
              _length_prefixed(nonce), len(fields).to_bytes(4, "big")]
     for name in fields:
         value = ext[name]
-        parts.append(_length_prefixed(name.encode("utf-8")))
-        parts.append(b"\x00" if value is None else b"\x01" + _length_prefixed(str(value).encode("utf-8")))
+        parts.append(_length_prefixed(_utf8(name)))
+        parts.append(b"\x00" if value is None else b"\x01" + _length_prefixed(_utf8(str(value))))
     parts.append(_length_prefixed(bytes(body or b"")))
     return b"".join(parts)
 
@@ -251,7 +260,7 @@ def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str 
 def bound_signature(secret_key: str, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
                     stamp_ms: int, nonce: bytes) -> str:
     """A NamesrvSignature's value: ``1:<unix ms>:<nonce hex>:<Base64 HmacSHA256 of bound_content>``."""
-    mac = hmac.new(secret_key.encode("utf-8"), bound_content(code, stamp_ms, nonce, ext, body), hashlib.sha256)
+    mac = hmac.new(_utf8(secret_key), bound_content(code, stamp_ms, nonce, ext, body), hashlib.sha256)
     return f"{BOUND_SCHEME}:{stamp_ms}:{nonce.hex()}:{base64.b64encode(mac.digest()).decode()}"
 
 
@@ -415,14 +424,14 @@ class AccessControl:
     @staticmethod
     def _signed_by(account: Account, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> bool:
         given = ext.get(SIGNATURE) or ""
-        return hmac.compare_digest(given.encode(), signature(account.secret_key, ext, body).encode())
+        return hmac.compare_digest(given.encode("utf-8", "replace"), signature(account.secret_key, ext, body).encode())
 
 
 def _stamp(path: str) -> tuple[int, int, bytes] | None:
     """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
     mtime's resolution still shows); None when it cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)  # a FIFO swapped in would block every port at the next check (files.py)
         info = Path(path).stat()
     except OSError:
         return None
@@ -447,9 +456,11 @@ def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
     import yaml  # only when ACL is on
 
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_regular_text(path))
     except OSError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise AclConfigError(f"aclAccountsFile: cannot read {path}: not UTF-8 ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
     entries: Any = document.get("accounts") if isinstance(document, dict) else None

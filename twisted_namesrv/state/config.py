@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import properties
 from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
+from ..escapes import escaped, first_control
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
+from .files import read_regular_text
 from .hosts import AllowedHostsError, parse_allowed
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -295,65 +298,41 @@ def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None
     KEPT_ELSEWHERE.update(kept_elsewhere)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """java.util.Properties.load: '#'/'!' comments, '=' ':' or blank separators, line
-    continuations, backslash escapes."""
-    result: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for raw in lines:
-        line = raw.lstrip()
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line):
-            line = line[:-1] + next(lines, "").lstrip()
-        key, value = _split_property(line)
-        result[key] = value
-    return result
+#: the largest UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG body read: the whole configuration is
+#: under 4 KiB, and properties text is read a line at a time in Python (a 16 MiB body of newlines held
+#: the reactor for seconds)
+CONFIG_BODY_LIMIT = 64 * 1024
 
 
-def _continues(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
+def oversized(body: bytes | memoryview) -> str | None:
+    """Why a config update's body is refused unread (a refusal ``config_size``), or None."""
+    if len(body) <= CONFIG_BODY_LIMIT:
+        return None
+    return f"a body of {len(body)} bytes is over {CONFIG_BODY_LIMIT} (the whole configuration is under 4 KiB)"
 
 
-def _split_property(line: str) -> tuple[str, str]:
-    i, key = 0, []
-    while i < len(line) and line[i] not in "=: \t\f":
-        if line[i] == "\\" and i + 1 < len(line):
-            i += 1
-        key.append(line[i])
-        i += 1
-    while i < len(line) and line[i] in " \t\f":
-        i += 1
-    if i < len(line) and line[i] in "=:":
-        i += 1
-    return _unescape("".join(key)), _unescape(line[i:].lstrip(" \t\f"))
+def control_characters(props: dict[str, str]) -> str | None:
+    """Why UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG refuse ``props`` (NO_PERMISSION, a
+    refusal ``config_value``), or None: a key or value holding a control character (escapes.CONTROLS:
+    C0, DEL, C1, line and paragraph separators, bidirectional controls, lone surrogates).  Java takes
+    such a value and writes it raw into its config file; here the file would hold it escaped
+    (properties.py), but no setting needs one, and a remote peer's control characters have no
+    business in a file, a log or an answer."""
+    for name, text in props.items():
+        control = first_control(name) or first_control(text)
+        if control:
+            return f"{escaped(name)} holds a control character ({control}); values with control characters are refused"
+    return None
 
 
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 6 <= len(text):
-                out.append(chr(int(text[i + 2:i + 6], 16)))
-                i += 6
-                continue
-            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    # \uD83C\uDF89 escapes one character as two UTF-16 halves, as Java's Properties do
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+#: what Java's String.trim() takes off both ends: every character up to U+0020 (Python's strip() takes
+#: Unicode whitespace instead: U+0085, U+2028, ... but not \x00..\x08)
+JAVA_TRIMMED = "".join(map(chr, range(0x21)))
 
 
 def _coerce(key: ConfigKey, text: str) -> Any:
-    """MixAll.properties2Object: the value trimmed, then parsed by the field's type."""
-    text = text.strip()
+    """MixAll.properties2Object: the value trimmed (String.trim), then parsed by the field's type."""
+    text = text.strip(JAVA_TRIMMED)
     default = key.default
     if isinstance(default, bool):
         return text.lower() == "true"  # Boolean.parseBoolean
@@ -387,50 +366,28 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) 
             continue  # another module's (the embedded controller's: controller/config.py checks them)
         if key is None:
             if strict:
-                raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
-            warnings.append(f"{path}: unknown key {name}, ignored (a typo? --strict-config refuses unknown keys)")
+                raise ConfigError(f"{path}: unknown key {escaped(name)} (refused by --strict-config)")
+            warnings.append(f"{path}: unknown key {escaped(name)}, ignored "
+                            "(a typo? --strict-config refuses unknown keys)")
             continue
+        control = first_control(name) or first_control(text)
+        if control:
+            warnings.append(f"{path}: {escaped(name)}: holds a control character ({control}), kept as read "
+                            "(UPDATE_NAMESRV_CONFIG refuses such values; the file is written with it escaped)")
         problem = _check_value(key, text)
         if problem:
-            shown = MASK if is_secret(name) else text.strip()
+            shown = MASK if is_secret(name) else escaped(text.strip())
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
         if name in NO_EFFECT and _coerce(key, text) != key.default:
             if strict and name in NOT_IMPLEMENTED:
-                raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
+                raise ConfigError(f"{path}: {name}={escaped(text.strip())}: not implemented by this NameServer "
                                   "(refused by --strict-config)")
             if name in NOT_IMPLEMENTED:
-                warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
+                warnings.append(f"{path}: {name}={escaped(text.strip())}: not implemented, ignored "
                                 "(this NameServer does not do what the key asks)")
             else:
-                warnings.append(f"{path}: {name}={text.strip()}: no effect here, ignored ({NO_EFFECT[name]})")
+                warnings.append(f"{path}: {name}={escaped(text.strip())}: no effect here, ignored ({NO_EFFECT[name]})")
     return warnings
-
-
-_VALUE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\t": "\\t"}
-_KEY_ESCAPES = {**_VALUE_ESCAPES, "=": "\\=", ":": "\\:", " ": "\\ ", "#": "\\#", "!": "\\!"}
-
-
-def property_line(name: str, value: str, ascii_only: bool = False) -> str:
-    """``key=value`` that Properties.load reads back as exactly this key and value.  Java writes
-    both raw, so a value holding an escaped newline smuggles extra keys into the saved file;
-    ordinary keys and values come out byte-identical to Java's.  ``ascii_only`` writes other
-    characters as ``\\uXXXX``, as Properties.store(OutputStream) does: for a request body, which
-    Java loads as ISO-8859-1."""
-    key = "".join(_KEY_ESCAPES.get(ch, ch) for ch in name)
-    text = "".join(_VALUE_ESCAPES.get(ch, ch) for ch in value)
-    if text[:1] in (" ", "\t"):
-        text = "\\" + text
-    line = f"{key}={text}\n"
-    return _unicode_escaped(line) if ascii_only else line
-
-
-def _unicode_escaped(text: str) -> str:
-    return "".join(ch if ch.isascii() else "".join(f"\\u{unit:04X}" for unit in _utf16_units(ch)) for ch in text)
-
-
-def _utf16_units(ch: str) -> list[int]:
-    data = ch.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def _text(value: Any) -> str:
@@ -439,13 +396,21 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _read_properties(path: str) -> dict[str, str]:
+def _read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
+    """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
+    a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
     try:
-        return parse_properties(Path(path).read_text(encoding="utf-8"))
+        return properties.load(read_regular_text(path))
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+        raise ConfigError(f"{what} {path}: not UTF-8 ({exc.reason})") from None
+    except properties.PropertiesError as exc:
+        raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
+
+
+#: 4.9.8's scanNotActiveBroker period (NamesrvController schedules it every 10 s, not configurable)
+FIXED_SCAN_INTERVAL_MS = 10_000
 
 
 class NamesrvConfig:
@@ -463,6 +428,14 @@ class NamesrvConfig:
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
         self._validate()
+
+    @property
+    def scan_interval_s(self) -> float:
+        """How often the expiry scan looks for silent brokers: scanNotActiveBrokerInterval where the
+        generation reads it (5.3.3), else 4.9.8's fixed 10 s."""
+        if self.profile.configurable_scan_interval:
+            return float(self["scanNotActiveBrokerInterval"]) / 1000
+        return FIXED_SCAN_INTERVAL_MS / 1000
 
     @classmethod
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
@@ -483,8 +456,8 @@ class NamesrvConfig:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         else:
             store = str(values.get("configStorePath") or KEYS_BY_NAME["configStorePath"].default)
-            if Path(store).is_file():
-                saved = _read_properties(store)
+            if Path(store).exists():  # a FIFO or a directory there is refused, not skipped
+                saved = _read_properties(store, "configStorePath: cannot read")
                 file_keys = {name: text for name, text in saved.items()
                              if name in KEYS_BY_NAME and not KEYS_BY_NAME[name].guarded and name not in values}
                 check_file_keys(store, file_keys)
@@ -607,7 +580,7 @@ class NamesrvConfig:
         for name in names:
             value = self.values.get(name, self.extra.get(name))
             if value is not None:
-                lines.append(property_line(name, _text(value)))
+                lines.append(properties.dump_line(name, _text(value)))
         return "".join(lines)
 
     def all_keys_text(self) -> str:
@@ -622,5 +595,5 @@ class NamesrvConfig:
                 lines.append(f"# {name}: no effect here ({NO_EFFECT[name]})\n")
             if name in self.sources:
                 lines.append(f"# {name} from {self.sources[name]}\n")
-            lines.append(property_line(name, value))
+            lines.append(properties.dump_line(name, value))
         return "".join(lines)

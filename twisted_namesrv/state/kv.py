@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..remoting import fastjson
 from ..remoting.fastjson import java_hash_map
+from .files import read_regular
 from .store import StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
@@ -43,7 +44,7 @@ class KVConfigManager:
         if not path.exists():
             return
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # a FIFO would block the start: refused (files.py)
         except OSError as exc:
             raise KVConfigError(f"cannot read KV config {path}: {exc.strerror}") from None
         if not data.strip():

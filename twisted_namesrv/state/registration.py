@@ -21,6 +21,7 @@ from itertools import islice
 from typing import Protocol
 
 from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
+from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
 from ..steps import Steps
 from .settling import WALK_PER_STEP
@@ -82,6 +83,20 @@ class RegisterRequest:
     heartbeatTimeoutMillis: int | None = None
     enableActingMaster: bool | None = None  # None: an old-version broker that did not say
     version: int | None = None  # the request's MQVersion ordinal
+
+
+def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker_id: int, body: RegisterBrokerBody,
+               channel: Channel | None, version: int, per_broker_timeout: bool) -> RegisterRequest:
+    """A REGISTER_BROKER as the routes apply it, from its header read by Java's rules, its names
+    (header.names), its brokerId as a Java long and its decoded body; ``per_broker_timeout``: the
+    generation reads the broker's own heartbeatTimeoutMillis (Profile.per_broker_heartbeat_timeout).
+    The server's handler and the capture's replay (spark_analysis/analysis/replay.py) build it here."""
+    cluster, addr, name = names
+    return RegisterRequest(
+        clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id, haServerAddr=header.haServerAddr,
+        body=body, channel=channel, zoneName=header.zoneName,
+        heartbeatTimeoutMillis=header.heartbeatTimeoutMillis if per_broker_timeout else None,
+        enableActingMaster=header.enableActingMaster, version=version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,10 +261,18 @@ class RouteInfoManager:
         return self._table if not self._layers else _LayeredView(self.queues_of)
 
     def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
-        """Of ``topics``, those whose queues name one of ``groups`` (the answer cache's walk of
-        what it keeps, when groups change or leave: published before the groups' queues go)."""
-        names, queues_of = set(groups), self.queues_of
-        return [topic for topic in topics if not names.isdisjoint(queues_of(topic) or ())]
+        """Of ``topics``, those whose queues name one of ``groups``, groups that left included
+        until their queues are written out (the answer cache's walk of what it keeps, when groups
+        change or leave)."""
+        names, table = set(groups), self._table
+        staged = [layer for layer in self._layers if not isinstance(layer, Departed)]
+
+        def held(topic: str) -> Mapping[str, QueueData]:
+            queues: Mapping[str, QueueData] | None = table.get(topic)
+            for layer in staged:
+                queues = layer.over(topic, queues)
+            return queues or {}
+        return [topic for topic in topics if not names.isdisjoint(held(topic))]
 
     @property
     def settling(self) -> int:
@@ -316,18 +324,10 @@ class RouteInfoManager:
             self.on_change = None
 
     def _publish(self, pending: _Pending) -> None:
-        """A change is complete: count it, publish what it did (the table as it was: a subscriber
-        may look up what left), commit its many entries as a layer (what lookups read from now on:
-        written in at once when few and nothing is before them), then hand over the events in
-        order: now, or once the layers before them are written (a departure's, once its lost
-        topics are found)."""
-        if pending.dirty:
-            self.generation += 1
-            subscriber = self.on_change
-            if subscriber is not None:
-                change = pending.change()
-                if change:
-                    subscriber(change)
+        """A change is complete: commit its many entries as a layer (what lookups read from now
+        on), count it, publish what it did, write the layer in at once when it is small and nothing
+        is before it, then hand over the events in order: now, or once the layers before them are
+        written (a departure's, once its lost topics are found)."""
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
@@ -336,16 +336,24 @@ class RouteInfoManager:
             last = self._layers[-1] if self._layers else None
             if isinstance(last, Departed) and not last.started:  # one walk for both
                 last.join(pending.emptied, pending.events)
-                self._hand_over(pending.earlier)
-                return
-            layer = Departed(self._table, pending.emptied, _lost_with)
-        if layer is not None and not waiting and len(layer) <= self.write_at_once:
-            layer.finish()  # few: at once
-            layer = None
+                pending.events = []
+            else:
+                layer = Departed(self._table, pending.emptied, _lost_with)
         if layer is not None:
             self._layers.append(layer)
+        if pending.dirty:
+            self.generation += 1
+            subscriber = self.on_change
+            if subscriber is not None:
+                change = pending.change()
+                if change:
+                    subscriber(change)  # the tables complete, through the layers
+        if layer is not None and not waiting and self._layers and self._layers[-1] is layer and (
+                len(layer) <= self.write_at_once):
+            layer.finish()  # few: at once
+            self._layers.pop()
         events = pending.earlier
-        if waiting or isinstance(layer, Departed):
+        if self._layers and (waiting or self._layers[-1] is layer and isinstance(layer, Departed)):
             self._layers[-1].events += pending.events
         else:
             events = events + pending.events

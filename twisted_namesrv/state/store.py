@@ -41,7 +41,7 @@ class StoreError(OSError):
 def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
     """Replace ``path`` by ``data`` durably, or raise StoreError leaving it as it was (see above)."""
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, reused next time
+    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, replaced next time
     old = target.with_name(target.name + ".old")  # the same: a leftover is replaced at the next write
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +51,9 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
     try:
         try:
             kept = _keep_old(target, old)
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
+                tmp.unlink()
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.copyright import version as twisted_version
 
 from .. import __version__
-from ..audit import OPERATIONS, RESULTS
+from ..audit import OPERATION_NAMES, RESULTS
 from ..context import NamesrvState
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
@@ -74,13 +74,17 @@ class NamesrvCollector(Collector):
             rejected.add_metric([reason], metrics.rejected[reason])
         yield rejected
         refusals = CounterMetricFamily("namesrv_refusals", "Connections and requests refused, by listener "
-                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, the "
-                                       "limits of namesrv_rejected_total, memory_budget; on http unauthenticated, "
-                                       "not_admin, host, not_loopback, max_connections, idle, request_timeout, "
-                                       "fd_reserve (docs/security.md)", labels=["listener", "reason"])
+                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, "
+                                       "config_key, config_value, config_size, fd_reserve, the limits of "
+                                       "namesrv_rejected_total, memory_budget; on http unauthenticated, not_admin, "
+                                       "host, not_loopback, max_connections, idle, request_timeout, fd_reserve "
+                                       "(docs/security.md)", labels=["listener", "reason"])
         for listener, reason, count in self.state.refusals.series():
             refusals.add_metric([listener, reason], count)
         yield refusals
+        yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
+                                  "written, bad YAML, not a regular file): the accounts read before stay",
+                                  value=metrics.acl_reload_failures)
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
@@ -165,10 +169,11 @@ class NamesrvCollector(Collector):
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
         a series to read before the first refusal."""
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
-                                     "operation and result: ok, refused (ACL or config black list), failed",
+                                     "operation and result: ok, refused (ACL, config black list or a value's control "
+                                     "characters), failed",
                                      labels=["operation", "result"])
         counts = self.metrics.admin_requests
-        for operation in sorted(OPERATIONS.values()):
+        for operation in OPERATION_NAMES:
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
         return family

@@ -246,7 +246,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 renumbers.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_addr": addr,
                                   "from_id": p["broker_id"], "to_id": n["broker_id"], "at": n["from"]})
 
-    deletions, perms = [], []
+    deletions, perms, topic_counts = [], [], []
     for t, e, code, ext, ok, ans in sorted(admin, key=lambda x: x[0]):
         if not ok:
             problems.append(f"admin code {code} not answered SUCCESS at {iso(t)}: {ans}")
@@ -256,8 +256,17 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
             if log.knows("delete_topic") and not log.find("delete_topic", t, topic=ext.get("topic", "")):
                 problems.append(f"no topic deletion log line near {iso(t)} for {ext.get('topic')}")
         else:
-            perms.append({"namesrv": e, "op": "wipe" if code == WIPE else "add", "broker_name": ext.get("brokerName"),
-                          "at": t})
+            op = "wipe" if code == WIPE else "add"
+            perms.append({"namesrv": e, "op": op, "broker_name": ext.get("brokerName"), "at": t})
+            counted = _logged_count(log, op, ext.get("brokerName", ""), t, problems)
+            if counted is not None:
+                fields = (ans or {}).get("extFields") or {}
+                answered = fields.get("wipeTopicCount" if code == WIPE else "addTopicCount")
+                if answered is not None and int(answered) != counted[0]:
+                    problems.append(f"{op} write perm of {ext.get('brokerName')} at {iso(t)}: the log says "
+                                    f"{counted[0]} topics, the answer {answered}")
+                topic_counts.append({"namesrv": e, "broker_name": ext.get("brokerName"), "at": t, "op": op,
+                                     "topics": counted[0], "log": log.message(counted[1])[:180]})
 
     # refused connection attempts
     refused = defaultdict(list)
@@ -312,12 +321,22 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         "controllers": [{"endpoint": e} for e in controllers],
         "restarts": restarts, "stays": [clean(s) for s in stays], "failovers": failovers, "moves": moves,
         "renumbers": renumbers, "silences": silences, "topic_deletions": deletions, "write_perm": perms,
-        "refused": refused_out,
+        "topic_counts": topic_counts, "refused": refused_out,
         "notes": a.note,
     }
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def _logged_count(log, op: str, broker_name: str, t: float, problems: list[str]):
+    """(topics, line) of the NameServer's own line for a write-permission change near ``t``: how many
+    topics of the broker's it touched, which are the topics it held for that broker then."""
+    hits = log.find("write_perm", t, op=op, broker=broker_name)
+    if not hits:
+        problems.append(f"no '{op} write perm' log line near {iso(t)} for {broker_name}")
+        return None
+    return int(re.search(r", (\d+)\s*$", hits[0][1]).group(1)), hits[0][1]
 
 
 def _close(st, t, side, c, runs, log, problems, key):

@@ -65,6 +65,21 @@ ARGS: dict[str, list[str]] = {
                     "before file b began (steps: 05:47:16.934Z start); no restart.",
                     ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
     "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
+    "v4-delslave": _one("4.9.8"),
+    "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connection to the "
+                         "NameServer (steps): none of its packets after the cut is in the capture, the NameServer's "
+                         "to it are (the FIN of its expiry, retransmitted unanswered) until the cut heals"),
+    "v5-trio": _one("5.3.3", "--restart", "127.0.0.1:9877=kill -9 namesrv on 9877", "namesrv on 9877 start",
+                    "--why", "127.0.0.1:9877=launch polling; while it is down the brokers retry",
+                    "--why", "127.0.0.1:9878=launch polling", ports="9876,9877,9878",
+                    logs=("namesrv.log", "namesrv-9877.log", "namesrv-9878.log")),
+    "v5-split": _one("5.3.3", "--note", "broker-a registers its 1,513 topics in two bodies every 30 s "
+                     "(enableSplitRegistration, splitRegistrationSize 800); namesrv.log leaves out its 1,500 lines "
+                     "'new topic registered, SplitTopicNNNN'"),
+    "v5-restart2": _one("5.3.3", "--restart", "namesrv stop$", "namesrv start$", "--restart",
+                        r"namesrv stop \(again\)", r"namesrv start \(again\)", "--note",
+                        "The second run listened for about a second before its SIGTERM: its log has 'RemotingServer "
+                        "started' and the shutdown, no 'boot success'", why=RETRY),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),

@@ -3,7 +3,9 @@
 Each reader turns its lines into (UTC time, line) and knows the line that proves each kind of event:
 a broker registered, unregistered, closed by the broker, dropped after its silence (Java: the idle close
 "NETTY SERVER PIPELINE: IDLE exception" or the scan's "The broker channel expired"; ours: "broker idle"
-or "broker expired"), a topic deleted (Java logs none), the server started.  The builder looks for the
+or "broker expired"), a topic deleted (Java logs none), a broker's write permission wiped or given back
+(both log how many of its topics the change touched: the topics the server held for it then), the
+server started.  The builder looks for the
 line near the time the packets say and prints a PROBLEM when there is none: the two must agree.
 
 - Java 4.9.8 / 5.3.3 (logback): ``2026-11-28 13:28:20 INFO main - ...``; the JVM's default zone on the
@@ -34,7 +36,9 @@ JAVA = {
     "closed_by_broker": r"channel destroyed|channelInactive, the channel\[127\.0\.0\.1:{port}\]",
     "expired": r"IDLE exception \[127\.0\.0\.1:{port}\]|The broker channel expired",
     "expired_by_scan": r"The broker channel (\S+ )?expired",
-    "start": r"The Name Server boot success",
+    "write_perm": r"{op} write perm of broker\[{broker}\], client: \S+, \d+\s*$",
+    # 5.3.3 listens (RemotingServer started) before it logs boot success: a run stopped at once logs only the first
+    "start": r"The Name Server boot success|RemotingServer started, listening",
 }
 OURS = {
     "register": r"broker registered: .*\baddr={addr}(\s|$)",
@@ -43,6 +47,7 @@ OURS = {
     "expired": r"broker (idle|expired): .*\baddr={addr}(\s|$)",
     "expired_by_scan": r"broker expired: .*\baddr={addr}(\s|$)",
     "delete_topic": r"audit delete_topic DELETE_TOPIC_IN_NAMESRV\(216\) .*\btopic={topic}(\s|$).*-> ok",
+    "write_perm": r"{op} write perm of broker\[{broker}\], client: \S+, \d+\s*$",
     "start": r"The Name Server boot success",
     "stop": r"Received SIG(TERM|INT), shutting down",
 }

@@ -1,0 +1,60 @@
+"""What the decoding tasks count of the rows they make, into their tally (model/tally.py): the
+progress lines' counts, the findings' groups, the calls' latencies, the clients' counts and what
+each server endpoint is asked. A batch of rows at a time (a few vector operations each), and a
+connection's stats and a controller call's notes one by one.
+
+Pure (pyarrow): spark/job.py's decoding tasks call it between making rows and sending them on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_analysis.analysis import clients, findings, latency
+from spark_analysis.capture.conversation import REQUEST
+from spark_analysis.decode.rows import CALL, CONTROLLER, FRAME, REGISTRATION, ConnectionStats
+from spark_analysis.model.tally import Tally, add
+
+
+def count_rows(tally: Tally, kind: str, rows: pa.StructArray) -> None:
+    """What the progress lines, findings and the report count of a batch of rows of one kind."""
+    if kind == FRAME:
+        requests = pc.sum(pc.equal(rows.field("direction"), REQUEST)).as_py() or 0
+        tally.frame += len(rows)
+        tally.request += requests
+        tally.response += len(rows) - requests
+        clients.count_frames(tally.clients, rows)
+    elif kind == CALL:
+        tally.call += len(rows)
+        tally.unanswered += rows.field("response_code").null_count
+        tally.latencies.update(latency.count_calls(rows))
+        findings.note_calls(tally.groups, rows)
+        findings.note_served(tally.served, rows)
+        clients.count_calls(tally.clients, rows)
+    elif kind == CONTROLLER:
+        tally.controller += len(rows)
+    elif kind == REGISTRATION:
+        tally.registration += len(rows)
+        tally.crc_failures += pc.sum(pc.equal(rows.field("crc_ok"), False)).as_py() or 0
+
+
+def count_connections(tally: Tally, connections: Iterable[ConnectionStats]) -> None:
+    """Connections decoded, the capture's holes in them and their undecodable bytes (a finding's
+    group per connection)."""
+    for stats in connections:
+        tally.connection += 1
+        tally.gaps += stats.gaps
+        tally.lost_bytes += stats.lost_bytes
+        tally.undecodable += stats.undecodable_bytes > 0
+        if stats.undecodable_bytes:
+            add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
+
+
+def note_controller_calls(tally: Tally, notes: Iterable[tuple[Any, ...]]) -> None:
+    """The notes of controller calls that say nothing (decode/controller.py), as findings' groups."""
+    for group, key, count, first, last, worst in notes:
+        add(tally.groups, group, key, count, first, last, worst)
