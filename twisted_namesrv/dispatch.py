@@ -15,8 +15,10 @@ A Deferred that has already fired (the file log's) is answered at once; one that
 ``answer`` return a ``Later``, and the frames after it wait for it, as for a big request.
 
 A big request whose handler is written in steps (a broker's whole topic table) is answered later
-too: its steps run across reactor turns through a Cooperator, so other connections are answered
-meanwhile.
+too: its steps run across reactor turns through a Cooperator, a few milliseconds of them per turn,
+so other connections are answered meanwhile.  So are small ones past the first AT_ONCE_PER_TURN
+of a reactor turn: thousands of brokers re-registering at once are read in few turns, and the
+lookups read in the same turn would otherwise wait for every one of them.
 
 What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
 unknown code); a handler that raises costs one error answer, never the connection: a
@@ -45,6 +47,11 @@ from .state.routes import Channel
 from .steps import STEP_BYTES, Steps, run_steps
 
 log = Logger()
+
+#: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
+#: turn's others take their steps (about 70-140 µs each: 16 of them are a few milliseconds, as much
+#: as a Cooperator's turn)
+AT_ONCE_PER_TURN = 16
 
 #: hears every dispatched request (refused, failed or handled) with its response, after the handler
 Observer = Callable[[RemotingCommand, Peer, RemotingCommand], None]
@@ -128,6 +135,7 @@ class Dispatcher:
         self._call_later = call_later  # the reactor's callLater
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
+        self._at_once = 0  # requests with a handler in steps answered at once in this reactor turn
         self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
@@ -166,7 +174,7 @@ class Dispatcher:
             request = RemotingCommand.decode(memoryview(frame) if big else frame)  # a big body: a view, no copy
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            if big and self._cooperator is not None and request.code in self.table.in_steps:
+            if self._cooperator is not None and request.code in self.table.in_steps and (big or self._turn_full()):
                 return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:])
             outcome = run_steps(self._outcome(request, peer))
             if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
@@ -175,6 +183,21 @@ class Dispatcher:
             if encoded is not None:
                 out.append(encoded)
         return None
+
+    def _turn_full(self) -> bool:
+        """Whether a small request with a handler in steps takes them: once AT_ONCE_PER_TURN were
+        answered at once in this reactor turn (counted again from the next)."""
+        if self._call_later is None:
+            return False
+        if self._at_once >= AT_ONCE_PER_TURN:
+            return True
+        if not self._at_once:
+            self._call_later(0, self._next_turn)
+        self._at_once += 1
+        return False
+
+    def _next_turn(self) -> None:
+        self._at_once = 0
 
     def answer_read(self, data: bytes, out: list[bytes]) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before
