@@ -413,6 +413,9 @@ def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_ev
             turns.append("go0 back")
         assert found[1:3] == [False, False]
         assert shared() == sorted(["stay", *(["go0"] if back_found else []), *(["go2"] if go2 else [])])
+        counts = cluster.routes.topicsOfGroup  # what the tables' limits count: the routes lookups see
+        assert (counts["stay"], counts.get("go0", 0), "go1" in counts, counts.get("go2", 0)) == (
+            size + 1, 2 if back_found else 0, False, size + 1 if go2 else 0)
         turns.append("turn")
         if len(turns) == 2:  # two turns into the first batch's writing: the second batch, and go0 back
             leaving[2].connectionLost()
@@ -430,6 +433,11 @@ def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_ev
     assert heard[-4:-2] == [("closed", "go0"), ("closed", "go1")]
     assert sorted(heard[-2:]) == [("closed", "go2"), ("registered", "go0")]
     assert "go0 back" in turns
+    held = dict.fromkeys(["stay", "go0"], 0)
+    for queues in table.values():
+        for name in queues:
+            held[name] += 1
+    assert (cluster.routes.topicsOfGroup, cluster.routes.queueEntries) == (held, sum(held.values()))
 
 
 def test_a_storm_of_small_registrations_holds_a_lookup_of_the_same_turn_for_a_few_of_them(tmp_path):

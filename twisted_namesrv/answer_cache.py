@@ -31,6 +31,7 @@ subscriptions, never from handlers:
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
@@ -77,6 +78,8 @@ _MAX_INT32 = b"2147483647"
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
 BLOCK_FROM = 4
+#: no limit on the bytes of answers one call appends (the server gives one: server.ANSWER_ROOM)
+NO_LIMIT = sys.maxsize
 
 
 class AnswerCache:
@@ -202,9 +205,10 @@ class AnswerCache:
         kept[:] = [k for k in kept if k.after != after][:MAX_REPLIES_PER_HEAD - 1]
         kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
 
-    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes]) -> int:
+    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
-        ``out``, in order, up to the first that is not: its index (``len(frames)``: all were).
+        ``out``, in order, up to the first that is not, or until they reach ``room`` bytes (at
+        least one): the index of the first frame not answered (``len(frames)``: all were).
         Each is the kept answer frame with the request's own opaque spliced in, without decoding.
 
         A kept frame is found by the request up to its opaque's digits (header-length word
@@ -233,12 +237,18 @@ class AnswerCache:
                     kept.remove(reply)
                     return index
                 head = frame[:at]
-                if index <= block_until and _splice_block(frames, index, at, length, prefix, rest, out):
-                    return count
+                reply_size = len(prefix) + length + len(rest)
+                if index <= block_until:
+                    fit = min(count - index, max(1, room // reply_size))
+                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, rest, out):
+                        return index + fit
             digits = frame[at:at + length]
             if not _valid_digits(digits):
                 return index
             out += (prefix, digits, rest)
+            room -= reply_size
+            if room <= 0:
+                return index + 1
         return len(frames)
 
     @staticmethod
@@ -250,12 +260,13 @@ class AnswerCache:
                 return reply
         return None
 
-    def replies_from_read(self, data: bytes, out: list[bytes]) -> tuple[int, int]:
+    def replies_from_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> tuple[int, int]:
         """Answer the frames at the start of a read, as it came (length prefixes included, not
         cut into frames), when they are one client's repeats of one kept plain JSON lookup: the
-        first frame's kept answer for each, with each frame's own opaque spliced in.  (bytes
-        answered, lookups answered); (0, 0), with nothing appended, when the read does not start
-        so, and the frames go the usual way (``replies_from_memory`` after the cut).
+        first frame's kept answer for each, with each frame's own opaque spliced in, as many as
+        fit in ``room`` bytes (at least one).  (bytes answered, lookups answered); (0, 0), with
+        nothing appended, when the read does not start so, and the frames go the usual way
+        (``replies_from_memory`` after the cut).
 
         The same rules as ``replies_from_memory``: the first frame is found by its bytes up to
         its opaque's digits and checked against the rest; the frames after it answered with it
@@ -280,7 +291,7 @@ class AnswerCache:
             kept.remove(reply)
             return 0, 0
         length = reply.digits
-        n = len(data) // record
+        n = min(len(data) // record, max(1, room // (len(reply.prefix) + length + len(reply.rest))))
         if n == 1:  # one lookup in flight (the latency path): no block to check
             digits = data[at:at + length]
             if not _valid_digits(digits):
@@ -294,13 +305,13 @@ class AnswerCache:
         return n * record, n
 
 
-def _splice_block(frames: list[bytes], index: int, at: int, length: int, prefix: bytes, rest: bytes,
+def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,
                   out: list[bytes]) -> bool:
-    """Answer ``frames[index:]`` at once when each is ``frames[index]`` but for its opaque's
-    ``length`` digits at ``at`` (a client's pipelined lookups of one topic); ``_splice_records``
-    on them joined."""
-    block = b"".join(frames[index:])
-    record, n = len(frames[index]), len(frames) - index
+    """Answer the ``n`` frames from ``frames[index]`` at once when each is ``frames[index]`` but
+    for its opaque's ``length`` digits at ``at`` (a client's pipelined lookups of one topic);
+    ``_splice_records`` on them joined."""
+    block = b"".join(frames[index:index + n])
+    record = len(frames[index])
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
 
 

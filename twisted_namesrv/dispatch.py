@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from . import processor
+from .answer_cache import NO_LIMIT
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
@@ -100,10 +101,22 @@ NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, pr
 @dataclass
 class Later:
     """An answer worked out in steps or waiting for a Deferred: ``answer`` fires with its frame
-    (None: nothing to send); ``rest`` are the frames that came after it, answered once it is sent."""
+    (None: nothing to send); ``rest`` are the frames that came after it, answered once it is sent;
+    ``size``: the bytes of the frame being answered, held until it is."""
 
     answer: defer.Deferred[bytes | None]
     rest: list[bytes]
+    size: int = 0
+
+
+@dataclass
+class Full:
+    """The answers worked out fill the room the caller gave: ``rest`` are the frames not answered
+    yet, to answer once those are written (a read of small requests must not become gigabytes of
+    answers held for a peer that does not read them)."""
+
+    rest: list[bytes]
+
 
 
 class _NoAnswersKept:
@@ -150,20 +163,25 @@ class Dispatcher:
         self.observers.append(observer)
 
     # -- frames in, frames out ------------------------------------------------------------------
-    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes], room: int = NO_LIMIT) -> Later | Full | None:
         """Append the answers to ``frames`` (length prefixes stripped) to ``out``, in order;
         nothing for oneway requests and for responses to our own notifications.  A frame answered
-        in steps stops there: its Later holds the frames after it.
+        in steps stops there: its Later holds the frames after it.  Once the answers appended
+        reach ``room`` bytes (at least one is), the frames after them are left in a Full.
 
         Raises RemotingDecodeError when a frame is not a command (``out`` holds the answers
         before it): the caller closes the channel."""
         answers, counted = self.answers, self.count_requests
-        index, count = 0, len(frames)
+        index, count, used = 0, len(frames), 0
         while index < count:
+            if used >= room:
+                return Full(frames[index:])
             begun = perf_counter() if counted else 0.0
             if answers.replies:
-                done = answers.replies_from_memory(frames, index, out)
+                mark = len(out)
+                done = answers.replies_from_memory(frames, index, out, room - used)
                 if done > index:
+                    used += sum(map(len, out[mark:]))
                     if counted:
                         self.metrics.answered_from_memory((perf_counter() - begun) / (done - index), done - index)
                     index = done
@@ -175,13 +193,15 @@ class Dispatcher:
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
             if self._cooperator is not None and request.code in self.table.in_steps and (big or self._turn_full()):
-                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:])
+                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
+                             len(frame))
             outcome = run_steps(self._outcome(request, peer))
             if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
-                return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:])
+                return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
             encoded = self._answer_frame(frame, request, peer, outcome, begun)
             if encoded is not None:
                 out.append(encoded)
+                used += len(encoded)
         return None
 
     def _turn_full(self) -> bool:
@@ -199,17 +219,18 @@ class Dispatcher:
     def _next_turn(self) -> None:
         self._at_once = 0
 
-    def answer_read(self, data: bytes, out: list[bytes]) -> int:
+    def answer_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before
-        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``:
-        the bytes of ``data`` answered (0: none; the rest goes through ``answer`` once cut)."""
+        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``
+        (about ``room`` bytes of them at most, at least one): the bytes of ``data`` answered (0:
+        none; the rest goes through ``answer`` once cut)."""
         answers = self.answers
         if not answers.replies:
             return 0
         if not self.count_requests:
-            return answers.replies_from_read(data, out)[0]
+            return answers.replies_from_read(data, out, room)[0]
         begun = perf_counter()
-        used, count = answers.replies_from_read(data, out)
+        used, count = answers.replies_from_read(data, out, room)
         if count:
             self.metrics.answered_from_memory((perf_counter() - begun) / count, count)
         return used

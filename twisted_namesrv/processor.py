@@ -16,7 +16,12 @@ from typing import Any
 from twisted.logger import Logger
 
 from . import properties
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
+from .bodies.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    RegistrationRefused,
+    decode_register_body_steps,
+)
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
     MASTER_ID,
@@ -145,7 +150,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     (state/registration.py) that RouteInfoManager.apply_registration applies in the last step, as
     under Java's write lock: the tables change only there, so lookups meanwhile see the routes
     before it, and after it all of it (its entries are written into topicQueueTable afterwards,
-    in steps of their own: state/settling.py)."""
+    in steps of their own: state/settling.py).  A table past a limit (maxTopicsPerBroker as it is
+    decoded, the tables' limits as it would apply) is refused whole (``registration_refused``)."""
     ext = request.ext
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
@@ -164,7 +170,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, header.compressed, request.version,
                                           state.config["inflateMaxLength"], () if known is None else digests(known),
-                                          routes.reusable_pieces(known), state.budget)
+                                          routes.reusable_pieces(known), state.budget,
+                                          state.config["maxTopicsPerBroker"])
 
     def memo() -> Memos | None:
         """The bodies this broker's queues hold as they say, if a registration may skip one."""
@@ -177,10 +184,15 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     registration = request_of(header, names, broker_id, body, peer.channel, request.version,
                               state.profile.per_broker_heartbeat_timeout)
     plan = yield from plan_steps(registration, routes)
-    result = routes.apply_registration(plan)
+    try:
+        result = routes.apply_registration(plan)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -190,6 +202,20 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
                    body=reply_body)
+
+
+def registration_refused(state: NamesrvState, request: RemotingCommand, peer: Peer, refusal: RegistrationRefused,
+                         names: tuple[str, str, str]) -> RemotingCommand:
+    """A registration a limit refused, nothing of it applied: one log line and one count
+    (refusals.py: the limit's name as the reason), answered SYSTEM_ERROR with why, which a Java
+    broker (4.9.8 and 5.x alike) logs as it logs any failed registration ("Failed to register
+    current broker to name server ... CODE: 1 DESC: register broker refused: ...") and sends
+    again at its next registration (30 s)."""
+    cluster, addr, name = names
+    state.refusals("remoting", refusal.reason, peer.address, "register broker {broker} ({addr}) of cluster "
+                   "{cluster} refused: {why}", broker=name, addr=addr, cluster=cluster, why=str(refusal))
+    return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register broker refused: {refusal}", ext={},
+                   normal=False)
 
 
 def in_one_go(handler: SteppedHandler) -> Handler:

@@ -24,7 +24,9 @@ LISTENERS = ("remoting", "controller", "http")
 #: every reason, by listener, served at 0 from the start so that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key", "config_value", "config_size", "fd_reserve"),
+                 "tls_handshake", "not_tls", "config_key", "config_value", "config_size", "fd_reserve",
+                 "max_topics_per_broker", "max_broker_groups", "max_brokers", "max_brokers_per_group",
+                 "max_topic_queue_entries"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
                    "fd_reserve"),

@@ -2,7 +2,8 @@
 read; one channel id per connection.
 
 It owns what is about the connection: framing, the frame, header and connection limits, idle
-timeouts, back-pressure, and holding the frames that arrive while one is answered in steps.
+timeouts, back-pressure, and holding (counted against the memory budget) the frames that arrive
+while one is answered in steps and the answers the peer has not read.
 What a frame means is the dispatcher's (dispatch.py): a factory serves one dispatcher, so a
 second listener (the controller's: controller/service.py) is a second factory of this same
 protocol, with a Dispatcher of its own, bound by the same ``Listener``.  ``Notifier`` is the
@@ -46,23 +47,44 @@ def send_now(transport: interfaces.ITransport) -> None:
         do_write()
 
 
+#: the answers worked out for a peer before they are written: past it, the frames after them wait
+#: until the peer has read them (a 64 KiB read of lookups must not become gigabytes of answers)
+ANSWER_ROOM = 1 << 20
+
+
 @implementer(interfaces.IPushProducer)
 class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     """One client or broker connection.  A frame that cannot be decoded closes only this
     connection (as Java's NettyDecoder does); a failing request costs one error answer.
 
-    It is its transport's producer: when a peer does not read its answers and the write buffer
-    fills, the server stops reading that peer's requests until it does, so a slow peer costs a
-    bounded buffer, never the others' service; one that stays stuck is closed as idle."""
+    Every byte held for the peer counts against the memory budget (budget.py), and while it
+    holds more than the frame it is sending it is not read: frames that came behind an answer in
+    progress (one worked out in steps, or waiting for the controller log) wait whole, and so
+    do the frames behind answers it has not read (the protocol is its transport's producer:
+    Twisted pauses it when the write buffer fills), so a slow or hostile peer costs a bounded
+    buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
     #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
     close_reason = "connection closed"
-    #: the answer being worked out in steps (dispatch.py); the frames that came after it wait
+    #: the answer being worked out in steps (dispatch.py), and the bytes of its frame
     answering: defer.Deferred[bytes | None] | None = None
+    answering_size = 0
+    #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
     waiting: list[bytes]
-    #: bytes of an unfinished frame held against the memory budget (budget.py)
+    #: the bytes held against the memory budget (budget.py): the unfinished frame, the frame being
+    #: answered, the frames waiting, the answers the peer has not read
     held = 0
+    #: the transport's write buffer is full (it paused this producer), and the bytes written since
+    #: it last held no more than Twisted's own allowance (``bufferSize``, 64 KiB: not counted)
+    writing_paused = False
+    unsent = 0
+    #: reading is paused (the transport's pauseProducing) while the peer has anything held
+    reading_paused = False
+    #: closed for the memory budget: nothing more is held or answered
+    dropped = False
+    _in_answer = False
+    _in_write = False
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -80,31 +102,50 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.setTimeout(factory.idle_timeout or None)
         self.transport.registerProducer(self, True)
 
+    # -- the transport's producer: its write buffer is full, or drained ------------------------
     def pauseProducing(self) -> None:
         """The write buffer is full: stop reading this peer until it reads its answers."""
-        self.factory.limit_log(self.host, "write_buffer", "{peer} does not read its answers: not reading it "
-                               "until it does", peer=self.peer.address)
-        self.transport.pauseProducing()
+        self.writing_paused = True
+        self._read(False)
+        if not self._in_write:  # (a write of ours says so itself, once it knows the send did not drain it)
+            self._not_reading_answers()
 
     def resumeProducing(self) -> None:
-        self.transport.resumeProducing()
+        """The write buffer drained: answer what waited for it, then read again."""
+        self.writing_paused, self.unsent = False, 0
+        if self._in_answer:
+            return  # the answering loop goes on by itself
+        if self.answering is None and self.waiting:
+            waiting, self.waiting = self.waiting, []
+            self._answer(waiting)
+        else:
+            self._settle()
 
     def stopProducing(self) -> None:
         """The connection is going away; connectionLost cleans up."""
 
+    def _not_reading_answers(self) -> None:
+        self.factory.limit_log(self.host, "write_buffer", "{peer} does not read its answers: not reading it "
+                               "until it does", peer=self.peer.address)
+
+    # -- frames in ------------------------------------------------------------------------------
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
-        if self.answering is None and self.decoder.empty:
+        busy = self.answering is not None or self.writing_paused or bool(self.waiting)
+        if not busy and self.decoder.empty:
             # a client's repeated lookups, as they came: answered before (instead of) cutting them
             replies: list[bytes] = []
-            used = self.factory.dispatcher.answer_read(data, replies)
+            used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:
                 if self.factory.dispatcher.count_requests:
                     self.factory.metrics.bytes_received += used
                 self._write(replies)
                 if used == len(data):
+                    if self.writing_paused:
+                        self._settle()
                     return
                 data = data[used:]
+                busy = self.writing_paused
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
@@ -112,55 +153,99 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
-        pending = self.decoder.pending_memory
-        if pending or self.held:  # an unfinished frame (rare but for big ones): held against the budget
-            self.held = pending
-            self.factory.budget.hold(self, pending)
-            if self.held != pending:  # closed for the budget: its frames are not answered
-                return
-        if self.answering is not None:
+        if busy:
             self.waiting += frames
+            self._settle()
         else:
             self._answer(frames)
 
-    def _answer(self, frames: list[bytes]) -> None:
-        """Answer ``frames`` in order, in one write; one answered in steps holds the rest until it is sent."""
-        replies: list[bytes] = []
-        later: Later | None = None
+    def _answer(self, frames: list[bytes], replies: list[bytes] | None = None) -> None:
+        """Answer ``frames`` in order after ``replies``, a write per ANSWER_ROOM of answers; one
+        answered in steps holds the rest until it is sent, and answers the peer has not read hold
+        the rest until it reads them."""
+        replies = replies if replies is not None else []
+        dispatcher, later = self.factory.dispatcher, None
+        self._in_answer = True
         try:
-            later = self.factory.dispatcher.answer(frames, self.peer, replies)
-        except RemotingDecodeError as exc:
-            self._write(replies)
-            self._reject(exc.reason, str(exc))
-            return
-        self._write(replies)
+            while True:
+                try:
+                    outcome = dispatcher.answer(frames, self.peer, replies, ANSWER_ROOM)
+                except RemotingDecodeError as exc:
+                    self._write(replies)
+                    self._reject(exc.reason, str(exc))
+                    return
+                self._write(replies)
+                if isinstance(outcome, Later):
+                    later, frames = outcome, outcome.rest
+                    break
+                if outcome is None or self.dropped:
+                    frames = []
+                    break
+                frames, replies = outcome.rest, []  # Full: the answers so far filled the room
+                if self.writing_paused:
+                    break  # the rest waits until the peer reads them (resumeProducing)
+        finally:
+            self._in_answer = False
+        self.waiting = frames
         if later is not None:
-            self.answering, self.waiting = later.answer, later.rest
+            self.answering, self.answering_size = later.answer, later.size
             later.answer.addCallbacks(self._answered_in_steps, self._not_answered)
+        self._settle()
 
     def _answered_in_steps(self, reply: bytes | None) -> None:
-        self.answering = None
-        if reply is not None:
-            self._write([reply])
+        self.answering, self.answering_size = None, 0
         waiting, self.waiting = self.waiting, []
-        self._answer(waiting)
+        self._answer(waiting, [] if reply is None else [reply])
 
     def _not_answered(self, failure: Failure) -> None:
         """Cancelled because the peer went (connectionLost), or a bug: then the peer goes."""
-        self.answering = None
+        self.answering, self.answering_size = None, 0
         if not failure.check(defer.CancelledError, task.TaskStopped):
             log.failure("answering {peer} failed, closing the channel", failure, peer=self.peer.address)
             self.transport.loseConnection()
 
     def _write(self, replies: list[bytes]) -> None:
-        """One write of every answer to one read (the pieces joined: one send, as the ceiling does)."""
+        """One write of every answer to one read (the pieces joined: one send, as the ceiling does);
+        while the peer has not read it, it is held for the peer."""
         if not replies:
             return
         data = b"".join(replies)
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_sent += len(data)
-        self.transport.write(data)
-        send_now(self.transport)
+        unread_before = self.unsent if self.writing_paused else 0
+        self._in_write = True
+        try:
+            self.transport.write(data)
+            send_now(self.transport)
+        finally:
+            self._in_write = False
+        if self.writing_paused:  # the send did not drain it: the peer is not reading as fast
+            self.unsent = unread_before + len(data)
+            self._not_reading_answers()
+
+    # -- what the peer holds ------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Hold what this peer holds against the budget (over it, the peers holding the most
+        go: maybe this one), and read it only while it holds no more than the frame it sends."""
+        if self.dropped:
+            return
+        held = self.decoder.pending_memory + self.answering_size + self.unsent
+        if self.waiting:
+            held += sum(map(len, self.waiting))
+        if held != self.held:
+            self.held = held
+            self.factory.budget.hold(self, held)
+            if self.dropped:
+                return
+        self._read(self.answering is None and not self.waiting and not self.writing_paused)
+
+    def _read(self, on: bool) -> None:
+        if on == self.reading_paused:
+            self.reading_paused = not on
+            if on:
+                self.transport.resumeProducing()
+            else:
+                self.transport.pauseProducing()
 
     def _reject(self, reason: str, detail: str) -> None:
         """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
@@ -171,19 +256,22 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def _drop_pending(self) -> None:
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
+        self.waiting = []
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)
 
     def over_budget(self, held: int, budget: MemoryBudget) -> None:
-        """The memory budget is spent and this peer's unfinished frame is the largest: it goes."""
+        """The memory budget is spent and this peer holds the most: it goes."""
         self.held = 0
-        self.close_reason = "memory budget: closed holding the largest unfinished frame"
-        self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the largest unfinished "
-                            "frame ({held} bytes) and peers hold {total} bytes, over receiveMemoryBudget "
-                            "({budget_bytes})",
+        self.dropped = True
+        self.close_reason = "memory budget: closed holding the most"
+        self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the most ({held} bytes: "
+                            "frames received and not answered, answers not read) and peers hold {total} bytes, "
+                            "over receiveMemoryBudget ({budget_bytes})",
                             held=held, total=budget.held + held, budget_bytes=budget.limit)
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)
+        self.waiting = []
         self.transport.abortConnection()
 
     def timeoutConnection(self) -> None:
@@ -194,6 +282,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
+        self.dropped = True  # nothing more is held or answered
+        self.waiting = []
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)

@@ -20,10 +20,10 @@ import glob
 import mmap
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
@@ -326,11 +326,18 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
     """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple; ``inline``: with their
     payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
     found = segment_columns(data, records, ports)
+    for key, (segments, frames) in (found.others or {}).items():
+        tally.others[key + ("segments",)] += segments
+        tally.others[key + ("frames",)] += frames
     tally.records += len(records.ts)
     tally.segments += len(found.ts)
     if len(records.ts):
+        cut = records.length < records.orig_len
         tally.note_file(file.path, records=len(records.ts), first=float(records.ts.min()),
-                  last=float(records.ts.max()), link_type=int(records.linktype[0]))
+                        last=float(records.ts.max()), link_type=int(records.linktype[0]),
+                        cut_records=int(cut.sum()),
+                        uncaptured_bytes=int((records.orig_len[cut] - records.length[cut]).sum()),
+                        cut_at=int(records.length[cut].max()) if cut.any() else 0)
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
@@ -340,7 +347,7 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
     rows = np.empty(len(found.ts), SEGMENT)
     rows["ts"], rows["file"], rows["order"], rows["offset"] = found.ts, file.index, found.start, found.start
     rows["length"], rows["seq"], rows["ack"], rows["flags"] = found.end - found.start, found.seq, found.ack, found.flags
-    rows["forward"] = forward
+    rows["forward"], rows["missing"] = forward, found.missing
     by_pair = np.argsort(which.reshape(-1), kind="stable")
     bounds = np.searchsorted(which.reshape(-1)[by_pair], np.arange(len(pairs) + 1))
     for index, pair in enumerate(pairs.tolist()):
@@ -361,6 +368,11 @@ class FileFacts(NamedTuple):
     link_type: int | None = None
     problem: str | None = None  # NOT_A_CAPTURE, EMPTY or TRUNCATED
     trailing_bytes: int = 0  # after the last whole record (TRUNCATED)
+    #: records a snap length cut (captured shorter than sent), the bytes they lost so, and the
+    #: longest of them as captured (the snap length, link header included)
+    cut_records: int = 0
+    uncaptured_bytes: int = 0
+    cut_at: int = 0
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -377,16 +389,21 @@ class ReadTally:
     bytes: int = field(default=0, metadata=COUNT)
     segments: int = field(default=0, metadata=COUNT)
     files: dict[str, FileFacts] = field(default_factory=dict)
+    #: with --port: the TCP traffic on other ports, (server port, client endpoint) -> [segments,
+    #: segments starting with a remoting frame] (packets.OtherTraffic), added up over tasks
+    others: Counter[Any] = field(default_factory=Counter)
 
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
-                  link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0) -> None:
+                  link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
+                  cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
             old.records + records, min((t for t in (old.first, first) if t is not None), default=None),
             max((t for t in (old.last, last) if t is not None), default=None),
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
-            old.trailing_bytes + trailing_bytes)
+            old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
+            old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at))
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:

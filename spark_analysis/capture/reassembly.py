@@ -40,6 +40,8 @@ def server_ports(servers: Servers) -> tuple[int, ...]:
     return tuple(sorted(s for s in servers if isinstance(s, int)))
 
 _CONTROL = SYN | FIN | RST
+#: the SEGMENT columns the reassembly walks (``missing`` is looked up only for the segments cut)
+_WALKED = ("ts", "file", "order", "offset", "length", "seq", "ack", "flags", "forward")
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
 _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Python-level __new__ (a chunk per segment)
@@ -56,22 +58,27 @@ class Chunk(NamedTuple):
 class Direction(list[Chunk]):
     """One direction's reassembled bytes as chunks in stream order.
 
-    ``gaps`` holds (offset, length) of every stretch that was never captured; the chunk after a
-    gap starts at ``offset + length``. ``from_syn`` says offset 0 is the first byte after the
-    sender's SYN, i.e. where its first frame starts; otherwise the capture began mid-stream.
+    ``gaps`` holds (offset, length) of every stretch that was never captured (packets the capture
+    lost: a sequence gap); the chunk after a gap starts at ``offset + length``. ``uncaptured`` holds
+    (offset, length) of the stretches a snap length cut off packets that were captured: sent,
+    seen, not kept (their end is known, so frames are followed across them). ``from_syn`` says
+    offset 0 is the first byte after the sender's SYN, i.e. where its first frame starts;
+    otherwise the capture began mid-stream.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.gaps: list[tuple[int, int]] = []
+        self.uncaptured: list[tuple[int, int]] = []
         self.from_syn = False
 
 
 #: One TCP segment of a 4-tuple. (ts, file, order) is its place in capture order, ``order`` being
 #: unique within a file; its payload is ``length`` bytes at ``offset`` of its file's source buffer;
 #: ``forward`` says it was sent by the lower of the 4-tuple's two endpoints.
+#: ``missing``: the payload bytes after those ``length`` that a snap length cut off (sent, not captured).
 SEGMENT = np.dtype([("ts", "<f8"), ("file", "<i4"), ("order", "<i8"), ("offset", "<i8"), ("length", "<i4"),
-                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?")])
+                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?"), ("missing", "<i4")])
 
 
 class SegmentTable(NamedTuple):
@@ -120,7 +127,7 @@ def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[Segment
         ends = (src, dst) if src < dst else (dst, src)
         length = len(segment.payload)
         by_ends.setdefault(ends, []).append(
-            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0]))
+            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0], segment.missing))
         payloads.append(segment.payload)
         offset += length
     sources = {0: b"".join(payloads)}
@@ -147,19 +154,25 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in SEGMENT.names or ())
+    columns = (rows[name].tolist() for name in _WALKED)
+    cut_rows = np.flatnonzero(rows["missing"])
+    # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
+    # (one falsy test a segment) in a capture taken whole
+    cut = dict(zip(zip(rows["file"][cut_rows].tolist(), rows["order"][cut_rows].tolist(), strict=True),
+                   rows["missing"][cut_rows].tolist(), strict=True)) if len(cut_rows) else None
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
     for ts, file, order, offset, length, seq, ack, flags, forward in zip(*columns, strict=True):
+        missing = cut.get((file, order), 0) if cut else 0
         if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
             to_server = forward == client_forward
             reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
                 tracker.to_client, tracker.to_server)
             if other.pending and flags & ACK:
                 other.acknowledged(ack)
-            if length:
-                reassembler.add(ts, seq, sources[file][offset:offset + length])
+            if length or missing:
+                reassembler.add(ts, seq, sources[file][offset:offset + length], missing=missing)
             elif reassembler.base_seq is None:
                 reassembler.add(ts, seq, b"")
             continue
@@ -170,7 +183,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
             tracker.connection.first_packet = (ts, file, order)
             client_forward = tracker.connection.client == lower
             trackers.append(tracker)
-        tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"")
+        tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
@@ -231,7 +244,7 @@ class _Tracker:
         still_open = self.connection.closed_ts is None
         return not (still_open and src == self.connection.client and seq == self.client_isn)
 
-    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer) -> None:
+    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer, missing: int = 0) -> None:
         connection = self.connection
         from_client = src == connection.client
         if flags & (FIN | RST) and connection.closed_ts is None:
@@ -245,7 +258,7 @@ class _Tracker:
         reassembler = self.to_server if from_client else self.to_client
         # A SYN consumes one sequence number: its (rare) data starts after it.
         syn = bool(flags & SYN)
-        reassembler.add(ts, seq + 1 if syn else seq, payload, syn)
+        reassembler.add(ts, seq + 1 if syn else seq, payload, syn, missing)
 
     def finish(self) -> None:
         self.to_server.finish()
@@ -263,11 +276,13 @@ class _Reassembler:
         self.base_seq: int | None = None
         self.next_offset = 0
         self.next_seq: int | None = None  # the sequence number of the byte at next_offset
-        self.pending: list[tuple[int, int, float, Buffer]] = []  # heap of (offset, arrival, ts, data)
+        # heap of (offset, arrival, ts, data, bytes not captured after it)
+        self.pending: list[tuple[int, int, float, Buffer, int]] = []
         self.arrivals = 0
 
-    def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False) -> None:
-        if seq == self.next_seq and payload and not self.pending:  # the common case: the next bytes, in order
+    def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False, missing: int = 0) -> None:
+        """``missing``: the bytes after ``payload`` that the segment carried but a snap length cut."""
+        if seq == self.next_seq and payload and not self.pending and not missing:  # the common case: in order
             self.out.append(_chunk(Chunk, (ts, self.next_offset, payload)))
             self.next_offset += len(payload)
             self.next_seq = (seq + len(payload)) % _SEQ_MOD
@@ -275,21 +290,21 @@ class _Reassembler:
         if self.base_seq is None:
             self.base_seq = self.next_seq = seq % _SEQ_MOD
             self.out.from_syn = syn
-        if not payload:
+        if not payload and not missing:
             return
         delta = (seq - self.base_seq - self.next_offset) % _SEQ_MOD
         offset = self.next_offset + (delta - _SEQ_MOD if delta >= _HALF_SEQ else delta)
-        if offset + len(payload) <= self.next_offset:
+        if offset + len(payload) + missing <= self.next_offset:
             return  # retransmission of bytes already delivered
         if offset > self.next_offset:
-            heapq.heappush(self.pending, (offset, self.arrivals, ts, payload))
+            heapq.heappush(self.pending, (offset, self.arrivals, ts, payload, missing))
             self.arrivals += 1
             return
-        self._deliver(ts, offset, payload)
+        self._deliver(ts, offset, payload, missing)
         # Buffered bytes become readable only now, so they take this packet's timestamp.
         while self.pending and self.pending[0][0] <= self.next_offset:
-            pending_offset, _, _, data = heapq.heappop(self.pending)
-            self._deliver(ts, pending_offset, data)
+            pending_offset, _, _, data, cut = heapq.heappop(self.pending)
+            self._deliver(ts, pending_offset, data, cut)
 
     def acknowledged(self, ack: int) -> None:
         """The receiver acknowledged every byte before ``ack``: a hole before that was filled
@@ -309,20 +324,28 @@ class _Reassembler:
         """Deliver the pending bytes starting before ``limit`` (all: None), the holes between
         them becoming gaps; each keeps its own timestamp."""
         while self.pending and (limit is None or self.pending[0][0] < limit):
-            offset, _, ts, data = heapq.heappop(self.pending)
+            offset, _, ts, data, missing = heapq.heappop(self.pending)
             if offset > self.next_offset:
                 self.out.gaps.append((self.next_offset, offset - self.next_offset))
                 self._advance(offset - self.next_offset)
-            self._deliver(ts, offset, data)
+            self._deliver(ts, offset, data, missing)
 
-    def _deliver(self, ts: float, offset: int, data: Buffer) -> None:
-        """Append the part of ``data`` past what was already delivered (the first copy wins)."""
+    def _deliver(self, ts: float, offset: int, data: Buffer, missing: int = 0) -> None:
+        """Append the part of ``data`` past what was already delivered (the first copy wins), then
+        the part of the ``missing`` bytes after it, as not captured."""
         skip = self.next_offset - offset
-        if skip >= len(data):
-            return
-        fresh = data[skip:] if skip > 0 else data
-        self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
-        self._advance(len(fresh))
+        if skip < len(data):
+            fresh = data[skip:] if skip > 0 else data
+            self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
+            self._advance(len(fresh))
+        cut = offset + len(data) + missing - self.next_offset
+        if missing and cut > 0:
+            uncaptured = self.out.uncaptured
+            if uncaptured and sum(uncaptured[-1]) == self.next_offset:  # runs on from the last: one stretch
+                uncaptured[-1] = (uncaptured[-1][0], uncaptured[-1][1] + cut)
+            else:
+                uncaptured.append((self.next_offset, cut))
+            self._advance(cut)
 
     def _advance(self, count: int) -> None:
         self.next_offset += count

@@ -20,7 +20,7 @@ FRAME_ROWS = _schema(
     ("direction", pa.string()), ("code", pa.int32()), ("code_name", pa.string()), ("opaque", pa.int32()),
     ("flag", pa.int32()), ("oneway", pa.bool_()), ("version", pa.int32()), ("version_name", pa.string()),
     ("language", pa.string()), ("serialize_type", pa.string()), ("remark", pa.string()),
-    ("ext", pa.map_(pa.string(), pa.string())), ("body_len", pa.int32()),
+    ("ext", pa.map_(pa.string(), pa.string())), ("body_len", pa.int32()), ("missing", pa.int32()),
     ("input", pa.string()), ("session", pa.string()),
 )
 
@@ -28,7 +28,8 @@ CALL_ROWS = _schema(
     ("ts", pa.float64()), ("conn_id", pa.string()), ("client", pa.string()), ("code", pa.int32()),
     ("code_name", pa.string()), ("opaque", pa.int32()), ("response_code", pa.int32()),
     ("latency_ms", pa.float64()), ("oneway", pa.bool_()), ("topic", pa.string()), ("response_remark", pa.string()),
-    ("server", pa.string()), ("broker_addr", pa.string()), ("input", pa.string()), ("session", pa.string()),
+    ("server", pa.string()), ("broker_addr", pa.string()), ("cut", pa.bool_()), ("input", pa.string()),
+    ("session", pa.string()),
 )
 
 REGISTRATION_ROWS = _schema(

@@ -125,8 +125,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     file_rows = findings.input_files(files, read)
+    cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
-             f"{_on_ports(ports)}" + "".join(f"\n      {f['path']}: {f['problem']}"
+             f"{_on_ports(ports)}" + "".join(
+                 f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
+                 f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
+             + "".join(f"\n      {f['path']}: {f['problem']}"
                                                  for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
@@ -170,7 +174,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     talkers = clients.client_rows(tally.clients)
     progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
-             f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
+             f"to gaps, {tally.undecodable} connections with undecodable bytes"
+             + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
+                f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
+                if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
              f"({tally.controller:,} rows)")
@@ -188,7 +195,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
-                                   with_controller_view(liveness.stories, controller), controller)
+                                   with_controller_view(liveness.stories, controller), controller,
+                                   findings.other_traffic(tally.others, ports))
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(

@@ -25,8 +25,8 @@ from tests.support import capture
 
 def calls(rows: list[tuple[str, float | None]]) -> pa.StructArray:
     """CALL rows with only what latency.py reads filled in."""
-    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None, "s", None, None,
-             None) for name, ms in rows]
+    full = [(1.0, "c", "client", 105, name, 1, None if ms is None else 0, ms, False, None, None, "s", None, False,
+             None, None) for name, ms in rows]
     return pa.array(full, type=tables.row_type(CALL))
 
 
@@ -67,7 +67,7 @@ def test_latency_buckets_edges() -> None:
 
 def frames(count: int, first_ts: float) -> pa.StructArray:
     rows = [(first_ts + i * 0.5, "c", "a:1", "b:9876", "request", 105, "GET_ROUTEINFO_BY_TOPIC", i, 0, False,
-             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0, "in.pcap", "b:9876@x") for i in range(count)]
+             401, "V4_9_8", "JAVA", "JSON", None, {"topic": "T"}, 0, 0, "in.pcap", "b:9876@x") for i in range(count)]
     return pa.array(rows, type=tables.row_type(FRAME))
 
 
@@ -118,7 +118,7 @@ def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
     assert merged.latencies == Counter({("s", "A", 1): 4})
     assert list(merged.counts()) == ["records", "bytes", "segments", "connection", "frame", "request", "response",
                                      "call", "unanswered", "registration", "crc_failures", "gaps", "lost_bytes",
-                                     "undecodable", "controller"]
+                                     "undecodable", "controller", "cut_frames", "uncaptured_bytes", "unplaced_bytes"]
 
 
 def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:

@@ -90,6 +90,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     assert value(samples, "namesrv_rejected_total", reason="frame_length") == 1
     assert value(samples, "namesrv_broker_events_total", event="registered") == 1
     assert value(samples, "namesrv_brokers_live") == 1 and value(samples, "namesrv_topics") == 2
+    assert value(samples, "namesrv_topic_queue_entries") == 2
     assert value(samples, "namesrv_kv_entries") == 1
     assert value(samples, "namesrv_connections") == 2  # the broker and the lookups stay open
     assert value(samples, "namesrv_received_bytes_total") > 0 < value(samples, "namesrv_sent_bytes_total")
@@ -98,6 +99,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     samples = served.scrape()
     assert value(samples, "namesrv_broker_events_total", event="expired") == 1
     assert value(samples, "namesrv_brokers_live") == 0 and value(samples, "namesrv_topics") == 0
+    assert value(samples, "namesrv_topic_queue_entries") == 0
 
 
 def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):

@@ -7,6 +7,8 @@ raises ``RemotingDecodeError`` where Java throws and closes the channel.
 
 from __future__ import annotations
 
+import codecs
+import json
 import re
 import struct
 from dataclasses import dataclass, field
@@ -211,6 +213,147 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
             f',"serializeTypeCurrentRPC":"{serialize_name}","version":{header.version}}}').encode("utf-8", "replace")
+
+
+# ---- the captured start of a header ---------------------------------------------------------
+#
+# A capture taken with a snap length keeps only the first bytes of each packet: a header may end
+# mid-way.  What its captured start says is read carefully, so that nothing uncertain is taken: a
+# field counts only once its value is complete (a number followed by its delimiter: "code":10
+# cut there may be 103), extFields' entries only those captured whole (the map may hold more).
+
+
+@dataclass(slots=True)
+class HeaderPrefix:
+    """The fields a header's captured start says for certain; None: not captured (or not certain).
+    ``ext_fields``: the entries captured whole, None if no entry was; ``ext_complete``: the map
+    ended within the bytes (it has no other entries)."""
+
+    code: int | None = None
+    language: str | None = None
+    version: int | None = None
+    opaque: int | None = None
+    flag: int | None = None
+    remark: str | None = None
+    ext_fields: dict[str, str | None] | None = None
+    ext_complete: bool = False
+
+
+def read_header_prefix(serialize_type: int, data: bytes) -> HeaderPrefix:
+    """What the first bytes of a header (JSON or ROCKETMQ binary, by the frame's serialize type)
+    say for certain, read by the rules of the whole header's decoders."""
+    if serialize_type == 1:
+        return _binary_prefix(data)
+    if serialize_type == 0:
+        return _json_prefix(data)
+    return HeaderPrefix()
+
+
+_JSON_DECODER = json.JSONDecoder()
+_SCAN_STRING: Any = json.decoder.scanstring  # type: ignore[attr-defined]  # public, though typeshed leaves it out
+_WHITESPACE = " \t\n\r"
+
+
+def _json_prefix(data: bytes) -> HeaderPrefix:
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)  # a cut last character waits
+    known = HeaderPrefix()
+    fields = _json_members(text, 0, top=True)
+    if fields is None:
+        return known
+    for key, (value, complete) in fields.items():
+        try:
+            if key == "code":
+                known.code = _java_int("code", value)
+            elif key == "opaque":
+                known.opaque = _java_int("opaque", value)
+            elif key == "flag":
+                known.flag = _java_int("flag", value)
+            elif key == "version":
+                known.version = _java_int("version", value)
+            elif key == "language":
+                known.language = _json_language(value)
+            elif key == "remark":
+                known.remark = _java_string(value)
+            elif key == "extFields" and isinstance(value, dict):
+                known.ext_fields = {str(k): _java_string(v) for k, v in value.items()} or None
+                known.ext_complete = complete
+        except RemotingDecodeError:
+            continue  # a value Java refuses: the whole header would not decode either; say nothing of it
+    return known
+
+
+def _json_members(text: str, at: int, top: bool = False) -> dict[str, tuple[Any, bool]] | None:
+    """The members of the JSON object starting at ``at`` that ``text`` holds whole, each with
+    whether it is complete (an object value may be taken in part: extFields, at the top level);
+    None if ``text`` does not start an object there."""
+    at = _skip(text, at)
+    if at >= len(text) or text[at] != "{":
+        return None
+    members: dict[str, tuple[Any, bool]] = {}
+    at += 1
+    while True:
+        at = _skip(text, at)
+        if at >= len(text) or text[at] == "}":
+            return members
+        if text[at] != '"':
+            return members
+        try:
+            key, at = _SCAN_STRING(text, at + 1)
+        except ValueError:
+            return members
+        at = _skip(text, at)
+        if at >= len(text) or text[at] != ":":
+            return members
+        at = _skip(text, at + 1)
+        try:
+            value, after = _JSON_DECODER.raw_decode(text, at)
+        except ValueError:  # cut inside the value: an object at the top level is read in part
+            if top and at < len(text) and text[at] == "{":
+                inner = _json_members(text, at)
+                if inner:
+                    members[key] = ({k: v for k, (v, _) in inner.items()}, False)
+            return members
+        following = _skip(text, after)
+        if following >= len(text) and not isinstance(value, (str, dict, list)):
+            return members  # a number or literal the cut may have ended early: not certain
+        members[key] = (value, True)
+        if following >= len(text) or text[following] != ",":
+            return members
+        at = following + 1
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WHITESPACE:
+        at += 1
+    return at
+
+
+def _binary_prefix(data: bytes) -> HeaderPrefix:
+    """RocketMQSerializable's fixed fields, then the remark and the extFields entries captured whole."""
+    if len(data) < _FIXED.size:
+        return HeaderPrefix()
+    code, language_code, version, opaque, flag = _FIXED.unpack_from(data, 0)
+    try:
+        language: str | None = LanguageCode(language_code).name
+    except ValueError:
+        language = None
+    known = HeaderPrefix(code, language, version, opaque, flag)
+    try:
+        known.remark, pos = _read_string(data, _FIXED.size, _INT, len(data))
+        (ext_length,) = _INT.unpack_from(data, pos)
+        pos += 4
+        end = pos + max(ext_length, 0)
+        ext: dict[str, str | None] = {}
+        while pos < min(end, len(data)):
+            key, pos = _read_string(data, pos, _SHORT, min(end, len(data)))
+            value, pos = _read_string(data, pos, _INT, min(end, len(data)))
+            if key:
+                ext[key] = value
+    except (struct.error, RemotingDecodeError):  # cut inside a string or a length: what came before stands
+        known.ext_fields = locals().get("ext") or None
+        return known
+    known.ext_fields, known.ext_complete = ext or None, True
+    return known
 
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------

@@ -122,6 +122,13 @@ KEYS: list[ConfigKey] = [
     #: bytes of unfinished frames and inflating bodies held for all peers together; 0: a quarter of the
     #: machine's memory limit within 64..256 MiB (budget.py)
     ConfigKey("receiveMemoryBudget", 0, OURS, guarded=True),
+    #: what the route tables may hold (state/routes.py; maxTopicsPerBroker also bodies/register.py):
+    #: a registration that would pass one is refused whole, logged and counted
+    ConfigKey("maxTopicsPerBroker", 2_000_000, OURS, guarded=True),
+    ConfigKey("maxBrokerGroups", 20_000, OURS, guarded=True),
+    ConfigKey("maxBrokers", 100_000, OURS, guarded=True),
+    ConfigKey("maxBrokersPerGroup", 64, OURS, guarded=True),
+    ConfigKey("maxTopicQueueEntries", 8_000_000, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -219,6 +226,11 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
     "receiveMemoryBudget": (0, None),
+    "maxTopicsPerBroker": (1, None),
+    "maxBrokerGroups": (1, None),
+    "maxBrokers": (1, None),
+    "maxBrokersPerGroup": (1, None),
+    "maxTopicQueueEntries": (1, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),

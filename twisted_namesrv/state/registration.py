@@ -127,7 +127,9 @@ class RegistrationPlan:
     once applied, every topic of the table is held as the table says (the memo may be kept);
     ``overwrites``: it changes queue data the group already held (not only adds), so the memos
     of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
-    ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged)."""
+    ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
+    ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
+    out of it (what the tables' limits count)."""
 
     request: RegisterRequest
     generation: int
@@ -137,6 +139,8 @@ class RegistrationPlan:
     overwrites: bool = False
     memo: RegistrationMemo | None = None
     topicCount: int = 0
+    added: int = 0
+    removed: int = 0
 
 
 class QueueView(Protocol):
@@ -197,6 +201,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
             return plan  # stale: the manager works it out again, in one go
     plan.rules, plan.staged = rules, staging.staged
     plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
+    plan.added, plan.removed = staging.added, staging.removed
     return plan
 
 
@@ -217,7 +222,7 @@ class Staging:
     new entry is a copy of its queues with the group's QueueData in (or out), so the table's own
     entries stay as they are until the plan applies."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed")
 
     def __init__(self, broker_name: str, rules: TopicRules) -> None:
         self.broker_name = broker_name
@@ -225,6 +230,8 @@ class Staging:
         self.staged: Staged = {}
         self.complete = True
         self.overwrites = False
+        self.added = 0  # entries of the group new to the table
+        self.removed = 0  # entries of the group leaving it
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
@@ -242,6 +249,7 @@ class Staging:
                 if not every and rules.all_or_none:  # 4.9.8 with its dataVersion unchanged: none applies
                     self.complete = False
                     continue
+                self.added += 1
             elif (old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 continue
@@ -267,3 +275,4 @@ class Staging:
             if name in held and topic not in table:
                 staged[topic] = {group: queue for group, queue in held.items() if group != name}
                 self.overwrites = True
+                self.removed += 1

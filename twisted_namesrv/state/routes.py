@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..bodies.register import TablePieces
+from ..bodies.register import RegistrationRefused, TablePieces
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -56,6 +56,7 @@ from .registration import (
     QueueView,
     RegistrationPlan,
     Staged,
+    Staging,
     TopicRules,
     memo_of,
     plan_of,
@@ -220,6 +221,12 @@ class RouteInfoManager:
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
+        #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
+        #: entries, and topicQueueMappingInfoTable's
+        self.topicsOfGroup: dict[str, int] = {}
+        self.queueEntries = 0
+        self.mappingEntries = 0
         self.generation = 0
         #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
         #: Set through subscribe/unsubscribe.
@@ -527,6 +534,8 @@ class RouteInfoManager:
         req = plan.request
         rules = self.topic_rules(req)  # before anything changes
         fresh = plan.generation == self.generation and plan.rules == rules
+        staging = self._staging(plan, rules, fresh)
+        self._check_limits(req, staging)
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
@@ -564,8 +573,10 @@ class RouteInfoManager:
         if addrs.get(req.brokerId) != req.brokerAddr:
             addrs[req.brokerId] = req.brokerAddr
             self._broker_changed(req.brokerName)
-        if not unchanged:
-            memos = self._apply_topics(plan, rules, fresh, previous)
+        if staging is not None:
+            memos = self._apply_topics(plan, staging, previous)
+        elif not unchanged:
+            memos = None  # its table does not apply: nothing of it is held
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
@@ -596,6 +607,68 @@ class RouteInfoManager:
             self._notify_min_broker_id(addrs, None, req.haServerAddr)
         return result
 
+    def _staging(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool) -> Staging | None:
+        """What the registration writes into topicQueueTable, before anything changes: the plan's
+        staged entries while they hold (``fresh``), else worked out again here in one go (with
+        deleteTopicWithBrokerRegistration, from the table with everything written in); None
+        when its table does not apply (not a master or 5.x's prime slave, or sent unchanged)."""
+        req = plan.request
+        if not rules.applies or (req.body.tableUnchanged
+                                 and self.live_key(req.clusterName, req.brokerAddr) in self.brokerLiveTable):
+            return None
+        if fresh and plan.staged is not None:
+            staging = Staging(req.brokerName, rules)
+            staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
+            staging.added, staging.removed = plan.added, plan.removed
+            return staging
+        if rules.remove_absent:
+            self.settle_now()  # the topics it lacks are looked for in the table itself
+        return stage_all(req, self.queue_view(), self._table, rules)
+
+    def _check_limits(self, req: RegisterRequest, staging: Staging | None) -> None:
+        """Raise RegistrationRefused, before anything changes, when the registration would pass a
+        limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
+        maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
+        maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
+        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's).  What its
+        table adds and removes is counted as it was staged: constant time here."""
+        config = self.config
+        if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
+            raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
+                                      f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        if key not in self.brokerLiveTable and len(self.brokerLiveTable) >= config["maxBrokers"]:
+            raise RegistrationRefused("max_brokers", f"a new broker, and {len(self.brokerLiveTable)} are registered: "
+                                      f"maxBrokers ({config['maxBrokers']})")
+        broker = self.brokerAddrTable.get(req.brokerName)
+        members = broker.brokerAddrs if broker is not None else {}
+        if (len(members) >= config["maxBrokersPerGroup"] and req.brokerId not in members
+                and req.brokerAddr not in members.values()):
+            raise RegistrationRefused("max_brokers_per_group", f"a new member of broker group {req.brokerName}, "
+                                      f"which has {len(members)}: maxBrokersPerGroup ({config['maxBrokersPerGroup']})")
+        if staging is None:
+            return
+        name = req.brokerName
+        added = staging.added - staging.removed
+        group = self.topicsOfGroup.get(name, 0)
+        per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
+        if added > 0 and group + added > per_group:
+            raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold {group + added} "
+                                      f"topics, over maxTopicsPerBroker ({per_group})")
+        new_mappings = self._new_mappings(req, staging.rules)
+        entries = self.queueEntries + self.mappingEntries + added + new_mappings
+        if added + new_mappings > 0 and entries > whole:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} "
+                                      f"topic-queue entries, over maxTopicQueueEntries ({whole})")
+
+    def _new_mappings(self, req: RegisterRequest, rules: TopicRules) -> int:
+        """5.x's static-topic mappings of the registration new to topicQueueMappingInfoTable."""
+        mappings = req.body.topicQueueMappingInfoMap
+        if not mappings or not rules.every_topic or rules.all_or_none:
+            return 0
+        held = self.topicQueueMappingInfoTable
+        return sum(1 for topic, info in mappings.items() if str(info.get("bname")) not in held.get(topic, ()))
+
     def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
         """5.3.3: another address already holds this id with a newer stateVersion."""
         if old_addr is None or old_addr == req.brokerAddr:
@@ -603,40 +676,55 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool,
+    def _apply_topics(self, plan: RegistrationPlan, staging: Staging,
                       previous: BrokerLiveInfo | None) -> Memos | None:
-        """Java's topic application under ``rules``: the plan's staged entries (worked out again
-        when not ``fresh``) written as the change commits, then 5.x's queue mappings; the
-        broker's memos afterwards."""
-        if not rules.applies:
-            return None
-        req = plan.request
-        if fresh and plan.staged is not None:
-            staged, complete, overwrites = plan.staged, plan.complete, plan.overwrites
-        else:
-            if rules.remove_absent:
-                self.settle_now()  # the topics it lacks are looked for in the table itself
-            staging = stage_all(req, self.queue_view(), self._table, rules)
-            staged, complete, overwrites = staging.staged, staging.complete, staging.overwrites
-        self._write(staged)
+        """Java's topic application under the staging's rules: its entries written as the change
+        commits (and counted now), then 5.x's queue mappings; the broker's memos afterwards."""
+        req, rules = plan.request, staging.rules
+        self._write(staging.staged)
+        if staging.added != staging.removed:
+            self._count_queue(req.brokerName, staging.added - staging.removed)
         if rules.every_topic and not rules.all_or_none:
             for topic, info in req.body.topicQueueMappingInfoMap.items():
-                self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+                held = self.topicQueueMappingInfoTable.setdefault(topic, {})
+                bname = str(info.get("bname"))
+                self.mappingEntries += bname not in held
+                held[bname] = info
                 self._topic_changed(topic)
-        return self._memos_after(previous, plan, complete, overwrites)
+        return self._memos_after(previous, plan, staging.complete, staging.overwrites)
+
+    def _count_queue(self, broker_name: str, change: int) -> None:
+        """topicQueueTable gained (1) or lost (-1) an entry of ``broker_name``'s queues."""
+        count = self.topicsOfGroup.get(broker_name, 0) + change
+        if count:
+            self.topicsOfGroup[broker_name] = count
+        else:
+            del self.topicsOfGroup[broker_name]
+        self.queueEntries += change
+
+    def recount(self) -> None:
+        """Count what the limits count from the tables as they are (tables replaced: a snapshot)."""
+        self.topicsOfGroup = {}
+        for queues in self.topicQueueTable.values():
+            for name in queues:
+                self.topicsOfGroup[name] = self.topicsOfGroup.get(name, 0) + 1
+        self.queueEntries = sum(self.topicsOfGroup.values())
+        self.mappingEntries = sum(map(len, self.topicQueueMappingInfoTable.values()))
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         self.settle_now()
         queues = self._table.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
+            self._count_queue(broker_name, -1)
             if not queues:
                 del self._table[topic]
             self._topic_changed(topic)
 
     @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
-        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
+        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial: a
+        topic new to the table gets none of its queues then)."""
         if not queue_datas or topic is None:
             return
         self._forget_tables()
@@ -646,10 +734,14 @@ class RouteInfoManager:
         for queue in queue_datas:
             if queue.brokerName not in self.brokerAddrTable:
                 return
+            if existing is not None and queue.brokerName not in queues:
+                self._count_queue(queue.brokerName, 1)
             queues[queue.brokerName] = queue
             self._topic_changed(topic)
         if existing is None:
             self._table[topic] = queues
+            for name in queues:
+                self._count_queue(name, 1)
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
@@ -768,6 +860,7 @@ class RouteInfoManager:
         emptied = self._pending.emptied  # type: ignore[union-attr]
         emptied.pop(broker_name, None)  # its last departure is the one that emptied it
         emptied[broker_name] = departure
+        self.queueEntries -= self.topicsOfGroup.pop(broker_name, 0)  # its entries leave with the change
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
@@ -827,7 +920,10 @@ class RouteInfoManager:
         self._forget_tables()
         self.settle_now()
         if not cluster:
-            if self._table.pop(topic, None) is not None:  # type: ignore[arg-type]
+            queues = self._table.pop(topic, None)  # type: ignore[arg-type]
+            if queues is not None:
+                for name in queues:
+                    self._count_queue(name, -1)
                 self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):

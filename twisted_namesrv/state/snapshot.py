@@ -66,6 +66,7 @@ def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
         raise SnapshotError(f"damaged route snapshot: {type(exc).__name__}: {exc}") from None
     (routes.topicQueueTable, routes.brokerAddrTable, routes.clusterAddrTable, routes.brokerLiveTable,
      routes.filterServerTable, routes.topicQueueMappingInfoTable) = tables
+    routes.recount()
     routes.routes_changed()
     return len(routes.brokerLiveTable)
 

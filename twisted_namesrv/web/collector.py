@@ -95,6 +95,9 @@ class NamesrvCollector(Collector):
                                 value=len(routes.brokerAddrTable))
         yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
         yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
+        yield GaugeMetricFamily("namesrv_topic_queue_entries", "(topic, broker group) entries of topicQueueTable "
+                                "and topicQueueMappingInfoTable, as maxTopicQueueEntries counts them",
+                                value=routes.queueEntries + routes.mappingEntries)
         events = CounterMetricFamily("namesrv_broker_events", "Broker route events: registered, changed (new data "
                                      "version), expired (no heartbeat within its timeout), closed (connection lost), "
                                      "idle (its connection closed after serverChannelMaxIdleTimeSeconds), "
