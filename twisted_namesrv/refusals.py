@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 from twisted.logger import Logger
 
@@ -76,8 +77,9 @@ class Refusals:
         """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
         ``{listener}``, ``{reason}`` and ``fields``."""
         self.counts[listener, reason] += 1
+        event: dict[str, Any] = {**fields, "listener": listener, "reason": reason, "peer": peer, "refused": reason}
         self.limit_log(peer_host(peer), reason, "refused on {listener} from {peer}: " + message + " [{reason}]",
-                       **{**fields, "listener": listener, "reason": reason, "peer": peer, "refused": reason})
+                       **event)
 
     def series(self) -> list[tuple[str, str, int]]:
         """(listener, reason, count) for every known series and any other counted."""
