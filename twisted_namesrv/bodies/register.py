@@ -336,7 +336,7 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
             piece = _decode_piece(body, start, cut)
             if piece is None:
                 break  # past the table's end (what follows it looked like an entry), or no entries
-            table.update(piece)
+            table.update(_named(piece))  # named piece by piece: a pass over the whole table is a long step
             count = len(piece)
         if len(table) + skipped > limit:
             raise too_many_topics(len(table) + skipped, limit)
@@ -348,13 +348,13 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
     piece = _decode_piece(body, start, end) if end >= 0 else None
     if piece is None:
         return None
-    table.update(piece)
+    table.update(_named(piece))
     counts[hashlib.sha1(memoryview(body)[start:end]).digest()] = len(piece)
     skeleton = body[:opening] + body[end:]
     rest = _decode_typed(skeleton) if skeleton.count(_TABLE_KEY) == 1 else None
     if rest is None or rest.topicConfigTable:
         return None
-    rest.topicConfigTable = _named(table)
+    rest.topicConfigTable = table
     rest.tableSkipped = skipped
     rest.tablePieces = TablePieces(tuple(cuts), counts)
     return rest
