@@ -16,6 +16,7 @@ from twisted.internet import defer, protocol, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -40,7 +41,7 @@ def server_config(tmp_path: Path, **values: Any) -> NamesrvConfig:
     base = {"listenPort": 0, "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kvConfig.json"),
             "configStorePath": str(tmp_path / "namesrv.properties")}
     base.update(values)
-    return NamesrvConfig(base)
+    return NamesrvConfig(base, schema=SERVER_SCHEMA)
 
 
 def free_port() -> int:

@@ -123,12 +123,7 @@ class Cluster:
         for topic in KEPT:
             self.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         published: list = []
-        subscriber = self.routes.on_change
-
-        def count(change) -> None:
-            published.append(change)
-            subscriber(change)  # type: ignore[misc]
-        self.routes.on_change = count
+        self.routes.subscribe(published.append, lambda: False)  # after the answer cache; collects nothing itself
         return big, published
 
     def walked(self) -> Walked:
@@ -163,9 +158,9 @@ def test_a_mass_disconnect_walks_the_topic_table_once_and_drops_only_what_it_cha
     assert set(cluster.routes.brokerAddrTable) == {"big"}
     assert table.visited <= len(BIG_TOPICS) + len(GROUP_TOPICS)  # one walk: the table as it was
     assert set(cluster.answers.routes) == set(KEPT)  # only the departed groups' routes were dropped
-    lost = cluster.service.metrics.lost_topics.recent(cluster.routes.topicQueueTable)
+    lost = cluster.service.seen.lost.recent(cluster.routes.topicQueueTable)
     assert [(t.topic, t.broker, t.kind) for t in lost] == [(t, f"g{GROUPS - 1:03d}", "closed") for t in GROUP_TOPICS]
-    closed = [e for e in cluster.service.metrics.recent_events if e.kind == "closed"]
+    closed = [e for e in cluster.service.seen.events.recent if e.kind == "closed"]
     assert [e.info["broker"] for e in closed] == [f"g{i:03d}" for i in range(GROUPS)]  # in closing order
 
 
@@ -173,13 +168,11 @@ def test_route_events_are_heard_after_the_change_with_the_tables_complete(cluste
     """An observer of a departure reads tables that no longer hold the departed group, its
     topics included: the event comes once the change is complete, not in the middle of it."""
     seen: list[tuple[str, bool, bool]] = []
-    listener = cluster.routes._listener
 
     def observe(kind: str, info: dict) -> None:
         seen.append((kind, info["broker"] in cluster.routes.brokerAddrTable,
                      GROUP_TOPICS[0] in cluster.routes.topicQueueTable))
-        listener(kind, info)
-    cluster.routes._listener = observe
+    cluster.routes.listen(observe)
     protocol, _ = cluster.connect()
     cluster.register(protocol, "g000", 2000, GROUP_TOPICS)
     protocol.connectionLost()
@@ -314,12 +307,10 @@ def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_w
         cluster.register(protocol, f"go{index}", 10 + index, [f"Go{i:06d}" for i in range(size)] + ["Shared"])
     table = cluster.walked()
     heard: list[tuple[str, int, bool]] = []
-    listener = cluster.routes._listener
 
     def hear(kind: str, info: dict) -> None:
         heard.append((kind, cluster.routes.settling, "Go000000" in cluster.routes.topicQueueTable))
-        listener(kind, info)
-    cluster.routes._listener = hear
+    cluster.routes.listen(hear)
     seen: list[tuple[bool, ...]] = []
 
     def look() -> None:
@@ -333,7 +324,7 @@ def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_w
     assert all(s == (False, False, True, ["stay"]) for s in seen)  # gone from the first turn on, wholly
     assert cluster.routes.settling == 0 and sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared"])
     assert [(kind, settling, present) for kind, settling, present in heard] == [("closed", 0, False)] * 3
-    lost = cluster.service.metrics.lost_topics.recent(cluster.routes.topicQueueTable)
+    lost = cluster.service.seen.lost.recent(cluster.routes.topicQueueTable)
     assert {t.broker for t in lost} == {"go2"} and len(lost) > 0
 
 
@@ -428,7 +419,7 @@ def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_ev
     assert cluster.routes.settling == 0 and turns.count("turn") > 6
     assert sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared", "Go0-000000"])
     assert sorted(table["Shared"]) == ["go0", "stay"] and list(table["Go0-000000"]) == ["go0"]
-    heard = [(e.kind, e.info["broker"]) for e in cluster.service.metrics.recent_events
+    heard = [(e.kind, e.info["broker"]) for e in cluster.service.seen.events.recent
              if e.kind in ("closed", "registered")]
     assert heard[-4:-2] == [("closed", "go0"), ("closed", "go1")]
     assert sorted(heard[-2:]) == [("closed", "go2"), ("registered", "go0")]

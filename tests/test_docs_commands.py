@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from twisted_namesrv import __version__
+from twisted_namesrv.schema import SERVER_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -326,7 +327,7 @@ def served_paths() -> set[str]:
     from twisted_namesrv.service import NamesrvService
     from twisted_namesrv.state.config import NamesrvConfig
 
-    service = NamesrvService.from_config(NamesrvConfig({"metricsPort": 9877}))
+    service = NamesrvService.from_config(NamesrvConfig({"metricsPort": 9877}, schema=SERVER_SCHEMA))
     paths = {"/" + name.decode() for name in service.http_resources()} | {"/", "/metrics"}
     api = ("overview", "clusters", "topics", "route", "kv", "events")
     return paths | {f"/api/{name}" for name in api}

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 
 from tests.test_housekeeping import MASTER, register
 from tests.web.test_metrics_and_api import Served
-from twisted_namesrv import tap
+from twisted_namesrv import launch, tap
 from twisted_namesrv.escapes import CONTROLS, escaped
 from twisted_namesrv.logs import configured_observer, event_as_json_line, event_as_text_line, json_lines
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
@@ -135,6 +135,6 @@ class _Twistd(dict):
 def test_twistds_own_text_observer_is_replaced_by_ours(given, file, taken):
     options = tap.Options()
     options.parent = _Twistd({"logger": None, "logfile": None, "nodaemon": True, "syslog": False, **given})
-    tap.take_over_twistd_logging(options)
-    assert (options.parent["logger"] == "twisted_namesrv.tap.twistd_log_observer") is taken
-    assert tap.twistd_log_file(options) == file
+    launch.take_over_twistd_logging(options)
+    assert (options.parent["logger"] == "twisted_namesrv.launch.twistd_log_observer") is taken
+    assert launch.twistd_log_file(options) == file

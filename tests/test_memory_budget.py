@@ -144,11 +144,12 @@ def stepped(tmp_path, budget: int, transports: int = 1, transport=StringTranspor
     from twisted_namesrv.budget import MemoryBudget
     from twisted_namesrv.dispatch import Dispatcher
     from twisted_namesrv.server import RemotingFactory
-    from twisted_namesrv.service import build_state
+    from twisted_namesrv.service import build
 
     turns = Turns()
-    state = build_state(server_config(tmp_path, compatVersion="4.9.8"), task.Clock())
-    dispatcher = Dispatcher(state, cooperator=turns.cooperator)
+    owners = build(server_config(tmp_path, compatVersion="4.9.8"), task.Clock())
+    state = owners.state
+    dispatcher = Dispatcher(state, owners.seen.metrics, cooperator=turns.cooperator)
     factory = RemotingFactory(dispatcher, task.Clock(), 16 * MiB, 0, refusals=state.refusals,
                               budget=MemoryBudget(budget))
     peers = []

@@ -13,8 +13,7 @@ import pytest
 from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
-from twisted_namesrv import server
-from twisted_namesrv.answer_cache import AnswerCache
+from tests import built
 from twisted_namesrv.bodies import register
 from twisted_namesrv.bodies.register import (
     RegisterBodyError,
@@ -25,10 +24,10 @@ from twisted_namesrv.bodies.register import (
     encode_register_body,
 )
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state, settle_in_steps
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import settle_in_steps
 from twisted_namesrv.state import registration, settling
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.steps import run_steps
@@ -198,13 +197,11 @@ class Turns:
 def make_server(tmp_path, name: str, compat: str = "4.9.8", turns: Turns | None = None, keep: bool = True,
                 settings: dict | None = None):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties"), **(settings or {})})
-    state = build_state(config, task.Clock())
-    if not keep:
-        state.answers = AnswerCache(state.routes, keep=False)
-    dispatcher = Dispatcher(state, count_requests=True, step_from=0,
-                                   cooperator=turns.cooperator if turns else None)
-    return server.RemotingFactory(dispatcher, task.Clock(), 1 << 24, 0)
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **(settings or {})},
+                           schema=SERVER_SCHEMA)
+    dispatcher = built.dispatcher(config, task.Clock(), keep_answers=keep, count_requests=True, step_from=0,
+                                  cooperator=turns.cooperator if turns else None)
+    return built.factory(dispatcher, task.Clock(), 1 << 24, 0)
 
 
 def big_registration(topics: dict[str, TopicConfig], counter: int = 1, opaque: int = 1) -> bytes:

@@ -22,8 +22,9 @@ from tests.support import answer_to, connect, free_port, server_config, start_se
 from twisted_namesrv import CannotStart, tap
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
-from twisted_namesrv.state.config import KEYS, NamesrvConfig
+from twisted_namesrv.state.config import NamesrvConfig
 
 BIN = Path(sys.executable).parent
 SUBPROCESS_TIMEOUT = 15
@@ -254,7 +255,7 @@ def test_print_config_items(tmp_path, compat):
     assert result.returncode == 0, result.stderr
     printed = dict(line.split("=", 1) for line in result.stdout.splitlines() if not line.startswith("#"))
     assert "# compatVersion from command line\n" in result.stdout  # where a value not at its default came from
-    assert list(printed) == [k.name for k in KEYS]  # every key the README documents (test_docs)
+    assert list(printed) == [k.name for k in SERVER_SCHEMA.keys]  # every key the docs list (test_docs)
     assert printed["compatVersion"] == compat and printed["listenPort"] == "9876" and printed["rocketmqHome"] == ""
     assert not list(tmp_path.glob("*.pid")) and not (tmp_path / "namesrv").exists()  # nothing written
 

@@ -27,10 +27,10 @@ from twisted_namesrv.state.config import ConfigError
 ASK = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}, opaque=7, version=409)
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory):
-    """A self-signed certificate for 127.0.0.1, made for this run (no key is ever committed)."""
-    directory = tmp_path_factory.mktemp("tls")
+def self_signed(directory):
+    """A self-signed certificate for 127.0.0.1 in ``directory`` (cert.pem, key.pem), made for this run
+    (no key is ever committed)."""
+    directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -43,6 +43,11 @@ def certificate(tmp_path_factory):
     (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
     return directory / "cert.pem", directory / "key.pem"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def ask(port: int, cafile=None, client_pair=None) -> RemotingCommand | None:

@@ -14,18 +14,25 @@ less often.  Three levels:
 
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
 handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
-subscriptions, never from handlers:
+subscriptions, never from handlers; the composition root (service.py) subscribes the cache, which
+subscribes itself to nothing:
 
-- RouteInfoManager publishes each change once it is complete (``subscribe``, a ``RouteChange``):
+- RouteInfoManager publishes each change once it is complete (``changed``, a ``RouteChange``):
   its topics (drop their bodies and the topic list), its broker groups (drop every kept route
-  naming one of them, in one walk of what is kept, and the cluster info), or everything.  The
-  cache subscribes only while it holds something, so a first registration of many topics on a
-  fresh server collects nothing per topic.
-- KVConfigManager publishes each key put or deleted: an ORDER_TOPIC_CONFIG key is a topic's
-  orderTopicConf, so that topic's routes go.
-- NamesrvConfig publishes an update: switches shape answers, so everything goes.
+  naming one of them, in one walk of what is kept, and the cluster info), or everything.  While
+  the cache holds nothing (``holds``), changes are not collected topic by topic, so a first
+  registration of many topics on a fresh server collects nothing per topic.
+- KVConfigManager publishes each key put or deleted (``kv_changed``): an ORDER_TOPIC_CONFIG key
+  is a topic's orderTopicConf, so that topic's routes go.
+- NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
+
+The same owner keeps the work of decoding: JSON header templates (remoting/header.py:
+``HeaderTemplates``, ``headers``), the request side of the same idea (a client's requests differ
+only in their opaque).  A template never goes stale (a header's fields are its bytes'), so no
+subscription drops one; they are bounded by count.  One server, one cache of each, constructed
+once by the composition root (service.py); no module holds one.
 """
 
 from __future__ import annotations
@@ -36,9 +43,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from .remoting import RemotingCommand, SerializeType
-from .remoting.header import OPAQUE_KEY
-from .state.config import NamesrvConfig
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, RouteChange, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
@@ -83,11 +89,10 @@ NO_LIMIT = sys.maxsize
 
 
 class AnswerCache:
-    """The kept answers of one NameServer (module docstring); subscribed to ``kv`` and ``config``
-    from the start, to ``routes`` while it holds something."""
+    """The kept answers of one NameServer (module docstring); ``routes`` is read (which kept
+    routes name a changed group), never subscribed to from here."""
 
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager | None = None,
-                 config: NamesrvConfig | None = None, keep: bool = True) -> None:
+    def __init__(self, routes: RouteInfoManager, keep: bool = True) -> None:
         self._routes = routes
         self.keep = keep
         self.routes: dict[str, TopicAnswers] = {}
@@ -95,12 +100,15 @@ class AnswerCache:
         self._topic_tables = self.tables[TOPIC]
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
-        if keep and kv is not None:
-            kv.subscribe(self._kv_changed)
-        if keep and config is not None:
-            config.subscribe(self.clear)
+        #: JSON header templates of this server's clients (the dispatcher decodes through them)
+        self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
+    def holds(self) -> bool:
+        """Whether anything is kept that a route change could make stale (the kept frames are
+        kept with their topic's bodies)."""
+        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER])
+
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
         smaller of the change's topics and the routes kept, plus one walk of the kept routes when
@@ -124,7 +132,7 @@ class AnswerCache:
         if change.left and self._topic_tables:  # their topics may have left with them
             self._topic_tables.clear()
 
-    def _kv_changed(self, namespace: str, key: str) -> None:
+    def kv_changed(self, namespace: str, key: str) -> None:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
@@ -148,7 +156,6 @@ class AnswerCache:
         for table in self.tables.values():
             table.clear()
         self.replies.clear()
-        self._routes.unsubscribe(self.changed)  # nothing left to drop
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -164,7 +171,6 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
-                self._routes.subscribe(self.changed)
         return body
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
@@ -181,7 +187,6 @@ class AnswerCache:
         if answers is None:
             answers = self.routes[topic] = TopicAnswers()
         body = answers.bodies.setdefault(variant, body)
-        self._routes.subscribe(self.changed)
         if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):

@@ -3,8 +3,8 @@
 Java's NameServer logs some operator requests (wipeWritePerm, updateNamesrvConfig) in lines of
 their own and others (deleteTopic, KV changes) not at all; its controller logs none.  Here each
 request a listener's ``Audited`` table names (``NAMESRV``: the NameServer's operator codes,
-OPERATIONS; ``CONTROLLER``: every code that changes the controller's state, brokers' included:
-CONTROLLER_OPERATIONS) becomes one AuditEvent -- when, from which peer, which
+OPERATIONS; the controller's, every code that changes its state, brokers' included, is
+controller/audit.py's ``CONTROLLER``) becomes one AuditEvent -- when, from which peer, which
 request, who (with aclEnable the accessKey whose signature was checked; a key a request only names,
 unsigned or wrongly signed or with ACL off, is kept apart as ``claimed_access_key``, never as who
 did it), aimed at what (namespace and key, broker, topic, config keys; never a secret's value, and
@@ -15,24 +15,26 @@ no KV value either), and the result -- and the event goes three ways:
 - the counter ``namesrv_admin_requests_total{operation,result}`` (every series from the start);
 - the status page's recent events (``/api/events``, kind ``audit``).
 
-A ``Trail`` is what a service hands its dispatcher (``Dispatcher.observe``; ``observer`` builds the
-NameServer's): it hears every dispatched request with its answer and records those its table names;
-the operation and target are read from the request code and header here, so the handlers stay as
-they are.  The text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone
-surrogate is still one line.
+``AuditTrail`` owns the counts (one per NameServer process, the controller's events counted with
+the NameServer's); the composition root (service.py) constructs it once with the page's events, and
+hands each listener's dispatcher (``Dispatcher.observe``) a ``Trail`` recording into it: a Trail
+hears every dispatched request with its answer and records those its table names; the operation
+and target are read from the request code and header here, so the handlers stay as they are.  The
+text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone surrogate is
+still one line.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger, LogLevel
 
-from .context import NamesrvState, Peer
-from .controller.codes import ControllerRequestCode
-from .metrics import Metrics
+from .context import Peer
+from .events import RecentEvents
 from .properties import load as load_properties
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .remoting.codes import code_name
@@ -65,7 +67,6 @@ OPERATIONS: dict[int, str] = {
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: "register_topic",
     RequestCode.UPDATE_NAMESRV_CONFIG: "update_namesrv_config",
 }
-AUDITED = frozenset(OPERATIONS)
 NAMESRV = Audited(OPERATIONS, {
     RequestCode.PUT_KV_CONFIG: ("namespace", "key"),
     RequestCode.DELETE_KV_CONFIG: ("namespace", "key"),
@@ -75,27 +76,6 @@ NAMESRV = Audited(OPERATIONS, {
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: ("topic",),
 }, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}), ("wipeTopicCount", "addTopicCount"), code_name)
 
-#: the controller's: every code that changes its state (an operator's: 1009, 1011, 1002 with
-#: designateElect; a broker's: 1001, 1002, 1003, 1013); heartbeats (904) only keep a broker alive
-CONTROLLER_OPERATIONS: dict[int, str] = {
-    ControllerRequestCode.UPDATE_CONTROLLER_CONFIG: "update_controller_config",
-    ControllerRequestCode.CLEAN_BROKER_DATA: "clean_broker_data",
-    ControllerRequestCode.CONTROLLER_ELECT_MASTER: "elect_master",
-    ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: "alter_sync_state_set",
-    ControllerRequestCode.CONTROLLER_REGISTER_BROKER: "register_broker_to_controller",
-    ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: "apply_broker_id",
-}
-CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
-    ControllerRequestCode.CLEAN_BROKER_DATA: ("clusterName", "brokerName", "brokerControllerIdsToClean",
-                                              "isCleanLivingBroker"),
-    ControllerRequestCode.CONTROLLER_ELECT_MASTER: ("clusterName", "brokerName", "brokerId", "designateElect"),
-    ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: ("brokerName", "masterBrokerId", "masterEpoch"),
-    ControllerRequestCode.CONTROLLER_REGISTER_BROKER: ("clusterName", "brokerName", "brokerId", "brokerAddress"),
-    ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: ("clusterName", "brokerName", "appliedBrokerId"),
-}, frozenset({ControllerRequestCode.UPDATE_CONTROLLER_CONFIG}), ("masterBrokerId", "masterEpoch"),
-    lambda code: ControllerRequestCode(code).name)
-#: every operation the metric has a series for, from the start
-OPERATION_NAMES = tuple(sorted({*OPERATIONS.values(), *CONTROLLER_OPERATIONS.values()}))
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters; failed: any other
 RESULTS = ("ok", "refused", "failed")
 
@@ -141,12 +121,6 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def event_of(state: NamesrvState, request: RemotingCommand, peer: Peer,
-             response: RemotingCommand | None) -> AuditEvent:
-    """The audit event of an answered (or oneway) NameServer request whose code is in AUDITED."""
-    return Trail(NAMESRV, state.clock, state.acl).event(request, peer, response)
-
-
 def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
@@ -155,20 +129,42 @@ def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 
+class AuditTrail:
+    """The audit trail of one NameServer process: its counts by (operation, result), the one owner
+    of ``namesrv_admin_requests_total`` (the embedded controller's events counted here too); each
+    event also logged and fed to the page's ``events``.  ``tables``: the listeners' tables it
+    counts for, so that every (operation, result) series is there from the start."""
+
+    def __init__(self, events: RecentEvents, tables: tuple[Audited, ...]) -> None:
+        self.events = events
+        #: every operation the metric has a series for, from the start
+        self.operations = tuple(sorted({name for table in tables for name in table.operations.values()}))
+        #: audited requests by (operation, result)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def record(self, event: AuditEvent) -> None:
+        """Log, count and show one audited request."""
+        level = LogLevel.info if event.result == "ok" else LogLevel.warn
+        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
+        self.counts[event.operation, event.result] += 1
+        self.events.feed_event("audit", event.fields())
+
+
 class Trail:
     """One listener's audit trail (``audited``: what it records), with the clock and the ACL that
-    says who signed; ``metrics``: where the events are counted and shown (the NameServer's, also
-    for the controller inside it).  Called as the dispatcher's observer."""
+    says who signed; ``into``: the AuditTrail its events are logged, counted and shown by (the
+    NameServer's, also for the controller inside it).  Called as the dispatcher's observer."""
 
     def __init__(self, audited: Audited, clock: Callable[[], float], acl: AccessControl | None,
-                 metrics: Metrics | None = None) -> None:
-        self.audited, self.clock, self.acl, self.metrics = audited, clock, acl, metrics
+                 into: AuditTrail) -> None:
+        self.audited, self.clock, self.acl, self.into = audited, clock, acl, into
 
     def __call__(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> None:
         if request.code in self.audited.operations:
-            self.record(request, peer, response)
+            self.into.record(self.event(request, peer, response))
 
     def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
+        """The audit event of an answered (or oneway) request whose code the table names."""
         audited = self.audited
         result, reason = _result(response)
         target = self._target(request)
@@ -188,24 +184,3 @@ class Trail:
             return {"config": masked(props)}
         ext = request.ext
         return {name: ext.get(name) for name in self.audited.targets[request.code] if ext.get(name) is not None}
-
-    def record(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
-        """Log, count and show one audited request."""
-        event = self.event(request, peer, response)
-        level = LogLevel.info if event.result == "ok" else LogLevel.warn
-        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
-        if self.metrics is not None:
-            self.metrics.admin_requests[event.operation, event.result] += 1
-            self.metrics.feed_event("audit", event.fields())
-        return event
-
-
-def record(state: NamesrvState, metrics: Metrics, request: RemotingCommand, peer: Peer,
-           response: RemotingCommand | None) -> AuditEvent:
-    """Log, count and show one audited NameServer request."""
-    return Trail(NAMESRV, state.clock, state.acl, metrics).record(request, peer, response)
-
-
-def observer(state: NamesrvState, metrics: Metrics) -> Trail:
-    """The NameServer's trail, the dispatcher's observer (``Dispatcher.observe``)."""
-    return Trail(NAMESRV, state.clock, state.acl, metrics)

@@ -29,7 +29,7 @@ warning line, anything else is logged with its traceback.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
@@ -91,6 +91,11 @@ class HandlerTable:
     checks_peer: Callable[[Any, int], bool] = _checks_no_peer
     keeps_answers: bool = True
     subject: str = "request"
+    #: every code with a handler, in one go or in steps (a code with neither is unknown)
+    codes: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "codes", frozenset(self.handlers) | frozenset(self.in_steps))
 
 
 NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
@@ -120,9 +125,10 @@ class Full:
 
 
 class _NoAnswersKept:
-    """The answer cache of a listener that keeps none (the controller's)."""
+    """The answer cache of a listener that keeps none (the controller's): its headers parsed each time."""
 
     replies: dict[bytes, bytes] = {}
+    headers = None
 
 
 class AnswerNotEncodable(Exception):
@@ -136,13 +142,13 @@ class Dispatcher:
     (the clock reads cost route lookup throughput: docs/benchmarks.md); rejections and route
     events are always counted."""
 
-    def __init__(self, state: Any, metrics: Metrics | None = None, count_requests: bool = False,
+    def __init__(self, state: Any, metrics: Metrics, count_requests: bool = False,
                  call_later: Callable[[float, Callable[[], None]], object] | None = None,
                  cooperator: task.Cooperator | None = None, step_from: int = STEP_BYTES,
                  table: HandlerTable = NAMESRV_TABLE) -> None:
         self.state = state
         self.table = table
-        self.metrics = metrics or Metrics(clock=state.clock)
+        self.metrics = metrics
         self.count_requests = count_requests
         self.observers: list[Observer] = []
         self._call_later = call_later  # the reactor's callLater
@@ -189,7 +195,8 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
-            request = RemotingCommand.decode(memoryview(frame) if big else frame)  # a big body: a view, no copy
+            request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
+                                             answers.headers)
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
             if self._cooperator is not None and request.code in self.table.in_steps and (big or self._turn_full()):
@@ -255,7 +262,7 @@ class Dispatcher:
         table, state = self.table, self.state
         response: Any = table.refusal(state, request, peer)
         handled = response is None
-        if handled and (request.code not in table.handlers or not table.serves(state, request.code)):
+        if handled and (request.code not in table.codes or not table.serves(state, request.code)):
             response = table.error_reply(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
             handled = False
@@ -343,7 +350,7 @@ class Dispatcher:
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
         seconds = perf_counter() - begun
-        code = request.code if request.code in self.table.handlers else OTHER_CODE
+        code = request.code if request.code in self.table.codes else OTHER_CODE
         self.metrics.answered(code, response_code, seconds)
         if self.table.counted is not None:
             self.table.counted(self.state, request, handled, seconds)

@@ -218,14 +218,6 @@ def registration_refused(state: NamesrvState, request: RemotingCommand, peer: Pe
                    normal=False)
 
 
-def in_one_go(handler: SteppedHandler) -> Handler:
-    """A handler written in steps, run straight through."""
-    def run(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        return run_steps(handler(state, request, peer))
-    run.__name__ = run.__qualname__ = handler.__name__.removesuffix("_steps")
-    return run
-
-
 def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     header = RegisterBrokerHeader.from_ext(request.ext)  # the same four fields, read by the same rules
     if header.brokerId is None and not state.profile.unregister_by_address:
@@ -332,7 +324,7 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
 
     def build() -> bytes:
         return fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable,
-                                                      state.profile.v5_bodies))
+                                                      state.profile.v5_bodies, state.profile.concurrent_tables))
 
     return respond(state, request, body=state.answers.table(RequestCode.GET_BROKER_CLUSTER_INFO, BROKER, build))
 
@@ -379,7 +371,7 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str]
                 broker_addr: str | None = None) -> RemotingCommand:
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    bean = topic_list_bean(topics, broker_addr, state.profile.v5_bodies)
+    bean = topic_list_bean(topics, broker_addr, state.profile.concurrent_tables)
     return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
@@ -388,7 +380,7 @@ def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
 
     def build() -> bytes:
-        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.v5_bodies))
+        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.concurrent_tables))
 
     return respond(state, request,
                    body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
@@ -400,7 +392,8 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr, state.profile.v5_bodies)))
+    bean = topic_list_bean(topics, addr, state.profile.concurrent_tables)
+    return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -493,7 +486,6 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.PUT_KV_CONFIG: put_kv_config,
     RequestCode.GET_KV_CONFIG: get_kv_config,
     RequestCode.DELETE_KV_CONFIG: delete_kv_config,
-    RequestCode.REGISTER_BROKER: in_one_go(register_broker_steps),
     RequestCode.UNREGISTER_BROKER: unregister_broker,
     RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
     RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
@@ -517,10 +509,12 @@ HANDLERS: dict[int, Handler] = {
 
 
 #: handlers whose work grows with the request (a broker's whole table), written in steps: the
-#: dispatcher runs them across reactor turns when the request is big (HANDLERS: straight through)
+#: dispatcher always takes their steps, across reactor turns when the request is big, else straight through
 HANDLERS_IN_STEPS: dict[int, SteppedHandler] = {
     RequestCode.REGISTER_BROKER: register_broker_steps,
 }
+#: every code with a handler, in one go or in steps
+CODES = frozenset(HANDLERS) | frozenset(HANDLERS_IN_STEPS)
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})

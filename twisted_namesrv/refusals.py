@@ -20,9 +20,8 @@ from .state.acl import ACL_EXCEPTION, AccessControl, request_class
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
-#: the listeners, as the metric's ``listener`` label names them
-LISTENERS = ("remoting", "controller", "http")
-#: every reason, by listener, served at 0 from the start so that an alert has a series to read
+#: every listener (the metric's ``listener`` label) and its reasons, served at 0 from the start so
+#: that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
                  "tls_handshake", "not_tls", "config_key", "config_value", "config_size", "fd_reserve",

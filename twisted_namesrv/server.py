@@ -296,14 +296,14 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
 class RemotingFactory(protocol.Factory):
     """``listener`` names the port in refusals (``remoting``, ``controller``); ``refusals`` and
-    ``budget`` are shared by a server's listeners (each its own when not given: tests)."""
+    ``budget`` are shared by a server's listeners (the composition root's: service.py)."""
 
     protocol = RemotingProtocol
 
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None,
-                 refusals: Refusals | None = None, budget: MemoryBudget | None = None,
-                 listener: str = "remoting", fds: FdBudget | None = None) -> None:
+                 idle_timeout: float, refusals: Refusals, budget: MemoryBudget, max_connections: int = 0,
+                 max_header_length: int | None = None, listener: str = "remoting",
+                 fds: FdBudget | None = None) -> None:
         self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -312,8 +312,8 @@ class RemotingFactory(protocol.Factory):
         self.idle_timeout = idle_timeout
         self.connections: dict[int, RemotingProtocol] = {}
         self.limit_log = LimitLog()
-        self.refusals = refusals or Refusals()
-        self.budget = budget or MemoryBudget(8 * max_frame_length)
+        self.refusals = refusals
+        self.budget = budget
         self.listener = listener
         #: the descriptors its port admits connections against (Admission), told of each close
         self.fds = fds

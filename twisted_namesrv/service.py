@@ -1,5 +1,9 @@
-"""NamesrvService: what a NameServer starts from, read once (``load``); the service tree built on it
-(listeners, timers, the controller: children, constructed without I/O); a clean stop."""
+"""The composition root of a NameServer: every owner constructed once and every subscription wired
+here (``build``: the state's owners, what the server observes of itself, who hears route changes and
+route events, in a stated order); what it starts from, read once (``load``); the service tree built
+on it (``NamesrvService``: listeners, timers, the controller: children, constructed without I/O); a
+clean stop.  Nothing registers itself by being imported, and no constructor elsewhere makes an owner
+of its own: tests build through ``build`` too."""
 
 from __future__ import annotations
 
@@ -13,29 +17,38 @@ from time import perf_counter
 from typing import Any
 
 from twisted.application import service
-from twisted.application.internet import TimerService
 from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from . import CannotStart, __version__, audit, sdnotify
+from . import CannotStart, __version__, sdnotify
+from .answer_cache import AnswerCache
+from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
+from .client import TlsWrap
 from .context import NamesrvState
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
+from .controller.audit import CONTROLLER
+from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
+from .events import RecentEvents
 from .housekeeping import HousekeepingService, log_route_event
+from .lost_topics import LostTopics
 from .metrics import Metrics
+from .observations import Observations
 from .peers import PeersService, peer_addresses
+from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
+from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError, KVConfigManager
-from .state.routes import EventListener, RouteInfoManager
+from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
-from .tls import listen_with
+from .timers import ClockedTimerService
+from .tls import connect_with, listen_with
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -61,43 +74,77 @@ def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], 
     return refused
 
 
-def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None, listener: EventListener = log_route_event,
-                store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
-    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
-    with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
-    ``store_failures`` by (store, errno name)."""
+@dataclass(frozen=True)
+class Owners:
+    """Every owner of a NameServer's state, each constructed once by ``build``: what the handlers
+    are given (``state``), what the server observes of itself (``seen``) and the descriptors every
+    port's connections may take (``fds``)."""
+
+    state: NamesrvState
+    seen: Observations
+    fds: FdBudget
+
+
+def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
+          keep_answers: bool = True, fd_limit: int | None = None) -> Owners:
+    """Every owner, constructed once and wired, in one place (as Java's NamesrvController and
+    twisted.names' tap): the KV store loaded from its file (a corrupt file raises KVConfigError),
+    with aclEnable the accounts (AclConfigError).  A save that fails is counted in the metrics by
+    (store, errno name).  ``keep_answers=False``: a cache that keeps nothing (the differential
+    tests' reference).  ``fd_limit``: the descriptor limit ``load`` read (``ulimit -n``; None:
+    unlimited, every connection admitted), less fdReserve the budget of every port's connections.
+
+    Who hears what, in this order (nothing subscribes itself):
+
+    - a complete route change: the answer cache (drops what it makes stale);
+    - a key put or deleted: the answer cache (an ORDER_TOPIC_CONFIG key is a topic's orderTopicConf);
+    - a config update: the answer cache (everything: switches shape answers);
+    - a departure that took topics away: the lost topics, before the event's listeners;
+    - a route event: the log line, the counter by kind, the page's events, the departed brokers
+      (each reads the tables as changed: events come once the change is complete);
+    - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
+      the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
+      it and feeds it to the page's events."""
+    missing = [key.name for key in SERVER_SCHEMA.keys if key.name not in config.schema.by_name]
+    if missing:  # a partial schema would take the controller's keys as unknown ones: typed, checked and guarded nowhere
+        raise ConfigError(f"the NameServer's config does not know {', '.join(missing)}: build it with "
+                          "schema.SERVER_SCHEMA")
+    seconds = clock.seconds
+    metrics = Metrics()
+    refused = store_refusal(metrics.store_failures)
     kv_path = Path(config["kvConfigPath"])
-    refused = store_refusal(Counter() if store_failures is None else store_failures)
     kv_file = AtomicFile("kvConfigPath", kv_path, refused)
     config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
-    routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
+    routes = RouteInfoManager(config, seconds, notifier=notifier)
+    answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
                                    bound_required=config["aclNamesrvSignatureRequired"],
-                                   window=config["aclSignatureWindowSeconds"], clock=clock.seconds)
+                                   window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: config_file.save(java_utf8(text)), acl=acl,
-                        budget=budget)
-
-
-def route_events_to(metrics: Metrics) -> EventListener:
-    """Every route event to the log and to the metrics (the status page's events)."""
-    def heard(kind: str, info: dict) -> None:
-        log_route_event(kind, info)
-        metrics.route_event(kind, info)
-    return heard
+    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, seconds(),
+                         lambda text: config_file.save(java_utf8(text)), acl=acl)
+    events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
+    seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)))
+    # what makes kept answers stale
+    routes.subscribe(answers.changed, answers.holds)
+    kv.subscribe(answers.kv_changed)
+    config.subscribe(answers.clear)
+    # route events, each once its change is complete
+    routes.listen_lost(lost.departed)
+    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event):
+        routes.listen(heard)
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, seconds)
+    return Owners(state, seen, fds)
 
 
 @dataclass
 class Loaded:
     """What a NameServer starts from, read from disk by ``load`` before anything is built on it."""
 
-    state: NamesrvState
-    metrics: Metrics
+    owners: Owners
     #: NOTIFY_MIN_BROKER_ID_CHANGE's pushes (the routes' notifier)
     notifier: Notifier
     #: the status page's events of the last run, restored
@@ -106,36 +153,42 @@ class Loaded:
     snapshots: RouteSnapshotService | None
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
+    #: what this server's own connections to its peers go over (None: plain TCP), the keys read
+    connect_with: TlsWrap | None = None
+
+    @property
+    def state(self) -> NamesrvState:
+        return self.owners.state
 
 
 def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
-    """Every read a start needs, in one place: the data dir checked, the page's events, the KV store,
-    the ACL accounts (aclEnable), the route snapshot, the TLS certificate and key.  What the server
-    cannot run with is one CannotStart naming the key or file (each launcher prints it as its one line)."""
+    """Every read a start needs, in one place: the data dir checked, the descriptor limit (ulimit
+    -n), the page's events, the KV store, the ACL accounts (aclEnable), the route snapshot, the TLS
+    certificate and key.  What the server cannot run with is one CannotStart naming the key or file
+    (each launcher prints it as its one line)."""
     try:
         check_paths(config)
-        metrics = Metrics(clock=reactor.seconds)
-        events = EventLogService(metrics, events_path(config), reactor)
-        events.load()
         notifier = Notifier(reactor, "notify min broker id change")
-        state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
-                            route_events_to(metrics), metrics.store_failures)
-        state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
+        owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
+                       fd_limit=open_file_limit())
+        events = EventLogService(owners.seen.events, events_path(config), reactor)
+        events.load()
         snapshots = None
         if config["routeSnapshotPath"]:
-            snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
+            snapshots = RouteSnapshotService(owners.state.routes, config["routeSnapshotPath"], reactor,
                                              config["routeSnapshotInterval"] / 1000)
             snapshots.load()
         wrap = listen_with(config)  # a bad TLS setup fails here
+        to_peers = connect_with(config) if config["metricsPort"] else None  # the peers view's client
     except KVConfigError as exc:
         raise CannotStart(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it") \
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(state, metrics, notifier, events, snapshots, wrap)
+    return Loaded(owners, notifier, events, snapshots, wrap, to_peers)
 
 
-def reload_acl(acl: AccessControl, metrics: Metrics | None = None) -> None:
+def reload_acl(acl: AccessControl, metrics: Metrics) -> None:
     """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
     file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
     accounts read before, one error line and one count in ``metrics.acl_reload_failures``."""
@@ -145,8 +198,7 @@ def reload_acl(acl: AccessControl, metrics: Metrics | None = None) -> None:
     if outcome.startswith("reloaded"):
         log.info("aclAccountsFile: {outcome}", outcome=outcome)
     else:
-        if metrics is not None:
-            metrics.acl_reload_failures += 1
+        metrics.acl_reload_failures += 1
         log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
@@ -217,7 +269,8 @@ class NamesrvService(service.MultiService):
         super().__init__()
         self.config = config
         self.reactor = reactor
-        self.metrics = loaded.metrics
+        self.seen = loaded.owners.seen
+        self.metrics = self.seen.metrics
         self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
         self.notifier = loaded.notifier
@@ -226,17 +279,17 @@ class NamesrvService(service.MultiService):
         self.state.routes.on_settle = settle_in_steps(self.state.routes, steps)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
                                      call_later=reactor.callLater, cooperator=steps)
-        self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
+        # the audit trail (audit.py): the NameServer's requests, and below the controller's, into the one trail
+        self.dispatcher.observe(Trail(NAMESRV, self.state.clock, self.state.acl, self.seen.audit))
         # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
-        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
+        self.fds = loaded.owners.fds
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
-                                       config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
-                                       config["headerMaxLength"], self.state.refusals, self.state.budget,
+                                       config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
+                                       self.state.budget, config["maxConnections"], config["headerMaxLength"],
                                        fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
-            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl, self.metrics)
-            reload.clock = reactor
-            reload.setServiceParent(self)
+            ClockedTimerService(RELOAD_INTERVAL_SECONDS, partial(reload_acl, self.state.acl, self.metrics),
+                                reactor).setServiceParent(self)
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
@@ -248,7 +301,8 @@ class NamesrvService(service.MultiService):
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
                                                   self.state.refusals, self.state.budget, loaded.listen_with,
-                                                  self.fds, audit_metrics=self.metrics)
+                                                  self.fds, Trail(CONTROLLER, self.state.clock, self.state.acl,
+                                                                  self.seen.audit))
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],
@@ -259,13 +313,15 @@ class NamesrvService(service.MultiService):
         self.stopping = False
         self.peers: PeersService | None = None
         if config["metricsPort"]:
-            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
+            # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
+            # with metricsPort; both are installed with the package (setup.cfg), so it never lacks them
+            from .web.site import make_site
 
-            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
-                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000, loaded.connect_with)  # peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers, reactor,
-                             self.fds)
+            site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers,
+                             reactor, self.fds)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"],
                                 Admission(self.fds, partial(self.state.refusals, "http"), site.make_room))
@@ -281,8 +337,8 @@ class NamesrvService(service.MultiService):
         return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
-        """Where this server's own routes are read for the peers view: its remoting port, on
-        loopback when it listens on every interface."""
+        """How the peers view names this server (its routes are read in process): its remoting
+        port, on loopback when it listens on every interface."""
         host = str(self.config["bindAddress"])
         host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
         return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"

@@ -10,46 +10,21 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from twisted.copyright import version as twisted_version
-from twisted.logger import Logger
 from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
-from .escapes import escaped
+from .launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
+from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
-
-log = Logger()
 
 
 def version_line() -> str:
     return f"twisted-namesrv {__version__} (Twisted {twisted_version}, Python {platform.python_version()})\n"
-
-
-def cannot_start(reason: str) -> NoReturn:
-    """Log the reason, then exit 1 with it on stderr (SystemExit: twistd prints no traceback).
-    Logged as an error: a critical event before the log opens would reach stderr a second time."""
-    log.error("cannot start: {reason}", reason=reason)
-    raise SystemExit(cannot_start_line(reason))
-
-
-def report_cannot_start_in_one_line() -> None:
-    """Under ``twistd -n`` a port that cannot be bound raises CannotStart out of twistd: print
-    its one line instead of a traceback (the log already has it).  Daemonised, twistd's parent
-    prints the reason and exits 1."""
-    previous = sys.excepthook
-
-    def hook(kind, value, tb) -> None:
-        if issubclass(kind, CannotStart):
-            (sys.__stderr__ or sys.stderr).write(cannot_start_line(value) + "\n")
-        else:
-            previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 class Options(usage.Options):
@@ -148,12 +123,11 @@ class Options(usage.Options):
         self._check_log_options()
         self._no_pidfile_in_the_foreground()
         try:
-            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"])
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"],
+                                                  SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))
-        for warning in self.config.warnings:
-            log.warn("{warning}", warning=warning)
-            sys.stderr.write(f"namesrv: warning: {escaped(warning)}\n")
+        warn_of(self.config.warnings)
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
@@ -191,51 +165,6 @@ class Options(usage.Options):
                                        int(self["log-keep"]), self["log-level"])
         except LogOptionError as exc:
             raise SystemExit(cannot_start_line(exc)) from None
-
-
-#: the options of ``twistd namesrv`` (or ``namesrv-controller``), whose log observer twistd asks for by
-#: name (twistd_log_observer)
-_twistd_options: Any = None
-
-
-def take_over_twistd_logging(options: usage.Options, asked: bool = False) -> None:
-    """Under twistd, our observer (logs.py) instead of twistd's own: when ``asked`` (a log option of
-    ours says something else than its default) even over its ``--logger``; else unless ``--logger``
-    or ``--syslog`` is given, honouring its ``--logfile`` (twistd_log_file): twistd's text observer
-    writes what a peer put in a name raw, ESC and CR and all, and loses a line holding a lone surrogate."""
-    parent = getattr(options, "parent", None)
-    if parent is None or "logger" not in parent or not (asked or not (parent["logger"] or parent.get("syslog"))):
-        return
-    global _twistd_options
-    _twistd_options = options
-    parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
-
-
-def twistd_log_file(options: usage.Options) -> str | None:
-    """Where twistd's own observer would write (None: stdout): its ``--logfile`` (``-``: stdout;
-    ``twistd.log`` for a daemon given none); None outside twistd."""
-    parent = getattr(options, "parent", None)
-    if parent is None or "logfile" not in parent:
-        return None
-    name = parent["logfile"]
-    if name == "-" or (not name and parent.get("nodaemon")):
-        return None
-    return name or "twistd.log"
-
-
-def twistd_log_observer():
-    """twistd's ``--logger``, set by ``twistd namesrv`` (take_over_twistd_logging).
-
-    Why a module global holds the options (the one left in the package, on purpose): twistd
-    starts logging before it calls makeService, from an observer factory it finds in its own
-    options' ``logger``; ServerOptions.postOptions, which runs after ours, passes that value
-    through ``namedAny``, so only a dotted name can be handed over, not a bound method of these
-    options.  The other route, an ILogObserver component on the Application, is out of reach:
-    twistd makes the Application and only then calls makeService, after its logger was built.
-    A dotted name reaches only module state, so this function and the global are that route;
-    ``python -m twisted_namesrv`` passes its observer without either (__main__.py)."""
-    assert _twistd_options is not None
-    return _twistd_options.log_observer()
 
 
 def makeService(options: Options):

@@ -19,7 +19,7 @@ process (its memory cost: docs/benchmarks.md), so installs without TLS leave it 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import interfaces, protocol
 from twisted.python.failure import Failure
@@ -29,15 +29,14 @@ from .state.config import ConfigError, NamesrvConfig
 from .state.files import read_regular
 
 if TYPE_CHECKING:
-    from twisted.internet.ssl import CertificateOptions
+    from twisted.internet.ssl import CertificateOptions, PrivateCertificate
     from twisted.protocols.tls import TLSMemoryBIOFactory
 
 TLS_HANDSHAKE = 0x16
 
 
-def context_factory(config: NamesrvConfig) -> CertificateOptions:
-    """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
-    client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+def own_certificate(config: NamesrvConfig) -> PrivateCertificate:
+    """The server's certificate and key (PEM); unreadable files are a ConfigError naming the key."""
     from OpenSSL import crypto
     from twisted.internet import ssl as twisted_ssl
 
@@ -45,9 +44,17 @@ def context_factory(config: NamesrvConfig) -> CertificateOptions:
     password = config["tls.server.keyPassword"].encode() or None
     try:
         key = twisted_ssl.KeyPair(crypto.load_privatekey(crypto.FILETYPE_PEM, pem["tls.server.keyPath"], password))
-        certificate = twisted_ssl.PrivateCertificate.load(pem["tls.server.certPath"], key, crypto.FILETYPE_PEM)
+        return twisted_ssl.PrivateCertificate.load(pem["tls.server.certPath"], key, crypto.FILETYPE_PEM)
     except Exception as exc:  # OpenSSL's errors name no file
         raise ConfigError(f"tls.server.certPath/keyPath: not a PEM certificate and its key: {exc}") from None
+
+
+def context_factory(config: NamesrvConfig) -> CertificateOptions:
+    """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
+    client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+    from twisted.internet import ssl as twisted_ssl
+
+    certificate = own_certificate(config)
     if not config["tls.server.authClient"]:
         return certificate.options()
     trust = _read(config, "tls.server.trustCertPath")
@@ -157,3 +164,29 @@ def listen_with(config: NamesrvConfig) -> Callable[[RemotingFactory], protocol.F
         raise ConfigError(f"tls.server.mode: {mode} needs pyOpenSSL: pip install 'twisted-namesrv[tls]'") from None
     context = context_factory(config)
     return lambda remoting: SniffingFactory(remoting, refusing_tls_factory(context, remoting), mode == "enforcing")
+
+
+def connect_with(config: NamesrvConfig) -> Callable[[str, protocol.ClientFactory], protocol.ClientFactory] | None:
+    """What this server's own connections to other NameServers (the peers view) go over: None (plain
+    TCP) with ``tls.server.mode=disabled``, else TLS, as the cluster's NameServers serve it.  The
+    peer's certificate must chain to ``tls.server.trustCertPath`` (the CA of the cluster's
+    certificates; else the system's trust store) and name the address it is reached at; this
+    server's own certificate is shown, for peers with ``tls.server.authClient``.  The files are read
+    here, once (a ConfigError naming the key)."""
+    if config["tls.server.mode"] == "disabled":
+        return None
+    from twisted.internet import ssl as twisted_ssl
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+
+    certificate = own_certificate(config)
+    trust: Any = None
+    if config["tls.server.trustCertPath"]:
+        try:
+            trust = twisted_ssl.Certificate.loadPEM(_read(config, "tls.server.trustCertPath"))
+        except Exception as exc:
+            raise ConfigError(f"tls.server.trustCertPath: not a PEM certificate: {exc}") from None
+
+    def wrap(host: str, factory: protocol.ClientFactory) -> protocol.ClientFactory:
+        creator = twisted_ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=certificate)
+        return TLSMemoryBIOFactory(creator, True, factory)  # type: ignore[return-value]
+    return wrap

@@ -202,7 +202,8 @@ class _SessionReplay:
         self.now = start
         self.scan_every = self.config.scan_interval_s
         self.next_scan = start + self.scan_every
-        self.manager = RouteInfoManager(self.config, lambda: self.now, on_lost=self._lost)
+        self.manager = RouteInfoManager(self.config, lambda: self.now)
+        self.manager.listen_lost(self._lost)
         self.manager.subscribe(self._changed)
         self.open: dict[str, Stay] = {}
         self.latest: dict[str, Stay] = {}  # broker address -> its latest stay

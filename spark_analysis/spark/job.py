@@ -215,13 +215,13 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
 
 def served_codes() -> tuple[frozenset[int], frozenset[int]]:
     """The requests only a NameServer is asked and those only a controller is: the server's two
-    handler tables (processor.HANDLERS, controller/processor.HANDLERS) less what both serve
-    (BROKER_HEARTBEAT). Imported here, on the driver only: the handler modules log through
-    Twisted, which executors need not have (spark/ship.py)."""
+    handler tables (processor.CODES: in one go or in steps, controller/processor.HANDLERS) less
+    what both serve (BROKER_HEARTBEAT). Imported here, on the driver only: the handler modules log
+    through Twisted, which executors need not have (spark/ship.py)."""
     from twisted_namesrv.controller.processor import HANDLERS as CONTROLLER_HANDLERS
-    from twisted_namesrv.processor import HANDLERS
+    from twisted_namesrv.processor import CODES
 
-    return frozenset(HANDLERS) - frozenset(CONTROLLER_HANDLERS), frozenset(CONTROLLER_HANDLERS) - frozenset(HANDLERS)
+    return CODES - frozenset(CONTROLLER_HANDLERS), frozenset(CONTROLLER_HANDLERS) - CODES
 
 
 def _merged(tallies: Iterable[bytes]) -> Tally:

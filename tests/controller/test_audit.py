@@ -13,7 +13,7 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.controller.test_acl_tls import ACCOUNTS, ATTACK
 from tests.support import server_config
 from twisted_namesrv.admin.client import NamesrvClient
-from twisted_namesrv.audit import CONTROLLER_OPERATIONS
+from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 from twisted_namesrv.controller.codes import ControllerResponseCode as Code
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -65,9 +65,9 @@ async def test_every_state_changing_controller_request_is_one_audit_event(contro
     assert by_code[Req.CLEAN_BROKER_DATA]["target"] == {"clusterName": "c1", "brokerName": "fake",
                                                         "isCleanLivingBroker": "true"}
     assert formatEvent(events[-1]).startswith("audit clean_broker_data CLEAN_BROKER_DATA(1011) from 127.0.0.1:")
-    counts = service.metrics.admin_requests  # the NameServer's: /metrics and the status page show them
+    counts = service.seen.audit.counts  # the NameServer's: /metrics and the status page show them
     assert counts["update_controller_config", "ok"] == 1 and counts["clean_broker_data", "ok"] == 1
-    shown = [event.info["operation"] for event in service.metrics.recent_events if event.kind == "audit"]
+    shown = [event.info["operation"] for event in service.seen.events.recent if event.kind == "audit"]
     assert "update_controller_config" in shown and "elect_master" in shown
 
 
@@ -90,5 +90,5 @@ async def test_refused_controller_requests_are_audited_too(controller):
     assert service.state.refusals.counts["controller", "config_value"] == 1
     assert service.state.refusals.counts["controller", "config_size"] == 1
     assert service.controller.manager.config["metricsExporterType"] == "DISABLE"
-    counts = service.metrics.admin_requests
+    counts = service.seen.audit.counts
     assert counts["update_controller_config", "refused"] == 4 and counts["clean_broker_data", "refused"] == 1

@@ -35,7 +35,7 @@ from tests.hostile.scene import (
     sleep,
 )
 from twisted_namesrv import properties
-from twisted_namesrv.processor import HANDLERS
+from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
@@ -544,7 +544,7 @@ async def test_missing_required_fields(scene, code, ext, body, expected):
 
 # -- flags ---------------------------------------------------------------------------------------
 
-ALL_CODES = sorted(set(HANDLERS) | {0, 10, 34, 9999, -1, 2 ** 31 - 1})
+ALL_CODES = sorted(set(CODES) | {0, 10, 34, 9999, -1, 2 ** 31 - 1})
 
 
 @pytest.mark.parametrize("profile", ["5.3.3", "4.9.8"])

@@ -27,6 +27,7 @@ import pytest
 from twisted.internet import task
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
+from tests import built
 from tests.hostile.faults import FAULTS, fault, tiny_tmpfs
 from twisted_namesrv.context import Peer
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
@@ -41,7 +42,7 @@ from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 PAGE = 4096
@@ -65,10 +66,10 @@ def request(code: int, ext: dict | None = None, body: bytes | None = None, opaqu
 class Namesrv:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.failures: Counter = Counter()
-        self.config = NamesrvConfig.from_file(None, self.overrides())
-        self.state = build_state(self.config, task.Clock(), store_failures=self.failures)
-        self.dispatcher = Dispatcher(self.state)
+        self.config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
+        self.dispatcher = built.dispatcher(self.config, task.Clock())
+        self.state = self.dispatcher.state
+        self.failures: Counter = self.dispatcher.metrics.store_failures
 
     def overrides(self) -> dict:
         return {"kvConfigPath": str(self.directory / "kvConfig.json"),
@@ -85,8 +86,8 @@ class Namesrv:
                 for name in ("kvConfig.json", "namesrv.properties")}
 
     def restarted(self) -> tuple:
-        config = NamesrvConfig.from_file(None, self.overrides())
-        state = build_state(config, task.Clock())
+        config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
+        state = built.owners(config, task.Clock()).state
         return state.kv.configTable, config["orderMessageEnable"]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from twisted_namesrv import compat, properties
@@ -180,3 +183,34 @@ def test_the_http_side_binds_loopback_whatever_bind_address_says(tmp_path):
         make(tmp_path, metricsPort=9877, listenPort=9877)
     with pytest.raises(ConfigError, match="metricsBindAddress: empty"):
         make(tmp_path, metricsBindAddress=" ")
+
+
+def test_the_schema_is_passed_in_and_grows_with_no_import() -> None:
+    """controller/config.py used to add its keys to this module's tables when imported, so what
+    ``-p``, ``--strict-config`` and ``is_secret`` said depended on what had been imported.  In a fresh
+    interpreter: importing the whole controller changes no table here, and the NameServer's own
+    schema and the server's (schema.py) say the same before and after."""
+    probe = (
+        "from twisted_namesrv.state import config as c\n"
+        "before = ([k.name for k in c.KEYS], len(c.NAMESRV_SCHEMA.keys), c.is_secret('controllerEtcdToken'))\n"
+        "import twisted_namesrv.controller.service, twisted_namesrv.controller.tap, twisted_namesrv.service\n"
+        "from twisted_namesrv.schema import SERVER_SCHEMA\n"
+        "after = ([k.name for k in c.KEYS], len(c.NAMESRV_SCHEMA.keys), c.is_secret('controllerEtcdToken'))\n"
+        "assert before == after, (before, after)\n"
+        "assert 'controllerType' not in c.KEYS_BY_NAME and 'controllerType' in SERVER_SCHEMA.by_name\n"
+        "ns = c.NamesrvConfig({}, {'controllerType': 'etcd'})\n"
+        "assert ns.extra == {'controllerType': 'etcd'}  # unknown to the NameServer's own schema\n"
+        "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_servers_schema_types_checks_and_guards_the_controllers_keys() -> None:
+    from twisted_namesrv.schema import SERVER_SCHEMA
+
+    with pytest.raises(ConfigError, match="controllerType"):
+        NamesrvConfig({"controllerType": "jRaft"}, schema=SERVER_SCHEMA)
+    config = NamesrvConfig({}, {"controllerEtcdLeaseTtlSeconds": "5"}, schema=SERVER_SCHEMA)
+    assert config["controllerEtcdLeaseTtlSeconds"] == 5
+    assert {"controllerType", "controllerStorePath"} <= config.blocked_keys()
+    assert "controllerStorePath" not in NamesrvConfig().blocked_keys()  # the NameServer alone does not know it

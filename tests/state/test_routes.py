@@ -390,8 +390,9 @@ def test_channels_destroyed_together_leave_what_one_by_one_leaves(profile):
         clock = task.Clock()
         events, changed = [], []
         config = NamesrvConfig({"compatVersion": profile.name})
-        routes = RouteInfoManager(config, clock.seconds, listener=lambda kind, info: events.append((kind, info)))
-        routes.on_change = changed.append
+        routes = RouteInfoManager(config, clock.seconds)
+        routes.listen(lambda kind, info: events.append((kind, info)))
+        routes.subscribe(changed.append)
         register(routes, name="broker-a", addr=MASTER_A, topics=("T1", "T2"), channel=1, acting=True)
         register(routes, name="broker-a", addr=SLAVE_A, broker_id=1, topics=("T1", "T2"), channel=2, acting=True)
         register(routes, name="broker-b", addr=MASTER_B, topics=("T2", "T3"), channel=3)
@@ -647,7 +648,7 @@ def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
     routes, _ = manager(profile)
     register(routes, topics=("T1", "T2", "T3"))
     published: list[tuple[str, str | None]] = []
-    routes.on_change = lambda change: published.extend((TOPIC, t) for t in change.topics)
+    routes.subscribe(lambda change: published.extend((TOPIC, t) for t in change.topics))
     changed = topic("T2")
     setattr(changed, field, 3)
     register(routes, topics=("T1", changed, "T3", "T4"), version=(1, 2))
@@ -655,3 +656,56 @@ def test_a_re_registration_touches_only_the_topics_it_changes(profile, field):
     assert "T4" in routes.topicQueueTable
     assert sorted(name for kind, name in published if kind == TOPIC) == ["T2", "T4"]
 
+
+
+# -- who hears a change ---------------------------------------------------------------------------
+
+@BOTH
+def test_a_second_subscriber_is_heard_after_the_first_and_replaces_nothing(profile):
+    """RouteInfoManager had one subscriber slot: a second subscribe silently replaced the first
+    (the answer cache would then keep answers nobody drops).  Each subscriber hears each complete
+    change, in the order they subscribed; the same one twice is heard once; an unsubscribed one no more."""
+    routes, _ = manager(profile)
+    heard: list[tuple[str, list[str]]] = []
+
+    def first(change) -> None:
+        heard.append(("first", list(change.topics)))
+
+    def second(change) -> None:
+        heard.append(("second", list(change.topics)))
+    routes.subscribe(first)
+    routes.subscribe(second)
+    routes.subscribe(first)
+    assert routes.subscribers == [first, second]
+    register(routes, topics=("T1", "T2"))
+    assert heard == [("first", ["T1", "T2"]), ("second", ["T1", "T2"])]
+    routes.unsubscribe(first)
+    routes.delete_topic("T1")
+    assert heard[2:] == [("second", ["T1"])]
+
+
+@BOTH
+def test_listeners_hear_each_event_in_the_order_they_listened_the_lost_topics_first(profile):
+    routes, _ = manager(profile)
+    heard: list[tuple] = []
+    routes.listen(lambda kind, info: heard.append(("log", kind)))
+    routes.listen(lambda kind, info: heard.append(("count", kind)))
+    routes.listen_lost(lambda kind, info, topics: heard.append(("lost", kind, tuple(topics))))
+    register(routes, topics=("T1", "T2"), channel="ch")
+    routes.on_channel_destroy("ch")
+    assert heard == [("log", "registered"), ("count", "registered"),
+                     ("lost", "closed", ("T1", "T2")), ("log", "closed"), ("count", "closed")]
+
+
+@BOTH
+def test_a_restore_is_one_change_of_everything_made_by_the_owner(profile):
+    """state/snapshot.py hands the tables to ``restore``; it no longer assigns them from outside."""
+    source, _ = manager(profile)
+    register(source, topics=("T1", "T2"))
+    routes, _ = manager(profile)
+    changes = []
+    routes.subscribe(changes.append)
+    routes.restore((source.topicQueueTable, source.brokerAddrTable, source.clusterAddrTable, source.brokerLiveTable,
+                    source.filterServerTable, source.topicQueueMappingInfoTable))
+    assert list(routes.topicQueueTable) == ["T1", "T2"] and routes.generation == 1
+    assert [change.everything for change in changes] == [True]

@@ -10,23 +10,23 @@ import random
 import pytest
 from twisted.internet import task
 
+from tests import built
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
-from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 ADDRS = {0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "127.0.0.1:10931"}
 
 
-def new_state(tmp_path, name: str, compat: str, delete: bool = False):
+def new_dispatcher(tmp_path, name: str, compat: str, delete: bool = False):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
                             "configStorePath": str(tmp_path / f"{name}.properties"),
-                            "deleteTopicWithBrokerRegistration": delete})
-    return build_state(config, task.Clock())
+                            "deleteTopicWithBrokerRegistration": delete}, schema=SERVER_SCHEMA)
+    return built.dispatcher(config, task.Clock())
 
 
 def register(broker_id: int, tables: list[dict], version: int, compressed: bool, acting: bool, v5: bool,
@@ -54,7 +54,9 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, delete: bool,
     table's dataVersion), their topics moving between pieces as the table changes."""
     rng = random.Random(seed)
     v5 = compat == "5.3.3"
-    fast, reference = new_state(tmp_path, "fast", compat, delete), new_state(tmp_path, "ref", compat, delete)
+    fast_dispatcher, reference_dispatcher = (new_dispatcher(tmp_path, "fast", compat, delete),
+                                             new_dispatcher(tmp_path, "ref", compat, delete))
+    fast, reference = fast_dispatcher.state, reference_dispatcher.state
     reference.routes.registration_memo = lambda *args: None  # always decode in full
     topics = [f"T{i}" for i in range(6)]
     tables = {i: [(t, 4, 6) for t in topics[:3]] for i in ADDRS}
@@ -88,8 +90,8 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, delete: bool,
             before = fast.routes.registration_memo("c" if v5 else None, ADDRS[broker_id], "b", broker_id,
                                                    acting[broker_id])
             skipped += before is not None and request.code == RequestCode.REGISTER_BROKER
-            answers = [Dispatcher(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
-                       for state in (fast, reference)]
+            answers = [dispatcher.dispatch(request, Peer(broker_id, ADDRS[broker_id]))
+                       for dispatcher in (fast_dispatcher, reference_dispatcher)]
             assert answers[0].encode() == answers[1].encode()
             assert snapshot(fast) == snapshot(reference)
     assert skipped > 0  # the shortcut was exercised
@@ -108,11 +110,12 @@ SEQUENCES = {
 @pytest.mark.parametrize("sequence", sorted(SEQUENCES))
 def test_a_piece_is_skipped_only_while_sending_it_again_would_change_nothing(tmp_path, sequence: str) -> None:
     delete, steps = SEQUENCES[sequence]
-    fast, reference = new_state(tmp_path, "fast", "5.3.3", delete), new_state(tmp_path, "ref", "5.3.3", delete)
+    dispatchers = new_dispatcher(tmp_path, "fast", "5.3.3", delete), new_dispatcher(tmp_path, "ref", "5.3.3", delete)
+    fast, reference = (dispatcher.state for dispatcher in dispatchers)
     reference.routes.registration_memo = lambda *args: None
     for topics, version in steps:
         tables = {0: [(word[0], int(word[1:]), 6) for word in topics.split()]}
         request = register(0, tables, version, False, False, True)
-        answers = [Dispatcher(state).dispatch(request, Peer(0, ADDRS[0])) for state in (fast, reference)]
+        answers = [dispatcher.dispatch(request, Peer(0, ADDRS[0])) for dispatcher in dispatchers]
         assert answers[0].encode() == answers[1].encode()
         assert snapshot(fast) == snapshot(reference), topics

@@ -12,8 +12,9 @@ from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_housekeeping import MASTER, OTHER, START, config, register
-from twisted_namesrv import metrics as metrics_module
-from twisted_namesrv.metrics import DEPARTED_KEEP_SECONDS, Metrics
+from twisted_namesrv import departures
+from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.outages import HealthWatch
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -30,8 +31,9 @@ class Served:
         values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
         self.service = NamesrvService.from_config(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
-        self.registry = registry(self.service.state, self.service.factory)
-        self.api = StatusApi(self.service.state, self.service.factory)
+        health = HealthWatch(self.service.state.routes)
+        self.registry = registry(self.service.state, self.service.factory, self.service.seen, health)
+        self.api = StatusApi(self.service.state, self.service.factory, self.service.seen, health)
         self.ports = iter(range(40000, 41000))
 
     def connect(self):
@@ -178,11 +180,11 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
 
 
 def test_departed_brokers_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(metrics_module, "DEPARTED_LIMIT", 3)
-    metrics = Metrics(clock=task.Clock().seconds)
+    monkeypatch.setattr(departures, "DEPARTED_LIMIT", 3)
+    departed = departures.DepartedBrokers(task.Clock().seconds)
     for port in range(5):
-        metrics.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
-    assert [e.info["broker"] for e in metrics.departed_brokers()] == ["b2", "b3", "b4"]
+        departed.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
+    assert [e.info["broker"] for e in departed.brokers()] == ["b2", "b3", "b4"]
 
 
 def test_a_brokers_changed_events_fold_into_one(tmp_path):

@@ -86,14 +86,12 @@ class Night:
     def next_event(self, kind: str) -> defer.Deferred:
         """Fires when the service records a route event of ``kind``: a connection's end reaches the
         server in the reactor's own time, not the test's."""
-        metrics, seen = self.service.metrics, defer.Deferred()
-        record = metrics.route_event
+        seen: defer.Deferred = defer.Deferred()
 
         def watch(event_kind: str, info: dict) -> None:
-            record(event_kind, info)
             if event_kind == kind and not seen.called:
                 seen.callback(info)
-        metrics.route_event = watch
+        self.service.state.routes.listen(watch)  # after the service's own listeners
         return seen.addTimeout(TIMEOUT, reactor)
 
     @defer.inlineCallbacks

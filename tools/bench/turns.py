@@ -30,6 +30,7 @@ from twisted.internet.testing import StringTransport
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables and frames)
 
+from twisted_namesrv.schema import SERVER_SCHEMA  # noqa: E402
 from twisted_namesrv.service import NamesrvService, tune_gc  # noqa: E402
 from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
 
@@ -44,7 +45,7 @@ class Timed:
         data = Path(tempfile.mkdtemp(prefix="turns-"))
         config = NamesrvConfig({"compatVersion": compat, "listenPort": 0, "bindAddress": "127.0.0.1",
                                 "kvConfigPath": str(data / "kvConfig.json"),
-                                "configStorePath": str(data / "namesrv.properties")})
+                                "configStorePath": str(data / "namesrv.properties")}, schema=SERVER_SCHEMA)
         self.service = NamesrvService.from_config(config, reactor=self.clock)
         tune_gc()
         self.turns: list[float] = []

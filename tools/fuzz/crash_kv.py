@@ -50,6 +50,7 @@ from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launche
 
 from twisted_namesrv import properties  # noqa: E402
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
+from twisted_namesrv.schema import SERVER_SCHEMA  # noqa: E402
 from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
 
 NAMESPACE, KEY = "CrashNS", "seq"
@@ -174,7 +175,7 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
     try:
         text = config_path.read_text(encoding="utf-8")
         props = properties.load(text)
-        NamesrvConfig.from_file(str(config_path))
+        NamesrvConfig.from_file(str(config_path), schema=SERVER_SCHEMA)
     except (OSError, ValueError) as exc:
         violation(f"namesrv.properties does not load: {exc!r}")
         return

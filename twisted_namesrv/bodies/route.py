@@ -15,10 +15,8 @@ import msgspec
 
 from ..remoting.fastjson import java_hash_map, java_hash_order, table_size
 
-PERM_PRIORITY = 1 << 3
 PERM_READ = 1 << 2
 PERM_WRITE = 1 << 1
-PERM_INHERIT = 1 << 0
 FLAG_UNIT = 1 << 0
 FLAG_UNIT_SUB = 1 << 1
 MASTER_ID = 0
@@ -91,28 +89,30 @@ def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[Br
     }
 
 
-def java_table_order(keys: Iterable[Any], initial: int, v5: bool) -> list[Any]:
+def java_table_order(keys: Iterable[Any], initial: int, concurrent: bool) -> list[Any]:
     """Iteration order of one of RouteInfoManager's own tables: HashMap(initial) in 4.9.8,
-    ConcurrentHashMap(initial) in 5.x."""
+    ConcurrentHashMap(initial) in 5.x (``concurrent``: Profile.concurrent_tables)."""
     keys = list(keys)
-    return java_hash_order(keys, table_size(len(keys), initial, concurrent=v5))
+    return java_hash_order(keys, table_size(len(keys), initial, concurrent=concurrent))
 
 
 def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]],
-                      v5: bool) -> dict[str, Any]:
-    brokers = java_table_order(broker_addr_table, 128, v5)
-    clusters = java_table_order(cluster_addr_table, 32, v5)
+                      v5: bool, concurrent: bool) -> dict[str, Any]:
+    """ClusterInfo: ``v5`` the 5.x BrokerData shape, ``concurrent`` the tables' iteration order."""
+    brokers = java_table_order(broker_addr_table, 128, concurrent)
+    clusters = java_table_order(cluster_addr_table, 32, concurrent)
     return {
         "brokerAddrTable": {name: broker_addr_table[name].bean(v5) for name in brokers},
         "clusterAddrTable": {c: java_hash_order(cluster_addr_table[c]) for c in clusters},
     }
 
 
-def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, v5: bool = False) -> dict[str, Any]:
-    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x) filled in the
+def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, concurrent: bool = False) -> dict[str, Any]:
+    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x: ``concurrent``) filled in the
     iteration order of topicQueueTable, a HashMap/ConcurrentHashMap(1024)."""
-    ordered = java_table_order(topics, 1024, v5)
-    return {"brokerAddr": broker_addr, "topicList": java_hash_order(ordered, table_size(len(ordered), None, v5))}
+    ordered = java_table_order(topics, 1024, concurrent)
+    return {"brokerAddr": broker_addr,
+            "topicList": java_hash_order(ordered, table_size(len(ordered), None, concurrent))}
 
 
 def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import properties
 from ..remoting.values import java_bool, parse_java_integer
-from ..state.config import JAVA_TRIMMED, OURS, ConfigError, ConfigKey, add_keys
+from ..state.config import JAVA_TRIMMED, OURS, ConfigError, ConfigKey
 
 
 class ControllerConfigError(ValueError):
@@ -95,7 +95,9 @@ def check_store_keys(values: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Peer:
+class ControllerPeer:
+    """One entry of controllerDLegerPeers: a controller of the group (not a connection: context.Peer)."""
+
     peer_id: str
     host: str
     port: int
@@ -105,7 +107,7 @@ class Peer:
         return f"{self.host}:{self.port}"
 
 
-def parse_peers(text: str | None) -> list[Peer]:
+def parse_peers(text: str | None) -> list[ControllerPeer]:
     """``n0-127.0.0.1:9878;n1-127.0.0.1:9868`` -> peers; ControllerConfigError on a bad entry."""
     peers = []
     for entry in (text or "").split(";"):
@@ -117,7 +119,7 @@ def parse_peers(text: str | None) -> list[Peer]:
         number = parse_java_integer(port, 32)
         if not peer_id or not host or number is None or not 0 <= number <= 65535:
             raise ControllerConfigError(f"controllerDLegerPeers: {entry!r} is not id-host:port")
-        peers.append(Peer(peer_id, host, number))
+        peers.append(ControllerPeer(peer_id, host, number))
     return peers
 
 
@@ -155,10 +157,10 @@ class ControllerConfig:
         return self.values[name]
 
     @property
-    def peers(self) -> list[Peer]:
+    def peers(self) -> list[ControllerPeer]:
         return parse_peers(self.values["controllerDLegerPeers"])
 
-    def self_peer(self) -> Peer | None:
+    def self_peer(self) -> ControllerPeer | None:
         """This controller's entry of controllerDLegerPeers, or None when not configured."""
         self_id = self.values["controllerDLegerSelfId"]
         for peer in self.peers:
@@ -188,7 +190,3 @@ class ControllerConfig:
 
         return properties.dump((name, text(self.values[name])) for name, _ in CONTROLLER_KEYS)
 
-
-# the NameServer's config knows the controller's keys once this module is imported: the launchers
-# (tap.py, service.py) import it before reading a -c file, and so does any use of the controller
-add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)

@@ -95,8 +95,9 @@ _NOT_KEPT = frozenset({RequestCode.REGISTER_BROKER})
 class HeaderTemplates:
     """JSON header decoding with a cache: headers of a client differ only in their opaque, so a
     decoded header is kept as a template under its bytes minus the opaque digits and reused (same
-    bytes, same fields). At most ``size`` templates are kept before starting over; each user sizes
-    its own (a server's clients, or every client of a cluster in a capture) and shares no state.
+    bytes, same fields: a template never goes stale, unlike a kept answer). At most ``size``
+    templates are kept before starting over.  No module holds one: each owner sizes its own (a
+    server's answer cache, answer_cache.py; the capture analysis, for every client of a cluster).
     A broker's registration header is not kept (``_NOT_KEPT``)."""
 
     __slots__ = ("size", "_templates")
@@ -141,8 +142,13 @@ def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
     return data[:match.start(1)] + data[match.end(1):], opaque
 
 
-#: the server's templates: enough for its clients
-SERVER_TEMPLATES = HeaderTemplates(4096)
+#: templates a server keeps: enough for its clients (its answer cache's, answer_cache.py)
+SERVER_TEMPLATES_SIZE = 4096
+
+
+def decode_json_header(data: bytes) -> Header:
+    """A JSON header as fastjson reads it, parsed in full (no templates: HeaderTemplates keeps them)."""
+    return _parse_json_header(data)
 
 
 def _parse_json_header(data: bytes) -> Header:

@@ -4,6 +4,12 @@ One ``ConfigKey`` table: the generation a key belongs to, its default (and so it
 whether it is guarded: keys that would change listening, threads, queues, limits or paths are
 refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
 
+The keys a NamesrvConfig knows are a ``ConfigSchema`` it is given: ``NAMESRV_SCHEMA`` holds the
+NameServer's own; a process that runs more (the embedded controller) passes a schema extended with
+that module's keys and checks (``ConfigSchema.with_keys``; the NameServer's launchers use
+``schema.SERVER_SCHEMA``).  Nothing adds keys to a shared table, so what ``-p``, ``--strict-config``
+and ``is_secret`` say does not depend on what was imported.
+
 Two sets beside it are data every consumer consults rather than decides for itself:
 ``SECRET_KEYS`` (their values never leave the process: GET_NAMESRV_CONFIG leaves them out as Java
 leaves its TLS system properties out, ``-p``, logs, errors, the status page and the audit trail show
@@ -16,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -159,14 +165,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("advertisedAddress", "", OURS, guarded=True),
     #: how often the peers view compares routes with the namesrvAddr / nsaddrList NameServers (ms)
     ConfigKey("peersCompareInterval", 30_000, OURS, guarded=True),
-    # the keys of modules above this layer follow, added by their owners (add_keys)
 ]
+#: the NameServer's own keys by name (never grown: a schema with more keys is a ConfigSchema of its own)
 KEYS_BY_NAME = {k.name: k for k in KEYS}
-#: checks of the keys other modules own (add_keys), run with the NameServer's own
-_OWNERS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
-#: keys other modules read from the same file but keep in their own config objects (the controller's
-#: ControllerConfig): known, so never an "unknown key" warning
-KEPT_ELSEWHERE: set[str] = set()
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 #: keys whose values are secrets (key passwords, secret keys, tokens): the one list every output consults
@@ -207,7 +208,8 @@ NO_EFFECT: dict[str, str] = {
 
 
 def is_secret(name: str) -> bool:
-    """Whether ``name`` holds a secret: in SECRET_KEYS, or unknown and named like one."""
+    """Whether ``name`` holds a secret: in SECRET_KEYS, or not one of the NameServer's own keys and
+    named like one.  The same answer whatever schema a config was given or what was imported."""
     return name in SECRET_KEYS or (name not in KEYS_BY_NAME and name.lower().endswith(SECRET_NAME_ENDINGS))
 
 
@@ -295,19 +297,35 @@ def split_advertised(text: str) -> tuple[str, int | None]:
     return host, int(port) if port.isdigit() else -1
 
 
-def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
-             kept_elsewhere: frozenset[str] = frozenset()) -> None:
-    """A module above this layer owns ``keys`` and reads them from the same ``-c`` file (the
-    controller: controller/config.py, when it is imported): NamesrvConfig knows them from now on,
-    typed, guarded and listed as its own, and ``check(values)`` refuses (ConfigError naming the
-    key) what their owner cannot run with.  ``kept_elsewhere``: further keys the owner keeps in a
-    config object of its own (never an "unknown key" here).  Adding the same keys again changes nothing."""
-    new = [key for key in keys if key.name not in KEYS_BY_NAME]
-    if new:
-        KEYS.extend(new)
-        KEYS_BY_NAME.update((key.name, key) for key in new)
-        _OWNERS_CHECKS.append(check)
-    KEPT_ELSEWHERE.update(kept_elsewhere)
+@dataclass(frozen=True)
+class ConfigSchema:
+    """The keys a NamesrvConfig knows (typed by their defaults, guarded or not, listed in this
+    order), the checks their owners run on the values (ConfigError naming the key), and the keys
+    other modules read from the same ``-c`` file but keep in config objects of their own (never an
+    "unknown key" here, never changed by UPDATE_NAMESRV_CONFIG)."""
+
+    keys: tuple[ConfigKey, ...]
+    checks: tuple[Callable[[dict[str, Any]], None], ...] = ()
+    kept_elsewhere: frozenset[str] = frozenset()
+    by_name: dict[str, ConfigKey] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {key.name: key for key in self.keys})
+
+    def with_keys(self, keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
+                  kept_elsewhere: frozenset[str] = frozenset()) -> ConfigSchema:
+        """This schema and a module's own ``keys`` (listed after these), ``check`` and the further
+        keys it keeps elsewhere: a new schema, this one unchanged."""
+        added = tuple(key for key in keys if key.name not in self.by_name)
+        return ConfigSchema(self.keys + added, (*self.checks, check), self.kept_elsewhere | kept_elsewhere)
+
+    def known(self, name: str) -> bool:
+        """A key of this schema, or one a module keeps elsewhere."""
+        return name in self.by_name or name in self.kept_elsewhere
+
+
+#: the NameServer's own keys, nothing else
+NAMESRV_SCHEMA = ConfigSchema(tuple(KEYS))
 
 
 #: the largest UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG body read: the whole configuration is
@@ -367,14 +385,15 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
     return None
 
 
-def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) -> list[str]:
-    """Warnings for keys no NameServer setting has (Java ignores them) and for Java keys set to
+def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
+                    schema: ConfigSchema = NAMESRV_SCHEMA) -> list[str]:
+    """Warnings for keys no setting of ``schema`` has (Java ignores them) and for Java keys set to
     what this server does not do (NOT_IMPLEMENTED); a value that does not parse, or with
     ``strict`` either kind of key, raises ConfigError naming key, value (never a secret) and file."""
     warnings = []
     for name, text in file_keys.items():
-        key = KEYS_BY_NAME.get(name)
-        if key is None and name in KEPT_ELSEWHERE:
+        key = schema.by_name.get(name)
+        if key is None and name in schema.kept_elsewhere:
             continue  # another module's (the embedded controller's: controller/config.py checks them)
         if key is None:
             if strict:
@@ -408,7 +427,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
+def read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
     """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
     a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
     try:
@@ -428,10 +447,13 @@ FIXED_SCAN_INTERVAL_MS = 10_000
 class NamesrvConfig:
     """The running configuration: Java's keys for the chosen generation plus our own."""
 
-    def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None) -> None:
+    def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None,
+                 schema: ConfigSchema = NAMESRV_SCHEMA) -> None:
+        #: the keys this config knows (state/config.py's module docstring)
+        self.schema = schema
         #: where a value not at its default came from: "command line" or a file's path (from_file)
         self.sources: dict[str, str] = {}
-        self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
+        self.values: dict[str, Any] = {k.name: k.default for k in schema.keys}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
@@ -451,7 +473,7 @@ class NamesrvConfig:
 
     @classmethod
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
-                  strict: bool = False) -> NamesrvConfig:
+                  strict: bool = False, schema: ConfigSchema = NAMESRV_SCHEMA) -> NamesrvConfig:
         """The -c file (if any) under the command line's ``overrides``; ``warnings`` lists its
         unknown keys (``strict`` refuses them).  Without -c, the values UPDATE_NAMESRV_CONFIG
         changed and saved in configStorePath (the data dir's namesrv.properties) are read back, so
@@ -463,16 +485,16 @@ class NamesrvConfig:
         file_keys: dict[str, str] = {}
         warnings: list[str] = []
         if path:
-            file_keys = _read_properties(path)
-            warnings = check_file_keys(path, file_keys, strict)
+            file_keys = read_properties(path)
+            warnings = check_file_keys(path, file_keys, strict, schema)
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         else:
-            store = str(values.get("configStorePath") or KEYS_BY_NAME["configStorePath"].default)
+            store = str(values.get("configStorePath") or schema.by_name["configStorePath"].default)
             if Path(store).exists():  # a FIFO or a directory there is refused, not skipped
-                saved = _read_properties(store, "configStorePath: cannot read")
+                saved = read_properties(store, "configStorePath: cannot read")
                 file_keys = {name: text for name, text in saved.items()
-                             if name in KEYS_BY_NAME and not KEYS_BY_NAME[name].guarded and name not in values}
-                check_file_keys(store, file_keys)
+                             if name in schema.by_name and not schema.by_name[name].guarded and name not in values}
+                check_file_keys(store, file_keys, schema=schema)
                 path = store
         for name in file_keys:
             sources.setdefault(name, str(path))
@@ -481,7 +503,7 @@ class NamesrvConfig:
             values["advertisedAddress"] = advertised
             sources["advertisedAddress"] = f"${ADVERTISED_ADDRESS_ENV}"
         try:
-            config = cls(values, file_keys)
+            config = cls(values, file_keys, schema)
         except ConfigError as exc:
             key = str(exc).partition(":")[0]
             if sources.get(key, "command line") != "command line":
@@ -519,9 +541,10 @@ class NamesrvConfig:
 
     def _set(self, props: dict[str, str]) -> None:
         """All values are converted before any is stored: a bad one changes nothing."""
-        known = {name: _coerce(KEYS_BY_NAME[name], text) for name, text in props.items() if name in KEYS_BY_NAME}
+        keys = self.schema.by_name
+        known = {name: _coerce(keys[name], text) for name, text in props.items() if name in keys}
         self.values.update(known)
-        self.extra.update({name: text for name, text in props.items() if name not in KEYS_BY_NAME})
+        self.extra.update({name: text for name, text in props.items() if name not in keys})
 
     def _validate(self) -> None:
         """Refuse values the server cannot run with, naming the key (at start and on 318)."""
@@ -557,7 +580,7 @@ class NamesrvConfig:
             parse_allowed(str(values["httpAllowedHosts"]))
         except AllowedHostsError as exc:
             raise ConfigError(f"httpAllowedHosts: {exc}") from None
-        for check in _OWNERS_CHECKS:
+        for check in self.schema.checks:
             check(values)
 
     def __getitem__(self, name: str) -> Any:
@@ -569,10 +592,11 @@ class NamesrvConfig:
         not reach the controller's config either), so a remote peer changes no ports, threads, queues,
         limits, paths or controller."""
         listed = {k for k in str(self.values["configBlackList"]).split(";") if k}
-        return frozenset(ALWAYS_BLOCKED | listed | KEPT_ELSEWHERE | {k.name for k in KEYS if k.guarded})
+        schema = self.schema
+        return frozenset(ALWAYS_BLOCKED | listed | schema.kept_elsewhere | {k.name for k in schema.keys if k.guarded})
 
     def listed_keys(self) -> list[str]:
-        names = [k.name for k in KEYS if self.profile.name in k.generations or k.name in self.file_keys]
+        names = [k.name for k in self.schema.keys if self.profile.name in k.generations or k.name in self.file_keys]
         return names + [n for n in self.extra if n not in names]
 
     def properties_text(self) -> str:
@@ -600,7 +624,8 @@ class NamesrvConfig:
         without $ROCKETMQ_HOME; a set secret as MASK), each value that did not come from the defaults
         preceded by a comment saying where it came from, and each key that changes nothing here
         (NO_EFFECT) by one saying so and why."""
-        shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
+        shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name])
+                        for k in self.schema.keys})
         lines = []
         for name, value in shown.items():
             if name in NO_EFFECT:

@@ -66,7 +66,9 @@ from .registration import RegisterRequest as RegisterRequest  # re-exported: reg
 from .settling import WRITE_PER_STEP, Departed, Layer
 from .settling import Staged as StagedEntries
 
-DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
+#: expires unless it set its own heartbeatTimeoutMillis (the controller's is 10 s: controller/codes.py)
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
 #: a change that writes at most a step's worth of entries writes them at once, not in steps
 WRITE_AT_ONCE = WRITE_PER_STEP
 #: bodies a broker's memos remember (one per piece of a table sent in pieces: 5.x sends pieces of
@@ -122,6 +124,13 @@ class _LayeredView:
 
 
 ChangeListener = Callable[[RouteChange], None]
+#: whether a subscriber holds anything a change could make stale now
+Holds = Callable[[], bool]
+
+
+def _always() -> bool:
+    return True
+
 #: hears each departure that took topics away: (kind, info, the topics), after the change
 LostListener = Callable[[str, dict[str, Any], list[str]], None]
 
@@ -166,7 +175,7 @@ def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callab
     def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._pending is not None:
             return method(self, *args, **kwargs)
-        pending = self._pending = _Pending(self.on_change is not None)
+        pending = self._pending = _Pending(self._collects())
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -191,6 +200,12 @@ class BrokerLiveInfo:
     restored: bool = False
 
 
+#: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
+#: brokerLiveTable, filterServerTable, topicQueueMappingInfoTable (``restore``)
+RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict[str, dict[str, None]],
+                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
+
+
 @dataclass(slots=True)
 class RegisterBrokerResult:
     haServerAddr: str | None = None
@@ -208,12 +223,16 @@ class RouteData:
 
 
 class RouteInfoManager:
-    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
-                 notifier: Notifier | None = None, on_lost: LostListener | None = None) -> None:
+    """The tables, and who hears of their changes: subscribers (``subscribe``: each complete
+    change, in the order they subscribed), listeners (``listen``: its route events) and the lost
+    topics' keeper (``listen_lost``).  The composition root (service.py) wires them once, in a
+    stated order; nothing subscribes itself, and a second subscriber never replaces the first."""
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *,
+                 notifier: Notifier | None = None) -> None:
         self.config = config
         self.profile = config.profile
         self._clock = clock
-        self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
         self._table: dict[str, dict[str, QueueData]] = {}  # topicQueueTable, as written so far
         self.brokerAddrTable: dict[str, BrokerData] = {}
@@ -228,11 +247,13 @@ class RouteInfoManager:
         self.queueEntries = 0
         self.mappingEntries = 0
         self.generation = 0
-        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
-        #: Set through subscribe/unsubscribe.
-        self.on_change: ChangeListener | None = None
-        #: hears the topics each departure took away (lost_topics.py), after the change
-        self.on_lost = on_lost
+        #: who hears each complete change, in this order, and whether each holds anything a change
+        #: could make stale (subscribe)
+        self._subscribers: list[tuple[ChangeListener, Holds]] = []
+        #: who hears each route event once its change is complete, in this order (listen)
+        self._listeners: list[EventListener] = []
+        #: who hears the topics each departure took away (lost_topics.py), before the listeners (listen_lost)
+        self._lost_listeners: list[LostListener] = []
         #: hears that a committed change is still to be written into topicQueueTable (the
         #: service then runs settle_steps); None: it is written when someone next needs the table
         self.on_settle: Callable[[], None] | None = None
@@ -322,19 +343,42 @@ class RouteInfoManager:
         return bool(self.config["notifyMinBrokerIdChanged"])
 
     # -- change publication -----------------------------------------------------------------
-    def subscribe(self, listener: ChangeListener) -> None:
-        """``listener(kind, name)`` hears every change from now on (one subscriber: the answer cache)."""
-        self.on_change = listener
+    def subscribe(self, changed: ChangeListener, holds: Holds = _always) -> None:
+        """``changed(change)`` hears every complete change from now on, after those who subscribed
+        before it (the answer cache first: service.py).  ``holds()`` says whether it holds anything
+        a change could make stale now: while no subscriber does, a change is not collected topic
+        by topic and is published as ``everything`` (a first registration of many topics on a
+        fresh server collects nothing per topic).  Subscribing the same ``changed`` again changes nothing."""
+        if all(subscribed != changed for subscribed, _ in self._subscribers):
+            self._subscribers.append((changed, holds))
 
-    def unsubscribe(self, listener: ChangeListener) -> None:
-        if self.on_change == listener:
-            self.on_change = None
+    def unsubscribe(self, changed: ChangeListener) -> None:
+        self._subscribers = [(c, h) for c, h in self._subscribers if c != changed]
+
+    @property
+    def subscribers(self) -> list[ChangeListener]:
+        """Who hears each change, in the order they hear it."""
+        return [changed for changed, _ in self._subscribers]
+
+    def listen(self, heard: EventListener) -> None:
+        """``heard(kind, info)`` hears every route event from now on, once its change is complete,
+        after those who listened before it (service.py: the log, the metrics, the page's events)."""
+        self._listeners.append(heard)
+
+    def listen_lost(self, departed: LostListener) -> None:
+        """``departed(kind, info, topics)`` hears each departure that took topics away (no group
+        serves them now), once the change is complete and before the event's listeners."""
+        self._lost_listeners.append(departed)
+
+    def _collects(self) -> bool:
+        """Whether a change starting now is collected topic by topic: someone holds something."""
+        return any(holds() for _, holds in self._subscribers)
 
     def _publish(self, pending: _Pending) -> None:
         """A change is complete: commit its many entries as a layer (what lookups read from now
-        on), count it, publish what it did, write the layer in at once when it is small and nothing
-        is before it, then hand over the events in order: now, or once the layers before them are
-        written (a departure's, once its lost topics are found)."""
+        on), count it, publish what it did to every subscriber in order, write the layer in at once
+        when it is small and nothing is before it, then hand over the events in order: now, or
+        once the layers before them are written (a departure's, once its lost topics are found)."""
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
@@ -350,11 +394,11 @@ class RouteInfoManager:
             self._layers.append(layer)
         if pending.dirty:
             self.generation += 1
-            subscriber = self.on_change
-            if subscriber is not None:
+            if self._subscribers:
                 change = pending.change()
                 if change:
-                    subscriber(change)  # the tables complete, through the layers
+                    for changed, _ in self._subscribers:
+                        changed(change)  # the tables complete, through the layers
         if layer is not None and not waiting and self._layers and self._layers[-1] is layer and (
                 len(layer) <= self.write_at_once):
             layer.finish()  # few: at once
@@ -371,9 +415,11 @@ class RouteInfoManager:
     def _hand_over(self, events: list[Departure]) -> None:
         """Route events to their listeners, in order."""
         for event in events:  # the lost topics first: a listener may change the tables again
-            if event.lost_topics and self.on_lost is not None:
-                self.on_lost(event.kind, event.info, event.lost_topics)
-            self._listener(event.kind, event.info)
+            if event.lost_topics:
+                for departed in self._lost_listeners:
+                    departed(event.kind, event.info, event.lost_topics)
+            for heard in self._listeners:
+                heard(event.kind, event.info)
 
     def _topic_changed(self, topic: str) -> None:
         """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""
@@ -404,18 +450,12 @@ class RouteInfoManager:
         pending.everything = True
 
     @_one_change
-    def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (a change of its own)."""
-        self._topic_changed(topic)
-
-    @_one_change
-    def broker_changed(self, broker_name: str | None) -> None:
-        """A group changed (a change of its own)."""
-        self._broker_changed(broker_name)
-
-    @_one_change
-    def routes_changed(self) -> None:
-        """Everything may have changed (tables replaced, filter servers dropped)."""
+    def restore(self, tables: RouteTables) -> None:
+        """The six tables replaced at once by ones read back (state/snapshot.py, before listening):
+        one change, of everything."""
+        (self.topicQueueTable, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
+         self.filterServerTable, self.topicQueueMappingInfoTable) = tables
+        self.recount()
         self._everything_changed()
 
     def _forget_tables(self) -> None:
@@ -953,8 +993,9 @@ class RouteInfoManager:
         route = RouteData([queues[n] for n in names], brokers, filter_servers)
         if self.profile.v5_bodies:
             route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
-            if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):  # type: ignore[union-attr]
-                self._apply_acting_master(route)
+        if (self.profile.acting_master_routes and self.support_acting_master
+                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):  # type: ignore[union-attr]
+            self._apply_acting_master(route)
         return route
 
     @staticmethod

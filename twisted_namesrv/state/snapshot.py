@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bodies.route import BrokerData, DataVersion, QueueData, queue_mapping_info
-from .routes import BrokerLiveInfo, RouteInfoManager
+from .routes import BrokerLiveInfo, RouteInfoManager, RouteTables
 
 SNAPSHOT_FORMAT = 1
 
@@ -64,14 +64,11 @@ def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
         tables = _tables(routes, snapshot)
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"damaged route snapshot: {type(exc).__name__}: {exc}") from None
-    (routes.topicQueueTable, routes.brokerAddrTable, routes.clusterAddrTable, routes.brokerLiveTable,
-     routes.filterServerTable, routes.topicQueueMappingInfoTable) = tables
-    routes.recount()
-    routes.routes_changed()
+    routes.restore(tables)
     return len(routes.brokerLiveTable)
 
 
-def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> tuple[Any, ...]:
+def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> RouteTables:
     """Everything converted before anything is replaced: a damaged file changes nothing."""
     now = routes.now_ms()
     live_key = routes.live_key

@@ -2,7 +2,7 @@
 
 Times are epoch milliseconds with the server's ``now_ms`` beside them, so a page computes
 heartbeat ages against the server's clock, not the browser's.  Brokers that left in the last
-``metrics.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went.
+``departures.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from typing import Any
 from .. import __version__
 from ..bodies.route import MASTER_ID
 from ..context import NamesrvState
-from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
+from ..departures import DEPARTED_KEEP_SECONDS
+from ..events import RouteEvent
+from ..metrics import Metrics
+from ..observations import Observations
 from ..outages import GroupHealth, HealthWatch, is_crash
 from ..processor import encode_route
 from ..remoting import fastjson
@@ -24,14 +27,15 @@ TOPIC_SEARCH_LIMIT = 200
 
 
 class StatusApi:
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.seen = seen
+        self.health = health
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def now_ms(self) -> int:
         return int(self.state.clock() * 1000)
@@ -48,7 +52,7 @@ class StatusApi:
                 "namesrv_version": __version__,
                 "brokers_restored": sum(live.restored for live in routes.brokerLiveTable.values()),
                 "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
-                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.metrics.departed_brokers()),
+                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.seen.departed.brokers()),
                 "topics": len(routes.topicQueueTable),
                 "kv_entries": sum(map(len, state.kv.configTable.values()))}
 
@@ -60,7 +64,7 @@ class StatusApi:
         routes, now = self.state.routes, self.now_ms()
         health = self.health.health()
         departed: dict[tuple[str, str], list[RouteEvent]] = {}
-        for event in self.metrics.departed_brokers():
+        for event in self.seen.departed.brokers():
             cluster, name, _ = event.broker_key
             departed.setdefault((str(cluster), str(name)), []).append(event)
         clusters = []
@@ -87,7 +91,7 @@ class StatusApi:
                              "writable_broker_groups": health.writable_groups.get(cluster, 0)})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
                  "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
-                for t in self.metrics.lost_topics.recent(routes.topicQueueTable)]
+                for t in self.seen.lost.recent(routes.topicQueueTable)]
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
                                                      "live_members": g.live_members, "master_addr": g.master_addr}
                                                     for g in health.without_master],
@@ -136,7 +140,7 @@ class StatusApi:
         once, with ``count`` and the time of the first (``first_ts_ms``) and the last (``ts_ms``)."""
         return {"now_ms": self.now_ms(),
                 "events": [{"seq": e.seq, "ts_ms": _ms(e.ts), "first_ts_ms": _ms(e.first_ts), "count": e.count,
-                            "kind": e.kind, **e.info} for e in self.metrics.recent_events if e.seq > since]}
+                            "kind": e.kind, **e.info} for e in self.seen.events.recent if e.seq > since]}
 
 
 def _role(broker_id: int | None) -> str:

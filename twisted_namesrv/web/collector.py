@@ -12,10 +12,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.copyright import version as twisted_version
 
 from .. import __version__
-from ..audit import OPERATION_NAMES, RESULTS
+from ..audit import RESULTS
 from ..context import NamesrvState
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..server import RemotingFactory
@@ -24,16 +25,17 @@ from ..server import RemotingFactory
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
 
 class NamesrvCollector(Collector):
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
                  peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.seen = seen
+        self.health = health
         self.peers = peers
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -132,14 +134,14 @@ class NamesrvCollector(Collector):
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
                                      labels=["kind"])
-        kinds = Counter(event.kind for event in self.metrics.departed_brokers())
+        kinds = Counter(event.kind for event in self.seen.departed.brokers())
         for kind in sorted(DEPARTURES):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
-                                value=len(self.metrics.lost_topics.recent(self.state.routes.topicQueueTable)))
+                                value=len(self.seen.lost.recent(self.state.routes.topicQueueTable)))
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""
@@ -175,8 +177,8 @@ class NamesrvCollector(Collector):
                                      "operation and result: ok, refused (ACL, config black list or a value's control "
                                      "characters), failed",
                                      labels=["operation", "result"])
-        counts = self.metrics.admin_requests
-        for operation in OPERATION_NAMES:
+        counts = self.seen.audit.counts
+        for operation in self.seen.audit.operations:
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
         return family
@@ -213,13 +215,13 @@ class NamesrvCollector(Collector):
         return info
 
 
-def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
              peers: PeersService | None = None) -> CollectorRegistry:
     """Our families plus the process's own (CPU, resident memory, open files); ``health``: the
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
     found = CollectorRegistry(auto_describe=False)
-    found.register(NamesrvCollector(state, factory, health, peers))
+    found.register(NamesrvCollector(state, factory, seen, health, peers))
     ProcessCollector(registry=found)
     return found

@@ -15,6 +15,7 @@ from twisted.web import pages, resource, server
 
 from ..budget import FdBudget
 from ..context import NamesrvState
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
@@ -32,10 +33,10 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None,
-                 health: HealthWatch | None = None, peers: PeersService | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
+                 controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
-        self.registry = registry(state, factory, health, peers)
+        self.registry = registry(state, factory, seen, health, peers)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
 
@@ -145,10 +146,11 @@ class QuietSite(BoundedSite):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory,
+def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
               peers: PeersService | None = None, reactor: Any = None, fds: FdBudget | None = None) -> QuietSite:
-    """``children``: more top-level resources (the probes, the address server), each in its own module;
+    """``seen``: what the server observed of itself (the composition root's owners); ``children``:
+    more top-level resources (the probes, the address server), each in its own module;
     ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
     the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
     ``fds``: the descriptors its port admits connections against, told of each close."""
@@ -157,8 +159,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory,
         root.putChild(name, child)
     root.putChild(b"", StatusPage())
     health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
-    root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
+    root.putChild(b"metrics", MetricsPage(state, factory, seen, health, controller, peers))
+    root.putChild(b"api", ApiResource(StatusApi(state, factory, seen, health), controller, peers))
     opened = bool(state.config["httpOpenBeyondLoopback"])
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
