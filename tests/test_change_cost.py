@@ -461,3 +461,30 @@ def test_a_storm_of_small_registrations_holds_a_lookup_of_the_same_turn_for_a_fe
     assert registered == [dispatch.AT_ONCE_PER_TURN]
     cluster.settle()
     assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)
+
+
+def test_a_storm_during_a_big_registrations_steps_is_answered_before_it_ends(tmp_path, monkeypatch):
+    """A hundred small registrations read in one turn while a big table takes its steps: those past
+    AT_ONCE_PER_TURN are answered that many a turn in the turns after, not one after the other
+    behind the big one's steps (as jobs in steps: every one of them waited for it)."""
+    cluster = Turns(tmp_path, monkeypatch)
+    brokers = [cluster.connect() for _ in range(100)]
+    for index, (protocol, _) in enumerate(brokers):
+        cluster.register(protocol, f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"])
+    for _, transport in brokers:
+        transport.clear()
+    big, big_out = cluster.connect()
+    table = cluster.walked()
+    big.dataReceived(registration_frame("big", 2, [f"Big{i:06d}" for i in range(4 * TURN_BOUND)]))
+    answered: list[tuple[int, bool]] = []
+
+    def between() -> None:
+        if not answered:  # the storm, read in one turn while the big table takes its first steps
+            for index, (protocol, _) in enumerate(brokers):
+                protocol.dataReceived(registration_frame(f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"], 2))
+        answered.append((sum(1 for _, transport in brokers if transport.value()), bool(big_out.value())))
+    cluster.turns(table, between)
+    storm_done = next(turn for turn, (count, _) in enumerate(answered) if count == len(brokers))
+    big_done = next(turn for turn, (_, done) in enumerate(answered) if done)
+    assert answered[0][0] == dispatch.AT_ONCE_PER_TURN and storm_done < big_done, (storm_done, big_done)
+    assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)

@@ -16,9 +16,10 @@ A Deferred that has already fired (the file log's) is answered at once; one that
 
 A big request whose handler is written in steps (a broker's whole topic table) is answered later
 too: its steps run across reactor turns through a Cooperator, a few milliseconds of them per turn,
-so other connections are answered meanwhile.  So are small ones past the first AT_ONCE_PER_TURN
-of a reactor turn: thousands of brokers re-registering at once are read in few turns, and the
-lookups read in the same turn would otherwise wait for every one of them.
+so other connections are answered meanwhile.  Small ones past the first AT_ONCE_PER_TURN of a
+reactor turn are answered in the turns after, that many a turn: thousands of brokers
+re-registering at once are read in few turns, and the lookups read in the same turn would
+otherwise wait for every one of them.
 
 What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
 unknown code); a handler that raises costs one error answer, never the connection: a
@@ -50,8 +51,8 @@ from .steps import STEP_BYTES, Steps, run_steps
 log = Logger()
 
 #: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
-#: turn's others take their steps (about 70-140 µs each: 16 of them are a few milliseconds, as much
-#: as a Cooperator's turn)
+#: turn's others are answered in the turns after, as many a turn (about 70-140 µs each: 16 of them
+#: are a few milliseconds, as much as a Cooperator's turn)
 AT_ONCE_PER_TURN = 16
 
 #: hears every dispatched request (refused, failed or handled) with its response, after the handler
@@ -199,9 +200,12 @@ class Dispatcher:
                                              answers.headers)
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            if self._cooperator is not None and request.code in self.table.in_steps and (big or self._turn_full()):
-                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
-                             len(frame))
+            if self._cooperator is not None and request.code in self.table.in_steps:
+                if big:
+                    return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
+                                 len(frame))
+                if self._turn_full():
+                    return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
                 return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
@@ -225,6 +229,25 @@ class Dispatcher:
 
     def _next_turn(self) -> None:
         self._at_once = 0
+
+    def _answer_next_turn(self, frame: bytes, request: RemotingCommand, peer: Peer,
+                          begun: float) -> defer.Deferred[bytes | None]:
+        """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: answered at
+        once in a turn after, within that turn's AT_ONCE_PER_TURN, so a storm of them is answered
+        that many a turn with the lookups in between, and none waits behind a big one's steps."""
+        answer: defer.Deferred[bytes | None] = defer.Deferred()
+
+        def attempt() -> None:
+            if answer.called:  # cancelled: the peer went
+                return
+            if self._turn_full():
+                self._call_later(0, attempt)  # type: ignore[misc]
+                return
+            outcome = run_steps(self._outcome(request, peer))
+            assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
+            answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
+        self._call_later(0, attempt)  # type: ignore[misc]
+        return answer
 
     def answer_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before
