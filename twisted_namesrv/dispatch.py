@@ -29,6 +29,7 @@ warning line, anything else is logged with its traceback.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -156,6 +157,8 @@ class Dispatcher:
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
         self._at_once = 0  # requests with a handler in steps answered at once in this reactor turn
+        #: small requests with a handler in steps past a turn's AT_ONCE_PER_TURN, oldest first
+        self._waiting: deque[tuple[defer.Deferred[bytes | None], Callable[[], None]]] = deque()
         self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
@@ -232,22 +235,35 @@ class Dispatcher:
 
     def _answer_next_turn(self, frame: bytes, request: RemotingCommand, peer: Peer,
                           begun: float) -> defer.Deferred[bytes | None]:
-        """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: answered at
-        once in a turn after, within that turn's AT_ONCE_PER_TURN, so a storm of them is answered
-        that many a turn with the lookups in between, and none waits behind a big one's steps."""
+        """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: it waits its
+        turn in arrival order and is answered at once within a later turn's AT_ONCE_PER_TURN
+        (``_answer_waiting``), so a storm of them is answered that many a turn with the lookups in
+        between, and none waits behind a big one's steps."""
         answer: defer.Deferred[bytes | None] = defer.Deferred()
 
-        def attempt() -> None:
-            if answer.called:  # cancelled: the peer went
-                return
-            if self._turn_full():
-                self._call_later(0, attempt)  # type: ignore[misc]
-                return
+        def run() -> None:
             outcome = run_steps(self._outcome(request, peer))
             assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
             answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
-        self._call_later(0, attempt)  # type: ignore[misc]
+        if not self._waiting:
+            self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+        self._waiting.append((answer, run))
         return answer
+
+    def _answer_waiting(self) -> None:
+        """This turn's share of the small requests waiting, oldest first; the rest in the next
+        (each waiting request is looked at once: a storm of thousands costs no more than its size)."""
+        waiting = self._waiting
+        while waiting:
+            answer, run = waiting[0]
+            if answer.called:  # cancelled: the peer went
+                waiting.popleft()
+                continue
+            if self._turn_full():
+                self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+                return
+            waiting.popleft()
+            run()
 
     def answer_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before
