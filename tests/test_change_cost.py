@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import gc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,6 +114,16 @@ class Cluster:
         self.send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": name, "brokerAddr": f"127.0.0.1:{port}",
                                                           "clusterName": "c", "haServerAddr": "h", "brokerId": "0"},
                   body)
+
+    def storm_brokers(self, count: int) -> list[tuple[Any, StringTransport]]:
+        """``count`` brokers b000... registered with "Storm" and a topic of their own, their
+        answers cleared: the connections a storm re-registers on."""
+        brokers = [self.connect() for _ in range(count)]
+        for index, (protocol, _) in enumerate(brokers):
+            self.register(protocol, f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"])
+        for _, transport in brokers:
+            transport.clear()
+        return brokers
 
     def big_broker_watched(self, topics: list[str]) -> tuple[Any, list]:
         """A broker "big" with ``topics``, KEPT's answers kept, and the list every RouteChange
@@ -239,6 +250,16 @@ class Turns(Cluster):
                 touched.append(table.touched - before)
         return touched
 
+    def one_staying_three_leaving(self, size: int, named: Callable[[int, int], str]) -> list[Any]:
+        """Broker "stay" with ``size`` topics and "Shared", and the connections of go0-go2, each with
+        ``size`` topics (the i-th of go``index`` named ``named(index, i)``) and "Shared"."""
+        stay, _ = self.connect()
+        self.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+        leaving = [self.connect()[0] for _ in range(3)]
+        for index, protocol in enumerate(leaving):
+            self.register(protocol, f"go{index}", 10 + index, [named(index, i) for i in range(size)] + ["Shared"])
+        return leaving
+
     def found(self, topics: list[str]) -> list[bool]:
         """Whether each topic has a route now (looked up on the client's connection, at once)."""
         out = []
@@ -300,11 +321,7 @@ def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_w
     topicQueueTable in the turns after; the departures' events and lost topics are heard once
     they have, with the tables complete."""
     cluster = Turns(tmp_path, monkeypatch)
-    stay, _ = cluster.connect()
-    cluster.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
-    leaving = [cluster.connect()[0] for _ in range(3)]
-    for index, protocol in enumerate(leaving):
-        cluster.register(protocol, f"go{index}", 10 + index, [f"Go{i:06d}" for i in range(size)] + ["Shared"])
+    leaving = cluster.one_staying_three_leaving(size, lambda index, i: f"Go{i:06d}")
     table = cluster.walked()
     heard: list[tuple[str, int, bool]] = []
 
@@ -379,11 +396,7 @@ def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_ev
     first's walk in one go), and lookups see each whole, the group back with its new table only."""
     size = 4 * TURN_BOUND
     cluster = Turns(tmp_path, monkeypatch)
-    stay, _ = cluster.connect()
-    cluster.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
-    leaving = [cluster.connect()[0] for _ in range(3)]
-    for index, protocol in enumerate(leaving):
-        cluster.register(protocol, f"go{index}", 10 + index, [f"Go{index}-{i:06d}" for i in range(size)] + ["Shared"])
+    leaving = cluster.one_staying_three_leaving(size, lambda index, i: f"Go{index}-{i:06d}")
     table = cluster.walked()
     back, _ = cluster.connect()
     turns: list[str] = []
@@ -445,11 +458,7 @@ def test_a_storm_of_small_registrations_holds_a_lookup_of_the_same_turn_for_a_fe
         return turn_full(self)
     monkeypatch.setattr(dispatch.Dispatcher, "_turn_full", counted)
     cluster = Cluster(tmp_path)
-    brokers = [cluster.connect() for _ in range(100)]
-    for index, (protocol, _) in enumerate(brokers):
-        cluster.register(protocol, f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"])
-    for _, transport in brokers:
-        transport.clear()
+    brokers = cluster.storm_brokers(100)
     client, client_out = cluster.connect()
     registered: list[int] = []
 
@@ -478,11 +487,7 @@ def test_a_storm_during_a_big_registrations_steps_is_answered_before_it_ends(tmp
     AT_ONCE_PER_TURN are answered that many a turn in the turns after, not one after the other
     behind the big one's steps (as jobs in steps: every one of them waited for it)."""
     cluster = Turns(tmp_path, monkeypatch)
-    brokers = [cluster.connect() for _ in range(100)]
-    for index, (protocol, _) in enumerate(brokers):
-        cluster.register(protocol, f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"])
-    for _, transport in brokers:
-        transport.clear()
+    brokers = cluster.storm_brokers(100)
     big, big_out = cluster.connect()
     table = cluster.walked()
     big.dataReceived(registration_frame("big", 2, [f"Big{i:06d}" for i in range(4 * TURN_BOUND)]))
