@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,22 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_http(process: subprocess.Popen, url: str, seconds: float = 30) -> None:
+    """Returns once ``url`` answers 2xx; fails the test, with the server's output when it has a pipe,
+    if the server exits first or nothing answers within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if process.poll() is not None:
+                output = process.communicate()[0] if process.stdout else ""
+                pytest.fail(f"the server exited with {process.returncode}: {output}")
+            assert time.monotonic() < deadline, f"{url} did not answer within {seconds} s"
+            time.sleep(0.1)
 
 
 @defer.inlineCallbacks

@@ -30,7 +30,8 @@ def test_every_subscription_is_wired_by_the_root_in_its_stated_order(tmp_path) -
     answers = state.answers
     assert state.routes.subscribers == [answers.changed]
     assert state.routes._listeners == [log_route_event, seen.metrics.route_event, seen.events.route_event,
-                                       seen.departed.route_event]
+                                       seen.departed.route_event, state.topology.heard]
+    assert seen.health.topology is state.topology and seen.health.routes is state.routes
     assert state.routes._lost_listeners == [seen.lost.departed]
     assert state.kv._subscribers == [answers.kv_changed] and state.config._subscribers == [answers.clear]
 
@@ -39,9 +40,9 @@ def test_two_servers_share_no_owner(tmp_path) -> None:
     """Owners are the root's, not module globals or constructor defaults: two servers in one
     process (the differential tests run two) hold nothing in common."""
     one, two = build(config(tmp_path / "1"), task.Clock()), build(config(tmp_path / "2"), task.Clock())
-    for name in ("routes", "kv", "answers", "refusals", "budget"):
+    for name in ("routes", "kv", "answers", "refusals", "budget", "topology"):
         assert getattr(one.state, name) is not getattr(two.state, name), name
-    for name in ("metrics", "events", "departed", "lost", "audit"):
+    for name in ("metrics", "events", "departed", "lost", "audit", "health"):
         assert getattr(one.seen, name) is not getattr(two.seen, name), name
 
 

@@ -9,7 +9,7 @@ What runs where:
   twistd namesrv-controller, python -m spark_analysis: their own parsers (argparse, twisted's usage);
 - tools/*.py: run up to their argument parsing (argparse's parse_args, then exit);
 - tools/*.sh: each option shown is one the script handles;
-- curl: the path is served by a live server (not 404);
+- curl, chromium (the page's screenshot): the path is served by a live server (not 404);
 - promtool: run (deploy/monitoring's checks);
 - podman, kubectl, systemctl, spark-submit and the install steps: the image, file and unit they name
   exist (tests/test_container.py runs docs/deploy.md's podman commands as printed, tests/test_systemd.py
@@ -43,7 +43,7 @@ VENV_BIN = Path(sys.executable).parent
 IMAGE = f"localhost/twisted-namesrv:{__version__}"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 PROGRAMS = ("namesrv-admin", "twisted-namesrv", "twistd", "python", "python3", "curl", "podman", "kubectl",
-            "systemctl", "spark-submit", "install", "cp", "promtool")
+            "systemctl", "spark-submit", "install", "cp", "promtool", "chromium")
 #: values for the placeholders of usage lines
 VALUES = {
     "NS": "NS", "K": "key", "V": "value", "KEY": "key", "VALUE": "value", "T": "TopicTest", "CLUSTER": "DefaultCluster",
@@ -285,10 +285,10 @@ def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
         args_at = words.index(script) + 1
         return f"parsed by {script}", next((p for a in concrete(words[args_at:], tmp, together=True)
                                             if (p := parse_tool(script, a))), None)
-    if program == "curl":
+    if program in ("curl", "chromium"):
         url = next(w for w in words[1:] if "127.0.0.1" in w)
         path = "/" + url.split("/", 3)[-1] if url.count("/") >= 3 else "/" + url.split("/", 1)[1]
-        return "served to curl", None if path.split("?")[0] in served else f"{path} is not served"
+        return f"served to {program}", None if path.split("?")[0] in served else f"{path} is not served"
     if program == "podman":
         image = next((w for w in words if "twisted-namesrv:" in w), IMAGE)
         return "image named", None if image == IMAGE else f"{image} is not what tools/container-build.sh tags"

@@ -66,6 +66,7 @@ OPERATIONS: dict[int, str] = {
     RequestCode.DELETE_TOPIC_IN_NAMESRV: "delete_topic",
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: "register_topic",
     RequestCode.UPDATE_NAMESRV_CONFIG: "update_namesrv_config",
+    RequestCode.RETIRE_BROKER_GROUP: "retire_broker_group",
 }
 NAMESRV = Audited(OPERATIONS, {
     RequestCode.PUT_KV_CONFIG: ("namespace", "key"),
@@ -74,10 +75,16 @@ NAMESRV = Audited(OPERATIONS, {
     RequestCode.ADD_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.DELETE_TOPIC_IN_NAMESRV: ("topic", "clusterName"),
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: ("topic",),
-}, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}), ("wipeTopicCount", "addTopicCount"), code_name)
+    RequestCode.RETIRE_BROKER_GROUP: ("clusterName", "brokerName", "brokerId"),
+}, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}),
+    # how many topics a write-permission change touched, what a retirement forgot
+    ("wipeTopicCount", "addTopicCount", "retired"), code_name)
 
-#: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters; failed: any other
+#: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
+#: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
+#: group); failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
 RESULTS = ("ok", "refused", "failed")
+_REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +132,7 @@ def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
-    refused = response.code == ResponseCode.NO_PERMISSION or remark.startswith(ACL_EXCEPTION)
+    refused = response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION)
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 

@@ -15,6 +15,7 @@ from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
+from .state.topology import Topology
 
 
 @dataclass(slots=True)
@@ -40,12 +41,17 @@ class NamesrvState:
     refusals: Refusals
     #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py)
     budget: MemoryBudget
+    #: the broker groups seen, kept after they leave (state/topology.py)
+    topology: Topology
     started_at: float = 0.0
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
+    #: what writes the topology at once (an operator's retirement; raises StoreError when it cannot):
+    #: topology_store.py's save_now, once ``load`` read the file; None before
+    save_topology: Callable[[], None] | None = None
 
     @property
     def profile(self) -> Profile:

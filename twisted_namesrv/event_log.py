@@ -27,7 +27,7 @@ from . import __version__
 from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import NotRegularFile, read_regular
-from .state.store import write_atomically
+from .state.store import DocumentError, document_items, set_aside, write_atomically
 from .timers import StepTimerService
 
 log = Logger()
@@ -37,7 +37,7 @@ FORMAT = 1
 EVENTS_SAVE_SECONDS = 2.0
 
 
-class EventsFileError(ValueError):
+class EventsFileError(DocumentError):
     """The events file is not one this server wrote; the message says what is wrong."""
 
 
@@ -57,14 +57,11 @@ def decode_events(data: bytes) -> list[RouteEvent]:
     """The events of a file encode_events wrote, oldest first, at most RECENT_EVENTS; anything
     else raises EventsFileError naming what is wrong."""
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise EventsFileError(f"not JSON: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("events"),
-                                                                                              list):
-        raise EventsFileError(f"not an events file of format {FORMAT}")
+        items = document_items(data, FORMAT, "events", "an events file")
+    except DocumentError as exc:
+        raise EventsFileError(str(exc)) from None
     events = []
-    for number, item in enumerate(document["events"]):
+    for number, item in enumerate(items):
         try:
             event = RouteEvent(int(item["seq"]), float(item["ts"]), str(item["kind"]), dict(item["info"]),
                                int(item["count"]), float(item["first_ts"]))
@@ -99,11 +96,7 @@ class EventLogService(StepTimerService):
                 log.error("events file {path} not readable, starting without earlier events: {error}",
                           path=str(self.path), error=exc.strerror)
             except EventsFileError as exc:
-                kept = self.path.with_name(self.path.name + ".corrupt")
-                try:
-                    self.path.replace(kept)  # the next write must not destroy what went wrong
-                except OSError:
-                    kept = self.path
+                kept = set_aside(self.path)
                 log.error("events file {path} skipped ({error}); kept as {kept}, starting without earlier events",
                           path=str(self.path), error=exc, kept=str(kept))
         self._saved = self.events.seen  # nothing new yet: a start that fails writes nothing

@@ -70,6 +70,8 @@ class Metrics:
     connections_accepted: int = 0
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
     store_failures: Counter = field(default_factory=Counter)
+    #: store files not loaded at start (topologyPath, routeSnapshotPath), by (store key, reason)
+    store_load_refusals: Counter = field(default_factory=Counter)
     #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
     acl_reload_failures: int = 0
 

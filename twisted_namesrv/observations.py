@@ -11,15 +11,18 @@ from .departures import DepartedBrokers
 from .events import RecentEvents
 from .lost_topics import LostTopics
 from .metrics import Metrics
+from .outages import HealthWatch
 
 
 @dataclass(frozen=True)
 class Observations:
     """The counters (``metrics``), the page's recent events, the brokers and the topics that left
-    lately, the audit trail (its counts)."""
+    lately, the audit trail (its counts), and the outages worked out from the routes and the
+    remembered topology (``health``: one computation for the page, /api, /metrics and /readyz)."""
 
     metrics: Metrics
     events: RecentEvents
     departed: DepartedBrokers
     lost: LostTopics
     audit: AuditTrail
+    health: HealthWatch

@@ -361,6 +361,55 @@ def delete_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer:
     return respond(state, request)
 
 
+# -- the remembered topology (ours: 90001) -----------------------------------------------------
+
+def retire_broker_group(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    """RETIRE_BROKER_GROUP: forget a cluster (no ``brokerName``), a broker group, or one member
+    id of it (``brokerId``) that the topology remembers (state/topology.py), so that it is no
+    longer expected.  Only what has left the routes: a registered group answers INVALID_PARAMETER
+    (stop its brokers first, or they come back at their next heartbeat anyway).  The change is
+    saved before the answer; a save that fails puts the memory back and answers SYSTEM_ERROR."""
+    ext = request.ext
+    cluster, broker = ext.get("clusterName") or None, ext.get("brokerName") or None
+    broker_id = parse_java_integer(ext.get("brokerId"), 32)
+    topology, save = state.topology, state.save_topology
+    if save is None:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "this NameServer keeps no topology file")
+    if cluster is None or (ext.get("brokerId") and (broker_id is None or broker is None)):
+        return respond(state, request, ResponseCode.INVALID_PARAMETER,
+                       "clusterName is required; brokerId, if given, is a number and needs brokerName")
+    registered = _still_registered(state, cluster, broker, broker_id)
+    if registered:
+        return respond(state, request, ResponseCode.INVALID_PARAMETER,
+                       f"still registered: {registered}; stop those brokers first (a registered broker is not retired)")
+    before = topology.copy()
+    forgotten = topology.retire(cluster, broker, broker_id)
+    if not forgotten:
+        what = cluster if broker is None else f"{cluster}/{broker}" + ("" if broker_id is None else f" id {broker_id}")
+        return respond(state, request, ResponseCode.QUERY_NOT_FOUND, f"{what} is not remembered")
+    try:
+        save()
+    except StoreError as exc:
+        topology.restore(before)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"not retired: {exc}")
+    names = ", ".join(f"{c}/{b}" + ("" if i is None else f" id {i}") for c, b, i in forgotten)
+    log.info("retired {names}: no longer expected, client: {peer}", names=names, peer=peer.address)
+    return respond(state, request, remark=f"retired {names}", ext={"retired": names})
+
+
+def _still_registered(state: NamesrvState, cluster: str, broker: str | None, broker_id: int | None) -> str:
+    """What of the target is in the routes now (empty: nothing)."""
+    routes = state.routes
+    if broker is None:
+        return ", ".join(f"{cluster}/{name}" for name in routes.clusterAddrTable.get(cluster, ()))
+    group = routes.brokerAddrTable.get(broker)
+    if group is None or group.cluster != cluster:
+        return ""
+    if broker_id is None:
+        return f"{cluster}/{broker}"
+    return f"{cluster}/{broker} id {broker_id}" if broker_id in group.brokerAddrs else ""
+
+
 # -- topic lists (206, 224, 304, 311, 312, 313) ------------------------------------------------
 
 def _list_disabled(state: NamesrvState, switch: str) -> bool:
@@ -433,12 +482,14 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
                        controls=controls)
         return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
-        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},
-                           state.persist_config)
+        unsaved = state.config.apply({k: v for k, v in props.items()
+                                      if k in state.config.values or k in state.config.extra}, state.persist_config)
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"updateNamesrvConfig not applied: {exc}")
+    if unsaved is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
+        log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
+                 peer=peer.address, props=masked(props), error=str(unsaved))
+        return respond(state, request, remark=f"applied in memory only, until the restart: {unsaved}")
     log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
     return respond(state, request)
 
@@ -505,6 +556,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.ADD_WRITE_PERM_OF_BROKER: add_write_perm_of_broker,
     RequestCode.GET_BROKER_MEMBER_GROUP: get_broker_member_group,
     RequestCode.BROKER_HEARTBEAT: broker_heartbeat,
+    RequestCode.RETIRE_BROKER_GROUP: retire_broker_group,
 }
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
 
 from twisted.logger import Logger
 
@@ -76,9 +75,10 @@ class Refusals:
         """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
         ``{listener}``, ``{reason}`` and ``fields``."""
         self.counts[listener, reason] += 1
-        event: dict[str, Any] = {**fields, "listener": listener, "reason": reason, "peer": peer, "refused": reason}
+        event: dict[str, object] = {**fields, "reason": reason, "peer": peer, "refused": reason}
+        event.pop("listener", None)  # ours wins, passed by name (LimitLog's keying reads it typed)
         self.limit_log(peer_host(peer), reason, "refused on {listener} from {peer}: " + message + " [{reason}]",
-                       **event)
+                       listener=listener, **event)
 
     def series(self) -> list[tuple[str, str, int]]:
         """(listener, reason, count) for every known series and any other counted."""

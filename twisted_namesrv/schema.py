@@ -6,9 +6,11 @@ check, composed here as values and passed in by the launchers (tap.py, __main__.
 
 from __future__ import annotations
 
-from .controller.config import CONTROLLER_KEY_NAMES, NAMESRV_KEYS, check_store_keys
+from .controller.config import CONTROLLER_KEY_NAMES, JAVA_ONLY, NAMESRV_KEYS, check_store_keys
 from .state.config import NAMESRV_SCHEMA, ConfigSchema
 
 #: every key a NameServer's ``-c`` file may hold: the NameServer's, then the controller's store keys;
-#: ControllerConfig's own keys are read from the same file by the controller (kept elsewhere)
-SERVER_SCHEMA: ConfigSchema = NAMESRV_SCHEMA.with_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)
+#: ControllerConfig's own keys are read from the same file by the controller (kept elsewhere), and Java's
+#: controller keys it does not act on are known too (java_only)
+SERVER_SCHEMA: ConfigSchema = NAMESRV_SCHEMA.with_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES,
+                                                       JAVA_ONLY)

@@ -36,6 +36,7 @@ from .housekeeping import HousekeepingService, log_route_event
 from .lost_topics import LostTopics
 from .metrics import Metrics
 from .observations import Observations
+from .outages import HealthWatch
 from .peers import PeersService, peer_addresses
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -47,8 +48,10 @@ from .state.config import ConfigError, NamesrvConfig
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
+from .state.topology import Topology
 from .timers import ClockedTimerService
 from .tls import connect_with, listen_with
+from .topology_store import TopologyStoreService, topology_path
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -65,11 +68,13 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
-def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], None]:
-    """What a store's failed save does besides its error answer: one log line, one count by (store, errno)."""
+def store_refusal(failures: Counter[tuple[str, str]],
+                  consequence: str = "the change is refused") -> Callable[[StoreError], None]:
+    """What a store's failed save does besides its answer: one log line saying what became of the
+    change, one count by (store, errno)."""
     def refused(error: StoreError) -> None:
         failures[error.what, error.errno_name] += 1
-        log.error("{error}; the change is refused", error=str(error))
+        log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
 
@@ -100,8 +105,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     - a key put or deleted: the answer cache (an ORDER_TOPIC_CONFIG key is a topic's orderTopicConf);
     - a config update: the answer cache (everything: switches shape answers);
     - a departure that took topics away: the lost topics, before the event's listeners;
-    - a route event: the log line, the counter by kind, the page's events, the departed brokers
-      (each reads the tables as changed: events come once the change is complete);
+    - a route event: the log line, the counter by kind, the page's events, the departed brokers,
+      the remembered topology (each reads the tables as changed: events come once the change is
+      complete);
     - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
       the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
       it and feeds it to the page's events."""
@@ -114,7 +120,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     refused = store_refusal(metrics.store_failures)
     kv_path = Path(config["kvConfigPath"])
     kv_file = AtomicFile("kvConfigPath", kv_path, refused)
-    config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
+    # updateNamesrvConfig applies a change its file cannot take (a read-only ConfigMap), as Java does
+    applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
+    config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
     kv = KVConfigManager(kv_file.save)
     kv.load(kv_path)
     routes = RouteInfoManager(config, seconds, notifier=notifier)
@@ -124,17 +132,19 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
                                    window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, seconds(),
+    topology = Topology(seconds)
+    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
                          lambda text: config_file.save(java_utf8(text)), acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
-    seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)))
+    seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
+                        HealthWatch(routes, topology))
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
     config.subscribe(answers.clear)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
-    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event):
+    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, seconds)
     return Owners(state, seen, fds)
@@ -151,6 +161,8 @@ class Loaded:
     events: EventLogService
     #: routes of the last run (routeSnapshotPath), restored; None without a snapshot file
     snapshots: RouteSnapshotService | None
+    #: the broker groups seen before, expected back (topologyPath), restored
+    topology: TopologyStoreService
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
     #: what this server's own connections to its peers go over (None: plain TCP), the keys read
@@ -171,13 +183,21 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         notifier = Notifier(reactor, "notify min broker id change")
         owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
                        fd_limit=open_file_limit())
+        state, metrics = owners.state, owners.seen.metrics
         events = EventLogService(owners.seen.events, events_path(config), reactor)
         events.load()
+        topology = TopologyStoreService(state.topology, topology_path(config), reactor,
+                                        metrics.store_load_refusals)
+        topology.load()
+        state.save_topology = topology.save_now
         snapshots = None
         if config["routeSnapshotPath"]:
-            snapshots = RouteSnapshotService(owners.state.routes, config["routeSnapshotPath"], reactor,
-                                             config["routeSnapshotInterval"] / 1000)
+            snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
+                                             config["routeSnapshotInterval"] / 1000,
+                                             max_age=config["routeSnapshotMaxAge"] / 1000,
+                                             load_refusals=metrics.store_load_refusals)
             snapshots.load()
+            topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here
         to_peers = connect_with(config) if config["metricsPort"] else None  # the peers view's client
     except KVConfigError as exc:
@@ -185,7 +205,13 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(owners, notifier, events, snapshots, wrap, to_peers)
+    return Loaded(owners, notifier, events, snapshots, topology, wrap, to_peers)
+
+
+def restored_members(routes: RouteInfoManager) -> list[tuple[str, str, int, str]]:
+    """(cluster, group, id, address) of every member in the routes (restored from a snapshot)."""
+    return [(str(broker.cluster), name, broker_id, addr) for name, broker in routes.brokerAddrTable.items()
+            for broker_id, addr in broker.brokerAddrs.items()]
 
 
 def reload_acl(acl: AccessControl, metrics: Metrics) -> None:
@@ -273,6 +299,10 @@ class NamesrvService(service.MultiService):
         self.metrics = self.seen.metrics
         self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
+        self.topology = loaded.topology  # the broker groups expected back, kept
+        self.topology.setServiceParent(self)
+        #: the outages, for the status page, /api, /metrics and /readyz alike (one computation)
+        self.health = self.seen.health
         self.notifier = loaded.notifier
         self.state = loaded.state
         steps = step_cooperator(reactor)  # big work in steps: registrations, and writing route changes in
@@ -334,7 +364,8 @@ class NamesrvService(service.MultiService):
         from .web.health import health_resources
         from .web.nsaddr import nsaddr_resources
 
-        return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+        return {**health_resources(self.liveness, self.readiness, self.readiness_details),
+                **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
         """How the peers view names this server (its routes are read in process): its remoting
@@ -357,10 +388,29 @@ class NamesrvService(service.MultiService):
 
     def readiness(self) -> dict[str, bool]:
         """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
-        service can start: a KV file that cannot be read stops the start), and not stopping."""
+        service can start: a KV file that cannot be read stops the start), not stopping, and the
+        broker groups that were up when it last saved its topology (state/topology.py) routed again -
+        registered since the start or restored from the route snapshot - or ``readinessBrokerWait``
+        ms past the start: a group that stays down must not keep every NameServer unready for ever,
+        and one that was down before the restart is an outage, not a reason to wait."""
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
-                "started": bool(self.running), "not_stopping": not self.stopping}
+                "started": bool(self.running), "not_stopping": not self.stopping,
+                "broker_groups_back": self.brokers_back()}
+
+    def brokers_back(self) -> bool:
+        health = self.health.health()
+        waited = self.state.clock() - self.state.started_at >= self.config["readinessBrokerWait"] / 1000
+        return waited or not health.not_back
+
+    def readiness_details(self) -> dict[str, Any]:
+        """What /readyz says beside its checks: "N of M known broker groups back"."""
+        health = self.health.health()
+        absent = [f"{group.cluster}/{group.broker}" for group in health.absent]
+        waiting = [f"{group.cluster}/{group.broker}" for group in health.not_back]
+        return {"broker_groups": {"known": health.known, "back": health.back, "routed": health.known - len(absent),
+                                  "absent": absent[:20], "up_before_restart_not_back": waiting[:20],
+                                  "summary": f"{health.back} of {health.known} known broker groups back"}}
 
     @property
     def port(self) -> interfaces.IListeningPort | None:

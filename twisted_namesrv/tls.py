@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import interfaces, protocol
 from twisted.python.failure import Failure
 
+from .remoting.codes import code_name
+from .remoting.command import RemotingCommand
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import read_regular
@@ -99,6 +101,30 @@ def _ssl_reason(error: BaseException) -> str:
     return ", ".join(str(r) for r in reasons) or str(error) or type(error).__name__
 
 
+#: the not_tls refusal's log line: a Java broker or client without TLS sees only "send request failed"
+#: in its own log, so this one names what it sent and what to do
+NOT_TLS = ("a plain (non-TLS) peer on a port with tls.server.mode=enforcing, closing the connection ({request}): "
+           "start it with -Dtls.enable=true (a broker: or useTLS=true in its -c file; producers, consumers, mqadmin "
+           "and the proxy alike: docs/security.md#tls-from-the-java-side), or take plain peers too with "
+           "tls.server.mode=permissive")
+
+
+def plain_request(data: bytes) -> str:
+    """What a plain peer's first bytes are: a RocketMQ request (its code, name and language) when
+    they hold a whole frame, else the first byte."""
+    if len(data) >= 8:
+        length = int.from_bytes(data[:4], "big")
+        if 4 <= length <= len(data) - 4:
+            try:
+                command = RemotingCommand.decode(data[4:4 + length])
+            except Exception:  # noqa: BLE001 -- anything undecodable is shown as its first byte
+                pass
+            else:
+                return (f"its first request: {code_name(command.code)} ({command.code}) from a "
+                        f"{command.header.language or '?'} client")
+    return f"first byte 0x{data[0]:02x}"
+
+
 class SniffingProtocol(protocol.Protocol):
     """Holds a new connection until its first byte, then hands it to the TLS or (permissive mode)
     the plain remoting protocol; enforcing, a plain peer is refused there.  A peer that never
@@ -122,9 +148,7 @@ class SniffingProtocol(protocol.Protocol):
             plain = data[0] != TLS_HANDSHAKE
             if plain and self.factory.enforcing:
                 peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
-                self.factory.remoting.refuse("not_tls", peer, "a plain (non-TLS) peer on a port with "
-                                             "tls.server.mode=enforcing, closing the connection (first byte {byte})",
-                                             byte=f"0x{data[0]:02x}")
+                self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=plain_request(data))
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
             inner = self.factory.remoting if plain else self.factory.tls

@@ -3,9 +3,13 @@
 A full file system (a real 64 KiB tmpfs), a full fd table (a real RLIMIT_NOFILE) and a failing
 device (EIO from fsync/write on the store's files), met by the one request under test:
 
-- the NameServer's PUT_KV_CONFIG, DELETE_KV_CONFIG, UPDATE_NAMESRV_CONFIG: answered SYSTEM_ERROR
+- the NameServer's PUT_KV_CONFIG, DELETE_KV_CONFIG: answered SYSTEM_ERROR
   naming the file and the error; memory as before; the files byte for byte as before; a restart
   on them loads the state before; a log line and a count in namesrv_store_write_failures;
+- UPDATE_NAMESRV_CONFIG is Java's exception (issue 46 item 4): applied in memory only, until the
+  restart, answered SUCCESS with a remark naming the file and the error, under these faults and a
+  read-only file (the volume or the file alone mounted read-only, as a ConfigMap is): the file as
+  before, a log line, the count, and ``unsaved`` until a save succeeds;
 - the controller's writes (APPLY_BROKER_ID, REGISTER_BROKER, ELECT_MASTER, ALTER_SYNC_STATE_SET,
   CLEAN_BROKER_DATA): answered SYSTEM_ERROR, the state as before, controller.log cut back to its
   last good record (the issue's case: a half record followed by the next good append made the
@@ -28,7 +32,7 @@ from twisted.internet import task
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from tests import built
-from tests.hostile.faults import FAULTS, fault, tiny_tmpfs
+from tests.hostile.faults import FAULTS, READ_ONLY, bind_mounted, fault, read_only, tiny_tmpfs
 from twisted_namesrv.context import Peer
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 from twisted_namesrv.controller.config import ControllerConfig
@@ -96,8 +100,6 @@ NAMESRV_WRITES = {
                       lambda kv, order: kv["NS"].get("k3") == "v3"),
     "DELETE_KV_CONFIG": (request(RequestCode.DELETE_KV_CONFIG, {"namespace": "NS", "key": "k1"}),
                          lambda kv, order: "k1" not in kv["NS"]),
-    "UPDATE_NAMESRV_CONFIG": (request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n"),
-                              lambda kv, order: order is True),
 }
 
 
@@ -126,13 +128,69 @@ def test_a_namesrv_write_that_fails_answers_an_error_and_changes_nothing(store_d
     assert namesrv.memory() == memory, "an error answer changed memory"
     assert namesrv.disk() == disk, "an error answer changed the files"
     assert not changed(*namesrv.restarted()), "the refused change is there after a restart"
-    store = "configStorePath" if code == "UPDATE_NAMESRV_CONFIG" else "kvConfigPath"
-    assert namesrv.failures == {(store, ERRNO[kind]): 1}
+    assert namesrv.failures == {("kvConfigPath", ERRNO[kind]): 1}
     assert [line for line in logged if ERRNO[kind] in line and "refused" in line], logged
     # the fault gone, the same request succeeds and survives a restart
     assert namesrv.call(command).code == ResponseCode.SUCCESS
     assert changed(*namesrv.restarted())
     assert sorted(p.name for p in store_dir.iterdir()) == sorted(n for n, b in namesrv.disk().items() if b)
+
+
+@pytest.mark.parametrize("kind", [*FAULTS, *READ_ONLY])
+def test_a_config_update_its_file_cannot_take_is_applied_in_memory_until_the_restart(store_dir, monkeypatch, kind):
+    """Java's Configuration.update applies the values, then logs 'persist string2File error' and
+    answers SUCCESS; a read-only ConfigMap must not turn a runtime change into an error."""
+    namesrv = Namesrv(store_dir)
+    update = request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=false\n")).code == 0
+    disk = namesrv.disk()
+    logged: list[tuple[LogLevel, str]] = []
+
+    def observer(event: dict) -> None:
+        logged.append((event.get("log_level"), formatEvent(event)))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        if kind in READ_ONLY:
+            with read_only(kind, store_dir, store_dir / "namesrv.properties"):
+                answer = namesrv.call(update)
+        else:
+            with fault(kind, store_dir, monkeypatch):
+                answer = namesrv.call(update)
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    error = ERRNO.get(kind, "EROFS")
+    assert answer.code == ResponseCode.SUCCESS
+    assert answer.remark.startswith("applied in memory only, until the restart: cannot save configStorePath ")
+    assert f"({error})" in answer.remark
+    assert namesrv.config["orderMessageEnable"] is True and error in namesrv.config.unsaved
+    assert namesrv.disk() == disk, "the file changed"
+    assert namesrv.restarted()[1] is False, "a restart on the file goes back to it"
+    assert namesrv.failures == {("configStorePath", error): 1}
+    assert [line for level, line in logged if level == LogLevel.error and error in line
+            and "applied in memory only, until the restart" in line], logged
+    assert [line for level, line in logged if level == LogLevel.warn and "updateNamesrvConfig from 127.0.0.1:40000"
+            in line and "orderMessageEnable" in line and error in line], logged
+    # the file writable again, the next update saves everything and says nothing more
+    again = namesrv.call(update)
+    assert (again.code, again.remark, namesrv.config.unsaved) == (ResponseCode.SUCCESS, None, "")
+    assert namesrv.restarted()[1] is True
+
+
+def test_a_file_mounted_on_its_own_is_saved_in_place(store_dir, tmp_path):
+    """``podman -v ./namesrv.properties:/etc/namesrv/namesrv.properties``: the file can be neither
+    linked nor renamed over (EXDEV), so every save failed where Java 5.3.3 (which writes in place)
+    saves; now it is rewritten in place, and what the mount shows is what the source file holds."""
+    source = tmp_path / "namesrv.properties"
+    source.write_text("orderMessageEnable=false\n")
+    namesrv = Namesrv(store_dir)
+    (store_dir / "namesrv.properties").write_text("")
+    with bind_mounted(source, store_dir / "namesrv.properties"):
+        answer = namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n"))
+        assert (answer.code, answer.remark, namesrv.failures) == (ResponseCode.SUCCESS, None, Counter())
+        assert namesrv.restarted()[1] is True
+    assert "orderMessageEnable=true\n" in source.read_text()
+    assert sorted(p.name for p in store_dir.iterdir()) == ["namesrv.properties"]  # no .tmp, no .old left
 
 
 def test_an_update_that_fails_validation_changes_no_value(tmp_path):

@@ -14,7 +14,6 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.test_housekeeping import MASTER, OTHER, START, config, register
 from twisted_namesrv import departures
 from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
-from twisted_namesrv.outages import HealthWatch
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -31,9 +30,9 @@ class Served:
         values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
         self.service = NamesrvService.from_config(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
-        health = HealthWatch(self.service.state.routes)
-        self.registry = registry(self.service.state, self.service.factory, self.service.seen, health)
-        self.api = StatusApi(self.service.state, self.service.factory, self.service.seen, health)
+        seen = self.service.seen
+        self.registry = registry(self.service.state, self.service.factory, seen, seen.health)
+        self.api = StatusApi(self.service.state, self.service.factory, seen, seen.health)
         self.ports = iter(range(40000, 41000))
 
     def connect(self):
@@ -169,10 +168,12 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
                                                                 "ts_ms": (START + 30) * 1000}}]
     assert served.api.overview()["brokers_departed"] == 1
 
-    served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b is forgotten; broker-a expired meanwhile
-    (group_a,) = served.api.clusters()["clusters"][0]["broker_groups"]
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b's departure is forgotten; broker-a expired meanwhile
+    (group_a, group_b) = served.api.clusters()["clusters"][0]["broker_groups"]
     assert group_a["members"][0]["departed"]["reason"].startswith("expired: no heartbeat for ")
     assert served.api.overview()["brokers_departed"] == 1
+    assert group_b["absent"]["how"] == "closed"  # the group is still expected (state/topology.py)
+    assert [(m["addr"], m["perm"], m["expected"]) for m in group_b["members"]] == [(OTHER, "absent", True)]
 
     served.broker()  # back: listed live again, not as departed
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]

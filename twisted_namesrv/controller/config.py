@@ -190,3 +190,19 @@ class ControllerConfig:
 
         return properties.dump((name, text(self.values[name])) for name, _ in CONTROLLER_KEYS)
 
+
+_METRICS = "Java's controller metrics exporter (OpenTelemetry); this controller's metrics are on the metrics port"
+_JRAFT = "a key of Java's jRaft controller, which this server does not run (controllerType jRaft is refused)"
+#: Java 5.3.3's ControllerConfig and JraftConfig keys that mqnamesrv -c reads with enableControllerInNamesrv
+#: and this controller does not act on, with why (schema.SERVER_SCHEMA's java_only: known, so --strict-config
+#: accepts them; a warning when set)
+JAVA_ONLY = {
+    **dict.fromkeys(("metricsGrpcExporterTarget", "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills",
+                     "metricGrpcExporterIntervalInMills", "metricLoggingExporterIntervalInMills",
+                     "metricsPromExporterPort", "metricsPromExporterHost", "metricsLabel", "metricsInDelta"), _METRICS),
+    # Java's setter is setProcessReadEvent (the -c key); GET_CONTROLLER_CONFIG shows the field, isProcessReadEvent
+    "processReadEvent": "Java's DLedger controller applies reads through its log with it; reads here are local",
+    **dict.fromkeys(("jRaftElectionTimeoutMs", "jRaftSnapshotIntervalSecs", "jRaftGroupId", "jRaftServerId",
+                     "jRaftInitConf", "jRaftControllerRPCAddr", "jRaftScanWaitTimeoutMs"), _JRAFT),
+}
+

@@ -240,6 +240,29 @@ class FileControllerLog:
             self._fd = None
 
 
+def read_log(store_path: str | os.PathLike[str]) -> list[bytes]:
+    """Every committed event of the log under ``store_path``, read only (a torn tail dropped, as a
+    start does): for an export while the controller is stopped.  ControllerLogError when there is no
+    log or it does not read back."""
+    log_file = FileControllerLog(store_path)
+    try:
+        data = log_file.path.read_bytes()
+    except OSError as exc:
+        raise ControllerLogError(f"controllerStorePath: cannot read {log_file.path}: {exc.strerror}") from None
+    return log_file._parse(data)[0]
+
+
+def write_log(store_path: str | os.PathLike[str], events: list[bytes]) -> Path:
+    """A new controller log under ``store_path`` holding ``events`` (an import), written whole and
+    durably; refuses to replace a log that holds events (two histories)."""
+    log_file = FileControllerLog(store_path)
+    if log_file.path.exists() and read_log(store_path):
+        raise ControllerLogError(f"controllerStorePath: {log_file.path} already holds events: move it away first")
+    data = MAGIC + b"".join(_RECORD.pack(len(e), zlib.crc32(e)) + e for e in events)
+    write_atomically(log_file.path, data, "controller log")
+    return log_file.path
+
+
 def _read_all(fd: int) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []

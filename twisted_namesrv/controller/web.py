@@ -31,9 +31,10 @@ class ControllerCollector(Collector):
                 active.add_metric([cluster, name], count)
         yield active
         elections = CounterMetricFamily("rocketmq_controller_election_total", "Elections by result: "
-                                        "new_master_elected, keep_current_master, no_master_elected",
+                                        "new_master_elected, keep_current_master, no_master_elected (those the "
+                                        "controller log records are counted from it: they survive a restart)",
                                         labels=["cluster", "broker_set", "election_result"])
-        for labels, count in sorted(metrics.election_total.items()):
+        for labels, count in sorted(metrics.elections(manager.replicas.elections).items()):
             elections.add_metric(list(labels), count)
         yield elections
         requests = CounterMetricFamily("rocketmq_controller_request_total", "Requests by type and handle status "

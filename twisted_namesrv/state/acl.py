@@ -55,8 +55,8 @@ NONCE_LIMIT = 16_384
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 #: what brokers send for themselves: any account that signs correctly
 BROKER_CODES = frozenset({103, 104, 322, 904})
-#: what operators send (KV, permissions, topics, config): admin accounts only
-ADMIN_CODES = frozenset({100, 102, 205, 216, 217, 318, 327})
+#: what operators send (KV, permissions, topics, config, and our RETIRE_BROKER_GROUP): admin accounts only
+ADMIN_CODES = frozenset({100, 102, 205, 216, 217, 318, 327, 90001})
 BROKER, ADMIN, READ = "broker", "admin", "read"
 #: how often the accounts file is checked for changes (Java 4.9.8's AclFileWatchService: 5000 ms)
 RELOAD_INTERVAL_SECONDS = 5.0

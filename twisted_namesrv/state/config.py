@@ -13,15 +13,16 @@ and ``is_secret`` say does not depend on what was imported.
 Two sets beside it are data every consumer consults rather than decides for itself:
 ``SECRET_KEYS`` (their values never leave the process: GET_NAMESRV_CONFIG leaves them out as Java
 leaves its TLS system properties out, ``-p``, logs, errors, the status page and the audit trail show
-``MASK``) and ``NOT_IMPLEMENTED`` (Java keys this server takes but does not act on: a start with
-one of them set warns, ``--strict-config`` refuses).
+``MASK``), ``NOT_IMPLEMENTED`` and ``NO_EFFECT`` (Java keys this server takes but does not act on: a
+start with one of them set warns) and ``JAVA_ONLY`` (keys of Java's other config objects that
+``mqnamesrv -c`` reads from the same file, ``ConfigSchema.java_only``: known, so ``--strict-config``,
+which refuses only keys no Java NameServer reads, accepts a file Java wrote, and a warning when set).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,14 @@ KEYS: list[ConfigKey] = [
     ConfigKey("fdReserve", DEFAULT_FD_RESERVE, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: a snapshot not confirmed current for longer than this (ms) is not served: its brokers would have
+    #: expired had a NameServer been running (the brokers' 120 s heartbeat timeout); 0: any age
+    ConfigKey("routeSnapshotMaxAge", 120_000, OURS, guarded=True),
+    #: the broker groups seen across restarts (topology_store.py); empty: topology.json beside kvConfigPath
+    ConfigKey("topologyPath", "", OURS, guarded=True),
+    #: /readyz waits this long (ms) after the start for the known broker groups to register again: brokers
+    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one
+    ConfigKey("readinessBrokerWait", 45_000, OURS),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
     ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
@@ -177,10 +186,10 @@ SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword", "se
 SECRET_NAME_ENDINGS = ("password", "secretkey", "secret", "token", "credential", "credentials")
 #: what a secret's value is shown as
 MASK = "******"
-#: Java NamesrvConfig keys this server reads but does not act on: set to anything but their default
-#: they start with a warning (--strict-config: refused).  Issue work that implements one removes it.
+#: Java NamesrvConfig keys asking for what this server does not do: set to anything but their default
+#: they start with a warning saying so (a Java key: --strict-config accepts it).  Issue work that
+#: implements one removes it.
 NOT_IMPLEMENTED = frozenset({
-    "rocketmqHome",  # Java: where its logback configuration is; here logging is Twisted's
     "productEnvName",  # Java: only with clusterTest
     "clusterTest",  # Java: routes of a test cluster fetched from another NameServer
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
@@ -189,7 +198,7 @@ NOT_IMPLEMENTED = frozenset({
 _ONE_THREAD = "one reactor thread serves every connection and request: there is no pool to size"
 _NETTY = "a Netty setting; Twisted's reactor has no counterpart"
 #: every Java key that changes nothing here, with why: ``-p`` says so above each, and a start with one
-#: set to anything but its default warns (NOT_IMPLEMENTED ones are also refused by --strict-config)
+#: set to anything but its default warns (rocketmqHome too, which Java writes into every file it saves)
 NO_EFFECT: dict[str, str] = {
     "rocketmqHome": "Java reads its logback configuration there; logging here is Twisted's (--log-*)",
     "productEnvName": "Java uses it only with clusterTest, which is not implemented",
@@ -205,6 +214,20 @@ NO_EFFECT: dict[str, str] = {
     "enableShutdownGracefully": "a stop here always closes the listeners first and the connections after",
     "shutdownWaitTimeSeconds": "a stop here does not wait for requests in flight: each is answered in one step",
 }
+_CLIENT = ("a setting of Java's NameServer's Netty client (its NOTIFY_MIN_BROKER_ID_CHANGE and controller notices "
+           "to brokers); this server sends each notice on a connection of its own, 3 s to connect")
+#: keys ``mqnamesrv -c`` reads into Java objects this server has no counterpart for, with why they change
+#: nothing here: NettyClientConfig's (5.3.3 reads them from the -c file; 4.9.8 ignores them); a schema
+#: with another module's keys adds that module's (schema.SERVER_SCHEMA: the embedded controller's).  Known, so
+#: --strict-config accepts them; set (to anything) they warn, as a Java file carries them only when an
+#: operator wrote them in.  GET_NAMESRV_CONFIG lists them as Java does the -c file's other keys.
+JAVA_ONLY: dict[str, str] = dict.fromkeys((
+    "clientWorkerThreads", "clientCallbackExecutorThreads", "clientOnewaySemaphoreValue", "clientAsyncSemaphoreValue",
+    "connectTimeoutMillis", "channelNotActiveInterval", "scanAvailableNameSrv", "clientChannelMaxIdleTimeSeconds",
+    "clientSocketSndBufSize", "clientSocketRcvBufSize", "clientPooledByteBufAllocatorEnable",
+    "clientCloseSocketIfTimeout", "useTLS", "socksProxyConfig", "disableCallbackExecutor", "disableNettyWorkerGroup",
+    "maxReconnectIntervalTimeSeconds", "enableReconnectForGoAway"), _CLIENT)
+# (NettyClientConfig has writeBufferHighWaterMark and writeBufferLowWaterMark too: NettyServerConfig keys here)
 
 
 def is_secret(name: str) -> bool:
@@ -242,6 +265,8 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
+    "routeSnapshotMaxAge": (0, None),
+    "readinessBrokerWait": (0, None),
     "peersCompareInterval": (1000, None),
 }
 
@@ -300,32 +325,37 @@ def split_advertised(text: str) -> tuple[str, int | None]:
 @dataclass(frozen=True)
 class ConfigSchema:
     """The keys a NamesrvConfig knows (typed by their defaults, guarded or not, listed in this
-    order), the checks their owners run on the values (ConfigError naming the key), and the keys
+    order), the checks their owners run on the values (ConfigError naming the key), the keys
     other modules read from the same ``-c`` file but keep in config objects of their own (never an
-    "unknown key" here, never changed by UPDATE_NAMESRV_CONFIG)."""
+    "unknown key" here, never changed by UPDATE_NAMESRV_CONFIG), and Java's keys of those modules
+    that nothing here reads, with why (``java_only``: JAVA_ONLY's kind; known, so --strict-config
+    accepts a file Java wrote, and a warning when set)."""
 
     keys: tuple[ConfigKey, ...]
     checks: tuple[Callable[[dict[str, Any]], None], ...] = ()
     kept_elsewhere: frozenset[str] = frozenset()
+    java_only: Mapping[str, str] = field(default_factory=dict, hash=False)
     by_name: dict[str, ConfigKey] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {key.name: key for key in self.keys})
 
     def with_keys(self, keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
-                  kept_elsewhere: frozenset[str] = frozenset()) -> ConfigSchema:
-        """This schema and a module's own ``keys`` (listed after these), ``check`` and the further
-        keys it keeps elsewhere: a new schema, this one unchanged."""
+                  kept_elsewhere: frozenset[str] = frozenset(),
+                  java_only: Mapping[str, str] | None = None) -> ConfigSchema:
+        """This schema and a module's own ``keys`` (listed after these), ``check``, the further
+        keys it keeps elsewhere and its Java keys without effect here: a new schema, this one unchanged."""
         added = tuple(key for key in keys if key.name not in self.by_name)
-        return ConfigSchema(self.keys + added, (*self.checks, check), self.kept_elsewhere | kept_elsewhere)
+        return ConfigSchema(self.keys + added, (*self.checks, check), self.kept_elsewhere | kept_elsewhere,
+                            {**self.java_only, **(java_only or {})})
 
     def known(self, name: str) -> bool:
         """A key of this schema, or one a module keeps elsewhere."""
         return name in self.by_name or name in self.kept_elsewhere
 
 
-#: the NameServer's own keys, nothing else
-NAMESRV_SCHEMA = ConfigSchema(tuple(KEYS))
+#: the NameServer's own keys, and its Java NettyClientConfig keys that change nothing here
+NAMESRV_SCHEMA = ConfigSchema(tuple(KEYS), java_only=JAVA_ONLY)
 
 
 #: the largest UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG body read: the whole configuration is
@@ -387,14 +417,20 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
 
 def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
                     schema: ConfigSchema = NAMESRV_SCHEMA) -> list[str]:
-    """Warnings for keys no setting of ``schema`` has (Java ignores them) and for Java keys set to
-    what this server does not do (NOT_IMPLEMENTED); a value that does not parse, or with
-    ``strict`` either kind of key, raises ConfigError naming key, value (never a secret) and file."""
+    """Warnings for keys no setting of ``schema`` has (Java ignores them), for Java keys set to what
+    this server does not do (NOT_IMPLEMENTED, NO_EFFECT) and for Java keys it has no counterpart for
+    (``schema.java_only``); a value that does not parse raises ConfigError naming key, value (never a
+    secret) and file, and so, with ``strict``, does a key no NameServer reads: a file Java itself wrote
+    (every key of its NamesrvConfig and NettyServerConfig, rocketmqHome included) passes."""
     warnings = []
     for name, text in file_keys.items():
         key = schema.by_name.get(name)
         if key is None and name in schema.kept_elsewhere:
             continue  # another module's (the embedded controller's: controller/config.py checks them)
+        if key is None and name in schema.java_only:
+            warnings.append(f"{path}: {name}={MASK if is_secret(name) else text.strip()}: no effect here, ignored "
+                            f"({schema.java_only[name]})")
+            continue
         if key is None:
             if strict:
                 raise ConfigError(f"{path}: unknown key {escaped(name)} (refused by --strict-config)")
@@ -410,9 +446,6 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
             shown = MASK if is_secret(name) else escaped(text.strip())
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
         if name in NO_EFFECT and _coerce(key, text) != key.default:
-            if strict and name in NOT_IMPLEMENTED:
-                raise ConfigError(f"{path}: {name}={escaped(text.strip())}: not implemented by this NameServer "
-                                  "(refused by --strict-config)")
             if name in NOT_IMPLEMENTED:
                 warnings.append(f"{path}: {name}={escaped(text.strip())}: not implemented, ignored "
                                 "(this NameServer does not do what the key asks)")
@@ -457,6 +490,9 @@ class NamesrvConfig:
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
+        #: why the running values differ from configStorePath's (a runtime change whose save failed: it
+        #: lasts until the restart); empty when the file holds them
+        self.unsaved = ""
         self._subscribers: list[Callable[[], None]] = []
         self._set(file_keys or {})
         self.values.update(values or {})
@@ -513,27 +549,33 @@ class NamesrvConfig:
         config.sources = sources
         return config
 
-    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> None:
-        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or
-        none: a value the server cannot run with (ConfigError), or a save that fails
-        (``persist(stored_text)`` raising OSError), leaves every value as it was, in memory and on disk."""
+    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> OSError | None:
+        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or none:
+        a value the server cannot run with raises ConfigError and leaves every value as it was.  Then
+        ``persist(stored_text)`` saves them; a save that fails (OSError: a read-only file, a full disk)
+        is returned, the values applied in memory as Java's Configuration.update does (it logs the
+        failed save and answers SUCCESS): the change lasts until the restart, and ``unsaved`` says so
+        until a later save succeeds."""
         values, extra = dict(self.values), dict(self.extra)
         try:
             self._set(props)
             self._validate()
-            if persist is not None:
-                persist(self.stored_text())
-        except (ConfigError, OSError) as exc:
+        except ConfigError:
             self.values.clear()
             self.values.update(values)
             self.extra.clear()
             self.extra.update(extra)
-            if persist is not None and getattr(exc, "replaced", False):  # renamed in place, not durable
-                with suppress(OSError):
-                    persist(self.stored_text())
             raise
+        failed = None
+        if persist is not None:
+            try:
+                persist(self.stored_text())
+                self.unsaved = ""
+            except OSError as exc:
+                failed, self.unsaved = exc, str(exc)
         for listener in self._subscribers:
             listener()
+        return failed
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""

@@ -22,7 +22,10 @@ from ..peers import PeersService
 from ..server import RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
+STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO", "EROFS")
+#: ... and namesrv_store_load_refusals: files read at start that were not used, by why
+LOADED_STORES = ("routeSnapshotPath", "topologyPath")
+LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
@@ -115,19 +118,36 @@ class NamesrvCollector(Collector):
         """What an alert fires on (outages.py): every family is served from the first scrape, the
         counts at 0, so an alert needs no "absent()" clause."""
         health = self.health.health()
-        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups in brokerAddrTable whose "
-                                "master (brokerId 0) is not live", value=len(health.without_master))
+        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups known (in brokerAddrTable, "
+                                "or remembered and absent) whose master (brokerId 0) is not live",
+                                value=len(health.without_master))
         master = GaugeMetricFamily("namesrv_broker_group_master_live", "1 while the broker group's master "
-                                   "(brokerId 0) is live, 0 while the group has members but no live master",
-                                   labels=["cluster", "broker"])
+                                   "(brokerId 0) is live, 0 while it is not: the group has members but no live "
+                                   "master, or none at all (remembered, absent)", labels=["cluster", "broker"])
+        absent = GaugeMetricFamily("namesrv_broker_group_absent", "1 while a broker group this NameServer has "
+                                   "seen has no member in the routes (expected but absent, until it registers "
+                                   "again or is retired), else 0", labels=["cluster", "broker"])
         for group in health.groups:
             master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
+            absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
         yield master
-        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters in clusterAddrTable in which "
-                                "no broker group takes writes (a live master with a writable queue)",
-                                value=len(health.clusters_without_writable_queues))
+        yield absent
+        yield GaugeMetricFamily("namesrv_broker_groups_known", "Broker groups this NameServer has seen and that "
+                                "were not retired (remembered across restarts)", value=health.known)
+        yield GaugeMetricFamily("namesrv_broker_groups_back", "Known broker groups with a member that registered "
+                                "since this NameServer started (N of namesrv_broker_groups_known back)",
+                                value=health.back)
+        yield GaugeMetricFamily("namesrv_broker_groups_absent", "Known broker groups with no member in the routes",
+                                value=len(health.absent))
+        yield CounterMetricFamily("namesrv_topology_refusals", "New broker groups not remembered because the "
+                                  "topology held its limit (10,000 groups)",
+                                  value=self.state.topology.refused)
+        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters known (in clusterAddrTable, "
+                                "or remembered) in which no broker group takes writes (a live master with a "
+                                "writable queue)", value=len(health.clusters_without_writable_queues))
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
-                                     "take writes (a live master with a writable queue)", labels=["cluster"])
+                                     "take writes (a live master with a writable queue); 0 for a cluster whose "
+                                     "groups are all absent", labels=["cluster"])
         for cluster, count in health.writable_groups.items():
             writable.add_metric([cluster], count)
         yield writable
@@ -162,13 +182,18 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
-        failures = CounterMetricFamily("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the "
-                                       "saved config (configStorePath) that failed, so the change was refused and "
-                                       "nothing changed, by store and error", labels=["store", "error"])
-        counts = self.metrics.store_failures
-        for store, error in sorted(set(counts) | {(s, e) for s in STORES for e in STORE_ERRORS}):
-            failures.add_metric([store, error], counts[store, error])
-        yield failures
+        yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
+                        "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
+                        "(configStorePath) is applied in memory only, until the restart, as Java's",
+                        "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
+                                "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
+                                "read-only file: a ConfigMap): a restart goes back to the file",
+                                value=1 if self.state.config.unsaved else 0)
+        yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
+                        "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
+                        "symlink), too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
+                        "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
@@ -209,10 +234,22 @@ class NamesrvCollector(Collector):
 
     def _build_info(self) -> Metric:
         info = GaugeMetricFamily("namesrv_build_info", "Always 1: this server's version, the Java generation it "
-                                 "emulates, Python's and Twisted's versions",
-                                 labels=["version", "compat", "python", "twisted"])
-        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version], 1)
+                                 "emulates, Python's and Twisted's versions, and its remoting port (the alerts "
+                                 "name a NameServer by its scrape target's host and this port)",
+                                 labels=["version", "compat", "python", "twisted", "listen_port"])
+        bound = self.state.listen_address.rpartition(":")[2]
+        port = bound if bound.isdigit() else str(self.state.config["listenPort"])
+        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version, port], 1)
         return info
+
+
+def _by_store(name: str, documentation: str, label: str, counts: Counter[tuple[str, str]],
+              stores: tuple[str, ...], values: tuple[str, ...]) -> Metric:
+    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` served from the start."""
+    family = CounterMetricFamily(name, documentation, labels=["store", label])
+    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values}):
+        family.add_metric([store, value], counts[store, value])
+    return family
 
 
 def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,

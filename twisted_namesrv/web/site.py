@@ -47,13 +47,31 @@ class MetricsPage(resource.Resource):
         return generate_latest(self.registry)
 
 
+#: where the page's first answers go: before its script, which reads them instead of asking
+PRELOAD_BEFORE = b'<script>\n"use strict";'
+
+
 class StatusPage(resource.Resource):
+    """The page, with its first answers in it (``/api/overview``, ``/api/clusters``, ``/api/events``,
+    none of them admin-only): it renders them as it loads, so whatever looks at it at its load event
+    - a plain ``chromium --headless --screenshot``, ``--dump-dom``, a slow browser - sees the
+    brokers, not "loading…", whatever the machine's load.  It refreshes from /api after that."""
+
     isLeaf = True
+
+    def __init__(self, api: StatusApi) -> None:
+        super().__init__()
+        self.api = api
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
-        return STATUS_PAGE.read_bytes()
+        first = {"api/overview": self.api.overview(), "api/clusters": self.api.clusters(),
+                 "api/events": self.api.events()}
+        data = json.dumps(first).replace("<", "\\u003c").encode()  # no "</script>" can end it early
+        page = STATUS_PAGE.read_bytes()
+        return page.replace(PRELOAD_BEFORE, b'<script id="preload" type="application/json">' + data +
+                            b"</script>\n" + PRELOAD_BEFORE, 1)
 
 
 class ApiError(Exception):
@@ -149,18 +167,19 @@ class QuietSite(BoundedSite):
 def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
               peers: PeersService | None = None, reactor: Any = None, fds: FdBudget | None = None) -> QuietSite:
-    """``seen``: what the server observed of itself (the composition root's owners); ``children``:
-    more top-level resources (the probes, the address server), each in its own module;
-    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
+    """``seen``: what the server observed of itself (the composition root's owners; ``seen.health``,
+    the one computation of the outages for /metrics, /api and the page); ``children``: more
+    top-level resources (the probes, the address server), each in its own module; ``controller``:
+    the embedded ControllerService, if any (its metrics and /api/controller); ``peers``: the peers
+    view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
     ``fds``: the descriptors its port admits connections against, told of each close."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
-    root.putChild(b"", StatusPage())
-    health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
-    root.putChild(b"metrics", MetricsPage(state, factory, seen, health, controller, peers))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory, seen, health), controller, peers))
+    api = StatusApi(state, factory, seen, seen.health)
+    root.putChild(b"", StatusPage(api))
+    root.putChild(b"metrics", MetricsPage(state, factory, seen, seen.health, controller, peers))
+    root.putChild(b"api", ApiResource(api, controller, peers))
     opened = bool(state.config["httpOpenBeyondLoopback"])
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
