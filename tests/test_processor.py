@@ -35,14 +35,14 @@ _opaques = itertools.count(1)
 class Namesrv:
     """A NamesrvState wired as the service wires it, on a fake clock, and a way to ask it."""
 
-    def __init__(self, tmp_path, profile: str = "5.3.3", **values) -> None:
+    def __init__(self, tmp_path, profile: str = "5.3.3", *, started: float = START, **values) -> None:
         base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kvConfig.json"),
                 "configStorePath": str(tmp_path / "namesrv.properties")}
         base.update(values)
         self.config = NamesrvConfig(base, schema=SERVER_SCHEMA)
         self.config_path = tmp_path / "namesrv.properties"
         self.clock = task.Clock()
-        self.clock.advance(START)
+        self.clock.advance(started)
         self.dispatcher = built.dispatcher(self.config, self.clock)
         self.state: NamesrvState = self.dispatcher.state
         self.routes = self.state.routes

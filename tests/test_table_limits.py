@@ -7,6 +7,7 @@ the tables change, and equals a recount after anything."""
 from __future__ import annotations
 
 import copy
+import json
 import random
 import struct
 import zlib
@@ -27,6 +28,7 @@ from twisted_namesrv.bodies.route import DataVersion, QueueData
 from twisted_namesrv.budget import MemoryBudget
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V4_9_8
+from twisted_namesrv.state.routes import FILTER_SERVERS_MAX
 from twisted_namesrv.state.snapshot import export_routes, import_routes
 
 
@@ -130,6 +132,101 @@ def test_a_table_past_max_topic_queue_entries_is_refused_whole(tmp_path, profile
     assert ns.routes.queueEntries == 150
 
 
+def register_topic(ns: Namesrv, topic: str, *groups: str):
+    body = json.dumps({"queueDatas": [{"brokerName": group, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+                                       "topicSysFlag": 0} for group in groups]}).encode()
+    return ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic}, body)
+
+
+def test_register_topic_in_namesrv_is_under_the_limits_too(tmp_path):
+    """REGISTER_TOPIC_IN_NAMESRV added (topic, group) entries past maxTopicsPerBroker and
+    maxTopicQueueEntries: one small request per entry, unsigned without ACL."""
+    ns = Namesrv(tmp_path, "5.3.3", maxTopicsPerBroker=5, maxTopicQueueEntries=7)
+    assert ns.register(topics=names("T", 3)).code == ResponseCode.SUCCESS
+    assert ns.register(name="b", addr=OTHER, topics=names("T", 3)).code == ResponseCode.SUCCESS
+    assert register_topic(ns, "X0", "broker-a").code == ResponseCode.SUCCESS  # 7 entries now, broker-a 4 topics
+    before = tables(ns)
+    with capturedLogs() as events:
+        answer = register_topic(ns, "X1", "broker-a")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "over maxTopicQueueEntries (7)" in answer.remark
+    assert tables(ns) == before and ns.state.refusals.counts["remoting", "max_topic_queue_entries"] == 1
+    assert [e["topic"] for e in events if e.get("refused") == "max_topic_queue_entries"] == ["X1"]
+    ns.config.values["maxTopicQueueEntries"] = 100
+    assert register_topic(ns, "X1", "broker-a").code == ResponseCode.SUCCESS
+    answer = register_topic(ns, "X2", "b", "broker-a")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "broker group broker-a would hold 6 topics" in answer.remark
+    assert "X2" not in ns.routes.topicQueueTable and ns.routes.topicsOfGroup == {"broker-a": 5, "b": 3}
+    assert register_topic(ns, "T00000", "broker-a").code == ResponseCode.SUCCESS  # held already: no new entry
+
+
+def long_name_registration(**fields: str) -> tuple[dict, bytes]:
+    """A compressed registration of a few kilobytes whose one long field inflates in the tables (header fields
+    are at most headerMaxLength, 64 KiB)."""
+    topics = {t: TopicConfig(t) for t in ("T1", "T2", fields.pop("topic", "T3"))}
+    mappings = {}
+    if "mapping" in fields:
+        mappings = {"M": {"topic": "M", "bname": fields.pop("mapping"), "epoch": 1}}
+    filters = [fields.pop("filter")] if "filter" in fields else []
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), topics, filters, mappings), True, True)
+    ext = {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a", "brokerId": "0",
+           "haServerAddr": "10.0.0.1:10912", "compressed": "true", **fields}
+    return ext, body
+
+
+@pytest.mark.parametrize("field", ["topic", "mapping", "filter", "brokerName", "clusterName", "brokerAddr",
+                                   "haServerAddr"])
+def test_a_name_longer_than_max_name_length_is_refused(tmp_path, field):
+    """The limits count entries; what one entry holds was unbounded: 51 KB of compressed registration
+    kept a topic name of 50 MB, 100 KB a static topic's mapping of 100 MB (for good: Java never removes
+    mappings), 240 KB a filterServerList of 50 MB."""
+    ns = Namesrv(tmp_path, "5.3.3")
+    length = 50_000_000 if field in ("topic", "mapping", "filter") else 60_000
+    ext, body = long_name_registration(**{field: "n" * length})
+    assert len(body) < 200_000
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.REGISTER_BROKER, ext, body)
+    refused(ns, answer, "max_name_length", events)
+    assert "characters is over maxNameLength (512)" in answer.remark
+    assert ns.routes.brokerAddrTable == {} and ns.routes.topicQueueTable == {}
+    assert ns.routes.topicQueueMappingInfoTable == {} and ns.routes.filterServerTable == {}
+    assert register_topic(ns, "t" * 513, "broker-a").code == ResponseCode.SYSTEM_ERROR
+
+
+def test_filter_servers_past_the_most_are_refused(tmp_path):
+    ns = Namesrv(tmp_path, "4.9.8")
+    answer = ns.register(filters=[f"10.0.0.9:{port}" for port in range(FILTER_SERVERS_MAX + 1)])
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "lists 9 servers, over the 8" in answer.remark
+    assert ns.state.refusals.counts["remoting", "filter_servers"] == 1 and ns.routes.brokerAddrTable == {}
+    assert ns.register(filters=[f"10.0.0.9:{port}" for port in range(FILTER_SERVERS_MAX)]).code == ResponseCode.SUCCESS
+
+
+def test_a_mapping_holds_javas_fields_only_and_counts_its_queues(tmp_path):
+    """Java reads a TopicQueueMappingInfo into its bean, dropping any other field; each queue its
+    currIdMap maps counts against maxTopicQueueEntries, so no mapping holds more than it counts."""
+    ns = Namesrv(tmp_path, "5.3.3", maxTopicQueueEntries=20)
+    mapping = {"topic": "S", "bname": "broker-a", "epoch": 3, "totalQueues": 8, "dirty": False, "scope": "__global__",
+               "currIdMap": {str(i): i for i in range(8)}, "junk": "x" * 1000, "nested": {"a": [1, 2]}}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in ("S", "T")},
+                                                   topicQueueMappingInfoMap={"S": mapping}), False, True)
+    ext = {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a", "brokerId": "0"}
+    assert ns.call(RequestCode.REGISTER_BROKER, ext, body).code == ResponseCode.SUCCESS
+    held = ns.routes.topicQueueMappingInfoTable["S"]["broker-a"]
+    assert set(held) == {"topic", "bname", "epoch", "totalQueues", "dirty", "scope", "currIdMap"}
+    assert ns.routes.mappingEntries == 9 and ns.routes.queueEntries == 2
+    bigger = {**mapping, "bname": "broker-b", "currIdMap": {str(i): i for i in range(9)}}  # 10 more: 21
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 2), {t: TopicConfig(t) for t in ("S", "T")},
+                                                   topicQueueMappingInfoMap={"S": bigger}), False, True)
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.REGISTER_BROKER, {**ext, "brokerName": "other", "brokerAddr": OTHER}, body)
+    refused(ns, answer, "max_topic_queue_entries", events)
+    assert "would hold 23 topic-queue entries" in answer.remark  # 11 + 2 topics of the new group
+    bad = {**mapping, "currIdMap": {"0": {"junk": "x"}}}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 3), {t: TopicConfig(t) for t in ("S", "T")},
+                                                   topicQueueMappingInfoMap={"S": bad}), False, True)
+    answer = ns.call(RequestCode.REGISTER_BROKER, ext, body)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "currIdMap maps queue ids" in answer.remark
+
+
 # -- a table over maxTopicsPerBroker: refused as it is counted, before it is all built -------------------------
 
 def compressed_table(count: int, announced: int | None = None) -> bytes:
@@ -213,7 +310,9 @@ def recounted(ns: Namesrv) -> tuple[dict[str, int], int, int]:
     for queues in ns.routes.topicQueueTable.values():
         for name in queues:
             groups[name] = groups.get(name, 0) + 1
-    return groups, sum(groups.values()), sum(map(len, ns.routes.topicQueueMappingInfoTable.values()))
+    mappings = sum(1 + len(info.get("currIdMap") or {}) for held in ns.routes.topicQueueMappingInfoTable.values()
+                   for info in held.values())
+    return groups, sum(groups.values()), mappings
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -237,7 +336,8 @@ def test_the_counts_equal_a_recount_after_any_sequence_of_changes(tmp_path, seed
         elif action == 5 and ns.profile.v5_bodies:  # a static topic's mapping (5.x)
             counter += 1
             topic = rng.choice(topics)
-            mapping = {"topic": topic, "bname": name, "epoch": 1, "totalQueues": 2, "dirty": False}
+            mapping = {"topic": topic, "bname": name, "epoch": 1, "totalQueues": 2, "dirty": False,
+                       "currIdMap": {str(i): i for i in range(rng.randrange(3))}}
             body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {
                 topic: TopicConfig(topic, 8, 8, 6), "Other": TopicConfig("Other", 8, 8, 6)},
                 topicQueueMappingInfoMap={topic: mapping}), False, True)
@@ -257,3 +357,15 @@ def test_the_counts_equal_a_recount_after_any_sequence_of_changes(tmp_path, seed
     restored = Namesrv(tmp_path / "restored", ns.profile.name)
     import_routes(restored.routes, export_routes(ns.routes))
     assert (restored.routes.topicsOfGroup, restored.routes.queueEntries) == recounted(ns)[:2]
+
+
+def test_a_kv_put_past_max_kv_bytes_is_refused_logged_and_counted(tmp_path):
+    ns = Namesrv(tmp_path, "5.3.3", maxKvBytes=1000)
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "a", "value": "v" * 500}).code == 0
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "b", "value": "v" * 500})
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "over maxKvBytes (1000)" in answer.remark
+    assert ns.state.kv.get("NS", "b") is None and ns.state.refusals.counts["remoting", "max_kv_bytes"] == 1
+    (line,) = [e for e in events if e.get("refused") == "max_kv_bytes"]
+    assert line["log_level"].name == "warn" and line["key"] == "b"
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "a", "value": "w" * 500}).code == 0

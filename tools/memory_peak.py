@@ -13,11 +13,14 @@
            UNREAD_LOOKUPS pipelined lookups of it (0: 64 KiB of them) and reading nothing
   amplify  AMPLIFY_BROKERS REGISTER_BROKERs on one connection, each a compressed table of
            AMPLIFY_TOPICS topics of its own under a broker name of its own, one after the other
+  http     HTTP_GROUPS broker groups whose cluster and broker names are HTTP_NAME characters long,
+           then HTTP_PEERS connections to the metrics port each asking GET /metrics and reading nothing
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
                             [--behind-seconds 8] [--behind-peers 20] [--amplify-brokers 8] [--amplify-topics 200000]
                             [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
+                            [--http-groups 5000] [--http-name 400] [--http-peers 128]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
@@ -62,9 +65,10 @@ def status_mb(pid: int, field: str) -> float:
 class Server:
     def __init__(self, src: Path, budget: int, config: list[str] | None = None) -> None:
         self.dir = tempfile.TemporaryDirectory()
-        self.port = free_port()
+        self.port, self.metrics_port = free_port(), free_port()
         conf = Path(self.dir.name) / "namesrv.properties"
-        lines = ([f"receiveMemoryBudget={budget}"] if budget else []) + list(config or [])
+        lines = ([f"receiveMemoryBudget={budget}"] if budget else []) + [f"metricsPort={self.metrics_port}"]
+        lines += list(config or [])
         conf.write_text("".join(line + "\n" for line in lines))
         env = {**os.environ, "PYTHONPATH": str(src)}
         self.process = subprocess.Popen(
@@ -359,9 +363,55 @@ def amplify(server: Server, brokers: int, topics: int, src: Path) -> dict[str, o
             "answers": sorted({code: codes.count(code) for code in codes}.items())}
 
 
+def http(server: Server, groups: int, name: int, peers: int, src: Path) -> dict[str, object]:
+    """Broker groups with long names (the /metrics answer grows with them), then ``peers``
+    connections asking /metrics and reading nothing, as a slow or stalled scraper would."""
+    remoting, codes = codec(src)
+    body = plain_table_of(["http1", "http2"])
+    registered = 0
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    for start in range(0, groups, 500):
+        batch = range(start, min(groups, start + 500))
+        brokers.sendall(b"".join(remoting.RemotingCommand.request(remoting.RequestCode.REGISTER_BROKER, {
+            "clusterName": "c" * name, "brokerAddr": f"127.0.{g // 250}.{g % 250}:10911",
+            "brokerName": f"{g:06d}" + "b" * (name - 6), "brokerId": "0", "compressed": "false",
+            "bodyCrc32": "0", "heartbeatTimeoutMillis": "3600000"}, body, opaque=g + 1,
+            version=codes.V4_9_8).encode() for g in batch))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(batch)))
+    request = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.metrics_port), timeout=120) as one:
+        one.sendall(request.replace(b"HTTP/1.1", b"HTTP/1.0"))
+        size = len(b"".join(iter(lambda: one.recv(1 << 20), b"")))
+    started = server.rss_mb()
+    sockets = []
+    for _ in range(peers):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.metrics_port))
+        sock.sendall(request)
+        sockets.append(sock)
+    highest = started
+    for _ in range(10 + peers // 4):  # every request rendered (about 0.3 s each for 17 MB), within the idle timeout
+        time.sleep(1)
+        highest = max(highest, server.rss_mb())
+    for sock in sockets:
+        sock.close()
+    time.sleep(3)  # the server sees them go (a write fails) before the last scrape, which no one closes then
+    with socket.create_connection(("127.0.0.1", server.metrics_port), timeout=120) as one:
+        one.sendall(request.replace(b"HTTP/1.1", b"HTTP/1.0"))
+        metrics = b"".join(iter(lambda: one.recv(1 << 20), b""))
+    refused = [line.split()[-1].decode() for line in metrics.splitlines()
+               if line.startswith(b'namesrv_refusals_total{listener="http",reason="memory_budget"}')]
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_mb": started, "rss_highest_mb": highest, "groups": groups,
+            "registered": registered, "answer_mb": round(size / 1e6, 1), "peers": peers,
+            "refused_memory_budget": refused[0] if refused else "none"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attacks", default="stall,bomb", help="comma-separated: stall,bomb,behind,queue,amplify")
+    parser.add_argument("--attacks", default="stall,bomb",
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -375,6 +425,9 @@ def main() -> None:
     parser.add_argument("--unread-groups", type=int, default=2000)
     parser.add_argument("--unread-peers", type=int, default=4)
     parser.add_argument("--unread-lookups", type=int, default=0, help="each peer's (0: 64 KiB of them)")
+    parser.add_argument("--http-groups", type=int, default=5000)
+    parser.add_argument("--http-name", type=int, default=400, help="characters of each cluster and broker name")
+    parser.add_argument("--http-peers", type=int, default=128)
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -386,6 +439,7 @@ def main() -> None:
         "queue": lambda s: queue(s, args.peers, args.behind_topics, args.src),
         "amplify": lambda s: amplify(s, args.amplify_brokers, args.amplify_topics, args.src),
         "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
+        "http": lambda s: http(s, args.http_groups, args.http_name, args.http_peers, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]

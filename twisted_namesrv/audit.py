@@ -121,6 +121,26 @@ class AuditEvent:
                 f"-> {self.result}{why}")
 
 
+#: the most characters of one target value (a namespace, key, topic, config value) an event keeps, and
+#: the most config keys: a request's header fields and body may hold 64 KiB each, and every audited
+#: request, done or refused, is a log line, a JSON event and one of the status page's recent events
+VALUE_MAX, CONFIG_KEYS_MAX = 256, 64
+
+
+def clipped(value: Any) -> Any:
+    """``value`` as an event keeps it: text beyond VALUE_MAX characters cut, with how long it was; a
+    config update's keys beyond CONFIG_KEYS_MAX left out, with how many."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        kept = {clipped(k): clipped(v) for k, v in items[:CONFIG_KEYS_MAX]}
+        if len(items) > CONFIG_KEYS_MAX:
+            kept["..."] = f"{len(items) - CONFIG_KEYS_MAX} more keys"
+        return kept
+    if isinstance(value, str) and len(value) > VALUE_MAX:
+        return f"{value[:VALUE_MAX]}...({len(value)} characters)"
+    return value
+
+
 def _shown(value: Any) -> str:
     """A target value in the text line: a config update's keys as ``{k=v, k=v}``."""
     if isinstance(value, dict):
@@ -180,7 +200,8 @@ class Trail:
         claimed = request.ext.get(ACCESS_KEY)
         identity = self.acl.verified(request.ext, request.body) if self.acl is not None and claimed else None
         return AuditEvent(self.clock(), peer.address, identity, request.code, audited.operations[request.code],
-                          target, result, reason, None if identity else claimed, audited.name(request.code))
+                          clipped(target), result, reason, None if identity else clipped(claimed),
+                          audited.name(request.code))
 
     def _target(self, request: RemotingCommand) -> dict[str, Any]:
         if request.code in self.audited.config_codes:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .state.config import DEFAULT_FD_RESERVE
-from .state.files import read_regular_text
+from .state.files import TEXT_FILE_LIMIT, read_regular_text
 
 MiB = 1024 * 1024
 #: the default's ceiling and floor: a quarter of what the machine allows, within these
@@ -79,7 +79,7 @@ def machine_limit() -> int | None:
     except (ValueError, OSError):
         pass
     try:
-        text = read_regular_text(CGROUP_MEMORY_MAX).strip()
+        text = read_regular_text(CGROUP_MEMORY_MAX, TEXT_FILE_LIMIT).strip()
         if text.isdigit():
             limits.append(int(text))
     except OSError:

@@ -4,10 +4,14 @@ value): the one rule for finding them and the one way of showing them, shared by
 ``\\uXXXX``; UPDATE_NAMESRV_CONFIG refuses values holding one).
 
 What counts (``CONTROLS``): C0, DEL and C1 (a raw ESC starts a terminal escape sequence: recolour,
-retitle, rewrite lines already shown; a raw CR or newline forges lines), the zero-width and
-bidirectional formatting controls (they reorder or hide what is shown), the line and paragraph
-separators and NEL (line ends to ``str.splitlines`` and to many viewers), the BOM, and lone UTF-16
-surrogates (``"\\ud800"`` in a JSON header: no UTF-8 encoder writes one, so a line holding one is lost).
+retitle, rewrite lines already shown; a raw CR or newline forges lines), every Unicode format
+character (category Cf: the bidirectional controls, ALM U+061C among them, reorder what is shown; the
+zero-width ones, the soft hyphen, the tag characters U+E0000..U+E0FFF hide text) and every other
+default-ignorable code point (variation selectors, Hangul fillers, the combining grapheme joiner:
+what a viewer draws as nothing), the line and paragraph separators and NEL (line ends to
+``str.splitlines`` and to many viewers), the BOM, and lone UTF-16 surrogates (``"\\ud800"`` in a JSON
+header: no UTF-8 encoder writes one, so a line holding one is lost).  ``tests/test_escapes.py``
+holds the set to Python's own Unicode tables.
 """
 
 from __future__ import annotations
@@ -15,17 +19,23 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: C0, DEL, C1, zero-width and bidirectional formatting controls, line and paragraph separators, BOM,
-#: lone surrogates
-CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+#: C0, DEL, C1; Unicode's format characters (Cf) and default-ignorable code points (invisible); line and
+#: paragraph separators; lone surrogates
+_BEYOND_C0 = ("\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+              "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff"
+              "\uffa0\ufff0-\ufffb\ud800-\udfff\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+              "\U0001d173-\U0001d17a\U000e0000-\U000e0fff")
+CONTROLS = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: what json.dumps leaves raw in its strings (it escapes C0 itself; with ensure_ascii=True only DEL is left)
-_JSON_RAW = re.compile("[\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+_JSON_RAW = re.compile(f"[{_BEYOND_C0}]")
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                                else f"\\U{code:08x}")
 
 
 def escaped(value: Any) -> str:
@@ -37,7 +47,13 @@ def escaped(value: Any) -> str:
 def json_escaped(text: str) -> str:
     """JSON text from ``json.dumps`` with what it leaves raw in its strings as ``\\uXXXX`` (still JSON,
     the same document)."""
-    return _JSON_RAW.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _JSON_RAW.sub(lambda match: "".join(f"\\u{unit:04x}" for unit in _utf16_units(match.group())), text)
+
+
+def _utf16_units(char: str) -> list[int]:
+    """The UTF-16 code units of one character (two for one beyond U+FFFF, as JSON writes it)."""
+    data = char.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def first_control(text: str) -> str | None:

@@ -89,7 +89,7 @@ class EventLogService(StepTimerService):
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
-                restored = decode_events(read_regular(self.path))
+                restored = decode_events(read_regular(self.path, None))
             except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
                 raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
             except OSError as exc:

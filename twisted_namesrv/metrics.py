@@ -74,6 +74,8 @@ class Metrics:
     store_load_refusals: Counter = field(default_factory=Counter)
     #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
     acl_reload_failures: int = 0
+    #: pushes to brokers (server.py: Notifier) by result: sent, failed, superseded, dropped
+    pushes: Counter = field(default_factory=Counter)
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
         """``code`` must be one the server handles or OTHER_CODE (Dispatcher folds the others

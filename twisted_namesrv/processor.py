@@ -39,7 +39,7 @@ from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, request_of
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
@@ -112,6 +112,10 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
         state.kv.put(namespace, key, ext.get("value"))
     except StoreError as exc:  # logged and counted by the store; nothing changed
         return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig not applied: {exc}")
+    except KVLimitError as exc:  # nothing changed (Java has no limit)
+        state.refusals("remoting", "max_kv_bytes", peer.address, "putKVConfig {namespace}/{key} refused: {why}",
+                       namespace=namespace[:200], key=key[:200], why=str(exc))
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig refused: {exc}", normal=False)
     return respond(state, request)
 
 
@@ -336,7 +340,13 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
             queues = [QueueData.from_json(q) for q in (json_body(request).get("queueDatas") or [])]
         except (AttributeError, TypeError, KeyError, OverflowError, ValueError) as exc:
             raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
-        state.routes.register_topic(request.ext.get("topic"), queues)
+        try:
+            state.routes.register_topic(request.ext.get("topic"), queues)
+        except RegistrationRefused as refusal:  # past a limit of the tables: nothing stored (Java has none)
+            state.refusals("remoting", refusal.reason, peer.address, "register topic {topic} refused: {why}",
+                           topic=str(request.ext.get("topic"))[:200], why=str(refusal))
+            return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register topic refused: {refusal}",
+                           normal=False)
     return respond(state, request)
 
 

@@ -123,7 +123,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     # updateNamesrvConfig applies a change its file cannot take (a read-only ConfigMap), as Java does
     applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
     config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
-    kv = KVConfigManager(kv_file.save)
+    kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
     kv.load(kv_path)
     routes = RouteInfoManager(config, seconds, notifier=notifier)
     answers = AnswerCache(routes, keep=keep_answers)
@@ -184,6 +184,8 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
                        fd_limit=open_file_limit())
         state, metrics = owners.state, owners.seen.metrics
+        # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
+        notifier.counts, notifier.fds = metrics.pushes, owners.fds
         events = EventLogService(owners.seen.events, events_path(config), reactor)
         events.load()
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
@@ -217,8 +219,13 @@ def restored_members(routes: RouteInfoManager) -> list[tuple[str, str, int, str]
 def reload_acl(acl: AccessControl, metrics: Metrics) -> None:
     """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
     file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
-    accounts read before, one error line and one count in ``metrics.acl_reload_failures``."""
-    outcome = acl.reload_if_changed()
+    accounts read before, one error line and one count in ``metrics.acl_reload_failures``.  Whatever
+    goes wrong, the timer goes on (an exception out of here would end it: no later change of the
+    accounts, a revoked one included, would ever be read)."""
+    try:
+        outcome = acl.reload_if_changed()
+    except Exception as exc:  # the timer's boundary: anything unforeseen is a failed reload, said once
+        outcome = f"not reloaded, the accounts read before stay: {type(exc).__name__}: {exc}"
     if outcome is None:
         return
     if outcome.startswith("reloaded"):

@@ -28,7 +28,7 @@ from .remoting.codes import code_name
 from .remoting.command import RemotingCommand
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
-from .state.files import read_regular
+from .state.files import TEXT_FILE_LIMIT, read_regular
 
 if TYPE_CHECKING:
     from twisted.internet.ssl import CertificateOptions, PrivateCertificate
@@ -71,7 +71,7 @@ def _read(config: NamesrvConfig, key: str) -> bytes:
     if not path:
         raise ConfigError(f"{key}: required with tls.server.mode={config['tls.server.mode']}")
     try:
-        return read_regular(path)
+        return read_regular(path, TEXT_FILE_LIMIT)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
 

@@ -85,7 +85,7 @@ class RouteSnapshotService(StepTimerService):
                           "routeSnapshotMaxAge ({max_age:.0f} s); starting with empty routes until brokers register",
                           path=str(self.path), age=age, max_age=self.max_age)
                 return 0
-            data = read_regular(self.path)
+            data = read_regular(self.path, None)
         except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
             raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
         except OSError as exc:

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.request import urlopen
@@ -87,14 +88,14 @@ def test_only_regular_files_are_opened_and_nothing_blocks(tmp_path):
     listening.bind(str(tmp_path / "sock"))
     (tmp_path / "dir").mkdir()
     with no_blocking():
-        assert read_regular(regular) == read_regular(tmp_path / "link") == b"data"
+        assert read_regular(regular, None) == read_regular(tmp_path / "link", 16) == b"data"
         for path, kind in ((fifo(tmp_path), "a FIFO (named pipe)"), (tmp_path / "pipe.fifo", "a FIFO (named pipe)"),
                            (tmp_path / "dir", "a directory"), (Path("/dev/null"), "a character device")):
             with pytest.raises(NotRegularFile) as raised:
-                read_regular(path)
+                read_regular(path, None)
             assert raised.value.strerror == f"{kind}, not a regular file" and raised.value.filename == str(path)
         with pytest.raises(OSError):  # a socket cannot even be opened
-            read_regular(tmp_path / "sock")
+            read_regular(tmp_path / "sock", None)
         with pytest.raises(NotRegularFile):  # for writing too: O_RDWR of a FIFO opens, and the read would block
             open_regular(tmp_path / "pipe", os.O_RDWR | os.O_CREAT)
     listening.close()
@@ -174,6 +175,42 @@ def test_a_fifo_swapped_in_for_the_accounts_keeps_the_old_ones(tmp_path):
     accounts.write_text(ACCOUNTS.replace("ops", "ops2"))
     reload_acl(acl, metrics)
     assert set(acl.accounts) == {"ops2"}
+
+
+def test_a_huge_file_swapped_in_for_the_accounts_is_refused_unread(tmp_path):
+    """A huge sparse file (4 GB in the attack): the reload read it whole every 5 s on the reactor thread (under a memory
+    limit the MemoryError ended the reload timer: no later change of the accounts was read)."""
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(ACCOUNTS)
+    acl = AccessControl.from_file(str(accounts))
+    metrics = Metrics()
+    huge = tmp_path / "huge.yml"
+    with open(huge, "wb") as handle:
+        handle.truncate(64 << 20)  # sparse: no disk, but read whole it is 64 MiB (the attack was 4 GB)
+    os.replace(huge, accounts)
+    tracemalloc.start()
+    with capturedLogs() as events:
+        reload_acl(acl, metrics)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    (line,) = [formatEvent(e) for e in events]
+    assert "not reloaded, the accounts read before stay" in line and "over the 4194304 this file may hold" in line
+    assert peak < 1 << 20 and metrics.acl_reload_failures == 1 and set(acl.accounts) == {"ops"}  # never read
+    accounts.unlink()
+    accounts.write_text(ACCOUNTS.replace("ops", "ops2"))
+    reload_acl(acl, metrics)
+    assert set(acl.accounts) == {"ops2"}
+
+
+def test_the_reload_timer_survives_whatever_a_reload_raises(tmp_path, monkeypatch):
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(ACCOUNTS)
+    acl = AccessControl.from_file(str(accounts))
+    metrics = Metrics()
+    monkeypatch.setattr(acl, "reload_if_changed", lambda: (_ for _ in ()).throw(MemoryError()))
+    with capturedLogs() as events:
+        reload_acl(acl, metrics)  # an exception out of here would end the TimerService calling it
+    assert metrics.acl_reload_failures == 1 and "MemoryError" in formatEvent(events[0])
 
 
 def test_a_live_server_keeps_answering_when_its_accounts_become_a_fifo(tmp_path):

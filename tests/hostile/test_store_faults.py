@@ -24,6 +24,7 @@ controller log refused to start after an ENOSPC.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
 from twisted_namesrv.controller.manager import ControllerManager
 from twisted_namesrv.controller.metrics import ControllerMetrics
 from twisted_namesrv.controller.processor import CONTROLLER_TABLE
-from twisted_namesrv.controller.replicas import ReplicasInfoManager
+from twisted_namesrv.controller.replicas import MAX_TEXT_LENGTH, ReplicasInfoManager
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -261,21 +262,27 @@ def group_of_three(controller: Controller) -> None:
 
 
 def pad_to_a_page_end(controller: Controller, room: int = 10) -> None:
-    """Grow the log (a good record of another group) to ``room`` bytes short of a page: a tmpfs
-    file's last page has space a full disk does not take, so the next append then writes ``room``
-    bytes and meets ENOSPC - the half record of the issue."""
-    size = (controller.directory / "controller.log").stat().st_size
-    target = (size // PAGE + 1) * PAGE - room
-    while True:
-        for length in range(1, PAGE):
-            event = ApplyBrokerIdEvent("C", "pad", "a", 1, "a;" + "x" * length)
-            if size + 8 + len(encode_event(event)) == target:
-                assert controller.call(Req.CONTROLLER_APPLY_BROKER_ID, {
-                    "clusterName": "C", "brokerName": "pad", "appliedBrokerId": "1",
-                    "registerCheckCode": "a;" + "x" * length}).code == 0
-                assert (controller.directory / "controller.log").stat().st_size == target
-                return
-        target += PAGE
+    """Grow the log (good records of other groups, each register check code within MAX_TEXT_LENGTH)
+    to ``room`` bytes short of a page: a tmpfs file's last page has space a full disk does not take,
+    so the next append then writes ``room`` bytes and meets ENOSPC - the half record of the issue."""
+    log = controller.directory / "controller.log"
+    target = (log.stat().st_size // PAGE + 1) * PAGE - room
+    for count in itertools.count():
+        name, gap = f"pad{count}", target - log.stat().st_size
+        sizes = {8 + len(encode_event(ApplyBrokerIdEvent("C", name, "a", 1, "a;" + "x" * length))): length
+                 for length in range(1, MAX_TEXT_LENGTH - 1)}
+        smallest = min(sizes)
+        if gap < smallest:  # no record fits: a page further
+            target += PAGE
+            gap += PAGE
+        # the one record that fills the gap, else one that leaves room for another (a name a digit longer)
+        size = gap if gap in sizes else max(size for size in sizes if gap - size >= smallest + 2)
+        assert controller.call(Req.CONTROLLER_APPLY_BROKER_ID, {
+            "clusterName": "C", "brokerName": name, "appliedBrokerId": "1",
+            "registerCheckCode": "a;" + "x" * sizes[size]}).code == 0
+        if size == gap:
+            assert log.stat().st_size == target
+            return
 
 
 CONTROLLER_WRITES = {

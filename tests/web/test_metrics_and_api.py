@@ -3,6 +3,7 @@ in-memory transports, scraped and queried without a network."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 from prometheus_client import generate_latest
@@ -11,9 +12,10 @@ from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
-from tests.test_housekeeping import MASTER, OTHER, START, config, register
+from tests.test_housekeeping import MASTER, OTHER, START, config, register, register_request
 from twisted_namesrv import departures
 from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.escapes import CONTROLS
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -225,3 +227,30 @@ def test_an_idle_close_is_reported_as_idle(tmp_path):
     departed = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["departed"]
     assert departed == {"kind": "idle", "crash": True, "reason": "idle: no request for 120 s",
                         "ts_ms": (START + 180) * 1000}
+
+
+def raw_register(served: Served, cluster: str, name: str, addr: str) -> None:
+    """A REGISTER_BROKER whose JSON header escapes what it holds (``\\ud800``: a lone surrogate, which
+    no encoder of ours writes), as any peer may send it, unsigned without ACL."""
+    request = register_request(addr, name)
+    header = json.dumps({"code": int(RequestCode.REGISTER_BROKER), "extFields": {**request.ext, "clusterName": cluster},
+                         "flag": 0, "language": "JAVA", "opaque": 9, "serializeTypeCurrentRPC": "JSON",
+                         "version": V5_3_3}).encode()
+    proto, transport = served.connect()
+    proto.dataReceived(struct.pack(">ii", 4 + len(header) + len(request.body), len(header)) + header + request.body)
+    assert b'"code":0' in transport.value()
+
+
+def test_label_values_hold_no_control_character(tmp_path):
+    """Cluster and broker names are labels, and any peer registers them: an ESC or CR in one reached the
+    terminal of whoever ran ``curl /metrics`` raw (the text format escapes only \\, " and newlines), and a
+    lone surrogate made every scrape fail (500) while that broker was registered. Now each is the
+    visible escape the log and the terminal show (escapes.py)."""
+    served = Served(tmp_path)
+    raw_register(served, "c\x1b[2J\r\u2028", "b\u202e-a", MASTER)
+    raw_register(served, "sur\ud800", "b-b", OTHER)
+    text = generate_latest(served.registry).decode("utf-8")
+    assert not CONTROLS.search(text.replace("\n", ""))
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c\\x1b[2J\\r\\u2028", broker="b\\u202e-a") == 1
+    assert value(samples, "namesrv_broker_group_master_live", cluster="sur\\ud800", broker="b-b") == 1

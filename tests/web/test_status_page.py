@@ -163,6 +163,7 @@ def test_metrics_api_and_page_over_http(tmp_path):
                 ("/api/route", 400, "missing query parameter 'topic' (/api/route?topic=NAME)"),
                 ("/api/events?since=soon", 400, "query parameter 'since' must be a whole number >= 0, not 'soon'"),
                 ("/api/topics?limit=-1", 400, "query parameter 'limit' must be a whole number >= 0, not '-1'"),
+                ("/api/events?since=" + "9" * 5000, 400, "query parameter 'since' has 5000 digits, at most 12"),
                 ("/api/nothing", 404, "no endpoint /api/nothing; there are /api/overview, /api/clusters, "
                                       "/api/topics, /api/route, /api/kv, /api/events, /api/peers")]:
             code, kind, body = yield get(base + path)

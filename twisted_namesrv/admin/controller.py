@@ -25,7 +25,7 @@ def _leader(controllers: Namesrvs) -> NamesrvClient:
     known = next((c for c in controllers.clients if c.addr == leader), None)
     if known is None:  # signed and over TLS as the others are
         first = controllers.clients[0]
-        known = NamesrvClient(leader, first.timeout, first.credentials, first.tls, first.sign_reads)
+        known = NamesrvClient(leader, first.timeout, first.credentials, first.tls, first.sign_reads, first.fan_out)
         controllers.clients.append(known)  # closed with the others
     return known
 

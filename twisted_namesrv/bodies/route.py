@@ -125,9 +125,32 @@ def int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
     return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in mapping.items()}
 
 
-def queue_mapping_info(obj: dict[str, Any]) -> dict[str, Any]:
-    """A TopicQueueMappingInfo passed through: bean order, currIdMap keyed by int."""
-    info = dict(sorted(obj.items()))
-    if isinstance(info.get("currIdMap"), dict):
-        info["currIdMap"] = int_keys(info["currIdMap"])
+#: TopicQueueMappingInfo's fields and the JSON types fastjson reads into them; any other field is dropped,
+#: as Java's bean drops it (kept, a field of 100 MB rode along in the tables for good)
+MAPPING_INFO_FIELDS: dict[str, tuple[type, ...]] = {
+    "bname": (str,), "currIdMap": (dict,), "dirty": (bool,), "epoch": (int,), "scope": (str,), "topic": (str,),
+    "totalQueues": (int,)}
+
+
+def queue_mapping_info(obj: Any) -> dict[str, Any]:
+    """A TopicQueueMappingInfo as Java's bean holds it: its fields only, in bean order, currIdMap
+    keyed and valued by int (logical queue id -> physical one); ValueError for what fastjson could
+    not read into the bean (a field of another type, a currIdMap value that is no integer)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"a TopicQueueMappingInfo is a JSON object, not {type(obj).__name__}")
+    info: dict[str, Any] = {}
+    for name, types in MAPPING_INFO_FIELDS.items():
+        value = obj.get(name)
+        if value is None:
+            if name in obj:
+                info[name] = None
+            continue
+        if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
+            raise ValueError(f"TopicQueueMappingInfo.{name} is {type(value).__name__}")
+        info[name] = value
+    if "currIdMap" in info and info["currIdMap"] is not None:
+        ids = int_keys(info["currIdMap"])
+        if not all(isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool) for k, v in ids.items()):
+            raise ValueError("TopicQueueMappingInfo.currIdMap maps queue ids to queue ids (integers)")
+        info["currIdMap"] = ids
     return info

@@ -86,10 +86,29 @@ def elect_master(manager: ControllerManager, request: RemotingCommand, peer: Pee
                                                  header.designateElect, trigger))
 
 
+def _within_limits(manager: ControllerManager, peer: Peer, what: str, cluster: str | None, broker_name: str | None,
+                   broker_id: int | None, texts: tuple[str | None, ...],
+                   then: Callable[[], ControllerResult]) -> Callable[[], ControllerResult]:
+    """``then`` at its turn, unless the request would pass a limit of the tables (replicas.py:
+    MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH): then a refusal, logged and counted, and no event."""
+    def supplier() -> ControllerResult:
+        refused = manager.replicas.limit_refusal(cluster, broker_name, broker_id, texts)
+        if refused is None:
+            return then()
+        reason, why = refused
+        manager.refusals("controller", reason, peer.address, "{what} of broker set {broker} refused: {why}",
+                         what=what, broker=str(broker_name)[:200], why=why)
+        return ControllerResult({"clusterName": cluster, "brokerName": broker_name}).fail(
+            Code.CONTROLLER_INVALID_REQUEST, f"{what} refused: {why}")
+    return supplier
+
+
 def register_broker(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     header = headers.RegisterBrokerToControllerRequestHeader.from_ext(request.ext)
-    return _answer(request, manager.submit(lambda: manager.replicas.register_broker(
-        header.clusterName, header.brokerName, header.brokerId, header.brokerAddress, manager.alive)))
+    return _answer(request, manager.submit(_within_limits(
+        manager, peer, "registerBroker", header.clusterName, header.brokerName, header.brokerId,
+        (header.brokerAddress,), lambda: manager.replicas.register_broker(
+            header.clusterName, header.brokerName, header.brokerId, header.brokerAddress, manager.alive))))
 
 
 def get_replica_info(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
@@ -183,8 +202,10 @@ def get_next_broker_id(manager: ControllerManager, request: RemotingCommand, pee
 
 def apply_broker_id(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     header = headers.ApplyBrokerIdRequestHeader.from_ext(request.ext)
-    return _answer(request, manager.submit(lambda: manager.replicas.apply_broker_id(
-        header.clusterName, header.brokerName, header.appliedBrokerId, header.registerCheckCode)))
+    return _answer(request, manager.submit(_within_limits(
+        manager, peer, "applyBrokerId", header.clusterName, header.brokerName, header.appliedBrokerId,
+        (header.registerCheckCode,), lambda: manager.replicas.apply_broker_id(
+            header.clusterName, header.brokerName, header.appliedBrokerId, header.registerCheckCode))))
 
 
 HANDLERS: dict[int, Handler] = {

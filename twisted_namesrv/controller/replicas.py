@@ -140,6 +140,13 @@ class ElectPolicy:
         raise NotImplementedError
 
 
+#: what the controller's tables may hold, each entry written to its log for good (Java has no
+#: bound): broker sets (as the NameServer's maxBrokerGroups), ids of one set (maxBrokersPerGroup), and
+#: the characters of a name, address or register check code (maxNameLength).  Past one, APPLY_BROKER_ID
+#: or REGISTER_BROKER is refused before an event is written (``limit_refusal``)
+MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH = 20_000, 64, 512
+
+
 class ReplicasInfoManager:
     def __init__(self, enable_elect_unclean_master: Callable[[], bool] = lambda: False) -> None:
         self.enable_elect_unclean_master = enable_elect_unclean_master
@@ -237,6 +244,23 @@ class ReplicasInfoManager:
         replicas = self.replica_info_table.get(broker_name) if broker_name is not None else None
         next_id = FIRST_BROKER_CONTROLLER_ID if replicas is None else replicas.next_assign_broker_id
         return ControllerResult({"clusterName": cluster_name, "brokerName": broker_name, "nextBrokerId": next_id})
+
+    def limit_refusal(self, cluster_name: str | None, broker_name: str | None, broker_id: int | None,
+                      texts: Iterable[str | None]) -> tuple[str, str] | None:
+        """(reason, why) when an APPLY_BROKER_ID or REGISTER_BROKER would pass a limit of the tables
+        (MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH), else None."""
+        for text in (cluster_name, broker_name, *texts):
+            if text is not None and len(text) > MAX_TEXT_LENGTH:
+                return "max_name_length", f"a field of {len(text)} characters, over {MAX_TEXT_LENGTH}"
+        replicas = self.replica_info_table.get(broker_name) if broker_name is not None else None
+        if replicas is None:
+            if len(self.replica_info_table) >= MAX_BROKER_SETS:
+                return "max_broker_groups", (f"a new broker set, and {len(self.replica_info_table)} are "
+                                             f"registered: at most {MAX_BROKER_SETS}")
+        elif not replicas.is_broker_exist(broker_id) and len(replicas.all_brokers()) >= MAX_BROKER_IDS:
+            return "max_brokers_per_group", (f"broker set {broker_name} holds {len(replicas.all_brokers())} "
+                                             f"ids: at most {MAX_BROKER_IDS}")
+        return None
 
     def apply_broker_id(self, cluster_name: str, broker_name: str, broker_id: int,
                         register_check_code: str) -> ControllerResult:

@@ -86,7 +86,7 @@ class ControllerService(service.MultiService):
         self.leadership: Leadership = leadership or SoleLeader()
         self.metrics = Metrics()
         self.controller_metrics = ControllerMetrics()
-        self.notifier = Notifier(reactor, "notify broker role change")
+        self.notifier = Notifier(reactor, "notify broker role change", self.metrics.pushes, fds)
         refusals = refusals or Refusals()  # standing alone: its own
         self.manager = ControllerManager(
             config, self.store, self.leadership, reactor.seconds,

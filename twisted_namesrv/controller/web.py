@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..server import PUSH_RESULTS
 from .service import ControllerService
 
 
@@ -74,6 +75,6 @@ def controller_status(controller: ControllerService) -> dict[str, Any]:
     return {"address": manager.address, "group": manager.group, "selfId": manager.self_id,
             "leader": manager.ready, "leaderAddress": manager.address if manager.ready
             else manager.leadership.leader_address, "eventsApplied": manager.events_applied,
-            "pushes": {"sent": controller.notifier.sent, "failed": controller.notifier.failed},
+            "pushes": {result: controller.notifier.counts[result] for result in PUSH_RESULTS},
             "term": getattr(manager.leadership, "term", None),  # the etcd leadership's (None: a sole leader)
             "groups": groups}

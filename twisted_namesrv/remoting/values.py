@@ -29,7 +29,11 @@ def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     '1_0' or ' 0')."""
     if value is None or not JAVA_INTEGER.fullmatch(value):
         return None
-    number = int(value)
+    sign, digits = (value[0], value[1:]) if value[0] in "+-" else ("", value)
+    first = next((i for i, digit in enumerate(digits) if int(digit)), len(digits))  # Java takes leading zeros
+    if len(digits) - first > 20:  # out of range; int() would raise past 4,300 digits (a header holds 64 KiB)
+        return None
+    number = int(sign + (digits[first:] or "0"))
     return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .files import read_regular, read_regular_text
+from .files import TEXT_FILE_LIMIT, read_regular, read_regular_text
 
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 #: this project's signature beside Java's (``bound_signature``): an extField no Java client sends
@@ -288,15 +288,21 @@ def parse_bound(value: str) -> tuple[int, bytes, bytes] | None:
 
 
 class NonceCache:
-    """The nonces of NamesrvSignatures accepted within the window, so that each is accepted once:
-    at most ``limit`` of them.  A nonce is forgotten once its time is out of the window (a replay is
-    refused for its time then); when full, the one with the oldest time is forgotten early and no
-    time at or before it is accepted from then on (``floor``), so a bounded cache never lets a
-    replay in -- it may refuse a fresh request whose clock lags by more than the newest forgotten one."""
+    """The nonces of one account's NamesrvSignatures accepted within the window, so that each is
+    accepted once: at most ``limit`` of them.  A nonce is forgotten once its time is out of the window
+    (a replay is refused for its time then); when full, the one with the oldest time is forgotten
+    early.  Either way no time at or before one forgotten is accepted from then on (``floor``), so a
+    bounded cache never lets a replay in, not even after the server's clock is set back -- it may
+    refuse a fresh request whose clock lags by more than the newest forgotten one.  Nor is a time
+    before ``started`` (the server's start) accepted: the nonces of the process before it are gone,
+    so a request captured then and replayed after a restart would be taken again.  One cache per
+    account (AccessControl): an account that fills its own (a broker's, with times at the window's
+    far edge) refuses only its own requests."""
 
-    def __init__(self, window: float, limit: int = NONCE_LIMIT) -> None:
+    def __init__(self, window: float, limit: int = NONCE_LIMIT, started: float = float("-inf")) -> None:
         self.window = window
         self.limit = limit
+        self.started = started
         self.seen: dict[bytes, float] = {}
         self.by_time: list[tuple[float, bytes]] = []  # a heap
         self.floor = float("-inf")
@@ -307,15 +313,16 @@ class NonceCache:
             where = "behind" if now > stamp else "ahead of"
             return (f"is {abs(now - stamp):.0f} s {where} the server's time, beyond "
                     f"aclSignatureWindowSeconds={self.window:g}")
+        if stamp < self.started:
+            return "was signed before this server started (what the last one remembered is gone): send it again"
         if stamp <= self.floor:
-            return "is older than the replay cache remembers (it was full): send it again"
+            return "is older than the replay cache remembers: send it again"
         if nonce in self.seen:
             return "was seen before: a replayed request"
         while self.by_time and (self.by_time[0][0] < now - self.window or len(self.seen) >= self.limit):
             oldest, gone = heapq.heappop(self.by_time)
             del self.seen[gone]
-            if oldest >= now - self.window:  # forgotten early: nothing at or before it is accepted again
-                self.floor = max(self.floor, oldest)
+            self.floor = max(self.floor, oldest)  # nothing at or before it is accepted again
         self.seen[nonce] = stamp
         heapq.heappush(self.by_time, (stamp, nonce))
         return None
@@ -338,7 +345,12 @@ class AccessControl:
         #: aclNamesrvSignatureRequired: operators' requests must carry a NamesrvSignature
         self.bound_required = bound_required
         self.clock = clock
-        self.nonces = NonceCache(window)
+        self.window = window
+        #: each account's NamesrvSignature nonces (NonceCache), from the start on: only accounts of the file
+        #: whose signature verified have one
+        self.nonces: dict[str, NonceCache] = {}
+        self.nonce_limit = NONCE_LIMIT
+        self.started = clock()
 
     @classmethod
     def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "", *,
@@ -412,7 +424,10 @@ class AccessControl:
         expected = bound_signature(account.secret_key, code, ext, body, stamp_ms, nonce).rpartition(":")[2]
         if not hmac.compare_digest(base64.b64encode(mac), expected.encode()):
             return "check failed (it covers the request code, every field by name and the body)"
-        return self.nonces.refusal(nonce, stamp_ms / 1000, self.clock())
+        cache = self.nonces.get(account.access_key)
+        if cache is None:
+            cache = self.nonces[account.access_key] = NonceCache(self.window, self.nonce_limit, self.started)
+        return cache.refusal(nonce, stamp_ms / 1000, self.clock())
 
     def verified(self, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
         """The accessKey whose secret signed this request, or None: a key that is only claimed
@@ -431,7 +446,7 @@ def _stamp(path: str) -> tuple[int, int, bytes] | None:
     """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
     mtime's resolution still shows); None when it cannot be read."""
     try:
-        data = read_regular(path)  # a FIFO swapped in would block every port at the next check (files.py)
+        data = read_regular(path, TEXT_FILE_LIMIT)  # a FIFO swapped in would block every port (files.py)
         info = Path(path).stat()
     except OSError:
         return None
@@ -456,7 +471,7 @@ def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
     import yaml  # only when ACL is on
 
     try:
-        document = yaml.safe_load(read_regular_text(path))
+        document = yaml.safe_load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -35,7 +35,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
-from .files import read_regular_text
+from .files import TEXT_FILE_LIMIT, read_regular_text
 from .hosts import AllowedHostsError, parse_allowed
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -136,6 +136,11 @@ KEYS: list[ConfigKey] = [
     ConfigKey("maxBrokers", 100_000, OURS, guarded=True),
     ConfigKey("maxBrokersPerGroup", 64, OURS, guarded=True),
     ConfigKey("maxTopicQueueEntries", 8_000_000, OURS, guarded=True),
+    #: the longest topic, broker or cluster name, address or zone a registration (or REGISTER_TOPIC_IN_NAMESRV)
+    #: may hold: the table limits count entries, and what one entry holds must be bounded too
+    ConfigKey("maxNameLength", 512, OURS, guarded=True),
+    #: the KV table's size, as written to kvConfigPath: every PUT_KV_CONFIG rewrites it whole, in the reactor
+    ConfigKey("maxKvBytes", 8 * 1024 * 1024, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -256,6 +261,8 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "maxBrokers": (1, None),
     "maxBrokersPerGroup": (1, None),
     "maxTopicQueueEntries": (1, None),
+    "maxNameLength": (16, None),
+    "maxKvBytes": (0, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),
@@ -464,7 +471,7 @@ def read_properties(path: str, what: str = "cannot read config file") -> dict[st
     """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
     a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
     try:
-        return properties.load(read_regular_text(path))
+        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

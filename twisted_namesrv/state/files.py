@@ -13,6 +13,14 @@ the CannotStart line naming the key at start, the old accounts kept at a reload.
 followed (Kubernetes mounts ConfigMaps and Secrets as symlinks); what it ends at must be a
 regular file.  Reads keep ``O_NONBLOCK``: a regular file that would block (a pseudo-file of /proc)
 fails with EAGAIN instead.
+
+Each caller also says how big the file may be (``limit``): a configuration file, the accounts
+file or a certificate bigger than TEXT_FILE_LIMIT is refused (``FileTooBig``) before it is read,
+and a file that grows while read is read no further.  A 4 GB sparse file swapped in for the
+accounts file was read whole by the reload every 5 s, on the reactor thread; under a memory limit
+the MemoryError ended the reload timer, so no later change of the accounts was ever read.  The
+stores the server writes itself (the KV store, the route snapshot, the page's events) are read at
+start as big as it wrote them.
 """
 
 from __future__ import annotations
@@ -24,6 +32,18 @@ import stat
 #: what a file that is not a regular one is, by its st_mode
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
+
+
+#: the most a configuration file (``-c``, configStorePath), the accounts file or a certificate may hold:
+#: each is a few kilobytes; ten thousand accounts are about 1 MB
+TEXT_FILE_LIMIT = 4 * 1024 * 1024
+
+
+class FileTooBig(OSError):
+    """A file bigger than its caller's limit: refused before it is read (or once a read passes it)."""
+
+    def __init__(self, path: str | os.PathLike[str], size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes or more, over the {limit} this file may hold", str(path))
 
 
 class NotRegularFile(OSError):
@@ -56,16 +76,24 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
     return fd
 
 
-def read_regular(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of ``path``, a regular file (NotRegularFile otherwise; OSError when unreadable)."""
+def read_regular(path: str | os.PathLike[str], limit: int | None) -> bytes:
+    """The bytes of ``path``, a regular file (NotRegularFile otherwise; OSError when unreadable) of at
+    most ``limit`` bytes (FileTooBig otherwise; None: any size)."""
     with os.fdopen(open_regular(path), "rb") as handle:
-        data = handle.read()
+        if limit is None:
+            data = handle.read()
+        else:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise FileTooBig(path, size, limit)
+            data = handle.read(limit + 1)
+            if data is not None and len(data) > limit:  # it grew while read
+                raise FileTooBig(path, len(data), limit)
     if data is None:  # O_NONBLOCK and nothing to read yet: a file that behaves like a pipe
         raise BlockingIOError(errno.EAGAIN, "would block reading it", str(path))
     return data
 
 
-def read_regular_text(path: str | os.PathLike[str], encoding: str = "utf-8") -> str:
+def read_regular_text(path: str | os.PathLike[str], limit: int | None, encoding: str = "utf-8") -> str:
     """``read_regular`` decoded (UnicodeDecodeError when it is not ``encoding``)."""
-    return read_regular(path).decode(encoding)
-
+    return read_regular(path, limit).decode(encoding)

@@ -222,6 +222,19 @@ class RouteData:
     topicQueueMappingByBroker: dict[str, Any] | None = None
 
 
+#: the most filterServerList entries a registration may hold (brokers since 4.x send an empty list)
+FILTER_SERVERS_MAX = 8
+
+
+def mapping_entries(info: dict[str, Any] | None) -> int:
+    """What one static topic's mapping (a TopicQueueMappingInfo) counts against maxTopicQueueEntries:
+    one, and one per queue its currIdMap maps, so that no mapping holds more than it counts."""
+    if info is None:
+        return 0
+    ids = info.get("currIdMap")
+    return 1 + (len(ids) if isinstance(ids, dict) else 0)
+
+
 class RouteInfoManager:
     """The tables, and who hears of their changes: subscribers (``subscribe``: each complete
     change, in the order they subscribed), listeners (``listen``: its route events) and the lost
@@ -670,9 +683,19 @@ class RouteInfoManager:
         limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
         maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
         maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
-        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's).  What its
-        table adds and removes is counted as it was staged: constant time here."""
+        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's), and the names'
+        lengths (maxNameLength).  What its table adds and removes is counted as it was staged:
+        constant time here, and only the staged topics' names are looked at."""
         config = self.config
+        longest = config["maxNameLength"]
+        self._check_names(((what, name) for what, name in (("clusterName", req.clusterName), ("brokerName",
+                           req.brokerName), ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
+                           ("zoneName", req.zoneName))), longest)
+        servers = req.body.filterServerList
+        if len(servers) > FILTER_SERVERS_MAX:
+            raise RegistrationRefused("filter_servers", f"its filterServerList lists {len(servers)} servers, over the "
+                                      f"{FILTER_SERVERS_MAX} a registration may list (brokers since 4.x send none)")
+        self._check_names((("filterServerList", server) for server in servers), longest)
         if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
             raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
                                       f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
@@ -689,6 +712,10 @@ class RouteInfoManager:
         if staging is None:
             return
         name = req.brokerName
+        mappings = req.body.topicQueueMappingInfoMap
+        self._check_names((("topic", topic) for topic in staging.staged), longest)
+        self._check_names((("static topic mapping", text) for info in mappings.values()
+                           for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
         added = staging.added - staging.removed
         group = self.topicsOfGroup.get(name, 0)
         per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
@@ -702,12 +729,22 @@ class RouteInfoManager:
                                       f"topic-queue entries, over maxTopicQueueEntries ({whole})")
 
     def _new_mappings(self, req: RegisterRequest, rules: TopicRules) -> int:
-        """5.x's static-topic mappings of the registration new to topicQueueMappingInfoTable."""
+        """The entries 5.x's static-topic mappings of the registration add to
+        topicQueueMappingInfoTable (``mapping_entries``: what each one holds, less what it replaces)."""
         mappings = req.body.topicQueueMappingInfoMap
         if not mappings or not rules.every_topic or rules.all_or_none:
             return 0
         held = self.topicQueueMappingInfoTable
-        return sum(1 for topic, info in mappings.items() if str(info.get("bname")) not in held.get(topic, ()))
+        return sum(mapping_entries(info) - mapping_entries(held.get(topic, {}).get(str(info.get("bname"))))
+                   for topic, info in mappings.items())
+
+    @staticmethod
+    def _check_names(names: Iterable[tuple[str, str | None]], longest: int) -> None:
+        """RegistrationRefused (``max_name_length``) for the first name longer than ``longest``."""
+        for what, name in names:
+            if name is not None and len(name) > longest:
+                raise RegistrationRefused("max_name_length", f"its {what} of {len(name)} characters is over "
+                                          f"maxNameLength ({longest})")
 
     def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
         """5.3.3: another address already holds this id with a newer stateVersion."""
@@ -728,7 +765,7 @@ class RouteInfoManager:
             for topic, info in req.body.topicQueueMappingInfoMap.items():
                 held = self.topicQueueMappingInfoTable.setdefault(topic, {})
                 bname = str(info.get("bname"))
-                self.mappingEntries += bname not in held
+                self.mappingEntries += mapping_entries(info) - mapping_entries(held.get(bname))
                 held[bname] = info
                 self._topic_changed(topic)
         return self._memos_after(previous, plan, staging.complete, staging.overwrites)
@@ -749,7 +786,8 @@ class RouteInfoManager:
             for name in queues:
                 self.topicsOfGroup[name] = self.topicsOfGroup.get(name, 0) + 1
         self.queueEntries = sum(self.topicsOfGroup.values())
-        self.mappingEntries = sum(map(len, self.topicQueueMappingInfoTable.values()))
+        self.mappingEntries = sum(mapping_entries(info) for held in self.topicQueueMappingInfoTable.values()
+                                  for info in held.values())
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         self.settle_now()
@@ -764,9 +802,12 @@ class RouteInfoManager:
     @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial: a
-        topic new to the table gets none of its queues then)."""
+        topic new to the table gets none of its queues then).  Under the tables' limits as a
+        registration is (RegistrationRefused before anything changes): maxNameLength,
+        maxTopicsPerBroker and maxTopicQueueEntries (before, this code added entries past them)."""
         if not queue_datas or topic is None:
             return
+        self._check_register_topic(topic, queue_datas)
         self._forget_tables()
         self.settle_now()
         existing = self._table.get(topic)
@@ -782,6 +823,27 @@ class RouteInfoManager:
             self._table[topic] = queues
             for name in queues:
                 self._count_queue(name, 1)
+
+    def _check_register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
+        config = self.config
+        self._check_names([("topic", topic)] + [("brokerName", queue.brokerName) for queue in queue_datas],
+                          config["maxNameLength"])
+        held = self.topicQueueTable.get(topic, {})
+        new: set[str] = set()
+        for queue in queue_datas:
+            if queue.brokerName not in self.brokerAddrTable:
+                break  # where register_topic stops
+            if queue.brokerName not in held:
+                new.add(queue.brokerName)
+        for name in sorted(new):
+            if self.topicsOfGroup.get(name, 0) + 1 > config["maxTopicsPerBroker"]:
+                raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold "
+                                          f"{self.topicsOfGroup.get(name, 0) + 1} topics, over maxTopicsPerBroker "
+                                          f"({config['maxTopicsPerBroker']})")
+        entries = self.queueEntries + self.mappingEntries + len(new)
+        if entries > config["maxTopicQueueEntries"]:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} topic-queue "
+                                      f"entries, over maxTopicQueueEntries ({config['maxTopicQueueEntries']})")
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:

@@ -93,7 +93,7 @@ def _write_in_place(target: Path, data: bytes, what: str) -> None:
     Not atomic: a crash in the middle can leave it short; a failed write puts the old bytes back
     (``replaced`` when even that failed)."""
     try:
-        before = files.read_regular(target)
+        before = files.read_regular(target, None)  # our own store file, as big as we wrote it
         fd = files.open_regular(target, os.O_WRONLY)
     except OSError as exc:
         raise StoreError(what, target, exc) from None

@@ -14,12 +14,13 @@ from twisted.copyright import version as twisted_version
 from .. import __version__
 from ..audit import RESULTS
 from ..context import NamesrvState
+from ..escapes import CONTROLS, escaped
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
-from ..server import RemotingFactory
+from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO", "EROFS")
@@ -90,6 +91,12 @@ class NamesrvCollector(Collector):
         yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
                                   "written, bad YAML, not a regular file): the accounts read before stay",
                                   value=metrics.acl_reload_failures)
+        pushes = CounterMetricFamily("namesrv_broker_pushes", "Pushes to brokers (NOTIFY_MIN_BROKER_ID_CHANGE), by "
+                                     "result: sent, failed, superseded by a newer one to the same address, dropped "
+                                     "(too many in flight, or the descriptor reserve)", labels=["result"])
+        for result in PUSH_RESULTS:
+            pushes.add_metric([result], metrics.pushes[result])
+        yield pushes
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
@@ -258,7 +265,22 @@ def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, 
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
-    found = CollectorRegistry(auto_describe=False)
+    found = EscapedRegistry(auto_describe=False)
     found.register(NamesrvCollector(state, factory, seen, health, peers))
     ProcessCollector(registry=found)
     return found
+
+
+class EscapedRegistry(CollectorRegistry):
+    """A registry whose label values hold no control character (escapes.py: ``\\x1b``, ``\\u2028``
+    as visible text): cluster and broker names are labels, and a broker registers them unsigned
+    without ACL.  Raw, an ESC in a cluster name reached the terminal of whoever ran ``curl /metrics``
+    (Prometheus's text format escapes only ``\\``, ``"`` and newlines), and a lone surrogate
+    (``"\\ud800"`` in a JSON header) made every scrape fail with 500 while that broker was registered."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            if any(CONTROLS.search(value) for sample in metric.samples for value in sample.labels.values()):
+                metric.samples = [sample._replace(labels={name: escaped(text) for name, text in sample.labels.items()})
+                                  for sample in metric.samples]
+            yield metric

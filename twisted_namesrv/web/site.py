@@ -140,7 +140,9 @@ def _int_arg(request: server.Request, name: str, default: int) -> int:
     if not raw:
         return default
     if not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw!r}")
+        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw[:40]!r}")
+    if len(raw) > 12:  # int() refuses past 4,300 digits with a ValueError: a 500 and a traceback a request
+        raise ApiError(400, f"query parameter {name!r} has {len(raw)} digits, at most 12")
     return int(raw)
 
 
@@ -184,7 +186,7 @@ def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
                      state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
-                     config["httpRequestTimeoutSeconds"], reactor, fds)  # web/connections.py
+                     config["httpRequestTimeoutSeconds"], reactor, fds, state.budget)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site
