@@ -250,6 +250,10 @@ def parse_tool(script: str, args: list[str]) -> str | None:
 def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
     """(how it was checked, the problem or None)."""
     words = shlex.split(command.replace("…", "..."), posix=True)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        words = words[1:]  # the environment it runs with: the command is what follows
+    if words[:3] == ["ip", "netns", "exec"]:
+        words = words[4:]  # run inside a network namespace (Java's benchmarks): the command follows
     program = words[0].removeprefix(".venv/bin/")
     variants = concrete(words[1:], tmp)
     first = lambda fn: next((problem for args in variants if (problem := fn(args))), None)  # noqa: E731

@@ -118,28 +118,26 @@ class AnswerCache:
 
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
-        change's topics, plus one walk of the kept routes when groups changed."""
+        smaller of the change's topics and the routes kept, plus one walk of the kept routes when
+        groups changed or left."""
         if change.everything:
             self.clear()
             return
         routes = self.routes
         if change.topics:  # registrations change topics by the thousand
             if routes:
-                pop = routes.pop
-                for topic in change.topics:
-                    answers = pop(topic, None)
-                    if answers is not None:
-                        answers.stale = True  # the frames kept from them see it (replies_from_memory)
+                for topic in routes.keys() & change.topics:  # a walk of the smaller of the two
+                    self._drop_routes(topic)
             if self._topic_tables:
                 self._topic_tables.clear()
-        if change.brokers:
+        if change.brokers or change.left:
             if routes:
-                groups = change.brokers.keys()
-                topics = self._routes.topicQueueTable
-                for topic in [t for t in routes if not groups.isdisjoint(topics.get(t, ()))]:
+                for topic in self._routes.topics_naming([*change.brokers, *change.left], list(routes)):
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
+        if change.left and self._topic_tables:  # their topics may have left with them
+            self._topic_tables.clear()
 
     def kv_changed(self, namespace: str, key: str) -> None:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""

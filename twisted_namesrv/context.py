@@ -18,9 +18,10 @@ from .state.routes import RouteInfoManager
 from .state.topology import Topology
 
 
-@dataclass
+@dataclass(slots=True)
 class Peer:
-    """The connection a request came over: its channel id and remote ``ip:port``."""
+    """The connection a request came over: its channel id and remote ``ip:port`` (one per
+    connection: slots, as thousands of brokers and clients each have one)."""
 
     channel: Any
     address: str = ""

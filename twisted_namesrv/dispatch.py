@@ -15,8 +15,11 @@ A Deferred that has already fired (the file log's) is answered at once; one that
 ``answer`` return a ``Later``, and the frames after it wait for it, as for a big request.
 
 A big request whose handler is written in steps (a broker's whole topic table) is answered later
-too: its steps run across reactor turns through a Cooperator, so other connections are answered
-meanwhile.
+too: its steps run across reactor turns through a Cooperator, a few milliseconds of them per turn,
+so other connections are answered meanwhile.  Small ones past the first AT_ONCE_PER_TURN of a
+reactor turn are answered in the turns after, that many a turn: thousands of brokers
+re-registering at once are read in few turns, and the lookups read in the same turn would
+otherwise wait for every one of them.
 
 What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
 unknown code); a handler that raises costs one error answer, never the connection: a
@@ -26,6 +29,7 @@ warning line, anything else is logged with its traceback.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -46,6 +50,11 @@ from .state.routes import Channel
 from .steps import STEP_BYTES, Steps, run_steps
 
 log = Logger()
+
+#: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
+#: turn's others are answered in the turns after, as many a turn (about 70-140 µs each: 16 of them
+#: are a few milliseconds, as much as a Cooperator's turn)
+AT_ONCE_PER_TURN = 16
 
 #: hears every dispatched request (refused, failed or handled) with its response, after the handler
 Observer = Callable[[RemotingCommand, Peer, RemotingCommand], None]
@@ -147,6 +156,9 @@ class Dispatcher:
         self._call_later = call_later  # the reactor's callLater
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
+        self._at_once = 0  # requests with a handler in steps answered at once in this reactor turn
+        #: small requests with a handler in steps past a turn's AT_ONCE_PER_TURN, oldest first
+        self._waiting: deque[tuple[defer.Deferred[bytes | None], Callable[[], None]]] = deque()
         self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
@@ -191,9 +203,12 @@ class Dispatcher:
                                              answers.headers)
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            if big and self._cooperator is not None and request.code in self.table.in_steps:
-                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
-                             len(frame))
+            if self._cooperator is not None and request.code in self.table.in_steps:
+                if big:
+                    return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
+                                 len(frame))
+                if self._turn_full():
+                    return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
                 return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
@@ -202,6 +217,53 @@ class Dispatcher:
                 out.append(encoded)
                 used += len(encoded)
         return None
+
+    def _turn_full(self) -> bool:
+        """Whether a small request with a handler in steps takes them: once AT_ONCE_PER_TURN were
+        answered at once in this reactor turn (counted again from the next)."""
+        if self._call_later is None:
+            return False
+        if self._at_once >= AT_ONCE_PER_TURN:
+            return True
+        if not self._at_once:
+            self._call_later(0, self._next_turn)
+        self._at_once += 1
+        return False
+
+    def _next_turn(self) -> None:
+        self._at_once = 0
+
+    def _answer_next_turn(self, frame: bytes, request: RemotingCommand, peer: Peer,
+                          begun: float) -> defer.Deferred[bytes | None]:
+        """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: it waits its
+        turn in arrival order and is answered at once within a later turn's AT_ONCE_PER_TURN
+        (``_answer_waiting``), so a storm of them is answered that many a turn with the lookups in
+        between, and none waits behind a big one's steps."""
+        answer: defer.Deferred[bytes | None] = defer.Deferred()
+
+        def run() -> None:
+            outcome = run_steps(self._outcome(request, peer))
+            assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
+            answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
+        if not self._waiting:
+            self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+        self._waiting.append((answer, run))
+        return answer
+
+    def _answer_waiting(self) -> None:
+        """This turn's share of the small requests waiting, oldest first; the rest in the next
+        (each waiting request is looked at once: a storm of thousands costs no more than its size)."""
+        waiting = self._waiting
+        while waiting:
+            answer, run = waiting[0]
+            if answer.called:  # cancelled: the peer went
+                waiting.popleft()
+                continue
+            if self._turn_full():
+                self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+                return
+            waiting.popleft()
+            run()
 
     def answer_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before

@@ -40,7 +40,7 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
-from .state.registration import RegistrationMemo, plan_steps, request_of
+from .state.registration import Memos, digests, plan_steps, request_of
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
 from .steps import Steps, run_steps
@@ -149,12 +149,13 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
 
 def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand]:
-    """REGISTER_BROKER. A broker's whole table is checked, decoded and compared with the queues
-    in steps (a big one takes tens of milliseconds), giving a plan (state/registration.py) that
-    RouteInfoManager.apply_registration applies in the last step, as under Java's write lock: the
-    tables change only there, so lookups meanwhile see the routes before it.  A table past a
-    limit (maxTopicsPerBroker as it is decoded, the tables' limits as it would apply) is refused
-    whole (``registration_refused``)."""
+    """REGISTER_BROKER. A broker's whole table is checked, decoded, compared with the queues and
+    its new entries staged in steps (a big one takes tens of milliseconds), giving a plan
+    (state/registration.py) that RouteInfoManager.apply_registration applies in the last step, as
+    under Java's write lock: the tables change only there, so lookups meanwhile see the routes
+    before it, and after it all of it (its entries are written into topicQueueTable afterwards,
+    in steps of their own: state/settling.py).  A table past a limit (maxTopicsPerBroker as it is
+    decoded, the tables' limits as it would apply) is refused whole (``registration_refused``)."""
     ext = request.ext
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
@@ -170,14 +171,14 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     cluster, addr, name = names
     routes = state.routes
 
-    def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
+    def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, header.compressed, request.version,
-                                          state.config["inflateMaxLength"], None if known is None else known.digest,
+                                          state.config["inflateMaxLength"], () if known is None else digests(known),
                                           routes.reusable_pieces(known), state.budget,
                                           state.config["maxTopicsPerBroker"])
 
-    def memo() -> RegistrationMemo | None:
-        """What this broker's queues hold now, if a registration may skip it."""
+    def memo() -> Memos | None:
+        """The bodies this broker's queues hold as they say, if a registration may skip one."""
         return routes.registration_memo(cluster, addr, name, broker_id, bool(header.enableActingMaster))
 
     known = memo()
@@ -191,8 +192,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return registration_refused(state, request, peer, refusal, names)
     registration = request_of(header, names, broker_id, body, peer.channel, request.version,
                               state.profile.per_broker_heartbeat_timeout)
-    plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
-                                 routes.removes_absent_topics)
+    plan = yield from plan_steps(registration, routes)
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:

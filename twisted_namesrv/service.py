@@ -19,6 +19,7 @@ from typing import Any
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
@@ -267,6 +268,22 @@ def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
     return task.Cooperator(terminationPredicateFactory=budget, scheduler=lambda work: reactor.callLater(0, work))
 
 
+def settle_in_steps(routes: RouteInfoManager, cooperator: task.Cooperator) -> Callable[[], None]:
+    """RouteInfoManager.on_settle: what a committed change still has to write into topicQueueTable
+    is written by ``cooperator``'s steps, a few milliseconds of them per reactor turn (one task
+    at a time; state/settling.py)."""
+    running: list[task.CooperativeTask] = []
+
+    def failed(failure: Failure) -> None:
+        log.failure("writing a route change into topicQueueTable failed", failure)
+
+    def start() -> None:
+        if not running:
+            running.append(cooperator.cooperate(routes.settle_steps()))
+            running[0].whenDone().addErrback(failed).addBoth(lambda _: running.clear())
+    return start
+
+
 class NamesrvService(service.MultiService):
     """The NameServer: its listeners, timers and (when asked for) controller are child services.
     Built on what ``load`` read, reading nothing itself; ``from_config`` does both."""
@@ -295,8 +312,10 @@ class NamesrvService(service.MultiService):
         self.health = self.seen.health
         self.notifier = loaded.notifier
         self.state = loaded.state
+        steps = step_cooperator(reactor)  # big work in steps: registrations, and writing route changes in
+        self.state.routes.on_settle = settle_in_steps(self.state.routes, steps)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
-                                     call_later=reactor.callLater, cooperator=step_cooperator(reactor))
+                                     call_later=reactor.callLater, cooperator=steps)
         # the audit trail (audit.py): the NameServer's requests, and below the controller's, into the one trail
         self.dispatcher.observe(Trail(NAMESRV, self.state.clock, self.state.acl, self.seen.audit))
         # every port's connections within the descriptors (ulimit -n) less a reserve for the stores

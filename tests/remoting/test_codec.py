@@ -116,6 +116,17 @@ class TestHeaderTemplates:
             (topic, opaque) for topic in ("A", "B", "C") for opaque in (1, 2)]
         assert len(templates) <= 2
 
+    def test_a_brokers_registration_header_is_not_kept(self) -> None:
+        """One per broker, every 30 s at most: 5,000 brokers' took megabytes to save a parse each."""
+        templates = HeaderTemplates(16)
+        ext = {"brokerName": "b", "brokerAddr": "10.0.0.1:10911", "clusterName": "c", "brokerId": "0"}
+        for opaque in (1, 2):
+            head = RemotingCommand.request(103, ext, opaque=opaque).encode()[8:]
+            assert templates.decode_json(head).ext_fields == ext
+        assert len(templates) == 0
+        templates.decode_json(RemotingCommand.request(105, {"topic": "A"}, opaque=3).encode()[8:])
+        assert len(templates) == 1
+
     def test_each_user_sizes_its_own(self) -> None:
         """The capture analysis keeps more templates than a server without changing the server's:
         each owner holds its own (a server's answer cache), no module one for all."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Protocol
@@ -139,22 +140,23 @@ class RegisterBrokerBody:
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                          budget: Budget | None = None, max_topics: int | None = None) -> RegisterBrokerBody:
     """decode_register_body_steps straight through."""
-    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest,
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digests,
                                                 budget=budget, max_topics=max_topics))
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
-                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
+                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                                known_pieces: TablePieces | None = None, budget: Budget | None = None,
                                max_topics: int | None = None) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
-    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A big table is
+    the dataVersion hashes to one of ``known_digests`` (the bodies the broker sent last, one per
+    piece of a table sent in pieces) only the dataVersion is decoded. A big table is
     decoded in steps of about STEP_BYTES (steps.py); with ``known_pieces`` (how this broker's
     last table was cut) only its changed pieces are. A body may be a view of its frame.
 
@@ -179,12 +181,12 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
                 raise too_many_topics(announced, limit)
             inflated = yield from _inflate(body, max_inflated, budget)
             try:
-                decoded = yield from _decode_compressed(inflated, known_digest, limit)
+                decoded = yield from _decode_compressed(inflated, known_digests, limit)
             finally:
                 if budget is not None:
                     budget.release(len(inflated))
         else:
-            decoded = yield from _decode_json(body, known_digest, known_pieces, limit)
+            decoded = yield from _decode_json(body, known_digests, known_pieces, limit)
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
@@ -260,11 +262,11 @@ _WRAPPER_KEY = b'"topicConfigSerializeWrapper":{'
 _TOPIC_NAME = attrgetter("topicName")
 
 
-def _decode_json(body: bytes, known_digest: bytes | None, known_pieces: TablePieces | None,
+def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: TablePieces | None,
                  limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody]:
     split = yield from _split_data_version(body)
-    if split is not None and split[1] == known_digest:
-        return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
+    if split is not None and split[1] in known_digests:
+        return RegisterBrokerBody(split[0], tableDigest=split[1], tableUnchanged=True)
     decoded = (yield from _decode_typed_in_pieces(body, known_pieces, limit)) if len(body) > STEP_BYTES else None
     if decoded is None and len(body) > STEP_BYTES:
         yield from _countable_in_one_go(body, limit)
@@ -334,7 +336,7 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
             piece = _decode_piece(body, start, cut)
             if piece is None:
                 break  # past the table's end (what follows it looked like an entry), or no entries
-            table.update(piece)
+            table.update(_named(piece))  # named piece by piece: a pass over the whole table is a long step
             count = len(piece)
         if len(table) + skipped > limit:
             raise too_many_topics(len(table) + skipped, limit)
@@ -346,13 +348,13 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
     piece = _decode_piece(body, start, end) if end >= 0 else None
     if piece is None:
         return None
-    table.update(piece)
+    table.update(_named(piece))
     counts[hashlib.sha1(memoryview(body)[start:end]).digest()] = len(piece)
     skeleton = body[:opening] + body[end:]
     rest = _decode_typed(skeleton) if skeleton.count(_TABLE_KEY) == 1 else None
     if rest is None or rest.topicConfigTable:
         return None
-    rest.topicConfigTable = _named(table)
+    rest.topicConfigTable = table
     rest.tableSkipped = skipped
     rest.tablePieces = TablePieces(tuple(cuts), counts)
     return rest
@@ -540,14 +542,14 @@ class _Reader:
         return out
 
 
-def _decode_compressed(data: bytes, known_digest: bytes | None,
+def _decode_compressed(data: bytes, known_digests: Collection[bytes],
                        limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody]:
     reader = _Reader(data)
     data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
     digest = hashlib.sha1()
     yield from _hash_steps(digest, memoryview(data)[reader.pos:])
-    if digest.digest() == known_digest:
-        return RegisterBrokerBody(data_version, tableDigest=known_digest, tableUnchanged=True)
+    if digest.digest() in known_digests:
+        return RegisterBrokerBody(data_version, tableDigest=digest.digest(), tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
     decode_text = TopicConfig.decode_text
     count = reader.int32()

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..remoting.fastjson import java_hash_map, java_hash_order, table_size
 
 PERM_READ = 1 << 2
@@ -20,8 +22,11 @@ FLAG_UNIT_SUB = 1 << 1
 MASTER_ID = 0
 
 
-@dataclass(slots=True)
-class QueueData:
+class QueueData(msgspec.Struct, gc=False):
+    """One broker group's queues of a topic (topicQueueTable's values). A msgspec Struct with
+    gc=False: it holds no cycles, so the collector never visits one, and a dict of them (a topic's
+    entry) is not tracked either: a table of a million topics costs a full collection nothing."""
+
     brokerName: str
     readQueueNums: int
     writeQueueNums: int

@@ -193,6 +193,8 @@ class FrameDecoder:
     ``max_header_length`` as soon as the header word does: the peer is broken.
     """
 
+    __slots__ = ("max_frame_length", "max_header_length", "_buffer")  # one per connection
+
     def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fastjson
-from .codes import LanguageCode
+from .codes import LanguageCode, RequestCode
 from .errors import RemotingDecodeError
 
 _LANGUAGE_NAMES = frozenset(LanguageCode.__members__)
@@ -87,12 +87,18 @@ OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
 
 
+#: headers not kept as templates: one per broker, repeated every 30 s at most, and the biggest
+#: (a thousand brokers' took a megabyte and a half to save a parse each per 30 s)
+_NOT_KEPT = frozenset({RequestCode.REGISTER_BROKER})
+
+
 class HeaderTemplates:
     """JSON header decoding with a cache: headers of a client differ only in their opaque, so a
     decoded header is kept as a template under its bytes minus the opaque digits and reused (same
     bytes, same fields: a template never goes stale, unlike a kept answer). At most ``size``
     templates are kept before starting over.  No module holds one: each owner sizes its own (a
-    server's answer cache, answer_cache.py; the capture analysis, for every client of a cluster)."""
+    server's answer cache, answer_cache.py; the capture analysis, for every client of a cluster).
+    A broker's registration header is not kept (``_NOT_KEPT``)."""
 
     __slots__ = ("size", "_templates")
 
@@ -112,6 +118,8 @@ class HeaderTemplates:
         template = templates.get(key)
         if template is None:
             header = _parse_json_header(data)
+            if header.code in _NOT_KEPT:
+                return header
             if len(templates) >= self.size:
                 templates.clear()
             templates[key] = header
