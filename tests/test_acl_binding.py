@@ -141,6 +141,13 @@ def test_clients_sign_what_the_server_checks_and_reads_only_when_asked():
     assert needs_signature(1002, {"designateElect": "true"}) and not needs_signature(1005, {})
 
 
+def operator_env() -> dict[str, str]:
+    """namesrv-admin's environment with the operator's account and no other NAMESRV_ setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
+    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    return env
+
+
 @pytest_twisted.inlineCallbacks
 def test_namesrv_admin_signs_writes_with_a_namesrv_signature_and_reads_only_when_asked(tmp_path, accounts_file):
     config = server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file, aclReadRequired=True,
@@ -148,8 +155,7 @@ def test_namesrv_admin_signs_writes_with_a_namesrv_signature_and_reads_only_when
     service, port = yield start_server(config)
     seen: list[dict] = []
     service.dispatcher.observe(lambda request, peer, response: seen.append(dict(request.ext or {})))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
-    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    env = operator_env()
     admin = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port}"]
     try:
         out, err, code = yield getProcessOutputAndValue(admin[0], [*admin[1:], "updateKvConfig", "-s", "NS", "-k",
@@ -236,8 +242,7 @@ def test_a_write_to_every_namesrv_cannot_be_replayed_from_one_to_another(tmp_pat
     (service_a, port_a), (service_b, port_b) = servers
     seen: list[dict] = []
     service_a.dispatcher.observe(lambda request, peer, response: seen.append(dict(request.ext or {})))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
-    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    env = operator_env()
     admin = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port_a};127.0.0.1:{port_b}"]
     try:
         for value in ("v1", "v2"):

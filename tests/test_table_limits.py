@@ -71,16 +71,21 @@ def test_a_new_broker_group_past_max_broker_groups_is_refused_and_changes_nothin
     assert ns.register(name="b", addr="10.0.0.4:1", broker_id=1).code == 0  # a new member of a known group
 
 
-@pytest.mark.parametrize("profile", ["4.9.8", "5.3.3"])
-def test_a_new_broker_past_max_brokers_is_refused_and_changes_nothing(tmp_path, profile):
-    ns = Namesrv(tmp_path, profile, maxBrokers=2)
+def a_third_member_is_refused(ns, reason: str) -> None:
+    """A master and its slave registered, a third member refused for ``reason`` and nothing changed."""
     assert ns.register(addr=MASTER).code == ResponseCode.SUCCESS
     assert ns.register(addr=SLAVE, broker_id=1).code == ResponseCode.SUCCESS
     before = tables(ns)
     with capturedLogs() as events:
         answer = ns.register(addr=OTHER, broker_id=2)
-    refused(ns, answer, "max_brokers", events)
+    refused(ns, answer, reason, events)
     assert tables(ns) == before
+
+
+@pytest.mark.parametrize("profile", ["4.9.8", "5.3.3"])
+def test_a_new_broker_past_max_brokers_is_refused_and_changes_nothing(tmp_path, profile):
+    ns = Namesrv(tmp_path, profile, maxBrokers=2)
+    a_third_member_is_refused(ns, "max_brokers")
     assert ns.register(addr=SLAVE, broker_id=1, version=(1, 2)).code == ResponseCode.SUCCESS
 
 
@@ -89,13 +94,7 @@ def test_a_new_member_past_max_brokers_per_group_is_refused_and_changes_nothing(
     """Every registration of a member walks its group's addresses: a group of thousands makes
     each cost milliseconds of the reactor."""
     ns = Namesrv(tmp_path, profile, maxBrokersPerGroup=2)
-    assert ns.register(addr=MASTER).code == ResponseCode.SUCCESS
-    assert ns.register(addr=SLAVE, broker_id=1).code == ResponseCode.SUCCESS
-    before = tables(ns)
-    with capturedLogs() as events:
-        answer = ns.register(addr=OTHER, broker_id=2)
-    refused(ns, answer, "max_brokers_per_group", events)
-    assert tables(ns) == before
+    a_third_member_is_refused(ns, "max_brokers_per_group")
     assert ns.register(addr="10.0.0.9:1", broker_id=1).code == ResponseCode.SUCCESS  # id 1 moves: still two
     assert ns.register(addr=SLAVE, broker_id=0).code == ResponseCode.SUCCESS  # id 0 taken by another address
     assert ns.register(name="other", addr=OTHER).code == ResponseCode.SUCCESS
