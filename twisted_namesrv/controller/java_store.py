@@ -35,6 +35,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import properties
+from ..state.files import TEXT_FILE_LIMIT, read_regular_text
 from .events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
@@ -253,11 +255,9 @@ def _committed_index(peer_dir: Path) -> int | None:
     checkpoint = peer_dir / "checkpoint"
     if not checkpoint.is_file():
         return None
-    for line in checkpoint.read_text(encoding="latin-1").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "committedIndex" and value.strip().lstrip("-").isdigit():
-            return int(value)
-    return None
+    # Java writes and reads it as java.util.Properties (DLedger's IOUtils): the project's one codec
+    value = properties.load(read_regular_text(checkpoint, TEXT_FILE_LIMIT, "latin-1")).get("committedIndex", "")
+    return int(value) if value.strip().lstrip("-").isdigit() else None
 
 
 def write_dledger(peer_dir: Path, bodies: list[bytes], data_file_size: int = DEFAULT_DATA_FILE_SIZE) -> None:
