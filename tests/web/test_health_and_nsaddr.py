@@ -8,6 +8,7 @@ import json
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.web.client import Agent, readBody
 
 from tests.support import free_port, server_config, start_server
@@ -93,6 +94,29 @@ def test_nsaddr_bound_to_every_interface_answers_the_address_the_poller_reached(
     try:
         _, _, body = yield get(base + "/rocketmq/nsaddr")
         assert body == f"127.0.0.1:{port}".encode()
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_server_on_ipv6_names_its_address_in_brackets(tmp_path):
+    """Bound to ``::1`` the boot line said ``address ::1:9876`` (an address with no port, read as
+    written) while ``/rocketmq/nsaddr`` said ``[::1]:9876``: one formatter now writes them all."""
+    lines: list[str] = []
+
+    def observe(event: dict) -> None:
+        lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        service, port, base = yield started(tmp_path, bindAddress="::1")
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    try:
+        assert service.state.listen_address == f"[::1]:{port}"
+        assert any(f"address [::1]:{port}," in line for line in lines), lines
+        _, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert body == f"[::1]:{port}".encode()
     finally:
         yield service.stopService()
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import needs_signature, signed_bound
+from ..state.hosts import host_port
 
 DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
@@ -105,8 +106,7 @@ def parse_address(addr: str) -> tuple[str, int]:
 
 
 def _with_port(addr: str) -> str:
-    host, port = parse_address(addr)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(*parse_address(addr))
 
 
 def json_body(addr: str, response: RemotingCommand) -> Any:
