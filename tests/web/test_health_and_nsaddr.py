@@ -121,10 +121,12 @@ def test_a_server_on_ipv6_names_its_address_in_brackets(tmp_path):
         yield service.stopService()
 
 
-@pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000"])
-def test_a_malformed_nsaddr_list_is_refused_naming_the_key(value):
-    with pytest.raises(ConfigError, match=r"nsaddrList: .* is not host:port"):
-        NamesrvConfig({"nsaddrList": value})
+@pytest.mark.parametrize("key", ["nsaddrList", "namesrvAddr"])
+@pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000", "a:9876,b:9876",
+                                   "a:9876 b:9876"])
+def test_a_malformed_nsaddr_list_is_refused_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}: .* is not host:port"):
+        NamesrvConfig({key: value})
 
 
 def test_nsaddr_list_is_guarded_from_remote_updates():
