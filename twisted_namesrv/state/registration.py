@@ -235,7 +235,7 @@ class Staging:
     new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
     until the plan applies."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared")
 
     def __init__(self, broker_name: str, rules: TopicRules) -> None:
         self.broker_name = broker_name
@@ -245,11 +245,14 @@ class Staging:
         self.overwrites = False
         self.added = 0  # entries of the group new to the table
         self.removed = 0  # entries of the group leaving it
+        #: the QueueData staged for each (readQueueNums, writeQueueNums, perm, topicSysFlag): one for
+        #: all the topics that have them (100k topics of one group: one or a few, not 100k)
+        self.shared: dict[tuple[int, int, int, int], QueueData] = {}
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
         anything. One tight loop, as a table holds up to 100k topics."""
-        name, staged, rules = self.broker_name, self.staged, self.rules
+        name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
         for config in configs:
             topic = config.topicName
@@ -274,7 +277,11 @@ class Staging:
                 continue
             else:
                 self.overwrites = True
-            staged[topic] = QueueData(name, config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+            numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+            queue = shared.get(numbers)
+            if queue is None:
+                queue = shared[numbers] = QueueData(name, *numbers)
+            staged[topic] = queue
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:

@@ -973,11 +973,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            self.settle_now()  # edited in place
-            for queues in self._table.values():
-                queue = queues.get(broker.brokerName)
-                if queue is not None:
-                    queue.perm &= ~PERM_WRITE
+            self._change_perm(broker.brokerName, lambda perm: perm & ~PERM_WRITE)
         if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
@@ -1009,14 +1005,24 @@ class RouteInfoManager:
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
+        count = self._change_perm(broker_name, change)
+        self._broker_changed(broker_name)
+        return count
+
+    def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+        """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
+        share one, by replacements shared the same way; how many topics hold one."""
         self.settle_now()  # edited in place
         count = 0
+        replaced: dict[QueueData, QueueData] = {}
         for queues in self._table.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
-                queue.perm = change(queue.perm)
+                new = replaced.get(queue)
+                if new is None:
+                    new = replaced[queue] = queue.with_perm(change(queue.perm))
+                queues[broker_name] = new  # type: ignore[index]
                 count += 1
-        self._broker_changed(broker_name)
         return count
 
     @_one_change
