@@ -34,8 +34,9 @@ _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
 _MAX_FRAME_LENGTH = 1 << 31
 # A capture holds the headers of every client of a cluster (clients x topics route queries): keep
-# all their templates rather than re-parse each after a server-sized set starts over.
-_TEMPLATES = HeaderTemplates(1 << 16)
+# all their templates rather than re-parse each after a server-sized set starts over; and its
+# brokers' registration headers, each repeated until the broker's topics change.
+_TEMPLATES = HeaderTemplates(1 << 16, keep_registrations=True)
 
 
 @dataclass
