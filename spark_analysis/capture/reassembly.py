@@ -169,7 +169,6 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in _WALKED)
     cut_rows = np.flatnonzero(rows["missing"])
     # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
     # (one falsy test a segment) in a capture taken whole
@@ -178,8 +177,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
-    walked = zip(*columns, strict=True)
-    position = 0  # rows taken from ``walked``
+    position = 0  # rows walked or delivered
     stretches = [(start, end, _RETRIES) for start, end in reversed(_plain_stretches(rows))]  # the next one last
     while True:
         start, end, retries = stretches.pop() if stretches else (len(rows), len(rows), 0)
@@ -187,8 +185,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
         if start < len(rows) and end - start < _STRETCH_ROWS:
             continue
         # the rows before the stretch one by one (after the last stretch: all that are left)
-        for ts, file, order, offset, length, seq, ack, flags, forward in itertools.islice(
-                walked, start - position if start < len(rows) else None):
+        for ts, file, order, offset, length, seq, ack, flags, forward in _walked(rows, position, start):
             missing = cut.get((file, order), 0) if cut else 0
             if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
                 to_server = forward == client_forward
@@ -214,7 +211,6 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
             break
         done = 0 if tracker is None else _deliver_stretch(tracker, client_forward, rows[start:end], sources)
         if done:
-            next(itertools.islice(walked, done, done), None)  # those rows are delivered
             position += done
             retries = _RETRIES
         if retries:  # the row that stopped it (a retransmission, a segment ahead of a hole) walked, then again
@@ -222,6 +218,16 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
+
+
+def _walked(rows: np.ndarray, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+    """The _WALKED columns of ``rows[start:stop]`` as Python values, row by row: only the rows walked
+    one by one are converted (those a stretch delivers never are)."""
+    if stop - start == 1:
+        row = rows[start]
+        return iter(((*(row[name].item() for name in _WALKED),),))
+    part = rows[start:stop]
+    return zip(*(part[name].tolist() for name in _WALKED), strict=True)
 
 
 def _plain_stretches(rows: np.ndarray) -> list[tuple[int, int]]:
