@@ -271,23 +271,26 @@ def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, 
     if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
                                                  to_client).next_seq:
         return 0  # told before any column operation: a refusal costs little
+    length, forward, seq = rows["length"], rows["forward"], rows["seq"]
+    has_data = length > 0
     count = len(rows)
     chosen = []
-    for sender in (True, False):
+    for sender, mask in ((True, has_data & forward), (False, has_data & ~forward)):
         reassembler = to_server if sender == client_forward else to_client
-        data = np.flatnonzero((rows["length"] > 0) & (rows["forward"] == sender))
-        if len(data) and int(rows["seq"][data[0]]) != reassembler.next_seq:
+        data = np.flatnonzero(mask)
+        if len(data) and int(seq[data[0]]) != reassembler.next_seq:
             count = min(count, int(data[0]))
         chosen.append((reassembler, data))
     for reassembler, data in chosen:
-        data = data[data < count]
+        if count < len(rows):
+            data = data[data < count]
         if not len(data):
             continue
-        lengths = rows["length"][data].astype(np.int64)
-        offsets = reassembler.next_offset + np.cumsum(lengths) - lengths
-        reassembler.out.extend(_chunks(rows[data], offsets, sources))
-        reassembler.next_offset += int(lengths.sum())
-        reassembler.next_seq = (int(rows["seq"][data[-1]]) + int(lengths[-1])) % _SEQ_MOD
+        lengths = length[data].astype(np.int64)
+        ends = np.cumsum(lengths)
+        reassembler.out.extend(_chunks(rows[data], reassembler.next_offset + ends - lengths, sources))
+        reassembler.next_offset += int(ends[-1])
+        reassembler.next_seq = (int(seq[data[-1]]) + int(lengths[-1])) % _SEQ_MOD
     return count
 
 
