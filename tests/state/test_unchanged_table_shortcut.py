@@ -1,6 +1,8 @@
 """A re-registration whose table hashes like the last one applied skips decoding the table.
 That must never change the outcome: random sequences of registrations and admin operations give
-the same tables with the shortcut as with every body decoded in full (the reference)."""
+the same tables with the shortcut as with every body decoded in full (the reference). And it must
+be taken where it can: after a 5.x broker's incremental registration (its new topic alone, with a
+new dataVersion), its periodic whole table under that version is held as sent."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import random
 import pytest
 from twisted.internet import task
 
-from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, decode_register_body, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
 from twisted_namesrv.dispatch import Dispatcher
@@ -27,8 +29,9 @@ def new_state(tmp_path, name: str, compat: str):
     return build_state(config, task.Clock())
 
 
-def register(broker_id: int, tables: list[dict], version: int, compressed: bool, acting: bool, v5: bool):
-    table = {n: TopicConfig(n, q, q, p) for n, q, p in tables[broker_id]}
+def register(broker_id: int, tables: dict[int, list], version: int, compressed: bool, acting: bool, v5: bool,
+             only_last: bool = False):
+    table = {n: TopicConfig(n, q, q, p) for n, q, p in tables[broker_id][-1 if only_last else 0:]}
     body = encode_register_body(RegisterBrokerBody(DataVersion(1000, version), table), compressed, v5)
     ext = {"brokerName": "b", "brokerAddr": ADDRS[broker_id], "clusterName": "c", "haServerAddr": "h",
            "brokerId": str(broker_id), "compressed": str(compressed).lower(), "bodyCrc32": str(crc32_masked(body))}
@@ -66,6 +69,14 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
             versions[broker_id] += 1  # a new dataVersion, the same table
         elif op < 0.30:
             acting[broker_id] = not acting[broker_id]
+        elif op < 0.35:  # another table under the same dataVersion: Java applies only its new topics
+            tables[broker_id] = [(t, rng.choice([4, 8]), rng.choice([2, 4, 6])) for t in rng.sample(topics, 3)]
+        elif op < 0.42:  # registerIncrementBrokerData: a new topic alone, a new version; the whole table next
+            tables[broker_id] = [*tables[broker_id], (rng.choice(topics), rng.choice([4, 8]), 6)]
+            versions[broker_id] += 1
+            request = register(broker_id, tables, versions[broker_id], False, acting[broker_id], v5, only_last=True)
+            for state in (fast, reference):
+                Dispatcher(state).dispatch(request, Peer(broker_id, ADDRS[broker_id]))
         if op < 0.6:
             request = register(broker_id, tables, versions[broker_id], rng.random() < 0.5, acting[broker_id], v5)
         else:
@@ -85,3 +96,27 @@ def test_shortcut_never_changes_the_outcome(tmp_path, compat: str, seed: int) ->
         assert answers[0].encode() == answers[1].encode()
         assert snapshot(fast) == snapshot(reference)
     assert skipped > 0  # the shortcut was exercised
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+def test_a_whole_table_after_an_incremental_registration_is_held_as_sent(tmp_path, compat: str) -> None:
+    """Java 5.x registers a new topic alone with the new dataVersion (registerIncrementBrokerData),
+    then its whole table every 30 s under that version: the first of those is compared topic by
+    topic, the next ones find the memo (the table is not decoded again) and change nothing."""
+    v5 = compat == "5.3.3"
+    state = new_state(tmp_path, "s", compat)
+    tables = {0: [(f"T{i}", 4, 6) for i in range(3)]}
+    peer = Peer(0, ADDRS[0])
+    Dispatcher(state).dispatch(register(0, tables, 1, False, False, v5), peer)
+    tables[0].append(("T3", 4, 6))
+    Dispatcher(state).dispatch(register(0, tables, 2, False, False, v5, only_last=True), peer)
+    before = snapshot(state)
+    found = []
+    for _ in range(3):
+        request = register(0, tables, 2, False, False, v5)
+        digest = decode_register_body(request.body, False, request.version).tableDigest
+        memo = state.routes.registration_memo("c" if v5 else None, ADDRS[0], "b", 0, False)
+        found.append(memo is not None and memo.digest == digest)
+        Dispatcher(state).dispatch(request, peer)
+    assert found == [False, True, True]
+    assert snapshot(state) == before

@@ -367,8 +367,8 @@ class RouteInfoManager:
         if unchanged:
             memo = previous.memo  # type: ignore[union-attr]
         else:
-            applied_all = self._apply_topics(plan, broker, register_first, fresh)
-            memo = plan.memo if applied_all else None
+            holds_table = self._apply_topics(plan, broker, register_first, fresh)
+            memo = plan.memo if holds_table else None
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
@@ -407,8 +407,13 @@ class RouteInfoManager:
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
     def _apply_topics(self, plan: RegistrationPlan, broker: BrokerData, register_first: bool, fresh: bool) -> bool:
-        """Java's topic application; True when every topic of the table was (re)applied, so the
-        queues now hold exactly this table. ``fresh``: the plan's comparison still holds."""
+        """Java's topic application; True when the queues now hold this table as applying it
+        whole leaves them (so the same table again changes nothing: the memo may be kept).
+        That is so when every topic of it was (re)applied, and also when the dataVersion was
+        the same and no topic of it differs from its queue data: a 5.x broker's periodic
+        registration after its incremental one (registerIncrementBrokerData: the new topic
+        alone, the new dataVersion) is such a table, every 30 s until the next version.
+        ``fresh``: the plan's comparison still holds."""
         req = plan.request
         changes = plan.changes if fresh else None
         is_master = req.brokerId == MASTER_ID
@@ -420,10 +425,11 @@ class RouteInfoManager:
         changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
                                          req.body.dataVersion)
         if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
+            configs = self._changed_configs(req.brokerName, table) if changes is None else changes
             if changed or register_first:
-                for config in self._changed_configs(req.brokerName, table) if changes is None else changes:
+                for config in configs:
                     self._create_and_update_queue_data(req.brokerName, config)
-            return changed or register_first
+            return changed or register_first or not configs
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
             removals = plan.removals if fresh and plan.removals is not None else absent_topics(
@@ -433,6 +439,7 @@ class RouteInfoManager:
         read_only = is_prime_slave and broker.enableActingMaster
         configs: Iterable[TopicConfig] = table.values() if read_only else (
             self._changed_configs(req.brokerName, table) if changes is None else changes)
+        kept = False  # a config of the table left as its queue data was: Java's same-version rule
         for config in configs:
             known = self.topicQueueTable.get(config.topicName)
             if register_first or changed or not known or req.brokerName not in known:
@@ -440,11 +447,17 @@ class RouteInfoManager:
                 if read_only:
                     perm &= ~PERM_WRITE
                 self._create_and_update_queue_data(req.brokerName, config, perm)
+            else:
+                kept = True
         if changed or register_first:
             for topic, info in mappings.items():
                 self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
                 self._topic_changed(topic)
-        return changed or register_first
+            return True
+        # the same dataVersion: the table is held whole if no config of it was kept as it was (only
+        # those differing are looked at, except by a read-only prime slave, which then keeps no
+        # memo) and it has no mapping info (applied only with a new dataVersion)
+        return not kept and not mappings
 
     def _changed_configs(self, broker_name: str, table: dict[str, TopicConfig]) -> list[TopicConfig]:
         """The comparison a plan would have made (registration.changed_configs), made now."""
