@@ -425,11 +425,11 @@ class RouteInfoManager:
         changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
                                          req.body.dataVersion)
         if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
-            configs = self._changed_configs(req.brokerName, table) if changes is None else changes
+            differing = self._changed_configs(req.brokerName, table) if changes is None else changes
             if changed or register_first:
-                for config in configs:
+                for config in differing:
                     self._create_and_update_queue_data(req.brokerName, config)
-            return changed or register_first or not configs
+            return changed or register_first or not differing
         mappings = req.body.topicQueueMappingInfoMap
         if self.delete_topic_with_registration and not mappings:
             removals = plan.removals if fresh and plan.removals is not None else absent_topics(
