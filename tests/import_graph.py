@@ -78,3 +78,55 @@ def cycles(edges: dict[str, set[str]]) -> list[str]:
         if name not in state:
             visit(name, [name])
     return found
+
+
+def rooms(edges: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The graph with each subpackage drawn as one room (``package.controller.tap`` ->
+    ``package.controller``), as a reader of the tree sees it: a cycle among rooms is an import that
+    runs back up, even when no two modules import each other."""
+    def room(name: str) -> str:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 else name
+
+    subpackages = {".".join(name.split(".")[:2]) for name in edges if len(name.split(".")) > 2}
+    merged: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        if name == package:
+            continue
+        source = room(name) if room(name) in subpackages else name
+        found = merged.setdefault(source, set())
+        for target in targets:
+            into = room(target) if room(target) in subpackages else target
+            if into not in (source, package):
+                found.add(into)
+    return merged
+
+
+def unused_imports(package: Path) -> list[str]:
+    """Imports of the package's own modules whose name the importing module never uses: imported
+    for what importing does (a side effect), as ``module: imported``.  A package's ``__init__``
+    may hand names on when it lists them in ``__all__``."""
+    found: list[str] = []
+    known = set(modules(package))
+    for name, path in modules(package).items():
+        tree = ast.parse(path.read_text())
+        is_package = path.name == "__init__.py"
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        exported: set[str] = set()
+        for node in ast.walk(tree):
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            if isinstance(node, ast.Assign) and "__all__" in names:
+                exported |= {elt.value for elt in getattr(node.value, "elts", []) if isinstance(elt, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(name, is_package, node.module, node.level)
+                pairs = [(alias.asname or alias.name, f"{base}.{alias.name}" if f"{base}.{alias.name}" in known
+                          else base) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                pairs = [(alias.asname or alias.name.split(".")[0], alias.name) for alias in node.names]
+            else:
+                continue
+            for bound, target in pairs:
+                if target in known and bound not in used and bound not in exported:
+                    found.append(f"{name}: {target}")
+    return sorted(found)

@@ -3,7 +3,12 @@ ephemeral loopback port, and a minimal remoting client."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +17,7 @@ from twisted.internet import defer, protocol, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
@@ -36,7 +42,7 @@ def server_config(tmp_path: Path, **values: Any) -> NamesrvConfig:
     base = {"listenPort": 0, "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kvConfig.json"),
             "configStorePath": str(tmp_path / "namesrv.properties")}
     base.update(values)
-    return NamesrvConfig(base)
+    return NamesrvConfig(base, schema=SERVER_SCHEMA)
 
 
 def free_port() -> int:
@@ -44,6 +50,22 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_http(process: subprocess.Popen, url: str, seconds: float = 30) -> None:
+    """Returns once ``url`` answers 2xx; fails the test, with the server's output when it has a pipe,
+    if the server exits first or nothing answers within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if process.poll() is not None:
+                output = process.communicate()[0] if process.stdout else ""
+                pytest.fail(f"the server exited with {process.returncode}: {output}")
+            assert time.monotonic() < deadline, f"{url} did not answer within {seconds} s"
+            time.sleep(0.1)
 
 
 @defer.inlineCallbacks
@@ -98,6 +120,19 @@ class RemotingClient(protocol.Protocol):
         return response
 
 
+def answer_to(port: int, data: bytes, timeout: float = TIMEOUT) -> RemotingCommand:
+    """The first answer a live server on 127.0.0.1:``port`` gives to ``data`` (blocking; not in the reactor)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        decoder = FrameDecoder()
+        while True:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection without an answer"
+            frames = decoder.feed(chunk)
+            if frames:
+                return RemotingCommand.decode(frames[0])
+
+
 def connect(port: int) -> defer.Deferred:
     return connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), RemotingClient())
 
@@ -118,3 +153,44 @@ class ClockedReactor:
 
     def __getattr__(self, name: str):
         return getattr(reactor, name)
+
+
+class LiveServer:
+    """``python -m twisted_namesrv ARGS`` as a child process, as an operator runs it: its stdout and
+    stderr kept in files beside the test's other files; ``stop`` sends SIGTERM and waits."""
+
+    def __init__(self, tmp_path: Path, port: int, *args: str, name: str = "server",
+                 launcher: tuple[str, ...] = (sys.executable, "-m", "twisted_namesrv")) -> None:
+        """``launcher``: what runs the server (``twistd -n --pidfile= namesrv``: the twistd plugin)."""
+        self.port = port
+        self.stdout, self.stderr = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
+        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
+            self.process = subprocess.Popen([*launcher, *args], stdout=out, stderr=err, cwd=tmp_path,
+                                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, seconds: float = 60) -> LiveServer:
+        """Returns once the port answers a connection; fails the test if the server exits first."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the server exited with {self.process.returncode}: {self.stderr.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        pytest.fail(f"nothing listens on {self.port} after {seconds} s")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def output(self) -> str:
+        return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")

@@ -3,7 +3,9 @@ account of a plain_acl.yml; refusals change nothing and answer what a Java broke
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import sys
 
 import pytest
@@ -17,7 +19,7 @@ from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import Peer
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.state.acl import AccessControl, AclConfigError, signature, signed
+from twisted_namesrv.state.acl import AccessControl, AclConfigError, signature, signed, signed_bound
 
 ACCOUNTS = """\
 globalWhiteRemoteAddresses: []
@@ -64,6 +66,37 @@ def test_a_null_value_is_signed_as_java_appends_it():
 
     expected = base64.b64encode(hmac.new(b"sk", b"aknull", hashlib.sha1).digest()).decode()
     assert signature("sk", {"AccessKey": "ak", "b": None}, None) == expected
+
+
+def as_java_sends_it(ns: Namesrv, code: int, ext: dict) -> RemotingCommand:
+    """``ext`` in a JSON header as a Java client writes it (a lone surrogate as ``\\ud800``), decoded and
+    dispatched as the server does (Namesrv.call's own encoder would write the surrogate as ``?``)."""
+    header = json.dumps({"code": code, "language": "JAVA", "version": 479, "opaque": 1, "flag": 0, "extFields": ext})
+    request = RemotingCommand.decode(struct.pack(">I", len(header)) + header.encode())
+    return ns.dispatcher.dispatch(request, Peer(1, "127.0.0.1:40000"))
+
+
+def test_a_lone_surrogate_is_signed_as_java_writes_it_and_refused_not_raised(tmp_path, accounts_file):
+    """A JSON header's "\\ud800" is a lone surrogate: Java's getBytes(UTF_8) writes it as "?", and the
+    signature checks raised on it (no answer, no refusal line, no audit event)."""
+    assert signature("sk", {"AccessKey": "ak", "k": "a\ud800b"}, None) == signature("sk", {"AccessKey": "ak",
+                                                                                            "k": "a?b"}, None)
+    assert signature("sk", {"\ud800": "v", "a": "w"}, None)  # keys in UTF-16 order, surrogates and all
+    ns = ns_with_acl(tmp_path, accounts_file)
+    for fields in ({"namespace": "n\ud800", "AccessKey": "operator", "Signature": "eA=="},
+                   {"namespace": "n", "AccessKey": "operator", "Signature": "\ud800"}):
+        answer = as_java_sends_it(ns, RequestCode.PUT_KV_CONFIG, {"key": "k", "value": "v", **fields})
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "Check signature failed" in answer.remark
+    assert ns.state.refusals.counts["remoting", "acl"] == 2
+    signed_put = signed({"namespace": "n\ud800", "key": "k", "value": "v"}, "operator", "operator-secret")
+    assert as_java_sends_it(ns, RequestCode.PUT_KV_CONFIG, signed_put).code == ResponseCode.SUCCESS
+    # both signatures (namesrv-admin's): the NamesrvSignature's content keeps the surrogate's own bytes
+    bound = signed_bound({"namespace": "n\ud800", "key": "k", "value": "v"}, RequestCode.PUT_KV_CONFIG, "operator",
+                         "operator-secret", None, int(ns.clock.seconds() * 1000), bytes(range(16)))
+    assert as_java_sends_it(ns, RequestCode.PUT_KV_CONFIG, bound).code == ResponseCode.SUCCESS
+    moved = {**bound, "namespace": "n\udfff"}  # the same "?" to ACL 1.0, other bytes to the NamesrvSignature
+    moved["Signature"] = signature("operator-secret", {k: v for k, v in moved.items() if k != "Signature"}, None)
+    assert "NamesrvSignature" in as_java_sends_it(ns, RequestCode.PUT_KV_CONFIG, moved).remark
 
 
 def test_operator_codes_need_an_admin_signature(tmp_path, accounts_file):

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import pytest_twisted
+from twisted.internet import threads
 from twisted.internet.utils import getProcessOutputAndValue
 
 from tests.support import server_config, start_server
@@ -128,8 +129,9 @@ def test_the_nonce_cache_is_bounded_and_never_lets_a_replay_in():
     assert cache.refusal(b"\x08" * 16, 1000, now=1010) is not None  # ... and nothing at or before it either
     assert cache.refusal(b"\x01" * 16, 1001, now=1400) .startswith("is 399 s behind")  # out of the window: its time
     assert cache.refusal(b"\x0a" * 16, 1399, now=1400) is None
-    assert len(cache.seen) == 1  # the expired ones went with it, without raising the floor
-    assert cache.floor == 1000 and NONCE_LIMIT == 16_384
+    assert len(cache.seen) == 1  # the expired ones went with it, raising the floor to the newest of them:
+    assert cache.floor == 1005 and NONCE_LIMIT == 16_384  # a clock set back lets none of them in again
+    assert cache.refusal(b"\x05" * 16, 1005, now=1010).startswith("is older than the replay cache remembers")
 
 
 def test_clients_sign_what_the_server_checks_and_reads_only_when_asked():
@@ -139,6 +141,13 @@ def test_clients_sign_what_the_server_checks_and_reads_only_when_asked():
     assert needs_signature(1002, {"designateElect": "true"}) and not needs_signature(1005, {})
 
 
+def operator_env() -> dict[str, str]:
+    """namesrv-admin's environment with the operator's account and no other NAMESRV_ setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
+    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    return env
+
+
 @pytest_twisted.inlineCallbacks
 def test_namesrv_admin_signs_writes_with_a_namesrv_signature_and_reads_only_when_asked(tmp_path, accounts_file):
     config = server_config(tmp_path, aclEnable=True, aclAccountsFile=accounts_file, aclReadRequired=True,
@@ -146,8 +155,7 @@ def test_namesrv_admin_signs_writes_with_a_namesrv_signature_and_reads_only_when
     service, port = yield start_server(config)
     seen: list[dict] = []
     service.dispatcher.observe(lambda request, peer, response: seen.append(dict(request.ext or {})))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NAMESRV_")}
-    env.update({"NAMESRV_ACCESS_KEY": "operator", "NAMESRV_SECRET_KEY": "operator-secret"})
+    env = operator_env()
     admin = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port}"]
     try:
         out, err, code = yield getProcessOutputAndValue(admin[0], [*admin[1:], "updateKvConfig", "-s", "NS", "-k",
@@ -179,3 +187,89 @@ def test_the_controllers_operator_codes_need_one_too(accounts_file):
     assert refused is not None and "needs a NamesrvSignature" in refused
     assert acl.refusal(1011, bound(clean, 1011), None, "10.0.0.9:40000", ADMIN) is None
     assert "check failed" in acl.refusal(1009, bound(clean, 1011, nonce=b"o" * 16), None, "10.0.0.9:40000", ADMIN)
+
+
+def broker_bound(ext: dict, code: int, stamp_ms: int, nonce: bytes) -> dict:
+    return signed_bound(ext, code, "broker", "broker-secret", None, stamp_ms, nonce)
+
+
+def test_one_accounts_signatures_cannot_crowd_out_anothers(tmp_path, accounts_file):
+    """The nonce cache was one for every account: a broker's account (no admin) filling it with
+    signatures dated at the window's far edge raised the floor there, and every operator's request
+    was refused ("older than the replay cache remembers") for the next five minutes."""
+    ns = Namesrv(tmp_path, aclEnable=True, aclAccountsFile=accounts_file, aclNamesrvSignatureRequired=True)
+    ahead = NOW_MS + 299_000
+    query = {"clusterName": "c1", "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    for number in range(NONCE_LIMIT + 1):
+        flood = broker_bound(query, RequestCode.QUERY_DATA_VERSION, ahead, number.to_bytes(16, "big"))
+        assert ns.call(RequestCode.QUERY_DATA_VERSION, flood).code == ResponseCode.SUCCESS
+    put = bound({"namespace": "ns", "key": "k", "value": "v"}, RequestCode.PUT_KV_CONFIG, NOW_MS + 1, b"o" * 16)
+    answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert ns.state.kv.get("ns", "k") == "v"
+
+
+def test_a_request_signed_before_the_server_started_is_refused_after_a_restart(tmp_path, accounts_file):
+    """The nonces are remembered in memory: a captured operator's request replayed to the server
+    restarted within the window was accepted again (a value put back, a deletion done twice)."""
+    before = Namesrv(tmp_path, aclEnable=True, aclAccountsFile=accounts_file, aclNamesrvSignatureRequired=True)
+    delete = bound({"namespace": "ns", "key": "k"}, RequestCode.DELETE_KV_CONFIG, NOW_MS + 5_000, b"d" * 16)
+    before.clock.advance(10)
+    assert before.call(RequestCode.DELETE_KV_CONFIG, delete).code == ResponseCode.SUCCESS
+    assert before.call(RequestCode.DELETE_KV_CONFIG, delete).code == ResponseCode.SYSTEM_ERROR
+    # restarted 20 s later: a fresh process, no nonces remembered
+    after = Namesrv(tmp_path, started=START + 30, aclEnable=True, aclAccountsFile=accounts_file,
+                    aclNamesrvSignatureRequired=True)
+    after.state.kv.put("ns", "k", "put back")
+    answer = after.call(RequestCode.DELETE_KV_CONFIG, delete)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "before this server started" in answer.remark
+    assert after.state.kv.get("ns", "k") == "put back"
+    fresh = bound({"namespace": "ns", "key": "k"}, RequestCode.DELETE_KV_CONFIG, NOW_MS + 30_000, b"f" * 16)
+    assert after.call(RequestCode.DELETE_KV_CONFIG, fresh).code == ResponseCode.SUCCESS
+
+
+def test_a_request_signed_in_the_millisecond_the_server_started_is_not_before_it(tmp_path, accounts_file):
+    """A NamesrvSignature gives its time in whole milliseconds; the start was kept to the microsecond,
+    so a client that signed in the same millisecond (a test's first write; a script started with the
+    server) had ``stamp_ms / 1000`` fall before it and was refused as a replay from the last process."""
+    ns = Namesrv(tmp_path, started=START + 0.0007, aclEnable=True, aclAccountsFile=accounts_file,
+                 aclNamesrvSignatureRequired=True)
+    put = bound({"namespace": "ns", "key": "k", "value": "v"}, RequestCode.PUT_KV_CONFIG, NOW_MS, b"s" * 16)
+    answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    earlier = bound({"namespace": "ns", "key": "k", "value": "w"}, RequestCode.PUT_KV_CONFIG, NOW_MS - 1, b"e" * 16)
+    assert "before this server started" in ns.call(RequestCode.PUT_KV_CONFIG, earlier).remark
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_write_to_every_namesrv_cannot_be_replayed_from_one_to_another(tmp_path, accounts_file):
+    """namesrv-admin signed each NameServer's copy of a write with a nonce of its own: a listener's
+    copy of ``updateKvConfig v1`` on its way to A, replayed to B after ``v2`` (within the window), put
+    v1 back on B. Now one write carries one nonce to every NameServer, and B has seen it."""
+    servers = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        config = server_config(tmp_path / name, aclEnable=True, aclAccountsFile=accounts_file,
+                               aclNamesrvSignatureRequired=True)
+        servers.append((yield start_server(config)))
+    (service_a, port_a), (service_b, port_b) = servers
+    seen: list[dict] = []
+    service_a.dispatcher.observe(lambda request, peer, response: seen.append(dict(request.ext or {})))
+    env = operator_env()
+    admin = [sys.executable, "-m", "twisted_namesrv.admin", "-n", f"127.0.0.1:{port_a};127.0.0.1:{port_b}"]
+    try:
+        for value in ("v1", "v2"):
+            out, err, code = yield getProcessOutputAndValue(admin[0], [*admin[1:], "updateKvConfig", "-s", "NS", "-k",
+                                                                       "k", "-v", value], env=env)
+            assert code == 0, err
+        captured = next(ext for ext in seen if ext.get("value") == "v1")
+        replay = NamesrvClient(f"127.0.0.1:{port_b}", 5)  # no credentials: sends the captured fields as they are
+        try:
+            answer = yield threads.deferToThread(replay.call, RequestCode.PUT_KV_CONFIG, captured)
+        finally:
+            replay.close()
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "was seen before" in answer.remark
+        assert service_b.state.kv.get("NS", "k") == "v2" and service_a.state.kv.get("NS", "k") == "v2"
+    finally:
+        for service, _ in servers:
+            yield service.stopService()

@@ -14,13 +14,14 @@ import pytest
 from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
+from tests import built
 from twisted_namesrv import server
-from twisted_namesrv.answer_cache import AnswerCache
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.state import settling
 from twisted_namesrv.state.config import NamesrvConfig
 
 TOPICS = ["T0", "T1", "T2"]
@@ -29,12 +30,9 @@ BROKERS = ["a", "b"]
 
 def connection(tmp_path, name: str, compat: str, keep: bool, **settings: str):
     config = NamesrvConfig({"compatVersion": compat, "kvConfigPath": str(tmp_path / f"{name}.json"),
-                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings})
+                            "configStorePath": str(tmp_path / f"{name}.properties"), **settings}, schema=SERVER_SCHEMA)
     clock = task.Clock()
-    state = build_state(config, clock)
-    if not keep:
-        state.answers = AnswerCache(state.routes, keep=False)
-    factory = server.RemotingFactory(Dispatcher(state, count_requests=True), clock, 1 << 24, 0)
+    factory = built.factory(built.dispatcher(config, clock, keep_answers=keep, count_requests=True), clock, 1 << 24, 0)
     protocol, transport = connect(factory)
     return protocol, transport, clock
 
@@ -100,12 +98,20 @@ def other_request(rng: random.Random, opaque: int) -> RemotingCommand:
 @pytest.mark.parametrize(("compat", "settings"), [("4.9.8", {}), ("5.3.3", {}),
                                                   ("5.3.3", {"deleteTopicWithBrokerRegistration": "true"})])
 @pytest.mark.parametrize("seed", range(6))
-def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str, settings: dict, seed: int) -> None:
+def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, monkeypatch, compat: str, settings: dict,
+                                                         seed: int) -> None:
     """Registrations are applied as diffs (topics added, changed, left out; with
-    deleteTopicWithBrokerRegistration, left-out topics leave): every path must drop what it changed."""
+    deleteTopicWithBrokerRegistration, left-out topics leave): every path must drop what it changed.
+    The server that keeps answers also leaves every change as a layer over topicQueueTable, read
+    through until something needs the table itself: the answers must not tell."""
     rng = random.Random(seed)
     kept, kept_out, kept_clock = connection(tmp_path, "kept", compat, keep=True, **settings)
     reference, reference_out, reference_clock = connection(tmp_path, "reference", compat, keep=False, **settings)
+    # every change a layer over the table, written only when something needs the table itself
+    # (state/settling.py); the reference writes them at once
+    kept.factory.dispatcher.state.routes.write_at_once = 0
+    for name, value in (("WRITE_PER_STEP", 2), ("WALK_PER_STEP", 3), ("REMOVE_PER_STEP", 2)):
+        monkeypatch.setattr(settling, name, value)
     for counter in range(1, 500):
         opaque = rng.choice([counter, 7, 10**9 + counter])
         op = rng.random()
@@ -127,6 +133,8 @@ def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, compat: str
         frame = request.encode()
         for protocol in (kept, reference):
             protocol.dataReceived(frame)
+        if rng.random() < 0.3:  # one step of writing what is committed in
+            next(kept.factory.dispatcher.state.routes.settle_steps(), None)
         assert kept_out.value() == reference_out.value(), request
         kept_out.clear()
         reference_out.clear()
@@ -175,7 +183,8 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     keeps the routes not naming it and the topic list."""
     protocol, transport, _ = connection(tmp_path, "one", "4.9.8", keep=True)
     routes = protocol.factory.dispatcher.state.routes
-    assert routes.on_change is None  # nothing kept, nothing to drop: registrations publish to nobody
+    answers = protocol.factory.dispatcher.state.answers
+    assert routes.subscribers == [answers.changed] and not answers.holds()  # nothing kept: nothing collected
     for broker, topics in (("a", ["T0", "T1"]), ("b", ["T2"])):
         body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in topics}),
                                     False, False)
@@ -185,19 +194,18 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
         send(protocol, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    answers = protocol.factory.dispatcher.state.answers
-    assert routes.on_change == answers.changed
-    routes.topic_changed("T0")
+    assert answers.holds()
+    routes.delete_topic("T0")  # one topic's change
     assert sorted(answers.routes) == ["T1", "T2"]
     assert not answers.tables["topic"] and list(answers.tables["broker"]) == [RequestCode.GET_BROKER_CLUSTER_INFO]
     send(protocol, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    routes.broker_changed("a")
+    routes.wipe_write_perm_of_broker("a")  # one group's change
     assert sorted(answers.routes) == ["T2"]
     assert list(answers.tables["topic"]) == [RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER]
     assert answers.tables["broker"] == {}
-    routes.routes_changed()
+    routes.restore(({}, {}, {}, {}, {}, {}))  # everything changed
     assert answers.routes == {} and answers.tables == {"topic": {}, "broker": {}}
-    assert routes.on_change is None
+    assert not answers.holds()
 
 
 GROUPS = ["g0", "g1", "g2", "g3", "g4"]
@@ -221,8 +229,8 @@ def test_connections_lost_in_one_turn_drop_what_they_reached(tmp_path, seed: int
     servers = []
     for name, keep in (("kept", True), ("reference", False)):
         client, out, clock = connection(tmp_path, name, "4.9.8", keep=keep)
-        client.factory.dispatcher = Dispatcher(client.factory.dispatcher.state, count_requests=True,
-                                                      call_later=clock.callLater)
+        old = client.factory.dispatcher
+        client.factory.dispatcher = Dispatcher(old.state, old.metrics, count_requests=True, call_later=clock.callLater)
         servers.append((client, out, clock, {}))
     for counter in range(1, 400):
         op = rng.random()

@@ -11,6 +11,7 @@ from twisted.logger import capturedLogs, formatEvent
 
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.audit import OPERATIONS, RESULTS
+from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
 from twisted_namesrv.logs import event_as_json_line
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -127,8 +128,9 @@ def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
         assert events == []
     samples = served.scrape()
     series = {labels for (name, labels) in samples if name == "namesrv_admin_requests_total"}
-    assert series == {(("operation", o), ("result", r)) for o in OPERATIONS.values() for r in RESULTS}
-    assert len(series) == 21 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
+    operations = {*OPERATIONS.values(), *CONTROLLER_OPERATIONS.values()}  # the controller's too, run or not
+    assert series == {(("operation", o), ("result", r)) for o in operations for r in RESULTS}
+    assert len(series) == 42 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
 
 
 def test_a_claimed_access_key_that_nothing_verified_is_no_identity(served, tmp_path):
@@ -150,3 +152,22 @@ def test_a_claimed_access_key_that_nothing_verified_is_no_identity(served, tmp_p
     audit = audit_of(events)
     assert (audit["access_key"], audit["verified"], audit["claimed_access_key"]) == (None, False, "operator")
     assert "accessKey=operator (verified)" not in formatEvent(events[0])
+
+
+def test_an_event_keeps_at_most_a_few_hundred_characters_of_each_target(served):
+    """A request's header fields and body may hold 64 KiB each, and each audited request, done or
+    refused, was one log line, one JSON event and one of the status page's 200 recent events holding
+    them whole: an unsigned DELETE_KV_CONFIG of a key no one had (nothing changed) wrote a 60,122-character
+    line. Now each value keeps 256 characters and says how long it was; a config update 64 keys."""
+    answer, events = ask(served, RequestCode.DELETE_KV_CONFIG, {"namespace": "N" * 30_000, "key": "K" * 30_000},
+                         account=None)
+    target = audit_of(events)["target"]
+    assert target == {"namespace": "N" * 256 + "...(30000 characters)", "key": "K" * 256 + "...(30000 characters)"}
+    assert len(formatEvent(events[0])) < 1000
+    body = "".join(f"key{i}=v\n" for i in range(100)).encode()
+    answer, events = ask(served, RequestCode.UPDATE_NAMESRV_CONFIG, {}, body, account=None)
+    config = audit_of(events)["target"]["config"]
+    assert len(config) == 65 and config["..."] == "36 more keys" and config["key0"] == "v"
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v",
+                                                             "AccessKey": "A" * 5000}, account=None)
+    assert audit_of(events)["claimed_access_key"] == "A" * 256 + "...(5000 characters)"

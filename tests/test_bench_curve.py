@@ -139,3 +139,24 @@ def test_the_plot_is_a_well_formed_svg_with_a_line_per_server_and_axis(curve, re
     svg = ET.fromstring(report.svg(synthetic(curve, report)))
     lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
     assert len(lines) == 2 * 2  # ours and java, along topics and brokers (the one figure given)
+
+
+def test_every_step_of_the_curve_fits_the_route_tables_default_limits(curve):
+    """The curve runs the server with its defaults, so the route tables' limits must stay above its
+    largest step (issue 47): its tables counted as the server counts them, each broker a group of
+    its own (masters in pairs share topics, not a brokerName), the probe's broker one more."""
+    from twisted_namesrv.state.config import NamesrvConfig
+
+    config = NamesrvConfig()
+    steps = [step for name, step in curve.STEPS.items() if name != "tiny"]
+    tables = {step.name: curve.broker_tables(step) + [("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS)]
+              for step in steps}
+    groups = {name: len({broker for broker, _, _ in brokers}) for name, brokers in tables.items()}
+    per_group = {name: max(len(topics) for _, _, topics in brokers) for name, brokers in tables.items()}
+    entries = {name: sum(len(set(topics)) for _, _, topics in brokers) for name, brokers in tables.items()}
+    assert per_group["topics-1m"] == 200_000 and entries["topics-1m"] == 2_000_002  # the largest tables
+    assert groups["brokers-5000"] == 5_001  # the most groups and brokers
+    assert max(per_group.values()) <= config["maxTopicsPerBroker"]
+    assert max(groups.values()) <= config["maxBrokerGroups"]
+    assert max(groups.values()) <= config["maxBrokers"]  # one broker a group
+    assert max(entries.values()) <= config["maxTopicQueueEntries"]

@@ -1,13 +1,20 @@
 """What a change to the routes costs whoever reacts to it, counted in work (table entries walked,
 answers dropped), never in time: a batch of departures walks topicQueueTable once, whatever the
 number of groups it empties; the lost topics, the events and the answer cache then work on what
-changed, not on everything held; a one-topic change reaches one topic.
+changed, not on everything held; a one-topic change reaches one topic; no reactor turn of a big
+registration or of a mass disconnect touches more than a bounded number of table entries, whatever
+the table's size, and lookups between those turns see each change whole or not at all; a table
+sent again in pieces is neither decoded nor compared; a registration changes the table's entries
+in place, never leaving copies of them behind.
 
 The server is a whole NamesrvService (its wiring of lost topics and events included) on a fake
 clock, with brokers and clients on in-memory connections."""
 
 from __future__ import annotations
 
+import functools
+import gc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,10 +22,12 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
 from tests.support import server_config
+from twisted_namesrv import dispatch, service
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state import registration, settling
 
 GROUPS = 40
 GROUP_TOPICS = [f"Group{i:03d}" for i in range(20)]  # every group serves these, as stall.py's drop
@@ -27,14 +36,42 @@ KEPT = BIG_TOPICS[:50]  # looked up before the departures: their answers are kep
 
 
 class Walked(dict):
-    """topicQueueTable, counting the entries every walk of it visits (items, values, keys, iter)."""
+    """topicQueueTable, counting the entries every walk of it visits (items, values, keys, iter)
+    and, in ``touched``, every entry looked up, written or removed as well."""
 
     visited = 0
+    touched = 0
 
     def _count(self, entries: Any) -> Any:
         for entry in entries:
             self.visited += 1
+            self.touched += 1
             yield entry
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.touched += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.touched += 1
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value) -> None:
+        self.touched += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        self.touched += 1
+        super().__delitem__(key)
+
+    def pop(self, key, *default):  # type: ignore[override]
+        self.touched += 1
+        return super().pop(key, *default)
+
+    def update(self, entries=(), /, **more) -> None:  # type: ignore[override]
+        entries = list(entries.items() if isinstance(entries, dict) else entries) + list(more.items())
+        self.touched += len(entries)
+        super().update(entries)
 
     def items(self):  # type: ignore[override]
         return self._count(super().items())
@@ -79,6 +116,16 @@ class Cluster:
                                                           "clusterName": "c", "haServerAddr": "h", "brokerId": "0"},
                   body)
 
+    def storm_brokers(self, count: int) -> list[tuple[Any, StringTransport]]:
+        """``count`` brokers b000... registered with "Storm" and a topic of their own, their
+        answers cleared: the connections a storm re-registers on."""
+        brokers = [self.connect() for _ in range(count)]
+        for index, (protocol, _) in enumerate(brokers):
+            self.register(protocol, f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"])
+        for _, transport in brokers:
+            transport.clear()
+        return brokers
+
     def big_broker_watched(self, topics: list[str]) -> tuple[Any, list]:
         """A broker "big" with ``topics``, KEPT's answers kept, and the list every RouteChange
         published from now on goes to."""
@@ -88,12 +135,7 @@ class Cluster:
         for topic in KEPT:
             self.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         published: list = []
-        subscriber = self.routes.on_change
-
-        def count(change) -> None:
-            published.append(change)
-            subscriber(change)  # type: ignore[misc]
-        self.routes.on_change = count
+        self.routes.subscribe(published.append, lambda: False)  # after the answer cache; collects nothing itself
         return big, published
 
     def walked(self) -> Walked:
@@ -128,9 +170,9 @@ def test_a_mass_disconnect_walks_the_topic_table_once_and_drops_only_what_it_cha
     assert set(cluster.routes.brokerAddrTable) == {"big"}
     assert table.visited <= len(BIG_TOPICS) + len(GROUP_TOPICS)  # one walk: the table as it was
     assert set(cluster.answers.routes) == set(KEPT)  # only the departed groups' routes were dropped
-    lost = cluster.service.metrics.lost_topics.recent(cluster.routes.topicQueueTable)
+    lost = cluster.service.seen.lost.recent(cluster.routes.topicQueueTable)
     assert [(t.topic, t.broker, t.kind) for t in lost] == [(t, f"g{GROUPS - 1:03d}", "closed") for t in GROUP_TOPICS]
-    closed = [e for e in cluster.service.metrics.recent_events if e.kind == "closed"]
+    closed = [e for e in cluster.service.seen.events.recent if e.kind == "closed"]
     assert [e.info["broker"] for e in closed] == [f"g{i:03d}" for i in range(GROUPS)]  # in closing order
 
 
@@ -138,13 +180,11 @@ def test_route_events_are_heard_after_the_change_with_the_tables_complete(cluste
     """An observer of a departure reads tables that no longer hold the departed group, its
     topics included: the event comes once the change is complete, not in the middle of it."""
     seen: list[tuple[str, bool, bool]] = []
-    listener = cluster.routes._listener
 
     def observe(kind: str, info: dict) -> None:
         seen.append((kind, info["broker"] in cluster.routes.brokerAddrTable,
                      GROUP_TOPICS[0] in cluster.routes.topicQueueTable))
-        listener(kind, info)
-    cluster.routes._listener = observe
+    cluster.routes.listen(observe)
     protocol, _ = cluster.connect()
     cluster.register(protocol, "g000", 2000, GROUP_TOPICS)
     protocol.connectionLost()
@@ -179,3 +219,309 @@ def test_a_one_topic_removal_on_a_big_broker_reaches_at_most_that_topic(tmp_path
     assert changed == ([(["Added"], [], False)] if delete_with_registration else [])
     assert ("Added" in cluster.routes.topicQueueTable) is not delete_with_registration
     assert set(cluster.answers.routes) == set(KEPT)
+
+
+# -- big changes in bounded turns, seen whole -------------------------------------------------------
+
+#: the most table entries one reactor turn may touch: one step of the largest kind, and a few more
+#: for the step's own bookkeeping (the walk of the departed groups' topics is the largest)
+TURN_BOUND = max(registration.TOPICS_PER_STEP, settling.WRITE_PER_STEP, settling.WALK_PER_STEP,
+                 2 * settling.REMOVE_PER_STEP) + 64
+
+
+class Turns(Cluster):
+    """A Cluster whose reactor turns run one at a time, one step each, counting the table entries
+    each turn touches; lookups in between are answered as they come."""
+
+    def __init__(self, tmp_path, monkeypatch, **config: Any) -> None:
+        monkeypatch.setattr(service, "STEPS_PER_TURN_SECONDS", 0)  # one step per turn, whatever the machine
+        super().__init__(tmp_path, **config)
+        self.client, self.client_out = self.connect()
+
+    def turns(self, table: Walked, between=lambda: None) -> list[int]:
+        """Run the due calls one by one, and ``between`` after each (requests read in a turn of
+        their own): the entries each of these turns touched."""
+        touched = []
+        while (due := [c for c in self.clock.getDelayedCalls() if c.getTime() <= self.clock.seconds()]):
+            call = min(due, key=lambda c: c.getTime())
+            self.clock.calls.remove(call)
+            for turn in (functools.partial(call.func, *call.args, **call.kw), between):
+                before = table.touched
+                turn()
+                touched.append(table.touched - before)
+        return touched
+
+    def one_staying_three_leaving(self, size: int, named: Callable[[int, int], str]) -> list[Any]:
+        """Broker "stay" with ``size`` topics and "Shared", and the connections of go0-go2, each with
+        ``size`` topics (the i-th of go``index`` named ``named(index, i)``) and "Shared"."""
+        stay, _ = self.connect()
+        self.register(stay, "stay", 1, [f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+        leaving = [self.connect()[0] for _ in range(3)]
+        for index, protocol in enumerate(leaving):
+            self.register(protocol, f"go{index}", 10 + index, [named(index, i) for i in range(size)] + ["Shared"])
+        return leaving
+
+    def found(self, topics: list[str]) -> list[bool]:
+        """Whether each topic has a route now (looked up on the client's connection, at once)."""
+        out = []
+        for topic in topics:
+            self.opaque += 1
+            self.client.dataReceived(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                                             opaque=self.opaque, version=409).encode())
+            answer = RemotingCommand.decode(self.client_out.value()[4:])
+            self.client_out.clear()
+            out.append(answer.code == 0)
+        return out
+
+
+def registration_frame(name: str, port: int, topics: list[str], counter: int = 1) -> bytes:
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {t: TopicConfig(t) for t in topics}),
+                                False, False)
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": name, "brokerAddr": f"127.0.0.1:{port}", "clusterName": "c", "haServerAddr": "h",
+        "brokerId": "0"}, body, opaque=1, version=409).encode()
+
+
+@pytest.mark.parametrize("size", [2 * TURN_BOUND, 6 * TURN_BOUND])
+def test_a_big_registration_touches_a_bounded_slice_per_turn_and_lookups_see_it_whole(tmp_path, monkeypatch, size):
+    """A first registration of ``size`` topics beside a broker holding as many: no reactor turn
+    touches more than TURN_BOUND entries of topicQueueTable, whatever the size (it used to write
+    them all in the turn that applied it), and a lookup between two turns finds all of the new
+    topics or none of them, a topic both brokers serve with both or one; the broker is answered
+    once they are all found."""
+    cluster = Turns(tmp_path, monkeypatch)
+    old, _ = cluster.connect()
+    cluster.register(old, "old", 1, [f"Old{i:06d}" for i in range(size)] + ["Shared"])
+    table = cluster.walked()
+    new, new_out = cluster.connect()
+    probes = ["New000000", f"New{size // 2:06d}", f"New{size - 1:06d}"]
+    seen: list[tuple[bool, ...]] = []
+
+    def look() -> None:
+        found = cluster.found(probes)
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        seen.append((*found, len(route.queueDatas) == 2))  # type: ignore[union-attr]
+        assert len(set(seen[-1])) == 1, f"half a registration seen: {seen[-1]}"
+        if found[0]:
+            assert not seen[0][0] or len(seen) == 1
+    new.dataReceived(registration_frame("new", 2, [f"New{i:06d}" for i in range(size)] + ["Shared"]))
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert seen[0] == (False,) * 4 and seen[-1] == (True,) * 4  # before, then after
+    assert sum(touched) >= 2 * size  # compared and written: the work is all there, in slices
+    assert RemotingCommand.decode(new_out.value()[4:]).code == 0
+    assert len(table) == 2 * size + 1 and cluster.routes.settling == 0
+
+
+@pytest.mark.parametrize("size", [2 * TURN_BOUND, 6 * TURN_BOUND])
+def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_whole(tmp_path, monkeypatch, size):
+    """Groups serving ``size`` topics lose their connections together beside a broker that stays:
+    no turn touches more than TURN_BOUND entries, whatever the size (the one walk used to run in
+    one turn); from the turn that removes the brokers on, their topics are gone for every lookup
+    (the shared one keeps the staying broker's queues only), while their queues leave
+    topicQueueTable in the turns after; the departures' events and lost topics are heard once
+    they have, with the tables complete."""
+    cluster = Turns(tmp_path, monkeypatch)
+    leaving = cluster.one_staying_three_leaving(size, lambda index, i: f"Go{i:06d}")
+    table = cluster.walked()
+    heard: list[tuple[str, int, bool]] = []
+
+    def hear(kind: str, info: dict) -> None:
+        heard.append((kind, cluster.routes.settling, "Go000000" in cluster.routes.topicQueueTable))
+    cluster.routes.listen(hear)
+    seen: list[tuple[bool, ...]] = []
+
+    def look() -> None:
+        found = cluster.found(["Go000000", f"Go{size - 1:06d}", "Stay000000"])
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        seen.append((*found, [q.brokerName for q in route.queueDatas]))  # type: ignore[arg-type, union-attr]
+    for protocol in leaving:
+        protocol.connectionLost()
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert all(s == (False, False, True, ["stay"]) for s in seen)  # gone from the first turn on, wholly
+    assert cluster.routes.settling == 0 and sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared"])
+    assert [(kind, settling, present) for kind, settling, present in heard] == [("closed", 0, False)] * 3
+    lost = cluster.service.seen.lost.recent(cluster.routes.topicQueueTable)
+    assert {t.broker for t in lost} == {"go2"} and len(lost) > 0
+
+
+def test_a_table_sent_again_in_pieces_is_neither_decoded_nor_compared(tmp_path):
+    """5.x's enableSplitRegistration: a broker sends its table in pieces, each its own
+    REGISTER_BROKER with the same dataVersion. Sent again (the next heartbeat with the same
+    table, or a storm of them), each piece is known by its digest: no topic is looked up in
+    topicQueueTable (on the old code only the first piece was, the others compared topic by
+    topic), the tables and the answers kept stay as they are. A piece that changed is compared."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3")
+    names = [f"Piece{i:05d}" for i in range(4000)]
+    pieces = [names[i:i + 1000] for i in range(0, 4000, 1000)]
+    broker, _ = cluster.connect()
+
+    def send_pieces(tables: list[list[str]], counter: int) -> None:
+        for topics in tables:
+            body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter),
+                                                           {t: TopicConfig(t) for t in topics}), False, True)
+            cluster.send(broker, RequestCode.REGISTER_BROKER, {
+                "brokerName": "big", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "haServerAddr": "h",
+                "brokerId": "0", "enableActingMaster": "false"}, body)
+    send_pieces(pieces, 1)
+    client, _ = cluster.connect()
+    cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": names[0]})
+    table = cluster.walked()
+    for counter in (1, 1, 2):  # the same table again, twice, then with a new dataVersion
+        send_pieces(pieces, counter)
+    assert table.touched == 0
+    assert set(cluster.answers.routes) == {names[0]} and len(table) == 4000
+    send_pieces([pieces[0], pieces[1] + ["Added"]], 3)
+    assert 0 < table.touched <= 2 * 1001 + 8  # the changed piece only
+    assert "Added" in table
+
+
+def test_the_topic_table_is_nothing_to_the_collector(tmp_path):
+    """topicQueueTable's entries hold no cycles: none is tracked by the garbage collector, so a
+    full collection does not visit a million topics (each used to be two tracked objects)."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3")
+    broker, _ = cluster.connect()
+    cluster.register(broker, "small", 1, ["A", "B"])
+    cluster.register(cluster.connect()[0], "big", 2, [f"T{i:05d}" for i in range(3000)] + ["A"])
+    table = cluster.routes.topicQueueTable
+    assert len(table) == 3002
+    assert not [topic for topic, queues in table.items()
+                if gc.is_tracked(queues) or any(map(gc.is_tracked, queues.values()))]
+
+
+def test_registrations_write_into_the_tables_entries_and_leave_no_copies(tmp_path):
+    """A registration changes each topic's entry of topicQueueTable (its dict of queues) in place,
+    whichever registration it is: a second group joining every topic, the first sending its table
+    again with a new dataVersion, then without one topic (5.x deleteTopicWithBrokerRegistration).
+    No copy of an entry replaces it, so a registration leaves nothing to free among the QueueData
+    the table keeps (copies replacing the entries of 3 brokers' 100k topics left a third of the
+    heap in holes the allocator could not give back)."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3", deleteTopicWithBrokerRegistration=True)
+    topics = [f"T{i:05d}" for i in range(3 * settling.WRITE_PER_STEP)]  # written in steps
+    first, _ = cluster.connect()
+    cluster.register(first, "first", 1, topics)
+    entries = dict(cluster.routes.topicQueueTable)
+    cluster.register(cluster.connect()[0], "second", 2, topics)
+    cluster.register(first, "first", 1, topics, counter=2)
+    cluster.register(first, "first", 1, topics[1:], counter=3)
+    table = cluster.routes.topicQueueTable
+    assert cluster.routes.settling == 0 and len(table) == len(topics)
+    assert [topic for topic in topics if table[topic] is not entries[topic]] == []
+    assert list(table[topics[0]]) == ["second"] and sorted(table[topics[1]]) == ["first", "second"]
+
+
+def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_every_turn(tmp_path, monkeypatch):
+    """Connections lost over several turns, and one of the departed groups back (a small
+    registration) while their queues are still being removed: each is a change after
+    the one before it, none makes a turn finish another's work (a second batch used to finish the
+    first's walk in one go), and lookups see each whole, the group back with its new table only."""
+    size = 4 * TURN_BOUND
+    cluster = Turns(tmp_path, monkeypatch)
+    leaving = cluster.one_staying_three_leaving(size, lambda index, i: f"Go{index}-{i:06d}")
+    table = cluster.walked()
+    back, _ = cluster.connect()
+    turns: list[str] = []
+
+    def shared() -> list[str]:
+        route = cluster.service.state.routes.pickup_topic_route_data("Shared")
+        return sorted(q.brokerName for q in route.queueDatas)  # type: ignore[union-attr]
+
+    def look() -> None:
+        found = cluster.found(["Go0-000000", "Go0-000001", f"Go1-{size - 1:06d}", "Go2-000000"])
+        go2 = found[3]  # until its departure, a turn after its connection closed
+        assert not go2 or "go2 gone" not in turns
+        if not go2:
+            turns.append("go2 gone")
+        back_found = found[0]  # once its registration, in steps of its own, is applied
+        assert not turns.count("go0 back") or back_found
+        if back_found:
+            turns.append("go0 back")
+        assert found[1:3] == [False, False]
+        assert shared() == sorted(["stay", *(["go0"] if back_found else []), *(["go2"] if go2 else [])])
+        counts = cluster.routes.topicsOfGroup  # what the tables' limits count: the routes lookups see
+        assert (counts["stay"], counts.get("go0", 0), "go1" in counts, counts.get("go2", 0)) == (
+            size + 1, 2 if back_found else 0, False, size + 1 if go2 else 0)
+        turns.append("turn")
+        if len(turns) == 2:  # two turns into the first batch's writing: the second batch, and go0 back
+            leaving[2].connectionLost()
+            back.dataReceived(registration_frame("go0", 20, ["Go0-000000", "Shared"], counter=5))
+            turns.append("back")
+    for protocol in leaving[:2]:
+        protocol.connectionLost()
+    touched = cluster.turns(table, look)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    assert cluster.routes.settling == 0 and turns.count("turn") > 6
+    assert sorted(table) == sorted([f"Stay{i:06d}" for i in range(size)] + ["Shared", "Go0-000000"])
+    assert sorted(table["Shared"]) == ["go0", "stay"] and list(table["Go0-000000"]) == ["go0"]
+    heard = [(e.kind, e.info["broker"]) for e in cluster.service.seen.events.recent
+             if e.kind in ("closed", "registered")]
+    assert heard[-4:-2] == [("closed", "go0"), ("closed", "go1")]
+    assert sorted(heard[-2:]) == [("closed", "go2"), ("registered", "go0")]
+    assert "go0 back" in turns
+    held = dict.fromkeys(["stay", "go0"], 0)
+    for queues in table.values():
+        for name in queues:
+            held[name] += 1
+    assert (cluster.routes.topicsOfGroup, cluster.routes.queueEntries) == (held, sum(held.values()))
+
+
+def test_a_storm_of_small_registrations_holds_a_lookup_of_the_same_turn_for_a_few_of_them(tmp_path, monkeypatch):
+    """A hundred brokers re-register in one reactor turn (small tables, each answered at once on
+    its own) and a client's lookup is read in the same turn: it is answered after at most
+    AT_ONCE_PER_TURN registrations (every one of them, on the old code); the others wait their turn
+    and are answered in the turns after, each looked at about once (not once a turn until its
+    turn comes: thousands of them cost the square of their number)."""
+    looked: list[int] = []
+    turn_full = dispatch.Dispatcher._turn_full
+
+    def counted(self: dispatch.Dispatcher) -> bool:
+        looked.append(1)
+        return turn_full(self)
+    monkeypatch.setattr(dispatch.Dispatcher, "_turn_full", counted)
+    cluster = Cluster(tmp_path)
+    brokers = cluster.storm_brokers(100)
+    client, client_out = cluster.connect()
+    registered: list[int] = []
+
+    def lookup() -> None:
+        registered.append(sum(1 for _, transport in brokers if transport.value()))
+        client.dataReceived(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"},
+                                                    opaque=1, version=409).encode())
+    for index, (protocol, _) in enumerate(brokers):  # one reactor turn: no clock advance in between
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, 2), {t: TopicConfig(t) for t in (
+            "Storm", f"Own{index}")}), False, False)
+        protocol.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+            "brokerName": f"b{index:03d}", "brokerAddr": f"127.0.0.1:{3000 + index}", "clusterName": "c",
+            "haServerAddr": "h", "brokerId": "0"}, body, opaque=2, version=409).encode())
+        if index == 49:
+            lookup()
+    assert RemotingCommand.decode(client_out.value()[4:]).code == 0  # answered in the turn it was read
+    assert registered == [dispatch.AT_ONCE_PER_TURN]
+    looked.clear()
+    cluster.settle()
+    assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)
+    assert len(looked) <= len(brokers), len(looked)
+
+
+def test_a_storm_during_a_big_registrations_steps_is_answered_before_it_ends(tmp_path, monkeypatch):
+    """A hundred small registrations read in one turn while a big table takes its steps: those past
+    AT_ONCE_PER_TURN are answered that many a turn in the turns after, not one after the other
+    behind the big one's steps (as jobs in steps: every one of them waited for it)."""
+    cluster = Turns(tmp_path, monkeypatch)
+    brokers = cluster.storm_brokers(100)
+    big, big_out = cluster.connect()
+    table = cluster.walked()
+    big.dataReceived(registration_frame("big", 2, [f"Big{i:06d}" for i in range(4 * TURN_BOUND)]))
+    answered: list[tuple[int, bool]] = []
+
+    def between() -> None:
+        if not answered:  # the storm, read in one turn while the big table takes its first steps
+            for index, (protocol, _) in enumerate(brokers):
+                protocol.dataReceived(registration_frame(f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"], 2))
+        answered.append((sum(1 for _, transport in brokers if transport.value()), bool(big_out.value())))
+    cluster.turns(table, between)
+    storm_done = next(turn for turn, (count, _) in enumerate(answered) if count == len(brokers))
+    big_done = next(turn for turn, (_, done) in enumerate(answered) if done)
+    assert answered[0][0] == dispatch.AT_ONCE_PER_TURN and storm_done < big_done, (storm_done, big_done)
+    assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)

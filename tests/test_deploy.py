@@ -247,7 +247,7 @@ def test_as_deployed_only_the_public_paths_answer_beyond_the_pod(docs, tmp_path)
     config = options_as_deployed(docs, tmp_path).config
     assert not config["aclEnable"]
     service = NamesrvService.from_config(config)
-    site = make_site(service.state, service.factory, service.http_resources())
+    site = make_site(service.state, service.factory, service.seen, service.http_resources())
 
     def resource_for(path: str, peer: str, host: str | None = None, local: str = "127.0.0.1"):
         request = DummyRequest([part.encode() for part in path.strip("/").split("/")])

@@ -6,16 +6,19 @@ import pytest
 from twisted.internet import defer, task
 from twisted.internet.testing import StringTransport
 
+from tests import built
 from twisted_namesrv import processor
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.budget import MemoryBudget
 from twisted_namesrv.context import Peer
 from twisted_namesrv.dispatch import Dispatcher, HandlerTable
 from twisted_namesrv.metrics import OTHER_CODE, Metrics
+from twisted_namesrv.refusals import Refusals
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.server import RemotingFactory
-from twisted_namesrv.service import build_state
 from twisted_namesrv.state.config import NamesrvConfig
 
 BROKER = Peer(7, "10.0.0.1:50000")
@@ -25,8 +28,8 @@ CLIENT = Peer(8, "10.0.0.2:50000")
 @pytest.fixture
 def dispatcher(tmp_path) -> Dispatcher:
     config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
-                            "configStorePath": str(tmp_path / "ns.properties")})
-    return Dispatcher(build_state(config, task.Clock()), count_requests=True)
+                            "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
+    return built.dispatcher(config, task.Clock(), count_requests=True)
 
 
 def frame(code: int, ext: dict | None = None, body: bytes | None = None, opaque: int = 1, **kwargs) -> bytes:
@@ -104,8 +107,8 @@ def test_a_closed_channel_takes_its_brokers_along(dispatcher) -> None:
 def test_channels_closed_in_one_reactor_turn_leave_together_at_the_next(tmp_path, monkeypatch) -> None:
     clock = task.Clock()
     config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
-                            "configStorePath": str(tmp_path / "ns.properties")})
-    dispatcher = Dispatcher(build_state(config, clock), call_later=clock.callLater)
+                            "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
+    dispatcher = built.dispatcher(config, clock, call_later=clock.callLater)
     register(dispatcher)
     register(dispatcher, Peer(9, "10.0.0.3:50000"))
     batches = []
@@ -136,7 +139,8 @@ def waiting_table(answers: dict[int, defer.Deferred]) -> HandlerTable:
 
 
 def served(table: HandlerTable):
-    factory = RemotingFactory(Dispatcher(object(), Metrics(), table=table), task.Clock(), 1 << 20, 0)
+    factory = RemotingFactory(Dispatcher(object(), Metrics(), table=table), task.Clock(), 1 << 20, 0, Refusals(),
+                              MemoryBudget(8 << 20))
     protocol, transport = factory.buildProtocol(None), StringTransport()
     protocol.makeConnection(transport)
     return protocol, transport

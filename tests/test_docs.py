@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from twisted_namesrv.state.config import KEYS
+from twisted_namesrv.schema import SERVER_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -19,7 +19,7 @@ def test_configuration_doc_lists_every_key():
     section = text[text.index("\n## Keys\n"):]
     section = section[:section.index("\n## ", 1)]
     documented = set(re.findall(r"`([a-zA-Z.]+)`", section))
-    assert [k.name for k in KEYS if k.name not in documented] == []
+    assert [k.name for k in SERVER_SCHEMA.keys if k.name not in documented] == []
 
 
 def anchors(page: Path) -> set[str]:

@@ -9,7 +9,7 @@ What runs where:
   twistd namesrv-controller, python -m spark_analysis: their own parsers (argparse, twisted's usage);
 - tools/*.py: run up to their argument parsing (argparse's parse_args, then exit);
 - tools/*.sh: each option shown is one the script handles;
-- curl: the path is served by a live server (not 404);
+- curl, chromium (the page's screenshot): the path is served by a live server (not 404);
 - promtool: run (deploy/monitoring's checks);
 - podman, kubectl, systemctl, spark-submit and the install steps: the image, file and unit they name
   exist (tests/test_container.py runs docs/deploy.md's podman commands as printed, tests/test_systemd.py
@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from twisted_namesrv import __version__
+from twisted_namesrv.schema import SERVER_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -42,7 +43,7 @@ VENV_BIN = Path(sys.executable).parent
 IMAGE = f"localhost/twisted-namesrv:{__version__}"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 PROGRAMS = ("namesrv-admin", "twisted-namesrv", "twistd", "python", "python3", "curl", "podman", "kubectl",
-            "systemctl", "spark-submit", "install", "cp", "promtool")
+            "systemctl", "spark-submit", "install", "cp", "promtool", "chromium")
 #: values for the placeholders of usage lines
 VALUES = {
     "NS": "NS", "K": "key", "V": "value", "KEY": "key", "VALUE": "value", "T": "TopicTest", "CLUSTER": "DefaultCluster",
@@ -249,6 +250,10 @@ def parse_tool(script: str, args: list[str]) -> str | None:
 def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
     """(how it was checked, the problem or None)."""
     words = shlex.split(command.replace("…", "..."), posix=True)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        words = words[1:]  # the environment it runs with: the command is what follows
+    if words[:3] == ["ip", "netns", "exec"]:
+        words = words[4:]  # run inside a network namespace (Java's benchmarks): the command follows
     program = words[0].removeprefix(".venv/bin/")
     variants = concrete(words[1:], tmp)
     first = lambda fn: next((problem for args in variants if (problem := fn(args))), None)  # noqa: E731
@@ -280,10 +285,10 @@ def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
         args_at = words.index(script) + 1
         return f"parsed by {script}", next((p for a in concrete(words[args_at:], tmp, together=True)
                                             if (p := parse_tool(script, a))), None)
-    if program == "curl":
+    if program in ("curl", "chromium"):
         url = next(w for w in words[1:] if "127.0.0.1" in w)
         path = "/" + url.split("/", 3)[-1] if url.count("/") >= 3 else "/" + url.split("/", 1)[1]
-        return "served to curl", None if path.split("?")[0] in served else f"{path} is not served"
+        return f"served to {program}", None if path.split("?")[0] in served else f"{path} is not served"
     if program == "podman":
         image = next((w for w in words if "twisted-namesrv:" in w), IMAGE)
         return "image named", None if image == IMAGE else f"{image} is not what tools/container-build.sh tags"
@@ -322,7 +327,7 @@ def served_paths() -> set[str]:
     from twisted_namesrv.service import NamesrvService
     from twisted_namesrv.state.config import NamesrvConfig
 
-    service = NamesrvService.from_config(NamesrvConfig({"metricsPort": 9877}))
+    service = NamesrvService.from_config(NamesrvConfig({"metricsPort": 9877}, schema=SERVER_SCHEMA))
     paths = {"/" + name.decode() for name in service.http_resources()} | {"/", "/metrics"}
     api = ("overview", "clusters", "topics", "route", "kv", "events")
     return paths | {f"/api/{name}" for name in api}

@@ -10,7 +10,7 @@ from twisted.logger import capturedLogs, formatEvent
 
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS, decode_events
-from twisted_namesrv.metrics import RECENT_EVENTS
+from twisted_namesrv.events import RECENT_EVENTS
 
 
 def run(tmp_path, **values) -> Served:
@@ -41,7 +41,7 @@ def test_events_survive_a_kill_and_a_clean_stop_numbered_on(tmp_path):
 def test_the_file_is_bounded_to_the_pages_events(tmp_path):
     served = run(tmp_path)
     for number in range(RECENT_EVENTS + 50):
-        served.service.metrics.route_event("registered", {"cluster": "c1", "broker": f"b{number}", "addr": "h:1"})
+        served.service.seen.events.route_event("registered", {"cluster": "c1", "broker": f"b{number}", "addr": "h:1"})
     served.service.events.stopService()
     kept = decode_events((tmp_path / "events.json").read_bytes())
     assert len(kept) == RECENT_EVENTS and kept[-1].info["broker"] == f"b{RECENT_EVENTS + 49}"
@@ -76,7 +76,7 @@ def test_an_unwritable_events_path_is_logged_once_and_the_server_goes_on(tmp_pat
         served.broker()
         for _ in range(3):
             served.clock.advance(EVENTS_SAVE_SECONDS)
-            served.service.metrics.route_event("changed", {"broker": "broker-a"})
+            served.service.seen.events.route_event("changed", {"broker": "broker-a"})
     errors = [formatEvent(e) for e in logged if "cannot write events file" in formatEvent(e)]
     assert len(errors) == 1, errors
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]

@@ -8,14 +8,14 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from tests import built
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.housekeeping import HousekeepingService
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.server import RemotingFactory
-from twisted_namesrv.service import NamesrvService, build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
 START = 1_000.0
@@ -27,7 +27,7 @@ def config(tmp_path, profile: str = "5.3.3", **values) -> NamesrvConfig:
     base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
             "configStorePath": str(tmp_path / "ns.properties")}
     base.update(values)
-    return NamesrvConfig(base)
+    return NamesrvConfig(base, schema=SERVER_SCHEMA)
 
 
 class World:
@@ -37,10 +37,10 @@ class World:
     def __init__(self, tmp_path, profile: str = "5.3.3", interval: float = 5.0, idle: float = 0) -> None:
         self.clock = task.Clock()
         self.clock.advance(START)
-        self.state = build_state(config(tmp_path, profile), self.clock)
+        self.dispatcher = built.dispatcher(config(tmp_path, profile), self.clock)
+        self.state = self.dispatcher.state
         self.routes = self.state.routes
-        self.dispatcher = Dispatcher(self.state)
-        self.factory = RemotingFactory(self.dispatcher, self.clock, 16 << 20, idle)
+        self.factory = built.factory(self.dispatcher, self.clock, 16 << 20, idle)
         self.housekeeping = HousekeepingService(self.routes, self.factory, self.clock, interval)
         self.housekeeping.startService()
 

@@ -1,4 +1,5 @@
-"""JSON-lines logs: one object per line, carrying each broker event's and rejection's fields."""
+"""Logs: JSON lines carrying each broker event's and rejection's fields; text and JSON lines, one per
+event whatever control characters a peer put in a field (issue 44)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import re
 import struct
 
 import pytest
-from twisted.logger import globalLogPublisher
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python import usage
+from twisted.python.failure import Failure
 
 from tests.test_housekeeping import MASTER, register
 from tests.web.test_metrics_and_api import Served
-from twisted_namesrv import tap
-from twisted_namesrv.logs import json_lines
+from twisted_namesrv import launch, tap
+from twisted_namesrv.escapes import CONTROLS, escaped
+from twisted_namesrv.logs import configured_observer, event_as_json_line, event_as_text_line, json_lines
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
 
@@ -82,3 +85,56 @@ def test_the_dispatch_layers_records_reach_the_server_log(tmp_path, json_log):
     assert refused and refused[0]["namespace"] == "twisted_namesrv.refusals" and refused[0]["level"] == "warn"
     assert refused[0]["refused"] == "config_key" and refused[0]["listener"] == "remoting"
     assert "listenPort" in refused[0]["message"] and "127.0.0.1:" in refused[0]["message"]
+
+
+@pytest.mark.parametrize("name", ["\x1b[31mred", "\x1b]0;title\x07", "cr\rforged", "nl\n2026-11-28 forged",
+                                  "lone\ud800", "\u202eevil", "nel\x85", "ls\u2028", "del\x7f", "nul\x00"])
+def test_a_text_line_is_one_line_whatever_a_field_holds(name):
+    """The one rule (escapes.py) where the line is formatted: one event, one line, writable as UTF-8."""
+    event = {"log_format": "broker registered: broker={broker}", "broker": name, "log_time": 0.0,
+             "log_namespace": "twisted_namesrv.housekeeping", "log_level": LogLevel.info}
+    line = event_as_text_line(event)
+    assert line.endswith("\n") and line.count("\n") == 1 and not CONTROLS.search(line[:-1])
+    assert line.encode("utf-8") and f"broker={escaped(name)}" in line
+    assert json.loads(event_as_json_line(event))["broker"] == name  # JSON escapes them itself, and keeps them
+    assert not CONTROLS.search(event_as_json_line(event).rstrip("\n"))
+
+
+def test_a_traceback_follows_on_indented_escaped_lines():
+    try:
+        raise ValueError("bad name \x1b[2J\nnot a log line")
+    except ValueError:
+        failure = Failure()
+    line = event_as_text_line({"log_format": "process request {code} failed", "code": 100, "log_time": 0.0,
+                               "log_failure": failure, "log_namespace": "x", "log_level": LogLevel.critical})
+    first, *rest = line.rstrip("\n").split("\n")
+    assert first.endswith("process request 100 failed") and rest and all(part.startswith("\t") for part in rest)
+    assert "\x1b" not in line and "ValueError: bad name \\x1b[2J" in line
+
+
+def test_text_lines_write_to_a_rotating_file_what_twisteds_own_could_not(tmp_path):
+    """Twisted's LogFile encodes as UTF-8: a line with a lone surrogate raised and was lost."""
+    observer = configured_observer("text", str(tmp_path / "namesrv.log"))
+    observer({"log_format": "put {ns}", "ns": "a\ud800b", "log_time": 0.0, "log_namespace": "x",
+              "log_level": LogLevel.info})
+    assert (tmp_path / "namesrv.log").read_text(encoding="utf-8").endswith("put a\\ud800b\n")
+
+
+class _Twistd(dict):
+    """Stands in for twistd's ServerOptions: our options' parent."""
+
+
+@pytest.mark.parametrize(("given", "file", "taken"), [
+    ({}, None, True),  # twistd -n: stdout, with our escaped lines
+    ({"logfile": "app.log"}, "app.log", True),
+    ({"logfile": "-"}, None, True),
+    ({"nodaemon": False}, "twistd.log", True),  # a daemon without --logfile: twistd's own default name
+    ({"logger": "some.factory"}, None, False),  # an operator's --logger stays
+    ({"syslog": True}, None, False),
+])
+def test_twistds_own_text_observer_is_replaced_by_ours(given, file, taken):
+    options = tap.Options()
+    options.parent = _Twistd({"logger": None, "logfile": None, "nodaemon": True, "syslog": False, **given})
+    launch.take_over_twistd_logging(options)
+    assert (options.parent["logger"] == "twisted_namesrv.launch.twistd_log_observer") is taken
+    assert launch.twistd_log_file(options) == file

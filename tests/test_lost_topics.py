@@ -1,6 +1,6 @@
 """Which topics a departing broker takes with it: only those no group serves once it left, and
 only when it was its group's last member; a topic served again is no longer lost; old ones are
-forgotten.  RouteInfoManager works them out as it removes them and hands them over (on_lost)."""
+forgotten.  RouteInfoManager works them out as it removes them and hands them over (listen_lost)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
 
 
 def manager(lost: LostTopics) -> RouteInfoManager:
-    return RouteInfoManager(NamesrvConfig({"compatVersion": "4.9.8"}), task.Clock().seconds, on_lost=lost.departed)
+    routes = RouteInfoManager(NamesrvConfig({"compatVersion": "4.9.8"}), task.Clock().seconds)
+    routes.listen_lost(lost.departed)
+    return routes
 
 
 def register(routes: RouteInfoManager, name: str, addr: str, topics: list[str], broker_id: int = 0) -> None:

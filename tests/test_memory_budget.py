@@ -118,3 +118,124 @@ def test_the_default_budget_is_a_quarter_of_the_machine_within_bounds(monkeypatc
 def test_a_budget_below_one_frame_stops_the_start_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="receiveMemoryBudget: 1000 is below frameMaxLength"):
         server_config(tmp_path, receiveMemoryBudget=1000)
+
+
+# -- every byte held for a peer: frames behind an answer in progress, answers it does not read ----
+
+class UnreadTransport(StringTransport):
+    """A peer that reads nothing until the test drains it: past 64 KiB buffered the transport
+    pauses its producer, and resumes it once drained, as Twisted's TCP transport does."""
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.producer is not None and len(self.io.getvalue()) > 64 * KiB:
+            self.producer.pauseProducing()
+
+    def drain(self) -> list[RemotingCommand]:
+        data = self.value()
+        self.clear()
+        self.producer.resumeProducing()
+        return [RemotingCommand.decode(frame) for frame in FrameDecoder().feed(data)]
+
+
+def stepped(tmp_path, budget: int, transports: int = 1, transport=StringTransport):
+    """A listener whose answers in steps the test runs (Turns), its budget ``budget``."""
+    from tests.test_register_in_steps import Turns
+    from twisted_namesrv.budget import MemoryBudget
+    from twisted_namesrv.dispatch import Dispatcher
+    from twisted_namesrv.server import RemotingFactory
+    from twisted_namesrv.service import build
+
+    turns = Turns()
+    owners = build(server_config(tmp_path, compatVersion="4.9.8"), task.Clock())
+    state = owners.state
+    dispatcher = Dispatcher(state, owners.seen.metrics, cooperator=turns.cooperator)
+    factory = RemotingFactory(dispatcher, task.Clock(), 16 * MiB, 0, refusals=state.refusals,
+                              budget=MemoryBudget(budget))
+    peers = []
+    for port in range(transports):
+        proto = factory.buildProtocol(address.IPv4Address("TCP", "10.0.0.9", 100 + port))
+        wire = transport(peerAddress=address.IPv4Address("TCP", "10.0.0.9", 100 + port))
+        proto.makeConnection(wire)
+        peers.append((proto, wire))
+    return turns, factory, peers
+
+
+def registration_in_steps(topics: int, broker: str = "a", opaque: int = 1) -> bytes:
+    """A plain JSON REGISTER_BROKER of more than STEP_BYTES: answered in steps."""
+    from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+    from twisted_namesrv.bodies.route import DataVersion
+
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {
+        f"T{i:06d}": TopicConfig(f"T{i:06d}", 8, 8, 6) for i in range(topics)}), False, False)
+    ext = {"brokerName": broker, "brokerAddr": f"10.0.0.9:{10911 + opaque}", "clusterName": "c", "brokerId": "0"}
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=409).encode()
+
+
+def oneway(size: int, opaque: int) -> bytes:
+    """A oneway request of ``size`` bytes, its prefix included, that nothing answers."""
+    request = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}, b"", opaque=opaque,
+                                      version=409, oneway=True).encode()
+    body = bytes(size - len(request))
+    return RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}, body, opaque=opaque,
+                                   version=409, oneway=True).encode()
+
+
+def test_frames_behind_an_answer_in_steps_are_held_against_the_budget_and_reading_pauses(tmp_path):
+    """While a broker's table is worked out in steps, what its connection sends after it waits:
+    counted, byte for byte, and the connection is not read; over the budget it is closed."""
+    turns, factory, [(broker, wire)] = stepped(tmp_path, budget=4 * MiB)
+    registration = registration_in_steps(3000)
+    assert len(registration) > 256 * KiB  # answered in steps
+    broker.dataReceived(registration)
+    behind = [oneway(500 * KiB, 10 + i) for i in range(3)]
+    broker.dataReceived(b"".join(behind))
+    held = len(registration) - 4 + sum(len(frame) - 4 for frame in behind)  # frames, their prefixes cut
+    assert broker.held == factory.budget.held == held
+    assert wire.producerState == "paused"  # not read while it holds frames behind its answer
+
+    turns.all()  # the registration is answered, then the frames behind it: reading again, nothing held
+    (answer,) = [RemotingCommand.decode(frame) for frame in FrameDecoder().feed(wire.value())]
+    assert (answer.opaque, answer.code) == (1, ResponseCode.SUCCESS)
+    assert broker.held == factory.budget.held == 0 and wire.producerState == "producing"
+
+    broker.dataReceived(registration_in_steps(3000, opaque=2))
+    with capturedLogs() as events:
+        for i in range(8):  # 4 MB behind it: over the budget, the peer holding the most goes
+            broker.dataReceived(oneway(500 * KiB, 20 + i))
+    assert wire.disconnecting and factory.budget.held == 0
+    assert factory.refusals.counts["remoting", "memory_budget"] == 1
+    (event,) = [e for e in events if e.get("refused") == "memory_budget"]
+    assert event["held"] > 3 * MiB
+
+
+def test_answers_a_peer_does_not_read_hold_the_requests_after_them(tmp_path, monkeypatch):
+    """A read of pipelined lookups is answered a room of answers at a time: while the peer does
+    not read them, the rest of its requests wait (counted) and it is not read."""
+    import twisted_namesrv.server as server
+
+    monkeypatch.setattr(server, "ANSWER_ROOM", 32 * KiB, raising=False)  # (raising: the old code has none)
+    turns, factory, [(broker, _), (client, wire)] = stepped(tmp_path, budget=4 * MiB, transports=2,
+                                                            transport=UnreadTransport)
+    topics = [f"T{i:06d}" for i in range(2)]
+    for name in "abcdefghijklmnopqrst":  # a route of 20 broker groups: about 3 KB an answer
+        broker.dataReceived(registration_in_steps(2, broker=name, opaque=ord(name)))
+    turns.all()
+    lookups = [RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topics[0]}, opaque=opaque,
+                                       version=409).encode() for opaque in range(1, 401)]
+    client.dataReceived(lookups[0])
+    (first,) = wire.drain()  # the first is worked out and kept: the next are answered from memory
+    client.dataReceived(b"".join(lookups[1:]))
+    written = len(wire.value())
+    assert 64 * KiB < written < 64 * KiB + 32 * KiB + len(first.encode()), written
+    assert wire.producerState == "paused"
+    # held: the answers written since the write buffer last held less than Twisted's 64 KiB, and the
+    # requests after them
+    assert client.held == factory.budget.held == client.unsent + sum(map(len, client.waiting))
+    assert client.unsent >= written - 64 * KiB and client.waiting
+    got = [first]
+    while wire.value():
+        got += wire.drain()
+    assert [answer.opaque for answer in got] == list(range(1, 401))
+    assert {answer.body for answer in got} == {first.body}
+    assert client.held == factory.budget.held == 0 and wire.producerState == "producing"

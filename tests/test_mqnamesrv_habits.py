@@ -1,12 +1,15 @@
 """Habits of Java's ``mqnamesrv`` (NamesrvStartup + ServerUtil): ``-n`` / ``--namesrvAddr`` and
-``-h`` are accepted, and every key that changes nothing here says so, in ``-p`` and at start."""
+``-h`` are accepted, every key that changes nothing here says so, in ``-p`` and at start, and a
+file Java itself wrote (tests/data/java-config) starts us, ``--strict-config`` included."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from twisted_namesrv import tap
-from twisted_namesrv.state.config import NO_EFFECT, ConfigError, NamesrvConfig, parse_properties
+from twisted_namesrv import properties, tap
+from twisted_namesrv.state.config import NO_EFFECT, ConfigError, NamesrvConfig
 
 
 def options(tmp_path, *argv: str) -> tap.Options:
@@ -35,7 +38,7 @@ def test_dash_p_says_which_keys_have_no_effect_here_and_why(tmp_path):
                  "useEpollNativeSelector", "rocketmqHome"):
         assert f"# {name}: no effect here (" in printed, name
     assert "# listenPort: no effect" not in printed and "# orderMessageEnable: no effect" not in printed
-    assert set(NO_EFFECT) <= set(parse_properties(printed))  # each is still listed, with its value
+    assert set(NO_EFFECT) <= set(properties.load(printed))  # each is still listed, with its value
 
 
 def test_a_start_with_a_key_that_has_no_effect_warns_naming_it(tmp_path):
@@ -44,3 +47,29 @@ def test_a_start_with_a_key_that_has_no_effect_warns_naming_it(tmp_path):
     config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=True)
     assert config.warnings == [f"{path}: serverWorkerThreads=32: no effect here, ignored (one reactor thread serves "
                                "every connection and request: there is no pool to size)"]  # at its default: quiet
+
+
+JAVA_WRITTEN = Path(__file__).parent / "data" / "java-config"
+
+
+@pytest.mark.parametrize("version", ["4.9.8", "5.3.3"])
+def test_a_file_java_wrote_starts_us_under_strict_config(tmp_path, version, capsys):
+    """Java's own -c file after an updateNamesrvConfig (every NamesrvConfig and NettyServerConfig key,
+    rocketmqHome included: tests/data/java-config/README.md says how it was made) is accepted by
+    --strict-config in either generation; the one key without effect here warns."""
+    path = JAVA_WRITTEN / f"namesrv-{version}.properties"
+    parsed = options(tmp_path, "-c", str(path), "--strict-config", "--compat", version,
+                     "--kv-config-path", str(tmp_path / "kv.json"))
+    assert parsed.config["orderMessageEnable"] is True  # what the update changed
+    assert parsed.config["configStorePath"] == str(path)  # Java: -c sets it, whatever the file says
+    assert capsys.readouterr().err == (f"namesrv: warning: {path}: rocketmqHome=/opt/rocketmq: no effect here, "
+                                       "ignored (Java reads its logback configuration there; logging here is "
+                                       "Twisted's (--log-*))\n")
+
+
+def test_strict_config_still_refuses_a_key_no_nameserver_reads(tmp_path):
+    path = tmp_path / "namesrv.properties"
+    path.write_text((JAVA_WRITTEN / "namesrv-5.3.3.properties").read_text() + "orderMessageEnabled=true\n")
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {path}: unknown key orderMessageEnabled "
+                                         r"\(refused by --strict-config\)"):
+        options(tmp_path, "-c", str(path), "--strict-config", "--kv-config-path", str(tmp_path / "kv.json"))

@@ -13,16 +13,16 @@ import pytest
 from twisted.internet import task
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
+from tests import built
 from twisted_namesrv import compat
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
-from twisted_namesrv.dispatch import Dispatcher
-from twisted_namesrv.processor import HANDLERS
+from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 
@@ -35,16 +35,16 @@ _opaques = itertools.count(1)
 class Namesrv:
     """A NamesrvState wired as the service wires it, on a fake clock, and a way to ask it."""
 
-    def __init__(self, tmp_path, profile: str = "5.3.3", **values) -> None:
+    def __init__(self, tmp_path, profile: str = "5.3.3", *, started: float = START, **values) -> None:
         base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kvConfig.json"),
                 "configStorePath": str(tmp_path / "namesrv.properties")}
         base.update(values)
-        self.config = NamesrvConfig(base)
+        self.config = NamesrvConfig(base, schema=SERVER_SCHEMA)
         self.config_path = tmp_path / "namesrv.properties"
         self.clock = task.Clock()
-        self.clock.advance(START)
-        self.state: NamesrvState = build_state(self.config, self.clock)
-        self.dispatcher = Dispatcher(self.state)
+        self.clock.advance(started)
+        self.dispatcher = built.dispatcher(self.config, self.clock)
+        self.state: NamesrvState = self.dispatcher.state
         self.routes = self.state.routes
         self.profile = self.config.profile
 
@@ -109,7 +109,7 @@ def test_unknown_code_is_not_supported_in_both_modes(ns, serialize_type):
     assert answer.serialize_type == SerializeType.JSON  # an error reply is JSON in both
 
 
-@pytest.mark.parametrize("code", sorted(HANDLERS) + [9999])
+@pytest.mark.parametrize("code", sorted(CODES) + [9999])
 @BOTH
 def test_oneway_request_gets_no_answer(tmp_path, profile, code):
     ns = Namesrv(tmp_path, profile)
@@ -585,6 +585,32 @@ def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     assert ns.state.refusals.counts["remoting", "config_key"] == 1  # namesrv_refusals_total{reason="config_key"}
 
 
+@pytest.mark.parametrize("value", ["x\u2028aclEnable=false", "x\\u2028aclEnable\\=false", "x\x85y", "x\x0by",
+                                   "x\x1cy", "x\x1dy", "x\x1ey", "x\\u000ay", "x\\u000dy", "\x1b]0;t\x07", "x\\ud800",
+                                   "\u202ex", "x\x00"])
+def test_update_config_refuses_control_characters_and_changes_nothing(ns, value):
+    """Java takes them (and writes \\n raw into its file); here a key or value holding one is a
+    refusal: answered 16, one log line, counted as config_value, nothing changed in memory or on disk."""
+    before = dict(ns.config.values)
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=f"orderMessageEnable=true\nproductEnvName={value}\n"
+                         .encode())
+    assert answer.code == ResponseCode.NO_PERMISSION
+    assert answer.remark.startswith("Can not update config: productEnvName holds a control character (U+")
+    assert ns.config.values == before and not ns.config_path.exists()
+    (line,) = [formatEvent(e) for e in events if e.get("refused") == "config_value"]
+    assert "127.0.0.1:40000" in line and "productEnvName" in line
+    assert ns.state.refusals.counts["remoting", "config_value"] == 1
+
+
+def test_update_config_refuses_a_body_over_64_kib_unread(ns):
+    """The whole configuration is under 4 KiB; a 16 MiB body of newlines held the reactor for seconds."""
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65536)
+    assert answer.code == ResponseCode.NO_PERMISSION and "over 65536" in answer.remark
+    assert ns.config["orderMessageEnable"] is False and ns.state.refusals.counts["remoting", "config_size"] == 1
+    assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65000).code == 0
+
+
 def test_update_config_blacklist_from_config(tmp_path):
     ns = Namesrv(tmp_path, "5.3.3", configBlackList="configBlackList;orderMessageEnable")
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
@@ -645,10 +671,9 @@ def test_get_config_lists_config_file_keys(tmp_path):
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nenableTopicList=false\nkvConfigPath=%s\ncompatVersion=4.9.8\n"
                     % (tmp_path / "kv.json"))
-    config = NamesrvConfig.from_file(str(path))
+    config = NamesrvConfig.from_file(str(path), schema=SERVER_SCHEMA)
     clock = task.Clock()
-    state = build_state(config, clock)
-    answer = Dispatcher(state).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
+    answer = built.dispatcher(config, clock).dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))
     keys = dict(line.split("=", 1) for line in answer.body.decode().splitlines())
     assert keys["customKey"] == "hello" and keys["enableTopicList"] == "false"
     assert keys["compatVersion"] == "4.9.8" and keys["configStorePath"] == str(path)
@@ -659,8 +684,7 @@ def test_update_config_changes_a_key_only_the_config_file_has(tmp_path):
     in it: such a key changes, is listed and persisted; one nowhere is still dropped."""
     path = tmp_path / "namesrv.conf"
     path.write_text("customKey=hello\nkvConfigPath=%s\n" % (tmp_path / "kv.json"))
-    state = build_state(NamesrvConfig.from_file(str(path)), task.Clock())
-    dispatcher = Dispatcher(state)
+    dispatcher = built.dispatcher(NamesrvConfig.from_file(str(path), schema=SERVER_SCHEMA), task.Clock())
     update = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"customKey=bye\nnowhere=1\n")
     assert dispatcher.dispatch(update, Peer(1)).code == ResponseCode.SUCCESS
     answer = dispatcher.dispatch(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), Peer(1))

@@ -22,10 +22,11 @@ import pytest
 
 from tests.support import free_port
 from tests.tls_support import make_pki
+from twisted_namesrv import properties
 from twisted_namesrv.admin.cli import main as admin_main
 from twisted_namesrv.admin.client import NamesrvClient
 from twisted_namesrv.remoting import RequestCode, ResponseCode
-from twisted_namesrv.state.config import MASK, SECRET_KEYS, parse_properties
+from twisted_namesrv.state.config import MASK, SECRET_KEYS
 
 BIN = Path(sys.executable).parent
 HTTP_PATHS = ["/", "/metrics", "/api/overview", "/api/clusters", "/api/topics", "/api/route?topic=T",
@@ -97,7 +98,7 @@ def test_no_planted_secret_reaches_any_output(planted_setup, launcher):
                              capture_output=True, text=True, timeout=60)
     seen["-p stdout"], seen["-p stderr"] = printed.stdout, printed.stderr
     assert printed.returncode == 0
-    assert parse_properties(printed.stdout)["tls.server.keyPassword"] == MASK
+    assert properties.load(printed.stdout)["tls.server.keyPassword"] == MASK
 
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     log_file = tmp_path / "namesrv.log" if launcher.startswith("twistd") else out
@@ -111,7 +112,7 @@ def test_no_planted_secret_reaches_any_output(planted_setup, launcher):
         try:
             answer = client.call(RequestCode.GET_NAMESRV_CONFIG)
             assert answer.code == ResponseCode.SUCCESS
-            listed = parse_properties(answer.body.decode())
+            listed = properties.load(answer.body.decode())
             assert listed["listenPort"] == str(port) and not set(listed) & set(secrets)
             seen["GET_NAMESRV_CONFIG"] = repr(answer) + answer.body.decode()
             # a refused update naming a secret key, an accepted one of the unknown secret key, a bad signature
@@ -144,7 +145,7 @@ def test_no_planted_secret_reaches_any_output(planted_setup, launcher):
         server.wait(timeout=30)
     seen["stdout"], seen["stderr"], seen["log file"] = out.read_text(), err.read_text(), log_file.read_text()
     assert "updateNamesrvConfig from" in seen["log file"] and "audit update_namesrv_config" in seen["log file"]
-    stored = parse_properties(config.read_text())  # the operator's own file keeps what it had
+    stored = properties.load(config.read_text())  # the operator's own file keeps what it had
     assert stored["tls.server.keyPassword"] == secrets["tls.server.keyPassword"]
 
     every_secret = [*secrets.values(), *acl_secrets.values()]

@@ -9,10 +9,12 @@ import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from tests import built
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState
 from twisted_namesrv.dispatch import Dispatcher
+from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import (
     RESPONSE_FLAG,
     FrameDecoder,
@@ -24,8 +26,8 @@ from twisted_namesrv.remoting import (
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.header import Header
-from twisted_namesrv.server import RemotingFactory, send_now
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.server import send_now
 from twisted_namesrv.state.config import NamesrvConfig
 
 IDLE = 120
@@ -36,8 +38,8 @@ _opaques = itertools.count(1)
 class RecordingDispatcher(Dispatcher):
     """Remembers the channels reported closed, with the reason."""
 
-    def __init__(self, state: NamesrvState) -> None:
-        super().__init__(state)
+    def __init__(self, state: NamesrvState, metrics: Metrics) -> None:
+        super().__init__(state, metrics)
         self.closed: list[tuple[int, str]] = []
 
     def channel_closed(self, channel, reason: str = "connection closed") -> None:
@@ -48,12 +50,12 @@ class RecordingDispatcher(Dispatcher):
 class Harness:
     def __init__(self, tmp_path, profile: str = "5.3.3", idle: float = IDLE, max_frame: int = 16 * 1024 * 1024):
         config = NamesrvConfig({"compatVersion": profile, "kvConfigPath": str(tmp_path / "kv.json"),
-                                "configStorePath": str(tmp_path / "ns.properties")})
+                                "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
         self.clock = task.Clock()
         self.clock.advance(1_000)
-        self.state: NamesrvState = build_state(config, self.clock)
-        self.dispatcher = RecordingDispatcher(self.state)
-        self.factory = RemotingFactory(self.dispatcher, self.clock, max_frame, idle)
+        self.dispatcher = built.dispatcher(config, self.clock, cls=RecordingDispatcher)
+        self.state: NamesrvState = self.dispatcher.state
+        self.factory = built.factory(self.dispatcher, self.clock, max_frame, idle)
 
     @property
     def closed(self) -> list[tuple[int, str]]:

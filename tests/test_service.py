@@ -18,12 +18,13 @@ import pytest_twisted
 from twisted.internet import reactor, task
 from twisted.logger import capturedLogs
 
-from tests.support import connect, free_port, server_config, start_server
+from tests.support import answer_to, connect, free_port, server_config, start_server
 from twisted_namesrv import CannotStart, tap
-from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
-from twisted_namesrv.state.config import KEYS, NamesrvConfig
+from twisted_namesrv.state.config import NamesrvConfig
 
 BIN = Path(sys.executable).parent
 SUBPROCESS_TIMEOUT = 15
@@ -194,7 +195,8 @@ def test_an_unknown_key_warns_naming_it_and_the_file_or_is_refused_when_strict(t
 
 
 def test_an_unreadable_config_file_is_refused_naming_it(tmp_path):
-    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: Is a dir"):
+    with pytest.raises(SystemExit, match=f"^namesrv: cannot start: cannot read config file {tmp_path}: a directory, "
+                       "not a regular file"):
         tap.Options().parseOptions(["-c", str(tmp_path)])
 
 
@@ -253,7 +255,7 @@ def test_print_config_items(tmp_path, compat):
     assert result.returncode == 0, result.stderr
     printed = dict(line.split("=", 1) for line in result.stdout.splitlines() if not line.startswith("#"))
     assert "# compatVersion from command line\n" in result.stdout  # where a value not at its default came from
-    assert list(printed) == [k.name for k in KEYS]  # every key the README documents (test_docs)
+    assert list(printed) == [k.name for k in SERVER_SCHEMA.keys]  # every key the docs list (test_docs)
     assert printed["compatVersion"] == compat and printed["listenPort"] == "9876" and printed["rocketmqHome"] == ""
     assert not list(tmp_path.glob("*.pid")) and not (tmp_path / "namesrv").exists()  # nothing written
 
@@ -274,15 +276,7 @@ def read_until(proc: subprocess.Popen, needle: str, deadline: float) -> str:
 
 
 def ask(port: int, request: RemotingCommand) -> RemotingCommand:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(request.encode())
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(65536)
-            assert data, "the server closed the connection"
-            frames = decoder.feed(data)
-            if frames:
-                return RemotingCommand.decode(frames[0])
+    return answer_to(port, request.encode(), timeout=5)
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,10 @@ from twisted_namesrv.state.config import ConfigError
 ASK = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}, opaque=7, version=409)
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory):
-    """A self-signed certificate for 127.0.0.1, made for this run (no key is ever committed)."""
-    directory = tmp_path_factory.mktemp("tls")
+def self_signed(directory):
+    """A self-signed certificate for 127.0.0.1 in ``directory`` (cert.pem, key.pem), made for this run
+    (no key is ever committed)."""
+    directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -43,6 +43,11 @@ def certificate(tmp_path_factory):
     (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
     return directory / "cert.pem", directory / "key.pem"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def ask(port: int, cafile=None, client_pair=None) -> RemotingCommand | None:
@@ -229,3 +234,40 @@ def test_every_tls_refusal_is_a_log_line_with_the_peer_and_a_count(tmp_path, cer
         assert event["log_level"].name == "warn" and event["peer"].startswith("127.0.0.1:")
         assert event["listener"] == "remoting"
     assert "certificate" in refused["tls_handshake"]["why"]
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_plain_java_broker_refused_by_an_enforcing_port_is_told_what_to_do(tmp_path, certificate):
+    """A Java broker without -Dtls.enable=true logs only 'send request failed' and prints 'boot
+    success' (seen with the reference rig): our one log line must name what it sent and the fix."""
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    service, port = yield start_server(tls_config(tmp_path, certificate, "enforcing"))
+    register = RemotingCommand.request(RequestCode.REGISTER_BROKER, {"brokerName": "broker-a"}, b"{}", opaque=1,
+                                       version=479)
+    try:
+        answer = yield threads.deferToThread(send_plain, port, register.encode())
+    finally:
+        yield service.stopService()
+        globalLogPublisher.removeObserver(events.append)
+    assert answer == b""  # closed without an answer, as before
+    lines = [formatEvent(e) for e in events if e.get("refused") == "not_tls"]
+    assert len(lines) == 1
+    assert "its first request: REGISTER_BROKER (103) from a JAVA client" in lines[0]
+    assert "start it with -Dtls.enable=true" in lines[0] and "tls.server.mode=permissive" in lines[0]
+
+
+def send_plain(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        return sock.recv(100)
+
+
+def test_what_a_plain_peer_sent_is_named_only_when_it_is_a_whole_frame():
+    from twisted_namesrv.tls import plain_request
+
+    assert plain_request(b"GET / HTTP/1.1\r\n") == "first byte 0x47"
+    assert plain_request(ASK.encode()[:10]) == "first byte 0x00"
+    assert plain_request(ASK.encode()) == "its first request: GET_ROUTEINFO_BY_TOPIC (105) from a JAVA client"

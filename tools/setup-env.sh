@@ -28,6 +28,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venv"
 python="${PYTHON:-python3}"
 say() { printf 'setup-env: %s\n' "$*"; }
+# shellcheck source=tools/apt.sh
+source "$repo/tools/apt.sh"  # apt_get: waits for another install's lock instead of failing
 
 extras=()
 browser=0
@@ -57,7 +59,7 @@ apt_install() {
   fi
   command -v apt-get >/dev/null || { echo "setup-env: no apt-get here; install $* with this system's tools" >&2; exit 1; }
   say "apt-get install $* (as root)"
-  apt-get update -qq && apt-get install -y -qq "$@"
+  apt_get update -qq && apt_get install -y -qq "$@"
 }
 
 need=()

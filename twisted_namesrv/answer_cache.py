@@ -12,32 +12,46 @@ less often.  Three levels:
   even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
   when the request's bytes alone decide its answer (not when the ACL checks lookups by peer).
 
+One owner, one thing kept (an answer's bytes, dropped by the same subscriptions), met at three
+points of a request's way because each serves traffic the next cannot: a read of repeats only
+(``replies_from_read``, the common case), frames of a read that mixes repeats with anything else
+(``replies_from_memory``, after cutting), and a lookup never seen whole (the handler builds its
+frame around a kept body).  Taking the first away (in process, ``tools/bench/hot_path.py``) made a
+lookup cost about 2.3x the CPU; taking the first two, about 50x.
+
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
 handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
-subscriptions, never from handlers:
+subscriptions, never from handlers; the composition root (service.py) subscribes the cache, which
+subscribes itself to nothing:
 
-- RouteInfoManager publishes each change once it is complete (``subscribe``, a ``RouteChange``):
+- RouteInfoManager publishes each change once it is complete (``changed``, a ``RouteChange``):
   its topics (drop their bodies and the topic list), its broker groups (drop every kept route
-  naming one of them, in one walk of what is kept, and the cluster info), or everything.  The
-  cache subscribes only while it holds something, so a first registration of many topics on a
-  fresh server collects nothing per topic.
-- KVConfigManager publishes each key put or deleted: an ORDER_TOPIC_CONFIG key is a topic's
-  orderTopicConf, so that topic's routes go.
-- NamesrvConfig publishes an update: switches shape answers, so everything goes.
+  naming one of them, in one walk of what is kept, and the cluster info), or everything.  While
+  the cache holds nothing (``holds``), changes are not collected topic by topic, so a first
+  registration of many topics on a fresh server collects nothing per topic.
+- KVConfigManager publishes each key put or deleted (``kv_changed``): an ORDER_TOPIC_CONFIG key
+  is a topic's orderTopicConf, so that topic's routes go.
+- NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
+
+The same owner keeps the work of decoding: JSON header templates (remoting/header.py:
+``HeaderTemplates``, ``headers``), the request side of the same idea (a client's requests differ
+only in their opaque).  A template never goes stale (a header's fields are its bytes'), so no
+subscription drops one; they are bounded by count.  One server, one cache of each, constructed
+once by the composition root (service.py); no module holds one.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from .remoting import RemotingCommand, SerializeType
-from .remoting.header import OPAQUE_KEY
-from .state.config import NamesrvConfig
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, RouteChange, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
@@ -77,14 +91,15 @@ _MAX_INT32 = b"2147483647"
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
 BLOCK_FROM = 4
+#: no limit on the bytes of answers one call appends (the server gives one: server.ANSWER_ROOM)
+NO_LIMIT = sys.maxsize
 
 
 class AnswerCache:
-    """The kept answers of one NameServer (module docstring); subscribed to ``kv`` and ``config``
-    from the start, to ``routes`` while it holds something."""
+    """The kept answers of one NameServer (module docstring); ``routes`` is read (which kept
+    routes name a changed group), never subscribed to from here."""
 
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager | None = None,
-                 config: NamesrvConfig | None = None, keep: bool = True) -> None:
+    def __init__(self, routes: RouteInfoManager, keep: bool = True) -> None:
         self._routes = routes
         self.keep = keep
         self.routes: dict[str, TopicAnswers] = {}
@@ -92,38 +107,39 @@ class AnswerCache:
         self._topic_tables = self.tables[TOPIC]
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
-        if keep and kv is not None:
-            kv.subscribe(self._kv_changed)
-        if keep and config is not None:
-            config.subscribe(self.clear)
+        #: JSON header templates of this server's clients (the dispatcher decodes through them)
+        self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
+    def holds(self) -> bool:
+        """Whether anything is kept that a route change could make stale (the kept frames are
+        kept with their topic's bodies)."""
+        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER])
+
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
-        change's topics, plus one walk of the kept routes when groups changed."""
+        smaller of the change's topics and the routes kept, plus one walk of the kept routes when
+        groups changed or left."""
         if change.everything:
             self.clear()
             return
         routes = self.routes
         if change.topics:  # registrations change topics by the thousand
             if routes:
-                pop = routes.pop
-                for topic in change.topics:
-                    answers = pop(topic, None)
-                    if answers is not None:
-                        answers.stale = True  # the frames kept from them see it (replies_from_memory)
+                for topic in routes.keys() & change.topics:  # a walk of the smaller of the two
+                    self._drop_routes(topic)
             if self._topic_tables:
                 self._topic_tables.clear()
-        if change.brokers:
+        if change.brokers or change.left:
             if routes:
-                groups = change.brokers.keys()
-                topics = self._routes.topicQueueTable
-                for topic in [t for t in routes if not groups.isdisjoint(topics.get(t, ()))]:
+                for topic in self._routes.topics_naming([*change.brokers, *change.left], list(routes)):
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
+        if change.left and self._topic_tables:  # their topics may have left with them
+            self._topic_tables.clear()
 
-    def _kv_changed(self, namespace: str, key: str) -> None:
+    def kv_changed(self, namespace: str, key: str) -> None:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
@@ -147,7 +163,6 @@ class AnswerCache:
         for table in self.tables.values():
             table.clear()
         self.replies.clear()
-        self._routes.unsubscribe(self.changed)  # nothing left to drop
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -163,7 +178,6 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
-                self._routes.subscribe(self.changed)
         return body
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
@@ -180,7 +194,6 @@ class AnswerCache:
         if answers is None:
             answers = self.routes[topic] = TopicAnswers()
         body = answers.bodies.setdefault(variant, body)
-        self._routes.subscribe(self.changed)
         if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
@@ -204,9 +217,10 @@ class AnswerCache:
         kept[:] = [k for k in kept if k.after != after][:MAX_REPLIES_PER_HEAD - 1]
         kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
 
-    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes]) -> int:
+    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
-        ``out``, in order, up to the first that is not: its index (``len(frames)``: all were).
+        ``out``, in order, up to the first that is not, or until they reach ``room`` bytes (at
+        least one): the index of the first frame not answered (``len(frames)``: all were).
         Each is the kept answer frame with the request's own opaque spliced in, without decoding.
 
         A kept frame is found by the request up to its opaque's digits (header-length word
@@ -235,12 +249,18 @@ class AnswerCache:
                     kept.remove(reply)
                     return index
                 head = frame[:at]
-                if index <= block_until and _splice_block(frames, index, at, length, prefix, rest, out):
-                    return count
+                reply_size = len(prefix) + length + len(rest)
+                if index <= block_until:
+                    fit = min(count - index, max(1, room // reply_size))
+                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, rest, out):
+                        return index + fit
             digits = frame[at:at + length]
             if not _valid_digits(digits):
                 return index
             out += (prefix, digits, rest)
+            room -= reply_size
+            if room <= 0:
+                return index + 1
         return len(frames)
 
     @staticmethod
@@ -252,12 +272,13 @@ class AnswerCache:
                 return reply
         return None
 
-    def replies_from_read(self, data: bytes, out: list[bytes]) -> tuple[int, int]:
+    def replies_from_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> tuple[int, int]:
         """Answer the frames at the start of a read, as it came (length prefixes included, not
         cut into frames), when they are one client's repeats of one kept plain JSON lookup: the
-        first frame's kept answer for each, with each frame's own opaque spliced in.  (bytes
-        answered, lookups answered); (0, 0), with nothing appended, when the read does not start
-        so, and the frames go the usual way (``replies_from_memory`` after the cut).
+        first frame's kept answer for each, with each frame's own opaque spliced in, as many as
+        fit in ``room`` bytes (at least one).  (bytes answered, lookups answered); (0, 0), with
+        nothing appended, when the read does not start so, and the frames go the usual way
+        (``replies_from_memory`` after the cut).
 
         The same rules as ``replies_from_memory``: the first frame is found by its bytes up to
         its opaque's digits and checked against the rest; the frames after it answered with it
@@ -282,7 +303,7 @@ class AnswerCache:
             kept.remove(reply)
             return 0, 0
         length = reply.digits
-        n = len(data) // record
+        n = min(len(data) // record, max(1, room // (len(reply.prefix) + length + len(reply.rest))))
         if n == 1:  # one lookup in flight (the latency path): no block to check
             digits = data[at:at + length]
             if not _valid_digits(digits):
@@ -296,13 +317,13 @@ class AnswerCache:
         return n * record, n
 
 
-def _splice_block(frames: list[bytes], index: int, at: int, length: int, prefix: bytes, rest: bytes,
+def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,
                   out: list[bytes]) -> bool:
-    """Answer ``frames[index:]`` at once when each is ``frames[index]`` but for its opaque's
-    ``length`` digits at ``at`` (a client's pipelined lookups of one topic); ``_splice_records``
-    on them joined."""
-    block = b"".join(frames[index:])
-    record, n = len(frames[index]), len(frames) - index
+    """Answer the ``n`` frames from ``frames[index]`` at once when each is ``frames[index]`` but
+    for its opaque's ``length`` digits at ``at`` (a client's pipelined lookups of one topic);
+    ``_splice_records`` on them joined."""
+    block = b"".join(frames[index:index + n])
+    record = len(frames[index])
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
 
 

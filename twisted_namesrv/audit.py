@@ -1,8 +1,10 @@
 """The audit trail: one ``audit`` event for every state-changing request, done or refused.
 
 Java's NameServer logs some operator requests (wipeWritePerm, updateNamesrvConfig) in lines of
-their own and others (deleteTopic, KV changes) not at all.  Here each request whose code is in
-OPERATIONS becomes one AuditEvent -- when, from which peer, which
+their own and others (deleteTopic, KV changes) not at all; its controller logs none.  Here each
+request a listener's ``Audited`` table names (``NAMESRV``: the NameServer's operator codes,
+OPERATIONS; the controller's, every code that changes its state, brokers' included, is
+controller/audit.py's ``CONTROLLER``) becomes one AuditEvent -- when, from which peer, which
 request, who (with aclEnable the accessKey whose signature was checked; a key a request only names,
 unsigned or wrongly signed or with ACL off, is kept apart as ``claimed_access_key``, never as who
 did it), aimed at what (namespace and key, broker, topic, config keys; never a secret's value, and
@@ -13,29 +15,49 @@ no KV value either), and the result -- and the event goes three ways:
 - the counter ``namesrv_admin_requests_total{operation,result}`` (every series from the start);
 - the status page's recent events (``/api/events``, kind ``audit``).
 
-``observer`` is what the service hands the dispatcher (``Dispatcher.observe``): it hears every
-dispatched request with its answer and records those whose code is in AUDITED; the operation and
-target are read from the request code and header here, so the handlers stay as they are.
+``AuditTrail`` owns the counts (one per NameServer process, the controller's events counted with
+the NameServer's); the composition root (service.py) constructs it once with the page's events, and
+hands each listener's dispatcher (``Dispatcher.observe``) a ``Trail`` recording into it: a Trail
+hears every dispatched request with its answer and records those its table names; the operation
+and target are read from the request code and header here, so the handlers stay as they are.  The
+text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone surrogate is
+still one line.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger, LogLevel
 
-from .context import NamesrvState, Peer
-from .metrics import Metrics
+from .context import Peer
+from .events import RecentEvents
+from .properties import load as load_properties
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .remoting.codes import code_name
-from .state.acl import ACCESS_KEY, ACL_EXCEPTION
-from .state.config import masked, parse_properties
+from .state.acl import ACCESS_KEY, ACL_EXCEPTION, AccessControl
+from .state.config import masked
 
 log = Logger(namespace="twisted_namesrv.audit")
 
-#: request code -> operation (the metric's label)
+
+@dataclass(frozen=True)
+class Audited:
+    """What one listener's trail records: its operations by request code (the metric's label),
+    the header fields that name each one's target, the codes whose body is properties text (the
+    target is its keys), the answer's fields worth keeping, and how its codes are named."""
+
+    operations: dict[int, str]
+    targets: dict[int, tuple[str, ...]]
+    config_codes: frozenset[int]
+    effects: tuple[str, ...]
+    name: Callable[[int], str]
+
+
+#: the NameServer's: request code -> operation
 OPERATIONS: dict[int, str] = {
     RequestCode.PUT_KV_CONFIG: "put_kv_config",
     RequestCode.DELETE_KV_CONFIG: "delete_kv_config",
@@ -44,21 +66,25 @@ OPERATIONS: dict[int, str] = {
     RequestCode.DELETE_TOPIC_IN_NAMESRV: "delete_topic",
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: "register_topic",
     RequestCode.UPDATE_NAMESRV_CONFIG: "update_namesrv_config",
+    RequestCode.RETIRE_BROKER_GROUP: "retire_broker_group",
 }
-AUDITED = frozenset(OPERATIONS)
-#: ok: answered SUCCESS; refused: by the ACL or the config black list; failed: any other answer
-RESULTS = ("ok", "refused", "failed")
-#: header fields that name a request's target, by request code (values of other fields are not kept)
-_TARGET_FIELDS: dict[int, tuple[str, ...]] = {
+NAMESRV = Audited(OPERATIONS, {
     RequestCode.PUT_KV_CONFIG: ("namespace", "key"),
     RequestCode.DELETE_KV_CONFIG: ("namespace", "key"),
     RequestCode.WIPE_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.ADD_WRITE_PERM_OF_BROKER: ("brokerName",),
     RequestCode.DELETE_TOPIC_IN_NAMESRV: ("topic", "clusterName"),
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: ("topic",),
-}
-#: answer fields worth keeping: how many topics a write-permission change touched
-_EFFECT_FIELDS = ("wipeTopicCount", "addTopicCount")
+    RequestCode.RETIRE_BROKER_GROUP: ("clusterName", "brokerName", "brokerId"),
+}, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}),
+    # how many topics a write-permission change touched, what a retirement forgot
+    ("wipeTopicCount", "addTopicCount", "retired"), code_name)
+
+#: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
+#: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
+#: group); failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
+RESULTS = ("ok", "refused", "failed")
+_REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +98,11 @@ class AuditEvent:
     result: str
     reason: str | None = None  # the answer's remark when not ok
     claimed_access_key: str | None = None  # an accessKey the request names that nothing verified
+    request: str = ""  # the code's Java name
 
     @property
     def verified(self) -> bool:
         return self.access_key is not None
-
-    @property
-    def request(self) -> str:
-        return code_name(self.code)
 
     def fields(self) -> dict[str, Any]:
         """The event as JSON-ready fields (the JSON log line's ``audit``, the status page's event)."""
@@ -98,6 +121,26 @@ class AuditEvent:
                 f"-> {self.result}{why}")
 
 
+#: the most characters of one target value (a namespace, key, topic, config value) an event keeps, and
+#: the most config keys: a request's header fields and body may hold 64 KiB each, and every audited
+#: request, done or refused, is a log line, a JSON event and one of the status page's recent events
+VALUE_MAX, CONFIG_KEYS_MAX = 256, 64
+
+
+def clipped(value: Any) -> Any:
+    """``value`` as an event keeps it: text beyond VALUE_MAX characters cut, with how long it was; a
+    config update's keys beyond CONFIG_KEYS_MAX left out, with how many."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        kept = {clipped(k): clipped(v) for k, v in items[:CONFIG_KEYS_MAX]}
+        if len(items) > CONFIG_KEYS_MAX:
+            kept["..."] = f"{len(items) - CONFIG_KEYS_MAX} more keys"
+        return kept
+    if isinstance(value, str) and len(value) > VALUE_MAX:
+        return f"{value[:VALUE_MAX]}...({len(value)} characters)"
+    return value
+
+
 def _shown(value: Any) -> str:
     """A target value in the text line: a config update's keys as ``{k=v, k=v}``."""
     if isinstance(value, dict):
@@ -105,54 +148,67 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def event_of(state: NamesrvState, request: RemotingCommand, peer: Peer,
-             response: RemotingCommand | None) -> AuditEvent:
-    """The audit event of an answered (or oneway) request whose code is in AUDITED."""
-    result, reason = _result(response)
-    target = _target(request)
-    if response is not None:
-        target.update({k: response.ext[k] for k in _EFFECT_FIELDS if response.ext.get(k) is not None})
-    claimed = request.ext.get(ACCESS_KEY)
-    identity = state.acl.verified(request.ext, request.body) if state.acl is not None and claimed else None
-    return AuditEvent(state.clock(), peer.address, identity, request.code, OPERATIONS[request.code], target, result,
-                      reason, None if identity else claimed)
-
-
 def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
-    refused = response.code == ResponseCode.NO_PERMISSION or remark.startswith(ACL_EXCEPTION)
+    refused = response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION)
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 
-def _target(request: RemotingCommand) -> dict[str, Any]:
-    if request.code == RequestCode.UPDATE_NAMESRV_CONFIG:
-        try:
-            props = parse_properties(bytes(request.body or b"").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return {"config": "(unreadable body)"}
-        return {"config": masked(props)}
-    ext = request.ext
-    return {name: ext.get(name) for name in _TARGET_FIELDS[request.code] if ext.get(name) is not None}
+class AuditTrail:
+    """The audit trail of one NameServer process: its counts by (operation, result), the one owner
+    of ``namesrv_admin_requests_total`` (the embedded controller's events counted here too); each
+    event also logged and fed to the page's ``events``.  ``tables``: the listeners' tables it
+    counts for, so that every (operation, result) series is there from the start."""
+
+    def __init__(self, events: RecentEvents, tables: tuple[Audited, ...]) -> None:
+        self.events = events
+        #: every operation the metric has a series for, from the start
+        self.operations = tuple(sorted({name for table in tables for name in table.operations.values()}))
+        #: audited requests by (operation, result)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def record(self, event: AuditEvent) -> None:
+        """Log, count and show one audited request."""
+        level = LogLevel.info if event.result == "ok" else LogLevel.warn
+        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
+        self.counts[event.operation, event.result] += 1
+        self.events.feed_event("audit", event.fields())
 
 
-def record(state: NamesrvState, metrics: Metrics, request: RemotingCommand, peer: Peer,
-           response: RemotingCommand | None) -> AuditEvent:
-    """Log, count and show one audited request."""
-    event = event_of(state, request, peer, response)
-    level = LogLevel.info if event.result == "ok" else LogLevel.warn
-    log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
-    metrics.admin_requests[event.operation, event.result] += 1
-    metrics.feed_event("audit", event.fields())
-    return event
+class Trail:
+    """One listener's audit trail (``audited``: what it records), with the clock and the ACL that
+    says who signed; ``into``: the AuditTrail its events are logged, counted and shown by (the
+    NameServer's, also for the controller inside it).  Called as the dispatcher's observer."""
 
+    def __init__(self, audited: Audited, clock: Callable[[], float], acl: AccessControl | None,
+                 into: AuditTrail) -> None:
+        self.audited, self.clock, self.acl, self.into = audited, clock, acl, into
 
-def observer(state: NamesrvState, metrics: Metrics) -> Callable[[RemotingCommand, Peer, RemotingCommand], None]:
-    """The dispatcher's observer (``Dispatcher.observe``) that records every audited request."""
+    def __call__(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> None:
+        if request.code in self.audited.operations:
+            self.into.record(self.event(request, peer, response))
 
-    def heard(request: RemotingCommand, peer: Peer, response: RemotingCommand) -> None:
-        if request.code in AUDITED:
-            record(state, metrics, request, peer, response)
+    def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
+        """The audit event of an answered (or oneway) request whose code the table names."""
+        audited = self.audited
+        result, reason = _result(response)
+        target = self._target(request)
+        if response is not None:
+            target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})
+        claimed = request.ext.get(ACCESS_KEY)
+        identity = self.acl.verified(request.ext, request.body) if self.acl is not None and claimed else None
+        return AuditEvent(self.clock(), peer.address, identity, request.code, audited.operations[request.code],
+                          clipped(target), result, reason, None if identity else clipped(claimed),
+                          audited.name(request.code))
 
-    return heard
+    def _target(self, request: RemotingCommand) -> dict[str, Any]:
+        if request.code in self.audited.config_codes:
+            try:
+                props = load_properties(bytes(request.body or b"").decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                return {"config": "(unreadable body)"}
+            return {"config": masked(props)}
+        ext = request.ext
+        return {name: ext.get(name) for name in self.audited.targets[request.code] if ext.get(name) is not None}

@@ -1,12 +1,13 @@
-"""One memory budget for what peers make the server hold before it can act on it: the partially
-received frames of every connection (each up to ``frameMaxLength``) and the bodies being inflated
-(each up to ``inflateMaxLength``), across all peers and listeners (``receiveMemoryBudget``).
+"""One memory budget for what peers make the server hold before it can act on it, across all
+peers and listeners (``receiveMemoryBudget``): every connection's partially received frame (up to
+``frameMaxLength``), the frame being answered later and the frames that came behind it, and the
+answers it has not read (server.py), and the bodies being inflated (each up to ``inflateMaxLength``).
 
 Per-peer limits alone bound nothing in total: 40 peers each sending 16 MiB - 1 of one frame and
-stalling took the server from 85 to 718 MB.  Here every connection's unfinished frame is held
-against the budget (``hold``); when the total passes it, the holders with the largest unfinished
-frames are closed first (``over_budget``, logged and counted by the listener) until it fits.  An
-inflation takes its bytes as it goes (``take``) and fails when the budget has no room left.
+stalling took the server from 85 to 718 MB.  Here what each connection holds is held against the
+budget (``hold``); when the total passes it, the holders holding the most are closed first
+(``over_budget``, logged and counted by the listener) until it fits.  An inflation takes its bytes
+as it goes (``take``) and fails when the budget has no room left.
 
 No Twisted here: the listener (server.py) closes what this module picks.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .state.config import DEFAULT_FD_RESERVE
+from .state.files import TEXT_FILE_LIMIT, read_regular_text
 
 MiB = 1024 * 1024
 #: the default's ceiling and floor: a quarter of what the machine allows, within these
@@ -77,7 +79,7 @@ def machine_limit() -> int | None:
     except (ValueError, OSError):
         pass
     try:
-        text = CGROUP_MEMORY_MAX.read_text().strip()
+        text = read_regular_text(CGROUP_MEMORY_MAX, TEXT_FILE_LIMIT).strip()
         if text.isdigit():
             limits.append(int(text))
     except OSError:

@@ -20,6 +20,12 @@ class Profile:
     #: TopicRouteData.topicQueueMappingByBroker, TopicConfig.attributes (body shapes only: each
     #: other 5.x behaviour has its own flag below)
     v5_bodies: bool
+    #: RouteInfoManager's tables are ConcurrentHashMaps (5.x), HashMaps in 4.9.8: the cluster info
+    #: and the topic lists list their entries in that map's iteration order
+    concurrent_tables: bool
+    #: supportActingMaster rewrites a route answer: a master-less group whose queues are read-only
+    #: answers its lowest-id slave as id 0 (5.3.3's pickupTopicRouteData)
+    acting_master_routes: bool
     #: normal answers use the request's header type (4.9.8); 5.3.3 always answers in JSON
     reply_in_request_serialize_type: bool
     #: appended to "No topic route info ..." (FAQUrl.suggestTodo)
@@ -62,6 +68,8 @@ JAVA_4_9_8 = Profile(
     name="4.9.8",
     mq_version=V4_9_8,
     v5_bodies=False,
+    concurrent_tables=False,
+    acting_master_routes=False,
     reply_in_request_serialize_type=True,
     faq_suffix="\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
     refuse_first_single_topic_registration=False,
@@ -85,6 +93,8 @@ JAVA_5_3_3 = Profile(
     name="5.3.3",
     mq_version=V5_3_3,
     v5_bodies=True,
+    concurrent_tables=True,
+    acting_master_routes=True,
     reply_in_request_serialize_type=False,
     faq_suffix="\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details.",
     refuse_first_single_topic_registration=True,

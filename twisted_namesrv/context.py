@@ -1,4 +1,5 @@
-"""What every handler is given: the NameServer's state and the peer a request came over."""
+"""What every handler is given: the NameServer's state and the peer a request came over.  Each field
+of the state is an owner constructed once, by the composition root (service.py: ``build``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
+from .state.topology import Topology
 
 
-@dataclass
+@dataclass(slots=True)
 class Peer:
-    """The connection a request came over: its channel id and remote ``ip:port``."""
+    """The connection a request came over: its channel id and remote ``ip:port`` (one per
+    connection: slots, as thousands of brokers and clients each have one)."""
 
     channel: Any
     address: str = ""
@@ -31,22 +34,24 @@ class NamesrvState:
     config: NamesrvConfig
     routes: RouteInfoManager
     kv: KVConfigManager
+    #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes
+    answers: AnswerCache
     clock: Callable[[], float]
+    #: every listener's refusals, logged and counted (refusals.py)
+    refusals: Refusals
+    #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py)
+    budget: MemoryBudget
+    #: the broker groups seen, kept after they leave (state/topology.py)
+    topology: Topology
     started_at: float = 0.0
     persist_config: Callable[[str], None] = field(default=lambda text: None)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
-    #: every listener's refusals, logged and counted (refusals.py)
-    refusals: Refusals = field(default_factory=Refusals)
-    #: what peers may make the server hold, unfinished frames and inflating bodies (budget.py); None: unbounded
-    budget: MemoryBudget | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)
     listen_address: str = ""
-    #: answers kept from the tables, subscribed to the routes', the KV store's and the config's changes
-    answers: AnswerCache = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.answers = AnswerCache(self.routes, self.kv, self.config)
+    #: what writes the topology at once (an operator's retirement; raises StoreError when it cannot):
+    #: topology_store.py's save_now, once ``load`` read the file; None before
+    save_topology: Callable[[], None] | None = None
 
     @property
     def profile(self) -> Profile:

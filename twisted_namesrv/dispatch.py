@@ -15,8 +15,11 @@ A Deferred that has already fired (the file log's) is answered at once; one that
 ``answer`` return a ``Later``, and the frames after it wait for it, as for a big request.
 
 A big request whose handler is written in steps (a broker's whole topic table) is answered later
-too: its steps run across reactor turns through a Cooperator, so other connections are answered
-meanwhile.
+too: its steps run across reactor turns through a Cooperator, a few milliseconds of them per turn,
+so other connections are answered meanwhile.  Small ones past the first AT_ONCE_PER_TURN of a
+reactor turn are answered in the turns after, that many a turn: thousands of brokers
+re-registering at once are read in few turns, and the lookups read in the same turn would
+otherwise wait for every one of them.
 
 What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
 unknown code); a handler that raises costs one error answer, never the connection: a
@@ -26,8 +29,9 @@ warning line, anything else is logged with its traceback.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
@@ -36,6 +40,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from . import processor
+from .answer_cache import NO_LIMIT
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
@@ -45,6 +50,11 @@ from .state.routes import Channel
 from .steps import STEP_BYTES, Steps, run_steps
 
 log = Logger()
+
+#: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
+#: turn's others are answered in the turns after, as many a turn (about 70-140 µs each: 16 of them
+#: are a few milliseconds, as much as a Cooperator's turn)
+AT_ONCE_PER_TURN = 16
 
 #: hears every dispatched request (refused, failed or handled) with its response, after the handler
 Observer = Callable[[RemotingCommand, Peer, RemotingCommand], None]
@@ -83,6 +93,11 @@ class HandlerTable:
     checks_peer: Callable[[Any, int], bool] = _checks_no_peer
     keeps_answers: bool = True
     subject: str = "request"
+    #: every code with a handler, in one go or in steps (a code with neither is unknown)
+    codes: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "codes", frozenset(self.handlers) | frozenset(self.in_steps))
 
 
 NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, processor.refusal,
@@ -93,16 +108,29 @@ NAMESRV_TABLE = HandlerTable(processor.HANDLERS, processor.HANDLERS_IN_STEPS, pr
 @dataclass
 class Later:
     """An answer worked out in steps or waiting for a Deferred: ``answer`` fires with its frame
-    (None: nothing to send); ``rest`` are the frames that came after it, answered once it is sent."""
+    (None: nothing to send); ``rest`` are the frames that came after it, answered once it is sent;
+    ``size``: the bytes of the frame being answered, held until it is."""
 
     answer: defer.Deferred[bytes | None]
     rest: list[bytes]
+    size: int = 0
+
+
+@dataclass
+class Full:
+    """The answers worked out fill the room the caller gave: ``rest`` are the frames not answered
+    yet, to answer once those are written (a read of small requests must not become gigabytes of
+    answers held for a peer that does not read them)."""
+
+    rest: list[bytes]
+
 
 
 class _NoAnswersKept:
-    """The answer cache of a listener that keeps none (the controller's)."""
+    """The answer cache of a listener that keeps none (the controller's): its headers parsed each time."""
 
     replies: dict[bytes, bytes] = {}
+    headers = None
 
 
 class AnswerNotEncodable(Exception):
@@ -116,18 +144,21 @@ class Dispatcher:
     (the clock reads cost route lookup throughput: docs/benchmarks.md); rejections and route
     events are always counted."""
 
-    def __init__(self, state: Any, metrics: Metrics | None = None, count_requests: bool = False,
+    def __init__(self, state: Any, metrics: Metrics, count_requests: bool = False,
                  call_later: Callable[[float, Callable[[], None]], object] | None = None,
                  cooperator: task.Cooperator | None = None, step_from: int = STEP_BYTES,
                  table: HandlerTable = NAMESRV_TABLE) -> None:
         self.state = state
         self.table = table
-        self.metrics = metrics or Metrics(clock=state.clock)
+        self.metrics = metrics
         self.count_requests = count_requests
         self.observers: list[Observer] = []
         self._call_later = call_later  # the reactor's callLater
         self._cooperator = cooperator  # None: every request is answered at once
         self.step_from = step_from  # frames from this size whose code has a handler in steps take them
+        self._at_once = 0  # requests with a handler in steps answered at once in this reactor turn
+        #: small requests with a handler in steps past a turn's AT_ONCE_PER_TURN, oldest first
+        self._waiting: deque[tuple[defer.Deferred[bytes | None], Callable[[], None]]] = deque()
         self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
@@ -142,20 +173,25 @@ class Dispatcher:
         self.observers.append(observer)
 
     # -- frames in, frames out ------------------------------------------------------------------
-    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes]) -> Later | None:
+    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes], room: int = NO_LIMIT) -> Later | Full | None:
         """Append the answers to ``frames`` (length prefixes stripped) to ``out``, in order;
         nothing for oneway requests and for responses to our own notifications.  A frame answered
-        in steps stops there: its Later holds the frames after it.
+        in steps stops there: its Later holds the frames after it.  Once the answers appended
+        reach ``room`` bytes (at least one is), the frames after them are left in a Full.
 
         Raises RemotingDecodeError when a frame is not a command (``out`` holds the answers
         before it): the caller closes the channel."""
         answers, counted = self.answers, self.count_requests
-        index, count = 0, len(frames)
+        index, count, used = 0, len(frames), 0
         while index < count:
+            if used >= room:
+                return Full(frames[index:])
             begun = perf_counter() if counted else 0.0
             if answers.replies:
-                done = answers.replies_from_memory(frames, index, out)
+                mark = len(out)
+                done = answers.replies_from_memory(frames, index, out, room - used)
                 if done > index:
+                    used += sum(map(len, out[mark:]))
                     if counted:
                         self.metrics.answered_from_memory((perf_counter() - begun) / (done - index), done - index)
                     index = done
@@ -163,30 +199,84 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
-            request = RemotingCommand.decode(memoryview(frame) if big else frame)  # a big body: a view, no copy
+            request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
+                                             answers.headers)
             if request.is_response:
                 continue  # answers to our own oneway notifications; nothing waits for them
-            if big and self._cooperator is not None and request.code in self.table.in_steps:
-                return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:])
+            if self._cooperator is not None and request.code in self.table.in_steps:
+                if big:
+                    return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
+                                 len(frame))
+                if self._turn_full():
+                    return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
-                return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:])
+                return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
             encoded = self._answer_frame(frame, request, peer, outcome, begun)
             if encoded is not None:
                 out.append(encoded)
+                used += len(encoded)
         return None
 
-    def answer_read(self, data: bytes, out: list[bytes]) -> int:
+    def _turn_full(self) -> bool:
+        """Whether a small request with a handler in steps takes them: once AT_ONCE_PER_TURN were
+        answered at once in this reactor turn (counted again from the next)."""
+        if self._call_later is None:
+            return False
+        if self._at_once >= AT_ONCE_PER_TURN:
+            return True
+        if not self._at_once:
+            self._call_later(0, self._next_turn)
+        self._at_once += 1
+        return False
+
+    def _next_turn(self) -> None:
+        self._at_once = 0
+
+    def _answer_next_turn(self, frame: bytes, request: RemotingCommand, peer: Peer,
+                          begun: float) -> defer.Deferred[bytes | None]:
+        """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: it waits its
+        turn in arrival order and is answered at once within a later turn's AT_ONCE_PER_TURN
+        (``_answer_waiting``), so a storm of them is answered that many a turn with the lookups in
+        between, and none waits behind a big one's steps."""
+        answer: defer.Deferred[bytes | None] = defer.Deferred()
+
+        def run() -> None:
+            outcome = run_steps(self._outcome(request, peer))
+            assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
+            answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
+        if not self._waiting:
+            self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+        self._waiting.append((answer, run))
+        return answer
+
+    def _answer_waiting(self) -> None:
+        """This turn's share of the small requests waiting, oldest first; the rest in the next
+        (each waiting request is looked at once: a storm of thousands costs no more than its size)."""
+        waiting = self._waiting
+        while waiting:
+            answer, run = waiting[0]
+            if answer.called:  # cancelled: the peer went
+                waiting.popleft()
+                continue
+            if self._turn_full():
+                self._call_later(0, self._answer_waiting)  # type: ignore[misc]
+                return
+            waiting.popleft()
+            run()
+
+    def answer_read(self, data: bytes, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Answer the repeated plain JSON route lookups at the start of a read as it came, before
-        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``:
-        the bytes of ``data`` answered (0: none; the rest goes through ``answer`` once cut)."""
+        it is cut into frames (AnswerCache.replies_from_read), appending their answers to ``out``
+        (about ``room`` bytes of them at most, at least one): the bytes of ``data`` answered (0:
+        none; the rest goes through ``answer`` once cut)."""
         answers = self.answers
         if not answers.replies:
             return 0
         if not self.count_requests:
-            return answers.replies_from_read(data, out)[0]
+            return answers.replies_from_read(data, out, room)[0]
         begun = perf_counter()
-        used, count = answers.replies_from_read(data, out)
+        used, count = answers.replies_from_read(data, out, room)
         if count:
             self.metrics.answered_from_memory((perf_counter() - begun) / count, count)
         return used
@@ -211,7 +301,7 @@ class Dispatcher:
         table, state = self.table, self.state
         response: Any = table.refusal(state, request, peer)
         handled = response is None
-        if handled and (request.code not in table.handlers or not table.serves(state, request.code)):
+        if handled and (request.code not in table.codes or not table.serves(state, request.code)):
             response = table.error_reply(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
             handled = False
@@ -299,7 +389,7 @@ class Dispatcher:
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
         seconds = perf_counter() - begun
-        code = request.code if request.code in self.table.handlers else OTHER_CODE
+        code = request.code if request.code in self.table.codes else OTHER_CODE
         self.metrics.answered(code, response_code, seconds)
         if self.table.counted is not None:
             self.table.counted(self.state, request, handled, seconds)

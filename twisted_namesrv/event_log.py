@@ -2,7 +2,7 @@
 
 Without this a restart (an upgrade, the OOM killer, a node drain) wipes the one record of what
 the brokers did, and the page says "none yet" just when an operator asks what happened.  The
-last ``metrics.RECENT_EVENTS`` events (broker events and the audit trail) are written to
+last ``events.RECENT_EVENTS`` events (broker events and the audit trail) are written to
 ``events.json`` beside ``kvConfigPath`` (``eventsPath`` says otherwise) by state/store.py's
 write_atomically - a reader never sees half a file - at most every EVENTS_SAVE_SECONDS when they
 changed, and at a clean stop; so a kill -9 loses at most the last few seconds of them.
@@ -24,9 +24,10 @@ from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from . import __version__
-from .metrics import RECENT_EVENTS, Metrics, RouteEvent
-from .state.config import NamesrvConfig
-from .state.store import write_atomically
+from .events import RECENT_EVENTS, RecentEvents, RouteEvent
+from .state.config import ConfigError, NamesrvConfig
+from .state.files import NotRegularFile, read_regular
+from .state.store import DocumentError, document_items, set_aside, write_atomically
 from .timers import StepTimerService
 
 log = Logger()
@@ -36,7 +37,7 @@ FORMAT = 1
 EVENTS_SAVE_SECONDS = 2.0
 
 
-class EventsFileError(ValueError):
+class EventsFileError(DocumentError):
     """The events file is not one this server wrote; the message says what is wrong."""
 
 
@@ -56,14 +57,11 @@ def decode_events(data: bytes) -> list[RouteEvent]:
     """The events of a file encode_events wrote, oldest first, at most RECENT_EVENTS; anything
     else raises EventsFileError naming what is wrong."""
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise EventsFileError(f"not JSON: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("events"),
-                                                                                              list):
-        raise EventsFileError(f"not an events file of format {FORMAT}")
+        items = document_items(data, FORMAT, "events", "an events file")
+    except DocumentError as exc:
+        raise EventsFileError(str(exc)) from None
     events = []
-    for number, item in enumerate(document["events"]):
+    for number, item in enumerate(items):
         try:
             event = RouteEvent(int(item["seq"]), float(item["ts"]), str(item["kind"]), dict(item["info"]),
                                int(item["count"]), float(item["first_ts"]))
@@ -78,10 +76,10 @@ class EventLogService(StepTimerService):
     """Loads the events before the start (``load``), writes them when changed (every ``interval``
     seconds) and at a clean stop."""
 
-    def __init__(self, metrics: Metrics, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
+    def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS) -> None:
         super().__init__(interval, self.save_if_changed, clock)
-        self.metrics = metrics
+        self.events = events
         self.path = Path(path)
         self._saved = -1
         self._failing = False
@@ -91,31 +89,29 @@ class EventLogService(StepTimerService):
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
-                restored = decode_events(self.path.read_bytes())
+                restored = decode_events(read_regular(self.path, None))
+            except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
+                raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
             except OSError as exc:
                 log.error("events file {path} not readable, starting without earlier events: {error}",
                           path=str(self.path), error=exc.strerror)
             except EventsFileError as exc:
-                kept = self.path.with_name(self.path.name + ".corrupt")
-                try:
-                    self.path.replace(kept)  # the next write must not destroy what went wrong
-                except OSError:
-                    kept = self.path
+                kept = set_aside(self.path)
                 log.error("events file {path} skipped ({error}); kept as {kept}, starting without earlier events",
                           path=str(self.path), error=exc, kept=str(kept))
-        self._saved = self.metrics.events_seen  # nothing new yet: a start that fails writes nothing
+        self._saved = self.events.seen  # nothing new yet: a start that fails writes nothing
         if restored:  # the line between the last run's events and this one's
-            self.metrics.restore_events(restored)
-            self.metrics.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__}); "
+            self.events.restore(restored)
+            self.events.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__}); "
                                                 f"the {len(restored)} events below are from before"})
         return len(restored)
 
     def save_if_changed(self) -> None:
-        seen = self.metrics.events_seen
+        seen = self.events.seen
         if seen == self._saved:
             return
         try:
-            write_atomically(self.path, encode_events(list(self.metrics.recent_events)))
+            write_atomically(self.path, encode_events(list(self.events.recent)))
         except OSError as exc:
             if not self._failing:  # once per failing spell, not every two seconds
                 log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "

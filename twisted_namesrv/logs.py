@@ -1,4 +1,5 @@
-"""Log output: Twisted's text lines by default, or one JSON object per line for log shippers;
+"""Log output: Twisted's text lines by default, or one JSON object per line for log shippers,
+every control character a peer put in a field shown as an escape in both (one event, one line);
 to stdout, or to a file that rotates by size (keeping the last few, as Java's logback does) or daily;
 events below a level left out.  The same options for every launcher:
 
@@ -27,11 +28,13 @@ from twisted.logger import (
     ILogObserver,
     LogLevel,
     LogLevelFilterPredicate,
+    eventAsText,
     formatEvent,
     formatTime,
-    textFileLogObserver,
 )
 from twisted.python import logfile
+
+from .escapes import escaped
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warn", "error", "critical")
@@ -94,6 +97,8 @@ def configured_observer(log_format: str = "text", path: str | None = None, rotat
 
 
 def event_as_json_line(event: dict[str, Any]) -> str:
+    """One JSON object: the event's own fields, time, level, namespace and message; json.dumps
+    writes every control character and lone surrogate of them as an escape (ensure_ascii)."""
     record = {k: v for k, v in event.items() if not k.startswith("log_") and k not in ("format", "message", "time")}
     record.update(time=formatTime(event.get("log_time")), level=event["log_level"].name,
                   namespace=event.get("log_namespace"), message=formatEvent(event))
@@ -105,5 +110,28 @@ def json_lines(out: IO[str] | None = None) -> ILogObserver:
     return FileLogObserver(out or sys.stdout, event_as_json_line)
 
 
+def event_as_text_line(event: dict[str, Any]) -> str | None:
+    """Twisted's classic text line (``time [namespace#level] message``) with every control character
+    of the message shown as an escape (escapes.py, the terminal's rule): whatever a peer put in a
+    broker, topic or KV name, an accessKey or a config value -- ESC, CR, a newline, a lone surrogate
+    -- the event is one line, and one that can be written (a lone surrogate cannot be encoded: the
+    line was lost).  A traceback follows on lines of its own, each indented by a tab as Twisted's."""
+    whole = eventAsText(event)
+    if not whole:
+        return None
+    head = eventAsText(event, includeTraceback=False)
+    if head and whole.startswith(head):
+        rest = whole[len(head):]
+    else:  # an empty message before a traceback
+        head, _, rest = whole.partition("\n")
+        rest = "\n" + rest
+    return "\n\t".join(escaped(line) for line in [head, *rest.split("\n")[1:]]) + "\n"
+
+
+def text_lines(out: IO[str] | None = None) -> ILogObserver:
+    """An observer writing escaped text lines (event_as_text_line) to ``out`` (stdout)."""
+    return FileLogObserver(out or sys.stdout, event_as_text_line)
+
+
 def observer(log_format: str, out: IO[str] | None = None) -> ILogObserver:
-    return json_lines(out) if log_format == "json" else textFileLogObserver(out or sys.stdout)
+    return json_lines(out) if log_format == "json" else text_lines(out)

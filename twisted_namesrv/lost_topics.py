@@ -8,8 +8,8 @@ no longer lost.  RocketMQ's own topics (system_topics.py: the broker- and cluste
 TopicValidator's, retry and dead-letter) go with their broker by design and are left out.
 RouteInfoManager works out which topics left with a departure while it removes them (the
 one scan of topicQueueTable a batch of departures makes) and hands them here once the change is
-complete (``departed``, its ``on_lost``): this reads no table, so its work is the topics lost,
-not the topics held.
+complete (``departed``, which the composition root hands ``RouteInfoManager.listen_lost``): this
+reads no table, so its work is the topics lost, not the topics held.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .system_topics import is_system_topic
 
 #: route events after which a broker is no longer in brokerLiveTable
 DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
-KEEP_SECONDS = 600  # metrics.DEPARTED_KEEP_SECONDS: as long as the broker that took it stays greyed
+KEEP_SECONDS = 600  # departures.DEPARTED_KEEP_SECONDS: as long as the broker that took it stays greyed
 LIMIT = 1000  # at most this many kept, the newest
 
 

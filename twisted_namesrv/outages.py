@@ -6,16 +6,26 @@ A group *takes writes* when its master (brokerId 0, Java's MixAll.MASTER_ID) is 
 and in brokerLiveTable - and at least one of its queues has the write bit: producers send only to
 masters (a slave's queues are read-only to clients whatever their perm says, and 5.x's acting
 master answers a slave as id 0 only with its queues made read-only).  A cluster none of whose
-groups takes writes refuses every send ("sent 0/2").
+groups takes writes refuses every send ("sent 0/2").  A system topic that takes no writes by
+design (system_topics.write_off_by_design: every 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<name>,
+perm 1) is not counted among a group's topics at all, so it never shows as a topic that lost its
+write permission.
+
+A group the topology remembers (state/topology.py) whose members all left the routes stays here,
+*absent*: no live master, no live member, nothing writable, and its cluster with it.  So a whole
+cluster stopped cleanly is an outage of every one of its groups and of the cluster, as a crash is,
+until it comes back or an operator retires it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bodies.route import MASTER_ID, PERM_WRITE
+from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
 from .lost_topics import DEPARTURES
 from .state.routes import RouteInfoManager
+from .state.topology import KnownGroup, Topology
+from .system_topics import write_off_by_design
 
 #: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
 #: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
@@ -37,6 +47,12 @@ class GroupHealth:
     #: topics with a queue on this group, and how many of those queues carry the write bit
     topics: int
     write_perm: int
+    #: live members that registered since this start (not only restored from a route snapshot)
+    heartbeating: int = 0
+    #: remembered (state/topology.py) but no member in the routes: since when and how its last left
+    absent: bool = False
+    absent_since: float | None = None
+    absent_how: str | None = None
 
     @property
     def takes_writes(self) -> bool:
@@ -68,26 +84,55 @@ class RouteHealth:
     def group(self, name: str) -> GroupHealth | None:
         return self.by_name.get(name)
 
+    @property
+    def absent(self) -> list[GroupHealth]:
+        """Groups remembered and not in the routes (expected but absent)."""
+        return [group for group in self.groups if group.absent]
+
+    @property
+    def known(self) -> int:
+        """Groups the topology remembers (or in the routes, where the memory is full)."""
+        return len(self.groups)
+
+    #: groups that were up when the remembered topology was last written (a restart expects them back)
+    up_before: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def not_back(self) -> list[GroupHealth]:
+        """Groups up before the restart that are not routed again (neither registered nor restored)."""
+        return [group for group in self.absent if (group.cluster, group.broker) in self.up_before]
+
+    @property
+    def back(self) -> int:
+        """Groups with a member that registered since this start: "N of M known broker groups back"."""
+        return sum(group.heartbeating > 0 for group in self.groups)
+
 
 class HealthWatch:
     """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
     recomputed only when the routes changed (``generation``), liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager) -> None:
+    def __init__(self, routes: RouteInfoManager, topology: Topology) -> None:
         self.routes = routes
+        self.topology = topology
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
 
     def queue_perms(self) -> dict[str, tuple[int, int]]:
-        """Broker name -> (topics it serves, how many with the write bit)."""
+        """Broker name -> (topics it serves, how many with the write bit); a topic read-only by
+        design (system_topics.write_off_by_design) is not counted."""
         routes = self.routes
         generation, table = self._perms
         if generation != routes.generation:
             counts: dict[str, list[int]] = {}
-            for queues in routes.topicQueueTable.values():
+            brokers = routes.brokerAddrTable
+            for topic, queues in routes.topicQueueTable.items():
                 for name, queue in queues.items():
+                    writable = bool(queue.perm & PERM_WRITE)
+                    if not writable and _read_only_by_design(topic, name, brokers.get(name)):
+                        continue
                     pair = counts.setdefault(name, [0, 0])
                     pair[0] += 1
-                    pair[1] += bool(queue.perm & PERM_WRITE)
+                    pair[1] += writable
             table = {name: (pair[0], pair[1]) for name, pair in counts.items()}
             self._perms = (routes.generation, table)
         return table
@@ -96,17 +141,36 @@ class HealthWatch:
         routes, perms = self.routes, self.queue_perms()
         live = routes.brokerLiveTable
         groups = []
-        for name, broker in sorted(routes.brokerAddrTable.items(), key=lambda item: (str(item[1].cluster), item[0])):
+        for name, broker in routes.brokerAddrTable.items():
             addrs = broker.brokerAddrs
             master = addrs.get(MASTER_ID)
             topics, write_perm = perms.get(name, (0, 0))
+            members = [live.get(routes.live_key(broker.cluster, addr)) for addr in addrs.values()]
             groups.append(GroupHealth(
                 str(broker.cluster), name, master,
                 master is not None and routes.live_key(broker.cluster, master) in live,
-                sum(routes.live_key(broker.cluster, addr) in live for addr in addrs.values()),
-                topics, write_perm))
-        writable = {cluster: 0 for cluster in sorted(routes.clusterAddrTable)}
+                sum(member is not None for member in members), topics, write_perm,
+                sum(member is not None and not member.restored for member in members)))
+        present = {(group.cluster, group.broker) for group in groups}
+        known = self.topology.groups
+        groups += [_absent(group) for key, group in known.items() if key not in present]
+        groups.sort(key=lambda group: (group.cluster, group.broker))
+        writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
-        return RouteHealth(tuple(groups), writable, {group.broker: group for group in groups})
+        by_name = {group.broker: group for group in groups if group.absent}
+        by_name.update((group.broker, group) for group in groups if not group.absent)
+        up_before = frozenset(self.topology.up_at_start)
+        return RouteHealth(tuple(groups), writable, by_name, up_before)
+
+
+def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:
+    clusters = () if broker is None else (broker.cluster,)
+    return write_off_by_design(topic, clusters, (broker_name,))
+
+
+def _absent(known: KnownGroup) -> GroupHealth:
+    master = known.members.get(MASTER_ID)
+    return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
+                       True, known.left, known.how)

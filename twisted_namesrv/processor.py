@@ -15,7 +15,13 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from .bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body_steps
+from . import properties
+from .bodies.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    RegistrationRefused,
+    decode_register_body_steps,
+)
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
     MASTER_ID,
@@ -32,9 +38,9 @@ from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType,
 from .remoting.codes import V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
-from .state.config import ConfigError, masked, parse_properties
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.registration import RegistrationMemo, plan_steps, request_of
+from .state.config import ConfigError, control_characters, masked, oversized
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
+from .state.registration import Memos, digests, plan_steps, request_of
 from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
 from .steps import Steps, run_steps
@@ -106,6 +112,10 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
         state.kv.put(namespace, key, ext.get("value"))
     except StoreError as exc:  # logged and counted by the store; nothing changed
         return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig not applied: {exc}")
+    except KVLimitError as exc:  # nothing changed (Java has no limit)
+        state.refusals("remoting", "max_kv_bytes", peer.address, "putKVConfig {namespace}/{key} refused: {why}",
+                       namespace=namespace[:200], key=key[:200], why=str(exc))
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig refused: {exc}", normal=False)
     return respond(state, request)
 
 
@@ -139,10 +149,13 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
 
 def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand]:
-    """REGISTER_BROKER. A broker's whole table is checked, decoded and compared with the queues
-    in steps (a big one takes tens of milliseconds), giving a plan (state/registration.py) that
-    RouteInfoManager.apply_registration applies in the last step, as under Java's write lock: the
-    tables change only there, so lookups meanwhile see the routes before it."""
+    """REGISTER_BROKER. A broker's whole table is checked, decoded, compared with the queues and
+    its new entries staged in steps (a big one takes tens of milliseconds), giving a plan
+    (state/registration.py) that RouteInfoManager.apply_registration applies in the last step, as
+    under Java's write lock: the tables change only there, so lookups meanwhile see the routes
+    before it, and after it all of it (its entries are written into topicQueueTable afterwards,
+    in steps of their own: state/settling.py).  A table past a limit (maxTopicsPerBroker as it is
+    decoded, the tables' limits as it would apply) is refused whole (``registration_refused``)."""
     ext = request.ext
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
@@ -158,13 +171,14 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     cluster, addr, name = names
     routes = state.routes
 
-    def decode(known: RegistrationMemo | None) -> Steps[RegisterBrokerBody]:
+    def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
         return decode_register_body_steps(request.body, header.compressed, request.version,
-                                          state.config["inflateMaxLength"], None if known is None else known.digest,
-                                          routes.reusable_pieces(known), state.budget)
+                                          state.config["inflateMaxLength"], () if known is None else digests(known),
+                                          routes.reusable_pieces(known), state.budget,
+                                          state.config["maxTopicsPerBroker"])
 
-    def memo() -> RegistrationMemo | None:
-        """What this broker's queues hold now, if a registration may skip it."""
+    def memo() -> Memos | None:
+        """The bodies this broker's queues hold as they say, if a registration may skip one."""
         return routes.registration_memo(cluster, addr, name, broker_id, bool(header.enableActingMaster))
 
     known = memo()
@@ -174,11 +188,15 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
             body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     registration = request_of(header, names, broker_id, body, peer.channel, request.version,
                               state.profile.per_broker_heartbeat_timeout)
-    plan = yield from plan_steps(registration, routes.topicQueueTable, routes.generation,
-                                 routes.removes_absent_topics)
-    result = routes.apply_registration(plan)
+    plan = yield from plan_steps(registration, routes)
+    try:
+        result = routes.apply_registration(plan)
+    except RegistrationRefused as refusal:
+        return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
@@ -190,12 +208,18 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
                    body=reply_body)
 
 
-def in_one_go(handler: SteppedHandler) -> Handler:
-    """A handler written in steps, run straight through."""
-    def run(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        return run_steps(handler(state, request, peer))
-    run.__name__ = run.__qualname__ = handler.__name__.removesuffix("_steps")
-    return run
+def registration_refused(state: NamesrvState, request: RemotingCommand, peer: Peer, refusal: RegistrationRefused,
+                         names: tuple[str, str, str]) -> RemotingCommand:
+    """A registration a limit refused, nothing of it applied: one log line and one count
+    (refusals.py: the limit's name as the reason), answered SYSTEM_ERROR with why, which a Java
+    broker (4.9.8 and 5.x alike) logs as it logs any failed registration ("Failed to register
+    current broker to name server ... CODE: 1 DESC: register broker refused: ...") and sends
+    again at its next registration (30 s)."""
+    cluster, addr, name = names
+    state.refusals("remoting", refusal.reason, peer.address, "register broker {broker} ({addr}) of cluster "
+                   "{cluster} refused: {why}", broker=name, addr=addr, cluster=cluster, why=str(refusal))
+    return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register broker refused: {refusal}", ext={},
+                   normal=False)
 
 
 def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -304,7 +328,7 @@ def get_broker_cluster_info(state: NamesrvState, request: RemotingCommand, peer:
 
     def build() -> bytes:
         return fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable,
-                                                      state.profile.v5_bodies))
+                                                      state.profile.v5_bodies, state.profile.concurrent_tables))
 
     return respond(state, request, body=state.answers.table(RequestCode.GET_BROKER_CLUSTER_INFO, BROKER, build))
 
@@ -316,7 +340,13 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
             queues = [QueueData.from_json(q) for q in (json_body(request).get("queueDatas") or [])]
         except (AttributeError, TypeError, KeyError, OverflowError, ValueError) as exc:
             raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
-        state.routes.register_topic(request.ext.get("topic"), queues)
+        try:
+            state.routes.register_topic(request.ext.get("topic"), queues)
+        except RegistrationRefused as refusal:  # past a limit of the tables: nothing stored (Java has none)
+            state.refusals("remoting", refusal.reason, peer.address, "register topic {topic} refused: {why}",
+                           topic=str(request.ext.get("topic"))[:200], why=str(refusal))
+            return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register topic refused: {refusal}",
+                           normal=False)
     return respond(state, request)
 
 
@@ -341,6 +371,55 @@ def delete_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, peer:
     return respond(state, request)
 
 
+# -- the remembered topology (ours: 90001) -----------------------------------------------------
+
+def retire_broker_group(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+    """RETIRE_BROKER_GROUP: forget a cluster (no ``brokerName``), a broker group, or one member
+    id of it (``brokerId``) that the topology remembers (state/topology.py), so that it is no
+    longer expected.  Only what has left the routes: a registered group answers INVALID_PARAMETER
+    (stop its brokers first, or they come back at their next heartbeat anyway).  The change is
+    saved before the answer; a save that fails puts the memory back and answers SYSTEM_ERROR."""
+    ext = request.ext
+    cluster, broker = ext.get("clusterName") or None, ext.get("brokerName") or None
+    broker_id = parse_java_integer(ext.get("brokerId"), 32)
+    topology, save = state.topology, state.save_topology
+    if save is None:
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "this NameServer keeps no topology file")
+    if cluster is None or (ext.get("brokerId") and (broker_id is None or broker is None)):
+        return respond(state, request, ResponseCode.INVALID_PARAMETER,
+                       "clusterName is required; brokerId, if given, is a number and needs brokerName")
+    registered = _still_registered(state, cluster, broker, broker_id)
+    if registered:
+        return respond(state, request, ResponseCode.INVALID_PARAMETER,
+                       f"still registered: {registered}; stop those brokers first (a registered broker is not retired)")
+    before = topology.copy()
+    forgotten = topology.retire(cluster, broker, broker_id)
+    if not forgotten:
+        what = cluster if broker is None else f"{cluster}/{broker}" + ("" if broker_id is None else f" id {broker_id}")
+        return respond(state, request, ResponseCode.QUERY_NOT_FOUND, f"{what} is not remembered")
+    try:
+        save()
+    except StoreError as exc:
+        topology.restore(before)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"not retired: {exc}")
+    names = ", ".join(f"{c}/{b}" + ("" if i is None else f" id {i}") for c, b, i in forgotten)
+    log.info("retired {names}: no longer expected, client: {peer}", names=names, peer=peer.address)
+    return respond(state, request, remark=f"retired {names}", ext={"retired": names})
+
+
+def _still_registered(state: NamesrvState, cluster: str, broker: str | None, broker_id: int | None) -> str:
+    """What of the target is in the routes now (empty: nothing)."""
+    routes = state.routes
+    if broker is None:
+        return ", ".join(f"{cluster}/{name}" for name in routes.clusterAddrTable.get(cluster, ()))
+    group = routes.brokerAddrTable.get(broker)
+    if group is None or group.cluster != cluster:
+        return ""
+    if broker_id is None:
+        return f"{cluster}/{broker}"
+    return f"{cluster}/{broker} id {broker_id}" if broker_id in group.brokerAddrs else ""
+
+
 # -- topic lists (206, 224, 304, 311, 312, 313) ------------------------------------------------
 
 def _list_disabled(state: NamesrvState, switch: str) -> bool:
@@ -351,7 +430,7 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str]
                 broker_addr: str | None = None) -> RemotingCommand:
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    bean = topic_list_bean(topics, broker_addr, state.profile.v5_bodies)
+    bean = topic_list_bean(topics, broker_addr, state.profile.concurrent_tables)
     return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
@@ -360,7 +439,7 @@ def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
 
     def build() -> bytes:
-        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.v5_bodies))
+        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.concurrent_tables))
 
     return respond(state, request,
                    body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
@@ -372,7 +451,8 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    return respond(state, request, body=fastjson.dumps_bytes(topic_list_bean(topics, addr, state.profile.v5_bodies)))
+    bean = topic_list_bean(topics, addr, state.profile.concurrent_tables)
+    return respond(state, request, body=fastjson.dumps_bytes(bean))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -393,8 +473,12 @@ def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCom
 def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     if not request.body:
         return respond(state, request)
+    too_big = oversized(request.body)
+    if too_big:
+        state.refusals("remoting", "config_size", peer.address, "updateNamesrvConfig with {why}", why=too_big)
+        return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
-        props = parse_properties(bytes(request.body).decode("utf-8"))
+        props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
@@ -402,13 +486,20 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
         state.refusals("remoting", "config_key", peer.address, "updateNamesrvConfig of keys in black list: {keys}",
                        keys=", ".join(blocked))
         return respond(state, request, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    controls = control_characters(props)
+    if controls:
+        state.refusals("remoting", "config_value", peer.address, "updateNamesrvConfig with {controls}",
+                       controls=controls)
+        return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
-        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra},
-                           state.persist_config)
+        unsaved = state.config.apply({k: v for k, v in props.items()
+                                      if k in state.config.values or k in state.config.extra}, state.persist_config)
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"updateNamesrvConfig not applied: {exc}")
+    if unsaved is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
+        log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
+                 peer=peer.address, props=masked(props), error=str(unsaved))
+        return respond(state, request, remark=f"applied in memory only, until the restart: {unsaved}")
     log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
     return respond(state, request)
 
@@ -456,7 +547,6 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.PUT_KV_CONFIG: put_kv_config,
     RequestCode.GET_KV_CONFIG: get_kv_config,
     RequestCode.DELETE_KV_CONFIG: delete_kv_config,
-    RequestCode.REGISTER_BROKER: in_one_go(register_broker_steps),
     RequestCode.UNREGISTER_BROKER: unregister_broker,
     RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
     RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
@@ -476,14 +566,17 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.ADD_WRITE_PERM_OF_BROKER: add_write_perm_of_broker,
     RequestCode.GET_BROKER_MEMBER_GROUP: get_broker_member_group,
     RequestCode.BROKER_HEARTBEAT: broker_heartbeat,
+    RequestCode.RETIRE_BROKER_GROUP: retire_broker_group,
 }
 
 
 #: handlers whose work grows with the request (a broker's whole table), written in steps: the
-#: dispatcher runs them across reactor turns when the request is big (HANDLERS: straight through)
+#: dispatcher always takes their steps, across reactor turns when the request is big, else straight through
 HANDLERS_IN_STEPS: dict[int, SteppedHandler] = {
     RequestCode.REGISTER_BROKER: register_broker_steps,
 }
+#: every code with a handler, in one go or in steps
+CODES = frozenset(HANDLERS) | frozenset(HANDLERS_IN_STEPS)
 
 V5_REQUEST_CODES = frozenset({RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_BROKER_MEMBER_GROUP,
                               RequestCode.BROKER_HEARTBEAT})

@@ -19,16 +19,18 @@ from .state.acl import ACL_EXCEPTION, AccessControl, request_class
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
-#: the listeners, as the metric's ``listener`` label names them
-LISTENERS = ("remoting", "controller", "http")
-#: every reason, by listener, served at 0 from the start so that an alert has a series to read
+#: every listener (the metric's ``listener`` label) and its reasons, served at 0 from the start so
+#: that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key", "fd_reserve"),
+                 "tls_handshake", "not_tls", "config_key", "config_value", "config_size", "fd_reserve",
+                 "max_topics_per_broker", "max_broker_groups", "max_brokers", "max_brokers_per_group",
+                 "max_topic_queue_entries", "max_name_length", "filter_servers", "max_kv_bytes"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
-                   "memory_budget", "tls_handshake", "not_tls", "config_key", "fd_reserve"),
+                   "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
+                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
-             "fd_reserve"),
+             "request_body", "fd_reserve", "memory_budget"),
 }
 
 
@@ -43,14 +45,16 @@ class LimitLog:
 
     def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
         key = (host, f"{listener}:{limit}")  # each listener's first hit of a limit is a warning of its own
+        # one event dict: a caller's field named like ours (host, limit, listener) must not make the
+        # log call itself raise (a TypeError there would lose the line); ours win
+        event = {**fields, "limit": limit, "host": host, "listener": listener}
         if key in self._seen:
-            log.debug(message, limit=limit, listener=listener, **fields)
+            log.debug(message, **event)
             return
         if len(self._seen) >= self.CAPACITY:
             self._seen.clear()
         self._seen.add(key)
-        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", limit=limit,
-                 host=host, listener=listener, **fields)
+        log.warn(message + " (further hits of this limit from {host} are counted, not logged)", **event)
 
 
 def peer_host(peer: str) -> str:
@@ -67,12 +71,14 @@ class Refusals:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.limit_log = LimitLog()
 
-    def __call__(self, listener: str, reason: str, peer: str, message: str, **fields: object) -> None:
+    def __call__(self, listener: str, reason: str, peer: str, message: str, /, **fields: object) -> None:
         """Count and log one refusal; ``message`` is a twisted.logger format that may use ``{peer}``,
         ``{listener}``, ``{reason}`` and ``fields``."""
         self.counts[listener, reason] += 1
+        event: dict[str, object] = {**fields, "reason": reason, "peer": peer, "refused": reason}
+        event.pop("listener", None)  # ours wins, passed by name (LimitLog's keying reads it typed)
         self.limit_log(peer_host(peer), reason, "refused on {listener} from {peer}: " + message + " [{reason}]",
-                       listener=listener, reason=reason, peer=peer, refused=reason, **fields)
+                       listener=listener, **event)
 
     def series(self) -> list[tuple[str, str, int]]:
         """(listener, reason, count) for every known series and any other counted."""

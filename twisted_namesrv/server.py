@@ -2,7 +2,8 @@
 read; one channel id per connection.
 
 It owns what is about the connection: framing, the frame, header and connection limits, idle
-timeouts, back-pressure, and holding the frames that arrive while one is answered in steps.
+timeouts, back-pressure, and holding (counted against the memory budget) the frames that arrive
+while one is answered in steps and the answers the peer has not read.
 What a frame means is the dispatcher's (dispatch.py): a factory serves one dispatcher, so a
 second listener (the controller's: controller/service.py) is a second factory of this same
 protocol, with a Dispatcher of its own, bound by the same ``Listener``.  ``Notifier`` is the
@@ -11,6 +12,7 @@ other direction: a oneway push to a broker on a connection of its own (both list
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,23 +48,44 @@ def send_now(transport: interfaces.ITransport) -> None:
         do_write()
 
 
+#: the answers worked out for a peer before they are written: past it, the frames after them wait
+#: until the peer has read them (a 64 KiB read of lookups must not become gigabytes of answers)
+ANSWER_ROOM = 1 << 20
+
+
 @implementer(interfaces.IPushProducer)
 class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     """One client or broker connection.  A frame that cannot be decoded closes only this
     connection (as Java's NettyDecoder does); a failing request costs one error answer.
 
-    It is its transport's producer: when a peer does not read its answers and the write buffer
-    fills, the server stops reading that peer's requests until it does, so a slow peer costs a
-    bounded buffer, never the others' service; one that stays stuck is closed as idle."""
+    Every byte held for the peer counts against the memory budget (budget.py), and while it
+    holds more than the frame it is sending it is not read: frames that came behind an answer in
+    progress (one worked out in steps, or waiting for the controller log) wait whole, and so
+    do the frames behind answers it has not read (the protocol is its transport's producer:
+    Twisted pauses it when the write buffer fills), so a slow or hostile peer costs a bounded
+    buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
     #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
     close_reason = "connection closed"
-    #: the answer being worked out in steps (dispatch.py); the frames that came after it wait
+    #: the answer being worked out in steps (dispatch.py), and the bytes of its frame
     answering: defer.Deferred[bytes | None] | None = None
+    answering_size = 0
+    #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
     waiting: list[bytes]
-    #: bytes of an unfinished frame held against the memory budget (budget.py)
+    #: the bytes held against the memory budget (budget.py): the unfinished frame, the frame being
+    #: answered, the frames waiting, the answers the peer has not read
     held = 0
+    #: the transport's write buffer is full (it paused this producer), and the bytes written since
+    #: it last held no more than Twisted's own allowance (``bufferSize``, 64 KiB: not counted)
+    writing_paused = False
+    unsent = 0
+    #: reading is paused (the transport's pauseProducing) while the peer has anything held
+    reading_paused = False
+    #: closed for the memory budget: nothing more is held or answered
+    dropped = False
+    _in_answer = False
+    _in_write = False
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -80,31 +103,50 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.setTimeout(factory.idle_timeout or None)
         self.transport.registerProducer(self, True)
 
+    # -- the transport's producer: its write buffer is full, or drained ------------------------
     def pauseProducing(self) -> None:
         """The write buffer is full: stop reading this peer until it reads its answers."""
-        self.factory.limit_log(self.host, "write_buffer", "{peer} does not read its answers: not reading it "
-                               "until it does", peer=self.peer.address)
-        self.transport.pauseProducing()
+        self.writing_paused = True
+        self._read(False)
+        if not self._in_write:  # (a write of ours says so itself, once it knows the send did not drain it)
+            self._not_reading_answers()
 
     def resumeProducing(self) -> None:
-        self.transport.resumeProducing()
+        """The write buffer drained: answer what waited for it, then read again."""
+        self.writing_paused, self.unsent = False, 0
+        if self._in_answer:
+            return  # the answering loop goes on by itself
+        if self.answering is None and self.waiting:
+            waiting, self.waiting = self.waiting, []
+            self._answer(waiting)
+        else:
+            self._settle()
 
     def stopProducing(self) -> None:
         """The connection is going away; connectionLost cleans up."""
 
+    def _not_reading_answers(self) -> None:
+        self.factory.limit_log(self.host, "write_buffer", "{peer} does not read its answers: not reading it "
+                               "until it does", peer=self.peer.address)
+
+    # -- frames in ------------------------------------------------------------------------------
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
-        if self.answering is None and self.decoder.empty:
+        busy = self.answering is not None or self.writing_paused or bool(self.waiting)
+        if not busy and self.decoder.empty:
             # a client's repeated lookups, as they came: answered before (instead of) cutting them
             replies: list[bytes] = []
-            used = self.factory.dispatcher.answer_read(data, replies)
+            used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:
                 if self.factory.dispatcher.count_requests:
                     self.factory.metrics.bytes_received += used
                 self._write(replies)
                 if used == len(data):
+                    if self.writing_paused:
+                        self._settle()
                     return
                 data = data[used:]
+                busy = self.writing_paused
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
@@ -112,55 +154,99 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             return
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
-        pending = self.decoder.pending_memory
-        if pending or self.held:  # an unfinished frame (rare but for big ones): held against the budget
-            self.held = pending
-            self.factory.budget.hold(self, pending)
-            if self.held != pending:  # closed for the budget: its frames are not answered
-                return
-        if self.answering is not None:
+        if busy:
             self.waiting += frames
+            self._settle()
         else:
             self._answer(frames)
 
-    def _answer(self, frames: list[bytes]) -> None:
-        """Answer ``frames`` in order, in one write; one answered in steps holds the rest until it is sent."""
-        replies: list[bytes] = []
-        later: Later | None = None
+    def _answer(self, frames: list[bytes], replies: list[bytes] | None = None) -> None:
+        """Answer ``frames`` in order after ``replies``, a write per ANSWER_ROOM of answers; one
+        answered in steps holds the rest until it is sent, and answers the peer has not read hold
+        the rest until it reads them."""
+        replies = replies if replies is not None else []
+        dispatcher, later = self.factory.dispatcher, None
+        self._in_answer = True
         try:
-            later = self.factory.dispatcher.answer(frames, self.peer, replies)
-        except RemotingDecodeError as exc:
-            self._write(replies)
-            self._reject(exc.reason, str(exc))
-            return
-        self._write(replies)
+            while True:
+                try:
+                    outcome = dispatcher.answer(frames, self.peer, replies, ANSWER_ROOM)
+                except RemotingDecodeError as exc:
+                    self._write(replies)
+                    self._reject(exc.reason, str(exc))
+                    return
+                self._write(replies)
+                if isinstance(outcome, Later):
+                    later, frames = outcome, outcome.rest
+                    break
+                if outcome is None or self.dropped:
+                    frames = []
+                    break
+                frames, replies = outcome.rest, []  # Full: the answers so far filled the room
+                if self.writing_paused:
+                    break  # the rest waits until the peer reads them (resumeProducing)
+        finally:
+            self._in_answer = False
+        self.waiting = frames
         if later is not None:
-            self.answering, self.waiting = later.answer, later.rest
+            self.answering, self.answering_size = later.answer, later.size
             later.answer.addCallbacks(self._answered_in_steps, self._not_answered)
+        self._settle()
 
     def _answered_in_steps(self, reply: bytes | None) -> None:
-        self.answering = None
-        if reply is not None:
-            self._write([reply])
+        self.answering, self.answering_size = None, 0
         waiting, self.waiting = self.waiting, []
-        self._answer(waiting)
+        self._answer(waiting, [] if reply is None else [reply])
 
     def _not_answered(self, failure: Failure) -> None:
         """Cancelled because the peer went (connectionLost), or a bug: then the peer goes."""
-        self.answering = None
+        self.answering, self.answering_size = None, 0
         if not failure.check(defer.CancelledError, task.TaskStopped):
             log.failure("answering {peer} failed, closing the channel", failure, peer=self.peer.address)
             self.transport.loseConnection()
 
     def _write(self, replies: list[bytes]) -> None:
-        """One write of every answer to one read (the pieces joined: one send, as the ceiling does)."""
+        """One write of every answer to one read (the pieces joined: one send, as the ceiling does);
+        while the peer has not read it, it is held for the peer."""
         if not replies:
             return
         data = b"".join(replies)
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_sent += len(data)
-        self.transport.write(data)
-        send_now(self.transport)
+        unread_before = self.unsent if self.writing_paused else 0
+        self._in_write = True
+        try:
+            self.transport.write(data)
+            send_now(self.transport)
+        finally:
+            self._in_write = False
+        if self.writing_paused:  # the send did not drain it: the peer is not reading as fast
+            self.unsent = unread_before + len(data)
+            self._not_reading_answers()
+
+    # -- what the peer holds ------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Hold what this peer holds against the budget (over it, the peers holding the most
+        go: maybe this one), and read it only while it holds no more than the frame it sends."""
+        if self.dropped:
+            return
+        held = self.decoder.pending_memory + self.answering_size + self.unsent
+        if self.waiting:
+            held += sum(map(len, self.waiting))
+        if held != self.held:
+            self.held = held
+            self.factory.budget.hold(self, held)
+            if self.dropped:
+                return
+        self._read(self.answering is None and not self.waiting and not self.writing_paused)
+
+    def _read(self, on: bool) -> None:
+        if on == self.reading_paused:
+            self.reading_paused = not on
+            if on:
+                self.transport.resumeProducing()
+            else:
+                self.transport.pauseProducing()
 
     def _reject(self, reason: str, detail: str) -> None:
         """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
@@ -171,19 +257,22 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def _drop_pending(self) -> None:
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
+        self.waiting = []
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)
 
     def over_budget(self, held: int, budget: MemoryBudget) -> None:
-        """The memory budget is spent and this peer's unfinished frame is the largest: it goes."""
+        """The memory budget is spent and this peer holds the most: it goes."""
         self.held = 0
-        self.close_reason = "memory budget: closed holding the largest unfinished frame"
-        self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the largest unfinished "
-                            "frame ({held} bytes) and peers hold {total} bytes, over receiveMemoryBudget "
-                            "({budget_bytes})",
+        self.dropped = True
+        self.close_reason = "memory budget: closed holding the most"
+        self.factory.refuse("memory_budget", self.peer.address, "closing it: it holds the most ({held} bytes: "
+                            "frames received and not answered, answers not read) and peers hold {total} bytes, "
+                            "over receiveMemoryBudget ({budget_bytes})",
                             held=held, total=budget.held + held, budget_bytes=budget.limit)
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)
+        self.waiting = []
         self.transport.abortConnection()
 
     def timeoutConnection(self) -> None:
@@ -194,6 +283,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
         self.setTimeout(None)
+        self.dropped = True  # nothing more is held or answered
+        self.waiting = []
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)
@@ -206,14 +297,14 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
 class RemotingFactory(protocol.Factory):
     """``listener`` names the port in refusals (``remoting``, ``controller``); ``refusals`` and
-    ``budget`` are shared by a server's listeners (each its own when not given: tests)."""
+    ``budget`` are shared by a server's listeners (the composition root's: service.py)."""
 
     protocol = RemotingProtocol
 
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
-                 idle_timeout: float, max_connections: int = 0, max_header_length: int | None = None,
-                 refusals: Refusals | None = None, budget: MemoryBudget | None = None,
-                 listener: str = "remoting", fds: FdBudget | None = None) -> None:
+                 idle_timeout: float, refusals: Refusals, budget: MemoryBudget, max_connections: int = 0,
+                 max_header_length: int | None = None, listener: str = "remoting",
+                 fds: FdBudget | None = None) -> None:
         self.dispatcher = dispatcher
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
@@ -222,8 +313,8 @@ class RemotingFactory(protocol.Factory):
         self.idle_timeout = idle_timeout
         self.connections: dict[int, RemotingProtocol] = {}
         self.limit_log = LimitLog()
-        self.refusals = refusals or Refusals()
-        self.budget = budget or MemoryBudget(8 * max_frame_length)
+        self.refusals = refusals
+        self.budget = budget
         self.listener = listener
         #: the descriptors its port admits connections against (Admission), told of each close
         self.fds = fds
@@ -349,35 +440,104 @@ class Listener(service.Service):
         return self.unbind()
 
 
+#: pushes in flight at once, every address together (each a connection of its own: a descriptor)
+PUSHES_IN_FLIGHT = 256
+#: how long a push may take, its connect included, before its connection is dropped
+PUSH_SECONDS = 3.0
+#: what a push comes to, as namesrv_broker_pushes_total{result} counts it
+PUSH_RESULTS = ("sent", "failed", "superseded", "dropped")
+
+
+class _Push(protocol.Protocol):
+    """One push: the frame written once connected, the connection closed after it (aborted when it
+    is not gone PUSH_SECONDS later: a peer that never reads); ``done`` when it is gone."""
+
+    def __init__(self, frame: bytes, done: Callable[[], None], clock: interfaces.IReactorTime) -> None:
+        self.frame, self.done, self.clock = frame, done, clock
+        self.deadline: interfaces.IDelayedCall | None = None
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self.frame)
+        self.transport.loseConnection()
+        self.deadline = self.clock.callLater(PUSH_SECONDS, self.transport.abortConnection)
+
+    def connectionLost(self, reason: object = protocol.connectionDone) -> None:
+        if self.deadline is not None and self.deadline.active():
+            self.deadline.cancel()
+        self.done()
+
+
 class Notifier:
     """Pushes a oneway frame to a broker's listen port on a connection of its own, as Java's
     remoting client does for NOTIFY_MIN_BROKER_ID_CHANGE (the NameServer) and
-    NOTIFY_BROKER_ROLE_CHANGED (the controller's NotifyService); ``what`` names it in the log."""
+    NOTIFY_BROKER_ROLE_CHANGED (the controller's NotifyService); ``what`` names it in the log.
 
-    def __init__(self, reactor: interfaces.IReactorTCP, what: str) -> None:
+    The addresses are what brokers registered, so anyone who may register chooses them, and how
+    often a push goes (a group's lowest id coming and going, an election).  Java's client keeps one
+    channel per address; here at most one connection per address is in flight (a push to an address
+    that has one waits for it, the newest replacing one waiting: a broker acts on the latest,
+    ``superseded``), at most PUSHES_IN_FLIGHT in all, and each holds a descriptor of the process's
+    budget (``fds``: budget.py, fdReserve) from before it opens to its close; past either the push is
+    ``dropped``.  Before, every push opened a connection at once: a group of 63 brokers at addresses
+    that never answer, its lowest id registered and unregistered in a loop, took all of 1,024
+    descriptors in 4 s (KV writes and accepts failed with EMFILE) and wrote 11,000 warning lines.
+    A failure or a drop is logged once per address host and reason, and counted (``counts``)."""
+
+    def __init__(self, reactor: interfaces.IReactorTCP, what: str, counts: Counter[str] | None = None,
+                 fds: FdBudget | None = None, limit: int = PUSHES_IN_FLIGHT) -> None:
         self.reactor = reactor
         self.what = what
-        self.sent = 0
-        self.failed = 0
+        self.counts: Counter[str] = counts if counts is not None else Counter()
+        self.fds = fds
+        self.limit = limit
+        #: addresses with a push in flight, each with the newer frame waiting for it (None: none)
+        self.in_flight: dict[str, bytes | None] = {}
+        self.limit_log = LimitLog()
+
+    @property
+    def sent(self) -> int:
+        return self.counts["sent"]
+
+    @property
+    def failed(self) -> int:
+        return self.counts["failed"]
 
     def __call__(self, address: str, frame: bytes) -> None:
         host, _, port = address.rpartition(":")
-        try:
-            number = int(port)
-        except ValueError:
-            self.failed += 1
-            log.warn("{what} to {addr} failed: not host:port", what=self.what, addr=address)
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536 and host):
+            self._count_and_log("failed", address, "not host:port")
             return
-        d = protocol.ClientCreator(self.reactor, protocol.Protocol).connectTCP(host, number, timeout=3)
+        if address in self.in_flight:
+            if self.in_flight[address] is not None:
+                self.counts["superseded"] += 1
+            self.in_flight[address] = frame
+            return
+        if len(self.in_flight) >= self.limit:
+            self._count_and_log("dropped", address, f"{self.limit} pushes are in flight (PUSHES_IN_FLIGHT)")
+            return
+        if self.fds is not None and not self.fds.admit():
+            self._count_and_log("dropped", address, f"fewer than {self.fds.reserve} descriptors would stay free for "
+                                "the stores (fdReserve)")
+            return
+        self.in_flight[address] = None
+        creator = protocol.ClientCreator(self.reactor, _Push, frame, lambda: self._done(address), self.reactor)
+        d = creator.connectTCP(host.strip("[]"), int(port), timeout=PUSH_SECONDS)
+        d.addCallbacks(lambda proto: self.counts.update(("sent",)),
+                       lambda failure: self._failed(address, failure))
 
-        def send(proto: protocol.Protocol) -> None:
-            assert proto.transport is not None
-            proto.transport.write(frame)
-            proto.transport.loseConnection()
-            self.sent += 1
+    def _failed(self, address: str, failure: Failure) -> None:
+        self._count_and_log("failed", address, failure.getErrorMessage())
+        self._done(address)  # no connection: its socket is closed
 
-        def failed(failure: Failure) -> None:
-            self.failed += 1
-            log.warn("{what} to {addr} failed: {why}", what=self.what, addr=address, why=failure.getErrorMessage())
+    def _done(self, address: str) -> None:
+        if self.fds is not None:
+            self.fds.release()
+        waiting = self.in_flight.pop(address, None)
+        if waiting is not None:
+            self(address, waiting)
 
-        d.addCallbacks(send, failed)
+    def _count_and_log(self, result: str, address: str, why: str) -> None:
+        self.counts[result] += 1
+        self.limit_log(address.rpartition(":")[0] or address, result, "{what} to {addr} {result}: {why}",
+                       what=self.what, addr=address, result=result, why=why)

@@ -1,5 +1,9 @@
-"""NamesrvService: what a NameServer starts from, read once (``load``); the service tree built on it
-(listeners, timers, the controller: children, constructed without I/O); a clean stop."""
+"""The composition root of a NameServer: every owner constructed once and every subscription wired
+here (``build``: the state's owners, what the server observes of itself, who hears route changes and
+route events, in a stated order); what it starts from, read once (``load``); the service tree built
+on it (``NamesrvService``: listeners, timers, the controller: children, constructed without I/O); a
+clean stop.  Nothing registers itself by being imported, and no constructor elsewhere makes an owner
+of its own: tests build through ``build`` too."""
 
 from __future__ import annotations
 
@@ -13,28 +17,42 @@ from time import perf_counter
 from typing import Any
 
 from twisted.application import service
-from twisted.application.internet import TimerService
 from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from . import CannotStart, __version__, audit, sdnotify
+from . import CannotStart, __version__, sdnotify
+from .answer_cache import AnswerCache
+from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
+from .client import TlsWrap
 from .context import NamesrvState
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join NamesrvConfig's
+from .controller.audit import CONTROLLER
+from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
+from .events import RecentEvents
 from .housekeeping import HousekeepingService, log_route_event
+from .lost_topics import LostTopics
 from .metrics import Metrics
+from .observations import Observations
+from .outages import HealthWatch
 from .peers import PeersService, peer_addresses
+from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
+from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
+from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
-from .state.routes import EventListener, RouteInfoManager
+from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
-from .tls import listen_with
+from .state.topology import Topology
+from .timers import ClockedTimerService
+from .tls import connect_with, listen_with
+from .topology_store import TopologyStoreService, topology_path
 from .warm_restart import RouteSnapshotService
 
 log = Logger()
@@ -51,97 +69,170 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
-def store_refusal(failures: Counter[tuple[str, str]]) -> Callable[[StoreError], None]:
-    """What a store's failed save does besides its error answer: one log line, one count by (store, errno)."""
+def store_refusal(failures: Counter[tuple[str, str]],
+                  consequence: str = "the change is refused") -> Callable[[StoreError], None]:
+    """What a store's failed save does besides its answer: one log line saying what became of the
+    change, one count by (store, errno)."""
     def refused(error: StoreError) -> None:
         failures[error.what, error.errno_name] += 1
-        log.error("{error}; the change is refused", error=str(error))
+        log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
 
 
-def build_state(config: NamesrvConfig, clock: interfaces.IReactorTime,
-                notifier=None, listener: EventListener = log_route_event,
-                store_failures: Counter[tuple[str, str]] | None = None) -> NamesrvState:
-    """State objects wired to their files; KV is loaded (a corrupt file raises KVConfigError) and,
-    with aclEnable, the accounts (AclConfigError).  A save that fails is counted in
-    ``store_failures`` by (store, errno name)."""
+@dataclass(frozen=True)
+class Owners:
+    """Every owner of a NameServer's state, each constructed once by ``build``: what the handlers
+    are given (``state``), what the server observes of itself (``seen``) and the descriptors every
+    port's connections may take (``fds``)."""
+
+    state: NamesrvState
+    seen: Observations
+    fds: FdBudget
+
+
+def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
+          keep_answers: bool = True, fd_limit: int | None = None) -> Owners:
+    """Every owner, constructed once and wired, in one place (as Java's NamesrvController and
+    twisted.names' tap): the KV store loaded from its file (a corrupt file raises KVConfigError),
+    with aclEnable the accounts (AclConfigError).  A save that fails is counted in the metrics by
+    (store, errno name).  ``keep_answers=False``: a cache that keeps nothing (the differential
+    tests' reference).  ``fd_limit``: the descriptor limit ``load`` read (``ulimit -n``; None:
+    unlimited, every connection admitted), less fdReserve the budget of every port's connections.
+
+    Who hears what, in this order (nothing subscribes itself):
+
+    - a complete route change: the answer cache (drops what it makes stale);
+    - a key put or deleted: the answer cache (an ORDER_TOPIC_CONFIG key is a topic's orderTopicConf);
+    - a config update: the answer cache (everything: switches shape answers);
+    - a departure that took topics away: the lost topics, before the event's listeners;
+    - a route event: the log line, the counter by kind, the page's events, the departed brokers,
+      the remembered topology (each reads the tables as changed: events come once the change is
+      complete);
+    - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
+      the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
+      it and feeds it to the page's events."""
+    missing = [key.name for key in SERVER_SCHEMA.keys if key.name not in config.schema.by_name]
+    if missing:  # a partial schema would take the controller's keys as unknown ones: typed, checked and guarded nowhere
+        raise ConfigError(f"the NameServer's config does not know {', '.join(missing)}: build it with "
+                          "schema.SERVER_SCHEMA")
+    seconds = clock.seconds
+    metrics = Metrics()
+    refused = store_refusal(metrics.store_failures)
     kv_path = Path(config["kvConfigPath"])
-    refused = store_refusal(Counter() if store_failures is None else store_failures)
     kv_file = AtomicFile("kvConfigPath", kv_path, refused)
-    config_file = AtomicFile("configStorePath", config["configStorePath"], refused)
-    kv = KVConfigManager(kv_file.save)
+    # updateNamesrvConfig applies a change its file cannot take (a read-only ConfigMap), as Java does
+    applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
+    config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
+    kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
     kv.load(kv_path)
-    routes = RouteInfoManager(config, clock.seconds, listener=listener, notifier=notifier)
+    routes = RouteInfoManager(config, seconds, notifier=notifier)
+    answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
                                    bound_required=config["aclNamesrvSignatureRequired"],
-                                   window=config["aclSignatureWindowSeconds"], clock=clock.seconds)
+                                   window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    return NamesrvState(config, routes, kv, clock.seconds, clock.seconds(),
-                        lambda text: config_file.save(java_utf8(text)), acl=acl,
-                        budget=budget)
-
-
-def route_events_to(metrics: Metrics) -> EventListener:
-    """Every route event to the log and to the metrics (the status page's events)."""
-    def heard(kind: str, info: dict) -> None:
-        log_route_event(kind, info)
-        metrics.route_event(kind, info)
-    return heard
+    topology = Topology(seconds)
+    state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
+                         lambda text: config_file.save(java_utf8(text)), acl=acl)
+    events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
+    seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
+                        HealthWatch(routes, topology))
+    # what makes kept answers stale
+    routes.subscribe(answers.changed, answers.holds)
+    kv.subscribe(answers.kv_changed)
+    config.subscribe(answers.clear)
+    # route events, each once its change is complete
+    routes.listen_lost(lost.departed)
+    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
+        routes.listen(heard)
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, seconds)
+    return Owners(state, seen, fds)
 
 
 @dataclass
 class Loaded:
     """What a NameServer starts from, read from disk by ``load`` before anything is built on it."""
 
-    state: NamesrvState
-    metrics: Metrics
+    owners: Owners
     #: NOTIFY_MIN_BROKER_ID_CHANGE's pushes (the routes' notifier)
     notifier: Notifier
     #: the status page's events of the last run, restored
     events: EventLogService
     #: routes of the last run (routeSnapshotPath), restored; None without a snapshot file
     snapshots: RouteSnapshotService | None
+    #: the broker groups seen before, expected back (topologyPath), restored
+    topology: TopologyStoreService
     #: what a remoting port listens with, the TLS keys read (tls.server.mode)
     listen_with: Callable[[RemotingFactory], protocol.Factory]
+    #: what this server's own connections to its peers go over (None: plain TCP), the keys read
+    connect_with: TlsWrap | None = None
+
+    @property
+    def state(self) -> NamesrvState:
+        return self.owners.state
 
 
 def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
-    """Every read a start needs, in one place: the data dir checked, the page's events, the KV store,
-    the ACL accounts (aclEnable), the route snapshot, the TLS certificate and key.  What the server
-    cannot run with is one CannotStart naming the key or file (each launcher prints it as its one line)."""
+    """Every read a start needs, in one place: the data dir checked, the descriptor limit (ulimit
+    -n), the page's events, the KV store, the ACL accounts (aclEnable), the route snapshot, the TLS
+    certificate and key.  What the server cannot run with is one CannotStart naming the key or file
+    (each launcher prints it as its one line)."""
     try:
         check_paths(config)
-        metrics = Metrics(clock=reactor.seconds)
-        events = EventLogService(metrics, events_path(config), reactor)
-        events.load()
         notifier = Notifier(reactor, "notify min broker id change")
-        state = build_state(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
-                            route_events_to(metrics), metrics.store_failures)
-        state.routes.on_lost = metrics.lost_topics.departed  # the status page's lost topics
+        owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
+                       fd_limit=open_file_limit())
+        state, metrics = owners.state, owners.seen.metrics
+        # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
+        notifier.counts, notifier.fds = metrics.pushes, owners.fds
+        events = EventLogService(owners.seen.events, events_path(config), reactor)
+        events.load()
+        topology = TopologyStoreService(state.topology, topology_path(config), reactor,
+                                        metrics.store_load_refusals)
+        topology.load()
+        state.save_topology = topology.save_now
         snapshots = None
         if config["routeSnapshotPath"]:
             snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
-                                             config["routeSnapshotInterval"] / 1000)
+                                             config["routeSnapshotInterval"] / 1000,
+                                             max_age=config["routeSnapshotMaxAge"] / 1000,
+                                             load_refusals=metrics.store_load_refusals)
             snapshots.load()
+            topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here
+        to_peers = connect_with(config) if config["metricsPort"] else None  # the peers view's client
     except KVConfigError as exc:
         raise CannotStart(f"kvConfigPath: {exc}; fix or move the file, the NameServer will not start with it") \
             from None
     except (AclConfigError, ConfigError) as exc:
         raise CannotStart(str(exc)) from None
-    return Loaded(state, metrics, notifier, events, snapshots, wrap)
+    return Loaded(owners, notifier, events, snapshots, topology, wrap, to_peers)
 
 
-def reload_acl(acl: AccessControl) -> None:
-    """The ACL timer's work: read the accounts file again if it changed, and say what happened."""
-    outcome = acl.reload_if_changed()
+def restored_members(routes: RouteInfoManager) -> list[tuple[str, str, int, str]]:
+    """(cluster, group, id, address) of every member in the routes (restored from a snapshot)."""
+    return [(str(broker.cluster), name, broker_id, addr) for name, broker in routes.brokerAddrTable.items()
+            for broker_id, addr in broker.brokerAddrs.items()]
+
+
+def reload_acl(acl: AccessControl, metrics: Metrics) -> None:
+    """The ACL timer's work: read the accounts file again if it changed, and say what happened; a
+    file that does not load (half written, bad YAML, a FIFO or a directory swapped in) leaves the
+    accounts read before, one error line and one count in ``metrics.acl_reload_failures``.  Whatever
+    goes wrong, the timer goes on (an exception out of here would end it: no later change of the
+    accounts, a revoked one included, would ever be read)."""
+    try:
+        outcome = acl.reload_if_changed()
+    except Exception as exc:  # the timer's boundary: anything unforeseen is a failed reload, said once
+        outcome = f"not reloaded, the accounts read before stay: {type(exc).__name__}: {exc}"
     if outcome is None:
         return
     if outcome.startswith("reloaded"):
         log.info("aclAccountsFile: {outcome}", outcome=outcome)
     else:
+        metrics.acl_reload_failures += 1
         log.error("aclAccountsFile: {outcome}", outcome=outcome)
 
 
@@ -178,6 +269,22 @@ def step_cooperator(reactor: interfaces.IReactorTime) -> task.Cooperator:
     return task.Cooperator(terminationPredicateFactory=budget, scheduler=lambda work: reactor.callLater(0, work))
 
 
+def settle_in_steps(routes: RouteInfoManager, cooperator: task.Cooperator) -> Callable[[], None]:
+    """RouteInfoManager.on_settle: what a committed change still has to write into topicQueueTable
+    is written by ``cooperator``'s steps, a few milliseconds of them per reactor turn (one task
+    at a time; state/settling.py)."""
+    running: list[task.CooperativeTask] = []
+
+    def failed(failure: Failure) -> None:
+        log.failure("writing a route change into topicQueueTable failed", failure)
+
+    def start() -> None:
+        if not running:
+            running.append(cooperator.cooperate(routes.settle_steps()))
+            running[0].whenDone().addErrback(failed).addBoth(lambda _: running.clear())
+    return start
+
+
 class NamesrvService(service.MultiService):
     """The NameServer: its listeners, timers and (when asked for) controller are child services.
     Built on what ``load`` read, reading nothing itself; ``from_config`` does both."""
@@ -196,24 +303,31 @@ class NamesrvService(service.MultiService):
         super().__init__()
         self.config = config
         self.reactor = reactor
-        self.metrics = loaded.metrics
+        self.seen = loaded.owners.seen
+        self.metrics = self.seen.metrics
         self.events = loaded.events  # the page's events kept
         self.events.setServiceParent(self)
+        self.topology = loaded.topology  # the broker groups expected back, kept
+        self.topology.setServiceParent(self)
+        #: the outages, for the status page, /api, /metrics and /readyz alike (one computation)
+        self.health = self.seen.health
         self.notifier = loaded.notifier
         self.state = loaded.state
+        steps = step_cooperator(reactor)  # big work in steps: registrations, and writing route changes in
+        self.state.routes.on_settle = settle_in_steps(self.state.routes, steps)
         self.dispatcher = Dispatcher(self.state, self.metrics, count_requests=bool(config["metricsPort"]),
-                                     call_later=reactor.callLater, cooperator=step_cooperator(reactor))
-        self.dispatcher.observe(audit.observer(self.state, self.metrics))  # the audit trail (audit.py)
+                                     call_later=reactor.callLater, cooperator=steps)
+        # the audit trail (audit.py): the NameServer's requests, and below the controller's, into the one trail
+        self.dispatcher.observe(Trail(NAMESRV, self.state.clock, self.state.acl, self.seen.audit))
         # every port's connections within the descriptors (ulimit -n) less a reserve for the stores
-        self.fds = FdBudget(open_file_limit(), config["fdReserve"], count_open_fds, reactor.seconds)
+        self.fds = loaded.owners.fds
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
-                                       config["serverChannelMaxIdleTimeSeconds"], config["maxConnections"],
-                                       config["headerMaxLength"], self.state.refusals, self.state.budget,
+                                       config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
+                                       self.state.budget, config["maxConnections"], config["headerMaxLength"],
                                        fds=self.fds)
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
-            reload = TimerService(RELOAD_INTERVAL_SECONDS, reload_acl, self.state.acl)
-            reload.clock = reactor
-            reload.setServiceParent(self)
+            ClockedTimerService(RELOAD_INTERVAL_SECONDS, partial(reload_acl, self.state.acl, self.metrics),
+                                reactor).setServiceParent(self)
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         self.snapshots = loaded.snapshots
@@ -225,7 +339,8 @@ class NamesrvService(service.MultiService):
 
             self.controller = embedded_controller(config, reactor, controller_port, controller_bind, self.state.acl,
                                                   self.state.refusals, self.state.budget, loaded.listen_with,
-                                                  self.fds)
+                                                  self.fds, Trail(CONTROLLER, self.state.clock, self.state.acl,
+                                                                  self.seen.audit))
             self.controller.setServiceParent(self)
         # the listening ports are child services, as in twisted.names' tap (internet.TCPServer)
         self.remoting = Listener("listenPort", loaded.listen_with(self.factory), reactor, config["listenPort"],
@@ -236,13 +351,15 @@ class NamesrvService(service.MultiService):
         self.stopping = False
         self.peers: PeersService | None = None
         if config["metricsPort"]:
-            from .web.site import make_site  # prometheus_client and twisted.web only when asked for
+            # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
+            # with metricsPort; both are installed with the package (setup.cfg), so it never lacks them
+            from .web.site import make_site
 
-            self.peers = PeersService(config, self.own_address, self.peer_list, reactor,
-                                      config["peersCompareInterval"] / 1000)  # the status page's peers view
+            self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
+                                      config["peersCompareInterval"] / 1000, loaded.connect_with)  # peers view
             self.peers.setServiceParent(self)
-            site = make_site(self.state, self.factory, self.http_resources(), self.controller, self.peers, reactor,
-                             self.fds)
+            site = make_site(self.state, self.factory, self.seen, self.http_resources(), self.controller, self.peers,
+                             reactor, self.fds)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"],
                                 Admission(self.fds, partial(self.state.refusals, "http"), site.make_room))
@@ -255,14 +372,15 @@ class NamesrvService(service.MultiService):
         from .web.health import health_resources
         from .web.nsaddr import nsaddr_resources
 
-        return {**health_resources(self.liveness, self.readiness), **nsaddr_resources(self.config, self.listen_port)}
+        return {**health_resources(self.liveness, self.readiness, self.readiness_details),
+                **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
-        """Where this server's own routes are read for the peers view: its remoting port, on
-        loopback when it listens on every interface."""
+        """How the peers view names this server (its routes are read in process): its remoting
+        port, on loopback when it listens on every interface."""
         host = str(self.config["bindAddress"])
         host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
-        return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"
+        return host_port(host, self.listen_port())
 
     def peer_list(self) -> list[str]:
         return peer_addresses(self.config, self.listen_port())
@@ -278,10 +396,29 @@ class NamesrvService(service.MultiService):
 
     def readiness(self) -> dict[str, bool]:
         """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
-        service can start: a KV file that cannot be read stops the start), and not stopping."""
+        service can start: a KV file that cannot be read stops the start), not stopping, and the
+        broker groups that were up when it last saved its topology (state/topology.py) routed again -
+        registered since the start or restored from the route snapshot - or ``readinessBrokerWait``
+        ms past the start: a group that stays down must not keep every NameServer unready for ever,
+        and one that was down before the restart is an outage, not a reason to wait."""
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
-                "started": bool(self.running), "not_stopping": not self.stopping}
+                "started": bool(self.running), "not_stopping": not self.stopping,
+                "broker_groups_back": self.brokers_back()}
+
+    def brokers_back(self) -> bool:
+        health = self.health.health()
+        waited = self.state.clock() - self.state.started_at >= self.config["readinessBrokerWait"] / 1000
+        return waited or not health.not_back
+
+    def readiness_details(self) -> dict[str, Any]:
+        """What /readyz says beside its checks: "N of M known broker groups back"."""
+        health = self.health.health()
+        absent = [f"{group.cluster}/{group.broker}" for group in health.absent]
+        waiting = [f"{group.cluster}/{group.broker}" for group in health.not_back]
+        return {"broker_groups": {"known": health.known, "back": health.back, "routed": health.known - len(absent),
+                                  "absent": absent[:20], "up_before_restart_not_back": waiting[:20],
+                                  "summary": f"{health.back} of {health.known} known broker groups back"}}
 
     @property
     def port(self) -> interfaces.IListeningPort | None:
@@ -320,12 +457,12 @@ class NamesrvService(service.MultiService):
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()
-        self.state.listen_address = f"{address.host}:{address.port}"
-        log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
-                 host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
+        self.state.listen_address = host_port(address.host, address.port)
+        log.info("{message}, address {address}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
+                 address=self.state.listen_address, compat=self.config.profile.name, version=__version__)
         if self.web is not None:
             address = self.web.port.getHost()
-            log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
+            log.info("metrics and status page on http://{address}/", address=host_port(address.host, address.port))
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)

@@ -13,42 +13,18 @@ import sys
 from typing import NoReturn
 
 from twisted.copyright import version as twisted_version
-from twisted.logger import Logger
 from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
-from .controller import config as _controller_config  # noqa: F401  # the controller's keys join a -c file's
+from .launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
+from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
-
-log = Logger()
 
 
 def version_line() -> str:
     return f"twisted-namesrv {__version__} (Twisted {twisted_version}, Python {platform.python_version()})\n"
-
-
-def cannot_start(reason: str) -> NoReturn:
-    """Log the reason, then exit 1 with it on stderr (SystemExit: twistd prints no traceback).
-    Logged as an error: a critical event before the log opens would reach stderr a second time."""
-    log.error("cannot start: {reason}", reason=reason)
-    raise SystemExit(cannot_start_line(reason))
-
-
-def report_cannot_start_in_one_line() -> None:
-    """Under ``twistd -n`` a port that cannot be bound raises CannotStart out of twistd: print
-    its one line instead of a traceback (the log already has it).  Daemonised, twistd's parent
-    prints the reason and exits 1."""
-    previous = sys.excepthook
-
-    def hook(kind, value, tb) -> None:
-        if issubclass(kind, CannotStart):
-            (sys.__stderr__ or sys.stderr).write(cannot_start_line(value) + "\n")
-        else:
-            previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 class Options(usage.Options):
@@ -147,19 +123,19 @@ class Options(usage.Options):
         self._check_log_options()
         self._no_pidfile_in_the_foreground()
         try:
-            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"])
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"],
+                                                  SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))
-        for warning in self.config.warnings:
-            log.warn("{warning}", warning=warning)
-            sys.stderr.write(f"namesrv: warning: {warning}\n")
+        warn_of(self.config.warnings)
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
 
     def _check_log_options(self) -> None:
         """Usage errors for the log options; under twistd, our observer replaces twistd's own (its
-        --logfile and --logger) when any of them asks for something else than its default."""
+        --logger when any of ours asks for something else than its default; always its text observer,
+        honouring its --logfile: ours escapes what peers send, twistd's writes it raw; not --syslog)."""
         try:
             rotation(self["log-rotate"])
         except LogOptionError as exc:
@@ -168,11 +144,7 @@ class Options(usage.Options):
             raise usage.UsageError(f"--log-level: {self['log-level']} is not one of {', '.join(LEVELS)}")
         if not self["log-keep"].isdigit():
             raise usage.UsageError(f"--log-keep: not a number: {self['log-keep']}")
-        parent = getattr(self, "parent", None)
-        if parent is not None and "logger" in parent and self._logs_asked():
-            global _twistd_options
-            _twistd_options = self
-            parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
+        take_over_twistd_logging(self, self._logs_asked())
 
     def _no_pidfile_in_the_foreground(self) -> None:
         """``twistd -n namesrv`` writes no ./twistd.pid unless --pidfile says so: a second server
@@ -188,29 +160,11 @@ class Options(usage.Options):
     def log_observer(self):
         """The observer the log options ask for; a --log-file that cannot be written exits 1 naming it."""
         try:
-            return configured_observer(self["log-format"], self["log-file"], self["log-rotate"],
+            return configured_observer(self["log-format"], self["log-file"] or twistd_log_file(self),
+                                       self["log-rotate"],
                                        int(self["log-keep"]), self["log-level"])
         except LogOptionError as exc:
             raise SystemExit(cannot_start_line(exc)) from None
-
-
-#: the options of ``twistd namesrv``, whose log observer twistd asks for by name (twistd_log_observer)
-_twistd_options: Options | None = None
-
-
-def twistd_log_observer():
-    """twistd's ``--logger``, set by ``twistd namesrv --log-file/--log-level/--log-format``.
-
-    Why a module global holds the options (the one left in the package, on purpose): twistd
-    starts logging before it calls makeService, from an observer factory it finds in its own
-    options' ``logger``; ServerOptions.postOptions, which runs after ours, passes that value
-    through ``namedAny``, so only a dotted name can be handed over, not a bound method of these
-    options.  The other route, an ILogObserver component on the Application, is out of reach:
-    twistd makes the Application and only then calls makeService, after its logger was built.
-    A dotted name reaches only module state, so this function and the global are that route;
-    ``python -m twisted_namesrv`` passes its observer without either (__main__.py)."""
-    assert _twistd_options is not None
-    return _twistd_options.log_observer()
 
 
 def makeService(options: Options):

@@ -1,5 +1,9 @@
 """Timers as Twisted services: ``TimerService`` calls at its start and then every step; a writer that
-has nothing new at start (the page's events, the route snapshot) wants its first call one step later."""
+has nothing new at start (the page's events, the route snapshot) wants its first call one step later.
+
+Every timer of the server is one of these two, on the clock it is given (the reactor, a test's
+``task.Clock``): the expiry scan, the ACL reload, the event and snapshot writers, the peers view
+and the controller's two scans."""
 
 from __future__ import annotations
 

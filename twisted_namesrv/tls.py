@@ -19,25 +19,26 @@ process (its memory cost: docs/benchmarks.md), so installs without TLS leave it 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import interfaces, protocol
 from twisted.python.failure import Failure
 
+from .remoting.codes import code_name
+from .remoting.command import RemotingCommand
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
+from .state.files import TEXT_FILE_LIMIT, read_regular
 
 if TYPE_CHECKING:
-    from twisted.internet.ssl import CertificateOptions
+    from twisted.internet.ssl import CertificateOptions, PrivateCertificate
     from twisted.protocols.tls import TLSMemoryBIOFactory
 
 TLS_HANDSHAKE = 0x16
 
 
-def context_factory(config: NamesrvConfig) -> CertificateOptions:
-    """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
-    client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+def own_certificate(config: NamesrvConfig) -> PrivateCertificate:
+    """The server's certificate and key (PEM); unreadable files are a ConfigError naming the key."""
     from OpenSSL import crypto
     from twisted.internet import ssl as twisted_ssl
 
@@ -45,9 +46,17 @@ def context_factory(config: NamesrvConfig) -> CertificateOptions:
     password = config["tls.server.keyPassword"].encode() or None
     try:
         key = twisted_ssl.KeyPair(crypto.load_privatekey(crypto.FILETYPE_PEM, pem["tls.server.keyPath"], password))
-        certificate = twisted_ssl.PrivateCertificate.load(pem["tls.server.certPath"], key, crypto.FILETYPE_PEM)
+        return twisted_ssl.PrivateCertificate.load(pem["tls.server.certPath"], key, crypto.FILETYPE_PEM)
     except Exception as exc:  # OpenSSL's errors name no file
         raise ConfigError(f"tls.server.certPath/keyPath: not a PEM certificate and its key: {exc}") from None
+
+
+def context_factory(config: NamesrvConfig) -> CertificateOptions:
+    """The server's certificate and key (PEM), and with ``tls.server.authClient`` the CA that
+    client certificates must chain to.  Unreadable files are a ConfigError naming the key."""
+    from twisted.internet import ssl as twisted_ssl
+
+    certificate = own_certificate(config)
     if not config["tls.server.authClient"]:
         return certificate.options()
     trust = _read(config, "tls.server.trustCertPath")
@@ -62,7 +71,7 @@ def _read(config: NamesrvConfig, key: str) -> bytes:
     if not path:
         raise ConfigError(f"{key}: required with tls.server.mode={config['tls.server.mode']}")
     try:
-        return Path(path).read_bytes()
+        return read_regular(path, TEXT_FILE_LIMIT)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
 
@@ -92,6 +101,30 @@ def _ssl_reason(error: BaseException) -> str:
     return ", ".join(str(r) for r in reasons) or str(error) or type(error).__name__
 
 
+#: the not_tls refusal's log line: a Java broker or client without TLS sees only "send request failed"
+#: in its own log, so this one names what it sent and what to do
+NOT_TLS = ("a plain (non-TLS) peer on a port with tls.server.mode=enforcing, closing the connection ({request}): "
+           "start it with -Dtls.enable=true (a broker: or useTLS=true in its -c file; producers, consumers, mqadmin "
+           "and the proxy alike: docs/security.md#tls-from-the-java-side), or take plain peers too with "
+           "tls.server.mode=permissive")
+
+
+def plain_request(data: bytes) -> str:
+    """What a plain peer's first bytes are: a RocketMQ request (its code, name and language) when
+    they hold a whole frame, else the first byte."""
+    if len(data) >= 8:
+        length = int.from_bytes(data[:4], "big")
+        if 4 <= length <= len(data) - 4:
+            try:
+                command = RemotingCommand.decode(data[4:4 + length])
+            except Exception:  # noqa: BLE001 -- anything undecodable is shown as its first byte
+                pass
+            else:
+                return (f"its first request: {code_name(command.code)} ({command.code}) from a "
+                        f"{command.header.language or '?'} client")
+    return f"first byte 0x{data[0]:02x}"
+
+
 class SniffingProtocol(protocol.Protocol):
     """Holds a new connection until its first byte, then hands it to the TLS or (permissive mode)
     the plain remoting protocol; enforcing, a plain peer is refused there.  A peer that never
@@ -115,9 +148,7 @@ class SniffingProtocol(protocol.Protocol):
             plain = data[0] != TLS_HANDSHAKE
             if plain and self.factory.enforcing:
                 peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
-                self.factory.remoting.refuse("not_tls", peer, "a plain (non-TLS) peer on a port with "
-                                             "tls.server.mode=enforcing, closing the connection (first byte {byte})",
-                                             byte=f"0x{data[0]:02x}")
+                self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=plain_request(data))
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
             inner = self.factory.remoting if plain else self.factory.tls
@@ -157,3 +188,29 @@ def listen_with(config: NamesrvConfig) -> Callable[[RemotingFactory], protocol.F
         raise ConfigError(f"tls.server.mode: {mode} needs pyOpenSSL: pip install 'twisted-namesrv[tls]'") from None
     context = context_factory(config)
     return lambda remoting: SniffingFactory(remoting, refusing_tls_factory(context, remoting), mode == "enforcing")
+
+
+def connect_with(config: NamesrvConfig) -> Callable[[str, protocol.ClientFactory], protocol.ClientFactory] | None:
+    """What this server's own connections to other NameServers (the peers view) go over: None (plain
+    TCP) with ``tls.server.mode=disabled``, else TLS, as the cluster's NameServers serve it.  The
+    peer's certificate must chain to ``tls.server.trustCertPath`` (the CA of the cluster's
+    certificates; else the system's trust store) and name the address it is reached at; this
+    server's own certificate is shown, for peers with ``tls.server.authClient``.  The files are read
+    here, once (a ConfigError naming the key)."""
+    if config["tls.server.mode"] == "disabled":
+        return None
+    from twisted.internet import ssl as twisted_ssl
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+
+    certificate = own_certificate(config)
+    trust: Any = None
+    if config["tls.server.trustCertPath"]:
+        try:
+            trust = twisted_ssl.Certificate.loadPEM(_read(config, "tls.server.trustCertPath"))
+        except Exception as exc:
+            raise ConfigError(f"tls.server.trustCertPath: not a PEM certificate: {exc}") from None
+
+    def wrap(host: str, factory: protocol.ClientFactory) -> protocol.ClientFactory:
+        creator = twisted_ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=certificate)
+        return TLSMemoryBIOFactory(creator, True, factory)  # type: ignore[return-value]
+    return wrap

@@ -5,6 +5,14 @@ Writes are atomic (state/store.write_atomically) and rate-limited: a check every
 clean stop writes once more.  A snapshot that cannot be read is logged and skipped: routes are
 soft state, so the server starts empty (as without a snapshot) rather than not at all.
 
+A snapshot must also be recent: each check that finds nothing new to write stamps the file's
+modification time with the time of the check, so the mtime says until when the file was known to
+hold the routes.  One older than ``routeSnapshotMaxAge`` (the server was down that long, or another
+NameServer - Java's, in a rollback - served meanwhile) is not served: its brokers would have expired
+had a NameServer been running, and what changed meanwhile is unknown.  It is logged and counted in
+``namesrv_store_load_refusals_total{store="routeSnapshotPath",reason="too_old"}``, and the server
+starts empty; the next write replaces it.
+
 Encoding a big table takes long enough to stall every client, so the periodic write runs in a
 forked child (as Redis' BGSAVE does): it sees the routes as they were at the fork, writes them
 atomically and exits; the reactor only forks and reaps.  One child at a time; the stop writes
@@ -17,12 +25,15 @@ import gc
 import json
 import os
 import signal
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
+from .state.config import ConfigError
+from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
 from .state.store import write_atomically
@@ -46,11 +57,15 @@ class RouteSnapshotService(StepTimerService):
     seconds, in a child) and at a clean stop."""
 
     def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
-                 background: bool = hasattr(os, "fork")) -> None:
+                 background: bool = hasattr(os, "fork"), max_age: float = 0.0,
+                 load_refusals: Counter[tuple[str, str]] | None = None) -> None:
         super().__init__(interval, self.write_if_changed, clock)
         self.routes = routes
         self.path = Path(path)
         self.background = background
+        #: seconds; a snapshot confirmed current longer ago than this is not served (0: any age)
+        self.max_age = max_age
+        self.load_refusals = Counter() if load_refusals is None else load_refusals
         self._clock = clock
         self._written: tuple[int, int] | None = None
         self._writer: _Writer | None = None
@@ -63,7 +78,16 @@ class RouteSnapshotService(StepTimerService):
         if not self.path.exists():
             return 0
         try:
-            data = self.path.read_bytes()
+            age = self._clock.seconds() - self.path.stat().st_mtime
+            if self.max_age and age > self.max_age:
+                self.load_refusals["routeSnapshotPath", "too_old"] += 1
+                log.error("route snapshot {path} not served: last known current {age:.0f} s ago, over "
+                          "routeSnapshotMaxAge ({max_age:.0f} s); starting with empty routes until brokers register",
+                          path=str(self.path), age=age, max_age=self.max_age)
+                return 0
+            data = read_regular(self.path, None)
+        except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
+            raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
         except OSError as exc:
             log.error("route snapshot {path} not readable, starting with empty routes: {error}", path=str(self.path),
                       error=exc)
@@ -92,6 +116,7 @@ class RouteSnapshotService(StepTimerService):
             return
         version = self._version()
         if version == self._written:
+            self._stamp()
             return
         if not (self.background if background is None else background):
             try:
@@ -100,9 +125,18 @@ class RouteSnapshotService(StepTimerService):
                 log.error("cannot write route snapshot {path}: {error}", path=str(self.path), error=exc)
                 return
             self._written = version
+            self._stamp()
             return
         self._writer = self._fork_writer(version)
         self._clock.callLater(CHILD_POLL, self._poll_writer)
+
+    def _stamp(self) -> None:
+        """The file holds the routes as they are now: its mtime says so (see above)."""
+        now = self._clock.seconds()
+        try:
+            os.utime(self.path, (now, now))
+        except OSError:
+            pass  # not written yet, or not writable: the next write says so
 
     def _write(self) -> None:
         write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode())
@@ -144,6 +178,7 @@ class RouteSnapshotService(StepTimerService):
         code = os.waitstatus_to_exitcode(status)
         if code == 0:
             self._written = writer.version
+            self._stamp()
         else:
             log.error("cannot write route snapshot {path}: {error}", path=str(self.path),
                       error=error or f"the writing child ended with status {code}")

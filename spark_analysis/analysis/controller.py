@@ -28,14 +28,14 @@ from spark_analysis.decode.controller import (
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups
-from twisted_namesrv.controller.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+from twisted_namesrv.controller.codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 
 Item = dict[str, Any]
 ELECT, ALTER = Req.CONTROLLER_ELECT_MASTER.name, Req.CONTROLLER_ALTER_SYNC_STATE_SET.name
 APPLY, REGISTER = Req.CONTROLLER_APPLY_BROKER_ID.name, Req.CONTROLLER_REGISTER_BROKER.name
 #: a broker heard this recently at the capture's end is alive in the controller's eyes (its default timeout)
-HEARTBEAT_TIMEOUT_S = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME / 1000
+HEARTBEAT_TIMEOUT_S = CONTROLLER_HEARTBEAT_TIMEOUT_MS / 1000
 #: how far a fail-over at the NameServer may be from the election that explains it
 MATCH_S = 30.0
 

@@ -30,7 +30,9 @@ def count_rows(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         clients.count_frames(tally.clients, rows)
     elif kind == CALL:
         tally.call += len(rows)
-        tally.unanswered += rows.field("response_code").null_count
+        # a call whose answer may be among frames a snap length cut (``cut``) is not known unanswered
+        tally.unanswered += pc.sum(pc.and_(pc.is_null(rows.field("response_code")),
+                                           pc.invert(pc.fill_null(rows.field("cut"), False)))).as_py() or 0
         tally.latencies.update(latency.count_calls(rows))
         findings.note_calls(tally.groups, rows)
         findings.note_served(tally.served, rows)
@@ -49,6 +51,9 @@ def count_connections(tally: Tally, connections: Iterable[ConnectionStats]) -> N
         tally.connection += 1
         tally.gaps += stats.gaps
         tally.lost_bytes += stats.lost_bytes
+        tally.cut_frames += stats.cut_frames
+        tally.uncaptured_bytes += stats.uncaptured_bytes
+        tally.unplaced_bytes += stats.unplaced_bytes
         tally.undecodable += stats.undecodable_bytes > 0
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)

@@ -40,14 +40,15 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("bad_input", "broker_connection_closed", "crc_failure", "registration_refused", "server_restart",
+KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed", "crc_failure", "registration_refused",
+         "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
-         "master_elected")
+         "master_elected", "other_port_traffic")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -68,7 +69,9 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
     code, latency = calls.field("response_code"), calls.field("latency_ms")
     picks = ((ANSWER_CODES, pc.fill_null(pc.not_equal(code, 0), False),
               ("code_name", "response_code", "response_remark", "client", "topic")),
-             (UNANSWERED, pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
+             # a call whose answer may be among frames a snap length cut (``cut``) is not known unanswered
+             (UNANSWERED, pc.and_(pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
+                                  pc.invert(pc.fill_null(calls.field("cut"), False))),
               ("code_name", "client")),
              (SLOW, pc.fill_null(pc.greater_equal(latency, SLOW_MS), False), ("code_name",)))
     for group, mask, key in picks:
@@ -112,8 +115,26 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
         rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
-                     "trailing_bytes": fact.trailing_bytes})
+                     "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
+                     "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
+                     "compression": fact.compression})
     return rows
+
+
+def problem_text(f: Item) -> str:
+    """What is wrong with an input file (an input_files row), for a person: with what to do when its
+    bytes are compressed (in a format not read, or read but not named by its suffix)."""
+    if f["problem"] == inputs.TRUNCATED:
+        return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
+    fmt = f.get("compression")
+    if f["problem"] != inputs.NOT_A_CAPTURE or fmt is None:
+        return str(f["problem"])
+    if fmt not in inputs.READ_FORMATS:
+        return f"{f['problem']}: {fmt}-compressed, a format not read (decompress it first)"
+    suffix = inputs.READ_FORMATS[fmt][0]
+    if str(f["path"]).lower().endswith(suffix):
+        return f"{f['problem']}: {fmt}-compressed, but it does not inflate"
+    return f"{f['problem']}: {fmt}-compressed, read when its name ends in {suffix}"
 
 
 def _link_type(number: int | None) -> str | int | None:
@@ -147,23 +168,23 @@ def _input_severity(f: Item) -> str:
 
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
              endpoints: list[Item] | None = None, stories: list[Item] | None = None,
-             controller: Item | None = None) -> list[Item]:
+             controller: Item | None = None, counts: dict[str, int] | None = None,
+             others: list[Item] | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
-    found: list[Item] = []
+    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or []), *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
-            what = f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)" if (
-                f["problem"] == inputs.TRUNCATED) else f["problem"]
-            found.append(_finding("bad_input", severity, f"{f['path']}: {what}", path=f["path"], problem=f["problem"],
-                                  size=f["size"], trailing_bytes=f["trailing_bytes"]))
+            found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
+                                  problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
+                                  compression=f["compression"]))
     for broker in brokers:
         found += _broker_findings(broker, deletions)
     found += _endpoint_findings(endpoints or [], brokers)
@@ -213,18 +234,78 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     return found
 
 
+def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item]) -> Iterable[Item]:
+    """A capture a snap length cut, said first (what it keeps decides what the report can know):
+    per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
+    each server endpoint whose traffic no frame could be read of, with why."""
+    cut = [f for f in files if f.get("cut_records")]
+    frames = counts.get("cut_frames", 0)
+    for f in cut:
+        yield _finding("capture_cut", WARNING, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
+                       f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} bytes "
+                       f"not captured (seen, not kept: no loss); {frames:,} frames in all partly read: their length, "
+                       f"code, opaque "
+                       f"and header fields where captured, their bodies not (topic counts, CRC checks, broker "
+                       f"addresses cut, and answers whose opaque was cut are unknown, never guessed)",
+                       path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                       uncaptured_bytes=f["uncaptured_bytes"], cut_frames=frames,
+                       stream_bytes_not_captured=counts.get("uncaptured_bytes", 0),
+                       unplaced_bytes=counts.get("unplaced_bytes", 0))
+    why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
+           else "no frame of it decodes")
+    for row in endpoints:
+        if row["kind"] == "unknown" and row["accepted"]:
+            yield _finding("server_unread", WARNING, f"{row['endpoint']} accepted {row['accepted']:,} connection(s), "
+                           f"but nothing it was asked can be read: {why}; what it is stays unknown",
+                           endpoint=row["endpoint"], accepted=row["accepted"], why=why)
+
+
+def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
+    """With --port, the RocketMQ traffic the reading left out, one info item per server port: what a
+    --port narrower than the capture did not read is said, never dropped in silence (a controller's
+    port, a broker's). ``others``: inputs.ReadTally.others; a port counts when a segment on it
+    starts with a remoting frame."""
+    by_port: dict[int, list[Any]] = {}
+    for (port, client, what), n in others.items():
+        entry = by_port.setdefault(port, [set(), 0, 0])
+        if what == "frames" and n:
+            entry[0].add(client)  # a connection carrying frames (not a refused or idle attempt)
+        entry[1 if what == "segments" else 2] += n
+    asked = ", ".join(map(str, sorted(ports)))
+    return [_finding("other_port_traffic", INFO, f"port {port} carries RocketMQ traffic that --port {asked} left "
+                     f"out: {len(clients):,} connection(s) carrying frames, from {_first(sorted(clients))}; "
+                     f"{frames:,} segment(s) "
+                     f"starting with a remoting frame ({segments:,} in all); give --port {port} too, or no --port, "
+                     f"to read it", port=port, connections=len(clients), frames=frames, segments=segments)
+            for port, (clients, segments, frames) in sorted(by_port.items()) if frames]
+
+
+def cut_headline(found: list[Item]) -> str | None:
+    """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
+    frames partly read'."""
+    cut = [item for item in found if item["kind"] == "capture_cut"]
+    if not cut:
+        return None
+    at = sorted({item["cut_at"] for item in cut})
+    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: "
+            f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read")
+
+
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
-UNITS = {"bad_input": ("path", "bad input file{s}"),
+UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
+         "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
+         "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
-         "retry_topic_lookup": ("topic", "retry topic lookup{s} at consumer start"),
+         "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
          "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
          "topics_deleted_from_broker": ("broker", "broker{s} whose topics an operator deleted"),
-         "write_perm_wiped": ("broker_name", "write permission{s} wiped"),
-         "write_perm_added": ("broker_name", "write permission{s} given back"),
+         "write_perm_wiped": ("broker_name", "write-permission wipe{s}"),
+         "write_perm_added": ("broker_name", "write-permission restore{s}"),
          "refused_connections": ("endpoint", "endpoint{s} refusing connections"),
          "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
          "heartbeat_expired": ("broker", f"broker{{s}} expired by the NameServer ({EXPIRY_SECONDS} s of silence)"),
@@ -235,12 +316,15 @@ UNITS = {"bad_input": ("path", "bad input file{s}"),
          "data_version_backwards": ("broker", "broker{s} restarted"),
          "broker_id_change": ("broker", "broker{s} changing brokerId"),
          "broker_address_change": ("broker_name", "broker{s} moving address"),
-         "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "error answer{s}"),
+         "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "kind{s} of error answer"),
          "unanswered": ("code_name", "request code{s} never answered"),
          "slow_answer": ("code_name", "slow request code{s}"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
          "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
          "master_elected": ("broker_name", "master election{s} by a controller")}
+#: kinds whose noun names an event, not a thing: the headline counts each (two restarts of one
+#: NameServer are "2 NameServer restarts"); the others count the distinct things UNITS names
+EVENT_KINDS = frozenset({"server_restart", "failover", "master_elected", "write_perm_wiped", "write_perm_added"})
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -254,7 +338,9 @@ def attention(found: list[Item]) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    return {"attention": _headline(problems), "findings": problems}
+    cut = cut_headline(found)
+    headline = _headline(problems)
+    return {"attention": f"{cut} · {headline}" if cut else headline, "findings": problems}
 
 
 def _subject(item: Item) -> str | None:
@@ -267,7 +353,7 @@ def _subject(item: Item) -> str | None:
 
 def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
-    units = len({str(item.get(UNITS[kind][0])) for item in items})
+    units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
     failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
     if failed and len(items) > 1:  # one item says them in its own line
@@ -332,7 +418,8 @@ def _silences(items: list[Item]) -> str:
 def _listed(items: list[Item]) -> str:
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
-    return (f"{_plural(len({str(i.get(field)) for i in items}), noun)}: "
+    counted = len(items) if kind in EVENT_KINDS else len({str(i.get(field)) for i in items})
+    return (f"{_plural(counted, noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
 
 

@@ -39,7 +39,7 @@ from twisted_namesrv.bodies.route import MASTER_ID
 from twisted_namesrv.compat import JAVA_4_9_8, Profile, profile_for_version
 from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.state.config import NamesrvConfig
-from twisted_namesrv.state.registration import request_of
+from twisted_namesrv.state.registration import memo_of, request_of
 from twisted_namesrv.state.routes import RouteChange, RouteInfoManager
 
 ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
@@ -145,13 +145,14 @@ class Bodies:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
 
     def unchanged(self, event: dict[str, Any], header: RegisterBrokerHeader, digest: bytes) -> RegisterBrokerBody:
-        """The body as the server's decoder reads it when ``digest`` is the table its broker's
-        queues hold: only its dataVersion (decoded once per body: the same bytes, the same answer)."""
+        """The body as the server's decoder reads it when ``digest`` is a table its broker's queues
+        hold (one of its memos): only its dataVersion (decoded once per body: the same bytes, the
+        same answer)."""
         key = (event["body_key"], header.compressed, event["version"], digest)
         found = self._unchanged.get(key)
         if found is None:
             found = self._unchanged[key] = decode_register_body(self.raw(event), header.compressed, event["version"],
-                                                                known_digest=digest)
+                                                                known_digests=(digest,))
         return found
 
     def decoded(self, event: dict[str, Any], header: RegisterBrokerHeader) -> RegisterBrokerBody | None:
@@ -210,7 +211,8 @@ class _SessionReplay:
         self.now = start
         self.scan_every = self.config.scan_interval_s
         self.next_scan = start + self.scan_every
-        self.manager = RouteInfoManager(self.config, lambda: self.now, on_lost=self._lost)
+        self.manager = RouteInfoManager(self.config, lambda: self.now)
+        self.manager.listen_lost(self._lost)
         self.manager.subscribe(self._changed)
         self.open: dict[str, Stay] = {}
         self.latest: dict[str, Stay] = {}  # broker address -> its latest stay
@@ -388,9 +390,9 @@ class _SessionReplay:
         names = (event["cluster"] or "", event["broker_addr"], event["broker_name"] or "")
         broker_id = event["broker_id"] if event["broker_id"] is not None else MASTER_ID
         body = table or RegisterBrokerBody()
-        memo = self.manager.registration_memo(*names, broker_id, bool(header.enableActingMaster))
-        if table is not None and memo is not None and memo.digest == table.tableDigest:
-            body = self.bodies.unchanged(event, header, memo.digest)
+        memos = self.manager.registration_memo(*names, broker_id, bool(header.enableActingMaster))
+        if table is not None and memos is not None and memo_of(memos, table.tableDigest) is not None:
+            body = self.bodies.unchanged(event, header, table.tableDigest)  # type: ignore[arg-type]
         return request_of(header, (names[0], names[1], names[2]), broker_id, body, event["broker_addr"],
                           event["version"] or 0, self.profile.per_broker_heartbeat_timeout)
 

@@ -6,6 +6,8 @@ Used by the replay conformance test and by the Spark decode step.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import struct
 from collections.abc import Iterable
@@ -16,8 +18,10 @@ from spark_analysis.capture.packets import tcp_segments
 from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
 from spark_analysis.capture.records import read_records
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
-from twisted_namesrv.remoting.frame import frame_spans, split_header_word
-from twisted_namesrv.remoting.header import HeaderTemplates
+from twisted_namesrv.remoting.codes import RequestCode, ResponseCode
+from twisted_namesrv.remoting.command import RESPONSE_FLAG
+from twisted_namesrv.remoting.frame import FramePart, Holes, frame_parts, frame_spans, split_header_word
+from twisted_namesrv.remoting.header import HeaderPrefix, HeaderTemplates, read_header_prefix
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -30,8 +34,9 @@ _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
 _MAX_FRAME_LENGTH = 1 << 31
 # A capture holds the headers of every client of a cluster (clients x topics route queries): keep
-# all their templates rather than re-parse each after a server-sized set starts over.
-_TEMPLATES = HeaderTemplates(1 << 16)
+# all their templates rather than re-parse each after a server-sized set starts over; and its
+# brokers' registration headers, each repeated until the broker's topics change.
+_TEMPLATES = HeaderTemplates(1 << 16, keep_registrations=True)
 
 
 @dataclass
@@ -51,9 +56,36 @@ class CapturedCommand:
 
 
 @dataclass
+class CutFrame:
+    """A frame a snap length cut: what its captured start says for certain (``known``), how long
+    it was and how many of its bytes were not captured. ``is_request``: from its flag when
+    captured, else True for a request code sent to the server (the way requests travel: a frame
+    going there with a code that only requests carry), else None (not known)."""
+
+    ts: float
+    direction: str
+    length: int  # without the length prefix
+    missing: int
+    serialize_type: int | None  # None: the header word was not captured
+    header_length: int | None
+    known: HeaderPrefix
+    is_request: bool | None
+
+    @property
+    def body_len(self) -> int | None:
+        return None if self.header_length is None else self.length - 4 - self.header_length
+
+
+@dataclass
 class Conversation:
     connection: Connection
     commands: list[CapturedCommand] = field(default_factory=list)
+    #: frames a snap length cut, read as far as their bytes go (decode/rows.py makes rows of what is certain)
+    cut: list[CutFrame] = field(default_factory=list)
+    #: bytes of the two directions sent but not captured (a snap length: Direction.uncaptured)
+    uncaptured_bytes: int = 0
+    #: captured bytes that no frame could be placed in: a frame boundary fell where bytes were cut
+    unplaced_bytes: int = 0
     #: client bytes from the first frame the codec refused (Java closes such channels)
     undecodable: bytes = b""
     undecodable_ts: float | None = None
@@ -117,27 +149,59 @@ def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCom
 def conversation_of(connection: Connection) -> Conversation:
     """Decode both directions. A stream is cut into frames from its first byte when that byte
     follows the SYN; after a capture gap, or when the capture began mid-stream, cutting resumes
-    at the next plausible frame header (see frame_start)."""
+    at the next plausible frame header (see frame_start). Bytes a snap length cut are no gap: the
+    frames are followed across them (_decode_cut_run)."""
     conversation = Conversation(connection)
     for direction, stream in ((REQUEST, connection.to_server), (RESPONSE, connection.to_client)):
-        runs = contiguous_runs(stream)
+        cut = dict(stream.uncaptured)
+        conversation.uncaptured_bytes += sum(cut.values())
+        runs = contiguous_runs(stream, cut)
         for index, run in enumerate(runs):
             resynchronise = not (index == 0 and _starts_at_first_frame(stream, run))
-            _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
+            holes = _holes(run, cut) if cut else None
+            if holes:
+                _decode_cut_run(conversation, direction, run, holes, index == len(runs) - 1, resynchronise)
+            else:
+                _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
     conversation.commands.sort(key=lambda c: c.ts)
+    conversation.cut.sort(key=lambda c: c.ts)
     return conversation
 
 
-def contiguous_runs(direction: Iterable[Chunk]) -> list[list[Chunk]]:
-    """Split a direction's chunks at its gaps."""
+def contiguous_runs(direction: Iterable[Chunk], uncaptured: dict[int, int] | None = None) -> list[list[Chunk]]:
+    """Split a direction's chunks at its gaps; with ``uncaptured`` (offset -> length of the bytes a
+    snap length cut there), not where only such bytes lie between two chunks. A reassembled
+    Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
+    if isinstance(direction, Direction) and not direction.uncaptured:
+        if not direction.gaps:
+            return [direction] if direction else []
+        # the chunk after a gap starts where the gap ends, and only there do chunks not follow each other
+        offsets = [chunk.offset for chunk in direction]
+        cuts = [bisect.bisect_left(offsets, start + length) for start, length in direction.gaps]
+        bounds = [0, *(cut for cut in cuts if 0 < cut < len(direction)), len(direction)]
+        return [direction[a:b] for a, b in itertools.pairwise(bounds) if a < b]
     runs: list[list[Chunk]] = []
     end = None
     for chunk in direction:
-        if chunk.offset != end:
+        if chunk.offset != end and not (uncaptured and end is not None and end + uncaptured.get(end, -end) ==
+                                        chunk.offset):
             runs.append([])
         runs[-1].append(chunk)
         end = chunk.offset + len(chunk.data)
     return runs
+
+
+def _holes(run: list[Chunk], uncaptured: dict[int, int]) -> list[tuple[int, int]]:
+    """Where a run's bytes were cut, as frame_parts takes it: (position in the run's captured
+    bytes, bytes not captured there), including those after its last chunk."""
+    holes = []
+    position = 0
+    for chunk in run:
+        position += len(chunk.data)
+        cut = uncaptured.get(chunk.offset + len(chunk.data))
+        if cut:
+            holes.append((position, cut))
+    return holes
 
 
 def frame_start(data: bytes | memoryview) -> int | None:
@@ -218,3 +282,93 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
 def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conversation]:
     connections = reassemble(tcp_segments(read_records(path)), frozenset({server_port}))
     return [conversation_of(c) for c in connections]
+
+
+def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk], holes: Holes, last_run: bool,
+                    resynchronise: bool) -> None:
+    """_decode_run for a run some of whose bytes a snap length cut: frame_parts follows the frames
+    across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
+    certain (CutFrame). Where a frame boundary falls in a cut, the next frame is found as after a gap,
+    in the captured bytes that follow (the bytes before it are counted as unplaced)."""
+    data = b"".join([chunk.data for chunk in run])
+    view = memoryview(data)
+    ends = list(itertools.accumulate(len(chunk.data) for chunk in run))
+    start: int | None = 0
+    if resynchronise:
+        start = _resume(conversation, view, holes, 0, lost=True)
+    while start is not None:
+        try:
+            parts, stop, resume = frame_parts(view, holes, _MAX_FRAME_LENGTH, start)
+        except RemotingDecodeError:
+            parts, stop, resume = [], start, None
+            if direction == REQUEST and conversation.undecodable_ts is None:
+                index = bisect.bisect_right(ends, start)
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[start:]), run[min(
+                    index, len(run) - 1)].ts
+            return
+        for number, part in enumerate(parts):
+            frame_end = parts[number + 1].start - 4 if number + 1 < len(parts) else stop
+            ts = run[min(bisect.bisect_left(ends, frame_end), len(run) - 1)].ts
+            _add_part(conversation, direction, ts, view, part)
+        if resume is None:
+            rest = len(data) - stop
+            if rest and not last_run:
+                conversation.lost_bytes += rest
+            elif rest and direction == REQUEST and conversation.undecodable_ts is None:
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run[-1].ts
+            return
+        conversation.unplaced_bytes += resume - stop
+        start = _resume(conversation, view, holes, resume, lost=False)
+
+
+def _resume(conversation: Conversation, view: memoryview, holes: Holes, at: int, lost: bool) -> int | None:
+    """The first plausible frame start from ``at`` on, looked for in each stretch of captured bytes
+    between two cuts in turn; the bytes passed count as lost (after a gap) or unplaced (after a cut)."""
+    edges = [position for position, _ in holes if position > at] + [len(view)]
+    for edge in edges:
+        if at >= len(view):
+            return None
+        found = frame_start(view[at:min(edge, at + _RESYNC_WINDOW)])
+        passed = (edge - at) if found is None else found
+        if lost:
+            conversation.lost_bytes += passed
+        else:
+            conversation.unplaced_bytes += passed
+        if found is not None:
+            return at + found
+        at = edge
+    return None
+
+
+def _add_part(conversation: Conversation, direction: str, ts: float, view: memoryview, part: FramePart) -> None:
+    """A frame frame_parts found: decoded whole when captured whole, else what its start says."""
+    if part.whole:
+        frame = view[part.start:part.start + part.length]
+        try:
+            conversation.commands.append(_decode(ts, frame, direction))
+        except RemotingDecodeError:
+            if direction == REQUEST and conversation.undecodable_ts is None:
+                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+        return
+    serialize_type = header_length = None
+    known = HeaderPrefix()
+    if part.captured >= 4:
+        serialize_type, header_length = split_header_word(_FRAME_PREFIX.unpack_from(view, part.start - 4)[1])
+        if header_length > part.length - 4:
+            serialize_type = header_length = None  # the codec refuses it: no header to read
+        else:
+            captured = min(header_length, part.captured - 4)
+            known = read_header_prefix(serialize_type, bytes(view[part.start + 4:part.start + 4 + captured]))
+    conversation.cut.append(CutFrame(ts, direction, part.length, part.missing, serialize_type, header_length, known,
+                                     _is_request(direction, known)))
+
+
+_REQUEST_ONLY_CODES = frozenset(int(code) for code in RequestCode) - frozenset(int(code) for code in ResponseCode)
+
+
+def _is_request(direction: str, known: HeaderPrefix) -> bool | None:
+    if known.flag is not None:
+        return not known.flag & RESPONSE_FLAG
+    if direction == REQUEST and known.code in _REQUEST_ONLY_CODES:
+        return True
+    return None

@@ -10,7 +10,8 @@ carries on so that a frame parser can resynchronise.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -40,9 +41,16 @@ def server_ports(servers: Servers) -> tuple[int, ...]:
     return tuple(sorted(s for s in servers if isinstance(s, int)))
 
 _CONTROL = SYN | FIN | RST
+#: the SEGMENT columns the reassembly walks (``missing`` is looked up only for the segments cut)
+_WALKED = ("ts", "file", "order", "offset", "length", "seq", "ack", "flags", "forward")
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
 _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Python-level __new__ (a chunk per segment)
+#: the fewest rows a plain stretch (_plain_stretches) must have to be delivered at once: below, the
+#: numpy calls that set it up cost more than the rows walked one by one
+_STRETCH_ROWS = 16
+#: how many times in a row a stretch is tried again a row further on when it could not start
+_RETRIES = 3
 
 
 class Chunk(NamedTuple):
@@ -56,22 +64,27 @@ class Chunk(NamedTuple):
 class Direction(list[Chunk]):
     """One direction's reassembled bytes as chunks in stream order.
 
-    ``gaps`` holds (offset, length) of every stretch that was never captured; the chunk after a
-    gap starts at ``offset + length``. ``from_syn`` says offset 0 is the first byte after the
-    sender's SYN, i.e. where its first frame starts; otherwise the capture began mid-stream.
+    ``gaps`` holds (offset, length) of every stretch that was never captured (packets the capture
+    lost: a sequence gap); the chunk after a gap starts at ``offset + length``. ``uncaptured`` holds
+    (offset, length) of the stretches a snap length cut off packets that were captured: sent,
+    seen, not kept (their end is known, so frames are followed across them). ``from_syn`` says
+    offset 0 is the first byte after the sender's SYN, i.e. where its first frame starts;
+    otherwise the capture began mid-stream.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.gaps: list[tuple[int, int]] = []
+        self.uncaptured: list[tuple[int, int]] = []
         self.from_syn = False
 
 
 #: One TCP segment of a 4-tuple. (ts, file, order) is its place in capture order, ``order`` being
 #: unique within a file; its payload is ``length`` bytes at ``offset`` of its file's source buffer;
 #: ``forward`` says it was sent by the lower of the 4-tuple's two endpoints.
+#: ``missing``: the payload bytes after those ``length`` that a snap length cut off (sent, not captured).
 SEGMENT = np.dtype([("ts", "<f8"), ("file", "<i4"), ("order", "<i8"), ("offset", "<i8"), ("length", "<i4"),
-                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?")])
+                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?"), ("missing", "<i4")])
 
 
 class SegmentTable(NamedTuple):
@@ -120,7 +133,7 @@ def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[Segment
         ends = (src, dst) if src < dst else (dst, src)
         length = len(segment.payload)
         by_ends.setdefault(ends, []).append(
-            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0]))
+            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0], segment.missing))
         payloads.append(segment.payload)
         offset += length
     sources = {0: b"".join(payloads)}
@@ -131,10 +144,19 @@ def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
     """Tables of one 4-tuple read from different files or byte ranges as one, in capture order:
     by time, then file, then place in the file (the capture order of several files is by time)."""
     tables = list(tables)
-    rows = np.concatenate([table.rows for table in tables])
-    rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
+    rows = np.concatenate([table.rows for table in tables]) if len(tables) > 1 else tables[0].rows
+    if not _in_capture_order(rows):  # one file's piece mostly is: no sort, no copy
+        rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
     sources = {file: buffer for table in tables for file, buffer in table.sources.items()}
     return SegmentTable(tables[0].ends, rows, sources)
+
+
+def _in_capture_order(rows: np.ndarray) -> bool:
+    """Whether ``rows`` are sorted by (ts, file, order) already (what a stable sort leaves as is)."""
+    ts, file, order = rows["ts"], rows["file"], rows["order"]
+    later, same = ts[1:] > ts[:-1], ts[1:] == ts[:-1]
+    next_file, same_file = file[1:] > file[:-1], file[1:] == file[:-1]
+    return bool(np.all(later | same & (next_file | same_file & (order[1:] >= order[:-1]))))
 
 
 def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) -> list[Connection]:
@@ -147,33 +169,142 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in SEGMENT.names or ())
+    cut_rows = np.flatnonzero(rows["missing"])
+    # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
+    # (one falsy test a segment) in a capture taken whole
+    cut = dict(zip(zip(rows["file"][cut_rows].tolist(), rows["order"][cut_rows].tolist(), strict=True),
+                   rows["missing"][cut_rows].tolist(), strict=True)) if len(cut_rows) else None
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
-    for ts, file, order, offset, length, seq, ack, flags, forward in zip(*columns, strict=True):
-        if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
-            to_server = forward == client_forward
-            reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
-                tracker.to_client, tracker.to_server)
-            if other.pending and flags & ACK:
-                other.acknowledged(ack)
-            if length:
-                reassembler.add(ts, seq, sources[file][offset:offset + length])
-            elif reassembler.base_seq is None:
-                reassembler.add(ts, seq, b"")
+    position = 0  # rows walked or delivered
+    stretches = [(start, end, _RETRIES) for start, end in reversed(_plain_stretches(rows))]  # the next one last
+    while True:
+        start, end, retries = stretches.pop() if stretches else (len(rows), len(rows), 0)
+        start = min(max(start, position), len(rows))
+        if start < len(rows) and end - start < _STRETCH_ROWS:
             continue
-        src = lower if forward else higher
-        if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
-            dst = higher if forward else lower
-            tracker = _Tracker.open(len(trackers), ts, src, dst, flags, servers)
-            tracker.connection.first_packet = (ts, file, order)
-            client_forward = tracker.connection.client == lower
-            trackers.append(tracker)
-        tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"")
+        # the rows before the stretch one by one (after the last stretch: all that are left)
+        for ts, file, order, offset, length, seq, ack, flags, forward in _walked(rows, position, start):
+            missing = cut.get((file, order), 0) if cut else 0
+            if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
+                to_server = forward == client_forward
+                reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
+                    tracker.to_client, tracker.to_server)
+                if other.pending and flags & ACK:
+                    other.acknowledged(ack)
+                if length or missing:
+                    reassembler.add(ts, seq, sources[file][offset:offset + length], missing=missing)
+                elif reassembler.base_seq is None:
+                    reassembler.add(ts, seq, b"")
+                continue
+            src = lower if forward else higher
+            if tracker is None or flags & SYN and tracker.is_new_connection(src, seq, flags):
+                dst = higher if forward else lower
+                tracker = _Tracker.open(len(trackers), ts, src, dst, flags, servers)
+                tracker.connection.first_packet = (ts, file, order)
+                client_forward = tracker.connection.client == lower
+                trackers.append(tracker)
+            tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
+        position = start
+        if start == len(rows):
+            break
+        done = 0 if tracker is None else _deliver_stretch(tracker, client_forward, rows[start:end], sources)
+        if done:
+            position += done
+            retries = _RETRIES
+        if retries:  # the row that stopped it (a retransmission, a segment ahead of a hole) walked, then again
+            stretches.append((position + 1, end, retries - 1))
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
+
+
+def _walked(rows: np.ndarray, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+    """The _WALKED columns of ``rows[start:stop]`` as Python values, row by row: only the rows walked
+    one by one are converted (those a stretch delivers never are)."""
+    if stop - start == 1:
+        row = rows[start]
+        return iter(((*(row[name].item() for name in _WALKED),),))
+    part = rows[start:stop]
+    return zip(*(part[name].tolist() for name in _WALKED), strict=True)
+
+
+def _plain_stretches(rows: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of the stretches of at least _STRETCH_ROWS rows that the walk above would
+    deliver one by one on its fast path (the in-order case of _Reassembler.add), told from the
+    columns: data or bare ACKs, no SYN, FIN or RST, nothing a snap length cut, and each direction's
+    data following on from its previous data segment in sequence. Whether a stretch's first data
+    segment of each direction follows what its direction delivered is only known when the walk
+    gets there (_deliver_stretch)."""
+    if len(rows) < _STRETCH_ROWS:
+        return []
+    length, forward = rows["length"], rows["forward"]
+    seq = rows["seq"].astype(np.int64)
+    plain = (rows["flags"] & _CONTROL == 0) & (rows["missing"] == 0)
+    follows = np.zeros(len(rows), bool)
+    for sender in (True, False):
+        data = np.flatnonzero((length > 0) & (forward == sender))
+        follows[data[1:]] = seq[data[1:]] == (seq[data[:-1]] + length[data[:-1]]) % _SEQ_MOD
+    breaks = ~plain | ((length > 0) & ~follows)
+    # a stretch starts where a plain row breaks the one before (a data segment that may still follow
+    # what its direction delivered) or follows a row that is not plain
+    after_break = np.ones(len(rows), bool)
+    after_break[1:] = ~plain[:-1]
+    starts = np.flatnonzero(plain & (breaks | after_break))
+    break_at = np.flatnonzero(breaks)
+    ends = np.append(break_at, len(rows))[np.searchsorted(break_at, starts, side="right")]
+    long = ends - starts >= _STRETCH_ROWS
+    return list(zip(starts[long].tolist(), ends[long].tolist(), strict=True))
+
+
+def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, sources: Mapping[int, memoryview]
+                     ) -> int:
+    """Deliver a plain stretch's data segments as the walk's fast path would, one column operation
+    per direction, when that is what the walk would do: nothing pending in either direction, both
+    begun, and the stretch's first data segment of a direction at the sequence number it expects
+    (the stretch is cut before one that is not). Returns how many of its rows it delivered."""
+    to_server, to_client = tracker.to_server, tracker.to_client
+    if to_server.pending or to_client.pending or to_server.base_seq is None or to_client.base_seq is None:
+        return 0
+    first = rows[0]
+    if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
+                                                 to_client).next_seq:
+        return 0  # told before any column operation: a refusal costs little
+    length, forward, seq = rows["length"], rows["forward"], rows["seq"]
+    has_data = length > 0
+    count = len(rows)
+    chosen = []
+    for sender, mask in ((True, has_data & forward), (False, has_data & ~forward)):
+        reassembler = to_server if sender == client_forward else to_client
+        data = np.flatnonzero(mask)
+        if len(data) and int(seq[data[0]]) != reassembler.next_seq:
+            count = min(count, int(data[0]))
+        chosen.append((reassembler, data))
+    for reassembler, data in chosen:
+        if count < len(rows):
+            data = data[data < count]
+        if not len(data):
+            continue
+        lengths = length[data].astype(np.int64)
+        ends = np.cumsum(lengths)
+        reassembler.out.extend(_chunks(rows[data], reassembler.next_offset + ends - lengths, sources))
+        reassembler.next_offset += int(ends[-1])
+        reassembler.next_seq = (int(seq[data[-1]]) + int(lengths[-1])) % _SEQ_MOD
+    return count
+
+
+def _chunks(rows: np.ndarray, offsets: np.ndarray, sources: Mapping[int, memoryview]) -> Iterator[Chunk]:
+    """The Chunks of data ``rows`` (at stream ``offsets``): built by map and zip, no Python loop per
+    segment, when the rows lie in one source (a file's: always, but for several files' pieces)."""
+    files = rows["file"]
+    starts = rows["offset"]
+    stops = starts + rows["length"]
+    if (files != files[0]).any():
+        return (_chunk(Chunk, (ts, at, sources[file][start:stop])) for ts, at, file, start, stop in zip(
+            rows["ts"].tolist(), offsets.tolist(), files.tolist(), starts.tolist(), stops.tolist(), strict=True))
+    views = map(sources[int(files[0])].__getitem__, map(slice, starts.tolist(), stops.tolist()))
+    return map(_chunk, itertools.repeat(Chunk), zip(rows["ts"].tolist(), offsets.tolist(), views, strict=True))
 
 
 def stream_bytes(direction: Iterable[Chunk]) -> list[Chunk]:
@@ -231,7 +362,7 @@ class _Tracker:
         still_open = self.connection.closed_ts is None
         return not (still_open and src == self.connection.client and seq == self.client_isn)
 
-    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer) -> None:
+    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer, missing: int = 0) -> None:
         connection = self.connection
         from_client = src == connection.client
         if flags & (FIN | RST) and connection.closed_ts is None:
@@ -245,7 +376,7 @@ class _Tracker:
         reassembler = self.to_server if from_client else self.to_client
         # A SYN consumes one sequence number: its (rare) data starts after it.
         syn = bool(flags & SYN)
-        reassembler.add(ts, seq + 1 if syn else seq, payload, syn)
+        reassembler.add(ts, seq + 1 if syn else seq, payload, syn, missing)
 
     def finish(self) -> None:
         self.to_server.finish()
@@ -263,11 +394,13 @@ class _Reassembler:
         self.base_seq: int | None = None
         self.next_offset = 0
         self.next_seq: int | None = None  # the sequence number of the byte at next_offset
-        self.pending: list[tuple[int, int, float, Buffer]] = []  # heap of (offset, arrival, ts, data)
+        # heap of (offset, arrival, ts, data, bytes not captured after it)
+        self.pending: list[tuple[int, int, float, Buffer, int]] = []
         self.arrivals = 0
 
-    def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False) -> None:
-        if seq == self.next_seq and payload and not self.pending:  # the common case: the next bytes, in order
+    def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False, missing: int = 0) -> None:
+        """``missing``: the bytes after ``payload`` that the segment carried but a snap length cut."""
+        if seq == self.next_seq and payload and not self.pending and not missing:  # the common case: in order
             self.out.append(_chunk(Chunk, (ts, self.next_offset, payload)))
             self.next_offset += len(payload)
             self.next_seq = (seq + len(payload)) % _SEQ_MOD
@@ -275,21 +408,21 @@ class _Reassembler:
         if self.base_seq is None:
             self.base_seq = self.next_seq = seq % _SEQ_MOD
             self.out.from_syn = syn
-        if not payload:
+        if not payload and not missing:
             return
         delta = (seq - self.base_seq - self.next_offset) % _SEQ_MOD
         offset = self.next_offset + (delta - _SEQ_MOD if delta >= _HALF_SEQ else delta)
-        if offset + len(payload) <= self.next_offset:
+        if offset + len(payload) + missing <= self.next_offset:
             return  # retransmission of bytes already delivered
         if offset > self.next_offset:
-            heapq.heappush(self.pending, (offset, self.arrivals, ts, payload))
+            heapq.heappush(self.pending, (offset, self.arrivals, ts, payload, missing))
             self.arrivals += 1
             return
-        self._deliver(ts, offset, payload)
+        self._deliver(ts, offset, payload, missing)
         # Buffered bytes become readable only now, so they take this packet's timestamp.
         while self.pending and self.pending[0][0] <= self.next_offset:
-            pending_offset, _, _, data = heapq.heappop(self.pending)
-            self._deliver(ts, pending_offset, data)
+            pending_offset, _, _, data, cut = heapq.heappop(self.pending)
+            self._deliver(ts, pending_offset, data, cut)
 
     def acknowledged(self, ack: int) -> None:
         """The receiver acknowledged every byte before ``ack``: a hole before that was filled
@@ -309,20 +442,28 @@ class _Reassembler:
         """Deliver the pending bytes starting before ``limit`` (all: None), the holes between
         them becoming gaps; each keeps its own timestamp."""
         while self.pending and (limit is None or self.pending[0][0] < limit):
-            offset, _, ts, data = heapq.heappop(self.pending)
+            offset, _, ts, data, missing = heapq.heappop(self.pending)
             if offset > self.next_offset:
                 self.out.gaps.append((self.next_offset, offset - self.next_offset))
                 self._advance(offset - self.next_offset)
-            self._deliver(ts, offset, data)
+            self._deliver(ts, offset, data, missing)
 
-    def _deliver(self, ts: float, offset: int, data: Buffer) -> None:
-        """Append the part of ``data`` past what was already delivered (the first copy wins)."""
+    def _deliver(self, ts: float, offset: int, data: Buffer, missing: int = 0) -> None:
+        """Append the part of ``data`` past what was already delivered (the first copy wins), then
+        the part of the ``missing`` bytes after it, as not captured."""
         skip = self.next_offset - offset
-        if skip >= len(data):
-            return
-        fresh = data[skip:] if skip > 0 else data
-        self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
-        self._advance(len(fresh))
+        if skip < len(data):
+            fresh = data[skip:] if skip > 0 else data
+            self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
+            self._advance(len(fresh))
+        cut = offset + len(data) + missing - self.next_offset
+        if missing and cut > 0:
+            uncaptured = self.out.uncaptured
+            if uncaptured and sum(uncaptured[-1]) == self.next_offset:  # runs on from the last: one stretch
+                uncaptured[-1] = (uncaptured[-1][0], uncaptured[-1][1] + cut)
+            else:
+                uncaptured.append((self.next_offset, cut))
+            self._advance(cut)
 
     def _advance(self, count: int) -> None:
         self.next_offset += count

@@ -132,16 +132,18 @@ def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADE
     headers = array("q")
     append = headers.append
     offset = start
-    while offset < stop and offset + RECORD_HEADER_LEN <= end:
-        following = offset + RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
-        if following > end:
-            break
+    # one comparison a record: a record header starting before ``last`` lies whole in the buffer;
+    # whether the record's data does too is told once, of the last one (the walk ends past ``end``
+    # only when that one runs beyond it: a capture cut while writing it)
+    last = min(stop, end - RECORD_HEADER_LEN + 1)
+    while offset < last:
         append(offset)
-        offset = following
+        offset += RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
+    if headers and offset > end:
+        headers.pop()
     at = np.frombuffer(headers, np.int64)
-    u8 = np.frombuffer(view, np.uint8)
-    big = header.endian == ">"
-    seconds, fraction, length, orig_len = (read_uint(u8, at + field, 4, big) for field in (0, 4, 8, 12))
+    words = read_words(np.frombuffer(view, np.uint8), at, f"{header.endian}u4", 4).astype(np.int64)
+    seconds, fraction, length, orig_len = words.T
     return RecordIndex(seconds + fraction / header.ts_units, np.full(len(at), header.linktype, np.int64),
                        at + RECORD_HEADER_LEN, length, orig_len)
 
@@ -160,6 +162,19 @@ def read_uint(u8: np.ndarray, at: np.ndarray, width: int, big_endian: bool) -> n
         shift = 8 * (width - 1 - byte if big_endian else byte)
         value |= u8[at + byte].astype(np.int64) << shift
     return value
+
+
+def read_words(u8: np.ndarray, at: np.ndarray, kind: str, count: int) -> np.ndarray:
+    """The ``count`` consecutive words of dtype ``kind`` (e.g. ">u4") at each position ``at`` of a
+    byte array, as an array of ``len(at)`` rows: one gather of their bytes (a window per position
+    over the same memory), where read_uint gathers each byte of each word on its own. Every
+    position must have its ``count`` words within ``u8``."""
+    size = np.dtype(kind).itemsize * count
+    if len(u8) < size:
+        return np.zeros((len(at), count), kind)
+    windows: np.ndarray = np.lib.stride_tricks.as_strided(u8, (len(u8) - size + 1, size), (1, 1), writeable=False)
+    words: np.ndarray = windows[at].view(kind)
+    return words
 
 
 def find_record_boundary(

@@ -12,7 +12,14 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from spark_analysis.capture.conversation import REQUEST, RESPONSE, CapturedCommand, Conversation, conversation_of
+from spark_analysis.capture.conversation import (
+    REQUEST,
+    RESPONSE,
+    CapturedCommand,
+    Conversation,
+    CutFrame,
+    conversation_of,
+)
 from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
 from spark_analysis.capture.reassembly import (
@@ -57,6 +64,18 @@ _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
 
 
+def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
+    """The server's RegisterBrokerHeader of a request's extFields, read once per distinct header: a
+    broker sends the same fields (bodyCrc32 included) in every registration and heartbeat until its
+    topics change, and reading them by Java's rules costs a dozen fields' parsing each time."""
+    return _broker_header(tuple(ext.items()))
+
+
+@lru_cache(maxsize=4096)
+def _broker_header(items: tuple[tuple[str, str | None], ...]) -> RegisterBrokerHeader:
+    return RegisterBrokerHeader.from_ext(dict(items))  # frozen: one shared by all the requests alike
+
+
 class ConnectionStats(NamedTuple):
     """What a connection row carries: only counted (and named among the findings), never written out."""
 
@@ -64,6 +83,9 @@ class ConnectionStats(NamedTuple):
     gaps: int
     lost_bytes: int
     undecodable_bytes: int
+    cut_frames: int = 0
+    uncaptured_bytes: int = 0
+    unplaced_bytes: int = 0
 
 
 class BodySummary(NamedTuple):
@@ -120,6 +142,9 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     answers: list[CapturedCommand | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}  # (side that asked, opaque) -> indexes in requests
     orphans: list[CapturedCommand] = []  # answers to no captured request
+    if conversation.cut:
+        yield from cut_conversation_rows(conversation, conn_id)
+        return
     for captured in conversation.commands:
         yield FRAME, frame_row(conn_id, connection, captured)
         command = captured.command
@@ -155,7 +180,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         elif code in NAMING_CODES:
             # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
             # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
-            header = RegisterBrokerHeader.from_ext(request.command.ext)
+            header = broker_header(request.command.ext)
             if header.brokerAddr is not None:
                 yield EVENT, event_row(
                     request, answer, client, server, broker_addr=header.brokerAddr, broker_name=header.brokerName,
@@ -175,7 +200,8 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
-    yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable))
+    yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable), 0,
+                                      conversation.uncaptured_bytes, conversation.unplaced_bytes)
 
 
 def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
@@ -192,7 +218,7 @@ def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterato
 
 def _event(**values: Any) -> Row:
     """An EVENT_ROWS row of the values given, the other columns null."""
-    return tuple(values.get(name) for name in _EVENT_COLUMNS)
+    return tuple(map(values.get, _EVENT_COLUMNS))
 
 
 def event_row(request: CapturedCommand, answer: CapturedCommand | None, client: str, server: str | None,
@@ -220,7 +246,7 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
         captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
         header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
         header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
-        header.remark, header.ext_fields or {}, len(command.body or b""), None, None,
+        header.remark, header.ext_fields or {}, len(command.body or b""), 0, None, None,
     )
 
 
@@ -233,7 +259,7 @@ def call_row(conn_id: str, client: str, request: CapturedCommand, answer: Captur
         latency_ms = (answer.ts - request.ts) * 1000.0
     ext = command.ext
     return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), None, None)
+            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), False, None, None)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
@@ -242,7 +268,7 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
     command = request.command
-    header = RegisterBrokerHeader.from_ext(command.ext)
+    header = broker_header(command.ext)
     compressed = header.compressed
     body = bodies.summary(command.body, compressed, command.version)
     checked = header.bodyCrc32
@@ -311,3 +337,224 @@ def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummar
     data_version = decoded.dataVersion
     return BodySummary(crc, len(decoded.topicConfigTable), data_version.counter, data_version.timestamp,
                        list(decoded.filterServerList), decoded, key)
+
+
+# -- frames a snap length cut -------------------------------------------------------------------------
+#
+# A capture taken with a snap length keeps each packet's first bytes: a frame's length, header
+# length, code and often its opaque and topic, rarely a registration's broker address or body.
+# conversation.py reads each cut frame as far as its bytes go (CutFrame); the rows below take
+# only what that says for certain and leave the rest null: a request whose opaque was cut has no
+# known answer (its CALL row says ``cut``, never "unanswered"), a registration whose body was cut
+# no topic count nor CRC, and a broker whose address was cut is named by the connection it
+# registers over (cut_broker_addr), which is what the NameServer's channel is.
+
+#: a request or answer of a connection some of whose frames were cut
+Said = CapturedCommand | CutFrame
+
+
+def cut_broker_addr(client: str) -> str:
+    """What names a broker whose registrations' brokerAddr was not captured: the connection it
+    registers over (the NameServer forgets it when that connection closes)."""
+    return f"? (address not captured; registers from {client})"
+
+
+def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[tuple[str, Row]]:
+    """conversation_rows for a connection some of whose frames were cut: every frame's FRAME row,
+    requests paired with answers by the opaques captured, CALL, REGISTRATION and EVENT rows of
+    what is certain, the close of a connection brokers registered over, and its CONNECTION row."""
+    connection = conversation.connection
+    said: list[Said] = [*conversation.commands, *conversation.cut]
+    said.sort(key=lambda item: item.ts)
+    requests: list[Said] = []
+    answers: list[Said | None] = []
+    waiting: dict[tuple[str, int], list[int]] = {}
+    unknown = {REQUEST: 0, RESPONSE: 0}  # frames of no known opaque or kind, by direction
+    is_request: bool | None
+    opaque: int | None
+    for item in said:
+        if isinstance(item, CapturedCommand):
+            yield FRAME, frame_row(conn_id, connection, item)
+            is_request, opaque = not item.command.is_response, item.command.opaque
+        else:
+            yield FRAME, cut_frame_row(conn_id, connection, item)
+            is_request, opaque = item.is_request, item.known.opaque
+        if is_request is None or opaque is None:
+            unknown[item.direction] += 1
+            if is_request:
+                requests.append(item)
+                answers.append(None)
+            continue
+        if not is_request:
+            asker = REQUEST if item.direction == RESPONSE else RESPONSE
+            queue = waiting.get((asker, opaque))
+            if queue:
+                answers[queue.pop(0)] = item
+            continue
+        waiting.setdefault((item.direction, opaque), []).append(len(requests))
+        requests.append(item)
+        answers.append(None)
+    server, client = connection.server, connection.client
+    registered: dict[str, Row] = {}
+    bodies = _BodyCache()
+    shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
+    for request, answer in zip(requests, answers, strict=True):
+        other = RESPONSE if request.direction == REQUEST else REQUEST
+        row = _cut_call_row(conn_id, client, request, answer, server, bool(unknown[other]))
+        if row is None:
+            continue
+        yield CALL, row
+        if request.direction != REQUEST:
+            continue
+        code = row[3]
+        if code != RequestCode.REGISTER_BROKER:
+            yield from _cut_named_event(request, answer, code, client, server,
+                                        _unnamed(registered, _said_ext(request)))
+            continue
+        whole = isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand))
+        if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)):
+            registration = registration_row(conn_id, request, answer, bodies, server)
+        else:
+            registration = _cut_registration_row(conn_id, request, answer, server)
+        if registration[_BROKER_ADDR] is None:
+            registration = (*registration[:_BROKER_ADDR], cut_broker_addr(client), *registration[_BROKER_ADDR + 1:])
+        yield REGISTRATION, registration
+        registered[registration[_BROKER_ADDR]] = registration
+        if whole and isinstance(request, CapturedCommand):
+            summary = bodies.last
+            body = None if summary.key in shipped else bodies.last_body
+            shipped.add(summary.key)  # type: ignore[arg-type]
+            yield EVENT, registration_event(request, registration, summary, body, client, server)
+        else:
+            yield EVENT, _cut_registration_event(request, registration, client, server)
+    if connection.closed_ts is not None:
+        yield from closed_events(connection, registered)
+    gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
+    yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable),
+                                      len(conversation.cut), conversation.uncaptured_bytes,
+                                      conversation.unplaced_bytes)
+
+
+def cut_frame_row(conn_id: str, connection: Connection, frame: CutFrame) -> Row:
+    known = frame.known
+    response = None if frame.is_request is None else not frame.is_request
+    code = known.code
+    return (
+        frame.ts, conn_id, connection.client, connection.server,
+        frame.direction if response is None else (RESPONSE if response else REQUEST),
+        code, None if code is None or response is None else _code_name(code, response), known.opaque, known.flag,
+        None if known.flag is None else bool(known.flag & 2), known.version,
+        None if known.version is None else _version_name(known.version), known.language,
+        None if frame.serialize_type is None else _SERIALIZE_NAMES.get(frame.serialize_type), known.remark,
+        known.ext_fields or {}, frame.body_len, frame.missing, None, None,
+    )
+
+
+def _said_code(item: Said) -> int | None:
+    return item.command.code if isinstance(item, CapturedCommand) else item.known.code
+
+
+def _said_ext(item: Said) -> dict[str, str | None]:
+    return item.command.ext if isinstance(item, CapturedCommand) else item.known.ext_fields or {}
+
+
+def _said_version(item: Said) -> int | None:
+    return item.command.version if isinstance(item, CapturedCommand) else item.known.version
+
+
+def _said_oneway(item: Said) -> bool | None:
+    if isinstance(item, CapturedCommand):
+        return item.command.is_oneway
+    return None if item.known.flag is None else bool(item.known.flag & 2)
+
+
+def _cut_call_row(conn_id: str, client: str, request: Said, answer: Said | None, server: str,
+                  answers_unknown: bool) -> Row | None:
+    """A CALL row of a request whose code is known; ``cut``: it or its answer was cut, or the other
+    side carried frames whose opaque was cut (one of them may be its answer)."""
+    if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)) and not (
+            answer is None and answers_unknown):
+        return call_row(conn_id, client, request, answer, server)
+    code = _said_code(request)
+    if code is None:
+        return None
+    response_code = latency_ms = remark = None
+    if answer is not None:
+        response_code = _said_code(answer)
+        remark = answer.command.remark if isinstance(answer, CapturedCommand) else answer.known.remark
+        latency_ms = (answer.ts - request.ts) * 1000.0
+    opaque = request.command.opaque if isinstance(request, CapturedCommand) else request.known.opaque
+    ext = _said_ext(request)
+    return (request.ts, conn_id, client, code, _code_name(code), opaque, response_code, latency_ms,
+            _said_oneway(request), ext.get("topic"), remark, server, ext.get("brokerAddr"), True, None, None)
+
+
+def _cut_registration_row(conn_id: str, request: Said, answer: Said | None, server: str) -> Row:
+    """A REGISTER_BROKER request some of whose header or body was cut: the header's fields captured
+    whole; no topic count, CRC check or data version (the body is not there)."""
+    ext = _said_ext(request)
+    header = RegisterBrokerHeader.from_ext(ext)
+    body_len = len(request.command.body or b"") if isinstance(request, CapturedCommand) else request.body_len
+    version = _said_version(request)
+    return (
+        request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr, header.brokerId,
+        header.haServerAddr, header.compressed if "compressed" in ext else None, body_len, header.bodyCrc32Declared,
+        None, None, None, None, None, None if answer is None else _said_code(answer),
+        None if version is None else _version_name(version), server, None, None,
+    )
+
+
+def _cut_registration_event(request: Said, registration: Row, client: str, server: str) -> Row:
+    """A cut registration's EVENT row: a sign of life (unless its answer, when captured, refused it)
+    with its header fields captured whole and no body (the replay then keeps its liveness only)."""
+    columns = dict(zip(_REGISTRATION_COLUMNS, registration, strict=True))
+    version = _said_version(request)
+    return _event(broker_addr=columns["broker_addr"], broker_name=columns["broker_name"], t=request.ts,
+                  code=int(RequestCode.REGISTER_BROKER), alive=(columns["response_code"] or 0) == 0,
+                  cluster=columns["cluster"], broker_id=columns["broker_id"], version_name=columns["version_name"],
+                  response_code=columns["response_code"], body_len=columns["body_len"],
+                  compressed=columns["compressed"], oneway=_said_oneway(request), server=server, client=client,
+                  version=version, ext=_said_ext(request) or None)
+
+
+def _unnamed(registered: dict[str, Row], ext: dict[str, str | None]) -> str | None:
+    """The broker a request naming ``ext``'s broker means on a connection where brokers registered
+    with their addresses cut: the one such broker of the same cluster and brokerId (as far as
+    captured), unless the request names an address registered over the connection (a broker's
+    requests all travel over its one channel to a NameServer)."""
+    if ext.get("brokerAddr") in registered:
+        return None
+    header = RegisterBrokerHeader.from_ext(ext)
+    unnamed = [addr for addr, row in registered.items() if addr.startswith("? ") and all(
+        mine is None or theirs is None or mine == theirs for mine, theirs in (
+            (header.clusterName, row[_REGISTRATION_COLUMNS.index("cluster")]),
+            (header.brokerId, row[_REGISTRATION_COLUMNS.index("broker_id")])))]
+    return unnamed[0] if len(unnamed) == 1 else None
+
+
+def _cut_named_event(request: Said, answer: Said | None, code: int, client: str, server: str, unnamed: str | None
+                     ) -> Iterator[tuple[str, Row]]:
+    """The EVENT row of a request naming a broker or changing routes, when what names it was captured;
+    a broker's request whose brokerAddr was cut names ``unnamed``, the broker registered over the same
+    connection with its address cut, if one did."""
+    ext = _said_ext(request)
+    version = _said_version(request)
+    common = dict(t=request.ts, code=code, version_name=None if version is None else _version_name(version),
+                  version=version, response_code=None if answer is None else _said_code(answer),
+                  oneway=_said_oneway(request), client=client, server=server)
+    if code in NAMING_CODES:
+        header = RegisterBrokerHeader.from_ext(ext)
+        addr = unnamed or header.brokerAddr
+        if addr is not None:
+            yield EVENT, _event(broker_addr=addr, broker_name=header.brokerName,
+                                alive=code != RequestCode.UNREGISTER_BROKER, cluster=header.clusterName,
+                                broker_id=header.brokerId, **common)
+    elif code in ADMIN_CODES:
+        answered = None
+        if isinstance(answer, CapturedCommand):
+            answered = optional_int(answer.command.ext.get(_ANSWERED_COUNTS.get(code, "")))
+        yield EVENT, _event(broker_name=ext.get("brokerName"), cluster=ext.get("clusterName"), topic=ext.get("topic"),
+                            topic_count=answered, ext=ext or None, **common)
+    elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
+          and _said_code(answer) == ResponseCode.TOPIC_NOT_EXIST):
+        yield EVENT, _event(topic=ext.get("topic"), **common)

@@ -20,7 +20,7 @@ FRAME_ROWS = _schema(
     ("direction", pa.string()), ("code", pa.int32()), ("code_name", pa.string()), ("opaque", pa.int32()),
     ("flag", pa.int32()), ("oneway", pa.bool_()), ("version", pa.int32()), ("version_name", pa.string()),
     ("language", pa.string()), ("serialize_type", pa.string()), ("remark", pa.string()),
-    ("ext", pa.map_(pa.string(), pa.string())), ("body_len", pa.int32()),
+    ("ext", pa.map_(pa.string(), pa.string())), ("body_len", pa.int32()), ("missing", pa.int32()),
     ("input", pa.string()), ("session", pa.string()),
 )
 
@@ -28,7 +28,8 @@ CALL_ROWS = _schema(
     ("ts", pa.float64()), ("conn_id", pa.string()), ("client", pa.string()), ("code", pa.int32()),
     ("code_name", pa.string()), ("opaque", pa.int32()), ("response_code", pa.int32()),
     ("latency_ms", pa.float64()), ("oneway", pa.bool_()), ("topic", pa.string()), ("response_remark", pa.string()),
-    ("server", pa.string()), ("broker_addr", pa.string()), ("input", pa.string()), ("session", pa.string()),
+    ("server", pa.string()), ("broker_addr", pa.string()), ("cut", pa.bool_()), ("input", pa.string()),
+    ("session", pa.string()),
 )
 
 REGISTRATION_ROWS = _schema(
@@ -76,11 +77,12 @@ EVENT_ROWS = _schema(
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);
 #: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
-#: a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
+#: events as a pickled list of EVENT_ROWS tuples of one server endpoint (``event_server``) a row: the
+#: JVM only moves them to that endpoint's liveness task, where a row per event cost it a conversion
+#: each way; a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
-    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS),
-    ("event", EVENT_ROWS))),
-    ("tally", pa.binary()))
+    ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS))),
+    ("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()))
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)

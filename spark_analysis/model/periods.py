@@ -173,7 +173,8 @@ def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
         return None, None
     start = int(rows["seq"][0])
     flags = rows["flags"]
-    reach = (rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + (flags & SYN > 0) + (flags & FIN > 0)
+    reach = ((rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + rows["missing"]
+             + (flags & SYN > 0) + (flags & FIN > 0))
     return start, (start + int(reach.max())) % (1 << 32)
 
 

@@ -35,6 +35,11 @@ class Tally(ReadTally):
     lost_bytes: int = field(default=0, metadata=COUNT)
     undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
     controller: int = field(default=0, metadata=COUNT)  # rows of controller/: calls to a 5.x controller
+    #: frames a snap length cut, read as far as their bytes go; stream bytes sent but not captured
+    #: (no gap: packets seen, their ends not kept); captured bytes no frame could be placed in
+    cut_frames: int = field(default=0, metadata=COUNT)
+    uncaptured_bytes: int = field(default=0, metadata=COUNT)
+    unplaced_bytes: int = field(default=0, metadata=COUNT)
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0

@@ -55,7 +55,9 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("frame", "frames"), ("request", "requests"), ("response", "responses"), ("unanswered", "unanswered"),
            ("registration", "REGISTER_BROKER requests"), ("crc_failures", "CRC failures"),
            ("gaps", "capture gaps in connections"), ("lost_bytes", "bytes lost to capture gaps"),
-           ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"))
+           ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"),
+           ("cut_frames", "frames cut by a snap length (read as far as captured)"),
+           ("uncaptured_bytes", "bytes sent but cut by a snap length (no loss)"))
 
 
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],

@@ -17,18 +17,21 @@ SCHEMA_VERSION = 2
 def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: dict[str, int], groups: Groups,
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
             clients: list[dict] | None = None, endpoints: list[dict] | None = None,
-            stories: list[dict] | None = None, controller: dict | None = None) -> dict:
+            stories: list[dict] | None = None, controller: dict | None = None,
+            others: list[dict] | None = None) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods and the gaps between them), the server endpoints found (``endpoints``:
     findings.endpoint_rows) and the NameServers among them, what the controllers' traffic tells
-    (``controller``: analysis/controller.controller_story), counts, brokers and calls by code."""
+    (``controller``: analysis/controller.controller_story), counts, brokers and calls by code;
+    ``others``: findings.other_traffic (what --port left out)."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     return {
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
-        **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller)),
+        **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller, counts,
+                             others)),
         "nameservers": [e for e in endpoints or [] if e["kind"] == "nameserver"],
         "controllers": [e for e in endpoints or [] if e["kind"] == "controller"],
         "controller": controller or {"groups": [], "undecodable": [], "counts": {}},

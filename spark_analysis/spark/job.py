@@ -79,10 +79,12 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = schema.DECODED
+_TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
+_EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
-_BATCH_ROWS = 20_000  # decoded rows per Arrow batch sent on
-_INFLATED = 8  # what a gzip capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
+_BATCH_ROWS = 50_000  # decoded rows per Arrow batch sent on (each batch's counting and row group cost ~ms)
+_INFLATED = 8  # what a compressed capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
@@ -92,7 +94,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
     done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
     On a local master, local gzip captures are inflated into a spool directory for the job's time
-    (inputs.read_gzip)."""
+    (inputs.read_compressed)."""
     spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
     try:
         return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool)
@@ -107,7 +109,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
-    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.gzipped(f.path)]
+    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
@@ -125,9 +127,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     file_rows = findings.input_files(files, read)
+    cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
-             f"{_on_ports(ports)}" + "".join(f"\n      {f['path']}: {f['problem']}"
-                                                 for f in file_rows if f["problem"]))
+             f"{_on_ports(ports)}" + "".join(
+                 f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
+                 f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
     ends = merged_ends(by_path)
@@ -146,7 +151,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (_INFLATED if inputs.gzipped(f.path) else 1) for f in whole)
+    whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
     dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
@@ -162,7 +167,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                 # smaller than the capture, and each task and file costs the same whatever its size
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "tally")
+        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(
+            EVENT, "event_server", "tally")
         liveness = broker_liveness(events, time_bins, by_file, sessions, endpoints)
     if tables_out:
         tables.commit(tables_out)
@@ -170,7 +176,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     talkers = clients.client_rows(tally.clients)
     progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
-             f"to gaps, {tally.undecodable} connections with undecodable bytes; wrote frames/ ({tally.frame:,} "
+             f"to gaps, {tally.undecodable} connections with undecodable bytes"
+             + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
+                f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
+                if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
              f"({tally.controller:,} rows)")
@@ -188,7 +197,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
-                                   with_controller_view(liveness.stories, controller), controller)
+                                   with_controller_view(liveness.stories, controller), controller,
+                                   findings.other_traffic(tally.others, ports))
     write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -207,13 +217,13 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
 
 def served_codes() -> tuple[frozenset[int], frozenset[int]]:
     """The requests only a NameServer is asked and those only a controller is: the server's two
-    handler tables (processor.HANDLERS, controller/processor.HANDLERS) less what both serve
-    (BROKER_HEARTBEAT). Imported here, on the driver only: the handler modules log through
-    Twisted, which executors need not have (spark/ship.py)."""
+    handler tables (processor.CODES: in one go or in steps, controller/processor.HANDLERS) less
+    what both serve (BROKER_HEARTBEAT). Imported here, on the driver only: the handler modules log
+    through Twisted, which executors need not have (spark/ship.py)."""
     from twisted_namesrv.controller.processor import HANDLERS as CONTROLLER_HANDLERS
-    from twisted_namesrv.processor import HANDLERS
+    from twisted_namesrv.processor import CODES
 
-    return frozenset(HANDLERS) - frozenset(CONTROLLER_HANDLERS), frozenset(CONTROLLER_HANDLERS) - frozenset(HANDLERS)
+    return CODES - frozenset(CONTROLLER_HANDLERS), frozenset(CONTROLLER_HANDLERS) - CODES
 
 
 def _merged(tallies: Iterable[bytes]) -> Tally:
@@ -314,25 +324,22 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_ARROW_DECODED.names[:-1], CONNECTION, CONTROLLER_NOTE)}
+    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_TABLE_KINDS, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    count = 0
     with _no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers):
-                pending[kind].append(row)
-                count += 1
-            if count >= _BATCH_ROWS:
+                appends[kind](row)
+            if sum(map(len, pending.values())) >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
-                count = 0
         yield from _send(pending, writer, tally, places)
     worker.drill("decode")
     if writer is not None:
         writer.close()
-    yield pa.RecordBatch.from_arrays([pa.nulls(1, field.type) for field in _ARROW_DECODED][:-1]
-                                     + [pa.array([pickle.dumps(tally)], pa.binary())], schema=_ARROW_DECODED)
+    yield _decoded_batch(1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
 
 
 @contextmanager
@@ -356,20 +363,33 @@ def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tal
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
-    for field in _ARROW_DECODED:
-        rows = pending.get(field.name)
+    for kind in _TABLE_KINDS:
+        rows = pending[kind]
         if not rows:
             continue
-        array = pa.array(rows, type=field.type)
+        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type)
         rows.clear()
-        if places is not None and field.name != EVENT:
+        if places is not None:
             array = places.fill(array)
-        counting.count_rows(tally, field.name, array)
-        if writer is not None and field.name != EVENT:
-            writer.write(field.name, array)
+        counting.count_rows(tally, kind, array)
+        if writer is not None:
+            writer.write(kind, array)
             continue
-        columns = [array if other.name == field.name else pa.nulls(len(array), other.type) for other in _ARROW_DECODED]
-        yield pa.RecordBatch.from_arrays(columns, schema=_ARROW_DECODED)
+        yield _decoded_batch(len(array), **{kind: array})
+    if pending[EVENT]:
+        by_server: dict[str | None, list[tuple]] = {}
+        for event in pending[EVENT]:
+            by_server.setdefault(event[_EVENT_SERVER], []).append(event)
+        pending[EVENT].clear()
+        yield _decoded_batch(len(by_server), event=pa.array([pickle.dumps(rows) for rows in by_server.values()],
+                                                             pa.binary()),
+                             event_server=pa.array(list(by_server), pa.string()))
+
+
+def _decoded_batch(length: int, **columns: pa.Array) -> pa.RecordBatch:
+    """A batch of DECODED of ``length`` rows: the ``columns`` given, the others null."""
+    return pa.RecordBatch.from_arrays(
+        [columns.get(field.name, pa.nulls(length, field.type)) for field in _ARROW_DECODED], schema=_ARROW_DECODED)
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:

@@ -8,6 +8,7 @@ decoding tasks' tallies pass through with them to the driver, in one job."""
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterable, Iterator
 from functools import partial
 
@@ -18,8 +19,7 @@ from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, Str
 
 from spark_analysis.analysis.liveness import Liveness, broker_summary, plot_order
 from spark_analysis.analysis.replay import lookup_stories, replay_server
-from spark_analysis.decode.rows import EVENT
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKER_COLUMNS, EVENT_ROWS
 from spark_analysis.model.endpoints import EndpointStory
 from spark_analysis.model.periods import PLOTTED_BROKERS, TimeBins
 from spark_analysis.model.sessions import FileSpans, Sessions
@@ -38,17 +38,19 @@ LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType())
                       + [StructField("details", StringType(), True), StructField("stories", StringType(), True),
                          StructField("tally", BinaryType(), True)])
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
+_EVENT_COLUMNS = EVENT_ROWS.names
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
                     endpoints: dict[str, EndpointStory] | None = None) -> Liveness:
-    """Liveness from the decoded broker events in one pass over them: a column EVENT
-    (schema.EVENT_ROWS), and ``tally``, which rows of the decoding tasks' tallies hold instead and
-    which is passed on to the driver. The events stay one struct column: each column of a plan
-    costs the driver a few calls to the JVM, between the Spark jobs, with both cores idle."""
+    """Liveness from the decoded broker events in one pass over them: a column EVENT (pickled lists
+    of schema.EVENT_ROWS tuples, each of the server endpoint ``event_server``), and ``tally``, which
+    rows of the decoding tasks' tallies hold instead and which is passed on to the driver. One
+    column of events: each column of a plan costs the driver a few calls to the JVM, between the
+    Spark jobs, with both cores idle."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
-    rows = events.repartition(cores, f"{EVENT}.server").mapInArrow(
+    rows = events.repartition(cores, "event_server").mapInArrow(
         partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints or {}),
         LIVENESS).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
@@ -68,10 +70,12 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
     by_server: dict[str, list[dict]] = {}
     tallies = []
     for batch in batches:
-        tallies += [tally for tally in batch.column(1).to_pylist() if tally is not None]
-        for event in batch.column(0).to_pylist():
-            if event is not None:
-                by_server.setdefault(event["server"] or "?", []).append(event)
+        tallies += [tally for tally in batch.column(2).to_pylist() if tally is not None]
+        for events in batch.column(0).to_pylist():
+            if events is not None:
+                for row in pickle.loads(events):
+                    event = dict(zip(_EVENT_COLUMNS, row, strict=True))
+                    by_server.setdefault(event["server"] or "?", []).append(event)
     stays, stories = [], []
     for server, events in by_server.items():
         replay = replay_server(server, events, sessions, endpoints.get(server),

@@ -9,9 +9,9 @@ from twisted.internet import protocol, reactor
 from tests.admin.support import namesrv, refused_addr, run_cli, silent_server
 from tests.interop.broker_double import HOST
 from tests.support import free_port
+from twisted_namesrv import properties
 from twisted_namesrv.admin.cli import SUBCOMMANDS
 from twisted_namesrv.admin.client import AdminError, NamesrvClient, split_namesrv_list
-from twisted_namesrv.state.config import parse_properties, property_line
 
 
 @pytest_twisted.ensureDeferred
@@ -39,7 +39,13 @@ async def test_usage_errors():
     assert (await run_cli("topicRoute")).code == 2  # -t missing
     assert (await run_cli("noSuchCommand")).code == 2
     run = await run_cli("-n", "localhost:x", "clusterList")
-    assert (run.code, run.err) == (2, "error: bad NameServer address 'localhost:x' (expected host or host:port)\n")
+    assert (run.code, run.err) == (2, "error: bad NameServer address 'localhost:x' (expected host, host:port or "
+                                      "[IPv6]:port)\n")
+    run = await run_cli("-n", "10.0.0.1:9876,10.0.0.2:9876", "clusterList")  # a list with Kafka's separator
+    assert (run.code, run.err) == (2, "error: bad NameServer address '10.0.0.1:9876,10.0.0.2:9876' (NameServers are "
+                                      "separated by ';', as with mqadmin -n)\n")
+    run = await run_cli("-n", "a:b:9876", "clusterList")  # not an IPv6 address: no brackets made up for it
+    assert run.code == 2 and "expected host, host:port or [IPv6]:port" in run.err
     assert (await run_cli("--timeout", "0", "clusterList")).code == 2
     assert (await run_cli("compare", "127.0.0.1:1", "127.0.0.1:")).code == 2
     assert (await run_cli("--help")).code == 0
@@ -132,9 +138,9 @@ async def test_peers_that_answer_something_else_are_named():
 
 def test_config_update_body_reads_back_exactly():
     for key, value in [("k", "plain"), ("a b=c:d", " lead\\ing #x!\ttab\nnl"), ("k", "Zürich ☃"), ("k", "x🎉")]:
-        line = property_line(key, value, ascii_only=True)
+        line = properties.dump_line(key, value, ascii_only=True)
         assert line.isascii()
-        assert parse_properties(line) == {key: value}
+        assert properties.load(line) == {key: value}
 
 
 @pytest_twisted.ensureDeferred

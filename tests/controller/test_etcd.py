@@ -28,6 +28,7 @@ from twisted_namesrv.controller.etcd import (
 )
 from twisted_namesrv.controller.etcd_gateway import EtcdError, EtcdGateway, b64, prefix_end
 from twisted_namesrv.controller.log import NotLeader
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import ConfigError, NamesrvConfig
 
 TTL = 2  # seconds: etcd's shortest lease with its default election timeout
@@ -93,13 +94,13 @@ def test_endpoints_and_prefixes_parse_as_documented():
 
 def test_the_store_keys_are_checked_at_start_naming_the_key():
     with pytest.raises(ConfigError, match="controllerEtcdEndpoints: no etcd endpoint given"):
-        NamesrvConfig({"controllerType": "etcd"})
+        NamesrvConfig({"controllerType": "etcd"}, schema=SERVER_SCHEMA)
     with pytest.raises(ConfigError, match="controllerType: 'jRaft'"):
-        NamesrvConfig({"controllerType": "jRaft"})
+        NamesrvConfig({"controllerType": "jRaft"}, schema=SERVER_SCHEMA)
     with pytest.raises(ConfigError, match="controllerEtcdLeaseTtlSeconds: 1 is out of range"):
-        NamesrvConfig({"controllerEtcdLeaseTtlSeconds": 1})
+        NamesrvConfig({"controllerEtcdLeaseTtlSeconds": 1}, schema=SERVER_SCHEMA)
     config = NamesrvConfig({}, {"controllerType": "etcd", "controllerEtcdEndpoints": "127.0.0.1:2379",
-                                "controllerEtcdLeaseTtlSeconds": "5"})
+                                "controllerEtcdLeaseTtlSeconds": "5"}, schema=SERVER_SCHEMA)
     consensus = EtcdConsensus.from_config({**config.values, "controllerDLegerGroup": "G"}, "127.0.0.1:9878", reactor)
     assert consensus.gateway.endpoints == ["http://127.0.0.1:2379"]
     assert consensus.leadership.prefix == b"/rocketmq/controller/G/" and consensus.leadership.ttl == 5

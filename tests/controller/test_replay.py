@@ -17,7 +17,7 @@ import pytest_twisted
 from spark_analysis.capture.conversation import read_conversations
 from tests.replay.test_replay import Tally, differences, timeline, wait_until
 from tests.support import capture, connect
-from twisted_namesrv.controller.config import Peer
+from twisted_namesrv.controller.config import ControllerPeer
 from twisted_namesrv.remoting import RemotingCommand
 
 from .support import RecordingNotifier, start_controller, wait_idle
@@ -49,7 +49,7 @@ def test_controller_replay_matches_java(tmp_path) -> None:
     service, port = yield start_controller(tmp_path, notifier)
     # the capture's controller address, so that 1005's controllerLeaderAddress and peers compare
     service.manager.address = f"127.0.0.1:{CONTROLLER_PORT}"
-    service.manager.peers = [Peer("n0", "127.0.0.1", CONTROLLER_PORT)]
+    service.manager.peers = [ControllerPeer("n0", "127.0.0.1", CONTROLLER_PORT)]
     tally = Tally()
     clients: dict[int, object] = {}
     try:

@@ -272,3 +272,47 @@ def test_the_listener_and_both_scans_are_child_services(tmp_path):
     assert children["scanInactiveMasterInterval"].step == 5.0 and all(child.running for child in service)
     yield service.stopService()
     assert not any(child.running for child in service)
+
+
+@pytest_twisted.inlineCallbacks
+def test_what_the_tables_hold_is_bounded_and_refused_before_the_log(tmp_path, monkeypatch) -> None:
+    """APPLY_BROKER_ID made a broker set, and REGISTER_BROKER an address change, each an event in the
+    log for good and replayed at every start, with no bound (Java has none; unsigned without ACL):
+    new sets without end, or one id's address flipped between two 30,000-character strings, an event of
+    60 KB a request. Past a limit each is refused before anything is written, logged and counted."""
+    from twisted_namesrv.controller import replicas
+
+    monkeypatch.setattr(replicas, "MAX_BROKER_SETS", 2)
+    monkeypatch.setattr(replicas, "MAX_BROKER_IDS", 2)
+    service, port = yield start_controller(tmp_path)
+    client = yield connect(port)
+    try:
+        def ask(code, ext, opaque=[0]):  # noqa: B006 - a counter
+            opaque[0] += 1
+            return client.call(RemotingCommand.request(code, ext, None, opaque=opaque[0]))
+
+        def apply(name, broker_id, check="10.0.0.1:10911;x"):
+            return ask(Req.CONTROLLER_APPLY_BROKER_ID, {"clusterName": "C", "brokerName": name,
+                                                        "appliedBrokerId": str(broker_id), "registerCheckCode": check})
+
+        for name in ("g1", "g2"):
+            assert (yield apply(name, 1)).code == 0
+        written = service.manager.events_applied
+        third = yield apply("g3", 1)
+        assert third.code == 2005 and "a new broker set, and 2 are registered: at most 2" in third.remark
+        assert (yield apply("g1", 2, "10.0.0.2:10911;y")).code == 0
+        many = yield apply("g1", 3, "10.0.0.3:10911;z")
+        assert many.code == 2005 and "holds 2 ids: at most 2" in many.remark
+        long = yield apply("g2", 2, "x" * 30_000)
+        assert long.code == 2005 and "a field of 30000 characters, over 512" in long.remark
+        flip = yield ask(Req.CONTROLLER_REGISTER_BROKER, {"clusterName": "C", "brokerName": "g1", "brokerId": "1",
+                                                           "brokerAddress": "a" * 30_000})
+        assert flip.code == 2005
+        assert service.manager.events_applied == written + 1  # only g1's second id
+        counts = service.manager.refusals.counts
+        assert (counts["controller", "max_broker_groups"], counts["controller", "max_brokers_per_group"],
+                counts["controller", "max_name_length"]) == (1, 1, 2)
+        assert set(service.manager.replicas.replica_info_table) == {"g1", "g2"}
+    finally:
+        client.transport.loseConnection()
+        yield service.stopService()

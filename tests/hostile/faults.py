@@ -8,6 +8,8 @@ a failing device, each a context manager around the one request that meets it.
 - EIO: a device that fails: ``fsync`` (where a failed write-back reports) and ``write`` on the
   store's files raise OSError(EIO), as a disk's error does; the test process's other files are
   untouched.
+- EROFS (``READ_ONLY``): the tmpfs remounted read-only, as a Kubernetes ConfigMap volume is; or one
+  file bind-mounted read-only over itself, as a ConfigMap mounted with ``subPath`` is (``ro_bind``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 import pytest
 
 FAULTS = ("ENOSPC", "EMFILE", "EIO")
+#: the read-only ways a file is mounted in Kubernetes: the volume (a directory) or one file (subPath)
+READ_ONLY = ("ro_volume", "ro_bind")
 TINY = "64k"
 
 
@@ -108,3 +112,38 @@ def fault(kind: str, directory: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     else:
         with device_fails(directory, monkeypatch):
             yield
+
+
+def _mount(*args: str) -> None:
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount {' '.join(args)}: {done.stderr.strip()}")
+
+
+@contextmanager
+def bind_mounted(source: Path, file: Path) -> Iterator[None]:
+    """``source`` bind-mounted over ``file`` (which must exist), writable, as ``podman -v`` mounts one file."""
+    _mount("--bind", str(source), str(file))
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(file)], check=True)
+
+
+@contextmanager
+def read_only(kind: str, directory: Path, file: Path) -> Iterator[None]:
+    """``directory`` (a tiny_tmpfs) remounted read-only, or ``file`` (which must exist) bind-mounted
+    read-only over itself; writable again on leaving."""
+    if kind == "ro_volume":
+        _mount("-o", "remount,ro", str(directory))
+        try:
+            yield
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(directory)], check=True)
+    else:
+        _mount("--bind", str(file), str(file))
+        try:
+            _mount("-o", "remount,bind,ro", str(file))
+            yield
+        finally:
+            subprocess.run(["umount", str(file)], check=True)

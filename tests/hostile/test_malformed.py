@@ -34,7 +34,8 @@ from tests.hostile.scene import (
     request,
     sleep,
 )
-from twisted_namesrv.processor import HANDLERS
+from twisted_namesrv import properties
+from twisted_namesrv.processor import CODES
 from twisted_namesrv.remoting import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
@@ -46,7 +47,6 @@ from twisted_namesrv.remoting import (
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.frame import encode_frame
 from twisted_namesrv.remoting.header import Header, encode_binary_header
-from twisted_namesrv.state.config import parse_properties
 
 MiB = 1024 * 1024
 
@@ -446,7 +446,7 @@ async def test_config_update_cannot_smuggle_blocked_keys_into_the_config_file(sc
     body = b"productEnvName=x\\nlistenPort\\=1\\nkvConfigPath\\=/tmp/evil\n"
     await scene.send_expect_answer(request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body))  # 0 or 16 are fine
     path = tmp_path / "namesrv.properties"
-    stored = parse_properties(path.read_text(encoding="utf-8")) if path.exists() else {}
+    stored = properties.load(path.read_text(encoding="utf-8")) if path.exists() else {}
     assert stored.get("listenPort", "0") == "0"
     assert stored.get("kvConfigPath", str(tmp_path / "kvConfig.json")) == str(tmp_path / "kvConfig.json")
     scene.assert_no_unhandled()
@@ -544,7 +544,7 @@ async def test_missing_required_fields(scene, code, ext, body, expected):
 
 # -- flags ---------------------------------------------------------------------------------------
 
-ALL_CODES = sorted(set(HANDLERS) | {0, 10, 34, 9999, -1, 2 ** 31 - 1})
+ALL_CODES = sorted(set(CODES) | {0, 10, 34, 9999, -1, 2 ** 31 - 1})
 
 
 @pytest.mark.parametrize("profile", ["5.3.3", "4.9.8"])

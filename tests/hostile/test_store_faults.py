@@ -3,9 +3,13 @@
 A full file system (a real 64 KiB tmpfs), a full fd table (a real RLIMIT_NOFILE) and a failing
 device (EIO from fsync/write on the store's files), met by the one request under test:
 
-- the NameServer's PUT_KV_CONFIG, DELETE_KV_CONFIG, UPDATE_NAMESRV_CONFIG: answered SYSTEM_ERROR
+- the NameServer's PUT_KV_CONFIG, DELETE_KV_CONFIG: answered SYSTEM_ERROR
   naming the file and the error; memory as before; the files byte for byte as before; a restart
   on them loads the state before; a log line and a count in namesrv_store_write_failures;
+- UPDATE_NAMESRV_CONFIG is Java's exception (issue 46 item 4): applied in memory only, until the
+  restart, answered SUCCESS with a remark naming the file and the error, under these faults and a
+  read-only file (the volume or the file alone mounted read-only, as a ConfigMap is): the file as
+  before, a log line, the count, and ``unsaved`` until a save succeeds;
 - the controller's writes (APPLY_BROKER_ID, REGISTER_BROKER, ELECT_MASTER, ALTER_SYNC_STATE_SET,
   CLEAN_BROKER_DATA): answered SYSTEM_ERROR, the state as before, controller.log cut back to its
   last good record (the issue's case: a half record followed by the next good append made the
@@ -20,6 +24,7 @@ controller log refused to start after an ENOSPC.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -27,7 +32,8 @@ import pytest
 from twisted.internet import task
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
-from tests.hostile.faults import FAULTS, fault, tiny_tmpfs
+from tests import built
+from tests.hostile.faults import FAULTS, READ_ONLY, bind_mounted, fault, read_only, tiny_tmpfs
 from twisted_namesrv.context import Peer
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 from twisted_namesrv.controller.config import ControllerConfig
@@ -36,12 +42,12 @@ from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
 from twisted_namesrv.controller.manager import ControllerManager
 from twisted_namesrv.controller.metrics import ControllerMetrics
 from twisted_namesrv.controller.processor import CONTROLLER_TABLE
-from twisted_namesrv.controller.replicas import ReplicasInfoManager
+from twisted_namesrv.controller.replicas import MAX_TEXT_LENGTH, ReplicasInfoManager
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state.config import NamesrvConfig
 
 PAGE = 4096
@@ -65,10 +71,10 @@ def request(code: int, ext: dict | None = None, body: bytes | None = None, opaqu
 class Namesrv:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.failures: Counter = Counter()
-        self.config = NamesrvConfig.from_file(None, self.overrides())
-        self.state = build_state(self.config, task.Clock(), store_failures=self.failures)
-        self.dispatcher = Dispatcher(self.state)
+        self.config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
+        self.dispatcher = built.dispatcher(self.config, task.Clock())
+        self.state = self.dispatcher.state
+        self.failures: Counter = self.dispatcher.metrics.store_failures
 
     def overrides(self) -> dict:
         return {"kvConfigPath": str(self.directory / "kvConfig.json"),
@@ -85,8 +91,8 @@ class Namesrv:
                 for name in ("kvConfig.json", "namesrv.properties")}
 
     def restarted(self) -> tuple:
-        config = NamesrvConfig.from_file(None, self.overrides())
-        state = build_state(config, task.Clock())
+        config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
+        state = built.owners(config, task.Clock()).state
         return state.kv.configTable, config["orderMessageEnable"]
 
 
@@ -95,8 +101,6 @@ NAMESRV_WRITES = {
                       lambda kv, order: kv["NS"].get("k3") == "v3"),
     "DELETE_KV_CONFIG": (request(RequestCode.DELETE_KV_CONFIG, {"namespace": "NS", "key": "k1"}),
                          lambda kv, order: "k1" not in kv["NS"]),
-    "UPDATE_NAMESRV_CONFIG": (request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n"),
-                              lambda kv, order: order is True),
 }
 
 
@@ -125,13 +129,69 @@ def test_a_namesrv_write_that_fails_answers_an_error_and_changes_nothing(store_d
     assert namesrv.memory() == memory, "an error answer changed memory"
     assert namesrv.disk() == disk, "an error answer changed the files"
     assert not changed(*namesrv.restarted()), "the refused change is there after a restart"
-    store = "configStorePath" if code == "UPDATE_NAMESRV_CONFIG" else "kvConfigPath"
-    assert namesrv.failures == {(store, ERRNO[kind]): 1}
+    assert namesrv.failures == {("kvConfigPath", ERRNO[kind]): 1}
     assert [line for line in logged if ERRNO[kind] in line and "refused" in line], logged
     # the fault gone, the same request succeeds and survives a restart
     assert namesrv.call(command).code == ResponseCode.SUCCESS
     assert changed(*namesrv.restarted())
     assert sorted(p.name for p in store_dir.iterdir()) == sorted(n for n, b in namesrv.disk().items() if b)
+
+
+@pytest.mark.parametrize("kind", [*FAULTS, *READ_ONLY])
+def test_a_config_update_its_file_cannot_take_is_applied_in_memory_until_the_restart(store_dir, monkeypatch, kind):
+    """Java's Configuration.update applies the values, then logs 'persist string2File error' and
+    answers SUCCESS; a read-only ConfigMap must not turn a runtime change into an error."""
+    namesrv = Namesrv(store_dir)
+    update = request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=false\n")).code == 0
+    disk = namesrv.disk()
+    logged: list[tuple[LogLevel, str]] = []
+
+    def observer(event: dict) -> None:
+        logged.append((event.get("log_level"), formatEvent(event)))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        if kind in READ_ONLY:
+            with read_only(kind, store_dir, store_dir / "namesrv.properties"):
+                answer = namesrv.call(update)
+        else:
+            with fault(kind, store_dir, monkeypatch):
+                answer = namesrv.call(update)
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    error = ERRNO.get(kind, "EROFS")
+    assert answer.code == ResponseCode.SUCCESS
+    assert answer.remark.startswith("applied in memory only, until the restart: cannot save configStorePath ")
+    assert f"({error})" in answer.remark
+    assert namesrv.config["orderMessageEnable"] is True and error in namesrv.config.unsaved
+    assert namesrv.disk() == disk, "the file changed"
+    assert namesrv.restarted()[1] is False, "a restart on the file goes back to it"
+    assert namesrv.failures == {("configStorePath", error): 1}
+    assert [line for level, line in logged if level == LogLevel.error and error in line
+            and "applied in memory only, until the restart" in line], logged
+    assert [line for level, line in logged if level == LogLevel.warn and "updateNamesrvConfig from 127.0.0.1:40000"
+            in line and "orderMessageEnable" in line and error in line], logged
+    # the file writable again, the next update saves everything and says nothing more
+    again = namesrv.call(update)
+    assert (again.code, again.remark, namesrv.config.unsaved) == (ResponseCode.SUCCESS, None, "")
+    assert namesrv.restarted()[1] is True
+
+
+def test_a_file_mounted_on_its_own_is_saved_in_place(store_dir, tmp_path):
+    """``podman -v ./namesrv.properties:/etc/namesrv/namesrv.properties``: the file can be neither
+    linked nor renamed over (EXDEV), so every save failed where Java 5.3.3 (which writes in place)
+    saves; now it is rewritten in place, and what the mount shows is what the source file holds."""
+    source = tmp_path / "namesrv.properties"
+    source.write_text("orderMessageEnable=false\n")
+    namesrv = Namesrv(store_dir)
+    (store_dir / "namesrv.properties").write_text("")
+    with bind_mounted(source, store_dir / "namesrv.properties"):
+        answer = namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n"))
+        assert (answer.code, answer.remark, namesrv.failures) == (ResponseCode.SUCCESS, None, Counter())
+        assert namesrv.restarted()[1] is True
+    assert "orderMessageEnable=true\n" in source.read_text()
+    assert sorted(p.name for p in store_dir.iterdir()) == ["namesrv.properties"]  # no .tmp, no .old left
 
 
 def test_an_update_that_fails_validation_changes_no_value(tmp_path):
@@ -202,21 +262,27 @@ def group_of_three(controller: Controller) -> None:
 
 
 def pad_to_a_page_end(controller: Controller, room: int = 10) -> None:
-    """Grow the log (a good record of another group) to ``room`` bytes short of a page: a tmpfs
-    file's last page has space a full disk does not take, so the next append then writes ``room``
-    bytes and meets ENOSPC - the half record of the issue."""
-    size = (controller.directory / "controller.log").stat().st_size
-    target = (size // PAGE + 1) * PAGE - room
-    while True:
-        for length in range(1, PAGE):
-            event = ApplyBrokerIdEvent("C", "pad", "a", 1, "a;" + "x" * length)
-            if size + 8 + len(encode_event(event)) == target:
-                assert controller.call(Req.CONTROLLER_APPLY_BROKER_ID, {
-                    "clusterName": "C", "brokerName": "pad", "appliedBrokerId": "1",
-                    "registerCheckCode": "a;" + "x" * length}).code == 0
-                assert (controller.directory / "controller.log").stat().st_size == target
-                return
-        target += PAGE
+    """Grow the log (good records of other groups, each register check code within MAX_TEXT_LENGTH)
+    to ``room`` bytes short of a page: a tmpfs file's last page has space a full disk does not take,
+    so the next append then writes ``room`` bytes and meets ENOSPC - the half record of the issue."""
+    log = controller.directory / "controller.log"
+    target = (log.stat().st_size // PAGE + 1) * PAGE - room
+    for count in itertools.count():
+        name, gap = f"pad{count}", target - log.stat().st_size
+        sizes = {8 + len(encode_event(ApplyBrokerIdEvent("C", name, "a", 1, "a;" + "x" * length))): length
+                 for length in range(1, MAX_TEXT_LENGTH - 1)}
+        smallest = min(sizes)
+        if gap < smallest:  # no record fits: a page further
+            target += PAGE
+            gap += PAGE
+        # the one record that fills the gap, else one that leaves room for another (a name a digit longer)
+        size = gap if gap in sizes else max(size for size in sizes if gap - size >= smallest + 2)
+        assert controller.call(Req.CONTROLLER_APPLY_BROKER_ID, {
+            "clusterName": "C", "brokerName": name, "appliedBrokerId": "1",
+            "registerCheckCode": "a;" + "x" * sizes[size]}).code == 0
+        if size == gap:
+            assert log.stat().st_size == target
+            return
 
 
 CONTROLLER_WRITES = {

@@ -285,22 +285,27 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     (bad / "cut.pcap").write_bytes(capture("json_lifecycle.pcap").read_bytes()[:24 + 30])
     (bad / "README.md").write_text("# what these captures are\n")  # notes beside captures: information only
     (bad / "namesrv.out").write_text("The Name Server boot success.\n")  # a server's console output kept beside
+    (bad / "rotated.pcap.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(40))  # tcpdump -z zstd: named, with what to do
 
     monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
     monkeypatch.setattr(session, "stop", lambda spark: None)  # the shared session goes on
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
     console = capsys.readouterr()
-    for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated")):
+    for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated"),
+                          ("rotated.pcap.zst", "not a capture: zstd-compressed, a format not read (decompress it")):
         assert f"{bad / name}: {problem}" in console.out, console.out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {(Path(f["path"]).name, f["problem"], f["severity"]) for f in kinds(summary, "bad_input")} == {
         ("notes.pcap", "not a capture", "critical"), ("empty.pcap", "empty", "critical"),
         ("cut.pcap", "truncated", "critical"), ("README.md", "not a capture", "info"),
+        ("rotated.pcap.zst", "not a capture", "critical"),
         ("namesrv.out", "not a capture", "info")}
     # the notes are a finding of their own: a critical line names only what could not be read
     assert {(f["severity"], f["subject"]): sorted(Path(item["path"]).name for item in f["evidence"])
             for f in summary["findings"] if f["kind"] == "bad_input"} == {
-        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap"], ("info", "notes"): ["README.md", "namesrv.out"]}
+        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap", "rotated.pcap.zst"],
+        ("info", "notes"): ["README.md", "namesrv.out"]}
+    assert [f["compression"] for f in summary["inputs"]["files"] if f["path"].endswith(".zst")] == ["zstd"]
     assert "no input is a capture" in console.err
     assert "cut.pcap" in (tmp_path / "out" / "report.html").read_text()
 
@@ -419,7 +424,7 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
             (4.0, "c", "10.0.0.8:1", 105, "GET_ROUTEINFO_BY_TOPIC", 4, None, None, True, "T", None),
             (5.0, "c", "10.0.0.8:1", 106, "GET_BROKER_CLUSTER_INFO", 5, None, None, False, None, None),
             (6.0, "c", "10.0.0.9:1", 105, "GET_ROUTEINFO_BY_TOPIC", 6, 17, 1.0, False, "%RETRY%cgA", "no route")]
-    rows = [(*row, "s:9876", None, "in.pcap", "s:9876@x") for row in rows]
+    rows = [(*row, "s:9876", None, False, "in.pcap", "s:9876@x") for row in rows]
     groups: findings_module.Groups = {}
     for start in (0, 2):  # two batches, as a task sends them
         findings_module.note_calls(groups, pa.array(rows[start:start + 4] if start else rows[:2],
@@ -463,7 +468,7 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
             lookup(3.0, "10.0.0.7:1", "Made", 0), lookup(4.0, "10.0.0.8:1", "Made", 0),
             lookup(1.0, "10.0.0.7:1", "Gone", 0), lookup(5.0, "10.0.0.7:1", "Gone", 17),
             lookup(6.0, "10.0.0.9:1", "Never", 17)]
-    rows = [(*row, "s:9876", None, "in.pcap", "s:9876@x") for row in rows]
+    rows = [(*row, "s:9876", None, False, "in.pcap", "s:9876@x") for row in rows]
     groups: findings_module.Groups = {}
     for start in (0, 3):  # in two batches: the first answer found in one task, the rest in another
         findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start == 0 else rows[3:],
@@ -475,6 +480,22 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     made = next(f for f in said if f["topic"] == "Made")
     assert made["count"] == 2 and made["found_from"] == findings_module._iso(3.0)
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
+
+
+def test_the_headline_counts_what_happened() -> None:
+    """Two restarts of one NameServer are "2 NameServer restarts" (not "1 NameServer restart" with
+    "(2x)" inside); nouns naming things still count the things: one broker closing twice is 1 broker."""
+    said = [findings_module._finding("server_restart", "warning", f"restart {n}", server="10.0.0.1:9876", t=n)
+            for n in range(2)]
+    said += [findings_module._finding("broker_connection_closed", "critical", f"close {n}", broker="b", t=n)
+             for n in range(2)]
+    said += [findings_module._finding("failover", "warning", f"fail-over {n}", broker_name="broker-a", t=n)
+             for n in range(3)]
+    found = findings_module.attention(said)
+    assert found["attention"] == ("1 critical: 1 broker whose connection closed without unregistering · "
+                                  "2 warnings: 2 NameServer restarts, 3 fail-overs")
+    assert next(f for f in found["findings"] if f["kind"] == "server_restart")["message"].startswith(
+        "2 NameServer restarts: ")
 
 
 def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_failed() -> None:
@@ -501,7 +522,7 @@ def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_fail
     brokers = [broker_summary(stay, bins) for stay in replay.stays]
     stories = replay.stories + lookup_stories(replay.lookups, SERVER)
     rows = [(t, "c", "10.0.0.5:40000", 105, "GET_ROUTEINFO_BY_TOPIC", int(t), 17, 1.0, False, topic, "no route",
-             SERVER, None, "in.pcap", f"{SERVER}@x") for t, topic in ((200.0, "T"), (201.0, "Never"))]
+             SERVER, None, False, "in.pcap", f"{SERVER}@x") for t, topic in ((200.0, "T"), (201.0, "Never"))]
     groups: findings_module.Groups = {}
     findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
     said = findings_module.evidence([], groups, brokers, findings_module.response_groups(groups), [], stories)

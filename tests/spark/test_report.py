@@ -26,10 +26,10 @@ from twisted_namesrv.remoting.codes import code_name
 
 # The output contract of issue 3, written out here independently of spark_analysis/schema.py.
 FRAME_COLUMNS = ["ts", "conn_id", "client", "server", "direction", "code", "code_name", "opaque", "flag", "oneway",
-                 "version", "version_name", "language", "serialize_type", "remark", "ext", "body_len", "input",
-                 "session"]
+                 "version", "version_name", "language", "serialize_type", "remark", "ext", "body_len", "missing",
+                 "input", "session"]
 CALL_COLUMNS = ["ts", "conn_id", "client", "code", "code_name", "opaque", "response_code", "latency_ms", "oneway",
-                "topic", "response_remark", "server", "broker_addr", "input", "session"]
+                "topic", "response_remark", "server", "broker_addr", "cut", "input", "session"]
 REGISTRATION_COLUMNS = ["ts", "conn_id", "cluster", "broker_name", "broker_addr", "broker_id", "ha_server_addr",
                         "compressed", "body_len", "crc_declared", "crc_ok", "topic_count", "data_version_counter",
                         "data_version_ts", "filter_servers", "response_code", "version_name", "server",
@@ -178,7 +178,7 @@ def test_counts_on_shared_captures(spark, tmp_path: Path) -> None:
     # just closed its connection (ZoneTopic5), are told under that deletion or close, not as unknown topics
     assert out.summary["attention"] == (
         "3 critical: 4 brokers whose connection closed without unregistering, 1 broker failing the body CRC, "
-        "1 broker refused registration · 7 warnings: 4 unknown topics, 4 error answers, 1 request code never "
+        "1 broker refused registration · 7 warnings: 4 unknown topics, 4 kinds of error answer, 1 request code never "
         "answered, 6 undecodable connections")
     tied = {(item["kind"], lookup["topic"]) for f in out.summary["findings"] for item in f["evidence"]
             for lookup in item.get("failed_lookups", ())}

@@ -92,6 +92,9 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
         add("broker_id_change", r["at"], broker_addr=r["broker_addr"])
     for d in truth["topic_deletions"]:
         add("topic_deleted", d["at"], topic=d["topic"], server=d["namesrv"])
+    for cut in truth.get("cuts", []):
+        add("capture_cut", None, cut_at=cut["cut_at"], packets=cut["packets"],
+            uncaptured_bytes=cut["bytes_not_captured"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],

@@ -41,6 +41,9 @@ KIND_CLASSES = {
     "undecodable_connection": "absent",
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
+    "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
+    "server_unread": "absent",  # every server of the corpus can be read, cut or not
+    "other_port_traffic": "absent",  # only with --port, which the truth test never gives
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
@@ -112,6 +115,11 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("near_expiry", f"{gap['broker_addr']} silent {gap['seconds']} s from {gap['from']}",
                             seconds(gap["from"]), seconds(gap["until"]), required=False,
                             match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
+    for cut in truth.get("cuts", []):
+        events.append(Event("cut", f"{cut['file']}: {cut['packets']} packets cut at {cut['cut_at']} bytes, "
+                            f"{cut['bytes_not_captured']} bytes not captured",
+                            match={"cut_at": cut["cut_at"], "packets": cut["packets"],
+                                   "uncaptured_bytes": cut["bytes_not_captured"]}))
     for d in truth["topic_deletions"]:
         events.append(Event("topic_deletion", f"topic {d['topic']} deleted at {d['namesrv']} at {d['at']}",
                             seconds(d["at"]), match={"topic": d["topic"]}, where=d["namesrv"]))
@@ -260,11 +268,12 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
     got: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         endpoint = row.get("server") or str(row.get("session", "")).split("@")[0]
-        got[(endpoint, row["cluster"], row["broker_name"], row["broker_addr"])].append(row)
-    problems = [f"invented brokers.csv row(s) for {' / '.join(key)}: {[r.get('ended') for r in rows]}"
+        # a name a snap length cut is empty in the CSV, null in the truth
+        got[(endpoint, row["cluster"], row["broker_name"] or None, row["broker_addr"])].append(row)
+    problems = [f"invented brokers.csv row(s) for {' / '.join(map(str, key))}: {[r.get('ended') for r in rows]}"
                 for key, rows in got.items() if key not in stays]
     for key, truth_stays in stays.items():
-        who = " / ".join(key)
+        who = " / ".join(map(str, key))
         rows = sorted(got.get(key, []), key=lambda r: seconds(r.get("first_seen")) or 0.0)
         truth_stays = sorted(truth_stays, key=lambda s: seconds(s["registered"]))
         if not rows:

@@ -1,11 +1,15 @@
-"""NamesrvConfig and java.util.Properties parsing."""
+"""NamesrvConfig (its properties text: tests/test_properties_codec.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from twisted_namesrv import compat
-from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig, parse_properties
+from twisted_namesrv import compat, properties
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig
 
 
 def make(tmp_path, **values) -> NamesrvConfig:
@@ -16,39 +20,6 @@ def make(tmp_path, **values) -> NamesrvConfig:
 
 def listed(config: NamesrvConfig) -> dict[str, str]:
     return dict(line.split("=", 1) for line in config.properties_text().splitlines())
-
-
-def test_properties_comments_separators_and_blank_lines():
-    text = (
-        "# a comment\n"
-        "! another comment\n"
-        "\n"
-        "   \n"
-        "a=1\n"
-        "b : 2\n"
-        "c 3\n"
-        "  d\t=\t4 \n"
-        "e=\n"
-        "f\n"
-        "g==x\n"
-        "h=value # not a comment\n"
-    )
-    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "4 ", "e": "", "f": "", "g": "=x",
-                                      "h": "value # not a comment"}
-
-
-def test_properties_continuation_lines():
-    text = "list=a,\\\n    b,\\\n\tc\nnext=1\nodd=x\\\\\nafter=2\n"
-    assert parse_properties(text) == {"list": "a,b,c", "next": "1", "odd": "x\\", "after": "2"}
-
-
-def test_properties_escapes():
-    text = "key\\ with\\:colon\\=eq=v\\tt\\nn\\u0041\\\\\nunicode=\\u00e9t\\u00e9\nplain\\q=\\q\n"
-    assert parse_properties(text) == {"key with:colon=eq": "v\tt\nnA\\", "unicode": "été", "plainq": "q"}
-
-
-def test_properties_last_duplicate_wins():
-    assert parse_properties("a=1\na=2\n") == {"a": "2"}
 
 
 def test_defaults_are_javas():
@@ -178,25 +149,34 @@ def test_secret_values_are_left_out_of_the_answer_masked_in_p_and_kept_in_the_st
     config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")})
     assert "pw1" not in config.properties_text() and "pw2" not in config.properties_text()
     assert "productEnvName=center" in config.properties_text()
-    stored = parse_properties(config.stored_text())
+    stored = properties.load(config.stored_text())
     assert stored["tls.server.keyPassword"] == "pw1" and stored["db.password"] == "pw2"
-    shown = parse_properties(config.all_keys_text())
+    shown = properties.load(config.all_keys_text())
     assert shown["tls.server.keyPassword"] == MASK and shown["tls.server.mode"] == "disabled"
-    assert parse_properties(make(tmp_path).all_keys_text())["tls.server.keyPassword"] == ""  # unset: nothing to hide
+    assert properties.load(make(tmp_path).all_keys_text())["tls.server.keyPassword"] == ""  # unset: nothing to hide
     assert masked({"a.token": "x", "listenPort": "1", "secretKey": ""}) == {"a.token": MASK, "listenPort": "1",
                                                                             "secretKey": ""}
 
 
-@pytest.mark.parametrize("key", ["clusterTest=true", "rocketmqHome=/opt/rmq",
-                                 "clientRequestThreadPoolNums=32"])
-def test_java_keys_not_implemented_here_warn_and_strict_refuses_them(tmp_path, key):
+@pytest.mark.parametrize(("key", "why"), [
+    ("clusterTest=true", "not implemented, ignored (this NameServer does not do what the key asks)"),
+    ("clientRequestThreadPoolNums=32", "not implemented, ignored (this NameServer does not do what the key asks)"),
+    ("rocketmqHome=/opt/rmq", "no effect here, ignored (Java reads its logback configuration there; logging here "
+                              "is Twisted's (--log-*))"),
+    ("connectTimeoutMillis=5000", "no effect here, ignored (a setting of Java's NameServer's Netty client (its "
+                                  "NOTIFY_MIN_BROKER_ID_CHANGE and controller notices to brokers); this server sends "
+                                  "each notice on a connection of its own, 3 s to connect)"),
+    ("jRaftGroupId=g1", "no effect here, ignored (a key of Java's jRaft controller, which this server does not run "
+                        "(controllerType jRaft is refused))"),
+])
+def test_java_keys_not_implemented_here_warn_even_when_strict(tmp_path, key, why):
+    """mqnamesrv -c reads every one of these: --strict-config refuses only keys no NameServer reads."""
     path = tmp_path / "ns.properties"
     path.write_text(f"{key}\n")
-    config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")})
-    assert config.warnings == [f"{path}: {key}: not implemented, ignored (this NameServer does not do what the "
-                               "key asks)"]
-    with pytest.raises(ConfigError, match=f"{key}: not implemented by this NameServer"):
-        NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=True)
+    for strict in (False, True):
+        config = NamesrvConfig.from_file(str(path), {"kvConfigPath": str(tmp_path / "kv.json")}, strict=strict,
+                                         schema=SERVER_SCHEMA)  # as the launchers read it: the controller's too
+        assert config.warnings == [f"{path}: {key}: {why}"]
 
 
 def test_a_not_implemented_key_at_its_default_is_no_warning(tmp_path):
@@ -213,3 +193,34 @@ def test_the_http_side_binds_loopback_whatever_bind_address_says(tmp_path):
         make(tmp_path, metricsPort=9877, listenPort=9877)
     with pytest.raises(ConfigError, match="metricsBindAddress: empty"):
         make(tmp_path, metricsBindAddress=" ")
+
+
+def test_the_schema_is_passed_in_and_grows_with_no_import() -> None:
+    """controller/config.py used to add its keys to this module's tables when imported, so what
+    ``-p``, ``--strict-config`` and ``is_secret`` said depended on what had been imported.  In a fresh
+    interpreter: importing the whole controller changes no table here, and the NameServer's own
+    schema and the server's (schema.py) say the same before and after."""
+    probe = (
+        "from twisted_namesrv.state import config as c\n"
+        "before = ([k.name for k in c.KEYS], len(c.NAMESRV_SCHEMA.keys), c.is_secret('controllerEtcdToken'))\n"
+        "import twisted_namesrv.controller.service, twisted_namesrv.controller.tap, twisted_namesrv.service\n"
+        "from twisted_namesrv.schema import SERVER_SCHEMA\n"
+        "after = ([k.name for k in c.KEYS], len(c.NAMESRV_SCHEMA.keys), c.is_secret('controllerEtcdToken'))\n"
+        "assert before == after, (before, after)\n"
+        "assert 'controllerType' not in c.KEYS_BY_NAME and 'controllerType' in SERVER_SCHEMA.by_name\n"
+        "ns = c.NamesrvConfig({}, {'controllerType': 'etcd'})\n"
+        "assert ns.extra == {'controllerType': 'etcd'}  # unknown to the NameServer's own schema\n"
+        "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_servers_schema_types_checks_and_guards_the_controllers_keys() -> None:
+    from twisted_namesrv.schema import SERVER_SCHEMA
+
+    with pytest.raises(ConfigError, match="controllerType"):
+        NamesrvConfig({"controllerType": "jRaft"}, schema=SERVER_SCHEMA)
+    config = NamesrvConfig({}, {"controllerEtcdLeaseTtlSeconds": "5"}, schema=SERVER_SCHEMA)
+    assert config["controllerEtcdLeaseTtlSeconds"] == 5
+    assert {"controllerType", "controllerStorePath"} <= config.blocked_keys()
+    assert "controllerStorePath" not in NamesrvConfig().blocked_keys()  # the NameServer alone does not know it

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager
+from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager, KVLimitError
 from twisted_namesrv.state.store import write_atomically
 
 
@@ -83,3 +83,43 @@ def test_corrupt_file_raises_naming_the_file(tmp_path, content):
         file_backed(path)
     assert str(path) in str(info.value)
     assert path.read_bytes() == content  # never overwritten
+
+
+def test_a_change_that_would_grow_the_table_past_its_limit_changes_nothing(tmp_path):
+    """Each put rewrote the whole file, in the reactor, without a bound: 600 unsigned puts of 60 KB
+    values (no ACL) made a 36 MB file, the last puts taking 0.36 s each while nothing else was
+    answered, and nothing stopped the disk filling. Past maxKvBytes a put that grows the table is
+    refused; one that does not grow it (a smaller value, a delete) is taken, even over a lowered limit."""
+    writes: list[bytes] = []
+    limit = [200]
+    kv = KVConfigManager(writes.append, lambda: limit[0])
+    kv.put("NS", "k1", "v" * 100)
+    with pytest.raises(KVLimitError, match=r"would be (at least )?\d+ bytes, over maxKvBytes \(200\)"):
+        kv.put("NS", "k2", "v" * 100)
+    assert kv.get_kv_list("NS") == {"k1": "v" * 100} and len(writes) == 1 and kv.size == len(writes[-1])
+    encoded = []
+    kv.encode = lambda table=None: encoded.append(table) or b"{}"  # type: ignore[method-assign]
+    with pytest.raises(KVLimitError, match="at least"):  # a new key past it: refused before encoding the table
+        kv.put("NS", "k9", "v" * 100)
+    assert encoded == []
+    del kv.encode
+    limit[0] = 50  # lowered below what is held: what does not grow it still goes
+    kv.put("NS", "k1", "short")
+    kv.delete("NS", "k1")
+    with pytest.raises(KVLimitError):
+        kv.put("NS", "k3", "v" * 100)
+    limit[0] = 0  # no limit
+    kv.put("NS", "k3", "v" * 1000)
+    assert len(writes) == 4 and kv.get("NS", "k3") == "v" * 1000
+
+
+def test_a_loaded_table_over_the_limit_is_kept_and_shrinks(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    file_backed(path).put("NS", "k", "v" * 500)
+    kv = KVConfigManager(lambda data: write_atomically(path, data), lambda: 100)
+    kv.load(path)
+    assert kv.get("NS", "k") == "v" * 500 and kv.size == path.stat().st_size
+    with pytest.raises(KVLimitError):
+        kv.put("NS", "other", "x")
+    kv.put("NS", "k", "v")
+    assert json.loads(path.read_bytes()) == {"configTable": {"NS": {"k": "v"}}}

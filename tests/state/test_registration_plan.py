@@ -1,6 +1,6 @@
-"""A registration as a plan (state/registration.py): compared with topicQueueTable in steps, then
-applied by RouteInfoManager.apply_registration in one place; a plan made stale by a change in
-between applies as a registration in one go after that change would."""
+"""A registration as a plan (state/registration.py): compared with topicQueueTable and its new
+entries staged in steps, then applied by RouteInfoManager.apply_registration in one place; a plan
+made stale by a change in between applies as a registration in one go after that change would."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def request(*topics, version=(1, 2)) -> RegisterRequest:
 
 
 def plan_for(routes: RouteInfoManager, req: RegisterRequest):
-    return plan_steps(req, routes.topicQueueTable, routes.generation, routes.removes_absent_topics)
+    return plan_steps(req, routes)
 
 
 def test_the_plan_lists_what_changes_and_the_tables_change_only_when_it_applies(monkeypatch):
@@ -37,9 +37,10 @@ def test_the_plan_lists_what_changes_and_the_tables_change_only_when_it_applies(
             assert routes.topicQueueTable == before  # nothing applied while in steps
     except StopIteration as done:
         plan = done.value
-    assert turns >= 3  # five topics, two per step, then the removals' scan
-    assert [c.topicName for c in plan.changes] == ["T2", "T5", "T6"]
-    assert plan.removals == ["T3"]
+    assert turns >= 4  # five topics, two per step, then the removals' walk
+    assert {t: q and q.brokerName for t, q in plan.staged.items()} == {
+        "T2": "broker-a", "T5": "broker-a", "T6": "broker-a", "T3": None}  # the group leaves T3
+    assert plan.staged["T2"].perm == 4 and routes.topicQueueTable["T2"]["broker-a"].perm != 4
     assert plan.topicCount == 5
     assert routes.apply_registration(plan) is not None
     assert sorted(routes.topicQueueTable) == ["T1", "T2", "T4", "T5", "T6"]
@@ -56,7 +57,7 @@ def test_a_plan_made_stale_is_compared_again_when_it_applies(profile):
         register(routes, topics=("T1", "T2", "T3"))
     req = request("T1", "T2", "T4")
     plan = run_steps(plan_for(stepped, req))
-    assert [c.topicName for c in plan.changes] == ["T4"]
+    assert list(plan.staged) == (["T4", "T3"] if profile is V5 else ["T4"])  # 5.3.3 deletes T3
     for routes in (stepped, reference):
         routes.wipe_write_perm_of_broker("broker-a")
         routes.register_topic("T9", [QueueData("broker-a", 1, 1, 6, 0)])
@@ -72,4 +73,4 @@ def test_an_unchanged_table_is_not_compared():
     req = request()
     req.body.tableUnchanged = True
     plan = run_steps(plan_for(routes, req))
-    assert plan.changes is None and plan.removals is None
+    assert plan.staged is None and plan.rules is None

@@ -19,9 +19,9 @@ MAPPING = {"T1": queue_mapping_info({"bname": "broker-a", "epoch": 1, "scope": "
 
 def answers(routes: RouteInfoManager) -> list[bytes]:
     """Every route, the cluster info and the topic list, as a client would receive them."""
-    v5 = routes.profile.v5_bodies
-    bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5)),
-              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), v5=v5))]
+    v5, concurrent = routes.profile.v5_bodies, routes.profile.concurrent_tables
+    bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5, concurrent)),
+              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), concurrent=concurrent))]
     for topic in routes.all_topics():
         route = routes.pickup_topic_route_data(topic)
         bodies.append(fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas,
@@ -54,6 +54,17 @@ def test_a_restored_server_answers_exactly_what_it_answered(profile):
 
 
 @BOTH
+def test_a_restored_table_shares_its_alike_queue_data(profile):
+    """Entries alike are one QueueData once restored, as a registration leaves them (a snapshot
+    of a million topics made a million of them), and answer as before."""
+    before, _ = populated(profile)
+    after, _ = restored(profile, export_routes(before))
+    held = [queues["broker-a"] for queues in after.topicQueueTable.values() if "broker-a" in queues]
+    assert len(held) == 3 and len({id(queue) for queue in held}) == 1
+    assert answers(after) == answers(before)
+
+
+@BOTH
 def test_restored_brokers_expire_after_their_timeout_unless_they_register_again(profile):
     routes, clock = restored(profile, export_routes(populated(profile)[0]))
     clock.advance(30)
@@ -70,7 +81,7 @@ def test_restored_brokers_expire_after_their_timeout_unless_they_register_again(
 def test_first_registration_after_a_restore_applies_the_whole_table(profile):
     events = []
     routes, _ = manager(profile)
-    routes._listener = lambda kind, info: events.append((kind, info["addr"]))
+    routes.listen(lambda kind, info: events.append((kind, info["addr"])))
     import_routes(routes, export_routes(populated(profile)[0]))
     register(routes, addr=MASTER_B, name="broker-b", cluster="c2", topics=("T2", "T3", "T4"), channel=9)
     assert "broker-b" in routes.topicQueueTable["T4"]  # same data version, yet applied

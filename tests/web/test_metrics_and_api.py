@@ -3,6 +3,7 @@ in-memory transports, scraped and queried without a network."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 from prometheus_client import generate_latest
@@ -11,9 +12,10 @@ from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
-from tests.test_housekeeping import MASTER, OTHER, START, config, register
-from twisted_namesrv import metrics as metrics_module
-from twisted_namesrv.metrics import DEPARTED_KEEP_SECONDS, Metrics
+from tests.test_housekeeping import MASTER, OTHER, START, config, register, register_request
+from twisted_namesrv import departures
+from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.escapes import CONTROLS
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -30,8 +32,9 @@ class Served:
         values.setdefault("metricsPort", 9877)  # never listened on: the service is not started
         self.service = NamesrvService.from_config(config(tmp_path, **values), reactor=self.clock)
         self.service.housekeeping.startService()
-        self.registry = registry(self.service.state, self.service.factory)
-        self.api = StatusApi(self.service.state, self.service.factory)
+        seen = self.service.seen
+        self.registry = registry(self.service.state, self.service.factory, seen, seen.health)
+        self.api = StatusApi(self.service.state, self.service.factory, seen, seen.health)
         self.ports = iter(range(40000, 41000))
 
     def connect(self):
@@ -90,6 +93,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     assert value(samples, "namesrv_rejected_total", reason="frame_length") == 1
     assert value(samples, "namesrv_broker_events_total", event="registered") == 1
     assert value(samples, "namesrv_brokers_live") == 1 and value(samples, "namesrv_topics") == 2
+    assert value(samples, "namesrv_topic_queue_entries") == 2
     assert value(samples, "namesrv_kv_entries") == 1
     assert value(samples, "namesrv_connections") == 2  # the broker and the lookups stay open
     assert value(samples, "namesrv_received_bytes_total") > 0 < value(samples, "namesrv_sent_bytes_total")
@@ -98,6 +102,7 @@ def test_metrics_follow_requests_brokers_rejections_and_expiry(tmp_path):
     samples = served.scrape()
     assert value(samples, "namesrv_broker_events_total", event="expired") == 1
     assert value(samples, "namesrv_brokers_live") == 0 and value(samples, "namesrv_topics") == 0
+    assert value(samples, "namesrv_topic_queue_entries") == 0
 
 
 def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
@@ -165,10 +170,12 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
                                                                 "ts_ms": (START + 30) * 1000}}]
     assert served.api.overview()["brokers_departed"] == 1
 
-    served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b is forgotten; broker-a expired meanwhile
-    (group_a,) = served.api.clusters()["clusters"][0]["broker_groups"]
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 1)  # broker-b's departure is forgotten; broker-a expired meanwhile
+    (group_a, group_b) = served.api.clusters()["clusters"][0]["broker_groups"]
     assert group_a["members"][0]["departed"]["reason"].startswith("expired: no heartbeat for ")
     assert served.api.overview()["brokers_departed"] == 1
+    assert group_b["absent"]["how"] == "closed"  # the group is still expected (state/topology.py)
+    assert [(m["addr"], m["perm"], m["expected"]) for m in group_b["members"]] == [(OTHER, "absent", True)]
 
     served.broker()  # back: listed live again, not as departed
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]
@@ -176,11 +183,11 @@ def test_departed_brokers_stay_listed_with_why_and_when_then_go(tmp_path):
 
 
 def test_departed_brokers_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(metrics_module, "DEPARTED_LIMIT", 3)
-    metrics = Metrics(clock=task.Clock().seconds)
+    monkeypatch.setattr(departures, "DEPARTED_LIMIT", 3)
+    departed = departures.DepartedBrokers(task.Clock().seconds)
     for port in range(5):
-        metrics.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
-    assert [e.info["broker"] for e in metrics.departed_brokers()] == ["b2", "b3", "b4"]
+        departed.route_event("closed", {"cluster": "c1", "broker": f"b{port}", "id": 0, "addr": f"h:{port}"})
+    assert [e.info["broker"] for e in departed.brokers()] == ["b2", "b3", "b4"]
 
 
 def test_a_brokers_changed_events_fold_into_one(tmp_path):
@@ -220,3 +227,30 @@ def test_an_idle_close_is_reported_as_idle(tmp_path):
     departed = served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["departed"]
     assert departed == {"kind": "idle", "crash": True, "reason": "idle: no request for 120 s",
                         "ts_ms": (START + 180) * 1000}
+
+
+def raw_register(served: Served, cluster: str, name: str, addr: str) -> None:
+    """A REGISTER_BROKER whose JSON header escapes what it holds (``\\ud800``: a lone surrogate, which
+    no encoder of ours writes), as any peer may send it, unsigned without ACL."""
+    request = register_request(addr, name)
+    header = json.dumps({"code": int(RequestCode.REGISTER_BROKER), "extFields": {**request.ext, "clusterName": cluster},
+                         "flag": 0, "language": "JAVA", "opaque": 9, "serializeTypeCurrentRPC": "JSON",
+                         "version": V5_3_3}).encode()
+    proto, transport = served.connect()
+    proto.dataReceived(struct.pack(">ii", 4 + len(header) + len(request.body), len(header)) + header + request.body)
+    assert b'"code":0' in transport.value()
+
+
+def test_label_values_hold_no_control_character(tmp_path):
+    """Cluster and broker names are labels, and any peer registers them: an ESC or CR in one reached the
+    terminal of whoever ran ``curl /metrics`` raw (the text format escapes only \\, " and newlines), and a
+    lone surrogate made every scrape fail (500) while that broker was registered. Now each is the
+    visible escape the log and the terminal show (escapes.py)."""
+    served = Served(tmp_path)
+    raw_register(served, "c\x1b[2J\r\u2028", "b\u202e-a", MASTER)
+    raw_register(served, "sur\ud800", "b-b", OTHER)
+    text = generate_latest(served.registry).decode("utf-8")
+    assert not CONTROLS.search(text.replace("\n", ""))
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c\\x1b[2J\\r\\u2028", broker="b\\u202e-a") == 1
+    assert value(samples, "namesrv_broker_group_master_live", cluster="sur\\ud800", broker="b-b") == 1

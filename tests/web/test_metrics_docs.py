@@ -87,4 +87,4 @@ def test_each_live_broker_has_its_heartbeat_age_timeout_and_restored_flag(tmp_pa
 def test_build_info_names_what_runs(tmp_path):
     samples = Served(tmp_path).scrape()
     assert value(samples, "namesrv_build_info", version=__version__, compat="5.3.3", python=platform.python_version(),
-                 twisted=twisted_version) == 1
+                 twisted=twisted_version, listen_port="9876") == 1  # the remoting port: what alerts name

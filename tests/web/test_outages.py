@@ -12,7 +12,7 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.system_topics import is_system_topic, system_topic_kind
+from twisted_namesrv.system_topics import is_system_topic, system_topic_kind, write_off_by_design
 
 A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.1.1:10911"
 _opaques = itertools.count(1000)
@@ -66,8 +66,10 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     unregister(served, B_MASTER, "broker-b", 0)  # a clean stop
     served.clock.advance(0)
     samples = served.scrape()
-    assert value(samples, "namesrv_broker_groups_without_master") == 1
+    assert value(samples, "namesrv_broker_groups_without_master") == 2  # broker-b is absent: expected, gone
     assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-a") == 0
+    assert value(samples, "namesrv_broker_group_master_live", cluster="c1", broker="broker-b") == 0
+    assert value(samples, "namesrv_broker_group_absent", cluster="c1", broker="broker-b") == 1
     assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 0
     assert value(samples, "namesrv_clusters_without_writable_queues") == 1
     assert value(samples, "namesrv_brokers_departed", kind="closed") == 1
@@ -75,12 +77,16 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     assert value(samples, "namesrv_lost_topics") == 1  # OrdersB; broker-b's own and the system topics are not
 
     overview = served.api.overview()
-    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (1, 1)
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (2, 1)
     clusters = served.api.clusters()
+    absent = {"since_ms": int(served.clock.seconds() * 1000), "how": "unregistered", "crash": False}
     assert clusters["outages"] == {
         "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,
-                                          "master_addr": None}],
-        "clusters_without_writable_queues": ["c1"]}
+                                          "master_addr": None, "absent": None},
+                                         {"cluster": "c1", "broker_name": "broker-b", "live_members": 0,
+                                          "master_addr": B_MASTER, "absent": absent}],
+        "clusters_without_writable_queues": ["c1"],
+        "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}]}
     (cluster,) = clusters["clusters"]
     assert cluster["writable_broker_groups"] == 0
     group_a = cluster["broker_groups"][0]
@@ -122,3 +128,32 @@ def test_system_topics_as_javas_topic_validator_and_mixall_name_them():
     assert system_topic_kind("%RETRY%group") == "retry" and system_topic_kind("%DLQ%group") == "dead-letter"
     for topic in ("TopicTest", "broker-b", "orders", "TBW1020"):
         assert not is_system_topic(topic, clusters, brokers), topic
+
+
+def test_a_system_topic_read_only_by_design_is_no_missing_write_permission(tmp_path):
+    """Every 5.3.3 broker registers rmq_sys_SYNC_BROKER_MEMBER_<its name> with perm 1 (Java's
+    TopicConfigManager: PERM_INHERIT alone), and with brokerTopicEnable/clusterTopicEnable off its
+    broker- and cluster-named topics too: the group was shown "2/5" writable, in red, while healthy."""
+    served = Served(tmp_path)
+    proto, transport = served.connect()
+    table = {t: TopicConfig(t) for t in ("OrdersA", "TBW102")}
+    table |= {t: TopicConfig(t, perm=1) for t in ("rmq_sys_SYNC_BROKER_MEMBER_broker-a", "broker-a", "c1")}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), table), False, True)
+    ext = {"clusterName": "c1", "brokerAddr": A_MASTER, "brokerName": "broker-a", "brokerId": "0",
+           "haServerAddr": A_MASTER}
+    proto.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=next(_opaques),
+                                               version=V5_3_3).encode())
+    assert b'"code":0' in transport.value()
+    group = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert group["queues"] == {"topics": 2, "writable": 2} and group["takes_writes"]
+
+    served.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})  # a real loss still shows
+    group = served.api.clusters()["clusters"][0]["broker_groups"][0]
+    assert group["queues"] == {"topics": 2, "writable": 0} and not group["takes_writes"]
+
+
+def test_which_system_topics_take_no_writes_by_design():
+    assert write_off_by_design("rmq_sys_SYNC_BROKER_MEMBER_broker-a")
+    assert write_off_by_design("broker-a", ("c1",), ("broker-a",)) and write_off_by_design("c1", ("c1",), ())
+    for topic in ("TBW102", "c1_REPLY_TOPIC", "OrdersA", "rmq_sys_REVIVE_LOG_c1", "broker-b"):
+        assert not write_off_by_design(topic, ("c1",), ("broker-a",)), topic

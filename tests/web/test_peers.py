@@ -99,3 +99,38 @@ def test_the_peers_are_namesrv_addr_else_the_nsaddr_list_without_this_server():
                             "advertisedAddress": "ns-0.ns"})
     assert peer_addresses(config, 9876) == ["ns-1.ns:9876"]  # ns-0 is this server; each peer once
     assert peer_addresses(NamesrvConfig(), 9876) == []
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_view_reads_its_peers_under_tls_and_acl_with_no_thread(tmp_path, monkeypatch):
+    """Under tls.server.mode=enforcing and aclReadRequired the old view failed (it read its own port
+    over plain TCP, unsigned, from a thread, beside the forked snapshot writer).  Now it reads its
+    own routes in process and its peers through the Twisted client, over TLS and signed, and no
+    thread pool is ever asked for."""
+    from tests.test_acl import ACCOUNTS
+    from tests.test_tls import self_signed
+
+    cert, key = self_signed(tmp_path / "tls")
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(ACCOUNTS)
+    secured = {"tls.server.mode": "enforcing", "tls.server.certPath": str(cert), "tls.server.keyPath": str(key),
+               "tls.server.trustCertPath": str(cert), "aclEnable": True, "aclAccountsFile": str(accounts),
+               "aclReadRequired": True}
+    asked: list[str] = []
+    monkeypatch.setattr(reactor, "getThreadPool", lambda: asked.append("thread pool") or None)
+    own_port, peer_port = free_port(), free_port()
+    peer, _ = yield start_server(server_config(tmp_path / "b", listenPort=peer_port, **secured))
+    own, _ = yield start_server(server_config(tmp_path / "a", listenPort=own_port, metricsPort=free_port(),
+                                              namesrvAddr=f"127.0.0.1:{peer_port}", peersCompareInterval=600_000,
+                                              **secured))
+    try:
+        report = yield compared(own)
+        assert report.error is None, report.error
+        [result] = report.results
+        assert result.up and result.differences == 0, result
+        assert result.summary == f"127.0.0.1:{own_port}, 127.0.0.1:{peer_port} agree: 0 brokers, 0 topics"
+        assert asked == []
+    finally:
+        yield own.stopService()
+        yield peer.stopService()
+

@@ -18,6 +18,9 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - heartbeat storm: every broker re-sends its tables within one second: time;
 - mass disconnect: every broker's connection reset at once: time until their routes are gone;
 - during each: the probe's longest wait and its lookup p50/p99 (one connection, a closed loop);
+- each phase's server CPU (user and system, the process tree, every thread), until the server is
+  idle again after it: steadier than the time on a shared machine, and it counts work a server
+  leaves for after its answers;
 - RSS after registration (with the client connections open) and at the end.
 
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
@@ -157,6 +160,31 @@ class Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def tree(self) -> list[int]:
+        """The process and its descendants (a command may start the server as a child)."""
+        found, pids = [], [self.proc.pid]
+        while pids:
+            pid = pids.pop()
+            found.append(pid)
+            try:
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    pids += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        return found
+
+    def cpu_s(self) -> float:
+        """User and system CPU seconds of the process tree so far (every thread: Java's JIT and
+        collector included): on a shared machine steadier than wall time, which waits for others."""
+        total = 0
+        for pid in self.tree():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+
     def rss_mib(self) -> float | None:
         """VmRSS of the process and its descendants (a command may start the server as a child)."""
         total, pids = None, [self.proc.pid]
@@ -290,6 +318,22 @@ async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: fl
     await asyncio.gather(*(one(i) for i in range(len(conns))))
 
 
+async def cpu_until_idle(server: Server, timeout: float = 60) -> float:
+    """The server's CPU seconds once it is idle again (under a quarter of a core, for three samples
+    of 0.2 s in a row: a server starved by other work looks idle for one; serving the probe's
+    closed loop of lookups takes about a tenth, and is counted for both servers alike):
+    what a phase left to do after its last answer (ours writes a big change into topicQueueTable
+    after committing it; Java's collector runs after) is counted in its CPU."""
+    deadline = time.monotonic() + timeout
+    last, quiet = server.cpu_s(), 0
+    while time.monotonic() < deadline and quiet < 3:
+        await asyncio.sleep(0.2)
+        now = server.cpu_s()
+        quiet = quiet + 1 if now - last < 0.05 else 0
+        last = now
+    return last
+
+
 class ClientsRefused(RuntimeError):
     """Fewer client connections than the step asks could be opened: how many, and why."""
 
@@ -342,18 +386,20 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
         try:
             await asyncio.sleep(1)
             phases: dict[str, tuple[float, float]] = {}
+            cpu: dict[str, float] = {}
             conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
-                t0 = time.monotonic()
+                t0, c0 = time.monotonic(), server.cpu_s()
                 await send_all(port, conns, first, spread)
                 phases[phase] = (t0, time.monotonic())
+                cpu[phase] = await cpu_until_idle(server) - c0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
                     out["rss_mib_registered"] = server.rss_mib()
                 await asyncio.sleep(0.3)
             last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), server.cpu_s()
             for _, writer in conns:
                 writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                                                       struct.pack("ii", 1, 0))
@@ -364,6 +410,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                     break
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
+            cpu["mass_disconnect"] = await cpu_until_idle(server) - c0
             await asyncio.sleep(0.3)
         finally:
             stop.set()
@@ -374,6 +421,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
     out["rss_mib_end"] = server.rss_mib()
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
+        out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
         for key, value in window(samples, t0, t1).items():
             out[f"{phase}_{key}"] = value
     return out

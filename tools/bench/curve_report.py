@@ -74,9 +74,9 @@ def rows_by(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def step_table(doc: dict[str, Any]) -> str:
-    """Per step, one line per phase: its time and the probe's longest wait in it (each server's
-    median with min–max, ours/other per round: median with min–max) and the probe's lookup
-    p50 / p99 (medians); and one line for RSS with the client connections open."""
+    """Per step, one line per phase: its time, the server's CPU and the probe's longest wait in it
+    (each server's median with min–max, ours/other per round: median with min–max) and the
+    probe's lookup p50 / p99 (medians); and one line for RSS with the client connections open."""
     servers = list(doc["servers"])
     ours, others = servers[0], servers[1:]
     rows = rows_by(doc)
@@ -84,7 +84,8 @@ def step_table(doc: dict[str, Any]) -> str:
     def group(title: str) -> list[str]:
         return [f"{title}: {s}" for s in servers] + [f"{title}: {ours} / {o}" for o in others]
 
-    head = ["step", "phase", *group("time"), *group("longest wait"), *(f"lookup p50 / p99: {s}" for s in servers)]
+    head = ["step", "phase", *group("time"), *group("server CPU"), *group("longest wait"),
+            *(f"lookup p50 / p99: {s}" for s in servers)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cells(key: str, unit: str) -> list[str]:
@@ -107,12 +108,12 @@ def step_table(doc: dict[str, Any]) -> str:
         for key, phase in PHASES:
             if (name, f"{key}_s") not in rows:
                 continue
-            line = [label, phase, *cells((name, f"{key}_s"), "s"), *cells((name, f"{key}_probe_max_ms"), "ms"),
-                    *lookups(name, key)]
+            line = [label, phase, *cells((name, f"{key}_s"), "s"), *cells((name, f"{key}_cpu_s"), "s"),
+                    *cells((name, f"{key}_probe_max_ms"), "ms"), *lookups(name, key)]
             lines.append("| " + " | ".join(line) + " |")
         if (name, "rss_mib_registered") in rows:
             line = [label, "RSS, registered, connections open", *cells((name, "rss_mib_registered"), "MiB"), *blank,
-                    *(["–"] * len(servers))]
+                    *blank, *(["–"] * len(servers))]
             lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)
 

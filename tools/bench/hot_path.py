@@ -30,7 +30,8 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
-from twisted_namesrv.service import build_state
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import build
 from twisted_namesrv.state.config import NamesrvConfig
 
 DEFAULT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "bench"
@@ -72,9 +73,11 @@ def our_connection() -> server.RemotingProtocol:
     """A protocol of a fresh 4.9.8 server whose broker registered TopicTest."""
     data_dir = tempfile.mkdtemp(prefix="hot-path-")
     config = NamesrvConfig({"compatVersion": "4.9.8", "kvConfigPath": f"{data_dir}/kv.json",
-                            "configStorePath": f"{data_dir}/namesrv.properties"})
+                            "configStorePath": f"{data_dir}/namesrv.properties"}, schema=SERVER_SCHEMA)
     clock = task.Clock()
-    factory = server.RemotingFactory(Dispatcher(build_state(config, clock)), clock, 1 << 24, 0)
+    owners = build(config, clock)
+    factory = server.RemotingFactory(Dispatcher(owners.state, owners.seen.metrics), clock, 1 << 24, 0,
+                                     owners.state.refusals, owners.state.budget)
     protocol = factory.buildProtocol(None)
     assert protocol is not None
     protocol.makeConnection(NullTransport())

@@ -9,6 +9,7 @@ here asserts, and figures on a shared machine move from run to run, hence the me
 
   tools/bench/run.py [--runs 3] [--quick] [--json out.json] [--compat 4.9.8|5.3.3]
   tools/bench/run.py --server-cmd 'CMD with {port} and {data_dir}'   # any other NameServer
+  tools/bench/run.py --compare 'java=CMD with {port} and {data_dir}'  # ours and it, round by round
 
 Every process it starts lives in its own process group and is stopped on exit, error or Ctrl-C.
 """
@@ -363,6 +364,8 @@ class Bench:
     shared: Path
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsbench-")))
     procs: list[Proc] = field(default_factory=list)
+    #: the NameServer the scenarios start: --server-cmd's, or a --compare one's in its turn (None: ours)
+    command: str | None = None
 
     @property
     def server_python(self) -> str:
@@ -397,8 +400,8 @@ class Bench:
             proc.stop()
 
     def server_argv(self, port: int, data_dir: Path) -> list[str]:
-        if self.args.server_cmd:
-            return shlex.split(self.args.server_cmd.format(port=port, data_dir=data_dir, host=HOST))
+        if self.command:
+            return shlex.split(self.command.format(port=port, data_dir=data_dir, host=HOST))
         argv = [self.server_python, "-m", "twisted_namesrv", "--port", str(port), "--bind", HOST,
                 "--data-dir", str(data_dir)]
         return argv + (["--compat", self.args.compat] if self.args.compat else [])
@@ -587,8 +590,10 @@ def snapshot_stall_scenario(b: Bench) -> Outcome:
     return {"stall_snapshot": res["probe_max_ms"]}, res
 
 
-#: scenarios that need our server's own options, skipped with --server-cmd
+#: scenarios that need our server's own options, skipped with --server-cmd and for --compare servers
 OURS_ONLY = {"stall-snapshot"}
+#: scenarios that start no NameServer (the ceiling, the floor): run once a round, not per server
+NO_SERVER = {"ceiling", "floor"}
 
 SCENARIOS: dict[str, Callable[[Bench], Outcome]] = {
     "route": route_scenario,
@@ -608,39 +613,64 @@ SCENARIOS: dict[str, Callable[[Bench], Outcome]] = {
 # ---- running and reporting ------------------------------------------------------------------
 
 
+#: ours, in the records and the comparison (the servers of --compare go by their labels)
+OURS = "ours"
+
+
 @dataclass
 class Results:
     values: dict[str, list[float]] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
+    #: each --compare server's values, by label
+    compared: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
-    def add(self, run: int, name: str, meter: CpuMeter, outcome: Outcome | None, error: str | None) -> None:
+    def add(self, run: int, name: str, meter: CpuMeter, outcome: Outcome | None, error: str | None,
+            server: str = OURS, load: float | None = None) -> None:
         values, details = outcome or ({}, {})
+        into = self.values if server == OURS else self.compared.setdefault(server, {})
         for key, value in values.items():
-            self.values.setdefault(key, []).append(value)
-        self.records.append({"run": run, "scenario": name, "seconds": round(time.monotonic() - meter.start[0], 2),
-                             "other_cpu_cores": round(meter.other_cores(), 2), "values": values,
-                             "details": details, "error": error})
+            into.setdefault(key, []).append(value)
+        self.records.append({"run": run, "scenario": name, "server": server,
+                             "seconds": round(time.monotonic() - meter.start[0], 2),
+                             "other_cpu_cores": round(meter.other_cores(), 2), "loadavg_1min": load,
+                             "values": values, "details": details, "error": error})
+
+
+def servers(args: argparse.Namespace) -> dict[str, str | None]:
+    """Ours (or --server-cmd's) first, then each --compare server by its label."""
+    found: dict[str, str | None] = {OURS: args.server_cmd}
+    for item in args.compare:
+        label, _, command = item.partition("=")
+        found[label] = command
+    return found
 
 
 def run_all(b: Bench, names: list[str], results: Results) -> None:
     """Rounds of every scenario, so slow drift of the machine spreads over all figures alike and
-    the ceiling is measured right next to the route throughput it is compared with."""
+    the ceiling is measured right next to the route throughput it is compared with; with
+    --compare, each scenario against ours and then each other server, so their ratio is a
+    round's."""
     for run in range(1, b.args.runs + 1):
         for name in names:
-            meter = CpuMeter({b.args.server_core, b.args.load_core})
-            outcome, error = None, None
-            try:
-                outcome = SCENARIOS[name](b)
-            except BenchError as e:
-                error = str(e)
-            results.add(run, name, meter, outcome, error)
-            progress(run, b.args.runs, results.records[-1])
+            for server, command in servers(b.args).items():
+                if server != OURS and name in OURS_ONLY | NO_SERVER:
+                    continue
+                b.command = command
+                meter = CpuMeter({b.args.server_core, b.args.load_core})
+                load = round(os.getloadavg()[0], 2)
+                outcome, error = None, None
+                try:
+                    outcome = SCENARIOS[name](b)
+                except BenchError as e:
+                    error = str(e)
+                results.add(run, name, meter, outcome, error, server, load)
+                progress(run, b.args.runs, results.records[-1])
         ratio(results, run)
 
 
 def ratio(results: Results, run: int) -> None:
     """Route throughput over the ceiling of the same round."""
-    rows = [r for r in results.records if r["run"] == run]
+    rows = [r for r in results.records if r["run"] == run and r["server"] == OURS]
     route = [r["values"].get("route_rps") for r in rows if r["values"].get("route_rps")]
     ceiling = [r["values"].get("ceiling_rps") for r in rows if r["values"].get("ceiling_rps")]
     if route and ceiling:
@@ -654,8 +684,10 @@ def ratio(results: Results, run: int) -> None:
 def progress(run: int, runs: int, record: dict[str, Any]) -> None:
     values = ", ".join(f"{k} {fmt(v, FIGURE_BY_KEY[k].unit)}" for k, v in record["values"].items())
     text = "ERROR " + record["error"] if record["error"] else values
-    print(f"[run {run}/{runs}] {record['scenario']} ({record['seconds']:.1f} s, other CPU "
-          f"{record['other_cpu_cores']:.2f} cores): {text}", file=sys.stderr, flush=True)
+    server = "" if record["server"] == OURS else f" [{record['server']}]"
+    print(f"[run {run}/{runs}] {record['scenario']}{server} ({record['seconds']:.1f} s, other CPU "
+          f"{record['other_cpu_cores']:.2f} cores, load {record['loadavg_1min']}): {text}", file=sys.stderr,
+          flush=True)
 
 
 def label(fig: Figure, args: argparse.Namespace) -> str:
@@ -692,10 +724,47 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
 
 
+def comparison(results: Results, label: str) -> list[dict[str, Any]]:
+    """Per figure measured on both: each server's values by round, and ours / the other's in each
+    round (both taken minutes apart, on the same machine's load)."""
+    rows = []
+    for fig in FIGURES:
+        by_run = {server: {r["run"]: r["values"][fig.key] for r in results.records
+                           if r["server"] == server and fig.key in r["values"]} for server in (OURS, label)}
+        runs = sorted(set(by_run[OURS]) & set(by_run[label]))
+        if not runs:
+            continue
+        rows.append({"key": fig.key, "figure": fig.label.strip(), "unit": fig.unit, "runs": runs,
+                     OURS: [by_run[OURS][r] for r in runs], label: [by_run[label][r] for r in runs],
+                     "ratios": [by_run[OURS][r] / by_run[label][r] if by_run[label][r] else None for r in runs]})
+    return rows
+
+
+def comparison_table(rows: list[dict[str, Any]], label: str, loads: dict[str, list[float]]) -> str:
+    """Median (min–max) of each server, and ours / the other's in each round with their median."""
+    def spread(values: list[float], unit: str) -> str:
+        return f"{fmt(statistics.median(values), unit)} ({fmt(min(values), unit)} – {fmt(max(values), unit)})"
+    head = ["figure", f"{OURS}: median (min–max)", f"{label}: median (min–max)", f"{OURS} / {label}, each round",
+            "median"]
+    body = []
+    for r in rows:
+        ratios = [x for x in r["ratios"] if x is not None]
+        body.append([r["figure"], spread(r[OURS], r["unit"]), spread(r[label], r["unit"]),
+                     ", ".join(f"{x:.3f}" for x in ratios), f"{statistics.median(ratios):.3f}" if ratios else ""])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    line = lambda row: "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()  # noqa: E731
+    lines = [line(head), line(["-" * w for w in widths]), *map(line, body)]
+    for server, values in loads.items():
+        lines.append(f"load average (1 min) at the start of each {server} run: "
+                     + ", ".join(f"{v:g}" for v in values))
+    return "\n".join(lines)
+
+
 def meta(b: Bench, seconds: float) -> dict[str, Any]:
     a = b.args
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "server": a.server_cmd or f"python -m twisted_namesrv --compat {a.compat or '(default)'}",
+            "compare": {label: command for label, command in servers(a).items() if label != OURS},
             "git": git_state(), "runs": a.runs, "seconds": a.seconds, "warmup": a.warmup,
             "lookups": a.lookups, "registrations": a.registrations, "server_core": a.server_core,
             "load_core": a.load_core, "shared_bench": str(b.shared), "total_seconds": round(seconds, 1)}
@@ -733,12 +802,19 @@ def report(b: Bench, results: Results, seconds: float) -> None:
     print(f"\nNameServer: {info['server']}  (git {info['git']}), server core {b.args.server_core}, "
           f"load core {b.args.load_core}, {b.args.runs} runs, total {seconds:.0f} s")
     print(table(rows) if rows else "no figure completed")
+    compared = {}
+    for label in list(servers(b.args))[1:]:
+        compared[label] = comparison(results, label)
+        loads = {server: [r["loadavg_1min"] for r in results.records if r["server"] == server]
+                 for server in (OURS, label)}
+        print(f"\nOurs against {label}, round by round:")
+        print(comparison_table(compared[label], label, loads) if compared[label] else "no figure of both completed")
     print_other_cpu(results.records)
     for r in results.records:
         if r["error"]:
             print(f"error in run {r['run']} {r['scenario']}: {r['error']}")
     if b.args.json:
-        doc = {"meta": info, "figures": rows, "runs": results.records}
+        doc = {"meta": info, "figures": rows, "compared": compared, "runs": results.records}
         Path(b.args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         print(f"JSON written to {b.args.json}")
 
@@ -762,6 +838,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--server-cmd", metavar="CMD",
                    help="benchmark another NameServer: a command line with {port} (and optionally "
                         "{data_dir}, {host}) placeholders; it is run under taskset like ours")
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=CMD",
+                   help="also another NameServer (a command line as --server-cmd's), each scenario right after "
+                        "ours in every round; the report gives ours / it per round")
     p.add_argument("--shared-bench", type=Path, default=DEFAULT_SHARED, metavar="DIR",
                    help=f"directory of nsload.py, fakebroker.py, ceiling.py (default {DEFAULT_SHARED})")
     p.add_argument("--only", metavar="NAMES", help="comma-separated scenarios: " + ",".join(SCENARIOS))
@@ -782,6 +861,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.server_cmd and "{port}" not in a.server_cmd:
         p.error("--server-cmd needs a {port} placeholder: the bench picks a free port per server")
+    for item in a.compare:
+        label, _, command = item.partition("=")
+        if not label or label == OURS or "{port}" not in command:
+            p.error("--compare LABEL=CMD: a label other than 'ours' and a command with a {port} placeholder")
     for tool in ("nsload.py", "fakebroker.py", "ceiling.py", "stall.py"):
         if not (a.shared_bench / tool).is_file():
             p.error(f"{tool} not found in {a.shared_bench} (see --shared-bench)")
@@ -806,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop_on_signal)
     signal.signal(signal.SIGHUP, stop_on_signal)
     os.sched_setaffinity(0, {args.load_core})  # our own polling and bookkeeping stay off the server core
-    bench, results, status = Bench(args, args.shared_bench.resolve()), Results(), 0
+    bench, results, status = Bench(args, args.shared_bench.resolve(), command=args.server_cmd), Results(), 0
     t0 = time.monotonic()
     try:
         run_all(bench, names, results)

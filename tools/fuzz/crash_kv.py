@@ -17,7 +17,10 @@ With ``--fault ENOSPC`` the files live on a 64 KiB tmpfs that keeps filling up a
 the clients write; with ``--fault EMFILE`` the server's RLIMIT_NOFILE keeps dropping to its lowest
 free descriptor and back, with ``--fault EIO`` writes and fsyncs of the files keep failing with EIO
 (eio_namesrv.py; squeeze.py).  Some writes then answer an error: a value whose write was
-answered with an error must never be found in a file, and every restart must load the files.
+answered with an error must never be found in a file, and every restart must load the files.  An
+UPDATE_NAMESRV_CONFIG whose save failed is applied in memory only, as Java's (SUCCESS with the
+remark "applied in memory only, until the restart"): not an acknowledgement of a durable write, and
+not a refusal either (counted apart, as unsaved).
 
 Prints iterations, acknowledged writes, violations (must be 0), how far the files were behind the
 last write sent, and how many temp files kills left behind.  ``run()`` is what the test calls.
@@ -48,8 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from namesrv_proc import HOST, NamesrvProcess, ServerStartError  # noqa: E402
 from squeeze import DiskSqueezer, EioSqueezer, FdSqueezer, Squeezer, eio_launcher, tiny_disk  # noqa: E402
 
+from twisted_namesrv import properties  # noqa: E402
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
-from twisted_namesrv.state.config import NamesrvConfig, parse_properties  # noqa: E402
+from twisted_namesrv.schema import SERVER_SCHEMA  # noqa: E402
+from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
 
 NAMESPACE, KEY = "CrashNS", "seq"
 CONFIG_KEY = "productEnvName"
@@ -64,6 +69,7 @@ class Stream:
     acked: int = -1
     acks: int = 0  # acknowledgements in this run
     errors: int = 0  # answers other than SUCCESS
+    unsaved: int = 0  # SUCCESS with a remark: applied in memory only, the save failed (config updates)
     refused: set = field(default_factory=set)  # the N whose write was answered with an error
 
 
@@ -79,6 +85,7 @@ class Summary:
     leftover_temp_files: int = 0
     kv_errors: int = 0  # writes answered with an error (the faults hit)
     config_errors: int = 0
+    config_unsaved: int = 0
     squeezes: int = 0
     fault: str | None = None
     seconds: float = 0.0
@@ -140,6 +147,8 @@ async def writer(port: int, stream: Stream, build, window: int, stop: asyncio.Ev
                     stream.errors += 1
                     if n is not None:
                         stream.refused.add(n)
+                elif answer.remark:  # applied in memory only: the save failed, nothing durable to expect
+                    stream.unsaved += 1
                 elif n is not None:
                     stream.acked = max(stream.acked, n)
                     stream.acks += 1
@@ -172,8 +181,8 @@ def check_files(data_dir: Path, kv: Stream, config: Stream, summary: Summary, it
     config_path = data_dir / "namesrv.properties"
     try:
         text = config_path.read_text(encoding="utf-8")
-        props = parse_properties(text)
-        NamesrvConfig.from_file(str(config_path))
+        props = properties.load(text)
+        NamesrvConfig.from_file(str(config_path), schema=SERVER_SCHEMA)
     except (OSError, ValueError) as exc:
         violation(f"namesrv.properties does not load: {exc!r}")
         return
@@ -269,6 +278,7 @@ def _run(iterations: int, max_seconds: float, workdir: Path, seed: int, kill_aft
                   f"{config.acks:,} config writes acknowledged, {len(summary.violations)} violations", flush=True)
     summary.kv_acks, summary.config_acks = kv.acks, config.acks
     summary.kv_errors, summary.config_errors = kv.errors, config.errors
+    summary.config_unsaved = config.unsaved
     summary.leftover_temp_files = len(list(data_dir.glob("*.tmp")) + list(data_dir.glob(".*.tmp")))
     summary.seconds = round(time.monotonic() - started, 1)
     return summary
@@ -308,7 +318,8 @@ def main() -> int:
     print(f"temp files left behind  {summary.leftover_temp_files}")
     if summary.fault:
         print(f"fault {summary.fault:<17} {summary.squeezes} squeezes; answered with an error: {summary.kv_errors} KV, "
-              f"{summary.config_errors} config writes")
+              f"{summary.config_errors} config writes; config writes applied in memory only (save failed): "
+              f"{summary.config_unsaved}")
     if args.json:
         Path(args.json).write_text(json.dumps(brief, indent=2))
     return 0 if not summary.violations and summary.iterations else 1

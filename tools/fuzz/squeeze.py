@@ -90,7 +90,12 @@ class FdSqueezer(Squeezer):
         self.limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
 
     def squeeze(self) -> None:
-        used = {int(name) for name in os.listdir(f"/proc/{self.pid}/fd")}
+        try:
+            used = {int(name) for name in os.listdir(f"/proc/{self.pid}/fd")}
+        except FileNotFoundError:
+            return  # the process is gone: nothing to squeeze
+        if not used:
+            return  # a process being reaped holds no descriptor (and max() of nothing raised)
         lowest_free = min(set(range(max(used) + 2)) - used)
         resource.prlimit(self.pid, resource.RLIMIT_NOFILE, (lowest_free, self.limits[1]))
 

@@ -15,7 +15,7 @@ import sys
 from typing import TextIO
 
 from ..remoting.codes import version_name
-from . import commands, compare, simulate
+from . import commands, compare, controller_store, simulate
 from .client import (
     DEFAULT_NAMESRV,
     DEFAULT_TIMEOUT,
@@ -53,6 +53,12 @@ SUBCOMMANDS = {
     "deleteTopic": (commands.delete_topic, "delete a topic's routes on every NameServer (not on the brokers, "
                                            "which register it again unless it is deleted there too)",
                     [("-t", "topic", "topic name", True), ("-c", "cluster", "only this cluster's queues", False)]),
+    "retireBrokerGroup": (commands.retire_broker_group, "forget a cluster, broker group or member removed on "
+                          "purpose, on every NameServer: it is no longer expected (no longer an outage); only "
+                          "what has left the routes",
+                          [("-c", "cluster", "cluster name", True),
+                           ("-b", "broker", "broker group name (without it: the whole cluster)", False),
+                           ("-i", "broker_id", "one member's broker id (with -b)", False)]),
 }
 
 
@@ -121,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "topicQueueMappingByBroker) between a 4.x and a 5.x NameServer")
     _options(sub, namesrv=False, suppress=True)
     _options(simulate.add_parser(subparsers), namesrv=True, suppress=True)
+    controller_store.add_parsers(subparsers)  # files, not the network: no -n, no TLS
     return parser
 
 
@@ -153,6 +160,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help (0)
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command in controller_store.COMMANDS:
+        return controller_store.run(args, out, err)
     if args.timeout <= 0:
         err.write("error: --timeout must be positive\n")
         return 2

@@ -7,6 +7,7 @@ an opaque that increments across the process.  A command line needs no reactor.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import secrets
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import needs_signature, signed_bound
+from ..state.hosts import host_port
 
 DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
@@ -93,20 +95,31 @@ def split_namesrv_list(text: str) -> list[str]:
 
 
 def parse_address(addr: str) -> tuple[str, int]:
-    """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port."""
+    """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port.
+    A list separated by commas or spaces is refused naming RocketMQ's separator: taken as one host
+    it was "connect to [a:9876,b]:9876 failed: Name or service not known"."""
+    if "," in addr or any(c.isspace() for c in addr):
+        raise AdminError(f"bad NameServer address {addr!r} (NameServers are separated by ';', as with mqadmin -n)")
     if ":" not in addr or (addr.startswith("[") and addr.endswith("]")):
         host, port = addr, str(DEFAULT_PORT)
     else:
         host, _, port = addr.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise AdminError(f"bad NameServer address {addr!r} (expected host or host:port)")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or (":" in host and not _is_ipv6(host)):
+        raise AdminError(f"bad NameServer address {addr!r} (expected host, host:port or [IPv6]:port)")
     return host, int(port)
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _with_port(addr: str) -> str:
-    host, port = parse_address(addr)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(*parse_address(addr))
 
 
 def json_body(addr: str, response: RemotingCommand) -> Any:
@@ -123,8 +136,10 @@ class NamesrvClient:
     """One NameServer, connected on first use and kept open for the following requests."""
 
     def __init__(self, addr: str, timeout: float = DEFAULT_TIMEOUT, credentials: tuple[str, str] | None = None,
-                 tls: ssl.SSLContext | None = None, sign_reads: bool = False) -> None:
+                 tls: ssl.SSLContext | None = None, sign_reads: bool = False, fan_out: FanOut | None = None) -> None:
         self.addr = addr
+        #: the time and nonce of one request sent to every NameServer of the list (Namesrvs), shared
+        self.fan_out = fan_out or FanOut()
         self.host, self.port = parse_address(addr)
         self.timeout = timeout
         #: (accessKey, secretKey): brokers' and operators' requests signed, reads only with ``sign_reads``
@@ -146,8 +161,9 @@ class NamesrvClient:
         """Send one request and wait for its answer, whatever its code; ``version`` is the MQVersion
         the request says it comes from (a simulated 5.x broker says so)."""
         if self.credentials and needs_signature(code, ext or {}, self.sign_reads):
-            ext = signed_bound({k: v for k, v in (ext or {}).items() if v is not None}, code, *self.credentials, body,
-                               int(time.time() * 1000), secrets.token_bytes(16))
+            fields = {k: v for k, v in (ext or {}).items() if v is not None}
+            stamp_ms, nonce = self.fan_out.stamp(self.addr, code, fields, body)
+            ext = signed_bound(fields, code, *self.credentials, body, stamp_ms, nonce)
         request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=version, language="JAVA")
         deadline = time.monotonic() + self.timeout
         try:
@@ -254,6 +270,26 @@ class NamesrvClient:
         return f"{self.addr} answered HTTP, not RocketMQ remoting (is that the status/metrics port?)"
 
 
+class FanOut:
+    """The time and nonce of NamesrvSignatures (state/acl.py), one for a request sent to every
+    NameServer of a list: the same request (code, fields, body) to the next NameServer gets the
+    same ones, a new request or the same one to a NameServer that had it gets new ones.  With a
+    nonce of its own per NameServer, the copy a listener captured on its way to one could be
+    replayed to another within the window, after a later write there: ``updateKvConfig v1`` then
+    ``v2`` to both, and A's copy of v1 sent to B put v1 back on B.  With one nonce, B saw it."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[object, ...], int, bytes] | None = None
+        self._sent_to: set[str] = set()
+
+    def stamp(self, addr: str, code: int, fields: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
+        key = (code, tuple(sorted(fields.items())), bytes(body or b""))
+        if self._last is None or self._last[0] != key or addr in self._sent_to:
+            self._last, self._sent_to = (key, int(time.time() * 1000), secrets.token_bytes(16)), set()
+        self._sent_to.add(addr)
+        return self._last[1], self._last[2]
+
+
 class Namesrvs:
     """The ``-n`` list: read requests go to the first NameServer that answers (a transport
     failure moves on to the next, as the Java client picks another channel), writes to each."""
@@ -261,7 +297,8 @@ class Namesrvs:
     def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT,
                  credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None,
                  sign_reads: bool = False) -> None:
-        self.clients = [NamesrvClient(addr, timeout, credentials, tls, sign_reads) for addr in addrs]
+        fan_out = FanOut()  # a write to each signed with one nonce: no copy of it replays to another
+        self.clients = [NamesrvClient(addr, timeout, credentials, tls, sign_reads, fan_out) for addr in addrs]
 
     def __enter__(self) -> Namesrvs:
         return self

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import properties
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..state.config import parse_properties, property_line
 from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
 from .terminal import json_text, printable
 
@@ -136,7 +136,7 @@ def read_config(client: NamesrvClient) -> dict[str, str]:
     """GET_NAMESRV_CONFIG's properties text as a dict."""
     answer = client.call_ok(RequestCode.GET_NAMESRV_CONFIG)
     try:
-        return parse_properties((answer.body or b"").decode("utf-8"))
+        return properties.load((answer.body or b"").decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise AdminError(f"{client.addr}: config body is not properties text: {exc}") from None
 
@@ -155,20 +155,25 @@ def update_namesrv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outco
     """UPDATE_NAMESRV_CONFIG as mqadmin sends it, between two reads of the config.  Java answers
     SUCCESS for a key it does not have (and ignores it) and for a value its field cannot parse
     (and keeps or coerces it), so only the config read back tells whether the update took; the
-    one read before gives the value it replaced (what to set back)."""
-    body = property_line(args.key, args.value, ascii_only=True).encode("ascii")
+    one read before gives the value it replaced (what to set back).  A SUCCESS with a remark is ours
+    applying a change its file could not take (a read-only ConfigMap: until the restart): said too."""
+    body = properties.dump_line(args.key, args.value, ascii_only=True).encode("ascii")
 
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         before = read_config(client).get(args.key)
-        client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+        answer = client.call_ok(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
         after = read_config(client).get(args.key)
         if after is None:
             raise AdminError(f"{client.addr}: {args.key} is not a configuration key of this NameServer: it answered "
                              "OK but ignores the key (getNamesrvConfig lists its keys)")
         if not _took(args.value, after):
             raise AdminError(f"{client.addr}: {args.key} did not take {args.value!r}: it reads back as {after!r}")
-        return (f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})",
-                {"key": args.key, "before": before, "after": after})
+        said = f"update name server config in name server[{client.addr}] OK: {args.key} = {after} (was {before})"
+        result = {"key": args.key, "before": before, "after": after}
+        if answer.remark:
+            said += f"; {answer.remark}"
+            result["unsaved"] = answer.remark
+        return said, result
 
     return on_each(namesrvs, step)
 
@@ -224,5 +229,30 @@ def delete_topic(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
         client.call_ok(RequestCode.DELETE_TOPIC_IN_NAMESRV, ext)
         return f"delete topic [{args.topic}]{where} from name server[{client.addr}] OK", {}
+
+    return on_each(namesrvs, step)
+
+
+def retire_broker_group(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
+    """RETIRE_BROKER_GROUP (this NameServer's own request): forget a cluster, a broker group or one
+    of its member ids that was removed on purpose, so it is no longer expected (no longer an
+    outage).  Each NameServer remembers what it saw, so each is asked; one that does not remember
+    it answers QUERY_NOT_FOUND, which is said and is no error (it is not expected there either)."""
+    ext = {"clusterName": args.cluster}
+    if args.broker is not None:
+        ext["brokerName"] = args.broker
+    if args.broker_id is not None:
+        ext["brokerId"] = args.broker_id
+    what = args.cluster if args.broker is None else f"{args.cluster}/{args.broker}"
+    what += "" if args.broker_id is None else f" id {args.broker_id}"
+
+    def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
+        answer = client.call(RequestCode.RETIRE_BROKER_GROUP, ext)
+        if answer.code == ResponseCode.QUERY_NOT_FOUND:
+            return f"{what} is not remembered by name server[{client.addr}]: nothing to retire", {"retired": None}
+        if answer.code != ResponseCode.SUCCESS:
+            raise ResponseError(client.addr, RequestCode.RETIRE_BROKER_GROUP, answer)
+        retired = answer.ext.get("retired") or what
+        return f"retired {retired} in name server[{client.addr}] OK", {"retired": retired}
 
     return on_each(namesrvs, step)

@@ -13,17 +13,22 @@ server it would appear on every broker of every route without saying anything ab
 
 The report groups differences by their first two path parts (cluster, broker or topic and its
 name) under a one-line summary.
+
+Reading a server is written once, without I/O (``snapshot_asks``: a generator that yields each
+request as an ``Ask`` and is sent its answer), and driven by whoever holds a connection: the
+blocking admin client here (``snapshot``), the peers view's Twisted client and its in-process reads
+(peers.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..remoting import RequestCode, ResponseCode
+from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.codes import V5_0_0, version_name
 from .client import NamesrvClient, ResponseError, json_body
 from .terminal import printable
@@ -72,11 +77,43 @@ class Difference:
         return tuple(addr for addr, value in self.values.items() if value is MISSING)
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request a reading needs: its code, header fields and body."""
+
+    code: int
+    ext: dict[str, str] | None = None
+    body: bytes | None = None
+
+
+#: a reading of a server: yields the requests, is sent their answers, returns what it read
+Asking = Generator[Ask, RemotingCommand, "Snapshot"]
+
+
 def snapshot(client: NamesrvClient, data_versions: bool = False) -> Snapshot:
-    """One NameServer's routes, flattened."""
-    answer = client.call_ok(RequestCode.GET_BROKER_CLUSTER_INFO)
-    info = json_body(client.addr, answer)
-    topics = json_body(client.addr, client.call_ok(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+    """One NameServer's routes, flattened, read through a blocking client."""
+    asks = snapshot_asks(client.addr, data_versions)
+    try:
+        ask = next(asks)
+        while True:
+            ask = asks.send(client.call(ask.code, ask.ext, ask.body))
+    except StopIteration as done:
+        return done.value
+
+
+def _ok(addr: str, ask: Ask) -> Generator[Ask, RemotingCommand, RemotingCommand]:
+    """The answer to ``ask``, which must be SUCCESS (else ResponseError)."""
+    answer = yield ask
+    if answer.code != ResponseCode.SUCCESS:
+        raise ResponseError(addr, ask.code, answer)
+    return answer
+
+
+def snapshot_asks(addr: str, data_versions: bool = False) -> Asking:
+    """One NameServer's routes, flattened: the requests a client makes, answered by the driver."""
+    answer = yield from _ok(addr, Ask(RequestCode.GET_BROKER_CLUSTER_INFO))
+    info = json_body(addr, answer)
+    topics = json_body(addr, (yield from _ok(addr, Ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))))
     paths: dict[Path, Any] = {}
     for cluster, names in (info.get("clusterAddrTable") or {}).items():
         paths[("cluster", cluster)] = PRESENT
@@ -85,10 +122,10 @@ def snapshot(client: NamesrvClient, data_versions: bool = False) -> Snapshot:
         paths[("broker", name)] = PRESENT
         paths.update(_broker_paths(("broker", name), broker))
         if data_versions:
-            paths.update(_data_versions(client, name, broker))
+            paths.update((yield from _data_versions(addr, name, broker)))
     for topic in topics.get("topicList") or []:
         paths[("topic", topic)] = PRESENT
-        paths.update(_route_paths(client, topic))
+        paths.update((yield from _route_paths(addr, topic)))
     return Snapshot(paths, answer.version)
 
 
@@ -102,26 +139,27 @@ def _broker_paths(prefix: Path, broker: dict[str, Any]) -> dict[Path, Any]:
     return paths
 
 
-def _data_versions(client: NamesrvClient, name: str, broker: dict[str, Any]) -> dict[Path, Any]:
+def _data_versions(server: str, name: str, broker: dict[str, Any]) -> Generator[Ask, RemotingCommand,
+                                                                                   dict[Path, Any]]:
     paths: dict[Path, Any] = {}
     for bid, addr in (broker.get("brokerAddrs") or {}).items():
         ext = {"brokerName": name, "brokerAddr": addr, "clusterName": broker.get("cluster") or "", "brokerId": bid}
-        answer = client.call_ok(RequestCode.QUERY_DATA_VERSION, ext, PROBE_VERSION)
-        version = json_body(client.addr, answer) if answer.body else None
+        answer = yield from _ok(server, Ask(RequestCode.QUERY_DATA_VERSION, ext, PROBE_VERSION))
+        version = json_body(server, answer) if answer.body else None
         paths[("broker", name, "dataVersion", int(bid))] = (
             "unknown" if version is None else f"timestamp={version.get('timestamp')} counter={version.get('counter')}")
     return paths
 
 
-def _route_paths(client: NamesrvClient, topic: str) -> dict[Path, Any]:
+def _route_paths(server: str, topic: str) -> Generator[Ask, RemotingCommand, dict[Path, Any]]:
     ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
-    answer = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext)
+    answer = yield Ask(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext)
     prefix: Path = ("topic", topic, "route")
     if answer.code == ResponseCode.TOPIC_NOT_EXIST:
         return {prefix: NO_ROUTE}
     if answer.code != ResponseCode.SUCCESS:
-        raise ResponseError(client.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, answer)
-    route = json_body(client.addr, answer)
+        raise ResponseError(server, RequestCode.GET_ROUTEINFO_BY_TOPIC, answer)
+    route = json_body(server, answer)
     paths: dict[Path, Any] = {prefix: PRESENT}
     for queue in route.get("queueDatas") or []:
         queue_prefix = prefix + ("queue", str(queue.get("brokerName")))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .. import properties
 from ..controller.codes import ControllerRequestCode as Req
 from ..controller.codes import ControllerResponseCode as Code
 from ..remoting import RemotingCommand
@@ -24,7 +25,7 @@ def _leader(controllers: Namesrvs) -> NamesrvClient:
     known = next((c for c in controllers.clients if c.addr == leader), None)
     if known is None:  # signed and over TLS as the others are
         first = controllers.clients[0]
-        known = NamesrvClient(leader, first.timeout, first.credentials, first.tls, first.sign_reads)
+        known = NamesrvClient(leader, first.timeout, first.credentials, first.tls, first.sign_reads, first.fan_out)
         controllers.clients.append(known)  # closed with the others
     return known
 
@@ -100,7 +101,10 @@ def get_controller_config(controllers: Namesrvs, args: argparse.Namespace) -> Ou
     lines: list[str] = []
     for client in controllers.clients:
         body = bytes(_ok(client, Req.GET_CONTROLLER_CONFIG).body or b"").decode("utf-8", "replace")
-        data[client.addr] = dict(line.split("=", 1) for line in body.splitlines() if "=" in line)
+        try:
+            data[client.addr] = properties.load(body)
+        except ValueError as exc:
+            raise AdminError(f"{client.addr}: config body is not properties text: {exc}") from None
         lines += [f"============{client.addr}============", *(f"{k:<50}=  {v}" for k, v in data[client.addr].items())]
     return Outcome(data, "\n".join(lines))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Protocol
@@ -29,6 +30,21 @@ _DATA_VERSION_FIELDS = frozenset({"counter", "timestamp", "stateVersion"})
 
 class RegisterBodyError(ValueError):
     """A registration body that cannot be decoded."""
+
+
+class RegistrationRefused(Exception):
+    """A registration a limit refuses (the NameServer's tables' limits: maxTopicsPerBroker while
+    its table is decoded, the others when it would be applied): ``reason`` names the limit as the
+    refusal counts it, the text says what passed it.  Nothing is applied."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+def too_many_topics(count: int, max_topics: int, what: str = "topics") -> RegistrationRefused:
+    return RegistrationRefused("max_topics_per_broker",
+                               f"its table lists {count} {what}, over maxTopicsPerBroker ({max_topics})")
 
 
 class TopicConfig(msgspec.Struct, gc=False):
@@ -124,44 +140,102 @@ class RegisterBrokerBody:
 
 
 def decode_register_body(body: bytes | memoryview | None, compressed: bool, version: int,
-                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
-                         budget: Budget | None = None) -> RegisterBrokerBody:
+                         max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
+                         budget: Budget | None = None, max_topics: int | None = None) -> RegisterBrokerBody:
     """decode_register_body_steps straight through."""
-    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digest,
-                                                budget=budget))
+    return run_steps(decode_register_body_steps(body, compressed, version, max_inflated, known_digests,
+                                                budget=budget, max_topics=max_topics))
 
 
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
-                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digest: bytes | None = None,
-                               known_pieces: TablePieces | None = None,
-                               budget: Budget | None = None) -> Steps[RegisterBrokerBody]:
+                               max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
+                               known_pieces: TablePieces | None = None, budget: Budget | None = None,
+                               max_topics: int | None = None) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
     Brokers re-send their whole table every 30 s with a new dataVersion; when everything but
-    the dataVersion hashes to ``known_digest`` only the dataVersion is decoded. A big table is
+    the dataVersion hashes to one of ``known_digests`` (the bodies the broker sent last, one per
+    piece of a table sent in pieces) only the dataVersion is decoded. A big table is
     decoded in steps of about STEP_BYTES (steps.py); with ``known_pieces`` (how this broker's
-    last table was cut) only its changed pieces are. A body may be a view of its frame."""
+    last table was cut) only its changed pieces are. A body may be a view of its frame.
+
+    ``max_topics`` (maxTopicsPerBroker): a table of more topics (or static-topic mappings) is
+    refused (RegistrationRefused) as its entries are counted, before they are all built: a
+    compressed body by the count it announces, read before it is inflated; a big JSON one piece
+    by piece (a body that cannot be cut into pieces is decoded in one go only when it cannot
+    hold more entries than that: it has no more ``{``)."""
     if not body:
         return RegisterBrokerBody()
     if isinstance(body, memoryview):
         body = bytes(body)
         yield
+    limit = NO_TOPIC_LIMIT if max_topics is None else max_topics
     try:
         if version < V3_0_11:
-            return _from_wrapper(_json_object(body), [])
-        if compressed:
+            yield from _countable_in_one_go(body, limit)
+            decoded = _from_wrapper(_json_object(body), [])
+        elif compressed:
+            announced = _announced_topics(body)
+            if announced is not None and announced > limit:
+                raise too_many_topics(announced, limit)
             inflated = yield from _inflate(body, max_inflated, budget)
             try:
-                return (yield from _decode_compressed(inflated, known_digest))
+                decoded = yield from _decode_compressed(inflated, known_digests, limit)
             finally:
                 if budget is not None:
                     budget.release(len(inflated))
-        return (yield from _decode_json(body, known_digest, known_pieces))
+        else:
+            decoded = yield from _decode_json(body, known_digests, known_pieces, limit)
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
         raise RegisterBodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
+    if len(decoded.topicConfigTable) + decoded.tableSkipped > limit:
+        raise too_many_topics(len(decoded.topicConfigTable) + decoded.tableSkipped, limit)
+    if len(decoded.topicQueueMappingInfoMap) > limit:
+        raise too_many_topics(len(decoded.topicQueueMappingInfoMap), limit, "static-topic mappings")
+    return decoded
+
+
+#: no limit on the topics of a table (the capture decoder reads what brokers sent)
+NO_TOPIC_LIMIT = 1 << 62
+#: a JSON table entry takes at least this many bytes (``"":{},``): a body this many times the limit
+#: cannot hold more entries than it
+_LEAST_ENTRY_BYTES = 6
+
+
+def _countable_in_one_go(body: bytes, limit: int) -> Steps[None]:
+    """Refuse a JSON body that may hold more than ``limit`` entries when it is to be decoded in
+    one go: each entry is an object, so it holds no more entries than it has ``{``."""
+    if len(body) // _LEAST_ENTRY_BYTES <= limit:
+        return
+    braces = 0
+    for start in range(0, len(body), 8 * STEP_BYTES):
+        braces += body.count(b"{", start, start + 8 * STEP_BYTES)
+        yield
+    if braces > limit:
+        raise RegistrationRefused("max_topics_per_broker", f"its table of {len(body)} bytes may list up to {braces} "
+                                  f"topics, over maxTopicsPerBroker ({limit}), and cannot be counted piece by piece")
+
+
+def _announced_topics(body: bytes) -> int | None:
+    """The topic count a compressed body announces after its dataVersion, read from the first
+    inflated bytes (a refusal then costs them, not the whole body); None when they do not hold it."""
+    try:
+        head = zlib.decompressobj().decompress(body[:_PEEK_BYTES], _PEEK_BYTES)
+    except zlib.error:
+        return None  # the whole inflation says what is wrong with it
+    if len(head) < 4:
+        return None
+    (length,) = _INT.unpack_from(head)
+    if not 0 <= length <= len(head) - 8:
+        return None
+    count: int = _INT.unpack_from(head, 4 + length)[0]
+    return count
+
+
+_PEEK_BYTES = 64 * 1024
 
 
 class _TypedWrapper(msgspec.Struct):
@@ -188,12 +262,14 @@ _WRAPPER_KEY = b'"topicConfigSerializeWrapper":{'
 _TOPIC_NAME = attrgetter("topicName")
 
 
-def _decode_json(body: bytes, known_digest: bytes | None,
-                 known_pieces: TablePieces | None) -> Steps[RegisterBrokerBody]:
+def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: TablePieces | None,
+                 limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody]:
     split = yield from _split_data_version(body)
-    if split is not None and split[1] == known_digest:
-        return RegisterBrokerBody(split[0], tableDigest=known_digest, tableUnchanged=True)
-    decoded = (yield from _decode_typed_in_pieces(body, known_pieces)) if len(body) > STEP_BYTES else None
+    if split is not None and split[1] in known_digests:
+        return RegisterBrokerBody(split[0], tableDigest=split[1], tableUnchanged=True)
+    decoded = (yield from _decode_typed_in_pieces(body, known_pieces, limit)) if len(body) > STEP_BYTES else None
+    if decoded is None and len(body) > STEP_BYTES:
+        yield from _countable_in_one_go(body, limit)
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
     if split is not None and split[0] == decoded.dataVersion:
         decoded.tableDigest = split[1]
@@ -235,7 +311,8 @@ def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
     return table
 
 
-def _decode_typed_in_pieces(body: bytes, known: TablePieces | None) -> Steps[RegisterBrokerBody | None]:
+def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
+                            limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody | None]:
     """_decode_typed for a big body, its topic table a piece of about STEP_BYTES per step.
 
     The table is cut between entries (``},"name":{``): where ``known`` cut the broker's last
@@ -243,7 +320,8 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None) -> Steps[Reg
     and is only counted; every other piece must decode on its own as a JSON object, which it
     cannot when a cut falls inside an entry, so a wrong cut is never taken for a right one. The
     rest of the body, with the table emptied, is decoded last and must hold this table as its
-    only one. None when any of that fails: the caller decodes the body in one go."""
+    only one. None when any of that fails: the caller decodes the body in one go. More than
+    ``limit`` topics are refused as soon as the pieces so far hold them."""
     start = opening = body.find(_TABLE_KEY) + len(_TABLE_KEY)
     if opening < len(_TABLE_KEY) or not 0 <= body.find(_WRAPPER_KEY) < opening:
         return None
@@ -258,8 +336,10 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None) -> Steps[Reg
             piece = _decode_piece(body, start, cut)
             if piece is None:
                 break  # past the table's end (what follows it looked like an entry), or no entries
-            table.update(piece)
+            table.update(_named(piece))  # named piece by piece: a pass over the whole table is a long step
             count = len(piece)
+        if len(table) + skipped > limit:
+            raise too_many_topics(len(table) + skipped, limit)
         counts[digest] = count
         cuts.append(body[cut + 2:body.find(b'"', cut + 2)])
         start = cut + 1  # past the comma
@@ -268,13 +348,13 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None) -> Steps[Reg
     piece = _decode_piece(body, start, end) if end >= 0 else None
     if piece is None:
         return None
-    table.update(piece)
+    table.update(_named(piece))
     counts[hashlib.sha1(memoryview(body)[start:end]).digest()] = len(piece)
     skeleton = body[:opening] + body[end:]
     rest = _decode_typed(skeleton) if skeleton.count(_TABLE_KEY) == 1 else None
     if rest is None or rest.topicConfigTable:
         return None
-    rest.topicConfigTable = _named(table)
+    rest.topicConfigTable = table
     rest.tableSkipped = skipped
     rest.tablePieces = TablePieces(tuple(cuts), counts)
     return rest
@@ -462,16 +542,20 @@ class _Reader:
         return out
 
 
-def _decode_compressed(data: bytes, known_digest: bytes | None) -> Steps[RegisterBrokerBody]:
+def _decode_compressed(data: bytes, known_digests: Collection[bytes],
+                       limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody]:
     reader = _Reader(data)
     data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
     digest = hashlib.sha1()
     yield from _hash_steps(digest, memoryview(data)[reader.pos:])
-    if digest.digest() == known_digest:
-        return RegisterBrokerBody(data_version, tableDigest=known_digest, tableUnchanged=True)
+    if digest.digest() in known_digests:
+        return RegisterBrokerBody(data_version, tableDigest=digest.digest(), tableUnchanged=True)
     topics: dict[str, TopicConfig] = {}
     decode_text = TopicConfig.decode_text
-    lines = reader.chunks(reader.int32())  # all at once: cut in slices, they fragment the heap (+20 MB at 300k)
+    count = reader.int32()
+    if count > limit:
+        raise too_many_topics(count, limit)
+    lines = reader.chunks(count)  # all at once: cut in slices, they fragment the heap (+20 MB at 300k)
     for start in range(0, len(lines), _LINES_PER_STEP):
         for line in lines[start:start + _LINES_PER_STEP]:
             config = decode_text(line.decode("utf-8"))
@@ -481,7 +565,10 @@ def _decode_compressed(data: bytes, known_digest: bytes | None) -> Steps[Registe
     filter_servers = [str(s) for s in fastjson.loads(reader.chunk()) or []]
     mappings: dict[str, dict[str, Any]] = {}
     if reader.remaining() >= 4:  # 5.x layout: queue-mapping section
-        for _ in range(reader.int32()):
+        count = reader.int32()
+        if count > limit:
+            raise too_many_topics(count, limit, "static-topic mappings")
+        for _ in range(count):
             info = queue_mapping_info(fastjson.loads(reader.chunk()))
             mappings[str(info.get("topic"))] = info
     return RegisterBrokerBody(data_version, topics, filter_servers, mappings, tableDigest=digest.digest())

@@ -11,19 +11,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..remoting.fastjson import java_hash_map, java_hash_order, table_size
 
-PERM_PRIORITY = 1 << 3
 PERM_READ = 1 << 2
 PERM_WRITE = 1 << 1
-PERM_INHERIT = 1 << 0
 FLAG_UNIT = 1 << 0
 FLAG_UNIT_SUB = 1 << 1
 MASTER_ID = 0
 
 
-@dataclass(slots=True)
-class QueueData:
+class QueueData(msgspec.Struct, gc=False, frozen=True):
+    """One broker group's queues of a topic (topicQueueTable's values). A msgspec Struct with
+    gc=False: it holds no cycles, so the collector never visits one, and a dict of them (a topic's
+    entry) is not tracked either: a table of a million topics costs a full collection nothing.
+    Frozen: one is shared by every topic a registration gives the same queues (a group's topics
+    mostly have the same numbers), so a change of one topic's replaces it (``with_perm``)."""
+
     brokerName: str
     readQueueNums: int
     writeQueueNums: int
@@ -33,6 +38,9 @@ class QueueData:
     def bean(self) -> dict[str, Any]:
         return {"brokerName": self.brokerName, "perm": self.perm, "readQueueNums": self.readQueueNums,
                 "topicSysFlag": self.topicSysFlag, "writeQueueNums": self.writeQueueNums}
+
+    def with_perm(self, perm: int) -> QueueData:
+        return msgspec.structs.replace(self, perm=perm)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> QueueData:
@@ -86,28 +94,30 @@ def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[Br
     }
 
 
-def java_table_order(keys: Iterable[Any], initial: int, v5: bool) -> list[Any]:
+def java_table_order(keys: Iterable[Any], initial: int, concurrent: bool) -> list[Any]:
     """Iteration order of one of RouteInfoManager's own tables: HashMap(initial) in 4.9.8,
-    ConcurrentHashMap(initial) in 5.x."""
+    ConcurrentHashMap(initial) in 5.x (``concurrent``: Profile.concurrent_tables)."""
     keys = list(keys)
-    return java_hash_order(keys, table_size(len(keys), initial, concurrent=v5))
+    return java_hash_order(keys, table_size(len(keys), initial, concurrent=concurrent))
 
 
 def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]],
-                      v5: bool) -> dict[str, Any]:
-    brokers = java_table_order(broker_addr_table, 128, v5)
-    clusters = java_table_order(cluster_addr_table, 32, v5)
+                      v5: bool, concurrent: bool) -> dict[str, Any]:
+    """ClusterInfo: ``v5`` the 5.x BrokerData shape, ``concurrent`` the tables' iteration order."""
+    brokers = java_table_order(broker_addr_table, 128, concurrent)
+    clusters = java_table_order(cluster_addr_table, 32, concurrent)
     return {
         "brokerAddrTable": {name: broker_addr_table[name].bean(v5) for name in brokers},
         "clusterAddrTable": {c: java_hash_order(cluster_addr_table[c]) for c in clusters},
     }
 
 
-def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, v5: bool = False) -> dict[str, Any]:
-    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x) filled in the
+def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, concurrent: bool = False) -> dict[str, Any]:
+    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x: ``concurrent``) filled in the
     iteration order of topicQueueTable, a HashMap/ConcurrentHashMap(1024)."""
-    ordered = java_table_order(topics, 1024, v5)
-    return {"brokerAddr": broker_addr, "topicList": java_hash_order(ordered, table_size(len(ordered), None, v5))}
+    ordered = java_table_order(topics, 1024, concurrent)
+    return {"brokerAddr": broker_addr,
+            "topicList": java_hash_order(ordered, table_size(len(ordered), None, concurrent))}
 
 
 def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:
@@ -120,9 +130,32 @@ def int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
     return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in mapping.items()}
 
 
-def queue_mapping_info(obj: dict[str, Any]) -> dict[str, Any]:
-    """A TopicQueueMappingInfo passed through: bean order, currIdMap keyed by int."""
-    info = dict(sorted(obj.items()))
-    if isinstance(info.get("currIdMap"), dict):
-        info["currIdMap"] = int_keys(info["currIdMap"])
+#: TopicQueueMappingInfo's fields and the JSON types fastjson reads into them; any other field is dropped,
+#: as Java's bean drops it (kept, a field of 100 MB rode along in the tables for good)
+MAPPING_INFO_FIELDS: dict[str, tuple[type, ...]] = {
+    "bname": (str,), "currIdMap": (dict,), "dirty": (bool,), "epoch": (int,), "scope": (str,), "topic": (str,),
+    "totalQueues": (int,)}
+
+
+def queue_mapping_info(obj: Any) -> dict[str, Any]:
+    """A TopicQueueMappingInfo as Java's bean holds it: its fields only, in bean order, currIdMap
+    keyed and valued by int (logical queue id -> physical one); ValueError for what fastjson could
+    not read into the bean (a field of another type, a currIdMap value that is no integer)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"a TopicQueueMappingInfo is a JSON object, not {type(obj).__name__}")
+    info: dict[str, Any] = {}
+    for name, types in MAPPING_INFO_FIELDS.items():
+        value = obj.get(name)
+        if value is None:
+            if name in obj:
+                info[name] = None
+            continue
+        if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
+            raise ValueError(f"TopicQueueMappingInfo.{name} is {type(value).__name__}")
+        info[name] = value
+    if "currIdMap" in info and info["currIdMap"] is not None:
+        ids = int_keys(info["currIdMap"])
+        if not all(isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool) for k, v in ids.items()):
+            raise ValueError("TopicQueueMappingInfo.currIdMap maps queue ids to queue ids (integers)")
+        info["currIdMap"] = ids
     return info

@@ -4,5 +4,3 @@ Layers, as in the rest of the server: ``codes``/``bodies`` (wire) -> ``processor
 per RequestCode) -> ``replicas``/``elect``/``heartbeat``/``events`` (pure state, clock injected)
 -> ``manager`` (events through the log, elections, pushes) -> ``service`` (listener, scans).
 docs/controller.md tells the whole story."""
-
-from . import config as config  # its keys join the NameServer's (state.config.add_keys) with any use of the controller

@@ -48,5 +48,6 @@ class ControllerResponseCode(IntEnum):
 
 #: MixAll.FIRST_BROKER_CONTROLLER_ID: the first broker id the controller hands out
 FIRST_BROKER_CONTROLLER_ID = 1
-#: BrokerHeartbeatManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms), for a heartbeat without a timeout
-DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 10_000
+#: Java's BrokerHeartbeatManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms): the controller's timeout for a
+#: heartbeat (904) that names none; the NameServer's is RouteInfoManager's 120 s (state/routes.py)
+CONTROLLER_HEARTBEAT_TIMEOUT_MS = 10_000

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import properties
 from ..remoting.values import java_bool, parse_java_integer
-from ..state.config import OURS, ConfigError, ConfigKey, add_keys
+from ..state.config import JAVA_TRIMMED, OURS, ConfigError, ConfigKey
 
 
 class ControllerConfigError(ValueError):
@@ -94,7 +95,9 @@ def check_store_keys(values: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Peer:
+class ControllerPeer:
+    """One entry of controllerDLegerPeers: a controller of the group (not a connection: context.Peer)."""
+
     peer_id: str
     host: str
     port: int
@@ -104,7 +107,7 @@ class Peer:
         return f"{self.host}:{self.port}"
 
 
-def parse_peers(text: str | None) -> list[Peer]:
+def parse_peers(text: str | None) -> list[ControllerPeer]:
     """``n0-127.0.0.1:9878;n1-127.0.0.1:9868`` -> peers; ControllerConfigError on a bad entry."""
     peers = []
     for entry in (text or "").split(";"):
@@ -116,7 +119,7 @@ def parse_peers(text: str | None) -> list[Peer]:
         number = parse_java_integer(port, 32)
         if not peer_id or not host or number is None or not 0 <= number <= 65535:
             raise ControllerConfigError(f"controllerDLegerPeers: {entry!r} is not id-host:port")
-        peers.append(Peer(peer_id, host, number))
+        peers.append(ControllerPeer(peer_id, host, number))
     return peers
 
 
@@ -148,16 +151,16 @@ class ControllerConfig:
             if name.endswith("Interval") and number < _MIN_INTERVAL_MS:
                 raise ControllerConfigError(f"{name}: {number} is out of range (at least {_MIN_INTERVAL_MS})")
             return number
-        return value.strip()
+        return value.strip(JAVA_TRIMMED)  # String.trim(), as the NameServer's string keys
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
     @property
-    def peers(self) -> list[Peer]:
+    def peers(self) -> list[ControllerPeer]:
         return parse_peers(self.values["controllerDLegerPeers"])
 
-    def self_peer(self) -> Peer | None:
+    def self_peer(self) -> ControllerPeer | None:
         """This controller's entry of controllerDLegerPeers, or None when not configured."""
         self_id = self.values["controllerDLegerSelfId"]
         for peer in self.peers:
@@ -182,15 +185,24 @@ class ControllerConfig:
 
     def properties_text(self) -> str:
         """GET_CONTROLLER_CONFIG's body: key=value lines (Java's getAllConfigsFormatString)."""
-        lines = []
-        for name, _ in CONTROLLER_KEYS:
-            value = self.values[name]
-            if value is None:
-                value = ""
-            lines.append(f"{name}={'true' if value is True else 'false' if value is False else value}\n")
-        return "".join(lines)
+        def text(value: Any) -> str:
+            return "" if value is None else "true" if value is True else "false" if value is False else str(value)
+
+        return properties.dump((name, text(self.values[name])) for name, _ in CONTROLLER_KEYS)
 
 
-# the NameServer's config knows the controller's keys once this module is imported: the launchers
-# (tap.py, service.py) import it before reading a -c file, and so does any use of the controller
-add_keys(NAMESRV_KEYS, check_store_keys, CONTROLLER_KEY_NAMES)
+_METRICS = "Java's controller metrics exporter (OpenTelemetry); this controller's metrics are on the metrics port"
+_JRAFT = "a key of Java's jRaft controller, which this server does not run (controllerType jRaft is refused)"
+#: Java 5.3.3's ControllerConfig and JraftConfig keys that mqnamesrv -c reads with enableControllerInNamesrv
+#: and this controller does not act on, with why (schema.SERVER_SCHEMA's java_only: known, so --strict-config
+#: accepts them; a warning when set)
+JAVA_ONLY = {
+    **dict.fromkeys(("metricsGrpcExporterTarget", "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills",
+                     "metricGrpcExporterIntervalInMills", "metricLoggingExporterIntervalInMills",
+                     "metricsPromExporterPort", "metricsPromExporterHost", "metricsLabel", "metricsInDelta"), _METRICS),
+    # Java's setter is setProcessReadEvent (the -c key); GET_CONTROLLER_CONFIG shows the field, isProcessReadEvent
+    "processReadEvent": "Java's DLedger controller applies reads through its log with it; reads here are local",
+    **dict.fromkeys(("jRaftElectionTimeoutMs", "jRaftSnapshotIntervalSecs", "jRaftGroupId", "jRaftServerId",
+                     "jRaftInitConf", "jRaftControllerRPCAddr", "jRaftScanWaitTimeoutMs"), _JRAFT),
+}
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from .codes import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+from .codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
 
 JAVA_INT_MAX = (1 << 31) - 1
 
@@ -51,7 +51,7 @@ class BrokerHeartbeatManager:
         real_epoch = -1 if epoch is None else epoch
         real_offset = -1 if max_offset is None else max_offset
         real_confirm = -1 if confirm_offset is None else confirm_offset
-        real_timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_millis is None else timeout_millis
+        real_timeout = CONTROLLER_HEARTBEAT_TIMEOUT_MS if timeout_millis is None else timeout_millis
         real_priority = JAVA_INT_MAX if election_priority is None else election_priority
         now = self.clock_ms()
         if prev is None:

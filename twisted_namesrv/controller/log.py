@@ -24,6 +24,7 @@ from typing import Protocol
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..state.files import open_regular
 from ..state.store import StoreError, write_atomically
 
 log = Logger()
@@ -97,7 +98,7 @@ class FileControllerLog:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO or a directory: refused (files.py)
         except OSError as exc:
             raise ControllerLogError(f"controllerStorePath: cannot open {self.path}: {exc.strerror}") from None
         try:
@@ -226,7 +227,7 @@ class FileControllerLog:
         old, self._fd = self._fd, None
         os.close(old)
         try:
-            self._fd = os.open(self.path, os.O_RDWR)
+            self._fd = open_regular(self.path, os.O_RDWR)
             os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:  # appends must not go to the old, unlinked file: stop here, loudly
             raise ControllerLogError(f"controllerStorePath: cannot reopen {self.path} after compacting it: "
@@ -237,6 +238,29 @@ class FileControllerLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def read_log(store_path: str | os.PathLike[str]) -> list[bytes]:
+    """Every committed event of the log under ``store_path``, read only (a torn tail dropped, as a
+    start does): for an export while the controller is stopped.  ControllerLogError when there is no
+    log or it does not read back."""
+    log_file = FileControllerLog(store_path)
+    try:
+        data = log_file.path.read_bytes()
+    except OSError as exc:
+        raise ControllerLogError(f"controllerStorePath: cannot read {log_file.path}: {exc.strerror}") from None
+    return log_file._parse(data)[0]
+
+
+def write_log(store_path: str | os.PathLike[str], events: list[bytes]) -> Path:
+    """A new controller log under ``store_path`` holding ``events`` (an import), written whole and
+    durably; refuses to replace a log that holds events (two histories)."""
+    log_file = FileControllerLog(store_path)
+    if log_file.path.exists() and read_log(store_path):
+        raise ControllerLogError(f"controllerStorePath: {log_file.path} already holds events: move it away first")
+    data = MAGIC + b"".join(_RECORD.pack(len(e), zlib.crc32(e)) + e for e in events)
+    write_atomically(log_file.path, data, "controller log")
+    return log_file.path
 
 
 def _read_all(fd: int) -> bytes:

@@ -25,7 +25,7 @@ from ..remoting import RemotingCommand
 from ..remoting.codes import V5_3_3
 from . import bodies
 from .codes import ControllerRequestCode, ControllerResponseCode
-from .config import ControllerConfig, Peer
+from .config import ControllerConfig, ControllerPeer
 from .elect import DefaultElectPolicy
 from .events import ReplicasSnapshotEvent, decode_event, encode_event
 from .heartbeat import BrokerHeartbeatManager
@@ -48,7 +48,7 @@ def not_leader() -> ControllerResult:
 class ControllerManager:
     def __init__(self, config: ControllerConfig, store: ControllerLog, leadership: Leadership,
                  clock: Callable[[], float], *, group: str = "", self_id: str = "", address: str = "",
-                 peers: list[Peer] | None = None, notifier: Callable[[str, bytes], None] | None = None,
+                 peers: list[ControllerPeer] | None = None, notifier: Callable[[str, bytes], None] | None = None,
                  close_channel: Callable[[Hashable], None] | None = None,
                  metrics: ControllerMetrics | None = None, refusals: Refusals | None = None) -> None:
         self.config = config

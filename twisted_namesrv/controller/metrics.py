@@ -55,7 +55,10 @@ class ControllerMetrics:
     #: (request_type, request_handle_status: success | failed | timeout)
     request_total: Counter[tuple[str, str]] = field(default_factory=Counter)
     request_latency: dict[str, Histogram] = field(default_factory=dict)
-    #: (cluster, broker_set, election_result: new_master_elected | keep_current_master | no_master_elected)
+    #: elections that write no event to the log, so that only this process knows of them: (cluster,
+    #: broker_set, keep_current_master | no_master_elected (a broker's own election that failed)).
+    #: Those with an event are counted by the log's state (ReplicasInfoManager.elections): they
+    #: survive a restart.
     election_total: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: appends to the controller log (Java: dledger_op_total), by status
     log_append_total: Counter[str] = field(default_factory=Counter)
@@ -70,7 +73,13 @@ class ControllerMetrics:
             self.request_latency.setdefault(kind, Histogram()).observe(micros)
 
     def election(self, cluster: str, broker_set: str, code: int) -> None:
-        result = {0: "new_master_elected", 2011: "keep_current_master", 2004: "no_master_elected",
-                  2012: "no_master_elected"}.get(code)
+        """An election answered ``code`` without writing an event (2011 the master stays, 2012 the
+        broker's own election failed); 0 and 2004 wrote an ElectMasterEvent, counted by the log."""
+        result = {2011: "keep_current_master", 2012: "no_master_elected"}.get(code)
         if result is not None:
             self.election_total[cluster, broker_set, result] += 1
+
+    def elections(self, logged: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str, str]]:
+        """rocketmq_controller_election_total: the log's ElectMasterEvents (``logged``) and this
+        process's elections that wrote none."""
+        return logged + self.election_total

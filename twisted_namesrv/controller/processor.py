@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 
 from twisted.internet import defer
 
+from .. import properties
 from ..context import Peer
 from ..dispatch import HandlerTable
 from ..refusals import Refusals, acl_refusal
@@ -21,7 +22,7 @@ from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
 from ..remoting.values import BadRequest, java_bool
 from ..state.acl import AccessControl, controller_request_class
-from ..state.config import parse_properties
+from ..state.config import control_characters, oversized
 from . import bodies, headers
 from .codes import ControllerRequestCode as Req
 from .codes import ControllerResponseCode as Code
@@ -85,10 +86,29 @@ def elect_master(manager: ControllerManager, request: RemotingCommand, peer: Pee
                                                  header.designateElect, trigger))
 
 
+def _within_limits(manager: ControllerManager, peer: Peer, what: str, cluster: str | None, broker_name: str | None,
+                   broker_id: int | None, texts: tuple[str | None, ...],
+                   then: Callable[[], ControllerResult]) -> Callable[[], ControllerResult]:
+    """``then`` at its turn, unless the request would pass a limit of the tables (replicas.py:
+    MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH): then a refusal, logged and counted, and no event."""
+    def supplier() -> ControllerResult:
+        refused = manager.replicas.limit_refusal(cluster, broker_name, broker_id, texts)
+        if refused is None:
+            return then()
+        reason, why = refused
+        manager.refusals("controller", reason, peer.address, "{what} of broker set {broker} refused: {why}",
+                         what=what, broker=str(broker_name)[:200], why=why)
+        return ControllerResult({"clusterName": cluster, "brokerName": broker_name}).fail(
+            Code.CONTROLLER_INVALID_REQUEST, f"{what} refused: {why}")
+    return supplier
+
+
 def register_broker(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     header = headers.RegisterBrokerToControllerRequestHeader.from_ext(request.ext)
-    return _answer(request, manager.submit(lambda: manager.replicas.register_broker(
-        header.clusterName, header.brokerName, header.brokerId, header.brokerAddress, manager.alive)))
+    return _answer(request, manager.submit(_within_limits(
+        manager, peer, "registerBroker", header.clusterName, header.brokerName, header.brokerId,
+        (header.brokerAddress,), lambda: manager.replicas.register_broker(
+            header.clusterName, header.brokerName, header.brokerId, header.brokerAddress, manager.alive))))
 
 
 def get_replica_info(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
@@ -133,8 +153,12 @@ def get_sync_state_data(manager: ControllerManager, request: RemotingCommand, pe
 def update_controller_config(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     if request.body is None:
         return reply(request, Code.SUCCESS)
+    too_big = oversized(request.body)
+    if too_big:
+        manager.refusals("controller", "config_size", peer.address, "updateControllerConfig with {why}", why=too_big)
+        return reply(request, Code.NO_PERMISSION, f"Can not update config: {too_big}.")
     try:
-        props = parse_properties(bytes(request.body).decode("utf-8"))
+        props = properties.load(bytes(request.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return reply(request, Code.SYSTEM_ERROR, f"string2Properties error: {exc}")
     blocked = set(str(manager.config["configBlackList"]).split(";")) | {"configBlackList", "configStorePath",
@@ -145,6 +169,11 @@ def update_controller_config(manager: ControllerManager, request: RemotingComman
         manager.refusals("controller", "config_key", peer.address,
                          "updateControllerConfig of keys in black list: {keys}", keys=", ".join(refused))
         return reply(request, Code.NO_PERMISSION, "Can not update config in black list.")
+    controls = control_characters(props)
+    if controls:
+        manager.refusals("controller", "config_value", peer.address, "updateControllerConfig with {controls}",
+                         controls=controls)
+        return reply(request, Code.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
         manager.config.update({k: v for k, v in props.items() if k in CONTROLLER_KEY_NAMES})
     except ControllerConfigError as exc:
@@ -173,8 +202,10 @@ def get_next_broker_id(manager: ControllerManager, request: RemotingCommand, pee
 
 def apply_broker_id(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     header = headers.ApplyBrokerIdRequestHeader.from_ext(request.ext)
-    return _answer(request, manager.submit(lambda: manager.replicas.apply_broker_id(
-        header.clusterName, header.brokerName, header.appliedBrokerId, header.registerCheckCode)))
+    return _answer(request, manager.submit(_within_limits(
+        manager, peer, "applyBrokerId", header.clusterName, header.brokerName, header.appliedBrokerId,
+        (header.registerCheckCode,), lambda: manager.replicas.apply_broker_id(
+            header.clusterName, header.brokerName, header.appliedBrokerId, header.registerCheckCode))))
 
 
 HANDLERS: dict[int, Handler] = {

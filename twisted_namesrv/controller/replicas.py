@@ -8,6 +8,7 @@ alive is asked through ``BrokerValidPredicate`` (the heartbeat manager's ``is_br
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from .events import (
 
 #: (clusterName, brokerName, brokerId) -> alive
 BrokerValidPredicate = Callable[[str, str, int], bool]
+#: rocketmq_controller_election_total's election_result of an ElectMasterEvent (elected or not)
+ELECTED, NOT_ELECTED = "new_master_elected", "no_master_elected"
 
 
 @dataclass
@@ -137,11 +140,22 @@ class ElectPolicy:
         raise NotImplementedError
 
 
+#: what the controller's tables may hold, each entry written to its log for good (Java has no
+#: bound): broker sets (as the NameServer's maxBrokerGroups), ids of one set (maxBrokersPerGroup), and
+#: the characters of a name, address or register check code (maxNameLength).  Past one, APPLY_BROKER_ID
+#: or REGISTER_BROKER is refused before an event is written (``limit_refusal``)
+MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH = 20_000, 64, 512
+
+
 class ReplicasInfoManager:
     def __init__(self, enable_elect_unclean_master: Callable[[], bool] = lambda: False) -> None:
         self.enable_elect_unclean_master = enable_elect_unclean_master
         self.replica_info_table: dict[str, BrokerReplicaInfo] = {}
         self.sync_state_set_info_table: dict[str, SyncStateInfo] = {}
+        #: ElectMasterEvents applied, by (cluster, broker name, ELECTED or NOT_ELECTED): what the log
+        #: knows of the elections, so their count survives a restart (a group cleaned away keeps its
+        #: count until the log is compacted)
+        self.elections: Counter[tuple[str, str, str]] = Counter()
 
     def is_contains_broker(self, broker_name: str | None) -> bool:
         return broker_name in self.replica_info_table and broker_name in self.sync_state_set_info_table
@@ -230,6 +244,23 @@ class ReplicasInfoManager:
         replicas = self.replica_info_table.get(broker_name) if broker_name is not None else None
         next_id = FIRST_BROKER_CONTROLLER_ID if replicas is None else replicas.next_assign_broker_id
         return ControllerResult({"clusterName": cluster_name, "brokerName": broker_name, "nextBrokerId": next_id})
+
+    def limit_refusal(self, cluster_name: str | None, broker_name: str | None, broker_id: int | None,
+                      texts: Iterable[str | None]) -> tuple[str, str] | None:
+        """(reason, why) when an APPLY_BROKER_ID or REGISTER_BROKER would pass a limit of the tables
+        (MAX_BROKER_SETS, MAX_BROKER_IDS, MAX_TEXT_LENGTH), else None."""
+        for text in (cluster_name, broker_name, *texts):
+            if text is not None and len(text) > MAX_TEXT_LENGTH:
+                return "max_name_length", f"a field of {len(text)} characters, over {MAX_TEXT_LENGTH}"
+        replicas = self.replica_info_table.get(broker_name) if broker_name is not None else None
+        if replicas is None:
+            if len(self.replica_info_table) >= MAX_BROKER_SETS:
+                return "max_broker_groups", (f"a new broker set, and {len(self.replica_info_table)} are "
+                                             f"registered: at most {MAX_BROKER_SETS}")
+        elif not replicas.is_broker_exist(broker_id) and len(replicas.all_brokers()) >= MAX_BROKER_IDS:
+            return "max_brokers_per_group", (f"broker set {broker_name} holds {len(replicas.all_brokers())} "
+                                             f"ids: at most {MAX_BROKER_IDS}")
+        return None
 
     def apply_broker_id(self, cluster_name: str, broker_name: str, broker_id: int,
                         register_check_code: str) -> ControllerResult:
@@ -353,11 +384,13 @@ class ReplicasInfoManager:
         elif isinstance(event, ElectMasterEvent):
             if self.is_contains_broker(event.brokerName):
                 info = self.sync_state_set_info_table[event.brokerName]
-                if event.newMasterElected and event.newMasterBrokerId is not None:
+                elected = event.newMasterElected and event.newMasterBrokerId is not None
+                if elected:
                     info.update_master_info(event.newMasterBrokerId)
                     info.update_sync_state_set_info({event.newMasterBrokerId})
                 else:
                     info.update_master_info(None)
+                self.elections[info.cluster_name, event.brokerName, ELECTED if elected else NOT_ELECTED] += 1
         elif isinstance(event, CleanBrokerDataEvent):
             self._clean_broker_data(event)
         elif isinstance(event, UpdateBrokerAddressEvent):
@@ -370,9 +403,13 @@ class ReplicasInfoManager:
     # -- the whole state as one record (log compaction) -----------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """Both tables, every field, as JSON-ready data; ``restore`` reads it back exactly."""
+        """Both tables and the election counts, every field, as JSON-ready data; ``restore`` reads it
+        back exactly (a snapshot written before the counts were kept restores none)."""
         groups: dict[str, Any] = {}
-        for name in sorted(self.replica_info_table.keys() | self.sync_state_set_info_table.keys()):
+        counted: dict[str, list[list[Any]]] = {}
+        for (cluster, name, result), count in sorted(self.elections.items()):
+            counted.setdefault(name, []).append([cluster, result, count])
+        for name in sorted(self.replica_info_table.keys() | self.sync_state_set_info_table.keys() | counted.keys()):
             replicas = self.replica_info_table.get(name)
             info = self.sync_state_set_info_table.get(name)
             groups[name] = {
@@ -382,13 +419,17 @@ class ReplicasInfoManager:
                 "syncState": None if info is None else {
                     "clusterName": info.cluster_name, "masterBrokerId": info.master_broker_id,
                     "masterEpoch": info.master_epoch, "syncStateSet": sorted(info.sync_state_set),
-                    "syncStateSetEpoch": info.sync_state_set_epoch}}
+                    "syncStateSetEpoch": info.sync_state_set_epoch},
+                "elections": counted.get(name, [])}
         return groups
 
     def restore(self, groups: dict[str, Any]) -> None:
         self.replica_info_table.clear()
         self.sync_state_set_info_table.clear()
+        self.elections.clear()
         for name, group in groups.items():
+            for cluster, result, count in group.get("elections") or ():
+                self.elections[str(cluster), name, str(result)] = int(count)
             if group.get("replicas") is not None:
                 r = group["replicas"]
                 replicas = BrokerReplicaInfo(r["clusterName"], name)

@@ -16,20 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from twisted.application import service
-from twisted.application.internet import TimerService
 from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import CannotStart, tls
+from ..audit import AuditTrail, Trail
 from ..budget import FdBudget, MemoryBudget
 from ..dispatch import Dispatcher
+from ..events import RecentEvents
 from ..metrics import Metrics
 from ..refusals import Refusals
 from ..server import Admission, Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
-from .config import ControllerConfig, ControllerConfigError
-from .config import Peer as ControllerPeer
+from ..timers import ClockedTimerService
+from .audit import CONTROLLER
+from .config import ControllerConfig, ControllerConfigError, ControllerPeer
 from .log import ControllerLog, ControllerLogError, FileControllerLog, Leadership, SoleLeader
 from .manager import ControllerManager
 from .metrics import ControllerMetrics
@@ -58,7 +60,8 @@ class ControllerService(service.MultiService):
                  max_connections: int = 10_000, max_header_length: int | None = 65536,
                  listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
                  acl: AccessControl | None = None, refusals: Refusals | None = None,
-                 budget: MemoryBudget | None = None, fds: FdBudget | None = None) -> None:
+                 budget: MemoryBudget | None = None, fds: FdBudget | None = None,
+                 audit: Trail | None = None) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -81,10 +84,10 @@ class ControllerService(service.MultiService):
         self.file_log = FileControllerLog(path) if store is None else None
         self.store: ControllerLog = store if store is not None else self.file_log  # type: ignore[assignment]
         self.leadership: Leadership = leadership or SoleLeader()
-        self.metrics = Metrics(clock=reactor.seconds)
+        self.metrics = Metrics()
         self.controller_metrics = ControllerMetrics()
-        self.notifier = Notifier(reactor, "notify broker role change")
-        refusals = refusals or Refusals()
+        self.notifier = Notifier(reactor, "notify broker role change", self.metrics.pushes, fds)
+        refusals = refusals or Refusals()  # standing alone: its own
         self.manager = ControllerManager(
             config, self.store, self.leadership, reactor.seconds,
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
@@ -92,8 +95,15 @@ class ControllerService(service.MultiService):
             close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals)
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
-        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, max_connections,
-                                       max_header_length, refusals, budget, "controller", fds)
+        if budget is None:  # standing alone (controller/tap.py): its own root, with a budget of its own
+            budget = MemoryBudget(8 * max_frame_length)
+        if audit is None:  # standing alone: its own trail (the log lines; no status page counts or shows them)
+            audit = Trail(CONTROLLER, reactor.seconds, acl, AuditTrail(RecentEvents(reactor.seconds), (CONTROLLER,)))
+        # every state change a request makes is one audit event (audit.py), inside a NameServer
+        # counted and shown by its trail (service.py wires it)
+        self.dispatcher.observe(audit)
+        self.factory = RemotingFactory(self.dispatcher, reactor, max_frame_length, idle_timeout, refusals, budget,
+                                       max_connections, max_header_length, "controller", fds)
         self.listener = Listener("controller", listen_with(self.factory) if listen_with else self.factory, reactor,
                                  listen_port, bind_address,
                                  admission=Admission(fds, self.factory.refuse) if fds is not None else None)
@@ -103,8 +113,7 @@ class ControllerService(service.MultiService):
         # inactive-master scan from electing within its first interval as leader (in_first_heartbeat_grace)
         for work, key in ((self.manager.scan_not_active_broker, "scanNotActiveBrokerInterval"),
                           (self.manager.scan_inactive_master, "scanInactiveMasterInterval")):
-            scan = TimerService(float(config[key]) / 1000, work)
-            scan.clock = reactor
+            scan = ClockedTimerService(float(config[key]) / 1000, work, reactor)
             scan.setName(key)
             scan.setServiceParent(self)
         if consensus is not None:  # joins its group at start (once the manager follows it), leaves at stop
@@ -180,13 +189,14 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                         bind: str | None = None, acl: AccessControl | None = None,
                         refusals: Refusals | None = None, budget: MemoryBudget | None = None,
                         listen_with: Callable[[RemotingFactory], protocol.Factory] | None = None,
-                        fds: FdBudget | None = None) -> ControllerService:
+                        fds: FdBudget | None = None, audit: Trail | None = None) -> ControllerService:
     """The controller inside the NameServer (Java's enableControllerInNamesrv, or
     ``--controller-port``).  Its keys come from the same -c file, its port follows the same
     ``tls.server.mode`` as the remoting port (Java's TlsSystemConfig is the JVM's); its store defaults to
     ``controller/`` beside kvConfigPath.  CannotStart names the key the controller cannot run with.
     With aclEnable its requests are under the NameServer's ACL (``acl``); its refusals are logged and
-    counted with the NameServer's, and what its peers hold counts against the one memory budget.
+    counted with the NameServer's, and what its peers hold counts against the one memory budget; its
+    audit events go into the NameServer's audit trail (``audit``: the root's Trail of the controller's codes).
     ``listen_with``: the NameServer's TLS wrapping, its keys read once (tls.listen_with)."""
     props: dict[str, Any] = dict(namesrv_config.extra)
     if "scanNotActiveBrokerInterval" in namesrv_config.file_keys:  # Java fills both configs from the file
@@ -213,7 +223,7 @@ def embedded_controller(namesrv_config: Any, reactor: Any, port: int | None = No
                              max_connections=namesrv_config["maxConnections"],
                              max_header_length=namesrv_config["headerMaxLength"],
                              listen_with=listen_with or tls.listen_with(namesrv_config),
-                             acl=acl, refusals=refusals, budget=budget, fds=fds)
+                             acl=acl, refusals=refusals, budget=budget, fds=fds, audit=audit)
 
 
 def _etcd_consensus(values: dict[str, Any], config: ControllerConfig, bind: str, port: int | None,

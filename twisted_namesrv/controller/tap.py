@@ -1,37 +1,47 @@
 """``twistd namesrv-controller``: the controller on its own, as Java's ControllerStartup (mqcontroller).
 
 ``-c FILE`` holds the controller keys (controllerDLegerPeers/SelfId name the listen address, or
-``--port``/``--bind``); a configuration it cannot run with ends it with one line on stderr."""
+``--port``/``--bind``), read by the same reader as the NameServer's ``-c`` (state/config.py:
+``read_properties``, ``check_file_keys``): a key the controller does not know is a warning on stderr
+and in the log (``--strict-config`` refuses it); a configuration it cannot run with ends it with one
+line on stderr."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from twisted.python import usage
 
 from .. import CannotStart
-from ..state.config import ConfigError, parse_properties
-from ..tap import cannot_start, report_cannot_start_in_one_line
-from .config import ControllerConfig, ControllerConfigError
+from ..launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
+from ..logs import configured_observer
+from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties
+from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
+
+#: the keys a standalone controller's ``-c`` file may hold: ControllerConfig's (it converts and checks them)
+CONTROLLER_FILE_SCHEMA = ConfigSchema((), kept_elsewhere=CONTROLLER_KEY_NAMES)
 
 
 class Options(usage.Options):
-    synopsis = "[-c FILE] [--port 9878] [--bind 127.0.0.1]"
+    synopsis = "[-c FILE] [--port 9878] [--bind 127.0.0.1] [--strict-config]"
     longdesc = "RocketMQ 5.x's controller (controller mode): broker ids, masters, sync-state sets."
     optParameters = [
         ["configFile", "c", None, "Java properties file with ControllerConfig keys (as mqcontroller -c)"],
         ["port", None, None, "TCP port (default: this controller's entry of controllerDLegerPeers, else 9878)"],
         ["bind", None, "127.0.0.1", "address to listen on"],
     ]
+    optFlags = [["strict-config", None, "refuse a -c file holding keys the controller does not know (else a warning)"]]
 
     def postOptions(self) -> None:
+        take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
-                props = parse_properties(Path(self["configFile"]).read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ConfigError) as exc:
-                cannot_start(f"cannot read config file {self['configFile']}: {exc}")
+                props = read_properties(self["configFile"])
+                warnings = check_file_keys(self["configFile"], props, self["strict-config"], CONTROLLER_FILE_SCHEMA)
+            except ConfigError as exc:
+                cannot_start(str(exc))
+            warn_of(warnings)
         try:
             self.config = ControllerConfig.from_properties(props)
             self.config.self_peer()
@@ -42,6 +52,10 @@ class Options(usage.Options):
                 self["port"] = int(self["port"])
             except ValueError:
                 raise usage.UsageError(f"--port: not a number: {self['port']}") from None
+
+    def log_observer(self) -> Any:
+        """Text lines as the NameServer writes them (logs.py), where twistd would write its own."""
+        return configured_observer("text", twistd_log_file(self))
 
 
 def makeService(options: Options) -> Any:

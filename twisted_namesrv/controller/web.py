@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..server import PUSH_RESULTS
 from .service import ControllerService
 
 
@@ -31,9 +32,10 @@ class ControllerCollector(Collector):
                 active.add_metric([cluster, name], count)
         yield active
         elections = CounterMetricFamily("rocketmq_controller_election_total", "Elections by result: "
-                                        "new_master_elected, keep_current_master, no_master_elected",
+                                        "new_master_elected, keep_current_master, no_master_elected (those the "
+                                        "controller log records are counted from it: they survive a restart)",
                                         labels=["cluster", "broker_set", "election_result"])
-        for labels, count in sorted(metrics.election_total.items()):
+        for labels, count in sorted(metrics.elections(manager.replicas.elections).items()):
             elections.add_metric(list(labels), count)
         yield elections
         requests = CounterMetricFamily("rocketmq_controller_request_total", "Requests by type and handle status "
@@ -73,6 +75,6 @@ def controller_status(controller: ControllerService) -> dict[str, Any]:
     return {"address": manager.address, "group": manager.group, "selfId": manager.self_id,
             "leader": manager.ready, "leaderAddress": manager.address if manager.ready
             else manager.leadership.leader_address, "eventsApplied": manager.events_applied,
-            "pushes": {"sent": controller.notifier.sent, "failed": controller.notifier.failed},
+            "pushes": {result: controller.notifier.counts[result] for result in PUSH_RESULTS},
             "term": getattr(manager.leadership, "term", None),  # the etcd leadership's (None: a sole leader)
             "groups": groups}

@@ -46,6 +46,10 @@ class RequestCode(IntEnum):
     GET_BROKER_MEMBER_GROUP = 901
     BROKER_HEARTBEAT = 904
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
+    #: ours, not Java's: forget a broker group (or a cluster, or one member) the NameServer remembers
+    #: (state/topology.py).  Java's request codes are 10-513, 901-908, 1001-1018, 2001-2004, 3001-3010
+    #: and 200050-200151; ours start at 90001, far from each range and from their growth.
+    RETIRE_BROKER_GROUP = 90001
 
 
 class ResponseCode(IntEnum):

@@ -8,10 +8,10 @@ from .codes import ResponseCode, SerializeType
 from .errors import RemotingDecodeError
 from .frame import encode_frame, split_frame
 from .header import (
-    SERVER_TEMPLATES,
     Header,
     HeaderTemplates,
     decode_binary_header,
+    decode_json_header,
     encode_binary_header,
     encode_json_header,
 )
@@ -88,12 +88,12 @@ class RemotingCommand:
         return encode_frame(self.serialize_type, header, self.body)
 
     @classmethod
-    def decode(cls, frame: bytes | memoryview, templates: HeaderTemplates = SERVER_TEMPLATES) -> RemotingCommand:
+    def decode(cls, frame: bytes | memoryview, templates: HeaderTemplates | None = None) -> RemotingCommand:
         """A frame without its length prefix (as FrameDecoder yields it); JSON headers through
-        ``templates``."""
+        ``templates`` (a server's are its answer cache's), else parsed each time."""
         serialize_type, header_bytes, body = split_frame(frame)
         if serialize_type == SerializeType.JSON:
-            header = templates.decode_json(header_bytes)
+            header = decode_json_header(header_bytes) if templates is None else templates.decode_json(header_bytes)
         elif serialize_type == SerializeType.ROCKETMQ:
             header = decode_binary_header(header_bytes)
         else:

@@ -13,6 +13,8 @@ definition on every captured frame.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from .errors import RemotingDecodeError
 
@@ -82,6 +84,67 @@ def frame_spans(data: bytes | bytearray | memoryview, max_frame_length: int, sta
     return spans, start
 
 
+class FramePart(NamedTuple):
+    """A frame of a stream some of whose bytes were not captured (``frame_parts``)."""
+
+    start: int  # where its bytes (after the length prefix) start in the captured bytes
+    length: int  # its length, as its prefix says (without the prefix)
+    captured: int  # of its bytes from ``start`` on, how many were captured in a row (the header first)
+    missing: int  # of its bytes, how many were sent but not captured
+
+    @property
+    def whole(self) -> bool:
+        return self.captured == self.length
+
+
+#: where bytes were not captured: (position in the captured bytes, how many were sent there
+#: before the byte at that position but not kept), by position; a position may be their end
+Holes = Sequence[tuple[int, int]]
+
+
+def frame_parts(data: bytes | bytearray | memoryview, holes: Holes, max_frame_length: int, start: int = 0
+                ) -> tuple[list[FramePart], int, int | None]:
+    """``frame_spans`` over a stream a snap length cut: ``data`` holds the bytes captured, back to
+    back, and ``holes`` where the others were. A frame is followed across holes by its length word,
+    as Netty's decoder would (it counts bytes, it never reads them), so each frame says how much of
+    it is there: its header when captured, and exactly how many of its bytes are missing.
+
+    Returns (the frames, where in ``data`` the bytes not yet making a frame begin, and None; or,
+    when a frame boundary falls where no byte was captured - inside a hole, or a length word cut by
+    one - the position after that hole, where the caller must find the next frame by other means).
+    A length word that cannot be raises ``RemotingDecodeError`` as in ``frame_spans``."""
+    parts: list[FramePart] = []
+    end = len(data)
+    hole = 0  # the first hole at or after ``start``
+    while hole < len(holes) and holes[hole][0] < start:
+        hole += 1
+    while True:
+        hole_at = holes[hole][0] if hole < len(holes) else end
+        room = hole_at - start  # bytes captured in a row from ``start``
+        if room < 4:  # the length word is not all there: cut by a hole, or still coming
+            return parts, start, hole_at if hole < len(holes) else None
+        (length,) = _LENGTH.unpack_from(data, start)
+        _check_prefix(length, _LENGTH.unpack_from(data, start + 4)[0] if room >= 8 else 0, max_frame_length, None)
+        captured, missing = min(length, room - 4), 0
+        at, left = start + 4 + captured, length - captured
+        while left:
+            if hole < len(holes) and holes[hole][0] == at:
+                skip = min(left, holes[hole][1])
+                left, missing = left - skip, missing + skip
+                if skip < holes[hole][1]:  # the frame ends inside the hole, and the next one starts there
+                    parts.append(FramePart(start + 4, length, captured, missing))
+                    return parts, at, at
+                hole += 1
+                continue
+            stop = holes[hole][0] if hole < len(holes) else end
+            if at == stop:
+                return parts, start, None  # the frame runs past what was sent so far: still coming
+            take = min(left, stop - at)  # captured bytes of the frame after a hole
+            at, left = at + take, left - take
+        parts.append(FramePart(start + 4, length, captured, missing))
+        start = at
+
+
 def cut_frames(data: bytes, max_frame_length: int, max_header_length: int | None = None) -> tuple[list[bytes], int]:
     """``frame_spans`` for a read of bytes, with the frames cut out (one copy each) in the same loop:
     the server's usual read, where a list of spans and a second loop cost as much as the cutting."""
@@ -129,6 +192,8 @@ class FrameDecoder:
     raises ``RemotingDecodeError`` as soon as the length word arrives, and a header longer than
     ``max_header_length`` as soon as the header word does: the peer is broken.
     """
+
+    __slots__ = ("max_frame_length", "max_header_length", "_buffer")  # one per connection
 
     def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
         self.max_frame_length = max_frame_length

@@ -7,13 +7,15 @@ raises ``RemotingDecodeError`` where Java throws and closes the channel.
 
 from __future__ import annotations
 
+import codecs
+import json
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import fastjson
-from .codes import LanguageCode
+from .codes import LanguageCode, RequestCode
 from .errors import RemotingDecodeError
 
 _LANGUAGE_NAMES = frozenset(LanguageCode.__members__)
@@ -85,23 +87,37 @@ OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
 
 
+#: headers a server does not keep as templates: one per broker, repeated every 30 s at most, and the
+#: biggest (a thousand brokers' took a megabyte and a half to save a parse each per 30 s)
+_NOT_KEPT = frozenset({RequestCode.REGISTER_BROKER})
+#: the opaque's digits, matched right after OPAQUE_KEY
+_OPAQUE_DIGITS = re.compile(rb"-?\d+")
+_OPAQUE_KEY_LENGTH = len(OPAQUE_KEY)
+
+
 class HeaderTemplates:
     """JSON header decoding with a cache: headers of a client differ only in their opaque, so a
     decoded header is kept as a template under its bytes minus the opaque digits and reused (same
-    bytes, same fields). At most ``size`` templates are kept before starting over; each user sizes
-    its own (a server's clients, or every client of a cluster in a capture) and shares no state."""
+    bytes, same fields: a template never goes stale, unlike a kept answer). At most ``size``
+    templates are kept before starting over.  No module holds one: each owner sizes its own (a
+    server's answer cache, answer_cache.py; the capture analysis, for every client of a cluster).
+    A broker's registration header is kept only with ``keep_registrations``: a server sees each
+    broker's every 30 s at most (``_NOT_KEPT``), a capture holds them all (a broker repeats its
+    header, bodyCrc32 included, until its topics change: a parse saved each, a fifth of the JSON
+    headers' time)."""
 
-    __slots__ = ("size", "_templates")
+    __slots__ = ("size", "_templates", "_not_kept")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, keep_registrations: bool = False) -> None:
         self.size = size
         self._templates: dict[bytes, Header] = {}
+        self._not_kept = frozenset() if keep_registrations else _NOT_KEPT
 
     def __len__(self) -> int:
         return len(self._templates)
 
     def decode_json(self, data: bytes) -> Header:
-        split = opaque_split(data) if data.count(OPAQUE_KEY) == 1 else None
+        split = _only_opaque_split(data)
         if split is None:
             return _parse_json_header(data)  # refuses an opaque out of int32, as fastjson overflows
         key, opaque = split
@@ -109,6 +125,8 @@ class HeaderTemplates:
         template = templates.get(key)
         if template is None:
             header = _parse_json_header(data)
+            if header.code in self._not_kept:
+                return header
             if len(templates) >= self.size:
                 templates.clear()
             templates[key] = header
@@ -118,21 +136,44 @@ class HeaderTemplates:
                       template.json_layout)
 
 
+def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
+    """opaque_split of a header holding OPAQUE_KEY exactly once (else None): found with two
+    ``find``s and a match at the key, where a ``count`` and a regex search read the bytes twice
+    (every JSON header a server or a capture decodes comes here)."""
+    at = data.find(OPAQUE_KEY)
+    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH) >= 0:
+        return None
+    return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH))
+
+
 def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
     """``data`` without the digits of its first ``"opaque":N`` (from ``start``), and N: the key
     under which requests that differ only by opaque share a header template or a kept answer.
     None unless N is an int32 (at most 11 characters, so a hostile one is never converted)."""
     match = OPAQUE_NUMBER.search(data, start)
-    if match is None or len(match.group(1)) > 11:
+    return _split_at(data, match, 1)
+
+
+def _split_at(data: bytes, match: re.Match[bytes] | None, group: int = 0) -> tuple[bytes, int] | None:
+    """opaque_split's answer for the opaque's digits as matched (``group`` of ``match``)."""
+    if match is None:
         return None
-    opaque = int(match.group(1))
+    start, end = match.span(group)
+    if end - start > 11:
+        return None
+    opaque = int(data[start:end])
     if not _INT_MIN <= opaque <= _INT_MAX:
         return None
-    return data[:match.start(1)] + data[match.end(1):], opaque
+    return data[:start] + data[end:], opaque
 
 
-#: the server's templates: enough for its clients
-SERVER_TEMPLATES = HeaderTemplates(4096)
+#: templates a server keeps: enough for its clients (its answer cache's, answer_cache.py)
+SERVER_TEMPLATES_SIZE = 4096
+
+
+def decode_json_header(data: bytes) -> Header:
+    """A JSON header as fastjson reads it, parsed in full (no templates: HeaderTemplates keeps them)."""
+    return _parse_json_header(data)
 
 
 def _parse_json_header(data: bytes) -> Header:
@@ -203,6 +244,147 @@ def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
             f',"serializeTypeCurrentRPC":"{serialize_name}","version":{header.version}}}').encode("utf-8", "replace")
+
+
+# ---- the captured start of a header ---------------------------------------------------------
+#
+# A capture taken with a snap length keeps only the first bytes of each packet: a header may end
+# mid-way.  What its captured start says is read carefully, so that nothing uncertain is taken: a
+# field counts only once its value is complete (a number followed by its delimiter: "code":10
+# cut there may be 103), extFields' entries only those captured whole (the map may hold more).
+
+
+@dataclass(slots=True)
+class HeaderPrefix:
+    """The fields a header's captured start says for certain; None: not captured (or not certain).
+    ``ext_fields``: the entries captured whole, None if no entry was; ``ext_complete``: the map
+    ended within the bytes (it has no other entries)."""
+
+    code: int | None = None
+    language: str | None = None
+    version: int | None = None
+    opaque: int | None = None
+    flag: int | None = None
+    remark: str | None = None
+    ext_fields: dict[str, str | None] | None = None
+    ext_complete: bool = False
+
+
+def read_header_prefix(serialize_type: int, data: bytes) -> HeaderPrefix:
+    """What the first bytes of a header (JSON or ROCKETMQ binary, by the frame's serialize type)
+    say for certain, read by the rules of the whole header's decoders."""
+    if serialize_type == 1:
+        return _binary_prefix(data)
+    if serialize_type == 0:
+        return _json_prefix(data)
+    return HeaderPrefix()
+
+
+_JSON_DECODER = json.JSONDecoder()
+_SCAN_STRING: Any = json.decoder.scanstring  # type: ignore[attr-defined]  # public, though typeshed leaves it out
+_WHITESPACE = " \t\n\r"
+
+
+def _json_prefix(data: bytes) -> HeaderPrefix:
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)  # a cut last character waits
+    known = HeaderPrefix()
+    fields = _json_members(text, 0, top=True)
+    if fields is None:
+        return known
+    for key, (value, complete) in fields.items():
+        try:
+            if key == "code":
+                known.code = _java_int("code", value)
+            elif key == "opaque":
+                known.opaque = _java_int("opaque", value)
+            elif key == "flag":
+                known.flag = _java_int("flag", value)
+            elif key == "version":
+                known.version = _java_int("version", value)
+            elif key == "language":
+                known.language = _json_language(value)
+            elif key == "remark":
+                known.remark = _java_string(value)
+            elif key == "extFields" and isinstance(value, dict):
+                known.ext_fields = {str(k): _java_string(v) for k, v in value.items()} or None
+                known.ext_complete = complete
+        except RemotingDecodeError:
+            continue  # a value Java refuses: the whole header would not decode either; say nothing of it
+    return known
+
+
+def _json_members(text: str, at: int, top: bool = False) -> dict[str, tuple[Any, bool]] | None:
+    """The members of the JSON object starting at ``at`` that ``text`` holds whole, each with
+    whether it is complete (an object value may be taken in part: extFields, at the top level);
+    None if ``text`` does not start an object there."""
+    at = _skip(text, at)
+    if at >= len(text) or text[at] != "{":
+        return None
+    members: dict[str, tuple[Any, bool]] = {}
+    at += 1
+    while True:
+        at = _skip(text, at)
+        if at >= len(text) or text[at] == "}":
+            return members
+        if text[at] != '"':
+            return members
+        try:
+            key, at = _SCAN_STRING(text, at + 1)
+        except ValueError:
+            return members
+        at = _skip(text, at)
+        if at >= len(text) or text[at] != ":":
+            return members
+        at = _skip(text, at + 1)
+        try:
+            value, after = _JSON_DECODER.raw_decode(text, at)
+        except ValueError:  # cut inside the value: an object at the top level is read in part
+            if top and at < len(text) and text[at] == "{":
+                inner = _json_members(text, at)
+                if inner:
+                    members[key] = ({k: v for k, (v, _) in inner.items()}, False)
+            return members
+        following = _skip(text, after)
+        if following >= len(text) and not isinstance(value, (str, dict, list)):
+            return members  # a number or literal the cut may have ended early: not certain
+        members[key] = (value, True)
+        if following >= len(text) or text[following] != ",":
+            return members
+        at = following + 1
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WHITESPACE:
+        at += 1
+    return at
+
+
+def _binary_prefix(data: bytes) -> HeaderPrefix:
+    """RocketMQSerializable's fixed fields, then the remark and the extFields entries captured whole."""
+    if len(data) < _FIXED.size:
+        return HeaderPrefix()
+    code, language_code, version, opaque, flag = _FIXED.unpack_from(data, 0)
+    try:
+        language: str | None = LanguageCode(language_code).name
+    except ValueError:
+        language = None
+    known = HeaderPrefix(code, language, version, opaque, flag)
+    try:
+        known.remark, pos = _read_string(data, _FIXED.size, _INT, len(data))
+        (ext_length,) = _INT.unpack_from(data, pos)
+        pos += 4
+        end = pos + max(ext_length, 0)
+        ext: dict[str, str | None] = {}
+        while pos < min(end, len(data)):
+            key, pos = _read_string(data, pos, _SHORT, min(end, len(data)))
+            value, pos = _read_string(data, pos, _INT, min(end, len(data)))
+            if key:
+                ext[key] = value
+    except (struct.error, RemotingDecodeError):  # cut inside a string or a length: what came before stands
+        known.ext_fields = locals().get("ext") or None
+        return known
+    known.ext_fields, known.ext_complete = ext or None, True
+    return known
 
 
 # ---- ROCKETMQ binary ------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import TEXT_FILE_LIMIT, read_regular, read_regular_text
+
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 #: this project's signature beside Java's (``bound_signature``): an extField no Java client sends
 NAMESRV_SIGNATURE = "NamesrvSignature"
@@ -53,8 +55,8 @@ NONCE_LIMIT = 16_384
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 #: what brokers send for themselves: any account that signs correctly
 BROKER_CODES = frozenset({103, 104, 322, 904})
-#: what operators send (KV, permissions, topics, config): admin accounts only
-ADMIN_CODES = frozenset({100, 102, 205, 216, 217, 318, 327})
+#: what operators send (KV, permissions, topics, config, and our RETIRE_BROKER_GROUP): admin accounts only
+ADMIN_CODES = frozenset({100, 102, 205, 216, 217, 318, 327, 90001})
 BROKER, ADMIN, READ = "broker", "admin", "read"
 #: how often the accounts file is checked for changes (Java 4.9.8's AclFileWatchService: 5000 ms)
 RELOAD_INTERVAL_SECONDS = 5.0
@@ -214,10 +216,12 @@ def _whitelist(entries: Any, where: str) -> AddressMatch:
 
 def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
     """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys (a
-    null value appends "null", as StringBuilder does)."""
-    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be"))
-    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8") + bytes(body or b"")
-    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode()
+    null value appends "null", as StringBuilder does).  A lone surrogate (a JSON header's ``\ud800``)
+    becomes ``?``, as Java's String.getBytes(UTF_8) writes it: signed like Java, never an exception."""
+    fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8", "replace")
+    digest = hmac.new(secret_key.encode("utf-8", "replace"), content + bytes(body or b""), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
 
 
 def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | None = None,
@@ -225,6 +229,10 @@ def signed(ext: dict[str, str], access_key: str, secret_key: str, body: bytes | 
     """``ext`` as AclClientRPCHook sends it: with AccessKey (SecurityToken) and Signature."""
     fields = {**ext, ACCESS_KEY: access_key, **({SECURITY_TOKEN: security_token} if security_token else {})}
     return {**fields, SIGNATURE: signature(secret_key, fields, body)}
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _length_prefixed(data: bytes) -> bytes:
@@ -236,14 +244,15 @@ def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str 
     """What a NamesrvSignature signs: the scheme, the request code, its time and nonce, every
     extField but Signature and NamesrvSignature by name and value (each length-prefixed, a null value
     marked apart from an empty one, in key order), and the body.  So unlike ACL 1.0's content it
-    cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once."""
-    fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: k.encode("utf-8"))
+    cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once.  Text is
+    UTF-8 with lone surrogates (a JSON header's ``\ud800``) kept as their bytes: never an exception."""
+    fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: _utf8(k))
     parts = [BOUND_PREFIX, code.to_bytes(4, "big", signed=True), stamp_ms.to_bytes(8, "big"),
              _length_prefixed(nonce), len(fields).to_bytes(4, "big")]
     for name in fields:
         value = ext[name]
-        parts.append(_length_prefixed(name.encode("utf-8")))
-        parts.append(b"\x00" if value is None else b"\x01" + _length_prefixed(str(value).encode("utf-8")))
+        parts.append(_length_prefixed(_utf8(name)))
+        parts.append(b"\x00" if value is None else b"\x01" + _length_prefixed(_utf8(str(value))))
     parts.append(_length_prefixed(bytes(body or b"")))
     return b"".join(parts)
 
@@ -251,7 +260,7 @@ def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str 
 def bound_signature(secret_key: str, code: int, ext: Mapping[str, str | None], body: bytes | memoryview | None,
                     stamp_ms: int, nonce: bytes) -> str:
     """A NamesrvSignature's value: ``1:<unix ms>:<nonce hex>:<Base64 HmacSHA256 of bound_content>``."""
-    mac = hmac.new(secret_key.encode("utf-8"), bound_content(code, stamp_ms, nonce, ext, body), hashlib.sha256)
+    mac = hmac.new(_utf8(secret_key), bound_content(code, stamp_ms, nonce, ext, body), hashlib.sha256)
     return f"{BOUND_SCHEME}:{stamp_ms}:{nonce.hex()}:{base64.b64encode(mac.digest()).decode()}"
 
 
@@ -279,15 +288,21 @@ def parse_bound(value: str) -> tuple[int, bytes, bytes] | None:
 
 
 class NonceCache:
-    """The nonces of NamesrvSignatures accepted within the window, so that each is accepted once:
-    at most ``limit`` of them.  A nonce is forgotten once its time is out of the window (a replay is
-    refused for its time then); when full, the one with the oldest time is forgotten early and no
-    time at or before it is accepted from then on (``floor``), so a bounded cache never lets a
-    replay in -- it may refuse a fresh request whose clock lags by more than the newest forgotten one."""
+    """The nonces of one account's NamesrvSignatures accepted within the window, so that each is
+    accepted once: at most ``limit`` of them.  A nonce is forgotten once its time is out of the window
+    (a replay is refused for its time then); when full, the one with the oldest time is forgotten
+    early.  Either way no time at or before one forgotten is accepted from then on (``floor``), so a
+    bounded cache never lets a replay in, not even after the server's clock is set back -- it may
+    refuse a fresh request whose clock lags by more than the newest forgotten one.  Nor is a time
+    before ``started`` (the server's start) accepted: the nonces of the process before it are gone,
+    so a request captured then and replayed after a restart would be taken again.  One cache per
+    account (AccessControl): an account that fills its own (a broker's, with times at the window's
+    far edge) refuses only its own requests."""
 
-    def __init__(self, window: float, limit: int = NONCE_LIMIT) -> None:
+    def __init__(self, window: float, limit: int = NONCE_LIMIT, started: float = float("-inf")) -> None:
         self.window = window
         self.limit = limit
+        self.started = started
         self.seen: dict[bytes, float] = {}
         self.by_time: list[tuple[float, bytes]] = []  # a heap
         self.floor = float("-inf")
@@ -298,15 +313,17 @@ class NonceCache:
             where = "behind" if now > stamp else "ahead of"
             return (f"is {abs(now - stamp):.0f} s {where} the server's time, beyond "
                     f"aclSignatureWindowSeconds={self.window:g}")
+        if stamp < self.started:
+            return (f"was signed {self.started - stamp:.3f} s before this server started (what the last one "
+                    "remembered is gone; or this machine's clock is behind the server's): send it again")
         if stamp <= self.floor:
-            return "is older than the replay cache remembers (it was full): send it again"
+            return "is older than the replay cache remembers: send it again"
         if nonce in self.seen:
             return "was seen before: a replayed request"
         while self.by_time and (self.by_time[0][0] < now - self.window or len(self.seen) >= self.limit):
             oldest, gone = heapq.heappop(self.by_time)
             del self.seen[gone]
-            if oldest >= now - self.window:  # forgotten early: nothing at or before it is accepted again
-                self.floor = max(self.floor, oldest)
+            self.floor = max(self.floor, oldest)  # nothing at or before it is accepted again
         self.seen[nonce] = stamp
         heapq.heappush(self.by_time, (stamp, nonce))
         return None
@@ -329,7 +346,14 @@ class AccessControl:
         #: aclNamesrvSignatureRequired: operators' requests must carry a NamesrvSignature
         self.bound_required = bound_required
         self.clock = clock
-        self.nonces = NonceCache(window)
+        self.window = window
+        #: each account's NamesrvSignature nonces (NonceCache), from the start on: only accounts of the file
+        #: whose signature verified have one
+        self.nonces: dict[str, NonceCache] = {}
+        self.nonce_limit = NONCE_LIMIT
+        #: the start to the millisecond, as a NamesrvSignature gives its time: one signed in the very
+        #: millisecond the server started is not before it
+        self.started = int(clock() * 1000) / 1000
 
     @classmethod
     def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "", *,
@@ -403,7 +427,10 @@ class AccessControl:
         expected = bound_signature(account.secret_key, code, ext, body, stamp_ms, nonce).rpartition(":")[2]
         if not hmac.compare_digest(base64.b64encode(mac), expected.encode()):
             return "check failed (it covers the request code, every field by name and the body)"
-        return self.nonces.refusal(nonce, stamp_ms / 1000, self.clock())
+        cache = self.nonces.get(account.access_key)
+        if cache is None:
+            cache = self.nonces[account.access_key] = NonceCache(self.window, self.nonce_limit, self.started)
+        return cache.refusal(nonce, stamp_ms / 1000, self.clock())
 
     def verified(self, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str | None:
         """The accessKey whose secret signed this request, or None: a key that is only claimed
@@ -415,14 +442,14 @@ class AccessControl:
     @staticmethod
     def _signed_by(account: Account, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> bool:
         given = ext.get(SIGNATURE) or ""
-        return hmac.compare_digest(given.encode(), signature(account.secret_key, ext, body).encode())
+        return hmac.compare_digest(given.encode("utf-8", "replace"), signature(account.secret_key, ext, body).encode())
 
 
 def _stamp(path: str) -> tuple[int, int, bytes] | None:
     """What says the file changed: its mtime, size and a digest of its bytes (an edit within the
     mtime's resolution still shows); None when it cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path, TEXT_FILE_LIMIT)  # a FIFO swapped in would block every port (files.py)
         info = Path(path).stat()
     except OSError:
         return None
@@ -447,9 +474,11 @@ def _read_accounts(path: str) -> tuple[dict[str, Account], AddressMatch]:
     import yaml  # only when ACL is on
 
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise AclConfigError(f"aclAccountsFile: cannot read {path}: not UTF-8 ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise AclConfigError(f"aclAccountsFile: cannot read {path}: {_yaml_problem(exc)}") from None
     entries: Any = document.get("accounts") if isinstance(document, dict) else None

@@ -4,28 +4,38 @@ One ``ConfigKey`` table: the generation a key belongs to, its default (and so it
 whether it is guarded: keys that would change listening, threads, queues, limits or paths are
 refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
 
+The keys a NamesrvConfig knows are a ``ConfigSchema`` it is given: ``NAMESRV_SCHEMA`` holds the
+NameServer's own; a process that runs more (the embedded controller) passes a schema extended with
+that module's keys and checks (``ConfigSchema.with_keys``; the NameServer's launchers use
+``schema.SERVER_SCHEMA``).  Nothing adds keys to a shared table, so what ``-p``, ``--strict-config``
+and ``is_secret`` say does not depend on what was imported.
+
 Two sets beside it are data every consumer consults rather than decides for itself:
 ``SECRET_KEYS`` (their values never leave the process: GET_NAMESRV_CONFIG leaves them out as Java
 leaves its TLS system properties out, ``-p``, logs, errors, the status page and the audit trail show
-``MASK``) and ``NOT_IMPLEMENTED`` (Java keys this server takes but does not act on: a start with
-one of them set warns, ``--strict-config`` refuses).
+``MASK``), ``NOT_IMPLEMENTED`` and ``NO_EFFECT`` (Java keys this server takes but does not act on: a
+start with one of them set warns) and ``JAVA_ONLY`` (keys of Java's other config objects that
+``mqnamesrv -c`` reads from the same file, ``ConfigSchema.java_only``: known, so ``--strict-config``,
+which refuses only keys no Java NameServer reads, accepts a file Java wrote, and a warning when set).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from contextlib import suppress
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import properties
 from ..bodies.register import DEFAULT_MAX_INFLATED
 from ..compat import Profile, profile_named
+from ..escapes import escaped, first_control
 from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
+from .files import TEXT_FILE_LIMIT, read_regular_text
 from .hosts import AllowedHostsError, parse_allowed
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -119,6 +129,18 @@ KEYS: list[ConfigKey] = [
     #: bytes of unfinished frames and inflating bodies held for all peers together; 0: a quarter of the
     #: machine's memory limit within 64..256 MiB (budget.py)
     ConfigKey("receiveMemoryBudget", 0, OURS, guarded=True),
+    #: what the route tables may hold (state/routes.py; maxTopicsPerBroker also bodies/register.py):
+    #: a registration that would pass one is refused whole, logged and counted
+    ConfigKey("maxTopicsPerBroker", 2_000_000, OURS, guarded=True),
+    ConfigKey("maxBrokerGroups", 20_000, OURS, guarded=True),
+    ConfigKey("maxBrokers", 100_000, OURS, guarded=True),
+    ConfigKey("maxBrokersPerGroup", 64, OURS, guarded=True),
+    ConfigKey("maxTopicQueueEntries", 8_000_000, OURS, guarded=True),
+    #: the longest topic, broker or cluster name, address or zone a registration (or REGISTER_TOPIC_IN_NAMESRV)
+    #: may hold: the table limits count entries, and what one entry holds must be bounded too
+    ConfigKey("maxNameLength", 512, OURS, guarded=True),
+    #: the KV table's size, as written to kvConfigPath: every PUT_KV_CONFIG rewrites it whole, in the reactor
+    ConfigKey("maxKvBytes", 8 * 1024 * 1024, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -138,6 +160,14 @@ KEYS: list[ConfigKey] = [
     ConfigKey("fdReserve", DEFAULT_FD_RESERVE, OURS, guarded=True),
     ConfigKey("routeSnapshotPath", "", OURS, guarded=True),
     ConfigKey("routeSnapshotInterval", 10_000, OURS, guarded=True),
+    #: a snapshot not confirmed current for longer than this (ms) is not served: its brokers would have
+    #: expired had a NameServer been running (the brokers' 120 s heartbeat timeout); 0: any age
+    ConfigKey("routeSnapshotMaxAge", 120_000, OURS, guarded=True),
+    #: the broker groups seen across restarts (topology_store.py); empty: topology.json beside kvConfigPath
+    ConfigKey("topologyPath", "", OURS, guarded=True),
+    #: /readyz waits this long (ms) after the start for the known broker groups to register again: brokers
+    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one
+    ConfigKey("readinessBrokerWait", 45_000, OURS),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
     ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
@@ -149,14 +179,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("advertisedAddress", "", OURS, guarded=True),
     #: how often the peers view compares routes with the namesrvAddr / nsaddrList NameServers (ms)
     ConfigKey("peersCompareInterval", 30_000, OURS, guarded=True),
-    # the keys of modules above this layer follow, added by their owners (add_keys)
 ]
+#: the NameServer's own keys by name (never grown: a schema with more keys is a ConfigSchema of its own)
 KEYS_BY_NAME = {k.name: k for k in KEYS}
-#: checks of the keys other modules own (add_keys), run with the NameServer's own
-_OWNERS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
-#: keys other modules read from the same file but keep in their own config objects (the controller's
-#: ControllerConfig): known, so never an "unknown key" warning
-KEPT_ELSEWHERE: set[str] = set()
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 #: keys whose values are secrets (key passwords, secret keys, tokens): the one list every output consults
@@ -166,10 +191,10 @@ SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword", "se
 SECRET_NAME_ENDINGS = ("password", "secretkey", "secret", "token", "credential", "credentials")
 #: what a secret's value is shown as
 MASK = "******"
-#: Java NamesrvConfig keys this server reads but does not act on: set to anything but their default
-#: they start with a warning (--strict-config: refused).  Issue work that implements one removes it.
+#: Java NamesrvConfig keys asking for what this server does not do: set to anything but their default
+#: they start with a warning saying so (a Java key: --strict-config accepts it).  Issue work that
+#: implements one removes it.
 NOT_IMPLEMENTED = frozenset({
-    "rocketmqHome",  # Java: where its logback configuration is; here logging is Twisted's
     "productEnvName",  # Java: only with clusterTest
     "clusterTest",  # Java: routes of a test cluster fetched from another NameServer
     "clientRequestThreadPoolNums", "defaultThreadPoolNums",  # one reactor thread here
@@ -178,7 +203,7 @@ NOT_IMPLEMENTED = frozenset({
 _ONE_THREAD = "one reactor thread serves every connection and request: there is no pool to size"
 _NETTY = "a Netty setting; Twisted's reactor has no counterpart"
 #: every Java key that changes nothing here, with why: ``-p`` says so above each, and a start with one
-#: set to anything but its default warns (NOT_IMPLEMENTED ones are also refused by --strict-config)
+#: set to anything but its default warns (rocketmqHome too, which Java writes into every file it saves)
 NO_EFFECT: dict[str, str] = {
     "rocketmqHome": "Java reads its logback configuration there; logging here is Twisted's (--log-*)",
     "productEnvName": "Java uses it only with clusterTest, which is not implemented",
@@ -194,10 +219,25 @@ NO_EFFECT: dict[str, str] = {
     "enableShutdownGracefully": "a stop here always closes the listeners first and the connections after",
     "shutdownWaitTimeSeconds": "a stop here does not wait for requests in flight: each is answered in one step",
 }
+_CLIENT = ("a setting of Java's NameServer's Netty client (its NOTIFY_MIN_BROKER_ID_CHANGE and controller notices "
+           "to brokers); this server sends each notice on a connection of its own, 3 s to connect")
+#: keys ``mqnamesrv -c`` reads into Java objects this server has no counterpart for, with why they change
+#: nothing here: NettyClientConfig's (5.3.3 reads them from the -c file; 4.9.8 ignores them); a schema
+#: with another module's keys adds that module's (schema.SERVER_SCHEMA: the embedded controller's).  Known, so
+#: --strict-config accepts them; set (to anything) they warn, as a Java file carries them only when an
+#: operator wrote them in.  GET_NAMESRV_CONFIG lists them as Java does the -c file's other keys.
+JAVA_ONLY: dict[str, str] = dict.fromkeys((
+    "clientWorkerThreads", "clientCallbackExecutorThreads", "clientOnewaySemaphoreValue", "clientAsyncSemaphoreValue",
+    "connectTimeoutMillis", "channelNotActiveInterval", "scanAvailableNameSrv", "clientChannelMaxIdleTimeSeconds",
+    "clientSocketSndBufSize", "clientSocketRcvBufSize", "clientPooledByteBufAllocatorEnable",
+    "clientCloseSocketIfTimeout", "useTLS", "socksProxyConfig", "disableCallbackExecutor", "disableNettyWorkerGroup",
+    "maxReconnectIntervalTimeSeconds", "enableReconnectForGoAway"), _CLIENT)
+# (NettyClientConfig has writeBufferHighWaterMark and writeBufferLowWaterMark too: NettyServerConfig keys here)
 
 
 def is_secret(name: str) -> bool:
-    """Whether ``name`` holds a secret: in SECRET_KEYS, or unknown and named like one."""
+    """Whether ``name`` holds a secret: in SECRET_KEYS, or not one of the NameServer's own keys and
+    named like one.  The same answer whatever schema a config was given or what was imported."""
     return name in SECRET_KEYS or (name not in KEYS_BY_NAME and name.lower().endswith(SECRET_NAME_ENDINGS))
 
 
@@ -216,6 +256,13 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
     "receiveMemoryBudget": (0, None),
+    "maxTopicsPerBroker": (1, None),
+    "maxBrokerGroups": (1, None),
+    "maxBrokers": (1, None),
+    "maxBrokersPerGroup": (1, None),
+    "maxTopicQueueEntries": (1, None),
+    "maxNameLength": (16, None),
+    "maxKvBytes": (0, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),
@@ -225,6 +272,8 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "scanNotActiveBrokerInterval": (100, None),
     "waitSecondsForService": (0, None),
     "routeSnapshotInterval": (100, None),
+    "routeSnapshotMaxAge": (0, None),
+    "readinessBrokerWait": (0, None),
     "peersCompareInterval": (1000, None),
 }
 
@@ -242,8 +291,13 @@ def _check_networks(text: str) -> None:
 
 
 def _check_nsaddr_list(name: str, text: str) -> None:
-    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it."""
+    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it.
+    An entry with a comma or a space is a list written with another separator: taken as one
+    ``host:port`` (the last entry's port) it named no server and nothing said so."""
     for entry in filter(None, (part.strip() for part in text.split(";"))):
+        if "," in entry or any(c.isspace() for c in entry):
+            raise ConfigError(f"{name}: {entry!r} is not host:port: NameServers are separated by ';' "
+                              "(host:port;host:port)")
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"{name}: {entry!r} is not host:port (a port 1 to 65535)")
@@ -280,80 +334,77 @@ def split_advertised(text: str) -> tuple[str, int | None]:
     return host, int(port) if port.isdigit() else -1
 
 
-def add_keys(keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
-             kept_elsewhere: frozenset[str] = frozenset()) -> None:
-    """A module above this layer owns ``keys`` and reads them from the same ``-c`` file (the
-    controller: controller/config.py, when it is imported): NamesrvConfig knows them from now on,
-    typed, guarded and listed as its own, and ``check(values)`` refuses (ConfigError naming the
-    key) what their owner cannot run with.  ``kept_elsewhere``: further keys the owner keeps in a
-    config object of its own (never an "unknown key" here).  Adding the same keys again changes nothing."""
-    new = [key for key in keys if key.name not in KEYS_BY_NAME]
-    if new:
-        KEYS.extend(new)
-        KEYS_BY_NAME.update((key.name, key) for key in new)
-        _OWNERS_CHECKS.append(check)
-    KEPT_ELSEWHERE.update(kept_elsewhere)
+@dataclass(frozen=True)
+class ConfigSchema:
+    """The keys a NamesrvConfig knows (typed by their defaults, guarded or not, listed in this
+    order), the checks their owners run on the values (ConfigError naming the key), the keys
+    other modules read from the same ``-c`` file but keep in config objects of their own (never an
+    "unknown key" here, never changed by UPDATE_NAMESRV_CONFIG), and Java's keys of those modules
+    that nothing here reads, with why (``java_only``: JAVA_ONLY's kind; known, so --strict-config
+    accepts a file Java wrote, and a warning when set)."""
+
+    keys: tuple[ConfigKey, ...]
+    checks: tuple[Callable[[dict[str, Any]], None], ...] = ()
+    kept_elsewhere: frozenset[str] = frozenset()
+    java_only: Mapping[str, str] = field(default_factory=dict, hash=False)
+    by_name: dict[str, ConfigKey] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {key.name: key for key in self.keys})
+
+    def with_keys(self, keys: tuple[ConfigKey, ...], check: Callable[[dict[str, Any]], None],
+                  kept_elsewhere: frozenset[str] = frozenset(),
+                  java_only: Mapping[str, str] | None = None) -> ConfigSchema:
+        """This schema and a module's own ``keys`` (listed after these), ``check``, the further
+        keys it keeps elsewhere and its Java keys without effect here: a new schema, this one unchanged."""
+        added = tuple(key for key in keys if key.name not in self.by_name)
+        return ConfigSchema(self.keys + added, (*self.checks, check), self.kept_elsewhere | kept_elsewhere,
+                            {**self.java_only, **(java_only or {})})
+
+    def known(self, name: str) -> bool:
+        """A key of this schema, or one a module keeps elsewhere."""
+        return name in self.by_name or name in self.kept_elsewhere
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """java.util.Properties.load: '#'/'!' comments, '=' ':' or blank separators, line
-    continuations, backslash escapes."""
-    result: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for raw in lines:
-        line = raw.lstrip()
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line):
-            line = line[:-1] + next(lines, "").lstrip()
-        key, value = _split_property(line)
-        result[key] = value
-    return result
+#: the NameServer's own keys, and its Java NettyClientConfig keys that change nothing here
+NAMESRV_SCHEMA = ConfigSchema(tuple(KEYS), java_only=JAVA_ONLY)
 
 
-def _continues(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
+#: the largest UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG body read: the whole configuration is
+#: under 4 KiB, and properties text is read a line at a time in Python (a 16 MiB body of newlines held
+#: the reactor for seconds)
+CONFIG_BODY_LIMIT = 64 * 1024
 
 
-def _split_property(line: str) -> tuple[str, str]:
-    i, key = 0, []
-    while i < len(line) and line[i] not in "=: \t\f":
-        if line[i] == "\\" and i + 1 < len(line):
-            i += 1
-        key.append(line[i])
-        i += 1
-    while i < len(line) and line[i] in " \t\f":
-        i += 1
-    if i < len(line) and line[i] in "=:":
-        i += 1
-    return _unescape("".join(key)), _unescape(line[i:].lstrip(" \t\f"))
+def oversized(body: bytes | memoryview) -> str | None:
+    """Why a config update's body is refused unread (a refusal ``config_size``), or None."""
+    if len(body) <= CONFIG_BODY_LIMIT:
+        return None
+    return f"a body of {len(body)} bytes is over {CONFIG_BODY_LIMIT} (the whole configuration is under 4 KiB)"
 
 
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 6 <= len(text):
-                out.append(chr(int(text[i + 2:i + 6], 16)))
-                i += 6
-                continue
-            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    # \uD83C\uDF89 escapes one character as two UTF-16 halves, as Java's Properties do
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+def control_characters(props: dict[str, str]) -> str | None:
+    """Why UPDATE_NAMESRV_CONFIG / UPDATE_CONTROLLER_CONFIG refuse ``props`` (NO_PERMISSION, a
+    refusal ``config_value``), or None: a key or value holding a control character (escapes.CONTROLS:
+    C0, DEL, C1, line and paragraph separators, bidirectional controls, lone surrogates).  Java takes
+    such a value and writes it raw into its config file; here the file would hold it escaped
+    (properties.py), but no setting needs one, and a remote peer's control characters have no
+    business in a file, a log or an answer."""
+    for name, text in props.items():
+        control = first_control(name) or first_control(text)
+        if control:
+            return f"{escaped(name)} holds a control character ({control}); values with control characters are refused"
+    return None
+
+
+#: what Java's String.trim() takes off both ends: every character up to U+0020 (Python's strip() takes
+#: Unicode whitespace instead: U+0085, U+2028, ... but not \x00..\x08)
+JAVA_TRIMMED = "".join(map(chr, range(0x21)))
 
 
 def _coerce(key: ConfigKey, text: str) -> Any:
-    """MixAll.properties2Object: the value trimmed, then parsed by the field's type."""
-    text = text.strip()
+    """MixAll.properties2Object: the value trimmed (String.trim), then parsed by the field's type."""
+    text = text.strip(JAVA_TRIMMED)
     default = key.default
     if isinstance(default, bool):
         return text.lower() == "true"  # Boolean.parseBoolean
@@ -376,61 +427,43 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
     return None
 
 
-def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False) -> list[str]:
-    """Warnings for keys no NameServer setting has (Java ignores them) and for Java keys set to
-    what this server does not do (NOT_IMPLEMENTED); a value that does not parse, or with
-    ``strict`` either kind of key, raises ConfigError naming key, value (never a secret) and file."""
+def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
+                    schema: ConfigSchema = NAMESRV_SCHEMA) -> list[str]:
+    """Warnings for keys no setting of ``schema`` has (Java ignores them), for Java keys set to what
+    this server does not do (NOT_IMPLEMENTED, NO_EFFECT) and for Java keys it has no counterpart for
+    (``schema.java_only``); a value that does not parse raises ConfigError naming key, value (never a
+    secret) and file, and so, with ``strict``, does a key no NameServer reads: a file Java itself wrote
+    (every key of its NamesrvConfig and NettyServerConfig, rocketmqHome included) passes."""
     warnings = []
     for name, text in file_keys.items():
-        key = KEYS_BY_NAME.get(name)
-        if key is None and name in KEPT_ELSEWHERE:
+        key = schema.by_name.get(name)
+        if key is None and name in schema.kept_elsewhere:
             continue  # another module's (the embedded controller's: controller/config.py checks them)
+        if key is None and name in schema.java_only:
+            warnings.append(f"{path}: {name}={MASK if is_secret(name) else text.strip()}: no effect here, ignored "
+                            f"({schema.java_only[name]})")
+            continue
         if key is None:
             if strict:
-                raise ConfigError(f"{path}: unknown key {name} (refused by --strict-config)")
-            warnings.append(f"{path}: unknown key {name}, ignored (a typo? --strict-config refuses unknown keys)")
+                raise ConfigError(f"{path}: unknown key {escaped(name)} (refused by --strict-config)")
+            warnings.append(f"{path}: unknown key {escaped(name)}, ignored "
+                            "(a typo? --strict-config refuses unknown keys)")
             continue
+        control = first_control(name) or first_control(text)
+        if control:
+            warnings.append(f"{path}: {escaped(name)}: holds a control character ({control}), kept as read "
+                            "(UPDATE_NAMESRV_CONFIG refuses such values; the file is written with it escaped)")
         problem = _check_value(key, text)
         if problem:
-            shown = MASK if is_secret(name) else text.strip()
+            shown = MASK if is_secret(name) else escaped(text.strip())
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
         if name in NO_EFFECT and _coerce(key, text) != key.default:
-            if strict and name in NOT_IMPLEMENTED:
-                raise ConfigError(f"{path}: {name}={text.strip()}: not implemented by this NameServer "
-                                  "(refused by --strict-config)")
             if name in NOT_IMPLEMENTED:
-                warnings.append(f"{path}: {name}={text.strip()}: not implemented, ignored "
+                warnings.append(f"{path}: {name}={escaped(text.strip())}: not implemented, ignored "
                                 "(this NameServer does not do what the key asks)")
             else:
-                warnings.append(f"{path}: {name}={text.strip()}: no effect here, ignored ({NO_EFFECT[name]})")
+                warnings.append(f"{path}: {name}={escaped(text.strip())}: no effect here, ignored ({NO_EFFECT[name]})")
     return warnings
-
-
-_VALUE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\t": "\\t"}
-_KEY_ESCAPES = {**_VALUE_ESCAPES, "=": "\\=", ":": "\\:", " ": "\\ ", "#": "\\#", "!": "\\!"}
-
-
-def property_line(name: str, value: str, ascii_only: bool = False) -> str:
-    """``key=value`` that Properties.load reads back as exactly this key and value.  Java writes
-    both raw, so a value holding an escaped newline smuggles extra keys into the saved file;
-    ordinary keys and values come out byte-identical to Java's.  ``ascii_only`` writes other
-    characters as ``\\uXXXX``, as Properties.store(OutputStream) does: for a request body, which
-    Java loads as ISO-8859-1."""
-    key = "".join(_KEY_ESCAPES.get(ch, ch) for ch in name)
-    text = "".join(_VALUE_ESCAPES.get(ch, ch) for ch in value)
-    if text[:1] in (" ", "\t"):
-        text = "\\" + text
-    line = f"{key}={text}\n"
-    return _unicode_escaped(line) if ascii_only else line
-
-
-def _unicode_escaped(text: str) -> str:
-    return "".join(ch if ch.isascii() else "".join(f"\\u{unit:04X}" for unit in _utf16_units(ch)) for ch in text)
-
-
-def _utf16_units(ch: str) -> list[int]:
-    data = ch.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def _text(value: Any) -> str:
@@ -439,13 +472,17 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _read_properties(path: str) -> dict[str, str]:
+def read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
+    """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
+    a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
     try:
-        return parse_properties(Path(path).read_text(encoding="utf-8"))
+        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT))
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason})") from None
+        raise ConfigError(f"{what} {path}: not UTF-8 ({exc.reason})") from None
+    except properties.PropertiesError as exc:
+        raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
 
 
 #: 4.9.8's scanNotActiveBroker period (NamesrvController schedules it every 10 s, not configurable)
@@ -455,13 +492,19 @@ FIXED_SCAN_INTERVAL_MS = 10_000
 class NamesrvConfig:
     """The running configuration: Java's keys for the chosen generation plus our own."""
 
-    def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None) -> None:
+    def __init__(self, values: dict[str, Any] | None = None, file_keys: dict[str, str] | None = None,
+                 schema: ConfigSchema = NAMESRV_SCHEMA) -> None:
+        #: the keys this config knows (state/config.py's module docstring)
+        self.schema = schema
         #: where a value not at its default came from: "command line" or a file's path (from_file)
         self.sources: dict[str, str] = {}
-        self.values: dict[str, Any] = {k.name: k.default for k in KEYS}
+        self.values: dict[str, Any] = {k.name: k.default for k in schema.keys}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
+        #: why the running values differ from configStorePath's (a runtime change whose save failed: it
+        #: lasts until the restart); empty when the file holds them
+        self.unsaved = ""
         self._subscribers: list[Callable[[], None]] = []
         self._set(file_keys or {})
         self.values.update(values or {})
@@ -478,7 +521,7 @@ class NamesrvConfig:
 
     @classmethod
     def from_file(cls, path: str | None, overrides: dict[str, Any] | None = None,
-                  strict: bool = False) -> NamesrvConfig:
+                  strict: bool = False, schema: ConfigSchema = NAMESRV_SCHEMA) -> NamesrvConfig:
         """The -c file (if any) under the command line's ``overrides``; ``warnings`` lists its
         unknown keys (``strict`` refuses them).  Without -c, the values UPDATE_NAMESRV_CONFIG
         changed and saved in configStorePath (the data dir's namesrv.properties) are read back, so
@@ -490,16 +533,16 @@ class NamesrvConfig:
         file_keys: dict[str, str] = {}
         warnings: list[str] = []
         if path:
-            file_keys = _read_properties(path)
-            warnings = check_file_keys(path, file_keys, strict)
+            file_keys = read_properties(path)
+            warnings = check_file_keys(path, file_keys, strict, schema)
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         else:
-            store = str(values.get("configStorePath") or KEYS_BY_NAME["configStorePath"].default)
-            if Path(store).is_file():
-                saved = _read_properties(store)
+            store = str(values.get("configStorePath") or schema.by_name["configStorePath"].default)
+            if Path(store).exists():  # a FIFO or a directory there is refused, not skipped
+                saved = read_properties(store, "configStorePath: cannot read")
                 file_keys = {name: text for name, text in saved.items()
-                             if name in KEYS_BY_NAME and not KEYS_BY_NAME[name].guarded and name not in values}
-                check_file_keys(store, file_keys)
+                             if name in schema.by_name and not schema.by_name[name].guarded and name not in values}
+                check_file_keys(store, file_keys, schema=schema)
                 path = store
         for name in file_keys:
             sources.setdefault(name, str(path))
@@ -508,7 +551,7 @@ class NamesrvConfig:
             values["advertisedAddress"] = advertised
             sources["advertisedAddress"] = f"${ADVERTISED_ADDRESS_ENV}"
         try:
-            config = cls(values, file_keys)
+            config = cls(values, file_keys, schema)
         except ConfigError as exc:
             key = str(exc).partition(":")[0]
             if sources.get(key, "command line") != "command line":
@@ -518,27 +561,33 @@ class NamesrvConfig:
         config.sources = sources
         return config
 
-    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> None:
-        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or
-        none: a value the server cannot run with (ConfigError), or a save that fails
-        (``persist(stored_text)`` raising OSError), leaves every value as it was, in memory and on disk."""
+    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> OSError | None:
+        """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or none:
+        a value the server cannot run with raises ConfigError and leaves every value as it was.  Then
+        ``persist(stored_text)`` saves them; a save that fails (OSError: a read-only file, a full disk)
+        is returned, the values applied in memory as Java's Configuration.update does (it logs the
+        failed save and answers SUCCESS): the change lasts until the restart, and ``unsaved`` says so
+        until a later save succeeds."""
         values, extra = dict(self.values), dict(self.extra)
         try:
             self._set(props)
             self._validate()
-            if persist is not None:
-                persist(self.stored_text())
-        except (ConfigError, OSError) as exc:
+        except ConfigError:
             self.values.clear()
             self.values.update(values)
             self.extra.clear()
             self.extra.update(extra)
-            if persist is not None and getattr(exc, "replaced", False):  # renamed in place, not durable
-                with suppress(OSError):
-                    persist(self.stored_text())
             raise
+        failed = None
+        if persist is not None:
+            try:
+                persist(self.stored_text())
+                self.unsaved = ""
+            except OSError as exc:
+                failed, self.unsaved = exc, str(exc)
         for listener in self._subscribers:
             listener()
+        return failed
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""
@@ -546,9 +595,10 @@ class NamesrvConfig:
 
     def _set(self, props: dict[str, str]) -> None:
         """All values are converted before any is stored: a bad one changes nothing."""
-        known = {name: _coerce(KEYS_BY_NAME[name], text) for name, text in props.items() if name in KEYS_BY_NAME}
+        keys = self.schema.by_name
+        known = {name: _coerce(keys[name], text) for name, text in props.items() if name in keys}
         self.values.update(known)
-        self.extra.update({name: text for name, text in props.items() if name not in KEYS_BY_NAME})
+        self.extra.update({name: text for name, text in props.items() if name not in keys})
 
     def _validate(self) -> None:
         """Refuse values the server cannot run with, naming the key (at start and on 318)."""
@@ -584,7 +634,7 @@ class NamesrvConfig:
             parse_allowed(str(values["httpAllowedHosts"]))
         except AllowedHostsError as exc:
             raise ConfigError(f"httpAllowedHosts: {exc}") from None
-        for check in _OWNERS_CHECKS:
+        for check in self.schema.checks:
             check(values)
 
     def __getitem__(self, name: str) -> Any:
@@ -596,10 +646,11 @@ class NamesrvConfig:
         not reach the controller's config either), so a remote peer changes no ports, threads, queues,
         limits, paths or controller."""
         listed = {k for k in str(self.values["configBlackList"]).split(";") if k}
-        return frozenset(ALWAYS_BLOCKED | listed | KEPT_ELSEWHERE | {k.name for k in KEYS if k.guarded})
+        schema = self.schema
+        return frozenset(ALWAYS_BLOCKED | listed | schema.kept_elsewhere | {k.name for k in schema.keys if k.guarded})
 
     def listed_keys(self) -> list[str]:
-        names = [k.name for k in KEYS if self.profile.name in k.generations or k.name in self.file_keys]
+        names = [k.name for k in self.schema.keys if self.profile.name in k.generations or k.name in self.file_keys]
         return names + [n for n in self.extra if n not in names]
 
     def properties_text(self) -> str:
@@ -619,7 +670,7 @@ class NamesrvConfig:
         for name in names:
             value = self.values.get(name, self.extra.get(name))
             if value is not None:
-                lines.append(property_line(name, _text(value)))
+                lines.append(properties.dump_line(name, _text(value)))
         return "".join(lines)
 
     def all_keys_text(self) -> str:
@@ -627,12 +678,13 @@ class NamesrvConfig:
         without $ROCKETMQ_HOME; a set secret as MASK), each value that did not come from the defaults
         preceded by a comment saying where it came from, and each key that changes nothing here
         (NO_EFFECT) by one saying so and why."""
-        shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name]) for k in KEYS})
+        shown = masked({k.name: "" if self.values[k.name] is None else _text(self.values[k.name])
+                        for k in self.schema.keys})
         lines = []
         for name, value in shown.items():
             if name in NO_EFFECT:
                 lines.append(f"# {name}: no effect here ({NO_EFFECT[name]})\n")
             if name in self.sources:
                 lines.append(f"# {name} from {self.sources[name]}\n")
-            lines.append(property_line(name, value))
+            lines.append(properties.dump_line(name, value))
         return "".join(lines)

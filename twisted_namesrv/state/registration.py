@@ -1,44 +1,76 @@
-"""A broker registration worked out before it is applied: the request, its memo, and its plan.
+"""A broker registration worked out before it is applied: the request, its memos, and its plan.
 
 The steps of a REGISTER_BROKER (processor.register_broker_steps) decode the broker's table and
 compare it here with topicQueueTable as it is, a slice per step, producing a ``RegistrationPlan``:
-the topics to add or change, those to remove, the memo to keep, what the broker's live info will
-count.  ``RouteInfoManager.apply_registration`` applies a plan in one place, in the last step (as
-Java's write lock does); a plan whose comparison is stale by then (``generation`` moved: something
-else changed the routes meanwhile) is compared again there with the same functions.
+the group's queue data for each topic the registration changes (``staged``: built aside, the
+table's own entries untouched), the memo to keep, what the broker's live info will count.
+``RouteInfoManager.apply_registration`` applies a plan in one place, in the last step (as Java's
+write lock does): it hands the staged entries to topicQueueTable whole (state/settling.py), so no
+step writes more than a slice of them and no lookup sees half of them.  A plan whose comparison is
+stale by then (``generation`` moved: something else changed the routes meanwhile, or the rules it
+assumed no longer hold) is worked out again there with the same functions.
 
 Pure: no Twisted, and nothing here changes a table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from typing import Protocol
 
 from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
 from ..bodies.register_header import RegisterBrokerHeader
-from ..bodies.route import MASTER_ID, QueueData
+from ..bodies.route import PERM_WRITE, QueueData
 from ..steps import Steps
+from .settling import WALK_PER_STEP
 
-TOPICS_PER_STEP = 2000  # compare_steps: about a millisecond
+TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
 
 Channel = Hashable
 #: topicQueueTable's shape: topic -> broker name -> QueueData
 QueueTable = Mapping[str, Mapping[str, QueueData]]
+#: what a registration writes: topic -> the group's queue data once applied (None: the group's
+#: queues leave the topic).  Only the group's entry, not a copy of the topic's queues: the table's
+#: entries are written in place (state/settling.py), so a registration leaves no copies to free
+#: among the QueueData it keeps (copies freed after each of 3 brokers' 100k topics left 40 MB of
+#: the heap in holes)
+Staged = dict[str, QueueData | None]
+_UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic this registration has not staged (None is staged)
 
 
 @dataclass(frozen=True, slots=True)
 class RegistrationMemo:
-    """What a broker's table last applied in full was: its digest (the same body again changes
-    nothing) and how it was cut (big plain JSON tables: a piece sent again unchanged is not decoded).
+    """A body a broker sent whose every topic topicQueueTable holds as that body says: its digest
+    (the same body again, whatever its dataVersion, changes nothing), the topics it holds, and how
+    it was cut (big plain JSON tables: a piece sent again unchanged is not decoded).
 
-    Replaced, never changed, and forgotten when anything else changes the broker's queues: a
-    registration in steps knows nothing touched them meanwhile when the memo it started from is
-    still the one (``is``)."""
+    A broker keeps one per body applied in full (``Memos``): one for a table sent in one frame,
+    one per piece for a table sent in pieces (5.x ``enableSplitRegistration``).  Replaced, never
+    changed, and forgotten when anything else changes the broker's queues: a registration in
+    steps knows nothing touched them meanwhile when the memos it started from are still the ones
+    (``is``)."""
 
     digest: bytes
     pieces: TablePieces | None = None
+    topicCount: int = 0
+
+
+#: a broker's memos, oldest first (a tuple: most brokers send one body, and thousands of them
+#: each holding a dict of one cost a megabyte more); replaced, never changed
+Memos = tuple[RegistrationMemo, ...]
+
+
+def memo_of(memos: Memos, digest: bytes | None) -> RegistrationMemo | None:
+    """The memo of the body whose digest is ``digest``, if ``memos`` hold it."""
+    return next((memo for memo in memos if memo.digest == digest), None)
+
+
+def digests(memos: Memos) -> Collection[bytes]:
+    """The digests of ``memos``, for a decoder to recognise a body it may skip."""
+    found = [memo.digest for memo in memos]
+    return frozenset(found) if len(found) > 8 else found
 
 
 @dataclass(slots=True)
@@ -72,69 +104,192 @@ def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker
         enableActingMaster=header.enableActingMaster, version=version)
 
 
+@dataclass(frozen=True, slots=True)
+class TopicRules:
+    """How a registration applies its table to topicQueueTable, as Java's registerBroker decides
+    before its loop over the topics (RouteInfoManager.topic_rules works them out from the tables).
+
+    ``applies``: the broker is a master, or 5.x's prime slave: its table applies at all.
+    ``every_topic``: a first registration or a new dataVersion: every topic of the table is
+    written; else 5.x writes only those the group lacks, 4.9.8 none (``all_or_none``).
+    ``read_only``: a prime slave of an acting-master group: written without the write perm.
+    ``remove_absent``: 5.x deleteTopicWithBrokerRegistration, without queue mappings: the group's
+    topics the table lacks leave it."""
+
+    applies: bool
+    every_topic: bool = False
+    all_or_none: bool = False
+    read_only: bool = False
+    remove_absent: bool = False
+
+
 @dataclass(slots=True)
 class RegistrationPlan:
-    """What a registration will do, worked out from topicQueueTable as of ``generation``.
+    """What a registration will do, worked out from topicQueueTable as of ``generation`` under
+    ``rules`` (None: nothing worked out; the manager works it out when it applies).
 
-    ``changes``: the table's configs whose queue data differ (added or changed topics); None when
-    not compared (the table is unchanged, or nobody compared it: the manager compares when it
-    applies).  ``removals``: this broker's topics absent from the table, for
-    deleteTopicWithBrokerRegistration; None when not worked out.  ``memo``: kept as the broker's
-    memo if the whole table applies.  ``topicCount``: the broker's live info counts this many
-    topics (the previous count when the table is unchanged)."""
+    ``staged``: the entries topicQueueTable will hold for each topic it changes.  ``complete``:
+    once applied, every topic of the table is held as the table says (the memo may be kept);
+    ``overwrites``: it changes queue data the group already held (not only adds), so the memos
+    of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
+    ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
+    ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
+    out of it (what the tables' limits count)."""
 
     request: RegisterRequest
     generation: int
-    changes: list[TopicConfig] | None = None
-    removals: list[str] | None = None
+    rules: TopicRules | None = None
+    staged: Staged | None = None
+    complete: bool = False
+    overwrites: bool = False
     memo: RegistrationMemo | None = None
     topicCount: int = 0
+    added: int = 0
+    removed: int = 0
+
+
+class QueueView(Protocol):
+    """topicQueueTable as of the last change, to look topics up in."""
+
+    def get(self, topic: str, /) -> Mapping[str, QueueData] | None: ...
+
+
+class Tables(Protocol):
+    """What a plan reads of RouteInfoManager: the table as of the last change, what is still to be
+    written into it, its generation, the rules."""
+
+    def queue_view(self) -> QueueView: ...
+
+    @property
+    def topicQueueTable(self) -> QueueTable: ...
+
+    @property
+    def settling(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def topic_rules(self, request: RegisterRequest) -> TopicRules: ...
 
 
 def plan_of(request: RegisterRequest, generation: int) -> RegistrationPlan:
-    """A plan with nothing compared yet: its memo and its count, from the body alone."""
+    """A plan with nothing worked out yet: its memo and its count, from the body alone."""
     body = request.body
-    memo = RegistrationMemo(body.tableDigest, body.tablePieces) if body.tableDigest is not None else None
-    return RegistrationPlan(request, generation, memo=memo, topicCount=len(body.topicConfigTable) + body.tableSkipped)
+    count = len(body.topicConfigTable) + body.tableSkipped
+    memo = RegistrationMemo(body.tableDigest, body.tablePieces, count) if body.tableDigest is not None else None
+    return RegistrationPlan(request, generation, memo=memo, topicCount=count)
 
 
-def plan_steps(request: RegisterRequest, queues: QueueTable, generation: int,
-               remove_absent: bool) -> Steps[RegistrationPlan]:
-    """The plan of a registration, the table compared with ``queues`` (topicQueueTable as of
-    ``generation``) a slice per step; ``remove_absent``: also list this broker's topics the table
-    lacks (deleteTopicWithBrokerRegistration, when its mapping info is empty).  The caller must not
-    change ``queues`` between steps without moving its generation."""
+def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPlan]:
+    """The plan of a registration: its table compared with topicQueueTable and its entries staged,
+    a slice per step. Between steps the routes may change: the plan then says so by its
+    generation, and the manager works it out again when it applies."""
+    generation = routes.generation
     plan = plan_of(request, generation)
-    body = request.body
-    if body.tableUnchanged:
+    if request.body.tableUnchanged:
         return plan
-    name, configs, changes = request.brokerName, iter(body.topicConfigTable.values()), []
-    while piece := list(islice(configs, TOPICS_PER_STEP)):
-        changes += changed_configs(queues, name, piece)
+    rules = routes.topic_rules(request)
+    table = routes.queue_view()
+    staging = Staging(request.brokerName, rules)
+    configs = iter(request.body.topicConfigTable.values())
+    while rules.applies and (piece := list(islice(configs, TOPICS_PER_STEP))):
+        staging.add(table, piece)
         yield
-    plan.changes = changes
-    may_apply = request.brokerId == MASTER_ID or request.enableActingMaster is not None  # a master or prime slave
-    if remove_absent and may_apply and not body.topicQueueMappingInfoMap:
-        plan.removals = absent_topics(queues, name, body.topicConfigTable)
-        yield  # a scan of topicQueueTable: a step of its own, not the application's
+    if rules.applies and rules.remove_absent:
+        if routes.settling or routes.generation != generation:
+            return plan  # the walk needs the table itself: the manager works it out when it applies
+        items = iter(routes.topicQueueTable.items())
+        while routes.generation == generation and (entries := list(islice(items, WALK_PER_STEP))):
+            staging.remove_absent(entries, request.body.topicConfigTable)
+            yield  # a walk of topicQueueTable: in slices, as the rest
+        if routes.generation != generation:
+            return plan  # stale: the manager works it out again, in one go
+    plan.rules, plan.staged = rules, staging.staged
+    plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
+    plan.added, plan.removed = staging.added, staging.removed
     return plan
 
 
-def changed_configs(queues: QueueTable, broker_name: str, configs: Iterable[TopicConfig]) -> list[TopicConfig]:
-    """The configs whose queue data for ``broker_name`` would change: a re-registration then
-    touches topicQueueTable and the answer cache only where it differs. One tight loop, as a
-    table holds up to 100k topics."""
-    out = []
-    for config in configs:
-        held = queues.get(config.topicName)
-        old = held.get(broker_name) if held else None
-        if (old is None or old.readQueueNums != config.readQueueNums or old.perm != config.perm
-                or old.writeQueueNums != config.writeQueueNums or old.topicSysFlag != config.topicSysFlag):
-            out.append(config)
-    return out
+def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rules: TopicRules) -> Staging:
+    """The staging of plan_steps, in one go (a plan that was stale when it applied): compared with
+    ``view`` (the table as of the last change); the absent topics looked for in ``table`` (the
+    table itself, everything written in)."""
+    staging = Staging(request.brokerName, rules)
+    if rules.applies:
+        staging.add(view, request.body.topicConfigTable.values())
+        if rules.remove_absent:
+            staging.remove_absent(table.items(), request.body.topicConfigTable)
+    return staging
 
 
-def absent_topics(queues: QueueTable, broker_name: str, table: Mapping[str, TopicConfig]) -> list[str]:
-    """The topics holding ``broker_name``'s queues that its table no longer lists, in
-    topicQueueTable's order."""
-    return [topic for topic, held in queues.items() if broker_name in held and topic not in table]
+def own_name(topic: str) -> str:
+    """A topic new to topicQueueTable named by a string of its own, made beside the QueueData the
+    table keeps: the decoder's string lies between the body's TopicConfigs (the same size class
+    of the heap for most names), and kept once they are freed it left every other block of its
+    pools empty (8 MB with 100k topics)."""
+    return "".join((topic, ""))
+
+
+class Staging:
+    """The entries one broker's registration writes into topicQueueTable, built aside: the group's
+    new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
+    until the plan applies."""
+
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared")
+
+    def __init__(self, broker_name: str, rules: TopicRules) -> None:
+        self.broker_name = broker_name
+        self.rules = rules
+        self.staged: Staged = {}
+        self.complete = True
+        self.overwrites = False
+        self.added = 0  # entries of the group new to the table
+        self.removed = 0  # entries of the group leaving it
+        #: the QueueData staged for each (readQueueNums, writeQueueNums, perm, topicSysFlag): one for
+        #: all the topics that have them (100k topics of one group: one or a few, not 100k)
+        self.shared: dict[tuple[int, int, int, int], QueueData] = {}
+
+    def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
+        """Java's createAndUpdateQueueData for each config the rules let through, where it changes
+        anything. One tight loop, as a table holds up to 100k topics."""
+        name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
+        every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
+        for config in configs:
+            topic = config.topicName
+            old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
+            if old is _UNSTAGED:
+                held = lookup(topic)
+                if held:
+                    old = held.get(name)
+                else:
+                    old, topic = None, own_name(topic)  # new to the table: the name it will keep
+            perm = config.perm & ~PERM_WRITE if read_only else config.perm
+            if old is None:
+                if not every and rules.all_or_none:  # 4.9.8 with its dataVersion unchanged: none applies
+                    self.complete = False
+                    continue
+                self.added += 1
+            elif (old.readQueueNums == config.readQueueNums and old.perm == perm
+                    and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
+                continue
+            elif not every:  # Java leaves it as held: this table is not what the group holds
+                self.complete = False
+                continue
+            else:
+                self.overwrites = True
+            numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+            queue = shared.get(numbers)
+            if queue is None:
+                queue = shared[numbers] = QueueData(name, *numbers)
+            staged[topic] = queue
+
+    def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
+                      table: Mapping[str, TopicConfig]) -> None:
+        """deleteTopicWithBrokerRegistration: of ``entries`` (topicQueueTable's), the group's
+        topics its table lacks lose the group's queues (a topic left without any leaves)."""
+        name, staged = self.broker_name, self.staged
+        for topic, held in entries:
+            if name in held and topic not in table:
+                staged[topic] = None
+                self.overwrites = True
+                self.removed += 1

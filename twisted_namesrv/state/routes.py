@@ -4,30 +4,39 @@ Same tables and rules as Java's RouteInfoManager (4.9.8, and 5.3.3 where the pro
 Channels are opaque hashable ids handed out by the server, so connection loss is one call.
 Synchronous and single-threaded: the reactor serialises all calls, which replaces Java's lock.
 
-A registration is worked out first (state/registration.py: decoded and compared in steps, as a
-``RegistrationPlan``) and applied here in one place, ``apply_registration``: the only method in
-which a registration changes the tables.
+A registration is worked out first (state/registration.py: decoded, compared and its entries
+staged in steps, as a ``RegistrationPlan``) and applied here in one place, ``apply_registration``:
+the only method in which a registration changes the tables.
 
 The manager keeps no answers.  Every public method that changes the tables is one *change*
 (``_one_change``): while it runs, what it touches is collected; once the tables are complete
 again, in this order, it counts the change (``generation``: snapshots and plans compare it),
 publishes one ``RouteChange`` to its subscriber (``subscribe``: the topics whose routes changed,
-the broker groups whose members or flags changed, or everything), then hands its route events
-to the listener in the order they happened, each departure with the topics it took away
-(``Departure``).  Nobody hears of a change half made, nothing is muted, and what each observer
-does is proportional to what changed: a batch of departures is one change, one scan of
+the broker groups whose members or flags changed or that left, or everything), then hands its
+route events to the listener in the order they happened, each departure with the topics it took
+away (``Departure``).  Nobody hears of a change half made, nothing is muted, and what each
+observer does is proportional to what changed: a batch of departures is one change, one walk of
 topicQueueTable, one publication.  Whoever caches answers (answer_cache.py) subscribes while it
 holds some; a heartbeat that changes nothing publishes nothing.
+
+A change of many topics is complete when it is committed, but written into topicQueueTable after,
+a slice per step (state/settling.py: a registration's staged entries; the queues of groups that
+left): lookups read the table through what is still to write (``pickup_topic_route_data``), so
+they see every change whole, as under Java's write lock, and no step holds the reactor for as
+long as the table is big.  Whoever walks the table (``topicQueueTable``) or changes it finishes
+the writing first; ``settle_steps`` writes it in steps, and ``on_settle`` hears that there is
+some to write.  Departures' events wait for it: their lost topics are found while writing.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Iterable
+from collections import deque
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..bodies.register import TablePieces, TopicConfig
+from ..bodies.register import RegistrationRefused, TablePieces
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -39,18 +48,32 @@ from ..bodies.route import (
     QueueData,
 )
 from ..remoting.fastjson import java_hash_order
+from ..steps import Steps
 from .config import NamesrvConfig
 from .registration import Channel as Channel  # re-exported: the server's connection ids
-from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
 from .registration import (
-    RegistrationMemo,
+    Memos,
+    QueueView,
     RegistrationPlan,
-    absent_topics,
-    changed_configs,
+    Staged,
+    Staging,
+    TopicRules,
+    memo_of,
     plan_of,
+    stage_all,
 )
+from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
+from .settling import WRITE_PER_STEP, Departed, Layer
+from .settling import Staged as StagedEntries
 
-DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000  # ms
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
+#: expires unless it set its own heartbeatTimeoutMillis (the controller's is 10 s: controller/codes.py)
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
+#: a change that writes at most a step's worth of entries writes them at once, not in steps
+WRITE_AT_ONCE = WRITE_PER_STEP
+#: bodies a broker's memos remember (one per piece of a table sent in pieces: 5.x sends pieces of
+#: splitRegistrationSize topics, 800 by default); beyond, the oldest are forgotten
+MAX_MEMOS = 4096
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 LiveKey = Hashable  # brokerAddr (4.9.8) or (clusterName, brokerAddr) (5.3.3)
@@ -64,15 +87,19 @@ TOPIC, BROKER = "topic", "broker"
 class RouteChange:
     """What one change did to the tables, published once they are complete again: the topics
     whose route answers changed, the broker groups whose addresses, zone, flags or filter
-    servers changed (so every route naming them, and the cluster info), or everything (tables
-    replaced).  Insertion-ordered sets, so a subscriber's work follows the change's size."""
+    servers changed (so every route naming them, and the cluster info), those that left
+    (``left``: also every route naming them; their topics may have left the table), or
+    everything (tables replaced).  Insertion-ordered, so a subscriber's work follows the
+    change's size; ``topics`` may be a registration's staged entries' keys (handed over, not
+    copied: a big table's are by the hundred thousand)."""
 
-    topics: dict[str, None] = field(default_factory=dict)
+    topics: Set[str] = frozenset()
     brokers: dict[str | None, None] = field(default_factory=dict)
+    left: dict[str, None] = field(default_factory=dict)
     everything: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.topics or self.brokers or self.everything)
+        return bool(self.topics or self.brokers or self.left or self.everything)
 
 
 @dataclass(slots=True)
@@ -85,22 +112,58 @@ class Departure:
     lost_topics: list[str] = field(default_factory=list)
 
 
+def _lost_with(topic: str, departure: Departure | None) -> None:
+    """A Departed layer found a topic no group serves any more: the departure's lost topic."""
+    if departure is not None:
+        departure.lost_topics.append(topic)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayeredView:
+    get: Callable[[str], Mapping[str, QueueData] | None]
+
+
 ChangeListener = Callable[[RouteChange], None]
+#: whether a subscriber holds anything a change could make stale now
+Holds = Callable[[], bool]
+
+
+def _always() -> bool:
+    return True
+
 #: hears each departure that took topics away: (kind, info, the topics), after the change
 LostListener = Callable[[str, dict[str, Any], list[str]], None]
 
 
 class _Pending:
     """The change being made: what it touched so far (``collect``: topic by topic, only when
-    someone subscribes) and its events, published by ``_one_change`` when it ends."""
+    someone subscribes), the entries a registration staged and the groups that emptied (both
+    committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
-    __slots__ = ("change", "collect", "dirty", "events")
+    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "staged_group", "emptied", "events",
+                 "earlier")
 
     def __init__(self, collect: bool) -> None:
-        self.change = RouteChange()
         self.collect = collect
         self.dirty = False
+        self.topics: dict[str, None] = {}
+        self.brokers: dict[str | None, None] = {}
+        self.everything = False
+        self.staged: Staged | None = None
+        self.staged_group = ""  # the broker group whose entries are staged
+        #: groups that lost their last member, in departure order, with the departure that emptied each
+        self.emptied: dict[str, Departure | None] = {}
         self.events: list[Departure] = []
+        #: events of earlier changes whose layers were written during this one: handed over first
+        self.earlier: list[Departure] = []
+
+    def change(self) -> RouteChange:
+        if not self.collect:
+            return RouteChange(everything=True)
+        topics: Set[str] = self.topics.keys()
+        if self.staged:
+            topics = self.staged.keys() if not self.topics else dict.fromkeys([*self.topics, *self.staged]).keys()
+        return RouteChange(topics, self.brokers, dict.fromkeys(self.emptied), self.everything)
 
 
 P = ParamSpec("P")
@@ -108,13 +171,13 @@ R = TypeVar("R")
 
 
 def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callable[Concatenate[RouteInfoManager, P], R]:
-    """The method is one change of the tables: published when it ends (a call from inside another
+    """The method is one change of the tables, published when it ends (a call from inside another
     change is part of that one)."""
     @functools.wraps(method)
     def change(self: RouteInfoManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._pending is not None:
             return method(self, *args, **kwargs)
-        pending = self._pending = _Pending(self.on_change is not None)
+        pending = self._pending = _Pending(self._collects())
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -130,13 +193,19 @@ class BrokerLiveInfo:
     dataVersion: DataVersion
     channel: Channel | None
     haServerAddr: str | None
-    #: the table last applied in full from this broker (see registration_memo)
-    memo: RegistrationMemo | None = None
+    #: the bodies this broker sent whose topics are held as they say (see registration_memo)
+    memos: Memos | None = None
     topicCount: int = 0
     #: MQVersion ordinal of the broker's last registration (status page only)
     version: int | None = None
     #: loaded from a route snapshot and not registered since (state/snapshot.py)
     restored: bool = False
+
+
+#: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
+#: brokerLiveTable, filterServerTable, topicQueueMappingInfoTable (``restore``)
+RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict[str, dict[str, None]],
+                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -155,27 +224,125 @@ class RouteData:
     topicQueueMappingByBroker: dict[str, Any] | None = None
 
 
+#: the most filterServerList entries a registration may hold (brokers since 4.x send an empty list)
+FILTER_SERVERS_MAX = 8
+
+
+def mapping_entries(info: dict[str, Any] | None) -> int:
+    """What one static topic's mapping (a TopicQueueMappingInfo) counts against maxTopicQueueEntries:
+    one, and one per queue its currIdMap maps, so that no mapping holds more than it counts."""
+    if info is None:
+        return 0
+    ids = info.get("currIdMap")
+    return 1 + (len(ids) if isinstance(ids, dict) else 0)
+
+
 class RouteInfoManager:
-    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *, listener: EventListener | None = None,
-                 notifier: Notifier | None = None, on_lost: LostListener | None = None) -> None:
+    """The tables, and who hears of their changes: subscribers (``subscribe``: each complete
+    change, in the order they subscribed), listeners (``listen``: its route events) and the lost
+    topics' keeper (``listen_lost``).  The composition root (service.py) wires them once, in a
+    stated order; nothing subscribes itself, and a second subscriber never replaces the first."""
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float], *,
+                 notifier: Notifier | None = None) -> None:
         self.config = config
         self.profile = config.profile
         self._clock = clock
-        self._listener = listener or (lambda kind, info: None)
         self._notifier = notifier or (lambda addr, header: None)
-        self.topicQueueTable: dict[str, dict[str, QueueData]] = {}
+        self._table: dict[str, dict[str, QueueData]] = {}  # topicQueueTable, as written so far
         self.brokerAddrTable: dict[str, BrokerData] = {}
         self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
         self.filterServerTable: dict[LiveKey, list[str]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
+        #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
+        #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
+        #: entries, and topicQueueMappingInfoTable's
+        self.topicsOfGroup: dict[str, int] = {}
+        self.queueEntries = 0
+        self.mappingEntries = 0
         self.generation = 0
-        #: the one subscriber to changes (the answer cache, while it holds answers); None: nobody.
-        #: Set through subscribe/unsubscribe.
-        self.on_change: ChangeListener | None = None
-        #: hears the topics each departure took away (lost_topics.py), after the change
-        self.on_lost = on_lost
+        #: who hears each complete change, in this order, and whether each holds anything a change
+        #: could make stale (subscribe)
+        self._subscribers: list[tuple[ChangeListener, Holds]] = []
+        #: who hears each route event once its change is complete, in this order (listen)
+        self._listeners: list[EventListener] = []
+        #: who hears the topics each departure took away (lost_topics.py), before the listeners (listen_lost)
+        self._lost_listeners: list[LostListener] = []
+        #: hears that a committed change is still to be written into topicQueueTable (the
+        #: service then runs settle_steps); None: it is written when someone next needs the table
+        self.on_settle: Callable[[], None] | None = None
         self._pending: _Pending | None = None
+        #: committed changes still to write into topicQueueTable, oldest first (state/settling.py)
+        self._layers: deque[Layer] = deque()
+        #: entries a change writes at once rather than as a layer, when nothing waits before it
+        self.write_at_once = WRITE_AT_ONCE
+
+    # -- topicQueueTable, and what is still to be written into it --------------------------------
+    @property
+    def topicQueueTable(self) -> dict[str, dict[str, QueueData]]:
+        """topicQueueTable with every committed change written in: whoever walks it or edits it in place."""
+        self.settle_now()
+        return self._table
+
+    @topicQueueTable.setter
+    def topicQueueTable(self, table: dict[str, dict[str, QueueData]]) -> None:
+        self.settle_now()
+        self._table = table
+
+    def queues_of(self, topic: str) -> Mapping[str, QueueData] | None:
+        """A topic's queues as of the last change (through what is still to be written), without
+        writing anything: what a lookup reads."""
+        queues: Mapping[str, QueueData] | None = self._table.get(topic)
+        for layer in self._layers:
+            queues = layer.over(topic, queues)
+        return queues
+
+    def queue_view(self) -> QueueView:
+        """topicQueueTable as of the last change, to look topics up in (``get``) without writing
+        anything: the table itself when nothing is left to write."""
+        return self._table if not self._layers else _LayeredView(self.queues_of)
+
+    def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
+        """Of ``topics``, those whose queues name one of ``groups``, groups that left included
+        until their queues are written out (the answer cache's walk of what it keeps, when groups
+        change or leave)."""
+        names, table = set(groups), self._table
+        staged = [layer for layer in self._layers if not isinstance(layer, Departed)]
+
+        def held(topic: str) -> Mapping[str, QueueData]:
+            queues: Mapping[str, QueueData] | None = table.get(topic)
+            for layer in staged:
+                queues = layer.over(topic, queues)
+            return queues or {}
+        return [topic for topic in topics if not names.isdisjoint(held(topic))]
+
+    @property
+    def settling(self) -> int:
+        """Entries still to write into topicQueueTable, or to walk to find them (0: none)."""
+        return sum(map(len, self._layers))
+
+    def settle_steps(self) -> Steps[None]:
+        """Write what is committed into topicQueueTable, a slice per step."""
+        while self._layers:
+            if not self._layers[0].step():
+                self._written()
+            yield
+
+    def settle_now(self) -> None:
+        """Write what is committed into topicQueueTable, at once."""
+        while self._layers:
+            self._layers[0].finish()
+            self._written()
+
+    def _written(self) -> None:
+        """The oldest layer is in the table: its events are heard (after those of the change under
+        way, if any, is published)."""
+        layer = self._layers.popleft()
+        if self._pending is not None:
+            self._pending.earlier += layer.events
+        else:
+            self._hand_over(layer.events)
 
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
     @property
@@ -191,95 +358,163 @@ class RouteInfoManager:
         return bool(self.config["notifyMinBrokerIdChanged"])
 
     # -- change publication -----------------------------------------------------------------
-    def subscribe(self, listener: ChangeListener) -> None:
-        """``listener(kind, name)`` hears every change from now on (one subscriber: the answer cache)."""
-        self.on_change = listener
+    def subscribe(self, changed: ChangeListener, holds: Holds = _always) -> None:
+        """``changed(change)`` hears every complete change from now on, after those who subscribed
+        before it (the answer cache first: service.py).  ``holds()`` says whether it holds anything
+        a change could make stale now: while no subscriber does, a change is not collected topic
+        by topic and is published as ``everything`` (a first registration of many topics on a
+        fresh server collects nothing per topic).  Subscribing the same ``changed`` again changes nothing."""
+        if all(subscribed != changed for subscribed, _ in self._subscribers):
+            self._subscribers.append((changed, holds))
 
-    def unsubscribe(self, listener: ChangeListener) -> None:
-        if self.on_change == listener:
-            self.on_change = None
+    def unsubscribe(self, changed: ChangeListener) -> None:
+        self._subscribers = [(c, h) for c, h in self._subscribers if c != changed]
+
+    @property
+    def subscribers(self) -> list[ChangeListener]:
+        """Who hears each change, in the order they hear it."""
+        return [changed for changed, _ in self._subscribers]
+
+    def listen(self, heard: EventListener) -> None:
+        """``heard(kind, info)`` hears every route event from now on, once its change is complete,
+        after those who listened before it (service.py: the log, the metrics, the page's events)."""
+        self._listeners.append(heard)
+
+    def listen_lost(self, departed: LostListener) -> None:
+        """``departed(kind, info, topics)`` hears each departure that took topics away (no group
+        serves them now), once the change is complete and before the event's listeners."""
+        self._lost_listeners.append(departed)
+
+    def _collects(self) -> bool:
+        """Whether a change starting now is collected topic by topic: someone holds something."""
+        return any(holds() for _, holds in self._subscribers)
 
     def _publish(self, pending: _Pending) -> None:
-        """A change is complete: count it, publish what it did, then its events in order."""
+        """A change is complete: commit its many entries as a layer (what lookups read from now
+        on), count it, publish what it did to every subscriber in order, write the layer in at once
+        when it is small and nothing is before it, then hand over the events in order: now, or
+        once the layers before them are written (a departure's, once its lost topics are found)."""
+        waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
+        layer: Layer | None = None
+        if pending.staged:
+            layer = StagedEntries(self._table, pending.staged_group, pending.staged)
+        elif pending.emptied:
+            last = self._layers[-1] if self._layers else None
+            if isinstance(last, Departed) and not last.started:  # one walk for both
+                last.join(pending.emptied, pending.events)
+                pending.events = []
+            else:
+                layer = Departed(self._table, pending.emptied, _lost_with)
+        if layer is not None:
+            self._layers.append(layer)
         if pending.dirty:
             self.generation += 1
-            subscriber = self.on_change
-            if subscriber is not None:
-                change = pending.change if pending.collect else RouteChange(everything=True)
+            if self._subscribers:
+                change = pending.change()
                 if change:
-                    subscriber(change)
-        for event in pending.events:  # the lost topics first: a listener may change the tables again
-            if event.lost_topics and self.on_lost is not None:
-                self.on_lost(event.kind, event.info, event.lost_topics)
-            self._listener(event.kind, event.info)
+                    for changed, _ in self._subscribers:
+                        changed(change)  # the tables complete, through the layers
+        if layer is not None and not waiting and self._layers and self._layers[-1] is layer and (
+                len(layer) <= self.write_at_once):
+            layer.finish()  # few: at once
+            self._layers.pop()
+        events = pending.earlier
+        if self._layers and (waiting or self._layers[-1] is layer and isinstance(layer, Departed)):
+            self._layers[-1].events += pending.events
+        else:
+            events = events + pending.events
+        self._hand_over(events)
+        if self._layers and self.on_settle is not None:
+            self.on_settle()
+
+    def _hand_over(self, events: list[Departure]) -> None:
+        """Route events to their listeners, in order."""
+        for event in events:  # the lost topics first: a listener may change the tables again
+            if event.lost_topics:
+                for departed in self._lost_listeners:
+                    departed(event.kind, event.info, event.lost_topics)
+            for heard in self._listeners:
+                heard(event.kind, event.info)
 
     def _topic_changed(self, topic: str) -> None:
         """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
         if pending.collect:
-            pending.change.topics[topic] = None
+            pending.topics[topic] = None
 
-    def _topics_changed(self, topics: list[str]) -> None:
-        """``_topic_changed`` for each of ``topics``, in one call (a batch of departures may
-        touch every topic held)."""
-        if topics:
+    def _write(self, group: str, staged: Staged) -> None:
+        """Inside a change: a registration's staged entries of ``group``, written when the change
+        commits (published with it: the topics are the entries' keys)."""
+        if staged:
             pending: _Pending = self._pending  # type: ignore[assignment]
+            assert pending.staged is None, "one registration per change"
             pending.dirty = True
-            if pending.collect:
-                pending.change.topics.update(dict.fromkeys(topics))
+            pending.staged, pending.staged_group = staged, group
 
     def _broker_changed(self, broker_name: str | None) -> None:
         """Inside a change: a group's addresses, zone, flags or queue permissions changed, so
         every route naming it is stale, and so is the cluster info."""
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
-        pending.change.brokers[broker_name] = None
+        pending.brokers[broker_name] = None
 
     def _everything_changed(self) -> None:
         pending: _Pending = self._pending  # type: ignore[assignment]
         pending.dirty = True
-        pending.change.everything = True
+        pending.everything = True
 
     @_one_change
-    def topic_changed(self, topic: str) -> None:
-        """Anything a route answer for ``topic`` shows changed (a change of its own)."""
-        self._topic_changed(topic)
-
-    @_one_change
-    def broker_changed(self, broker_name: str | None) -> None:
-        """A group changed (a change of its own)."""
-        self._broker_changed(broker_name)
-
-    @_one_change
-    def routes_changed(self) -> None:
-        """Everything may have changed (tables replaced, filter servers dropped)."""
+    def restore(self, tables: RouteTables) -> None:
+        """The six tables replaced at once by ones read back (state/snapshot.py, before listening):
+        one change, of everything."""
+        (self.topicQueueTable, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
+         self.filterServerTable, self.topicQueueMappingInfoTable) = tables
+        self.recount()
         self._everything_changed()
 
     def _forget_tables(self) -> None:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
-            live.memo = None
+            live.memos = None
 
     def registration_memo(self, cluster: str | None, addr: str | None, broker_name: str | None,
-                          broker_id: int, enable_acting_master: bool | None) -> RegistrationMemo | None:
-        """The one check of what a registration may skip: the memo of the table this broker's
-        queues hold now, when registering the same table again cannot change anything (same id
-        slot, so not a first registration; same acting-master flag; nothing changed its queue data
-        since), else None."""
+                          broker_id: int, enable_acting_master: bool | None) -> Memos | None:
+        """The one check of what a registration may skip: the memos of the bodies whose topics
+        this broker's queues hold as they say, when registering one of them again cannot change
+        anything (same id slot, so not a first registration; same acting-master flag; nothing
+        changed its queue data since), else None."""
         live = self.brokerLiveTable.get(self.live_key(cluster, addr))
         broker = self.brokerAddrTable.get(broker_name)  # type: ignore[arg-type]
-        if live is None or live.memo is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
+        if live is None or live.memos is None or broker is None or broker.brokerAddrs.get(broker_id) != addr:
             return None
         if self.profile.acting_master_rules and broker.enableActingMaster != bool(enable_acting_master):
             return None
-        return live.memo
+        return live.memos
 
-    def reusable_pieces(self, memo: RegistrationMemo | None) -> TablePieces | None:
-        """The memo's pieces when a piece sent again need not be decoded: not with
-        deleteTopicWithBrokerRegistration, which needs every name."""
-        return None if memo is None or self.delete_topic_with_registration else memo.pieces
+    def reusable_pieces(self, memos: Memos | None) -> TablePieces | None:
+        """How the broker's one table was cut, when a piece of it sent again need not be decoded:
+        not with deleteTopicWithBrokerRegistration, which needs every name, nor for a table sent
+        in pieces (which piece a frame is, is not known before it is decoded)."""
+        if memos is None or len(memos) != 1 or self.delete_topic_with_registration:
+            return None
+        return memos[0].pieces
+
+    def _memos_after(self, previous: BrokerLiveInfo | None, plan: RegistrationPlan, complete: bool,
+                     overwrites: bool) -> Memos | None:
+        """The broker's memos once its registration applied: the body's own when the table is
+        held as it says (``complete``), the others' while they still hold: not when it changed
+        queue data the group held (``overwrites``: a topic of another piece may be among them),
+        nor when each registration removes what its body lacks (deleteTopicWithBrokerRegistration)."""
+        kept: Memos | None = None if overwrites or previous is None else previous.memos
+        memo = plan.memo if complete else None
+        if memo is None:
+            return kept
+        if self.removes_absent_topics or not kept:
+            return (memo,)
+        others = tuple(held for held in kept if held.digest != memo.digest)
+        return (*others[len(others) - MAX_MEMOS + 1:], memo) if len(others) >= MAX_MEMOS else (*others, memo)
 
     # -- helpers ----------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -317,21 +552,50 @@ class RouteInfoManager:
         comparison is then made while it applies)."""
         return self.apply_registration(plan_of(req, self.generation))
 
+    def topic_rules(self, req: RegisterRequest) -> TopicRules:
+        """How the registration applies its table (registration.TopicRules), from the tables as
+        they are before it changes them: a master, or 5.x's prime slave (the lowest id once the
+        request's is in); every topic on a first registration (a new id slot, or a broker restored
+        from a snapshot) or a new dataVersion; read-only for a prime slave of an acting-master
+        group (the group's flag as the request sets it in 5.x)."""
+        p = self.profile
+        broker = self.brokerAddrTable.get(req.brokerName)
+        addrs = broker.brokerAddrs if broker is not None else {}
+        previous = self.brokerLiveTable.get(self.live_key(req.clusterName, req.brokerAddr))
+        is_master = req.brokerId == MASTER_ID
+        others = [i for i, a in addrs.items() if a != req.brokerAddr]  # its own address's other ids go
+        is_prime_slave = (p.prime_slave_applies_topics and req.enableActingMaster is not None and not is_master
+                          and req.brokerId <= min(others, default=req.brokerId))
+        if not (is_master or is_prime_slave):
+            return TopicRules(applies=False)
+        register_first = not addrs.get(req.brokerId) or (previous is not None and previous.restored)
+        changed = not self._same_version(None if previous is None else previous.dataVersion, req.body.dataVersion)
+        if p.acting_master_rules:
+            acting = bool(req.enableActingMaster)
+        else:
+            acting = broker is not None and broker.enableActingMaster
+        return TopicRules(True, every_topic=changed or register_first, all_or_none=not p.prime_slave_applies_topics,
+                          read_only=is_prime_slave and acting,
+                          remove_absent=self.removes_absent_topics and not req.body.topicQueueMappingInfoMap)
+
     @_one_change
     def apply_registration(self, plan: RegistrationPlan) -> RegisterBrokerResult | None:
         """Java's registerBroker, applying a plan (state/registration.py): the one place a
         registration changes the tables. None means 5.3.3's refusal ("register broker failed").
-        The plan's comparison holds if nothing changed since it was made (its generation); else it
-        is made again here, where what follows changes no queue data before _apply_topics."""
+        The plan's staged entries hold if nothing changed since it was made (its generation) and
+        the rules it assumed are still the rules; else they are worked out again here, where what
+        follows changes no queue data before _apply_topics."""
         p = self.profile
         req = plan.request
-        fresh = plan.generation == self.generation
+        rules = self.topic_rules(req)  # before anything changes
+        fresh = plan.generation == self.generation and plan.rules == rules
+        staging = self._staging(plan, rules, fresh)
+        self._check_limits(req, staging)
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
         if req.brokerName not in names:
             names[req.brokerName] = None
             self._broker_changed(req.brokerName)
         broker = self.brokerAddrTable.get(req.brokerName)
-        register_first = broker is None
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
             self._broker_changed(req.brokerName)
@@ -352,27 +616,26 @@ class RouteInfoManager:
         key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
         unchanged = req.body.tableUnchanged and previous is not None
-        topic_count = previous.topicCount if unchanged else plan.topicCount  # type: ignore[union-attr]
+        memos = previous.memos if previous is not None else None
+        held = memo_of(memos, req.body.tableDigest) if memos is not None else None
+        topic_count = plan.topicCount if not unchanged else (
+            held.topicCount if held is not None else previous.topicCount)  # type: ignore[union-attr]
         if (p.refuse_first_single_topic_registration and req.brokerId not in addrs
                 and topic_count == 1):
             self._emit("refused", broker=req.brokerName, addr=req.brokerAddr,
                        reason="first registration carries a single topic")
             return None
-        old_addr = addrs.get(req.brokerId)
-        if old_addr != req.brokerAddr:
+        if addrs.get(req.brokerId) != req.brokerAddr:
             addrs[req.brokerId] = req.brokerAddr
             self._broker_changed(req.brokerName)
-        # a broker restored from a snapshot applies its whole table once, as a new one does
-        register_first = register_first or not old_addr or (previous is not None and previous.restored)
-        if unchanged:
-            memo = previous.memo  # type: ignore[union-attr]
-        else:
-            holds_table = self._apply_topics(plan, broker, register_first, fresh)
-            memo = plan.memo if holds_table else None
+        if staging is not None:
+            memos = self._apply_topics(plan, staging, previous)
+        elif not unchanged:
+            memos = None  # its table does not apply: nothing of it is held
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, memo, topic_count, req.version)
+            req.body.dataVersion, req.channel, req.haServerAddr, memos, topic_count, req.version)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
@@ -399,6 +662,92 @@ class RouteInfoManager:
             self._notify_min_broker_id(addrs, None, req.haServerAddr)
         return result
 
+    def _staging(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool) -> Staging | None:
+        """What the registration writes into topicQueueTable, before anything changes: the plan's
+        staged entries while they hold (``fresh``), else worked out again here in one go (with
+        deleteTopicWithBrokerRegistration, from the table with everything written in); None
+        when its table does not apply (not a master or 5.x's prime slave, or sent unchanged)."""
+        req = plan.request
+        if not rules.applies or (req.body.tableUnchanged
+                                 and self.live_key(req.clusterName, req.brokerAddr) in self.brokerLiveTable):
+            return None
+        if fresh and plan.staged is not None:
+            staging = Staging(req.brokerName, rules)
+            staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
+            staging.added, staging.removed = plan.added, plan.removed
+            return staging
+        if rules.remove_absent:
+            self.settle_now()  # the topics it lacks are looked for in the table itself
+        return stage_all(req, self.queue_view(), self._table, rules)
+
+    def _check_limits(self, req: RegisterRequest, staging: Staging | None) -> None:
+        """Raise RegistrationRefused, before anything changes, when the registration would pass a
+        limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
+        maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
+        maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
+        (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's), and the names'
+        lengths (maxNameLength).  What its table adds and removes is counted as it was staged:
+        constant time here, and only the staged topics' names are looked at."""
+        config = self.config
+        longest = config["maxNameLength"]
+        self._check_names(((what, name) for what, name in (("clusterName", req.clusterName), ("brokerName",
+                           req.brokerName), ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
+                           ("zoneName", req.zoneName))), longest)
+        servers = req.body.filterServerList
+        if len(servers) > FILTER_SERVERS_MAX:
+            raise RegistrationRefused("filter_servers", f"its filterServerList lists {len(servers)} servers, over the "
+                                      f"{FILTER_SERVERS_MAX} a registration may list (brokers since 4.x send none)")
+        self._check_names((("filterServerList", server) for server in servers), longest)
+        if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
+            raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
+                                      f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        if key not in self.brokerLiveTable and len(self.brokerLiveTable) >= config["maxBrokers"]:
+            raise RegistrationRefused("max_brokers", f"a new broker, and {len(self.brokerLiveTable)} are registered: "
+                                      f"maxBrokers ({config['maxBrokers']})")
+        broker = self.brokerAddrTable.get(req.brokerName)
+        members = broker.brokerAddrs if broker is not None else {}
+        if (len(members) >= config["maxBrokersPerGroup"] and req.brokerId not in members
+                and req.brokerAddr not in members.values()):
+            raise RegistrationRefused("max_brokers_per_group", f"a new member of broker group {req.brokerName}, "
+                                      f"which has {len(members)}: maxBrokersPerGroup ({config['maxBrokersPerGroup']})")
+        if staging is None:
+            return
+        name = req.brokerName
+        mappings = req.body.topicQueueMappingInfoMap
+        self._check_names((("topic", topic) for topic in staging.staged), longest)
+        self._check_names((("static topic mapping", text) for info in mappings.values()
+                           for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
+        added = staging.added - staging.removed
+        group = self.topicsOfGroup.get(name, 0)
+        per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
+        if added > 0 and group + added > per_group:
+            raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold {group + added} "
+                                      f"topics, over maxTopicsPerBroker ({per_group})")
+        new_mappings = self._new_mappings(req, staging.rules)
+        entries = self.queueEntries + self.mappingEntries + added + new_mappings
+        if added + new_mappings > 0 and entries > whole:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} "
+                                      f"topic-queue entries, over maxTopicQueueEntries ({whole})")
+
+    def _new_mappings(self, req: RegisterRequest, rules: TopicRules) -> int:
+        """The entries 5.x's static-topic mappings of the registration add to
+        topicQueueMappingInfoTable (``mapping_entries``: what each one holds, less what it replaces)."""
+        mappings = req.body.topicQueueMappingInfoMap
+        if not mappings or not rules.every_topic or rules.all_or_none:
+            return 0
+        held = self.topicQueueMappingInfoTable
+        return sum(mapping_entries(info) - mapping_entries(held.get(topic, {}).get(str(info.get("bname"))))
+                   for topic, info in mappings.items())
+
+    @staticmethod
+    def _check_names(names: Iterable[tuple[str, str | None]], longest: int) -> None:
+        """RegistrationRefused (``max_name_length``) for the first name longer than ``longest``."""
+        for what, name in names:
+            if name is not None and len(name) > longest:
+                raise RegistrationRefused("max_name_length", f"its {what} of {len(name)} characters is over "
+                                          f"maxNameLength ({longest})")
+
     def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
         """5.3.3: another address already holds this id with a newer stateVersion."""
         if old_addr is None or old_addr == req.brokerAddr:
@@ -406,100 +755,97 @@ class RouteInfoManager:
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
         return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
 
-    def _apply_topics(self, plan: RegistrationPlan, broker: BrokerData, register_first: bool, fresh: bool) -> bool:
-        """Java's topic application; True when the queues now hold this table as applying it
-        whole leaves them (so the same table again changes nothing: the memo may be kept).
-        That is so when every topic of it was (re)applied, and also when the dataVersion was
-        the same and no topic of it differs from its queue data: a 5.x broker's periodic
-        registration after its incremental one (registerIncrementBrokerData: the new topic
-        alone, the new dataVersion) is such a table, every 30 s until the next version.
-        ``fresh``: the plan's comparison still holds."""
-        req = plan.request
-        changes = plan.changes if fresh else None
-        is_master = req.brokerId == MASTER_ID
-        is_prime_slave = (self.profile.prime_slave_applies_topics and req.enableActingMaster is not None
-                          and not is_master and req.brokerId == min(broker.brokerAddrs))
-        if not (is_master or is_prime_slave):
-            return False
-        table = req.body.topicConfigTable
-        changed = not self._same_version(self.query_broker_topic_config(req.clusterName, req.brokerAddr),
-                                         req.body.dataVersion)
-        if not self.profile.prime_slave_applies_topics:  # 4.9.8: all topics or none
-            differing = self._changed_configs(req.brokerName, table) if changes is None else changes
-            if changed or register_first:
-                for config in differing:
-                    self._create_and_update_queue_data(req.brokerName, config)
-            return changed or register_first or not differing
-        mappings = req.body.topicQueueMappingInfoMap
-        if self.delete_topic_with_registration and not mappings:
-            removals = plan.removals if fresh and plan.removals is not None else absent_topics(
-                self.topicQueueTable, req.brokerName, table)
-            for topic in removals:
-                self._remove_queue_data(topic, req.brokerName)
-        read_only = is_prime_slave and broker.enableActingMaster
-        configs: Iterable[TopicConfig] = table.values() if read_only else (
-            self._changed_configs(req.brokerName, table) if changes is None else changes)
-        kept = False  # a config of the table left as its queue data was: Java's same-version rule
-        for config in configs:
-            known = self.topicQueueTable.get(config.topicName)
-            if register_first or changed or not known or req.brokerName not in known:
-                perm = config.perm
-                if read_only:
-                    perm &= ~PERM_WRITE
-                self._create_and_update_queue_data(req.brokerName, config, perm)
-            else:
-                kept = True
-        if changed or register_first:
-            for topic, info in mappings.items():
-                self.topicQueueMappingInfoTable.setdefault(topic, {})[str(info.get("bname"))] = info
+    def _apply_topics(self, plan: RegistrationPlan, staging: Staging,
+                      previous: BrokerLiveInfo | None) -> Memos | None:
+        """Java's topic application under the staging's rules: its entries written as the change
+        commits (and counted now), then 5.x's queue mappings; the broker's memos afterwards."""
+        req, rules = plan.request, staging.rules
+        self._write(req.brokerName, staging.staged)
+        if staging.added != staging.removed:
+            self._count_queue(req.brokerName, staging.added - staging.removed)
+        if rules.every_topic and not rules.all_or_none:
+            for topic, info in req.body.topicQueueMappingInfoMap.items():
+                held = self.topicQueueMappingInfoTable.setdefault(topic, {})
+                bname = str(info.get("bname"))
+                self.mappingEntries += mapping_entries(info) - mapping_entries(held.get(bname))
+                held[bname] = info
                 self._topic_changed(topic)
-            return True
-        # the same dataVersion: the table is held whole if no config of it was kept as it was (only
-        # those differing are looked at, except by a read-only prime slave, which then keeps no
-        # memo) and it has no mapping info (applied only with a new dataVersion)
-        return not kept and not mappings
+        return self._memos_after(previous, plan, staging.complete, staging.overwrites)
 
-    def _changed_configs(self, broker_name: str, table: dict[str, TopicConfig]) -> list[TopicConfig]:
-        """The comparison a plan would have made (registration.changed_configs), made now."""
-        return changed_configs(self.topicQueueTable, broker_name, table.values())
-
-    def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig, perm: int | None = None) -> None:
-        perm = config.perm if perm is None else perm
-        queues = self.topicQueueTable.get(config.topicName)
-        if queues is None:
-            queues = self.topicQueueTable[config.topicName] = {}
+    def _count_queue(self, broker_name: str, change: int) -> None:
+        """topicQueueTable gained (1) or lost (-1) an entry of ``broker_name``'s queues."""
+        count = self.topicsOfGroup.get(broker_name, 0) + change
+        if count:
+            self.topicsOfGroup[broker_name] = count
         else:
-            old = queues.get(broker_name)
-            if (old is not None and old.readQueueNums == config.readQueueNums and old.perm == perm
-                    and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
-                return
-        queues[broker_name] = QueueData(broker_name, config.readQueueNums, config.writeQueueNums, perm,
-                                        config.topicSysFlag)
-        self._topic_changed(config.topicName)
+            del self.topicsOfGroup[broker_name]
+        self.queueEntries += change
+
+    def recount(self) -> None:
+        """Count what the limits count from the tables as they are (tables replaced: a snapshot)."""
+        self.topicsOfGroup = {}
+        for queues in self.topicQueueTable.values():
+            for name in queues:
+                self.topicsOfGroup[name] = self.topicsOfGroup.get(name, 0) + 1
+        self.queueEntries = sum(self.topicsOfGroup.values())
+        self.mappingEntries = sum(mapping_entries(info) for held in self.topicQueueMappingInfoTable.values()
+                                  for info in held.values())
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
-        queues = self.topicQueueTable.get(topic)
+        self.settle_now()
+        queues = self._table.get(topic)
         if queues is not None and broker_name in queues:
             del queues[broker_name]
+            self._count_queue(broker_name, -1)
             if not queues:
-                del self.topicQueueTable[topic]
+                del self._table[topic]
             self._topic_changed(topic)
 
     @_one_change
     def register_topic(self, topic: str | None, queue_datas: list[QueueData]) -> None:
-        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial)."""
+        """REGISTER_TOPIC_IN_NAMESRV: stops at the first unknown broker, like Java (partial: a
+        topic new to the table gets none of its queues then).  Under the tables' limits as a
+        registration is (RegistrationRefused before anything changes): maxNameLength,
+        maxTopicsPerBroker and maxTopicQueueEntries (before, this code added entries past them)."""
         if not queue_datas or topic is None:
             return
+        self._check_register_topic(topic, queue_datas)
         self._forget_tables()
-        existing = self.topicQueueTable.get(topic)
+        self.settle_now()
+        existing = self._table.get(topic)
         queues = existing if existing is not None else {}
         for queue in queue_datas:
             if queue.brokerName not in self.brokerAddrTable:
                 return
+            if existing is not None and queue.brokerName not in queues:
+                self._count_queue(queue.brokerName, 1)
             queues[queue.brokerName] = queue
             self._topic_changed(topic)
         if existing is None:
-            self.topicQueueTable[topic] = queues
+            self._table[topic] = queues
+            for name in queues:
+                self._count_queue(name, 1)
+
+    def _check_register_topic(self, topic: str, queue_datas: list[QueueData]) -> None:
+        config = self.config
+        self._check_names([("topic", topic)] + [("brokerName", queue.brokerName) for queue in queue_datas],
+                          config["maxNameLength"])
+        held = self.topicQueueTable.get(topic, {})
+        new: set[str] = set()
+        for queue in queue_datas:
+            if queue.brokerName not in self.brokerAddrTable:
+                break  # where register_topic stops
+            if queue.brokerName not in held:
+                new.add(queue.brokerName)
+        for name in sorted(new):
+            if self.topicsOfGroup.get(name, 0) + 1 > config["maxTopicsPerBroker"]:
+                raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold "
+                                          f"{self.topicsOfGroup.get(name, 0) + 1} topics, over maxTopicsPerBroker "
+                                          f"({config['maxTopicsPerBroker']})")
+        entries = self.queueEntries + self.mappingEntries + len(new)
+        if entries > config["maxTopicQueueEntries"]:
+            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} topic-queue "
+                                      f"entries, over maxTopicQueueEntries ({config['maxTopicQueueEntries']})")
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:
@@ -534,7 +880,7 @@ class RouteInfoManager:
     def on_channels_destroy(self, closed: dict[Channel, str]) -> None:
         """Connections lost together (a rack's network), each with its reason, in the order they
         closed: the same events and tables as one on_channel_destroy per channel, but the groups
-        they empty leave topicQueueTable in one scan instead of one scan each."""
+        they empty leave topicQueueTable in one walk instead of one walk each."""
         by_channel: dict[Channel, list[LiveKey]] = {}
         for key, live in self.brokerLiveTable.items():
             if live.channel in closed:
@@ -543,21 +889,18 @@ class RouteInfoManager:
 
     def _destroy_all(self, doomed: list[tuple[LiveKey, str]]) -> None:
         """Destroy brokers, in order, inside one change: the groups they empty leave
-        topicQueueTable in one scan, and each broker finds its groups through one index of
-        brokerAddrTable by address (not a walk of every group per broker)."""
+        topicQueueTable together when it commits (one walk), and each broker finds its groups
+        through one index of brokerAddrTable by address (not a walk of every group per broker)."""
         if not doomed:
             return
         groups_of: dict[str, list[BrokerData]] = {}
         for broker in self.brokerAddrTable.values():
             for addr in set(broker.brokerAddrs.values()):
                 groups_of.setdefault(addr, []).append(broker)
-        emptied: dict[str, Departure | None] = {}
         for key, reason in doomed:
-            self._destroy(key, reason, groups_of, emptied)
-        self._remove_groups_queue_data(emptied)
+            self._destroy(key, reason, groups_of)
 
-    def _destroy(self, key: LiveKey, reason: str, groups_of: dict[str, list[BrokerData]],
-                 emptied: dict[str, Departure | None]) -> None:
+    def _destroy(self, key: LiveKey, reason: str, groups_of: dict[str, list[BrokerData]]) -> None:
         addr = self._addr_of(key)
         cluster = key[0] if isinstance(key, tuple) else None
         self.brokerLiveTable.pop(key, None)
@@ -570,8 +913,7 @@ class RouteInfoManager:
                 kind = reason.partition(":")[0] if reason.startswith(("expired:", "idle:")) else "closed"
                 event = self._emit(kind, cluster=broker.cluster, broker=broker.brokerName, id=broker_id, addr=addr,
                                    reason=reason)
-                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, emptied=emptied,
-                                    departure=event)
+                self._remove_member(broker.cluster, broker.brokerName, addr, broker_id, departure=event)
                 return
 
     # -- unregistration ---------------------------------------------------------------------
@@ -599,11 +941,10 @@ class RouteInfoManager:
             self._everything_changed()
 
     def _remove_member(self, cluster: str | None, broker_name: str, addr: str | None, broker_id: int | None,
-                       cluster_of_request: bool = False, emptied: dict[str, Departure | None] | None = None,
-                       departure: Departure | None = None) -> None:
+                       cluster_of_request: bool = False, departure: Departure | None = None) -> None:
         """Drop one address from a broker group; an emptied group leaves every table (its queue
-        data later, with the other groups in ``emptied``, when the caller collects them), and
-        the topics it leaves without a group are ``departure``'s lost topics."""
+        data when the change commits, with every group the change empties: state/settling.py's
+        Departed), and the topics it leaves without a group are ``departure``'s lost topics."""
         broker = self.brokerAddrTable[broker_name]
         was_min = bool(broker.brokerAddrs) and broker_id == min(broker.brokerAddrs)
         self._broker_changed(broker_name)
@@ -620,36 +961,10 @@ class RouteInfoManager:
             del names[broker_name]
             if not names:
                 del self.clusterAddrTable[owner]
-        if emptied is None:
-            self._remove_groups_queue_data({broker_name: departure})
-        else:
-            emptied.pop(broker_name, None)  # its last departure is the one that emptied it
-            emptied[broker_name] = departure
-
-    def _remove_groups_queue_data(self, emptied: dict[str, Departure | None]) -> None:
-        """Emptied groups leave topicQueueTable: one scan, whatever their number (a table holds up
-        to 100k topics; isdisjoint walks only each topic's few queues).  A topic no group serves
-        any more leaves the table, a lost topic of the departure that emptied the last of its
-        groups (``emptied`` is in departure order)."""
-        if not emptied:
-            return
-        order = {name: index for index, name in enumerate(emptied)}
-        last = order.__getitem__
-        names = order.keys()
-        table = self.topicQueueTable
-        disjoint = names.isdisjoint
-        touched = [t for t, queues in table.items() if not disjoint(queues)]
-        for topic in touched:
-            queues = table[topic]
-            leaving = [name for name in queues if name in order]
-            for broker_name in leaving:
-                del queues[broker_name]
-            if not queues:
-                del table[topic]
-                departure = emptied[leaving[0] if len(leaving) == 1 else max(leaving, key=last)]
-                if departure is not None:
-                    departure.lost_topics.append(topic)
-        self._topics_changed(touched)
+        emptied = self._pending.emptied  # type: ignore[union-attr]
+        emptied.pop(broker_name, None)  # its last departure is the one that emptied it
+        emptied[broker_name] = departure
+        self.queueEntries -= self.topicsOfGroup.pop(broker_name, 0)  # its entries leave with the change
 
     def _reduced_group(self, broker: BrokerData, offline_addr: str | None, was_min: bool) -> None:
         """5.3.3 cleanTopicByUnRegisterRequests: a shrunken acting-master group without a master
@@ -658,10 +973,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            for queues in self.topicQueueTable.values():
-                queue = queues.get(broker.brokerName)
-                if queue is not None:
-                    queue.perm &= ~PERM_WRITE
+            self._change_perm(broker.brokerName, lambda perm: perm & ~PERM_WRITE)
         if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
@@ -693,20 +1005,35 @@ class RouteInfoManager:
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
+        count = self._change_perm(broker_name, change)
+        self._broker_changed(broker_name)
+        return count
+
+    def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+        """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
+        share one, by replacements shared the same way; how many topics hold one."""
+        self.settle_now()  # edited in place
         count = 0
-        for queues in self.topicQueueTable.values():
+        replaced: dict[QueueData, QueueData] = {}
+        for queues in self._table.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
-                queue.perm = change(queue.perm)
+                new = replaced.get(queue)
+                if new is None:
+                    new = replaced[queue] = queue.with_perm(change(queue.perm))
+                queues[broker_name] = new  # type: ignore[index]
                 count += 1
-        self._broker_changed(broker_name)
         return count
 
     @_one_change
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
         self._forget_tables()
+        self.settle_now()
         if not cluster:
-            if self.topicQueueTable.pop(topic, None) is not None:  # type: ignore[arg-type]
+            queues = self._table.pop(topic, None)  # type: ignore[arg-type]
+            if queues is not None:
+                for name in queues:
+                    self._count_queue(name, -1)
                 self._topic_changed(topic)  # type: ignore[arg-type]
             return
         for broker_name in list(self.clusterAddrTable.get(cluster, ())):
@@ -714,7 +1041,7 @@ class RouteInfoManager:
 
     # -- queries ----------------------------------------------------------------------------
     def pickup_topic_route_data(self, topic: str | None) -> RouteData | None:
-        queues = self.topicQueueTable.get(topic) if topic is not None else None
+        queues = self.queues_of(topic) if topic is not None else None
         if not queues:
             return None
         names = java_hash_order(queues)
@@ -736,8 +1063,9 @@ class RouteInfoManager:
         route = RouteData([queues[n] for n in names], brokers, filter_servers)
         if self.profile.v5_bodies:
             route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
-            if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):  # type: ignore[union-attr]
-                self._apply_acting_master(route)
+        if (self.profile.acting_master_routes and self.support_acting_master
+                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):  # type: ignore[union-attr]
+            self._apply_acting_master(route)
         return route
 
     @staticmethod

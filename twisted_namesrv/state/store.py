@@ -7,16 +7,23 @@ The directory is opened first, so a closed fd table (EMFILE) fails before anythi
 failure before the rename removes the temp file.  A failure after it (the directory's fsync: a
 failing device) puts the old file back: it is kept as a hard link (``<file>.old``) until the new
 one is durable, and renamed back over it - a rename needs no write to take effect, so the file a
-restart reads is the old one even while the device fails.
+restart reads is the old one even while the device fails.  A file mounted on its own (a bind
+mount, a Kubernetes subPath) can be neither linked nor replaced: it is written in place
+(``_write_in_place``, not atomic).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
+import stat
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
+
+from . import files
 
 #: os.open, replaceable by tests and the fault-injection tools (a failing disk: EIO)
 opener: Callable[..., int] = os.open
@@ -41,7 +48,7 @@ class StoreError(OSError):
 def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
     """Replace ``path`` by ``data`` durably, or raise StoreError leaving it as it was (see above)."""
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, reused next time
+    tmp = target.with_name(target.name + ".tmp")  # fixed, like Java's: a crash leaves one, replaced next time
     old = target.with_name(target.name + ".old")  # the same: a leftover is replaced at the next write
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +58,15 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
     try:
         try:
             kept = _keep_old(target, old)
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise StoreError(what, target, exc) from None
+            _write_in_place(target, data, what)  # a file mounted on its own: no link, no rename over it
+            return
+        try:
+            with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
+                tmp.unlink()
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -69,6 +84,39 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
             old.unlink(missing_ok=True)
     finally:
         os.close(dir_fd)
+
+
+def _write_in_place(target: Path, data: bytes, what: str) -> None:
+    """A file mounted on its own (a bind mount: ``podman -v ns.properties:/etc/...``, a Kubernetes
+    subPath) can be neither linked nor renamed over (EXDEV, EBUSY): it is rewritten in place and
+    fsync'd, as Java 5.3.3 writes every file.  Read-only, it fails before anything changed (EROFS).
+    Not atomic: a crash in the middle can leave it short; a failed write puts the old bytes back
+    (``replaced`` when even that failed)."""
+    try:
+        before = files.read_regular(target, None)  # our own store file, as big as we wrote it
+        fd = files.open_regular(target, os.O_WRONLY)
+    except OSError as exc:
+        raise StoreError(what, target, exc) from None
+    try:
+        try:
+            _rewrite(fd, data)
+        except OSError as exc:
+            try:
+                _rewrite(fd, before)
+            except OSError:
+                raise StoreError(what, target, exc, replaced=True) from None
+            raise StoreError(what, target, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _rewrite(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.fsync(fd)
 
 
 def _keep_old(target: Path, old: Path) -> bool:
@@ -137,3 +185,76 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
     return None
+
+
+class LoadRefused(OSError):
+    """A store file that is not read: ``reason`` is the counter's label (not_regular: a FIFO, a
+    device, a directory or a symlink; too_big; unreadable), the message names the file and why."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.reason, self.why = str(path), reason, why
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; None when there is none.
+    Never blocks and never follows a link: a FIFO planted in its place would hold the reactor in
+    ``open()`` (O_NONBLOCK), a symlink could point the server at a file it must not read
+    (O_NOFOLLOW); either raises LoadRefused, as do a file over ``limit`` and one that cannot be read."""
+    try:
+        fd = opener(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LoadRefused(path, "not_regular", "a symbolic link, not a regular file") from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
+            from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise LoadRefused(path, "not_regular", "not a regular file (a FIFO, a device or a directory)")
+        if status.st_size > limit:
+            raise LoadRefused(path, "too_big", f"{status.st_size} bytes, over the limit of {limit}")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:  # it grew while read
+                raise LoadRefused(path, "too_big", f"over {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except LoadRefused:
+        raise
+    except OSError as exc:
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
+            from None
+    finally:
+        os.close(fd)
+
+
+class DocumentError(ValueError):
+    """A store file this server did not write (or a damaged one): the message says what is wrong."""
+
+
+def document_items(data: bytes, fmt: int, key: str, what: str) -> list[Any]:
+    """The list under ``key`` of a JSON store file ``{"format": fmt, key: [...]}`` (the page's
+    events, the remembered topology); anything else raises DocumentError naming what is wrong."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != fmt or not isinstance(document.get(key), list):
+        raise DocumentError(f"not {what} of format {fmt}")
+    items: list[Any] = document[key]
+    return items
+
+
+def set_aside(path: Path) -> Path:
+    """A file that could not be used, renamed ``<name>.corrupt`` so that the next write does not
+    destroy what went wrong; where it now is (``path`` itself when it could not be renamed)."""
+    kept = path.with_name(path.name + ".corrupt")
+    try:
+        path.replace(kept)
+    except OSError:
+        return path
+    return kept

@@ -2,7 +2,9 @@
 
 Times are epoch milliseconds with the server's ``now_ms`` beside them, so a page computes
 heartbeat ages against the server's clock, not the browser's.  Brokers that left in the last
-``metrics.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went.
+``departures.DEPARTED_KEEP_SECONDS`` stay listed, not live, with why and when they went; broker groups
+the NameServer has seen (state/topology.py) stay listed as *absent* - expected but gone - until
+they register again or an operator retires them.
 """
 
 from __future__ import annotations
@@ -12,26 +14,31 @@ from typing import Any
 from .. import __version__
 from ..bodies.route import MASTER_ID
 from ..context import NamesrvState
-from ..metrics import DEPARTED_KEEP_SECONDS, Metrics, RouteEvent
+from ..departures import DEPARTED_KEEP_SECONDS
+from ..events import RouteEvent
+from ..metrics import Metrics
+from ..observations import Observations
 from ..outages import GroupHealth, HealthWatch, is_crash
 from ..processor import encode_route
 from ..remoting import fastjson
 from ..remoting.codes import version_name
 from ..server import RemotingFactory
 from ..state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+from ..state.topology import KnownGroup
 
 TOPIC_SEARCH_LIMIT = 200
 
 
 class StatusApi:
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.seen = seen
+        self.health = health
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def now_ms(self) -> int:
         return int(self.state.clock() * 1000)
@@ -48,7 +55,10 @@ class StatusApi:
                 "namesrv_version": __version__,
                 "brokers_restored": sum(live.restored for live in routes.brokerLiveTable.values()),
                 "clusters": len(routes.clusterAddrTable), "broker_groups": len(routes.brokerAddrTable),
-                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.metrics.departed_brokers()),
+                "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.seen.departed.brokers()),
+                "broker_groups_known": health.known, "broker_groups_back": health.back,
+                "broker_groups_absent": len(health.absent),
+                "topology_problem": state.topology.load_problem,
                 "topics": len(routes.topicQueueTable),
                 "kv_entries": sum(map(len, state.kv.configTable.values()))}
 
@@ -60,20 +70,28 @@ class StatusApi:
         routes, now = self.state.routes, self.now_ms()
         health = self.health.health()
         departed: dict[tuple[str, str], list[RouteEvent]] = {}
-        for event in self.metrics.departed_brokers():
+        for event in self.seen.departed.brokers():
             cluster, name, _ = event.broker_key
             departed.setdefault((str(cluster), str(name)), []).append(event)
+        absent = {(group.cluster, group.broker): group for group in health.absent}
+        topology = self.state.topology
         clusters = []
-        for cluster in sorted(set(routes.clusterAddrTable) | {c for c, _ in departed}):
+        for cluster in sorted(set(routes.clusterAddrTable) | {c for c, _ in departed} | set(health.writable_groups)):
             groups = []
             names = routes.clusterAddrTable.get(cluster, {})
-            for name in sorted(set(names) | {n for c, n in departed if c == cluster}):
+            for name in sorted(set(names) | {n for c, n in departed if c == cluster} |
+                               {n for c, n in absent if c == cluster}):
                 broker = routes.brokerAddrTable.get(name) if name in names else None
-                group = health.group(name) if broker is not None else None
+                group = health.group(name) if broker is not None else absent.get((cluster, name))
                 addrs = broker.brokerAddrs if broker is not None else {}
                 members = [self._member(cluster, broker_id, addr, now, group) for broker_id, addr in addrs.items()]
                 members += [_departed_member(event) for event in departed.get((cluster, name), ())
                             if event.info["addr"] not in addrs.values()]
+                known = topology.group(cluster, name) if topology is not None else None
+                listed = {m["addr"] for m in members}
+                members += [_expected_member(member.broker_id, member.addr, known) for member in
+                            (known.members.values() if known else ()) if member.addr not in listed
+                            and member.broker_id not in addrs]
                 if not members:
                     continue
                 groups.append({"broker_name": name, "zone": broker.zoneName if broker else None,
@@ -81,17 +99,21 @@ class StatusApi:
                                "enable_acting_master": broker.enableActingMaster if broker else None,
                                "master_live": group.master_live if group else False,
                                "takes_writes": group.takes_writes if group else False,
+                               "absent": _absence(group) if group is not None and group.absent else None,
                                "queues": {"topics": group.topics if group else 0,
                                           "writable": group.writable_topics if group else 0}})
             clusters.append({"cluster": cluster, "broker_groups": groups,
                              "writable_broker_groups": health.writable_groups.get(cluster, 0)})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
                  "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
-                for t in self.metrics.lost_topics.recent(routes.topicQueueTable)]
+                for t in self.seen.lost.recent(routes.topicQueueTable)]
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
-                                                     "live_members": g.live_members, "master_addr": g.master_addr}
+                                                     "live_members": g.live_members, "master_addr": g.master_addr,
+                                                     "absent": _absence(g) if g.absent else None}
                                                     for g in health.without_master],
-                   "clusters_without_writable_queues": health.clusters_without_writable_queues}
+                   "clusters_without_writable_queues": health.clusters_without_writable_queues,
+                   "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
+                                            for g in health.absent]}
         return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "outages": outages, "clusters": clusters,
                 "lost_topics": lost}
 
@@ -136,7 +158,7 @@ class StatusApi:
         once, with ``count`` and the time of the first (``first_ts_ms``) and the last (``ts_ms``)."""
         return {"now_ms": self.now_ms(),
                 "events": [{"seq": e.seq, "ts_ms": _ms(e.ts), "first_ts_ms": _ms(e.first_ts), "count": e.count,
-                            "kind": e.kind, **e.info} for e in self.metrics.recent_events if e.seq > since]}
+                            "kind": e.kind, **e.info} for e in self.seen.events.recent if e.seq > since]}
 
 
 def _role(broker_id: int | None) -> str:
@@ -154,3 +176,17 @@ def _departed_member(event: RouteEvent) -> dict[str, Any]:
     return {"addr": info["addr"], "id": info.get("id"), "role": _role(info.get("id")), "live": False,
             "writes": False, "perm": "gone",
             "departed": {"kind": event.kind, "crash": is_crash(event.kind), "reason": reason, "ts_ms": _ms(event.ts)}}
+
+
+def _absence(group: GroupHealth) -> dict[str, Any]:
+    """Since when and how an absent group's last member left (None when before this memory knew)."""
+    return {"since_ms": None if group.absent_since is None else _ms(group.absent_since), "how": group.absent_how,
+            "crash": is_crash(group.absent_how or "")}
+
+
+def _expected_member(broker_id: int, addr: str, known: KnownGroup | None) -> dict[str, Any]:
+    """A member the topology remembers that is in the routes no more, and no longer listed as a
+    recent departure: expected, absent."""
+    return {"addr": addr, "id": broker_id, "role": _role(broker_id), "live": False, "writes": False,
+            "perm": "absent", "expected": True,
+            "left_ms": None if known is None or known.left is None else _ms(known.left)}

@@ -124,13 +124,13 @@ class Gate(resource.Resource):
     machine's only: a loopback peer with a loopback Host (or none).  With an ACL, every path but
     the public ones needs an account, KV values an admin one."""
 
-    def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
+    def __init__(self, inner: resource.Resource, acl: AccessControl | None, refusals: Refusals,
                  hosts: AllowedHosts | None = None, open_beyond_loopback: bool = False) -> None:
         super().__init__()
         self.open_beyond_loopback = open_beyond_loopback
         self.inner = inner
         self.acl = acl
-        self.refusals = refusals or Refusals()
+        self.refusals = refusals
         self.hosts = hosts or AllowedHosts()
 
     def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
@@ -207,7 +207,7 @@ def is_loopback_peer(request: server.Request) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
-def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals | None = None,
+def guarded(root: resource.Resource, acl: AccessControl | None, refusals: Refusals,
             hosts: AllowedHosts | None = None, open_beyond_loopback: bool = False) -> resource.Resource:
     """``root`` behind the Gate: normalized paths and the Host check always, the ACL's accounts when
     ACL is on, else the status page and /api for loopback peers only (for every peer with

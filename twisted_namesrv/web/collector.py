@@ -12,28 +12,34 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.copyright import version as twisted_version
 
 from .. import __version__
-from ..audit import OPERATIONS, RESULTS
+from ..audit import RESULTS
 from ..context import NamesrvState
+from ..escapes import CONTROLS, escaped
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
-from ..server import RemotingFactory
+from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO")
+STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO", "EROFS")
+#: ... and namesrv_store_load_refusals: files read at start that were not used, by why
+LOADED_STORES = ("routeSnapshotPath", "topologyPath")
+LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
                  peers: PeersService | None = None) -> None:
         self.state = state
         self.factory = factory
-        self.health = health or HealthWatch(state.routes)
+        self.seen = seen
+        self.health = health
         self.peers = peers
 
     @property
     def metrics(self) -> Metrics:
-        return self.factory.metrics
+        return self.seen.metrics
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -74,13 +80,23 @@ class NamesrvCollector(Collector):
             rejected.add_metric([reason], metrics.rejected[reason])
         yield rejected
         refusals = CounterMetricFamily("namesrv_refusals", "Connections and requests refused, by listener "
-                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, the "
-                                       "limits of namesrv_rejected_total, memory_budget; on http unauthenticated, "
-                                       "not_admin, host, not_loopback, max_connections, idle, request_timeout, "
-                                       "fd_reserve (docs/security.md)", labels=["listener", "reason"])
+                                       "(remoting, controller, http) and reason: acl, not_tls, tls_handshake, "
+                                       "config_key, config_value, config_size, fd_reserve, the limits of "
+                                       "namesrv_rejected_total, memory_budget; on http unauthenticated, not_admin, "
+                                       "host, not_loopback, max_connections, idle, request_timeout, fd_reserve "
+                                       "(docs/security.md)", labels=["listener", "reason"])
         for listener, reason, count in self.state.refusals.series():
             refusals.add_metric([listener, reason], count)
         yield refusals
+        yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
+                                  "written, bad YAML, not a regular file): the accounts read before stay",
+                                  value=metrics.acl_reload_failures)
+        pushes = CounterMetricFamily("namesrv_broker_pushes", "Pushes to brokers (NOTIFY_MIN_BROKER_ID_CHANGE), by "
+                                     "result: sent, failed, superseded by a newer one to the same address, dropped "
+                                     "(too many in flight, or the descriptor reserve)", labels=["result"])
+        for result in PUSH_RESULTS:
+            pushes.add_metric([result], metrics.pushes[result])
+        yield pushes
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
@@ -91,6 +107,9 @@ class NamesrvCollector(Collector):
                                 value=len(routes.brokerAddrTable))
         yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
         yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
+        yield GaugeMetricFamily("namesrv_topic_queue_entries", "(topic, broker group) entries of topicQueueTable "
+                                "and topicQueueMappingInfoTable, as maxTopicQueueEntries counts them",
+                                value=routes.queueEntries + routes.mappingEntries)
         events = CounterMetricFamily("namesrv_broker_events", "Broker route events: registered, changed (new data "
                                      "version), expired (no heartbeat within its timeout), closed (connection lost), "
                                      "idle (its connection closed after serverChannelMaxIdleTimeSeconds), "
@@ -106,33 +125,50 @@ class NamesrvCollector(Collector):
         """What an alert fires on (outages.py): every family is served from the first scrape, the
         counts at 0, so an alert needs no "absent()" clause."""
         health = self.health.health()
-        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups in brokerAddrTable whose "
-                                "master (brokerId 0) is not live", value=len(health.without_master))
+        yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups known (in brokerAddrTable, "
+                                "or remembered and absent) whose master (brokerId 0) is not live",
+                                value=len(health.without_master))
         master = GaugeMetricFamily("namesrv_broker_group_master_live", "1 while the broker group's master "
-                                   "(brokerId 0) is live, 0 while the group has members but no live master",
-                                   labels=["cluster", "broker"])
+                                   "(brokerId 0) is live, 0 while it is not: the group has members but no live "
+                                   "master, or none at all (remembered, absent)", labels=["cluster", "broker"])
+        absent = GaugeMetricFamily("namesrv_broker_group_absent", "1 while a broker group this NameServer has "
+                                   "seen has no member in the routes (expected but absent, until it registers "
+                                   "again or is retired), else 0", labels=["cluster", "broker"])
         for group in health.groups:
             master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
+            absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
         yield master
-        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters in clusterAddrTable in which "
-                                "no broker group takes writes (a live master with a writable queue)",
-                                value=len(health.clusters_without_writable_queues))
+        yield absent
+        yield GaugeMetricFamily("namesrv_broker_groups_known", "Broker groups this NameServer has seen and that "
+                                "were not retired (remembered across restarts)", value=health.known)
+        yield GaugeMetricFamily("namesrv_broker_groups_back", "Known broker groups with a member that registered "
+                                "since this NameServer started (N of namesrv_broker_groups_known back)",
+                                value=health.back)
+        yield GaugeMetricFamily("namesrv_broker_groups_absent", "Known broker groups with no member in the routes",
+                                value=len(health.absent))
+        yield CounterMetricFamily("namesrv_topology_refusals", "New broker groups not remembered because the "
+                                  "topology held its limit (10,000 groups)",
+                                  value=self.state.topology.refused)
+        yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters known (in clusterAddrTable, "
+                                "or remembered) in which no broker group takes writes (a live master with a "
+                                "writable queue)", value=len(health.clusters_without_writable_queues))
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
-                                     "take writes (a live master with a writable queue)", labels=["cluster"])
+                                     "take writes (a live master with a writable queue); 0 for a cluster whose "
+                                     "groups are all absent", labels=["cluster"])
         for cluster, count in health.writable_groups.items():
             writable.add_metric([cluster], count)
         yield writable
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
                                      labels=["kind"])
-        kinds = Counter(event.kind for event in self.metrics.departed_brokers())
+        kinds = Counter(event.kind for event in self.seen.departed.brokers())
         for kind in sorted(DEPARTURES):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
-                                value=len(self.metrics.lost_topics.recent(self.state.routes.topicQueueTable)))
+                                value=len(self.seen.lost.recent(self.state.routes.topicQueueTable)))
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""
@@ -153,22 +189,28 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
-        failures = CounterMetricFamily("namesrv_store_write_failures", "Saves of the KV store (kvConfigPath) or the "
-                                       "saved config (configStorePath) that failed, so the change was refused and "
-                                       "nothing changed, by store and error", labels=["store", "error"])
-        counts = self.metrics.store_failures
-        for store, error in sorted(set(counts) | {(s, e) for s in STORES for e in STORE_ERRORS}):
-            failures.add_metric([store, error], counts[store, error])
-        yield failures
+        yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
+                        "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
+                        "(configStorePath) is applied in memory only, until the restart, as Java's",
+                        "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
+                                "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
+                                "read-only file: a ConfigMap): a restart goes back to the file",
+                                value=1 if self.state.config.unsaved else 0)
+        yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
+                        "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
+                        "symlink), too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
+                        "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:
         """Every (operation, result) series from the start, so a rate or an alert on refusals has
         a series to read before the first refusal."""
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
-                                     "operation and result: ok, refused (ACL or config black list), failed",
+                                     "operation and result: ok, refused (ACL, config black list or a value's control "
+                                     "characters), failed",
                                      labels=["operation", "result"])
-        counts = self.metrics.admin_requests
-        for operation in sorted(OPERATIONS.values()):
+        counts = self.seen.audit.counts
+        for operation in self.seen.audit.operations:
             for result in RESULTS:
                 family.add_metric([operation, result], counts[operation, result])
         return family
@@ -199,19 +241,46 @@ class NamesrvCollector(Collector):
 
     def _build_info(self) -> Metric:
         info = GaugeMetricFamily("namesrv_build_info", "Always 1: this server's version, the Java generation it "
-                                 "emulates, Python's and Twisted's versions",
-                                 labels=["version", "compat", "python", "twisted"])
-        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version], 1)
+                                 "emulates, Python's and Twisted's versions, and its remoting port (the alerts "
+                                 "name a NameServer by its scrape target's host and this port)",
+                                 labels=["version", "compat", "python", "twisted", "listen_port"])
+        bound = self.state.listen_address.rpartition(":")[2]
+        port = bound if bound.isdigit() else str(self.state.config["listenPort"])
+        info.add_metric([__version__, self.state.profile.name, platform.python_version(), twisted_version, port], 1)
         return info
 
 
-def registry(state: NamesrvState, factory: RemotingFactory, health: HealthWatch | None = None,
+def _by_store(name: str, documentation: str, label: str, counts: Counter[tuple[str, str]],
+              stores: tuple[str, ...], values: tuple[str, ...]) -> Metric:
+    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` served from the start."""
+    family = CounterMetricFamily(name, documentation, labels=["store", label])
+    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values}):
+        family.add_metric([store, value], counts[store, value])
+    return family
+
+
+def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
              peers: PeersService | None = None) -> CollectorRegistry:
     """Our families plus the process's own (CPU, resident memory, open files); ``health``: the
     status API's, so both read one computation."""
     from prometheus_client import ProcessCollector
 
-    found = CollectorRegistry(auto_describe=False)
-    found.register(NamesrvCollector(state, factory, health, peers))
+    found = EscapedRegistry(auto_describe=False)
+    found.register(NamesrvCollector(state, factory, seen, health, peers))
     ProcessCollector(registry=found)
     return found
+
+
+class EscapedRegistry(CollectorRegistry):
+    """A registry whose label values hold no control character (escapes.py: ``\\x1b``, ``\\u2028``
+    as visible text): cluster and broker names are labels, and a broker registers them unsigned
+    without ACL.  Raw, an ESC in a cluster name reached the terminal of whoever ran ``curl /metrics``
+    (Prometheus's text format escapes only ``\\``, ``"`` and newlines), and a lone surrogate
+    (``"\\ud800"`` in a JSON header) made every scrape fail with 500 while that broker was registered."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            if any(CONTROLS.search(value) for sample in metric.samples for value in sample.labels.values()):
+                metric.samples = [sample._replace(labels={name: escaped(text) for name, text in sample.labels.items()})
+                                  for sample in metric.samples]
+            yield metric

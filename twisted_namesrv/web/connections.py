@@ -14,7 +14,11 @@ sent one whole request), ``request_timeout``; a keep-alive connection that serve
 went quiet is closed without one (that is how HTTP connections end).  Requests pipelined behind one
 whose answer the peer does not read wait until it does (``pauseProducing``), so one connection holds at
 most its transport's buffer, one answer and 64 KiB of requests read ahead (PIPELINED_MAX), and costs no
-more than that in CPU.
+more than that in CPU.  What it holds beyond Twisted's own write buffer -- an answer the peer does
+not read -- counts against the server's memory budget (budget.py, ``receiveMemoryBudget``) with
+the remoting peers': over it, the peers holding the most are closed first (``memory_budget``).
+Before, 20 connections each asking ``/metrics`` of 5,000 broker groups (17.6 MB) and reading
+nothing held 370 MB, and ``httpMaxConnections`` (128) of them would have held 2.2 GB.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from twisted.internet import interfaces
 from twisted.protocols import basic
 from twisted.web import http, resource, server
 
-from ..budget import FdBudget
+from ..budget import FdBudget, MemoryBudget
 from ..refusals import Refusals
 
 #: bytes of requests read but not yet answered past which a connection is not read (pipelining)
 PIPELINED_MAX = 64 * 1024
+#: the largest request body taken (every path is a GET that reads none; Twisted keeps a body of 100 kB
+#: or more, or a chunked one, in a temporary file, without limit)
+BODY_MAX = 16 * 1024
 
 
 class BoundedChannel(http.HTTPChannel):
@@ -43,6 +50,12 @@ class BoundedChannel(http.HTTPChannel):
     #: the clock's time of the last bytes received
     last_active = 0.0
     _request_deadline: interfaces.IDelayedCall | None = None
+    #: the transport's write buffer is full (it paused this producer), and the bytes of answers written
+    #: since it last was not, held against the memory budget (Twisted's own 64 KiB are not counted)
+    writing_paused = False
+    unsent = 0
+    #: closed for the memory budget: nothing more is held
+    dropped = False
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -55,6 +68,24 @@ class BoundedChannel(http.HTTPChannel):
             self._request_deadline = self.callLater(self.site.request_timeout, self._request_too_slow)
         super().dataReceived(data)
 
+    def allHeadersReceived(self) -> None:
+        """A request announcing a body over BODY_MAX, or a chunked one (of no announced length), is
+        refused before a byte of it is read: Twisted would spool it to a temporary file, any method,
+        any path, before the Host or the account is looked at (four connections wrote 3.2 GB to /tmp
+        in 9 s, until the request timeout cut them)."""
+        if self.length is None or self.length > BODY_MAX:
+            status = b"411 Length Required" if self.length is None else b"413 Content Too Large"
+            self.site.refuse("request_body", self, "a request body {size} (at most {most} bytes are taken), closing "
+                             "the connection", size="of no announced length (chunked)" if self.length is None
+                             else f"of {self.length} bytes", most=BODY_MAX)
+            self.transport.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            self._cancel_deadline()
+            self.dataReceived = self.rawDataReceived = self.lineReceived = _ignored  # type: ignore[method-assign]
+            self.setRawMode()
+            self.loseConnection()
+            return
+        super().allHeadersReceived()
+
     def allContentReceived(self) -> None:
         self._cancel_deadline()
         self.served = self.busy = True
@@ -64,6 +95,35 @@ class BoundedChannel(http.HTTPChannel):
         self.busy = False
         super().requestDone(request)
 
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self._written(len(data))
+
+    def writeSequence(self, iovec: list[bytes]) -> None:  # type: ignore[override]
+        super().writeSequence(iovec)
+        self._written(sum(map(len, iovec)))
+
+    def _written(self, size: int) -> None:
+        """An answer's bytes went to the transport: while its buffer is full, they are held for the
+        peer, against the memory budget (over it, the peers holding the most go: maybe this one)."""
+        if self.writing_paused and not self.dropped and self.site.budget is not None:
+            self.unsent += size
+            self.site.budget.hold(self, self.unsent)
+
+    def over_budget(self, held: int, budget: MemoryBudget) -> None:
+        """The memory budget is spent and this peer holds the most: it goes."""
+        self.unsent, self.dropped = 0, True
+        self.site.refuse("memory_budget", self, "closing the connection: it holds the most ({held} bytes of answers "
+                         "it does not read) and peers hold {total} bytes, over receiveMemoryBudget ({budget_bytes})",
+                         held=held, total=budget.held + held, budget_bytes=budget.limit)
+        self.transport.abortConnection()
+        _drop_unsent(self.transport)
+
+    def _release(self) -> None:
+        if self.unsent and self.site.budget is not None:
+            self.unsent = 0
+            self.site.budget.hold(self, 0)
+
     def pauseProducing(self) -> None:
         """The transport's buffer is full: the peer does not read its answers.  Twisted stops reading
         it, but goes on answering the requests it already read, pipelined behind this one, at once
@@ -72,14 +132,15 @@ class BoundedChannel(http.HTTPChannel):
         what was read until the peer reads again, and the peer is not read either (Twisted goes on
         reading it when the answer that filled the buffer was written while being answered)."""
         super().pauseProducing()
-        self.paused = True
+        self.writing_paused = self.paused = True
         self._networkProducer.pauseProducing()
 
     def resumeProducing(self) -> None:
         """The peer read its answers: answer what waited; while more than PIPELINED_MAX of it is still
         unanswered, read no more of the peer (Twisted would, 64 KiB a time, without end)."""
         super().resumeProducing()
-        self.paused = False
+        self.writing_paused = self.paused = False
+        self._release()
         basic.LineReceiver.dataReceived(self, b"")  # the requests that waited, if any
         if len(self._buffer) > PIPELINED_MAX and self.connected:
             self._networkProducer.pauseProducing()
@@ -108,6 +169,8 @@ class BoundedChannel(http.HTTPChannel):
 
     def connectionLost(self, reason: Any) -> None:
         self._cancel_deadline()
+        self.dropped = True
+        self._release()
         self.site.channels.discard(self)
         if self.site.fds is not None:
             self.site.fds.release()
@@ -121,8 +184,10 @@ class BoundedSite(server.Site):
 
     def __init__(self, root: resource.Resource, refusals: Refusals, max_connections: int = 0,
                  idle_timeout: float = 0, request_timeout: float = 0, reactor: Any = None,
-                 fds: FdBudget | None = None) -> None:
+                 fds: FdBudget | None = None, budget: MemoryBudget | None = None) -> None:
         super().__init__(root, timeout=idle_timeout or None, reactor=reactor)
+        #: the server's memory budget (budget.py), which answers the peers do not read count against
+        self.budget = budget
         self.refusals = refusals
         #: the descriptors the port admits connections against (server.py: Admission), told of each close
         self.fds = fds
@@ -155,6 +220,19 @@ class BoundedSite(server.Site):
 
     def refuse(self, reason: str, channel: BoundedChannel, message: str, **fields: object) -> None:
         self.refusals("http", reason, _peer(channel.transport.getPeer()), message, **fields)
+
+
+def _drop_unsent(transport: Any) -> None:
+    """Let go of what an aborted transport still buffers, now: Twisted keeps it until the connection's
+    close is handled, after every other peer ready in the same turn of the reactor was served (100
+    connections asking ``/metrics`` at once held every answer, 1 GB, though the budget closed them)."""
+    if hasattr(transport, "_tempDataBuffer") and hasattr(transport, "dataBuffer"):  # abstract.FileDescriptor's
+        transport._tempDataBuffer, transport._tempDataLen = [], 0
+        transport.dataBuffer, transport.offset = b"", 0
+
+
+def _ignored(data: bytes) -> None:
+    """What a connection being closed for its request's body does with what it still receives."""
 
 
 def _peer(addr: Any) -> str:

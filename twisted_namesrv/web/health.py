@@ -1,8 +1,10 @@
 """``/healthz`` and ``/readyz`` on the HTTP port (``--metrics-port``), for probes.
 
 ``/healthz`` (liveness): the process answers and every listener it was asked for is bound.
-``/readyz`` (readiness): that, and the KV store and route snapshot are loaded and the server is
-not stopping: a client sent here now is answered from the state it should have.
+``/readyz`` (readiness): that, and the KV store and route snapshot are loaded, the server is
+not stopping, and the broker groups it knows are routed again (or it waited ``readinessBrokerWait``
+for them): a client sent here now is answered from the state it should have.  Its document also
+says "N of M known broker groups back" and names the groups still absent.
 
 Both answer 200 when every check passes, else 503, with a small JSON document naming each check,
 so a probe needs only the status and a person reading ``curl`` sees why.  They carry nothing
@@ -13,11 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from twisted.web import resource, server
 
 #: a check's name -> whether it passes now
 Checks = Callable[[], Mapping[str, bool]]
+#: more for a person reading the probe's answer (never decides its status)
+Details = Callable[[], Mapping[str, Any]]
 
 
 class HealthResource(resource.Resource):
@@ -25,9 +30,10 @@ class HealthResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, checks: Checks) -> None:
+    def __init__(self, checks: Checks, details: Details | None = None) -> None:
         super().__init__()
         self.checks = checks
+        self.details = details
 
     def render_GET(self, request: server.Request) -> bytes:
         results = dict(self.checks())
@@ -35,12 +41,14 @@ class HealthResource(resource.Resource):
         request.setResponseCode(503 if failing else 200)
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-cache")
-        document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing}
+        document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing,
+                    **(self.details() if self.details is not None else {})}
         return (json.dumps(document) + "\n").encode()
 
     render_HEAD = render_GET
 
 
-def health_resources(live: Checks, ready: Checks) -> dict[bytes, resource.IResource]:
+def health_resources(live: Checks, ready: Checks, ready_details: Details | None = None
+                     ) -> dict[bytes, resource.IResource]:
     """The children to put on the site's root."""
-    return {b"healthz": HealthResource(live), b"readyz": HealthResource(ready)}
+    return {b"healthz": HealthResource(live), b"readyz": HealthResource(ready, ready_details)}

@@ -15,6 +15,7 @@ from twisted.web import pages, resource, server
 
 from ..budget import FdBudget
 from ..context import NamesrvState
+from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
@@ -32,10 +33,10 @@ STATUS_PAGE = files(__package__).joinpath("status.html")
 class MetricsPage(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: NamesrvState, factory: RemotingFactory, controller: Any = None,
-                 health: HealthWatch | None = None, peers: PeersService | None = None) -> None:
+    def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
+                 controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
-        self.registry = registry(state, factory, health, peers)
+        self.registry = registry(state, factory, seen, health, peers)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
 
@@ -46,13 +47,31 @@ class MetricsPage(resource.Resource):
         return generate_latest(self.registry)
 
 
+#: where the page's first answers go: before its script, which reads them instead of asking
+PRELOAD_BEFORE = b'<script>\n"use strict";'
+
+
 class StatusPage(resource.Resource):
+    """The page, with its first answers in it (``/api/overview``, ``/api/clusters``, ``/api/events``,
+    none of them admin-only): it renders them as it loads, so whatever looks at it at its load event
+    - a plain ``chromium --headless --screenshot``, ``--dump-dom``, a slow browser - sees the
+    brokers, not "loading…", whatever the machine's load.  It refreshes from /api after that."""
+
     isLeaf = True
+
+    def __init__(self, api: StatusApi) -> None:
+        super().__init__()
+        self.api = api
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
-        return STATUS_PAGE.read_bytes()
+        first = {"api/overview": self.api.overview(), "api/clusters": self.api.clusters(),
+                 "api/events": self.api.events()}
+        data = json.dumps(first).replace("<", "\\u003c").encode()  # no "</script>" can end it early
+        page = STATUS_PAGE.read_bytes()
+        return page.replace(PRELOAD_BEFORE, b'<script id="preload" type="application/json">' + data +
+                            b"</script>\n" + PRELOAD_BEFORE, 1)
 
 
 class ApiError(Exception):
@@ -121,7 +140,9 @@ def _int_arg(request: server.Request, name: str, default: int) -> int:
     if not raw:
         return default
     if not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw!r}")
+        raise ApiError(400, f"query parameter {name!r} must be a whole number >= 0, not {raw[:40]!r}")
+    if len(raw) > 12:  # int() refuses past 4,300 digits with a ValueError: a 500 and a traceback a request
+        raise ApiError(400, f"query parameter {name!r} has {len(raw)} digits, at most 12")
     return int(raw)
 
 
@@ -145,25 +166,27 @@ class QuietSite(BoundedSite):
         pass
 
 
-def make_site(state: NamesrvState, factory: RemotingFactory,
+def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
               children: Mapping[bytes, resource.IResource] | None = None, controller: Any = None,
               peers: PeersService | None = None, reactor: Any = None, fds: FdBudget | None = None) -> QuietSite:
-    """``children``: more top-level resources (the probes, the address server), each in its own module;
-    ``controller``: the embedded ControllerService, if any (its metrics and /api/controller); ``peers``:
-    the peers view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
+    """``seen``: what the server observed of itself (the composition root's owners; ``seen.health``,
+    the one computation of the outages for /metrics, /api and the page); ``children``: more
+    top-level resources (the probes, the address server), each in its own module; ``controller``:
+    the embedded ControllerService, if any (its metrics and /api/controller); ``peers``: the peers
+    view's service (/api/peers and the namesrv_peer_* gauges); ``reactor``: the timeouts' clock;
     ``fds``: the descriptors its port admits connections against, told of each close."""
     root = Root()
     for name, child in (children or {}).items():
         root.putChild(name, child)
-    root.putChild(b"", StatusPage())
-    health = HealthWatch(state.routes)  # one computation of the outages for /metrics and /api
-    root.putChild(b"metrics", MetricsPage(state, factory, controller, health, peers))
-    root.putChild(b"api", ApiResource(StatusApi(state, factory, health), controller, peers))
+    api = StatusApi(state, factory, seen, seen.health)
+    root.putChild(b"", StatusPage(api))
+    root.putChild(b"metrics", MetricsPage(state, factory, seen, seen.health, controller, peers))
+    root.putChild(b"api", ApiResource(api, controller, peers))
     opened = bool(state.config["httpOpenBeyondLoopback"])
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
                      state.refusals, config["httpMaxConnections"], config["httpIdleTimeoutSeconds"],
-                     config["httpRequestTimeoutSeconds"], reactor, fds)  # web/connections.py
+                     config["httpRequestTimeoutSeconds"], reactor, fds, state.budget)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
     return site

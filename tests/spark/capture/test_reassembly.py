@@ -3,10 +3,14 @@ retransmission, wraparound and port reuse built here (clean loopback captures ne
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
-from spark_analysis.capture.packets import ACK, FIN, PSH, RST, SYN, tcp_segments
+import pytest
+
+from spark_analysis.capture import reassembly
+from spark_analysis.capture.packets import ACK, FIN, PSH, RST, SYN, TcpSegment, tcp_segments
 from spark_analysis.capture.reassembly import Chunk, reassemble, stream_bytes
 from spark_analysis.capture.records import iter_records, read_records
 from tests.spark.capture.builders import (
@@ -219,3 +223,99 @@ def test_ipv6_sll2_capture_end_to_end() -> None:
     assert (connection.client, connection.server) == ("[2001:db8::1]:40000", "[2001:db8::2]:9876")
     assert joined(connection.to_server) == b"ping" and joined(connection.to_client) == b"pong"
     assert connection.closed_ts is None
+
+
+# Stretches of plain in-order segments are delivered a direction at a time (reassembly._deliver_stretch):
+# the same chunks, gaps and cuts as the walk segment by segment, whatever comes in or around them.
+
+def _conversation(rng: random.Random, isn: int, wrap: bool) -> list[tuple[float, TcpSegment]]:
+    """A long request/answer exchange with bare ACKs, then some of: a reordered, retransmitted,
+    overlapping or lost segment, an ACK past a hole, a segment a snap length cut, a FIN, a reuse."""
+    client_isn = 2**32 - 200 if wrap else isn
+    packets = handshake(client_isn=client_isn, server_isn=isn + 7)
+    sent = {True: client_isn + 1, False: isn + 8}
+    ts = 2.0
+    for _ in range(rng.randrange(20, 80)):
+        from_client = rng.random() < 0.6
+        payload = bytes([rng.randrange(256)]) * rng.randrange(1, 40)
+        src, dst = (CLIENT, SERVER) if from_client else (SERVER, CLIENT)
+        packets.append((ts, segment(src, dst, sent[from_client], PSH | ACK, payload, ack=sent[not from_client])))
+        sent[from_client] += len(payload)
+        if rng.random() < 0.3:
+            packets.append((ts + 0.0005, segment(dst, src, sent[not from_client], ACK, ack=sent[from_client])))
+        ts += 0.01
+    for _ in range(rng.randrange(0, 4)):
+        at = rng.randrange(4, len(packets))
+        _, chosen = packets[at]
+        trouble = rng.choice(("reorder", "retransmit", "overlap", "lose", "ack_past", "cut", "fin", "syn"))
+        if trouble == "reorder" and at + 1 < len(packets):
+            packets[at], packets[at + 1] = (packets[at][0], packets[at + 1][1]), (packets[at + 1][0], chosen)
+        elif trouble == "retransmit":
+            packets.insert(rng.randrange(at, len(packets) + 1), (packets[at][0], chosen))
+        elif trouble == "overlap" and len(chosen.payload) > 2:
+            packets.insert(at + 1, (packets[at][0], chosen._replace(seq=(chosen.seq + 1) % 2**32,
+                                                                     payload=b"X" * len(chosen.payload))))
+        elif trouble == "lose":
+            del packets[at]
+        elif trouble == "ack_past":
+            past = (chosen.seq + 10**4) % 2**32
+            packets.insert(at, (packets[at][0], TcpSegment(chosen.dst, chosen.src, chosen.ack, past, ACK, b"")))
+        elif trouble == "cut" and chosen.payload:
+            packets[at] = (packets[at][0], chosen._replace(payload=chosen.payload[:1],
+                                                           missing=len(chosen.payload) - 1))
+        elif trouble == "fin":
+            packets.insert(at, (packets[at][0], chosen._replace(flags=FIN | ACK, payload=b"")))
+        elif trouble == "syn":
+            packets[at:at] = handshake(client_isn=isn + 10**6, server_isn=isn + 2 * 10**6, ts=packets[at][0])
+    return packets
+
+
+def _story(packets: list[tuple[float, TcpSegment]]) -> list[tuple]:
+    return [(c.client, c.server, c.opened_ts, c.closed_ts, c.close_kind, c.first_close_by,
+             *((list(d), d.gaps, d.uncaptured, d.from_syn) for d in (c.to_server, c.to_client)))
+            for c in reassemble(packets)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_stretches_reassemble_as_the_walk_does(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(seed)
+    packets = _conversation(rng, rng.randrange(2**32), wrap=seed % 5 == 0)
+    by_stretch = _story(packets)
+    monkeypatch.setattr(reassembly, "_STRETCH_ROWS", 10**9)
+    assert by_stretch == _story(packets)
+
+
+def test_an_in_order_exchange_is_not_walked_segment_by_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean connection of 200 data segments and 100 bare ACKs: the walk takes its handshake and
+    close one by one, its data a stretch at a time (not an _Reassembler.add per segment)."""
+    packets = handshake()
+    sent = {True: 1001, False: 5001}
+    for n in range(200):
+        src, dst = (CLIENT, SERVER) if n % 2 == 0 else (SERVER, CLIENT)
+        packets.append((2.0 + n / 100, segment(src, dst, sent[n % 2 == 0], PSH | ACK, b"x" * 30)))
+        sent[n % 2 == 0] += 30
+        if n % 4 == 0:
+            packets.append((2.0 + n / 100, segment(dst, src, sent[n % 2 != 0], ACK)))
+    packets.append((9.0, segment(CLIENT, SERVER, sent[True], FIN | ACK)))
+    added = []
+    real_add = reassembly._Reassembler.add
+    monkeypatch.setattr(reassembly._Reassembler, "add", lambda self, *args, **kw: (added.append(args),
+                                                                                   real_add(self, *args, **kw))[1])
+    connection = only(reassemble(packets))
+    assert joined(connection.to_server) == b"x" * 3000 and joined(connection.to_client) == b"x" * 3000
+    assert len(added) < 10
+
+
+def test_one_table_in_capture_order_is_kept_as_is_and_any_other_sorted() -> None:
+    """merge_tables sorts by (ts, file, order): a table already so (one file's piece, mostly) is
+    returned without a copy; a clock that stepped back, or pieces of two files, are sorted."""
+    table = reassembly.segment_tables(handshake() + [(2.0, segment(CLIENT, SERVER, 1001, ACK, b"ab"))])[0]
+    assert reassembly.merge_tables([table]).rows is table.rows
+    stepped_back = table._replace(rows=table.rows.copy())
+    stepped_back.rows["ts"][1] = 0.5
+    assert reassembly.merge_tables([stepped_back]).rows["order"].tolist() == [1, 0, 2, 3]
+    other_file = table._replace(rows=table.rows.copy())
+    other_file.rows["file"] = 1
+    merged = reassembly.merge_tables([other_file, table]).rows
+    assert list(zip(merged["file"].tolist(), merged["order"].tolist(), strict=True)) == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]

@@ -15,9 +15,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import server_logs
-from .packets import connections, iso, load_steps, read_pcap, step_time
+from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
+#: how the report names a broker whose registrations' brokerAddr a snap length cut (decode/rows.py's
+#: cut_broker_addr, docs/capture-report.md): the connection it registers over
+CUT_ADDR = "? (address not captured; registers from {client})"
 CONTROLLER_CODES = range(1001, 1020)
 # what a NameServer takes for a broker's heartbeat: REGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT
 HEARTBEATS = {REGISTER, 322, 904}
@@ -126,6 +129,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
             ans = answers.get(h.get("opaque"))
             oneway = bool(h.get("flag", 0) & 2)  # RPC_ONEWAY: no answer comes; the log says if it was applied
             ok = (ans is not None and ans.get("code") == 0) or (oneway and ans is None)
+            if h.get("_cut") and "opaque" not in h:  # its answer cannot be told: the log says (below)
+                ok, ext = True, {**ext, "_answered": False}
             if code == REGISTER:
                 events.append((t, c.server, "register" if ok else "register_refused", c, ext))
             elif code == UNREGISTER:
@@ -151,20 +156,30 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                     _close(st, t, ext["side"], c, runs, log, problems, key)
                     del open_stay[key]
             continue
-        key = (e, ext.get("brokerAddr"))
+        addr = ext.get("brokerAddr")
+        if addr is None or (kind == "unregister" and (e, addr) not in open_stay):
+            # a snap length cut its address: the broker is named by its connection (as the report names it)
+            unnamed = [k for k, st_ in open_stay.items() if st_["_conn"] is c and k[1].startswith("? ")]
+            addr = unnamed[0][1] if unnamed and kind == "unregister" else (
+                CUT_ADDR.format(client=c.client) if addr is None else addr)
+        key = (e, addr)
         st = open_stay.get(key)
         if kind == "register":
             bid = int(ext["brokerId"])
             role = "MASTER" if bid == 0 else "SLAVE"
             if st is None:
                 st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
-                      "broker_name": ext.get("brokerName"), "broker_addr": ext.get("brokerAddr"),
+                      "broker_name": ext.get("brokerName"), "broker_addr": addr,
                       "ids": [{"broker_id": bid, "role": role, "from": t}], "registered": t,
                       "end": "alive", "ended_at": None, "_conn": c, "_last": t, "_conns": [c]}
                 open_stay[key] = st
                 stays.append(st)
-                if not log.find("register", t, addr=ext["brokerAddr"]):
+                hits = log.find("register", t, addr=ext.get("brokerAddr", ""))
+                if not hits:
                     problems.append(f"no registration log line near {iso(t)} for {key}")
+                elif "brokerAddr" not in ext:  # the log names the broker whose address the capture cut
+                    logged = re.search(r"brokerAddr=([^\],\s]+)", hits[0][1])
+                    st["broker_addr_logged"] = logged.group(1) if logged else None
             else:
                 if st["ids"][-1]["broker_id"] != bid:
                     st["ids"].append({"broker_id": bid, "role": role, "from": t})
@@ -173,7 +188,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                     st["_conns"].append(c)
         elif kind == "unregister" and st is not None:
             st["end"], st["ended_at"] = "unregistered", t
-            st["how"] = "UNREGISTER_BROKER answered SUCCESS"
+            st["how"] = "UNREGISTER_BROKER answered SUCCESS" if ext.get("_answered", True) else (
+                "UNREGISTER_BROKER (a snap length cut its opaque: the log tells it was applied)")
             hits = log.find("unregister", t, addr=key[1])
             if not hits:
                 problems.append(f"no unregister log line near {iso(t)} for {key}")
@@ -324,6 +340,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         "topic_counts": topic_counts, "refused": refused_out,
         "notes": a.note,
     }
+    cuts = [cut for f in a.files if (cut := snap_cuts(d / f))]
+    if cuts:
+        truth["cuts"] = cuts
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems

@@ -64,6 +64,10 @@ ARGS: dict[str, list[str]] = {
                     "--note", "127.0.0.1:9877's 'up' is the first connection file b saw: that NameServer started "
                     "before file b began (steps: 05:47:16.934Z start); no restart.",
                     ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
+    "v5-cut": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "tcpdump -i any -s 200: Linux "
+                   "cooked v2, every packet longer than 200 bytes cut there; a broker whose brokerAddr the cut left "
+                   "out is named by its connection (as the report names it), its address as logged in "
+                   "broker_addr_logged"),
     "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
     "v4-delslave": _one("4.9.8"),
     "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connection to the "

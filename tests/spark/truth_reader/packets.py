@@ -21,14 +21,20 @@ def parse_iso(s: str) -> float:
     return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+#: link type -> (header length, where its ethertype is): Ethernet, Linux cooked v1 (SLL) and v2 (SLL2)
+LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0)}
+
+
 def read_pcap(path: Path):
-    """(t, src, dst, flags, payload) of every TCP/IPv4 segment of a classic pcap (Ethernet), gz or not."""
+    """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a classic pcap (Ethernet,
+    SLL, SLL2), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     magic = raw[:4]
     endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
     nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    link, ethertype_at = LINK_HEADERS[struct.unpack(endian + "I", raw[20:24])[0] & 0xFFFF]
     off = 24
     out = []
     while off + 16 <= len(raw):
@@ -36,9 +42,9 @@ def read_pcap(path: Path):
         pkt = raw[off + 16:off + 16 + incl]
         off += 16 + incl
         t = sec + frac / (1e9 if nano else 1e6)
-        if len(pkt) < 14 or pkt[12:14] != b"\x08\x00":
+        if len(pkt) < link or pkt[ethertype_at:ethertype_at + 2] != b"\x08\x00":
             continue
-        ip = pkt[14:]
+        ip = pkt[link:]
         ihl = (ip[0] & 15) * 4
         if ip[9] != 6:
             continue
@@ -49,8 +55,26 @@ def read_pcap(path: Path):
         sport, dport, seq, _ack, offflags = struct.unpack(">HHIIH", tcp[:14])
         doff = (offflags >> 12) * 4
         flags = offflags & 0x3F
-        out.append((t, f"{src_ip}:{sport}", f"{dst_ip}:{dport}", flags, seq, tcp[doff:]))
+        payload = tcp[doff:]
+        missing = total - ihl - doff - len(payload)
+        out.append((t, f"{src_ip}:{sport}", f"{dst_ip}:{dport}", flags, seq, payload, missing))
     return out
+
+
+def snap_cuts(path: Path) -> dict | None:
+    """The records of a classic pcap (gz or not) captured shorter than they were sent: how many, the
+    bytes not kept, and the longest kept (the snap length); None if none was cut."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    endian = "<" if raw[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    off, packets, lost, longest = 24, 0, 0, 0
+    while off + 16 <= len(raw):
+        _sec, _frac, incl, orig = struct.unpack(endian + "IIII", raw[off:off + 16])
+        if incl < orig:
+            packets, lost, longest = packets + 1, lost + orig - incl, max(longest, incl)
+        off += 16 + incl
+    return {"file": path.name, "cut_at": longest, "packets": packets, "bytes_not_captured": lost} if packets else None
 
 
 FIN, SYN, RST, PSH, ACK = 1, 2, 4, 8, 16
@@ -66,9 +90,12 @@ class Conn:
         self.next_seq = {}
         self.stamps = {"c": [], "s": []}  # (offset, t)
         self.last_payload = {"c": None, "s": None}
+        self.cut = {"c": [], "s": []}  # (offset, length) of bytes a snap length cut (zeros in data)
 
     def frames(self, side: str):
-        """(t, header dict) of every frame sent by side ('c' client, 's' server)."""
+        """(t, header dict) of every frame sent by side ('c' client, 's' server). A frame whose header
+        a snap length cut gets ``_cut``, and of its header only what is plainly whole in the captured
+        start: code, flag and opaque followed by their delimiter, extFields' string entries closed."""
         buf, stamps, pos, out = bytes(self.data[side]), self.stamps[side], 0, []
         while pos + 8 <= len(buf):
             length, hl = struct.unpack(">II", buf[pos:pos + 8])
@@ -77,19 +104,36 @@ class Conn:
             hlen = hl & 0xFFFFFF
             header = buf[pos + 8:pos + 8 + hlen]
             t = max((ts for o, ts in stamps if o <= pos), default=None)
-            try:
-                h = json.loads(header)
-            except ValueError:
-                h = {"_binary": True}
+            cut = min((o for o, n in self.cut[side] if o + n > pos + 8 and o < pos + 8 + hlen), default=None)
+            if cut is not None:
+                h = _cut_header(buf[pos + 8:cut])
+            else:
+                try:
+                    h = json.loads(header)
+                except ValueError:
+                    h = {"_binary": True}
             h["_body"] = buf[pos + 8 + hlen:pos + 4 + length]
             out.append((t, h))
             pos += 4 + length
         return out
 
 
+def _cut_header(start: bytes) -> dict:
+    text = start.decode("utf-8", "ignore")
+    h: dict = {"_cut": True}
+    for key in ("code", "flag", "opaque"):
+        m = re.search(rf'"{key}":(-?\d+)[,}}]', text)
+        if m:
+            h[key] = int(m.group(1))
+    m = re.search(r'"extFields":\{(.*)', text)
+    if m:
+        h["extFields"] = dict(re.findall(r'"(\w+)":"([^"\\]*)"(?=[,}])', m.group(1)))
+    return h
+
+
 def connections(pkts, server_ports: set[int]):
     conns: dict[tuple, list[Conn]] = defaultdict(list)
-    for t, src, dst, flags, seq, payload in pkts:
+    for t, src, dst, flags, seq, payload, missing in pkts:
         if int(dst.rsplit(":", 1)[1]) in server_ports:
             client, server, side = src, dst, "c"
         elif int(src.rsplit(":", 1)[1]) in server_ports:
@@ -112,12 +156,15 @@ def connections(pkts, server_ports: set[int]):
             c.rst, c.rst_by = t, side
         if flags & FIN and side not in c.fin:
             c.fin[side] = t
-        if payload:
+        if payload or missing:
             exp = c.next_seq.get(side)
             if exp is None or seq == exp:
                 c.stamps[side].append((len(c.data[side]), t))
                 c.data[side] += payload
-                c.next_seq[side] = seq + len(payload)
+                if missing:
+                    c.cut[side].append((len(c.data[side]), missing))
+                    c.data[side] += bytes(missing)
+                c.next_seq[side] = seq + len(payload) + missing
             c.last_payload[side] = t
     return [c for cs in conns.values() for c in cs]
 

@@ -1,0 +1,185 @@
+"""Captures a snap length cut (tcpdump -s N, e.g. -i any -s 200): packets kept shorter than sent.
+
+Every frame is read as far as its bytes go, nothing it does not say is guessed, and the bytes not
+captured are counted apart from the bytes a capture lost (sequence gaps)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.packets import LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, PSH, segment_columns, tcp_segments
+from spark_analysis.capture.reassembly import reassemble
+from spark_analysis.capture.records import index_records, iter_records
+from spark_analysis.decode.rows import CALL, EVENT, REGISTRATION, connection_rows, cut_broker_addr
+from tests.spark.capture.builders import (
+    ACK,
+    CLIENT,
+    SERVER,
+    ethernet,
+    handshake,
+    ipv4,
+    pcap,
+    pcapng_block,
+    pcapng_idb,
+    pcapng_shb,
+    route_query,
+    tcp,
+)
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
+from twisted_namesrv.remoting.frame import FramePart, frame_parts
+from twisted_namesrv.remoting.header import read_header_prefix
+
+REAL = Path(__file__).resolve().parents[2] / "data" / "captures" / "real"
+
+
+def frame(body: bytes, header: bytes = b'{"code":105}') -> bytes:
+    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def test_frame_parts_follow_frames_across_bytes_not_captured() -> None:
+    """A 300-byte body of which 30 were captured: the frame after it is found by the length word, and
+    each frame says how many of its bytes are missing; a boundary inside a cut gives the place to resume."""
+    first, big, last = frame(b"a"), frame(b"b" * 300), frame(b"c")
+    kept = 40
+    data = first + big[:kept] + last
+    parts, stop, resume = frame_parts(data, [(len(first) + kept, len(big) - kept)], 1 << 24)
+    assert parts == [FramePart(4, len(first) - 4, len(first) - 4, 0),
+                     FramePart(len(first) + 4, len(big) - 4, kept - 4, len(big) - kept),
+                     FramePart(len(first) + kept + 4, len(last) - 4, len(last) - 4, 0)]
+    assert (stop, resume) == (len(data), None)
+    # the cut runs 3 bytes into the next frame: its start is lost, the walk says where to resume
+    parts, stop, resume = frame_parts(first + big[:kept], [(len(first) + kept, len(big) - kept + 3)], 1 << 24)
+    assert len(parts) == 2 and stop == resume == len(first) + kept
+    # a frame longer than what was sent so far is still coming, not cut
+    parts, stop, resume = frame_parts(first + big[:kept], [(len(first) + kept, 10)], 1 << 24)
+    assert len(parts) == 1 and (stop, resume) == (len(first), None)
+
+
+@pytest.mark.parametrize("cut", range(1, 60))
+def test_a_cut_header_says_only_what_is_certain(cut: int) -> None:
+    """At every cut of a JSON header: a number is taken only with its delimiter (``"code":10`` may be
+    103), extFields only the entries whole; what is said is always what the whole header says."""
+    header = b'{"code":103,"extFields":{"brokerId":"0","brokerAddr":"127.0.0.1:10911"},"flag":0,"opaque":57}'
+    known = read_header_prefix(0, header[:cut])
+    assert known.code in (None, 103) and known.opaque in (None, 57) and known.flag in (None, 0)
+    assert all(header.find(f'"{k}":"{v}"'.encode()) >= 0 for k, v in (known.ext_fields or {}).items())
+    if cut <= len(b'{"code":103'):
+        assert known.code is None
+    assert read_header_prefix(0, header[:len(header) - 1]).opaque is None  # "opaque":57 without its brace
+    assert read_header_prefix(0, header).opaque == 57
+
+
+def _cut_capture(snap: int, linktype: int = 1, form: str = "pcap") -> bytes:
+    """A client's route query cut by ``snap``, the next whole; the records kept as tcpdump does:
+    captured length at most ``snap``, original length the frame's; ``form``: pcap, nanosecond pcap
+    or pcapng."""
+    def link(packet: bytes) -> bytes:
+        if linktype == LINKTYPE_LINUX_SLL2:
+            return struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + packet
+        if linktype == LINKTYPE_LINUX_SLL:
+            return struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + packet
+        if linktype == 0:  # NULL: the family in the capturing host's byte order
+            return struct.pack("<I", 2) + packet
+        if linktype == 101:  # raw IP
+            return packet
+        return ethernet(packet)
+
+    first = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * 400, opaque=1).encode()
+    second = route_query(2)
+    ends = {f"{CLIENT[0]}:{CLIENT[1]}": CLIENT, f"{SERVER[0]}:{SERVER[1]}": SERVER}
+    sent = [(t, ends[s.src], ends[s.dst], tcp(ends[s.src], ends[s.dst], s.seq, s.flags, s.payload, s.ack))
+            for t, s in handshake()]
+    sent += [(2.0, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001, PSH | ACK, first, 5001)),
+             (2.1, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001 + len(first), PSH | ACK, second, 5001))]
+    frames = [(t, link(ipv4(src[0], dst[0], payload))) for t, src, dst, payload in sent]
+    if form == "pcapng":
+        blocks = [pcapng_shb("<"), pcapng_idb("<", linktype)]
+        for t, whole in frames:
+            kept, ticks = whole[:snap], round(t * 1e6)
+            blocks.append(pcapng_block("<", 6, struct.pack("<IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(kept),
+                                                           len(whole)) + kept))
+        return b"".join(blocks)
+    data = bytearray(pcap(frames, linktype=linktype, snaplen=snap, nanos=form == "nanos"))
+    at, out = 24, bytearray(data[:24])
+    while at < len(data):
+        sec, frac, incl, orig = struct.unpack_from("<IIII", data, at)
+        kept = min(incl, snap)
+        out += struct.pack("<IIII", sec, frac, kept, orig) + data[at + 16:at + 16 + kept]
+        at += 16 + incl
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("linktype", "form"), [
+    (1, "pcap"), (LINKTYPE_LINUX_SLL, "pcap"), (LINKTYPE_LINUX_SLL2, "pcap"), (0, "pcap"), (101, "pcap"),
+    (LINKTYPE_LINUX_SLL2, "nanos"), (LINKTYPE_LINUX_SLL2, "pcapng"), (1, "pcapng")])
+def test_cut_packets_are_no_capture_gap(linktype: int, form: str) -> None:
+    """The bytes cut are counted exactly (a record's original length, the IP total length) and never
+    taken for a gap: the frame after a cut one is read whole, by both ways of reading packets, over
+    every link type tcpdump writes (Ethernet, Linux cooked v1/v2, NULL, raw IP), pcap (micro- and
+    nanosecond) and pcapng."""
+    data = _cut_capture(200, linktype, form)
+    records = index_records(iter_records(data))
+    assert int((records.orig_len - records.length).sum()) > 0
+    columns = segment_columns(data, records)
+    missing = int(columns.missing.sum())
+    assert missing == int((records.orig_len - records.length).sum())
+    assert sum(segment.missing for _, segment in tcp_segments(iter_records(data))) == missing
+    connection = reassemble(tcp_segments(iter_records(data)))[0]
+    assert connection.to_server.gaps == [] and sum(n for _, n in connection.to_server.uncaptured) == missing
+    conversation = conversation_of(connection)
+    assert conversation.lost_bytes == 0 and conversation.uncaptured_bytes == missing
+    assert [c.command.opaque for c in conversation.commands] == [2]
+    assert [(c.known.code, c.known.opaque, c.is_request, c.missing) for c in conversation.cut] == [
+        (105, 1, True, missing)]
+    assert np.all(columns.end >= columns.start)
+
+
+def test_a_real_cut_capture_tells_its_brokers_by_their_connections() -> None:
+    """tcpdump -i any -s 200 (SLL2) of a 5.3.3 cluster (tests/data/captures/real/v5-cut): nothing lost,
+    nothing undecodable; the registrations whose brokerAddr was cut name their connection; broker-b's
+    kill -9 closes its connection, broker-a's clean stop unregisters it; no registration's topic count,
+    CRC or version is made up, and no call whose answer was cut is counted unanswered."""
+    import gzip
+
+    raw = gzip.decompress((REAL / "v5-cut" / "v5-cut.pcap.gz").read_bytes())
+    rows = list(connection_rows(tcp_segments(iter_records(raw)), frozenset({9876})))
+    registrations = [row for kind, row in rows if kind == REGISTRATION]
+    assert len(registrations) == 12
+    assert {row[4] for row in registrations} == {cut_broker_addr("127.0.0.1:45630"), cut_broker_addr("127.0.0.1:52998")}
+    assert all(row[10] is None and row[11] is None for row in registrations)  # crc_ok, topic_count: not captured
+    events = [(row[0], row[3]) for kind, row in rows if kind == EVENT and row[3] != 103]
+    assert (cut_broker_addr("127.0.0.1:52998"), -1) in events  # kill -9: its connection closed
+    assert (cut_broker_addr("127.0.0.1:45630"), 104) in events  # clean stop: UNREGISTER_BROKER
+    calls = [row for kind, row in rows if kind == CALL]
+    assert not [row for row in calls if row[6] is None and not row[13]]  # unanswered only if not cut
+
+
+def test_with_ports_the_rocketmq_traffic_on_other_ports_is_counted_not_dropped() -> None:
+    """--port 9876 over a capture that also holds a broker's port: its connections and frames are
+    counted by port (a frame start on 10911, nothing that is no frame on 11912), and said as one info
+    finding per port."""
+    from collections import Counter
+
+    from spark_analysis.analysis.findings import other_traffic
+    from spark_analysis.capture.inputs import CaptureFile, ReadTally, pieces
+
+    broker, ha = ("10.0.0.2", 10911), ("10.0.0.2", 11912)
+    sent = [(1.0, CLIENT, SERVER, tcp(CLIENT, SERVER, 1001, PSH | ACK, route_query(1))),
+            (1.1, ("10.0.0.1", 40001), broker, tcp(("10.0.0.1", 40001), broker, 7, PSH | ACK, route_query(2))),
+            (1.2, broker, ("10.0.0.1", 40001), tcp(broker, ("10.0.0.1", 40001), 9, PSH | ACK, route_query(3))),
+            (1.3, ("10.0.0.1", 40002), ha, tcp(("10.0.0.1", 40002), ha, 7, PSH | ACK, b"\x01" * 40))]
+    data = pcap([(t, ethernet(ipv4(src[0], dst[0], payload))) for t, src, dst, payload in sent])
+    tally = ReadTally()
+    read = list(pieces(data, index_records(iter_records(data)), CaptureFile("in.pcap", len(data), 0), (9876,), tally,
+                       inline=True))
+    assert [piece.ends for piece in read] == [(f"{CLIENT[0]}:{CLIENT[1]}", f"{SERVER[0]}:{SERVER[1]}")]
+    assert tally.others == Counter({(10911, "10.0.0.1:40001", "segments"): 2, (10911, "10.0.0.1:40001", "frames"): 2,
+                                    (11912, "10.0.0.1:40002", "segments"): 1, (11912, "10.0.0.1:40002", "frames"): 0})
+    said = other_traffic(tally.others, (9876,))
+    assert [(item["kind"], item["port"], item["connections"], item["frames"]) for item in said] == [
+        ("other_port_traffic", 10911, 1, 2)]

@@ -1,0 +1,84 @@
+"""The composition root (service.build): every owner constructed once, every subscription wired
+there in a stated order, and nothing a second owner of anything."""
+
+from __future__ import annotations
+
+from twisted.internet import task
+
+from twisted_namesrv import budget
+from twisted_namesrv import service as service_module
+from twisted_namesrv.audit import Trail
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.housekeeping import log_route_event
+from twisted_namesrv.remoting import RequestCode
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import NamesrvService, build
+from twisted_namesrv.state.config import NamesrvConfig
+
+from .test_answer_cache import connect, send
+
+
+def config(tmp_path, **values) -> NamesrvConfig:
+    return NamesrvConfig({"compatVersion": "4.9.8", "kvConfigPath": str(tmp_path / "kv.json"),
+                          "configStorePath": str(tmp_path / "ns.properties"), **values}, schema=SERVER_SCHEMA)
+
+
+def test_every_subscription_is_wired_by_the_root_in_its_stated_order(tmp_path) -> None:
+    owners = build(config(tmp_path), task.Clock())
+    state, seen = owners.state, owners.seen
+    answers = state.answers
+    assert state.routes.subscribers == [answers.changed]
+    assert state.routes._listeners == [log_route_event, seen.metrics.route_event, seen.events.route_event,
+                                       seen.departed.route_event, state.topology.heard]
+    assert seen.health.topology is state.topology and seen.health.routes is state.routes
+    assert state.routes._lost_listeners == [seen.lost.departed]
+    assert state.kv._subscribers == [answers.kv_changed] and state.config._subscribers == [answers.clear]
+
+
+def test_two_servers_share_no_owner(tmp_path) -> None:
+    """Owners are the root's, not module globals or constructor defaults: two servers in one
+    process (the differential tests run two) hold nothing in common."""
+    one, two = build(config(tmp_path / "1"), task.Clock()), build(config(tmp_path / "2"), task.Clock())
+    for name in ("routes", "kv", "answers", "refusals", "budget", "topology"):
+        assert getattr(one.state, name) is not getattr(two.state, name), name
+    for name in ("metrics", "events", "departed", "lost", "audit", "health"):
+        assert getattr(one.seen, name) is not getattr(two.seen, name), name
+
+
+def test_a_subscriber_added_after_the_cache_leaves_the_cache_subscribed(tmp_path) -> None:
+    """With one subscriber slot a second subscriber silently unsubscribed the answer cache, which
+    then served a route that no longer existed; now both hear the change, the cache first."""
+    service = NamesrvService.from_config(config(tmp_path), reactor=task.Clock())
+    protocol, transport = connect(service.factory)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in ("T0", "T1")}),
+                                False, False)
+    send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:10911",
+                                                 "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    send(protocol, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T0"})
+    answers, routes = service.state.answers, service.state.routes
+    assert "T0" in answers.routes
+    heard = []
+    routes.subscribe(lambda change: heard.append(sorted(change.topics)))
+    routes.delete_topic("T0")
+    assert "T0" not in answers.routes and heard == [["T0"]]
+
+
+def test_the_descriptor_budget_and_the_audit_trail_are_the_roots(tmp_path, monkeypatch) -> None:
+    """The descriptor limit is read once by ``load`` and the FdBudget constructed by ``build``: the
+    service's constructor, documented as doing no I/O, read ``ulimit -n`` and made its own budget.
+    The embedded controller's audit events go into the root's one AuditTrail, not counters of its own."""
+    monkeypatch.setattr(service_module, "open_file_limit", lambda: 4096)
+    loaded = service_module.load(config(tmp_path, controllerStorePath=str(tmp_path / "ctl")), task.Clock())
+    assert loaded.owners.fds.limit == 4096 and loaded.owners.fds.reserve == 64
+
+    def no_io() -> None:
+        raise AssertionError("the service read the descriptor limit itself")
+
+    monkeypatch.setattr(service_module, "open_file_limit", no_io)
+    monkeypatch.setattr(budget, "open_file_limit", no_io)
+    server = NamesrvService(loaded.state.config, loaded, task.Clock(), controller_port=0)
+    assert server.fds is loaded.owners.fds and server.factory.fds is server.fds
+    assert build(config(tmp_path / "t"), task.Clock()).fds.limit is None  # tests: no limit unless given
+    (trail,) = server.controller.dispatcher.observers
+    assert isinstance(trail, Trail) and trail.into is server.seen.audit

@@ -1,0 +1,316 @@
+"""Issue 46 items 1 and 2: a whole cluster stopped cleanly is an outage that names its cluster and
+groups, for as long as it is down, across restarts, until an operator retires it; a restart
+without a route snapshot says "N of M known broker groups back" and is not ready until they are
+(or it waited); a route snapshot past routeSnapshotMaxAge is not served."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from twisted.logger import capturedLogs, formatEvent
+
+from tests.test_audit import ask
+from tests.test_housekeeping import MASTER, OTHER, register
+from tests.web.test_metrics_and_api import Served, value
+from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
+from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.state.topology import Topology, TopologyFileError, decode, encode
+
+B1, B2 = "10.0.2.1:10911", "10.0.2.2:10911"
+
+
+def clusters_ab(served: Served):
+    """Cluster c1 (broker-a) and cluster cB (broker-b1, broker-b2), each broker on its own connection."""
+    connections = {}
+    for addr, name, cluster in ((MASTER, "broker-a", "c1"), (B1, "broker-b1", "cB"), (B2, "broker-b2", "cB")):
+        proto, transport = served.connect()
+        register(proto, transport, addr, name, extra={"clusterName": cluster})
+        connections[name] = (proto, transport)
+    return connections
+
+
+def stop_cleanly(served: Served, addr: str, name: str, cluster: str) -> None:
+    """mqshutdown broker: the broker unregisters, then closes its connection."""
+    answer, _ = ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": cluster, "brokerAddr": addr,
+                                                            "brokerName": name, "brokerId": "0"}, account=None)
+    assert answer.code == ResponseCode.SUCCESS
+
+
+def retire(served: Served, cluster: str, broker: str | None = None, broker_id: str | None = None):
+    ext = {"clusterName": cluster, **({"brokerName": broker} if broker else {}),
+           **({"brokerId": broker_id} if broker_id else {})}
+    return ask(served, RequestCode.RETIRE_BROKER_GROUP, ext, account=None)
+
+
+@pytest.mark.parametrize("profile", ["5.3.3", "4.9.8"])
+def test_a_whole_cluster_stopped_cleanly_is_an_outage_naming_it_until_it_is_back(tmp_path, profile):
+    """The issue's drill: every broker of cB unregistered, and after 10 minutes 0 alerts, no outage,
+    clusters_without_writable_queues 0 and a green page.  Now the groups stay, absent, at 0."""
+    served = Served(tmp_path, profile=profile)
+    connections = clusters_ab(served)
+    stop_cleanly(served, B1, "broker-b1", "cB")
+    stop_cleanly(served, B2, "broker-b2", "cB")
+    for name in ("broker-b1", "broker-b2"):
+        connections[name][1].loseConnection()
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 60)  # past the departures' 10 minutes
+    register(*connections["broker-a"], MASTER, "broker-a")  # broker-a heartbeats on
+
+    samples = served.scrape()
+    assert value(samples, "namesrv_clusters_without_writable_queues") == 1
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="cB") == 0
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1") == 1
+    for name in ("broker-b1", "broker-b2"):
+        assert ("namesrv_broker_group_master_live", (("broker", name), ("cluster", "cB"))) in samples
+        assert value(samples, "namesrv_broker_group_master_live", cluster="cB", broker=name) == 0
+        assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker=name) == 1
+    assert value(samples, "namesrv_broker_groups_without_master") == 2
+    assert (value(samples, "namesrv_broker_groups_known"), value(samples, "namesrv_broker_groups_absent")) == (3, 2)
+
+    outages = served.api.clusters()["outages"]
+    assert [(g["cluster"], g["broker_name"], g["how"]) for g in outages["broker_groups_absent"]] == [
+        ("cB", "broker-b1", "unregistered"), ("cB", "broker-b2", "unregistered")]
+    assert outages["clusters_without_writable_queues"] == ["cB"]
+    (cluster_b,) = [c for c in served.api.clusters()["clusters"] if c["cluster"] == "cB"]
+    assert [(g["broker_name"], g["absent"]["how"], [m["addr"] for m in g["members"] if m["expected"]])
+            for g in cluster_b["broker_groups"]] == [("broker-b1", "unregistered", [B1]),
+                                                     ("broker-b2", "unregistered", [B2])]
+
+    proto, transport = served.connect()  # broker-b1 comes back: no longer absent, its cluster writes again
+    register(proto, transport, B1, "broker-b1", extra={"clusterName": "cB"})
+    samples = served.scrape()
+    assert value(samples, "namesrv_cluster_writable_broker_groups", cluster="cB") == 1
+    assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker="broker-b1") == 0
+    assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker="broker-b2") == 1
+
+
+def test_the_memory_survives_a_clean_stop_and_a_kill(tmp_path):
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    clusters_ab(first)
+    first.clock.advance(2)  # the store's check: written (a kill -9 from here on loses nothing of it)
+    assert json.loads((tmp_path / "topology.json").read_bytes())["format"] == 1
+
+    killed = Served(tmp_path)  # no stop: as after a kill -9, with no broker back yet
+    samples = killed.scrape()
+    assert value(samples, "namesrv_clusters_without_writable_queues") == 2
+    assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker="broker-b2") == 1
+    assert killed.api.overview()["broker_groups_back"] == 0 and killed.api.overview()["broker_groups_known"] == 3
+
+    killed.service.topology.startService()
+    proto, transport = killed.connect()
+    register(proto, transport, OTHER, "broker-new", extra={"clusterName": "c1"})
+    killed.service.topology.stopService()  # a clean stop writes what changed
+    again = Served(tmp_path)
+    assert again.api.overview()["broker_groups_known"] == 4
+
+
+def test_an_operator_retires_a_group_or_a_cluster_audited_and_only_once_it_has_left(tmp_path):
+    served = Served(tmp_path)
+    connections = clusters_ab(served)
+    answer, events = retire(served, "cB", "broker-b1")
+    assert answer.code == ResponseCode.INVALID_PARAMETER and "still registered: cB/broker-b1" in answer.remark
+    assert events[0]["audit"]["result"] == "refused"  # not "failed": that pages as a save that could not be made
+
+    stop_cleanly(served, B1, "broker-b1", "cB")
+    answer, events = retire(served, "cB", "broker-b1")
+    assert answer.code == ResponseCode.SUCCESS and answer.ext["retired"] == "cB/broker-b1"
+    audit = events[0]["audit"]
+    assert (audit["operation"], audit["result"], audit["target"]) == (
+        "retire_broker_group", "ok", {"clusterName": "cB", "brokerName": "broker-b1", "retired": "cB/broker-b1"})
+    samples = served.scrape()
+    assert ("namesrv_broker_group_master_live", (("broker", "broker-b1"), ("cluster", "cB"))) not in samples
+    assert value(samples, "namesrv_admin_requests_total", operation="retire_broker_group", result="ok") == 1
+    assert json.loads((tmp_path / "topology.json").read_bytes())["groups"][1]["broker"] == "broker-b2"  # saved
+
+    answer, _ = retire(served, "cB")  # broker-b2 still registered
+    assert answer.code == ResponseCode.INVALID_PARAMETER and "cB/broker-b2" in answer.remark
+    stop_cleanly(served, B2, "broker-b2", "cB")
+    connections["broker-b2"][1].loseConnection()
+    assert retire(served, "cB")[0].code == ResponseCode.SUCCESS
+    assert value(served.scrape(), "namesrv_clusters_without_writable_queues") == 0
+    assert retire(served, "cB")[0].code == ResponseCode.QUERY_NOT_FOUND  # nothing left to retire
+    assert retire(served, "")[0].code == ResponseCode.INVALID_PARAMETER
+    assert retire(served, "c1", "broker-a", "x")[0].code == ResponseCode.INVALID_PARAMETER  # never "the whole group"
+
+
+def test_a_retirement_that_cannot_be_saved_is_undone(tmp_path):
+    served = Served(tmp_path)
+    clusters_ab(served)
+    stop_cleanly(served, B1, "broker-b1", "cB")
+    (tmp_path / "topology.json").mkdir()  # a directory where the file belongs: the rename fails
+    answer, _ = retire(served, "cB", "broker-b1")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "not retired" in answer.remark
+    assert value(served.scrape(), "namesrv_admin_requests_total", operation="retire_broker_group", result="failed") == 1
+    assert value(served.scrape(), "namesrv_broker_group_absent", cluster="cB", broker="broker-b1") == 1
+
+
+def test_retirement_needs_an_admin_account_under_acl(tmp_path):
+    from tests.test_audit import ACCOUNTS
+
+    (tmp_path / "plain_acl.yml").write_text(ACCOUNTS)
+    served = Served(tmp_path, aclEnable=True, aclAccountsFile=str(tmp_path / "plain_acl.yml"))
+    answer, events = ask(served, RequestCode.RETIRE_BROKER_GROUP, {"clusterName": "c1"},
+                         account=("reader", "reader-secret"))
+    assert answer.code != ResponseCode.SUCCESS and events[0]["audit"]["result"] == "refused"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("plant", ["fifo", "symlink", "corrupt", "too_big"])
+def test_a_planted_topology_file_is_refused_logged_and_counted_never_blocking(tmp_path, plant, monkeypatch):
+    path = tmp_path / "topology.json"
+    if plant == "fifo":
+        os.mkfifo(path)  # open() without O_NONBLOCK would hold the reactor here for ever
+    elif plant == "symlink":
+        (tmp_path / "elsewhere.json").write_bytes(b'{"format":1,"groups":[]}')
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif plant == "corrupt":
+        path.write_bytes(b'{"format": 1, "groups": [{"cluster": "c1"')  # no half file is ever written: not ours
+    else:
+        from twisted_namesrv import topology_store
+
+        monkeypatch.setattr(topology_store, "FILE_LIMIT", 10)
+        path.write_bytes(b'{"format":1,"groups":[]}')
+    started = time.monotonic()
+    with capturedLogs() as events:
+        served = Served(tmp_path)
+    assert time.monotonic() - started < 10
+    reason = {"fifo": "not_regular", "symlink": "not_regular", "corrupt": "corrupt", "too_big": "too_big"}[plant]
+    assert value(served.scrape(), "namesrv_store_load_refusals_total", store="topologyPath", reason=reason) == 1
+    assert any("topology file" in formatEvent(e) and "refused" in formatEvent(e) for e in events)
+    assert served.api.overview()["topology_problem"]
+    if plant == "corrupt":
+        assert (tmp_path / "topology.json.corrupt").exists()
+
+
+def test_a_group_past_the_limit_is_logged_and_counted(tmp_path, monkeypatch):
+    served = Served(tmp_path)
+    monkeypatch.setattr(served.service.state.topology, "groups_limit", 1)
+    served.service.topology.startService()
+    clusters_ab(served)
+    with capturedLogs() as events:
+        served.clock.advance(2)
+    assert value(served.scrape(), "namesrv_topology_refusals_total") == 2
+    assert [formatEvent(e) for e in events if "not remembered" in formatEvent(e)] == [
+        "2 new broker groups not remembered: the topology holds its limit of 1 groups (retire those removed on "
+        "purpose)"]
+
+
+def test_the_topology_is_bounded_and_its_file_round_trips():
+    clock = [100.0]
+    topology = Topology(lambda: clock[0], groups_limit=2, members_limit=2)
+    topology.heard("registered", {"cluster": "c", "broker": "a", "id": 0, "addr": "h:1"})
+    topology.heard("registered", {"cluster": "c", "broker": "b", "id": 0, "addr": "h:2"})
+    topology.heard("registered", {"cluster": "c", "broker": "x", "id": 0, "addr": "h:3"})  # over the limit
+    assert sorted(topology.groups) == [("c", "a"), ("c", "b")] and topology.refused == 1
+    for broker_id, port in ((1, 4), (2, 5)):  # a third member id: the one seen longest ago goes
+        clock[0] += 1
+        topology.heard("registered", {"cluster": "c", "broker": "a", "id": broker_id, "addr": f"h:{port}"})
+    assert sorted(topology.groups["c", "a"].members) == [1, 2]
+    topology.heard("changed", {"cluster": "c", "broker": "a", "id": 0, "addr": "h:5"})  # a slave became master
+    assert {i: m.addr for i, m in topology.groups["c", "a"].members.items()} == {1: "h:4", 0: "h:5"}
+    topology.heard("unregistered", {"cluster": "c", "broker": "b", "id": 0, "addr": "h:2"})
+    assert (topology.groups["c", "b"].left, topology.groups["c", "b"].how) == (clock[0], "unregistered")
+    version = topology.version
+    topology.heard("changed", {"cluster": "c", "broker": "a", "id": 0, "addr": "h:5"})  # nothing new: no write
+    assert topology.version == version
+
+    again = decode(encode(topology))
+    assert again == topology.groups
+    with pytest.raises(TopologyFileError, match="over the limit"):
+        decode(encode(topology), groups_limit=1)
+    for bad in (b"[]", b'{"format":2,"groups":[]}', b'{"format":1,"groups":[{"cluster":1}]}', b"\xff"):
+        with pytest.raises(TopologyFileError):
+            decode(bad)
+
+
+# -- item 2: a restart without a route snapshot ---------------------------------------------------
+
+def test_a_restart_without_a_snapshot_is_not_ready_until_the_known_groups_are_back(tmp_path):
+    first = Served(tmp_path)
+    clusters_ab(first)
+    first.service.topology.stopService()
+
+    second = Served(tmp_path, readinessBrokerWait=45_000)  # kill -9, restarted without --route-snapshot
+    service = second.service
+    assert not service.readiness()["broker_groups_back"]
+    assert service.readiness_details()["broker_groups"]["summary"] == "0 of 3 known broker groups back"
+    assert value(second.scrape(), "namesrv_broker_groups_back") == 0
+    clusters_ab(second)
+    assert service.readiness()["broker_groups_back"]
+    assert service.readiness_details()["broker_groups"]["summary"] == "3 of 3 known broker groups back"
+    assert value(second.scrape(), "namesrv_broker_groups_back") == 3
+
+    third = Served(tmp_path, readinessBrokerWait=45_000)  # a cluster that stays down delays readiness only so long
+    third.clock.advance(44)
+    assert not third.service.readiness()["broker_groups_back"]
+    third.clock.advance(1)
+    assert third.service.readiness()["broker_groups_back"]
+    assert third.service.readiness_details()["broker_groups"]["absent"] == ["c1/broker-a", "cB/broker-b1",
+                                                                             "cB/broker-b2"]
+
+
+def test_a_group_up_when_the_nameserver_went_down_is_absent_since_its_restart_not_since_an_old_departure(tmp_path):
+    """Seen in the walk-through: after a kill -9 and a restart without a snapshot the page said a group
+    'is absent: every member left (unregistered, 4 m 57 s ago)', a clean stop long since undone."""
+    first = Served(tmp_path)
+    clusters_ab(first)
+    stop_cleanly(first, B1, "broker-b1", "cB")  # left and came back, long before the restart
+    first.clock.advance(300)
+    proto, transport = first.connect()
+    register(proto, transport, B1, "broker-b1", extra={"clusterName": "cB"})
+    first.service.topology.stopService()
+
+    second = Served(tmp_path)
+    second.clock.advance(5)
+    answer = second.api.clusters()
+    absent = {g["broker_name"]: g["absent"] for c in answer["clusters"] for g in c["broker_groups"]}
+    assert absent["broker-b1"]["how"] == "not registered since the NameServer restarted"
+    assert absent["broker-b1"]["crash"] is False
+    assert second.clock.seconds() * 1000 - absent["broker-b1"]["since_ms"] == 5000
+
+
+def test_a_group_that_was_down_before_the_restart_does_not_delay_readiness(tmp_path):
+    first = Served(tmp_path)
+    connections = clusters_ab(first)
+    stop_cleanly(first, B1, "broker-b1", "cB")
+    stop_cleanly(first, B2, "broker-b2", "cB")
+    first.service.topology.stopService()
+    for _, transport in connections.values():
+        transport.loseConnection()
+
+    second = Served(tmp_path)
+    assert not second.service.readiness()["broker_groups_back"]  # broker-a was up: expected back
+    assert second.service.readiness_details()["broker_groups"]["up_before_restart_not_back"] == ["c1/broker-a"]
+    proto, transport = second.connect()
+    register(proto, transport, MASTER, "broker-a")
+    assert second.service.readiness()["broker_groups_back"]  # cB is an outage, not a reason to wait
+    assert second.service.readiness_details()["broker_groups"]["summary"] == "1 of 3 known broker groups back"
+    assert value(second.scrape(), "namesrv_broker_groups_absent") == 2
+
+
+def test_a_route_snapshot_past_its_maximum_age_is_not_served(tmp_path):
+    snapshot = str(tmp_path / "routes.json")
+    first = Served(tmp_path, routeSnapshotPath=snapshot)
+    proto, transport = first.connect()
+    register(proto, transport)
+    first.service.snapshots.stopService()  # a clean stop writes the routes, stamped with the stop's time
+    first.service.topology.stopService()  # ... and the groups seen
+    stopped = first.clock.seconds()
+    assert os.stat(snapshot).st_mtime == stopped
+
+    second = Served(tmp_path, routeSnapshotPath=snapshot)  # soon after: served
+    assert second.api.route("T1") is not None
+
+    os.utime(snapshot, (stopped - 3600, stopped - 3600))  # a Java NameServer served for an hour meanwhile
+    with capturedLogs() as events:
+        third = Served(tmp_path, routeSnapshotPath=snapshot)
+    assert third.api.route("T1") is None and third.service.state.routes.brokerLiveTable == {}
+    assert value(third.scrape(), "namesrv_store_load_refusals_total", store="routeSnapshotPath", reason="too_old") == 1
+    assert any("not served" in formatEvent(e) and "routeSnapshotMaxAge" in formatEvent(e) for e in events)
+    assert not third.service.readiness()["broker_groups_back"]  # broker-a is known, not back
+
+    fourth = Served(tmp_path, routeSnapshotPath=snapshot, routeSnapshotMaxAge=0)  # 0: any age
+    assert fourth.api.route("T1") is not None

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The longest reactor turn while brokers register, in process: what a lookup can wait for.
+
+A benchmark, not a test.  No sockets and no reactor: the server is built on a ``task.Clock``, its
+broker connections are fed their REGISTER_BROKER frames 256 KiB a read (as a socket hands them
+over), and every read and every reactor turn after it (the Cooperator's, which runs the steps) is
+timed by the thread's CPU, so a loaded machine moves the figures far less than the probe of
+``run.py --only stall`` or ``scale.py --curve``, whose waits add the scheduler's.  Each phase: the
+registrations the first time, the same tables again with a new dataVersion, then every broker
+connection lost.  The longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one
+broker with ``--topics`` in one body (the stall scenario's registration, 80k by default).
+
+    .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import curve  # noqa: E402  (tools/bench: the curve's tables and frames)
+
+from twisted_namesrv.schema import SERVER_SCHEMA  # noqa: E402
+from twisted_namesrv.service import NamesrvService, tune_gc  # noqa: E402
+from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
+
+READ = 256 * 1024
+
+
+class Timed:
+    """A server on a Clock, every read and every due call timed by the thread's CPU (ms)."""
+
+    def __init__(self, compat: str) -> None:
+        self.clock = task.Clock()
+        data = Path(tempfile.mkdtemp(prefix="turns-"))
+        config = NamesrvConfig({"compatVersion": compat, "listenPort": 0, "bindAddress": "127.0.0.1",
+                                "kvConfigPath": str(data / "kvConfig.json"),
+                                "configStorePath": str(data / "namesrv.properties")}, schema=SERVER_SCHEMA)
+        self.service = NamesrvService.from_config(config, reactor=self.clock)
+        tune_gc()
+        self.turns: list[float] = []
+        self.collections: list[float] = []
+        gc.callbacks.append(self._collected)
+        self._collecting = 0.0
+
+    def _collected(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._collecting = time.thread_time()
+        else:
+            self.collections.append((time.thread_time() - self._collecting) * 1e3)
+
+    def timed(self, work: Callable[..., object], *args: object) -> None:
+        began = time.thread_time()
+        work(*args)
+        self.turns.append((time.thread_time() - began) * 1e3)
+
+    def settle(self) -> None:
+        """Every call due now, each a turn of its own (the Cooperator's reschedule at 0 s)."""
+        while self.clock.calls and self.clock.calls[0].getTime() <= self.clock.seconds():
+            call = self.clock.calls.pop(0)
+            call.called = 1
+            self.timed(functools.partial(call.func, *call.args, **call.kw))
+
+    def connect(self):
+        protocol = self.service.factory.buildProtocol(None)
+        protocol.makeConnection(StringTransport())
+        return protocol
+
+    def feed(self, protocol, data: bytes) -> None:
+        for start in range(0, len(data), READ):
+            self.timed(protocol.dataReceived, data[start:start + READ])
+            self.settle()
+
+
+def phase(bench: Timed, label: str, work: Callable[[], None]) -> None:
+    bench.turns.clear()
+    bench.collections.clear()
+    began = time.thread_time()
+    work()
+    bench.settle()
+    total = (time.thread_time() - began) * 1e3
+    top = sorted(bench.turns)[-3:][::-1]
+    print(f"{label}: {total:,.0f} ms of CPU in {len(bench.turns):,} reads and turns; longest "
+          + ", ".join(f"{t:.1f}" for t in top) + " ms; the collector's longest pass "
+          + f"{max(bench.collections, default=0):.1f} ms ({len(bench.collections)} passes)", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--step", help="a curve step's brokers and tables (curve.py), e.g. topics-1m")
+    p.add_argument("--topics", type=int, default=80_000, help="without --step: one broker, this many topics, one body")
+    p.add_argument("--compat", help="4.9.8 or 5.3.3 (default: the step's, else 4.9.8)")
+    a = p.parse_args()
+    if a.step:
+        step = curve.step_named(a.step)
+        tables = curve.broker_tables(step)
+        compat = a.compat or step.compat
+        split = curve.SPLIT_TOPICS
+    else:
+        tables = [("stall-big", "127.0.0.1:50911", [f"big-topic-{i:07d}" for i in range(a.topics)])]
+        compat = a.compat or "4.9.8"
+        split = max(1, a.topics)
+    curve.SPLIT_TOPICS = split
+    bench = Timed(compat)
+    brokers = [bench.connect() for _ in tables]
+    entries = sum(len(topics) for _, _, topics in tables)
+    print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "
+          f"{compat}", flush=True)
+    for label, counter in (("first registration", 1), ("the same tables, new dataVersion", 2)):
+        frames = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+
+        def register(frames: list[list[bytes]] = frames) -> None:
+            for protocol, pieces in zip(brokers, frames, strict=True):
+                for piece in pieces:
+                    bench.feed(protocol, piece)
+        phase(bench, label, register)
+
+    def lose() -> None:
+        for protocol in brokers:
+            protocol.connectionLost()
+    phase(bench, "every broker connection lost", lose)
+
+
+if __name__ == "__main__":
+    main()

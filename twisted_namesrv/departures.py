@@ -1,0 +1,50 @@
+"""Brokers that left lately, for the status page: the one owner of that list.
+
+A broker that expired, closed its connection, went idle or unregistered leaves brokerLiveTable at
+once; the page keeps its last departure for DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT of them),
+greyed, with why and when it went.  The composition root (service.py) makes it a RouteInfoManager
+listener; a broker that registers again is no longer departed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .events import RouteEvent
+from .lost_topics import DEPARTURES, KEEP_SECONDS, LIMIT
+
+#: how long a broker that left (expired, closed, idle, unregistered) stays on the status page
+DEPARTED_KEEP_SECONDS = KEEP_SECONDS
+#: at most this many departed brokers are kept, however fast brokers come and go
+DEPARTED_LIMIT = LIMIT
+
+
+class DepartedBrokers:
+    """The last departure of each broker (cluster, name, address) that left in the last
+    DEPARTED_KEEP_SECONDS, oldest first."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._departed: dict[tuple[Any, Any, Any], RouteEvent] = {}
+
+    def route_event(self, kind: str, info: dict[str, Any]) -> None:
+        """RouteInfoManager's listener: a departure is kept, any other event of the broker ends its
+        departure (the event's ``seq`` is the page's list's business: events.py)."""
+        now = self.clock()
+        event = RouteEvent(0, now, kind, dict(info), 1, now)
+        self._departed.pop(event.broker_key, None)
+        if kind in DEPARTURES:
+            self._departed[event.broker_key] = event
+        self._forget_old()
+
+    def brokers(self) -> list[RouteEvent]:
+        """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
+        self._forget_old()
+        return list(self._departed.values())
+
+    def _forget_old(self) -> None:
+        """Beyond DEPARTED_LIMIT, or older than DEPARTED_KEEP_SECONDS: forgotten."""
+        departed, oldest_kept = self._departed, self.clock() - DEPARTED_KEEP_SECONDS
+        while departed and (len(departed) > DEPARTED_LIMIT or next(iter(departed.values())).ts < oldest_kept):
+            del departed[next(iter(departed))]

@@ -1,0 +1,199 @@
+"""Changes of topicQueueTable made whole at once and written into it in slices.
+
+Java changes its tables under a write lock: a lookup sees them before a registration or after it,
+never half-way.  A change of many topics (a broker's 80k-topic table, groups leaving a table of a
+million topics) written entry by entry in one reactor turn holds every lookup for as long as the
+table is big; written across turns, lookups in between would see it half-way.  So RouteInfoManager
+commits such a change as a *layer* over the table: from the commit on, a lookup reads the table
+through the layers still pending (``over``, oldest first) and sees every change whole; ``step``
+writes the oldest layer into the table a slice at a time, between lookups, and the next one after
+it.  A change made while layers are pending is a layer after them; only work that walks or edits
+the whole table in place finishes them first (``finish``): such work is as big as the table.
+
+Two kinds of layer:
+
+- ``Staged``: a registration's new entries, built aside in steps (state/registration.py): the
+  group's queue data for each topic it changes (None: out of the topic; a topic left with none
+  leaves the table), written into the table's entries in place.
+- ``Departed``: broker groups that left (their brokers, addresses and clusters already gone): their
+  queues are hidden from every lookup at once, then removed topic by topic, first finding which
+  topics hold them (one walk of the table, in slices, once the layers before it are written), then
+  removing them; a topic left without queues leaves the table, and ``lost`` hears it with what the
+  last group that served it was given.  Departures committed while one such layer waits for its
+  turn join it: one walk for all of them.
+
+A layer carries the route events to hand over once it is written (``events``: the departures',
+whose lost topics the walk finds).  Pure: no Twisted, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from itertools import islice
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..bodies.route import QueueData
+
+#: what one step does, about a millisecond of it: table entries written (a registration's), walked
+#: (looking for the departed groups' topics), or cleared of the departed groups' queues
+WRITE_PER_STEP = 2048
+WALK_PER_STEP = 4096
+REMOVE_PER_STEP = 1024
+
+Table = dict[str, dict[str, QueueData]]
+Queues = Mapping[str, QueueData]
+_UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic the registration did not stage (None is staged)
+T = TypeVar("T")
+
+
+class Layer(Protocol):
+    """A committed change not yet written into the table."""
+
+    #: route events to hand over once the layer is written
+    events: list[Any]
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        """The topic's queues with this change on top of ``queues`` (the table's, through the
+        layers before this one); None: not in the table."""
+
+    def step(self) -> bool:
+        """Write one slice in; False once everything is."""
+
+    def finish(self) -> None:
+        """Write the rest in, at once."""
+
+    def __len__(self) -> int:
+        """Entries still to write or walk (a bound on ``finish``'s work)."""
+
+
+class Staged:
+    """A registration's staged entries: ``group``'s queue data for each topic it changes (None:
+    the group's queues leave the topic).  Written into the table's own entries in place, not as
+    copies of them: a registration then leaves nothing to free among what the table keeps (copies
+    replacing entries left a third of the heap in holes the allocator could not give back)."""
+
+    __slots__ = ("table", "group", "staged", "events", "_todo", "_left")
+
+    def __init__(self, table: Table, group: str, staged: Mapping[str, QueueData | None]) -> None:
+        self.table = table
+        self.group = group
+        self.staged = staged
+        self.events: list[Any] = []
+        self._todo: Iterator[tuple[str, QueueData | None]] = iter(staged.items())
+        self._left = len(staged)
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        queue = self.staged.get(topic, _UNSTAGED)
+        if queue is _UNSTAGED:
+            return queues
+        group = self.group
+        if queue is None:
+            if not queues or group not in queues:
+                return queues
+            return {name: held for name, held in queues.items() if name != group} or None
+        merged = dict(queues) if queues else {}
+        merged[group] = queue
+        return merged
+
+    def step(self) -> bool:
+        return self._write(WRITE_PER_STEP)
+
+    def finish(self) -> None:
+        self._write(self._left)
+
+    def _write(self, count: int) -> bool:
+        table, group = self.table, self.group
+        for topic, queue in islice(self._todo, count):
+            queues = table.get(topic)
+            if queue is not None:
+                if queues is None:
+                    table[topic] = {group: queue}
+                else:
+                    queues[group] = queue
+            elif queues is not None and queues.pop(group, None) is not None and not queues:
+                del table[topic]
+        self._left = max(0, self._left - count)
+        return self._left > 0
+
+    def __len__(self) -> int:
+        return self._left
+
+
+class Departed(Generic[T]):
+    """Groups gone from every table but topicQueueTable (``leaving``: in the order they left,
+    each with what ``lost(topic, value)`` is given for a topic it was the last to serve)."""
+
+    __slots__ = ("table", "leaving", "lost", "events", "_order", "_walk", "_touched", "_todo", "_left")
+
+    def __init__(self, table: Table, leaving: dict[str, T], lost: Callable[[str, T], None]) -> None:
+        self.table = table
+        self.leaving = leaving
+        self.lost = lost
+        self.events: list[Any] = []
+        self._order: dict[str, int] = {}
+        self._walk: Iterator[tuple[str, dict[str, QueueData]]] | None = None  # made when its turn comes
+        self._touched: list[str] = []
+        self._todo: Iterator[str] = iter(())
+        self._left = -1  # not started: entries to walk, then topics to clear
+
+    @property
+    def started(self) -> bool:
+        return self._left >= 0
+
+    def join(self, leaving: dict[str, T], events: list[Any]) -> None:
+        """More groups that left, before this layer's turn came: found in the same walk."""
+        assert not self.started, "a walk under way cannot take more groups"
+        for group, value in leaving.items():
+            self.leaving.pop(group, None)  # its last departure is the one that emptied it
+            self.leaving[group] = value
+        self.events += events
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        if queues is None or self.leaving.keys().isdisjoint(queues):
+            return queues
+        return {group: queue for group, queue in queues.items() if group not in self.leaving} or None
+
+    def step(self) -> bool:
+        if not self.started or self._walk is not None:
+            self._find(WALK_PER_STEP)
+        else:
+            self._remove(REMOVE_PER_STEP)
+        return self._walk is not None or self._left > 0
+
+    def finish(self) -> None:
+        self._find(len(self.table) + 1)
+        self._remove(self._left)
+
+    def _find(self, count: int) -> None:
+        """The next ``count`` entries of the one walk: which topics hold a departed group."""
+        if not self.started:
+            self._walk, self._left = iter(self.table.items()), len(self.table)
+            self._order = {group: index for index, group in enumerate(self.leaving)}
+        if self._walk is None:
+            return
+        disjoint = self.leaving.keys().isdisjoint
+        entries = list(islice(self._walk, count))
+        self._touched += [topic for topic, queues in entries if not disjoint(queues)]
+        self._left -= len(entries)
+        if len(entries) < count or self._left <= 0:
+            self._walk = None
+            self._todo = iter(self._touched)
+            self._left = len(self._touched)
+
+    def _remove(self, count: int) -> None:
+        """The departed groups' queues out of the next ``count`` topics that hold them."""
+        table, leaving, last = self.table, self.leaving, self._order.__getitem__
+        for topic in islice(self._todo, count):
+            queues = table.get(topic)
+            if queues is None:
+                continue
+            gone = [group for group in queues if group in leaving]
+            for group in gone:
+                del queues[group]
+            if not queues:
+                del table[topic]
+                self.lost(topic, leaving[gone[0] if len(gone) == 1 else max(gone, key=last)])
+        self._left = max(0, self._left - count)
+
+    def __len__(self) -> int:
+        return len(self.table) if not self.started else self._left

@@ -1,0 +1,228 @@
+"""The broker topology this NameServer has seen: every cluster, broker group and member, kept
+after they leave the route tables and across restarts, until an operator retires them.
+
+Java's NameServer (and the route tables here) forget a broker group with its last member: when a
+whole cluster stops cleanly (each broker unregisters), clusterAddrTable, brokerAddrTable and every
+series and page row that read them go empty, and the outage is silent - nothing says a cluster
+that served a minute ago is gone.  This owner remembers what registered, so the outage views
+(outages.py: the page, ``/api``, ``/metrics``) keep a group that left as *expected but absent*:
+its master not live, its cluster writing nothing.  A group leaves the memory only when an operator
+retires it (``retire``: RETIRE_BROKER_GROUP, ``namesrv-admin retireBrokerGroup``), never by a timer.
+
+It hears the route events (``heard``: registered, confirmed and changed name a member; a departure
+marks when and how it left); ``seed`` adds the groups of routes restored from a snapshot.  Pure:
+clock injected, no I/O; ``encode``/``decode`` are the file's format, which topology_store.py keeps
+beside the KV store.  Bounded: at most GROUPS_LIMIT groups and MEMBERS_LIMIT members a group (a
+group over it forgets its member seen longest ago; a new group past the limit is not remembered,
+counted in ``refused``), so neither a hostile registration flood nor years of pod addresses grow it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .store import DocumentError, document_items
+
+#: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
+PRESENT_EVENTS = frozenset({"registered", "confirmed", "changed"})
+DEPARTURE_EVENTS = frozenset({"expired", "closed", "idle", "unregistered"})
+#: real clusters run tens to a few thousand broker groups; a registration flood stops here
+GROUPS_LIMIT = 10_000
+#: members remembered per group (ids; a slave that came back under a new id leaves its old one)
+MEMBERS_LIMIT = 32
+FORMAT = 1
+
+
+class TopologyFileError(DocumentError):
+    """A topology file this server did not write (or a damaged one): the message says what is wrong."""
+
+
+@dataclass(slots=True)
+class Member:
+    """One broker id of a group as last registered: its address and when it was first seen there."""
+
+    broker_id: int
+    addr: str
+    since: float
+
+
+#: how a group up when the NameServer stopped is absent after its restart: not registered since
+RESTART = "not registered since the NameServer restarted"
+
+
+@dataclass(slots=True)
+class KnownGroup:
+    cluster: str
+    broker: str
+    since: float
+    #: broker id -> the member last registered under it
+    members: dict[int, Member] = field(default_factory=dict)
+    #: the last departure of a member: when and how (expired, closed, idle, unregistered); the group
+    #: is absent when the routes hold none of its members, and then this says since when
+    left: float | None = None
+    how: str | None = None
+    #: the member ids in the routes as the events tell it (registered, not departed since): saved, so a
+    #: restart knows which groups were up when it went down (those /readyz waits for)
+    up: set[int] = field(default_factory=set)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.cluster, self.broker
+
+
+class Topology:
+    """Every (cluster, broker group) seen and not retired, with its members."""
+
+    def __init__(self, clock: Callable[[], float], groups_limit: int = GROUPS_LIMIT,
+                 members_limit: int = MEMBERS_LIMIT) -> None:
+        self.clock = clock
+        self.groups_limit = groups_limit
+        self.members_limit = members_limit
+        self.groups: dict[tuple[str, str], KnownGroup] = {}
+        #: bumped by every change: the store writes when it moved
+        self.version = 0
+        #: new groups not remembered because GROUPS_LIMIT was reached
+        self.refused = 0
+        #: why the file was not loaded at start (the status page says so); None: loaded, or none there
+        self.load_problem: str | None = None
+        #: the groups that were up when the file was last written: expected back after a restart
+        self.up_at_start: set[tuple[str, str]] = set()
+
+    # -- what it hears ---------------------------------------------------------------------------
+    def heard(self, kind: str, info: dict[str, Any]) -> None:
+        """A route event (RouteInfoManager's listener): a member present, or one that left."""
+        cluster, broker, addr, broker_id = info.get("cluster"), info.get("broker"), info.get("addr"), info.get("id")
+        if not (isinstance(cluster, str) and isinstance(broker, str)):
+            return
+        if kind in PRESENT_EVENTS and isinstance(addr, str) and isinstance(broker_id, int):
+            self.present(cluster, broker, broker_id, addr)
+        elif kind in DEPARTURE_EVENTS:
+            group = self.groups.get((cluster, broker))
+            if group is not None:
+                group.left, group.how = self.clock(), kind
+                group.up.discard(broker_id)
+                self.version += 1
+
+    def present(self, cluster: str, broker: str, broker_id: int, addr: str) -> None:
+        """``addr`` serves ``broker`` of ``cluster`` as ``broker_id``; a change only when new."""
+        group = self.groups.get((cluster, broker))
+        now = self.clock()
+        if group is None:
+            if len(self.groups) >= self.groups_limit:
+                self.refused += 1
+                return
+            group = self.groups[cluster, broker] = KnownGroup(cluster, broker, now)
+        if broker_id not in group.up:
+            group.up.add(broker_id)
+            self.version += 1
+        member = group.members.get(broker_id)
+        if member is not None and member.addr == addr:
+            return
+        for other_id in [i for i, m in group.members.items() if m.addr == addr]:  # a slave became master
+            del group.members[other_id]
+        group.members[broker_id] = Member(broker_id, addr, now)
+        while len(group.members) > self.members_limit:
+            del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
+        self.version += 1
+
+    def seed(self, members: Iterable[tuple[str, str, int, str]]) -> None:
+        """(cluster, broker, id, address) of routes restored from a snapshot: known from now on."""
+        for cluster, broker, broker_id, addr in members:
+            self.present(cluster, broker, broker_id, addr)
+
+    # -- what an operator does -------------------------------------------------------------------
+    def retire(self, cluster: str, broker: str | None = None,
+               broker_id: int | None = None) -> list[tuple[str, str, int | None]]:
+        """Forget a cluster (``broker`` None), a group, or one member id of a group: what was
+        forgotten, as (cluster, group, id or None for the whole group); nothing when none matched."""
+        if broker is None:
+            doomed = [key for key in self.groups if key[0] == cluster]
+            for key in doomed:
+                del self.groups[key]
+            forgotten: list[tuple[str, str, int | None]] = [(c, b, None) for c, b in doomed]
+        else:
+            group = self.groups.get((cluster, broker))
+            if group is None or (broker_id is not None and broker_id not in group.members):
+                return []
+            if broker_id is None:
+                del self.groups[cluster, broker]
+            else:
+                del group.members[broker_id]
+            forgotten = [(cluster, broker, broker_id)]
+        if forgotten:
+            self.version += 1
+        return forgotten
+
+    def restore(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
+        """Replace the memory (an undone retirement)."""
+        self.groups = groups
+        self.version += 1
+
+    def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
+        """The memory of the last run, at start: every member is out of the routes now, and the
+        groups that were up then are expected back (``up_at_start``): absent since this start, by
+        ``RESTART`` (their last departure is older than their last registration, and did not cause it)."""
+        self.up_at_start = {key for key, group in groups.items() if group.up}
+        now = self.clock()
+        for key, group in groups.items():
+            if key in self.up_at_start:
+                group.left, group.how = now, RESTART
+            group.up = set()
+        self.restore(groups)
+
+    def copy(self) -> dict[tuple[str, str], KnownGroup]:
+        return {key: KnownGroup(g.cluster, g.broker, g.since,
+                                {i: Member(m.broker_id, m.addr, m.since) for i, m in g.members.items()},
+                                g.left, g.how, set(g.up))
+                for key, g in self.groups.items()}
+
+    # -- views -----------------------------------------------------------------------------------
+    def clusters(self) -> list[str]:
+        return sorted({cluster for cluster, _ in self.groups})
+
+    def group(self, cluster: str, broker: str) -> KnownGroup | None:
+        return self.groups.get((cluster, broker))
+
+
+# -- the file -------------------------------------------------------------------------------------
+def encode(topology: Topology) -> bytes:
+    return json.dumps({"format": FORMAT, "groups": [
+        {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
+         "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+        for g in topology.groups.values()]}, separators=(",", ":")).encode()
+
+
+def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
+           members_limit: int = MEMBERS_LIMIT) -> dict[tuple[str, str], KnownGroup]:
+    """The groups of a file ``encode`` wrote; anything else raises TopologyFileError naming what is
+    wrong (a file over the limits too: this server never writes one)."""
+    try:
+        items = document_items(data, FORMAT, "groups", "a topology file")
+    except DocumentError as exc:
+        raise TopologyFileError(str(exc)) from None
+    if len(items) > groups_limit:
+        raise TopologyFileError(f"{len(items)} groups, over the limit of {groups_limit}")
+    groups: dict[tuple[str, str], KnownGroup] = {}
+    for number, item in enumerate(items):
+        try:
+            group = KnownGroup(_text(item["cluster"]), _text(item["broker"]), float(item["since"]),
+                               left=None if item["left"] is None else float(item["left"]),
+                               how=None if item["how"] is None else _text(item["how"]))
+            if len(item["members"]) > members_limit:
+                raise ValueError(f"{len(item['members'])} members, over the limit of {members_limit}")
+            for broker_id, addr, since in item["members"]:
+                group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
+            group.up = {int(broker_id) for broker_id in item.get("up", ())}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
+        groups[group.key] = group
+    return groups
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value

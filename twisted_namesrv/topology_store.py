@@ -1,0 +1,110 @@
+"""The remembered topology (state/topology.py) on disk: ``topology.json`` beside the KV store
+(``topologyPath`` says otherwise), so that a cluster seen before a restart is still expected after
+it - a NameServer restarted while a cluster is down must not forget it either.
+
+Written by state/store.py's write_atomically (a crash leaves the old file or the new one, never half
+of one) at most every SAVE_SECONDS when the memory changed, at a clean stop, and at once for an
+operator's retirement (``save_now``: a retirement that cannot be saved is undone and answered with
+an error).  Read once at start with ``read_regular``: a FIFO, a symlink, a file over FILE_LIMIT or
+one this server did not write is not loaded - logged, counted in
+``namesrv_store_load_refusals_total{store="topologyPath"}``, and kept aside as ``.corrupt`` when it
+is a damaged file - and the server starts with what the routes show.  It never refuses to start over it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import interfaces
+from twisted.logger import Logger
+
+from .state.config import NamesrvConfig
+from .state.store import LoadRefused, StoreError, read_regular, set_aside, write_atomically
+from .state.topology import Topology, TopologyFileError, decode, encode
+from .timers import StepTimerService
+
+log = Logger()
+TOPOLOGY_FILE = "topology.json"
+STORE = "topologyPath"
+#: how often a changed memory is written (a kill -9 loses at most these seconds of it)
+SAVE_SECONDS = 2.0
+#: the largest file read back: GROUPS_LIMIT groups of MEMBERS_LIMIT members is about 20 MB
+FILE_LIMIT = 32 << 20
+
+
+def topology_path(config: NamesrvConfig) -> Path:
+    """``topologyPath``, else ``topology.json`` beside the KV store (the data directory)."""
+    configured = str(config["topologyPath"])
+    return Path(configured) if configured else Path(config["kvConfigPath"]).with_name(TOPOLOGY_FILE)
+
+
+class TopologyStoreService(StepTimerService):
+    """Loads the memory before the start (``load``), writes it when changed and at a clean stop."""
+
+    def __init__(self, topology: Topology, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
+                 load_refusals: Counter[tuple[str, str]], interval: float = SAVE_SECONDS) -> None:
+        super().__init__(interval, self.save_if_changed, clock)
+        self.topology = topology
+        self.path = Path(path)
+        self.load_refusals = load_refusals
+        self._saved = -1
+        self._failing = False
+        self._refused_told = 0
+
+    def load(self) -> int:
+        """The groups of the last run, remembered again; how many."""
+        try:
+            data = read_regular(self.path, FILE_LIMIT)
+            groups = {} if data is None else decode(data)
+        except LoadRefused as exc:
+            self._refused(exc.reason, f"{exc.why}; not loaded")
+            return 0
+        except TopologyFileError as exc:
+            self._refused("corrupt", f"{exc}; kept as {set_aside(self.path)}")
+            return 0
+        self.topology.load(groups)
+        self._saved = self.topology.version
+        if groups:
+            log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen",
+                     path=str(self.path), groups=len(groups), clusters=len(self.topology.clusters()))
+        return len(groups)
+
+    def _refused(self, reason: str, why: str) -> None:
+        self.load_refusals[STORE, reason] += 1
+        self.topology.load_problem = f"{self.path}: {why}"
+        log.error("topology file {path} refused: {why}; starting with only the broker groups that register",
+                  path=str(self.path), why=why)
+
+    def save_now(self) -> None:
+        """Write the memory at once; StoreError when it cannot be made durable."""
+        write_atomically(self.path, encode(self.topology), STORE)
+        self._saved = self.topology.version
+
+    def save_if_changed(self) -> None:
+        refused = self.topology.refused
+        if refused != self._refused_told:  # one line per check, however many were refused meanwhile
+            log.error("{count} new broker groups not remembered: the topology holds its limit of {limit} groups "
+                      "(retire those removed on purpose)", count=refused - self._refused_told,
+                      limit=self.topology.groups_limit)
+            self._refused_told = refused
+        if self.topology.version == self._saved:
+            return
+        try:
+            self.save_now()
+        except StoreError as exc:
+            if not self._failing:  # once per failing spell
+                log.error("cannot write topology file {path}: {error}; groups seen since will be forgotten by a "
+                          "restart until it can", path=str(self.path), error=str(exc))
+            self._failing = True
+            return
+        if self._failing:
+            log.info("topology file {path} written again", path=str(self.path))
+        self._failing = False
+
+    def stopService(self) -> Any:
+        stopped = super().stopService()
+        self.save_if_changed()
+        return stopped
