@@ -387,12 +387,14 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             await asyncio.sleep(1)
             phases: dict[str, tuple[float, float]] = {}
             cpu: dict[str, float] = {}
+            load_cpu: dict[str, float] = {}  # this process's (the brokers'): a load generator at its limit says so
             conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
-                t0, c0 = time.monotonic(), server.cpu_s()
+                t0, c0, l0 = time.monotonic(), server.cpu_s(), time.process_time()
                 await send_all(port, conns, first, spread)
                 phases[phase] = (t0, time.monotonic())
+                load_cpu[phase] = time.process_time() - l0
                 cpu[phase] = await cpu_until_idle(server) - c0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
@@ -422,6 +424,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
+        if phase in load_cpu:
+            out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
         for key, value in window(samples, t0, t1).items():
             out[f"{phase}_{key}"] = value
     return out
