@@ -27,7 +27,12 @@ def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     """Long.parseLong / Integer.parseInt: decimal digits (any script's, as Java's Character.digit)
     with an optional sign, in range; None where Java throws (Python's int() alone would also take
     '1_0' or ' 0')."""
-    if value is None or not JAVA_INTEGER.fullmatch(value):
+    if value is None:
+        return None
+    if len(value) < 19 and value.isdigit() and value.isascii():  # what brokers send: at most 18 digits fit 63 bits
+        number = int(value)
+        return number if number < (1 << (bits - 1)) else None
+    if not JAVA_INTEGER.fullmatch(value):
         return None
     sign, digits = (value[0], value[1:]) if value[0] in "+-" else ("", value)
     first = next((i for i, digit in enumerate(digits) if int(digit)), len(digits))  # Java takes leading zeros
