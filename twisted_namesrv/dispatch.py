@@ -44,7 +44,8 @@ from .answer_cache import NO_LIMIT
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
-from .remoting import RemotingCommand, ResponseCode
+from .remoting import RemotingCommand, RemotingDecodeError, ResponseCode
+from .remoting.command import peek_code
 from .remoting.values import BadRequest
 from .state.routes import Channel
 from .steps import STEP_BYTES, Steps, run_steps
@@ -199,6 +200,8 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
+            if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
+                return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
                                              answers.headers)
             if request.is_response:
@@ -218,6 +221,14 @@ class Dispatcher:
                 used += len(encoded)
         return None
 
+    def _turn_full_for(self, frame: bytes) -> bool:
+        """Whether this turn, already full, leaves ``frame`` for a later one without decoding it:
+        a small request whose code (``peek_code``: a guess, checked when it is decoded) has a
+        handler in steps.  During a storm hundreds of registrations are read in one turn; the
+        ones past AT_ONCE_PER_TURN cost that turn no more than this look (decoding each one's
+        header there made the turn, and a lookup read in it, wait for all of them)."""
+        return self._cooperator is not None and self._call_later is not None and peek_code(frame) in self.table.in_steps
+
     def _turn_full(self) -> bool:
         """Whether a small request with a handler in steps takes them: once AT_ONCE_PER_TURN were
         answered at once in this reactor turn (counted again from the next)."""
@@ -233,18 +244,30 @@ class Dispatcher:
     def _next_turn(self) -> None:
         self._at_once = 0
 
-    def _answer_next_turn(self, frame: bytes, request: RemotingCommand, peer: Peer,
+    def _answer_next_turn(self, frame: bytes, request: RemotingCommand | None, peer: Peer,
                           begun: float) -> defer.Deferred[bytes | None]:
         """A small request with a handler in steps past this turn's AT_ONCE_PER_TURN: it waits its
         turn in arrival order and is answered at once within a later turn's AT_ONCE_PER_TURN
         (``_answer_waiting``), so a storm of them is answered that many a turn with the lookups in
-        between, and none waits behind a big one's steps."""
+        between, and none waits behind a big one's steps.  ``request`` None: not decoded yet
+        (``_turn_full_for``), it is then; a frame that does not decode fails the answer with the
+        RemotingDecodeError (the protocol closes the channel, as for one it decodes at once)."""
         answer: defer.Deferred[bytes | None] = defer.Deferred()
 
         def run() -> None:
-            outcome = run_steps(self._outcome(request, peer))
-            assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
-            answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
+            try:
+                decoded = request if request is not None else RemotingCommand.decode(frame, self.answers.headers)
+            except RemotingDecodeError:
+                answer.errback(Failure())
+                return
+            if decoded.is_response:
+                answer.callback(None)
+                return
+            outcome = run_steps(self._outcome(decoded, peer))
+            if isinstance(outcome, defer.Deferred):  # (a guess that was wrong: a handler not in steps)
+                self._answer_later(frame, decoded, peer, outcome, begun).chainDeferred(answer)
+                return
+            answer.callback(self._answer_frame(frame, decoded, peer, outcome, begun))
         if not self._waiting:
             self._call_later(0, self._answer_waiting)  # type: ignore[misc]
         self._waiting.append((answer, run))

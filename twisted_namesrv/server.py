@@ -222,9 +222,12 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self._answer(waiting, [] if reply is None else [reply])
 
     def _not_answered(self, failure: Failure) -> None:
-        """Cancelled because the peer went (connectionLost), or a bug: then the peer goes."""
+        """Cancelled because the peer went (connectionLost); a frame decoded in a later turn that
+        is not a command (dispatch.py: refused as at once); or a bug: then the peer goes."""
         self.answering, self.answering_size = None, 0
-        if not failure.check(defer.CancelledError, task.TaskStopped):
+        if failure.check(RemotingDecodeError):
+            self._reject(failure.value.reason, str(failure.value))
+        elif not failure.check(defer.CancelledError, task.TaskStopped):
             log.failure("answering {peer} failed, closing the channel", failure, peer=self.peer.address)
             self.transport.loseConnection()
 
