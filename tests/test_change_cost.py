@@ -11,6 +11,7 @@ clock, with brokers and clients on in-memory connections."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections.abc import Callable
@@ -175,6 +176,29 @@ def test_a_mass_disconnect_walks_the_topic_table_once_and_drops_only_what_it_cha
     assert [(t.topic, t.broker, t.kind) for t in lost] == [(t, f"g{GROUPS - 1:03d}", "closed") for t in GROUP_TOPICS]
     closed = [e for e in cluster.service.seen.events.recent if e.kind == "closed"]
     assert [e.info["broker"] for e in closed] == [f"g{i:03d}" for i in range(GROUPS)]  # in closing order
+
+
+def test_thousands_of_channels_closed_at_once_leave_a_bounded_number_a_turn(cluster, monkeypatch):
+    """Channels closed in one reactor turn leave CLOSED_PER_TURN a turn, in closing order (on the
+    old code all of them in the next turn: 5,000 brokers, 114 ms of CPU in one turn)."""
+    monkeypatch.setattr(dispatch, "CLOSED_PER_TURN", 10)
+    groups = [cluster.connect()[0] for _ in range(25)]
+    for index, protocol in enumerate(groups):
+        cluster.register(protocol, f"g{index:03d}", 2000 + index, [f"Own{index}"])
+    dispatcher = cluster.service.dispatcher
+    removed: list[list[int]] = []
+
+    def closed(state: Any, channels: dict) -> None:
+        removed.append(list(channels))
+        table_closed(state, channels)
+    table_closed = dispatcher.table.closed
+    monkeypatch.setattr(dispatcher, "table", dataclasses.replace(dispatcher.table, closed=closed))
+    for protocol in groups:
+        protocol.connectionLost()
+    cluster.settle()
+    assert [len(turn) for turn in removed] == [10, 10, 5]
+    assert sum(removed, []) == [protocol.channel for protocol in groups]
+    assert cluster.routes.brokerLiveTable == {}
 
 
 def test_route_events_are_heard_after_the_change_with_the_tables_complete(cluster):
