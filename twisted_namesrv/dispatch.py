@@ -19,7 +19,8 @@ too: its steps run across reactor turns through a Cooperator, a few milliseconds
 so other connections are answered meanwhile.  Small ones past the first AT_ONCE_PER_TURN of a
 reactor turn are answered in the turns after, that many a turn: thousands of brokers
 re-registering at once are read in few turns, and the lookups read in the same turn would
-otherwise wait for every one of them.
+otherwise wait for every one of them; those read past the turn's share are known by their code
+alone (``peek_code``) and decoded in the turn that answers them.
 
 What is refused before any handler is the table's (``refusal``: the ACL) and the dispatcher's (an
 unknown code); a handler that raises costs one error answer, never the connection: a
