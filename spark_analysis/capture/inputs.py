@@ -55,10 +55,13 @@ class Inflater(Protocol):
     """A stream decompressor of the standard library (zlib's, bz2's, lzma's): one stream (a gzip
     member, a bzip2 or xz stream) at a time, what follows it in ``unused_data``."""
 
-    eof: bool
-    unused_data: bytes
+    @property
+    def eof(self) -> bool: ...
 
-    def decompress(self, data: bytes) -> bytes: ...
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, /) -> bytes: ...
 
 
 #: the compression formats read, as ``tcpdump -z gzip`` or ``-z bzip2`` (its manual's two) or a
