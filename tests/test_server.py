@@ -338,6 +338,26 @@ def test_what_the_socket_does_not_take_goes_through_the_transport(takes) -> None
     assert queued.sent == [] and queued.written == [b"after"]
 
 
+def test_an_answer_over_tls_is_never_written_to_the_socket_under_it() -> None:
+    """TLS's wrapper (a ProtocolWrapper) hands attributes it lacks to the socket transport under
+    it: write_now must not take that socket's writeSomeData for the wrapper's (the bytes would go
+    out unencrypted), only a transport whose own class has it."""
+    socket = _SocketTransport()
+
+    class Wrapper:
+        def __init__(self) -> None:
+            self.transport, self.written = socket, []
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+        def __getattr__(self, name: str):
+            return getattr(self.transport, name)
+    tls = Wrapper()
+    write_now(tls, b"answer")  # type: ignore[arg-type]
+    assert tls.written == [b"answer"] and socket.sent == []
+
+
 def test_a_registration_over_16_mib_needs_a_raised_frame_limit(tmp_path):
     frame = register_frame(topics=[f"BigRegistrationTopic{i:06d}" for i in range(110_000)]).encode()
     assert len(frame) > 16 << 20

@@ -57,8 +57,9 @@ def write_now(transport: interfaces.ITransport, data: bytes) -> None:
     (``writeSomeData``, Twisted's own send), and only what the kernel did not take, or a send that
     failed, goes the usual way (the reactor then finds the failure and closes the connection).
     Anything else (TLS, tests, a closing socket, bytes already waiting) goes through
-    ``transport.write`` and ``send_now``."""
-    write_some = getattr(transport, "writeSomeData", None)
+    ``transport.write`` and ``send_now``.  The socket transport's own class must have it: TLS's
+    wrapper hands unknown attributes to the socket under it, where these bytes would go unencrypted."""
+    write_some = getattr(transport, "writeSomeData", None) if hasattr(type(transport), "writeSomeData") else None
     if (write_some is not None and transport.connected and not transport.disconnecting  # type: ignore[attr-defined]
             and not transport._writeDisconnected  # type: ignore[attr-defined]
             and not transport.dataBuffer and not transport._tempDataBuffer):  # type: ignore[attr-defined]
