@@ -135,7 +135,8 @@ class Bodies:
             self._raw.setdefault(event["body_key"], event["body"])
 
     def header(self, event: dict[str, Any]) -> RegisterBrokerHeader:
-        ext = tuple(event["ext"] or ())  # Arrow gives a map as pairs
+        given = event["ext"] or ()  # the decoding task's dict (events pass pickled), or pairs as Arrow gives a map
+        ext = tuple(given.items() if isinstance(given, dict) else given)
         found = self._headers.get(ext)
         if found is None:
             found = self._headers[ext] = RegisterBrokerHeader.from_ext(dict(ext))
