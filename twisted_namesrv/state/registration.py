@@ -129,7 +129,7 @@ class RegistrationPlan:
     of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
     ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
     ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
-    out of it (what the tables' limits count)."""
+    out of it (what the tables' limits count); ``longest``: the longest staged topic name."""
 
     request: RegisterRequest
     generation: int
@@ -141,6 +141,7 @@ class RegistrationPlan:
     topicCount: int = 0
     added: int = 0
     removed: int = 0
+    longest: int = 0
 
 
 class QueueView(Protocol):
@@ -201,7 +202,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
             return plan  # stale: the manager works it out again, in one go
     plan.rules, plan.staged = rules, staging.staged
     plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
-    plan.added, plan.removed = staging.added, staging.removed
+    plan.added, plan.removed, plan.longest = staging.added, staging.removed, staging.longest
     return plan
 
 
@@ -222,7 +223,7 @@ class Staging:
     new entry is a copy of its queues with the group's QueueData in (or out), so the table's own
     entries stay as they are until the plan applies."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "longest")
 
     def __init__(self, broker_name: str, rules: TopicRules) -> None:
         self.broker_name = broker_name
@@ -232,12 +233,15 @@ class Staging:
         self.overwrites = False
         self.added = 0  # entries of the group new to the table
         self.removed = 0  # entries of the group leaving it
+        self.longest = 0  # the longest staged topic name (maxNameLength), measured as it is staged
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
         anything. One tight loop, as a table holds up to 100k topics."""
         name, staged, rules = self.broker_name, self.staged, self.rules
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
+        none_new = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged: none applies
+        added, longest = 0, self.longest
         for config in configs:
             topic = config.topicName
             held: Mapping[str, QueueData] | None = in_staged(topic)
@@ -246,10 +250,10 @@ class Staging:
             old = held.get(name) if held else None
             perm = config.perm & ~PERM_WRITE if read_only else config.perm
             if old is None:
-                if not every and rules.all_or_none:  # 4.9.8 with its dataVersion unchanged: none applies
+                if none_new:
                     self.complete = False
                     continue
-                self.added += 1
+                added += 1
             elif (old.readQueueNums == config.readQueueNums and old.perm == perm
                     and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
                 continue
@@ -265,6 +269,10 @@ class Staging:
                 staged[topic] = queues
             else:
                 staged[topic] = {name: queue}
+            if len(topic) > longest:
+                longest = len(topic)
+        self.added += added
+        self.longest = longest
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:
@@ -276,3 +284,4 @@ class Staging:
                 staged[topic] = {group: queue for group, queue in held.items() if group != name}
                 self.overwrites = True
                 self.removed += 1
+                self.longest = max(self.longest, len(topic))

@@ -274,10 +274,10 @@ class RouteInfoManager:
         self._pending: _Pending | None = None
         #: committed changes still to write into topicQueueTable, oldest first (state/settling.py)
         self._layers: deque[Layer] = deque()
-        #: the departures' lost topics once heard, emptied a slice per step (``settle_steps``): a
-        #: topic that left is held by nothing else, and a million names freed at once held a turn
-        #: for 50 ms or more
-        self._leftovers: deque[list[str]] = deque()
+        #: what changes leave behind and nothing else holds, emptied a slice per step
+        #: (``settle_steps``): the departures' lost topics once heard (a million names freed at once
+        #: held a turn for 50 ms or more), a big registration's decoded table once applied
+        self._leftovers: deque[list[str] | dict[str, Any]] = deque()
         #: entries a change writes at once rather than as a layer, when nothing waits before it
         self.write_at_once = WRITE_AT_ONCE
 
@@ -333,11 +333,25 @@ class RouteInfoManager:
                 if not self._layers[0].step():
                     self._written()
             else:
-                leftovers = self._leftovers[0]
-                del leftovers[-LET_GO_PER_STEP:]
-                if not leftovers:
-                    self._leftovers.popleft()
+                self._let_go_step()
             yield
+
+    def _let_go_step(self) -> None:
+        """Empty the oldest leftovers by a slice: what it held is freed now, a slice at a time."""
+        leftovers = self._leftovers[0]
+        if isinstance(leftovers, list):
+            del leftovers[-LET_GO_PER_STEP:]
+        else:
+            for _ in range(min(LET_GO_PER_STEP // 4, len(leftovers))):  # an entry is a few objects
+                leftovers.popitem()
+        if not leftovers:
+            self._leftovers.popleft()
+
+    def _let_go(self, leftovers: list[str] | dict[str, Any]) -> None:
+        """Nothing needs ``leftovers`` any more: when many and the service runs steps, they are
+        emptied in steps (settle_steps), else they go when the last reference does."""
+        if len(leftovers) > LET_GO_PER_STEP and self.on_settle is not None:
+            self._leftovers.append(leftovers)
 
     def settle_now(self) -> None:
         """Write what is committed into topicQueueTable, at once."""
@@ -446,8 +460,7 @@ class RouteInfoManager:
             if event.lost_topics:
                 for departed in self._lost_listeners:
                     departed(event.kind, event.info, event.lost_topics)
-                if len(event.lost_topics) > LET_GO_PER_STEP and self.on_settle is not None:
-                    self._leftovers.append(event.lost_topics)
+                self._let_go(event.lost_topics)
             for heard in self._listeners:
                 heard(event.kind, event.info)
 
@@ -645,6 +658,7 @@ class RouteInfoManager:
             self._broker_changed(req.brokerName)
         if staging is not None:
             memos = self._apply_topics(plan, staging, previous)
+            self._let_go(req.body.topicConfigTable)  # applied: its topics' configs are needed no more
         elif not unchanged:
             memos = None  # its table does not apply: nothing of it is held
         self.brokerLiveTable[key] = BrokerLiveInfo(
@@ -689,7 +703,7 @@ class RouteInfoManager:
         if fresh and plan.staged is not None:
             staging = Staging(req.brokerName, rules)
             staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
-            staging.added, staging.removed = plan.added, plan.removed
+            staging.added, staging.removed, staging.longest = plan.added, plan.removed, plan.longest
             return staging
         if rules.remove_absent:
             self.settle_now()  # the topics it lacks are looked for in the table itself
@@ -730,7 +744,7 @@ class RouteInfoManager:
             return
         name = req.brokerName
         mappings = req.body.topicQueueMappingInfoMap
-        if max(map(len, staging.staged), default=0) > longest:  # at C speed: a registration stages 50k-100k
+        if staging.longest > longest:  # measured as they were staged, in steps
             self._check_names((("topic", topic) for topic in staging.staged), longest)
         self._check_names((("static topic mapping", text) for info in mappings.values()
                            for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
