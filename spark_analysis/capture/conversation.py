@@ -34,8 +34,9 @@ _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
 _MAX_FRAME_LENGTH = 1 << 31
 # A capture holds the headers of every client of a cluster (clients x topics route queries): keep
-# all their templates rather than re-parse each after a server-sized set starts over.
-_TEMPLATES = HeaderTemplates(1 << 16)
+# all their templates rather than re-parse each after a server-sized set starts over; and its
+# brokers' registration headers, each repeated until the broker's topics change.
+_TEMPLATES = HeaderTemplates(1 << 16, keep_registrations=True)
 
 
 @dataclass
@@ -171,8 +172,14 @@ def contiguous_runs(direction: Iterable[Chunk], uncaptured: dict[int, int] | Non
     """Split a direction's chunks at its gaps; with ``uncaptured`` (offset -> length of the bytes a
     snap length cut there), not where only such bytes lie between two chunks. A reassembled
     Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
-    if isinstance(direction, Direction) and not direction.gaps and not direction.uncaptured:
-        return [direction] if direction else []
+    if isinstance(direction, Direction) and not direction.uncaptured:
+        if not direction.gaps:
+            return [direction] if direction else []
+        # the chunk after a gap starts where the gap ends, and only there do chunks not follow each other
+        offsets = [chunk.offset for chunk in direction]
+        cuts = [bisect.bisect_left(offsets, start + length) for start, length in direction.gaps]
+        bounds = [0, *(cut for cut in cuts if 0 < cut < len(direction)), len(direction)]
+        return [direction[a:b] for a, b in itertools.pairwise(bounds) if a < b]
     runs: list[list[Chunk]] = []
     end = None
     for chunk in direction:

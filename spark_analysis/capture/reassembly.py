@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -169,7 +169,6 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
     rows = table.rows
-    columns = (rows[name].tolist() for name in _WALKED)
     cut_rows = np.flatnonzero(rows["missing"])
     # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
     # (one falsy test a segment) in a capture taken whole
@@ -178,8 +177,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
-    walked = zip(*columns, strict=True)
-    position = 0  # rows taken from ``walked``
+    position = 0  # rows walked or delivered
     stretches = [(start, end, _RETRIES) for start, end in reversed(_plain_stretches(rows))]  # the next one last
     while True:
         start, end, retries = stretches.pop() if stretches else (len(rows), len(rows), 0)
@@ -187,8 +185,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
         if start < len(rows) and end - start < _STRETCH_ROWS:
             continue
         # the rows before the stretch one by one (after the last stretch: all that are left)
-        for ts, file, order, offset, length, seq, ack, flags, forward in itertools.islice(
-                walked, start - position if start < len(rows) else None):
+        for ts, file, order, offset, length, seq, ack, flags, forward in _walked(rows, position, start):
             missing = cut.get((file, order), 0) if cut else 0
             if tracker is not None and not flags & _CONTROL:  # data or a bare ACK: straight to its direction
                 to_server = forward == client_forward
@@ -214,7 +211,6 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
             break
         done = 0 if tracker is None else _deliver_stretch(tracker, client_forward, rows[start:end], sources)
         if done:
-            next(itertools.islice(walked, done, done), None)  # those rows are delivered
             position += done
             retries = _RETRIES
         if retries:  # the row that stopped it (a retransmission, a segment ahead of a hole) walked, then again
@@ -222,6 +218,16 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     for tracker in trackers:
         tracker.finish()
     return [tracker.connection for tracker in trackers]
+
+
+def _walked(rows: np.ndarray, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+    """The _WALKED columns of ``rows[start:stop]`` as Python values, row by row: only the rows walked
+    one by one are converted (those a stretch delivers never are)."""
+    if stop - start == 1:
+        row = rows[start]
+        return iter(((*(row[name].item() for name in _WALKED),),))
+    part = rows[start:stop]
+    return zip(*(part[name].tolist() for name in _WALKED), strict=True)
 
 
 def _plain_stretches(rows: np.ndarray) -> list[tuple[int, int]]:
@@ -265,26 +271,40 @@ def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, 
     if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
                                                  to_client).next_seq:
         return 0  # told before any column operation: a refusal costs little
+    length, forward, seq = rows["length"], rows["forward"], rows["seq"]
+    has_data = length > 0
     count = len(rows)
     chosen = []
-    for sender in (True, False):
+    for sender, mask in ((True, has_data & forward), (False, has_data & ~forward)):
         reassembler = to_server if sender == client_forward else to_client
-        data = np.flatnonzero((rows["length"] > 0) & (rows["forward"] == sender))
-        if len(data) and int(rows["seq"][data[0]]) != reassembler.next_seq:
+        data = np.flatnonzero(mask)
+        if len(data) and int(seq[data[0]]) != reassembler.next_seq:
             count = min(count, int(data[0]))
         chosen.append((reassembler, data))
     for reassembler, data in chosen:
-        data = data[data < count]
+        if count < len(rows):
+            data = data[data < count]
         if not len(data):
             continue
-        lengths = rows["length"][data].astype(np.int64)
-        offsets = reassembler.next_offset + np.cumsum(lengths) - lengths
-        reassembler.out.extend([_chunk(Chunk, (ts, at, sources[file][offset:offset + length])) for ts, at, file, offset,
-                                length in zip(rows["ts"][data].tolist(), offsets.tolist(), rows["file"][data].tolist(),
-                                              rows["offset"][data].tolist(), lengths.tolist(), strict=True)])
-        reassembler.next_offset += int(lengths.sum())
-        reassembler.next_seq = (int(rows["seq"][data[-1]]) + int(lengths[-1])) % _SEQ_MOD
+        lengths = length[data].astype(np.int64)
+        ends = np.cumsum(lengths)
+        reassembler.out.extend(_chunks(rows[data], reassembler.next_offset + ends - lengths, sources))
+        reassembler.next_offset += int(ends[-1])
+        reassembler.next_seq = (int(seq[data[-1]]) + int(lengths[-1])) % _SEQ_MOD
     return count
+
+
+def _chunks(rows: np.ndarray, offsets: np.ndarray, sources: Mapping[int, memoryview]) -> Iterator[Chunk]:
+    """The Chunks of data ``rows`` (at stream ``offsets``): built by map and zip, no Python loop per
+    segment, when the rows lie in one source (a file's: always, but for several files' pieces)."""
+    files = rows["file"]
+    starts = rows["offset"]
+    stops = starts + rows["length"]
+    if (files != files[0]).any():
+        return (_chunk(Chunk, (ts, at, sources[file][start:stop])) for ts, at, file, start, stop in zip(
+            rows["ts"].tolist(), offsets.tolist(), files.tolist(), starts.tolist(), stops.tolist(), strict=True))
+    views = map(sources[int(files[0])].__getitem__, map(slice, starts.tolist(), stops.tolist()))
+    return map(_chunk, itertools.repeat(Chunk), zip(rows["ts"].tolist(), offsets.tolist(), views, strict=True))
 
 
 def stream_bytes(direction: Iterable[Chunk]) -> list[Chunk]:

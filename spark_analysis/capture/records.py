@@ -132,12 +132,15 @@ def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADE
     headers = array("q")
     append = headers.append
     offset = start
-    while offset < stop and offset + RECORD_HEADER_LEN <= end:
-        following = offset + RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
-        if following > end:
-            break
+    # one comparison a record: a record header starting before ``last`` lies whole in the buffer;
+    # whether the record's data does too is told once, of the last one (the walk ends past ``end``
+    # only when that one runs beyond it: a capture cut while writing it)
+    last = min(stop, end - RECORD_HEADER_LEN + 1)
+    while offset < last:
         append(offset)
-        offset = following
+        offset += RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
+    if headers and offset > end:
+        headers.pop()
     at = np.frombuffer(headers, np.int64)
     words = read_words(np.frombuffer(view, np.uint8), at, f"{header.endian}u4", 4).astype(np.int64)
     seconds, fraction, length, orig_len = words.T

@@ -64,6 +64,18 @@ _code_name = lru_cache(maxsize=4096)(code_name)
 _version_name = lru_cache(maxsize=4096)(version_name)
 
 
+def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
+    """The server's RegisterBrokerHeader of a request's extFields, read once per distinct header: a
+    broker sends the same fields (bodyCrc32 included) in every registration and heartbeat until its
+    topics change, and reading them by Java's rules costs a dozen fields' parsing each time."""
+    return _broker_header(tuple(ext.items()))
+
+
+@lru_cache(maxsize=4096)
+def _broker_header(items: tuple[tuple[str, str | None], ...]) -> RegisterBrokerHeader:
+    return RegisterBrokerHeader.from_ext(dict(items))  # frozen: one shared by all the requests alike
+
+
 class ConnectionStats(NamedTuple):
     """What a connection row carries: only counted (and named among the findings), never written out."""
 
@@ -168,7 +180,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         elif code in NAMING_CODES:
             # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
             # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
-            header = RegisterBrokerHeader.from_ext(request.command.ext)
+            header = broker_header(request.command.ext)
             if header.brokerAddr is not None:
                 yield EVENT, event_row(
                     request, answer, client, server, broker_addr=header.brokerAddr, broker_name=header.brokerName,
@@ -256,7 +268,7 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
     command = request.command
-    header = RegisterBrokerHeader.from_ext(command.ext)
+    header = broker_header(command.ext)
     compressed = header.compressed
     body = bodies.summary(command.body, compressed, command.version)
     checked = header.bodyCrc32

@@ -25,3 +25,24 @@ def test_integers_as_long_and_integer_parse_them(value: str | None, bits: int, e
     # 5,000 digits (a header field holds 64 KiB): Python's int() raised past 4,300, a traceback a request
     assert parse_java_integer(value, bits) == expected
     assert optional_long(value, bits) == expected
+
+
+def test_plain_ascii_numbers_are_read_without_the_regex(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every number a Java peer's header carries (brokerId, bodyCrc32, heartbeatTimeoutMillis) is plain ASCII
+    # digits: read with int() alone, the regex and the leading-zero scan kept for the rest (work counted)
+    from twisted_namesrv.remoting import values
+
+    matched = []
+
+    class Counting:
+        def fullmatch(self, text: str) -> object:
+            matched.append(text)
+            return values.JAVA_INTEGER_PATTERN.fullmatch(text)
+
+    monkeypatch.setattr(values, "JAVA_INTEGER_PATTERN", values.JAVA_INTEGER, raising=False)
+    monkeypatch.setattr(values, "JAVA_INTEGER", Counting())
+    assert [parse_java_integer(text) for text in ("0", "123456789", "120000", "999999999999999999")] == [
+        0, 123456789, 120000, 999999999999999999]
+    assert parse_java_integer("2147483648", 32) is None and parse_java_integer("2147483647", 32) == (1 << 31) - 1
+    assert matched == []
+    assert parse_java_integer("-7") == -7 and parse_java_integer("٣") == 3 and matched == ["-7", "٣"]

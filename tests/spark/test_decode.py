@@ -110,6 +110,26 @@ def test_crc_ok_says_what_the_nameserver_checked(declared: str | None, crc_ok: b
     assert (row[names.index("topic_count")], row[names.index("broker_addr")]) == (1, "10.0.0.9:10911")
 
 
+def test_a_brokers_repeated_header_is_read_by_the_servers_rules_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker registers with the same fields (bodyCrc32 included) until its topics change, and
+    heartbeats with them: the capture reads them by RegisterBrokerHeader's rules once (calls counted)."""
+    from spark_analysis.decode import rows as decode_rows
+    from twisted_namesrv.bodies import register_header
+
+    if hasattr(decode_rows, "_broker_header"):
+        decode_rows._broker_header.cache_clear()  # as a new worker starts
+    read = []
+    from_ext = register_header.RegisterBrokerHeader.from_ext
+    monkeypatch.setattr(register_header.RegisterBrokerHeader, "from_ext",
+                        classmethod(lambda cls, ext: read.append(dict(ext)) or from_ext(ext)))
+    ext = {"brokerAddr": "10.0.0.7:10911", "brokerName": "b7", "clusterName": "C", "brokerId": "0"}
+    beat = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, ext, opaque=8).encode()
+    rows = rows_of(handshake() + client_stream(*[registration("right")] * 3, beat, beat))
+    assert [row[REGISTRATION_ROWS.names.index("crc_ok")] for row in rows[REGISTRATION]] == [True] * 3
+    assert [event[0] for event in rows[EVENT]] == ["10.0.0.9:10911"] * 3 + ["10.0.0.7:10911"] * 2
+    assert [r["brokerAddr"] for r in read] == ["10.0.0.9:10911", "10.0.0.7:10911"]
+
+
 @pytest.mark.parametrize(("serialize_type", "compressed"), [(SerializeType.ROCKETMQ, False),
                                                            (SerializeType.JSON, True)])
 def test_registrations_in_binary_headers_and_compressed_bodies(serialize_type: int, compressed: bool) -> None:

@@ -87,9 +87,12 @@ OPAQUE_NUMBER = re.compile(rb'"opaque":(-?\d+)')
 OPAQUE_KEY = b'"opaque":'
 
 
-#: headers not kept as templates: one per broker, repeated every 30 s at most, and the biggest
-#: (a thousand brokers' took a megabyte and a half to save a parse each per 30 s)
+#: headers a server does not keep as templates: one per broker, repeated every 30 s at most, and the
+#: biggest (a thousand brokers' took a megabyte and a half to save a parse each per 30 s)
 _NOT_KEPT = frozenset({RequestCode.REGISTER_BROKER})
+#: the opaque's digits, matched right after OPAQUE_KEY
+_OPAQUE_DIGITS = re.compile(rb"-?\d+")
+_OPAQUE_KEY_LENGTH = len(OPAQUE_KEY)
 
 
 class HeaderTemplates:
@@ -98,19 +101,23 @@ class HeaderTemplates:
     bytes, same fields: a template never goes stale, unlike a kept answer). At most ``size``
     templates are kept before starting over.  No module holds one: each owner sizes its own (a
     server's answer cache, answer_cache.py; the capture analysis, for every client of a cluster).
-    A broker's registration header is not kept (``_NOT_KEPT``)."""
+    A broker's registration header is kept only with ``keep_registrations``: a server sees each
+    broker's every 30 s at most (``_NOT_KEPT``), a capture holds them all (a broker repeats its
+    header, bodyCrc32 included, until its topics change: a parse saved each, a fifth of the JSON
+    headers' time)."""
 
-    __slots__ = ("size", "_templates")
+    __slots__ = ("size", "_templates", "_not_kept")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, keep_registrations: bool = False) -> None:
         self.size = size
         self._templates: dict[bytes, Header] = {}
+        self._not_kept = frozenset() if keep_registrations else _NOT_KEPT
 
     def __len__(self) -> int:
         return len(self._templates)
 
     def decode_json(self, data: bytes) -> Header:
-        split = opaque_split(data) if data.count(OPAQUE_KEY) == 1 else None
+        split = _only_opaque_split(data)
         if split is None:
             return _parse_json_header(data)  # refuses an opaque out of int32, as fastjson overflows
         key, opaque = split
@@ -118,7 +125,7 @@ class HeaderTemplates:
         template = templates.get(key)
         if template is None:
             header = _parse_json_header(data)
-            if header.code in _NOT_KEPT:
+            if header.code in self._not_kept:
                 return header
             if len(templates) >= self.size:
                 templates.clear()
@@ -129,17 +136,35 @@ class HeaderTemplates:
                       template.json_layout)
 
 
+def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
+    """opaque_split of a header holding OPAQUE_KEY exactly once (else None): found with two
+    ``find``s and a match at the key, where a ``count`` and a regex search read the bytes twice
+    (every JSON header a server or a capture decodes comes here)."""
+    at = data.find(OPAQUE_KEY)
+    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH) >= 0:
+        return None
+    return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH))
+
+
 def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
     """``data`` without the digits of its first ``"opaque":N`` (from ``start``), and N: the key
     under which requests that differ only by opaque share a header template or a kept answer.
     None unless N is an int32 (at most 11 characters, so a hostile one is never converted)."""
     match = OPAQUE_NUMBER.search(data, start)
-    if match is None or len(match.group(1)) > 11:
+    return _split_at(data, match, 1)
+
+
+def _split_at(data: bytes, match: re.Match[bytes] | None, group: int = 0) -> tuple[bytes, int] | None:
+    """opaque_split's answer for the opaque's digits as matched (``group`` of ``match``)."""
+    if match is None:
         return None
-    opaque = int(match.group(1))
+    start, end = match.span(group)
+    if end - start > 11:
+        return None
+    opaque = int(data[start:end])
     if not _INT_MIN <= opaque <= _INT_MAX:
         return None
-    return data[:match.start(1)] + data[match.end(1):], opaque
+    return data[:start] + data[end:], opaque
 
 
 #: templates a server keeps: enough for its clients (its answer cache's, answer_cache.py)

@@ -16,6 +16,9 @@ class BadRequest(ValueError):
 #: what Long.parseLong / Integer.parseInt accept, range aside: Character.digit takes any Unicode
 #: decimal digit (Arabic-Indic, fullwidth...), as Python's ``\d`` on str does; no space, no '_'
 JAVA_INTEGER = re.compile(r"[+-]?\d+")
+#: ASCII digits no longer than this are below 2**63 whatever they are: int() of them needs no checks
+#: but the range of the width asked for (every number a header of a Java peer carries takes this path)
+_PLAIN_DIGITS = 18
 
 
 def java_bool(value: str | None) -> bool:
@@ -27,7 +30,12 @@ def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     """Long.parseLong / Integer.parseInt: decimal digits (any script's, as Java's Character.digit)
     with an optional sign, in range; None where Java throws (Python's int() alone would also take
     '1_0' or ' 0')."""
-    if value is None or not JAVA_INTEGER.fullmatch(value):
+    if value is None:
+        return None
+    if len(value) <= _PLAIN_DIGITS and value.isascii() and value.isdigit():  # the usual field: no regex, no scan
+        number = int(value)
+        return number if number < 1 << (bits - 1) else None
+    if not JAVA_INTEGER.fullmatch(value):
         return None
     sign, digits = (value[0], value[1:]) if value[0] in "+-" else ("", value)
     first = next((i for i, digit in enumerate(digits) if int(digit)), len(digits))  # Java takes leading zeros

@@ -46,3 +46,20 @@ def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
     frames = route_query(1) + route_query(2)
     assert frame_start(noise + frames) == len(noise)
     assert frame_start(noise) is None
+
+
+def test_a_brokers_repeated_registration_header_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture holds every registration of a broker, its header the same but for the opaque until its
+    topics change: the capture's templates keep it (a server's do not), so it is parsed once (counted)."""
+    from spark_analysis.capture import conversation
+    from twisted_namesrv.remoting import header
+
+    parsed = []
+    parse = header._parse_json_header
+    monkeypatch.setattr(header, "_parse_json_header", lambda data: parsed.append(data) or parse(data))
+    ext = {"brokerName": "b", "brokerAddr": "10.0.0.1:10911", "clusterName": "c", "brokerId": "0",
+           "bodyCrc32": "1456383825", "compressed": "false"}
+    frames = [RemotingCommand.request(103, ext, opaque=opaque).encode()[4:] for opaque in (11, 12, 13)]
+    decoded = [RemotingCommand.decode(frame, conversation._TEMPLATES) for frame in frames]
+    assert [(command.ext, command.opaque) for command in decoded] == [(ext, 11), (ext, 12), (ext, 13)]
+    assert len(parsed) == 1
