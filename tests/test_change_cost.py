@@ -44,8 +44,8 @@ class Walked(TopicQueueTable):
     visited = 0
     touched = 0
 
-    def __init__(self, entries: Mapping[str, Any]) -> None:
-        super().__init__(entries)
+    def __init__(self, entries: Mapping[str, Any] | None = None) -> None:
+        super().__init__(entries or {})
         self.visited = self.touched = 0  # what filling it counted
 
     def _count(self, entries: Any) -> Any:
