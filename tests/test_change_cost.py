@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -28,7 +29,8 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, header
 from twisted_namesrv.service import NamesrvService
-from twisted_namesrv.state import registration, settling
+from twisted_namesrv.state import queue_table, registration, settling
+from twisted_namesrv.state.queue_table import TopicQueueTable
 
 AT_ONCE = dispatch.AT_ONCE_PER_TURN
 
@@ -38,12 +40,16 @@ BIG_TOPICS = [f"Big{i:05d}" for i in range(2000)]  # one broker's, untouched by 
 KEPT = BIG_TOPICS[:50]  # looked up before the departures: their answers are kept
 
 
-class Walked(dict):
+class Walked(TopicQueueTable):
     """topicQueueTable, counting the entries every walk of it visits (items, values, keys, iter)
     and, in ``touched``, every entry looked up, written or removed as well."""
 
     visited = 0
     touched = 0
+
+    def __init__(self, entries: Mapping[str, Any] | None = None) -> None:
+        super().__init__(entries or {})
+        self.visited = self.touched = 0  # what filling it counted
 
     def _count(self, entries: Any) -> Any:
         for entry in entries:
@@ -72,7 +78,7 @@ class Walked(dict):
         return super().pop(key, *default)
 
     def update(self, entries=(), /, **more) -> None:  # type: ignore[override]
-        entries = list(entries.items() if isinstance(entries, dict) else entries) + list(more.items())
+        entries = list(entries.items() if isinstance(entries, Mapping) else entries) + list(more.items())
         self.touched += len(entries)
         super().update(entries)
 
@@ -174,7 +180,8 @@ def test_a_mass_disconnect_walks_the_topic_table_once_and_drops_only_what_it_cha
     assert table.visited <= len(BIG_TOPICS) + len(GROUP_TOPICS)  # one walk: the table as it was
     assert set(cluster.answers.routes) == set(KEPT)  # only the departed groups' routes were dropped
     lost = cluster.service.seen.lost.recent(cluster.routes.topicQueueTable)
-    assert [(t.topic, t.broker, t.kind) for t in lost] == [(t, f"g{GROUPS - 1:03d}", "closed") for t in GROUP_TOPICS]
+    assert sorted((t.topic, t.broker, t.kind) for t in lost) == [(t, f"g{GROUPS - 1:03d}", "closed")
+                                                                for t in GROUP_TOPICS]  # in the walk's order
     closed = [e for e in cluster.service.seen.events.recent if e.kind == "closed"]
     assert [e.info["broker"] for e in closed] == [f"g{i:03d}" for i in range(GROUPS)]  # in closing order
 
@@ -372,6 +379,86 @@ def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_w
     assert {t.broker for t in lost} == {"go2"} and len(lost) > 0
 
 
+#: the most memory blocks one turn of a mass disconnect may free, net: the names a step lets go
+#: of, and what clearing a step's topics frees (each topic's queues and its QueueData), and a few more
+FREE_BOUND = settling.LET_GO_PER_STEP + 4 * settling.REMOVE_PER_STEP + 1024
+
+
+def test_a_mass_disconnect_frees_the_topics_it_took_away_a_bounded_slice_per_turn(tmp_path, monkeypatch):
+    """The names of the topics a mass disconnect took away are held by nothing once the
+    departures' lost topics are heard: they used to be freed all at once in the turn that ended
+    the change (a million of them, with the lists that held them, 60-140 ms). No turn frees more
+    than FREE_BOUND memory blocks, net, whatever the size, and all of it is freed in the end."""
+    size = 6 * TURN_BOUND
+    cluster = Turns(tmp_path, monkeypatch)
+    leaving = cluster.one_staying_three_leaving(size, lambda index, i: f"Go{index}-{i:06d}")
+    table = cluster.walked()
+    gc.collect()
+    for protocol in leaving:
+        protocol.connectionLost()
+    freed: list[int] = []
+    held = sys.getallocatedblocks()
+
+    def count() -> None:
+        nonlocal held
+        freed.append(held - (held := sys.getallocatedblocks()))
+    cluster.turns(table, count)
+    assert cluster.routes.settling == 0 and len(table) == size + 1
+    assert max(freed) <= FREE_BOUND, sorted(freed)[-3:]
+    assert sum(freed) >= 2 * 3 * size  # each topic's name and queues (and its QueueData): all gone, in slices
+
+
+def test_a_big_registration_frees_its_decoded_table_a_bounded_slice_per_turn(tmp_path, monkeypatch):
+    """Once a registration applied, its decoded table (a TopicConfig and its strings per topic)
+    is held by nothing: it used to be freed all at once in the turn that applied it (80k topics:
+    about 5 ms, with the names' check). No turn frees more than FREE_BOUND memory blocks, net."""
+    size = 6 * TURN_BOUND
+    cluster = Turns(tmp_path, monkeypatch)
+    table = cluster.walked()
+    new, new_out = cluster.connect()
+    frame = registration_frame("new", 2, [f"New{i:06d}" for i in range(size)])
+    gc.collect()
+    freed: list[int] = []
+    held = sys.getallocatedblocks()
+    new.dataReceived(frame)
+
+    def count() -> None:
+        nonlocal held
+        freed.append(held - (held := sys.getallocatedblocks()))
+    cluster.turns(table, count)
+    assert RemotingCommand.decode(new_out.value()[4:]).code == 0 and len(table) == size
+    assert max(freed) <= FREE_BOUND, sorted(freed)[-3:]
+
+
+def largest_dict_of_topics(table: object) -> int:
+    """The most topics any one dict of ``table`` holds: an insert that grows that dict copies
+    every one of them, in one go."""
+    largest, layer = 0, [table]
+    for _ in range(3):  # the table, what it is made of, what that is made of
+        below: list[object] = []
+        for part in layer:
+            if isinstance(part, dict) and part and all(isinstance(queues, dict) for queues in part.values()):
+                largest = max(largest, len(part))
+            elif not isinstance(part, (str, type)):
+                below += gc.get_referents(part)
+        layer = below
+    return largest
+
+
+def test_no_dict_of_a_big_topic_table_holds_more_than_a_bounded_share_of_it(cluster):
+    """A Python dict grows in one go: the insert that takes it past two thirds full copies every
+    entry (topicQueueTable in one dict did so at 699,051 topics: 42-67 ms in one turn, however
+    finely the writing was cut into steps). Spread over queue_table.SHARDS dicts, no dict holds
+    more than a small share of the table, so no insert copies more than that share: at the
+    default maxTopicQueueEntries (8 M) about 31k entries."""
+    topics = [f"T{i:06d}" for i in range(40_000)]
+    cluster.register(cluster.connect()[0], "big", 1, topics)
+    table = cluster.routes.topicQueueTable
+    assert len(table) == len(topics) and all(table.get(topic) for topic in topics[::997])
+    assert 0 < largest_dict_of_topics(table) <= len(topics) // 64
+    assert cluster.service.state.config["maxTopicQueueEntries"] // queue_table.SHARDS <= 32_768
+
+
 def test_a_table_sent_again_in_pieces_is_neither_decoded_nor_compared(tmp_path):
     """5.x's enableSplitRegistration: a broker sends its table in pieces, each its own
     REGISTER_BROKER with the same dataVersion. Sent again (the next heartbeat with the same
@@ -414,6 +501,25 @@ def test_the_topic_table_is_nothing_to_the_collector(tmp_path):
     assert len(table) == 3002
     assert not [topic for topic, queues in table.items()
                 if gc.is_tracked(queues) or any(map(gc.is_tracked, queues.values()))]
+
+
+def test_no_collection_walks_the_topic_table(tmp_path):
+    """The server freezes what boot made (service.tune_gc); the table's dicts are tracked from the
+    start, so they are frozen with it and no later collection walks their entries (a dict first
+    tracked when its first topic came in was walked by every older-generation pass: 20-30 ms at
+    1M topics)."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3")
+    service.tune_gc()
+    try:
+        cluster.register(cluster.connect()[0], "big", 2, [f"T{i:05d}" for i in range(3000)])
+        gc.collect()
+        table = cluster.routes.topicQueueTable
+        assert len(table) == 3000
+        parts = {id(part) for part in gc.get_referents(*gc.get_referents(table)) if isinstance(part, dict)}
+        parts.add(id(table))
+        assert not [part for part in gc.get_objects() if id(part) in parts]
+    finally:
+        gc.unfreeze()
 
 
 def test_registrations_write_into_the_tables_entries_and_leave_no_copies(tmp_path):

@@ -53,7 +53,8 @@ def test_groups_leaving_together_lose_the_topics_they_shared():
     routes.on_channels_destroy({"h:1": "connection closed", "h:2": "connection closed"})
     assert [(t.topic, t.broker) for t in lost.recent(set())] == [("OnlyA", "a")]  # c still serves Shared
     routes.on_channels_destroy({"h:3": "connection closed"})
-    assert [(t.topic, t.broker) for t in lost.recent(set())] == [("OnlyA", "a"), ("Shared", "c"), ("Kept", "c")]
+    recent = [(t.topic, t.broker) for t in lost.recent(set())]  # one departure's: in the table's order
+    assert recent[0] == ("OnlyA", "a") and sorted(recent[1:]) == [("Kept", "c"), ("Shared", "c")]
     register(routes, "x", "h:4", ["P", "Q"])
     register(routes, "y", "h:5", ["Q"])
     routes.on_channels_destroy({"h:4": "connection closed", "h:5": "connection closed"})
@@ -63,10 +64,13 @@ def test_groups_leaving_together_lose_the_topics_they_shared():
 def test_an_unregistered_broker_says_so_and_the_limit_keeps_the_newest():
     lost = LostTopics(lambda: 0.0, limit=2)
     routes = manager(lost)
-    register(routes, "a", "h:1", ["T1", "T2", "T3"])
+    register(routes, "a", "h:1", ["T1", "T2"])
     routes.unregister_broker("c1", "h:1", "a", 0)
-    assert [(t.topic, t.reason) for t in lost.recent(set())] == [("T2", "the broker unregistered"),
-                                                                  ("T3", "the broker unregistered")]
+    register(routes, "b", "h:2", ["T3"])
+    routes.unregister_broker("c1", "h:2", "b", 0)
+    recent = [(t.topic, t.reason) for t in lost.recent(set())]  # T3, and one of a's, in the table's order
+    assert len(recent) == 2 and recent[0][0] in ("T1", "T2") and recent[1] == ("T3", "the broker unregistered")
+    assert recent[0][1] == "the broker unregistered"
 
 
 def test_a_change_that_is_no_departure_loses_nothing():

@@ -134,7 +134,7 @@ class RegistrationPlan:
     of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
     ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
     ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
-    out of it (what the tables' limits count)."""
+    out of it (what the tables' limits count); ``longest``: the longest staged topic name."""
 
     request: RegisterRequest
     generation: int
@@ -146,6 +146,7 @@ class RegistrationPlan:
     topicCount: int = 0
     added: int = 0
     removed: int = 0
+    longest: int = 0
 
 
 class QueueView(Protocol):
@@ -206,7 +207,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
             return plan  # stale: the manager works it out again, in one go
     plan.rules, plan.staged = rules, staging.staged
     plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
-    plan.added, plan.removed = staging.added, staging.removed
+    plan.added, plan.removed, plan.longest = staging.added, staging.removed, staging.longest
     return plan
 
 
@@ -235,7 +236,7 @@ class Staging:
     new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
     until the plan applies."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared", "longest")
 
     def __init__(self, broker_name: str, rules: TopicRules) -> None:
         self.broker_name = broker_name
@@ -248,12 +249,14 @@ class Staging:
         #: the QueueData staged for each (readQueueNums, writeQueueNums, perm, topicSysFlag): one for
         #: all the topics that have them (100k topics of one group: one or a few, not 100k)
         self.shared: dict[tuple[int, int, int, int], QueueData] = {}
+        self.longest = 0  # the longest staged topic name (maxNameLength), measured as it is staged
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
         anything. One tight loop, as a table holds up to 100k topics."""
         name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
+        longest = self.longest
         for config in configs:
             topic = config.topicName
             old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
@@ -282,6 +285,9 @@ class Staging:
             if queue is None:
                 queue = shared[numbers] = QueueData(name, *numbers)
             staged[topic] = queue
+            if len(topic) > longest:
+                longest = len(topic)
+        self.longest = longest
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:
@@ -293,3 +299,4 @@ class Staging:
                 staged[topic] = None
                 self.overwrites = True
                 self.removed += 1
+                self.longest = max(self.longest, len(topic))

@@ -50,6 +50,7 @@ from ..bodies.route import (
 from ..remoting.fastjson import java_hash_order
 from ..steps import Steps
 from .config import NamesrvConfig
+from .queue_table import TopicQueueTable
 from .registration import Channel as Channel  # re-exported: the server's connection ids
 from .registration import (
     Memos,
@@ -63,7 +64,7 @@ from .registration import (
     stage_all,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import WRITE_PER_STEP, Departed, Layer
+from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer
 from .settling import Staged as StagedEntries
 
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
@@ -249,7 +250,7 @@ class RouteInfoManager:
         self.profile = config.profile
         self._clock = clock
         self._notifier = notifier or (lambda addr, header: None)
-        self._table: dict[str, dict[str, QueueData]] = {}  # topicQueueTable, as written so far
+        self._table = TopicQueueTable()  # topicQueueTable, as written so far
         self.brokerAddrTable: dict[str, BrokerData] = {}
         self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
@@ -275,20 +276,24 @@ class RouteInfoManager:
         self._pending: _Pending | None = None
         #: committed changes still to write into topicQueueTable, oldest first (state/settling.py)
         self._layers: deque[Layer] = deque()
+        #: what changes leave behind and nothing else holds, emptied a slice per step
+        #: (``settle_steps``): the departures' lost topics once heard (a million names freed at once
+        #: held a turn for 50 ms or more), a big registration's decoded table once applied
+        self._leftovers: deque[list[str] | dict[str, Any]] = deque()
         #: entries a change writes at once rather than as a layer, when nothing waits before it
         self.write_at_once = WRITE_AT_ONCE
 
     # -- topicQueueTable, and what is still to be written into it --------------------------------
     @property
-    def topicQueueTable(self) -> dict[str, dict[str, QueueData]]:
+    def topicQueueTable(self) -> TopicQueueTable:
         """topicQueueTable with every committed change written in: whoever walks it or edits it in place."""
         self.settle_now()
         return self._table
 
     @topicQueueTable.setter
-    def topicQueueTable(self, table: dict[str, dict[str, QueueData]]) -> None:
+    def topicQueueTable(self, table: Mapping[str, dict[str, QueueData]]) -> None:
         self.settle_now()
-        self._table = table
+        self._table = table if isinstance(table, TopicQueueTable) else TopicQueueTable(table)
 
     def queues_of(self, topic: str) -> Mapping[str, QueueData] | None:
         """A topic's queues as of the last change (through what is still to be written), without
@@ -323,17 +328,39 @@ class RouteInfoManager:
         return sum(map(len, self._layers))
 
     def settle_steps(self) -> Steps[None]:
-        """Write what is committed into topicQueueTable, a slice per step."""
-        while self._layers:
-            if not self._layers[0].step():
-                self._written()
+        """Write what is committed into topicQueueTable, a slice per step; then let go of what
+        the departures took away, a slice per step."""
+        while self._layers or self._leftovers:
+            if self._layers:
+                if not self._layers[0].step():
+                    self._written()
+            else:
+                self._let_go_step()
             yield
+
+    def _let_go_step(self) -> None:
+        """Empty the oldest leftovers by a slice: what it held is freed now, a slice at a time."""
+        leftovers = self._leftovers[0]
+        if isinstance(leftovers, list):
+            del leftovers[-LET_GO_PER_STEP:]
+        else:
+            for _ in range(min(LET_GO_PER_STEP // 4, len(leftovers))):  # an entry is a few objects
+                leftovers.popitem()
+        if not leftovers:
+            self._leftovers.popleft()
+
+    def _let_go(self, leftovers: list[str] | dict[str, Any]) -> None:
+        """Nothing needs ``leftovers`` any more: when many and the service runs steps, they are
+        emptied in steps (settle_steps), else they go when the last reference does."""
+        if len(leftovers) > LET_GO_PER_STEP and self.on_settle is not None:
+            self._leftovers.append(leftovers)
 
     def settle_now(self) -> None:
         """Write what is committed into topicQueueTable, at once."""
         while self._layers:
             self._layers[0].finish()
             self._written()
+        self._leftovers.clear()
 
     def _written(self) -> None:
         """The oldest layer is in the table: its events are heard (after those of the change under
@@ -382,7 +409,8 @@ class RouteInfoManager:
 
     def listen_lost(self, departed: LostListener) -> None:
         """``departed(kind, info, topics)`` hears each departure that took topics away (no group
-        serves them now), once the change is complete and before the event's listeners."""
+        serves them now), once the change is complete and before the event's listeners; ``topics``
+        is the listener's to read during the call (a long list is emptied in steps afterwards)."""
         self._lost_listeners.append(departed)
 
     def _collects(self) -> bool:
@@ -424,15 +452,17 @@ class RouteInfoManager:
         else:
             events = events + pending.events
         self._hand_over(events)
-        if self._layers and self.on_settle is not None:
+        if (self._layers or self._leftovers) and self.on_settle is not None:
             self.on_settle()
 
     def _hand_over(self, events: list[Departure]) -> None:
-        """Route events to their listeners, in order."""
+        """Route events to their listeners, in order; many lost topics are let go of afterwards
+        in steps, when the service runs them (``on_settle``)."""
         for event in events:  # the lost topics first: a listener may change the tables again
             if event.lost_topics:
                 for departed in self._lost_listeners:
                     departed(event.kind, event.info, event.lost_topics)
+                self._let_go(event.lost_topics)
             for heard in self._listeners:
                 heard(event.kind, event.info)
 
@@ -630,6 +660,7 @@ class RouteInfoManager:
             self._broker_changed(req.brokerName)
         if staging is not None:
             memos = self._apply_topics(plan, staging, previous)
+            self._let_go(req.body.topicConfigTable)  # applied: its topics' configs are needed no more
         elif not unchanged:
             memos = None  # its table does not apply: nothing of it is held
         self.brokerLiveTable[key] = BrokerLiveInfo(
@@ -674,7 +705,7 @@ class RouteInfoManager:
         if fresh and plan.staged is not None:
             staging = Staging(req.brokerName, rules)
             staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
-            staging.added, staging.removed = plan.added, plan.removed
+            staging.added, staging.removed, staging.longest = plan.added, plan.removed, plan.longest
             return staging
         if rules.remove_absent:
             self.settle_now()  # the topics it lacks are looked for in the table itself
@@ -715,7 +746,8 @@ class RouteInfoManager:
             return
         name = req.brokerName
         mappings = req.body.topicQueueMappingInfoMap
-        self._check_names((("topic", topic) for topic in staging.staged), longest)
+        if staging.longest > longest:  # measured as they were staged, in steps
+            self._check_names((("topic", topic) for topic in staging.staged), longest)
         self._check_names((("static topic mapping", text) for info in mappings.values()
                            for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
         added = staging.added - staging.removed

@@ -28,7 +28,8 @@ whose lost topics the walk finds).  Pure: no Twisted, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -39,8 +40,10 @@ from ..bodies.route import QueueData
 WRITE_PER_STEP = 2048
 WALK_PER_STEP = 4096
 REMOVE_PER_STEP = 1024
+#: names of topics that left let go of (freed) per step, once their departures were heard
+LET_GO_PER_STEP = 16384
 
-Table = dict[str, dict[str, QueueData]]
+Table = MutableMapping[str, dict[str, QueueData]]
 Queues = Mapping[str, QueueData]
 _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic the registration did not stage (None is staged)
 T = TypeVar("T")
@@ -123,7 +126,7 @@ class Departed(Generic[T]):
     """Groups gone from every table but topicQueueTable (``leaving``: in the order they left,
     each with what ``lost(topic, value)`` is given for a topic it was the last to serve)."""
 
-    __slots__ = ("table", "leaving", "lost", "events", "_order", "_walk", "_touched", "_todo", "_left")
+    __slots__ = ("table", "leaving", "lost", "events", "_order", "_walk", "_touched", "_left")
 
     def __init__(self, table: Table, leaving: dict[str, T], lost: Callable[[str, T], None]) -> None:
         self.table = table
@@ -132,8 +135,9 @@ class Departed(Generic[T]):
         self.events: list[Any] = []
         self._order: dict[str, int] = {}
         self._walk: Iterator[tuple[str, dict[str, QueueData]]] | None = None  # made when its turn comes
-        self._touched: list[str] = []
-        self._todo: Iterator[str] = iter(())
+        #: the topics that hold a departed group, let go of as they are cleared: the last step
+        #: would otherwise free every name at once (a topic that left is held by nothing else)
+        self._touched: deque[str] = deque()
         self._left = -1  # not started: entries to walk, then topics to clear
 
     @property
@@ -173,17 +177,17 @@ class Departed(Generic[T]):
             return
         disjoint = self.leaving.keys().isdisjoint
         entries = list(islice(self._walk, count))
-        self._touched += [topic for topic, queues in entries if not disjoint(queues)]
+        self._touched.extend([topic for topic, queues in entries if not disjoint(queues)])
         self._left -= len(entries)
         if len(entries) < count or self._left <= 0:
             self._walk = None
-            self._todo = iter(self._touched)
             self._left = len(self._touched)
 
     def _remove(self, count: int) -> None:
         """The departed groups' queues out of the next ``count`` topics that hold them."""
-        table, leaving, last = self.table, self.leaving, self._order.__getitem__
-        for topic in islice(self._todo, count):
+        table, leaving, last, touched = self.table, self.leaving, self._order.__getitem__, self._touched
+        for _ in range(min(count, len(touched))):
+            topic = touched.popleft()
             queues = table.get(topic)
             if queues is None:
                 continue

@@ -1,0 +1,142 @@
+"""topicQueueTable (topic -> broker name -> QueueData), split into a fixed number of dicts.
+
+A Python dict grows in one go: the insert that takes it past two thirds of its slots copies every
+entry into a table twice as big.  One dict of a million topics does so at 699,051 keys, and that
+one insert holds the reactor for as long as the table is big (42-67 ms measured), however finely
+the writing is cut into steps.  Java's HashMap resizes the same way, under its write lock.
+
+Here the topics are spread over ``SHARDS`` dicts by their hash, so the largest copy any insert
+makes is one shard's: about ``len / SHARDS`` entries (at the default maxTopicQueueEntries of 8 M,
+some 31k, a few milliseconds; at 1 M topics about 4k).  A lookup costs one index more; walks go
+shard by shard, each in its insertion order (the table as a whole has no insertion order, nor
+has Java's HashMap).  Only the methods the routes and their readers use are written for speed
+(``get``, ``pop``, ``update``, the walks); the rest come from ``MutableMapping``.
+
+Pure: no Twisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
+from itertools import chain
+from typing import Any, TypeVar, overload
+
+from ..bodies.route import QueueData
+
+#: how many dicts the table is spread over (a power of two: the shard is the hash's low bits)
+SHARDS = 256
+_MASK = SHARDS - 1
+
+Queues = dict[str, QueueData]
+T = TypeVar("T")
+_MISSING: Any = object()
+
+
+def _tracked_shard() -> dict[str, Queues]:
+    """An empty shard the cyclic collector tracks from the start.  A dict is tracked from its first
+    dict value on; tracked after the boot's ``gc.freeze()`` (service.tune_gc), every collection of
+    the generation it reached would walk all its entries (the table's first older-generation pass
+    at 1M topics: 22 ms; each full one as long).  Tracked before it, it stays in the frozen,
+    permanent generation: no collection walks it, and it is still freed when nothing holds it."""
+    shard: dict[str, Queues] = {"": {}}
+    del shard[""]
+    return shard
+
+
+class TopicQueueTable(MutableMapping[str, Queues]):
+    """topicQueueTable: a mapping of topic to its queues by broker name, as a dict would be,
+    whose every insert copies at most one shard (``shards``)."""
+
+    __slots__ = ("shards",)
+
+    def __init__(self, entries: Mapping[str, Queues] | Iterable[tuple[str, Queues]] = ()) -> None:
+        self.shards: list[dict[str, Queues]] = [_tracked_shard() for _ in range(SHARDS)]
+        self.update(entries)
+
+    def shard(self, topic: str) -> dict[str, Queues]:
+        """The dict that holds ``topic`` if anything does."""
+        return self.shards[hash(topic) & _MASK]
+
+    # -- one topic ----------------------------------------------------------------------------
+    @overload
+    def get(self, topic: str, /) -> Queues | None: ...
+    @overload
+    def get(self, topic: str, default: T, /) -> Queues | T: ...
+
+    def get(self, topic: str, default: Any = None, /) -> Any:
+        return self.shards[hash(topic) & _MASK].get(topic, default)
+
+    def __getitem__(self, topic: str) -> Queues:
+        return self.shards[hash(topic) & _MASK][topic]
+
+    def __setitem__(self, topic: str, queues: Queues) -> None:
+        self.shards[hash(topic) & _MASK][topic] = queues
+
+    def __delitem__(self, topic: str) -> None:
+        del self.shards[hash(topic) & _MASK][topic]
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self.shards[hash(topic) & _MASK]
+
+    def pop(self, topic: str, default: Any = _MISSING, /) -> Any:
+        shard = self.shards[hash(topic) & _MASK]
+        return shard.pop(topic) if default is _MISSING else shard.pop(topic, default)
+
+    # -- many ---------------------------------------------------------------------------------
+    def update(self, entries: Any = (), /, **more: Queues) -> None:
+        """As dict.update: a mapping's items or pairs, each into its shard."""
+        shards = self.shards
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        for topic, queues in chain(pairs, more.items()):
+            shards[hash(topic) & _MASK][topic] = queues
+
+    def clear(self) -> None:
+        for shard in self.shards:
+            shard.clear()
+
+    def __len__(self) -> int:
+        return sum(map(len, self.shards))
+
+    def __iter__(self) -> Iterator[str]:
+        return chain.from_iterable(self.shards)
+
+    def keys(self) -> KeysView[str]:
+        return _Keys(self)
+
+    def items(self) -> ItemsView[str, Queues]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[Queues]:
+        return _Values(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return len(self) == len(other) and all(other.get(topic, _MISSING) == queues
+                                                   for topic, queues in self.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TopicQueueTable({dict(self.items())!r})"
+
+
+class _Keys(KeysView[str]):
+    _mapping: TopicQueueTable
+
+    def __iter__(self) -> Iterator[str]:
+        return chain.from_iterable(self._mapping.shards)
+
+
+class _Items(ItemsView[str, Queues]):
+    _mapping: TopicQueueTable
+
+    def __iter__(self) -> Iterator[tuple[str, Queues]]:
+        return chain.from_iterable(shard.items() for shard in self._mapping.shards)
+
+
+class _Values(ValuesView[Queues]):
+    _mapping: TopicQueueTable
+
+    def __iter__(self) -> Iterator[Queues]:
+        return chain.from_iterable(shard.values() for shard in self._mapping.shards)
