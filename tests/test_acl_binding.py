@@ -228,6 +228,19 @@ def test_a_request_signed_before_the_server_started_is_refused_after_a_restart(t
     assert after.call(RequestCode.DELETE_KV_CONFIG, fresh).code == ResponseCode.SUCCESS
 
 
+def test_a_request_signed_in_the_millisecond_the_server_started_is_not_before_it(tmp_path, accounts_file):
+    """A NamesrvSignature gives its time in whole milliseconds; the start was kept to the microsecond,
+    so a client that signed in the same millisecond (a test's first write; a script started with the
+    server) had ``stamp_ms / 1000`` fall before it and was refused as a replay from the last process."""
+    ns = Namesrv(tmp_path, started=START + 0.0007, aclEnable=True, aclAccountsFile=accounts_file,
+                 aclNamesrvSignatureRequired=True)
+    put = bound({"namespace": "ns", "key": "k", "value": "v"}, RequestCode.PUT_KV_CONFIG, NOW_MS, b"s" * 16)
+    answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    earlier = bound({"namespace": "ns", "key": "k", "value": "w"}, RequestCode.PUT_KV_CONFIG, NOW_MS - 1, b"e" * 16)
+    assert "before this server started" in ns.call(RequestCode.PUT_KV_CONFIG, earlier).remark
+
+
 @pytest_twisted.inlineCallbacks
 def test_a_write_to_every_namesrv_cannot_be_replayed_from_one_to_another(tmp_path, accounts_file):
     """namesrv-admin signed each NameServer's copy of a write with a nonce of its own: a listener's

@@ -4,7 +4,8 @@ number of groups it empties; the lost topics, the events and the answer cache th
 changed, not on everything held; a one-topic change reaches one topic; no reactor turn of a big
 registration or of a mass disconnect touches more than a bounded number of table entries, whatever
 the table's size, and lookups between those turns see each change whole or not at all; a table
-sent again in pieces is neither decoded nor compared.
+sent again in pieces is neither decoded nor compared; a registration changes the table's entries
+in place, never leaving copies of them behind.
 
 The server is a whole NamesrvService (its wiring of lost topics and events included) on a fake
 clock, with brokers and clients on in-memory connections."""
@@ -387,6 +388,27 @@ def test_the_topic_table_is_nothing_to_the_collector(tmp_path):
     assert len(table) == 3002
     assert not [topic for topic, queues in table.items()
                 if gc.is_tracked(queues) or any(map(gc.is_tracked, queues.values()))]
+
+
+def test_registrations_write_into_the_tables_entries_and_leave_no_copies(tmp_path):
+    """A registration changes each topic's entry of topicQueueTable (its dict of queues) in place,
+    whichever registration it is: a second group joining every topic, the first sending its table
+    again with a new dataVersion, then without one topic (5.x deleteTopicWithBrokerRegistration).
+    No copy of an entry replaces it, so a registration leaves nothing to free among the QueueData
+    the table keeps (copies replacing the entries of 3 brokers' 100k topics left a third of the
+    heap in holes the allocator could not give back)."""
+    cluster = Cluster(tmp_path, compatVersion="5.3.3", deleteTopicWithBrokerRegistration=True)
+    topics = [f"T{i:05d}" for i in range(3 * settling.WRITE_PER_STEP)]  # written in steps
+    first, _ = cluster.connect()
+    cluster.register(first, "first", 1, topics)
+    entries = dict(cluster.routes.topicQueueTable)
+    cluster.register(cluster.connect()[0], "second", 2, topics)
+    cluster.register(first, "first", 1, topics, counter=2)
+    cluster.register(first, "first", 1, topics[1:], counter=3)
+    table = cluster.routes.topicQueueTable
+    assert cluster.routes.settling == 0 and len(table) == len(topics)
+    assert [topic for topic in topics if table[topic] is not entries[topic]] == []
+    assert list(table[topics[0]]) == ["second"] and sorted(table[topics[1]]) == ["first", "second"]
 
 
 def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_every_turn(tmp_path, monkeypatch):

@@ -45,6 +45,7 @@ from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
+from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import AtomicFile, StoreError, unwritable
@@ -379,7 +380,7 @@ class NamesrvService(service.MultiService):
         port, on loopback when it listens on every interface."""
         host = str(self.config["bindAddress"])
         host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
-        return f"[{host}]:{self.listen_port()}" if ":" in host else f"{host}:{self.listen_port()}"
+        return host_port(host, self.listen_port())
 
     def peer_list(self) -> list[str]:
         return peer_addresses(self.config, self.listen_port())
@@ -456,12 +457,12 @@ class NamesrvService(service.MultiService):
         self.bind_all()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()
-        self.state.listen_address = f"{address.host}:{address.port}"
-        log.info("{message}, address {host}:{port}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
-                 host=address.host, port=address.port, compat=self.config.profile.name, version=__version__)
+        self.state.listen_address = host_port(address.host, address.port)
+        log.info("{message}, address {address}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
+                 address=self.state.listen_address, compat=self.config.profile.name, version=__version__)
         if self.web is not None:
             address = self.web.port.getHost()
-            log.info("metrics and status page on http://{host}:{port}/", host=address.host, port=address.port)
+            log.info("metrics and status page on http://{address}/", address=host_port(address.host, address.port))
             self._warn_of_open_web()
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)

@@ -116,8 +116,25 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
-                     "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None})
+                     "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
+                     "compression": fact.compression})
     return rows
+
+
+def problem_text(f: Item) -> str:
+    """What is wrong with an input file (an input_files row), for a person: with what to do when its
+    bytes are compressed (in a format not read, or read but not named by its suffix)."""
+    if f["problem"] == inputs.TRUNCATED:
+        return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
+    fmt = f.get("compression")
+    if f["problem"] != inputs.NOT_A_CAPTURE or fmt is None:
+        return str(f["problem"])
+    if fmt not in inputs.READ_FORMATS:
+        return f"{f['problem']}: {fmt}-compressed, a format not read (decompress it first)"
+    suffix = inputs.READ_FORMATS[fmt][0]
+    if str(f["path"]).lower().endswith(suffix):
+        return f"{f['problem']}: {fmt}-compressed, but it does not inflate"
+    return f"{f['problem']}: {fmt}-compressed, read when its name ends in {suffix}"
 
 
 def _link_type(number: int | None) -> str | int | None:
@@ -165,10 +182,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
-            what = f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)" if (
-                f["problem"] == inputs.TRUNCATED) else f["problem"]
-            found.append(_finding("bad_input", severity, f"{f['path']}: {what}", path=f["path"], problem=f["problem"],
-                                  size=f["size"], trailing_bytes=f["trailing_bytes"]))
+            found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
+                                  problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
+                                  compression=f["compression"]))
     for broker in brokers:
         found += _broker_findings(broker, deletions)
     found += _endpoint_findings(endpoints or [], brokers)

@@ -134,16 +134,14 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         walk.gaps.append({"from": stay.ended_at - stay.silence_s, "to": stay.ended_at, "seconds": stay.silence_s,
                           "expired": True, "open": False})  # the silence the server ended
         walk.trailing.append(stay.silence_s)
-    last: dict[str, Any] = {}
-    for event in events:
-        last.update({key: value for key, value in event.items() if value is not None})
+    version = next((e["version_name"] for e in reversed(events) if e["version_name"] is not None), None)
     registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
     requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
     return {
         "session": stay.session, "server": stay.server,
         "input": files_within(files, events[0]["t"], events[-1]["t"]),
         "cluster": stay.cluster, "broker_name": stay.broker_name, "broker_id": stay.broker_id,
-        "role": role(stay.broker_id), "broker_addr": stay.broker_addr, "version": last.get("version_name"),
+        "role": role(stay.broker_id), "broker_addr": stay.broker_addr, "version": version,
         "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
         "refused_registrations": len(refused), "crc_failures": len(crc_failures),
         **_intervals(walk), "near_expiry": sum(not gap["expired"] for gap in walk.gaps),

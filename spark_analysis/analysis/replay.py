@@ -121,9 +121,11 @@ class Replay:
 
 class Bodies:
     """The registration bodies of one server's events, by digest: kept from the event that carried
-    one (the first time its connection sent it), decoded once by the server's decoder."""
+    one (the first time its connection sent it), decoded once by the server's decoder; and their
+    headers, each read once by the server's rules (a broker sends the same one every 30 s)."""
 
     def __init__(self) -> None:
+        self._headers: dict[tuple[tuple[str, str | None], ...], RegisterBrokerHeader] = {}
         self._raw: dict[bytes, bytes] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
@@ -131,6 +133,14 @@ class Bodies:
     def keep(self, event: dict[str, Any]) -> None:
         if event["body"] is not None and event["body_key"] is not None:
             self._raw.setdefault(event["body_key"], event["body"])
+
+    def header(self, event: dict[str, Any]) -> RegisterBrokerHeader:
+        given = event["ext"] or ()  # the decoding task's dict (events pass pickled), or pairs as Arrow gives a map
+        ext = tuple(given.items() if isinstance(given, dict) else given)
+        found = self._headers.get(ext)
+        if found is None:
+            found = self._headers[ext] = RegisterBrokerHeader.from_ext(dict(ext))
+        return found
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
@@ -213,9 +223,16 @@ class _SessionReplay:
         self.ever_held: dict[str, float] = {}  # topic -> when it was last seen held
         self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
         self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
-        self._counted = -1
         self._uncounted = False  # a stay opened or changed its id since the last count
-        self._held: dict[str, frozenset[str]] = {}
+        #: at most the earliest last_alive of the open stays (it only grows, and a stay opens at its
+        #: latest), so the idle close looks at them only when one may be silent past the idle time
+        self._idle_from = start
+        #: the groups holding each topic, and each group's topics, as of the last change heard
+        #: (kept from the changes the manager publishes: the work follows what changed)
+        self._groups_of: dict[str, frozenset[str]] = {}
+        self._topics_of: dict[str, set[str]] = {}
+        self._changed_groups: set[str] = set()  # whose topics changed since the last count
+        self._held: dict[str, frozenset[str]] = {}  # each group's topics at the last count
 
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
@@ -232,11 +249,31 @@ class _SessionReplay:
 
     # -- what the tables hold ---------------------------------------------------------------------
     def _changed(self, change: RouteChange) -> None:
+        """The manager changed its tables: the topics that came in, and which groups' topics
+        changed (every change of a topic's queues is a change of that topic: the routes' rule)."""
         table = self.manager.topicQueueTable
-        topics = table if change.everything else change.topics
-        for topic in topics:
-            if topic in table:
+        if change.everything:
+            for topics in self._topics_of.values():
+                topics.clear()
+            self._changed_groups.update(self._topics_of)
+            self._groups_of = {}
+        for topic in table if change.everything else change.topics:
+            queues = table.get(topic)
+            if queues is not None:
                 self.first_held.setdefault(topic, self.now)
+            groups = frozenset(queues or ())
+            before = self._groups_of.get(topic, frozenset())
+            if groups == before:
+                continue
+            for name in before - groups:
+                self._topics_of[name].discard(topic)
+            for name in groups - before:
+                self._topics_of.setdefault(name, set()).add(topic)
+            self._changed_groups.update(before ^ groups)
+            if groups:
+                self._groups_of[topic] = groups
+            else:
+                del self._groups_of[topic]
 
     def _lost(self, kind: str, info: dict[str, Any], topics: list[str]) -> None:
         """A departure took these topics out of the tables (no group serves them any more)."""
@@ -249,16 +286,16 @@ class _SessionReplay:
         """Each open stay's count of its group's topics in the server's tables: a master's once a
         table of its was applied, a slave's once its group holds any (the server applies a slave's
         table only where it is the group's prime slave)."""
-        if self.manager.generation == self._counted and not self._uncounted:
-            return  # nothing changed the tables, and every open stay was counted since
+        if not self._changed_groups and not self._uncounted:
+            return  # no group's topics changed, and every open stay was counted since
         self._uncounted = False
-        if self.manager.generation != self._counted:
-            self._counted = self.manager.generation
-            held: dict[str, set[str]] = {}
-            for topic, queues in self.manager.topicQueueTable.items():
-                for name in queues:
-                    held.setdefault(name, set()).add(topic)
-            self._held = {name: frozenset(topics) for name, topics in held.items()}
+        for name in self._changed_groups:
+            topics = self._topics_of.get(name)
+            if topics:
+                self._held[name] = frozenset(topics)
+            else:
+                self._held.pop(name, None)
+        self._changed_groups.clear()
         for stay in self.open.values():
             if stay.broker_name is None or (stay.broker_id == MASTER_ID and not stay.table_known):
                 continue
@@ -275,11 +312,13 @@ class _SessionReplay:
     def scan_until(self, t: float) -> None:
         """The server's idle close (a channel silent serverChannelMaxIdleTimeSeconds is closed:
         Netty's idle handler) and its housekeeping scan at each tick, up to ``t``."""
-        for stay in [s for s in self.open.values() if t - s.last_alive > self.idle_s]:
-            self.now = stay.last_alive + self.idle_s
-            self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {self.idle_s:g} s")
-            self.open.pop(stay.broker_addr)
-            stay.finish(EXPIRED, self.now, self.idle_s)
+        if t - self._idle_from > self.idle_s:  # else no open stay can have been silent that long
+            self._idle_from = min((s.last_alive for s in self.open.values()), default=t)
+            for stay in [s for s in self.open.values() if t - s.last_alive > self.idle_s]:
+                self.now = stay.last_alive + self.idle_s
+                self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {self.idle_s:g} s")
+                self.open.pop(stay.broker_addr)
+                stay.finish(EXPIRED, self.now, self.idle_s)
         while self.next_scan <= t:
             self.now = self.next_scan
             timeouts = {live.channel: live.heartbeatTimeoutMillis / 1000
@@ -329,7 +368,7 @@ class _SessionReplay:
                 self.stays.append(stay)
             stay.events.append(event)
             return
-        header = RegisterBrokerHeader.from_ext(dict(event["ext"] or {}))  # Arrow gives a map as pairs
+        header = self.bodies.header(event)
         table = self.bodies.decoded(event, header)
         self.manager.register_broker(self._request(event, header, table))
         if stay is None:

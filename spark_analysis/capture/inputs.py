@@ -6,7 +6,7 @@ larger than the split size is cut into ranges at arbitrary offsets, each task fi
 record with find_record_boundary; small files are combined into one task. A pcapng file is read
 whole by one task (through mmap, so it need not fit in memory). Files on other filesystems
 (hdfs://, s3a://) are listed by the job through Hadoop and read whole by Spark (``binaryFile``),
-as are gzip-compressed captures anywhere (``.gz``), which their task inflates.
+as are compressed captures anywhere (``.gz``, ``.bz2``, ``.xz``), which their task inflates.
 
 A Piece of a local file carries no payload bytes, only where they are in the file: the task that
 reassembles the connection maps the file and reads them there (copies them out of a small file),
@@ -16,14 +16,16 @@ carry their payloads.
 
 from __future__ import annotations
 
+import bz2
 import glob
+import lzma
 import mmap
 import os
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlparse
 
 import numpy as np
@@ -47,8 +49,36 @@ from spark_analysis.capture.records import (
 )
 
 MAX_SPLIT_BYTES = 256 << 20
-#: captures compressed as tcpdump -z gzip leaves them: read whole by one task, inflated there
-GZIP_SUFFIX = ".gz"
+
+
+class Inflater(Protocol):
+    """A stream decompressor of the standard library (zlib's, bz2's, lzma's): one stream (a gzip
+    member, a bzip2 or xz stream) at a time, what follows it in ``unused_data``."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+
+#: the compression formats read, as ``tcpdump -z gzip`` or ``-z bzip2`` (its manual's two) or a
+#: rotation's xz leave captures: the suffix that has a file read so (whole by one task, inflated
+#: there) and the format's stream decompressor
+READ_FORMATS: dict[str, tuple[str, Callable[[], Inflater]]] = {
+    "gzip": (".gz", lambda: zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)),  # | 16: the gzip header and trailer
+    "bzip2": (".bz2", bz2.BZ2Decompressor),
+    "xz": (".xz", lzma.LZMADecompressor),
+}
+INFLATERS = dict(READ_FORMATS.values())
+#: what each raises on bytes that are not its format (bz2's is an OSError)
+_INFLATE_ERRORS = (zlib.error, OSError, lzma.LZMAError)
+#: the first bytes of compressed files, to say what an input that is not a capture is (a capture
+#: compressed in a format not read, or in one read but not named by its suffix)
+COMPRESSION_MAGICS = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+                      (b"\x04\x22\x4d\x18", "lz4"), (b"PK\x03\x04", "zip"), (b"7z\xbc\xaf\x27\x1c", "7z"))
 MIN_SPLIT_BYTES = 1 << 20
 # A task reads this many whole records past its range: the last record starting in the range,
 # and the chain that find_record_boundary validates when the next range starts near its end.
@@ -224,21 +254,21 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
 def read_task(splits: Iterable[Split], ports: Ports, tally: ReadTally, spool: str | None = None
               ) -> Iterator[Piece]:
     """Segments to or from ``ports`` (every TCP segment if none) in local splits, one piece per 4-tuple and split; a
-    local gzip capture (a whole-file split) is inflated into ``spool`` first (read_gzip)."""
+    local compressed capture (a whole-file split) is inflated into ``spool`` first (read_compressed)."""
     for split in splits:
-        if gzipped(split.file.path) and spool is not None:
-            yield from read_gzip(split.file, ports, tally, spool)
+        if compressed(split.file.path) and spool is not None:
+            yield from read_compressed(split.file, ports, tally, spool)
             continue
         tally.bytes += split.stop - split.start
         content = mapped_file(split.file.path)
         yield from pieces(content, _split_records(content, split, tally), split.file, ports, tally, inline=False)
 
 
-def read_gzip(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> Iterator[Piece]:
-    """A local gzip capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
+def read_compressed(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> Iterator[Piece]:
+    """A local compressed capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
     read in place as any local capture: its pieces locate their payloads in that file, so neither
     the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
-    task's row overflowed the driver's default heap). Facts are noted under the .gz's own name."""
+    task's row overflowed the driver's default heap). Facts are noted under the compressed file's name."""
     target = os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
     inflate_to(local_path(file.path), target, file.path, tally)
     content = mapped_file(target)
@@ -248,21 +278,25 @@ def read_gzip(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> 
 
 
 def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int = 1 << 20) -> None:
-    """Inflate every member of a gzip file into ``target`` (written under a temporary name and
-    renamed: a task run again replaces it). One cut short gives what it holds and is TRUNCATED;
-    one that is no gzip at all gives nothing and is NOT_A_CAPTURE (as gunzip)."""
+    """Inflate every member (stream) of a compressed file into ``target`` (written under a temporary
+    name and renamed: a task run again replaces it). One cut short gives what it holds and is
+    TRUNCATED; one that is not of its suffix's format at all gives nothing and is NOT_A_CAPTURE (as
+    inflate)."""
     part = f"{target}.part"
     wrote = 0
+    new_inflater = INFLATERS[_suffix(name)]
     with open(path, "rb") as source, open(part, "wb") as out:
-        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)  # | 16: the gzip header and trailer
+        inflater = new_inflater()
         started = False  # the current member has had input
+        head = b""
         while data := source.read(chunk):
+            head = head or data
             while data:
                 started = True
                 try:
                     inflated = inflater.decompress(data)
-                except zlib.error:
-                    tally.note_file(name, problem=TRUNCATED if wrote else NOT_A_CAPTURE)
+                except _INFLATE_ERRORS:
+                    _note_not_inflated(tally, name, wrote, head)
                     started = False
                     data = b""
                     source.seek(0, os.SEEK_END)
@@ -272,7 +306,7 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
                 data = b""
                 if inflater.eof:  # the next member, if any, starts in what is left
                     data = inflater.unused_data
-                    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+                    inflater = new_inflater()
                     started = False
         if started and not inflater.eof:
             tally.note_file(name, problem=TRUNCATED)
@@ -280,27 +314,28 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
 
 
 def read_whole(data: Buffer, file: CaptureFile, ports: Ports, tally: ReadTally) -> Iterator[Piece]:
-    """The same for a file's whole content (files that tasks cannot read by range), gzip's
-    inflated."""
-    if gzipped(file.path):
-        data = gunzip(data, file.path, tally)
+    """The same for a file's whole content (files that tasks cannot read by range), a compressed
+    one's inflated."""
+    if compressed(file.path):
+        data = inflate(data, file.path, tally)
     tally.bytes += len(data)
     records = _split_records(data, Split(file, 0, len(data)), tally)
     yield from pieces(data, records, file, ports, tally, inline=True)
 
 
-def gunzip(data: Buffer, path: str, tally: ReadTally) -> bytes:
-    """A gzip file's content, every member of it. One cut short (compressed while it was written,
-    or copied in part) gives what it holds and is TRUNCATED; one that is no gzip at all gives
-    nothing and is NOT_A_CAPTURE."""
+def inflate(data: Buffer, path: str, tally: ReadTally) -> bytes:
+    """A compressed file's content (by its suffix: INFLATERS), every member of it. One cut short
+    (compressed while it was written, or copied in part) gives what it holds and is TRUNCATED; one
+    that is not of its suffix's format at all gives nothing and is NOT_A_CAPTURE."""
     inflated: list[bytes] = []
     rest = bytes(data)
+    new_inflater = INFLATERS[_suffix(path)]
     while rest:
-        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)  # | 16: the gzip header and trailer
+        inflater = new_inflater()
         try:
             inflated.append(inflater.decompress(rest))
-        except zlib.error:
-            tally.note_file(path, problem=TRUNCATED if inflated else NOT_A_CAPTURE)
+        except _INFLATE_ERRORS:
+            _note_not_inflated(tally, path, len(inflated), data)
             break
         if not inflater.eof:
             tally.note_file(path, problem=TRUNCATED)
@@ -309,16 +344,36 @@ def gunzip(data: Buffer, path: str, tally: ReadTally) -> bytes:
     return b"".join(inflated)
 
 
+def _note_not_inflated(tally: ReadTally, path: str, inflated: int, head: Buffer) -> None:
+    """Bytes that do not inflate: TRUNCATED after some that did (a member cut short), else
+    NOT_A_CAPTURE, and in which format the file is if another's magic says so (a zstd file named .gz)."""
+    if inflated:
+        tally.note_file(path, problem=TRUNCATED)
+    else:
+        tally.note_file(path, problem=NOT_A_CAPTURE, compression=compression(head))
+
+
 def read_by_range(file: CaptureFile) -> bool:
     """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
-    reads it whole: a local gzip one inflated into a spool file (read_gzip, on a local master),
-    others through Spark's binaryFile."""
-    return is_local(file.path) and not gzipped(file.path)
+    reads it whole: a local compressed one inflated into a spool file (read_compressed, on a local
+    master), others through Spark's binaryFile."""
+    return is_local(file.path) and not compressed(file.path)
 
 
-def gzipped(path: str) -> bool:
-    """Whether a capture is gzip-compressed, by its name (the driver plans from names and sizes)."""
-    return path.endswith(GZIP_SUFFIX)
+def compressed(path: str) -> bool:
+    """Whether a capture is compressed in a format read (INFLATERS), by its name: the driver plans
+    from names and sizes."""
+    return _suffix(path) in INFLATERS
+
+
+def _suffix(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+def compression(head: Buffer) -> str | None:
+    """The compression format whose magic bytes ``head`` (a file's first bytes) starts with, if any."""
+    start = bytes(memoryview(head)[:8])
+    return next((name for magic, name in COMPRESSION_MAGICS if start.startswith(magic)), None)
 
 
 def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, tally: ReadTally,
@@ -373,6 +428,8 @@ class FileFacts(NamedTuple):
     cut_records: int = 0
     uncaptured_bytes: int = 0
     cut_at: int = 0
+    #: a file NOT_A_CAPTURE whose bytes are compressed: in which format (COMPRESSION_MAGICS)
+    compression: str | None = None
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -395,7 +452,8 @@ class ReadTally:
 
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
-                  cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0) -> None:
+                  cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
+                  compression: str | None = None) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
@@ -403,7 +461,7 @@ class ReadTally:
             max((t for t in (old.last, last) if t is not None), default=None),
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
-            old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at))
+            old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression)
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
@@ -430,7 +488,7 @@ def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordInd
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])
     except ValueError:
         if split.start == 0:
-            tally.note_file(split.file.path, problem=NOT_A_CAPTURE)
+            tally.note_file(split.file.path, problem=NOT_A_CAPTURE, compression=compression(view))
         return _NO_RECORDS
     if header is None:
         tally.note_file(split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view))

@@ -58,6 +58,7 @@ class Sessions:
         self.runs = runs or {}
         self.observed = observed or {}
         self.files = files or {}  # endpoint -> the input files with its segments
+        self._starts: dict[str | None, tuple[float, ...]] = {}  # starts(), worked out once per endpoint
 
     def files_of(self, server: str | None, files: FileSpans) -> FileSpans:
         """Those of ``files`` that carried the endpoint's segments (all, where not known)."""
@@ -73,7 +74,11 @@ class Sessions:
                          strict=True))
 
     def starts(self, server: str | None) -> tuple[float, ...]:
-        return tuple(sorted({*(start for start, _ in self.spans(server)), *self.runs.get(server or "", ())}))
+        found = self._starts.get(server)
+        if found is None:
+            found = self._starts[server] = tuple(sorted({*(start for start, _ in self.spans(server)),
+                                                         *self.runs.get(server or "", ())}))
+        return found
 
     def start_of(self, server: str | None, t: float) -> float:
         starts = self.starts(server)

@@ -84,7 +84,7 @@ _EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 50_000  # decoded rows per Arrow batch sent on (each batch's counting and row group cost ~ms)
-_INFLATED = 8  # what a gzip capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
+_INFLATED = 8  # what a compressed capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
@@ -94,7 +94,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
     done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
     On a local master, local gzip captures are inflated into a spool directory for the job's time
-    (inputs.read_gzip)."""
+    (inputs.read_compressed)."""
     spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
     try:
         return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool)
@@ -109,7 +109,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     files = inputs.discover(paths, partial(_list_hadoop, spark))
-    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.gzipped(f.path)]
+    spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
@@ -132,8 +132,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
-             + "".join(f"\n      {f['path']}: {f['problem']}"
-                                                 for f in file_rows if f["problem"]))
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
     ends = merged_ends(by_path)
@@ -152,7 +151,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (_INFLATED if inputs.gzipped(f.path) else 1) for f in whole)
+    whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
     dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)

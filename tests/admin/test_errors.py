@@ -39,7 +39,13 @@ async def test_usage_errors():
     assert (await run_cli("topicRoute")).code == 2  # -t missing
     assert (await run_cli("noSuchCommand")).code == 2
     run = await run_cli("-n", "localhost:x", "clusterList")
-    assert (run.code, run.err) == (2, "error: bad NameServer address 'localhost:x' (expected host or host:port)\n")
+    assert (run.code, run.err) == (2, "error: bad NameServer address 'localhost:x' (expected host, host:port or "
+                                      "[IPv6]:port)\n")
+    run = await run_cli("-n", "10.0.0.1:9876,10.0.0.2:9876", "clusterList")  # a list with Kafka's separator
+    assert (run.code, run.err) == (2, "error: bad NameServer address '10.0.0.1:9876,10.0.0.2:9876' (NameServers are "
+                                      "separated by ';', as with mqadmin -n)\n")
+    run = await run_cli("-n", "a:b:9876", "clusterList")  # not an IPv6 address: no brackets made up for it
+    assert run.code == 2 and "expected host, host:port or [IPv6]:port" in run.err
     assert (await run_cli("--timeout", "0", "clusterList")).code == 2
     assert (await run_cli("compare", "127.0.0.1:1", "127.0.0.1:")).code == 2
     assert (await run_cli("--help")).code == 0

@@ -285,22 +285,27 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     (bad / "cut.pcap").write_bytes(capture("json_lifecycle.pcap").read_bytes()[:24 + 30])
     (bad / "README.md").write_text("# what these captures are\n")  # notes beside captures: information only
     (bad / "namesrv.out").write_text("The Name Server boot success.\n")  # a server's console output kept beside
+    (bad / "rotated.pcap.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(40))  # tcpdump -z zstd: named, with what to do
 
     monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
     monkeypatch.setattr(session, "stop", lambda spark: None)  # the shared session goes on
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
     console = capsys.readouterr()
-    for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated")):
+    for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated"),
+                          ("rotated.pcap.zst", "not a capture: zstd-compressed, a format not read (decompress it")):
         assert f"{bad / name}: {problem}" in console.out, console.out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {(Path(f["path"]).name, f["problem"], f["severity"]) for f in kinds(summary, "bad_input")} == {
         ("notes.pcap", "not a capture", "critical"), ("empty.pcap", "empty", "critical"),
         ("cut.pcap", "truncated", "critical"), ("README.md", "not a capture", "info"),
+        ("rotated.pcap.zst", "not a capture", "critical"),
         ("namesrv.out", "not a capture", "info")}
     # the notes are a finding of their own: a critical line names only what could not be read
     assert {(f["severity"], f["subject"]): sorted(Path(item["path"]).name for item in f["evidence"])
             for f in summary["findings"] if f["kind"] == "bad_input"} == {
-        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap"], ("info", "notes"): ["README.md", "namesrv.out"]}
+        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap", "rotated.pcap.zst"],
+        ("info", "notes"): ["README.md", "namesrv.out"]}
+    assert [f["compression"] for f in summary["inputs"]["files"] if f["path"].endswith(".zst")] == ["zstd"]
     assert "no input is a capture" in console.err
     assert "cut.pcap" in (tmp_path / "out" / "report.html").read_text()
 

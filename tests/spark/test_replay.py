@@ -93,7 +93,7 @@ def registration(t: float, addr: str = "10.0.0.1:10911", broker_id: int = 0, nam
     body = encode_register_body(RegisterBrokerBody(DataVersion(1000, counter), {topic: TopicConfig(topic, 8, 8, 6)
                                                                                  for topic in topics}),
                                 False, version >= V5_3_3)
-    ext = {"clusterName": "C", "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id)}
+    ext = [("clusterName", "C"), ("brokerAddr", addr), ("brokerName", name), ("brokerId", str(broker_id))]  # as Arrow
     return event(t, REGISTER, addr=addr, broker_id=broker_id, name=name, version=version, ext=ext,
                  body=body, body_key=hashlib.blake2b(body, digest_size=16).digest(), **more)
 
@@ -253,3 +253,36 @@ def test_a_server_that_went_away_ends_its_brokers_stays_as_stopped() -> None:
                                     event(110.0, REGISTER)], sessions, story, lambda t: 200.0)
     assert [(s.session, s.end) for s in replay.stays] == [(f"{SERVER}@1970-01-01T00:00:00Z", "server_stopped"),
                                                           (f"{SERVER}@1970-01-01T00:01:44Z", "alive")]
+
+
+def test_the_replays_work_follows_what_changed(monkeypatch) -> None:
+    """Counted in work, never time: a broker of 2,000 topics registering every 30 s beside one that
+    adds a topic each time costs the topic counts the changed topics, not a walk of every topic
+    held per change; a header sent again is read once (a broker sends the same every 30 s)."""
+    from spark_analysis.analysis import replay as replay_module
+    from tests.test_change_cost import Walked
+    from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
+
+    managers = []
+
+    class Counted(replay_module.RouteInfoManager):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.topicQueueTable = Walked()
+            managers.append(self)
+
+    read = []
+    from_ext = RegisterBrokerHeader.from_ext
+    monkeypatch.setattr(replay_module, "RouteInfoManager", Counted)
+    monkeypatch.setattr(RegisterBrokerHeader, "from_ext", classmethod(lambda cls, ext: read.append(1) or from_ext(ext)))
+    big = tuple(f"Big{i}" for i in range(2000))
+    events = []
+    for n in range(20):
+        events.append(registration(10.0 + 30 * n, "10.0.0.1:10911", name="big", topics=big))
+        events.append(registration(11.0 + 30 * n, "10.0.0.2:10911", name="grows", counter=n + 1,
+                                   topics=tuple(f"G{i}" for i in range(n + 1))))
+    replay = replayed(events, end=700.0)
+    assert [stay.topics[-1] for stay in replay.stays] == [(10.0, 2000), (581.0, 20)]
+    # one walk, at the session's end (what it held then); the old replay walked 2,000+ at each of 20 changes
+    assert managers[0].topicQueueTable.visited == 2020
+    assert len(read) == 2  # one per distinct header: each broker sent the same one 20 times

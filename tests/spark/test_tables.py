@@ -1,10 +1,12 @@
 """What the tasks compute themselves: the tables' part files (tables.py), the report's latency
 buckets (latency.py), the tallies the driver adds up (model/tally.py), gzip captures
-inflated (inputs.gunzip, inputs.inflate_to). Pure Python: no Spark session."""
+inflated (inputs.inflate, inputs.inflate_to). Pure Python: no Spark session."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import math
 import os
 from collections import Counter
@@ -15,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_analysis.analysis import latency
+from spark_analysis.analysis import findings, latency
 from spark_analysis.capture import inputs
 from spark_analysis.decode.rows import CALL, FRAME
 from spark_analysis.model.tally import Tally, add
@@ -124,18 +126,18 @@ def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
 def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:
     """tcpdump -z gzip, rotated files joined with cat, one copied in part, one that is no gzip."""
     tally = inputs.ReadTally()
-    assert inputs.gunzip(gzip.compress(b"pcap ") + gzip.compress(b"records"), "two.gz", tally) == b"pcap records"
+    assert inputs.inflate(gzip.compress(b"pcap ") + gzip.compress(b"records"), "two.gz", tally) == b"pcap records"
     assert "two.gz" not in tally.files
     data = os.urandom(50_000)  # incompressible: a cut in the middle of the stream
-    cut = inputs.gunzip(gzip.compress(data)[:30_000], "cut.gz", tally)
+    cut = inputs.inflate(gzip.compress(data)[:30_000], "cut.gz", tally)
     assert 0 < len(cut) < len(data) and data.startswith(cut)
     assert tally.files["cut.gz"].problem == inputs.TRUNCATED
-    assert inputs.gunzip(b"not a capture\n", "notes.gz", tally) == b""
+    assert inputs.inflate(b"not a capture\n", "notes.gz", tally) == b""
     assert tally.files["notes.gz"].problem == inputs.NOT_A_CAPTURE
 
 
 def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
-    """The same as gunzip, a chunk at a time (small chunks here: members and a cut across them),
+    """The same as inflate, a chunk at a time (small chunks here: members and a cut across them),
     into a file: never the whole capture in memory."""
     data = os.urandom(50_000)
     cases = {"two.gz": (gzip.compress(b"pcap ") + gzip.compress(b"records"), b"pcap records", None),
@@ -146,9 +148,48 @@ def test_gzip_is_inflated_as_a_stream_into_a_file(tmp_path: Path) -> None:
         tally = inputs.ReadTally()
         inputs.inflate_to(str(tmp_path / name), str(tmp_path / f"{name}.pcap"), name, tally, chunk=1000)
         got = (tmp_path / f"{name}.pcap").read_bytes()
-        assert got == (inputs.gunzip(compressed, name, inputs.ReadTally()) if inflated is None else inflated), name
+        assert got == (inputs.inflate(compressed, name, inputs.ReadTally()) if inflated is None else inflated), name
         assert (tally.files[name].problem if name in tally.files else None) == problem, name
     assert 0 < len((tmp_path / "cut.gz.pcap").read_bytes()) < len(data)
+
+
+@pytest.mark.parametrize("suffix, compress", [(".bz2", lambda data: bz2.compress(data, 1)), (".xz", lzma.compress)])
+def test_bzip2_and_xz_captures_are_inflated_as_gzip_ones(tmp_path: Path, suffix: str, compress) -> None:
+    """tcpdump -z bzip2 (its manual's other example) and xz left captures "not a capture"; now every
+    stream of them is read as gzip's members are, one cut short is TRUNCATED, one of another format
+    is NOT_A_CAPTURE naming what it is. (bzip2 inflates by whole blocks, 100 kB at level 1: a cut
+    one gives the blocks before the cut.)"""
+    data = os.urandom(300_000)
+    cases = {f"two{suffix}": (compress(b"pcap ") + compress(b"records"), b"pcap records", None),
+             f"cut{suffix}": (compress(data)[:200_000], None, inputs.TRUNCATED),
+             f"zstd{suffix}": (b"\x28\xb5\x2f\xfd" + b"\0" * 20, b"", inputs.NOT_A_CAPTURE)}
+    for name, (compressed, inflated, problem) in cases.items():
+        assert inputs.compressed(name)
+        (tmp_path / name).write_bytes(compressed)
+        tally = inputs.ReadTally()
+        inputs.inflate_to(str(tmp_path / name), str(tmp_path / f"{name}.pcap"), name, tally, chunk=1000)
+        whole = inputs.inflate(compressed, name, inputs.ReadTally())
+        assert (tmp_path / f"{name}.pcap").read_bytes() == whole, name
+        assert inflated is None or whole == inflated, name
+        assert (tally.files[name].problem if name in tally.files else None) == problem, name
+    assert 0 < len((tmp_path / f"cut{suffix}.pcap").read_bytes()) < len(data)
+    assert tally.files[f"zstd{suffix}"].compression == "zstd"
+
+
+def test_an_input_that_is_not_a_capture_says_when_it_is_compressed_and_what_to_do(tmp_path: Path) -> None:
+    """A zstd capture, or a gzip one without its suffix, was only "not a capture": now the reading
+    task names the format and the finding what makes it readable."""
+    pcap = b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + bytes(8) + b"\xff\xff\x00\x00\x01\x00\x00\x00"  # a pcap header
+    files = {"a.pcap.zst": b"\x28\xb5\x2f\xfd" + bytes(100), "b.pcap": gzip.compress(pcap), "c.pcap": b"plain text\n"}
+    tally = inputs.ReadTally()
+    given = [inputs.CaptureFile(name, len(data), index) for index, (name, data) in enumerate(files.items())]
+    for file in given:
+        inputs._split_records(files[file.path], inputs.Split(file, 0, file.size), tally)
+    rows = findings.input_files(given, tally)
+    texts = {row["path"]: findings.problem_text(row) for row in rows}
+    assert texts == {"a.pcap.zst": "not a capture: zstd-compressed, a format not read (decompress it first)",
+                     "b.pcap": "not a capture: gzip-compressed, read when its name ends in .gz",
+                     "c.pcap": "not a capture"}
 
 
 def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:

@@ -54,6 +54,17 @@ def test_a_restored_server_answers_exactly_what_it_answered(profile):
 
 
 @BOTH
+def test_a_restored_table_shares_its_alike_queue_data(profile):
+    """Entries alike are one QueueData once restored, as a registration leaves them (a snapshot
+    of a million topics made a million of them), and answer as before."""
+    before, _ = populated(profile)
+    after, _ = restored(profile, export_routes(before))
+    held = [queues["broker-a"] for queues in after.topicQueueTable.values() if "broker-a" in queues]
+    assert len(held) == 3 and len({id(queue) for queue in held}) == 1
+    assert answers(after) == answers(before)
+
+
+@BOTH
 def test_restored_brokers_expire_after_their_timeout_unless_they_register_again(profile):
     routes, clock = restored(profile, export_routes(populated(profile)[0]))
     clock.advance(30)

@@ -8,6 +8,7 @@ import json
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.web.client import Agent, readBody
 
 from tests.support import free_port, server_config, start_server
@@ -97,10 +98,35 @@ def test_nsaddr_bound_to_every_interface_answers_the_address_the_poller_reached(
         yield service.stopService()
 
 
-@pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000"])
-def test_a_malformed_nsaddr_list_is_refused_naming_the_key(value):
-    with pytest.raises(ConfigError, match=r"nsaddrList: .* is not host:port"):
-        NamesrvConfig({"nsaddrList": value})
+@pytest_twisted.inlineCallbacks
+def test_a_server_on_ipv6_names_its_address_in_brackets(tmp_path):
+    """Bound to ``::1`` the boot line said ``address ::1:9876`` (an address with no port, read as
+    written) while ``/rocketmq/nsaddr`` said ``[::1]:9876``: one formatter now writes them all."""
+    lines: list[str] = []
+
+    def observe(event: dict) -> None:
+        lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        service, port, base = yield started(tmp_path, bindAddress="::1")
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    try:
+        assert service.state.listen_address == f"[::1]:{port}"
+        assert any(f"address [::1]:{port}," in line for line in lines), lines
+        _, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert body == f"[::1]:{port}".encode()
+    finally:
+        yield service.stopService()
+
+
+@pytest.mark.parametrize("key", ["nsaddrList", "namesrvAddr"])
+@pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000", "a:9876,b:9876",
+                                   "a:9876 b:9876"])
+def test_a_malformed_nsaddr_list_is_refused_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}: .* is not host:port"):
+        NamesrvConfig({key: value})
 
 
 def test_nsaddr_list_is_guarded_from_remote_updates():

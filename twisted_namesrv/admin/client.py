@@ -7,6 +7,7 @@ an opaque that increments across the process.  A command line needs no reactor.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import secrets
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import needs_signature, signed_bound
+from ..state.hosts import host_port
 
 DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
@@ -93,20 +95,31 @@ def split_namesrv_list(text: str) -> list[str]:
 
 
 def parse_address(addr: str) -> tuple[str, int]:
-    """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port."""
+    """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port.
+    A list separated by commas or spaces is refused naming RocketMQ's separator: taken as one host
+    it was "connect to [a:9876,b]:9876 failed: Name or service not known"."""
+    if "," in addr or any(c.isspace() for c in addr):
+        raise AdminError(f"bad NameServer address {addr!r} (NameServers are separated by ';', as with mqadmin -n)")
     if ":" not in addr or (addr.startswith("[") and addr.endswith("]")):
         host, port = addr, str(DEFAULT_PORT)
     else:
         host, _, port = addr.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise AdminError(f"bad NameServer address {addr!r} (expected host or host:port)")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or (":" in host and not _is_ipv6(host)):
+        raise AdminError(f"bad NameServer address {addr!r} (expected host, host:port or [IPv6]:port)")
     return host, int(port)
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _with_port(addr: str) -> str:
-    host, port = parse_address(addr)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(*parse_address(addr))
 
 
 def json_body(addr: str, response: RemotingCommand) -> Any:

@@ -26,6 +26,7 @@ from ..bodies.route import DataVersion
 from ..remoting import RequestCode, ResponseCode
 from ..remoting.codes import V4_9_8, V5_3_3, code_name
 from ..remoting.crc import crc32_masked
+from ..state.hosts import host_port
 from .client import AdminError, NamesrvClient, parse_address
 from .terminal import printable
 
@@ -71,7 +72,7 @@ def brokers_from(args: argparse.Namespace, now_ms: int) -> list[SimulatedBroker]
     brokers = []
     for i in range(args.brokers):
         table = {t: TopicConfig(t, args.queues, args.queues) for t in names}
-        addr = f"[{host}]:{port + 2 * i}" if ":" in host else f"{host}:{port + 2 * i}"
+        addr = host_port(host, port + 2 * i)
         brokers.append(SimulatedBroker(args.cluster, args.broker_name if i == 0 else f"{args.broker_name}-{i}", addr,
                                        0, table, version, DataVersion(now_ms, 1)))
     return brokers

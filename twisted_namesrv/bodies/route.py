@@ -22,10 +22,12 @@ FLAG_UNIT_SUB = 1 << 1
 MASTER_ID = 0
 
 
-class QueueData(msgspec.Struct, gc=False):
+class QueueData(msgspec.Struct, gc=False, frozen=True):
     """One broker group's queues of a topic (topicQueueTable's values). A msgspec Struct with
     gc=False: it holds no cycles, so the collector never visits one, and a dict of them (a topic's
-    entry) is not tracked either: a table of a million topics costs a full collection nothing."""
+    entry) is not tracked either: a table of a million topics costs a full collection nothing.
+    Frozen: one is shared by every topic a registration gives the same queues (a group's topics
+    mostly have the same numbers), so a change of one topic's replaces it (``with_perm``)."""
 
     brokerName: str
     readQueueNums: int
@@ -36,6 +38,9 @@ class QueueData(msgspec.Struct, gc=False):
     def bean(self) -> dict[str, Any]:
         return {"brokerName": self.brokerName, "perm": self.perm, "readQueueNums": self.readQueueNums,
                 "topicSysFlag": self.topicSysFlag, "writeQueueNums": self.writeQueueNums}
+
+    def with_perm(self, perm: int) -> QueueData:
+        return msgspec.structs.replace(self, perm=perm)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> QueueData:

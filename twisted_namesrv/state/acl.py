@@ -351,7 +351,9 @@ class AccessControl:
         #: whose signature verified have one
         self.nonces: dict[str, NonceCache] = {}
         self.nonce_limit = NONCE_LIMIT
-        self.started = clock()
+        #: the start to the millisecond, as a NamesrvSignature gives its time: one signed in the very
+        #: millisecond the server started is not before it
+        self.started = int(clock() * 1000) / 1000
 
     @classmethod
     def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "", *,

@@ -291,8 +291,13 @@ def _check_networks(text: str) -> None:
 
 
 def _check_nsaddr_list(name: str, text: str) -> None:
-    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it."""
+    """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it.
+    An entry with a comma or a space is a list written with another separator: taken as one
+    ``host:port`` (the last entry's port) it named no server and nothing said so."""
     for entry in filter(None, (part.strip() for part in text.split(";"))):
+        if "," in entry or any(c.isspace() for c in entry):
+            raise ConfigError(f"{name}: {entry!r} is not host:port: NameServers are separated by ';' "
+                              "(host:port;host:port)")
         host, _, port = entry.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"{name}: {entry!r} is not host:port (a port 1 to 65535)")

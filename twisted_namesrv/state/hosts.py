@@ -49,6 +49,12 @@ class Host:
     port: int | None
 
 
+def host_port(host: str, port: int | str) -> str:
+    """``host:port`` as an address list, a URL and a log line write it: an IPv6 address in brackets
+    (``[::1]:9876``), else ``::1:9876`` reads as the address ``::1:9876`` with no port."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _address(text: str) -> Address | None:
     """An IP address as written in a Host (``[v6]`` without brackets here), IPv4-mapped IPv6 as IPv4;
     None for a name.  Python's parser refuses ``127.1``, ``0x7f.0.0.1`` and leading zeros: those are

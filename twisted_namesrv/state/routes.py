@@ -140,7 +140,8 @@ class _Pending:
     someone subscribes), the entries a registration staged and the groups that emptied (both
     committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
-    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "emptied", "events", "earlier")
+    __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "staged_group", "emptied", "events",
+                 "earlier")
 
     def __init__(self, collect: bool) -> None:
         self.collect = collect
@@ -149,6 +150,7 @@ class _Pending:
         self.brokers: dict[str | None, None] = {}
         self.everything = False
         self.staged: Staged | None = None
+        self.staged_group = ""  # the broker group whose entries are staged
         #: groups that lost their last member, in departure order, with the departure that emptied each
         self.emptied: dict[str, Departure | None] = {}
         self.events: list[Departure] = []
@@ -395,7 +397,7 @@ class RouteInfoManager:
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
-            layer = StagedEntries(self._table, pending.staged)
+            layer = StagedEntries(self._table, pending.staged_group, pending.staged)
         elif pending.emptied:
             last = self._layers[-1] if self._layers else None
             if isinstance(last, Departed) and not last.started:  # one walk for both
@@ -441,14 +443,14 @@ class RouteInfoManager:
         if pending.collect:
             pending.topics[topic] = None
 
-    def _write(self, staged: Staged) -> None:
-        """Inside a change: a registration's staged entries, written when the change commits
-        (published with it: the topics are the entries' keys)."""
+    def _write(self, group: str, staged: Staged) -> None:
+        """Inside a change: a registration's staged entries of ``group``, written when the change
+        commits (published with it: the topics are the entries' keys)."""
         if staged:
             pending: _Pending = self._pending  # type: ignore[assignment]
             assert pending.staged is None, "one registration per change"
             pending.dirty = True
-            pending.staged = staged
+            pending.staged, pending.staged_group = staged, group
 
     def _broker_changed(self, broker_name: str | None) -> None:
         """Inside a change: a group's addresses, zone, flags or queue permissions changed, so
@@ -758,7 +760,7 @@ class RouteInfoManager:
         """Java's topic application under the staging's rules: its entries written as the change
         commits (and counted now), then 5.x's queue mappings; the broker's memos afterwards."""
         req, rules = plan.request, staging.rules
-        self._write(staging.staged)
+        self._write(req.brokerName, staging.staged)
         if staging.added != staging.removed:
             self._count_queue(req.brokerName, staging.added - staging.removed)
         if rules.every_topic and not rules.all_or_none:
@@ -971,11 +973,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            self.settle_now()  # edited in place
-            for queues in self._table.values():
-                queue = queues.get(broker.brokerName)
-                if queue is not None:
-                    queue.perm &= ~PERM_WRITE
+            self._change_perm(broker.brokerName, lambda perm: perm & ~PERM_WRITE)
         if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
@@ -1007,14 +1005,24 @@ class RouteInfoManager:
 
     def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         self._forget_tables()
+        count = self._change_perm(broker_name, change)
+        self._broker_changed(broker_name)
+        return count
+
+    def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+        """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
+        share one, by replacements shared the same way; how many topics hold one."""
         self.settle_now()  # edited in place
         count = 0
+        replaced: dict[QueueData, QueueData] = {}
         for queues in self._table.values():
             queue = queues.get(broker_name)  # type: ignore[arg-type]
             if queue is not None:
-                queue.perm = change(queue.perm)
+                new = replaced.get(queue)
+                if new is None:
+                    new = replaced[queue] = queue.with_perm(change(queue.perm))
+                queues[broker_name] = new  # type: ignore[index]
                 count += 1
-        self._broker_changed(broker_name)
         return count
 
     @_one_change

@@ -12,8 +12,9 @@ the whole table in place finishes them first (``finish``): such work is as big a
 
 Two kinds of layer:
 
-- ``Staged``: a registration's new entries, built aside in steps (state/registration.py): each
-  topic's queues as the registration leaves them (empty: the topic leaves the table).
+- ``Staged``: a registration's new entries, built aside in steps (state/registration.py): the
+  group's queue data for each topic it changes (None: out of the topic; a topic left with none
+  leaves the table), written into the table's entries in place.
 - ``Departed``: broker groups that left (their brokers, addresses and clusters already gone): their
   queues are hidden from every lookup at once, then removed topic by topic, first finding which
   topics hold them (one walk of the table, in slices, once the layers before it are written), then
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
-from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
@@ -42,8 +42,7 @@ REMOVE_PER_STEP = 1024
 
 Table = dict[str, dict[str, QueueData]]
 Queues = Mapping[str, QueueData]
-_ABSENT: dict[str, QueueData] = {}
-_QUEUES = itemgetter(1)
+_UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic the registration did not stage (None is staged)
 T = TypeVar("T")
 
 
@@ -68,22 +67,33 @@ class Layer(Protocol):
 
 
 class Staged:
-    """A registration's staged entries (topic -> its queues; empty: the topic leaves)."""
+    """A registration's staged entries: ``group``'s queue data for each topic it changes (None:
+    the group's queues leave the topic).  Written into the table's own entries in place, not as
+    copies of them: a registration then leaves nothing to free among what the table keeps (copies
+    replacing entries left a third of the heap in holes the allocator could not give back)."""
 
-    __slots__ = ("table", "staged", "events", "_todo", "_left")
+    __slots__ = ("table", "group", "staged", "events", "_todo", "_left")
 
-    def __init__(self, table: Table, staged: Mapping[str, dict[str, QueueData]]) -> None:
+    def __init__(self, table: Table, group: str, staged: Mapping[str, QueueData | None]) -> None:
         self.table = table
+        self.group = group
         self.staged = staged
         self.events: list[Any] = []
-        self._todo: Iterator[tuple[str, dict[str, QueueData]]] = iter(staged.items())
+        self._todo: Iterator[tuple[str, QueueData | None]] = iter(staged.items())
         self._left = len(staged)
 
     def over(self, topic: str, queues: Queues | None) -> Queues | None:
-        staged = self.staged.get(topic, _ABSENT)
-        if staged is _ABSENT:
+        queue = self.staged.get(topic, _UNSTAGED)
+        if queue is _UNSTAGED:
             return queues
-        return staged or None
+        group = self.group
+        if queue is None:
+            if not queues or group not in queues:
+                return queues
+            return {name: held for name, held in queues.items() if name != group} or None
+        merged = dict(queues) if queues else {}
+        merged[group] = queue
+        return merged
 
     def step(self) -> bool:
         return self._write(WRITE_PER_STEP)
@@ -92,15 +102,16 @@ class Staged:
         self._write(self._left)
 
     def _write(self, count: int) -> bool:
-        table, chunk = self.table, list(islice(self._todo, count))
-        if all(map(_QUEUES, chunk)):  # nothing leaves the table: written in C
-            table.update(chunk)
-        else:
-            for topic, queues in chunk:
-                if queues:
-                    table[topic] = queues
+        table, group = self.table, self.group
+        for topic, queue in islice(self._todo, count):
+            queues = table.get(topic)
+            if queue is not None:
+                if queues is None:
+                    table[topic] = {group: queue}
                 else:
-                    table.pop(topic, None)
+                    queues[group] = queue
+            elif queues is not None and queues.pop(group, None) is not None and not queues:
+                del table[topic]
         self._left = max(0, self._left - count)
         return self._left > 0
 

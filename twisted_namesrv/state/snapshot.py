@@ -72,8 +72,16 @@ def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> RouteTables:
     """Everything converted before anything is replaced: a damaged file changes nothing."""
     now = routes.now_ms()
     live_key = routes.live_key
-    topics = {str(topic): {str(q[0]): QueueData(str(q[0]), int(q[1]), int(q[2]), int(q[3]), int(q[4]))
-                           for q in queues}
+    shared: dict[tuple[str, int, int, int, int], QueueData] = {}
+
+    def queue_data(fields: list[Any]) -> QueueData:
+        """One QueueData for all the entries alike, as registrations share them (QueueData)."""
+        numbers = (str(fields[0]), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[4]))
+        queue = shared.get(numbers)
+        if queue is None:
+            queue = shared[numbers] = QueueData(*numbers)
+        return queue
+    topics = {str(topic): {str(q[0]): queue_data(q) for q in queues}
               for topic, queues in snapshot["topicQueueTable"].items()}
     brokers = {str(name): BrokerData(str(b["cluster"]), str(name), {int(i): str(a) for i, a in b["brokerAddrs"]},
                                      b["zoneName"], bool(b["enableActingMaster"]))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from twisted.web import pages, resource, server
 
 from ..state.config import NamesrvConfig, split_advertised
+from ..state.hosts import host_port
 
 NSADDR = b"nsaddr"
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
@@ -38,11 +39,11 @@ class NsaddrResource(resource.Resource):
         advertised = str(self.config["advertisedAddress"]).strip()
         if advertised:
             host, port = split_advertised(advertised)
-            return _host_port(host, self.listen_port() if port is None else port)
+            return host_port(host, self.listen_port() if port is None else port)
         host = str(self.config["bindAddress"])
         if host in WILDCARDS:
             host = request.getHost().host  # the interface this poller reached: reachable from it
-        return _host_port(host, self.listen_port())
+        return host_port(host, self.listen_port())
 
     def render_GET(self, request: server.Request) -> bytes:
         if request.postpath:  # /rocketmq/nsaddr/anything
@@ -50,10 +51,6 @@ class NsaddrResource(resource.Resource):
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
         return self.answer(request).encode()
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class RocketmqDirectory(resource.Resource):
