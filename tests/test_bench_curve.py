@@ -82,6 +82,9 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
     figures = runs[0]["figures"]
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm", "mass_disconnect"):
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
+    for phase in ("first_registration", "repeated_registration", "heartbeat_storm"):  # the brokers' side of each
+        assert 0 < figures[f"{phase}_rtt_p50_ms"] <= figures[f"{phase}_rtt_max_ms"]
+        assert figures[f"{phase}_load_cpu_s"] > 0
     assert figures["rss_mib_registered"] > 0
     with (tmp_path / "runs.jsonl").open("a") as f:
         f.write('{"round": 1, "step": "tiny", "ser')  # a run killed while writing its line

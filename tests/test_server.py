@@ -27,7 +27,7 @@ from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.header import Header
 from twisted_namesrv.schema import SERVER_SCHEMA
-from twisted_namesrv.server import send_now
+from twisted_namesrv.server import send_now, write_now
 from twisted_namesrv.state.config import NamesrvConfig
 
 IDLE = 120
@@ -282,6 +282,80 @@ def test_answers_are_sent_at_once_unless_the_socket_is_closing(disconnecting: bo
     send_now(transport)
     assert transport.flushed == flushed
     send_now(StringTransportWithDisconnection())  # no doWrite (TLS, tests): the reactor sends
+
+
+class _SocketTransport(StringTransportWithDisconnection):
+    """What write_now needs of a socket transport (tcp.Connection's names): ``writeSomeData``
+    taking ``takes`` bytes a call (an int), or failing (an exception, as Twisted returns one)."""
+
+    dataBuffer = b""
+    _writeDisconnected = False
+
+    def __init__(self, takes: int | Exception | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.takes = takes
+        self.sent: list[bytes] = []
+        self.written: list[bytes] = []
+        self._tempDataBuffer: list[bytes] = []
+
+    def writeSomeData(self, data: bytes) -> int | Exception:
+        if isinstance(self.takes, Exception):
+            return self.takes
+        taken = len(data) if self.takes is None else min(self.takes, len(data))
+        self.sent.append(bytes(data[:taken]))
+        return taken
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+        super().write(data)
+
+
+def test_an_answer_goes_straight_to_a_socket_with_nothing_queued(harness):
+    """A broker's heartbeat answered over a socket transport with nothing buffered is sent by
+    ``writeSomeData`` alone: not through ``transport.write``, which registers the socket for writing
+    and unregisters it once sent (two epoll_ctl calls an answer, on the old code every answer's)."""
+    proto = harness.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 40000))
+    transport = _SocketTransport()
+    transport.protocol = proto
+    proto.makeConnection(transport)
+    proto.dataReceived(register_frame().encode())
+    assert transport.written == [] and len(transport.sent) == 1
+    assert RemotingCommand.decode(transport.sent[0][4:]).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize("takes", [10, ConnectionError("gone")])
+def test_what_the_socket_does_not_take_goes_through_the_transport(takes) -> None:
+    """What the kernel did not take, or all of it after a failed send, is written the usual way
+    (the reactor sends the rest, or finds the failure and closes the connection); bytes already
+    queued keep their place: the next answer goes behind them."""
+    transport = _SocketTransport(takes)
+    write_now(transport, b"0123456789abcdef")
+    assert b"".join(transport.sent + transport.written) == b"0123456789abcdef" if takes == 10 else (
+        transport.written == [b"0123456789abcdef"])
+    queued = _SocketTransport()
+    queued._tempDataBuffer.append(b"before")
+    write_now(queued, b"after")
+    assert queued.sent == [] and queued.written == [b"after"]
+
+
+def test_an_answer_over_tls_is_never_written_to_the_socket_under_it() -> None:
+    """TLS's wrapper (a ProtocolWrapper) hands attributes it lacks to the socket transport under
+    it: write_now must not take that socket's writeSomeData for the wrapper's (the bytes would go
+    out unencrypted), only a transport whose own class has it."""
+    socket = _SocketTransport()
+
+    class Wrapper:
+        def __init__(self) -> None:
+            self.transport, self.written = socket, []
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+        def __getattr__(self, name: str):
+            return getattr(self.transport, name)
+    tls = Wrapper()
+    write_now(tls, b"answer")  # type: ignore[arg-type]
+    assert tls.written == [b"answer"] and socket.sent == []
 
 
 def test_a_registration_over_16_mib_needs_a_raised_frame_limit(tmp_path):

@@ -459,7 +459,8 @@ class NamesrvService(service.MultiService):
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)
         log.info("{message}, address {address}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
-                 address=self.state.listen_address, compat=self.config.profile.name, version=__version__)
+                 address=self.state.listen_address, host=address.host, port=address.port,  # JSON logs' fields
+                 compat=self.config.profile.name, version=__version__)
         if self.web is not None:
             address = self.web.port.getHost()
             log.info("metrics and status page on http://{address}/", address=host_port(address.host, address.port))

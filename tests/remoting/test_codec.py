@@ -17,7 +17,14 @@ from twisted_namesrv.bodies.register import (
     encode_register_body,
 )
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, fastjson
+from twisted_namesrv.remoting import (
+    FrameDecoder,
+    RemotingCommand,
+    RemotingDecodeError,
+    RequestCode,
+    SerializeType,
+    fastjson,
+)
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.header import HeaderTemplates, decode_binary_header
@@ -263,3 +270,18 @@ def test_any_command_roundtrips(code, opaque, flag, remark, ext, body, serialize
     assert (decoded.code, decoded.opaque, decoded.header.flag, decoded.remark, decoded.body) == (
         code, opaque, flag, remark, body)
     assert (decoded.header.ext_fields or None) == (ext or None)
+
+
+def test_a_frames_code_is_peeked_without_decoding_its_header() -> None:
+    """What the dispatcher schedules by (dispatch.py: a storm past a turn's share): a JSON header's
+    first "code" near its start, a binary header's first two bytes, else None."""
+    from twisted_namesrv.remoting.command import peek_code
+
+    for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        request = RemotingCommand.request(RequestCode.REGISTER_BROKER, {"brokerName": "b"}, b"{}", opaque=7,
+                                          version=409)
+        request.serialize_type = serialize_type
+        assert peek_code(request.encode()[4:]) == RequestCode.REGISTER_BROKER
+    late = b'{"extFields":{"a":"' + b"x" * 80 + b'"},"code":103}'
+    assert peek_code(len(late).to_bytes(4, "big") + late) is None  # not near the start: decoded as usual
+    assert peek_code(b"") is None and peek_code((3).to_bytes(4, "big") + b"{}x") is None

@@ -18,6 +18,9 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - heartbeat storm: every broker re-sends its tables within one second: time;
 - mass disconnect: every broker's connection reset at once: time until their routes are gone;
 - during each: the probe's longest wait and its lookup p50/p99 (one connection, a closed loop);
+- in each registration phase: the brokers' own round trips (p50, longest: a storm takes at least
+  the second it is spread over, so its time hardly tells servers apart that keep up; these do) and
+  this load process's CPU (``load_cpu_s``: a load generator at its limit would say so);
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
@@ -298,16 +301,18 @@ def window(samples: list[tuple[float, float]], t0: float, t1: float) -> dict[str
 # ---- one step against one server ---------------------------------------------------------------
 
 
-async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: float | None) -> None:
+async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: float | None) -> list[float]:
     """Every broker's frames on its connection: ``spread`` seconds apart in all (a storm), or
-    IN_FLIGHT at a time."""
+    IN_FLIGHT at a time; each broker's round trip (s: its first frame sent to its last answered)."""
     limit = asyncio.Semaphore(IN_FLIGHT if spread is None else len(conns))
+    trips: list[float] = []
 
     async def one(index: int) -> None:
         if spread:
             await asyncio.sleep(index * spread / len(conns))
         async with limit:
             reader, writer = conns[index]
+            sent = time.monotonic()
             for f in frames[index]:
                 writer.write(f)
                 length = int.from_bytes(await reader.readexactly(4), "big")
@@ -315,7 +320,9 @@ async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: fl
                 code = json.loads(head[4:4 + int.from_bytes(head[:4], "big") & 0xFFFFFF])["code"]
                 if code != 0:
                     raise RuntimeError(f"registration refused: code {code}")
+            trips.append(time.monotonic() - sent)
     await asyncio.gather(*(one(i) for i in range(len(conns))))
+    return trips
 
 
 async def cpu_until_idle(server: Server, timeout: float = 60) -> float:
@@ -387,12 +394,15 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             await asyncio.sleep(1)
             phases: dict[str, tuple[float, float]] = {}
             cpu: dict[str, float] = {}
+            load_cpu: dict[str, float] = {}  # this process's (the brokers'): a load generator at its limit says so
+            trips: dict[str, list[float]] = {}  # each broker's round trips, sorted
             conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
-                t0, c0 = time.monotonic(), server.cpu_s()
-                await send_all(port, conns, first, spread)
+                t0, c0, l0 = time.monotonic(), server.cpu_s(), time.process_time()
+                trips[phase] = sorted(await send_all(port, conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
+                load_cpu[phase] = time.process_time() - l0
                 cpu[phase] = await cpu_until_idle(server) - c0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
@@ -422,6 +432,12 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
+        if phase in load_cpu:
+            out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
+        if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
+            ordered = trips[phase]
+            out[f"{phase}_rtt_p50_ms"] = round(ordered[len(ordered) // 2] * 1e3, 2)
+            out[f"{phase}_rtt_max_ms"] = round(ordered[-1] * 1e3, 2)
         for key, value in window(samples, t0, t1).items():
             out[f"{phase}_{key}"] = value
     return out

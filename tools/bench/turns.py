@@ -47,6 +47,10 @@ class Timed:
                                 "kvConfigPath": str(data / "kvConfig.json"),
                                 "configStorePath": str(data / "namesrv.properties")}, schema=SERVER_SCHEMA)
         self.service = NamesrvService.from_config(config, reactor=self.clock)
+        # no idle timer per connection: task.Clock sorts all its calls again at every callLater, so
+        # 5,000 brokers' timers made every turn a sort of 5,000 (the broker steps read five times
+        # their CPU); the reactor keeps them in a heap, where a turn does not pay for them
+        self.service.factory.idle_timeout = None
         tune_gc()
         self.turns: list[float] = []
         self.collections: list[float] = []

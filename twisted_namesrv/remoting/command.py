@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .codes import ResponseCode, SerializeType
 from .errors import RemotingDecodeError
-from .frame import encode_frame, split_frame
+from .frame import HEADER_LENGTH_MASK, encode_frame, split_frame
 from .header import (
     Header,
     HeaderTemplates,
@@ -18,6 +19,27 @@ from .header import (
 
 RESPONSE_FLAG = 1 << 0  # RPC_TYPE bit: set on responses
 ONEWAY_FLAG = 1 << 1  # RPC_ONEWAY bit: the sender expects no answer
+
+_CODE_KEY = b'"code":'
+_CODE_DIGITS = re.compile(rb"-?\d{1,6}")
+#: where a JSON header's "code" is looked for: Java writes it first, other clients near the start
+_CODE_WITHIN = 64
+
+
+def peek_code(frame: bytes) -> int | None:
+    """The code a frame's header names, read without decoding the header: the first ``"code":``
+    number of a JSON one (within its first bytes), the first two bytes of a binary one; None when
+    it is not found there.  A guess, for scheduling only (a string value might hold those bytes
+    first): what acts on a frame decodes it in full."""
+    if len(frame) < 6:
+        return None
+    word = int.from_bytes(frame[:4], "big")
+    end = 4 + (word & HEADER_LENGTH_MASK)
+    if word >> 24 == SerializeType.ROCKETMQ:
+        return int.from_bytes(frame[4:6], "big", signed=True) if end >= 6 else None
+    at = frame.find(_CODE_KEY, 4, min(end, 4 + _CODE_WITHIN))
+    found = _CODE_DIGITS.match(frame, at + len(_CODE_KEY), end) if at >= 0 else None
+    return int(found.group()) if found else None
 
 
 @dataclass(slots=True)
