@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header
 from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.sessions import Sessions, iso_time
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
@@ -121,11 +121,9 @@ class Replay:
 
 class Bodies:
     """The registration bodies of one server's events, by digest: kept from the event that carried
-    one (the first time its connection sent it), decoded once by the server's decoder; and their
-    headers, each read once by the server's rules (a broker sends the same one every 30 s)."""
+    one (the first time its connection sent it), decoded once by the server's decoder."""
 
     def __init__(self) -> None:
-        self._headers: dict[tuple[tuple[str, str | None], ...], RegisterBrokerHeader] = {}
         self._raw: dict[bytes, bytes] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
@@ -133,14 +131,6 @@ class Bodies:
     def keep(self, event: dict[str, Any]) -> None:
         if event["body"] is not None and event["body_key"] is not None:
             self._raw.setdefault(event["body_key"], event["body"])
-
-    def header(self, event: dict[str, Any]) -> RegisterBrokerHeader:
-        given = event["ext"] or ()  # the decoding task's dict (events pass pickled), or pairs as Arrow gives a map
-        ext = tuple(given.items() if isinstance(given, dict) else given)
-        found = self._headers.get(ext)
-        if found is None:
-            found = self._headers[ext] = RegisterBrokerHeader.from_ext(dict(ext))
-        return found
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
@@ -250,14 +240,16 @@ class _SessionReplay:
     # -- what the tables hold ---------------------------------------------------------------------
     def _changed(self, change: RouteChange) -> None:
         """The manager changed its tables: the topics that came in, and which groups' topics
-        changed (every change of a topic's queues is a change of that topic: the routes' rule)."""
+        changed. A change of a topic's queues is a change of that topic, except that a group
+        leaving is told as the group (``left``: its topics may have left): the routes' rule."""
         table = self.manager.topicQueueTable
         if change.everything:
             for topics in self._topics_of.values():
                 topics.clear()
             self._changed_groups.update(self._topics_of)
             self._groups_of = {}
-        for topic in table if change.everything else change.topics:
+        touched = [topic for name in change.left for topic in self._topics_of.get(name, ())]
+        for topic in table if change.everything else [*change.topics, *touched]:
             queues = table.get(topic)
             if queues is not None:
                 self.first_held.setdefault(topic, self.now)
@@ -368,7 +360,7 @@ class _SessionReplay:
                 self.stays.append(stay)
             stay.events.append(event)
             return
-        header = self.bodies.header(event)
+        header = broker_header(event["ext"] or {})  # read once per distinct header, as the decoder reads it
         table = self.bodies.decoded(event, header)
         self.manager.register_broker(self._request(event, header, table))
         if stay is None:

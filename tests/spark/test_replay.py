@@ -93,7 +93,7 @@ def registration(t: float, addr: str = "10.0.0.1:10911", broker_id: int = 0, nam
     body = encode_register_body(RegisterBrokerBody(DataVersion(1000, counter), {topic: TopicConfig(topic, 8, 8, 6)
                                                                                  for topic in topics}),
                                 False, version >= V5_3_3)
-    ext = [("clusterName", "C"), ("brokerAddr", addr), ("brokerName", name), ("brokerId", str(broker_id))]  # as Arrow
+    ext = {"clusterName": "C", "brokerAddr": addr, "brokerName": name, "brokerId": str(broker_id)}
     return event(t, REGISTER, addr=addr, broker_id=broker_id, name=name, version=version, ext=ext,
                  body=body, body_key=hashlib.blake2b(body, digest_size=16).digest(), **more)
 
@@ -260,6 +260,7 @@ def test_the_replays_work_follows_what_changed(monkeypatch) -> None:
     adds a topic each time costs the topic counts the changed topics, not a walk of every topic
     held per change; a header sent again is read once (a broker sends the same every 30 s)."""
     from spark_analysis.analysis import replay as replay_module
+    from spark_analysis.decode import rows
     from tests.test_change_cost import Walked
     from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 
@@ -273,6 +274,7 @@ def test_the_replays_work_follows_what_changed(monkeypatch) -> None:
 
     read = []
     from_ext = RegisterBrokerHeader.from_ext
+    rows._broker_header.cache_clear()  # read once per process: count this test's reads
     monkeypatch.setattr(replay_module, "RouteInfoManager", Counted)
     monkeypatch.setattr(RegisterBrokerHeader, "from_ext", classmethod(lambda cls, ext: read.append(1) or from_ext(ext)))
     big = tuple(f"Big{i}" for i in range(2000))
@@ -286,3 +288,13 @@ def test_the_replays_work_follows_what_changed(monkeypatch) -> None:
     # one walk, at the session's end (what it held then); the old replay walked 2,000+ at each of 20 changes
     assert managers[0].topicQueueTable.visited == 2020
     assert len(read) == 2  # one per distinct header: each broker sent the same one 20 times
+
+
+def test_a_group_that_left_counts_nothing_when_its_broker_comes_back() -> None:
+    """A broker expired takes its group's topics out of the tables (the routes tell it as the group
+    leaving, not topic by topic); back, its first registration of a single topic refused (5.x), its
+    stay counts from the table it then registers, not the topics it held before."""
+    replay = replayed([registration(10.0, topics=("T", "K")), registration(200.0, topics=("L",), counter=2),
+                       registration(200.5, topics=("T", "K", "L"), counter=2)], end=300.0)
+    assert [(stay.end, stay.topics) for stay in replay.stays] == [("expired", [(10.0, 2)]),
+                                                                  ("alive", [(200.5, 3)])]
