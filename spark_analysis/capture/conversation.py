@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import re
 import struct
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from twisted_namesrv.remoting.command import RESPONSE_FLAG
 from twisted_namesrv.remoting.frame import FramePart, Holes, frame_parts, frame_spans, split_header_word
 from twisted_namesrv.remoting.header import HeaderPrefix, HeaderTemplates, read_header_prefix
 
+_DATA = operator.attrgetter("data")  # of a Chunk
 REQUEST = "request"
 RESPONSE = "response"
 
@@ -117,12 +119,11 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
         spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
     except RemotingDecodeError:
         return _timed_frames_by_chunk(_skip(chunks, start))
+    ends = list(itertools.accumulate(map(len, map(_DATA, chunks))))  # where each chunk's bytes end in ``data``
     timed: list[TimedFrame] = []
-    index, chunk_end = 0, len(chunks[0].data) if chunks else 0
-    for frame_start_, frame_end in spans:
-        while chunk_end < frame_end:
-            index += 1
-            chunk_end += len(chunks[index].data)
+    index = 0
+    for frame_start_, frame_end in spans:  # a frame's last byte came with the first chunk ending at or after it
+        index = bisect.bisect_left(ends, frame_end, index)
         timed.append((chunks[index].ts, view[frame_start_:frame_end]))
     rest = data[used:]
     return timed, rest, chunks[-1].ts if rest else None
@@ -255,7 +256,7 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
                 resynchronise: bool) -> None:
     """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
     it count as lost), because the run does not start where a frame does."""
-    data = b"".join([chunk.data for chunk in run])
+    data = b"".join(map(_DATA, run))
     start = 0
     if resynchronise:
         found = frame_start(memoryview(data)[:_RESYNC_WINDOW])
@@ -290,7 +291,7 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
     across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
     certain (CutFrame). Where a frame boundary falls in a cut, the next frame is found as after a gap,
     in the captured bytes that follow (the bytes before it are counted as unplaced)."""
-    data = b"".join([chunk.data for chunk in run])
+    data = b"".join(map(_DATA, run))
     view = memoryview(data)
     ends = list(itertools.accumulate(len(chunk.data) for chunk in run))
     start: int | None = 0
