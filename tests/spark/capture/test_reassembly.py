@@ -286,18 +286,25 @@ def test_stretches_reassemble_as_the_walk_does(monkeypatch: pytest.MonkeyPatch, 
     assert by_stretch == _story(packets)
 
 
+def _clean_exchange(segments: int, payload: bytes, bare_acks: bool = False) -> list:
+    """A handshake, ``segments`` data segments taking turns (with ``bare_acks``, a bare ACK after
+    every fourth) and the client's FIN: a connection with nothing to reorder."""
+    packets = handshake()
+    sent = {True: 1001, False: 5001}
+    for n in range(segments):
+        src, dst = (CLIENT, SERVER) if n % 2 == 0 else (SERVER, CLIENT)
+        packets.append((2.0 + n / 100, segment(src, dst, sent[n % 2 == 0], PSH | ACK, payload)))
+        sent[n % 2 == 0] += len(payload)
+        if bare_acks and n % 4 == 0:
+            packets.append((2.0 + n / 100, segment(dst, src, sent[n % 2 != 0], ACK)))
+    packets.append((9.0, segment(CLIENT, SERVER, sent[True], FIN | ACK)))
+    return packets
+
+
 def test_an_in_order_exchange_is_not_walked_segment_by_segment(monkeypatch: pytest.MonkeyPatch) -> None:
     """A clean connection of 200 data segments and 100 bare ACKs: the walk takes its handshake and
     close one by one, its data a stretch at a time (not an _Reassembler.add per segment)."""
-    packets = handshake()
-    sent = {True: 1001, False: 5001}
-    for n in range(200):
-        src, dst = (CLIENT, SERVER) if n % 2 == 0 else (SERVER, CLIENT)
-        packets.append((2.0 + n / 100, segment(src, dst, sent[n % 2 == 0], PSH | ACK, b"x" * 30)))
-        sent[n % 2 == 0] += 30
-        if n % 4 == 0:
-            packets.append((2.0 + n / 100, segment(dst, src, sent[n % 2 != 0], ACK)))
-    packets.append((9.0, segment(CLIENT, SERVER, sent[True], FIN | ACK)))
+    packets = _clean_exchange(200, b"x" * 30, bare_acks=True)
     added = []
     real_add = reassembly._Reassembler.add
     monkeypatch.setattr(reassembly._Reassembler, "add", lambda self, *args, **kw: (added.append(args),
@@ -320,13 +327,7 @@ class _CountingRows(np.ndarray):
 def test_the_rows_a_stretch_delivers_are_not_turned_into_python_values() -> None:
     """The walk turns the rows it takes one by one into Python values, not every row's nine columns:
     in a clean exchange of 300 data segments, the handshake and close (converted values counted)."""
-    packets = handshake()
-    sent = {True: 1001, False: 5001}
-    for n in range(300):
-        src, dst = (CLIENT, SERVER) if n % 2 == 0 else (SERVER, CLIENT)
-        packets.append((2.0 + n / 100, segment(src, dst, sent[n % 2 == 0], PSH | ACK, b"y" * 20)))
-        sent[n % 2 == 0] += 20
-    packets.append((9.0, segment(CLIENT, SERVER, sent[True], FIN | ACK)))
+    packets = _clean_exchange(300, b"y" * 20)
     (table,) = reassembly.segment_tables(packets)
     _CountingRows.converted = 0
     (connection,) = reassembly.reassemble_table(table._replace(rows=table.rows.view(_CountingRows)))
