@@ -338,6 +338,21 @@ def test_what_the_socket_does_not_take_goes_through_the_transport(takes) -> None
     assert queued.sent == [] and queued.written == [b"after"]
 
 
+def test_a_socket_transport_whose_buffers_are_named_otherwise_is_written_the_usual_way() -> None:
+    """write_now reads Twisted's FileDescriptor buffers by their private names: a Twisted that
+    renamed them raised AttributeError on every answer; now the answer goes through ``write``."""
+
+    class Renamed(_SocketTransport):
+        def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+            if name in ("dataBuffer", "_tempDataBuffer"):
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    transport = Renamed()
+    write_now(transport, b"answer")
+    assert transport.sent == [] and transport.written == [b"answer"]
+
+
 def test_an_answer_over_tls_is_never_written_to_the_socket_under_it() -> None:
     """TLS's wrapper (a ProtocolWrapper) hands attributes it lacks to the socket transport under
     it: write_now must not take that socket's writeSomeData for the wrapper's (the bytes would go

@@ -60,9 +60,7 @@ def write_now(transport: interfaces.ITransport, data: bytes) -> None:
     ``transport.write`` and ``send_now``.  The socket transport's own class must have it: TLS's
     wrapper hands unknown attributes to the socket under it, where these bytes would go unencrypted."""
     write_some = getattr(transport, "writeSomeData", None) if hasattr(type(transport), "writeSomeData") else None
-    if (write_some is not None and transport.connected and not transport.disconnecting  # type: ignore[attr-defined]
-            and not transport._writeDisconnected  # type: ignore[attr-defined]
-            and not transport.dataBuffer and not transport._tempDataBuffer):  # type: ignore[attr-defined]
+    if write_some is not None and _nothing_queued(transport):
         sent = write_some(data)
         if type(sent) is int:
             if sent == len(data):
@@ -70,6 +68,18 @@ def write_now(transport: interfaces.ITransport, data: bytes) -> None:
             data = data[sent:]
     transport.write(data)
     send_now(transport)
+
+
+def _nothing_queued(transport: object) -> bool:
+    """Whether a socket transport (Twisted's FileDescriptor) is open with no bytes waiting to be
+    sent. Its buffers are Twisted's own attributes, not an interface: a Twisted that names them
+    otherwise answers False, and every answer goes through ``transport.write`` as before."""
+    try:
+        return bool(transport.connected and not transport.disconnecting  # type: ignore[attr-defined]
+                    and not transport._writeDisconnected  # type: ignore[attr-defined]
+                    and not transport.dataBuffer and not transport._tempDataBuffer)  # type: ignore[attr-defined]
+    except AttributeError:
+        return False
 
 
 #: the answers worked out for a peer before they are written: past it, the frames after them wait
