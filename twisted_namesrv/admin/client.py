@@ -20,7 +20,7 @@ from typing import Any
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import needs_signature, signed_bound
-from ..state.hosts import host_port
+from ..state.hosts import host_port, written_as_list
 
 DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
@@ -98,7 +98,7 @@ def parse_address(addr: str) -> tuple[str, int]:
     """(host, port) of ``host:port``, ``[v6]:port``, or ``host`` / ``[v6]`` on Java's default port.
     A list separated by commas or spaces is refused naming RocketMQ's separator: taken as one host
     it was "connect to [a:9876,b]:9876 failed: Name or service not known"."""
-    if "," in addr or any(c.isspace() for c in addr):
+    if written_as_list(addr):
         raise AdminError(f"bad NameServer address {addr!r} (NameServers are separated by ';', as with mqadmin -n)")
     if ":" not in addr or (addr.startswith("[") and addr.endswith("]")):
         host, port = addr, str(DEFAULT_PORT)

@@ -36,7 +36,7 @@ from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
 from .files import TEXT_FILE_LIMIT, read_regular_text
-from .hosts import AllowedHostsError, parse_allowed
+from .hosts import AllowedHostsError, parse_allowed, written_as_list
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
 #: event writers hold two at most (the file and its directory, for the fsync), one at a time; the accounts
@@ -295,7 +295,7 @@ def _check_nsaddr_list(name: str, text: str) -> None:
     An entry with a comma or a space is a list written with another separator: taken as one
     ``host:port`` (the last entry's port) it named no server and nothing said so."""
     for entry in filter(None, (part.strip() for part in text.split(";"))):
-        if "," in entry or any(c.isspace() for c in entry):
+        if written_as_list(entry):
             raise ConfigError(f"{name}: {entry!r} is not host:port: NameServers are separated by ';' "
                               "(host:port;host:port)")
         host, _, port = entry.rpartition(":")

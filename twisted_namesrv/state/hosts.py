@@ -55,6 +55,12 @@ def host_port(host: str, port: int | str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def written_as_list(address: str) -> bool:
+    """Whether one ``host:port`` of a NameServer list holds a comma or a space: a list written with
+    another separator than RocketMQ's ``;`` (taken as one address, it names no server)."""
+    return "," in address or any(c.isspace() for c in address)
+
+
 def _address(text: str) -> Address | None:
     """An IP address as written in a Host (``[v6]`` without brackets here), IPv4-mapped IPv6 as IPv4;
     None for a name.  Python's parser refuses ``127.1``, ``0x7f.0.0.1`` and leading zeros: those are
