@@ -117,7 +117,7 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
-                     "compression": fact.compression})
+                     "compression": fact.compression, "reason": fact.reason})
     return rows
 
 
@@ -126,6 +126,8 @@ def problem_text(f: Item) -> str:
     bytes are compressed (in a format not read, or read but not named by its suffix)."""
     if f["problem"] == inputs.TRUNCATED:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
+    if f["problem"] == inputs.NOT_INFLATED:
+        return f"{f['problem']}: {f['reason']}"
     fmt = f.get("compression")
     if f["problem"] != inputs.NOT_A_CAPTURE or fmt is None:
         return str(f["problem"])

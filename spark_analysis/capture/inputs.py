@@ -17,6 +17,8 @@ carry their payloads.
 from __future__ import annotations
 
 import bz2
+import contextlib
+import errno
 import glob
 import lzma
 import mmap
@@ -86,6 +88,8 @@ _RECORDS_PAST_STOP = 4
 
 #: what is wrong with an input file, if anything (FileFacts.problem)
 NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
+#: a compressed capture its task could not inflate into the spool directory (FileFacts.reason says why)
+NOT_INFLATED = "not inflated"
 
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
@@ -270,11 +274,22 @@ def read_compressed(file: CaptureFile, ports: Ports, tally: ReadTally, spool: st
     the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
     task's row overflowed the driver's default heap). Facts are noted under the compressed file's name."""
     target = os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
-    inflate_to(local_path(file.path), target, file.path, tally)
+    try:
+        inflate_to(local_path(file.path), target, file.path, tally)
+    except OSError as exc:  # a full temporary directory, above all: this capture is named, the others read
+        tally.note_file(file.path, problem=NOT_INFLATED, reason=_not_inflated_reason(exc, spool))
+        return
     content = mapped_file(target)
     tally.bytes += len(content)
     yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, ports,
                       tally, inline=False, source=target)
+
+
+def _not_inflated_reason(exc: OSError, spool: str) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{exc.strerror} in {spool}, where it is inflated (point TMPDIR at a directory with room "
+                "for the inflated capture)")
+    return str(exc.strerror or exc)
 
 
 def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int = 1 << 20) -> None:
@@ -283,6 +298,16 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
     TRUNCATED; one that is not of its suffix's format at all gives nothing and is NOT_A_CAPTURE (as
     inflate)."""
     part = f"{target}.part"
+    try:
+        _inflate_into(path, part, name, tally, chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)  # a spool left full helps no one
+        raise
+    os.replace(part, target)
+
+
+def _inflate_into(path: str, part: str, name: str, tally: ReadTally, chunk: int) -> None:
     wrote = 0
     new_inflater = INFLATERS[_suffix(name)]
     with open(path, "rb") as source, open(part, "wb") as out:
@@ -310,7 +335,6 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
                     started = False
         if started and not inflater.eof:
             tally.note_file(name, problem=TRUNCATED)
-    os.replace(part, target)
 
 
 def read_whole(data: Buffer, file: CaptureFile, ports: Ports, tally: ReadTally) -> Iterator[Piece]:
@@ -430,6 +454,8 @@ class FileFacts(NamedTuple):
     cut_at: int = 0
     #: a file NOT_A_CAPTURE whose bytes are compressed: in which format (COMPRESSION_MAGICS)
     compression: str | None = None
+    #: why a file is NOT_INFLATED (the error and where)
+    reason: str | None = None
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -453,7 +479,7 @@ class ReadTally:
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
-                  compression: str | None = None) -> None:
+                  compression: str | None = None, reason: str | None = None) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
@@ -461,7 +487,8 @@ class ReadTally:
             max((t for t in (old.last, last) if t is not None), default=None),
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
-            old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression)
+            old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression,
+            old.reason or reason)
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:

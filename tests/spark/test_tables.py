@@ -5,6 +5,7 @@ inflated (inputs.inflate, inputs.inflate_to). Pure Python: no Spark session."""
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import lzma
 import math
@@ -174,6 +175,30 @@ def test_bzip2_and_xz_captures_are_inflated_as_gzip_ones(tmp_path: Path, suffix:
         assert (tally.files[name].problem if name in tally.files else None) == problem, name
     assert 0 < len((tmp_path / f"cut{suffix}.pcap").read_bytes()) < len(data)
     assert tally.files[f"zstd{suffix}"].compression == "zstd"
+
+
+def test_a_compressed_capture_that_fills_the_spool_is_named_and_leaves_nothing_there(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A full temporary directory made the reading task raise ENOSPC: the job died with a 110-line
+    traceback and left the partial file. Now that capture is NOT_INFLATED with the reason, its
+    partial file removed, and the task goes on with the other inputs."""
+    (tmp_path / "big.pcap.gz").write_bytes(gzip.compress(os.urandom(1000)))
+    spool = tmp_path / "spool"
+    spool.mkdir()
+
+    def full(path: str, part: str, *args) -> None:
+        Path(part).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(inputs, "_inflate_into", full)
+    tally = inputs.ReadTally()
+    file = inputs.CaptureFile(str(tmp_path / "big.pcap.gz"), 1000, 0)
+    assert list(inputs.read_task([inputs.Split(file, 0, file.size)], (), tally, str(spool))) == []
+    assert list(spool.iterdir()) == []
+    row = findings.input_files([file], tally)[0]
+    assert row["problem"] == inputs.NOT_INFLATED
+    assert findings.problem_text(row) == (f"not inflated: No space left on device in {spool}, where it is inflated "
+                                          "(point TMPDIR at a directory with room for the inflated capture)")
 
 
 def test_an_input_that_is_not_a_capture_says_when_it_is_compressed_and_what_to_do(tmp_path: Path) -> None:
