@@ -5,11 +5,16 @@ captured are counted apart from the bytes a capture lost (sequence gaps)."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spark_analysis.capture.conversation import conversation_of
 from spark_analysis.capture.packets import LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, PSH, segment_columns, tcp_segments
@@ -213,18 +218,13 @@ def test_a_frame_after_one_whose_start_was_cut_is_read_and_the_walk_ends() -> No
     """One packet held a registration and the start of a query, cut at 200 bytes; the next packet a
     whole query.  The walk resumed at the whole query's first byte, took the cut behind it for one
     ahead of it, and stood there for ever (a report's task never ended)."""
-    import signal
-
-    def late(*_: object) -> None:
-        raise TimeoutError("the walk over the cut stream did not end")
-
     ends = {f"{CLIENT[0]}:{CLIENT[1]}": CLIENT, f"{SERVER[0]}:{SERVER[1]}": SERVER}
     sent = [(t, tcp(ends[s.src], ends[s.dst], s.seq, s.flags, s.payload, s.ack)) for t, s in handshake()]
     both, whole = registration("right") + route_query(2), route_query(3)
     sent += [(2.0, tcp(CLIENT, SERVER, 1001, PSH | ACK, both, 5001)),
              (2.1, tcp(CLIENT, SERVER, 1001 + len(both), PSH | ACK, whole, 5001))]
     packets = [(t, ethernet(ipv4(CLIENT[0], SERVER[0], segment))) for t, segment in sent]
-    previous = signal.signal(signal.SIGALRM, late)
+    previous = signal.signal(signal.SIGALRM, _late)
     signal.alarm(20)
     try:
         conversation = conversation_of(reassemble(tcp_segments(iter_records(_kept(packets, 54 + 200))))[0])
@@ -233,3 +233,53 @@ def test_a_frame_after_one_whose_start_was_cut_is_read_and_the_walk_ends() -> No
         signal.signal(signal.SIGALRM, previous)
     assert [(c.known.code, c.known.opaque) for c in conversation.cut] == [(103, 7)]
     assert [c.command.opaque for c in conversation.commands] == [3]
+
+
+@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=st.lists(st.sampled_from(["query", "registration", "big"]), min_size=1, max_size=8),
+       sizes=st.lists(st.one_of(st.integers(1, 700), st.sampled_from([-1, -2, -3])), min_size=1, max_size=30),
+       payload=st.integers(0, 400), skip=st.integers(0, 3))
+def test_any_cut_stream_is_walked_to_its_end_inventing_nothing(kinds, sizes, payload, skip) -> None:
+    """Frames sent back to back in packets of any sizes (a negative size: that many whole frames, as
+    a writer flushing several at once sends them), each packet cut at any snap length, the capture
+    beginning at any of the first packets (no SYN then): the walk ends, every frame read whole is
+    one that was sent, in order, and every cut frame's code is one that was sent."""
+    sent_frames = [route_query(number) if kind == "query" else registration("right") if kind == "registration"
+                   else RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * 900,
+                                                opaque=number).encode()
+                   for number, kind in enumerate(kinds)]
+    stream = b"".join(sent_frames)
+    ends = {f"{CLIENT[0]}:{CLIENT[1]}": CLIENT, f"{SERVER[0]}:{SERVER[1]}": SERVER}
+    sent = [] if skip else [(t, tcp(ends[s.src], ends[s.dst], s.seq, s.flags, s.payload, s.ack))
+                            for t, s in handshake()]
+    starts = list(itertools.accumulate((len(frame) for frame in sent_frames), initial=0))
+    at, number = 0, 0
+    while at < len(stream):
+        size = sizes[number % len(sizes)]
+        if size < 0:  # up to the end of the -size'th frame boundary after ``at``
+            later = [start for start in starts if start > at]
+            size = later[min(-size, len(later)) - 1] - at
+        if number >= skip:
+            sent.append((2.0 + number / 1000, tcp(CLIENT, SERVER, 1001 + at, PSH | ACK, stream[at:at + size], 5001)))
+        at, number = at + size, number + 1
+    if not sent:
+        return
+    packets = [(t, ethernet(ipv4(CLIENT[0], SERVER[0], segment))) for t, segment in sent]
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.alarm(20)
+    try:
+        connections = reassemble(tcp_segments(iter_records(_kept(packets, 54 + payload))))
+        conversations = [conversation_of(connection) for connection in connections]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    wanted = [RemotingCommand.decode(frame[4:]).opaque for frame in sent_frames]
+    for conversation in conversations:
+        read = iter(wanted)
+        assert all(command.command.opaque in read for command in conversation.commands)  # a subsequence
+        assert {cut.known.code for cut in conversation.cut} <= {103, 105, None}
+
+
+def _late(*_: object) -> None:
+    raise TimeoutError("the walk over the cut stream did not end")
