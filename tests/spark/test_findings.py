@@ -556,3 +556,27 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
     assert deleted.startswith("a topic whose name was not captured deleted at 127.0.0.1:29876 at ")
     assert wiped.startswith("write permission of a broker whose name was not captured wiped at 127.0.0.1:29876")
     assert wiped.endswith("by 127.0.0.1:46666") and "None" not in deleted + wiped
+
+
+def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
+    """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
+    records. It said "no frame of it decodes; what it is stays unknown"."""
+    from spark_analysis.capture.conversation import foreign_protocol
+
+    client_hello = bytes.fromhex("160301020001") + b"\x00" * 40
+    assert foreign_protocol(client_hello) == "TLS"
+    assert foreign_protocol(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == "HTTP"
+    assert foreign_protocol(b"HTTP/1.0 200 OK\r\n") == "HTTP"
+    assert foreign_protocol(b"\x00\x00\x00\x10\x00\x00\x00\x0cnot json") is None
+    server = "127.0.0.1:29876"
+    groups = {findings_module.UNDECODABLE: {(f"127.0.0.1:53036>{server}@1.0", server, "TLS"): [3779, 0.0, 0.0, None],
+                                            (f"127.0.0.1:39232>{server}@2.0", server, "TLS"): [790, 0.0, 0.0, None]}}
+    endpoint = {"endpoint": server, "kind": "unknown", "accepted": 2, "outages": [], "refused": []}
+    found = findings_module.evidence([], groups, [], {}, [endpoint])
+    unread = [item for item in found if item["kind"] == "server_unread"]
+    assert [item["protocol"] for item in unread] == ["TLS"]
+    assert "its connections speak TLS (encrypted" in unread[0]["message"]
+    assert "stays unknown" not in unread[0]["message"]
+    problem = findings_module.attention(found)["findings"]
+    undecodable = next(item for item in problem if item["kind"] == "undecodable_connection")
+    assert "not decoded): TLS (encrypted" in undecodable["message"]
