@@ -194,9 +194,19 @@ def test_an_earlier_report_written_among_the_captures_is_skipped_and_named(tmp_p
     found = discover([str(tmp_path)], lambda uri: [], skipped)
     assert [Path(f.path).relative_to(tmp_path).as_posix() for f in found] == [
         "1.pcap", "notes/2.pcap", "notes/summary.json"]
-    assert skipped == [str(tmp_path / "report")]
+    assert skipped == [f"{tmp_path / 'report'} (an earlier report's output)"]
     assert [Path(f.path).name for f in discover([str(tmp_path / "report")], lambda uri: [])] == [
         "brokers.csv", "summary.json", "part-00000.parquet"]  # named itself: read (and said not a capture)
+
+
+def test_a_pipe_in_a_captures_directory_is_skipped_and_named(tmp_path: Path) -> None:
+    """A FIFO among the captures (a capture being streamed into it) was read as a file: the task
+    reading it waited for ever."""
+    (tmp_path / "1.pcap").write_bytes(b"x")
+    os.mkfifo(tmp_path / "live.pcap")
+    skipped: list[str] = []
+    assert [Path(f.path).name for f in discover([str(tmp_path)], lambda uri: [], skipped)] == ["1.pcap"]
+    assert skipped == [f"{tmp_path / 'live.pcap'} (a pipe (FIFO))"]
 
 
 def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:

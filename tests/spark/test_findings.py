@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -310,11 +311,14 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     assert "cut.pcap" in (tmp_path / "out" / "report.html").read_text()
 
 
-def test_arguments_are_checked_before_spark_starts(tmp_path, capsys) -> None:
+def test_arguments_are_checked_before_spark_starts(tmp_path, tmp_path_factory, capsys) -> None:
+    fifo = tmp_path_factory.mktemp("fifo") / "capture.pcap"  # report <(zcat x.gz) is a pipe: "no files in" it said
+    os.mkfifo(fifo)
     for argv, said in ((["report", str(tmp_path / "missing.pcap"), "--out", str(tmp_path / "o")],
                         "no such file or directory"),
                        (["report", str(tmp_path / "*.pcapng"), "--out", str(tmp_path / "o")], "no such file"),
                        (["report", str(tmp_path), "--out", str(tmp_path / "o")], "no files in"),
+                       (["report", str(fifo), "--out", str(tmp_path / "o")], "is a pipe (FIFO), not a file"),
                        (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__).parent)],
                         "exists and is not empty (--overwrite"),
                        (["report", str(capture("v5_probe.pcap")), "--out", str(Path(__file__) / "out"), "--overwrite"],
