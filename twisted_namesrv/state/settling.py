@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
+from .queue_table import SHARD_MASK, TopicQueueTable
 
 #: what one step does, about a millisecond of it: table entries written (a registration's), walked
 #: (looking for the departed groups' topics), or cleared of the departed groups' queues
@@ -106,15 +107,26 @@ class Staged:
 
     def _write(self, count: int) -> bool:
         table, group = self.table, self.group
-        for topic, queue in islice(self._todo, count):
-            queues = table.get(topic)
-            if queue is not None:
-                if queues is None:
-                    table[topic] = {group: queue}
-                else:
-                    queues[group] = queue
-            elif queues is not None and queues.pop(group, None) is not None and not queues:
-                del table[topic]
+        if type(table) is TopicQueueTable:  # each topic in its shard, without a method call
+            shards = table.shards
+            for topic, queue in islice(self._todo, count):
+                shard = shards[hash(topic) & SHARD_MASK]
+                if queue is not None:  # one look for a topic new to the table, and the entry it gets
+                    queues = shard.setdefault(topic, new := {group: queue})
+                    if queues is not new:
+                        queues[group] = queue
+                elif (queues := shard.get(topic)) is not None and queues.pop(group, None) is not None and not queues:
+                    del shard[topic]
+        else:
+            for topic, queue in islice(self._todo, count):
+                queues = table.get(topic)
+                if queue is not None:
+                    if queues is None:
+                        table[topic] = {group: queue}
+                    else:
+                        queues[group] = queue
+                elif queues is not None and queues.pop(group, None) is not None and not queues:
+                    del table[topic]
         self._left = max(0, self._left - count)
         return self._left > 0
 
