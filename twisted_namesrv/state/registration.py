@@ -288,10 +288,10 @@ class Staging:
                     self.overwrites = True
                 numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
                 if numbers != last:
-                    queue = shared.get(numbers)
-                    if queue is None:
-                        queue = shared[numbers] = QueueData(name, *numbers)
-                    last = numbers
+                    found = shared.get(numbers)
+                    if found is None:
+                        found = shared[numbers] = QueueData(name, *numbers)
+                    last, queue = numbers, found
                 staged[topic] = queue
                 if len(topic) > longest:
                     longest = len(topic)

@@ -112,10 +112,10 @@ class Staged:
             for topic, queue in islice(self._todo, count):
                 shard = shards[hash(topic) & SHARD_MASK]
                 if queue is not None:  # one look for a topic new to the table, and the entry it gets
-                    queues = shard.setdefault(topic, new := {group: queue})
-                    if queues is not new:
-                        queues[group] = queue
-                elif (queues := shard.get(topic)) is not None and queues.pop(group, None) is not None and not queues:
+                    entry = shard.setdefault(topic, new := {group: queue})
+                    if entry is not new:
+                        entry[group] = queue
+                elif (held := shard.get(topic)) is not None and held.pop(group, None) is not None and not held:
                     del shard[topic]
         else:
             for topic, queue in islice(self._todo, count):
