@@ -107,26 +107,18 @@ class Staged:
 
     def _write(self, count: int) -> bool:
         table, group = self.table, self.group
-        if type(table) is TopicQueueTable:  # each topic in its shard, without a method call
-            shards = table.shards
-            for topic, queue in islice(self._todo, count):
-                shard = shards[hash(topic) & SHARD_MASK]
-                if queue is not None:  # one look for a topic new to the table, and the entry it gets
-                    entry = shard.setdefault(topic, new := {group: queue})
-                    if entry is not new:
-                        entry[group] = queue
-                elif (held := shard.get(topic)) is not None and held.pop(group, None) is not None and not held:
-                    del shard[topic]
-        else:
-            for topic, queue in islice(self._todo, count):
-                queues = table.get(topic)
-                if queue is not None:
-                    if queues is None:
-                        table[topic] = {group: queue}
-                    else:
-                        queues[group] = queue
-                elif queues is not None and queues.pop(group, None) is not None and not queues:
-                    del table[topic]
+        # each topic in its shard, without a method call (another mapping: in the mapping itself)
+        shards = table.shards if type(table) is TopicQueueTable else None
+        place: MutableMapping[str, dict[str, QueueData]] = table
+        for topic, queue in islice(self._todo, count):
+            if shards is not None:
+                place = shards[hash(topic) & SHARD_MASK]
+            if queue is not None:  # one look for a topic new to the table, and the entry it gets
+                entry = place.setdefault(topic, new := {group: queue})
+                if entry is not new:
+                    entry[group] = queue
+            elif (held := place.get(topic)) is not None and held.pop(group, None) is not None and not held:
+                del place[topic]
         self._left = max(0, self._left - count)
         return self._left > 0
 
