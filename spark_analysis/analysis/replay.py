@@ -125,12 +125,26 @@ class Bodies:
 
     def __init__(self) -> None:
         self._raw: dict[bytes, bytes] = {}
+        #: the header of each extFields dict, by identity: a broker's registrations share one
+        #: (decode.rows.shared_ext), which the events hold while the replay runs
+        self._headers: dict[int, RegisterBrokerHeader] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
 
     def keep(self, event: dict[str, Any]) -> None:
         if event["body"] is not None and event["body_key"] is not None:
             self._raw.setdefault(event["body_key"], event["body"])
+
+    def header(self, event: dict[str, Any]) -> RegisterBrokerHeader:
+        """A registration's header as the server reads it (decode.rows.broker_header), looked up
+        by its fields' identity first: a distinct dict of the same fields is read by value."""
+        ext = event["ext"]
+        if ext is None:
+            return broker_header({})
+        found = self._headers.get(id(ext))
+        if found is None:
+            found = self._headers[id(ext)] = broker_header(ext)
+        return found
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
@@ -360,7 +374,7 @@ class _SessionReplay:
                 self.stays.append(stay)
             stay.events.append(event)
             return
-        header = broker_header(event["ext"] or {})  # read once per distinct header, as the decoder reads it
+        header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
         table = self.bodies.decoded(event, header)
         self.manager.register_broker(self._request(event, header, table))
         if stay is None:
