@@ -208,9 +208,9 @@ class _SessionReplay:
     def __init__(self, server: str, session: str, start: float, events: list[dict[str, Any]],
                  story: EndpointStory | None, bodies: Bodies) -> None:
         self.server, self.session, self.events, self.story, self.bodies = server, session, events, story, bodies
-        self.profile: Profile = max((profile_for_version(e["version"]) for e in events
-                                     if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None),
-                                    key=lambda p: p.mq_version, default=JAVA_4_9_8)
+        versions = {e["version"] for e in events
+                    if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None}
+        self.profile: Profile = max(map(profile_for_version, versions), key=lambda p: p.mq_version, default=JAVA_4_9_8)
         self.config = NamesrvConfig({"compatVersion": self.profile.name})
         self.idle_s = float(self.config["serverChannelMaxIdleTimeSeconds"])
         self.now = start
@@ -327,9 +327,10 @@ class _SessionReplay:
                 stay.finish(EXPIRED, self.now, self.idle_s)
         while self.next_scan <= t:
             self.now = self.next_scan
-            timeouts = {live.channel: live.heartbeatTimeoutMillis / 1000
-                        for live in self.manager.brokerLiveTable.values()}
-            for channel in self.manager.scan_not_active_broker():
+            live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
+            expired = self.manager.scan_not_active_broker()
+            timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
+            for channel in expired:
                 scanned = self.open.get(str(channel))
                 if scanned is not None:  # the moment the timeout passed, not the tick that saw it
                     del self.open[scanned.broker_addr]
