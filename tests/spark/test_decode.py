@@ -130,6 +130,20 @@ def test_a_brokers_repeated_header_is_read_by_the_servers_rules_once(monkeypatch
     assert [r["brokerAddr"] for r in read] == ["10.0.0.9:10911", "10.0.0.7:10911"]
 
 
+def test_a_brokers_repeated_fields_travel_once_to_the_replay() -> None:
+    """A broker registers with the same fields every 30 s: its events share one dict of them, so a
+    task's pickled events carry them once (a reference after) and the liveness task, which replays
+    a server's events alone, loads them once (counted in the bytes shipped, never in time)."""
+    import pickle
+
+    rows = rows_of(handshake() + client_stream(*[registration("right")] * 3))
+    ext = EVENT_ROWS.names.index("ext")
+    events = rows[EVENT]
+    assert [event[ext]["brokerAddr"] for event in events] == ["10.0.0.9:10911"] * 3
+    assert len({id(event[ext]) for event in events}) == 1
+    assert pickle.dumps(events).count(b"clusterName") == 1
+
+
 @pytest.mark.parametrize(("serialize_type", "compressed"), [(SerializeType.ROCKETMQ, False),
                                                            (SerializeType.JSON, True)])
 def test_registrations_in_binary_headers_and_compressed_bodies(serialize_type: int, compressed: bool) -> None:
