@@ -23,6 +23,10 @@ the capture's first 128 MiB) timed alone on each of the two cores, then on both 
 costs nothing): the ceiling the job's two-core speedup is read against on a shared machine.
 "speedup_of_probe": the job's two-core speedup over the probe's scaling, per round (both measured
 within a minute of each other) and their median, and the same of the medians.
+"stages": from Spark's event log, each stage of a job, in order: its tasks, its span from the first
+task's launch to the last task's end, and the core-seconds its cores sat idle within that span
+(span x cores - the tasks' time); "idle_core_s" their sum, "last_stage_s" the last stage's span (the
+liveness stage: one task per NameServer, which the other cores wait for).
 """
 
 from __future__ import annotations
@@ -72,20 +76,29 @@ def serve_runs(master: str, capture: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="spark-pcap-bench-") as scratch:
         warm_up = Path(scratch, "warm_up.pcap")
         subprocess.run([sys.executable, str(SYNTH), str(warm_up), *WARM_UP], check=True, capture_output=True)
-        spark = build_session(master, conf={"spark.ui.showConsoleProgress": "false"})
+        events = Path(scratch, "events")
+        events.mkdir()
+        spark = build_session(master, conf={"spark.ui.showConsoleProgress": "false", "spark.eventLog.enabled": "true",
+                                            "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false",
+                                            "spark.eventLog.rolling.enabled": "false"})
+        cores = local_cores(master)
         busy, stop = threading.Lock(), threading.Event()
         threading.Thread(target=keep_workers, args=(spark, busy, stop), daemon=True).start()
         try:
             with busy:
                 analyse(spark, [str(warm_up)], f"{scratch}/out", log=lambda message: None)
+            log = EventLog(events)
+            log.new_events()  # the warm-up's
             print("ready", flush=True)
             for _ in sys.stdin:
                 marks: list[float] = []
                 with busy:
+                    log.new_events()  # keep_workers' jobs between runs
                     started = time.monotonic()
                     analyse(spark, [str(capture)], f"{scratch}/out", log=partial(_mark, marks))
                     ended = time.monotonic()
                     result = {"job_s": ended - started, "decode_s": marks[2] - marks[0], "tail_s": ended - marks[2]}
+                result |= stage_idle(log.new_events(), cores)
                 print(f"  {master}: {result}", file=sys.stderr)
                 print(json.dumps(result), flush=True)
         finally:
@@ -103,6 +116,40 @@ def keep_workers(spark: SparkSession, busy: threading.Lock, stop: threading.Even
     while not stop.wait(KEEP_WORKERS_S):
         with busy:
             spark.range(1).mapInArrow(lambda batches: batches, "id long").collect()
+
+
+class EventLog:
+    """Spark's event log of this session (one JSON object a line), read as it grows."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory, self.offset = directory, 0
+
+    def new_events(self) -> list[dict]:
+        """The events logged since the last call (Spark flushes its log at each stage's and job's end)."""
+        path = next(self.directory.iterdir())
+        with path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
+
+
+def stage_idle(events: list[dict], cores: int) -> dict:
+    """Per stage of the events' jobs, in order of their first task: tasks, span (first launch to
+    last end) and the core-seconds idle within it; their idle sum, and the last stage's span."""
+    tasks: dict[int, list[tuple[int, int]]] = {}
+    for event in events:
+        if event.get("Event") == "SparkListenerTaskEnd":
+            info = event["Task Info"]
+            tasks.setdefault(event["Stage ID"], []).append((info["Launch Time"], info["Finish Time"]))
+    stages = []
+    for times in sorted(tasks.values(), key=min):
+        span = (max(end for _, end in times) - min(start for start, _ in times)) / 1000
+        busy = sum(end - start for start, end in times) / 1000
+        stages.append({"tasks": len(times), "span_s": span, "idle_core_s": round(max(0.0, span * cores - busy), 3)})
+    return {"stages": stages, "idle_core_s": round(sum(stage["idle_core_s"] for stage in stages), 3),
+            "last_stage_s": stages[-1]["span_s"] if stages else 0.0}
 
 
 def _mark(marks: list[float], message: str) -> None:
@@ -234,7 +281,8 @@ def measure(args: argparse.Namespace) -> dict:
                                  "job_s": {"median": median(done, "job_s"), "min": min(r["job_s"] for r in done),
                                            "first": done[0]["job_s"]},
                                  "tail_s": median(done, "tail_s"), "cpu_s": median(done, "cpu_s"),
-                                 "busy": median(done, "busy")}
+                                 "busy": median(done, "busy"), "idle_core_s": median(done, "idle_core_s"),
+                                 "last_stage_s": median(done, "last_stage_s")}
     if len(args.masters) == 2:
         one, two = (figures[m]["runs"] for m in args.masters)
         figures["speedup_job"] = median(one, "job_s") / median(two, "job_s")

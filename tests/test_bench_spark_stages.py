@@ -1,0 +1,60 @@
+"""The Spark benchmark's view of where a core sits idle (tools/bench/spark_pcap.py): per stage of a
+run, from Spark's event log, its tasks, its span and the core-seconds idle within it, and the
+last stage's span (the liveness stage, one task per NameServer). The figures themselves are a
+benchmark's, never asserted; what is asserted is how they are read from the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import spark_pcap
+    return spark_pcap
+
+
+def _task_end(stage: int, launch_ms: int, finish_ms: int) -> dict:
+    return {"Event": "SparkListenerTaskEnd", "Stage ID": stage,
+            "Task Info": {"Launch Time": launch_ms, "Finish Time": finish_ms}}
+
+
+def test_idle_core_seconds_per_stage_in_order_of_their_tasks(bench):
+    events = [
+        {"Event": "SparkListenerJobStart", "Job ID": 3},
+        # decoding: two cores busy but for the last 0.5 s of one of them
+        _task_end(6, 1_000, 4_000), _task_end(6, 1_000, 3_500),
+        # the liveness stage: one task of 1.5 s, the other core's task empty
+        _task_end(7, 4_010, 4_020), _task_end(7, 4_010, 5_510),
+        # a stage logged earlier whose tasks ran first (stage ids are not the order they ran in)
+        _task_end(5, 100, 900),
+    ]
+    found = bench.stage_idle(events, cores=2)
+    assert [(s["tasks"], s["span_s"], s["idle_core_s"]) for s in found["stages"]] == [
+        (1, 0.8, 0.8), (2, 3.0, 0.5), (2, 1.5, 1.49)]
+    assert found["idle_core_s"] == pytest.approx(2.79)
+    assert found["last_stage_s"] == 1.5
+
+
+def test_no_tasks_no_stages(bench):
+    assert bench.stage_idle([{"Event": "SparkListenerJobEnd"}], cores=2) == {
+        "stages": [], "idle_core_s": 0, "last_stage_s": 0.0}
+
+
+def test_event_log_read_as_it_grows_whole_lines_only(bench, tmp_path):
+    logged = tmp_path / "app-1.inprogress"
+    logged.write_text(json.dumps({"Event": "a"}) + "\n" + '{"Event": "b"')  # the writer is mid-line
+    log = bench.EventLog(tmp_path)
+    assert log.new_events() == [{"Event": "a"}]
+    with logged.open("a") as f:
+        f.write('}\n{"Event": "c"}\n')
+    assert log.new_events() == [{"Event": "b"}, {"Event": "c"}]
+    assert log.new_events() == []
