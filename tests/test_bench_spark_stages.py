@@ -29,7 +29,8 @@ def _task_end(stage: int, launch_ms: int, finish_ms: int) -> dict:
 
 def test_idle_core_seconds_per_stage_in_order_of_their_tasks(bench):
     events = [
-        {"Event": "SparkListenerJobStart", "Job ID": 3},
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [5]},
+        {"Event": "SparkListenerJobStart", "Job ID": 3, "Stage IDs": [6, 7]},
         # decoding: two cores busy but for the last 0.5 s of one of them
         _task_end(6, 1_000, 4_000), _task_end(6, 1_000, 3_500),
         # the liveness stage: one task of 1.5 s, the other core's task empty
@@ -40,8 +41,18 @@ def test_idle_core_seconds_per_stage_in_order_of_their_tasks(bench):
     found = bench.stage_idle(events, cores=2)
     assert [(s["tasks"], s["span_s"], s["idle_core_s"]) for s in found["stages"]] == [
         (1, 0.8, 0.8), (2, 3.0, 0.5), (2, 1.5, 1.49)]
-    assert found["idle_core_s"] == pytest.approx(2.79)
+    assert found["idle_core_s"] == pytest.approx(0.8 + (4.51 * 2 - 3.0 - 2.5 - 0.01 - 1.5))  # within each job
     assert found["last_stage_s"] == 1.5
+
+
+def test_stages_side_by_side_count_their_idle_once(bench):
+    """Two stages of one job running at once, a task each on one of the two cores: the job's
+    cores were busy throughout, though each stage alone leaves one core idle."""
+    events = [{"Event": "SparkListenerJobStart", "Job ID": 7, "Stage IDs": [8, 9]},
+              _task_end(8, 0, 2_000), _task_end(9, 0, 2_000)]
+    found = bench.stage_idle(events, cores=2)
+    assert [s["idle_core_s"] for s in found["stages"]] == [2.0, 2.0]
+    assert found["idle_core_s"] == 0
 
 
 def test_no_tasks_no_stages(bench):

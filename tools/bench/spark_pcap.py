@@ -25,8 +25,9 @@ costs nothing): the ceiling the job's two-core speedup is read against on a shar
 within a minute of each other) and their median, and the same of the medians.
 "stages": from Spark's event log, each stage of a job, in order: its tasks, its span from the first
 task's launch to the last task's end, and the core-seconds its cores sat idle within that span
-(span x cores - the tasks' time); "idle_core_s" their sum, "last_stage_s" the last stage's span (the
-liveness stage: one task per NameServer, which the other cores wait for).
+(span x cores - the tasks' time); "idle_core_s" the same within each job's span, summed over the
+jobs (stages that run side by side counted once), "last_stage_s" the last stage's span (the liveness
+stage: one task per NameServer, which the other cores wait for).
 """
 
 from __future__ import annotations
@@ -137,19 +138,33 @@ class EventLog:
 
 def stage_idle(events: list[dict], cores: int) -> dict:
     """Per stage of the events' jobs, in order of their first task: tasks, span (first launch to
-    last end) and the core-seconds idle within it; their idle sum, and the last stage's span."""
+    last end) and the core-seconds idle within it (a stage run beside another counts the other's
+    tasks as idle: the jobs' figure does not); ``idle_core_s``: the same within each job's span,
+    summed over the jobs; and the last stage's span."""
     tasks: dict[int, list[tuple[int, int]]] = {}
+    job_of: dict[int, int] = {}
     for event in events:
-        if event.get("Event") == "SparkListenerTaskEnd":
+        if event.get("Event") == "SparkListenerJobStart":
+            job_of.update(dict.fromkeys(event.get("Stage IDs", []), event["Job ID"]))
+        elif event.get("Event") == "SparkListenerTaskEnd":
             info = event["Task Info"]
             tasks.setdefault(event["Stage ID"], []).append((info["Launch Time"], info["Finish Time"]))
-    stages = []
-    for times in sorted(tasks.values(), key=min):
-        span = (max(end for _, end in times) - min(start for start, _ in times)) / 1000
-        busy = sum(end - start for start, end in times) / 1000
-        stages.append({"tasks": len(times), "span_s": span, "idle_core_s": round(max(0.0, span * cores - busy), 3)})
-    return {"stages": stages, "idle_core_s": round(sum(stage["idle_core_s"] for stage in stages), 3),
+    by_job: dict[int | None, list[tuple[int, int]]] = {}
+    for stage, times in tasks.items():
+        by_job.setdefault(job_of.get(stage), []).extend(times)
+    stages = [{"tasks": len(times), "span_s": _span(times), "idle_core_s": _idle(times, cores)}
+              for times in sorted(tasks.values(), key=min)]
+    return {"stages": stages, "idle_core_s": round(sum(_idle(times, cores) for times in by_job.values()), 3),
             "last_stage_s": stages[-1]["span_s"] if stages else 0.0}
+
+
+def _span(times: list[tuple[int, int]]) -> float:
+    return (max(end for _, end in times) - min(start for start, _ in times)) / 1000
+
+
+def _idle(times: list[tuple[int, int]], cores: int) -> float:
+    """Core-seconds idle between the first launch and the last end of these tasks."""
+    return round(max(0.0, _span(times) * cores - sum(end - start for start, end in times) / 1000), 3)
 
 
 def _mark(marks: list[float], message: str) -> None:
