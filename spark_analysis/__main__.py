@@ -146,7 +146,7 @@ def check_arguments(inputs: list[str], out: str | None, overwrite: bool) -> str 
             if not expand_local(path):
                 if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                     return f"no such file or directory: {given}"
-                return f"no files in {given} (names starting with . or _ are skipped)"
+                return f"no files in {given} (names starting with . or _, and earlier reports' outputs, are skipped)"
     if out is None or not is_local(out):
         return None
     path = local_path(out)

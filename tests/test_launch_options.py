@@ -48,6 +48,15 @@ def test_a_value_out_of_range_names_the_file_it_came_from(tmp_path):
         NamesrvConfig.from_file(None, {"listenPort": 70000, "configStorePath": str(tmp_path / "none")})
 
 
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_sets_its_first_key(tmp_path):
+    """Notepad's UTF-8 writes a BOM and CRLF line ends; the first key was 'unknown key \\ufefflistenPort'
+    and the server listened on 9876."""
+    config = tmp_path / "namesrv.properties"
+    config.write_bytes(b"\xef\xbb\xbflistenPort=29876\r\nenableTopicList=false\r\n")
+    loaded = NamesrvConfig.from_file(str(config))
+    assert (loaded["listenPort"], loaded["enableTopicList"], loaded.warnings) == (29876, False, [])
+
+
 @pytest.mark.parametrize("name", [*FOREGROUND, pytest.param("run-server.sh", marks=pytest.mark.skipif(
     not IN_REPO_VENV, reason="run-server.sh runs the checkout's .venv"))])
 def test_a_failed_start_leaves_no_data_dir_and_its_reason_in_the_log_file(tmp_path, taken_port, name):

@@ -327,6 +327,8 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
 #: kinds whose noun names an event, not a thing: the headline counts each (two restarts of one
 #: NameServer are "2 NameServer restarts"); the others count the distinct things UNITS names
 EVENT_KINDS = frozenset({"server_restart", "failover", "master_elected", "write_perm_wiped", "write_perm_added"})
+#: a request's name or topic a snap length cut (its frame's first bytes were kept, not its fields)
+NOT_CAPTURED = "a {} whose name was not captured"
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -650,16 +652,20 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"({role(story['id_from'])}) -> {story['id_to']} ({role(story['id_to'])}) at "
                            f"{story['t']}{after}", **fields)
         elif kind == "topic_deleted":
-            yield _finding(kind, INFO, f"topic {story['topic']!r} deleted at {story['server']} at {story['t']} by "
+            topic = NOT_CAPTURED.format("topic") if story["topic"] is None else f"topic {story['topic']!r}"
+            yield _finding(kind, INFO, f"{topic} deleted at {story['server']} at {story['t']} by "
                            f"{story.get('client') or '?'} (DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
             answered = story.get("topics_answered")
             differs = (f"; the NameServer answered {answered:,}: the capture misses some of what it held"
                        if answered is not None and answered != story.get("topics") else "")
-            held = _plural(story.get("topics") or 0, "topic{s}")
-            yield _finding(kind, INFO, f"write permission of {story['broker_name']} {what} at {story['server']} at "
-                           f"{story['t']} by {story.get('client') or '?'} ({held} of it held{differs})", **fields)
+            held = f" ({_plural(story.get('topics') or 0, 'topic{s}')} of it held{differs})"
+            broker = story["broker_name"]
+            if broker is None:  # cut by a snap length: which broker's topics it held is unknown
+                broker, held = NOT_CAPTURED.format("broker"), ""
+            yield _finding(kind, INFO, f"write permission of {broker} {what} at {story['server']} at "
+                           f"{story['t']} by {story.get('client') or '?'}{held}", **fields)
 
 
 def _controller_findings(controller: Item | None, stories: list[Item]) -> Iterable[Item]:

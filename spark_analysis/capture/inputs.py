@@ -201,12 +201,21 @@ def local_path(path: str) -> str:
     return urlparse(path).path if path.startswith("file:") else path
 
 
-def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str, int]]]) -> list[CaptureFile]:
-    """Expand files, directories (recursively, skipping hidden entries) and globs, in argument
-    order without duplicates; ``list_remote`` does the same for a non-local path, as (uri, size)."""
+#: what a report writes at its output's top (spark/job.py): a directory holding both, met while a
+#: directory is walked, is an earlier report's output, skipped (its Parquet and CSV files are not
+#: captures: a report written next to its captures, then run again, said "34 bad input files")
+SUMMARY_FILE, BROKERS_FILE = "summary.json", "brokers.csv"
+REPORT_FILES = (SUMMARY_FILE, BROKERS_FILE)
+
+
+def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str, int]]],
+             skipped: list[str] | None = None) -> list[CaptureFile]:
+    """Expand files, directories (recursively, skipping hidden entries and earlier reports' outputs,
+    added to ``skipped``) and globs, in argument order without duplicates; ``list_remote`` does the
+    same for a non-local path, as (uri, size)."""
     seen: dict[str, int] = {}
     for given in inputs:
-        found = expand_local(local_path(given)) if is_local(given) else list_remote(given)
+        found = expand_local(local_path(given), skipped) if is_local(given) else list_remote(given)
         if not found:
             raise FileNotFoundError(f"no capture files at {given}")
         for path, size in found:
@@ -214,13 +223,19 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
 
 
-def expand_local(pattern: str) -> list[tuple[str, int]]:
-    """A local file, directory or glob as the (path, size) of its files."""
+def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[str, int]]:
+    """A local file, directory or glob as the (path, size) of its files; the report outputs a
+    directory holds (REPORT_FILES) are left out and added to ``skipped``."""
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     found = []
     for match in matches:
         if os.path.isdir(match):
             for root, dirs, names in os.walk(match):
+                if root != match and all(name in names for name in REPORT_FILES):
+                    dirs[:] = []
+                    if skipped is not None:
+                        skipped.append(root)
+                    continue
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
                 found += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
         elif os.path.isfile(match):

@@ -108,7 +108,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
-    files = inputs.discover(paths, partial(_list_hadoop, spark))
+    reports: list[str] = []
+    files = inputs.discover(paths, partial(_list_hadoop, spark), reports)
     spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
@@ -117,7 +118,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
-             f"remote files read whole")
+             f"remote files read whole" + (f"; skipped {len(reports)} earlier report output(s): "
+                                           f"{', '.join(reports)}" if reports else ""))
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
@@ -188,7 +190,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     nameservers = nameserver_endpoints(tally.served, namesrv_codes)
     liveness.only_at(nameservers)
     registered = liveness.registered()
-    write_bytes(spark, f"{out}/brokers.csv", brokers_csv(registered))
+    write_bytes(spark, f"{out}/{inputs.BROKERS_FILE}", brokers_csv(registered))
     counts["brokers"] = len(registered)
     write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
@@ -199,7 +201,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
                                    findings.other_traffic(tally.others, ports))
-    write_bytes(spark, f"{out}/summary.json", json.dumps(summary, indent=1).encode())
+    write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
         f"\n      {finding['severity']}: {finding['message']}" for finding in found[:10])

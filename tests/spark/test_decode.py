@@ -182,6 +182,23 @@ def test_inputs_expand_directories_and_globs(tmp_path: Path) -> None:
         discover([str(tmp_path / "missing*")], lambda uri: [])
 
 
+def test_an_earlier_report_written_among_the_captures_is_skipped_and_named(tmp_path: Path) -> None:
+    """`report caps/ --out caps/report` then `report caps/ --out caps/again`: the first report's
+    Parquet, CSV and HTML files were 34 "bad input files", critical; a directory with only one of
+    its names is still read."""
+    for name in ("1.pcap", "report/summary.json", "report/brokers.csv", "report/calls/part-00000.parquet",
+                 "notes/summary.json", "notes/2.pcap"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    skipped: list[str] = []
+    found = discover([str(tmp_path)], lambda uri: [], skipped)
+    assert [Path(f.path).relative_to(tmp_path).as_posix() for f in found] == [
+        "1.pcap", "notes/2.pcap", "notes/summary.json"]
+    assert skipped == [str(tmp_path / "report")]
+    assert [Path(f.path).name for f in discover([str(tmp_path / "report")], lambda uri: [])] == [
+        "brokers.csv", "summary.json", "part-00000.parquet"]  # named itself: read (and said not a capture)
+
+
 def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "a.pcap"
     path.write_bytes(b"a" * 4096)

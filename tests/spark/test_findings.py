@@ -542,3 +542,17 @@ def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_fail
         "2 warnings: 2 brokers expired by the NameServer (120 s of silence), 1 unknown topic")
     (both,) = [f for f in attention["findings"] if f["kind"] == "heartbeat_expired"]  # two expiries in one line
     assert both["message"].endswith("then 1 route lookup(s) answered TOPIC_NOT_EXIST for T")
+
+
+def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
+    """``tcpdump -s 96`` keeps a DELETE_TOPIC_IN_NAMESRV's and a WIPE_WRITE_PERM_OF_BROKER's frame but
+    not their topic or broker name: the findings said "topic None deleted" and "write permission of
+    None wiped ... (0 topics of it held)"."""
+    at = {"t": "2026-11-29T06:47:57.707544Z", "server": "127.0.0.1:29876", "client": "127.0.0.1:46666",
+          "session": "s", "cluster": None}
+    stories = [{"kind": "topic_deleted", "topic": None, **at},
+               {"kind": "write_perm_wiped", "broker_name": None, "topics": 0, "topics_answered": None, **at}]
+    deleted, wiped = (item["message"] for item in findings_module._story_findings(stories))
+    assert deleted.startswith("a topic whose name was not captured deleted at 127.0.0.1:29876 at ")
+    assert wiped.startswith("write permission of a broker whose name was not captured wiped at 127.0.0.1:29876")
+    assert wiped.endswith("by 127.0.0.1:46666") and "None" not in deleted + wiped

@@ -474,9 +474,11 @@ def _text(value: Any) -> str:
 
 def read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
     """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
-    a regular file only (state/files.py); ConfigError starting with ``what`` says why not."""
+    a regular file only (state/files.py); ConfigError starting with ``what`` says why not.  A
+    byte-order mark at the start (what Windows editors write) is read past: Java reads it as part
+    of the first key, which then names no setting and its value is dropped in silence."""
     try:
-        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT))
+        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT, "utf-8-sig"))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
