@@ -22,6 +22,7 @@ from .bodies.register import (
     RegisterBrokerBody,
     RegistrationRefused,
     decode_register_body_steps,
+    mapping_version_span,
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
@@ -161,17 +162,17 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     decoded, the tables' limits as it would apply) is refused whole (``registration_refused``)."""
     ext = request.ext
     header = RegisterBrokerHeader.from_ext(ext)
+    crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
+    if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
+        log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     digest = None
     if header.names is not None and header.brokerId is not None:
         digest = yield from registration_digest(state, request)
         renewed = state.routes.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
                                      peer.channel, digest)
-        if renewed is not None:  # the last one applied again: its CRC was checked then, its table applied
+        if renewed is not None:  # the last one applied, sent again: its table is held as it says
             return registration_answer(state, request, renewed)
-    crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
-    if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
-        log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     broker_id = java_long(header.brokerIdText, "brokerId")
     names = header.names
     if names is None:
@@ -214,13 +215,19 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
 
 def registration_digest(state: NamesrvState, request: RemotingCommand) -> Steps[bytes]:
     """What tells a REGISTER_BROKER from another as its registration reads it: its header's
-    fields (not its opaque: every request has its own), its MQVersion, its body (a big one hashed
-    in steps), and the configuration's revision (the limits it was checked under).  Two with one
-    digest are applied alike: the broker keeps it, and the same again renews it
-    (RouteInfoManager.renew).  A SHA-1, as the table's memos (bodies/register.py)."""
-    digest = hashlib.sha1(f"{state.config.revision} {request.version} {request.ext!r}".encode(
-        "utf-8", "backslashreplace"))
+    fields but the opaque (every request has its own) and bodyCrc32 (checked against the body
+    before), its MQVersion, its body but 5.x's mappingDataVersion (a new timestamp in every one,
+    read by nobody: bodies/register.py's mapping_version_span), hashed in steps when big, and the
+    configuration's revision (the limits it was checked under).  Two with one digest are applied
+    alike: the broker keeps it, and the same again renews it (RouteInfoManager.renew).  A SHA-1,
+    as the table's memos."""
+    ext = {key: value for key, value in request.ext.items() if key != "bodyCrc32"}
+    digest = hashlib.sha1(f"{state.config.revision} {request.version} {ext!r}".encode("utf-8", "backslashreplace"))
     body = memoryview(request.body or b"")
+    span = mapping_version_span(body) if body else None
+    if span is not None:
+        digest.update(body[:span[0]])
+        body = body[span[1]:]
     for start in range(0, len(body), DIGEST_PER_STEP):
         digest.update(body[start:start + DIGEST_PER_STEP])
         if len(body) > DIGEST_PER_STEP:
