@@ -219,6 +219,23 @@ def frame_start(data: bytes | memoryview) -> int | None:
     return None
 
 
+def cut_frame_start(packet: bytes | memoryview) -> bool:
+    """Whether a packet a snap length cut (its captured bytes) plausibly starts with a frame, whose
+    header frame_start cannot decode whole: its length and header-length words fit, and the header's
+    captured start says its code for certain (a JSON header begins ``{"code":N,``; a binary one its
+    code, a known language and its version).  Only a packet's first byte is tried: where a capture
+    began mid-stream (a rotated file's connections) or a boundary fell in a cut, the next frame most
+    often starts a packet; bytes inside a body do not pass (a length word of text is over 16 MiB)."""
+    if len(packet) < 8:
+        return False
+    length, word = _FRAME_PREFIX.unpack_from(packet, 0)
+    serialize_type, header_length = split_header_word(word)
+    if serialize_type not in (0, 1) or not 4 + header_length <= length <= DEFAULT_MAX_FRAME_LENGTH - 4:
+        return False
+    known = read_header_prefix(serialize_type, bytes(packet[8:8 + header_length]))
+    return known.code is not None and (serialize_type == 0 or known.language is not None)
+
+
 def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     """Where the frame at ``offset`` ends, if its header is within ``data`` and decodes."""
     if offset + 8 > len(data):
@@ -290,16 +307,21 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
     """_decode_run for a run some of whose bytes a snap length cut: frame_parts follows the frames
     across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
     certain (CutFrame). Where a frame boundary falls in a cut, the next frame is found as after a gap,
-    in the captured bytes that follow (the bytes before it are counted as unplaced)."""
+    in the captured bytes that follow (the bytes before it are counted as unplaced).  A frame found so
+    starts at a captured byte: a cut at its position is behind it, and is left out of what frame_parts
+    is given (else the walk stood still there, for ever)."""
     data = b"".join(map(_DATA, run))
     view = memoryview(data)
     ends = list(itertools.accumulate(len(chunk.data) for chunk in run))
+    cut_at = [position for position, _ in holes]
     start: int | None = 0
+    ahead = holes
     if resynchronise:
         start = _resume(conversation, view, holes, 0, lost=True)
+        ahead = holes[bisect.bisect_right(cut_at, start or 0):]
     while start is not None:
         try:
-            parts, stop, resume = frame_parts(view, holes, _MAX_FRAME_LENGTH, start)
+            parts, stop, resume = frame_parts(view, ahead, _MAX_FRAME_LENGTH, start)
         except RemotingDecodeError:
             parts, stop, resume = [], start, None
             if direction == REQUEST and conversation.undecodable_ts is None:
@@ -320,16 +342,19 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
             return
         conversation.unplaced_bytes += resume - stop
         start = _resume(conversation, view, holes, resume, lost=False)
+        if start is not None:
+            ahead = holes[bisect.bisect_right(cut_at, start):]
 
 
 def _resume(conversation: Conversation, view: memoryview, holes: Holes, at: int, lost: bool) -> int | None:
     """The first plausible frame start from ``at`` on, looked for in each stretch of captured bytes
     between two cuts in turn; the bytes passed count as lost (after a gap) or unplaced (after a cut)."""
-    edges = [position for position, _ in holes if position > at] + [len(view)]
-    for edge in edges:
+    cuts = [position for position, _ in holes if position > at]
+    for edge in [*cuts, len(view)]:
         if at >= len(view):
             return None
-        found = frame_start(view[at:min(edge, at + _RESYNC_WINDOW)])
+        found = 0 if edge in cuts and cut_frame_start(view[at:edge]) else frame_start(
+            view[at:min(edge, at + _RESYNC_WINDOW)])
         passed = (edge - at) if found is None else found
         if lost:
             conversation.lost_bytes += passed

@@ -5,11 +5,16 @@ captured are counted apart from the bytes a capture lost (sequence gaps)."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spark_analysis.capture.conversation import conversation_of
 from spark_analysis.capture.packets import LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, PSH, segment_columns, tcp_segments
@@ -27,6 +32,7 @@ from tests.spark.capture.builders import (
     pcapng_block,
     pcapng_idb,
     pcapng_shb,
+    registration,
     route_query,
     tcp,
 )
@@ -104,14 +110,7 @@ def _cut_capture(snap: int, linktype: int = 1, form: str = "pcap") -> bytes:
             blocks.append(pcapng_block("<", 6, struct.pack("<IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(kept),
                                                            len(whole)) + kept))
         return b"".join(blocks)
-    data = bytearray(pcap(frames, linktype=linktype, snaplen=snap, nanos=form == "nanos"))
-    at, out = 24, bytearray(data[:24])
-    while at < len(data):
-        sec, frac, incl, orig = struct.unpack_from("<IIII", data, at)
-        kept = min(incl, snap)
-        out += struct.pack("<IIII", sec, frac, kept, orig) + data[at + 16:at + 16 + kept]
-        at += 16 + incl
-    return bytes(out)
+    return _kept(frames, snap, linktype=linktype, nanos=form == "nanos")
 
 
 @pytest.mark.parametrize(("linktype", "form"), [
@@ -137,6 +136,36 @@ def test_cut_packets_are_no_capture_gap(linktype: int, form: str) -> None:
     assert [(c.known.code, c.known.opaque, c.is_request, c.missing) for c in conversation.cut] == [
         (105, 1, True, missing)]
     assert np.all(columns.end >= columns.start)
+
+
+def _kept(packets: list[tuple[float, bytes]], snap: int, linktype: int = 1, nanos: bool = False) -> bytes:
+    """A pcap of ``packets`` as tcpdump -s ``snap`` writes it: each record's first ``snap`` bytes."""
+    data = pcap(packets, linktype=linktype, snaplen=snap, nanos=nanos)
+    at, kept = 24, bytearray(data[:24])
+    while at < len(data):
+        sec, frac, incl, orig = struct.unpack_from("<IIII", data, at)
+        kept += struct.pack("<IIII", sec, frac, min(incl, snap), orig) + data[at + 16:at + 16 + min(incl, snap)]
+        at += 16 + incl
+    return bytes(kept)
+
+
+def test_a_cut_capture_that_began_mid_stream_finds_its_frames_at_packet_starts() -> None:
+    """A rotated file's broker connections began before it (no SYN) and each packet kept 24 bytes of
+    its frame (tcpdump -i any -s 96): frames were looked for only where a header decodes whole, so
+    every heartbeat of the file was "lost to gaps" and brokers.csv empty.  A packet whose captured
+    start is a frame's length, header length and code starts one; a body's bytes never do."""
+    payload = 24
+    rest_of_a_body = b'{"topicConfigSerializeWrapper":{"x":1}}' * 3  # of a frame sent before the capture
+    frames = [registration("right"), route_query(2), registration("right")]
+    sent, seq = [(1.0, tcp(CLIENT, SERVER, 7001, PSH | ACK, rest_of_a_body, 5001))], 7001 + len(rest_of_a_body)
+    for number, whole in enumerate(frames):
+        sent.append((2.0 + number, tcp(CLIENT, SERVER, seq, PSH | ACK, whole, 5001)))
+        seq += len(whole)
+    packets = [(t, ethernet(ipv4(CLIENT[0], SERVER[0], segment))) for t, segment in sent]
+    snap = len(packets[1][1]) - len(frames[0]) + payload
+    conversation = conversation_of(reassemble(tcp_segments(iter_records(_kept(packets, snap))))[0])
+    assert [(c.known.code, c.is_request) for c in conversation.cut] == [(103, True), (105, True), (103, True)]
+    assert conversation.lost_bytes == payload  # the body's captured bytes, passed over
 
 
 def test_a_real_cut_capture_tells_its_brokers_by_their_connections() -> None:
@@ -183,3 +212,74 @@ def test_with_ports_the_rocketmq_traffic_on_other_ports_is_counted_not_dropped()
     said = other_traffic(tally.others, (9876,))
     assert [(item["kind"], item["port"], item["connections"], item["frames"]) for item in said] == [
         ("other_port_traffic", 10911, 1, 2)]
+
+
+def test_a_frame_after_one_whose_start_was_cut_is_read_and_the_walk_ends() -> None:
+    """One packet held a registration and the start of a query, cut at 200 bytes; the next packet a
+    whole query.  The walk resumed at the whole query's first byte, took the cut behind it for one
+    ahead of it, and stood there for ever (a report's task never ended)."""
+    ends = {f"{CLIENT[0]}:{CLIENT[1]}": CLIENT, f"{SERVER[0]}:{SERVER[1]}": SERVER}
+    sent = [(t, tcp(ends[s.src], ends[s.dst], s.seq, s.flags, s.payload, s.ack)) for t, s in handshake()]
+    both, whole = registration("right") + route_query(2), route_query(3)
+    sent += [(2.0, tcp(CLIENT, SERVER, 1001, PSH | ACK, both, 5001)),
+             (2.1, tcp(CLIENT, SERVER, 1001 + len(both), PSH | ACK, whole, 5001))]
+    packets = [(t, ethernet(ipv4(CLIENT[0], SERVER[0], segment))) for t, segment in sent]
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.alarm(20)
+    try:
+        conversation = conversation_of(reassemble(tcp_segments(iter_records(_kept(packets, 54 + 200))))[0])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert [(c.known.code, c.known.opaque) for c in conversation.cut] == [(103, 7)]
+    assert [c.command.opaque for c in conversation.commands] == [3]
+
+
+@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=st.lists(st.sampled_from(["query", "registration", "big"]), min_size=1, max_size=8),
+       sizes=st.lists(st.one_of(st.integers(1, 700), st.sampled_from([-1, -2, -3])), min_size=1, max_size=30),
+       payload=st.integers(0, 400), skip=st.integers(0, 3))
+def test_any_cut_stream_is_walked_to_its_end_inventing_nothing(kinds, sizes, payload, skip) -> None:
+    """Frames sent back to back in packets of any sizes (a negative size: that many whole frames, as
+    a writer flushing several at once sends them), each packet cut at any snap length, the capture
+    beginning at any of the first packets (no SYN then): the walk ends, every frame read whole is
+    one that was sent, in order, and every cut frame's code is one that was sent."""
+    sent_frames = [route_query(number) if kind == "query" else registration("right") if kind == "registration"
+                   else RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * 900,
+                                                opaque=number).encode()
+                   for number, kind in enumerate(kinds)]
+    stream = b"".join(sent_frames)
+    ends = {f"{CLIENT[0]}:{CLIENT[1]}": CLIENT, f"{SERVER[0]}:{SERVER[1]}": SERVER}
+    sent = [] if skip else [(t, tcp(ends[s.src], ends[s.dst], s.seq, s.flags, s.payload, s.ack))
+                            for t, s in handshake()]
+    starts = list(itertools.accumulate((len(frame) for frame in sent_frames), initial=0))
+    at, number = 0, 0
+    while at < len(stream):
+        size = sizes[number % len(sizes)]
+        if size < 0:  # up to the end of the -size'th frame boundary after ``at``
+            later = [start for start in starts if start > at]
+            size = later[min(-size, len(later)) - 1] - at
+        if number >= skip:
+            sent.append((2.0 + number / 1000, tcp(CLIENT, SERVER, 1001 + at, PSH | ACK, stream[at:at + size], 5001)))
+        at, number = at + size, number + 1
+    if not sent:
+        return
+    packets = [(t, ethernet(ipv4(CLIENT[0], SERVER[0], segment))) for t, segment in sent]
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.alarm(20)
+    try:
+        connections = reassemble(tcp_segments(iter_records(_kept(packets, 54 + payload))))
+        conversations = [conversation_of(connection) for connection in connections]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    wanted = [RemotingCommand.decode(frame[4:]).opaque for frame in sent_frames]
+    for conversation in conversations:
+        read = iter(wanted)
+        assert all(command.command.opaque in read for command in conversation.commands)  # a subsequence
+        assert {cut.known.code for cut in conversation.cut} <= {103, 105, None}
+
+
+def _late(*_: object) -> None:
+    raise TimeoutError("the walk over the cut stream did not end")
