@@ -33,6 +33,9 @@ NO_NAMESERVER = 6
 JVM_FAILED = 4
 #: exit status when a remote input or output cannot be reached or read (a missing connector, a host down)
 REMOTE_FAILED = 5
+#: exit status when the output cannot be written (a full disk, a quota, no permission): what the run
+#: wrote there is incomplete, without summary.json
+OUTPUT_FAILED = 7
 #: seconds between the lines on tasks done while a Spark job runs, when stderr is not a terminal
 TASKS_EVERY_S = 30.0
 
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.errors import PySparkRuntimeError  # after the checks: importing pyspark is slow
 
     from spark_analysis.spark import remote, session
-    from spark_analysis.spark.job import analyse
+    from spark_analysis.spark.job import analyse, output_problem
 
     conf = dict(args.conf)
     if args.driver_memory:
@@ -74,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         _forget_output(args.out, made)
         print(f"{parser.prog}: error: {said}", file=sys.stderr)
         return REMOTE_FAILED
-    except BaseException:
+    except BaseException as error:
         _forget_output(args.out, made)
-        raise
+        cannot = output_problem(error) if isinstance(error, Exception) else None
+        if cannot is None:
+            raise
+        print(f"{parser.prog}: error: {cannot} (the report in {args.out} is incomplete: no summary.json)",
+              file=sys.stderr)
+        return OUTPUT_FAILED
     finally:
         if starting:
             starting.join()

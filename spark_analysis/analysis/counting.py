@@ -56,7 +56,8 @@ def count_connections(tally: Tally, connections: Iterable[ConnectionStats]) -> N
         tally.unplaced_bytes += stats.unplaced_bytes
         tally.undecodable += stats.undecodable_bytes > 0
         if stats.undecodable_bytes:
-            add(tally.groups, findings.UNDECODABLE, (stats.conn_id,), stats.undecodable_bytes, 0.0, 0.0)
+            add(tally.groups, findings.UNDECODABLE, (stats.conn_id, stats.server, stats.protocol),
+                stats.undecodable_bytes, 0.0, 0.0)
 
 
 def note_controller_calls(tally: Tally, notes: Iterable[tuple[Any, ...]]) -> None:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
+from spark_analysis.capture.conversation import HTTP, TLS
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
@@ -177,7 +178,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
-    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or []), *(others or [])]
+    spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
+    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken), *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
@@ -228,18 +230,30 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               f"slowest {latency:,.0f} ms at {iso_time(t)} for {client}", code_name=name, count=count,
                               max_ms=latency, max_at=iso_time(t), max_client=client, first=_iso(first),
                               last=_iso(last)))
-    for (conn_id,), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
+    for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
         found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
-                              f"remoting frame (the rest of that direction is not decoded)", connection=conn_id,
-                              bytes=count))
+                              f"remoting frame (the rest of that direction is not decoded){_spoken(protocol)}",
+                              connection=conn_id, bytes=count, server=server, protocol=protocol))
     found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
 
 
-def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item]) -> Iterable[Item]:
+#: what bytes of another protocol on a NameServer's connection mean (capture/conversation.foreign_protocol)
+SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
+               "capture where the traffic is plain to read it",
+          HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
+
+
+def _spoken(protocol: str | None) -> str:
+    return f": {protocol} ({SPOKEN[protocol]})" if protocol else ""
+
+
+def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
+                  spoken: dict[str, str]) -> Iterable[Item]:
     """A capture a snap length cut, said first (what it keeps decides what the report can know):
     per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
-    each server endpoint whose traffic no frame could be read of, with why."""
+    each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
+    its connections spoke instead, TLS or HTTP, per server)."""
     cut = [f for f in files if f.get("cut_records")]
     frames = counts.get("cut_frames", 0)
     for f in cut:
@@ -257,9 +271,13 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
            else "no frame of it decodes")
     for row in endpoints:
         if row["kind"] == "unknown" and row["accepted"]:
+            protocol = spoken.get(row["endpoint"])
+            said = f"its connections speak {protocol} ({SPOKEN[protocol]})" if protocol else (
+                f"{why}; what it is stays unknown")
             yield _finding("server_unread", WARNING, f"{row['endpoint']} accepted {row['accepted']:,} connection(s), "
-                           f"but nothing it was asked can be read: {why}; what it is stays unknown",
-                           endpoint=row["endpoint"], accepted=row["accepted"], why=why)
+                           f"but nothing it was asked can be read: {said}", endpoint=row["endpoint"],
+                           accepted=row["accepted"], why=why if protocol is None else f"speaks {protocol}",
+                           protocol=protocol)
 
 
 def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
@@ -449,8 +467,10 @@ def _unanswered(items: list[Item]) -> str:
 
 
 def _undecodable(items: list[Item]) -> str:
+    protocols = {item.get("protocol") for item in items}
+    spoken = _spoken(protocols.pop()) if len(protocols) == 1 else ""
     return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
-            f"direction is not decoded): {_tally(items, 'connection', 'bytes', ' bytes')}")
+            f"direction is not decoded){spoken}: {_tally(items, 'connection', 'bytes', ' bytes')}")
 
 
 _MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics,

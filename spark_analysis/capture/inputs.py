@@ -206,6 +206,10 @@ def local_path(path: str) -> str:
 #: captures: a report written next to its captures, then run again, said "34 bad input files")
 SUMMARY_FILE, BROKERS_FILE = "summary.json", "brokers.csv"
 REPORT_FILES = (SUMMARY_FILE, BROKERS_FILE)
+CLIENTS_FILE, PAGE_FILE = "clients.csv", "report.html"
+#: every file a report writes at its output's top, removed as a run starts (a run that fails then
+#: leaves no earlier run's summary.json beside its own tables)
+WRITTEN_FILES = (*REPORT_FILES, CLIENTS_FILE, PAGE_FILE)
 
 
 def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str, int]]],

@@ -19,6 +19,7 @@ from spark_analysis.capture.conversation import (
     Conversation,
     CutFrame,
     conversation_of,
+    foreign_protocol,
 )
 from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
@@ -86,6 +87,9 @@ class ConnectionStats(NamedTuple):
     cut_frames: int = 0
     uncaptured_bytes: int = 0
     unplaced_bytes: int = 0
+    server: str = ""
+    #: what the undecodable bytes are when they are a protocol of their own (conversation.foreign_protocol)
+    protocol: str | None = None
 
 
 class BodySummary(NamedTuple):
@@ -201,7 +205,8 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable), 0,
-                                      conversation.uncaptured_bytes, conversation.unplaced_bytes)
+                                      conversation.uncaptured_bytes, conversation.unplaced_bytes, connection.server,
+                                      foreign_protocol(conversation.undecodable))
 
 
 def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
@@ -432,7 +437,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable),
                                       len(conversation.cut), conversation.uncaptured_bytes,
-                                      conversation.unplaced_bytes)
+                                      conversation.unplaced_bytes, connection.server,
+                                      foreign_protocol(conversation.undecodable))
 
 
 def cut_frame_row(conn_id: str, connection: Connection, frame: CutFrame) -> Row:

@@ -33,6 +33,7 @@ from spark_analysis.analysis.clients import CLIENT_COLUMNS
 from spark_analysis.analysis.findings import broker_label
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.analysis.liveness import Liveness, plot_order
+from spark_analysis.capture.inputs import PAGE_FILE
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
@@ -63,7 +64,7 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
                  write_bytes: Callable[[str, bytes], None]) -> None:
     """report.html in ``out``, written by ``write_bytes`` (local or through Hadoop: the Spark layer's)."""
-    write_bytes(f"{out}/report.html", b"".join(page(summary, liveness, codes)))
+    write_bytes(f"{out}/{PAGE_FILE}", b"".join(page(summary, liveness, codes)))
 
 
 def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[bytes]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -52,11 +54,28 @@ def row_type(kind: str) -> pa.StructType:
     return pa.struct(list(_ROWS[kind]))
 
 
+class OutputError(Exception):
+    """An output file that could not be written (a full disk, a quota, no permission): its message,
+    ``cannot write PATH: REASON``, reaches the driver by this class's name from a task (spark/job.py
+    output_problem) and is the run's one line."""
+
+
+@contextmanager
+def writing(path: str) -> Iterator[None]:
+    """OSError while writing ``path`` as OutputError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OutputError(f"cannot write {path}: {reason}") from None
+
+
 def prepare(out: str) -> None:
     """Empty the tables' directories (the job overwrites, as Spark's writer does)."""
     for _, name, _ in TABLES:
-        shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-        os.makedirs(os.path.join(out, name))
+        with writing(os.path.join(out, name)):
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            os.makedirs(os.path.join(out, name))
 
 
 def commit(out: str) -> None:
@@ -74,22 +93,26 @@ class PartWriter:
         self._writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
 
     def write(self, kind: str, rows: pa.StructArray) -> None:
-        self._writer(kind).write_batch(to_file_batch(kind, rows))
+        writer, path = self._writer(kind)
+        with writing(path):
+            writer.write_batch(to_file_batch(kind, rows))
 
     def close(self) -> None:
         if self.partition == 0:
             for kind in _FILE:
                 self._writer(kind)
         for writer, path in self._writers.values():
-            writer.close()
-            os.replace(f"{path}.tmp", path)
+            with writing(path):
+                writer.close()
+                os.replace(f"{path}.tmp", path)
         self._writers.clear()
 
-    def _writer(self, kind: str) -> pq.ParquetWriter:
+    def _writer(self, kind: str) -> tuple[pq.ParquetWriter, str]:
         if kind not in self._writers:
             path = os.path.join(self.out, _DIRECTORY[kind], f"part-{self.partition:05d}.parquet")
-            self._writers[kind] = (pq.ParquetWriter(f"{path}.tmp", _FILE[kind], compression="snappy"), path)
-        return self._writers[kind][0]
+            with writing(path):
+                self._writers[kind] = (pq.ParquetWriter(f"{path}.tmp", _FILE[kind], compression="snappy"), path)
+        return self._writers[kind]
 
 
 def to_file_batch(kind: str, rows: pa.StructArray) -> pa.RecordBatch:

@@ -26,13 +26,14 @@ import gc
 import json
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial, reduce
 
 import pyarrow as pa
@@ -150,6 +151,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
         tables.prepare(tables_out)
+    if inputs.is_local(out):
+        _forget_earlier_report(inputs.local_path(out))
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
@@ -192,7 +195,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     registered = liveness.registered()
     write_bytes(spark, f"{out}/{inputs.BROKERS_FILE}", brokers_csv(registered))
     counts["brokers"] = len(registered)
-    write_bytes(spark, f"{out}/clients.csv", clients.clients_csv(talkers))
+    write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
@@ -419,12 +422,20 @@ def with_timestamps(table: DataFrame) -> DataFrame:
 
 
 def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:
-    """Write a small driver-side file locally, or through Hadoop's FileSystem for other schemes."""
+    """Write a small driver-side file locally, or through Hadoop's FileSystem for other schemes; a
+    local one whole or not at all (written aside, then renamed: a full disk leaves no half of it)."""
     if inputs.is_local(uri):
         path = inputs.local_path(uri)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
+        with tables.writing(path):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            try:
+                with open(f"{path}.tmp", "wb") as f:
+                    f.write(data)
+                os.replace(f"{path}.tmp", path)
+            except OSError:
+                with suppress(OSError):
+                    os.remove(f"{path}.tmp")
+                raise
         return
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(uri)
@@ -433,6 +444,29 @@ def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:
         stream.write(bytearray(data))
     finally:
         stream.close()
+
+
+def _forget_earlier_report(out: str) -> None:
+    """Remove the report files an earlier run left in ``out`` (inputs.WRITTEN_FILES), each that can
+    be; then OutputError for the first that could not."""
+    failed: tables.OutputError | None = None
+    for name in inputs.WRITTEN_FILES:
+        try:
+            with tables.writing(os.path.join(out, name)), suppress(FileNotFoundError):
+                os.remove(os.path.join(out, name))
+        except tables.OutputError as error:
+            failed = failed or error
+    if failed:
+        raise failed
+
+
+def output_problem(error: BaseException) -> str | None:
+    """The ``cannot write PATH: REASON`` of an output a task or the driver could not write
+    (tables.OutputError; from a task it arrives as the text of a Python worker's exception)."""
+    if isinstance(error, tables.OutputError):
+        return str(error)
+    found = re.search(r"OutputError: (cannot write [^\n]*)", str(error))
+    return found.group(1) if found else None
 
 
 def _list_hadoop(spark: SparkSession, uri: str) -> list[tuple[str, int]]:

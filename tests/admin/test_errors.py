@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
+import time
+
 import pytest
 import pytest_twisted
 from twisted.internet import protocol, reactor
@@ -12,6 +17,7 @@ from tests.support import free_port
 from twisted_namesrv import properties
 from twisted_namesrv.admin.cli import SUBCOMMANDS
 from twisted_namesrv.admin.client import AdminError, NamesrvClient, split_namesrv_list
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
 
 @pytest_twisted.ensureDeferred
@@ -182,3 +188,40 @@ async def test_half_credentials_are_a_usage_error_not_unsigned_requests(monkeypa
         assert (run.code, run.out) == (2, ""), argv
         assert run.err == (f"error: {given} is set but {missing} is not: set both to sign requests (aclEnable), "
                            "or neither to send them unsigned\n"), argv
+
+
+def _answer_once_per_connection(listener: socket.socket, connections: int) -> None:
+    """Accept ``connections`` connections in turn; answer one request on each, then close it."""
+    for _ in range(connections):
+        conn, _ = listener.accept()
+        with conn:
+            (length,) = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))
+            request = RemotingCommand.decode(conn.recv(length, socket.MSG_WAITALL))
+            conn.sendall(RemotingCommand.response_to(request).encode())
+    listener.close()
+
+
+@pytest.mark.parametrize("second_connection", [True, False])
+def test_a_kept_connection_closed_meanwhile_is_made_again_and_never_blamed_on_tls(second_connection):
+    """A NameServer restarted between two requests of one client (simulate-broker's heartbeats, an
+    admin session) closed the kept connection: the next request failed with 'closed the connection
+    before answering ... (is the NameServer enforcing TLS? try --tls)'. Now it is sent once more on
+    a new connection; a server that is gone is named by that connection's refusal."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = threading.Thread(target=_answer_once_per_connection, args=(listener, 1 + second_connection),
+                              daemon=True)
+    server.start()
+    client = NamesrvClient(f"127.0.0.1:{port}", timeout=5)
+    try:
+        assert client.call(RequestCode.GET_KV_CONFIG).code == 0  # answered; the server then closes the connection
+        time.sleep(0.2)  # the close has arrived
+        if second_connection:
+            assert client.call(RequestCode.GET_KV_CONFIG).code == 0
+        else:
+            server.join(5)
+            with pytest.raises(AdminError) as failed:
+                client.call(RequestCode.GET_KV_CONFIG)
+            assert str(failed.value) == f"connect to 127.0.0.1:{port} failed: Connection refused"
+    finally:
+        client.close()

@@ -55,6 +55,20 @@ async def test_plain_against_an_enforcing_server_suggests_tls(enforcing):
 
 
 @pytest_twisted.ensureDeferred
+async def test_simulate_broker_speaks_tls_when_told(enforcing, pki, tmp_path):
+    """simulate-broker made its connections plain whatever --tls said: its registrations went in
+    clear to a plain server, and an enforcing one refused them all."""
+    run: Run = await run_cli("-n", enforcing, "--tls-ca", str(pki.ca), "simulate-broker", "--count", "1")
+    assert (run.code, run.err) == (0, "") and "registered DefaultCluster/broker-a" in run.out
+    service, port = await start_server(server_config(tmp_path))
+    try:
+        run = await run_cli("-n", f"127.0.0.1:{port}", "--tls-ca", str(pki.ca), "simulate-broker", "--count", "1")
+    finally:
+        await service.stopService()
+    assert run.code == 1 and "TLS handshake failed" in run.err
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_certificate_the_trust_store_does_not_know_is_named(enforcing):
     run: Run = await run_cli("-n", enforcing, "--tls", "clusterList")  # the system's trust store: no test CA in it
     assert run.code == 1 and "its TLS certificate is not trusted" in run.err and "--tls-ca" in run.err

@@ -556,3 +556,54 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
     assert deleted.startswith("a topic whose name was not captured deleted at 127.0.0.1:29876 at ")
     assert wiped.startswith("write permission of a broker whose name was not captured wiped at 127.0.0.1:29876")
     assert wiped.endswith("by 127.0.0.1:46666") and "None" not in deleted + wiped
+
+
+def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
+    """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
+    records. It said "no frame of it decodes; what it is stays unknown"."""
+    from spark_analysis.capture.conversation import foreign_protocol
+
+    client_hello = bytes.fromhex("160301020001") + b"\x00" * 40
+    assert foreign_protocol(client_hello) == "TLS"
+    assert foreign_protocol(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == "HTTP"
+    assert foreign_protocol(b"HTTP/1.0 200 OK\r\n") == "HTTP"
+    assert foreign_protocol(b"\x00\x00\x00\x10\x00\x00\x00\x0cnot json") is None
+    server = "127.0.0.1:29876"
+    groups = {findings_module.UNDECODABLE: {(f"127.0.0.1:53036>{server}@1.0", server, "TLS"): [3779, 0.0, 0.0, None],
+                                            (f"127.0.0.1:39232>{server}@2.0", server, "TLS"): [790, 0.0, 0.0, None]}}
+    endpoint = {"endpoint": server, "kind": "unknown", "accepted": 2, "outages": [], "refused": []}
+    found = findings_module.evidence([], groups, [], {}, [endpoint])
+    unread = [item for item in found if item["kind"] == "server_unread"]
+    assert [item["protocol"] for item in unread] == ["TLS"]
+    assert "its connections speak TLS (encrypted" in unread[0]["message"]
+    assert "stays unknown" not in unread[0]["message"]
+    problem = findings_module.attention(found)["findings"]
+    undecodable = next(item for item in problem if item["kind"] == "undecodable_connection")
+    assert "not decoded): TLS (encrypted" in undecodable["message"]
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_7(spark, tmp_path, monkeypatch, capsys) -> None:
+    """A full disk under --out gave a 40-line traceback, exit 1, a 0-byte clients.csv and, with
+    --overwrite, the earlier run's summary.json beside the new tables. Now: one line naming the file,
+    exit 7, and no summary.json that is not this run's (here summary.json cannot be replaced: it is a
+    directory); a task's OSError arrives as its text and says the same."""
+    out = tmp_path / "out"
+    (out / "summary.json").mkdir(parents=True)
+    (out / "report.html").write_text("an earlier run's page")
+    monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
+    monkeypatch.setattr(session, "stop", lambda spark: None)
+    assert cli.main(["report", str(capture("v5_probe.pcap")), "--out", str(out), "--overwrite"]) == cli.OUTPUT_FAILED
+    err = capsys.readouterr().err
+    assert err.endswith(f"error: cannot write {out / 'summary.json'}: Is a directory (the report in {out} is "
+                        "incomplete: no summary.json)\n") and "Traceback" not in err
+    assert not (out / "report.html").exists()
+    from spark_analysis.output.tables import OutputError
+    from spark_analysis.spark.job import output_problem
+
+    worker_said = RuntimeError("An exception was thrown from the Python worker:\nTraceback ...\n"
+                               "spark_analysis.output.tables.OutputError: cannot write /o/calls/part-00001.parquet: "
+                               "No space left on device\n\n\tat org.apache.spark...")
+    assert output_problem(worker_said) == "cannot write /o/calls/part-00001.parquet: No space left on device"
+    quota = "cannot write /o/x: Disk quota exceeded"
+    assert output_problem(OutputError(quota)) == quota
+    assert output_problem(RuntimeError("OSError: [Errno 5] Input/output error")) is None

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.command == "compare":
         return run_compare(addrs, args, out, err, tls, keys)
     if args.command == "simulate-broker":
-        return simulate.run_simulation(addrs, args, keys, out, err)
+        return simulate.run_simulation(addrs, args, keys, out, err, tls)
     try:
         with Namesrvs(addrs, args.timeout, keys, tls, args.sign_reads) as namesrvs:
             outcome = args.function(namesrvs, args)

@@ -132,6 +132,10 @@ def json_body(addr: str, response: RemotingCommand) -> Any:
         raise TransportError(f"{addr}: answer body is not JSON: {exc}") from None
 
 
+class _ClosedUnanswered(TransportError):
+    """The NameServer closed the connection before any answer to the request came."""
+
+
 class NamesrvClient:
     """One NameServer, connected on first use and kept open for the following requests."""
 
@@ -166,20 +170,28 @@ class NamesrvClient:
             ext = signed_bound(fields, code, *self.credentials, body, stamp_ms, nonce)
         request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=version, language="JAVA")
         deadline = time.monotonic() + self.timeout
-        try:
-            sock = self._connect(deadline)
-            sock.sendall(request.encode())
-            for response in self._responses(sock, deadline, code):
-                if response.opaque == request.opaque:
-                    return response
-        except TransportError:
-            self.close()
-            raise
-        except OSError as exc:
-            self.close()
-            hint = f" ({TLS_HINT})" if self.tls is None and isinstance(exc, ConnectionResetError) else ""
-            raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}{hint}") from None
-        raise AssertionError("unreachable")
+        while True:
+            kept = self._sock is not None
+            try:
+                sock = self._connect(deadline)
+                sock.sendall(request.encode())
+                for response in self._responses(sock, deadline, code, kept):
+                    if response.opaque == request.opaque:
+                        return response
+            except _ClosedUnanswered:
+                self.close()
+                if kept:  # closed while kept (a restart, an idle close): once more on a new connection
+                    continue
+                raise
+            except TransportError:
+                self.close()
+                raise
+            except OSError as exc:
+                self.close()
+                if kept and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+                    continue
+                hint = f" ({TLS_HINT})" if self.tls is None and isinstance(exc, ConnectionResetError) else ""
+                raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}{hint}") from None
 
     def call_ok(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
         """``call``, raising ResponseError unless the answer is SUCCESS."""
@@ -224,10 +236,12 @@ class NamesrvClient:
             sock.close()
             raise TransportError(f"{self.addr}: TLS handshake timed out after {self.timeout:g} s") from None
 
-    def _responses(self, sock: socket.socket, deadline: float, code: int) -> Iterator[RemotingCommand]:
+    def _responses(self, sock: socket.socket, deadline: float, code: int, kept: bool) -> Iterator[RemotingCommand]:
         """Responses as they arrive until the deadline; requests from the server are skipped.
-        A peer that answers HTTP, or stays silent until it is found to speak HTTP, is named so."""
+        A peer that answers HTTP, or stays silent until it is found to speak HTTP, is named so; one
+        that closes a new connection unanswered may want TLS (a ``kept`` one was closed meanwhile)."""
         probe_at: float | None = time.monotonic() + PROBE_AFTER
+        received = False
         while True:
             now = time.monotonic()
             remaining = deadline - now
@@ -245,8 +259,10 @@ class NamesrvClient:
                 continue
             probe_at = None
             if not data:
-                hint = f" ({TLS_HINT})" if self.tls is None else ""
-                raise TransportError(f"{self.addr} closed the connection before answering {code_name(code)}{hint}")
+                hint = f" ({TLS_HINT})" if self.tls is None and not kept else ""
+                closed = TransportError if received else _ClosedUnanswered
+                raise closed(f"{self.addr} closed the connection before answering {code_name(code)}{hint}")
+            received = True
             try:
                 commands = [RemotingCommand.decode(frame) for frame in self._decoder.feed(data)]
             except RemotingDecodeError as exc:

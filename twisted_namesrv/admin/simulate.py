@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -80,10 +81,11 @@ def brokers_from(args: argparse.Namespace, now_ms: int) -> list[SimulatedBroker]
 
 class Simulation:
     def __init__(self, namesrvs: list[str], brokers: list[SimulatedBroker], timeout: float,
-                 credentials: tuple[str, str] | None, out: TextIO, err: TextIO) -> None:
+                 credentials: tuple[str, str] | None, out: TextIO, err: TextIO,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.out, self.err = out, err
         #: (broker, NameServer address, its connection), per broker and NameServer
-        self.links = [(b, addr, NamesrvClient(addr, timeout, credentials)) for b in brokers for addr in namesrvs]
+        self.links = [(b, addr, NamesrvClient(addr, timeout, credentials, tls)) for b in brokers for addr in namesrvs]
         self.stop = threading.Event()
 
     def heartbeat(self, round_: int) -> int:
@@ -127,8 +129,9 @@ class Simulation:
 
 
 def run_simulation(namesrvs: list[str], args: argparse.Namespace, credentials: tuple[str, str] | None,
-                   out: TextIO, err: TextIO) -> int:
-    """Exit status: 0 when every registration was answered SUCCESS, 1 otherwise."""
+                   out: TextIO, err: TextIO, tls: ssl.SSLContext | None = None) -> int:
+    """Exit status: 0 when every registration was answered SUCCESS, 1 otherwise; ``tls``: the
+    connections speak TLS (``--tls``), as every other subcommand's."""
     if args.brokers < 1 or args.queues < 1 or args.interval <= 0 or args.count < 0:
         err.write("error: --brokers and --queues must be at least 1, --interval positive, --count at least 0\n")
         return 2
@@ -137,7 +140,7 @@ def run_simulation(namesrvs: list[str], args: argparse.Namespace, credentials: t
     except AdminError as exc:
         err.write(f"error: {exc}\n")
         return 2
-    simulation = Simulation(namesrvs, brokers, args.timeout, credentials, out, err)
+    simulation = Simulation(namesrvs, brokers, args.timeout, credentials, out, err, tls)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         simulation.stop.set()
