@@ -23,7 +23,7 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
     sys.exit(f"python -m spark_analysis: error: {', '.join(_missing)} not installed: the capture report needs "
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
-from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path  # noqa: E402
+from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path, special_kind  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -154,6 +154,10 @@ def check_arguments(inputs: list[str], out: str | None, overwrite: bool) -> str 
             if not expand_local(path):
                 if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                     return f"no such file or directory: {given}"
+                kind = special_kind(path)
+                if kind:
+                    return (f"{given} is {kind}, not a file: the report reads captures by byte ranges (save it to a "
+                            "file first; a .gz, .bz2 or .xz capture is read as it is)")
                 return f"no files in {given} (names starting with . or _, and earlier reports' outputs, are skipped)"
     if out is None or not is_local(out):
         return None

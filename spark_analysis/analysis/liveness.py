@@ -80,16 +80,18 @@ class _Walk:
         self.intervals: list[float] = []
         self.gaps: list[dict[str, Any]] = []
         self.previous_alive: float | None = None
+        self.previous_period = 0  # the capture period of previous_alive
         self.trailing: list[float] = []  # silences open at a period's end, whatever their length
 
-    def alive(self, t: float) -> None:
+    def alive(self, t: float, period: int) -> None:
+        """A sign of life at ``t``, in capture period ``period`` (TimeBins.period_of)."""
         previous = self.previous_alive
         if previous is not None:
-            if self.time_bins.period_of(previous) == self.time_bins.period_of(t):
+            if self.previous_period == period:
                 self.interval(previous, t, False)
             else:
                 self.silent_until_period_end()
-        self.previous_alive = t
+        self.previous_alive, self.previous_period = t, period
 
     def interval(self, start: float, end: float, open_: bool) -> None:
         seconds = end - start
@@ -180,7 +182,8 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
         if event["code"] == CONNECTION_CLOSED:
             walk.previous_alive = None
             continue
-        cell = bins.setdefault(time_bins.of(t), [0, None])
+        period = time_bins.period_of(t)
+        cell = bins.setdefault(time_bins.of_in(period, t), [0, None])
         if event["code"] == RequestCode.REGISTER_BROKER:
             if event["crc_ok"] is False:
                 crc_failures.append(t)
@@ -196,7 +199,7 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
             walk.previous_alive = None
         if event["alive"]:
             cell[0] += 1
-            walk.alive(t)
+            walk.alive(t, period)
     return walk, registered, refused, crc_failures, bins
 
 

@@ -125,12 +125,26 @@ class Bodies:
 
     def __init__(self) -> None:
         self._raw: dict[bytes, bytes] = {}
+        #: the header of each extFields dict, by identity: a broker's registrations share one
+        #: (decode.rows.shared_ext), which the events hold while the replay runs
+        self._headers: dict[int, RegisterBrokerHeader] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
 
     def keep(self, event: dict[str, Any]) -> None:
         if event["body"] is not None and event["body_key"] is not None:
             self._raw.setdefault(event["body_key"], event["body"])
+
+    def header(self, event: dict[str, Any]) -> RegisterBrokerHeader:
+        """A registration's header as the server reads it (decode.rows.broker_header), looked up
+        by its fields' identity first: a distinct dict of the same fields is read by value."""
+        ext = event["ext"]
+        if ext is None:
+            return broker_header({})
+        found = self._headers.get(id(ext))
+        if found is None:
+            found = self._headers[id(ext)] = broker_header(ext)
+        return found
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
@@ -194,9 +208,9 @@ class _SessionReplay:
     def __init__(self, server: str, session: str, start: float, events: list[dict[str, Any]],
                  story: EndpointStory | None, bodies: Bodies) -> None:
         self.server, self.session, self.events, self.story, self.bodies = server, session, events, story, bodies
-        self.profile: Profile = max((profile_for_version(e["version"]) for e in events
-                                     if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None),
-                                    key=lambda p: p.mq_version, default=JAVA_4_9_8)
+        versions = {e["version"] for e in events
+                    if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None}
+        self.profile: Profile = max(map(profile_for_version, versions), key=lambda p: p.mq_version, default=JAVA_4_9_8)
         self.config = NamesrvConfig({"compatVersion": self.profile.name})
         self.idle_s = float(self.config["serverChannelMaxIdleTimeSeconds"])
         self.now = start
@@ -313,9 +327,10 @@ class _SessionReplay:
                 stay.finish(EXPIRED, self.now, self.idle_s)
         while self.next_scan <= t:
             self.now = self.next_scan
-            timeouts = {live.channel: live.heartbeatTimeoutMillis / 1000
-                        for live in self.manager.brokerLiveTable.values()}
-            for channel in self.manager.scan_not_active_broker():
+            live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
+            expired = self.manager.scan_not_active_broker()
+            timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
+            for channel in expired:
                 scanned = self.open.get(str(channel))
                 if scanned is not None:  # the moment the timeout passed, not the tick that saw it
                     del self.open[scanned.broker_addr]
@@ -360,7 +375,7 @@ class _SessionReplay:
                 self.stays.append(stay)
             stay.events.append(event)
             return
-        header = broker_header(event["ext"] or {})  # read once per distinct header, as the decoder reads it
+        header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
         table = self.bodies.decoded(event, header)
         self.manager.register_broker(self._request(event, header, table))
         if stay is None:

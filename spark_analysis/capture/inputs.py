@@ -23,6 +23,7 @@ import glob
 import lzma
 import mmap
 import os
+import stat
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -228,8 +229,13 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
 
 
 def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[str, int]]:
-    """A local file, directory or glob as the (path, size) of its files; the report outputs a
-    directory holds (REPORT_FILES) are left out and added to ``skipped``."""
+    """A local file, directory or glob as the (path, size) of its files. What a directory holds that
+    is no capture to read is left out and added to ``skipped`` as "PATH (why)": an earlier report's
+    output (REPORT_FILES), and a pipe, socket or device (reading a FIFO would wait for ever)."""
+    def skip(path: str, why: str) -> None:
+        if skipped is not None:
+            skipped.append(f"{path} ({why})")
+
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     found = []
     for match in matches:
@@ -237,14 +243,30 @@ def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[s
             for root, dirs, names in os.walk(match):
                 if root != match and all(name in names for name in REPORT_FILES):
                     dirs[:] = []
-                    if skipped is not None:
-                        skipped.append(root)
+                    skip(root, "an earlier report's output")
                     continue
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-                found += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
+                for name in sorted(n for n in names if not n.startswith((".", "_"))):
+                    path = os.path.join(root, name)
+                    kind = special_kind(path)
+                    if kind:
+                        skip(path, kind)
+                    elif os.path.isfile(path):
+                        found.append(path)
         elif os.path.isfile(match):
             found.append(match)
     return [(path, os.path.getsize(path)) for path in found]
+
+
+def special_kind(path: str) -> str | None:
+    """What a path that is neither a file nor a directory is (``<(zcat x.gz)`` gives a pipe)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), None)
 
 
 def split_bytes(total: int, parallelism: int) -> int:

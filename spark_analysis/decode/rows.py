@@ -69,12 +69,21 @@ def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
     """The server's RegisterBrokerHeader of a request's extFields, read once per distinct header: a
     broker sends the same fields (bodyCrc32 included) in every registration and heartbeat until its
     topics change, and reading them by Java's rules costs a dozen fields' parsing each time."""
-    return _broker_header(tuple(ext.items()))
+    return _broker_header(tuple(ext.items()))[1]
+
+
+def shared_ext(ext: dict[str, str | None]) -> dict[str, str | None]:
+    """One dict for every request of these same extFields (never to be changed): a registration's
+    EVENT row carries it, so that a task's events pickle a broker's fields once (a reference
+    after), and the liveness task, which replays them alone while the other cores wait, loads
+    each once and reads its header once (replay.Bodies.header)."""
+    return _broker_header(tuple(ext.items()))[0]
 
 
 @lru_cache(maxsize=4096)
-def _broker_header(items: tuple[tuple[str, str | None], ...]) -> RegisterBrokerHeader:
-    return RegisterBrokerHeader.from_ext(dict(items))  # frozen: one shared by all the requests alike
+def _broker_header(items: tuple[tuple[str, str | None], ...]) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
+    ext = dict(items)
+    return ext, RegisterBrokerHeader.from_ext(ext)  # frozen: one shared by all the requests alike
 
 
 class ConnectionStats(NamedTuple):
@@ -302,7 +311,7 @@ def registration_event(request: CapturedCommand, registration: Row, body: BodySu
         body_len=columns["body_len"], compressed=columns["compressed"],
         data_version_counter=columns["data_version_counter"], data_version_ts=columns["data_version_ts"],
         oneway=request.command.is_oneway, server=server, client=client, version=request.command.version,
-        ext=request.command.ext, body_key=body.key, body=raw)
+        ext=shared_ext(request.command.ext), body_key=body.key, body=raw)
 
 
 class _BodyCache:

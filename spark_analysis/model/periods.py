@@ -72,7 +72,10 @@ class TimeBins(NamedTuple):
         return max(bisect.bisect_right(self.starts, t) - 1, 0)
 
     def of(self, t: float) -> int:
-        period = self.period_of(t)
+        return self.of_in(self.period_of(t), t)
+
+    def of_in(self, period: int, t: float) -> int:
+        """The bin of ``t``, known to be in capture period ``period`` (period_of)."""
         within = int((t - self.starts[period]) // self.widths[period])
         return self.first_bin[period] + min(max(within, 0), self.first_bin[period + 1] - self.first_bin[period] - 1)
 

@@ -109,8 +109,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
-    reports: list[str] = []
-    files = inputs.discover(paths, partial(_list_hadoop, spark), reports)
+    skipped: list[str] = []
+    files = inputs.discover(paths, partial(_list_hadoop, spark), skipped)
     spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
@@ -119,8 +119,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
-             f"remote files read whole" + (f"; skipped {len(reports)} earlier report output(s): "
-                                           f"{', '.join(reports)}" if reports else ""))
+             f"remote files read whole" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
@@ -198,6 +197,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
+    findings.calls_at(tally.groups, {row["endpoint"] for row in found_endpoints
+                                     if row["kind"] in ("nameserver", "controller")})
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,

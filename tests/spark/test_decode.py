@@ -130,6 +130,20 @@ def test_a_brokers_repeated_header_is_read_by_the_servers_rules_once(monkeypatch
     assert [r["brokerAddr"] for r in read] == ["10.0.0.9:10911", "10.0.0.7:10911"]
 
 
+def test_a_brokers_repeated_fields_travel_once_to_the_replay() -> None:
+    """A broker registers with the same fields every 30 s: its events share one dict of them, so a
+    task's pickled events carry them once (a reference after) and the liveness task, which replays
+    a server's events alone, loads them once (counted in the bytes shipped, never in time)."""
+    import pickle
+
+    rows = rows_of(handshake() + client_stream(*[registration("right")] * 3))
+    ext = EVENT_ROWS.names.index("ext")
+    events = rows[EVENT]
+    assert [event[ext]["brokerAddr"] for event in events] == ["10.0.0.9:10911"] * 3
+    assert len({id(event[ext]) for event in events}) == 1
+    assert pickle.dumps(events).count(b"clusterName") == 1
+
+
 @pytest.mark.parametrize(("serialize_type", "compressed"), [(SerializeType.ROCKETMQ, False),
                                                            (SerializeType.JSON, True)])
 def test_registrations_in_binary_headers_and_compressed_bodies(serialize_type: int, compressed: bool) -> None:
@@ -194,9 +208,19 @@ def test_an_earlier_report_written_among_the_captures_is_skipped_and_named(tmp_p
     found = discover([str(tmp_path)], lambda uri: [], skipped)
     assert [Path(f.path).relative_to(tmp_path).as_posix() for f in found] == [
         "1.pcap", "notes/2.pcap", "notes/summary.json"]
-    assert skipped == [str(tmp_path / "report")]
+    assert skipped == [f"{tmp_path / 'report'} (an earlier report's output)"]
     assert [Path(f.path).name for f in discover([str(tmp_path / "report")], lambda uri: [])] == [
         "brokers.csv", "summary.json", "part-00000.parquet"]  # named itself: read (and said not a capture)
+
+
+def test_a_pipe_in_a_captures_directory_is_skipped_and_named(tmp_path: Path) -> None:
+    """A FIFO among the captures (a capture being streamed into it) was read as a file: the task
+    reading it waited for ever."""
+    (tmp_path / "1.pcap").write_bytes(b"x")
+    os.mkfifo(tmp_path / "live.pcap")
+    skipped: list[str] = []
+    assert [Path(f.path).name for f in discover([str(tmp_path)], lambda uri: [], skipped)] == ["1.pcap"]
+    assert skipped == [f"{tmp_path / 'live.pcap'} (a pipe (FIFO))"]
 
 
 def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:

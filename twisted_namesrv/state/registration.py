@@ -24,6 +24,7 @@ from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
 from ..steps import Steps
+from .queue_table import SHARD_MASK, TopicQueueTable
 from .settling import WALK_PER_STEP
 
 TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
@@ -257,41 +258,50 @@ class Staging:
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
-        anything. One tight loop, as a table holds up to 100k topics."""
+        anything. One tight loop, as a table holds up to 100k topics: topicQueueTable's dicts
+        indexed here (``SHARD_MASK``), the counts kept in locals, and the QueueData of the topic
+        before reused while the numbers are the same (most of a table's are)."""
         name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
-        longest = self.longest
-        for config in configs:
-            topic = config.topicName
-            old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
-            if old is _UNSTAGED:
-                held = lookup(topic)
-                if held:
-                    old = held.get(name)
-                else:
-                    old, topic = None, own_name(topic)  # new to the table: the name it will keep
-            perm = config.perm & ~PERM_WRITE if read_only else config.perm
-            if old is None:
-                if not every and rules.all_or_none:  # 4.9.8 with its dataVersion unchanged: none applies
+        shards = table.shards if type(table) is TopicQueueTable else None  # looked up in its dicts, no call
+        none_applies = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged
+        longest, added, last, queue = self.longest, 0, None, _UNSTAGED
+        try:
+            for config in configs:
+                topic = config.topicName
+                old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
+                if old is _UNSTAGED:
+                    held = shards[hash(topic) & SHARD_MASK].get(topic) if shards is not None else lookup(topic)
+                    if held:
+                        old = held.get(name)
+                    else:
+                        old, topic = None, own_name(topic)  # new to the table: the name it will keep
+                perm = config.perm & ~PERM_WRITE if read_only else config.perm
+                if old is None:
+                    if none_applies:
+                        self.complete = False
+                        continue
+                    added += 1
+                elif (old.readQueueNums == config.readQueueNums and old.perm == perm
+                        and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
+                    continue
+                elif not every:  # Java leaves it as held: this table is not what the group holds
                     self.complete = False
                     continue
-                self.added += 1
-            elif (old.readQueueNums == config.readQueueNums and old.perm == perm
-                    and old.writeQueueNums == config.writeQueueNums and old.topicSysFlag == config.topicSysFlag):
-                continue
-            elif not every:  # Java leaves it as held: this table is not what the group holds
-                self.complete = False
-                continue
-            else:
-                self.overwrites = True
-            numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
-            queue = shared.get(numbers)
-            if queue is None:
-                queue = shared[numbers] = QueueData(name, *numbers)
-            staged[topic] = queue
-            if len(topic) > longest:
-                longest = len(topic)
-        self.longest = longest
+                else:
+                    self.overwrites = True
+                numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+                if numbers != last:
+                    found = shared.get(numbers)
+                    if found is None:
+                        found = shared[numbers] = QueueData(name, *numbers)
+                    last, queue = numbers, found
+                staged[topic] = queue
+                if len(topic) > longest:
+                    longest = len(topic)
+        finally:
+            self.longest = longest
+            self.added += added
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:

@@ -72,6 +72,10 @@ from .settling import Staged as StagedEntries
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
 #: a change that writes at most a step's worth of entries writes them at once, not in steps
 WRITE_AT_ONCE = WRITE_PER_STEP
+#: route events handed to their listeners in one step when more wait (``_hand_over``): each is a
+#: log line, counters and the page's events, some tens of microseconds; a departure that took
+#: topics away is the last of its step (the lost topics' keeper looks at up to a thousand of them)
+EVENTS_PER_STEP = 32
 #: bodies a broker's memos remember (one per piece of a table sent in pieces: 5.x sends pieces of
 #: splitRegistrationSize topics, 800 by default); beyond, the oldest are forgotten
 MAX_MEMOS = 4096
@@ -111,6 +115,11 @@ class Departure:
     kind: str
     info: dict[str, Any]
     lost_topics: list[str] = field(default_factory=list)
+
+
+def _one_step(events: list[Departure]) -> bool:
+    """Whether ``events`` are no more than one step of handing over (``_hand_over_step``)."""
+    return len(events) <= EVENTS_PER_STEP and sum(bool(event.lost_topics) for event in events) <= 1
 
 
 def _lost_with(topic: str, departure: Departure | None) -> None:
@@ -283,6 +292,9 @@ class RouteInfoManager:
         #: (``settle_steps``): the departures' lost topics once heard (a million names freed at once
         #: held a turn for 50 ms or more), a big registration's decoded table once applied
         self._leftovers: deque[list[str] | dict[str, Any]] = deque()
+        #: route events still to hand over, oldest first: a mass disconnect's thousands of them
+        #: are heard EVENTS_PER_STEP a step (``settle_steps``), not all in the turn that ended it
+        self._handing: deque[Departure] = deque()
         #: entries a change writes at once rather than as a layer, when nothing waits before it
         self.write_at_once = WRITE_AT_ONCE
 
@@ -331,10 +343,13 @@ class RouteInfoManager:
         return sum(map(len, self._layers))
 
     def settle_steps(self) -> Steps[None]:
-        """Write what is committed into topicQueueTable, a slice per step; then let go of what
-        the departures took away, a slice per step."""
-        while self._layers or self._leftovers:
-            if self._layers:
+        """Hand the route events that wait over, EVENTS_PER_STEP a step; write what is committed
+        into topicQueueTable, a slice per step; then let go of what the departures took away, a
+        slice per step."""
+        while self._handing or self._layers or self._leftovers:
+            if self._handing:
+                self._hand_over_step()
+            elif self._layers:
                 if not self._layers[0].step():
                     self._written()
             else:
@@ -455,19 +470,41 @@ class RouteInfoManager:
         else:
             events = events + pending.events
         self._hand_over(events)
-        if (self._layers or self._leftovers) and self.on_settle is not None:
+        if (self._layers or self._leftovers or self._handing) and self.on_settle is not None:
             self.on_settle()
 
     def _hand_over(self, events: list[Departure]) -> None:
-        """Route events to their listeners, in order; many lost topics are let go of afterwards
-        in steps, when the service runs them (``on_settle``)."""
-        for event in events:  # the lost topics first: a listener may change the tables again
+        """Route events to their listeners, in order: now when they are few and none wait before
+        them (or the service runs no steps), else in the steps that follow (``settle_steps``), so
+        no turn hears more than a step's share of a mass disconnect's thousands."""
+        if self.on_settle is None or not self._handing and _one_step(events):
+            for event in events:
+                self._hear(event)
+            return
+        self._handing.extend(events)
+        self.on_settle()
+
+    def _hand_over_step(self) -> None:
+        """The events that wait, oldest first, up to EVENTS_PER_STEP and the first departure that
+        took topics away."""
+        handing = self._handing
+        for _ in range(EVENTS_PER_STEP):
+            if not handing:
+                return
+            event = handing.popleft()
+            self._hear(event)
             if event.lost_topics:
-                for departed in self._lost_listeners:
-                    departed(event.kind, event.info, event.lost_topics)
-                self._let_go(event.lost_topics)
-            for heard in self._listeners:
-                heard(event.kind, event.info)
+                return
+
+    def _hear(self, event: Departure) -> None:
+        """One route event to its listeners; its many lost topics are let go of afterwards in
+        steps, when the service runs them (``on_settle``)."""
+        if event.lost_topics:  # the lost topics first: a listener may change the tables again
+            for departed in self._lost_listeners:
+                departed(event.kind, event.info, event.lost_topics)
+            self._let_go(event.lost_topics)
+        for heard in self._listeners:
+            heard(event.kind, event.info)
 
     def _topic_changed(self, topic: str) -> None:
         """Inside a change: anything a route answer for ``topic`` shows changed (per topic)."""

@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
+from .queue_table import SHARD_MASK, TopicQueueTable
 
 #: what one step does, about a millisecond of it: table entries written (a registration's), walked
 #: (looking for the departed groups' topics), or cleared of the departed groups' queues
@@ -106,15 +107,18 @@ class Staged:
 
     def _write(self, count: int) -> bool:
         table, group = self.table, self.group
+        # each topic in its shard, without a method call (another mapping: in the mapping itself)
+        shards = table.shards if type(table) is TopicQueueTable else None
+        place: MutableMapping[str, dict[str, QueueData]] = table
         for topic, queue in islice(self._todo, count):
-            queues = table.get(topic)
-            if queue is not None:
-                if queues is None:
-                    table[topic] = {group: queue}
-                else:
-                    queues[group] = queue
-            elif queues is not None and queues.pop(group, None) is not None and not queues:
-                del table[topic]
+            if shards is not None:
+                place = shards[hash(topic) & SHARD_MASK]
+            if queue is not None:  # one look for a topic new to the table, and the entry it gets
+                entry = place.setdefault(topic, new := {group: queue})
+                if entry is not new:
+                    entry[group] = queue
+            elif (held := place.get(topic)) is not None and held.pop(group, None) is not None and not held:
+                del place[topic]
         self._left = max(0, self._left - count)
         return self._left > 0
 
