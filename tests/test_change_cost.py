@@ -27,7 +27,7 @@ from tests.support import server_config
 from twisted_namesrv import dispatch, service
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.remoting import RemotingCommand, RequestCode, header
+from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, header
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state import queue_table, registration, routes, settling
 from twisted_namesrv.state.queue_table import TopicQueueTable
@@ -686,6 +686,36 @@ def test_a_storm_past_the_turns_share_is_not_decoded_in_the_turn_it_is_read(tmp_
     cluster.settle()
     assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)
     assert len(decoded) == len(brokers)
+
+
+def test_a_storm_past_the_turns_share_is_read_on_without_pausing_its_connections(tmp_path, monkeypatch):
+    """A hundred brokers re-register in one reactor turn: those past AT_ONCE_PER_TURN wait for a
+    later turn, and their connections are not paused and resumed for it (on the old code each
+    was: two epoll_ctl calls and the reactor's bookkeeping a broker); one that sends more behind
+    its waiting registration is paused then, what it sent held, and answered in order."""
+    paused: list[object] = []
+    pause = StringTransport.pauseProducing
+
+    def counted(self: StringTransport) -> None:
+        paused.append(self)
+        pause(self)
+    monkeypatch.setattr(StringTransport, "pauseProducing", counted)
+    cluster = Cluster(tmp_path)
+    brokers = cluster.storm_brokers(100)
+    paused.clear()
+    for index, (protocol, _) in enumerate(brokers):  # one reactor turn
+        protocol.dataReceived(registration_frame(f"b{index:03d}", 3000 + index, ["Storm", f"Own{index}"], 2))
+    assert paused == []
+    last, transport = brokers[-1]
+    behind = RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "n", "key": "k"}, opaque=7,
+                                     version=409).encode()
+    last.dataReceived(behind)
+    assert paused == [transport] and last.held == len(behind) - 4 + len(registration_frame("b099", 3099, [
+        "Storm", "Own99"], 2)) - 4
+    cluster.settle()
+    assert [RemotingCommand.decode(frame).opaque for frame in FrameDecoder().feed(transport.value())] == [1, 7]
+    assert transport.producerState == "producing" and last.held == 0
+    assert all(RemotingCommand.decode(transport.value()[4:]).code == 0 for _, transport in brokers)
 
 
 def test_a_frame_left_for_a_later_turn_that_does_not_decode_closes_its_channel(tmp_path):

@@ -9,6 +9,7 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from .bodies.register import (
     RegisterBrokerBody,
     RegistrationRefused,
     decode_register_body_steps,
+    mapping_version_span,
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
@@ -41,14 +43,16 @@ from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, request_of
-from .state.routes import BROKER, TOPIC, Channel, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.routes import BROKER, TOPIC, Channel, RegisterBrokerResult, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
-from .steps import Steps, run_steps
+from .steps import STEP_BYTES, Steps, run_steps
 
 log = Logger()
 
 ZONE_NAME = "__ZONE_NAME"
 ZONE_MODE = "__ZONE_MODE"
+#: a registration body's bytes hashed per step (registration_digest): about a millisecond's worth
+DIGEST_PER_STEP = 4 * STEP_BYTES
 
 
 @dataclass(slots=True)
@@ -162,6 +166,13 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
+    digest = None
+    if header.names is not None and header.brokerId is not None:
+        digest = yield from registration_digest(state, request)
+        renewed = state.routes.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
+                                     peer.channel, digest)
+        if renewed is not None:  # the last one applied, sent again: its table is held as it says
+            return registration_answer(state, request, renewed)
     broker_id = java_long(header.brokerIdText, "brokerId")
     names = header.names
     if names is None:
@@ -191,7 +202,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     except RegistrationRefused as refusal:
         return registration_refused(state, request, peer, refusal, names)
     registration = request_of(header, names, broker_id, body, peer.channel, request.version,
-                              state.profile.per_broker_heartbeat_timeout)
+                              state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
     try:
         result = routes.apply_registration(plan)
@@ -199,6 +210,34 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
+    return registration_answer(state, request, result)
+
+
+def registration_digest(state: NamesrvState, request: RemotingCommand) -> Steps[bytes]:
+    """What tells a REGISTER_BROKER from another as its registration reads it: its header's
+    fields but the opaque (every request has its own) and bodyCrc32 (checked against the body
+    before), its MQVersion, its body but 5.x's mappingDataVersion (a new timestamp in every one,
+    read by nobody: bodies/register.py's mapping_version_span), hashed in steps when big, and the
+    configuration's revision (the limits it was checked under).  Two with one digest are applied
+    alike: the broker keeps it, and the same again renews it (RouteInfoManager.renew).  A SHA-1,
+    as the table's memos."""
+    ext = {key: value for key, value in request.ext.items() if key != "bodyCrc32"}
+    digest = hashlib.sha1(f"{state.config.revision} {request.version} {ext!r}".encode("utf-8", "backslashreplace"))
+    body = memoryview(request.body or b"")
+    span = mapping_version_span(body) if body else None
+    if span is not None:
+        digest.update(body[:span[0]])
+        body = body[span[1]:]
+    for start in range(0, len(body), DIGEST_PER_STEP):
+        digest.update(body[start:start + DIGEST_PER_STEP])
+        if len(body) > DIGEST_PER_STEP:
+            yield
+    return digest.digest()
+
+
+def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:
+    """A registration's answer: the master's addresses for a slave, and the order topics' KV
+    table where the generation returns it (returnOrderTopicConfigToBroker)."""
     reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
     if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:

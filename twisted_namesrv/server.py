@@ -85,6 +85,12 @@ def _nothing_queued(transport: object) -> bool:
 #: the answers worked out for a peer before they are written: past it, the frames after them wait
 #: until the peer has read them (a 64 KiB read of lookups must not become gigabytes of answers)
 ANSWER_ROOM = 1 << 20
+#: a frame this small waiting for its answer (dispatch.py: a registration past its turn's share,
+#: an answer waiting for the controller log) leaves its peer read while nothing else of it is held:
+#: thousands of brokers re-registering at once cost no pause and resume each (two epoll_ctl calls
+#: and the reactor's bookkeeping, a tenth of a heartbeat's CPU); what the peer sends meanwhile
+#: waits behind it, counted, and stops the reading
+WAITING_READ = 64 * 1024
 
 
 @implementer(interfaces.IPushProducer)
@@ -274,7 +280,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
             self.factory.budget.hold(self, held)
             if self.dropped:
                 return
-        self._read(self.answering is None and not self.waiting and not self.writing_paused)
+        self._read(not self.waiting and not self.writing_paused and (self.answering is None or (
+            self.answering_size <= WAITING_READ and self.decoder.empty)))
 
     def _read(self, on: bool) -> None:
         if on == self.reading_paused:

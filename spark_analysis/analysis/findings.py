@@ -49,7 +49,7 @@ KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed"
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
-         "master_elected", "other_port_traffic")
+         "master_elected", "other_port_traffic", "other_server")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -66,15 +66,16 @@ LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "
 def note_calls(groups: Groups, calls: pa.StructArray) -> None:
     """Note a batch of schema.CALL_ROWS: answers with a non-zero code by (request code name,
     response code, remark, client, topic); requests never answered (not oneway) by (code name,
-    client); answers slower than SLOW_MS by code name, the slowest as ``worst``."""
+    client); answers slower than SLOW_MS by code name, the slowest as ``worst``; each key ends with
+    the server endpoint asked, which calls_at takes off once the NameServers are known."""
     code, latency = calls.field("response_code"), calls.field("latency_ms")
     picks = ((ANSWER_CODES, pc.fill_null(pc.not_equal(code, 0), False),
-              ("code_name", "response_code", "response_remark", "client", "topic")),
+              ("code_name", "response_code", "response_remark", "client", "topic", "server")),
              # a call whose answer may be among frames a snap length cut (``cut``) is not known unanswered
              (UNANSWERED, pc.and_(pc.and_(pc.is_null(code), pc.invert(pc.fill_null(calls.field("oneway"), False))),
                                   pc.invert(pc.fill_null(calls.field("cut"), False))),
-              ("code_name", "client")),
-             (SLOW, pc.fill_null(pc.greater_equal(latency, SLOW_MS), False), ("code_name",)))
+              ("code_name", "client", "server")),
+             (SLOW, pc.fill_null(pc.greater_equal(latency, SLOW_MS), False), ("code_name", "server")))
     for group, mask, key in picks:
         if not pc.any(mask).as_py():
             continue
@@ -82,6 +83,20 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
     _note_routes_found(groups, calls)
+
+
+def calls_at(groups: Groups, servers: set[str]) -> None:
+    """Keep, of note_calls' groups, the calls to ``servers`` (the NameServers and controllers) and
+    take the server off their keys: a broker's port captured with the NameServer's (tcpdump
+    without a port filter) has answers of its own - a PULL_MESSAGE held by long polling, a
+    consumer's first GET_CONSUMER_LIST_BY_GROUP - that are not the NameServer's to judge
+    (other_server says that port was seen)."""
+    for group in (ANSWER_CODES, UNANSWERED, SLOW):
+        kept: Groups = {}
+        for key, (count, first, last, worst) in groups.get(group, {}).items():
+            if key[-1] in servers:
+                add(kept, group, key[:-1], count, first, last, worst)
+        groups[group] = kept.get(group, {})
 
 
 def _note_routes_found(groups: Groups, calls: pa.StructArray) -> None:
@@ -315,6 +330,7 @@ def cut_headline(found: list[Item]) -> str | None:
 UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
+         "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
@@ -614,9 +630,15 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
 
 
 def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[Item]:
-    """Restarts and stops of NameServers, and attempts refused while nothing listened."""
+    """Restarts and stops of NameServers, attempts refused while nothing listened, and servers asked
+    only what no NameServer serves (a broker's port captured too: its calls are not judged)."""
     for row in endpoints:
         endpoint = row["endpoint"]
+        if row["kind"] == "other":
+            yield _finding("other_server", INFO, f"{endpoint} was asked {row['requests']:,} request(s) no "
+                           f"NameServer serves: a broker's port, or another RocketMQ server's, captured with the "
+                           f"NameServer's; its answers are not judged here", endpoint=endpoint,
+                           requests=row["requests"])
         if row["kind"] == "nameserver":
             for outage in row["outages"]:
                 if outage["up"] is None:

@@ -197,6 +197,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients.clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
+    findings.calls_at(tally.groups, {row["endpoint"] for row in found_endpoints
+                                     if row["kind"] in ("nameserver", "controller")})
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
                                   periods[-1][1] if periods else None)
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,

@@ -81,6 +81,18 @@ class TestFastjson:
         with pytest.raises(ValueError):
             fastjson.loads(b"{not json")
 
+    @pytest.mark.parametrize("text", [b'{"a":1,"b":2,"a":3}', b'{"n":123456789012345678901234567890}', b'{"x":NaN}',
+                                      b'{"s":"\\ud800"}', b'{"f":1e400,"g":-0.0}', b' {"e":"\xc3\xa9"} ', b"[1,{}]"])
+    def test_reader_reads_standard_json_as_the_json_module(self, text: bytes) -> None:
+        """The fast reader (msgspec) and what it hands back to the json module read alike: values,
+        key order, what a repeated key keeps; a dict's order is a header's layout."""
+        import json
+        read, expected = fastjson.loads(text), json.loads(text)
+        assert repr(read) == repr(expected) and repr(list(read)) == repr(list(expected))
+        for bad in (b'{"a":"\x01"}', b'\xef\xbb\xbf{"a":1}', b'{"a":1}{"b":2}', b"\xff"):
+            with pytest.raises(ValueError):
+                fastjson.loads(bad)
+
     def test_java_hash_order_matches_verified_java_output(self) -> None:
         keys = ["topic", "lo", "ns", "acceptStandardJsonOnly"]
         assert fastjson.java_hash_order(keys) == ["lo", "ns", "topic", "acceptStandardJsonOnly"]

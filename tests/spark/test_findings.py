@@ -433,10 +433,14 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
     for start in (0, 2):  # two batches, as a task sends them
         findings_module.note_calls(groups, pa.array(rows[start:start + 4] if start else rows[:2],
                                                     type=tables.row_type(CALL)))
-    assert groups[findings_module.SLOW] == {("GET_ROUTEINFO_BY_TOPIC",): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
+    assert groups[findings_module.SLOW] == {
+        ("GET_ROUTEINFO_BY_TOPIC", "s:9876"): [2, 2.0, 3.0, (2500.0, 3.0, "10.0.0.8:1")]}
     assert groups[findings_module.ANSWER_CODES] == {
-        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X"): [1, 3.0, 3.0, None],
-        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.9:1", "%RETRY%cgA"): [1, 6.0, 6.0, None]}
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.8:1", "X", "s:9876"): [1, 3.0, 3.0, None],
+        ("GET_ROUTEINFO_BY_TOPIC", 17, "no route", "10.0.0.9:1", "%RETRY%cgA", "s:9876"): [1, 6.0, 6.0, None]}
+    assert groups[findings_module.UNANSWERED] == {
+        ("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1", "s:9876"): [1, 5.0, 5.0, None]}
+    findings_module.calls_at(groups, {"s:9876"})  # the server known as a NameServer: the keys without it
     assert groups[findings_module.UNANSWERED] == {("GET_BROKER_CLUSTER_INFO", "10.0.0.8:1"): [1, 5.0, 5.0, None]}
     said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
     # 17 said once; a consumer's %RETRY% lookup at start-up is information, an unknown user topic a warning
@@ -477,6 +481,7 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     for start in (0, 3):  # in two batches: the first answer found in one task, the rest in another
         findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start == 0 else rows[3:],
                                                     type=tables.row_type(CALL)))
+    findings_module.calls_at(groups, {"s:9876"})
     said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
     assert sorted((f["kind"], f["severity"], f["topic"]) for f in said) == [
         ("topic_made_on_first_use", "info", "Made"), ("topic_not_exist", "warning", "Gone"),
@@ -529,6 +534,7 @@ def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_fail
              SERVER, None, False, "in.pcap", f"{SERVER}@x") for t, topic in ((200.0, "T"), (201.0, "Never"))]
     groups: findings_module.Groups = {}
     findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
+    findings_module.calls_at(groups, {SERVER})
     said = findings_module.evidence([], groups, brokers, findings_module.response_groups(groups), [], stories)
     by_kind = {(f["kind"], f.get("topic") or f.get("broker_addr")): f for f in said}
 
@@ -611,3 +617,25 @@ def test_an_output_that_cannot_be_written_is_one_line_and_exit_7(spark, tmp_path
     quota = "cannot write /o/x: Disk quota exceeded"
     assert output_problem(OutputError(quota)) == quota
     assert output_problem(RuntimeError("OSError: [Errno 5] Input/output error")) is None
+
+
+def test_a_brokers_port_captured_too_is_named_and_its_calls_not_judged() -> None:
+    """tcpdump -i any without a port filter on a host with a NameServer and a broker: a consumer's
+    PULL_MESSAGEs, held by the broker's long polling when the capture ended, were "5 PULL_MESSAGE
+    request(s) never answered" and its first GET_CONSUMER_LIST_BY_GROUP's SYSTEM_ERROR a warning."""
+    broker, namesrv = "127.0.0.1:10911", "127.0.0.1:9876"
+    rows = [(1.0, "c", "127.0.0.1:35884", 11, "PULL_MESSAGE", 1, None, None, False, "T", None, broker),
+            (2.0, "c", "127.0.0.1:35884", 38, "GET_CONSUMER_LIST_BY_GROUP", 2, 1, 1.0, False, None, "no consumer",
+             broker),
+            (3.0, "c", "127.0.0.1:35886", 106, "GET_BROKER_CLUSTER_INFO", 3, None, None, False, None, None, namesrv)]
+    rows = [(*row[:11], row[11], None, False, "in.pcap", f"{namesrv}@x") for row in rows]
+    groups: findings_module.Groups = {}
+    findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
+    findings_module.calls_at(groups, {namesrv})
+    endpoints = [{"endpoint": broker, "kind": "other", "requests": 2, "outages": [], "refused": []},
+                 {"endpoint": namesrv, "kind": "nameserver", "requests": 1, "outages": [], "refused": []}]
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups), endpoints)
+    assert [(f["kind"], f["severity"], f.get("code_name")) for f in said] == [
+        ("unanswered", "warning", "GET_BROKER_CLUSTER_INFO"), ("other_server", "info", None)]
+    assert said[1]["message"] == (f"{broker} was asked 2 request(s) no NameServer serves: a broker's port, or another "
+                                  "RocketMQ server's, captured with the NameServer's; its answers are not judged here")

@@ -6,9 +6,10 @@ broker connections are fed their REGISTER_BROKER frames 256 KiB a read (as a soc
 over), and every read and every reactor turn after it (the Cooperator's, which runs the steps) is
 timed by the thread's CPU, so a loaded machine moves the figures far less than the probe of
 ``run.py --only stall`` or ``scale.py --curve``, whose waits add the scheduler's.  Each phase: the
-registrations the first time, the same tables again with a new dataVersion, then every broker
-connection lost.  The longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one
-broker with ``--topics`` in one body (the stall scenario's registration, 80k by default).
+registrations the first time, the same tables again with a new dataVersion, the same frames once
+more (a heartbeat storm's: each renews its broker), then every broker connection lost.  The
+longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one broker with
+``--topics`` in one body (the stall scenario's registration, 80k by default).
 
     .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8]
 """
@@ -120,7 +121,8 @@ def main() -> None:
     entries = sum(len(topics) for _, _, topics in tables)
     print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "
           f"{compat}", flush=True)
-    for label, counter in (("first registration", 1), ("the same tables, new dataVersion", 2)):
+    for label, counter in (("first registration", 1), ("the same tables, new dataVersion", 2),
+                           ("the same again as it was (heartbeats: renewed)", 2)):
         frames = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
 
         def register(frames: list[list[bytes]] = frames) -> None:

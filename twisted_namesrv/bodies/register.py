@@ -424,24 +424,64 @@ def _decode_piece(body: bytes, start: int, end: int) -> dict[str, TopicConfig] |
 
 
 def _split_data_version(body: bytes) -> Steps[tuple[DataVersion, bytes] | None]:
-    """The first ``"dataVersion":{...}`` (Java writes it first) and the digest of the rest; None
-    unless that object really is a flat DataVersion."""
+    """The first ``"dataVersion":{...}`` (Java writes it first) and the digest of the rest but 5.x's
+    mappingDataVersion after it (``mapping_version_span``: stamped anew in every registration, so
+    a 5.x broker's table sent again was never known by its digest); None unless that object
+    really is a flat DataVersion."""
     start = body.find(_DATA_VERSION_KEY)
     if start < 0:
         return None
     opening = start + len(_DATA_VERSION_KEY) - 1
     end = body.find(b"}", opening) + 1
+    fields = _flat_data_version(body[opening:end]) if end else None
+    if fields is None:
+        return None
+    view = memoryview(body)
+    digest = hashlib.sha1(view[:opening])
+    mapping = _mapping_version_end(body, end)
+    yield from _hash_steps(digest, view[end if mapping is None else mapping:])
+    return DataVersion.from_json(fields), digest.digest()
+
+
+def _flat_data_version(text: bytes) -> dict[str, int] | None:
+    """``text`` as a DataVersion's fields when it is a flat object of ints (then any decoding of a
+    body reads it alike), else None."""
     try:
-        fields = fastjson.loads(body[opening:end]) if end else None
+        fields = fastjson.loads(text)
     except ValueError:
         return None
     if not isinstance(fields, dict) or not fields.keys() <= _DATA_VERSION_FIELDS or not all(
             type(v) is int for v in fields.values()):
         return None
-    view = memoryview(body)
-    digest = hashlib.sha1(view[:opening])
-    yield from _hash_steps(digest, view[end:])
-    return DataVersion.from_json(fields), digest.digest()
+    return fields
+
+
+_MAPPING_VERSION_KEY = b',"mappingDataVersion":{'
+#: where the wrapper's versions lie: Java writes them first (a body's first few hundred bytes)
+_VERSIONS_WITHIN = 1024
+
+
+def _mapping_version_end(body: bytes, at: int) -> int | None:
+    """The end of a flat ``,"mappingDataVersion":{...}`` written at ``at`` (where Java writes it:
+    right after the wrapper's dataVersion), else None."""
+    if not body.startswith(_MAPPING_VERSION_KEY, at):
+        return None
+    opening = at + len(_MAPPING_VERSION_KEY) - 1
+    close = body.find(b"}", opening, opening + _VERSIONS_WITHIN) + 1
+    return close if close and _flat_data_version(body[opening:close]) is not None else None
+
+
+def mapping_version_span(body: bytes | memoryview) -> tuple[int, int] | None:
+    """Where the wrapper's mappingDataVersion lies in a JSON body (start, end), or None: 5.x brokers
+    write a new one, its timestamp the time of writing, into every registration, and nothing reads
+    it (Java's RouteInfoManager neither), so a registration sent again is the same one without it.
+    Only where Java writes it, right after the first ``"dataVersion":{...}``, and only a flat
+    DataVersion (int fields), which any decoding of the body reads alike whatever its values."""
+    head = bytes(body[:_VERSIONS_WITHIN])
+    start = head.find(_DATA_VERSION_KEY)
+    end = head.find(b"}", start) + 1 if start >= 0 else 0
+    close = _mapping_version_end(head, end) if end else None
+    return None if close is None else (end, close)
 
 
 def _hash_steps(digest: Any, data: memoryview) -> Steps[None]:

@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+import msgspec
+
 _plain_string = json.JSONEncoder(ensure_ascii=False).encode
 _ascii_string = json.JSONEncoder(ensure_ascii=True).encode
 _LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-f]{4})")
@@ -130,11 +132,21 @@ def _quote_bare_keys(text: str) -> str:
     return _BARE_KEY.sub(quote, text)
 
 
+#: standard JSON read by msgspec: what the json module reads alike, several times faster (a JSON
+#: header, every request's); whatever it refuses (NaN, a lone surrogate, 1e400, a bare key) is
+#: read the json module's way, which says what is wrong
+_STANDARD = msgspec.json.Decoder()
+
+
 def loads(data: bytes | str) -> Any:
     """Parse JSON, also accepting fastjson's unquoted numeric keys (they become strings).
 
     Raises ``ValueError`` on anything else that is not JSON.
     """
+    try:
+        return _STANDARD.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        pass
     text = data if isinstance(data, str) else str(data, "utf-8")
     try:
         try:

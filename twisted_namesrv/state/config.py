@@ -508,6 +508,9 @@ class NamesrvConfig:
         #: lasts until the restart); empty when the file holds them
         self.unsaved = ""
         self._subscribers: list[Callable[[], None]] = []
+        #: the updates applied so far (``apply``): what was worked out under the values of one
+        #: revision holds while it is the revision (a broker's renewal: state/routes.py)
+        self.revision = 0
         self._set(file_keys or {})
         self.values.update(values or {})
         self.profile: Profile = profile_named(str(self.values["compatVersion"]))
@@ -580,6 +583,7 @@ class NamesrvConfig:
             self.extra.clear()
             self.extra.update(extra)
             raise
+        self.revision += 1
         failed = None
         if persist is not None:
             try:

@@ -89,10 +89,14 @@ class RegisterRequest:
     heartbeatTimeoutMillis: int | None = None
     enableActingMaster: bool | None = None  # None: an old-version broker that did not say
     version: int | None = None  # the request's MQVersion ordinal
+    #: what tells this request from another (processor.registration_digest), kept with the broker
+    #: once applied: the same again renews it (RouteInfoManager.renew); None: not kept
+    digest: bytes | None = None
 
 
 def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker_id: int, body: RegisterBrokerBody,
-               channel: Channel | None, version: int, per_broker_timeout: bool) -> RegisterRequest:
+               channel: Channel | None, version: int, per_broker_timeout: bool,
+               digest: bytes | None = None) -> RegisterRequest:
     """A REGISTER_BROKER as the routes apply it, from its header read by Java's rules, its names
     (header.names), its brokerId as a Java long and its decoded body; ``per_broker_timeout``: the
     generation reads the broker's own heartbeatTimeoutMillis (Profile.per_broker_heartbeat_timeout).
@@ -102,7 +106,7 @@ def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker
         clusterName=cluster, brokerAddr=addr, brokerName=name, brokerId=broker_id, haServerAddr=header.haServerAddr,
         body=body, channel=channel, zoneName=header.zoneName,
         heartbeatTimeoutMillis=header.heartbeatTimeoutMillis if per_broker_timeout else None,
-        enableActingMaster=header.enableActingMaster, version=version)
+        enableActingMaster=header.enableActingMaster, version=version, digest=digest)
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,9 @@ class BrokerLiveInfo:
     version: int | None = None
     #: loaded from a route snapshot and not registered since (state/snapshot.py)
     restored: bool = False
+    #: the digest of the registration last applied in full (RegisterRequest.digest): the same one
+    #: again on ``channel`` renews the broker (``renew``); None: the next is applied in full
+    digest: bytes | None = None
 
 
 #: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
@@ -544,7 +547,7 @@ class RouteInfoManager:
         """Queue data was changed by hand (wipe, add, delete, 217): the next registration must
         be applied in full again, as Java re-applies it."""
         for live in self.brokerLiveTable.values():
-            live.memos = None
+            live.memos = live.digest = None
 
     def registration_memo(self, cluster: str | None, addr: str | None, broker_name: str | None,
                           broker_id: int, enable_acting_master: bool | None) -> Memos | None:
@@ -703,7 +706,7 @@ class RouteInfoManager:
         self.brokerLiveTable[key] = BrokerLiveInfo(
             self.now_ms(),
             DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if req.heartbeatTimeoutMillis is None else req.heartbeatTimeoutMillis,
-            req.body.dataVersion, req.channel, req.haServerAddr, memos, topic_count, req.version)
+            req.body.dataVersion, req.channel, req.haServerAddr, memos, topic_count, req.version, digest=req.digest)
         if previous is None:
             self._emit("registered", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
@@ -720,15 +723,50 @@ class RouteInfoManager:
             else:
                 del self.filterServerTable[key]
             self._broker_changed(req.brokerName)
-        result = RegisterBrokerResult()
-        if req.brokerId != MASTER_ID:
-            master_addr = addrs.get(MASTER_ID)
-            master = self.brokerLiveTable.get(self.live_key(req.clusterName, master_addr)) if master_addr else None
-            if master is not None:
-                result.haServerAddr, result.masterAddr = master.haServerAddr, master_addr
         if p.acting_master_rules and req.brokerId < prev_min_id and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(addrs, None, req.haServerAddr)
+        return self._result(req.clusterName, req.brokerId, addrs)
+
+    def _result(self, cluster: str, broker_id: int, addrs: dict[int, str]) -> RegisterBrokerResult:
+        """What a registration answers: a slave, its group's master's address and HA address
+        while the master is registered (they change as the master comes and goes)."""
+        result = RegisterBrokerResult()
+        if broker_id != MASTER_ID:
+            master_addr = addrs.get(MASTER_ID)
+            master = self.brokerLiveTable.get(self.live_key(cluster, master_addr)) if master_addr else None
+            if master is not None:
+                result.haServerAddr, result.masterAddr = master.haServerAddr, master_addr
         return result
+
+    def renew(self, names: tuple[str, str, str], broker_id: int, acting: bool | None, zone: str | None,
+              channel: Channel | None, digest: bytes) -> RegisterBrokerResult | None:
+        """A registration that is, byte for byte but its opaque, the one this broker had applied
+        in full last (``digest``: RegisterRequest.digest), on the same connection: what applying
+        it again would do, without decoding or comparing its table.  Applied again, it would
+        change nothing but the broker's lastUpdateTimestamp (Java's registerBroker with an
+        unchanged dataVersion does the same), as long as what its registration read is as it
+        was: its live entry (not expired, not replaced, not restored), its id slot and cluster,
+        its group's acting-master flag and zone (5.x: another member's registration sets them),
+        its queue data not changed by hand (``_forget_tables``), the configuration's revision
+        (in the digest), and a 5.x slave not now its group's prime slave (a master that left
+        makes it apply its table).  Then it is renewed, and answered as a registration is
+        (``_result``: the master's addresses as they are now); else None: apply it in full."""
+        cluster, addr, name = names
+        live = self.brokerLiveTable.get(self.live_key(cluster, addr))
+        if live is None or live.digest != digest or live.channel != channel:
+            return None
+        broker = self.brokerAddrTable.get(name)
+        if broker is None or broker.brokerAddrs.get(broker_id) != addr or name not in self.clusterAddrTable.get(
+                cluster, ()):
+            return None
+        p = self.profile
+        if p.acting_master_rules and (broker.enableActingMaster != bool(acting) or broker.zoneName != zone):
+            return None
+        if p.prime_slave_applies_topics and broker_id != MASTER_ID and acting is not None and broker_id <= min(
+                (i for i, a in broker.brokerAddrs.items() if a != addr), default=broker_id):
+            return None  # a prime slave: its table applies (topic_rules)
+        live.lastUpdateTimestamp = self.now_ms()
+        return self._result(cluster, broker_id, broker.brokerAddrs)
 
     def _staging(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool) -> Staging | None:
         """What the registration writes into topicQueueTable, before anything changes: the plan's

@@ -1,0 +1,281 @@
+"""A broker's registration sent again as it was: renewed, not applied again (RouteInfoManager.renew).
+
+Brokers send their registration every 30 s, the same bytes but the opaque as long as their topics
+do not change; a storm of thousands of brokers is mostly that.  Such a registration, on the
+connection that sent the last one applied in full, renews the broker without its body decoded, its
+CRC computed or a plan made (work counted here, never time), and it must answer and leave the
+tables byte for byte as the registration in full would: each scenario runs on two servers in
+lockstep, one of them with renewals turned off, and every answer, every route event and every
+table is compared.  Whatever the registration read that changed since it was applied takes the full
+path: a body or header one byte different, another connection, an expiry in between, a change
+by hand of the group's queues, the group's members, the configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
+from tests.support import server_config
+from twisted_namesrv import processor
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
+from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.remoting import RemotingCommand, RequestCode
+from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
+
+
+@pytest.fixture
+def work(monkeypatch) -> dict[str, int]:
+    """What a registration in full does, counted: bodies decoded, plans made (its CRC is checked
+    either way, as Java does: a 5.x broker's body is never the same twice, below)."""
+    counts = {"decoded": 0, "planned": 0}
+
+    def counting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return function(*args, **kwargs)
+        return counted
+    for name, function in (("decoded", "decode_register_body_steps"), ("planned", "plan_steps")):
+        monkeypatch.setattr(processor, function, counting(name, getattr(processor, function)))
+    return counts
+
+
+def body_of(topics: list[str], counter: int = 1, perm: int = 6, mapped_at: int | None = None) -> bytes:
+    """A broker's body, as 4.9.8 writes it, or as 5.x does with a mappingDataVersion stamped ``mapped_at``."""
+    body = RegisterBrokerBody(DataVersion(1700000000000, counter), {t: TopicConfig(t, 8, 8, perm) for t in topics})
+    if mapped_at is not None:
+        body.mappingDataVersion = DataVersion(mapped_at)
+    return encode_register_body(body, False, mapped_at is not None)
+
+
+class Server:
+    """A whole NamesrvService on a fake clock, its connections in memory, its route events heard."""
+
+    def __init__(self, tmp_path, renews: bool, **config: Any) -> None:
+        self.clock = task.Clock()
+        self.clock.advance(1_000)
+        self.service = NamesrvService.from_config(server_config(tmp_path, **config), reactor=self.clock)
+        self.routes = self.service.state.routes
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.routes.listen(lambda kind, info: self.events.append((kind, dict(info))))
+        if not renews:
+            self.routes.renew = lambda *args, **kwargs: None  # type: ignore[method-assign]
+
+    def connect(self) -> tuple[Any, StringTransport]:
+        protocol = self.service.factory.buildProtocol(None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def send(self, connection: tuple[Any, StringTransport], frame: bytes) -> bytes:
+        protocol, transport = connection
+        transport.clear()
+        protocol.dataReceived(frame)
+        while any(call.getTime() <= self.clock.seconds() for call in self.clock.getDelayedCalls()):
+            self.clock.advance(0)
+        return transport.value()
+
+    def tables(self) -> dict[str, Any]:
+        routes = self.routes
+        live = {key: {f.name: getattr(info, f.name) for f in dataclasses.fields(info) if f.name != "digest"}
+                for key, info in routes.brokerLiveTable.items()}
+        return {"topics": {t: dict(q) for t, q in routes.topicQueueTable.items()},
+                "brokers": {n: dataclasses.asdict(b) for n, b in routes.brokerAddrTable.items()},
+                "clusters": {c: list(n) for c, n in routes.clusterAddrTable.items()}, "live": live,
+                "filters": dict(routes.filterServerTable), "mappings": dict(routes.topicQueueMappingInfoTable),
+                "generation": routes.generation}
+
+
+class Twins:
+    """The same requests to a server that renews and one that applies every registration in full,
+    in lockstep: every answer compared byte for byte, and the events and tables after each."""
+
+    def __init__(self, tmp_path, work: dict[str, int], **config: Any) -> None:
+        (tmp_path / "renews").mkdir()
+        (tmp_path / "full").mkdir()
+        self.servers = (Server(tmp_path / "renews", True, **config), Server(tmp_path / "full", False, **config))
+        self.work = work
+        self.connections: dict[str, tuple[tuple[Any, StringTransport], ...]] = {}
+        self.opaque = 0
+
+    def connect(self, name: str) -> None:
+        self.connections[name] = tuple(server.connect() for server in self.servers)
+
+    def send(self, name: str, code: int, ext: dict[str, str], body: bytes | None = None) -> dict[str, int]:
+        """The request on both servers' connection ``name``; the work the renewing server did for it."""
+        self.opaque += 1
+        frame = RemotingCommand.request(code, ext, body, opaque=self.opaque, version=409).encode()
+        before = dict(self.work)
+        answer = self.servers[0].send(self.connections[name][0], frame)
+        did = {key: self.work[key] - before[key] for key in before}
+        assert answer == self.servers[1].send(self.connections[name][1], frame)
+        assert RemotingCommand.decode(answer[4:]).opaque == self.opaque
+        renewing, full = self.servers
+        assert renewing.events == full.events
+        assert renewing.tables() == full.tables()
+        return did
+
+    def register(self, name: str, broker: str, broker_id: int, topics: list[str], counter: int = 1,
+                 ha: str = "ha:1", crc: int | None = None, **more: str) -> dict[str, int]:
+        """A registration; a 5.x one (``enableActingMaster`` in ``more``) as 5.x brokers send it, its
+        mappingDataVersion stamped with the time, so its body and bodyCrc32 differ every time."""
+        self.stamp = getattr(self, "stamp", 0) + 1
+        body = body_of(topics, counter, mapped_at=self.stamp if "enableActingMaster" in more else None)
+        ext = {"brokerName": broker, "brokerAddr": f"127.0.0.1:{name}", "clusterName": "c", "haServerAddr": ha,
+               "brokerId": str(broker_id), "bodyCrc32": str(crc32_masked(body) if crc is None else crc), **more}
+        return self.send(name, RequestCode.REGISTER_BROKER, ext, body)
+
+    def advance(self, seconds: float) -> None:
+        for server in self.servers:
+            server.clock.advance(seconds)
+
+    def answer(self, name: str) -> RemotingCommand:
+        return RemotingCommand.decode(self.connections[name][0][1].value()[4:])
+
+
+NOTHING = {"decoded": 0, "planned": 0}
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+def test_a_registration_sent_again_is_renewed_without_its_table_and_answers_as_in_full(tmp_path, work, compat):
+    """A master, its slave and another broker register, then send the same again, and again: each
+    time the broker is renewed (its lastUpdateTimestamp, as Java touches it) and nothing of its body
+    is decoded, its CRC not computed, no plan made; the answers, the events and the tables are the
+    full path's (on the old code every one was decoded, checked and planned again).  The slave's
+    answer names its master's addresses as they are now: another broker's registration changes
+    them, and the master leaving takes them away; the order topics' table in the answer is the KV
+    store's as it is now."""
+    twins = Twins(tmp_path, work, compatVersion=compat)
+    more = {"enableActingMaster": "false"} if compat == "5.3.3" else {}
+    for name in ("10911", "10921", "20911"):
+        twins.connect(name)
+    assert twins.register("10911", "g", 0, ["A", "B"], **more)["decoded"] == 1
+    twins.register("10921", "g", 1, ["A", "B", "S"], **more)  # a slave's table is not applied
+    twins.register("20911", "x", 0, ["X", "Y"], **more)
+    for _ in range(2):
+        twins.advance(10)
+        assert twins.register("10911", "g", 0, ["A", "B"], **more) == NOTHING
+        assert twins.register("10921", "g", 1, ["A", "B", "S"], **more) == NOTHING
+        assert twins.register("20911", "x", 0, ["X", "Y"], **more) == NOTHING
+    live = twins.servers[0].routes.brokerLiveTable
+    assert {info.lastUpdateTimestamp for info in live.values()} == {1_020_000}
+    assert twins.answer("10921").ext == {"masterAddr": "127.0.0.1:10911", "haServerAddr": "ha:1"}
+
+    twins.register("10911", "g", 0, ["A", "B"], ha="ha:2", **more)  # a header one field different: in full
+    assert twins.register("10911", "g", 0, ["A", "B"], ha="ha:2", crc=12345, **more) == NOTHING  # refused
+    assert RemotingCommand.decode(twins.connections["10911"][0][1].value()[4:]).remark == "crc32 not match"
+    assert twins.register("10921", "g", 1, ["A", "B", "S"], **more) == NOTHING
+    assert twins.answer("10921").ext == {"masterAddr": "127.0.0.1:10911", "haServerAddr": "ha:2"}
+    twins.send("20911", RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "A",
+                                                    "value": "g:4"})
+    assert twins.register("20911", "x", 0, ["X", "Y"], **more) == NOTHING
+    assert b"g:4" in (twins.answer("20911").body or b"")
+    twins.send("20911", RequestCode.UNREGISTER_BROKER, {"brokerName": "g", "brokerAddr": "127.0.0.1:10911",
+                                                        "clusterName": "c", "brokerId": "0"})
+    slave = twins.register("10921", "g", 1, ["A", "B", "S"], **more)
+    assert twins.answer("10921").ext == {}  # no master now
+    if compat == "4.9.8":
+        assert slave == NOTHING
+    else:  # the group's prime slave now: its table applies, in full every time
+        assert slave["decoded"] == 1 and "S" in twins.servers[0].routes.topicQueueTable
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+@pytest.mark.parametrize("change", ["one byte of the body", "another connection", "expired", "deleted topic",
+                                    "write perm wiped", "id slot taken", "group's flags changed", "config updated"])
+def test_whatever_the_registration_read_that_changed_takes_the_full_path(tmp_path, work, compat, change):
+    """Renewed first (decoded on the old code); then, after the change, the same registration (or,
+    for the first change, one byte different) is applied in full, and the answers, events and
+    tables are those of the server that applies every one in full."""
+    config = {"compatVersion": compat}
+    twins = Twins(tmp_path, work, **config)
+    more = {"enableActingMaster": "false"} if compat == "5.3.3" else {}
+    for name in ("10911", "10921", "admin"):
+        twins.connect(name)
+    twins.register("10911", "g", 0, ["A", "B", "C"], **more)
+    twins.register("10921", "g", 1, ["A", "C"], **more)  # its slave
+    twins.register("10911", "g", 0, ["A", "C"], counter=2, **more)  # B stays in the group's queues
+    assert twins.register("10911", "g", 0, ["A", "C"], counter=2, **more) == NOTHING
+    counter = 2
+    if change == "one byte of the body":
+        counter = 3
+    elif change == "another connection":
+        twins.connect("10911")
+    elif change == "expired":
+        twins.advance(130)
+        for server in twins.servers:
+            server.routes.scan_not_active_broker()
+    elif change == "deleted topic":
+        twins.send("admin", RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "A"})
+    elif change == "write perm wiped":
+        twins.send("admin", RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "g"})
+    elif change == "id slot taken":  # the broker's address out of its group, its live entry left (another's key)
+        addr, cluster = ("127.0.0.1:1", "c") if compat == "4.9.8" else ("127.0.0.1:10911", "other")  # by id, by address
+        twins.send("admin", RequestCode.UNREGISTER_BROKER, {"brokerName": "g", "brokerAddr": addr,
+                                                            "clusterName": cluster, "brokerId": "0"})
+    elif change == "group's flags changed":  # by its slave (5.x: the group's flag and zone are the last member's)
+        twins.register("10921", "g", 1, ["A", "C"], **{**more, "enableActingMaster": "true"})
+    elif change == "config updated":
+        twins.send("admin", RequestCode.UPDATE_NAMESRV_CONFIG, {},
+                   b"deleteTopicWithBrokerRegistration=true\n" if compat == "5.3.3" else b"orderMessageEnable=true\n")
+    did = twins.register("10911", "g", 0, ["A", "C"], counter=counter, **more)
+    if change == "group's flags changed" and compat == "4.9.8":
+        assert did == NOTHING  # 4.9.8 keeps no such flag
+    else:
+        assert did["decoded"] == 1 and did["planned"] == 1, did
+    assert twins.register("10911", "g", 0, ["A", "C"], counter=counter, **more) == NOTHING  # renewed from now on
+    if change == "deleted topic" and compat == "5.3.3":
+        assert "A" in twins.servers[0].routes.topicQueueTable  # 5.x writes the topics the group lacks
+
+
+def test_a_storm_of_unchanged_registrations_decodes_no_body(tmp_path, work):
+    """A hundred brokers registered, then all of them again as they were, twice: no body decoded, no
+    CRC computed, no plan made (on the old code: two hundred of each), every one answered."""
+    server = Server(tmp_path, True)
+    brokers = [server.connect() for _ in range(100)]
+
+    def storm() -> list[bytes]:
+        answers = []
+        for index, connection in enumerate(brokers):
+            body = body_of(["Storm", f"Own{index}"])
+            ext = {"brokerName": f"b{index:03d}", "brokerAddr": f"127.0.0.1:{3000 + index}", "clusterName": "c",
+                   "haServerAddr": "h", "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}
+            answers.append(server.send(connection, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body,
+                                                                            opaque=index, version=409).encode()))
+        return answers
+    first = storm()
+    assert work["decoded"] == 100
+    for _ in range(2):
+        assert storm() == first
+    assert work == {"decoded": 100, "planned": 100}
+
+
+def test_a_5x_table_sent_again_with_a_new_mapping_stamp_is_known_by_its_digest(tmp_path, work, monkeypatch):
+    """5.x brokers stamp a new mappingDataVersion into every registration (nothing reads it): on
+    the full path too (renewals off, a new connection each time), the table sent again is known
+    by its digest, not decoded, and the broker keeps one memo (on the old code every heartbeat
+    was decoded and left a memo more, up to MAX_MEMOS a broker)."""
+    unchanged: list[bool] = []
+    decode = processor.decode_register_body_steps
+
+    def seen(*args: Any, **kwargs: Any) -> Any:
+        body = yield from decode(*args, **kwargs)
+        unchanged.append(body.tableUnchanged)
+        return body
+    monkeypatch.setattr(processor, "decode_register_body_steps", seen)
+    server = Server(tmp_path, False, compatVersion="5.3.3")
+    for stamp in range(1, 5):
+        body = body_of(["A", "B"], mapped_at=1_700_000_000_000 + stamp * 30_000)
+        ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+               "brokerId": "0", "enableActingMaster": "false", "bodyCrc32": str(crc32_masked(body))}
+        answer = server.send(server.connect(), RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body,
+                                                                       opaque=stamp, version=479).encode())
+        assert RemotingCommand.decode(answer[4:]).code == 0
+    assert unchanged == [False, True, True, True]
+    assert len(server.routes.brokerLiveTable["c", "127.0.0.1:10911"].memos) == 1
