@@ -247,6 +247,10 @@ def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[
 #: young objects before a collection (CPython's default is 700): a young pass walks up to this many
 #: objects, so it is also the longest pause the collector adds to a turn (docs/benchmarks.md)
 GC_YOUNG_THRESHOLD = 10_000
+#: the collector's thresholds: a young pass per GC_YOUNG_THRESHOLD new objects, the middle
+#: generation's pass after every second young one (CPython's 10: every eleventh), a full one after
+#: every 51 of those (about as many young passes as CPython's 10 x 10 make): see tune_gc
+GC_THRESHOLDS = (GC_YOUNG_THRESHOLD, 1, 50)
 
 
 def tune_gc() -> None:
@@ -254,10 +258,15 @@ def tune_gc() -> None:
     soon make full collections of every connection's objects: 17-37 ms passes while 5,000 brokers
     register or leave.  At 50,000 each young pass walks 50,000 objects when they are tracked ones
     (a connection's): 12-16 ms.  10,000 keeps both under about 4 ms, and costs the 1M-topic
-    registration nothing measurable (its tables are mostly untracked objects).  Freezing what boot
-    created keeps it out of every later full collection."""
+    registration nothing measurable (its tables are mostly untracked objects).  While brokers
+    register for the first time every young object survives, so the middle generation's pass,
+    after CPython's 10 young ones, walked ~100k objects at 5,000 brokers (26-30 ms, a lookup's
+    wait): after every second young pass it walks at most a fifth of that (under 10 ms), each
+    object is walked there once all the same, and the full collections come after as many young
+    passes as before (50 of these).  Freezing what boot created keeps it out of every later full
+    collection."""
     gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 #: how long answers worked out in steps may hold the reactor before it reads other connections again
