@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import HTTP, TLS
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
@@ -245,7 +246,13 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               f"slowest {latency:,.0f} ms at {iso_time(t)} for {client}", code_name=name, count=count,
                               max_ms=latency, max_at=iso_time(t), max_client=client, first=_iso(first),
                               last=_iso(last)))
+    beside = besides_nameservers(endpoints or [])
     for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
+        if beside(server):
+            found.append(_finding("undecodable_connection", INFO, f"{conn_id}: {count:,} bytes of another protocol "
+                                  f"({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
+                                  protocol=protocol))
+            continue
         found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
                               f"remoting frame (the rest of that direction is not decoded){_spoken(protocol)}",
                               connection=conn_id, bytes=count, server=server, protocol=protocol))
@@ -257,6 +264,26 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
           HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
+
+
+#: why a server no frame of is read is information, not a warning, in a capture that read NameServers elsewhere
+BESIDE = "a port no NameServer was found on, in a capture with NameServers read on others: another service " \
+         "captured beside them, as a capture with no port filter holds; not read"
+
+
+def besides_nameservers(endpoints: list[Item]) -> Callable[[str | None], bool]:
+    """Whether a server endpoint is another service captured beside the NameServers (ssh, a database,
+    a web server in a capture taken with no port filter): no remoting request was read from it, and
+    NameServers were read in the capture on other ports, none of them RocketMQ's default 9876. A
+    server on a NameServer's port (another host's NameServer speaking TLS) or in a capture with no
+    NameServer read at all stays a warning: there the unread traffic may be what was wanted."""
+    ports = {row["endpoint"].rpartition(":")[2] for row in endpoints if row["kind"] == "nameserver"}
+    rocketmq = {row["endpoint"] for row in endpoints if row["kind"] != "unknown"}
+    if not ports:
+        return lambda server: False
+    ports.add(str(DEFAULT_SERVER_PORT))
+    return lambda server: (server is not None and server not in rocketmq
+                           and server.rpartition(":")[2] not in ports)
 
 
 def _spoken(protocol: str | None) -> str:
@@ -284,8 +311,13 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                        unplaced_bytes=counts.get("unplaced_bytes", 0))
     why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
            else "no frame of it decodes")
+    beside = besides_nameservers(endpoints)
     for row in endpoints:
-        if row["kind"] == "unknown" and row["accepted"]:
+        if row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
+            yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
+                           f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
+                           why="another service", protocol=spoken.get(row["endpoint"]))
+        elif row["kind"] == "unknown" and row["accepted"]:
             protocol = spoken.get(row["endpoint"])
             said = f"its connections speak {protocol} ({SPOKEN[protocol]})" if protocol else (
                 f"{why}; what it is stays unknown")
@@ -367,23 +399,34 @@ NOT_CAPTURED = "a {} whose name was not captured"
 LISTED = 6
 
 
-def attention(found: list[Item]) -> Item:
+#: the headline's first words when no endpoint was asked a NameServer's requests (the command's error says it too):
+#: "nothing needs attention" alone would read as a healthy cluster
+NO_NAMESERVER_FOUND = "no NameServer traffic found (no endpoint was asked a NameServer's requests)"
+
+
+def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
-    request code, and response code, of call findings), most severe first, its evidence inside."""
+    request code, and response code, of call findings), most severe first, its evidence inside;
+    the line leads with what the capture could not show (no NameServer in it, packets a snap
+    length cut)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    cut = cut_headline(found)
+    leads = [NO_NAMESERVER_FOUND] if not nameservers else []
+    leads += filter(None, [cut_headline(found)])
     headline = _headline(problems)
-    return {"attention": f"{cut} · {headline}" if cut else headline, "findings": problems}
+    line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
+    return {"attention": line, "findings": problems}
 
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
         return "notes" if item["severity"] == INFO else None
+    if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
+        return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
         return f"{item['code_name']} {item['response_name']}"
     return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
@@ -414,7 +457,7 @@ def _headline(problems: list[Item]) -> str:
             rows = sum(p["severity"] == severity for p in problems)
             parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
                 _plural(n, UNITS[kind][1]) for kind, n in units.items()))
-    return " · ".join(parts) or "nothing needs attention"
+    return " · ".join(parts)
 
 
 def _plural(n: int, noun: str) -> str:

@@ -19,8 +19,9 @@ import numpy as np
 
 from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, TcpSegment
+from twisted_namesrv.state.config import DEFAULT_LISTEN_PORT
 
-DEFAULT_SERVER_PORT = 9876
+DEFAULT_SERVER_PORT = DEFAULT_LISTEN_PORT
 #: which side of a connection whose SYN was not captured is the server: an endpoint ("ip:port") of
 #: the set, or one on a port of it (the job finds the listening endpoints in the capture itself)
 Servers = frozenset[str | int]
