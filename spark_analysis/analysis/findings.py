@@ -13,7 +13,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +35,8 @@ from twisted_namesrv.remoting.codes import code_name
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+#: connections of which a capture of one direction holds one side only, by (server, the side not captured)
+UNHEARD = "unheard"
 #: route lookups answered with a route, by topic: when a topic was known (a lookup before that is no warning)
 ROUTE_FOUND = "route_found"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
@@ -42,7 +44,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed", "crc_failure", "registration_refused",
+KINDS = ("capture_cut", "one_way_capture", "bad_input", "server_unread", "broker_connection_closed", "crc_failure",
+         "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
@@ -195,7 +198,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
-    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken), *(others or [])]
+    unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
+    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
+                         *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
@@ -246,6 +251,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               f"slowest {latency:,.0f} ms at {iso_time(t)} for {client}", code_name=name, count=count,
                               max_ms=latency, max_at=iso_time(t), max_client=client, first=_iso(first),
                               last=_iso(last)))
+    for (server, side), (count, *_) in sorted(groups.get(UNHEARD, {}).items(), key=_by_key):
+        found.append(_one_way(server, side, count))
     beside = besides_nameservers(endpoints or [])
     for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
         if beside(server):
@@ -264,6 +271,16 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
           HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
+
+
+def _one_way(server: str, side: str, count: int) -> Item:
+    """Connections of which the capture holds one direction only (decode/rows.unheard_side)."""
+    missing = ("its answers to them are not in the capture: not judged unanswered" if side == "server" else
+               "what they were asked is not in the capture")
+    return _finding("one_way_capture", WARNING, f"{server}: {count:,} connection(s) captured in one direction "
+                    f"only: not one packet from the {side}'s side, though the other side acknowledged its bytes "
+                    f"(a capture filter such as 'dst port', tcpdump -Q, or a one-way mirror); {missing}",
+                    server=server, side=side, connections=count)
 
 
 #: why a server no frame of is read is information, not a warning, in a capture that read NameServers elsewhere
@@ -291,7 +308,7 @@ def _spoken(protocol: str | None) -> str:
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
-                  spoken: dict[str, str]) -> Iterable[Item]:
+                  spoken: dict[str, str], unheard_clients: Collection[str] = ()) -> Iterable[Item]:
     """A capture a snap length cut, said first (what it keeps decides what the report can know):
     per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
     each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
@@ -320,7 +337,8 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
         elif row["kind"] == "unknown" and row["accepted"]:
             protocol = spoken.get(row["endpoint"])
             said = f"its connections speak {protocol} ({SPOKEN[protocol]})" if protocol else (
-                f"{why}; what it is stays unknown")
+                "its clients' side was not captured (one direction only)" if row["endpoint"] in unheard_clients
+                else f"{why}; what it is stays unknown")
             yield _finding("server_unread", WARNING, f"{row['endpoint']} accepted {row['accepted']:,} connection(s), "
                            f"but nothing it was asked can be read: {said}", endpoint=row["endpoint"],
                            accepted=row["accepted"], why=why if protocol is None else f"speaks {protocol}",
@@ -360,6 +378,7 @@ def cut_headline(found: list[Item]) -> str | None:
 
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
