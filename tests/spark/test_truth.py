@@ -105,6 +105,9 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
             noise[r["endpoint"]] = noise.get(r["endpoint"], 0) + r["count"]
     for endpoint, count in noise.items():
         add("refused_connections", None, endpoint=endpoint, count=count)
+    for other in truth.get("other_servers", []):
+        if other["requests"]:
+            add("other_server", None, endpoint=other["endpoint"], requests=other["requests"])
     add("topic_not_exist", None, topic="TopicTest")  # not judged
     summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
@@ -158,6 +161,11 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         {"kind": "server_restart", "message": "made up", "server": truth["nameservers"][0]["endpoint"],
          "t": truth["capture"]["first"]}]})
     assert any(p.startswith("invented") for p in judge(truth, restart, rows))
+
+    other = copy.deepcopy(summary)  # a server that is no NameServer, where the truth has none
+    other["findings"].append({"kind": "other_server", "evidence": [
+        {"kind": "other_server", "message": "made up", "endpoint": "127.0.0.1:1", "requests": 1}]})
+    assert any(p.startswith("invented") for p in judge(truth, other, rows))
 
     late = copy.deepcopy(summary)  # an event told at another time
     timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]

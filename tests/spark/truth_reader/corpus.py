@@ -84,6 +84,15 @@ ARGS: dict[str, list[str]] = {
                         r"namesrv stop \(again\)", r"namesrv start \(again\)", "--note",
                         "The second run listened for about a second before its SIGTERM: its log has 'RemotingServer "
                         "started' and the shutdown, no 'boot success'", why=RETRY),
+    "v4-cutrot": _one("4.9.8", "--note", "tcpdump -i any -s 200 -G 20: Linux cooked v2, every packet longer than "
+                      "200 bytes cut there, six files read together; broker-b (5.3.3) registers with the 4.9.8 "
+                      "NameServer; a broker whose brokerAddr the cut left out is named by its connection (as the "
+                      "report names it), its address as logged in broker_addr_logged"),
+    "v4-nofilter": _one("4.9.8", "--note", "tcpdump -i any with no filter: the broker's own port 10911 (the "
+                        "producer's and the consumer's traffic) is in the capture besides the NameServer's 9876; "
+                        "only 9876 is NameServer traffic",
+                        "--why", "127.0.0.1:10911=the broker's launch script polls its port every 0.1 s until the "
+                        "JVM listens"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
