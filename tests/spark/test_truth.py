@@ -39,6 +39,24 @@ def test_report_tells_the_truth_of_a_real_capture(spark, tmp_path: Path, name: s
         "\n  ".join(problems)
 
 
+def test_one_rotated_file_alone_tells_what_happened_in_it(spark, tmp_path: Path) -> None:
+    """An operator often reads the one file of a rotation (tcpdump -G) that holds the incident: in
+    v4-cutrot's fourth file (cut at 200 bytes) both brokers' connections began files earlier, and
+    broker-b is killed in it. The kill is told at its time, broker-a is alive at the file's end, and
+    nothing else is said of them."""
+    truth = truth_of("v4-cutrot")
+    killed, stopped = sorted(truth["stays"], key=lambda s: s["end"])  # connection_closed, unregistered
+    out = run_job(spark, [str(REAL / "v4-cutrot" / "v4-cutrot-071650.pcap.gz")], tmp_path / "out", report=False)
+    items = {(i["kind"], i.get("broker_addr")): i for f in out.summary["findings"] for i in f["evidence"]
+             if i.get("broker_addr")}
+    assert sorted(items) == [("broker_alive_at_end", stopped["broker_addr"]),
+                             ("broker_connection_closed", killed["broker_addr"])]
+    told = seconds(items[("broker_connection_closed", killed["broker_addr"])]["t"])
+    assert abs(told - seconds(killed["ended_at"])) <= truth["tolerance_s"]
+    assert {(r["broker_addr"], r["ended"]) for r in out.brokers} == {(killed["broker_addr"], "connection_closed"),
+                                                                     (stopped["broker_addr"], "alive")}
+
+
 def test_the_corpus_is_there_and_small() -> None:
     """Every capture has its files, steps and NameServer log; a few MB in all."""
     assert len(CAPTURES) >= 6
