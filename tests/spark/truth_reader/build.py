@@ -27,6 +27,9 @@ LOGGED_ADDR = re.compile(r"brokerAddr=([^\],\s]+)|new broker registered, ([^\s,]
 CONTROLLER_CODES = range(1001, 1020)
 # what a NameServer takes for a broker's heartbeat: REGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT
 HEARTBEATS = {REGISTER, 322, 904}
+# a broker's requests that name it with REGISTER_BROKER's fields: UNREGISTER_BROKER, QUERY_DATA_VERSION,
+# BROKER_HEARTBEAT
+NAMING = {UNREGISTER, 322, 904}
 SILENCE_S = 35.0
 
 
@@ -163,11 +166,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                     del open_stay[key]
             continue
         addr = ext.get("brokerAddr")
-        if addr is None or (kind == "unregister" and (e, addr) not in open_stay):
-            # a snap length cut its address: the broker is named by its connection (as the report names it)
-            unnamed = [k for k, st_ in open_stay.items() if st_["_conn"] is c and k[1].startswith("? ")]
-            addr = unnamed[0][1] if unnamed and kind == "unregister" else (
-                CUT_ADDR.format(client=c.client) if addr is None else addr)
+        if addr is None and kind == "register":  # a snap length cut its address: see named_on
+            addr = named_on(c, ext) or CUT_ADDR.format(client=c.client)
+        elif addr is None or (kind == "unregister" and (e, addr) not in open_stay):
+            # the broker whose address was cut when it registered over this connection
+            unnamed = [k for k, st_ in open_stay.items() if st_["_conn"] is c and st_.get("_cut")]
+            addr = unnamed[0][1] if unnamed and kind == "unregister" else addr
         key = (e, addr)
         st = open_stay.get(key)
         if kind == "register":
@@ -184,12 +188,18 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 if not hits:
                     problems.append(f"no registration log line near {iso(t)} for {key}")
                 elif "brokerAddr" not in ext:  # the log names the broker whose address the capture cut
+                    st["_cut"] = True
                     logged = {m.group(1) or m.group(2) for _t, line in hits
                               if (m := LOGGED_ADDR.search(line))}
                     st["broker_addr_logged"] = logged.pop() if len(logged) == 1 else None
                     if st["broker_addr_logged"] is None:
                         problems.append(f"the log names {sorted(logged) or 'no address'} for the registration at "
                                         f"{iso(t)} whose address a snap length cut")
+                    elif not addr.startswith("? "):
+                        st["named_by"] = "brokerAddr of its own request on the connection it registers over"
+                        if addr != st["broker_addr_logged"]:
+                            problems.append(f"{key}: named {addr} by its connection's requests, the log says "
+                                            f"{st['broker_addr_logged']}")
             else:
                 if st["ids"][-1]["broker_id"] != bid:
                     st["ids"].append({"broker_id": bid, "role": role, "from": t})
@@ -361,6 +371,17 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def named_on(c, ext: dict) -> str | None:
+    """The brokerAddr a broker whose registration's address a snap length cut carries whole in one of
+    its own requests on the same connection (UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT:
+    its requests all travel over its one channel), when they name one address for its cluster and
+    brokerId as far as captured (as the report names it, decode/rows.py)."""
+    told = {h["extFields"]["brokerAddr"] for _t, h in c.frames("c") if h.get("code") in NAMING
+            and "brokerAddr" in (h.get("extFields") or {})
+            and all(ext.get(k) is None or h["extFields"].get(k) in (None, ext[k]) for k in ("clusterName", "brokerId"))}
+    return told.pop() if len(told) == 1 else None
 
 
 def other_servers(other_conns, why: dict[str, str]) -> list[dict]:
