@@ -332,13 +332,22 @@ class _BodyCache:
         return self._last[3]
 
     def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
-        body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
         last = self._last
-        if last is not None and last[1] == compressed and last[2] == version and last[0] == body:
+        if last is not None and last[1] == compressed and last[2] == version and _same_bytes(last[0], body):
             return last[3]
-        summary = _summarise(body, compressed, version)
-        self._last = (body, compressed, version, summary)
+        kept = None if body is None else bytes(body)  # a view of the reassembled stream: kept as a copy
+        summary = _summarise(kept, compressed, version)
+        self._last = (kept, compressed, version, summary)
         return summary
+
+
+def _same_bytes(kept: bytes | None, body: bytes | memoryview | None) -> bool:
+    """Whether ``body`` (a view, most often) holds exactly the bytes ``kept``: one memcmp in place.
+    A memoryview's ``==`` compares byte by byte, and a copy of it to compare as bytes cost as much
+    as the comparison (a registration's body is most of a capture's bytes)."""
+    if kept is None or body is None:
+        return kept is None and body is None
+    return len(body) == len(kept) and kept.startswith(body)  # bytes.startswith reads any buffer in place
 
 
 def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummary:
