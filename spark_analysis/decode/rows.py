@@ -54,6 +54,14 @@ _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
 _EVENT_COLUMNS = EVENT_ROWS.names
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
+_CRC_OK = _REGISTRATION_COLUMNS.index("crc_ok")
+#: (EVENT_ROWS position, REGISTRATION_ROWS position) of the columns a registration's event takes from its row
+_REGISTRATION_IN_EVENT = tuple((_EVENT_COLUMNS.index(name), index) for index, name in enumerate(_REGISTRATION_COLUMNS)
+                               if name in _EVENT_COLUMNS)
+(_EVENT_T, _EVENT_CODE, _EVENT_ALIVE, _EVENT_ONEWAY, _EVENT_SERVER, _EVENT_CLIENT, _EVENT_VERSION, _EVENT_EXT,
+ _EVENT_BODY_KEY, _EVENT_BODY) = (_EVENT_COLUMNS.index(name) for name in (
+    "t", "code", "alive", "oneway", "server", "client", "version", "ext", "body_key", "body"))
+_REGISTER_BROKER = int(RequestCode.REGISTER_BROKER)
 #: the admin requests' answers that count topics (WIPE/ADD_WRITE_PERM: wipeTopicCount, addTopicCount)
 _ANSWERED_COUNTS: dict[int, str] = {RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
                                     RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount"}
@@ -316,18 +324,21 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
 def registration_event(request: CapturedCommand, registration: Row, body: BodySummary, raw: bytes | None,
                        client: str, server: str | None = None) -> Row:
     """A registration as a sign of life (unless the NameServer refused it: ``alive``), with what
-    brokers.csv keeps of it, its header fields and its body for the replay: ``raw`` the first
-    time this connection sent it, else None (the replay keeps it by ``body.key``)."""
-    columns = dict(zip(_REGISTRATION_COLUMNS, registration, strict=True))
-    return _event(
-        broker_addr=columns["broker_addr"], broker_name=columns["broker_name"], t=request.ts,
-        code=int(RequestCode.REGISTER_BROKER), alive=(columns["response_code"] or 0) == 0 and columns["crc_ok"]
-        is not False, topic_count=columns["topic_count"], cluster=columns["cluster"], broker_id=columns["broker_id"],
-        version_name=columns["version_name"], response_code=columns["response_code"], crc_ok=columns["crc_ok"],
-        body_len=columns["body_len"], compressed=columns["compressed"],
-        data_version_counter=columns["data_version_counter"], data_version_ts=columns["data_version_ts"],
-        oneway=request.command.is_oneway, server=server, client=client, version=request.command.version,
-        ext=shared_ext(request.command.ext), body_key=body.key, body=raw)
+    brokers.csv keeps of it (its REGISTRATION row's columns of the same names), its header fields
+    and its body for the replay: ``raw`` the first time this connection sent it, else None (the
+    replay keeps it by ``body.key``). Built by position: a registration's event is made as often
+    as its row (most of a capture's bytes are registrations), and a dict of its columns and one
+    of keywords cost more than all the rest of its decoding."""
+    event: list[Any] = [None] * len(_EVENT_COLUMNS)
+    for to, source in _REGISTRATION_IN_EVENT:
+        event[to] = registration[source]
+    command = request.command
+    event[_EVENT_T], event[_EVENT_CODE] = request.ts, _REGISTER_BROKER
+    event[_EVENT_ALIVE] = (registration[_RESPONSE_CODE] or 0) == 0 and registration[_CRC_OK] is not False
+    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = command.is_oneway, server, client
+    event[_EVENT_VERSION], event[_EVENT_EXT] = command.version, shared_ext(command.ext)
+    event[_EVENT_BODY_KEY], event[_EVENT_BODY] = body.key, raw
+    return tuple(event)
 
 
 class _BodyCache:
@@ -348,13 +359,22 @@ class _BodyCache:
         return self._last[3]
 
     def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
-        body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
         last = self._last
-        if last is not None and last[1] == compressed and last[2] == version and last[0] == body:
+        if last is not None and last[1] == compressed and last[2] == version and _same_bytes(last[0], body):
             return last[3]
-        summary = _summarise(body, compressed, version)
-        self._last = (body, compressed, version, summary)
+        kept = None if body is None else bytes(body)  # a view of the reassembled stream: kept as a copy
+        summary = _summarise(kept, compressed, version)
+        self._last = (kept, compressed, version, summary)
         return summary
+
+
+def _same_bytes(kept: bytes | None, body: bytes | memoryview | None) -> bool:
+    """Whether ``body`` (a view, most often) holds exactly the bytes ``kept``: one memcmp in place.
+    A memoryview's ``==`` compares byte by byte, and a copy of it to compare as bytes cost as much
+    as the comparison (a registration's body is most of a capture's bytes)."""
+    if kept is None or body is None:
+        return kept is None and body is None
+    return len(body) == len(kept) and kept.startswith(body)  # bytes.startswith reads any buffer in place
 
 
 def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummary:
