@@ -8,7 +8,8 @@
 #   tools/setup-env.sh --spark   plus the Spark analysis stack (pyspark, pyarrow, pandas, plotly) and a Java
 #                                runtime for it (apt's default-jre-headless when `java` is missing; needs root),
 #                                and the classes Spark's JVM loads recorded in .venv (`python -m spark_analysis
-#                                prepare`, ~160 MB, ~30 s once per PySpark and Java): reports start in half the time
+#                                prepare`, ~160 MB, ~30 s once per PySpark and Java): reports start in half the time;
+#                                and pyspark.zip's modules compiled for its Python workers (spark_analysis/spark/worker_zip.py)
 #   tools/setup-env.sh --tls     plus pyOpenSSL, for tls.server.mode (opt-in: Twisted then loads it in every process)
 #   tools/setup-env.sh --browser plus Chromium for the status page's browser test (apt's chromium; needs root)
 #   tools/setup-env.sh --container  plus podman, runc and debootstrap, to build and test the container image
@@ -146,4 +147,5 @@ print(archive if archive and not whole(archive) else "")')"  # to record: none t
     "$venv/bin/python" "$repo/tools/synth_pcap.py" "$capture" --brokers 4 --clients 4 --topics 20 --hours 0.2 --seed 1 >/dev/null
     "$venv/bin/python" -m spark_analysis prepare "$capture"
   fi
+  "$venv/bin/python" -m spark_analysis.spark.worker_zip  # once: Spark's Python workers import compiled modules
 fi
