@@ -551,7 +551,15 @@ def _undecodable(items: list[Item]) -> str:
             f"direction is not decoded){spoken}: {_tally(items, 'connection', 'bytes', ' bytes')}")
 
 
-_MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics,
+def _inputs(items: list[Item]) -> str:
+    """Notes a directory brought along (steps, logs, TRUTH files: _input_severity) are no bad input."""
+    if any(item["severity"] != INFO for item in items):
+        return _listed(items)
+    return (f"{_plural(len(items), 'file{s}')} beside the captures that are not captures (notes, logs), left out: "
+            + _tally(items, "path", None))
+
+
+_MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics, "bad_input": _inputs,
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
 
 

@@ -677,3 +677,14 @@ def test_other_services_beside_the_nameservers_are_information() -> None:
         "2 warnings: 1 server whose traffic cannot be read, 1 undecodable connection")
     alone = findings_module.evidence([], groups, [], {}, endpoints[2:])
     assert {item["severity"] for item in alone if item["kind"] != "other_server"} == {"warning"}
+
+
+def test_notes_beside_the_captures_are_not_called_bad_input() -> None:
+    """A corpus folder given whole (steps.txt, namesrv.log, TRUTH.json beside the capture): the
+    report said "info: 4 bad input files: ..." of files it rightly left out."""
+    rows = [{"path": f"d/{name}", "problem": "not a capture", "size": 10, "trailing_bytes": 0, "compression": None,
+             "records": 0} for name in ("steps.txt", "namesrv.log")]
+    problems = findings_module.attention(findings_module.evidence(rows, {}, [], {}, []))["findings"]
+    assert [(p["severity"], p["message"]) for p in problems] == [
+        ("info", "2 files beside the captures that are not captures (notes, logs), left out: d/namesrv.log, "
+                 "d/steps.txt")]
