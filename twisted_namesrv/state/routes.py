@@ -34,6 +34,7 @@ import functools
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from itertools import repeat, starmap
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..bodies.register import RegistrationRefused, TablePieces
@@ -364,8 +365,8 @@ class RouteInfoManager:
         if isinstance(leftovers, list):
             del leftovers[-LET_GO_PER_STEP:]
         else:
-            for _ in range(min(LET_GO_PER_STEP // 4, len(leftovers))):  # an entry is a few objects
-                leftovers.popitem()
+            # an entry is a few objects; popped in C (a Python loop was a third of it)
+            deque(starmap(leftovers.popitem, repeat((), min(LET_GO_PER_STEP // 4, len(leftovers)))), maxlen=0)
         if not leftovers:
             self._leftovers.popleft()
 
