@@ -490,6 +490,18 @@ def test_no_dict_of_a_big_topic_table_holds_more_than_a_bounded_share_of_it(clus
     assert cluster.service.state.config["maxTopicQueueEntries"] // queue_table.SHARDS <= 32_768
 
 
+def test_the_topics_of_one_shard_start_anywhere_in_its_dict(cluster):
+    """A dict places a key by its hash's low bits; a shard is picked by other bits of it, so the
+    topics of one shard do not all start at the same few slots of its dict (picked by the low 8
+    bits, at 1 M topics they shared 32 of a shard's 8,192: each look-up of a topic not held and
+    each insert walked a chain of taken slots first, a cache miss each)."""
+    topics = [f"T{i:06d}" for i in range(40_000)]
+    cluster.register(cluster.connect()[0], "big", 1, topics)
+    for shard in cluster.routes.topicQueueTable.shards[:4]:
+        assert len(shard) > 64
+        assert len({hash(topic) & 255 for topic in shard}) > len(shard) // 2
+
+
 def test_a_table_sent_again_in_pieces_is_neither_decoded_nor_compared(tmp_path):
     """5.x's enableSplitRegistration: a broker sends its table in pieces, each its own
     REGISTER_BROKER with the same dataVersion. Sent again (the next heartbeat with the same

@@ -24,7 +24,7 @@ from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
 from ..steps import Steps
-from .queue_table import SHARD_MASK, TopicQueueTable
+from .queue_table import SHARD_MASK, SHARD_SHIFT, TopicQueueTable
 from .settling import WALK_PER_STEP
 
 TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
@@ -275,6 +275,7 @@ class Staging:
         name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
         shards = table.shards if type(table) is TopicQueueTable else None  # looked up in its dicts, no call
+        shift, mask = SHARD_SHIFT, SHARD_MASK
         none_applies = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged
         longest, added, last, queue = self.longest, 0, None, _UNSTAGED
         if not isinstance(table, TopicQueueTable):
@@ -287,7 +288,7 @@ class Staging:
                 topic = config.topicName
                 old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
                 if old is _UNSTAGED:
-                    held = shards[hash(topic) & SHARD_MASK].get(topic) if shards is not None else lookup(topic)
+                    held = shards[hash(topic) >> shift & mask].get(topic) if shards is not None else lookup(topic)
                     if held:
                         old = held.get(name)
                     else:

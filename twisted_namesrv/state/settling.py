@@ -34,7 +34,7 @@ from itertools import islice, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..bodies.route import QueueData
-from .queue_table import SHARD_MASK, TopicQueueTable
+from .queue_table import SHARD_MASK, SHARD_SHIFT, TopicQueueTable
 
 #: what one step does, about a millisecond of it: table entries written (a registration's), walked
 #: (looking for the departed groups' topics), or cleared of the departed groups' queues
@@ -127,7 +127,7 @@ class Staged:
                 entry[group] = queue
                 continue
             if shards is not None:
-                place = shards[hash(topic) & SHARD_MASK]
+                place = shards[hash(topic) >> SHARD_SHIFT & SHARD_MASK]
             if queue is not None:  # one look for a topic new to the table, and the entry it gets
                 entry = place.setdefault(topic, new := {group: queue})
                 if entry is not new:
