@@ -23,7 +23,7 @@ from twisted_namesrv import CannotStart, tap
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.schema import SERVER_SCHEMA
-from twisted_namesrv.service import BOOT_MESSAGE, GC_YOUNG_THRESHOLD, NamesrvService
+from twisted_namesrv.service import BOOT_MESSAGE, GC_THRESHOLDS, NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
 BIN = Path(sys.executable).parent
@@ -57,7 +57,7 @@ def test_start_tunes_the_collector_for_long_lived_tables(tmp_path):
     gc.set_threshold(700, 10, 10)
     service, _ = yield start_server(server_config(tmp_path))
     try:
-        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == GC_THRESHOLDS
         assert gc.get_freeze_count() > 0
     finally:
         yield service.stopService()

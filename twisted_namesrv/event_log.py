@@ -5,7 +5,7 @@ the brokers did, and the page says "none yet" just when an operator asks what ha
 last ``events.RECENT_EVENTS`` events (broker events and the audit trail) are written to
 ``events.json`` beside ``kvConfigPath`` (``eventsPath`` says otherwise) by state/store.py's
 write_atomically - a reader never sees half a file - at most every EVENTS_SAVE_SECONDS when they
-changed, and at a clean stop; so a kill -9 loses at most the last few seconds of them.
+changed (in a thread: file_writer.py), and at a clean stop; so a kill -9 loses at most the last few seconds of them.
 
 At start they are loaded back, numbered as before, and a ``started`` event marks the restart.  A
 file that cannot be used (not JSON, not ours, a field missing) is logged naming it and kept as
@@ -25,9 +25,10 @@ from twisted.logger import Logger
 
 from . import __version__
 from .events import RECENT_EVENTS, RecentEvents, RouteEvent
+from .file_writer import FileWriter
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import NotRegularFile, read_regular
-from .state.store import DocumentError, document_items, set_aside, write_atomically
+from .state.store import DocumentError, document_items, set_aside
 from .timers import StepTimerService
 
 log = Logger()
@@ -81,6 +82,7 @@ class EventLogService(StepTimerService):
         super().__init__(interval, self.save_if_changed, clock)
         self.events = events
         self.path = Path(path)
+        self.writer = FileWriter(clock, self.path, "eventsPath")
         self._saved = -1
         self._failing = False
 
@@ -106,24 +108,36 @@ class EventLogService(StepTimerService):
                                                 f"the {len(restored)} events below are from before"})
         return len(restored)
 
-    def save_if_changed(self) -> None:
+    def save_if_changed(self, now: bool = False) -> None:
+        """Write the events when they changed since the last write: in a thread (file_writer.py),
+        or ``now`` in this one (the stop)."""
         seen = self.events.seen
-        if seen == self._saved:
+        if seen == self._saved or (self.writer.in_flight and not now):
+            return
+        data = encode_events(list(self.events.recent))
+        if not now:
+            self.writer.write_soon(data, lambda error: self._written(seen, error))
             return
         try:
-            write_atomically(self.path, encode_events(list(self.events.recent)))
+            self.writer.write_now(data)
         except OSError as exc:
+            self._written(seen, exc)
+            return
+        self._written(seen, None)
+
+    def _written(self, seen: int, error: OSError | None) -> None:
+        if error is not None:
             if not self._failing:  # once per failing spell, not every two seconds
                 log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "
-                          "until it can", path=str(self.path), error=exc.strerror or exc)
+                          "until it can", path=str(self.path), error=error.strerror or error)
             self._failing = True
             return
         if self._failing:
             log.info("events file {path} written again", path=str(self.path))
         self._failing = False
-        self._saved = seen
+        self._saved = max(self._saved, seen)
 
     def stopService(self) -> Any:
         stopped = super().stopService()  # the timer first
-        self.save_if_changed()
+        self.save_if_changed(now=True)
         return stopped

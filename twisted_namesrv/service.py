@@ -246,18 +246,27 @@ def min_broker_id_notifier(push: Notifier, version: int) -> Callable[[str, dict[
 
 #: young objects before a collection (CPython's default is 700): a young pass walks up to this many
 #: objects, so it is also the longest pause the collector adds to a turn (docs/benchmarks.md)
-GC_YOUNG_THRESHOLD = 10_000
+GC_YOUNG_THRESHOLD = 5_000
+#: the collector's thresholds: a young pass per GC_YOUNG_THRESHOLD new objects, the middle
+#: generation's pass after every young one (CPython's 10: every eleventh), a full one after 120
+#: of those (about as many new objects as CPython's 10 x 10 passes of 10,000): see tune_gc
+GC_THRESHOLDS = (GC_YOUNG_THRESHOLD, 0, 120)
 
 
 def tune_gc() -> None:
     """At CPython's default threshold (700) the young passes come so often that their survivors
     soon make full collections of every connection's objects: 17-37 ms passes while 5,000 brokers
-    register or leave.  At 50,000 each young pass walks 50,000 objects when they are tracked ones
-    (a connection's): 12-16 ms.  10,000 keeps both under about 4 ms, and costs the 1M-topic
-    registration nothing measurable (its tables are mostly untracked objects).  Freezing what boot
-    created keeps it out of every later full collection."""
+    register or leave; at 50,000 each young pass walks 50,000 objects when they are tracked ones
+    (a connection's): 12-16 ms.  While brokers register for the first time every young object
+    survives, and the middle generation's pass walks all the survivors since its last one: at
+    10,000 young objects and CPython's every eleventh pass, ~100k objects at 5,000 brokers (26-40
+    ms of CPU, a lookup's wait).  Now a young pass walks at most 5,000 objects and the middle one
+    those of one young pass more (the real server's longest passes at 5,000 brokers 3 ms:
+    tools/bench/server_turns.py); each object is walked as often as before, the full collections
+    come after about as many new objects, and the 1M-topic tables are mostly untracked objects.
+    Freezing what boot created keeps it out of every later full collection."""
     gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 #: how long answers worked out in steps may hold the reactor before it reads other connections again

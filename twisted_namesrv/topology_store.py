@@ -3,10 +3,10 @@
 it - a NameServer restarted while a cluster is down must not forget it either.
 
 Written by state/store.py's write_atomically (a crash leaves the old file or the new one, never half
-of one) at most every SAVE_SECONDS when the memory changed, at a clean stop, and at once for an
-operator's retirement (``save_now``: a retirement that cannot be saved is undone and answered with
-an error).  Read once at start with ``read_regular``: a FIFO, a symlink, a file over FILE_LIMIT or
-one this server did not write is not loaded - logged, counted in
+of one) at most every SAVE_SECONDS when the memory changed (in a thread: file_writer.py), at a
+clean stop, and at once for an operator's retirement (``save_now``: a retirement that cannot be
+saved is undone and answered with an error).  Read once at start with ``read_regular``: a FIFO, a
+symlink, a file over FILE_LIMIT or one this server did not write is not loaded - logged, counted in
 ``namesrv_store_load_refusals_total{store="topologyPath"}``, and kept aside as ``.corrupt`` when it
 is a damaged file - and the server starts with what the routes show.  It never refuses to start over it.
 """
@@ -21,8 +21,9 @@ from typing import Any
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
+from .file_writer import FileWriter
 from .state.config import NamesrvConfig
-from .state.store import LoadRefused, StoreError, read_regular, set_aside, write_atomically
+from .state.store import LoadRefused, StoreError, read_regular, set_aside
 from .state.topology import Topology, TopologyFileError, decode, encode
 from .timers import StepTimerService
 
@@ -49,6 +50,7 @@ class TopologyStoreService(StepTimerService):
         super().__init__(interval, self.save_if_changed, clock)
         self.topology = topology
         self.path = Path(path)
+        self.writer = FileWriter(clock, self.path, STORE)
         self.load_refusals = load_refusals
         self._saved = -1
         self._failing = False
@@ -79,32 +81,47 @@ class TopologyStoreService(StepTimerService):
                   path=str(self.path), why=why)
 
     def save_now(self) -> None:
-        """Write the memory at once; StoreError when it cannot be made durable."""
-        write_atomically(self.path, encode(self.topology), STORE)
-        self._saved = self.topology.version
+        """Write the memory at once (after a write in flight); StoreError when it cannot be made durable."""
+        version = self.topology.version
+        self.writer.write_now(encode(self.topology))
+        self._saved = version
 
-    def save_if_changed(self) -> None:
+    def save_if_changed(self, now: bool = False) -> None:
+        """Write the memory when it changed since the last write: in a thread (file_writer.py), or
+        ``now`` in this one (the stop)."""
         refused = self.topology.refused
         if refused != self._refused_told:  # one line per check, however many were refused meanwhile
             log.error("{count} new broker groups not remembered: the topology holds its limit of {limit} groups "
                       "(retire those removed on purpose)", count=refused - self._refused_told,
                       limit=self.topology.groups_limit)
             self._refused_told = refused
-        if self.topology.version == self._saved:
+        version = self.topology.version
+        if version == self._saved or (self.writer.in_flight and not now):
+            return
+        if not now:
+            self.writer.write_soon(encode(self.topology), lambda error: self._written(version, error))
             return
         try:
             self.save_now()
         except StoreError as exc:
+            self._written(version, exc)
+            return
+        self._written(version, None)
+
+    def _written(self, version: int, error: OSError | None) -> None:
+        if error is not None:
             if not self._failing:  # once per failing spell
                 log.error("cannot write topology file {path}: {error}; groups seen since will be forgotten by a "
-                          "restart until it can", path=str(self.path), error=str(exc))
+                          "restart until it can", path=str(self.path), error=str(error))
             self._failing = True
             return
         if self._failing:
             log.info("topology file {path} written again", path=str(self.path))
         self._failing = False
+        if version > self._saved:
+            self._saved = version
 
     def stopService(self) -> Any:
         stopped = super().stopService()
-        self.save_if_changed()
+        self.save_if_changed(now=True)
         return stopped

@@ -54,6 +54,14 @@ _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
 _EVENT_COLUMNS = EVENT_ROWS.names
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
     _REGISTRATION_COLUMNS.index(name) for name in ("broker_addr", "broker_name", "response_code", "version_name"))
+_CRC_OK = _REGISTRATION_COLUMNS.index("crc_ok")
+#: (EVENT_ROWS position, REGISTRATION_ROWS position) of the columns a registration's event takes from its row
+_REGISTRATION_IN_EVENT = tuple((_EVENT_COLUMNS.index(name), index) for index, name in enumerate(_REGISTRATION_COLUMNS)
+                               if name in _EVENT_COLUMNS)
+(_EVENT_T, _EVENT_CODE, _EVENT_ALIVE, _EVENT_ONEWAY, _EVENT_SERVER, _EVENT_CLIENT, _EVENT_VERSION, _EVENT_EXT,
+ _EVENT_BODY_KEY, _EVENT_BODY) = (_EVENT_COLUMNS.index(name) for name in (
+    "t", "code", "alive", "oneway", "server", "client", "version", "ext", "body_key", "body"))
+_REGISTER_BROKER = int(RequestCode.REGISTER_BROKER)
 #: the admin requests' answers that count topics (WIPE/ADD_WRITE_PERM: wipeTopicCount, addTopicCount)
 _ANSWERED_COUNTS: dict[int, str] = {RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
                                     RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount"}
@@ -316,18 +324,21 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
 def registration_event(request: CapturedCommand, registration: Row, body: BodySummary, raw: bytes | None,
                        client: str, server: str | None = None) -> Row:
     """A registration as a sign of life (unless the NameServer refused it: ``alive``), with what
-    brokers.csv keeps of it, its header fields and its body for the replay: ``raw`` the first
-    time this connection sent it, else None (the replay keeps it by ``body.key``)."""
-    columns = dict(zip(_REGISTRATION_COLUMNS, registration, strict=True))
-    return _event(
-        broker_addr=columns["broker_addr"], broker_name=columns["broker_name"], t=request.ts,
-        code=int(RequestCode.REGISTER_BROKER), alive=(columns["response_code"] or 0) == 0 and columns["crc_ok"]
-        is not False, topic_count=columns["topic_count"], cluster=columns["cluster"], broker_id=columns["broker_id"],
-        version_name=columns["version_name"], response_code=columns["response_code"], crc_ok=columns["crc_ok"],
-        body_len=columns["body_len"], compressed=columns["compressed"],
-        data_version_counter=columns["data_version_counter"], data_version_ts=columns["data_version_ts"],
-        oneway=request.command.is_oneway, server=server, client=client, version=request.command.version,
-        ext=shared_ext(request.command.ext), body_key=body.key, body=raw)
+    brokers.csv keeps of it (its REGISTRATION row's columns of the same names), its header fields
+    and its body for the replay: ``raw`` the first time this connection sent it, else None (the
+    replay keeps it by ``body.key``). Built by position: a registration's event is made as often
+    as its row (most of a capture's bytes are registrations), and a dict of its columns and one
+    of keywords cost more than all the rest of its decoding."""
+    event: list[Any] = [None] * len(_EVENT_COLUMNS)
+    for to, source in _REGISTRATION_IN_EVENT:
+        event[to] = registration[source]
+    command = request.command
+    event[_EVENT_T], event[_EVENT_CODE] = request.ts, _REGISTER_BROKER
+    event[_EVENT_ALIVE] = (registration[_RESPONSE_CODE] or 0) == 0 and registration[_CRC_OK] is not False
+    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = command.is_oneway, server, client
+    event[_EVENT_VERSION], event[_EVENT_EXT] = command.version, shared_ext(command.ext)
+    event[_EVENT_BODY_KEY], event[_EVENT_BODY] = body.key, raw
+    return tuple(event)
 
 
 class _BodyCache:
@@ -348,13 +359,22 @@ class _BodyCache:
         return self._last[3]
 
     def summary(self, body: bytes | memoryview | None, compressed: bool, version: int) -> BodySummary:
-        body = None if body is None else bytes(body)  # bytes compare with memcmp, memoryviews byte by byte
         last = self._last
-        if last is not None and last[1] == compressed and last[2] == version and last[0] == body:
+        if last is not None and last[1] == compressed and last[2] == version and _same_bytes(last[0], body):
             return last[3]
-        summary = _summarise(body, compressed, version)
-        self._last = (body, compressed, version, summary)
+        kept = None if body is None else bytes(body)  # a view of the reassembled stream: kept as a copy
+        summary = _summarise(kept, compressed, version)
+        self._last = (kept, compressed, version, summary)
         return summary
+
+
+def _same_bytes(kept: bytes | None, body: bytes | memoryview | None) -> bool:
+    """Whether ``body`` (a view, most often) holds exactly the bytes ``kept``: one memcmp in place.
+    A memoryview's ``==`` compares byte by byte, and a copy of it to compare as bytes cost as much
+    as the comparison (a registration's body is most of a capture's bytes)."""
+    if kept is None or body is None:
+        return kept is None and body is None
+    return len(body) == len(kept) and kept.startswith(body)  # bytes.startswith reads any buffer in place
 
 
 def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummary:
@@ -377,7 +397,8 @@ def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummar
 # only what that says for certain and leave the rest null: a request whose opaque was cut has no
 # known answer (its CALL row says ``cut``, never "unanswered"), a registration whose body was cut
 # no topic count nor CRC, and a broker whose address was cut is named by the connection it
-# registers over (cut_broker_addr), which is what the NameServer's channel is.
+# registers over (cut_broker_addr), which is what the NameServer's channel is, unless one of its own
+# requests on that channel (an UNREGISTER_BROKER whose header was short enough) carries the address whole.
 
 #: a request or answer of a connection some of whose frames were cut
 Said = CapturedCommand | CutFrame
@@ -426,6 +447,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         answers.append(None)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
+    unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named
+    told = _addresses_told(requests)
     bodies = _BodyCache()
     shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
     unheard = unheard_side(connection)
@@ -440,7 +463,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         code = row[3]
         if code != RequestCode.REGISTER_BROKER:
             yield from _cut_named_event(request, answer, code, client, server,
-                                        _unnamed(registered, _said_ext(request)))
+                                        _unnamed(registered, unnamed, _said_ext(request)))
             continue
         whole = isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand))
         if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)):
@@ -448,7 +471,9 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         else:
             registration = _cut_registration_row(conn_id, request, answer, server)
         if registration[_BROKER_ADDR] is None:
-            registration = (*registration[:_BROKER_ADDR], cut_broker_addr(client), *registration[_BROKER_ADDR + 1:])
+            named = _told_for(told, registration) or cut_broker_addr(client)
+            registration = (*registration[:_BROKER_ADDR], named, *registration[_BROKER_ADDR + 1:])
+            unnamed.add(named)
         yield REGISTRATION, registration
         registered[registration[_BROKER_ADDR]] = registration
         if whole and isinstance(request, CapturedCommand):
@@ -549,19 +574,42 @@ def _cut_registration_event(request: Said, registration: Row, client: str, serve
                   version=version, ext=_said_ext(request) or None)
 
 
-def _unnamed(registered: dict[str, Row], ext: dict[str, str | None]) -> str | None:
+def _addresses_told(requests: list[Said]) -> dict[tuple[str | None, int | None], str]:
+    """The brokerAddr a broker's own request naming it (UNREGISTER_BROKER, QUERY_DATA_VERSION,
+    BROKER_HEARTBEAT) carries whole on one connection, by the (cluster, brokerId) captured with it: one
+    address per key, else none (a broker's requests all travel over its one channel to a NameServer)."""
+    told: dict[tuple[str | None, int | None], set[str]] = {}
+    for request in requests:
+        if request.direction == REQUEST and _said_code(request) in NAMING_CODES:
+            header = RegisterBrokerHeader.from_ext(_said_ext(request))
+            if header.brokerAddr is not None:
+                told.setdefault((header.clusterName, header.brokerId), set()).add(header.brokerAddr)
+    return {key: addrs.pop() for key, addrs in told.items() if len(addrs) == 1}
+
+
+def _told_for(told: dict[tuple[str | None, int | None], str], registration: Row) -> str | None:
+    """The address told on the connection (_addresses_told) for a registration whose brokerAddr was
+    cut: the one of its cluster and brokerId, as far as both were captured."""
+    cluster, broker_id = (registration[_REGISTRATION_COLUMNS.index(column)] for column in ("cluster", "broker_id"))
+    fits = {addr for (their_cluster, their_id), addr in told.items() if all(
+        mine is None or theirs is None or mine == theirs
+        for mine, theirs in ((cluster, their_cluster), (broker_id, their_id)))}
+    return fits.pop() if len(fits) == 1 else None
+
+
+def _unnamed(registered: dict[str, Row], unnamed: set[str], ext: dict[str, str | None]) -> str | None:
     """The broker a request naming ``ext``'s broker means on a connection where brokers registered
-    with their addresses cut: the one such broker of the same cluster and brokerId (as far as
-    captured), unless the request names an address registered over the connection (a broker's
-    requests all travel over its one channel to a NameServer)."""
+    with their addresses cut (``unnamed``: as they were named): the one such broker of the same
+    cluster and brokerId (as far as captured), unless the request names an address registered over
+    the connection (a broker's requests all travel over its one channel to a NameServer)."""
     if ext.get("brokerAddr") in registered:
         return None
     header = RegisterBrokerHeader.from_ext(ext)
-    unnamed = [addr for addr, row in registered.items() if addr.startswith("? ") and all(
+    unnamed_here = [addr for addr, row in registered.items() if addr in unnamed and all(
         mine is None or theirs is None or mine == theirs for mine, theirs in (
             (header.clusterName, row[_REGISTRATION_COLUMNS.index("cluster")]),
             (header.brokerId, row[_REGISTRATION_COLUMNS.index("broker_id")])))]
-    return unnamed[0] if len(unnamed) == 1 else None
+    return unnamed_here[0] if len(unnamed_here) == 1 else None
 
 
 def _cut_named_event(request: Said, answer: Said | None, code: int, client: str, server: str, unnamed: str | None

@@ -53,6 +53,7 @@ from tests.spark.capture.builders import (
 from tests.spark.conftest import SYNTH
 from tests.support import capture
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
+from twisted_namesrv.remoting.codes import V4_9_8
 from twisted_namesrv.remoting.crc import crc32_masked
 
 # --- calls and registrations -------------------------------------------------------------------------
@@ -142,6 +143,34 @@ def test_a_brokers_repeated_fields_travel_once_to_the_replay() -> None:
     assert [event[ext]["brokerAddr"] for event in events] == ["10.0.0.9:10911"] * 3
     assert len({id(event[ext]) for event in events}) == 1
     assert pickle.dumps(events).count(b"clusterName") == 1
+
+
+def test_a_body_sent_again_is_compared_in_place_not_copied() -> None:
+    """A broker re-sends the body of its last registration every 30 s (most of a capture's bytes):
+    the decoder compares the reassembled stream's view with the body it kept, in place; it copies
+    a body only to keep a new one (counted in bytes allocated, never in time). A body differing in
+    its last byte alone is a new one."""
+    import tracemalloc
+
+    from spark_analysis.decode.rows import _BodyCache
+
+    size = 1 << 20
+    stream = bytearray(b"x" * 16 + BODY + b" " * size)  # a body of 1 MiB (JSON's trailing blanks are nothing)
+    first = memoryview(bytes(stream))[16:]
+    again = memoryview(bytes(stream))[16:]  # the same bytes, elsewhere in the stream
+    stream[-1:] = b"\n"
+    changed = memoryview(bytes(stream))[16:]
+    bodies = _BodyCache()
+    summary = bodies.summary(first, False, V4_9_8)
+    tracemalloc.start()
+    try:
+        assert bodies.summary(again, False, V4_9_8) is summary
+        assert tracemalloc.get_traced_memory()[1] < size // 16
+    finally:
+        tracemalloc.stop()
+    assert summary.topic_count == 1 and bodies.last_body == bytes(first)
+    renewed = bodies.summary(changed, False, V4_9_8)
+    assert renewed is not summary and renewed.crc == crc32_masked(bytes(changed)) and bodies.last_body == changed
 
 
 @pytest.mark.parametrize(("serialize_type", "compressed"), [(SerializeType.ROCKETMQ, False),

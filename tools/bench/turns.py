@@ -11,7 +11,7 @@ more (a heartbeat storm's: each renews its broker), then every broker connection
 longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one broker with
 ``--topics`` in one body (the stall scenario's registration, 80k by default).
 
-    .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8]
+    .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8] [--gc-thresholds A,B,C]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ READ = 256 * 1024
 class Timed:
     """A server on a Clock, every read and every due call timed by the thread's CPU (ms)."""
 
-    def __init__(self, compat: str) -> None:
+    def __init__(self, compat: str, gc_thresholds: tuple[int, ...] | None = None) -> None:
         self.clock = task.Clock()
         data = Path(tempfile.mkdtemp(prefix="turns-"))
         config = NamesrvConfig({"compatVersion": compat, "listenPort": 0, "bindAddress": "127.0.0.1",
@@ -53,8 +53,10 @@ class Timed:
         # their CPU); the reactor keeps them in a heap, where a turn does not pay for them
         self.service.factory.idle_timeout = None
         tune_gc()
+        if gc_thresholds:
+            gc.set_threshold(*gc_thresholds)
         self.turns: list[float] = []
-        self.collections: list[float] = []
+        self.collections: list[tuple[int, float]] = []  # (generation, ms)
         gc.callbacks.append(self._collected)
         self._collecting = 0.0
 
@@ -62,7 +64,7 @@ class Timed:
         if phase == "start":
             self._collecting = time.thread_time()
         else:
-            self.collections.append((time.thread_time() - self._collecting) * 1e3)
+            self.collections.append((info["generation"], (time.thread_time() - self._collecting) * 1e3))
 
     def timed(self, work: Callable[..., object], *args: object) -> None:
         began = time.thread_time()
@@ -95,9 +97,12 @@ def phase(bench: Timed, label: str, work: Callable[[], None]) -> None:
     bench.settle()
     total = (time.thread_time() - began) * 1e3
     top = sorted(bench.turns)[-3:][::-1]
+    passes = ", ".join(f"generation {generation}: {max(ms for g, ms in bench.collections if g == generation):.1f} ms "
+                       f"({sum(g == generation for g, _ in bench.collections)} passes)"
+                       for generation in sorted({g for g, _ in bench.collections}))
     print(f"{label}: {total:,.0f} ms of CPU in {len(bench.turns):,} reads and turns; longest "
-          + ", ".join(f"{t:.1f}" for t in top) + " ms; the collector's longest pass "
-          + f"{max(bench.collections, default=0):.1f} ms ({len(bench.collections)} passes)", flush=True)
+          + ", ".join(f"{t:.1f}" for t in top) + " ms; the collector's longest pass per generation: "
+          + (passes or "none"), flush=True)
 
 
 def main() -> None:
@@ -105,6 +110,8 @@ def main() -> None:
     p.add_argument("--step", help="a curve step's brokers and tables (curve.py), e.g. topics-1m")
     p.add_argument("--topics", type=int, default=80_000, help="without --step: one broker, this many topics, one body")
     p.add_argument("--compat", help="4.9.8 or 5.3.3 (default: the step's, else 4.9.8)")
+    p.add_argument("--gc-thresholds", metavar="A,B,C", help="the collector's thresholds instead of service.tune_gc's "
+                   "(e.g. 10000,10,10: CPython's middle and full ones)")
     a = p.parse_args()
     if a.step:
         step = curve.step_named(a.step)
@@ -116,7 +123,7 @@ def main() -> None:
         compat = a.compat or "4.9.8"
         split = max(1, a.topics)
     curve.SPLIT_TOPICS = split
-    bench = Timed(compat)
+    bench = Timed(compat, tuple(int(x) for x in a.gc_thresholds.split(",")) if a.gc_thresholds else None)
     brokers = [bench.connect() for _ in tables]
     entries = sum(len(topics) for _, _, topics in tables)
     print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "

@@ -1,0 +1,43 @@
+"""Issue 47: a periodic store write (the topology's, the page's events) fsyncs its file and its
+directory; on a busy disk that waited 0.4-0.9 s in the reactor thread, and every lookup with it.
+FileWriter makes the write in a thread of the reactor's pool and tells the reactor thread when it is
+done; a write that must be done first (a retirement, the stop) waits for the one in flight."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest_twisted
+from twisted.internet import defer, reactor
+
+from twisted_namesrv import file_writer
+from twisted_namesrv.file_writer import FileWriter
+from twisted_namesrv.state.store import StoreError
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_periodic_write_is_made_in_a_thread_and_reported_in_the_reactors(tmp_path, monkeypatch):
+    wrote_in: list[threading.Thread] = []
+    write = file_writer.write_atomically
+
+    def recorded(path, data, what="file"):
+        wrote_in.append(threading.current_thread())
+        write(path, data, what)
+    monkeypatch.setattr(file_writer, "write_atomically", recorded)
+    writer = FileWriter(reactor, tmp_path / "topology.json", "topologyPath")
+    done: defer.Deferred[tuple[object, threading.Thread]] = defer.Deferred()
+    writer.write_soon(b'{"format":1,"groups":[]}', lambda error: done.callback((error, threading.current_thread())))
+    assert writer.in_flight
+    error, told_in = yield done
+    assert error is None and not writer.in_flight
+    assert wrote_in != [threading.main_thread()] and told_in is threading.main_thread()  # the reactor's
+    assert (tmp_path / "topology.json").read_bytes() == b'{"format":1,"groups":[]}'
+
+    writer.write_now(b"{}")  # a retirement's: in this thread
+    assert wrote_in[-1] is threading.main_thread() and (tmp_path / "topology.json").read_bytes() == b"{}"
+
+    blocked = FileWriter(reactor, tmp_path / "a-file" / "x.json", "topologyPath")
+    (tmp_path / "a-file").write_text("not a directory")
+    failed: defer.Deferred[object] = defer.Deferred()
+    blocked.write_soon(b"{}", failed.callback)
+    assert isinstance((yield failed), StoreError)  # the writer's caller logs it, as before

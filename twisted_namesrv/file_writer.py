@@ -1,0 +1,69 @@
+"""A store's file written off the reactor thread, for the writers that run every few seconds.
+
+state/store.py's write_atomically fsyncs the file and its directory.  On a busy disk one such
+write waited 0.4-0.9 s (the topology's, every 2 s while 1,000 brokers registered, load 5:
+tools/bench/server_turns.py), all of it the reactor's, so every lookup waited with it.  The
+periodic writers (the page's events, the topology) hand the bytes, encoded in the reactor thread,
+to a thread of the reactor's pool: one write of a file at a time (a tick while one is in flight
+writes nothing; the next catches up), and a write that must be done before the caller goes on (a
+retirement, the stop) waits for the one in flight and is made in the calling thread.  On a clock
+without threads (a test's ``task.Clock``) every write is made at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from twisted.internet import interfaces, threads
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from .state.store import write_atomically
+
+log = Logger()
+
+
+class FileWriter:
+    """Writes ``path`` (``what`` names it in errors: state/store.py's StoreError)."""
+
+    def __init__(self, reactor: object, path: str | os.PathLike[str], what: str = "file") -> None:
+        self.reactor = reactor
+        self.path = path
+        self.what = what
+        self._lock = threading.Lock()  # one write of the file at a time, whichever thread makes it
+        #: a write handed to a thread has not finished yet
+        self.in_flight = False
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` in this thread (after a write in flight); OSError (StoreError) when it
+        cannot be made durable."""
+        with self._lock:
+            write_atomically(self.path, data, self.what)
+
+    def write_soon(self, data: bytes, done: Callable[[OSError | None], None]) -> None:
+        """Write ``data`` in a thread of the reactor's pool; ``done`` is called in the reactor
+        thread with None, or the OSError that stopped it.  Only while none is ``in_flight``."""
+        assert not self.in_flight, "one write of a file at a time"
+        if not interfaces.IReactorThreads.providedBy(self.reactor):
+            try:
+                self.write_now(data)
+            except OSError as exc:
+                done(exc)
+                return
+            done(None)
+            return
+        self.in_flight = True
+        reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
+
+        def finished(result: object) -> None:
+            self.in_flight = False
+            if isinstance(result, Failure):
+                if not result.check(OSError):
+                    log.failure("writing {path} failed", result, path=str(self.path))
+                    return
+                done(result.value)  # type: ignore[arg-type]
+                return
+            done(None)
+        threads.deferToThreadPool(reactor, reactor.getThreadPool(), self.write_now, data).addBoth(finished)
