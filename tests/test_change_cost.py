@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import hashlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,6 +32,7 @@ from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode,
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state import queue_table, registration, routes, settling
 from twisted_namesrv.state.queue_table import TopicQueueTable
+from twisted_namesrv.steps import STEP_BYTES
 
 AT_ONCE = dispatch.AT_ONCE_PER_TURN
 
@@ -488,6 +490,18 @@ def test_no_dict_of_a_big_topic_table_holds_more_than_a_bounded_share_of_it(clus
     assert cluster.service.state.config["maxTopicQueueEntries"] // queue_table.SHARDS <= 32_768
 
 
+def test_the_topics_of_one_shard_start_anywhere_in_its_dict(cluster):
+    """A dict places a key by its hash's low bits; a shard is picked by other bits of it, so the
+    topics of one shard do not all start at the same few slots of its dict (picked by the low 8
+    bits, at 1 M topics they shared 32 of a shard's 8,192: each look-up of a topic not held and
+    each insert walked a chain of taken slots first, a cache miss each)."""
+    topics = [f"T{i:06d}" for i in range(40_000)]
+    cluster.register(cluster.connect()[0], "big", 1, topics)
+    for shard in cluster.routes.topicQueueTable.shards[:4]:
+        assert len(shard) > 64
+        assert len({hash(topic) & 255 for topic in shard}) > len(shard) // 2
+
+
 def test_a_table_sent_again_in_pieces_is_neither_decoded_nor_compared(tmp_path):
     """5.x's enableSplitRegistration: a broker sends its table in pieces, each its own
     REGISTER_BROKER with the same dataVersion. Sent again (the next heartbeat with the same
@@ -570,6 +584,56 @@ def test_registrations_write_into_the_tables_entries_and_leave_no_copies(tmp_pat
     assert cluster.routes.settling == 0 and len(table) == len(topics)
     assert [topic for topic in topics if table[topic] is not entries[topic]] == []
     assert list(table[topics[0]]) == ["second"] and sorted(table[topics[1]]) == ["first", "second"]
+
+
+def test_a_group_joining_a_tables_topics_looks_each_topic_up_once(cluster):
+    """A registration of topics topicQueueTable holds (the second master of a pair, a first
+    registration of a million topics' other half) looks each topic up once, as it is staged: the
+    entry staging found is where its queue data is written, with no second look-up of the topic
+    (in a table of a million, each look-up is a few cache misses: a third of writing it)."""
+    topics = [f"T{i:05d}" for i in range(3 * settling.WRITE_PER_STEP)]  # written in steps
+    cluster.register(cluster.connect()[0], "first", 1, topics)
+    entries = dict(cluster.routes.topicQueueTable)
+    table = cluster.walked()
+    cluster.register(cluster.connect()[0], "second", 2, topics)
+    assert cluster.routes.settling == 0
+    assert table.touched == len(topics)
+    assert all(table.shard(topic)[topic] is entries[topic] and sorted(entries[topic]) == ["first", "second"]
+               for topic in topics)
+
+
+def test_a_registration_hashes_its_body_once_besides_its_pieces(cluster, monkeypatch):
+    """What tells a registration from another (its digest, kept to renew the broker) and what
+    tells its table from another (the memo digest) are hashed in one pass over the body: the
+    first stands on the second.  The table's pieces are hashed again, each on its own (what a
+    table sent again in pieces skips): twice the body in all, where it was three times."""
+    hashed: list[int] = []
+    sha1 = hashlib.sha1
+
+    class Counted:
+        def __init__(self, data: Any = b"") -> None:
+            self._hash = sha1()
+            self.update(data)
+
+        def update(self, data: Any) -> None:
+            hashed.append(len(memoryview(data)))
+            self._hash.update(data)
+
+        def digest(self) -> bytes:
+            return self._hash.digest()
+
+    topics = [f"T{i:05d}" for i in range(6000)]  # a big body: its table decoded in pieces
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}),
+                                False, False)
+    assert len(body) > 2 * STEP_BYTES
+    monkeypatch.setattr(hashlib, "sha1", Counted)
+    broker, transport = cluster.connect()
+    cluster.register(broker, "big", 1, topics)
+    assert len(cluster.routes.topicQueueTable) == len(topics)
+    assert len(body) * 2 <= sum(hashed) < len(body) * 2 + 4096
+    hashed.clear()
+    cluster.register(broker, "big", 1, topics)  # the same again: renewed by its digest
+    assert sum(hashed) < len(body) * 1.1
 
 
 def test_changes_made_while_a_departure_is_written_in_come_after_it_and_bound_every_turn(tmp_path, monkeypatch):

@@ -21,8 +21,10 @@ from .bodies.register import (
     RegisterBodyError,
     RegisterBrokerBody,
     RegistrationRefused,
+    VersionSplit,
     decode_register_body_steps,
     mapping_version_span,
+    split_data_version,
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
@@ -37,7 +39,7 @@ from .bodies.route import (
 from .context import NamesrvState, Peer
 from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
-from .remoting.codes import V4_9_4
+from .remoting.codes import V3_0_11, V4_9_4
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
@@ -166,9 +168,12 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
+    split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
+    if request.body and not header.compressed and request.version >= V3_0_11:
+        split = yield from split_data_version(request.body)
     digest = None
     if header.names is not None and header.brokerId is not None:
-        digest = yield from registration_digest(state, request)
+        digest = yield from registration_digest(state, request, split)
         renewed = state.routes.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
                                      peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
@@ -186,7 +191,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return decode_register_body_steps(request.body, header.compressed, request.version,
                                           state.config["inflateMaxLength"], () if known is None else digests(known),
                                           routes.reusable_pieces(known), state.budget,
-                                          state.config["maxTopicsPerBroker"])
+                                          state.config["maxTopicsPerBroker"], split)
 
     def memo() -> Memos | None:
         """The bodies this broker's queues hold as they say, if a registration may skip one."""
@@ -213,16 +218,26 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     return registration_answer(state, request, result)
 
 
-def registration_digest(state: NamesrvState, request: RemotingCommand) -> Steps[bytes]:
+def registration_digest(state: NamesrvState, request: RemotingCommand,
+                        split: VersionSplit | None = None) -> Steps[bytes]:
     """What tells a REGISTER_BROKER from another as its registration reads it: its header's
     fields but the opaque (every request has its own) and bodyCrc32 (checked against the body
     before), its MQVersion, its body but 5.x's mappingDataVersion (a new timestamp in every one,
     read by nobody: bodies/register.py's mapping_version_span), hashed in steps when big, and the
     configuration's revision (the limits it was checked under).  Two with one digest are applied
     alike: the broker keeps it, and the same again renews it (RouteInfoManager.renew).  A SHA-1,
-    as the table's memos."""
+    as the table's memos.  ``split``: the JSON body's dataVersion apart from the digest of the rest
+    (bodies/register.py's split_data_version, the table's memo digest): its text and that digest
+    stand for the body, which is then not hashed a second time."""
     ext = {key: value for key, value in request.ext.items() if key != "bodyCrc32"}
-    digest = hashlib.sha1(f"{state.config.revision} {request.version} {ext!r}".encode("utf-8", "backslashreplace"))
+    tag = "split " if split is not None else ""  # two forms: neither's input is ever the other's
+    digest = hashlib.sha1(f"{tag}{state.config.revision} {request.version} {ext!r}".encode("utf-8",
+                                                                                          "backslashreplace"))
+    if split is not None:
+        digest.update(b" %d " % len(split.text))
+        digest.update(split.text)
+        digest.update(split.digest)
+        return digest.digest()
     body = memoryview(request.body or b"")
     span = mapping_version_span(body) if body else None
     if span is not None:

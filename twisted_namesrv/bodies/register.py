@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -153,7 +153,8 @@ def decode_register_body(body: bytes | memoryview | None, compressed: bool, vers
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
                                max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                                known_pieces: TablePieces | None = None, budget: Budget | None = None,
-                               max_topics: int | None = None) -> Steps[RegisterBrokerBody]:
+                               max_topics: int | None = None, split: VersionSplit | None = None
+                               ) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
@@ -162,6 +163,8 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
     piece of a table sent in pieces) only the dataVersion is decoded. A big table is
     decoded in steps of about STEP_BYTES (steps.py); with ``known_pieces`` (how this broker's
     last table was cut) only its changed pieces are. A body may be a view of its frame.
+
+    ``split``: the JSON body's split_data_version, if the caller has it (else worked out here).
 
     ``max_topics`` (maxTopicsPerBroker): a table of more topics (or static-topic mappings) is
     refused (RegistrationRefused) as its entries are counted, before they are all built: a
@@ -189,7 +192,7 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
                 if budget is not None:
                     budget.release(len(inflated))
         else:
-            decoded = yield from _decode_json(body, known_digests, known_pieces, limit)
+            decoded = yield from _decode_json(body, known_digests, known_pieces, limit, split)
     except RegisterBodyError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, struct.error, zlib.error) as exc:
@@ -266,16 +269,17 @@ _TOPIC_NAME = attrgetter("topicName")
 
 
 def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: TablePieces | None,
-                 limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody]:
-    split = yield from _split_data_version(body)
-    if split is not None and split[1] in known_digests:
-        return RegisterBrokerBody(split[0], tableDigest=split[1], tableUnchanged=True)
+                 limit: int = NO_TOPIC_LIMIT, split: VersionSplit | None = None) -> Steps[RegisterBrokerBody]:
+    if split is None:
+        split = yield from split_data_version(body)
+    if split is not None and split.digest in known_digests:
+        return RegisterBrokerBody(split.dataVersion, tableDigest=split.digest, tableUnchanged=True)
     decoded = (yield from _decode_typed_in_pieces(body, known_pieces, limit)) if len(body) > STEP_BYTES else None
     if decoded is None and len(body) > STEP_BYTES:
         yield from _countable_in_one_go(body, limit)
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
-    if split is not None and split[0] == decoded.dataVersion:
-        decoded.tableDigest = split[1]
+    if split is not None and split.dataVersion == decoded.dataVersion:
+        decoded.tableDigest = split.digest
     return decoded
 
 
@@ -423,24 +427,43 @@ def _decode_piece(body: bytes, start: int, end: int) -> dict[str, TopicConfig] |
         return None
 
 
-def _split_data_version(body: bytes) -> Steps[tuple[DataVersion, bytes] | None]:
-    """The first ``"dataVersion":{...}`` (Java writes it first) and the digest of the rest but 5.x's
-    mappingDataVersion after it (``mapping_version_span``: stamped anew in every registration, so
-    a 5.x broker's table sent again was never known by its digest); None unless that object
-    really is a flat DataVersion."""
-    start = body.find(_DATA_VERSION_KEY)
+class VersionSplit(NamedTuple):
+    """A JSON body's first ``"dataVersion":{...}`` (Java writes it first) apart from the rest:
+    the DataVersion, its text as sent, and the SHA-1 of the rest but 5.x's mappingDataVersion
+    after it (``mapping_version_span``): the table's memo digest, and, with the text, what tells
+    the whole body from another (processor.registration_digest), hashed once for both."""
+
+    dataVersion: DataVersion
+    text: bytes
+    digest: bytes
+
+
+def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
+    """The body's VersionSplit, hashed in steps (mappingDataVersion is stamped anew in every 5.x
+    registration, so a 5.x broker's table sent again was never known by its digest); None unless
+    that object really is a flat DataVersion.  A view of a frame is not copied: its versions are
+    looked for where Java writes them, in its first kilobyte (None when they lie further on)."""
+    head = body if isinstance(body, bytes) else bytes(body[:_VIEW_HEAD])
+    start = head.find(_DATA_VERSION_KEY)
     if start < 0:
         return None
     opening = start + len(_DATA_VERSION_KEY) - 1
-    end = body.find(b"}", opening) + 1
-    fields = _flat_data_version(body[opening:end]) if end else None
+    end = head.find(b"}", opening) + 1
+    if head is not body and not (start < _VERSIONS_WITHIN and 0 < end <= 2 * _VERSIONS_WITHIN):
+        return None  # not where Java writes them: only a copy of the whole body would tell
+    fields = _flat_data_version(head[opening:end]) if end else None
     if fields is None:
         return None
     view = memoryview(body)
     digest = hashlib.sha1(view[:opening])
-    mapping = _mapping_version_end(body, end)
+    mapping = _mapping_version_end(head, end)
     yield from _hash_steps(digest, view[end if mapping is None else mapping:])
-    return DataVersion.from_json(fields), digest.digest()
+    return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest())
+
+
+#: how much of a view split_data_version reads: a dataVersion in its first kilobyte ending in
+#: the second, and room for the mappingDataVersion after it (its end looked for within a kilobyte)
+_VIEW_HEAD = 4 * 1024
 
 
 def _flat_data_version(text: bytes) -> dict[str, int] | None:

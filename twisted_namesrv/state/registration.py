@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
 from ..steps import Steps
-from .queue_table import SHARD_MASK, TopicQueueTable
+from .queue_table import SHARD_MASK, SHARD_SHIFT, TopicQueueTable
 from .settling import WALK_PER_STEP
 
 TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
@@ -38,6 +38,10 @@ QueueTable = Mapping[str, Mapping[str, QueueData]]
 #: among the QueueData it keeps (copies freed after each of 3 brokers' 100k topics left 40 MB of
 #: the heap in holes)
 Staged = dict[str, QueueData | None]
+#: the table's own entry (topic -> its queues by group) of each staged topic, in the staged
+#: entries' order, as staging found them in topicQueueTable itself (None: new to it): the writing
+#: sets the group's queue data in them without looking each topic up a second time
+Entries = list[dict[str, QueueData] | None]
 _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic this registration has not staged (None is staged)
 
 
@@ -152,6 +156,7 @@ class RegistrationPlan:
     added: int = 0
     removed: int = 0
     longest: int = 0
+    entries: Entries | None = None
 
 
 class QueueView(Protocol):
@@ -213,6 +218,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     plan.rules, plan.staged = rules, staging.staged
     plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
     plan.added, plan.removed, plan.longest = staging.added, staging.removed, staging.longest
+    plan.entries = staging.entries
     return plan
 
 
@@ -241,7 +247,8 @@ class Staging:
     new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
     until the plan applies."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared", "longest")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared", "longest",
+                 "entries")
 
     def __init__(self, broker_name: str, rules: TopicRules) -> None:
         self.broker_name = broker_name
@@ -255,6 +262,10 @@ class Staging:
         #: all the topics that have them (100k topics of one group: one or a few, not 100k)
         self.shared: dict[tuple[int, int, int, int], QueueData] = {}
         self.longest = 0  # the longest staged topic name (maxNameLength), measured as it is staged
+        #: the table's entry of each staged topic (``Entries``) while every one was looked up in
+        #: topicQueueTable itself, one per staged topic; None once not (a view through what is
+        #: still to be written, or a topicName staged twice)
+        self.entries: Entries | None = []
 
     def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
@@ -264,18 +275,26 @@ class Staging:
         name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
         shards = table.shards if type(table) is TopicQueueTable else None  # looked up in its dicts, no call
+        shift, mask = SHARD_SHIFT, SHARD_MASK
         none_applies = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged
         longest, added, last, queue = self.longest, 0, None, _UNSTAGED
+        if not isinstance(table, TopicQueueTable):
+            self.entries = None  # a view's entries are not the table's
+        entries = self.entries if self.entries is not None else []
+        keep = entries.append
+        held: Any = None  # the table's own entry (a dict) when the table is a TopicQueueTable
         try:
             for config in configs:
                 topic = config.topicName
                 old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
                 if old is _UNSTAGED:
-                    held = shards[hash(topic) & SHARD_MASK].get(topic) if shards is not None else lookup(topic)
+                    held = shards[hash(topic) >> shift & mask].get(topic) if shards is not None else lookup(topic)
                     if held:
                         old = held.get(name)
                     else:
-                        old, topic = None, own_name(topic)  # new to the table: the name it will keep
+                        old, topic, held = None, own_name(topic), None  # new to the table: the name it will keep
+                else:
+                    self.entries = None  # staged twice: its entry in the order of its first staging
                 perm = config.perm & ~PERM_WRITE if read_only else config.perm
                 if old is None:
                     if none_applies:
@@ -297,6 +316,7 @@ class Staging:
                         found = shared[numbers] = QueueData(name, *numbers)
                     last, queue = numbers, found
                 staged[topic] = queue
+                keep(held)
                 if len(topic) > longest:
                     longest = len(topic)
         finally:
@@ -310,6 +330,11 @@ class Staging:
         name, staged = self.broker_name, self.staged
         for topic, held in entries:
             if name in held and topic not in table:
+                if self.entries is not None:  # removed as before, by its topic: the entry is looked up
+                    if topic in staged:
+                        self.entries = None
+                    else:
+                        self.entries.append(None)
                 staged[topic] = None
                 self.overwrites = True
                 self.removed += 1
