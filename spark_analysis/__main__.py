@@ -23,6 +23,7 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
     sys.exit(f"python -m spark_analysis: error: {', '.join(_missing)} not installed: the capture report needs "
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
+from spark_analysis.analysis.findings import NO_NAMESERVER_FOUND  # noqa: E402
 from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path, special_kind  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
     if not counts["summary"]["nameservers"]:
-        print(f"{parser.prog}: error: no NameServer traffic found (no endpoint was asked a NameServer's requests"
-              f"{' on port ' + ', '.join(map(str, args.port)) if args.port else ''}): see the findings",
+        print(f"{parser.prog}: error: {NO_NAMESERVER_FOUND}"
+              f"{' on port ' + ', '.join(map(str, args.port)) if args.port else ''}: see the findings",
               file=sys.stderr)
         return NO_NAMESERVER
     return 0

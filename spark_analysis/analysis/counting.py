@@ -55,6 +55,8 @@ def count_connections(tally: Tally, connections: Iterable[ConnectionStats]) -> N
         tally.uncaptured_bytes += stats.uncaptured_bytes
         tally.unplaced_bytes += stats.unplaced_bytes
         tally.undecodable += stats.undecodable_bytes > 0
+        if stats.unheard:
+            add(tally.groups, findings.UNHEARD, (stats.server, stats.unheard), 1, 0.0, 0.0)
         if stats.undecodable_bytes:
             add(tally.groups, findings.UNDECODABLE, (stats.conn_id, stats.server, stats.protocol),
                 stats.undecodable_bytes, 0.0, 0.0)

@@ -13,7 +13,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import HTTP, TLS
+from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
@@ -34,6 +35,8 @@ from twisted_namesrv.remoting.codes import code_name
 SLOW_MS = 1000.0
 #: group keys of the calls noted (note_calls), and of undecodable connections
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
+#: connections of which a capture of one direction holds one side only, by (server, the side not captured)
+UNHEARD = "unheard"
 #: route lookups answered with a route, by topic: when a topic was known (a lookup before that is no warning)
 ROUTE_FOUND = "route_found"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
@@ -41,7 +44,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("capture_cut", "bad_input", "server_unread", "broker_connection_closed", "crc_failure", "registration_refused",
+KINDS = ("capture_cut", "one_way_capture", "bad_input", "server_unread", "broker_connection_closed", "crc_failure",
+         "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
@@ -194,7 +198,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     response_groups(groups), which the response-code table shows too. ``controller``:
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
-    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken), *(others or [])]
+    unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
+    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
+                         *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
@@ -245,7 +251,15 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               f"slowest {latency:,.0f} ms at {iso_time(t)} for {client}", code_name=name, count=count,
                               max_ms=latency, max_at=iso_time(t), max_client=client, first=_iso(first),
                               last=_iso(last)))
+    for (server, side), (count, *_) in sorted(groups.get(UNHEARD, {}).items(), key=_by_key):
+        found.append(_one_way(server, side, count))
+    beside = besides_nameservers(endpoints or [])
     for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
+        if beside(server):
+            found.append(_finding("undecodable_connection", INFO, f"{conn_id}: {count:,} bytes of another protocol "
+                                  f"({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
+                                  protocol=protocol))
+            continue
         found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
                               f"remoting frame (the rest of that direction is not decoded){_spoken(protocol)}",
                               connection=conn_id, bytes=count, server=server, protocol=protocol))
@@ -259,12 +273,42 @@ SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permis
           HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
 
 
+def _one_way(server: str, side: str, count: int) -> Item:
+    """Connections of which the capture holds one direction only (decode/rows.unheard_side)."""
+    missing = ("its answers to them are not in the capture: not judged unanswered" if side == "server" else
+               "what they were asked is not in the capture")
+    return _finding("one_way_capture", WARNING, f"{server}: {count:,} connection(s) captured in one direction "
+                    f"only: not one packet from the {side}'s side, though the other side acknowledged its bytes "
+                    f"(a capture filter such as 'dst port', tcpdump -Q, or a one-way mirror); {missing}",
+                    server=server, side=side, connections=count)
+
+
+#: why a server no frame of is read is information, not a warning, in a capture that read NameServers elsewhere
+BESIDE = "a port no NameServer was found on, in a capture with NameServers read on others: another service " \
+         "captured beside them, as a capture with no port filter holds; not read"
+
+
+def besides_nameservers(endpoints: list[Item]) -> Callable[[str | None], bool]:
+    """Whether a server endpoint is another service captured beside the NameServers (ssh, a database,
+    a web server in a capture taken with no port filter): no remoting request was read from it, and
+    NameServers were read in the capture on other ports, none of them RocketMQ's default 9876. A
+    server on a NameServer's port (another host's NameServer speaking TLS) or in a capture with no
+    NameServer read at all stays a warning: there the unread traffic may be what was wanted."""
+    ports = {row["endpoint"].rpartition(":")[2] for row in endpoints if row["kind"] == "nameserver"}
+    rocketmq = {row["endpoint"] for row in endpoints if row["kind"] != "unknown"}
+    if not ports:
+        return lambda server: False
+    ports.add(str(DEFAULT_SERVER_PORT))
+    return lambda server: (server is not None and server not in rocketmq
+                           and server.rpartition(":")[2] not in ports)
+
+
 def _spoken(protocol: str | None) -> str:
     return f": {protocol} ({SPOKEN[protocol]})" if protocol else ""
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
-                  spoken: dict[str, str]) -> Iterable[Item]:
+                  spoken: dict[str, str], unheard_clients: Collection[str] = ()) -> Iterable[Item]:
     """A capture a snap length cut, said first (what it keeps decides what the report can know):
     per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
     each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
@@ -284,11 +328,17 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                        unplaced_bytes=counts.get("unplaced_bytes", 0))
     why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
            else "no frame of it decodes")
+    beside = besides_nameservers(endpoints)
     for row in endpoints:
-        if row["kind"] == "unknown" and row["accepted"]:
+        if row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
+            yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
+                           f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
+                           why="another service", protocol=spoken.get(row["endpoint"]))
+        elif row["kind"] == "unknown" and row["accepted"]:
             protocol = spoken.get(row["endpoint"])
             said = f"its connections speak {protocol} ({SPOKEN[protocol]})" if protocol else (
-                f"{why}; what it is stays unknown")
+                "its clients' side was not captured (one direction only)" if row["endpoint"] in unheard_clients
+                else f"{why}; what it is stays unknown")
             yield _finding("server_unread", WARNING, f"{row['endpoint']} accepted {row['accepted']:,} connection(s), "
                            f"but nothing it was asked can be read: {said}", endpoint=row["endpoint"],
                            accepted=row["accepted"], why=why if protocol is None else f"speaks {protocol}",
@@ -328,6 +378,7 @@ def cut_headline(found: list[Item]) -> str | None:
 
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
@@ -367,23 +418,34 @@ NOT_CAPTURED = "a {} whose name was not captured"
 LISTED = 6
 
 
-def attention(found: list[Item]) -> Item:
+#: the headline's first words when no endpoint was asked a NameServer's requests (the command's error says it too):
+#: "nothing needs attention" alone would read as a healthy cluster
+NO_NAMESERVER_FOUND = "no NameServer traffic found (no endpoint was asked a NameServer's requests)"
+
+
+def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
-    request code, and response code, of call findings), most severe first, its evidence inside."""
+    request code, and response code, of call findings), most severe first, its evidence inside;
+    the line leads with what the capture could not show (no NameServer in it, packets a snap
+    length cut)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    cut = cut_headline(found)
+    leads = [NO_NAMESERVER_FOUND] if not nameservers else []
+    leads += filter(None, [cut_headline(found)])
     headline = _headline(problems)
-    return {"attention": f"{cut} · {headline}" if cut else headline, "findings": problems}
+    line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
+    return {"attention": line, "findings": problems}
 
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
         return "notes" if item["severity"] == INFO else None
+    if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
+        return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
         return f"{item['code_name']} {item['response_name']}"
     return item["code_name"] if item["kind"] in ("unanswered", "slow_answer") else None
@@ -414,7 +476,7 @@ def _headline(problems: list[Item]) -> str:
             rows = sum(p["severity"] == severity for p in problems)
             parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
                 _plural(n, UNITS[kind][1]) for kind, n in units.items()))
-    return " · ".join(parts) or "nothing needs attention"
+    return " · ".join(parts)
 
 
 def _plural(n: int, noun: str) -> str:

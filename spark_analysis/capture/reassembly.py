@@ -19,8 +19,9 @@ import numpy as np
 
 from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN, TcpSegment
+from twisted_namesrv.state.config import DEFAULT_LISTEN_PORT
 
-DEFAULT_SERVER_PORT = 9876
+DEFAULT_SERVER_PORT = DEFAULT_LISTEN_PORT
 #: which side of a connection whose SYN was not captured is the server: an endpoint ("ip:port") of
 #: the set, or one on a port of it (the job finds the listening endpoints in the capture itself)
 Servers = frozenset[str | int]
@@ -69,7 +70,9 @@ class Direction(list[Chunk]):
     (offset, length) of the stretches a snap length cut off packets that were captured: sent,
     seen, not kept (their end is known, so frames are followed across them). ``from_syn`` says
     offset 0 is the first byte after the sender's SYN, i.e. where its first frame starts;
-    otherwise the capture began mid-stream.
+    otherwise the capture began mid-stream. ``unheard``: not one packet of this direction was
+    captured, though the other side's acknowledgments say it sent bytes: a capture of one direction
+    (``dst port 9876``, ``tcpdump -Q in``, a one-way mirror), not a silent peer (_unheard_end).
     """
 
     def __init__(self) -> None:
@@ -77,6 +80,7 @@ class Direction(list[Chunk]):
         self.gaps: list[tuple[int, int]] = []
         self.uncaptured: list[tuple[int, int]] = []
         self.from_syn = False
+        self.unheard = False
 
 
 #: One TCP segment of a 4-tuple. (ts, file, order) is its place in capture order, ``order`` being
@@ -217,7 +221,26 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
             stretches.append((position + 1, end, retries - 1))
     for tracker in trackers:
         tracker.finish()
+    unheard = _unheard_end(rows, table.ends)
+    for tracker in trackers if unheard else ():
+        connection = tracker.connection
+        (connection.to_client if connection.server == unheard else connection.to_server).unheard = True
     return [tracker.connection for tracker in trackers]
+
+
+def _unheard_end(rows: np.ndarray, ends: tuple[str, str]) -> str | None:
+    """The end of a 4-tuple not one of whose packets was captured while the other end's ACKs moved
+    on (acknowledging bytes it did send): a capture of one direction. A peer that went silent (a
+    partition, a dead host) leaves the other's ACK number standing, so is never taken for one."""
+    forward = rows["forward"]
+    if forward.all():
+        silent = ends[1]
+    elif not forward.any():
+        silent = ends[0]
+    else:
+        return None
+    acks = rows["ack"][rows["flags"] & ACK != 0]
+    return silent if len(acks) and acks.min() != acks.max() else None
 
 
 def _walked(rows: np.ndarray, start: int, stop: int) -> Iterator[tuple[Any, ...]]:

@@ -99,6 +99,9 @@ class ConnectionStats(NamedTuple):
     server: str = ""
     #: what the undecodable bytes are when they are a protocol of their own (conversation.foreign_protocol)
     protocol: str | None = None
+    #: the side of a connection carrying frames whose packets the capture holds none of ("server": a
+    #: capture of one direction, its answers not in it), else None (unheard_side)
+    unheard: str | None = None
 
 
 class BodySummary(NamedTuple):
@@ -176,8 +179,9 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
     shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
+    unheard = unheard_side(connection)
     for request, answer in zip(requests, answers, strict=True):
-        yield CALL, call_row(conn_id, client, request, answer, server)
+        yield CALL, call_row(conn_id, client, request, answer, server, answer_unseen=unheard is not None)
         if request.direction != REQUEST:
             continue
         code = request.command.code
@@ -215,7 +219,16 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable), 0,
                                       conversation.uncaptured_bytes, conversation.unplaced_bytes, connection.server,
-                                      foreign_protocol(conversation.undecodable))
+                                      foreign_protocol(conversation.undecodable), unheard)
+
+
+def unheard_side(connection: Connection) -> str | None:
+    """The side of a connection a capture of one direction holds nothing of (Direction.unheard):
+    "server" (its requests' answers are not missing: they were never in the capture) or "client";
+    None when both sides were captured."""
+    if connection.to_client.unheard:
+        return "server"
+    return "client" if connection.to_server.unheard else None
 
 
 def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
@@ -265,7 +278,9 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
 
 
 def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
-             server: str | None = None) -> Row:
+             server: str | None = None, answer_unseen: bool = False) -> Row:
+    """``answer_unseen``: the answer's side of the connection was not captured at all (its ``cut``:
+    not known unanswered)."""
     command = request.command
     response_code = latency_ms = remark = None
     if answer is not None:
@@ -273,7 +288,8 @@ def call_row(conn_id: str, client: str, request: CapturedCommand, answer: Captur
         latency_ms = (answer.ts - request.ts) * 1000.0
     ext = command.ext
     return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), False, None, None)
+            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
+            None, None)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
@@ -412,9 +428,10 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     registered: dict[str, Row] = {}
     bodies = _BodyCache()
     shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
+    unheard = unheard_side(connection)
     for request, answer in zip(requests, answers, strict=True):
         other = RESPONSE if request.direction == REQUEST else REQUEST
-        row = _cut_call_row(conn_id, client, request, answer, server, bool(unknown[other]))
+        row = _cut_call_row(conn_id, client, request, answer, server, bool(unknown[other]) or unheard is not None)
         if row is None:
             continue
         yield CALL, row
@@ -447,7 +464,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable),
                                       len(conversation.cut), conversation.uncaptured_bytes,
                                       conversation.unplaced_bytes, connection.server,
-                                      foreign_protocol(conversation.undecodable))
+                                      foreign_protocol(conversation.undecodable), unheard)
 
 
 def cut_frame_row(conn_id: str, connection: Connection, frame: CutFrame) -> Row:

@@ -402,7 +402,7 @@ def _findings(found: list[dict]) -> str:
     rows = "".join(f"<tr class='{f['severity']}'><td>{f['severity']}</td><td>{html.escape(f['kind'])}</td>"
                    f"<td>{_evidence(f)}</td></tr>" for f in found)
     body = (f"<table><tr><th>severity</th><th>kind</th><th>what, where, when</th></tr>{rows}</table>"
-            if found else "<p>Nothing needs attention.</p>")
+            if found else "<p>No findings.</p>")
     return f"<section id='findings'><h2>Findings</h2>{body}</section>"
 
 

@@ -26,13 +26,14 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
     ``others``: findings.other_traffic (what --port left out)."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
+    nameservers = [e for e in endpoints or [] if e["kind"] == "nameserver"]
     return {
         "schema_version": SCHEMA_VERSION,
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
         **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller, counts,
-                             others)),
-        "nameservers": [e for e in endpoints or [] if e["kind"] == "nameserver"],
+                             others), len(nameservers)),
+        "nameservers": nameservers,
         "controllers": [e for e in endpoints or [] if e["kind"] == "controller"],
         "controller": controller or {"groups": [], "undecodable": [], "counts": {}},
         "endpoints": endpoints or [],

@@ -639,3 +639,41 @@ def test_a_brokers_port_captured_too_is_named_and_its_calls_not_judged() -> None
         ("unanswered", "warning", "GET_BROKER_CLUSTER_INFO"), ("other_server", "info", None)]
     assert said[1]["message"] == (f"{broker} was asked 2 request(s) no NameServer serves: a broker's port, or another "
                                   "RocketMQ server's, captured with the NameServer's; its answers are not judged here")
+
+
+def test_a_capture_without_a_nameserver_does_not_read_as_a_healthy_one() -> None:
+    """A capture of a broker's port alone (or of anything but a NameServer): summary.json's and
+    report.html's headline said "nothing needs attention" while the command exited 6."""
+    broker = "10.0.0.3:10911"
+    other = {"endpoint": broker, "kind": "other", "accepted": 0, "requests": 9, "outages": [], "refused": []}
+    found = findings_module.evidence([], {}, [], {}, [other])
+    assert findings_module.attention(found, nameservers=0)["attention"] == findings_module.NO_NAMESERVER_FOUND
+    assert findings_module.attention(found, nameservers=1)["attention"] == "nothing needs attention"
+    cut = [{"kind": "capture_cut", "severity": "warning", "message": "m", "path": "a.pcap", "cut_at": 200,
+            "cut_frames": 3}]
+    assert findings_module.attention(cut, nameservers=0)["attention"] == (
+        f"{findings_module.NO_NAMESERVER_FOUND} · packets cut at 200 bytes: 3 frames partly read · "
+        "1 warning: 1 capture file cut by a snap length")
+
+
+def test_other_services_beside_the_nameservers_are_information() -> None:
+    """A capture with no port filter on a NameServer's host holds ssh, a database, a web server:
+    each connection was a warning ("bytes that are no remoting frame") and each server one
+    ("nothing it was asked can be read"), burying the cluster's own problems. Beside NameServers read
+    on their port they are information; on a NameServer's port, or with no NameServer read, they
+    stay warnings (a TLS NameServer may be what was wanted)."""
+    ssh, tls_ns, broker = "127.0.0.1:22", "127.0.0.2:9876", "127.0.0.1:10911"
+    groups = {findings_module.UNDECODABLE: {(f"127.0.0.1:5000>{ssh}@1.0", ssh, None): [900, 0.0, 0.0, None],
+                                            (f"127.0.0.1:5001>{tls_ns}@1.0", tls_ns, "TLS"): [700, 0.0, 0.0, None]}}
+    endpoints = [{"endpoint": "127.0.0.1:9876", "kind": "nameserver", "accepted": 3, "outages": [], "refused": []},
+                 {"endpoint": broker, "kind": "other", "accepted": 1, "requests": 9, "outages": [], "refused": []},
+                 {"endpoint": ssh, "kind": "unknown", "accepted": 1, "outages": [], "refused": []},
+                 {"endpoint": tls_ns, "kind": "unknown", "accepted": 1, "outages": [], "refused": []}]
+    found = findings_module.evidence([], groups, [], {}, endpoints)
+    severity = {(item["kind"], item.get("endpoint") or item.get("server")): item["severity"] for item in found}
+    assert severity[("server_unread", ssh)] == severity[("undecodable_connection", ssh)] == "info"
+    assert severity[("server_unread", tls_ns)] == severity[("undecodable_connection", tls_ns)] == "warning"
+    assert findings_module.attention(found)["attention"] == (
+        "2 warnings: 1 server whose traffic cannot be read, 1 undecodable connection")
+    alone = findings_module.evidence([], groups, [], {}, endpoints[2:])
+    assert {item["severity"] for item in alone if item["kind"] != "other_server"} == {"warning"}

@@ -20,9 +20,9 @@ from typing import Any
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
 from ..state.acl import needs_signature, signed_bound
+from ..state.config import DEFAULT_LISTEN_PORT as DEFAULT_PORT
 from ..state.hosts import host_port, written_as_list
 
-DEFAULT_PORT = 9876  # NettyServerConfig.listenPort of a NameServer
 DEFAULT_NAMESRV = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_TIMEOUT = 3.0
 _OPAQUES = itertools.count(1)

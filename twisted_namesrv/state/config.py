@@ -42,6 +42,8 @@ from .hosts import AllowedHostsError, parse_allowed, written_as_list
 #: event writers hold two at most (the file and its directory, for the fsync), one at a time; the accounts
 #: reload and a log rotation one; pushes to brokers and the peers view a few connections
 DEFAULT_FD_RESERVE = 64
+#: NettyServerConfig.listenPort of a NameServer: where brokers and clients look first
+DEFAULT_LISTEN_PORT = 9876
 
 V4 = frozenset({"4.9.8"})
 V5 = frozenset({"5.3.3"})
@@ -87,7 +89,7 @@ KEYS: list[ConfigKey] = [
     ConfigKey("deleteTopicWithBrokerRegistration", False, V5),
     ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH, guarded=True),
     ConfigKey("bindAddress", "127.0.0.1", V5, guarded=True),
-    ConfigKey("listenPort", 9876, BOTH, guarded=True),
+    ConfigKey("listenPort", DEFAULT_LISTEN_PORT, BOTH, guarded=True),
     ConfigKey("serverWorkerThreads", 8, BOTH, guarded=True),
     ConfigKey("serverCallbackExecutorThreads", 0, BOTH, guarded=True),
     ConfigKey("serverSelectorThreads", 3, BOTH, guarded=True),
