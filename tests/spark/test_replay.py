@@ -330,3 +330,34 @@ def test_a_registration_sent_again_unchanged_is_a_renewal(monkeypatch) -> None:
     assert renewed.count(True) == 11
     assert [(stay.registered, stay.end, stay.topics, stay.last_alive) for stay in replay.stays] == [
         (10.0, "connection_closed", [(10.0, 2), (310.0, 3)], 340.0), (350.0, "alive", [(350.0, 3)], 380.0)]
+
+
+def test_the_liveness_task_replays_without_the_cycle_collector(monkeypatch) -> None:
+    """The liveness task (one per NameServer, which the other cores wait for) replays its events
+    and makes its stays and rows with the cycle collector off, as the decoding tasks decode (it
+    spent a quarter of its time walking them again and again); on again after it."""
+    import gc
+    import pickle
+
+    import pyarrow as pa
+
+    from spark_analysis.spark import liveness_stage, worker
+
+    monkeypatch.setattr(worker, "settle", lambda: None)  # gc.freeze: for reused workers, not this process
+    monkeypatch.setattr(worker, "drill", lambda stage: None)  # reads the Spark task's context
+    collecting = []
+
+    def replay(*args, **kwargs):
+        collecting.append(gc.isenabled())
+        return replay_server(*args, **kwargs)
+
+    monkeypatch.setattr(liveness_stage, "replay_server", replay)
+    rows = [tuple(e[name] for name in EVENT_ROWS.names) for e in (registration(10.0 + 30 * n) for n in range(30))]
+    batch = pa.RecordBatch.from_arrays([pa.array([pickle.dumps(rows)], pa.binary()), pa.array([SERVER]),
+                                        pa.array([None], pa.binary())], names=["event", "event_server", "tally"])
+    bins = TimeBins.over([(0.0, 10_000.0)])
+    out = list(liveness_stage._liveness_batches(iter([batch]), bins, (), Sessions(bins.starts, period_ends=bins.ends),
+                                                {}))
+    assert out[0].column("registrations").to_pylist() == [30]
+    assert collecting == [False]
+    assert gc.isenabled()
