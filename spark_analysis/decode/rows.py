@@ -377,7 +377,8 @@ def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummar
 # only what that says for certain and leave the rest null: a request whose opaque was cut has no
 # known answer (its CALL row says ``cut``, never "unanswered"), a registration whose body was cut
 # no topic count nor CRC, and a broker whose address was cut is named by the connection it
-# registers over (cut_broker_addr), which is what the NameServer's channel is.
+# registers over (cut_broker_addr), which is what the NameServer's channel is, unless one of its own
+# requests on that channel (an UNREGISTER_BROKER whose header was short enough) carries the address whole.
 
 #: a request or answer of a connection some of whose frames were cut
 Said = CapturedCommand | CutFrame
@@ -426,6 +427,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         answers.append(None)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
+    unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named
+    told = _addresses_told(requests)
     bodies = _BodyCache()
     shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
     unheard = unheard_side(connection)
@@ -440,7 +443,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         code = row[3]
         if code != RequestCode.REGISTER_BROKER:
             yield from _cut_named_event(request, answer, code, client, server,
-                                        _unnamed(registered, _said_ext(request)))
+                                        _unnamed(registered, unnamed, _said_ext(request)))
             continue
         whole = isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand))
         if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)):
@@ -448,7 +451,9 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         else:
             registration = _cut_registration_row(conn_id, request, answer, server)
         if registration[_BROKER_ADDR] is None:
-            registration = (*registration[:_BROKER_ADDR], cut_broker_addr(client), *registration[_BROKER_ADDR + 1:])
+            named = _told_for(told, registration) or cut_broker_addr(client)
+            registration = (*registration[:_BROKER_ADDR], named, *registration[_BROKER_ADDR + 1:])
+            unnamed.add(named)
         yield REGISTRATION, registration
         registered[registration[_BROKER_ADDR]] = registration
         if whole and isinstance(request, CapturedCommand):
@@ -549,19 +554,42 @@ def _cut_registration_event(request: Said, registration: Row, client: str, serve
                   version=version, ext=_said_ext(request) or None)
 
 
-def _unnamed(registered: dict[str, Row], ext: dict[str, str | None]) -> str | None:
+def _addresses_told(requests: list[Said]) -> dict[tuple[str | None, int | None], str]:
+    """The brokerAddr a broker's own request naming it (UNREGISTER_BROKER, QUERY_DATA_VERSION,
+    BROKER_HEARTBEAT) carries whole on one connection, by the (cluster, brokerId) captured with it: one
+    address per key, else none (a broker's requests all travel over its one channel to a NameServer)."""
+    told: dict[tuple[str | None, int | None], set[str]] = {}
+    for request in requests:
+        if request.direction == REQUEST and _said_code(request) in NAMING_CODES:
+            header = RegisterBrokerHeader.from_ext(_said_ext(request))
+            if header.brokerAddr is not None:
+                told.setdefault((header.clusterName, header.brokerId), set()).add(header.brokerAddr)
+    return {key: addrs.pop() for key, addrs in told.items() if len(addrs) == 1}
+
+
+def _told_for(told: dict[tuple[str | None, int | None], str], registration: Row) -> str | None:
+    """The address told on the connection (_addresses_told) for a registration whose brokerAddr was
+    cut: the one of its cluster and brokerId, as far as both were captured."""
+    cluster, broker_id = (registration[_REGISTRATION_COLUMNS.index(column)] for column in ("cluster", "broker_id"))
+    fits = {addr for (their_cluster, their_id), addr in told.items() if all(
+        mine is None or theirs is None or mine == theirs
+        for mine, theirs in ((cluster, their_cluster), (broker_id, their_id)))}
+    return fits.pop() if len(fits) == 1 else None
+
+
+def _unnamed(registered: dict[str, Row], unnamed: set[str], ext: dict[str, str | None]) -> str | None:
     """The broker a request naming ``ext``'s broker means on a connection where brokers registered
-    with their addresses cut: the one such broker of the same cluster and brokerId (as far as
-    captured), unless the request names an address registered over the connection (a broker's
-    requests all travel over its one channel to a NameServer)."""
+    with their addresses cut (``unnamed``: as they were named): the one such broker of the same
+    cluster and brokerId (as far as captured), unless the request names an address registered over
+    the connection (a broker's requests all travel over its one channel to a NameServer)."""
     if ext.get("brokerAddr") in registered:
         return None
     header = RegisterBrokerHeader.from_ext(ext)
-    unnamed = [addr for addr, row in registered.items() if addr.startswith("? ") and all(
+    unnamed_here = [addr for addr, row in registered.items() if addr in unnamed and all(
         mine is None or theirs is None or mine == theirs for mine, theirs in (
             (header.clusterName, row[_REGISTRATION_COLUMNS.index("cluster")]),
             (header.brokerId, row[_REGISTRATION_COLUMNS.index("broker_id")])))]
-    return unnamed[0] if len(unnamed) == 1 else None
+    return unnamed_here[0] if len(unnamed_here) == 1 else None
 
 
 def _cut_named_event(request: Said, answer: Said | None, code: int, client: str, server: str, unnamed: str | None

@@ -183,7 +183,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
                 f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
                 if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "
-             f"rows), calls/ ({tally.call:,} rows, {tally.unanswered} unanswered), registrations/ "
+             f"rows), calls/ ({tally.call:,} rows, {tally.unanswered:,} with no answer captured, oneway ones "
+             f"included), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
              f"({tally.controller:,} rows)")
     counts = Counter(tally.counts())

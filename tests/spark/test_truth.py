@@ -15,6 +15,7 @@ import pytest
 
 from tests.spark.conftest import run_job
 from tests.spark.truth_check import judge, seconds
+from tests.spark.truth_reader.build import CUT_ADDR
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
 CAPTURES = sorted(p.parent.name for p in REAL.glob("*/TRUTH.json"))
@@ -37,6 +38,26 @@ def test_report_tells_the_truth_of_a_real_capture(spark, tmp_path: Path, name: s
     problems = judge(truth, out.summary, out.brokers)
     assert not problems, f"{name}: the report disagrees with the truth in {len(problems)} way(s):\n  " + \
         "\n  ".join(problems)
+
+
+def test_one_rotated_file_alone_tells_what_happened_in_it(spark, tmp_path: Path) -> None:
+    """An operator often reads the one file of a rotation (tcpdump -G) that holds the incident: in
+    v4-cutrot's fourth file (cut at 200 bytes) both brokers' connections began files earlier, and
+    broker-b is killed in it. The kill is told at its time, broker-a is alive at the file's end, and
+    nothing else is said of them. broker-a's own UNREGISTER_BROKER, which names the whole run's
+    broker-a 127.0.0.1:10911, is in a later file: here it is named by its connection."""
+    truth = truth_of("v4-cutrot")
+    killed, stopped = sorted(truth["stays"], key=lambda s: s["end"])  # connection_closed, unregistered
+    stopped = dict(stopped, broker_addr=CUT_ADDR.format(client="127.0.0.1:57312"))
+    out = run_job(spark, [str(REAL / "v4-cutrot" / "v4-cutrot-071650.pcap.gz")], tmp_path / "out", report=False)
+    items = {(i["kind"], i.get("broker_addr")): i for f in out.summary["findings"] for i in f["evidence"]
+             if i.get("broker_addr")}
+    assert sorted(items) == [("broker_alive_at_end", stopped["broker_addr"]),
+                             ("broker_connection_closed", killed["broker_addr"])]
+    told = seconds(items[("broker_connection_closed", killed["broker_addr"])]["t"])
+    assert abs(told - seconds(killed["ended_at"])) <= truth["tolerance_s"]
+    assert {(r["broker_addr"], r["ended"]) for r in out.brokers} == {(killed["broker_addr"], "connection_closed"),
+                                                                     (stopped["broker_addr"], "alive")}
 
 
 def test_the_corpus_is_there_and_small() -> None:
@@ -105,6 +126,9 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
             noise[r["endpoint"]] = noise.get(r["endpoint"], 0) + r["count"]
     for endpoint, count in noise.items():
         add("refused_connections", None, endpoint=endpoint, count=count)
+    for other in truth.get("other_servers", []):
+        if other["requests"]:
+            add("other_server", None, endpoint=other["endpoint"], requests=other["requests"])
     add("topic_not_exist", None, topic="TopicTest")  # not judged
     summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
@@ -158,6 +182,11 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         {"kind": "server_restart", "message": "made up", "server": truth["nameservers"][0]["endpoint"],
          "t": truth["capture"]["first"]}]})
     assert any(p.startswith("invented") for p in judge(truth, restart, rows))
+
+    other = copy.deepcopy(summary)  # a server that is no NameServer, where the truth has none
+    other["findings"].append({"kind": "other_server", "evidence": [
+        {"kind": "other_server", "message": "made up", "endpoint": "127.0.0.1:1", "requests": 1}]})
+    assert any(p.startswith("invented") for p in judge(truth, other, rows))
 
     late = copy.deepcopy(summary)  # an event told at another time
     timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]

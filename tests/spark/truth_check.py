@@ -44,6 +44,7 @@ KIND_CLASSES = {
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
+    "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
@@ -127,6 +128,10 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("write_perm", f"write permission of {w['broker_name']}: {w['op']} at {w['namesrv']} at "
                             f"{w['at']}", seconds(w["at"]), match={"broker_name": w["broker_name"], "op": w["op"]},
                             where=w["namesrv"]))
+    for other in truth.get("other_servers", []):  # a capture with no port filter: a broker's own port
+        events.append(Event("other_server", f"{other['endpoint']} asked {other['requests']} request(s) over "
+                            f"{other['accepted']} connection(s), no NameServer", required=other["requests"] > 0,
+                            match={"endpoint": other["endpoint"]}))
     by_endpoint: dict[str, list[dict]] = defaultdict(list)
     for r in truth["refused"]:
         by_endpoint[r["endpoint"]].append(r)

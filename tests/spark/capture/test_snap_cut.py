@@ -170,20 +170,22 @@ def test_a_cut_capture_that_began_mid_stream_finds_its_frames_at_packet_starts()
 
 def test_a_real_cut_capture_tells_its_brokers_by_their_connections() -> None:
     """tcpdump -i any -s 200 (SLL2) of a 5.3.3 cluster (tests/data/captures/real/v5-cut): nothing lost,
-    nothing undecodable; the registrations whose brokerAddr was cut name their connection; broker-b's
-    kill -9 closes its connection, broker-a's clean stop unregisters it; no registration's topic count,
-    CRC or version is made up, and no call whose answer was cut is counted unanswered."""
+    nothing undecodable; the registrations whose brokerAddr was cut name their connection, unless the
+    broker's own UNREGISTER_BROKER on it carries its address whole (broker-a's clean stop: 127.0.0.1:11911,
+    as the NameServer logged; it was '? (address not captured ...)' though the capture held it);
+    broker-b's kill -9 closes its connection; no registration's topic count, CRC or version is made up,
+    and no call whose answer was cut is counted unanswered."""
     import gzip
 
     raw = gzip.decompress((REAL / "v5-cut" / "v5-cut.pcap.gz").read_bytes())
     rows = list(connection_rows(tcp_segments(iter_records(raw)), frozenset({9876})))
     registrations = [row for kind, row in rows if kind == REGISTRATION]
     assert len(registrations) == 12
-    assert {row[4] for row in registrations} == {cut_broker_addr("127.0.0.1:45630"), cut_broker_addr("127.0.0.1:52998")}
+    assert {row[4] for row in registrations} == {"127.0.0.1:11911", cut_broker_addr("127.0.0.1:52998")}
     assert all(row[10] is None and row[11] is None for row in registrations)  # crc_ok, topic_count: not captured
     events = [(row[0], row[3]) for kind, row in rows if kind == EVENT and row[3] != 103]
     assert (cut_broker_addr("127.0.0.1:52998"), -1) in events  # kill -9: its connection closed
-    assert (cut_broker_addr("127.0.0.1:45630"), 104) in events  # clean stop: UNREGISTER_BROKER
+    assert ("127.0.0.1:11911", 104) in events  # clean stop: UNREGISTER_BROKER
     calls = [row for kind, row in rows if kind == CALL]
     assert not [row for row in calls if row[6] is None and not row[13]]  # unanswered only if not cut
 

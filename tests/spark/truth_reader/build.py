@@ -15,15 +15,21 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import server_logs
-from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time
+from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time, syn_ports
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
 #: how the report names a broker whose registrations' brokerAddr a snap length cut (decode/rows.py's
 #: cut_broker_addr, docs/capture-report.md): the connection it registers over
 CUT_ADDR = "? (address not captured; registers from {client})"
+#: the broker's address in the NameServer's "new broker registered" line: 5.x names it in its
+#: BrokerIdentityInfo, 4.9.8 writes it first ("new broker registered, 127.0.0.1:10911 HAServer: ...")
+LOGGED_ADDR = re.compile(r"brokerAddr=([^\],\s]+)|new broker registered, ([^\s,]+) HAServer")
 CONTROLLER_CODES = range(1001, 1020)
 # what a NameServer takes for a broker's heartbeat: REGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT
 HEARTBEATS = {REGISTER, 322, 904}
+# a broker's requests that name it with REGISTER_BROKER's fields: UNREGISTER_BROKER, QUERY_DATA_VERSION,
+# BROKER_HEARTBEAT
+NAMING = {UNREGISTER, 322, 904}
 SILENCE_S = 35.0
 
 
@@ -68,6 +74,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     pkts.sort(key=lambda p: p[0])
     first, last = pkts[0][0], pkts[-1][0]
     conns = connections(pkts, ports)
+    # a capture with no port filter holds other servers too (a broker's own port): every port a SYN went
+    # to that is no NameServer's or controller's; only its connections and refused attempts are read
+    other_conns = connections(pkts, syn_ports(pkts) - ports)
     steps = load_steps(d / "steps.txt")
     log = server_logs.load([d / lf for lf in a.logs])
     problems = []
@@ -157,11 +166,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                     del open_stay[key]
             continue
         addr = ext.get("brokerAddr")
-        if addr is None or (kind == "unregister" and (e, addr) not in open_stay):
-            # a snap length cut its address: the broker is named by its connection (as the report names it)
-            unnamed = [k for k, st_ in open_stay.items() if st_["_conn"] is c and k[1].startswith("? ")]
-            addr = unnamed[0][1] if unnamed and kind == "unregister" else (
-                CUT_ADDR.format(client=c.client) if addr is None else addr)
+        if addr is None and kind == "register":  # a snap length cut its address: see named_on
+            addr = named_on(c, ext) or CUT_ADDR.format(client=c.client)
+        elif addr is None or (kind == "unregister" and (e, addr) not in open_stay):
+            # the broker whose address was cut when it registered over this connection
+            unnamed = [k for k, st_ in open_stay.items() if st_["_conn"] is c and st_.get("_cut")]
+            addr = unnamed[0][1] if unnamed and kind == "unregister" else addr
         key = (e, addr)
         st = open_stay.get(key)
         if kind == "register":
@@ -178,8 +188,18 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 if not hits:
                     problems.append(f"no registration log line near {iso(t)} for {key}")
                 elif "brokerAddr" not in ext:  # the log names the broker whose address the capture cut
-                    logged = re.search(r"brokerAddr=([^\],\s]+)", hits[0][1])
-                    st["broker_addr_logged"] = logged.group(1) if logged else None
+                    st["_cut"] = True
+                    logged = {m.group(1) or m.group(2) for _t, line in hits
+                              if (m := LOGGED_ADDR.search(line))}
+                    st["broker_addr_logged"] = logged.pop() if len(logged) == 1 else None
+                    if st["broker_addr_logged"] is None:
+                        problems.append(f"the log names {sorted(logged) or 'no address'} for the registration at "
+                                        f"{iso(t)} whose address a snap length cut")
+                    elif not addr.startswith("? "):
+                        st["named_by"] = "brokerAddr of its own request on the connection it registers over"
+                        if addr != st["broker_addr_logged"]:
+                            problems.append(f"{key}: named {addr} by its connection's requests, the log says "
+                                            f"{st['broker_addr_logged']}")
             else:
                 if st["ids"][-1]["broker_id"] != bid:
                     st["ids"].append({"broker_id": bid, "role": role, "from": t})
@@ -286,7 +306,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
 
     # refused connection attempts
     refused = defaultdict(list)
-    for c in conns:
+    for c in conns + other_conns:
         if c.syn and not c.synack and c.rst_by == "s":
             refused[c.server].append(c.syn)
     why = dict(w.split("=", 1) for w in a.why)
@@ -294,10 +314,13 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     for e, ts in sorted(refused.items()):
         ts.sort()
         groups = defaultdict(list)
+        accepted_at = [c for c in conns + other_conns if c.server == e and c.synack]
+        first_up = min((c.synack for c in accepted_at), default=None)
+        last_close = max((t for c in accepted_at for t in (*c.fin.values(), c.rst) if t is not None), default=None)
         for t in ts:
-            first_up = min((c.synack for c in conns if c.server == e and c.synack), default=None)
             if e not in runs and (first_up is None or t > first_up):
-                when = "never_listening" if first_up is None else "while_up"
+                when = "never_listening" if first_up is None else (
+                    "after_stop" if last_close is not None and t > last_close else "while_up")
             elif e not in runs or t < runs[e][0]["up"]:
                 when = "before_start"
             elif runs[e][-1]["down"] is not None and t > runs[e][-1]["down"]:
@@ -340,12 +363,37 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         "topic_counts": topic_counts, "refused": refused_out,
         "notes": a.note,
     }
+    if other_conns:
+        truth["other_servers"] = other_servers(other_conns, why)
     cuts = [cut for f in a.files if (cut := snap_cuts(d / f))]
     if cuts:
         truth["cuts"] = cuts
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def named_on(c, ext: dict) -> str | None:
+    """The brokerAddr a broker whose registration's address a snap length cut carries whole in one of
+    its own requests on the same connection (UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT:
+    its requests all travel over its one channel), when they name one address for its cluster and
+    brokerId as far as captured (as the report names it, decode/rows.py)."""
+    told = {h["extFields"]["brokerAddr"] for _t, h in c.frames("c") if h.get("code") in NAMING
+            and "brokerAddr" in (h.get("extFields") or {})
+            and all(ext.get(k) is None or h["extFields"].get(k) in (None, ext[k]) for k in ("clusterName", "brokerId"))}
+    return told.pop() if len(told) == 1 else None
+
+
+def other_servers(other_conns, why: dict[str, str]) -> list[dict]:
+    """Each server endpoint of a capture with no port filter that is no NameServer (a broker's own
+    port): the connections it accepted and the requests sent to it over them (frames from the
+    client side that are no answer), which no NameServer's log backs or judges."""
+    out = []
+    for e in sorted({c.server for c in other_conns}):
+        accepted = [c for c in other_conns if c.server == e and c.synack]
+        requests = sum(1 for c in accepted for _t, h in c.frames("c") if not h.get("flag", 0) & 1)
+        out.append({"endpoint": e, "accepted": len(accepted), "requests": requests, "why": why.get(e, "")})
+    return out
 
 
 def _logged_count(log, op: str, broker_name: str, t: float, problems: list[str]):

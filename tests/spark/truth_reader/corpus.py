@@ -13,6 +13,8 @@ RETRY = f"{LAUNCH}; while it is down the brokers retry"
 OUR_RETRY = ("our launch script polls the port every 0.1 s until the server listens; while it is down the brokers "
              "retry")
 OUR_LOGS = ("namesrv.log",)
+CUT_NAMING = ("as the report names it: by the address its own UNREGISTER_BROKER on its connection carries whole "
+              "(named_by), else by that connection; its address as logged in broker_addr_logged")
 OUR_NOTE = ("The NameServer is ours (twisted-namesrv, python -m twisted_namesrv with --compat set to the brokers' "
             "version, defaults otherwise): namesrv.log is its log (UTC, seconds) and events.json its events file "
             "(the data directory's, kept across the restart; sub-second times); both back every stay's end.")
@@ -66,8 +68,7 @@ ARGS: dict[str, list[str]] = {
                     ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
     "v5-cut": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "tcpdump -i any -s 200: Linux "
                    "cooked v2, every packet longer than 200 bytes cut there; a broker whose brokerAddr the cut left "
-                   "out is named by its connection (as the report names it), its address as logged in "
-                   "broker_addr_logged"),
+                   f"out is named {CUT_NAMING}"),
     "v5-nskill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", why=RETRY),
     "v4-delslave": _one("4.9.8"),
     "v5-partition": _one("5.3.3", "--note", "broker-b is cut off by iptables rules on its connection to the "
@@ -84,6 +85,14 @@ ARGS: dict[str, list[str]] = {
                         r"namesrv stop \(again\)", r"namesrv start \(again\)", "--note",
                         "The second run listened for about a second before its SIGTERM: its log has 'RemotingServer "
                         "started' and the shutdown, no 'boot success'", why=RETRY),
+    "v4-cutrot": _one("4.9.8", "--note", "tcpdump -i any -s 200 -G 20: Linux cooked v2, every packet longer than "
+                      "200 bytes cut there, six files read together; broker-b (5.3.3) registers with the 4.9.8 "
+                      f"NameServer; a broker whose brokerAddr the cut left out is named {CUT_NAMING}"),
+    "v4-nofilter": _one("4.9.8", "--note", "tcpdump -i any with no filter: the broker's own port 10911 (the "
+                        "producer's and the consumer's traffic) is in the capture besides the NameServer's 9876; "
+                        "only 9876 is NameServer traffic",
+                        "--why", "127.0.0.1:10911=the broker's launch script polls its port every 0.1 s until the "
+                        "JVM listens"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),

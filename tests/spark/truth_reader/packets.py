@@ -169,6 +169,12 @@ def connections(pkts, server_ports: set[int]):
     return [c for cs in conns.values() for c in cs]
 
 
+def syn_ports(pkts) -> set[int]:
+    """The ports connections were opened to (a SYN without ACK went there): the servers' ports,
+    listening or not. A connection opened before the capture began is not seen here."""
+    return {int(dst.rsplit(":", 1)[1]) for _t, _src, dst, flags, *_rest in pkts if flags & SYN and not flags & ACK}
+
+
 def load_steps(path: Path):
     out = []
     for line in path.read_text().splitlines():
