@@ -9,7 +9,6 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +20,7 @@ from .bodies.register import (
     RegisterBodyError,
     RegisterBrokerBody,
     RegistrationRefused,
-    VersionSplit,
     decode_register_body_steps,
-    mapping_version_span,
     split_data_version,
 )
 from .bodies.register_header import RegisterBrokerHeader
@@ -44,17 +41,15 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
-from .state.registration import Memos, digests, plan_steps, request_of
+from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import BROKER, TOPIC, Channel, RegisterBrokerResult, RouteData, has_unit_flag, has_unit_sub_flag
 from .state.store import StoreError
-from .steps import STEP_BYTES, Steps, run_steps
+from .steps import Steps, run_steps
 
 log = Logger()
 
 ZONE_NAME = "__ZONE_NAME"
 ZONE_MODE = "__ZONE_MODE"
-#: a registration body's bytes hashed per step (registration_digest): about a millisecond's worth
-DIGEST_PER_STEP = 4 * STEP_BYTES
 
 
 @dataclass(slots=True)
@@ -173,7 +168,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         split = yield from split_data_version(request.body)
     digest = None
     if header.names is not None and header.brokerId is not None:
-        digest = yield from registration_digest(state, request, split)
+        digest = yield from registration_digest(state.config.revision, request.version, request.ext, request.body,
+                                                split)
         renewed = state.routes.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
                                      peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
@@ -216,38 +212,6 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     return registration_answer(state, request, result)
-
-
-def registration_digest(state: NamesrvState, request: RemotingCommand,
-                        split: VersionSplit | None = None) -> Steps[bytes]:
-    """What tells a REGISTER_BROKER from another as its registration reads it: its header's
-    fields but the opaque (every request has its own) and bodyCrc32 (checked against the body
-    before), its MQVersion, its body but 5.x's mappingDataVersion (a new timestamp in every one,
-    read by nobody: bodies/register.py's mapping_version_span), hashed in steps when big, and the
-    configuration's revision (the limits it was checked under).  Two with one digest are applied
-    alike: the broker keeps it, and the same again renews it (RouteInfoManager.renew).  A SHA-1,
-    as the table's memos.  ``split``: the JSON body's dataVersion apart from the digest of the rest
-    (bodies/register.py's split_data_version, the table's memo digest): its text and that digest
-    stand for the body, which is then not hashed a second time."""
-    ext = {key: value for key, value in request.ext.items() if key != "bodyCrc32"}
-    tag = "split " if split is not None else ""  # two forms: neither's input is ever the other's
-    digest = hashlib.sha1(f"{tag}{state.config.revision} {request.version} {ext!r}".encode("utf-8",
-                                                                                          "backslashreplace"))
-    if split is not None:
-        digest.update(b" %d " % len(split.text))
-        digest.update(split.text)
-        digest.update(split.digest)
-        return digest.digest()
-    body = memoryview(request.body or b"")
-    span = mapping_version_span(body) if body else None
-    if span is not None:
-        digest.update(body[:span[0]])
-        body = body[span[1]:]
-    for start in range(0, len(body), DIGEST_PER_STEP):
-        digest.update(body[start:start + DIGEST_PER_STEP])
-        if len(body) > DIGEST_PER_STEP:
-            yield
-    return digest.digest()
 
 
 def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:

@@ -39,8 +39,9 @@ from twisted_namesrv.bodies.route import MASTER_ID
 from twisted_namesrv.compat import JAVA_4_9_8, Profile, profile_for_version
 from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.state.config import NamesrvConfig
-from twisted_namesrv.state.registration import memo_of, request_of
+from twisted_namesrv.state.registration import memo_of, registration_digest, request_of
 from twisted_namesrv.state.routes import RouteChange, RouteInfoManager
+from twisted_namesrv.steps import run_steps
 
 ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
     "alive", "unregistered", "connection_closed", "expired", "server_stopped", "refused")
@@ -129,6 +130,10 @@ class Bodies:
         #: (decode.rows.shared_ext), which the events hold while the replay runs
         self._headers: dict[int, RegisterBrokerHeader] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
+        #: the digest of each extFields dict's last body (by identity, as ``_headers``): a broker
+        #: sends the same body until its topics change (5.x: but its mappingDataVersion, which the
+        #: digest leaves out)
+        self._digests: dict[int, tuple[bytes, int, int, bytes]] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
 
     def keep(self, event: dict[str, Any]) -> None:
@@ -145,6 +150,21 @@ class Bodies:
         if found is None:
             found = self._headers[id(ext)] = broker_header(ext)
         return found
+
+    def digest(self, event: dict[str, Any], revision: int) -> bytes | None:
+        """What tells the registration from another as the server's handler reads it
+        (state/registration.registration_digest); None where its body was not captured (what it
+        was is unknown: never renewed)."""
+        ext, key, version = event["ext"], event["body_key"], event["version"] or 0
+        raw = self.raw(event)
+        if ext is None or raw is None:
+            return None
+        last = self._digests.get(id(ext))
+        if last is not None and last[:3] == (key, version, revision):
+            return last[3]
+        digest = run_steps(registration_digest(revision, version, ext, raw))
+        self._digests[id(ext)] = (key, version, revision, digest)
+        return digest
 
     def raw(self, event: dict[str, Any]) -> bytes | None:
         return self._raw.get(event["body_key"]) if event["body_key"] is not None else None
@@ -377,7 +397,9 @@ class _SessionReplay:
             return
         header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
         table = self.bodies.decoded(event, header)
-        self.manager.register_broker(self._request(event, header, table))
+        digest = self.bodies.digest(event, self.config.revision)
+        if not self._renewed(header, digest, addr):
+            self.manager.register_broker(self._request(event, header, table, digest))
         if stay is None:
             stay = self.open[addr] = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t)
             self.stays.append(stay)
@@ -391,7 +413,18 @@ class _SessionReplay:
         if table is not None and not stay.table_known:
             stay.table_known = self._uncounted = True
 
-    def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None) -> Any:
+    def _renewed(self, header: RegisterBrokerHeader, digest: bytes | None, channel: str) -> bool:
+        """Whether the server's handler would renew the broker (RouteInfoManager.renew: the
+        registration it applied in full last, sent again with nothing it read changed since),
+        and it is renewed: most registrations of a capture are, and applying them again in full
+        would change nothing else (the server's rule)."""
+        if digest is None or header.names is None or header.brokerId is None:
+            return False
+        return self.manager.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
+                                  channel, digest) is not None
+
+    def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None,
+                 digest: bytes | None) -> Any:
         """The registration as the server's handler makes it: the broker's table whole, unless the
         table is the one its queues hold already (the server's memo: the decoder then reads only
         the dataVersion), or none (no body captured, or undecodable: liveness only)."""
@@ -402,7 +435,7 @@ class _SessionReplay:
         if table is not None and memos is not None and memo_of(memos, table.tableDigest) is not None:
             body = self.bodies.unchanged(event, header, table.tableDigest)  # type: ignore[arg-type]
         return request_of(header, (names[0], names[1], names[2]), broker_id, body, event["broker_addr"],
-                          event["version"] or 0, self.profile.per_broker_heartbeat_timeout)
+                          event["version"] or 0, self.profile.per_broker_heartbeat_timeout, digest)
 
     def closed(self, event: dict[str, Any]) -> None:
         addr, t, how = event["broker_addr"], event["t"], str(event["closed"])

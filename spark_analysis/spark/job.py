@@ -22,7 +22,6 @@ splits and collects counts and per-broker aggregates: never packets or frames.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import pickle
@@ -334,7 +333,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     pending: dict[str, list[tuple]] = {kind: [] for kind in (*_TABLE_KINDS, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    with _no_cycle_collection():
+    with worker.no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers):
@@ -347,19 +346,6 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     if writer is not None:
         writer.close()
     yield _decoded_batch(1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
-
-
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Decoding makes millions of objects and no cycles: without this, the cycle collector walks
-    them all again and again (a third of the time; re-enabled between connections, a tenth)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Tally,

@@ -67,31 +67,32 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
     """mapInArrow over a partition of events: each server endpoint's replay, one LIVENESS row per
     broker stay, a row of its stories, and the tallies."""
     worker.settle()
-    by_server: dict[str, list[dict]] = {}
-    tallies = []
-    for batch in batches:
-        tallies += [tally for tally in batch.column(2).to_pylist() if tally is not None]
-        for events in batch.column(0).to_pylist():
-            if events is not None:
-                for row in pickle.loads(events):
-                    event = dict(zip(_EVENT_COLUMNS, row, strict=True))
-                    by_server.setdefault(event["server"] or "?", []).append(event)
-    stays, stories = [], []
-    for server, events in by_server.items():
-        replay = replay_server(server, events, sessions, endpoints.get(server),
-                               lambda t, server=server: sessions.end_of(server, t))
-        stays += [stay for stay in replay.stays if stay.events]
-        stories += replay.stories + lookup_stories(replay.lookups, server)
-    rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
-                                  sessions.end_of(stay.server, stay.registered))
-                   for stay in stays), key=plot_order)
-    worker.drill("liveness")
-    for row in rows[PLOTTED_BROKERS:]:
-        row["bins"] = None
-    rows = [{**{column: row[column] for column in BROKER_COLUMNS}, "details": json.dumps(
-        {key: value for key, value in row.items() if key not in BROKER_COLUMNS}), "tally": None} for row in rows]
-    if stories:
-        rows.append({"stories": json.dumps(stories)})
-    rows += [{"tally": tally} for tally in tallies]
+    with worker.no_cycle_collection():
+        by_server: dict[str, list[dict]] = {}
+        tallies = []
+        for batch in batches:
+            tallies += [tally for tally in batch.column(2).to_pylist() if tally is not None]
+            for events in batch.column(0).to_pylist():
+                if events is not None:
+                    for row in pickle.loads(events):
+                        event = dict(zip(_EVENT_COLUMNS, row, strict=True))
+                        by_server.setdefault(event["server"] or "?", []).append(event)
+        stays, stories = [], []
+        for server, events in by_server.items():
+            replay = replay_server(server, events, sessions, endpoints.get(server),
+                                   lambda t, server=server: sessions.end_of(server, t))
+            stays += [stay for stay in replay.stays if stay.events]
+            stories += replay.stories + lookup_stories(replay.lookups, server)
+        rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
+                                      sessions.end_of(stay.server, stay.registered))
+                       for stay in stays), key=plot_order)
+        worker.drill("liveness")
+        for row in rows[PLOTTED_BROKERS:]:
+            row["bins"] = None
+        rows = [{**{column: row[column] for column in BROKER_COLUMNS}, "details": json.dumps(
+            {key: value for key, value in row.items() if key not in BROKER_COLUMNS}), "tally": None} for row in rows]
+        if stories:
+            rows.append({"stories": json.dumps(stories)})
+        rows += [{"tally": tally} for tally in tallies]
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)

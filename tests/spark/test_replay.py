@@ -298,3 +298,66 @@ def test_a_group_that_left_counts_nothing_when_its_broker_comes_back() -> None:
                        registration(200.5, topics=("T", "K", "L"), counter=2)], end=300.0)
     assert [(stay.end, stay.topics) for stay in replay.stays] == [("expired", [(10.0, 2)]),
                                                                   ("alive", [(200.5, 3)])]
+
+
+def test_a_registration_sent_again_unchanged_is_a_renewal(monkeypatch) -> None:
+    """Counted in calls: the replay takes the server's own renewal (RouteInfoManager.renew) for a
+    registration the same as the one its broker had applied in full last, as the server's handler
+    does; a new table, and the first registration after the broker's connection closed, are
+    applied in full. The stay and its counts are what applying every one in full gave."""
+    from spark_analysis.analysis import replay as replay_module
+
+    applied, renewed = [], []
+
+    class Counted(replay_module.RouteInfoManager):
+        def register_broker(self, req):
+            applied.append(req.brokerAddr)
+            return super().register_broker(req)
+
+        def renew(self, *args, **kwargs):
+            found = super().renew(*args, **kwargs)
+            renewed.append(found is not None)
+            return found
+
+    monkeypatch.setattr(replay_module, "RouteInfoManager", Counted)
+    events = [registration(10.0 + 30 * n) for n in range(10)]
+    events += [registration(310.0, topics=("T", "K", "L"), counter=2), registration(340.0, topics=("T", "K", "L"),
+                                                                                     counter=2), closed(345.0)]
+    events += [registration(350.0, topics=("T", "K", "L"), counter=2), registration(380.0, topics=("T", "K", "L"),
+                                                                                     counter=2)]
+    replay = replayed(events, end=400.0)
+    assert len(applied) == 3  # the first, the new table, the first after the close; 14 before
+    assert renewed.count(True) == 11
+    assert [(stay.registered, stay.end, stay.topics, stay.last_alive) for stay in replay.stays] == [
+        (10.0, "connection_closed", [(10.0, 2), (310.0, 3)], 340.0), (350.0, "alive", [(350.0, 3)], 380.0)]
+
+
+def test_the_liveness_task_replays_without_the_cycle_collector(monkeypatch) -> None:
+    """The liveness task (one per NameServer, which the other cores wait for) replays its events
+    and makes its stays and rows with the cycle collector off, as the decoding tasks decode (it
+    spent a quarter of its time walking them again and again); on again after it."""
+    import gc
+    import pickle
+
+    import pyarrow as pa
+
+    from spark_analysis.spark import liveness_stage, worker
+
+    monkeypatch.setattr(worker, "settle", lambda: None)  # gc.freeze: for reused workers, not this process
+    monkeypatch.setattr(worker, "drill", lambda stage: None)  # reads the Spark task's context
+    collecting = []
+
+    def replay(*args, **kwargs):
+        collecting.append(gc.isenabled())
+        return replay_server(*args, **kwargs)
+
+    monkeypatch.setattr(liveness_stage, "replay_server", replay)
+    rows = [tuple(e[name] for name in EVENT_ROWS.names) for e in (registration(10.0 + 30 * n) for n in range(30))]
+    batch = pa.RecordBatch.from_arrays([pa.array([pickle.dumps(rows)], pa.binary()), pa.array([SERVER]),
+                                        pa.array([None], pa.binary())], names=["event", "event_server", "tally"])
+    bins = TimeBins.over([(0.0, 10_000.0)])
+    out = list(liveness_stage._liveness_batches(iter([batch]), bins, (), Sessions(bins.starts, period_ends=bins.ends),
+                                                {}))
+    assert out[0].column("registrations").to_pylist() == [30]
+    assert collecting == [False]
+    assert gc.isenabled()

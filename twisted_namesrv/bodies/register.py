@@ -431,7 +431,7 @@ class VersionSplit(NamedTuple):
     """A JSON body's first ``"dataVersion":{...}`` (Java writes it first) apart from the rest:
     the DataVersion, its text as sent, and the SHA-1 of the rest but 5.x's mappingDataVersion
     after it (``mapping_version_span``): the table's memo digest, and, with the text, what tells
-    the whole body from another (processor.registration_digest), hashed once for both."""
+    the whole body from another (state/registration.registration_digest), hashed once for both."""
 
     dataVersion: DataVersion
     text: bytes

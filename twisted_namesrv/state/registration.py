@@ -15,19 +15,22 @@ Pure: no Twisted, and nothing here changes a table.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
-from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig
+from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig, VersionSplit, mapping_version_span
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
-from ..steps import Steps
+from ..steps import STEP_BYTES, Steps
 from .queue_table import SHARD_MASK, SHARD_SHIFT, TopicQueueTable
 from .settling import WALK_PER_STEP
 
 TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
+#: a registration body's bytes hashed per step (registration_digest): about a millisecond's worth
+DIGEST_PER_STEP = 4 * STEP_BYTES
 
 Channel = Hashable
 #: topicQueueTable's shape: topic -> broker name -> QueueData
@@ -93,9 +96,42 @@ class RegisterRequest:
     heartbeatTimeoutMillis: int | None = None
     enableActingMaster: bool | None = None  # None: an old-version broker that did not say
     version: int | None = None  # the request's MQVersion ordinal
-    #: what tells this request from another (processor.registration_digest), kept with the broker
+    #: what tells this request from another (registration_digest), kept with the broker
     #: once applied: the same again renews it (RouteInfoManager.renew); None: not kept
     digest: bytes | None = None
+
+
+def registration_digest(revision: int, version: int, ext: Mapping[str, str | None],
+                        body: bytes | memoryview | None, split: VersionSplit | None = None) -> Steps[bytes]:
+    """What tells a REGISTER_BROKER from another as its registration reads it: its header's
+    fields (``ext``) but the opaque (every request has its own) and bodyCrc32 (checked against the
+    body before), its MQVersion, its body but 5.x's mappingDataVersion (a new timestamp in every
+    one, read by nobody: bodies/register.py's mapping_version_span), hashed in steps when big, and
+    the configuration's ``revision`` (the limits it was checked under).  Two with one digest are
+    applied alike: the broker keeps it, and the same again renews it (RouteInfoManager.renew).
+    ``split``: the JSON body's dataVersion apart from the digest of the rest (bodies/register.py's
+    split_data_version, the table's memo digest): its text and that digest stand for the body,
+    which is then not hashed a second time.  The server's handler (processor.register_broker_steps)
+    and the capture's replay (spark_analysis/analysis/replay.py) compute it here.  A SHA-1, as the
+    table's memos."""
+    fields = {key: value for key, value in ext.items() if key != "bodyCrc32"}
+    tag = "split " if split is not None else ""  # two forms: neither's input is ever the other's
+    digest = hashlib.sha1(f"{tag}{revision} {version} {fields!r}".encode("utf-8", "backslashreplace"))
+    if split is not None:
+        digest.update(b" %d " % len(split.text))
+        digest.update(split.text)
+        digest.update(split.digest)
+        return digest.digest()
+    data = memoryview(body or b"")
+    span = mapping_version_span(data) if data else None
+    if span is not None:
+        digest.update(data[:span[0]])
+        data = data[span[1]:]
+    for start in range(0, len(data), DIGEST_PER_STEP):
+        digest.update(data[start:start + DIGEST_PER_STEP])
+        if len(data) > DIGEST_PER_STEP:
+            yield
+    return digest.digest()
 
 
 def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker_id: int, body: RegisterBrokerBody,
