@@ -1,8 +1,9 @@
 """PySpark's Python workers import pyspark from ``SPARK_HOME/python/lib/pyspark.zip``, which ships
 without compiled files: zipimport compiles every module a worker imports, in every run (0.65 s of
-CPU for a worker's imports here, 0.27 s with them compiled; a small capture's report about a second
-sooner). ``python -m spark_analysis.spark.worker_zip`` (tools/setup-env.sh --spark runs it) adds each
-module's compiled form beside its source in that zip, once.
+CPU for a worker's imports here, 0.27 s with them compiled; a small capture's report 6.1-6.5 s
+instead of 6.5-7.0 s, three rounds on a quiet machine). ``python -m spark_analysis.spark.worker_zip``
+(tools/setup-env.sh --spark runs it) adds each module's compiled form beside its source in that zip,
+once.
 
 The compiled files are unchecked-hash pycs (PEP 552): valid as long as the zip is, which pip replaces
 whole when PySpark changes, compiled ones gone with it. Another Python reads their magic number as
