@@ -41,3 +41,16 @@ def test_a_periodic_write_is_made_in_a_thread_and_reported_in_the_reactors(tmp_p
     failed: defer.Deferred[object] = defer.Deferred()
     blocked.write_soon(b"{}", failed.callback)
     assert isinstance((yield failed), StoreError)  # the writer's caller logs it, as before
+
+
+def test_a_threads_write_that_starts_after_a_newer_one_is_skipped(tmp_path):
+    """A periodic write handed to a thread, then a retirement's (or the stop's) write in the reactor
+    thread before the pool's thread took the first one up: the older data was laid over the newer,
+    and a retired group came back at the next start."""
+    writer = FileWriter(object(), tmp_path / "topology.json", "topologyPath")
+    older = writer._number()  # as write_soon numbers its write when it is asked for
+    writer.write_now(b"newer")
+    writer._write(older, b"older")  # the pool's thread, late
+    assert (tmp_path / "topology.json").read_bytes() == b"newer"
+    writer._write(writer._number(), b"newest")
+    assert (tmp_path / "topology.json").read_bytes() == b"newest"

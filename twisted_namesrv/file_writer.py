@@ -35,12 +35,27 @@ class FileWriter:
         self._lock = threading.Lock()  # one write of the file at a time, whichever thread makes it
         #: a write handed to a thread has not finished yet
         self.in_flight = False
+        #: writes numbered as asked for (in the reactor thread), and the newest made: a thread's write
+        #: that starts after a newer one was made in the calling thread (a retirement, the stop)
+        #: is skipped, never laid over it
+        self._asked = 0
+        self._made = 0
 
     def write_now(self, data: bytes) -> None:
         """Write ``data`` in this thread (after a write in flight); OSError (StoreError) when it
         cannot be made durable."""
+        self._write(self._number(), data)
+
+    def _number(self) -> int:
+        self._asked += 1
+        return self._asked
+
+    def _write(self, number: int, data: bytes) -> None:
         with self._lock:
+            if number < self._made:
+                return  # asked for before the one made: its data is older
             write_atomically(self.path, data, self.what)
+            self._made = number
 
     def write_soon(self, data: bytes, done: Callable[[OSError | None], None]) -> None:
         """Write ``data`` in a thread of the reactor's pool; ``done`` is called in the reactor
@@ -66,4 +81,5 @@ class FileWriter:
                 done(result.value)  # type: ignore[arg-type]
                 return
             done(None)
-        threads.deferToThreadPool(reactor, reactor.getThreadPool(), self.write_now, data).addBoth(finished)
+        threads.deferToThreadPool(reactor, reactor.getThreadPool(), self._write, self._number(), data
+                                  ).addBoth(finished)
