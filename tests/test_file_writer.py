@@ -54,3 +54,29 @@ def test_a_threads_write_that_starts_after_a_newer_one_is_skipped(tmp_path):
     assert (tmp_path / "topology.json").read_bytes() == b"newer"
     writer._write(writer._number(), b"newest")
     assert (tmp_path / "topology.json").read_bytes() == b"newest"
+
+
+def test_a_periodic_write_that_fails_is_counted_as_every_stores_save(tmp_path):
+    """The topology's and the events' writes on a full disk (here: a file where the directory
+    should be) were a log line once per spell and no count; now each is namesrv_store_write_failures."""
+    from collections import Counter
+
+    from twisted.internet import task
+
+    from twisted_namesrv.event_log import EventLogService
+    from twisted_namesrv.events import RecentEvents
+    from twisted_namesrv.state.topology import Topology
+    from twisted_namesrv.topology_store import TopologyStoreService
+
+    clock = task.Clock()
+    (tmp_path / "a-file").write_text("not a directory")
+    failures: Counter = Counter()
+    topology = TopologyStoreService(Topology(clock.seconds), tmp_path / "a-file" / "topology.json", clock, Counter(),
+                                    failures=failures)
+    topology.topology.version += 1
+    topology.save_if_changed()
+    events = EventLogService(RecentEvents(clock.seconds), tmp_path / "a-file" / "events.json", clock,
+                             failures=failures)
+    events.events.seen += 1
+    events.save_if_changed()
+    assert sorted((store, n) for (store, _), n in failures.items()) == [("eventsPath", 1), ("topologyPath", 1)]

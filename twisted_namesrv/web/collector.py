@@ -23,7 +23,8 @@ from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath"), ("ENOSPC", "EMFILE", "EIO", "EROFS")
+STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath"), ("ENOSPC", "EMFILE", "EIO",
+                                                                                        "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath")
 LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
@@ -191,7 +192,8 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
-                        "(configStorePath) is applied in memory only, until the restart, as Java's",
+                        "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
+                        "(topologyPath) and the page's events (eventsPath) are written again at their next tick",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS)
         yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
                                 "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
