@@ -170,8 +170,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     if header.names is not None and header.brokerId is not None:
         digest = yield from registration_digest(state.config.revision, request.version, request.ext, request.body,
                                                 split)
-        renewed = state.routes.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
-                                     peer.channel, digest)
+        renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
             return registration_answer(state, request, renewed)
     broker_id = java_long(header.brokerIdText, "brokerId")

@@ -398,7 +398,7 @@ class _SessionReplay:
         header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
         table = self.bodies.decoded(event, header)
         digest = self.bodies.digest(event, self.config.revision)
-        if not self._renewed(header, digest, addr):
+        if self.manager.renew_registration(header, addr, digest) is None:  # the server's rule, as its handler asks
             self.manager.register_broker(self._request(event, header, table, digest))
         if stay is None:
             stay = self.open[addr] = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t)
@@ -412,16 +412,6 @@ class _SessionReplay:
         stay.last_alive = t
         if table is not None and not stay.table_known:
             stay.table_known = self._uncounted = True
-
-    def _renewed(self, header: RegisterBrokerHeader, digest: bytes | None, channel: str) -> bool:
-        """Whether the server's handler would renew the broker (RouteInfoManager.renew: the
-        registration it applied in full last, sent again with nothing it read changed since),
-        and it is renewed: most registrations of a capture are, and applying them again in full
-        would change nothing else (the server's rule)."""
-        if digest is None or header.names is None or header.brokerId is None:
-            return False
-        return self.manager.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName,
-                                  channel, digest) is not None
 
     def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None,
                  digest: bytes | None) -> Any:

@@ -466,7 +466,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
                                         _unnamed(registered, unnamed, _said_ext(request)))
             continue
         whole = isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand))
-        if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)):
+        if whole:
             registration = registration_row(conn_id, request, answer, bodies, server)
         else:
             registration = _cut_registration_row(conn_id, request, answer, server)

@@ -38,6 +38,7 @@ from itertools import repeat, starmap
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..bodies.register import RegistrationRefused, TablePieces
+from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import (
     FLAG_UNIT,
     FLAG_UNIT_SUB,
@@ -741,6 +742,15 @@ class RouteInfoManager:
             if master is not None:
                 result.haServerAddr, result.masterAddr = master.haServerAddr, master_addr
         return result
+
+    def renew_registration(self, header: RegisterBrokerHeader, channel: Channel | None,
+                           digest: bytes | None) -> RegisterBrokerResult | None:
+        """``renew`` for a REGISTER_BROKER as its header reads (the server's handler and the
+        capture's replay both ask so): None, to apply it in full, where its names or brokerId are
+        missing or its digest unknown (a body not captured)."""
+        if digest is None or header.names is None or header.brokerId is None:
+            return None
+        return self.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName, channel, digest)
 
     def renew(self, names: tuple[str, str, str], broker_id: int, acting: bool | None, zone: str | None,
               channel: Channel | None, digest: bytes) -> RegisterBrokerResult | None:
