@@ -466,7 +466,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
                                         _unnamed(registered, unnamed, _said_ext(request)))
             continue
         whole = isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand))
-        if whole:
+        if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)):
+            # ``whole`` spelled out again: mypy narrows the types from the isinstance tests, not the flag
             registration = registration_row(conn_id, request, answer, bodies, server)
         else:
             registration = _cut_registration_row(conn_id, request, answer, server)
