@@ -84,7 +84,11 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm"):  # the brokers' side of each
         assert 0 < figures[f"{phase}_rtt_p50_ms"] <= figures[f"{phase}_rtt_max_ms"]
-        assert figures[f"{phase}_load_cpu_s"] > 0
+        assert figures[f"{phase}_load_cpu_s"] >= 0
+    # the tiny step's load takes under half a millisecond of CPU in a phase at times (rounded to 0.0 ms:
+    # a fresh clone's CI failed so); over its phases it is never nothing
+    assert sum(figures[f"{phase}_load_cpu_s"] for phase in ("first_registration", "repeated_registration",
+                                                              "heartbeat_storm")) > 0
     assert figures["rss_mib_registered"] > 0
     with (tmp_path / "runs.jsonl").open("a") as f:
         f.write('{"round": 1, "step": "tiny", "ser')  # a run killed while writing its line
