@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
@@ -274,7 +274,9 @@ def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: Ta
         split = yield from split_data_version(body)
     if split is not None and split.digest in known_digests:
         return RegisterBrokerBody(split.dataVersion, tableDigest=split.digest, tableUnchanged=True)
-    decoded = (yield from _decode_typed_in_pieces(body, known_pieces, limit)) if len(body) > STEP_BYTES else None
+    decoded = None
+    if len(body) > STEP_BYTES:
+        decoded = yield from _decode_typed_in_pieces(body, known_pieces, limit, split.pieces if split else None)
     if decoded is None and len(body) > STEP_BYTES:
         yield from _countable_in_one_go(body, limit)
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
@@ -318,8 +320,8 @@ def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
     return table
 
 
-def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
-                            limit: int = NO_TOPIC_LIMIT) -> Steps[RegisterBrokerBody | None]:
+def _decode_typed_in_pieces(body: bytes, known: TablePieces | None, limit: int = NO_TOPIC_LIMIT,
+                            hashed: Mapping[int, tuple[int, bytes]] | None = None) -> Steps[RegisterBrokerBody | None]:
     """_decode_typed for a big body, its topic table a piece of about STEP_BYTES per step.
 
     The table is cut between entries (``},"name":{``): where ``known`` cut the broker's last
@@ -328,7 +330,8 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
     cannot when a cut falls inside an entry, so a wrong cut is never taken for a right one. The
     rest of the body, with the table emptied, is decoded last and must hold this table as its
     only one. None when any of that fails: the caller decodes the body in one go. More than
-    ``limit`` topics are refused as soon as the pieces so far hold them."""
+    ``limit`` topics are refused as soon as the pieces so far hold them. ``hashed``: the pieces
+    split_data_version hashed (VersionSplit.pieces): one cut where it cut is not hashed again."""
     start = opening = body.find(_TABLE_KEY) + len(_TABLE_KEY)
     if opening < len(_TABLE_KEY) or not 0 <= body.find(_WRAPPER_KEY) < opening:
         return None
@@ -339,7 +342,8 @@ def _decode_typed_in_pieces(body: bytes, known: TablePieces | None,
     anchors = list(known.cuts) if known is not None and known.first == first else []
     cuts, counts, skipped = [], {}, 0
     while (cut := _next_cut(body, start, anchors)) >= 0:
-        digest = hashlib.sha1(memoryview(body)[start:cut]).digest()
+        found = hashed.get(start) if hashed else None  # cut where split_data_version cut: hashed there
+        digest = found[1] if found and found[0] == cut else hashlib.sha1(memoryview(body)[start:cut]).digest()
         if known is not None and digest in known.counts:
             count = known.counts[digest]
             skipped += count
@@ -436,13 +440,22 @@ class VersionSplit(NamedTuple):
     dataVersion: DataVersion
     text: bytes
     digest: bytes
+    #: the SHA-1 of each piece of the table the digest was made of, by where the piece begins:
+    #: (where it ends, its SHA-1); the decoder cutting a piece there too takes it from here
+    pieces: Mapping[int, tuple[int, bytes]] = {}
 
 
 def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     """The body's VersionSplit, hashed in steps (mappingDataVersion is stamped anew in every 5.x
     registration, so a 5.x broker's table sent again was never known by its digest); None unless
     that object really is a flat DataVersion.  A view of a frame is not copied: its versions are
-    looked for where Java writes them, in its first kilobyte (None when they lie further on)."""
+    looked for where Java writes them, in its first kilobyte (None when they lie further on).
+
+    A big body's table is hashed a piece at a time (``HASHED_PIECE``, cut as the decoder cuts),
+    the digest made of the pieces' digests (VersionSplit.pieces, which the decoder then does not
+    hash again); a small body, or a view, is hashed whole.  Either digest is tagged with its form
+    and the lengths it joins, so no two bodies give one digest unless they are the same bytes;
+    the same bytes as a view and as bytes give two (a missed memo, never a wrong one)."""
     head = body if isinstance(body, bytes) else bytes(body[:_VIEW_HEAD])
     start = head.find(_DATA_VERSION_KEY)
     if start < 0:
@@ -455,10 +468,48 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     if fields is None:
         return None
     view = memoryview(body)
-    digest = hashlib.sha1(view[:opening])
-    mapping = _mapping_version_end(head, end)
-    yield from _hash_steps(digest, view[end if mapping is None else mapping:])
-    return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest())
+    rest = end if (mapping := _mapping_version_end(head, end)) is None else mapping
+    table = -1  # a small body, or a view (not searched through: no copy), is hashed whole
+    if isinstance(body, bytes) and len(body) > HASHED_PIECE:
+        table = body.find(_TABLE_KEY, rest) + len(_TABLE_KEY)
+    if table < len(_TABLE_KEY) or not isinstance(body, bytes):
+        digest = hashlib.sha1(b"whole %d " % opening)
+        digest.update(view[:opening])
+        yield from _hash_steps(digest, view[rest:])
+        return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest())
+    digest = hashlib.sha1(b"pieces %d %d " % (opening, table - rest))
+    digest.update(view[:opening])
+    digest.update(view[rest:table])
+    pieces = yield from _hash_pieces(digest, body, table)
+    return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest(), pieces)
+
+
+#: the pieces split_data_version hashes a big table in, each on its own, cut as the decoder cuts
+#: them (_entry_end, from the table's start): a table decoded in pieces is hashed once, not twice
+#: (whole for its memo digest, then each piece for TablePieces), since the memo digest stands on
+#: its pieces' digests.  Bound here once: the memo digest of a body is the same whatever the
+#: decoder's piece size (where they differ, the decoder hashes its own pieces)
+HASHED_PIECE = STEP_BYTES
+
+
+def _hash_pieces(digest: Any, body: bytes, start: int) -> Steps[dict[int, tuple[int, bytes]]]:
+    """The table's entries from ``start`` into ``digest``: each piece's SHA-1 (``p`` and 20 bytes,
+    so that no body's bytes read as another's digests), then the rest of the body whole (``r``),
+    a few megabytes per step; the pieces' digests by where they begin (VersionSplit.pieces)."""
+    pieces: dict[int, tuple[int, bytes]] = {}
+    view, hashed = memoryview(body), 0
+    while (cut := _entry_end(body, start + HASHED_PIECE)) >= 0:
+        piece = hashlib.sha1(view[start:cut]).digest()
+        digest.update(b"p" + piece)
+        pieces[start] = (cut, piece)
+        hashed += cut - start
+        start = cut + 1  # past the comma
+        if hashed >= 8 * STEP_BYTES:
+            hashed = 0
+            yield
+    digest.update(b"r")
+    yield from _hash_steps(digest, view[start:])
+    return pieces
 
 
 #: how much of a view split_data_version reads: a dataVersion in its first kilobyte ending in
