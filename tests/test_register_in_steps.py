@@ -6,6 +6,7 @@ its steps (as Java's write lock orders them)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import zlib
 
@@ -80,6 +81,29 @@ def test_a_big_table_decodes_in_steps_as_in_one_go(monkeypatch, v5: bool, compre
     assert in_steps == whole
     assert list(in_steps.topicConfigTable) == list(table(60, v5))
     assert in_steps.tableDigest == whole.tableDigest is not None
+
+
+def test_a_big_bodys_digest_stands_on_its_pieces_which_the_decoder_does_not_hash_again(monkeypatch) -> None:
+    """A big JSON body's memo digest is made of its table pieces' SHA-1s, cut as the decoder cuts:
+    the same from the body as bytes or as a view of its frame, and each piece's SHA-1 is the one
+    the decoder keeps for it (TablePieces), which it then takes instead of hashing the piece."""
+    topics = {f"T{i:05d}": TopicConfig(f"T{i:05d}") for i in range(6000)}
+    body = encode_register_body(RegisterBrokerBody(DataVersion(3, 9), topics), False, False)
+    assert len(body) > 2 * register.HASHED_PIECE
+    split = run_steps(register.split_data_version(body))
+    assert split is not None and run_steps(register.split_data_version(memoryview(body))) == split
+    assert len(split.pieces) >= 2
+    hashed: list[int] = []
+    sha1 = hashlib.sha1
+
+    def counted(data: bytes | memoryview = b"") -> object:
+        hashed.append(len(data))
+        return sha1(data)
+    monkeypatch.setattr(hashlib, "sha1", counted)
+    decoded = run_steps(decode_register_body_steps(body, False, 400, split=split))
+    assert decoded.tableDigest == split.digest and decoded.tablePieces is not None
+    assert {piece for _, piece in split.pieces.values()} < set(decoded.tablePieces.counts)
+    assert sum(hashed) < register.HASHED_PIECE * 2  # the last piece only (its end found by decoding it)
 
 
 def edited(topics: dict[str, TopicConfig], edit: str) -> dict[str, TopicConfig]:

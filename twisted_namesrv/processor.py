@@ -164,15 +164,11 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
-    body_bytes = request.body
-    if body_bytes and not header.compressed and request.version >= V3_0_11:
-        if isinstance(body_bytes, memoryview):  # a view of a big frame: copied once, for the hashing and the decoder
-            body_bytes = bytes(body_bytes)
-            yield
-        split = yield from split_data_version(body_bytes)
+    if request.body and not header.compressed and request.version >= V3_0_11:
+        split = yield from split_data_version(request.body)
     digest = None
     if header.names is not None and header.brokerId is not None:
-        digest = yield from registration_digest(state.config.revision, request.version, request.ext, body_bytes,
+        digest = yield from registration_digest(state.config.revision, request.version, request.ext, request.body,
                                                 split)
         renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
@@ -187,7 +183,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
     routes = state.routes
 
     def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
-        return decode_register_body_steps(body_bytes, header.compressed, request.version,
+        return decode_register_body_steps(request.body, header.compressed, request.version,
                                           state.config["inflateMaxLength"], () if known is None else digests(known),
                                           routes.reusable_pieces(known), state.budget,
                                           state.config["maxTopicsPerBroker"], split)

@@ -453,9 +453,9 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
 
     A big body's table is hashed a piece at a time (``HASHED_PIECE``, cut as the decoder cuts),
     the digest made of the pieces' digests (VersionSplit.pieces, which the decoder then does not
-    hash again); a small body, or a view, is hashed whole.  Either digest is tagged with its form
-    and the lengths it joins, so no two bodies give one digest unless they are the same bytes;
-    the same bytes as a view and as bytes give two (a missed memo, never a wrong one)."""
+    hash again); a small body is hashed whole.  Either digest is tagged with its form and the
+    lengths it joins, so no two bodies give one digest unless they are the same bytes, and the
+    same bytes give the same digest as a view or as bytes."""
     head = body if isinstance(body, bytes) else bytes(body[:_VIEW_HEAD])
     start = head.find(_DATA_VERSION_KEY)
     if start < 0:
@@ -469,10 +469,8 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
         return None
     view = memoryview(body)
     rest = end if (mapping := _mapping_version_end(head, end)) is None else mapping
-    table = -1  # a small body, or a view (not searched through: no copy), is hashed whole
-    if isinstance(body, bytes) and len(body) > HASHED_PIECE:
-        table = body.find(_TABLE_KEY, rest) + len(_TABLE_KEY)
-    if table < len(_TABLE_KEY) or not isinstance(body, bytes):
+    table = head.find(_TABLE_KEY, rest, _VIEW_HEAD) + len(_TABLE_KEY) if len(body) > HASHED_PIECE else -1
+    if table < len(_TABLE_KEY):  # a small body, or a table not where Java writes it: hashed whole
         digest = hashlib.sha1(b"whole %d " % opening)
         digest.update(view[:opening])
         yield from _hash_steps(digest, view[rest:])
@@ -480,7 +478,7 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     digest = hashlib.sha1(b"pieces %d %d " % (opening, table - rest))
     digest.update(view[:opening])
     digest.update(view[rest:table])
-    pieces = yield from _hash_pieces(digest, body, table)
+    pieces = yield from _hash_pieces(digest, view, table)
     return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest(), pieces)
 
 
@@ -490,15 +488,21 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
 #: its pieces' digests.  Bound here once: the memo digest of a body is the same whatever the
 #: decoder's piece size (where they differ, the decoder hashes its own pieces)
 HASHED_PIECE = STEP_BYTES
+#: where a hashed piece's end is looked for: this many bytes after its length (a copy of them, so
+#: that a view of a frame is cut without a copy of the whole body); an entry is a few hundred
+#: bytes, so its end lies within them, else the rest is hashed whole (the same for any copy of
+#: the same bytes, where the decoder may cut otherwise: only its pieces are then hashed again)
+_CUT_WINDOW = 16 * 1024
 
 
-def _hash_pieces(digest: Any, body: bytes, start: int) -> Steps[dict[int, tuple[int, bytes]]]:
+def _hash_pieces(digest: Any, view: memoryview, start: int) -> Steps[dict[int, tuple[int, bytes]]]:
     """The table's entries from ``start`` into ``digest``: each piece's SHA-1 (``p`` and 20 bytes,
     so that no body's bytes read as another's digests), then the rest of the body whole (``r``),
     a few megabytes per step; the pieces' digests by where they begin (VersionSplit.pieces)."""
     pieces: dict[int, tuple[int, bytes]] = {}
-    view, hashed = memoryview(body), 0
-    while (cut := _entry_end(body, start + HASHED_PIECE)) >= 0:
+    hashed = 0
+    while (cut := _entry_end(bytes(view[start + HASHED_PIECE:start + HASHED_PIECE + _CUT_WINDOW]), 0)) >= 0:
+        cut += start + HASHED_PIECE
         piece = hashlib.sha1(view[start:cut]).digest()
         digest.update(b"p" + piece)
         pieces[start] = (cut, piece)
