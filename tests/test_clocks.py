@@ -107,3 +107,22 @@ def test_brokers_heard_when_the_clock_steps_forward_an_hour_stay_and_show_on_the
         heard.close()
     finally:
         server.stop()
+
+
+def test_the_controllers_broker_heartbeats_are_on_the_steady_clock(tmp_path: Path):
+    """In controller mode a broker's heartbeat times out after 10 s: a step forward of the wall clock
+    past it made every broker inactive at once (an election with no one to elect)."""
+    from twisted_namesrv.controller.config import ControllerConfig
+    from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
+    from twisted_namesrv.controller.manager import ControllerManager
+
+    wall, steady = task.Clock(), task.Clock()
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, SoleLeader("127.0.0.1:1"), wall.seconds,
+                                steady=steady.seconds)
+    manager.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10911", 1, 10_000, "ch", 0, 0, 0, 0)
+    wall.advance(3600)
+    assert manager.alive("C", "g", 1) and not manager.heartbeats.scan_not_active_broker()
+    steady.advance(10.001)
+    assert not manager.alive("C", "g", 1)
