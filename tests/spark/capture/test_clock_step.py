@@ -15,6 +15,7 @@ import pytest
 
 from spark_analysis.analysis import findings
 from spark_analysis.capture.inputs import CaptureFile, ReadTally, Split, clock_step_back, read_task
+
 REAL = Path(__file__).resolve().parents[2] / "data" / "captures" / "real" / "v4-ours" / "v4-ours.pcap.gz"
 
 
