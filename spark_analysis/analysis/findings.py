@@ -44,7 +44,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "server_unread", "broker_connection_closed", "crc_failure",
+KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
+         "broker_connection_closed", "crc_failure",
          "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
