@@ -14,15 +14,23 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spark_analysis.capture.packets import tcp_segments
 from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
 from spark_analysis.capture.records import read_records
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
-from twisted_namesrv.remoting.codes import RequestCode, ResponseCode
-from twisted_namesrv.remoting.command import RESPONSE_FLAG
-from twisted_namesrv.remoting.frame import FramePart, Holes, frame_parts, frame_spans, split_header_word
-from twisted_namesrv.remoting.header import HeaderPrefix, HeaderTemplates, read_header_prefix
+from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
+from twisted_namesrv.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
+from twisted_namesrv.remoting.frame import (
+    HEADER_LENGTH_MASK,
+    FramePart,
+    Holes,
+    frame_parts,
+    frame_spans,
+    split_header_word,
+)
+from twisted_namesrv.remoting.header import Header, HeaderPrefix, HeaderTemplates, read_header_prefix
 
 _DATA = operator.attrgetter("data")  # of a Chunk
 REQUEST = "request"
@@ -31,6 +39,7 @@ RESPONSE = "response"
 # A frame's first 8 bytes: a length below 16 MiB (top byte 0), then serialize type JSON or ROCKETMQ.
 _FRAME_CANDIDATE = re.compile(rb"(?=\x00...[\x00\x01])", re.DOTALL)
 _FRAME_PREFIX = struct.Struct(">iI")
+_WORD = struct.Struct(">I")  # a frame's header word: serialize type and header length
 # A frame in progress ends within the largest frame Java accepts: the next one starts before this.
 _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
@@ -41,20 +50,67 @@ _MAX_FRAME_LENGTH = 1 << 31
 _TEMPLATES = HeaderTemplates(1 << 16, keep_registrations=True)
 
 
-@dataclass
-class CapturedCommand:
-    """A decoded frame. Its raw bytes and ``command.body`` are views of the reassembled stream
-    (bodies are most of a capture: no copies); ``bytes()`` of them to keep or compare them."""
+class FrameKind:
+    """What frames alike say (their headers the same but for the opaque): the header's fields,
+    read once for all of them (a capture's frames are mostly a few hundred kinds: each client's
+    route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
+    (its opaque is the first frame's): never to be changed. ``row``: a memo of what every FRAME row
+    of the kind says alike, filled by decode/rows.py."""
 
-    ts: float
-    direction: str  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
-    command: RemotingCommand
-    raw: bytes | memoryview  # the frame as captured, without its length prefix
+    __slots__ = ("header", "serialize_type", "code", "flag", "is_response", "is_oneway", "ext", "row")
+
+    def __init__(self, header: Header, serialize_type: int) -> None:
+        self.header, self.serialize_type = header, serialize_type
+        self.code, self.flag = header.code, header.flag
+        self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
+        self.ext: dict[str, str | None] = header.ext_fields or {}
+        self.row: tuple[Any, ...] | None = None
+
+
+class CapturedCommand:
+    """A decoded frame: its kind (FrameKind) and opaque, and its raw bytes and body, views of the
+    reassembled stream (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
+    compare them). ``command``, the RemotingCommand, is made when first asked for: most frames'
+    rows need only what their kind says."""
+
+    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "_command")
+
+    def __init__(self, ts: float, direction: str, command: RemotingCommand | None, raw: bytes | memoryview,
+                 kind: FrameKind | None = None, opaque: int = 0, body: bytes | memoryview | None = None) -> None:
+        self.ts = ts
+        self.direction = direction  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
+        self.raw = raw  # the frame as captured, without its length prefix
+        self._command = command
+        if command is not None:
+            kind, opaque, body = FrameKind(command.header, command.serialize_type), command.opaque, command.body
+        assert kind is not None
+        self.kind, self.opaque, self.body = kind, opaque, body
+
+    @property
+    def command(self) -> RemotingCommand:
+        if self._command is None:
+            template = self.kind.header
+            self._command = RemotingCommand(Header(
+                template.code, template.language, template.version, self.opaque, template.flag, template.remark,
+                None if template.ext_fields is None else dict(template.ext_fields), template.json_layout),
+                self.body, self.kind.serialize_type)
+        return self._command
+
+    @property
+    def code(self) -> int:
+        return self.kind.code
+
+    @property
+    def body_len(self) -> int:
+        return 0 if self.body is None else len(self.body)
 
     @property
     def frame(self) -> bytes:
         """The whole frame as captured, length prefix included."""
         return len(self.raw).to_bytes(4, "big") + bytes(self.raw)
+
+    def __repr__(self) -> str:
+        return f"CapturedCommand({self.ts!r}, {self.direction!r}, {self.command!r})"
 
 
 @dataclass
@@ -143,8 +199,29 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
+#: the kinds of the JSON headers decoded, by their template (kept while _TEMPLATES keeps it)
+_KINDS: dict[int, FrameKind] = {}
+
+
 def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+    """A frame (without its length prefix) as the server's codec reads it (RemotingCommand.decode,
+    refusing what it refuses), a JSON header through its template's kind, made once."""
+    if len(frame) < 4:
+        raise RemotingDecodeError(f"decode error, frame of {len(frame)} bytes")
+    word = _WORD.unpack_from(frame, 0)[0]
+    serialize_type, header_length = word >> 24, word & HEADER_LENGTH_MASK
+    if header_length > len(frame) - 4 or serialize_type != SerializeType.JSON:
+        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+    found = _TEMPLATES.template_of(bytes(frame[4:4 + header_length]))
+    if found is None:
+        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+    template, opaque = found
+    kind = _KINDS.get(id(template))
+    if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
+        kind = _KINDS[id(template)] = FrameKind(template, SerializeType.JSON)
+        if len(_KINDS) > 2 * _TEMPLATES.size:
+            _KINDS.clear()
+    return CapturedCommand(ts, direction, None, frame, kind, opaque, frame[4 + header_length:] or None)
 
 
 def conversation_of(connection: Connection) -> Conversation:

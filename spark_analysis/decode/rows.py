@@ -18,6 +18,7 @@ from spark_analysis.capture.conversation import (
     CapturedCommand,
     Conversation,
     CutFrame,
+    FrameKind,
     conversation_of,
     foreign_protocol,
 )
@@ -171,16 +172,15 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         return
     for captured in conversation.commands:
         yield FRAME, frame_row(conn_id, connection, captured)
-        command = captured.command
-        if command.is_response:
+        if captured.kind.is_response:
             asker = REQUEST if captured.direction == RESPONSE else RESPONSE
-            queue = waiting.get((asker, command.opaque))
+            queue = waiting.get((asker, captured.opaque))
             if queue:  # an opaque reused before its answer came: answers come in order
                 answers[queue.pop(0)] = captured
             else:
                 orphans.append(captured)
         else:
-            waiting.setdefault((captured.direction, command.opaque), []).append(len(requests))
+            waiting.setdefault((captured.direction, captured.opaque), []).append(len(requests))
             requests.append(captured)
             answers.append(None)
     bodies = _BodyCache()
@@ -192,7 +192,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         yield CALL, call_row(conn_id, client, request, answer, server, answer_unseen=unheard is not None)
         if request.direction != REQUEST:
             continue
-        code = request.command.code
+        code = request.kind.code
         if code == RequestCode.REGISTER_BROKER:
             registration = registration_row(conn_id, request, answer, bodies, server)
             yield REGISTRATION, registration
@@ -274,29 +274,33 @@ def optional_int(text: str | None) -> int | None:
 
 
 def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
-    command = captured.command
-    header = command.header
-    response = command.is_response
-    return (
-        captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
-        header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
-        header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
-        header.remark, header.ext_fields or {}, len(command.body or b""), 0, None, None,
-    )
+    kind = captured.kind
+    said = kind.row or _kind_row(kind)
+    return (captured.ts, conn_id, connection.client, connection.server, *said[0], captured.opaque, *said[1],
+            captured.body_len, 0, None, None)
+
+
+def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
+    """What every FRAME row of a kind of frame says alike, before and after its opaque (kept on the kind)."""
+    header, response = kind.header, kind.is_response
+    kind.row = ((RESPONSE if response else REQUEST, header.code, _code_name(header.code, response)),
+                (header.flag, kind.is_oneway, header.version, _version_name(header.version), header.language,
+                 _SERIALIZE_NAMES[kind.serialize_type], header.remark, kind.ext))
+    return kind.row
 
 
 def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
              server: str | None = None, answer_unseen: bool = False) -> Row:
     """``answer_unseen``: the answer's side of the connection was not captured at all (its ``cut``:
     not known unanswered)."""
-    command = request.command
+    kind = request.kind
     response_code = latency_ms = remark = None
     if answer is not None:
-        response_code, remark = answer.command.code, answer.command.remark
+        response_code, remark = answer.kind.code, answer.kind.header.remark
         latency_ms = (answer.ts - request.ts) * 1000.0
-    ext = command.ext
-    return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
+    ext = kind.ext
+    return (request.ts, conn_id, client, kind.code, _code_name(kind.code), request.opaque, response_code,
+            latency_ms, kind.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
             None, None)
 
 
