@@ -8,9 +8,12 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+import pyarrow as pa
 
 from spark_analysis.capture.conversation import (
     REQUEST,
@@ -34,7 +37,7 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.schema import EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
@@ -125,11 +128,13 @@ class BodySummary(NamedTuple):
     key: bytes | None = None  # the body's digest: what the replay keeps it by (EVENT_ROWS ``body_key``)
 
 
-def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
-    """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
+def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS, blocks: bool = False
+               ) -> Iterator[tuple[str, Any]]:
+    """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order
+    (``blocks``: each connection's FRAME rows as one FrameBlock, conversation_rows)."""
     table = connection_table(pieces)
     for connection in reassemble_table(table, servers):
-        yield from conversation_rows(conversation_of(connection))
+        yield from conversation_rows(conversation_of(connection), blocks)
 
 
 def split_rows(splits: Iterable[Split], servers: Servers | int = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
@@ -156,22 +161,25 @@ def connection_id(connection: Connection) -> str:
     return f"{connection.client}>{connection.server}@{connection.opened_ts:.6f}"
 
 
-def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
+def conversation_rows(conversation: Conversation, blocks: bool = False) -> Iterator[tuple[str, Any]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
     request naming a broker, on a connection to a controller its CONTROLLER rows and notes, one
-    CONNECTION row."""
+    CONNECTION row. ``blocks``: the FRAME rows as one (FRAMES, FrameBlock) instead, which
+    frame_array makes columns of (what the decoding tasks write)."""
     connection = conversation.connection
     conn_id = connection_id(connection)
     requests: list[CapturedCommand] = []
     answers: list[CapturedCommand | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}  # (side that asked, opaque) -> indexes in requests
     orphans: list[CapturedCommand] = []  # answers to no captured request
+    frames = FrameBlock(conn_id, connection.client, connection.server)
     if conversation.cut:
-        yield from cut_conversation_rows(conversation, conn_id)
+        yield from cut_conversation_rows(conversation, conn_id, frames, blocks)
         return
+    add = frames.add
     for captured in conversation.commands:
-        yield FRAME, frame_row(conn_id, connection, captured)
+        add(captured)
         if captured.kind.is_response:
             asker = REQUEST if captured.direction == RESPONSE else RESPONSE
             queue = waiting.get((asker, captured.opaque))
@@ -183,6 +191,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
             waiting.setdefault((captured.direction, captured.opaque), []).append(len(requests))
             requests.append(captured)
             answers.append(None)
+    yield from _frames(frames, blocks)
     bodies = _BodyCache()
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
@@ -218,7 +227,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
                                    cluster=ext.get("clusterName"), topic=ext.get("topic"), topic_count=answered,
                                    ext=ext)
         elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
-              and answer.command.code == ResponseCode.TOPIC_NOT_EXIST):
+              and answer.kind.code == ResponseCode.TOPIC_NOT_EXIST):
             yield EVENT, event_row(request, answer, client, server, topic=request.command.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
@@ -278,6 +287,103 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
     said = kind.row or _kind_row(kind)
     return (captured.ts, conn_id, connection.client, connection.server, *said[0], captured.opaque, *said[1],
             captured.body_len, 0, None, None)
+
+
+FRAMES = "frames"  # a connection's FRAME rows as one FrameBlock (conversation_rows' ``blocks``)
+_FRAME_FIELDS = list(FRAME_ROWS)
+#: FRAME_ROWS positions: what a kind of frame says alike, before and after the opaque (_kind_row)
+_SAID_FRONT, _SAID_BACK = slice(4, 7), slice(8, 16)
+
+
+class FrameBlock:
+    """A connection's FRAME rows, in time order, as what each says of its own (time, opaque, body
+    length, bytes missing) and what it says alike with the frames of its kind (_kind_row, shared):
+    rows (frame_row's tuples) or, for many connections at once, columns (frame_array): a row a
+    frame costs a tuple of 20 values and their conversion to Arrow each, where most are its kind's."""
+
+    __slots__ = ("conn_id", "client", "server", "ts", "said", "opaque", "body_len", "missing")
+
+    def __init__(self, conn_id: str, client: str, server: str) -> None:
+        self.conn_id, self.client, self.server = conn_id, client, server
+        self.ts: list[float] = []
+        self.said: list[tuple[Row, Row]] = []
+        self.opaque: list[int | None] = []
+        self.body_len: list[int | None] = []
+        self.missing: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def add(self, captured: CapturedCommand) -> None:
+        """A frame decoded whole (frame_row's row)."""
+        kind = captured.kind
+        self.ts.append(captured.ts)
+        self.said.append(kind.row or _kind_row(kind))
+        self.opaque.append(captured.opaque)
+        self.body_len.append(captured.body_len)
+        self.missing.append(0)
+
+    def add_row(self, row: Row) -> None:
+        """A FRAME row made whole (a frame a snap length cut: cut_frame_row)."""
+        self.ts.append(row[0])
+        self.said.append((row[_SAID_FRONT], row[_SAID_BACK]))
+        self.opaque.append(row[7])
+        self.body_len.append(row[16])
+        self.missing.append(row[17])
+
+    def rows(self) -> Iterator[Row]:
+        """frame_row's rows."""
+        for ts, (front, back), opaque, body_len, missing in zip(self.ts, self.said, self.opaque, self.body_len,
+                                                              self.missing, strict=True):
+            yield (ts, self.conn_id, self.client, self.server, *front, opaque, *back, body_len, missing, None, None)
+
+
+def _frames(frames: FrameBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+    if blocks:
+        if frames:
+            yield FRAMES, frames
+        return
+    for row in frames.rows():
+        yield FRAME, row
+
+
+def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
+    """The FRAME rows of blocks as one Arrow array of FRAME_ROWS, the same as ``pa.array`` of their
+    rows, built by column: what a kind of frame says alike converted once and taken for each frame,
+    a connection's names once and taken for each of its frames."""
+    ts: list[float] = []
+    opaque: list[int | None] = []
+    body_len: list[int | None] = []
+    missing: list[int] = []
+    connection_at: list[int] = []
+    said_at: list[int] = []
+    connections: list[tuple[str, str, str]] = []
+    said: list[tuple[Row, Row]] = []
+    said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
+    for block in blocks:
+        connection_at.extend(itertools.repeat(len(connections), len(block)))
+        connections.append((block.conn_id, block.client, block.server))
+        ts.extend(block.ts)
+        opaque.extend(block.opaque)
+        body_len.extend(block.body_len)
+        missing.extend(block.missing)
+        for shared in block.said:
+            at = said_index.get(id(shared))
+            if at is None:
+                at = said_index[id(shared)] = len(said)
+                said.append(shared)
+            said_at.append(at)
+    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
+    named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
+        zip(*connections, strict=True) if connections else ((), (), ()), _FRAME_FIELDS[1:4], strict=True)]
+    alike_columns = list(zip(*(front + back for front, back in said), strict=True)) if said else [()] * 11
+    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(
+        alike_columns, _FRAME_FIELDS[_SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], strict=True)]
+    own = [pa.array(column, field.type) for column, field in zip(
+        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
+    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
+    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
+    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
 
 
 def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
@@ -414,7 +520,8 @@ def cut_broker_addr(client: str) -> str:
     return f"? (address not captured; registers from {client})"
 
 
-def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[tuple[str, Row]]:
+def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: FrameBlock, blocks: bool = False
+                          ) -> Iterator[tuple[str, Any]]:
     """conversation_rows for a connection some of whose frames were cut: every frame's FRAME row,
     requests paired with answers by the opaques captured, CALL, REGISTRATION and EVENT rows of
     what is certain, the close of a connection brokers registered over, and its CONNECTION row."""
@@ -429,10 +536,10 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     opaque: int | None
     for item in said:
         if isinstance(item, CapturedCommand):
-            yield FRAME, frame_row(conn_id, connection, item)
-            is_request, opaque = not item.command.is_response, item.command.opaque
+            frames.add(item)
+            is_request, opaque = not item.kind.is_response, item.opaque
         else:
-            yield FRAME, cut_frame_row(conn_id, connection, item)
+            frames.add_row(cut_frame_row(conn_id, connection, item))
             is_request, opaque = item.is_request, item.known.opaque
         if is_request is None or opaque is None:
             unknown[item.direction] += 1
@@ -449,6 +556,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         waiting.setdefault((item.direction, opaque), []).append(len(requests))
         requests.append(item)
         answers.append(None)
+    yield from _frames(frames, blocks)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
     unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named
