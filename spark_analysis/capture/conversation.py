@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from spark_analysis.capture.packets import tcp_segments
 from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
 from spark_analysis.capture.records import read_records
@@ -33,6 +35,7 @@ from twisted_namesrv.remoting.frame import (
 from twisted_namesrv.remoting.header import Header, HeaderPrefix, HeaderTemplates, read_header_prefix
 
 _DATA = operator.attrgetter("data")  # of a Chunk
+_TS = operator.attrgetter("ts")
 REQUEST = "request"
 RESPONSE = "response"
 
@@ -158,14 +161,16 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-#: a frame's bytes (a view of its run where possible) and when its last byte arrived
-TimedFrame = tuple[float, bytes | memoryview]
+#: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
+#: (``[start:end]`` of it, without the length prefix)
+TimedFrame = tuple[float, bytes | memoryview, int, int]
 
 
 def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
                  ) -> tuple[list[TimedFrame], bytes, float | None]:
     """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
-    frame's ts is when its last byte arrived. Frames are views of ``data``: no copy.
+    frame's ts is when its last byte arrived (the chunk each ends in, found for all at once).
+    Frames are places in a view of ``data``: no copy.
 
     Returns (frames, the bytes after the last whole frame - a frame that does not decode or
     never completed -, and the ts they arrived at). If the codec refuses a frame, the chunks are
@@ -175,12 +180,11 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
         spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
     except RemotingDecodeError:
         return _timed_frames_by_chunk(_skip(chunks, start))
-    ends = list(itertools.accumulate(map(len, map(_DATA, chunks))))  # where each chunk's bytes end in ``data``
-    timed: list[TimedFrame] = []
-    index = 0
-    for frame_start_, frame_end in spans:  # a frame's last byte came with the first chunk ending at or after it
-        index = bisect.bisect_left(ends, frame_end, index)
-        timed.append((chunks[index].ts, view[frame_start_:frame_end]))
+    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))  # of chunks in ``data``
+    starts, stops = zip(*spans, strict=True) if spans else ((), ())
+    # a frame's last byte came with the first chunk ending at or after it
+    arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
+    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops))
     rest = data[used:]
     return timed, rest, chunks[-1].ts if rest else None
 
@@ -192,7 +196,7 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame) for frame in decoder.feed(bytes(chunk.data)))  # rare: a refused frame
+            frames.extend((chunk.ts, frame, 0, len(frame)) for frame in decoder.feed(bytes(chunk.data)))  # rare
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
@@ -204,16 +208,23 @@ _KINDS: dict[int, FrameKind] = {}
 
 
 def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    """A frame (without its length prefix) as the server's codec reads it (RemotingCommand.decode,
-    refusing what it refuses), a JSON header through its template's kind, made once."""
-    if len(frame) < 4:
-        raise RemotingDecodeError(f"decode error, frame of {len(frame)} bytes")
-    word = _WORD.unpack_from(frame, 0)[0]
-    serialize_type, header_length = word >> 24, word & HEADER_LENGTH_MASK
-    if header_length > len(frame) - 4 or serialize_type != SerializeType.JSON:
-        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
-    found = _TEMPLATES.template_of(bytes(frame[4:4 + header_length]))
+    """A frame (without its length prefix) as the server's codec reads it (_decode_at)."""
+    return _decode_at(ts, frame, 0, len(frame), direction)
+
+
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str) -> CapturedCommand:
+    """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
+    (RemotingCommand.decode, refusing what it refuses), a JSON header through its template's kind,
+    made once; its bytes and body stay views where ``source`` is one."""
+    if end - start < 4:
+        raise RemotingDecodeError(f"decode error, frame of {end - start} bytes")
+    word = _WORD.unpack_from(source, start)[0]
+    serialize_type, header_end = word >> 24, start + 4 + (word & HEADER_LENGTH_MASK)
+    found = None
+    if header_end <= end and serialize_type == SerializeType.JSON:
+        found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
     if found is None:
+        frame = source[start:end]
         return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
     template, opaque = found
     kind = _KINDS.get(id(template))
@@ -221,7 +232,8 @@ def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCom
         kind = _KINDS[id(template)] = FrameKind(template, SerializeType.JSON)
         if len(_KINDS) > 2 * _TEMPLATES.size:
             _KINDS.clear()
-    return CapturedCommand(ts, direction, None, frame, kind, opaque, frame[4 + header_length:] or None)
+    return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
+                           source[header_end:end] if header_end < end else None)
 
 
 def conversation_of(connection: Connection) -> Conversation:
@@ -378,11 +390,13 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
         conversation.lost_bytes += found
         start = found
     frames, rest, rest_ts = timed_frames(run, data, start)
-    for ts, frame in frames:
+    append = conversation.commands.append
+    for ts, source, frame_start_, frame_end in frames:
         try:
-            conversation.commands.append(_decode(ts, frame, direction))
+            append(_decode_at(ts, source, frame_start_, frame_end, direction))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
+                frame = source[frame_start_:frame_end]
                 conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
     if not rest:
         return
