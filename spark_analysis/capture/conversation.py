@@ -76,7 +76,7 @@ class CapturedCommand:
     compare them). ``command``, the RemotingCommand, is made when first asked for: most frames'
     rows need only what their kind says."""
 
-    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "_command")
+    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "body_len", "_command")
 
     def __init__(self, ts: float, direction: str, command: RemotingCommand | None, raw: bytes | memoryview,
                  kind: FrameKind | None = None, opaque: int = 0, body: bytes | memoryview | None = None) -> None:
@@ -88,6 +88,7 @@ class CapturedCommand:
             kind, opaque, body = FrameKind(command.header, command.serialize_type), command.opaque, command.body
         assert kind is not None
         self.kind, self.opaque, self.body = kind, opaque, body
+        self.body_len = 0 if body is None else len(body)
 
     @property
     def command(self) -> RemotingCommand:
@@ -102,10 +103,6 @@ class CapturedCommand:
     @property
     def code(self) -> int:
         return self.kind.code
-
-    @property
-    def body_len(self) -> int:
-        return 0 if self.body is None else len(self.body)
 
     @property
     def frame(self) -> bytes:
@@ -253,8 +250,8 @@ def conversation_of(connection: Connection) -> Conversation:
                 _decode_cut_run(conversation, direction, run, holes, index == len(runs) - 1, resynchronise)
             else:
                 _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
-    conversation.commands.sort(key=lambda c: c.ts)
-    conversation.cut.sort(key=lambda c: c.ts)
+    conversation.commands.sort(key=_TS)
+    conversation.cut.sort(key=_TS)
     return conversation
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -177,9 +178,8 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
     if conversation.cut:
         yield from cut_conversation_rows(conversation, conn_id, frames, blocks)
         return
-    add = frames.add
+    frames.add_all(conversation.commands)
     for captured in conversation.commands:
-        add(captured)
         if captured.kind.is_response:
             asker = REQUEST if captured.direction == RESPONSE else RESPONSE
             queue = waiting.get((asker, captured.opaque))
@@ -290,6 +290,7 @@ def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -
 
 
 FRAMES = "frames"  # a connection's FRAME rows as one FrameBlock (conversation_rows' ``blocks``)
+_TS, _KIND, _OPAQUE, _BODY_LEN = map(operator.attrgetter, ("ts", "kind", "opaque", "body_len"))
 _FRAME_FIELDS = list(FRAME_ROWS)
 #: FRAME_ROWS positions: what a kind of frame says alike, before and after the opaque (_kind_row)
 _SAID_FRONT, _SAID_BACK = slice(4, 7), slice(8, 16)
@@ -322,6 +323,14 @@ class FrameBlock:
         self.opaque.append(captured.opaque)
         self.body_len.append(captured.body_len)
         self.missing.append(0)
+
+    def add_all(self, commands: list[CapturedCommand]) -> None:
+        """Frames decoded whole (frame_row's rows), a column at a time."""
+        self.ts.extend(map(_TS, commands))
+        self.said.extend([kind.row or _kind_row(kind) for kind in map(_KIND, commands)])
+        self.opaque.extend(map(_OPAQUE, commands))
+        self.body_len.extend(map(_BODY_LEN, commands))
+        self.missing.extend(itertools.repeat(0, len(commands)))
 
     def add_row(self, row: Row) -> None:
         """A FRAME row made whole (a frame a snap length cut: cut_frame_row)."""
@@ -527,7 +536,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
     what is certain, the close of a connection brokers registered over, and its CONNECTION row."""
     connection = conversation.connection
     said: list[Said] = [*conversation.commands, *conversation.cut]
-    said.sort(key=lambda item: item.ts)
+    said.sort(key=_TS)
     requests: list[Said] = []
     answers: list[Said | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}
