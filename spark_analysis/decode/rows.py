@@ -93,6 +93,14 @@ def shared_ext(ext: dict[str, str | None]) -> dict[str, str | None]:
     return _broker_header(tuple(ext.items()))[0]
 
 
+def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
+    """shared_ext and broker_header of a kind of frame's extFields, kept on the kind (a broker's
+    registrations and heartbeats alike are one kind: their fields not even hashed again)."""
+    if kind.broker is None:
+        kind.broker = _broker_header(tuple(kind.ext.items()))
+    return kind.broker
+
+
 @lru_cache(maxsize=4096)
 def _broker_header(items: tuple[tuple[str, str | None], ...]) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
     ext = dict(items)
@@ -214,7 +222,7 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
         elif code in NAMING_CODES:
             # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
             # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
-            header = broker_header(request.command.ext)
+            header = _kind_broker(request.kind)[1]
             if header.brokerAddr is not None:
                 yield EVENT, event_row(
                     request, answer, client, server, broker_addr=header.brokerAddr, broker_name=header.brokerName,
@@ -424,18 +432,19 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
-    command = request.command
-    header = broker_header(command.ext)
+    kind = request.kind
+    header = _kind_broker(kind)[1]
     compressed = header.compressed
-    body = bodies.summary(command.body, compressed, command.version)
+    version = kind.header.version
+    body = bodies.summary(request.body, compressed, version)
     checked = header.bodyCrc32
     crc_ok = None if checked == 0 else body.crc == checked
     return (
         request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr,
-        header.brokerId, header.haServerAddr, compressed, len(command.body or b""),
+        header.brokerId, header.haServerAddr, compressed, request.body_len,
         header.bodyCrc32Declared, crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
-        None if answer is None else answer.command.code, _version_name(command.version), server,
+        None if answer is None else answer.kind.code, _version_name(version), server,
         None, None,
     )
 
@@ -451,11 +460,11 @@ def registration_event(request: CapturedCommand, registration: Row, body: BodySu
     event: list[Any] = [None] * len(_EVENT_COLUMNS)
     for to, source in _REGISTRATION_IN_EVENT:
         event[to] = registration[source]
-    command = request.command
+    kind = request.kind
     event[_EVENT_T], event[_EVENT_CODE] = request.ts, _REGISTER_BROKER
     event[_EVENT_ALIVE] = (registration[_RESPONSE_CODE] or 0) == 0 and registration[_CRC_OK] is not False
-    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = command.is_oneway, server, client
-    event[_EVENT_VERSION], event[_EVENT_EXT] = command.version, shared_ext(command.ext)
+    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = kind.is_oneway, server, client
+    event[_EVENT_VERSION], event[_EVENT_EXT] = kind.header.version, _kind_broker(kind)[0]
     event[_EVENT_BODY_KEY], event[_EVENT_BODY] = body.key, raw
     return tuple(event)
 
