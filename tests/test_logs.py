@@ -157,3 +157,23 @@ def test_a_line_without_a_traceback_is_formatted_once_and_its_time_once_a_second
     assert lines[0] == f"{formatTime(when)} [x#info] broker 0\n"
     assert lines[-1] == f"{formatTime(when + 2.49)} [x#info] broker 249\n"
     assert logs.format_time(None) == "-" and logs.format_time(-0.5) == formatTime(-0.5)
+
+
+def test_a_route_events_line_shows_braces_in_its_fields_as_they_are(json_log):
+    """The route event's message is made before Twisted formats it (one line per registration):
+    a brace a peer put in a name is text, not a field of the format, in text and JSON lines alike."""
+    from twisted_namesrv.housekeeping import log_route_event
+
+    text = io.StringIO()
+    observer = configured_observer("text")
+    observer._observer._outFile = text  # the text observer beside the JSON one, both on the publisher
+    globalLogPublisher.addObserver(observer)
+    try:
+        log_route_event("registered", {"cluster": "c{1}", "broker": "b{cluster}}", "id": 0, "addr": "h:{2"})
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    (record,) = [r for r in records(json_log) if "route_event" in r]
+    assert record["message"] == "broker registered: cluster=c{1} broker=b{cluster}} id=0 addr=h:{2"
+    assert record["route_info"]["broker"] == "b{cluster}}" and record["details"].startswith("cluster=c{1} ")
+    assert text.getvalue().endswith("[twisted_namesrv.housekeeping#info] broker registered: cluster=c{1} "
+                                    "broker=b{cluster}} id=0 addr=h:{2\n")
