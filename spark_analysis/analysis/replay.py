@@ -201,8 +201,10 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
     by_session: dict[float, list[dict[str, Any]]] = {}
     bodies = Bodies()
     for event in events:
-        bodies.keep(event)
-        by_session.setdefault(sessions.start_of(server, event["t"]), []).append(event)
+        if event["body"] is not None:
+            bodies.keep(event)
+    for start, first, after in sessions.runs_of(server, [event["t"] for event in events]):
+        by_session.setdefault(start, []).extend(events[first:after])
     replay = Replay()
     held_before: dict[str, float] = {}  # topic -> when an earlier session of this server last held it
     for start, found in sorted(by_session.items()):
@@ -260,10 +262,13 @@ class _SessionReplay:
 
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
-            self.scan_until(event["t"])
-            self.now = event["t"]
+            t = event["t"]
+            if t >= self.next_scan or t - self._idle_from > self.idle_s:  # else scan_until has nothing to do
+                self.scan_until(t)
+            self.now = t
             self.apply(event)
-            self.note_topics(event["t"])
+            if self._changed_groups or self._uncounted:  # else note_topics has nothing to note
+                self.note_topics(t)
         self.scan_until(end)
         self.note_topics(end)
         for stay in list(self.open.values()):
@@ -396,10 +401,13 @@ class _SessionReplay:
             stay.events.append(event)
             return
         header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
-        table = self.bodies.decoded(event, header)
         digest = self.bodies.digest(event, self.config.revision)
+        table = None  # the whole table, read where the registration applies in full or opens a count
         if self.manager.renew_registration(header, addr, digest) is None:  # the server's rule, as its handler asks
+            table = self.bodies.decoded(event, header)
             self.manager.register_broker(self._request(event, header, table, digest))
+        elif stay is None or not stay.table_known:
+            table = self.bodies.decoded(event, header)
         if stay is None:
             stay = self.open[addr] = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t)
             self.stays.append(stay)
