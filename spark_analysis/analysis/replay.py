@@ -156,12 +156,14 @@ class Bodies:
         (state/registration.registration_digest); None where its body was not captured (what it
         was is unknown: never renewed)."""
         ext, key, version = event["ext"], event["body_key"], event["version"] or 0
-        raw = self.raw(event)
-        if ext is None or raw is None:
+        if ext is None:
             return None
-        last = self._digests.get(id(ext))
-        if last is not None and last[:3] == (key, version, revision):
+        last = self._digests.get(id(ext))  # only ever of a body kept (a key that is None never matches)
+        if last is not None and last[0] == key and last[1] == version and last[2] == revision:
             return last[3]
+        raw = self.raw(event)
+        if raw is None:
+            return None
         digest = run_steps(registration_digest(revision, version, ext, raw))
         self._digests[id(ext)] = (key, version, revision, digest)
         return digest
