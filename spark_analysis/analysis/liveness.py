@@ -179,6 +179,7 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
     crc_failures: list[float] = []
     bins: dict[int, list[Any]] = {}
     starts, period, since, until = time_bins.starts, 0, math.inf, -math.inf  # [since, until): period's times
+    of_in, alive = time_bins.of_in, walk.alive
     for event in events:
         t, code = event["t"], event["code"]
         if code == CONNECTION_CLOSED:
@@ -188,7 +189,10 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
             period = time_bins.period_of(t)
             since = starts[period] if period else -math.inf
             until = starts[period + 1] if period + 1 < len(starts) else math.inf
-        cell = bins.setdefault(time_bins.of_in(period, t), [0, None])
+        index = of_in(period, t)
+        cell = bins.get(index)
+        if cell is None:
+            cell = bins[index] = [0, None]
         if code == RequestCode.REGISTER_BROKER:
             if event["crc_ok"] is False:
                 crc_failures.append(t)
@@ -204,7 +208,7 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
             walk.previous_alive = None
         if event["alive"]:
             cell[0] += 1
-            walk.alive(t, period)
+            alive(t, period)
     return walk, registered, refused, crc_failures, bins
 
 
