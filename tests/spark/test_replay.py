@@ -361,3 +361,19 @@ def test_the_liveness_task_replays_without_the_cycle_collector(monkeypatch) -> N
     assert out[0].column("registrations").to_pylist() == [30]
     assert collecting == [False]
     assert gc.isenabled()
+
+
+def test_events_go_to_the_sessions_start_of_names_cut_by_one_search_a_session() -> None:
+    """The replay cuts its time-ordered events into sessions with Sessions.runs_of: the session
+    start_of gives each event, times before the first start and on a start's own time included,
+    and, with no start known at all, start_of's own answer (each time its own)."""
+    sessions = Sessions((100.0,), {SERVER: (100.0, 400.0, 700.0)})
+    times = [50.0, 100.0, 100.0, 250.0, 399.999, 400.0, 400.0, 900.0]
+    runs = sessions.runs_of(SERVER, times)
+    assert [(start, times[first:after]) for start, first, after in runs] == [
+        (100.0, [50.0, 100.0, 100.0, 250.0, 399.999]), (400.0, [400.0, 400.0]), (700.0, [900.0])]
+    assert all(sessions.start_of(SERVER, t) == start for start, first, after in runs for t in times[first:after])
+    assert sessions.runs_of(SERVER, []) == []
+    nothing = Sessions(())
+    assert [(start, first, after) for start, first, after in nothing.runs_of(SERVER, [5.0, 6.0])] == [
+        (nothing.start_of(SERVER, 5.0), 0, 1), (nothing.start_of(SERVER, 6.0), 1, 2)]
