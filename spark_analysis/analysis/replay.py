@@ -26,8 +26,10 @@ Pure Python: the liveness tasks run it per server endpoint (spark/liveness_stage
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header
@@ -52,6 +54,7 @@ _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: the server's idle handler fires on the last byte, the replay counts from the last heartbeat:
 #: a close by the server this close to the idle time is that close
 _IDLE_SLACK_S = 1.0
+_since = itemgetter(0)  # of a topic's timeline entry
 
 
 @dataclass
@@ -251,6 +254,11 @@ class _SessionReplay:
         self.ever_held: dict[str, float] = {}  # topic -> when it was last seen held
         self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
         self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
+        #: the failed lookups, judged once the session is replayed (``judge_lookups``): they change
+        #: nothing in the tables, so they need not wait in the stream of events that do
+        self.asked: list[dict[str, Any]] = []
+        #: topic -> (from when, held in topicQueueTable, why it last left) at each change of either
+        self._timeline: dict[str, list[tuple[float, bool, tuple[str, Any] | None]]] = {}
         self._uncounted = False  # a stay opened or changed its id since the last count
         #: at most the earliest last_alive of the open stays (it only grows, and a stay opens at its
         #: latest), so the idle close looks at them only when one may be silent past the idle time
@@ -265,6 +273,9 @@ class _SessionReplay:
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
             t = event["t"]
+            if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                self.asked.append(event)  # judged against the tables at its time, after the run
+                continue
             if t >= self.next_scan or t - self._idle_from > self.idle_s:  # else scan_until has nothing to do
                 self.scan_until(t)
             self.now = t
@@ -273,6 +284,7 @@ class _SessionReplay:
                 self.note_topics(t)
         self.scan_until(end)
         self.note_topics(end)
+        self.judge_lookups()
         for stay in list(self.open.values()):
             if stopped:
                 stay.finish(SERVER_STOPPED, end)
@@ -292,6 +304,7 @@ class _SessionReplay:
         touched = [topic for name in change.left for topic in self._topics_of.get(name, ())]
         for topic in table if change.everything else [*change.topics, *touched]:
             queues = table.get(topic)
+            self._mark(topic, queues is not None)
             if queues is not None:
                 self.first_held.setdefault(topic, self.now)
             groups = frozenset(queues or ())
@@ -308,11 +321,20 @@ class _SessionReplay:
             else:
                 del self._groups_of[topic]
 
+    def _mark(self, topic: str, held: bool) -> None:
+        """The topic's state from now on, for the lookups judged after the run: held or not, and
+        why it last left (an entry only where either changed)."""
+        line = self._timeline.setdefault(topic, [])
+        state = (self.now, held, self.gone.get(topic))
+        if not line or line[-1][1:] != state[1:]:
+            line.append(state)
+
     def _lost(self, kind: str, info: dict[str, Any], topics: list[str]) -> None:
         """A departure took these topics out of the tables (no group serves them any more)."""
         stay = self.latest.get(str(info.get("addr")))
         for topic in topics:
             self.gone[topic] = (DEPARTED, stay)
+            self._mark(topic, False)
             self.ever_held[topic] = self.now
 
     def note_topics(self, t: float) -> None:
@@ -387,8 +409,6 @@ class _SessionReplay:
                 stay.finish(UNREGISTERED, t)
         elif code == CONNECTION_CLOSED:
             self.closed(event)
-        elif code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-            self.lookup_failed(event)
         elif event["response_code"] in (0, None):
             self.administer(event)
 
@@ -471,6 +491,7 @@ class _SessionReplay:
             self.manager.delete_topic(topic, event["cluster"])
             if held and topic not in self.manager.topicQueueTable:
                 self.gone[topic] = (DELETED, event)
+                self._mark(topic, False)
                 self.ever_held[topic] = t
             self.stories.append({"kind": "topic_deleted", "topic": topic, **common})
         elif code in (RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER):
@@ -481,17 +502,23 @@ class _SessionReplay:
                                  "broker_name": event["broker_name"], "topics": count,
                                  "topics_answered": event["topic_count"], **common})
 
-    def lookup_failed(self, event: dict[str, Any]) -> None:
-        """A lookup answered TOPIC_NOT_EXIST: why the topic had no route then, if the replay knows."""
-        topic = event["topic"]
-        cause = None if topic in self.manager.topicQueueTable else self.gone.get(topic)
-        key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
-        found = self.failed.get(key)
-        if found is None:
-            self.failed[key] = Lookup(topic, event["client"], 1, event["t"], event["t"], cause)
-        else:
-            found.count += 1
-            found.last = event["t"]
+    def judge_lookups(self) -> None:
+        """Each lookup answered TOPIC_NOT_EXIST: why the topic had no route at its time, if the
+        replay knows: none while the tables held it, else why it last left. What the tables held
+        at a time is what the run left them after every event captured by then, those of the
+        lookup's own time too, and the idle closes and scans due by then (each at its own time)."""
+        for event in self.asked:
+            topic, t = event["topic"], event["t"]
+            line = self._timeline.get(topic, [])
+            at = bisect.bisect_right(line, t, key=_since) - 1
+            cause = None if at < 0 or line[at][1] else line[at][2]
+            key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
+            found = self.failed.get(key)
+            if found is None:
+                self.failed[key] = Lookup(topic, event["client"], 1, t, t, cause)
+            else:
+                found.count += 1
+                found.last = t
 
     def lookups(self, held_before: dict[str, float], back_from: Outage | None) -> list[Lookup]:
         """The failed lookups; one with no cause of its own is tied to the restart this session
