@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header
@@ -55,6 +55,7 @@ _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: a close by the server this close to the idle time is that close
 _IDLE_SLACK_S = 1.0
 _since = itemgetter(0)  # of a topic's timeline entry
+_last_alive = attrgetter("last_alive")
 
 
 @dataclass
@@ -366,26 +367,46 @@ class _SessionReplay:
     # -- housekeeping -----------------------------------------------------------------------------
     def scan_until(self, t: float) -> None:
         """The server's idle close (a channel silent serverChannelMaxIdleTimeSeconds is closed:
-        Netty's idle handler) and its housekeeping scan at each tick, up to ``t``."""
-        if t - self._idle_from > self.idle_s:  # else no open stay can have been silent that long
-            self._idle_from = min((s.last_alive for s in self.open.values()), default=t)
-            for stay in [s for s in self.open.values() if t - s.last_alive > self.idle_s]:
-                self.now = stay.last_alive + self.idle_s
+        Netty's idle handler) and its housekeeping scan at each tick, up to ``t``, in time order:
+        a broker whose own heartbeat timeout is shorter than the idle time is the scan's before
+        the idle close's, however long the capture holds no broker event (a close due at a tick
+        goes first)."""
+        while True:
+            close = self._idle_due(t)
+            if self.next_scan <= t and (close is None or self.next_scan < close[0]):
+                self._scan()
+            elif close is not None:
+                when, stay = close
+                self.now = when
                 self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {self.idle_s:g} s")
                 self.open.pop(stay.broker_addr)
-                stay.finish(EXPIRED, self.now, self.idle_s)
-        while self.next_scan <= t:
-            self.now = self.next_scan
-            live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
-            expired = self.manager.scan_not_active_broker()
-            timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
-            for channel in expired:
-                scanned = self.open.get(str(channel))
-                if scanned is not None:  # the moment the timeout passed, not the tick that saw it
-                    del self.open[scanned.broker_addr]
-                    timeout = timeouts.get(channel, self.idle_s)
-                    scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
-            self.next_scan += self.scan_every
+                stay.finish(EXPIRED, when, self.idle_s)
+            else:
+                return
+
+    def _idle_due(self, t: float) -> tuple[float, Stay] | None:
+        """(when, stay) of the open stay silent longest, where by ``t`` it was silent past the idle time."""
+        if t - self._idle_from <= self.idle_s:  # no open stay can have been silent that long
+            return None
+        stay = min(self.open.values(), key=_last_alive, default=None)
+        if stay is None or t - stay.last_alive <= self.idle_s:
+            self._idle_from = t if stay is None else stay.last_alive
+            return None
+        return stay.last_alive + self.idle_s, stay
+
+    def _scan(self) -> None:
+        """The housekeeping scan of the next tick."""
+        self.now = self.next_scan
+        live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
+        expired = self.manager.scan_not_active_broker()
+        timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
+        for channel in expired:
+            scanned = self.open.get(str(channel))
+            if scanned is not None:  # the moment the timeout passed, not the tick that saw it
+                del self.open[scanned.broker_addr]
+                timeout = timeouts.get(channel, self.idle_s)
+                scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
+        self.next_scan += self.scan_every
 
     # -- the requests -----------------------------------------------------------------------------
     def apply(self, event: dict[str, Any]) -> None:
