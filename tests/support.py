@@ -160,13 +160,16 @@ class LiveServer:
     stderr kept in files beside the test's other files; ``stop`` sends SIGTERM and waits."""
 
     def __init__(self, tmp_path: Path, port: int, *args: str, name: str = "server",
-                 launcher: tuple[str, ...] = (sys.executable, "-m", "twisted_namesrv")) -> None:
-        """``launcher``: what runs the server (``twistd -n --pidfile= namesrv``: the twistd plugin)."""
+                 launcher: tuple[str, ...] = (sys.executable, "-m", "twisted_namesrv"),
+                 env: dict[str, str] | None = None) -> None:
+        """``launcher``: what runs the server (``twistd -n --pidfile= namesrv``: the twistd plugin);
+        ``env``: more environment variables."""
         self.port = port
         self.stdout, self.stderr = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
         with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
             self.process = subprocess.Popen([*launcher, *args], stdout=out, stderr=err, cwd=tmp_path,
-                                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                            stdin=subprocess.DEVNULL,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def wait_ready(self, seconds: float = 60) -> LiveServer:
         """Returns once the port answers a connection; fails the test if the server exits first."""

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 from .. import CannotStart, tls
 from ..audit import AuditTrail, Trail
 from ..budget import FdBudget, MemoryBudget
+from ..clocks import owners_view
 from ..dispatch import Dispatcher
 from ..events import RecentEvents
 from ..metrics import Metrics
@@ -63,9 +64,7 @@ class ControllerService(service.MultiService):
                  budget: MemoryBudget | None = None, fds: FdBudget | None = None,
                  audit: Trail | None = None) -> None:
         super().__init__()
-        if reactor is None:
-            from twisted.internet import reactor as default_reactor
-            reactor = default_reactor
+        reactor = owners_view(reactor)  # its timers on the monotonic clock, its seconds() the wall's (clocks.py)
         self.setName("controller")
         self.config = config
         self.reactor = reactor
