@@ -26,7 +26,7 @@ from .answer_cache import AnswerCache
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
-from .clocks import owners_view
+from .clocks import owners_view, steady_seconds
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
 from .departures import DepartedBrokers
@@ -127,7 +127,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
     kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
     kv.load(kv_path)
-    routes = RouteInfoManager(config, seconds, notifier=notifier)
+    routes = RouteInfoManager(config, steady_seconds(clock), notifier=notifier)  # heartbeats: no clock step (clocks.py)
     answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
                                    bound_required=config["aclNamesrvSignatureRequired"],
