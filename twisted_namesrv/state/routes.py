@@ -748,9 +748,10 @@ class RouteInfoManager:
         """``renew`` for a REGISTER_BROKER as its header reads (the server's handler and the
         capture's replay both ask so): None, to apply it in full, where its names or brokerId are
         missing or its digest unknown (a body not captured)."""
-        if digest is None or header.names is None or header.brokerId is None:
+        names = header.names  # a property: worked out once
+        if digest is None or names is None or header.brokerId is None:
             return None
-        return self.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName, channel, digest)
+        return self.renew(names, header.brokerId, header.enableActingMaster, header.zoneName, channel, digest)
 
     def renew(self, names: tuple[str, str, str], broker_id: int, acting: bool | None, zone: str | None,
               channel: Channel | None, digest: bytes) -> RegisterBrokerResult | None:
