@@ -10,7 +10,12 @@ less often.  Three levels:
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
   decoding (``replies_from_memory``; a client's repeats at the start of a read, before the read is
   even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
-  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer).
+  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer);
+- a broker's answer to the registration last applied in full (or renewed) on its connection,
+  kept around the opaque with the SHA-1 of the request's other bytes: the same registration again
+  (a heartbeat) renews the broker by RouteInfoManager.renew's rule and is answered without decoding
+  (``renewal_from_memory``), as long as the answer shows what it showed.  As for a lookup answered
+  from memory, the dispatcher's observers do not hear it.
 
 One owner, one thing kept (an answer's bytes, dropped by the same subscriptions), met at three
 points of a request's way because each serves traffic the next cannot: a read of repeats only
@@ -30,7 +35,8 @@ subscribes itself to nothing:
   the cache holds nothing (``holds``), changes are not collected topic by topic, so a first
   registration of many topics on a fresh server collects nothing per topic.
 - KVConfigManager publishes each key put or deleted (``kv_changed``): an ORDER_TOPIC_CONFIG key
-  is a topic's orderTopicConf, so that topic's routes go.
+  is a topic's orderTopicConf, so that topic's routes go, and the kept registration answers (which
+  may carry the whole ORDER_TOPIC_CONFIG table).
 - NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
@@ -44,6 +50,7 @@ once by the composition root (service.py); no module holds one.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import sys
 from collections.abc import Callable, Hashable
@@ -52,13 +59,17 @@ from dataclasses import dataclass
 from .remoting import RemotingCommand, SerializeType
 from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, RouteChange, RouteInfoManager
+from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
 
 #: kept answer frames per request up to the opaque's digits (clients that differ only after them)
 MAX_REPLIES_PER_HEAD = 8
+
+#: the largest registration answer kept for its broker's connection (keep_renewal): one without
+#: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
+MAX_RENEWAL_ANSWER = 1024
 
 
 
@@ -83,6 +94,20 @@ class Reply:
     answers: TopicAnswers  #: its topic's bodies: stale, the frame is not served
     prefix: bytes  #: the answer frame up to its opaque's digits
     rest: bytes  #: the answer frame after them
+
+@dataclass(frozen=True, slots=True)
+class KeptRenewal:
+    """A broker's answer to the registration it sent last on its connection, around its opaque:
+    served again to the same request bytes but the opaque's (``renewal_from_memory``)."""
+
+    size: int  #: the request frame's length
+    at: int  #: where its opaque's digits start
+    digits: int  #: how many digits the opaque had
+    digest: bytes  #: SHA-1 of the request frame but those digits (``_request_digest``)
+    renewal: Renewable  #: what RouteInfoManager.renew_again renews the broker with
+    prefix: bytes  #: the answer frame up to its opaque's digits
+    rest: bytes  #: the answer frame after them
+
 
 _PREFIX = struct.Struct(">iI")
 _LENGTH = struct.Struct(">i")
@@ -109,6 +134,8 @@ class AnswerCache:
         self.replies: dict[bytes, list[Reply]] = {}
         #: JSON header templates of this server's clients (the dispatcher decodes through them)
         self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
+        #: each broker connection's answer to the registration it sent last (``keep_renewal``)
+        self.renewals: dict[Channel, KeptRenewal] = {}
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:
@@ -121,7 +148,7 @@ class AnswerCache:
         smaller of the change's topics and the routes kept, plus one walk of the kept routes when
         groups changed or left."""
         if change.everything:
-            self.clear()
+            self._clear_answers()  # (not the kept registration answers: renew_again reads the tables)
             return
         routes = self.routes
         if change.topics:  # registrations change topics by the thousand
@@ -143,6 +170,7 @@ class AnswerCache:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
+            self.renewals.clear()
 
     def _drop_topic(self, topic: str) -> None:
         """The topic's routes, and the topic list (it may have come or gone)."""
@@ -156,7 +184,13 @@ class AnswerCache:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
 
     def clear(self) -> None:
-        """Everything may answer differently (tables replaced, a switch changed)."""
+        """Everything may answer differently (a switch changed, or a limit a registration was
+        checked under: the kept registration answers go too)."""
+        self._clear_answers()
+        self.renewals.clear()
+
+    def _clear_answers(self) -> None:
+        """Every kept route and table (the tables were replaced)."""
         for answers in self.routes.values():
             answers.stale = True
         self.routes.clear()
@@ -216,6 +250,49 @@ class AnswerCache:
         kept = self.replies.setdefault(frame[:at], [])
         kept[:] = [k for k in kept if k.after != after][:MAX_REPLIES_PER_HEAD - 1]
         kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
+
+    # -- a broker's registration sent again -------------------------------------------------------
+    def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable) -> None:
+        """Keep ``encoded``, the answer to the plain JSON registration ``frame`` (its opaque
+        ``opaque``) on ``channel``, to answer the same bytes again there (``renewal_from_memory``);
+        its bytes are kept as their SHA-1, so a broker's big table costs 20 bytes, not its size.
+        The channel's answer kept before goes (a frame not read so: nothing is kept)."""
+        kept = self.renewals.pop(channel, None)
+        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+            return
+        end = 4 + (_LENGTH.unpack_from(frame)[0] & 0xFFFFFF)
+        digits = str(opaque).encode()
+        at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
+        header_end = _LENGTH.unpack_from(encoded, 4)[0] & 0xFFFFFF
+        split = encoded.find(OPAQUE_KEY + digits, 8, 8 + header_end) + _OPAQUE_AT
+        if (at < _OPAQUE_AT or frame.find(OPAQUE_KEY, at, end) >= 0 or frame[at:at + len(digits)] != digits
+                or frame[at + len(digits):at + len(digits) + 1].isdigit() or not _valid_digits(digits)
+                or split < _OPAQUE_AT or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
+            return  # not as renewal_from_memory reads it: decoded every time
+        self.renewals[channel] = KeptRenewal(len(frame), at, len(digits), _request_digest(frame, at, len(digits)),
+                                             renewal, encoded[:split], encoded[split + len(digits):])
+
+    def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
+        """The answer to ``frame`` on ``channel`` when it is, but for its opaque, the registration
+        whose answer is kept for that channel (``keep_renewal``) and RouteInfoManager.renew_again
+        renews the broker with the answer showing what it showed: the kept answer with the
+        request's opaque spliced in.  None (the frame goes the usual way) otherwise; a kept answer
+        that no longer renews is dropped."""
+        kept = self.renewals.get(channel)
+        if kept is None or len(frame) != kept.size:
+            return None
+        at, length = kept.at, kept.digits
+        digits = frame[at:at + length]
+        if not _valid_digits(digits) or _request_digest(frame, at, length) != kept.digest:
+            return None
+        if not self._routes.renew_again(kept.renewal, channel):
+            del self.renewals[channel]
+            return None
+        return kept.prefix + digits + kept.rest
+
+    def forget_channel(self, channel: Channel) -> None:
+        """The connection closed: its kept registration answer goes with it."""
+        self.renewals.pop(channel, None)
 
     def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
@@ -325,6 +402,14 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
     block = b"".join(frames[index:index + n])
     record = len(frames[index])
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
+
+
+def _request_digest(frame: bytes, at: int, length: int) -> bytes:
+    """SHA-1 of a request frame but its opaque's ``length`` digits at ``at`` (no copy)."""
+    view = memoryview(frame)
+    digest = hashlib.sha1(view[:at])
+    digest.update(view[at + length:])
+    return digest.digest()
 
 
 def _valid_digits(digits: bytes) -> bool:
