@@ -6,6 +6,7 @@ many were and why. The figures themselves are a benchmark's, never asserted."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -62,11 +63,12 @@ def test_clients_that_cannot_connect_say_how_many_did_and_why(curve):
 def scale(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     ours = (f"{sys.executable} -m twisted_namesrv --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}}"
             " --compat {compat}")
+    (tmp / "scratch").mkdir(exist_ok=True)  # the tool's temporary folders, to see what it leaves
     return subprocess.run(
         [sys.executable, str(BENCH / "scale.py"), "--curve", "--steps", "tiny", "--rounds", "1",
          "--records", str(tmp / "runs.jsonl"), "--json", str(tmp / "curve.json"), "--markdown", str(tmp / "curve.md"),
          "--svg", str(tmp / "curve.svg"), "--compare", f"again={ours}", "--compare", "broken=false {port}", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp / "scratch")})
 
 
 def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path):
@@ -90,6 +92,12 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
     assert sum(figures[f"{phase}_load_cpu_s"] for phase in ("first_registration", "repeated_registration",
                                                               "heartbeat_storm")) > 0
     assert figures["rss_mib_registered"] > 0
+    # a finished run's data and log are removed (a 1M step's Java log is near 900 MB); a failed run's log is kept,
+    # named in its record, and the tool says where
+    left = sorted(p.name.split("-")[0] for p in (tmp_path / "scratch").glob("namesrv-curve-*/*")
+                  if p.suffix != ".properties")  # ours' configuration for the step
+    assert left == ["broken", "broken"], left
+    assert Path(runs[2]["log"]).exists() and "kept " in done.stderr
     with (tmp_path / "runs.jsonl").open("a") as f:
         f.write('{"round": 1, "step": "tiny", "ser')  # a run killed while writing its line
 

@@ -143,7 +143,7 @@ print(archive if archive and not whole(archive) else "")')"  # to record: none t
     say "recording the classes Spark's JVM loads, into $archive (~160 MB, once for this PySpark and Java):" \
         "a capture report then starts in about half the time"
     capture="$(mktemp --suffix=.pcap)"
-    trap 'rm -f "$capture"' EXIT
+    trap 'rm -f "$capture" "${capture%.pcap}.truth.json"' EXIT  # synth_pcap writes its truth beside
     "$venv/bin/python" "$repo/tools/synth_pcap.py" "$capture" --brokers 4 --clients 4 --topics 20 --hours 0.2 --seed 1 >/dev/null
     "$venv/bin/python" -m spark_analysis prepare "$capture"
   fi

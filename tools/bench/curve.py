@@ -47,6 +47,7 @@ import multiprocessing
 import os
 import resource
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -132,7 +133,7 @@ class Server:
     def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = 0,
                  step: Step | None = None) -> None:
         self.port = free_port()
-        data_dir = scratch / f"{name}-{self.port}"
+        self.data_dir = data_dir = scratch / f"{name}-{self.port}"
         data_dir.mkdir(parents=True)
         fields = {"port": self.port, "data_dir": data_dir, "host": HOST, "compat": "4.9.8"}
         if step is not None:
@@ -144,6 +145,12 @@ class Server:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
+
+    def discard(self) -> None:
+        """Remove the stopped server's data and log: a 1M step's Java log alone is near 900 MB, and a
+        curve of many runs filled the disk with them."""
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.log_path.unlink(missing_ok=True)
 
     def wait_ready(self, timeout: float = 120) -> int:
         deadline = time.monotonic() + timeout
@@ -212,6 +219,16 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+def tidy(scratch: Path) -> None:
+    """Remove the scratch folder unless it holds what someone needs: the records, or a failed run's
+    log and data (then say where)."""
+    kept = [p for p in scratch.iterdir() if p.suffix != ".properties"]
+    if kept:
+        print(f"[curve] kept {scratch}: {', '.join(sorted(p.name for p in kept))}", file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -558,6 +575,10 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                     record["error"] = f"{type(exc).__name__}: {exc}"
                 finally:
                     server.stop()
+                if "figures" in record:
+                    server.discard()
+                else:  # kept to read why
+                    record["log"] = str(server.log_path)
                 record["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
                 with records_path.open("a") as f:
                     f.write(json.dumps(record) + "\n")
@@ -674,8 +695,11 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
         if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
             os.sched_setaffinity(0, {1})
         print(f"[curve] runs written to {records_path}", file=sys.stderr, flush=True)
-        records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout, a.ready_timeout,
-                          report)
+        try:
+            records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout,
+                              a.ready_timeout, report)
+        finally:
+            tidy(scratch)
     report(records)
     print(table(summarize([r for r in records if r["step"] in {s.name for s in steps}], list(servers)),
                 list(servers)))

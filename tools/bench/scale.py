@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools"), str(REPO / "tools" / "fuzz")]
 
-from curve import Server, curve_main  # noqa: E402
+from curve import Server, curve_main, tidy  # noqa: E402
 from soak import HOST, brokers_in_cluster, call, register_frame  # noqa: E402
 
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
@@ -170,12 +170,15 @@ async def measure(args) -> dict:
         figures["rss_mib_after_big"] = proc.rss_mib()
     finally:
         proc.stop()
+    proc.discard()  # a failed run's log stays, to read why
     default = server(scratch, "default-limit", None, args.server_cmd)
     try:
         _, figures["big_refused_at_default_16mib"] = await big_registration(default.port, big)
         figures["default_limit_server_alive"] = default.alive
     finally:
         default.stop()
+    default.discard()
+    tidy(scratch)
     figures["loadavg_after"] = os.getloadavg()
     return figures
 
