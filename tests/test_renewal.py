@@ -353,3 +353,34 @@ def test_the_answer_kept_for_a_connection_goes_with_it_and_none_is_kept_when_the
     for _ in range(2):
         assert RemotingCommand.decode(guarded.send(connection, frame)[4:]).code == 0
         assert guarded.service.state.answers.renewals == {}
+
+
+def test_a_5x_heartbeat_with_a_new_mapping_stamp_and_crc_is_answered_from_memory_its_crc_checked(tmp_path,
+                                                                                                    monkeypatch):
+    """A 5.x broker's registrations differ every time in the mappingDataVersion stamp and so in
+    bodyCrc32: each sent again is still answered from the connection's kept answer (the handler
+    never runs; on the old code every one was decoded and handled), its opaque of any length; one
+    whose bodyCrc32 does not match its body goes the usual way and is answered "crc32 not match"."""
+    server = Server(tmp_path, True, compatVersion="5.3.3")
+    connection = server.connect()
+    handled: list[int] = []
+    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
+
+    def counted(*args: Any) -> Any:
+        handled.append(args[1].opaque)
+        return handler(*args)
+    monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+
+    def register(stamp: int, opaque: int, crc_flip: int = 0) -> RemotingCommand:
+        body = body_of(["A", "B"], mapped_at=1_700_000_000_000 + stamp * 30_011)
+        ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+               "brokerId": "0", "enableActingMaster": "false", "bodyCrc32": str(crc32_masked(body) ^ crc_flip)}
+        frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=479).encode()
+        return RemotingCommand.decode(server.send(connection, frame)[4:])
+    first = register(0, 7)
+    for stamp, opaque in ((1, 8), (2, 123_456), (3, 9)):
+        answer = register(stamp, opaque)
+        assert (answer.code, answer.opaque, answer.ext, answer.body) == (0, opaque, first.ext, first.body)
+    assert handled == [7]
+    refused = register(4, 10, crc_flip=1)
+    assert (refused.code, refused.remark, handled) == (1, "crc32 not match", [7, 10])

@@ -12,8 +12,9 @@ less often.  Three levels:
   even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
   when the request's bytes alone decide its answer (not when the ACL checks lookups by peer);
 - a broker's answer to the registration last applied in full (or renewed) on its connection,
-  kept around the opaque with the SHA-1 of the request's other bytes: the same registration again
-  (a heartbeat) renews the broker by RouteInfoManager.renew's rule and is answered without decoding
+  kept around the opaque with the SHA-1 of the request's bytes but its opaque, bodyCrc32 and 5.x
+  mappingDataVersion stamp: the same registration again (a heartbeat), its CRC checked, renews the
+  broker by RouteInfoManager.renew's rule and is answered without decoding
   (``renewal_from_memory``), as long as the answer shows what it showed.  As for a lookup answered
   from memory, the dispatcher's observers do not hear it.
 
@@ -51,12 +52,15 @@ once by the composition root (service.py); no module holds one.
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
+from .remoting.crc import crc32_masked
 from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
@@ -98,20 +102,31 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class KeptRenewal:
     """A broker's answer to the registration it sent last on its connection, around its opaque:
-    served again to the same request bytes but the opaque's (``renewal_from_memory``)."""
+    served again to the same registration (``renewal_from_memory``)."""
 
-    size: int  #: the request frame's length
-    at: int  #: where its opaque's digits start
-    digits: int  #: how many digits the opaque had
-    digest: bytes  #: SHA-1 of the request frame but those digits (``_request_digest``)
+    digest: bytes  #: the request's ``_renewal_key``
     renewal: Renewable  #: what RouteInfoManager.renew_again renews the broker with
-    prefix: bytes  #: the answer frame up to its opaque's digits
-    rest: bytes  #: the answer frame after them
+    head: bytes  #: the answer's header up to its opaque's digits
+    rest: bytes  #: the answer after them (its header's end, its body)
+    header_length: int  #: the answer header's length but the opaque's digits
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalKey:
+    """What tells a broker's registration from its last one (``_renewal_key``)."""
+
+    at: int  #: where the opaque's digits start
+    digits: int  #: how many
+    crc: int  #: its bodyCrc32 as sent (0: none, no check)
+    body: int  #: where its body starts
+    digest: bytes  #: SHA-1 of the rest
 
 
 _PREFIX = struct.Struct(">iI")
 _LENGTH = struct.Struct(">i")
 _OPAQUE_AT = len(OPAQUE_KEY)
+_CRC_KEY = b'"bodyCrc32":"'
+_DIGITS = re.compile(rb"\d+")
 _MAX_INT32 = b"2147483647"
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
@@ -254,41 +269,44 @@ class AnswerCache:
     # -- a broker's registration sent again -------------------------------------------------------
     def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable) -> None:
         """Keep ``encoded``, the answer to the plain JSON registration ``frame`` (its opaque
-        ``opaque``) on ``channel``, to answer the same bytes again there (``renewal_from_memory``);
-        its bytes are kept as their SHA-1, so a broker's big table costs 20 bytes, not its size.
-        The channel's answer kept before goes (a frame not read so: nothing is kept)."""
+        ``opaque``) on ``channel``, to answer the same registration again there
+        (``renewal_from_memory``); the request is kept as a SHA-1 (``_renewal_key``), so a broker's
+        table costs 20 bytes, not its size.  The channel's answer kept before goes (a frame not
+        read so, or an answer past MAX_RENEWAL_ANSWER: nothing is kept)."""
         kept = self.renewals.pop(channel, None)
         if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
             return
-        end = 4 + (_LENGTH.unpack_from(frame)[0] & 0xFFFFFF)
+        key = _renewal_key(frame)
         digits = str(opaque).encode()
-        at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
-        header_end = _LENGTH.unpack_from(encoded, 4)[0] & 0xFFFFFF
-        split = encoded.find(OPAQUE_KEY + digits, 8, 8 + header_end) + _OPAQUE_AT
-        if (at < _OPAQUE_AT or frame.find(OPAQUE_KEY, at, end) >= 0 or frame[at:at + len(digits)] != digits
-                or frame[at + len(digits):at + len(digits) + 1].isdigit() or not _valid_digits(digits)
-                or split < _OPAQUE_AT or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
+        header_length = _LENGTH.unpack_from(encoded, 4)[0] & 0xFFFFFF
+        split = encoded.find(OPAQUE_KEY + digits, 8, 8 + header_length) + _OPAQUE_AT
+        if (key is None or frame[key.at:key.at + key.digits] != digits or split < _OPAQUE_AT
+                or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
             return  # not as renewal_from_memory reads it: decoded every time
-        self.renewals[channel] = KeptRenewal(len(frame), at, len(digits), _request_digest(frame, at, len(digits)),
-                                             renewal, encoded[:split], encoded[split + len(digits):])
+        head, rest = encoded[8:split], encoded[split + len(digits):]
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits))
 
     def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
-        """The answer to ``frame`` on ``channel`` when it is, but for its opaque, the registration
-        whose answer is kept for that channel (``keep_renewal``) and RouteInfoManager.renew_again
-        renews the broker with the answer showing what it showed: the kept answer with the
-        request's opaque spliced in.  None (the frame goes the usual way) otherwise; a kept answer
-        that no longer renews is dropped."""
+        """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept
+        for that channel (``keep_renewal``) but for its opaque, its bodyCrc32 and a 5.x body's
+        mappingDataVersion (``_renewal_key``), its CRC as it says (else the usual way answers the
+        mismatch), and RouteInfoManager.renew_again renews the broker with the answer showing what
+        it showed: the kept answer with the request's opaque spliced in.  None (the frame goes the
+        usual way) otherwise; a kept answer that no longer renews is dropped."""
         kept = self.renewals.get(channel)
-        if kept is None or len(frame) != kept.size:
+        if kept is None:
             return None
-        at, length = kept.at, kept.digits
-        digits = frame[at:at + length]
-        if not _valid_digits(digits) or _request_digest(frame, at, length) != kept.digest:
+        key = _renewal_key(frame)
+        if key is None or key.digest != kept.digest or (key.crc and crc32_masked(memoryview(frame)[key.body:])
+                                                        != key.crc):
             return None
         if not self._routes.renew_again(kept.renewal, channel):
             del self.renewals[channel]
             return None
-        return kept.prefix + digits + kept.rest
+        digits = frame[key.at:key.at + key.digits]
+        header_length = kept.header_length + len(digits)
+        return b"".join((_PREFIX.pack(4 + len(kept.head) + len(digits) + len(kept.rest),
+                                      (SerializeType.JSON << 24) | header_length), kept.head, digits, kept.rest))
 
     def forget_channel(self, channel: Channel) -> None:
         """The connection closed: its kept registration answer goes with it."""
@@ -404,12 +422,42 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
 
 
-def _request_digest(frame: bytes, at: int, length: int) -> bytes:
-    """SHA-1 of a request frame but its opaque's ``length`` digits at ``at`` (no copy)."""
+def _renewal_key(frame: bytes) -> RenewalKey | None:
+    """A plain JSON registration frame (its length prefix stripped) read for what tells it from
+    its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
+    differ between two registrations the routes apply alike: the opaque (every request's own),
+    bodyCrc32 (checked against the body instead) and a 5.x body's mappingDataVersion (a new
+    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); each
+    stretch's length is hashed with it.  None when it cannot be read so (not JSON, a key twice,
+    digits Java would read otherwise): it is then decoded."""
+    end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
+    if frame[0] != SerializeType.JSON or end > len(frame):
+        return None
+    at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
+    digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
+    if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
+        return None
+    skipped = [(at, digits.end())]
+    crc = 0
+    at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
+    if at_crc >= len(_CRC_KEY):
+        close = frame.find(b'"', at_crc, end)
+        if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
+            return None
+        crc = int(frame[at_crc:close])
+        skipped.append((at_crc, close))
     view = memoryview(frame)
-    digest = hashlib.sha1(view[:at])
-    digest.update(view[at + length:])
-    return digest.digest()
+    mapping = mapping_version_span(view[end:])
+    if mapping is not None:
+        skipped.append((end + mapping[0], end + mapping[1]))
+    digest = hashlib.sha1()
+    start = 4  # (the header's length: the stretches' lengths say it)
+    for first, last in sorted(skipped):
+        digest.update(b"%d " % (first - start))
+        digest.update(view[start:first])
+        start = last
+    digest.update(view[start:])
+    return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest())
 
 
 def _valid_digits(digits: bytes) -> bool:
