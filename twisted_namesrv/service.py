@@ -26,6 +26,7 @@ from .answer_cache import AnswerCache
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
+from .clocks import owners_view, steady_seconds
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
 from .departures import DepartedBrokers
@@ -126,7 +127,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
     kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
     kv.load(kv_path)
-    routes = RouteInfoManager(config, seconds, notifier=notifier)
+    routes = RouteInfoManager(config, steady_seconds(clock), notifier=notifier)  # heartbeats: no clock step (clocks.py)
     answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
                                    bound_required=config["aclNamesrvSignatureRequired"],
@@ -305,9 +306,7 @@ class NamesrvService(service.MultiService):
     def from_config(cls, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
                     controller_bind: str | None = None) -> NamesrvService:
         """Read what the server starts from (``load``) and build it: CannotStart names what it cannot run with."""
-        if reactor is None:
-            from twisted.internet import reactor as default_reactor
-            reactor = default_reactor
+        reactor = owners_view(reactor)  # its timers on the monotonic clock, its seconds() the wall's (clocks.py)
         return cls(config, load(config, reactor), reactor, controller_port, controller_bind)
 
     def __init__(self, config: NamesrvConfig, loaded: Loaded, reactor, controller_port: int | None = None,

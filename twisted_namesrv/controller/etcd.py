@@ -35,6 +35,7 @@ from twisted.internet.defer import Deferred, DeferredLock, fail, inlineCallbacks
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from ..clocks import owners_view
 from .config import etcd_endpoints
 from .etcd_gateway import EtcdError, EtcdGateway, KeyValue, WatchStream, b64, prefix_end
 from .log import NotLeader
@@ -481,9 +482,7 @@ class EtcdConsensus(Service):
 
     def __init__(self, endpoints: list[str], key_prefix: str, group: str, address: str,
                  ttl: int = DEFAULT_LEASE_TTL, reactor: Any = None) -> None:
-        if reactor is None:
-            from twisted.internet import reactor as default_reactor
-            reactor = default_reactor
+        reactor = owners_view(reactor)  # its timers on the monotonic clock, its seconds() the wall's (clocks.py)
         self.gateway = EtcdGateway(endpoints, reactor)
         self.leadership = EtcdLeadership(self.gateway, group_prefix(key_prefix, group), address, ttl)
         self.log = EtcdControllerLog(self.gateway, self.leadership)

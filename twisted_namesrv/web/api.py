@@ -68,6 +68,7 @@ class StatusApi:
         ``outages`` first: groups without a live master, clusters no group of which takes writes
         (outages.py), crashes before clean stops."""
         routes, now = self.state.routes, self.now_ms()
+        steady_now = routes.now_ms()  # the heartbeats' clock (clocks.py)
         health = self.health.health()
         departed: dict[tuple[str, str], list[RouteEvent]] = {}
         for event in self.seen.departed.brokers():
@@ -84,7 +85,8 @@ class StatusApi:
                 broker = routes.brokerAddrTable.get(name) if name in names else None
                 group = health.group(name) if broker is not None else absent.get((cluster, name))
                 addrs = broker.brokerAddrs if broker is not None else {}
-                members = [self._member(cluster, broker_id, addr, now, group) for broker_id, addr in addrs.items()]
+                members = [self._member(cluster, broker_id, addr, now, steady_now, group)
+                           for broker_id, addr in addrs.items()]
                 members += [_departed_member(event) for event in departed.get((cluster, name), ())
                             if event.info["addr"] not in addrs.values()]
                 known = topology.group(cluster, name) if topology is not None else None
@@ -117,7 +119,8 @@ class StatusApi:
         return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "outages": outages, "clusters": clusters,
                 "lost_topics": lost}
 
-    def _member(self, cluster: str, broker_id: int, addr: str, now: int, group: GroupHealth | None) -> dict[str, Any]:
+    def _member(self, cluster: str, broker_id: int, addr: str, now: int, steady_now: int,
+                group: GroupHealth | None) -> dict[str, Any]:
         """One registered address; ``writes``: whether producers can write to it - a live master of
         a group with writable queues, never a slave (clients send only to brokerId 0)."""
         routes = self.state.routes
@@ -128,8 +131,10 @@ class StatusApi:
         if live is not None:
             member.update({
                 "version": None if live.version is None else version_name(live.version),
-                "last_update_ms": live.lastUpdateTimestamp, "heartbeat_timeout_ms": live.heartbeatTimeoutMillis,
-                "expires_in_ms": live.lastUpdateTimestamp + live.heartbeatTimeoutMillis - now,
+                # stamped on the steady clock (clocks.py), shown on the wall clock
+                "last_update_ms": live.lastUpdateTimestamp + now - steady_now,
+                "heartbeat_timeout_ms": live.heartbeatTimeoutMillis,
+                "expires_in_ms": live.lastUpdateTimestamp + live.heartbeatTimeoutMillis - steady_now,
                 "topics": live.topicCount, "ha_server_addr": live.haServerAddr,
                 "data_version": {"counter": live.dataVersion.counter, "timestamp": live.dataVersion.timestamp},
                 "confirmed": live.channel is not None, "restored": live.restored})

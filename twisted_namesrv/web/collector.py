@@ -220,7 +220,8 @@ class NamesrvCollector(Collector):
     def _heartbeats(self) -> Iterator[Metric]:
         """One series per live broker (cardinality: the brokers), named by cluster, broker name and id,
         never by address: an alert on age / timeout > 0.5 is the status page's amber."""
-        routes, now_ms = self.state.routes, self.state.clock() * 1000
+        routes = self.state.routes
+        now_ms = routes.now_ms()  # the heartbeats' steady clock (clocks.py)
         labels = ["cluster", "broker", "broker_id"]
         age = GaugeMetricFamily("namesrv_broker_heartbeat_age_seconds", "Seconds since each live broker's last "
                                 "heartbeat (registration)", labels=labels)
