@@ -295,6 +295,19 @@ def storm_frames(count: int, opaque: int) -> list[bytes]:
     return frames
 
 
+def handled_registrations(monkeypatch) -> list[int]:
+    """The opaques of the registrations the handler runs for from now on (a heartbeat answered from
+    memory runs none)."""
+    handled: list[int] = []
+    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
+
+    def counted(*args: Any) -> Any:
+        handled.append(args[1].opaque)
+        return handler(*args)
+    monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+    return handled
+
+
 def test_a_heartbeat_storm_is_answered_from_memory_in_the_turn_that_reads_it(tmp_path, monkeypatch):
     """A hundred brokers registered, then each sends its registration again with a new opaque, all
     read in one reactor turn: each renews its broker from the bytes kept for its connection (the
@@ -304,13 +317,7 @@ def test_a_heartbeat_storm_is_answered_from_memory_in_the_turn_that_reads_it(tmp
     server = Server(tmp_path, True)
     brokers = [server.connect() for _ in range(100)]
     first = [server.send(connection, frame) for connection, frame in zip(brokers, storm_frames(100, 100), strict=True)]
-    handled: list[int] = []
-    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
-
-    def counted(*args: Any) -> Any:
-        handled.append(args[1].code)
-        return handler(*args)
-    monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+    handled = handled_registrations(monkeypatch)
     decoded: list[int] = []
     decode = RemotingCommand.decode
     monkeypatch.setattr(RemotingCommand, "decode", staticmethod(lambda *a, **k: decoded.append(1) or decode(*a, **k)))
@@ -363,13 +370,7 @@ def test_a_5x_heartbeat_with_a_new_mapping_stamp_and_crc_is_answered_from_memory
     whose bodyCrc32 does not match its body goes the usual way and is answered "crc32 not match"."""
     server = Server(tmp_path, True, compatVersion="5.3.3")
     connection = server.connect()
-    handled: list[int] = []
-    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
-
-    def counted(*args: Any) -> Any:
-        handled.append(args[1].opaque)
-        return handler(*args)
-    monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+    handled = handled_registrations(monkeypatch)
 
     def register(stamp: int, opaque: int, crc_flip: int = 0) -> RemotingCommand:
         body = body_of(["A", "B"], mapped_at=1_700_000_000_000 + stamp * 30_011)
