@@ -1,14 +1,16 @@
 """Test helpers shared by the suites: the golden captures, an in-process server on an
-ephemeral loopback port, and a minimal remoting client."""
+ephemeral loopback port, a minimal remoting client, and the server's lines a piece of work runs."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state.config import NamesrvConfig
 
 CAPTURES = Path(__file__).resolve().parent / "data" / "golden"  # real Java traffic, kept in the repo
+SERVER_CODE = str(Path(__file__).resolve().parents[1] / "twisted_namesrv")
 TIMEOUT = 10  # seconds a test waits for an answer before it fails instead of hanging
 
 
@@ -197,3 +200,30 @@ class LiveServer:
 
     def output(self) -> str:
         return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
+
+
+def server_lines_run(work: Callable[[], object]) -> int:
+    """How many lines of the server's own code (twisted_namesrv) ``work`` runs: work counted, not
+    timed (a test of what grows with the tables compares it at N and 10N).  The collector is off
+    meanwhile (its callbacks are no part of the work); a tracer before (coverage) is put back."""
+    counted = 0
+
+    def lines(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal counted
+        if event == "line":
+            counted += 1
+        return lines
+
+    def calls(frame: Any, event: str, arg: Any) -> Any:
+        return lines if frame.f_code.co_filename.startswith(SERVER_CODE) else None
+
+    before, collecting = sys.gettrace(), gc.isenabled()
+    gc.disable()
+    sys.settrace(calls)
+    try:
+        work()
+    finally:
+        sys.settrace(before)
+        if collecting:
+            gc.enable()
+    return counted

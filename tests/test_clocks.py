@@ -4,6 +4,7 @@ first sync, a VM restored from a snapshot) holds no timer and expires no broker 
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -107,3 +108,41 @@ def test_brokers_heard_when_the_clock_steps_forward_an_hour_stay_and_show_on_the
         heard.close()
     finally:
         server.stop()
+
+
+def test_the_controllers_broker_heartbeats_are_on_the_steady_clock(tmp_path: Path):
+    """In controller mode a broker's heartbeat times out after 10 s: a step forward of the wall clock
+    past it made every broker inactive at once (an election with no one to elect)."""
+    from twisted_namesrv.controller.config import ControllerConfig
+    from twisted_namesrv.controller.log import FileControllerLog, SoleLeader
+    from twisted_namesrv.controller.manager import ControllerManager
+
+    wall, steady = task.Clock(), task.Clock()
+    store = FileControllerLog(tmp_path)
+    store.open()
+    manager = ControllerManager(ControllerConfig(), store, SoleLeader("127.0.0.1:1"), wall.seconds,
+                                steady=steady.seconds)
+    manager.heartbeats.on_broker_heartbeat("C", "g", "127.0.0.1:10911", 1, 10_000, "ch", 0, 0, 0, 0)
+    wall.advance(3600)
+    assert manager.alive("C", "g", 1) and not manager.heartbeats.scan_not_active_broker()
+    steady.advance(10.001)
+    assert not manager.alive("C", "g", 1)
+
+
+def test_a_reactor_moved_to_the_monotonic_clock_keeps_its_cancelled_calls_in_order():
+    """A call cancelled before the move stays in the reactor's heap until it is popped: left at its
+    wall-clock time above calls moved to monotonic times, the heap would hold them back."""
+    from twisted.internet.selectreactor import SelectReactor
+
+    reactor = SelectReactor()
+    ran: list[str] = []
+    cancelled = [reactor.callLater(1, ran.append, "cancelled") for _ in range(3)]
+    due = [reactor.callLater(2 + i, ran.append, f"due {i}") for i in range(8)]
+    reactor._insertNewDelayedCalls()  # into the heap, as a reactor's turn puts them
+    for call in cancelled:
+        call.cancel()
+    on_monotonic_time(reactor)
+    assert all(a.time <= b.time for a, b in itertools.pairwise(due))
+    reactor.seconds = lambda: time.monotonic() + 100  # all due now
+    reactor.runUntilCurrent()
+    assert ran == [f"due {i}" for i in range(8)]

@@ -80,3 +80,35 @@ def test_an_unwritable_events_path_is_logged_once_and_the_server_goes_on(tmp_pat
     errors = [formatEvent(e) for e in logged if "cannot write events file" in formatEvent(e)]
     assert len(errors) == 1, errors
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["members"][0]["live"]
+
+
+def test_changed_events_fold_as_before_through_a_full_ring_and_a_restore():
+    """A "changed" event finds the one it folds into by its info (RecentEvents._changed), not by
+    comparing every event kept: it folds while that one is kept, starts again once it went out of
+    the ring, and a restored run's events fold as this run's."""
+    from twisted_namesrv.events import RECENT_EVENTS, RecentEvents
+
+    events = RecentEvents(lambda: 5.0)
+    a, b = {"broker": "a", "topics": 1}, {"broker": "b", "topics": 1}
+    for _ in range(3):
+        events.route_event("changed", a)
+    events.route_event("changed", b)
+    events.route_event("changed", dict(reversed(a.items())))  # equal as dicts are: folds
+    assert [(e.info["broker"], e.count, e.seq) for e in events.recent] == [("b", 1, 4), ("a", 4, 5)]
+    events.route_event("changed", {"broker": "a", "topics": 2})  # another topic count: an event of its own
+    for number in range(RECENT_EVENTS - 1):
+        events.route_event("registered", {"broker": f"x{number}"})
+    assert [e.info["broker"] for e in events.recent][:1] == ["a"]  # b and the first a are out of the ring
+    events.route_event("changed", b)
+    events.route_event("changed", a)
+    assert [(e.info["broker"], e.count) for e in events.recent][-2:] == [("b", 1), ("a", 1)]
+    again = RecentEvents(lambda: 6.0)
+    again.route_event("changed", b)
+    again.restore(list(events.recent))
+    again.route_event("changed", b)  # the restored b first (the oldest alike), as the walk found it
+    assert [(e.info["broker"], e.count) for e in again.recent if e.info["broker"] == "b"] == [("b", 1), ("b", 2)]
+    assert len(again.recent) == RECENT_EVENTS and again.recent[-1].seq > again.recent[-2].seq
+    unhashable = {"broker": "c", "why": ["a list"]}
+    again.route_event("changed", unhashable)
+    again.route_event("changed", unhashable)
+    assert again.recent[-1].count == 2 and sum(e.info["broker"] == "c" for e in again.recent) == 1

@@ -9,7 +9,7 @@ import re
 import struct
 
 import pytest
-from twisted.logger import LogLevel, globalLogPublisher
+from twisted.logger import LogLevel, eventAsText, formatTime, globalLogPublisher
 from twisted.python import usage
 from twisted.python.failure import Failure
 
@@ -138,3 +138,42 @@ def test_twistds_own_text_observer_is_replaced_by_ours(given, file, taken):
     launch.take_over_twistd_logging(options)
     assert (options.parent["logger"] == "twisted_namesrv.launch.twistd_log_observer") is taken
     assert launch.twistd_log_file(options) == file
+
+
+def test_a_line_without_a_traceback_is_formatted_once_and_its_time_once_a_second(monkeypatch):
+    """Every broker's registration is a line: at 5,000 brokers formatting each twice (with and
+    without a traceback) and working its time out each time was a tenth of a registration's CPU.
+    The lines are Twisted's all the same, to the second and its offset."""
+    import twisted_namesrv.logs as logs
+
+    texts, times = [], []
+    monkeypatch.setattr(logs, "eventAsText", lambda *a, **k: texts.append(a) or eventAsText(*a, **k))
+    monkeypatch.setattr(logs, "formatTime", lambda when: times.append(when) or formatTime(when))
+    monkeypatch.setattr(logs, "format_time", getattr(logs, "_SecondsText", object)(), raising=False)
+    when = 1_764_400_000.0
+    lines = [event_as_text_line({"log_format": "broker {n}", "n": n, "log_time": when + n / 100,
+                                 "log_namespace": "x", "log_level": LogLevel.info}) for n in range(250)]
+    assert len(texts) == 250 and len(times) == 3  # seconds 0, 1 and 2
+    assert lines[0] == f"{formatTime(when)} [x#info] broker 0\n"
+    assert lines[-1] == f"{formatTime(when + 2.49)} [x#info] broker 249\n"
+    assert logs.format_time(None) == "-" and logs.format_time(-0.5) == formatTime(-0.5)
+
+
+def test_a_route_events_line_shows_braces_in_its_fields_as_they_are(json_log):
+    """The route event's message is made before Twisted formats it (one line per registration):
+    a brace a peer put in a name is text, not a field of the format, in text and JSON lines alike."""
+    from twisted_namesrv.housekeeping import log_route_event
+
+    text = io.StringIO()
+    observer = configured_observer("text")
+    observer._observer._outFile = text  # the text observer beside the JSON one, both on the publisher
+    globalLogPublisher.addObserver(observer)
+    try:
+        log_route_event("registered", {"cluster": "c{1}", "broker": "b{cluster}}", "id": 0, "addr": "h:{2"})
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    (record,) = [r for r in records(json_log) if "route_event" in r]
+    assert record["message"] == "broker registered: cluster=c{1} broker=b{cluster}} id=0 addr=h:{2"
+    assert record["route_info"]["broker"] == "b{cluster}}" and record["details"].startswith("cluster=c{1} ")
+    assert text.getvalue().endswith("[twisted_namesrv.housekeeping#info] broker registered: cluster=c{1} "
+                                    "broker=b{cluster}} id=0 addr=h:{2\n")

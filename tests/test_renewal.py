@@ -27,6 +27,7 @@ from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.acl import signed
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 
 
@@ -279,3 +280,108 @@ def test_a_5x_table_sent_again_with_a_new_mapping_stamp_is_known_by_its_digest(t
         assert RemotingCommand.decode(answer[4:]).code == 0
     assert unchanged == [False, True, True, True]
     assert len(server.routes.brokerLiveTable["c", "127.0.0.1:10911"].memos) == 1
+
+
+
+def storm_frames(count: int, opaque: int) -> list[bytes]:
+    """``count`` brokers' registrations, each with its own table, their opaques from ``opaque`` on."""
+    frames = []
+    for index in range(count):
+        body = body_of(["Storm", f"Own{index}"])
+        ext = {"brokerName": f"b{index:03d}", "brokerAddr": f"127.0.0.1:{3000 + index}", "clusterName": "c",
+               "haServerAddr": "h", "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}
+        frames.append(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque + index,
+                                              version=409).encode())
+    return frames
+
+
+def handled_registrations(monkeypatch) -> list[int]:
+    """The opaques of the registrations the handler runs for from now on (a heartbeat answered from
+    memory runs none)."""
+    handled: list[int] = []
+    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
+
+    def counted(*args: Any) -> Any:
+        handled.append(args[1].opaque)
+        return handler(*args)
+    monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+    return handled
+
+
+def test_a_heartbeat_storm_is_answered_from_memory_in_the_turn_that_reads_it(tmp_path, monkeypatch):
+    """A hundred brokers registered, then each sends its registration again with a new opaque, all
+    read in one reactor turn: each renews its broker from the bytes kept for its connection (the
+    registration handler never runs, no header is decoded) and is answered in that turn, with the
+    answer the full path gives but the opaque (on the old code every one was decoded and handled,
+    and those past AT_ONCE_PER_TURN waited for later turns)."""
+    server = Server(tmp_path, True)
+    brokers = [server.connect() for _ in range(100)]
+    first = [server.send(connection, frame) for connection, frame in zip(brokers, storm_frames(100, 100), strict=True)]
+    handled = handled_registrations(monkeypatch)
+    decoded: list[int] = []
+    decode = RemotingCommand.decode
+    monkeypatch.setattr(RemotingCommand, "decode", staticmethod(lambda *a, **k: decoded.append(1) or decode(*a, **k)))
+    server.clock.advance(10)
+    for (protocol, transport), frame in zip(brokers, storm_frames(100, 500), strict=True):
+        transport.clear()
+        protocol.dataReceived(frame)
+    assert handled == [] and decoded == []
+    for index, ((_, transport), answer) in enumerate(zip(brokers, first, strict=True)):
+        assert transport.value() == answer.replace(b'"opaque":%d,' % (100 + index), b'"opaque":%d,' % (500 + index))
+    monkeypatch.undo()
+    assert {RemotingCommand.decode(transport.value()[4:]).opaque for _, transport in brokers} == set(range(500, 600))
+    live = server.routes.brokerLiveTable
+    assert {info.lastUpdateTimestamp for info in live.values()} == {1_010_000}
+
+
+def test_the_answer_kept_for_a_connection_goes_with_it_and_none_is_kept_when_the_acl_checks_brokers(tmp_path):
+    """A broker connection's kept registration answer is dropped when it closes (thousands of
+    brokers coming and going keep nothing), and none is kept when the ACL checks who sends a
+    registration: each is checked again."""
+    (tmp_path / "plain").mkdir()
+    server = Server(tmp_path / "plain", True)
+    connection = server.connect()
+    server.send(connection, storm_frames(1, 1)[0])
+    kept = server.service.state.answers.renewals
+    assert list(kept) == [connection[0].channel]
+    connection[0].connectionLost()
+    assert kept == {}
+
+    (tmp_path / "acl").mkdir()
+    accounts = tmp_path / "acl" / "plain_acl.yml"
+    accounts.write_text("globalWhiteRemoteAddresses: []\naccounts:\n  - accessKey: a\n    secretKey: s\n"
+                        "    admin: true\n")
+    guarded = Server(tmp_path / "acl", True, aclEnable=True, aclAccountsFile=str(accounts), compatVersion="4.9.8")
+    body = body_of(["Storm"])
+    ext = signed({"brokerName": "b", "brokerAddr": "127.0.0.1:3000", "clusterName": "c", "haServerAddr": "h",
+                  "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}, "a", "s", body)
+    frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=1, version=409).encode()
+    connection = guarded.connect()
+    for _ in range(2):
+        assert RemotingCommand.decode(guarded.send(connection, frame)[4:]).code == 0
+        assert guarded.service.state.answers.renewals == {}
+
+
+def test_a_5x_heartbeat_with_a_new_mapping_stamp_and_crc_is_answered_from_memory_its_crc_checked(tmp_path,
+                                                                                                    monkeypatch):
+    """A 5.x broker's registrations differ every time in the mappingDataVersion stamp and so in
+    bodyCrc32: each sent again is still answered from the connection's kept answer (the handler
+    never runs; on the old code every one was decoded and handled), its opaque of any length; one
+    whose bodyCrc32 does not match its body goes the usual way and is answered "crc32 not match"."""
+    server = Server(tmp_path, True, compatVersion="5.3.3")
+    connection = server.connect()
+    handled = handled_registrations(monkeypatch)
+
+    def register(stamp: int, opaque: int, crc_flip: int = 0) -> RemotingCommand:
+        body = body_of(["A", "B"], mapped_at=1_700_000_000_000 + stamp * 30_011)
+        ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+               "brokerId": "0", "enableActingMaster": "false", "bodyCrc32": str(crc32_masked(body) ^ crc_flip)}
+        frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=479).encode()
+        return RemotingCommand.decode(server.send(connection, frame)[4:])
+    first = register(0, 7)
+    for stamp, opaque in ((1, 8), (2, 123_456), (3, 9)):
+        answer = register(stamp, opaque)
+        assert (answer.code, answer.opaque, answer.ext, answer.body) == (0, opaque, first.ext, first.body)
+    assert handled == [7]
+    refused = register(4, 10, crc_flip=1)
+    assert (refused.code, refused.remark, handled) == (1, "crc32 not match", [7, 10])

@@ -10,7 +10,13 @@ less often.  Three levels:
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
   decoding (``replies_from_memory``; a client's repeats at the start of a read, before the read is
   even cut into frames: ``replies_from_read``) while their topic's bodies are still kept, and only
-  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer).
+  when the request's bytes alone decide its answer (not when the ACL checks lookups by peer);
+- a broker's answer to the registration last applied in full (or renewed) on its connection,
+  kept around the opaque with the SHA-1 of the request's bytes but its opaque, bodyCrc32 and 5.x
+  mappingDataVersion stamp: the same registration again (a heartbeat), its CRC checked, renews the
+  broker by RouteInfoManager.renew's rule and is answered without decoding
+  (``renewal_from_memory``), as long as the answer shows what it showed.  As for a lookup answered
+  from memory, the dispatcher's observers do not hear it.
 
 One owner, one thing kept (an answer's bytes, dropped by the same subscriptions), met at three
 points of a request's way because each serves traffic the next cannot: a read of repeats only
@@ -30,7 +36,8 @@ subscribes itself to nothing:
   the cache holds nothing (``holds``), changes are not collected topic by topic, so a first
   registration of many topics on a fresh server collects nothing per topic.
 - KVConfigManager publishes each key put or deleted (``kv_changed``): an ORDER_TOPIC_CONFIG key
-  is a topic's orderTopicConf, so that topic's routes go.
+  is a topic's orderTopicConf, so that topic's routes go, and the kept registration answers (which
+  may carry the whole ORDER_TOPIC_CONFIG table).
 - NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
@@ -44,21 +51,29 @@ once by the composition root (service.py); no module holds one.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import struct
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
+from .remoting.crc import crc32_masked
 from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, RouteChange, RouteInfoManager
+from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
 
 #: kept answer frames per request up to the opaque's digits (clients that differ only after them)
 MAX_REPLIES_PER_HEAD = 8
+
+#: the largest registration answer kept for its broker's connection (keep_renewal): one without
+#: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
+MAX_RENEWAL_ANSWER = 1024
 
 
 
@@ -84,9 +99,34 @@ class Reply:
     prefix: bytes  #: the answer frame up to its opaque's digits
     rest: bytes  #: the answer frame after them
 
+@dataclass(frozen=True, slots=True)
+class KeptRenewal:
+    """A broker's answer to the registration it sent last on its connection, around its opaque:
+    served again to the same registration (``renewal_from_memory``)."""
+
+    digest: bytes  #: the request's ``_renewal_key``
+    renewal: Renewable  #: what RouteInfoManager.renew_again renews the broker with
+    head: bytes  #: the answer's header up to its opaque's digits
+    rest: bytes  #: the answer after them (its header's end, its body)
+    header_length: int  #: the answer header's length but the opaque's digits
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalKey:
+    """What tells a broker's registration from its last one (``_renewal_key``)."""
+
+    at: int  #: where the opaque's digits start
+    digits: int  #: how many
+    crc: int  #: its bodyCrc32 as sent (0: none, no check)
+    body: int  #: where its body starts
+    digest: bytes  #: SHA-1 of the rest
+
+
 _PREFIX = struct.Struct(">iI")
 _LENGTH = struct.Struct(">i")
 _OPAQUE_AT = len(OPAQUE_KEY)
+_CRC_KEY = b'"bodyCrc32":"'
+_DIGITS = re.compile(rb"\d+")
 _MAX_INT32 = b"2147483647"
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
@@ -109,6 +149,8 @@ class AnswerCache:
         self.replies: dict[bytes, list[Reply]] = {}
         #: JSON header templates of this server's clients (the dispatcher decodes through them)
         self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
+        #: each broker connection's answer to the registration it sent last (``keep_renewal``)
+        self.renewals: dict[Channel, KeptRenewal] = {}
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:
@@ -121,7 +163,7 @@ class AnswerCache:
         smaller of the change's topics and the routes kept, plus one walk of the kept routes when
         groups changed or left."""
         if change.everything:
-            self.clear()
+            self._clear_answers()  # (not the kept registration answers: renew_again reads the tables)
             return
         routes = self.routes
         if change.topics:  # registrations change topics by the thousand
@@ -143,6 +185,7 @@ class AnswerCache:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
+            self.renewals.clear()
 
     def _drop_topic(self, topic: str) -> None:
         """The topic's routes, and the topic list (it may have come or gone)."""
@@ -156,7 +199,13 @@ class AnswerCache:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
 
     def clear(self) -> None:
-        """Everything may answer differently (tables replaced, a switch changed)."""
+        """Everything may answer differently (a switch changed, or a limit a registration was
+        checked under: the kept registration answers go too)."""
+        self._clear_answers()
+        self.renewals.clear()
+
+    def _clear_answers(self) -> None:
+        """Every kept route and table (the tables were replaced)."""
         for answers in self.routes.values():
             answers.stale = True
         self.routes.clear()
@@ -216,6 +265,52 @@ class AnswerCache:
         kept = self.replies.setdefault(frame[:at], [])
         kept[:] = [k for k in kept if k.after != after][:MAX_REPLIES_PER_HEAD - 1]
         kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
+
+    # -- a broker's registration sent again -------------------------------------------------------
+    def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable) -> None:
+        """Keep ``encoded``, the answer to the plain JSON registration ``frame`` (its opaque
+        ``opaque``) on ``channel``, to answer the same registration again there
+        (``renewal_from_memory``); the request is kept as a SHA-1 (``_renewal_key``), so a broker's
+        table costs 20 bytes, not its size.  The channel's answer kept before goes (a frame not
+        read so, or an answer past MAX_RENEWAL_ANSWER: nothing is kept)."""
+        kept = self.renewals.pop(channel, None)
+        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+            return
+        key = _renewal_key(frame)
+        digits = str(opaque).encode()
+        header_length = _LENGTH.unpack_from(encoded, 4)[0] & 0xFFFFFF
+        split = encoded.find(OPAQUE_KEY + digits, 8, 8 + header_length) + _OPAQUE_AT
+        if (key is None or frame[key.at:key.at + key.digits] != digits or split < _OPAQUE_AT
+                or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
+            return  # not as renewal_from_memory reads it: decoded every time
+        head, rest = encoded[8:split], encoded[split + len(digits):]
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits))
+
+    def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
+        """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept
+        for that channel (``keep_renewal``) but for its opaque, its bodyCrc32 and a 5.x body's
+        mappingDataVersion (``_renewal_key``), its CRC as it says (else the usual way answers the
+        mismatch), and RouteInfoManager.renew_again renews the broker with the answer showing what
+        it showed: the kept answer with the request's opaque spliced in.  None (the frame goes the
+        usual way) otherwise; a kept answer that no longer renews is dropped."""
+        kept = self.renewals.get(channel)
+        if kept is None:
+            return None
+        key = _renewal_key(frame)
+        if key is None or key.digest != kept.digest or (key.crc and crc32_masked(memoryview(frame)[key.body:])
+                                                        != key.crc):
+            return None
+        if not self._routes.renew_again(kept.renewal, channel):
+            del self.renewals[channel]
+            return None
+        digits = frame[key.at:key.at + key.digits]
+        header_length = kept.header_length + len(digits)
+        return b"".join((_PREFIX.pack(4 + len(kept.head) + len(digits) + len(kept.rest),
+                                      (SerializeType.JSON << 24) | header_length), kept.head, digits, kept.rest))
+
+    def forget_channel(self, channel: Channel) -> None:
+        """The connection closed: its kept registration answer goes with it."""
+        self.renewals.pop(channel, None)
 
     def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
@@ -325,6 +420,44 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
     block = b"".join(frames[index:index + n])
     record = len(frames[index])
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
+
+
+def _renewal_key(frame: bytes) -> RenewalKey | None:
+    """A plain JSON registration frame (its length prefix stripped) read for what tells it from
+    its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
+    differ between two registrations the routes apply alike: the opaque (every request's own),
+    bodyCrc32 (checked against the body instead) and a 5.x body's mappingDataVersion (a new
+    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); each
+    stretch's length is hashed with it.  None when it cannot be read so (not JSON, a key twice,
+    digits Java would read otherwise): it is then decoded."""
+    end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
+    if frame[0] != SerializeType.JSON or end > len(frame):
+        return None
+    at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
+    digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
+    if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
+        return None
+    skipped = [(at, digits.end())]
+    crc = 0
+    at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
+    if at_crc >= len(_CRC_KEY):
+        close = frame.find(b'"', at_crc, end)
+        if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
+            return None
+        crc = int(frame[at_crc:close])
+        skipped.append((at_crc, close))
+    view = memoryview(frame)
+    mapping = mapping_version_span(view[end:])
+    if mapping is not None:
+        skipped.append((end + mapping[0], end + mapping[1]))
+    digest = hashlib.sha1()
+    start = 4  # (the header's length: the stretches' lengths say it)
+    for first, last in sorted(skipped):
+        digest.update(b"%d " % (first - start))
+        digest.update(view[start:first])
+        start = last
+    digest.update(view[start:])
+    return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest())
 
 
 def _valid_digits(digits: bytes) -> bool:

@@ -60,7 +60,11 @@ def on_monotonic_time(reactor: Any) -> WallClockReactor:
         return reactor
     if reactor.seconds is not time.monotonic:
         shift = time.monotonic() - reactor.seconds()
-        for call in reactor.getDelayedCalls():  # the same shift for all: the reactor's heap stays in order
+        # every call in the reactor's heap moves, the cancelled ones too (getDelayedCalls leaves them
+        # out): one left at a wall-clock time above moved ones would break the heap, and the calls
+        # under it would not run; the same shift for all keeps it in order (a task.Clock has a list)
+        held = [*getattr(reactor, "_pendingTimedCalls", ()), *getattr(reactor, "_newTimedCalls", ())]
+        for call in held or reactor.getDelayedCalls():
             call.time += shift
             call.seconds = time.monotonic
         reactor.seconds = time.monotonic

@@ -46,7 +46,7 @@ from .answer_cache import NO_LIMIT
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
-from .remoting import RemotingCommand, RemotingDecodeError, ResponseCode
+from .remoting import RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode, SerializeType
 from .remoting.command import peek_code
 from .remoting.values import BadRequest
 from .state.routes import Channel
@@ -138,7 +138,12 @@ class _NoAnswersKept:
     """The answer cache of a listener that keeps none (the controller's): its headers parsed each time."""
 
     replies: dict[bytes, bytes] = {}
+    renewals: dict[Channel, object] = {}
     headers = None
+
+    @staticmethod
+    def forget_channel(channel: Channel) -> None:
+        pass
 
 
 class AnswerNotEncodable(Exception):
@@ -207,6 +212,15 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
+            if answers.renewals and not big and peer.channel in answers.renewals:
+                encoded = answers.renewal_from_memory(frame, peer.channel)
+                if encoded is not None:  # a broker's heartbeat: its registration again, renewed
+                    out.append(encoded)
+                    used += len(encoded)
+                    if counted:
+                        self.metrics.answered(RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS,
+                                              perf_counter() - begun)
+                    continue
             if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
@@ -413,9 +427,21 @@ class Dispatcher:
             reusable = not self.table.checks_peer(self.state, request.code)
             self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
                                     answer.variant)
+        elif answer.renewal is not None and self._renews_from_memory(frame, request, response, peer):
+            self.answers.keep_renewal(frame, peer.channel, request.opaque, encoded, answer.renewal)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded
+
+    def _renews_from_memory(self, frame: bytes, request: RemotingCommand, response: RemotingCommand,
+                            peer: Peer) -> bool:
+        """Whether the answer to a registration the same bytes renew again is kept for them
+        (AnswerCache.keep_renewal): a small plain JSON one answered SUCCESS in JSON, on a
+        connection, when its bytes alone let it in (not when the ACL checks it by peer)."""
+        return (response.code == ResponseCode.SUCCESS and request.code == RequestCode.REGISTER_BROKER
+                and peer.channel is not None and len(frame) < self.step_from
+                and request.serialize_type == SerializeType.JSON and response.serialize_type == SerializeType.JSON
+                and not request.is_oneway and not self.table.checks_peer(self.state, request.code))
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
         seconds = perf_counter() - begun
@@ -457,6 +483,7 @@ class Dispatcher:
         With ``call_later``, at the reactor's next turn, together with every channel closed in this
         one: when a rack loses its network, the groups it empties leave the topic table in one scan
         rather than one scan each, so lookups wait for one scan. Without it (tests), at once."""
+        self.answers.forget_channel(channel)
         if self._call_later is None:
             self.table.closed(self.state, {channel: reason})
             return

@@ -31,4 +31,8 @@ class HousekeepingService(ClockedTimerService):
 def log_route_event(kind: str, info: dict) -> None:
     """Every broker registered, changed, expired, closed, idle or unregistered, with its reason."""
     details = " ".join(f"{k}={v}" for k, v in info.items())
-    log.info("broker {route_event}: {details}", details=details, route_event=kind, route_info=info)
+    # the message made here, its braces doubled for the format: one line per registration, and
+    # Twisted's formatting of two fields took twice the time of the text as it is (a 5,000-broker
+    # registration's every line); the fields stay the event's, for JSON lines
+    text = f"broker {kind}: {details}".replace("{", "{{").replace("}", "}}")
+    log.info(text, details=details, route_event=kind, route_info=info)

@@ -42,7 +42,16 @@ from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
-from .state.routes import BROKER, TOPIC, Channel, RegisterBrokerResult, RouteData, has_unit_flag, has_unit_sub_flag
+from .state.routes import (
+    BROKER,
+    TOPIC,
+    Channel,
+    RegisterBrokerResult,
+    Renewable,
+    RouteData,
+    has_unit_flag,
+    has_unit_sub_flag,
+)
 from .state.store import StoreError
 from .steps import Steps, run_steps
 
@@ -62,10 +71,12 @@ class Answer:
     topic: str | None = None
     variant: Hashable = None
     handled: bool = True
+    #: a registration the broker's same bytes may renew again (AnswerCache.keep_renewal)
+    renewal: Renewable | None = None
 
 
 Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer]
-SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand]]
+SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand | Answer]]
 
 
 # -- helpers shared by the handlers ------------------------------------------------------------
@@ -149,7 +160,8 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer:
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
 
-def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: Peer) -> Steps[RemotingCommand]:
+def register_broker_steps(state: NamesrvState, request: RemotingCommand,
+                          peer: Peer) -> Steps[RemotingCommand | Answer]:
     """REGISTER_BROKER. A broker's whole table is checked, decoded, compared with the queues and
     its new entries staged in steps (a big one takes tens of milliseconds), giving a plan
     (state/registration.py) that RouteInfoManager.apply_registration applies in the last step, as
@@ -172,7 +184,7 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
                                                 split)
         renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
-            return registration_answer(state, request, renewed)
+            return renewable_answer(state, request, header, digest, renewed)
     broker_id = java_long(header.brokerIdText, "brokerId")
     names = header.names
     if names is None:
@@ -210,7 +222,18 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand, peer: P
         return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
-    return registration_answer(state, request, result)
+    return renewable_answer(state, request, header, digest, result)
+
+
+def renewable_answer(state: NamesrvState, request: RemotingCommand, header: RegisterBrokerHeader,
+                     digest: bytes | None, result: RegisterBrokerResult) -> Answer:
+    """A registration applied in full or renewed: its answer, with what renews the broker when the
+    same bytes come again on its connection (the answer cache keeps it: ``Renewable``)."""
+    answer = Answer(registration_answer(state, request, result))
+    if digest is not None and header.names is not None and header.brokerId is not None:
+        answer.renewal = Renewable(header.names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
+                                   (result.haServerAddr, result.masterAddr))
+    return answer
 
 
 def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:

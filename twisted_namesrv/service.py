@@ -148,7 +148,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
-    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, seconds)
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady_seconds(clock))  # counts: no clock step
     return Owners(state, seen, fds)
 
 

@@ -44,7 +44,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("capture_cut", "one_way_capture", "bad_input", "server_unread", "broker_connection_closed", "crc_failure",
+KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
+         "broker_connection_closed", "crc_failure",
          "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
@@ -132,7 +133,11 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
     rows = []
     for file in files:
         fact = read.files.get(file.path) or inputs.FileFacts()
+        step = inputs.clock_step_back(fact.spans)
         rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
+                     "clock_step_back_s": None if step is None else round(step[0], 6),
+                     "clock_stepped_at": None if step is None else _iso(step[1]),
+                     "clock_stepped_to": None if step is None else _iso(step[2]),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
                      "problem": fact.problem or (None if fact.records else inputs.EMPTY),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
@@ -313,6 +318,15 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
     per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
     each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
     its connections spoke instead, TLS or HTTP, per server)."""
+    for f in files:
+        if f.get("clock_step_back_s"):
+            yield _finding("clock_stepped_back", WARNING, f"{f['path']}: its packets' times step back "
+                           f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
+                           f"the clock that stamped them was stepped back (NTP, a VM restored from a snapshot), or "
+                           f"files were joined out of order (mergecap -a); what was captured after the step is "
+                           f"placed before what came earlier, so the report's story across it is out of order",
+                           path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
+                           to=f["clock_stepped_to"])
     cut = [f for f in files if f.get("cut_records")]
     frames = counts.get("cut_frames", 0)
     for f in cut:
@@ -376,8 +390,21 @@ def cut_headline(found: list[Item]) -> str | None:
             f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read")
 
 
+def step_headline(found: list[Item]) -> str | None:
+    """The headline's first words for a capture whose clock stepped back: the story across the
+    step is out of order, whatever the findings after say."""
+    steps = [item for item in found if item["kind"] == "clock_stepped_back"]
+    if not steps:
+        return None
+    largest = max(steps, key=lambda item: item["seconds"])
+    return (f"packet times step back {largest['seconds']:,.0f} s at {largest['at']}"
+            f"{f' (and in {len(steps) - 1} more file(s))' if len(steps) > 1 else ''}: the story across it is out "
+            f"of order")
+
+
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
@@ -427,7 +454,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside;
     the line leads with what the capture could not show (no NameServer in it, packets a snap
-    length cut)."""
+    length cut, a clock stepped back)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
@@ -435,7 +462,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     leads = [NO_NAMESERVER_FOUND] if not nameservers else []
-    leads += filter(None, [cut_headline(found)])
+    leads += filter(None, [cut_headline(found), step_headline(found)])
     headline = _headline(problems)
     line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
     return {"attention": line, "findings": problems}

@@ -20,6 +20,7 @@ PLOTTED_BROKERS in the report's order, which include all it has of the brokers p
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,14 +178,22 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
     refused: list[dict[str, Any]] = []
     crc_failures: list[float] = []
     bins: dict[int, list[Any]] = {}
+    starts, period, since, until = time_bins.starts, 0, math.inf, -math.inf  # [since, until): period's times
+    of_in, alive = time_bins.of_in, walk.alive
     for event in events:
-        t = event["t"]
-        if event["code"] == CONNECTION_CLOSED:
+        t, code = event["t"], event["code"]
+        if code == CONNECTION_CLOSED:
             walk.previous_alive = None
             continue
-        period = time_bins.period_of(t)
-        cell = bins.setdefault(time_bins.of_in(period, t), [0, None])
-        if event["code"] == RequestCode.REGISTER_BROKER:
+        if not since <= t < until:  # a period's events follow each other: searched once per period
+            period = time_bins.period_of(t)
+            since = starts[period] if period else -math.inf
+            until = starts[period + 1] if period + 1 < len(starts) else math.inf
+        index = of_in(period, t)
+        cell = bins.get(index)
+        if cell is None:
+            cell = bins[index] = [0, None]
+        if code == RequestCode.REGISTER_BROKER:
             if event["crc_ok"] is False:
                 crc_failures.append(t)
             if event["response_code"]:
@@ -195,11 +204,11 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
                 at = bisect.bisect_right(changes, t) - 1
                 if at >= 0:
                     cell[1] = max(cell[1] or 0, topics[at][1])
-        elif event["code"] == RequestCode.UNREGISTER_BROKER:
+        elif code == RequestCode.UNREGISTER_BROKER:
             walk.previous_alive = None
         if event["alive"]:
             cell[0] += 1
-            walk.alive(t, period)
+            alive(t, period)
     return walk, registered, refused, crc_failures, bins
 
 

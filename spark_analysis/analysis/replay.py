@@ -26,8 +26,10 @@ Pure Python: the liveness tasks run it per server endpoint (spark/liveness_stage
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header
@@ -52,6 +54,8 @@ _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: the server's idle handler fires on the last byte, the replay counts from the last heartbeat:
 #: a close by the server this close to the idle time is that close
 _IDLE_SLACK_S = 1.0
+_since = itemgetter(0)  # of a topic's timeline entry
+_last_alive = attrgetter("last_alive")
 
 
 @dataclass
@@ -156,12 +160,14 @@ class Bodies:
         (state/registration.registration_digest); None where its body was not captured (what it
         was is unknown: never renewed)."""
         ext, key, version = event["ext"], event["body_key"], event["version"] or 0
-        raw = self.raw(event)
-        if ext is None or raw is None:
+        if ext is None:
             return None
-        last = self._digests.get(id(ext))
-        if last is not None and last[:3] == (key, version, revision):
+        last = self._digests.get(id(ext))  # only ever of a body kept (a key that is None never matches)
+        if last is not None and last[0] == key and last[1] == version and last[2] == revision:
             return last[3]
+        raw = self.raw(event)
+        if raw is None:
+            return None
         digest = run_steps(registration_digest(revision, version, ext, raw))
         self._digests[id(ext)] = (key, version, revision, digest)
         return digest
@@ -201,8 +207,10 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
     by_session: dict[float, list[dict[str, Any]]] = {}
     bodies = Bodies()
     for event in events:
-        bodies.keep(event)
-        by_session.setdefault(sessions.start_of(server, event["t"]), []).append(event)
+        if event["body"] is not None:
+            bodies.keep(event)
+    for start, first, after in sessions.runs_of(server, [event["t"] for event in events]):
+        by_session.setdefault(start, []).extend(events[first:after])
     replay = Replay()
     held_before: dict[str, float] = {}  # topic -> when an earlier session of this server last held it
     for start, found in sorted(by_session.items()):
@@ -247,6 +255,11 @@ class _SessionReplay:
         self.ever_held: dict[str, float] = {}  # topic -> when it was last seen held
         self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
         self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
+        #: the failed lookups, judged once the session is replayed (``judge_lookups``): they change
+        #: nothing in the tables, so they need not wait in the stream of events that do
+        self.asked: list[dict[str, Any]] = []
+        #: topic -> (from when, held in topicQueueTable, why it last left) at each change of either
+        self._timeline: dict[str, list[tuple[float, bool, tuple[str, Any] | None]]] = {}
         self._uncounted = False  # a stay opened or changed its id since the last count
         #: at most the earliest last_alive of the open stays (it only grows, and a stay opens at its
         #: latest), so the idle close looks at them only when one may be silent past the idle time
@@ -260,12 +273,19 @@ class _SessionReplay:
 
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
-            self.scan_until(event["t"])
-            self.now = event["t"]
+            t = event["t"]
+            if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                self.asked.append(event)  # judged against the tables at its time, after the run
+                continue
+            if t >= self.next_scan or t - self._idle_from > self.idle_s:  # else scan_until has nothing to do
+                self.scan_until(t)
+            self.now = t
             self.apply(event)
-            self.note_topics(event["t"])
+            if self._changed_groups or self._uncounted:  # else note_topics has nothing to note
+                self.note_topics(t)
         self.scan_until(end)
         self.note_topics(end)
+        self.judge_lookups()
         for stay in list(self.open.values()):
             if stopped:
                 stay.finish(SERVER_STOPPED, end)
@@ -285,6 +305,7 @@ class _SessionReplay:
         touched = [topic for name in change.left for topic in self._topics_of.get(name, ())]
         for topic in table if change.everything else [*change.topics, *touched]:
             queues = table.get(topic)
+            self._mark(topic, queues is not None)
             if queues is not None:
                 self.first_held.setdefault(topic, self.now)
             groups = frozenset(queues or ())
@@ -301,11 +322,20 @@ class _SessionReplay:
             else:
                 del self._groups_of[topic]
 
+    def _mark(self, topic: str, held: bool) -> None:
+        """The topic's state from now on, for the lookups judged after the run: held or not, and
+        why it last left (an entry only where either changed)."""
+        line = self._timeline.setdefault(topic, [])
+        state = (self.now, held, self.gone.get(topic))
+        if not line or line[-1][1:] != state[1:]:
+            line.append(state)
+
     def _lost(self, kind: str, info: dict[str, Any], topics: list[str]) -> None:
         """A departure took these topics out of the tables (no group serves them any more)."""
         stay = self.latest.get(str(info.get("addr")))
         for topic in topics:
             self.gone[topic] = (DEPARTED, stay)
+            self._mark(topic, False)
             self.ever_held[topic] = self.now
 
     def note_topics(self, t: float) -> None:
@@ -337,26 +367,46 @@ class _SessionReplay:
     # -- housekeeping -----------------------------------------------------------------------------
     def scan_until(self, t: float) -> None:
         """The server's idle close (a channel silent serverChannelMaxIdleTimeSeconds is closed:
-        Netty's idle handler) and its housekeeping scan at each tick, up to ``t``."""
-        if t - self._idle_from > self.idle_s:  # else no open stay can have been silent that long
-            self._idle_from = min((s.last_alive for s in self.open.values()), default=t)
-            for stay in [s for s in self.open.values() if t - s.last_alive > self.idle_s]:
-                self.now = stay.last_alive + self.idle_s
+        Netty's idle handler) and its housekeeping scan at each tick, up to ``t``, in time order:
+        a broker whose own heartbeat timeout is shorter than the idle time is the scan's before
+        the idle close's, however long the capture holds no broker event (a close due at a tick
+        goes first)."""
+        while True:
+            close = self._idle_due(t)
+            if self.next_scan <= t and (close is None or self.next_scan < close[0]):
+                self._scan()
+            elif close is not None:
+                when, stay = close
+                self.now = when
                 self.manager.on_channel_destroy(stay.broker_addr, f"idle: silent {self.idle_s:g} s")
                 self.open.pop(stay.broker_addr)
-                stay.finish(EXPIRED, self.now, self.idle_s)
-        while self.next_scan <= t:
-            self.now = self.next_scan
-            live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
-            expired = self.manager.scan_not_active_broker()
-            timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
-            for channel in expired:
-                scanned = self.open.get(str(channel))
-                if scanned is not None:  # the moment the timeout passed, not the tick that saw it
-                    del self.open[scanned.broker_addr]
-                    timeout = timeouts.get(channel, self.idle_s)
-                    scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
-            self.next_scan += self.scan_every
+                stay.finish(EXPIRED, when, self.idle_s)
+            else:
+                return
+
+    def _idle_due(self, t: float) -> tuple[float, Stay] | None:
+        """(when, stay) of the open stay silent longest, where by ``t`` it was silent past the idle time."""
+        if t - self._idle_from <= self.idle_s:  # no open stay can have been silent that long
+            return None
+        stay = min(self.open.values(), key=_last_alive, default=None)
+        if stay is None or t - stay.last_alive <= self.idle_s:
+            self._idle_from = t if stay is None else stay.last_alive
+            return None
+        return stay.last_alive + self.idle_s, stay
+
+    def _scan(self) -> None:
+        """The housekeeping scan of the next tick."""
+        self.now = self.next_scan
+        live = list(self.manager.brokerLiveTable.values())  # the timeouts, of those the scan may remove
+        expired = self.manager.scan_not_active_broker()
+        timeouts = {info.channel: info.heartbeatTimeoutMillis / 1000 for info in live} if expired else {}
+        for channel in expired:
+            scanned = self.open.get(str(channel))
+            if scanned is not None:  # the moment the timeout passed, not the tick that saw it
+                del self.open[scanned.broker_addr]
+                timeout = timeouts.get(channel, self.idle_s)
+                scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
+        self.next_scan += self.scan_every
 
     # -- the requests -----------------------------------------------------------------------------
     def apply(self, event: dict[str, Any]) -> None:
@@ -380,8 +430,6 @@ class _SessionReplay:
                 stay.finish(UNREGISTERED, t)
         elif code == CONNECTION_CLOSED:
             self.closed(event)
-        elif code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-            self.lookup_failed(event)
         elif event["response_code"] in (0, None):
             self.administer(event)
 
@@ -396,10 +444,13 @@ class _SessionReplay:
             stay.events.append(event)
             return
         header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
-        table = self.bodies.decoded(event, header)
         digest = self.bodies.digest(event, self.config.revision)
+        table = None  # the whole table, read where the registration applies in full or opens a count
         if self.manager.renew_registration(header, addr, digest) is None:  # the server's rule, as its handler asks
+            table = self.bodies.decoded(event, header)
             self.manager.register_broker(self._request(event, header, table, digest))
+        elif stay is None or not stay.table_known:
+            table = self.bodies.decoded(event, header)
         if stay is None:
             stay = self.open[addr] = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t)
             self.stays.append(stay)
@@ -461,6 +512,7 @@ class _SessionReplay:
             self.manager.delete_topic(topic, event["cluster"])
             if held and topic not in self.manager.topicQueueTable:
                 self.gone[topic] = (DELETED, event)
+                self._mark(topic, False)
                 self.ever_held[topic] = t
             self.stories.append({"kind": "topic_deleted", "topic": topic, **common})
         elif code in (RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER):
@@ -471,17 +523,23 @@ class _SessionReplay:
                                  "broker_name": event["broker_name"], "topics": count,
                                  "topics_answered": event["topic_count"], **common})
 
-    def lookup_failed(self, event: dict[str, Any]) -> None:
-        """A lookup answered TOPIC_NOT_EXIST: why the topic had no route then, if the replay knows."""
-        topic = event["topic"]
-        cause = None if topic in self.manager.topicQueueTable else self.gone.get(topic)
-        key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
-        found = self.failed.get(key)
-        if found is None:
-            self.failed[key] = Lookup(topic, event["client"], 1, event["t"], event["t"], cause)
-        else:
-            found.count += 1
-            found.last = event["t"]
+    def judge_lookups(self) -> None:
+        """Each lookup answered TOPIC_NOT_EXIST: why the topic had no route at its time, if the
+        replay knows: none while the tables held it, else why it last left. What the tables held
+        at a time is what the run left them after every event captured by then, those of the
+        lookup's own time too, and the idle closes and scans due by then (each at its own time)."""
+        for event in self.asked:
+            topic, t = event["topic"], event["t"]
+            line = self._timeline.get(topic, [])
+            at = bisect.bisect_right(line, t, key=_since) - 1
+            cause = None if at < 0 or line[at][1] else line[at][2]
+            key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
+            found = self.failed.get(key)
+            if found is None:
+                self.failed[key] = Lookup(topic, event["client"], 1, t, t, cause)
+            else:
+                found.count += 1
+                found.last = t
 
     def lookups(self, held_before: dict[str, float], back_from: Outage | None) -> list[Lookup]:
         """The failed lookups; one with no cause of its own is tied to the restart this session

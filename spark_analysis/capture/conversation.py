@@ -14,23 +14,35 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from spark_analysis.capture.packets import tcp_segments
 from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
 from spark_analysis.capture.records import read_records
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
-from twisted_namesrv.remoting.codes import RequestCode, ResponseCode
-from twisted_namesrv.remoting.command import RESPONSE_FLAG
-from twisted_namesrv.remoting.frame import FramePart, Holes, frame_parts, frame_spans, split_header_word
-from twisted_namesrv.remoting.header import HeaderPrefix, HeaderTemplates, read_header_prefix
+from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
+from twisted_namesrv.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
+from twisted_namesrv.remoting.frame import (
+    HEADER_LENGTH_MASK,
+    FramePart,
+    Holes,
+    frame_parts,
+    frame_spans,
+    split_header_word,
+)
+from twisted_namesrv.remoting.header import Header, HeaderPrefix, HeaderTemplates, read_header_prefix
 
 _DATA = operator.attrgetter("data")  # of a Chunk
+_TS = operator.attrgetter("ts")
 REQUEST = "request"
 RESPONSE = "response"
 
 # A frame's first 8 bytes: a length below 16 MiB (top byte 0), then serialize type JSON or ROCKETMQ.
 _FRAME_CANDIDATE = re.compile(rb"(?=\x00...[\x00\x01])", re.DOTALL)
 _FRAME_PREFIX = struct.Struct(">iI")
+_WORD = struct.Struct(">I")  # a frame's header word: serialize type and header length
 # A frame in progress ends within the largest frame Java accepts: the next one starts before this.
 _RESYNC_WINDOW = DEFAULT_MAX_FRAME_LENGTH + 8
 # Any frame length a peer could send: a capture is cut as it was sent, the NameServer's limit aside.
@@ -41,20 +53,65 @@ _MAX_FRAME_LENGTH = 1 << 31
 _TEMPLATES = HeaderTemplates(1 << 16, keep_registrations=True)
 
 
-@dataclass
-class CapturedCommand:
-    """A decoded frame. Its raw bytes and ``command.body`` are views of the reassembled stream
-    (bodies are most of a capture: no copies); ``bytes()`` of them to keep or compare them."""
+class FrameKind:
+    """What frames alike say (their headers the same but for the opaque): the header's fields,
+    read once for all of them (a capture's frames are mostly a few hundred kinds: each client's
+    route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
+    (its opaque is the first frame's): never to be changed. ``row`` and ``broker``: memos of what
+    every FRAME row of the kind says alike and of the broker its extFields name, filled by decode/rows.py."""
 
-    ts: float
-    direction: str  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
-    command: RemotingCommand
-    raw: bytes | memoryview  # the frame as captured, without its length prefix
+    __slots__ = ("header", "serialize_type", "code", "flag", "is_response", "is_oneway", "ext", "row", "broker")
+
+    def __init__(self, header: Header, serialize_type: int) -> None:
+        self.header, self.serialize_type = header, serialize_type
+        self.code, self.flag = header.code, header.flag
+        self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
+        self.ext: dict[str, str | None] = header.ext_fields or {}
+        self.row: tuple[Any, ...] | None = None
+        self.broker: tuple[Any, ...] | None = None
+
+
+class CapturedCommand:
+    """A decoded frame: its kind (FrameKind) and opaque, and its raw bytes and body, views of the
+    reassembled stream (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
+    compare them). ``command``, the RemotingCommand, is made when first asked for: most frames'
+    rows need only what their kind says."""
+
+    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "body_len", "_command")
+
+    def __init__(self, ts: float, direction: str, command: RemotingCommand | None, raw: bytes | memoryview,
+                 kind: FrameKind | None = None, opaque: int = 0, body: bytes | memoryview | None = None) -> None:
+        self.ts = ts
+        self.direction = direction  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
+        self.raw = raw  # the frame as captured, without its length prefix
+        self._command = command
+        if command is not None:
+            kind, opaque, body = FrameKind(command.header, command.serialize_type), command.opaque, command.body
+        assert kind is not None
+        self.kind, self.opaque, self.body = kind, opaque, body
+        self.body_len = 0 if body is None else len(body)
+
+    @property
+    def command(self) -> RemotingCommand:
+        if self._command is None:
+            template = self.kind.header
+            self._command = RemotingCommand(Header(
+                template.code, template.language, template.version, self.opaque, template.flag, template.remark,
+                None if template.ext_fields is None else dict(template.ext_fields), template.json_layout),
+                self.body, self.kind.serialize_type)
+        return self._command
+
+    @property
+    def code(self) -> int:
+        return self.kind.code
 
     @property
     def frame(self) -> bytes:
         """The whole frame as captured, length prefix included."""
         return len(self.raw).to_bytes(4, "big") + bytes(self.raw)
+
+    def __repr__(self) -> str:
+        return f"CapturedCommand({self.ts!r}, {self.direction!r}, {self.command!r})"
 
 
 @dataclass
@@ -102,14 +159,16 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-#: a frame's bytes (a view of its run where possible) and when its last byte arrived
-TimedFrame = tuple[float, bytes | memoryview]
+#: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
+#: (``[start:end]`` of it, without the length prefix)
+TimedFrame = tuple[float, bytes | memoryview, int, int]
 
 
 def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
                  ) -> tuple[list[TimedFrame], bytes, float | None]:
     """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
-    frame's ts is when its last byte arrived. Frames are views of ``data``: no copy.
+    frame's ts is when its last byte arrived (the chunk each ends in, found for all at once).
+    Frames are places in a view of ``data``: no copy.
 
     Returns (frames, the bytes after the last whole frame - a frame that does not decode or
     never completed -, and the ts they arrived at). If the codec refuses a frame, the chunks are
@@ -119,12 +178,11 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
         spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
     except RemotingDecodeError:
         return _timed_frames_by_chunk(_skip(chunks, start))
-    ends = list(itertools.accumulate(map(len, map(_DATA, chunks))))  # where each chunk's bytes end in ``data``
-    timed: list[TimedFrame] = []
-    index = 0
-    for frame_start_, frame_end in spans:  # a frame's last byte came with the first chunk ending at or after it
-        index = bisect.bisect_left(ends, frame_end, index)
-        timed.append((chunks[index].ts, view[frame_start_:frame_end]))
+    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))  # of chunks in ``data``
+    starts, stops = zip(*spans, strict=True) if spans else ((), ())
+    # a frame's last byte came with the first chunk ending at or after it
+    arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
+    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops))
     rest = data[used:]
     return timed, rest, chunks[-1].ts if rest else None
 
@@ -136,15 +194,44 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame) for frame in decoder.feed(bytes(chunk.data)))  # rare: a refused frame
+            frames.extend((chunk.ts, frame, 0, len(frame)) for frame in decoder.feed(bytes(chunk.data)))  # rare
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
+#: the kinds of the JSON headers decoded, by their template (kept while _TEMPLATES keeps it)
+_KINDS: dict[int, FrameKind] = {}
+
+
 def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+    """A frame (without its length prefix) as the server's codec reads it (_decode_at)."""
+    return _decode_at(ts, frame, 0, len(frame), direction)
+
+
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str) -> CapturedCommand:
+    """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
+    (RemotingCommand.decode, refusing what it refuses), a JSON header through its template's kind,
+    made once; its bytes and body stay views where ``source`` is one."""
+    if end - start < 4:
+        raise RemotingDecodeError(f"decode error, frame of {end - start} bytes")
+    word = _WORD.unpack_from(source, start)[0]
+    serialize_type, header_end = word >> 24, start + 4 + (word & HEADER_LENGTH_MASK)
+    found = None
+    if header_end <= end and serialize_type == SerializeType.JSON:
+        found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
+    if found is None:
+        frame = source[start:end]
+        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+    template, opaque = found
+    kind = _KINDS.get(id(template))
+    if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
+        kind = _KINDS[id(template)] = FrameKind(template, SerializeType.JSON)
+        if len(_KINDS) > 2 * _TEMPLATES.size:
+            _KINDS.clear()
+    return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
+                           source[header_end:end] if header_end < end else None)
 
 
 def conversation_of(connection: Connection) -> Conversation:
@@ -164,8 +251,8 @@ def conversation_of(connection: Connection) -> Conversation:
                 _decode_cut_run(conversation, direction, run, holes, index == len(runs) - 1, resynchronise)
             else:
                 _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
-    conversation.commands.sort(key=lambda c: c.ts)
-    conversation.cut.sort(key=lambda c: c.ts)
+    conversation.commands.sort(key=_TS)
+    conversation.cut.sort(key=_TS)
     return conversation
 
 
@@ -301,11 +388,13 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
         conversation.lost_bytes += found
         start = found
     frames, rest, rest_ts = timed_frames(run, data, start)
-    for ts, frame in frames:
+    append = conversation.commands.append
+    for ts, source, frame_start_, frame_end in frames:
         try:
-            conversation.commands.append(_decode(ts, frame, direction))
+            append(_decode_at(ts, source, frame_start_, frame_end, direction))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
+                frame = source[frame_start_:frame_end]
                 conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
     if not rest:
         return

@@ -457,7 +457,7 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
                         last=float(records.ts.max()), link_type=int(records.linktype[0]),
                         cut_records=int(cut.sum()),
                         uncaptured_bytes=int((records.orig_len[cut] - records.length[cut]).sum()),
-                        cut_at=int(records.length[cut].max()) if cut.any() else 0)
+                        cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(time_span(records),))
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
@@ -479,6 +479,42 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
                     payload)
 
 
+#: timestamps going back by more than this within a file are a clock stepped back (or files joined
+#: out of order), not the reordering of packets captured on several CPUs or interfaces
+STEP_BACK_TOLERANCE_S = 5.0
+
+
+class TimeSpan(NamedTuple):
+    """One byte range's records in time: where its first record starts in the file, its first and
+    latest timestamps, and its largest step back (how far, and the time it stepped back to)."""
+
+    offset: int
+    first: float
+    latest: float
+    back: float
+    back_to: float
+
+
+def time_span(records: RecordIndex) -> TimeSpan:
+    latest = np.maximum.accumulate(records.ts)
+    back = latest - records.ts
+    at = int(back.argmax())
+    return TimeSpan(int(records.start[0]), float(records.ts[0]), float(latest[-1]), float(back[at]),
+                    float(records.ts[at]))
+
+
+def clock_step_back(spans: Iterable[TimeSpan]) -> tuple[float, float, float] | None:
+    """A file's largest step back in time, in capture order across its byte ranges: (seconds, the
+    latest time before it, the time it stepped back to), or None within STEP_BACK_TOLERANCE_S."""
+    found, latest = None, -np.inf
+    for span in sorted(spans):
+        for back, to in ((latest - span.first, span.first), (span.back, span.back_to)):
+            if back > STEP_BACK_TOLERANCE_S and (found is None or back > found[0]):
+                found = (float(back), float(to + back), float(to))
+        latest = max(latest, span.latest)
+    return found
+
+
 class FileFacts(NamedTuple):
     """What the reading tasks found in one input file (its byte ranges' findings merged)."""
 
@@ -497,6 +533,8 @@ class FileFacts(NamedTuple):
     compression: str | None = None
     #: why a file is NOT_INFLATED (the error and where)
     reason: str | None = None
+    #: each byte range's records in time (clock_step_back reads them)
+    spans: tuple[TimeSpan, ...] = ()
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -520,7 +558,8 @@ class ReadTally:
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
-                  compression: str | None = None, reason: str | None = None) -> None:
+                  compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = ()
+                  ) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
@@ -529,7 +568,7 @@ class ReadTally:
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
             old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression,
-            old.reason or reason)
+            old.reason or reason, old.spans + spans)
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:

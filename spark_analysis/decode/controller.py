@@ -69,7 +69,7 @@ class Undecodable(ValueError):
 
 
 def is_controller_connection(requests: Iterable[CapturedCommand]) -> bool:
-    return any(r.command.code in ASKED or r.command.code == NOTICE for r in requests)
+    return any(r.code in ASKED or r.code == NOTICE for r in requests)
 
 
 def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[CapturedCommand, CapturedCommand | None]],
@@ -81,9 +81,9 @@ def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[Capt
     heartbeats: dict[tuple[Any, ...], list[float]] = {}
     conn_id_key = f"{connection.client}@{connection.opened_ts:.6f}"
     for request, answer in pairs:
-        command = request.command
-        if command.code not in ASKED and command.code not in (HEARTBEAT, NOTICE):
+        if request.code not in ASKED and request.code not in (HEARTBEAT, NOTICE):
             continue
+        command = request.command
         try:
             facts = list(_facts(request, answer))
         except (Undecodable, ValueError) as exc:

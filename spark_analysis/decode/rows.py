@@ -8,9 +8,13 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+import pyarrow as pa
 
 from spark_analysis.capture.conversation import (
     REQUEST,
@@ -18,6 +22,7 @@ from spark_analysis.capture.conversation import (
     CapturedCommand,
     Conversation,
     CutFrame,
+    FrameKind,
     conversation_of,
     foreign_protocol,
 )
@@ -33,7 +38,7 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.schema import EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
@@ -88,6 +93,14 @@ def shared_ext(ext: dict[str, str | None]) -> dict[str, str | None]:
     return _broker_header(tuple(ext.items()))[0]
 
 
+def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
+    """shared_ext and broker_header of a kind of frame's extFields, kept on the kind (a broker's
+    registrations and heartbeats alike are one kind: their fields not even hashed again)."""
+    if kind.broker is None:
+        kind.broker = _broker_header(tuple(kind.ext.items()))
+    return kind.broker
+
+
 @lru_cache(maxsize=4096)
 def _broker_header(items: tuple[tuple[str, str | None], ...]) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
     ext = dict(items)
@@ -124,11 +137,13 @@ class BodySummary(NamedTuple):
     key: bytes | None = None  # the body's digest: what the replay keeps it by (EVENT_ROWS ``body_key``)
 
 
-def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
-    """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order."""
+def piece_rows(pieces: Iterable[Piece], servers: Servers = DEFAULT_SERVERS, blocks: bool = False
+               ) -> Iterator[tuple[str, Any]]:
+    """Tagged rows of one 4-tuple from the pieces that reading tasks made, merged in capture order
+    (``blocks``: each connection's FRAME rows as one FrameBlock, conversation_rows)."""
     table = connection_table(pieces)
     for connection in reassemble_table(table, servers):
-        yield from conversation_rows(conversation_of(connection))
+        yield from conversation_rows(conversation_of(connection), blocks)
 
 
 def split_rows(splits: Iterable[Split], servers: Servers | int = DEFAULT_SERVERS) -> Iterator[tuple[str, Row]]:
@@ -155,34 +170,36 @@ def connection_id(connection: Connection) -> str:
     return f"{connection.client}>{connection.server}@{connection.opened_ts:.6f}"
 
 
-def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
+def conversation_rows(conversation: Conversation, blocks: bool = False) -> Iterator[tuple[str, Any]]:
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
     request naming a broker, on a connection to a controller its CONTROLLER rows and notes, one
-    CONNECTION row."""
+    CONNECTION row. ``blocks``: the FRAME rows as one (FRAMES, FrameBlock) instead, which
+    frame_array makes columns of (what the decoding tasks write)."""
     connection = conversation.connection
     conn_id = connection_id(connection)
     requests: list[CapturedCommand] = []
     answers: list[CapturedCommand | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}  # (side that asked, opaque) -> indexes in requests
     orphans: list[CapturedCommand] = []  # answers to no captured request
+    frames = FrameBlock(conn_id, connection.client, connection.server)
     if conversation.cut:
-        yield from cut_conversation_rows(conversation, conn_id)
+        yield from cut_conversation_rows(conversation, conn_id, frames, blocks)
         return
+    frames.add_all(conversation.commands)
     for captured in conversation.commands:
-        yield FRAME, frame_row(conn_id, connection, captured)
-        command = captured.command
-        if command.is_response:
+        if captured.kind.is_response:
             asker = REQUEST if captured.direction == RESPONSE else RESPONSE
-            queue = waiting.get((asker, command.opaque))
+            queue = waiting.get((asker, captured.opaque))
             if queue:  # an opaque reused before its answer came: answers come in order
                 answers[queue.pop(0)] = captured
             else:
                 orphans.append(captured)
         else:
-            waiting.setdefault((captured.direction, command.opaque), []).append(len(requests))
+            waiting.setdefault((captured.direction, captured.opaque), []).append(len(requests))
             requests.append(captured)
             answers.append(None)
+    yield from _frames(frames, blocks)
     bodies = _BodyCache()
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
@@ -192,7 +209,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         yield CALL, call_row(conn_id, client, request, answer, server, answer_unseen=unheard is not None)
         if request.direction != REQUEST:
             continue
-        code = request.command.code
+        code = request.kind.code
         if code == RequestCode.REGISTER_BROKER:
             registration = registration_row(conn_id, request, answer, bodies, server)
             yield REGISTRATION, registration
@@ -205,7 +222,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
         elif code in NAMING_CODES:
             # UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name the broker with
             # REGISTER_BROKER's fields: read by its rules, in one place (bodies/register_header.py)
-            header = broker_header(request.command.ext)
+            header = _kind_broker(request.kind)[1]
             if header.brokerAddr is not None:
                 yield EVENT, event_row(
                     request, answer, client, server, broker_addr=header.brokerAddr, broker_name=header.brokerName,
@@ -218,7 +235,7 @@ def conversation_rows(conversation: Conversation) -> Iterator[tuple[str, Row]]:
                                    cluster=ext.get("clusterName"), topic=ext.get("topic"), topic_count=answered,
                                    ext=ext)
         elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
-              and answer.command.code == ResponseCode.TOPIC_NOT_EXIST):
+              and answer.kind.code == ResponseCode.TOPIC_NOT_EXIST):
             yield EVENT, event_row(request, answer, client, server, topic=request.command.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
@@ -274,29 +291,139 @@ def optional_int(text: str | None) -> int | None:
 
 
 def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
-    command = captured.command
-    header = command.header
-    response = command.is_response
-    return (
-        captured.ts, conn_id, connection.client, connection.server, RESPONSE if response else REQUEST,
-        header.code, _code_name(header.code, response), header.opaque, header.flag, command.is_oneway,
-        header.version, _version_name(header.version), header.language, _SERIALIZE_NAMES[command.serialize_type],
-        header.remark, header.ext_fields or {}, len(command.body or b""), 0, None, None,
-    )
+    kind = captured.kind
+    said = kind.row or _kind_row(kind)
+    return (captured.ts, conn_id, connection.client, connection.server, *said[0], captured.opaque, *said[1],
+            captured.body_len, 0, None, None)
+
+
+FRAMES = "frames"  # a connection's FRAME rows as one FrameBlock (conversation_rows' ``blocks``)
+_TS, _KIND, _OPAQUE, _BODY_LEN = map(operator.attrgetter, ("ts", "kind", "opaque", "body_len"))
+_FRAME_FIELDS = list(FRAME_ROWS)
+#: FRAME_ROWS positions: what a kind of frame says alike, before and after the opaque (_kind_row)
+_SAID_FRONT, _SAID_BACK = slice(4, 7), slice(8, 16)
+
+
+class FrameBlock:
+    """A connection's FRAME rows, in time order, as what each says of its own (time, opaque, body
+    length, bytes missing) and what it says alike with the frames of its kind (_kind_row, shared):
+    rows (frame_row's tuples) or, for many connections at once, columns (frame_array): a row a
+    frame costs a tuple of 20 values and their conversion to Arrow each, where most are its kind's."""
+
+    __slots__ = ("conn_id", "client", "server", "ts", "said", "opaque", "body_len", "missing")
+
+    def __init__(self, conn_id: str, client: str, server: str) -> None:
+        self.conn_id, self.client, self.server = conn_id, client, server
+        self.ts: list[float] = []
+        self.said: list[tuple[Row, Row]] = []
+        self.opaque: list[int | None] = []
+        self.body_len: list[int | None] = []
+        self.missing: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def add(self, captured: CapturedCommand) -> None:
+        """A frame decoded whole (frame_row's row)."""
+        kind = captured.kind
+        self.ts.append(captured.ts)
+        self.said.append(kind.row or _kind_row(kind))
+        self.opaque.append(captured.opaque)
+        self.body_len.append(captured.body_len)
+        self.missing.append(0)
+
+    def add_all(self, commands: list[CapturedCommand]) -> None:
+        """Frames decoded whole (frame_row's rows), a column at a time."""
+        self.ts.extend(map(_TS, commands))
+        self.said.extend([kind.row or _kind_row(kind) for kind in map(_KIND, commands)])
+        self.opaque.extend(map(_OPAQUE, commands))
+        self.body_len.extend(map(_BODY_LEN, commands))
+        self.missing.extend(itertools.repeat(0, len(commands)))
+
+    def add_row(self, row: Row) -> None:
+        """A FRAME row made whole (a frame a snap length cut: cut_frame_row)."""
+        self.ts.append(row[0])
+        self.said.append((row[_SAID_FRONT], row[_SAID_BACK]))
+        self.opaque.append(row[7])
+        self.body_len.append(row[16])
+        self.missing.append(row[17])
+
+    def rows(self) -> Iterator[Row]:
+        """frame_row's rows."""
+        for ts, (front, back), opaque, body_len, missing in zip(self.ts, self.said, self.opaque, self.body_len,
+                                                              self.missing, strict=True):
+            yield (ts, self.conn_id, self.client, self.server, *front, opaque, *back, body_len, missing, None, None)
+
+
+def _frames(frames: FrameBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+    if blocks:
+        if frames:
+            yield FRAMES, frames
+        return
+    for row in frames.rows():
+        yield FRAME, row
+
+
+def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
+    """The FRAME rows of blocks as one Arrow array of FRAME_ROWS, the same as ``pa.array`` of their
+    rows, built by column: what a kind of frame says alike converted once and taken for each frame,
+    a connection's names once and taken for each of its frames."""
+    ts: list[float] = []
+    opaque: list[int | None] = []
+    body_len: list[int | None] = []
+    missing: list[int] = []
+    connection_at: list[int] = []
+    said_at: list[int] = []
+    connections: list[tuple[str, str, str]] = []
+    said: list[tuple[Row, Row]] = []
+    said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
+    for block in blocks:
+        connection_at.extend(itertools.repeat(len(connections), len(block)))
+        connections.append((block.conn_id, block.client, block.server))
+        ts.extend(block.ts)
+        opaque.extend(block.opaque)
+        body_len.extend(block.body_len)
+        missing.extend(block.missing)
+        for shared in block.said:
+            at = said_index.get(id(shared))
+            if at is None:
+                at = said_index[id(shared)] = len(said)
+                said.append(shared)
+            said_at.append(at)
+    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
+    named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
+        zip(*connections, strict=True) if connections else ((), (), ()), _FRAME_FIELDS[1:4], strict=True)]
+    alike_columns = list(zip(*(front + back for front, back in said), strict=True)) if said else [()] * 11
+    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(
+        alike_columns, _FRAME_FIELDS[_SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], strict=True)]
+    own = [pa.array(column, field.type) for column, field in zip(
+        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
+    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
+    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
+    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
+
+
+def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
+    """What every FRAME row of a kind of frame says alike, before and after its opaque (kept on the kind)."""
+    header, response = kind.header, kind.is_response
+    kind.row = ((RESPONSE if response else REQUEST, header.code, _code_name(header.code, response)),
+                (header.flag, kind.is_oneway, header.version, _version_name(header.version), header.language,
+                 _SERIALIZE_NAMES[kind.serialize_type], header.remark, kind.ext))
+    return kind.row
 
 
 def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
              server: str | None = None, answer_unseen: bool = False) -> Row:
     """``answer_unseen``: the answer's side of the connection was not captured at all (its ``cut``:
     not known unanswered)."""
-    command = request.command
+    kind = request.kind
     response_code = latency_ms = remark = None
     if answer is not None:
-        response_code, remark = answer.command.code, answer.command.remark
+        response_code, remark = answer.kind.code, answer.kind.header.remark
         latency_ms = (answer.ts - request.ts) * 1000.0
-    ext = command.ext
-    return (request.ts, conn_id, client, command.code, _code_name(command.code), command.opaque, response_code,
-            latency_ms, command.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
+    ext = kind.ext
+    return (request.ts, conn_id, client, kind.code, _code_name(kind.code), request.opaque, response_code,
+            latency_ms, kind.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
             None, None)
 
 
@@ -305,18 +432,19 @@ def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCom
     """``crc_declared`` is bodyCrc32 as sent; ``crc_ok`` is None where the NameServer skips the check
     (bodyCrc32 absent, 0, or not a Java int, e.g. an unmasked CRC >= 2**31), else whether the masked
     CRC32 of the body equals it: False exactly when the NameServer answers "crc32 not match"."""
-    command = request.command
-    header = broker_header(command.ext)
+    kind = request.kind
+    header = _kind_broker(kind)[1]
     compressed = header.compressed
-    body = bodies.summary(command.body, compressed, command.version)
+    version = kind.header.version
+    body = bodies.summary(request.body, compressed, version)
     checked = header.bodyCrc32
     crc_ok = None if checked == 0 else body.crc == checked
     return (
         request.ts, conn_id, header.clusterName, header.brokerName, header.brokerAddr,
-        header.brokerId, header.haServerAddr, compressed, len(command.body or b""),
+        header.brokerId, header.haServerAddr, compressed, request.body_len,
         header.bodyCrc32Declared, crc_ok,
         body.topic_count, body.data_version_counter, body.data_version_ms, body.filter_servers,
-        None if answer is None else answer.command.code, _version_name(command.version), server,
+        None if answer is None else answer.kind.code, _version_name(version), server,
         None, None,
     )
 
@@ -332,11 +460,11 @@ def registration_event(request: CapturedCommand, registration: Row, body: BodySu
     event: list[Any] = [None] * len(_EVENT_COLUMNS)
     for to, source in _REGISTRATION_IN_EVENT:
         event[to] = registration[source]
-    command = request.command
+    kind = request.kind
     event[_EVENT_T], event[_EVENT_CODE] = request.ts, _REGISTER_BROKER
     event[_EVENT_ALIVE] = (registration[_RESPONSE_CODE] or 0) == 0 and registration[_CRC_OK] is not False
-    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = command.is_oneway, server, client
-    event[_EVENT_VERSION], event[_EVENT_EXT] = command.version, shared_ext(command.ext)
+    event[_EVENT_ONEWAY], event[_EVENT_SERVER], event[_EVENT_CLIENT] = kind.is_oneway, server, client
+    event[_EVENT_VERSION], event[_EVENT_EXT] = kind.header.version, _kind_broker(kind)[0]
     event[_EVENT_BODY_KEY], event[_EVENT_BODY] = body.key, raw
     return tuple(event)
 
@@ -410,13 +538,14 @@ def cut_broker_addr(client: str) -> str:
     return f"? (address not captured; registers from {client})"
 
 
-def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[tuple[str, Row]]:
+def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: FrameBlock, blocks: bool = False
+                          ) -> Iterator[tuple[str, Any]]:
     """conversation_rows for a connection some of whose frames were cut: every frame's FRAME row,
     requests paired with answers by the opaques captured, CALL, REGISTRATION and EVENT rows of
     what is certain, the close of a connection brokers registered over, and its CONNECTION row."""
     connection = conversation.connection
     said: list[Said] = [*conversation.commands, *conversation.cut]
-    said.sort(key=lambda item: item.ts)
+    said.sort(key=_TS)
     requests: list[Said] = []
     answers: list[Said | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}
@@ -425,10 +554,10 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
     opaque: int | None
     for item in said:
         if isinstance(item, CapturedCommand):
-            yield FRAME, frame_row(conn_id, connection, item)
-            is_request, opaque = not item.command.is_response, item.command.opaque
+            frames.add(item)
+            is_request, opaque = not item.kind.is_response, item.opaque
         else:
-            yield FRAME, cut_frame_row(conn_id, connection, item)
+            frames.add_row(cut_frame_row(conn_id, connection, item))
             is_request, opaque = item.is_request, item.known.opaque
         if is_request is None or opaque is None:
             unknown[item.direction] += 1
@@ -445,6 +574,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str) -> Iterator[
         waiting.setdefault((item.direction, opaque), []).append(len(requests))
         requests.append(item)
         answers.append(None)
+    yield from _frames(frames, blocks)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
     unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named

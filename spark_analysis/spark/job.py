@@ -54,6 +54,9 @@ from spark_analysis.decode.rows import (
     CONNECTION,
     CONTROLLER_NOTE,
     EVENT,
+    FRAME,
+    FRAMES,
+    frame_array,
     piece_rows,
 )
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
@@ -330,15 +333,15 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list[tuple]] = {kind: [] for kind in (*_TABLE_KINDS, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
     with worker.no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
-            for kind, row in piece_rows(pieces, servers):
+            for kind, row in piece_rows(pieces, servers, blocks=True):
                 appends[kind](row)
-            if sum(map(len, pending.values())) >= _BATCH_ROWS:
+            if sum(map(len, pending.values())) + sum(map(len, pending[FRAMES])) >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
                 worker.drill("decode")
         yield from _send(pending, writer, tally, places)
@@ -348,19 +351,20 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     yield _decoded_batch(1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
 
 
-def _send(pending: dict[str, list[tuple]], writer: tables.PartWriter | None, tally: Tally,
+def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tally,
           places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
-    ``writer``, every other kind as one batch to the JVM with the other kinds' columns null."""
+    ``writer``, every other kind as one batch to the JVM with the other kinds' columns null. FRAME
+    rows come as blocks (rows.FrameBlock), made into columns."""
     counting.count_connections(tally, pending[CONNECTION])
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
     for kind in _TABLE_KINDS:
-        rows = pending[kind]
+        rows = pending[FRAMES] if kind == FRAME else pending[kind]
         if not rows:
             continue
-        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type)
+        array = frame_array(rows) if kind == FRAME else pa.array(rows, type=_ARROW_DECODED.field(kind).type)
         rows.clear()
         if places is not None:
             array = places.fill(array)

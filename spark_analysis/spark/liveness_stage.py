@@ -72,11 +72,11 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
         tallies = []
         for batch in batches:
             tallies += [tally for tally in batch.column(2).to_pylist() if tally is not None]
-            for events in batch.column(0).to_pylist():
+            # each pickled list is of one server's events (job._send), which event_server names
+            for events, server in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
                 if events is not None:
-                    for row in pickle.loads(events):
-                        event = dict(zip(_EVENT_COLUMNS, row, strict=True))
-                        by_server.setdefault(event["server"] or "?", []).append(event)
+                    by_server.setdefault(server or "?", []).extend(
+                        [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in pickle.loads(events)])
         stays, stories = [], []
         for server, events in by_server.items():
             replay = replay_server(server, events, sessions, endpoints.get(server),

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from itertools import pairwise
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from spark_analysis.capture import conversation
 from spark_analysis.capture.conversation import conversation_of
 from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
@@ -32,12 +34,14 @@ from spark_analysis.decode.rows import (
     CONNECTION,
     EVENT,
     FRAME,
+    FRAMES,
     REGISTRATION,
     connection_rows,
     conversation_rows,
+    frame_array,
     split_rows,
 )
-from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
 from tests.spark.capture.builders import (
     BODY,
     CLIENT,
@@ -64,6 +68,55 @@ def rows_of(packets: Iterable) -> dict[str, list[tuple]]:
     for kind, row in connection_rows(packets, 9876):
         rows[kind].append(row)
     return rows
+
+
+def _lookups(count: int) -> list:
+    """A client's ``count`` route lookups, each answered (with a body and without)."""
+    to_client = [(3.0 + i * 0.01, segment(SERVER, CLIENT, 5001 + sum(map(len, answers[:i])), PSH | ACK, frame))
+                 for answers in [[answer(i, b"{}" * (i % 3)) for i in range(count)]]
+                 for i, frame in enumerate(answers)]
+    return handshake() + client_stream(*(route_query(i, oneway=i == 5) for i in range(count))) + to_client
+
+
+def test_frames_alike_are_read_once_and_make_no_command_of_their_own(monkeypatch) -> None:
+    """A capture is mostly frames alike (a client's lookups and their answers, a broker's heartbeats):
+    their header's fields are read once for all, and a frame's RemotingCommand is made only where
+    its rows need more than its kind and opaque say (a registration's body, a broker's name)."""
+    made = []
+    real = conversation.RemotingCommand
+
+    class Counted(real):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+        def __init__(self, *args, **kwargs) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(conversation, "RemotingCommand", Counted)
+    rows = defaultdict(list)
+    for kind, row in conversation_rows(conversation_of(reassemble(_lookups(40), 9876)[0])):
+        rows[kind].append(row)
+    assert len(rows[FRAME]) == 80 and len(rows[CALL]) == 40 and not made
+    assert {row[7] for row in rows[FRAME]} == set(range(40))  # each its own opaque
+    assert [row[9] for row in rows[FRAME] if row[4] == "request"].count(True) == 1  # the oneway one
+
+
+@pytest.mark.parametrize("snap", [None, 60])
+def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
+    """What the decoding tasks write (frame_array over each connection's FrameBlock) is pa.array of the
+    FRAME rows, for frames decoded whole and frames a snap length cut."""
+    packets = _lookups(12) + client_stream(registration("right"), ts=4.0, start=1001 + sum(
+        len(route_query(i, oneway=i == 5)) for i in range(12)))
+    if snap is not None:
+        packets = [(ts, seg._replace(payload=seg.payload[:snap], missing=max(0, len(seg.payload) - snap)))
+                   for ts, seg in packets]
+    conversations = [conversation_of(c) for c in reassemble(packets, 9876)]
+    assert (snap is not None) == any(c.cut for c in conversations)
+    rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == FRAME]
+    blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == FRAMES]
+    assert len(rows) > 10
+    assert frame_array(blocks).equals(pa.array(rows, pa.struct(list(FRAME_ROWS))))
+    assert frame_array([]).equals(pa.array([], pa.struct(list(FRAME_ROWS))))
 
 
 def test_requests_naming_a_broker_are_its_events() -> None:
@@ -119,6 +172,7 @@ def test_a_brokers_repeated_header_is_read_by_the_servers_rules_once(monkeypatch
 
     if hasattr(decode_rows, "_broker_header"):
         decode_rows._broker_header.cache_clear()  # as a new worker starts
+    getattr(conversation, "_KINDS", {}).clear()  # and the kinds of frames, which keep what they named
     read = []
     from_ext = register_header.RegisterBrokerHeader.from_ext
     monkeypatch.setattr(register_header.RegisterBrokerHeader, "from_ext",

@@ -187,6 +187,29 @@ def test_a_failed_lookup_is_tied_to_the_cause_the_replay_saw() -> None:
     assert told["New"] is None  # not held before the restart: made later, not lost in it
 
 
+def test_a_lookup_is_judged_at_its_time_and_moves_nothing_in_the_replay() -> None:
+    """A failed lookup changes nothing in the server's tables, so the replay no longer runs its
+    housekeeping at one: a 5.x broker with its own 30 s heartbeat timeout, then silent, is the
+    scan's at the tick after 30 s (not the idle close's at 120 s, the scans and idle closes taken
+    in time order) whether or not a client looked a route up meanwhile; each lookup is judged
+    against what the tables held at its time, the events of that very time included (a close
+    then is already its departure)."""
+    lookup = {"broker_addr": None, "broker_id": None, "alive": False, "client": "10.0.0.5:40000",
+              "response_code": 17}
+    short = registration(10.0)
+    short["ext"] = {**short["ext"], "heartbeatTimeoutMillis": "30000"}
+    asked = event(50.0, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T", **lookup)
+    for events in ([dict(short)], [dict(short), asked]):
+        replay = replayed(events, end=300.0)
+        assert ends_of(replay) == [("10.0.0.1:10911", 0, 10.0, "expired", 40.0)]
+        assert replay.stays[0].silence_s == 30.0
+    assert [s["cause"]["t"] for s in lookup_stories(replay.lookups, SERVER)] == [iso_time(40.0)]
+
+    same_time = replayed([asked, registration(20.0), closed(50.0)], end=300.0)
+    assert [(s["cause"]["kind"], s["cause"]["end"]) for s in lookup_stories(same_time.lookups, SERVER)] == [
+        ("departed", "connection_closed")]
+
+
 def test_a_failover_is_one_story_and_a_move_and_a_renumbering_their_own() -> None:
     """Master lost, its slave made master, the old master back as slave: one fail-over with how
     long the group had no master, and no id change told for it; an address new to the group taking
@@ -361,3 +384,19 @@ def test_the_liveness_task_replays_without_the_cycle_collector(monkeypatch) -> N
     assert out[0].column("registrations").to_pylist() == [30]
     assert collecting == [False]
     assert gc.isenabled()
+
+
+def test_events_go_to_the_sessions_start_of_names_cut_by_one_search_a_session() -> None:
+    """The replay cuts its time-ordered events into sessions with Sessions.runs_of: the session
+    start_of gives each event, times before the first start and on a start's own time included,
+    and, with no start known at all, start_of's own answer (each time its own)."""
+    sessions = Sessions((100.0,), {SERVER: (100.0, 400.0, 700.0)})
+    times = [50.0, 100.0, 100.0, 250.0, 399.999, 400.0, 400.0, 900.0]
+    runs = sessions.runs_of(SERVER, times)
+    assert [(start, times[first:after]) for start, first, after in runs] == [
+        (100.0, [50.0, 100.0, 100.0, 250.0, 399.999]), (400.0, [400.0, 400.0]), (700.0, [900.0])]
+    assert all(sessions.start_of(SERVER, t) == start for start, first, after in runs for t in times[first:after])
+    assert sessions.runs_of(SERVER, []) == []
+    nothing = Sessions(())
+    assert [(start, first, after) for start, first, after in nothing.runs_of(SERVER, [5.0, 6.0])] == [
+        (nothing.start_of(SERVER, 5.0), 0, 1), (nothing.start_of(SERVER, 6.0), 1, 2)]

@@ -9,9 +9,12 @@ timed by the thread's CPU, so a loaded machine moves the figures far less than t
 registrations the first time, the same tables again with a new dataVersion, the same frames once
 more (a heartbeat storm's: each renews its broker), then every broker connection lost.  The
 longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one broker with
-``--topics`` in one body (the stall scenario's registration, 80k by default).
+``--topics`` in one body (the stall scenario's registration, 80k by default).  ``--log text`` (or
+``json``) makes and writes the server's log lines as ``python -m twisted_namesrv`` does, to
+/dev/null: every registration's route event is a line, part of its CPU in the real server.
 
-    .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8] [--gc-thresholds A,B,C]
+    .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8] [--gc-thresholds A,B,C] \
+        [--log text]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import os
 import sys
 import tempfile
 import time
@@ -27,10 +31,12 @@ from pathlib import Path
 
 from twisted.internet import task
 from twisted.internet.testing import StringTransport
+from twisted.logger import FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables and frames)
 
+from twisted_namesrv import logs  # noqa: E402
 from twisted_namesrv.schema import SERVER_SCHEMA  # noqa: E402
 from twisted_namesrv.service import NamesrvService, tune_gc  # noqa: E402
 from twisted_namesrv.state.config import NamesrvConfig  # noqa: E402
@@ -89,6 +95,15 @@ class Timed:
             self.settle()
 
 
+def log_to_nothing(log_format: str) -> None:
+    """The server's log lines from info up, made as the real server makes them and written (a
+    write and a flush a line, as Twisted's FileLogObserver does) to /dev/null."""
+    out = open(os.devnull, "w")  # open while the process logs
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
+    globalLogBeginner.beginLoggingTo([FilteringLogObserver(logs.observer(log_format, out), [predicate])],
+                                     discardBuffer=True, redirectStandardIO=False)
+
+
 def phase(bench: Timed, label: str, work: Callable[[], None]) -> None:
     bench.turns.clear()
     bench.collections.clear()
@@ -112,7 +127,11 @@ def main() -> None:
     p.add_argument("--compat", help="4.9.8 or 5.3.3 (default: the step's, else 4.9.8)")
     p.add_argument("--gc-thresholds", metavar="A,B,C", help="the collector's thresholds instead of service.tune_gc's "
                    "(e.g. 10000,10,10: CPython's middle and full ones)")
+    p.add_argument("--log", choices=logs.FORMATS, help="write the server's log lines (to /dev/null) as the real "
+                   "server does: a line per registration")
     a = p.parse_args()
+    if a.log:
+        log_to_nothing(a.log)
     if a.step:
         step = curve.step_named(a.step)
         tables = curve.broker_tables(step)

@@ -50,11 +50,16 @@ class ControllerManager:
                  clock: Callable[[], float], *, group: str = "", self_id: str = "", address: str = "",
                  peers: list[ControllerPeer] | None = None, notifier: Callable[[str, bytes], None] | None = None,
                  close_channel: Callable[[Hashable], None] | None = None,
-                 metrics: ControllerMetrics | None = None, refusals: Refusals | None = None) -> None:
+                 metrics: ControllerMetrics | None = None, refusals: Refusals | None = None,
+                 steady: Callable[[], float] | None = None) -> None:
+        """``clock``: the wall clock (election records); ``steady``: the brokers' heartbeats and the
+        start's grace, which no step of the wall clock may move (clocks.py; default ``clock``): a
+        step forward past the 10 s heartbeat timeout made every broker inactive at once."""
         self.config = config
         self.store = store
         self.leadership = leadership
         self.clock = clock
+        self.steady = steady or clock
         self.group, self.self_id, self.address = group, self_id, address
         self.peers = peers or []
         self.notifier = notifier or (lambda address, frame: None)
@@ -62,7 +67,7 @@ class ControllerManager:
         self.metrics = metrics or ControllerMetrics()
         #: the listener's refusals, logged and counted (refusals.py): a blocked UPDATE_CONTROLLER_CONFIG
         self.refusals = refusals or Refusals()
-        self.heartbeats = BrokerHeartbeatManager(lambda: int(self.clock() * 1000))
+        self.heartbeats = BrokerHeartbeatManager(lambda: int(self.steady() * 1000))
         self.policy = DefaultElectPolicy(self.heartbeats.is_broker_active, self.heartbeats.get_broker_live_info)
         self.replicas = self._fresh_replicas()
         self.ready = False  # leader, log replayed
@@ -116,7 +121,7 @@ class ControllerManager:
             replicas.apply_event(decode_event(entry))
         self.replicas, self.events_applied = replicas, len(entries)
         self.ready = self.leadership.is_leader
-        self.ready_since = self.clock() if self.ready else None
+        self.ready_since = self.steady() if self.ready else None
         log.info("controller state replayed: {events} events, {groups} broker groups", events=len(entries),
                  groups=len(replicas.replica_info_table))
         compact = getattr(self.store, "compact", None)  # the file log's; etcd keeps its own history
@@ -294,7 +299,7 @@ class ControllerManager:
         DLedgerController starts this scan one scanInactiveMasterInterval after it leads; so does this
         manager, by its own clock, whatever runs the scan."""
         grace = float(self.config["scanInactiveMasterInterval"]) / 1000
-        return self.ready_since is None or self.clock() - self.ready_since < grace
+        return self.ready_since is None or self.steady() - self.ready_since < grace
 
     # -- metadata ---------------------------------------------------------------------------------
 

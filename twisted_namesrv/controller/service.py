@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 from .. import CannotStart, tls
 from ..audit import AuditTrail, Trail
 from ..budget import FdBudget, MemoryBudget
-from ..clocks import owners_view
+from ..clocks import owners_view, steady_seconds
 from ..dispatch import Dispatcher
 from ..events import RecentEvents
 from ..metrics import Metrics
@@ -91,7 +91,8 @@ class ControllerService(service.MultiService):
             config, self.store, self.leadership, reactor.seconds,
             group=config["controllerDLegerGroup"] or DEFAULT_GROUP, self_id=config["controllerDLegerSelfId"] or
             DEFAULT_SELF_ID, peers=config.peers, notifier=self.notifier,
-            close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals)
+            close_channel=self._close_channel, metrics=self.controller_metrics, refusals=refusals,
+            steady=steady_seconds(reactor))
         table = CONTROLLER_TABLE if acl is None else replace(CONTROLLER_TABLE, refusal=acl_refusal_of(acl, refusals))
         self.dispatcher = Dispatcher(self.manager, self.metrics, count_requests=True, table=table)
         if budget is None:  # standing alone (controller/tap.py): its own root, with a budget of its own

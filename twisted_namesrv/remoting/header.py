@@ -121,19 +121,38 @@ class HeaderTemplates:
         if split is None:
             return _parse_json_header(data)  # refuses an opaque out of int32, as fastjson overflows
         key, opaque = split
-        templates = self._templates
-        template = templates.get(key)
+        template = self._templates.get(key)
         if template is None:
-            header = _parse_json_header(data)
-            if header.code in self._not_kept:
-                return header
-            if len(templates) >= self.size:
-                templates.clear()
-            templates[key] = header
-            return header
+            return self._parsed(key, data)
         return Header(template.code, template.language, template.version, opaque, template.flag,
                       template.remark, None if template.ext_fields is None else dict(template.ext_fields),
                       template.json_layout)
+
+    def template_of(self, data: bytes) -> tuple[Header, int] | None:
+        """The template a JSON header decodes through and its own opaque, without a Header of its
+        own (a capture's frames alike share what their rows say: capture/conversation.FrameKind);
+        the template is shared (never to be changed; its opaque is the first header's). None where
+        decode_json parses the header for itself (no template is kept of it)."""
+        split = _only_opaque_split(data)
+        if split is None:
+            return None
+        key, opaque = split
+        template = self._templates.get(key)
+        if template is None:
+            template = self._parsed(key, data)
+            if template.code in self._not_kept:
+                return None
+        return template, opaque
+
+    def _parsed(self, key: bytes, data: bytes) -> Header:
+        """A header no template was kept of, parsed, and kept as one unless its code is not kept."""
+        header = _parse_json_header(data)
+        if header.code in self._not_kept:
+            return header
+        if len(self._templates) >= self.size:
+            self._templates.clear()
+        self._templates[key] = header
+        return header
 
 
 def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:

@@ -231,6 +231,22 @@ class RegisterBrokerResult:
     masterAddr: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Renewable:
+    """A registration ``renew`` may renew again: what it is asked with (the header's names,
+    brokerId, acting-master flag and zone; the digest of the registration applied in full) and
+    what the answer showed (``shown``: the result's haServerAddr and masterAddr).  The answer
+    cache keeps one per broker connection, to renew the broker from the same registration's
+    bytes without decoding it (AnswerCache.renewal_from_memory: ``renew_again``)."""
+
+    names: tuple[str, str, str]
+    broker_id: int
+    acting: bool | None
+    zone: str | None
+    digest: bytes
+    shown: tuple[str | None, str | None]
+
+
 @dataclass(slots=True)
 class RouteData:
     """pickupTopicRouteData's result, before encoding."""
@@ -748,9 +764,10 @@ class RouteInfoManager:
         """``renew`` for a REGISTER_BROKER as its header reads (the server's handler and the
         capture's replay both ask so): None, to apply it in full, where its names or brokerId are
         missing or its digest unknown (a body not captured)."""
-        if digest is None or header.names is None or header.brokerId is None:
+        names = header.names  # a property: worked out once
+        if digest is None or names is None or header.brokerId is None:
             return None
-        return self.renew(header.names, header.brokerId, header.enableActingMaster, header.zoneName, channel, digest)
+        return self.renew(names, header.brokerId, header.enableActingMaster, header.zoneName, channel, digest)
 
     def renew(self, names: tuple[str, str, str], broker_id: int, acting: bool | None, zone: str | None,
               channel: Channel | None, digest: bytes) -> RegisterBrokerResult | None:
@@ -781,6 +798,12 @@ class RouteInfoManager:
             return None  # a prime slave: its table applies (topic_rules)
         live.lastUpdateTimestamp = self.now_ms()
         return self._result(cluster, broker_id, broker.brokerAddrs)
+
+    def renew_again(self, kept: Renewable, channel: Channel | None) -> bool:
+        """``renew`` for a registration kept as ``kept`` and sent again on ``channel``: whether the
+        broker was renewed and its answer shows what it showed then (else apply it in full)."""
+        result = self.renew(kept.names, kept.broker_id, kept.acting, kept.zone, channel, kept.digest)
+        return result is not None and (result.haServerAddr, result.masterAddr) == kept.shown
 
     def _staging(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool) -> Staging | None:
         """What the registration writes into topicQueueTable, before anything changes: the plan's
