@@ -204,7 +204,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
-    found: list[Item] = [*_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
+    found: list[Item] = [*_step_findings(files), *_cut_findings(files, counts or {}, endpoints or [], spoken,
+                                                                  unheard_clients),
                          *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
@@ -312,12 +313,9 @@ def _spoken(protocol: str | None) -> str:
     return f": {protocol} ({SPOKEN[protocol]})" if protocol else ""
 
 
-def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
-                  spoken: dict[str, str], unheard_clients: Collection[str] = ()) -> Iterable[Item]:
-    """A capture a snap length cut, said first (what it keeps decides what the report can know):
-    per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
-    each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
-    its connections spoke instead, TLS or HTTP, per server)."""
+def _step_findings(files: list[Item]) -> Iterable[Item]:
+    """A capture file whose packet times step back, said first (the story across the step is out
+    of order, whatever the findings after it say): per file, how far, when and to when."""
     for f in files:
         if f.get("clock_step_back_s"):
             yield _finding("clock_stepped_back", WARNING, f"{f['path']}: its packets' times step back "
@@ -327,6 +325,14 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                            f"placed before what came earlier, so the report's story across it is out of order",
                            path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
                            to=f["clock_stepped_to"])
+
+
+def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
+                  spoken: dict[str, str], unheard_clients: Collection[str] = ()) -> Iterable[Item]:
+    """A capture a snap length cut, said first (what it keeps decides what the report can know):
+    per file, the packets cut, where, and the bytes they did not keep - sent and seen, so no loss; and
+    each server endpoint whose traffic no frame could be read of, with why (``spoken``: the protocol
+    its connections spoke instead, TLS or HTTP, per server)."""
     cut = [f for f in files if f.get("cut_records")]
     frames = counts.get("cut_frames", 0)
     for f in cut:

@@ -131,12 +131,12 @@ class Bodies:
     def __init__(self) -> None:
         self._raw: dict[bytes, bytes] = {}
         #: the header of each extFields dict, by identity: a broker's registrations share one
-        #: (decode.rows.shared_ext), which the events hold while the replay runs
+        #: (decode.rows._kind_broker), which the events hold while the replay runs
         self._headers: dict[int, RegisterBrokerHeader] = {}
         self._decoded: dict[tuple[bytes, bool, int], RegisterBrokerBody | None] = {}
-        #: the digest of each extFields dict's last body (by identity, as ``_headers``): a broker
-        #: sends the same body until its topics change (5.x: but its mappingDataVersion, which the
-        #: digest leaves out)
+        #: the digest of each extFields dict's last body (by identity, as ``_headers``), kept by the
+        #: body's key: a 4.x broker sends the same body until its topics change (a 5.x body differs in
+        #: its mappingDataVersion stamp every time, so it is hashed again; the digest leaves it out)
         self._digests: dict[int, tuple[bytes, int, int, bytes]] = {}
         self._unchanged: dict[tuple[bytes, bool, int, bytes], RegisterBrokerBody] = {}
 

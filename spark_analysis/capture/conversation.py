@@ -60,11 +60,11 @@ class FrameKind:
     (its opaque is the first frame's): never to be changed. ``row`` and ``broker``: memos of what
     every FRAME row of the kind says alike and of the broker its extFields name, filled by decode/rows.py."""
 
-    __slots__ = ("header", "serialize_type", "code", "flag", "is_response", "is_oneway", "ext", "row", "broker")
+    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "broker")
 
     def __init__(self, header: Header, serialize_type: int) -> None:
         self.header, self.serialize_type = header, serialize_type
-        self.code, self.flag = header.code, header.flag
+        self.code = header.code
         self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
         self.ext: dict[str, str | None] = header.ext_fields or {}
         self.row: tuple[Any, ...] | None = None

@@ -85,16 +85,10 @@ def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
     return _broker_header(tuple(ext.items()))[1]
 
 
-def shared_ext(ext: dict[str, str | None]) -> dict[str, str | None]:
-    """One dict for every request of these same extFields (never to be changed): a registration's
-    EVENT row carries it, so that a task's events pickle a broker's fields once (a reference
-    after), and the liveness task, which replays them alone while the other cores wait, loads
-    each once and reads its header once (replay.Bodies.header)."""
-    return _broker_header(tuple(ext.items()))[0]
-
-
 def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
-    """shared_ext and broker_header of a kind of frame's extFields, kept on the kind (a broker's
+    """One dict of a kind of frame's extFields (never to be changed: a registration's EVENT row
+    carries it, so a task's events pickle a broker's fields once, and the liveness task reads its
+    header once: replay.Bodies.header) and its broker_header, kept on the kind (a broker's
     registrations and heartbeats alike are one kind: their fields not even hashed again)."""
     if kind.broker is None:
         kind.broker = _broker_header(tuple(kind.ext.items()))
@@ -290,13 +284,6 @@ def optional_int(text: str | None) -> int | None:
         return None
 
 
-def frame_row(conn_id: str, connection: Connection, captured: CapturedCommand) -> Row:
-    kind = captured.kind
-    said = kind.row or _kind_row(kind)
-    return (captured.ts, conn_id, connection.client, connection.server, *said[0], captured.opaque, *said[1],
-            captured.body_len, 0, None, None)
-
-
 FRAMES = "frames"  # a connection's FRAME rows as one FrameBlock (conversation_rows' ``blocks``)
 _TS, _KIND, _OPAQUE, _BODY_LEN = map(operator.attrgetter, ("ts", "kind", "opaque", "body_len"))
 _FRAME_FIELDS = list(FRAME_ROWS)
@@ -307,7 +294,7 @@ _SAID_FRONT, _SAID_BACK = slice(4, 7), slice(8, 16)
 class FrameBlock:
     """A connection's FRAME rows, in time order, as what each says of its own (time, opaque, body
     length, bytes missing) and what it says alike with the frames of its kind (_kind_row, shared):
-    rows (frame_row's tuples) or, for many connections at once, columns (frame_array): a row a
+    rows (``rows``) or, for many connections at once, columns (frame_array): a row a
     frame costs a tuple of 20 values and their conversion to Arrow each, where most are its kind's."""
 
     __slots__ = ("conn_id", "client", "server", "ts", "said", "opaque", "body_len", "missing")
@@ -324,7 +311,7 @@ class FrameBlock:
         return len(self.ts)
 
     def add(self, captured: CapturedCommand) -> None:
-        """A frame decoded whole (frame_row's row)."""
+        """A frame decoded whole."""
         kind = captured.kind
         self.ts.append(captured.ts)
         self.said.append(kind.row or _kind_row(kind))
@@ -333,7 +320,7 @@ class FrameBlock:
         self.missing.append(0)
 
     def add_all(self, commands: list[CapturedCommand]) -> None:
-        """Frames decoded whole (frame_row's rows), a column at a time."""
+        """Frames decoded whole, a column at a time."""
         self.ts.extend(map(_TS, commands))
         self.said.extend([kind.row or _kind_row(kind) for kind in map(_KIND, commands)])
         self.opaque.extend(map(_OPAQUE, commands))
@@ -349,7 +336,7 @@ class FrameBlock:
         self.missing.append(row[17])
 
     def rows(self) -> Iterator[Row]:
-        """frame_row's rows."""
+        """The FRAME rows, one tuple a frame."""
         for ts, (front, back), opaque, body_len, missing in zip(self.ts, self.said, self.opaque, self.body_len,
                                                               self.missing, strict=True):
             yield (ts, self.conn_id, self.client, self.server, *front, opaque, *back, body_len, missing, None, None)

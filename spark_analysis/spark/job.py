@@ -336,13 +336,17 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
+    frames = 0  # the FRAME rows in the pending blocks (counted as they come: summing the blocks was a walk of them all)
     with worker.no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers, blocks=True):
                 appends[kind](row)
-            if sum(map(len, pending.values())) + sum(map(len, pending[FRAMES])) >= _BATCH_ROWS:
+                if kind == FRAMES:
+                    frames += len(row)
+            if sum(map(len, pending.values())) + frames >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
+                frames = 0
                 worker.drill("decode")
         yield from _send(pending, writer, tally, places)
     worker.drill("decode")
