@@ -3,7 +3,7 @@ exactly when the state it was built from says what changed.
 
 Clients repeat the same route lookup every 30 s with a new opaque (load tools far more often),
 and admin tools ask for whole tables; encoding is the expensive part and the tables change far
-less often.  Three levels:
+less often.  Four levels:
 
 - route bodies, per topic and variant (standard JSON or not, orderTopicConf);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
@@ -26,9 +26,10 @@ frame around a kept body).  Taking the first away (in process, ``tools/bench/hot
 lookup cost about 2.3x the CPU; taking the first two, about 50x.
 
 What is kept comes from the dispatcher (``keep_route``: a route answer, with the topic and variant its
-handler worked out) and from the handlers' read-through ``table``.  What is dropped comes from
-subscriptions, never from handlers; the composition root (service.py) subscribes the cache, which
-subscribes itself to nothing:
+handler worked out; ``keep_renewal``: a registration's answer) and from the handlers' read-through
+``table``.  What is dropped comes from subscriptions, never from handlers (and a connection's kept
+registration answer with the connection: the dispatcher's ``forget_channel``, or when it no longer
+renews); the composition root (service.py) subscribes the cache, which subscribes itself to nothing:
 
 - RouteInfoManager publishes each change once it is complete (``changed``, a ``RouteChange``):
   its topics (drop their bodies and the topic list), its broker groups (drop every kept route

@@ -277,8 +277,8 @@ def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: Ta
     decoded = None
     if len(body) > STEP_BYTES:
         decoded = yield from _decode_typed_in_pieces(body, known_pieces, limit, split.pieces if split else None)
-    if decoded is None and len(body) > STEP_BYTES:
-        yield from _countable_in_one_go(body, limit)
+        if decoded is None:
+            yield from _countable_in_one_go(body, limit)
     decoded = decoded or _decode_typed(body) or _decode_lenient(body)
     if split is not None and split.dataVersion == decoded.dataVersion:
         decoded.tableDigest = split.digest

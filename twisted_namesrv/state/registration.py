@@ -270,13 +270,6 @@ def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rule
     return staging
 
 
-#: A topic new to topicQueueTable is named by a string of its own, made beside the QueueData the
-#: table keeps (Staging.add: ``"".join((topic, ""))``, inline: a call per topic was a tenth of
-#: staging a million new topics): the decoder's string lies between the body's TopicConfigs (the
-#: same size class of the heap for most names), and kept once they are freed it left every other
-#: block of its pools empty (8 MB with 100k topics).
-
-
 class Staging:
     """The entries one broker's registration writes into topicQueueTable, built aside: the group's
     new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
@@ -327,7 +320,12 @@ class Staging:
                     if held:
                         old = held.get(name)
                     else:
-                        old, topic, held = None, "".join((topic, "")), None  # new to the table: a name of its own
+                        # new to the table: named by a string of its own, made beside the QueueData the
+                        # table keeps (the decoder's lies between the body's TopicConfigs, the same size
+                        # class of the heap for most names: kept once they are freed it left every other
+                        # block of its pools empty, 8 MB with 100k topics); inline, as a call per topic
+                        # was a tenth of staging a million new topics
+                        old, topic, held = None, "".join((topic, "")), None
                 else:
                     self.entries = None  # staged twice: its entry in the order of its first staging
                 perm = config.perm & ~PERM_WRITE if read_only else config.perm
