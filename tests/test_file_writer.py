@@ -80,3 +80,25 @@ def test_a_periodic_write_that_fails_is_counted_as_every_stores_save(tmp_path):
     events.events.seen += 1
     events.save_if_changed()
     assert sorted((store, n) for (store, _), n in failures.items()) == [("eventsPath", 1), ("topologyPath", 1)]
+
+
+def test_a_write_made_at_once_that_fails_is_counted_too(tmp_path):
+    """A retirement's write (and the stop's) is made at once: one that failed answered SYSTEM_ERROR
+    with nothing counted; the writer counts every failed write of its file now."""
+    from collections import Counter
+
+    import pytest
+    from twisted.internet import task
+
+    from twisted_namesrv.state.store import StoreError
+    from twisted_namesrv.state.topology import Topology
+    from twisted_namesrv.topology_store import TopologyStoreService
+
+    clock = task.Clock()
+    (tmp_path / "a-file").write_text("not a directory")
+    failures: Counter = Counter()
+    topology = TopologyStoreService(Topology(clock.seconds), tmp_path / "a-file" / "topology.json", clock, Counter(),
+                                    failures=failures)
+    with pytest.raises(StoreError):
+        topology.save_now()
+    assert sorted((store, n) for (store, _), n in failures.items()) == [("topologyPath", 1)]

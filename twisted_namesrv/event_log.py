@@ -29,7 +29,7 @@ from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .file_writer import FileWriter
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import NotRegularFile, read_regular
-from .state.store import DocumentError, StoreError, document_items, set_aside
+from .state.store import DocumentError, document_items, set_aside
 from .timers import StepTimerService
 
 log = Logger()
@@ -80,13 +80,12 @@ class EventLogService(StepTimerService):
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None) -> None:
-        """``failures``: failed writes counted by (store, errno), as every store's saves are
-        (namesrv_store_failures_total)."""
+        """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
+        the stop's too."""
         super().__init__(interval, self.save_if_changed, clock)
         self.events = events
         self.path = Path(path)
-        self.writer = FileWriter(clock, self.path, "eventsPath")
-        self.failures = failures
+        self.writer = FileWriter(clock, self.path, "eventsPath", failures)
         self._saved = -1
         self._failing = False
 
@@ -131,8 +130,6 @@ class EventLogService(StepTimerService):
 
     def _written(self, seen: int, error: OSError | None) -> None:
         if error is not None:
-            if self.failures is not None and isinstance(error, StoreError):
-                self.failures[error.what, error.errno_name] += 1
             if not self._failing:  # once per failing spell, not every two seconds
                 log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "
                           "until it can", path=str(self.path), error=error.strerror or error)

@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 
 from twisted.internet import interfaces, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .state.store import write_atomically
+from .state.store import StoreError, write_atomically
 
 log = Logger()
 
 
 class FileWriter:
-    """Writes ``path`` (``what`` names it in errors: state/store.py's StoreError)."""
+    """Writes ``path`` (``what`` names it in errors: state/store.py's StoreError); each write that
+    fails is counted in ``failures`` by (store, errno), as every store's saves are
+    (namesrv_store_write_failures_total), in the reactor thread."""
 
-    def __init__(self, reactor: object, path: str | os.PathLike[str], what: str = "file") -> None:
+    def __init__(self, reactor: object, path: str | os.PathLike[str], what: str = "file",
+                 failures: Counter[tuple[str, str]] | None = None) -> None:
         self.reactor = reactor
         self.path = path
         self.what = what
+        self.failures = failures
         self._lock = threading.Lock()  # one write of the file at a time, whichever thread makes it
         #: a write handed to a thread has not finished yet
         self.in_flight = False
@@ -44,7 +49,15 @@ class FileWriter:
     def write_now(self, data: bytes) -> None:
         """Write ``data`` in this thread (after a write in flight); OSError (StoreError) when it
         cannot be made durable."""
-        self._write(self._number(), data)
+        try:
+            self._write(self._number(), data)
+        except OSError as exc:
+            self._count(exc)
+            raise
+
+    def _count(self, error: OSError) -> None:
+        if self.failures is not None and isinstance(error, StoreError):
+            self.failures[error.what, error.errno_name] += 1
 
     def _number(self) -> int:
         self._asked += 1
@@ -78,6 +91,7 @@ class FileWriter:
                 if not result.check(OSError):
                     log.failure("writing {path} failed", result, path=str(self.path))
                     return
+                self._count(result.value)  # type: ignore[arg-type]
                 done(result.value)  # type: ignore[arg-type]
                 return
             done(None)

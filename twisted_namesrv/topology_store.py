@@ -48,14 +48,13 @@ class TopologyStoreService(StepTimerService):
     def __init__(self, topology: Topology, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  load_refusals: Counter[tuple[str, str]], interval: float = SAVE_SECONDS,
                  failures: Counter[tuple[str, str]] | None = None) -> None:
-        """``failures``: failed writes counted by (store, errno), as every store's saves are
-        (namesrv_store_failures_total)."""
+        """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
+        the stop's too."""
         super().__init__(interval, self.save_if_changed, clock)
         self.topology = topology
         self.path = Path(path)
-        self.writer = FileWriter(clock, self.path, STORE)
+        self.writer = FileWriter(clock, self.path, STORE, failures)
         self.load_refusals = load_refusals
-        self.failures = failures
         self._saved = -1
         self._failing = False
         self._refused_told = 0
@@ -114,8 +113,6 @@ class TopologyStoreService(StepTimerService):
 
     def _written(self, version: int, error: OSError | None) -> None:
         if error is not None:
-            if self.failures is not None and isinstance(error, StoreError):
-                self.failures[error.what, error.errno_name] += 1
             if not self._failing:  # once per failing spell
                 log.error("cannot write topology file {path}: {error}; groups seen since will be forgotten by a "
                           "restart until it can", path=str(self.path), error=str(error))
