@@ -25,7 +25,6 @@ from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, Rem
 from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
 from twisted_namesrv.remoting.frame import (
-    HEADER_LENGTH_MASK,
     FramePart,
     Holes,
     frame_parts,
@@ -214,13 +213,12 @@ def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, dire
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
     (RemotingCommand.decode, refusing what it refuses), a JSON header through its template's kind,
     made once; its bytes and body stay views where ``source`` is one."""
-    if end - start < 4:
-        raise RemotingDecodeError(f"decode error, frame of {end - start} bytes")
-    word = _WORD.unpack_from(source, start)[0]
-    serialize_type, header_end = word >> 24, start + 4 + (word & HEADER_LENGTH_MASK)
     found = None
-    if header_end <= end and serialize_type == SerializeType.JSON:
-        found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
+    if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
+        serialize_type, header_length = split_header_word(_WORD.unpack_from(source, start)[0])
+        header_end = start + 4 + header_length
+        if header_end <= end and serialize_type == SerializeType.JSON:
+            found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
     if found is None:
         frame = source[start:end]
         return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
