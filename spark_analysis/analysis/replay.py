@@ -116,12 +116,33 @@ class Lookup:
 
 
 @dataclass
+class SessionRoutes:
+    """What one session's replay knows of its routes over time, which is all that judging its
+    failed lookups needs (``judge_lookups``): plain data, so that lookups decoded apart from the
+    replay are judged by the same rule where they arrive (spark/liveness_stage.py)."""
+
+    start: float
+    end: float  # where the replay ran to: a lookup of the session after it would have moved it
+    stopped: bool  # the session ended with its server going away (``end`` is then not the data's)
+    #: topic -> (from when, held in topicQueueTable, why it last left: an index into ``causes``)
+    timeline: dict[str, list[tuple[float, bool, int | None]]]
+    #: (kind, what tells it): DEPARTED with the stay's end, address, name and time (None: not
+    #: known), DELETED with the deletion's time, client and topic
+    causes: list[tuple[str, dict[str, Any] | None]]
+    first_held: dict[str, float]  # topic -> when it first came into the tables
+    ever_held: frozenset[str]  # the topics the session's tables ever held
+    back_from: Outage | None  # the restart the session came back from
+
+
+@dataclass
 class Replay:
-    """What a server endpoint's replay found: its stays, its session-level stories and its failed lookups."""
+    """What a server endpoint's replay found: its stays, its session-level stories, its failed
+    lookups, and its sessions' routes over time (to judge lookups that did not come with the events)."""
 
     stays: list[Stay] = field(default_factory=list)
     stories: list[dict[str, Any]] = field(default_factory=list)
     lookups: list[Lookup] = field(default_factory=list)
+    routes: list[SessionRoutes] = field(default_factory=list)
 
 
 class Bodies:
@@ -212,14 +233,11 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
     for start, first, after in sessions.runs_of(server, [event["t"] for event in events]):
         by_session.setdefault(start, []).extend(events[first:after])
     replay = Replay()
-    held_before: dict[str, float] = {}  # topic -> when an earlier session of this server last held it
     for start, found in sorted(by_session.items()):
         outage = None
         if story is not None:
             outage = next((o for o in story.outages if o.down >= start - 1.0), None)
         end = outage.down if outage is not None else session_end(found[-1]["t"])
-        back_from = None if story is None else next(
-            (o for o in story.outages if o.up is not None and abs(o.up - start) <= 1.0), None)
         session = _SessionReplay(server, sessions.name(server, start), start, found, story, bodies)
         session.run(end, stopped=outage is not None)
         for index, stay in enumerate(session.stays):
@@ -227,9 +245,55 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
                               if later.broker_addr == stay.broker_addr and later.end != REFUSED), None)
         replay.stays += session.stays
         replay.stories += session.stories + stories_of(session.stays)
-        replay.lookups += session.lookups(held_before, back_from)
-        held_before.update(session.ever_held)
+        replay.routes.append(session.routes(end, outage is not None, back_from(story, start)))
+    asked = [event for event in events if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC]
+    replay.lookups = judge_lookups(server, asked, replay.routes, sessions, story)
     return replay
+
+
+def back_from(story: EndpointStory | None, start: float) -> Outage | None:
+    """The restart a session starting at ``start`` came back from, if its endpoint's story tells one."""
+    return None if story is None else next(
+        (o for o in story.outages if o.up is not None and abs(o.up - start) <= 1.0), None)
+
+
+def judge_lookups(server: str, asked: list[dict[str, Any]], routes: list[SessionRoutes], sessions: Sessions,
+                  story: EndpointStory | None) -> list[Lookup]:
+    """Each lookup answered TOPIC_NOT_EXIST (EVENT_ROWS as dicts, in time order), judged against
+    its session's routes over time: why the topic had no route at its time, if the replay knows:
+    none while the tables held it, else why it last left. What the tables held at a time is what
+    the run left them after every event captured by then, those of the lookup's own time too, and
+    the idle closes and scans due by then (each at its own time). A lookup with no cause of its own
+    is tied to the restart its session came back from when an earlier session held the topic: the
+    server came back empty and had no route for it yet (the cause carries when its route came back,
+    if it did). Lookups change nothing in the tables, so they are judged after the replay, here or
+    on the driver, from the same routes; one per topic, client and cause, in order of first."""
+    by_start = {found.start: found for found in routes}
+    judged: list[Lookup] = []
+    for start, first, after in sessions.runs_of(server, [event["t"] for event in asked]):
+        found = by_start.get(start)
+        held_before = frozenset().union(*(earlier.ever_held for earlier in routes if earlier.start < start))
+        restart = found.back_from if found is not None else back_from(story, start)
+        failed: dict[tuple[Any, Any, Any], Lookup] = {}
+        for event in asked[first:after]:
+            topic, t = event["topic"], event["t"]
+            line = found.timeline.get(topic, []) if found is not None else []
+            at = bisect.bisect_right(line, t, key=_since) - 1
+            index = None if at < 0 or line[at][1] else line[at][2]
+            key = (topic, event["client"], index)
+            lookup = failed.get(key)
+            if lookup is None:
+                cause = None if index is None or found is None else found.causes[index]
+                failed[key] = Lookup(topic, event["client"], 1, t, t, cause)
+            else:
+                lookup.count += 1
+                lookup.last = t
+        for lookup in failed.values():
+            topic = lookup.topic or ""
+            if lookup.cause is None and restart is not None and topic in held_before:
+                lookup.cause = (RESTARTED, (restart, None if found is None else found.first_held.get(topic)))
+        judged += failed.values()
+    return judged
 
 
 class _SessionReplay:
@@ -241,7 +305,7 @@ class _SessionReplay:
         self.profile: Profile = max(map(profile_for_version, versions), key=lambda p: p.mq_version, default=JAVA_4_9_8)
         self.config = NamesrvConfig({"compatVersion": self.profile.name})
         self.idle_s = float(self.config["serverChannelMaxIdleTimeSeconds"])
-        self.now = start
+        self.start = self.now = start
         self.scan_every = self.config.scan_interval_s
         self.next_scan = start + self.scan_every
         self.manager = RouteInfoManager(self.config, lambda: self.now)
@@ -254,10 +318,6 @@ class _SessionReplay:
         self.gone: dict[str, tuple[str, Any]] = {}  # topic -> why it left the tables (its latest leaving)
         self.ever_held: dict[str, float] = {}  # topic -> when it was last seen held
         self.first_held: dict[str, float] = {}  # topic -> when it first came into the tables
-        self.failed: dict[tuple[Any, Any, Any], Lookup] = {}
-        #: the failed lookups, judged once the session is replayed (``judge_lookups``): they change
-        #: nothing in the tables, so they need not wait in the stream of events that do
-        self.asked: list[dict[str, Any]] = []
         #: topic -> (from when, held in topicQueueTable, why it last left) at each change of either
         self._timeline: dict[str, list[tuple[float, bool, tuple[str, Any] | None]]] = {}
         self._uncounted = False  # a stay opened or changed its id since the last count
@@ -275,8 +335,7 @@ class _SessionReplay:
         for event in self.events:
             t = event["t"]
             if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                self.asked.append(event)  # judged against the tables at its time, after the run
-                continue
+                continue  # judged against the routes at its time, after the run (judge_lookups)
             if t >= self.next_scan or t - self._idle_from > self.idle_s:  # else scan_until has nothing to do
                 self.scan_until(t)
             self.now = t
@@ -285,7 +344,6 @@ class _SessionReplay:
                 self.note_topics(t)
         self.scan_until(end)
         self.note_topics(end)
-        self.judge_lookups()
         for stay in list(self.open.values()):
             if stopped:
                 stay.finish(SERVER_STOPPED, end)
@@ -523,37 +581,37 @@ class _SessionReplay:
                                  "broker_name": event["broker_name"], "topics": count,
                                  "topics_answered": event["topic_count"], **common})
 
-    def judge_lookups(self) -> None:
-        """Each lookup answered TOPIC_NOT_EXIST: why the topic had no route at its time, if the
-        replay knows: none while the tables held it, else why it last left. What the tables held
-        at a time is what the run left them after every event captured by then, those of the
-        lookup's own time too, and the idle closes and scans due by then (each at its own time)."""
-        for event in self.asked:
-            topic, t = event["topic"], event["t"]
-            line = self._timeline.get(topic, [])
-            at = bisect.bisect_right(line, t, key=_since) - 1
-            cause = None if at < 0 or line[at][1] else line[at][2]
-            key = (topic, event["client"], None if cause is None else (cause[0], id(cause[1])))
-            found = self.failed.get(key)
-            if found is None:
-                self.failed[key] = Lookup(topic, event["client"], 1, t, t, cause)
-            else:
-                found.count += 1
-                found.last = t
-
-    def lookups(self, held_before: dict[str, float], back_from: Outage | None) -> list[Lookup]:
-        """The failed lookups; one with no cause of its own is tied to the restart this session
-        came back from when an earlier session held the topic: the server came back empty and had
-        no route for it yet (the cause carries when its route came back, if it did)."""
-        found = []
-        for lookup in self.failed.values():
-            topic = lookup.topic or ""
-            if lookup.cause is None and back_from is not None and topic in held_before:
-                lookup.cause = (RESTARTED, (back_from, self.first_held.get(topic)))
-            found.append(lookup)
+    def routes(self, end: float, stopped: bool, restart: Outage | None) -> SessionRoutes:
+        """The session's routes over time, its causes as what tells them (read now: an expired
+        stay's end is moved to its connection's close after the scan that expired it)."""
         for topic in self.manager.topicQueueTable:
             self.ever_held[topic] = self.now
-        return found
+        indexes: dict[int, int] = {}
+        causes: list[tuple[str, dict[str, Any] | None]] = []
+        timeline: dict[str, list[tuple[float, bool, int | None]]] = {}
+        for topic, line in self._timeline.items():
+            entries = []
+            for since, held, cause in line:
+                index = None
+                if cause is not None:
+                    index = indexes.get(id(cause[1]))
+                    if index is None:
+                        index = indexes[id(cause[1])] = len(causes)
+                        causes.append((cause[0], _told(*cause)))
+                entries.append((since, held, index))
+            timeline[topic] = entries
+        return SessionRoutes(self.start, end, stopped, timeline, causes,
+                             dict(self.first_held), frozenset(self.ever_held), restart)
+
+
+def _told(kind: str, what: Any) -> dict[str, Any] | None:
+    """What a lookup's story tells of a cause (lookup_stories): a stay's end, a deletion."""
+    if what is None:
+        return None
+    if kind == DEPARTED:
+        return {"end": what.end, "broker_addr": what.broker_addr, "broker_name": what.broker_name,
+                "ended_at": what.ended_at}
+    return {"t": what["t"], "client": what["client"], "topic": what["topic"]}
 
 
 def lookup_stories(lookups: list[Lookup], server: str) -> list[dict[str, Any]]:
@@ -567,8 +625,8 @@ def lookup_stories(lookups: list[Lookup], server: str) -> list[dict[str, Any]]:
         if lookup.cause is not None:
             kind, what = lookup.cause
             if kind == DEPARTED and what is not None:
-                story["cause"] = {"kind": DEPARTED, "end": what.end, "broker_addr": what.broker_addr,
-                                  "broker_name": what.broker_name, "t": iso_time(what.ended_at or lookup.first)}
+                story["cause"] = {"kind": DEPARTED, "end": what["end"], "broker_addr": what["broker_addr"],
+                                  "broker_name": what["broker_name"], "t": iso_time(what["ended_at"] or lookup.first)}
             elif kind == DELETED:
                 story["cause"] = {"kind": DELETED, "t": iso_time(what["t"]), "client": what["client"],
                                   "topic": what["topic"]}
