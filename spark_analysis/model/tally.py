@@ -43,6 +43,9 @@ class Tally(ReadTally):
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0
+    #: (4-tuple, sent by its lower end) -> stream bytes sent, of the costly ones (spark/balance.py:
+    #: which of them are guessed clients', decoded beside the replay)
+    sent: Counter[Any] = field(default_factory=Counter[Any])
     latencies: Counter[Any] = field(default_factory=Counter[Any])  # analysis/latency.count_calls
     groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients

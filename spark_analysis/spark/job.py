@@ -45,6 +45,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from spark_analysis.analysis import clients, counting, findings, latency
 from spark_analysis.analysis.controller import controller_story, with_controller_view
 from spark_analysis.analysis.findings import endpoint_rows
+from spark_analysis.analysis.liveness import Liveness
 from spark_analysis.capture import inputs
 from spark_analysis.capture.inputs import CaptureFile, Piece, Split
 from spark_analysis.capture.packets import Ports
@@ -75,7 +76,7 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import broker_liveness
+from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness
 from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -92,22 +93,24 @@ _INFLATED = 8  # what a compressed capture's size is taken times, for the decodi
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
             split_size: int | None = None, report: bool = True, log: Callable[[str], None] = print,
-            tasks_every: float | None = None) -> Counter:
+            tasks_every: float | None = None, counted_cost: int = balance.COUNTED_COST) -> Counter:
     """Run the whole job; returns the counts it printed (and ``summary``: summary.json's content).
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
     done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
     On a local master, local gzip captures are inflated into a spool directory for the job's time
-    (inputs.read_compressed)."""
+    (inputs.read_compressed). ``counted_cost``: what decoding a 4-tuple's piece must cost for it
+    to be dealt and guessed a client's or not by itself (balance.py; less in tests)."""
     spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
     try:
-        return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool)
+        return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool, counted_cost)
     finally:
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
 
 
 def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, split_size: int | None,
-             report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None) -> Counter:
+             report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None,
+             counted_cost: int) -> Counter:
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
@@ -127,7 +130,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, ports, spool).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
     file_rows = findings.input_files(files, read)
@@ -159,12 +162,23 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    partitions = len(shares)
-    dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
-    decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
-               .repartition(partitions, balance.task_column(dealt, partitions))
-               .mapInArrow(partial(decode_batches, servers=servers, tables_out=tables_out,
-                                   places=Places(by_file, sessions)), DECODED))
+    rest = pieces.where(F.col("tally").isNull()).drop("tally")
+    decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions))
+    # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
+    # liveness tasks' stage, where the other cores would wait for it; the others first, as the
+    # replay needs their events (with Spark writing the tables, all are decoded first: one output)
+    guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
+    beside = None
+    if guessed:
+        among = balance.among(guessed)
+        decoded = _dealt(rest.where(~among), Counter({key: cost for key, cost in read.costs.items()
+                                                      if key not in guessed}), shares, read.hashed_cost)
+        beside = _dealt(rest.where(among), Counter({key: read.costs[key] for key in guessed}),
+                        balance.task_shares(sc.defaultParallelism)).mapInArrow(
+            partial(_beside_replay, decode=decode), LIVENESS)
+    else:
+        decoded = _dealt(rest, read.costs, shares, read.hashed_cost)
+    decoded = decoded.mapInArrow(decode, DECODED)
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -173,9 +187,14 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                 # smaller than the capture, and each task and file costs the same whatever its size
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        events = decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(
-            EVENT, "event_server", "tally")
-        liveness = broker_liveness(events, time_bins, by_file, sessions, endpoints)
+        liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside)
+        if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
+            progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
+                     f"replaying again with every 4-tuple's events")
+            again = _dealt(rest, read.costs, shares, read.hashed_cost).mapInArrow(
+                partial(decode_batches, servers=servers, events_only=True), DECODED)
+            replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints)
+            liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
     if tables_out:
         tables.commit(tables_out)
     tally = Tally().merge(read).merge(_merged(liveness.tallies))
@@ -189,7 +208,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered:,} with no answer captured, oneway ones "
              f"included), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
-             f"({tally.controller:,} rows)")
+             f"({tally.controller:,} rows)" + (f"; {len(guessed)} 4-tuples guessed clients' decoded beside "
+                                               f"the replay (their failed lookups judged by its routes)" if guessed else ""))
     counts = Counter(tally.counts())
     namesrv_codes, controller_codes = served_codes()
     nameservers = nameserver_endpoints(tally.served, namesrv_codes)
@@ -252,52 +272,57 @@ def start_worker(_: Iterable) -> None:
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
-            spool: str | None = None) -> DataFrame:
+            spool: str | None = None, counted_cost: int = balance.COUNTED_COST) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
     task's last row holds its tally."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
-        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, ports=ports, spool=spool),
-                                        PIECES))
+        parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, ports=ports, spool=spool,
+                                                counted_cost=counted_cost), PIECES))
     if whole:
         files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
         by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
-        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports), PIECES))
+        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports, counted_cost=counted_cost),
+                                      PIECES))
     return reduce(DataFrame.union, parts)
 
 
 def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ports: Ports,
-                spool: str | None = None) -> Iterator[pa.RecordBatch]:
+                spool: str | None = None, counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
     worker.settle()
     read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(read, tasks[index], ports=ports)
+            yield from _piece_batches(read, tasks[index], ports=ports, counted_cost=counted_cost)
 
 
-def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], ports: Ports
-                ) -> Iterator[pa.RecordBatch]:
+def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], ports: Ports,
+                counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
     """Files as Spark read them whole: ``whole`` has them by URI, local ones by absolute path
     (Spark names /x/y.gz file:/x/y.gz)."""
     worker.settle()
     for batch in batches:
         for uri, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             file = whole.get(uri) or whole.get(inputs.local_path(uri), CaptureFile(uri, 0, 0))
-            yield from _piece_batches(inputs.read_whole, content, file, ports=ports)
+            yield from _piece_batches(inputs.read_whole, content, file, ports=ports, counted_cost=counted_cost)
 
 
-def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports) -> Iterator[pa.RecordBatch]:
-    """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally
-    and the decoding costs of its costly pieces by 4-tuple, and of the others in all."""
+def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports,
+                   counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
+    """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally:
+    the decoding costs of its costly pieces by 4-tuple (and the bytes each way), of the others in all."""
     tally = Tally()
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, ports, tally):
         note_ends(tally.ends.setdefault(piece.input_index, {}), piece)
-        if (cost := balance.decode_cost(piece)) >= balance.COUNTED_COST:
+        if (cost := balance.decode_cost(piece)) >= counted_cost:
             tally.costs[piece.ends] += cost
+            by_lower, by_higher = balance.sent_bytes(piece)
+            tally.sent[piece.ends, True] += by_lower
+            tally.sent[piece.ends, False] += by_higher
         else:
             tally.hashed_cost += cost
         pending.append(piece)
@@ -320,13 +345,31 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
 
+def _dealt(pieces: DataFrame, costs: Counter, shares: list[int], hashed: int = 0) -> DataFrame:
+    """The pieces in a task per share, the costliest 4-tuples dealt out (balance.deal)."""
+    dealt = balance.deal(costs, shares, hashed=hashed)
+    return pieces.repartition(len(shares), balance.task_column(dealt, len(shares)))
+
+
+def _events_of(decoded: DataFrame) -> DataFrame:
+    """What the liveness stage reads of the decoded rows: the events and the tallies."""
+    return decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "event_server", "tally")
+
+
+def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iterator[pa.RecordBatch]]
+                   ) -> Iterator[pa.RecordBatch]:
+    """The guessed clients' pieces decoded in the liveness stage, as its rows (liveness_stage.beside_replay)."""
+    return beside_replay(decode(batches))
+
+
 def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
-                   places: Places | None = None) -> Iterator[pa.RecordBatch]:
+                   places: Places | None = None, events_only: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
     kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
-    ``places`` fills the tables' ``input`` and ``session`` columns."""
+    ``places`` fills the tables' ``input`` and ``session`` columns. ``events_only``: no table rows
+    (the events replayed again, the tables written already)."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
@@ -345,10 +388,10 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
                 if kind == FRAMES:
                     frames += len(row)
             if sum(map(len, pending.values())) + frames >= _BATCH_ROWS:
-                yield from _send(pending, writer, tally, places)
+                yield from _send(pending, writer, tally, places, events_only)
                 frames = 0
                 worker.drill("decode")
-        yield from _send(pending, writer, tally, places)
+        yield from _send(pending, writer, tally, places, events_only)
     worker.drill("decode")
     if writer is not None:
         writer.close()
@@ -356,7 +399,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
 
 
 def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tally,
-          places: Places | None = None) -> Iterator[pa.RecordBatch]:
+          places: Places | None = None, events_only: bool = False) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null. FRAME
     rows come as blocks (rows.FrameBlock), made into columns."""
@@ -366,7 +409,8 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
     pending[CONTROLLER_NOTE].clear()
     for kind in _TABLE_KINDS:
         rows = pending[FRAMES] if kind == FRAME else pending[kind]
-        if not rows:
+        if not rows or events_only:
+            rows.clear()
             continue
         array = frame_array(rows) if kind == FRAME else pa.array(rows, type=_ARROW_DECODED.field(kind).type)
         rows.clear()

@@ -2,8 +2,15 @@
 which replays them through the NameServer's own state machine (analysis/replay.py) and emits one
 row per broker stay: its brokers.csv columns and, as JSON, the rest; and a row of the stories the
 stays tell together (fail-overs, moves, re-numbering, topics deleted, write permission) and of the
-route lookups that found no route, each with the cause the replay saw (or none). The
-decoding tasks' tallies pass through with them to the driver, in one job."""
+route lookups that found no route, each with the cause the replay saw (or none); and a row of its
+sessions' routes over time. The decoding tasks' tallies pass through with them to the driver, in
+one job.
+
+The 4-tuples guessed clients' (spark/balance.py) are decoded beside the replay, in the same stage
+as a union (job.py): their rows say the failed lookups they found (``asked``), which the driver
+judges by the replay's routes with the replay's own rule (replay.judge_lookups), and whether they
+carried any event the replay needed (``misplaced``: the guess was wrong, and the caller replays
+again with every 4-tuple's events, so that a wrong guess costs time, never a word of the report)."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import json
 import pickle
 from collections.abc import Iterable, Iterator
 from functools import partial
+from operator import itemgetter
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -18,12 +26,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from spark_analysis.analysis.liveness import Liveness, broker_summary, plot_order
-from spark_analysis.analysis.replay import lookup_stories, replay_server
+from spark_analysis.analysis.replay import SessionRoutes, judge_lookups, lookup_stories, replay_server
 from spark_analysis.decode.schema import BROKER_COLUMNS, EVENT_ROWS
 from spark_analysis.model.endpoints import EndpointStory
 from spark_analysis.model.periods import PLOTTED_BROKERS, TimeBins
 from spark_analysis.model.sessions import FileSpans, Sessions
 from spark_analysis.spark import worker
+from twisted_namesrv.remoting import RequestCode
 
 #: brokers.csv columns by type; the rest (JSON ``details``) is read by findings.py and report.py
 _COLUMN_TYPES = {
@@ -36,30 +45,98 @@ _COLUMN_TYPES = {
 }
 LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType()), True) for column in BROKER_COLUMNS]
                       + [StructField("details", StringType(), True), StructField("stories", StringType(), True),
-                         StructField("tally", BinaryType(), True)])
+                         StructField("tally", BinaryType(), True), StructField("routes", BinaryType(), True),
+                         StructField("asked", BinaryType(), True), StructField("misplaced", BooleanType(), True)])
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 _EVENT_COLUMNS = EVENT_ROWS.names
+_EVENT_CODE = _EVENT_COLUMNS.index("code")
+_LOOKUP = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+_OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced")
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
-                    endpoints: dict[str, EndpointStory] | None = None) -> Liveness:
+                    endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | None = None
+                    ) -> tuple[Liveness, bool]:
     """Liveness from the decoded broker events in one pass over them: a column EVENT (pickled lists
     of schema.EVENT_ROWS tuples, each of the server endpoint ``event_server``), and ``tally``, which
     rows of the decoding tasks' tallies hold instead and which is passed on to the driver. One
     column of events: each column of a plan costs the driver a few calls to the JVM, between the
-    Spark jobs, with both cores idle."""
+    Spark jobs, with both cores idle. ``beside``: LIVENESS rows of the guessed clients' decoding
+    (beside_replay), run in the liveness tasks' stage. With the Liveness, whether it is whole: False
+    where a guessed client's 4-tuple carried an event the replay needed (or a lookup past where a
+    session's replay ran), and the replay is to run again with every 4-tuple's events."""
     cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
-    rows = events.repartition(cores, "event_server").mapInArrow(
-        partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints or {}),
-        LIVENESS).collect()
+    endpoints = endpoints or {}
+    replayed = events.repartition(cores, "event_server").mapInArrow(
+        partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints),
+        LIVENESS)
+    rows = (replayed if beside is None else replayed.union(beside)).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     stories = [story for row in rows if row.stories is not None for story in json.loads(row.stories)]
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.details is not None]
     for broker in brokers:
-        del broker["details"], broker["tally"], broker["stories"]
+        for column in _OWN_COLUMNS:
+            del broker[column]
     brokers.sort(key=lambda broker: (broker["session"], broker["broker_addr"], broker["first_seen"]))
-    return Liveness(brokers, time_bins, tallies, stories)
+    routes = {row.server: pickle.loads(row.routes) for row in rows if row.routes is not None}
+    asked: dict[str, list[tuple]] = {}
+    for row in rows:
+        if row.asked is not None:
+            asked.setdefault(row.server, []).extend(pickle.loads(row.asked))
+    judged = [_judged(server, found, routes.get(server, []), sessions, endpoints.get(server))
+              for server, found in asked.items()]
+    whole = not any(row.misplaced for row in rows) and None not in judged
+    if whole and judged:
+        stories = _lookups_in_order(stories, judged)
+    return Liveness(brokers, time_bins, tallies, stories), whole
+
+
+def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessions: Sessions,
+            story: EndpointStory | None) -> list[dict] | None:
+    """The stories of failed lookups decoded beside the replay, judged by its routes; None where
+    one is past where its session's replay ran (a lookup sets its session's end: replay_server)."""
+    asked = sorted((dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in found), key=itemgetter("t"))
+    ran = {session.start: session for session in routes}
+    for event in asked:
+        session = ran.get(sessions.start_of(server, event["t"]))
+        if session is not None and not session.stopped and sessions.end_of(server, event["t"]) > session.end:
+            return None
+    return lookup_stories(judge_lookups(server, asked, routes, sessions, story), server)
+
+
+def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> list[dict]:
+    """The stories, with the failed lookups judged on the driver among the replay's own: each
+    server's in order of first (as one replay judges them), the servers in the order they came."""
+    lookups = [story for story in stories if story["kind"] == "lookup_failed"]
+    lookups += [story for found in more for story in found or ()]
+    servers: dict[str, int] = {}
+    for story in lookups:
+        servers.setdefault(story["server"], len(servers))
+    lookups.sort(key=lambda story: (servers[story["server"]], story["first"]))
+    return [story for story in stories if story["kind"] != "lookup_failed"] + lookups
+
+
+def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The guessed clients' decoding (job.decode_batches' DECODED batches, the tables written by
+    the task) as LIVENESS rows: each server's failed lookups (``asked``), whether any other event
+    came (``misplaced``), and the task's tally."""
+    for batch in decoded:
+        rows: list[dict] = []
+        columns = (batch.column(name).to_pylist() for name in ("event", "event_server", "tally"))
+        for events, server, tally in zip(*columns, strict=True):
+            if tally is not None:
+                rows.append({"tally": tally})
+            if events is None:
+                continue
+            found = pickle.loads(events)
+            asked = [event for event in found if event[_EVENT_CODE] == _LOOKUP]
+            if asked:
+                rows.append({"server": server, "asked": pickle.dumps(asked)})
+            if len(asked) < len(found):
+                rows.append({"server": server, "misplaced": True})
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
 
 
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, files: FileSpans,
@@ -77,12 +154,13 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
                 if events is not None:
                     by_server.setdefault(server or "?", []).extend(
                         [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in pickle.loads(events)])
-        stays, stories = [], []
+        stays, stories, routes = [], [], []
         for server, events in by_server.items():
             replay = replay_server(server, events, sessions, endpoints.get(server),
                                    lambda t, server=server: sessions.end_of(server, t))
             stays += [stay for stay in replay.stays if stay.events]
             stories += replay.stories + lookup_stories(replay.lookups, server)
+            routes.append({"server": server, "routes": pickle.dumps(replay.routes)})
         rows = sorted((broker_summary(stay, time_bins, sessions.files_of(stay.server, files),
                                       sessions.end_of(stay.server, stay.registered))
                        for stay in stays), key=plot_order)
@@ -93,6 +171,6 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
             {key: value for key, value in row.items() if key not in BROKER_COLUMNS}), "tally": None} for row in rows]
         if stories:
             rows.append({"stories": json.dumps(stories)})
-        rows += [{"tally": tally} for tally in tallies]
+        rows += [{"tally": tally} for tally in tallies] + routes
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
