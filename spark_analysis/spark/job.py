@@ -208,8 +208,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"rows), calls/ ({tally.call:,} rows, {tally.unanswered:,} with no answer captured, oneway ones "
              f"included), registrations/ "
              f"({tally.registration:,} rows, {tally.crc_failures} CRC failures), controller/ "
-             f"({tally.controller:,} rows)" + (f"; {len(guessed)} 4-tuples guessed clients' decoded beside "
-                                               f"the replay (their failed lookups judged by its routes)" if guessed else ""))
+             f"({tally.controller:,} rows)" + _beside_note(len(guessed)))
     counts = Counter(tally.counts())
     namesrv_codes, controller_codes = served_codes()
     nameservers = nameserver_endpoints(tally.served, namesrv_codes)
@@ -343,6 +342,11 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
                [tally] * len(pieces))
     return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field in
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
+
+
+def _beside_note(guessed: int) -> str:
+    return f"; {guessed} 4-tuples guessed clients' decoded beside the replay (their failed lookups judged by its " \
+        "routes)" if guessed else ""
 
 
 def _dealt(pieces: DataFrame, costs: Counter, shares: list[int], hashed: int = 0) -> DataFrame:
