@@ -173,9 +173,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         among = balance.among(guessed)
         decoded = _dealt(rest.where(~among), Counter({key: cost for key, cost in read.costs.items()
                                                       if key not in guessed}), shares, read.hashed_cost)
+        # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
         beside = _dealt(rest.where(among), Counter({key: read.costs[key] for key in guessed}),
                         balance.task_shares(sc.defaultParallelism)).mapInArrow(
-            partial(_beside_replay, decode=decode), LIVENESS)
+            partial(_beside_replay, decode=partial(decode, first_part=len(shares))), LIVENESS)
     else:
         decoded = _dealt(rest, read.costs, shares, read.hashed_cost)
     decoded = decoded.mapInArrow(decode, DECODED)
@@ -367,19 +368,21 @@ def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iter
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
-                   places: Places | None = None, events_only: bool = False) -> Iterator[pa.RecordBatch]:
+                   places: Places | None = None, events_only: bool = False, first_part: int = 0
+                   ) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
     kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
     ``places`` fills the tables' ``input`` and ``session`` columns. ``events_only``: no table rows
-    (the events replayed again, the tables written already)."""
+    (the events replayed again, the tables written already). ``first_part``: the number of the
+    part files of the stage's partition 0 (the guessed clients' are numbered after the others')."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
-    writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
+    writer = tables.PartWriter(tables_out, first_part + TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
