@@ -78,3 +78,24 @@ def test_dealt_rows_land_in_their_task(spark) -> None:
               .select("lower", "higher", F.spark_partition_id().alias("task")).collect())
     assert len(placed) == len(rows)
     assert {(row.lower, row.higher): row.task for row in placed if (row.lower, row.higher) in dealt} == dealt
+
+
+def test_a_4_tuple_is_guessed_a_client_s_when_its_server_sent_it_twice_what_it_was_sent() -> None:
+    """Route answers carry the routes (a client's lookups), requests carry the tables (a broker's
+    registrations); a snap length's cut counts what was sent; an end not known a server is no guess."""
+    server = "10.0.0.1:9876"
+    client, broker, cut, unknown = (f"10.1.0.{n}:40000" for n in range(4))
+
+    def sent(ends: tuple[str, str], lengths: list[int], forward: list[bool], missing: list[int]) -> tuple:
+        rows = np.zeros(len(lengths), SEGMENT)
+        rows["length"], rows["forward"], rows["missing"] = lengths, forward, missing
+        return ends, balance.sent_bytes(Piece(ends, "capture.pcap", rows.tobytes(), None))
+
+    found = dict([sent((server, client), [200, 500], [False, True], [0, 0]),  # asks 200, told 500
+                  sent((server, broker), [9000, 150], [False, True], [0, 0]),  # registers 9000, told 150
+                  sent((server, cut), [200, 150], [False, True], [8800, 0]),  # the same cut at 200 bytes
+                  sent((server, unknown), [100, 900], [False, True], [0, 0])])
+    assert found[server, client] == (500, 200)  # by the lower end (the server here), by the higher
+    counted = {(ends, by_lower): count for ends, both in found.items() for by_lower, count in zip((True, False), both)}
+    sides = {ends: server for ends in found if ends[1] != unknown}
+    assert balance.guessed_clients(counted, sides) == {(server, client)}

@@ -133,6 +133,27 @@ def test_outputs_are_exact_when_first_attempts_fail(spark, synthetic, synthetic_
     assert retried.summary == synthetic_outputs.summary
 
 
+def test_clients_decoded_beside_the_replay_change_nothing_even_when_attempts_fail(
+        spark, synthetic, synthetic_outputs: Outputs, tmp_path) -> None:
+    """Every 4-tuple counted (``counted_cost=0``), so that those the bytes say are clients' are
+    decoded beside the replay, in the liveness stage, their failed lookups judged on the driver by
+    the replay's routes; half of each stage's first attempts fail once after sending output: the
+    same tables (the clients' part files numbered after the others'), brokers, counts and summary."""
+    path, _ = synthetic
+    spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, "read,decode,liveness")
+    try:
+        split = run_job(spark, [str(path)], tmp_path, report=False, counted_cost=0)
+    finally:
+        spark.sparkContext.setLocalProperty(FAIL_FIRST_ATTEMPT, None)
+    assert any("4-tuples guessed clients' decoded beside the replay" in line for line in split.progress)
+    assert not any("replaying again" in line for line in split.progress)
+    assert any(f["kind"] == "topic_not_exist" for f in synthetic_outputs.summary["findings"])  # lookups judged
+    assert same_rows(split, synthetic_outputs)
+    assert split.brokers == synthetic_outputs.brokers
+    assert split.counts == synthetic_outputs.counts
+    assert split.summary == synthetic_outputs.summary
+
+
 def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, synthetic_outputs: Outputs,
                                                              tmp_path: Path) -> None:
     """Another cluster captured 30 s after the synthetic capture, at the same addresses (other names,

@@ -231,3 +231,18 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
     unknown = copy.deepcopy(summary)
     unknown["findings"].append({"kind": "x", "evidence": [{"kind": "something_new", "message": "?"}]})
     assert any("unknown finding kind" in p for p in judge(truth, unknown, rows))
+
+
+def test_a_wrong_guess_of_a_client_replays_again_and_changes_nothing(spark, tmp_path: Path) -> None:
+    """Counted (``counted_cost=0``), v5-trio's mqadmin connection is guessed a client's: it gets
+    more than it asks (the cluster's lists). Its decoding beside the replay finds an operator's
+    request the replay needed: the replay runs again with every 4-tuple's events, and the report
+    is the one made without guessing."""
+    truth = truth_of("v5-trio")
+    files = [str(REAL / "v5-trio" / f) for f in truth["files"]]
+    plain = run_job(spark, files, tmp_path / "plain", report=False)
+    guessed = run_job(spark, files, tmp_path / "guessed", report=False, counted_cost=0)
+    assert any("replaying again with every 4-tuple's events" in line for line in guessed.progress)
+    assert not any("replaying again" in line for line in plain.progress)
+    assert (guessed.summary, guessed.brokers, guessed.counts) == (plain.summary, plain.brokers, plain.counts)
+    assert (guessed.frames, guessed.calls, guessed.registrations) == (plain.frames, plain.calls, plain.registrations)
