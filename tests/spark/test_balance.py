@@ -96,6 +96,7 @@ def test_a_4_tuple_is_guessed_a_client_s_when_its_server_sent_it_twice_what_it_w
                   sent((server, cut), [200, 150], [False, True], [8800, 0]),  # the same cut at 200 bytes
                   sent((server, unknown), [100, 900], [False, True], [0, 0])])
     assert found[server, client] == (500, 200)  # by the lower end (the server here), by the higher
-    counted = {(ends, by_lower): count for ends, both in found.items() for by_lower, count in zip((True, False), both)}
+    counted = {(ends, by_lower): count for ends, (lower, higher) in found.items()
+               for by_lower, count in ((True, lower), (False, higher))}
     sides = {ends: server for ends in found if ends[1] != unknown}
     assert balance.guessed_clients(counted, sides) == {(server, client)}
