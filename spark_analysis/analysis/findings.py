@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import HTTP, TLS
+from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.capture_points import CapturePoints
@@ -68,7 +69,10 @@ DELETION_BEFORE_S, DELETION_AFTER_S = 60.0, 30.0
 SKEWED_S = 1.0
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
-              108: "LOOP"}
+              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6"}
+#: an input whose link type the reading does not decode (packets.LINK_TYPES_READ)
+LINK_NOT_READ = "link type not read"
+LINK_TYPES_SAID = ("Ethernet, Linux cooked v1/v2, BSD loopback, raw IP, Apple's PKTAP")
 
 
 
@@ -143,7 +147,8 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "clock_stepped_at": None if step is None else _iso(step[1]),
                      "clock_stepped_to": None if step is None else _iso(step[2]),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
-                     "problem": fact.problem or (None if fact.records else inputs.EMPTY),
+                     "problem": fact.problem or (None if fact.records else inputs.EMPTY) or (
+                         None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
                      "compression": fact.compression, "reason": fact.reason})
@@ -157,6 +162,9 @@ def problem_text(f: Item) -> str:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if f["problem"] == inputs.NOT_INFLATED:
         return f"{f['problem']}: {f['reason']}"
+    if f["problem"] == LINK_NOT_READ:
+        return (f"its link type, {f['link_type']}, is not read ({LINK_TYPES_SAID}): no packet of it was decoded; "
+                f"capture with one of those (Linux: tcpdump -i any)")
     fmt = f.get("compression")
     if f["problem"] != inputs.NOT_A_CAPTURE or fmt is None:
         return str(f["problem"])
