@@ -167,7 +167,9 @@ def _tunnels(u8: np.ndarray, ip: np.ndarray) -> np.ndarray:
     protocol = u8[np.minimum(ip + 9, len(u8) - 1)]
     udp_port = np.minimum(ip + (u8[ip] & 0x0F).astype(np.int64) * 4 + 2, len(u8) - 2)
     port = u8[udp_port].astype(np.int64) << 8 | u8[udp_port + 1]
-    return (protocol == _IPPROTO_GRE) | ((protocol == _IPPROTO_UDP) & np.isin(port, (_VXLAN_PORT, _GENEVE_PORT)))
+    tunnels: np.ndarray = (protocol == _IPPROTO_GRE) | ((protocol == _IPPROTO_UDP)
+                                                       & np.isin(port, (_VXLAN_PORT, _GENEVE_PORT)))
+    return tunnels
 
 
 def _other_traffic(u8: np.ndarray, left: np.ndarray, src_ip: np.ndarray, src_port: np.ndarray, dst_ip: np.ndarray,
