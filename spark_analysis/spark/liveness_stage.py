@@ -49,7 +49,8 @@ LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType())
                          StructField("asked", BinaryType(), True), StructField("misplaced", BooleanType(), True)])
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 _EVENT_COLUMNS = EVENT_ROWS.names
-_EVENT_CODE = _EVENT_COLUMNS.index("code")
+_EVENT_CODE, _EVENT_T, _EVENT_TOPIC, _EVENT_CLIENT = (_EVENT_COLUMNS.index(name)
+                                                      for name in ("code", "t", "topic", "client"))
 _LOOKUP = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 _OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced")
 
@@ -96,7 +97,7 @@ def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessio
             story: EndpointStory | None) -> list[dict] | None:
     """The stories of failed lookups decoded beside the replay, judged by its routes; None where
     one is past where its session's replay ran (a lookup sets its session's end: replay_server)."""
-    asked = sorted((dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in found), key=itemgetter("t"))
+    asked = sorted(({"t": t, "topic": topic, "client": client} for t, topic, client in found), key=itemgetter("t"))
     ran = {session.start: session for session in routes}
     for event in asked:
         session = ran.get(sessions.start_of(server, event["t"]))
@@ -119,8 +120,8 @@ def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> lis
 
 def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The guessed clients' decoding (job.decode_batches' DECODED batches, the tables written by
-    the task) as LIVENESS rows: each server's failed lookups (``asked``), whether any other event
-    came (``misplaced``), and the task's tally."""
+    the task) as LIVENESS rows: each server's failed lookups (``asked``: time, topic and client
+    each), whether any other event came (``misplaced``), and the task's tally."""
     for batch in decoded:
         rows: list[dict] = []
         columns = (batch.column(name).to_pylist() for name in ("event", "event_server", "tally"))
@@ -130,7 +131,9 @@ def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             if events is None:
                 continue
             found = pickle.loads(events)
-            asked = [event for event in found if event[_EVENT_CODE] == _LOOKUP]
+            # what judging a lookup reads of it (a client failing lookups all day sends many)
+            asked = [(event[_EVENT_T], event[_EVENT_TOPIC], event[_EVENT_CLIENT]) for event in found
+                     if event[_EVENT_CODE] == _LOOKUP]
             if asked:
                 rows.append({"server": server, "asked": pickle.dumps(asked)})
             if len(asked) < len(found):
