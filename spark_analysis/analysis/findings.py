@@ -28,6 +28,7 @@ from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
+from spark_analysis.model.translated import Translated
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
@@ -54,7 +55,7 @@ KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "s
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
-         "master_elected", "other_port_traffic", "other_server")
+         "master_elected", "other_port_traffic", "other_server", "translated_copies")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -385,6 +386,29 @@ def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
             for port, (clients, segments, frames) in sorted(by_port.items()) if frames]
 
 
+def translated_copies(translated: Translated) -> list[Item]:
+    """One info item per translation whose connections were captured twice (model/translated.py):
+    what each copy was counted as, so that a NameServer behind a published port is one, and what
+    the NameServer saw is what the report names."""
+    items = []
+    for seen, kept, seen_client, kept_client, n in translated.seen_as():
+        where = f"{seen} is {kept}" if seen != kept else f"client {seen_client} is {kept_client} at {seen}"
+        items.append(_finding("translated_copies", INFO, f"{_plural(n, 'connection{s}')} captured twice, once with "
+                              f"translated addresses (NAT: a published port, a container's traffic): {where}; "
+                              f"each counted once, as the server saw it ({kept}, client {kept_client})",
+                              seen_as=seen, counted_as=kept, client_seen_as=seen_client, client_counted_as=kept_client,
+                              connections=n))
+    return items
+
+
+def translated_text(translated: Translated) -> str:
+    """The console's line for the copies left out (what translated_copies tells)."""
+    return (f"the same {_plural(len(translated.copies), 'connection{s}')} captured again under translated "
+            f"addresses, each counted once: " + ", ".join(
+                f"{seen} as {kept}" if seen != kept else f"client {seen_client} as {kept_client} at {seen}"
+                for seen, kept, seen_client, kept_client, _ in translated.seen_as()))
+
+
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
     frames partly read'."""
@@ -415,6 +439,7 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
+         "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),

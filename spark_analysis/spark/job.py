@@ -71,6 +71,7 @@ from spark_analysis.model.periods import (
 )
 from spark_analysis.model.sessions import Places, Sessions
 from spark_analysis.model.tally import Tally
+from spark_analysis.model.translated import translated_copies
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
@@ -141,6 +142,13 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     by_path = {files[index].path: found for index, found in read.ends.items()}
     ends = merged_ends(by_path)
     sides = server_sides(ends)
+    translated = translated_copies(ends, sides)
+    left_out = translated.left_out
+    if left_out:  # one connection captured twice under other addresses: counted once
+        by_path = {path: translated.without(found) for path, found in by_path.items()}
+        ends = translated.without(ends)
+        sides = {key: sides[key] for key in ends}
+        progress(findings.translated_text(translated))
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
     captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
@@ -160,11 +168,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     partitions = len(shares)
-    dealt = balance.deal(read.costs, shares, hashed=read.hashed_cost)
+    costs = {key: cost for key, cost in read.costs.items() if key not in left_out}
+    dealt = balance.deal(costs, shares, hashed=read.hashed_cost)
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, servers=servers, tables_out=tables_out,
-                                   places=Places(by_file, sessions)), DECODED))
+                                   places=Places(by_file, sessions), left_out=left_out), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -207,7 +216,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports))
+                                   findings.other_traffic(tally.others, ports) + findings.translated_copies(translated))
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -321,17 +330,21 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
-                   places: Places | None = None) -> Iterator[pa.RecordBatch]:
+                   places: Places | None = None, left_out: frozenset[tuple[str, str]] = frozenset()
+                   ) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
     kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
-    ``places`` fills the tables' ``input`` and ``session`` columns."""
+    ``places`` fills the tables' ``input`` and ``session`` columns; the 4-tuples in ``left_out`` are
+    copies of others (model/translated.py), not decoded."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
+    for key in left_out & by_connection.keys():
+        del by_connection[key]
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
