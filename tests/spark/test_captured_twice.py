@@ -1,17 +1,25 @@
-"""A NameServer in a container, captured on its host with `tcpdump -i any`: every connection that came
+"""A connection captured twice is read once.
+
+A NameServer in a container, captured on its host with `tcpdump -i any`: every connection that came
 in through a published port (DNAT), or went out from a container (SNAT), is captured twice, outside
-and inside, under two 4-tuples with the same sequence numbers. The report counts it once, under the
-addresses the NameServer itself saw, and says what it left out (model/translated.py)."""
+and inside, under two 4-tuples with the same sequence numbers; it is counted once, under the
+addresses the NameServer itself saw (model/translated.py). Captures of the NameServer's host and of
+a broker's host given together hold the broker's connections twice, stamped by two clocks: each is
+read from one capture (model/capture_points.py). Both are said."""
 
 from __future__ import annotations
 
 import gzip
 import re
 import struct
+from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from spark_analysis.model.capture_points import second_points
 from spark_analysis.model.endpoints import server_sides
-from spark_analysis.model.periods import ConnectionEnds
+from spark_analysis.model.periods import Capture, ConnectionEnds
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.translated import translated_copies
 from tests.spark.conftest import run_job
@@ -114,3 +122,57 @@ def test_a_capture_with_every_connection_translated_tells_what_the_capture_alone
     assert [(e["seen_as"], e["counted_as"]) for e in copies["evidence"]] == [("127.0.0.1:9876", f"{INSIDE}:9876")]
     assert copies["evidence"][0]["connections"] == alone.counts["connection"]
     assert named(twice.summary["attention"]) == alone.summary["attention"]
+
+
+# -- the same connections in captures taken at two points (model/capture_points.py) --------------------
+
+
+def shifted_copy(path: Path, seconds: float, keep: int | None = None) -> Path:
+    """The real capture as another host saw it: its clock ``seconds`` ahead; ``keep``: only the
+    packets of the ``keep`` client ports with the most packets (a broker's host sees its own)."""
+    data = gzip.decompress(REAL.read_bytes())
+    records, at = [], 24
+    while at < len(data):
+        sec, usec, incl, orig = struct.unpack_from("<IIII", data, at)
+        frame = data[at + 16:at + 16 + incl]
+        at += 16 + incl
+        ihl = (frame[14] & 0x0F) * 4
+        ports = struct.unpack_from("!HH", frame, 14 + ihl)
+        client_port = ports[0] if ports[1] == 9876 else ports[1]
+        records.append((sec * 1_000_000 + usec + round(seconds * 1e6), incl, orig, frame, client_port))
+    if keep is not None:
+        busiest = {port for port, _ in Counter(r[4] for r in records).most_common(keep)}
+        records = [r for r in records if r[4] in busiest]
+    path.write_bytes(data[:24] + b"".join(struct.pack("<IIII", t // 1_000_000, t % 1_000_000, incl, orig) + frame
+                                          for t, incl, orig, frame, _ in records))
+    return path
+
+
+def test_two_hosts_captures_of_the_same_connections_are_read_once(spark, tmp_path: Path) -> None:
+    alone = run_job(spark, [str(REAL)], tmp_path / "alone", report=False)
+    server_host = shifted_copy(tmp_path / "ns.pcap", 0.0)
+    for ahead in (0.35, -2.5):  # the broker's host: its clock ahead, or behind, of the NameServer's host's
+        broker_host = shifted_copy(tmp_path / f"broker{ahead}.pcap", ahead, keep=2)
+        both = run_job(spark, [str(server_host), str(broker_host)], tmp_path / f"both{ahead}", report=False)
+        assert [{k: v for k, v in row.items() if k != "input"} for row in both.brokers] == \
+            [{k: v for k, v in row.items() if k != "input"} for row in alone.brokers]
+        for count in ("connection", "frame", "request", "registration", "call"):
+            assert both.counts[count] == alone.counts[count], count
+        (twice,) = [f for f in both.summary["findings"] if f["kind"] == "same_traffic_twice"]
+        (item,) = twice["evidence"]
+        assert (item["paths"], item["read_from"], item["connections"]) == ([str(broker_host)], [str(server_host)], 2)
+        assert item["clock_s"] == pytest.approx(ahead, abs=1e-3)
+        assert twice["severity"] == ("warning" if abs(ahead) >= 1 else "info")
+
+
+def test_a_capture_that_saw_less_of_a_connection_than_the_other_is_read_too() -> None:
+    a, b = "10.0.0.1:40000", "10.0.0.2:9876"
+    whole = ConnectionEnds(0.0, True, 100.0, True, syn_by_lower=True, first_seq=(1000, 5000), next_seq=(9000, 7000))
+    part = ConnectionEnds(50.3, False, 150.3, False, first_seq=(4000, 6000), next_seq=(12000, 8000))  # goes on after
+    inside = ConnectionEnds(50.3, False, 80.3, False, first_seq=(4000, 6000), next_seq=(8000, 6500))
+    captures = [Capture(0.0, 100.0, ("ns.pcap",)), Capture(50.3, 150.3, ("broker.pcap",))]
+    for theirs, left_out in ((part, set()), (inside, {("broker.pcap", (a, b))})):
+        by_path = {"ns.pcap": {(a, b): whole, ("10.0.0.3:1", b): whole._replace(first_seq=(1, 2))},
+                   "broker.pcap": {(a, b): theirs}}
+        points = second_points(captures, by_path, {key: b for ends in by_path.values() for key in ends})
+        assert points.left_out == left_out
