@@ -7,10 +7,11 @@ clock) each reactor turn's work after epoll returned (with how many sockets were
 delayed call (by the name of what it calls: a timer, the Cooperator's steps, the dispatcher's
 waiting registrations) and each collector pass (by generation).  At the stop it writes those of
 at least ``--over`` ms of CPU as JSON lines to ``--out`` (kind, monotonic start, CPU ms, what,
-wall ms; a turn's also its wait in epoll and the thread's wait for a CPU over both, in ms: a wait
-the scheduler made, not the server); ``--report FILE`` prints the longest of each kind.  Run it as
-the server of a curve step, where the probe's longest wait is a wall time that the machine's other
-work adds to:
+wall ms; a turn's also its wait in epoll, the thread's wait for a CPU over both -- a wait the
+scheduler made -- the CPU the server's other threads took meanwhile, in ms, and the turn's page
+faults that waited for a read); ``--report FILE``
+prints the longest of each kind.  Run it as the server of a curve step, where the probe's longest
+wait is a wall time that the machine's other work adds to:
 
     .venv/bin/python tools/bench/scale.py --curve --steps brokers-5000 --rounds 1 \\
         --server-cmd '.venv/bin/python tools/bench/server_turns.py --out /tmp/turns.jsonl -- \\
@@ -30,6 +31,7 @@ import collections
 import gc
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -75,12 +77,16 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
         """How long the reactor thread has been runnable, waiting for a CPU (0 where unknown)."""
         return int(os.pread(schedstat, 64, 0).split()[1]) if schedstat is not None else 0
 
+    def major_faults() -> int:
+        """The reactor thread's page faults that had to wait for a read (a page the kernel dropped)."""
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+
     class TimedPoller:
         def poll(self, *args: Any) -> Any:
-            waiting, queued = time.monotonic(), runqueue_ns()
+            waiting, queued, own = time.monotonic(), runqueue_ns(), time.process_time() - time.thread_time()
             events = poller.poll(*args)
             polled.update(began=time.monotonic(), cpu=time.thread_time(), ready=len(events), waiting=waiting,
-                          queued=queued)
+                          queued=queued, own=own, faults=major_faults())
             return events
 
         def __getattr__(self, name: str) -> Any:
@@ -94,7 +100,9 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
         if polled:
             records.append(("io", polled["began"], (time.thread_time() - polled["cpu"]) * 1e3, polled["ready"],
                             (time.monotonic() - polled["began"]) * 1e3, (polled["began"] - polled["waiting"]) * 1e3,
-                            (runqueue_ns() - polled["queued"]) / 1e6))
+                            (runqueue_ns() - polled["queued"]) / 1e6,
+                            (time.process_time() - time.thread_time() - polled["own"]) * 1e3,
+                            major_faults() - polled["faults"]))
     reactor.doIteration = timed_iteration  # type: ignore[method-assign]
 
     def write() -> None:
