@@ -92,7 +92,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                         seen_until[second][ep] = max(seen_until[second].get(ep, 0.0), part[-1][0])
     seen = {**seen_until[True], **seen_until[False]}  # the first point's clock for what it holds
     pkts = sorted(points[False] + points[True], key=lambda p: p[0])
-    first, last = pkts[0][0], pkts[-1][0]
+    # the capture's span on the first point's clock (the NameServer's host), when it has packets
+    first, last = min(p[0] for p in points[False] or pkts), max(p[0] for p in points[False] or pkts)
 
     def read(server_ports: set[int]):
         """The connections to server_ports, each once: the second capture point's copies left out."""
