@@ -113,3 +113,24 @@ def test_a_connection_captured_under_two_address_pairs_is_one() -> None:
     log = server_logs.load([folder / "namesrv.log"])
     assert build.copies_disagree(kept, log) == []
     assert any("the NameServer logged 5 channels" in p for p in build.copies_disagree(conns, log))
+
+
+def test_a_connection_captured_on_two_hosts_is_one_read_from_the_nameservers_host() -> None:
+    """v5-twohosts: tcpdump on the NameServer's host and on the brokers' host, the latter's clock 0.35 s
+    ahead: every connection is in both files (the same 4-tuple and sequence numbers); each is one,
+    with the NameServer's host's stamps, whichever way the other clock is off, and the log backs the
+    count channel by channel."""
+    folder = REAL / "v5-twohosts"
+    ns_host = packets.read_pcap(folder / "v5-twohosts-nshost.pcap.gz")
+    broker_host = packets.read_pcap(folder / "v5-twohosts-brokerhost.pcap.gz")
+    first = packets.connections(ns_host, {9876})
+    assert len(first) == 5
+    for ahead in (0.35, -0.7):  # as committed, and a clock 0.7 s behind the NameServer host's
+        shifted = [(t + ahead - 0.35, *rest) for t, *rest in broker_host]
+        kept, pairs = packets.second_point_copies(first, packets.connections(shifted, {9876}))
+        assert kept == first and len(pairs) == 5
+        assert {round(copy.syn - counted.syn, 2) for copy, counted in pairs} == {round(ahead, 2)}
+    log = server_logs.load([folder / "namesrv.log"])
+    assert build.copies_disagree(kept, log) == []
+    doubled = kept + [copy for copy, _counted in pairs]
+    assert any("the NameServer logged 5 channels" in p for p in build.copies_disagree(doubled, log))

@@ -46,6 +46,7 @@ KIND_CLASSES = {
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
     "translated_copies": "translated",  # connections captured twice under NAT: exactly the truth's translated_copies
+    "same_traffic_twice": "second_point",  # connections two capture points both hold: exactly the truth's second_point
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
@@ -198,6 +199,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
     refused_told: dict[str, int] = defaultdict(int)
     unfitted: list[tuple[dict, str]] = []
     translated_told: list[dict] = []
+    second_told: list[dict] = []
     for item in items:
         kind = item.get("kind")
         if kind in NOT_JUDGED:
@@ -214,6 +216,9 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         if cls == "translated":
             translated_told.append(item)
+            continue
+        if cls == "second_point":
+            second_told.append(item)
             continue
         if cls == "election":
             logged = (truth.get("controller_log") or {}).get("elections", [])
@@ -243,7 +248,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         for i in fitting:
             told[i].append(item)
-    problems += judge_translated(truth, translated_told)
+    problems += judge_translated(truth, translated_told) + judge_second_point(truth, second_told)
     for item, cls in unfitted:
         # the right event at the wrong time (or with none), if nothing told it at its time: said once as
         # such, not as invented + missed; else a duplicate, invented
@@ -292,6 +297,49 @@ def judge_translated(truth: dict, told: list[dict]) -> list[str]:
         seen.add(key)
     problems += [f"missed: {n} connection(s) captured as {key[0]} (client {key[2]}) and counted as {key[1]} "
                  f"(client {key[3]}): no translated_copies item" for key, n in expected.items() if key not in seen]
+    return problems
+
+
+#: how far the told clock difference of two capture points may be from the truth's
+CLOCK_TOLERANCE_S = 0.01
+#: from this difference on, the report warns (docs/capture-report.md, same_traffic_twice)
+SKEWED_S = 1.0
+
+
+def _names(paths: list[str] | None) -> list[str]:
+    """Capture files by name (the report names them by the paths it was given)."""
+    return sorted(str(path).replace("\\", "/").rsplit("/", 1)[-1] for path in paths or [])
+
+
+def judge_second_point(truth: dict, told: list[dict]) -> list[str]:
+    """The report's same_traffic_twice items against the truth's second_point (captures of two hosts
+    given together): per server endpoint, the files whose copies were left out and the files they were
+    read from, exactly; their number; the clock difference within CLOCK_TOLERANCE_S, and said as info
+    below SKEWED_S, as a warning from it. None missed, none invented."""
+    expected = {(p["server"], tuple(sorted(p["copies_in"])), tuple(sorted(p["read_from"]))): p
+                for p in truth.get("second_point", [])}
+    problems, seen = [], set()
+    for item in told:
+        key = (item.get("server"), tuple(_names(item.get("paths"))), tuple(_names(item.get("read_from"))))
+        point = expected.get(key)
+        if point is None or key in seen:
+            problems.append(f"invented: same_traffic_twice of {key[0]}: copies in {list(key[1])} read from "
+                            f"{list(key[2])}: {item.get('message')}")
+            continue
+        seen.add(key)
+        if item.get("connections") != point["connections"]:
+            problems.append(f"same_traffic_twice of {key[0]}: {item.get('connections')} connections told, truth "
+                            f"{point['connections']}")
+        clock = item.get("clock_s")
+        if clock is None or abs(float(clock) - point["clock_s"]) > CLOCK_TOLERANCE_S:
+            problems.append(f"same_traffic_twice of {key[0]}: clock told {clock} s ahead, truth {point['clock_s']} s "
+                            f"({point['clock_how']})")
+        severity = "warning" if abs(point["clock_s"]) >= SKEWED_S else "info"
+        if item.get("severity") != severity:
+            problems.append(f"same_traffic_twice of {key[0]}: told as {item.get('severity')}, not {severity} "
+                            f"(clocks {point['clock_s']} s apart)")
+    problems += [f"missed: {p['connections']} connection(s) to {key[0]} in {list(key[1])} are copies of "
+                 f"{list(key[2])}'s: no same_traffic_twice item" for key, p in expected.items() if key not in seen]
     return problems
 
 

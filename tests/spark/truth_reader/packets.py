@@ -206,6 +206,25 @@ def translated_copies(conns: list[Conn]) -> tuple[list[Conn], list[tuple[Conn, C
     return [c for c in conns if id(c) not in dropped], pairs
 
 
+def second_point_copies(first: list[Conn], second: list[Conn]) -> tuple[list[Conn], list[tuple[Conn, Conn]]]:
+    """The connections of a capture taken at a second point (a broker's host) that the first capture
+    (the NameServer's host) holds too, as one connection each: the same 4-tuple with the same initial
+    sequence numbers each way (the client's SYN, the server's SYN-ACK, or none on either when refused),
+    however far apart the two clocks stamped them. The first capture's copy is kept: the NameServer's
+    host saw what the NameServer saw. Returns the first's connections with the second's own (none of
+    them copies), and the (copy, kept) pairs. A connection begun before either capture (no SYN) has no
+    sequence numbers to match here and stays in both: none in the corpus."""
+    index = {(c.client, c.server, c.isn["c"], c.isn.get("s")): c for c in first if c.syn is not None}
+    own, pairs = [], []
+    for c in second:
+        kept = index.get((c.client, c.server, c.isn["c"], c.isn.get("s"))) if c.syn is not None else None
+        if kept is None:
+            own.append(c)
+        else:
+            pairs.append((c, kept))
+    return first + own, pairs
+
+
 def syn_ports(pkts) -> set[int]:
     """The ports connections were opened to (a SYN without ACK went there): the servers' ports,
     listening or not. A connection opened before the capture began is not seen here."""
