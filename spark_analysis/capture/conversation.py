@@ -200,8 +200,11 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
-#: the kinds of the JSON headers decoded, by their template (kept while _TEMPLATES keeps it)
+#: the kinds of the headers decoded, by their template (kept while _TEMPLATES keeps it)
 _KINDS: dict[int, FrameKind] = {}
+#: a header's template and opaque by its serialize type: JSON or ROCKETMQ (binary)
+_TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
+                SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
 
 
 def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
@@ -211,22 +214,22 @@ def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCom
 
 def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
-    (RemotingCommand.decode, refusing what it refuses), a JSON header through its template's kind,
+    (RemotingCommand.decode, refusing what it refuses), its header through its template's kind,
     made once; its bytes and body stay views where ``source`` is one."""
     found = None
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
         serialize_type, header_length = split_header_word(_WORD.unpack_from(source, start)[0])
         header_end = start + 4 + header_length
-        if header_end <= end and serialize_type == SerializeType.JSON:
-            found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
+        if header_end <= end and serialize_type in _TEMPLATE_OF:
+            found = _TEMPLATE_OF[serialize_type](bytes(source[start + 4:header_end]))
     if found is None:
         frame = source[start:end]
         return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
     template, opaque = found
     kind = _KINDS.get(id(template))
     if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
-        kind = _KINDS[id(template)] = FrameKind(template, SerializeType.JSON)
-        if len(_KINDS) > 2 * _TEMPLATES.size:
+        kind = _KINDS[id(template)] = FrameKind(template, serialize_type)
+        if len(_KINDS) > 4 * _TEMPLATES.size:
             _KINDS.clear()
     return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
                            source[header_end:end] if header_end < end else None)
