@@ -159,8 +159,9 @@ class Conversation:
 
 
 #: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
-#: (``[start:end]`` of it, without the length prefix)
-TimedFrame = tuple[float, bytes | memoryview, int, int]
+#: (``[start:end]`` of it, without the length prefix), and the same bytes as bytes (its header is
+#: sliced from there: a slice of a view copied cost as much again)
+TimedFrame = tuple[float, bytes | memoryview, int, int, bytes]
 
 
 def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
@@ -181,7 +182,8 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
     starts, stops = zip(*spans, strict=True) if spans else ((), ())
     # a frame's last byte came with the first chunk ending at or after it
     arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
-    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops))
+    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops,
+                                       itertools.repeat(data)))
     rest = data[used:]
     return timed, rest, chunks[-1].ts if rest else None
 
@@ -193,7 +195,7 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame, 0, len(frame)) for frame in decoder.feed(bytes(chunk.data)))  # rare
+            frames.extend((chunk.ts, frame, 0, len(frame), frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
@@ -207,21 +209,18 @@ _TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
                 SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
 
 
-def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    """A frame (without its length prefix) as the server's codec reads it (_decode_at)."""
-    return _decode_at(ts, frame, 0, len(frame), direction)
-
-
-def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str) -> CapturedCommand:
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
+               ) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
     (RemotingCommand.decode, refusing what it refuses), its header through its template's kind,
-    made once; its bytes and body stay views where ``source`` is one."""
+    made once, and sliced from ``data`` (``source``'s bytes as bytes); its bytes and body stay
+    views where ``source`` is one."""
     found = None
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
-        serialize_type, header_length = split_header_word(_WORD.unpack_from(source, start)[0])
+        serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
         if header_end <= end and serialize_type in _TEMPLATE_OF:
-            found = _TEMPLATE_OF[serialize_type](bytes(source[start + 4:header_end]))
+            found = _TEMPLATE_OF[serialize_type](data[start + 4:header_end])
     if found is None:
         frame = source[start:end]
         return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
@@ -390,9 +389,9 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
         start = found
     frames, rest, rest_ts = timed_frames(run, data, start)
     append = conversation.commands.append
-    for ts, source, frame_start_, frame_end in frames:
+    for ts, source, frame_start_, frame_end, source_bytes in frames:
         try:
-            append(_decode_at(ts, source, frame_start_, frame_end, direction))
+            append(_decode_at(ts, source, frame_start_, frame_end, direction, source_bytes))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
                 frame = source[frame_start_:frame_end]
@@ -440,7 +439,7 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
         for number, part in enumerate(parts):
             frame_end = parts[number + 1].start - 4 if number + 1 < len(parts) else stop
             ts = run[min(bisect.bisect_left(ends, frame_end), len(run) - 1)].ts
-            _add_part(conversation, direction, ts, view, part)
+            _add_part(conversation, direction, ts, data, view, part)
         if resume is None:
             rest = len(data) - stop
             if rest and not last_run:
@@ -474,14 +473,16 @@ def _resume(conversation: Conversation, view: memoryview, holes: Holes, at: int,
     return None
 
 
-def _add_part(conversation: Conversation, direction: str, ts: float, view: memoryview, part: FramePart) -> None:
-    """A frame frame_parts found: decoded whole when captured whole, else what its start says."""
+def _add_part(conversation: Conversation, direction: str, ts: float, data: bytes, view: memoryview,
+              part: FramePart) -> None:
+    """A frame frame_parts found (in ``data``, ``view`` a view of it): decoded whole when captured
+    whole, else what its start says."""
     if part.whole:
-        frame = view[part.start:part.start + part.length]
         try:
-            conversation.commands.append(_decode(ts, frame, direction))
+            conversation.commands.append(_decode_at(ts, view, part.start, part.start + part.length, direction, data))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
+                frame = view[part.start:part.start + part.length]
                 conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
         return
     serialize_type = header_length = None
