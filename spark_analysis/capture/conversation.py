@@ -56,10 +56,11 @@ class FrameKind:
     """What frames alike say (their headers the same but for the opaque): the header's fields,
     read once for all of them (a capture's frames are mostly a few hundred kinds: each client's
     route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
-    (its opaque is the first frame's): never to be changed. ``row`` and ``broker``: memos of what
-    every FRAME row of the kind says alike and of the broker its extFields name, filled by decode/rows.py."""
+    (its opaque is the first frame's): never to be changed. ``row``, ``call`` and ``broker``: memos of
+    what every FRAME row and every CALL row of the kind say alike and of the broker its extFields
+    name, filled by decode/rows.py."""
 
-    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "broker")
+    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker")
 
     def __init__(self, header: Header, serialize_type: int) -> None:
         self.header, self.serialize_type = header, serialize_type
@@ -67,6 +68,7 @@ class FrameKind:
         self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
         self.ext: dict[str, str | None] = header.ext_fields or {}
         self.row: tuple[Any, ...] | None = None
+        self.call: tuple[Any, ...] | None = None
         self.broker: tuple[Any, ...] | None = None
 
 

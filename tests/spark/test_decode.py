@@ -31,11 +31,13 @@ from spark_analysis.capture.records import (
 )
 from spark_analysis.decode.rows import (
     CALL,
+    CALLS,
     CONNECTION,
     EVENT,
     FRAME,
     FRAMES,
     REGISTRATION,
+    call_array,
     connection_rows,
     conversation_rows,
     frame_array,
@@ -117,6 +119,26 @@ def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
     assert len(rows) > 10
     assert frame_array(blocks).equals(pa.array(rows, pa.struct(list(FRAME_ROWS))))
     assert frame_array([]).equals(pa.array([], pa.struct(list(FRAME_ROWS))))
+
+
+@pytest.mark.parametrize("snap", [None, 60])
+def test_call_rows_as_columns_are_the_rows(snap: int | None) -> None:
+    """What the decoding tasks write of the calls (call_array over each connection's CallBlock) is
+    pa.array of the CALL rows, answered or not, for frames decoded whole and frames a snap length cut."""
+    packets = _lookups(12) + client_stream(registration("right"), ts=4.0, start=1001 + sum(
+        len(route_query(i, oneway=i == 5)) for i in range(12)))
+    if snap is not None:
+        packets = [(ts, seg._replace(payload=seg.payload[:snap], missing=max(0, len(seg.payload) - snap)))
+                   for ts, seg in packets]
+    conversations = [conversation_of(c) for c in reassemble(packets, 9876)]
+    rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == CALL]
+    blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == CALLS]
+    if snap is None:
+        assert len(rows) == 13 and {row[6] for row in rows} > {None} and any(row[8] for row in rows)
+    else:  # requests whose opaque was cut: no answer known, not unanswered
+        assert len(rows) == 2 and all(row[13] for row in rows)
+    assert call_array(blocks).equals(pa.array(rows, pa.struct(list(CALL_ROWS))))
+    assert call_array([]).equals(pa.array([], pa.struct(list(CALL_ROWS))))
 
 
 def test_requests_naming_a_broker_are_its_events() -> None:
