@@ -518,8 +518,9 @@ def call_array(blocks: Iterable[CallBlock]) -> pa.StructArray:
         columns[at] = pa.array(column, _CALL_FIELDS[at].type).take(of_connection)
     for at, column in zip(_CALL_ALIKE, zip(*said, strict=True) if said else ((),) * 5, strict=True):
         columns[at] = pa.array(column, _CALL_FIELDS[at].type).take(of_said)
-    for at, column in zip(_CALL_OWN, (ts, opaque, response_code, latency_ms, remark, cut), strict=True):
-        columns[at] = pa.array(column, _CALL_FIELDS[at].type)
+    own: tuple[list[Any], ...] = (ts, opaque, response_code, latency_ms, remark, cut)
+    for at, values in zip(_CALL_OWN, own, strict=True):
+        columns[at] = pa.array(values, _CALL_FIELDS[at].type)
     for at, field in enumerate(_CALL_FIELDS):  # input and session: filled later (Places)
         if columns[at] is None:
             columns[at] = pa.nulls(len(ts), field.type)
