@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -195,10 +195,10 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
             waiting.setdefault((captured.direction, captured.opaque), []).append(len(requests))
             requests.append(captured)
             answers.append(None)
-    yield from _frames(frames, blocks)
+    yield from _block_rows(frames, blocks)
     unheard = unheard_side(connection)
     calls.add_all(requests, answers, answer_unseen=unheard is not None)
-    yield from _calls(calls, blocks)
+    yield from _block_rows(calls, blocks)
     bodies = _BodyCache()
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
@@ -330,6 +330,10 @@ class FrameBlock:
         self.body_len.extend(map(_BODY_LEN, commands))
         self.missing.extend(itertools.repeat(0, len(commands)))
 
+    def own(self) -> tuple[list[Any], ...]:
+        """The columns of what each frame says of its own: time, opaque, body length, bytes missing."""
+        return self.ts, self.opaque, self.body_len, self.missing
+
     def add_row(self, row: Row) -> None:
         """A FRAME row made whole (a frame a snap length cut: cut_frame_row)."""
         self.ts.append(row[0])
@@ -345,35 +349,50 @@ class FrameBlock:
             yield (ts, self.conn_id, self.client, self.server, *front, opaque, *back, body_len, missing, None, None)
 
 
-def _frames(frames: FrameBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+def _block_rows(block: FrameBlock | CallBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+    """A connection's block of FRAME or CALL rows as itself (``blocks``: FRAMES or CALLS), else its
+    rows one by one (FRAME or CALL)."""
+    frames = isinstance(block, FrameBlock)
     if blocks:
-        if frames:
-            yield FRAMES, frames
+        if block:
+            yield FRAMES if frames else CALLS, block
         return
-    for row in frames.rows():
-        yield FRAME, row
+    kind = FRAME if frames else CALL
+    for row in block.rows():
+        yield kind, row
 
 
 def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
     """The FRAME rows of blocks as one Arrow array of FRAME_ROWS, the same as ``pa.array`` of their
     rows, built by column: what a kind of frame says alike converted once and taken for each frame,
     a connection's names once and taken for each of its frames."""
-    ts: list[float] = []
-    opaque: list[int | None] = []
-    body_len: list[int | None] = []
-    missing: list[int] = []
+    (ts, opaque, body_len, missing), named, alike = _block_columns(blocks, 4, _FRAME_FIELDS[1:4], _FRAME_FIELDS[
+        _SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], lambda said: [front + back for front, back in said])
+    own = [pa.array(column, field.type) for column, field in zip(
+        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
+    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
+    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
+    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
+
+
+def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: int, named_fields: list[pa.Field],
+                   alike_fields: list[pa.Field], alike_rows: Callable[[list[Any]], list[Row]] = list
+                   ) -> tuple[list[list[Any]], list[pa.Array], list[pa.Array]]:
+    """The columns of blocks (FrameBlock or CallBlock): their ``owned`` columns of what each row
+    says of its own, joined; their connections' names (``named_fields``) and what their rows say
+    alike (``alike_fields``, of ``alike_rows`` of the blocks' shared values, each converted once)
+    as Arrow arrays taken for each row."""
+    own: list[list[Any]] = [[] for _ in range(owned)]
     connection_at: list[int] = []
     said_at: list[int] = []
     connections: list[tuple[str, str, str]] = []
-    said: list[tuple[Row, Row]] = []
+    said: list[Any] = []
     said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
     for block in blocks:
         connection_at.extend(itertools.repeat(len(connections), len(block)))
         connections.append((block.conn_id, block.client, block.server))
-        ts.extend(block.ts)
-        opaque.extend(block.opaque)
-        body_len.extend(block.body_len)
-        missing.extend(block.missing)
+        for column, values in zip(own, block.own(), strict=True):
+            column.extend(values)
         for shared in block.said:
             at = said_index.get(id(shared))
             if at is None:
@@ -382,15 +401,11 @@ def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
             said_at.append(at)
     of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
     named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
-        zip(*connections, strict=True) if connections else ((), (), ()), _FRAME_FIELDS[1:4], strict=True)]
-    alike_columns = list(zip(*(front + back for front, back in said), strict=True)) if said else [()] * 11
-    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(
-        alike_columns, _FRAME_FIELDS[_SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], strict=True)]
-    own = [pa.array(column, field.type) for column, field in zip(
-        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
-    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
-    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
-    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
+        zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
+    alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)
+    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
+                                                                                 strict=True)]
+    return own, named, alike
 
 
 def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
@@ -450,10 +465,10 @@ class CallBlock:
     def add_row(self, row: Row) -> None:
         """A CALL row made whole (a call a snap length cut: _cut_call_row)."""
         self.said.append(tuple(row[at] for at in _CALL_ALIKE))
-        for column, at in zip(self._own(), _CALL_OWN, strict=True):
+        for column, at in zip(self.own(), _CALL_OWN, strict=True):
             column.append(row[at])
 
-    def _own(self) -> tuple[list[Any], ...]:
+    def own(self) -> tuple[list[Any], ...]:
         """The columns of what each call says of its own, in _CALL_OWN's order."""
         return self.ts, self.opaque, self.response_code, self.latency_ms, self.remark, self.cut
 
@@ -474,56 +489,19 @@ def _kind_call(kind: FrameKind) -> Row:
     return kind.call
 
 
-def _calls(calls: CallBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
-    if blocks:
-        if calls:
-            yield CALLS, calls
-        return
-    for row in calls.rows():
-        yield CALL, row
-
-
 def call_array(blocks: Iterable[CallBlock]) -> pa.StructArray:
     """The CALL rows of blocks as one Arrow array of CALL_ROWS, the same as ``pa.array`` of their
     rows, built by column as frame_array builds the FRAME rows'."""
-    ts: list[float] = []
-    opaque: list[int | None] = []
-    response_code: list[int | None] = []
-    latency_ms: list[float | None] = []
-    remark: list[str | None] = []
-    cut: list[bool] = []
-    connection_at: list[int] = []
-    said_at: list[int] = []
-    connections: list[tuple[str, str, str]] = []
-    said: list[Row] = []
-    said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
-    for block in blocks:
-        connection_at.extend(itertools.repeat(len(connections), len(block)))
-        connections.append((block.conn_id, block.client, block.server))
-        ts.extend(block.ts)
-        opaque.extend(block.opaque)
-        response_code.extend(block.response_code)
-        latency_ms.extend(block.latency_ms)
-        remark.extend(block.remark)
-        cut.extend(block.cut)
-        for shared in block.said:
-            at = said_index.get(id(shared))
-            if at is None:
-                at = said_index[id(shared)] = len(said)
-                said.append(shared)
-            said_at.append(at)
-    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
+    own, named, alike = _block_columns(blocks, len(_CALL_OWN), [_CALL_FIELDS[at] for at in _CALL_NAMED],
+                                       [_CALL_FIELDS[at] for at in _CALL_ALIKE])
     columns: list[pa.Array | None] = [None] * len(_CALL_FIELDS)
-    for at, column in zip(_CALL_NAMED, zip(*connections, strict=True) if connections else ((),) * 3, strict=True):
-        columns[at] = pa.array(column, _CALL_FIELDS[at].type).take(of_connection)
-    for at, column in zip(_CALL_ALIKE, zip(*said, strict=True) if said else ((),) * 5, strict=True):
-        columns[at] = pa.array(column, _CALL_FIELDS[at].type).take(of_said)
-    own: tuple[list[Any], ...] = (ts, opaque, response_code, latency_ms, remark, cut)
+    for at, array in zip(_CALL_NAMED + _CALL_ALIKE, named + alike, strict=True):
+        columns[at] = array
     for at, values in zip(_CALL_OWN, own, strict=True):
         columns[at] = pa.array(values, _CALL_FIELDS[at].type)
     for at, field in enumerate(_CALL_FIELDS):  # input and session: filled later (Places)
         if columns[at] is None:
-            columns[at] = pa.nulls(len(ts), field.type)
+            columns[at] = pa.nulls(len(own[0]), field.type)
     return pa.StructArray.from_arrays(columns, fields=_CALL_FIELDS)
 
 
@@ -674,7 +652,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
         waiting.setdefault((item.direction, opaque), []).append(len(requests))
         requests.append(item)
         answers.append(None)
-    yield from _frames(frames, blocks)
+    yield from _block_rows(frames, blocks)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
     unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named
@@ -713,7 +691,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
             yield EVENT, registration_event(request, registration, summary, body, client, server)
         else:
             yield EVENT, _cut_registration_event(request, registration, client, server)
-    yield from _calls(calls, blocks)
+    yield from _block_rows(calls, blocks)
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)

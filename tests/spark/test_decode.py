@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from spark_analysis.capture import conversation
-from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.conversation import Conversation, conversation_of
 from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
 from spark_analysis.capture.reassembly import reassemble
@@ -103,10 +103,8 @@ def test_frames_alike_are_read_once_and_make_no_command_of_their_own(monkeypatch
     assert [row[9] for row in rows[FRAME] if row[4] == "request"].count(True) == 1  # the oneway one
 
 
-@pytest.mark.parametrize("snap", [None, 60])
-def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
-    """What the decoding tasks write (frame_array over each connection's FrameBlock) is pa.array of the
-    FRAME rows, for frames decoded whole and frames a snap length cut."""
+def _lookups_and_a_registration(snap: int | None) -> list[Conversation]:
+    """12 route lookups (one oneway) and a registration, each packet cut at ``snap`` bytes if given."""
     packets = _lookups(12) + client_stream(registration("right"), ts=4.0, start=1001 + sum(
         len(route_query(i, oneway=i == 5)) for i in range(12)))
     if snap is not None:
@@ -114,6 +112,14 @@ def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
                    for ts, seg in packets]
     conversations = [conversation_of(c) for c in reassemble(packets, 9876)]
     assert (snap is not None) == any(c.cut for c in conversations)
+    return conversations
+
+
+@pytest.mark.parametrize("snap", [None, 60])
+def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
+    """What the decoding tasks write (frame_array over each connection's FrameBlock) is pa.array of the
+    FRAME rows, for frames decoded whole and frames a snap length cut."""
+    conversations = _lookups_and_a_registration(snap)
     rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == FRAME]
     blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == FRAMES]
     assert len(rows) > 10
@@ -125,12 +131,7 @@ def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
 def test_call_rows_as_columns_are_the_rows(snap: int | None) -> None:
     """What the decoding tasks write of the calls (call_array over each connection's CallBlock) is
     pa.array of the CALL rows, answered or not, for frames decoded whole and frames a snap length cut."""
-    packets = _lookups(12) + client_stream(registration("right"), ts=4.0, start=1001 + sum(
-        len(route_query(i, oneway=i == 5)) for i in range(12)))
-    if snap is not None:
-        packets = [(ts, seg._replace(payload=seg.payload[:snap], missing=max(0, len(seg.payload) - snap)))
-                   for ts, seg in packets]
-    conversations = [conversation_of(c) for c in reassemble(packets, 9876)]
+    conversations = _lookups_and_a_registration(snap)
     rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == CALL]
     blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == CALLS]
     if snap is None:
