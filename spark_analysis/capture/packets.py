@@ -32,6 +32,13 @@ LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
+#: Apple's PKTAP (macOS `tcpdump -i any`): a header of its own length (little-endian, as macOS writes
+#: it), then the packet in the link type the header names (libpcap's pcap/pktap.h)
+LINKTYPE_PKTAP = 258
+_PKTAP_PACKET = 1  # pkt_rectype of a packet record
+#: the link types read (others: the file is named, its link type not read)
+LINK_TYPES_READ = frozenset({LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP, LINKTYPE_LINUX_SLL,
+                             LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL2, LINKTYPE_PKTAP})
 
 _ETHERTYPE_IPV4, _ETHERTYPE_IPV6 = 0x0800, 0x86DD
 _VLAN_ETHERTYPES = frozenset({0x8100, 0x88A8, 0x9100})
@@ -48,6 +55,8 @@ _NULL_FAMILY = (struct.Struct("<I"), struct.Struct(">I"))
 _IPV4 = struct.Struct("!BxHxxHxBxxII")  # version/ihl, total length, flags/fragment, protocol, addresses
 _IPV6 = struct.Struct("!HB")  # payload length, next header (from offset 4)
 _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
+_PKTAP = struct.Struct("<III")  # header length, record type, the packet's DLT
+_BSD_RAW_DLTS = (12, 14)  # DLT_RAW as BSDs number it (a PKTAP header names DLTs, not LINKTYPEs)
 #: the TCP header bytes that hold ports, seq, ack, data offset and flags: a segment whose options a
 #: snap length cut still has them (its payload then wholly not captured)
 _TCP_FIELDS = _TCP.size
@@ -286,6 +295,11 @@ def _network_layer(linktype: int, view: memoryview) -> tuple[int, int] | None:
         return 4, 0
     if linktype == LINKTYPE_IPV6:
         return 6, 0
+    if linktype == LINKTYPE_PKTAP and len(view) >= 12:
+        header_len, record_type, inner = _PKTAP.unpack_from(view, 0)
+        if record_type == _PKTAP_PACKET and inner != LINKTYPE_PKTAP and 12 <= header_len <= len(view):
+            located = _network_layer(LINKTYPE_RAW if inner in _BSD_RAW_DLTS else inner, view[header_len:])
+            return None if located is None else (located[0], located[1] + header_len)
     return None
 
 

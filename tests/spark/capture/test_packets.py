@@ -23,7 +23,10 @@ IPV4_FRAMES = [(1, ethernet(V4_TCP) + bytes(6)), (1, ethernet(V4_TCP, vlans=2)),
                (113, struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + V4_TCP),
                (276, struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + V4_TCP),
                (0, struct.pack("<I", 2) + V4_TCP), (0, struct.pack(">I", 2) + V4_TCP),
-               (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP)]
+               (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP),
+               # Apple's PKTAP (macOS tcpdump -i any): its header's length, a packet record, the DLT after it
+               (258, struct.pack("<III", 108, 1, 1) + bytes(96) + ethernet(V4_TCP)),
+               (258, struct.pack("<III", 108, 1, 12) + bytes(96) + V4_TCP)]
 
 
 @pytest.mark.parametrize(("linktype", "frame"), IPV4_FRAMES)  # Ethernet pads short frames, or has VLANs
@@ -52,6 +55,8 @@ def test_ipv6_with_extension_headers(linktype: int, frame: bytes) -> None:
     (1, ethernet(V4_TCP)[:40]),  # TCP header cut short
     (1, b"\x00" * 5),
     (147, V4_TCP),  # a link type we do not decode
+    (258, struct.pack("<III", 108, 2, 1) + bytes(96) + ethernet(V4_TCP)),  # a PKTAP record that is no packet
+    (258, struct.pack("<III", 4000, 1, 1) + bytes(96) + ethernet(V4_TCP)),  # a PKTAP header longer than the frame
 ])
 def test_non_tcp_and_damaged_frames_are_skipped(linktype: int, frame: bytes) -> None:
     assert parse_tcp(linktype, frame) is None
@@ -83,7 +88,7 @@ def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
                 if (segment := parse_tcp(linktype, frame)) is not None
                 and (port is None or port in (_port(segment.src), _port(segment.dst)))]
     assert found == expected
-    assert len(found) == {None: 12, 9876: 12, 1234: 9, 80: 0}[port]
+    assert len(found) == {None: 14, 9876: 14, 1234: 11, 80: 0}[port]
 
 
 def _port(endpoint: str) -> int:
