@@ -422,9 +422,9 @@ def second_points(points: CapturePoints) -> list[Item]:
         items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
-                              f"points: each read once, from the latter, which holds more of that server's "
-                              f"connections){clock}", server=point.server, paths=list(point.paths),
-                              read_from=list(point.kept_paths), connections=point.connections,
+                              f"points: each read once, from the latter, the capture holding most of that "
+                              f"server's connections, or begun first){clock}", server=point.server,
+                              paths=list(point.paths), read_from=list(point.kept_paths), connections=point.connections,
                               clock_s=point.clock_s))
     return items
 

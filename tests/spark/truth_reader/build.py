@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import server_logs
-from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time, syn_ports
+from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time, syn_ports, translated_copies
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
 #: how the report names a broker whose registrations' brokerAddr a snap length cut (decode/rows.py's
@@ -73,10 +73,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                         seen_until[ep] = max(seen_until.get(ep, 0.0), part[-1][0])
     pkts.sort(key=lambda p: p[0])
     first, last = pkts[0][0], pkts[-1][0]
-    conns = connections(pkts, ports)
+    # a connection captured under two address pairs (a published port's DNAT on a container host) is
+    # one: the copy nearest the server is kept, the others listed in translated_copies
+    conns, copies = translated_copies(connections(pkts, ports))
     # a capture with no port filter holds other servers too (a broker's own port): every port a SYN went
     # to that is no NameServer's or controller's; only its connections and refused attempts are read
-    other_conns = connections(pkts, syn_ports(pkts) - ports)
+    other_conns, other_copies = translated_copies(connections(pkts, syn_ports(pkts) - ports))
     steps = load_steps(d / "steps.txt")
     log = server_logs.load([d / lf for lf in a.logs])
     problems = []
@@ -181,7 +183,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
                       "broker_name": ext.get("brokerName"), "broker_addr": addr,
                       "ids": [{"broker_id": bid, "role": role, "from": t}], "registered": t,
-                      "end": "alive", "ended_at": None, "_conn": c, "_last": t, "_conns": [c]}
+                      "end": "alive", "ended_at": None, "registrations": 1, "_conn": c, "_last": t,
+                      "_conns": [c]}
                 open_stay[key] = st
                 stays.append(st)
                 hits = log.find("register", t, addr=ext.get("brokerAddr", ""))
@@ -201,6 +204,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                             problems.append(f"{key}: named {addr} by its connection's requests, the log says "
                                             f"{st['broker_addr_logged']}")
             else:
+                st["registrations"] += 1
                 if st["ids"][-1]["broker_id"] != bid:
                     st["ids"].append({"broker_id": bid, "role": role, "from": t})
                 st["_conn"], st["_last"] = c, t
@@ -365,12 +369,51 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     }
     if other_conns:
         truth["other_servers"] = other_servers(other_conns, why)
+    if copies or other_copies:
+        truth["translated_copies"] = translated(copies + other_copies)
+        problems += copies_disagree(conns, log)
     cuts = [cut for f in a.files if (cut := snap_cuts(d / f))]
     if cuts:
         truth["cuts"] = cuts
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def translated(copies) -> list[dict]:
+    """Each server endpoint a connection was also captured under (``seen_as``: outside a NAT, e.g.
+    the host's published port) and the one it is counted as (``counted_as``: the copy nearest the
+    server), the client's host in each (a container's SNAT changes that one), with how many
+    connections were seen so."""
+    count: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    for copy, kept in copies:
+        count[(copy.server, kept.server, _host(copy.client), _host(kept.client))] += 1
+    return [{"seen_as": seen, "counted_as": counted, "client_seen_as": client_seen, "client_counted_as": client_counted,
+             "connections": n} for (seen, counted, client_seen, client_counted), n in sorted(count.items())]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rsplit(":", 1)[0]
+
+
+def copies_disagree(conns, log) -> list[str]:
+    """Whether the NameServer accepted each connection once: its log names every channel it accepted
+    by the client's address as it saw it (Java's "channelActive, the channel[ADDR]"), so the
+    connections counted after the copies are dropped are exactly the channels it logged from the
+    captured clients, each within a second of its SYN-ACK; a copy counted as a connection of its own
+    would be one line short."""
+    if not log.knows("channel_active"):
+        return []
+    accepted = [c for c in conns if c.synack is not None]
+    clients = {c.client for c in accepted}
+    logged = [line for _t, line in log.find("channel_active", client="") if
+              any(f"[{client}]" in line for client in clients)]
+    problems = [f"{c.client} -> {c.server}: no channelActive line for it near {iso(c.synack)}" for c in accepted
+                if not log.find("channel_active", c.synack, within=1.0, client=f"{c.client}]")]
+    if len(logged) != len(accepted):
+        problems.append(f"{len(accepted)} connections counted, the NameServer logged {len(logged)} channels from "
+                        "their clients")
+    return problems
 
 
 def named_on(c, ext: dict) -> str | None:

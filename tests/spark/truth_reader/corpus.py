@@ -93,6 +93,12 @@ ARGS: dict[str, list[str]] = {
                         "only 9876 is NameServer traffic",
                         "--why", "127.0.0.1:10911=the broker's launch script polls its port every 0.1 s until the "
                         "JVM listens"),
+    "v5-nat": _one("5.3.3", "--stopped", "10.88.0.2:9876=namesrv stop", "--note", "tcpdump -i any on a "
+                   "container host (steps): broker-b's connections are captured twice under one address pair (on "
+                   "the bridge and on the container's veth), broker-a's and the clients' through the published port "
+                   "under two (outside to 192.168.77.1:9876, inside after DNAT to 10.88.0.2:9876, the same sequence "
+                   "numbers): each connection is counted once, as the NameServer saw it (translated_copies)",
+                   endpoint="10.88.0.2:9876"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
