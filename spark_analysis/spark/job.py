@@ -56,11 +56,14 @@ from spark_analysis.capture.packets import Ports
 from spark_analysis.capture.reassembly import Servers
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import (
+    CALL,
+    CALLS,
     CONNECTION,
     CONTROLLER_NOTE,
     EVENT,
     FRAME,
     FRAMES,
+    call_array,
     frame_array,
     piece_rows,
 )
@@ -92,6 +95,9 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = schema.DECODED
 _TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
+#: the kinds of rows decoding gives as a connection's block each, and what makes a block's rows one array
+_BLOCKS = {FRAMES: (FRAME, frame_array), CALLS: (CALL, call_array)}
+_BLOCKED = {kind: (blocks, make) for blocks, (kind, make) in _BLOCKS.items()}
 _EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
@@ -151,7 +157,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
     captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
-    by_path, left_out, copies = _one_copy_each(by_path, captures, progress)
+    sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
+    by_path, left_out, copies = _one_copy_each(by_path, captures, progress, sources)
     ends = merged_ends(by_path)
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
@@ -282,13 +289,15 @@ def start_worker(_: Iterable) -> None:
 
 
 def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], captures: list[Capture],
-                   progress: Callable[[str], None]
+                   progress: Callable[[str], None], sources: dict[str, str]
                    ) -> tuple[dict[str, dict[ConnectionKey, ConnectionEnds]], frozenset[tuple[str, ConnectionKey]],
                               list[findings.Item]]:
     """Each connection read once: a connection in two captures taken at two points (the NameServer's
     host and a broker's) from one of them (model/capture_points.py), one captured again under translated
     addresses (NAT) once (model/translated.py). Returns the reading tasks' ends without the copies,
-    the (file, 4-tuple) pairs the decoding leaves out, and the findings that say so."""
+    the (piece path, 4-tuple) pairs the decoding leaves out (``sources``: the path an input's pieces
+    carry where it is not the input's own, a compressed capture's spool file), and the findings that
+    say so."""
     points = second_points(captures, by_path, server_sides(merged_ends(by_path)))
     by_path = points.without(by_path)
     ends = merged_ends(by_path)
@@ -296,6 +305,7 @@ def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], capt
     left_out = points.left_out | {(path, key) for path, found in by_path.items() for key in found
                                   if key in translated.left_out}
     by_path = {path: translated.without(found) for path, found in by_path.items()}
+    left_out = frozenset((sources.get(path, path), key) for path, key in left_out)
     told = findings.second_points(points) + findings.translated_copies(translated)
     for item in told:
         progress(item["message"])
@@ -418,20 +428,20 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
             if not left_out or (path, (lower, higher)) not in left_out:
                 by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, first_part + TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, *_BLOCKS, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    frames = 0  # the FRAME rows in the pending blocks (counted as they come: summing the blocks was a walk of them all)
+    blocked = 0  # the rows in the pending blocks (counted as they come: summing the blocks was a walk of them all)
     with worker.no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers, blocks=True):
                 appends[kind](row)
-                if kind == FRAMES:
-                    frames += len(row)
-            if sum(map(len, pending.values())) + frames >= _BATCH_ROWS:
+                if kind in _BLOCKS:
+                    blocked += len(row)
+            if sum(map(len, pending.values())) + blocked >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places, events_only)
-                frames = 0
+                blocked = 0
                 worker.drill("decode")
         yield from _send(pending, writer, tally, places, events_only)
     worker.drill("decode")
@@ -444,17 +454,18 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
           places: Places | None = None, events_only: bool = False) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null. FRAME
-    rows come as blocks (rows.FrameBlock), made into columns."""
+    and CALL rows come as blocks (rows.FrameBlock, rows.CallBlock), made into columns."""
     counting.count_connections(tally, pending[CONNECTION])
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
     for kind in _TABLE_KINDS:
-        rows = pending[FRAMES] if kind == FRAME else pending[kind]
+        blocks, make = _BLOCKED.get(kind, (kind, None))
+        rows = pending[blocks]
         if not rows or events_only:
             rows.clear()
             continue
-        array = frame_array(rows) if kind == FRAME else pa.array(rows, type=_ARROW_DECODED.field(kind).type)
+        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type) if make is None else make(rows)
         rows.clear()
         if places is not None:
             array = places.fill(array)
