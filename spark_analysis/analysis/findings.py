@@ -22,12 +22,15 @@ import pyarrow.compute as pc
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.conversation import HTTP, TLS
+from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
+from spark_analysis.model.capture_points import CapturePoints
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
+from spark_analysis.model.translated import Translated
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 
@@ -54,7 +57,7 @@ KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "s
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
-         "master_elected", "other_port_traffic", "other_server")
+         "master_elected", "other_port_traffic", "other_server", "translated_copies", "same_traffic_twice")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -62,9 +65,14 @@ GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 #: had it was last seen (a slave's table follows its master's within seconds, and mqadmin deletes on the brokers
 #: before the NameServers), or this long after the table that lacks it
 DELETION_BEFORE_S, DELETION_AFTER_S = 60.0, 30.0
+#: captures of the same traffic whose clocks differ this much have their stories' times that far apart
+SKEWED_S = 1.0
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
-              108: "LOOP"}
+              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6"}
+#: an input whose link type the reading does not decode (packets.LINK_TYPES_READ)
+LINK_NOT_READ = "link type not read"
+LINK_TYPES_SAID = ("Ethernet, Linux cooked v1/v2, BSD loopback, raw IP, Apple's PKTAP")
 
 
 
@@ -139,7 +147,8 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "clock_stepped_at": None if step is None else _iso(step[1]),
                      "clock_stepped_to": None if step is None else _iso(step[2]),
                      "records": fact.records, "first": _iso(fact.first), "last": _iso(fact.last),
-                     "problem": fact.problem or (None if fact.records else inputs.EMPTY),
+                     "problem": fact.problem or (None if fact.records else inputs.EMPTY) or (
+                         None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
                      "compression": fact.compression, "reason": fact.reason})
@@ -153,6 +162,9 @@ def problem_text(f: Item) -> str:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if f["problem"] == inputs.NOT_INFLATED:
         return f"{f['problem']}: {f['reason']}"
+    if f["problem"] == LINK_NOT_READ:
+        return (f"its link type, {f['link_type']}, is not read ({LINK_TYPES_SAID}): no packet of it was decoded; "
+                f"capture with one of those (Linux: tcpdump -i any)")
     fmt = f.get("compression")
     if f["problem"] != inputs.NOT_A_CAPTURE or fmt is None:
         return str(f["problem"])
@@ -385,6 +397,42 @@ def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
             for port, (clients, segments, frames) in sorted(by_port.items()) if frames]
 
 
+def translated_copies(translated: Translated) -> list[Item]:
+    """One info item per translation whose connections were captured twice (model/translated.py):
+    what each copy was counted as, so that a NameServer behind a published port is one, and what
+    the NameServer saw is what the report names."""
+    items = []
+    for seen, kept, seen_client, kept_client, n in translated.seen_as():
+        where = f"{seen} is {kept}" if seen != kept else f"client {seen_client} is {kept_client} at {seen}"
+        items.append(_finding("translated_copies", INFO, f"{_plural(n, 'connection{s}')} captured twice, once with "
+                              f"translated addresses (NAT: a published port, a container's traffic): {where}; "
+                              f"each counted once, as the server saw it ({kept}, client {kept_client})",
+                              seen_as=seen, counted_as=kept, client_seen_as=seen_client, client_counted_as=kept_client,
+                              connections=n))
+    return items
+
+
+def second_points(points: CapturePoints) -> list[Item]:
+    """One info item per server endpoint and pair of captures taken at two points of the same traffic
+    (model/capture_points.py): which connections were read from which capture, and how far the clocks
+    differ (a warning from SKEWED_S on: times across the two captures' own connections are that far apart)."""
+    items = []
+    for point in points.points:
+        clock = ("" if point.clock_s is None else f"; its clock reads {point.clock_s:+,.3f} s against the other's")
+        items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
+                              f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
+                              f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
+                              f"points: each read once, from the latter, the capture holding most of that "
+                              f"server's connections, or begun first){clock}", server=point.server,
+                              paths=list(point.paths), read_from=list(point.kept_paths), connections=point.connections,
+                              clock_s=point.clock_s))
+    return items
+
+
+def _files(paths: tuple[str, ...]) -> str:
+    return paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more file(s) of its rotation)"
+
+
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
     frames partly read'."""
@@ -415,6 +463,8 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
+         "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
+         "same_traffic_twice": ("server", "server{s} whose connections two captures both hold (two capture points)"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),

@@ -309,12 +309,17 @@ def read_task(splits: Iterable[Split], ports: Ports, tally: ReadTally, spool: st
         yield from pieces(content, _split_records(content, split, tally), split.file, ports, tally, inline=False)
 
 
+def spool_target(file: CaptureFile, spool: str) -> str:
+    """Where read_compressed inflates a local compressed capture: the path its pieces carry."""
+    return os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
+
+
 def read_compressed(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> Iterator[Piece]:
     """A local compressed capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
     read in place as any local capture: its pieces locate their payloads in that file, so neither
     the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
     task's row overflowed the driver's default heap). Facts are noted under the compressed file's name."""
-    target = os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
+    target = spool_target(file, spool)
     try:
         inflate_to(local_path(file.path), target, file.path, tally)
     except OSError as exc:  # a full temporary directory, above all: this capture is named, the others read

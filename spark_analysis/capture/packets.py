@@ -32,12 +32,25 @@ LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
+#: Apple's PKTAP (macOS `tcpdump -i any`): a header of its own length (little-endian, as macOS writes
+#: it), then the packet in the link type the header names (libpcap's pcap/pktap.h)
+LINKTYPE_PKTAP = 258
+_PKTAP_PACKET = 1  # pkt_rectype of a packet record
+#: the link types read (others: the file is named, its link type not read)
+LINK_TYPES_READ = frozenset({LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP, LINKTYPE_LINUX_SLL,
+                             LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL2, LINKTYPE_PKTAP})
 
 _ETHERTYPE_IPV4, _ETHERTYPE_IPV6 = 0x0800, 0x86DD
 _VLAN_ETHERTYPES = frozenset({0x8100, 0x88A8, 0x9100})
 _AF_INET = 2
 _AF_INET6 = frozenset({10, 24, 28, 30})  # Linux, NetBSD/OpenBSD, FreeBSD, macOS
 _IPPROTO_TCP = 6
+#: tunnels read through (traffic mirrored to a collector: AWS VPC Traffic Mirroring's VXLAN, a
+#: gateway load balancer's Geneve, a switch's ERSPAN over GRE, plain GRE), at most this deep
+_IPPROTO_UDP, _IPPROTO_GRE = 17, 47
+_VXLAN_PORT, _GENEVE_PORT = 4789, 6081
+_ETHERTYPE_BRIDGED, _ETHERTYPE_ERSPAN_2, _ETHERTYPE_ERSPAN_3 = 0x6558, 0x88BE, 0x22EB
+_TUNNEL_DEPTH = 2
 
 _IPV6_EXT_8_OCTETS = frozenset({0, 43, 60, 135, 139, 140})  # length counts 8-octet units
 _IPV6_FRAGMENT, _IPV6_AH = 44, 51
@@ -48,6 +61,8 @@ _NULL_FAMILY = (struct.Struct("<I"), struct.Struct(">I"))
 _IPV4 = struct.Struct("!BxHxxHxBxxII")  # version/ihl, total length, flags/fragment, protocol, addresses
 _IPV6 = struct.Struct("!HB")  # payload length, next header (from offset 4)
 _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
+_PKTAP = struct.Struct("<III")  # header length, record type, the packet's DLT
+_BSD_RAW_DLTS = (12, 14)  # DLT_RAW as BSDs number it (a PKTAP header names DLTs, not LINKTYPEs)
 #: the TCP header bytes that hold ports, seq, ack, data offset and flags: a segment whose options a
 #: snap length cut still has them (its payload then wholly not captured)
 _TCP_FIELDS = _TCP.size
@@ -134,7 +149,9 @@ def segment_columns(data: Buffer, records: RecordIndex, ports: Ports = ()) -> Se
     dst = _endpoint_ids(dst_ip[kept], dst_port[kept], endpoints)
     order = fast.nonzero()[0][tcp][kept]
     found = [ts[tcp][kept], src, dst, seq[kept], ack[kept], flags[kept], payload[kept], end[kept], missing[kept]]
-    slow = _slow_segments(data, records, np.flatnonzero(~fast), ports, endpoints)
+    not_tcp = fast.nonzero()[0][~tcp]  # IPv4 but no TCP: a tunnel read one by one, if it is one
+    slow = _slow_segments(data, records, np.union1d(np.flatnonzero(~fast), not_tcp[_tunnels(u8, ip[~tcp])]),
+                          ports, endpoints)
     if slow:
         order = np.concatenate([order, np.array([row[0] for row in slow], np.int64)])
         found = [np.concatenate([column, np.array([row[i] for row in slow], column.dtype)])
@@ -142,6 +159,17 @@ def segment_columns(data: Buffer, records: RecordIndex, ports: Ports = ()) -> Se
         by_record = np.argsort(order, kind="stable")
         found = [column[by_record] for column in found]
     return SegmentColumns(list(endpoints), *found)._replace(others=others)
+
+
+def _tunnels(u8: np.ndarray, ip: np.ndarray) -> np.ndarray:
+    """Which IPv4 packets at ``ip`` may be tunnels read (_tunnelled): GRE, or UDP to VXLAN's or
+    Geneve's port; they are decoded one by one (rare: mirrored traffic)."""
+    protocol = u8[np.minimum(ip + 9, len(u8) - 1)]
+    udp_port = np.minimum(ip + (u8[ip] & 0x0F).astype(np.int64) * 4 + 2, len(u8) - 2)
+    port = u8[udp_port].astype(np.int64) << 8 | u8[udp_port + 1]
+    tunnels: np.ndarray = (protocol == _IPPROTO_GRE) | ((protocol == _IPPROTO_UDP)
+                                                       & np.isin(port, (_VXLAN_PORT, _GENEVE_PORT)))
+    return tunnels
 
 
 def _other_traffic(u8: np.ndarray, left: np.ndarray, src_ip: np.ndarray, src_port: np.ndarray, dst_ip: np.ndarray,
@@ -286,6 +314,11 @@ def _network_layer(linktype: int, view: memoryview) -> tuple[int, int] | None:
         return 4, 0
     if linktype == LINKTYPE_IPV6:
         return 6, 0
+    if linktype == LINKTYPE_PKTAP and len(view) >= 12:
+        header_len, record_type, inner = _PKTAP.unpack_from(view, 0)
+        if record_type == _PKTAP_PACKET and inner != LINKTYPE_PKTAP and 12 <= header_len <= len(view):
+            located = _network_layer(LINKTYPE_RAW if inner in _BSD_RAW_DLTS else inner, view[header_len:])
+            return None if located is None else (located[0], located[1] + header_len)
     return None
 
 
@@ -318,22 +351,22 @@ def _from_family(view: memoryview, big_endian_only: bool) -> tuple[int, int] | N
     return None
 
 
-def _parse_ipv4(view: memoryview, offset: int, sent: int) -> _Fields | None:
+def _parse_ipv4(view: memoryview, offset: int, sent: int, depth: int = 0) -> _Fields | None:
     if offset + 20 > len(view):
         return None
     version_ihl, total_len, fragment, protocol, src, dst = _IPV4.unpack_from(view, offset)
     header_len = (version_ihl & 0x0F) * 4
-    if version_ihl >> 4 != 4 or header_len < 20 or protocol != _IPPROTO_TCP:
-        return None
-    if fragment & 0x1FFF:  # a later fragment: no TCP header in it
+    if version_ihl >> 4 != 4 or header_len < 20 or fragment & 0x1FFF:  # a later fragment: no header in it
         return None
     # Total length 0 happens with TSO/GSO captures; trust the captured length then.
     end = min(offset + total_len, len(view)) if total_len else len(view)
+    if protocol != _IPPROTO_TCP:
+        return _through_tunnel(view, protocol, offset + header_len, end, sent, depth)
     wire_end = min(offset + total_len, sent) if total_len else end
     return _parse_tcp_header(view, offset + header_len, end, wire_end, src, dst)
 
 
-def _parse_ipv6(view: memoryview, offset: int, sent: int) -> _Fields | None:
+def _parse_ipv6(view: memoryview, offset: int, sent: int, depth: int = 0) -> _Fields | None:
     if offset + 40 > len(view) or view[offset] >> 4 != 6:
         return None
     payload_len, next_header = _IPV6.unpack_from(view, offset + 4)
@@ -343,6 +376,8 @@ def _parse_ipv6(view: memoryview, offset: int, sent: int) -> _Fields | None:
     wire_end = min(offset + 40 + payload_len, sent) if payload_len else end
     offset += 40
     while next_header != _IPPROTO_TCP:
+        if next_header in (_IPPROTO_UDP, _IPPROTO_GRE):
+            return _through_tunnel(view, next_header, offset, end, sent, depth)
         if offset + 8 > len(view):
             return None
         if next_header in _IPV6_EXT_8_OCTETS:
@@ -358,6 +393,47 @@ def _parse_ipv6(view: memoryview, offset: int, sent: int) -> _Fields | None:
         next_header = view[offset]
         offset += length
     return _parse_tcp_header(view, offset, end, wire_end, src, dst)
+
+
+def _through_tunnel(view: memoryview, protocol: int, start: int, end: int, sent: int, depth: int) -> _Fields | None:
+    """The TCP fields of the packet a tunnel at ``start`` carries (the IP payload of ``protocol``,
+    captured up to ``end``), if it is a tunnel read (VXLAN, Geneve, GRE, ERSPAN II/III over GRE)."""
+    if depth >= _TUNNEL_DEPTH:
+        return None
+    located = _tunnelled(view, protocol, start, end)
+    if located is None:
+        return None
+    version, inner = located
+    parse = _parse_ipv4 if version == 4 else _parse_ipv6
+    return parse(view[:end], inner, min(sent, end) if end < len(view) else sent, depth + 1)
+
+
+def _tunnelled(view: memoryview, protocol: int, start: int, end: int) -> tuple[int, int] | None:
+    """(IP version, offset) of the packet a tunnel header at ``start`` carries, else None."""
+    if protocol == _IPPROTO_UDP and start + 16 <= end:
+        port = _U16.unpack_from(view, start + 2)[0]
+        if port == _VXLAN_PORT:  # UDP, then VXLAN's 8 bytes, then Ethernet
+            return _carried(view, _ETHERTYPE_BRIDGED, start + 16, end)
+        if port == _GENEVE_PORT:  # UDP, then Geneve's 8 bytes and its options, then its protocol
+            return _carried(view, _U16.unpack_from(view, start + 10)[0], start + 16 + (view[start + 8] & 0x3F) * 4,
+                            end)
+        return None
+    if protocol == _IPPROTO_GRE and start + 4 <= end:
+        flags, carried = _U16.unpack_from(view, start)[0], _U16.unpack_from(view, start + 2)[0]
+        inner = start + 4 + 4 * sum(bool(flags & bit) for bit in (0x8000, 0x2000, 0x1000))  # checksum, key, sequence
+        if carried == _ETHERTYPE_ERSPAN_2:
+            return _carried(view, _ETHERTYPE_BRIDGED, inner + 8, end)
+        if carried == _ETHERTYPE_ERSPAN_3 and inner + 12 <= end:
+            return _carried(view, _ETHERTYPE_BRIDGED, inner + 12 + 8 * (view[inner + 11] & 1), end)
+        return _carried(view, carried, inner, end)
+    return None
+
+
+def _carried(view: memoryview, ethertype: int, inner: int, end: int) -> tuple[int, int] | None:
+    if ethertype == _ETHERTYPE_BRIDGED:
+        located = _ethernet(view[inner:end]) if inner < end else None
+        return None if located is None else (located[0], inner + located[1])
+    return _from_ethertype(ethertype, inner)
 
 
 def _parse_tcp_header(view: memoryview, start: int, end: int, wire_end: int, src_ip: int | bytes,

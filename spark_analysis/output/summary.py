@@ -23,7 +23,8 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
     periods and the gaps between them), the server endpoints found (``endpoints``:
     findings.endpoint_rows) and the NameServers among them, what the controllers' traffic tells
     (``controller``: analysis/controller.controller_story), counts, brokers and calls by code;
-    ``others``: findings.other_traffic (what --port left out)."""
+    ``others``: the findings the driver makes itself (findings.other_traffic: what --port left out;
+    the copies of connections read once: findings.second_points, findings.translated_copies)."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     nameservers = [e for e in endpoints or [] if e["kind"] == "nameserver"]

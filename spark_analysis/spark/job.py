@@ -46,7 +46,7 @@ from spark_analysis.analysis import clients, counting, findings, latency
 from spark_analysis.analysis.controller import controller_story, with_controller_view
 from spark_analysis.analysis.findings import endpoint_rows
 from spark_analysis.capture import inputs
-from spark_analysis.capture.inputs import CaptureFile, Piece, Split
+from spark_analysis.capture.inputs import CaptureFile, ConnectionKey, Piece, Split
 from spark_analysis.capture.packets import Ports
 from spark_analysis.capture.reassembly import Servers
 from spark_analysis.decode import schema
@@ -60,8 +60,11 @@ from spark_analysis.decode.rows import (
     piece_rows,
 )
 from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.model.capture_points import second_points
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import (
+    Capture,
+    ConnectionEnds,
     TimeBins,
     capture_periods,
     endpoint_files,
@@ -71,6 +74,7 @@ from spark_analysis.model.periods import (
 )
 from spark_analysis.model.sessions import Places, Sessions
 from spark_analysis.model.tally import Tally
+from spark_analysis.model.translated import translated_copies
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
@@ -139,11 +143,13 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows if f["problem"]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
+    captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
+    sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
+    by_path, left_out, copies = _one_copy_each(by_path, captures, progress, sources)
     ends = merged_ends(by_path)
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
-    captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
     periods = capture_periods(captures)
     time_bins = TimeBins.over(periods)
     sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()},
@@ -164,7 +170,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     decoded = (pieces.where(F.col("tally").isNull()).drop("tally")
                .repartition(partitions, balance.task_column(dealt, partitions))
                .mapInArrow(partial(decode_batches, servers=servers, tables_out=tables_out,
-                                   places=Places(by_file, sessions)), DECODED))
+                                   places=Places(by_file, sessions), left_out=left_out), DECODED))
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -207,7 +213,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports))
+                                   findings.other_traffic(tally.others, ports) + copies)
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
@@ -249,6 +255,30 @@ def start_worker(_: Iterable) -> None:
 
 
 # -- reading and decoding ---------------------------------------------------------------------------
+
+
+def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], captures: list[Capture],
+                   progress: Callable[[str], None], sources: dict[str, str]
+                   ) -> tuple[dict[str, dict[ConnectionKey, ConnectionEnds]], frozenset[tuple[str, ConnectionKey]],
+                              list[findings.Item]]:
+    """Each connection read once: a connection in two captures taken at two points (the NameServer's
+    host and a broker's) from one of them (model/capture_points.py), one captured again under translated
+    addresses (NAT) once (model/translated.py). Returns the reading tasks' ends without the copies,
+    the (piece path, 4-tuple) pairs the decoding leaves out (``sources``: the path an input's pieces
+    carry where it is not the input's own, a compressed capture's spool file), and the findings that
+    say so."""
+    points = second_points(captures, by_path, server_sides(merged_ends(by_path)))
+    by_path = points.without(by_path)
+    ends = merged_ends(by_path)
+    translated = translated_copies(ends, server_sides(ends))
+    left_out = points.left_out | {(path, key) for path, found in by_path.items() for key in found
+                                  if key in translated.left_out}
+    by_path = {path: translated.without(found) for path, found in by_path.items()}
+    left_out = frozenset((sources.get(path, path), key) for path, key in left_out)
+    told = findings.second_points(points) + findings.translated_copies(translated)
+    for item in told:
+        progress(item["message"])
+    return by_path, left_out, told
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
@@ -321,17 +351,20 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBa
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
-                   places: Places | None = None) -> Iterator[pa.RecordBatch]:
+                   places: Places | None = None, left_out: frozenset[tuple[str, ConnectionKey]] = frozenset()
+                   ) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
     kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
-    ``places`` fills the tables' ``input`` and ``session`` columns."""
+    ``places`` fills the tables' ``input`` and ``session`` columns; the (file, 4-tuple) pieces in
+    ``left_out`` are copies of others read elsewhere (_one_copy_each), not decoded."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     for batch in batches:
         for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
-            by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
+            if not left_out or (path, (lower, higher)) not in left_out:
+                by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}

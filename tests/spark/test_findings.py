@@ -11,6 +11,7 @@ import html
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 from collections import Counter
@@ -287,24 +288,27 @@ def test_bad_inputs_are_named_and_no_capture_fails(spark, tmp_path, monkeypatch,
     (bad / "README.md").write_text("# what these captures are\n")  # notes beside captures: information only
     (bad / "namesrv.out").write_text("The Name Server boot success.\n")  # a server's console output kept beside
     (bad / "rotated.pcap.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(40))  # tcpdump -z zstd: named, with what to do
+    json_pcap = capture("json_lifecycle.pcap").read_bytes()  # its link type made one the reading does not decode
+    (bad / "usb.pcap").write_bytes(json_pcap[:20] + struct.pack("<I", 147) + json_pcap[24:])
 
     monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
     monkeypatch.setattr(session, "stop", lambda spark: None)  # the shared session goes on
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "out")]) == cli.NO_CAPTURE
     console = capsys.readouterr()
     for name, problem in (("notes.pcap", "not a capture"), ("empty.pcap", "empty"), ("cut.pcap", "truncated"),
-                          ("rotated.pcap.zst", "not a capture: zstd-compressed, a format not read (decompress it")):
+                          ("rotated.pcap.zst", "not a capture: zstd-compressed, a format not read (decompress it"),
+                          ("usb.pcap", "its link type, 147, is not read (Ethernet, Linux cooked")):
         assert f"{bad / name}: {problem}" in console.out, console.out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {(Path(f["path"]).name, f["problem"], f["severity"]) for f in kinds(summary, "bad_input")} == {
         ("notes.pcap", "not a capture", "critical"), ("empty.pcap", "empty", "critical"),
         ("cut.pcap", "truncated", "critical"), ("README.md", "not a capture", "info"),
-        ("rotated.pcap.zst", "not a capture", "critical"),
+        ("rotated.pcap.zst", "not a capture", "critical"), ("usb.pcap", "link type not read", "critical"),
         ("namesrv.out", "not a capture", "info")}
     # the notes are a finding of their own: a critical line names only what could not be read
     assert {(f["severity"], f["subject"]): sorted(Path(item["path"]).name for item in f["evidence"])
             for f in summary["findings"] if f["kind"] == "bad_input"} == {
-        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap", "rotated.pcap.zst"],
+        ("critical", None): ["cut.pcap", "empty.pcap", "notes.pcap", "rotated.pcap.zst", "usb.pcap"],
         ("info", "notes"): ["README.md", "namesrv.out"]}
     assert [f["compression"] for f in summary["inputs"]["files"] if f["path"].endswith(".zst")] == ["zstd"]
     assert "no input is a capture" in console.err

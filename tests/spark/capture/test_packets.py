@@ -23,7 +23,38 @@ IPV4_FRAMES = [(1, ethernet(V4_TCP) + bytes(6)), (1, ethernet(V4_TCP, vlans=2)),
                (113, struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + V4_TCP),
                (276, struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + V4_TCP),
                (0, struct.pack("<I", 2) + V4_TCP), (0, struct.pack(">I", 2) + V4_TCP),
-               (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP)]
+               (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP),
+               # Apple's PKTAP (macOS tcpdump -i any): its header's length, a packet record, the DLT after it
+               (258, struct.pack("<III", 108, 1, 1) + bytes(96) + ethernet(V4_TCP)),
+               (258, struct.pack("<III", 108, 1, 12) + bytes(96) + V4_TCP)]
+
+
+def udp(port: int, payload: bytes) -> bytes:
+    return struct.pack("!HHHH", 50000, port, 8 + len(payload), 0) + payload
+
+
+def gre(carried: int, payload: bytes, flags: int = 0) -> bytes:
+    fields = sum(bool(flags & bit) for bit in (0x8000, 0x2000, 0x1000))
+    return struct.pack("!HH", flags, carried) + bytes(4 * fields) + payload
+
+
+def tunnel(protocol: int, payload: bytes) -> bytes:
+    """Mirrored traffic as a collector receives it: an outer Ethernet and IPv4 around the tunnel."""
+    return ethernet(ipv4("10.9.0.1", "10.9.0.2", payload, protocol=protocol))
+
+
+# traffic mirrored to a collector (AWS VPC Traffic Mirroring: VXLAN; a gateway load balancer: Geneve;
+# a switch's ERSPAN II/III over GRE; plain GRE, with and without its optional fields; GRE in IPv6)
+TUNNELLED = [(1, tunnel(17, udp(4789, bytes(8) + ethernet(V4_TCP)))),
+             (1, tunnel(17, udp(6081, struct.pack("!BBHI", 1, 0, 0x6558, 0) + bytes(4) + ethernet(V4_TCP)))),
+             (1, tunnel(47, gre(0x0800, V4_TCP))),
+             (1, tunnel(47, gre(0x6558, ethernet(V4_TCP), flags=0xA000))),
+             (1, tunnel(47, gre(0x88BE, bytes(8) + ethernet(V4_TCP), flags=0x1000))),
+             (1, tunnel(47, gre(0x22EB, bytes(11) + b"\x01" + bytes(8) + ethernet(V4_TCP), flags=0x1000))),
+             (1, ethernet(struct.pack("!IHBB", 6 << 28, len(gre(0x0800, V4_TCP)), 47, 64) + bytes(32)
+                          + gre(0x0800, V4_TCP), 0x86DD)),
+             (1, tunnel(47, gre(0x0800, ipv4("10.9.0.3", "10.9.0.4", gre(0x0800, V4_TCP), protocol=47))))]  # 2 deep
+IPV4_FRAMES += TUNNELLED
 
 
 @pytest.mark.parametrize(("linktype", "frame"), IPV4_FRAMES)  # Ethernet pads short frames, or has VLANs
@@ -52,6 +83,12 @@ def test_ipv6_with_extension_headers(linktype: int, frame: bytes) -> None:
     (1, ethernet(V4_TCP)[:40]),  # TCP header cut short
     (1, b"\x00" * 5),
     (147, V4_TCP),  # a link type we do not decode
+    (258, struct.pack("<III", 108, 2, 1) + bytes(96) + ethernet(V4_TCP)),  # a PKTAP record that is no packet
+    (258, struct.pack("<III", 4000, 1, 1) + bytes(96) + ethernet(V4_TCP)),  # a PKTAP header longer than the frame
+    (1, tunnel(17, udp(4790, bytes(8) + ethernet(V4_TCP)))),  # UDP to another port: no tunnel read
+    (1, tunnel(47, gre(0x0800, tunnel(47, gre(0x0800, V4_TCP))[14:]))[:-len(V4_TCP)] + b"x"),  # cut short
+    (1, tunnel(47, gre(0x0800, ipv4("10.9.0.3", "10.9.0.4", gre(0x0800, ipv4("10.9.0.5", "10.9.0.6", gre(
+        0x0800, V4_TCP), protocol=47)), protocol=47)))),  # tunnels three deep are not read
 ])
 def test_non_tcp_and_damaged_frames_are_skipped(linktype: int, frame: bytes) -> None:
     assert parse_tcp(linktype, frame) is None
@@ -83,7 +120,7 @@ def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
                 if (segment := parse_tcp(linktype, frame)) is not None
                 and (port is None or port in (_port(segment.src), _port(segment.dst)))]
     assert found == expected
-    assert len(found) == {None: 12, 9876: 12, 1234: 9, 80: 0}[port]
+    assert len(found) == {None: 22, 9876: 22, 1234: 19, 80: 0}[port]
 
 
 def _port(endpoint: str) -> int:

@@ -1,0 +1,114 @@
+"""The same connections captured at two points: captures of the NameServer's host and of a broker's
+(or a client's) host, given together.
+
+Each connection between the two hosts is then in both captures under the same 4-tuple, with the
+same sequence numbers, but stamped by two clocks (NTP keeps them within milliseconds; a host without
+it, seconds). Read as one stream, the copies would interleave out of order, and a short connection
+(a lookup, a refused attempt) seen again after its end would be a second connection: lookups,
+deletions and refusals counted twice. So each connection is read from one capture only, the one
+holding the most of that server endpoint's connections (the server's own host sees them all; a
+broker's host its own), provided that capture saw all the bytes the other did (each way's sequence
+numbers cover the other's); where it did not, both are read, as before. What was left out and how
+far the clocks differ (over the connections whose SYN both captured) is said.
+
+Pure: the driver runs it over the captures (model/periods.rotated_sets), the reading tasks'
+ConnectionEnds per file and each 4-tuple's server end.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from spark_analysis.model.periods import Capture, ConnectionEnds
+
+Key = tuple[str, str]
+#: captures further apart than this in time are not two points of the same traffic
+WITHIN_S = 600.0
+_SPACE = 1 << 32
+
+
+class SecondPoint(NamedTuple):
+    """The connections of one server endpoint that a capture (``paths``, its files) holds copies of,
+    read from another capture (``kept_paths``) instead; ``clock_s``: how far this capture's clock
+    reads ahead of the other's (the median over the copies whose SYN both hold; None if none)."""
+
+    server: str
+    paths: tuple[str, ...]
+    kept_paths: tuple[str, ...]
+    connections: int
+    clock_s: float | None
+
+
+class CapturePoints(NamedTuple):
+    """What a capture at a second point held of another's: ``left_out``, the (file, 4-tuple) pairs
+    not read; ``points``, one SecondPoint per server endpoint and pair of captures."""
+
+    left_out: frozenset[tuple[str, Key]] = frozenset()
+    points: tuple[SecondPoint, ...] = ()
+
+    def without(self, by_path: Mapping[str, Mapping[Key, ConnectionEnds]]) -> dict[str, dict[Key, ConnectionEnds]]:
+        """The reading tasks' ends per file without the copies left out."""
+        return {path: {key: found for key, found in ends.items() if (path, key) not in self.left_out}
+                for path, ends in by_path.items()}
+
+
+def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, ConnectionEnds]],
+                  sides: Mapping[Key, str]) -> CapturePoints:
+    """Each 4-tuple held by several captures at once, read from the one holding most of its server's
+    connections when that one saw every byte the others did."""
+    held: dict[int, dict[Key, ConnectionEnds]] = {}
+    for index, capture in enumerate(captures):
+        for path in capture.paths:
+            for key, found in by_path.get(path, {}).items():
+                held.setdefault(index, {})[key] = found.merge(held.get(index, {}).get(key))
+    holders: dict[Key, list[int]] = {}
+    for index, ends in held.items():
+        for key in ends:
+            holders.setdefault(key, []).append(index)
+    serves = Counter((index, sides[key]) for index, ends in held.items() for key in ends)
+    left_out: set[tuple[str, Key]] = set()
+    clocks: dict[tuple[str, int, int], list[float]] = {}
+    counted: Counter[tuple[str, int, int]] = Counter()
+    for key, indexes in holders.items():
+        if len(indexes) < 2:
+            continue
+        server = sides[key]
+        best = min(indexes, key=lambda i: (-serves[i, server], captures[i].first, i))
+        for other in indexes:
+            mine, theirs = held[best][key], held[other][key]
+            if other == best or not _at_once(captures[best], captures[other]) or not _covers(mine, theirs):
+                continue
+            left_out.update((path, key) for path in captures[other].paths if key in by_path.get(path, {}))
+            counted[server, other, best] += 1
+            if mine.opened and theirs.opened and mine.first_seq == theirs.first_seq:
+                clocks.setdefault((server, other, best), []).append(theirs.first - mine.first)
+    points = tuple(SecondPoint(server, captures[other].paths, captures[best].paths, n,
+                               statistics.median(clocks[server, other, best]) if clocks.get((server, other, best))
+                               else None)
+                   for (server, other, best), n in sorted(counted.items()))
+    return CapturePoints(frozenset(left_out), points)
+
+
+def _at_once(one: Capture, other: Capture) -> bool:
+    return one.first - WITHIN_S <= other.last and other.first - WITHIN_S <= one.last
+
+
+def _covers(mine: ConnectionEnds, theirs: ConnectionEnds) -> bool:
+    """Whether ``mine`` saw every byte ``theirs`` did, each way (sequence numbers from mine's first,
+    modulo 2**32); a way ``theirs`` saw something of that ``mine`` did not see at all is not covered."""
+    shared = False
+    for way in (0, 1):
+        start, stop = mine.first_seq[way], mine.next_seq[way]
+        their_start, their_stop = theirs.first_seq[way], theirs.next_seq[way]
+        if their_start is None or their_stop is None:
+            continue
+        if start is None or stop is None:
+            return False
+        span = (stop - start) % _SPACE
+        if (their_start - start) % _SPACE > span or (their_stop - start) % _SPACE > span:
+            return False
+        shared = True
+    return shared
