@@ -8,6 +8,7 @@ of its own: tests build through ``build`` too."""
 from __future__ import annotations
 
 import gc
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .client import TlsWrap
 from .clocks import owners_view, steady_seconds
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
+from .data_lock import StoreLock, lock_stores
 from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
@@ -68,6 +70,15 @@ def check_paths(config: NamesrvConfig) -> None:
             cause = unwritable(config[key])
             if cause:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
+
+
+def store_directories(config: NamesrvConfig) -> list[Path]:
+    """The directories the server writes its stores to (the KV store's, the topology's, the events',
+    the route snapshot's): each locked while it runs (data_lock.py)."""
+    paths = [Path(config["kvConfigPath"]), topology_path(config), events_path(config)]
+    if config["routeSnapshotPath"]:
+        paths.append(Path(config["routeSnapshotPath"]))
+    return [path.parent for path in paths]
 
 
 def store_refusal(failures: Counter[tuple[str, str]],
@@ -360,6 +371,7 @@ class NamesrvService(service.MultiService):
         self.remoting.setServiceParent(self)
         self.web: Listener | None = None
         self.stopping = False
+        self.data_lock: StoreLock | None = None  # the stores' directories, locked while serving
         self.peers: PeersService | None = None
         if config["metricsPort"]:
             # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
@@ -457,18 +469,38 @@ class NamesrvService(service.MultiService):
 
     def privilegedStartService(self) -> None:
         """twistd binds here, before it drops privileges (a port below 1024 as root)."""
-        self.bind_all()
+        self.lock_stores()
+        self._bind_or_undo()
         super().privilegedStartService()
+
+    def lock_stores(self) -> None:
+        """Lock the stores' directories before listening: a second server on the same data dir
+        waits for this one to stop, then cannot start (data_lock.py)."""
+        if self.data_lock is None:
+            self.data_lock = lock_stores(store_directories(self.config))
+
+    def _bind_or_undo(self) -> None:
+        """Bind every port; a start that cannot leaves no lock file or data directory behind."""
+        try:
+            self.bind_all()
+        except BaseException:
+            if self.data_lock is not None:
+                self.data_lock.release(undo=True)
+                self.data_lock = None
+            raise
 
     def startService(self) -> None:
         tune_gc()
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve)
         if warning:
             log.warn("{warning}", warning=warning)
-        self.bind_all()  # python -m twisted_namesrv starts without the privileged step
+        self.lock_stores()  # python -m twisted_namesrv starts without the privileged step
+        self._bind_or_undo()
         super().startService()
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)
+        if self.data_lock is not None:
+            self.data_lock.note(f"pid {os.getpid()}, listening on {self.state.listen_address}")
         log.info("{message}, address {address}, compat {compat}, twisted-namesrv {version}", message=BOOT_MESSAGE,
                  address=self.state.listen_address, host=address.host, port=address.port,  # JSON logs' fields
                  compat=self.config.profile.name, version=__version__)
@@ -497,4 +529,11 @@ class NamesrvService(service.MultiService):
         for connection in list(self.factory.connections.values()):
             connection.close_reason = "server stopping"  # the brokers did not leave: the server went
             connection.transport.loseConnection()
-        return d
+        return d.addBoth(self._unlock_stores)
+
+    def _unlock_stores(self, result: object) -> object:
+        """Once the stores' last writes are made (the children's stops): the next server may start."""
+        if self.data_lock is not None:
+            self.data_lock.release()
+            self.data_lock = None
+        return result

@@ -423,7 +423,7 @@ def second_points(points: CapturePoints) -> list[Item]:
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
                               f"points: each read once, from the latter, the capture holding most of that "
-                              f"server's connections, or begun first){clock}", server=point.server,
+                              f"server's connections, or the server's own){clock}", server=point.server,
                               paths=list(point.paths), read_from=list(point.kept_paths), connections=point.connections,
                               clock_s=point.clock_s))
     return items

@@ -56,10 +56,11 @@ class FrameKind:
     """What frames alike say (their headers the same but for the opaque): the header's fields,
     read once for all of them (a capture's frames are mostly a few hundred kinds: each client's
     route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
-    (its opaque is the first frame's): never to be changed. ``row`` and ``broker``: memos of what
-    every FRAME row of the kind says alike and of the broker its extFields name, filled by decode/rows.py."""
+    (its opaque is the first frame's): never to be changed. ``row``, ``call`` and ``broker``: memos of
+    what every FRAME row and every CALL row of the kind say alike and of the broker its extFields
+    name, filled by decode/rows.py."""
 
-    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "broker")
+    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker")
 
     def __init__(self, header: Header, serialize_type: int) -> None:
         self.header, self.serialize_type = header, serialize_type
@@ -67,6 +68,7 @@ class FrameKind:
         self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
         self.ext: dict[str, str | None] = header.ext_fields or {}
         self.row: tuple[Any, ...] | None = None
+        self.call: tuple[Any, ...] | None = None
         self.broker: tuple[Any, ...] | None = None
 
 
@@ -159,8 +161,9 @@ class Conversation:
 
 
 #: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
-#: (``[start:end]`` of it, without the length prefix)
-TimedFrame = tuple[float, bytes | memoryview, int, int]
+#: (``[start:end]`` of it, without the length prefix), and the same bytes as bytes (its header is
+#: sliced from there: a slice of a view copied cost as much again)
+TimedFrame = tuple[float, bytes | memoryview, int, int, bytes]
 
 
 def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
@@ -181,7 +184,8 @@ def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
     starts, stops = zip(*spans, strict=True) if spans else ((), ())
     # a frame's last byte came with the first chunk ending at or after it
     arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
-    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops))
+    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops,
+                                       itertools.repeat(data)))
     rest = data[used:]
     return timed, rest, chunks[-1].ts if rest else None
 
@@ -193,40 +197,40 @@ def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame, 0, len(frame)) for frame in decoder.feed(bytes(chunk.data)))  # rare
+            frames.extend((chunk.ts, frame, 0, len(frame), frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
-#: the kinds of the JSON headers decoded, by their template (kept while _TEMPLATES keeps it)
+#: the kinds of the headers decoded, by their template (kept while _TEMPLATES keeps it)
 _KINDS: dict[int, FrameKind] = {}
+#: a header's template and opaque by its serialize type: JSON or ROCKETMQ (binary)
+_TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
+                SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
 
 
-def _decode(ts: float, frame: bytes | memoryview, direction: str) -> CapturedCommand:
-    """A frame (without its length prefix) as the server's codec reads it (_decode_at)."""
-    return _decode_at(ts, frame, 0, len(frame), direction)
-
-
-def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str) -> CapturedCommand:
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
+               ) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
-    (RemotingCommand.decode, refusing what it refuses), a JSON header through its template's kind,
-    made once; its bytes and body stay views where ``source`` is one."""
+    (RemotingCommand.decode, refusing what it refuses), its header through its template's kind,
+    made once, and sliced from ``data`` (``source``'s bytes as bytes); its bytes and body stay
+    views where ``source`` is one."""
     found = None
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
-        serialize_type, header_length = split_header_word(_WORD.unpack_from(source, start)[0])
+        serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
-        if header_end <= end and serialize_type == SerializeType.JSON:
-            found = _TEMPLATES.template_of(bytes(source[start + 4:header_end]))
+        if header_end <= end and serialize_type in _TEMPLATE_OF:
+            found = _TEMPLATE_OF[serialize_type](data[start + 4:header_end])
     if found is None:
         frame = source[start:end]
         return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
     template, opaque = found
     kind = _KINDS.get(id(template))
     if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
-        kind = _KINDS[id(template)] = FrameKind(template, SerializeType.JSON)
-        if len(_KINDS) > 2 * _TEMPLATES.size:
+        kind = _KINDS[id(template)] = FrameKind(template, serialize_type)
+        if len(_KINDS) > 4 * _TEMPLATES.size:
             _KINDS.clear()
     return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
                            source[header_end:end] if header_end < end else None)
@@ -387,9 +391,9 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
         start = found
     frames, rest, rest_ts = timed_frames(run, data, start)
     append = conversation.commands.append
-    for ts, source, frame_start_, frame_end in frames:
+    for ts, source, frame_start_, frame_end, source_bytes in frames:
         try:
-            append(_decode_at(ts, source, frame_start_, frame_end, direction))
+            append(_decode_at(ts, source, frame_start_, frame_end, direction, source_bytes))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
                 frame = source[frame_start_:frame_end]
@@ -437,7 +441,7 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
         for number, part in enumerate(parts):
             frame_end = parts[number + 1].start - 4 if number + 1 < len(parts) else stop
             ts = run[min(bisect.bisect_left(ends, frame_end), len(run) - 1)].ts
-            _add_part(conversation, direction, ts, view, part)
+            _add_part(conversation, direction, ts, data, view, part)
         if resume is None:
             rest = len(data) - stop
             if rest and not last_run:
@@ -471,14 +475,16 @@ def _resume(conversation: Conversation, view: memoryview, holes: Holes, at: int,
     return None
 
 
-def _add_part(conversation: Conversation, direction: str, ts: float, view: memoryview, part: FramePart) -> None:
-    """A frame frame_parts found: decoded whole when captured whole, else what its start says."""
+def _add_part(conversation: Conversation, direction: str, ts: float, data: bytes, view: memoryview,
+              part: FramePart) -> None:
+    """A frame frame_parts found (in ``data``, ``view`` a view of it): decoded whole when captured
+    whole, else what its start says."""
     if part.whole:
-        frame = view[part.start:part.start + part.length]
         try:
-            conversation.commands.append(_decode(ts, frame, direction))
+            conversation.commands.append(_decode_at(ts, view, part.start, part.start + part.length, direction, data))
         except RemotingDecodeError:
             if direction == REQUEST and conversation.undecodable_ts is None:
+                frame = view[part.start:part.start + part.length]
                 conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
         return
     serialize_type = header_length = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -38,7 +38,7 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.schema import EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
@@ -168,8 +168,9 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
     """FRAME rows in time order, then a CALL row per request (paired with the answer carrying its
     opaque from the other side), a REGISTRATION row per REGISTER_BROKER request, an EVENT row per
     request naming a broker, on a connection to a controller its CONTROLLER rows and notes, one
-    CONNECTION row. ``blocks``: the FRAME rows as one (FRAMES, FrameBlock) instead, which
-    frame_array makes columns of (what the decoding tasks write)."""
+    CONNECTION row. ``blocks``: the FRAME rows as one (FRAMES, FrameBlock) and the CALL rows as one
+    (CALLS, CallBlock) instead, which frame_array and call_array make columns of (what the decoding
+    tasks write)."""
     connection = conversation.connection
     conn_id = connection_id(connection)
     requests: list[CapturedCommand] = []
@@ -177,8 +178,9 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
     waiting: dict[tuple[str, int], list[int]] = {}  # (side that asked, opaque) -> indexes in requests
     orphans: list[CapturedCommand] = []  # answers to no captured request
     frames = FrameBlock(conn_id, connection.client, connection.server)
+    calls = CallBlock(conn_id, connection.client, connection.server)
     if conversation.cut:
-        yield from cut_conversation_rows(conversation, conn_id, frames, blocks)
+        yield from cut_conversation_rows(conversation, conn_id, frames, calls, blocks)
         return
     frames.add_all(conversation.commands)
     for captured in conversation.commands:
@@ -193,14 +195,15 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
             waiting.setdefault((captured.direction, captured.opaque), []).append(len(requests))
             requests.append(captured)
             answers.append(None)
-    yield from _frames(frames, blocks)
+    yield from _block_rows(frames, blocks)
+    unheard = unheard_side(connection)
+    calls.add_all(requests, answers, answer_unseen=unheard is not None)
+    yield from _block_rows(calls, blocks)
     bodies = _BodyCache()
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}  # brokerAddr -> its last registration on this connection
     shipped: set[bytes] = set()  # the digests of the bodies whose event carried them already
-    unheard = unheard_side(connection)
     for request, answer in zip(requests, answers, strict=True):
-        yield CALL, call_row(conn_id, client, request, answer, server, answer_unseen=unheard is not None)
         if request.direction != REQUEST:
             continue
         code = request.kind.code
@@ -327,6 +330,10 @@ class FrameBlock:
         self.body_len.extend(map(_BODY_LEN, commands))
         self.missing.extend(itertools.repeat(0, len(commands)))
 
+    def own(self) -> tuple[list[Any], ...]:
+        """The columns of what each frame says of its own: time, opaque, body length, bytes missing."""
+        return self.ts, self.opaque, self.body_len, self.missing
+
     def add_row(self, row: Row) -> None:
         """A FRAME row made whole (a frame a snap length cut: cut_frame_row)."""
         self.ts.append(row[0])
@@ -342,35 +349,50 @@ class FrameBlock:
             yield (ts, self.conn_id, self.client, self.server, *front, opaque, *back, body_len, missing, None, None)
 
 
-def _frames(frames: FrameBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+def _block_rows(block: FrameBlock | CallBlock, blocks: bool) -> Iterator[tuple[str, Any]]:
+    """A connection's block of FRAME or CALL rows as itself (``blocks``: FRAMES or CALLS), else its
+    rows one by one (FRAME or CALL)."""
+    frames = isinstance(block, FrameBlock)
     if blocks:
-        if frames:
-            yield FRAMES, frames
+        if block:
+            yield FRAMES if frames else CALLS, block
         return
-    for row in frames.rows():
-        yield FRAME, row
+    kind = FRAME if frames else CALL
+    for row in block.rows():
+        yield kind, row
 
 
 def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
     """The FRAME rows of blocks as one Arrow array of FRAME_ROWS, the same as ``pa.array`` of their
     rows, built by column: what a kind of frame says alike converted once and taken for each frame,
     a connection's names once and taken for each of its frames."""
-    ts: list[float] = []
-    opaque: list[int | None] = []
-    body_len: list[int | None] = []
-    missing: list[int] = []
+    (ts, opaque, body_len, missing), named, alike = _block_columns(blocks, 4, _FRAME_FIELDS[1:4], _FRAME_FIELDS[
+        _SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], lambda said: [front + back for front, back in said])
+    own = [pa.array(column, field.type) for column, field in zip(
+        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
+    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
+    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
+    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
+
+
+def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: int, named_fields: list[pa.Field],
+                   alike_fields: list[pa.Field], alike_rows: Callable[[list[Any]], list[Row]] = list
+                   ) -> tuple[list[list[Any]], list[pa.Array], list[pa.Array]]:
+    """The columns of blocks (FrameBlock or CallBlock): their ``owned`` columns of what each row
+    says of its own, joined; their connections' names (``named_fields``) and what their rows say
+    alike (``alike_fields``, of ``alike_rows`` of the blocks' shared values, each converted once)
+    as Arrow arrays taken for each row."""
+    own: list[list[Any]] = [[] for _ in range(owned)]
     connection_at: list[int] = []
     said_at: list[int] = []
     connections: list[tuple[str, str, str]] = []
-    said: list[tuple[Row, Row]] = []
+    said: list[Any] = []
     said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
     for block in blocks:
         connection_at.extend(itertools.repeat(len(connections), len(block)))
         connections.append((block.conn_id, block.client, block.server))
-        ts.extend(block.ts)
-        opaque.extend(block.opaque)
-        body_len.extend(block.body_len)
-        missing.extend(block.missing)
+        for column, values in zip(own, block.own(), strict=True):
+            column.extend(values)
         for shared in block.said:
             at = said_index.get(id(shared))
             if at is None:
@@ -379,15 +401,11 @@ def frame_array(blocks: Iterable[FrameBlock]) -> pa.StructArray:
             said_at.append(at)
     of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
     named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
-        zip(*connections, strict=True) if connections else ((), (), ()), _FRAME_FIELDS[1:4], strict=True)]
-    alike_columns = list(zip(*(front + back for front, back in said), strict=True)) if said else [()] * 11
-    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(
-        alike_columns, _FRAME_FIELDS[_SAID_FRONT] + _FRAME_FIELDS[_SAID_BACK], strict=True)]
-    own = [pa.array(column, field.type) for column, field in zip(
-        (ts, opaque, body_len, missing), (_FRAME_FIELDS[0], _FRAME_FIELDS[7], *_FRAME_FIELDS[16:18]), strict=True)]
-    nulls = [pa.nulls(len(ts), field.type) for field in _FRAME_FIELDS[18:]]
-    columns = [own[0], *named, *alike[:3], own[1], *alike[3:], own[2], own[3], *nulls]
-    return pa.StructArray.from_arrays(columns, fields=_FRAME_FIELDS)
+        zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
+    alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)
+    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
+                                                                                 strict=True)]
+    return own, named, alike
 
 
 def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
@@ -399,19 +417,92 @@ def _kind_row(kind: FrameKind) -> tuple[Row, Row]:
     return kind.row
 
 
-def call_row(conn_id: str, client: str, request: CapturedCommand, answer: CapturedCommand | None,
-             server: str | None = None, answer_unseen: bool = False) -> Row:
-    """``answer_unseen``: the answer's side of the connection was not captured at all (its ``cut``:
-    not known unanswered)."""
-    kind = request.kind
-    response_code = latency_ms = remark = None
-    if answer is not None:
-        response_code, remark = answer.kind.code, answer.kind.header.remark
-        latency_ms = (answer.ts - request.ts) * 1000.0
+CALLS = "calls"  # a connection's CALL rows as one CallBlock (conversation_rows' ``blocks``)
+_CALL_FIELDS = list(CALL_ROWS)
+#: CALL_ROWS positions: what a request's kind says alike (_kind_call), the connection's names, what a
+#: call says of its own (CallBlock's columns, in their order)
+_CALL_ALIKE, _CALL_NAMED, _CALL_OWN = (tuple(CALL_ROWS.names.index(name) for name in names) for names in (
+    ("code", "code_name", "oneway", "topic", "broker_addr"), ("conn_id", "client", "server"),
+    ("ts", "opaque", "response_code", "latency_ms", "response_remark", "cut")))
+
+
+class CallBlock:
+    """A connection's CALL rows, as FrameBlock keeps its FRAME rows: what each call says of its own
+    (time, opaque, its answer's code, remark and latency, whether it was cut) and what its request
+    says alike with the requests of its kind (_kind_call, shared), taken once per kind in
+    call_array: a row a call cost a tuple of 16 values and their conversion to Arrow each."""
+
+    __slots__ = ("conn_id", "client", "server", "ts", "said", "opaque", "response_code", "latency_ms", "remark",
+                 "cut")
+
+    def __init__(self, conn_id: str, client: str, server: str) -> None:
+        self.conn_id, self.client, self.server = conn_id, client, server
+        self.ts: list[float] = []
+        self.said: list[Row] = []
+        self.opaque: list[int | None] = []
+        self.response_code: list[int | None] = []
+        self.latency_ms: list[float | None] = []
+        self.remark: list[str | None] = []
+        self.cut: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def add_all(self, requests: list[CapturedCommand], answers: list[CapturedCommand | None],
+                answer_unseen: bool = False) -> None:
+        """Requests decoded whole and their answers (None: not captured), a column at a time.
+        ``answer_unseen``: the answers' side of the connection was not captured at all (its ``cut``:
+        not known unanswered)."""
+        self.ts.extend(map(_TS, requests))
+        self.said.extend([kind.call or _kind_call(kind) for kind in map(_KIND, requests)])
+        self.opaque.extend(map(_OPAQUE, requests))
+        self.response_code.extend([None if answer is None else answer.kind.code for answer in answers])
+        self.latency_ms.extend([None if answer is None else (answer.ts - request.ts) * 1000.0
+                                for request, answer in zip(requests, answers, strict=True)])
+        self.remark.extend([None if answer is None else answer.kind.header.remark for answer in answers])
+        self.cut.extend(itertools.repeat(answer_unseen, len(requests)))
+
+    def add_row(self, row: Row) -> None:
+        """A CALL row made whole (a call a snap length cut: _cut_call_row)."""
+        self.said.append(tuple(row[at] for at in _CALL_ALIKE))
+        for column, at in zip(self.own(), _CALL_OWN, strict=True):
+            column.append(row[at])
+
+    def own(self) -> tuple[list[Any], ...]:
+        """The columns of what each call says of its own, in _CALL_OWN's order."""
+        return self.ts, self.opaque, self.response_code, self.latency_ms, self.remark, self.cut
+
+    def rows(self) -> Iterator[Row]:
+        """The CALL rows, one tuple a call."""
+        for ts, (code, name, oneway, topic, broker_addr), opaque, response_code, latency_ms, remark, cut in zip(
+                self.ts, self.said, self.opaque, self.response_code, self.latency_ms, self.remark, self.cut,
+                strict=True):
+            yield (ts, self.conn_id, self.client, code, name, opaque, response_code, latency_ms, oneway, topic,
+                   remark, self.server, broker_addr, cut, None, None)
+
+
+def _kind_call(kind: FrameKind) -> Row:
+    """What every CALL row of a kind of request says alike (kept on the kind): its code and name,
+    whether it is oneway, the topic and brokerAddr its extFields name."""
     ext = kind.ext
-    return (request.ts, conn_id, client, kind.code, _code_name(kind.code), request.opaque, response_code,
-            latency_ms, kind.is_oneway, ext.get("topic"), remark, server, ext.get("brokerAddr"), answer_unseen,
-            None, None)
+    kind.call = (kind.code, _code_name(kind.code), kind.is_oneway, ext.get("topic"), ext.get("brokerAddr"))
+    return kind.call
+
+
+def call_array(blocks: Iterable[CallBlock]) -> pa.StructArray:
+    """The CALL rows of blocks as one Arrow array of CALL_ROWS, the same as ``pa.array`` of their
+    rows, built by column as frame_array builds the FRAME rows'."""
+    own, named, alike = _block_columns(blocks, len(_CALL_OWN), [_CALL_FIELDS[at] for at in _CALL_NAMED],
+                                       [_CALL_FIELDS[at] for at in _CALL_ALIKE])
+    columns: list[pa.Array | None] = [None] * len(_CALL_FIELDS)
+    for at, array in zip(_CALL_NAMED + _CALL_ALIKE, named + alike, strict=True):
+        columns[at] = array
+    for at, values in zip(_CALL_OWN, own, strict=True):
+        columns[at] = pa.array(values, _CALL_FIELDS[at].type)
+    for at, field in enumerate(_CALL_FIELDS):  # input and session: filled later (Places)
+        if columns[at] is None:
+            columns[at] = pa.nulls(len(own[0]), field.type)
+    return pa.StructArray.from_arrays(columns, fields=_CALL_FIELDS)
 
 
 def registration_row(conn_id: str, request: CapturedCommand, answer: CapturedCommand | None,
@@ -525,8 +616,8 @@ def cut_broker_addr(client: str) -> str:
     return f"? (address not captured; registers from {client})"
 
 
-def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: FrameBlock, blocks: bool = False
-                          ) -> Iterator[tuple[str, Any]]:
+def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: FrameBlock, calls: CallBlock,
+                          blocks: bool = False) -> Iterator[tuple[str, Any]]:
     """conversation_rows for a connection some of whose frames were cut: every frame's FRAME row,
     requests paired with answers by the opaques captured, CALL, REGISTRATION and EVENT rows of
     what is certain, the close of a connection brokers registered over, and its CONNECTION row."""
@@ -561,7 +652,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
         waiting.setdefault((item.direction, opaque), []).append(len(requests))
         requests.append(item)
         answers.append(None)
-    yield from _frames(frames, blocks)
+    yield from _block_rows(frames, blocks)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
     unnamed: set[str] = set()  # the brokers registered here with their brokerAddr cut, as named
@@ -571,13 +662,12 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
     unheard = unheard_side(connection)
     for request, answer in zip(requests, answers, strict=True):
         other = RESPONSE if request.direction == REQUEST else REQUEST
-        row = _cut_call_row(conn_id, client, request, answer, server, bool(unknown[other]) or unheard is not None)
-        if row is None:
+        code = _add_cut_call(calls, conn_id, client, request, answer, server,
+                             bool(unknown[other]) or unheard is not None)
+        if code is None:
             continue
-        yield CALL, row
         if request.direction != REQUEST:
             continue
-        code = row[3]
         if code != RequestCode.REGISTER_BROKER:
             yield from _cut_named_event(request, answer, code, client, server,
                                         _unnamed(registered, unnamed, _said_ext(request)))
@@ -601,6 +691,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
             yield EVENT, registration_event(request, registration, summary, body, client, server)
         else:
             yield EVENT, _cut_registration_event(request, registration, client, server)
+    yield from _block_rows(calls, blocks)
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
@@ -643,13 +734,15 @@ def _said_oneway(item: Said) -> bool | None:
     return None if item.known.flag is None else bool(item.known.flag & 2)
 
 
-def _cut_call_row(conn_id: str, client: str, request: Said, answer: Said | None, server: str,
-                  answers_unknown: bool) -> Row | None:
-    """A CALL row of a request whose code is known; ``cut``: it or its answer was cut, or the other
-    side carried frames whose opaque was cut (one of them may be its answer)."""
+def _add_cut_call(calls: CallBlock, conn_id: str, client: str, request: Said, answer: Said | None, server: str,
+                  answers_unknown: bool) -> int | None:
+    """The CALL row of a request whose code is known, added to ``calls``, and that code (None: no
+    row); ``cut``: it or its answer was cut, or the other side carried frames whose opaque was
+    cut (one of them may be its answer)."""
     if isinstance(request, CapturedCommand) and (answer is None or isinstance(answer, CapturedCommand)) and not (
             answer is None and answers_unknown):
-        return call_row(conn_id, client, request, answer, server)
+        calls.add_all([request], [answer])
+        return request.kind.code
     code = _said_code(request)
     if code is None:
         return None
@@ -660,8 +753,9 @@ def _cut_call_row(conn_id: str, client: str, request: Said, answer: Said | None,
         latency_ms = (answer.ts - request.ts) * 1000.0
     opaque = request.command.opaque if isinstance(request, CapturedCommand) else request.known.opaque
     ext = _said_ext(request)
-    return (request.ts, conn_id, client, code, _code_name(code), opaque, response_code, latency_ms,
-            _said_oneway(request), ext.get("topic"), remark, server, ext.get("brokerAddr"), True, None, None)
+    calls.add_row((request.ts, conn_id, client, code, _code_name(code), opaque, response_code, latency_ms,
+                   _said_oneway(request), ext.get("topic"), remark, server, ext.get("brokerAddr"), True, None, None))
+    return code
 
 
 def _cut_registration_row(conn_id: str, request: Said, answer: Said | None, server: str) -> Row:

@@ -7,8 +7,10 @@ it, seconds). Read as one stream, the copies would interleave out of order, and 
 (a lookup, a refused attempt) seen again after its end would be a second connection: lookups,
 deletions and refusals counted twice. So each connection is read from one capture only, the one
 holding the most of that server endpoint's connections (the server's own host sees them all; a
-broker's host its own), provided that capture saw all the bytes the other did (each way's sequence
-numbers cover the other's); where it did not, both are read, as before. What was left out and how
+broker's host its own; when both hold as many, the one that saw the SYN-ACK soonest after the SYN,
+which is the server's host, whatever either clock says; then the one begun first), provided that
+capture saw all the bytes the other did (each way's sequence numbers cover the other's); where it
+did not, both are read, as before. What was left out and how
 far the clocks differ (over the connections whose SYN both captured) is said.
 
 Pure: the driver runs it over the captures (model/periods.rotated_sets), the reading tasks'
@@ -27,6 +29,9 @@ from spark_analysis.model.periods import Capture, ConnectionEnds
 Key = tuple[str, str]
 #: captures further apart than this in time are not two points of the same traffic
 WITHIN_S = 600.0
+#: a SYN-ACK seen this much later after its SYN than in the other capture was seen a round trip away
+#: from the server (a LAN's round trip is 0.1 ms and more; a kernel answers a SYN in microseconds)
+RTT_STEP_S = 0.0001
 _SPACE = 1 << 32
 
 
@@ -76,7 +81,7 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
         if len(indexes) < 2:
             continue
         server = sides[key]
-        best = min(indexes, key=lambda i: (-serves[i, server], captures[i].first, i))
+        best = min(indexes, key=lambda i: (-serves[i, server], _answered_after(held[i][key]), captures[i].first, i))
         for other in indexes:
             mine, theirs = held[best][key], held[other][key]
             if other == best or not _at_once(captures[best], captures[other]) or not _covers(mine, theirs):
@@ -90,6 +95,15 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
                                else None)
                    for (server, other, best), n in sorted(counted.items()))
     return CapturePoints(frozenset(left_out), points)
+
+
+def _answered_after(found: ConnectionEnds) -> float:
+    """How long after its SYN this capture saw the SYN-ACK, in RTT_STEP_S steps: on the server's
+    host the kernel answers in microseconds (0), on the client's a round trip later; unknown (no
+    SYN, or none answered) counts as far."""
+    if not found.opened or found.accepted_at is None:
+        return float("inf")
+    return (found.accepted_at - found.first) // RTT_STEP_S
 
 
 def _at_once(one: Capture, other: Capture) -> bool:

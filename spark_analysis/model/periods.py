@@ -157,7 +157,9 @@ def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None
     close = rows[closing[0]] if len(closing) else None
     carrying = np.flatnonzero(rows["length"] > 0)
     first, last = rows[0], rows[-1]
-    ways = [_sequences(rows[forward == way]) for way in (True, False)]
+    # what each segment reaches past its sequence number (a SYN and a FIN count one each, as in TCP)
+    seq, extent = rows["seq"].astype(np.int64), rows["length"] + rows["missing"] + (flags & SYN > 0) + (flags & FIN > 0)
+    ways = [_sequences(seq[forward == way], extent[forward == way]) for way in (True, False)]
     found = ConnectionEnds(float(first["ts"]), bool(first["flags"] & SYN), float(last["ts"]),
                            bool(last["flags"] & (FIN | RST)), None if close is None else float(close["ts"]),
                            close is not None and bool(close["forward"]),
@@ -168,16 +170,15 @@ def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None
     ends[piece.ends] = found.merge(ends.get(piece.ends))
 
 
-def _sequences(rows: np.ndarray) -> tuple[int | None, int | None]:
-    """One way's first sequence number and the one after its furthest byte (a SYN and a FIN count
-    one each, as in TCP), counted from the first modulo 2**32 (retransmissions and reordering:
-    the furthest, not the last)."""
-    if not len(rows):
+def _sequences(seq: np.ndarray, extent: np.ndarray) -> tuple[int | None, int | None]:
+    """One way's first sequence number and the one after its furthest byte (its segments' ``seq``
+    and what each reaches past it), counted from the first modulo 2**32 (retransmissions and
+    reordering: the furthest, not the last). Columns, not rows: a way's rows copied whole cost a
+    tenth of a reading task."""
+    if not len(seq):
         return None, None
-    start = int(rows["seq"][0])
-    flags = rows["flags"]
-    reach = ((rows["seq"].astype(np.int64) - start) % (1 << 32) + rows["length"] + rows["missing"]
-             + (flags & SYN > 0) + (flags & FIN > 0))
+    start = int(seq[0])
+    reach = (seq - start) % (1 << 32) + extent
     return start, (start + int(reach.max())) % (1 << 32)
 
 

@@ -51,11 +51,14 @@ from spark_analysis.capture.packets import Ports
 from spark_analysis.capture.reassembly import Servers
 from spark_analysis.decode import schema
 from spark_analysis.decode.rows import (
+    CALL,
+    CALLS,
     CONNECTION,
     CONTROLLER_NOTE,
     EVENT,
     FRAME,
     FRAMES,
+    call_array,
     frame_array,
     piece_rows,
 )
@@ -87,6 +90,9 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
 _ARROW_DECODED = schema.DECODED
 _TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
+#: the kinds of rows decoding gives as a connection's block each, and what makes a block's rows one array
+_BLOCKS = {FRAMES: (FRAME, frame_array), CALLS: (CALL, call_array)}
+_BLOCKED = {kind: (blocks, make) for blocks, (kind, make) in _BLOCKS.items()}
 _EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
@@ -366,20 +372,20 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
             if not left_out or (path, (lower, higher)) not in left_out:
                 by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     writer = tables.PartWriter(tables_out, TaskContext.get().partitionId()) if tables_out else None
-    pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, FRAMES, EVENT, CONNECTION, CONTROLLER_NOTE)}
+    pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, *_BLOCKS, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()
-    frames = 0  # the FRAME rows in the pending blocks (counted as they come: summing the blocks was a walk of them all)
+    blocked = 0  # the rows in the pending blocks (counted as they come: summing the blocks was a walk of them all)
     with worker.no_cycle_collection():
         while by_connection:
             _, pieces = by_connection.popitem()
             for kind, row in piece_rows(pieces, servers, blocks=True):
                 appends[kind](row)
-                if kind == FRAMES:
-                    frames += len(row)
-            if sum(map(len, pending.values())) + frames >= _BATCH_ROWS:
+                if kind in _BLOCKS:
+                    blocked += len(row)
+            if sum(map(len, pending.values())) + blocked >= _BATCH_ROWS:
                 yield from _send(pending, writer, tally, places)
-                frames = 0
+                blocked = 0
                 worker.drill("decode")
         yield from _send(pending, writer, tally, places)
     worker.drill("decode")
@@ -392,16 +398,17 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
           places: Places | None = None) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null. FRAME
-    rows come as blocks (rows.FrameBlock), made into columns."""
+    and CALL rows come as blocks (rows.FrameBlock, rows.CallBlock), made into columns."""
     counting.count_connections(tally, pending[CONNECTION])
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
     pending[CONTROLLER_NOTE].clear()
     for kind in _TABLE_KINDS:
-        rows = pending[FRAMES] if kind == FRAME else pending[kind]
+        blocks, make = _BLOCKED.get(kind, (kind, None))
+        rows = pending[blocks]
         if not rows:
             continue
-        array = frame_array(rows) if kind == FRAME else pa.array(rows, type=_ARROW_DECODED.field(kind).type)
+        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type) if make is None else make(rows)
         rows.clear()
         if places is not None:
             array = places.fill(array)

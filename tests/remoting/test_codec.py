@@ -157,6 +157,26 @@ class TestHeaderTemplates:
         assert RemotingCommand.decode(frame).ext == {"topic": "Mine"}  # no templates: parsed in full
         assert (len(mine), len(server)) == (1, 1)
 
+    def test_binary_headers_alike_decode_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A binary header's template is its bytes around the opaque (bytes 5-8): headers alike but
+        for the opaque are read once, each with its own opaque (a capture's binary clients and
+        brokers repeat theirs)."""
+        from twisted_namesrv.remoting import header as header_module
+
+        reads = []
+        real = header_module.decode_binary_header
+        monkeypatch.setattr(header_module, "decode_binary_header", lambda data: reads.append(data) or real(data))
+        templates = HeaderTemplates(16)
+        heads = [RemotingCommand.request(105, {"topic": topic}, opaque=opaque, serialize_type=1).encode()[8:]
+                 for topic in ("A", "B") for opaque in (1, -2, 3)]
+        found = [templates.binary_template_of(head) for head in heads]
+        assert [(template.ext_fields, opaque) for template, opaque in found] == [
+            ({"topic": topic}, opaque) for topic in ("A", "B") for opaque in (1, -2, 3)]
+        assert [decode_binary_header(head).opaque for head in heads] == [1, -2, 3] * 2
+        assert len(reads) == 2
+        with pytest.raises(RemotingDecodeError):  # too short to hold an opaque: refused as decoding refuses it
+            templates.binary_template_of(heads[0][:7])
+
 
 class TestBinaryHeader:
     def test_empty_strings_read_as_null(self) -> None:

@@ -179,3 +179,21 @@ def test_a_capture_that_saw_less_of_a_connection_than_the_other_is_read_too() ->
                    "broker.pcap": {(a, b): theirs}}
         points = second_points(captures, by_path, {key: b for ends in by_path.values() for key in ends})
         assert points.left_out == left_out
+
+
+def test_the_server_s_host_is_read_whichever_clock_is_behind() -> None:
+    """Both captures hold the same one connection: the one that saw the SYN-ACK microseconds after
+    the SYN is the server's host (the other saw it a round trip later), even when the other's clock is
+    behind and its capture begun first by that clock."""
+    a, b = "10.77.0.2:40000", "10.77.0.1:9876"
+    at_server = ConnectionEnds(10.0, True, 60.0, True, syn_by_lower=True, accepted_at=10.000015,
+                               first_seq=(1000, 5000), next_seq=(9000, 7000))
+    for ahead in (-0.35, 0.35):
+        at_client = at_server._replace(first=10.0 + ahead - 0.0004, accepted_at=10.0 + ahead + 0.0004,
+                                       last=60.0 + ahead)
+        captures = [Capture(10.0, 60.0, ("ns.pcap",)), Capture(10.0 + ahead - 0.0004, 60.0 + ahead, ("broker.pcap",))]
+        by_path = {"ns.pcap": {(a, b): at_server}, "broker.pcap": {(a, b): at_client}}
+        points = second_points(sorted(captures), by_path, {(a, b): b})
+        assert points.left_out == {("broker.pcap", (a, b))}, ahead
+        (point,) = points.points
+        assert point.kept_paths == ("ns.pcap",) and point.clock_s == pytest.approx(ahead - 0.0004)

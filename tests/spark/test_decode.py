@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from spark_analysis.capture import conversation
-from spark_analysis.capture.conversation import conversation_of
+from spark_analysis.capture.conversation import Conversation, conversation_of
 from spark_analysis.capture.inputs import OPEN_MAPPINGS, CaptureFile, Split, discover, mapped_file, plan_tasks
 from spark_analysis.capture.packets import ACK, PSH, tcp_segments
 from spark_analysis.capture.reassembly import reassemble
@@ -31,11 +31,13 @@ from spark_analysis.capture.records import (
 )
 from spark_analysis.decode.rows import (
     CALL,
+    CALLS,
     CONNECTION,
     EVENT,
     FRAME,
     FRAMES,
     REGISTRATION,
+    call_array,
     connection_rows,
     conversation_rows,
     frame_array,
@@ -101,10 +103,8 @@ def test_frames_alike_are_read_once_and_make_no_command_of_their_own(monkeypatch
     assert [row[9] for row in rows[FRAME] if row[4] == "request"].count(True) == 1  # the oneway one
 
 
-@pytest.mark.parametrize("snap", [None, 60])
-def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
-    """What the decoding tasks write (frame_array over each connection's FrameBlock) is pa.array of the
-    FRAME rows, for frames decoded whole and frames a snap length cut."""
+def _lookups_and_a_registration(snap: int | None) -> list[Conversation]:
+    """12 route lookups (one oneway) and a registration, each packet cut at ``snap`` bytes if given."""
     packets = _lookups(12) + client_stream(registration("right"), ts=4.0, start=1001 + sum(
         len(route_query(i, oneway=i == 5)) for i in range(12)))
     if snap is not None:
@@ -112,11 +112,34 @@ def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
                    for ts, seg in packets]
     conversations = [conversation_of(c) for c in reassemble(packets, 9876)]
     assert (snap is not None) == any(c.cut for c in conversations)
+    return conversations
+
+
+@pytest.mark.parametrize("snap", [None, 60])
+def test_frame_rows_as_columns_are_the_rows(snap: int | None) -> None:
+    """What the decoding tasks write (frame_array over each connection's FrameBlock) is pa.array of the
+    FRAME rows, for frames decoded whole and frames a snap length cut."""
+    conversations = _lookups_and_a_registration(snap)
     rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == FRAME]
     blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == FRAMES]
     assert len(rows) > 10
     assert frame_array(blocks).equals(pa.array(rows, pa.struct(list(FRAME_ROWS))))
     assert frame_array([]).equals(pa.array([], pa.struct(list(FRAME_ROWS))))
+
+
+@pytest.mark.parametrize("snap", [None, 60])
+def test_call_rows_as_columns_are_the_rows(snap: int | None) -> None:
+    """What the decoding tasks write of the calls (call_array over each connection's CallBlock) is
+    pa.array of the CALL rows, answered or not, for frames decoded whole and frames a snap length cut."""
+    conversations = _lookups_and_a_registration(snap)
+    rows = [row for c in conversations for kind, row in conversation_rows(c) if kind == CALL]
+    blocks = [block for c in conversations for kind, block in conversation_rows(c, blocks=True) if kind == CALLS]
+    if snap is None:
+        assert len(rows) == 13 and {row[6] for row in rows} > {None} and any(row[8] for row in rows)
+    else:  # requests whose opaque was cut: no answer known, not unanswered
+        assert len(rows) == 2 and all(row[13] for row in rows)
+    assert call_array(blocks).equals(pa.array(rows, pa.struct(list(CALL_ROWS))))
+    assert call_array([]).equals(pa.array([], pa.struct(list(CALL_ROWS))))
 
 
 def test_requests_naming_a_broker_are_its_events() -> None:

@@ -88,7 +88,7 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for s in truth["stays"]:
         rows.append({"session": f"{s['namesrv']}@x", "cluster": s["cluster"], "broker_name": s["broker_name"],
                      "broker_addr": s["broker_addr"], "broker_id": str(s["ids"][-1]["broker_id"]),
-                     "ended": s["end"], "first_seen": s["registered"]})
+                     "ended": s["end"], "first_seen": s["registered"], "registrations": str(s["registrations"])})
         if s["end"] == "alive":
             add("broker_alive_at_end", None, broker_addr=s["broker_addr"], server=s["namesrv"])
         elif s["end"] == "expired":
@@ -129,6 +129,11 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for other in truth.get("other_servers", []):
         if other["requests"]:
             add("other_server", None, endpoint=other["endpoint"], requests=other["requests"])
+    for copied in truth.get("translated_copies", []):
+        add("translated_copies", None, **copied)
+    for point in truth.get("second_point", []):
+        add("same_traffic_twice", None, server=point["server"], paths=[f"captures/{f}" for f in point["copies_in"]],
+            read_from=point["read_from"], connections=point["connections"], clock_s=point["clock_s"] - 0.004)
     add("topic_not_exist", None, topic="TopicTest")  # not judged
     summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
@@ -202,6 +207,31 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         item["topics"] = count["topics"] + 1
         assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
 
+    doubled = copy.deepcopy(rows)  # a broker's registrations counted twice (a connection captured twice)
+    doubled[0]["registrations"] = str(2 * int(doubled[0]["registrations"]))
+    assert any("registrations counted" in p for p in judge(truth, summary, doubled))
+    for n, copied in enumerate(truth.get("translated_copies", [])):  # a translation told wrong or twice
+        for field, value in (("seen_as", copied["counted_as"]), ("connections", copied["connections"] + 1)):
+            wrong_copy = copy.deepcopy(summary)
+            item = next(i for f in wrong_copy["findings"] for i in f["evidence"] if i["kind"] == "translated_copies"
+                        and i["seen_as"] == copied["seen_as"])
+            item[field] = value
+            assert judge(truth, wrong_copy, rows), (n, field)
+        twice = copy.deepcopy(summary)
+        twice["findings"].append(next(f for f in summary["findings"] if f["kind"] == "translated_copies"))
+        assert any(p.startswith("invented: translated_copies") for p in judge(truth, twice, rows)), n
+    for n, point in enumerate(truth.get("second_point", [])):  # two capture points' copies told wrong or twice
+        for field, value in (("paths", point["read_from"]), ("read_from", point["copies_in"]),
+                             ("connections", point["connections"] - 1), ("clock_s", point["clock_s"] + 0.02),
+                             ("clock_s", None), ("severity", "warning")):
+            wrong_point = copy.deepcopy(summary)
+            item = next(i for f in wrong_point["findings"] for i in f["evidence"] if i["kind"] == "same_traffic_twice"
+                        and i["server"] == point["server"])
+            item[field] = value
+            assert judge(truth, wrong_point, rows), (n, field, value)
+        twice = copy.deepcopy(summary)
+        twice["findings"].append(next(f for f in summary["findings"] if f["kind"] == "same_traffic_twice"))
+        assert any(p.startswith("invented: same_traffic_twice") for p in judge(truth, twice, rows)), n
     wrong = copy.deepcopy(rows)
     wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"
     assert judge(truth, summary, wrong)

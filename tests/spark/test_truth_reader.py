@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.truth_reader import build, corpus, server_logs
+from tests.spark.truth_reader import build, corpus, packets, server_logs
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
 FOLDERS = sorted(p.parent.name for p in REAL.glob("*/TRUTH.json"))
@@ -96,3 +96,41 @@ def test_a_log_or_events_file_that_does_not_back_the_packets_is_a_problem(tmp_pa
     (folder / "events.json").write_text(json.dumps(events))
     problems = rebuilt(folder)[1]
     assert any(p.startswith("events file") and ended["broker_addr"] in p for p in problems), problems
+
+
+def test_a_connection_captured_under_two_address_pairs_is_one() -> None:
+    """v5-nat: tcpdump -i any on a container host holds each connection through the published port
+    twice (outside to 192.168.77.1:9876, inside to 10.88.0.2:9876, the same sequence numbers) and each
+    packet crossing the bridge twice under one pair: one connection each, named as the NameServer saw
+    it, which its log backs channel by channel."""
+    folder = REAL / "v5-nat"
+    conns = packets.connections(packets.read_pcap(folder / "v5-nat.pcap.gz"), {9876})
+    assert len(conns) == 9  # 5 connections, 4 of them also outside; a SYN captured again opens none
+    kept, copies = packets.translated_copies(conns)
+    assert {(copy.server, counted.server, copy.client) for copy, counted in copies} == {
+        ("192.168.77.1:9876", "10.88.0.2:9876", counted.client) for _copy, counted in copies}
+    assert len(copies) == 4 and {c.server for c in kept} == {"10.88.0.2:9876"}
+    log = server_logs.load([folder / "namesrv.log"])
+    assert build.copies_disagree(kept, log) == []
+    assert any("the NameServer logged 5 channels" in p for p in build.copies_disagree(conns, log))
+
+
+def test_a_connection_captured_on_two_hosts_is_one_read_from_the_nameservers_host() -> None:
+    """v5-twohosts: tcpdump on the NameServer's host and on the brokers' host, the latter's clock 0.35 s
+    ahead: every connection is in both files (the same 4-tuple and sequence numbers); each is one,
+    with the NameServer's host's stamps, whichever way the other clock is off, and the log backs the
+    count channel by channel."""
+    folder = REAL / "v5-twohosts"
+    ns_host = packets.read_pcap(folder / "v5-twohosts-nshost.pcap.gz")
+    broker_host = packets.read_pcap(folder / "v5-twohosts-brokerhost.pcap.gz")
+    first = packets.connections(ns_host, {9876})
+    assert len(first) == 5
+    for ahead in (0.35, -0.7):  # as committed, and a clock 0.7 s behind the NameServer host's
+        shifted = [(t + ahead - 0.35, *rest) for t, *rest in broker_host]
+        kept, pairs = packets.second_point_copies(first, packets.connections(shifted, {9876}))
+        assert kept == first and len(pairs) == 5
+        assert {round(copy.syn - counted.syn, 2) for copy, counted in pairs} == {round(ahead, 2)}
+    log = server_logs.load([folder / "namesrv.log"])
+    assert build.copies_disagree(kept, log) == []
+    doubled = kept + [copy for copy, _counted in pairs]
+    assert any("the NameServer logged 5 channels" in p for p in build.copies_disagree(doubled, log))

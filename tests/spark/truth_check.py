@@ -45,6 +45,8 @@ KIND_CLASSES = {
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
+    "translated_copies": "translated",  # connections captured twice under NAT: exactly the truth's translated_copies
+    "same_traffic_twice": "second_point",  # connections two capture points both hold: exactly the truth's second_point
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
@@ -196,6 +198,8 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
     told: dict[int, list[dict]] = defaultdict(list)
     refused_told: dict[str, int] = defaultdict(int)
     unfitted: list[tuple[dict, str]] = []
+    translated_told: list[dict] = []
+    second_told: list[dict] = []
     for item in items:
         kind = item.get("kind")
         if kind in NOT_JUDGED:
@@ -209,6 +213,12 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             refused_told[_endpoint(item)] += int(item.get("count") or 0)
             if not any(e.cls == "refused" and e.match["endpoint"] == _endpoint(item) for e in events):
                 problems.append(f"invented: {kind}: {item.get('message')}")
+            continue
+        if cls == "translated":
+            translated_told.append(item)
+            continue
+        if cls == "second_point":
+            second_told.append(item)
             continue
         if cls == "election":
             logged = (truth.get("controller_log") or {}).get("elections", [])
@@ -238,6 +248,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         for i in fitting:
             told[i].append(item)
+    problems += judge_translated(truth, translated_told) + judge_second_point(truth, second_told)
     for item, cls in unfitted:
         # the right event at the wrong time (or with none), if nothing told it at its time: said once as
         # such, not as invented + missed; else a duplicate, invented
@@ -262,6 +273,83 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
         for item in told[i]:
             problems += _extra_problems(event, item, tolerance)
     return problems
+
+
+#: what names one translation: the server endpoint and the client's host each copy was captured with
+TRANSLATION = ("seen_as", "counted_as", "client_seen_as", "client_counted_as")
+
+
+def judge_translated(truth: dict, told: list[dict]) -> list[str]:
+    """The report's translated_copies items against the truth's (a connection captured twice under
+    NAT, e.g. a container's published port): each translation named once with its number of
+    connections, none missed, none invented."""
+    expected = {tuple(t[k] for k in TRANSLATION): t["connections"] for t in truth.get("translated_copies", [])}
+    problems = []
+    seen: set[tuple] = set()
+    for item in told:
+        key = tuple(item.get(k) for k in TRANSLATION)
+        if key not in expected or key in seen:
+            problems.append(f"invented: translated_copies {dict(zip(TRANSLATION, key, strict=True))}: "
+                            f"{item.get('message')}")
+        elif item.get("connections") != expected[key]:
+            problems.append(f"translated_copies {key[0]} as {key[1]}: {item.get('connections')} connections told, "
+                            f"truth {expected[key]}")
+        seen.add(key)
+    problems += [f"missed: {n} connection(s) captured as {key[0]} (client {key[2]}) and counted as {key[1]} "
+                 f"(client {key[3]}): no translated_copies item" for key, n in expected.items() if key not in seen]
+    return problems
+
+
+#: how far the told clock difference of two capture points may be from the truth's
+CLOCK_TOLERANCE_S = 0.01
+#: from this difference on, the report warns (docs/capture-report.md, same_traffic_twice)
+SKEWED_S = 1.0
+
+
+def _names(paths: list[str] | None) -> list[str]:
+    """Capture files by name (the report names them by the paths it was given)."""
+    return sorted(str(path).replace("\\", "/").rsplit("/", 1)[-1] for path in paths or [])
+
+
+def judge_second_point(truth: dict, told: list[dict]) -> list[str]:
+    """The report's same_traffic_twice items against the truth's second_point (captures of two hosts
+    given together): per server endpoint, the files whose copies were left out and the files they were
+    read from, exactly; their number; the clock difference within CLOCK_TOLERANCE_S, and said as info
+    below SKEWED_S, as a warning from it. None missed, none invented."""
+    expected = {(p["server"], tuple(sorted(p["copies_in"])), tuple(sorted(p["read_from"]))): p
+                for p in truth.get("second_point", [])}
+    problems, seen = [], set()
+    for item in told:
+        key = (item.get("server"), tuple(_names(item.get("paths"))), tuple(_names(item.get("read_from"))))
+        point = expected.get(key)
+        if point is None or key in seen:
+            problems.append(f"invented: same_traffic_twice of {key[0]}: copies in {list(key[1])} read from "
+                            f"{list(key[2])}: {item.get('message')}")
+            continue
+        seen.add(key)
+        if item.get("connections") != point["connections"]:
+            problems.append(f"same_traffic_twice of {key[0]}: {item.get('connections')} connections told, truth "
+                            f"{point['connections']}")
+        clock = item.get("clock_s")
+        if clock is None or abs(float(clock) - point["clock_s"]) > CLOCK_TOLERANCE_S:
+            problems.append(f"same_traffic_twice of {key[0]}: clock told {clock} s ahead, truth {point['clock_s']} s "
+                            f"({point['clock_how']})")
+        severity = "warning" if abs(point["clock_s"]) >= SKEWED_S else "info"
+        if item.get("severity") != severity:
+            problems.append(f"same_traffic_twice of {key[0]}: told as {item.get('severity')}, not {severity} "
+                            f"(clocks {point['clock_s']} s apart)")
+    problems += [f"missed: {p['connections']} connection(s) to {key[0]} in {list(key[1])} are copies of "
+                 f"{list(key[2])}'s: no same_traffic_twice item" for key, p in expected.items() if key not in seen]
+    return problems
+
+
+def _registrations(who: str, rows: list[dict], stays: list[dict]) -> list[str]:
+    """The REGISTER_BROKER requests brokers.csv counts for rows against the truth's stays (each
+    request once: a connection captured twice, on two interfaces or under NAT, is not two)."""
+    if any("registrations" not in s for s in stays):
+        return []
+    told, truth = sum(int(r.get("registrations") or 0) for r in rows), sum(s["registrations"] for s in stays)
+    return [] if told == truth else [f"{who}: {told} registrations counted, truth {truth}"]
 
 
 def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
@@ -289,6 +377,7 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
                 problems.append(f"{who}: ended {row.get('ended')!r}, truth {last['end']!r} ({last['how']})")
             if str(row.get("broker_id")) != str(last["ids"][-1]["broker_id"]):
                 problems.append(f"{who}: broker_id {row.get('broker_id')}, truth {last['ids'][-1]['broker_id']}")
+            problems += _registrations(who, rows, truth_stays)
         elif len(rows) == len(truth_stays):
             for n, (row, stay) in enumerate(zip(rows, truth_stays, strict=True), 1):
                 if row.get("ended") != stay["end"]:
@@ -299,6 +388,7 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
                     problems.append(f"{who} (stay {n}): first_seen {row.get('first_seen')}, truth {stay['registered']}")
                 if str(row.get("broker_id")) not in {str(i["broker_id"]) for i in stay["ids"]}:
                     problems.append(f"{who} (stay {n}): broker_id {row.get('broker_id')}, truth {stay['ids']}")
+                problems += _registrations(f"{who} (stay {n})", [row], [stay])
         else:
             problems.append(f"{who}: {len(rows)} brokers.csv rows for {len(truth_stays)} stay(s) "
                             f"(one row, or one per stay): {[r.get('ended') for r in rows]}")

@@ -522,6 +522,9 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             for client in clients:
                 client.close()
     out["rss_mib_end"] = server.rss_mib()
+    # each phase's window on the machine's monotonic clock (not a figure): what a server recorded
+    # by that clock is read per phase (server_turns.py --report --records)
+    out["phase_windows"] = {phase: [round(t0, 6), round(t1, 6)] for phase, (t0, t1) in phases.items()}
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
@@ -611,7 +614,9 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                                           "loadavg": [round(x, 2) for x in load]}
                 try:
                     port = server.wait_ready(ready_timeout)
-                    record["figures"] = asyncio.run(run_step(step, server, port, disconnect_timeout))
+                    figures = asyncio.run(run_step(step, server, port, disconnect_timeout))
+                    record["phase_windows"] = figures.pop("phase_windows")
+                    record["figures"] = figures
                 except Exception as exc:  # noqa: BLE001 - one failed step is recorded, the curve goes on
                     record["error"] = f"{type(exc).__name__}: {exc}"
                 finally:

@@ -6,14 +6,19 @@ the reactor thread's CPU (``time.thread_time``: a loaded machine moves it far le
 clock) each reactor turn's work after epoll returned (with how many sockets were ready), each
 delayed call (by the name of what it calls: a timer, the Cooperator's steps, the dispatcher's
 waiting registrations) and each collector pass (by generation).  At the stop it writes those of
-at least ``--over`` ms as JSON lines to ``--out``; ``--report FILE`` prints the longest of each
-kind.  Run it as the server of a curve step, where the probe's longest wait is a wall time that
-the machine's other work adds to:
+at least ``--over`` ms of CPU as JSON lines to ``--out`` (kind, monotonic start, CPU ms, what,
+wall ms; a turn's also its wait in epoll, the thread's wait for a CPU over both -- a wait the
+scheduler made -- the CPU the server's other threads took meanwhile, in ms, and the turn's page
+faults that waited for a read); ``--report FILE``
+prints the longest of each kind.  Run it as the server of a curve step, where the probe's longest
+wait is a wall time that the machine's other work adds to:
 
     .venv/bin/python tools/bench/scale.py --curve --steps brokers-5000 --rounds 1 \\
         --server-cmd '.venv/bin/python tools/bench/server_turns.py --out /tmp/turns.jsonl -- \\
         --port {port} --bind 127.0.0.1 --data-dir {data_dir} --compat {compat}'
-    .venv/bin/python tools/bench/server_turns.py --report /tmp/turns.jsonl
+    .venv/bin/python tools/bench/server_turns.py --report /tmp/turns.jsonl [--records RECORDS]
+
+(``--records``: the curve's records file, to report its last run's phases apart.)
 
 ``--gc-thresholds A,B,C`` sets the collector's thresholds once the server runs (to compare with
 ``service.tune_gc``'s).
@@ -25,6 +30,8 @@ import argparse
 import collections
 import gc
 import json
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -37,14 +44,15 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
     epollreactor.install()
     from twisted.internet import reactor
 
-    records: list[tuple[str, float, float, Any]] = []  # (kind, monotonic start, CPU ms, what)
+    records: list[tuple[str, float, float, Any, float]] = []  # (kind, monotonic start, CPU ms, what, wall ms)
     collecting = [0.0, 0.0]
 
     def collected(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collecting[:] = time.monotonic(), time.thread_time()
         else:
-            records.append(("gc", collecting[0], (time.thread_time() - collecting[1]) * 1e3, info["generation"]))
+            records.append(("gc", collecting[0], (time.thread_time() - collecting[1]) * 1e3, info["generation"],
+                            (time.monotonic() - collecting[0]) * 1e3))
     gc.callbacks.append(collected)
 
     call_later = reactor.callLater
@@ -57,16 +65,28 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
             try:
                 return f(*args, **kwargs)
             finally:
-                records.append(("call", began, (time.thread_time() - cpu) * 1e3, name))
+                records.append(("call", began, (time.thread_time() - cpu) * 1e3, name,
+                                (time.monotonic() - began) * 1e3))
         return call_later(delay, timed, *args, **kwargs)
     reactor.callLater = timed_call_later  # type: ignore[method-assign]
 
     poller, polled = reactor._poller, {}
+    schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if os.path.exists("/proc/thread-self") else None
+
+    def runqueue_ns() -> int:
+        """How long the reactor thread has been runnable, waiting for a CPU (0 where unknown)."""
+        return int(os.pread(schedstat, 64, 0).split()[1]) if schedstat is not None else 0
+
+    def major_faults() -> int:
+        """The reactor thread's page faults that had to wait for a read (a page the kernel dropped)."""
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
 
     class TimedPoller:
         def poll(self, *args: Any) -> Any:
+            waiting, queued, own = time.monotonic(), runqueue_ns(), time.process_time() - time.thread_time()
             events = poller.poll(*args)
-            polled.update(began=time.monotonic(), cpu=time.thread_time(), ready=len(events))
+            polled.update(began=time.monotonic(), cpu=time.thread_time(), ready=len(events), waiting=waiting,
+                          queued=queued, own=own, faults=major_faults())
             return events
 
         def __getattr__(self, name: str) -> Any:
@@ -78,7 +98,11 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
         polled.clear()
         iterate(timeout)
         if polled:
-            records.append(("io", polled["began"], (time.thread_time() - polled["cpu"]) * 1e3, polled["ready"]))
+            records.append(("io", polled["began"], (time.thread_time() - polled["cpu"]) * 1e3, polled["ready"],
+                            (time.monotonic() - polled["began"]) * 1e3, (polled["began"] - polled["waiting"]) * 1e3,
+                            (runqueue_ns() - polled["queued"]) / 1e6,
+                            (time.process_time() - time.thread_time() - polled["own"]) * 1e3,
+                            major_faults() - polled["faults"]))
     reactor.doIteration = timed_iteration  # type: ignore[method-assign]
 
     def write() -> None:
@@ -94,10 +118,31 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
     main(server_argv)
 
 
-def report(path: Path, top: int) -> None:
+def phase_windows(path: Path | None) -> dict[str, tuple[float, float]]:
+    """The phases of the last run in a curve's ``--records`` file (monotonic start, end), none without one."""
+    if path is None:
+        return {}
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    windows = [r["phase_windows"] for r in runs if "phase_windows" in r]
+    return {phase: (t0, t1) for phase, (t0, t1) in windows[-1].items()} if windows else {}
+
+
+def report(path: Path, top: int, records_path: Path | None = None) -> None:
+    """The longest of each kind; with a curve's records, per phase of its last run (those started in
+    the phase's window, the whole run's for the rest)."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
+    windows = phase_windows(records_path)
+    for phase, (t0, t1) in windows.items():
+        print(f"-- {phase} ({t1 - t0:.3f} s)")
+        report_kinds([r for r in records if t0 <= r[1] <= t1], top)
+    if windows:
+        print("-- the whole run")
+    report_kinds(records, top)
+
+
+def report_kinds(records: list[list[Any]], top: int) -> None:
     kinds: dict[str, list[tuple[float, Any]]] = collections.defaultdict(list)
-    for kind, _, ms, what in records:
+    for kind, _, ms, what, *_ in records:
         label = {"io": "reactor turn's reads", "gc": f"collector, generation {what}"}.get(kind, f"call {what}")
         kinds[label].append((ms, what if kind == "io" else None))
     for label, values in sorted(kinds.items(), key=lambda kv: -max(v[0] for v in kv[1])):
@@ -113,10 +158,12 @@ def main() -> None:
     p.add_argument("--gc-thresholds", metavar="A,B,C")
     p.add_argument("--report", type=Path, metavar="FILE", help="print the longest of each kind in FILE, run nothing")
     p.add_argument("--top", type=int, default=5)
+    p.add_argument("--records", type=Path, metavar="FILE",
+                   help="with --report: the curve's --records, to report its last run's phases apart")
     p.add_argument("server", nargs=argparse.REMAINDER, help="-- and the server's options")
     a = p.parse_args()
     if a.report:
-        report(a.report, a.top)
+        report(a.report, a.top, a.records)
         return
     if a.out is None:
         p.error("--out FILE is needed to run the server")

@@ -106,11 +106,12 @@ class HeaderTemplates:
     header, bodyCrc32 included, until its topics change: a parse saved each, a fifth of the JSON
     headers' time)."""
 
-    __slots__ = ("size", "_templates", "_not_kept")
+    __slots__ = ("size", "_templates", "_binary", "_not_kept")
 
     def __init__(self, size: int, keep_registrations: bool = False) -> None:
         self.size = size
         self._templates: dict[bytes, Header] = {}
+        self._binary: dict[bytes, Header] = {}  # binary_template_of's, kept apart (its keys are not JSON's)
         self._not_kept = frozenset() if keep_registrations else _NOT_KEPT
 
     def __len__(self) -> int:
@@ -143,6 +144,22 @@ class HeaderTemplates:
             if template.code in self._not_kept:
                 return None
         return template, opaque
+
+    def binary_template_of(self, data: bytes) -> tuple[Header, int] | None:
+        """template_of for a ROCKETMQ (binary) header: its opaque is the int32 after the code,
+        language and version (bytes 5-8), so headers alike but for the opaque are the same bytes
+        around it, and the rest decodes the same (decode_binary_header, refusing what it refuses,
+        once per template: a binary header's extFields cost a dozen reads each time)."""
+        key = data[:_OPAQUE_AT] + data[_OPAQUE_AT + 4:]
+        template = self._binary.get(key)
+        if template is None:
+            template = decode_binary_header(data)  # a header too short for an opaque is refused here
+            if template.code in self._not_kept:
+                return None
+            if len(self._binary) >= self.size:
+                self._binary.clear()
+            self._binary[key] = template
+        return template, _INT.unpack_from(data, _OPAQUE_AT)[0]
 
     def _parsed(self, key: bytes, data: bytes) -> Header:
         """A header no template was kept of, parsed, and kept as one unless its code is not kept."""
@@ -415,6 +432,7 @@ def _binary_prefix(data: bytes) -> HeaderPrefix:
 # captured binary header.
 
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
+_OPAQUE_AT = struct.calcsize(">hBh")  # where the opaque starts (HeaderTemplates.binary_template_of)
 _SHORT = struct.Struct(">h")
 _INT = struct.Struct(">i")
 

@@ -11,11 +11,22 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from . import server_logs
-from .packets import connections, iso, load_steps, read_pcap, snap_cuts, step_time, syn_ports
+from .packets import (
+    connections,
+    iso,
+    load_steps,
+    read_pcap,
+    second_point_copies,
+    snap_cuts,
+    step_time,
+    syn_ports,
+    translated_copies,
+)
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
 #: how the report names a broker whose registrations' brokerAddr a snap length cut (decode/rows.py's
@@ -44,6 +55,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--logs", nargs="+", required=True)
     ap.add_argument("--why", action="append", default=[], metavar="ENDPOINT=TEXT")
     ap.add_argument("--note", action="append", default=[])
+    # files of a second capture point (a broker's host) taken at the same time as the others (the
+    # NameServer's host): the connections both hold are read from the others once (second_point)
+    ap.add_argument("--second-point", nargs="+", default=[], metavar="FILE")
+    ap.add_argument("--clock-ahead", type=float, default=None, metavar="SECONDS",
+                    help="how far the second point's clock reads ahead of the first's, as the files were made")
     return ap
 
 
@@ -61,22 +77,38 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     """The truth of one scenario folder, and the problems found cross-checking it."""
     d = Path(a.dir)
     ports = {int(p) for p in a.ports.split(",")}
-    pkts = []
-    seen_until: dict[str, float] = {}  # endpoint -> end of the last file that holds its traffic
+    points: dict[bool, list] = {False: [], True: []}  # second capture point or not -> its packets
+    pairs_in: dict[str, set[frozenset[str]]] = {}  # file -> the address pairs it holds
+    seen_until: dict[bool, dict[str, float]] = {False: {}, True: {}}  # endpoint -> end of its last file
     for f in a.files:
+        second = f in a.second_point
         part = read_pcap(d / f)
-        pkts += part
+        points[second] += part
+        pairs_in[f] = {frozenset((src, dst)) for _t, src, dst, *_rest in part}
         if part:
             for _t, src, dst, *_rest in part:
                 for ep in (src, dst):
-                    if int(ep.rsplit(":", 1)[1]) in {int(x) for x in a.ports.split(",")}:
-                        seen_until[ep] = max(seen_until.get(ep, 0.0), part[-1][0])
-    pkts.sort(key=lambda p: p[0])
-    first, last = pkts[0][0], pkts[-1][0]
-    conns = connections(pkts, ports)
+                    if int(ep.rsplit(":", 1)[1]) in ports:
+                        seen_until[second][ep] = max(seen_until[second].get(ep, 0.0), part[-1][0])
+    seen = {**seen_until[True], **seen_until[False]}  # the first point's clock for what it holds
+    pkts = sorted(points[False] + points[True], key=lambda p: p[0])
+    # the capture's span on the first point's clock (the NameServer's host), when it has packets
+    first, last = min(p[0] for p in points[False] or pkts), max(p[0] for p in points[False] or pkts)
+
+    def read(server_ports: set[int]):
+        """The connections to server_ports, each once: the second capture point's copies left out."""
+        return second_point_copies(*(connections(sorted(points[s], key=lambda p: p[0]), server_ports)
+                                     for s in (False, True)))
+
+    # a connection captured at two points (the NameServer's host and a broker's) is one, read from the
+    # first; one captured under two address pairs (a published port's DNAT on a container host) is one:
+    # the copy nearest the server is kept, the others listed in translated_copies
+    conns, twice = read(ports)
+    conns, copies = translated_copies(conns)
     # a capture with no port filter holds other servers too (a broker's own port): every port a SYN went
     # to that is no NameServer's or controller's; only its connections and refused attempts are read
-    other_conns = connections(pkts, syn_ports(pkts) - ports)
+    other_conns, other_twice = read(syn_ports(pkts) - ports)
+    other_conns, other_copies = translated_copies(other_conns)
     steps = load_steps(d / "steps.txt")
     log = server_logs.load([d / lf for lf in a.logs])
     problems = []
@@ -181,7 +213,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
                       "broker_name": ext.get("brokerName"), "broker_addr": addr,
                       "ids": [{"broker_id": bid, "role": role, "from": t}], "registered": t,
-                      "end": "alive", "ended_at": None, "_conn": c, "_last": t, "_conns": [c]}
+                      "end": "alive", "ended_at": None, "registrations": 1, "_conn": c, "_last": t,
+                      "_conns": [c]}
                 open_stay[key] = st
                 stays.append(st)
                 hits = log.find("register", t, addr=ext.get("brokerAddr", ""))
@@ -201,6 +234,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                             problems.append(f"{key}: named {addr} by its connection's requests, the log says "
                                             f"{st['broker_addr_logged']}")
             else:
+                st["registrations"] += 1
                 if st["ids"][-1]["broker_id"] != bid:
                     st["ids"].append({"broker_id": bid, "role": role, "from": t})
                 st["_conn"], st["_last"] = c, t
@@ -225,7 +259,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     silences = []
     for st in stays:
         times = sorted(t for c in st["_conns"] for t, _h in c.frames("c") if t is not None and t >= st["registered"])
-        end = st["ended_at"] if st["ended_at"] is not None else seen_until.get(st["namesrv"], last)
+        end = st["ended_at"] if st["ended_at"] is not None else seen.get(st["namesrv"], last)
         times = [t for t in times if t <= end] + [end]
         for a_, b_ in zip(times, times[1:], strict=False):
             if b_ - a_ > SILENCE_S:
@@ -365,12 +399,90 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     }
     if other_conns:
         truth["other_servers"] = other_servers(other_conns, why)
+    if copies or other_copies:
+        truth["translated_copies"] = translated(copies + other_copies)
+    if twice or other_twice:
+        truth["second_point"], clock_problems = second_point(twice + other_twice, pairs_in, a)
+        problems += clock_problems
+    if copies or other_copies or twice or other_twice:
+        problems += copies_disagree(conns, log)
     cuts = [cut for f in a.files if (cut := snap_cuts(d / f))]
     if cuts:
         truth["cuts"] = cuts
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def translated(copies) -> list[dict]:
+    """Each server endpoint a connection was also captured under (``seen_as``: outside a NAT, e.g.
+    the host's published port) and the one it is counted as (``counted_as``: the copy nearest the
+    server), the client's host in each (a container's SNAT changes that one), with how many
+    connections were seen so."""
+    count: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    for copy, kept in copies:
+        count[(copy.server, kept.server, _host(copy.client), _host(kept.client))] += 1
+    return [{"seen_as": seen, "counted_as": counted, "client_seen_as": client_seen, "client_counted_as": client_counted,
+             "connections": n} for (seen, counted, client_seen, client_counted), n in sorted(count.items())]
+
+
+#: how far the clock difference measured over the copies' SYNs may be from the one the files were made with
+CLOCK_WITHIN_S = 0.01
+
+
+def second_point(pairs, pairs_in: dict[str, set[frozenset[str]]],
+                 a: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Per server endpoint, the connections a second capture point's files (``copies_in``: a broker's
+    host) hold copies of, read from the first point's (``read_from``: the NameServer's host), how many,
+    and how far the second's clock reads ahead (``clock_s``: as the files were made, --clock-ahead;
+    ``clock_measured_s``: the median over the copies of their SYN's two stamps, the packet's trip
+    between the hosts aside). A measure more than CLOCK_WITHIN_S from the made one is a problem."""
+    by_server: dict[str, list] = defaultdict(list)
+    for copy, kept in pairs:
+        by_server[copy.server].append((copy, kept))
+    out, problems = [], []
+    for server, same in sorted(by_server.items()):
+        measured = round(statistics.median(copy.syn - kept.syn for copy, kept in same), 6)
+        clock = a.clock_ahead if a.clock_ahead is not None else round(measured, 3)
+        if abs(measured - clock) > CLOCK_WITHIN_S:
+            problems.append(f"{server}: the copies' SYNs say the second point's clock reads {measured:+} s ahead, "
+                            f"the files were made {clock:+} s apart")
+        out.append({"server": server, "copies_in": _holding(a.second_point, [c for c, _k in same], pairs_in),
+                    "read_from": _holding([f for f in a.files if f not in a.second_point], [k for _c, k in same],
+                                          pairs_in),
+                    "connections": len(same), "clock_s": clock, "clock_measured_s": measured,
+                    "clock_how": "as made (--clock-ahead: the second point's file shifted so)"
+                    if a.clock_ahead is not None else "measured"})
+    return out, problems
+
+
+def _holding(files: list[str], conns, pairs_in: dict[str, set[frozenset[str]]]) -> list[str]:
+    """The files holding packets of any of conns."""
+    return [f for f in files if any(frozenset((c.client, c.server)) in pairs_in[f] for c in conns)]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rsplit(":", 1)[0]
+
+
+def copies_disagree(conns, log) -> list[str]:
+    """Whether the NameServer accepted each connection once: its log names every channel it accepted
+    by the client's address as it saw it (Java's "channelActive, the channel[ADDR]"), so the
+    connections counted after the copies are dropped are exactly the channels it logged from the
+    captured clients, each within a second of its SYN-ACK; a copy counted as a connection of its own
+    would be one line short."""
+    if not log.knows("channel_active"):
+        return []
+    accepted = [c for c in conns if c.synack is not None]
+    clients = {c.client for c in accepted}
+    logged = [line for _t, line in log.find("channel_active", client="") if
+              any(f"[{client}]" in line for client in clients)]
+    problems = [f"{c.client} -> {c.server}: no channelActive line for it near {iso(c.synack)}" for c in accepted
+                if not log.find("channel_active", c.synack, within=1.0, client=f"{c.client}]")]
+    if len(logged) != len(accepted):
+        problems.append(f"{len(accepted)} connections counted, the NameServer logged {len(logged)} channels from "
+                        "their clients")
+    return problems
 
 
 def named_on(c, ext: dict) -> str | None:

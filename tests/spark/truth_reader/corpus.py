@@ -93,6 +93,20 @@ ARGS: dict[str, list[str]] = {
                         "only 9876 is NameServer traffic",
                         "--why", "127.0.0.1:10911=the broker's launch script polls its port every 0.1 s until the "
                         "JVM listens"),
+    "v5-nat": _one("5.3.3", "--stopped", "10.88.0.2:9876=namesrv stop", "--note", "tcpdump -i any on a "
+                   "container host (steps): broker-b's connections are captured twice under one address pair (on "
+                   "the bridge and on the container's veth), broker-a's and the clients' through the published port "
+                   "under two (outside to 192.168.77.1:9876, inside after DNAT to 10.88.0.2:9876, the same sequence "
+                   "numbers): each connection is counted once, as the NameServer saw it (translated_copies)",
+                   endpoint="10.88.0.2:9876"),
+    "v5-twohosts": _one("5.3.3", "--stopped", "10.77.0.1:9876=namesrv stop", "--second-point",
+                        "v5-twohosts-brokerhost.pcap.gz", "--clock-ahead", "0.35", "--note", "Two hosts, two "
+                        "captures (steps): tcpdump on the NameServer's host (v5-twohosts-nshost) and on the brokers' "
+                        "host (v5-twohosts-brokerhost), each on its end of the link between them: every connection "
+                        "is in both, the same 4-tuple and sequence numbers; the brokers' file was shifted 0.35 s "
+                        "later afterwards (editcap -t 0.35: a host whose clock reads 350 ms ahead). Each connection "
+                        "is read once, from the NameServer's host's file (second_point)",
+                        endpoint="10.77.0.1:9876"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),

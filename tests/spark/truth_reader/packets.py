@@ -84,6 +84,7 @@ class Conn:
     def __init__(self, client: str, server: str):
         self.client, self.server = client, server
         self.syn = self.synack = self.rst = None
+        self.isn = {}  # side -> its initial sequence number (from its SYN / SYN-ACK)
         self.rst_by = None
         self.fin = {}  # side -> t
         self.data = {"c": bytearray(), "s": bytearray()}
@@ -141,17 +142,19 @@ def connections(pkts, server_ports: set[int]):
         else:
             continue
         key = (client, server)
-        if flags & SYN and not flags & ACK:
+        # a SYN opens a connection unless it repeats the open one's (the same packet captured again on
+        # another interface of a bridge, or a retransmission): its first capture is the connection's
+        if flags & SYN and not flags & ACK and not (conns[key] and conns[key][-1].isn.get("c") == seq):
             conns[key].append(Conn(client, server))
         if not conns[key]:
             conns[key].append(Conn(client, server))
         c = conns[key][-1]
         if flags & SYN and not flags & ACK:
-            c.syn = t
-            c.next_seq["c"] = seq + 1
+            if c.syn is None:
+                c.syn, c.isn["c"], c.next_seq["c"] = t, seq, seq + 1
         elif flags & SYN and flags & ACK:
-            c.synack = t
-            c.next_seq["s"] = seq + 1
+            if c.synack is None:
+                c.synack, c.isn["s"], c.next_seq["s"] = t, seq, seq + 1
         if flags & RST and c.rst is None:
             c.rst, c.rst_by = t, side
         if flags & FIN and side not in c.fin:
@@ -167,6 +170,59 @@ def connections(pkts, server_ports: set[int]):
                 c.next_seq[side] = seq + len(payload) + missing
             c.last_payload[side] = t
     return [c for cs in conns.values() for c in cs]
+
+
+#: how far apart the SYNs of one connection's two captures under two address pairs may be (the same
+#: packet before and after a NAT rule rewrote it: microseconds apart on one host)
+COPY_WITHIN_S = 1.0
+
+
+def translated_copies(conns: list[Conn]) -> tuple[list[Conn], list[tuple[Conn, Conn]]]:
+    """One connection captured under two address pairs, as ``tcpdump -i any`` on a container host
+    sees a published port's connections: outside to the host's address, inside (after DNAT) to the
+    container's. A NAT rewrites addresses and ports, never sequence numbers: two connections whose
+    SYNs carry the same initial sequence number each way (the client's; the server's SYN-ACK, or
+    none on either when refused) within ``COPY_WITHIN_S`` are one. The copy whose SYN was captured
+    last is kept (the addresses the server itself saw: a packet is captured on its way in, before
+    each hop); the others are returned as (copy, kept) pairs."""
+    groups: dict[tuple, list[Conn]] = defaultdict(list)
+    for c in conns:
+        if c.syn is not None:
+            groups[(c.isn["c"], c.isn.get("s"))].append(c)
+    dropped: dict[int, Conn] = {}
+    pairs = []
+    for same in groups.values():
+        same.sort(key=lambda c: c.syn)
+        while len(same) > 1:
+            # the copies of one connection: SYNs within COPY_WITHIN_S of the first, each under another pair
+            first = same[0]
+            batch = [c for c in same if c.syn - first.syn <= COPY_WITHIN_S]
+            same = [c for c in same if c.syn - first.syn > COPY_WITHIN_S]
+            kept = batch[-1]
+            for c in batch[:-1]:
+                if (c.client, c.server) != (kept.client, kept.server):
+                    dropped[id(c)] = c
+                    pairs.append((c, kept))
+    return [c for c in conns if id(c) not in dropped], pairs
+
+
+def second_point_copies(first: list[Conn], second: list[Conn]) -> tuple[list[Conn], list[tuple[Conn, Conn]]]:
+    """The connections of a capture taken at a second point (a broker's host) that the first capture
+    (the NameServer's host) holds too, as one connection each: the same 4-tuple with the same initial
+    sequence numbers each way (the client's SYN, the server's SYN-ACK, or none on either when refused),
+    however far apart the two clocks stamped them. The first capture's copy is kept: the NameServer's
+    host saw what the NameServer saw. Returns the first's connections with the second's own (none of
+    them copies), and the (copy, kept) pairs. A connection begun before either capture (no SYN) has no
+    sequence numbers to match here and stays in both: none in the corpus."""
+    index = {(c.client, c.server, c.isn["c"], c.isn.get("s")): c for c in first if c.syn is not None}
+    own, pairs = [], []
+    for c in second:
+        kept = index.get((c.client, c.server, c.isn["c"], c.isn.get("s"))) if c.syn is not None else None
+        if kept is None:
+            own.append(c)
+        else:
+            pairs.append((c, kept))
+    return first + own, pairs
 
 
 def syn_ports(pkts) -> set[int]:

@@ -37,6 +37,8 @@ JAVA = {
     "expired": r"IDLE exception \[127\.0\.0\.1:{port}\]|The broker channel expired",
     "expired_by_scan": r"The broker channel (\S+ )?expired",
     "write_perm": r"{op} write perm of broker\[{broker}\], client: \S+, \d+\s*$",
+    # every channel it accepted, named by the client's address as it saw it ({client}: "" for any)
+    "channel_active": r"NETTY SERVER PIPELINE: channelActive, the channel\[{client}",
     # 5.3.3 listens (RemotingServer started) before it logs boot success: a run stopped at once logs only the first
     "start": r"The Name Server boot success|RemotingServer started, listening",
 }

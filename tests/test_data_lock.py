@@ -1,0 +1,122 @@
+"""One running NameServer per data directory (data_lock.py): a second one on the same directory waits
+for the first to stop, then cannot start, naming it; a killed server's lock goes with it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from twisted.logger import capturedLogs
+
+from tests.support import LiveServer, free_port
+from twisted_namesrv import CannotStart
+from twisted_namesrv.data_lock import LOCK_FILE, lock_stores
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from twisted_namesrv.data_lock import lock_stores
+lock = lock_stores([Path(sys.argv[1])])
+lock.note("pid 4242, listening on 127.0.0.1:9876")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+class FakeTime:
+    """The waiting's clock: each sleep moves it on."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.sleeps = 0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        self.sleeps += 1
+
+
+def holder(directory: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_server_waits_then_cannot_start_naming_the_first(tmp_path: Path) -> None:
+    first = holder(tmp_path)
+    try:
+        clock = FakeTime()
+        with capturedLogs() as logged, pytest.raises(CannotStart) as refused:
+            lock_stores([tmp_path, tmp_path / "elsewhere"], wait=30, sleep=clock.sleep, now=clock.now)
+        assert "in use by another NameServer (pid 4242, listening on 127.0.0.1:9876)" in str(refused.value)
+        assert "--data-dir" in str(refused.value)
+        assert 30 <= clock.t < 31 and clock.sleeps > 1  # it waited the whole time, polling
+        assert [e["log_level"].name for e in logged] == ["warn"]  # "waiting up to 30 s", said once
+    finally:
+        first.kill()
+        first.wait()
+    lock = lock_stores([tmp_path], wait=0)  # the killed holder's lock went with it
+    lock.note("pid 1, listening on x")
+    assert (tmp_path / LOCK_FILE).read_text() == "pid 1, listening on x\n"
+    lock.release()
+
+
+def test_a_server_stopping_meanwhile_lets_the_next_one_start(tmp_path: Path) -> None:
+    first = holder(tmp_path)
+    clock = FakeTime()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.sleeps == 3:  # the predecessor finishes its last writes and exits
+            first.send_signal(signal.SIGTERM)
+            first.wait()
+
+    lock = lock_stores([tmp_path], wait=30, sleep=sleep, now=clock.now)
+    assert clock.sleeps >= 3
+    lock.release()
+
+
+def test_a_directory_no_lock_file_can_be_made_in_is_said_and_left(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")  # where a directory should be: nothing can be made under it
+    with capturedLogs() as logged:
+        lock = lock_stores([tmp_path / "file" / "data"])
+    assert lock.held == {} and "is not locked" in logged[0]["log_format"]
+
+
+def test_a_start_that_fails_leaves_no_lock_file_or_directory_behind(tmp_path: Path) -> None:
+    lock = lock_stores([tmp_path / "home" / "namesrv"])
+    assert (tmp_path / "home" / "namesrv" / LOCK_FILE).exists()
+    lock.release(undo=True)  # the port was taken
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    lock = lock_stores([tmp_path / "kept"])
+    lock.release()  # a clean stop keeps the lock file: removing it would race the next server's lock
+    assert (tmp_path / "kept" / LOCK_FILE).exists()
+
+
+def test_two_real_servers_on_one_data_dir(tmp_path: Path) -> None:
+    """As an operator meets it: a second `python -m twisted_namesrv` on another port but the same
+    --data-dir says which server holds it, exits 1 and listens nowhere; the first serves on."""
+    first_port, second_port = free_port(), free_port()
+    data = tmp_path / "data"
+    first = LiveServer(tmp_path, first_port, "--port", str(first_port), "--data-dir", str(data)).wait_ready()
+    try:
+        second = subprocess.run(
+            [sys.executable, "-c", "import sys; from twisted_namesrv import data_lock; data_lock.WAIT_SECONDS = 1; "
+             "from twisted_namesrv.__main__ import main; main(sys.argv[1:])",
+             "--port", str(second_port), "--data-dir", str(data)],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert second.returncode == 1
+        assert f"in use by another NameServer (pid {first.process.pid}, listening on 127.0.0.1:{first_port})" \
+            in second.stderr
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", second_port), timeout=1).close()
+        socket.create_connection(("127.0.0.1", first_port), timeout=1).close()
+    finally:
+        assert first.stop() == 0

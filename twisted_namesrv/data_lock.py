@@ -1,0 +1,136 @@
+"""One running NameServer per data directory.
+
+Two NameServers started with the same data directory (a second one "for a test" on another port
+of the same host, both with the default ``~/namesrv``; two pods on one shared volume) would each
+write the KV store, the topology and the events file over the other's: a KV change made through
+one is lost at the other's next write, and each expects the other's brokers back.  Java's
+NameServer does not notice.  Here each directory the server writes its stores to is locked
+(a POSIX write lock, ``lockf``, on ``namesrv.lock`` in it) while the server runs; a second server waits up to
+``WAIT_SECONDS`` for the lock (a predecessor still writing its last files at a restart), then
+cannot start, naming the holder.
+
+The lock goes with the process: a killed server's lock is released by the kernel, so a crash
+never leaves a directory locked.  A POSIX lock belongs to the process, not to an open file: servers
+one process runs (the tests') never wait for each other, and a forked child (the route snapshot's
+writer) takes none of it.  A directory where no lock file can be made or written (a read-only
+mount the server only reads from, a lock file another user made) is not locked, and the log says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from twisted.logger import Logger
+
+from . import CannotStart
+
+log = Logger()
+LOCK_FILE = "namesrv.lock"
+#: how long a server waits for another to release a data directory before it gives up
+WAIT_SECONDS = 30.0
+_POLL_SECONDS = 0.2
+
+
+class StoreLock:
+    """The locks held on the stores' directories (their open lock files), and what taking them made
+    (directories, lock files: a start that fails removes them, leaving nothing behind)."""
+
+    def __init__(self, held: dict[Path, int], made: list[Path] | None = None) -> None:
+        self.held = held
+        self.made = made or []
+
+    def note(self, what: str) -> None:
+        """Write who holds the locks (``what``: the pid and address) into each lock file, for the
+        next server's message."""
+        for fd in self.held.values():
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, what.encode() + b"\n", 0)
+            except OSError:
+                pass  # a full disk: the lock holds all the same, unnamed
+
+    def release(self, undo: bool = False) -> None:
+        """Let the locks go; ``undo``: the start failed, remove what taking them made."""
+        for fd in self.held.values():
+            os.close(fd)
+        self.held = {}
+        for path in reversed(self.made if undo else []):
+            try:
+                path.rmdir() if path.is_dir() else path.unlink()
+            except OSError:
+                pass  # not empty any more, or gone: leave it
+        self.made = []
+
+
+def lock_stores(directories: Iterable[Path], wait: float | None = None,
+                sleep: Callable[[float], None] = time.sleep,
+                now: Callable[[], float] = time.monotonic) -> StoreLock:
+    """Lock each directory (``namesrv.lock`` in it, made if missing); CannotStart when another
+    process holds one of them for longer than ``wait`` seconds (WAIT_SECONDS)."""
+    wait = WAIT_SECONDS if wait is None else wait
+    lock = StoreLock({})
+    try:
+        for directory in sorted({Path(d) for d in directories}):
+            fd = _open(directory, lock.made)
+            if fd is not None:
+                lock.held[directory] = fd
+                _take(fd, directory, wait, sleep, now)
+    except BaseException:
+        lock.release(undo=True)
+        raise
+    return lock
+
+
+def _open(directory: Path, made: list[Path]) -> int | None:
+    path = directory / LOCK_FILE
+    try:
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        directory.mkdir(parents=True, exist_ok=True)
+        made.extend(reversed(missing))
+        if not path.exists():
+            made.append(path)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # a write lock needs it open for writing
+    except OSError as exc:
+        return _unlockable(directory, exc)
+
+
+def _unlockable(directory: Path, exc: OSError) -> None:
+    log.warn("{directory} is not locked ({error}): another NameServer writing there would not be noticed",
+             directory=str(directory), error=exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc)))
+    return None
+
+
+def _take(fd: int, directory: Path, wait: float, sleep: Callable[[float], None], now: Callable[[], float]) -> None:
+    deadline = now() + wait
+    said = False
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):  # no locks there (an NFS mount without them)
+                _unlockable(directory, exc)
+                return
+        holder = _holder(fd)
+        if now() >= deadline:
+            raise CannotStart(f"{directory} is in use by another NameServer ({holder}): two servers writing one data "
+                              f"directory overwrite each other's KV config, topology and events; give this one "
+                              f"its own --data-dir, or stop the other")
+        if not said:
+            log.warn("{directory} is in use by another NameServer ({holder}); waiting up to {wait:.0f} s for it "
+                     "to stop", directory=str(directory), holder=holder, wait=wait)
+            said = True
+        sleep(_POLL_SECONDS)
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that did not say which"
