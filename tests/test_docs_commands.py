@@ -254,6 +254,10 @@ def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
         words = words[1:]  # the environment it runs with: the command is what follows
     if words[:3] == ["ip", "netns", "exec"]:
         words = words[4:]  # run inside a network namespace (Java's benchmarks): the command follows
+    if words[:1] == ["valgrind"]:
+        words = words[1:]  # its instructions counted (benchmarks.md): the command follows valgrind's options
+        while words and words[0].startswith("-"):
+            words = words[1:]
     program = words[0].removeprefix(".venv/bin/")
     variants = concrete(words[1:], tmp)
     first = lambda fn: next((problem for args in variants if (problem := fn(args))), None)  # noqa: E731

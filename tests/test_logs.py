@@ -177,3 +177,27 @@ def test_a_route_events_line_shows_braces_in_its_fields_as_they_are(json_log):
     assert record["route_info"]["broker"] == "b{cluster}}" and record["details"].startswith("cluster=c{1} ")
     assert text.getvalue().endswith("[twisted_namesrv.housekeeping#info] broker registered: cluster=c{1} "
                                     "broker=b{cluster}} id=0 addr=h:{2\n")
+
+
+def test_a_route_events_line_is_written_as_made_without_running_a_format(monkeypatch):
+    """A line per registration (5,000 at once at the curve's largest step): the message
+    log_route_event made is written as it is, the line Twisted's eventAsText makes of it (a
+    control character in a name escaped all the same), without Twisted's formatting."""
+    from twisted_namesrv import logs
+    from twisted_namesrv.housekeeping import log_route_event
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        log_route_event("registered", {"cluster": "c{1}", "broker": "b\x1b[2J", "id": 0, "addr": "h:1"})
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    (event,) = [e for e in events if "route_event" in e]
+    made = escaped(eventAsText(event, includeTraceback=False, formatTime=logs.format_time)) + "\n"
+    monkeypatch.setattr(logs, "eventAsText", None)  # neither of Twisted's formatters is run
+    monkeypatch.setattr(logs, "formatEvent", None)
+    assert event_as_text_line(event) == made
+    assert made.endswith("[twisted_namesrv.housekeeping#info] broker registered: cluster=c{1} broker=b\\x1b[2J "
+                         "id=0 addr=h:1\n")
+    message = json.loads(event_as_json_line(event))["message"]
+    assert message == "broker registered: cluster=c{1} broker=b\x1b[2J id=0 addr=h:1"

@@ -139,3 +139,20 @@ def test_the_server_and_the_capture_decoder_read_it_alike(
         # what the replay holds for the group is what the server holds; a slave's table is not applied: none told
         assert stay.topics == ([(1.0, held)] if row["broker_id"] == 0 else [])
         assert held == (2 if row["broker_id"] == 0 else 0)
+
+
+def test_a_header_is_frozen_compared_by_its_fields_pickled_and_nothing_to_the_collector():
+    """Every registration reads one (a msgspec Struct, made in C); the capture decoder shares one
+    among requests alike and Spark pickles it; it holds only text, numbers and flags, so the
+    collector need not track the thousands a storm makes."""
+    import gc
+    import pickle
+
+    ext = {"clusterName": "c", "brokerAddr": "h:1", "brokerName": "b", "brokerId": "0", "bodyCrc32": "7"}
+    header = RegisterBrokerHeader.from_ext(ext)
+    again = RegisterBrokerHeader.from_ext(dict(ext))
+    assert header == again and hash(header) == hash(again)
+    assert pickle.loads(pickle.dumps(header)) == header and header.names == ("c", "h:1", "b")
+    with pytest.raises(AttributeError):
+        header.brokerId = 1  # type: ignore[misc]
+    assert not gc.is_tracked(header)

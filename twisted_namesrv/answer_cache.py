@@ -59,6 +59,8 @@ import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+import msgspec
+
 from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
 from .remoting.crc import crc32_masked
@@ -100,8 +102,7 @@ class Reply:
     prefix: bytes  #: the answer frame up to its opaque's digits
     rest: bytes  #: the answer frame after them
 
-@dataclass(frozen=True, slots=True)
-class KeptRenewal:
+class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     """A broker's answer to the registration it sent last on its connection, around its opaque:
     served again to the same registration (``renewal_from_memory``)."""
 
@@ -112,8 +113,7 @@ class KeptRenewal:
     header_length: int  #: the answer header's length but the opaque's digits
 
 
-@dataclass(frozen=True, slots=True)
-class RenewalKey:
+class RenewalKey(msgspec.Struct, frozen=True, gc=False):
     """What tells a broker's registration from its last one (``_renewal_key``)."""
 
     at: int  #: where the opaque's digits start

@@ -97,12 +97,25 @@ def configured_observer(log_format: str = "text", path: str | None = None, rotat
     return FilteringLogObserver(observer(log_format, out), [cast(ILogFilterPredicate, predicate)])
 
 
+#: the format of an event whose message its emitter made whole (Twisted's legacy events, the route
+#: events: housekeeping.log_route_event): written as it is, without running the format
+TEXT_AS_IS = "{log_text}"
+
+
+def message_of(event: dict[str, Any]) -> str:
+    """The event's message: its ``log_text`` when that is its whole format, else Twisted's formatEvent."""
+    text = event.get("log_text")
+    if event.get("log_format") == TEXT_AS_IS and isinstance(text, str):
+        return text
+    return formatEvent(event)
+
+
 def event_as_json_line(event: dict[str, Any]) -> str:
     """One JSON object: the event's own fields, time, level, namespace and message; json.dumps
     writes every control character and lone surrogate of them as an escape (ensure_ascii)."""
     record = {k: v for k, v in event.items() if not k.startswith("log_") and k not in ("format", "message", "time")}
     record.update(time=format_time(event.get("log_time")), level=event["log_level"].name,
-                  namespace=event.get("log_namespace"), message=formatEvent(event))
+                  namespace=event.get("log_namespace"), message=message_of(event))
     return json.dumps(record, default=repr) + "\n"
 
 
@@ -118,7 +131,14 @@ def event_as_text_line(event: dict[str, Any]) -> str | None:
     -- the event is one line, and one that can be written (a lone surrogate cannot be encoded: the
     line was lost).  A traceback follows on lines of its own, each indented by a tab as Twisted's.
     An event without one is formatted once (every broker's registration is a line: at 5,000
-    brokers a second formatting was a tenth of a registration's CPU)."""
+    brokers a second formatting was a tenth of a registration's CPU); a message made whole
+    (``TEXT_AS_IS``) is written as Twisted's eventAsText would, without running its format."""
+    text = event.get("log_text")
+    if (event.get("log_format") == TEXT_AS_IS and isinstance(text, str) and text and "log_failure" not in event
+            and "log_system" not in event):
+        level = event.get("log_level")
+        return escaped(f"{format_time(event.get('log_time'))} [{event.get('log_namespace', '-')}#"
+                       f"{'-' if level is None else level.name}] {text}") + "\n"
     head = eventAsText(event, includeTraceback=False, formatTime=format_time)
     if "log_failure" not in event:
         return escaped(head) + "\n" if head else None

@@ -184,6 +184,20 @@ class Server:
                 continue
         return found
 
+    def main_pid(self) -> int:
+        """The server's own process under the command's launchers (taskset execs; a shell script
+        that starts it as its only child): whose main thread the probe watches."""
+        pid = self.proc.pid
+        for _ in range(3):
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                break
+            if len(children) != 1:
+                break
+            pid = int(children[0])
+        return pid
+
     def cpu_s(self) -> float:
         """User and system CPU seconds of the process tree so far (every thread: Java's JIT and
         collector included): on a shared machine steadier than wall time, which waits for others."""
@@ -314,40 +328,67 @@ def runqueue_ms() -> float:
         return 0.0
 
 
-def probe_loop(port: int, stop: Any, out: Any) -> None:
-    """Lookups in a closed loop; each sample: its start, its round trip (s) and how long of it the
-    probe itself waited for its CPU (ms: ``probe_runqueue_max_ms``, the part no server caused)."""
+def thread_schedstat(path: str) -> tuple[float, float]:
+    """(ms on a CPU, ms runnable but waiting for one) of the thread whose schedstat is ``path``;
+    zeros once it is gone."""
+    try:
+        with open(path) as f:
+            ran, waited, _ = f.read().split()
+        return int(ran) / 1e6, int(waited) / 1e6
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
+#: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
+#: its own CPU, and how long of it the server's main thread ran and waited for a CPU (ms)
+Sample = tuple[float, float, float, float, float]
+
+
+def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) -> None:
+    """Lookups in a closed loop; each sample (``Sample``): its start, its round trip (s), how long
+    of it the probe itself waited for its CPU (ms: ``probe_runqueue_max_ms``, the part no server
+    caused), and how long the server's main thread (``server_pid``'s: our reactor) ran and waited
+    for its core meanwhile (``window``: what the longest wait was made of)."""
     os.sched_setaffinity(0, {1}) if (os.cpu_count() or 1) > 1 else None
     probe_priority()
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    samples: list[tuple[float, float, float]] = []
+    server = f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent"
+    samples: list[Sample] = []
     opaque = 0
     try:
         while not stop.is_set():
             opaque += 1
-            waited = runqueue_ms()
+            waited, (ran0, queued0) = runqueue_ms(), thread_schedstat(server)
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
             read_frame(s)
-            samples.append((started, time.monotonic() - started, runqueue_ms() - waited))
+            rtt = time.monotonic() - started
+            ran1, queued1 = thread_schedstat(server)
+            samples.append((started, rtt, runqueue_ms() - waited, ran1 - ran0, queued1 - queued0))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
-        samples.append((started, time.monotonic() - started, 0.0))
+        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0))
     finally:
         out.send(samples)
 
 
-def window(samples: list[tuple[float, float, float]], t0: float, t1: float) -> dict[str, float | None]:
+def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms),
-    and the longest the probe itself waited for its CPU during one lookup."""
-    inside = [(r, own) for start, r, own in samples if start + r >= t0 and start <= t1]
-    rtts = sorted(r * 1e3 for r, _ in inside)
+    the longest the probe itself waited for its CPU during one lookup, and what the longest wait
+    was made of: the server's main thread on its CPU (``probe_max_server_ran_ms``), waiting for it
+    (``..._runqueue_ms``: the scheduler gave its core to others), neither (``probe_max_neither_ms``:
+    blocked in a system call or on a lock, or the probe's own side)."""
+    inside = [sample[1:] for sample in samples if sample[0] + sample[1] >= t0 and sample[0] <= t1]
+    rtts = sorted(r * 1e3 for r, *_ in inside)
     if not rtts:
         return {"probe_max_ms": None, "lookup_p50_ms": None, "lookup_p99_ms": None, "probe_runqueue_max_ms": None}
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))], 3)  # noqa: E731
+    longest, _, ran, queued = max(inside)
     return {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99),
-            "probe_runqueue_max_ms": round(max(own for _, own in inside), 2)}
+            "probe_runqueue_max_ms": round(max(own for _, own, *_ in inside), 2),
+            "probe_max_server_ran_ms": round(ran, 2), "probe_max_server_runqueue_ms": round(queued, 2),
+            "probe_max_neither_ms": round(longest * 1e3 - ran - queued, 2)}
 
 
 # ---- one step against one server ---------------------------------------------------------------
@@ -440,7 +481,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             s.sendall(f)
             read_frame(s)
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
-        probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send), daemon=True)
+        probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send, server.main_pid()), daemon=True)
         probe.start()
         try:
             await asyncio.sleep(1)

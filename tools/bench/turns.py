@@ -14,7 +14,7 @@ longest turn is the pause; the tables are ``curve.py``'s (``--step``), or one br
 /dev/null: every registration's route event is a line, part of its CPU in the real server.
 
     .venv/bin/python tools/bench/turns.py [--step topics-1m | --topics 80000] [--compat 4.9.8] [--gc-thresholds A,B,C] \
-        [--log text]
+        [--log text] [--brokers N] [--first-only]
 """
 
 from __future__ import annotations
@@ -129,12 +129,15 @@ def main() -> None:
                    "(e.g. 10000,10,10: CPython's middle and full ones)")
     p.add_argument("--log", choices=logs.FORMATS, help="write the server's log lines (to /dev/null) as the real "
                    "server does: a line per registration")
+    p.add_argument("--brokers", type=int, metavar="N", help="with --step: only its first N brokers")
+    p.add_argument("--first-only", action="store_true", help="only the first registration (e.g. to count its "
+                   "instructions: see docs/benchmarks.md)")
     a = p.parse_args()
     if a.log:
         log_to_nothing(a.log)
     if a.step:
         step = curve.step_named(a.step)
-        tables = curve.broker_tables(step)
+        tables = curve.broker_tables(step)[:a.brokers]
         compat = a.compat or step.compat
         split = curve.SPLIT_TOPICS
     else:
@@ -147,8 +150,9 @@ def main() -> None:
     entries = sum(len(topics) for _, _, topics in tables)
     print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "
           f"{compat}", flush=True)
-    for label, counter in (("first registration", 1), ("the same tables, new dataVersion", 2),
-                           ("the same again as it was (heartbeats: renewed)", 2)):
+    phases = (("first registration", 1), ("the same tables, new dataVersion", 2),
+              ("the same again as it was (heartbeats: renewed)", 2))
+    for label, counter in phases[:1] if a.first_only else phases:
         frames = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
 
         def register(frames: list[list[bytes]] = frames) -> None:
@@ -160,7 +164,8 @@ def main() -> None:
     def lose() -> None:
         for protocol in brokers:
             protocol.connectionLost()
-    phase(bench, "every broker connection lost", lose)
+    if not a.first_only:
+        phase(bench, "every broker connection lost", lose)
 
 
 if __name__ == "__main__":

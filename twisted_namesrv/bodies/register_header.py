@@ -3,18 +3,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..remoting.values import java_bool, optional_long
 
 ZONE_NAME = "__ZONE_NAME"
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterBrokerHeader:
+class RegisterBrokerHeader(msgspec.Struct, frozen=True, gc=False):
     """Each field as Java reads it. ``bodyCrc32``: absent, 0 or not a Java int means no check (0);
     ``brokerId``: a Java long, None where absent or malformed (``brokerIdText`` keeps what was sent);
-    ``compressed``: a Java bool; ``enableActingMaster``: None where absent, else a Java bool."""
+    ``compressed``: a Java bool; ``enableActingMaster``: None where absent, else a Java bool.
+    Frozen, compared and hashed by its fields; a msgspec Struct, made in C: every registration
+    reads one (a frozen dataclass's thirteen fields set one by one were half of reading it)."""
     clusterName: str | None
     brokerAddr: str | None
     brokerName: str | None

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
+import msgspec
+
 from ..bodies.register import RegisterBrokerBody, TablePieces, TopicConfig, VersionSplit, mapping_version_span
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import PERM_WRITE, QueueData
@@ -48,8 +50,7 @@ Entries = list[dict[str, QueueData] | None]
 _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic this registration has not staged (None is staged)
 
 
-@dataclass(frozen=True, slots=True)
-class RegistrationMemo:
+class RegistrationMemo(msgspec.Struct, frozen=True, gc=False):
     """A body a broker sent whose every topic topicQueueTable holds as that body says: its digest
     (the same body again, whatever its dataVersion, changes nothing), the topics it holds, and how
     it was cut (big plain JSON tables: a piece sent again unchanged is not decoded).
@@ -58,7 +59,9 @@ class RegistrationMemo:
     one per piece for a table sent in pieces (5.x ``enableSplitRegistration``).  Replaced, never
     changed, and forgotten when anything else changes the broker's queues: a registration in
     steps knows nothing touched them meanwhile when the memos it started from are still the ones
-    (``is``)."""
+    (``is``).  Like the other values a registration makes and keeps (TopicRules, routes.Renewable,
+    the answer cache's RenewalKey and KeptRenewal), a frozen msgspec Struct: made in C, and not
+    tracked by the collector (a frozen dataclass set each field through object.__setattr__)."""
 
     digest: bytes
     pieces: TablePieces | None = None
@@ -149,8 +152,7 @@ def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker
         enableActingMaster=header.enableActingMaster, version=version, digest=digest)
 
 
-@dataclass(frozen=True, slots=True)
-class TopicRules:
+class TopicRules(msgspec.Struct, frozen=True, gc=False):
     """How a registration applies its table to topicQueueTable, as Java's registerBroker decides
     before its loop over the topics (RouteInfoManager.topic_rules works them out from the tables).
 

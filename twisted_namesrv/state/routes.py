@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from itertools import repeat, starmap
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import msgspec
+
 from ..bodies.register import RegistrationRefused, TablePieces
 from ..bodies.register_header import RegisterBrokerHeader
 from ..bodies.route import (
@@ -231,8 +233,7 @@ class RegisterBrokerResult:
     masterAddr: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Renewable:
+class Renewable(msgspec.Struct, frozen=True, gc=False):
     """A registration ``renew`` may renew again: what it is asked with (the header's names,
     brokerId, acting-master flag and zone; the digest of the registration applied in full) and
     what the answer showed (``shown``: the result's haServerAddr and masterAddr).  The answer

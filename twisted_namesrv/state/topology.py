@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .store import DocumentError, document_items
 
 #: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
@@ -206,10 +208,19 @@ class Topology:
 
 # -- the file -------------------------------------------------------------------------------------
 def encode_group(g: KnownGroup) -> str:
-    """One group's entry in the file (JSON)."""
-    return json.dumps({"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-                       "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)},
-                      separators=(",", ":"))
+    """One group's entry in the file (JSON, UTF-8), made at every registration that names a new
+    member (5,000 at the curve's largest step): msgspec's, a tenth of json.dumps's CPU (a twentieth
+    of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
+    escapes it."""
+    entry = {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+    try:
+        return _ENCODER.encode(entry).decode()
+    except UnicodeEncodeError:
+        return json.dumps(entry, separators=(",", ":"))
+
+
+_ENCODER = msgspec.json.Encoder()
 
 
 def encode(topology: Topology) -> bytes:

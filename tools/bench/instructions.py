@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""What a first registration costs the real server, counted in instructions: the same on a loaded machine.
+
+A benchmark, not a test.  Runs ``python -m twisted_namesrv`` under valgrind's cachegrind (no cache
+simulation: only the instructions are counted) twice, registering a curve step's first ``--fewer``
+brokers and then its first ``--more`` (each broker's table once, 8 in flight, as ``scale.py
+--curve`` sends them), and prints the difference over the difference in brokers: the instructions
+of one first registration, the reactor's turns, reads and sends included, start-up and
+idle time left out.  A shared machine moves CPU time by tens of percent; this moves by about one.
+``--tree DIR`` counts another checkout's code (a ``git worktree`` of another commit), run from
+that directory (``python -m`` puts the working directory first on the path).
+
+    .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree DIR]
+
+Needs valgrind (``apt-get install valgrind``); each run takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import curve  # noqa: E402  (tools/bench: the curve's tables, frames and server child)
+
+COUNTED = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def count(tree: Path, step: curve.Step, brokers: int, python: str) -> int:
+    """The server's instructions from its start to its stop, ``brokers`` of the step registered."""
+    tables = curve.broker_tables(step)[:brokers]
+    frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
+    scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
+    command = (f"valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null {shlex.quote(python)} "
+               "-m twisted_namesrv --port {port} --bind 127.0.0.1 --data-dir {data_dir} --compat {compat}")
+    curve.REPO = tree  # the server's working directory: its code
+    server = curve.Server(command, scratch, "counted", step=step)
+    try:
+        port = server.wait_ready(300)
+
+        async def register() -> None:
+            conns = [await asyncio.open_connection(curve.HOST, port, limit=1 << 20) for _ in tables]
+            await curve.send_all(port, conns, frames, None)
+            for _, writer in conns:
+                writer.close()
+            await asyncio.sleep(1)
+        asyncio.run(register())
+        server.proc.send_signal(2)  # SIGINT: the reactor stops, valgrind writes its count
+        server.proc.wait(300)
+        found = COUNTED.search(server.log_path.read_text())
+        if found is None:
+            raise RuntimeError(f"no count in the server's output: {server.log_path.read_text()[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+    finally:
+        server.stop()
+        server.discard()
+        curve.tidy(scratch)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--step", default="brokers-5000", help="the curve step whose brokers register (curve.py)")
+    p.add_argument("--fewer", type=int, default=500, metavar="N")
+    p.add_argument("--more", type=int, default=1500, metavar="N")
+    p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
+    p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
+                   help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
+    a = p.parse_args()
+    if a.more <= a.fewer:
+        p.error("--more must be more than --fewer")
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
+    step = curve.step_named(a.step)
+    fewer, more = (count(a.tree.resolve(), step, n, a.python) for n in (a.fewer, a.more))
+    print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration "
+          f"({a.step}, {a.fewer:,} and {a.more:,} brokers: {fewer:,} and {more:,})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
