@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from spark_analysis.model.periods import Capture, ConnectionEnds
+from spark_analysis.model.periods import SEQUENCE_SPACE, Capture, ConnectionEnds
 
 Key = tuple[str, str]
 #: captures further apart than this in time are not two points of the same traffic
@@ -32,7 +32,6 @@ WITHIN_S = 600.0
 #: a SYN-ACK seen this much later after its SYN than in the other capture was seen a round trip away
 #: from the server (a LAN's round trip is 0.1 ms and more; a kernel answers a SYN in microseconds)
 RTT_STEP_S = 0.0001
-_SPACE = 1 << 32
 
 
 class SecondPoint(NamedTuple):
@@ -121,8 +120,8 @@ def _covers(mine: ConnectionEnds, theirs: ConnectionEnds) -> bool:
             continue
         if start is None or stop is None:
             return False
-        span = (stop - start) % _SPACE
-        if (their_start - start) % _SPACE > span or (their_stop - start) % _SPACE > span:
+        span = (stop - start) % SEQUENCE_SPACE
+        if (their_start - start) % SEQUENCE_SPACE > span or (their_stop - start) % SEQUENCE_SPACE > span:
             return False
         shared = True
     return shared

@@ -35,7 +35,7 @@ ROTATION_TOLERANCE_S = 1.0
 #: this far past where it stopped (bytes the capture missed), or this far before (a retransmission)
 SEQUENCE_AHEAD = 1 << 24
 SEQUENCE_BEHIND = 1 << 16
-_SEQUENCE_SPACE = 1 << 32
+SEQUENCE_SPACE = 1 << 32
 #: a NameServer going away closes every connection it holds within this long (a kill: the kernel
 #: closes the process's sockets at once; a clean stop: Netty closes its channels)
 SERVER_GONE_S = 1.0
@@ -116,8 +116,8 @@ class ConnectionEnds(NamedTuple):
         for stopped, goes_on in zip(self.next_seq, later.first_seq, strict=True):
             if stopped is None or goes_on is None:
                 continue
-            ahead = (goes_on - stopped) % _SEQUENCE_SPACE
-            if SEQUENCE_AHEAD < ahead < _SEQUENCE_SPACE - SEQUENCE_BEHIND:
+            ahead = (goes_on - stopped) % SEQUENCE_SPACE
+            if SEQUENCE_AHEAD < ahead < SEQUENCE_SPACE - SEQUENCE_BEHIND:
                 return False
         return True
 

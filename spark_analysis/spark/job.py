@@ -158,8 +158,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     by_path = {files[index].path: found for index, found in read.ends.items()}
     captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
-    by_path, left_out, copies = _one_copy_each(by_path, captures, progress, sources)
-    ends = merged_ends(by_path)
+    by_path, ends, left_out, copies = _one_copy_each(by_path, captures, progress, sources)
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
@@ -290,14 +289,14 @@ def start_worker(_: Iterable) -> None:
 
 def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], captures: list[Capture],
                    progress: Callable[[str], None], sources: dict[str, str]
-                   ) -> tuple[dict[str, dict[ConnectionKey, ConnectionEnds]], frozenset[tuple[str, ConnectionKey]],
-                              list[findings.Item]]:
+                   ) -> tuple[dict[str, dict[ConnectionKey, ConnectionEnds]], dict[ConnectionKey, ConnectionEnds],
+                              frozenset[tuple[str, ConnectionKey]], list[findings.Item]]:
     """Each connection read once: a connection in two captures taken at two points (the NameServer's
     host and a broker's) from one of them (model/capture_points.py), one captured again under translated
-    addresses (NAT) once (model/translated.py). Returns the reading tasks' ends without the copies,
-    the (piece path, 4-tuple) pairs the decoding leaves out (``sources``: the path an input's pieces
-    carry where it is not the input's own, a compressed capture's spool file), and the findings that
-    say so."""
+    addresses (NAT) once (model/translated.py). Returns the reading tasks' ends without the copies (by
+    file, and merged over the files), the (piece path, 4-tuple) pairs the decoding leaves out
+    (``sources``: the path an input's pieces carry where it is not the input's own, a compressed
+    capture's spool file), and the findings that say so."""
     points = second_points(captures, by_path, server_sides(merged_ends(by_path)))
     by_path = points.without(by_path)
     ends = merged_ends(by_path)
@@ -309,7 +308,7 @@ def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], capt
     told = findings.second_points(points) + findings.translated_copies(translated)
     for item in told:
         progress(item["message"])
-    return by_path, left_out, told
+    return by_path, translated.without(ends), left_out, told
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
