@@ -3,6 +3,7 @@ for the first to stop, then cannot start, naming it; a killed server's lock goes
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -120,3 +121,17 @@ def test_two_real_servers_on_one_data_dir(tmp_path: Path) -> None:
         socket.create_connection(("127.0.0.1", first_port), timeout=1).close()
     finally:
         assert first.stop() == 0
+
+
+def test_a_symlink_or_fifo_planted_as_the_lock_file_is_never_written_through(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / LOCK_FILE).symlink_to(target)
+    (tmp_path / "b").mkdir()
+    os.mkfifo(tmp_path / "b" / LOCK_FILE)
+    with capturedLogs() as logged:
+        lock = lock_stores([tmp_path / "a", tmp_path / "b"])
+    lock.note("pid 1, listening on x")
+    assert lock.held == {} and target.read_text() == "keep me\n"
+    assert sum("is not locked" in e["log_format"] for e in logged) == 2

@@ -13,7 +13,8 @@ The lock goes with the process: a killed server's lock is released by the kernel
 never leaves a directory locked.  A POSIX lock belongs to the process, not to an open file: servers
 one process runs (the tests') never wait for each other, and a forked child (the route snapshot's
 writer) takes none of it.  A directory where no lock file can be made or written (a read-only
-mount the server only reads from, a lock file another user made) is not locked, and the log says so.
+mount the server only reads from, a lock file another user made, a symlink or FIFO planted in its
+place) is not locked, and the log says so.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from twisted.logger import Logger
 
 from . import CannotStart
+from .state.files import open_regular
 
 log = Logger()
 LOCK_FILE = "namesrv.lock"
@@ -94,7 +96,9 @@ def _open(directory: Path, made: list[Path]) -> int | None:
         made.extend(reversed(missing))
         if not path.exists():
             made.append(path)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # a write lock needs it open for writing
+        # a write lock needs it open for writing; never through a symlink planted in its place (the pid
+        # would be written over its target), nor a FIFO (state/files.open_regular)
+        return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
     except OSError as exc:
         return _unlockable(directory, exc)
 
