@@ -100,13 +100,14 @@ def _open(directory: Path, made: list[Path]) -> int | None:
         # would be written over its target), nor a FIFO (state/files.open_regular)
         return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
     except OSError as exc:
-        return _unlockable(directory, exc)
+        _unlockable(directory, exc)
+        return None
 
 
 def _unlockable(directory: Path, exc: OSError) -> None:
+    """Say a directory is left unlocked (the caller returns no fd)."""
     log.warn("{directory} is not locked ({error}): another NameServer writing there would not be noticed",
              directory=str(directory), error=exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc)))
-    return None
 
 
 def _take(fd: int, directory: Path, wait: float, sleep: Callable[[float], None], now: Callable[[], float]) -> None:

@@ -102,12 +102,16 @@ def configured_observer(log_format: str = "text", path: str | None = None, rotat
 TEXT_AS_IS = "{log_text}"
 
 
+def _made_whole(event: dict[str, Any]) -> str | None:
+    """The event's ``log_text`` when that is its whole format (TEXT_AS_IS), else None."""
+    text = event.get("log_text")
+    return text if event.get("log_format") == TEXT_AS_IS and isinstance(text, str) else None
+
+
 def message_of(event: dict[str, Any]) -> str:
     """The event's message: its ``log_text`` when that is its whole format, else Twisted's formatEvent."""
-    text = event.get("log_text")
-    if event.get("log_format") == TEXT_AS_IS and isinstance(text, str):
-        return text
-    return formatEvent(event)
+    text = _made_whole(event)
+    return formatEvent(event) if text is None else text
 
 
 def event_as_json_line(event: dict[str, Any]) -> str:
@@ -133,9 +137,8 @@ def event_as_text_line(event: dict[str, Any]) -> str | None:
     An event without one is formatted once (every broker's registration is a line: at 5,000
     brokers a second formatting was a tenth of a registration's CPU); a message made whole
     (``TEXT_AS_IS``) is written as Twisted's eventAsText would, without running its format."""
-    text = event.get("log_text")
-    if (event.get("log_format") == TEXT_AS_IS and isinstance(text, str) and text and "log_failure" not in event
-            and "log_system" not in event):
+    text = _made_whole(event)
+    if text and "log_failure" not in event and "log_system" not in event:
         level = event.get("log_level")
         return escaped(f"{format_time(event.get('log_time'))} [{event.get('log_namespace', '-')}#"
                        f"{'-' if level is None else level.name}] {text}") + "\n"

@@ -469,33 +469,32 @@ class NamesrvService(service.MultiService):
 
     def privilegedStartService(self) -> None:
         """twistd binds here, before it drops privileges (a port below 1024 as root)."""
-        self.lock_stores()
-        self._bind_or_undo()
+        self._lock_and_bind()
         super().privilegedStartService()
 
-    def lock_stores(self) -> None:
-        """Lock the stores' directories before listening: a second server on the same data dir
-        waits for this one to stop, then cannot start (data_lock.py)."""
+    def _lock_and_bind(self) -> None:
+        """Lock the stores' directories (data_lock.py: a second server on the same data dir waits for
+        this one to stop, then cannot start), then bind every port; a start that cannot bind leaves
+        no lock file or data directory behind.  Once: twistd's privileged step, else the start."""
         if self.data_lock is None:
             self.data_lock = lock_stores(store_directories(self.config))
-
-    def _bind_or_undo(self) -> None:
-        """Bind every port; a start that cannot leaves no lock file or data directory behind."""
         try:
             self.bind_all()
         except BaseException:
-            if self.data_lock is not None:
-                self.data_lock.release(undo=True)
-                self.data_lock = None
+            self._release_lock(undo=True)
             raise
+
+    def _release_lock(self, undo: bool = False) -> None:
+        if self.data_lock is not None:
+            self.data_lock.release(undo)
+            self.data_lock = None
 
     def startService(self) -> None:
         tune_gc()
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve)
         if warning:
             log.warn("{warning}", warning=warning)
-        self.lock_stores()  # python -m twisted_namesrv starts without the privileged step
-        self._bind_or_undo()
+        self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
         super().startService()
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)
@@ -533,7 +532,5 @@ class NamesrvService(service.MultiService):
 
     def _unlock_stores(self, result: object) -> object:
         """Once the stores' last writes are made (the children's stops): the next server may start."""
-        if self.data_lock is not None:
-            self.data_lock.release()
-            self.data_lock = None
+        self._release_lock()
         return result
