@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from spark_analysis.model.endpoints import merged_ends
 from spark_analysis.model.periods import SEQUENCE_SPACE, Capture, ConnectionEnds
 
 Key = tuple[str, str]
@@ -63,11 +64,8 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
                   sides: Mapping[Key, str]) -> CapturePoints:
     """Each 4-tuple held by several captures at once, read from the one holding most of its server's
     connections when that one saw every byte the others did."""
-    held: dict[int, dict[Key, ConnectionEnds]] = {}
-    for index, capture in enumerate(captures):
-        for path in capture.paths:
-            for key, found in by_path.get(path, {}).items():
-                held.setdefault(index, {})[key] = found.merge(held.get(index, {}).get(key))
+    held = {index: merged_ends({path: by_path[path] for path in capture.paths if path in by_path})
+            for index, capture in enumerate(captures)}
     holders: dict[Key, list[int]] = {}
     for index, ends in held.items():
         for key in ends:

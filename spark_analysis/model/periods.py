@@ -178,8 +178,8 @@ def _sequences(seq: np.ndarray, extent: np.ndarray) -> tuple[int | None, int | N
     if not len(seq):
         return None, None
     start = int(seq[0])
-    reach = (seq - start) % (1 << 32) + extent
-    return start, (start + int(reach.max())) % (1 << 32)
+    reach = (seq - start) % SEQUENCE_SPACE + extent
+    return start, (start + int(reach.max())) % SEQUENCE_SPACE
 
 
 def _answered_by_reset(flags: np.ndarray, forward: np.ndarray, syn: int) -> bool:
