@@ -16,22 +16,25 @@ build already under way (the same key) share it.  On a clock without threads (a 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from twisted.internet import defer, interfaces, threads
 from twisted.python.failure import Failure
 
+T = TypeVar("T")
+
 
 class BuildsApart:
-    """``build(key, make)``: a Deferred of ``make()``'s bytes, made in a thread of ``reactor``'s pool."""
+    """``build(key, make)``: a Deferred of what ``make()`` returns, made in a thread of ``reactor``'s pool."""
 
     def __init__(self, reactor: object) -> None:
         self.reactor = reactor
         self._one_at_a_time = defer.DeferredLock()
         #: the builds under way or waiting their turn, by key, and who waits for each
-        self._waiting: dict[Hashable, list[defer.Deferred[bytes]]] = {}
+        self._waiting: dict[Hashable, list[defer.Deferred[Any]]] = {}
 
-    def build(self, key: Hashable, make: Callable[[], bytes]) -> defer.Deferred[bytes]:
-        mine: defer.Deferred[bytes] = defer.Deferred()
+    def build(self, key: Hashable, make: Callable[[], T]) -> defer.Deferred[T]:
+        mine: defer.Deferred[T] = defer.Deferred()
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(mine)
@@ -41,10 +44,10 @@ class BuildsApart:
         self._waiting[key] = [mine]
         reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
 
-        def run() -> defer.Deferred[bytes]:
+        def run() -> defer.Deferred[T]:
             return threads.deferToThreadPool(reactor, reactor.getThreadPool(), make)
 
-        def done(result: bytes | Failure) -> None:
+        def done(result: T | Failure) -> None:
             for told in self._waiting.pop(key):
                 if isinstance(result, Failure):
                     told.errback(result)

@@ -50,9 +50,9 @@ class NamesrvState:
     #: ``save_config(saved)``: write the config as it is now (UPDATE_NAMESRV_CONFIG), telling
     #: ``saved`` once the write is over (state/store.py's SavesOfNewest, off the reactor thread)
     save_config: Callable[[Saved], None] = field(default=lambda saved: saved(None))
-    #: ``build_apart(key, build)``: a Deferred of ``build()``'s bytes, made in a thread (apart.py:
-    #: topic lists of a million topics); by default at once
-    build_apart: Callable[[Hashable, Callable[[], bytes]], defer.Deferred[bytes]] = field(
+    #: ``build_apart(key, build)``: a Deferred of what ``build()`` returns, made in a thread (apart.py:
+    #: topic lists of a million topics, the status page's topic search); by default at once
+    build_apart: Callable[[Hashable, Callable[[], Any]], defer.Deferred[Any]] = field(
         default=lambda key, build: defer.maybeDeferred(build))
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
