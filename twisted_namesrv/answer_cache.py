@@ -56,7 +56,7 @@ import hashlib
 import re
 import struct
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -149,6 +149,9 @@ class AnswerCache:
         #: counts the times the topic tables were let go: a topic list built apart (in a thread,
         #: from the names of an earlier turn) is kept only if none went meanwhile (``keep_topics``)
         self.topic_generation = 0
+        #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
+        #: of (KVConfigManager never changes one in place: a body is current while its table is)
+        self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
         #: JSON header templates of this server's clients (the dispatcher decodes through them)
@@ -186,6 +189,7 @@ class AnswerCache:
 
     def kv_changed(self, namespace: str, key: str) -> None:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
+        self.kv_lists.pop(namespace, None)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
             self.renewals.clear()
@@ -245,6 +249,15 @@ class AnswerCache:
         """Keep a topic list built from the names as they were at ``generation``, if they still are."""
         if self.keep and generation == self.topic_generation:
             self._topic_tables[key] = body
+
+    def kv_list(self, namespace: str, table: Mapping[str, str]) -> bytes | None:
+        """A namespace's KV list kept from ``table`` (the namespace's table now), if any."""
+        kept = self.kv_lists.get(namespace)
+        return kept[1] if kept is not None and kept[0] is table else None
+
+    def keep_kv_list(self, namespace: str, table: Mapping[str, str], body: bytes) -> None:
+        if self.keep:
+            self.kv_lists[namespace] = (table, body)
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
     def keep_route(self, frame: bytes | None, request: RemotingCommand, response: RemotingCommand, encoded: bytes,

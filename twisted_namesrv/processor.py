@@ -160,13 +160,25 @@ def delete_kv_config(state: NamesrvState, request: RemotingCommand,
     return answer
 
 
-def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand,
+                            peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
+    """A namespace's whole table (up to maxKvBytes: any peer may fill it): kept, else encoded in a
+    thread (apart.py; its keys in Java's HashMap order: seconds of the reactor's time at 100k keys)."""
     namespace = request.ext.get("namespace")
     table = state.kv.get_kv_list(namespace)
-    if table is None:
+    if table is None or namespace is None:
         remark = f"No config item, Namespace: {java_text(namespace)}"
         return respond(state, request, ResponseCode.QUERY_NOT_FOUND, remark)
-    return respond(state, request, body=fastjson.dumps_bytes(kv_table_bean(table)))
+    kept = state.answers.kv_list(namespace, table)
+    if kept is not None:
+        return respond(state, request, body=kept)
+
+    def built(body: bytes) -> RemotingCommand:
+        if state.kv.get_kv_list(namespace) is table:
+            state.answers.keep_kv_list(namespace, table, body)
+        return respond(state, request, body=body)
+    return state.build_apart(("kvlist", namespace, id(table)),
+                             lambda: fastjson.dumps_bytes(kv_table_bean(table))).addCallback(built)
 
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------

@@ -97,14 +97,14 @@ def store_refusal(failures: Counter[tuple[str, str]],
 def saved_by(writer: FileWriter, refused: Callable[[StoreError], None]) -> Save:
     """A store's ``save(data, saved)`` through ``writer`` (a thread of the reactor's pool, one write
     at a time): a failed save is refused (logged, counted) and told as its StoreError."""
-    def save(data: bytes, saved: Saved) -> None:
+    def save(make: Callable[[], bytes], saved: Saved) -> None:
         def done(error: OSError | None) -> None:
             if error is not None and not isinstance(error, StoreError):
                 error = StoreError(writer.what, writer.path, error)
             if error is not None:
                 refused(error)
             saved(error)
-        writer.write_soon(data, done)
+        writer.write_soon(make, done)
     return save
 
 
