@@ -196,11 +196,18 @@ def test_a_change_that_changes_nothing_writes_nothing():
     assert saves.held == [] and told == [None] * 6 and kv.get("NS", "k") == "w"
 
 
-def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_path):
-    saves, told = HeldSaves(), []
+def saved_once(told: list) -> tuple[HeldSaves, KVConfigManager]:
+    """A manager whose writes the test finishes, holding NS/k = v as saved."""
+    saves = HeldSaves()
     kv = KVConfigManager(saves)
     kv.put("NS", "k", "v", told.append)
     saves.finish()
+    return saves, kv
+
+
+def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_path):
+    told: list = []
+    saves, kv = saved_once(told)
     kv.put("NS", "k", "lost", told.append)
     kv.put("NS", "k2", "staged on it", told.append)
     error = StoreError("kvConfigPath", tmp_path / "kvConfig.json", OSError(28, "No space left on device"))
@@ -211,10 +218,8 @@ def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_p
 
 
 def test_a_write_renamed_in_place_but_not_durable_puts_the_saved_table_back_before_the_next(tmp_path):
-    saves, told = HeldSaves(), []
-    kv = KVConfigManager(saves)
-    kv.put("NS", "k", "v", told.append)
-    saves.finish()
+    told: list = []
+    saves, kv = saved_once(told)
     kv.put("NS", "k", "w", told.append)
     saves.finish(StoreError("kvConfigPath", tmp_path / "kv", OSError(5, "Input/output error"), replaced=True))
     kv.put("NS", "k3", "x", told.append)  # waits for the table put back
