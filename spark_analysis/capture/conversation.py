@@ -20,18 +20,26 @@ import numpy as np
 
 from spark_analysis.capture.packets import tcp_segments
 from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
-from spark_analysis.capture.records import read_records
+from spark_analysis.capture.records import read_records, read_words
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
 from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
 from twisted_namesrv.remoting.frame import (
+    HEADER_LENGTH_MASK,
     FramePart,
     Holes,
     frame_parts,
     frame_spans,
     split_header_word,
 )
-from twisted_namesrv.remoting.header import Header, HeaderPrefix, HeaderTemplates, read_header_prefix
+from twisted_namesrv.remoting.header import (
+    Header,
+    HeaderPrefix,
+    HeaderTemplates,
+    binary_split,
+    json_split,
+    read_header_prefix,
+)
 
 _DATA = operator.attrgetter("data")  # of a Chunk
 _TS = operator.attrgetter("ts")
@@ -80,17 +88,22 @@ class CapturedCommand:
 
     __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "body_len", "_command")
 
-    def __init__(self, ts: float, direction: str, command: RemotingCommand | None, raw: bytes | memoryview,
-                 kind: FrameKind | None = None, opaque: int = 0, body: bytes | memoryview | None = None) -> None:
+    def __init__(self, ts: float, direction: str, raw: bytes | memoryview, kind: FrameKind, opaque: int,
+                 body: bytes | memoryview | None, body_len: int) -> None:
         self.ts = ts
         self.direction = direction  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
         self.raw = raw  # the frame as captured, without its length prefix
-        self._command = command
-        if command is not None:
-            kind, opaque, body = FrameKind(command.header, command.serialize_type), command.opaque, command.body
-        assert kind is not None
-        self.kind, self.opaque, self.body = kind, opaque, body
-        self.body_len = 0 if body is None else len(body)
+        self.kind, self.opaque, self.body, self.body_len = kind, opaque, body, body_len
+        self._command: RemotingCommand | None = None
+
+    @classmethod
+    def decoded(cls, ts: float, direction: str, command: RemotingCommand, raw: bytes | memoryview
+                ) -> CapturedCommand:
+        """A frame the codec decoded whole (one whose header no kind is kept of)."""
+        captured = cls(ts, direction, raw, FrameKind(command.header, command.serialize_type), command.opaque,
+                       command.body, 0 if command.body is None else len(command.body))
+        captured._command = command
+        return captured
 
     @property
     def command(self) -> RemotingCommand:
@@ -160,80 +173,110 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-#: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
-#: (``[start:end]`` of it, without the length prefix), and the same bytes as bytes (its header is
-#: sliced from there: a slice of a view copied cost as much again)
-TimedFrame = tuple[float, bytes | memoryview, int, int, bytes]
+def frame_times(chunks: list[Chunk], stops: list[int]) -> list[float]:
+    """When each frame ending at ``stops`` (positions in the chunks' bytes joined) became readable:
+    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once."""
+    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))
+    return list(map(_TS, map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())))
 
 
-def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
-                 ) -> tuple[list[TimedFrame], bytes, float | None]:
-    """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
-    frame's ts is when its last byte arrived (the chunk each ends in, found for all at once).
-    Frames are places in a view of ``data``: no copy.
-
-    Returns (frames, the bytes after the last whole frame - a frame that does not decode or
-    never completed -, and the ts they arrived at). If the codec refuses a frame, the chunks are
-    fed one by one instead, which says in which chunk that happened."""
-    view = memoryview(data)
-    try:
-        spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
-    except RemotingDecodeError:
-        return _timed_frames_by_chunk(_skip(chunks, start))
-    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))  # of chunks in ``data``
-    starts, stops = zip(*spans, strict=True) if spans else ((), ())
-    # a frame's last byte came with the first chunk ending at or after it
-    arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
-    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops,
-                                       itertools.repeat(data)))
-    rest = data[used:]
-    return timed, rest, chunks[-1].ts if rest else None
-
-
-def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes, float | None]:
-    """timed_frames feeding one chunk at a time: the rest starts with the chunk the decoder refused."""
+def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
+    """A run's frames found feeding its chunks one at a time, each with when its last byte came, and
+    the bytes left (starting with the chunk the decoder refused) with their ts: where frame_spans
+    refused the run, this says in which chunk that happened."""
     decoder = FrameDecoder(max_frame_length=_MAX_FRAME_LENGTH)
-    frames: list[TimedFrame] = []
+    frames: list[tuple[float, bytes]] = []
     last_ts = None
     for chunk in chunks:
         try:
-            frames.extend((chunk.ts, frame, 0, len(frame), frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
+            frames.extend((chunk.ts, frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
         except RemotingDecodeError:
             return frames, bytes(chunk.data), chunk.ts
         last_ts = chunk.ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
-#: the kinds of the headers decoded, by their template (kept while _TEMPLATES keeps it)
-_KINDS: dict[int, FrameKind] = {}
-#: a header's template and opaque by its serialize type: JSON or ROCKETMQ (binary)
+#: the kinds of the headers decoded, by serialize type (JSON, ROCKETMQ) and template key: a header's
+#: bytes but for its opaque (HeaderTemplates' json_split and binary_split, the server's own rule)
+_KINDS: dict[int, dict[bytes, FrameKind]] = {SerializeType.JSON.value: {}, SerializeType.ROCKETMQ.value: {}}
+_SPLIT = {SerializeType.JSON.value: json_split, SerializeType.ROCKETMQ.value: binary_split}
+#: a header's template and opaque by its serialize type, read by the codec (a kind not met yet)
 _TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
                 SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
+
+
+def forget_kinds() -> None:
+    """Forget the kinds of frames met (as a new worker starts: tests)."""
+    for kinds in _KINDS.values():
+        kinds.clear()
+
+
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[FrameKind, int] | None:
+    """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
+    looked up in place by its template key; a kind not met yet is read by the codec (refusing what
+    it refuses: RemotingDecodeError) and kept. None where the codec decodes the header for itself."""
+    split = _SPLIT[serialize_type](data, start, end)
+    if split is None:
+        return None
+    key, opaque = split
+    kinds = _KINDS[serialize_type]
+    kind = kinds.get(key)
+    if kind is None:
+        found = _TEMPLATE_OF[serialize_type](data[start:end])
+        if found is None:
+            return None
+        if len(kinds) >= _TEMPLATES.size:
+            kinds.clear()
+        kind = kinds[key] = FrameKind(found[0], serialize_type)
+    return kind, opaque
 
 
 def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
                ) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
-    (RemotingCommand.decode, refusing what it refuses), its header through its template's kind,
-    made once, and sliced from ``data`` (``source``'s bytes as bytes); its bytes and body stay
-    views where ``source`` is one."""
-    found = None
+    (RemotingCommand.decode, refusing what it refuses), its header through its kind, read in place in
+    ``data`` (``source``'s bytes as bytes); its bytes and body stay views where ``source`` is one."""
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
         serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
-        if header_end <= end and serialize_type in _TEMPLATE_OF:
-            found = _TEMPLATE_OF[serialize_type](data[start + 4:header_end])
-    if found is None:
-        frame = source[start:end]
-        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
-    template, opaque = found
-    kind = _KINDS.get(id(template))
-    if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
-        kind = _KINDS[id(template)] = FrameKind(template, serialize_type)
-        if len(_KINDS) > 4 * _TEMPLATES.size:
-            _KINDS.clear()
-    return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
-                           source[header_end:end] if header_end < end else None)
+        if header_end <= end and serialize_type in _SPLIT:
+            found = _kind_at(data, serialize_type, start + 4, header_end)
+            if found is not None:
+                return CapturedCommand(ts, direction, source[start:end], found[0], found[1],
+                                       source[header_end:end] if header_end < end else None, end - header_end)
+    frame = source[start:end]
+    return CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+
+
+def _decode_frames(conversation: Conversation, direction: str, data: bytes, times: list[float],
+                   spans: list[tuple[int, int]]) -> None:
+    """_decode_at of each frame of a run (``data``) at ``spans``, with their header words read for
+    all at once: each frame's header is looked up where it lies, its bytes and body are views."""
+    view = memoryview(data)
+    starts, stops = zip(*spans, strict=True)
+    at = np.array(starts, np.int64)
+    words = read_words(np.frombuffer(data, np.uint8), at, ">u4", 1)[:, 0].astype(np.int64)
+    header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
+    append = conversation.commands.append
+    for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
+                                                          strict=True):
+        try:
+            found = _kind_at(data, serialize_type, start + 4, header_end) if (
+                header_end <= end and serialize_type in _SPLIT) else None
+            if found is not None:
+                append(CapturedCommand(ts, direction, view[start:end], found[0], found[1],
+                                       view[header_end:end] if header_end < end else None, end - header_end))
+                continue
+            frame = view[start:end]
+            append(CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame))
+        except RemotingDecodeError:
+            _undecodable(conversation, direction, ts, view[start:end])
+
+
+def _undecodable(conversation: Conversation, direction: str, ts: float, frame: bytes | memoryview) -> None:
+    """A frame the codec refused: the client's first is kept (Java closes such channels)."""
+    if direction == REQUEST and conversation.undecodable_ts is None:
+        conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
 
 
 def conversation_of(connection: Connection) -> Conversation:
@@ -389,15 +432,19 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
             return
         conversation.lost_bytes += found
         start = found
-    frames, rest, rest_ts = timed_frames(run, data, start)
-    append = conversation.commands.append
-    for ts, source, frame_start_, frame_end, source_bytes in frames:
-        try:
-            append(_decode_at(ts, source, frame_start_, frame_end, direction, source_bytes))
-        except RemotingDecodeError:
-            if direction == REQUEST and conversation.undecodable_ts is None:
-                frame = source[frame_start_:frame_end]
-                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+    try:
+        spans, used = frame_spans(data, _MAX_FRAME_LENGTH, start)
+    except RemotingDecodeError:  # the chunks one by one say where the codec refused the run
+        frames, rest, rest_ts = _timed_frames_by_chunk(_skip(run, start))
+        for ts, frame in frames:
+            try:
+                conversation.commands.append(_decode_at(ts, frame, 0, len(frame), direction, frame))
+            except RemotingDecodeError:
+                _undecodable(conversation, direction, ts, frame)
+    else:
+        if spans:
+            _decode_frames(conversation, direction, data, frame_times(run, [stop for _, stop in spans]), spans)
+        rest, rest_ts = data[used:], run[-1].ts if used < len(data) else None
     if not rest:
         return
     if not last_run:  # a frame cut short by the gap that ends the run
@@ -483,9 +530,7 @@ def _add_part(conversation: Conversation, direction: str, ts: float, data: bytes
         try:
             conversation.commands.append(_decode_at(ts, view, part.start, part.start + part.length, direction, data))
         except RemotingDecodeError:
-            if direction == REQUEST and conversation.undecodable_ts is None:
-                frame = view[part.start:part.start + part.length]
-                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+            _undecodable(conversation, direction, ts, view[part.start:part.start + part.length])
         return
     serialize_type = header_length = None
     known = HeaderPrefix()

@@ -150,16 +150,19 @@ class HeaderTemplates:
         language and version (bytes 5-8), so headers alike but for the opaque are the same bytes
         around it, and the rest decodes the same (decode_binary_header, refusing what it refuses,
         once per template: a binary header's extFields cost a dozen reads each time)."""
-        key = data[:_OPAQUE_AT] + data[_OPAQUE_AT + 4:]
+        split = binary_split(data)
+        if split is None:  # too short to hold an opaque, let alone the fields after it
+            raise RemotingDecodeError(f"RocketMQ protocol decoding failed: a header of {len(data)} bytes")
+        key, opaque = split
         template = self._binary.get(key)
         if template is None:
-            template = decode_binary_header(data)  # a header too short for an opaque is refused here
+            template = decode_binary_header(data)
             if template.code in self._not_kept:
                 return None
             if len(self._binary) >= self.size:
                 self._binary.clear()
             self._binary[key] = template
-        return template, _INT.unpack_from(data, _OPAQUE_AT)[0]
+        return template, opaque
 
     def _parsed(self, key: bytes, data: bytes) -> Header:
         """A header no template was kept of, parsed, and kept as one unless its code is not kept."""
@@ -173,13 +176,38 @@ class HeaderTemplates:
 
 
 def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
-    """opaque_split of a header holding OPAQUE_KEY exactly once (else None): found with two
-    ``find``s and a match at the key, where a ``count`` and a regex search read the bytes twice
-    (every JSON header a server or a capture decodes comes here)."""
-    at = data.find(OPAQUE_KEY)
-    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH) >= 0:
+    return json_split(data, 0, len(data))
+
+
+def json_split(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+    """The template key and opaque of the JSON header at ``data[start:end]``: opaque_split of a
+    header holding OPAQUE_KEY exactly once (else None), found with two ``find``s and a match at the
+    key, where a ``count`` and a regex search read the bytes twice (every JSON header a server or a
+    capture decodes comes here), in place (a capture's headers lie in their stream's bytes: no copy)."""
+    at = data.find(OPAQUE_KEY, start, end)
+    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH, end) >= 0:
         return None
-    return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH))
+    match = _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end)
+    if match is None:
+        return None
+    digits, after = match.span()
+    if after - digits > 11:
+        return None
+    opaque = int(match.group())
+    if not _INT_MIN <= opaque <= _INT_MAX:
+        return None
+    return data[start:digits] + data[after:end], opaque
+
+
+def binary_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
+    """The template key and opaque of the ROCKETMQ (binary) header at ``data[start:end]``: its bytes
+    around the opaque (the int32 after the code, language and version), and the opaque; None when
+    it is too short to hold one (decode_binary_header refuses it)."""
+    end = len(data) if end is None else end
+    at = start + _OPAQUE_AT
+    if end - at < 4:
+        return None
+    return data[start:at] + data[at + 4:end], _INT.unpack_from(data, at)[0]
 
 
 def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
