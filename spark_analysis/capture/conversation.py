@@ -11,15 +11,15 @@ import itertools
 import operator
 import re
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import tcp_segments
-from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
+from spark_analysis.capture.reassembly import Connection, Direction, reassemble
 from spark_analysis.capture.records import read_records, read_words
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
 from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -41,7 +41,6 @@ from twisted_namesrv.remoting.header import (
     read_header_prefix,
 )
 
-_DATA = operator.attrgetter("data")  # of a Chunk
 _TS = operator.attrgetter("ts")
 REQUEST = "request"
 RESPONSE = "response"
@@ -173,26 +172,35 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-def frame_times(chunks: list[Chunk], stops: list[int]) -> list[float]:
-    """When each frame ending at ``stops`` (positions in the chunks' bytes joined) became readable:
+class Run(NamedTuple):
+    """Chunks of a direction that follow each other (none lost between them), as the Direction's
+    columns: when each became readable, where it starts in the stream, its bytes."""
+
+    ts: list[float]
+    offset: list[int]
+    data: list[Buffer]
+
+
+def frame_times(run: Run, stops: list[int]) -> list[float]:
+    """When each frame ending at ``stops`` (positions in the run's bytes joined) became readable:
     the ts of the chunk its last byte came with (the first ending at or after it), found for all at once."""
-    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))
-    return list(map(_TS, map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())))
+    ends = np.cumsum(np.fromiter(map(len, run.data), np.int64, len(run.data)))
+    return list(map(run.ts.__getitem__, np.searchsorted(ends, stops).tolist()))
 
 
-def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
+def _timed_frames_by_chunk(run: Run) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
     """A run's frames found feeding its chunks one at a time, each with when its last byte came, and
     the bytes left (starting with the chunk the decoder refused) with their ts: where frame_spans
     refused the run, this says in which chunk that happened."""
     decoder = FrameDecoder(max_frame_length=_MAX_FRAME_LENGTH)
     frames: list[tuple[float, bytes]] = []
     last_ts = None
-    for chunk in chunks:
+    for ts, data in zip(run.ts, run.data, strict=True):
         try:
-            frames.extend((chunk.ts, frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
+            frames.extend((ts, frame) for frame in decoder.feed(bytes(data)))  # rare
         except RemotingDecodeError:
-            return frames, bytes(chunk.data), chunk.ts
-        last_ts = chunk.ts
+            return frames, bytes(data), ts
+        last_ts = ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
@@ -301,37 +309,39 @@ def conversation_of(connection: Connection) -> Conversation:
     return conversation
 
 
-def contiguous_runs(direction: Iterable[Chunk], uncaptured: dict[int, int] | None = None) -> list[list[Chunk]]:
+def contiguous_runs(direction: Direction, uncaptured: dict[int, int] | None = None) -> list[Run]:
     """Split a direction's chunks at its gaps; with ``uncaptured`` (offset -> length of the bytes a
     snap length cut there), not where only such bytes lie between two chunks. A reassembled
     Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
-    if isinstance(direction, Direction) and not direction.uncaptured:
+    ts, offsets, data = direction.ts, direction.offset, direction.data
+    if not direction.uncaptured:
         if not direction.gaps:
-            return [direction] if direction else []
+            return [Run(ts, offsets, data)] if direction else []
         # the chunk after a gap starts where the gap ends, and only there do chunks not follow each other
-        offsets = [chunk.offset for chunk in direction]
         cuts = [bisect.bisect_left(offsets, start + length) for start, length in direction.gaps]
         bounds = [0, *(cut for cut in cuts if 0 < cut < len(direction)), len(direction)]
-        return [direction[a:b] for a, b in itertools.pairwise(bounds) if a < b]
-    runs: list[list[Chunk]] = []
+        return [Run(ts[a:b], offsets[a:b], data[a:b]) for a, b in itertools.pairwise(bounds) if a < b]
+    runs: list[Run] = []
     end = None
-    for chunk in direction:
-        if chunk.offset != end and not (uncaptured and end is not None and end + uncaptured.get(end, -end) ==
-                                        chunk.offset):
-            runs.append([])
-        runs[-1].append(chunk)
-        end = chunk.offset + len(chunk.data)
+    for chunk_ts, offset, chunk in zip(ts, offsets, data, strict=True):
+        if offset != end and not (uncaptured and end is not None and end + uncaptured.get(end, -end) == offset):
+            runs.append(Run([], [], []))
+        run = runs[-1]
+        run.ts.append(chunk_ts)
+        run.offset.append(offset)
+        run.data.append(chunk)
+        end = offset + len(chunk)
     return runs
 
 
-def _holes(run: list[Chunk], uncaptured: dict[int, int]) -> list[tuple[int, int]]:
+def _holes(run: Run, uncaptured: dict[int, int]) -> list[tuple[int, int]]:
     """Where a run's bytes were cut, as frame_parts takes it: (position in the run's captured
     bytes, bytes not captured there), including those after its last chunk."""
     holes = []
     position = 0
-    for chunk in run:
-        position += len(chunk.data)
-        cut = uncaptured.get(chunk.offset + len(chunk.data))
+    for offset, data in zip(run.offset, run.data, strict=True):
+        position += len(data)
+        cut = uncaptured.get(offset + len(data))
         if cut:
             holes.append((position, cut))
     return holes
@@ -403,27 +413,29 @@ def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     return offset + 4 + length
 
 
-def _starts_at_first_frame(stream: Direction, run: list[Chunk]) -> bool:
-    return stream.from_syn and run[0].offset == 0
+def _starts_at_first_frame(stream: Direction, run: Run) -> bool:
+    return stream.from_syn and run.offset[0] == 0
 
 
-def _skip(run: list[Chunk], count: int) -> list[Chunk]:
+def _skip(run: Run, count: int) -> Run:
     """The run without its first ``count`` bytes."""
-    kept = []
-    for chunk in run:
-        if count >= len(chunk.data):
-            count -= len(chunk.data)
+    kept = Run([], [], [])
+    for ts, offset, data in zip(run.ts, run.offset, run.data, strict=True):
+        if count >= len(data):
+            count -= len(data)
             continue
-        kept.append(Chunk(chunk.ts, chunk.offset + count, chunk.data[count:]) if count else chunk)
+        kept.ts.append(ts)
+        kept.offset.append(offset + count)
+        kept.data.append(data[count:] if count else data)
         count = 0
     return kept
 
 
-def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], last_run: bool,
+def _decode_run(conversation: Conversation, direction: str, run: Run, last_run: bool,
                 resynchronise: bool) -> None:
     """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
     it count as lost), because the run does not start where a frame does."""
-    data = b"".join(map(_DATA, run))
+    data = b"".join(run.data)
     start = 0
     if resynchronise:
         found = frame_start(memoryview(data)[:_RESYNC_WINDOW])
@@ -444,7 +456,7 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
     else:
         if spans:
             _decode_frames(conversation, direction, data, frame_times(run, [stop for _, stop in spans]), spans)
-        rest, rest_ts = data[used:], run[-1].ts if used < len(data) else None
+        rest, rest_ts = data[used:], run.ts[-1] if used < len(data) else None
     if not rest:
         return
     if not last_run:  # a frame cut short by the gap that ends the run
@@ -458,7 +470,7 @@ def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conver
     return [conversation_of(c) for c in connections]
 
 
-def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk], holes: Holes, last_run: bool,
+def _decode_cut_run(conversation: Conversation, direction: str, run: Run, holes: Holes, last_run: bool,
                     resynchronise: bool) -> None:
     """_decode_run for a run some of whose bytes a snap length cut: frame_parts follows the frames
     across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
@@ -466,9 +478,9 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
     in the captured bytes that follow (the bytes before it are counted as unplaced).  A frame found so
     starts at a captured byte: a cut at its position is behind it, and is left out of what frame_parts
     is given (else the walk stood still there, for ever)."""
-    data = b"".join(map(_DATA, run))
+    data = b"".join(run.data)
     view = memoryview(data)
-    ends = list(itertools.accumulate(len(chunk.data) for chunk in run))
+    ends = list(itertools.accumulate(map(len, run.data)))
     cut_at = [position for position, _ in holes]
     start: int | None = 0
     ahead = holes
@@ -482,19 +494,19 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
             parts, stop, resume = [], start, None
             if direction == REQUEST and conversation.undecodable_ts is None:
                 index = bisect.bisect_right(ends, start)
-                conversation.undecodable, conversation.undecodable_ts = bytes(data[start:]), run[min(
-                    index, len(run) - 1)].ts
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[start:]), run.ts[min(
+                    index, len(run.ts) - 1)]
             return
         for number, part in enumerate(parts):
             frame_end = parts[number + 1].start - 4 if number + 1 < len(parts) else stop
-            ts = run[min(bisect.bisect_left(ends, frame_end), len(run) - 1)].ts
+            ts = run.ts[min(bisect.bisect_left(ends, frame_end), len(run.ts) - 1)]
             _add_part(conversation, direction, ts, data, view, part)
         if resume is None:
             rest = len(data) - stop
             if rest and not last_run:
                 conversation.lost_bytes += rest
             elif rest and direction == REQUEST and conversation.undecodable_ts is None:
-                conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run[-1].ts
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run.ts[-1]
             return
         conversation.unplaced_bytes += resume - stop
         start = _resume(conversation, view, holes, resume, lost=False)
