@@ -37,6 +37,7 @@ from twisted_namesrv.remoting.header import (
     HeaderPrefix,
     HeaderTemplates,
     binary_split,
+    from_template,
     json_split,
     read_header_prefix,
 )
@@ -80,38 +81,49 @@ class FrameKind:
 
 
 class CapturedCommand:
-    """A decoded frame: its kind (FrameKind) and opaque, and its raw bytes and body, views of the
-    reassembled stream (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
-    compare them). ``command``, the RemotingCommand, is made when first asked for: most frames'
-    rows need only what their kind says."""
+    """A decoded frame: its kind (FrameKind) and opaque, and where it lies in the reassembled stream
+    (``source[start:end]``, its body the last ``body_len`` bytes): ``raw`` and ``body`` are views of
+    it made when asked for (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
+    compare them; most frames' rows need neither). ``command``, the RemotingCommand, is made when
+    first asked for: most frames' rows need only what their kind says."""
 
-    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "body_len", "_command")
+    __slots__ = ("ts", "direction", "kind", "opaque", "body_len", "_source", "_start", "_end", "_command")
 
-    def __init__(self, ts: float, direction: str, raw: bytes | memoryview, kind: FrameKind, opaque: int,
-                 body: bytes | memoryview | None, body_len: int) -> None:
+    def __init__(self, ts: float, direction: str, kind: FrameKind, opaque: int, source: bytes | memoryview,
+                 start: int, header_end: int, end: int) -> None:
         self.ts = ts
         self.direction = direction  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
-        self.raw = raw  # the frame as captured, without its length prefix
-        self.kind, self.opaque, self.body, self.body_len = kind, opaque, body, body_len
+        self.kind, self.opaque = kind, opaque
+        self._source, self._start, self._end = source, start, end
+        self.body_len = end - header_end
         self._command: RemotingCommand | None = None
 
     @classmethod
     def decoded(cls, ts: float, direction: str, command: RemotingCommand, raw: bytes | memoryview
                 ) -> CapturedCommand:
         """A frame the codec decoded whole (one whose header no kind is kept of)."""
-        captured = cls(ts, direction, raw, FrameKind(command.header, command.serialize_type), command.opaque,
-                       command.body, 0 if command.body is None else len(command.body))
+        body_len = 0 if command.body is None else len(command.body)
+        captured = cls(ts, direction, FrameKind(command.header, command.serialize_type), command.opaque, raw, 0,
+                       len(raw) - body_len, len(raw))
         captured._command = command
         return captured
 
     @property
+    def raw(self) -> bytes | memoryview:
+        """The frame as captured, without its length prefix."""
+        return self._source[self._start:self._end]
+
+    @property
+    def body(self) -> bytes | memoryview | None:
+        if self._command is not None:  # decoded whole (or asked for): its body, as the codec read it
+            return self._command.body
+        return self._source[self._end - self.body_len:self._end] if self.body_len else None
+
+    @property
     def command(self) -> RemotingCommand:
         if self._command is None:
-            template = self.kind.header
-            self._command = RemotingCommand(Header(
-                template.code, template.language, template.version, self.opaque, template.flag, template.remark,
-                None if template.ext_fields is None else dict(template.ext_fields), template.json_layout),
-                self.body, self.kind.serialize_type)
+            self._command = RemotingCommand(from_template(self.kind.header, self.opaque), self.body,
+                                            self.kind.serialize_type)
         return self._command
 
     @property
@@ -208,6 +220,7 @@ def _timed_frames_by_chunk(run: Run) -> tuple[list[tuple[float, bytes]], bytes, 
 #: bytes but for its opaque (HeaderTemplates' json_split and binary_split, the server's own rule)
 _KINDS: dict[int, dict[bytes, FrameKind]] = {SerializeType.JSON.value: {}, SerializeType.ROCKETMQ.value: {}}
 _SPLIT = {SerializeType.JSON.value: json_split, SerializeType.ROCKETMQ.value: binary_split}
+_JSON = SerializeType.JSON.value
 #: a header's template and opaque by its serialize type, read by the codec (a kind not met yet)
 _TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
                 SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
@@ -219,11 +232,13 @@ def forget_kinds() -> None:
         kinds.clear()
 
 
-def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[FrameKind, int] | None:
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int,
+             split: tuple[bytes, int] | None = None) -> tuple[FrameKind, int] | None:
     """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
-    looked up in place by its template key; a kind not met yet is read by the codec (refusing what
-    it refuses: RemotingDecodeError) and kept. None where the codec decodes the header for itself."""
-    split = _SPLIT[serialize_type](data, start, end)
+    looked up in place by its template key (``split``: its key and opaque, when known already); a
+    kind not met yet is read by the codec (refusing what it refuses: RemotingDecodeError) and kept.
+    None where the codec decodes the header for itself."""
+    split = split or _SPLIT[serialize_type](data, start, end)
     if split is None:
         return None
     key, opaque = split
@@ -250,8 +265,7 @@ def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, dire
         if header_end <= end and serialize_type in _SPLIT:
             found = _kind_at(data, serialize_type, start + 4, header_end)
             if found is not None:
-                return CapturedCommand(ts, direction, source[start:end], found[0], found[1],
-                                       source[header_end:end] if header_end < end else None, end - header_end)
+                return CapturedCommand(ts, direction, found[0], found[1], source, start, header_end, end)
     frame = source[start:end]
     return CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
 
@@ -259,21 +273,27 @@ def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, dire
 def _decode_frames(conversation: Conversation, direction: str, data: bytes, times: list[float],
                    spans: list[tuple[int, int]]) -> None:
     """_decode_at of each frame of a run (``data``) at ``spans``, with their header words read for
-    all at once: each frame's header is looked up where it lies, its bytes and body are views."""
+    all at once: each frame's header is looked up where it lies (a JSON header of a kind met: its
+    key and the kind, no call more), its bytes and body are views of the run when asked for."""
     view = memoryview(data)
     starts, stops = zip(*spans, strict=True)
     at = np.array(starts, np.int64)
     words = read_words(np.frombuffer(data, np.uint8), at, ">u4", 1)[:, 0].astype(np.int64)
     header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
     append = conversation.commands.append
+    json_kinds = _KINDS[_JSON]
     for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
                                                           strict=True):
         try:
-            found = _kind_at(data, serialize_type, start + 4, header_end) if (
-                header_end <= end and serialize_type in _SPLIT) else None
+            found = None
+            if header_end <= end and serialize_type in _SPLIT:
+                split = json_split(data, start + 4, header_end) if serialize_type == _JSON else None
+                if split is not None and (kind := json_kinds.get(split[0])) is not None:
+                    append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
+                    continue
+                found = _kind_at(data, serialize_type, start + 4, header_end, split)
             if found is not None:
-                append(CapturedCommand(ts, direction, view[start:end], found[0], found[1],
-                                       view[header_end:end] if header_end < end else None, end - header_end))
+                append(CapturedCommand(ts, direction, found[0], found[1], view, start, header_end, end))
                 continue
             frame = view[start:end]
             append(CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame))

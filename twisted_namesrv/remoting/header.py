@@ -125,9 +125,7 @@ class HeaderTemplates:
         template = self._templates.get(key)
         if template is None:
             return self._parsed(key, data)
-        return Header(template.code, template.language, template.version, opaque, template.flag,
-                      template.remark, None if template.ext_fields is None else dict(template.ext_fields),
-                      template.json_layout)
+        return from_template(template, opaque)
 
     def template_of(self, data: bytes) -> tuple[Header, int] | None:
         """The template a JSON header decodes through and its own opaque, without a Header of its
@@ -173,6 +171,13 @@ class HeaderTemplates:
             self._templates.clear()
         self._templates[key] = header
         return header
+
+
+def from_template(template: Header, opaque: int) -> Header:
+    """The header a template stands for with its own ``opaque``: a Header of its own (its extFields
+    a copy: a caller may change them)."""
+    return Header(template.code, template.language, template.version, opaque, template.flag, template.remark,
+                  None if template.ext_fields is None else dict(template.ext_fields), template.json_layout)
 
 
 def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
