@@ -226,14 +226,14 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
                     alive=code != RequestCode.UNREGISTER_BROKER, cluster=header.clusterName,
                     broker_id=header.brokerId)
         elif code in ADMIN_CODES:
-            ext = request.command.ext
-            answered = None if answer is None else optional_int(answer.command.ext.get(_ANSWERED_COUNTS.get(code, "")))
+            ext = dict(request.kind.ext)  # the event's own (the kind's is shared by its frames' rows)
+            answered = None if answer is None else optional_int(answer.kind.ext.get(_ANSWERED_COUNTS.get(code, "")))
             yield EVENT, event_row(request, answer, client, server, broker_name=ext.get("brokerName"),
                                    cluster=ext.get("clusterName"), topic=ext.get("topic"), topic_count=answered,
                                    ext=ext)
         elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
               and answer.kind.code == ResponseCode.TOPIC_NOT_EXIST):
-            yield EVENT, event_row(request, answer, client, server, topic=request.command.ext.get("topic"))
+            yield EVENT, event_row(request, answer, client, server, topic=request.kind.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
     if connection.closed_ts is not None:
@@ -273,10 +273,11 @@ def _event(**values: Any) -> Row:
 def event_row(request: CapturedCommand, answer: CapturedCommand | None, client: str, server: str | None,
               **values: Any) -> Row:
     """A request's EVENT row: its time, code, version, answer and sender, and the ``values`` given."""
-    command = request.command
-    return _event(t=request.ts, code=command.code, version_name=_version_name(command.version),
-                  version=command.version, response_code=None if answer is None else answer.command.code,
-                  oneway=command.is_oneway, client=client, server=server, **values)
+    kind = request.kind
+    version = kind.header.version
+    return _event(t=request.ts, code=kind.code, version_name=_version_name(version), version=version,
+                  response_code=None if answer is None else answer.kind.code, oneway=kind.is_oneway, client=client,
+                  server=server, **values)
 
 
 def optional_int(text: str | None) -> int | None:
