@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from spark_analysis.capture.conversation import (
@@ -385,22 +386,19 @@ def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: in
     as Arrow arrays taken for each row."""
     own: list[list[Any]] = [[] for _ in range(owned)]
     connection_at: list[int] = []
-    said_at: list[int] = []
     connections: list[tuple[str, str, str]] = []
-    said: list[Any] = []
-    said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
+    every_said: list[Any] = []  # each row's shared values (held here: their ids stay unique)
     for block in blocks:
         connection_at.extend(itertools.repeat(len(connections), len(block)))
         connections.append((block.conn_id, block.client, block.server))
         for column, values in zip(own, block.own(), strict=True):
             column.extend(values)
-        for shared in block.said:
-            at = said_index.get(id(shared))
-            if at is None:
-                at = said_index[id(shared)] = len(said)
-                said.append(shared)
-            said_at.append(at)
-    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
+        every_said.extend(block.said)
+    # the shared values told apart by identity for all rows at once (a dict lookup a row cost more)
+    ids = np.fromiter(map(id, every_said), np.uint64, len(every_said))
+    _, first, said_at = np.unique(ids, return_index=True, return_inverse=True)
+    said = list(map(every_said.__getitem__, first.tolist()))
+    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at.reshape(-1).astype(np.int32))
     named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
         zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
     alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)
