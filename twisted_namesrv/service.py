@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 
 from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
+from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
@@ -163,7 +164,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     topology = Topology(seconds)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, acl=acl)
+                         config_saves.save, BuildsApart(clock).build, acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
                         HealthWatch(routes, topology))
