@@ -17,7 +17,9 @@ medians, with the fastest and the first run beside them.
 the driver does after the last Spark job (brokers.csv, summary.json, report.html). "cpu_s" is
 the CPU time of a master's whole process tree in a job ("jvm_cpu_s" its JVM's, "python_cpu_s" the
 driver's and Python workers'), "busy" that over job time x cores: where a two-core run uses as much
-CPU as a one-core run, what it lacks of 2x is time a core sat idle.
+CPU as a one-core run, what it lacks of 2x is time a core sat idle. "others_cpu_s": the CPU other
+processes took of a run's cores meanwhile (from /proc/stat: what a slow round lost to the machine's
+other work), and, in the probe, of its cores in each of its three runs (alone on each, together).
 "two_core_probe": in every round, the job's own Python work without Spark (reading and decoding
 the capture's first 128 MiB) timed alone on each of the two cores, then on both at once; its
 "scaling" is what two cores gave that fixed work at that moment (2.0 where running side by side
@@ -53,7 +55,7 @@ from functools import partial
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from run import descendants  # the performance table's runner, beside this file
+from run import busy_cpu_seconds, descendants  # the performance table's runner, beside this file
 
 from spark_analysis.capture.inputs import CaptureFile, Split
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
@@ -198,6 +200,7 @@ class SparkChild:
     def __init__(self, master: str, capture: Path) -> None:
         self.master = master
         self.cores = local_cores(master)
+        self.on = set(sorted(os.sched_getaffinity(0))[:self.cores])  # what pinned() gives it
         self.process = subprocess.Popen([sys.executable, __file__, "--file", str(capture), "--worker", master],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         preexec_fn=pinned(self.cores))
@@ -209,13 +212,14 @@ class SparkChild:
     def run(self) -> dict:
         """One whole job; with the CPU seconds its process tree used (driver, JVM, Python workers)
         and how busy that kept its cores: what a second core does not get to do shows there."""
-        before = tree_cpu_by_kind(self.process.pid)
+        before, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on)
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
         result = json.loads(self.process.stdout.readline())
-        after = tree_cpu_by_kind(self.process.pid)
+        after, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on) - busy
         result |= {f"{kind}_cpu_s": round(after[kind] - before[kind], 3) for kind in after}
         result["cpu_s"] = result["jvm_cpu_s"] + result["python_cpu_s"]
+        result["others_cpu_s"] = round(max(0.0, busy - result["cpu_s"]), 3)
         result["busy"] = result["cpu_s"] / (result["job_s"] * self.cores)
         return result
 
@@ -272,25 +276,35 @@ def _probe_on(core: int, capture: Path, results) -> None:
     results.put((core, probe_work(capture)))
 
 
-def probes(capture: Path, cores: list[int]) -> list[float]:
-    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here)."""
+def probes(capture: Path, cores: list[int], others: list[float]) -> list[float]:
+    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here);
+    appends to ``others`` the CPU other processes took of those cores meanwhile."""
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
     workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
+    busy, own = busy_cpu_seconds(set(cores)), _children_cpu_seconds()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     seconds = dict(results.get() for _ in workers)
+    others.append(round(max(0.0, busy_cpu_seconds(set(cores)) - busy - (_children_cpu_seconds() - own)), 3))
     return [seconds[core] for core in cores]
+
+
+def _children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def two_core_probe(capture: Path) -> dict:
     """The probe alone on each of the first two cores, then on both at once."""
     cores = sorted(os.sched_getaffinity(0))[:2]
-    alone = [probes(capture, [core])[0] for core in cores]
-    together = probes(capture, cores)
-    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together)}
+    others: list[float] = []
+    alone = [probes(capture, [core], others)[0] for core in cores]
+    together = probes(capture, cores, others)
+    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together),
+              "others_cpu_s": others}
     print(f"  two-core probe: {result}", file=sys.stderr)
     return result
 
@@ -331,6 +345,7 @@ def measure(args: argparse.Namespace) -> dict:
                                            "first": done[0]["job_s"]},
                                  "tail_s": median(done, "tail_s"), "cpu_s": median(done, "cpu_s"),
                                  "jvm_cpu_s": median(done, "jvm_cpu_s"), "python_cpu_s": median(done, "python_cpu_s"),
+                                 "others_cpu_s": median(done, "others_cpu_s"),
                                  "busy": median(done, "busy"), "idle_core_s": median(done, "idle_core_s"),
                                  "last_stage_s": median(done, "last_stage_s")}
     if len(args.masters) == 2:
