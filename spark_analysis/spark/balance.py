@@ -136,7 +136,7 @@ def sql_string(text: str) -> str:
 
 #: a piece's 4-tuple as the deal's JSON keys name it, and its hash, in Spark SQL: an expression
 #: given as text is one call to the JVM, where each function and column of pyspark's is one or more
-#: (made between the Spark jobs, while both cores wait: docs/spark-internals.md)
+#: (made between the Spark jobs, while every core waits: docs/spark-internals.md, step 3)
 _KEY = "concat_ws(' ', lower, higher)"
 _ENDS_HASH = "hash(lower, higher)"
 

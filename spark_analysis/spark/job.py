@@ -87,7 +87,7 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness
+from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -185,14 +185,16 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # replay needs their events (with Spark writing the tables, all are decoded first: one output)
     guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
     beside = None
+    server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
         among = balance.among(guessed)
         decoded = _dealt(rest.where(~among), Counter({key: cost for key, cost in read.costs.items()
                                                       if key not in guessed}), shares, read.hashed_cost)
         # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
+        first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
         beside = _dealt(rest.where(among), Counter({key: read.costs[key] for key in guessed}),
                         balance.task_shares(sc.defaultParallelism)).mapInArrow(
-            partial(_beside_replay, decode=partial(decode, first_part=len(shares))), LIVENESS)
+            partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS)
     else:
         decoded = _dealt(rest, read.costs, shares, read.hashed_cost)
     decoded = decoded.mapInArrow(decode, DECODED)
@@ -205,14 +207,14 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside,
-                                          len(set(sides.values())))
+                                          server_ends)
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
             again = _dealt(rest, read.costs, shares, read.hashed_cost).mapInArrow(
                 partial(decode_batches, servers=servers, left_out=left_out, events_only=True), DECODED)
             replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints,
-                                          servers=len(set(sides.values())))
+                                          servers=server_ends)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
     if tables_out:
         tables.commit(tables_out)

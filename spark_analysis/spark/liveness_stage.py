@@ -68,8 +68,7 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     session's replay ran), and the replay is to run again with every 4-tuple's events. ``servers``:
     how many server endpoints the events can be of, at most (a task per core, but none that could
     only be empty: an empty Python task costs ~10 ms of the JVM's CPU, in the stage the job ends with)."""
-    cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
-    tasks = cores if servers is None else max(1, min(cores, servers))
+    tasks = liveness_tasks(events.sparkSession.sparkContext.defaultParallelism, servers)
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
     replayed = events.repartition(tasks, "event_server").mapInArrow(
@@ -94,6 +93,13 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     if whole and judged:
         stories = _lookups_in_order(stories, judged)
     return Liveness(brokers, time_bins, tallies, stories), whole
+
+
+def liveness_tasks(cores: int, servers: int | None) -> int:
+    """The liveness stage's tasks: one per core, however few brokers, but no more than ``servers``
+    (the server endpoints whose events there can be, if known), and at least one. In the union
+    with the guessed clients' decoding they are the first partitions."""
+    return cores if servers is None else max(1, min(cores, servers))
 
 
 def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessions: Sessions,
