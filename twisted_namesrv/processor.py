@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from . import properties
@@ -30,7 +31,7 @@ from .bodies.route import (
     QueueData,
     cluster_info_bean,
     kv_table_bean,
-    topic_list_bean,
+    topic_list_body,
     topic_route_bean,
 )
 from .context import NamesrvState, Peer
@@ -44,7 +45,6 @@ from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import (
     BROKER,
-    TOPIC,
     Channel,
     RegisterBrokerResult,
     Renewable,
@@ -52,7 +52,7 @@ from .state.routes import (
     has_unit_flag,
     has_unit_sub_flag,
 )
-from .state.store import StoreError
+from .state.store import Saved, StoreError
 from .steps import Steps, run_steps
 
 log = Logger()
@@ -75,7 +75,7 @@ class Answer:
     renewal: Renewable | None = None
 
 
-Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer]
+Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer | defer.Deferred[RemotingCommand]]
 SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand | Answer]]
 
 
@@ -115,20 +115,33 @@ def json_body(request: RemotingCommand) -> Any:
 
 # -- KV config (100, 101, 102, 219) ---------------------------------------------------------
 
-def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def put_kv_config(state: NamesrvState, request: RemotingCommand,
+                  peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
     ext = request.ext
     namespace, key = ext.get("namespace"), ext.get("key")
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    answer, saved = _answered_once_saved(state, request, "putKVConfig")
     try:
-        state.kv.put(namespace, key, ext.get("value"))
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig not applied: {exc}")
+        state.kv.put(namespace, key, ext.get("value"), saved)
     except KVLimitError as exc:  # nothing changed (Java has no limit)
         state.refusals("remoting", "max_kv_bytes", peer.address, "putKVConfig {namespace}/{key} refused: {why}",
                        namespace=namespace[:200], key=key[:200], why=str(exc))
         return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig refused: {exc}", normal=False)
-    return respond(state, request)
+    return answer
+
+
+def _answered_once_saved(state: NamesrvState, request: RemotingCommand,
+                         verb: str) -> tuple[defer.Deferred[RemotingCommand], Saved]:
+    """A KV change's answer, given once the store says it is durable (the write may finish in a
+    later turn: state/kv.py), and what the store tells: SUCCESS, or SYSTEM_ERROR when the save
+    failed (logged and counted by the store; nothing changed)."""
+    answer: defer.Deferred[RemotingCommand] = defer.Deferred()
+
+    def saved(error: StoreError | None) -> None:
+        answer.callback(respond(state, request) if error is None else
+                        respond(state, request, ResponseCode.SYSTEM_ERROR, f"{verb} not applied: {error}"))
+    return answer, saved
 
 
 def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -140,13 +153,11 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     return respond(state, request, ext={"value": value})
 
 
-def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    namespace, key = request.ext.get("namespace"), request.ext.get("key")
-    try:
-        state.kv.delete(namespace, key)
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"deleteKVConfig not applied: {exc}")
-    return respond(state, request)
+def delete_kv_config(state: NamesrvState, request: RemotingCommand,
+                     peer: Peer) -> defer.Deferred[RemotingCommand]:
+    answer, saved = _answered_once_saved(state, request, "deleteKVConfig")
+    state.kv.delete(request.ext.get("namespace"), request.ext.get("key"), saved)
+    return answer
 
 
 def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -466,51 +477,68 @@ def _list_disabled(state: NamesrvState, switch: str) -> bool:
     return state.profile.topic_list_gates and not state.config[switch]
 
 
-def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str], switch: str,
-                broker_addr: str | None = None) -> RemotingCommand:
+TopicList = RemotingCommand | defer.Deferred[RemotingCommand]
+
+
+def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key: Hashable,
+                pick: Callable[[list[str]], list[str]] | None = None) -> TopicList:
+    """A topic list: kept under ``key``, else built apart (apart.py: a thread; a million topics
+    take seconds to order and encode) from the topics as they are in this turn, ``pick``ed there,
+    and kept if no topic changed meanwhile."""
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    bean = topic_list_bean(topics, broker_addr, state.profile.concurrent_tables)
-    return respond(state, request, body=fastjson.dumps_bytes(bean))
-
-
-def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    if _list_disabled(state, "enableAllTopicList"):
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
+    kept = state.answers.kept_topics(key)
+    if kept is not None:
+        return respond(state, request, body=kept)
+    generation, topics, concurrent = state.answers.topic_generation, state.routes.all_topics(), \
+        state.profile.concurrent_tables
 
     def build() -> bytes:
-        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.concurrent_tables))
+        return topic_list_body(topics if pick is None else pick(topics), None, concurrent)
 
-    return respond(state, request,
-                   body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
+    def built(body: bytes) -> RemotingCommand:
+        state.answers.keep_topics(key, body, generation)
+        return respond(state, request, body=body)
+    return state.build_apart((key, generation), build).addCallback(built)
 
 
-def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.topics_by_cluster(request.ext.get("cluster")), "enableTopicList")
+def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableAllTopicList", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+
+
+def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    cluster = request.ext.get("cluster")
+    if cluster not in state.routes.clusterAddrTable and not _list_disabled(state, "enableTopicList"):
+        return respond(state, request, body=topic_list_body([], None, state.profile.concurrent_tables))  # kept: none
+    return _topic_list(state, request, "enableTopicList", (RequestCode.GET_TOPICS_BY_CLUSTER, cluster),
+                       lambda topics: state.routes.topics_by_cluster(cluster, topics))
 
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    bean = topic_list_bean(topics, addr, state.profile.concurrent_tables)
-    return respond(state, request, body=fastjson.dumps_bytes(bean))
+    return respond(state, request, body=topic_list_body(topics, addr, state.profile.concurrent_tables))
 
 
-def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.unit_topics(has_unit_flag), "enableTopicList")
+def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_UNIT_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(has_unit_flag, topics))
 
 
-def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.unit_topics(has_unit_sub_flag), "enableTopicList")
+def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(has_unit_sub_flag, topics))
 
 
-def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    topics = state.routes.unit_topics(lambda f: not has_unit_flag(f) and has_unit_sub_flag(f))
-    return _topic_list(state, request, topics, "enableTopicList")
+def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(
+                           lambda flag: not has_unit_flag(flag) and has_unit_sub_flag(flag), topics))
 
 
 # -- configuration (318, 319) ----------------------------------------------------------------
 
-def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
+                          peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
     if not request.body:
         return respond(state, request)
     too_big = oversized(request.body)
@@ -532,16 +560,22 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
                        controls=controls)
         return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
-        unsaved = state.config.apply({k: v for k, v in props.items()
-                                      if k in state.config.values or k in state.config.extra}, state.persist_config)
+        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    if unsaved is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
-        log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
-                 peer=peer.address, props=masked(props), error=str(unsaved))
-        return respond(state, request, remark=f"applied in memory only, until the restart: {unsaved}")
-    log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
-    return respond(state, request)
+    answer: defer.Deferred[RemotingCommand] = defer.Deferred()
+
+    def saved(error: StoreError | None) -> None:
+        state.config.saved(error)
+        if error is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
+            log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
+                     peer=peer.address, props=masked(props), error=str(error))
+            answer.callback(respond(state, request, remark=f"applied in memory only, until the restart: {error}"))
+            return
+        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
+        answer.callback(respond(state, request))
+    state.save_config(saved)  # off the reactor thread: any peer may send it (state/store.py's SavesOfNewest)
+    return answer
 
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
