@@ -21,7 +21,8 @@ wait is a wall time that the machine's other work adds to:
 (``--records``: the curve's records file, to report its last run's phases apart.)
 
 ``--gc-thresholds A,B,C`` sets the collector's thresholds once the server runs (to compare with
-``service.tune_gc``'s).
+``service.tune_gc``'s); ``--twisted-reactor`` runs it on Twisted's own epoll reactor instead of the
+server's (``twisted_namesrv/reactor.py``: the clients' sockets first in a turn), to compare.
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ from pathlib import Path
 from typing import Any
 
 
-def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str]) -> None:
-    from twisted.internet import epollreactor
+def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str],
+        twisted_reactor: bool = False) -> None:
+    if twisted_reactor:  # Twisted's own epoll reactor, to compare with the server's (twisted_namesrv/reactor.py)
+        from twisted.internet import epollreactor
 
-    epollreactor.install()
+        epollreactor.install()
+    else:
+        from twisted_namesrv.reactor import install
+
+        install()
     from twisted.internet import reactor
 
     records: list[tuple[str, float, float, Any, float]] = []  # (kind, monotonic start, CPU ms, what, wall ms)
@@ -156,6 +163,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="where the timed turns go at the stop (JSON lines)")
     p.add_argument("--over", type=float, default=1.0, metavar="MS", help="keep only those of at least MS (1)")
     p.add_argument("--gc-thresholds", metavar="A,B,C")
+    p.add_argument("--twisted-reactor", action="store_true", help="Twisted's epoll reactor, not the server's")
     p.add_argument("--report", type=Path, metavar="FILE", help="print the longest of each kind in FILE, run nothing")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--records", type=Path, metavar="FILE",
@@ -167,7 +175,7 @@ def main() -> None:
         return
     if a.out is None:
         p.error("--out FILE is needed to run the server")
-    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server)
+    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server, a.twisted_reactor)
 
 
 if __name__ == "__main__":
