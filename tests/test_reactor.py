@@ -27,9 +27,14 @@ pytestmark = pytest.mark.skipif(not hasattr(select, "epoll"), reason="the server
 
 
 class Recorder(protocol.Protocol):
-    """Writes down, in the factory's list, the name its client said it is on each read."""
+    """Writes down, in the factory's list, the name its client said it is on each read; a client
+    that says it registers is a broker (as RemotingProtocol marks a connection in the read that
+    keeps its heartbeat answer)."""
 
     def dataReceived(self, data: bytes) -> None:
+        if data.startswith(b"register "):
+            serve_after_clients(self.transport)
+            data = data[len(b"register "):]
         self.factory.served.append(data.decode())
 
     def connectionLost(self, reason: Any = protocol.connectionDone) -> None:
@@ -103,11 +108,20 @@ def ready_at_once(clients: list[socket.socket], names: list[str]) -> None:
         client.sendall(name.encode())
 
 
+def registered(reactor: Any, factory: Factory, brokers: list[socket.socket]) -> None:
+    """Each of ``brokers`` registers (and is marked in that read)."""
+    for index, broker in enumerate(brokers):
+        broker.sendall(b"register broker%d" % index)
+    for _ in range(5):
+        turn(reactor)
+    assert sorted(factory.served) == sorted(f"broker{index}" for index in range(len(brokers)))
+    factory.served.clear()
+
+
 def test_the_clients_sockets_are_served_before_the_brokers(reactor: Any) -> None:
     factory = Factory()
     clients = connect(reactor, factory, 6)
-    for p in factory.made[:4]:  # the first four are brokers' (and first in epoll's order)
-        serve_after_clients(p.transport)
+    registered(reactor, factory, clients[:4])  # the first four are brokers' (and first in epoll's order)
     names = ["broker0", "broker1", "broker2", "broker3", "lookup4", "lookup5"]
     ready_at_once(clients, names)
     turn(reactor)
@@ -120,8 +134,7 @@ def test_a_turn_serves_at_most_brokers_per_turn_and_the_rest_next_turn(
     monkeypatch.setattr(namesrv_reactor, "BROKERS_PER_TURN", 2)
     factory = Factory()
     clients = connect(reactor, factory, 6)
-    for p in factory.made[:5]:
-        serve_after_clients(p.transport)
+    registered(reactor, factory, clients[:5])
     ready_at_once(clients[:5], [f"broker{i}" for i in range(5)])
     turn(reactor)
     assert len(factory.served) == 2
@@ -146,15 +159,16 @@ def test_the_mark_reaches_the_socket_under_a_wrapping_transport() -> None:
 def test_a_peer_that_closes_is_lost_after_its_last_bytes_are_read(reactor: Any) -> None:
     factory = Factory()
     clients = connect(reactor, factory, 2)
-    serve_after_clients(factory.made[1].transport)
+    registered(reactor, factory, clients[1:])
     clients[0].sendall(b"last words")
     clients[0].close()
-    clients[1].sendall(b"broker")
+    clients[1].sendall(b"broker0")
     clients[1].close()
     for _ in range(5):
         turn(reactor)
-    assert sorted(factory.served) == ["broker", "last words"]
+    assert sorted(factory.served) == ["broker0", "last words"]
     assert len(factory.lost) == 2 and all(f.check(error.ConnectionDone) for f in factory.lost)
+    assert reactor._sets.in_brokers == set()  # the broker's socket left the brokers' set with it
 
 
 def test_half_close_reaches_a_half_closeable_protocol(reactor: Any) -> None:
@@ -192,7 +206,7 @@ def test_an_exception_from_a_read_is_logged_under_the_socket_and_closes_it(react
 def test_writes_the_kernel_did_not_take_are_sent_when_the_socket_is_writable(reactor: Any) -> None:
     factory = Factory()
     [client] = connect(reactor, factory, 1)
-    serve_after_clients(factory.made[0].transport)
+    registered(reactor, factory, [client])
     big = b"x" * (8 << 20)
     factory.made[0].transport.write(big)
     client.setblocking(False)

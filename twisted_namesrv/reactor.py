@@ -25,6 +25,7 @@ namesrv-epoll`` by the plugin's installer), else nothing: Twisted's default reac
 from __future__ import annotations
 
 import errno
+import select
 import sys
 from typing import Any
 
@@ -32,7 +33,7 @@ from twisted.internet import abstract, error
 from twisted.python import log
 
 try:
-    from select import EPOLLIN
+    from select import EPOLLIN, EPOLLOUT
 
     from twisted.internet.epollreactor import EPollReactor
 except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as it does
@@ -69,32 +70,92 @@ def served_after_clients(transport: Any) -> bool:
     return bool(getattr(descriptor, _AFTER_CLIENTS, False))
 
 
+class _TwoSets:
+    """The epoll object as Twisted's EPollReactor uses it (register, modify, unregister, poll,
+    fileno, close), over two epoll sets: the clients' (every descriptor starts there) and the
+    brokers', which the clients' set watches as one more descriptor. Polling the brokers' set
+    apart, BROKERS_PER_TURN at a time, takes them in epoll's ready order, those left at the head:
+    no broker waits more than its share of turns, and no turn reports again those it left."""
+
+    def __init__(self) -> None:
+        self.clients = select.epoll(1024)
+        self.brokers = select.epoll(1024)
+        self.clients.register(self.brokers.fileno(), select.EPOLLIN)
+        self.brokers_fd = self.brokers.fileno()
+        #: the descriptors registered in the brokers' set
+        self.in_brokers: set[int] = set()
+
+    def register(self, fd: int, flags: int) -> None:
+        self.clients.register(fd, flags)
+
+    def modify(self, fd: int, flags: int) -> None:
+        (self.brokers if fd in self.in_brokers else self.clients).modify(fd, flags)
+
+    def unregister(self, fd: int) -> None:
+        if fd in self.in_brokers:
+            self.in_brokers.discard(fd)
+            self.brokers.unregister(fd)
+        else:
+            self.clients.unregister(fd)
+
+    def to_brokers(self, fd: int, flags: int) -> None:
+        """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
+        self.clients.unregister(fd)
+        self.brokers.register(fd, flags)
+        self.in_brokers.add(fd)
+
+    def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
+        return self.clients.poll(timeout, maxevents)
+
+    def fileno(self) -> int:
+        return self.clients.fileno()
+
+    def close(self) -> None:
+        self.brokers.close()
+        self.clients.close()
+
+
 if EPollReactor is not None:
     class NamesrvReactor(EPollReactor):  # type: ignore[misc,valid-type]
         """EPollReactor whose turn serves the clients' ready sockets first, then at most
         BROKERS_PER_TURN of the brokers' (module docstring)."""
 
+        def __init__(self) -> None:
+            super().__init__()
+            self._poller.close()
+            self._poller = self._sets = _TwoSets()
+            for fd in self._reads | self._writes:  # what the base registered already: its waker
+                self._poller.register(fd, self._flags(fd))
+
+        def _flags(self, fd: int) -> int:
+            """What ``fd`` is registered for (Twisted's own record of it)."""
+            return (EPOLLIN if fd in self._reads else 0) | (EPOLLOUT if fd in self._writes else 0)
+
         def doPoll(self, timeout: float | None) -> None:
+            sets, selectables, serve = self._sets, self._selectables, self._serve
             try:
-                # as Twisted's: at most as many events as descriptors watched
-                ready = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
+                # as Twisted's: at most as many events as descriptors watched (and the brokers' set)
+                ready = self._poller.poll(-1 if timeout is None else timeout, len(selectables) + 1)
             except OSError as err:
                 if err.errno == errno.EINTR:
                     return
                 raise
-            selectables, serve = self._selectables, self._serve
-            brokers: list[tuple[Any, int, int]] = []
+            brokers = False
             for fd, event in ready:
+                if fd == sets.brokers_fd:
+                    brokers = True
+                    continue
                 selectable = selectables.get(fd)
                 if selectable is None:
                     continue
-                if getattr(selectable, _AFTER_CLIENTS, False):
-                    brokers.append((selectable, fd, event))
-                else:
-                    serve(selectable, fd, event)
-            for selectable, fd, event in brokers[:BROKERS_PER_TURN]:
-                if selectables.get(fd) is selectable:  # not closed by a socket served before it
-                    serve(selectable, fd, event)
+                serve(selectable, fd, event)
+                if getattr(selectable, _AFTER_CLIENTS, False) and selectables.get(fd) is selectable:
+                    sets.to_brokers(fd, self._flags(fd))  # marked in this read (or before): moved, once
+            if brokers:
+                for fd, event in sets.brokers.poll(0, BROKERS_PER_TURN):
+                    selectable = selectables.get(fd)
+                    if selectable is not None:
+                        serve(selectable, fd, event)
 
         doIteration = doPoll
 
