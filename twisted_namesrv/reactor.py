@@ -3,13 +3,15 @@ brokers' in each turn, and a read outside Twisted's logging context.
 
 A heartbeat storm makes hundreds of brokers' sockets ready at once; Twisted's ``doPoll`` serves a
 turn's ready sockets in epoll's order, so a client's lookup read in that turn waited behind every
-heartbeat before it (27-36 µs each: at 5,000 brokers a turn of 75 took 2.3 ms of CPU, a mass
-disconnect's 800 took 15-23 ms). Here a turn serves the sockets not marked first (clients,
-``mqadmin``, the listening port, the HTTP port), then at most ``BROKERS_PER_TURN`` of the sockets
-marked as brokers' (``serve_after_clients``: RemotingProtocol marks a connection once it keeps a
-broker's heartbeat answer); the brokers' sockets it leaves are still ready, and epoll (level
-triggered) reports them again at the next turn, ahead of those that became ready since. A lookup
-read while a storm is served waits for at most that many heartbeats, not for all of them.
+heartbeat before it (27-44 µs each: at 5,000 brokers a turn of 75 took 2.3 ms of CPU, on a loaded
+machine one took 12-40 ms). Here the brokers' sockets are watched in an epoll set of their own,
+which the clients' set watches as one descriptor: a turn serves every ready socket of the
+clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
+``BROKERS_PER_TURN`` of the brokers' set, in epoll's ready order (those it leaves stay at the head
+of that set's ready list for the next turn, and are not reported again until then). A lookup read
+while a storm is served waits for at most that many heartbeats, not for all of them. A socket
+moves to the brokers' set in the read that marks it (``serve_after_clients``: RemotingProtocol
+marks a connection once it keeps a broker's heartbeat answer) and leaves it when unregistered.
 
 Twisted wraps each ready socket's service in ``log.callWithLogger`` (a context for its legacy log's
 ``system`` field, 1.4 µs a socket); nothing of this server logs through that context on a read,
@@ -18,8 +20,9 @@ write, a hang-up, an error), an exception from a read, and the disconnection tha
 Twisted runs them, in the socket's context: the ``Unhandled Error`` line still names the peer.
 A selectable's handling is otherwise Twisted's ``_doReadOrWrite``, half-close and TLS included.
 
-``install()`` installs it where epoll exists (``python -m twisted_namesrv``; ``twistd --reactor
-namesrv-epoll`` by the plugin's installer), else nothing: Twisted's default reactor is used.
+``install()`` installs it where epoll exists (``python -m twisted_namesrv``, the ``twisted-namesrv``
+command; ``twistd --reactor namesrv-epoll``, as ``tools/run-server.sh`` runs it), else nothing:
+Twisted's default reactor is used.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ try:
 except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as it does
     EPollReactor = None  # type: ignore[assignment,misc]
 
-#: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 2 ms in all);
+#: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 1 ms in all);
 #: the rest wait for the next turn, still ready, so a lookup waits for no more than these
-BROKERS_PER_TURN = 64
+BROKERS_PER_TURN = 32
 
 #: the attribute of a socket's descriptor (Twisted's FileDescriptor) that puts it after the others
 _AFTER_CLIENTS = "namesrv_after_clients"
