@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -249,3 +250,17 @@ def test_a_connection_is_served_after_the_clients_once_it_keeps_a_brokers_heartb
     for _ in range(3):
         server.send(client, lookup)
     assert marked == [broker[1]] and broker[0].after_clients and not client[0].after_clients
+
+
+def test_the_brokers_hang_ups_are_all_served_in_the_turn_past_brokers_per_turn(
+        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mass disconnect's closures leave together (their removals are one batch), as Twisted's."""
+    monkeypatch.setattr(namesrv_reactor, "BROKERS_PER_TURN", 2)
+    factory = Factory()
+    clients = connect(reactor, factory, 5)
+    registered(reactor, factory, clients)
+    for client in clients:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset
+    turn(reactor)
+    assert len(factory.lost) == 5 and reactor._sets.in_brokers == set()

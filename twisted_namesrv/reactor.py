@@ -7,8 +7,10 @@ heartbeat before it (27-44 µs each: at 5,000 brokers a turn of 75 took 2.3 ms o
 machine one took 12-40 ms). Here the brokers' sockets are watched in an epoll set of their own,
 which the clients' set watches as one descriptor: a turn serves every ready socket of the
 clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
-``BROKERS_PER_TURN`` of the brokers' set, in epoll's ready order (those it leaves stay at the head
-of that set's ready list for the next turn, and are not reported again until then). A lookup read
+``BROKERS_PER_TURN`` of the brokers' set with something to read or write, in epoll's ready order
+(those it leaves stay at the head of that set's ready list for the next turn, and are not reported
+again until then), and every one of them that hung up or failed (a mass disconnect's closures,
+spread over a turn each, cost more than twice the CPU in all: their removals batch per turn). A lookup read
 while a storm is served waits for at most that many heartbeats, not for all of them. A socket
 moves to the brokers' set in the read that marks it (``serve_after_clients``: RemotingProtocol
 marks a connection once it keeps a broker's heartbeat answer) and leaves it when unregistered.
@@ -45,6 +47,9 @@ except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as
 #: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 1 ms in all);
 #: the rest wait for the next turn, still ready, so a lookup waits for no more than these
 BROKERS_PER_TURN = 32
+
+#: a socket's events that say it hung up or failed
+_GONE = select.EPOLLHUP | select.EPOLLERR
 
 #: the attribute of a socket's descriptor (Twisted's FileDescriptor) that puts it after the others
 _AFTER_CLIENTS = "namesrv_after_clients"
@@ -155,10 +160,26 @@ if EPollReactor is not None:
                 if getattr(selectable, _AFTER_CLIENTS, False) and selectables.get(fd) is selectable:
                     sets.to_brokers(fd, self._flags(fd))  # marked in this read (or before): moved, once
             if brokers:
-                for fd, event in sets.brokers.poll(0, BROKERS_PER_TURN):
+                self._serve_brokers()
+
+        def _serve_brokers(self) -> None:
+            """At most BROKERS_PER_TURN of the brokers' ready sockets with something to read or
+            write, in epoll's order; those that hung up or failed as well, uncounted (a mass
+            disconnect's in one turn, as Twisted's: its removals are one batch, as costly spread
+            over a turn each; nothing more can come from such a socket)."""
+            poll, selectables, serve = self._sets.brokers.poll, self._selectables, self._serve
+            left = BROKERS_PER_TURN
+            while left > 0:
+                asked = left
+                ready = poll(0, asked)
+                for fd, event in ready:
                     selectable = selectables.get(fd)
                     if selectable is not None:
                         serve(selectable, fd, event)
+                    if not event & _GONE:
+                        left -= 1
+                if len(ready) < asked:
+                    break  # none left ready
 
         doIteration = doPoll
 
