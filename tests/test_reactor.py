@@ -264,3 +264,19 @@ def test_the_brokers_hang_ups_are_all_served_in_the_turn_past_brokers_per_turn(
         client.close()  # a reset
     turn(reactor)
     assert len(factory.lost) == 5 and reactor._sets.in_brokers == set()
+
+
+def test_hang_ups_past_brokers_gone_per_turn_wait_for_the_next_turn(
+        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(namesrv_reactor, "BROKERS_PER_TURN", 2)
+    monkeypatch.setattr(namesrv_reactor, "BROKERS_GONE_PER_TURN", 3)
+    factory = Factory()
+    clients = connect(reactor, factory, 5)
+    registered(reactor, factory, clients)
+    for client in clients:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+    turn(reactor)
+    assert len(factory.lost) == 3
+    turn(reactor)
+    assert len(factory.lost) == 5

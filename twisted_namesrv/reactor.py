@@ -9,8 +9,9 @@ which the clients' set watches as one descriptor: a turn serves every ready sock
 clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
 ``BROKERS_PER_TURN`` of the brokers' set with something to read or write, in epoll's ready order
 (those it leaves stay at the head of that set's ready list for the next turn, and are not reported
-again until then), and every one of them that hung up or failed (a mass disconnect's closures,
-spread over a turn each, cost more than twice the CPU in all: their removals batch per turn). A lookup read
+again until then), and those that hung up or failed besides, up to ``BROKERS_GONE_PER_TURN``
+(a mass disconnect's closures spread 32 a turn cost more than twice the CPU in all: their
+removals batch per turn). A lookup read
 while a storm is served waits for at most that many heartbeats, not for all of them. A socket
 moves to the brokers' set in the read that marks it (``serve_after_clients``: RemotingProtocol
 marks a connection once it keeps a broker's heartbeat answer) and leaves it when unregistered.
@@ -47,6 +48,10 @@ except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as
 #: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 1 ms in all);
 #: the rest wait for the next turn, still ready, so a lookup waits for no more than these
 BROKERS_PER_TURN = 32
+
+#: the brokers' sockets served in one turn at most, those that hung up or failed included: a mass
+#: disconnect's closures (30-50 µs each) as many a turn as Twisted's turns took them, not more
+BROKERS_GONE_PER_TURN = 1024
 
 #: a socket's events that say it hung up or failed
 _GONE = select.EPOLLHUP | select.EPOLLERR
@@ -164,13 +169,14 @@ if EPollReactor is not None:
 
         def _serve_brokers(self) -> None:
             """At most BROKERS_PER_TURN of the brokers' ready sockets with something to read or
-            write, in epoll's order; those that hung up or failed as well, uncounted (a mass
-            disconnect's in one turn, as Twisted's: its removals are one batch, as costly spread
-            over a turn each; nothing more can come from such a socket)."""
+            write, in epoll's order; those that hung up or failed as well, uncounted up to
+            BROKERS_GONE_PER_TURN in all (a mass disconnect's in as few turns as Twisted's: its
+            removals are one batch a turn, as costly spread over a turn each)."""
             poll, selectables, serve = self._sets.brokers.poll, self._selectables, self._serve
-            left = BROKERS_PER_TURN
-            while left > 0:
-                asked = left
+            left, room = BROKERS_PER_TURN, BROKERS_GONE_PER_TURN
+            while left > 0 and room > 0:
+                asked = min(left, room)
+                room -= asked
                 ready = poll(0, asked)
                 for fd, event in ready:
                     selectable = selectables.get(fd)
