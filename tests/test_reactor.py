@@ -252,30 +252,30 @@ def test_a_connection_is_served_after_the_clients_once_it_keeps_a_brokers_heartb
     assert marked == [broker[1]] and broker[0].after_clients and not client[0].after_clients
 
 
-def test_the_brokers_hang_ups_are_all_served_in_the_turn_past_brokers_per_turn(
-        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A mass disconnect's closures leave together (their removals are one batch), as Twisted's."""
+def five_brokers_reset(reactor: Any, monkeypatch: pytest.MonkeyPatch, gone_per_turn: int) -> Factory:
+    """Five registered brokers' connections reset at once, BROKERS_PER_TURN 2."""
     monkeypatch.setattr(namesrv_reactor, "BROKERS_PER_TURN", 2)
+    monkeypatch.setattr(namesrv_reactor, "BROKERS_GONE_PER_TURN", gone_per_turn)
     factory = Factory()
     clients = connect(reactor, factory, 5)
     registered(reactor, factory, clients)
     for client in clients:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset
+    return factory
+
+
+def test_the_brokers_hang_ups_are_all_served_in_the_turn_past_brokers_per_turn(
+        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mass disconnect's closures leave together (their removals are one batch), as Twisted's."""
+    factory = five_brokers_reset(reactor, monkeypatch, 1024)
     turn(reactor)
     assert len(factory.lost) == 5 and reactor._sets.in_brokers == set()
 
 
 def test_hang_ups_past_brokers_gone_per_turn_wait_for_the_next_turn(
         reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(namesrv_reactor, "BROKERS_PER_TURN", 2)
-    monkeypatch.setattr(namesrv_reactor, "BROKERS_GONE_PER_TURN", 3)
-    factory = Factory()
-    clients = connect(reactor, factory, 5)
-    registered(reactor, factory, clients)
-    for client in clients:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        client.close()
+    factory = five_brokers_reset(reactor, monkeypatch, 3)
     turn(reactor)
     assert len(factory.lost) == 3
     turn(reactor)
