@@ -39,11 +39,12 @@ from twisted.internet import abstract, error
 from twisted.python import log
 
 try:
-    from select import EPOLLIN, EPOLLOUT
+    from select import EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT
 
     from twisted.internet.epollreactor import EPollReactor
 except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as it does
     EPollReactor = None  # type: ignore[assignment,misc]
+    EPOLLERR = EPOLLHUP = EPOLLIN = EPOLLOUT = 0
 
 #: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 1 ms in all);
 #: the rest wait for the next turn, still ready, so a lookup waits for no more than these
@@ -54,7 +55,7 @@ BROKERS_PER_TURN = 32
 BROKERS_GONE_PER_TURN = 1024
 
 #: a socket's events that say it hung up or failed
-_GONE = select.EPOLLHUP | select.EPOLLERR
+_GONE = EPOLLHUP | EPOLLERR
 
 #: the attribute of a socket's descriptor (Twisted's FileDescriptor) that puts it after the others
 _AFTER_CLIENTS = "namesrv_after_clients"
@@ -65,22 +66,23 @@ _NO_FILEDESC = error.ConnectionFdescWentAway("File descriptor lost")
 
 def serve_after_clients(transport: Any) -> None:
     """Serve this connection's socket after the clients' in each reactor turn (a broker's: its
-    heartbeats can wait a turn, a lookup should not). ``transport`` is a protocol's transport:
-    the socket's own, or TLS's wrapper over it (its ``transport``). Under another reactor it
-    does nothing."""
-    descriptor = transport
-    while descriptor is not None and not isinstance(descriptor, abstract.FileDescriptor):
-        descriptor = getattr(descriptor, "transport", None)
+    heartbeats can wait a turn, a lookup should not). Under another reactor it does nothing."""
+    descriptor = _descriptor(transport)
     if descriptor is not None:
         setattr(descriptor, _AFTER_CLIENTS, True)
 
 
 def served_after_clients(transport: Any) -> bool:
     """Whether ``serve_after_clients`` marked the socket under ``transport``."""
-    descriptor = transport
-    while descriptor is not None and not isinstance(descriptor, abstract.FileDescriptor):
-        descriptor = getattr(descriptor, "transport", None)
-    return bool(getattr(descriptor, _AFTER_CLIENTS, False))
+    return bool(getattr(_descriptor(transport), _AFTER_CLIENTS, False))
+
+
+def _descriptor(transport: Any) -> abstract.FileDescriptor | None:
+    """The socket's descriptor under a protocol's transport: the transport itself, or under TLS's
+    wrapper (its ``transport``); None when there is none (a test's transport)."""
+    while transport is not None and not isinstance(transport, abstract.FileDescriptor):
+        transport = getattr(transport, "transport", None)
+    return transport
 
 
 class _TwoSets:
@@ -93,7 +95,7 @@ class _TwoSets:
     def __init__(self) -> None:
         self.clients = select.epoll(1024)
         self.brokers = select.epoll(1024)
-        self.clients.register(self.brokers.fileno(), select.EPOLLIN)
+        self.clients.register(self.brokers.fileno(), EPOLLIN)
         self.brokers_fd = self.brokers.fileno()
         #: the descriptors registered in the brokers' set
         self.in_brokers: set[int] = set()
