@@ -3,7 +3,8 @@
 
 A benchmark, not a test.  Runs ``python -m twisted_namesrv`` with the epoll reactor, and times by
 the reactor thread's CPU (``time.thread_time``: a loaded machine moves it far less than a wall
-clock) each reactor turn's work after epoll returned (with how many sockets were ready), each
+clock) each reactor turn's work after epoll returned (with how many sockets were ready: on the server's
+reactor those of the clients' epoll set, where the brokers' set is one), each
 delayed call (by the name of what it calls: a timer, the Cooperator's steps, the dispatcher's
 waiting registrations) and each collector pass (by generation).  At the stop it writes those of
 at least ``--over`` ms of CPU as JSON lines to ``--out`` (kind, monotonic start, CPU ms, what,
