@@ -30,6 +30,7 @@ from .budget import FdBudget, MemoryBudget
 from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
+from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals
 from .remoting import FrameDecoder, RemotingDecodeError
 
@@ -126,6 +127,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     dropped = False
     _in_answer = False
     _in_write = False
+    #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
+    after_clients = False
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -227,6 +230,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                     break  # the rest waits until the peer reads them (resumeProducing)
         finally:
             self._in_answer = False
+        if not self.after_clients and self.channel in dispatcher.answers.renewals:
+            self.after_clients = True  # a broker's: its heartbeats wait for the lookups read with them
+            serve_after_clients(self.transport)
         self.waiting = frames
         if later is not None:
             self.answering, self.answering_size = later.answer, later.size
