@@ -244,7 +244,8 @@ def test_a_saved_value_is_the_value_after_a_restart_and_adds_no_key(tmp_path_fac
     path = tmp_path_factory.mktemp("restart") / "ns.properties"
     path.write_text(f"kvConfigPath={path.parent / 'kv.json'}\n")
     config = NamesrvConfig.from_file(str(path))
-    config.apply({"productEnvName": value}, lambda text: path.write_text(text, encoding="utf-8"))
+    config.apply({"productEnvName": value})
+    path.write_text(config.stored_text(), encoding="utf-8")
     saved = load(path.read_text(encoding="utf-8"))
     assert set(saved) <= set(config.listed_keys())  # the keys listed (unset ones left out), not one more
     again = NamesrvConfig.from_file(str(path))

@@ -15,6 +15,7 @@ from .state.acl import AccessControl
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
+from .state.store import Saved
 from .state.topology import Topology
 
 
@@ -44,7 +45,9 @@ class NamesrvState:
     #: the broker groups seen, kept after they leave (state/topology.py)
     topology: Topology
     started_at: float = 0.0
-    persist_config: Callable[[str], None] = field(default=lambda text: None)
+    #: ``save_config(saved)``: write the config as it is now (UPDATE_NAMESRV_CONFIG), telling
+    #: ``saved`` once the write is over (state/store.py's SavesOfNewest, off the reactor thread)
+    save_config: Callable[[Saved], None] = field(default=lambda saved: saved(None))
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)

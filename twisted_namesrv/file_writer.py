@@ -1,4 +1,5 @@
-"""A store's file written off the reactor thread, for the writers that run every few seconds.
+"""A store's file written off the reactor thread: the periodic writers' and the ones any peer's
+request makes (PUT_KV_CONFIG, UPDATE_NAMESRV_CONFIG: state/kv.py, state/store.py's SavesOfNewest).
 
 state/store.py's write_atomically fsyncs the file and its directory.  On a busy disk one such
 write waited 0.4-0.9 s (the topology's, every 2 s while 1,000 brokers registered, load 5:
@@ -6,7 +7,8 @@ tools/bench/server_turns.py), all of it the reactor's, so every lookup waited wi
 periodic writers (the page's events, the topology) hand the bytes, encoded in the reactor thread,
 to a thread of the reactor's pool: one write of a file at a time (a tick while one is in flight
 writes nothing; the next catches up), and a write that must be done before the caller goes on (a
-retirement, the stop) waits for the one in flight and is made in the calling thread.  On a clock
+retirement, the stop) waits for the one in flight and is made in the calling thread.  A request's
+change is answered once its write is done (``write_soon``'s ``done``).  On a clock
 without threads (a test's ``task.Clock``) every write is made at once.
 """
 

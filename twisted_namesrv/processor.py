@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from . import properties
@@ -52,7 +53,7 @@ from .state.routes import (
     has_unit_flag,
     has_unit_sub_flag,
 )
-from .state.store import StoreError
+from .state.store import Saved, StoreError
 from .steps import Steps, run_steps
 
 log = Logger()
@@ -75,7 +76,7 @@ class Answer:
     renewal: Renewable | None = None
 
 
-Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer]
+Handler = Callable[[NamesrvState, RemotingCommand, Peer], RemotingCommand | Answer | defer.Deferred[RemotingCommand]]
 SteppedHandler = Callable[[NamesrvState, RemotingCommand, Peer], Steps[RemotingCommand | Answer]]
 
 
@@ -115,20 +116,33 @@ def json_body(request: RemotingCommand) -> Any:
 
 # -- KV config (100, 101, 102, 219) ---------------------------------------------------------
 
-def put_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def put_kv_config(state: NamesrvState, request: RemotingCommand,
+                  peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
     ext = request.ext
     namespace, key = ext.get("namespace"), ext.get("key")
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    answer, saved = _answered_once_saved(state, request, "putKVConfig")
     try:
-        state.kv.put(namespace, key, ext.get("value"))
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig not applied: {exc}")
+        state.kv.put(namespace, key, ext.get("value"), saved)
     except KVLimitError as exc:  # nothing changed (Java has no limit)
         state.refusals("remoting", "max_kv_bytes", peer.address, "putKVConfig {namespace}/{key} refused: {why}",
                        namespace=namespace[:200], key=key[:200], why=str(exc))
         return respond(state, request, ResponseCode.SYSTEM_ERROR, f"putKVConfig refused: {exc}", normal=False)
-    return respond(state, request)
+    return answer
+
+
+def _answered_once_saved(state: NamesrvState, request: RemotingCommand,
+                         verb: str) -> tuple[defer.Deferred[RemotingCommand], Saved]:
+    """A KV change's answer, given once the store says it is durable (the write may finish in a
+    later turn: state/kv.py), and what the store tells: SUCCESS, or SYSTEM_ERROR when the save
+    failed (logged and counted by the store; nothing changed)."""
+    answer: defer.Deferred[RemotingCommand] = defer.Deferred()
+
+    def saved(error: StoreError | None) -> None:
+        answer.callback(respond(state, request) if error is None else
+                        respond(state, request, ResponseCode.SYSTEM_ERROR, f"{verb} not applied: {error}"))
+    return answer, saved
 
 
 def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -140,13 +154,11 @@ def get_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> 
     return respond(state, request, ext={"value": value})
 
 
-def delete_kv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    namespace, key = request.ext.get("namespace"), request.ext.get("key")
-    try:
-        state.kv.delete(namespace, key)
-    except StoreError as exc:  # logged and counted by the store; nothing changed
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"deleteKVConfig not applied: {exc}")
-    return respond(state, request)
+def delete_kv_config(state: NamesrvState, request: RemotingCommand,
+                     peer: Peer) -> defer.Deferred[RemotingCommand]:
+    answer, saved = _answered_once_saved(state, request, "deleteKVConfig")
+    state.kv.delete(request.ext.get("namespace"), request.ext.get("key"), saved)
+    return answer
 
 
 def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -510,7 +522,8 @@ def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCom
 
 # -- configuration (318, 319) ----------------------------------------------------------------
 
-def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
+                          peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
     if not request.body:
         return respond(state, request)
     too_big = oversized(request.body)
@@ -532,16 +545,22 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: P
                        controls=controls)
         return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {controls}.")
     try:
-        unsaved = state.config.apply({k: v for k, v in props.items()
-                                      if k in state.config.values or k in state.config.extra}, state.persist_config)
+        state.config.apply({k: v for k, v in props.items() if k in state.config.values or k in state.config.extra})
     except ConfigError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc))
-    if unsaved is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
-        log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
-                 peer=peer.address, props=masked(props), error=str(unsaved))
-        return respond(state, request, remark=f"applied in memory only, until the restart: {unsaved}")
-    log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
-    return respond(state, request)
+    answer: defer.Deferred[RemotingCommand] = defer.Deferred()
+
+    def saved(error: StoreError | None) -> None:
+        state.config.saved(error)
+        if error is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
+            log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
+                     peer=peer.address, props=masked(props), error=str(error))
+            answer.callback(respond(state, request, remark=f"applied in memory only, until the restart: {error}"))
+            return
+        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
+        answer.callback(respond(state, request))
+    state.save_config(saved)  # off the reactor thread: any peer may send it (state/store.py's SavesOfNewest)
+    return answer
 
 
 def get_namesrv_config(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:

@@ -35,6 +35,7 @@ from .departures import DepartedBrokers
 from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
 from .events import RecentEvents
+from .file_writer import FileWriter
 from .housekeeping import HousekeepingService, log_route_event
 from .lost_topics import LostTopics
 from .metrics import Metrics
@@ -51,7 +52,7 @@ from .state.config import ConfigError, NamesrvConfig
 from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
-from .state.store import AtomicFile, StoreError, unwritable
+from .state.store import Save, Saved, SavesOfNewest, StoreError, unwritable
 from .state.topology import Topology
 from .timers import ClockedTimerService
 from .tls import connect_with, listen_with
@@ -90,6 +91,20 @@ def store_refusal(failures: Counter[tuple[str, str]],
         log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
+
+
+def saved_by(writer: FileWriter, refused: Callable[[StoreError], None]) -> Save:
+    """A store's ``save(data, saved)`` through ``writer`` (a thread of the reactor's pool, one write
+    at a time): a failed save is refused (logged, counted) and told as its StoreError."""
+    def save(data: bytes, saved: Saved) -> None:
+        def done(error: OSError | None) -> None:
+            if error is not None and not isinstance(error, StoreError):
+                error = StoreError(writer.what, writer.path, error)
+            if error is not None:
+                refused(error)
+            saved(error)
+        writer.write_soon(data, done)
+    return save
 
 
 @dataclass(frozen=True)
@@ -132,11 +147,12 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     metrics = Metrics()
     refused = store_refusal(metrics.store_failures)
     kv_path = Path(config["kvConfigPath"])
-    kv_file = AtomicFile("kvConfigPath", kv_path, refused)
+    kv_file = FileWriter(clock, kv_path, "kvConfigPath")  # off the reactor thread: any peer may put (state/kv.py)
     # updateNamesrvConfig applies a change its file cannot take (a read-only ConfigMap), as Java does
     applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
-    config_file = AtomicFile("configStorePath", config["configStorePath"], applied_anyway)
-    kv = KVConfigManager(kv_file.save, lambda: config["maxKvBytes"])
+    config_file = FileWriter(clock, config["configStorePath"], "configStorePath")  # off the reactor thread, too
+    config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
+    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
     kv.load(kv_path)
     routes = RouteInfoManager(config, steady_seconds(clock), notifier=notifier)  # heartbeats: no clock step (clocks.py)
     answers = AnswerCache(routes, keep=keep_answers)
@@ -147,7 +163,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     topology = Topology(seconds)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         lambda text: config_file.save(java_utf8(text)), acl=acl)
+                         config_saves.save, acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
                         HealthWatch(routes, topology))

@@ -83,9 +83,9 @@ async def wildcard_site(tmp_path):
     side listening on 127.0.0.1 (no test listens beyond this machine), a KV value in place."""
     config = server_config(tmp_path, metricsPort=free_port(), metricsBindAddress="0.0.0.0",
                            httpAllowedHosts="namesrv.example")
+    (tmp_path / "kvConfig.json").write_text('{"configTable":{"ns":{"k":"kv-value"}}}')
     service = NamesrvService.from_config(config, reactor)
     service.web.interface = "127.0.0.1"
-    service.state.kv.put("ns", "k", "kv-value")
     events: list[dict] = []
     globalLogPublisher.addObserver(events.append)
     service.startService()

@@ -568,13 +568,10 @@ class NamesrvConfig:
         config.sources = sources
         return config
 
-    def apply(self, props: dict[str, str], persist: Callable[[str], None] | None = None) -> OSError | None:
+    def apply(self, props: dict[str, str]) -> None:
         """UPDATE_NAMESRV_CONFIG: take the new values (the caller refused guarded keys), all or none:
-        a value the server cannot run with raises ConfigError and leaves every value as it was.  Then
-        ``persist(stored_text)`` saves them; a save that fails (OSError: a read-only file, a full disk)
-        is returned, the values applied in memory as Java's Configuration.update does (it logs the
-        failed save and answers SUCCESS): the change lasts until the restart, and ``unsaved`` says so
-        until a later save succeeds."""
+        a value the server cannot run with raises ConfigError and leaves every value as it was.
+        The caller then saves ``stored_text()`` and tells ``saved`` how it went."""
         values, extra = dict(self.values), dict(self.extra)
         try:
             self._set(props)
@@ -586,16 +583,15 @@ class NamesrvConfig:
             self.extra.update(extra)
             raise
         self.revision += 1
-        failed = None
-        if persist is not None:
-            try:
-                persist(self.stored_text())
-                self.unsaved = ""
-            except OSError as exc:
-                failed, self.unsaved = exc, str(exc)
         for listener in self._subscribers:
             listener()
-        return failed
+
+    def saved(self, error: OSError | None) -> None:
+        """How the save of the values applied went: one that failed (a read-only file, a full
+        disk) leaves them applied in memory, as Java's Configuration.update does (it logs the
+        failed save and answers SUCCESS): the change lasts until the restart, and ``unsaved``
+        says so until a later save succeeds."""
+        self.unsaved = "" if error is None else str(error)
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """``listener()`` hears every update from now on (switches shape answers: the answer cache)."""

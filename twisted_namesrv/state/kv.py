@@ -2,27 +2,37 @@
 every change as ``{"configTable":{namespace:{key:value}}}``, like Java's kvConfig.json.
 
 A change is saved before it is made in memory: a save that fails (a full disk, no fd left, an
-I/O error) raises StoreError and changes nothing, in memory or on disk.
+I/O error) hands its caller the StoreError and changes nothing, in memory or on disk.
+
+Saving is the caller's ``save(data, saved)``, which may finish later (the service writes in a
+thread: an fsync on a busy disk took 20-300 ms, and PUT_KV_CONFIG is any peer's without ACL, so one
+peer's flood of puts held every lookup behind them).  One write is in flight at a time; the changes
+accepted meanwhile are staged on top of it and written together by the next (one fsync for all of
+them), each caller's ``saved`` called once the write holding its change is durable.  Reads see
+the table as saved; a change that leaves the staged table as it is writes nothing.  A failed write
+fails the changes staged after it too: they were staged on a table that never became durable.
 
 What the table may hold is bounded (``maxKvBytes``, its encoded size): each change rewrites the
-whole file in the reactor, and PUT_KV_CONFIG is any peer's without ACL.  A change that would grow
-it past the bound raises KVLimitError and changes nothing; one that does not grow it is taken.
+whole file, and PUT_KV_CONFIG is any peer's without ACL.  A change that would grow the staged
+table past the bound raises KVLimitError and changes nothing; one that does not grow it is taken.
 
-Each change is published to the subscribers as ``(namespace, key)``: an ORDER_TOPIC_CONFIG key
-shows in its topic's route answers, which the answer cache drops."""
+Each change is published to the subscribers as ``(namespace, key)`` once it is saved: an
+ORDER_TOPIC_CONFIG key shows in its topic's route answers, which the answer cache drops."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..remoting import fastjson
 from ..remoting.fastjson import java_hash_map
 from .files import read_regular
-from .store import StoreError
+from .store import Save, Saved, StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+Table = dict[str, dict[str, str]]
 
 
 class KVConfigError(Exception):
@@ -33,24 +43,48 @@ class KVLimitError(Exception):
     """A change that would grow the table past ``maxKvBytes``: refused, nothing changed."""
 
 
+@dataclass
+class _Batch:
+    """Changes written together: the table they make, encoded, who waits for it and what changed."""
+    table: Table
+    data: bytes
+    keys: list[tuple[str, str]] = field(default_factory=list)
+    waiting: list[Saved] = field(default_factory=list)
+
+
+class _Outcome:
+    """What a caller without ``saved`` is told: the save must be done when the change returns."""
+
+    def __init__(self) -> None:
+        self.told = False
+        self.error: StoreError | None = None
+
+    def saved(self, error: StoreError | None) -> None:
+        self.told, self.error = True, error
+
+    def check(self) -> None:
+        assert self.told, "a save in flight: give the change a saved callback"
+        if self.error is not None:
+            raise self.error
+
+
 class KVConfigManager:
-    def __init__(self, persist: Callable[[bytes], None], limit: Callable[[], int] = lambda: 0) -> None:
-        """``persist(data)`` saves the whole table, raising StoreError when it cannot; ``limit()``:
-        the most bytes its encoding may grow to (0: no limit)."""
-        self.configTable: dict[str, dict[str, str]] = {}
-        self._persist = persist
+    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0) -> None:
+        """``save(data, saved)`` saves the whole table (``at_once`` makes one of a plain write);
+        ``limit()``: the most bytes its encoding may grow to (0: no limit)."""
+        self.configTable: Table = {}
+        self._save = save
         self._limit = limit
         #: the encoded size of configTable as it was last saved (or loaded)
         self.size = 0
         self._subscribers: list[Callable[[str, str], None]] = []
+        #: the write in flight, and the changes accepted since it began (written by the next)
+        self._writing: _Batch | None = None
+        self._next: _Batch | None = None
 
     def subscribe(self, listener: Callable[[str, str], None]) -> None:
         """``listener(namespace, key)`` hears every key put or deleted from now on."""
         self._subscribers.append(listener)
-
-    def _changed(self, namespace: str, key: str) -> None:
-        for listener in self._subscribers:
-            listener(namespace, key)
 
     def load(self, path: Path) -> None:
         if not path.exists():
@@ -75,44 +109,97 @@ class KVConfigManager:
         by_namespace = {ns: java_hash_map(table[ns]) for ns in table}
         return fastjson.dumps_bytes({"configTable": java_hash_map(by_namespace)})
 
-    def _commit(self, table: dict[str, dict[str, str]]) -> None:
-        """Durable first, then in memory: a save that fails changes nothing, nor does one that
-        would grow the table past the limit (KVLimitError)."""
-        data, limit = self.encode(table), self._limit()
-        if limit and len(data) > max(limit, self.size):
-            raise KVLimitError(f"the KV table would be {len(data)} bytes, over maxKvBytes ({limit})")
-        try:
-            self._persist(data)
-        except StoreError as exc:
-            if exc.replaced:  # renamed in place but not durable: put the old table back
-                with suppress(StoreError):
-                    self._persist(self.encode())
-            raise
-        self.configTable, self.size = table, len(data)
+    def _staged(self) -> tuple[Table, int]:
+        """The table with every change accepted so far, and its encoded size."""
+        newest = self._next or self._writing
+        return (newest.table, len(newest.data)) if newest is not None else (self.configTable, self.size)
 
-    def put(self, namespace: str, key: str, value: str | None) -> None:
+    def _accept(self, table: Table, namespace: str, key: str, saved: Saved | None) -> None:
+        """Stage ``table`` (the staged one with one change) to be saved, or refuse it past the
+        limit (KVLimitError); ``saved`` None: raise the StoreError of a save that is done now."""
+        outcome = _Outcome() if saved is None else None
+        tell = outcome.saved if outcome is not None else saved
+        assert tell is not None
+        staged, staged_size = self._staged()
+        if self._writing is None and table == staged:
+            tell(None)  # nothing to write, nothing in flight: it is as saved
+        else:
+            data, limit = self.encode(table), self._limit()
+            if limit and len(data) > max(limit, staged_size):
+                raise KVLimitError(f"the KV table would be {len(data)} bytes, over maxKvBytes ({limit})")
+            batch = self._next = self._next or _Batch(table, data)
+            batch.table, batch.data = table, data
+            batch.keys.append((namespace, key))
+            batch.waiting.append(tell)
+            if self._writing is None:
+                self._write_next()
+        if outcome is not None:
+            outcome.check()
+
+    def _write_next(self) -> None:
+        batch, self._next = self._next, None
+        if batch is None:
+            return
+        if batch.table == self.configTable:  # the changes undid each other, or changed nothing
+            self._done(batch, None)
+            return
+        self._writing = batch
+        self._save(batch.data, lambda error: self._written(batch, error))
+
+    def _written(self, batch: _Batch, error: StoreError | None) -> None:
+        """A write is over: adopt its table and tell its callers, or fail them and the changes
+        staged on it; a file renamed in place but not durable is put back first."""
+        self._writing = None
+        if error is None:
+            self.configTable, self.size = batch.table, len(batch.data)
+            self._done(batch, None)
+            self._write_next()
+            return
+        failed, self._next = self._next, None
+        self._done(batch, error, changed=False)
+        if failed is not None:
+            self._done(failed, error, changed=False)
+        if error.replaced:  # renamed in place, not durable: the saved table goes back first
+            self._writing = _Batch(self.configTable, self.encode())
+            self._save(self._writing.data, lambda _: self._restored())
+
+    def _restored(self) -> None:
+        self._writing = None
+        self._write_next()
+
+    def _done(self, batch: _Batch, error: StoreError | None, changed: bool = True) -> None:
+        if changed:
+            for namespace, key in dict.fromkeys(batch.keys):
+                for listener in self._subscribers:
+                    listener(namespace, key)
+        for saved in batch.waiting:
+            saved(error)
+
+    def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
+        staged, staged_size = self._staged()
         limit = self._limit()
-        if limit and value is not None and key not in self.configTable.get(namespace, {}):
-            least = self.size + len(key) + len(value) + 6  # "key":"value", at the least: refused before encoding
-            if least > max(limit, self.size):
+        if limit and value is not None and key not in staged.get(namespace, {}):
+            least = staged_size + len(key) + len(value) + 6  # "key":"value", at the least: refused before encoding
+            if least > max(limit, staged_size):
                 raise KVLimitError(f"the KV table would be at least {least} bytes, over maxKvBytes ({limit})")
-        entries = dict(self.configTable.get(namespace, {}))
+        entries = dict(staged.get(namespace, {}))
         if value is None:
             entries.pop(key, None)
         else:
             entries[key] = value
-        self._commit({**self.configTable, namespace: entries})
-        self._changed(namespace, key)
+        self._accept({**staged, namespace: entries}, namespace, key, saved)
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
         return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]
 
-    def delete(self, namespace: str | None, key: str | None) -> None:
-        entries = self.configTable.get(namespace)  # type: ignore[arg-type]
-        if entries is not None and key in entries:
-            self._commit({**self.configTable, namespace: {k: v for k, v in entries.items() if k != key}})  # type: ignore[dict-item]
-            self._changed(namespace, key)  # type: ignore[arg-type]
+    def delete(self, namespace: str | None, key: str | None, saved: Saved | None = None) -> None:
+        staged, _ = self._staged()
+        if namespace is None or key is None or key not in staged.get(namespace, {}):
+            table = staged  # nothing to delete (Java writes the file anyway): told once what is staged is saved
+        else:
+            table = {**staged, namespace: {k: v for k, v in staged[namespace].items() if k != key}}
+        self._accept(table, str(namespace), str(key), saved)
 
     def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:
         return self.configTable.get(namespace)  # type: ignore[arg-type]

@@ -146,6 +146,52 @@ def _put_back(target: Path, old: Path, kept: bool) -> bool:
     return True
 
 
+#: told once a save is durable (None) or could not be made so (the StoreError)
+Saved = Callable[[StoreError | None], None]
+#: ``save(data, saved)``: replace a file by ``data`` durably, then call ``saved`` (now or later)
+Save = Callable[[bytes, Saved], None]
+
+
+def at_once(write: Callable[[bytes], None]) -> Save:
+    """A ``Save`` of a ``write(data)`` that is done when it returns (raising StoreError if not)."""
+    def save(data: bytes, saved: Saved) -> None:
+        try:
+            write(data)
+        except StoreError as exc:
+            saved(exc)
+            return
+        saved(None)
+    return save
+
+
+class SavesOfNewest:
+    """Saves of a file whose newest content is all there is to save (the saved config): one
+    write in flight at a time, and the saves asked for meanwhile share the next, which writes
+    ``content()`` as it is then; each asker is told once a write begun after its ask is over."""
+
+    def __init__(self, save: Save, content: Callable[[], bytes]) -> None:
+        self._save, self._content = save, content
+        self._in_flight = False
+        self._waiting: list[Saved] = []
+
+    def save(self, saved: Saved) -> None:
+        self._waiting.append(saved)
+        if not self._in_flight:
+            self._write()
+
+    def _write(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        self._in_flight = True
+        self._save(self._content(), lambda error: self._written(waiting, error))
+
+    def _written(self, waiting: list[Saved], error: StoreError | None) -> None:
+        self._in_flight = False
+        for saved in waiting:
+            saved(error)
+        if self._waiting:
+            self._write()
+
+
 class AtomicFile:
     """One store file (the KV store, the saved config) under its key: ``save(data)`` replaces it
     durably, or tells ``refused`` (the service logs the line and counts it) and raises StoreError."""
