@@ -107,8 +107,8 @@ def test_the_server_and_the_capture_decoder_read_it_alike(
     answer = ns.call(RequestCode.REGISTER_BROKER, ext, body)
     request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=7, version=ns.client_version)
     bodies = _BodyCache()
-    captured = CapturedCommand(1.0, REQUEST, request, b"")
-    registration = registration_row("conn", captured, CapturedCommand(1.0, RESPONSE, answer, b""), bodies,
+    captured = CapturedCommand.decoded(1.0, REQUEST, request, b"")
+    registration = registration_row("conn", captured, CapturedCommand.decoded(1.0, RESPONSE, answer, b""), bodies,
                                     "127.0.0.1:9876")
     row = dict(zip(REGISTRATION_ROWS.names, registration, strict=True))
     event = dict(zip(EVENT_ROWS.names, registration_event(captured, registration, bodies.last, bodies.last_body,

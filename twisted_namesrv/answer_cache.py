@@ -56,7 +56,7 @@ import hashlib
 import re
 import struct
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -148,6 +148,12 @@ class AnswerCache:
         self.routes: dict[str, TopicAnswers] = {}
         self.tables: dict[str, dict[Hashable, bytes]] = {TOPIC: {}, BROKER: {}}
         self._topic_tables = self.tables[TOPIC]
+        #: counts the times the topic tables were let go: a topic list built apart (in a thread,
+        #: from the names of an earlier turn) is kept only if none went meanwhile (``keep_topics``)
+        self.topic_generation = 0
+        #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
+        #: of (KVConfigManager never changes one in place: a body is current while its table is)
+        self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
         #: JSON header templates of this server's clients (the dispatcher decodes through them)
@@ -176,19 +182,19 @@ class AnswerCache:
             if routes:
                 for topic in routes.keys() & change.topics:  # a walk of the smaller of the two
                     self._drop_routes(topic)
-            if self._topic_tables:
-                self._topic_tables.clear()
+            self._drop_topic_tables()
         if change.brokers or change.left:
             if routes:
                 for topic in self._routes.topics_naming([*change.brokers, *change.left], list(routes)):
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
-        if change.left and self._topic_tables:  # their topics may have left with them
-            self._topic_tables.clear()
+        if change.left:  # their topics may have left with them
+            self._drop_topic_tables()
 
     def kv_changed(self, namespace: str, key: str) -> None:
         """KVConfigManager's changes: an ORDER_TOPIC_CONFIG key is shown in its topic's routes."""
+        self.kv_lists.pop(namespace, None)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self._drop_topic(key)
             self.renewals.clear()
@@ -196,6 +202,10 @@ class AnswerCache:
     def _drop_topic(self, topic: str) -> None:
         """The topic's routes, and the topic list (it may have come or gone)."""
         self._drop_routes(topic)
+        self._drop_topic_tables()
+
+    def _drop_topic_tables(self) -> None:
+        self.topic_generation += 1
         if self._topic_tables:
             self._topic_tables.clear()
 
@@ -217,6 +227,7 @@ class AnswerCache:
         self.routes.clear()
         for table in self.tables.values():
             table.clear()
+        self.topic_generation += 1
         self.replies.clear()
 
     # -- route bodies ---------------------------------------------------------------------------
@@ -234,6 +245,24 @@ class AnswerCache:
             if self.keep:
                 kept[key] = body
         return body
+
+    def kept_topics(self, key: Hashable) -> bytes | None:
+        """A topic list kept under ``key``."""
+        return self._topic_tables.get(key)
+
+    def keep_topics(self, key: Hashable, body: bytes, generation: int) -> None:
+        """Keep a topic list built from the names as they were at ``generation``, if they still are."""
+        if self.keep and generation == self.topic_generation:
+            self._topic_tables[key] = body
+
+    def kv_list(self, namespace: str, table: Mapping[str, str]) -> bytes | None:
+        """A namespace's KV list kept from ``table`` (the namespace's table now), if any."""
+        kept = self.kv_lists.get(namespace)
+        return kept[1] if kept is not None and kept[0] is table else None
+
+    def keep_kv_list(self, namespace: str, table: Mapping[str, str], body: bytes) -> None:
+        if self.keep:
+            self.kv_lists[namespace] = (table, body)
 
     # -- route answers: kept by the dispatcher, served from memory -------------------------------
     def keep_route(self, frame: bytes | None, request: RemotingCommand, response: RemotingCommand, encoded: bytes,

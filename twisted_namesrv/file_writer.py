@@ -65,20 +65,21 @@ class FileWriter:
         self._asked += 1
         return self._asked
 
-    def _write(self, number: int, data: bytes) -> None:
+    def _write(self, number: int, data: bytes | Callable[[], bytes]) -> None:
         with self._lock:
             if number < self._made:
                 return  # asked for before the one made: its data is older
-            write_atomically(self.path, data, self.what)
+            write_atomically(self.path, data if isinstance(data, bytes) else data(), self.what)
             self._made = number
 
-    def write_soon(self, data: bytes, done: Callable[[OSError | None], None]) -> None:
-        """Write ``data`` in a thread of the reactor's pool; ``done`` is called in the reactor
-        thread with None, or the OSError that stopped it.  Only while none is ``in_flight``."""
+    def write_soon(self, data: bytes | Callable[[], bytes], done: Callable[[OSError | None], None]) -> None:
+        """Write ``data`` (or what it makes, made in the thread) in a thread of the reactor's pool;
+        ``done`` is called in the reactor thread with None, or the OSError that stopped it.  Only
+        while none is ``in_flight``."""
         assert not self.in_flight, "one write of a file at a time"
         if not interfaces.IReactorThreads.providedBy(self.reactor):
             try:
-                self.write_now(data)
+                self.write_now(data if isinstance(data, bytes) else data())
             except OSError as exc:
                 done(exc)
                 return

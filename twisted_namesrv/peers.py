@@ -99,12 +99,16 @@ def read_in_process(state: NamesrvState, asks: compare.Asking,
     steps run by ``cooperator`` (Twisted's default: a few milliseconds a reactor turn)."""
     result: list[compare.Snapshot] = []
 
-    def steps() -> Iterator[None]:
+    def steps() -> Iterator[defer.Deferred[None] | None]:
         try:
             ask = next(asks)
             while True:
                 request = RemotingCommand.request(ask.code, ask.ext, ask.body, version=state.profile.mq_version)
                 answer = NAMESRV_TABLE.handlers[ask.code](state, request, IN_PROCESS)  # no refusal: no ACL
+                if isinstance(answer, defer.Deferred):  # built in a thread (a topic list): the task waits for it
+                    made: list[RemotingCommand] = []
+                    yield answer.addCallback(made.append)
+                    answer = made[0]
                 response = answer.response if isinstance(answer, Answer) else answer
                 yield None
                 ask = asks.send(response)

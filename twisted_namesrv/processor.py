@@ -31,7 +31,7 @@ from .bodies.route import (
     QueueData,
     cluster_info_bean,
     kv_table_bean,
-    topic_list_bean,
+    topic_list_body,
     topic_route_bean,
 )
 from .context import NamesrvState, Peer
@@ -45,7 +45,6 @@ from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import (
     BROKER,
-    TOPIC,
     Channel,
     RegisterBrokerResult,
     Renewable,
@@ -161,13 +160,25 @@ def delete_kv_config(state: NamesrvState, request: RemotingCommand,
     return answer
 
 
-def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand,
+                            peer: Peer) -> RemotingCommand | defer.Deferred[RemotingCommand]:
+    """A namespace's whole table (up to maxKvBytes: any peer may fill it): kept, else encoded in a
+    thread (apart.py; its keys in Java's HashMap order: seconds of the reactor's time at 100k keys)."""
     namespace = request.ext.get("namespace")
     table = state.kv.get_kv_list(namespace)
-    if table is None:
+    if table is None or namespace is None:
         remark = f"No config item, Namespace: {java_text(namespace)}"
         return respond(state, request, ResponseCode.QUERY_NOT_FOUND, remark)
-    return respond(state, request, body=fastjson.dumps_bytes(kv_table_bean(table)))
+    kept = state.answers.kv_list(namespace, table)
+    if kept is not None:
+        return respond(state, request, body=kept)
+
+    def built(body: bytes) -> RemotingCommand:
+        if state.kv.get_kv_list(namespace) is table:
+            state.answers.keep_kv_list(namespace, table, body)
+        return respond(state, request, body=body)
+    return state.build_apart(("kvlist", namespace, id(table)),
+                             lambda: fastjson.dumps_bytes(kv_table_bean(table))).addCallback(built)
 
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
@@ -478,46 +489,62 @@ def _list_disabled(state: NamesrvState, switch: str) -> bool:
     return state.profile.topic_list_gates and not state.config[switch]
 
 
-def _topic_list(state: NamesrvState, request: RemotingCommand, topics: list[str], switch: str,
-                broker_addr: str | None = None) -> RemotingCommand:
+TopicList = RemotingCommand | defer.Deferred[RemotingCommand]
+
+
+def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key: Hashable,
+                pick: Callable[[list[str]], list[str]] | None = None) -> TopicList:
+    """A topic list: kept under ``key``, else built apart (apart.py: a thread; a million topics
+    take seconds to order and encode) from the topics as they are in this turn, ``pick``ed there,
+    and kept if no topic changed meanwhile."""
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
-    bean = topic_list_bean(topics, broker_addr, state.profile.concurrent_tables)
-    return respond(state, request, body=fastjson.dumps_bytes(bean))
-
-
-def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    if _list_disabled(state, "enableAllTopicList"):
-        return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
+    kept = state.answers.kept_topics(key)
+    if kept is not None:
+        return respond(state, request, body=kept)
+    generation, topics, concurrent = state.answers.topic_generation, state.routes.all_topics(), \
+        state.profile.concurrent_tables
 
     def build() -> bytes:
-        return fastjson.dumps_bytes(topic_list_bean(state.routes.all_topics(), None, state.profile.concurrent_tables))
+        return topic_list_body(topics if pick is None else pick(topics), None, concurrent)
 
-    return respond(state, request,
-                   body=state.answers.table(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, TOPIC, build))
+    def built(body: bytes) -> RemotingCommand:
+        state.answers.keep_topics(key, body, generation)
+        return respond(state, request, body=body)
+    return state.build_apart((key, generation), build).addCallback(built)
 
 
-def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.topics_by_cluster(request.ext.get("cluster")), "enableTopicList")
+def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableAllTopicList", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+
+
+def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    cluster = request.ext.get("cluster")
+    if cluster not in state.routes.clusterAddrTable and not _list_disabled(state, "enableTopicList"):
+        return respond(state, request, body=topic_list_body([], None, state.profile.concurrent_tables))  # kept: none
+    return _topic_list(state, request, "enableTopicList", (RequestCode.GET_TOPICS_BY_CLUSTER, cluster),
+                       lambda topics: state.routes.topics_by_cluster(cluster, topics))
 
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     topics, addr = state.routes.system_topic_list()
-    bean = topic_list_bean(topics, addr, state.profile.concurrent_tables)
-    return respond(state, request, body=fastjson.dumps_bytes(bean))
+    return respond(state, request, body=topic_list_body(topics, addr, state.profile.concurrent_tables))
 
 
-def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.unit_topics(has_unit_flag), "enableTopicList")
+def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_UNIT_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(has_unit_flag, topics))
 
 
-def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    return _topic_list(state, request, state.routes.unit_topics(has_unit_sub_flag), "enableTopicList")
+def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(has_unit_sub_flag, topics))
 
 
-def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    topics = state.routes.unit_topics(lambda f: not has_unit_flag(f) and has_unit_sub_flag(f))
-    return _topic_list(state, request, topics, "enableTopicList")
+def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
+    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+                       lambda topics: state.routes.unit_topics(
+                           lambda flag: not has_unit_flag(flag) and has_unit_sub_flag(flag), topics))
 
 
 # -- configuration (318, 319) ----------------------------------------------------------------

@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 
 from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
+from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
@@ -96,14 +97,14 @@ def store_refusal(failures: Counter[tuple[str, str]],
 def saved_by(writer: FileWriter, refused: Callable[[StoreError], None]) -> Save:
     """A store's ``save(data, saved)`` through ``writer`` (a thread of the reactor's pool, one write
     at a time): a failed save is refused (logged, counted) and told as its StoreError."""
-    def save(data: bytes, saved: Saved) -> None:
+    def save(make: Callable[[], bytes], saved: Saved) -> None:
         def done(error: OSError | None) -> None:
             if error is not None and not isinstance(error, StoreError):
                 error = StoreError(writer.what, writer.path, error)
             if error is not None:
                 refused(error)
             saved(error)
-        writer.write_soon(data, done)
+        writer.write_soon(make, done)
     return save
 
 
@@ -163,7 +164,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     topology = Topology(seconds)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, acl=acl)
+                         config_saves.save, BuildsApart(clock).build, acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
                         HealthWatch(routes, topology))

@@ -11,29 +11,37 @@ import itertools
 import operator
 import re
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import tcp_segments
-from spark_analysis.capture.reassembly import Chunk, Connection, Direction, reassemble
-from spark_analysis.capture.records import read_records
+from spark_analysis.capture.reassembly import Connection, Direction, reassemble
+from spark_analysis.capture.records import read_records, read_words
 from twisted_namesrv.remoting import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingDecodeError
 from twisted_namesrv.remoting.codes import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
 from twisted_namesrv.remoting.frame import (
+    HEADER_LENGTH_MASK,
     FramePart,
     Holes,
     frame_parts,
     frame_spans,
     split_header_word,
 )
-from twisted_namesrv.remoting.header import Header, HeaderPrefix, HeaderTemplates, read_header_prefix
+from twisted_namesrv.remoting.header import (
+    Header,
+    HeaderPrefix,
+    HeaderTemplates,
+    binary_split,
+    from_template,
+    json_split,
+    read_header_prefix,
+)
 
-_DATA = operator.attrgetter("data")  # of a Chunk
 _TS = operator.attrgetter("ts")
 REQUEST = "request"
 RESPONSE = "response"
@@ -73,33 +81,49 @@ class FrameKind:
 
 
 class CapturedCommand:
-    """A decoded frame: its kind (FrameKind) and opaque, and its raw bytes and body, views of the
-    reassembled stream (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
-    compare them). ``command``, the RemotingCommand, is made when first asked for: most frames'
-    rows need only what their kind says."""
+    """A decoded frame: its kind (FrameKind) and opaque, and where it lies in the reassembled stream
+    (``source[start:end]``, its body the last ``body_len`` bytes): ``raw`` and ``body`` are views of
+    it made when asked for (bodies are most of a capture: no copies; ``bytes()`` of them to keep or
+    compare them; most frames' rows need neither). ``command``, the RemotingCommand, is made when
+    first asked for: most frames' rows need only what their kind says."""
 
-    __slots__ = ("ts", "direction", "raw", "kind", "opaque", "body", "body_len", "_command")
+    __slots__ = ("ts", "direction", "kind", "opaque", "body_len", "_source", "_start", "_end", "_command")
 
-    def __init__(self, ts: float, direction: str, command: RemotingCommand | None, raw: bytes | memoryview,
-                 kind: FrameKind | None = None, opaque: int = 0, body: bytes | memoryview | None = None) -> None:
+    def __init__(self, ts: float, direction: str, kind: FrameKind, opaque: int, source: bytes | memoryview,
+                 start: int, header_end: int, end: int) -> None:
         self.ts = ts
         self.direction = direction  # REQUEST: client -> server bytes; RESPONSE: server -> client bytes
-        self.raw = raw  # the frame as captured, without its length prefix
-        self._command = command
-        if command is not None:
-            kind, opaque, body = FrameKind(command.header, command.serialize_type), command.opaque, command.body
-        assert kind is not None
-        self.kind, self.opaque, self.body = kind, opaque, body
-        self.body_len = 0 if body is None else len(body)
+        self.kind, self.opaque = kind, opaque
+        self._source, self._start, self._end = source, start, end
+        self.body_len = end - header_end
+        self._command: RemotingCommand | None = None
+
+    @classmethod
+    def decoded(cls, ts: float, direction: str, command: RemotingCommand, raw: bytes | memoryview
+                ) -> CapturedCommand:
+        """A frame the codec decoded whole (one whose header no kind is kept of)."""
+        body_len = 0 if command.body is None else len(command.body)
+        captured = cls(ts, direction, FrameKind(command.header, command.serialize_type), command.opaque, raw, 0,
+                       len(raw) - body_len, len(raw))
+        captured._command = command
+        return captured
+
+    @property
+    def raw(self) -> bytes | memoryview:
+        """The frame as captured, without its length prefix."""
+        return self._source[self._start:self._end]
+
+    @property
+    def body(self) -> bytes | memoryview | None:
+        if self._command is not None:  # decoded whole (or asked for): its body, as the codec read it
+            return self._command.body
+        return self._source[self._end - self.body_len:self._end] if self.body_len else None
 
     @property
     def command(self) -> RemotingCommand:
         if self._command is None:
-            template = self.kind.header
-            self._command = RemotingCommand(Header(
-                template.code, template.language, template.version, self.opaque, template.flag, template.remark,
-                None if template.ext_fields is None else dict(template.ext_fields), template.json_layout),
-                self.body, self.kind.serialize_type)
+            self._command = RemotingCommand(from_template(self.kind.header, self.opaque), self.body,
+                                            self.kind.serialize_type)
         return self._command
 
     @property
@@ -160,80 +184,127 @@ class Conversation:
         return {c.command.opaque: c for c in self.commands if c.direction == RESPONSE and c.command.is_response}
 
 
-#: when a frame's last byte arrived, and where its bytes are: a view of its run where possible
-#: (``[start:end]`` of it, without the length prefix), and the same bytes as bytes (its header is
-#: sliced from there: a slice of a view copied cost as much again)
-TimedFrame = tuple[float, bytes | memoryview, int, int, bytes]
+class Run(NamedTuple):
+    """Chunks of a direction that follow each other (none lost between them), as the Direction's
+    columns: when each became readable, where it starts in the stream, its bytes."""
+
+    ts: list[float]
+    offset: list[int]
+    data: list[Buffer]
 
 
-def timed_frames(chunks: list[Chunk], data: bytes, start: int = 0
-                 ) -> tuple[list[TimedFrame], bytes, float | None]:
-    """Cut one run of a direction (``data``: its chunks joined) into frames from ``start``; each
-    frame's ts is when its last byte arrived (the chunk each ends in, found for all at once).
-    Frames are places in a view of ``data``: no copy.
-
-    Returns (frames, the bytes after the last whole frame - a frame that does not decode or
-    never completed -, and the ts they arrived at). If the codec refuses a frame, the chunks are
-    fed one by one instead, which says in which chunk that happened."""
-    view = memoryview(data)
-    try:
-        spans, used = frame_spans(view, _MAX_FRAME_LENGTH, start)
-    except RemotingDecodeError:
-        return _timed_frames_by_chunk(_skip(chunks, start))
-    ends = np.cumsum(np.fromiter(map(len, map(_DATA, chunks)), np.int64, len(chunks)))  # of chunks in ``data``
-    starts, stops = zip(*spans, strict=True) if spans else ((), ())
-    # a frame's last byte came with the first chunk ending at or after it
-    arrived = map(chunks.__getitem__, np.searchsorted(ends, stops).tolist())
-    timed: list[TimedFrame] = list(zip(map(_TS, arrived), itertools.repeat(view), starts, stops,
-                                       itertools.repeat(data)))
-    rest = data[used:]
-    return timed, rest, chunks[-1].ts if rest else None
+def frame_times(run: Run, stops: list[int]) -> list[float]:
+    """When each frame ending at ``stops`` (positions in the run's bytes joined) became readable:
+    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once."""
+    ends = np.cumsum(np.fromiter(map(len, run.data), np.int64, len(run.data)))
+    return list(map(run.ts.__getitem__, np.searchsorted(ends, stops).tolist()))
 
 
-def _timed_frames_by_chunk(chunks: list[Chunk]) -> tuple[list[TimedFrame], bytes, float | None]:
-    """timed_frames feeding one chunk at a time: the rest starts with the chunk the decoder refused."""
+def _timed_frames_by_chunk(run: Run) -> tuple[list[tuple[float, bytes]], bytes, float | None]:
+    """A run's frames found feeding its chunks one at a time, each with when its last byte came, and
+    the bytes left (starting with the chunk the decoder refused) with their ts: where frame_spans
+    refused the run, this says in which chunk that happened."""
     decoder = FrameDecoder(max_frame_length=_MAX_FRAME_LENGTH)
-    frames: list[TimedFrame] = []
+    frames: list[tuple[float, bytes]] = []
     last_ts = None
-    for chunk in chunks:
+    for ts, data in zip(run.ts, run.data, strict=True):
         try:
-            frames.extend((chunk.ts, frame, 0, len(frame), frame) for frame in decoder.feed(bytes(chunk.data)))  # rare
+            frames.extend((ts, frame) for frame in decoder.feed(bytes(data)))  # rare
         except RemotingDecodeError:
-            return frames, bytes(chunk.data), chunk.ts
-        last_ts = chunk.ts
+            return frames, bytes(data), ts
+        last_ts = ts
     return frames, decoder.pending, last_ts if decoder.pending else None
 
 
-#: the kinds of the headers decoded, by their template (kept while _TEMPLATES keeps it)
-_KINDS: dict[int, FrameKind] = {}
-#: a header's template and opaque by its serialize type: JSON or ROCKETMQ (binary)
+#: the kinds of the headers decoded, by serialize type (JSON, ROCKETMQ) and template key: a header's
+#: bytes but for its opaque (HeaderTemplates' json_split and binary_split, the server's own rule)
+_KINDS: dict[int, dict[bytes, FrameKind]] = {SerializeType.JSON.value: {}, SerializeType.ROCKETMQ.value: {}}
+_SPLIT = {SerializeType.JSON.value: json_split, SerializeType.ROCKETMQ.value: binary_split}
+_JSON = SerializeType.JSON.value
+#: a header's template and opaque by its serialize type, read by the codec (a kind not met yet)
 _TEMPLATE_OF = {SerializeType.JSON.value: _TEMPLATES.template_of,
                 SerializeType.ROCKETMQ.value: _TEMPLATES.binary_template_of}
+
+
+def forget_kinds() -> None:
+    """Forget the kinds of frames met (as a new worker starts: tests)."""
+    for kinds in _KINDS.values():
+        kinds.clear()
+
+
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int,
+             split: tuple[bytes, int] | None = None) -> tuple[FrameKind, int] | None:
+    """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
+    looked up in place by its template key (``split``: its key and opaque, when known already); a
+    kind not met yet is read by the codec (refusing what it refuses: RemotingDecodeError) and kept.
+    None where the codec decodes the header for itself."""
+    split = split or _SPLIT[serialize_type](data, start, end)
+    if split is None:
+        return None
+    key, opaque = split
+    kinds = _KINDS[serialize_type]
+    kind = kinds.get(key)
+    if kind is None:
+        found = _TEMPLATE_OF[serialize_type](data[start:end])
+        if found is None:
+            return None
+        if len(kinds) >= _TEMPLATES.size:
+            kinds.clear()
+        kind = kinds[key] = FrameKind(found[0], serialize_type)
+    return kind, opaque
 
 
 def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
                ) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
-    (RemotingCommand.decode, refusing what it refuses), its header through its template's kind,
-    made once, and sliced from ``data`` (``source``'s bytes as bytes); its bytes and body stay
-    views where ``source`` is one."""
-    found = None
+    (RemotingCommand.decode, refusing what it refuses), its header through its kind, read in place in
+    ``data`` (``source``'s bytes as bytes); its bytes and body stay views where ``source`` is one."""
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
         serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
-        if header_end <= end and serialize_type in _TEMPLATE_OF:
-            found = _TEMPLATE_OF[serialize_type](data[start + 4:header_end])
-    if found is None:
-        frame = source[start:end]
-        return CapturedCommand(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
-    template, opaque = found
-    kind = _KINDS.get(id(template))
-    if kind is None or kind.header is not template:  # an id is reused once _TEMPLATES starts over
-        kind = _KINDS[id(template)] = FrameKind(template, serialize_type)
-        if len(_KINDS) > 4 * _TEMPLATES.size:
-            _KINDS.clear()
-    return CapturedCommand(ts, direction, None, source[start:end], kind, opaque,
-                           source[header_end:end] if header_end < end else None)
+        if header_end <= end and serialize_type in _SPLIT:
+            found = _kind_at(data, serialize_type, start + 4, header_end)
+            if found is not None:
+                return CapturedCommand(ts, direction, found[0], found[1], source, start, header_end, end)
+    frame = source[start:end]
+    return CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame)
+
+
+def _decode_frames(conversation: Conversation, direction: str, data: bytes, times: list[float],
+                   spans: list[tuple[int, int]]) -> None:
+    """_decode_at of each frame of a run (``data``) at ``spans``, with their header words read for
+    all at once: each frame's header is looked up where it lies (a JSON header of a kind met: its
+    key and the kind, no call more), its bytes and body are views of the run when asked for."""
+    view = memoryview(data)
+    starts, stops = zip(*spans, strict=True)
+    at = np.array(starts, np.int64)
+    words = read_words(np.frombuffer(data, np.uint8), at, ">u4", 1)[:, 0].astype(np.int64)
+    header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
+    append = conversation.commands.append
+    json_kinds = _KINDS[_JSON]
+    for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
+                                                          strict=True):
+        try:
+            found = None
+            if header_end <= end and serialize_type in _SPLIT:
+                split = json_split(data, start + 4, header_end) if serialize_type == _JSON else None
+                if split is not None and (kind := json_kinds.get(split[0])) is not None:
+                    append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
+                    continue
+                found = _kind_at(data, serialize_type, start + 4, header_end, split)
+            if found is not None:
+                append(CapturedCommand(ts, direction, found[0], found[1], view, start, header_end, end))
+                continue
+            frame = view[start:end]
+            append(CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame))
+        except RemotingDecodeError:
+            _undecodable(conversation, direction, ts, view[start:end])
+
+
+def _undecodable(conversation: Conversation, direction: str, ts: float, frame: bytes | memoryview) -> None:
+    """A frame the codec refused: the client's first is kept (Java closes such channels)."""
+    if direction == REQUEST and conversation.undecodable_ts is None:
+        conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
 
 
 def conversation_of(connection: Connection) -> Conversation:
@@ -258,37 +329,39 @@ def conversation_of(connection: Connection) -> Conversation:
     return conversation
 
 
-def contiguous_runs(direction: Iterable[Chunk], uncaptured: dict[int, int] | None = None) -> list[list[Chunk]]:
+def contiguous_runs(direction: Direction, uncaptured: dict[int, int] | None = None) -> list[Run]:
     """Split a direction's chunks at its gaps; with ``uncaptured`` (offset -> length of the bytes a
     snap length cut there), not where only such bytes lie between two chunks. A reassembled
     Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
-    if isinstance(direction, Direction) and not direction.uncaptured:
+    ts, offsets, data = direction.ts, direction.offset, direction.data
+    if not direction.uncaptured:
         if not direction.gaps:
-            return [direction] if direction else []
+            return [Run(ts, offsets, data)] if direction else []
         # the chunk after a gap starts where the gap ends, and only there do chunks not follow each other
-        offsets = [chunk.offset for chunk in direction]
         cuts = [bisect.bisect_left(offsets, start + length) for start, length in direction.gaps]
         bounds = [0, *(cut for cut in cuts if 0 < cut < len(direction)), len(direction)]
-        return [direction[a:b] for a, b in itertools.pairwise(bounds) if a < b]
-    runs: list[list[Chunk]] = []
+        return [Run(ts[a:b], offsets[a:b], data[a:b]) for a, b in itertools.pairwise(bounds) if a < b]
+    runs: list[Run] = []
     end = None
-    for chunk in direction:
-        if chunk.offset != end and not (uncaptured and end is not None and end + uncaptured.get(end, -end) ==
-                                        chunk.offset):
-            runs.append([])
-        runs[-1].append(chunk)
-        end = chunk.offset + len(chunk.data)
+    for chunk_ts, offset, chunk in zip(ts, offsets, data, strict=True):
+        if offset != end and not (uncaptured and end is not None and end + uncaptured.get(end, -end) == offset):
+            runs.append(Run([], [], []))
+        run = runs[-1]
+        run.ts.append(chunk_ts)
+        run.offset.append(offset)
+        run.data.append(chunk)
+        end = offset + len(chunk)
     return runs
 
 
-def _holes(run: list[Chunk], uncaptured: dict[int, int]) -> list[tuple[int, int]]:
+def _holes(run: Run, uncaptured: dict[int, int]) -> list[tuple[int, int]]:
     """Where a run's bytes were cut, as frame_parts takes it: (position in the run's captured
     bytes, bytes not captured there), including those after its last chunk."""
     holes = []
     position = 0
-    for chunk in run:
-        position += len(chunk.data)
-        cut = uncaptured.get(chunk.offset + len(chunk.data))
+    for offset, data in zip(run.offset, run.data, strict=True):
+        position += len(data)
+        cut = uncaptured.get(offset + len(data))
         if cut:
             holes.append((position, cut))
     return holes
@@ -360,27 +433,29 @@ def _frame_end(data: bytes | memoryview, offset: int) -> int | None:
     return offset + 4 + length
 
 
-def _starts_at_first_frame(stream: Direction, run: list[Chunk]) -> bool:
-    return stream.from_syn and run[0].offset == 0
+def _starts_at_first_frame(stream: Direction, run: Run) -> bool:
+    return stream.from_syn and run.offset[0] == 0
 
 
-def _skip(run: list[Chunk], count: int) -> list[Chunk]:
+def _skip(run: Run, count: int) -> Run:
     """The run without its first ``count`` bytes."""
-    kept = []
-    for chunk in run:
-        if count >= len(chunk.data):
-            count -= len(chunk.data)
+    kept = Run([], [], [])
+    for ts, offset, data in zip(run.ts, run.offset, run.data, strict=True):
+        if count >= len(data):
+            count -= len(data)
             continue
-        kept.append(Chunk(chunk.ts, chunk.offset + count, chunk.data[count:]) if count else chunk)
+        kept.ts.append(ts)
+        kept.offset.append(offset + count)
+        kept.data.append(data[count:] if count else data)
         count = 0
     return kept
 
 
-def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], last_run: bool,
+def _decode_run(conversation: Conversation, direction: str, run: Run, last_run: bool,
                 resynchronise: bool) -> None:
     """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
     it count as lost), because the run does not start where a frame does."""
-    data = b"".join(map(_DATA, run))
+    data = b"".join(run.data)
     start = 0
     if resynchronise:
         found = frame_start(memoryview(data)[:_RESYNC_WINDOW])
@@ -389,15 +464,19 @@ def _decode_run(conversation: Conversation, direction: str, run: list[Chunk], la
             return
         conversation.lost_bytes += found
         start = found
-    frames, rest, rest_ts = timed_frames(run, data, start)
-    append = conversation.commands.append
-    for ts, source, frame_start_, frame_end, source_bytes in frames:
-        try:
-            append(_decode_at(ts, source, frame_start_, frame_end, direction, source_bytes))
-        except RemotingDecodeError:
-            if direction == REQUEST and conversation.undecodable_ts is None:
-                frame = source[frame_start_:frame_end]
-                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+    try:
+        spans, used = frame_spans(data, _MAX_FRAME_LENGTH, start)
+    except RemotingDecodeError:  # the chunks one by one say where the codec refused the run
+        frames, rest, rest_ts = _timed_frames_by_chunk(_skip(run, start))
+        for ts, frame in frames:
+            try:
+                conversation.commands.append(_decode_at(ts, frame, 0, len(frame), direction, frame))
+            except RemotingDecodeError:
+                _undecodable(conversation, direction, ts, frame)
+    else:
+        if spans:
+            _decode_frames(conversation, direction, data, frame_times(run, [stop for _, stop in spans]), spans)
+        rest, rest_ts = data[used:], run.ts[-1] if used < len(data) else None
     if not rest:
         return
     if not last_run:  # a frame cut short by the gap that ends the run
@@ -411,7 +490,7 @@ def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conver
     return [conversation_of(c) for c in connections]
 
 
-def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk], holes: Holes, last_run: bool,
+def _decode_cut_run(conversation: Conversation, direction: str, run: Run, holes: Holes, last_run: bool,
                     resynchronise: bool) -> None:
     """_decode_run for a run some of whose bytes a snap length cut: frame_parts follows the frames
     across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
@@ -419,9 +498,9 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
     in the captured bytes that follow (the bytes before it are counted as unplaced).  A frame found so
     starts at a captured byte: a cut at its position is behind it, and is left out of what frame_parts
     is given (else the walk stood still there, for ever)."""
-    data = b"".join(map(_DATA, run))
+    data = b"".join(run.data)
     view = memoryview(data)
-    ends = list(itertools.accumulate(len(chunk.data) for chunk in run))
+    ends = list(itertools.accumulate(map(len, run.data)))
     cut_at = [position for position, _ in holes]
     start: int | None = 0
     ahead = holes
@@ -435,19 +514,19 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: list[Chunk]
             parts, stop, resume = [], start, None
             if direction == REQUEST and conversation.undecodable_ts is None:
                 index = bisect.bisect_right(ends, start)
-                conversation.undecodable, conversation.undecodable_ts = bytes(data[start:]), run[min(
-                    index, len(run) - 1)].ts
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[start:]), run.ts[min(
+                    index, len(run.ts) - 1)]
             return
         for number, part in enumerate(parts):
             frame_end = parts[number + 1].start - 4 if number + 1 < len(parts) else stop
-            ts = run[min(bisect.bisect_left(ends, frame_end), len(run) - 1)].ts
+            ts = run.ts[min(bisect.bisect_left(ends, frame_end), len(run.ts) - 1)]
             _add_part(conversation, direction, ts, data, view, part)
         if resume is None:
             rest = len(data) - stop
             if rest and not last_run:
                 conversation.lost_bytes += rest
             elif rest and direction == REQUEST and conversation.undecodable_ts is None:
-                conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run[-1].ts
+                conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run.ts[-1]
             return
         conversation.unplaced_bytes += resume - stop
         start = _resume(conversation, view, holes, resume, lost=False)
@@ -483,9 +562,7 @@ def _add_part(conversation: Conversation, direction: str, ts: float, data: bytes
         try:
             conversation.commands.append(_decode_at(ts, view, part.start, part.start + part.length, direction, data))
         except RemotingDecodeError:
-            if direction == REQUEST and conversation.undecodable_ts is None:
-                frame = view[part.start:part.start + part.length]
-                conversation.undecodable, conversation.undecodable_ts = len(frame).to_bytes(4, "big") + frame, ts
+            _undecodable(conversation, direction, ts, view[part.start:part.start + part.length])
         return
     serialize_type = header_length = None
     known = HeaderPrefix()

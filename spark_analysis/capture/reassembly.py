@@ -62,8 +62,10 @@ class Chunk(NamedTuple):
     data: Buffer
 
 
-class Direction(list[Chunk]):
-    """One direction's reassembled bytes as chunks in stream order.
+class Direction:
+    """One direction's reassembled bytes as chunks in stream order, kept as columns (``ts``,
+    ``offset``, ``data``: a chunk is a segment, and a tuple a segment cost more than the rest of its
+    reassembly's delivery); iterating it gives Chunks.
 
     ``gaps`` holds (offset, length) of every stretch that was never captured (packets the capture
     lost: a sequence gap); the chunk after a gap starts at ``offset + length``. ``uncaptured`` holds
@@ -75,12 +77,30 @@ class Direction(list[Chunk]):
     (``dst port 9876``, ``tcpdump -Q in``, a one-way mirror), not a silent peer (_unheard_end).
     """
 
+    __slots__ = ("ts", "offset", "data", "gaps", "uncaptured", "from_syn", "unheard")
+
     def __init__(self) -> None:
-        super().__init__()
+        self.ts: list[float] = []
+        self.offset: list[int] = []
+        self.data: list[Buffer] = []
         self.gaps: list[tuple[int, int]] = []
         self.uncaptured: list[tuple[int, int]] = []
         self.from_syn = False
         self.unheard = False
+
+    def append(self, ts: float, offset: int, data: Buffer) -> None:
+        self.ts.append(ts)
+        self.offset.append(offset)
+        self.data.append(data)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return map(_chunk, itertools.repeat(Chunk), zip(self.ts, self.offset, self.data, strict=True))
+
+    def __getitem__(self, index: int) -> Chunk:
+        return Chunk(self.ts[index], self.offset[index], self.data[index])
 
 
 #: One TCP segment of a 4-tuple. (ts, file, order) is its place in capture order, ``order`` being
@@ -311,23 +331,24 @@ def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, 
             continue
         lengths = length[data].astype(np.int64)
         ends = np.cumsum(lengths)
-        reassembler.out.extend(_chunks(rows[data], reassembler.next_offset + ends - lengths, sources))
+        out = reassembler.out
+        out.ts.extend(rows["ts"][data].tolist())
+        out.offset.extend((reassembler.next_offset + ends - lengths).tolist())
+        out.data.extend(_views(rows["file"][data], rows["offset"][data], lengths, sources))
         reassembler.next_offset += int(ends[-1])
         reassembler.next_seq = (int(seq[data[-1]]) + int(lengths[-1])) % _SEQ_MOD
     return count
 
 
-def _chunks(rows: np.ndarray, offsets: np.ndarray, sources: Mapping[int, memoryview]) -> Iterator[Chunk]:
-    """The Chunks of data ``rows`` (at stream ``offsets``): built by map and zip, no Python loop per
-    segment, when the rows lie in one source (a file's: always, but for several files' pieces)."""
-    files = rows["file"]
-    starts = rows["offset"]
-    stops = starts + rows["length"]
+def _views(files: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sources: Mapping[int, memoryview]
+           ) -> Iterator[memoryview]:
+    """Views of segments' payloads (``lengths`` bytes at ``starts`` of their ``files``' sources):
+    by map, no Python loop per segment, when they lie in one source (a file's: always, but for
+    several files' pieces)."""
+    slices = map(slice, starts.tolist(), (starts + lengths).tolist())
     if (files != files[0]).any():
-        return (_chunk(Chunk, (ts, at, sources[file][start:stop])) for ts, at, file, start, stop in zip(
-            rows["ts"].tolist(), offsets.tolist(), files.tolist(), starts.tolist(), stops.tolist(), strict=True))
-    views = map(sources[int(files[0])].__getitem__, map(slice, starts.tolist(), stops.tolist()))
-    return map(_chunk, itertools.repeat(Chunk), zip(rows["ts"].tolist(), offsets.tolist(), views, strict=True))
+        return map(memoryview.__getitem__, map(sources.__getitem__, files.tolist()), slices)
+    return map(sources[int(files[0])].__getitem__, slices)
 
 
 def stream_bytes(direction: Iterable[Chunk]) -> list[Chunk]:
@@ -424,7 +445,7 @@ class _Reassembler:
     def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False, missing: int = 0) -> None:
         """``missing``: the bytes after ``payload`` that the segment carried but a snap length cut."""
         if seq == self.next_seq and payload and not self.pending and not missing:  # the common case: in order
-            self.out.append(_chunk(Chunk, (ts, self.next_offset, payload)))
+            self.out.append(ts, self.next_offset, payload)
             self.next_offset += len(payload)
             self.next_seq = (seq + len(payload)) % _SEQ_MOD
             return
@@ -477,7 +498,7 @@ class _Reassembler:
         skip = self.next_offset - offset
         if skip < len(data):
             fresh = data[skip:] if skip > 0 else data
-            self.out.append(_chunk(Chunk, (ts, self.next_offset, fresh)))
+            self.out.append(ts, self.next_offset, fresh)
             self._advance(len(fresh))
         cut = offset + len(data) + missing - self.next_offset
         if missing and cut > 0:

@@ -172,8 +172,10 @@ def read_words(u8: np.ndarray, at: np.ndarray, kind: str, count: int) -> np.ndar
     size = np.dtype(kind).itemsize * count
     if len(u8) < size:
         return np.zeros((len(at), count), kind)
-    windows: np.ndarray = np.lib.stride_tricks.as_strided(u8, (len(u8) - size + 1, size), (1, 1), writeable=False)
-    words: np.ndarray = windows[at].view(kind)
+    # a window per position as one item of ``size`` bytes: gathering an item each copies it whole,
+    # where a window of ``size`` one-byte items was copied a byte at a time (2-3x the time)
+    windows = np.ndarray((len(u8) - size + 1,), np.dtype((np.void, size)), u8, 0, (1,))
+    words: np.ndarray = windows[at].view(kind).reshape(len(at), count)
     return words
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from spark_analysis.capture.conversation import (
@@ -226,14 +227,14 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
                     alive=code != RequestCode.UNREGISTER_BROKER, cluster=header.clusterName,
                     broker_id=header.brokerId)
         elif code in ADMIN_CODES:
-            ext = request.command.ext
-            answered = None if answer is None else optional_int(answer.command.ext.get(_ANSWERED_COUNTS.get(code, "")))
+            ext = dict(request.kind.ext)  # the event's own (the kind's is shared by its frames' rows)
+            answered = None if answer is None else optional_int(answer.kind.ext.get(_ANSWERED_COUNTS.get(code, "")))
             yield EVENT, event_row(request, answer, client, server, broker_name=ext.get("brokerName"),
                                    cluster=ext.get("clusterName"), topic=ext.get("topic"), topic_count=answered,
                                    ext=ext)
         elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None
               and answer.kind.code == ResponseCode.TOPIC_NOT_EXIST):
-            yield EVENT, event_row(request, answer, client, server, topic=request.command.ext.get("topic"))
+            yield EVENT, event_row(request, answer, client, server, topic=request.kind.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
     if connection.closed_ts is not None:
@@ -273,10 +274,11 @@ def _event(**values: Any) -> Row:
 def event_row(request: CapturedCommand, answer: CapturedCommand | None, client: str, server: str | None,
               **values: Any) -> Row:
     """A request's EVENT row: its time, code, version, answer and sender, and the ``values`` given."""
-    command = request.command
-    return _event(t=request.ts, code=command.code, version_name=_version_name(command.version),
-                  version=command.version, response_code=None if answer is None else answer.command.code,
-                  oneway=command.is_oneway, client=client, server=server, **values)
+    kind = request.kind
+    version = kind.header.version
+    return _event(t=request.ts, code=kind.code, version_name=_version_name(version), version=version,
+                  response_code=None if answer is None else answer.kind.code, oneway=kind.is_oneway, client=client,
+                  server=server, **values)
 
 
 def optional_int(text: str | None) -> int | None:
@@ -384,22 +386,19 @@ def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: in
     as Arrow arrays taken for each row."""
     own: list[list[Any]] = [[] for _ in range(owned)]
     connection_at: list[int] = []
-    said_at: list[int] = []
     connections: list[tuple[str, str, str]] = []
-    said: list[Any] = []
-    said_index: dict[int, int] = {}  # id(said) -> index in ``said`` (which holds it: ids stay unique)
+    every_said: list[Any] = []  # each row's shared values (held here: their ids stay unique)
     for block in blocks:
         connection_at.extend(itertools.repeat(len(connections), len(block)))
         connections.append((block.conn_id, block.client, block.server))
         for column, values in zip(own, block.own(), strict=True):
             column.extend(values)
-        for shared in block.said:
-            at = said_index.get(id(shared))
-            if at is None:
-                at = said_index[id(shared)] = len(said)
-                said.append(shared)
-            said_at.append(at)
-    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at, pa.int32())
+        every_said.extend(block.said)
+    # the shared values told apart by identity for all rows at once (a dict lookup a row cost more)
+    ids = np.fromiter(map(id, every_said), np.uint64, len(every_said))
+    _, first, said_at = np.unique(ids, return_index=True, return_inverse=True)
+    said = list(map(every_said.__getitem__, first.tolist()))
+    of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at.reshape(-1).astype(np.int32))
     named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
         zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
     alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)

@@ -157,6 +157,38 @@ class TestHeaderTemplates:
         assert RemotingCommand.decode(frame).ext == {"topic": "Mine"}  # no templates: parsed in full
         assert (len(mine), len(server)) == (1, 1)
 
+    @pytest.mark.parametrize(("code", "field", "values"), [
+        (105, "topic", ("TopicA", "Topic-019-17", "%RETRY%g", "TopicA")),
+        (103, "bodyCrc32", ("1456383825", "1456383826", "7", "1456383825"))])
+    def test_headers_alike_but_for_one_value_are_made_from_their_kin(
+            self, monkeypatch: pytest.MonkeyPatch, code: int, field: str, values: tuple[str, ...]) -> None:
+        """Headers alike but for the opaque and one value (a client's lookups of each topic; a
+        broker's registrations once its topics changed, their bodyCrc32): one not met yet is made
+        from its kin's template, not parsed, and reads as parsing it reads; a header escaping
+        anything, naming the field twice or with a value not printable ASCII is parsed."""
+        from twisted_namesrv.remoting import header as header_module
+
+        parsed = []
+        real = header_module._parse_json_header
+        monkeypatch.setattr(header_module, "_parse_json_header", lambda data: parsed.append(data) or real(data))
+        templates = HeaderTemplates(16, keep_registrations=True)
+        ext = {"brokerAddr": "10.0.0.1:10911", "brokerName": "b", field: "", "clusterName": "c"}
+        heads = [RemotingCommand.request(code, {**ext, field: value}, opaque=opaque).encode()[8:]
+                 for opaque, value in enumerate(values)]
+        for head in heads:
+            assert templates.decode_json(head) == real(head)
+            template, opaque = templates.template_of(head)  # type: ignore[misc]
+            assert (template.ext_fields, opaque) == (real(head).ext_fields, real(head).opaque)
+        assert parsed == heads[:1]
+        others = [RemotingCommand.request(code, {**ext, field: "12", "remark": 'a "quoted" one'}).encode()[8:],
+                  RemotingCommand.request(code, {**ext, field: "tópico"}).encode()[8:],
+                  RemotingCommand.request(code, {**ext, field: "a\tb"}).encode()[8:],
+                  RemotingCommand.request(code, {**ext, field: "12", "x": field}).encode()[8:]]
+        parsed.clear()
+        for head in others:
+            assert templates.decode_json(head) == real(head)
+        assert parsed == others
+
     def test_binary_headers_alike_decode_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A binary header's template is its bytes around the opaque (bytes 5-8): headers alike but
         for the opaque are read once, each with its own opaque (a capture's binary clients and

@@ -195,7 +195,7 @@ def test_a_brokers_repeated_header_is_read_by_the_servers_rules_once(monkeypatch
 
     if hasattr(decode_rows, "_broker_header"):
         decode_rows._broker_header.cache_clear()  # as a new worker starts
-    getattr(conversation, "_KINDS", {}).clear()  # and the kinds of frames, which keep what they named
+    conversation.forget_kinds()  # and the kinds of frames, which keep what they named
     read = []
     from_ext = register_header.RegisterBrokerHeader.from_ext
     monkeypatch.setattr(register_header.RegisterBrokerHeader, "from_ext",

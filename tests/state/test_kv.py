@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager, KVLimitError
 from twisted_namesrv.state.store import SavesOfNewest, StoreError, at_once, write_atomically
@@ -94,12 +96,12 @@ def test_a_change_that_would_grow_the_table_past_its_limit_changes_nothing(tmp_p
     limit = [200]
     kv = KVConfigManager(at_once(writes.append), lambda: limit[0])
     kv.put("NS", "k1", "v" * 100)
-    with pytest.raises(KVLimitError, match=r"would be (at least )?\d+ bytes, over maxKvBytes \(200\)"):
+    with pytest.raises(KVLimitError, match=r"would be \d+ bytes, over maxKvBytes \(200\)"):
         kv.put("NS", "k2", "v" * 100)
     assert kv.get_kv_list("NS") == {"k1": "v" * 100} and len(writes) == 1 and kv.size == len(writes[-1])
     encoded = []
     kv.encode = lambda table=None: encoded.append(table) or b"{}"  # type: ignore[method-assign]
-    with pytest.raises(KVLimitError, match="at least"):  # a new key past it: refused before encoding the table
+    with pytest.raises(KVLimitError, match="would be 240 bytes"):  # refused by its size alone, nothing encoded
         kv.put("NS", "k9", "v" * 100)
     assert encoded == []
     del kv.encode
@@ -131,11 +133,12 @@ class HeldSaves:
     def __init__(self) -> None:
         self.held: list[tuple[bytes, object]] = []
 
-    def __call__(self, data, saved) -> None:
-        self.held.append((data, saved))
+    def __call__(self, make, saved) -> None:
+        self.held.append((make, saved))
 
     def finish(self, error=None) -> bytes:
-        data, saved = self.held.pop(0)
+        make, saved = self.held.pop(0)
+        data = make()  # made where it is written: the table it reads is never changed after
         saved(error)
         return data
 
@@ -161,6 +164,22 @@ def test_changes_made_while_a_write_is_in_flight_are_written_together_and_told_a
     assert saves.held == [] and kv.size == len(kv.encode())
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["NS", "ORDER_TOPIC_CONFIG", "ü"]),
+                          st.sampled_from(["k1", "k2", "k/3", "话"]),
+                          st.one_of(st.none(), st.text(max_size=8))), max_size=20))
+def test_the_size_a_change_makes_is_the_size_of_the_table_encoded(changes):
+    """The limit is checked on the staged table's size, counted change by change (the table itself
+    is encoded only where it is written: a thread); it is the encoding's, exactly."""
+    writes: list[bytes] = []
+    kv = KVConfigManager(at_once(writes.append))
+    for namespace, key, value in changes:
+        kv.put(namespace, key, value)
+        assert kv.size == len(kv.encode()), (namespace, key, value)
+        kv.delete(namespace, "k2")
+        assert kv.size == len(kv.encode())
+
+
 def test_a_change_that_changes_nothing_writes_nothing():
     saves, told = HeldSaves(), []
     kv = KVConfigManager(saves)
@@ -177,11 +196,18 @@ def test_a_change_that_changes_nothing_writes_nothing():
     assert saves.held == [] and told == [None] * 6 and kv.get("NS", "k") == "w"
 
 
-def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_path):
-    saves, told = HeldSaves(), []
+def saved_once(told: list) -> tuple[HeldSaves, KVConfigManager]:
+    """A manager whose writes the test finishes, holding NS/k = v as saved."""
+    saves = HeldSaves()
     kv = KVConfigManager(saves)
     kv.put("NS", "k", "v", told.append)
     saves.finish()
+    return saves, kv
+
+
+def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_path):
+    told: list = []
+    saves, kv = saved_once(told)
     kv.put("NS", "k", "lost", told.append)
     kv.put("NS", "k2", "staged on it", told.append)
     error = StoreError("kvConfigPath", tmp_path / "kvConfig.json", OSError(28, "No space left on device"))
@@ -192,10 +218,8 @@ def test_a_failed_write_fails_the_changes_staged_on_it_and_changes_nothing(tmp_p
 
 
 def test_a_write_renamed_in_place_but_not_durable_puts_the_saved_table_back_before_the_next(tmp_path):
-    saves, told = HeldSaves(), []
-    kv = KVConfigManager(saves)
-    kv.put("NS", "k", "v", told.append)
-    saves.finish()
+    told: list = []
+    saves, kv = saved_once(told)
     kv.put("NS", "k", "w", told.append)
     saves.finish(StoreError("kvConfigPath", tmp_path / "kv", OSError(5, "Input/output error"), replaced=True))
     kv.put("NS", "k3", "x", told.append)  # waits for the table put back
@@ -217,3 +241,16 @@ def test_saves_of_the_newest_content_share_the_write_after_the_one_in_flight():
     error = StoreError("configStorePath", "ns.properties", OSError(30, "Read-only file system"))
     assert writes.finish(error) == b"v-d" and told == [("a", None), ("b", error), ("c", error), ("d", error)]
     assert writes.held == []
+
+
+def test_a_namespaces_table_is_never_changed_in_place():
+    """A KV list is encoded in a thread (apart.py) from the namespace's table as it was asked for,
+    and kept while that very table is the namespace's: a change makes a new one."""
+    kv = KVConfigManager(at_once(lambda data: None))
+    kv.put("NS", "k", "v")
+    table = kv.get_kv_list("NS")
+    kv.put("NS", "k2", "v2")
+    kv.delete("NS", "k")
+    assert table == {"k": "v"} and kv.get_kv_list("NS") == {"k2": "v2"} and kv.get_kv_list("NS") is not table
+    kv.put("NS", "k2", "v2")  # as it is: the same table
+    assert kv.get_kv_list("NS") is kv.configTable["NS"]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.state.test_routes import BOTH, MASTER_A, MASTER_B, SLAVE_A, V5, manager, register
-from twisted_namesrv.bodies.route import cluster_info_bean, queue_mapping_info, topic_list_bean, topic_route_bean
+from twisted_namesrv.bodies.route import cluster_info_bean, queue_mapping_info, topic_list_body, topic_route_bean
 from twisted_namesrv.remoting import fastjson
 from twisted_namesrv.state.routes import RouteInfoManager
 from twisted_namesrv.state.snapshot import SnapshotError, export_routes, import_routes
@@ -21,7 +21,7 @@ def answers(routes: RouteInfoManager) -> list[bytes]:
     """Every route, the cluster info and the topic list, as a client would receive them."""
     v5, concurrent = routes.profile.v5_bodies, routes.profile.concurrent_tables
     bodies = [fastjson.dumps_bytes(cluster_info_bean(routes.brokerAddrTable, routes.clusterAddrTable, v5, concurrent)),
-              fastjson.dumps_bytes(topic_list_bean(routes.all_topics(), concurrent=concurrent))]
+              topic_list_body(routes.all_topics(), None, concurrent)]
     for topic in routes.all_topics():
         route = routes.pickup_topic_route_data(topic)
         bodies.append(fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas,

@@ -8,7 +8,7 @@ import struct
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from twisted.internet import address, task
+from twisted.internet import address, defer, task
 from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
@@ -124,9 +124,16 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     served.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
     assert served.api.clusters()["clusters"][0]["broker_groups"][0]["queues"] == {"topics": 2, "writable": 0}
 
-    assert [t["topic"] for t in served.api.topics("t")["topics"]] == ["T1", "T2"]
-    assert served.api.topics("t2") == {"query": "t2", "matches": 1,
+    assert [t["topic"] for t in served.api.topics("t").result["topics"]] == ["T1", "T2"]
+    assert served.api.topics("t2").result == {"query": "t2", "matches": 1,
                                        "topics": [{"topic": "T2", "broker_names": ["broker-a"]}]}
+    # searched apart (in a thread: apart.py), the first of them by name without sorting them all
+    held: list = []
+    state = served.service.state
+    state.build_apart, at_once = (lambda key, build: held.append(build) or defer.Deferred()), state.build_apart
+    pending = served.api.topics("t", limit=1)
+    assert not pending.called and held[0]() == (2, ["T1"])
+    state.build_apart = at_once
     route = served.api.route("T1")["route"]
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
     assert served.api.route("missing") is None

@@ -13,7 +13,11 @@ of an older commit) runs in a child process of its own with the tree first on it
 round in turn, so a machine whose speed drifts favours none; the figure is the process's CPU time
 (``time.process_time``), which other work on a shared machine moves far less than wall-clock time.
 The capture defaults to spark_pcap.py's 10-hour synthetic one (made first if missing).
-``--profile`` prints where this checkout's time goes instead.
+``--profile`` prints where this checkout's time goes instead. ``--instructions`` counts each tree's
+instructions instead of its CPU time, under valgrind's cachegrind (no cache simulation), a figure a shared
+machine's load does not move: the task work run once and then twice in one process, the difference (the
+second run, as a reused worker's later task runs: imports, start-up and the first run's kinds and
+templates left out); a minute or two per tree for ``--mib 64``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import cProfile
 import json
 import os
 import pstats
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +75,19 @@ def task_work(capture: Path, mib: int, profile: bool = False) -> dict:
     return {"cpu_s": ended - started, "read_s": read - started, "decode_s": ended - read, "batches": decoded}
 
 
+def instructions(tree: Path, capture: Path, mib: int) -> int:
+    """The instructions of the task work's second run in one process of ``tree``'s code (cachegrind)."""
+    counted = []
+    for times in (1, 2):
+        done = subprocess.run(
+            ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable,
+             __file__, "--child", "--file", str(capture), "--mib", str(mib), "--times", str(times)],
+            env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tempfile.gettempdir(), check=True, capture_output=True,
+            text=True)
+        counted.append(int(re.search(r"I\s+refs:\s+([\d,]+)", done.stderr).group(1).replace(",", "")))  # type: ignore[union-attr]
+    return counted[1] - counted[0]
+
+
 def child(tree: Path, capture: Path, mib: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run([sys.executable, __file__, "--child", "--file", str(capture), "--mib", str(mib)],
@@ -83,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--src", type=Path, action="append", default=[], help="another tree of the project")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind), not CPU time")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--times", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(task_work(args.file, args.mib)))
+        for _ in range(args.times):
+            done = task_work(args.file, args.mib)
+        print(json.dumps(done))
         return 0
     if not args.file.exists():
         from spark_pcap import BIG, SYNTH  # the capture spark_pcap.py makes, beside this file
@@ -96,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(task_work(args.file, args.mib, profile=True)))
         return 0
     trees = [REPO, *(tree.resolve() for tree in args.src)]
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind (apt-get install valgrind)")
+        counts = {str(tree): instructions(tree, args.file, args.mib) for tree in trees}
+        print(json.dumps({"file": str(args.file), "mib": args.mib, "instructions": counts,
+                          "of_this_checkout": {tree: counts[str(REPO)] / count for tree, count in counts.items()}},
+                         indent=1))
+        return 0
     runs: dict[Path, list[dict]] = {tree: [] for tree in trees}
     for round_ in range(args.rounds):
         for tree in trees:

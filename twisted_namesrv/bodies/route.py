@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ..remoting.fastjson import java_hash_map, java_hash_order, table_size
+from ..remoting import fastjson
+from ..remoting.fastjson import ORDER_PIECE, bucket_order, java_hash_map, java_hash_order, java_spread, table_size
 
 PERM_READ = 1 << 2
 PERM_WRITE = 1 << 1
@@ -112,12 +113,25 @@ def cluster_info_bean(broker_addr_table: dict[str, BrokerData], cluster_addr_tab
     }
 
 
-def topic_list_bean(topics: Iterable[str], broker_addr: str | None = None, concurrent: bool = False) -> dict[str, Any]:
-    """TopicList: a HashSet (4.9.8) or ConcurrentHashMap key set (5.x: ``concurrent``) filled in the
-    iteration order of topicQueueTable, a HashMap/ConcurrentHashMap(1024)."""
-    ordered = java_table_order(topics, 1024, concurrent)
-    return {"brokerAddr": broker_addr,
-            "topicList": java_hash_order(ordered, table_size(len(ordered), None, concurrent))}
+def topic_list_order(topics: list[str], concurrent: bool) -> list[str]:
+    """``topics`` (in topicQueueTable's insertion order) as TopicList's set iterates them: first in
+    the order of topicQueueTable itself (``java_table_order(topics, 1024, concurrent)``), then of the
+    set they are added to in that order; each name hashed once, ordered in pieces (``bucket_order``)."""
+    spreads = [java_spread(topic) for topic in topics]
+    first = bucket_order(spreads, table_size(len(topics), 1024, concurrent) - 1)
+    second = bucket_order([spreads[i] for i in first], table_size(len(first), None, concurrent) - 1)
+    return [topics[first[j]] for j in second]
+
+
+def topic_list_body(topics: list[str], broker_addr: str | None, concurrent: bool) -> bytes:
+    """TopicList (``brokerAddr``, ``topicList``: a HashSet in 4.9.8, a ConcurrentHashMap key set in
+    5.x, ``concurrent``, filled in topicQueueTable's order) as fastjson writes it, encoded in pieces:
+    a thread building the list of a million topics never holds the interpreter for long (apart.py)."""
+    head = fastjson.dumps_bytes({"brokerAddr": broker_addr, "topicList": []})
+    assert head.endswith(b'"topicList":[]}'), head  # the last key: fastjson writes them sorted
+    ordered = topic_list_order(topics, concurrent)
+    pieces = [fastjson.dumps_bytes(ordered[at:at + ORDER_PIECE])[1:-1] for at in range(0, len(ordered), ORDER_PIECE)]
+    return head[:-2] + b",".join(pieces) + b"]}"
 
 
 def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -206,12 +206,47 @@ def java_hash_order(keys: Iterable[Any], table: int | None = None) -> list[Any]:
     on it, but this keeps most answers byte-identical to Java's."""
     keys = list(keys)
     mask = (table or table_size(len(keys))) - 1
+    return sorted(keys, key=lambda key: java_spread(key) & mask)
 
-    def bucket(key: Any) -> int:
-        h = _java_hash(key) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & mask
 
-    return sorted(keys, key=bucket)
+def java_spread(key: Any) -> int:
+    """A key's hash as Java's HashMap spreads it (``h ^ h >>> 16``): its bucket is this & (table - 1)."""
+    h = _java_hash(key) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+#: how many keys one C call of ``bucket_order`` sorts (and ``topic_list_body`` encodes): a few
+#: milliseconds, so that a thread building a big answer lets the reactor's thread in at the
+#: interpreter's switch interval
+ORDER_PIECE = 16384
+#: how many parts ``bucket_order`` splits more keys than that into at a time, by their buckets' top bits
+_SPLIT_BITS = 6
+
+
+def bucket_order(spreads: Sequence[int], mask: int) -> list[int]:
+    """The positions 0..n-1 of keys with these ``java_spread`` values in the iteration order of a
+    Java hash table of ``mask + 1`` buckets they were inserted into in order: ``java_hash_order``
+    for a million keys, without one sort of them all (which would hold the interpreter for
+    hundreds of milliseconds): split by bucket ranges, each part sorted alone."""
+    keys = [(spread & mask) << 32 | position for position, spread in enumerate(spreads)]
+    return [key & 0xFFFFFFFF for key in _by_bucket(keys, mask.bit_length())]
+
+
+def _by_bucket(keys: list[int], bits: int) -> list[int]:
+    """``keys`` (bucket << 32 | position, in position order; their buckets differ in the low
+    ``bits`` bits only) in bucket order, positions in order within one: sorted at once when few,
+    else split by the next bits into parts, each still in position order (keys of one bucket
+    are already in order)."""
+    if bits == 0:
+        return keys
+    if len(keys) <= ORDER_PIECE:
+        return sorted(keys)
+    low = max(bits - _SPLIT_BITS, 0)
+    shift, top = 32 + low, (1 << (bits - low)) - 1
+    parts: list[list[int]] = [[] for _ in range(top + 1)]
+    for key in keys:
+        parts[key >> shift & top].append(key)
+    return [key for part in parts for key in _by_bucket(part, low)]
 
 
 def java_hash_map(mapping: dict[K, V]) -> dict[K, V]:

@@ -104,14 +104,18 @@ class HeaderTemplates:
     A broker's registration header is kept only with ``keep_registrations``: a server sees each
     broker's every 30 s at most (``_NOT_KEPT``), a capture holds them all (a broker repeats its
     header, bodyCrc32 included, until its topics change: a parse saved each, a fifth of the JSON
-    headers' time)."""
+    headers' time). Headers alike but for one field's value (a client's route lookups, but for the
+    topic; a broker's registrations once its topics changed, but for the bodyCrc32) are kin: the
+    template of one not met yet is its kin's with that value (_kin_key), made with no parse.
+    """
 
-    __slots__ = ("size", "_templates", "_binary", "_not_kept")
+    __slots__ = ("size", "_templates", "_binary", "_kin", "_not_kept")
 
     def __init__(self, size: int, keep_registrations: bool = False) -> None:
         self.size = size
         self._templates: dict[bytes, Header] = {}
         self._binary: dict[bytes, Header] = {}  # binary_template_of's, kept apart (its keys are not JSON's)
+        self._kin: dict[bytes, Header] = {}  # templates by their key without their kin field's value (_kin_key)
         self._not_kept = frozenset() if keep_registrations else _NOT_KEPT
 
     def __len__(self) -> int:
@@ -124,10 +128,8 @@ class HeaderTemplates:
         key, opaque = split
         template = self._templates.get(key)
         if template is None:
-            return self._parsed(key, data)
-        return Header(template.code, template.language, template.version, opaque, template.flag,
-                      template.remark, None if template.ext_fields is None else dict(template.ext_fields),
-                      template.json_layout)
+            return self._parsed(key, data, opaque)
+        return from_template(template, opaque)
 
     def template_of(self, data: bytes) -> tuple[Header, int] | None:
         """The template a JSON header decodes through and its own opaque, without a Header of its
@@ -140,7 +142,7 @@ class HeaderTemplates:
         key, opaque = split
         template = self._templates.get(key)
         if template is None:
-            template = self._parsed(key, data)
+            template = self._parsed(key, data, opaque)
             if template.code in self._not_kept:
                 return None
         return template, opaque
@@ -150,36 +152,112 @@ class HeaderTemplates:
         language and version (bytes 5-8), so headers alike but for the opaque are the same bytes
         around it, and the rest decodes the same (decode_binary_header, refusing what it refuses,
         once per template: a binary header's extFields cost a dozen reads each time)."""
-        key = data[:_OPAQUE_AT] + data[_OPAQUE_AT + 4:]
+        split = binary_split(data)
+        if split is None:  # too short to hold an opaque, let alone the fields after it
+            raise RemotingDecodeError(f"RocketMQ protocol decoding failed: a header of {len(data)} bytes")
+        key, opaque = split
         template = self._binary.get(key)
         if template is None:
-            template = decode_binary_header(data)  # a header too short for an opaque is refused here
+            template = decode_binary_header(data)
             if template.code in self._not_kept:
                 return None
             if len(self._binary) >= self.size:
                 self._binary.clear()
             self._binary[key] = template
-        return template, _INT.unpack_from(data, _OPAQUE_AT)[0]
+        return template, opaque
 
-    def _parsed(self, key: bytes, data: bytes) -> Header:
-        """A header no template was kept of, parsed, and kept as one unless its code is not kept."""
-        header = _parse_json_header(data)
-        if header.code in self._not_kept:
-            return header
+    def _parsed(self, key: bytes, data: bytes, opaque: int) -> Header:
+        """A header no template was kept of: made from its kin's template if one is kept (the same
+        fields but for one extFields value and the opaque), else parsed; kept as a template unless
+        its code is not kept."""
+        kin_key, name, value = _kin_key(key)
+        kin = None if kin_key is None else self._kin.get(kin_key)
+        if kin is not None and kin.ext_fields is not None:
+            ext = dict(kin.ext_fields)
+            ext[name] = value
+            header = Header(kin.code, kin.language, kin.version, opaque, kin.flag, kin.remark, ext, kin.json_layout)
+        else:
+            header = _parse_json_header(data)
+            if header.code in self._not_kept:
+                return header
+            if kin_key is not None and header.ext_fields is not None and header.ext_fields.get(name) == value:
+                if len(self._kin) >= self.size:
+                    self._kin.clear()
+                self._kin[kin_key] = header
         if len(self._templates) >= self.size:
             self._templates.clear()
         self._templates[key] = header
         return header
 
 
+#: the extFields whose values alone tell headers apart most often: a route lookup's topic, a
+#: registration's bodyCrc32 (each broker's changes with its topics)
+_KIN_FIELDS = tuple((name, f'"{name}"'.encode()) for name in ("topic", "bodyCrc32"))
+#: a value read in place of a kin's: printable ASCII but the quote (and no backslash anywhere)
+_KIN_VALUE = re.compile(rb'[\x20\x21\x23-\x7e]*"')
+
+
+def _kin_key(key: bytes) -> tuple[bytes | None, str, str]:
+    """A template key without the value of the first _KIN_FIELDS field it names, that field's name
+    and that value; (None, "", "") where no field serves: it must be named exactly once, its value a
+    string of printable ASCII, and the header escape nothing (no backslash). Then headers whose keys
+    are the same but for that value parse the same but for that string, which is that extFields
+    value wherever their kin's parse put it there (HeaderTemplates._parsed)."""
+    if b"\\" in key:
+        return None, "", ""
+    for name, quoted in _KIN_FIELDS:
+        at = key.find(quoted)
+        if at < 0 or key.find(quoted, at + 1) >= 0 or not key.startswith(b':"', at + len(quoted)):
+            continue
+        start = at + len(quoted) + 2
+        match = _KIN_VALUE.match(key, start)
+        if match is None:
+            continue
+        end = match.end() - 1
+        return key[:start] + key[end:], name, key[start:end].decode("ascii")
+    return None, "", ""
+
+
+def from_template(template: Header, opaque: int) -> Header:
+    """The header a template stands for with its own ``opaque``: a Header of its own (its extFields
+    a copy: a caller may change them)."""
+    return Header(template.code, template.language, template.version, opaque, template.flag, template.remark,
+                  None if template.ext_fields is None else dict(template.ext_fields), template.json_layout)
+
+
 def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
-    """opaque_split of a header holding OPAQUE_KEY exactly once (else None): found with two
-    ``find``s and a match at the key, where a ``count`` and a regex search read the bytes twice
-    (every JSON header a server or a capture decodes comes here)."""
-    at = data.find(OPAQUE_KEY)
-    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH) >= 0:
+    return json_split(data, 0, len(data))
+
+
+def json_split(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+    """The template key and opaque of the JSON header at ``data[start:end]``: opaque_split of a
+    header holding OPAQUE_KEY exactly once (else None), found with two ``find``s and a match at the
+    key, where a ``count`` and a regex search read the bytes twice (every JSON header a server or a
+    capture decodes comes here), in place (a capture's headers lie in their stream's bytes: no copy)."""
+    at = data.find(OPAQUE_KEY, start, end)
+    if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH, end) >= 0:
         return None
-    return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH))
+    match = _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end)
+    if match is None:
+        return None
+    digits, after = match.span()
+    if after - digits > 11:
+        return None
+    opaque = int(match.group())
+    if not _INT_MIN <= opaque <= _INT_MAX:
+        return None
+    return data[start:digits] + data[after:end], opaque
+
+
+def binary_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
+    """The template key and opaque of the ROCKETMQ (binary) header at ``data[start:end]``: its bytes
+    around the opaque (the int32 after the code, language and version), and the opaque; None when
+    it is too short to hold one (decode_binary_header refuses it)."""
+    end = len(data) if end is None else end
+    at = start + _OPAQUE_AT
+    if end - at < 4:
+        return None
+    return data[start:at] + data[at + 4:end], _INT.unpack_from(data, at)[0]
 
 
 def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:

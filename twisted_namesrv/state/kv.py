@@ -35,6 +35,28 @@ NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 Table = dict[str, dict[str, str]]
 
 
+def _size_change(table: Table, namespace: str, key: str, value: str | None) -> int:
+    """How many bytes ``encode`` of ``table`` grows by when ``key`` of ``namespace`` is set to
+    ``value`` (None: removed; an emptied namespace stays, as ``{}``): exact, without encoding the
+    table (a JSON object's size is its members' and the commas between them)."""
+    entries = table.get(namespace)
+    change = 0
+    if entries is None:
+        entries = {}
+        change += len(fastjson.dumps_bytes(namespace)) + 3 + (1 if table else 0)  # "ns":{} and its comma
+    old = entries.get(key)
+    if old is not None:
+        change -= _entry_size(key, old) + (1 if len(entries) > 1 else 0)
+    if value is not None:
+        change += _entry_size(key, value) + (1 if len(entries) - (old is not None) > 0 else 0)
+    return change
+
+
+def _entry_size(key: str, value: str) -> int:
+    """``"key":"value"`` as fastjson writes it."""
+    return len(fastjson.dumps_bytes(key)) + 1 + len(fastjson.dumps_bytes(value))
+
+
 class KVConfigError(Exception):
     """The persisted KV file exists but cannot be read: refuse to start rather than empty it."""
 
@@ -45,9 +67,10 @@ class KVLimitError(Exception):
 
 @dataclass
 class _Batch:
-    """Changes written together: the table they make, encoded, who waits for it and what changed."""
+    """Changes written together: the table they make (never changed in place once staged: a thread
+    may encode it), its encoded size, who waits for it and what changed."""
     table: Table
-    data: bytes
+    size: int
     keys: list[tuple[str, str]] = field(default_factory=list)
     waiting: list[Saved] = field(default_factory=list)
 
@@ -76,7 +99,7 @@ class KVConfigManager:
         self._save = save
         self._limit = limit
         #: the encoded size of configTable as it was last saved (or loaded)
-        self.size = 0
+        self.size = len(self.encode())
         self._subscribers: list[Callable[[str, str], None]] = []
         #: the write in flight, and the changes accepted since it began (written by the next)
         self._writing: _Batch | None = None
@@ -112,23 +135,24 @@ class KVConfigManager:
     def _staged(self) -> tuple[Table, int]:
         """The table with every change accepted so far, and its encoded size."""
         newest = self._next or self._writing
-        return (newest.table, len(newest.data)) if newest is not None else (self.configTable, self.size)
+        return (newest.table, newest.size) if newest is not None else (self.configTable, self.size)
 
-    def _accept(self, table: Table, namespace: str, key: str, saved: Saved | None) -> None:
-        """Stage ``table`` (the staged one with one change) to be saved, or refuse it past the
-        limit (KVLimitError); ``saved`` None: raise the StoreError of a save that is done now."""
+    def _accept(self, table: Table, size: int, namespace: str, key: str, saved: Saved | None) -> None:
+        """Stage ``table`` (the staged one with one change, ``size`` bytes encoded) to be saved, or
+        refuse it past the limit (KVLimitError); ``saved`` None: raise the StoreError of a save
+        that is done now."""
         outcome = _Outcome() if saved is None else None
         tell = outcome.saved if outcome is not None else saved
         assert tell is not None
         staged, staged_size = self._staged()
-        if self._writing is None and table == staged:
+        if self._writing is None and table is staged:
             tell(None)  # nothing to write, nothing in flight: it is as saved
         else:
-            data, limit = self.encode(table), self._limit()
-            if limit and len(data) > max(limit, staged_size):
-                raise KVLimitError(f"the KV table would be {len(data)} bytes, over maxKvBytes ({limit})")
-            batch = self._next = self._next or _Batch(table, data)
-            batch.table, batch.data = table, data
+            limit = self._limit()
+            if limit and size > max(limit, staged_size):
+                raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
+            batch = self._next = self._next or _Batch(table, size)
+            batch.table, batch.size = table, size
             batch.keys.append((namespace, key))
             batch.waiting.append(tell)
             if self._writing is None:
@@ -144,14 +168,15 @@ class KVConfigManager:
             self._done(batch, None)
             return
         self._writing = batch
-        self._save(batch.data, lambda error: self._written(batch, error))
+        # encoded where it is written (a thread): the whole table, up to maxKvBytes, for each write
+        self._save(lambda: self.encode(batch.table), lambda error: self._written(batch, error))
 
     def _written(self, batch: _Batch, error: StoreError | None) -> None:
         """A write is over: adopt its table and tell its callers, or fail them and the changes
         staged on it; a file renamed in place but not durable is put back first."""
         self._writing = None
         if error is None:
-            self.configTable, self.size = batch.table, len(batch.data)
+            self.configTable, self.size = batch.table, batch.size
             self._done(batch, None)
             self._write_next()
             return
@@ -160,8 +185,9 @@ class KVConfigManager:
         if failed is not None:
             self._done(failed, error, changed=False)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
-            self._writing = _Batch(self.configTable, self.encode())
-            self._save(self._writing.data, lambda _: self._restored())
+            saved_table = self.configTable
+            self._writing = _Batch(saved_table, self.size)
+            self._save(lambda: self.encode(saved_table), lambda _: self._restored())
 
     def _restored(self) -> None:
         self._writing = None
@@ -178,28 +204,31 @@ class KVConfigManager:
     def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
         staged, staged_size = self._staged()
+        entries = staged.get(namespace)
+        if entries is not None and entries.get(key) == value:
+            self._accept(staged, staged_size, namespace, key, saved)  # as staged already
+            return
+        size = staged_size + _size_change(staged, namespace, key, value)
         limit = self._limit()
-        if limit and value is not None and key not in staged.get(namespace, {}):
-            least = staged_size + len(key) + len(value) + 6  # "key":"value", at the least: refused before encoding
-            if least > max(limit, staged_size):
-                raise KVLimitError(f"the KV table would be at least {least} bytes, over maxKvBytes ({limit})")
-        entries = dict(staged.get(namespace, {}))
+        if limit and value is not None and size > max(limit, staged_size):
+            raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
+        changed = dict(entries or {})  # a copy: the staged tables are never changed in place
         if value is None:
-            entries.pop(key, None)
+            changed.pop(key, None)
         else:
-            entries[key] = value
-        self._accept({**staged, namespace: entries}, namespace, key, saved)
+            changed[key] = value
+        self._accept({**staged, namespace: changed}, size, namespace, key, saved)
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
         return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]
 
     def delete(self, namespace: str | None, key: str | None, saved: Saved | None = None) -> None:
-        staged, _ = self._staged()
+        staged, staged_size = self._staged()
         if namespace is None or key is None or key not in staged.get(namespace, {}):
-            table = staged  # nothing to delete (Java writes the file anyway): told once what is staged is saved
-        else:
-            table = {**staged, namespace: {k: v for k, v in staged[namespace].items() if k != key}}
-        self._accept(table, str(namespace), str(key), saved)
+            # nothing to delete (Java writes the file anyway): told once what is staged is saved
+            self._accept(staged, staged_size, str(namespace), str(key), saved)
+            return
+        self.put(namespace, key, None, saved)
 
     def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:
         return self.configTable.get(namespace)  # type: ignore[arg-type]

@@ -1241,11 +1241,17 @@ class RouteInfoManager:
     def all_topics(self) -> list[str]:
         return list(self.topicQueueTable)
 
-    def topics_by_cluster(self, cluster: str | None) -> list[str]:
-        names = self.clusterAddrTable.get(cluster) if cluster is not None else None
-        if not names:
+    def topics_by_cluster(self, cluster: str | None, among: list[str] | None = None) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER's topics: of ``among`` (``all_topics()`` as taken in the reactor's
+        thread; None: all of them, now), those a broker group of ``cluster`` serves.  Given
+        ``among``, it reads the tables one look-up at a time and writes nothing: a thread may run
+        it while the reactor's thread changes them (apart.py; each look-up is whole under the GIL)."""
+        held = self.clusterAddrTable.get(cluster) if cluster is not None else None
+        if not held:
             return []
-        return [t for t, queues in self.topicQueueTable.items() if any(n in queues for n in names)]
+        names, table = tuple(held), self._table if among is not None else self.topicQueueTable
+        return [topic for topic in (list(table) if among is None else among)
+                if (queues := table.get(topic)) and any(name in queues for name in names)]
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (a set), plus one address."""
@@ -1260,11 +1266,15 @@ class RouteInfoManager:
                 break
         return list(topics), addr
 
-    def unit_topics(self, test: Callable[[int], bool]) -> list[str]:
-        """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag."""
+    def unit_topics(self, test: Callable[[int], bool], among: list[str] | None = None) -> list[str]:
+        """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag: of
+        ``among`` as ``topics_by_cluster`` reads it (a thread may run it), else of all, now."""
+        table = self._table if among is not None else self.topicQueueTable
         result = []
-        for topic, queues in self.topicQueueTable.items():
-            if queues and test(queues[java_hash_order(queues)[0]].topicSysFlag):
+        for topic in list(table) if among is None else among:
+            queues = table.get(topic)
+            first = queues.get(java_hash_order(queues)[0]) if queues else None
+            if first is not None and test(first.topicSysFlag):
                 result.append(topic)
         return result
 

@@ -148,15 +148,16 @@ def _put_back(target: Path, old: Path, kept: bool) -> bool:
 
 #: told once a save is durable (None) or could not be made so (the StoreError)
 Saved = Callable[[StoreError | None], None]
-#: ``save(data, saved)``: replace a file by ``data`` durably, then call ``saved`` (now or later)
-Save = Callable[[bytes, Saved], None]
+#: ``save(make, saved)``: replace a file by ``make()``'s bytes durably, then call ``saved`` (now or
+#: later); ``make`` runs where the write is made (a thread: a store's encoding can take long)
+Save = Callable[[Callable[[], bytes], Saved], None]
 
 
 def at_once(write: Callable[[bytes], None]) -> Save:
     """A ``Save`` of a ``write(data)`` that is done when it returns (raising StoreError if not)."""
-    def save(data: bytes, saved: Saved) -> None:
+    def save(make: Callable[[], bytes], saved: Saved) -> None:
         try:
-            write(data)
+            write(make())
         except StoreError as exc:
             saved(exc)
             return
@@ -182,7 +183,8 @@ class SavesOfNewest:
     def _write(self) -> None:
         waiting, self._waiting = self._waiting, []
         self._in_flight = True
-        self._save(self._content(), lambda error: self._written(waiting, error))
+        data = self._content()  # here: what it reads may change once this turn is over
+        self._save(lambda: data, lambda error: self._written(waiting, error))
 
     def _written(self, waiting: list[Saved], error: StoreError | None) -> None:
         self._in_flight = False

@@ -11,6 +11,8 @@ from importlib.resources import files
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.web import pages, resource, server
 
 from ..budget import FdBudget
@@ -26,6 +28,8 @@ from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded
 from .collector import registry
 from .connections import BoundedSite
+
+log = Logger()
 
 STATUS_PAGE = files(__package__).joinpath("status.html")
 
@@ -118,7 +122,17 @@ class ApiResource(resource.Resource):
             document = {"error": str(error)}
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-cache")
-        return json.dumps(document).encode()
+        if not isinstance(document, defer.Deferred):
+            return json.dumps(document).encode()
+        gone: list[object] = []  # the client went before the document was made: nothing to write
+        request.notifyFinish().addErrback(gone.append)
+
+        def write(made: dict[str, Any]) -> None:
+            if not gone:
+                request.write(json.dumps(made).encode())
+                request.finish()
+        document.addCallback(write).addErrback(lambda failure: log.failure("/api/{name} failed", failure, name=name))
+        return server.NOT_DONE_YET  # type: ignore[no-any-return]
 
     def _route(self, request: server.Request) -> dict[str, Any]:
         topic = _arg(request, "topic")
