@@ -90,7 +90,7 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
-def test_builds_run_in_a_thread_one_at_a_time_and_the_same_build_is_shared():
+def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_it():
     apart = BuildsApart(reactor)
     ran: list[str] = []
     gate = threading.Event()
@@ -107,12 +107,14 @@ def test_builds_run_in_a_thread_one_at_a_time_and_the_same_build_is_shared():
             finally:
                 running.release()
         return build
-    first, shared, other = apart.build("a", make("a")), apart.build("a", make("a again")), apart.build("b", make("b"))
+    first, again = apart.build("a", make("a")), apart.build("a", make("a again"))
+    other, newest = apart.build("b", make("b")), apart.build("a", make("a newest"))
     yield deferLater(reactor, 0.05)
     assert not first.called and ran == ["a"]  # the reactor's thread goes on meanwhile
     gate.set()
-    assert (yield first) == b"a" and (yield shared) == b"a" and (yield other) == b"b"
-    assert ran == ["a", "b"]
+    assert (yield first) == b"a" and (yield other) == b"b"
+    assert (yield again) == (yield newest) == b"a newest"  # one build, of the newest ask's make
+    assert ran == ["a", "a newest", "b"]
 
 
 @pytest_twisted.inlineCallbacks
@@ -158,3 +160,40 @@ def test_a_kv_list_is_built_apart_and_kept_while_its_namespace_is_unchanged(tmp_
     assert body_json(ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})) == {"table": {"k": "w"}}
     assert len(built) == 2
     assert ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NONE"}).code == ResponseCode.QUERY_NOT_FOUND
+
+
+@pytest_twisted.inlineCallbacks
+def test_asks_in_new_generations_while_a_list_is_built_wait_for_one_build_not_one_each(tmp_path, monkeypatch):
+    """Each ask took the names of its turn and waited its own build when a topic had changed since
+    the one under way (a peer's ORDER_TOPIC_CONFIG put changes the generation): a peer asking,
+    changing, asking... queued a build of every topic each time (seconds of CPU and the list of
+    names each, held even once the peer went).  The asks meanwhile now share the next build, made
+    of the newest ask's names."""
+    ns = Namesrv(tmp_path)
+    ns.register(topics=("T1", "T2"))
+    ns.state.build_apart = BuildsApart(reactor).build
+    started, release = threading.Event(), threading.Event()
+    builds: list[list[str]] = []
+    body = processor.topic_list_body
+
+    def slow_build(topics, broker_addr, concurrent):
+        builds.append(list(topics))
+        started.set()
+        release.wait(30)
+        return body(topics, broker_addr, concurrent)
+    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    peer = Peer(1, "127.0.0.1:40000")
+    ask = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+    try:
+        answers = [processor.get_all_topic_list(ns.state, request(ask), peer)]
+        while not started.is_set():
+            yield deferLater(reactor, 0.01)
+        for number in range(20):  # a topic changes, then the list is asked for again
+            ns.register(topics=("T1", "T2", f"N{number}"))
+            answers.append(processor.get_all_topic_list(ns.state, request(ask), peer))
+    finally:
+        release.set()
+    made = yield defer.gatherResults(answers)
+    assert len(builds) == 2, len(builds)
+    assert "N19" in fastjson.loads(made[-1].body)["topicList"]  # the newest ask's names
+    assert all(answer.code == ResponseCode.SUCCESS for answer in made)

@@ -173,12 +173,15 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand,
     if kept is not None:
         return respond(state, request, body=kept)
 
-    def built(body: bytes) -> RemotingCommand:
-        if state.kv.get_kv_list(namespace) is table:
-            state.answers.keep_kv_list(namespace, table, body)
+    def build() -> tuple[dict[str, str], bytes]:
+        return table, fastjson.dumps_bytes(kv_table_bean(table))
+
+    def built(made: tuple[dict[str, str], bytes]) -> RemotingCommand:
+        made_of, body = made  # a later ask's table, when one joined the build before it began (apart.py)
+        if state.kv.get_kv_list(namespace) is made_of:
+            state.answers.keep_kv_list(namespace, made_of, body)
         return respond(state, request, body=body)
-    return state.build_apart(("kvlist", namespace, id(table)),
-                             lambda: fastjson.dumps_bytes(kv_table_bean(table))).addCallback(built)
+    return state.build_apart(("kvlist", namespace), build).addCallback(built)
 
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
@@ -505,13 +508,14 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key:
     generation, topics, concurrent = state.answers.topic_generation, state.routes.all_topics(), \
         state.profile.concurrent_tables
 
-    def build() -> bytes:
-        return topic_list_body(topics if pick is None else pick(topics), None, concurrent)
+    def build() -> tuple[int, bytes]:
+        return generation, topic_list_body(topics if pick is None else pick(topics), None, concurrent)
 
-    def built(body: bytes) -> RemotingCommand:
-        state.answers.keep_topics(key, body, generation)
+    def built(made: tuple[int, bytes]) -> RemotingCommand:
+        made_of, body = made  # a later ask's names, when one joined the build before it began (apart.py)
+        state.answers.keep_topics(key, body, made_of)
         return respond(state, request, body=body)
-    return state.build_apart((key, generation), build).addCallback(built)
+    return state.build_apart(key, build).addCallback(built)
 
 
 def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:

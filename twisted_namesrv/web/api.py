@@ -158,8 +158,7 @@ class StatusApi:
             matches, first = result
             return {"query": query, "matches": matches,
                     "topics": [{"topic": t, "broker_names": sorted(routes.queues_of(t) or ())} for t in first]}
-        generation = self.state.answers.topic_generation
-        return self.state.build_apart(("api/topics", needle, limit, generation), search).addCallback(document)
+        return self.state.build_apart(("api/topics", needle, limit), search).addCallback(document)
 
     def route(self, topic: str) -> dict[str, Any] | None:
         """The route a client gets for ``topic`` (TopicRouteData, as GET_ROUTEINFO_BY_TOPIC sends it)."""
