@@ -228,6 +228,24 @@ def test_a_write_renamed_in_place_but_not_durable_puts_the_saved_table_back_befo
     assert [error is None for error in told] == [True, False, True]
 
 
+def test_a_change_made_by_a_caller_told_of_a_write_not_durable_waits_for_the_table_put_back(tmp_path):
+    """A caller is told in the reactor's turn, and a pipelining peer's next put is then handled at
+    once (server.py answers the frames it held): it began a write of its own before the saved table
+    was put back, and the put-back was a second write in flight (FileWriter refuses one)."""
+    told: list = []
+    saves, kv = saved_once(told)
+
+    def put_again(error) -> None:
+        told.append(error)
+        kv.put("NS", "k3", "x", told.append)
+    kv.put("NS", "k", "w", put_again)
+    saves.finish(StoreError("kvConfigPath", tmp_path / "kv", OSError(5, "Input/output error"), replaced=True))
+    assert len(saves.held) == 1, "one write in flight at a time"
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k": "v"}}}
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k": "v", "k3": "x"}}}
+    assert [error is None for error in told] == [True, False, True] and saves.held == []
+
+
 def test_saves_of_the_newest_content_share_the_write_after_the_one_in_flight():
     """The saved config (UPDATE_NAMESRV_CONFIG, any peer's): one write in flight; the saves asked
     for meanwhile share one write of the content as it is when that write begins."""

@@ -181,13 +181,14 @@ class KVConfigManager:
             self._write_next()
             return
         failed, self._next = self._next, None
-        self._done(batch, error, changed=False)
-        if failed is not None:
-            self._done(failed, error, changed=False)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
             self._writing = _Batch(saved_table, self.size)
             self._save(lambda: self.encode(saved_table), lambda _: self._restored())
+        # told last: a caller may change the table again at once (a pipelining peer's next put)
+        self._done(batch, error, changed=False)
+        if failed is not None:
+            self._done(failed, error, changed=False)
 
     def _restored(self) -> None:
         self._writing = None
