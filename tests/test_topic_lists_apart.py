@@ -66,7 +66,7 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
     held: list[tuple[object, object]] = []
 
     def build_apart(key, build):
-        held.append((defer.Deferred(), build))
+        held.append((defer.Deferred(), build()))  # begun at once, as a free BuildsApart does
         return held[-1][0]
     ns.state.build_apart = build_apart
     pending = processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
@@ -75,10 +75,10 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
     building, build = held.pop()
     building.callback(build())
     assert sorted(fastjson.loads(pending.result.body)["topicList"]) == ["T1", "T2"]
-    ns.state.build_apart = lambda key, build: defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: defer.succeed(begin()())
     assert sorted(body_json(ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))["topicList"]) == ["T1", "T2", "T3"]
     built: list[object] = []
-    ns.state.build_apart = lambda key, build: built.append(key) or defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: built.append(key) or defer.succeed(begin()())
     for code in (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_UNIT_TOPIC_LIST):
         ns.call(code)
         ns.call(code)
@@ -96,7 +96,14 @@ def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_i
     gate = threading.Event()
     running = threading.Lock()
 
+    begun: list[str] = []
+
     def make(name: str):
+        def begin():  # in the reactor's thread, when the build's turn comes
+            assert threading.current_thread() is threading.main_thread()
+            begun.append(name)
+            return build
+
         def build() -> bytes:
             assert running.acquire(blocking=False), "two builds at once"
             try:
@@ -106,15 +113,15 @@ def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_i
                 return name.encode()
             finally:
                 running.release()
-        return build
+        return begin
     first, again = apart.build("a", make("a")), apart.build("a", make("a again"))
-    other, newest = apart.build("b", make("b")), apart.build("a", make("a newest"))
+    other, joined = apart.build("b", make("b")), apart.build("a", make("a joined"))
     yield deferLater(reactor, 0.05)
-    assert not first.called and ran == ["a"]  # the reactor's thread goes on meanwhile
+    assert not first.called and ran == begun == ["a"]  # the reactor's thread goes on meanwhile
     gate.set()
     assert (yield first) == b"a" and (yield other) == b"b"
-    assert (yield again) == (yield newest) == b"a newest"  # one build, of the newest ask's make
-    assert ran == ["a", "a newest", "b"]
+    assert (yield again) == (yield joined) == b"a again"  # one build, begun by the first ask waiting
+    assert ran == begun == ["a", "a again", "b"]
 
 
 @pytest_twisted.inlineCallbacks
@@ -152,7 +159,7 @@ def test_a_kv_list_is_built_apart_and_kept_while_its_namespace_is_unchanged(tmp_
     reactor 0.5-0.9 s an answer, each again): encoded in a thread, kept until the namespace changes."""
     ns = Namesrv(tmp_path)
     built: list[object] = []
-    ns.state.build_apart = lambda key, build: built.append(key) or defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: built.append(key) or defer.succeed(begin()())
     ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
     for _ in range(3):
         assert body_json(ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})) == {"table": {"k": "v"}}
@@ -197,3 +204,45 @@ def test_asks_in_new_generations_while_a_list_is_built_wait_for_one_build_not_on
     assert len(builds) == 2, len(builds)
     assert "N19" in fastjson.loads(made[-1].body)["topicList"]  # the newest ask's names
     assert all(answer.code == ResponseCode.SUCCESS for answer in made)
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_waiting_build_takes_the_names_when_it_begins_not_when_asked(tmp_path, monkeypatch):
+    """Each ask copied every topic's name (8 MB at a million) and held the copy while its build
+    waited, however long, even once its peer went: a peer with many clusters registered (any peer
+    may register brokers without ACL), asking for each, held a copy a cluster.  A build now takes
+    the names in the reactor's turn it begins in: a waiting one holds none, and answers with the
+    topics registered while it waited."""
+    ns = Namesrv(tmp_path)
+    for number in range(5):
+        ns.register(cluster=f"c{number}", addr=f"10.0.0.{number}:10911", name=f"broker-{number}",
+                    topics=(f"T{number}", f"U{number}"), channel=number + 10)
+    ns.state.build_apart = BuildsApart(reactor).build
+    started, release = threading.Event(), threading.Event()
+    body = processor.topic_list_body
+
+    def slow_build(topics, broker_addr, concurrent):
+        started.set()
+        release.wait(30)
+        return body(topics, broker_addr, concurrent)
+    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    copies: list[int] = []
+    all_topics = ns.routes.all_topics
+    monkeypatch.setattr(ns.routes, "all_topics", lambda: copies.append(1) or all_topics())
+    peer = Peer(1, "127.0.0.1:40000")
+    try:
+        answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                                                peer)]
+        while not started.is_set():
+            yield deferLater(reactor, 0.01)
+        copies.clear()
+        answers += [processor.get_topics_by_cluster(ns.state, request(RequestCode.GET_TOPICS_BY_CLUSTER, {
+            "cluster": f"c{number}"}), peer) for number in range(5)]
+        assert copies == []  # the waiting builds hold no names
+        ns.register(cluster="c0", addr="10.0.0.0:10911", name="broker-0", topics=("T0", "U0", "LATE"), channel=10)
+    finally:
+        release.set()
+    made = yield defer.gatherResults(answers)
+    assert sorted(fastjson.loads(made[1].body)["topicList"]) == ["LATE", "T0", "U0"]
+    assert [sorted(fastjson.loads(answer.body)["topicList"]) for answer in made[2:]] == [
+        [f"T{number}", f"U{number}"] for number in range(1, 5)]

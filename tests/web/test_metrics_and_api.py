@@ -130,7 +130,7 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     # searched apart (in a thread: apart.py), the first of them by name without sorting them all
     held: list = []
     state = served.service.state
-    state.build_apart, at_once = (lambda key, build: held.append(build) or defer.Deferred()), state.build_apart
+    state.build_apart, at_once = (lambda key, begin: held.append(begin()) or defer.Deferred()), state.build_apart
     pending = served.api.topics("t", limit=1)
     assert not pending.called and held[0]() == (2, ["T1"])
     state.build_apart = at_once
