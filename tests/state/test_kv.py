@@ -272,3 +272,55 @@ def test_a_namespaces_table_is_never_changed_in_place():
     assert table == {"k": "v"} and kv.get_kv_list("NS") == {"k2": "v2"} and kv.get_kv_list("NS") is not table
     kv.put("NS", "k2", "v2")  # as it is: the same table
     assert kv.get_kv_list("NS") is kv.configTable["NS"]
+
+
+def test_changes_made_by_callers_told_their_write_is_durable_wait_for_their_own_one_at_a_time():
+    """Callers are told in the reactor's turn and each one's peer's next change is handled then
+    (server.py answers the frames it held): the first such change began a write, the second was
+    staged behind it, and the write after the one just done began as well: two writes in flight
+    (FileWriter refuses the second: its callers never told).  And with changes staged behind the
+    write just done, a change to what was staged was told saved at once, before any write of it."""
+    saves, told = HeldSaves(), []
+
+    def put_again(name: str, key: str, value: str):
+        def saved(error) -> None:
+            told.append((name, error))
+            kv.put("NS", key, value, lambda error: told.append((key, error)))
+        return saved
+    kv = KVConfigManager(saves)
+    kv.put("NS", "k0", "v0", lambda error: told.append(("k0", error)))  # in flight
+    kv.put("NS", "a", "1", put_again("a", "k1", "v1"))
+    kv.put("NS", "b", "1", put_again("b", "k2", "v2"))
+    saves.finish()
+    assert told == [("k0", None)] and len(saves.held) == 1  # a and b's
+    kv.put("NS", "k1", "v1", lambda error: told.append(("k1 first", error)))  # staged behind it
+    saves.finish()
+    assert told == [("k0", None), ("a", None), ("b", None)] and len(saves.held) == 1, told
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k0": "v0", "a": "1", "b": "1", "k1": "v1"}}}
+    assert [name for name, _ in told] == ["k0", "a", "b", "k1 first", "k1"] and len(saves.held) == 1
+    assert json.loads(saves.finish())["configTable"]["NS"]["k2"] == "v2"
+    assert [name for name, _ in told] == ["k0", "a", "b", "k1 first", "k1", "k2"] and saves.held == []
+
+
+def test_changes_made_by_several_callers_told_at_once_begin_one_write_not_two():
+    """Two callers of one write, each of whose peers' next put is handled as it is told: the
+    first began a write, the second was staged, and the write after the one just done began too
+    (FileWriter refuses a second in flight: that batch's callers were never told)."""
+    saves, told = HeldSaves(), []
+
+    def put_again(key: str):
+        def saved(error) -> None:
+            told.append(error)
+            kv.put("NS", key, "v", told.append)
+        return saved
+    kv = KVConfigManager(saves)
+    kv.put("NS", "x", "1", told.append)  # in flight
+    kv.put("NS", "a", "1", put_again("k1"))
+    kv.put("NS", "b", "1", put_again("k2"))
+    saves.finish()
+    saves.finish()
+    assert len(saves.held) == 1, "one write in flight at a time"
+    saves.finish()
+    saves.finish()
+    assert kv.configTable == {"NS": {"x": "1", "a": "1", "b": "1", "k1": "v", "k2": "v"}}
+    assert told == [None] * 5 and saves.held == []

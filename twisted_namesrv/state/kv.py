@@ -145,7 +145,7 @@ class KVConfigManager:
         tell = outcome.saved if outcome is not None else saved
         assert tell is not None
         staged, staged_size = self._staged()
-        if self._writing is None and table is staged:
+        if self._writing is None and self._next is None and table is staged:
             tell(None)  # nothing to write, nothing in flight: it is as saved
         else:
             limit = self._limit()
@@ -161,6 +161,8 @@ class KVConfigManager:
             outcome.check()
 
     def _write_next(self) -> None:
+        if self._writing is not None:  # begun meanwhile (a caller told of the last one changed more)
+            return
         batch, self._next = self._next, None
         if batch is None:
             return
