@@ -274,6 +274,31 @@ def test_a_namespaces_table_is_never_changed_in_place():
     assert kv.get_kv_list("NS") is kv.configTable["NS"]
 
 
+def test_the_changes_staged_behind_a_write_copy_a_namespace_once_not_once_each():
+    """Each put copied its namespace's whole table in the reactor (0.7 ms at 120k keys), so the puts
+    of many peers staged behind one write cost that each.  A staged batch's own copy is not read by
+    anyone before it is written (reads see the saved table; the thread encodes the batch in flight):
+    the changes behind one write copy a namespace once, and the saved and in-flight tables are never
+    touched."""
+    saves = HeldSaves()
+    kv = KVConfigManager(saves)
+    kv.put("NS", "k0", "v", lambda error: None)  # in flight
+    in_flight = saves.held[0]
+    kv.put("NS", "k1", "v", lambda error: None)
+    staged = kv._next.table["NS"]
+    for number in range(2, 50):
+        kv.put("NS", f"k{number}", "v", lambda error: None)
+        kv.delete("NS", "k1", lambda error: None)
+    assert kv._next.table["NS"] is staged and len(staged) == 49 and "k1" not in staged
+    assert json.loads(in_flight[0]()) == {"configTable": {"NS": {"k0": "v"}}} and kv.configTable == {}
+    saves.finish()
+    written = json.loads(saves.finish())["configTable"]["NS"]
+    assert len(written) == 49 and kv.size == len(kv.encode())
+    table = kv.get_kv_list("NS")
+    kv.put("NS", "k1", "again", lambda error: None)  # a new batch: the saved table is copied, not changed
+    assert "k1" not in table and kv.get_kv_list("NS") is table
+
+
 def test_changes_made_by_callers_told_their_write_is_durable_wait_for_their_own_one_at_a_time():
     """Callers are told in the reactor's turn and each one's peer's next change is handled then
     (server.py answers the frames it held): the first such change began a write, the second was
