@@ -124,18 +124,27 @@ def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_i
     assert ran == begun == ["a", "a again", "b"]
 
 
-@pytest_twisted.inlineCallbacks
-def test_a_lookup_is_answered_while_a_topic_list_is_built(tmp_path, monkeypatch):
-    from tests.support import connect, server_config, start_server
-
+def held_builds(monkeypatch, builds: list[list[str]] | None = None) -> tuple[threading.Event, threading.Event]:
+    """The server's topic lists built once the test sets ``release`` (``started``: one is under
+    way), the names of each appended to ``builds``."""
     started, release = threading.Event(), threading.Event()
     body = processor.topic_list_body
 
     def slow_build(topics, broker_addr, concurrent):
+        if builds is not None:
+            builds.append(list(topics))
         started.set()
         release.wait(30)
         return body(topics, broker_addr, concurrent)
     monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    return started, release
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_lookup_is_answered_while_a_topic_list_is_built(tmp_path, monkeypatch):
+    from tests.support import connect, server_config, start_server
+
+    started, release = held_builds(monkeypatch)
     service, port = yield from start_server(server_config(tmp_path))
     try:
         lister = yield connect(port)
@@ -179,16 +188,8 @@ def test_asks_in_new_generations_while_a_list_is_built_wait_for_one_build_not_on
     ns = Namesrv(tmp_path)
     ns.register(topics=("T1", "T2"))
     ns.state.build_apart = BuildsApart(reactor).build
-    started, release = threading.Event(), threading.Event()
     builds: list[list[str]] = []
-    body = processor.topic_list_body
-
-    def slow_build(topics, broker_addr, concurrent):
-        builds.append(list(topics))
-        started.set()
-        release.wait(30)
-        return body(topics, broker_addr, concurrent)
-    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    started, release = held_builds(monkeypatch, builds)
     peer = Peer(1, "127.0.0.1:40000")
     ask = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
     try:
@@ -218,14 +219,7 @@ def test_a_waiting_build_takes_the_names_when_it_begins_not_when_asked(tmp_path,
         ns.register(cluster=f"c{number}", addr=f"10.0.0.{number}:10911", name=f"broker-{number}",
                     topics=(f"T{number}", f"U{number}"), channel=number + 10)
     ns.state.build_apart = BuildsApart(reactor).build
-    started, release = threading.Event(), threading.Event()
-    body = processor.topic_list_body
-
-    def slow_build(topics, broker_addr, concurrent):
-        started.set()
-        release.wait(30)
-        return body(topics, broker_addr, concurrent)
-    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    started, release = held_builds(monkeypatch)
     copies: list[int] = []
     all_topics = ns.routes.all_topics
     monkeypatch.setattr(ns.routes, "all_topics", lambda: copies.append(1) or all_topics())
