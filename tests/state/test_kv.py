@@ -261,6 +261,27 @@ def test_saves_of_the_newest_content_share_the_write_after_the_one_in_flight():
     assert writes.held == []
 
 
+def test_saves_asked_for_by_callers_told_theirs_is_done_share_one_write_not_two():
+    """Two config updates saved together, each of whose peers' next update is handled as it is told
+    (server.py): the first began a write, the second waited for it, and the write it waited for
+    began as well: two writes in flight (FileWriter refuses the second: never answered)."""
+    writes, told = HeldSaves(), []
+
+    def save_again(error) -> None:
+        told.append(error)
+        saves.save(told.append)
+    saves = SavesOfNewest(writes, lambda: b"v")
+    saves.save(told.append)  # in flight
+    saves.save(save_again)
+    saves.save(save_again)
+    writes.finish()
+    writes.finish()
+    assert len(writes.held) == 1, "one write in flight at a time"
+    writes.finish()
+    writes.finish()
+    assert told == [None] * 5 and writes.held == []
+
+
 def test_a_namespaces_table_is_never_changed_in_place():
     """A KV list is encoded in a thread (apart.py) from the namespace's table as it was asked for,
     and kept while that very table is the namespace's: a change makes a new one."""
