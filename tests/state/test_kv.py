@@ -370,3 +370,33 @@ def test_changes_made_by_several_callers_told_at_once_begin_one_write_not_two():
     saves.finish()
     assert kv.configTable == {"NS": {"x": "1", "a": "1", "b": "1", "k1": "v", "k2": "v"}}
     assert told == [None] * 5 and saves.held == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.just("finish"), st.tuples(
+    st.sampled_from(["NS", "ü"]), st.sampled_from(["k1", "k2", "话"]), st.one_of(st.none(), st.text(max_size=4)))),
+    max_size=30))
+def test_changes_staged_behind_writes_end_as_made_one_by_one(steps):
+    """The batches' own copies taking changes in place (not a copy a change): whatever the changes
+    and wherever the writes finish, each write holds the table its changes made, the saved table
+    and its size are the changes' in order, and no table once handed to a write changes after."""
+    saves, model, handed = HeldSaves(), {}, []
+    kv = KVConfigManager(saves)
+    for step in steps:
+        if step == "finish":
+            if saves.held:
+                saves.finish()
+        else:
+            namespace, key, value = step
+            kv.put(namespace, key, value, lambda error: None)
+            if value is None:
+                model.get(namespace, {}).pop(key, None)
+            else:
+                model.setdefault(namespace, {})[key] = value
+        if kv._writing is not None and all(kv._writing is not batch for batch, _ in handed):
+            handed.append((kv._writing, json.dumps(kv._writing.table, sort_keys=True)))
+    while saves.held:
+        saves.finish()
+    assert {ns: table for ns, table in kv.configTable.items() if table or ns in model} == {
+        ns: table for ns, table in model.items()} and kv.size == len(kv.encode())
+    assert all(json.dumps(batch.table, sort_keys=True) == as_handed for batch, as_handed in handed)
