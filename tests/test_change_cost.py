@@ -861,3 +861,26 @@ def test_what_a_registration_keeps_for_its_renewal_is_nothing_to_the_collector(t
     kept = cluster.answers.renewals[protocol.channel]
     (memo,) = cluster.routes.registration_memo("c", "127.0.0.1:10000", "b00000", 0, False)
     assert [gc.is_tracked(o) for o in (kept, kept.renewal, memo)] == [False] * 3
+
+
+def test_what_alike_brokers_keep_is_one_object_for_all(tmp_path):
+    """5,000 brokers of a cluster keep, each, what they share with the others once, not a copy: the
+    cluster's name, the kept answer's pieces (a master's answer is the same but for its opaque), the
+    addresses a renewal shows and the topology's member ids up."""
+    cluster = Cluster(tmp_path)
+    kept = []
+    for index in range(2):
+        protocol, _ = cluster.connect()
+        topics = [f"Shared{index}_{j}" for j in range(2)]  # (a first registration of one topic is refused)
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in topics}),
+                                    False, False)
+        cluster.send(protocol, RequestCode.REGISTER_BROKER, {
+            "brokerName": f"broker-{index}", "brokerAddr": f"127.0.0.1:{10000 + index}",
+            "clusterName": "SharedCluster", "haServerAddr": f"127.0.0.1:{20000 + index}", "brokerId": "0"}, body)
+        kept.append(cluster.answers.renewals[protocol.channel])
+    first, second = kept
+    assert first.head is second.head and first.rest is second.rest
+    assert first.renewal.shown is second.renewal.shown
+    assert first.renewal.names[0] is second.renewal.names[0] == "SharedCluster"
+    groups = cluster.service.state.topology.groups
+    assert groups["SharedCluster", "broker-0"].up is groups["SharedCluster", "broker-1"].up == {0}

@@ -273,6 +273,12 @@ def check(command: str, tmp: Path, served: set[str]) -> tuple[str, str | None]:
         if args[:1] == ["--version"]:
             done = subprocess.run([str(VENV_BIN / "twistd"), "--version"], capture_output=True, text=True)
             return "run", None if done.returncode == 0 else done.stderr
+        if args[:1] == ["--reactor"] and len(args) > 1:
+            from twisted.application.reactors import getReactorTypes
+
+            if args[1] not in {r.shortName for r in getReactorTypes()}:
+                return "twistd", f"no twistd reactor {args[1]}"
+            args = args[2:]
         if not args:
             return "twistd's own flag, named", None  # `twistd -n` in prose
         plugin = args[0]
@@ -355,6 +361,8 @@ def test_a_usage_line_in_the_wrong_order_is_caught(tmp_path, served_paths):
     assert how == "parsed by namesrv-admin" and "invalid choice" in problem
     assert check("namesrv-admin getControllerMetaData -a CONTROLLER", tmp_path, served_paths)[1] is None
     assert check("twistd -n namesrv --no-such-option", tmp_path, served_paths)[1]
+    assert check("twistd --reactor no-such-reactor -n namesrv", tmp_path, served_paths)[1]
+    assert not check("twistd --reactor namesrv-epoll -n namesrv", tmp_path, served_paths)[1]
     assert check("tools/setup-env.sh --no-such-option", tmp_path, served_paths)[1]
     assert check("tools/bench/run.py --no-such-option", tmp_path, served_paths)[1]
 

@@ -249,6 +249,29 @@ def test_idle_timer_is_cancelled_when_the_connection_goes(harness):
     assert harness.clock.getDelayedCalls() == []
 
 
+def test_every_connection_closes_when_idle_on_one_timer(harness):
+    """Three connections, each closed exactly when it has been silent for the timeout, whatever
+    the others did, with one call pending for all of them (not a timer each: 460 bytes a connection)."""
+    quiet, quiet_transport = harness.connect(40001)
+    harness.clock.advance(10)
+    chatty, chatty_transport = harness.connect(40002)
+    harness.clock.advance(10)
+    late, late_transport = harness.connect(40003)
+    assert len(harness.clock.getDelayedCalls()) == 1
+    harness.clock.advance(IDLE - 30)
+    chatty.dataReceived(route_request().encode())  # at IDLE - 10: silent from now
+    harness.clock.advance(10 - 0.001)
+    assert quiet_transport.connected
+    harness.clock.advance(0.001)  # IDLE after it connected
+    assert (quiet_transport.connected, chatty_transport.connected, late_transport.connected) == (False, True, True)
+    harness.clock.advance(20)  # IDLE after the last one connected
+    assert (chatty_transport.connected, late_transport.connected) == (True, False)
+    harness.clock.advance(IDLE - 30)
+    assert not chatty_transport.connected
+    assert [reason for _, reason in harness.closed] == ["idle: no request for 120 s"] * 3
+    assert harness.clock.getDelayedCalls() == []
+
+
 def test_idle_timeout_zero_disables_it(tmp_path):
     harness = Harness(tmp_path, idle=0)
     proto, transport = harness.connect()

@@ -18,6 +18,9 @@ USAGE_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .reactor import install
+
+    install()  # the clients' sockets served before the brokers' in a turn (reactor.py), where epoll is
     from twisted.internet import reactor
     from twisted.logger import globalLogBeginner
 

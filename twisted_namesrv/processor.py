@@ -264,7 +264,7 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
     answer = Answer(registration_answer(state, request, result))
     if digest is not None and header.names is not None and header.brokerId is not None:
         answer.renewal = Renewable(header.names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
-                                   (result.haServerAddr, result.masterAddr))
+                                   result.shown)
     return answer
 
 

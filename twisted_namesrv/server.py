@@ -21,15 +21,16 @@ from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
-from twisted.protocols.policies import TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from . import CannotStart
 from .budget import FdBudget, MemoryBudget
+from .clocks import steady_seconds
 from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
+from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals
 from .remoting import FrameDecoder, RemotingDecodeError
 
@@ -94,7 +95,7 @@ WAITING_READ = 64 * 1024
 
 
 @implementer(interfaces.IPushProducer)
-class RemotingProtocol(protocol.Protocol, TimeoutMixin):
+class RemotingProtocol(protocol.Protocol):
     """One client or broker connection.  A frame that cannot be decoded closes only this
     connection (as Java's NettyDecoder does); a failing request costs one error answer.
 
@@ -126,6 +127,10 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
     dropped = False
     _in_answer = False
     _in_write = False
+    #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
+    after_clients = False
+    #: the factory's IdleWatch, while the idle timeout is on
+    idle: IdleWatch | None = None
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -139,8 +144,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.waiting = []
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
-        self.callLater = factory.clock.callLater  # TimeoutMixin honours this: a fake clock in tests
-        self.setTimeout(factory.idle_timeout or None)
+        self.idle = factory.idle_watch if factory.idle_timeout else None
+        if self.idle is not None:
+            self.idle.heard(self)
         self.transport.registerProducer(self, True)
 
     # -- the transport's producer: its write buffer is full, or drained ------------------------
@@ -171,7 +177,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
 
     # -- frames in ------------------------------------------------------------------------------
     def dataReceived(self, data: bytes) -> None:
-        self.resetTimeout()
+        if self.idle is not None:
+            self.idle.heard(self)
         busy = self.answering is not None or self.writing_paused or bool(self.waiting)
         if not busy and self.decoder.empty:
             # a client's repeated lookups, as they came: answered before (instead of) cutting them
@@ -227,6 +234,9 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
                     break  # the rest waits until the peer reads them (resumeProducing)
         finally:
             self._in_answer = False
+        if not self.after_clients and self.channel in dispatcher.answers.renewals:
+            self.after_clients = True  # a broker's: its heartbeats wait for the lookups read with them
+            serve_after_clients(self.transport)
         self.waiting = frames
         if later is not None:
             self.answering, self.answering_size = later.answer, later.size
@@ -325,7 +335,8 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         self.transport.abortConnection()
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
-        self.setTimeout(None)
+        if self.idle is not None:
+            self.idle.forget(self)
         self.dropped = True  # nothing more is held or answered
         self.waiting = []
         if self.held:
@@ -336,6 +347,64 @@ class RemotingProtocol(protocol.Protocol, TimeoutMixin):
         if self.factory.connections.pop(self.channel, None) is not None and self.factory.fds is not None:
             self.factory.fds.release()
         self.factory.dispatcher.channel_closed(self.channel, self.close_reason)
+
+
+class IdleWatch:
+    """Every connection's idle timer as one call: the connections in the order they were last
+    heard from (a read moves one to the end), the call due when the first of them has been silent
+    for the factory's ``idle_timeout``; each is closed (``timeoutConnection``) exactly then, as by a
+    timer of its own.  Twisted's TimeoutMixin gave every connection a DelayedCall and three bound
+    methods, about 460 bytes: 2.3 MiB of a 5,000-broker step's RSS, 9 MiB at 19,500 connections."""
+
+    def __init__(self, clock: interfaces.IReactorTime, factory: RemotingFactory) -> None:
+        self.clock = clock
+        #: when a connection was heard from, on the clock its timer ran on: the monotonic one (a
+        #: real server's; a wall clock stepped back would hold every connection for the step)
+        self.seconds = steady_seconds(clock)
+        self.factory = factory
+        #: each watched connection and when it was last heard from, the longest silent first
+        self.last_heard: dict[RemotingProtocol, float] = {}
+        self.call: interfaces.IDelayedCall | None = None
+
+    def heard(self, connection: RemotingProtocol) -> None:
+        """``connection`` connected or sent something: silent from now."""
+        last_heard = self.last_heard
+        last_heard.pop(connection, None)
+        last_heard[connection] = self.seconds()
+        if self.call is None:
+            self._call_when_due()
+
+    def forget(self, connection: RemotingProtocol) -> None:
+        """``connection`` went: no longer watched (the call goes with the last one)."""
+        self.last_heard.pop(connection, None)
+        if not self.last_heard and self.call is not None:
+            self.call.cancel()
+            self.call = None
+
+    def _call_when_due(self) -> None:
+        first = next(iter(self.last_heard.values()))
+        self.call = self.clock.callLater(max(0.0, first + self._timeout() - self.seconds()),
+                                         self._close_the_silent)
+
+    def _timeout(self) -> float:
+        return float(self.factory.idle_timeout or 0)
+
+    def _close_the_silent(self) -> None:
+        """Close every connection silent for the timeout, longest silent first; call again when
+        the next one will have been (a timeout turned off meanwhile closes none: none is watched)."""
+        self.call = None
+        timeout, now, last_heard = self._timeout(), self.seconds(), self.last_heard
+        if not timeout:
+            last_heard.clear()
+            return
+        while last_heard:
+            connection, heard = next(iter(last_heard.items()))
+            if heard + timeout > now:  # (so the call for it is due after now)
+                break
+            del last_heard[connection]
+            connection.timeoutConnection()
+        if last_heard and self.call is None:
+            self._call_when_due()
 
 
 class RemotingFactory(protocol.Factory):
@@ -354,6 +423,7 @@ class RemotingFactory(protocol.Factory):
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length
         self.idle_timeout = idle_timeout
+        self.idle_watch = IdleWatch(clock, self)
         self.connections: dict[int, RemotingProtocol] = {}
         self.limit_log = LimitLog()
         self.refusals = refusals

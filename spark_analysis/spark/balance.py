@@ -88,8 +88,7 @@ def among(keys: Collection[ConnectionKey]) -> Column:
     """Whether a piece's 4-tuple (columns ``lower`` and ``higher``) is one of ``keys``: one
     literal however many (as task_column)."""
     known = json.dumps({f"{lower} {higher}": True for lower, higher in keys})
-    return F.coalesce(F.from_json(F.lit(known), "map<string,boolean>")[F.concat_ws(" ", "lower", "higher")],
-                      F.lit(False))
+    return F.expr(f"coalesce(from_json({sql_string(known)}, 'map<string,boolean>')[{_KEY}], false)")
 
 
 def task_shares(cores: int, at_least: int = 0) -> list[int]:
@@ -122,14 +121,24 @@ def deal(costs: Mapping[ConnectionKey, int], shares: list[int], hashed: int = 0)
 def task_column(dealt: Mapping[ConnectionKey, int], tasks: int) -> Column:
     """What to repartition the pieces by (``repartition(tasks, column)``): for a dealt 4-tuple a
     value that Spark's hash partitioning sends to its task, for any other the hash of its ends."""
-    ends_hash = F.hash("lower", "higher")
     if not dealt:
-        return ends_hash
+        return F.expr(_ENDS_HASH)
     to_value = _values_to_tasks(tasks)
     # one literal however many are dealt (a map of literals costs a Py4J call and an expression each)
     values = json.dumps({f"{lower} {higher}": to_value[task] for (lower, higher), task in dealt.items()})
-    return F.coalesce(F.from_json(F.lit(values), "map<string,int>")[F.concat_ws(" ", "lower", "higher")],
-                      ends_hash)
+    return F.expr(f"coalesce(from_json({sql_string(values)}, 'map<string,int>')[{_KEY}], {_ENDS_HASH})")
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal (backslash escapes, Spark's default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+#: a piece's 4-tuple as the deal's JSON keys name it, and its hash, in Spark SQL: an expression
+#: given as text is one call to the JVM, where each function and column of pyspark's is one or more
+#: (made between the Spark jobs, while every core waits: docs/spark-internals.md, step 3)
+_KEY = "concat_ws(' ', lower, higher)"
+_ENDS_HASH = "hash(lower, higher)"
 
 
 def _values_to_tasks(tasks: int) -> list[int]:

@@ -87,7 +87,7 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness
+from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -146,7 +146,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # collects the tally each task ends with.
     pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
-        read = _merged(row.tally for row in pieces.where(F.col("tally").isNotNull()).select("tally").collect())
+        read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
     file_rows = findings.input_files(files, read)
     cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
@@ -177,7 +177,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    rest = pieces.where(F.col("tally").isNull()).drop("tally")
+    rest = pieces.where("tally IS NULL").drop("tally")  # conditions as SQL text: one call to the JVM each
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
                      left_out=left_out)
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
@@ -185,14 +185,16 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # replay needs their events (with Spark writing the tables, all are decoded first: one output)
     guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
     beside = None
+    server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
         among = balance.among(guessed)
         decoded = _dealt(rest.where(~among), Counter({key: cost for key, cost in read.costs.items()
                                                       if key not in guessed}), shares, read.hashed_cost)
         # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
+        first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
         beside = _dealt(rest.where(among), Counter({key: read.costs[key] for key in guessed}),
                         balance.task_shares(sc.defaultParallelism)).mapInArrow(
-            partial(_beside_replay, decode=partial(decode, first_part=len(shares))), LIVENESS)
+            partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS)
     else:
         decoded = _dealt(rest, read.costs, shares, read.hashed_cost)
     decoded = decoded.mapInArrow(decode, DECODED)
@@ -204,13 +206,15 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                 # smaller than the capture, and each task and file costs the same whatever its size
                 _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside)
+        liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside,
+                                          server_ends)
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
             again = _dealt(rest, read.costs, shares, read.hashed_cost).mapInArrow(
                 partial(decode_batches, servers=servers, left_out=left_out, events_only=True), DECODED)
-            replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints)
+            replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints,
+                                          servers=server_ends)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
     if tables_out:
         tables.commit(tables_out)
@@ -398,7 +402,7 @@ def _dealt(pieces: DataFrame, costs: Counter, shares: list[int], hashed: int = 0
 
 def _events_of(decoded: DataFrame) -> DataFrame:
     """What the liveness stage reads of the decoded rows: the events and the tallies."""
-    return decoded.where(F.col(EVENT).isNotNull() | F.col("tally").isNotNull()).select(EVENT, "event_server", "tally")
+    return decoded.where(f"{EVENT} IS NOT NULL OR tally IS NOT NULL").select(EVENT, "event_server", "tally")
 
 
 def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iterator[pa.RecordBatch]]

@@ -56,8 +56,8 @@ _OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced")
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
-                    endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | None = None
-                    ) -> tuple[Liveness, bool]:
+                    endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | None = None,
+                    servers: int | None = None) -> tuple[Liveness, bool]:
     """Liveness from the decoded broker events in one pass over them: a column EVENT (pickled lists
     of schema.EVENT_ROWS tuples, each of the server endpoint ``event_server``), and ``tally``, which
     rows of the decoding tasks' tallies hold instead and which is passed on to the driver. One
@@ -65,11 +65,13 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     Spark jobs, with both cores idle. ``beside``: LIVENESS rows of the guessed clients' decoding
     (beside_replay), run in the liveness tasks' stage. With the Liveness, whether it is whole: False
     where a guessed client's 4-tuple carried an event the replay needed (or a lookup past where a
-    session's replay ran), and the replay is to run again with every 4-tuple's events."""
-    cores = events.sparkSession.sparkContext.defaultParallelism  # a task per core, however few brokers
+    session's replay ran), and the replay is to run again with every 4-tuple's events. ``servers``:
+    how many server endpoints the events can be of, at most (a task per core, but none that could
+    only be empty: an empty Python task costs ~10 ms of the JVM's CPU, in the stage the job ends with)."""
+    tasks = liveness_tasks(events.sparkSession.sparkContext.defaultParallelism, servers)
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
-    replayed = events.repartition(cores, "event_server").mapInArrow(
+    replayed = events.repartition(tasks, "event_server").mapInArrow(
         partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints),
         LIVENESS)
     rows = (replayed if beside is None else replayed.union(beside)).collect()
@@ -91,6 +93,13 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     if whole and judged:
         stories = _lookups_in_order(stories, judged)
     return Liveness(brokers, time_bins, tallies, stories), whole
+
+
+def liveness_tasks(cores: int, servers: int | None) -> int:
+    """The liveness stage's tasks: one per core, however few brokers, but no more than ``servers``
+    (the server endpoints whose events there can be, if known), and at least one. In the union
+    with the guessed clients' decoding they are the first partitions."""
+    return cores if servers is None else max(1, min(cores, servers))
 
 
 def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessions: Sessions,

@@ -100,3 +100,43 @@ def test_a_4_tuple_is_guessed_a_client_s_when_its_server_sent_it_twice_what_it_w
                for by_lower, count in ((True, lower), (False, higher))}
     sides = {ends: server for ends in found if ends[1] != unknown}
     assert balance.guessed_clients(counted, sides) == {(server, client)}
+
+
+def _calls_to_the_jvm(monkeypatch) -> list[int]:
+    """A counter of the driver's calls to the JVM (Py4J commands) from now on."""
+    from py4j.clientserver import ClientServerConnection
+
+    calls = [0]
+    send = ClientServerConnection.send_command
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return send(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClientServerConnection, "send_command", counted)
+    return calls
+
+
+def test_the_deal_costs_the_driver_a_few_calls_to_the_jvm(spark, monkeypatch) -> None:
+    """The deal and the guess are made between the Spark jobs, while every core waits for the
+    driver: each an expression of one call, not one per function and column (47 and 35 before)."""
+    dealt = {_ends(i): i % 6 for i in range(120)}
+    balance.task_column(dealt, 6), balance.among(dealt)  # the functions' first lookups
+    calls = _calls_to_the_jvm(monkeypatch)
+    balance.task_column(dealt, 6)
+    balance.among(dealt)
+    assert calls[0] <= 6
+
+
+def test_the_guessed_4_tuples_are_told_apart_whatever_their_text(spark) -> None:
+    """The 4-tuples go into the expression as a SQL string literal: a quote or a backslash in one
+    (no address has them; a file's odd name might some day) neither breaks nor widens it."""
+    odd = [("10.0.0.1:9876", "a'b\\c:1"), ("10.0.0.1:9876", "\\'"), ("x", "'z'")]
+    rows = [*odd, ("10.0.0.1:9876", "a'b\\c:2"), ("x", "z")]
+    pieces = spark.createDataFrame(rows, "lower string, higher string")
+    found = pieces.where(balance.among(odd)).collect()
+    assert sorted((row.lower, row.higher) for row in found) == sorted(odd)
+    placed = (pieces.repartition(3, balance.task_column(dict(zip(odd, (2, 0, 1), strict=True)), 3))
+              .select("lower", "higher", F.spark_partition_id().alias("task")).collect())
+    assert {(row.lower, row.higher): row.task for row in placed if (row.lower, row.higher) in odd} == dict(
+        zip(odd, (2, 0, 1), strict=True))

@@ -416,6 +416,31 @@ def test_the_liveness_task_replays_without_the_cycle_collector(monkeypatch) -> N
     assert gc.isenabled()
 
 
+def test_one_nameserver_s_replay_is_one_task(spark) -> None:
+    """The liveness stage runs a task per core, but none that could only be empty: with the events
+    of one NameServer, one (each Python task costs the JVM ~10 ms of CPU, in the stage the job ends
+    with; a second core takes the clients' decoding beside it). Its rows are the same."""
+    import pickle
+
+    from spark_analysis.spark.liveness_stage import broker_liveness
+
+    rows = [tuple(e[name] for name in EVENT_ROWS.names) for e in (registration(10.0 + 30 * n) for n in range(30))]
+    events = spark.createDataFrame([(pickle.dumps(rows), SERVER, None)], "event binary, event_server string, "
+                                                                         "tally binary")
+    bins = TimeBins.over([(0.0, 10_000.0)])
+    tracker = spark.sparkContext.statusTracker()
+    found = []
+    for servers in (None, 1):
+        spark.sparkContext.setJobGroup(f"liveness-{servers}", "the liveness stage's tasks")
+        liveness, whole = broker_liveness(events, bins, servers=servers)
+        stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(f"liveness-{servers}")
+                  for stage in tracker.getJobInfo(job).stageIds]
+        found.append((max(stages, key=lambda stage: stage.stageId).numTasks, liveness.brokers, whole))
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert [tasks for tasks, _, _ in found] == [2, 1]
+    assert found[0][1:] == found[1][1:] and found[1][1][0]["registrations"] == 30
+
+
 def test_events_go_to_the_sessions_start_of_names_cut_by_one_search_a_session() -> None:
     """The replay cuts its time-ordered events into sessions with Sessions.runs_of: the session
     start_of gives each event, times before the first start and on a start's own time included,

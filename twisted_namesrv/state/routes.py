@@ -232,6 +232,18 @@ class RegisterBrokerResult:
     haServerAddr: str | None = None
     masterAddr: str | None = None
 
+    @property
+    def shown(self) -> tuple[str | None, str | None]:
+        """(haServerAddr, masterAddr) as a renewal keeps them (``Renewable.shown``): a master's,
+        neither, is one tuple for all."""
+        if self.haServerAddr is None and self.masterAddr is None:
+            return NOTHING_SHOWN
+        return self.haServerAddr, self.masterAddr
+
+
+#: a result showing no address (a master's): the one tuple every master's renewal keeps
+NOTHING_SHOWN: tuple[str | None, str | None] = (None, None)
+
 
 class Renewable(msgspec.Struct, frozen=True, gc=False):
     """A registration ``renew`` may renew again: what it is asked with (the header's names,
@@ -804,7 +816,7 @@ class RouteInfoManager:
         """``renew`` for a registration kept as ``kept`` and sent again on ``channel``: whether the
         broker was renewed and its answer shows what it showed then (else apply it in full)."""
         result = self.renew(kept.names, kept.broker_id, kept.acting, kept.zone, channel, kept.digest)
-        return result is not None and (result.haServerAddr, result.masterAddr) == kept.shown
+        return result is not None and result.shown == kept.shown
 
     def _staging(self, plan: RegistrationPlan, rules: TopicRules, fresh: bool) -> Staging | None:
         """What the registration writes into topicQueueTable, before anything changes: the plan's

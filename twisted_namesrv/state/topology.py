@@ -35,6 +35,8 @@ DEPARTURE_EVENTS = frozenset({"expired", "closed", "idle", "unregistered"})
 GROUPS_LIMIT = 10_000
 #: members remembered per group (ids; a slave that came back under a new id leaves its old one)
 MEMBERS_LIMIT = 32
+#: distinct member-id sets the groups share (Topology._alike_ids); real groups have a handful
+ALIKE_IDS = 256
 FORMAT = 1
 
 
@@ -67,8 +69,10 @@ class KnownGroup:
     left: float | None = None
     how: str | None = None
     #: the member ids in the routes as the events tell it (registered, not departed since): saved, so a
-    #: restart knows which groups were up when it went down (those /readyz waits for)
-    up: set[int] = field(default_factory=set)
+    #: restart knows which groups were up when it went down (those /readyz waits for); frozen and
+    #: replaced on a change, so alike ones are one set (``Topology._alike_ids``: a set of its own was
+    #: 216 bytes a group, 1 MiB of 5,000 groups)
+    up: frozenset[int] = frozenset()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -92,6 +96,8 @@ class Topology:
         self.load_problem: str | None = None
         #: the groups that were up when the file was last written: expected back after a restart
         self.up_at_start: set[tuple[str, str]] = set()
+        #: every group's ``up`` as one shared set per content: most groups' are alike ({0}, {0, 1})
+        self._alike: dict[frozenset[int], frozenset[int]] = {}
         #: each group's entry in the file, in the groups' order, written as the group changes
         #: (``_changed``): a write joins them (``encode``) rather than encoding thousands of groups
         #: in one reactor turn (5,000 groups took 20-80 ms of it, a lookup's wait, every 2 s while
@@ -110,20 +116,23 @@ class Topology:
             group = self.groups.get((cluster, broker))
             if group is not None:
                 group.left, group.how = self.clock(), kind
-                group.up.discard(broker_id)
+                if broker_id in group.up:
+                    group.up = self._alike_ids(group.up - {broker_id})
                 self._changed(group)
 
     def present(self, cluster: str, broker: str, broker_id: int, addr: str) -> None:
         """``addr`` serves ``broker`` of ``cluster`` as ``broker_id``; a change only when new."""
-        group = self.groups.get((cluster, broker))
+        key = (cluster, broker)
+        group = self.groups.get(key)
         now = self.clock()
         if group is None:
             if len(self.groups) >= self.groups_limit:
                 self.refused += 1
                 return
-            group = self.groups[cluster, broker] = KnownGroup(cluster, broker, now)
+            group = self.groups[key] = KnownGroup(cluster, broker, now)
         changed = broker_id not in group.up
-        group.up.add(broker_id)
+        if changed:
+            group.up = self._alike_ids(group.up | {broker_id})
         member = group.members.get(broker_id)
         if member is None or member.addr != addr:
             for other_id in [i for i, m in group.members.items() if m.addr == addr]:  # a slave became master
@@ -133,7 +142,17 @@ class Topology:
                 del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
             changed = True
         if changed:
-            self._changed(group)
+            self._changed(group, key)
+
+    def _alike_ids(self, ids: frozenset[int]) -> frozenset[int]:
+        """``ids`` as the one set of that content the groups share (at most ALIKE_IDS kept: past
+        that, a group has its own)."""
+        shared = self._alike.get(ids)
+        if shared is None:
+            if len(self._alike) >= ALIKE_IDS:
+                return ids
+            shared = self._alike[ids] = ids
+        return shared
 
     def seed(self, members: Iterable[tuple[str, str, int, str]]) -> None:
         """(cluster, broker, id, address) of routes restored from a snapshot: known from now on."""
@@ -175,9 +194,10 @@ class Topology:
         self.encoded = {key: encode_group(group) for key, group in groups.items()}
         self.version += 1
 
-    def _changed(self, group: KnownGroup) -> None:
-        """``group`` changed: its entry in the file is encoded again, and the store writes."""
-        self.encoded[group.key] = encode_group(group)
+    def _changed(self, group: KnownGroup, key: tuple[str, str] | None = None) -> None:
+        """``group`` changed: its entry in the file is encoded again, and the store writes
+        (``key``: the group's key in ``groups``, kept once for both)."""
+        self.encoded[key or group.key] = encode_group(group)
         self.version += 1
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
@@ -189,13 +209,13 @@ class Topology:
         for key, group in groups.items():
             if key in self.up_at_start:
                 group.left, group.how = now, RESTART
-            group.up = set()
+            group.up = frozenset()
         self.restore(groups)
 
     def copy(self) -> dict[tuple[str, str], KnownGroup]:
         return {key: KnownGroup(g.cluster, g.broker, g.since,
                                 {i: Member(m.broker_id, m.addr, m.since) for i, m in g.members.items()},
-                                g.left, g.how, set(g.up))
+                                g.left, g.how, g.up)
                 for key, g in self.groups.items()}
 
     # -- views -----------------------------------------------------------------------------------
@@ -248,7 +268,7 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
                 raise ValueError(f"{len(item['members'])} members, over the limit of {members_limit}")
             for broker_id, addr, since in item["members"]:
                 group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
-            group.up = {int(broker_id) for broker_id in item.get("up", ())}
+            group.up = frozenset(int(broker_id) for broker_id in item.get("up", ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group

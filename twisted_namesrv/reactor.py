@@ -1,0 +1,224 @@
+"""The server's reactor: Twisted's epoll reactor, serving the ready sockets of clients before the
+brokers' in each turn, and a read outside Twisted's logging context.
+
+A heartbeat storm makes hundreds of brokers' sockets ready at once; Twisted's ``doPoll`` serves a
+turn's ready sockets in epoll's order, so a client's lookup read in that turn waited behind every
+heartbeat before it (27-44 µs each: at 5,000 brokers a turn of 75 took 2.3 ms of CPU, on a loaded
+machine one took 12-40 ms). Here the brokers' sockets are watched in an epoll set of their own,
+which the clients' set watches as one descriptor: a turn serves every ready socket of the
+clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
+``BROKERS_PER_TURN`` of the brokers' set with something to read or write, in epoll's ready order
+(those it leaves stay at the head of that set's ready list for the next turn, and are not reported
+again until then), and those that hung up or failed besides, up to ``BROKERS_GONE_PER_TURN``
+(a mass disconnect's closures spread 32 a turn cost more than twice the CPU in all: their
+removals batch per turn). A lookup read
+while a storm is served waits for at most that many heartbeats, not for all of them. A socket
+moves to the brokers' set in the read that marks it (``serve_after_clients``: RemotingProtocol
+marks a connection once it keeps a broker's heartbeat answer) and leaves it when unregistered.
+
+Twisted wraps each ready socket's service in ``log.callWithLogger`` (a context for its legacy log's
+``system`` field, 1.4 µs a socket); nothing of this server logs through that context on a read,
+so a read of a socket that reported nothing but input is served without it. Anything else (a
+write, a hang-up, an error), an exception from a read, and the disconnection that follows run as
+Twisted runs them, in the socket's context: the ``Unhandled Error`` line still names the peer.
+A selectable's handling is otherwise Twisted's ``_doReadOrWrite``, half-close and TLS included.
+
+``install()`` installs it where epoll exists (``python -m twisted_namesrv``, the ``twisted-namesrv``
+command; ``twistd --reactor namesrv-epoll``, as ``tools/run-server.sh`` runs it), else nothing:
+Twisted's default reactor is used.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import sys
+from typing import Any
+
+from twisted.internet import abstract, error
+from twisted.python import log
+
+try:
+    from select import EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT
+
+    from twisted.internet.epollreactor import EPollReactor
+except ImportError:  # no epoll (not Linux): Twisted's default reactor serves as it does
+    EPollReactor = None  # type: ignore[assignment,misc]
+    EPOLLERR = EPOLLHUP = EPOLLIN = EPOLLOUT = 0
+
+#: the brokers' ready sockets served in one turn at most (each about 30 µs of CPU: about 1 ms in all);
+#: the rest wait for the next turn, still ready, so a lookup waits for no more than these
+BROKERS_PER_TURN = 32
+
+#: the brokers' sockets served in one turn at most, those that hung up or failed included: a mass
+#: disconnect's closures (30-50 µs each) as many a turn as Twisted's turns took them, not more
+BROKERS_GONE_PER_TURN = 1024
+
+#: a socket's events that say it hung up or failed
+_GONE = EPOLLHUP | EPOLLERR
+
+#: the attribute of a socket's descriptor (Twisted's FileDescriptor) that puts it after the others
+_AFTER_CLIENTS = "namesrv_after_clients"
+
+#: what Twisted's ``_doReadOrWrite`` disconnects a selectable with when its fileno() is -1
+_NO_FILEDESC = error.ConnectionFdescWentAway("File descriptor lost")
+
+
+def serve_after_clients(transport: Any) -> None:
+    """Serve this connection's socket after the clients' in each reactor turn (a broker's: its
+    heartbeats can wait a turn, a lookup should not). Under another reactor it does nothing."""
+    descriptor = _descriptor(transport)
+    if descriptor is not None:
+        setattr(descriptor, _AFTER_CLIENTS, True)
+
+
+def served_after_clients(transport: Any) -> bool:
+    """Whether ``serve_after_clients`` marked the socket under ``transport``."""
+    return bool(getattr(_descriptor(transport), _AFTER_CLIENTS, False))
+
+
+def _descriptor(transport: Any) -> abstract.FileDescriptor | None:
+    """The socket's descriptor under a protocol's transport: the transport itself, or under TLS's
+    wrapper (its ``transport``); None when there is none (a test's transport)."""
+    while transport is not None and not isinstance(transport, abstract.FileDescriptor):
+        transport = getattr(transport, "transport", None)
+    return transport
+
+
+class _TwoSets:
+    """The epoll object as Twisted's EPollReactor uses it (register, modify, unregister, poll,
+    fileno, close), over two epoll sets: the clients' (every descriptor starts there) and the
+    brokers', which the clients' set watches as one more descriptor. Polling the brokers' set
+    apart, BROKERS_PER_TURN at a time, takes them in epoll's ready order, those left at the head:
+    no broker waits more than its share of turns, and no turn reports again those it left."""
+
+    def __init__(self) -> None:
+        self.clients = select.epoll(1024)
+        self.brokers = select.epoll(1024)
+        self.clients.register(self.brokers.fileno(), EPOLLIN)
+        self.brokers_fd = self.brokers.fileno()
+        #: the descriptors registered in the brokers' set
+        self.in_brokers: set[int] = set()
+
+    def register(self, fd: int, flags: int) -> None:
+        self.clients.register(fd, flags)
+
+    def modify(self, fd: int, flags: int) -> None:
+        (self.brokers if fd in self.in_brokers else self.clients).modify(fd, flags)
+
+    def unregister(self, fd: int) -> None:
+        if fd in self.in_brokers:
+            self.in_brokers.discard(fd)
+            self.brokers.unregister(fd)
+        else:
+            self.clients.unregister(fd)
+
+    def to_brokers(self, fd: int, flags: int) -> None:
+        """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
+        self.clients.unregister(fd)
+        self.brokers.register(fd, flags)
+        self.in_brokers.add(fd)
+
+    def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
+        return self.clients.poll(timeout, maxevents)
+
+    def fileno(self) -> int:
+        return self.clients.fileno()
+
+    def close(self) -> None:
+        self.brokers.close()
+        self.clients.close()
+
+
+if EPollReactor is not None:
+    class NamesrvReactor(EPollReactor):  # type: ignore[misc,valid-type]
+        """EPollReactor whose turn serves the clients' ready sockets first, then at most
+        BROKERS_PER_TURN of the brokers' (module docstring)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._poller.close()
+            self._poller = self._sets = _TwoSets()
+            for fd in self._reads | self._writes:  # what the base registered already: its waker
+                self._poller.register(fd, self._flags(fd))
+
+        def _flags(self, fd: int) -> int:
+            """What ``fd`` is registered for (Twisted's own record of it)."""
+            return (EPOLLIN if fd in self._reads else 0) | (EPOLLOUT if fd in self._writes else 0)
+
+        def doPoll(self, timeout: float | None) -> None:
+            sets, selectables, serve = self._sets, self._selectables, self._serve
+            try:
+                # as Twisted's: at most as many events as descriptors watched (and the brokers' set)
+                ready = self._poller.poll(-1 if timeout is None else timeout, len(selectables) + 1)
+            except OSError as err:
+                if err.errno == errno.EINTR:
+                    return
+                raise
+            brokers = False
+            for fd, event in ready:
+                if fd == sets.brokers_fd:
+                    brokers = True
+                    continue
+                selectable = selectables.get(fd)
+                if selectable is None:
+                    continue
+                serve(selectable, fd, event)
+                if getattr(selectable, _AFTER_CLIENTS, False) and selectables.get(fd) is selectable:
+                    sets.to_brokers(fd, self._flags(fd))  # marked in this read (or before): moved, once
+            if brokers:
+                self._serve_brokers()
+
+        def _serve_brokers(self) -> None:
+            """At most BROKERS_PER_TURN of the brokers' ready sockets with something to read or
+            write, in epoll's order; those that hung up or failed as well, uncounted up to
+            BROKERS_GONE_PER_TURN in all (a mass disconnect's in as few turns as Twisted's: its
+            removals are one batch a turn, as costly spread over a turn each)."""
+            poll, selectables, serve = self._sets.brokers.poll, self._selectables, self._serve
+            left, room = BROKERS_PER_TURN, BROKERS_GONE_PER_TURN
+            while left > 0 and room > 0:
+                asked = min(left, room)
+                room -= asked
+                ready = poll(0, asked)
+                for fd, event in ready:
+                    selectable = selectables.get(fd)
+                    if selectable is not None:
+                        serve(selectable, fd, event)
+                    if not event & _GONE:
+                        left -= 1
+                if len(ready) < asked:
+                    break  # none left ready
+
+        doIteration = doPoll
+
+        def _serve(self, selectable: Any, fd: int, event: int) -> None:
+            """One ready socket: a read alone outside the logging context, all else as Twisted does."""
+            if event != EPOLLIN:
+                log.callWithLogger(selectable, self._doReadOrWrite, selectable, fd, event)
+                return
+            why: BaseException | None
+            in_read = False
+            try:
+                if selectable.fileno() == -1:
+                    why = _NO_FILEDESC
+                else:
+                    why = selectable.doRead()
+                    in_read = True
+            except BaseException:
+                why = sys.exc_info()[1]
+                log.callWithLogger(selectable, log.err)  # the failure, named by its socket as Twisted's
+            if why:
+                log.callWithLogger(selectable, self._disconnectSelectable, selectable, why, in_read)
+else:
+    NamesrvReactor = None  # type: ignore[assignment,misc]
+
+
+def install() -> bool:
+    """Install NamesrvReactor as Twisted's reactor unless one is installed already or epoll is
+    missing (then the reactor is Twisted's choice): whether it was installed."""
+    if NamesrvReactor is None or "twisted.internet.reactor" in sys.modules:
+        return False
+    from twisted.internet.main import installReactor
+
+    installReactor(NamesrvReactor())
+    return True
