@@ -400,3 +400,20 @@ def test_changes_staged_behind_writes_end_as_made_one_by_one(steps):
     assert {ns: table for ns, table in kv.configTable.items() if table or ns in model} == {
         ns: table for ns, table in model.items()} and kv.size == len(kv.encode())
     assert all(json.dumps(batch.table, sort_keys=True) == as_handed for batch, as_handed in handed)
+
+
+def test_changes_that_undo_each_other_behind_a_write_are_heard_by_no_one():
+    """A batch whose table is the saved one (a put as saved, a put undone) writes nothing; its keys
+    were still published, so each such put of ORDER_TOPIC_CONFIG (any peer's) dropped the kept
+    topic lists and that topic's routes for nothing."""
+    saves, heard = HeldSaves(), []
+    kv = KVConfigManager(saves)
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)
+    saves.finish()
+    kv.subscribe(lambda namespace, key: heard.append(key))
+    kv.put("NS", "other", "x", lambda error: None)  # in flight
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:8", lambda error: None)
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)  # undone
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)  # as saved
+    saves.finish()
+    assert saves.held == [] and heard == ["other"]

@@ -169,8 +169,8 @@ class KVConfigManager:
         batch, self._next = self._next, None
         if batch is None:
             return
-        if batch.table == self.configTable:  # the changes undid each other, or changed nothing
-            self._done(batch, None)
+        if batch.table == self.configTable:  # the changes undid each other, or changed nothing: none to hear
+            self._done(batch, None, changed=False)
             return
         self._writing = batch
         # encoded where it is written (a thread): the whole table, up to maxKvBytes, for each write
