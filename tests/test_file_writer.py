@@ -150,3 +150,24 @@ def test_a_peers_kv_put_and_config_update_wait_for_their_writes_and_nothing_else
     finally:
         release.set()
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_write_in_a_thread_that_raises_anything_else_is_told_as_failed_not_never(tmp_path):
+    """A KV save's table is encoded in the thread (state/kv.py): an error there that is no OSError
+    (a MemoryError at 8 MiB) was logged and its ``done`` never called, so the KV store thought the
+    write still in flight: every later PUT_KV_CONFIG staged, never written nor answered, and each
+    peer's connection held behind its put.  Now it is told as a StoreError, the file unchanged."""
+    from collections import Counter
+
+    (tmp_path / "kv.json").write_bytes(b"{}")
+    failures: Counter[tuple[str, str]] = Counter()
+    writer = FileWriter(reactor, tmp_path / "kv.json", "kvConfigPath", failures)
+
+    def encode() -> bytes:
+        raise MemoryError("the table could not be encoded")
+    told: defer.Deferred[object] = defer.Deferred()
+    writer.write_soon(encode, told.callback)
+    error = yield told
+    assert isinstance(error, StoreError) and "MemoryError" in str(error) and not writer.in_flight
+    assert (tmp_path / "kv.json").read_bytes() == b"{}" and failures == {("kvConfigPath", "EUNKNOWN"): 1}

@@ -66,7 +66,7 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
     held: list[tuple[object, object]] = []
 
     def build_apart(key, build):
-        held.append((defer.Deferred(), build))
+        held.append((defer.Deferred(), build()))  # begun at once, as a free BuildsApart does
         return held[-1][0]
     ns.state.build_apart = build_apart
     pending = processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
@@ -75,10 +75,10 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
     building, build = held.pop()
     building.callback(build())
     assert sorted(fastjson.loads(pending.result.body)["topicList"]) == ["T1", "T2"]
-    ns.state.build_apart = lambda key, build: defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: defer.succeed(begin()())
     assert sorted(body_json(ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))["topicList"]) == ["T1", "T2", "T3"]
     built: list[object] = []
-    ns.state.build_apart = lambda key, build: built.append(key) or defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: built.append(key) or defer.succeed(begin()())
     for code in (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_UNIT_TOPIC_LIST):
         ns.call(code)
         ns.call(code)
@@ -90,13 +90,20 @@ def test_a_list_built_while_a_topic_changed_is_answered_but_not_kept(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
-def test_builds_run_in_a_thread_one_at_a_time_and_the_same_build_is_shared():
+def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_it():
     apart = BuildsApart(reactor)
     ran: list[str] = []
     gate = threading.Event()
     running = threading.Lock()
 
+    begun: list[str] = []
+
     def make(name: str):
+        def begin():  # in the reactor's thread, when the build's turn comes
+            assert threading.current_thread() is threading.main_thread()
+            begun.append(name)
+            return build
+
         def build() -> bytes:
             assert running.acquire(blocking=False), "two builds at once"
             try:
@@ -106,27 +113,38 @@ def test_builds_run_in_a_thread_one_at_a_time_and_the_same_build_is_shared():
                 return name.encode()
             finally:
                 running.release()
-        return build
-    first, shared, other = apart.build("a", make("a")), apart.build("a", make("a again")), apart.build("b", make("b"))
+        return begin
+    first, again = apart.build("a", make("a")), apart.build("a", make("a again"))
+    other, joined = apart.build("b", make("b")), apart.build("a", make("a joined"))
     yield deferLater(reactor, 0.05)
-    assert not first.called and ran == ["a"]  # the reactor's thread goes on meanwhile
+    assert not first.called and ran == begun == ["a"]  # the reactor's thread goes on meanwhile
     gate.set()
-    assert (yield first) == b"a" and (yield shared) == b"a" and (yield other) == b"b"
-    assert ran == ["a", "b"]
+    assert (yield first) == b"a" and (yield other) == b"b"
+    assert (yield again) == (yield joined) == b"a again"  # one build, begun by the first ask waiting
+    assert ran == begun == ["a", "a again", "b"]
+
+
+def held_builds(monkeypatch, builds: list[list[str]] | None = None) -> tuple[threading.Event, threading.Event]:
+    """The server's topic lists built once the test sets ``release`` (``started``: one is under
+    way), the names of each appended to ``builds``."""
+    started, release = threading.Event(), threading.Event()
+    body = processor.topic_list_body
+
+    def slow_build(topics, broker_addr, concurrent):
+        if builds is not None:
+            builds.append(list(topics))
+        started.set()
+        release.wait(30)
+        return body(topics, broker_addr, concurrent)
+    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    return started, release
 
 
 @pytest_twisted.inlineCallbacks
 def test_a_lookup_is_answered_while_a_topic_list_is_built(tmp_path, monkeypatch):
     from tests.support import connect, server_config, start_server
 
-    started, release = threading.Event(), threading.Event()
-    body = processor.topic_list_body
-
-    def slow_build(topics, broker_addr, concurrent):
-        started.set()
-        release.wait(30)
-        return body(topics, broker_addr, concurrent)
-    monkeypatch.setattr(processor, "topic_list_body", slow_build)
+    started, release = held_builds(monkeypatch)
     service, port = yield from start_server(server_config(tmp_path))
     try:
         lister = yield connect(port)
@@ -150,7 +168,7 @@ def test_a_kv_list_is_built_apart_and_kept_while_its_namespace_is_unchanged(tmp_
     reactor 0.5-0.9 s an answer, each again): encoded in a thread, kept until the namespace changes."""
     ns = Namesrv(tmp_path)
     built: list[object] = []
-    ns.state.build_apart = lambda key, build: built.append(key) or defer.succeed(build())
+    ns.state.build_apart = lambda key, begin: built.append(key) or defer.succeed(begin()())
     ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
     for _ in range(3):
         assert body_json(ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})) == {"table": {"k": "v"}}
@@ -158,3 +176,67 @@ def test_a_kv_list_is_built_apart_and_kept_while_its_namespace_is_unchanged(tmp_
     assert body_json(ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"})) == {"table": {"k": "w"}}
     assert len(built) == 2
     assert ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NONE"}).code == ResponseCode.QUERY_NOT_FOUND
+
+
+@pytest_twisted.inlineCallbacks
+def test_asks_in_new_generations_while_a_list_is_built_wait_for_one_build_not_one_each(tmp_path, monkeypatch):
+    """Each ask took the names of its turn and waited its own build when a topic had changed since
+    the one under way (a peer's ORDER_TOPIC_CONFIG put changes the generation): a peer asking,
+    changing, asking... queued a build of every topic each time (seconds of CPU and the list of
+    names each, held even once the peer went).  The asks meanwhile now share the next build, made
+    of the newest ask's names."""
+    ns = Namesrv(tmp_path)
+    ns.register(topics=("T1", "T2"))
+    ns.state.build_apart = BuildsApart(reactor).build
+    builds: list[list[str]] = []
+    started, release = held_builds(monkeypatch, builds)
+    peer = Peer(1, "127.0.0.1:40000")
+    ask = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+    try:
+        answers = [processor.get_all_topic_list(ns.state, request(ask), peer)]
+        while not started.is_set():
+            yield deferLater(reactor, 0.01)
+        for number in range(20):  # a topic changes, then the list is asked for again
+            ns.register(topics=("T1", "T2", f"N{number}"))
+            answers.append(processor.get_all_topic_list(ns.state, request(ask), peer))
+    finally:
+        release.set()
+    made = yield defer.gatherResults(answers)
+    assert len(builds) == 2, len(builds)
+    assert "N19" in fastjson.loads(made[-1].body)["topicList"]  # the newest ask's names
+    assert all(answer.code == ResponseCode.SUCCESS for answer in made)
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_waiting_build_takes_the_names_when_it_begins_not_when_asked(tmp_path, monkeypatch):
+    """Each ask copied every topic's name (8 MB at a million) and held the copy while its build
+    waited, however long, even once its peer went: a peer with many clusters registered (any peer
+    may register brokers without ACL), asking for each, held a copy a cluster.  A build now takes
+    the names in the reactor's turn it begins in: a waiting one holds none, and answers with the
+    topics registered while it waited."""
+    ns = Namesrv(tmp_path)
+    for number in range(5):
+        ns.register(cluster=f"c{number}", addr=f"10.0.0.{number}:10911", name=f"broker-{number}",
+                    topics=(f"T{number}", f"U{number}"), channel=number + 10)
+    ns.state.build_apart = BuildsApart(reactor).build
+    started, release = held_builds(monkeypatch)
+    copies: list[int] = []
+    all_topics = ns.routes.all_topics
+    monkeypatch.setattr(ns.routes, "all_topics", lambda: copies.append(1) or all_topics())
+    peer = Peer(1, "127.0.0.1:40000")
+    try:
+        answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                                                peer)]
+        while not started.is_set():
+            yield deferLater(reactor, 0.01)
+        copies.clear()
+        answers += [processor.get_topics_by_cluster(ns.state, request(RequestCode.GET_TOPICS_BY_CLUSTER, {
+            "cluster": f"c{number}"}), peer) for number in range(5)]
+        assert copies == []  # the waiting builds hold no names
+        ns.register(cluster="c0", addr="10.0.0.0:10911", name="broker-0", topics=("T0", "U0", "LATE"), channel=10)
+    finally:
+        release.set()
+    made = yield defer.gatherResults(answers)
+    assert sorted(fastjson.loads(made[1].body)["topicList"]) == ["LATE", "T0", "U0"]
+    assert [sorted(fastjson.loads(answer.body)["topicList"]) for answer in made[2:]] == [
+        [f"T{number}", f"U{number}"] for number in range(1, 5)]

@@ -9,6 +9,7 @@ from typing import Any
 
 from twisted.internet import defer
 
+from . import apart
 from .answer_cache import AnswerCache
 from .budget import MemoryBudget
 from .compat import Profile
@@ -50,10 +51,10 @@ class NamesrvState:
     #: ``save_config(saved)``: write the config as it is now (UPDATE_NAMESRV_CONFIG), telling
     #: ``saved`` once the write is over (state/store.py's SavesOfNewest, off the reactor thread)
     save_config: Callable[[Saved], None] = field(default=lambda saved: saved(None))
-    #: ``build_apart(key, build)``: a Deferred of what ``build()`` returns, made in a thread (apart.py:
-    #: topic lists of a million topics, the status page's topic search); by default at once
-    build_apart: Callable[[Hashable, Callable[[], Any]], defer.Deferred[Any]] = field(
-        default=lambda key, build: defer.maybeDeferred(build))
+    #: ``build_apart(key, begin)``: a Deferred of what ``begin()()`` returns, the latter made in a thread
+    #: (apart.py: topic lists of a million topics, the status page's topic search); by default at once
+    build_apart: Callable[[Hashable, Callable[[], Callable[[], Any]]], defer.Deferred[Any]] = field(
+        default=apart.at_once)
     #: signed-request checks (aclEnable); None: no checks
     acl: AccessControl | None = None
     #: ``host:port`` the remoting port is bound to, once listening (the status page's identity)

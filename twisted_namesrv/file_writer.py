@@ -91,11 +91,12 @@ class FileWriter:
         def finished(result: object) -> None:
             self.in_flight = False
             if isinstance(result, Failure):
-                if not result.check(OSError):
+                error = result.value
+                if not isinstance(error, OSError):  # a bug, or no memory to encode: failed all the same
                     log.failure("writing {path} failed", result, path=str(self.path))
-                    return
-                self._count(result.value)  # type: ignore[arg-type]
-                done(result.value)  # type: ignore[arg-type]
+                    error = StoreError(self.what, self.path, OSError(None, f"{type(error).__name__}: {error}"))
+                self._count(error)
+                done(error)  # told either way: a caller waits for it (a KV change's, a config update's)
                 return
             done(None)
         threads.deferToThreadPool(reactor, reactor.getThreadPool(), self._write, self._number(), data

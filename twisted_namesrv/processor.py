@@ -166,19 +166,28 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand,
     thread (apart.py; its keys in Java's HashMap order: seconds of the reactor's time at 100k keys)."""
     namespace = request.ext.get("namespace")
     table = state.kv.get_kv_list(namespace)
-    if table is None or namespace is None:
+
+    def not_found() -> RemotingCommand:
         remark = f"No config item, Namespace: {java_text(namespace)}"
         return respond(state, request, ResponseCode.QUERY_NOT_FOUND, remark)
+    if table is None or namespace is None:
+        return not_found()
     kept = state.answers.kv_list(namespace, table)
     if kept is not None:
         return respond(state, request, body=kept)
 
-    def built(body: bytes) -> RemotingCommand:
-        if state.kv.get_kv_list(namespace) is table:
-            state.answers.keep_kv_list(namespace, table, body)
+    def begin() -> Callable[[], tuple[dict[str, str] | None, bytes]]:
+        now = state.kv.get_kv_list(namespace)  # the table as it is when the build begins (apart.py)
+        return lambda: (now, b"" if now is None else fastjson.dumps_bytes(kv_table_bean(now)))
+
+    def built(made: tuple[dict[str, str] | None, bytes]) -> RemotingCommand:
+        made_of, body = made
+        if made_of is None:  # deleted before the build began
+            return not_found()
+        if state.kv.get_kv_list(namespace) is made_of:
+            state.answers.keep_kv_list(namespace, made_of, body)
         return respond(state, request, body=body)
-    return state.build_apart(("kvlist", namespace, id(table)),
-                             lambda: fastjson.dumps_bytes(kv_table_bean(table))).addCallback(built)
+    return state.build_apart(("kvlist", namespace), begin).addCallback(built)
 
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
@@ -495,23 +504,27 @@ TopicList = RemotingCommand | defer.Deferred[RemotingCommand]
 def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key: Hashable,
                 pick: Callable[[list[str]], list[str]] | None = None) -> TopicList:
     """A topic list: kept under ``key``, else built apart (apart.py: a thread; a million topics
-    take seconds to order and encode) from the topics as they are in this turn, ``pick``ed there,
-    and kept if no topic changed meanwhile."""
+    take seconds to order and encode) from the topics as they are when the build begins,
+    ``pick``ed there, and kept if no topic changed meanwhile."""
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
     kept = state.answers.kept_topics(key)
     if kept is not None:
         return respond(state, request, body=kept)
-    generation, topics, concurrent = state.answers.topic_generation, state.routes.all_topics(), \
-        state.profile.concurrent_tables
 
-    def build() -> bytes:
-        return topic_list_body(topics if pick is None else pick(topics), None, concurrent)
+    def begin() -> Callable[[], tuple[int, bytes]]:
+        generation, topics, concurrent = state.answers.topic_generation, state.routes.all_topics(), \
+            state.profile.concurrent_tables
 
-    def built(body: bytes) -> RemotingCommand:
+        def build() -> tuple[int, bytes]:  # in the thread
+            return generation, topic_list_body(topics if pick is None else pick(topics), None, concurrent)
+        return build
+
+    def built(made: tuple[int, bytes]) -> RemotingCommand:
+        generation, body = made
         state.answers.keep_topics(key, body, generation)
         return respond(state, request, body=body)
-    return state.build_apart((key, generation), build).addCallback(built)
+    return state.build_apart(key, begin).addCallback(built)
 
 
 def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:

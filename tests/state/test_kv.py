@@ -228,6 +228,24 @@ def test_a_write_renamed_in_place_but_not_durable_puts_the_saved_table_back_befo
     assert [error is None for error in told] == [True, False, True]
 
 
+def test_a_change_made_by_a_caller_told_of_a_write_not_durable_waits_for_the_table_put_back(tmp_path):
+    """A caller is told in the reactor's turn, and a pipelining peer's next put is then handled at
+    once (server.py answers the frames it held): it began a write of its own before the saved table
+    was put back, and the put-back was a second write in flight (FileWriter refuses one)."""
+    told: list = []
+    saves, kv = saved_once(told)
+
+    def put_again(error) -> None:
+        told.append(error)
+        kv.put("NS", "k3", "x", told.append)
+    kv.put("NS", "k", "w", put_again)
+    saves.finish(StoreError("kvConfigPath", tmp_path / "kv", OSError(5, "Input/output error"), replaced=True))
+    assert len(saves.held) == 1, "one write in flight at a time"
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k": "v"}}}
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k": "v", "k3": "x"}}}
+    assert [error is None for error in told] == [True, False, True] and saves.held == []
+
+
 def test_saves_of_the_newest_content_share_the_write_after_the_one_in_flight():
     """The saved config (UPDATE_NAMESRV_CONFIG, any peer's): one write in flight; the saves asked
     for meanwhile share one write of the content as it is when that write begins."""
@@ -243,6 +261,27 @@ def test_saves_of_the_newest_content_share_the_write_after_the_one_in_flight():
     assert writes.held == []
 
 
+def test_saves_asked_for_by_callers_told_theirs_is_done_share_one_write_not_two():
+    """Two config updates saved together, each of whose peers' next update is handled as it is told
+    (server.py): the first began a write, the second waited for it, and the write it waited for
+    began as well: two writes in flight (FileWriter refuses the second: never answered)."""
+    writes, told = HeldSaves(), []
+
+    def save_again(error) -> None:
+        told.append(error)
+        saves.save(told.append)
+    saves = SavesOfNewest(writes, lambda: b"v")
+    saves.save(told.append)  # in flight
+    saves.save(save_again)
+    saves.save(save_again)
+    writes.finish()
+    writes.finish()
+    assert len(writes.held) == 1, "one write in flight at a time"
+    writes.finish()
+    writes.finish()
+    assert told == [None] * 5 and writes.held == []
+
+
 def test_a_namespaces_table_is_never_changed_in_place():
     """A KV list is encoded in a thread (apart.py) from the namespace's table as it was asked for,
     and kept while that very table is the namespace's: a change makes a new one."""
@@ -254,3 +293,127 @@ def test_a_namespaces_table_is_never_changed_in_place():
     assert table == {"k": "v"} and kv.get_kv_list("NS") == {"k2": "v2"} and kv.get_kv_list("NS") is not table
     kv.put("NS", "k2", "v2")  # as it is: the same table
     assert kv.get_kv_list("NS") is kv.configTable["NS"]
+
+
+def test_the_changes_staged_behind_a_write_copy_a_namespace_once_not_once_each():
+    """Each put copied its namespace's whole table in the reactor (0.7 ms at 120k keys), so the puts
+    of many peers staged behind one write cost that each.  A staged batch's own copy is not read by
+    anyone before it is written (reads see the saved table; the thread encodes the batch in flight):
+    the changes behind one write copy a namespace once, and the saved and in-flight tables are never
+    touched."""
+    saves = HeldSaves()
+    kv = KVConfigManager(saves)
+    kv.put("NS", "k0", "v", lambda error: None)  # in flight
+    in_flight = saves.held[0]
+    kv.put("NS", "k1", "v", lambda error: None)
+    staged = kv._next.table["NS"]
+    for number in range(2, 50):
+        kv.put("NS", f"k{number}", "v", lambda error: None)
+        kv.delete("NS", "k1", lambda error: None)
+    assert kv._next.table["NS"] is staged and len(staged) == 49 and "k1" not in staged
+    assert json.loads(in_flight[0]()) == {"configTable": {"NS": {"k0": "v"}}} and kv.configTable == {}
+    saves.finish()
+    written = json.loads(saves.finish())["configTable"]["NS"]
+    assert len(written) == 49 and kv.size == len(kv.encode())
+    table = kv.get_kv_list("NS")
+    kv.put("NS", "k1", "again", lambda error: None)  # a new batch: the saved table is copied, not changed
+    assert "k1" not in table and kv.get_kv_list("NS") is table
+
+
+def test_changes_made_by_callers_told_their_write_is_durable_wait_for_their_own_one_at_a_time():
+    """Callers are told in the reactor's turn and each one's peer's next change is handled then
+    (server.py answers the frames it held): the first such change began a write, the second was
+    staged behind it, and the write after the one just done began as well: two writes in flight
+    (FileWriter refuses the second: its callers never told).  And with changes staged behind the
+    write just done, a change to what was staged was told saved at once, before any write of it."""
+    saves, told = HeldSaves(), []
+
+    def put_again(name: str, key: str, value: str):
+        def saved(error) -> None:
+            told.append((name, error))
+            kv.put("NS", key, value, lambda error: told.append((key, error)))
+        return saved
+    kv = KVConfigManager(saves)
+    kv.put("NS", "k0", "v0", lambda error: told.append(("k0", error)))  # in flight
+    kv.put("NS", "a", "1", put_again("a", "k1", "v1"))
+    kv.put("NS", "b", "1", put_again("b", "k2", "v2"))
+    saves.finish()
+    assert told == [("k0", None)] and len(saves.held) == 1  # a and b's
+    kv.put("NS", "k1", "v1", lambda error: told.append(("k1 first", error)))  # staged behind it
+    saves.finish()
+    assert told == [("k0", None), ("a", None), ("b", None)] and len(saves.held) == 1, told
+    assert json.loads(saves.finish()) == {"configTable": {"NS": {"k0": "v0", "a": "1", "b": "1", "k1": "v1"}}}
+    assert [name for name, _ in told] == ["k0", "a", "b", "k1 first", "k1"] and len(saves.held) == 1
+    assert json.loads(saves.finish())["configTable"]["NS"]["k2"] == "v2"
+    assert [name for name, _ in told] == ["k0", "a", "b", "k1 first", "k1", "k2"] and saves.held == []
+
+
+def test_changes_made_by_several_callers_told_at_once_begin_one_write_not_two():
+    """Two callers of one write, each of whose peers' next put is handled as it is told: the
+    first began a write, the second was staged, and the write after the one just done began too
+    (FileWriter refuses a second in flight: that batch's callers were never told)."""
+    saves, told = HeldSaves(), []
+
+    def put_again(key: str):
+        def saved(error) -> None:
+            told.append(error)
+            kv.put("NS", key, "v", told.append)
+        return saved
+    kv = KVConfigManager(saves)
+    kv.put("NS", "x", "1", told.append)  # in flight
+    kv.put("NS", "a", "1", put_again("k1"))
+    kv.put("NS", "b", "1", put_again("k2"))
+    saves.finish()
+    saves.finish()
+    assert len(saves.held) == 1, "one write in flight at a time"
+    saves.finish()
+    saves.finish()
+    assert kv.configTable == {"NS": {"x": "1", "a": "1", "b": "1", "k1": "v", "k2": "v"}}
+    assert told == [None] * 5 and saves.held == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.just("finish"), st.tuples(
+    st.sampled_from(["NS", "ü"]), st.sampled_from(["k1", "k2", "话"]), st.one_of(st.none(), st.text(max_size=4)))),
+    max_size=30))
+def test_changes_staged_behind_writes_end_as_made_one_by_one(steps):
+    """The batches' own copies taking changes in place (not a copy a change): whatever the changes
+    and wherever the writes finish, each write holds the table its changes made, the saved table
+    and its size are the changes' in order, and no table once handed to a write changes after."""
+    saves, model, handed = HeldSaves(), {}, []
+    kv = KVConfigManager(saves)
+    for step in steps:
+        if step == "finish":
+            if saves.held:
+                saves.finish()
+        else:
+            namespace, key, value = step
+            kv.put(namespace, key, value, lambda error: None)
+            if value is None:
+                model.get(namespace, {}).pop(key, None)
+            else:
+                model.setdefault(namespace, {})[key] = value
+        if kv._writing is not None and all(kv._writing is not batch for batch, _ in handed):
+            handed.append((kv._writing, json.dumps(kv._writing.table, sort_keys=True)))
+    while saves.held:
+        saves.finish()
+    assert {ns: table for ns, table in kv.configTable.items() if table or ns in model} == {
+        ns: table for ns, table in model.items()} and kv.size == len(kv.encode())
+    assert all(json.dumps(batch.table, sort_keys=True) == as_handed for batch, as_handed in handed)
+
+
+def test_changes_that_undo_each_other_behind_a_write_are_heard_by_no_one():
+    """A batch whose table is the saved one (a put as saved, a put undone) writes nothing; its keys
+    were still published, so each such put of ORDER_TOPIC_CONFIG (any peer's) dropped the kept
+    topic lists and that topic's routes for nothing."""
+    saves, heard = HeldSaves(), []
+    kv = KVConfigManager(saves)
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)
+    saves.finish()
+    kv.subscribe(lambda namespace, key: heard.append(key))
+    kv.put("NS", "other", "x", lambda error: None)  # in flight
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:8", lambda error: None)
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)  # undone
+    kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)  # as saved
+    saves.finish()
+    assert saves.held == [] and heard == ["other"]

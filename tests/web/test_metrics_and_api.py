@@ -130,7 +130,7 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     # searched apart (in a thread: apart.py), the first of them by name without sorting them all
     held: list = []
     state = served.service.state
-    state.build_apart, at_once = (lambda key, build: held.append(build) or defer.Deferred()), state.build_apart
+    state.build_apart, at_once = (lambda key, begin: held.append(begin()) or defer.Deferred()), state.build_apart
     pending = served.api.topics("t", limit=1)
     assert not pending.called and held[0]() == (2, ["T1"])
     state.build_apart = at_once
@@ -261,3 +261,23 @@ def test_label_values_hold_no_control_character(tmp_path):
     samples = served.scrape()
     assert value(samples, "namesrv_broker_group_master_live", cluster="c\\x1b[2J\\r\\u2028", broker="b\\u202e-a") == 1
     assert value(samples, "namesrv_broker_group_master_live", cluster="sur\\ud800", broker="b-b") == 1
+
+
+def test_an_api_document_that_fails_to_be_made_is_answered_500_not_left_open():
+    """/api/topics is made in a thread (apart.py): a build that raised was logged and the request
+    left open, the page's fetch and the connection (one of the port's few) held until the peer
+    gave up."""
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from twisted_namesrv.web.site import ApiResource
+
+    class Failing:
+        def topics(self, query, limit):
+            return defer.fail(MemoryError("a build that raised"))
+
+    request = DummyRequest([b"topics"])
+    with capturedLogs() as logged:
+        ApiResource(Failing()).render_GET(request)
+    assert request.finished and request.responseCode == 500
+    assert json.loads(b"".join(request.written)) == {"error": "the document could not be made: MemoryError"}
+    assert any("/api/topics failed" in formatEvent(event) for event in logged)

@@ -67,12 +67,15 @@ class KVLimitError(Exception):
 
 @dataclass
 class _Batch:
-    """Changes written together: the table they make (never changed in place once staged: a thread
-    may encode it), its encoded size, who waits for it and what changed."""
+    """Changes written together: the table they make, its encoded size, who waits for it and what
+    changed.  Until it is written no one else reads its table (reads see the saved one), so the
+    namespaces it copied (``own``) take its later changes in place; once handed to the writer (a
+    thread encodes it) and after, neither it nor any of its namespaces' tables changes."""
     table: Table
     size: int
     keys: list[tuple[str, str]] = field(default_factory=list)
     waiting: list[Saved] = field(default_factory=list)
+    own: set[str] = field(default_factory=set)
 
 
 class _Outcome:
@@ -145,7 +148,7 @@ class KVConfigManager:
         tell = outcome.saved if outcome is not None else saved
         assert tell is not None
         staged, staged_size = self._staged()
-        if self._writing is None and table is staged:
+        if self._writing is None and self._next is None and table is staged:
             tell(None)  # nothing to write, nothing in flight: it is as saved
         else:
             limit = self._limit()
@@ -161,11 +164,13 @@ class KVConfigManager:
             outcome.check()
 
     def _write_next(self) -> None:
+        if self._writing is not None:  # begun meanwhile (a caller told of the last one changed more)
+            return
         batch, self._next = self._next, None
         if batch is None:
             return
-        if batch.table == self.configTable:  # the changes undid each other, or changed nothing
-            self._done(batch, None)
+        if batch.table == self.configTable:  # the changes undid each other, or changed nothing: none to hear
+            self._done(batch, None, changed=False)
             return
         self._writing = batch
         # encoded where it is written (a thread): the whole table, up to maxKvBytes, for each write
@@ -181,13 +186,14 @@ class KVConfigManager:
             self._write_next()
             return
         failed, self._next = self._next, None
-        self._done(batch, error, changed=False)
-        if failed is not None:
-            self._done(failed, error, changed=False)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
             self._writing = _Batch(saved_table, self.size)
             self._save(lambda: self.encode(saved_table), lambda _: self._restored())
+        # told last: a caller may change the table again at once (a pipelining peer's next put)
+        self._done(batch, error, changed=False)
+        if failed is not None:
+            self._done(failed, error, changed=False)
 
     def _restored(self) -> None:
         self._writing = None
@@ -212,12 +218,20 @@ class KVConfigManager:
         limit = self._limit()
         if limit and value is not None and size > max(limit, staged_size):
             raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
-        changed = dict(entries or {})  # a copy: the staged tables are never changed in place
+        batch = self._next
+        if batch is not None and namespace in batch.own:  # the batch's own copy: no one reads it yet
+            table, changed = staged, entries
+        else:  # a copy: the saved table, and the one being written, never change
+            changed = dict(entries or {})
+            table = {**staged, namespace: changed}
+        assert changed is not None
         if value is None:
             changed.pop(key, None)
         else:
             changed[key] = value
-        self._accept({**staged, namespace: changed}, size, namespace, key, saved)
+        self._accept(table, size, namespace, key, saved)
+        if self._next is not None and self._next.table is table:
+            self._next.own.add(namespace)
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
         return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]

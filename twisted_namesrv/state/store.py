@@ -189,8 +189,8 @@ class SavesOfNewest:
     def _written(self, waiting: list[Saved], error: StoreError | None) -> None:
         self._in_flight = False
         for saved in waiting:
-            saved(error)
-        if self._waiting:
+            saved(error)  # may ask again at once (a peer's next update): that begins the next write
+        if self._waiting and not self._in_flight:
             self._write()
 
 

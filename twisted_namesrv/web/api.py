@@ -10,6 +10,7 @@ they register again or an operator retires them.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
@@ -145,21 +146,24 @@ class StatusApi:
 
     def topics(self, query: str = "", limit: int = TOPIC_SEARCH_LIMIT) -> defer.Deferred[dict[str, Any]]:
         """The topics whose names hold ``query`` (any case), how many, the first ``limit`` by name
-        with their broker groups.  Searched in a thread (apart.py) among the names of this turn:
-        at a million topics a search took a second, and the page searches as the operator types."""
+        with their broker groups.  Searched in a thread (apart.py) among the names as they are when
+        the search begins: at a million topics a search took a second, and the page searches as the
+        operator types."""
         needle, routes = query.lower(), self.state.routes
-        names = routes.all_topics()
 
-        def search() -> tuple[int, list[str]]:
-            found = [name for name in names if needle in name.lower()] if needle else names
-            return len(found), heapq.nsmallest(limit, found)  # no sort of them all: it would hold the interpreter
+        def begin() -> Callable[[], tuple[int, list[str]]]:
+            names = routes.all_topics()  # as they are when the search begins (apart.py)
+
+            def search() -> tuple[int, list[str]]:
+                found = [name for name in names if needle in name.lower()] if needle else names
+                return len(found), heapq.nsmallest(limit, found)  # no sort of them all: it would hold the interpreter
+            return search
 
         def document(result: tuple[int, list[str]]) -> dict[str, Any]:
             matches, first = result
             return {"query": query, "matches": matches,
                     "topics": [{"topic": t, "broker_names": sorted(routes.queues_of(t) or ())} for t in first]}
-        generation = self.state.answers.topic_generation
-        return self.state.build_apart(("api/topics", needle, limit, generation), search).addCallback(document)
+        return self.state.build_apart(("api/topics", needle, limit), begin).addCallback(document)
 
     def route(self, topic: str) -> dict[str, Any] | None:
         """The route a client gets for ``topic`` (TopicRouteData, as GET_ROUTEINFO_BY_TOPIC sends it)."""

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import pages, resource, server
 
 from ..budget import FdBudget
@@ -95,7 +96,7 @@ class ApiResource(resource.Resource):
     def __init__(self, api: StatusApi, controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
         self.api = api
-        self.endpoints: dict[str, Callable[[server.Request], dict[str, Any]]] = {
+        self.endpoints: dict[str, Callable[[server.Request], dict[str, Any] | defer.Deferred[dict[str, Any]]]] = {
             "overview": lambda request: api.overview(),
             "clusters": lambda request: api.clusters(),
             "topics": lambda request: api.topics(_arg(request, "q"), _int_arg(request, "limit", TOPIC_SEARCH_LIMIT)),
@@ -131,7 +132,13 @@ class ApiResource(resource.Resource):
             if not gone:
                 request.write(json.dumps(made).encode())
                 request.finish()
-        document.addCallback(write).addErrback(lambda failure: log.failure("/api/{name} failed", failure, name=name))
+
+        def failed(failure: Failure) -> None:  # answered, not left open: the port's connections are few
+            log.failure("/api/{name} failed", failure, name=name)
+            if not gone:
+                request.setResponseCode(500)
+                write({"error": f"the document could not be made: {failure.type.__name__}"})
+        document.addCallbacks(write, failed)
         return server.NOT_DONE_YET  # type: ignore[no-any-return]
 
     def _route(self, request: server.Request) -> dict[str, Any]:
