@@ -205,6 +205,7 @@ class AnswerCache:
         self._drop_topic_tables()
 
     def _drop_topic_tables(self) -> None:
+        """Let the topic lists go, and count it (``keep_topics`` keeps none built before)."""
         self.topic_generation += 1
         if self._topic_tables:
             self._topic_tables.clear()
@@ -225,9 +226,8 @@ class AnswerCache:
         for answers in self.routes.values():
             answers.stale = True
         self.routes.clear()
-        for table in self.tables.values():
-            table.clear()
-        self.topic_generation += 1
+        self._drop_topic_tables()
+        self.tables[BROKER].clear()
         self.replies.clear()
 
     # -- route bodies ---------------------------------------------------------------------------
