@@ -142,7 +142,7 @@ class Topology:
                 del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
             changed = True
         if changed:
-            self._changed(group, key)
+            self._changed(group)
 
     def _alike_ids(self, ids: frozenset[int]) -> frozenset[int]:
         """``ids`` as the one set of that content the groups share (at most ALIKE_IDS kept: past
@@ -194,10 +194,9 @@ class Topology:
         self.encoded = {key: encode_group(group) for key, group in groups.items()}
         self.version += 1
 
-    def _changed(self, group: KnownGroup, key: tuple[str, str] | None = None) -> None:
-        """``group`` changed: its entry in the file is encoded again, and the store writes
-        (``key``: the group's key in ``groups``, kept once for both)."""
-        self.encoded[key or group.key] = encode_group(group)
+    def _changed(self, group: KnownGroup) -> None:
+        """``group`` changed: its entry in the file is encoded again, and the store writes."""
+        self.encoded[group.key] = encode_group(group)
         self.version += 1
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
