@@ -1249,9 +1249,9 @@ class RouteInfoManager:
         held = self.clusterAddrTable.get(cluster) if cluster is not None else None
         if not held:
             return []
-        names, table = tuple(held), self._table if among is not None else self.topicQueueTable
-        return [topic for topic in (list(table) if among is None else among)
-                if (queues := table.get(topic)) and any(name in queues for name in names)]
+        names = tuple(held)
+        table, topics = self._listed(among)
+        return [topic for topic in topics if (queues := table.get(topic)) and any(name in queues for name in names)]
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (a set), plus one address."""
@@ -1269,14 +1269,22 @@ class RouteInfoManager:
     def unit_topics(self, test: Callable[[int], bool], among: list[str] | None = None) -> list[str]:
         """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag: of
         ``among`` as ``topics_by_cluster`` reads it (a thread may run it), else of all, now."""
-        table = self._table if among is not None else self.topicQueueTable
+        table, topics = self._listed(among)
         result = []
-        for topic in list(table) if among is None else among:
+        for topic in topics:
             queues = table.get(topic)
             first = queues.get(java_hash_order(queues)[0]) if queues else None
             if first is not None and test(first.topicSysFlag):
                 result.append(topic)
         return result
+
+    def _listed(self, among: list[str] | None) -> tuple[TopicQueueTable, list[str]]:
+        """The table and the topics a topic list reads: ``among`` in the table as it stands (nothing
+        settled: a thread may read it), or, given None, every topic of the table settled now."""
+        if among is None:
+            table = self.topicQueueTable
+            return table, list(table)
+        return self._table, among
 
     def broker_member_group(self, broker_name: str | None) -> dict[int, str]:
         broker = self.brokerAddrTable.get(broker_name) if broker_name is not None else None
