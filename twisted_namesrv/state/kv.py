@@ -141,19 +141,16 @@ class KVConfigManager:
         return (newest.table, newest.size) if newest is not None else (self.configTable, self.size)
 
     def _accept(self, table: Table, size: int, namespace: str, key: str, saved: Saved | None) -> None:
-        """Stage ``table`` (the staged one with one change, ``size`` bytes encoded) to be saved, or
-        refuse it past the limit (KVLimitError); ``saved`` None: raise the StoreError of a save
-        that is done now."""
+        """Stage ``table`` (the staged one with one change, ``size`` bytes encoded, within the limit:
+        ``put`` checked it) to be saved; ``saved`` None: raise the StoreError of a save that is
+        done now."""
         outcome = _Outcome() if saved is None else None
         tell = outcome.saved if outcome is not None else saved
         assert tell is not None
-        staged, staged_size = self._staged()
+        staged, _ = self._staged()
         if self._writing is None and self._next is None and table is staged:
             tell(None)  # nothing to write, nothing in flight: it is as saved
         else:
-            limit = self._limit()
-            if limit and size > max(limit, staged_size):
-                raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
             batch = self._next = self._next or _Batch(table, size)
             batch.table, batch.size = table, size
             batch.keys.append((namespace, key))
@@ -216,7 +213,7 @@ class KVConfigManager:
             return
         size = staged_size + _size_change(staged, namespace, key, value)
         limit = self._limit()
-        if limit and value is not None and size > max(limit, staged_size):
+        if limit and size > max(limit, staged_size):  # the one check: a removal grows it only by a new namespace
             raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
         batch = self._next
         if batch is not None and namespace in batch.own:  # the batch's own copy: no one reads it yet
