@@ -232,13 +232,11 @@ def forget_kinds() -> None:
         kinds.clear()
 
 
-def _kind_at(data: bytes, serialize_type: int, start: int, end: int,
-             split: tuple[bytes, int] | None = None) -> tuple[FrameKind, int] | None:
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[FrameKind, int] | None:
     """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
-    looked up in place by its template key (``split``: its key and opaque, when known already); a
-    kind not met yet is read by the codec (refusing what it refuses: RemotingDecodeError) and kept.
-    None where the codec decodes the header for itself."""
-    split = split or _SPLIT[serialize_type](data, start, end)
+    looked up in place by its template key; a kind not met yet is read by the codec (refusing what
+    it refuses: RemotingDecodeError) and kept. None where the codec decodes the header for itself."""
+    split = _SPLIT[serialize_type](data, start, end)
     if split is None:
         return None
     key, opaque = split
@@ -284,19 +282,13 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     json_kinds = _KINDS[_JSON]
     for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
                                                           strict=True):
-        try:
-            found = None
-            if header_end <= end and serialize_type in _SPLIT:
-                split = json_split(data, start + 4, header_end) if serialize_type == _JSON else None
-                if split is not None and (kind := json_kinds.get(split[0])) is not None:
-                    append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
-                    continue
-                found = _kind_at(data, serialize_type, start + 4, header_end, split)
-            if found is not None:
-                append(CapturedCommand(ts, direction, found[0], found[1], view, start, header_end, end))
+        if serialize_type == _JSON and header_end <= end:
+            split = json_split(data, start + 4, header_end)
+            if split is not None and (kind := json_kinds.get(split[0])) is not None:
+                append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
                 continue
-            frame = view[start:end]
-            append(CapturedCommand.decoded(ts, direction, RemotingCommand.decode(frame, _TEMPLATES), frame))
+        try:  # any other frame: a kind not met yet, a binary header, one the codec decodes itself
+            append(_decode_at(ts, view, start, end, direction, data))
         except RemotingDecodeError:
             _undecodable(conversation, direction, ts, view[start:end])
 

@@ -87,8 +87,7 @@ def guessed_clients(sent: Mapping[tuple[ConnectionKey, bool], int], sides: Mappi
 def among(keys: Collection[ConnectionKey]) -> Column:
     """Whether a piece's 4-tuple (columns ``lower`` and ``higher``) is one of ``keys``: one
     literal however many (as task_column)."""
-    known = json.dumps({f"{lower} {higher}": True for lower, higher in keys})
-    return F.expr(f"coalesce(from_json({sql_string(known)}, 'map<string,boolean>')[{_KEY}], false)")
+    return F.expr(_looked_up(dict.fromkeys(keys, True), "boolean", "false"))
 
 
 def task_shares(cores: int, at_least: int = 0) -> list[int]:
@@ -124,9 +123,15 @@ def task_column(dealt: Mapping[ConnectionKey, int], tasks: int) -> Column:
     if not dealt:
         return F.expr(_ENDS_HASH)
     to_value = _values_to_tasks(tasks)
-    # one literal however many are dealt (a map of literals costs a Py4J call and an expression each)
-    values = json.dumps({f"{lower} {higher}": to_value[task] for (lower, higher), task in dealt.items()})
-    return F.expr(f"coalesce(from_json({sql_string(values)}, 'map<string,int>')[{_KEY}], {_ENDS_HASH})")
+    return F.expr(_looked_up({key: to_value[task] for key, task in dealt.items()}, "int", _ENDS_HASH))
+
+
+def _looked_up(values: Mapping[ConnectionKey, object], sql_type: str, otherwise: str) -> str:
+    """A piece's value in ``values`` by its 4-tuple (of Spark SQL type ``sql_type``), else
+    ``otherwise``, as Spark SQL: one literal however many (a map of literals costs a Py4J call and
+    an expression each)."""
+    known = json.dumps({f"{lower} {higher}": value for (lower, higher), value in values.items()})
+    return f"coalesce(from_json({sql_string(known)}, 'map<string,{sql_type}>')[{_KEY}], {otherwise})"
 
 
 def sql_string(text: str) -> str:

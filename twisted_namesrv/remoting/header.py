@@ -122,7 +122,7 @@ class HeaderTemplates:
         return len(self._templates)
 
     def decode_json(self, data: bytes) -> Header:
-        split = _only_opaque_split(data)
+        split = json_split(data)
         if split is None:
             return _parse_json_header(data)  # refuses an opaque out of int32, as fastjson overflows
         key, opaque = split
@@ -136,7 +136,7 @@ class HeaderTemplates:
         own (a capture's frames alike share what their rows say: capture/conversation.FrameKind);
         the template is shared (never to be changed; its opaque is the first header's). None where
         decode_json parses the header for itself (no template is kept of it)."""
-        split = _only_opaque_split(data)
+        split = json_split(data)
         if split is None:
             return None
         key, opaque = split
@@ -225,28 +225,16 @@ def from_template(template: Header, opaque: int) -> Header:
                   None if template.ext_fields is None else dict(template.ext_fields), template.json_layout)
 
 
-def _only_opaque_split(data: bytes) -> tuple[bytes, int] | None:
-    return json_split(data, 0, len(data))
-
-
-def json_split(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+def json_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
     """The template key and opaque of the JSON header at ``data[start:end]``: opaque_split of a
     header holding OPAQUE_KEY exactly once (else None), found with two ``find``s and a match at the
     key, where a ``count`` and a regex search read the bytes twice (every JSON header a server or a
     capture decodes comes here), in place (a capture's headers lie in their stream's bytes: no copy)."""
+    end = len(data) if end is None else end
     at = data.find(OPAQUE_KEY, start, end)
     if at < 0 or data.find(OPAQUE_KEY, at + _OPAQUE_KEY_LENGTH, end) >= 0:
         return None
-    match = _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end)
-    if match is None:
-        return None
-    digits, after = match.span()
-    if after - digits > 11:
-        return None
-    opaque = int(match.group())
-    if not _INT_MIN <= opaque <= _INT_MAX:
-        return None
-    return data[start:digits] + data[after:end], opaque
+    return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end), 0, start, end)
 
 
 def binary_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
@@ -268,17 +256,19 @@ def opaque_split(data: bytes, start: int = 0) -> tuple[bytes, int] | None:
     return _split_at(data, match, 1)
 
 
-def _split_at(data: bytes, match: re.Match[bytes] | None, group: int = 0) -> tuple[bytes, int] | None:
-    """opaque_split's answer for the opaque's digits as matched (``group`` of ``match``)."""
+def _split_at(data: bytes, match: re.Match[bytes] | None, group: int, start: int = 0, end: int | None = None
+              ) -> tuple[bytes, int] | None:
+    """opaque_split's answer for the opaque's digits as matched (``group`` of ``match``), of the
+    header at ``data[start:end]``."""
     if match is None:
         return None
-    start, end = match.span(group)
-    if end - start > 11:
+    digits, after = match.span(group)
+    if after - digits > 11:
         return None
-    opaque = int(data[start:end])
+    opaque = int(data[digits:after])
     if not _INT_MIN <= opaque <= _INT_MAX:
         return None
-    return data[:start] + data[end:], opaque
+    return data[start:digits] + data[after:end], opaque
 
 
 #: templates a server keeps: enough for its clients (its answer cache's, answer_cache.py)
