@@ -741,3 +741,35 @@ def test_a_time_plot_s_legend_is_drawn_below_its_axis_title_with_one_broker(spar
         assert title, plot
         title_baseline = float(re.search(r'\sy="([\d.]+)"', title[0])[1])
         assert legend_top > title_baseline + 2, (plot, legend_top, title_baseline)
+
+
+def test_with_several_nameservers_a_broker_s_findings_name_the_nameserver_and_when_its_capture_ended(
+        spark, tmp_path) -> None:
+    """v4-multi's first and fifth files read together (three NameServers, brokers registered with
+    each; 100 s not captured between the files): broker-a is alive at each NameServer in each
+    file's period. Each item names its NameServer and the time its capture ended (the first
+    period's end, not the capture's), never a bare 'broker-a ... (5x)'."""
+    from tests.spark.test_truth import REAL
+
+    folder = REAL / "v4-multi"
+    out = run_job(spark, [str(folder / "v4-multi-054532.pcap.gz"), str(folder / "v4-multi-054738.pcap.gz")],
+                  tmp_path / "out", report=False)
+    alive = kinds(out.summary, "broker_alive_at_end")
+    servers = {item["session"].split("@")[0] for item in alive}
+    assert len(alive) == 5 and servers == {"127.0.0.1:9876", "127.0.0.1:9877", "127.0.0.1:9878"}
+    for item in alive:
+        server = item["session"].split("@")[0]
+        assert item["message"].startswith(f"DefaultCluster / broker-a / 0 (MASTER) / 127.0.0.1:10911 @ {server}: ")
+        ended = iso_time(cli_seconds(item["last_alive"]) + item["seconds"])
+        assert f"alive when its capture ended at {ended}" in item["message"], item["message"]
+    periods = out.summary["inputs"]["periods"]
+    assert len(periods) == 2
+    assert {item["message"].split(" at ")[1].split(" ")[0] for item in alive} == {
+        iso_time(cli_seconds(p["end"])) for p in periods}
+
+
+def cli_seconds(text: str) -> float:
+    """An ISO 8601 UTC time of the summary, as seconds."""
+    from tests.spark.truth_check import seconds
+
+    return seconds(text)
