@@ -697,8 +697,8 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_serve
     """What one broker stay's story and silences tell; with ``several_servers`` in the capture, the
     stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
     given, and a kill closes its connection to each."""
-    label = broker_label(broker) + (f" @ {broker['server']}" if several_servers else "")
-    addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    label = addr["broker"] + (f" @ {broker['server']}" if several_servers else "")  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
