@@ -160,6 +160,8 @@ def problem_text(f: Item) -> str:
     bytes are compressed (in a format not read, or read but not named by its suffix)."""
     if f["problem"] == inputs.TRUNCATED:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
+    if quiet_file(f):
+        return "no packets in it (a capture file of a quiet time: its header only)"
     if f["problem"] == inputs.NOT_INFLATED:
         return f"{f['problem']}: {f['reason']}"
     if f["problem"] == LINK_NOT_READ:
@@ -193,6 +195,12 @@ DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".e
                      ".sh", ".properties", ".conf", ".ini", ".xml", ".png", ".svg")
 
 
+def quiet_file(f: Item) -> bool:
+    """A capture file whose header is whole and holds no packet: a rotation's file of a quiet
+    time (dumpcap's ring buffer by duration, editcap -i), not a file the report could not read."""
+    return f["problem"] == inputs.EMPTY and bool(f["size"])
+
+
 def _input_severity(f: Item) -> str:
     """A capture cut while a record was written still has its other records read: a warning.  A
     notes or steps file that a directory brought along is not a capture, and says so as information
@@ -200,6 +208,8 @@ def _input_severity(f: Item) -> str:
     unreadable, is critical: a capture the report could not read."""
     if f["problem"] == inputs.TRUNCATED and f["records"]:
         return WARNING
+    if quiet_file(f):
+        return INFO
     if f["problem"] == inputs.NOT_A_CAPTURE and str(f["path"]).lower().endswith(DOCUMENT_SUFFIXES):
         return INFO
     return CRITICAL
@@ -527,7 +537,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
-        return "notes" if item["severity"] == INFO else None
+        return ("quiet" if item["problem"] == inputs.EMPTY else "notes") if item["severity"] == INFO else None
     if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
         return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
@@ -639,6 +649,9 @@ def _inputs(items: list[Item]) -> str:
     """Notes a directory brought along (steps, logs, TRUTH files: _input_severity) are no bad input."""
     if any(item["severity"] != INFO for item in items):
         return _listed(items)
+    if all(item["problem"] == inputs.EMPTY for item in items):
+        return (f"{_plural(len(items), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
+                + _tally(items, "path", None))
     return (f"{_plural(len(items), 'file{s}')} beside the captures that are not captures (notes, logs), left out: "
             + _tally(items, "path", None))
 

@@ -153,7 +153,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
-             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows if f["problem"]))
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
+                       if f["problem"] and not findings.quiet_file(f))
+             + _quiet_files([f for f in file_rows if findings.quiet_file(f)]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
     captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
@@ -589,6 +591,13 @@ def _absolute(out: str) -> str:
 
 def _on_ports(ports: Ports) -> str:
     return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
+
+
+def _quiet_files(quiet: list[dict]) -> str:
+    """A rotation's files of quiet times, in one line (a ring buffer by duration can make hundreds)."""
+    if not quiet:
+        return ""
+    return f"\n      {len(quiet):,} capture file(s) with no packets in them (quiet times), e.g. {quiet[0]['path']}"
 
 
 def _mib(count: int) -> str:
