@@ -117,6 +117,11 @@ class Piece(NamedTuple):
     path: str
     rows: bytes  # SEGMENT records
     payload: bytes | None  # None: the offsets are into the file at ``path``
+    #: where its stretch of the file starts (the offset of the first record of its byte range, or
+    #: of the first after a silence in it: TimeSpan.silences); not shuffled: the reading task notes
+    #: the piece's ends under it, and the driver joins the stretches into the file's parts
+    #: (model/periods.file_parts)
+    part: int = 0
 
     @property
     def input_index(self) -> int:
@@ -456,13 +461,15 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
         tally.others[key + ("frames",)] += frames
     tally.records += len(records.ts)
     tally.segments += len(found.ts)
+    span = None
     if len(records.ts):
         cut = records.length < records.orig_len
+        span = time_span(records)
         tally.note_file(file.path, records=len(records.ts), first=float(records.ts.min()),
                         last=float(records.ts.max()), link_type=int(records.linktype[0]),
                         cut_records=int(cut.sum()),
                         uncaptured_bytes=int((records.orig_len[cut] - records.length[cut]).sum()),
-                        cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(time_span(records),))
+                        cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(span,))
     names = found.endpoints
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
@@ -475,37 +482,69 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
     rows["forward"], rows["missing"] = forward, found.missing
     by_pair = np.argsort(which.reshape(-1), kind="stable")
     bounds = np.searchsorted(which.reshape(-1)[by_pair], np.arange(len(pairs) + 1))
+    stretches = np.array([int(records.start[0]), *(silence.offset for silence in span.silences)]
+                         if span is not None else [0], np.int64)
     for index, pair in enumerate(pairs.tolist()):
         chosen = rows[by_pair[bounds[index]:bounds[index + 1]]]
-        payload = None
-        if inline:
-            payload = gather(data, chosen)
-        yield Piece((names[pair // len(names)], names[pair % len(names)]), source or file.path, chosen.tobytes(),
-                    payload)
+        for part, rows_there in _by_stretch(chosen, stretches):
+            payload = None
+            if inline:
+                payload = gather(data, rows_there)
+            yield Piece((names[pair // len(names)], names[pair % len(names)]), source or file.path,
+                        rows_there.tobytes(), payload, part)
+
+
+def _by_stretch(rows: np.ndarray, stretches: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """SEGMENT ``rows`` (capture order) by the stretch of the byte range they are in: ``stretches``,
+    the offsets where each starts (a silence ends), the first the range's first record's."""
+    if len(stretches) == 1:  # no silence in the range: the common case, nothing to cut
+        yield int(stretches[0]), rows
+        return
+    where = np.searchsorted(stretches, rows["order"], "right") - 1
+    cuts = np.flatnonzero(np.diff(where)) + 1
+    for chunk, first in zip(np.split(rows, cuts), [0, *cuts.tolist()], strict=True):
+        yield int(stretches[max(int(where[first]), 0)]), chunk
 
 
 #: timestamps going back by more than this within a file are a clock stepped back (or files joined
 #: out of order), not the reordering of packets captured on several CPUs or interfaces
 STEP_BACK_TOLERANCE_S = 5.0
+#: records further apart than this (no packet at all between them) are a silence: between files,
+#: separate capture periods; within a file, one where no connection carries on over it
+#: (model/periods.rotated_sets and file_parts)
+PERIOD_GAP_S = 60.0
+
+
+class Silence(NamedTuple):
+    """A stretch of more than PERIOD_GAP_S without a record, within a file: where the first record
+    after it starts (its offset in the file), the latest time before it and that record's time."""
+
+    offset: int
+    before: float
+    after: float
 
 
 class TimeSpan(NamedTuple):
     """One byte range's records in time: where its first record starts in the file, its first and
-    latest timestamps, and its largest step back (how far, and the time it stepped back to)."""
+    latest timestamps, its largest step back (how far, and the time it stepped back to) and its
+    silences (in capture order; each measured from the latest time before it in the range)."""
 
     offset: int
     first: float
     latest: float
     back: float
     back_to: float
+    silences: tuple[Silence, ...] = ()
 
 
 def time_span(records: RecordIndex) -> TimeSpan:
     latest = np.maximum.accumulate(records.ts)
     back = latest - records.ts
     at = int(back.argmax())
+    quiet = np.flatnonzero(records.ts[1:] - latest[:-1] > PERIOD_GAP_S) + 1
     return TimeSpan(int(records.start[0]), float(records.ts[0]), float(latest[-1]), float(back[at]),
-                    float(records.ts[at]))
+                    float(records.ts[at]), tuple(Silence(int(records.start[i]), float(latest[i - 1]),
+                                                         float(records.ts[i])) for i in quiet.tolist()))
 
 
 def clock_step_back(spans: Iterable[TimeSpan]) -> tuple[float, float, float] | None:
@@ -517,6 +556,23 @@ def clock_step_back(spans: Iterable[TimeSpan]) -> tuple[float, float, float] | N
             if back > STEP_BACK_TOLERANCE_S and (found is None or back > found[0]):
                 found = (float(back), float(to + back), float(to))
         latest = max(latest, span.latest)
+    return found
+
+
+def silences(spans: Iterable[TimeSpan]) -> list[Silence]:
+    """A file's silences in capture order across its byte ranges: those within a range and those
+    between two (a range's first record more than PERIOD_GAP_S after the latest before it), each
+    measured from the latest time before it in the whole file."""
+    found: list[Silence] = []
+    latest = None
+    for span in sorted(spans):
+        if latest is not None and span.first - latest > PERIOD_GAP_S:
+            found.append(Silence(span.offset, latest, span.first))
+        for silence in span.silences:
+            before = silence.before if latest is None else max(latest, silence.before)
+            if silence.after - before > PERIOD_GAP_S:
+                found.append(Silence(silence.offset, before, silence.after))
+        latest = span.latest if latest is None else max(latest, span.latest)
     return found
 
 

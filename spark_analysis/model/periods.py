@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spark_analysis.capture.inputs import Piece
+from spark_analysis.capture.inputs import PERIOD_GAP_S as PERIOD_GAP_S  # the report's thresholds are read here
+from spark_analysis.capture.inputs import Piece, Silence
 from spark_analysis.capture.packets import ACK, FIN, RST, SYN
 from spark_analysis.capture.reassembly import SEGMENT
-from spark_analysis.model.sessions import FileSpans
+from spark_analysis.model.sessions import FileSpans, period_label
 from twisted_namesrv.bodies.route import MASTER_ID
 from twisted_namesrv.state.routes import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 
@@ -26,8 +27,6 @@ from twisted_namesrv.state.routes import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 #: BROKER_CHANNEL_EXPIRED_TIME, 5.x's default heartbeatTimeoutMillis); a gap over NEAR_EXPIRY_S up to it came close
 EXPIRY_SECONDS = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME // 1000
 NEAR_EXPIRY_S = EXPIRY_SECONDS // 2
-#: files whose records are further apart than this are separate capture periods
-PERIOD_GAP_S = 60.0
 #: a file that starts this soon after another ended continues it (a rotated set), though no
 #: connection says so: tcpdump -G or -C starts the next file with the packet after the last one
 ROTATION_TOLERANCE_S = 1.0
@@ -197,6 +196,66 @@ def _either(mine: tuple[int | None, int | None], other: tuple[int | None, int | 
     return (mine[0] if mine[0] is not None else other[0], mine[1] if mine[1] is not None else other[1])
 
 
+#: 4-tuple (lower, higher) "ip:port" -> how it starts and ends in a file, or a part of one
+Ends = dict[tuple[str, str], ConnectionEnds]
+
+
+class FileParts(NamedTuple):
+    """The input files as parts that are each one capture's: a file is one part, except where a
+    silence in it (inputs.silences) is a time nothing was captured. ``spans``: (first, last, name)
+    of each part, in time order, where a part's name is its file's path if the file is one part,
+    else the path and when the part starts; ``ends``: each part's 4-tuples (ConnectionEnds) by
+    name; ``paths``: each part's file."""
+
+    spans: FileSpans
+    ends: dict[str, Ends]
+    paths: dict[str, str]
+
+    def path(self, name: str) -> str:
+        return self.paths.get(name, name)
+
+
+def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
+               ends: Mapping[str, Mapping[int, Mapping[tuple[str, str], ConnectionEnds]]]) -> FileParts:
+    """Each file cut where nothing was captured: a silence over PERIOD_GAP_S (no packet at all)
+    after which none of the connections open before it carries on (``continued``: no FIN, no RST,
+    no data going on; only new connections) is a capture stopped and started again (files joined
+    by mergecap, a rotation with a pause in it), the file's parts then as separate files would be.
+    A silence that some connection carries on over is the network's (a partition captured on the
+    NameServer's host: its idle-close FINs go on from where the connections stopped), and the
+    file's part goes on over it. ``ends``: the reading tasks' ends by file and by the offset where
+    their stretch of it starts (inputs.Piece.part)."""
+    spans: list[tuple[float, float, str]] = []
+    by_name: dict[str, Ends] = {}
+    paths: dict[str, str] = {}
+    for first, last, path in files:
+        quiet = silences.get(path, [])
+        stretches: list[Ends] = [{} for _ in range(len(quiet) + 1)]
+        offsets = [silence.offset for silence in quiet]
+        for offset, found in ends.get(path, {}).items():
+            _merge_into(stretches[bisect.bisect_right(offsets, offset)], found)
+        parts = [(first, stretches[0])]
+        lasts = []
+        for silence, after in zip(quiet, stretches[1:], strict=True):
+            if continued(parts[-1][1], after):  # the network was silent; the capture ran on
+                _merge_into(parts[-1][1], after)
+            else:
+                lasts.append(silence.before)
+                parts.append((silence.after, after))
+        lasts.append(last)
+        for (start, found), end in zip(parts, lasts, strict=True):
+            name = path if len(parts) == 1 else f"{path} from {period_label(start)}"
+            spans.append((start, end, name))
+            by_name[name] = found
+            paths[name] = path
+    return FileParts(tuple(sorted(spans)), by_name, paths)
+
+
+def _merge_into(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> None:
+    for key, found in more.items():
+        ends[key] = found.merge(ends.get(key))
+
+
 class Capture(NamedTuple):
     """One capture as its files tell it: a file, or a rotated set of files each continuing the one
     before; its first and last record times and its files in time order."""
@@ -301,10 +360,14 @@ def observed_spans(captures: list[Capture], ends: Mapping[str, Mapping[tuple[str
             for endpoint, found in spans.items()}
 
 
-def endpoint_files(ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]]) -> dict[str, frozenset[str]]:
-    """The input files that carried each endpoint's segments."""
+def endpoint_files(ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+                   paths: Mapping[str, str] | None = None) -> dict[str, frozenset[str]]:
+    """The input files that carried each endpoint's segments (``ends`` by file, or by part of
+    one: FileParts, whose ``paths`` name their files)."""
+    paths = paths or {}
     found: dict[str, set[str]] = {}
-    for path, keys in ends.items():
+    for name, keys in ends.items():
+        path = paths.get(name, name)
         for key in keys:
             for end in key:
                 found.setdefault(end, set()).add(path)

@@ -51,9 +51,9 @@ class Tally(ReadTally):
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
     #: (server endpoint, request code) -> requests it was asked: what kind of server it is (model/endpoints)
     served: Counter[Any] = field(default_factory=Counter[Any])
-    #: input (its index among the inputs) -> 4-tuple -> how it starts and ends in that file
-    #: (model/periods.rotated_sets, model/endpoints.py)
-    ends: dict[int, dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
+    #: (input, by its index among the inputs; where its stretch starts: inputs.Piece.part) ->
+    #: 4-tuple -> how it starts and ends there (model/periods.file_parts, rotated_sets, model/endpoints.py)
+    ends: dict[tuple[int, int], dict[tuple[str, str], ConnectionEnds]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """summary.json's counts: every COUNT field, in order."""

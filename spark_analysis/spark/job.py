@@ -73,9 +73,11 @@ from spark_analysis.model.endpoints import endpoint_stories, merged_ends, namese
 from spark_analysis.model.periods import (
     Capture,
     ConnectionEnds,
+    FileParts,
     TimeBins,
     capture_periods,
     endpoint_files,
+    file_parts,
     note_ends,
     observed_spans,
     rotated_sets,
@@ -157,17 +159,22 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f for f in file_rows if findings.quiet_file(f)]))
     by_file = findings.file_spans(files, read)
-    by_path = {files[index].path: found for index, found in read.ends.items()}
-    captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
+    stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
+    for (index, offset), found in read.ends.items():
+        stretches.setdefault(files[index].path, {})[offset] = found
+    parts = file_parts(by_file, {path: inputs.silences(facts.spans) for path, facts in read.files.items()},
+                       stretches)
+    captures = rotated_sets(parts.spans, parts.ends, {name: read.files[path].link_type
+                                                      for name, path in parts.paths.items()})
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
-    by_path, ends, left_out, copies = _one_copy_each(by_path, captures, progress, sources)
+    by_path, ends, left_out, copies = _one_copy_each(parts, captures, progress, sources)
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
     periods = capture_periods(captures)
     time_bins = TimeBins.over(periods)
     sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()},
-                        observed_spans(captures, by_path), time_bins.ends, endpoint_files(by_path))
+                        observed_spans(captures, by_path), time_bins.ends, endpoint_files(by_path, parts.paths))
 
     tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
@@ -293,16 +300,17 @@ def start_worker(_: Iterable) -> None:
 # -- reading and decoding ---------------------------------------------------------------------------
 
 
-def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], captures: list[Capture],
-                   progress: Callable[[str], None], sources: dict[str, str]
+def _one_copy_each(parts: FileParts, captures: list[Capture], progress: Callable[[str], None],
+                   sources: dict[str, str]
                    ) -> tuple[dict[str, dict[ConnectionKey, ConnectionEnds]], dict[ConnectionKey, ConnectionEnds],
                               frozenset[tuple[str, ConnectionKey]], list[findings.Item]]:
     """Each connection read once: a connection in two captures taken at two points (the NameServer's
     host and a broker's) from one of them (model/capture_points.py), one captured again under translated
     addresses (NAT) once (model/translated.py). Returns the reading tasks' ends without the copies (by
-    file, and merged over the files), the (piece path, 4-tuple) pairs the decoding leaves out
+    file's part, and merged over the files), the (piece path, 4-tuple) pairs the decoding leaves out
     (``sources``: the path an input's pieces carry where it is not the input's own, a compressed
     capture's spool file), and the findings that say so."""
+    by_path = parts.ends
     points = second_points(captures, by_path, server_sides(merged_ends(by_path)))
     by_path = points.without(by_path)
     ends = merged_ends(by_path)
@@ -310,7 +318,7 @@ def _one_copy_each(by_path: dict[str, dict[ConnectionKey, ConnectionEnds]], capt
     left_out = points.left_out | {(path, key) for path, found in by_path.items() for key in found
                                   if key in translated.left_out}
     by_path = {path: translated.without(found) for path, found in by_path.items()}
-    left_out = frozenset((sources.get(path, path), key) for path, key in left_out)
+    left_out = frozenset((sources.get(parts.path(name), parts.path(name)), key) for name, key in left_out)
     told = findings.second_points(points) + findings.translated_copies(translated)
     for item in told:
         progress(item["message"])
@@ -363,7 +371,7 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports,
     pending: list[Piece] = []
     size = 0
     for piece in read(*args, ports, tally):
-        note_ends(tally.ends.setdefault(piece.input_index, {}), piece)
+        note_ends(tally.ends.setdefault((piece.input_index, piece.part), {}), piece)
         if (cost := balance.decode_cost(piece)) >= counted_cost:
             tally.costs[piece.ends] += cost
             by_lower, by_higher = balance.sent_bytes(piece)
