@@ -115,13 +115,19 @@ class ConnectionEnds(NamedTuple):
         at this one's end, no SYN there, and each way's sequence numbers going on from here."""
         if self.closed or later.opened:
             return False
-        for stopped, goes_on in zip(self.next_seq, later.first_seq, strict=True):
-            if stopped is None or goes_on is None:
-                continue
-            ahead = (goes_on - stopped) % SEQUENCE_SPACE
-            if SEQUENCE_AHEAD < ahead < SEQUENCE_SPACE - SEQUENCE_BEHIND:
-                return False
-        return True
+        return all(not SEQUENCE_AHEAD < ahead < SEQUENCE_SPACE - SEQUENCE_BEHIND for ahead in self._ahead(later))
+
+    def missed_before(self, later: ConnectionEnds) -> bool:
+        """Whether ``later``, carrying this connection on, starts past where it stopped on a way:
+        bytes sent between them that the capture did not see."""
+        return any(0 < ahead <= SEQUENCE_AHEAD for ahead in self._ahead(later))
+
+    def _ahead(self, later: ConnectionEnds) -> list[int]:
+        """Each way's first sequence number in ``later`` less where this one stopped, modulo 2**32
+        (a way that sent nothing in either left out)."""
+        return [(goes_on - stopped) % SEQUENCE_SPACE for stopped, goes_on in zip(self.next_seq, later.first_seq,
+                                                                                 strict=True)
+                if stopped is not None and goes_on is not None]
 
     def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
         """The same 4-tuple in another byte range or file: the earlier start, the later end,
@@ -214,16 +220,28 @@ class FileParts(NamedTuple):
     def path(self, name: str) -> str:
         return self.paths.get(name, name)
 
+    def not_captured(self) -> dict[str, list[tuple[float, float]]]:
+        """Each file of several parts: the times between its parts, when nothing was captured."""
+        found: dict[str, list[tuple[float, float]]] = {}
+        last: dict[str, float] = {}
+        for first, end, name in self.spans:
+            path = self.path(name)
+            if path in last:
+                found.setdefault(path, []).append((last[path], first))
+            last[path] = end
+        return found
+
 
 def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
                ends: Mapping[str, Mapping[int, Mapping[tuple[str, str], ConnectionEnds]]]) -> FileParts:
     """Each file cut where nothing was captured: a silence over PERIOD_GAP_S (no packet at all)
-    after which none of the connections open before it carries on (``continued``: no FIN, no RST,
-    no data going on; only new connections) is a capture stopped and started again (files joined
-    by mergecap, a rotation with a pause in it), the file's parts then as separate files would be.
-    A silence that some connection carries on over is the network's (a partition captured on the
-    NameServer's host: its idle-close FINs go on from where the connections stopped), and the
-    file's part goes on over it. ``ends``: the reading tasks' ends by file and by the offset where
+    after which none of the connections open before it carries on (no FIN, no RST, no data going
+    on; only new connections), or one carries on past bytes the capture did not see, is a capture
+    stopped and started again (files joined by mergecap, a rotation with a pause in it), the
+    file's parts then as separate files would be. A silence that connections carry on over from
+    where they stopped is the network's (a partition captured on the NameServer's host: nothing
+    was sent through it, and its idle-close FINs go on from there), and the file's part goes on
+    over it (network_silence). ``ends``: the reading tasks' ends by file and by the offset where
     their stretch of it starts (inputs.Piece.part)."""
     spans: list[tuple[float, float, str]] = []
     by_name: dict[str, Ends] = {}
@@ -249,6 +267,16 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
             by_name[name] = found
             paths[name] = path
     return FileParts(tuple(sorted(spans)), by_name, paths)
+
+
+def network_silence(before: Mapping[tuple[str, str], ConnectionEnds],
+                    after: Mapping[tuple[str, str], ConnectionEnds]) -> bool:
+    """Whether a silence within a file, between the connections as ``before`` last saw them and
+    ``after`` first does, was the network's: some connection carries on over it (``goes_on_in``,
+    the rule between files), and none past bytes the capture missed (sent in the silence, so
+    nothing captured then: a capture paused while brokers went on heartbeating)."""
+    carried = [key for key in before.keys() & after.keys() if before[key].goes_on_in(after[key])]
+    return bool(carried) and not any(before[key].missed_before(after[key]) for key in carried)
 
 
 def _merge_into(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> None:

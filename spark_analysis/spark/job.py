@@ -82,7 +82,7 @@ from spark_analysis.model.periods import (
     observed_spans,
     rotated_sets,
 )
-from spark_analysis.model.sessions import Places, Sessions
+from spark_analysis.model.sessions import Places, Sessions, iso_time
 from spark_analysis.model.tally import Tally
 from spark_analysis.model.translated import translated_copies
 from spark_analysis.output import summary as summary_json
@@ -150,6 +150,12 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
     file_rows = findings.input_files(files, read)
+    by_file = findings.file_spans(files, read)
+    stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
+    for (index, offset), found in read.ends.items():
+        stretches.setdefault(files[index].path, {})[offset] = found
+    parts = file_parts(by_file, {path: inputs.silences(facts.spans) for path, facts in read.files.items()},
+                       stretches)
     cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"{_on_ports(ports)}" + "".join(
@@ -157,13 +163,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
              + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
-             + _quiet_files([f for f in file_rows if findings.quiet_file(f)]))
-    by_file = findings.file_spans(files, read)
-    stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
-    for (index, offset), found in read.ends.items():
-        stretches.setdefault(files[index].path, {})[offset] = found
-    parts = file_parts(by_file, {path: inputs.silences(facts.spans) for path, facts in read.files.items()},
-                       stretches)
+             + _quiet_files([f for f in file_rows if findings.quiet_file(f)])
+             + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
+                 f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}" for before, after in times)
+                 + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
     captures = rotated_sets(parts.spans, parts.ends, {name: read.files[path].link_type
                                                       for name, path in parts.paths.items()})
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
