@@ -255,7 +255,7 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
         parts = [(first, stretches[0])]
         lasts = []
         for silence, after in zip(quiet, stretches[1:], strict=True):
-            if continued(parts[-1][1], after):  # the network was silent; the capture ran on
+            if network_silence(parts[-1][1], after):  # the capture ran on
                 _merge_into(parts[-1][1], after)
             else:
                 lasts.append(silence.before)

@@ -141,6 +141,30 @@ def test_a_silence_of_the_network_within_a_file_stays_one_capture(spark, tmp_pat
     assert len({b["session"] for b in whole.brokers}) == 1
 
 
+def test_a_capture_paused_while_brokers_went_on_is_two_captures(spark, tmp_path: Path) -> None:
+    """v4-expiry without its packets of 90 s in its middle, as a capture stopped and started again
+    (or a rotation with a pause in it) and joined: the brokers' connections go on after it past the
+    heartbeats the pause missed. The report of the two halves as two files, where one capture
+    read the brokers silent 90 s."""
+    data = _pcap("v4-expiry")
+    found = records(data)
+    ends = [offset for offset, _ in found[1:]] + [len(data)]
+    middle = (found[0][1] + found[-1][1]) / 2
+    halves = [b"".join(data[offset:end] for (offset, t), end in zip(found, ends, strict=True) if keep(t))
+              for keep in (lambda t: t < middle - 45, lambda t: t >= middle + 45)]
+    apart = []
+    for index, half in enumerate(halves):
+        apart.append(tmp_path / f"half-{index}.pcap")
+        apart[-1].write_bytes(data[:24] + half)
+    joined = tmp_path / "joined.pcap"
+    joined.write_bytes(data[:24] + b"".join(halves))
+    two = run_job(spark, [str(p) for p in apart], tmp_path / "out-apart", report=False)
+    one = run_job(spark, [str(joined)], tmp_path / "out-joined", report=False)
+    [gap] = two.summary["inputs"]["gaps"]
+    assert gap["cause"] == "nothing captured" and gap["seconds"] > 90
+    same_report(one, two)
+
+
 # -- the rule alone, without Spark --------------------------------------------------------------------
 
 BROKER = ("127.0.0.1:10911", "127.0.0.1:9876")
@@ -182,6 +206,10 @@ def test_a_silence_a_connection_carries_on_over_is_the_network_s() -> None:
     assert parts.spans == ((0.0, 222.0, "f.pcap"),)
     assert parts.ends["f.pcap"][BROKER] == before[BROKER].merge(after[BROKER])
     assert parts.ends["f.pcap"][LOOKUP] == after[LOOKUP]
+    # the same connection going on past bytes the capture missed: a capture paused while it went on
+    missed = {BROKER: _ends(220.0, 220.0, 1300, closed=True)}
+    assert len(file_parts(((0.0, 222.0, "f.pcap"),), {"f.pcap": [Silence(7000, 100.0, 220.0)]},
+                          {"f.pcap": {24: before, 7000: missed}}).spans) == 2
     # a byte range starting inside a stretch is merged into it
     again = file_parts(((0.0, 222.0, "f.pcap"),), {"f.pcap": [Silence(7000, 100.0, 220.0)]},
                        {"f.pcap": {24: before, 5000: {LOOKUP: _ends(50.0, 51.0, 5, opened=True)}, 7000: after}})
