@@ -248,13 +248,19 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
     paths: dict[str, str] = {}
     for first, last, path in files:
         quiet = silences.get(path, [])
-        stretches: list[Ends] = [{} for _ in range(len(quiet) + 1)]
+        stretches: list[Ends | None] = [None] * (len(quiet) + 1)
         offsets = [silence.offset for silence in quiet]
         for offset, found in ends.get(path, {}).items():
-            _merge_into(stretches[bisect.bisect_right(offsets, offset)], found)
-        parts = [(first, stretches[0])]
+            index = bisect.bisect_right(offsets, offset)
+            known = stretches[index]
+            if known is None:
+                stretches[index] = dict(found)
+            else:
+                _merge_into(known, found)
+        parts = [(first, stretches[0] or {})]
         lasts = []
-        for silence, after in zip(quiet, stretches[1:], strict=True):
+        for silence, stretch in zip(quiet, stretches[1:], strict=True):
+            after = stretch or {}
             if network_silence(parts[-1][1], after):  # the capture ran on
                 _merge_into(parts[-1][1], after)
             else:

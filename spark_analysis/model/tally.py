@@ -69,8 +69,11 @@ class Tally(ReadTally):
             elif f.name == "groups":
                 merge_groups(mine, theirs)
             elif f.name == "ends":
-                for path, found in theirs.items():
-                    known = mine.setdefault(path, {})
+                for part, found in theirs.items():
+                    known = mine.get(part)
+                    if known is None:  # each byte range's stretches are its own: the usual case
+                        mine[part] = dict(found)
+                        continue
                     for key, end in found.items():
                         known[key] = end.merge(known.get(key))
             elif isinstance(mine, Counter):
