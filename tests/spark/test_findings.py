@@ -596,7 +596,7 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
 def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
     records. It said "no frame of it decodes; what it is stays unknown"."""
-    from spark_analysis.capture.conversation import foreign_protocol
+    from twisted_namesrv.remoting.foreign import foreign_protocol
 
     client_hello = bytes.fromhex("160301020001") + b"\x00" * 40
     assert foreign_protocol(client_hello) == "TLS"
