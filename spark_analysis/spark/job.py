@@ -182,8 +182,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                      left_out=left_out)
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
     # liveness tasks' stage, where the other cores would wait for it; the others first, as the
-    # replay needs their events (with Spark writing the tables, all are decoded first: one output)
-    guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
+    # replay needs their events (with Spark writing the tables, all are decoded first: one output;
+    # with one core, too: no core waits for the replay there, see balance.decode_beside_replay)
+    guessed = balance.guessed_clients(read.sent, sides) if tables_out and balance.decode_beside_replay(
+        sc.defaultParallelism) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
