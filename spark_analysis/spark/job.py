@@ -11,7 +11,8 @@ SYN). With a local output and master, that task writes its rows of the tables as
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
 column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
 either way and on, by broker, to the liveness tasks (spark/liveness_stage.py), in the same job.
-Where the decoding tasks write the tables, the 4-tuples guessed clients' (balance.guessed_clients)
+Where the decoding tasks write the tables and more than one core runs the job (one core has none
+waiting: balance.decode_beside_replay), the 4-tuples guessed clients' (balance.guessed_clients)
 are decoded in the liveness tasks' stage instead, beside the replay, which needs none of their
 events but their failed lookups, judged on the driver by its routes; a wrong guess is found there
 and the replay run again with every 4-tuple's events (liveness_stage.py).
