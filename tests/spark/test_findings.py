@@ -155,6 +155,22 @@ def test_clients_decoded_beside_the_replay_change_nothing_even_when_attempts_fai
     assert split.summary == synthetic_outputs.summary
 
 
+def test_with_one_core_every_4_tuple_is_decoded_before_the_replay(
+        spark, synthetic, synthetic_outputs: Outputs, tmp_path, monkeypatch) -> None:
+    """With one core no core waits for the replay, so the guessed clients' 4-tuples are not split
+    off to be decoded beside it (that costs a second scan of the pieces, its tasks and a union):
+    every 4-tuple is decoded first, as counted (``counted_cost=0``), and the report is the same."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "defaultParallelism", property(lambda self: 1))
+    path, _ = synthetic
+    one = run_job(spark, [str(path)], tmp_path, report=False, counted_cost=0)
+    assert not any("decoded beside the replay" in line for line in one.progress)
+    assert same_rows(one, synthetic_outputs)
+    assert (one.brokers, one.counts, one.summary) == (synthetic_outputs.brokers, synthetic_outputs.counts,
+                                                      synthetic_outputs.summary)
+
+
 def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, synthetic_outputs: Outputs,
                                                              tmp_path: Path) -> None:
     """Another cluster captured 30 s after the synthetic capture, at the same addresses (other names,
