@@ -55,6 +55,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -319,24 +320,47 @@ def probe_priority() -> str:
         return "normal"
 
 
-def runqueue_ms() -> float:
-    """How long this (single-threaded) process has waited for a CPU while runnable, in ms."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e6
-    except (OSError, IndexError, ValueError):
-        return 0.0
+class Schedstat:
+    """A thread's ``schedstat`` (ms on a CPU, ms runnable but waiting for one), read again and
+    again through one descriptor kept open (``pread``: about 1 µs, against 13 µs to open, read and
+    close it each time, which the probe did four times a lookup); zeros once it is gone."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            self.fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def read(self) -> tuple[float, float]:
+        if self.fd is None:
+            return 0.0, 0.0
+        try:
+            ran, waited, _ = os.pread(self.fd, 128, 0).split()
+            return int(ran) / 1e6, int(waited) / 1e6
+        except (OSError, ValueError):
+            return 0.0, 0.0
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def thread_schedstat(path: str) -> tuple[float, float]:
-    """(ms on a CPU, ms runnable but waiting for one) of the thread whose schedstat is ``path``;
-    zeros once it is gone."""
-    try:
-        with open(path) as f:
-            ran, waited, _ = f.read().split()
-        return int(ran) / 1e6, int(waited) / 1e6
-    except (OSError, ValueError):
-        return 0.0, 0.0
+def read_answer(s: socket.socket) -> None:
+    """Read one whole frame off ``s`` and drop it (the probe times answers, it does not read them):
+    one ``recv`` for a small answer, not read_frame's three and a JSON decode."""
+    data = s.recv(65536)
+    while len(data) < 4:
+        more = s.recv(65536)
+        if not more:
+            raise ConnectionError("closed")
+        data += more
+    missing = 4 + int.from_bytes(data[:4], "big") - len(data)
+    while missing > 0:
+        more = s.recv(min(missing, 1 << 20))
+        if not more:
+            raise ConnectionError("closed")
+        missing -= len(more)
 
 
 #: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
@@ -353,23 +377,26 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     probe_priority()
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    server = f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent"
+    server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
+    own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
     samples: list[Sample] = []
     opaque = 0
     try:
         while not stop.is_set():
             opaque += 1
-            waited, (ran0, queued0) = runqueue_ms(), thread_schedstat(server)
+            (_, waited), (ran0, queued0) = own.read(), server.read()
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
-            read_frame(s)
+            read_answer(s)
             rtt = time.monotonic() - started
-            ran1, queued1 = thread_schedstat(server)
-            samples.append((started, rtt, runqueue_ms() - waited, ran1 - ran0, queued1 - queued0))
+            ran1, queued1 = server.read()
+            samples.append((started, rtt, own.read()[1] - waited, ran1 - ran0, queued1 - queued0))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
         samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0))
     finally:
+        server.close()
+        own.close()
         out.send(samples)
 
 
