@@ -25,11 +25,17 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
+- each phase's ``others_cpu_s``: the CPU the machine's cores spent in the phase on anything but
+  the server, the load and the probe (``/proc/stat`` less the three): a phase whose time or waits
+  others shared a core with says so;
 - RSS after registration (with the client connections open) and at the end.
 
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
-interleaved; the table gives each figure's median with its min–max and the ratio to each
-compared server (median of the per-round ratios).  The machine's load average is recorded.
+interleaved; before each run the previous server's whole process group is gone and the machine
+idle (under QUIET_CORES busy over a second, at most ``--quiet-timeout`` s: each record's
+``quiet_before`` says how long it waited and how busy the last second was); the table gives
+each figure's median with its min–max and the ratio to each compared server (median of the
+per-round ratios).  The machine's load average is recorded.
 
 Each run is appended to ``--records`` (JSON lines) as it ends, with its round, step, server,
 commit, start time and load: a run stopped anywhere keeps what it finished, the same command
@@ -519,10 +525,11 @@ class Sender:
 def send_all(conns: list[socket.socket], frames: list[list[bytes]], spread: float | None) -> list[float]:
     """Every broker's frames on its connection (non-blocking sockets): ``spread`` seconds apart in
     all (a storm), or IN_FLIGHT at a time; each broker's round trip (s: its first frame sent to its
-    last answered).  One epoll loop over plain sockets, a send and a read a registration: the
-    brokers' side costs about a third of the CPU asyncio's streams did (a coroutine, a semaphore and
-    two ``readexactly`` a registration), on the core it shares with the probe -- at 5,000 brokers
-    as much CPU as our server's for the same registrations, so the phase was timing the load."""
+    last answered).  One epoll loop over plain sockets, a send and a read a registration: 5,000
+    repeated registrations cost the brokers' side 0.19 s of CPU against 0.19-0.26 s with asyncio's
+    streams (a task, a semaphore and two ``readexactly`` a registration), a storm's 0.20 against
+    0.40, on the core it shares with the probe.  With asyncio it took as much CPU as our server's for
+    the same registrations, so the repeated phase timed the load as much as the server."""
     poller, count = select.epoll(), len(conns)
     limit = IN_FLIGHT if spread is None else count
     begun = time.monotonic()
