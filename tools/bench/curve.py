@@ -25,9 +25,10 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
-- each phase's ``others_cpu_s``: the CPU the machine's cores spent in the phase on anything but
-  the server, the load and the probe (``/proc/stat`` less the three): a phase whose time or waits
-  others shared a core with says so;
+- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core) and ``others_cpu_s``:
+  the CPU the machine's cores spent in the phase on anything but the server, the load and the
+  probe (``/proc/stat`` less the three): a phase whose time or waits others shared a core with
+  says so;
 - RSS after registration (with the client connections open) and at the end.
 
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
@@ -635,6 +636,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             cpu: dict[str, float] = {}
             load_cpu: dict[str, float] = {}  # this process's (the brokers'): a load generator at its limit says so
             others: dict[str, float] = {}  # the machine's CPU that none of server, load and probe took
+            probe_cpu: dict[str, float] = {}  # the probe's, on the load's core ahead of it
             trips: dict[str, list[float]] = {}  # each broker's round trips, sorted
             conns = [socket.create_connection((HOST, port)) for _ in tables]
             for conn in conns:
@@ -646,8 +648,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 trips[phase] = sorted(send_all(conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
                 load_cpu[phase] = time.process_time() - l0
-                others[phase] = (cores_busy_s() - m0 - (server.cpu_s() - c0) - load_cpu[phase]
-                                 - (pid_cpu_s(probe.pid) - p0))
+                probe_cpu[phase] = pid_cpu_s(probe.pid) - p0
+                others[phase] = cores_busy_s() - m0 - (server.cpu_s() - c0) - load_cpu[phase] - probe_cpu[phase]
                 cpu[phase] = await cpu_until_idle(server) - c0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
@@ -665,8 +667,9 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                     break
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
+            probe_cpu["mass_disconnect"] = pid_cpu_s(probe.pid) - p0
             others["mass_disconnect"] = (cores_busy_s() - m0 - (server.cpu_s() - c0) - (time.process_time() - l0)
-                                         - (pid_cpu_s(probe.pid) - p0))
+                                         - probe_cpu["mass_disconnect"])
             cpu["mass_disconnect"] = await cpu_until_idle(server) - c0
             await asyncio.sleep(0.3)
         finally:
@@ -684,6 +687,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
         if phase in load_cpu:
             out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
+        out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 2)
         out[f"{phase}_others_cpu_s"] = round(max(0.0, others[phase]), 2)
         if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
             ordered = trips[phase]
