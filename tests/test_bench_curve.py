@@ -96,6 +96,9 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
     figures = runs[0]["figures"]
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm", "mass_disconnect"):
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
+        # what else took the cores meanwhile: the probe's CPU, and the machine's that none of the three took
+        assert figures[f"{phase}_probe_cpu_s"] >= 0 and figures[f"{phase}_others_cpu_s"] >= 0
+    assert runs[0]["quiet_before"] == {"waited_s": 0.0, "cores_busy": None}  # --quiet-timeout 0: no wait
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm"):  # the brokers' side of each
         assert 0 < figures[f"{phase}_rtt_p50_ms"] <= figures[f"{phase}_rtt_max_ms"]
         assert figures[f"{phase}_load_cpu_s"] >= 0
