@@ -38,7 +38,9 @@ from twisted_namesrv.remoting.header import (
     HeaderTemplates,
     binary_split,
     from_template,
+    json_key_parts,
     json_split,
+    json_split_alike,
     read_header_prefix,
 )
 
@@ -66,11 +68,13 @@ class FrameKind:
     route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
     (its opaque is the first frame's): never to be changed. ``row``, ``call`` and ``broker``: memos of
     what every FRAME row and every CALL row of the kind say alike and of the broker its extFields
-    name, filled by decode/rows.py."""
+    name, filled by decode/rows.py. ``parts``: a JSON kind's template key cut at the opaque
+    (header.json_key_parts), what a header alike is told by (header.json_split_alike)."""
 
-    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker")
+    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker",
+                 "parts")
 
-    def __init__(self, header: Header, serialize_type: int) -> None:
+    def __init__(self, header: Header, serialize_type: int, parts: tuple[bytes, bytes] | None = None) -> None:
         self.header, self.serialize_type = header, serialize_type
         self.code = header.code
         self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
@@ -78,6 +82,7 @@ class FrameKind:
         self.row: tuple[Any, ...] | None = None
         self.call: tuple[Any, ...] | None = None
         self.broker: tuple[Any, ...] | None = None
+        self.parts = parts
 
 
 class CapturedCommand:
@@ -248,7 +253,8 @@ def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[Fr
             return None
         if len(kinds) >= _TEMPLATES.size:
             kinds.clear()
-        kind = kinds[key] = FrameKind(found[0], serialize_type)
+        kind = kinds[key] = FrameKind(found[0], serialize_type,
+                                      json_key_parts(key) if serialize_type == _JSON else None)
     return kind, opaque
 
 
@@ -271,7 +277,8 @@ def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, dire
 def _decode_frames(conversation: Conversation, direction: str, data: bytes, times: list[float],
                    spans: list[tuple[int, int]]) -> None:
     """_decode_at of each frame of a run (``data``) at ``spans``, with their header words read for
-    all at once: each frame's header is looked up where it lies (a JSON header of a kind met: its
+    all at once: each frame's header is looked up where it lies (a JSON header alike the one before
+    but for the opaque: that kind, told by comparing in place, no search; of another kind met: its
     key and the kind, no call more), its bytes and body are views of the run when asked for."""
     view = memoryview(data)
     starts, stops = zip(*spans, strict=True)
@@ -280,12 +287,25 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
     append = conversation.commands.append
     json_kinds = _KINDS[_JSON]
+    # the kind of the last JSON frame found by its key, its key's parts, and whether the one found
+    # before it was of the same kind: then the next is tried as alike first (a run of answers, a
+    # broker's heartbeats), where a client's lookups of one topic after another are never tried
+    last: FrameKind | None = None
+    front = back = b""
+    alike = False
     for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
                                                           strict=True):
         if serialize_type == _JSON and header_end <= end:
+            if alike and last is not None and (
+                    opaque := json_split_alike(data, start + 4, header_end, front, back)) is not None:
+                append(CapturedCommand(ts, direction, last, opaque, view, start, header_end, end))
+                continue
             split = json_split(data, start + 4, header_end)
             if split is not None and (kind := json_kinds.get(split[0])) is not None:
                 append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
+                alike = kind is last
+                if not alike and kind.parts is not None:
+                    last, (front, back) = kind, kind.parts
                 continue
         try:  # any other frame: a kind not met yet, a binary header, one the codec decodes itself
             append(_decode_at(ts, view, start, end, direction, data))

@@ -237,6 +237,31 @@ def json_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[byt
     return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end), 0, start, end)
 
 
+def json_key_parts(key: bytes) -> tuple[bytes, bytes]:
+    """A template key json_split made, cut where its header's opaque digits were: (the header's
+    bytes before them, ending with OPAQUE_KEY; those after them). The key holds OPAQUE_KEY once:
+    its header did, and a digit in neither part can make another across the cut."""
+    cut = key.index(OPAQUE_KEY) + _OPAQUE_KEY_LENGTH
+    return key[:cut], key[cut:]
+
+
+def json_split_alike(data: bytes, start: int, end: int, front: bytes, back: bytes) -> int | None:
+    """The opaque json_split finds in the JSON header at ``data[start:end]`` when its key is
+    ``front + back`` (json_key_parts of a key met), else None (json_split says what it is then): a
+    header alike is ``front``, the opaque's digits, ``back``, told by two comparisons in place and
+    no search (a capture's frames mostly repeat the kind before them). Exactly json_split's answer:
+    OPAQUE_KEY ends ``front`` and lies nowhere else (digits cannot join it, and ``back`` held none);
+    ``back`` begins with no digit (the key's match ended there), so the match is the digits between."""
+    digits, after = start + len(front), end - len(back)
+    if not 0 < after - digits <= 11 or not data.startswith(front, start) or not data.startswith(back, after):
+        return None
+    text = data[digits:after]
+    if not (text.isdigit() or text[:1] == b"-" and text[1:].isdigit()):  # _OPAQUE_DIGITS, ASCII digits
+        return None
+    opaque = int(text)
+    return opaque if _INT_MIN <= opaque <= _INT_MAX else None
+
+
 def binary_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
     """The template key and opaque of the ROCKETMQ (binary) header at ``data[start:end]``: its bytes
     around the opaque (the int32 after the code, language and version), and the opaque; None when
