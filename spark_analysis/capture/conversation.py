@@ -237,18 +237,21 @@ def forget_kinds() -> None:
         kinds.clear()
 
 
-def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[FrameKind, int] | None:
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int, split: tuple[bytes, int] | None = None
+             ) -> tuple[FrameKind, int] | None:
     """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
-    looked up in place by its template key; a kind not met yet is read by the codec (refusing what
-    it refuses: RemotingDecodeError) and kept. None where the codec decodes the header for itself."""
-    split = _SPLIT[serialize_type](data, start, end)
+    looked up in place by its template key (``split``: its key and opaque, when found already); a
+    kind not met yet is read by the codec (refusing what it refuses: RemotingDecodeError) and kept.
+    None where the codec decodes the header for itself."""
+    if split is None:
+        split = _SPLIT[serialize_type](data, start, end)
     if split is None:
         return None
     key, opaque = split
     kinds = _KINDS[serialize_type]
     kind = kinds.get(key)
     if kind is None:
-        found = _TEMPLATE_OF[serialize_type](data[start:end])
+        found = _TEMPLATE_OF[serialize_type](data[start:end], split)
         if found is None:
             return None
         if len(kinds) >= _TEMPLATES.size:
@@ -258,16 +261,17 @@ def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[Fr
     return kind, opaque
 
 
-def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
-               ) -> CapturedCommand:
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes,
+               split: tuple[bytes, int] | None = None) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
     (RemotingCommand.decode, refusing what it refuses), its header through its kind, read in place in
-    ``data`` (``source``'s bytes as bytes); its bytes and body stay views where ``source`` is one."""
+    ``data`` (``source``'s bytes as bytes; ``split``: its header's template key and opaque, when
+    found already); its bytes and body stay views where ``source`` is one."""
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
         serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
         if header_end <= end and serialize_type in _SPLIT:
-            found = _kind_at(data, serialize_type, start + 4, header_end)
+            found = _kind_at(data, serialize_type, start + 4, header_end, split)
             if found is not None:
                 return CapturedCommand(ts, direction, found[0], found[1], source, start, header_end, end)
     frame = source[start:end]
@@ -295,6 +299,7 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     alike = False
     for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
                                                           strict=True):
+        split = None
         if serialize_type == _JSON and header_end <= end:
             if alike and last is not None and (
                     opaque := json_split_alike(data, start + 4, header_end, front, back)) is not None:
@@ -307,8 +312,8 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
                 if not alike and kind.parts is not None:
                     last, (front, back) = kind, kind.parts
                 continue
-        try:  # any other frame: a kind not met yet, a binary header, one the codec decodes itself
-            append(_decode_at(ts, view, start, end, direction, data))
+        try:  # any other frame: a kind not met yet (its key found: no search again), a binary header, one the
+            append(_decode_at(ts, view, start, end, direction, data, split))  # codec decodes itself
         except RemotingDecodeError:
             _undecodable(conversation, direction, ts, view[start:end])
 

@@ -131,12 +131,14 @@ class HeaderTemplates:
             return self._parsed(key, data, opaque)
         return from_template(template, opaque)
 
-    def template_of(self, data: bytes) -> tuple[Header, int] | None:
+    def template_of(self, data: bytes, split: tuple[bytes, int] | None = None) -> tuple[Header, int] | None:
         """The template a JSON header decodes through and its own opaque, without a Header of its
         own (a capture's frames alike share what their rows say: capture/conversation.FrameKind);
         the template is shared (never to be changed; its opaque is the first header's). None where
-        decode_json parses the header for itself (no template is kept of it)."""
-        split = json_split(data)
+        decode_json parses the header for itself (no template is kept of it). ``split``: json_split's
+        answer for ``data``, when the caller has it (a capture's header looked up in place first)."""
+        if split is None:
+            split = json_split(data)
         if split is None:
             return None
         key, opaque = split
@@ -147,12 +149,14 @@ class HeaderTemplates:
                 return None
         return template, opaque
 
-    def binary_template_of(self, data: bytes) -> tuple[Header, int] | None:
+    def binary_template_of(self, data: bytes, split: tuple[bytes, int] | None = None) -> tuple[Header, int] | None:
         """template_of for a ROCKETMQ (binary) header: its opaque is the int32 after the code,
         language and version (bytes 5-8), so headers alike but for the opaque are the same bytes
         around it, and the rest decodes the same (decode_binary_header, refusing what it refuses,
-        once per template: a binary header's extFields cost a dozen reads each time)."""
-        split = binary_split(data)
+        once per template: a binary header's extFields cost a dozen reads each time). ``split``:
+        binary_split's answer for ``data``, when the caller has it."""
+        if split is None:
+            split = binary_split(data)
         if split is None:  # too short to hold an opaque, let alone the fields after it
             raise RemotingDecodeError(f"RocketMQ protocol decoding failed: a header of {len(data)} bytes")
         key, opaque = split

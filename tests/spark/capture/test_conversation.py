@@ -71,6 +71,29 @@ def test_frames_alike_the_one_before_are_told_without_a_search(monkeypatch: pyte
     assert len(searched) == 4
 
 
+def test_a_header_of_a_kind_not_met_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its key and opaque, found where it lies, are what its template is then looked up and kept by:
+    json_split runs once for it, not again by the kind's lookup and the templates' (counted)."""
+    from spark_analysis.capture import conversation
+    from twisted_namesrv.remoting import header
+
+    searched = []
+    split = header.json_split
+
+    def counted(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
+        searched.append(start)
+        return split(data, start, end)
+
+    monkeypatch.setattr(conversation, "json_split", counted)
+    monkeypatch.setattr(header, "json_split", counted)
+    monkeypatch.setitem(conversation._SPLIT, SerializeType.JSON.value, counted)
+    conversation.forget_kinds()
+    frame = RemotingCommand.request(105, {"topic": "NotMetYet"}, opaque=5).encode()
+    commands = conversation_of(only(reassemble(handshake() + client_stream(frame)))).commands
+    assert [(c.command.ext, c.opaque) for c in commands] == [({"topic": "NotMetYet"}, 5)]
+    assert len(searched) == 1
+
+
 def test_a_brokers_repeated_registration_header_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture holds every registration of a broker, its header the same but for the opaque until its
     topics change: the capture's templates keep it (a server's do not), so it is parsed once (counted)."""
