@@ -69,12 +69,13 @@ class FrameKind:
     (its opaque is the first frame's): never to be changed. ``row``, ``call`` and ``broker``: memos of
     what every FRAME row and every CALL row of the kind say alike and of the broker its extFields
     name, filled by decode/rows.py. ``parts``: a JSON kind's template key cut at the opaque
-    (header.json_key_parts), what a header alike is told by (header.json_split_alike)."""
+    (header.json_key_parts), what a header alike is told by (header.json_split_alike), once its
+    frames came twice in a row (most kinds never do: a client's lookups of one topic each)."""
 
     __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker",
                  "parts")
 
-    def __init__(self, header: Header, serialize_type: int, parts: tuple[bytes, bytes] | None = None) -> None:
+    def __init__(self, header: Header, serialize_type: int) -> None:
         self.header, self.serialize_type = header, serialize_type
         self.code = header.code
         self.is_response, self.is_oneway = bool(header.flag & RESPONSE_FLAG), bool(header.flag & ONEWAY_FLAG)
@@ -82,7 +83,7 @@ class FrameKind:
         self.row: tuple[Any, ...] | None = None
         self.call: tuple[Any, ...] | None = None
         self.broker: tuple[Any, ...] | None = None
-        self.parts = parts
+        self.parts: tuple[bytes, bytes] | None = None  # set by _decode_frames once met twice in a row
 
 
 class CapturedCommand:
@@ -256,8 +257,7 @@ def _kind_at(data: bytes, serialize_type: int, start: int, end: int, split: tupl
             return None
         if len(kinds) >= _TEMPLATES.size:
             kinds.clear()
-        kind = kinds[key] = FrameKind(found[0], serialize_type,
-                                      json_key_parts(key) if serialize_type == _JSON else None)
+        kind = kinds[key] = FrameKind(found[0], serialize_type)
     return kind, opaque
 
 
@@ -291,9 +291,9 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
     append = conversation.commands.append
     json_kinds = _KINDS[_JSON]
-    # the kind of the last JSON frame found by its key, its key's parts, and whether the one found
-    # before it was of the same kind: then the next is tried as alike first (a run of answers, a
-    # broker's heartbeats), where a client's lookups of one topic after another are never tried
+    # the kind of the last JSON frame found by its key, and whether the one found before it was of
+    # the same kind: then the next is tried as alike first (a run of answers, a broker's heartbeats)
+    # by its key's parts, where a client's lookups of one topic after another are never tried
     last: FrameKind | None = None
     front = back = b""
     alike = False
@@ -308,9 +308,12 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
             split = json_split(data, start + 4, header_end)
             if split is not None and (kind := json_kinds.get(split[0])) is not None:
                 append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
-                alike = kind is last
-                if not alike and kind.parts is not None:
-                    last, (front, back) = kind, kind.parts
+                if kind is not last:
+                    last, alike = kind, False
+                elif not alike:
+                    if kind.parts is None:
+                        kind.parts = json_key_parts(split[0])
+                    (front, back), alike = kind.parts, True
                 continue
         try:  # any other frame: a kind not met yet (its key found: no search again), a binary header, one the
             append(_decode_at(ts, view, start, end, direction, data, split))  # codec decodes itself
