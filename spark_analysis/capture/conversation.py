@@ -201,8 +201,11 @@ class Run(NamedTuple):
 
 def frame_times(run: Run, stops: list[int]) -> list[float]:
     """When each frame ending at ``stops`` (positions in the run's bytes joined) became readable:
-    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once."""
-    ends = np.cumsum(np.fromiter(map(len, run.data), np.int64, len(run.data)))
+    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once.
+    The run's chunks follow each other (no byte cut between: _decode_run's), so each ends where the
+    next starts: their ends are the offsets the Direction kept, not their lengths summed again."""
+    offsets = run.offset
+    ends = np.array([*offsets[1:], offsets[-1] + len(run.data[-1])], np.int64) - offsets[0]
     return list(map(run.ts.__getitem__, np.searchsorted(ends, stops).tolist()))
 
 
