@@ -7,8 +7,9 @@ first scan runs at start, as Java's (scheduleAtFixedRate after 5 ms), then every
 from __future__ import annotations
 
 from twisted.internet import interfaces
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 
+from .logs import emit_made
 from .server import RemotingFactory
 from .state.routes import RouteInfoManager
 from .timers import ClockedTimerService
@@ -35,4 +36,4 @@ def log_route_event(kind: str, info: dict) -> None:
     # registration, and formatting it through a format string was a tenth of a 5,000-broker
     # registration's CPU (logs.py writes such a message as it is); the fields stay the event's,
     # for JSON lines
-    log.info("{log_text}", log_text=f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)
+    emit_made(log, LogLevel.info, f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)
