@@ -271,11 +271,13 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
 def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:
     """A registration's answer: the master's addresses for a slave, and the order topics' KV
     table where the generation returns it (returnOrderTopicConfigToBroker)."""
-    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
     if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
+    if not (result.haServerAddr or result.masterAddr):  # a master's: nothing to show, nothing to order
+        return respond(state, request, ext={}, body=reply_body)
+    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
                    body=reply_body)
 

@@ -280,6 +280,10 @@ def decode_json_header(data: bytes) -> Header:
     return _parse_json_header(data)
 
 
+#: the types of extFields' values that need no conversion (_parse_json_header)
+_STRINGS_ONLY = frozenset({str})
+
+
 def _parse_json_header(data: bytes) -> Header:
     try:
         obj = fastjson.loads(data)
@@ -291,7 +295,7 @@ def _parse_json_header(data: bytes) -> Header:
     if ext is not None:
         if not isinstance(ext, dict):
             raise RemotingDecodeError("extFields is not an object")
-        if not all(type(v) is str for v in ext.values()):
+        if not set(map(type, ext.values())) <= _STRINGS_ONLY:  # every value a str: no generator resumed per value
             ext = {str(k): _java_string(v) for k, v in ext.items()}
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
