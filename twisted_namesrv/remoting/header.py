@@ -347,7 +347,9 @@ def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
 
 def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     """Java's layout (alphabetical keys) written directly: the path of every answer the server sends."""
-    ext = "" if header.ext_fields is None else ',"extFields":' + fastjson.dumps(header.ext_fields)
+    fields = header.ext_fields
+    # none ("{}": a master's registration answer, most answers) without the encoder's calls
+    ext = "" if fields is None else ',"extFields":' + (fastjson.dumps(fields) if fields else "{}")
     language = "" if header.language is None else f',"language":"{header.language}"'
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
