@@ -25,12 +25,9 @@ from typing import IO, Any
 
 from twisted.logger import (
     FileLogObserver,
-    FilteringLogObserver,
-    ILogFilterPredicate,
     ILogObserver,
     Logger,
     LogLevel,
-    PredicateResult,
     eventAsText,
     formatEvent,
     formatTime,
@@ -91,29 +88,30 @@ def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_K
 
 
 def configured_observer(log_format: str = "text", path: str | None = None, rotate: str = DEFAULT_ROTATE,
-                        keep: int = DEFAULT_KEEP, level: str = "info") -> FilteringLogObserver:
+                        keep: int = DEFAULT_KEEP, level: str = "info") -> LevelFiltered:
     """What the command line asked for: the format, to stdout or a rotated file, from ``level`` up."""
     if level not in LEVELS:
         raise LogOptionError(f"--log-level: {level!r} is not one of {', '.join(LEVELS)}")
     out: Any = open_log_file(path, rotate, keep) if path else None
-    return FilteringLogObserver(observer(log_format, out), [LevelFrom(LogLevel.levelWithName(level))])
+    return LevelFiltered(observer(log_format, out), LogLevel.levelWithName(level))
 
 
-@implementer(ILogFilterPredicate)
-class LevelFrom:
-    """Events from ``level`` up: Twisted's LogLevelFilterPredicate with its one default level (the
-    only one ``--log-level`` sets), as one look in a set.  Twisted's looks the event's namespace up
-    segment by segment and compares the levels in Python (constantly's ``__lt__``) at every event:
-    every broker's registration is a line, and that was a fifth of logging it.  As Twisted's, an
-    event without a level or a namespace is left out."""
+@implementer(ILogObserver)
+class LevelFiltered:
+    """``observer`` for the events from ``level`` up: Twisted's FilteringLogObserver with a
+    LogLevelFilterPredicate of one default level (the only one ``--log-level`` sets), as one look
+    in a set.  Twisted's pair looks the event's namespace up segment by segment, compares the
+    levels in Python (constantly's ``__lt__``) and the predicate's answer with three constants, at
+    every event: every broker's registration is a line, and that was a third of logging it.  As
+    Twisted's, an event without a level or a namespace is left out."""
 
-    def __init__(self, level: Any) -> None:
+    def __init__(self, observer: ILogObserver, level: Any) -> None:
+        self.observer = observer
         self.levels = frozenset(known for known in LogLevel.iterconstants() if not known < level)
 
-    def __call__(self, event: dict[str, Any]) -> Any:
+    def __call__(self, event: dict[str, Any]) -> None:
         if event.get("log_level") in self.levels and event.get("log_namespace"):
-            return PredicateResult.maybe
-        return PredicateResult.no
+            self.observer(event)
 
 
 def emit_made(logger: Logger, level: Any, text: str, **fields: Any) -> None:
