@@ -669,9 +669,10 @@ class RouteInfoManager:
         addrs = broker.brokerAddrs if broker is not None else {}
         previous = self.brokerLiveTable.get(self.live_key(req.clusterName, req.brokerAddr))
         is_master = req.brokerId == MASTER_ID
-        others = [i for i, a in addrs.items() if a != req.brokerAddr]  # its own address's other ids go
+        # its own address's other ids go; looked at only for a 5.x slave (every registration comes here twice)
         is_prime_slave = (p.prime_slave_applies_topics and req.enableActingMaster is not None and not is_master
-                          and req.brokerId <= min(others, default=req.brokerId))
+                          and req.brokerId <= min([i for i, a in addrs.items() if a != req.brokerAddr],
+                                                  default=req.brokerId))
         if not (is_master or is_prime_slave):
             return TopicRules(applies=False)
         register_first = not addrs.get(req.brokerId) or (previous is not None and previous.restored)
