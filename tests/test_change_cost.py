@@ -853,10 +853,10 @@ def test_a_registration_runs_the_same_lines_at_ten_and_a_hundred_times_the_broke
 
 
 #: the Python calls of a new broker's first registration of four topics, read to answered
-#: (test_a_new_brokers_first_registration_makes_few_calls): 306 at 9405704, 265 since the cuts
-#: of issue 47's fifth round; a little room for a call more here or there, none for a path's
-#: worth (a route event's log line through Logger.emit and LogLevelFilterPredicate was 17)
-FIRST_REGISTRATION_CALLS = 275
+#: (test_a_new_brokers_first_registration_makes_few_calls): 328 at 9405704, 264 since issue 47's
+#: fifth round of cuts (docs/benchmarks.md); a little room for a call more here or there, none for
+#: a path's worth (its log line's level checked by Logger.emit alone was 7 calls)
+FIRST_REGISTRATION_CALLS = 270
 
 
 def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
