@@ -213,15 +213,7 @@ def python_calls_run(work: Callable[[], object]) -> int:
         if event == "call":
             counted += 1
 
-    before, collecting = sys.getprofile(), gc.isenabled()
-    gc.disable()
-    sys.setprofile(calls)
-    try:
-        work()
-    finally:
-        sys.setprofile(before)
-        if collecting:
-            gc.enable()
+    _run_hooked(work, sys.getprofile, sys.setprofile, calls)
     return counted
 
 
@@ -240,13 +232,20 @@ def server_lines_run(work: Callable[[], object]) -> int:
     def calls(frame: Any, event: str, arg: Any) -> Any:
         return lines if frame.f_code.co_filename.startswith(SERVER_CODE) else None
 
-    before, collecting = sys.gettrace(), gc.isenabled()
+    _run_hooked(work, sys.gettrace, sys.settrace, calls)
+    return counted
+
+
+def _run_hooked(work: Callable[[], object], hooked: Callable[[], Any], hook: Callable[[Any], None],
+                counter: Any) -> None:
+    """``work`` with ``counter`` as the interpreter's tracer or profiler (``hook``; ``hooked`` the one
+    before, put back after) and the collector off (its callbacks are no part of the work)."""
+    before, collecting = hooked(), gc.isenabled()
     gc.disable()
-    sys.settrace(calls)
+    hook(counter)
     try:
         work()
     finally:
-        sys.settrace(before)
+        hook(before)
         if collecting:
             gc.enable()
-    return counted
