@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
-from spark_analysis.capture.conversation import HTTP, TLS
 from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
@@ -33,6 +32,7 @@ from spark_analysis.model.tally import Groups, add
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
+from twisted_namesrv.remoting.foreign import HTTP, TLS
 
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
@@ -160,6 +160,8 @@ def problem_text(f: Item) -> str:
     bytes are compressed (in a format not read, or read but not named by its suffix)."""
     if f["problem"] == inputs.TRUNCATED:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
+    if quiet_file(f):
+        return "no packets in it (a capture file of a quiet time: its header only)"
     if f["problem"] == inputs.NOT_INFLATED:
         return f"{f['problem']}: {f['reason']}"
     if f["problem"] == LINK_NOT_READ:
@@ -193,6 +195,12 @@ DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".e
                      ".sh", ".properties", ".conf", ".ini", ".xml", ".png", ".svg")
 
 
+def quiet_file(f: Item) -> bool:
+    """A capture file whose header is whole and holds no packet: a rotation's file of a quiet
+    time (dumpcap's ring buffer by duration, editcap -i), not a file the report could not read."""
+    return f["problem"] == inputs.EMPTY and bool(f["size"])
+
+
 def _input_severity(f: Item) -> str:
     """A capture cut while a record was written still has its other records read: a warning.  A
     notes or steps file that a directory brought along is not a capture, and says so as information
@@ -200,6 +208,8 @@ def _input_severity(f: Item) -> str:
     unreadable, is critical: a capture the report could not read."""
     if f["problem"] == inputs.TRUNCATED and f["records"]:
         return WARNING
+    if quiet_file(f):
+        return INFO
     if f["problem"] == inputs.NOT_A_CAPTURE and str(f["path"]).lower().endswith(DOCUMENT_SUFFIXES):
         return INFO
     return CRITICAL
@@ -228,8 +238,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
+    several_servers = len({broker["server"] for broker in brokers}) > 1  # a broker's stays at each: named apart
     for broker in brokers:
-        found += _broker_findings(broker, deletions)
+        found += _broker_findings(broker, deletions, several_servers)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -285,7 +296,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     return found
 
 
-#: what bytes of another protocol on a NameServer's connection mean (capture/conversation.foreign_protocol)
+#: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
           HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
@@ -526,7 +537,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
-        return "notes" if item["severity"] == INFO else None
+        return ("quiet" if item["problem"] == inputs.EMPTY else "notes") if item["severity"] == INFO else None
     if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
         return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
@@ -638,6 +649,9 @@ def _inputs(items: list[Item]) -> str:
     """Notes a directory brought along (steps, logs, TRUTH files: _input_severity) are no bad input."""
     if any(item["severity"] != INFO for item in items):
         return _listed(items)
+    if all(item["problem"] == inputs.EMPTY for item in items):
+        return (f"{_plural(len(items), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
+                + _tally(items, "path", None))
     return (f"{_plural(len(items), 'file{s}')} beside the captures that are not captures (notes, logs), left out: "
             + _tally(items, "path", None))
 
@@ -691,9 +705,13 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = ()) -> Iterable[Item]:
-    label = broker_label(broker)
-    addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_servers: bool = False
+                     ) -> Iterable[Item]:
+    """What one broker stay's story and silences tell; with ``several_servers`` in the capture, the
+    stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
+    given, and a kill closes its connection to each."""
+    addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    label = addr["broker"] + (f" @ {broker['server']}" if several_servers else "")  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
@@ -757,8 +775,9 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
                        **addr, t=iso_time(at))
     elif ended == "alive":
         silent = broker["trailing_s"] or 0.0
-        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when the capture ended (last heartbeat "
-                       f"{_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
+        ended = _iso(broker["last_alive"] + silent) if broker["last_alive"] is not None else "?"
+        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when its capture ended at {ended} (last "
+                       f"heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
                        last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))
 
 

@@ -359,24 +359,6 @@ def _holes(run: Run, uncaptured: dict[int, int]) -> list[tuple[int, int]]:
     return holes
 
 
-#: what a connection's first undecodable bytes are, when they are a protocol of their own: a TLS
-#: record (content type handshake 22, major version 3: a ClientHello to a NameServer whose
-#: tls.server.mode is enforcing or permissive) or an HTTP request or answer
-_TLS_RECORD = re.compile(rb"\x16\x03[\x00-\x04]", re.DOTALL)
-_HTTP = re.compile(rb"(?:GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH) [^\r\n]* HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3}")
-TLS, HTTP = "TLS", "HTTP"
-
-
-def foreign_protocol(data: bytes | memoryview) -> str | None:
-    """TLS or HTTP when ``data`` (bytes that are no remoting frame) start as those do, else None."""
-    head = bytes(data[:256])
-    if _TLS_RECORD.match(head):
-        return TLS
-    if _HTTP.match(head):
-        return HTTP
-    return None
-
-
 def frame_start(data: bytes | memoryview) -> int | None:
     """The first offset in ``data`` where a frame plausibly starts, or None.
 

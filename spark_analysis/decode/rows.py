@@ -25,7 +25,6 @@ from spark_analysis.capture.conversation import (
     CutFrame,
     FrameKind,
     conversation_of,
-    foreign_protocol,
 )
 from spark_analysis.capture.inputs import ConnectionKey, Piece, ReadTally, Split, connection_table, read_task
 from spark_analysis.capture.packets import TcpSegment
@@ -45,6 +44,7 @@ from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.foreign import foreign_protocol
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 __all__ = ["CONTROLLER", "CONTROLLER_NOTE"]  # rows of calls to a controller, and their notes (decode/controller.py)
@@ -113,7 +113,7 @@ class ConnectionStats(NamedTuple):
     uncaptured_bytes: int = 0
     unplaced_bytes: int = 0
     server: str = ""
-    #: what the undecodable bytes are when they are a protocol of their own (conversation.foreign_protocol)
+    #: what the undecodable bytes are when they are a protocol of their own (twisted_namesrv/remoting/foreign.py)
     protocol: str | None = None
     #: the side of a connection carrying frames whose packets the capture holds none of ("server": a
     #: capture of one direction, its answers not in it), else None (unheard_side)

@@ -31,6 +31,9 @@ PERIOD_GAP_S = 60.0
 #: a file that starts this soon after another ended continues it (a rotated set), though no
 #: connection says so: tcpdump -G or -C starts the next file with the packet after the last one
 ROTATION_TOLERANCE_S = 1.0
+#: a broker registers and a client looks its routes up every 30 s: a file lasting this long hears
+#: again the connections a capture it continues left open; a shorter one may hear none of them
+HEARD_AGAIN_S = 30.0
 #: a connection carried on into the next file: each way, its first sequence number there at most
 #: this far past where it stopped (bytes the capture missed), or this far before (a retransmission)
 SEQUENCE_AHEAD = 1 << 24
@@ -208,16 +211,24 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
     """The captures the input files are, whatever their names and the order they were given in:
     each file, in time order, continues the capture (a chain of files) whose last file ended
     before it began, with the same link type, at most PERIOD_GAP_S before, and either carries on
-    a TCP connection of that file (``continued``) or starts within ROTATION_TOLERANCE_S of its end
-    (tcpdump -G or -C: the next file starts with the packet after the last of the one before);
-    of several such, the one it continues most connections of, then the nearest. Otherwise it
-    starts a capture of its own: another machine's or interface's capture running at the same
-    time, or one started later (another session)."""
+    a TCP connection the capture saw (``continued``, from where the capture last saw it, in
+    whichever of its files), or starts within ROTATION_TOLERANCE_S of its end (tcpdump -G or -C:
+    the next file starts with the packet after the last of the one before), or lasts less than
+    HEARD_AGAIN_S and contradicts none of the connections the capture saw (a quiet rotation: with
+    short files, tcpdump -G 6 or dumpcap's ring buffer, a file may hold only connections opened
+    since, or a lookup's, and the next broker's heartbeat is 30 s away); of several such, the one
+    it continues most connections of, then the nearest. Otherwise (a 4-tuple the capture saw open,
+    opened anew or with sequence numbers that do not go on; a longer file hearing none of its
+    connections) it starts a capture of its own: another machine's or interface's capture running
+    at the same time, or one started later (another session)."""
     link_types = link_types or {}
     chains: list[list[tuple[float, float, str]]] = []
+    seen: dict[int, dict[tuple[str, str], ConnectionEnds]] = {}  # per chain (by id): each 4-tuple as last seen
     open_: list[list[tuple[float, float, str]]] = []  # those a later file may still continue
     for span in sorted(files):
-        first, _, path = span
+        first, end, path = span
+        here = ends.get(path, {})
+        short = end - first < HEARD_AGAIN_S
         open_ = [chain for chain in open_ if first - chain[-1][1] <= PERIOD_GAP_S]
         best: tuple[tuple[int, float], list[tuple[float, float, str]]] | None = None
         for chain in open_:
@@ -225,16 +236,21 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
             gap = first - last
             if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
                 continue
-            shared = continued(ends.get(before, {}), ends.get(path, {}))
-            if shared or gap <= ROTATION_TOLERANCE_S:
+            shared = continued(seen[id(chain)], here)
+            if shared or gap <= ROTATION_TOLERANCE_S or (short and not contradicted(seen[id(chain)], here)):
                 score = (shared, -gap)
                 if best is None or score > best[0]:
                     best = (score, chain)
         if best is None:
-            chains.append([span])
-            open_.append(chains[-1])
+            chain = [span]
+            chains.append(chain)
+            open_.append(chain)
         else:
-            best[1].append(span)
+            chain = best[1]
+            chain.append(span)
+        known = seen.setdefault(id(chain), {})
+        for key, found in here.items():
+            known[key] = found.merge(known.get(key))
     return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
                   for chain in chains)
 
@@ -245,6 +261,14 @@ def continued(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[t
     the first that the second has without a SYN, each way's sequence numbers going on from where
     they stopped (bytes the capture missed between them, or a retransmission, within a window)."""
     return sum(1 for key in before.keys() & after.keys() if before[key].goes_on_in(after[key]))
+
+
+def contradicted(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]
+                 ) -> bool:
+    """Whether the next file cannot continue a capture: a 4-tuple the capture last saw open is
+    there opened anew, or with sequence numbers that do not go on from where it stopped."""
+    return any(not before[key].closed and not before[key].goes_on_in(after[key])
+               for key in before.keys() & after.keys())
 
 
 def capture_periods(captures: list[Capture]) -> list[tuple[float, float]]:

@@ -11,7 +11,8 @@ SYN). With a local output and master, that task writes its rows of the tables as
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
 column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
 either way and on, by broker, to the liveness tasks (spark/liveness_stage.py), in the same job.
-Where the decoding tasks write the tables, the 4-tuples guessed clients' (balance.guessed_clients)
+Where the decoding tasks write the tables and more than one core runs the job (one core has none
+waiting: balance.decode_beside_replay), the 4-tuples guessed clients' (balance.guessed_clients)
 are decoded in the liveness tasks' stage instead, beside the replay, which needs none of their
 events but their failed lookups, judged on the driver by its routes; a wrong guess is found there
 and the replay run again with every 4-tuple's events (liveness_stage.py).
@@ -153,7 +154,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
-             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows if f["problem"]))
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
+                       if f["problem"] and not findings.quiet_file(f))
+             + _quiet_files([f for f in file_rows if findings.quiet_file(f)]))
     by_file = findings.file_spans(files, read)
     by_path = {files[index].path: found for index, found in read.ends.items()}
     captures = rotated_sets(by_file, by_path, {path: facts.link_type for path, facts in read.files.items()})
@@ -182,8 +185,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                      left_out=left_out)
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
     # liveness tasks' stage, where the other cores would wait for it; the others first, as the
-    # replay needs their events (with Spark writing the tables, all are decoded first: one output)
-    guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
+    # replay needs their events (with Spark writing the tables, all are decoded first: one output;
+    # with one core, too: no core waits for the replay there, see balance.decode_beside_replay)
+    guessed = balance.guessed_clients(read.sent, sides) if tables_out and balance.decode_beside_replay(
+        sc.defaultParallelism) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
@@ -589,6 +594,13 @@ def _absolute(out: str) -> str:
 
 def _on_ports(ports: Ports) -> str:
     return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
+
+
+def _quiet_files(quiet: list[dict]) -> str:
+    """A rotation's files of quiet times, in one line (a ring buffer by duration can make hundreds)."""
+    if not quiet:
+        return ""
+    return f"\n      {len(quiet):,} capture file(s) with no packets in them (quiet times), e.g. {quiet[0]['path']}"
 
 
 def _mib(count: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import time
 from pathlib import Path
 
 from spark_analysis.model.periods import ConnectionEnds, capture_periods, observed_spans, rotated_sets
@@ -43,6 +44,28 @@ def rotate(capture: Path, into: Path, names: list[str]) -> list[Path]:
     for name, start, end in zip(names, [24, *cuts], [*cuts, len(data)], strict=True):
         parts.append(into / name)
         parts[-1].write_bytes(gzip.compress(data[:24] + data[start:end]))
+    return parts
+
+
+def rotate_by_duration(capture: Path, into: Path, seconds: float) -> list[Path]:
+    """The capture cut every ``seconds`` of its time, as dumpcap's ring buffer by duration (``-b
+    duration:6``) and editcap -i cut: one gzipped file per interval named as dumpcap names them
+    (cap_NNNNN_YYYYmmddHHMMSS), a file of an interval without packets its header only."""
+    data = gzip.decompress(capture.read_bytes())
+    found = records(data)
+    first = found[0][1]
+    into.mkdir(parents=True, exist_ok=True)
+    by_interval: dict[int, list[int]] = {}
+    for index, (_, t) in enumerate(found):
+        by_interval.setdefault(int((t - first) // seconds), []).append(index)
+    ends = [offset for offset, _ in found[1:]] + [len(data)]
+    parts = []
+    for interval in range(max(by_interval) + 1):
+        start = first + interval * seconds
+        name = f"cap_{interval:05d}_{time.strftime('%Y%m%d%H%M%S', time.gmtime(start))}.pcap.gz"
+        body = b"".join(data[found[i][0]:ends[i]] for i in by_interval.get(interval, []))
+        parts.append(into / name)
+        parts[-1].write_bytes(gzip.compress(data[:24] + body))
     return parts
 
 
@@ -93,6 +116,27 @@ def test_two_machines_rotated_sets_given_mixed_are_each_machine_s_capture(spark,
         mine = a if broker["server"].endswith(":9876") else b
         assert set(broker["input"].split()) <= {str(p) for p in mine}, broker
     assert len(whole.summary["inputs"]["periods"]) == 1  # two captures at once: one period, no gap
+
+
+def test_a_ring_buffer_of_short_files_some_without_packets_is_the_whole_capture(spark, tmp_path: Path) -> None:
+    """v4-expiry cut every 6 s, as dumpcap's ring buffer (``tshark -b duration:6``) or tcpdump -G 6
+    rotate: a broker's connection, heard every 30 s, is in one file of five, and a file often holds
+    only other connections (the launch script's polls, a client's lookup), or nothing. The files
+    are one capture: the whole capture's report (no second capture point, no stay cut at a file),
+    and each file without packets is one line of information, not a bad input."""
+    name = "v4-expiry"
+    truth = truth_of(name)
+    whole = run_job(spark, [str(REAL / name / truth["files"][0])], tmp_path / "whole", report=False)
+    parts = rotate_by_duration(REAL / name / truth["files"][0], tmp_path / "ring", 6.0)
+    quiet = [p for p in parts if len(gzip.decompress(p.read_bytes())) == 24]
+    assert len(parts) > 60 and quiet
+    ring = run_job(spark, [str(tmp_path / "ring")], tmp_path / "out", report=False)
+    same_story(ring, whole)
+    [told] = [f for f in ring.summary["findings"] if f["kind"] == "bad_input"]
+    assert not judge(truth, {**ring.summary, "findings": [f for f in ring.summary["findings"] if f is not told]},
+                     ring.brokers)
+    assert told["severity"] == "info" and {item["path"] for item in told["evidence"]} == {str(p) for p in quiet}
+    assert "critical" not in ring.summary["attention"]
 
 
 def seconds_of(text: str) -> float:
@@ -149,3 +193,17 @@ def test_a_server_is_observed_while_a_capture_carrying_it_runs() -> None:
     sessions = Sessions((0.0,), {}, spans, (100.0,))
     assert sessions.end_of("127.0.0.1:9877", 50.0) == 60.0 and sessions.end_of("127.0.0.1:9876", 50.0) == 100.0
     assert sessions.name("127.0.0.1:9877", 50.0) == "127.0.0.1:9877@1970-01-01T00:00:20Z"
+
+
+def test_a_quiet_rotation_s_files_chain_though_the_next_holds_other_connections() -> None:
+    """Short files of sparse traffic: the second file starts 5 s after the first ended and holds
+    only a connection opened since; the third carries on the first file's connection. One capture
+    (the rule chained only files carrying on the file just before, or within 1 s of it)."""
+    other = ("127.0.0.1:40000", "127.0.0.1:9876")
+    files = ((0.0, 4.0, "f1"), (9.0, 10.0, "f2"), (31.0, 32.0, "f3"))
+    ends = {"f1": {BROKER: _open(0.0, 4.0, 1000, opened=True)}, "f2": {other: _open(9.0, 10.0, 7, opened=True)},
+            "f3": {BROKER: _open(31.0, 32.0, 1100)}}
+    assert [c.paths for c in rotated_sets(files, ends)] == [("f1", "f2", "f3")]
+    # the same 4-tuple opened anew while the capture last saw it open: another capture
+    ends["f2"] = {BROKER: _open(9.0, 10.0, 1000 + (1 << 30), opened=True)}
+    assert [c.paths for c in rotated_sets(files, ends)] == [("f1", "f3"), ("f2",)]
