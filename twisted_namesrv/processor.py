@@ -217,7 +217,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
         renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
             return renewable_answer(state, request, header, digest, renewed)
-    broker_id = java_long(header.brokerIdText, "brokerId")
+    # the header read it by the same rule (parse_java_integer): only a missing or malformed one is read again
+    broker_id = header.brokerId if header.brokerId is not None else java_long(header.brokerIdText, "brokerId")
     names = header.names
     if names is None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
@@ -262,8 +263,9 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
     """A registration applied in full or renewed: its answer, with what renews the broker when the
     same bytes come again on its connection (the answer cache keeps it: ``Renewable``)."""
     answer = Answer(registration_answer(state, request, result))
-    if digest is not None and header.names is not None and header.brokerId is not None:
-        answer.renewal = Renewable(header.names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
+    names = header.names  # a property: worked out once
+    if digest is not None and names is not None and header.brokerId is not None:
+        answer.renewal = Renewable(names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
                                    result.shown)
     return answer
 
@@ -271,11 +273,13 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
 def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:
     """A registration's answer: the master's addresses for a slave, and the order topics' KV
     table where the generation returns it (returnOrderTopicConfigToBroker)."""
-    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
     if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
+    if not (result.haServerAddr or result.masterAddr):  # a master's: nothing to show, nothing to order
+        return respond(state, request, ext={}, body=reply_body)
+    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
                    body=reply_body)
 

@@ -309,6 +309,10 @@ def decode_json_header(data: bytes) -> Header:
     return _parse_json_header(data)
 
 
+#: the types of extFields' values that need no conversion (_parse_json_header)
+_STRINGS_ONLY = frozenset({str})
+
+
 def _parse_json_header(data: bytes) -> Header:
     try:
         obj = fastjson.loads(data)
@@ -320,7 +324,7 @@ def _parse_json_header(data: bytes) -> Header:
     if ext is not None:
         if not isinstance(ext, dict):
             raise RemotingDecodeError("extFields is not an object")
-        if not all(type(v) is str for v in ext.values()):
+        if not set(map(type, ext.values())) <= _STRINGS_ONLY:  # every value a str: no generator resumed per value
             ext = {str(k): _java_string(v) for k, v in ext.items()}
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
@@ -372,7 +376,9 @@ def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
 
 def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     """Java's layout (alphabetical keys) written directly: the path of every answer the server sends."""
-    ext = "" if header.ext_fields is None else ',"extFields":' + fastjson.dumps(header.ext_fields)
+    fields = header.ext_fields
+    # none ("{}": a master's registration answer, most answers) without the encoder's calls
+    ext = "" if fields is None else ',"extFields":' + (fastjson.dumps(fields) if fields else "{}")
     language = "" if header.language is None else f',"language":"{header.language}"'
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'
