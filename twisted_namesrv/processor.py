@@ -302,7 +302,7 @@ def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer)
     return respond(state, request)
 
 
-def live_broker(state: NamesrvState, ext: Mapping[str, str]) -> tuple[str | None, str | None]:
+def live_broker(state: NamesrvState, ext: Mapping[str, str | None]) -> tuple[str | None, str | None]:
     """The (clusterName, brokerAddr) a heartbeat names its broker by in the live table.  Java 5.3.3
     keys that table by both (BrokerAddrInfo, whose hashCode reads each one's length): a request
     missing either fails there with a NullPointerException, SYSTEM_ERROR, and changes nothing.
