@@ -202,3 +202,33 @@ def test_the_address_server_answers_the_advertised_address_to_clients_outside_th
     status, inside = answers[""]
     assert status == 200 and not inside.startswith(b"127.0.0.1:"), inside  # the container's own address
     assert answers["127.0.0.1:19876"] == (200, b"127.0.0.1:19876")
+
+
+def test_the_image_runs_and_keeps_its_state_under_an_arbitrary_uid_of_group_0(image):
+    """OpenShift's restricted policy runs every container as an arbitrary uid of group 0, as `podman
+    run --user UID` and `docker run -u UID` do: the image's data directory is group 0's to write too,
+    so the server starts (it refuses a data directory it cannot write in) and its KV store is saved
+    there, in the volume the image declares."""
+    engine, name, env = image
+    port, http = free_port(), free_port()
+    container = f"namesrv-uid-{uuid.uuid4().hex[:8]}"
+    run = [engine, "run", "-d", "--name", container, "--network", "host", "--user", "1000680000:0",
+           "-e", f"NAMESRV_HTTP_PORT={http}", name, "--port", str(port), "--metrics-port", str(http),
+           "--bind", "127.0.0.1"]
+    started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+    assert started.returncode == 0, started.stderr
+    try:
+        ready = first_200(f"http://127.0.0.1:{http}/readyz")
+        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
+        assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
+        admin = str(REPO / ".venv/bin/namesrv-admin")
+        put = subprocess.run([admin, "-n", f"127.0.0.1:{port}", "updateKvConfig", "-s", "ORDER_TOPIC_CONFIG",
+                              "-k", "orders", "-v", "broker-a:4"], capture_output=True, text=True, timeout=30)
+        assert put.returncode == 0, put.stdout + put.stderr
+        saved = subprocess.run([engine, "exec", container, "cat", "/var/lib/namesrv/kvConfig.json"],
+                               capture_output=True, text=True, env=env, timeout=30)
+        assert saved.returncode == 0 and "broker-a:4" in saved.stdout, saved
+        uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, env=env)
+        assert uid.stdout.strip() == "1000680000", uid
+    finally:
+        subprocess.run([engine, "rm", "-f", "-v", "-t", "2", container], capture_output=True, env=env, timeout=60)

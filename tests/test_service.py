@@ -226,11 +226,16 @@ def read_only_dir(tmp_path):
     return Path("/sys")
 
 
-def test_a_read_only_data_dir_is_refused(tmp_path):
+def test_a_read_only_data_dir_is_refused_naming_its_owner_and_ours(tmp_path):
     data = read_only_dir(tmp_path)
+    seen = data.stat()
     try:
-        with pytest.raises(CannotStart, match=f"^kvConfigPath={data}/kvConfig.json: cannot write in {data}: Perm"):
+        refused = f"^kvConfigPath={data}/kvConfig.json: cannot write in {data}: Perm"
+        with pytest.raises(CannotStart, match=refused) as info:
             NamesrvService.from_config(server_config(data))
+        assert str(info.value).endswith(
+            f"(owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; "
+            f"running as uid {os.getuid()} gid {os.getgid()})")
     finally:
         if data.is_relative_to(tmp_path):
             data.chmod(0o700)

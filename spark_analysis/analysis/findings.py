@@ -228,8 +228,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
+    several_servers = len({broker["server"] for broker in brokers}) > 1  # a broker's stays at each: named apart
     for broker in brokers:
-        found += _broker_findings(broker, deletions)
+        found += _broker_findings(broker, deletions, several_servers)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -691,9 +692,13 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = ()) -> Iterable[Item]:
-    label = broker_label(broker)
-    addr = {"broker": label, "broker_addr": broker["broker_addr"], "session": broker["session"]}
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_servers: bool = False
+                     ) -> Iterable[Item]:
+    """What one broker stay's story and silences tell; with ``several_servers`` in the capture, the
+    stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
+    given, and a kill closes its connection to each."""
+    addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    label = addr["broker"] + (f" @ {broker['server']}" if several_servers else "")  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
@@ -757,8 +762,9 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
                        **addr, t=iso_time(at))
     elif ended == "alive":
         silent = broker["trailing_s"] or 0.0
-        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when the capture ended (last heartbeat "
-                       f"{_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
+        ended = _iso(broker["last_alive"] + silent) if broker["last_alive"] is not None else "?"
+        yield _finding("broker_alive_at_end", INFO, f"{label}: alive when its capture ended at {ended} (last "
+                       f"heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
                        last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))
 
 

@@ -206,11 +206,17 @@ def timeline_rows(shown: list[dict]) -> list[TimelineRow]:
 
 def stay_labels(shown: list[dict]) -> list[str]:
     """Each stay's label with the role it had then (a stay whose brokerId changed: each, in order,
-    "2 (SLAVE) then 0 (MASTER)"); a broker with several stays shown has each named by when it
-    registered."""
+    "2 (SLAVE) then 0 (MASTER)"); a broker with stays at several NameServers has each named by its
+    NameServer ("@ 127.0.0.1:9877": a broker registers with every NameServer it is given), and
+    stays still alike by when each registered."""
     labels = [broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
         f"{i['broker_id']} ({i['role']}) then " for i in b["ids"][:-1]) + str(b["ids"][-1]["broker_id"]),
         "role": b["ids"][-1]["role"]}) for b in shown]
+    servers: dict[str, set[str]] = {}
+    for label, b in zip(labels, shown, strict=True):
+        servers.setdefault(label, set()).add(b.get("server") or "")
+    labels = [f"{label} @ {b.get('server')}" if len(servers[label]) > 1 else label
+              for label, b in zip(labels, shown, strict=True)]
     repeated = {label for label in labels if labels.count(label) > 1}
     return [f"{label} from {_time(b['first_seen'])}" if label in repeated else label
             for label, b in zip(labels, shown, strict=True)]
@@ -303,7 +309,7 @@ def _period_panels(time_bins: TimeBins, rows: int) -> dict:
     widths = [least if s else length * rest for length, s in zip(lengths, short, strict=True)]
     spacing = min(0.03, 0.5 / count)
     scale = (1 - spacing * (count - 1)) / sum(widths)
-    layout = _layout(rows, legend={"orientation": "h", "y": -0.2, "yanchor": "top"})
+    layout = _layout(rows, legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"})
     left = 0.0
     for period, (start, length, width) in enumerate(zip(time_bins.starts, lengths, widths, strict=True)):
         right = left + width * scale
@@ -495,7 +501,8 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin-bottom:1em}"
+_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin-bottom:1em;"
+          "display:block;max-width:100%;overflow-x:auto}"
           "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}"
           f"tr.critical td:first-child{{background:{RED};color:#fff}}tr.warning td:first-child{{background:{AMBER}}}"
           "tr.problem{background:#fde0e0}.status{font-size:18px;font-weight:bold}"

@@ -225,3 +225,36 @@ def test_a_kept_connection_closed_meanwhile_is_made_again_and_never_blamed_on_tl
             assert str(failed.value) == f"connect to 127.0.0.1:{port} failed: Connection refused"
     finally:
         client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_remark_s_lines_are_laid_out_indented_not_shown_as_escapes(tmp_path):
+    """Java's TOPIC_NOT_EXIST remark (and ours, the same bytes) has a newline before its FAQ link:
+    shown as a line of its own, indented, not as a literal backslash-n."""
+    ns = await namesrv(tmp_path)
+    try:
+        run = await run_cli("-n", ns.addr, "topicRoute", "-t", "Nope")
+    finally:
+        await ns.stop()
+    assert run.code == 1 and "\\n" not in run.err, run.err
+    first, second = run.err.splitlines()
+    assert first.startswith("error: ") and first.endswith("No topic route info in name server for the topic: Nope")
+    assert second.startswith("  See ") and second.endswith("for further details."), second
+
+
+@pytest.mark.parametrize("word", ["updateTopic", "brokerStatus", "updateOrderConf"])
+def test_mqadmin_s_other_commands_are_told_where_they_belong(word):
+    """An operator used to mqadmin types its broker commands: told namesrv-admin has NameServers'
+    only (updateTopic: how a topic reaches the NameServers; updateOrderConf: this CLI's command for
+    it), exit 2, before any connection is tried."""
+    import io
+
+    from twisted_namesrv.admin.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["-n", refused_addr(), "--timeout", "1", word, "-t", "T"], out, err)
+    assert (code, out.getvalue()) == (2, "")
+    text = err.getvalue()
+    assert text.startswith(f"namesrv-admin: {word} is not one of its subcommands.") and "--help" in text
+    assert ("updateKvConfig -s ORDER_TOPIC_CONFIG" in text) == (word == "updateOrderConf")
+    assert ("register it with every NameServer" in text) == (word == "updateTopic")

@@ -713,3 +713,63 @@ def test_notes_beside_the_captures_are_not_called_bad_input() -> None:
     assert [(p["severity"], p["message"]) for p in problems] == [
         ("info", "2 files beside the captures that are not captures (notes, logs), left out: d/namesrv.log, "
                  "d/steps.txt")]
+
+
+def _drawn(dom: str, plot: str) -> str:
+    """The SVG plotly.js drew for one plot of the report."""
+    div = dom[dom.index(f'id="plot-{plot}"'):]
+    return div[:div.index("</svg>", div.index('class="infolayer"'))]
+
+
+def test_a_time_plot_s_legend_is_drawn_below_its_axis_title_with_one_broker(spark, tmp_path) -> None:
+    """With one broker (a real 5.3.3 capture: the proxy's cluster) the heartbeat plot is short: its
+    legend, placed by the plot area's height, was drawn over the axis title "time (UTC)". Now it is
+    placed from the figure's bottom, below the title, in the page as Chromium draws it."""
+    from tests.spark.test_truth import REAL, truth_of
+
+    truth = truth_of("v5-proxy")
+    out = run_job(spark, [str(REAL / "v5-proxy" / f) for f in truth["files"]], tmp_path / "out")
+    assert len(out.brokers) == 1
+    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,2400",
+             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", Path(out.out, "report.html").as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    for plot in ("timeline", "topics"):
+        drawn = _drawn(dom, plot)
+        legend_top = float(re.search(r'class="legend"[^>]*transform="translate\([\d.]+,\s*([\d.]+)\)', drawn)[1])
+        title = re.search(r'<text class="xtitle"[^>]*>', drawn)
+        assert title, plot
+        title_baseline = float(re.search(r'\sy="([\d.]+)"', title[0])[1])
+        assert legend_top > title_baseline + 2, (plot, legend_top, title_baseline)
+
+
+def test_with_several_nameservers_a_broker_s_findings_name_the_nameserver_and_when_its_capture_ended(
+        spark, tmp_path) -> None:
+    """v4-multi's first and fifth files read together (three NameServers, brokers registered with
+    each; 100 s not captured between the files): broker-a is alive at each NameServer in each
+    file's period. Each item names its NameServer and the time its capture ended (the first
+    period's end, not the capture's), never a bare 'broker-a ... (5x)'."""
+    from tests.spark.test_truth import REAL
+
+    folder = REAL / "v4-multi"
+    out = run_job(spark, [str(folder / "v4-multi-054532.pcap.gz"), str(folder / "v4-multi-054738.pcap.gz")],
+                  tmp_path / "out", report=False)
+    alive = kinds(out.summary, "broker_alive_at_end")
+    servers = {item["session"].split("@")[0] for item in alive}
+    assert len(alive) == 5 and servers == {"127.0.0.1:9876", "127.0.0.1:9877", "127.0.0.1:9878"}
+    for item in alive:
+        server = item["session"].split("@")[0]
+        assert item["message"].startswith(f"DefaultCluster / broker-a / 0 (MASTER) / 127.0.0.1:10911 @ {server}: ")
+        ended = iso_time(cli_seconds(item["last_alive"]) + item["seconds"])
+        assert f"alive when its capture ended at {ended}" in item["message"], item["message"]
+    periods = out.summary["inputs"]["periods"]
+    assert len(periods) == 2
+    assert {item["message"].split(" at ")[1].split(" ")[0] for item in alive} == {
+        iso_time(cli_seconds(p["end"])) for p in periods}
+
+
+def cli_seconds(text: str) -> float:
+    """An ISO 8601 UTC time of the summary, as seconds."""
+    from tests.spark.truth_check import seconds
+
+    return seconds(text)

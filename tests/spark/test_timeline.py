@@ -59,3 +59,22 @@ def test_a_slave_made_master_within_its_stay_is_told_as_each_on_the_timeline(spa
     # the other pictures, a row per stay: its roles in order
     assert f"/ {before['broker_id']} (SLAVE) then {after['broker_id']} (MASTER) / {promoted['broker_addr']}" in \
         " ".join(report.stay_labels(shown))
+
+
+def test_a_broker_registered_with_several_nameservers_is_named_by_each_on_the_pictures() -> None:
+    """A broker registers with every NameServer it is given (`-n 'a;b;c'`): its stays at each are
+    rows of their own, named by the NameServer; stays at one NameServer still alike are named by
+    when each registered (v4-multi's files read with a gap between them: two sessions at :9876)."""
+    broker = {"cluster": "DefaultCluster", "broker_name": "broker-a", "broker_id": "0", "role": "MASTER",
+              "broker_addr": "127.0.0.1:10911"}
+    shown = [{**broker, "server": "127.0.0.1:9876", "first_seen": 100.0},
+             {**broker, "server": "127.0.0.1:9876", "first_seen": 300.0},
+             {**broker, "server": "127.0.0.1:9877", "first_seen": 100.0},
+             {**broker, "broker_name": "broker-b", "broker_addr": "127.0.0.1:10921", "server": "127.0.0.1:9876",
+              "first_seen": 100.0}]
+    labels = report.stay_labels(shown)
+    base = "DefaultCluster / broker-a / 0 (MASTER) / 127.0.0.1:10911"
+    assert labels == [f"{base} @ 127.0.0.1:9876 from {report._time(100.0)}",
+                      f"{base} @ 127.0.0.1:9876 from {report._time(300.0)}",
+                      f"{base} @ 127.0.0.1:9877",
+                      "DefaultCluster / broker-b / 0 (MASTER) / 127.0.0.1:10921"]

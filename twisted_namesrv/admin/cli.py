@@ -26,7 +26,7 @@ from .client import (
     split_namesrv_list,
 )
 from .controller import CONTROLLER_SUBCOMMANDS
-from .terminal import json_text, printable, printable_lines
+from .terminal import error_lines, json_text, printable, printable_lines
 
 SUBCOMMANDS = {
     # name: (function, help, [(flags, dest, help, required)])
@@ -152,10 +152,48 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return TlsOptions(args.tls_ca, args.tls_cert, args.tls_key).context()
 
 
+#: the main parser's options that take a value (what follows one is not the subcommand)
+_VALUED = frozenset({"-n", "--namesrv", "--timeout", "--tls-ca", "--tls-cert", "--tls-key"})
+
+
+def _subcommand_word(argv: list[str]) -> str | None:
+    """The subcommand as typed (the first word that is neither an option nor an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def parser_choices(parser: argparse.ArgumentParser) -> set[str]:
+    """The subcommands ``parser`` has."""
+    return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices}
+
+
+def not_ours(word: str) -> str:
+    """What an operator used to mqadmin is told for a command namesrv-admin does not have: most of
+    mqadmin's talk to brokers, consumers or messages, not to NameServers."""
+    hint = {"updateTopic": "mqadmin updateTopic creates a topic on the brokers, which then register it with "
+                           "every NameServer; ",
+            "updateOrderConf": "mqadmin updateOrderConf writes the NameServers' KV config: namesrv-admin "
+                               "updateKvConfig -s ORDER_TOPIC_CONFIG -k TOPIC -v 'broker-a:4;broker-b:4' does the "
+                               "same; "}.get(word, "")
+    return (f"namesrv-admin: {printable(word)!s} is not one of its subcommands. {hint}namesrv-admin administers "
+            "NameServers only; mqadmin's commands for brokers, topics on brokers, consumers and messages stay "
+            "with mqadmin. namesrv-admin --help lists its subcommands.\n")
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
+    word = _subcommand_word(sys.argv[1:] if argv is None else argv)
+    if word is not None and word not in parser_choices(parser):
+        err.write(not_ours(word))
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help (0)
@@ -189,14 +227,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         with Namesrvs(addrs, args.timeout, keys, tls, args.sign_reads) as namesrvs:
             outcome = args.function(namesrvs, args)
     except AdminError as exc:  # its text may quote a NameServer's remark
-        err.write(f"error: {printable(exc)}\n")
+        err.write(f"error: {error_lines(str(exc))}\n")
         return 1
     if args.json:
         out.write(json_text(outcome.data) + "\n")
     elif outcome.text:
         out.write(printable_lines(outcome.text) + "\n")
     for error in outcome.errors:
-        err.write(f"error: {printable(error)}\n")
+        err.write(f"error: {error_lines(str(error))}\n")
     return 1 if outcome.errors else 0
 
 

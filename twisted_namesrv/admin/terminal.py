@@ -27,6 +27,13 @@ def printable_lines(text: str) -> str:
     return "\n".join("\t".join(map(printable, line.split("\t"))) for line in text.split("\n"))
 
 
+def error_lines(text: str) -> str:
+    """An error's text escaped but for its newlines (a Java NameServer's remark has one before its FAQ
+    link), each line after the first indented, so that no line a NameServer sent can pass for a line
+    of this command's own."""
+    return "\n  ".join(map(printable, text.split("\n")))
+
+
 def json_text(document: Any, indent: int = 2) -> str:
     """``document`` as indented JSON whose strings carry no raw control character."""
     return json_escaped(json.dumps(document, indent=indent, ensure_ascii=False))

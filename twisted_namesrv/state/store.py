@@ -229,10 +229,23 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
         return None if os.access(probe, os.W_OK) else f"cannot write in {target.parent}: {probe} is read-only"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))
+    except PermissionError as exc:
+        return f"cannot write in {target.parent}: {exc.strerror} ({_owner_and_us(target.parent)})"
     except OSError as exc:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
     return None
+
+
+def _owner_and_us(directory: Path) -> str:
+    """Who owns ``directory`` and who we are: what an operator needs to mend a refused data
+    directory (e.g. an image run under another uid, as OpenShift runs every container)."""
+    try:
+        seen = directory.stat()
+    except OSError:
+        return f"running as uid {os.getuid()} gid {os.getgid()}"
+    return (f"owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; "
+            f"running as uid {os.getuid()} gid {os.getgid()}")
 
 
 class LoadRefused(OSError):

@@ -107,6 +107,10 @@ ARGS: dict[str, list[str]] = {
                         "later afterwards (editcap -t 0.35: a host whose clock reads 350 ms ahead). Each connection "
                         "is read once, from the NameServer's host's file (second_point)",
                         endpoint="10.77.0.1:9876"),
+    "v5-proxy": _one("5.3.3", "--stopped", "127.0.0.1:38876=namesrv stop", "--note", "The 5.3.3 proxy (cluster "
+                     "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
+                     "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
+                     "answer to the proxy", ports="38876", endpoint="127.0.0.1:38876"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
