@@ -90,9 +90,9 @@ class BuildsApart:
             self._next()
         made.addBoth(done)
 
-    def waiting(self) -> int:
-        """The builds asked for and not begun yet."""
-        return len(self._waiting)
+    def waiting(self) -> list[Hashable]:
+        """The keys of the builds asked for and not begun yet, in the order they begin."""
+        return list(self._waiting)
 
 
 def at_once(key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:

@@ -54,8 +54,7 @@ def answer(asked: defer.Deferred):
 def test_searches_held_are_capped_per_client_and_in_all_and_let_go_with_their_client(tmp_path) -> None:
     service = NamesrvService.from_config(server_config(tmp_path, metricsPort=free_port()), reactor)
     opened = threading.Event()
-    begun: list[int] = []
-    service.state.routes.all_topics = lambda: begun.append(1) or Gate(["TopicA", "TopicB", "Other"], opened)
+    service.state.routes.all_topics = lambda: Gate(["TopicA", "TopicB", "Other"], opened)
     builds = service.state.build_apart.__self__  # the one BuildsApart
     service.startService()
     try:
@@ -65,8 +64,9 @@ def test_searches_held_are_capped_per_client_and_in_all_and_let_go_with_their_cl
         budget.per_client, budget.total = 2, 3
         here, there = Agent(reactor), Agent(reactor, bindAddress=("127.0.0.2", 0))
         first = ask(here, base, "topic")  # begun: its thread waits at the gate
+        yield until(lambda: budget.total_held == 1)  # (two connections: the second could come first)
         second = ask(here, base, "b")  # waits for the first
-        yield until(lambda: budget.total_held == 2 and builds.waiting() == 1)
+        yield until(lambda: budget.total_held == 2 and builds.waiting() == [("api/topics", "b", 200)])
 
         with capturedLogs() as logged:
             code, retry, body = yield answer(ask(here, base, "c"))  # a third from this client
@@ -82,13 +82,13 @@ def test_searches_held_are_capped_per_client_and_in_all_and_let_go_with_their_cl
         second.cancel()  # its client goes before it began: let go, never begun
         second.addErrback(lambda failure: None)
         yield until(lambda: budget.total_held == 2 and budget.held["127.0.0.1"] == 1)
+        assert builds.waiting() == [("api/topics", "other", 200)]  # let go: never to begin
         opened.set()
         code, _, body = yield answer(first)
         assert code == 200 and body["matches"] == 2 and [t["topic"] for t in body["topics"]] == ["TopicA", "TopicB"]
         code, _, body = yield answer(third)
         assert code == 200 and body["matches"] == 1
-        assert len(begun) == 2  # the search let go never read the names
-        yield until(lambda: budget.total_held == 0 and not budget.held and builds.waiting() == 0)
+        yield until(lambda: budget.total_held == 0 and not budget.held and builds.waiting() == [])
         code, _, body = yield answer(ask(here, base, "topic"))  # the budget is whole again
         assert code == 200 and body["matches"] == 2
     finally:
