@@ -9,7 +9,7 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,15 +306,27 @@ def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer)
     return respond(state, request)
 
 
-def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    ext = request.ext
+def live_broker(state: NamesrvState, ext: Mapping[str, str | None]) -> tuple[str | None, str | None]:
+    """The (clusterName, brokerAddr) a heartbeat names its broker by in the live table.  Java 5.3.3
+    keys that table by both (BrokerAddrInfo, whose hashCode reads each one's length): a request
+    missing either fails there with a NullPointerException, SYSTEM_ERROR, and changes nothing.
+    Java 4.9.8 keys it by the address alone, in a HashMap, where a null finds nothing."""
     cluster, addr = ext.get("clusterName"), ext.get("brokerAddr")
+    if state.profile.live_key_includes_cluster:
+        for name, value in (("clusterName", cluster), ("brokerAddr", addr)):
+            if value is None:
+                raise BadRequest(f"java.lang.NullPointerException: header field {name} is missing")
+    return cluster, addr
+
+
+def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     if request.body is None and not state.profile.query_data_version_always_refreshes:
         raise BadRequest("java.lang.NullPointerException: QUERY_DATA_VERSION without a body")
     try:
         version = None if request.body is None else DataVersion.from_json(json_body(request))
     except (AttributeError, TypeError, OverflowError, ValueError) as exc:
         raise BadRequest(f"body is not a DataVersion: {exc}") from None
+    cluster, addr = live_broker(state, request.ext)  # after the body, as Java decodes it first
     routes = state.routes
     changed = routes.is_broker_topic_config_changed(cluster, addr, version)
     if state.profile.query_data_version_always_refreshes or not changed:
@@ -325,7 +337,7 @@ def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer
 
 
 def broker_heartbeat(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    state.routes.update_broker_info_update_timestamp(request.ext.get("clusterName"), request.ext.get("brokerAddr"))
+    state.routes.update_broker_info_update_timestamp(*live_broker(state, request.ext))
     return respond(state, request)
 
 

@@ -185,7 +185,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
-    config.subscribe(answers.clear)
+    config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
