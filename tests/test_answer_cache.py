@@ -208,6 +208,29 @@ def test_a_change_drops_exactly_what_it_reaches(tmp_path) -> None:
     assert not answers.holds()
 
 
+def test_a_config_update_drops_every_kept_answer_but_the_header_templates(tmp_path) -> None:
+    """UPDATE_NAMESRV_CONFIG may change any answer: routes, tables, frames, the registration answers,
+    the pieces those shared and the KV lists all go (the last two were kept); the templates of the
+    requests' headers stay (a header's fields are its bytes')."""
+    protocol, transport, _ = connection(tmp_path, "one", "5.3.3", keep=True)
+    answers = protocol.factory.dispatcher.state.answers
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {n: TopicConfig(n) for n in TOPICS}),
+                                False, False)
+    send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1",
+                                                 "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    lookup(protocol, transport, 1)
+    lookup(protocol, transport, 2)
+    send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
+    answers.keep_kv_list("NS", {"k": "v"}, b'{"table":{"k":"v"}}')
+    assert answers.routes and answers.replies and answers.tables["broker"] and answers.renewals
+    assert answers._pieces and answers.kv_lists and len(answers.headers)
+    templates = len(answers.headers)
+    send(protocol, RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true")
+    assert not (answers.routes or answers.replies or answers.tables["broker"] or answers.tables["topic"]
+                or answers.renewals or answers._pieces or answers.kv_lists)
+    assert len(answers.headers) >= templates
+
+
 GROUPS = ["g0", "g1", "g2", "g3", "g4"]
 
 

@@ -60,6 +60,17 @@ def test_clients_that_cannot_connect_say_how_many_did_and_why(curve):
             curve.open_clients(port, 3)
 
 
+def test_a_stopped_server_leaves_no_process_of_its_group(curve, tmp_path):
+    """A launcher's child that outlives it (here one that ignores SIGTERM) is stopped too before
+    the next run starts: none of one server may run on into the next one's phases."""
+    ours = (f"{sys.executable} -m twisted_namesrv --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}}"
+            " --compat {compat}")
+    server = curve.Server(f"sh -c \"(trap '' TERM; sleep 120) & exec {ours}\"", tmp_path, "group", core=None)
+    server.wait_ready(60)
+    server.stop(timeout=1)
+    assert not curve.group_alive(server.proc.pid)
+
+
 def scale(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     ours = (f"{sys.executable} -m twisted_namesrv --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}}"
             " --compat {compat}")
@@ -67,7 +78,8 @@ def scale(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(BENCH / "scale.py"), "--curve", "--steps", "tiny", "--rounds", "1",
          "--records", str(tmp / "runs.jsonl"), "--json", str(tmp / "curve.json"), "--markdown", str(tmp / "curve.md"),
-         "--svg", str(tmp / "curve.svg"), "--compare", f"again={ours}", "--compare", "broken=false {port}", *extra],
+         "--svg", str(tmp / "curve.svg"), "--compare", f"again={ours}", "--compare", "broken=false {port}",
+         "--quiet-timeout", "0", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp / "scratch")})
 
 
@@ -84,6 +96,9 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
     figures = runs[0]["figures"]
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm", "mass_disconnect"):
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
+        # what else took the cores meanwhile: the probe's CPU, and the machine's that none of the three took
+        assert figures[f"{phase}_probe_cpu_s"] >= 0 and figures[f"{phase}_others_cpu_s"] >= 0
+    assert runs[0]["quiet_before"] == {"waited_s": 0.0, "cores_busy": None}  # --quiet-timeout 0: no wait
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm"):  # the brokers' side of each
         assert 0 < figures[f"{phase}_rtt_p50_ms"] <= figures[f"{phase}_rtt_max_ms"]
         assert figures[f"{phase}_load_cpu_s"] >= 0

@@ -17,6 +17,7 @@ import functools
 import gc
 import hashlib
 import sys
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ import pytest
 from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
-from tests.support import server_config, server_lines_run
+from tests.support import python_calls_run, server_config, server_lines_run
 from twisted_namesrv import dispatch, service
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
@@ -849,6 +850,36 @@ def test_a_registration_runs_the_same_lines_at_ten_and_a_hundred_times_the_broke
     # whose oldest goes as one comes (RecentEvents._append)
     for runs in zip(*counted.values(), strict=True):
         assert max(runs) - min(runs) <= 2, counted
+
+
+#: the Python calls of a new broker's first registration of four topics, read to answered
+#: (test_a_new_brokers_first_registration_makes_few_calls): 328 at 9405704, 264 since issue 47's
+#: fifth round of cuts (docs/benchmarks.md); a little room for a call more here or there, none for
+#: a path's worth (its log line's level checked by Logger.emit alone was 7 calls)
+FIRST_REGISTRATION_CALLS = 270
+
+
+def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
+    """A first registration is the one phase of the curve our one core is busy for (5,000 brokers
+    registering at once): what one costs is counted in Python calls, each a few hundred
+    nanoseconds, from the read of its frame (as a 4.9.8 broker sends it, its table's CRC
+    included) to its answer written, its event logged and heard, its topology entry encoded, at
+    200 brokers held.  The cuts that brought it down (docs/benchmarks.md) stay cut."""
+    cluster = Cluster(tmp_path)
+    cluster.service.factory.idle_timeout = None  # task.Clock sorts every call at each callLater
+    for index in range(200):
+        cluster.register(cluster.connect()[0], f"b{index:05d}", 10000 + index,
+                         [f"Pair{index // 2:05d}_{j}" for j in range(4)])
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t) for t in
+                                                                    [f"New_{j}" for j in range(4)]}), False, False)
+    ext = {"brokerName": "newcomer", "brokerAddr": "127.0.0.1:9", "clusterName": "c", "haServerAddr": "127.0.0.1:9",
+           "brokerId": "0", "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+    frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=77, version=409).encode()
+    newcomer, transport = cluster.connect()
+    calls = python_calls_run(functools.partial(newcomer.dataReceived, frame))
+    assert RemotingCommand.decode(transport.value()[4:]).code == 0
+    assert [e.kind for e in cluster.service.seen.events.recent if e.info.get("broker") == "newcomer"] == ["registered"]
+    assert calls <= FIRST_REGISTRATION_CALLS, calls
 
 
 def test_what_a_registration_keeps_for_its_renewal_is_nothing_to_the_collector(tmp_path):

@@ -33,7 +33,7 @@ def test_every_subscription_is_wired_by_the_root_in_its_stated_order(tmp_path) -
                                        seen.departed.route_event, state.topology.heard]
     assert seen.health.topology is state.topology and seen.health.routes is state.routes
     assert state.routes._lost_listeners == [seen.lost.departed]
-    assert state.kv._subscribers == [answers.kv_changed] and state.config._subscribers == [answers.clear]
+    assert state.kv._subscribers == [answers.kv_changed] and state.config._subscribers == [answers.config_changed]
 
 
 def test_two_servers_share_no_owner(tmp_path) -> None:

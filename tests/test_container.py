@@ -9,6 +9,7 @@ from nothing (the base built once with debootstrap)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -77,18 +78,29 @@ def first_200(url: str) -> tuple[int, bytes]:
     return answer
 
 
-def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
+@contextlib.contextmanager
+def ready_container(image: tuple[str, str, dict[str, str]], prefix: str, *options: str):
+    """The image run on the host's network with ``options`` (before the image), on free ports, until
+    /readyz answers 200; yields (container, remoting port, /readyz's answer, logs); removed after."""
     engine, name, env = image
     port, http = free_port(), free_port()
-    container = f"namesrv-test-{uuid.uuid4().hex[:8]}"
-    run = [engine, "run", "-d", "--name", container, "--network", "host", "-e", f"NAMESRV_HTTP_PORT={http}", name,
-           "--port", str(port), "--metrics-port", str(http), "--bind", "127.0.0.1"]
+    container = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    run = [engine, "run", "-d", "--name", container, "--network", "host", *options, "-e", f"NAMESRV_HTTP_PORT={http}",
+           name, "--port", str(port), "--metrics-port", str(http), "--bind", "127.0.0.1"]
     started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
     assert started.returncode == 0, started.stderr
     try:
         ready = first_200(f"http://127.0.0.1:{http}/readyz")
         logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
         assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
+        yield container, port, http, ready, logs
+    finally:
+        subprocess.run([engine, "rm", "-f", "-v", "-t", "2", container], capture_output=True, env=env, timeout=60)
+
+
+def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_check(image, tmp_path):
+    engine, name, env = image
+    with ready_container(image, "namesrv-test") as (container, port, http, ready, logs):
         assert json.loads(ready[1])["failing"] == []
         assert "The Name Server boot success" in logs
 
@@ -116,8 +128,6 @@ def test_the_image_serves_as_non_root_and_answers_admin_probes_and_its_health_ch
             health = subprocess.run([engine, "healthcheck", "run", container], capture_output=True, text=True,
                                     env=env, timeout=30)
             assert health.returncode == 0, health.stdout + health.stderr
-    finally:
-        subprocess.run([engine, "rm", "-f", "-t", "2", container], capture_output=True, env=env, timeout=60)
 
 
 def test_arguments_pass_through_and_a_usage_error_exits_non_zero(image):
@@ -209,18 +219,8 @@ def test_the_image_runs_and_keeps_its_state_under_an_arbitrary_uid_of_group_0(im
     run --user UID` and `docker run -u UID` do: the image's data directory is group 0's to write too,
     so the server starts (it refuses a data directory it cannot write in) and its KV store is saved
     there, in the volume the image declares."""
-    engine, name, env = image
-    port, http = free_port(), free_port()
-    container = f"namesrv-uid-{uuid.uuid4().hex[:8]}"
-    run = [engine, "run", "-d", "--name", container, "--network", "host", "--user", "1000680000:0",
-           "-e", f"NAMESRV_HTTP_PORT={http}", name, "--port", str(port), "--metrics-port", str(http),
-           "--bind", "127.0.0.1"]
-    started = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
-    assert started.returncode == 0, started.stderr
-    try:
-        ready = first_200(f"http://127.0.0.1:{http}/readyz")
-        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True, env=env).stdout
-        assert ready[0] == 200, f"/readyz: {ready}\n{logs}"
+    engine, _, env = image
+    with ready_container(image, "namesrv-uid", "--user", "1000680000:0") as (container, port, _, _, _):
         admin = str(REPO / ".venv/bin/namesrv-admin")
         put = subprocess.run([admin, "-n", f"127.0.0.1:{port}", "updateKvConfig", "-s", "ORDER_TOPIC_CONFIG",
                               "-k", "orders", "-v", "broker-a:4"], capture_output=True, text=True, timeout=30)
@@ -230,5 +230,3 @@ def test_the_image_runs_and_keeps_its_state_under_an_arbitrary_uid_of_group_0(im
         assert saved.returncode == 0 and "broker-a:4" in saved.stdout, saved
         uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, env=env)
         assert uid.stdout.strip() == "1000680000", uid
-    finally:
-        subprocess.run([engine, "rm", "-f", "-v", "-t", "2", container], capture_output=True, env=env, timeout=60)

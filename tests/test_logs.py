@@ -166,7 +166,7 @@ def test_a_route_events_line_shows_braces_in_its_fields_as_they_are(json_log):
 
     text = io.StringIO()
     observer = configured_observer("text")
-    observer._observer._outFile = text  # the text observer beside the JSON one, both on the publisher
+    observer.observer._outFile = text  # the text observer beside the JSON one, both on the publisher
     globalLogPublisher.addObserver(observer)
     try:
         log_route_event("registered", {"cluster": "c{1}", "broker": "b{cluster}}", "id": 0, "addr": "h:{2"})
@@ -201,3 +201,77 @@ def test_a_route_events_line_is_written_as_made_without_running_a_format(monkeyp
                          "id=0 addr=h:1\n")
     message = json.loads(event_as_json_line(event))["message"]
     assert message == "broker registered: cluster=c{1} broker=b\x1b[2J id=0 addr=h:1"
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warn", "error", "critical"])
+def test_the_level_filter_lets_through_what_twisteds_would(level):
+    """``--log-level``'s filter (logs.LevelFiltered, one look in a set at every line) passes the
+    events Twisted's FilteringLogObserver with a LogLevelFilterPredicate of that level passes, at
+    every level, namespace or none, and no others."""
+    from twisted.logger import FilteringLogObserver, LogLevelFilterPredicate
+
+    from twisted_namesrv.logs import LevelFiltered
+
+    ours: list[dict] = []
+    twisteds: list[dict] = []
+    minimum = LogLevel.levelWithName(level)
+    filtered = LevelFiltered(ours.append, minimum)
+    reference = FilteringLogObserver(twisteds.append, [LogLevelFilterPredicate(defaultLogLevel=minimum)])
+    events = [{"log_level": event_level, "log_namespace": namespace, "log_format": "x"}
+              for event_level in [*LogLevel.iterconstants(), None] for namespace in ("a.b.c", "", None)]
+    for event in events:
+        filtered(event)
+        reference(event)
+    assert ours == twisteds and ours
+
+
+def test_a_route_event_is_the_event_loggers_emit_makes():
+    """logs.emit_made (a route event's line, one per registration, without Logger.emit's check of
+    the level) gives the observers the event Logger.emit would: the same keys and values but the time."""
+    from twisted.logger import Logger
+
+    from twisted_namesrv.logs import TEXT_AS_IS, emit_made
+
+    heard: list[dict] = []
+    logger = Logger(namespace="twisted_namesrv.housekeeping", observer=heard.append)
+    logger.emit(LogLevel.info, TEXT_AS_IS, log_text="broker registered: x", route_event="registered", details="x")
+    emit_made(logger, LogLevel.info, "broker registered: x", route_event="registered", details="x")
+    made_by_twisted, made = heard
+    assert made.pop("log_time") >= made_by_twisted.pop("log_time") > 0
+    assert made == made_by_twisted and made["log_logger"] is logger
+
+
+CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + b"\x00\x00\x02\x13\x01\x01\x00"
+
+
+@pytest.mark.parametrize(("first", "said"), [
+    (b"GET /healthz HTTP/1.1\r\nHost: ns:9876\r\n\r\n", "its first bytes are HTTP: this port speaks RocketMQ remoting; "
+                                                        "HTTP (the status page, /metrics, /healthz) is on port 9877"),
+    (CLIENT_HELLO, "its first bytes are TLS: a client with TLS on (tls.enable=true), and this port does not speak "
+                   "TLS (tls.server.mode=disabled)")])
+def test_a_probe_or_client_speaking_http_or_tls_to_the_remoting_port_is_told_in_the_refusal(tmp_path, json_log, first,
+                                                                                               said):
+    """A Kubernetes httpGet probe or a load balancer's health check on 9876, a client with TLS on: read
+    as a frame, their first bytes are a length over any limit (`GET ` is 1,195,725,860 with its
+    header). The refusal's line says what they are and where HTTP is served; counted as before."""
+    served = Served(tmp_path)
+    proto, transport = served.connect()
+    proto.dataReceived(first)
+    assert not transport.connected
+    (rejected,) = [r for r in records(json_log) if "rejected" in r]
+    assert rejected["rejected"] == "frame_length" and said in rejected["detail"], rejected["detail"]
+    assert served.service.factory.metrics.rejected == {"frame_length": 1}
+
+
+def test_bytes_after_a_peer_s_frames_are_not_named_another_protocol(tmp_path, json_log):
+    """Only a connection's first bytes can be another protocol's: after a frame was read, bytes
+    that happen to start with `GET ` are a broken frame, said as before."""
+    served = Served(tmp_path)
+    proto, transport = served.connect()
+    proto.dataReceived(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, opaque=1,
+                                               version=409).encode())
+    assert transport.connected and transport.value()  # answered
+    proto.dataReceived(b"GET / HTTP/1.1\r\n\r\n")
+    assert not transport.connected
+    (rejected,) = [r for r in records(json_log) if "rejected" in r]
+    assert "first bytes" not in rejected["detail"]

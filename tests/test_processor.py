@@ -315,6 +315,27 @@ def test_5_3_3_broker_heartbeat_refreshes(tmp_path):
     assert ns.routes.scan_not_active_broker() == [1]  # the wrong cluster refreshed nothing
 
 
+@pytest.mark.parametrize("code", [RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT])
+@pytest.mark.parametrize("missing", ["clusterName", "brokerAddr"])
+def test_5_3_3_a_heartbeat_without_its_cluster_or_address_is_java_s_npe(tmp_path, code, missing):
+    """Java 5.3.3 keys its live table by (clusterName, brokerAddr), a BrokerAddrInfo whose hashCode
+    reads both: either missing is a NullPointerException, SYSTEM_ERROR (seen on the reference rig's
+    5.3.3), and nothing is refreshed.  4.9.8 keys by the address, and a null finds nothing: 0."""
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(100)
+    ext = {"clusterName": "c1", "brokerAddr": MASTER, "brokerName": "broker-a"}
+    del ext[missing]
+    answer = ns.call(code, ext, version_body((1, 1), True))
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR,
+                                            f"java.lang.NullPointerException: header field {missing} is missing")
+    assert ns.live().lastUpdateTimestamp == int(START * 1000)
+    if code == RequestCode.QUERY_DATA_VERSION:  # (4.9.8 has no BROKER_HEARTBEAT)
+        (tmp_path / "4.9.8").mkdir()
+        answer = Namesrv(tmp_path / "4.9.8", "4.9.8").call(code, ext, version_body((1, 1), False))
+        assert answer.code == ResponseCode.SUCCESS and answer.ext["changed"] == "true"
+
+
 @pytest.mark.parametrize("code", [RequestCode.BROKER_HEARTBEAT, RequestCode.GET_BROKER_MEMBER_GROUP,
                                   RequestCode.REGISTER_TOPIC_IN_NAMESRV])
 def test_4_9_8_does_not_know_5_x_only_codes(tmp_path, code):

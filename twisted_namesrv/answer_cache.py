@@ -39,7 +39,8 @@ renews); the composition root (service.py) subscribes the cache, which subscribe
 - KVConfigManager publishes each key put or deleted (``kv_changed``): an ORDER_TOPIC_CONFIG key
   is a topic's orderTopicConf, so that topic's routes go, and the kept registration answers (which
   may carry the whole ORDER_TOPIC_CONFIG table).
-- NamesrvConfig publishes an update (``clear``): switches shape answers, so everything goes.
+- NamesrvConfig publishes an update (``config_changed``): switches shape answers, so every kept
+  answer goes (not the header templates below).
 
 ``keep=False`` keeps nothing: the reference the differential tests compare against.
 
@@ -215,11 +216,15 @@ class AnswerCache:
         if answers is not None:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
 
-    def clear(self) -> None:
-        """Everything may answer differently (a switch changed, or a limit a registration was
-        checked under: the kept registration answers go too)."""
+    def config_changed(self) -> None:
+        """NamesrvConfig's updates: everything may answer differently (a switch changed, or a limit
+        a registration was checked under), so every kept answer goes: routes, tables, frames, KV
+        lists, the registration answers and the pieces they shared.  The header templates stay:
+        they are the requests' bytes, which no setting changes."""
         self._clear_answers()
         self.renewals.clear()
+        self._pieces.clear()
+        self.kv_lists.clear()
 
     def _clear_answers(self) -> None:
         """Every kept route and table (the tables were replaced)."""

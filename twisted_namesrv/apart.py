@@ -15,6 +15,8 @@ runs.  A build waiting its turn holds nothing but who waits for it, and the asks
 has not begun (the same key) share it: whatever peers ask for and change meanwhile, at most one
 build of a key waits beside the one under way, and it answers with the names of its beginning,
 never older than any ask it answers.  An ask while one is under way waits for the next.
+An ask cancelled before its build begins (the status page's search whose client went away) is
+let go: a build no one waits for any more is never begun, and nothing of it is held.
 On a clock without threads (a test's ``task.Clock``) a build is made at once.
 """
 
@@ -37,38 +39,60 @@ class BuildsApart:
 
     def __init__(self, reactor: object) -> None:
         self.reactor = reactor
-        self._one_at_a_time = defer.DeferredLock()
-        #: who waits for each build not begun yet, by key (asks for it meanwhile join it)
-        self._waiting: dict[Hashable, list[defer.Deferred[Any]]] = {}
+        #: each build not begun yet, in the order first asked: its ``begin`` and who waits for it
+        #: (asks for it meanwhile join it)
+        self._waiting: dict[Hashable, tuple[Begin[Any], list[defer.Deferred[Any]]]] = {}
+        self._running = False
 
     def build(self, key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:
         if not interfaces.IReactorThreads.providedBy(self.reactor):
             return at_once(key, begin)
-        mine: defer.Deferred[T] = defer.Deferred()
-        waiting = self._waiting.get(key)
-        if waiting is not None:
-            waiting.append(mine)
-            return mine
-        told = self._waiting[key] = [mine]
+        pending = self._waiting.get(key)
+        if pending is None:
+            pending = self._waiting[key] = (begin, [])
+        told = pending[1]
+
+        def cancelled(mine: defer.Deferred[T]) -> None:
+            """Not waited for any more: let go, and the build too if no one else waits (not begun)."""
+            if mine in told:
+                told.remove(mine)
+                if not told and self._waiting.get(key) is pending:
+                    del self._waiting[key]
+        mine: defer.Deferred[T] = defer.Deferred(cancelled)
+        told.append(mine)
+        self._next()
+        return mine
+
+    def _next(self) -> None:
+        """Begin the build asked for first, unless one is under way."""
+        if self._running or not self._waiting:
+            return
+        key = next(iter(self._waiting))
+        begin, told = self._waiting.pop(key)  # begun: an ask from now on waits for the next
+        self._running = True
         reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
+        try:
+            make = begin()
+        except Exception:
+            made: defer.Deferred[Any] = defer.fail()
+        else:
+            made = threads.deferToThreadPool(reactor, reactor.getThreadPool(), make)
 
-        def run() -> defer.Deferred[T]:
-            del self._waiting[key]  # begun: an ask from now on waits for the next
-            try:
-                make = begin()
-            except Exception:
-                return defer.fail()
-            return threads.deferToThreadPool(reactor, reactor.getThreadPool(), make)
-
-        def done(result: T | Failure) -> None:
+        def done(result: object) -> None:
+            self._running = False
             for one in told:
+                if one.called:  # cancelled while it was built
+                    continue
                 if isinstance(result, Failure):
                     one.errback(result)
                 else:
                     one.callback(result)
+            self._next()
+        made.addBoth(done)
 
-        self._one_at_a_time.run(run).addBoth(done)
-        return mine
+    def waiting(self) -> list[Hashable]:
+        """The keys of the builds asked for and not begun yet, in the order they begin."""
+        return list(self._waiting)
 
 
 def at_once(key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .events import RouteEvent
+from .events import RouteEvent, broker_key
 from .lost_topics import DEPARTURES, KEEP_SECONDS, LIMIT
 
 #: how long a broker that left (expired, closed, idle, unregistered) stays on the status page
@@ -31,12 +31,14 @@ class DepartedBrokers:
     def route_event(self, kind: str, info: dict[str, Any]) -> None:
         """RouteInfoManager's listener: a departure is kept, any other event of the broker ends its
         departure (the event's ``seq`` is the page's list's business: events.py)."""
-        now = self.clock()
-        event = RouteEvent(0, now, kind, dict(info), 1, now)
-        self._departed.pop(event.broker_key, None)
-        if kind in DEPARTURES:
-            self._departed[event.broker_key] = event
-        self._forget_old()
+        departed, key = self._departed, broker_key(info)
+        if departed:
+            departed.pop(key, None)
+        if kind in DEPARTURES:  # only a departure is kept: every first registration passes here too
+            now = self.clock()
+            departed[key] = RouteEvent(0, now, kind, dict(info), 1, now)
+        if departed:
+            self._forget_old()
 
     def brokers(self) -> list[RouteEvent]:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""

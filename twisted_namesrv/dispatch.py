@@ -146,6 +146,11 @@ class _NoAnswersKept:
         pass
 
 
+#: what a handler answers at once: tested before Deferred, an abstract class whose isinstance
+#: runs Python (ABCMeta's) on every request
+_ANSWERED = (RemotingCommand, Answer)
+
+
 class AnswerNotEncodable(Exception):
     """A response that cannot be encoded: answered with an error, not the connection lost."""
 
@@ -234,7 +239,8 @@ class Dispatcher:
                 if self._turn_full():
                     return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
-            if isinstance(outcome, defer.Deferred):  # waits for the controller log: the frames after it wait too
+            # waits for the controller log: the frames after it wait too
+            if type(outcome) is not Answer and isinstance(outcome, defer.Deferred):
                 return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
             encoded = self._answer_frame(frame, request, peer, outcome, begun)
             if encoded is not None:
@@ -358,7 +364,7 @@ class Dispatcher:
                     response = table.handlers[request.code](state, request, peer)
             except Exception as exc:
                 response, handled = self._failed(request, peer, exc), False
-        if isinstance(response, defer.Deferred):
+        if not isinstance(response, _ANSWERED) and isinstance(response, defer.Deferred):
             return self._when_answered(request, peer, response)
         return self._heard(request, peer, response, handled)
 

@@ -33,7 +33,12 @@ class RouteEvent:
 
     @property
     def broker_key(self) -> tuple[Any, Any, Any]:
-        return self.info.get("cluster"), self.info.get("broker"), self.info.get("addr")
+        return broker_key(self.info)
+
+
+def broker_key(info: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What tells a route event's broker from another: its (cluster, name, address)."""
+    return info.get("cluster"), info.get("broker"), info.get("addr")
 
 
 class RecentEvents:

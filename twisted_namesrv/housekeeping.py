@@ -7,8 +7,9 @@ first scan runs at start, as Java's (scheduleAtFixedRate after 5 ms), then every
 from __future__ import annotations
 
 from twisted.internet import interfaces
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 
+from .logs import emit_made
 from .server import RemotingFactory
 from .state.routes import RouteInfoManager
 from .timers import ClockedTimerService
@@ -30,9 +31,9 @@ class HousekeepingService(ClockedTimerService):
 
 def log_route_event(kind: str, info: dict) -> None:
     """Every broker registered, changed, expired, closed, idle or unregistered, with its reason."""
-    details = " ".join(f"{k}={v}" for k, v in info.items())
+    details = " ".join([f"{k}={v}" for k, v in info.items()])  # a list: no generator resumed per field
     # the message made here, as Twisted's legacy events carry theirs ("{log_text}"): one line per
     # registration, and formatting it through a format string was a tenth of a 5,000-broker
     # registration's CPU (logs.py writes such a message as it is); the fields stay the event's,
     # for JSON lines
-    log.info("{log_text}", log_text=f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)
+    emit_made(log, LogLevel.info, f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)

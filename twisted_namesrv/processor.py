@@ -9,7 +9,7 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,7 +217,8 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
         renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
             return renewable_answer(state, request, header, digest, renewed)
-    broker_id = java_long(header.brokerIdText, "brokerId")
+    # the header read it by the same rule (parse_java_integer): only a missing or malformed one is read again
+    broker_id = header.brokerId if header.brokerId is not None else java_long(header.brokerIdText, "brokerId")
     names = header.names
     if names is None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
@@ -262,8 +263,9 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
     """A registration applied in full or renewed: its answer, with what renews the broker when the
     same bytes come again on its connection (the answer cache keeps it: ``Renewable``)."""
     answer = Answer(registration_answer(state, request, result))
-    if digest is not None and header.names is not None and header.brokerId is not None:
-        answer.renewal = Renewable(header.names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
+    names = header.names  # a property: worked out once
+    if digest is not None and names is not None and header.brokerId is not None:
+        answer.renewal = Renewable(names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
                                    result.shown)
     return answer
 
@@ -271,11 +273,13 @@ def renewable_answer(state: NamesrvState, request: RemotingCommand, header: Regi
 def registration_answer(state: NamesrvState, request: RemotingCommand, result: RegisterBrokerResult) -> RemotingCommand:
     """A registration's answer: the master's addresses for a slave, and the order topics' KV
     table where the generation returns it (returnOrderTopicConfigToBroker)."""
-    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     reply_body = None
     if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
+    if not (result.haServerAddr or result.masterAddr):  # a master's: nothing to show, nothing to order
+        return respond(state, request, ext={}, body=reply_body)
+    reply_ext = {"haServerAddr": result.haServerAddr, "masterAddr": result.masterAddr}
     return respond(state, request, ext=fastjson.java_hash_map({k: v for k, v in reply_ext.items() if v}),
                    body=reply_body)
 
@@ -302,15 +306,27 @@ def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer)
     return respond(state, request)
 
 
-def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    ext = request.ext
+def live_broker(state: NamesrvState, ext: Mapping[str, str | None]) -> tuple[str | None, str | None]:
+    """The (clusterName, brokerAddr) a heartbeat names its broker by in the live table.  Java 5.3.3
+    keys that table by both (BrokerAddrInfo, whose hashCode reads each one's length): a request
+    missing either fails there with a NullPointerException, SYSTEM_ERROR, and changes nothing.
+    Java 4.9.8 keys it by the address alone, in a HashMap, where a null finds nothing."""
     cluster, addr = ext.get("clusterName"), ext.get("brokerAddr")
+    if state.profile.live_key_includes_cluster:
+        for name, value in (("clusterName", cluster), ("brokerAddr", addr)):
+            if value is None:
+                raise BadRequest(f"java.lang.NullPointerException: header field {name} is missing")
+    return cluster, addr
+
+
+def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     if request.body is None and not state.profile.query_data_version_always_refreshes:
         raise BadRequest("java.lang.NullPointerException: QUERY_DATA_VERSION without a body")
     try:
         version = None if request.body is None else DataVersion.from_json(json_body(request))
     except (AttributeError, TypeError, OverflowError, ValueError) as exc:
         raise BadRequest(f"body is not a DataVersion: {exc}") from None
+    cluster, addr = live_broker(state, request.ext)  # after the body, as Java decodes it first
     routes = state.routes
     changed = routes.is_broker_topic_config_changed(cluster, addr, version)
     if state.profile.query_data_version_always_refreshes or not changed:
@@ -321,7 +337,7 @@ def query_data_version(state: NamesrvState, request: RemotingCommand, peer: Peer
 
 
 def broker_heartbeat(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    state.routes.update_broker_info_update_timestamp(request.ext.get("clusterName"), request.ext.get("brokerAddr"))
+    state.routes.update_broker_info_update_timestamp(*live_broker(state, request.ext))
     return respond(state, request)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from .metrics import Metrics
 from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals
 from .remoting import FrameDecoder, RemotingDecodeError
+from .remoting.foreign import foreign_protocol
 
 log = Logger()
 
@@ -131,6 +132,8 @@ class RemotingProtocol(protocol.Protocol):
     after_clients = False
     #: the factory's IdleWatch, while the idle timeout is on
     idle: IdleWatch | None = None
+    #: a frame of it was read: bytes refused after that are no other protocol's first words
+    spoke = False
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -185,6 +188,7 @@ class RemotingProtocol(protocol.Protocol):
             replies: list[bytes] = []
             used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:
+                self.spoke = True
                 if self.factory.dispatcher.count_requests:
                     self.factory.metrics.bytes_received += used
                 self._write(replies)
@@ -197,8 +201,10 @@ class RemotingProtocol(protocol.Protocol):
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
-            self._reject(exc.reason, str(exc))
+            self._reject(exc.reason, str(exc), None if self.spoke else foreign_protocol(data))
             return
+        if frames:
+            self.spoke = True
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
         if busy:
@@ -301,8 +307,12 @@ class RemotingProtocol(protocol.Protocol):
             else:
                 self.transport.pauseProducing()
 
-    def _reject(self, reason: str, detail: str) -> None:
-        """A frame that cannot be a command: counted by ``reason``, logged, the channel closed."""
+    def _reject(self, reason: str, detail: str, protocol: str | None = None) -> None:
+        """A frame that cannot be a command: counted by ``reason``, logged, the channel closed; a
+        peer whose first bytes are another protocol's (``protocol``: remoting/foreign.py) is told
+        so in the line, with the factory's word on it (e.g. where the HTTP port is)."""
+        if protocol is not None:
+            detail += f" (its first bytes are {protocol}: {self.factory.foreign.get(protocol, 'not remoting')})"
         self.factory.refuse(reason, self.peer.address, "decode exception, closing the channel: {detail}",
                             detail=detail)
         self.transport.loseConnection()
@@ -416,8 +426,10 @@ class RemotingFactory(protocol.Factory):
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, refusals: Refusals, budget: MemoryBudget, max_connections: int = 0,
                  max_header_length: int | None = None, listener: str = "remoting",
-                 fds: FdBudget | None = None) -> None:
+                 fds: FdBudget | None = None, foreign: Mapping[str, str] | None = None) -> None:
         self.dispatcher = dispatcher
+        #: what a refusal says of a peer speaking another protocol (remoting/foreign.py), by protocol
+        self.foreign = dict(foreign or {})
         self.max_connections = max_connections  # 0: no limit
         self.clock = clock
         self.max_frame_length = max_frame_length

@@ -46,6 +46,7 @@ from .peers import PeersService, peer_addresses
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
+from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
@@ -63,6 +64,19 @@ from .warm_restart import RouteSnapshotService
 log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
 
+
+
+def foreign_words(config: NamesrvConfig) -> dict[str, str]:
+    """What the remoting port's refusal says of a peer whose first bytes are HTTP or TLS
+    (remoting/foreign.py): a probe or browser pointed at the wrong port, a client with TLS on."""
+    http = (f"this port speaks RocketMQ remoting; HTTP (the status page, /metrics, /healthz) is on port "
+            f"{config['metricsPort']}" if config["metricsPort"] else
+            "this port speaks RocketMQ remoting, and this server serves no HTTP (metricsPort=0)")
+    words = {HTTP: http}
+    if config["tls.server.mode"] == "disabled":
+        words[TLS] = ("a client with TLS on (tls.enable=true), and this port does not speak TLS "
+                      "(tls.server.mode=disabled)")
+    return words
 
 def check_paths(config: NamesrvConfig) -> None:
     """The files the server writes must be writable before it listens: a data dir that is a file
@@ -171,7 +185,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
-    config.subscribe(answers.clear)
+    config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
@@ -363,7 +377,7 @@ class NamesrvService(service.MultiService):
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
                                        self.state.budget, config["maxConnections"], config["headerMaxLength"],
-                                       fds=self.fds)
+                                       fds=self.fds, foreign=foreign_words(config))
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
             ClockedTimerService(RELOAD_INTERVAL_SECONDS, partial(reload_acl, self.state.acl, self.metrics),
                                 reactor).setServiceParent(self)

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
-from spark_analysis.capture.conversation import HTTP, TLS
 from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
@@ -33,6 +32,7 @@ from spark_analysis.model.tally import Groups, add
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
+from twisted_namesrv.remoting.foreign import HTTP, TLS
 
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
@@ -296,7 +296,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     return found
 
 
-#: what bytes of another protocol on a NameServer's connection mean (capture/conversation.foreign_protocol)
+#: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
           HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}

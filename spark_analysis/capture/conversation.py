@@ -38,7 +38,9 @@ from twisted_namesrv.remoting.header import (
     HeaderTemplates,
     binary_split,
     from_template,
+    json_key_parts,
     json_split,
+    json_split_alike,
     read_header_prefix,
 )
 
@@ -66,9 +68,12 @@ class FrameKind:
     route lookups, each broker's registrations and heartbeats, their answers). ``header`` is shared
     (its opaque is the first frame's): never to be changed. ``row``, ``call`` and ``broker``: memos of
     what every FRAME row and every CALL row of the kind say alike and of the broker its extFields
-    name, filled by decode/rows.py."""
+    name, filled by decode/rows.py. ``parts``: a JSON kind's template key cut at the opaque
+    (header.json_key_parts), what a header alike is told by (header.json_split_alike), once its
+    frames came twice in a row (most kinds never do: a client's lookups of one topic each)."""
 
-    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker")
+    __slots__ = ("header", "serialize_type", "code", "is_response", "is_oneway", "ext", "row", "call", "broker",
+                 "parts")
 
     def __init__(self, header: Header, serialize_type: int) -> None:
         self.header, self.serialize_type = header, serialize_type
@@ -78,6 +83,7 @@ class FrameKind:
         self.row: tuple[Any, ...] | None = None
         self.call: tuple[Any, ...] | None = None
         self.broker: tuple[Any, ...] | None = None
+        self.parts: tuple[bytes, bytes] | None = None  # set by _decode_frames once met twice in a row
 
 
 class CapturedCommand:
@@ -195,8 +201,11 @@ class Run(NamedTuple):
 
 def frame_times(run: Run, stops: list[int]) -> list[float]:
     """When each frame ending at ``stops`` (positions in the run's bytes joined) became readable:
-    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once."""
-    ends = np.cumsum(np.fromiter(map(len, run.data), np.int64, len(run.data)))
+    the ts of the chunk its last byte came with (the first ending at or after it), found for all at once.
+    The run's chunks follow each other (no byte cut between: _decode_run's), so each ends where the
+    next starts: their ends are the offsets the Direction kept, not their lengths summed again."""
+    offsets = run.offset
+    ends = np.array([*offsets[1:], offsets[-1] + len(run.data[-1])], np.int64) - offsets[0]
     return list(map(run.ts.__getitem__, np.searchsorted(ends, stops).tolist()))
 
 
@@ -232,18 +241,21 @@ def forget_kinds() -> None:
         kinds.clear()
 
 
-def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[FrameKind, int] | None:
+def _kind_at(data: bytes, serialize_type: int, start: int, end: int, split: tuple[bytes, int] | None = None
+             ) -> tuple[FrameKind, int] | None:
     """The kind and the opaque of the header at ``data[start:end]`` (of a serialize type in _SPLIT),
-    looked up in place by its template key; a kind not met yet is read by the codec (refusing what
-    it refuses: RemotingDecodeError) and kept. None where the codec decodes the header for itself."""
-    split = _SPLIT[serialize_type](data, start, end)
+    looked up in place by its template key (``split``: its key and opaque, when found already); a
+    kind not met yet is read by the codec (refusing what it refuses: RemotingDecodeError) and kept.
+    None where the codec decodes the header for itself."""
+    if split is None:
+        split = _SPLIT[serialize_type](data, start, end)
     if split is None:
         return None
     key, opaque = split
     kinds = _KINDS[serialize_type]
     kind = kinds.get(key)
     if kind is None:
-        found = _TEMPLATE_OF[serialize_type](data[start:end])
+        found = _TEMPLATE_OF[serialize_type](data[start:end], split)
         if found is None:
             return None
         if len(kinds) >= _TEMPLATES.size:
@@ -252,16 +264,17 @@ def _kind_at(data: bytes, serialize_type: int, start: int, end: int) -> tuple[Fr
     return kind, opaque
 
 
-def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes
-               ) -> CapturedCommand:
+def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, direction: str, data: bytes,
+               split: tuple[bytes, int] | None = None) -> CapturedCommand:
     """The frame at ``source[start:end]`` (without its length prefix) as the server's codec reads it
     (RemotingCommand.decode, refusing what it refuses), its header through its kind, read in place in
-    ``data`` (``source``'s bytes as bytes); its bytes and body stay views where ``source`` is one."""
+    ``data`` (``source``'s bytes as bytes; ``split``: its header's template key and opaque, when
+    found already); its bytes and body stay views where ``source`` is one."""
     if end - start >= 4:  # shorter: the codec says why (RemotingCommand.decode)
         serialize_type, header_length = split_header_word(_WORD.unpack_from(data, start)[0])
         header_end = start + 4 + header_length
         if header_end <= end and serialize_type in _SPLIT:
-            found = _kind_at(data, serialize_type, start + 4, header_end)
+            found = _kind_at(data, serialize_type, start + 4, header_end, split)
             if found is not None:
                 return CapturedCommand(ts, direction, found[0], found[1], source, start, header_end, end)
     frame = source[start:end]
@@ -271,7 +284,8 @@ def _decode_at(ts: float, source: bytes | memoryview, start: int, end: int, dire
 def _decode_frames(conversation: Conversation, direction: str, data: bytes, times: list[float],
                    spans: list[tuple[int, int]]) -> None:
     """_decode_at of each frame of a run (``data``) at ``spans``, with their header words read for
-    all at once: each frame's header is looked up where it lies (a JSON header of a kind met: its
+    all at once: each frame's header is looked up where it lies (a JSON header alike the one before
+    but for the opaque: that kind, told by comparing in place, no search; of another kind met: its
     key and the kind, no call more), its bytes and body are views of the run when asked for."""
     view = memoryview(data)
     starts, stops = zip(*spans, strict=True)
@@ -280,15 +294,32 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
     append = conversation.commands.append
     json_kinds = _KINDS[_JSON]
+    # the kind of the last JSON frame found by its key, and whether the one found before it was of
+    # the same kind: then the next is tried as alike first (a run of answers, a broker's heartbeats)
+    # by its key's parts, where a client's lookups of one topic after another are never tried
+    last: FrameKind | None = None
+    front = back = b""
+    alike = False
     for ts, start, end, serialize_type, header_end in zip(times, starts, stops, (words >> 24).tolist(), header_ends,
                                                           strict=True):
+        split = None
         if serialize_type == _JSON and header_end <= end:
+            if alike and last is not None and (
+                    opaque := json_split_alike(data, start + 4, header_end, front, back)) is not None:
+                append(CapturedCommand(ts, direction, last, opaque, view, start, header_end, end))
+                continue
             split = json_split(data, start + 4, header_end)
             if split is not None and (kind := json_kinds.get(split[0])) is not None:
                 append(CapturedCommand(ts, direction, kind, split[1], view, start, header_end, end))
+                if kind is not last:
+                    last, alike = kind, False
+                elif not alike:
+                    if kind.parts is None:
+                        kind.parts = json_key_parts(split[0])
+                    (front, back), alike = kind.parts, True
                 continue
-        try:  # any other frame: a kind not met yet, a binary header, one the codec decodes itself
-            append(_decode_at(ts, view, start, end, direction, data))
+        try:  # any other frame: a kind not met yet (its key found: no search again), a binary header, one the
+            append(_decode_at(ts, view, start, end, direction, data, split))  # codec decodes itself
         except RemotingDecodeError:
             _undecodable(conversation, direction, ts, view[start:end])
 
@@ -357,24 +388,6 @@ def _holes(run: Run, uncaptured: dict[int, int]) -> list[tuple[int, int]]:
         if cut:
             holes.append((position, cut))
     return holes
-
-
-#: what a connection's first undecodable bytes are, when they are a protocol of their own: a TLS
-#: record (content type handshake 22, major version 3: a ClientHello to a NameServer whose
-#: tls.server.mode is enforcing or permissive) or an HTTP request or answer
-_TLS_RECORD = re.compile(rb"\x16\x03[\x00-\x04]", re.DOTALL)
-_HTTP = re.compile(rb"(?:GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH) [^\r\n]* HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3}")
-TLS, HTTP = "TLS", "HTTP"
-
-
-def foreign_protocol(data: bytes | memoryview) -> str | None:
-    """TLS or HTTP when ``data`` (bytes that are no remoting frame) start as those do, else None."""
-    head = bytes(data[:256])
-    if _TLS_RECORD.match(head):
-        return TLS
-    if _HTTP.match(head):
-        return HTTP
-    return None
 
 
 def frame_start(data: bytes | memoryview) -> int | None:

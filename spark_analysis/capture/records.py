@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import struct
-from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -48,7 +47,8 @@ _CANDIDATE = {
     ">": re.compile(rb"(?=.{8}\x00.{3}\x00)", re.DOTALL),
 }
 
-_U32 = {e: struct.Struct(e + "I") for e in "<>"}
+#: a record header's incl_len, read at the header's start (8 bytes in)
+_INCL_LEN = {e: struct.Struct(e + "8xI") for e in "<>"}
 
 
 class RecordIndex(NamedTuple):
@@ -128,21 +128,23 @@ def index_pcap_records(data: Buffer, header: PcapHeader, start: int = PCAP_HEADE
     view = memoryview(data)
     end = len(view)
     stop = end if stop is None else min(stop, end)
-    unpack = _U32[header.endian].unpack_from  # incl_len, at +8 in a record header
-    headers = array("q")
-    append = headers.append
-    offset = start
-    # one comparison a record: a record header starting before ``last`` lies whole in the buffer;
-    # whether the record's data does too is told once, of the last one (the walk ends past ``end``
-    # only when that one runs beyond it: a capture cut while writing it)
+    unpack, step = _INCL_LEN[header.endian].unpack_from, RECORD_HEADER_LEN
+    # a record header starting before ``last`` lies whole in the buffer; whether the record's data does
+    # too is told once, of the last one (the walk ends past ``end`` only when that one runs beyond it:
+    # a capture cut while writing it)
     last = min(stop, end - RECORD_HEADER_LEN + 1)
-    while offset < last:
-        append(offset)
-        offset += RECORD_HEADER_LEN + unpack(view, offset + 8)[0]
-    if headers and offset > end:
-        headers.pop()
-    at = np.frombuffer(headers, np.int64)
+
+    def walk(offset: int) -> Iterator[int]:
+        """The record headers' offsets: one read and one comparison a record, each header depending
+        on the one before (a generator numpy takes from: no list or array grown a record at a time)."""
+        while offset < last:
+            yield offset
+            offset += step + unpack(view, offset)[0]
+
+    at = np.fromiter(walk(start), np.int64)
     words = read_words(np.frombuffer(view, np.uint8), at, f"{header.endian}u4", 4).astype(np.int64)
+    if len(at) and int(at[-1]) + RECORD_HEADER_LEN + int(words[-1, 2]) > end:
+        at, words = at[:-1], words[:-1]
     seconds, fraction, length, orig_len = words.T
     return RecordIndex(seconds + fraction / header.ts_units, np.full(len(at), header.linktype, np.int64),
                        at + RECORD_HEADER_LEN, length, orig_len)

@@ -32,6 +32,7 @@ Notes go to the task's tally (model/tally.add) as (group, key, count, first, las
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -51,6 +52,8 @@ CONTROLLER_NOTICE = "controller_notice"
 ASKED = frozenset(Req) - {Req.NOTIFY_BROKER_ROLE_CHANGED, Req.BROKER_HEARTBEAT}
 #: BROKER_HEARTBEAT goes to NameServers too: a controller's only on a connection carrying ASKED codes
 HEARTBEAT, NOTICE = Req.BROKER_HEARTBEAT, Req.NOTIFY_BROKER_ROLE_CHANGED
+_CONTROLLER_CODES = frozenset(int(code) for code in (*ASKED, NOTICE))
+_KIND_CODE = operator.attrgetter("kind.code")
 _HIGHER_VERSION = len(VERSION_NAMES) - 1
 NO_REQUEST = "answer without its request"  # (a request never answered is the calls' own finding: unanswered)
 
@@ -69,7 +72,9 @@ class Undecodable(ValueError):
 
 
 def is_controller_connection(requests: Iterable[CapturedCommand]) -> bool:
-    return any(r.code in ASKED or r.code == NOTICE for r in requests)
+    """Whether any request is one a controller is asked (its codes as ints: a member of an enum read
+    off its class and compared cost ~0.35 us, for each request of every connection)."""
+    return not _CONTROLLER_CODES.isdisjoint(map(_KIND_CODE, requests))
 
 
 def controller_rows(conn_id: str, connection: Connection, pairs: list[tuple[CapturedCommand, CapturedCommand | None]],

@@ -76,14 +76,16 @@ def translated_copies(ends: Mapping[Key, ConnectionEnds], sides: Mapping[Key, st
     shared = Counter(sides.values())
     kept_at: Counter[str] = Counter()
     chosen: list[tuple[list[Key], Key]] = []
-    opened = [group for group in groups if all(ends[key].opened for key in group)]
+    opened: list[list[Key]] = []
+    older: list[list[Key]] = []  # no SYN: they follow where the opened ones were kept
+    for group in groups:
+        (opened if all(ends[key].opened for key in group) else older).append(group)
     for group in opened:
         kept = max(group, key=lambda key: (ends[key].first, key))
         kept_at[sides[kept]] += 1
         chosen.append((group, kept))
-    for group in groups:
-        if group not in opened:
-            chosen.append((group, min(group, key=lambda key: (-kept_at[sides[key]], -shared[sides[key]], key))))
+    for group in older:
+        chosen.append((group, min(group, key=lambda key: (-kept_at[sides[key]], -shared[sides[key]], key))))
     copies = tuple(sorted(Copy(key, sides[key], kept, sides[kept]) for group, kept in chosen for key in group
                           if key != kept))
     return Translated(copies, frozenset(copy.seen for copy in copies))

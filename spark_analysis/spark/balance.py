@@ -84,6 +84,14 @@ def guessed_clients(sent: Mapping[tuple[ConnectionKey, bool], int], sides: Mappi
     return frozenset(found)
 
 
+def decode_beside_replay(cores: int) -> bool:
+    """Whether the guessed clients' 4-tuples are decoded beside the replay: only where a core would
+    otherwise wait for it. With one core none does, and what the split costs stays: a second scan of
+    the kept pieces, its shuffle and tasks, the union (on the 10 h capture, `local[1]` used 0.2-0.6 s
+    less of the JVM's CPU without it; docs/benchmarks.md)."""
+    return cores > 1
+
+
 def among(keys: Collection[ConnectionKey]) -> Column:
     """Whether a piece's 4-tuple (columns ``lower`` and ``higher``) is one of ``keys``: one
     literal however many (as task_column)."""

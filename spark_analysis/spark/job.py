@@ -11,7 +11,8 @@ SYN). With a local output and master, that task writes its rows of the tables as
 files itself (tables.py); otherwise the rows go to the JVM as Arrow batches (mapInArrow), one struct
 column per table, and are cached there while Spark writes the tables. Broker events go to the JVM
 either way and on, by broker, to the liveness tasks (spark/liveness_stage.py), in the same job.
-Where the decoding tasks write the tables, the 4-tuples guessed clients' (balance.guessed_clients)
+Where the decoding tasks write the tables and more than one core runs the job (one core has none
+waiting: balance.decode_beside_replay), the 4-tuples guessed clients' (balance.guessed_clients)
 are decoded in the liveness tasks' stage instead, beside the replay, which needs none of their
 events but their failed lookups, judged on the driver by its routes; a wrong guess is found there
 and the replay run again with every 4-tuple's events (liveness_stage.py).
@@ -194,8 +195,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                      left_out=left_out)
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
     # liveness tasks' stage, where the other cores would wait for it; the others first, as the
-    # replay needs their events (with Spark writing the tables, all are decoded first: one output)
-    guessed = balance.guessed_clients(read.sent, sides) if tables_out else frozenset()
+    # replay needs their events (with Spark writing the tables, all are decoded first: one output;
+    # with one core, too: no core waits for the replay there, see balance.decode_beside_replay)
+    guessed = balance.guessed_clients(read.sent, sides) if tables_out and balance.decode_beside_replay(
+        sc.defaultParallelism) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:

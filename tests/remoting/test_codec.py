@@ -210,6 +210,49 @@ class TestHeaderTemplates:
             templates.binary_template_of(heads[0][:7])
 
 
+class TestJsonSplitAlike:
+    """json_split_alike tells a JSON header alike a key met (but for its opaque) by comparing in place:
+    always json_split's answer where it gives one, None where the header is another or json_split
+    would refuse it."""
+
+    KNOWN = b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":7,"version":433}'
+
+    def parts(self) -> tuple[bytes, bytes]:
+        from twisted_namesrv.remoting.header import json_key_parts, json_split
+
+        key = json_split(self.KNOWN)[0]  # type: ignore[index]
+        front, back = json_key_parts(key)
+        assert front.endswith(b'"opaque":') and front + back == key
+        return front, back
+
+    @pytest.mark.parametrize("digits", [b"0", b"7", b"-1", b"007", b"2147483647", b"-2147483648", b"12345678901"])
+    def test_the_same_answer_as_json_split(self, digits: bytes) -> None:
+        from twisted_namesrv.remoting.header import json_split, json_split_alike
+
+        head = b"xx" + self.KNOWN.replace(b'"opaque":7', b'"opaque":' + digits) + b"yy"
+        end = len(head) - 2
+        split = json_split(head, 2, end)
+        assert json_split_alike(head, 2, end, *self.parts()) == (None if split is None else split[1])
+
+    @pytest.mark.parametrize("header", [
+        b'{"code":105,"extFields":{"topic":"U"},"flag":0,"language":"JAVA","opaque":7,"version":433}',  # another
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":+7,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque": 7,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":1_0,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":-,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":2147483648,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":123456789012,"version":433}',
+        b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":7,"version":4330}',
+    ])
+    def test_none_for_another_header_or_one_json_split_refuses(self, header: bytes) -> None:
+        from twisted_namesrv.remoting.header import json_split, json_split_alike
+
+        assert json_split_alike(header, 0, len(header), *self.parts()) is None
+        split = json_split(header)
+        assert split is None or split[0] != b"".join(self.parts())
+
+
 class TestBinaryHeader:
     def test_empty_strings_read_as_null(self) -> None:
         command = RemotingCommand.request(105, {"k": "", "topic": "T"}, serialize_type=1)

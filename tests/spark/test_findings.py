@@ -155,6 +155,22 @@ def test_clients_decoded_beside_the_replay_change_nothing_even_when_attempts_fai
     assert split.summary == synthetic_outputs.summary
 
 
+def test_with_one_core_every_4_tuple_is_decoded_before_the_replay(
+        spark, synthetic, synthetic_outputs: Outputs, tmp_path, monkeypatch) -> None:
+    """With one core no core waits for the replay, so the guessed clients' 4-tuples are not split
+    off to be decoded beside it (that costs a second scan of the pieces, its tasks and a union):
+    every 4-tuple is decoded first, as counted (``counted_cost=0``), and the report is the same."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "defaultParallelism", property(lambda self: 1))
+    path, _ = synthetic
+    one = run_job(spark, [str(path)], tmp_path, report=False, counted_cost=0)
+    assert not any("decoded beside the replay" in line for line in one.progress)
+    assert same_rows(one, synthetic_outputs)
+    assert (one.brokers, one.counts, one.summary) == (synthetic_outputs.brokers, synthetic_outputs.counts,
+                                                      synthetic_outputs.summary)
+
+
 def test_sessions_analysed_together_say_what_each_says_alone(spark, synthetic, synthetic_outputs: Outputs,
                                                              tmp_path: Path) -> None:
     """Another cluster captured 30 s after the synthetic capture, at the same addresses (other names,
@@ -596,7 +612,7 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
 def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
     records. It said "no frame of it decodes; what it is stays unknown"."""
-    from spark_analysis.capture.conversation import foreign_protocol
+    from twisted_namesrv.remoting.foreign import foreign_protocol
 
     client_hello = bytes.fromhex("160301020001") + b"\x00" * 40
     assert foreign_protocol(client_hello) == "TLS"

@@ -25,11 +25,18 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
+- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core) and ``others_cpu_s``:
+  the CPU the machine's cores spent in the phase on anything but the server, the load and the
+  probe (``/proc/stat`` less the three): a phase whose time or waits others shared a core with
+  says so;
 - RSS after registration (with the client connections open) and at the end.
 
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
-interleaved; the table gives each figure's median with its min–max and the ratio to each
-compared server (median of the per-round ratios).  The machine's load average is recorded.
+interleaved; before each run the previous server's whole process group is gone and the machine
+idle (under QUIET_CORES busy over a second, at most ``--quiet-timeout`` s: each record's
+``quiet_before`` says how long it waited and how busy the last second was); the table gives
+each figure's median with its min–max and the ratio to each compared server (median of the
+per-round ratios).  The machine's load average is recorded.
 
 Each run is appended to ``--records`` (JSON lines) as it ends, with its round, step, server,
 commit, start time and load: a run stopped anywhere keeps what it finished, the same command
@@ -46,6 +53,7 @@ import json
 import multiprocessing
 import os
 import resource
+import select
 import shlex
 import shutil
 import signal
@@ -55,6 +63,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -226,6 +235,9 @@ class Server:
         return None if total is None else round(total / 1024, 1)
 
     def stop(self, timeout: float = 20) -> None:
+        """SIGTERM to its process group, SIGKILL after ``timeout``; back once every process of the
+        group is gone, not only the one started (a launcher's children stop too: none of a server
+        may run on into the next server's phases)."""
         if self.alive:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -233,6 +245,60 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        deadline = time.monotonic() + timeout
+        while group_alive(self.proc.pid):
+            if time.monotonic() > deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is still there (a zombie counts until reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cores_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy (user, nice, system, irq, softirq: all
+    processes', /proc/stat), so far."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:8]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields)
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: the machine counts as quiet under this many cores busy (between runs nothing of the curve's runs)
+QUIET_CORES = 0.2
+
+
+def wait_for_quiet(timeout: float, under: float = QUIET_CORES) -> dict[str, float | None]:
+    """Before a run: wait until the machine's cores are idle (under ``under`` cores busy over a
+    second: the previous server's exit, its files' writeback, whatever else ran), at most
+    ``timeout`` s; how long it waited and how busy the last second was (a run that starts
+    above it was measured on a busy machine, and its record says so)."""
+    started, last = time.monotonic(), cores_busy_s()
+    if timeout <= 0:
+        return {"waited_s": 0.0, "cores_busy": None}
+    while True:
+        time.sleep(1.0)
+        now = cores_busy_s()
+        used, last = now - last, now
+        if used < under or time.monotonic() - started >= timeout:
+            return {"waited_s": round(time.monotonic() - started, 1), "cores_busy": round(used, 2)}
 
 
 def tidy(scratch: Path) -> None:
@@ -304,7 +370,7 @@ def broker_tables(step: Step) -> list[tuple[str, str, list[str]]]:
 def probe_priority() -> str:
     """Put the probe ahead of the load generator on their shared core (1): SCHED_FIFO, else nice
     -20, else as it is; what it got.  At normal priority a lookup's reply waited while this
-    process's brokers (asyncio: a storm's sends come a timer tick's batch at a time) held the core,
+    process's brokers held the core,
     and that wait, the same for any server, was counted as the server's.  It sleeps between lookups
     and blocks on its socket, so it takes the core only to send and read."""
     try:
@@ -319,24 +385,47 @@ def probe_priority() -> str:
         return "normal"
 
 
-def runqueue_ms() -> float:
-    """How long this (single-threaded) process has waited for a CPU while runnable, in ms."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e6
-    except (OSError, IndexError, ValueError):
-        return 0.0
+class Schedstat:
+    """A thread's ``schedstat`` (ms on a CPU, ms runnable but waiting for one), read again and
+    again through one descriptor kept open (``pread``: about 1 µs, against 13 µs to open, read and
+    close it each time, which the probe did four times a lookup); zeros once it is gone."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            self.fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def read(self) -> tuple[float, float]:
+        if self.fd is None:
+            return 0.0, 0.0
+        try:
+            ran, waited, _ = os.pread(self.fd, 128, 0).split()
+            return int(ran) / 1e6, int(waited) / 1e6
+        except (OSError, ValueError):
+            return 0.0, 0.0
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def thread_schedstat(path: str) -> tuple[float, float]:
-    """(ms on a CPU, ms runnable but waiting for one) of the thread whose schedstat is ``path``;
-    zeros once it is gone."""
-    try:
-        with open(path) as f:
-            ran, waited, _ = f.read().split()
-        return int(ran) / 1e6, int(waited) / 1e6
-    except (OSError, ValueError):
-        return 0.0, 0.0
+def read_answer(s: socket.socket) -> None:
+    """Read one whole frame off ``s`` and drop it (the probe times answers, it does not read them):
+    one ``recv`` for a small answer, not read_frame's three and a JSON decode."""
+    data = s.recv(65536)
+    while len(data) < 4:
+        more = s.recv(65536)
+        if not more:
+            raise ConnectionError("closed")
+        data += more
+    missing = 4 + int.from_bytes(data[:4], "big") - len(data)
+    while missing > 0:
+        more = s.recv(min(missing, 1 << 20))
+        if not more:
+            raise ConnectionError("closed")
+        missing -= len(more)
 
 
 #: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
@@ -353,23 +442,26 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     probe_priority()
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    server = f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent"
+    server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
+    own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
     samples: list[Sample] = []
     opaque = 0
     try:
         while not stop.is_set():
             opaque += 1
-            waited, (ran0, queued0) = runqueue_ms(), thread_schedstat(server)
+            (_, waited), (ran0, queued0) = own.read(), server.read()
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
-            read_frame(s)
+            read_answer(s)
             rtt = time.monotonic() - started
-            ran1, queued1 = thread_schedstat(server)
-            samples.append((started, rtt, runqueue_ms() - waited, ran1 - ran0, queued1 - queued0))
+            ran1, queued1 = server.read()
+            samples.append((started, rtt, own.read()[1] - waited, ran1 - ran0, queued1 - queued0))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
         samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0))
     finally:
+        server.close()
+        own.close()
         out.send(samples)
 
 
@@ -394,27 +486,82 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
 # ---- one step against one server ---------------------------------------------------------------
 
 
-async def send_all(port: int, conns: list, frames: list[list[bytes]], spread: float | None) -> list[float]:
-    """Every broker's frames on its connection: ``spread`` seconds apart in all (a storm), or
-    IN_FLIGHT at a time; each broker's round trip (s: its first frame sent to its last answered)."""
-    limit = asyncio.Semaphore(IN_FLIGHT if spread is None else len(conns))
-    trips: list[float] = []
+class Sender:
+    """One broker's registration in flight on its connection (non-blocking): what is left of the
+    frame being sent, the answer read so far, which of its frames it is at, when it began."""
 
-    async def one(index: int) -> None:
-        if spread:
-            await asyncio.sleep(index * spread / len(conns))
-        async with limit:
-            reader, writer = conns[index]
-            sent = time.monotonic()
-            for f in frames[index]:
-                writer.write(f)
-                length = int.from_bytes(await reader.readexactly(4), "big")
-                head = await reader.readexactly(length)
-                code = json.loads(head[4:4 + int.from_bytes(head[:4], "big") & 0xFFFFFF])["code"]
-                if code != 0:
-                    raise RuntimeError(f"registration refused: code {code}")
-            trips.append(time.monotonic() - sent)
-    await asyncio.gather(*(one(i) for i in range(len(conns))))
+    __slots__ = ("index", "sock", "frames", "at", "out", "got", "sent")
+
+    def __init__(self, index: int, sock: socket.socket, frames: list[bytes]) -> None:
+        self.index, self.sock, self.frames, self.at = index, sock, frames, 0
+        self.out, self.got, self.sent = memoryview(frames[0]), bytearray(), time.monotonic()
+
+    def push(self) -> bool:
+        """Send what the socket takes now; whether all of the frame went."""
+        try:
+            self.out = self.out[self.sock.send(self.out):]
+        except BlockingIOError:
+            pass
+        return not self.out
+
+    def pull(self) -> bool:
+        """Read what is there; whether the broker's last answer is in (a frame's answer sends its next)."""
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise ConnectionError(f"broker {self.index}: the server closed its connection")
+        self.got += data
+        while len(self.got) >= 4 and len(self.got) >= 4 + (length := int.from_bytes(self.got[:4], "big")):
+            head = self.got[8:8 + (int.from_bytes(self.got[4:8], "big") & 0xFFFFFF)]
+            code = json.loads(bytes(head))["code"]
+            if code != 0:
+                raise RuntimeError(f"registration refused: code {code}")
+            del self.got[:4 + length]
+            self.at += 1
+            if self.at == len(self.frames):
+                return True
+            self.out = memoryview(self.frames[self.at])
+        return False
+
+
+def send_all(conns: list[socket.socket], frames: list[list[bytes]], spread: float | None) -> list[float]:
+    """Every broker's frames on its connection (non-blocking sockets): ``spread`` seconds apart in
+    all (a storm), or IN_FLIGHT at a time; each broker's round trip (s: its first frame sent to its
+    last answered).  One epoll loop over plain sockets, a send and a read a registration: 5,000
+    repeated registrations cost the brokers' side 0.19 s of CPU against 0.19-0.26 s with asyncio's
+    streams (a task, a semaphore and two ``readexactly`` a registration), a storm's 0.20 against
+    0.40, on the core it shares with the probe.  With asyncio it took as much CPU as our server's for
+    the same registrations, so the repeated phase timed the load as much as the server."""
+    poller, count = select.epoll(), len(conns)
+    limit = IN_FLIGHT if spread is None else count
+    begun = time.monotonic()
+    due = [begun + i * spread / count for i in range(count)] if spread else None
+    flying: dict[int, Sender] = {}
+    trips: list[float] = []
+    started = 0
+    try:
+        while len(trips) < count:
+            now = time.monotonic()
+            while started < count and len(flying) < limit and (due is None or due[started] <= now):
+                sender = Sender(started, conns[started], frames[started])
+                started += 1
+                flying[sender.sock.fileno()] = sender
+                poller.register(sender.sock, select.EPOLLIN if sender.push() else select.EPOLLIN | select.EPOLLOUT)
+            timeout = -1.0  # until an answer, unless a storm's next broker is due first
+            if due is not None and started < count and len(flying) < limit:
+                timeout = max(0.0, due[started] - now)
+            for fd, events in poller.poll(timeout):
+                sender = flying[fd]
+                if events & select.EPOLLOUT and sender.push():
+                    poller.modify(fd, select.EPOLLIN)
+                if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                    if sender.pull():
+                        trips.append(time.monotonic() - sender.sent)
+                        poller.unregister(fd)
+                        del flying[fd]
+                    elif sender.out and not sender.push():  # the next piece of a split table
+                        poller.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+    finally:
+        poller.close()
     return trips
 
 
@@ -488,31 +635,41 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             phases: dict[str, tuple[float, float]] = {}
             cpu: dict[str, float] = {}
             load_cpu: dict[str, float] = {}  # this process's (the brokers'): a load generator at its limit says so
+            others: dict[str, float] = {}  # the machine's CPU that none of server, load and probe took
+            probe_cpu: dict[str, float] = {}  # the probe's, on the load's core ahead of it
             trips: dict[str, list[float]] = {}  # each broker's round trips, sorted
-            conns = [await asyncio.open_connection(HOST, port, limit=1 << 20) for _ in tables]
+            conns = [socket.create_connection((HOST, port)) for _ in tables]
+            for conn in conns:
+                conn.setblocking(False)
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
-                t0, c0, l0 = time.monotonic(), server.cpu_s(), time.process_time()
-                trips[phase] = sorted(await send_all(port, conns, first, spread))
+                t0, c0, l0, m0, p0 = (time.monotonic(), server.cpu_s(), time.process_time(), cores_busy_s(),
+                                      pid_cpu_s(probe.pid))
+                trips[phase] = sorted(send_all(conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
                 load_cpu[phase] = time.process_time() - l0
+                probe_cpu[phase] = pid_cpu_s(probe.pid) - p0
+                others[phase] = cores_busy_s() - m0 - (server.cpu_s() - c0) - load_cpu[phase] - probe_cpu[phase]
                 cpu[phase] = await cpu_until_idle(server) - c0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
                     out["rss_mib_registered"] = server.rss_mib()
                 await asyncio.sleep(0.3)
             last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
-            t0, c0 = time.monotonic(), server.cpu_s()
-            for _, writer in conns:
-                writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                                      struct.pack("ii", 1, 0))
-                writer.close()
+            t0, c0, l0, m0, p0 = (time.monotonic(), server.cpu_s(), time.process_time(), cores_busy_s(),
+                                  pid_cpu_s(probe.pid))
+            for conn in conns:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
             while not routes_gone(port, last_topics):
                 if time.monotonic() - t0 > disconnect_timeout:  # recorded as at least the timeout
                     out["mass_disconnect_timed_out"] = True
                     break
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
+            probe_cpu["mass_disconnect"] = pid_cpu_s(probe.pid) - p0
+            others["mass_disconnect"] = (cores_busy_s() - m0 - (server.cpu_s() - c0) - (time.process_time() - l0)
+                                         - probe_cpu["mass_disconnect"])
             cpu["mass_disconnect"] = await cpu_until_idle(server) - c0
             await asyncio.sleep(0.3)
         finally:
@@ -530,6 +687,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
         if phase in load_cpu:
             out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
+        out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 2)
+        out[f"{phase}_others_cpu_s"] = round(max(0.0, others[phase]), 2)
         if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
             ordered = trips[phase]
             out[f"{phase}_rtt_p50_ms"] = round(ordered[len(ordered) // 2] * 1e3, 2)
@@ -589,7 +748,8 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 
 def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path, records_path: Path,
-            disconnect_timeout: float, ready_timeout: float, after_each: Any = None) -> list[dict[str, Any]]:
+            disconnect_timeout: float, ready_timeout: float, after_each: Any = None,
+            quiet_timeout: float = 30) -> list[dict[str, Any]]:
     """Every (round, step, server) not already measured in ``records_path``, appended to it as
     soon as it ends: a run stopped at any point leaves every finished run, and the same command
     goes on from there. A run that failed is tried again. ``ready_timeout``: how long a server
@@ -605,13 +765,14 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
             for label, command in servers.items():
                 if (round_, step.name, label) in done:
                     continue
+                quiet = wait_for_quiet(quiet_timeout)
                 load = os.getloadavg()
                 server = Server(command or ours_for(step, scratch), scratch,
                                 f"{label}-{step.name}", step=step)
                 record: dict[str, Any] = {"round": round_, "step": step.name, "server": label, "commit": head,
                                           "compat": step.compat, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime()),
-                                          "loadavg": [round(x, 2) for x in load]}
+                                          "loadavg": [round(x, 2) for x in load], "quiet_before": quiet}
                 try:
                     port = server.wait_ready(ready_timeout)
                     figures = asyncio.run(run_step(step, server, port, disconnect_timeout))
@@ -707,6 +868,9 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
                    help="give up waiting for the routes to go after a mass disconnect (recorded as ≥ S)")
     p.add_argument("--ready-timeout", type=float, default=120, metavar="S",
                    help="how long a server may take to answer its first request")
+    p.add_argument("--quiet-timeout", type=float, default=30, metavar="S",
+                   help=f"before each run, wait at most S for the machine to be idle (under {QUIET_CORES} cores "
+                        "busy over a second); each record's quiet_before says how long and how busy")
     a = p.parse_args(argv)
     every = [n for n in STEPS if n != "tiny"]  # tiny: the tool's smoke run, no curve step
     names = REDUCED if a.steps == "reduced" else every if a.steps == "all" else a.steps.split(",")
@@ -743,7 +907,7 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
         print(f"[curve] runs written to {records_path}", file=sys.stderr, flush=True)
         try:
             records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout,
-                              a.ready_timeout, report)
+                              a.ready_timeout, report, a.quiet_timeout)
         finally:
             tidy(scratch)
     report(records)

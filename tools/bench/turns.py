@@ -31,7 +31,7 @@ from pathlib import Path
 
 from twisted.internet import task
 from twisted.internet.testing import StringTransport
-from twisted.logger import FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner
+from twisted.logger import LogLevel, globalLogBeginner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables and frames)
@@ -99,8 +99,8 @@ def log_to_nothing(log_format: str) -> None:
     """The server's log lines from info up, made as the real server makes them and written (a
     write and a flush a line, as Twisted's FileLogObserver does) to /dev/null."""
     out = open(os.devnull, "w")  # open while the process logs
-    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(logs.observer(log_format, out), [predicate])],
+    filtered = logs.LevelFiltered(logs.observer(log_format, out), LogLevel.info)  # as logs.configured_observer
+    globalLogBeginner.beginLoggingTo([filtered],
                                      discardBuffer=True, redirectStandardIO=False)
 
 

@@ -521,6 +521,10 @@ def _hash_pieces(digest: Any, view: memoryview, start: int) -> Steps[dict[int, t
 _VIEW_HEAD = 4 * 1024
 
 
+#: the types of a flat DataVersion's values (_flat_data_version)
+_INTS_ONLY = frozenset({int})
+
+
 def _flat_data_version(text: bytes) -> dict[str, int] | None:
     """``text`` as a DataVersion's fields when it is a flat object of ints (then any decoding of a
     body reads it alike), else None."""
@@ -528,8 +532,8 @@ def _flat_data_version(text: bytes) -> dict[str, int] | None:
         fields = fastjson.loads(text)
     except ValueError:
         return None
-    if not isinstance(fields, dict) or not fields.keys() <= _DATA_VERSION_FIELDS or not all(
-            type(v) is int for v in fields.values()):
+    if not isinstance(fields, dict) or not fields.keys() <= _DATA_VERSION_FIELDS or not set(
+            map(type, fields.values())) <= _INTS_ONLY:  # every value an int (not a bool), looked at in C
         return None
     return fields
 

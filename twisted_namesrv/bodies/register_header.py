@@ -10,6 +10,8 @@ import msgspec
 from ..remoting.values import java_bool, optional_long
 
 ZONE_NAME = "__ZONE_NAME"
+#: Integer.parseInt's range: -2^31 up to 2^31 - 1
+_INT32 = 1 << 31
 
 
 class RegisterBrokerHeader(msgspec.Struct, frozen=True, gc=False):
@@ -35,13 +37,14 @@ class RegisterBrokerHeader(msgspec.Struct, frozen=True, gc=False):
     @classmethod
     def from_ext(cls, ext: dict[str, str | None]) -> RegisterBrokerHeader:
         acting = ext.get("enableActingMaster")
+        crc = optional_long(ext.get("bodyCrc32"))  # read once: the check's int32 is this, if in range
         return cls(
             clusterName=_shared(ext.get("clusterName")), brokerAddr=ext.get("brokerAddr"),
             brokerName=_shared(ext.get("brokerName")),
             brokerId=optional_long(ext.get("brokerId")), brokerIdText=ext.get("brokerId"),
             haServerAddr=ext.get("haServerAddr"),
-            bodyCrc32=optional_long(ext.get("bodyCrc32"), bits=32) or 0,  # an unmasked CRC fails parseInt
-            bodyCrc32Declared=optional_long(ext.get("bodyCrc32")),
+            # an unmasked CRC fails parseInt
+            bodyCrc32=crc if crc is not None and -_INT32 <= crc < _INT32 else 0, bodyCrc32Declared=crc,
             compressed=java_bool(ext.get("compressed")), zoneName=ext.get(ZONE_NAME),
             enableActingMaster=None if acting is None else java_bool(acting), enableActingMasterText=acting,
             heartbeatTimeoutMillis=optional_long(ext.get("heartbeatTimeoutMillis")))

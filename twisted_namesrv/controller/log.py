@@ -5,6 +5,12 @@ committed event in order, ``Leadership`` says whether this controller may write.
 single-node implementations: ``FileControllerLog`` (an append-only file, fsync'd before
 ``append`` fires) and ``SoleLeader`` (always the leader).
 
+An append's write and fsync run in a thread of the reactor's pool, one append at a time and in
+order, as the NameServer's own stores are written (file_writer.py): the embedded controller shares
+the NameServer's reactor, and an fsync on a slow disk held it, every route lookup waiting with it.
+The append is answered in the reactor thread once its records are durable; on a clock without
+threads (a test's ``task.Clock``, or no reactor given) it is made at once in the calling thread.
+
 File format: records of ``length (4 bytes, big-endian) | crc32 (4) | event bytes``.  A record
 cut short at the very end of the file was never acknowledged (``append`` fires after fsync): it
 is dropped at replay, and the file truncated to the last whole record.  Anything else that does
@@ -19,9 +25,9 @@ import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
-from twisted.internet import defer
+from twisted.internet import defer, interfaces, threads
 from twisted.logger import Logger
 
 from ..state.files import open_regular
@@ -81,14 +87,21 @@ class FileControllerLog:
 
     FILE_NAME = "controller.log"
 
-    def __init__(self, store_path: str | os.PathLike[str]) -> None:
+    def __init__(self, store_path: str | os.PathLike[str], reactor: object = None,
+                 fsync: Callable[[int], None] = os.fsync) -> None:
+        """``reactor``: appends are written in a thread of its pool, if it has one (module
+        docstring); ``fsync``: how an append is made durable (a test's slow or failing disk)."""
         self.directory = Path(store_path)
         self.path = self.directory / self.FILE_NAME
+        self.reactor = reactor
+        self.fsync = fsync
         self._fd: int | None = None
         self.records = 0
         self.bytes = 0
         #: why the file may hold bytes past ``bytes`` (an append failed and its cut too), or None
         self._dirty: OSError | None = None
+        #: appends one at a time, in the order asked (a thread's write and a close wait their turn)
+        self._appends = defer.DeferredLock()
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -159,49 +172,75 @@ class FileControllerLog:
     # -- the ControllerLog interface -----------------------------------------------------------
 
     def replay(self) -> defer.Deferred[list[bytes]]:
-        try:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            return defer.succeed(self.open())
-        except Exception:
-            return defer.fail()
+        """Every event, read again once the appends asked for before are written."""
+        return self._appends.run(self._reopen)
+
+    def _reopen(self) -> list[bytes]:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        return self.open()
 
     def append(self, events: list[bytes]) -> defer.Deferred[None]:
         """Write and fsync the records before firing: what is answered is on disk.  A write or fsync
         that fails is undone before the error is answered: the file is cut back to its last good
         record and fsync'd, so the next append lands right after it (never after a half record)
         and a restart replays exactly the acknowledged events.  If even the cut fails, the log
-        refuses every append until a cut succeeds (each later append retries it)."""
+        refuses every append until a cut succeeds (each later append retries it).  The write is
+        made off the reactor thread (module docstring), after the appends asked for before."""
         if self._fd is None:
             return defer.fail(ControllerLogError(f"controllerStorePath: {self.path} is not open"))
-        if self._dirty is not None and not self._cut_back():
-            return defer.fail(self._failed(self._dirty, "the log is not writable until it is cut back"))
         record = b"".join(_RECORD.pack(len(e), zlib.crc32(e)) + e for e in events)
+        return self._appends.run(self._append, record, len(events))
+
+    def _append(self, record: bytes, count: int) -> defer.Deferred[None]:
+        fd = self._fd
+        if fd is None:  # closed while it waited its turn
+            return defer.fail(ControllerLogError(f"controllerStorePath: {self.path} is not open"))
+
+        def written(outcome: _Written) -> None:
+            if outcome.cut_error is not None:
+                log.error("controllerStorePath: cannot cut {path} back to byte {size}: {why}", path=str(self.path),
+                          size=self.bytes, why=outcome.cut_error.strerror)
+            if outcome.error is not None:
+                raise self._failed(outcome.error, outcome.what)
+            self.records += count
+            self.bytes += len(record)
+        return self._off_reactor(self._write, fd, record).addCallback(written)
+
+    def _off_reactor(self, work: Callable[..., _Written], *args: Any) -> defer.Deferred[_Written]:
+        """``work`` in a thread of the reactor's pool, or here when there is none."""
+        if interfaces.IReactorThreads.providedBy(self.reactor):
+            reactor: Any = self.reactor
+            return threads.deferToThreadPool(reactor, reactor.getThreadPool(), work, *args)
+        return defer.maybeDeferred(work, *args)
+
+    def _write(self, fd: int, record: bytes) -> _Written:
+        """The disk's part of an append (in a thread): what failed, and what became of it."""
+        if self._dirty is not None:
+            cut_error = self._cut_back(fd)
+            if cut_error is not None:
+                return _Written(self._dirty, "the log is not writable until it is cut back", cut_error)
         try:
-            _write_all(self._fd, record)
-            os.fsync(self._fd)
+            _write_all(fd, record)
+            self.fsync(fd)
         except OSError as exc:
             self._dirty = exc
-            undone = self._cut_back()
-            return defer.fail(self._failed(exc, "undone" if undone else "NOT undone: appends refused until it is"))
-        self.records += len(events)
-        self.bytes += len(record)
-        return defer.succeed(None)
+            cut_error = self._cut_back(fd)
+            return _Written(exc, "undone" if cut_error is None else "NOT undone: appends refused until it is",
+                            cut_error)
+        return _Written()
 
-    def _cut_back(self) -> bool:
-        """Truncate to the last good record and fsync; True when the file is clean again."""
-        assert self._fd is not None
+    def _cut_back(self, fd: int) -> OSError | None:
+        """Truncate to the last good record and fsync; None when the file is clean again."""
         try:
-            os.ftruncate(self._fd, self.bytes)
-            os.fsync(self._fd)
-            os.lseek(self._fd, self.bytes, os.SEEK_SET)
+            os.ftruncate(fd, self.bytes)
+            self.fsync(fd)
+            os.lseek(fd, self.bytes, os.SEEK_SET)
         except OSError as exc:
-            log.error("controllerStorePath: cannot cut {path} back to byte {size}: {why}", path=str(self.path),
-                      size=self.bytes, why=exc.strerror)
-            return False
+            return exc
         self._dirty = None
-        return True
+        return None
 
     def _failed(self, exc: OSError, what: str) -> ControllerLogError:
         name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
@@ -217,6 +256,7 @@ class FileControllerLog:
         log or the new one, both of which replay to the same state."""
         if self._fd is None:
             raise ControllerLogError(f"controllerStorePath: {self.path} is not open")
+        assert not self._appends.locked, "compacted between appends (the manager's replay), never during one"
         data = MAGIC + _RECORD.pack(len(snapshot), zlib.crc32(snapshot)) + snapshot
         try:
             write_atomically(self.path, data, "controller log")
@@ -234,10 +274,22 @@ class FileControllerLog:
                                      f"{exc.strerror}") from None
         self.records, self.bytes = 1, len(data)
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    def close(self) -> defer.Deferred[None]:
+        """Refuse further appends; the file is closed once the append being written is done
+        (at once when none is): fires then."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return defer.succeed(None)
+        return self._appends.run(os.close, fd)
+
+
+class _Written(NamedTuple):
+    """What an append's write did: nothing failed, or its error, what became of the file (``what``)
+    and the error of a cut back that failed."""
+
+    error: OSError | None = None
+    what: str = ""
+    cut_error: OSError | None = None
 
 
 def read_log(store_path: str | os.PathLike[str]) -> list[bytes]:

@@ -80,7 +80,8 @@ class ControllerService(service.MultiService):
         if consensus is not None:
             store, leadership = consensus.log, consensus.leadership
         path = store_path or config["controllerStorePath"] or str(Path.home() / "controller" / "store")
-        self.file_log = FileControllerLog(path) if store is None else None
+        # appends written in a thread of the reactor's pool: the NameServer's lookups share the reactor
+        self.file_log = FileControllerLog(path, reactor) if store is None else None
         self.store: ControllerLog = store if store is not None else self.file_log  # type: ignore[assignment]
         self.leadership: Leadership = leadership or SoleLeader()
         self.metrics = Metrics()
@@ -180,8 +181,9 @@ class ControllerService(service.MultiService):
             transport.loseConnection()
         stopped = super().stopService()  # the consensus leaves its group, the scans stop, the listener closes
         if self.file_log is not None:
-            self.file_log.close()
+            closed = self.file_log.close()  # once the append being written is durable
             self._store_open = False
+            return defer.gatherResults([defer.maybeDeferred(lambda: stopped), closed], consumeErrors=True)
         return stopped
 
 

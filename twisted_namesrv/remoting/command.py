@@ -106,7 +106,9 @@ class RemotingCommand:
         if self.serialize_type == SerializeType.ROCKETMQ:
             header = encode_binary_header(self.header)
         else:
-            header = encode_json_header(self.header, SerializeType(self.serialize_type).name)
+            # JSON's name without the enum's lookup (four Python calls an answer); any other type as the enum names it
+            name = "JSON" if self.serialize_type == SerializeType.JSON else SerializeType(self.serialize_type).name
+            header = encode_json_header(self.header, name)
         return encode_frame(self.serialize_type, header, self.body)
 
     @classmethod

@@ -131,12 +131,14 @@ class HeaderTemplates:
             return self._parsed(key, data, opaque)
         return from_template(template, opaque)
 
-    def template_of(self, data: bytes) -> tuple[Header, int] | None:
+    def template_of(self, data: bytes, split: tuple[bytes, int] | None = None) -> tuple[Header, int] | None:
         """The template a JSON header decodes through and its own opaque, without a Header of its
         own (a capture's frames alike share what their rows say: capture/conversation.FrameKind);
         the template is shared (never to be changed; its opaque is the first header's). None where
-        decode_json parses the header for itself (no template is kept of it)."""
-        split = json_split(data)
+        decode_json parses the header for itself (no template is kept of it). ``split``: json_split's
+        answer for ``data``, when the caller has it (a capture's header looked up in place first)."""
+        if split is None:
+            split = json_split(data)
         if split is None:
             return None
         key, opaque = split
@@ -147,12 +149,14 @@ class HeaderTemplates:
                 return None
         return template, opaque
 
-    def binary_template_of(self, data: bytes) -> tuple[Header, int] | None:
+    def binary_template_of(self, data: bytes, split: tuple[bytes, int] | None = None) -> tuple[Header, int] | None:
         """template_of for a ROCKETMQ (binary) header: its opaque is the int32 after the code,
         language and version (bytes 5-8), so headers alike but for the opaque are the same bytes
         around it, and the rest decodes the same (decode_binary_header, refusing what it refuses,
-        once per template: a binary header's extFields cost a dozen reads each time)."""
-        split = binary_split(data)
+        once per template: a binary header's extFields cost a dozen reads each time). ``split``:
+        binary_split's answer for ``data``, when the caller has it."""
+        if split is None:
+            split = binary_split(data)
         if split is None:  # too short to hold an opaque, let alone the fields after it
             raise RemotingDecodeError(f"RocketMQ protocol decoding failed: a header of {len(data)} bytes")
         key, opaque = split
@@ -237,6 +241,31 @@ def json_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[byt
     return _split_at(data, _OPAQUE_DIGITS.match(data, at + _OPAQUE_KEY_LENGTH, end), 0, start, end)
 
 
+def json_key_parts(key: bytes) -> tuple[bytes, bytes]:
+    """A template key json_split made, cut where its header's opaque digits were: (the header's
+    bytes before them, ending with OPAQUE_KEY; those after them). The key holds OPAQUE_KEY once:
+    its header did, and a digit in neither part can make another across the cut."""
+    cut = key.index(OPAQUE_KEY) + _OPAQUE_KEY_LENGTH
+    return key[:cut], key[cut:]
+
+
+def json_split_alike(data: bytes, start: int, end: int, front: bytes, back: bytes) -> int | None:
+    """The opaque json_split finds in the JSON header at ``data[start:end]`` when its key is
+    ``front + back`` (json_key_parts of a key met), else None (json_split says what it is then): a
+    header alike is ``front``, the opaque's digits, ``back``, told by two comparisons in place and
+    no search (a capture's frames mostly repeat the kind before them). Exactly json_split's answer:
+    OPAQUE_KEY ends ``front`` and lies nowhere else (digits cannot join it, and ``back`` held none);
+    ``back`` begins with no digit (the key's match ended there), so the match is the digits between."""
+    digits, after = start + len(front), end - len(back)
+    if not 0 < after - digits <= 11 or not data.startswith(front, start) or not data.startswith(back, after):
+        return None
+    text = data[digits:after]
+    if not (text.isdigit() or text[:1] == b"-" and text[1:].isdigit()):  # _OPAQUE_DIGITS, ASCII digits
+        return None
+    opaque = int(text)
+    return opaque if _INT_MIN <= opaque <= _INT_MAX else None
+
+
 def binary_split(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
     """The template key and opaque of the ROCKETMQ (binary) header at ``data[start:end]``: its bytes
     around the opaque (the int32 after the code, language and version), and the opaque; None when
@@ -280,6 +309,10 @@ def decode_json_header(data: bytes) -> Header:
     return _parse_json_header(data)
 
 
+#: the types of extFields' values that need no conversion (_parse_json_header)
+_STRINGS_ONLY = frozenset({str})
+
+
 def _parse_json_header(data: bytes) -> Header:
     try:
         obj = fastjson.loads(data)
@@ -291,7 +324,7 @@ def _parse_json_header(data: bytes) -> Header:
     if ext is not None:
         if not isinstance(ext, dict):
             raise RemotingDecodeError("extFields is not an object")
-        if not all(type(v) is str for v in ext.values()):
+        if not set(map(type, ext.values())) <= _STRINGS_ONLY:  # every value a str: no generator resumed per value
             ext = {str(k): _java_string(v) for k, v in ext.items()}
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
@@ -343,7 +376,9 @@ def encode_json_header(header: Header, serialize_name: str = "JSON") -> bytes:
 
 def _encode_java_layout(header: Header, serialize_name: str) -> bytes:
     """Java's layout (alphabetical keys) written directly: the path of every answer the server sends."""
-    ext = "" if header.ext_fields is None else ',"extFields":' + fastjson.dumps(header.ext_fields)
+    fields = header.ext_fields
+    # none ("{}": a master's registration answer, most answers) without the encoder's calls
+    ext = "" if fields is None else ',"extFields":' + (fastjson.dumps(fields) if fields else "{}")
     language = "" if header.language is None else f',"language":"{header.language}"'
     remark = "" if header.remark is None else ',"remark":' + fastjson.dumps(header.remark)
     return (f'{{"code":{header.code}{ext},"flag":{header.flag}{language},"opaque":{header.opaque}{remark}'

@@ -45,6 +45,6 @@ def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     return number if -(1 << (bits - 1)) <= number < (1 << (bits - 1)) else None
 
 
-def optional_long(value: str | None, bits: int = 64) -> int | None:
-    """A boxed Integer/Long header field: Java swallows a parse error and keeps null."""
-    return parse_java_integer(value, bits)
+#: a boxed Integer/Long header field: Java swallows a parse error and keeps null (parse_java_integer's
+#: None); the same function, not a call of it (a registration's header reads three)
+optional_long = parse_java_integer

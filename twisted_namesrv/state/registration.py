@@ -117,7 +117,8 @@ def registration_digest(revision: int, version: int, ext: Mapping[str, str | Non
     which is then not hashed a second time.  The server's handler (processor.register_broker_steps)
     and the capture's replay (spark_analysis/analysis/replay.py) compute it here.  A SHA-1, as the
     table's memos."""
-    fields = {key: value for key, value in ext.items() if key != "bodyCrc32"}
+    fields = dict(ext)  # in its order, as sent, but for bodyCrc32
+    fields.pop("bodyCrc32", None)
     tag = "split " if split is not None else ""  # two forms: neither's input is ever the other's
     digest = hashlib.sha1(f"{tag}{revision} {version} {fields!r}".encode("utf-8", "backslashreplace"))
     if split is not None:

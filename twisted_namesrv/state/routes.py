@@ -124,6 +124,8 @@ class Departure:
 
 def _one_step(events: list[Departure]) -> bool:
     """Whether ``events`` are no more than one step of handing over (``_hand_over_step``)."""
+    if len(events) <= 1:  # a registration's one event (or none): nothing to count
+        return True
     return len(events) <= EVENTS_PER_STEP and sum(bool(event.lost_topics) for event in events) <= 1
 
 
@@ -667,9 +669,10 @@ class RouteInfoManager:
         addrs = broker.brokerAddrs if broker is not None else {}
         previous = self.brokerLiveTable.get(self.live_key(req.clusterName, req.brokerAddr))
         is_master = req.brokerId == MASTER_ID
-        others = [i for i, a in addrs.items() if a != req.brokerAddr]  # its own address's other ids go
+        # its own address's other ids go; looked at only for a 5.x slave (every registration comes here twice)
         is_prime_slave = (p.prime_slave_applies_topics and req.enableActingMaster is not None and not is_master
-                          and req.brokerId <= min(others, default=req.brokerId))
+                          and req.brokerId <= min([i for i, a in addrs.items() if a != req.brokerAddr],
+                                                  default=req.brokerId))
         if not (is_master or is_prime_slave):
             return TopicRules(applies=False)
         register_first = not addrs.get(req.brokerId) or (previous is not None and previous.restored)
@@ -847,14 +850,15 @@ class RouteInfoManager:
         constant time here, and only the staged topics' names are looked at."""
         config = self.config
         longest = config["maxNameLength"]
-        self._check_names(((what, name) for what, name in (("clusterName", req.clusterName), ("brokerName",
-                           req.brokerName), ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
-                           ("zoneName", req.zoneName))), longest)
+        self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
+                           ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
+                           ("zoneName", req.zoneName)), longest)
         servers = req.body.filterServerList
         if len(servers) > FILTER_SERVERS_MAX:
             raise RegistrationRefused("filter_servers", f"its filterServerList lists {len(servers)} servers, over the "
                                       f"{FILTER_SERVERS_MAX} a registration may list (brokers since 4.x send none)")
-        self._check_names((("filterServerList", server) for server in servers), longest)
+        if servers:  # (none from brokers since 4.x)
+            self._check_names((("filterServerList", server) for server in servers), longest)
         if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
             raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
                                       f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
@@ -874,8 +878,9 @@ class RouteInfoManager:
         mappings = req.body.topicQueueMappingInfoMap
         if staging.longest > longest:  # measured as they were staged, in steps
             self._check_names((("topic", topic) for topic in staging.staged), longest)
-        self._check_names((("static topic mapping", text) for info in mappings.values()
-                           for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
+        if mappings:  # (5.x's static topics only)
+            self._check_names((("static topic mapping", text) for info in mappings.values()
+                               for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
         added = staging.added - staging.removed
         group = self.topicsOfGroup.get(name, 0)
         per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]

@@ -22,6 +22,7 @@ from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
+from ..refusals import Refusals
 from ..server import RemotingFactory
 from ..state.config import NamesrvConfig
 from ..state.hosts import AllowedHosts
@@ -29,6 +30,7 @@ from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded
 from .collector import registry
 from .connections import BoundedSite
+from .searches import SearchBudget
 
 log = Logger()
 
@@ -89,17 +91,21 @@ class ApiError(Exception):
 
 class ApiResource(resource.Resource):
     """``/api/<name>``: one JSON document each; an error is ``{"error": message}`` with 400 (a bad or
-    missing parameter) or 404 (no such endpoint, no such topic)."""
+    missing parameter), 404 (no such endpoint, no such topic), or 429/503 (too many topic searches
+    held: web/searches.py).  A document made apart whose client went away is let go (apart.py)."""
 
     isLeaf = True
 
-    def __init__(self, api: StatusApi, controller: Any = None, peers: PeersService | None = None) -> None:
+    def __init__(self, api: StatusApi, controller: Any = None, peers: PeersService | None = None,
+                 searches: SearchBudget | None = None, refusals: Refusals | None = None) -> None:
         super().__init__()
         self.api = api
+        self.searches = searches or SearchBudget()
+        self.refusals = refusals or Refusals()
         self.endpoints: dict[str, Callable[[server.Request], dict[str, Any] | defer.Deferred[dict[str, Any]]]] = {
             "overview": lambda request: api.overview(),
             "clusters": lambda request: api.clusters(),
-            "topics": lambda request: api.topics(_arg(request, "q"), _int_arg(request, "limit", TOPIC_SEARCH_LIMIT)),
+            "topics": self._topics,
             "route": self._route,
             "kv": lambda request: api.kv(),
             "events": lambda request: api.events(_int_arg(request, "since", 0)),
@@ -126,7 +132,11 @@ class ApiResource(resource.Resource):
         if not isinstance(document, defer.Deferred):
             return json.dumps(document).encode()
         gone: list[object] = []  # the client went before the document was made: nothing to write
-        request.notifyFinish().addErrback(gone.append)
+
+        def went(failure: Failure) -> None:
+            gone.append(failure)
+            document.cancel()  # not begun yet: never begun (apart.py)
+        request.notifyFinish().addErrback(went)
 
         def write(made: dict[str, Any]) -> None:
             if not gone:
@@ -134,12 +144,36 @@ class ApiResource(resource.Resource):
                 request.finish()
 
         def failed(failure: Failure) -> None:  # answered, not left open: the port's connections are few
+            if gone and failure.check(defer.CancelledError):
+                return  # let go with its client
             log.failure("/api/{name} failed", failure, name=name)
             if not gone:
                 request.setResponseCode(500)
                 write({"error": f"the document could not be made: {failure.type.__name__}"})
         document.addCallbacks(write, failed)
         return server.NOT_DONE_YET  # type: ignore[no-any-return]
+
+    def _topics(self, request: server.Request) -> defer.Deferred[dict[str, Any]]:
+        """A topic search, held against the search budget (web/searches.py) until it is answered."""
+        query, limit = _arg(request, "q"), _int_arg(request, "limit", TOPIC_SEARCH_LIMIT)
+        client = request.getClientAddress()
+        host = str(getattr(client, "host", client))
+        refused = self.searches.take(host)
+        if refused is not None:
+            self.refusals("http", refused.reason, f"{host}:{getattr(client, 'port', 0)}",
+                          "topic search refused: {why} ({status})", why=refused.message, status=refused.status)
+            request.setHeader(b"retry-after", b"1")
+            raise ApiError(refused.status, refused.message)
+        try:
+            made = self.api.topics(query, limit)
+        except BaseException:
+            self.searches.release(host)
+            raise
+
+        def release(result: Any) -> Any:
+            self.searches.release(host)
+            return result
+        return made.addBoth(release)
 
     def _route(self, request: server.Request) -> dict[str, Any]:
         topic = _arg(request, "topic")
@@ -183,6 +217,9 @@ class Root(resource.Resource):
 class QuietSite(BoundedSite):
     """No access log: the status page polls every few seconds and would drown the broker events."""
 
+    #: the topic searches held (web/searches.py), set by make_site
+    searches: SearchBudget | None = None
+
     def log(self, request: server.Request) -> None:
         pass
 
@@ -202,7 +239,8 @@ def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
     api = StatusApi(state, factory, seen, seen.health)
     root.putChild(b"", StatusPage(api))
     root.putChild(b"metrics", MetricsPage(state, factory, seen, seen.health, controller, peers))
-    root.putChild(b"api", ApiResource(api, controller, peers))
+    searches = SearchBudget()
+    root.putChild(b"api", ApiResource(api, controller, peers, searches, state.refusals))
     opened = bool(state.config["httpOpenBeyondLoopback"])
     config = state.config
     site = QuietSite(guarded(root, state.acl, state.refusals, allowed_hosts(config), opened),  # web/auth.py
@@ -210,4 +248,5 @@ def make_site(state: NamesrvState, factory: RemotingFactory, seen: Observations,
                      config["httpRequestTimeoutSeconds"], reactor, fds, state.budget)  # web/connections.py
     site.displayTracebacks = False
     site.noisy = False
+    site.searches = searches
     return site

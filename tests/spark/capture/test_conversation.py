@@ -48,6 +48,52 @@ def test_frame_start_skips_what_only_looks_like_a_header(noise: bytes) -> None:
     assert frame_start(noise) is None
 
 
+def test_frames_alike_the_one_before_are_told_without_a_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of frames of one kind (a client asking the same route, its answers) is told apart by
+    comparing each header with the one before in place: the opaque is searched for (json_split) in
+    the first three only (a kind found by its key twice in a row is tried first), and in a frame of
+    another kind in between; every frame is decoded as the codec decodes it (counted)."""
+    from spark_analysis.capture import conversation
+
+    searched = []
+    split = conversation.json_split
+    monkeypatch.setattr(conversation, "json_split", lambda data, start, end: searched.append(start) or split(
+        data, start, end))
+    other = RemotingCommand.request(105, {"topic": "Other"}, opaque=99).encode()
+    frames = [route_query(n) for n in (1, 2, 3, 40, 500)] + [other] + [route_query(n) for n in (6, 7000, 8)]
+    conversation.forget_kinds()
+    commands = conversation_of(only(reassemble(handshake() + client_stream(*frames, cut=4096)))).commands
+    assert [(c.command.ext, c.opaque) for c in commands] == [
+        ({"topic": "TopicTest"}, n) for n in (1, 2, 3, 40, 500)] + [({"topic": "Other"}, 99)] + [
+        ({"topic": "TopicTest"}, n) for n in (6, 7000, 8)]
+    # the first's kind is new (read by the codec), the second's and third's found by their key, the
+    # next two alike; "Other" is tried, then searched (new); the TopicTest ones after it are alike
+    assert len(searched) == 4
+
+
+def test_a_header_of_a_kind_not_met_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its key and opaque, found where it lies, are what its template is then looked up and kept by:
+    json_split runs once for it, not again by the kind's lookup and the templates' (counted)."""
+    from spark_analysis.capture import conversation
+    from twisted_namesrv.remoting import header
+
+    searched = []
+    split = header.json_split
+
+    def counted(data: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int] | None:
+        searched.append(start)
+        return split(data, start, end)
+
+    monkeypatch.setattr(conversation, "json_split", counted)
+    monkeypatch.setattr(header, "json_split", counted)
+    monkeypatch.setitem(conversation._SPLIT, SerializeType.JSON.value, counted)
+    conversation.forget_kinds()
+    frame = RemotingCommand.request(105, {"topic": "NotMetYet"}, opaque=5).encode()
+    commands = conversation_of(only(reassemble(handshake() + client_stream(frame)))).commands
+    assert [(c.command.ext, c.opaque) for c in commands] == [({"topic": "NotMetYet"}, 5)]
+    assert len(searched) == 1
+
+
 def test_a_brokers_repeated_registration_header_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture holds every registration of a broker, its header the same but for the opaque until its
     topics change: the capture's templates keep it (a server's do not), so it is parsed once (counted)."""
