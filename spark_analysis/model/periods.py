@@ -1,7 +1,7 @@
-"""The captures the input files are (a file, or a rotated set chained by time and by the
-connections its files carry on), the capture periods and the time bins over them, when each
-endpoint was observed, and the thresholds every layer above reads (the NameServer's expiry, the
-report's plot sizes).
+"""The captures the input files are (a file, or a part of one where nothing was captured for a
+while, or a rotated set chained by time and by the connections its files carry on), the capture
+periods and the time bins over them, when each endpoint was observed, and the thresholds every
+layer above reads (the NameServer's expiry, the report's plot sizes).
 
 Pure: the driver computes the periods from the reading tasks' facts; the liveness walk and the
 report read them.
