@@ -712,7 +712,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_serve
     stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
     given, and a kill closes its connection to each."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
-    label = addr["broker"] + (f" @ {broker['server']}" if several_servers else "")  # the field: the broker alone
+    label = addr["broker"] + (f" @ {broker['server'] or '?'}" if several_servers else "")  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
