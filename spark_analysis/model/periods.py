@@ -245,12 +245,13 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
                     best = (score, chain)
             elif short and not contradicted(seen[id(chain)], here):
                 quiet.append((gap, chain))
-        chain = best[1] if best is not None else _only_quiet_one(quiet)
-        if chain is None:
+        joined = best[1] if best is not None else _only_quiet_one(quiet)
+        if joined is None:
             chain = [span]
             chains.append(chain)
             open_.append(chain)
         else:
+            chain = joined
             chain.append(span)
         known = seen.setdefault(id(chain), {})
         for key, found in here.items():
