@@ -81,7 +81,7 @@ def first_200(url: str) -> tuple[int, bytes]:
 @contextlib.contextmanager
 def ready_container(image: tuple[str, str, dict[str, str]], prefix: str, *options: str):
     """The image run on the host's network with ``options`` (before the image), on free ports, until
-    /readyz answers 200; yields (container, remoting port, /readyz's answer, logs); removed after."""
+    /readyz answers 200; yields (container, remoting port, HTTP port, /readyz's answer, logs); removed after."""
     engine, name, env = image
     port, http = free_port(), free_port()
     container = f"{prefix}-{uuid.uuid4().hex[:8]}"

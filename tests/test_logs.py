@@ -258,9 +258,28 @@ def test_a_probe_or_client_speaking_http_or_tls_to_the_remoting_port_is_told_in_
     proto, transport = served.connect()
     proto.dataReceived(first)
     assert not transport.connected
+    told(json_log, said)
+    assert served.service.factory.metrics.rejected == {"frame_length": 1}
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_http_cut_before_its_fourth_byte_is_told_as_http(tmp_path, json_log, cut):
+    """The first bytes may come in several reads (a proxy's, a slow probe's): the length word is
+    whole, and refused, in a later one. The rule read only that read's bytes ("T /healthz ..."), so
+    the line said nothing of HTTP; it reads the connection's first bytes."""
+    served = Served(tmp_path)
+    proto, transport = served.connect()
+    request = b"GET /healthz HTTP/1.1\r\nHost: ns:9876\r\n\r\n"
+    proto.dataReceived(request[:cut])
+    assert transport.connected
+    proto.dataReceived(request[cut:])
+    assert not transport.connected
+    told(json_log, "its first bytes are HTTP: this port speaks RocketMQ remoting")
+
+
+def told(json_log, said: str) -> None:
     (rejected,) = [r for r in records(json_log) if "rejected" in r]
     assert rejected["rejected"] == "frame_length" and said in rejected["detail"], rejected["detail"]
-    assert served.service.factory.metrics.rejected == {"frame_length": 1}
 
 
 def test_bytes_after_a_peer_s_frames_are_not_named_another_protocol(tmp_path, json_log):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 import selectors
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import BOOT_MESSAGE, GC_THRESHOLDS, NamesrvService
+from twisted_namesrv.state import store
 from twisted_namesrv.state.config import NamesrvConfig
 
 BIN = Path(sys.executable).parent
@@ -239,6 +242,58 @@ def test_a_read_only_data_dir_is_refused_naming_its_owner_and_ours(tmp_path):
     finally:
         if data.is_relative_to(tmp_path):
             data.chmod(0o700)
+
+
+def test_a_crash_s_leftover_temp_file_of_another_uid_does_not_stop_the_server():
+    """The image under an arbitrary uid of group 0 (OpenShift): a crash left kvConfig.json.tmp, 0644,
+    of the uid that ran before; the next uid of group 0 writes the directory (10001:0, 0770), and the
+    save unlinks the leftover first. The start-up check asked whether the leftover was writable and
+    refused ("... is read-only"); now it asks what the save does, and the save goes through. As root
+    the check runs in a child under that uid (root may write any file)."""
+    with tempfile.TemporaryDirectory() as base:
+        data = Path(base) / "namesrv"
+        data.mkdir()
+        data.chmod(0o770)  # as the image's (mkdir's mode is cut by the umask)
+        (data / "kvConfig.json.tmp").write_text('{"half')
+        (data / "kvConfig.json.tmp").chmod(0o444 if os.geteuid() else 0o644)
+        if os.geteuid() == 0:
+            os.chmod(base, 0o755)
+            os.chown(data, 10001, 0)
+            os.chown(data / "kvConfig.json.tmp", 10001, 10001)
+        said = as_another_uid(lambda: (store.unwritable(data / "kvConfig.json"),
+                                       store.write_atomically(data / "kvConfig.json", b"{}")))
+        assert said == (None, None)
+        assert (data / "kvConfig.json").read_bytes() == b"{}" and not (data / "kvConfig.json.tmp").exists()
+        (data / "kvConfig.json.tmp").write_text("")  # another leftover, in a directory it cannot write in:
+        data.chmod(0o500 if os.geteuid() else 0o550)  # still refused
+        [why] = as_another_uid(lambda: (store.unwritable(data / "kvConfig.json"),))
+        assert why is not None and why.startswith(f"cannot write in {data}: cannot remove {data}/kvConfig.json.tmp")
+        os.chmod(data, 0o700)
+
+
+def as_another_uid(work):
+    """``work()`` as this process (not root), or for root in a child as uid 1000680000 of group 0."""
+    if os.geteuid():
+        return work()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        try:
+            os.setgroups([])
+            os.setgid(0)
+            os.setuid(1000680000)
+            told = json.dumps(work())
+        except BaseException as exc:  # told to the parent, which fails with it
+            told = json.dumps({"raised": repr(exc)})
+        finally:
+            os.write(write, told.encode())
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as said:
+        told = json.loads(said.read())
+    os.waitpid(child, 0)
+    assert not isinstance(told, dict), told
+    return tuple(told)
 
 
 def subprocess_env(tmp_path) -> dict[str, str]:

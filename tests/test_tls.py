@@ -259,6 +259,27 @@ def test_a_plain_java_broker_refused_by_an_enforcing_port_is_told_what_to_do(tmp
     assert "start it with -Dtls.enable=true" in lines[0] and "tls.server.mode=permissive" in lines[0]
 
 
+@pytest_twisted.inlineCallbacks
+def test_an_http_probe_refused_by_an_enforcing_port_is_told_where_http_is(tmp_path, certificate):
+    """A load balancer's or Kubernetes' HTTP check on the remoting port: with tls.server.mode
+    enforcing it is refused before the remoting protocol sees it, and the line said only 'first byte
+    0x47' and how to start a broker with TLS; it says the bytes are HTTP and where HTTP is served,
+    as the plain port's refusal does (remoting/foreign.py)."""
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    service, port = yield start_server(tls_config(tmp_path, certificate, "enforcing"))
+    try:
+        answer = yield threads.deferToThread(send_plain, port, b"GET /healthz HTTP/1.1\r\nHost: ns\r\n\r\n")
+    finally:
+        yield service.stopService()
+        globalLogPublisher.removeObserver(events.append)
+    assert answer == b""
+    [line] = [formatEvent(e) for e in events if e.get("refused") == "not_tls"]
+    assert "first byte 0x47; its first bytes are HTTP: this port speaks RocketMQ remoting" in line, line
+
+
 def send_plain(port: int, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)

@@ -201,7 +201,9 @@ class RemotingProtocol(protocol.Protocol):
         try:
             frames = self.decoder.feed(data)
         except RemotingDecodeError as exc:
-            self._reject(exc.reason, str(exc), None if self.spoke else foreign_protocol(data))
+            # the connection's first bytes: those held before this read (feed added ``data`` to them), or
+            # ``data`` (none were held); cut anywhere, a probe's "GE" + "T / HTTP/1.1" is still HTTP
+            self._reject(exc.reason, str(exc), None if self.spoke else foreign_protocol(self.decoder.pending or data))
             return
         if frames:
             self.spoke = True

@@ -65,7 +65,6 @@ log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
 
 
-
 def foreign_words(config: NamesrvConfig) -> dict[str, str]:
     """What the remoting port's refusal says of a peer whose first bytes are HTTP or TLS
     (remoting/foreign.py): a probe or browser pointed at the wrong port, a client with TLS on."""
@@ -77,6 +76,7 @@ def foreign_words(config: NamesrvConfig) -> dict[str, str]:
         words[TLS] = ("a client with TLS on (tls.enable=true), and this port does not speak TLS "
                       "(tls.server.mode=disabled)")
     return words
+
 
 def check_paths(config: NamesrvConfig) -> None:
     """The files the server writes must be writable before it listens: a data dir that is a file

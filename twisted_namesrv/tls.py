@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 
 from .remoting.codes import code_name
 from .remoting.command import RemotingCommand
+from .remoting.foreign import HTTP, foreign_protocol
 from .server import RemotingFactory
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import TEXT_FILE_LIMIT, read_regular
@@ -148,7 +149,10 @@ class SniffingProtocol(protocol.Protocol):
             plain = data[0] != TLS_HANDSHAKE
             if plain and self.factory.enforcing:
                 peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
-                self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=plain_request(data))
+                request = plain_request(data)
+                if foreign_protocol(data) == HTTP:  # a probe or browser: no broker to start with TLS
+                    request += f"; its first bytes are HTTP: {self.factory.remoting.foreign.get(HTTP, 'not remoting')}"
+                self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=request)
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
             inner = self.factory.remoting if plain else self.factory.tls

@@ -162,7 +162,7 @@ def problem_text(f: Item) -> str:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if quiet_file(f):
         return "no packets in it (a capture file of a quiet time: its header only)"
-    if f["problem"] == inputs.NOT_INFLATED:
+    if f["problem"] in (inputs.NOT_INFLATED, inputs.EMPTY) and f["reason"]:
         return f"{f['problem']}: {f['reason']}"
     if f["problem"] == LINK_NOT_READ:
         return (f"its link type, {f['link_type']}, is not read ({LINK_TYPES_SAID}): no packet of it was decoded; "
@@ -197,8 +197,9 @@ DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".e
 
 def quiet_file(f: Item) -> bool:
     """A capture file whose header is whole and holds no packet: a rotation's file of a quiet
-    time (dumpcap's ring buffer by duration, editcap -i), not a file the report could not read."""
-    return f["problem"] == inputs.EMPTY and bool(f["size"])
+    time (dumpcap's ring buffer by duration, editcap -i), not a file the report could not read (one
+    of no byte, or compressed and inflating to none: inputs.NOTHING_INFLATED)."""
+    return f["problem"] == inputs.EMPTY and bool(f["size"]) and f["reason"] is None
 
 
 def _input_severity(f: Item) -> str:
@@ -711,7 +712,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_serve
     stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
     given, and a kill closes its connection to each."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
-    label = addr["broker"] + (f" @ {broker['server']}" if several_servers else "")  # the field: the broker alone
+    label = addr["broker"] + (f" @ {broker['server'] or '?'}" if several_servers else "")  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above

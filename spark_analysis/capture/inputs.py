@@ -89,6 +89,8 @@ _RECORDS_PAST_STOP = 4
 
 #: what is wrong with an input file, if anything (FileFacts.problem)
 NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
+#: an EMPTY compressed file's reason: it inflates to nothing (gzip of no bytes), no capture header
+NOTHING_INFLATED = "it inflates to no byte, not even a capture header"
 #: a compressed capture its task could not inflate into the spool directory (FileFacts.reason says why)
 NOT_INFLATED = "not inflated"
 
@@ -592,7 +594,8 @@ class FileFacts(NamedTuple):
     cut_at: int = 0
     #: a file NOT_A_CAPTURE whose bytes are compressed: in which format (COMPRESSION_MAGICS)
     compression: str | None = None
-    #: why a file is NOT_INFLATED (the error and where)
+    #: why a file is NOT_INFLATED (the error and where); of an EMPTY one, NOTHING_INFLATED (a
+    #: compressed file holding no byte: not even a capture header, so no rotation's quiet file)
     reason: str | None = None
     #: each byte range's records in time (clock_step_back reads them)
     spans: tuple[TimeSpan, ...] = ()
@@ -659,7 +662,8 @@ def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordInd
             tally.note_file(split.file.path, problem=NOT_A_CAPTURE, compression=compression(view))
         return _NO_RECORDS
     if header is None:
-        tally.note_file(split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view))
+        tally.note_file(split.file.path, problem=TRUNCATED if len(view) else EMPTY, trailing_bytes=len(view),
+                        reason=None if len(view) or not split.file.size else NOTHING_INFLATED)
         return _NO_RECORDS
     begin = max(split.start, PCAP_HEADER_LEN)
     if begin >= split.stop:

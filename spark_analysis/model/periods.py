@@ -310,7 +310,8 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
     HEARD_AGAIN_S and contradicts none of the connections the capture saw (a quiet rotation: with
     short files, tcpdump -G 6 or dumpcap's ring buffer, a file may hold only connections opened
     since, or a lookup's, and the next broker's heartbeat is 30 s away); of several such, the one
-    it continues most connections of, then the nearest. Otherwise (a 4-tuple the capture saw open,
+    it continues most connections of, then the nearest (by the quiet rule alone: the nearest, if
+    no other it could continue so ran at the same time, _only_quiet_one). Otherwise (a 4-tuple the capture saw open,
     opened anew or with sequence numbers that do not go on; a longer file hearing none of its
     connections) it starts a capture of its own: another machine's or interface's capture running
     at the same time, or one started later (another session)."""
@@ -324,28 +325,49 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
         short = end - first < HEARD_AGAIN_S
         open_ = [chain for chain in open_ if first - chain[-1][1] <= PERIOD_GAP_S]
         best: tuple[tuple[int, float], list[tuple[float, float, str]]] | None = None
+        quiet: list[tuple[float, list[tuple[float, float, str]]]] = []  # those only a short file's rule allows
         for chain in open_:
             _, last, before = chain[-1]
             gap = first - last
             if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
                 continue
             shared = continued(seen[id(chain)], here)
-            if shared or gap <= ROTATION_TOLERANCE_S or (short and not contradicted(seen[id(chain)], here)):
+            if shared or gap <= ROTATION_TOLERANCE_S:
                 score = (shared, -gap)
                 if best is None or score > best[0]:
                     best = (score, chain)
-        if best is None:
+            elif short and not contradicted(seen[id(chain)], here):
+                quiet.append((gap, chain))
+        joined = best[1] if best is not None else _only_quiet_one(quiet)
+        if joined is None:
             chain = [span]
             chains.append(chain)
             open_.append(chain)
         else:
-            chain = best[1]
+            chain = joined
             chain.append(span)
         known = seen.setdefault(id(chain), {})
         for key, found in here.items():
             known[key] = found.merge(known.get(key))
     return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
                   for chain in chains)
+
+
+def _only_quiet_one(quiet: list[tuple[float, list[tuple[float, float, str]]]]
+                   ) -> list[tuple[float, float, str]] | None:
+    """Of the captures a short file could continue by the quiet rule alone (it carries on none of
+    their connections), the nearest, unless another of them ran at the same time: then two capture
+    points run at once (the NameServer's host and a broker's, each rotating) and nothing says which
+    one the file is of; joined to the wrong one, its later files would follow it and the two points'
+    copies of a connection be one capture's (read twice). It starts a capture of its own, as it did
+    before the quiet rule."""
+    if not quiet:
+        return None
+    _, nearest = min(quiet, key=lambda found: found[0])
+    start, end = nearest[0][0], nearest[-1][1]
+    if any(chain is not nearest and chain[0][0] <= end and start <= chain[-1][1] for _, chain in quiet):
+        return None
+    return nearest
 
 
 def continued(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]

@@ -212,11 +212,12 @@ def stay_labels(shown: list[dict]) -> list[str]:
     labels = [broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
         f"{i['broker_id']} ({i['role']}) then " for i in b["ids"][:-1]) + str(b["ids"][-1]["broker_id"]),
         "role": b["ids"][-1]["role"]}) for b in shown]
+    at = [b.get("server") or "?" for b in shown]  # a stay no NameServer was told for: "@ ?", never "@ None"
     servers: dict[str, set[str]] = {}
-    for label, b in zip(labels, shown, strict=True):
-        servers.setdefault(label, set()).add(b.get("server") or "")
-    labels = [f"{label} @ {b.get('server')}" if len(servers[label]) > 1 else label
-              for label, b in zip(labels, shown, strict=True)]
+    for label, server in zip(labels, at, strict=True):
+        servers.setdefault(label, set()).add(server)
+    labels = [f"{label} @ {server}" if len(servers[label]) > 1 else label
+              for label, server in zip(labels, at, strict=True)]
     repeated = {label for label in labels if labels.count(label) > 1}
     return [f"{label} from {_time(b['first_seen'])}" if label in repeated else label
             for label, b in zip(labels, shown, strict=True)]

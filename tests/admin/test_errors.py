@@ -258,3 +258,22 @@ def test_mqadmin_s_other_commands_are_told_where_they_belong(word):
     assert text.startswith(f"namesrv-admin: {word} is not one of its subcommands.") and "--help" in text
     assert ("updateKvConfig -s ORDER_TOPIC_CONFIG" in text) == (word == "updateOrderConf")
     assert ("register it with every NameServer" in text) == (word == "updateTopic")
+
+
+@pytest.mark.parametrize("argv", [["--name", "{addr}", "--time", "1", "{word}"], ["--json", "-n={addr}", "{word}"],
+                                  ["-n{addr}", "--timeout=1", "{word}"]])
+def test_the_subcommand_is_found_after_options_as_argparse_reads_them(argv):
+    """Options before the subcommand, as argparse takes them: abbreviated (``--name`` for --namesrv,
+    ``--time`` for --timeout), with their value after '=' or joined, ``--json`` first. The word
+    after an abbreviated option was taken for the subcommand: ``--name HOST clusterList`` said
+    'HOST is not one of its subcommands'. A real subcommand is run (the NameServer refuses the
+    connection: exit 1); an mqadmin command is told where it belongs (exit 2)."""
+    import io
+
+    from twisted_namesrv.admin.cli import main
+
+    addr = refused_addr()
+    for word, code in (("clusterList", 1), ("updateTopic", 2)):
+        out, err = io.StringIO(), io.StringIO()
+        assert main([a.format(addr=addr, word=word) for a in argv], out, err) == code, err.getvalue()
+        assert ("is not one of its subcommands" in err.getvalue()) == (word == "updateTopic"), err.getvalue()

@@ -207,3 +207,27 @@ def test_a_quiet_rotation_s_files_chain_though_the_next_holds_other_connections(
     # the same 4-tuple opened anew while the capture last saw it open: another capture
     ends["f2"] = {BROKER: _open(9.0, 10.0, 1000 + (1 << 30), opened=True)}
     assert [c.paths for c in rotated_sets(files, ends)] == [("f1", "f3"), ("f2",)]
+
+
+def test_two_points_rotating_at_once_keep_their_files_though_one_holds_only_a_new_connection() -> None:
+    """The NameServer's host (s) and a broker's (b) both captured, each in short files (tcpdump -G 6).
+    s2 holds only a lookup opened since, nearer b1's end than s1's: nothing says which capture it is
+    of. The quiet rule put it after b1; s3 and s4 followed it there, and the broker connection's two
+    copies (s4's and b1's) were one capture's (read twice, never told a second point). It starts a
+    capture of its own, as before the rule: each capture holds one host's files."""
+    client, lookup = ("10.0.0.3:40000", "10.0.0.1:9876"), ("10.0.0.4:40001", "10.0.0.1:9876")
+    files = ((0.0, 5.0, "s1"), (0.1, 5.5, "b1"), (7.0, 7.5, "s2"), (13.0, 18.0, "s3"), (30.0, 30.5, "s4"),
+             (30.1, 30.4, "b2"))
+    ends = {"s1": {BROKER: _open(0.0, 5.0, 1000, opened=True), client: _open(1.0, 5.0, 50, opened=True)},
+            "b1": {BROKER: _open(0.1, 5.5, 1000, opened=True)},
+            "s2": {lookup: _open(7.0, 7.5, 9000, opened=True)},
+            "s3": {client: _open(13.0, 18.0, 150), lookup: _open(13.0, 18.0, 9100)},
+            "s4": {BROKER: _open(30.0, 30.5, 1100), client: _open(30.0, 30.5, 250)},
+            "b2": {BROKER: _open(30.1, 30.4, 1100)}}
+    captures = [c.paths for c in rotated_sets(files, ends)]
+    assert all(len({path[0] for path in paths}) == 1 for paths in captures), captures
+    assert ("b1", "b2") in captures
+    # one point alone: the same lookup-only file continues it (the quiet rule)
+    alone = {path: found for path, found in ends.items() if path.startswith("s")}
+    assert [c.paths for c in rotated_sets(tuple(f for f in files if f[2] in alone), alone)] == [
+        ("s1", "s2", "s3", "s4")]

@@ -232,3 +232,23 @@ def test_a_pcapng_cut_inside_a_block_is_named_truncated(tmp_path: Path) -> None:
     cut = found["cut.pcapng"]
     assert cut.problem == inputs.TRUNCATED and 0 < cut.trailing_bytes < len(whole) // 2
     assert 0 < cut.records < found["whole.pcapng"].records
+
+
+def test_a_quiet_file_is_a_whole_capture_header_without_packets() -> None:
+    """A rotation's file of a quiet time (its capture header, no packet) is information; a
+    compressed file inflating to no byte has no header at all and stays a critical empty input
+    (the quiet rule read only the file's size: a gzip of nothing, 20 bytes, was 'its header only')."""
+    header = capture("json_lifecycle.pcap").read_bytes()[:24]
+    cases = {"quiet.pcap": header, "quiet.pcap.gz": gzip.compress(header), "nothing.pcap.gz": gzip.compress(b""),
+             "zero.pcap": b"", "half.pcap": header[:10]}
+    rows = {}
+    for name, data in cases.items():
+        file, tally = inputs.CaptureFile(name, len(data), 0), inputs.ReadTally()
+        assert list(inputs.read_whole(data, file, (), tally)) == []
+        rows[name] = findings.input_files([file], tally)[0]
+    said = {name: (row["problem"], findings.quiet_file(row), findings._input_severity(row))
+            for name, row in rows.items()}
+    assert said == {"quiet.pcap": ("empty", True, "info"), "quiet.pcap.gz": ("empty", True, "info"),
+                    "nothing.pcap.gz": ("empty", False, "critical"), "zero.pcap": ("empty", False, "critical"),
+                    "half.pcap": ("truncated", False, "critical")}
+    assert findings.problem_text(rows["nothing.pcap.gz"]) == f"empty: {inputs.NOTHING_INFLATED}"

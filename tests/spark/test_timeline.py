@@ -78,3 +78,11 @@ def test_a_broker_registered_with_several_nameservers_is_named_by_each_on_the_pi
                       f"{base} @ 127.0.0.1:9876 from {report._time(300.0)}",
                       f"{base} @ 127.0.0.1:9877",
                       "DefaultCluster / broker-b / 0 (MASTER) / 127.0.0.1:10921"]
+
+
+def test_a_stay_without_its_nameserver_is_named_so_not_none() -> None:
+    """A stay whose server is not known beside one at a NameServer: "@ ?", not Python's "@ None"."""
+    broker = {"cluster": "c", "broker_name": "b", "broker_id": "0", "role": "MASTER", "broker_addr": "h:1",
+              "first_seen": 100.0}
+    assert report.stay_labels([{**broker, "server": None}, {**broker, "server": "127.0.0.1:9876"}]) == [
+        "c / b / 0 (MASTER) / h:1 @ ?", "c / b / 0 (MASTER) / h:1 @ 127.0.0.1:9876"]

@@ -152,18 +152,27 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return TlsOptions(args.tls_ca, args.tls_cert, args.tls_key).context()
 
 
-#: the main parser's options that take a value (what follows one is not the subcommand)
-_VALUED = frozenset({"-n", "--namesrv", "--timeout", "--tls-ca", "--tls-cert", "--tls-key"})
-
-
-def _subcommand_word(argv: list[str]) -> str | None:
-    """The subcommand as typed (the first word that is neither an option nor an option's value)."""
+def _subcommand_word(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The subcommand as typed: the first word that is neither one of ``parser``'s options nor an
+    option's value, read as argparse reads them (``-n=HOST``, ``-nHOST``, ``--namesrv=HOST`` carry
+    their value; ``--name HOST`` and ``--time 3`` are unique prefixes of options taking one; a
+    word after ``--`` is the subcommand).  None when there is none or an abbreviation is ambiguous
+    (argparse then says so)."""
+    takes = {option: action.nargs != 0 for action in parser._actions for option in action.option_strings}
     words = iter(argv)
     for word in words:
-        if word in _VALUED:
-            next(words, None)
-        elif not word.startswith("-"):
+        if word == "--":
+            return next(words, None)
+        if not word.startswith("-") or word == "-":
             return word
+        if "=" in word or not word.startswith("--") and len(word) > 2:
+            continue  # a value of its own (or short flags run together)
+        named = [word] if word in takes else [option for option in takes if word.startswith("--")
+                                              and option.startswith(word)]
+        if len(named) != 1:
+            return None
+        if takes[named[0]]:
+            next(words, None)
     return None
 
 
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
-    word = _subcommand_word(sys.argv[1:] if argv is None else argv)
+    word = _subcommand_word(parser, sys.argv[1:] if argv is None else argv)
     if word is not None and word not in parser_choices(parser):
         err.write(not_ours(word))
         return 2

@@ -225,8 +225,9 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
         return None if os.access(existing, os.W_OK | os.X_OK) else f"cannot create {target.parent}: no write " \
             f"permission in {existing}"
     probe = target.with_name(target.name + ".tmp")
-    if probe.exists():  # a crash's leftover, replaced at the next write
-        return None if os.access(probe, os.W_OK) else f"cannot write in {target.parent}: {probe} is read-only"
+    if probe.exists():  # a crash's leftover, removed at the next write (write_atomically): whoever owns it
+        return None if _removable(probe) else (f"cannot write in {target.parent}: cannot remove {probe} "
+                                               f"left there ({_owner_and_us(target.parent)})")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))
     except PermissionError as exc:
@@ -235,6 +236,18 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
     return None
+
+
+def _removable(path: Path) -> bool:
+    """Whether we may unlink ``path``: its directory's to write in (a file of another uid too: an
+    image run under another arbitrary uid of group 0 after a crash), unless the directory is sticky
+    (/tmp) and neither it nor the file is ours."""
+    directory = path.parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    seen = directory.stat()
+    return (not seen.st_mode & stat.S_ISVTX or os.geteuid() in (0, seen.st_uid)
+            or path.lstat().st_uid == os.geteuid())
 
 
 def _owner_and_us(directory: Path) -> str:
