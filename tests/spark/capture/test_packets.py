@@ -130,3 +130,24 @@ def _port(endpoint: str) -> int:
 def test_syn_flags_and_addresses_from_an_ethernet_frame() -> None:
     frame = ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 99, SYN, options=b"\x02\x04\x05\xb4")))
     assert parse_tcp(1, frame) == TcpSegment("10.0.0.1:40000", "10.0.0.2:9876", 99, 0, SYN, b"")
+
+
+def test_endpoint_ids_are_given_in_the_order_of_their_codes_as_a_sort_would() -> None:
+    """Endpoints hashed (no sort of every packet) are numbered as np.unique's sorted codes number
+    them, after those already known; each packet gets its endpoint's id."""
+    import numpy as np
+
+    from spark_analysis.capture.packets import _endpoint, _endpoint_ids
+
+    rng = np.random.default_rng(7)
+    ips = rng.integers(0x0A000001, 0x0A000040, 5000).astype(np.int64)
+    ports = rng.integers(9870, 9880, 5000).astype(np.int64)
+    known = {"10.0.0.99:1": 0}
+    got = _endpoint_ids(ips, ports, known)
+    codes, inverse = np.unique(ips << 16 | ports, return_inverse=True)
+    expected = {"10.0.0.99:1": 0}
+    for code in codes:
+        expected.setdefault(_endpoint(int(code) >> 16, int(code) & 0xFFFF), len(expected))
+    assert list(known.items()) == list(expected.items())
+    ids = np.array([expected[_endpoint(int(c) >> 16, int(c) & 0xFFFF)] for c in codes])
+    assert got.tolist() == ids[inverse].tolist()
