@@ -314,7 +314,7 @@ class RemotingProtocol(protocol.Protocol):
         peer whose first bytes are another protocol's (``protocol``: remoting/foreign.py) is told
         so in the line, with the factory's word on it (e.g. where the HTTP port is)."""
         if protocol is not None:
-            detail += f" (its first bytes are {protocol}: {self.factory.foreign.get(protocol, 'not remoting')})"
+            detail += f" ({self.factory.first_bytes(protocol)})"
         self.factory.refuse(reason, self.peer.address, "decode exception, closing the channel: {detail}",
                             detail=detail)
         self.transport.loseConnection()
@@ -460,6 +460,11 @@ class RemotingFactory(protocol.Factory):
                 self.fds.release()  # its port admitted the socket; it closes now
             return None
         return super().buildProtocol(addr)
+
+    def first_bytes(self, protocol: str) -> str:
+        """What a refusal says of a peer whose first bytes are ``protocol``'s (remoting/foreign.py):
+        the plain port's decode refusal and the TLS port's not_tls refusal say it alike."""
+        return f"its first bytes are {protocol}: {self.foreign.get(protocol, 'not remoting')}"
 
     def refuse(self, reason: str, peer: str, message: str, **fields: object) -> None:
         """A refused frame, request or connection: counted (namesrv_rejected_total and

@@ -151,7 +151,7 @@ class SniffingProtocol(protocol.Protocol):
                 peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
                 request = plain_request(data)
                 if foreign_protocol(data) == HTTP:  # a probe or browser: no broker to start with TLS
-                    request += f"; its first bytes are HTTP: {self.factory.remoting.foreign.get(HTTP, 'not remoting')}"
+                    request += "; " + self.factory.remoting.first_bytes(HTTP)
                 self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=request)
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
