@@ -240,7 +240,7 @@ class Dispatcher:
                     return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             # waits for the controller log: the frames after it wait too
-            if type(outcome) is not Answer and isinstance(outcome, defer.Deferred):
+            if not isinstance(outcome, _ANSWERED) and isinstance(outcome, defer.Deferred):
                 return Later(self._answer_later(frame, request, peer, outcome, begun), frames[index:], len(frame))
             encoded = self._answer_frame(frame, request, peer, outcome, begun)
             if encoded is not None:
