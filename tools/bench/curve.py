@@ -210,14 +210,7 @@ class Server:
     def cpu_s(self) -> float:
         """User and system CPU seconds of the process tree so far (every thread: Java's JIT and
         collector included): on a shared machine steadier than wall time, which waits for others."""
-        total = 0
-        for pid in self.tree():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+        return sum(pid_cpu_s(pid) for pid in self.tree())
 
     def rss_mib(self) -> float | None:
         """VmRSS of the process and its descendants (a command may start the server as a child)."""
@@ -278,7 +271,7 @@ def pid_cpu_s(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 #: the machine counts as quiet under this many cores busy (between runs nothing of the curve's runs)
