@@ -251,8 +251,8 @@ def group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # there, but not ours to signal
+        pass
     return True
 
 
