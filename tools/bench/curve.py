@@ -210,14 +210,7 @@ class Server:
     def cpu_s(self) -> float:
         """User and system CPU seconds of the process tree so far (every thread: Java's JIT and
         collector included): on a shared machine steadier than wall time, which waits for others."""
-        total = 0
-        for pid in self.tree():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+        return sum(pid_cpu_s(pid) for pid in self.tree())
 
     def rss_mib(self) -> float | None:
         """VmRSS of the process and its descendants (a command may start the server as a child)."""
@@ -258,8 +251,8 @@ def group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # there, but not ours to signal
+        pass
     return True
 
 
@@ -278,7 +271,24 @@ def pid_cpu_s(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class PhaseCpu:
+    """The CPU a phase took from its start, taken apart: this process's (the brokers' load), the
+    probe's, and what the machine's cores spent on anything but the server, the load and the probe
+    (``/proc/stat`` less the three); ``server0`` the server's at the start."""
+
+    def __init__(self, server: Server, probe_pid: int) -> None:
+        self.server, self.probe_pid = server, probe_pid
+        self.server0, self.load0, self.machine0, self.probe0 = (server.cpu_s(), time.process_time(), cores_busy_s(),
+                                                                pid_cpu_s(probe_pid))
+
+    def ended(self) -> tuple[float, float, float]:
+        """(load, probe, others) CPU seconds since the start."""
+        load = time.process_time() - self.load0
+        probe = pid_cpu_s(self.probe_pid) - self.probe0
+        return load, probe, cores_busy_s() - self.machine0 - (self.server.cpu_s() - self.server0) - load - probe
 
 
 #: the machine counts as quiet under this many cores busy (between runs nothing of the curve's runs)
@@ -643,21 +653,17 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 conn.setblocking(False)
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
-                t0, c0, l0, m0, p0 = (time.monotonic(), server.cpu_s(), time.process_time(), cores_busy_s(),
-                                      pid_cpu_s(probe.pid))
+                t0, meter = time.monotonic(), PhaseCpu(server, probe.pid)
                 trips[phase] = sorted(send_all(conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
-                load_cpu[phase] = time.process_time() - l0
-                probe_cpu[phase] = pid_cpu_s(probe.pid) - p0
-                others[phase] = cores_busy_s() - m0 - (server.cpu_s() - c0) - load_cpu[phase] - probe_cpu[phase]
-                cpu[phase] = await cpu_until_idle(server) - c0
+                load_cpu[phase], probe_cpu[phase], others[phase] = meter.ended()
+                cpu[phase] = await cpu_until_idle(server) - meter.server0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
                     out["rss_mib_registered"] = server.rss_mib()
                 await asyncio.sleep(0.3)
             last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
-            t0, c0, l0, m0, p0 = (time.monotonic(), server.cpu_s(), time.process_time(), cores_busy_s(),
-                                  pid_cpu_s(probe.pid))
+            t0, meter = time.monotonic(), PhaseCpu(server, probe.pid)
             for conn in conns:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 conn.close()
@@ -667,10 +673,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                     break
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
-            probe_cpu["mass_disconnect"] = pid_cpu_s(probe.pid) - p0
-            others["mass_disconnect"] = (cores_busy_s() - m0 - (server.cpu_s() - c0) - (time.process_time() - l0)
-                                         - probe_cpu["mass_disconnect"])
-            cpu["mass_disconnect"] = await cpu_until_idle(server) - c0
+            _, probe_cpu["mass_disconnect"], others["mass_disconnect"] = meter.ended()
+            cpu["mass_disconnect"] = await cpu_until_idle(server) - meter.server0
             await asyncio.sleep(0.3)
         finally:
             stop.set()
