@@ -256,13 +256,13 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
             if known is None:
                 stretches[index] = dict(found)
             else:
-                _merge_into(known, found)
+                merge_ends(known, found)
         parts = [(first, stretches[0] or {})]
         lasts = []
         for silence, stretch in zip(quiet, stretches[1:], strict=True):
             after = stretch or {}
             if network_silence(parts[-1][1], after):  # the capture ran on
-                _merge_into(parts[-1][1], after)
+                merge_ends(parts[-1][1], after)
             else:
                 lasts.append(silence.before)
                 parts.append((silence.after, after))
@@ -285,9 +285,12 @@ def network_silence(before: Mapping[tuple[str, str], ConnectionEnds],
     return bool(carried) and not any(before[key].missed_before(after[key]) for key in carried)
 
 
-def _merge_into(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> None:
+def merge_ends(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> Ends:
+    """Add ``more`` (the same connections seen in another byte range, stretch or file) to ``ends``,
+    in place, each 4-tuple by ConnectionEnds.merge; returns ``ends``."""
     for key, found in more.items():
         ends[key] = found.merge(ends.get(key))
+    return ends
 
 
 class Capture(NamedTuple):
@@ -346,9 +349,7 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
         else:
             chain = joined
             chain.append(span)
-        known = seen.setdefault(id(chain), {})
-        for key, found in here.items():
-            known[key] = found.merge(known.get(key))
+        merge_ends(seen.setdefault(id(chain), {}), here)
     return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
                   for chain in chains)
 
