@@ -248,19 +248,13 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
     paths: dict[str, str] = {}
     for first, last, path in files:
         quiet = silences.get(path, [])
-        stretches: list[Ends | None] = [None] * (len(quiet) + 1)
+        stretches: list[Ends] = [{} for _ in range(len(quiet) + 1)]
         offsets = [silence.offset for silence in quiet]
         for offset, found in ends.get(path, {}).items():
-            index = bisect.bisect_right(offsets, offset)
-            known = stretches[index]
-            if known is None:
-                stretches[index] = dict(found)
-            else:
-                merge_ends(known, found)
-        parts = [(first, stretches[0] or {})]
+            merge_ends(stretches[bisect.bisect_right(offsets, offset)], found)
+        parts = [(first, stretches[0])]
         lasts = []
-        for silence, stretch in zip(quiet, stretches[1:], strict=True):
-            after = stretch or {}
+        for silence, after in zip(quiet, stretches[1:], strict=True):
             if network_silence(parts[-1][1], after):  # the capture ran on
                 merge_ends(parts[-1][1], after)
             else:
@@ -287,7 +281,11 @@ def network_silence(before: Mapping[tuple[str, str], ConnectionEnds],
 
 def merge_ends(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> Ends:
     """Add ``more`` (the same connections seen in another byte range, stretch or file) to ``ends``,
-    in place, each 4-tuple by ConnectionEnds.merge; returns ``ends``."""
+    in place, each 4-tuple by ConnectionEnds.merge; returns ``ends``. Into an empty ``ends`` (a
+    byte range's stretch is usually its own) a copy, without a call a 4-tuple."""
+    if not ends:
+        ends.update(more)
+        return ends
     for key, found in more.items():
         ends[key] = found.merge(ends.get(key))
     return ends

@@ -70,11 +70,7 @@ class Tally(ReadTally):
                 merge_groups(mine, theirs)
             elif f.name == "ends":
                 for part, found in theirs.items():
-                    known = mine.get(part)
-                    if known is None:  # each byte range's stretches are its own: the usual case
-                        mine[part] = dict(found)
-                    else:
-                        merge_ends(known, found)
+                    merge_ends(mine.setdefault(part, {}), found)
             elif isinstance(mine, Counter):
                 mine.update(theirs)
             else:
