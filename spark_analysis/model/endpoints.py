@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spark_analysis.model.periods import NEAR_EXPIRY_S, SERVER_GONE_S, ConnectionEnds
+from spark_analysis.model.periods import NEAR_EXPIRY_S, SERVER_GONE_S, ConnectionEnds, merge_ends
 
 #: 4-tuple (lower, higher) "ip:port" -> how it starts and ends, over every file
 Ends = Mapping[tuple[str, str], ConnectionEnds]
@@ -34,8 +34,7 @@ def merged_ends(by_file: Mapping[str, Ends]) -> dict[tuple[str, str], Connection
     """Each 4-tuple's ends over every file (rotated files continue each other's connections)."""
     merged: dict[tuple[str, str], ConnectionEnds] = {}
     for ends in by_file.values():
-        for key, found in ends.items():
-            merged[key] = found.merge(merged.get(key))
+        merge_ends(merged, ends)
     return merged
 
 

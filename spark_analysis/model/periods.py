@@ -248,21 +248,15 @@ def file_parts(files: FileSpans, silences: Mapping[str, list[Silence]],
     paths: dict[str, str] = {}
     for first, last, path in files:
         quiet = silences.get(path, [])
-        stretches: list[Ends | None] = [None] * (len(quiet) + 1)
+        stretches: list[Ends] = [{} for _ in range(len(quiet) + 1)]
         offsets = [silence.offset for silence in quiet]
         for offset, found in ends.get(path, {}).items():
-            index = bisect.bisect_right(offsets, offset)
-            known = stretches[index]
-            if known is None:
-                stretches[index] = dict(found)
-            else:
-                _merge_into(known, found)
-        parts = [(first, stretches[0] or {})]
+            merge_ends(stretches[bisect.bisect_right(offsets, offset)], found)
+        parts = [(first, stretches[0])]
         lasts = []
-        for silence, stretch in zip(quiet, stretches[1:], strict=True):
-            after = stretch or {}
+        for silence, after in zip(quiet, stretches[1:], strict=True):
             if network_silence(parts[-1][1], after):  # the capture ran on
-                _merge_into(parts[-1][1], after)
+                merge_ends(parts[-1][1], after)
             else:
                 lasts.append(silence.before)
                 parts.append((silence.after, after))
@@ -285,9 +279,16 @@ def network_silence(before: Mapping[tuple[str, str], ConnectionEnds],
     return bool(carried) and not any(before[key].missed_before(after[key]) for key in carried)
 
 
-def _merge_into(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> None:
+def merge_ends(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> Ends:
+    """Add ``more`` (the same connections seen in another byte range, stretch or file) to ``ends``,
+    in place, each 4-tuple by ConnectionEnds.merge; returns ``ends``. Into an empty ``ends`` (a
+    byte range's stretch is usually its own) a copy, without a call a 4-tuple."""
+    if not ends:
+        ends.update(more)
+        return ends
     for key, found in more.items():
         ends[key] = found.merge(ends.get(key))
+    return ends
 
 
 class Capture(NamedTuple):
@@ -346,9 +347,7 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
         else:
             chain = joined
             chain.append(span)
-        known = seen.setdefault(id(chain), {})
-        for key, found in here.items():
-            known[key] = found.merge(known.get(key))
+        merge_ends(seen.setdefault(id(chain), {}), here)
     return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
                   for chain in chains)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from spark_analysis.capture.inputs import COUNT, ReadTally
-from spark_analysis.model.periods import ConnectionEnds
+from spark_analysis.model.periods import ConnectionEnds, merge_ends
 
 #: group -> key -> [count, first t, last t, worst] (analysis/findings.py notes calls and connections so)
 Groups = dict[str, dict[tuple[Any, ...], list[Any]]]
@@ -70,12 +70,7 @@ class Tally(ReadTally):
                 merge_groups(mine, theirs)
             elif f.name == "ends":
                 for part, found in theirs.items():
-                    known = mine.get(part)
-                    if known is None:  # each byte range's stretches are its own: the usual case
-                        mine[part] = dict(found)
-                        continue
-                    for key, end in found.items():
-                        known[key] = end.merge(known.get(key))
+                    merge_ends(mine.setdefault(part, {}), found)
             elif isinstance(mine, Counter):
                 mine.update(theirs)
             else:

@@ -31,6 +31,11 @@ def records(data: bytes) -> list[tuple[int, float]]:
     return found
 
 
+def record_ends(data: bytes, found: list[tuple[int, float]]) -> list[int]:
+    """Where each of ``found`` (records(data)) ends: where the next starts, the last at the data's end."""
+    return [offset for offset, _ in found[1:]] + [len(data)]
+
+
 def rotate(capture: Path, into: Path, names: list[str]) -> list[Path]:
     """The capture cut into len(names) gzipped parts at the records nearest equal shares of its
     time span, each part a whole pcap (the header repeated), named in time order by ``names``."""
@@ -58,7 +63,7 @@ def rotate_by_duration(capture: Path, into: Path, seconds: float) -> list[Path]:
     by_interval: dict[int, list[int]] = {}
     for index, (_, t) in enumerate(found):
         by_interval.setdefault(int((t - first) // seconds), []).append(index)
-    ends = [offset for offset, _ in found[1:]] + [len(data)]
+    ends = record_ends(data, found)
     parts = []
     for interval in range(max(by_interval) + 1):
         start = first + interval * seconds

@@ -17,7 +17,7 @@ from spark_analysis.capture.inputs import PERIOD_GAP_S, Silence, TimeSpan, silen
 from spark_analysis.model.periods import ConnectionEnds, file_parts
 from tests.spark.capture.builders import pcapng_block, pcapng_idb, pcapng_shb
 from tests.spark.conftest import Outputs, run_job, without_input
-from tests.spark.test_rotated import records
+from tests.spark.test_rotated import record_ends, records
 from tests.spark.test_truth import REAL, truth_of
 
 #: findings whose message names an input file (they differ between a file and its parts by name only)
@@ -31,7 +31,7 @@ def _pcap(name: str) -> bytes:
 def _frames(data: bytes) -> list[tuple[float, bytes, int]]:
     """(time, frame as captured, its length on the wire) of each record of a little-endian classic pcap."""
     found = records(data)
-    ends = [offset for offset, _ in found[1:]] + [len(data)]
+    ends = record_ends(data, found)
     return [(t, data[offset + 16:end], struct.unpack_from("<I", data, offset + 12)[0])
             for (offset, t), end in zip(found, ends, strict=True)]
 
@@ -148,7 +148,7 @@ def test_a_capture_paused_while_brokers_went_on_is_two_captures(spark, tmp_path:
     read the brokers silent 90 s."""
     data = _pcap("v4-expiry")
     found = records(data)
-    ends = [offset for offset, _ in found[1:]] + [len(data)]
+    ends = record_ends(data, found)
     middle = (found[0][1] + found[-1][1]) / 2
     halves = [b"".join(data[offset:end] for (offset, t), end in zip(found, ends, strict=True) if keep(t))
               for keep in (lambda t: t < middle - 45, lambda t: t >= middle + 45)]
