@@ -374,6 +374,50 @@ def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
     assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
 
 
+def test_twistd_stops_cleanly_on_sighup_as_java_does(tmp_path):
+    """Java's JVM runs its shutdown hook on SIGHUP and exits 129; Python's default action killed the
+    server without a line (a terminal or ssh session closing, a logrotate script's kill -HUP)."""
+    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0", "--bind",
+                             "127.0.0.1", "--data-dir", str(tmp_path / "data")], cwd=tmp_path,
+                            env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
+        assert BOOT_MESSAGE in boot, boot
+        time.sleep(0.5)  # the handler is installed once the reactor runs, right after the boot line
+        proc.send_signal(signal.SIGHUP)
+        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = rest.decode("utf-8", "replace")
+    assert "Received SIGHUP, shutting down." in text and "Server Shut Down" in text, text
+    assert proc.returncode == -signal.SIGHUP  # twistd re-raises it after the clean stop: 129, as the JVM
+    assert "Traceback" not in boot + text
+
+
+def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):
+    """``nohup`` (how mqnamesrv is run) ignores SIGHUP: the server keeps serving through one."""
+    proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)],
+                            cwd=tmp_path, env=subprocess_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
+        port = int(re.search(r"address 127\.0\.0\.1:(\d+)", boot).group(1))
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGHUP)
+        answer = ask(port, route_request("NoSuchTopic", 3))
+        assert proc.poll() is None and answer.code == ResponseCode.TOPIC_NOT_EXIST
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert "SIGHUP" not in rest.decode("utf-8", "replace")
+
+
 def test_a_busy_metrics_port_stops_the_server_naming_it(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -71,6 +71,11 @@ def on_monotonic_time(reactor: Any) -> WallClockReactor:
     return WallClockReactor(reactor)
 
 
+def underlying(reactor: Any) -> Any:
+    """The reactor itself behind an owners' view (what the process's signal handling is set on)."""
+    return reactor._reactor if isinstance(reactor, WallClockReactor) else reactor
+
+
 def steady_seconds(clock: Any) -> Callable[[], float]:
     """The clock a broker's heartbeats are stamped on: a ``WallClockReactor``'s steady clock, else
     (a test's ``task.Clock``) the clock's own."""

@@ -28,7 +28,7 @@ from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
-from .clocks import owners_view, steady_seconds
+from .clocks import owners_view, steady_seconds, underlying
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
 from .data_lock import StoreLock, lock_stores
@@ -37,6 +37,7 @@ from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
 from .events import RecentEvents
 from .file_writer import FileWriter
+from .hangup import stop_on_hangup
 from .housekeeping import HousekeepingService, log_route_event
 from .lost_topics import LostTopics
 from .metrics import Metrics
@@ -541,6 +542,8 @@ class NamesrvService(service.MultiService):
             self.web_ready.callback(self.web.port)
         self.port_ready.callback(self.remoting.port)
         sdnotify.ready_when_running(self.reactor, f"serving on {self.state.listen_address}")  # systemd: all bound
+        if hasattr(self.reactor, "callWhenRunning"):  # after the reactor's own SIGTERM handler
+            self.reactor.callWhenRunning(stop_on_hangup, underlying(self.reactor))  # SIGHUP: a clean stop, as Java's
 
     def _warn_of_open_web(self) -> None:
         """The status page and /api show every route and KV value: bound beyond this machine without

@@ -32,6 +32,7 @@ from pathlib import Path
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
+from .hangup import default_hangup
 from .state.config import ConfigError
 from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
@@ -151,6 +152,7 @@ class RouteSnapshotService(StepTimerService):
                 gc.disable()  # the collector would touch (and so copy) every page of the routes
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                default_hangup()
                 self._write()
                 status = 0
             except BaseException as exc:  # noqa: BLE001 - whatever it is, the parent logs it

@@ -1,0 +1,49 @@
+"""SIGHUP stops the server cleanly, as SIGTERM does, as Java's NameServer stops on it.
+
+Java's JVM takes SIGHUP, SIGINT and SIGTERM alike: its shutdown hook runs (``NamesrvController.shutdown``,
+logged line by line in ``namesrv.log``) and it exits with status 129.  Twisted's reactor handles SIGINT and
+SIGTERM only, so Python's default action for SIGHUP ended the process at once: no line in the log, no last
+write of a route snapshot (warm_restart.py), no ``STOPPING`` for the service manager; a server started from
+a terminal died without a word when the terminal or its ssh session closed.  Now SIGHUP is one more stop
+signal, logged as Twisted logs the others, and ``twistd`` ends by it after the clean stop, as the JVM does
+(status 129).
+
+A SIGHUP ignored when the server started stays ignored: ``nohup`` (as ``mqnamesrv`` is run, and as the
+rig's launchers run Java) sets that, and the JVM keeps it too.  A reactor that installed no signal
+handlers of its own (embedded, or a test's) gets none here either.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Any
+
+from twisted.logger import Logger
+
+log = Logger()
+
+
+def stop_on_hangup(reactor: Any) -> bool:
+    """From now on SIGHUP stops ``reactor`` as its SIGTERM handler does; whether it was installed
+    (not when SIGHUP is ignored, already handled, or the reactor left SIGTERM to Python)."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+        return False
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        return False
+
+    def hangup(number: int, frame: FrameType | None) -> None:
+        log.info("Received SIGHUP, shutting down.")
+        reactor.callFromThread(reactor.stop)
+        # what twistd reads to end by the same signal after the stop (Twisted's
+        # _ISupportsExitSignalCapturing; its own SIGTERM handler sets it the same way)
+        reactor._exitSignal = number
+
+    signal.signal(signal.SIGHUP, hangup)
+    return True
+
+
+def default_hangup() -> None:
+    """In a forked child that must never run the reactor's stop: SIGHUP back to its default action."""
+    if signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, None):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
