@@ -23,9 +23,10 @@ from twisted.python.failure import Failure
 from .. import CannotStart, tls
 from ..audit import AuditTrail, Trail
 from ..budget import FdBudget, MemoryBudget
-from ..clocks import owners_view, steady_seconds
+from ..clocks import owners_view, steady_seconds, underlying
 from ..dispatch import Dispatcher
 from ..events import RecentEvents
+from ..hangup import stop_on_hangup
 from ..metrics import Metrics
 from ..refusals import Refusals
 from ..server import Admission, Listener, Notifier, RemotingFactory
@@ -162,6 +163,8 @@ class ControllerService(service.MultiService):
         d = self.manager.start()  # follows the leadership before the consensus (a child) campaigns
         super().startService()  # the listener binds, if privilegedStartService did not; the scans; the consensus
         self._bound()
+        if self.parent is None and hasattr(self.reactor, "callWhenRunning"):  # standalone (embedded: the NameServer's)
+            self.reactor.callWhenRunning(stop_on_hangup, underlying(self.reactor))  # SIGHUP a clean stop, as Java's
 
         def started(_: object) -> None:
             log.info("controller listening on {address} (group {group}, id {id}), store {store}",
