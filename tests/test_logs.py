@@ -3,6 +3,7 @@ event whatever control characters a peer put in a field (issue 44)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import re
@@ -17,8 +18,18 @@ from tests.test_housekeeping import MASTER, register
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv import launch, tap
 from twisted_namesrv.escapes import CONTROLS, escaped
-from twisted_namesrv.logs import configured_observer, event_as_json_line, event_as_text_line, json_lines
+from twisted_namesrv.logs import (
+    LevelFiltered,
+    LineWriter,
+    WholeWrites,
+    configured_observer,
+    event_as_json_line,
+    event_as_text_line,
+    json_lines,
+    text_lines,
+)
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
+from twisted_namesrv.web.collector import NamesrvCollector
 
 
 @pytest.fixture
@@ -165,8 +176,7 @@ def test_a_route_events_line_shows_braces_in_its_fields_as_they_are(json_log):
     from twisted_namesrv.housekeeping import log_route_event
 
     text = io.StringIO()
-    observer = configured_observer("text")
-    observer.observer._outFile = text  # the text observer beside the JSON one, both on the publisher
+    observer = LevelFiltered(text_lines(text), LogLevel.info)  # configured_observer("text") beside the JSON one
     globalLogPublisher.addObserver(observer)
     try:
         log_route_event("registered", {"cluster": "c{1}", "broker": "b{cluster}}", "id": 0, "addr": "h:{2"})
@@ -294,3 +304,66 @@ def test_bytes_after_a_peer_s_frames_are_not_named_another_protocol(tmp_path, js
     assert not transport.connected
     (rejected,) = [r for r in records(json_log) if "rejected" in r]
     assert "first bytes" not in rejected["detail"]
+
+
+class _FullDisk:
+    """A raw file on a disk that fills up: ``room`` bytes more, then ENOSPC (a short write first)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        taken = bytes(data[:self.room])
+        self.data += taken
+        self.room -= len(taken)
+        return len(taken)
+
+    def flush(self) -> None:
+        pass
+
+
+def _line(text: str, when: float) -> dict:
+    return {"log_format": "{text}", "text": text, "log_time": when, "log_namespace": "t", "log_level": LogLevel.info}
+
+
+def test_a_full_disk_loses_lines_counted_and_the_log_says_so_once_it_can():
+    """Before, Twisted's publisher swallowed the observer's OSError: every line was lost without a trace."""
+    raw, warnings = _FullDisk(room=60), []
+    writer = LineWriter(WholeWrites(raw), event_as_text_line, warn=warnings.append)
+    writer(_line("first line", 1000.0))  # 45 bytes: fits
+    writer(_line("cut here", 1001.0))  # 15 bytes fit: the line is cut
+    writer(_line("lost", 1002.0))
+    assert writer.lost == {"ENOSPC": 2} and len(warnings) == 1 and "ENOSPC" in warnings[0]
+    raw.room = 10_000  # space again
+    writer(_line("back", 1003.0))
+    lines = raw.data.decode().split("\n")
+    assert lines[0].endswith("first line") and len(lines[0]) + 1 + len(lines[1]) == 60  # the cut line's start, ended
+    assert "2 log lines not written from " in lines[2] and "(ENOSPC: No space left on device)" in lines[2]
+    assert "[logs#warn]" in lines[2].replace("twisted_namesrv.", "") and lines[3].endswith("back")
+    assert writer.lost == {"ENOSPC": 2} and len(warnings) == 1
+
+
+def test_short_writes_are_written_whole():
+    class Trickle(_FullDisk):
+        def write(self, data: bytes) -> int:
+            return super().write(data[:3])
+
+    raw = Trickle(room=1 << 20)
+    WholeWrites(raw).write(b"a line longer than three bytes\n")
+    assert raw.data == b"a line longer than three bytes\n"
+
+
+def test_the_lost_lines_reach_metrics(tmp_path):
+    options = tap.Options()
+    options.parseOptions(["--data-dir", str(tmp_path), "--port", "0", "--log-file", str(tmp_path / "n.log")])
+    observer = options.log_observer()
+    observer.observer.lost["ENOSPC"] += 3
+    service = tap.makeService(options)
+    families = {family.name: family for family in
+                NamesrvCollector(service.state, service.factory, service.seen, service.seen.health).collect()}
+    samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
+               if sample.name.endswith("_total")}
+    assert samples == {"ENOSPC": 3, "EIO": 0}

@@ -15,16 +15,18 @@ every broker registered, changed, confirmed, expired, closed or unregistered, an
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import re
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from twisted.logger import (
-    FileLogObserver,
     ILogObserver,
     Logger,
     LogLevel,
@@ -33,6 +35,7 @@ from twisted.logger import (
     formatTime,
 )
 from twisted.python import logfile
+from twisted.python.compat import ioType
 from zope.interface import implementer
 
 from .escapes import escaped
@@ -60,7 +63,51 @@ def rotation(text: str) -> int | None:
     return int(found.group(1)) * _UNITS[found.group(2).lower()]
 
 
-class DailyLogFile(logfile.DailyLogFile):
+class WholeWrites:
+    """A log file's raw file whose ``write`` writes all it is given or raises: Twisted's log files
+    write through an unbuffered file and drop a short write's count, so a disk that filled up in the
+    middle of a line kept the line's start and glued the next line to it (a JSON line no shipper can
+    read).  A line cut so is ended by the next write, which starts with a newline."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.cut = False
+
+    def write(self, data: bytes | str) -> int:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if self.cut:
+            data = b"\n" + data
+        done = 0
+        while done < len(data):
+            try:
+                done += self.raw.write(data[done:]) or 0
+            except OSError:
+                self.cut = self.cut or done > 0
+                raise
+            else:
+                self.cut = False
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+class _Whole:
+    """Twisted's log file with its file's writes whole (WholeWrites), on every file it opens."""
+
+    _file: Any
+
+    def _openFile(self) -> None:
+        super()._openFile()  # type: ignore[misc]
+        self._file = WholeWrites(self._file)
+
+
+class SizedLogFile(_Whole, logfile.LogFile):
+    """Twisted's file that rotates past a size, keeping ``maxRotatedFiles``, written whole."""
+
+
+class DailyLogFile(_Whole, logfile.DailyLogFile):
     """Twisted's daily file (``namesrv.log.2026_11_26``), keeping only the newest ``keep`` old ones."""
 
     def __init__(self, name: str, directory: str, keep: int) -> None:
@@ -82,7 +129,7 @@ def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_K
         target.parent.mkdir(parents=True, exist_ok=True)
         if size is None:
             return DailyLogFile(target.name, str(target.parent), keep)
-        return logfile.LogFile(target.name, str(target.parent), rotateLength=size, maxRotatedFiles=keep)
+        return SizedLogFile(target.name, str(target.parent), rotateLength=size, maxRotatedFiles=keep)
     except OSError as exc:
         raise LogOptionError(f"--log-file: cannot write {target}: {exc.strerror}") from None
 
@@ -150,9 +197,9 @@ def event_as_json_line(event: dict[str, Any]) -> str:
     return json.dumps(record, default=repr) + "\n"
 
 
-def json_lines(out: IO[str] | None = None) -> ILogObserver:
+def json_lines(out: IO[str] | None = None) -> LineWriter:
     """An observer writing JSON lines to ``out`` (stdout); also twistd's ``--logger`` factory."""
-    return FileLogObserver(out or sys.stdout, event_as_json_line)
+    return LineWriter(out or standard_output(), event_as_json_line)
 
 
 def event_as_text_line(event: dict[str, Any]) -> str | None:
@@ -204,10 +251,95 @@ class _SecondsText:
 format_time = _SecondsText()
 
 
-def text_lines(out: IO[str] | None = None) -> ILogObserver:
+def text_lines(out: IO[str] | None = None) -> LineWriter:
     """An observer writing escaped text lines (event_as_text_line) to ``out`` (stdout)."""
-    return FileLogObserver(out or sys.stdout, event_as_text_line)
+    return LineWriter(out or standard_output(), event_as_text_line)
 
 
-def observer(log_format: str, out: IO[str] | None = None) -> ILogObserver:
+def standard_output() -> Any:
+    """Where a log without a file goes: stdout's descriptor, unbuffered and written whole (a line
+    the disk refused is lost, not kept in a buffer to come out later under a count of lost lines);
+    ``sys.stdout`` itself when it has no descriptor (a test's capture)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.stdout
+    sys.stdout.flush()
+    return WholeWrites(open(descriptor, "wb", buffering=0, closefd=False))  # noqa: SIM115 - stdout's, kept open
+
+
+@implementer(ILogObserver)
+class LineWriter:
+    """Twisted's FileLogObserver (each event one formatted line, written and flushed), for a log
+    whose disk can fill up or fail: a line that cannot be written is counted, not raised into
+    Twisted's log publisher (which only set the observer aside for that one event, so every line
+    was lost without a trace).  The first failure of a run is one line on stderr; once lines can be
+    written again, one warning line says how many were lost, between when and when, and why,
+    before the next line: the log then shows its own gap.  ``lost`` counts every line lost, by
+    errno name."""
+
+    def __init__(self, out: Any, format_event: Callable[[dict[str, Any]], str | None],
+                 warn: Callable[[str], object] | None = None) -> None:
+        self.out = out
+        self.encoding = "utf-8" if ioType(out) is not str else None
+        self.format_event = format_event
+        self.warn = warn if warn is not None else _to_stderr
+        self.lost: Counter[str] = Counter()
+        self._gap: tuple[float, str, int] | None = None  # first failure's time, its reason, lines lost since
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        text = self.format_event(event)
+        if not text:
+            return
+        when = event.get("log_time")
+        if self._gap is not None:
+            notice = self.format_event(self._gap_event(when))
+            failed = self._write(notice) if notice else None
+            if failed is not None:
+                self._lose(failed, when)
+                return
+            self._gap = None
+        failed = self._write(text)
+        if failed is not None:
+            self._lose(failed, when)
+
+    def _write(self, text: str) -> OSError | None:
+        """None once ``text`` is written, else why not."""
+        try:
+            self.out.write(text if self.encoding is None else text.encode(self.encoding))
+            self.out.flush()
+        except OSError as exc:
+            return exc
+        return None
+
+    def _lose(self, failed: OSError, when: float | None) -> None:
+        name = errno.errorcode.get(failed.errno or 0, "EUNKNOWN")
+        self.lost[name] += 1
+        if self._gap is not None:
+            since, reason, count = self._gap
+            self._gap = (since, reason, count + 1)
+            return
+        reason = f"{name}: {failed.strerror or failed}"
+        self._gap = (when if when is not None else time.time(), reason, 1)
+        self.warn(f"namesrv: warning: cannot write the log ({reason}): its lines are counted until it can, "
+                  "then one line says how many were lost\n")
+
+    def _gap_event(self, now: float | None) -> dict[str, Any]:
+        assert self._gap is not None
+        since, reason, count = self._gap
+        until = now if now is not None else time.time()
+        return {"log_level": LogLevel.warn, "log_namespace": __name__, "log_time": until, "log_format": TEXT_AS_IS,
+                "log_text": f"{count} log lines not written from {format_time(since)} to {format_time(until)} "
+                            f"({reason})", "lines_lost": count}
+
+
+def _to_stderr(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr on the same full disk, or closed: the gap line says it later
+
+
+def observer(log_format: str, out: IO[str] | None = None) -> LineWriter:
     return json_lines(out) if log_format == "json" else text_lines(out)

@@ -74,6 +74,9 @@ class Metrics:
     store_load_refusals: Counter = field(default_factory=Counter)
     #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
     acl_reload_failures: int = 0
+    #: log lines its file (or stdout) refused, by errno name: the log writer's own count (logs.LineWriter.lost),
+    #: handed over where the server is built (tap.makeService); empty when another observer writes the log
+    log_lines_lost: Counter = field(default_factory=Counter)
     #: pushes to brokers (server.py: Notifier) by result: sent, failed, superseded, dropped
     pushes: Counter = field(default_factory=Counter)
 

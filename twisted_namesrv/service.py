@@ -347,10 +347,14 @@ class NamesrvService(service.MultiService):
 
     @classmethod
     def from_config(cls, config: NamesrvConfig, reactor=None, controller_port: int | None = None,
-                    controller_bind: str | None = None) -> NamesrvService:
-        """Read what the server starts from (``load``) and build it: CannotStart names what it cannot run with."""
+                    controller_bind: str | None = None, log_lines_lost: Counter | None = None) -> NamesrvService:
+        """Read what the server starts from (``load``) and build it: CannotStart names what it cannot run with.
+        ``log_lines_lost``: the log writer's count of lines it could not write (logs.LineWriter), for /metrics."""
         reactor = owners_view(reactor)  # its timers on the monotonic clock, its seconds() the wall's (clocks.py)
-        return cls(config, load(config, reactor), reactor, controller_port, controller_bind)
+        loaded = load(config, reactor)
+        if log_lines_lost is not None:
+            loaded.owners.seen.metrics.log_lines_lost = log_lines_lost
+        return cls(config, loaded, reactor, controller_port, controller_bind)
 
     def __init__(self, config: NamesrvConfig, loaded: Loaded, reactor, controller_port: int | None = None,
                  controller_bind: str | None = None) -> None:

@@ -160,11 +160,12 @@ class Options(usage.Options):
     def log_observer(self):
         """The observer the log options ask for; a --log-file that cannot be written exits 1 naming it."""
         try:
-            return configured_observer(self["log-format"], self["log-file"] or twistd_log_file(self),
-                                       self["log-rotate"],
-                                       int(self["log-keep"]), self["log-level"])
+            observer = configured_observer(self["log-format"], self["log-file"] or twistd_log_file(self),
+                                           self["log-rotate"], int(self["log-keep"]), self["log-level"])
         except LogOptionError as exc:
             raise SystemExit(cannot_start_line(exc)) from None
+        self.log_lines_lost = getattr(observer.observer, "lost", None)  # for /metrics (makeService hands it over)
+        return observer
 
 
 def makeService(options: Options):
@@ -173,6 +174,7 @@ def makeService(options: Options):
     report_cannot_start_in_one_line()
     try:  # every file the server starts from is read here, before twistd daemonises
         return NamesrvService.from_config(options.config, controller_port=options.controller_port(),
-                                          controller_bind=options["controller-bind"])
+                                          controller_bind=options["controller-bind"],
+                                          log_lines_lost=getattr(options, "log_lines_lost", None))
     except CannotStart as exc:
         cannot_start(str(exc))

@@ -25,6 +25,8 @@ from ..server import PUSH_RESULTS, RemotingFactory
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath"), ("ENOSPC", "EMFILE", "EIO",
                                                                                         "EROFS")
+#: ... and namesrv_log_lines_lost
+LOG_ERRORS = ("ENOSPC", "EIO")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath")
 LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
@@ -195,6 +197,13 @@ class NamesrvCollector(Collector):
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
                         "(topologyPath) and the page's events (eventsPath) are written again at their next tick",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+        lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
+                                   "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
+                                   "again, one warning line in the log gives their number and when",
+                                   labels=["error"])
+        for error in sorted(set(self.metrics.log_lines_lost) | set(LOG_ERRORS)):
+            lost.add_metric([error], self.metrics.log_lines_lost[error])
+        yield lost
         yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
                                 "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
                                 "read-only file: a ConfigMap): a restart goes back to the file",
