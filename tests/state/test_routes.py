@@ -550,6 +550,20 @@ def test_unregister_of_an_unknown_broker_changes_nothing(profile):
     assert len(routes.brokerLiveTable) == 1
 
 
+def test_5_3_3_unregister_of_a_broker_whose_first_registration_was_refused_is_no_departure():
+    """5.3.3 refuses a first registration of a single topic after making its group and cluster entries
+    (as Java's registerBroker does); the broker's unregistration then removes them, as Java's, but no
+    broker left: there was no "unregistered" event for the status page's "stopped cleanly" to show."""
+    routes, _ = manager(V5)
+    events = []
+    routes.listen(lambda kind, info: events.append(kind))
+    assert register(routes, topics=("T1",)) is None  # refused
+    assert routes.brokerAddrTable["broker-a"].brokerAddrs == {} and "c1" in routes.clusterAddrTable
+    routes.unregister_broker("c1", MASTER_A, "broker-a", 0)
+    assert routes.brokerAddrTable == {} and dict(routes.clusterAddrTable) == {}
+    assert "unregistered" not in events
+
+
 def test_5_3_3_unregister_in_a_masterless_acting_group_wipes_write_perm():
     routes, _ = manager(V5)
     register(routes, addr=SLAVE_A, broker_id=1, acting=True)

@@ -1084,7 +1084,7 @@ class RouteInfoManager:
     def unregister_broker(self, cluster: str | None, addr: str | None, broker_name: str | None,
                           broker_id: int | None) -> None:
         key = self.live_key(cluster, addr)
-        self.brokerLiveTable.pop(key, None)
+        live = self.brokerLiveTable.pop(key, None)
         self._drop_filter_servers(key)
         broker = self.brokerAddrTable.get(broker_name) if broker_name is not None else None
         if broker is None:
@@ -1093,6 +1093,11 @@ class RouteInfoManager:
             removed_id = next((i for i, a in broker.brokerAddrs.items() if a == addr), None)
         else:
             removed_id = broker_id if broker_id in broker.brokerAddrs else None
+        if removed_id is None and live is None:
+            # nothing of this broker was registered (Java logs "Failed" twice): the group 5.3.3 left empty
+            # when it refused the broker's first registration goes, as in Java, but no broker departed
+            self._remove_member(cluster, broker.brokerName, addr, None, cluster_of_request=True)
+            return
         event = self._emit("unregistered", cluster=cluster, broker=broker_name, id=broker_id, addr=addr)
         removed_addr = addr if removed_id is None else broker.brokerAddrs.get(removed_id, addr)
         self._remove_member(cluster, broker.brokerName, removed_addr, removed_id, cluster_of_request=True,
