@@ -592,7 +592,8 @@ def config_keys(ns: Namesrv) -> dict[str, str]:
                                   "rocketmqHome=/x", "listenPort=1", "serverChannelMaxIdleTimeSeconds=1",
                                   "compatVersion=4.9.8", "aclEnable=false", "tls.server.mode=disabled",
                                   "headerMaxLength=99999999", "controllerStorePath=/tmp/evil",
-                                  "controllerDLegerPeers=n0-127.0.0.1:1", "controllerType=etcd"])
+                                  "controllerDLegerPeers=n0-127.0.0.1:1", "controllerType=etcd",
+                                  "needWaitForService=true", "waitSecondsForService=2147483647"])
 def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     before = dict(ns.config.values)
     with capturedLogs() as events:
@@ -604,6 +605,23 @@ def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     assert any("127.0.0.1:40000" in formatEvent(e) and key in formatEvent(e) and e["log_level"] == LogLevel.warn
                for e in events)
     assert ns.state.refusals.counts["remoting", "config_key"] == 1  # namesrv_refusals_total{reason="config_key"}
+
+
+def test_update_config_cannot_hold_route_lookups(tmp_path):
+    """needWaitForService and waitSecondsForService hold route lookups for a while after the start (a
+    deployment's choice, in its file). Java takes them from any peer at runtime, and so did this server:
+    an unsigned ``needWaitForService=true`` with ``waitSecondsForService=2147483647`` answered every
+    GET_ROUTEINFO_BY_TOPIC ``name server not ready`` at once, and, saved in configStorePath, after
+    every restart too. Now they are refused as the other keys that change what the server serves."""
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(60)
+    attack = b"needWaitForService=true\nwaitSecondsForService=2147483647\n"
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=attack)
+    assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+    assert ns.config["needWaitForService"] is False and not ns.config_path.exists()
+    assert ns.state.refusals.counts["remoting", "config_key"] == 1
 
 
 @pytest.mark.parametrize("value", ["x\u2028aclEnable=false", "x\\u2028aclEnable\\=false", "x\x85y", "x\x0by",
@@ -665,13 +683,13 @@ def test_update_config_without_body_is_a_no_op(ns):
 
 
 def test_update_config_with_a_bad_number(ns):
-    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"waitSecondsForService=abc\n")
-    assert answer.code == ResponseCode.SYSTEM_ERROR and "waitSecondsForService" in answer.remark
-    assert ns.config["waitSecondsForService"] == 45
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"readinessBrokerWait=abc\n")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "readinessBrokerWait" in answer.remark
+    assert ns.config["readinessBrokerWait"] == 45_000
 
 
 def test_update_config_error_leaves_the_config_unchanged(ns):
-    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\nwaitSecondsForService=x\n")
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\nreadinessBrokerWait=x\n")
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert ns.config["orderMessageEnable"] is False  # nothing of a refused update is applied
     assert not ns.config_path.exists()

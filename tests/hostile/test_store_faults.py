@@ -199,7 +199,7 @@ def test_an_update_that_fails_validation_changes_no_value(tmp_path):
     namesrv = Namesrv(tmp_path)
     memory = namesrv.memory()
     answer = namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG,
-                                  body=b"orderMessageEnable=true\nwaitSecondsForService=-1\n"))
+                                  body=b"orderMessageEnable=true\nreadinessBrokerWait=-1\n"))
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert namesrv.memory() == memory
 

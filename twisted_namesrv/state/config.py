@@ -1,7 +1,8 @@
 """NamesrvConfig and the server keys, with Java's names and defaults.
 
 One ``ConfigKey`` table: the generation a key belongs to, its default (and so its type), and
-whether it is guarded: keys that would change listening, threads, queues, limits or paths are
+whether it is guarded: keys that would change listening, threads, queues, limits, paths or whether lookups are
+answered are
 refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
 
 The keys a NamesrvConfig knows are a ``ConfigSchema`` it is given: ``NAMESRV_SCHEMA`` holds the
@@ -56,7 +57,8 @@ class ConfigKey:
     name: str
     default: Any
     generations: frozenset[str]
-    #: changes listening, threads, queues, limits or paths: UPDATE_NAMESRV_CONFIG refuses it
+    #: changes listening, threads, queues, limits, paths or whether lookups are answered: UPDATE_NAMESRV_CONFIG
+    #: refuses it
     guarded: bool = False
 
 
@@ -84,8 +86,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("enableTopicList", True, V5),
     ConfigKey("notifyMinBrokerIdChanged", False, V5),
     ConfigKey("enableControllerInNamesrv", False, V5, guarded=True),
-    ConfigKey("needWaitForService", False, V5),
-    ConfigKey("waitSecondsForService", 45, V5),
+    # guarded: they hold every route lookup after the start (at runtime, 2147483647 s held them at once, for good)
+    ConfigKey("needWaitForService", False, V5, guarded=True),
+    ConfigKey("waitSecondsForService", 45, V5, guarded=True),
     ConfigKey("deleteTopicWithBrokerRegistration", False, V5),
     ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH, guarded=True),
     ConfigKey("bindAddress", "127.0.0.1", V5, guarded=True),
