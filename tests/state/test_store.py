@@ -43,3 +43,19 @@ def test_a_new_file_is_made_as_before(tmp_path):
     finally:
         os.umask(umask)
     assert mode(tmp_path / "kvConfig.json") == 0o644
+
+
+def test_a_file_system_that_refuses_permissions_still_takes_the_write(tmp_path, monkeypatch):
+    """vfat and some network mounts refuse chmod (EPERM): the save still succeeds, the new file as
+    closed as it was made (0600), never a failed KV put for a permission the mount does not keep."""
+    import errno
+
+    path = tmp_path / "kvConfig.json"
+    path.write_bytes(b"{}")
+    path.chmod(0o644)
+
+    def refused(fd, mode) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+    monkeypatch.setattr(os, "fchmod", refused)
+    write_atomically(path, b'{"configTable":{}}')
+    assert path.read_bytes() == b'{"configTable":{}}' and mode(path) == 0o600

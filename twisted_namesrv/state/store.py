@@ -103,10 +103,12 @@ def _take_owner_and_mode(fd: int, before: os.stat_result) -> None:
     the new one, before it takes the name: the ``-c`` file may hold secrets (``tls.server.keyPassword``)
     and its operator made it 0600, and a rename keeps the new file's own (0644: any user of the machine
     read the key password after one UPDATE_NAMESRV_CONFIG, which any peer may send without ACL).  The
-    temporary file is made 0600, so the content is never readable by others on its way in."""
+    temporary file is made 0600, so the content is never readable by others on its way in; a file
+    system that keeps no permissions (vfat, some network mounts) may refuse them, and the file stays so."""
     with suppress(OSError):  # another owner or group: only root may give them; the permissions still apply
         os.fchown(fd, before.st_uid, before.st_gid)
-    os.fchmod(fd, stat.S_IMODE(before.st_mode))
+    with suppress(OSError):
+        os.fchmod(fd, stat.S_IMODE(before.st_mode))
 
 
 def _write_in_place(target: Path, data: bytes, what: str) -> None:
