@@ -171,8 +171,10 @@ KEYS: list[ConfigKey] = [
     #: the broker groups seen across restarts (topology_store.py); empty: topology.json beside kvConfigPath
     ConfigKey("topologyPath", "", OURS, guarded=True),
     #: /readyz waits this long (ms) after the start for the known broker groups to register again: brokers
-    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one
-    ConfigKey("readinessBrokerWait", 45_000, OURS),
+    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one; guarded:
+    #: set remotely to 2^63-1, a group up before the start that never came back (a peer's fake one) kept
+    #: /readyz failing, the pod out of its Service, until the next restart
+    ConfigKey("readinessBrokerWait", 45_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
     ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address
