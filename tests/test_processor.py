@@ -23,7 +23,7 @@ from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode,
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.schema import SERVER_SCHEMA
-from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.config import OURS, ConfigError, ConfigKey, NamesrvConfig
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 
 BOTH = pytest.mark.parametrize("profile", ["4.9.8", "5.3.3"])
@@ -35,11 +35,12 @@ _opaques = itertools.count(1)
 class Namesrv:
     """A NamesrvState wired as the service wires it, on a fake clock, and a way to ask it."""
 
-    def __init__(self, tmp_path, profile: str = "5.3.3", *, started: float = START, **values) -> None:
+    def __init__(self, tmp_path, profile: str = "5.3.3", *, started: float = START, schema=SERVER_SCHEMA,
+                 **values) -> None:
         base = {"compatVersion": profile, "kvConfigPath": str(tmp_path / "kvConfig.json"),
                 "configStorePath": str(tmp_path / "namesrv.properties")}
         base.update(values)
-        self.config = NamesrvConfig(base, schema=SERVER_SCHEMA)
+        self.config = NamesrvConfig(base, schema=schema)
         self.config_path = tmp_path / "namesrv.properties"
         self.clock = task.Clock()
         self.clock.advance(started)
@@ -592,7 +593,9 @@ def config_keys(ns: Namesrv) -> dict[str, str]:
                                   "rocketmqHome=/x", "listenPort=1", "serverChannelMaxIdleTimeSeconds=1",
                                   "compatVersion=4.9.8", "aclEnable=false", "tls.server.mode=disabled",
                                   "headerMaxLength=99999999", "controllerStorePath=/tmp/evil",
-                                  "controllerDLegerPeers=n0-127.0.0.1:1", "controllerType=etcd"])
+                                  "controllerDLegerPeers=n0-127.0.0.1:1", "controllerType=etcd",
+                                  "needWaitForService=true", "waitSecondsForService=2147483647",
+                                  "readinessBrokerWait=9223372036854775807"])
 def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     before = dict(ns.config.values)
     with capturedLogs() as events:
@@ -604,6 +607,23 @@ def test_update_config_refuses_blocked_keys_and_logs_who_tried(ns, line):
     assert any("127.0.0.1:40000" in formatEvent(e) and key in formatEvent(e) and e["log_level"] == LogLevel.warn
                for e in events)
     assert ns.state.refusals.counts["remoting", "config_key"] == 1  # namesrv_refusals_total{reason="config_key"}
+
+
+def test_update_config_cannot_hold_route_lookups(tmp_path):
+    """needWaitForService and waitSecondsForService hold route lookups for a while after the start (a
+    deployment's choice, in its file). Java takes them from any peer at runtime, and so did this server:
+    an unsigned ``needWaitForService=true`` with ``waitSecondsForService=2147483647`` answered every
+    GET_ROUTEINFO_BY_TOPIC ``name server not ready`` at once, and, saved in configStorePath, after
+    every restart too. Now they are refused as the other keys that change what the server serves."""
+    ns = Namesrv(tmp_path, "5.3.3")
+    ns.register()
+    ns.clock.advance(60)
+    attack = b"needWaitForService=true\nwaitSecondsForService=2147483647\n"
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=attack)
+    assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+    assert ns.config["needWaitForService"] is False and not ns.config_path.exists()
+    assert ns.state.refusals.counts["remoting", "config_key"] == 1
 
 
 @pytest.mark.parametrize("value", ["x\u2028aclEnable=false", "x\\u2028aclEnable\\=false", "x\x85y", "x\x0by",
@@ -664,14 +684,26 @@ def test_update_config_without_body_is_a_no_op(ns):
     assert not ns.config_path.exists()
 
 
-def test_update_config_with_a_bad_number(ns):
-    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"waitSecondsForService=abc\n")
-    assert answer.code == ResponseCode.SYSTEM_ERROR and "waitSecondsForService" in answer.remark
-    assert ns.config["waitSecondsForService"] == 45
+def _no_negative_retries(values) -> None:
+    if values["moduleRetries"] < 0:
+        raise ConfigError(f"moduleRetries: {values['moduleRetries']} is out of range (at least 0)")
 
 
-def test_update_config_error_leaves_the_config_unchanged(ns):
-    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\nwaitSecondsForService=x\n")
+#: every numeric key of the server's own is guarded (no remote peer changes them): a module's key that
+#: UPDATE_NAMESRV_CONFIG may change, as a module's schema adds one, for the checks of a number
+NUMBERED_SCHEMA = SERVER_SCHEMA.with_keys((ConfigKey("moduleRetries", 3, OURS),), _no_negative_retries)
+
+
+def test_update_config_with_a_bad_number(tmp_path):
+    ns = Namesrv(tmp_path, schema=NUMBERED_SCHEMA)
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"moduleRetries=abc\n")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "moduleRetries" in answer.remark
+    assert ns.config["moduleRetries"] == 3
+
+
+def test_update_config_error_leaves_the_config_unchanged(tmp_path):
+    ns = Namesrv(tmp_path, schema=NUMBERED_SCHEMA)
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\nmoduleRetries=-1\n")
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert ns.config["orderMessageEnable"] is False  # nothing of a refused update is applied
     assert not ns.config_path.exists()

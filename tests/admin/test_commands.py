@@ -113,9 +113,9 @@ async def test_a_config_update_that_did_not_take_exits_1(server, tmp_path):
     assert run.err == f"error: {server.addr}: orderMessageEnable did not take 'maybe': it reads back as 'false'\n"
     run = await run_cli(*ns, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "TRUE")
     assert run.code == 0 and run.out.endswith("orderMessageEnable = true (was false)\n")
-    run = await run_cli(*ns, "--json", "updateNamesrvConfig", "-k", "waitSecondsForService", "-v", "010")
+    run = await run_cli(*ns, "--json", "updateNamesrvConfig", "-k", "enableAllTopicList", "-v", "FALSE")
     assert json.loads(run.out)["results"] == [
-        {"namesrv": server.addr, "ok": True, "key": "waitSecondsForService", "before": "45", "after": "10"}]
+        {"namesrv": server.addr, "ok": True, "key": "enableAllTopicList", "before": "true", "after": "false"}]
 
     old = await namesrv(tmp_path, "old", compatVersion="4.9.8")  # a 5.x key on a 4.9.8 server
     try:

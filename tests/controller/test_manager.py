@@ -215,3 +215,27 @@ def test_the_election_counts_survive_a_restart_and_a_compaction(tmp_path) -> Non
     compacted.start()
     assert store.records == 1 and election_series(compacted) == {("C", "g", "new_master_elected"): 2}
     store.close()
+
+
+def test_the_elections_a_lost_master_makes_are_bounded_whatever_a_peer_set(tmp_path) -> None:
+    """electMasterMaxRetryCount is one of UPDATE_CONTROLLER_CONFIG's keys (any peer's without ACL), and
+    each failed attempt is an event written (fsynced) and an epoch: set to 2147483647, one master gone
+    with nobody to follow it began two billion elections (2,000 of them: 2,003 records, 214 KB and
+    0.6 s of CPU), the log growing until the disk was full and the epoch, an int in Java, past its
+    range. The key is refused past ELECT_RETRIES_MAX, and a lost master makes at most that many."""
+    import pytest
+
+    from twisted_namesrv.controller.config import ELECT_RETRIES_MAX, ControllerConfigError
+
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    with pytest.raises(ControllerConfigError, match="electMasterMaxRetryCount: 2147483647 is out of range"):
+        manager.config.update({"electMasterMaxRetryCount": "2147483647"})
+    assert manager.config["electMasterMaxRetryCount"] == 3
+    manager.config.update({"electMasterMaxRetryCount": str(ELECT_RETRIES_MAX)})
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.on_channel_close("ch1")
+    assert manager.replicas.sync_state_set_info_table["g"].master_epoch == 1 + ELECT_RETRIES_MAX
+    store.close()

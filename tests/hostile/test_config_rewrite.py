@@ -8,6 +8,7 @@ and the restarted server holds what its file held, ACL on.  A file already holdi
 
 from __future__ import annotations
 
+import stat
 from contextlib import closing
 
 import pytest
@@ -58,6 +59,7 @@ def assert_as_configured(port: int, tmp_path, product: str = "center") -> dict[s
 
 def test_the_attack_of_issue_44_is_refused_and_the_restart_reads_the_file_as_it_was(setup):
     tmp_path, config, port = setup
+    config.chmod(0o600)  # it may hold secrets (tls.server.keyPassword): a rewrite made it 0644
     server = start(tmp_path, config, port, "first")
     answers = {}
     try:
@@ -76,6 +78,7 @@ def test_the_attack_of_issue_44_is_refused_and_the_restart_reads_the_file_as_it_
     saved = config.read_text(encoding="utf-8")
     assert not CONTROLS.search(saved.replace("\n", "")) and "evil" not in saved and "6.6.6.6" not in saved
     assert properties.load(saved)["orderMessageEnable"] == "true"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
     assert server.output().count("refused on remoting from 127.0.0.1") >= 1  # further hits counted, not logged
 
     restarted = start(tmp_path, config, port, "second")

@@ -48,7 +48,7 @@ from twisted_namesrv.metrics import Metrics
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.schema import SERVER_SCHEMA
-from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.config import OURS, ConfigError, ConfigKey, ConfigSchema, NamesrvConfig
 
 PAGE = 4096
 ERRNO = {"ENOSPC": "ENOSPC", "EMFILE": "EMFILE", "EIO": "EIO"}
@@ -69,9 +69,9 @@ def request(code: int, ext: dict | None = None, body: bytes | None = None, opaqu
 # -- the NameServer's writes ----------------------------------------------------------------------
 
 class Namesrv:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, schema: ConfigSchema = SERVER_SCHEMA) -> None:
         self.directory = directory
-        self.config = NamesrvConfig.from_file(None, self.overrides(), schema=SERVER_SCHEMA)
+        self.config = NamesrvConfig.from_file(None, self.overrides(), schema=schema)
         self.dispatcher = built.dispatcher(self.config, task.Clock())
         self.state = self.dispatcher.state
         self.failures: Counter = self.dispatcher.metrics.store_failures
@@ -196,10 +196,14 @@ def test_a_file_mounted_on_its_own_is_saved_in_place(store_dir, tmp_path):
 
 def test_an_update_that_fails_validation_changes_no_value(tmp_path):
     """apply is all or none: before, a value refused by _validate stayed set beside the error."""
-    namesrv = Namesrv(tmp_path)
+    def no_negative_retries(values) -> None:
+        if values["moduleRetries"] < 0:
+            raise ConfigError(f"moduleRetries: {values['moduleRetries']} is out of range (at least 0)")
+    # every numeric key of the server's own is guarded: a module's key that updates may change, and its check
+    namesrv = Namesrv(tmp_path, SERVER_SCHEMA.with_keys((ConfigKey("moduleRetries", 3, OURS),), no_negative_retries))
     memory = namesrv.memory()
     answer = namesrv.call(request(RequestCode.UPDATE_NAMESRV_CONFIG,
-                                  body=b"orderMessageEnable=true\nwaitSecondsForService=-1\n"))
+                                  body=b"orderMessageEnable=true\nmoduleRetries=-1\n"))
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert namesrv.memory() == memory
 

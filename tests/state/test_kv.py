@@ -64,6 +64,45 @@ def test_persists_and_reloads_after_a_restart(tmp_path):
     assert restarted.configTable == {"NS": {"k1": "v1"}, NAMESPACE_ORDER_TOPIC_CONFIG: {"TopicA": "broker-a:8"}}
 
 
+def test_a_lone_surrogate_reads_back_as_itself_and_changes_no_other_key(tmp_path):
+    """A JSON header's ``"\\ud800"`` is a lone surrogate, which UTF-8 cannot carry: Java's fastjson
+    writes it as ``?`` (as the wire's getBytes does), and so did this store. Then two keys became one
+    after a restart: an unsigned put of ``T\\ud800`` replaced an operator's ``T?`` (the file held both,
+    and the one read last won), and ``a\\ud800``/``a\\udc00`` merged. The file now holds it as its
+    JSON escape, which fastjson (and the store) read back as that surrogate."""
+    path = tmp_path / "kvConfig.json"
+    kv = file_backed(path)
+    kv.put(NAMESPACE_ORDER_TOPIC_CONFIG, "T?", "broker-a:8")
+    kv.put(NAMESPACE_ORDER_TOPIC_CONFIG, "T\ud800", "evil:1")
+    kv.put("ns\udfff", "a\udc00", "v\ud800w")
+    kv.put("ns\udfff", "a\ud800", "x")
+    assert kv.size == len(kv.encode()) == path.stat().st_size
+    restarted = file_backed(path)
+    assert restarted.configTable == kv.configTable
+    assert restarted.get(NAMESPACE_ORDER_TOPIC_CONFIG, "T?") == "broker-a:8"
+    kept = json.loads(path.read_bytes())["configTable"]["ns\udfff"]
+    assert sorted(kept.items()) == [("a\ud800", "x"), ("a\udc00", "v\ud800w")]
+
+
+#: any character, lone surrogates and the characters they became (``?``) often among them
+KV_TEXT = st.text(st.one_of(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+                            st.sampled_from("?\\\"\r\n\x00\u2028"), st.characters(exclude_categories=())), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(KV_TEXT, KV_TEXT, KV_TEXT), max_size=8))
+def test_any_table_written_reads_back_as_itself(entries):
+    """Whatever characters a peer puts in a namespace, key or value (controls, separators, lone
+    surrogates), the file read back at a restart holds the table as it was, and its size is the one counted."""
+    writes: list[bytes] = []
+    kv = KVConfigManager(at_once(writes.append))
+    for namespace, key, value in entries:
+        kv.put(namespace, key, value)
+    assert kv.size == len(kv.encode())
+    if writes:
+        assert {str(ns): dict(table) for ns, table in json.loads(writes[-1])["configTable"].items()} == kv.configTable
+
+
 def test_loads_a_java_written_file_and_drops_null_values(tmp_path):
     path = tmp_path / "kvConfig.json"
     path.write_text('{"configTable":{"ORDER_TOPIC_CONFIG":{"OrderTopic":"broker-a:2","gone":null}}}')

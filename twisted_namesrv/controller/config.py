@@ -44,6 +44,10 @@ CONTROLLER_KEY_NAMES = frozenset(name for name, _ in CONTROLLER_KEYS)
 UPDATABLE = frozenset({"enableElectUncleanMaster", "notifyBrokerRoleChanged", "isProcessReadEvent",
                        "electMasterMaxRetryCount", "metricsExporterType"})
 _MIN_INTERVAL_MS = 100
+#: the most elections a lost master begins (electMasterMaxRetryCount, Java's default 3): they follow
+#: each other at once, so more changes nothing but the cost; each failed one is an event written and
+#: an epoch, and the key is any peer's to change without ACL (2147483647: two billion fsynced records)
+ELECT_RETRIES_MAX = 16
 
 #: the controller's store, a NameServer key too (Java's ControllerConfig controllerType: DLedger or
 #: jRaft there; etcd here): one controller's own log on disk, or peers that agree through etcd
@@ -136,6 +140,10 @@ class ControllerConfig:
     def update(self, props: Mapping[str, Any]) -> None:
         """Convert every value first: a bad one changes nothing (ControllerConfigError names it)."""
         converted = {name: self._convert(name, value) for name, value in props.items()}
+        retries = converted.get("electMasterMaxRetryCount", 0)
+        if retries > ELECT_RETRIES_MAX:  # from a file, a request or a typed config alike
+            raise ControllerConfigError(f"electMasterMaxRetryCount: {retries} is out of range "
+                                        f"(at most {ELECT_RETRIES_MAX})")
         self.values.update(converted)
 
     def _convert(self, name: str, value: Any) -> Any:

@@ -66,6 +66,20 @@ def dumps_bytes(value: Any, standard: bool = False) -> bytes:
     return java_utf8(dumps(value, standard))
 
 
+#: a UTF-16 surrogate code unit: in a str, one UTF-8 cannot carry (a JSON header's ``"\\ud800"``)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps_stored(value: Any) -> bytes:
+    """``dumps_bytes`` for a file this server reads back (the KV store): a lone surrogate is written
+    as its ``\\uXXXX`` escape, which fastjson and ``loads`` read back as that surrogate.  Java's
+    fastjson writes it as ``?`` (String.getBytes), so two keys became one at the next start: an
+    unsigned put of ``T\\ud800`` replaced the ``T?`` an operator had put.  Outside strings JSON is
+    ASCII, and a backslash in one is written ``\\\\``, so every surrogate is a string's own character."""
+    text = dumps(value)
+    return java_utf8(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
 def _write(value: Any, standard: bool, out: list[str]) -> None:
     if isinstance(value, str):
         out.append(_standard_string(value) if standard else _plain_string(value))

@@ -1,7 +1,8 @@
 """NamesrvConfig and the server keys, with Java's names and defaults.
 
 One ``ConfigKey`` table: the generation a key belongs to, its default (and so its type), and
-whether it is guarded: keys that would change listening, threads, queues, limits or paths are
+whether it is guarded: keys that would change listening, threads, queues, limits, paths or whether lookups are
+answered are
 refused by UPDATE_NAMESRV_CONFIG with 16, like Java's configBlackList but complete.
 
 The keys a NamesrvConfig knows are a ``ConfigSchema`` it is given: ``NAMESRV_SCHEMA`` holds the
@@ -56,7 +57,8 @@ class ConfigKey:
     name: str
     default: Any
     generations: frozenset[str]
-    #: changes listening, threads, queues, limits or paths: UPDATE_NAMESRV_CONFIG refuses it
+    #: changes listening, threads, queues, limits, paths or whether lookups are answered: UPDATE_NAMESRV_CONFIG
+    #: refuses it
     guarded: bool = False
 
 
@@ -84,8 +86,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("enableTopicList", True, V5),
     ConfigKey("notifyMinBrokerIdChanged", False, V5),
     ConfigKey("enableControllerInNamesrv", False, V5, guarded=True),
-    ConfigKey("needWaitForService", False, V5),
-    ConfigKey("waitSecondsForService", 45, V5),
+    # guarded: they hold every route lookup after the start (at runtime, 2147483647 s held them at once, for good)
+    ConfigKey("needWaitForService", False, V5, guarded=True),
+    ConfigKey("waitSecondsForService", 45, V5, guarded=True),
     ConfigKey("deleteTopicWithBrokerRegistration", False, V5),
     ConfigKey("configBlackList", "configBlackList;configStorePath;kvConfigPath", BOTH, guarded=True),
     ConfigKey("bindAddress", "127.0.0.1", V5, guarded=True),
@@ -168,8 +171,10 @@ KEYS: list[ConfigKey] = [
     #: the broker groups seen across restarts (topology_store.py); empty: topology.json beside kvConfigPath
     ConfigKey("topologyPath", "", OURS, guarded=True),
     #: /readyz waits this long (ms) after the start for the known broker groups to register again: brokers
-    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one
-    ConfigKey("readinessBrokerWait", 45_000, OURS),
+    #: register every 30 s, so 45 s (Java's waitSecondsForService) covers one round and a slow one; guarded:
+    #: set remotely to 2^63-1, a group up before the start that never came back (a peer's fake one) kept
+    #: /readyz failing, the pod out of its Service, until the next restart
+    ConfigKey("readinessBrokerWait", 45_000, OURS, guarded=True),
     #: the status page's events across restarts (event_log.py); empty: events.json beside kvConfigPath
     ConfigKey("eventsPath", "", OURS, guarded=True),
     #: what /rocketmq/nsaddr answers (``host:port;host:port``); empty: this server's own address

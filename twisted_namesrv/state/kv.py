@@ -43,7 +43,7 @@ def _size_change(table: Table, namespace: str, key: str, value: str | None) -> i
     change = 0
     if entries is None:
         entries = {}
-        change += len(fastjson.dumps_bytes(namespace)) + 3 + (1 if table else 0)  # "ns":{} and its comma
+        change += len(fastjson.dumps_stored(namespace)) + 3 + (1 if table else 0)  # "ns":{} and its comma
     old = entries.get(key)
     if old is not None:
         change -= _entry_size(key, old) + (1 if len(entries) > 1 else 0)
@@ -53,8 +53,8 @@ def _size_change(table: Table, namespace: str, key: str, value: str | None) -> i
 
 
 def _entry_size(key: str, value: str) -> int:
-    """``"key":"value"`` as fastjson writes it."""
-    return len(fastjson.dumps_bytes(key)) + 1 + len(fastjson.dumps_bytes(value))
+    """``"key":"value"`` as the file holds it (``encode``)."""
+    return len(fastjson.dumps_stored(key)) + 1 + len(fastjson.dumps_stored(value))
 
 
 class KVConfigError(Exception):
@@ -133,7 +133,7 @@ class KVConfigManager:
     def encode(self, table: dict[str, dict[str, str]] | None = None) -> bytes:
         table = self.configTable if table is None else table
         by_namespace = {ns: java_hash_map(table[ns]) for ns in table}
-        return fastjson.dumps_bytes({"configTable": java_hash_map(by_namespace)})
+        return fastjson.dumps_stored({"configTable": java_hash_map(by_namespace)})
 
     def _staged(self) -> tuple[Table, int]:
         """The table with every change accepted so far, and its encoded size."""

@@ -1,7 +1,8 @@
 """Crash-safe file replacement: a reader never sees a half-written file, and a failed write
 leaves the file as it was.
 
-temp file in the same directory -> write -> fsync -> rename over the target -> fsync the directory.
+temp file in the same directory -> write -> the target's owner and permissions -> fsync -> rename over
+the target -> fsync the directory.
 (Java 4.9.8 deletes then renames, 5.3.3 writes in place; both can lose the file on a crash.)
 The directory is opened first, so a closed fd table (EMFILE) fails before anything changed; a
 failure before the rename removes the temp file.  A failure after it (the directory's fsync: a
@@ -66,10 +67,13 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
         try:
             with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
                 tmp.unlink()
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            before = _owner_and_mode(target)
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 if before is None else 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
+                if before is not None:
+                    _take_owner_and_mode(handle.fileno(), before)
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
         except OSError as exc:
@@ -84,6 +88,27 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
             old.unlink(missing_ok=True)
     finally:
         os.close(dir_fd)
+
+
+def _owner_and_mode(target: Path) -> os.stat_result | None:
+    """The file about to be replaced (its owner and permissions go to the new one), or None."""
+    try:
+        return os.stat(target)
+    except FileNotFoundError:
+        return None
+
+
+def _take_owner_and_mode(fd: int, before: os.stat_result) -> None:
+    """The replaced file's permissions (and, where this process may give them, its owner and group) on
+    the new one, before it takes the name: the ``-c`` file may hold secrets (``tls.server.keyPassword``)
+    and its operator made it 0600, and a rename keeps the new file's own (0644: any user of the machine
+    read the key password after one UPDATE_NAMESRV_CONFIG, which any peer may send without ACL).  The
+    temporary file is made 0600, so the content is never readable by others on its way in; a file
+    system that keeps no permissions (vfat, some network mounts) may refuse them, and the file stays so."""
+    with suppress(OSError):  # another owner or group: only root may give them; the permissions still apply
+        os.fchown(fd, before.st_uid, before.st_gid)
+    with suppress(OSError):
+        os.fchmod(fd, stat.S_IMODE(before.st_mode))
 
 
 def _write_in_place(target: Path, data: bytes, what: str) -> None:
