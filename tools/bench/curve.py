@@ -475,6 +475,13 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
         out.send(samples)
 
 
+def longest_started(samples: list[Sample], t0: float, t1: float) -> float | None:
+    """When the longest of the lookups ``window`` counts in [t0, t1] started (monotonic s): where a
+    scheduler trace of the same run says what held the server's core then (core_holders.py)."""
+    inside = [sample for sample in samples if sample[0] + sample[1] >= t0 and sample[0] <= t1]
+    return round(max(inside, key=lambda sample: sample[1])[0], 6) if inside else None
+
+
 def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms),
     the longest the probe itself waited for its CPU during one lookup, and what the longest wait
@@ -686,6 +693,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
     # each phase's window on the machine's monotonic clock (not a figure): what a server recorded
     # by that clock is read per phase (server_turns.py --report --records)
     out["phase_windows"] = {phase: [round(t0, 6), round(t1, 6)] for phase, (t0, t1) in phases.items()}
+    out["probe_max_at"] = {phase: longest_started(samples, t0, t1) for phase, (t0, t1) in phases.items()}
+    out["probe_pid"] = probe.pid
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
@@ -779,8 +788,12 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                                           "loadavg": [round(x, 2) for x in load], "quiet_before": quiet}
                 try:
                     port = server.wait_ready(ready_timeout)
+                    record["server_pid"] = server.main_pid()
                     figures = asyncio.run(run_step(step, server, port, disconnect_timeout))
                     record["phase_windows"] = figures.pop("phase_windows")
+                    # what a scheduler trace of the run needs to say who held the server's core
+                    record["probe_max_at"] = figures.pop("probe_max_at")
+                    record["curve_pid"], record["probe_pid"] = os.getpid(), figures.pop("probe_pid")
                     record["figures"] = figures
                 except Exception as exc:  # noqa: BLE001 - one failed step is recorded, the curve goes on
                     record["error"] = f"{type(exc).__name__}: {exc}"
