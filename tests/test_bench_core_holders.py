@@ -90,3 +90,27 @@ def test_a_curve_record_gives_each_phase_and_its_longest_wait(holders):
     assert row["main_runnable_in_longest_wait_ms"] == pytest.approx(4.0)
     assert row["main_longest_runnable_ms"] == pytest.approx(4.0)
     assert list(holders.run_report(trace, {"round": 1, "step": "tiny", "server": "old"}, set())) == []
+
+
+def runtime(t: float, cpu: int, comm: str, tid: int, ns: int) -> str:
+    return f"{tid:>5}/{tid:<5} [{cpu:03d}] {t:.6f}: sched:sched_stat_runtime: comm={comm} pid={tid} runtime={ns} [ns]"
+
+
+def test_the_time_the_virtual_cpu_did_not_run_is_the_hosts(holders):
+    """pip holds the core 30 ms by the wall but ran 10 ms of it (its runtime leaves out the steal
+    clock's time): the other 20 ms are the host's, placed in the span's longest silence (12-32 ms)
+    while the server waited."""
+    lines = [
+        switch(1.000, 0, ("swapper/0", 0, 0), "S", ("pip", OTHER)),
+        waking(1.001, 1, (PROBE, PROBE), "python", SERVER, 0),
+        runtime(1.004, 0, "pip", OTHER, 4_000_000),  # ticks
+        runtime(1.008, 0, "pip", OTHER, 4_000_000),
+        runtime(1.012, 0, "pip", OTHER, 1_000_000),
+        runtime(1.032, 0, "pip", OTHER, 1_000_000),  # after 20 ms of nothing: 1 ms since
+        switch(1.030 + 0.002, 0, ("pip", OTHER, OTHER), "R", ("python", SERVER)),
+    ]
+    trace = holders.read_trace(lines, 0)
+    got = holders.held(trace, 1.000, 1.032, {SERVER}, set())
+    assert got == pytest.approx({"host": 20.0, "other:pip": 12.0})
+    assert holders.held(trace, 1.000, 1.012, {SERVER}, set()) == pytest.approx({"other:pip": 12.0})
+    assert holders.runnable_ms(trace, SERVER, 1.0, 1.1) == pytest.approx(31.0)

@@ -13,8 +13,9 @@ longest wait, ``probe_max_at``, are on it), then read the trace with the curve's
     .venv/bin/python tools/bench/core_holders.py sched.data --records R.jsonl [--core 0]
 
 For every run and phase it prints how the core's time went, over the phase and over the probe's
-longest wait: the server (its process's threads), the core idle (with a thread of the server
-runnable on an idle core, the virtual CPU was not running: the host's share), kernel threads
+longest wait: the server (its process's threads), ``host`` (the virtual CPU not running at all,
+from the gap between a task's wall time and its runtime: the host ran something else), the core
+idle, kernel threads
 (softirqs deferred to ``ksoftirqd``, workqueues, memory compaction...), the curve's own processes
 (its load and probe: they belong on the other core) and every other process by name; and, for our
 server, how long its main thread was runnable on the core in that wait.  Java serves from many
@@ -42,6 +43,7 @@ SWITCH = re.compile(r"prev_comm=(?P<prev_comm>.*?) prev_pid=(?P<prev_pid>\d+) pr
 WAKEUP = re.compile(r"comm=(?P<comm>.*?) pid=(?P<pid>\d+) prio=\d+ target_cpu=(?P<cpu>\d+)")
 #: a thread made runnable (``perf sched record`` takes ``sched_waking`` where the kernel has it)
 WAKING = frozenset({"sched:sched_waking", "sched:sched_wakeup", "sched:sched_wakeup_new"})
+RUNTIME = re.compile(r"pid=(?P<pid>\d+) runtime=(?P<ns>\d+)")
 #: ``perf script -F pid,tid,cpu,time,event,trace``: "PID/TID [CPU] TIME: EVENT: TRACE"
 LINE = re.compile(r"^\s*(?P<pid>-?\d+)/(?P<tid>-?\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<time>[\d.]+):\s+"
                   r"(?P<event>[\w:]+):\s*(?P<trace>.*)$")
@@ -49,12 +51,15 @@ LINE = re.compile(r"^\s*(?P<pid>-?\d+)/(?P<tid>-?\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<t
 
 @dataclass
 class Span:
-    """One stretch of a core's time given to one task (``pid`` its process, 0 for idle)."""
+    """One stretch of a core's time given to one task (``tid`` 0: idle), and the part of it the
+    virtual CPU did not run at all (``stolen`` s, ending at ``stolen_until``: see ``read_trace``)."""
 
     start: float
     end: float
     tid: int
     comm: str
+    stolen: float = 0.0
+    stolen_until: float = 0.0
 
 
 @dataclass
@@ -68,10 +73,17 @@ class Trace:
 
 
 def read_trace(lines: Iterable[str], core: int) -> Trace:
-    """Parse ``perf script -F pid,tid,cpu,time,event,trace`` of ``sched:sched_switch`` and
-    ``sched:sched_waking`` (or ``sched_wakeup``) events; others are ignored."""
+    """Parse ``perf script -F pid,tid,cpu,time,event,trace`` of ``sched:sched_switch``,
+    ``sched:sched_waking`` (or ``sched_wakeup``) and ``sched:sched_stat_runtime`` events; others
+    are ignored.
+
+    The host's share: a task's runtime (``sched_stat_runtime``, what ``perf sched record`` also
+    records) leaves out the time its virtual CPU was not running (the kernel's steal clock), so a
+    span's wall time less its runtime is that; it is placed in the span's longest silence between
+    events on the core (a busy core has a tick event every few ms: a silence longer is the host's)."""
     trace = Trace()
     on_core: tuple[float, int, str] | None = None  # since, tid, comm
+    ran, last, silence = 0, 0.0, (0.0, 0.0)  # the span's runtime (ns), its last event, its longest silence
     queued: dict[int, float] = {}
     for line in lines:
         m = LINE.match(line)
@@ -84,20 +96,33 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
             w = WAKEUP.search(m["trace"])
             if w and int(w["cpu"]) == core:
                 queued.setdefault(int(w["pid"]), t)
+        if cpu != core:
             continue
-        if event != "sched:sched_switch" or cpu != core:
+        if t - last > silence[1] - silence[0]:
+            silence = (last, t)
+        last = t
+        if event == "sched:sched_stat_runtime":
+            r = RUNTIME.search(m["trace"])
+            if r and on_core is not None and int(r["pid"]) == on_core[1]:
+                ran += int(r["ns"])
+            continue
+        if event != "sched:sched_switch":
             continue
         s = SWITCH.search(m["trace"])
         if not s:
             continue
         prev, nxt = int(s["prev_pid"]), int(s["next_pid"])
         if on_core is not None:  # (before the trace's first switch on the core: unknown since when)
-            trace.spans.append(Span(on_core[0], t, on_core[1], on_core[2]))
+            span = Span(on_core[0], t, on_core[1], on_core[2])
+            if span.tid and ran:  # the idle task has no runtime; a span without one says nothing
+                span.stolen = min(max(0.0, t - on_core[0] - ran / 1e9), silence[1] - silence[0])
+                span.stolen_until = silence[1]
+            trace.spans.append(span)
         if s["prev_state"].startswith("R"):
             queued[prev] = t  # preempted: runnable from now
         if nxt in queued:
             trace.runnable[nxt].append((queued.pop(nxt), t))
-        on_core = (t, nxt, s["next_comm"])
+        on_core, ran, silence = (t, nxt, s["next_comm"]), 0, (t, t)
     return trace
 
 
@@ -106,7 +131,8 @@ def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 
 def kind_of(span: Span, trace: Trace, server: set[int], curve: set[int]) -> str:
-    """Who a span of the core was: ``server``, ``idle``, ``kernel:NAME``, ``curve`` or ``other:NAME``."""
+    """Who a span of the core was: ``server``, ``idle``, ``kernel:NAME``, ``curve`` or ``other:NAME``
+    (``held`` adds ``host``: the virtual CPU not running)."""
     if span.tid == 0:
         return "idle"
     pid = trace.process_of.get(span.tid, span.tid)
@@ -125,7 +151,9 @@ def held(trace: Trace, t0: float, t1: float, server: set[int], curve: set[int], 
     out: dict[str, float] = defaultdict(float)
     for span in trace.spans:
         if span.end > t0 and span.start < t1:
-            out[kind_of(span, trace, server, curve)] += overlap(span.start, span.end, t0, t1) * 1e3
+            stolen = overlap(span.stolen_until - span.stolen, span.stolen_until, t0, t1)
+            out[kind_of(span, trace, server, curve)] += (overlap(span.start, span.end, t0, t1) - stolen) * 1e3
+            out["host"] += stolen * 1e3
     others = sorted((v, k) for k, v in out.items() if k.startswith("other:"))
     for _, k in others[:-named] if named else others:
         out["other:(rest)"] = out.get("other:(rest)", 0.0) + out.pop(k)
