@@ -56,7 +56,9 @@ def holders(monkeypatch):
 def test_the_core_is_split_by_who_had_it(holders):
     trace = holders.read_trace(LINES, core=0)
     got = holders.held(trace, 10.000, 10.011, server={SERVER}, curve={CURVE, PROBE})
-    assert got == pytest.approx({"server": 5.0, "other:pip": 4.0, "idle": 1.0, "kernel:kworker": 1.0})
+    assert got == pytest.approx(
+        {"server": 4.5, "other:pip": 4.0, "idle": 1.0, "kernel:kworker": 1.0, "server:threads": 0.5}
+    )
     # a window cuts the spans it overlaps
     assert holders.held(trace, 10.004, 10.0065, {SERVER}, {CURVE}) == pytest.approx(
         {"other:pip": 1.0, "kernel:kworker": 1.0, "server": 0.5})

@@ -98,6 +98,7 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
         # what else took the cores meanwhile: the probe's CPU, and the machine's that none of the three took
         assert figures[f"{phase}_probe_cpu_s"] >= 0 and figures[f"{phase}_others_cpu_s"] >= 0
+        assert figures[f"{phase}_server_core_steal_s"] >= 0  # the host's, of the server's core
     assert runs[0]["quiet_before"] == {"waited_s": 0.0, "cores_busy": None}  # --quiet-timeout 0: no wait
     # what a scheduler trace of the run needs (core_holders.py): the processes, and when each phase's longest
     # lookup started, inside or just before its phase (a lookup waiting into it counts)

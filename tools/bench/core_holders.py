@@ -13,13 +13,13 @@ longest wait, ``probe_max_at``, are on it), then read the trace with the curve's
     .venv/bin/python tools/bench/core_holders.py sched.data --records R.jsonl [--core 0]
 
 For every run and phase it prints how the core's time went, over the phase and over the probe's
-longest wait: the server (its process's threads), ``host`` (the virtual CPU not running at all,
-from the gap between a task's wall time and its runtime: the host ran something else), the core
-idle, kernel threads
-(softirqs deferred to ``ksoftirqd``, workqueues, memory compaction...), the curve's own processes
-(its load and probe: they belong on the other core) and every other process by name; and, for our
-server, how long its main thread was runnable on the core in that wait.  Java serves from many
-threads, so for Java the core's split is what to compare.  Linux's ``perf`` only.
+longest wait: the server (its main thread, and its other threads apart), ``host`` (the virtual CPU
+not running at all, from the gap between a task's wall time and its runtime: the host ran
+something else), the core idle, kernel threads (softirqs deferred to ``ksoftirqd``, workqueues,
+memory compaction...), the curve's own processes (its load and probe: they belong on the other
+core) and every other process by name; and, for our server, how long its main thread was
+runnable on the core in that wait.  Java serves from many threads, so for Java the core's split
+is what to compare.  Linux's ``perf`` only.
 """
 
 from __future__ import annotations
@@ -131,13 +131,14 @@ def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 
 def kind_of(span: Span, trace: Trace, server: set[int], curve: set[int]) -> str:
-    """Who a span of the core was: ``server``, ``idle``, ``kernel:NAME``, ``curve`` or ``other:NAME``
+    """Who a span of the core was: ``server`` (its main thread), ``server:threads``, ``idle``,
+    ``kernel:NAME``, ``curve`` or ``other:NAME``
     (``held`` adds ``host``: the virtual CPU not running)."""
     if span.tid == 0:
         return "idle"
     pid = trace.process_of.get(span.tid, span.tid)
     if pid in server:
-        return "server"
+        return "server" if span.tid == pid else "server:threads"  # its main thread (our reactor's), or another
     if pid in curve:
         return "curve"
     if KERNEL_THREAD.match(span.comm):
