@@ -49,7 +49,7 @@ LINE = re.compile(r"^\s*(?P<pid>-?\d+)/(?P<tid>-?\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<t
                   r"(?P<event>[\w:]+):\s*(?P<trace>.*)$")
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """One stretch of a core's time given to one task (``tid`` 0: idle), and the part of it the
     virtual CPU did not run at all (``stolen`` s, ending at ``stolen_until``: see ``read_trace``)."""
@@ -199,9 +199,13 @@ def main() -> None:
     p.add_argument("--core", type=int, default=0, help="the servers' core (the curve's: 0)")
     a = p.parse_args()
     records = [json.loads(line) for line in a.records.read_text().splitlines() if line.strip()]
-    script = subprocess.run(["perf", "script", "-i", str(a.data), "-F", "pid,tid,cpu,time,event,trace"],
-                            capture_output=True, text=True, check=True).stdout.splitlines()
-    trace = read_trace(script, a.core)
+    # read as perf writes it: a few minutes' trace is gigabytes of text
+    with subprocess.Popen(["perf", "script", "-i", str(a.data), "-F", "pid,tid,cpu,time,event,trace"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as script:
+        assert script.stdout is not None
+        trace = read_trace(script.stdout, a.core)
+    if script.returncode:
+        raise SystemExit(f"perf script exited {script.returncode}")
     curve = {r[key] for r in records for key in ("curve_pid", "probe_pid") if r.get(key)}
     for record in records:
         for row in run_report(trace, record, curve):
