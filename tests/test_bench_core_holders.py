@@ -116,3 +116,18 @@ def test_the_time_the_virtual_cpu_did_not_run_is_the_hosts(holders):
     assert got == pytest.approx({"host": 20.0, "other:pip": 12.0})
     assert holders.held(trace, 1.000, 1.012, {SERVER}, set()) == pytest.approx({"other:pip": 12.0})
     assert holders.runnable_ms(trace, SERVER, 1.0, 1.1) == pytest.approx(31.0)
+
+
+def test_a_thread_id_used_again_later_is_judged_by_its_process_then(holders):
+    """In a trace of many runs the kernel hands a thread id out again: thread 700 of someone's
+    process 650 early on, our server's main thread (process 700) later."""
+    lines = [
+        switch(1.0, 0, ("swapper/0", 0, 0), "S", ("javac", 700)),
+        switch(1.002, 0, ("javac", 650, 700), "S", ("swapper/0", 0)),
+        switch(2.0, 0, ("swapper/0", 0, 0), "S", ("python", 700)),
+        switch(2.003, 0, ("python", 700, 700), "S", ("swapper/0", 0)),
+    ]
+    trace = holders.read_trace(lines, 0)
+    assert holders.held(trace, 0.0, 3.0, {700}, set()) == pytest.approx(
+        {"server": 3.0, "other:javac": 2.0, "idle": 998.0}
+    )

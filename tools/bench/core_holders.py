@@ -58,6 +58,7 @@ class Span:
     end: float
     tid: int
     comm: str
+    pid: int = 0  # its process then (thread ids are reused in a long trace)
     stolen: float = 0.0
     stolen_until: float = 0.0
 
@@ -91,7 +92,7 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
             continue
         pid, tid, cpu, t, event = int(m["pid"]), int(m["tid"]), int(m["cpu"]), float(m["time"]), m["event"]
         if tid > 0 and pid > 0:
-            trace.process_of.setdefault(tid, pid)
+            trace.process_of[tid] = pid
         if event in WAKING:
             w = WAKEUP.search(m["trace"])
             if w and int(w["cpu"]) == core:
@@ -113,7 +114,7 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
             continue
         prev, nxt = int(s["prev_pid"]), int(s["next_pid"])
         if on_core is not None:  # (before the trace's first switch on the core: unknown since when)
-            span = Span(on_core[0], t, on_core[1], on_core[2])
+            span = Span(on_core[0], t, on_core[1], on_core[2], pid if tid == on_core[1] else on_core[1])
             if span.tid and ran:  # the idle task has no runtime; a span without one says nothing
                 span.stolen = min(max(0.0, t - on_core[0] - ran / 1e9), silence[1] - silence[0])
                 span.stolen_until = silence[1]
@@ -136,7 +137,7 @@ def kind_of(span: Span, trace: Trace, server: set[int], curve: set[int]) -> str:
     (``held`` adds ``host``: the virtual CPU not running)."""
     if span.tid == 0:
         return "idle"
-    pid = trace.process_of.get(span.tid, span.tid)
+    pid = span.pid or trace.process_of.get(span.tid, span.tid)
     if pid in server:
         return "server" if span.tid == pid else "server:threads"  # its main thread (our reactor's), or another
     if pid in curve:
@@ -164,10 +165,6 @@ def held(trace: Trace, t0: float, t1: float, server: set[int], curve: set[int], 
 def runnable_ms(trace: Trace, tid: int, t0: float, t1: float) -> float:
     """How long ``tid`` was runnable on the core but not running within [t0, t1]."""
     return round(sum(overlap(a, b, t0, t1) for a, b in trace.runnable.get(tid, [])) * 1e3, 2)
-
-
-def threads_of(trace: Trace, pids: set[int]) -> set[int]:
-    return {tid for tid, pid in trace.process_of.items() if pid in pids}
 
 
 def run_report(trace: Trace, record: dict, curve: set[int]) -> Iterator[dict]:
