@@ -131,3 +131,19 @@ def test_a_thread_id_used_again_later_is_judged_by_its_process_then(holders):
     assert holders.held(trace, 0.0, 3.0, {700}, set()) == pytest.approx(
         {"server": 3.0, "other:javac": 2.0, "idle": 998.0}
     )
+
+
+def test_an_uninterruptible_sleep_is_told_apart(holders):
+    """The server faults on a page kcompactd is moving: switched out in state D at 1.010, woken by
+    the daemon at 1.040 (and runnable from then until it runs at 1.041)."""
+    lines = [
+        switch(1.000, 0, ("swapper/0", 0, 0), "S", ("python", SERVER)),
+        switch(1.010, 0, ("python", SERVER, SERVER), "D", ("kcompactd0", 36)),
+        waking(1.040, 0, (36, 36), "python", SERVER, 0),
+        switch(1.041, 0, ("kcompactd0", 36, 36), "S", ("python", SERVER)),
+    ]
+    trace = holders.read_trace(lines, 0)
+    assert holders.blocked_ms(trace, SERVER, 1.0, 1.1) == pytest.approx(30.0)
+    assert holders.runnable_ms(trace, SERVER, 1.0, 1.1) == pytest.approx(1.0)
+    got = holders.held(trace, 1.0, 1.041, {SERVER}, set())
+    assert got == pytest.approx({"kernel:kcompactd0": 31.0, "server": 10.0})

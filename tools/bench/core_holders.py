@@ -8,7 +8,7 @@ but not running; this says what ran on the server's core instead.  Record the cu
 under ``perf sched record`` on the monotonic clock (the curve's phase windows and the probe's
 longest wait, ``probe_max_at``, are on it), then read the trace with the curve's records:
 
-    perf sched record -k CLOCK_MONOTONIC -o sched.data -- \\
+    taskset -c 1 perf sched record -k CLOCK_MONOTONIC -o sched.data -- \\
         .venv/bin/python tools/bench/scale.py --curve --steps brokers-5000 --rounds 3 --records R.jsonl ...
     .venv/bin/python tools/bench/core_holders.py sched.data --records R.jsonl [--core 0]
 
@@ -18,8 +18,10 @@ not running at all, from the gap between a task's wall time and its runtime: the
 something else), the core idle, kernel threads (softirqs deferred to ``ksoftirqd``, workqueues,
 memory compaction...), the curve's own processes (its load and probe: they belong on the other
 core) and every other process by name; and, for our server, how long its main thread was
-runnable on the core in that wait.  Java serves from many threads, so for Java the core's split
-is what to compare.  Linux's ``perf`` only.
+runnable on the core in that wait and how long it slept uninterruptibly (state D: a page fault on a
+page the kernel's compaction was moving held it 30 ms once).  Java serves from many threads, so
+for Java the core's split is what to compare.  Linux's ``perf`` only; pin ``perf`` itself to the
+load's core (``taskset -c 1 perf sched record ...``), or its writer takes the servers' core in bursts.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Trace:
     spans: list[Span] = field(default_factory=list)
     process_of: dict[int, int] = field(default_factory=dict)
     runnable: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    #: when each thread slept uninterruptibly (switched out in state D until woken: a page fault
+    #: waiting for a page the kernel is moving, a disk read, a lock in the kernel)
+    blocked: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
 
 
 def read_trace(lines: Iterable[str], core: int) -> Trace:
@@ -86,6 +91,7 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
     on_core: tuple[float, int, str] | None = None  # since, tid, comm
     ran, last, silence = 0, 0.0, (0.0, 0.0)  # the span's runtime (ns), its last event, its longest silence
     queued: dict[int, float] = {}
+    asleep: dict[int, float] = {}  # threads in state D since
     for line in lines:
         m = LINE.match(line)
         if not m:
@@ -97,6 +103,8 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
             w = WAKEUP.search(m["trace"])
             if w and int(w["cpu"]) == core:
                 queued.setdefault(int(w["pid"]), t)
+                if int(w["pid"]) in asleep:
+                    trace.blocked[int(w["pid"])].append((asleep.pop(int(w["pid"])), t))
         if cpu != core:
             continue
         if t - last > silence[1] - silence[0]:
@@ -121,6 +129,8 @@ def read_trace(lines: Iterable[str], core: int) -> Trace:
             trace.spans.append(span)
         if s["prev_state"].startswith("R"):
             queued[prev] = t  # preempted: runnable from now
+        elif s["prev_state"].startswith("D"):
+            asleep[prev] = t
         if nxt in queued:
             trace.runnable[nxt].append((queued.pop(nxt), t))
         on_core, ran, silence = (t, nxt, s["next_comm"]), 0, (t, t)
@@ -167,6 +177,11 @@ def runnable_ms(trace: Trace, tid: int, t0: float, t1: float) -> float:
     return round(sum(overlap(a, b, t0, t1) for a, b in trace.runnable.get(tid, [])) * 1e3, 2)
 
 
+def blocked_ms(trace: Trace, tid: int, t0: float, t1: float) -> float:
+    """How long ``tid`` slept uninterruptibly (state D) within [t0, t1]."""
+    return round(sum(overlap(a, b, t0, t1) for a, b in trace.blocked.get(tid, [])) * 1e3, 2)
+
+
 def run_report(trace: Trace, record: dict, curve: set[int]) -> Iterator[dict]:
     """One row per phase of a curve record (it needs ``server_pid``, ``phase_windows`` and
     ``probe_max_at``)."""
@@ -184,6 +199,7 @@ def run_report(trace: Trace, record: dict, curve: set[int]) -> Iterator[dict]:
             w0, w1 = at, at + wait / 1e3
             row |= {"probe_max_ms": wait, "core_in_longest_wait_ms": held(trace, w0, w1, server, curve),
                     "main_runnable_in_longest_wait_ms": runnable_ms(trace, pid, w0, w1),
+                    "main_blocked_in_longest_wait_ms": blocked_ms(trace, pid, w0, w1),
                     "main_longest_runnable_ms": round(max((overlap(a, b, w0, w1) for a, b in
                                                            trace.runnable.get(pid, [])), default=0.0) * 1e3, 2)}
         yield row
