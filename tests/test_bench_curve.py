@@ -98,7 +98,14 @@ def test_a_curve_run_is_written_as_it_goes_and_goes_on_where_it_stopped(tmp_path
         assert figures[f"{phase}_s"] > 0 and figures[f"{phase}_probe_max_ms"] > 0
         # what else took the cores meanwhile: the probe's CPU, and the machine's that none of the three took
         assert figures[f"{phase}_probe_cpu_s"] >= 0 and figures[f"{phase}_others_cpu_s"] >= 0
+        assert figures[f"{phase}_server_core_steal_s"] >= 0  # the host's, of the server's core
     assert runs[0]["quiet_before"] == {"waited_s": 0.0, "cores_busy": None}  # --quiet-timeout 0: no wait
+    # what a scheduler trace of the run needs (core_holders.py): the processes, and when each phase's longest
+    # lookup started, inside or just before its phase (a lookup waiting into it counts)
+    assert {runs[0]["server_pid"], runs[0]["probe_pid"], runs[0]["curve_pid"]} <= set(range(1, 1 << 22))
+    for phase, (t0, t1) in runs[0]["phase_windows"].items():
+        at = runs[0]["probe_max_at"][phase]
+        assert at <= t1 and at + figures[f"{phase}_probe_max_ms"] / 1e3 >= t0
     for phase in ("first_registration", "repeated_registration", "heartbeat_storm"):  # the brokers' side of each
         assert 0 < figures[f"{phase}_rtt_p50_ms"] <= figures[f"{phase}_rtt_max_ms"]
         assert figures[f"{phase}_load_cpu_s"] >= 0

@@ -28,7 +28,8 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core) and ``others_cpu_s``:
   the CPU the machine's cores spent in the phase on anything but the server, the load and the
   probe (``/proc/stat`` less the three): a phase whose time or waits others shared a core with
-  says so;
+  says so; and ``server_core_steal_s``, the time the host did not run the server's (virtual)
+  core at all (its steal, ``/proc/stat``, in 10 ms steps): a thread runnable then waited for it;
 - RSS after registration (with the client connections open) and at the end.
 
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
@@ -128,6 +129,10 @@ def step_named(name: str) -> Step:
 # ---- a NameServer as a child process --------------------------------------------------------
 
 
+#: the servers' core (``Server``'s default); the load and the probe run on core 1
+SERVER_CORE = 0
+
+
 class Server:
     """A NameServer child from a command line with ``{port}`` and ``{data_dir}`` (ours by
     default; also ``{compat}``, ``{topics}``, ``{brokers}``, ``{clients}`` of the step, e.g. to
@@ -139,7 +144,7 @@ class Server:
     OURS = (f"{PYTHON if PYTHON.exists() else sys.executable} -m twisted_namesrv --port {{port}} --bind {HOST}"
             " --data-dir {data_dir} --compat {compat}")
 
-    def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = 0,
+    def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = SERVER_CORE,
                  step: Step | None = None) -> None:
         self.port = free_port()
         self.data_dir = data_dir = scratch / f"{name}-{self.port}"
@@ -265,6 +270,16 @@ def cores_busy_s() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def core_steal_s(core: int) -> float:
+    """Seconds the host has not run ``core`` (a virtual CPU) while it had work, so far: its steal
+    time (``/proc/stat``); 0 where there is no such line."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{core} "):
+                return int(line.split()[8]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def pid_cpu_s(pid: int) -> float:
     """User and system CPU seconds of one process so far (0 once it is gone)."""
     try:
@@ -283,11 +298,13 @@ class PhaseCpu:
         self.server, self.probe_pid = server, probe_pid
         self.server0, self.load0, self.machine0, self.probe0 = (server.cpu_s(), time.process_time(), cores_busy_s(),
                                                                 pid_cpu_s(probe_pid))
+        self.steal0 = core_steal_s(SERVER_CORE)
 
     def ended(self) -> tuple[float, float, float]:
         """(load, probe, others) CPU seconds since the start."""
         load = time.process_time() - self.load0
         probe = pid_cpu_s(self.probe_pid) - self.probe0
+        self.steal_s = core_steal_s(SERVER_CORE) - self.steal0
         return load, probe, cores_busy_s() - self.machine0 - (self.server.cpu_s() - self.server0) - load - probe
 
 
@@ -475,6 +492,13 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
         out.send(samples)
 
 
+def longest_started(samples: list[Sample], t0: float, t1: float) -> float | None:
+    """When the longest of the lookups ``window`` counts in [t0, t1] started (monotonic s): where a
+    scheduler trace of the same run says what held the server's core then (core_holders.py)."""
+    inside = [sample for sample in samples if sample[0] + sample[1] >= t0 and sample[0] <= t1]
+    return round(max(inside, key=lambda sample: sample[1])[0], 6) if inside else None
+
+
 def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms),
     the longest the probe itself waited for its CPU during one lookup, and what the longest wait
@@ -646,6 +670,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             cpu: dict[str, float] = {}
             load_cpu: dict[str, float] = {}  # this process's (the brokers'): a load generator at its limit says so
             others: dict[str, float] = {}  # the machine's CPU that none of server, load and probe took
+            steal: dict[str, float] = {}  # the host's: the server's core not run at all
             probe_cpu: dict[str, float] = {}  # the probe's, on the load's core ahead of it
             trips: dict[str, list[float]] = {}  # each broker's round trips, sorted
             conns = [socket.create_connection((HOST, port)) for _ in tables]
@@ -657,6 +682,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 trips[phase] = sorted(send_all(conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
                 load_cpu[phase], probe_cpu[phase], others[phase] = meter.ended()
+                steal[phase] = meter.steal_s
                 cpu[phase] = await cpu_until_idle(server) - meter.server0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
@@ -674,6 +700,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
             _, probe_cpu["mass_disconnect"], others["mass_disconnect"] = meter.ended()
+            steal["mass_disconnect"] = meter.steal_s
             cpu["mass_disconnect"] = await cpu_until_idle(server) - meter.server0
             await asyncio.sleep(0.3)
         finally:
@@ -686,6 +713,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
     # each phase's window on the machine's monotonic clock (not a figure): what a server recorded
     # by that clock is read per phase (server_turns.py --report --records)
     out["phase_windows"] = {phase: [round(t0, 6), round(t1, 6)] for phase, (t0, t1) in phases.items()}
+    out["probe_max_at"] = {phase: longest_started(samples, t0, t1) for phase, (t0, t1) in phases.items()}
+    out["probe_pid"] = probe.pid
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
@@ -693,6 +722,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
         out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 2)
         out[f"{phase}_others_cpu_s"] = round(max(0.0, others[phase]), 2)
+        out[f"{phase}_server_core_steal_s"] = round(steal[phase], 2)
         if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
             ordered = trips[phase]
             out[f"{phase}_rtt_p50_ms"] = round(ordered[len(ordered) // 2] * 1e3, 2)
@@ -779,8 +809,12 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                                           "loadavg": [round(x, 2) for x in load], "quiet_before": quiet}
                 try:
                     port = server.wait_ready(ready_timeout)
+                    record["server_pid"] = server.main_pid()
                     figures = asyncio.run(run_step(step, server, port, disconnect_timeout))
                     record["phase_windows"] = figures.pop("phase_windows")
+                    # what a scheduler trace of the run needs to say who held the server's core
+                    record["probe_max_at"] = figures.pop("probe_max_at")
+                    record["curve_pid"], record["probe_pid"] = os.getpid(), figures.pop("probe_pid")
                     record["figures"] = figures
                 except Exception as exc:  # noqa: BLE001 - one failed step is recorded, the curve goes on
                     record["error"] = f"{type(exc).__name__}: {exc}"
