@@ -435,14 +435,20 @@ def second_point(pairs, pairs_in: dict[str, set[frozenset[str]]],
     """Per server endpoint, the connections a second capture point's files (``copies_in``: a broker's
     host) hold copies of, read from the first point's (``read_from``: the NameServer's host), how many,
     and how far the second's clock reads ahead (``clock_s``: as the files were made, --clock-ahead;
-    ``clock_measured_s``: the median over the copies of their SYN's two stamps, the packet's trip
-    between the hosts aside). A measure more than CLOCK_WITHIN_S from the made one is a problem."""
+    ``clock_measured_s``: as NTP reckons it, from the copy whose SYN and SYN-ACK were stamped at both
+    points with the shortest round trip between them: half the sum of the SYN's and the SYN-ACK's two
+    stamps' differences, their trips between the hosts cancelling out). A measure more than
+    CLOCK_WITHIN_S from the made one is a problem."""
     by_server: dict[str, list] = defaultdict(list)
     for copy, kept in pairs:
         by_server[copy.server].append((copy, kept))
     out, problems = [], []
     for server, same in sorted(by_server.items()):
-        measured = round(statistics.median(copy.syn - kept.syn for copy, kept in same), 6)
+        exchanges = [(abs((copy.synack - kept.synack) - (copy.syn - kept.syn)),
+                      ((copy.synack - kept.synack) + (copy.syn - kept.syn)) / 2)
+                     for copy, kept in same if copy.synack is not None and kept.synack is not None]
+        measured = round(min(exchanges)[1] if exchanges else statistics.median(copy.syn - kept.syn
+                                                                               for copy, kept in same), 6)
         clock = a.clock_ahead if a.clock_ahead is not None else round(measured, 3)
         if abs(measured - clock) > CLOCK_WITHIN_S:
             problems.append(f"{server}: the copies' SYNs say the second point's clock reads {measured:+} s ahead, "
