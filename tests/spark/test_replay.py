@@ -10,7 +10,7 @@ import pytest
 
 from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.analysis.replay import judge_lookups, lookup_stories, replay_server, stories_of
-from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.decode.rows import CONNECTION_CLOSED, cut_broker_addr
 from spark_analysis.decode.schema import EVENT_ROWS
 from spark_analysis.model.endpoints import endpoint_stories, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins
@@ -258,6 +258,21 @@ def test_a_failover_is_one_story_and_a_move_and_a_renumbering_their_own() -> Non
     assert [(s["kind"], s.get("from"), s.get("to"), s.get("id_from"), s.get("id_to"))
             for s in stories_of(replay.stays)] == [("broker_address_change", master, new, None, None),
                                                   ("broker_id_change", None, None, 1, 2)]
+
+
+def test_brokers_a_snap_length_cut_the_names_of_tell_no_move() -> None:
+    """tcpdump -s 96 keeps no broker's name, id or address: each stay is named by its connection.
+    Two brokers stopped cleanly and back on new connections are four stays of unknown brokers, not
+    a broker that moved (from whom to whom is not in the capture); nor is one whose name survived the
+    cut but whose address did not (each reconnection is another connection, not another address)."""
+    first, second = cut_broker_addr("127.0.0.1:49928"), cut_broker_addr("127.0.0.1:45002")
+    for name, broker_id in ((None, None), ("broker-a", 0)):
+        replay = replayed([event(10.0, REGISTER, addr=first, name=name, broker_id=broker_id, cluster=None),
+                           event(70.0, UNREGISTER, False, addr=first, name=name, broker_id=broker_id, cluster=None),
+                           event(90.0, REGISTER, addr=second, name=name, broker_id=broker_id, cluster=None)],
+                          end=150.0)
+        assert [s.end for s in replay.stays] == ["unregistered", "alive"]
+        assert stories_of(replay.stays) == [], name
 
 
 def _ends(**connections: ConnectionEnds) -> dict[tuple[str, str], ConnectionEnds]:
