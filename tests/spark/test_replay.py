@@ -310,6 +310,27 @@ def test_a_restart_needs_the_endpoints_own_evidence() -> None:
     assert (stop.down, stop.up) == (100.0, None)
 
 
+def test_a_restart_no_connection_saw_is_told_by_the_attempts_it_refused_between_two_runs() -> None:
+    """The brokers stopped cleanly (their connections closed by them), then the NameServer, then all
+    started again: no connection was open to close as it went, but its launch script's attempts were
+    refused between connections it accepted before and after. Nothing listened then and it listened
+    again: a restart, from its first refused attempt (no connection closed), not attempts refused
+    "while up". Refused attempts while a connection goes on through them tell nothing of the kind."""
+    before = ConnectionEnds(0.0, False, 50.0, True, 50.0, True, None, None, (), 49.0)  # the broker closed it
+    polls = ConnectionEnds(60.0, True, 75.0, True, None, False, True, None, (60.0, 70.0, 75.0))
+    back = ConnectionEnds(75.5, True, 300.0, False, None, False, True, 75.5, (), 299.0)
+    ends = _ends(**{"10.0.0.1:40000": before, "10.0.0.3:1": polls, "10.0.0.1:40001": back})
+    story = endpoint_stories(ends)[SERVER]
+    (outage,) = story.outages
+    assert (outage.down, outage.up, outage.closed, outage.refused) == (60.0, 75.5, 0, 3)
+    assert story.refused == [] and story.run_starts() == (75.5,)
+    going_on = ConnectionEnds(0.0, False, 200.0, False, None, False, None, None, (), 199.0)
+    ends = _ends(**{"10.0.0.1:40000": before, "10.0.0.2:50000": going_on, "10.0.0.3:1": polls,
+                    "10.0.0.1:40001": back})
+    story = endpoint_stories(ends)[SERVER]
+    assert story.outages == [] and [n for n, *_ in story.refused] == [3]
+
+
 def test_a_server_that_went_away_ends_its_brokers_stays_as_stopped() -> None:
     """The brokers' connections the server closed as it went away end their stays as
     server_stopped, not as crashes; the next session starts with nothing registered."""
