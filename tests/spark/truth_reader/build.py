@@ -207,8 +207,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         key = (e, addr)
         st = open_stay.get(key)
         if kind == "register":
-            bid = int(ext["brokerId"])
-            role = "MASTER" if bid == 0 else "SLAVE"
+            bid = int(ext["brokerId"]) if "brokerId" in ext else None  # None: a snap length cut it
+            role = None if bid is None else "MASTER" if bid == 0 else "SLAVE"
             if st is None:
                 st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
                       "broker_name": ext.get("brokerName"), "broker_addr": addr,
@@ -218,8 +218,16 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 open_stay[key] = st
                 stays.append(st)
                 hits = log.find("register", t, addr=ext.get("brokerAddr", ""))
+                if not hits and c.syn is None:  # its connection is older than the capture: registered before it
+                    hits = [h for h in log.find("register", addr=ext.get("brokerAddr", "")) if h[0] < first]
+                    if hits:
+                        st["registered_before_capture"] = True
+                        hits = hits[-1:]
                 if not hits:
                     problems.append(f"no registration log line near {iso(t)} for {key}")
+                elif "brokerAddr" not in ext and st.get("registered_before_capture"):
+                    # which of the brokers registered before the capture this is, the log says at its unregister
+                    st["_cut"], st["broker_addr_logged"] = True, None
                 elif "brokerAddr" not in ext:  # the log names the broker whose address the capture cut
                     st["_cut"] = True
                     logged = {m.group(1) or m.group(2) for _t, line in hits
@@ -249,6 +257,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 problems.append(f"no unregister log line near {iso(t)} for {key}")
             else:
                 st["how"] += "; log: " + log.message(hits[0][1])[:180]
+                if st.get("_cut") and st.get("broker_addr_logged") is None:
+                    logged = re.search(r"OK, (\S+:\d+)$", hits[0][1])
+                    st["broker_addr_logged"] = logged.group(1) if logged else None
             del open_stay[key]
     for st in stays:
         if st["end"] == "alive":
@@ -291,17 +302,21 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 in_failover |= {st["broker_addr"], other["broker_addr"]}
     by_identity = defaultdict(list)
     for st in stays:
+        if st["broker_name"] is None:  # a snap length cut its name: which broker it was, the packets cannot tell
+            continue
         by_identity[(st["namesrv"], st["cluster"], st["broker_name"], st["ids"][0]["broker_id"])].append(st)
     for (e, cl, name, bid), sts in by_identity.items():
         sts.sort(key=lambda s: s["registered"])
         for prev, nxt in zip(sts, sts[1:], strict=False):
-            if prev["broker_addr"] != nxt["broker_addr"] and prev["ended_at"] \
+            logged = [st.get("broker_addr_logged", st["broker_addr"]) for st in (prev, nxt)]
+            if logged[0] != logged[1] and prev["ended_at"] \
                     and prev["ended_at"] <= nxt["registered"] and prev["broker_addr"] not in in_failover:
                 moves.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_id": bid,
                               "from": prev["broker_addr"], "to": nxt["broker_addr"], "at": nxt["registered"]})
     by_addr = defaultdict(list)
     for st in stays:
-        by_addr[(st["namesrv"], st["cluster"], st["broker_name"], st["broker_addr"])].append(st)
+        if st["ids"][0]["broker_id"] is not None:  # one a snap length cut tells no id, nor a change of it
+            by_addr[(st["namesrv"], st["cluster"], st["broker_name"], st["broker_addr"])].append(st)
     for (e, cl, name, addr), sts in by_addr.items():
         if addr in in_failover:
             continue
@@ -354,7 +369,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         for t in ts:
             if e not in runs and (first_up is None or t > first_up):
                 when = "never_listening" if first_up is None else (
-                    "after_stop" if last_close is not None and t > last_close else "while_up")
+                    "after_stop" if last_close is not None and t > last_close else
+                    # another server (a broker's port) refusing between connections it accepted: stopped and
+                    # started again, its launch script polling (the steps tell it)
+                    "while_down" if any(c.synack > t for c in accepted_at)
+                    and not any(c.synack <= t <= max(c.fin.values(), default=c.rst or float("inf"))
+                                for c in accepted_at) else "while_up")
             elif e not in runs or t < runs[e][0]["up"]:
                 when = "before_start"
             elif runs[e][-1]["down"] is not None and t > runs[e][-1]["down"]:
