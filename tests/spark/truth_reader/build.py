@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--logs", nargs="+", required=True)
     ap.add_argument("--why", action="append", default=[], metavar="ENDPOINT=TEXT")
     ap.add_argument("--note", action="append", default=[])
+    # ports other servers listened on (a broker's, from the steps) whose connections all began before the
+    # capture: no SYN in it says they are servers
+    ap.add_argument("--other-ports", nargs="+", default=[], metavar="PORT")
     # files of a second capture point (a broker's host) taken at the same time as the others (the
     # NameServer's host): the connections both hold are read from the others once (second_point)
     ap.add_argument("--second-point", nargs="+", default=[], metavar="FILE")
@@ -107,7 +110,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     conns, copies = translated_copies(conns)
     # a capture with no port filter holds other servers too (a broker's own port): every port a SYN went
     # to that is no NameServer's or controller's; only its connections and refused attempts are read
-    other_conns, other_twice = read(syn_ports(pkts) - ports)
+    other_conns, other_twice = read((syn_ports(pkts) | {int(p) for p in a.other_ports}) - ports)
     other_conns, other_copies = translated_copies(other_conns)
     steps = load_steps(d / "steps.txt")
     log = server_logs.load([d / lf for lf in a.logs])

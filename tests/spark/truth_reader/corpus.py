@@ -126,6 +126,12 @@ ARGS: dict[str, list[str]] = {
                     "five files; the brokers stop cleanly, then the NameServer, and all start again (steps). A "
                     f"broker whose brokerAddr the cut left out is named {CUT_NAMING}", ports="9886",
                     endpoint="127.0.0.1:9886", why=RETRY),
+    "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
+                    "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
+                    "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "
+                    "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
+                    f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
+                    f"{CUT_NAMING}"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
