@@ -796,7 +796,7 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                      "accepted": story.accepted, "first_accepted": _iso(story.first_accepted),
                      "requests": sum(n for (server, _), n in served.items() if server == endpoint),
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
-                                  "refused": o.refused} for o in story.outages],
+                                  "refused": o.refused, "unseen": o.unseen} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
     return rows
@@ -823,8 +823,11 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                 back = sorted({b["broker_addr"] for b in brokers if b["server"] == endpoint
                                and outage["up"] <= iso_time(b["first_seen"]) <= iso_time(
                                    b["first_seen"] if b["first_seen"] else 0)})
-                yield _finding("server_restart", WARNING, f"NameServer {endpoint} restarted: went away at "
-                               f"{outage['down']} (closed {outage['closed']} connection(s)), down {down_s:,.1f} s, "
+                went = (f"not listening by {outage['down']} (no connection open as it went: its first refused "
+                        f"attempt), down at least {down_s:,.1f} s" if outage.get("unseen") else
+                        f"went away at {outage['down']} (closed {outage['closed']} connection(s)), "
+                        f"down {down_s:,.1f} s")
+                yield _finding("server_restart", WARNING, f"NameServer {endpoint} restarted: {went}, "
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
                                f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header
+from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header, is_cut_broker_addr
 from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.sessions import Sessions, iso_time
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
@@ -642,10 +642,11 @@ def stories_of(stays: list[Stay]) -> list[dict[str, Any]]:
     """What one session's stays tell together, per broker group (cluster, broker name): a fail-over
     (the master lost, a slave of the group made master, the old master back as a slave) as one
     story; an address new to the group taking the id another address left (a move); an address
-    registering with another brokerId (re-numbered), unless a fail-over tells it."""
+    registering with another brokerId (re-numbered), unless a fail-over tells it. Stays whose broker
+    name a snap length cut belong to no group anyone can tell: they tell nothing together."""
     groups: dict[tuple[str | None, str | None], list[Stay]] = {}
     for stay in stays:
-        if stay.end != REFUSED:
+        if stay.end != REFUSED and stay.broker_name is not None:
             groups.setdefault((stay.cluster, stay.broker_name), []).append(stay)
     told: list[dict[str, Any]] = []
     for (cluster, name), members in groups.items():
@@ -696,8 +697,11 @@ def _failovers(cluster: str | None, name: str | None, members: list[Stay], folde
 
 
 def _moves(cluster: str | None, name: str | None, members: list[Stay]) -> list[dict[str, Any]]:
+    """Addresses new to the group taking the id another left; a stay whose address a snap length cut
+    (named by its connection: each reconnection another name) is no address to move from or to."""
     found = []
     seen: set[str] = set()
+    members = [stay for stay in members if not is_cut_broker_addr(stay.broker_addr)]
     for stay in members:
         first_id = stay.ids[0][0] if stay.ids else None
         if stay.broker_addr not in seen:

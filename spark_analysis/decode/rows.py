@@ -613,10 +613,18 @@ def _summarise(body: bytes | None, compressed: bool, version: int) -> BodySummar
 Said = CapturedCommand | CutFrame
 
 
+_CUT_ADDR = "? (address not captured; registers from "
+
+
 def cut_broker_addr(client: str) -> str:
     """What names a broker whose registrations' brokerAddr was not captured: the connection it
     registers over (the NameServer forgets it when that connection closes)."""
-    return f"? (address not captured; registers from {client})"
+    return f"{_CUT_ADDR}{client})"
+
+
+def is_cut_broker_addr(broker_addr: str | None) -> bool:
+    """Whether ``broker_addr`` is cut_broker_addr's name for a broker, not an address it registered."""
+    return broker_addr is not None and broker_addr.startswith(_CUT_ADDR)
 
 
 def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: FrameBlock, calls: CallBlock,

@@ -11,7 +11,10 @@ broker's host its own; when both hold as many, the one that saw the SYN-ACK soon
 which is the server's host, whatever either clock says; then the one begun first), provided that
 capture saw all the bytes the other did (each way's sequence numbers cover the other's); where it
 did not, both are read, as before. What was left out and how
-far the clocks differ (over the connections whose SYN both captured) is said.
+far the clocks differ is said: as NTP reckons it, from the connection whose SYN and SYN-ACK both
+captured with the shortest round trip between the two points (the SYN's trip one way and the
+SYN-ACK's the other cancel out; a packet lost on the way and sent again, seen at one point only in
+its later copy, makes that connection's round trip long).
 
 Pure: the driver runs it over the captures (model/periods.rotated_sets), the reading tasks'
 ConnectionEnds per file and each 4-tuple's server end.
@@ -38,7 +41,8 @@ RTT_STEP_S = 0.0001
 class SecondPoint(NamedTuple):
     """The connections of one server endpoint that a capture (``paths``, its files) holds copies of,
     read from another capture (``kept_paths``) instead; ``clock_s``: how far this capture's clock
-    reads ahead of the other's (the median over the copies whose SYN both hold; None if none)."""
+    reads ahead of the other's (clock_offset over the copies whose SYN and SYN-ACK both hold; None if
+    none)."""
 
     server: str
     paths: tuple[str, ...]
@@ -72,7 +76,7 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
             holders.setdefault(key, []).append(index)
     serves = Counter((index, sides[key]) for index, ends in held.items() for key in ends)
     left_out: set[tuple[str, Key]] = set()
-    clocks: dict[tuple[str, int, int], list[float]] = {}
+    clocks: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
     counted: Counter[tuple[str, int, int]] = Counter()
     for key, indexes in holders.items():
         if len(indexes) < 2:
@@ -85,13 +89,36 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
                 continue
             left_out.update((path, key) for path in captures[other].paths if key in by_path.get(path, {}))
             counted[server, other, best] += 1
-            if mine.opened and theirs.opened and mine.first_seq == theirs.first_seq:
-                clocks.setdefault((server, other, best), []).append(theirs.first - mine.first)
+            exchange = _exchange(mine, theirs)
+            if exchange is not None:
+                clocks.setdefault((server, other, best), []).append(exchange)
     points = tuple(SecondPoint(server, captures[other].paths, captures[best].paths, n,
-                               statistics.median(clocks[server, other, best]) if clocks.get((server, other, best))
-                               else None)
+                               clock_offset(clocks.get((server, other, best), [])))
                    for (server, other, best), n in sorted(counted.items()))
     return CapturePoints(frozenset(left_out), points)
+
+
+def _exchange(mine: ConnectionEnds, theirs: ConnectionEnds) -> tuple[float, float] | None:
+    """(round trip between the two points, how far theirs reads ahead of mine) from one connection's
+    SYN and SYN-ACK, each stamped at both points: whichever point is the client's, the SYN's trip is
+    in one difference and the SYN-ACK's in the other with the opposite sign, and half their sum is
+    the clocks' difference (NTP's offset; the round trip its error, twice over). None without both."""
+    if not (mine.opened and theirs.opened and mine.first_seq == theirs.first_seq):
+        return None
+    if mine.accepted_at is None or theirs.accepted_at is None:
+        return None
+    syn, syn_ack = theirs.first - mine.first, theirs.accepted_at - mine.accepted_at
+    return abs(syn_ack - syn), (syn + syn_ack) / 2
+
+
+def clock_offset(exchanges: list[tuple[float, float]]) -> float | None:
+    """How far the second point's clock reads ahead of the first's: the offset of the exchange with
+    the shortest round trip (NTP's clock filter: the least delayed sample errs least; the median of
+    those as short, within RTT_STEP_S, so that equals agree however they are ordered)."""
+    if not exchanges:
+        return None
+    shortest = min(trip for trip, _offset in exchanges)
+    return statistics.median(offset for trip, offset in exchanges if trip - shortest <= RTT_STEP_S)
 
 
 def _answered_after(found: ConnectionEnds) -> float:

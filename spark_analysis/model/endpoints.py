@@ -9,10 +9,13 @@ port is not). A restart of an endpoint needs that endpoint's own evidence: its e
 connections closed by the server together (within SERVER_GONE_S), at least one of them busy until
 then (a server that closes connections silent for minutes is expiring them, not going away), with
 none going on through that moment, then a new connection accepted. Refused attempts (a SYN
-answered by a reset, never accepted) are never a restart: while the endpoint is down they are
+answered by a reset, never accepted) alone are never a restart: while the endpoint is down they are
 part of the restart; before it first listened, after it stopped, or while it has live connections
 (a self-probe of another address, a launch script polling the port) they are counted and told as
-information.
+information. Between two of its connections, with none open through them, they are its own
+evidence of a restart no connection saw (a cluster stopped cleanly, brokers first: nothing open for
+the server to close as it went): a kernel resets a SYN only where nothing listens, and it listened
+before and after (_unseen_outages).
 
 Pure: the driver runs it over the reading tasks' ConnectionEnds (model/periods.py).
 """
@@ -65,6 +68,8 @@ class Outage:
     up: float | None
     closed: int  # established connections it closed as it went away
     refused: int = 0  # attempts refused while it was down
+    #: no connection was open as it went: ``down`` is its first refused attempt, the first sign of it
+    unseen: bool = False
 
 
 @dataclass
@@ -132,8 +137,11 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
             _Connection(first, found.last, found.first_close, by_server, found.last_payload))
     for server, story in stories.items():
         connections = sorted(established.get(server, []), key=lambda c: c.first)
+        attempts = sorted(refused.get(server, []))
         story.outages = _outages(connections)
-        _place_refused(story, sorted(refused.get(server, [])), bool(connections))
+        story.outages = sorted(story.outages + _unseen_outages(connections, attempts, story.outages),
+                               key=lambda o: o.down)
+        _place_refused(story, attempts, bool(connections))
     return stories
 
 
@@ -165,6 +173,23 @@ def _outages(connections: list[_Connection]) -> list[Outage]:
             continue
         outages.append(Outage(down, None if moment == float("inf") else moment, len(last_ones)))
     return outages
+
+
+def _unseen_outages(connections: list[_Connection], attempts: list[tuple[float, int]],
+                    outages: list[Outage]) -> list[Outage]:
+    """Restarts no connection saw: attempts refused at moments no connection of the endpoint spans,
+    after one it took and before the next (nothing listened then; it listened before and after),
+    outside the outages its closes told. One per next connection, down at its first refused attempt."""
+    starts = sorted(c.first for c in connections)
+    found: dict[float, Outage] = {}
+    for t, _count in attempts:
+        if any(o.down <= t and (o.up is None or t < o.up) for o in outages):
+            continue
+        after = bisect.bisect_right(starts, t)
+        if not after or after == len(starts) or any(c.first <= t <= c.last for c in connections):
+            continue
+        found.setdefault(starts[after], Outage(t, starts[after], 0, unseen=True))
+    return list(found.values())
 
 
 def _place_refused(story: EndpointStory, attempts: list[tuple[float, int]], listened: bool) -> None:

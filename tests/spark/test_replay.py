@@ -10,7 +10,7 @@ import pytest
 
 from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.analysis.replay import judge_lookups, lookup_stories, replay_server, stories_of
-from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.decode.rows import CONNECTION_CLOSED, cut_broker_addr
 from spark_analysis.decode.schema import EVENT_ROWS
 from spark_analysis.model.endpoints import endpoint_stories, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins
@@ -260,6 +260,21 @@ def test_a_failover_is_one_story_and_a_move_and_a_renumbering_their_own() -> Non
                                                   ("broker_id_change", None, None, 1, 2)]
 
 
+def test_brokers_a_snap_length_cut_the_names_of_tell_no_move() -> None:
+    """tcpdump -s 96 keeps no broker's name, id or address: each stay is named by its connection.
+    Two brokers stopped cleanly and back on new connections are four stays of unknown brokers, not
+    a broker that moved (from whom to whom is not in the capture); nor is one whose name survived the
+    cut but whose address did not (each reconnection is another connection, not another address)."""
+    first, second = cut_broker_addr("127.0.0.1:49928"), cut_broker_addr("127.0.0.1:45002")
+    for name, broker_id in ((None, None), ("broker-a", 0)):
+        replay = replayed([event(10.0, REGISTER, addr=first, name=name, broker_id=broker_id, cluster=None),
+                           event(70.0, UNREGISTER, False, addr=first, name=name, broker_id=broker_id, cluster=None),
+                           event(90.0, REGISTER, addr=second, name=name, broker_id=broker_id, cluster=None)],
+                          end=150.0)
+        assert [s.end for s in replay.stays] == ["unregistered", "alive"]
+        assert stories_of(replay.stays) == [], name
+
+
 def _ends(**connections: ConnectionEnds) -> dict[tuple[str, str], ConnectionEnds]:
     return {tuple(sorted((peer, SERVER))): found for peer, found in connections.items()}
 
@@ -293,6 +308,27 @@ def test_a_restart_needs_the_endpoints_own_evidence() -> None:
     # nothing accepted after it closed everything: it stopped
     (stop,) = endpoint_stories(_ends(**{"10.0.0.1:40000": broker}))[SERVER].outages
     assert (stop.down, stop.up) == (100.0, None)
+
+
+def test_a_restart_no_connection_saw_is_told_by_the_attempts_it_refused_between_two_runs() -> None:
+    """The brokers stopped cleanly (their connections closed by them), then the NameServer, then all
+    started again: no connection was open to close as it went, but its launch script's attempts were
+    refused between connections it accepted before and after. Nothing listened then and it listened
+    again: a restart, from its first refused attempt (no connection closed), not attempts refused
+    "while up". Refused attempts while a connection goes on through them tell nothing of the kind."""
+    before = ConnectionEnds(0.0, False, 50.0, True, 50.0, True, None, None, (), 49.0)  # the broker closed it
+    polls = ConnectionEnds(60.0, True, 75.0, True, None, False, True, None, (60.0, 70.0, 75.0))
+    back = ConnectionEnds(75.5, True, 300.0, False, None, False, True, 75.5, (), 299.0)
+    ends = _ends(**{"10.0.0.1:40000": before, "10.0.0.3:1": polls, "10.0.0.1:40001": back})
+    story = endpoint_stories(ends)[SERVER]
+    (outage,) = story.outages
+    assert (outage.down, outage.up, outage.closed, outage.refused) == (60.0, 75.5, 0, 3)
+    assert story.refused == [] and story.run_starts() == (75.5,)
+    going_on = ConnectionEnds(0.0, False, 200.0, False, None, False, None, None, (), 199.0)
+    ends = _ends(**{"10.0.0.1:40000": before, "10.0.0.2:50000": going_on, "10.0.0.3:1": polls,
+                    "10.0.0.1:40001": back})
+    story = endpoint_stories(ends)[SERVER]
+    assert story.outages == [] and [n for n, *_ in story.refused] == [3]
 
 
 def test_a_server_that_went_away_ends_its_brokers_stays_as_stopped() -> None:

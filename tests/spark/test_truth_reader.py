@@ -134,3 +134,20 @@ def test_a_connection_captured_on_two_hosts_is_one_read_from_the_nameservers_hos
     assert build.copies_disagree(kept, log) == []
     doubled = kept + [copy for copy, _counted in pairs]
     assert any("the NameServer logged 5 channels" in p for p in build.copies_disagree(doubled, log))
+
+
+def test_the_reader_takes_each_byte_once_in_order_as_the_receiver_reads_it() -> None:
+    """A lossy, reordering link (v4-lossy): a segment captured ahead of a hole waits for it, then is
+    readable when the hole is filled; a duplicate, and a retransmission overlapping what was taken, add
+    only what is new."""
+    SYN, ACK = packets.SYN, packets.ACK
+    c, s = "10.66.0.2:40000", "10.66.0.1:9876"
+    pkts = [(1.0, c, s, SYN, 99, b"", 0), (1.001, s, c, SYN | ACK, 499, b"", 0),
+            (2.0, c, s, ACK, 100, b"abc", 0),
+            (2.1, c, s, ACK, 106, b"ghi", 0),  # ahead of the hole at 103
+            (2.2, c, s, ACK, 106, b"ghi", 0),  # a duplicate of it
+            (2.5, c, s, ACK, 101, b"bcdef", 0),  # the retransmission, overlapping "bc"
+            (2.6, c, s, ACK, 109, b"j", 0)]
+    (conn,) = packets.connections(pkts, {9876})
+    assert bytes(conn.data["c"]) == b"abcdefghij"
+    assert conn.stamps["c"] == [(0, 2.0), (3, 2.5), (6, 2.5), (9, 2.6)]

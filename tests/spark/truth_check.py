@@ -146,6 +146,11 @@ def _events(truth: dict) -> list[Event]:
     return events
 
 
+def _id(broker_id: object) -> str | None:
+    """A brokerId as text; one a snap length cut is empty in the CSV, null in the truth."""
+    return None if broker_id in (None, "") else str(broker_id)
+
+
 def _endpoint(item: dict) -> str | None:
     return item.get("server") or item.get("endpoint")
 
@@ -362,7 +367,7 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
     for row in rows:
         endpoint = row.get("server") or str(row.get("session", "")).split("@")[0]
         # a name a snap length cut is empty in the CSV, null in the truth
-        got[(endpoint, row["cluster"], row["broker_name"] or None, row["broker_addr"])].append(row)
+        got[(endpoint, row["cluster"] or None, row["broker_name"] or None, row["broker_addr"])].append(row)
     problems = [f"invented brokers.csv row(s) for {' / '.join(map(str, key))}: {[r.get('ended') for r in rows]}"
                 for key, rows in got.items() if key not in stays]
     for key, truth_stays in stays.items():
@@ -375,7 +380,7 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
             row, last = rows[0], truth_stays[-1]
             if row.get("ended") != last["end"]:
                 problems.append(f"{who}: ended {row.get('ended')!r}, truth {last['end']!r} ({last['how']})")
-            if str(row.get("broker_id")) != str(last["ids"][-1]["broker_id"]):
+            if _id(row.get("broker_id")) != _id(last["ids"][-1]["broker_id"]):
                 problems.append(f"{who}: broker_id {row.get('broker_id')}, truth {last['ids'][-1]['broker_id']}")
             problems += _registrations(who, rows, truth_stays)
         elif len(rows) == len(truth_stays):
@@ -386,7 +391,7 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
                 first = seconds(row.get("first_seen"))
                 if first is None or abs(first - seconds(stay["registered"])) > tolerance:
                     problems.append(f"{who} (stay {n}): first_seen {row.get('first_seen')}, truth {stay['registered']}")
-                if str(row.get("broker_id")) not in {str(i["broker_id"]) for i in stay["ids"]}:
+                if _id(row.get("broker_id")) not in {_id(i["broker_id"]) for i in stay["ids"]}:
                     problems.append(f"{who} (stay {n}): broker_id {row.get('broker_id')}, truth {stay['ids']}")
                 problems += _registrations(f"{who} (stay {n})", [row], [stay])
         else:

@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--logs", nargs="+", required=True)
     ap.add_argument("--why", action="append", default=[], metavar="ENDPOINT=TEXT")
     ap.add_argument("--note", action="append", default=[])
+    # ports other servers listened on (a broker's, from the steps) whose connections all began before the
+    # capture: no SYN in it says they are servers
+    ap.add_argument("--other-ports", nargs="+", default=[], metavar="PORT")
     # files of a second capture point (a broker's host) taken at the same time as the others (the
     # NameServer's host): the connections both hold are read from the others once (second_point)
     ap.add_argument("--second-point", nargs="+", default=[], metavar="FILE")
@@ -107,7 +110,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     conns, copies = translated_copies(conns)
     # a capture with no port filter holds other servers too (a broker's own port): every port a SYN went
     # to that is no NameServer's or controller's; only its connections and refused attempts are read
-    other_conns, other_twice = read(syn_ports(pkts) - ports)
+    other_conns, other_twice = read((syn_ports(pkts) | {int(p) for p in a.other_ports}) - ports)
     other_conns, other_copies = translated_copies(other_conns)
     steps = load_steps(d / "steps.txt")
     log = server_logs.load([d / lf for lf in a.logs])
@@ -207,8 +210,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         key = (e, addr)
         st = open_stay.get(key)
         if kind == "register":
-            bid = int(ext["brokerId"])
-            role = "MASTER" if bid == 0 else "SLAVE"
+            bid = int(ext["brokerId"]) if "brokerId" in ext else None  # None: a snap length cut it
+            role = None if bid is None else "MASTER" if bid == 0 else "SLAVE"
             if st is None:
                 st = {"namesrv": e, "run": run_of(e, t), "cluster": ext.get("clusterName"),
                       "broker_name": ext.get("brokerName"), "broker_addr": addr,
@@ -218,8 +221,16 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 open_stay[key] = st
                 stays.append(st)
                 hits = log.find("register", t, addr=ext.get("brokerAddr", ""))
+                if not hits and c.syn is None:  # its connection is older than the capture: registered before it
+                    hits = [h for h in log.find("register", addr=ext.get("brokerAddr", "")) if h[0] < first]
+                    if hits:
+                        st["registered_before_capture"] = True
+                        hits = hits[-1:]
                 if not hits:
                     problems.append(f"no registration log line near {iso(t)} for {key}")
+                elif "brokerAddr" not in ext and st.get("registered_before_capture"):
+                    # which of the brokers registered before the capture this is, the log says at its unregister
+                    st["_cut"], st["broker_addr_logged"] = True, None
                 elif "brokerAddr" not in ext:  # the log names the broker whose address the capture cut
                     st["_cut"] = True
                     logged = {m.group(1) or m.group(2) for _t, line in hits
@@ -249,6 +260,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 problems.append(f"no unregister log line near {iso(t)} for {key}")
             else:
                 st["how"] += "; log: " + log.message(hits[0][1])[:180]
+                if st.get("_cut") and st.get("broker_addr_logged") is None:
+                    logged = re.search(r"OK, (\S+:\d+)$", hits[0][1])
+                    st["broker_addr_logged"] = logged.group(1) if logged else None
             del open_stay[key]
     for st in stays:
         if st["end"] == "alive":
@@ -291,17 +305,21 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 in_failover |= {st["broker_addr"], other["broker_addr"]}
     by_identity = defaultdict(list)
     for st in stays:
+        if st["broker_name"] is None:  # a snap length cut its name: which broker it was, the packets cannot tell
+            continue
         by_identity[(st["namesrv"], st["cluster"], st["broker_name"], st["ids"][0]["broker_id"])].append(st)
     for (e, cl, name, bid), sts in by_identity.items():
         sts.sort(key=lambda s: s["registered"])
         for prev, nxt in zip(sts, sts[1:], strict=False):
-            if prev["broker_addr"] != nxt["broker_addr"] and prev["ended_at"] \
+            logged = [st.get("broker_addr_logged", st["broker_addr"]) for st in (prev, nxt)]
+            if logged[0] != logged[1] and prev["ended_at"] \
                     and prev["ended_at"] <= nxt["registered"] and prev["broker_addr"] not in in_failover:
                 moves.append({"namesrv": e, "cluster": cl, "broker_name": name, "broker_id": bid,
                               "from": prev["broker_addr"], "to": nxt["broker_addr"], "at": nxt["registered"]})
     by_addr = defaultdict(list)
     for st in stays:
-        by_addr[(st["namesrv"], st["cluster"], st["broker_name"], st["broker_addr"])].append(st)
+        if st["ids"][0]["broker_id"] is not None:  # one a snap length cut tells no id, nor a change of it
+            by_addr[(st["namesrv"], st["cluster"], st["broker_name"], st["broker_addr"])].append(st)
     for (e, cl, name, addr), sts in by_addr.items():
         if addr in in_failover:
             continue
@@ -354,7 +372,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         for t in ts:
             if e not in runs and (first_up is None or t > first_up):
                 when = "never_listening" if first_up is None else (
-                    "after_stop" if last_close is not None and t > last_close else "while_up")
+                    "after_stop" if last_close is not None and t > last_close else
+                    # another server (a broker's port) refusing between connections it accepted: stopped and
+                    # started again, its launch script polling (the steps tell it)
+                    "while_down" if any(c.synack > t for c in accepted_at)
+                    and not any(c.synack <= t <= max(c.fin.values(), default=c.rst or float("inf"))
+                                for c in accepted_at) else "while_up")
             elif e not in runs or t < runs[e][0]["up"]:
                 when = "before_start"
             elif runs[e][-1]["down"] is not None and t > runs[e][-1]["down"]:
@@ -435,14 +458,20 @@ def second_point(pairs, pairs_in: dict[str, set[frozenset[str]]],
     """Per server endpoint, the connections a second capture point's files (``copies_in``: a broker's
     host) hold copies of, read from the first point's (``read_from``: the NameServer's host), how many,
     and how far the second's clock reads ahead (``clock_s``: as the files were made, --clock-ahead;
-    ``clock_measured_s``: the median over the copies of their SYN's two stamps, the packet's trip
-    between the hosts aside). A measure more than CLOCK_WITHIN_S from the made one is a problem."""
+    ``clock_measured_s``: as NTP reckons it, from the copy whose SYN and SYN-ACK were stamped at both
+    points with the shortest round trip between them: half the sum of the SYN's and the SYN-ACK's two
+    stamps' differences, their trips between the hosts cancelling out). A measure more than
+    CLOCK_WITHIN_S from the made one is a problem."""
     by_server: dict[str, list] = defaultdict(list)
     for copy, kept in pairs:
         by_server[copy.server].append((copy, kept))
     out, problems = [], []
     for server, same in sorted(by_server.items()):
-        measured = round(statistics.median(copy.syn - kept.syn for copy, kept in same), 6)
+        exchanges = [(abs((copy.synack - kept.synack) - (copy.syn - kept.syn)),
+                      ((copy.synack - kept.synack) + (copy.syn - kept.syn)) / 2)
+                     for copy, kept in same if copy.synack is not None and kept.synack is not None]
+        measured = round(min(exchanges)[1] if exchanges else statistics.median(copy.syn - kept.syn
+                                                                               for copy, kept in same), 6)
         clock = a.clock_ahead if a.clock_ahead is not None else round(measured, 3)
         if abs(measured - clock) > CLOCK_WITHIN_S:
             problems.append(f"{server}: the copies' SYNs say the second point's clock reads {measured:+} s ahead, "

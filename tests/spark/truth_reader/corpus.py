@@ -111,6 +111,27 @@ ARGS: dict[str, list[str]] = {
                      "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
                      "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
                      "answer to the proxy", ports="38876", endpoint="127.0.0.1:38876"),
+    "v4-lossy": _one("4.9.8", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
+                     "v4-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "Two hosts on one clock (two "
+                     "network namespaces), a lossy, reordering, duplicating link between them (steps: 3% loss, 10% "
+                     "reordered, 1% duplicated, 5 ms delay, each way), tcpdump on each end of it (raw IP): every "
+                     "connection is in both, with retransmissions, duplicates and segments out of order; each is "
+                     "read once, from the NameServer's host's file (second_point), whose clock is the same",
+                     endpoint="10.66.0.1:9876"),
+    "v4-ring": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", "--why", "127.0.0.1:10911=the broker's "
+                    "launch script polls its port every 0.1 s until the JVM listens", "--why", "127.0.0.1:10931=the "
+                    "broker's launch script polls its port every 0.1 s until the JVM listens", "--note", "tcpdump -i "
+                    "any -s 96 -C 1 -W 5 -z gzip with no filter, started after the brokers registered: Linux cooked "
+                    "v2, every packet longer than 96 bytes cut there (no broker's name, id or address survives), "
+                    "five files; the brokers stop cleanly, then the NameServer, and all start again (steps). A "
+                    f"broker whose brokerAddr the cut left out is named {CUT_NAMING}", ports="9886",
+                    endpoint="127.0.0.1:9886", why=RETRY),
+    "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
+                    "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
+                    "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "
+                    "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
+                    f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
+                    f"{CUT_NAMING}"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),

@@ -21,13 +21,14 @@ def parse_iso(s: str) -> float:
     return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
-#: link type -> (header length, where its ethertype is): Ethernet, Linux cooked v1 (SLL) and v2 (SLL2)
-LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0)}
+#: link type -> (header length, where its ethertype is): Ethernet, Linux cooked v1 (SLL) and v2 (SLL2); raw IP
+#: (a TUN device's, LINKTYPE_RAW) has no header and no ethertype: its first nibble says IPv4
+LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0), 101: (0, None)}
 
 
 def read_pcap(path: Path):
     """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a classic pcap (Ethernet,
-    SLL, SLL2), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
+    SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
@@ -42,7 +43,10 @@ def read_pcap(path: Path):
         pkt = raw[off + 16:off + 16 + incl]
         off += 16 + incl
         t = sec + frac / (1e9 if nano else 1e6)
-        if len(pkt) < link or pkt[ethertype_at:ethertype_at + 2] != b"\x08\x00":
+        if ethertype_at is None:
+            if not pkt or pkt[0] >> 4 != 4:
+                continue
+        elif len(pkt) < link or pkt[ethertype_at:ethertype_at + 2] != b"\x08\x00":
             continue
         ip = pkt[link:]
         ihl = (ip[0] & 15) * 4
@@ -92,6 +96,37 @@ class Conn:
         self.stamps = {"c": [], "s": []}  # (offset, t)
         self.last_payload = {"c": None, "s": None}
         self.cut = {"c": [], "s": []}  # (offset, length) of bytes a snap length cut (zeros in data)
+        self.early: dict = {"c": {}, "s": {}}  # seq -> (payload, missing) of segments captured before a hole
+
+    def take(self, side: str, t: float, seq: int, payload: bytes, missing: int) -> None:
+        """A segment's bytes as the receiver reads them: in sequence order, each byte once (the copy
+        delivered first: a retransmission's or a duplicate's bytes already taken are left out), a segment
+        captured ahead of a hole kept until the hole is filled, and then readable at the time it was."""
+        exp = self.next_seq.get(side)
+        if exp is None:
+            exp = self.next_seq[side] = seq
+        ahead = (seq - exp) % (1 << 32)
+        if 0 < ahead < 1 << 31:
+            self.early[side].setdefault(seq, (payload, missing))
+            return
+        skip = ((exp - seq) % (1 << 32)) if ahead else 0
+        if skip >= len(payload) + missing:
+            return
+        self._append(side, t, payload[skip:], missing - max(0, skip - len(payload)))
+        while self.next_seq[side] in self.early[side]:
+            self._append(side, t, *self.early[side].pop(self.next_seq[side]))
+        # early segments a later, longer one covered in part: their new tail
+        for seq2 in sorted(self.early[side], key=lambda s: (s - self.next_seq[side]) % (1 << 32)):
+            if seq2 in self.early[side] and (seq2 - self.next_seq[side]) % (1 << 32) >= 1 << 31:
+                self.take(side, t, seq2, *self.early[side].pop(seq2))
+
+    def _append(self, side: str, t: float, payload: bytes, missing: int) -> None:
+        self.stamps[side].append((len(self.data[side]), t))
+        self.data[side] += payload
+        if missing:
+            self.cut[side].append((len(self.data[side]), missing))
+            self.data[side] += bytes(missing)
+        self.next_seq[side] = (self.next_seq[side] + len(payload) + missing) % (1 << 32)
 
     def frames(self, side: str):
         """(t, header dict) of every frame sent by side ('c' client, 's' server). A frame whose header
@@ -151,23 +186,16 @@ def connections(pkts, server_ports: set[int]):
         c = conns[key][-1]
         if flags & SYN and not flags & ACK:
             if c.syn is None:
-                c.syn, c.isn["c"], c.next_seq["c"] = t, seq, seq + 1
+                c.syn, c.isn["c"], c.next_seq["c"] = t, seq, (seq + 1) % (1 << 32)
         elif flags & SYN and flags & ACK:
             if c.synack is None:
-                c.synack, c.isn["s"], c.next_seq["s"] = t, seq, seq + 1
+                c.synack, c.isn["s"], c.next_seq["s"] = t, seq, (seq + 1) % (1 << 32)
         if flags & RST and c.rst is None:
             c.rst, c.rst_by = t, side
         if flags & FIN and side not in c.fin:
             c.fin[side] = t
         if payload or missing:
-            exp = c.next_seq.get(side)
-            if exp is None or seq == exp:
-                c.stamps[side].append((len(c.data[side]), t))
-                c.data[side] += payload
-                if missing:
-                    c.cut[side].append((len(c.data[side]), missing))
-                    c.data[side] += bytes(missing)
-                c.next_seq[side] = seq + len(payload) + missing
+            c.take(side, t, seq, payload, missing)
             c.last_payload[side] = t
     return [c for cs in conns.values() for c in cs]
 
