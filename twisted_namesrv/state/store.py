@@ -66,7 +66,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
         try:
             with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
                 tmp.unlink()
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, files.FILE_MODE)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -227,11 +227,11 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     probe = target.with_name(target.name + ".tmp")
     if probe.exists():  # a crash's leftover, removed at the next write (write_atomically): whoever owns it
         return None if _removable(probe) else (f"cannot write in {target.parent}: cannot remove {probe} "
-                                               f"left there ({_owner_and_us(target.parent)})")
+                                               f"left there ({files.owner_and_us(target.parent)})")
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, files.FILE_MODE))
     except PermissionError as exc:
-        return f"cannot write in {target.parent}: {exc.strerror} ({_owner_and_us(target.parent)})"
+        return f"cannot write in {target.parent}: {exc.strerror} ({files.owner_and_us(target.parent)})"
     except OSError as exc:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
@@ -248,17 +248,6 @@ def _removable(path: Path) -> bool:
     seen = directory.stat()
     return (not seen.st_mode & stat.S_ISVTX or os.geteuid() in (0, seen.st_uid)
             or path.lstat().st_uid == os.geteuid())
-
-
-def _owner_and_us(directory: Path) -> str:
-    """Who owns ``directory`` and who we are: what an operator needs to mend a refused data
-    directory (e.g. an image run under another uid, as OpenShift runs every container)."""
-    try:
-        seen = directory.stat()
-    except OSError:
-        return f"running as uid {os.getuid()} gid {os.getgid()}"
-    return (f"owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; "
-            f"running as uid {os.getuid()} gid {os.getgid()}")
 
 
 class LoadRefused(OSError):
