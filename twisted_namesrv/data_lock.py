@@ -31,7 +31,7 @@ from pathlib import Path
 from twisted.logger import Logger
 
 from . import CannotStart
-from .state.files import open_regular, owner_and_us
+from .state.files import errno_name, open_regular, owner_and_us
 
 log = Logger()
 LOCK_FILE = "namesrv.lock"
@@ -114,7 +114,7 @@ def _open(directory: Path, made: list[Path]) -> int | None:
 def _unlockable(directory: Path, exc: OSError, whose: str = "") -> None:
     """Say a directory is left unlocked (the caller returns no fd); ``whose``: the lock file's (or the
     directory's) owner and mode and our uid and gid, when permission was refused."""
-    error = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+    error = exc.strerror or errno_name(exc)
     log.warn("{directory} is not locked ({error}): another NameServer writing there would not be noticed",
              directory=str(directory), error=f"{error}: {whose}" if whose else error)
 

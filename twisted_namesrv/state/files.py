@@ -82,6 +82,16 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
     return fd
 
 
+#: an OSError's errno name when it has none (a hand-made OSError, a wrapped cause)
+UNKNOWN_ERRNO = "EUNKNOWN"
+
+
+def errno_name(exc: OSError) -> str:
+    """``EROFS``, ``ENOSPC``...: the name a refused write's counter (``error=`` label) and message
+    carry; UNKNOWN_ERRNO for an error without an errno."""
+    return errno.errorcode.get(exc.errno or 0, UNKNOWN_ERRNO)
+
+
 def owner_and_us(path: str | os.PathLike[str]) -> str:
     """Who owns ``path`` (its uid, gid and mode) and who we are: what an operator needs to mend a
     file or directory the server may not write (an image run under another uid, as OpenShift runs

@@ -36,7 +36,7 @@ class StoreError(OSError):
     content is in place, not durable, and the old could not be put back: the caller writes it)."""
 
     def __init__(self, what: str, path: str | os.PathLike[str], cause: OSError, replaced: bool = False) -> None:
-        self.errno_name = errno.errorcode.get(cause.errno or 0, "EUNKNOWN")
+        self.errno_name = files.errno_name(cause)
         self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
         super().__init__(cause.errno, self.message)
         self.what, self.path, self.cause, self.replaced = what, str(path), cause, replaced
@@ -271,8 +271,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LoadRefused(path, "not_regular", "a symbolic link, not a regular file") from None
-        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
-            from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({files.errno_name(exc)})") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -289,8 +288,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
     except LoadRefused:
         raise
     except OSError as exc:
-        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
-            from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({files.errno_name(exc)})") from None
     finally:
         os.close(fd)
 
