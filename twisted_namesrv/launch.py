@@ -35,7 +35,9 @@ def umask_from(environ: Mapping[str, str] = os.environ) -> None:
     of group 0 (10001, or OpenShift's arbitrary one, another at every redeploy), and what one uid made
     in the data directory (the lock file, the KV store, the saved config) must stay writable to the
     next; a Kubernetes manifest that replaces the entrypoint keeps the image's environment.  The
-    runtime's default (0022) would make them 0644.  A value that is not an octal umask cannot start."""
+    runtime's default (0022) would make them 0644.  A value that is not an octal umask cannot start.
+    Under twistd, its own ``--umask`` (and the 0077 it takes when it daemonises without one) is set
+    after this, and wins."""
     value = environ.get(UMASK_ENV, "").strip()
     if not value:
         return
