@@ -37,7 +37,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 #: the mode every file the server makes is created with, less the process's umask: the image sets
 #: ``NAMESRV_UMASK=0002`` (launch.py), so its files are group 0's to write as its data directory is,
 #: and a restart under another uid of group 0 (OpenShift's restricted policy) writes them on; under
-#: the usual umask 0022 they are 0644, as before
+#: the usual umask 0022 they are 0644
 FILE_MODE = 0o666
 
 #: the most a configuration file (``-c``, configStorePath), the accounts file or a certificate may hold:
