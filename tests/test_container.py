@@ -230,3 +230,43 @@ def test_the_image_runs_and_keeps_its_state_under_an_arbitrary_uid_of_group_0(im
         assert saved.returncode == 0 and "broker-a:4" in saved.stdout, saved
         uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, env=env)
         assert uid.stdout.strip() == "1000680000", uid
+
+
+def test_a_restart_under_another_uid_of_group_0_locks_and_writes_on_the_state_the_last_one_left(image):
+    """OpenShift runs the image under an arbitrary uid of group 0, another at every redeploy: the
+    volume the image's own uid (10001:0) wrote, a server under uid 1000680000:0 locks (no "is not
+    locked" warning: the lock file is 0664, NAMESRV_UMASK=0002), serves the KV config saved before
+    and saves its own changes."""
+    engine, _, env = image
+    volume = f"namesrv-uids-{uuid.uuid4().hex[:8]}"
+    admin = str(REPO / ".venv/bin/namesrv-admin")
+    mount = ("-v", f"{volume}:/var/lib/namesrv")
+
+    def kv(port: int, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([admin, "-n", f"127.0.0.1:{port}", *args], capture_output=True, text=True, timeout=30)
+
+    def inside(container: str, *command: str) -> str:
+        done = subprocess.run([engine, "exec", container, *command], capture_output=True, text=True, env=env,
+                              timeout=30)
+        assert done.returncode == 0, done
+        return done.stdout
+
+    try:
+        with ready_container(image, "namesrv-uid-a", *mount) as (container, port, _, _, logs):
+            assert inside(container, "id", "-u").strip() == "10001" and inside(container, "id", "-g").strip() == "0"
+            put = kv(port, "updateKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "orders", "-v", "broker-a:4")
+            assert put.returncode == 0, put.stdout + put.stderr
+        with ready_container(image, "namesrv-uid-b", "--user", "1000680000:0", *mount) as (container, port, _, _,
+                                                                                            logs):
+            assert "is not locked" not in logs, logs
+            got = kv(port, "getKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "orders")
+            assert got.returncode == 0 and "broker-a:4" in got.stdout, got.stdout + got.stderr
+            put = kv(port, "updateKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "payments", "-v", "broker-b:2")
+            assert put.returncode == 0, put.stdout + put.stderr
+            saved = inside(container, "cat", "/var/lib/namesrv/kvConfig.json")
+            assert "broker-a:4" in saved and "broker-b:2" in saved, saved
+            modes = inside(container, "stat", "-c", "%n %a %g", "/var/lib/namesrv/namesrv.lock",
+                           "/var/lib/namesrv/kvConfig.json").split("\n")
+            assert modes[:2] == ["/var/lib/namesrv/namesrv.lock 664 0", "/var/lib/namesrv/kvConfig.json 664 0"], modes
+    finally:
+        subprocess.run([engine, "volume", "rm", "-f", volume], capture_output=True, env=env, timeout=60)

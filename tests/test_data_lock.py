@@ -135,3 +135,95 @@ def test_a_symlink_or_fifo_planted_as_the_lock_file_is_never_written_through(tmp
     lock.note("pid 1, listening on x")
     assert lock.held == {} and target.read_text() == "keep me\n"
     assert sum("is not locked" in e["log_format"] for e in logged) == 2
+
+
+def test_the_lock_file_is_made_group_writable_under_the_images_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o002)  # what NAMESRV_UMASK=0002 sets in the image (launch.umask_from)
+    try:
+        lock = lock_stores([tmp_path / "data"])
+        lock.release()
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "data" / LOCK_FILE).stat().st_mode & 0o777 == 0o664
+
+
+#: one server's start and stop as OpenShift runs the image: as ``uid`` of group 0, NAMESRV_UMASK as given;
+#: it locks the data directory, saves the KV store, and says what it held and what the log said
+AS_UID = """
+import json, os, sys
+from pathlib import Path
+from twisted.logger import capturedLogs
+from twisted_namesrv.data_lock import lock_stores
+from twisted_namesrv.launch import umask_from
+from twisted_namesrv.state.store import write_atomically
+directory, uid, umask, value = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+os.setgroups([]); os.setgid(0); os.setuid(uid)
+umask_from({"NAMESRV_UMASK": umask})
+with capturedLogs() as logged:
+    lock = lock_stores([directory], wait=0)
+saved = ""
+try:
+    write_atomically(directory / "kvConfig.json", value.encode(), "kvConfigPath")
+    saved = (directory / "kvConfig.json").read_text()
+except OSError as exc:
+    saved = str(exc)
+print(json.dumps({"held": bool(lock.held), "saved": saved,
+                  "logged": [e["log_format"].format(**e) for e in logged]}))
+lock.release()
+"""
+
+
+def as_uid(directory: Path, uid: int, umask: str, value: str) -> dict:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", AS_UID, str(directory), str(uid), umask, value],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs servers as two other uids: needs root")
+def test_a_restart_under_another_uid_of_group_0_locks_and_writes_on(tmp_path: Path) -> None:
+    """OpenShift runs the image under an arbitrary uid of group 0, another at every redeploy: what
+    one uid made in the data directory (10001:0, 0770) the next locks and writes, with the image's
+    umask; with the runtime's default umask (an image before NAMESRV_UMASK) the lock file is 0644
+    and the next uid's warning names its owner and mode and the uid and gid it runs as."""
+    import tempfile
+
+    for umask, locks_on in (("0002", True), ("0022", False)):
+        data = Path(tempfile.mkdtemp(prefix="namesrv-uid-"))  # pytest's own is root's alone (0700)
+        try:
+            os.chown(data, 10001, 0)
+            os.chmod(data, 0o770)
+            first = as_uid(data, 10001, umask, '{"first": 1}')
+            assert first["held"] and first["saved"] == '{"first": 1}', first
+            second = as_uid(data, 1000680000, umask, '{"second": 2}')
+            assert second["saved"] == '{"second": 2}', second  # the directory is group 0's: replaced
+            assert second["held"] is locks_on, second
+            if locks_on:
+                assert second["logged"] == [], second
+                assert (data / LOCK_FILE).stat().st_mode & 0o777 == 0o664
+                assert (data / "kvConfig.json").stat().st_mode & 0o777 == 0o664
+            else:
+                assert f"{data} is not locked (Permission denied: owned by uid 10001 gid 0, mode 0644; running " \
+                       f"as uid 1000680000 gid 0)" in second["logged"][0], second
+        finally:
+            subprocess.run(["rm", "-rf", str(data)], check=True)
+
+
+def test_namesrv_umask_is_taken_when_set_and_a_bad_one_cannot_start() -> None:
+    from twisted_namesrv.launch import umask_from
+
+    previous = os.umask(0o022)
+    try:
+        umask_from({})
+        assert os.umask(0o022) == 0o022  # unset: left as it was
+        umask_from({"NAMESRV_UMASK": "0002"})
+        assert os.umask(0o022) == 0o002
+        for bad in ("rw", "0999", "01000", "-2"):
+            with pytest.raises(SystemExit) as refused:
+                umask_from({"NAMESRV_UMASK": bad})
+            assert "NAMESRV_UMASK" in str(refused.value.code) and "not a umask" in str(refused.value.code)
+        assert os.umask(0o022) == 0o022  # a refused one changed nothing
+    finally:
+        os.umask(previous)

@@ -372,3 +372,20 @@ def test_a_registration_of_a_new_member_encodes_its_entry_without_json_dumps(mon
     topology = Topology(lambda: 100.0)
     topology.heard("registered", {"cluster": "c", "broker": "g", "id": 0, "addr": "h:1"})
     assert decode(encode(topology)) == topology.groups
+
+
+def test_groups_alike_share_one_up_set_even_after_more_than_alike_ids_sets_were_met(monkeypatch):
+    """Every group's set of members up is the one set of its content (state/alike.py); once more
+    distinct sets than ALIKE_IDS were met (ids churning over months), the groups registering from
+    then on share theirs again (before, past the bound each kept a set of its own, for good)."""
+    from twisted_namesrv.state import topology as topology_module
+
+    monkeypatch.setattr(topology_module, "ALIKE_IDS", 4)
+    topology = Topology(lambda: 0.0)
+    for broker_id in range(10):  # ten distinct sets {0}, {1}, ..., more than the pool keeps
+        topology.heard("registered", {"cluster": "c", "broker": f"churn{broker_id}", "id": broker_id,
+                                      "addr": f"h:{broker_id}"})
+    for name in ("a", "b", "c"):
+        topology.heard("registered", {"cluster": "c", "broker": name, "id": 7, "addr": f"{name}:1"})
+    ups = [topology.groups["c", name].up for name in ("a", "b", "c")]
+    assert ups[0] == frozenset({7}) and ups[0] is ups[1] is ups[2]

@@ -66,6 +66,7 @@ from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
 from .remoting.crc import crc32_masked
 from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
+from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
 
@@ -78,7 +79,7 @@ MAX_REPLIES_PER_HEAD = 8
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
 MAX_RENEWAL_ANSWER = 1024
-#: distinct answer pieces the kept renewals share (AnswerCache._alike); past it, they start again
+#: distinct answer pieces the kept renewals share (AnswerCache._pieces); past it, they start again
 ALIKE_PIECES = 4096
 
 
@@ -161,9 +162,9 @@ class AnswerCache:
         self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
         #: each broker connection's answer to the registration it sent last (``keep_renewal``)
         self.renewals: dict[Channel, KeptRenewal] = {}
-        #: the kept renewals' answer pieces, one bytes object per content (``_alike``): brokers of a
-        #: cluster are mostly answered alike, and 5,000 copies were 0.85 MiB
-        self._pieces: dict[bytes, bytes] = {}
+        #: the kept renewals' answer pieces, one bytes object per content (state/alike.py): brokers
+        #: of a cluster are mostly answered alike, and 5,000 copies were 0.85 MiB
+        self._pieces: Alike[bytes] = Alike(ALIKE_PIECES)
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:
@@ -323,17 +324,8 @@ class AnswerCache:
         if (key is None or frame[key.at:key.at + key.digits] != digits or split < _OPAQUE_AT
                 or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
             return  # not as renewal_from_memory reads it: decoded every time
-        head, rest = self._alike(encoded[8:split]), self._alike(encoded[split + len(digits):])
+        head, rest = self._pieces(encoded[8:split]), self._pieces(encoded[split + len(digits):])
         self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits))
-
-    def _alike(self, piece: bytes) -> bytes:
-        """``piece`` as the one object of its content the kept renewals share (ALIKE_PIECES at most)."""
-        shared = self._pieces.get(piece)
-        if shared is None:
-            if len(self._pieces) >= ALIKE_PIECES:
-                self._pieces.clear()
-            shared = self._pieces[piece] = piece
-        return shared
 
     def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
         """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept

@@ -14,7 +14,9 @@ never leaves a directory locked.  A POSIX lock belongs to the process, not to an
 one process runs (the tests') never wait for each other, and a forked child (the route snapshot's
 writer) takes none of it.  A directory where no lock file can be made or written (a read-only
 mount the server only reads from, a lock file another user made, a symlink or FIFO planted in its
-place) is not locked, and the log says so.
+place) is not locked, and the log says so (naming the lock file's owner and mode and our uid and gid
+when permission was refused).  The lock file is made group-writable where the umask lets it (the
+image's NAMESRV_UMASK=0002): a restart under another uid of the same group locks it on.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from twisted.logger import Logger
 
 from . import CannotStart
-from .state.files import open_regular
+from .state.files import errno_name, open_regular, owner_and_us
 
 log = Logger()
 LOCK_FILE = "namesrv.lock"
@@ -98,16 +100,23 @@ def _open(directory: Path, made: list[Path]) -> int | None:
             made.append(path)
         # a write lock needs it open for writing; never through a symlink planted in its place (the pid
         # would be written over its target), nor a FIFO (state/files.open_regular)
+        # made FILE_MODE less the umask: group-writable in the image (NAMESRV_UMASK), so that a restart
+        # under another uid of the same group (OpenShift's) opens it for writing and locks on
         return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
+    except PermissionError as exc:  # who owns what: a lock file an older image or another group made
+        _unlockable(directory, exc, owner_and_us(path if path.exists() else directory))
+        return None
     except OSError as exc:
         _unlockable(directory, exc)
         return None
 
 
-def _unlockable(directory: Path, exc: OSError) -> None:
-    """Say a directory is left unlocked (the caller returns no fd)."""
+def _unlockable(directory: Path, exc: OSError, whose: str = "") -> None:
+    """Say a directory is left unlocked (the caller returns no fd); ``whose``: the lock file's (or the
+    directory's) owner and mode and our uid and gid, when permission was refused."""
+    error = exc.strerror or errno_name(exc)
     log.warn("{directory} is not locked ({error}): another NameServer writing there would not be noticed",
-             directory=str(directory), error=exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc)))
+             directory=str(directory), error=f"{error}: {whose}" if whose else error)
 
 
 def _take(fd: int, directory: Path, wait: float, sleep: Callable[[float], None], now: Callable[[], float]) -> None:

@@ -5,8 +5,9 @@ escaped lines) in place of twistd's own (``take_over_twistd_logging``)."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from twisted.logger import Logger
@@ -23,6 +24,30 @@ def cannot_start(reason: str) -> NoReturn:
     Logged as an error: a critical event before the log opens would reach stderr a second time."""
     log.error("cannot start: {reason}", reason=reason)
     raise SystemExit(cannot_start_line(reason))
+
+
+#: the umask the server takes before it makes a file, when set (octal, e.g. ``0002``): the image sets it
+UMASK_ENV = "NAMESRV_UMASK"
+
+
+def umask_from(environ: Mapping[str, str] = os.environ) -> None:
+    """Take ``$NAMESRV_UMASK`` as the process's umask, when set.  The image sets 0002: it runs as a uid
+    of group 0 (10001, or OpenShift's arbitrary one, another at every redeploy), and what one uid made
+    in the data directory (the lock file, the KV store, the saved config) must stay writable to the
+    next; a Kubernetes manifest that replaces the entrypoint keeps the image's environment.  The
+    runtime's default (0022) would make them 0644.  A value that is not an octal umask cannot start.
+    Under twistd, its own ``--umask`` (and the 0077 it takes when it daemonises without one) is set
+    after this, and wins."""
+    value = environ.get(UMASK_ENV, "").strip()
+    if not value:
+        return
+    try:
+        mask = int(value, 8)
+    except ValueError:
+        mask = -1
+    if not 0 <= mask <= 0o777:
+        cannot_start(f"{UMASK_ENV}={value!r} is not a umask (octal, 0 to 0777, e.g. 0002)")
+    os.umask(mask)
 
 
 def report_cannot_start_in_one_line() -> None:

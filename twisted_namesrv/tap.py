@@ -17,7 +17,14 @@ from twisted.python import usage
 
 from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
-from .launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
+from .launch import (
+    cannot_start,
+    report_cannot_start_in_one_line,
+    take_over_twistd_logging,
+    twistd_log_file,
+    umask_from,
+    warn_of,
+)
 from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
 from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
@@ -172,6 +179,7 @@ def makeService(options: Options):
     from .service import NamesrvService
 
     report_cannot_start_in_one_line()
+    umask_from()  # before the first file is made (the lock file, when the service starts)
     try:  # every file the server starts from is read here, before twistd daemonises
         return NamesrvService.from_config(options.config, controller_port=options.controller_port(),
                                           controller_bind=options["controller-bind"],

@@ -32,10 +32,11 @@ def test_put_get_delete_list():
     assert len(writes) == 4  # every put persists the whole table
     assert json.loads(writes[-1]) == {"configTable": {
         "NS": {"k1": "v1b", "k2": "v2"}, NAMESPACE_ORDER_TOPIC_CONFIG: {"TopicA": "broker-a:4;broker-b:4"}}}
+    assert kv.entries() == 3  # what /api's overview and namesrv_kv_entries say
     kv.delete("NS", "k1")
     assert kv.get("NS", "k1") is None and len(writes) == 5
     kv.delete("NS", "k2")
-    assert kv.get_kv_list("NS") == {}  # an emptied namespace still exists (Java: {"table":{}})
+    assert kv.get_kv_list("NS") == {} and kv.entries() == 1  # an emptied namespace still exists (Java: {"table":{}})
     kv.delete("NS", "absent")
     kv.delete("NO-NS", "k")
     assert kv.get(None, None) is None and kv.get_kv_list(None) is None

@@ -71,6 +71,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from procfs import (  # beside this file: /proc read one way
+    Schedstat,
+    core_steal_s,
+    cores_busy_s,
+    descendants,
+    pid_cpu_s,
+    status_kib,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 SPLIT_TOPICS = 50_000  # topics per registration frame at most (about 8 MiB of plain JSON)
@@ -187,16 +196,7 @@ class Server:
 
     def tree(self) -> list[int]:
         """The process and its descendants (a command may start the server as a child)."""
-        found, pids = [], [self.proc.pid]
-        while pids:
-            pid = pids.pop()
-            found.append(pid)
-            try:
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    pids += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-        return found
+        return [self.proc.pid, *descendants(self.proc.pid)]
 
     def main_pid(self) -> int:
         """The server's own process under the command's launchers (taskset execs; a shell script
@@ -219,18 +219,9 @@ class Server:
 
     def rss_mib(self) -> float | None:
         """VmRSS of the process and its descendants (a command may start the server as a child)."""
-        total, pids = None, [self.proc.pid]
-        while pids:
-            pid = pids.pop()
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    pids += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-            total = (total or 0) + kib
-        return None if total is None else round(total / 1024, 1)
+        found = [status_kib(pid, ("VmRSS",)) for pid in self.tree()]
+        kib = [f["VmRSS"] for f in found if f is not None]
+        return round(sum(kib) / 1024, 1) if kib else None
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM to its process group, SIGKILL after ``timeout``; back once every process of the
@@ -259,34 +250,6 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:  # there, but not ours to signal
         pass
     return True
-
-
-def cores_busy_s() -> float:
-    """CPU seconds every core of the machine has spent busy (user, nice, system, irq, softirq: all
-    processes', /proc/stat), so far."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()[1:8]
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields)
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def core_steal_s(core: int) -> float:
-    """Seconds the host has not run ``core`` (a virtual CPU) while it had work, so far: its steal
-    time (``/proc/stat``); 0 where there is no such line."""
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith(f"cpu{core} "):
-                return int(line.split()[8]) / os.sysconf("SC_CLK_TCK")
-    return 0.0
-
-
-def pid_cpu_s(pid: int) -> float:
-    """User and system CPU seconds of one process so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 class PhaseCpu:
@@ -410,32 +373,6 @@ def probe_priority() -> str:
         return "nice -20"
     except OSError:
         return "normal"
-
-
-class Schedstat:
-    """A thread's ``schedstat`` (ms on a CPU, ms runnable but waiting for one), read again and
-    again through one descriptor kept open (``pread``: about 1 µs, against 13 µs to open, read and
-    close it each time, which the probe did four times a lookup); zeros once it is gone."""
-
-    def __init__(self, path: str) -> None:
-        try:
-            self.fd: int | None = os.open(path, os.O_RDONLY)
-        except OSError:
-            self.fd = None
-
-    def read(self) -> tuple[float, float]:
-        if self.fd is None:
-            return 0.0, 0.0
-        try:
-            ran, waited, _ = os.pread(self.fd, 128, 0).split()
-            return int(ran) / 1e6, int(waited) / 1e6
-        except (OSError, ValueError):
-            return 0.0, 0.0
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def read_answer(s: socket.socket) -> None:

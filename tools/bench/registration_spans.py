@@ -30,15 +30,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from procfs import schedstat_ns  # beside this file: /proc read one way
+
 IDLE_FROM = 2e-4  # an epoll wait at least this long counts as idle (s)
 PHASE_GAP = 0.2  # registrations further apart than this (s) are phases of their own
 
 
 def schedstat() -> tuple[float, float]:
     """(s on a CPU, s runnable waiting for one) of the calling thread."""
-    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
-        ran, waited, _ = f.read().split()
-    return int(ran) / 1e9, int(waited) / 1e9
+    ran, waited = schedstat_ns(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+    return ran / 1e9, waited / 1e9
 
 
 def serve(out: Path, argv: list[str]) -> None:

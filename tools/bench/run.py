@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from procfs import cores_busy_s, descendants, status_kib, tree_cpu_s  # beside this file: /proc read one way
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH_VENV = REPO / ".venv-bench"
 DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "bench"
@@ -220,60 +222,22 @@ def rss_mb(pid: int) -> tuple[float, float]:
     plus a JVM counts as one server)."""
     rss = hwm = 0
     for p in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("VmHWM:"):
-                    hwm += int(line.split()[1])
+        found = status_kib(p, ("VmRSS", "VmHWM"))
+        if found is not None:
+            rss += found["VmRSS"]
+            hwm += found["VmHWM"]
     return rss / 1024, hwm / 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of the process and its descendants so far, from /proc/PID/stat."""
-    total = 0
-    for p in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_per_request(pid: int, b: Bench, port: int) -> tuple[dict[str, Any], float]:
     """nsload's throughput run against the server ``pid``; its result and the server's CPU
     microseconds per request answered (warm-up included, at the measured rate): unlike the rate,
     what other processes take from the core moves this little."""
-    before = cpu_seconds(pid)
+    before = tree_cpu_s(pid)
     thr = b.nsload(port, "throughput", "-c", "16", "-d", "32")
-    used = cpu_seconds(pid) - before
+    used = tree_cpu_s(pid) - before
     answered = thr["rps"] * (b.args.seconds + b.args.warmup)
     return thr, used / answered * 1e6
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below pid, from /proc/*/stat parent links."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
-def busy_cpu_seconds(cores: set[int]) -> float:
-    """Non-idle time (steal included) of these cores since boot, from /proc/stat."""
-    total = 0
-    for line in Path("/proc/stat").read_text().splitlines():
-        name, *fields = line.split()
-        if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in cores:
-            user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
-            total += user + nice + system + irq + softirq + steal
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:
@@ -289,11 +253,11 @@ class CpuMeter:
 
     def __init__(self, cores: set[int]) -> None:
         self.cores = cores
-        self.start = (time.monotonic(), busy_cpu_seconds(cores), own_cpu_seconds())
+        self.start = (time.monotonic(), cores_busy_s(cores), own_cpu_seconds())
 
     def other_cores(self) -> float:
         wall, busy, own = (a - b for a, b in zip(
-            (time.monotonic(), busy_cpu_seconds(self.cores), own_cpu_seconds()), self.start, strict=True))
+            (time.monotonic(), cores_busy_s(self.cores), own_cpu_seconds()), self.start, strict=True))
         return max(0.0, (busy - own) / wall) if wall > 0 else 0.0
 
 

@@ -32,12 +32,13 @@ import argparse
 import collections
 import gc
 import json
-import os
 import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from procfs import Schedstat  # beside this file: /proc read one way
 
 
 def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str],
@@ -79,11 +80,11 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
     reactor.callLater = timed_call_later  # type: ignore[method-assign]
 
     poller, polled = reactor._poller, {}
-    schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if os.path.exists("/proc/thread-self") else None
+    schedstat = Schedstat("/proc/thread-self/schedstat")  # this thread's: the reactor's
 
     def runqueue_ns() -> int:
         """How long the reactor thread has been runnable, waiting for a CPU (0 where unknown)."""
-        return int(os.pread(schedstat, 64, 0).split()[1]) if schedstat is not None else 0
+        return schedstat.read_ns()[1]
 
     def major_faults() -> int:
         """The reactor thread's page faults that had to wait for a read (a page the kernel dropped)."""

@@ -38,7 +38,6 @@ cores wait for).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
@@ -54,8 +53,8 @@ from collections import Counter
 from functools import partial
 from pathlib import Path
 
+from procfs import TICKS, cores_busy_s, descendants, pid_stat  # beside this file: /proc read one way
 from pyspark.sql import SparkSession
-from run import busy_cpu_seconds, descendants  # the performance table's runner, beside this file
 
 from spark_analysis.capture.inputs import CaptureFile, Split
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
@@ -215,11 +214,11 @@ class SparkChild:
     def run(self) -> dict:
         """One whole job; with the CPU seconds its process tree used (driver, JVM, Python workers)
         and how busy that kept its cores: what a second core does not get to do shows there."""
-        before, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on)
+        before, busy = tree_cpu_by_kind(self.process.pid), cores_busy_s(self.on)
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
         result = json.loads(self.process.stdout.readline())
-        after, busy = tree_cpu_by_kind(self.process.pid), busy_cpu_seconds(self.on) - busy
+        after, busy = tree_cpu_by_kind(self.process.pid), cores_busy_s(self.on) - busy
         result |= {f"{kind}_cpu_s": round(after[kind] - before[kind], 3) for kind in after}
         result["cpu_s"] = result["jvm_cpu_s"] + result["python_cpu_s"]
         result["others_cpu_s"] = round(max(0.0, busy - result["cpu_s"]), 3)
@@ -238,18 +237,13 @@ def tree_cpu_by_kind(root: int) -> dict[str, float]:
     Python workers (with any of them reaped)."""
     ticks = {"jvm": 0, "python": 0}
     for pid in [root, *descendants(root)]:
-        with contextlib.suppress(OSError):  # gone meanwhile
-            text = Path(f"/proc/{pid}/stat").read_text()
-            own, reaped = _own_and_reaped(text)
-            ticks["jvm" if text[text.index("(") + 1:text.rindex(")")] == "java" else "python"] += own
-            if pid != root:  # the root's reaped children: the launcher's JVM, before any run
-                ticks["python"] += reaped
-    return {kind: count / os.sysconf("SC_CLK_TCK") for kind, count in ticks.items()}
-
-
-def _own_and_reaped(stat: str) -> tuple[int, int]:
-    utime, stime, cutime, cstime = map(int, stat[stat.rindex(")") + 2:].split()[11:15])
-    return utime + stime, cutime + cstime
+        stat = pid_stat(pid)
+        if stat is None:  # gone meanwhile
+            continue
+        ticks["jvm" if stat.comm == "java" else "python"] += stat.own_ticks
+        if pid != root:  # the root's reaped children: the launcher's JVM, before any run
+            ticks["python"] += stat.reaped_ticks
+    return {kind: count / TICKS for kind, count in ticks.items()}
 
 
 def tshark_run(capture: Path) -> dict:
@@ -285,13 +279,13 @@ def probes(capture: Path, cores: list[int], others: list[float]) -> list[float]:
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
     workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
-    busy, own = busy_cpu_seconds(set(cores)), _children_cpu_seconds()
+    busy, own = cores_busy_s(set(cores)), _children_cpu_seconds()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     seconds = dict(results.get() for _ in workers)
-    others.append(round(max(0.0, busy_cpu_seconds(set(cores)) - busy - (_children_cpu_seconds() - own)), 3))
+    others.append(round(max(0.0, cores_busy_s(set(cores)) - busy - (_children_cpu_seconds() - own)), 3))
     return [seconds[core] for core in cores]
 
 

@@ -28,14 +28,9 @@ import time
 import zlib
 from pathlib import Path
 
+from procfs import schedstat_ns  # beside this file: /proc read one way
+
 DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "bench"
-
-
-def schedstat(path: str) -> tuple[int, int]:
-    """(ns on a CPU, ns runnable waiting for one) of a thread."""
-    with open(path) as f:
-        ran, waited, _ = f.read().split()
-    return int(ran), int(waited)
 
 
 class Probe(threading.Thread):
@@ -55,12 +50,12 @@ class Probe(threading.Thread):
         opaque = 1
         while not self.stop:
             opaque += 1
-            server0, me0 = schedstat(self.server), schedstat(me)
+            server0, me0 = schedstat_ns(self.server), schedstat_ns(me)
             began = time.perf_counter()
             self.sock.sendall(self.frame(105, {"topic": "TopicTest"}, opaque=opaque))
             self.read_frame(self.sock)
             rtt = time.perf_counter() - began
-            server1, me1 = schedstat(self.server), schedstat(me)
+            server1, me1 = schedstat_ns(self.server), schedstat_ns(me)
             self.samples.append((began, rtt, (server1[0] - server0[0]) / 1e6, (server1[1] - server0[1]) / 1e6,
                                  (me1[1] - me0[1]) / 1e6))
 

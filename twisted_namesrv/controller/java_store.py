@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import properties
-from ..state.files import TEXT_FILE_LIMIT, read_regular_text
+from ..state.files import FILE_MODE, TEXT_FILE_LIMIT, read_regular_text
 from .events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
@@ -294,7 +294,7 @@ def write_dledger(peer_dir: Path, bodies: list[bytes], data_file_size: int = DEF
 def _write_sized(path: Path, content: bytes, size: int | None) -> None:
     """``content`` then zeros up to ``size`` (sparse), fsync'd with its directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         view = memoryview(content)
         while view:

@@ -19,7 +19,6 @@ not read back (a bad checksum before the end, a foreign file) refuses to start, 
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import zlib
@@ -30,7 +29,7 @@ from typing import Any, NamedTuple, Protocol
 from twisted.internet import defer, interfaces, threads
 from twisted.logger import Logger
 
-from ..state.files import open_regular
+from ..state.files import UNKNOWN_ERRNO, errno_name, open_regular
 from ..state.store import StoreError, write_atomically
 
 log = Logger()
@@ -51,7 +50,7 @@ class ControllerLogError(Exception):
     """The store cannot be read or written: the controller refuses to start (names the path), or a
     change is refused (``errno_name`` says why, for the metrics)."""
 
-    errno_name = "EUNKNOWN"
+    errno_name = UNKNOWN_ERRNO
     logged = False  # a refused append logged its line already: the dispatcher answers it without a traceback
 
 
@@ -243,7 +242,7 @@ class FileControllerLog:
         return None
 
     def _failed(self, exc: OSError, what: str) -> ControllerLogError:
-        name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+        name = errno_name(exc)
         error = ControllerLogError(f"controllerStorePath: cannot write {self.path}: {exc.strerror} ({name}); "
                                    f"the change is refused, {what}")
         error.errno_name, error.logged = name, True

@@ -13,7 +13,14 @@ from typing import Any
 from twisted.python import usage
 
 from .. import CannotStart
-from ..launch import cannot_start, report_cannot_start_in_one_line, take_over_twistd_logging, twistd_log_file, warn_of
+from ..launch import (
+    cannot_start,
+    report_cannot_start_in_one_line,
+    take_over_twistd_logging,
+    twistd_log_file,
+    umask_from,
+    warn_of,
+)
 from ..logs import configured_observer
 from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties
 from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
@@ -62,6 +69,7 @@ def makeService(options: Options) -> Any:
     from .service import ControllerService
 
     report_cannot_start_in_one_line()
+    umask_from()  # its store's files, as the NameServer's (launch.py)
     try:
         return ControllerService(options.config, port=options["port"], bind=options["bind"])
     except CannotStart as exc:

@@ -34,6 +34,12 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
 
 
+#: the mode every file the server makes is created with, less the process's umask: the image sets
+#: ``NAMESRV_UMASK=0002`` (launch.py), so its files are group 0's to write as its data directory is,
+#: and a restart under another uid of group 0 (OpenShift's restricted policy) writes them on; under
+#: the usual umask 0022 they are 0644
+FILE_MODE = 0o666
+
 #: the most a configuration file (``-c``, configStorePath), the accounts file or a certificate may hold:
 #: each is a few kilobytes; ten thousand accounts are about 1 MB
 TEXT_FILE_LIMIT = 4 * 1024 * 1024
@@ -61,7 +67,7 @@ def kind_of(mode: int) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
-def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
     """An fd of ``path`` opened without blocking (``flags`` plus O_NONBLOCK, O_NOCTTY, O_CLOEXEC),
     or NotRegularFile (closed again) when it is not a regular file; other OSErrors as os.open's."""
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
@@ -74,6 +80,28 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
         os.close(fd)
         raise NotRegularFile(path, kind)
     return fd
+
+
+#: an OSError's errno name when it has none (a hand-made OSError, a wrapped cause)
+UNKNOWN_ERRNO = "EUNKNOWN"
+
+
+def errno_name(exc: OSError) -> str:
+    """``EROFS``, ``ENOSPC``...: the name a refused write's counter (``error=`` label) and message
+    carry; UNKNOWN_ERRNO for an error without an errno."""
+    return errno.errorcode.get(exc.errno or 0, UNKNOWN_ERRNO)
+
+
+def owner_and_us(path: str | os.PathLike[str]) -> str:
+    """Who owns ``path`` (its uid, gid and mode) and who we are: what an operator needs to mend a
+    file or directory the server may not write (an image run under another uid, as OpenShift runs
+    every container; a file an older image made 0644)."""
+    us = f"running as uid {os.getuid()} gid {os.getgid()}"
+    try:
+        seen = os.stat(path)
+    except OSError:
+        return us
+    return f"owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; {us}"
 
 
 def read_regular(path: str | os.PathLike[str], limit: int | None) -> bytes:

@@ -243,3 +243,7 @@ class KVConfigManager:
 
     def get_kv_list(self, namespace: str | None) -> dict[str, str] | None:
         return self.configTable.get(namespace)  # type: ignore[arg-type]
+
+    def entries(self) -> int:
+        """How many keys all namespaces hold: /api's overview and the namesrv_kv_entries gauge."""
+        return sum(map(len, self.configTable.values()))

@@ -37,7 +37,7 @@ class StoreError(OSError):
     content is in place, not durable, and the old could not be put back: the caller writes it)."""
 
     def __init__(self, what: str, path: str | os.PathLike[str], cause: OSError, replaced: bool = False) -> None:
-        self.errno_name = errno.errorcode.get(cause.errno or 0, "EUNKNOWN")
+        self.errno_name = files.errno_name(cause)
         self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
         super().__init__(cause.errno, self.message)
         self.what, self.path, self.cause, self.replaced = what, str(path), cause, replaced
@@ -67,8 +67,8 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
         try:
             with suppress(FileNotFoundError):  # a crash's leftover; or a FIFO put there, whose open would block
                 tmp.unlink()
-            before = _owner_and_mode(target)
-            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 if before is None else 0o600)
+            before = _owner_and_mode(target)  # a file replaced keeps its mode and owner; a new one FILE_MODE
+            fd = opener(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, files.FILE_MODE if before is None else 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -252,11 +252,11 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     probe = target.with_name(target.name + ".tmp")
     if probe.exists():  # a crash's leftover, removed at the next write (write_atomically): whoever owns it
         return None if _removable(probe) else (f"cannot write in {target.parent}: cannot remove {probe} "
-                                               f"left there ({_owner_and_us(target.parent)})")
+                                               f"left there ({files.owner_and_us(target.parent)})")
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, files.FILE_MODE))
     except PermissionError as exc:
-        return f"cannot write in {target.parent}: {exc.strerror} ({_owner_and_us(target.parent)})"
+        return f"cannot write in {target.parent}: {exc.strerror} ({files.owner_and_us(target.parent)})"
     except OSError as exc:
         return f"cannot write in {target.parent}: {exc.strerror}"
     probe.unlink()
@@ -273,17 +273,6 @@ def _removable(path: Path) -> bool:
     seen = directory.stat()
     return (not seen.st_mode & stat.S_ISVTX or os.geteuid() in (0, seen.st_uid)
             or path.lstat().st_uid == os.geteuid())
-
-
-def _owner_and_us(directory: Path) -> str:
-    """Who owns ``directory`` and who we are: what an operator needs to mend a refused data
-    directory (e.g. an image run under another uid, as OpenShift runs every container)."""
-    try:
-        seen = directory.stat()
-    except OSError:
-        return f"running as uid {os.getuid()} gid {os.getgid()}"
-    return (f"owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; "
-            f"running as uid {os.getuid()} gid {os.getgid()}")
 
 
 class LoadRefused(OSError):
@@ -307,8 +296,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LoadRefused(path, "not_regular", "a symbolic link, not a regular file") from None
-        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
-            from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({files.errno_name(exc)})") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -325,8 +313,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
     except LoadRefused:
         raise
     except OSError as exc:
-        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '?')})") \
-            from None
+        raise LoadRefused(path, "unreadable", f"{exc.strerror} ({files.errno_name(exc)})") from None
     finally:
         os.close(fd)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from .alike import Alike
 from .store import DocumentError, document_items
 
 #: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
@@ -35,7 +36,7 @@ DEPARTURE_EVENTS = frozenset({"expired", "closed", "idle", "unregistered"})
 GROUPS_LIMIT = 10_000
 #: members remembered per group (ids; a slave that came back under a new id leaves its old one)
 MEMBERS_LIMIT = 32
-#: distinct member-id sets the groups share (Topology._alike_ids); real groups have a handful
+#: distinct member-id sets the groups share (Topology._alike_ids, alike.py); real groups have a handful
 ALIKE_IDS = 256
 FORMAT = 1
 
@@ -97,7 +98,7 @@ class Topology:
         #: the groups that were up when the file was last written: expected back after a restart
         self.up_at_start: set[tuple[str, str]] = set()
         #: every group's ``up`` as one shared set per content: most groups' are alike ({0}, {0, 1})
-        self._alike: dict[frozenset[int], frozenset[int]] = {}
+        self._alike_ids: Alike[frozenset[int]] = Alike(ALIKE_IDS)
         #: each group's entry in the file, in the groups' order, written as the group changes
         #: (``_changed``): a write joins them (``encode``) rather than encoding thousands of groups
         #: in one reactor turn (5,000 groups took 20-80 ms of it, a lookup's wait, every 2 s while
@@ -143,16 +144,6 @@ class Topology:
             changed = True
         if changed:
             self._changed(group)
-
-    def _alike_ids(self, ids: frozenset[int]) -> frozenset[int]:
-        """``ids`` as the one set of that content the groups share (at most ALIKE_IDS kept: past
-        that, a group has its own)."""
-        shared = self._alike.get(ids)
-        if shared is None:
-            if len(self._alike) >= ALIKE_IDS:
-                return ids
-            shared = self._alike[ids] = ids
-        return shared
 
     def seed(self, members: Iterable[tuple[str, str, int, str]]) -> None:
         """(cluster, broker, id, address) of routes restored from a snapshot: known from now on."""

@@ -64,7 +64,7 @@ class StatusApi:
                 "broker_groups_absent": len(health.absent),
                 "topology_problem": state.topology.load_problem,
                 "topics": len(routes.topicQueueTable),
-                "kv_entries": sum(map(len, state.kv.configTable.values()))}
+                "kv_entries": state.kv.entries()}
 
     def clusters(self) -> dict[str, Any]:
         """clusterAddrTable -> brokerAddrTable -> brokerLiveTable, one entry per broker address,

@@ -191,7 +191,7 @@ class NamesrvCollector(Collector):
     def _kv(self) -> Iterator[Metric]:
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
-        yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=sum(map(len, table.values())))
+        yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=self.state.kv.entries())
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "

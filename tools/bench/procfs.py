@@ -1,0 +1,195 @@
+"""What the benchmarks read of Linux's /proc, read here only: a process's CPU (``/proc/PID/stat``),
+its descendants, its memory (``/proc/PID/status``), how busy the machine's cores are (``/proc/stat``)
+and a thread's ``schedstat`` (run.py, curve.py, spark_pcap.py, stall_why.py, registration_spans.py
+and server_turns.py use these; a figure two tools give is then the same figure).
+
+Busy is user + nice + system + irq + softirq.  Steal is not: it is time the hypervisor gave
+another guest, which no process on this machine used; counted as busy, the "others" figures (the
+cores' busy time less the processes we started) would charge to other processes the time our own
+were kept off their cores.
+
+``proc`` is the /proc to read: the tests give a directory of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+PROC = Path("/proc")
+#: /proc's CPU times are in ticks of USER_HZ: this many a second
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class PidStat(NamedTuple):
+    """The fields of ``/proc/PID/stat`` the benchmarks use; CPU times in ticks (TICKS a second)."""
+
+    comm: str
+    ppid: int
+    utime: int
+    stime: int
+    #: the CPU of its children it waited for (reaped)
+    cutime: int
+    cstime: int
+
+    @property
+    def own_ticks(self) -> int:
+        return self.utime + self.stime
+
+    @property
+    def reaped_ticks(self) -> int:
+        return self.cutime + self.cstime
+
+
+def parse_pid_stat(text: str) -> PidStat:
+    """One ``/proc/PID/stat`` line.  The command name is in parentheses and may hold anything,
+    parentheses and spaces too: the fields are those after its last ``)`` (ValueError otherwise)."""
+    opened, closed = text.find("("), text.rfind(")")
+    if opened < 0 or closed < opened:
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
+    fields = text[closed + 2 :].split()  # from the state, the stat's third field
+    return PidStat(text[opened + 1 : closed], int(fields[1]), *(int(f) for f in fields[11:15]))
+
+
+def pid_stat(pid: int, proc: Path = PROC) -> PidStat | None:
+    """The process's stat; None once it is gone (or unreadable)."""
+    try:
+        return parse_pid_stat((proc / str(pid) / "stat").read_text())
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
+def pid_cpu_s(pid: int, proc: Path = PROC) -> float:
+    """User and system CPU seconds of one process so far (0 once it is gone)."""
+    stat = pid_stat(pid, proc)
+    return 0.0 if stat is None else stat.own_ticks / TICKS
+
+
+def descendants(pid: int, proc: Path = PROC) -> list[int]:
+    """Every process below ``pid``, from each thread's ``children`` file: a read per process of the
+    tree (curve.py asks every 0.2 s while a server settles; a scan of every process's stat cost the
+    load's process more), or, on a kernel without those files, from the parent links of
+    /proc/*/stat."""
+    if (proc / str(pid)).exists() and not (proc / str(pid) / "task" / str(pid) / "children").exists():
+        return _descendants_by_parent(pid, proc)
+    found, todo = [], [pid]
+    while todo:
+        try:
+            kids = [
+                int(c)
+                for task in (proc / str(todo.pop()) / "task").iterdir()
+                for c in (task / "children").read_text().split()
+            ]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        found += kids
+        todo += kids
+    return found
+
+
+def _descendants_by_parent(pid: int, proc: Path) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for path in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            children.setdefault(parse_pid_stat(path.read_text()).ppid, []).append(int(path.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def status_kib(pid: int, keys: tuple[str, ...], proc: Path = PROC) -> dict[str, int] | None:
+    """Those of ``/proc/PID/status``'s kB lines named (``VmRSS``, ``VmHWM``), 0 for one it lacks (a
+    zombie has no memory lines); None once the process is gone."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    found = dict.fromkeys(keys, 0)
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in found:
+            found[key] = int(value.split()[0])
+    return found
+
+
+def tree_cpu_s(pid: int, proc: Path = PROC) -> float:
+    """User and system CPU seconds of the process and its living descendants so far."""
+    stats = (pid_stat(p, proc) for p in [pid, *descendants(pid, proc)])
+    return sum(stat.own_ticks for stat in stats if stat is not None) / TICKS
+
+
+def cores_busy_s(cores: set[int] | None = None, proc: Path = PROC) -> float:
+    """CPU seconds ``cores`` (all of the machine's: None) have spent busy since boot, every
+    process's: user, nice, system, irq and softirq (guest time is within user and nice; idle,
+    iowait and steal are not busy: see the module's docstring)."""
+    total = 0
+    for line in (proc / "stat").read_text().splitlines():
+        name, *fields = line.split()
+        if (
+            cores is None
+            and name == "cpu"
+            or cores is not None
+            and name[:3] == "cpu"
+            and name[3:].isdigit()
+            and int(name[3:]) in cores
+        ):
+            user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+            total += user + nice + system + irq + softirq
+    return total / TICKS
+
+
+def core_steal_s(core: int, proc: Path = PROC) -> float:
+    """Seconds the host has not run ``core`` (a virtual CPU) while it had work, since boot: its
+    steal time; 0 where there is no such line."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            return int(line.split()[8]) / TICKS
+    return 0.0
+
+
+def parse_schedstat(data: bytes | str) -> tuple[int, int]:
+    """A thread's ``schedstat``: (ns it ran on a CPU, ns it was runnable waiting for one)."""
+    ran, waited, _ = data.split()
+    return int(ran), int(waited)
+
+
+def schedstat_ns(path: str | Path) -> tuple[int, int]:
+    """``parse_schedstat`` of the file at ``path`` (OSError when the thread is gone)."""
+    with open(path, "rb") as f:
+        return parse_schedstat(f.read())
+
+
+class Schedstat:
+    """A thread's ``schedstat`` read again and again through one descriptor kept open (``pread``:
+    about 1 µs, against 13 µs to open, read and close it each time, which curve.py's probe did four
+    times a lookup); zeros once it is gone."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            self.fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def read_ns(self) -> tuple[int, int]:
+        """(ns on a CPU, ns runnable waiting for one); (0, 0) once the thread is gone."""
+        if self.fd is None:
+            return 0, 0
+        try:
+            return parse_schedstat(os.pread(self.fd, 128, 0))
+        except (OSError, ValueError):
+            return 0, 0
+
+    def read(self) -> tuple[float, float]:
+        """(ms on a CPU, ms runnable waiting for one)."""
+        ran, waited = self.read_ns()
+        return ran / 1e6, waited / 1e6
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
