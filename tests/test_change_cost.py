@@ -915,3 +915,18 @@ def test_what_alike_brokers_keep_is_one_object_for_all(tmp_path):
     assert first.renewal.names[0] is second.renewal.names[0] == "SharedCluster"
     groups = cluster.service.state.topology.groups
     assert groups["SharedCluster", "broker-0"].up is groups["SharedCluster", "broker-1"].up == {0}
+
+
+def test_a_connection_keeps_its_state_in_slots(tmp_path):
+    """A connection holds no dict of its own once it has registered a broker, answered a lookup
+    and renewed a heartbeat: every attribute a slot (RemotingProtocol.__slots__, Twisted's three
+    too).  A dict per connection, made when a connection set its attributes in another order
+    than the first one had, was 464 bytes of each of 5,000 brokers' RSS."""
+    cluster = Cluster(tmp_path)
+    broker, _ = cluster.connect()
+    client, _ = cluster.connect()
+    for counter in (1, 1):  # the first registration, then the same bytes again (a heartbeat)
+        cluster.register(broker, "b00000", 10000, ["Slots_0", "Slots_1"], counter=counter)
+    cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Slots_0"})
+    assert cluster.answers.renewals.get(broker.channel) is not None
+    assert [vars(broker), vars(client)] == [{}, {}]

@@ -108,32 +108,50 @@ class RemotingProtocol(protocol.Protocol):
     buffer, never the others' service; one that stays stuck is closed as idle."""
 
     factory: RemotingFactory
-    #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
-    close_reason = "connection closed"
-    #: the answer being worked out in steps (dispatch.py), and the bytes of its frame
-    answering: defer.Deferred[bytes | None] | None = None
-    answering_size = 0
-    #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
-    waiting: list[bytes]
-    #: the bytes held against the memory budget (budget.py): the unfinished frame, the frame being
-    #: answered, the frames waiting, the answers the peer has not read
-    held = 0
-    #: the transport's write buffer is full (it paused this producer), and the bytes written since
-    #: it last held no more than Twisted's own allowance (``bufferSize``, 64 KiB: not counted)
-    writing_paused = False
-    unsent = 0
-    #: reading is paused (the transport's pauseProducing) while the peer has anything held
-    reading_paused = False
-    #: closed for the memory budget: nothing more is held or answered
-    dropped = False
-    _in_answer = False
-    _in_write = False
-    #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
-    after_clients = False
-    #: the factory's IdleWatch, while the idle timeout is on
-    idle: IdleWatch | None = None
-    #: a frame of it was read: bytes refused after that are no other protocol's first words
-    spoke = False
+    #: every attribute in slots, Twisted's Protocol's three too, set in one place (``__init__``; the
+    #: connection's in connectionMade): no instance dict.  Attributes first set in another order
+    #: than the first connection's made each connection a dict of its own (Python shares one key
+    #: table only among instances that add their attributes alike), 464 bytes a broker, and with
+    #: only Twisted's three in it a dict still took 240 (docs/benchmarks.md)
+    __slots__ = ("factory", "connected", "transport", "close_reason", "answering", "answering_size", "waiting",
+                 "held", "writing_paused", "unsent", "reading_paused", "dropped", "_in_answer", "_in_write",
+                 "after_clients", "idle", "spoke", "channel", "host", "peer", "decoder")
+
+    def __init__(self) -> None:
+        self.factory = None  # type: ignore[assignment]  # (Protocol's defaults: the factory sets it next)
+        self.connected = 0
+        self.transport = None
+        #: why the connection went, for the brokers registered over it (RouteInfoManager.on_channel_destroy)
+        self.close_reason = "connection closed"
+        #: the answer being worked out in steps (dispatch.py), and the bytes of its frame
+        self.answering: defer.Deferred[bytes | None] | None = None
+        self.answering_size = 0
+        #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
+        self.waiting: list[bytes] = []
+        #: the bytes held against the memory budget (budget.py): the unfinished frame, the frame being
+        #: answered, the frames waiting, the answers the peer has not read
+        self.held = 0
+        #: the transport's write buffer is full (it paused this producer), and the bytes written since
+        #: it last held no more than Twisted's own allowance (``bufferSize``, 64 KiB: not counted)
+        self.writing_paused = False
+        self.unsent = 0
+        #: reading is paused (the transport's pauseProducing) while the peer has anything held
+        self.reading_paused = False
+        #: closed for the memory budget: nothing more is held or answered
+        self.dropped = False
+        self._in_answer = False
+        self._in_write = False
+        #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
+        self.after_clients = False
+        #: the factory's IdleWatch, while the idle timeout is on
+        self.idle: IdleWatch | None = None
+        #: a frame of it was read: bytes refused after that are no other protocol's first words
+        self.spoke = False
+        #: set once connected (connectionMade): its channel id, the peer's host and Peer, its frames' decoder
+        self.channel: int
+        self.host: str
+        self.peer: Peer
+        self.decoder: FrameDecoder
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -144,7 +162,6 @@ class RemotingProtocol(protocol.Protocol):
         self.host = str(getattr(peer, "host", "?"))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
-        self.waiting = []
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.idle = factory.idle_watch if factory.idle_timeout else None
