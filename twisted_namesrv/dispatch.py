@@ -418,7 +418,7 @@ class Dispatcher:
     def _answer_frame(self, frame: bytes, request: RemotingCommand, peer: Peer, answer: Answer | None,
                       begun: float) -> bytes | None:
         """Encoded, kept when its handler said what under, counted; None for a oneway request."""
-        if answer is None or request.is_oneway:
+        if answer is None or request.header.flag & ONEWAY_FLAG:  # (is_oneway, without the property's call)
             if self.count_requests:
                 self._count(request, None, answer is None or answer.handled, begun)
             return None
@@ -434,7 +434,7 @@ class Dispatcher:
             self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
                                     answer.variant)
         elif answer.renewal is not None and self._renews_from_memory(frame, request, response, peer):
-            self.answers.keep_renewal(frame, peer.channel, request.opaque, encoded, answer.renewal)
+            self.answers.keep_renewal(frame, peer.channel, request.header.opaque, encoded, answer.renewal)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded
