@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from twisted.internet import task
+from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
 from tests.support import python_calls_run, server_config, server_lines_run
@@ -931,3 +932,17 @@ def test_a_connection_keeps_its_state_in_slots(tmp_path):
     cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Slots_0"})
     assert cluster.answers.renewals.get(broker.channel) is not None
     assert [vars(broker), vars(client)] == [{}, {}]
+
+
+def test_connections_from_one_host_hold_one_string_of_it(tmp_path):
+    """Thousands of connections from one host (a rack's brokers, a proxy's, a pod's clients) hold
+    its address as one string, not one each: a socket's peer address is a new string each time."""
+    cluster = Cluster(tmp_path)
+    protocols = []
+    for port in (50001, 50002):
+        protocol = cluster.service.factory.buildProtocol(None)
+        protocol.makeConnection(StringTransport(peerAddress=IPv4Address("TCP", ".".join(["10", "0", "0", "7"]), port)))
+        protocols.append(protocol)
+    first, second = protocols
+    assert first.host == "10.0.0.7" and first.host is second.host
+    assert first.peer.address == "10.0.0.7:50001"

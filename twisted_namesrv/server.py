@@ -12,6 +12,7 @@ other direction: a oneway push to a broker on a connection of its own (both list
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -159,7 +160,8 @@ class RemotingProtocol(protocol.Protocol):
             self.transport.setTcpNoDelay(True)  # as Java does: answers must not wait for delayed ACKs
         self.channel = next(factory.channel_ids)
         peer = self.transport.getPeer()
-        self.host = str(getattr(peer, "host", "?"))
+        # one string for every connection from a host (a socket's peer address is a new one each time)
+        self.host = sys.intern(str(getattr(peer, "host", "?")))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
         factory.connections[self.channel] = self
