@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 from twisted.internet import task
+from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
 from tests.support import python_calls_run, server_config, server_lines_run
-from twisted_namesrv import dispatch, service
+from twisted_namesrv import dispatch, server, service
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, header
@@ -853,10 +854,11 @@ def test_a_registration_runs_the_same_lines_at_ten_and_a_hundred_times_the_broke
 
 
 #: the Python calls of a new broker's first registration of four topics, read to answered
-#: (test_a_new_brokers_first_registration_makes_few_calls): 328 at 9405704, 264 since issue 47's
-#: fifth round of cuts (docs/benchmarks.md); a little room for a call more here or there, none for
-#: a path's worth (its log line's level checked by Logger.emit alone was 7 calls)
-FIRST_REGISTRATION_CALLS = 270
+#: (test_a_new_brokers_first_registration_makes_few_calls): 328 at 9405704, 264 at 9fad6c3, 227
+#: since the request's fields and the config's values are read once (docs/benchmarks.md); a little
+#: room for a call more here or there, none for a path's worth (its log line's level checked by
+#: Logger.emit alone was 7 calls)
+FIRST_REGISTRATION_CALLS = 232
 
 
 def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
@@ -915,3 +917,36 @@ def test_what_alike_brokers_keep_is_one_object_for_all(tmp_path):
     assert first.renewal.names[0] is second.renewal.names[0] == "SharedCluster"
     groups = cluster.service.state.topology.groups
     assert groups["SharedCluster", "broker-0"].up is groups["SharedCluster", "broker-1"].up == {0}
+
+
+def test_connections_opened_at_once_keep_no_dict_of_their_own(tmp_path):
+    """Connections opened before any of them registered a broker or asked for a route (thousands
+    of brokers reconnecting at once after a restart) share their class's key table as the first
+    connection's do: none holds a dict of its own (CPython makes one only for attributes set in
+    another order than the table's; at 5,000 brokers they were 464 bytes each)."""
+    cluster = Cluster(tmp_path)
+    # a class of its own: its key table new, as in a server just started (the tests before filled the protocol's)
+    cluster.service.factory.protocol = type("JustStarted", (server.RemotingProtocol,), {})
+    connections = [cluster.connect()[0] for _ in range(30)]  # (a few fit the key table's room as it grew)
+    *brokers, client = connections
+    for index, broker in enumerate(brokers):
+        for _ in range(2):  # the first registration, then the same bytes again (a heartbeat)
+            cluster.register(broker, f"b{index:05d}", 10000 + index, [f"Shared{index}_0", f"Shared{index}_1"])
+    cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Shared0_0"})
+    assert all(cluster.answers.renewals.get(broker.channel) is not None for broker in brokers)
+    with_a_dict = [c for c in connections if any(type(o) is dict for o in gc.get_referents(c))]
+    assert with_a_dict == []
+
+
+def test_connections_from_one_host_hold_one_string_of_it(tmp_path):
+    """Thousands of connections from one host (a rack's brokers, a proxy's, a pod's clients) hold
+    its address as one string, not one each: a socket's peer address is a new string each time."""
+    cluster = Cluster(tmp_path)
+    protocols = []
+    for port in (50001, 50002):
+        protocol = cluster.service.factory.buildProtocol(None)
+        protocol.makeConnection(StringTransport(peerAddress=IPv4Address("TCP", ".".join(["10", "0", "0", "7"]), port)))
+        protocols.append(protocol)
+    first, second = protocols
+    assert first.host == "10.0.0.7" and first.host is second.host
+    assert first.peer.address == "10.0.0.7:50001"

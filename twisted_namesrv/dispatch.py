@@ -46,7 +46,7 @@ from .answer_cache import NO_LIMIT
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
-from .remoting import RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode, SerializeType
+from .remoting import ONEWAY_FLAG, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode, SerializeType
 from .remoting.command import peek_code
 from .remoting.values import BadRequest
 from .state.routes import Channel
@@ -348,20 +348,20 @@ class Dispatcher:
     def _outcome(self, request: RemotingCommand, peer: Peer) -> Steps[Outcome]:
         """Refused, or handled by the request's handler (through its steps when it has them),
         or failed; the observers hear it (once a Deferred answer fires)."""
-        table, state = self.table, self.state
+        table, state, code = self.table, self.state, request.header.code  # (the property: a call a read)
         response: Any = table.refusal(state, request, peer)
         handled = response is None
-        if handled and (request.code not in table.codes or not table.serves(state, request.code)):
+        if handled and (code not in table.codes or not table.serves(state, code)):
             response = table.error_reply(state, request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                         f" request type {request.code} not supported")
+                                         f" request type {code} not supported")
             handled = False
         if handled:
             try:
-                stepped = table.in_steps.get(request.code)
+                stepped = table.in_steps.get(code)
                 if stepped is not None:
                     response = yield from stepped(state, request, peer)
                 else:
-                    response = table.handlers[request.code](state, request, peer)
+                    response = table.handlers[code](state, request, peer)
             except Exception as exc:
                 response, handled = self._failed(request, peer, exc), False
         if not isinstance(response, _ANSWERED) and isinstance(response, defer.Deferred):
@@ -418,7 +418,7 @@ class Dispatcher:
     def _answer_frame(self, frame: bytes, request: RemotingCommand, peer: Peer, answer: Answer | None,
                       begun: float) -> bytes | None:
         """Encoded, kept when its handler said what under, counted; None for a oneway request."""
-        if answer is None or request.is_oneway:
+        if answer is None or request.header.flag & ONEWAY_FLAG:  # (is_oneway, without the property's call)
             if self.count_requests:
                 self._count(request, None, answer is None or answer.handled, begun)
             return None
@@ -434,7 +434,7 @@ class Dispatcher:
             self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
                                     answer.variant)
         elif answer.renewal is not None and self._renews_from_memory(frame, request, response, peer):
-            self.answers.keep_renewal(frame, peer.channel, request.opaque, encoded, answer.renewal)
+            self.answers.keep_renewal(frame, peer.channel, request.header.opaque, encoded, answer.renewal)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded
@@ -444,10 +444,11 @@ class Dispatcher:
         """Whether the answer to a registration the same bytes renew again is kept for them
         (AnswerCache.keep_renewal): a small plain JSON one answered SUCCESS in JSON, on a
         connection, when its bytes alone let it in (not when the ACL checks it by peer)."""
-        return (response.code == ResponseCode.SUCCESS and request.code == RequestCode.REGISTER_BROKER
+        asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
+        return (response.header.code == ResponseCode.SUCCESS and asked.code == RequestCode.REGISTER_BROKER
                 and peer.channel is not None and len(frame) < self.step_from
                 and request.serialize_type == SerializeType.JSON and response.serialize_type == SerializeType.JSON
-                and not request.is_oneway and not self.table.checks_peer(self.state, request.code))
+                and not (asked.flag & ONEWAY_FLAG) and not self.table.checks_peer(self.state, asked.code))
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
         seconds = perf_counter() - begun

@@ -201,25 +201,24 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     before it, and after it all of it (its entries are written into topicQueueTable afterwards,
     in steps of their own: state/settling.py).  A table past a limit (maxTopicsPerBroker as it is
     decoded, the tables' limits as it would apply) is refused whole (``registration_refused``)."""
-    ext = request.ext
+    ext, version, body = request.ext, request.header.version, request.body  # (properties: read once)
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
-    if crc != 0 and (yield from crc32_masked_steps(request.body)) != crc:
+    if crc != 0 and (yield from crc32_masked_steps(body)) != crc:
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
-    if request.body and not header.compressed and request.version >= V3_0_11:
-        split = yield from split_data_version(request.body)
+    if body and not header.compressed and version >= V3_0_11:
+        split = yield from split_data_version(body)
     digest = None
-    if header.names is not None and header.brokerId is not None:
-        digest = yield from registration_digest(state.config.revision, request.version, request.ext, request.body,
-                                                split)
+    names = header.names  # a property: worked out once
+    if names is not None and header.brokerId is not None:
+        digest = yield from registration_digest(state.config.revision, version, ext, body, split)
         renewed = state.routes.renew_registration(header, peer.channel, digest)
         if renewed is not None:  # the last one applied, sent again: its table is held as it says
-            return renewable_answer(state, request, header, digest, renewed)
+            return renewable_answer(state, request, header, names, digest, renewed)
     # the header read it by the same rule (parse_java_integer): only a missing or malformed one is read again
     broker_id = header.brokerId if header.brokerId is not None else java_long(header.brokerIdText, "brokerId")
-    names = header.names
     if names is None:
         # Java 5.3.3 stores nothing (NPE on the null key); say why instead of a bare 0
         return respond(state, request, ResponseCode.SYSTEM_ERROR,
@@ -228,10 +227,10 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     routes = state.routes
 
     def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
-        return decode_register_body_steps(request.body, header.compressed, request.version,
-                                          state.config["inflateMaxLength"], () if known is None else digests(known),
-                                          routes.reusable_pieces(known), state.budget,
-                                          state.config["maxTopicsPerBroker"], split)
+        config = state.config.values  # the running values as the dict they are (no call a read)
+        return decode_register_body_steps(body, header.compressed, version, config["inflateMaxLength"],
+                                          () if known is None else digests(known), routes.reusable_pieces(known),
+                                          state.budget, config["maxTopicsPerBroker"], split)
 
     def memo() -> Memos | None:
         """The bodies this broker's queues hold as they say, if a registration may skip one."""
@@ -239,14 +238,14 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
 
     known = memo()
     try:
-        body = yield from decode(known)
-        if (body.tableUnchanged or body.tableSkipped) and memo() is not known:
-            body = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
+        decoded = yield from decode(known)
+        if (decoded.tableUnchanged or decoded.tableSkipped) and memo() is not known:
+            decoded = run_steps(decode(None))  # its queues were changed meanwhile: the table applies in full
     except RegisterBodyError as exc:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     except RegistrationRefused as refusal:
         return registration_refused(state, request, peer, refusal, names)
-    registration = request_of(header, names, broker_id, body, peer.channel, request.version,
+    registration = request_of(header, names, broker_id, decoded, peer.channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
     try:
@@ -255,15 +254,15 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
         return registration_refused(state, request, peer, refusal, names)
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
-    return renewable_answer(state, request, header, digest, result)
+    return renewable_answer(state, request, header, names, digest, result)
 
 
 def renewable_answer(state: NamesrvState, request: RemotingCommand, header: RegisterBrokerHeader,
-                     digest: bytes | None, result: RegisterBrokerResult) -> Answer:
+                     names: tuple[str, str, str] | None, digest: bytes | None, result: RegisterBrokerResult) -> Answer:
     """A registration applied in full or renewed: its answer, with what renews the broker when the
-    same bytes come again on its connection (the answer cache keeps it: ``Renewable``)."""
+    same bytes come again on its connection (the answer cache keeps it: ``Renewable``); ``names``
+    the header's (worked out once by the caller)."""
     answer = Answer(registration_answer(state, request, result))
-    names = header.names  # a property: worked out once
     if digest is not None and names is not None and header.brokerId is not None:
         answer.renewal = Renewable(names, header.brokerId, header.enableActingMaster, header.zoneName, digest,
                                    result.shown)
@@ -274,7 +273,7 @@ def registration_answer(state: NamesrvState, request: RemotingCommand, result: R
     """A registration's answer: the master's addresses for a slave, and the order topics' KV
     table where the generation returns it (returnOrderTopicConfigToBroker)."""
     reply_body = None
-    if not state.profile.order_topic_reply_switch or state.config["returnOrderTopicConfigToBroker"]:
+    if not state.profile.order_topic_reply_switch or state.config.values["returnOrderTopicConfigToBroker"]:
         table = state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
         reply_body = None if table is None else fastjson.dumps_bytes(kv_table_bean(table))
     if not (result.haServerAddr or result.masterAddr):  # a master's: nothing to show, nothing to order
@@ -634,6 +633,8 @@ def checks_peer(state: NamesrvState, code: int) -> bool:
 def refusal(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
     """The answer to a request the ACL refuses (as a Java broker answers an AclException), logged
     and counted as a refusal (refusals.py)."""
+    if state.acl is None:  # (no ACL, the usual case: nothing of the request is read)
+        return None
     denied = acl_refusal(state.acl, state.refusals, "remoting", request.code, request.ext, request.body,
                          peer.address)
     if denied is None:

@@ -12,6 +12,7 @@ other direction: a oneway push to a broker on a connection of its own (both list
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -113,8 +114,6 @@ class RemotingProtocol(protocol.Protocol):
     #: the answer being worked out in steps (dispatch.py), and the bytes of its frame
     answering: defer.Deferred[bytes | None] | None = None
     answering_size = 0
-    #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
-    waiting: list[bytes]
     #: the bytes held against the memory budget (budget.py): the unfinished frame, the frame being
     #: answered, the frames waiting, the answers the peer has not read
     held = 0
@@ -126,14 +125,24 @@ class RemotingProtocol(protocol.Protocol):
     reading_paused = False
     #: closed for the memory budget: nothing more is held or answered
     dropped = False
-    _in_answer = False
-    _in_write = False
-    #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
-    after_clients = False
-    #: the factory's IdleWatch, while the idle timeout is on
-    idle: IdleWatch | None = None
-    #: a frame of it was read: bytes refused after that are no other protocol's first words
-    spoke = False
+
+    def __init__(self) -> None:
+        # What every connection sets as it serves is set here, in one order: every connection's
+        # attributes then share one key table, sized for them all when the connection is made.
+        # Set as they went, the connections opened before the first had set them all (brokers
+        # reconnecting at once after a restart) each took a dict of its own, 464 bytes; with
+        # these set here a connection is 185 bytes whatever the order (tracemalloc, 1,000
+        # brokers; 243 with every attribute in slots).  The rest stay the class's defaults
+        # above until a connection changes them.
+        #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
+        self.waiting: list[bytes] = []
+        #: the factory's IdleWatch, while the idle timeout is on
+        self.idle: IdleWatch | None = None
+        #: a frame of it was read: bytes refused after that are no other protocol's first words
+        self.spoke = False
+        self._in_answer = self._in_write = False
+        #: a broker's connection (its heartbeat's answer kept): served after the clients' in a reactor turn
+        self.after_clients = False
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -141,10 +150,10 @@ class RemotingProtocol(protocol.Protocol):
             self.transport.setTcpNoDelay(True)  # as Java does: answers must not wait for delayed ACKs
         self.channel = next(factory.channel_ids)
         peer = self.transport.getPeer()
-        self.host = str(getattr(peer, "host", "?"))
+        # one string for every connection from a host (a socket's peer address is a new one each time)
+        self.host = sys.intern(str(getattr(peer, "host", "?")))
         self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
-        self.waiting = []
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
         self.idle = factory.idle_watch if factory.idle_timeout else None

@@ -303,13 +303,13 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     wrapper = typed.topicConfigSerializeWrapper
     if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
         return None
-    rest = {"dataVersion": wrapper.dataVersion, "topicQueueMappingInfoMap": wrapper.topicQueueMappingInfoMap,
-            "mappingDataVersion": wrapper.mappingDataVersion,
-            "topicQueueMappingDetailMap": wrapper.topicQueueMappingDetailMap}
-    decoded = _from_wrapper({k: v for k, v in rest.items() if v is not None},
-                            [str(s) for s in typed.filterServerList or []])
-    decoded.topicConfigTable = _named(wrapper.topicConfigTable)
-    return decoded
+    # as _from_wrapper reads a wrapper's fields, without a dict of them (every registration comes here)
+    mappings, servers = wrapper.topicQueueMappingInfoMap, typed.filterServerList
+    return RegisterBrokerBody(
+        DataVersion.from_json(wrapper.dataVersion), _named(wrapper.topicConfigTable),
+        [str(s) for s in servers] if servers else [],
+        {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {},
+        DataVersion.from_json(wrapper.mappingDataVersion), wrapper.topicQueueMappingDetailMap or {})
 
 
 def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:

@@ -96,7 +96,7 @@ class RemotingCommand:
                     ext: dict[str, str | None] | None = None, body: bytes | None = None, *, version: int = 0,
                     serialize_type: int = SerializeType.JSON) -> RemotingCommand:
         """A response carrying the request's opaque, as NettyRemotingAbstract writes it."""
-        header = Header(code=code, version=version, opaque=request.opaque, flag=RESPONSE_FLAG,
+        header = Header(code=code, version=version, opaque=request.header.opaque, flag=RESPONSE_FLAG,
                         remark=remark, ext_fields=ext)
         return cls(header, body, serialize_type)
 

@@ -427,7 +427,7 @@ class RouteInfoManager:
     # -- switches, read from the running configuration (UPDATE_NAMESRV_CONFIG changes them) ---
     @property
     def delete_topic_with_registration(self) -> bool:
-        return bool(self.config["deleteTopicWithBrokerRegistration"])
+        return bool(self.config.values["deleteTopicWithBrokerRegistration"])  # (read by every registration)
 
     @property
     def support_acting_master(self) -> bool:
@@ -848,7 +848,7 @@ class RouteInfoManager:
         (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's), and the names'
         lengths (maxNameLength).  What its table adds and removes is counted as it was staged:
         constant time here, and only the staged topics' names are looked at."""
-        config = self.config
+        config = self.config.values  # the running values as the dict they are (no call a read)
         longest = config["maxNameLength"]
         self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
                            ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
