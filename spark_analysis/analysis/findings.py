@@ -136,6 +136,20 @@ def broker_label(broker: Item) -> str:
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
+#: how a broker stay's label is named by its NameServer (at_nameserver), in the findings and the report's pictures
+StayNamer = Callable[[str, Item], str]
+
+
+def at_nameserver(brokers: Iterable[Item]) -> StayNamer:
+    """The one rule naming a broker stay's NameServer, for the findings and the report's pictures
+    alike: where the run's brokers were seen at more than one NameServer (a broker registers with
+    each it is given, and a kill closes its connection to each), every stay's label ends with its
+    NameServer ("@ 127.0.0.1:9877"; "@ ?" for a stay no NameServer was told for, never "@ None"),
+    else none does. ``brokers``: every stay of the run (Liveness.brokers), not the ones shown."""
+    several = len({broker["server"] for broker in brokers}) > 1
+    return lambda label, broker: f"{label} @ {broker['server'] or '?'}" if several else label
+
+
 def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
@@ -239,9 +253,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
-    several_servers = len({broker["server"] for broker in brokers}) > 1  # a broker's stays at each: named apart
+    named = at_nameserver(brokers)
     for broker in brokers:
-        found += _broker_findings(broker, deletions, several_servers)
+        found += _broker_findings(broker, deletions, named)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -706,13 +720,12 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_servers: bool = False
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None
                      ) -> Iterable[Item]:
-    """What one broker stay's story and silences tell; with ``several_servers`` in the capture, the
-    stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
-    given, and a kill closes its connection to each."""
+    """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
+    with its NameServer where the run's brokers were seen at several)."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
-    label = addr["broker"] + (f" @ {broker['server'] or '?'}" if several_servers else "")  # the field: the broker alone
+    label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
