@@ -175,7 +175,7 @@ def problem_text(f: Item) -> str:
     if f["problem"] == inputs.TRUNCATED:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if quiet_file(f):
-        return "no packets in it (a capture file of a quiet time: its header only)"
+        return QUIET_FILE
     if f["problem"] in (inputs.NOT_INFLATED, inputs.EMPTY) and f["reason"]:
         return f"{f['problem']}: {f['reason']}"
     if f["problem"] == LINK_NOT_READ:
@@ -207,6 +207,19 @@ def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple
 #: names of files that sit beside captures (notes, steps, logs) and are never captures themselves
 DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".err", ".yml", ".yaml", ".html", ".py",
                      ".sh", ".properties", ".conf", ".ini", ".xml", ".png", ".svg")
+
+
+#: what a quiet_file is, said of one (its bad_input line: "PATH: ..."); quiet_files says it of several
+QUIET_FILE = "no packets in it (a capture file of a quiet time: its header only)"
+
+
+def quiet_files(paths: Sequence[str]) -> str:
+    """The one line saying a rotation's files of quiet times (quiet_file): their finding's, and the
+    console's after reading (a ring buffer by duration can make hundreds: the first LISTED, by name)."""
+    if len(paths) == 1:
+        return f"{paths[0]}: {QUIET_FILE}"
+    return (f"{_plural(len(paths), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
+            + _first(sorted(paths)))
 
 
 def quiet_file(f: Item) -> bool:
@@ -552,7 +565,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
-        return ("quiet" if item["problem"] == inputs.EMPTY else "notes") if item["severity"] == INFO else None
+        return ("quiet" if _quiet_item(item) else "notes") if item["severity"] == INFO else None
     if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
         return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
@@ -664,11 +677,15 @@ def _inputs(items: list[Item]) -> str:
     """Notes a directory brought along (steps, logs, TRUTH files: _input_severity) are no bad input."""
     if any(item["severity"] != INFO for item in items):
         return _listed(items)
-    if all(item["problem"] == inputs.EMPTY for item in items):
-        return (f"{_plural(len(items), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
-                + _tally(items, "path", None))
+    if all(map(_quiet_item, items)):
+        return quiet_files([item["path"] for item in items])
     return (f"{_plural(len(items), 'file{s}')} beside the captures that are not captures (notes, logs), left out: "
             + _tally(items, "path", None))
+
+
+def _quiet_item(item: Item) -> bool:
+    """A bad_input item of a quiet_file: the only empty input that is information (_input_severity)."""
+    return bool(item["problem"] == inputs.EMPTY and item["severity"] == INFO)
 
 
 _MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics, "bad_input": _inputs,

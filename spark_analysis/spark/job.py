@@ -164,7 +164,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
              + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
-             + _quiet_files([f for f in file_rows if findings.quiet_file(f)])
+             + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
              + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
                  f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}" for before, after in times)
                  + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
@@ -607,11 +607,9 @@ def _on_ports(ports: Ports) -> str:
     return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
 
 
-def _quiet_files(quiet: list[dict]) -> str:
-    """A rotation's files of quiet times, in one line (a ring buffer by duration can make hundreds)."""
-    if not quiet:
-        return ""
-    return f"\n      {len(quiet):,} capture file(s) with no packets in them (quiet times), e.g. {quiet[0]['path']}"
+def _quiet_files(paths: list[str]) -> str:
+    """A rotation's files of quiet times, in one line, as their finding says them (findings.quiet_files)."""
+    return f"\n      {findings.quiet_files(paths)}" if paths else ""
 
 
 def _mib(count: int) -> str:

@@ -142,6 +142,7 @@ def test_a_ring_buffer_of_short_files_some_without_packets_is_the_whole_capture(
                      ring.brokers)
     assert told["severity"] == "info" and {item["path"] for item in told["evidence"]} == {str(p) for p in quiet}
     assert "critical" not in ring.summary["attention"]
+    assert f"\n      {told['message']}\n" in "\n".join(ring.progress)  # said after reading as the finding says it
 
 
 def seconds_of(text: str) -> float:
