@@ -105,7 +105,6 @@ _EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 50_000  # decoded rows per Arrow batch sent on (each batch's counting and row group cost ~ms)
-_INFLATED = 8  # what a compressed capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
@@ -138,7 +137,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
     size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
-    tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
+    tasks = inputs.plan_tasks(local + spooled, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
              f"remote files read whole" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
@@ -188,7 +187,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
+    whole_bytes = sum(f.size * (inputs.INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     rest = pieces.where("tally IS NULL").drop("tally")  # conditions as SQL text: one call to the JVM each
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),

@@ -143,6 +143,8 @@ def test_a_ring_buffer_of_short_files_some_without_packets_is_the_whole_capture(
     assert told["severity"] == "info" and {item["path"] for item in told["evidence"]} == {str(p) for p in quiet}
     assert "critical" not in ring.summary["attention"]
     assert f"\n      {told['message']}\n" in "\n".join(ring.progress)  # said after reading as the finding says it
+    # one reading task for the small compressed files, not one each
+    assert f"inputs: {len(parts)} files, " in ring.progress[0] and "; 1 tasks of up to" in ring.progress[0]
 
 
 def seconds_of(text: str) -> float:
