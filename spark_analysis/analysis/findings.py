@@ -26,7 +26,8 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.capture_points import CapturePoints
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
-from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_datetime, iso_time
+from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
 from spark_analysis.model.translated import Translated
@@ -869,10 +870,7 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
 
 
 def seconds_between(first: str, second: str) -> float:
-    from datetime import datetime
-
-    return (datetime.fromisoformat(second.replace("Z", "+00:00"))
-            - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
+    return (iso_datetime(second) - iso_datetime(first)).total_seconds()
 
 
 def _story_findings(stories: list[Item]) -> Iterable[Item]:
@@ -1029,12 +1027,6 @@ def _unexplained(explained: set[int], lookups: list[Item], client: Any, topic: A
         first = min(_seconds(lookup["first"]) for lookup in rest)
         last = max(_seconds(lookup["last"]) for lookup in rest)
     return count, first, last
-
-
-def _seconds(text: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:
