@@ -25,7 +25,7 @@ from spark_analysis.decode.controller import (
     CONTROLLER_VIEW,
     NOTICE,
 )
-from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_seconds, iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups
 from twisted_namesrv.controller.codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
@@ -214,9 +214,7 @@ def with_controller_view(stories: list[Item], controller: Item) -> list[Item]:
 
 
 def _seconds(text: str | None) -> float:
-    from datetime import datetime
-
-    return float("nan") if text is None else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return float("nan") if text is None else iso_seconds(text)
 
 
 def _failover_view(story: Item, groups: list[Item]) -> Item:

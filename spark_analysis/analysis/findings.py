@@ -26,7 +26,8 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.capture_points import CapturePoints
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
-from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.sessions import iso_datetime, iso_time
+from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
 from spark_analysis.model.translated import Translated
@@ -136,6 +137,20 @@ def broker_label(broker: Item) -> str:
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
+#: how a broker stay's label is named by its NameServer (at_nameserver), in the findings and the report's pictures
+StayNamer = Callable[[str, Item], str]
+
+
+def at_nameserver(brokers: Iterable[Item]) -> StayNamer:
+    """The one rule naming a broker stay's NameServer, for the findings and the report's pictures
+    alike: where the run's brokers were seen at more than one NameServer (a broker registers with
+    each it is given, and a kill closes its connection to each), every stay's label ends with its
+    NameServer ("@ 127.0.0.1:9877"; "@ ?" for a stay no NameServer was told for, never "@ None"),
+    else none does. ``brokers``: every stay of the run (Liveness.brokers), not the ones shown."""
+    several = len({broker["server"] for broker in brokers}) > 1
+    return lambda label, broker: f"{label} @ {broker['server'] or '?'}" if several else label
+
+
 def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
@@ -161,7 +176,7 @@ def problem_text(f: Item) -> str:
     if f["problem"] == inputs.TRUNCATED:
         return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if quiet_file(f):
-        return "no packets in it (a capture file of a quiet time: its header only)"
+        return QUIET_FILE
     if f["problem"] in (inputs.NOT_INFLATED, inputs.EMPTY) and f["reason"]:
         return f"{f['problem']}: {f['reason']}"
     if f["problem"] == LINK_NOT_READ:
@@ -193,6 +208,19 @@ def file_spans(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> tuple
 #: names of files that sit beside captures (notes, steps, logs) and are never captures themselves
 DOCUMENT_SUFFIXES = (".md", ".txt", ".rst", ".json", ".csv", ".log", ".out", ".err", ".yml", ".yaml", ".html", ".py",
                      ".sh", ".properties", ".conf", ".ini", ".xml", ".png", ".svg")
+
+
+#: what a quiet_file is, said of one (its bad_input line: "PATH: ..."); quiet_files says it of several
+QUIET_FILE = "no packets in it (a capture file of a quiet time: its header only)"
+
+
+def quiet_files(paths: Sequence[str]) -> str:
+    """The one line saying a rotation's files of quiet times (quiet_file): their finding's, and the
+    console's after reading (a ring buffer by duration can make hundreds: the first LISTED, by name)."""
+    if len(paths) == 1:
+        return f"{paths[0]}: {QUIET_FILE}"
+    return (f"{_plural(len(paths), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
+            + _first(sorted(paths)))
 
 
 def quiet_file(f: Item) -> bool:
@@ -239,9 +267,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
-    several_servers = len({broker["server"] for broker in brokers}) > 1  # a broker's stays at each: named apart
+    named = at_nameserver(brokers)
     for broker in brokers:
-        found += _broker_findings(broker, deletions, several_servers)
+        found += _broker_findings(broker, deletions, named)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -538,7 +566,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
 
 def _subject(item: Item) -> str | None:
     if item["kind"] == "bad_input":  # notes a directory brought along never share a critical line
-        return ("quiet" if item["problem"] == inputs.EMPTY else "notes") if item["severity"] == INFO else None
+        return ("quiet" if _quiet_item(item) else "notes") if item["severity"] == INFO else None
     if item["kind"] in ("undecodable_connection", "server_unread") and item["severity"] == INFO:
         return "another service"  # besides_nameservers: never counted in a warning's line
     if item["kind"] == "response_code":
@@ -650,11 +678,15 @@ def _inputs(items: list[Item]) -> str:
     """Notes a directory brought along (steps, logs, TRUTH files: _input_severity) are no bad input."""
     if any(item["severity"] != INFO for item in items):
         return _listed(items)
-    if all(item["problem"] == inputs.EMPTY for item in items):
-        return (f"{_plural(len(items), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
-                + _tally(items, "path", None))
+    if all(map(_quiet_item, items)):
+        return quiet_files([item["path"] for item in items])
     return (f"{_plural(len(items), 'file{s}')} beside the captures that are not captures (notes, logs), left out: "
             + _tally(items, "path", None))
+
+
+def _quiet_item(item: Item) -> bool:
+    """A bad_input item of a quiet_file: the only empty input that is information (_input_severity)."""
+    return bool(item["problem"] == inputs.EMPTY and item["severity"] == INFO)
 
 
 _MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics, "bad_input": _inputs,
@@ -706,13 +738,12 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = (), several_servers: bool = False
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None
                      ) -> Iterable[Item]:
-    """What one broker stay's story and silences tell; with ``several_servers`` in the capture, the
-    stay is named with its NameServer ("@ 127.0.0.1:9877"): a broker registers with each it is
-    given, and a kill closes its connection to each."""
+    """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
+    with its NameServer where the run's brokers were seen at several)."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
-    label = addr["broker"] + (f" @ {broker['server'] or '?'}" if several_servers else "")  # the field: the broker alone
+    label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         yield from _story(broker, label, addr)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
@@ -842,10 +873,7 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
 
 
 def seconds_between(first: str, second: str) -> float:
-    from datetime import datetime
-
-    return (datetime.fromisoformat(second.replace("Z", "+00:00"))
-            - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
+    return (iso_datetime(second) - iso_datetime(first)).total_seconds()
 
 
 def _story_findings(stories: list[Item]) -> Iterable[Item]:
@@ -1002,12 +1030,6 @@ def _unexplained(explained: set[int], lookups: list[Item], client: Any, topic: A
         first = min(_seconds(lookup["first"]) for lookup in rest)
         last = max(_seconds(lookup["last"]) for lookup in rest)
     return count, first, last
-
-
-def _seconds(text: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _finding(kind: str, severity: str, message: str, **evidence: Any) -> Item:

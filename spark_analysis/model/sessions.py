@@ -31,6 +31,16 @@ def iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def iso_datetime(text: str) -> datetime:
+    """An iso_time's text read back (summary.json's times, as the findings compare them)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def iso_seconds(text: str) -> float:
+    """iso_time's inverse: the seconds since the epoch of summary.json's ISO 8601 UTC text."""
+    return iso_datetime(text).timestamp()
+
+
 def iso_time_or_none(seconds: float | None) -> str | None:
     return None if seconds is None else iso_time(seconds)
 

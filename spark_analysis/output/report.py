@@ -30,7 +30,7 @@ import plotly.io as pio
 from plotly.colors import get_colorscale
 
 from spark_analysis.analysis.clients import CLIENT_COLUMNS
-from spark_analysis.analysis.findings import broker_label
+from spark_analysis.analysis.findings import StayNamer, at_nameserver, broker_label
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.analysis.liveness import Liveness, plot_order
 from spark_analysis.capture.inputs import PAGE_FILE
@@ -72,9 +72,10 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
     (the findings above it show while the browser reads it), as the bytes of Plotly's file: it is
     most of the page, and as text (not all Latin-1) it was decoded, copied and encoded again."""
     shown = plotted_brokers(liveness.brokers)
-    figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins)),
-               ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown)),
-               ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins)),
+    named = at_nameserver(liveness.brokers)  # as the findings name them
+    figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins, named)),
+               ("intervals", "Intervals between heartbeats, per broker", interval_distributions(shown, named)),
+               ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins, named)),
                ("requests", "Requests by code", request_mix(codes)),
                ("latency", "Latency by code and NameServer", latency_percentiles(_per_server(summary, codes)))]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
@@ -110,14 +111,14 @@ def plotted_brokers(brokers: list[dict]) -> list[dict]:
     return sorted(chosen, key=lambda b: plot_order(b)[2:])
 
 
-def heartbeat_timeline(shown: list[dict], time_bins: TimeBins) -> dict:
+def heartbeat_timeline(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
     period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long); a
     red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
     A row per broker stay and role it held (timeline_rows: a slave made master within its stay
     has a row as slave, then one as master), numbered: its label is on the axis and in its traces'
     hover, not at every point (where it was most of the figure's data)."""
-    rows = timeline_rows(shown)
+    rows = timeline_rows(shown, named)
     labels = [row.label for row in rows]
     layout = _period_panels(time_bins, len(rows))
     for period in range(len(time_bins.starts)):
@@ -184,11 +185,11 @@ class TimelineRow(NamedTuple):
         return (t >= self.start) & (t < self.end)
 
 
-def timeline_rows(shown: list[dict]) -> list[TimelineRow]:
+def timeline_rows(shown: list[dict], named: StayNamer) -> list[TimelineRow]:
     """Each stay's parts by the brokerId it held (a brokerId that changed within the stay, as a
     slave made master in a fail-over, starts a part there), each labelled with the role it had
-    then, a later part with when it began; a label that repeats (an address with several stays
-    shown) is told apart by when its part began."""
+    then and ``named`` by its NameServer (findings.at_nameserver), a later part with when it began;
+    a label that repeats (an address with several stays shown) is told apart by when its part began."""
     parts = []
     for broker in shown:
         ids = broker.get("ids") or [{"broker_id": broker["broker_id"], "role": broker["role"], "from": None}]
@@ -196,36 +197,29 @@ def timeline_rows(shown: list[dict]) -> list[TimelineRow]:
             start = -math.inf if n == 0 else held["from"]
             end = ids[n + 1]["from"] if n + 1 < len(ids) else math.inf
             began = broker["first_seen"] if n == 0 else held["from"]
-            parts.append((broker_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}), broker,
-                          start, end, began, n > 0))
+            parts.append((named(broker_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}),
+                                broker), broker, start, end, began, n > 0))
     labels = [label for label, *_ in parts]
     return [TimelineRow(f"{label} from {_time(began)}" if labels.count(label) > 1 else
                         f"{label} from {_time(began)[:19]}" if later else label, broker, start, end)
             for label, broker, start, end, began, later in parts]
 
 
-def stay_labels(shown: list[dict]) -> list[str]:
+def stay_labels(shown: list[dict], named: StayNamer) -> list[str]:
     """Each stay's label with the role it had then (a stay whose brokerId changed: each, in order,
-    "2 (SLAVE) then 0 (MASTER)"); a broker with stays at several NameServers has each named by its
-    NameServer ("@ 127.0.0.1:9877": a broker registers with every NameServer it is given), and
-    stays still alike by when each registered."""
-    labels = [broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
+    "2 (SLAVE) then 0 (MASTER)"), ``named`` by its NameServer (findings.at_nameserver), and stays
+    still alike by when each registered."""
+    labels = [named(broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
         f"{i['broker_id']} ({i['role']}) then " for i in b["ids"][:-1]) + str(b["ids"][-1]["broker_id"]),
-        "role": b["ids"][-1]["role"]}) for b in shown]
-    at = [b.get("server") or "?" for b in shown]  # a stay no NameServer was told for: "@ ?", never "@ None"
-    servers: dict[str, set[str]] = {}
-    for label, server in zip(labels, at, strict=True):
-        servers.setdefault(label, set()).add(server)
-    labels = [f"{label} @ {server}" if len(servers[label]) > 1 else label
-              for label, server in zip(labels, at, strict=True)]
+        "role": b["ids"][-1]["role"]}), b) for b in shown]
     repeated = {label for label in labels if labels.count(label) > 1}
     return [f"{label} from {_time(b['first_seen'])}" if label in repeated else label
             for label, b in zip(labels, shown, strict=True)]
 
 
-def interval_distributions(shown: list[dict]) -> dict:
+def interval_distributions(shown: list[dict], named: StayNamer) -> dict:
     """Each broker's intervals between heartbeats, counted per second (colour on a log scale)."""
-    labels = stay_labels(shown)
+    labels = stay_labels(shown, named)
     widest = max((index for b in shown for index, n in enumerate(b["interval_buckets"]) if n), default=0)
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
@@ -245,13 +239,13 @@ def interval_distributions(shown: list[dict]) -> dict:
         "hovertemplate": f"%{{y}}<br>%{{x}} s to <+{INTERVAL_BUCKET_S} s: %{{customdata}} intervals<extra></extra>"}])
 
 
-def topic_counts(shown: list[dict], time_bins: TimeBins) -> dict:
+def topic_counts(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> dict:
     """Each broker's registered topic count over time, on a log scale (3 and 3,000 both show)."""
     layout = _period_panels(time_bins, 12)
     layout["yaxis"].update(type="log", title={"text": "topics (log scale)"})  # the other panels' match it
     middles = _middles(time_bins)
     traces = []
-    for broker, label in zip(shown, stay_labels(shown), strict=True):
+    for broker, label in zip(shown, stay_labels(shown, named), strict=True):
         bins = broker.get("bins") or {"bin": [], "topics": []}
         points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
         for period in range(len(time_bins.starts)):

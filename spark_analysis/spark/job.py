@@ -105,7 +105,6 @@ _EVENT_SERVER = schema.EVENT_ROWS.names.index("server")
 _ARROW_PIECES = to_arrow_schema(PIECES)
 _BATCH_BYTES = 64 << 20  # of pieces per Arrow batch sent to the JVM (those of files read whole carry payloads)
 _BATCH_ROWS = 50_000  # decoded rows per Arrow batch sent on (each batch's counting and row group cost ~ms)
-_INFLATED = 8  # what a compressed capture's size is taken times, for the decoding tasks' memory (text-like: 5-10x)
 
 
 def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = (),
@@ -138,7 +137,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
     size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
-    tasks = inputs.plan_tasks(local, size) + [[Split(f, 0, f.size)] for f in spooled]
+    tasks = inputs.plan_tasks(local + spooled, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
              f"remote files read whole" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
@@ -164,7 +163,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
              + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
-             + _quiet_files([f for f in file_rows if findings.quiet_file(f)])
+             + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
              + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
                  f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}" for before, after in times)
                  + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
@@ -188,7 +187,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (_INFLATED if inputs.compressed(f.path) else 1) for f in whole)
+    whole_bytes = sum(f.size * (inputs.INFLATED if inputs.compressed(f.path) else 1) for f in whole)
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     rest = pieces.where("tally IS NULL").drop("tally")  # conditions as SQL text: one call to the JVM each
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
@@ -607,11 +606,9 @@ def _on_ports(ports: Ports) -> str:
     return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
 
 
-def _quiet_files(quiet: list[dict]) -> str:
-    """A rotation's files of quiet times, in one line (a ring buffer by duration can make hundreds)."""
-    if not quiet:
-        return ""
-    return f"\n      {len(quiet):,} capture file(s) with no packets in them (quiet times), e.g. {quiet[0]['path']}"
+def _quiet_files(paths: list[str]) -> str:
+    """A rotation's files of quiet times, in one line, as their finding says them (findings.quiet_files)."""
+    return f"\n      {findings.quiet_files(paths)}" if paths else ""
 
 
 def _mib(count: int) -> str:

@@ -142,6 +142,9 @@ def test_a_ring_buffer_of_short_files_some_without_packets_is_the_whole_capture(
                      ring.brokers)
     assert told["severity"] == "info" and {item["path"] for item in told["evidence"]} == {str(p) for p in quiet}
     assert "critical" not in ring.summary["attention"]
+    assert f"\n      {told['message']}\n" in "\n".join(ring.progress)  # said after reading as the finding says it
+    # one reading task for the small compressed files, not one each
+    assert f"inputs: {len(parts)} files, " in ring.progress[0] and "; 1 tasks of up to" in ring.progress[0]
 
 
 def seconds_of(text: str) -> float:
@@ -236,3 +239,16 @@ def test_two_points_rotating_at_once_keep_their_files_though_one_holds_only_a_ne
     alone = {path: found for path, found in ends.items() if path.startswith("s")}
     assert [c.paths for c in rotated_sets(tuple(f for f in files if f[2] in alone), alone)] == [
         ("s1", "s2", "s3", "s4")]
+
+
+def test_a_summary_time_reads_back_as_the_seconds_it_was_written_from() -> None:
+    """summary.json's times (iso_time) read back by its one inverse, which the findings (outages,
+    deletions, lookups) and the controller's view (fail-overs) use: each had its own parser."""
+    from spark_analysis.analysis import controller, findings
+    from spark_analysis.model.sessions import iso_seconds, iso_time
+
+    written = 1_800_000_123.456789
+    assert abs(iso_seconds(iso_time(written)) - written) < 1e-6
+    assert findings.seconds_between(iso_time(written), iso_time(written + 2.5)) == 2.5
+    assert controller._seconds(iso_time(written)) == iso_seconds(iso_time(written))
+    assert controller._seconds(None) != controller._seconds(None)  # nan: no time

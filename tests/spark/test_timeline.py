@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spark_analysis.analysis import findings
 from spark_analysis.output import report
 from tests.spark.conftest import run_job
 from tests.spark.test_truth import REAL, truth_of
@@ -36,7 +37,8 @@ def test_a_slave_made_master_within_its_stay_is_told_as_each_on_the_timeline(spa
     run_job(spark, [str(REAL / name / f) for f in truth["files"]], tmp_path / "out")
     liveness = kept["liveness"]
     shown = report.plotted_brokers(liveness.brokers)
-    figure = report.heartbeat_timeline(shown, liveness.time_bins)
+    named = findings.at_nameserver(liveness.brokers)
+    figure = report.heartbeat_timeline(shown, liveness.time_bins, named)
     labels = figure["layout"]["yaxis"]["ticktext"]
     [stay] = [b for b in shown if b["broker_addr"] == promoted["broker_addr"]]
     rows = [n for n, label in enumerate(labels) if label.split(" from ")[0].endswith(f"/ {promoted['broker_addr']}")]
@@ -58,13 +60,15 @@ def test_a_slave_made_master_within_its_stay_is_told_as_each_on_the_timeline(spa
     assert max(ticks[slave]) <= promoted_at + half_bin and min(ticks[master]) >= promoted_at - half_bin
     # the other pictures, a row per stay: its roles in order
     assert f"/ {before['broker_id']} (SLAVE) then {after['broker_id']} (MASTER) / {promoted['broker_addr']}" in \
-        " ".join(report.stay_labels(shown))
+        " ".join(report.stay_labels(shown, named))
 
 
 def test_a_broker_registered_with_several_nameservers_is_named_by_each_on_the_pictures() -> None:
     """A broker registers with every NameServer it is given (`-n 'a;b;c'`): its stays at each are
-    rows of their own, named by the NameServer; stays at one NameServer still alike are named by
-    when each registered (v4-multi's files read with a gap between them: two sessions at :9876)."""
+    rows of their own, named by the NameServer, as every stay of a run with several NameServers
+    is, in the pictures as in the findings (findings.at_nameserver: one rule); stays at one
+    NameServer still alike are named by when each registered (v4-multi's files read with a gap
+    between them: two sessions at :9876)."""
     broker = {"cluster": "DefaultCluster", "broker_name": "broker-a", "broker_id": "0", "role": "MASTER",
               "broker_addr": "127.0.0.1:10911"}
     shown = [{**broker, "server": "127.0.0.1:9876", "first_seen": 100.0},
@@ -72,17 +76,27 @@ def test_a_broker_registered_with_several_nameservers_is_named_by_each_on_the_pi
              {**broker, "server": "127.0.0.1:9877", "first_seen": 100.0},
              {**broker, "broker_name": "broker-b", "broker_addr": "127.0.0.1:10921", "server": "127.0.0.1:9876",
               "first_seen": 100.0}]
-    labels = report.stay_labels(shown)
+    named = findings.at_nameserver(shown)
+    labels = report.stay_labels(shown, named)
     base = "DefaultCluster / broker-a / 0 (MASTER) / 127.0.0.1:10911"
     assert labels == [f"{base} @ 127.0.0.1:9876 from {report._time(100.0)}",
                       f"{base} @ 127.0.0.1:9876 from {report._time(300.0)}",
                       f"{base} @ 127.0.0.1:9877",
-                      "DefaultCluster / broker-b / 0 (MASTER) / 127.0.0.1:10921"]
+                      "DefaultCluster / broker-b / 0 (MASTER) / 127.0.0.1:10921 @ 127.0.0.1:9876"]
+    rows = [row.label for row in report.timeline_rows([{**b, "ids": None} for b in shown], named)]
+    assert rows == labels  # the timeline's rows as the other pictures'
+    # the findings name each stay as the pictures do (they named broker-b's, the pictures did not)
+    stays = [{**b, "session": f"{b['server']}@x", "registrations": 1, "ended": "unregistered", "ended_at": 400.0,
+              "gaps": [], "crc_failure_times": [], "refused": [], "topic_drops": [], "version_backwards": []}
+             for b in shown[2:]]
+    said = [item["message"] for item in findings.evidence([], {}, stays, {}) if item["kind"] == "broker_unregistered"]
+    assert [message.split(": ")[0] for message in said] == [f"{base} @ 127.0.0.1:9877", labels[3]]
 
 
 def test_a_stay_without_its_nameserver_is_named_so_not_none() -> None:
     """A stay whose server is not known beside one at a NameServer: "@ ?", not Python's "@ None"."""
     broker = {"cluster": "c", "broker_name": "b", "broker_id": "0", "role": "MASTER", "broker_addr": "h:1",
               "first_seen": 100.0}
-    assert report.stay_labels([{**broker, "server": None}, {**broker, "server": "127.0.0.1:9876"}]) == [
+    stays = [{**broker, "server": None}, {**broker, "server": "127.0.0.1:9876"}]
+    assert report.stay_labels(stays, findings.at_nameserver(stays)) == [
         "c / b / 0 (MASTER) / h:1 @ ?", "c / b / 0 (MASTER) / h:1 @ 127.0.0.1:9876"]
