@@ -3,7 +3,8 @@
 Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no pickled rows) read
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
 found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of their
-own, whose span of segments sets the report's time bins, and their pieces are kept. A shuffle brings
+own, whose span of segments sets the report's time bins, and their pieces are kept (on a local
+master the rows and payloads in the tasks' own files, Spark keeping only where they are: KeptPieces). A shuffle brings
 every piece of a 4-tuple to one task (the costliest 4-tuples dealt out over tasks of decreasing
 size by what the reading tasks estimated: balance.py), which orders them in capture order, maps the
 file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
@@ -39,13 +40,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from functools import partial, reduce
+from typing import BinaryIO
 
 import pyarrow as pa
 from pyspark import SparkContext, StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from spark_analysis.analysis import clients, counting, findings, latency
 from spark_analysis.analysis.controller import controller_story, with_controller_view
@@ -95,7 +97,10 @@ from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
-                     StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True)])
+                     StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True),
+                     # where a local master's reading task kept the piece's rows and payload (KeptPieces)
+                     StructField("kept", StringType(), True), StructField("kept_at", LongType(), True),
+                     StructField("kept_len", LongType(), True)])
 _ARROW_DECODED = schema.DECODED
 _TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
 #: the kinds of rows decoding gives as a connection's block each, and what makes a block's rows one array
@@ -146,7 +151,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it; the action that fills that cache
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost).persist(StorageLevel.MEMORY_AND_DISK)
+    pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
     file_rows = findings.input_files(files, read)
@@ -331,49 +336,110 @@ def _one_copy_each(parts: FileParts, captures: list[Capture], progress: Callable
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
-            spool: str | None = None, counted_cost: int = balance.COUNTED_COST) -> DataFrame:
+            spool: str | None = None, counted_cost: int = balance.COUNTED_COST, kept: str | None = None) -> DataFrame:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
-    task's last row holds its tally."""
+    task's last row holds its tally. ``kept``: a directory of this machine (a local master) where
+    the tasks keep their pieces' rows and payloads (KeptPieces)."""
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
         parts.append(indexes.mapInArrow(partial(_read_tasks, tasks=tasks, ports=ports, spool=spool,
-                                                counted_cost=counted_cost), PIECES))
+                                                counted_cost=counted_cost, kept=kept), PIECES))
     if whole:
         files = spark.read.format("binaryFile").load([f.path for f in whole]).select("path", "content")
         by_uri = {os.path.abspath(f.path) if inputs.is_local(f.path) else f.path: f for f in whole}
-        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports, counted_cost=counted_cost),
-                                      PIECES))
+        parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports, counted_cost=counted_cost,
+                                              kept=kept), PIECES))
     return reduce(DataFrame.union, parts)
 
 
 def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ports: Ports,
-                spool: str | None = None, counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
+                spool: str | None = None, counted_cost: int = balance.COUNTED_COST,
+                kept: str | None = None) -> Iterator[pa.RecordBatch]:
     worker.settle()
     read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from _piece_batches(read, tasks[index], ports=ports, counted_cost=counted_cost)
+            with _kept_pieces(kept) as keep:
+                yield from _piece_batches(read, tasks[index], ports=ports, counted_cost=counted_cost, keep=keep)
 
 
 def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], ports: Ports,
-                counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
+                counted_cost: int = balance.COUNTED_COST, kept: str | None = None) -> Iterator[pa.RecordBatch]:
     """Files as Spark read them whole: ``whole`` has them by URI, local ones by absolute path
     (Spark names /x/y.gz file:/x/y.gz)."""
     worker.settle()
     for batch in batches:
         for uri, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
             file = whole.get(uri) or whole.get(inputs.local_path(uri), CaptureFile(uri, 0, 0))
-            yield from _piece_batches(inputs.read_whole, content, file, ports=ports, counted_cost=counted_cost)
+            with _kept_pieces(kept) as keep:
+                yield from _piece_batches(inputs.read_whole, content, file, ports=ports, counted_cost=counted_cost,
+                                          keep=keep)
+
+
+class KeptPieces:
+    """A reading task attempt's file of its pieces' rows and payloads, on a local master (the
+    decoding tasks run on this machine): what goes to the JVM is then where each piece is in it,
+    tens of bytes, not its rows (~30 bytes a TCP segment) nor a file read whole's payloads. The
+    JVM otherwise converted them from Arrow, cached, shuffled and converted them back: on the 10 h
+    capture, 46 MB, about a third of its CPU in a one-core run (docs/benchmarks.md). Each attempt
+    writes its own file (Spark keeps one successful attempt's rows, which name it); the job's
+    spool directory, and so every file, is removed when the job ends."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, f"pieces-{TaskContext.get().taskAttemptId()}")
+        self.file = open(self.path, "wb")  # noqa: SIM115 - closed by _kept_pieces
+        self.at = 0
+
+    def keep(self, piece: Piece) -> tuple[str, int, int]:
+        """Write the piece's rows and payload; where they are: (file, offset, length)."""
+        data = pickle.dumps((piece.rows, piece.payload), protocol=pickle.HIGHEST_PROTOCOL)
+        self.file.write(data)
+        at, self.at = self.at, self.at + len(data)
+        return self.path, at, len(data)
+
+
+@contextmanager
+def _kept_pieces(directory: str | None) -> Iterator[KeptPieces | None]:
+    if directory is None:
+        yield None
+        return
+    kept = KeptPieces(directory)
+    try:
+        yield kept
+    finally:
+        kept.file.close()
+
+
+class _KeptReader:
+    """The kept pieces' rows and payloads read back in a decoding task: each file opened once."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, BinaryIO] = {}
+
+    def read(self, path: str, at: int, length: int) -> tuple[bytes, bytes | None]:
+        file = self.files.get(path)
+        if file is None:
+            file = self.files[path] = open(path, "rb")  # noqa: SIM115 - closed by close()
+        file.seek(at)
+        return pickle.loads(file.read(length))
+
+    def close(self) -> None:
+        for file in self.files.values():
+            file.close()
+        self.files.clear()
 
 
 def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports,
-                   counted_cost: int = balance.COUNTED_COST) -> Iterator[pa.RecordBatch]:
-    """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES, then a row with its tally:
-    the decoding costs of its costly pieces by 4-tuple (and the bytes each way), of the others in all."""
+                   counted_cost: int = balance.COUNTED_COST, keep: KeptPieces | None = None
+                   ) -> Iterator[pa.RecordBatch]:
+    """Run a reader; its pieces as Arrow batches of about _BATCH_BYTES (with ``keep``, only where
+    it kept them), then a row with its tally: the decoding costs of its costly pieces by 4-tuple
+    (and the bytes each way), of the others in all."""
     tally = Tally()
     pending: list[Piece] = []
+    where: list[tuple[str, int, int] | None] = []
     size = 0
     for piece in read(*args, ports, tally):
         note_ends(tally.ends.setdefault((piece.input_index, piece.part), {}), piece)
@@ -384,22 +450,27 @@ def _piece_batches(read: Callable[..., Iterator[Piece]], *args, ports: Ports,
             tally.sent[piece.ends, False] += by_higher
         else:
             tally.hashed_cost += cost
+        if keep is not None:
+            where.append(keep.keep(piece))
+            piece = piece._replace(rows=b"", payload=None)
         pending.append(piece)
         size += len(piece.rows) + len(piece.payload or b"")
         if size >= _BATCH_BYTES:
-            yield _piece_batch(pending)
+            yield _piece_batch(pending, where=where)
             worker.drill("read")
-            pending, size = [], 0
+            pending, where, size = [], [], 0
     if pending:
-        yield _piece_batch(pending)
+        yield _piece_batch(pending, where=where)
     worker.drill("read")
     yield _piece_batch([Piece(("", ""), "", b"", None)], pickle.dumps(tally))
 
 
-def _piece_batch(pieces: list[Piece], tally: bytes | None = None) -> pa.RecordBatch:
+def _piece_batch(pieces: list[Piece], tally: bytes | None = None,
+                 where: list[tuple[str, int, int] | None] | None = None) -> pa.RecordBatch:
     lower, higher = zip(*(piece.ends for piece in pieces), strict=True)
+    kept, at, length = zip(*where, strict=True) if where else ([None] * len(pieces),) * 3
     columns = (lower, higher, [p.path for p in pieces], [p.rows for p in pieces], [p.payload for p in pieces],
-               [tally] * len(pieces))
+               [tally] * len(pieces), kept, at, length)
     return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field in
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
@@ -441,10 +512,15 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     the others')."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
+    kept = _KeptReader()
     for batch in batches:
-        for lower, higher, path, rows, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+        for lower, higher, path, rows, payload, kept_in, kept_at, kept_len in zip(
+                *(column.to_pylist() for column in batch.columns), strict=True):
             if not left_out or (path, (lower, higher)) not in left_out:
+                if kept_in is not None:
+                    rows, payload = kept.read(kept_in, kept_at, kept_len)
                 by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
+    kept.close()
     writer = tables.PartWriter(tables_out, first_part + TaskContext.get().partitionId()) if tables_out else None
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, *_BLOCKS, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}

@@ -1,0 +1,54 @@
+"""A local master's reading tasks keep their pieces' rows in files of their own (job.KeptPieces):
+what they hand the JVM is where each piece is, and decoding reads the same pieces back."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_analysis.capture import inputs
+from spark_analysis.output import tables
+from spark_analysis.spark import job
+
+
+@pytest.fixture
+def task_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks run in process: each KeptPieces an attempt of its own, each decoding task partition 0."""
+    attempts = iter(range(1000))
+    context = types.SimpleNamespace(partitionId=lambda: 0, attemptNumber=lambda: 0,
+                                    getLocalProperty=lambda _: None, taskAttemptId=lambda: next(attempts))
+    monkeypatch.setattr(job, "TaskContext", types.SimpleNamespace(get=lambda: context))
+    monkeypatch.setattr(job.worker, "TaskContext", types.SimpleNamespace(get=lambda: context))
+
+
+def _read(capture: Path, kept: str | None) -> list[pa.RecordBatch]:
+    file = inputs.CaptureFile(str(capture), capture.stat().st_size, 0)
+    tasks = inputs.plan_tasks([file], file.size // 3 + 1)  # three reading tasks, three files kept
+    return [batch for index in range(len(tasks)) for batch in job._read_tasks(
+        [pa.record_batch([pa.array([index], pa.int64())], names=["id"])], tasks, (), kept=kept)]
+
+
+def _tables(pieces: list[pa.RecordBatch], out: Path) -> dict[str, list[dict]]:
+    tables.prepare(str(out))
+    rest = [batch.drop_columns(["tally"]) for batch in pieces if batch.column("tally").null_count == len(batch)]
+    for _ in job.decode_batches(rest, servers=frozenset({9876}), tables_out=str(out)):
+        pass
+    return {name: pq.read_table(out / name).to_pylist() for _, name, _ in tables.TABLES}
+
+
+def test_the_jvm_gets_where_the_rows_are_and_decoding_reads_them_back(
+        synthetic: tuple[Path, dict], tmp_path: Path, task_attempts: None) -> None:
+    capture, _ = synthetic
+    inline = _read(capture, None)
+    (tmp_path / "kept").mkdir()  # the job's spool directory, in a job
+    kept = _read(capture, str(tmp_path / "kept"))
+    assert sum(len(p.column("rows").to_pylist()[0]) for p in inline if p.column("tally").null_count == len(p)) > 0
+    pieces = [batch for batch in kept if batch.column("tally").null_count == len(batch)]
+    assert pieces and all(rows == b"" for batch in pieces for rows in batch.column("rows").to_pylist())
+    assert all(payload is None for batch in pieces for payload in batch.column("payload").to_pylist())
+    assert len({path for batch in pieces for path in batch.column("kept").to_pylist()}) == 3  # one file a task
+    assert _tables(kept, tmp_path / "from-kept") == _tables(inline, tmp_path / "inline")
