@@ -259,11 +259,11 @@ def main(argv: list[str] | None = None) -> int:
                 marks: list[tuple[float, str]] = []
                 started, collections = time.time(), len(collected)
                 analyse(spark, [str(args.capture)], f"{scratch}/out", log=_marking(marks))
-                ended = time.time()
+                ended, gc_s = time.time(), round(sum(collected[collections:]), 3)
                 time.sleep(0.1)  # the sampler's next sample
                 found = timeline(new_events(events, offset), marks, started, ended, cores, sampler)
                 found["load"] = os.getloadavg()[0]
-                found["driver_gc_s"] = round(sum(collected[collections:]), 3)
+                found["driver_gc_s"] = gc_s
                 results.append(found)
                 print(json.dumps(found, indent=1), flush=True)
         finally:
