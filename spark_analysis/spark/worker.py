@@ -34,7 +34,8 @@ def no_cycle_collection() -> Iterator[None]:
     """A task's own objects, made by the million and hardly any in cycles, kept out of the cycle
     collector's walks while it runs (PySpark's daemon collects after the task): decoding, a third
     of its time (re-enabled between connections, a tenth); the liveness task's events, stays and
-    rows, a quarter of its (the one task after decoding, which the other cores wait for)."""
+    rows, a quarter of its (the one task after decoding, which the other cores wait for). The
+    driver's run too (job.analyse), whose steps between and after the jobs every core waits for."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -33,6 +33,31 @@ def test_a_good_run_says_nothing_but_its_progress(synthetic, tmp_path) -> None:
     assert [line[:3] for line in run.stdout.splitlines() if line.startswith("[")] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
 
 
+def test_the_driver_runs_the_job_without_the_cycle_collector(spark, synthetic, tmp_path, monkeypatch) -> None:
+    """The driver's steps between and after the Spark jobs, which every core waits for, run with
+    the cycle collector off (a full collection walked every object of the driver's process, a
+    quarter of its CPU in a run); on again after the run."""
+    import gc
+
+    from spark_analysis.analysis import findings
+    from spark_analysis.spark import job
+    from tests.spark.conftest import run_job
+
+    collecting = []
+
+    def noting(step):
+        def noted(*args, **kwargs):
+            collecting.append(gc.isenabled())
+            return step(*args, **kwargs)
+        return noted
+
+    monkeypatch.setattr(findings, "input_files", noting(findings.input_files))  # between the jobs
+    monkeypatch.setattr(job, "served_codes", noting(job.served_codes))  # after the last job
+    run_job(spark, [str(synthetic[0])], tmp_path / "out", report=False)
+    assert collecting == [False, False]
+    assert gc.isenabled()
+
+
 def test_a_job_says_how_many_tasks_are_done_meanwhile(synthetic_outputs) -> None:
     """In a log, where Spark's progress bar is not: the numbered lines, and between them (here
     every 50 ms) the tasks of the running stages done so far."""
