@@ -4,7 +4,8 @@ log line naming the listener, the peer and the reason, and one count in
 ``namesrv_refusals_total{listener,reason}`` (web/collector.py).
 
 A peer looping on refused requests must not flood the log: each (listener, peer host, reason)'s
-first refusal is a warning, later ones are debug events, all counted (``LimitLog``).
+first refusal is a warning, later ones are debug events, all counted (``LimitLog``).  A peer host
+is ``peer_group``'s: an IPv6 peer is its /64, so one rotating through its addresses is one host.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from twisted.logger import Logger
 
 from .remoting.codes import code_name
 from .state.acl import ACL_EXCEPTION, AccessControl, request_class
+from .state.hosts import peer_group
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
@@ -36,7 +38,8 @@ REASONS: dict[str, tuple[str, ...]] = {
 
 class LimitLog:
     """Each (key, peer host)'s first hit is a warning; later ones are debug events (and counted
-    elsewhere), so a peer looping on bad frames or connections cannot flood the log."""
+    elsewhere), so a peer looping on bad frames or connections cannot flood the log.  The host is
+    keyed and shown as ``peer_group`` makes it (an IPv6 peer: its /64)."""
 
     CAPACITY = 10_000  # (host, key) pairs remembered; forgotten all at once when full
 
@@ -44,6 +47,7 @@ class LimitLog:
         self._seen: set[tuple[str, str]] = set()
 
     def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
+        host = peer_group(host)
         key = (host, f"{listener}:{limit}")  # each listener's first hit of a limit is a warning of its own
         # one event dict: a caller's field named like ours (host, limit, listener) must not make the
         # log call itself raise (a TypeError there would lose the line); ours win
