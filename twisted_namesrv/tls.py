@@ -83,13 +83,17 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
 
     class RefusingTLSProtocol(BufferingTLSTransport):
         def _tlsShutdownFinished(self, reason: Failure | None) -> None:
-            # Twisted's one hook for a failed handshake (_checkHandshakeStatus, _flushReceiveBIO)
-            if reason is not None and not self._handshakeDone:
-                peer = self.transport.getPeer()
-                remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
-                                "TLS handshake failed, closing the connection: {why}",
-                                why=_ssl_reason(reason.value))
-            super()._tlsShutdownFinished(reason)
+            # Twisted's one hook for a failed handshake (_checkHandshakeStatus, _flushReceiveBIO);
+            # whatever the refusal does, the close goes on: it is what tells the remoting protocol
+            # the connection is lost (and gives its place of maxConnections back)
+            try:
+                if reason is not None and not self._handshakeDone:
+                    peer = self.transport.getPeer()
+                    remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+                                    "TLS handshake failed, closing the connection: {why}",
+                                    why=_ssl_reason(reason.value))
+            finally:
+                super()._tlsShutdownFinished(reason)
 
     factory = TLSMemoryBIOFactory(context, False, remoting)
     factory.protocol = RefusingTLSProtocol
@@ -97,8 +101,14 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
 
 
 def _ssl_reason(error: BaseException) -> str:
-    """OpenSSL's error list as its reasons (``no certificate returned``), else the exception's text."""
-    reasons = [entry[-1] for entry in getattr(error, "args", [[]])[0] if isinstance(entry, tuple) and entry]
+    """OpenSSL's error list as its reasons (``no certificate returned``), else the exception's text.
+    An ``SSL.Error`` holds the list; a ``SysCallError`` (a peer that closed mid-handshake) holds
+    ``(errno, text)``: its text."""
+    args = getattr(error, "args", ())
+    entries = args[0] if args and isinstance(args[0], list) else []
+    reasons = [entry[-1] for entry in entries if isinstance(entry, tuple) and entry]
+    if not reasons and len(args) == 2 and isinstance(args[1], str):
+        reasons = [args[1]]
     return ", ".join(str(r) for r in reasons) or str(error) or type(error).__name__
 
 
