@@ -323,3 +323,44 @@ def test_a_handshake_cut_short_is_a_refusal_and_gives_its_place_back(tmp_path, c
     remoting.connectionLost(Failure(ConnectionDone()))
     assert service.state.refusals.counts["remoting", "tls_handshake"] == 1
     assert not service.remoting.factory.remoting.connections  # its place is free again
+
+
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+def test_max_connections_counts_peers_that_never_send_a_byte(tmp_path, certificate, mode):
+    """A TLS port holds each connection until its first byte (SniffingProtocol); only then was the
+    remoting factory asked, so peers that sent nothing were never counted against maxConnections
+    (with maxConnections=100 an attack run kept 300 silent sockets open, up to the descriptor
+    reserve), and a TLS peer refused at its first byte was a traceback (Twisted's TLS wrapper
+    around the None the remoting factory answered), two lines a connection."""
+    from twisted.internet import address, task
+    from twisted.internet.error import ConnectionDone
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    class Socket(StringTransport):
+        def setTcpNoDelay(self, enabled: bool) -> None:
+            """What the remoting protocol sets on a TCP transport."""
+
+    clock = task.Clock()
+    config = tls_config(tmp_path, certificate, mode)
+    config.values["maxConnections"] = 2
+    service = NamesrvService.from_config(config, reactor=clock)
+    factory = service.remoting.factory
+
+    def connect(port: int):
+        proto = factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))
+        if proto is not None:
+            proto.makeConnection(Socket())
+        return proto
+
+    first, second = connect(1), connect(2)
+    assert first is not None and second is not None
+    assert connect(3) is None  # two silent peers hold both places
+    assert service.state.refusals.counts["remoting", "max_connections"] == 1
+    first.dataReceived(b"\x16\x03\x01")  # one speaks (a ClientHello begins): still one place each
+    second.dataReceived(b"\x16\x03\x01")
+    assert connect(4) is None
+    first.connectionLost(Failure(ConnectionDone()))
+    assert connect(5) is not None  # a place came free
+    assert connect(6) is None
+    assert service.state.refusals.counts["remoting", "max_connections"] == 3

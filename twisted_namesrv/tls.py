@@ -139,7 +139,8 @@ def plain_request(data: bytes) -> str:
 class SniffingProtocol(protocol.Protocol):
     """Holds a new connection until its first byte, then hands it to the TLS or (permissive mode)
     the plain remoting protocol; enforcing, a plain peer is refused there.  A peer that never
-    sends is closed after the idle timeout."""
+    sends is closed after the idle timeout; until its first byte it counts against maxConnections
+    as one waiting (``SniffingFactory.sniffing``), else silent peers were never counted."""
 
     def __init__(self, factory: SniffingFactory, addr: interfaces.IAddress) -> None:
         self.factory = factory
@@ -148,6 +149,7 @@ class SniffingProtocol(protocol.Protocol):
         self._idle = None
 
     def connectionMade(self) -> None:
+        self.factory.sniffing.add(self)
         remoting = self.factory.remoting
         if remoting.idle_timeout:
             self._idle = remoting.clock.callLater(remoting.idle_timeout, self.transport.abortConnection)
@@ -165,6 +167,12 @@ class SniffingProtocol(protocol.Protocol):
                 self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=request)
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
+            self.factory.sniffing.discard(self)  # its place is the remoting factory's to count now
+            if not plain and self.factory.remoting.refused_full(self.addr):
+                # (its place was kept for it; asked here all the same: Twisted's TLS wraps the None
+                # a full remoting factory answers, and raises on it, a traceback a connection)
+                self.transport.loseConnection()
+                return
             inner = self.factory.remoting if plain else self.factory.tls
             self.delegate = inner.buildProtocol(self.addr)
             if self.delegate is None:  # maxConnections
@@ -174,6 +182,7 @@ class SniffingProtocol(protocol.Protocol):
         self.delegate.dataReceived(data)
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
+        self.factory.sniffing.discard(self)
         if self._idle is not None and self._idle.active():
             self._idle.cancel()
         if self.delegate is not None:
@@ -185,8 +194,13 @@ class SniffingFactory(protocol.Factory):
         self.remoting = remoting
         self.tls = tls
         self.enforcing = enforcing
+        #: connections accepted that have sent no byte yet (counted against maxConnections)
+        self.sniffing: set[SniffingProtocol] = set()
 
-    def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol:
+    def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol | None:
+        """None (closed at once) when maxConnections are open, silent peers included."""
+        if self.remoting.refused_full(addr, len(self.sniffing)):
+            return None
         return SniffingProtocol(self, addr)
 
 
