@@ -30,7 +30,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                  "max_topic_queue_entries", "max_name_length", "filter_servers", "max_kv_bytes"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
-                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length"),
+                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length", "max_brokers"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
              "request_body", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
 }
