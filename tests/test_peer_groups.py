@@ -56,6 +56,21 @@ def test_a_peer_rotating_through_its_64_is_one_warning(warnings) -> None:
     assert refusals.counts["remoting", "not_tls"] == 503  # every one counted
 
 
+def test_a_peer_written_without_brackets_is_its_host_not_its_port(warnings) -> None:
+    """The TLS port, the descriptor and connection limits, the HTTP side and the remoting peer write
+    ``host:port`` with an IPv6 host bare (Twisted's address): ``2001:db8:1:2::1:55497`` was taken
+    whole as the host, so every connection, even from one address, was a warning line of its own
+    (41 connections from 41 addresses of two /64s: 41 lines, in a network namespace)."""
+    refusals = Refusals()
+    for number in range(1, 41):
+        refusals("remoting", "not_tls", f"2001:db8:1:2::{number:x}:{40000 + number}", "plain text on a TLS port")
+    refusals("remoting", "not_tls", "2001:db8:1:3::1:40000", "plain text on a TLS port")
+    refusals("http", "host", "::ffff:10.0.0.7:5", "a foreign Host")
+    refusals("http", "host", "10.0.0.7:6", "a foreign Host")
+    refusals("http", "host", "?:?", "no address")
+    assert [w["host"] for w in warnings] == ["2001:db8:1:2::/64", "2001:db8:1:3::/64", "10.0.0.7", "?"]
+
+
 def test_push_failures_to_one_64_are_one_warning(warnings) -> None:
     reactor = MemoryReactorClock()
     pushes = Notifier(reactor, "notify min broker id change", limit=2)

@@ -62,10 +62,13 @@ class LimitLog:
 
 
 def peer_host(peer: str) -> str:
-    """The host of ``host:port`` / ``[v6]:port`` (a bare host as it is)."""
+    """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
+    Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address
+    joined with ``:``): its last ``:`` is the port's.  Taken whole, ``2001:db8::1:55497`` was a host
+    of its own for every connection, a warning line each."""
     if peer.startswith("["):
         return peer[1:].partition("]")[0]
-    return peer.rpartition(":")[0] if peer.count(":") == 1 else peer
+    return peer.rpartition(":")[0] if ":" in peer else peer
 
 
 class Refusals:
