@@ -292,3 +292,75 @@ def test_what_a_plain_peer_sent_is_named_only_when_it_is_a_whole_frame():
     assert plain_request(b"GET / HTTP/1.1\r\n") == "first byte 0x47"
     assert plain_request(ASK.encode()[:10]) == "first byte 0x00"
     assert plain_request(ASK.encode()) == "its first request: GET_ROUTEINFO_BY_TOPIC (105) from a JAVA client"
+
+
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+def test_a_handshake_cut_short_is_a_refusal_and_gives_its_place_back(tmp_path, certificate, mode):
+    """A peer that sends the first bytes of a ClientHello and closes: OpenSSL's error is then a
+    SysCallError ``(-1, 'Unexpected EOF')``, whose reasons the refusal read as a list -- a TypeError
+    in connectionLost, a traceback a connection, no count, and the remoting protocol never told the
+    connection was lost: it kept its place, and 100 such connections (maxConnections=100) left the
+    TLS port refusing every client until a restart."""
+    from OpenSSL.SSL import SysCallError
+    from twisted.internet import address, task
+    from twisted.internet.error import ConnectionDone
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    from twisted_namesrv.tls import _ssl_reason
+
+    assert _ssl_reason(SysCallError(-1, "Unexpected EOF")) == "Unexpected EOF"
+
+    class Socket(StringTransport):
+        def setTcpNoDelay(self, enabled: bool) -> None:
+            """What the remoting protocol sets on a TCP transport."""
+
+    clock = task.Clock()
+    service = NamesrvService.from_config(tls_config(tmp_path, certificate, mode), reactor=clock)
+    remoting = service.remoting.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 1))
+    remoting.makeConnection(Socket())
+    remoting.dataReceived(b"\x16\x03\x01")  # a ClientHello begins
+    remoting.connectionLost(Failure(ConnectionDone()))
+    assert service.state.refusals.counts["remoting", "tls_handshake"] == 1
+    assert not service.remoting.factory.remoting.connections  # its place is free again
+
+
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+def test_max_connections_counts_peers_that_never_send_a_byte(tmp_path, certificate, mode):
+    """A TLS port holds each connection until its first byte (SniffingProtocol); only then was the
+    remoting factory asked, so peers that sent nothing were never counted against maxConnections
+    (with maxConnections=100 an attack run kept 300 silent sockets open, up to the descriptor
+    reserve), and a TLS peer refused at its first byte was a traceback (Twisted's TLS wrapper
+    around the None the remoting factory answered), two lines a connection."""
+    from twisted.internet import address, task
+    from twisted.internet.error import ConnectionDone
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    class Socket(StringTransport):
+        def setTcpNoDelay(self, enabled: bool) -> None:
+            """What the remoting protocol sets on a TCP transport."""
+
+    clock = task.Clock()
+    config = tls_config(tmp_path, certificate, mode)
+    config.values["maxConnections"] = 2
+    service = NamesrvService.from_config(config, reactor=clock)
+    factory = service.remoting.factory
+
+    def connect(port: int):
+        proto = factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))
+        if proto is not None:
+            proto.makeConnection(Socket())
+        return proto
+
+    first, second = connect(1), connect(2)
+    assert first is not None and second is not None
+    assert connect(3) is None  # two silent peers hold both places
+    assert service.state.refusals.counts["remoting", "max_connections"] == 1
+    first.dataReceived(b"\x16\x03\x01")  # one speaks (a ClientHello begins): still one place each
+    second.dataReceived(b"\x16\x03\x01")
+    assert connect(4) is None
+    first.connectionLost(Failure(ConnectionDone()))
+    assert connect(5) is not None  # a place came free
+    assert connect(6) is None
+    assert service.state.refusals.counts["remoting", "max_connections"] == 3

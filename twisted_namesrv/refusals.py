@@ -4,7 +4,8 @@ log line naming the listener, the peer and the reason, and one count in
 ``namesrv_refusals_total{listener,reason}`` (web/collector.py).
 
 A peer looping on refused requests must not flood the log: each (listener, peer host, reason)'s
-first refusal is a warning, later ones are debug events, all counted (``LimitLog``).
+first refusal is a warning, later ones are debug events, all counted (``LimitLog``).  A peer host
+is ``peer_group``'s: an IPv6 peer is its /64, so one rotating through its addresses is one host.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from twisted.logger import Logger
 
 from .remoting.codes import code_name
 from .state.acl import ACL_EXCEPTION, AccessControl, request_class
+from .state.hosts import peer_group
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
@@ -28,7 +30,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                  "max_topic_queue_entries", "max_name_length", "filter_servers", "max_kv_bytes"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
-                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length"),
+                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length", "max_brokers"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
              "request_body", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
 }
@@ -36,7 +38,8 @@ REASONS: dict[str, tuple[str, ...]] = {
 
 class LimitLog:
     """Each (key, peer host)'s first hit is a warning; later ones are debug events (and counted
-    elsewhere), so a peer looping on bad frames or connections cannot flood the log."""
+    elsewhere), so a peer looping on bad frames or connections cannot flood the log.  The host is
+    keyed and shown as ``peer_group`` makes it (an IPv6 peer: its /64)."""
 
     CAPACITY = 10_000  # (host, key) pairs remembered; forgotten all at once when full
 
@@ -44,6 +47,7 @@ class LimitLog:
         self._seen: set[tuple[str, str]] = set()
 
     def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
+        host = peer_group(host)
         key = (host, f"{listener}:{limit}")  # each listener's first hit of a limit is a warning of its own
         # one event dict: a caller's field named like ours (host, limit, listener) must not make the
         # log call itself raise (a TypeError there would lose the line); ours win
@@ -58,10 +62,13 @@ class LimitLog:
 
 
 def peer_host(peer: str) -> str:
-    """The host of ``host:port`` / ``[v6]:port`` (a bare host as it is)."""
+    """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
+    Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address
+    joined with ``:``): its last ``:`` is the port's.  Taken whole, ``2001:db8::1:55497`` was a host
+    of its own for every connection, a warning line each."""
     if peer.startswith("["):
         return peer[1:].partition("]")[0]
-    return peer.rpartition(":")[0] if peer.count(":") == 1 else peer
+    return peer.rpartition(":")[0] if ":" in peer else peer
 
 
 class Refusals:

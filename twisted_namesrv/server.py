@@ -462,13 +462,21 @@ class RemotingFactory(protocol.Factory):
 
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         """None (the connection is closed at once) when maxConnections are open."""
-        if self.max_connections and len(self.connections) >= self.max_connections:
-            self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
-                        "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
-            if self.fds is not None:
-                self.fds.release()  # its port admitted the socket; it closes now
+        if self.refused_full(addr):
             return None
         return super().buildProtocol(addr)
+
+    def refused_full(self, addr: Any, waiting: int = 0) -> bool:
+        """Whether maxConnections are open, counting ``waiting`` connections accepted and not handed
+        to this factory yet (a TLS port's, before their first byte: tls.py); if so the new one is
+        refused (logged, counted) and its descriptor given back: its port closes it."""
+        if not self.max_connections or len(self.connections) + waiting < self.max_connections:
+            return False
+        self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+                    "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
+        if self.fds is not None:
+            self.fds.release()  # its port admitted the socket; it closes now
+        return True
 
     def first_bytes(self, protocol: str) -> str:
         """What a refusal says of a peer whose first bytes are ``protocol``'s (remoting/foreign.py):

@@ -83,13 +83,17 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
 
     class RefusingTLSProtocol(BufferingTLSTransport):
         def _tlsShutdownFinished(self, reason: Failure | None) -> None:
-            # Twisted's one hook for a failed handshake (_checkHandshakeStatus, _flushReceiveBIO)
-            if reason is not None and not self._handshakeDone:
-                peer = self.transport.getPeer()
-                remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
-                                "TLS handshake failed, closing the connection: {why}",
-                                why=_ssl_reason(reason.value))
-            super()._tlsShutdownFinished(reason)
+            # Twisted's one hook for a failed handshake (_checkHandshakeStatus, _flushReceiveBIO);
+            # whatever the refusal does, the close goes on: it is what tells the remoting protocol
+            # the connection is lost (and gives its place of maxConnections back)
+            try:
+                if reason is not None and not self._handshakeDone:
+                    peer = self.transport.getPeer()
+                    remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+                                    "TLS handshake failed, closing the connection: {why}",
+                                    why=_ssl_reason(reason.value))
+            finally:
+                super()._tlsShutdownFinished(reason)
 
     factory = TLSMemoryBIOFactory(context, False, remoting)
     factory.protocol = RefusingTLSProtocol
@@ -97,8 +101,14 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
 
 
 def _ssl_reason(error: BaseException) -> str:
-    """OpenSSL's error list as its reasons (``no certificate returned``), else the exception's text."""
-    reasons = [entry[-1] for entry in getattr(error, "args", [[]])[0] if isinstance(entry, tuple) and entry]
+    """OpenSSL's error list as its reasons (``no certificate returned``), else the exception's text.
+    An ``SSL.Error`` holds the list; a ``SysCallError`` (a peer that closed mid-handshake) holds
+    ``(errno, text)``: its text."""
+    args = getattr(error, "args", ())
+    entries = args[0] if args and isinstance(args[0], list) else []
+    reasons = [entry[-1] for entry in entries if isinstance(entry, tuple) and entry]
+    if not reasons and len(args) == 2 and isinstance(args[1], str):
+        reasons = [args[1]]
     return ", ".join(str(r) for r in reasons) or str(error) or type(error).__name__
 
 
@@ -129,7 +139,8 @@ def plain_request(data: bytes) -> str:
 class SniffingProtocol(protocol.Protocol):
     """Holds a new connection until its first byte, then hands it to the TLS or (permissive mode)
     the plain remoting protocol; enforcing, a plain peer is refused there.  A peer that never
-    sends is closed after the idle timeout."""
+    sends is closed after the idle timeout; until its first byte it counts against maxConnections
+    as one waiting (``SniffingFactory.sniffing``), else silent peers were never counted."""
 
     def __init__(self, factory: SniffingFactory, addr: interfaces.IAddress) -> None:
         self.factory = factory
@@ -138,6 +149,7 @@ class SniffingProtocol(protocol.Protocol):
         self._idle = None
 
     def connectionMade(self) -> None:
+        self.factory.sniffing.add(self)
         remoting = self.factory.remoting
         if remoting.idle_timeout:
             self._idle = remoting.clock.callLater(remoting.idle_timeout, self.transport.abortConnection)
@@ -155,6 +167,12 @@ class SniffingProtocol(protocol.Protocol):
                 self.factory.remoting.refuse("not_tls", peer, NOT_TLS, request=request)
                 self.transport.loseConnection()  # an orderly close: the client can tell "try TLS"
                 return
+            self.factory.sniffing.discard(self)  # its place is the remoting factory's to count now
+            if not plain and self.factory.remoting.refused_full(self.addr):
+                # (its place was kept for it; asked here all the same: Twisted's TLS wraps the None
+                # a full remoting factory answers, and raises on it, a traceback a connection)
+                self.transport.loseConnection()
+                return
             inner = self.factory.remoting if plain else self.factory.tls
             self.delegate = inner.buildProtocol(self.addr)
             if self.delegate is None:  # maxConnections
@@ -164,6 +182,7 @@ class SniffingProtocol(protocol.Protocol):
         self.delegate.dataReceived(data)
 
     def connectionLost(self, reason: object = protocol.connectionDone) -> None:
+        self.factory.sniffing.discard(self)
         if self._idle is not None and self._idle.active():
             self._idle.cancel()
         if self.delegate is not None:
@@ -175,8 +194,13 @@ class SniffingFactory(protocol.Factory):
         self.remoting = remoting
         self.tls = tls
         self.enforcing = enforcing
+        #: connections accepted that have sent no byte yet (counted against maxConnections)
+        self.sniffing: set[SniffingProtocol] = set()
 
-    def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol:
+    def buildProtocol(self, addr: interfaces.IAddress) -> SniffingProtocol | None:
+        """None (closed at once) when maxConnections are open, silent peers included."""
+        if self.remoting.refused_full(addr, len(self.sniffing)):
+            return None
         return SniffingProtocol(self, addr)
 
 

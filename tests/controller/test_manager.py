@@ -92,6 +92,30 @@ def test_a_long_log_is_compacted_at_start_into_the_same_state(tmp_path) -> None:
     third_store.close()
 
 
+def test_a_log_passing_compact_after_while_running_is_compacted_into_the_same_state(tmp_path) -> None:
+    """Any peer (no ACL on a standalone controller) can force elections: two fake brokers of one
+    group, the slave put in the sync-state set and designated master in turn, made 60 elections a
+    second in the attack run, the log growing 12 KB/s for as long as the process ran -- it was
+    compacted only at start."""
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    manager.compact_after = 5
+    master_and_slave(manager)
+    for _ in range(20):
+        info = manager.replicas.sync_state_set_info_table["g"]
+        master = info.master_broker_id
+        manager.submit(lambda m=master, i=info: manager.replicas.alter_sync_state_set(
+            "g", m, i.master_epoch, frozenset({1, 2}), i.sync_state_set_epoch, manager.alive))
+        manager.elect_master("C", "g", 3 - master, True, "admin")
+        assert store.records <= manager.compact_after + 2  # one turn's events past it, then compacted
+    assert manager.replicas.sync_state_set_info_table["g"].master_epoch == 21  # every election went through
+    before = manager.replicas.snapshot()
+    store.close()
+    replayed, again = manager_on(tmp_path, clock)
+    assert replayed.replicas.snapshot() == before
+    again.close()
+
+
 def test_every_leadership_replays_before_answering(tmp_path) -> None:
     """Another leader's events (written to the shared store meanwhile) are there once this one leads."""
     from twisted_namesrv.controller.events import ApplyBrokerIdEvent, encode_event

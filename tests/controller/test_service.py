@@ -319,3 +319,37 @@ def test_what_the_tables_hold_is_bounded_and_refused_before_the_log(tmp_path, mo
     finally:
         client.transport.loseConnection()
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_heartbeat_table_is_bounded_and_refused_past_it(tmp_path, monkeypatch) -> None:
+    """BROKER_HEARTBEAT kept any (cluster, name, id) alive for the timeout it announced, with no
+    bound (unsigned without ACL, as in Java): one connection sent 20,000 ghosts with
+    heartbeatTimeoutMills=2^62, the process grew 10.5 MB and wrote 20,000 log lines, and they stayed
+    when it closed (a channel's close ends one broker).  Past a limit a new one is refused, logged and
+    counted; one known alive still beats."""
+    from twisted_namesrv.controller import heartbeat
+
+    monkeypatch.setattr(heartbeat, "MAX_LIVE_BROKERS", 2, raising=False)
+    service, port = yield start_controller(tmp_path)
+    client = yield connect(port)
+    try:
+        def beat(name, addr="10.0.0.1:10911", opaque=[0]):  # noqa: B006 - a counter
+            opaque[0] += 1
+            return client.call(RemotingCommand.request(Req.BROKER_HEARTBEAT, {
+                "clusterName": "C", "brokerName": name, "brokerAddr": addr, "brokerId": "0",
+                "heartbeatTimeoutMills": str(2**62)}, None, opaque=opaque[0]))
+
+        assert (yield beat("g1")).code == 0 and (yield beat("g2")).code == 0
+        third = yield beat("g3")
+        assert third.code == 2005 and "2 brokers are alive: at most 2" in third.remark
+        assert (yield beat("g1")).code == 0  # known: still beats
+        long = yield beat("g1", "x" * 30_000)
+        assert long.code == 0  # known alive (Java keeps its first address)
+        assert (yield beat("y" * 30_000)).code == 2005
+        counts = service.manager.refusals.counts
+        assert (counts["controller", "max_brokers"], counts["controller", "max_name_length"]) == (1, 1)
+        assert {i.broker_name for i in service.manager.heartbeats.broker_live_table} == {"g1", "g2"}
+    finally:
+        client.transport.loseConnection()
+        yield service.stopService()

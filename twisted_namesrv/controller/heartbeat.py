@@ -11,8 +11,13 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from .codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
+from .replicas import MAX_TEXT_LENGTH
 
 JAVA_INT_MAX = (1 << 31) - 1
+#: brokers the live table holds at once (the NameServer's maxBrokers default): a heartbeat keeps a
+#: broker for the timeout it announces, and a closed channel ends one, so without a bound one peer
+#: could fill memory with ghosts (20,000 of them: 10.5 MB and as many log lines)
+MAX_LIVE_BROKERS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,19 @@ class BrokerHeartbeatManager:
     def __init__(self, clock_ms: Callable[[], int]) -> None:
         self.clock_ms = clock_ms
         self.broker_live_table: dict[BrokerIdentityInfo, BrokerLiveInfo] = {}
+
+    def limit_refusal(self, cluster_name: str, broker_name: str, broker_addr: str,
+                      broker_id: int) -> tuple[str, str] | None:
+        """(reason, why) when a heartbeat of a broker not alive yet would pass a limit of the live
+        table (MAX_LIVE_BROKERS, MAX_TEXT_LENGTH), else None: one alive always beats."""
+        if BrokerIdentityInfo(cluster_name, broker_name, broker_id) in self.broker_live_table:
+            return None
+        for text in (cluster_name, broker_name, broker_addr):
+            if len(text) > MAX_TEXT_LENGTH:
+                return "max_name_length", f"a field of {len(text)} characters, over {MAX_TEXT_LENGTH}"
+        if len(self.broker_live_table) >= MAX_LIVE_BROKERS:
+            return "max_brokers", f"{len(self.broker_live_table)} brokers are alive: at most {MAX_LIVE_BROKERS}"
+        return None
 
     def on_broker_heartbeat(self, cluster_name: str, broker_name: str, broker_addr: str, broker_id: int,
                             timeout_millis: int | None, channel: Hashable | None, epoch: int | None,

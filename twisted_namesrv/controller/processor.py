@@ -124,6 +124,12 @@ def broker_heartbeat(manager: ControllerManager, request: RemotingCommand, peer:
     if _long(request, "brokerId") is None:
         return reply(request, Code.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
     h = headers.BrokerHeartbeatRequestHeader.from_ext(request.ext)
+    refused = manager.heartbeats.limit_refusal(h.clusterName, h.brokerName, h.brokerAddr, h.brokerId)
+    if refused is not None:
+        reason, why = refused
+        manager.refusals("controller", reason, peer.address, "heartbeat of broker {broker} refused: {why}",
+                         broker=h.brokerName[:200], why=why)
+        return reply(request, Code.CONTROLLER_INVALID_REQUEST, f"heartbeat refused: {why}")
     first = manager.heartbeats.on_broker_heartbeat(
         h.clusterName, h.brokerName, h.brokerAddr, h.brokerId, h.heartbeatTimeoutMills, peer.channel, h.epoch,
         h.maxOffset, h.confirmOffset, h.electionPriority)

@@ -61,6 +61,20 @@ def written_as_list(address: str) -> bool:
     return "," in address or any(c.isspace() for c in address)
 
 
+def peer_group(host: str) -> str:
+    """The key every per-host rule counts a peer under (the refusal log's one warning per host, a
+    push's per address host, the searches per client): an IPv4 address as itself, an IPv4-mapped
+    IPv6 address as its IPv4, any other IPv6 address as its /64 (``2001:db8::/64``), a name (or
+    ``?``) as written.  One IPv6 host holds a whole /64 (SLAAC, privacy addresses): keyed by the
+    address, a peer rotating through its /64 was 2^64 hosts, a warning line per connection."""
+    address = _address(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+    if address is None:
+        return host
+    if address.version == 6:
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 def _address(text: str) -> Address | None:
     """An IP address as written in a Host (``[v6]`` without brackets here), IPv4-mapped IPv6 as IPv4;
     None for a name.  Python's parser refuses ``127.1``, ``0x7f.0.0.1`` and leading zeros: those are

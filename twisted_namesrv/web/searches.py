@@ -5,7 +5,8 @@ every topic's name (8 MB and about a second at a million topics).  The page asks
 pauses (250 ms), so a person has one search under way and perhaps one or two waiting; a script
 sending distinct queries queued a build for each, every one of them waited for, without bound.
 Now each search is counted from its admission until its answer is sent or its client goes (a
-search not begun yet is then let go: apart.py); past ``per_client`` held for one host the next is
+search not begun yet is then let go: apart.py); past ``per_client`` held for one host (an IPv6
+client: its /64, ``state.hosts.peer_group``, else one client has 2^64 budgets) the next is
 answered 429, past ``total`` for all 503, both with Retry-After, each a refusal (refusals.py: a
 log line and ``namesrv_refusals_total{listener="http",reason}``).
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import NamedTuple
+
+from ..state.hosts import peer_group
 
 #: searches one client (its host) may have waiting or under way
 PER_CLIENT = 4
@@ -40,6 +43,7 @@ class SearchBudget:
 
     def take(self, host: str) -> Refused | None:
         """Hold one search for ``host``, or say why not (nothing is held then)."""
+        host = peer_group(host)
         if self.held[host] >= self.per_client:
             return Refused(429, "search_per_client",
                            f"{self.per_client} searches of this client are waiting or under way; retry once one is "
@@ -53,6 +57,7 @@ class SearchBudget:
 
     def release(self, host: str) -> None:
         """One search of ``host`` is answered, failed or let go."""
+        host = peer_group(host)
         self.total_held -= 1
         self.held[host] -= 1
         if not self.held[host]:
