@@ -419,3 +419,34 @@ def test_a_5x_heartbeat_with_a_new_mapping_stamp_and_crc_is_answered_from_memory
     assert handled == [7]
     refused = register(4, 10, crc_flip=1)
     assert (refused.code, refused.remark, handled) == (1, "crc32 not match", [7, 10])
+
+
+def test_a_big_table_changed_is_not_hashed_in_vain_against_the_kept_one(tmp_path, monkeypatch):
+    """A big registration kept for its connection, then the broker's table changed (a new
+    dataVersion, so another bodyCrc32): the check against the kept one stops at the CRC, before
+    hashing its megabyte (the bytes are hashed once, to keep the new one); the old code hashed it
+    twice.  A 5.x body's CRC changes every time (its mapping stamp): it is hashed, as before."""
+    from twisted_namesrv import answer_cache
+
+    server = Server(tmp_path, True)
+    connection = server.connect()
+    tables = [storm_frames(1, opaque, topics=2_000)[0] for opaque in (1, 2)]
+    for frame in tables:
+        server.send(connection, frame)
+    hashed: list[int] = []
+    sha1 = answer_cache.hashlib.sha1
+
+    class Counting:
+        @staticmethod
+        def sha1(*args: Any) -> Any:
+            hashed.append(1)
+            return sha1(*args)
+    monkeypatch.setattr(answer_cache, "hashlib", Counting)
+    changed = storm_frames(1, 3, topics=2_000)[0].replace(b'"counter":1', b'"counter":2')
+    body = RemotingCommand.decode(changed[4:]).body
+    changed = RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": "b000", "brokerAddr": "127.0.0.1:3000", "clusterName": "c", "haServerAddr": "h",
+        "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}, body, opaque=3, version=409).encode()
+    assert RemotingCommand.decode(server.send(connection, changed)[4:]).code == 0
+    assert len(hashed) == 1
+    assert server.service.state.answers.renewals  # the changed one kept: its next heartbeat from memory
