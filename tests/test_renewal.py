@@ -21,7 +21,7 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
 from tests.support import server_config
-from twisted_namesrv import processor
+from twisted_namesrv import dispatch, processor
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
@@ -283,11 +283,12 @@ def test_a_5x_table_sent_again_with_a_new_mapping_stamp_is_known_by_its_digest(t
 
 
 
-def storm_frames(count: int, opaque: int) -> list[bytes]:
-    """``count`` brokers' registrations, each with its own table, their opaques from ``opaque`` on."""
+def storm_frames(count: int, opaque: int, topics: int = 0) -> list[bytes]:
+    """``count`` brokers' registrations, each with its own table (``topics`` more topics of its
+    own), their opaques from ``opaque`` on."""
     frames = []
     for index in range(count):
-        body = body_of(["Storm", f"Own{index}"])
+        body = body_of(["Storm", f"Own{index}", *(f"Own{index}_{t:05d}" for t in range(topics))])
         ext = {"brokerName": f"b{index:03d}", "brokerAddr": f"127.0.0.1:{3000 + index}", "clusterName": "c",
                "haServerAddr": "h", "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}
         frames.append(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque + index,
@@ -330,6 +331,39 @@ def test_a_heartbeat_storm_is_answered_from_memory_in_the_turn_that_reads_it(tmp
         assert transport.value() == answer.replace(b'"opaque":%d,' % (100 + index), b'"opaque":%d,' % (500 + index))
     monkeypatch.undo()
     assert {RemotingCommand.decode(transport.value()[4:]).opaque for _, transport in brokers} == set(range(500, 600))
+    live = server.routes.brokerLiveTable
+    assert {info.lastUpdateTimestamp for info in live.values()} == {1_010_000}
+
+
+def test_big_tables_sent_again_are_renewed_from_memory_within_a_turns_bytes(tmp_path, monkeypatch):
+    """Ten brokers of 2,000 topics (registrations of STEP_BYTES and more, answered in steps the
+    first time) send them again, all read in one reactor turn: those within the turn's
+    RENEWED_BYTES_PER_TURN are renewed from memory in that turn (no handler, no header decoded), the
+    rest the usual way, in steps, in the turns after; every answer is the full path's but the opaque,
+    every broker renewed.
+    On the old code a big one was never renewed from memory: every one went through the steps."""
+    server = Server(tmp_path, True)
+    brokers = [server.connect() for _ in range(10)]
+    frames = storm_frames(10, 100, topics=2_000)
+    size = len(frames[0]) - 4
+    assert dispatch.STEP_BYTES <= size and 2 * size <= dispatch.RENEWED_BYTES_PER_TURN
+    first = [server.send(connection, frame) for connection, frame in zip(brokers, frames, strict=True)]
+    handled = handled_registrations(monkeypatch)
+    decoded: list[int] = []
+    decode = RemotingCommand.decode
+    monkeypatch.setattr(RemotingCommand, "decode", staticmethod(lambda *a, **k: decoded.append(1) or decode(*a, **k)))
+    server.clock.advance(10)
+    for (protocol, transport), frame in zip(brokers, storm_frames(10, 500, topics=2_000), strict=True):
+        transport.clear()
+        protocol.dataReceived(frame)
+    fit = dispatch.RENEWED_BYTES_PER_TURN // size
+    assert [bool(transport.value()) for _, transport in brokers] == [True] * fit + [False] * (10 - fit)
+    assert handled == [] and len(decoded) == 10 - fit  # the rest's headers, decoded to go in steps
+    while any(call.getTime() <= server.clock.seconds() for call in server.clock.getDelayedCalls()):
+        server.clock.advance(0)  # the turns after: the Cooperator's steps
+    assert handled == list(range(500 + fit, 510))
+    for index, ((_, transport), answer) in enumerate(zip(brokers, first, strict=True)):
+        assert transport.value() == answer.replace(b'"opaque":%d,' % (100 + index), b'"opaque":%d,' % (500 + index))
     live = server.routes.brokerLiveTable
     assert {info.lastUpdateTimestamp for info in live.values()} == {1_010_000}
 
@@ -385,3 +419,34 @@ def test_a_5x_heartbeat_with_a_new_mapping_stamp_and_crc_is_answered_from_memory
     assert handled == [7]
     refused = register(4, 10, crc_flip=1)
     assert (refused.code, refused.remark, handled) == (1, "crc32 not match", [7, 10])
+
+
+def test_a_big_table_changed_is_not_hashed_in_vain_against_the_kept_one(tmp_path, monkeypatch):
+    """A big registration kept for its connection, then the broker's table changed (a new
+    dataVersion, so another bodyCrc32): the check against the kept one stops at the CRC, before
+    hashing its megabyte (the bytes are hashed once, to keep the new one); the old code hashed it
+    twice.  A 5.x body's CRC changes every time (its mapping stamp): it is hashed, as before."""
+    from twisted_namesrv import answer_cache
+
+    server = Server(tmp_path, True)
+    connection = server.connect()
+    tables = [storm_frames(1, opaque, topics=2_000)[0] for opaque in (1, 2)]
+    for frame in tables:
+        server.send(connection, frame)
+    hashed: list[int] = []
+    sha1 = answer_cache.hashlib.sha1
+
+    class Counting:
+        @staticmethod
+        def sha1(*args: Any) -> Any:
+            hashed.append(1)
+            return sha1(*args)
+    monkeypatch.setattr(answer_cache, "hashlib", Counting)
+    changed = storm_frames(1, 3, topics=2_000)[0].replace(b'"counter":1', b'"counter":2')
+    body = RemotingCommand.decode(changed[4:]).body
+    changed = RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": "b000", "brokerAddr": "127.0.0.1:3000", "clusterName": "c", "haServerAddr": "h",
+        "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}, body, opaque=3, version=409).encode()
+    assert RemotingCommand.decode(server.send(connection, changed)[4:]).code == 0
+    assert len(hashed) == 1
+    assert server.service.state.answers.renewals  # the changed one kept: its next heartbeat from memory

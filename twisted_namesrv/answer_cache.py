@@ -69,6 +69,7 @@ from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
+from .steps import STEP_BYTES
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
@@ -115,6 +116,9 @@ class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     head: bytes  #: the answer's header up to its opaque's digits
     rest: bytes  #: the answer after them (its header's end, its body)
     header_length: int  #: the answer header's length but the opaque's digits
+    #: a big request's bodyCrc32 when the same bytes send the same one (``RenewalKey.same_crc``):
+    #: another CRC tells a changed registration before its bytes are hashed; None otherwise
+    crc: int | None = None
 
 
 class RenewalKey(msgspec.Struct, frozen=True, gc=False):
@@ -125,6 +129,8 @@ class RenewalKey(msgspec.Struct, frozen=True, gc=False):
     crc: int  #: its bodyCrc32 as sent (0: none, no check)
     body: int  #: where its body starts
     digest: bytes  #: SHA-1 of the rest
+    #: no 5.x mappingDataVersion stamp in its body: the same registration sends the same bodyCrc32
+    same_crc: bool = False
 
 
 _PREFIX = struct.Struct(">iI")
@@ -325,7 +331,8 @@ class AnswerCache:
                 or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
             return  # not as renewal_from_memory reads it: decoded every time
         head, rest = self._pieces(encoded[8:split]), self._pieces(encoded[split + len(digits):])
-        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits))
+        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits), crc)
 
     def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
         """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept
@@ -337,7 +344,7 @@ class AnswerCache:
         kept = self.renewals.get(channel)
         if kept is None:
             return None
-        key = _renewal_key(frame)
+        key = _renewal_key(frame, kept.crc)
         if key is None or key.digest != kept.digest or (key.crc and crc32_masked(memoryview(frame)[key.body:])
                                                         != key.crc):
             return None
@@ -463,14 +470,16 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
 
 
-def _renewal_key(frame: bytes) -> RenewalKey | None:
+def _renewal_key(frame: bytes, crc_kept: int | None = None) -> RenewalKey | None:
     """A plain JSON registration frame (its length prefix stripped) read for what tells it from
     its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
     differ between two registrations the routes apply alike: the opaque (every request's own),
     bodyCrc32 (checked against the body instead) and a 5.x body's mappingDataVersion (a new
     timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); each
     stretch's length is hashed with it.  None when it cannot be read so (not JSON, a key twice,
-    digits Java would read otherwise): it is then decoded."""
+    digits Java would read otherwise): it is then decoded; None too, before any hashing, when its
+    body has no mappingDataVersion and its bodyCrc32 is not ``crc_kept`` (a big registration's
+    kept one: KeptRenewal.crc), so a changed table of megabytes is not hashed in vain."""
     end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
     if frame[0] != SerializeType.JSON or end > len(frame):
         return None
@@ -491,6 +500,8 @@ def _renewal_key(frame: bytes) -> RenewalKey | None:
     mapping = mapping_version_span(view[end:])
     if mapping is not None:
         skipped.append((end + mapping[0], end + mapping[1]))
+    elif crc_kept is not None and crc != crc_kept:
+        return None
     digest = hashlib.sha1()
     start = 4  # (the header's length: the stretches' lengths say it)
     for first, last in sorted(skipped):
@@ -498,7 +509,7 @@ def _renewal_key(frame: bytes) -> RenewalKey | None:
         digest.update(view[start:first])
         start = last
     digest.update(view[start:])
-    return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest())
+    return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest(), mapping is None)
 
 
 def _valid_digits(digits: bytes) -> bool:
