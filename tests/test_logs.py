@@ -11,7 +11,7 @@ import struct
 
 import pytest
 from twisted.logger import LogLevel, eventAsText, formatTime, globalLogPublisher
-from twisted.python import usage
+from twisted.python import logfile, usage
 from twisted.python.failure import Failure
 
 from tests.test_housekeeping import MASTER, register
@@ -21,6 +21,7 @@ from twisted_namesrv.escapes import CONTROLS, escaped
 from twisted_namesrv.logs import (
     LevelFiltered,
     LineWriter,
+    SizedLogFile,
     WholeWrites,
     configured_observer,
     event_as_json_line,
@@ -368,3 +369,45 @@ def test_the_lost_lines_reach_metrics(tmp_path):
     samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
                if sample.name.endswith("_total")}
     assert samples == {"ENOSPC": 3, "EIO": 0}
+
+
+def test_a_stdout_that_would_block_loses_the_line_counted_not_spins():
+    """A non-blocking stdout (set so by another process sharing it) whose pipe is full: the raw
+    write answers None, which WholeWrites added as 0 bytes and tried again forever, the reactor
+    spinning until the reader drained it."""
+
+    class Blocked(_FullDisk):
+        def write(self, data: bytes) -> int | None:  # type: ignore[override]
+            return None if self.room <= 0 else super().write(data)
+
+    raw, warnings = Blocked(room=20), []
+    writer = LineWriter(WholeWrites(raw), event_as_text_line, warn=warnings.append)
+    writer(_line("cut by a full pipe", 1000.0))
+    writer(_line("lost", 1001.0))
+    assert writer.lost == {"EAGAIN": 2} and len(warnings) == 1
+    raw.room = 10_000
+    writer(_line("back", 1002.0))
+    lines = raw.data.decode().split("\n")
+    assert len(lines[0]) == 20 and "2 log lines not written" in lines[1] and lines[2].endswith("back")
+
+
+def test_a_log_file_whose_reopen_failed_at_rotation_opens_again_once_it_can(tmp_path, monkeypatch):
+    """Twisted's rotate closes the file, renames it and opens a new one: when that open failed (the
+    descriptor table full), every later line went to the closed file, a ValueError the log's
+    publisher swallowed: the log lost for good, uncounted."""
+    log = SizedLogFile("n.log", str(tmp_path), rotateLength=200, maxRotatedFiles=3)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("x" * 250, 1000.0))  # past the size: the next write rotates
+
+    def no_descriptor(self) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(logfile.LogFile, "_openFile", no_descriptor, raising=False)
+        writer(_line("rotated into no file", 1001.0))
+        writer(_line("still none", 1002.0))
+    assert writer.lost == {"EMFILE": 2}
+    writer(_line("back", 1003.0))
+    text = (tmp_path / "n.log").read_text()
+    assert "2 log lines not written" in text and text.endswith("back\n"), text
+    assert writer.lost == {"EMFILE": 2}
