@@ -358,12 +358,19 @@ def test_short_writes_are_written_whole():
     assert raw.data == b"a line longer than three bytes\n"
 
 
-def test_the_lost_lines_reach_metrics(tmp_path):
+@pytest.mark.parametrize("twistds_order", [False, True], ids=["python -m", "twistd"])
+def test_the_lost_lines_reach_metrics(tmp_path, twistds_order):
+    """``python -m`` builds its log observer before the service; twistd calls makeService first and
+    only then builds its logger (ApplicationRunner.run), so the count must not wait for the observer."""
     options = tap.Options()
     options.parseOptions(["--data-dir", str(tmp_path), "--port", "0", "--log-file", str(tmp_path / "n.log")])
-    observer = options.log_observer()
+    if twistds_order:
+        service = tap.makeService(options)
+        observer = options.log_observer()
+    else:
+        observer = options.log_observer()
+        service = tap.makeService(options)
     observer.observer.lost["ENOSPC"] += 3
-    service = tap.makeService(options)
     families = {family.name: family for family in
                 NamesrvCollector(service.state, service.factory, service.seen, service.seen.health).collect()}
     samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
