@@ -380,7 +380,7 @@ def test_the_lost_lines_reach_metrics(tmp_path, twistds_order):
     samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
                if sample.name.endswith("_total")}
     # every errno the log can meet is served from the start: increase() reads a series born at 3 as 0 lost
-    assert samples == {"ENOSPC": 3, "EIO": 0, "EMFILE": 0, "EROFS": 0, "EPIPE": 0, "EAGAIN": 0}
+    assert samples == {"ENOSPC": 3, "EIO": 0, "EMFILE": 0, "EROFS": 0, "EPIPE": 0, "EAGAIN": 0, "EBADF": 0}
 
 
 def test_a_stdout_that_would_block_loses_the_line_counted_not_spins():
@@ -423,3 +423,14 @@ def test_a_log_file_whose_reopen_failed_at_rotation_opens_again_once_it_can(tmp_
     text = (tmp_path / "n.log").read_text()
     assert "2 log lines not written" in text and text.endswith("back\n"), text
     assert writer.lost == {"EMFILE": 2}
+
+
+def test_a_closed_stdout_loses_lines_counted_and_said_on_stderr(monkeypatch, capsys):
+    """Started with stdout closed (``>&-``), Python's sys.stdout is None: the writer's every line
+    raised AttributeError into Twisted's publisher, the log lost without a count or a word."""
+    monkeypatch.setattr("sys.stdout", None)
+    writer = text_lines()
+    writer(_line("nowhere", 1000.0))
+    writer(_line("nowhere either", 1001.0))
+    assert writer.lost == {"EBADF": 2}
+    assert "cannot write the log (EBADF" in capsys.readouterr().err

@@ -270,13 +270,30 @@ def text_lines(out: IO[str] | None = None) -> LineWriter:
 def standard_output() -> Any:
     """Where a log without a file goes: stdout's descriptor, unbuffered and written whole (a line
     the disk refused is lost, not kept in a buffer to come out later under a count of lost lines);
-    ``sys.stdout`` itself when it has no descriptor (a test's capture)."""
+    ``sys.stdout`` itself when it has no descriptor (a test's capture); none at all (started with
+    stdout closed, ``>&-``: Python's sys.stdout is None) is a file that refuses every line, so the
+    lines are counted and stderr says so once, as for a full disk."""
+    if sys.stdout is None:
+        return _NoStdout()
     try:
         descriptor = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
         return sys.stdout
     sys.stdout.flush()
-    return WholeWrites(open(descriptor, "wb", buffering=0, closefd=False))  # noqa: SIM115 - stdout's, kept open
+    try:
+        return WholeWrites(open(descriptor, "wb", buffering=0, closefd=False))  # noqa: SIM115 - stdout's, kept open
+    except OSError:  # the descriptor closed since Python started
+        return _NoStdout()
+
+
+class _NoStdout:
+    """Stdout when the process has none: every write refused as writing to a closed descriptor is."""
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    def flush(self) -> None:
+        pass
 
 
 @implementer(ILogObserver)
