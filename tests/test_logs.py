@@ -11,16 +11,17 @@ import struct
 
 import pytest
 from twisted.logger import LogLevel, eventAsText, formatTime, globalLogPublisher
-from twisted.python import usage
+from twisted.python import logfile, usage
 from twisted.python.failure import Failure
 
-from tests.test_housekeeping import MASTER, register
+from tests.test_housekeeping import register
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv import launch, tap
 from twisted_namesrv.escapes import CONTROLS, escaped
 from twisted_namesrv.logs import (
     LevelFiltered,
     LineWriter,
+    SizedLogFile,
     WholeWrites,
     configured_observer,
     event_as_json_line,
@@ -30,6 +31,9 @@ from twisted_namesrv.logs import (
 )
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.web.collector import NamesrvCollector
+
+#: this file's broker address, no other test's (the log is the whole process's)
+OWN_ADDR = "10.77.0.1:10911"
 
 
 @pytest.fixture
@@ -46,19 +50,20 @@ def records(out: io.StringIO) -> list[dict]:
 
 
 def test_broker_events_and_rejected_frames_as_json_lines(tmp_path, json_log):
+    """The log is the process's: an earlier test's server may log late (a connection it closes), and
+    MASTER is every test's broker, so this broker's address is its own."""
     served = Served(tmp_path)
     broker, transport = served.connect()
-    register(broker, transport)
+    register(broker, transport, addr=OWN_ADDR)
     garbage, _ = served.connect()
     garbage.dataReceived(struct.pack(">i", -1))
     served.clock.advance(125)
 
     lines = records(json_log)
-    events = [(r["route_event"], r["route_info"]["addr"]) for r in lines
-              if "route_event" in r and r["route_info"]["addr"] == MASTER]  # not an earlier test's server closing
-    assert events == [("registered", MASTER), ("expired", MASTER)]
-    registered = next(r for r in lines if r.get("route_event") == "registered")
-    assert registered["route_info"] == {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": MASTER, "topics": 2}
+    own = [r for r in lines if "route_event" in r and r["route_info"]["addr"] == OWN_ADDR]
+    assert [r["route_event"] for r in own] == ["registered", "expired"]
+    registered = own[0]
+    assert registered["route_info"] == {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": OWN_ADDR, "topics": 2}
     assert registered["level"] == "info" and registered["message"].startswith("broker registered: cluster=c1")
     assert registered["namespace"] == "twisted_namesrv.housekeeping"
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", registered["time"])
@@ -357,14 +362,75 @@ def test_short_writes_are_written_whole():
     assert raw.data == b"a line longer than three bytes\n"
 
 
-def test_the_lost_lines_reach_metrics(tmp_path):
+@pytest.mark.parametrize("twistds_order", [False, True], ids=["python -m", "twistd"])
+def test_the_lost_lines_reach_metrics(tmp_path, twistds_order):
+    """``python -m`` builds its log observer before the service; twistd calls makeService first and
+    only then builds its logger (ApplicationRunner.run), so the count must not wait for the observer."""
     options = tap.Options()
     options.parseOptions(["--data-dir", str(tmp_path), "--port", "0", "--log-file", str(tmp_path / "n.log")])
-    observer = options.log_observer()
+    if twistds_order:
+        service = tap.makeService(options)
+        observer = options.log_observer()
+    else:
+        observer = options.log_observer()
+        service = tap.makeService(options)
     observer.observer.lost["ENOSPC"] += 3
-    service = tap.makeService(options)
     families = {family.name: family for family in
                 NamesrvCollector(service.state, service.factory, service.seen, service.seen.health).collect()}
     samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
                if sample.name.endswith("_total")}
-    assert samples == {"ENOSPC": 3, "EIO": 0}
+    # every errno the log can meet is served from the start: increase() reads a series born at 3 as 0 lost
+    assert samples == {"ENOSPC": 3, "EIO": 0, "EMFILE": 0, "EROFS": 0, "EPIPE": 0, "EAGAIN": 0, "EBADF": 0}
+
+
+def test_a_stdout_that_would_block_loses_the_line_counted_not_spins():
+    """A non-blocking stdout (set so by another process sharing it) whose pipe is full: the raw
+    write answers None, which WholeWrites added as 0 bytes and tried again forever, the reactor
+    spinning until the reader drained it."""
+
+    class Blocked(_FullDisk):
+        def write(self, data: bytes) -> int | None:  # type: ignore[override]
+            return None if self.room <= 0 else super().write(data)
+
+    raw, warnings = Blocked(room=20), []
+    writer = LineWriter(WholeWrites(raw), event_as_text_line, warn=warnings.append)
+    writer(_line("cut by a full pipe", 1000.0))
+    writer(_line("lost", 1001.0))
+    assert writer.lost == {"EAGAIN": 2} and len(warnings) == 1
+    raw.room = 10_000
+    writer(_line("back", 1002.0))
+    lines = raw.data.decode().split("\n")
+    assert len(lines[0]) == 20 and "2 log lines not written" in lines[1] and lines[2].endswith("back")
+
+
+def test_a_log_file_whose_reopen_failed_at_rotation_opens_again_once_it_can(tmp_path, monkeypatch):
+    """Twisted's rotate closes the file, renames it and opens a new one: when that open failed (the
+    descriptor table full), every later line went to the closed file, a ValueError the log's
+    publisher swallowed: the log lost for good, uncounted."""
+    log = SizedLogFile("n.log", str(tmp_path), rotateLength=200, maxRotatedFiles=3)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("x" * 250, 1000.0))  # past the size: the next write rotates
+
+    def no_descriptor(self) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(logfile.LogFile, "_openFile", no_descriptor, raising=False)
+        writer(_line("rotated into no file", 1001.0))
+        writer(_line("still none", 1002.0))
+    assert writer.lost == {"EMFILE": 2}
+    writer(_line("back", 1003.0))
+    text = (tmp_path / "n.log").read_text()
+    assert "2 log lines not written" in text and text.endswith("back\n"), text
+    assert writer.lost == {"EMFILE": 2}
+
+
+def test_a_closed_stdout_loses_lines_counted_and_said_on_stderr(monkeypatch, capsys):
+    """Started with stdout closed (``>&-``), Python's sys.stdout is None: the writer's every line
+    raised AttributeError into Twisted's publisher, the log lost without a count or a word."""
+    monkeypatch.setattr("sys.stdout", None)
+    writer = text_lines()
+    writer(_line("nowhere", 1000.0))
+    writer(_line("nowhere either", 1001.0))
+    assert writer.lost == {"EBADF": 2}
+    assert "cannot write the log (EBADF" in capsys.readouterr().err

@@ -396,6 +396,52 @@ def test_twistd_stops_cleanly_on_sighup_as_java_does(tmp_path):
     assert "Traceback" not in boot + text
 
 
+def test_the_standalone_controller_under_twistd_stops_cleanly_on_sighup(tmp_path):
+    """``twistd namesrv-controller`` (as mqcontroller): its service's parent is twistd's Application,
+    so a check for no parent took it for the NameServer's embedded controller and left SIGHUP to
+    Python's default action: killed without a line, the store not closed."""
+    config = tmp_path / "controller.properties"
+    config.write_text(f"controllerDLegerGroup=G1\ncontrollerDLegerPeers=n0-127.0.0.1:{free_port()}\n"
+                      f"controllerDLegerSelfId=n0\ncontrollerStorePath={tmp_path / 'store'}\n")
+    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv-controller", "-c", str(config)],
+                            cwd=tmp_path, env=subprocess_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        boot = read_until(proc, "controller listening on", time.monotonic() + SUBPROCESS_TIMEOUT)
+        assert "controller listening on" in boot, boot
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGHUP)
+        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = rest.decode("utf-8", "replace")
+    assert "Received SIGHUP, shutting down." in text and "Server Shut Down" in text, text
+    assert proc.returncode == -signal.SIGHUP
+    assert "Traceback" not in boot + text
+
+
+def test_python_m_stops_cleanly_on_sighup_with_status_0(tmp_path):
+    """docs/startup.md's table: python -m ends 0 after a stop by SIGHUP, as by SIGTERM."""
+    proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)],
+                            cwd=tmp_path, env=subprocess_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
+        assert BOOT_MESSAGE in boot, boot
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGHUP)
+        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = rest.decode("utf-8", "replace")
+    assert "Received SIGHUP, shutting down." in text and proc.returncode == 0, (proc.returncode, text)
+    assert "Traceback" not in boot + text
+
+
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):
     """``nohup`` (how mqnamesrv is run) ignores SIGHUP: the server keeps serving through one."""
     proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)],

@@ -2,7 +2,8 @@
 ``twistd -n namesrv`` runs, started directly.
 
 Same options (tap.Options) and service (tap.makeService); it skips twistd's plugin scan, pid
-file and daemon machinery, so it starts faster, logs to stdout, and stops on SIGINT/SIGTERM.
+file and daemon machinery, so it starts faster, logs to stdout, and stops on SIGINT/SIGTERM/SIGHUP
+(hangup.py).
 Exit status: 0 after a stop by signal, 1 when it cannot start (one line on stderr naming the
 key and the cause, also logged), 2 for a command-line usage error (one line, and "try --help").
 """

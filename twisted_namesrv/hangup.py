@@ -10,7 +10,8 @@ signal, logged as Twisted logs the others, and ``twistd`` ends by it after the c
 
 A SIGHUP ignored when the server started stays ignored: ``nohup`` (as ``mqnamesrv`` is run, and as the
 rig's launchers run Java) sets that, and the JVM keeps it too.  A reactor that installed no signal
-handlers of its own (embedded, or a test's) gets none here either.
+handlers of its own (embedded in a program that handles SIGTERM itself) gets none here either; a
+reactor that did (twistd's, python -m's, pytest-twisted's) gets it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ log = Logger()
 
 def stop_on_hangup(reactor: Any) -> bool:
     """From now on SIGHUP stops ``reactor`` as its SIGTERM handler does; whether it was installed
-    (not when SIGHUP is ignored, already handled, or the reactor left SIGTERM to Python)."""
+    (not when SIGHUP is ignored or already handled, nor when SIGTERM is not the reactor's own: run
+    without its signal handlers, SIGTERM left to Python or to the program embedding it)."""
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
         return False
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+    own = getattr(reactor, "sigTerm", None)  # what the reactor sets for SIGTERM when it handles signals
+    if own is None or signal.getsignal(signal.SIGTERM) != own:  # not its own: the embedding program's business
         return False
 
     def hangup(number: int, frame: FrameType | None) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -81,12 +82,14 @@ class WholeWrites:
         done = 0
         while done < len(data):
             try:
-                done += self.raw.write(data[done:]) or 0
+                written = self.raw.write(data[done:])
+                if not written:  # None: a non-blocking stdout's pipe is full (trying again would spin)
+                    raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
             except OSError:
                 self.cut = self.cut or done > 0
                 raise
-            else:
-                self.cut = False
+            done += written
+            self.cut = False
         return len(data)
 
     def __getattr__(self, name: str) -> Any:
@@ -101,6 +104,14 @@ class _Whole:
     def _openFile(self) -> None:
         super()._openFile()  # type: ignore[misc]
         self._file = WholeWrites(self._file)
+
+    def write(self, data: str | bytes) -> None:
+        """Twisted's rotate closes the file, renames it, then opens a new one; when that open failed
+        (no descriptor left, the directory read-only) every later line went to the closed file, a
+        ValueError nobody counted, the log lost until a restart: the file is opened again first."""
+        if self._file.closed:
+            self._openFile()  # still failing: an OSError, the line lost and counted (LineWriter)
+        super().write(data)  # type: ignore[misc]
 
 
 class SizedLogFile(_Whole, logfile.LogFile):
@@ -259,13 +270,30 @@ def text_lines(out: IO[str] | None = None) -> LineWriter:
 def standard_output() -> Any:
     """Where a log without a file goes: stdout's descriptor, unbuffered and written whole (a line
     the disk refused is lost, not kept in a buffer to come out later under a count of lost lines);
-    ``sys.stdout`` itself when it has no descriptor (a test's capture)."""
+    ``sys.stdout`` itself when it has no descriptor (a test's capture); none at all (started with
+    stdout closed, ``>&-``: Python's sys.stdout is None) is a file that refuses every line, so the
+    lines are counted and stderr says so once, as for a full disk."""
+    if sys.stdout is None:
+        return _NoStdout()
     try:
         descriptor = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
         return sys.stdout
     sys.stdout.flush()
-    return WholeWrites(open(descriptor, "wb", buffering=0, closefd=False))  # noqa: SIM115 - stdout's, kept open
+    try:
+        return WholeWrites(open(descriptor, "wb", buffering=0, closefd=False))  # noqa: SIM115 - stdout's, kept open
+    except OSError:  # the descriptor closed since Python started
+        return _NoStdout()
+
+
+class _NoStdout:
+    """Stdout when the process has none: every write refused as writing to a closed descriptor is."""
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    def flush(self) -> None:
+        pass
 
 
 @implementer(ILogObserver)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections import Counter
 from typing import NoReturn
 
 from twisted.copyright import version as twisted_version
@@ -123,6 +124,12 @@ class Options(usage.Options):
         except ValueError:
             raise usage.UsageError(f"--controller-port: not a number: {self['controller-port']}") from None
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: the log writer's count of lines it could not write, for /metrics: made before both the service
+        #: and the observer, since twistd calls makeService before it builds its logger (python -m, after)
+        self.log_lines_lost: Counter[str] = Counter()
+
     def postOptions(self) -> None:
         self.controller_port()
         if self["log-format"] not in FORMATS:
@@ -171,7 +178,8 @@ class Options(usage.Options):
                                            self["log-rotate"], int(self["log-keep"]), self["log-level"])
         except LogOptionError as exc:
             raise SystemExit(cannot_start_line(exc)) from None
-        self.log_lines_lost = getattr(observer.observer, "lost", None)  # for /metrics (makeService hands it over)
+        if hasattr(observer.observer, "lost"):  # our LineWriter: it counts into the Counter makeService handed over
+            observer.observer.lost = self.log_lines_lost
         return observer
 
 
@@ -183,6 +191,6 @@ def makeService(options: Options):
     try:  # every file the server starts from is read here, before twistd daemonises
         return NamesrvService.from_config(options.config, controller_port=options.controller_port(),
                                           controller_bind=options["controller-bind"],
-                                          log_lines_lost=getattr(options, "log_lines_lost", None))
+                                          log_lines_lost=options.log_lines_lost)
     except CannotStart as exc:
         cannot_start(str(exc))

@@ -163,8 +163,9 @@ class ControllerService(service.MultiService):
         d = self.manager.start()  # follows the leadership before the consensus (a child) campaigns
         super().startService()  # the listener binds, if privilegedStartService did not; the scans; the consensus
         self._bound()
-        if self.parent is None and hasattr(self.reactor, "callWhenRunning"):  # standalone (embedded: the NameServer's)
-            self.reactor.callWhenRunning(stop_on_hangup, underlying(self.reactor))  # SIGHUP a clean stop, as Java's
+        if hasattr(self.reactor, "callWhenRunning"):  # SIGHUP a clean stop, as Java's (under twistd its parent is
+            # the Application, not None; embedded, the NameServer's handler came first and this one does nothing)
+            self.reactor.callWhenRunning(stop_on_hangup, underlying(self.reactor))
 
         def started(_: object) -> None:
             log.info("controller listening on {address} (group {group}, id {id}), store {store}",

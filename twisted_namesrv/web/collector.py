@@ -25,8 +25,10 @@ from ..server import PUSH_RESULTS, RemotingFactory
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath"), ("ENOSPC", "EMFILE", "EIO",
                                                                                         "EROFS")
-#: ... and namesrv_log_lines_lost
-LOG_ERRORS = ("ENOSPC", "EIO")
+#: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
+#: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
+#: at all; a series born at its first loss would be read by increase() as no loss at all
+LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath")
 LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
