@@ -374,26 +374,30 @@ def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
     assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
 
 
-def test_twistd_stops_cleanly_on_sighup_as_java_does(tmp_path):
-    """Java's JVM runs its shutdown hook on SIGHUP and exits 129; Python's default action killed the
-    server without a line (a terminal or ssh session closing, a logrotate script's kill -HUP)."""
-    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0", "--bind",
-                             "127.0.0.1", "--data-dir", str(tmp_path / "data")], cwd=tmp_path,
-                            env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def stopped_by_sighup(argv: list[str], ready: str, cwd: Path) -> tuple[int, str]:
+    """Start ``argv``, wait for ``ready`` in its output, send SIGHUP: its exit status and whole output."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=subprocess_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
-        assert BOOT_MESSAGE in boot, boot
-        time.sleep(0.5)  # the handler is installed once the reactor runs, right after the boot line
+        boot = read_until(proc, ready, time.monotonic() + SUBPROCESS_TIMEOUT)
+        assert ready in boot, boot
+        time.sleep(0.5)  # the handler is installed once the reactor runs, right after the ready line
         proc.send_signal(signal.SIGHUP)
         rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    text = rest.decode("utf-8", "replace")
+    return proc.returncode, boot + rest.decode("utf-8", "replace")
+
+
+def test_twistd_stops_cleanly_on_sighup_as_java_does(tmp_path):
+    """Java's JVM runs its shutdown hook on SIGHUP and exits 129; Python's default action killed the
+    server without a line (a terminal or ssh session closing, a logrotate script's kill -HUP)."""
+    status, text = stopped_by_sighup([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0", "--bind",
+                                      "127.0.0.1", "--data-dir", str(tmp_path / "data")], BOOT_MESSAGE, tmp_path)
     assert "Received SIGHUP, shutting down." in text and "Server Shut Down" in text, text
-    assert proc.returncode == -signal.SIGHUP  # twistd re-raises it after the clean stop: 129, as the JVM
-    assert "Traceback" not in boot + text
+    assert status == -signal.SIGHUP  # twistd re-raises it after the clean stop: 129, as the JVM
+    assert "Traceback" not in text
 
 
 def test_the_standalone_controller_under_twistd_stops_cleanly_on_sighup(tmp_path):
@@ -403,43 +407,19 @@ def test_the_standalone_controller_under_twistd_stops_cleanly_on_sighup(tmp_path
     config = tmp_path / "controller.properties"
     config.write_text(f"controllerDLegerGroup=G1\ncontrollerDLegerPeers=n0-127.0.0.1:{free_port()}\n"
                       f"controllerDLegerSelfId=n0\ncontrollerStorePath={tmp_path / 'store'}\n")
-    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv-controller", "-c", str(config)],
-                            cwd=tmp_path, env=subprocess_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    try:
-        boot = read_until(proc, "controller listening on", time.monotonic() + SUBPROCESS_TIMEOUT)
-        assert "controller listening on" in boot, boot
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGHUP)
-        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = rest.decode("utf-8", "replace")
+    status, text = stopped_by_sighup([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv-controller", "-c",
+                                      str(config)], "controller listening on", tmp_path)
     assert "Received SIGHUP, shutting down." in text and "Server Shut Down" in text, text
-    assert proc.returncode == -signal.SIGHUP
-    assert "Traceback" not in boot + text
+    assert status == -signal.SIGHUP
+    assert "Traceback" not in text
 
 
 def test_python_m_stops_cleanly_on_sighup_with_status_0(tmp_path):
     """docs/startup.md's table: python -m ends 0 after a stop by SIGHUP, as by SIGTERM."""
-    proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)],
-                            cwd=tmp_path, env=subprocess_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    try:
-        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
-        assert BOOT_MESSAGE in boot, boot
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGHUP)
-        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = rest.decode("utf-8", "replace")
-    assert "Received SIGHUP, shutting down." in text and proc.returncode == 0, (proc.returncode, text)
-    assert "Traceback" not in boot + text
+    status, text = stopped_by_sighup([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir",
+                                      str(tmp_path)], BOOT_MESSAGE, tmp_path)
+    assert "Received SIGHUP, shutting down." in text and status == 0, (status, text)
+    assert "Traceback" not in text
 
 
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):
