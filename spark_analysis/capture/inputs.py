@@ -289,6 +289,11 @@ def split_bytes(total: int, parallelism: int) -> int:
 INFLATED = 8
 
 
+def planned_bytes(file: CaptureFile) -> int:
+    """What a file weighs in a task's plan: its size, INFLATED times it when compressed (read whole)."""
+    return file.size * (INFLATED if compressed(file.path) else 1)
+
+
 def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
     """Local files as tasks of about ``size`` bytes: big files cut into ranges, small ones combined
     (a ring buffer of a file a second is thousands: a task each cost ~10 ms apiece), a compressed
@@ -302,7 +307,7 @@ def plan_tasks(files: Iterable[CaptureFile], size: int) -> list[list[Split]]:
             tasks += [[Split(file, start, min(start + size, file.size))] for start in range(0, file.size, size)]
             continue
         small.append(Split(file, 0, file.size))
-        small_bytes += file.size * (INFLATED if whole else 1)
+        small_bytes += planned_bytes(file)
         if small_bytes >= size:
             tasks.append(small)
             small, small_bytes = [], 0

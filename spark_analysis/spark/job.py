@@ -198,7 +198,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(f.size * (inputs.INFLATED if inputs.compressed(f.path) else 1) for f in whole)
+    whole_bytes = sum(map(inputs.planned_bytes, whole))
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     rest = pieces.where("tally IS NULL").drop("tally")  # conditions as SQL text: one call to the JVM each
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
