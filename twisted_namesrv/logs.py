@@ -40,6 +40,7 @@ from twisted.python.compat import ioType
 from zope.interface import implementer
 
 from .escapes import escaped
+from .state.files import errno_name
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warn", "error", "critical")
@@ -341,7 +342,7 @@ class LineWriter:
         return None
 
     def _lose(self, failed: OSError, when: float | None) -> None:
-        name = errno.errorcode.get(failed.errno or 0, "EUNKNOWN")
+        name = errno_name(failed)
         self.lost[name] += 1
         if self._gap is not None:
             since, reason, count = self._gap

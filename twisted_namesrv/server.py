@@ -32,7 +32,7 @@ from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
 from .reactor import serve_after_clients
-from .refusals import LimitLog, Refusals
+from .refusals import LimitLog, Refusals, peer_host
 from .remoting import FrameDecoder, RemotingDecodeError
 from .remoting.foreign import foreign_protocol
 
@@ -688,5 +688,5 @@ class Notifier:
 
     def _count_and_log(self, result: str, address: str, why: str) -> None:
         self.counts[result] += 1
-        self.limit_log(address.rpartition(":")[0] or address, result, "{what} to {addr} {result}: {why}",
+        self.limit_log(peer_host(address), result, "{what} to {addr} {result}: {why}",
                        what=self.what, addr=address, result=result, why=why)

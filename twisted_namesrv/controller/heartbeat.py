@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from ..state.config import KEYS_BY_NAME
 from .codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
 from .replicas import MAX_TEXT_LENGTH
 
@@ -17,7 +18,7 @@ JAVA_INT_MAX = (1 << 31) - 1
 #: brokers the live table holds at once (the NameServer's maxBrokers default): a heartbeat keeps a
 #: broker for the timeout it announces, and a closed channel ends one, so without a bound one peer
 #: could fill memory with ghosts (20,000 of them: 10.5 MB and as many log lines)
-MAX_LIVE_BROKERS = 100_000
+MAX_LIVE_BROKERS: int = KEYS_BY_NAME["maxBrokers"].default
 
 
 @dataclass(frozen=True, slots=True)
