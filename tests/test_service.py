@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -345,22 +346,16 @@ def twistd_run(tmp_path_factory):
     then SIGTERM; its exit status and the rest of its output."""
     tmp_path = tmp_path_factory.mktemp("twistd")
     data_dir = tmp_path / "data"
-    proc = subprocess.Popen([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0", "--bind",
-                             "127.0.0.1", "--data-dir", str(data_dir)], cwd=tmp_path, env=subprocess_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        boot = read_until(proc, BOOT_MESSAGE, time.monotonic() + SUBPROCESS_TIMEOUT)
-        answer = None
+    answers = []
+
+    def ask_it(boot: str) -> None:
         match = re.search(r"address 127\.0\.0\.1:(\d+)", boot)
-        if match:
-            answer = ask(int(match.group(1)), route_request("NoSuchTopic", 3))
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return {"boot": boot, "answer": answer, "rest": rest.decode("utf-8", "replace"), "returncode": proc.returncode,
+        answers.append(ask(int(match.group(1)), route_request("NoSuchTopic", 3)) if match else None)
+
+    returncode, boot, rest = stopped_by_signal([str(BIN / "twistd"), "-n", "--pidfile=", "namesrv", "--port", "0",
+                                                "--bind", "127.0.0.1", "--data-dir", str(data_dir)], BOOT_MESSAGE,
+                                               tmp_path, signal.SIGTERM, before=ask_it)
+    return {"boot": boot, "answer": answers[0] if answers else None, "rest": rest, "returncode": returncode,
             "data_dir": data_dir}
 
 
@@ -374,20 +369,34 @@ def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
     assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
 
 
-def stopped_by_sighup(argv: list[str], ready: str, cwd: Path) -> tuple[int, str]:
-    """Start ``argv``, wait for ``ready`` in its output, send SIGHUP: its exit status and whole output."""
+def stopped_by_signal(argv: list[str], ready: str, cwd: Path, sig: int,
+                      before: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+    """Start ``argv``, wait for ``ready`` in its output, call ``before`` with that output, send ``sig``:
+    its exit status, its output until ready and the rest of it."""
     proc = subprocess.Popen(argv, cwd=cwd, env=subprocess_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    boot = ""
     try:
         boot = read_until(proc, ready, time.monotonic() + SUBPROCESS_TIMEOUT)
-        assert ready in boot, boot
-        time.sleep(0.5)  # the handler is installed once the reactor runs, right after the ready line
-        proc.send_signal(signal.SIGHUP)
+        if before is not None:
+            before(boot)
+        proc.send_signal(sig)
         rest, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, boot + rest.decode("utf-8", "replace")
+    return proc.returncode, boot, rest.decode("utf-8", "replace")
+
+
+def stopped_by_sighup(argv: list[str], ready: str, cwd: Path) -> tuple[int, str]:
+    """stopped_by_signal with SIGHUP, once the handler is set (the reactor runs, right after the ready line)."""
+
+    def settled(boot: str) -> None:
+        assert ready in boot, boot
+        time.sleep(0.5)
+
+    returncode, boot, rest = stopped_by_signal(argv, ready, cwd, signal.SIGHUP, before=settled)
+    return returncode, boot + rest
 
 
 def test_twistd_stops_cleanly_on_sighup_as_java_does(tmp_path):
