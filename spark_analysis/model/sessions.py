@@ -117,9 +117,19 @@ class Sessions:
         return session_name(server, self.starts(server), t)
 
 
+#: a row names at most this many input files one by one; more are a run of the time-ordered files,
+#: named by its ends and its count (a day of ``tcpdump -G 60`` is 1,440 files: listed whole, one
+#: broker's brokers.csv cell was 47 KB, past the 32,767 characters a spreadsheet's cell holds)
+LISTED_FILES = 8
+
+
 def files_within(files: FileSpans, first: float, last: float) -> str:
-    """The input files whose records span some of [first, last], space-separated."""
-    return " ".join(path for start, end, path in files if start <= last and end >= first)
+    """The input files whose records span some of [first, last], space-separated; more than
+    LISTED_FILES, the first and the last of them: ``FIRST ... LAST (N files)``."""
+    within = [path for start, end, path in files if start <= last and end >= first]
+    if len(within) <= LISTED_FILES:
+        return " ".join(within)
+    return f"{within[0]} ... {within[-1]} ({len(within)} files)"
 
 
 class Places:

@@ -14,7 +14,7 @@ from spark_analysis.decode.rows import CONNECTION_CLOSED, cut_broker_addr
 from spark_analysis.decode.schema import EVENT_ROWS
 from spark_analysis.model.endpoints import endpoint_stories, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins
-from spark_analysis.model.sessions import Sessions, iso_time
+from spark_analysis.model.sessions import LISTED_FILES, Sessions, files_within, iso_time
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RequestCode
@@ -491,3 +491,13 @@ def test_events_go_to_the_sessions_start_of_names_cut_by_one_search_a_session() 
     nothing = Sessions(())
     assert [(start, first, after) for start, first, after in nothing.runs_of(SERVER, [5.0, 6.0])] == [
         (nothing.start_of(SERVER, 5.0), 0, 1), (nothing.start_of(SERVER, 6.0), 1, 2)]
+
+
+def test_a_row_over_many_rotated_files_names_their_ends_and_count() -> None:
+    """A broker's input over a day of one-minute rotation: the first and last file and how many,
+    not 1,440 paths in one cell; up to LISTED_FILES are each named."""
+    files = tuple((60.0 * n, 60.0 * n + 59, f"cap_{n:04}.pcap") for n in range(1440))
+    listed = " ".join(f"cap_{n:04}.pcap" for n in range(LISTED_FILES))
+    assert files_within(files, 0, 60.0 * (LISTED_FILES - 1)) == listed
+    assert files_within(files, 100.0, 86_000.0) == "cap_0001.pcap ... cap_1433.pcap (1433 files)"
+    assert files_within(files, 90_000.0, 95_000.0) == ""
