@@ -789,3 +789,20 @@ def cli_seconds(text: str) -> float:
     from tests.spark.truth_check import seconds
 
     return seconds(text)
+
+
+def test_a_page_over_many_input_files_lists_those_with_a_problem_and_the_rest_a_click_away() -> None:
+    """A day of one-minute rotation: the page counts the files, lists the ones with a problem open
+    and every file inside <details>, so the pictures are not 1,440 table rows down the page."""
+    def row(n: int, problem: str | None = None) -> dict:
+        return {"path": f"cap_{n:04}.pcap", "size": 24 if problem else 9_000, "link_type": "ETHERNET",
+                "records": 0 if problem else 10, "first": None, "last": None, "problem": problem}
+
+    rows = [row(n, "empty" if n in (7, 700) else None) for n in range(1440)]
+    section = report._inputs({"files": rows, "periods": [], "gaps": []})
+    shown, every = section.split("<details>")
+    assert "1,440 files, 14,380 records, 2 with a problem:" in shown
+    assert shown.count("<tr class='problem'>") == 2 and "cap_0001.pcap" not in shown
+    assert every.count("<tr class=") == 1440
+    few = report._inputs({"files": rows[:report.FILES_SHOWN], "periods": [], "gaps": []})
+    assert "<details>" not in few and few.count("<tr class=") == report.FILES_SHOWN
