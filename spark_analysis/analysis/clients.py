@@ -8,8 +8,6 @@ adds the tallies up and makes one row per client. Pure (pyarrow).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter
 from typing import Any
 
@@ -77,12 +75,3 @@ def client_rows(tally: Counter[Any]) -> list[dict[str, Any]]:
         found.append({column: row.get(column) for column in CLIENT_COLUMNS} | {
             "language": language, "version": version, "role": "broker" if row["registrations"] else "client"})
     return found
-
-
-def clients_csv(rows: list[dict[str, Any]]) -> bytes:
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(CLIENT_COLUMNS)
-    for row in rows:
-        writer.writerow(["" if row[column] is None else row[column] for column in CLIENT_COLUMNS])
-    return text.getvalue().encode()

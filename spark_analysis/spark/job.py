@@ -90,7 +90,7 @@ from spark_analysis.model.tally import Tally
 from spark_analysis.model.translated import translated_copies
 from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
-from spark_analysis.output.brokers import brokers_csv
+from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
 from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
@@ -262,7 +262,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     registered = liveness.registered()
     write_bytes(spark, f"{out}/{inputs.BROKERS_FILE}", brokers_csv(registered))
     counts["brokers"] = len(registered)
-    write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients.clients_csv(talkers))
+    write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
     findings.calls_at(tally.groups, {row["endpoint"] for row in found_endpoints
