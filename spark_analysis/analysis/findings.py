@@ -31,6 +31,7 @@ from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add
 from spark_analysis.model.translated import Translated
+from twisted_namesrv.escapes import escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 from twisted_namesrv.remoting.foreign import HTTP, TLS
@@ -575,6 +576,10 @@ def _subject(item: Item) -> str | None:
 
 
 def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
+    """One finding of ``items``; its line and theirs with every control character shown escaped
+    (escapes.py, as the server's log shows them): they name what peers chose (brokers, clusters,
+    topics, remarks), and a raw ESC or CR in one rewrote the data engineer's terminal from the
+    console's lines; the evidence's own fields keep every value exact."""
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
@@ -582,7 +587,9 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
                     f"{_tally(failed, 'topic', clients=True)}")
-    return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": message,
+    for item in items:
+        item["message"] = escaped(item["message"])
+    return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": escaped(message),
             "evidence": items}
 
 

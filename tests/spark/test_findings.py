@@ -806,3 +806,20 @@ def test_a_page_over_many_input_files_lists_those_with_a_problem_and_the_rest_a_
     assert every.count("<tr class=") == 1440
     few = report._inputs({"files": rows[:report.FILES_SHOWN], "periods": [], "gaps": []})
     assert "<details>" not in few and few.count("<tr class=") == report.FILES_SHOWN
+
+
+def test_a_peer_s_control_characters_are_shown_escaped_in_the_findings_lines() -> None:
+    """A broker registered as ``b\\x1b[2J\\x1b[31mRED\\r`` in a cluster ``C\\x1b]0;pwned\\x07``: the
+    console printed the findings' lines raw, and the data engineer's terminal cleared, recoloured
+    and retitled itself. The lines show each control character escaped, as the server's log does;
+    the evidence's own fields keep the names exact."""
+    cluster, name = "C\x1b]0;pwned\x07", "b\x1b[2J\x1b[31mRED\r"
+    said = [{"kind": "crc_failure", "severity": "critical", "broker": f"{cluster} / {name} / 0", "count": n,
+             "cluster": cluster, "broker_name": name,
+             "message": f"{cluster} / {name}-{n} / 0 (MASTER): 1 registration(s) failed the body CRC"}
+            for n in (1, 2)]
+    (problem,) = findings_module.attention(said)["findings"]
+    lines = [problem["message"], *(item["message"] for item in problem["evidence"])]
+    assert all(line.isprintable() for line in lines), lines
+    assert "C\\x1b]0;pwned\\x07 / b\\x1b[2J\\x1b[31mRED\\r-1" in problem["evidence"][0]["message"]
+    assert {item["broker_name"] for item in problem["evidence"]} == {name}
