@@ -80,7 +80,8 @@ class DataVersion:
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> DataVersion:
         obj = obj or {}
-        return cls(int(obj.get("timestamp", 0)), int(obj.get("counter", 0)), int(obj.get("stateVersion", 0)))
+        fields = (obj.get("timestamp", 0), obj.get("counter", 0), obj.get("stateVersion", 0))
+        return cls(*fastjson.java_numbers(fields, fastjson.JAVA_LONG))
 
 
 def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[BrokerData],
