@@ -7,6 +7,8 @@ real topic took it away from every producer and consumer."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.test_processor import Namesrv
@@ -68,3 +70,31 @@ def test_the_route_of_a_real_topic_stays_readable(tmp_path):
     assert answer.code == ResponseCode.SYSTEM_ERROR
     route = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
     assert route.code == 0 and b"evil" not in route.body and b"9999" not in route.body
+
+
+@pytest.mark.parametrize("field", INT_FIELDS)
+def test_register_topic_in_namesrv_refuses_a_queue_number_past_an_int(tmp_path, field):
+    """REGISTER_TOPIC_IN_NAMESRV (217, any peer's without ACL) adds queues to a route as a broker's
+    registration does: its QueueData's ints are Java's too."""
+    ns = Namesrv(tmp_path)
+    queue = {"brokerName": "evil", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSysFlag": 0}
+    body = json.dumps({"queueDatas": [dict(queue, **{field: 10**4000})]}).encode()
+    answer = ns.call(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T"}, body)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+@pytest.mark.parametrize(("name", "value"), [("totalQueues", 2**31), ("epoch", 2**63), ("currIdMap", {"0": 2**31}),
+                                             ("currIdMap", {str(2**31): 0})])
+def test_a_static_topic_s_mapping_past_java_s_types_is_refused(name, value):
+    """TopicQueueMappingInfo: totalQueues an int, epoch a long, currIdMap ints to ints; the mappings
+    are served in routes (topicQueueMappingByBroker) and kept for good."""
+    info = {"topic": "T", "scope": "s", "totalQueues": 1, "bname": "b", "epoch": 1, "dirty": False,
+            "currIdMap": {"0": 0}}
+    info[name] = value
+    body = json.dumps({"topicConfigSerializeWrapper": {
+        "topicConfigTable": {"T": {"topicName": "T"}, "U": {"topicName": "U"}},
+        "dataVersion": {"counter": 1, "timestamp": 1}, "topicQueueMappingInfoMap": {"T": info}},
+        "filterServerList": []}).encode()
+    with pytest.raises(RegisterBodyError):
+        decode_register_body(body, False, V5_3_3)
