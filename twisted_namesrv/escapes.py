@@ -41,9 +41,15 @@ def _escape(match: re.Match[str]) -> str:
 def escaped(value: Any) -> str:
     """``str(value)`` with every control character as a visible escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
     text = str(value)
-    if text.isascii() and text.isprintable():  # (what CONTROLS finds in ASCII: C0 and DEL, unprintable)
-        return text  # most text, a log line per registration among it: a sixth of the search's CPU
-    return CONTROLS.sub(_escape, text) if CONTROLS.search(text) else text
+    return CONTROLS.sub(_escape, text) if has_controls(text) else text
+
+
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a character ``escaped`` shows as an escape.  Printable ASCII (what CONTROLS
+    finds in ASCII is C0 and DEL, unprintable) is answered without the search, about 80 µs for 512
+    characters: most text, a log line per registration among it (a sixth of the search's CPU), and
+    every label of /metrics (2,000 brokers of 512-character names: 28,000 searches, 2.3 s a scrape)."""
+    return not (text.isascii() and text.isprintable()) and CONTROLS.search(text) is not None
 
 
 def json_escaped(text: str) -> str:

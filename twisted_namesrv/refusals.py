@@ -32,7 +32,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                    "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
                    "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length", "max_brokers"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
-             "request_body", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
+             "request_body", "bad_request", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
 }
 
 

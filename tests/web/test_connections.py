@@ -272,3 +272,46 @@ async def test_answers_a_peer_does_not_read_count_against_the_memory_budget(monk
         if not site.channels:
             break
     assert budget.held == 0 and budget.holders == {}
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 1_000_000 + b"\r\n\r\n",  # a header of 1 MB
+    b"GET /api/topics?" + b"&".join(b"k%d=v" % i for i in range(100_000)) + b" HTTP/1.1\r\n\r\n",  # 100k keys
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # HTTP/2's preface (no h2 here)
+    b"GET /api/kv\r\n\r\n",  # HTTP/0.9
+    b"GET /\x1b[31m HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 600 + b"\r\n",  # more header lines than Twisted takes
+])
+def test_a_request_twisted_cannot_parse_is_a_refusal(request_bytes):
+    """Twisted answers a request it cannot parse 400 and closes: a line of 16 KiB or more (a header
+    of 1 MB, a query of 100k keys), too many headers, a request line it cannot read, two lengths.
+    Before, that close was silent: no line, no count, so a scanner or a smuggling attempt left no
+    trace while every other refusal of the HTTP side is one."""
+    h = Harness()
+    channel, transport = h.connect()
+    channel.dataReceived(request_bytes)
+    assert transport.value().startswith(b"HTTP/1.1 400") and not transport.connected
+    assert h.counts() == {"bad_request": 1}
+
+
+def test_a_head_request_writes_no_log_line(monkeypatch):
+    """Twisted logged an info line for every HEAD request a resource answered with a body (all of
+    ours: they render GET's), the request line inside it: 10,000 ``HEAD /healthz?a…`` of 8 KB from
+    one unauthenticated client wrote 76 MB of log in 39 s.  HEAD gets GET's headers, no body, no line."""
+    events = []
+    from twisted.logger import globalLogPublisher
+
+    globalLogPublisher.addObserver(events.append)
+    try:
+        h = Harness()
+        channel, transport = h.connect()
+        channel.dataReceived(b"HEAD /?" + b"a" * 8000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        channel.dataReceived(GET)
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    head, get = transport.value().split(b"HTTP/1.1 200")[1:]
+    assert b"Content-Length: 4\r\n" in head and head.endswith(b"\r\n\r\n") and get.endswith(b"page")
+    assert [event for event in events if "HEAD" in event.get("log_format", "")] == []
+    assert h.counts() == {}

@@ -14,6 +14,7 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,23 @@ def json_body(addr: str, response: RemotingCommand) -> Any:
         return fastjson.loads(response.body)
     except ValueError as exc:
         raise TransportError(f"{addr}: answer body is not JSON: {exc}") from None
+
+
+#: what reading an answer of another shape than a NameServer's raises: a list where an object is
+#: (AttributeError), a string for a table (TypeError), a broker id of 5,000 digits (ValueError)
+SHAPE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)
+
+
+@contextmanager
+def answer_read(addr: str, what: str) -> Iterator[None]:
+    """Reading ``addr``'s answer to ``what``: one not shaped as a NameServer's (a broken one, another
+    program on its port, a hostile one) is a TransportError naming the server and the answer, the
+    one line the CLI prints (escaped), never a traceback; the peers view counts it as that peer's."""
+    try:
+        yield
+    except SHAPE_ERRORS as exc:
+        raise TransportError(f"{addr}: its answer to {what} is not shaped as a NameServer's "
+                             f"({type(exc).__name__}: {exc})") from None
 
 
 class _ClosedUnanswered(TransportError):

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import properties
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, json_body
+from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, answer_read, json_body
 from .terminal import json_text, printable
 
 
@@ -41,12 +41,13 @@ def cluster_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     addr, response = namesrvs.ask_any(RequestCode.GET_BROKER_CLUSTER_INFO)
     info = json_body(addr, response)
     rows: list[tuple[Any, ...]] = [("#Cluster Name", "#Broker Name", "#BID", "#Addr")]
-    brokers = info.get("brokerAddrTable") or {}
-    clusters = info.get("clusterAddrTable") or {}
-    for cluster in sorted(clusters):
-        for name in sorted(clusters[cluster] or []):
-            addrs = (brokers.get(name) or {}).get("brokerAddrs") or {}
-            rows += [(cluster, name, bid, addrs[bid]) for bid in sorted(addrs, key=int)]
+    with answer_read(addr, "GET_BROKER_CLUSTER_INFO"):
+        brokers = info.get("brokerAddrTable") or {}
+        clusters = info.get("clusterAddrTable") or {}
+        for cluster in sorted(clusters):
+            for name in sorted(clusters[cluster] or []):
+                addrs = (brokers.get(name) or {}).get("brokerAddrs") or {}
+                rows += [(cluster, name, bid, addrs[bid]) for bid in sorted(addrs, key=int)]
     return Outcome(info, table((16, 22, 4, 22), rows))
 
 
@@ -63,8 +64,9 @@ def topic_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     else:
         addr, response = namesrvs.ask_any(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": args.cluster})
     body = json_body(addr, response)
-    topics = sorted(body.get("topicList") or [])
-    return Outcome(dict(body, topicList=topics), "\n".join(map(printable, topics)))
+    with answer_read(addr, "the topic list"):
+        topics = sorted(body.get("topicList") or [])
+        return Outcome(dict(body, topicList=topics), "\n".join(map(printable, topics)))
 
 
 def get_kv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
@@ -76,8 +78,9 @@ def get_kv_config(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
 
 def get_kv_list(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:
     addr, response = namesrvs.ask_any(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": args.namespace})
-    kv = json_body(addr, response).get("table") or {}
-    rows = [("#Key", "#Value"), *sorted(kv.items())]
+    with answer_read(addr, "GET_KVLIST_BY_NAMESPACE"):
+        kv = json_body(addr, response).get("table") or {}
+        rows = [("#Key", "#Value"), *sorted(kv.items())]
     return Outcome({"namespace": args.namespace, "table": kv}, table((50, 0), rows))
 
 
@@ -209,7 +212,8 @@ def _write_perm(namesrvs: Namesrvs, broker: str, code: int, verb: str, count_nam
 def _registered(client: NamesrvClient, broker: str) -> bool:
     """Whether ``broker`` is a broker name of the NameServer's cluster info (brokerAddrTable)."""
     info = json_body(client.addr, client.call_ok(RequestCode.GET_BROKER_CLUSTER_INFO))
-    return broker in (info.get("brokerAddrTable") or {})
+    with answer_read(client.addr, "GET_BROKER_CLUSTER_INFO"):
+        return broker in (info.get("brokerAddrTable") or {})
 
 
 def wipe_write_perm(namesrvs: Namesrvs, args: argparse.Namespace) -> Outcome:

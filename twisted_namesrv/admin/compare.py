@@ -30,7 +30,7 @@ from typing import Any
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.codes import V5_0_0, version_name
-from .client import NamesrvClient, ResponseError, json_body
+from .client import NamesrvClient, ResponseError, answer_read, json_body
 from .terminal import printable
 
 PRESENT = "present"
@@ -115,18 +115,30 @@ def snapshot_asks(addr: str, data_versions: bool = False) -> Asking:
     info = json_body(addr, answer)
     topics = json_body(addr, (yield from _ok(addr, Ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))))
     paths: dict[Path, Any] = {}
-    for cluster, names in (info.get("clusterAddrTable") or {}).items():
-        paths[("cluster", cluster)] = PRESENT
-        paths.update({("cluster", cluster, "broker", name): PRESENT for name in names or []})
-    for name, broker in (info.get("brokerAddrTable") or {}).items():
-        paths[("broker", name)] = PRESENT
-        paths.update(_broker_paths(("broker", name), broker))
-        if data_versions:
-            paths.update((yield from _data_versions(addr, name, broker)))
-    for topic in topics.get("topicList") or []:
-        paths[("topic", topic)] = PRESENT
-        paths.update((yield from _route_paths(addr, topic)))
+    with answer_read(addr, "the cluster info, the topic list or a route"):  # a hostile peer's: one error
+        for cluster, names in (info.get("clusterAddrTable") or {}).items():
+            paths[("cluster", cluster)] = PRESENT
+            paths.update({("cluster", cluster, "broker", name): PRESENT for name in names or []})
+        for name, broker in (info.get("brokerAddrTable") or {}).items():
+            paths[("broker", name)] = PRESENT
+            paths.update(_broker_paths(("broker", name), broker))
+            if data_versions:
+                paths.update((yield from _data_versions(addr, name, broker)))
+        for topic in topics.get("topicList") or []:
+            paths[("topic", topic)] = PRESENT
+            paths.update((yield from _route_paths(addr, topic)))
+        _comparable(paths)
     return Snapshot(paths, answer.version)
+
+
+def _comparable(paths: dict[Path, Any]) -> None:
+    """``differences`` orders the paths and hashes the values: a name that is neither text nor a
+    number, or a value that is a list or a table, would raise there, after the reading; raised here,
+    it is the reading's (``answer_read``)."""
+    for path, value in paths.items():
+        hash(value)
+        if not all(isinstance(part, (str, int)) for part in path):
+            raise TypeError(f"a name that is neither text nor a number in {path!r}")
 
 
 def _broker_paths(prefix: Path, broker: dict[str, Any]) -> dict[Path, Any]:

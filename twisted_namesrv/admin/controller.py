@@ -12,7 +12,7 @@ from .. import properties
 from ..controller.codes import ControllerRequestCode as Req
 from ..controller.codes import ControllerResponseCode as Code
 from ..remoting import RemotingCommand
-from .client import AdminError, NamesrvClient, Namesrvs, json_body
+from .client import AdminError, NamesrvClient, Namesrvs, answer_read, json_body
 from .commands import Outcome
 
 
@@ -60,7 +60,11 @@ def get_sync_state_set(controllers: Namesrvs, args: argparse.Namespace) -> Outco
     names = [n.strip() for n in args.broker.split(",") if n.strip()]
     body = ("[" + ",".join(f'"{n}"' for n in names) + "]").encode()
     response = _ok(leader, Req.CONTROLLER_GET_SYNC_STATE_DATA, body=body)
-    table = json_body(leader.addr, response).get("replicasInfoTable") or {}
+    with answer_read(leader.addr, "CONTROLLER_GET_SYNC_STATE_DATA"):
+        return _sync_state_sets(json_body(leader.addr, response).get("replicasInfoTable") or {}, names)
+
+
+def _sync_state_sets(table: dict[str, Any], names: list[str]) -> Outcome:
     lines: list[str] = []
     for name, info in table.items():
         lines += ["", f"#brokerName\t{name}", f"#MasterBrokerId\t{info.get('masterBrokerId')}",

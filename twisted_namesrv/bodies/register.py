@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, NamedTuple, Protocol
+from typing import Annotated, Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -47,25 +47,31 @@ def too_many_topics(count: int, max_topics: int, what: str = "topics") -> Regist
                                f"its table lists {count} {what}, over maxTopicsPerBroker ({max_topics})")
 
 
+#: a TopicConfig's int field: the typed decoding refuses a number past Java's int (the lenient one
+#: then refuses it too: fastjson.java_numbers)
+JavaInt = Annotated[int, msgspec.Meta(ge=fastjson.JAVA_INT[0], le=fastjson.JAVA_INT[1])]
+
+
 class TopicConfig(msgspec.Struct, gc=False):
     """One topic of a broker's table. A msgspec Struct so that a JSON body decodes straight into
     it (a dict per topic first was most of a big registration's pause); gc=False: it holds no
     cycles, and 100k of them are not worth the collector's visits."""
 
     topicName: str
-    readQueueNums: int = 16
-    writeQueueNums: int = 16
-    perm: int = 6
+    readQueueNums: JavaInt = 16
+    writeQueueNums: JavaInt = 16
+    perm: JavaInt = 6
     topicFilterType: str = "SINGLE_TAG"
-    topicSysFlag: int = 0
+    topicSysFlag: JavaInt = 0
     order: bool = False
     attributes: dict[str, str] | None = None
 
     @classmethod
     def from_json(cls, name: str, obj: dict[str, Any]) -> TopicConfig:
-        return cls(str(obj.get("topicName") or name), int(obj.get("readQueueNums", 16)),
-                   int(obj.get("writeQueueNums", 16)), int(obj.get("perm", 6)),
-                   str(obj.get("topicFilterType", "SINGLE_TAG")), int(obj.get("topicSysFlag", 0)),
+        reads, writes, perm, flag = fastjson.java_numbers((obj.get("readQueueNums", 16), obj.get("writeQueueNums", 16),
+                                                           obj.get("perm", 6), obj.get("topicSysFlag", 0)))
+        return cls(str(obj.get("topicName") or name), reads, writes, perm,
+                   str(obj.get("topicFilterType", "SINGLE_TAG")), flag,
                    bool(obj.get("order", False)), obj.get("attributes"))
 
     def bean(self, v5: bool) -> dict[str, Any]:
@@ -89,7 +95,8 @@ class TopicConfig(msgspec.Struct, gc=False):
         tokens = text.split(" ")
         if len(tokens) == 5:  # the 4.9.8 line: no attributes
             try:
-                return cls(tokens[0], int(tokens[1]), int(tokens[2]), int(tokens[3]), tokens[4])
+                reads, writes, perm = fastjson.java_numbers(tokens[1:4])
+                return cls(tokens[0], reads, writes, perm, tokens[4])
             except ValueError:
                 raise RegisterBodyError(f"bad topic config line {text!r}") from None
         tokens = text.rstrip(" ").split(" ")
@@ -103,7 +110,8 @@ class TopicConfig(msgspec.Struct, gc=False):
             except ValueError:
                 attributes = None
         try:
-            return cls(tokens[0], int(tokens[1]), int(tokens[2]), int(tokens[3]), tokens[4], attributes=attributes)
+            reads, writes, perm = fastjson.java_numbers(tokens[1:4])
+            return cls(tokens[0], reads, writes, perm, tokens[4], attributes=attributes)
         except ValueError:
             raise RegisterBodyError(f"bad topic config line {text!r}") from None
 

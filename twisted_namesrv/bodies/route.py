@@ -45,8 +45,9 @@ class QueueData(msgspec.Struct, gc=False, frozen=True):
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> QueueData:
-        return cls(str(obj["brokerName"]), int(obj.get("readQueueNums", 0)), int(obj.get("writeQueueNums", 0)),
-                   int(obj.get("perm", 0)), int(obj.get("topicSysFlag", 0)))
+        reads, writes, perm, flag = fastjson.java_numbers((obj.get("readQueueNums", 0), obj.get("writeQueueNums", 0),
+                                                           obj.get("perm", 0), obj.get("topicSysFlag", 0)))
+        return cls(str(obj["brokerName"]), reads, writes, perm, flag)
 
 
 @dataclass(slots=True)
@@ -80,7 +81,8 @@ class DataVersion:
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> DataVersion:
         obj = obj or {}
-        return cls(int(obj.get("timestamp", 0)), int(obj.get("counter", 0)), int(obj.get("stateVersion", 0)))
+        fields = (obj.get("timestamp", 0), obj.get("counter", 0), obj.get("stateVersion", 0))
+        return cls(*fastjson.java_numbers(fields, fastjson.JAVA_LONG))
 
 
 def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[BrokerData],
@@ -149,6 +151,8 @@ def int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
 MAPPING_INFO_FIELDS: dict[str, tuple[type, ...]] = {
     "bname": (str,), "currIdMap": (dict,), "dirty": (bool,), "epoch": (int,), "scope": (str,), "topic": (str,),
     "totalQueues": (int,)}
+#: the Java ranges of its numbers: totalQueues an int, epoch a long (currIdMap's ids are ints)
+MAPPING_INFO_RANGES = {"epoch": fastjson.JAVA_LONG, "totalQueues": fastjson.JAVA_INT}
 
 
 def queue_mapping_info(obj: Any) -> dict[str, Any]:
@@ -166,10 +170,13 @@ def queue_mapping_info(obj: Any) -> dict[str, Any]:
             continue
         if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
             raise ValueError(f"TopicQueueMappingInfo.{name} is {type(value).__name__}")
+        if name in MAPPING_INFO_RANGES:
+            fastjson.java_numbers((value,), MAPPING_INFO_RANGES[name])
         info[name] = value
     if "currIdMap" in info and info["currIdMap"] is not None:
         ids = int_keys(info["currIdMap"])
         if not all(isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool) for k, v in ids.items()):
             raise ValueError("TopicQueueMappingInfo.currIdMap maps queue ids to queue ids (integers)")
+        fastjson.java_numbers((*ids, *ids.values()))
         info["currIdMap"] = ids
     return info

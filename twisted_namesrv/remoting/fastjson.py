@@ -39,6 +39,23 @@ def _standard_string(text: str) -> str:
     return _LOWER_HEX_ESCAPE.sub(lambda m: m.group(1) + "\\u" + m.group(2).upper(), escaped)
 
 
+#: the range of Java's int and long fields, as (least, greatest)
+JAVA_INT = (-(1 << 31), (1 << 31) - 1)
+JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
+
+
+def java_numbers(values: Iterable[Any], bounds: tuple[int, int] = JAVA_INT) -> list[int]:
+    """Int (``JAVA_INT``) or long (``JAVA_LONG``) fields as fastjson fills them from JSON values:
+    ``int()`` of a number, a numeric string or a boolean, and a ValueError past the fields' range, as
+    fastjson refuses an int overflow (Python keeps any number: a 4,000-digit ``perm`` was served in
+    routes no Java client could read).  Builtins only: a registration reads three a DataVersion."""
+    numbers = list(map(int, values))
+    if numbers and (min(numbers) < bounds[0] or max(numbers) > bounds[1]):
+        kind = "an int" if bounds == JAVA_INT else "a long"
+        raise ValueError(f"{max(numbers, key=abs)!s:.40} is out of the range of {kind} (Java's)")
+    return numbers
+
+
 def java_utf8(text: str) -> bytes:
     """String.getBytes(UTF_8): a lone surrogate (JSON can carry one) becomes '?', never an error."""
     return text.encode("utf-8", "replace")

@@ -14,7 +14,7 @@ from twisted.copyright import version as twisted_version
 from .. import __version__
 from ..audit import RESULTS
 from ..context import NamesrvState
-from ..escapes import CONTROLS, escaped
+from ..escapes import escaped, has_controls
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..observations import Observations
@@ -294,7 +294,7 @@ class EscapedRegistry(CollectorRegistry):
 
     def collect(self) -> Iterator[Metric]:
         for metric in super().collect():
-            if any(CONTROLS.search(value) for sample in metric.samples for value in sample.labels.values()):
+            if any(has_controls(value) for sample in metric.samples for value in sample.labels.values()):
                 metric.samples = [sample._replace(labels={name: escaped(text) for name, text in sample.labels.items()})
                                   for sample in metric.samples]
             yield metric

@@ -5,18 +5,19 @@ closed too (a slowloris that trickles headers resets no idle timer here).
 
 Twisted's own default is one idle timeout of 12 hours and no cap: 300 idle connections under
 ``ulimit -n 256`` took every descriptor, so remoting accepts, KV writes (EMFILE) and /healthz failed.
-With the cap reached, or the process's descriptor reserve short (budget.py: FdBudget, applied by
-the port: server.py's Admission), a new connection takes the place of the one idle longest
+With the cap reached, or the process's descriptor reserve short (budget.py: FdBudget, applied by the
+port: server.py's Admission), a new connection takes the place of the one idle longest
 (``make_room``): browsers and Prometheus reconnect without a word, and the kubelet's probe gets in
-past idle peers; with none idle it is refused.  Every close for these limits is a refusal, logged
-and counted on the ``http`` listener: ``max_connections``, ``idle`` (a connection closed before it
-sent one whole request), ``request_timeout``; a keep-alive connection that served its requests and
-went quiet is closed without one (that is how HTTP connections end).  Requests pipelined behind one
-whose answer the peer does not read wait until it does (``pauseProducing``), so one connection holds at
-most its transport's buffer, one answer and 64 KiB of requests read ahead (PIPELINED_MAX), and costs no
-more than that in CPU.  What it holds beyond Twisted's own write buffer -- an answer the peer does
-not read -- counts against the server's memory budget (budget.py, ``receiveMemoryBudget``) with
-the remoting peers': over it, the peers holding the most are closed first (``memory_budget``).
+past idle peers; with none idle it is refused. Every close for these limits is a refusal, logged and
+counted on the ``http`` listener: ``max_connections``, ``idle`` (a connection closed before it sent
+one whole request), ``request_timeout``, ``bad_request`` (one Twisted cannot parse, answered 400); a
+keep-alive connection that served its requests and went quiet is closed without one (that is how
+HTTP connections end). Requests pipelined behind one whose answer the peer does not read wait until
+it does (``pauseProducing``), so one connection holds at most its transport's buffer, one answer and
+64 KiB of requests read ahead (PIPELINED_MAX), and costs no more than that in CPU. What it holds
+beyond Twisted's own write buffer -- an answer the peer does not read -- counts against the server's
+memory budget (budget.py, ``receiveMemoryBudget``) with the remoting peers': over it, the peers
+holding the most are closed first (``memory_budget``).
 Before, 20 connections each asking ``/metrics`` of 5,000 broker groups (17.6 MB) and reading
 nothing held 370 MB, and ``httpMaxConnections`` (128) of them would have held 2.2 GB.
 """
@@ -85,6 +86,22 @@ class BoundedChannel(http.HTTPChannel):
             self.loseConnection()
             return
         super().allHeadersReceived()
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        """A request line or header line of 16 KiB or more (Twisted's MAX_LENGTH: a header of 1 MB, a
+        query of 100k keys): Twisted closed the connection without a word."""
+        self._respondToBadRequestAndDisconnect()
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        """A request Twisted cannot parse (its line, a header, too many headers, two lengths, a length
+        and a chunked body) is answered 400 and closed by Twisted, and is a refusal here
+        (``bad_request``); nothing more of the connection is read."""
+        self.site.refuse("bad_request", self, "a request that does not parse as HTTP/1.1 (a line of {most} bytes "
+                         "or more, more than {lines} header lines, a bad request line or header), answered 400, "
+                         "closing the connection", most=self.MAX_LENGTH, lines=self.maxHeaders)
+        self._cancel_deadline()
+        self.dataReceived = self.rawDataReceived = self.lineReceived = _ignored  # type: ignore[method-assign]
+        super()._respondToBadRequestAndDisconnect()
 
     def allContentReceived(self) -> None:
         self._cancel_deadline()
@@ -177,10 +194,36 @@ class BoundedChannel(http.HTTPChannel):
         super().connectionLost(reason)
 
 
+class HeadRequest(server.Request):
+    """A request whose HEAD is answered with GET's headers (Content-Length included) and no body,
+    without a log line: Twisted logs one at info for every HEAD a resource answers with a body (all of
+    ours render GET's), the request line in it, and any peer may send them to the public paths (10,000
+    ``HEAD /healthz?a…`` of 8 KB from one client wrote 76 MB of log in 39 s)."""
+
+    def render(self, resrc: resource.IResource) -> None:
+        super().render(_Headless(resrc) if self.method == b"HEAD" else resrc)
+
+
+class _Headless(resource.Resource):
+    """``inner`` rendered for a HEAD: its body's length said, the body left out (Twisted writes none)."""
+
+    def __init__(self, inner: Any) -> None:  # an IResource (whose zope methods take no self, to mypy)
+        super().__init__()
+        self.inner = inner
+
+    def render(self, request: server.Request) -> Any:
+        body = self.inner.render(request)
+        if isinstance(body, bytes) and body:
+            request.setHeader(b"Content-Length", b"%d" % len(body))
+            return b""
+        return body
+
+
 class BoundedSite(server.Site):
     """A Site whose connections are BoundedChannels, counted and capped."""
 
     protocol = BoundedChannel
+    requestFactory = HeadRequest
 
     def __init__(self, root: resource.Resource, refusals: Refusals, max_connections: int = 0,
                  idle_timeout: float = 0, request_timeout: float = 0, reactor: Any = None,
