@@ -35,6 +35,7 @@ def count_rows(tally: Tally, kind: str, rows: pa.StructArray) -> None:
                                            pc.invert(pc.fill_null(rows.field("cut"), False)))).as_py() or 0
         tally.latencies.update(latency.count_calls(rows))
         findings.note_calls(tally.groups, rows)
+        findings.note_routes_found(tally.routes_found, rows)
         findings.note_served(tally.served, rows)
         clients.count_calls(tally.clients, rows)
     elif kind == CONTROLLER:

@@ -29,7 +29,7 @@ from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
-from spark_analysis.model.tally import Groups, add
+from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.escapes import escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
@@ -42,8 +42,6 @@ SLOW_MS = 1000.0
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
 #: connections of which a capture of one direction holds one side only, by (server, the side not captured)
 UNHEARD = "unheard"
-#: route lookups answered with a route, by topic: when a topic was known (a lookup before that is no warning)
-ROUTE_FOUND = "route_found"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
 Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -97,7 +95,6 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
         for row in pc.filter(calls, mask).to_pylist():
             worst = (row["latency_ms"], row["ts"], row["client"]) if group == SLOW else None
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
-    _note_routes_found(groups, calls)
 
 
 def calls_at(groups: Groups, servers: set[str]) -> None:
@@ -114,15 +111,17 @@ def calls_at(groups: Groups, servers: set[str]) -> None:
         groups[group] = kept.get(group, {})
 
 
-def _note_routes_found(groups: Groups, calls: pa.StructArray) -> None:
-    """Lookups answered with a route, by topic (count, first, last): one row per topic, however many."""
-    found = pc.and_(pc.fill_null(pc.equal(calls.field("code"), int(RequestCode.GET_ROUTEINFO_BY_TOPIC)), False),
-                    pc.fill_null(pc.equal(calls.field("response_code"), 0), False))
-    if not pc.any(found).as_py():
+def note_routes_found(found: dict[Any, float], calls: pa.StructArray) -> None:
+    """Note a batch of schema.CALL_ROWS' route lookups answered with a route: by topic, the first
+    (Tally.routes_found): when a topic was known, and a lookup before that is no warning."""
+    served = pc.and_(pc.fill_null(pc.equal(calls.field("code"), int(RequestCode.GET_ROUTEINFO_BY_TOPIC)), False),
+                     pc.fill_null(pc.equal(calls.field("response_code"), 0), False))
+    if not pc.any(served).as_py():
         return
-    table = pa.table({"topic": calls.field("topic"), "ts": calls.field("ts")}).filter(found)
-    for row in table.group_by("topic").aggregate([("ts", "min"), ("ts", "max"), ([], "count_all")]).to_pylist():
-        add(groups, ROUTE_FOUND, (row["topic"],), row["count_all"], row["ts_min"], row["ts_max"])
+    table = pa.table({"topic": calls.field("topic"), "ts": calls.field("ts")}).filter(served)
+    first = table.group_by("topic").aggregate([("ts", "min")])
+    merge_earliest(found, dict(zip(first.column("topic").to_pylist(), first.column("ts_min").to_pylist(),
+                                   strict=True)))
 
 
 def note_served(served: Counter[Any], calls: pa.StructArray) -> None:
@@ -248,12 +247,13 @@ def _input_severity(f: Item) -> str:
 def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: dict[tuple[Any, ...], Item],
              endpoints: list[Item] | None = None, stories: list[Item] | None = None,
              controller: Item | None = None, counts: dict[str, int] | None = None,
-             others: list[Item] | None = None) -> list[Item]:
+             others: list[Item] | None = None, routes_found: dict[Any, float] | None = None) -> list[Item]:
     """Every piece of evidence, critical first; each says what, where and when (docs/capture-report.md).
     An event is said once: route lookups answered TOPIC_NOT_EXIST are topic_not_exist, refused
     registrations crc_failure or registration_refused, never also response_code. ``responses``:
     response_groups(groups), which the response-code table shows too. ``controller``:
-    analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls)."""
+    analysis/controller.controller_story (its elections no fail-over tells, its undecodable calls).
+    ``routes_found``: when each topic's route was first served (note_routes_found)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
     found: list[Item] = [*_step_findings(files), *_cut_findings(files, counts or {}, endpoints or [], spoken,
@@ -291,7 +291,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   f"first needed: normal at start-up)", topic=topic, client=client, count=count,
                                   first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
-            found.append(_unknown_topic(client, topic, count, first, last, _made_after(groups, topic, last)))
+            made = _made_after(routes_found or {}, topic, last)
+            found.append(_unknown_topic(client, topic, count, first, last, made))
     for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
@@ -712,11 +713,11 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
                     f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
 
 
-def _made_after(groups: Groups, topic: Any, last_unknown: Any) -> Any:
+def _made_after(routes_found: dict[Any, float], topic: Any, last_unknown: Any) -> Any:
     """When the topic's route was first served, if every TOPIC_NOT_EXIST (up to ``last_unknown``) came
     before it: the topic did not exist yet. None if it was never served, or was unknown again after."""
-    served = groups.get(ROUTE_FOUND, {}).get((topic,))
-    return served[1] if served is not None and last_unknown <= served[1] else None
+    served = routes_found.get(topic)
+    return served if served is not None and last_unknown <= served else None
 
 
 def _is_topic_not_exist(name: str, response: int) -> bool:

@@ -48,6 +48,10 @@ class Tally(ReadTally):
     sent: Counter[Any] = field(default_factory=Counter[Any])
     latencies: Counter[Any] = field(default_factory=Counter[Any])  # analysis/latency.count_calls
     groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
+    #: topic -> when a lookup of it was first answered with a route (analysis/findings.note_routes_found):
+    #: a time per topic, merged by the earliest; a clients' decoding task notes thousands of topics, and
+    #: as groups (a count and two times each, folded key by key) they were half of the driver's merge
+    routes_found: dict[Any, float] = field(default_factory=dict)
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
     #: (server endpoint, request code) -> requests it was asked: what kind of server it is (model/endpoints)
     served: Counter[Any] = field(default_factory=Counter[Any])
@@ -68,6 +72,8 @@ class Tally(ReadTally):
                     self.note_file(path, **facts._asdict())
             elif f.name == "groups":
                 merge_groups(mine, theirs)
+            elif f.name == "routes_found":
+                merge_earliest(mine, theirs)
             elif f.name == "ends":
                 for part, found in theirs.items():
                     merge_ends(mine.setdefault(part, {}), found)
@@ -93,6 +99,19 @@ def _fold(found: list[Any], count: int, first: float, last: float, worst: tuple[
     found[1], found[2] = min(found[1], first), max(found[2], last)
     if worst is not None and (found[3] is None or worst > found[3]):
         found[3] = worst
+
+
+def merge_earliest(times: dict[Any, float], more: dict[Any, float]) -> dict[Any, float]:
+    """Add ``more`` (another task's times by key) to ``times``, in place: the earlier of the two."""
+    if not times:
+        times.update(more)
+        return times
+    known = times.get
+    for key, t in more.items():
+        found = known(key)
+        if found is None or t < found:
+            times[key] = t
+    return times
 
 
 def merge_groups(groups: Groups, more: Groups) -> Groups:

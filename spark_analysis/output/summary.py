@@ -3,6 +3,8 @@ the layout fixed by SCHEMA_VERSION (docs/capture-report.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.decode.schema import BROKER_COLUMNS
@@ -18,13 +20,14 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
             clients: list[dict] | None = None, endpoints: list[dict] | None = None,
             stories: list[dict] | None = None, controller: dict | None = None,
-            others: list[dict] | None = None) -> dict:
+            others: list[dict] | None = None, routes_found: dict[Any, float] | None = None) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods and the gaps between them), the server endpoints found (``endpoints``:
     findings.endpoint_rows) and the NameServers among them, what the controllers' traffic tells
     (``controller``: analysis/controller.controller_story), counts, brokers and calls by code;
     ``others``: the findings the driver makes itself (findings.other_traffic: what --port left out;
-    the copies of connections read once: findings.second_points, findings.translated_copies)."""
+    the copies of connections read once: findings.second_points, findings.translated_copies);
+    ``routes_found``: when each topic's route was first served (findings.note_routes_found)."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     nameservers = [e for e in endpoints or [] if e["kind"] == "nameserver"]
@@ -33,7 +36,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
         "thresholds": {"expiry_s": EXPIRY_SECONDS, "near_expiry_s": NEAR_EXPIRY_S, "slow_ms": SLOW_MS,
                        "period_gap_s": PERIOD_GAP_S},
         **attention(evidence(file_rows, groups, brokers, responses, endpoints, stories, controller, counts,
-                             others), len(nameservers)),
+                             others, routes_found), len(nameservers)),
         "nameservers": nameservers,
         "controllers": [e for e in endpoints or [] if e["kind"] == "controller"],
         "controller": controller or {"groups": [], "undecodable": [], "counts": {}},

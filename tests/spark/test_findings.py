@@ -28,6 +28,7 @@ from spark_analysis.decode.rows import CALL
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.periods import EXPIRY_SECONDS, PERIOD_GAP_S, TimeBins
 from spark_analysis.model.sessions import iso_time
+from spark_analysis.model.tally import Tally
 from spark_analysis.output import report, tables
 from spark_analysis.spark import session
 from spark_analysis.spark.worker import FAIL_FIRST_ATTEMPT
@@ -519,11 +520,17 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
             lookup(6.0, "10.0.0.9:1", "Never", 17)]
     rows = [(*row, "s:9876", None, False, "in.pcap", "s:9876@x") for row in rows]
     groups: findings_module.Groups = {}
+    tallies = []
     for start in (0, 3):  # in two batches: the first answer found in one task, the rest in another
-        findings_module.note_calls(groups, pa.array(rows[start:start + 3] if start == 0 else rows[3:],
-                                                    type=tables.row_type(CALL)))
+        batch = pa.array(rows[start:start + 3] if start == 0 else rows[3:], type=tables.row_type(CALL))
+        findings_module.note_calls(groups, batch)
+        tallies.append(Tally())
+        findings_module.note_routes_found(tallies[-1].routes_found, batch)
     findings_module.calls_at(groups, {"s:9876"})
-    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups))
+    routes_found = Tally().merge(tallies[1]).merge(tallies[0]).routes_found  # the later task's first
+    assert routes_found == {"Made": 3.0, "Gone": 1.0}
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups),
+                                    routes_found=routes_found)
     assert sorted((f["kind"], f["severity"], f["topic"]) for f in said) == [
         ("topic_made_on_first_use", "info", "Made"), ("topic_not_exist", "warning", "Gone"),
         ("topic_not_exist", "warning", "Never")]
