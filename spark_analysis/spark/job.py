@@ -119,7 +119,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
     done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
     On a local master, local gzip captures are inflated into a spool directory for the job's time
-    (inputs.read_compressed). ``counted_cost``: what decoding a 4-tuple's piece must cost for it
+    (inputs.inflated_copy). ``counted_cost``: what decoding a 4-tuple's piece must cost for it
     to be dealt and guessed a client's or not by itself (balance.py; less in tests).
     The driver runs without the cycle collector (worker.no_cycle_collection): it works between and
     after the Spark jobs, while every core waits for it, and a full collection there walked every
