@@ -247,7 +247,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     talkers = clients.client_rows(tally.clients)
     progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
-             f"to gaps, {tally.undecodable} connections with undecodable bytes"
+             f"to gaps" + (f", {tally.mid_frame_bytes:,} bytes of frames begun before the capture (no loss)"
+                           if tally.mid_frame_bytes else "")
+             + f", {tally.undecodable} connections with undecodable bytes"
              + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
                 f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
                 if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "
