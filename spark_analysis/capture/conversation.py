@@ -179,9 +179,12 @@ class Conversation:
     #: client bytes from the first frame the codec refused (Java closes such channels)
     undecodable: bytes = b""
     undecodable_ts: float | None = None
-    #: bytes not cut into frames: around capture gaps, or before the first frame found in a
-    #: stream whose start was not captured
+    #: bytes not cut into frames around capture gaps: of frames a gap cut short, or passed over
+    #: after one to the next frame found
     lost_bytes: int = 0
+    #: captured bytes before the first frame found in a stream whose start was not captured: the
+    #: rest of a frame begun before the capture (a capture started mid-stream), not lost
+    mid_frame_bytes: int = 0
 
     def requests(self) -> list[CapturedCommand]:
         return [c for c in self.commands if c.direction == REQUEST]
@@ -342,11 +345,13 @@ def conversation_of(connection: Connection) -> Conversation:
         runs = contiguous_runs(stream, cut)
         for index, run in enumerate(runs):
             resynchronise = not (index == 0 and _starts_at_first_frame(stream, run))
+            begun_before = index == 0 and not stream.from_syn  # what precedes its first frame is no gap's
             holes = _holes(run, cut) if cut else None
             if holes:
-                _decode_cut_run(conversation, direction, run, holes, index == len(runs) - 1, resynchronise)
+                _decode_cut_run(conversation, direction, run, holes, index == len(runs) - 1, resynchronise,
+                                begun_before)
             else:
-                _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise)
+                _decode_run(conversation, direction, run, index == len(runs) - 1, resynchronise, begun_before)
     conversation.commands.sort(key=_TS)
     conversation.cut.sort(key=_TS)
     return conversation
@@ -457,17 +462,17 @@ def _skip(run: Run, count: int) -> Run:
 
 
 def _decode_run(conversation: Conversation, direction: str, run: Run, last_run: bool,
-                resynchronise: bool) -> None:
+                resynchronise: bool, begun_before: bool = False) -> None:
     """Decode a run's frames; ``resynchronise``: from its first plausible frame (the bytes before
-    it count as lost), because the run does not start where a frame does."""
+    it count as lost, or, ``begun_before``, the capture began after the stream did, as mid-frame
+    bytes), because the run does not start where a frame does."""
     data = b"".join(run.data)
     start = 0
     if resynchronise:
         found = frame_start(memoryview(data)[:_RESYNC_WINDOW])
+        _passed(conversation, len(data) if found is None else found, begun_before)
         if found is None:
-            conversation.lost_bytes += len(data)
             return
-        conversation.lost_bytes += found
         start = found
     try:
         spans, used = frame_spans(data, _MAX_FRAME_LENGTH, start)
@@ -495,8 +500,17 @@ def read_conversations(path: str | Path, server_port: int = 9876) -> list[Conver
     return [conversation_of(c) for c in connections]
 
 
+def _passed(conversation: Conversation, passed: int, begun_before: bool) -> None:
+    """Captured bytes passed over to a stream's first frame found: the rest of a frame begun before
+    the capture (``begun_before``), else lost around a gap."""
+    if begun_before:
+        conversation.mid_frame_bytes += passed
+    else:
+        conversation.lost_bytes += passed
+
+
 def _decode_cut_run(conversation: Conversation, direction: str, run: Run, holes: Holes, last_run: bool,
-                    resynchronise: bool) -> None:
+                    resynchronise: bool, begun_before: bool = False) -> None:
     """_decode_run for a run some of whose bytes a snap length cut: frame_parts follows the frames
     across the cuts; a whole frame decodes as usual, a cut one says what its captured start says for
     certain (CutFrame). Where a frame boundary falls in a cut, the next frame is found as after a gap,
@@ -510,7 +524,8 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: Run, holes:
     start: int | None = 0
     ahead = holes
     if resynchronise:
-        start = _resume(conversation, view, holes, 0, lost=True)
+        start, passed = _resume(view, holes, 0)
+        _passed(conversation, passed, begun_before)
         ahead = holes[bisect.bisect_right(cut_at, start or 0):]
     while start is not None:
         try:
@@ -533,30 +548,28 @@ def _decode_cut_run(conversation: Conversation, direction: str, run: Run, holes:
             elif rest and direction == REQUEST and conversation.undecodable_ts is None:
                 conversation.undecodable, conversation.undecodable_ts = bytes(data[stop:]), run.ts[-1]
             return
-        conversation.unplaced_bytes += resume - stop
-        start = _resume(conversation, view, holes, resume, lost=False)
+        start, passed = _resume(view, holes, resume)
+        conversation.unplaced_bytes += resume - stop + passed
         if start is not None:
             ahead = holes[bisect.bisect_right(cut_at, start):]
 
 
-def _resume(conversation: Conversation, view: memoryview, holes: Holes, at: int, lost: bool) -> int | None:
+def _resume(view: memoryview, holes: Holes, at: int) -> tuple[int | None, int]:
     """The first plausible frame start from ``at`` on, looked for in each stretch of captured bytes
-    between two cuts in turn; the bytes passed count as lost (after a gap) or unplaced (after a cut)."""
+    between two cuts in turn, and the captured bytes passed to it (the caller says whose: lost after
+    a gap, mid-frame before a stream's first frame, unplaced after a cut)."""
     cuts = [position for position, _ in holes if position > at]
+    passed = 0
     for edge in [*cuts, len(view)]:
         if at >= len(view):
-            return None
+            return None, passed
         found = 0 if edge in cuts and cut_frame_start(view[at:edge]) else frame_start(
             view[at:min(edge, at + _RESYNC_WINDOW)])
-        passed = (edge - at) if found is None else found
-        if lost:
-            conversation.lost_bytes += passed
-        else:
-            conversation.unplaced_bytes += passed
+        passed += (edge - at) if found is None else found
         if found is not None:
-            return at + found
+            return at + found, passed
         at = edge
-    return None
+    return None, passed
 
 
 def _add_part(conversation: Conversation, direction: str, ts: float, data: bytes, view: memoryview,

@@ -323,68 +323,82 @@ GROUPED_FILE_BYTES = 1 << 20
 def read_task(splits: Iterable[Split], ports: Ports, tally: ReadTally, spool: str | None = None
               ) -> Iterator[Piece]:
     """Segments to or from ``ports`` (every TCP segment if none) in local splits, one piece per 4-tuple and split; a
-    local compressed capture (a whole-file split) is inflated into ``spool`` first (read_compressed).
-    Small files read whole (GROUPED_FILE_BYTES: a rotation's by the thousand, many holding a packet
-    or none) are read as one: their records side by side, their segments found in one pass
-    (a pass costs ~0.5 ms whatever it holds, a ring buffer's 1,800 files' ~1 s), pieces per file."""
-    group: list[tuple[CaptureFile, Buffer, RecordIndex]] = []
+    local compressed capture (a whole-file split) is inflated into ``spool`` first (inflated_copy) and read there.
+    Small files read whole (GROUPED_FILE_BYTES, inflated ones by their inflated size: a rotation's by the
+    thousand, many holding a packet or none) are read as one: their records side by side, their segments
+    found in one pass (a pass costs ~0.5 ms whatever it holds, a ring buffer's 1,800 files' ~1 s), pieces
+    per file."""
+    group: list[_Grouped] = []
     grouped = 0
     for split in splits:
+        source = None  # where the pieces' offsets point when not into the file itself: its inflated copy
         if compressed(split.file.path) and spool is not None:
-            yield from read_compressed(split.file, ports, tally, spool)
-            continue
+            source = inflated_copy(split.file, tally, spool)
+            if source is None:
+                continue
+            split = Split(split.file, 0, os.path.getsize(source))
         tally.bytes += split.stop - split.start
-        if split.start == 0 and split.stop >= split.file.size and split.file.size <= GROUPED_FILE_BYTES:
-            with open(local_path(split.file.path), "rb") as f:
+        whole = source is not None or (split.start == 0 and split.stop >= split.file.size)
+        if whole and split.stop <= GROUPED_FILE_BYTES:
+            with open(source or local_path(split.file.path), "rb") as f:
                 small = f.read()
             records = _split_records(small, split, tally)
             if len(records.ts):  # a rotation's file of a quiet time holds none: nothing more to read
-                group.append((split.file, small, records))
+                group.append(_Grouped(split.file, small, records, source or split.file.path))
                 grouped += len(small)
             if grouped >= MAPPED_FILE_BYTES:
                 yield from _grouped_pieces(group, ports, tally)
                 group, grouped = [], 0
             continue
-        content = mapped_file(split.file.path)
-        yield from pieces(content, _split_records(content, split, tally), split.file, ports, tally, inline=False)
+        content = mapped_file(source or split.file.path)
+        yield from pieces(content, _split_records(content, split, tally), split.file, ports, tally, inline=False,
+                          source=source)
     if group:
         yield from _grouped_pieces(group, ports, tally)
 
 
-def _grouped_pieces(group: list[tuple[CaptureFile, Buffer, RecordIndex]], ports: Ports, tally: ReadTally
-                    ) -> Iterator[Piece]:
+class _Grouped(NamedTuple):
+    """A small file read whole, to be read with the others of its task: ``path`` is where its pieces'
+    offsets point (the file, or its inflated copy)."""
+
+    file: CaptureFile
+    content: bytes
+    records: RecordIndex
+    path: str
+
+
+def _grouped_pieces(group: list[_Grouped], ports: Ports, tally: ReadTally) -> Iterator[Piece]:
     """The pieces of small files' records (each file's, located in its content), read as one."""
-    bases = np.cumsum([0, *(len(content) for _, content, _ in group[:-1])])
-    columns = [np.concatenate([records[n] + (base if n == _START else 0) for (_, _, records), base
+    bases = np.cumsum([0, *(len(small.content) for small in group[:-1])])
+    columns = [np.concatenate([small.records[n] + (base if n == _START else 0) for small, base
                                in zip(group, bases.tolist(), strict=True)]) for n in range(len(RecordIndex._fields))]
-    data = group[0][1] if len(group) == 1 else b"".join(bytes(content) for _, content, _ in group)
-    yield from _pieces(data, RecordIndex(*columns), [(file, int(base), len(records.ts)) for (file, _, records), base
-                                                     in zip(group, bases, strict=True)], ports, tally, inline=False)
+    data = group[0].content if len(group) == 1 else b"".join(small.content for small in group)
+    yield from _pieces(data, RecordIndex(*columns), [(small.file, int(base), len(small.records.ts), small.path)
+                                                     for small, base in zip(group, bases, strict=True)],
+                       ports, tally, inline=False)
 
 
 _START = RecordIndex._fields.index("start")
 
 
 def spool_target(file: CaptureFile, spool: str) -> str:
-    """Where read_compressed inflates a local compressed capture: the path its pieces carry."""
+    """Where inflated_copy inflates a local compressed capture: the path its pieces carry."""
     return os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
 
 
-def read_compressed(file: CaptureFile, ports: Ports, tally: ReadTally, spool: str) -> Iterator[Piece]:
-    """A local compressed capture inflated as a stream (a MiB at a time) into a file in ``spool``, then
+def inflated_copy(file: CaptureFile, tally: ReadTally, spool: str) -> str | None:
+    """A local compressed capture inflated as a stream (a MiB at a time) into a file in ``spool``, to be
     read in place as any local capture: its pieces locate their payloads in that file, so neither
     the compressed nor the inflated bytes pass through Spark's JVM (a whole 1 GB capture in a
-    task's row overflowed the driver's default heap). Facts are noted under the compressed file's name."""
+    task's row overflowed the driver's default heap). Facts are noted under the compressed file's
+    name; None (noted NOT_INFLATED) when it could not be written."""
     target = spool_target(file, spool)
     try:
         inflate_to(local_path(file.path), target, file.path, tally)
     except OSError as exc:  # a full temporary directory, above all: this capture is named, the others read
         tally.note_file(file.path, problem=NOT_INFLATED, reason=_not_inflated_reason(exc, spool))
-        return
-    content = mapped_file(target)
-    tally.bytes += len(content)
-    yield from pieces(content, _split_records(content, Split(file, 0, len(content)), tally), file, ports,
-                      tally, inline=False, source=target)
+        return None
+    return target
 
 
 def _not_inflated_reason(exc: OSError, spool: str) -> str:
@@ -481,7 +495,7 @@ def _note_not_inflated(tally: ReadTally, path: str, inflated: int, head: Buffer)
 
 def read_by_range(file: CaptureFile) -> bool:
     """Whether tasks read a file by byte ranges, in place (local, not compressed); else one task
-    reads it whole: a local compressed one inflated into a spool file (read_compressed, on a local
+    reads it whole: a local compressed one inflated into a spool file (inflated_copy, on a local
     master), others through Spark's binaryFile."""
     return is_local(file.path) and not compressed(file.path)
 
@@ -506,13 +520,14 @@ def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, 
            inline: bool, source: str | None = None) -> Iterator[Piece]:
     """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple; ``inline``: with their
     payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
-    return _pieces(data, records, [(file, 0, len(records.ts))], ports, tally, inline, source)
+    return _pieces(data, records, [(file, 0, len(records.ts), source or file.path)], ports, tally, inline)
 
 
-def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, int, int]], ports: Ports,
-            tally: ReadTally, inline: bool, source: str | None = None) -> Iterator[Piece]:
+def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, int, int, str]], ports: Ports,
+            tally: ReadTally, inline: bool) -> Iterator[Piece]:
     """``pieces`` of the records of one file or several side by side in ``data``: ``files`` says,
-    in order, each one's file, where its bytes start in ``data`` and how many records it has.
+    in order, each one's file, where its bytes start in ``data``, how many records it has and the
+    path its pieces' offsets point into (the file's own, or its inflated copy's).
     One piece per 4-tuple and file, its rows located in its own file (``inline``: one file only)."""
     if not len(records.ts):
         return
@@ -524,7 +539,7 @@ def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, i
     tally.segments += len(found.ts)
     stretches = []  # each file's: the offsets in it where its stretches start (TimeSpan.silences)
     first = 0
-    for file, base, count in files:
+    for file, base, count, _ in files:
         mine = RecordIndex(*(column[first:first + count] - base if n == _START and base else
                              column[first:first + count] for n, column in enumerate(records)))
         first += count
@@ -534,7 +549,7 @@ def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, i
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
     forward = rank[found.src] < rank[found.dst]
     lower, higher = np.where(forward, found.src, found.dst), np.where(forward, found.dst, found.src)
-    bases = np.array([base for _, base, _ in files], np.int64)
+    bases = np.array([base for _, base, _, _ in files], np.int64)
     # a segment's file: the last to start before its payload (which starts past the record's headers,
     # and, empty, where the record ends: where the next file starts)
     where = (np.searchsorted(bases, found.start - 1, "right") - 1 if len(files) > 1
@@ -542,7 +557,7 @@ def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, i
     keys, which = np.unique((lower * len(names) + higher) * len(files) + where, return_inverse=True)
     offsets = found.start - bases[where]
     rows = np.empty(len(found.ts), SEGMENT)
-    rows["ts"], rows["file"] = found.ts, np.array([file.index for file, _, _ in files], np.int64)[where]
+    rows["ts"], rows["file"] = found.ts, np.array([file.index for file, _, _, _ in files], np.int64)[where]
     rows["order"], rows["offset"] = offsets, offsets
     rows["length"], rows["seq"], rows["ack"], rows["flags"] = found.end - found.start, found.seq, found.ack, found.flags
     rows["forward"], rows["missing"] = forward, found.missing
@@ -555,7 +570,7 @@ def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, i
             payload = None
             if inline:
                 payload = gather(data, rows_there)
-            yield Piece((names[pair // len(names)], names[pair % len(names)]), source or files[n][0].path,
+            yield Piece((names[pair // len(names)], names[pair % len(names)]), files[n][3],
                         rows_there.tobytes(), payload, part)
 
 

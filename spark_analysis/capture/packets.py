@@ -6,7 +6,7 @@ truncated frames are skipped rather than raising: one bad packet must not kill a
 
 Two entry points over one decoder: parse_tcp for a single frame, and segment_columns for the
 millions of records of a Spark task, which decodes IPv4 over the common link types with numpy
-and hands every other record (VLAN tags, IPv6, odd link types) to parse_tcp's code.
+and hands every other record (VLAN tags, on Ethernet or cooked, IPv6, odd link types) to parse_tcp's code.
 """
 
 from __future__ import annotations
@@ -310,9 +310,9 @@ def _network_layer(linktype: int, view: memoryview) -> tuple[int, int] | None:
     if linktype == LINKTYPE_ETHERNET:
         return _ethernet(view)
     if linktype == LINKTYPE_LINUX_SLL and len(view) >= 16:
-        return _from_ethertype(_U16.unpack_from(view, 14)[0], 16)
+        return _untagged(view, _U16.unpack_from(view, 14)[0], 16)
     if linktype == LINKTYPE_LINUX_SLL2 and len(view) >= 20:
-        return _from_ethertype(_U16.unpack_from(view, 0)[0], 20)
+        return _untagged(view, _U16.unpack_from(view, 0)[0], 20)
     if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP) and len(view) >= 4:
         return _from_family(view, big_endian_only=linktype == LINKTYPE_LOOP)
     if linktype == LINKTYPE_RAW and len(view) >= 1 and view[0] >> 4 in (4, 6):
@@ -330,13 +330,22 @@ def _network_layer(linktype: int, view: memoryview) -> tuple[int, int] | None:
 
 
 def _ethernet(view: memoryview) -> tuple[int, int] | None:
-    offset = 12
-    while offset + 2 <= len(view):
-        (ethertype,) = _U16.unpack_from(view, offset)
-        if ethertype not in _VLAN_ETHERTYPES:
-            return _from_ethertype(ethertype, offset + 2)
+    if len(view) < 14:
+        return None
+    return _untagged(view, _U16.unpack_from(view, 12)[0], 14)
+
+
+def _untagged(view: memoryview, ethertype: int, offset: int) -> tuple[int, int] | None:
+    """The packet after a link header whose ethertype (or cooked protocol) is ``ethertype`` and whose
+    payload starts at ``offset``, past any VLAN tags there (each: 2 bytes of tag, then the next
+    ethertype). Cooked captures keep the tags as Ethernet does: libpcap puts back the tag the kernel
+    took off, and a mirror port's tagged frames reach `-i any` as they came."""
+    while ethertype in _VLAN_ETHERTYPES:
+        if offset + 4 > len(view):
+            return None
+        ethertype = _U16.unpack_from(view, offset + 2)[0]
         offset += 4
-    return None
+    return _from_ethertype(ethertype, offset)
 
 
 def _from_ethertype(ethertype: int, offset: int) -> tuple[int, int] | None:

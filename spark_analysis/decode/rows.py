@@ -123,6 +123,8 @@ class ConnectionStats(NamedTuple):
     #: the side of a connection carrying frames whose packets the capture holds none of ("server": a
     #: capture of one direction, its answers not in it), else None (unheard_side)
     unheard: str | None = None
+    #: captured bytes of frames begun before the capture (Conversation.mid_frame_bytes): not lost
+    mid_frame_bytes: int = 0
 
 
 class BodySummary(NamedTuple):
@@ -246,7 +248,8 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable), 0,
                                       conversation.uncaptured_bytes, conversation.unplaced_bytes, connection.server,
-                                      foreign_protocol(conversation.undecodable), unheard)
+                                      foreign_protocol(conversation.undecodable), unheard,
+                                      conversation.mid_frame_bytes)
 
 
 def unheard_side(connection: Connection) -> str | None:
@@ -709,7 +712,8 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable),
                                       len(conversation.cut), conversation.uncaptured_bytes,
                                       conversation.unplaced_bytes, connection.server,
-                                      foreign_protocol(conversation.undecodable), unheard)
+                                      foreign_protocol(conversation.undecodable), unheard,
+                                      conversation.mid_frame_bytes)
 
 
 def cut_frame_row(conn_id: str, connection: Connection, frame: CutFrame) -> Row:

@@ -32,7 +32,7 @@ class Tally(ReadTally):
     registration: int = field(default=0, metadata=COUNT)
     crc_failures: int = field(default=0, metadata=COUNT)
     gaps: int = field(default=0, metadata=COUNT)  # holes in TCP streams the capture missed
-    lost_bytes: int = field(default=0, metadata=COUNT)
+    lost_bytes: int = field(default=0, metadata=COUNT)  # bytes around them not cut into frames
     undecodable: int = field(default=0, metadata=COUNT)  # connections with bytes that are no frame
     controller: int = field(default=0, metadata=COUNT)  # rows of controller/: calls to a 5.x controller
     #: frames a snap length cut, read as far as their bytes go; stream bytes sent but not captured
@@ -40,6 +40,9 @@ class Tally(ReadTally):
     cut_frames: int = field(default=0, metadata=COUNT)
     uncaptured_bytes: int = field(default=0, metadata=COUNT)
     unplaced_bytes: int = field(default=0, metadata=COUNT)
+    #: captured bytes of frames begun before the capture (a stream whose start it missed, before its
+    #: first frame): no gap, no loss
+    mid_frame_bytes: int = field(default=0, metadata=COUNT)
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0

@@ -58,7 +58,8 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("gaps", "capture gaps in connections"), ("lost_bytes", "bytes lost to capture gaps"),
            ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"),
            ("cut_frames", "frames cut by a snap length (read as far as captured)"),
-           ("uncaptured_bytes", "bytes sent but cut by a snap length (no loss)"))
+           ("uncaptured_bytes", "bytes sent but cut by a snap length (no loss)"),
+           ("mid_frame_bytes", "bytes of frames begun before the capture (no loss)"))
 
 
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],

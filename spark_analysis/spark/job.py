@@ -119,7 +119,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
     With ``tasks_every``, while a Spark job runs, a line that often says how many of its tasks are
     done (in a log, where Spark's progress bar is not, an hour's stage is otherwise silence).
     On a local master, local gzip captures are inflated into a spool directory for the job's time
-    (inputs.read_compressed). ``counted_cost``: what decoding a 4-tuple's piece must cost for it
+    (inputs.inflated_copy). ``counted_cost``: what decoding a 4-tuple's piece must cost for it
     to be dealt and guessed a client's or not by itself (balance.py; less in tests).
     The driver runs without the cycle collector (worker.no_cycle_collection): it works between and
     after the Spark jobs, while every core waits for it, and a full collection there walked every
@@ -247,7 +247,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     talkers = clients.client_rows(tally.clients)
     progress(f"decoded {tally.connection:,} connections, {tally.frame:,} frames ({tally.request:,} requests, "
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
-             f"to gaps, {tally.undecodable} connections with undecodable bytes"
+             f"to gaps" + (f", {tally.mid_frame_bytes:,} bytes of frames begun before the capture (no loss)"
+                           if tally.mid_frame_bytes else "")
+             + f", {tally.undecodable} connections with undecodable bytes"
              + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
                 f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"
                 if tally.cut_frames or tally.uncaptured_bytes else "") + f"; wrote frames/ ({tally.frame:,} "

@@ -336,6 +336,18 @@ def test_a_ring_buffer_s_small_files_are_read_in_one_pass_per_task(tmp_path: Pat
     with_packets = -(-len(found) // 5)
     assert len(passes) == 1 + with_packets  # alone: one a file with packets
     assert together == alone and len({piece.path for piece in pieces}) == with_packets
+    # gzipped (tcpdump -z gzip): each inflated into the spool, then read with the others in one pass
+    # too (a pass each before), its pieces pointing into its inflated copy
+    [task] = plan_tasks(packed, split_bytes(sum(f.size for f in files), 2))
+    passes.clear()
+    (tmp_path / "spool").mkdir()
+    spool, inflated = str(tmp_path / "spool"), inputs.ReadTally()
+    from_gzip = sorted(read_task(task, (), inflated, spool))
+    assert len(passes) == 1
+    assert sorted(p._replace(path=os.path.basename(p.path)) for p in from_gzip) == sorted(
+        p._replace(path=f"{p.input_index}-{os.path.basename(p.path)}.gz.pcap") for p in pieces)
+    assert {p.path for p in from_gzip} <= {inputs.spool_target(f, spool) for f in packed}
+    assert inflated.records == together.records and inflated.segments == together.segments
 
 
 def test_inputs_expand_directories_and_globs(tmp_path: Path) -> None:

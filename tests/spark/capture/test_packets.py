@@ -22,6 +22,11 @@ V6_TCP = ipv6(CLIENT6[0], SERVER6[0], tcp(CLIENT6, SERVER6, 42, PSH | ACK, b"hel
 IPV4_FRAMES = [(1, ethernet(V4_TCP) + bytes(6)), (1, ethernet(V4_TCP, vlans=2)),
                (113, struct.pack("!HHH8sH", 0, 772, 6, b"", 0x0800) + V4_TCP),
                (276, struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 6, b"") + V4_TCP),
+               # Linux cooked v1 and v2 of a VLAN-tagged frame (a mirror port's or a trunk's, captured with
+               # -i any): the protocol field says 802.1Q, the tag's 4 bytes follow the header (v5-bridge)
+               (113, struct.pack("!HHH8sHHH", 0, 1, 6, b"", 0x8100, 42, 0x0800) + V4_TCP),
+               (113, struct.pack("!HHH8sHHHHH", 0, 1, 6, b"", 0x88A8, 7, 0x8100, 42, 0x0800) + V4_TCP),
+               (276, struct.pack("!HHIHBB8sHH", 0x8100, 0, 1, 1, 0, 6, b"", 42, 0x0800) + V4_TCP),
                (0, struct.pack("<I", 2) + V4_TCP), (0, struct.pack(">I", 2) + V4_TCP),
                (108, struct.pack(">I", 2) + V4_TCP), (101, V4_TCP), (228, V4_TCP),
                # Apple's PKTAP (macOS tcpdump -i any): its header's length, a packet record, the DLT after it
@@ -65,6 +70,7 @@ def test_ipv4_over_every_link_type(linktype: int, frame: bytes) -> None:
 @pytest.mark.parametrize(("linktype", "frame"), [
     (1, ethernet(V6_TCP, 0x86DD)),
     (276, struct.pack("!HHIHBB8s", 0x86DD, 0, 1, 772, 0, 6, b"") + V6_TCP),
+    (276, struct.pack("!HHIHBB8sHH", 0x8100, 0, 1, 1, 0, 6, b"", 42, 0x86DD) + V6_TCP),
     (0, struct.pack("<I", 30) + V6_TCP),
     (0, struct.pack(">I", 24) + V6_TCP),
     (101, V6_TCP),
@@ -120,7 +126,7 @@ def test_columns_decode_what_parse_tcp_decodes(port: int | None) -> None:
                 if (segment := parse_tcp(linktype, frame)) is not None
                 and (port is None or port in (_port(segment.src), _port(segment.dst)))]
     assert found == expected
-    assert len(found) == {None: 22, 9876: 22, 1234: 19, 80: 0}[port]
+    assert len(found) == {None: 25, 9876: 25, 1234: 22, 80: 0}[port]
 
 
 def _port(endpoint: str) -> int:

@@ -118,6 +118,13 @@ ARGS: dict[str, list[str]] = {
                      "connection is in both, with retransmissions, duplicates and segments out of order; each is "
                      "read once, from the NameServer's host's file (second_point), whose clock is the same",
                      endpoint="10.66.0.1:9876"),
+    "v5-lossy": _one("5.3.3", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
+                     "v5-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v4-lossy with 5.3.3: two hosts "
+                     "on one clock (two network namespaces), the link between them impaired by v4-lossy's "
+                     "lossylink.py (3% lost, 10% reordered, 1% duplicated, 5 ms delay, each way), tcpdump on each end "
+                     "(raw IP); broker-a's store holds 3,000 topics of its own (BigTopic0000..2999, from an earlier "
+                     "scenario): its registrations are about 500 kB, many segments each, lost and reordered on the way",
+                     endpoint="10.66.0.1:9876"),
     "v4-ring": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", "--why", "127.0.0.1:10911=the broker's "
                     "launch script polls its port every 0.1 s until the JVM listens", "--why", "127.0.0.1:10931=the "
                     "broker's launch script polls its port every 0.1 s until the JVM listens", "--note", "tcpdump -i "
