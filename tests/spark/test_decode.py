@@ -293,6 +293,30 @@ def test_byte_ranges_cut_anywhere_decode_as_the_whole_file(range_size: int) -> N
     assert decoded([Split(file, start, stop) for start, stop in pairwise(cuts)]) == whole
 
 
+@pytest.mark.parametrize("chunk", [97, 4099, 65536])
+def test_a_range_made_pieces_a_chunk_at_a_time_decodes_as_in_one(chunk: int, monkeypatch) -> None:
+    """A reading task makes pieces of its range's records CHUNK_BYTES of the file at a time (its
+    columns then stay small whatever the range's size): the rows and counts are those of one pass."""
+    path = capture("compressed_bulk.pcap")
+    file = CaptureFile(str(path), path.stat().st_size, 0)
+    # a range of it, as a task reads a big file (one read whole is read with its task's other small files),
+    # that ends in its last record: every record
+    task = [Split(file, 0, file.size - 1)]
+    whole, at_once = decoded(task), inputs.ReadTally()
+    list(read_task(task, (), at_once))
+    passes: list[tuple[int, int, int]] = []  # (first record's offset, last one's, records) of each
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(inputs, "segment_columns", lambda data, records, ports: passes.append(
+        (int(records.start[0]), int(records.start[-1]), len(records.start))) or segment_columns(data, records, ports))
+    chunked = inputs.ReadTally()
+    list(read_task(task, (), chunked))
+    assert len(passes) > 1 and all(last - first < chunk for first, last, _ in passes)
+    assert sum(count for _, _, count in passes) == at_once.records
+    assert (chunked.records, chunked.segments, chunked.bytes) == (at_once.records, at_once.segments, at_once.bytes)
+    assert inputs.silences(chunked.files[str(path)].spans) == inputs.silences(at_once.files[str(path)].spans)
+    assert decoded(task) == whole == decoded([Split(file, 0, file.size)])
+
+
 def test_tasks_cut_big_files_and_combine_small_ones(tmp_path: Path) -> None:
     files = [CaptureFile(f"f{i}", size, i) for i, size in enumerate([10, 250, 30, 40, 50])]
     tasks = plan_tasks(files, 100)
