@@ -317,6 +317,15 @@ def test_a_range_made_pieces_a_chunk_at_a_time_decodes_as_in_one(chunk: int, mon
     assert decoded(task) == whole == decoded([Split(file, 0, file.size)])
 
 
+def test_a_gigabyte_capture_is_a_reading_task_a_core() -> None:
+    """Each reading task costs the JVM its task, its cached pieces and a task to shuffle them: a
+    capture of 1.1 GB is one task on one core, one each on two, and ranges stay within MAX_RANGE_BYTES."""
+    size = 1_158_104_178  # the 10 h benchmark capture
+    assert [len(plan_tasks([CaptureFile("f", size, 0)], split_bytes(size, cores))) for cores in (1, 2)] == [1, 2]
+    assert len(plan_tasks([CaptureFile("f", 3 * size, 0)], split_bytes(3 * size, 1))) == 2
+    assert split_bytes(3 * size, 1) <= inputs.MAX_RANGE_BYTES
+
+
 def test_tasks_cut_big_files_and_combine_small_ones(tmp_path: Path) -> None:
     files = [CaptureFile(f"f{i}", size, i) for i, size in enumerate([10, 250, 30, 40, 50])]
     tasks = plan_tasks(files, 100)
