@@ -28,6 +28,7 @@ import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlparse
 
@@ -51,7 +52,11 @@ from spark_analysis.capture.records import (
     parse_pcap_header,
 )
 
+#: of remote files read whole, what a decoding task holds at most (their payloads are in its pieces)
 MAX_SPLIT_BYTES = 256 << 20
+#: a reading task's range of a local file at most (split_bytes); its records are made pieces a
+#: CHUNK_BYTES at a time whatever its size
+MAX_RANGE_BYTES = 2 << 30
 
 
 class Inflater(Protocol):
@@ -277,10 +282,12 @@ def special_kind(path: str) -> str | None:
 
 
 def split_bytes(total: int, parallelism: int) -> int:
-    """As few ranges as keep each within MAX_SPLIT_BYTES, in a multiple of the cores: a task costs
-    tens of milliseconds whatever its size, and equal tasks leave no core idle."""
+    """As few ranges as keep each within MAX_RANGE_BYTES, in a multiple of the cores: a task costs
+    tens of milliseconds whatever its size, and equal tasks leave no core idle. (Ranges of 256 MiB
+    made the 10 h benchmark capture five reading tasks on one core, and as many tasks to shuffle
+    their pieces: the JVM spent 0.2-0.3 s of CPU a run more than on one.)"""
     cores = max(parallelism, 1)
-    rounds = max(1, -(-total // (cores * MAX_SPLIT_BYTES)))
+    rounds = max(1, -(-total // (cores * MAX_RANGE_BYTES)))
     return max(MIN_SPLIT_BYTES, -(-total // (cores * rounds)))
 
 
@@ -322,7 +329,7 @@ GROUPED_FILE_BYTES = 1 << 20
 
 def read_task(splits: Iterable[Split], ports: Ports, tally: ReadTally, spool: str | None = None
               ) -> Iterator[Piece]:
-    """Segments to or from ``ports`` (every TCP segment if none) in local splits, one piece per 4-tuple and split; a
+    """Segments to or from ``ports`` (every TCP segment if none) in local splits, one piece per 4-tuple and chunk; a
     local compressed capture (a whole-file split) is inflated into ``spool`` first (inflated_copy) and read there.
     Small files read whole (GROUPED_FILE_BYTES, inflated ones by their inflated size: a rotation's by the
     thousand, many holding a packet or none) are read as one: their records side by side, their segments
@@ -518,9 +525,29 @@ def compression(head: Buffer) -> str | None:
 
 def pieces(data: Buffer, records: RecordIndex, file: CaptureFile, ports: Ports, tally: ReadTally,
            inline: bool, source: str | None = None) -> Iterator[Piece]:
-    """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple; ``inline``: with their
-    payloads (else the offsets say where they are in the file: ``source``, if not the file's own)."""
-    return _pieces(data, records, [(file, 0, len(records.ts), source or file.path)], ports, tally, inline)
+    """The segments of ``records`` on ``ports`` (all if none), one piece per 4-tuple and chunk of
+    the file (_chunks); ``inline``: with their payloads (else the offsets say where they are in the
+    file: ``source``, if not the file's own)."""
+    for chunk in _chunks(records, CHUNK_BYTES):
+        yield from _pieces(data, chunk, [(file, 0, len(chunk.ts), source or file.path)], ports, tally, inline)
+
+
+#: of a file, what a reading task makes pieces of at a time (_chunks)
+CHUNK_BYTES = 64 << 20
+
+
+def _chunks(records: RecordIndex, size: int) -> list[RecordIndex]:
+    """``records`` cut where ``size`` bytes of the file have passed, each part read as a range
+    of its own (as a task's would be, at a record boundary): the columns made of a range's records
+    and segments then stay a few MB whatever the task's range (a reading task over a 1.1 GB range
+    in one part took 1.3 s of CPU, in parts of 64 MiB 0.9 s, as five tasks of 221 MB did: arrays of
+    a million rows each outgrow the caches and fault their pages in anew)."""
+    if not len(records.ts) or int(records.start[-1] - records.start[0]) < size:
+        return [records]
+    cuts = np.searchsorted(records.start, np.arange(int(records.start[0]) + size, int(records.start[-1]) + 1, size))
+    bounds = [0, *cuts.tolist(), len(records.ts)]
+    return [RecordIndex(*(column[first:stop] for column in records)) for first, stop in pairwise(bounds)
+            if stop > first]
 
 
 def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, int, int, str]], ports: Ports,

@@ -293,6 +293,39 @@ def test_byte_ranges_cut_anywhere_decode_as_the_whole_file(range_size: int) -> N
     assert decoded([Split(file, start, stop) for start, stop in pairwise(cuts)]) == whole
 
 
+@pytest.mark.parametrize("chunk", [97, 4099, 65536])
+def test_a_range_made_pieces_a_chunk_at_a_time_decodes_as_in_one(chunk: int, monkeypatch) -> None:
+    """A reading task makes pieces of its range's records CHUNK_BYTES of the file at a time (its
+    columns then stay small whatever the range's size): the rows and counts are those of one pass."""
+    path = capture("compressed_bulk.pcap")
+    file = CaptureFile(str(path), path.stat().st_size, 0)
+    # a range of it, as a task reads a big file (one read whole is read with its task's other small files),
+    # that ends in its last record: every record
+    task = [Split(file, 0, file.size - 1)]
+    whole, at_once = decoded(task), inputs.ReadTally()
+    list(read_task(task, (), at_once))
+    passes: list[tuple[int, int, int]] = []  # (first record's offset, last one's, records) of each
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(inputs, "segment_columns", lambda data, records, ports: passes.append(
+        (int(records.start[0]), int(records.start[-1]), len(records.start))) or segment_columns(data, records, ports))
+    chunked = inputs.ReadTally()
+    list(read_task(task, (), chunked))
+    assert len(passes) > 1 and all(last - first < chunk for first, last, _ in passes)
+    assert sum(count for _, _, count in passes) == at_once.records
+    assert (chunked.records, chunked.segments, chunked.bytes) == (at_once.records, at_once.segments, at_once.bytes)
+    assert inputs.silences(chunked.files[str(path)].spans) == inputs.silences(at_once.files[str(path)].spans)
+    assert decoded(task) == whole == decoded([Split(file, 0, file.size)])
+
+
+def test_a_gigabyte_capture_is_a_reading_task_a_core() -> None:
+    """Each reading task costs the JVM its task, its cached pieces and a task to shuffle them: a
+    capture of 1.1 GB is one task on one core, one each on two, and ranges stay within MAX_RANGE_BYTES."""
+    size = 1_158_104_178  # the 10 h benchmark capture
+    assert [len(plan_tasks([CaptureFile("f", size, 0)], split_bytes(size, cores))) for cores in (1, 2)] == [1, 2]
+    assert len(plan_tasks([CaptureFile("f", 3 * size, 0)], split_bytes(3 * size, 1))) == 2
+    assert split_bytes(3 * size, 1) <= inputs.MAX_RANGE_BYTES
+
+
 def test_tasks_cut_big_files_and_combine_small_ones(tmp_path: Path) -> None:
     files = [CaptureFile(f"f{i}", size, i) for i, size in enumerate([10, 250, 30, 40, 50])]
     tasks = plan_tasks(files, 100)
