@@ -86,6 +86,12 @@ class LimitLog:
         return False
 
 
+def peer_text(addr: object) -> str:
+    """A peer's ``host:port`` as every refusal and connection writes it (an IPv6 host bare: peer_host
+    reads it back); ``?`` for what the address lacks."""
+    return f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}"
+
+
 def peer_host(peer: str) -> str:
     """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
     Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address

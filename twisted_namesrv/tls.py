@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import interfaces, protocol
 from twisted.python.failure import Failure
 
+from .refusals import peer_text
 from .remoting.codes import code_name
 from .remoting.command import RemotingCommand
 from .remoting.foreign import HTTP, foreign_protocol
@@ -89,7 +90,7 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
             try:
                 if reason is not None and not self._handshakeDone:
                     peer = self.transport.getPeer()
-                    remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+                    remoting.refuse("tls_handshake", peer_text(peer),
                                     "TLS handshake failed, closing the connection: {why}",
                                     why=_ssl_reason(reason.value))
             finally:
@@ -160,7 +161,7 @@ class SniffingProtocol(protocol.Protocol):
                 self._idle.cancel()
             plain = data[0] != TLS_HANDSHAKE
             if plain and self.factory.enforcing:
-                peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
+                peer = peer_text(self.addr)
                 request = plain_request(data)
                 if foreign_protocol(data) == HTTP:  # a probe or browser: no broker to start with TLS
                     request += "; " + self.factory.remoting.first_bytes(HTTP)
