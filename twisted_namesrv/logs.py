@@ -25,6 +25,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -440,6 +441,7 @@ class LineWriter:
             self._thread = threading.Thread(target=self._write_handed, name="namesrv-log", daemon=True)
             self._thread.start()
             atexit.register(self.drained, DRAIN_AT_EXIT)
+            _handing_over.add(self)
 
     def _write_handed(self) -> None:
         """The writer's thread: the lines handed over, in order, one at a time."""
@@ -458,11 +460,30 @@ class LineWriter:
                 self._waiting_size -= len(first[0])
                 self._ready.notify_all()
 
+    def finish(self, timeout: float = DRAIN_AT_EXIT) -> None:
+        """At the stop, once the reactor has stopped: the lines handed over written (waiting at most
+        ``timeout`` seconds), then every later line written at once by its caller.  twistd ends by
+        the signal that stopped it (os.kill after the stop: no atexit), which lost the lines still
+        waiting, its ``Server Shut Down.`` among them.  A reader that is not reading by then keeps
+        the lines handed over: they are lost with the process."""
+        if self.held and self.drained(timeout):
+            self.held = 0
+
     def drained(self, timeout: float) -> bool:
         """Whether every line handed over was written (or lost), waiting at most ``timeout`` seconds
         (at exit: DRAIN_AT_EXIT; the lines still waiting then are lost with the process)."""
         with self._ready:
             return self._ready.wait_for(lambda: not self._waiting, timeout)
+
+
+#: the writers handing lines to a thread (finish_writers)
+_handing_over: weakref.WeakSet[LineWriter] = weakref.WeakSet()
+
+
+def finish_writers() -> None:
+    """Every writer's LineWriter.finish: run once the reactor has stopped (launch.log_written_to_the_end)."""
+    for writer in list(_handing_over):
+        writer.finish()
 
 
 @dataclass
