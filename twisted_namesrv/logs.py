@@ -356,6 +356,7 @@ class LineWriter:
         #: lines handed over and not yet written, and between them lines lost (when, reason, how many)
         self._waiting: deque[tuple[str, float | None] | _Lost] = deque()
         self._waiting_size = 0
+        self._finished = False
         self._new_thread()
 
     def __call__(self, event: dict[str, Any]) -> None:
@@ -440,7 +441,7 @@ class LineWriter:
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_handed, name="namesrv-log", daemon=True)
             self._thread.start()
-            atexit.register(self.drained, DRAIN_AT_EXIT)
+            atexit.register(self.finish)
             _handing_over.add(self)
 
     def _write_handed(self) -> None:
@@ -466,12 +467,15 @@ class LineWriter:
         the signal that stopped it (os.kill after the stop: no atexit), which lost the lines still
         waiting, its ``Server Shut Down.`` among them.  A reader that is not reading by then keeps
         the lines handed over: they are lost with the process."""
+        if self._finished:  # once: at the reactor's stop, else at exit
+            return
+        self._finished = True
         if self.held and self.drained(timeout):
             self.held = 0
 
     def drained(self, timeout: float) -> bool:
         """Whether every line handed over was written (or lost), waiting at most ``timeout`` seconds
-        (at exit: DRAIN_AT_EXIT; the lines still waiting then are lost with the process)."""
+        (at the stop: finish)."""
         with self._ready:
             return self._ready.wait_for(lambda: not self._waiting, timeout)
 
