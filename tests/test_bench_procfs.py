@@ -108,3 +108,30 @@ def test_the_live_proc_reads(procfs) -> None:
     assert procfs.status_kib(os.getpid(), ("VmRSS",))["VmRSS"] > 0
     ran, _ = procfs.schedstat_ns(f"/proc/self/task/{threading.get_native_id()}/schedstat")
     assert ran > 0 and procfs.cores_busy_s() > 0
+
+
+def test_a_launcher_chain_of_only_children_leads_to_the_server(procfs, proc) -> None:
+    """curve.Server.main_pid read the children files itself, beside this reader."""
+    assert procfs.launched(1, proc) == 3  # sh -> java -> python3
+    assert procfs.launched(3, proc) == 3 and procfs.launched(99, proc) == 99  # no child; gone
+    (proc / "1" / "task" / "1" / "children").write_text("2 4 ")
+    assert procfs.launched(1, proc) == 1  # two children: the launcher is the server
+
+
+def test_a_processs_threads_cpu_by_name_digits_dropped(procfs, proc) -> None:
+    """spark_timeline.py parsed each thread's stat line itself (the JVM's compiler and task threads)."""
+    for tid, name, utime in ((2, "java", 5), (21, "C2 CompilerThre0", 30), (22, "C2 CompilerThre1", 12)):
+        task = proc / "2" / "task" / str(tid)
+        task.mkdir(parents=True, exist_ok=True)
+        (task / "stat").write_text(stat_line(tid, name, 1, utime, 1))
+    assert procfs.thread_ticks(2, proc) == {"java": 6, "C CompilerThre": 44}
+    assert procfs.thread_ticks(99, proc) == {}
+
+
+def test_no_benchmark_reads_proc_but_procfs() -> None:
+    import re
+
+    reads = re.compile(r"""(Path|open|listdir|read_text)\(f?["']/proc""")
+    found = {path.name: line.strip() for path in BENCH.glob("*.py") if path.name != "procfs.py"
+             for line in path.read_text().splitlines() if reads.search(line)}
+    assert found == {}

@@ -8,6 +8,9 @@ import io
 import json
 import re
 import struct
+import subprocess
+import sys
+import threading
 
 import pytest
 from twisted.logger import LogLevel, eventAsText, formatTime, globalLogPublisher
@@ -434,3 +437,71 @@ def test_a_closed_stdout_loses_lines_counted_and_said_on_stderr(monkeypatch, cap
     writer(_line("nowhere either", 1001.0))
     assert writer.lost == {"EBADF": 2}
     assert "cannot write the log (EBADF" in capsys.readouterr().err
+
+
+_PAUSED_READER = r"""
+import json, os, sys
+from twisted.logger import LogLevel
+from twisted_namesrv.logs import text_lines
+writer = text_lines()
+for n in range(8000):  # 8000 lines of ~230 bytes: past a pipe's 64 KiB, past the writer's HELD_BYTES
+    writer({"log_format": "{text}", "text": "x" * 200, "log_time": 1000.0 + n, "log_namespace": "t",
+            "log_level": LogLevel.info})
+sys.stderr.write(json.dumps(dict(writer.lost)) + "\n")
+sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def test_a_stdout_pipe_whose_reader_pauses_never_blocks_the_writer():
+    """stdout a pipe (``| less``, journald's socket) whose reader stopped reading: each line was written
+    on the reactor's thread, which waited in write() until the reader read again, every broker and
+    client waiting with it.  Now lines past a bounded buffer are lost and counted as EAGAIN."""
+    child = subprocess.Popen([sys.executable, "-c", _PAUSED_READER], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        # a watchdog only: the child ends at once unless its writer blocks (the old one did, on the full pipe)
+        assert child.wait(timeout=120) == 0
+        said = child.stderr.readline()
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+    assert json.loads(said)["EAGAIN"] > 0, said
+
+
+class _Paused:
+    """A raw stdout whose write waits until ``go`` is set, as a pipe whose reader paused."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.data = b""
+
+    def write(self, data: bytes) -> int:
+        self.go.wait()
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_lines_past_the_held_bytes_are_lost_counted_and_the_gap_said_once_the_reader_reads():
+    raw, warnings = _Paused(), []
+    line = len(event_as_text_line(_line("held 0", 1000.0)).encode())
+    writer = LineWriter(WholeWrites(raw), event_as_text_line, warn=warnings.append, held=3 * line)
+    for n in range(8):  # the first taken by the writer's thread (waiting in write), three held, four lost
+        writer(_line(f"held {n}", 1000.0 + n))
+    assert writer.lost["EAGAIN"] >= 4
+    lost = writer.lost["EAGAIN"]
+    raw.go.set()  # the reader reads again
+    assert writer.drained(timeout=60)
+    writer(_line("back", 2000.0))
+    assert writer.drained(timeout=60)
+    lines = raw.data.decode().splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines[:-2]] == [str(n) for n in range(8 - lost)], lines
+    assert f"{lost} log lines not written from " in lines[-2] and "(EAGAIN: " in lines[-2]
+    assert lines[-1].endswith("back") and writer.lost["EAGAIN"] == lost
+    # said on stderr once, by the writer's thread (stderr is often the same stuck pipe)
+    assert len(warnings) == 1 and "EAGAIN" in warnings[0]

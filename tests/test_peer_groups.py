@@ -94,3 +94,21 @@ def test_the_search_budget_per_client_holds_for_a_whole_64() -> None:
     budget.release("2001:db8::2")
     assert budget.take("2001:db8::4") is None
     assert budget.held == {"2001:db8::/64": 2, "2001:db8:0:1::/64": 1}
+
+
+def test_a_peer_owning_many_hosts_gets_a_bounded_number_of_warnings_an_hour(warnings) -> None:
+    """The refusal log remembered 10,000 (host, limit) pairs and forgot them all when full: a /48
+    (65,536 /64s) or many IPv4 hosts going round again got a warning line per connection without end.
+    Full, it now says so once and logs a new host's first refusal as debug (counted as ever) until an
+    hour after it last forgot (a monotonic clock: an NTP step moves nothing)."""
+    from twisted_namesrv.refusals import LimitLog
+
+    now = [1000.0]
+    limit_log = LimitLog(now=lambda: now[0])
+    for n in range(6 * LimitLog.CAPACITY):  # three rounds of the same 20,000 /64s: 60,000 lines before
+        limit_log(f"2001:db8:0:{n % (2 * LimitLog.CAPACITY):x}::1", "max_connections", "refused {host}")
+    assert len(warnings) == LimitLog.CAPACITY + 1
+    assert "more than 10000 hosts" in warnings[-1]["log_format"].format(**warnings[-1])
+    now[0] += LimitLog.RENEWED_SECONDS
+    limit_log("2001:db8:1:1::1", "max_connections", "refused {host}")
+    assert len(warnings) == LimitLog.CAPACITY + 2 and warnings[-1]["host"] == "2001:db8:1:1::/64"

@@ -364,3 +364,58 @@ def test_max_connections_counts_peers_that_never_send_a_byte(tmp_path, certifica
     assert connect(5) is not None  # a place came free
     assert connect(6) is None
     assert service.state.refusals.counts["remoting", "max_connections"] == 3
+
+
+def renegotiate(port: int) -> str:
+    """A TLS 1.2 client that renegotiates after its handshake (pyOpenSSL: Python's ssl cannot);
+    what it was answered."""
+    import select
+
+    from OpenSSL import SSL
+
+    context = SSL.Context(SSL.TLS_METHOD)
+    context.set_max_proto_version(SSL.TLS1_2_VERSION)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    connection = SSL.Connection(context, sock)
+    connection.set_connect_state()
+
+    def waiting(step):  # the socket has a timeout, so pyOpenSSL's calls do not wait: waited here
+        while True:
+            try:
+                return step()
+            except SSL.WantReadError:
+                if not select.select([sock], [], [], 10)[0]:
+                    raise TimeoutError from None
+
+    try:
+        waiting(connection.do_handshake)
+        connection.renegotiate()
+        waiting(connection.do_handshake)
+        waiting(lambda: connection.recv(100))
+    except SSL.Error as exc:
+        return str(exc)
+    finally:
+        sock.close()
+    return "renegotiated"
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_refused_renegotiation_is_a_log_line_with_the_peer_and_a_count(tmp_path, certificate):
+    """OpenSSL refuses a client's renegotiation (a no_renegotiation alert): that refusal was neither
+    logged nor counted, a peer trying it again and again invisible to the operator."""
+    from twisted.logger import globalLogPublisher
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    service, port = yield start_server(tls_config(tmp_path, certificate, "enforcing"))
+    try:
+        answered = yield threads.deferToThread(renegotiate, port)
+        again = yield threads.deferToThread(renegotiate, port)
+    finally:
+        yield service.stopService()
+        globalLogPublisher.removeObserver(events.append)
+    assert "no renegotiation" in answered and "no renegotiation" in again
+    assert service.state.refusals.counts["remoting", "tls_renegotiation"] == 2
+    refused = [e for e in events if e.get("refused") == "tls_renegotiation"]
+    assert [e["log_level"].name for e in refused] == ["warn", "debug"]  # once per host, as every refusal
+    assert refused[0]["peer"].startswith("127.0.0.1:") and refused[0]["listener"] == "remoting"

@@ -15,6 +15,7 @@ from twisted.python import usage
 
 from . import CannotStart, cannot_start_line
 from .escapes import escaped
+from .logs import finish_writers
 
 log = Logger()
 
@@ -48,6 +49,15 @@ def umask_from(environ: Mapping[str, str] = os.environ) -> None:
     if not 0 <= mask <= 0o777:
         cannot_start(f"{UMASK_ENV}={value!r} is not a umask (octal, 0 to 0777, e.g. 0002)")
     os.umask(mask)
+
+
+def log_written_to_the_end() -> None:
+    """The log's lines handed to its writer's thread (a stdout that can wait for its reader: logs.py)
+    written before the process ends, once the reactor has stopped: twistd then ends by the signal
+    that stopped it, where no atexit runs (logs.finish_writers)."""
+    from twisted.internet import reactor
+
+    reactor.addSystemEventTrigger("after", "shutdown", finish_writers)
 
 
 def report_cannot_start_in_one_line() -> None:

@@ -15,15 +15,20 @@ every broker registered, changed, confirmed, expired, closed or unregistered, an
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import math
 import os
 import re
+import stat
 import sys
+import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -211,7 +216,7 @@ def event_as_json_line(event: dict[str, Any]) -> str:
 
 def json_lines(out: IO[str] | None = None) -> LineWriter:
     """An observer writing JSON lines to ``out`` (stdout); also twistd's ``--logger`` factory."""
-    return LineWriter(out or standard_output(), event_as_json_line)
+    return _line_writer(out, event_as_json_line)
 
 
 def event_as_text_line(event: dict[str, Any]) -> str | None:
@@ -265,7 +270,23 @@ format_time = _SecondsText()
 
 def text_lines(out: IO[str] | None = None) -> LineWriter:
     """An observer writing escaped text lines (event_as_text_line) to ``out`` (stdout)."""
-    return LineWriter(out or standard_output(), event_as_text_line)
+    return _line_writer(out, event_as_text_line)
+
+
+def _line_writer(out: IO[str] | None, format_event: Callable[[dict[str, Any]], str | None]) -> LineWriter:
+    """A writer to ``out``, or to stdout: through a thread of its own when stdout may block (not a file)."""
+    if out is not None:
+        return LineWriter(out, format_event)
+    stdout = standard_output()
+    return LineWriter(stdout, format_event, held=HELD_BYTES if _may_block(stdout) else 0)
+
+
+def _may_block(stdout: Any) -> bool:
+    """Whether writing to ``stdout`` can wait for a reader: a pipe, a socket, a terminal; not a file."""
+    try:
+        return not stat.S_ISREG(os.fstat(stdout.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # a test's capture, none at all
+        return False
 
 
 def standard_output() -> Any:
@@ -297,6 +318,13 @@ class _NoStdout:
         pass
 
 
+#: bytes of lines a log to a pipe, a socket or a terminal holds while its reader is not reading
+#: (LineWriter's ``held``): about 5,000 lines, a few seconds of a registration storm
+HELD_BYTES = 1 << 20
+#: seconds the process waits at exit for held lines to reach a reader that is not reading
+DRAIN_AT_EXIT = 5.0
+
+
 @implementer(ILogObserver)
 class LineWriter:
     """Twisted's FileLogObserver (each event one formatted line, written and flushed), for a log
@@ -305,22 +333,43 @@ class LineWriter:
     was lost without a trace).  The first failure of a run is one line on stderr; once lines can be
     written again, one warning line says how many were lost, between when and when, and why,
     before the next line: the log then shows its own gap.  ``lost`` counts every line lost, by
-    errno name."""
+    errno name.
+
+    With ``held`` (bytes; stdout a pipe, a socket or a terminal: standard_output) the lines are
+    written by a thread of the writer's own: such a stdout blocks the writer while its reader is not
+    reading (``| less`` paused, a stuck journald, a terminal's Ctrl-S), and the reactor's thread,
+    every broker and client with it, waited in write().  The reactor's thread hands a line over; a
+    line past ``held`` bytes waiting is lost, counted at once as EAGAIN (as a non-blocking pipe's
+    full one), and its place among the lines handed over kept, where the thread opens the gap (and
+    says the stderr line: stderr is often the same stuck pipe).  The lock guards the lines waiting
+    and ``lost``, never a write; the gap is the writing thread's alone."""
 
     def __init__(self, out: Any, format_event: Callable[[dict[str, Any]], str | None],
-                 warn: Callable[[str], object] | None = None) -> None:
+                 warn: Callable[[str], object] | None = None, held: int = 0) -> None:
         self.out = out
         self.encoding = "utf-8" if ioType(out) is not str else None
         self.format_event = format_event
         self.warn = warn if warn is not None else _to_stderr
         self.lost: Counter[str] = Counter()
         self._gap: tuple[float, str, int] | None = None  # first failure's time, its reason, lines lost since
+        self.held = held
+        #: lines handed over and not yet written, and between them lines lost (when, reason, how many)
+        self._waiting: deque[tuple[str, float | None] | _Lost] = deque()
+        self._waiting_size = 0
+        self._finished = False
+        self._new_thread()
 
     def __call__(self, event: dict[str, Any]) -> None:
         text = self.format_event(event)
         if not text:
             return
-        when = event.get("log_time")
+        if self.held:
+            self._hand_over(text, event.get("log_time"))
+        else:
+            self._write_line(text, event.get("log_time"))
+
+    def _write_line(self, text: str, when: float | None) -> None:
+        """The gap's line first when lines were lost, then ``text``; a line refused is lost, counted."""
         if self._gap is not None:
             notice = self.format_event(self._gap_event(when))
             failed = self._write(notice) if notice else None
@@ -343,14 +392,17 @@ class LineWriter:
 
     def _lose(self, failed: OSError, when: float | None) -> None:
         name = errno_name(failed)
-        self.lost[name] += 1
+        with self._lock:
+            self.lost[name] += 1
+        self._gap_grows(_Lost(when, f"{name}: {failed.strerror or failed}", 1))
+
+    def _gap_grows(self, lost: _Lost) -> None:
         if self._gap is not None:
             since, reason, count = self._gap
-            self._gap = (since, reason, count + 1)
+            self._gap = (since, reason, count + lost.lines)
             return
-        reason = f"{name}: {failed.strerror or failed}"
-        self._gap = (when if when is not None else time.time(), reason, 1)
-        self.warn(f"namesrv: warning: cannot write the log ({reason}): its lines are counted until it can, "
+        self._gap = (lost.when if lost.when is not None else time.time(), lost.reason, lost.lines)
+        self.warn(f"namesrv: warning: cannot write the log ({lost.reason}): its lines are counted until it can, "
                   "then one line says how many were lost\n")
 
     def _gap_event(self, now: float | None) -> dict[str, Any]:
@@ -360,6 +412,91 @@ class LineWriter:
         return {"log_level": LogLevel.warn, "log_namespace": __name__, "log_time": until, "log_format": TEXT_AS_IS,
                 "log_text": f"{count} log lines not written from {format_time(since)} to {format_time(until)} "
                             f"({reason})", "lines_lost": count}
+
+    def _new_thread(self) -> None:
+        """A new lock and no thread yet (one starts with the first line handed over): at start, and
+        in a forked child (twistd's daemon), where the parent's thread is gone and its lock may be
+        held for good; the lines waiting in the parent are written by the child."""
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def _hand_over(self, text: str, when: float | None) -> None:
+        if self._pid != os.getpid():
+            self._new_thread()
+        with self._ready:
+            if self._waiting_size + len(text) <= self.held:
+                self._waiting.append((text, when))
+                self._waiting_size += len(text)
+            else:
+                self.lost["EAGAIN"] += 1
+                last = self._waiting[-1] if self._waiting else None
+                if isinstance(last, _Lost):
+                    last.lines += 1
+                else:
+                    self._waiting.append(_Lost(when, f"EAGAIN: the log's reader is not reading, {self.held} "
+                                                     "bytes of lines wait", 1))
+            self._ready.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_handed, name="namesrv-log", daemon=True)
+            self._thread.start()
+            atexit.register(self.finish)
+            _handing_over.add(self)
+
+    def _write_handed(self) -> None:
+        """The writer's thread: the lines handed over, in order, one at a time."""
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._waiting)
+                first = self._waiting[0]
+            if isinstance(first, _Lost):
+                with self._ready:  # the reactor's thread may add to it until it leaves the queue
+                    self._waiting.popleft()
+                self._gap_grows(first)
+                continue
+            self._write_line(*first)
+            with self._ready:
+                self._waiting.popleft()
+                self._waiting_size -= len(first[0])
+                self._ready.notify_all()
+
+    def finish(self, timeout: float = DRAIN_AT_EXIT) -> None:
+        """At the stop, once the reactor has stopped: the lines handed over written (waiting at most
+        ``timeout`` seconds), then every later line written at once by its caller.  twistd ends by
+        the signal that stopped it (os.kill after the stop: no atexit), which lost the lines still
+        waiting, its ``Server Shut Down.`` among them.  A reader that is not reading by then keeps
+        the lines handed over: they are lost with the process."""
+        if self._finished:  # once: at the reactor's stop, else at exit
+            return
+        self._finished = True
+        if self.held and self.drained(timeout):
+            self.held = 0
+
+    def drained(self, timeout: float) -> bool:
+        """Whether every line handed over was written (or lost), waiting at most ``timeout`` seconds
+        (at the stop: finish)."""
+        with self._ready:
+            return self._ready.wait_for(lambda: not self._waiting, timeout)
+
+
+#: the writers handing lines to a thread (finish_writers)
+_handing_over: weakref.WeakSet[LineWriter] = weakref.WeakSet()
+
+
+def finish_writers() -> None:
+    """Every writer's LineWriter.finish: run once the reactor has stopped (launch.log_written_to_the_end)."""
+    for writer in list(_handing_over):
+        writer.finish()
+
+
+@dataclass
+class _Lost:
+    """Lines lost from ``when`` for ``reason``, in their place among the lines a writer's thread writes."""
+
+    when: float | None
+    reason: str
+    lines: int
 
 
 def _to_stderr(text: str) -> None:

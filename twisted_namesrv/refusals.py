@@ -10,8 +10,9 @@ is ``peer_group``'s: an IPv6 peer is its /64, so one rotating through its addres
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from twisted.logger import Logger
 
@@ -25,12 +26,13 @@ log = Logger(namespace="twisted_namesrv.refusals")
 #: that an alert has a series to read
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                 "tls_handshake", "not_tls", "config_key", "config_value", "config_size", "fd_reserve",
-                 "max_topics_per_broker", "max_broker_groups", "max_brokers", "max_brokers_per_group",
+                 "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value", "config_size",
+                 "fd_reserve", "max_topics_per_broker", "max_broker_groups", "max_brokers", "max_brokers_per_group",
                  "max_topic_queue_entries", "max_name_length", "filter_servers", "max_kv_bytes"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
-                   "memory_budget", "tls_handshake", "not_tls", "config_key", "config_value", "config_size",
-                   "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length", "max_brokers"),
+                   "memory_budget", "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value",
+                   "config_size", "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length",
+                   "max_brokers"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
              "request_body", "bad_request", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
 }
@@ -39,12 +41,22 @@ REASONS: dict[str, tuple[str, ...]] = {
 class LimitLog:
     """Each (key, peer host)'s first hit is a warning; later ones are debug events (and counted
     elsewhere), so a peer looping on bad frames or connections cannot flood the log.  The host is
-    keyed and shown as ``peer_group`` makes it (an IPv6 peer: its /64)."""
+    keyed and shown as ``peer_group`` makes it (an IPv6 peer: its /64).
 
-    CAPACITY = 10_000  # (host, key) pairs remembered; forgotten all at once when full
+    The pairs remembered are bounded (CAPACITY) and forgotten all at once at most every
+    RENEWED_SECONDS (``now``: a monotonic clock, an NTP step moves nothing): forgotten whenever full,
+    a peer owning more hosts than that (a /48 holds 65,536 /64s) going round them again had a
+    warning line per connection without end.  Full within that time, the log says so once and a new
+    host's first hit is a debug event, counted as every hit is: at most CAPACITY + 1 warnings then."""
 
-    def __init__(self) -> None:
+    CAPACITY = 10_000  # (host, key) pairs remembered
+    RENEWED_SECONDS = 3600.0
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
         self._seen: set[tuple[str, str]] = set()
+        self._now = now
+        self._renewed = now()
+        self._full_said = False
 
     def __call__(self, host: str, limit: str, message: str, /, listener: str = "", **fields: object) -> None:
         host = peer_group(host)
@@ -52,13 +64,33 @@ class LimitLog:
         # one event dict: a caller's field named like ours (host, limit, listener) must not make the
         # log call itself raise (a TypeError there would lose the line); ours win
         event = {**fields, "limit": limit, "host": host, "listener": listener}
-        if key in self._seen:
+        if key in self._seen or not self._room():
             log.debug(message, **event)
             return
-        if len(self._seen) >= self.CAPACITY:
-            self._seen.clear()
         self._seen.add(key)
         log.warn(message + " (further hits of this limit from {host} are counted, not logged)", **event)
+
+    def _room(self) -> bool:
+        """Whether a new pair can be remembered: the table forgotten when full and due, else said full once."""
+        if len(self._seen) < self.CAPACITY:
+            return True
+        now = self._now()
+        if now - self._renewed >= self.RENEWED_SECONDS:
+            self._seen.clear()
+            self._renewed, self._full_said = now, False
+            return True
+        if not self._full_said:
+            self._full_said = True
+            log.warn("refusals from more than {capacity} hosts: a new host's first refusal is counted, not logged, "
+                     "for {seconds:.0f} s more", capacity=self.CAPACITY,
+                     seconds=self.RENEWED_SECONDS - (now - self._renewed))
+        return False
+
+
+def peer_text(addr: object) -> str:
+    """A peer's ``host:port`` as every refusal and connection writes it (an IPv6 host bare: peer_host
+    reads it back); ``?`` for what the address lacks."""
+    return f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}"
 
 
 def peer_host(peer: str) -> str:

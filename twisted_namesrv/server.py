@@ -32,7 +32,7 @@ from .context import Peer
 from .dispatch import Dispatcher, Later
 from .metrics import Metrics
 from .reactor import serve_after_clients
-from .refusals import LimitLog, Refusals, peer_host
+from .refusals import LimitLog, Refusals, peer_host, peer_text
 from .remoting import FrameDecoder, RemotingDecodeError
 from .remoting.foreign import foreign_protocol
 
@@ -152,7 +152,7 @@ class RemotingProtocol(protocol.Protocol):
         peer = self.transport.getPeer()
         # one string for every connection from a host (a socket's peer address is a new one each time)
         self.host = sys.intern(str(getattr(peer, "host", "?")))
-        self.peer = Peer(self.channel, f"{self.host}:{getattr(peer, 'port', '?')}")
+        self.peer = Peer(self.channel, peer_text(peer))
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
         factory.connections[self.channel] = self
         factory.metrics.connections_accepted += 1
@@ -472,7 +472,7 @@ class RemotingFactory(protocol.Factory):
         refused (logged, counted) and its descriptor given back: its port closes it."""
         if not self.max_connections or len(self.connections) + waiting < self.max_connections:
             return False
-        self.refuse("max_connections", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+        self.refuse("max_connections", peer_text(addr),
                     "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
         if self.fds is not None:
             self.fds.release()  # its port admitted the socket; it closes now
@@ -524,7 +524,7 @@ class _Admitting(protocol.Factory):
         admission, fds = self.admission, self.admission.fds
         if not fds.admit():
             if admission.make_room is None or not admission.make_room():
-                admission.refuse("fd_reserve", f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}",
+                admission.refuse("fd_reserve", peer_text(addr),
                                  "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for "
                                  "the stores (fdReserve), closing the connection", reserve=fds.reserve,
                                  nofile=fds.limit)

@@ -20,6 +20,7 @@ from . import CannotStart, __version__, cannot_start_line
 from .compat import PROFILES
 from .launch import (
     cannot_start,
+    log_written_to_the_end,
     report_cannot_start_in_one_line,
     take_over_twistd_logging,
     twistd_log_file,
@@ -187,6 +188,7 @@ def makeService(options: Options):
     from .service import NamesrvService
 
     report_cannot_start_in_one_line()
+    log_written_to_the_end()
     umask_from()  # before the first file is made (the lock file, when the service starts)
     try:  # every file the server starts from is read here, before twistd daemonises
         return NamesrvService.from_config(options.config, controller_port=options.controller_port(),

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import interfaces, protocol
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from .refusals import peer_text
 from .remoting.codes import code_name
 from .remoting.command import RemotingCommand
 from .remoting.foreign import HTTP, foreign_protocol
@@ -34,6 +36,8 @@ from .state.files import TEXT_FILE_LIMIT, read_regular
 if TYPE_CHECKING:
     from twisted.internet.ssl import CertificateOptions, PrivateCertificate
     from twisted.protocols.tls import TLSMemoryBIOFactory
+
+log = Logger()
 
 TLS_HANDSHAKE = 0x16
 
@@ -89,15 +93,43 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
             try:
                 if reason is not None and not self._handshakeDone:
                     peer = self.transport.getPeer()
-                    remoting.refuse("tls_handshake", f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+                    remoting.refuse("tls_handshake", peer_text(peer),
                                     "TLS handshake failed, closing the connection: {why}",
                                     why=_ssl_reason(reason.value))
             finally:
                 super()._tlsShutdownFinished(reason)
 
+        def makeConnection(self, transport: Any) -> None:
+            super().makeConnection(transport)
+            self._tlsConnection.set_app_data(self)  # the way back here from OpenSSL's info callback
+
+        def renegotiation_refused(self) -> None:
+            remoting.refuse("tls_renegotiation", peer_text(self.transport.getPeer()),
+                            "TLS renegotiation refused (a no_renegotiation alert), the connection kept")
+
+    context.getContext().set_info_callback(_alert_written)
     factory = TLSMemoryBIOFactory(context, False, remoting)
     factory.protocol = RefusingTLSProtocol
     return factory
+
+
+#: TLS's no_renegotiation alert (RFC 5246, 7.2.2): what OpenSSL answers a client's renegotiation
+NO_RENEGOTIATION = 100
+
+
+def _alert_written(connection: Any, where: int, value: int) -> None:
+    """OpenSSL's info callback (one per context, so the connection's protocol is found by its app
+    data): an alert refusing a client's renegotiation is a refusal, logged and counted; before,
+    OpenSSL refused it without a trace here.  Never raises into OpenSSL's handshake."""
+    from OpenSSL import SSL
+
+    if where & SSL.SSL_CB_WRITE_ALERT != SSL.SSL_CB_WRITE_ALERT or value & 0xFF != NO_RENEGOTIATION:
+        return
+    protocol = connection.get_app_data()
+    try:
+        protocol.renegotiation_refused()
+    except Exception:  # noqa: BLE001 -- a connection without our protocol, a refusal that failed
+        log.failure("counting a refused TLS renegotiation")
 
 
 def _ssl_reason(error: BaseException) -> str:
@@ -160,7 +192,7 @@ class SniffingProtocol(protocol.Protocol):
                 self._idle.cancel()
             plain = data[0] != TLS_HANDSHAKE
             if plain and self.factory.enforcing:
-                peer = f"{getattr(self.addr, 'host', '?')}:{getattr(self.addr, 'port', '?')}"
+                peer = peer_text(self.addr)
                 request = plain_request(data)
                 if foreign_protocol(data) == HTTP:  # a probe or browser: no broker to start with TLS
                     request += "; " + self.factory.remoting.first_bytes(HTTP)

@@ -263,3 +263,27 @@ def test_the_elections_a_lost_master_makes_are_bounded_whatever_a_peer_set(tmp_p
     manager.on_channel_close("ch1")
     assert manager.replicas.sync_state_set_info_table["g"].master_epoch == 1 + ELECT_RETRIES_MAX
     store.close()
+
+
+def test_a_negative_retry_count_is_refused_and_zero_elects_nothing_as_in_java(tmp_path) -> None:
+    """Java's triggerElectMaster runs ``for (i = 0; i < electMasterMaxRetryCount; i++)``: 0 or less
+    elects nothing when a master is lost (its failover left to an operator's electMaster).  Here -5 was
+    taken as given and a lost master still had one election (``max(1, ...)``): neither Java's meaning
+    nor a refusal.  A negative value is a typo: refused, as past ELECT_RETRIES_MAX; 0 is Java's."""
+    import pytest
+
+    from twisted_namesrv.controller.config import ControllerConfigError
+
+    clock = task.Clock()
+    manager, store = manager_on(tmp_path, clock)
+    with pytest.raises(ControllerConfigError, match=r"electMasterMaxRetryCount: -5 is out of range \(0 to 16\)"):
+        manager.config.update({"electMasterMaxRetryCount": "-5"})
+    assert manager.config["electMasterMaxRetryCount"] == 3
+    manager.config.update({"electMasterMaxRetryCount": "0"})
+    join(manager, 1)
+    join(manager, 2)
+    manager.elect_master("C", "g", 1, False, "broker")
+    manager.on_channel_close("ch1")
+    info = manager.replicas.sync_state_set_info_table["g"]
+    assert (info.master_broker_id, info.master_epoch) == (1, 1)
+    store.close()

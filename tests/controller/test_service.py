@@ -59,7 +59,7 @@ def test_bad_input_is_answered_not_crashed_on(tmp_path) -> None:
         updated = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=true\n")
         assert updated.code == 0 and service.config["enableElectUncleanMaster"] is True
         storm = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"electMasterMaxRetryCount=2147483647\n")
-        assert (storm.code, storm.remark) == (1, "electMasterMaxRetryCount: 2147483647 is out of range (at most 16)")
+        assert (storm.code, storm.remark) == (1, "electMasterMaxRetryCount: 2147483647 is out of range (0 to 16)")
         assert service.config["electMasterMaxRetryCount"] == 3
         config = yield ask(Req.GET_CONTROLLER_CONFIG)
         assert "enableElectUncleanMaster=true\n" in bytes(config.body).decode()

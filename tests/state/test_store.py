@@ -59,3 +59,19 @@ def test_a_file_system_that_refuses_permissions_still_takes_the_write(tmp_path, 
     monkeypatch.setattr(os, "fchmod", refused)
     write_atomically(path, b'{"configTable":{}}')
     assert path.read_bytes() == b'{"configTable":{}}' and mode(path) == 0o600
+
+
+def test_a_data_dir_to_make_on_a_read_only_file_system_is_said_so(tmp_path, monkeypatch):
+    """``--data-dir ro/x`` with ``ro`` a read-only mount (a ``podman run --read-only`` without a
+    volume there) said "no write permission in ro": an operator chmods and nothing changes."""
+    from types import SimpleNamespace
+
+    from twisted_namesrv.state import store
+
+    monkeypatch.setattr(store.os, "access", lambda path, mode: False)  # as access(2) answers on a read-only mount
+    monkeypatch.setattr(store.os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
+    assert store.unwritable(tmp_path / "x" / "kvConfig.json") == (
+        f"cannot create {tmp_path / 'x'}: {tmp_path} is on a read-only file system")
+    monkeypatch.setattr(store.os, "statvfs", lambda path: SimpleNamespace(f_flag=0))
+    assert store.unwritable(tmp_path / "x" / "kvConfig.json").startswith(
+        f"cannot create {tmp_path / 'x'}: no write permission in {tmp_path}")

@@ -76,6 +76,7 @@ from procfs import (  # beside this file: /proc read one way
     core_steal_s,
     cores_busy_s,
     descendants,
+    launched,
     pid_cpu_s,
     status_kib,
 )
@@ -199,18 +200,9 @@ class Server:
         return [self.proc.pid, *descendants(self.proc.pid)]
 
     def main_pid(self) -> int:
-        """The server's own process under the command's launchers (taskset execs; a shell script
-        that starts it as its only child): whose main thread the probe watches."""
-        pid = self.proc.pid
-        for _ in range(3):
-            try:
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            except OSError:
-                break
-            if len(children) != 1:
-                break
-            pid = int(children[0])
-        return pid
+        """The server's own process under the command's launchers (procfs.launched): whose main
+        thread the probe watches."""
+        return launched(self.proc.pid)
 
     def cpu_s(self) -> float:
         """User and system CPU seconds of the process tree so far (every thread: Java's JIT and

@@ -1,6 +1,7 @@
 """What the benchmarks read of Linux's /proc, read here only: a process's CPU (``/proc/PID/stat``),
-its descendants, its memory (``/proc/PID/status``), how busy the machine's cores are (``/proc/stat``)
-and a thread's ``schedstat`` (run.py, curve.py, spark_pcap.py, stall_why.py, registration_spans.py
+its descendants and the process a launcher chain leads to, its threads' CPU by name, its memory
+(``/proc/PID/status``), how busy the machine's cores are (``/proc/stat``)
+and a thread's ``schedstat`` (run.py, curve.py, spark_pcap.py, spark_timeline.py, stall_why.py, registration_spans.py
 and server_turns.py use these; a figure two tools give is then the same figure).
 
 Busy is user + nice + system + irq + softirq.  Steal is not: it is time the hypervisor gave
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -86,6 +88,36 @@ def descendants(pid: int, proc: Path = PROC) -> list[int]:
             continue  # gone meanwhile
         found += kids
         todo += kids
+    return found
+
+
+def launched(pid: int, proc: Path = PROC, depth: int = 3) -> int:
+    """The process a chain of launchers leads to, each with one child (taskset execs; a shell
+    script that starts the server as its only child): the one whose main thread a probe watches.
+    ``pid`` itself when it has no child or more than one, or is gone."""
+    for _ in range(depth):
+        try:
+            children = (proc / str(pid) / "task" / str(pid) / "children").read_text().split()
+        except OSError:
+            break
+        if len(children) != 1:
+            break
+        pid = int(children[0])
+    return pid
+
+
+def thread_ticks(pid: int, proc: Path = PROC) -> Counter[str]:
+    """CPU ticks of a process's threads by name, digits dropped (a pool's threads together: the
+    JVM's task threads, compiler, collector); empty once it is gone."""
+    found: Counter[str] = Counter()
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = parse_pid_stat((task / "stat").read_text())
+            found["".join(c for c in stat.comm if not c.isdigit())] += stat.own_ticks
     return found
 
 

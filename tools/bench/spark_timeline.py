@@ -27,7 +27,6 @@ with the load; the split between causes, and the CPU of each, are what to read.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -39,12 +38,11 @@ from collections import Counter
 from functools import partial
 from pathlib import Path
 
-from run import descendants  # the performance table's runner, beside this file
+from procfs import TICKS as TICK  # beside this file: /proc read one way
+from procfs import descendants, pid_stat, thread_ticks
 
 from spark_analysis.spark.job import analyse
 from spark_analysis.spark.session import build_session, local_cores
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 class Sampler(threading.Thread):
@@ -59,14 +57,13 @@ class Sampler(threading.Thread):
         while not self.done.wait(self.every):
             ticks: Counter = Counter()
             for pid in [root, *descendants(root)]:
-                with contextlib.suppress(OSError):
-                    text = Path(f"/proc/{pid}/stat").read_text()
-                    name = text[text.index("(") + 1 : text.rindex(")")]
-                    fields = text[text.rindex(")") + 2 :].split()
-                    kind = "jvm" if name == "java" else "driver" if pid == root else "workers"
-                    ticks[kind] += int(fields[11]) + int(fields[12])
-                    if kind == "jvm":  # by thread name: the JVM's task threads, compiler, collector, py4j
-                        ticks.update(_threads(pid))
+                stat = pid_stat(pid)
+                if stat is None:
+                    continue  # gone meanwhile
+                kind = "jvm" if stat.comm == "java" else "driver" if pid == root else "workers"
+                ticks[kind] += stat.own_ticks
+                if kind == "jvm":  # by thread name: the JVM's task threads, compiler, collector, py4j
+                    ticks.update({f"jvm:{name}": spent for name, spent in thread_ticks(pid).items()})
             ticks["sampler"] = int(time.thread_time() * TICK)
             self.samples.append((time.time(), ticks))
 
@@ -88,18 +85,6 @@ class Sampler(threading.Thread):
             }
         )
         return used | {kind: round(ticks / TICK, 2) for kind, ticks in threads.most_common(4) if ticks}
-
-
-def _threads(pid: int) -> Counter:
-    """CPU ticks of a process's threads by name (digits dropped: a pool's threads together)."""
-    found: Counter = Counter()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):
-            text = Path(f"/proc/{pid}/task/{task}/stat").read_text()
-            name = "".join(c for c in text[text.index("(") + 1 : text.rindex(")")] if not c.isdigit())
-            fields = text[text.rindex(")") + 2 :].split()
-            found[f"jvm:{name}"] += int(fields[11]) + int(fields[12])
-    return found
 
 
 def new_events(directory: Path, offset: list[int]) -> list[dict]:

@@ -46,7 +46,8 @@ UPDATABLE = frozenset({"enableElectUncleanMaster", "notifyBrokerRoleChanged", "i
 _MIN_INTERVAL_MS = 100
 #: the most elections a lost master begins (electMasterMaxRetryCount, Java's default 3): they follow
 #: each other at once, so more changes nothing but the cost; each failed one is an event written and
-#: an epoch, and the key is any peer's to change without ACL (2147483647: two billion fsynced records)
+#: an epoch, and the key is any peer's to change without ACL (2147483647: two billion fsynced records).
+#: 0 elects nothing when a master is lost, as Java's loop; a negative value is refused (a typo)
 ELECT_RETRIES_MAX = 16
 
 #: the controller's store, a NameServer key too (Java's ControllerConfig controllerType: DLedger or
@@ -141,9 +142,9 @@ class ControllerConfig:
         """Convert every value first: a bad one changes nothing (ControllerConfigError names it)."""
         converted = {name: self._convert(name, value) for name, value in props.items()}
         retries = converted.get("electMasterMaxRetryCount", 0)
-        if retries > ELECT_RETRIES_MAX:  # from a file, a request or a typed config alike
+        if not 0 <= retries <= ELECT_RETRIES_MAX:  # from a file, a request or a typed config alike
             raise ControllerConfigError(f"electMasterMaxRetryCount: {retries} is out of range "
-                                        f"(at most {ELECT_RETRIES_MAX})")
+                                        f"(0 to {ELECT_RETRIES_MAX})")
         self.values.update(converted)
 
     def _convert(self, name: str, value: Any) -> Any:

@@ -241,8 +241,8 @@ class ControllerManager:
     def trigger_elect_master(self, broker_name: str, inactive_id: int | None = None) -> Any:
         """The controller's own election (Java's triggerElectMaster), retried up to
         electMasterMaxRetryCount times; with ``inactive_id`` only while that broker is still the
-        master when its turn comes."""
-        for attempt in range(max(1, int(self.config["electMasterMaxRetryCount"]))):
+        master when its turn comes; 0 times elects nothing (Java's loop), the failover an operator's."""
+        for attempt in range(int(self.config["electMasterMaxRetryCount"])):
             # Java checks "was it the master?" once, then retries the election as such
             def supplier(check: int | None = inactive_id if attempt == 0 else None) -> ControllerResult | None:
                 if check is not None:

@@ -15,6 +15,7 @@ from twisted.python import usage
 from .. import CannotStart
 from ..launch import (
     cannot_start,
+    log_written_to_the_end,
     report_cannot_start_in_one_line,
     take_over_twistd_logging,
     twistd_log_file,
@@ -69,6 +70,7 @@ def makeService(options: Options) -> Any:
     from .service import ControllerService
 
     report_cannot_start_in_one_line()
+    log_written_to_the_end()
     umask_from()  # its store's files, as the NameServer's (launch.py)
     try:
         return ControllerService(options.config, port=options["port"], bind=options["bind"])

@@ -247,8 +247,11 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     if not existing.is_dir():
         return f"{existing} is not a directory"
     if existing != target.parent:
-        return None if os.access(existing, os.W_OK | os.X_OK) else f"cannot create {target.parent}: no write " \
-            f"permission in {existing}"
+        if os.access(existing, os.W_OK | os.X_OK):
+            return None
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:  # access(2) says EROFS as "no": chmod would not help
+            return f"cannot create {target.parent}: {existing} is on a read-only file system"
+        return f"cannot create {target.parent}: no write permission in {existing}"
     probe = target.with_name(target.name + ".tmp")
     if probe.exists():  # a crash's leftover, removed at the next write (write_atomically): whoever owns it
         return None if _removable(probe) else (f"cannot write in {target.parent}: cannot remove {probe} "

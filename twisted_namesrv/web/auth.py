@@ -25,7 +25,7 @@ from urllib.parse import unquote_to_bytes as unquote
 
 from twisted.web import resource, server
 
-from ..refusals import Refusals
+from ..refusals import Refusals, peer_text
 from ..state.acl import AccessControl, Account
 from ..state.hosts import AllowedHosts, is_loopback_host, parse_host
 
@@ -171,8 +171,7 @@ class Gate(resource.Resource):
     def _refused(self, request: server.Request, status: int, reason: str, message: str,
                  **fields: object) -> resource.IResource:
         address = request.getClientAddress()
-        peer = f"{getattr(address, 'host', '?')}:{getattr(address, 'port', '?')}"
-        self.refusals("http", reason, peer, message + " ({status})", status=status, **fields)
+        self.refusals("http", reason, peer_text(address), message + " ({status})", status=status, **fields)
         return refusal(status)
 
     def account(self, request: server.Request) -> Account | None:

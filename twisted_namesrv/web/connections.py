@@ -31,7 +31,7 @@ from twisted.protocols import basic
 from twisted.web import http, resource, server
 
 from ..budget import FdBudget, MemoryBudget
-from ..refusals import Refusals
+from ..refusals import Refusals, peer_text
 
 #: bytes of requests read but not yet answered past which a connection is not read (pipelining)
 PIPELINED_MAX = 64 * 1024
@@ -240,7 +240,7 @@ class BoundedSite(server.Site):
 
     def buildProtocol(self, addr: Any) -> Any:
         if self.max_connections and len(self.channels) >= self.max_connections and not self.make_room():
-            self.refusals("http", "max_connections", _peer(addr), "httpMaxConnections ({maximum}) are open, none "
+            self.refusals("http", "max_connections", peer_text(addr), "httpMaxConnections ({maximum}) are open, none "
                           "idle: closing the connection", maximum=self.max_connections)
             if self.fds is not None:
                 self.fds.release()  # its port admitted the socket; it closes now
@@ -262,7 +262,7 @@ class BoundedSite(server.Site):
         return True
 
     def refuse(self, reason: str, channel: BoundedChannel, message: str, **fields: object) -> None:
-        self.refusals("http", reason, _peer(channel.transport.getPeer()), message, **fields)
+        self.refusals("http", reason, peer_text(channel.transport.getPeer()), message, **fields)
 
 
 def _drop_unsent(transport: Any) -> None:
@@ -276,7 +276,3 @@ def _drop_unsent(transport: Any) -> None:
 
 def _ignored(data: bytes) -> None:
     """What a connection being closed for its request's body does with what it still receives."""
-
-
-def _peer(addr: Any) -> str:
-    return f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '?')}"

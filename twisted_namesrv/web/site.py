@@ -22,7 +22,7 @@ from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
 from ..peers import as_json as peers_json
-from ..refusals import Refusals
+from ..refusals import Refusals, peer_text
 from ..server import RemotingFactory
 from ..state.config import NamesrvConfig
 from ..state.hosts import AllowedHosts
@@ -190,7 +190,7 @@ class ApiResource(resource.Resource):
         host = str(getattr(client, "host", client))
         refused = self.searches.take(host)
         if refused is not None:
-            self.refusals("http", refused.reason, f"{host}:{getattr(client, 'port', 0)}",
+            self.refusals("http", refused.reason, peer_text(client),
                           "topic search refused: {why} ({status})", why=refused.message, status=refused.status)
             request.setHeader(b"retry-after", b"1")
             raise ApiError(refused.status, refused.message)
