@@ -423,12 +423,17 @@ def test_the_standalone_controller_under_twistd_stops_cleanly_on_sighup(tmp_path
     assert "Traceback" not in text
 
 
-def test_python_m_stops_cleanly_on_sighup_with_status_0(tmp_path):
-    """docs/startup.md's table: python -m ends 0 after a stop by SIGHUP, as by SIGTERM."""
-    status, text = stopped_by_sighup([sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir",
-                                      str(tmp_path)], BOOT_MESSAGE, tmp_path)
-    assert "Received SIGHUP, shutting down." in text and status == 0, (status, text)
+def test_python_m_stops_cleanly_on_sighup_with_status_129_and_on_sigterm_with_0(tmp_path):
+    """docs/startup.md's table: python -m ends 129 after a clean stop by SIGHUP, as the JVM does, so
+    that systemd's Restart=on-failure starts again a NameServer a logrotate-style SIGHUP stopped (with
+    0 it stayed down); 0 after SIGTERM, systemctl stop's."""
+    argv = [sys.executable, "-m", "twisted_namesrv", "--port", "0", "--data-dir", str(tmp_path)]
+    status, text = stopped_by_sighup(argv, BOOT_MESSAGE, tmp_path)
+    assert "Received SIGHUP, shutting down." in text and status == 128 + signal.SIGHUP, (status, text)
     assert "Traceback" not in text
+    status, boot, rest = stopped_by_signal(argv, BOOT_MESSAGE, tmp_path, signal.SIGTERM,
+                                           before=lambda boot: time.sleep(0.5))  # the reactor's handler set
+    assert status == 0 and "Traceback" not in boot + rest, (status, boot, rest)
 
 
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):

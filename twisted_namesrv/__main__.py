@@ -4,8 +4,9 @@
 Same options (tap.Options) and service (tap.makeService); it skips twistd's plugin scan, pid
 file and daemon machinery, so it starts faster, logs to stdout, and stops on SIGINT/SIGTERM/SIGHUP
 (hangup.py).
-Exit status: 0 after a stop by signal, 1 when it cannot start (one line on stderr naming the
-key and the cause, also logged), 2 for a command-line usage error (one line, and "try --help").
+Exit status: 0 after a stop by SIGTERM or SIGINT, 129 after one by SIGHUP (as Java's JVM: hangup.py),
+1 when it cannot start (one line on stderr naming the key and the cause, also logged), 2 for a
+command-line usage error (one line, and "try --help").
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.logger import globalLogBeginner
 
     from . import CannotStart, cannot_start_line
+    from .hangup import exit_status
     from .tap import Options, makeService
 
     options = Options()
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(cannot_start_line(exc))
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
     reactor.run()
+    sys.exit(exit_status(reactor))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ logged line by line in ``namesrv.log``) and it exits with status 129.  Twisted's
 SIGTERM only, so Python's default action for SIGHUP ended the process at once: no line in the log, no last
 write of a route snapshot (warm_restart.py), no ``STOPPING`` for the service manager; a server started from
 a terminal died without a word when the terminal or its ssh session closed.  Now SIGHUP is one more stop
-signal, logged as Twisted logs the others, and ``twistd`` ends by it after the clean stop, as the JVM does
-(status 129).
+signal, logged as Twisted logs the others, and the server ends with status 129 after the clean stop, as
+the JVM does (``twistd`` by the signal itself, ``python -m twisted_namesrv`` by ``exit_status``): under
+systemd's ``Restart=on-failure`` (deploy/systemd) a SIGHUP sent as "reload" (a logrotate script, a stray
+``systemctl kill -s HUP``) is a clean stop and a start 2 s later, where status 0 left the cluster
+without this NameServer until someone noticed; SIGTERM and SIGINT, ``systemctl stop``'s, end 0.
 
 A SIGHUP ignored when the server started stays ignored: ``nohup`` (as ``mqnamesrv`` is run, and as the
 rig's launchers run Java) sets that, and the JVM keeps it too.  A reactor that installed no signal
@@ -44,6 +47,15 @@ def stop_on_hangup(reactor: Any) -> bool:
 
     signal.signal(signal.SIGHUP, hangup)
     return True
+
+
+#: what a stop by SIGHUP exits with: 128 + the signal's number, as a JVM and a shell report it
+HANGUP_EXIT_STATUS = 128 + signal.SIGHUP
+
+
+def exit_status(reactor: Any) -> int:
+    """After ``reactor.run()`` returned: HANGUP_EXIT_STATUS when SIGHUP stopped it, else 0."""
+    return HANGUP_EXIT_STATUS if getattr(reactor, "_exitSignal", None) == signal.SIGHUP else 0
 
 
 def default_hangup() -> None:
