@@ -20,7 +20,6 @@ counted in ``refused``), so neither a hostile registration flood nor years of po
 from __future__ import annotations
 
 import json
-import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,8 +136,7 @@ class Topology:
             group.up = self._alike_ids(group.up | {broker_id})
         member = group.members.get(broker_id)
         if member is None or member.addr != addr:
-            others = [i for i, m in group.members.items() if m.addr == addr] if group.members else ()
-            for other_id in others:  # a slave became master
+            for other_id in [i for i, m in group.members.items() if m.addr == addr]:  # a slave became master
                 del group.members[other_id]
             group.members[broker_id] = Member(broker_id, addr, now)
             while len(group.members) > self.members_limit:
@@ -189,7 +187,7 @@ class Topology:
 
     def _changed(self, group: KnownGroup) -> None:
         """``group`` changed: its entry in the file is encoded again, and the store writes."""
-        self.encoded[group.cluster, group.broker] = encode_group(group)  # (its key, without the property's call)
+        self.encoded[group.key] = encode_group(group)
         self.version += 1
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
@@ -225,7 +223,7 @@ def encode_group(g: KnownGroup) -> str:
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it."""
     entry = {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": list(map(_MEMBER_FIELDS, g.members.values())), "up": sorted(g.up)}
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
     try:
         return _ENCODER.encode(entry).decode()
     except UnicodeEncodeError:
@@ -233,8 +231,6 @@ def encode_group(g: KnownGroup) -> str:
 
 
 _ENCODER = msgspec.json.Encoder()
-#: a member's entry in the file: [id, address, since] (a tuple is written as a JSON array)
-_MEMBER_FIELDS = operator.attrgetter("broker_id", "addr", "since")
 
 
 def encode(topology: Topology) -> bytes:
