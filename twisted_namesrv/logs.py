@@ -228,11 +228,14 @@ def event_as_text_line(event: dict[str, Any]) -> str | None:
     An event without one is formatted once (every broker's registration is a line: at 5,000
     brokers a second formatting was a tenth of a registration's CPU); a message made whole
     (``TEXT_AS_IS``) is written as Twisted's eventAsText would, without running its format."""
-    text = _made_whole(event)
-    if text and "log_failure" not in event and "log_system" not in event:
+    text = event.get("log_text")  # _made_whole's rule, without its call (a line per registration)
+    if (text and event.get("log_format") == TEXT_AS_IS and isinstance(text, str) and "log_failure" not in event
+            and "log_system" not in event):
         level = event.get("log_level")
-        return escaped(f"{format_time(event.get('log_time'))} [{event.get('log_namespace', '-')}#"
-                       f"{'-' if level is None else level.name}] {text}") + "\n"
+        line = (f"{format_time(event.get('log_time'))} [{event.get('log_namespace', '-')}#"
+                f"{'-' if level is None else level.name}] {text}")
+        # escaped's own first look, made here: most lines have nothing to escape
+        return (line if line.isascii() and line.isprintable() else escaped(line)) + "\n"
     head = eventAsText(event, includeTraceback=False, formatTime=format_time)
     if "log_failure" not in event:
         return escaped(head) + "\n" if head else None
@@ -377,9 +380,11 @@ class LineWriter:
                 self._lose(failed, when)
                 return
             self._gap = None
-        failed = self._write(text)
-        if failed is not None:
-            self._lose(failed, when)
+        try:  # _write's, without its call (a line per registration)
+            self.out.write(text if self.encoding is None else text.encode(self.encoding))
+            self.out.flush()
+        except OSError as exc:
+            self._lose(exc, when)
 
     def _write(self, text: str) -> OSError | None:
         """None once ``text`` is written, else why not."""

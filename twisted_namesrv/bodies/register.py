@@ -575,8 +575,12 @@ def mapping_version_span(body: bytes | memoryview) -> tuple[int, int] | None:
 
 
 def _hash_steps(digest: Any, data: memoryview) -> Steps[None]:
-    """digest.update(data), a few megabytes per step."""
+    """digest.update(data), a few megabytes per step; data of one step's bytes or fewer takes none
+    (no yield)."""
     size = 8 * STEP_BYTES
+    if len(data) <= size:
+        digest.update(data)
+        return
     for start in range(0, len(data), size):
         digest.update(data[start:start + size])
         yield

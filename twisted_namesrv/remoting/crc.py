@@ -20,10 +20,14 @@ def crc32_masked(data: bytes | memoryview | None) -> int:
 
 def crc32_masked_steps(data: bytes | memoryview | None) -> Steps[int]:
     """crc32_masked a few megabytes per step (zlib.crc32 continues from a previous value), for
-    big bodies answered in steps."""
+    big bodies answered in steps; a body of one step's bytes or fewer takes none (no yield: a
+    registration answered at once resumes its handler no more than it must)."""
     if not data:
         return 0
-    crc, view, size = 0, memoryview(data), 16 * STEP_BYTES
+    size = 16 * STEP_BYTES
+    if len(data) <= size:
+        return zlib.crc32(data) & 0x7FFFFFFF
+    crc, view = 0, memoryview(data)
     for start in range(0, len(view), size):
         crc = zlib.crc32(view[start:start + size], crc)
         yield

@@ -328,13 +328,20 @@ def _parse_json_header(data: bytes) -> Header:
             ext = {str(k): _java_string(v) for k, v in ext.items()}
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
+    code, version, opaque, flag = obj.get("code"), obj.get("version"), obj.get("opaque"), obj.get("flag")
+    # every peer's usual header: four ints in range, taken as they are (_java_int's rule without its calls)
+    if not (type(code) is type(version) is type(opaque) is type(flag) is int
+            and _INT_MIN <= min(code, version, opaque, flag) and max(code, version, opaque, flag) <= _INT_MAX):
+        code, version = _java_int("code", code), _java_int("version", version)
+        opaque, flag = _java_int("opaque", opaque), _java_int("flag", flag)
+    remark = obj.get("remark")
     return Header(
-        code=_java_int("code", obj.get("code")),
+        code=code,
         language=language if type(language) is str and language in _LANGUAGE_NAMES else _json_language(language),
-        version=_java_int("version", obj.get("version")),
-        opaque=_java_int("opaque", obj.get("opaque")),
-        flag=_java_int("flag", obj.get("flag")),
-        remark=_java_string(obj.get("remark")),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark if remark is None or type(remark) is str else _java_string(remark),
         ext_fields=ext,
         json_layout=(tuple(obj), trailer),
     )

@@ -241,10 +241,15 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     rules = routes.topic_rules(request)
     table = routes.queue_view()
     staging = Staging(request.brokerName, rules)
-    configs = iter(request.body.topicConfigTable.values())
-    while rules.applies and (piece := list(islice(configs, TOPICS_PER_STEP))):
-        staging.add(table, piece)
-        yield
+    configs = request.body.topicConfigTable.values()
+    if len(configs) <= TOPICS_PER_STEP:  # one step's: staged at once, no yield
+        if rules.applies and configs:
+            staging.add(table, configs)
+    else:
+        pieces = iter(configs)
+        while rules.applies and (piece := list(islice(pieces, TOPICS_PER_STEP))):
+            staging.add(table, piece)
+            yield
     if rules.applies and rules.remove_absent:
         if routes.settling or routes.generation != generation:
             return plan  # the walk needs the table itself: the manager works it out when it applies
