@@ -61,9 +61,10 @@ AT_ONCE_PER_TURN = 16
 
 #: the bytes of big registrations (STEP_BYTES or more: a broker's table of a thousand topics and up)
 #: renewed from memory in one reactor turn at most: checking one against its broker's kept
-#: registration hashes all of it (SHA-1 and its CRC, about 0.9 ms a MiB), as much as one step of
-#: split_data_version hashes; one past it goes the usual way, in steps, and a bigger one always does
-RENEWED_BYTES_PER_TURN = 8 * STEP_BYTES
+#: registration hashes all of it (SHA-1 and its CRC, about 1.3 ms a MiB), as much as a Cooperator's
+#: tick (service.STEPS_PER_TURN_SECONDS); one past it, or bigger, is checked in the Cooperator's
+#: steps (AnswerCache.renewal_in_steps), a STEP_BYTES a step
+RENEWED_BYTES_PER_TURN = 3 * STEP_BYTES
 
 #: closed channels whose brokers are removed in one reactor turn (dispatch.channel_closed), about
 #: 12-16 us a broker (1,000 held a turn for 11-16 ms at 5,000 brokers, turns.py); the groups they
