@@ -408,6 +408,22 @@ def test_a_table_past_a_turns_bytes_is_kept_and_renewed_in_steps_of_step_bytes(t
     assert {info.lastUpdateTimestamp for info in server.routes.brokerLiveTable.values()} == {1_010_000}
 
 
+def test_a_registration_past_renewed_in_steps_bytes_keeps_nothing_and_is_not_hashed_to_be(tmp_path, monkeypatch):
+    """A table bigger than RENEWED_IN_STEPS_BYTES (5.x brokers' pieces of 50k topics, each replacing
+    the last one's kept answer on their connection) keeps no answer, and is not hashed for a key:
+    only the registration's own pass over its body (split_data_version's pieces) hashes it."""
+    monkeypatch.setattr(dispatch, "RENEWED_BYTES_PER_TURN", dispatch.STEP_BYTES)
+    monkeypatch.setattr(dispatch, "RENEWED_IN_STEPS_BYTES", dispatch.STEP_BYTES)
+    server = Server(tmp_path, True)
+    connection = server.connect()
+    frame = storm_frames(1, 100, topics=2_000)[0]
+    assert len(frame) > dispatch.RENEWED_IN_STEPS_BYTES
+    pieces: list[int] = []
+    monkeypatch.setattr(answer_cache, "hashlib", types.SimpleNamespace(sha1=lambda: Hashed(pieces)))
+    server.send(connection, frame)
+    assert server.service.state.answers.renewals == {} and pieces == []
+
+
 def test_a_renewal_in_steps_answers_as_the_full_path_and_a_changed_table_goes_in_full(tmp_path, work, monkeypatch):
     """Big tables past a turn's bytes, on a server that renews and one that applies every
     registration in full: sent again, renewed in steps with the same answers, events and tables;

@@ -66,6 +66,13 @@ AT_ONCE_PER_TURN = 16
 #: steps (AnswerCache.renewal_in_steps), a STEP_BYTES a step
 RENEWED_BYTES_PER_TURN = 3 * STEP_BYTES
 
+#: the largest registration whose answer is kept to be renewed from memory (in steps past
+#: RENEWED_BYTES_PER_TURN): about 25k topics, the 100k step's brokers' 3.2 MB.  A bigger one goes the
+#: usual way every time: 5.x brokers send tables past 50k topics in pieces of about 8 MB one after the
+#: other on one connection, each of which would replace the last one's key (one hash of it more to
+#: keep, one more to check, for nothing)
+RENEWED_IN_STEPS_BYTES = 16 * STEP_BYTES
+
 #: closed channels whose brokers are removed in one reactor turn (dispatch.channel_closed), about
 #: 12-16 us a broker (1,000 held a turn for 11-16 ms at 5,000 brokers, turns.py); the groups they
 #: empty join the walk of topicQueueTable of those before them while it has not started
@@ -225,7 +232,8 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
-            renewable = bool(answers.renewals) and peer.channel in answers.renewals
+            renewable = bool(answers.renewals) and peer.channel in answers.renewals and (
+                not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
             if renewable and (not big or self._renewal_fits(len(frame))):
                 renewable = False  # (tried: not again in steps)
                 encoded = answers.renewal_from_memory(frame, peer.channel)
@@ -475,11 +483,12 @@ class Dispatcher:
                             peer: Peer) -> bool:
         """Whether the answer to a registration the same bytes renew again is kept for them
         (AnswerCache.keep_renewal): a plain JSON one answered SUCCESS in JSON, on a connection,
-        when its bytes alone let it in (not when the ACL checks it by peer), whatever its size (a
-        big one is checked again in steps past a turn's RENEWED_BYTES_PER_TURN)."""
+        when its bytes alone let it in (not when the ACL checks it by peer), up to
+        RENEWED_IN_STEPS_BYTES (checked again in steps past a turn's RENEWED_BYTES_PER_TURN)."""
         asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
         return (response.header.code == ResponseCode.SUCCESS and asked.code == RequestCode.REGISTER_BROKER
-                and peer.channel is not None and request.serialize_type == SerializeType.JSON
+                and peer.channel is not None and len(frame) <= RENEWED_IN_STEPS_BYTES
+                and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON
                 and not (asked.flag & ONEWAY_FLAG) and not self.table.checks_peer(self.state, asked.code))
 
@@ -507,7 +516,8 @@ class Dispatcher:
                 if renewed is not None:
                     return renewed
             outcome = yield from self._outcome(request, peer)
-            if isinstance(outcome, Answer) and outcome.renewal is not None and peer.channel is not None:
+            if (isinstance(outcome, Answer) and outcome.renewal is not None and peer.channel is not None
+                    and len(frame) <= RENEWED_IN_STEPS_BYTES):
                 key.append((yield from renewal_key_steps(frame)))
             return outcome
 
