@@ -487,7 +487,7 @@ class Dispatcher:
         RENEWED_IN_STEPS_BYTES (checked again in steps past a turn's RENEWED_BYTES_PER_TURN)."""
         asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
         return (response.header.code == ResponseCode.SUCCESS and asked.code == RequestCode.REGISTER_BROKER
-                and peer.channel is not None and len(frame) <= RENEWED_IN_STEPS_BYTES
+                and peer.channel is not None and (len(frame) < self.step_from or len(frame) <= RENEWED_IN_STEPS_BYTES)
                 and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON
                 and not (asked.flag & ONEWAY_FLAG) and not self.table.checks_peer(self.state, asked.code))
