@@ -59,17 +59,18 @@ import struct
 import sys
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
-from .remoting.crc import crc32_masked
+from .remoting.crc import crc32_masked_steps
 from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
-from .steps import STEP_BYTES
+from .steps import STEP_BYTES, Steps, run_steps
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
@@ -111,7 +112,7 @@ class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     """A broker's answer to the registration it sent last on its connection, around its opaque:
     served again to the same registration (``renewal_from_memory``)."""
 
-    digest: bytes  #: the request's ``_renewal_key``
+    digest: bytes  #: the request's ``renewal_key_steps``
     renewal: Renewable  #: what RouteInfoManager.renew_again renews the broker with
     head: bytes  #: the answer's header up to its opaque's digits
     rest: bytes  #: the answer after them (its header's end, its body)
@@ -121,8 +122,15 @@ class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     crc: int | None = None
 
 
+class Unread:
+    """A registration's key not worked out yet (``keep_renewal`` reads it then)."""
+
+
+UNREAD = Unread()
+
+
 class RenewalKey(msgspec.Struct, frozen=True, gc=False):
-    """What tells a broker's registration from its last one (``_renewal_key``)."""
+    """What tells a broker's registration from its last one (``renewal_key_steps``)."""
 
     at: int  #: where the opaque's digits start
     digits: int  #: how many
@@ -314,16 +322,19 @@ class AnswerCache:
         kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
 
     # -- a broker's registration sent again -------------------------------------------------------
-    def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable) -> None:
+    def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable,
+                     key: RenewalKey | None | Unread = UNREAD) -> None:
         """Keep ``encoded``, the answer to the plain JSON registration ``frame`` (its opaque
         ``opaque``) on ``channel``, to answer the same registration again there
-        (``renewal_from_memory``); the request is kept as a SHA-1 (``_renewal_key``), so a broker's
-        table costs 20 bytes, not its size.  The channel's answer kept before goes (a frame not
-        read so, or an answer past MAX_RENEWAL_ANSWER: nothing is kept)."""
+        (``renewal_from_memory``); the request is kept as a SHA-1 (``renewal_key_steps``), so a
+        broker's table costs 20 bytes, not its size (``key``: worked out already, in steps, for a
+        big one).  The channel's answer kept before goes (a frame not read so, or an answer past
+        MAX_RENEWAL_ANSWER: nothing is kept)."""
         kept = self.renewals.pop(channel, None)
         if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
             return
-        key = _renewal_key(frame)
+        if isinstance(key, Unread):
+            key = _renewal_key(frame)
         digits = str(opaque).encode()
         header_length = _LENGTH.unpack_from(encoded, 4)[0] & 0xFFFFFF
         split = encoded.find(OPAQUE_KEY + digits, 8, 8 + header_length) + _OPAQUE_AT
@@ -337,17 +348,26 @@ class AnswerCache:
     def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
         """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept
         for that channel (``keep_renewal``) but for its opaque, its bodyCrc32 and a 5.x body's
-        mappingDataVersion (``_renewal_key``), its CRC as it says (else the usual way answers the
+        mappingDataVersion (``renewal_key_steps``), its CRC as it says (else the usual way answers the
         mismatch), and RouteInfoManager.renew_again renews the broker with the answer showing what
         it showed: the kept answer with the request's opaque spliced in.  None (the frame goes the
         usual way) otherwise; a kept answer that no longer renews is dropped."""
+        return run_steps(self.renewal_in_steps(frame, channel))
+
+    def renewal_in_steps(self, frame: bytes, channel: Channel) -> Steps[bytes | None]:
+        """``renewal_from_memory`` a STEP_BYTES of hashing a step (a big table sent again, checked
+        across reactor turns: dispatch.py); the broker is renewed in the last step, when the
+        channel still keeps the answer the first step found."""
         kept = self.renewals.get(channel)
         if kept is None:
             return None
-        key = _renewal_key(frame, kept.crc)
-        if key is None or key.digest != kept.digest or (key.crc and crc32_masked(memoryview(frame)[key.body:])
-                                                        != key.crc):
+        key = yield from renewal_key_steps(frame, kept.crc)
+        if key is None or key.digest != kept.digest:
             return None
+        if key.crc and (yield from crc32_masked_steps(memoryview(frame)[key.body:], STEP_BYTES)) != key.crc:
+            return None
+        if self.renewals.get(channel) is not kept:
+            return None  # (forgotten or kept anew between the steps)
         if not self._routes.renew_again(kept.renewal, channel):
             del self.renewals[channel]
             return None
@@ -471,6 +491,11 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
 
 
 def _renewal_key(frame: bytes, crc_kept: int | None = None) -> RenewalKey | None:
+    """``renewal_key_steps`` at once."""
+    return run_steps(renewal_key_steps(frame, crc_kept))
+
+
+def renewal_key_steps(frame: bytes, crc_kept: int | None = None) -> Steps[RenewalKey | None]:
     """A plain JSON registration frame (its length prefix stripped) read for what tells it from
     its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
     differ between two registrations the routes apply alike: the opaque (every request's own),
@@ -479,7 +504,8 @@ def _renewal_key(frame: bytes, crc_kept: int | None = None) -> RenewalKey | None
     stretch's length is hashed with it.  None when it cannot be read so (not JSON, a key twice,
     digits Java would read otherwise): it is then decoded; None too, before any hashing, when its
     body has no mappingDataVersion and its bodyCrc32 is not ``crc_kept`` (a big registration's
-    kept one: KeptRenewal.crc), so a changed table of megabytes is not hashed in vain."""
+    kept one: KeptRenewal.crc), so a changed table of megabytes is not hashed in vain.  A step
+    hashes STEP_BYTES (about 0.25 ms of SHA-1)."""
     end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
     if frame[0] != SerializeType.JSON or end > len(frame):
         return None
@@ -504,12 +530,22 @@ def _renewal_key(frame: bytes, crc_kept: int | None = None) -> RenewalKey | None
         return None
     digest = hashlib.sha1()
     start = 4  # (the header's length: the stretches' lengths say it)
-    for first, last in sorted(skipped):
-        digest.update(b"%d " % (first - start))
-        digest.update(view[start:first])
+    for first, last in [*sorted(skipped), (len(frame), 0)]:
+        if first < len(frame):
+            digest.update(b"%d " % (first - start))
+        if first - start <= STEP_BYTES:
+            digest.update(view[start:first])  # (a heartbeat's: no step, no generator)
+        else:
+            yield from _hashed_steps(digest, view[start:first])
         start = last
-    digest.update(view[start:])
     return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest(), mapping is None)
+
+
+def _hashed_steps(digest: Any, data: memoryview) -> Steps[None]:
+    """``digest.update(data)``, STEP_BYTES a step."""
+    for start in range(0, len(data), STEP_BYTES):
+        digest.update(data[start:start + STEP_BYTES])
+        yield
 
 
 def _valid_digits(digits: bytes) -> bool:

@@ -42,7 +42,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from . import processor
-from .answer_cache import NO_LIMIT
+from .answer_cache import NO_LIMIT, UNREAD, RenewalKey, Unread, renewal_key_steps
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import Answer, Handler, SteppedHandler
@@ -61,9 +61,17 @@ AT_ONCE_PER_TURN = 16
 
 #: the bytes of big registrations (STEP_BYTES or more: a broker's table of a thousand topics and up)
 #: renewed from memory in one reactor turn at most: checking one against its broker's kept
-#: registration hashes all of it (SHA-1 and its CRC, about 0.9 ms a MiB), as much as one step of
-#: split_data_version hashes; one past it goes the usual way, in steps, and a bigger one always does
-RENEWED_BYTES_PER_TURN = 8 * STEP_BYTES
+#: registration hashes all of it (SHA-1 and its CRC, about 1.3 ms a MiB), as much as a Cooperator's
+#: tick (service.STEPS_PER_TURN_SECONDS); one past it, or bigger, is checked in the Cooperator's
+#: steps (AnswerCache.renewal_in_steps), a STEP_BYTES a step
+RENEWED_BYTES_PER_TURN = 3 * STEP_BYTES
+
+#: the largest registration whose answer is kept to be renewed from memory (in steps past
+#: RENEWED_BYTES_PER_TURN): about 25k topics, the 100k step's brokers' 3.2 MB.  A bigger one goes the
+#: usual way every time: 5.x brokers send tables past 50k topics in pieces of about 8 MB one after the
+#: other on one connection, each of which would replace the last one's key (one hash of it more to
+#: keep, one more to check, for nothing)
+RENEWED_IN_STEPS_BYTES = 16 * STEP_BYTES
 
 #: closed channels whose brokers are removed in one reactor turn (dispatch.channel_closed), about
 #: 12-16 us a broker (1,000 held a turn for 11-16 ms at 5,000 brokers, turns.py); the groups they
@@ -224,7 +232,10 @@ class Dispatcher:
             frame = frames[index]
             index += 1
             big = len(frame) >= self.step_from
-            if answers.renewals and peer.channel in answers.renewals and (not big or self._renewal_fits(len(frame))):
+            renewable = bool(answers.renewals) and peer.channel in answers.renewals and (
+                not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
+            if renewable and (not big or self._renewal_fits(len(frame))):
+                renewable = False  # (tried: not again in steps)
                 encoded = answers.renewal_from_memory(frame, peer.channel)
                 if encoded is not None:  # a broker's heartbeat: its registration again, renewed
                     out.append(encoded)
@@ -241,8 +252,8 @@ class Dispatcher:
                 continue  # answers to our own oneway notifications; nothing waits for them
             if self._cooperator is not None and request.code in self.table.in_steps:
                 if big:
-                    return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator), frames[index:],
-                                 len(frame))
+                    return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator, renewable),
+                                 frames[index:], len(frame))
                 if self._turn_full():
                     return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
@@ -443,8 +454,9 @@ class Dispatcher:
         return pending.addCallback(lambda answer: self._answer_frame(frame, request, peer, answer, begun))
 
     def _answer_frame(self, frame: bytes, request: RemotingCommand, peer: Peer, answer: Answer | None,
-                      begun: float) -> bytes | None:
-        """Encoded, kept when its handler said what under, counted; None for a oneway request."""
+                      begun: float, renewal_key: RenewalKey | None | Unread = UNREAD) -> bytes | None:
+        """Encoded, kept when its handler said what under (``renewal_key``: the registration's,
+        worked out in steps already), counted; None for a oneway request."""
         if answer is None or request.header.flag & ONEWAY_FLAG:  # (is_oneway, without the property's call)
             if self.count_requests:
                 self._count(request, None, answer is None or answer.handled, begun)
@@ -461,7 +473,8 @@ class Dispatcher:
             self.answers.keep_route(frame if reusable else None, request, response, encoded, answer.topic,
                                     answer.variant)
         elif answer.renewal is not None and self._renews_from_memory(frame, request, response, peer):
-            self.answers.keep_renewal(frame, peer.channel, request.header.opaque, encoded, answer.renewal)
+            self.answers.keep_renewal(frame, peer.channel, request.header.opaque, encoded, answer.renewal,
+                                      renewal_key)
         if self.count_requests:
             self._count(request, response.code, answer.handled, begun)
         return encoded
@@ -470,12 +483,13 @@ class Dispatcher:
                             peer: Peer) -> bool:
         """Whether the answer to a registration the same bytes renew again is kept for them
         (AnswerCache.keep_renewal): a plain JSON one answered SUCCESS in JSON, on a connection,
-        when its bytes alone let it in (not when the ACL checks it by peer), small or within a
-        turn's RENEWED_BYTES_PER_TURN."""
+        when its bytes alone let it in (not when the ACL checks it by peer), up to
+        RENEWED_IN_STEPS_BYTES (checked again in steps past a turn's RENEWED_BYTES_PER_TURN)."""
         asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
         return (response.header.code == ResponseCode.SUCCESS and asked.code == RequestCode.REGISTER_BROKER
-                and peer.channel is not None and (len(frame) < self.step_from or len(frame) <= RENEWED_BYTES_PER_TURN)
-                and request.serialize_type == SerializeType.JSON and response.serialize_type == SerializeType.JSON
+                and peer.channel is not None and (len(frame) < self.step_from or len(frame) <= RENEWED_IN_STEPS_BYTES)
+                and request.serialize_type == SerializeType.JSON
+                and response.serialize_type == SerializeType.JSON
                 and not (asked.flag & ONEWAY_FLAG) and not self.table.checks_peer(self.state, asked.code))
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:
@@ -486,10 +500,28 @@ class Dispatcher:
             self.table.counted(self.state, request, handled, seconds)
 
     def _answer_in_steps(self, frame: bytes, request: RemotingCommand, peer: Peer, begun: float,
-                         cooperator: task.Cooperator) -> defer.Deferred[bytes | None]:
+                         cooperator: task.Cooperator, renewable: bool = False) -> defer.Deferred[bytes | None]:
         """One job in steps at a time, in arrival order: several brokers registering at once
-        decode one table after the other, so memory holds one decoded table, as before steps."""
-        job = SteppedJob(self._outcome(request, peer))
+        decode one table after the other, so memory holds one decoded table, as before steps.
+        ``renewable``: its connection keeps the answer to its last registration, so the job first
+        checks the frame against it (``AnswerCache.renewal_in_steps``: a big table sent again is
+        renewed by hashing it, a STEP_BYTES a step, not decoded); a registration kept for
+        renewing later is hashed in steps too (``renewal_key_steps``), not in the turn answering it."""
+        answers = self.answers
+        key: list[RenewalKey | None] = []
+
+        def steps() -> Steps[bytes | Outcome]:
+            if renewable:
+                renewed = yield from answers.renewal_in_steps(frame, peer.channel)
+                if renewed is not None:
+                    return renewed
+            outcome = yield from self._outcome(request, peer)
+            if (isinstance(outcome, Answer) and outcome.renewal is not None and peer.channel is not None
+                    and len(frame) <= RENEWED_IN_STEPS_BYTES):
+                key.append((yield from renewal_key_steps(frame)))
+            return outcome
+
+        job = SteppedJob(steps())
         answer: defer.Deferred[bytes | None] = defer.Deferred(job.cancel)
 
         def run() -> defer.Deferred[object] | None:
@@ -502,10 +534,15 @@ class Dispatcher:
                 return
             if isinstance(result, Failure):
                 answer.errback(result)
+                return
+            outcome = job.result
+            assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
+            if isinstance(outcome, bytes):  # renewed from memory
+                if self.count_requests:
+                    self.metrics.answered(RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS, perf_counter() - begun)
+                answer.callback(outcome)
             else:
-                outcome = job.result
-                assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
-                answer.callback(self._answer_frame(frame, request, peer, outcome, begun))
+                answer.callback(self._answer_frame(frame, request, peer, outcome, begun, key[0] if key else UNREAD))
 
         self._one_at_a_time.run(run).addBoth(deliver)
         return answer
@@ -546,10 +583,10 @@ class SteppedJob:
     """The dispatch path of one request run by a Cooperator: its result once done, stopped when
     the peer goes."""
 
-    def __init__(self, steps: Steps[Outcome]) -> None:
+    def __init__(self, steps: Steps[bytes | Outcome]) -> None:
         self._steps = steps
         self._running: task.CooperativeTask | None = None
-        self.result: Outcome | None = None
+        self.result: bytes | Outcome | None = None
 
     def _all(self) -> Steps[None]:
         self.result = yield from self._steps

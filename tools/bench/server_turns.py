@@ -136,14 +136,51 @@ def phase_windows(path: Path | None) -> dict[str, tuple[float, float]]:
     return {phase: (t0, t1) for phase, (t0, t1) in windows[-1].items()} if windows else {}
 
 
+def longest_waits(path: Path | None) -> dict[str, tuple[float, float]]:
+    """Each phase's longest probe wait in the last run of a curve's ``--records`` file: (monotonic
+    start, ms), for the phases that have one."""
+    if path is None:
+        return {}
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = [r for r in runs if "phase_windows" in r]
+    if not runs:
+        return {}
+    at, figures = runs[-1].get("probe_max_at", {}), runs[-1].get("figures", {})
+    return {phase: (start, figures[f"{phase}_probe_max_ms"]) for phase, start in at.items()
+            if start is not None and f"{phase}_probe_max_ms" in figures}
+
+
+def during(records: list[list[Any]], start: float, wait_ms: float) -> list[str]:
+    """What the reactor thread did while a lookup sent at ``start`` waited ``wait_ms``: each turn's
+    reads, delayed call and collector pass that overlapped it (from the lookup's start, ms: its CPU
+    and wall time; a turn's reads also the epoll wait before them and the thread's wait for a core
+    over that turn), then their CPU together. A wait the server's CPU does not fill is the
+    scheduler's (a turn's ``runnable``, an epoll wait that ended long after the lookup came) or idle."""
+    end, lines, cpu = start + wait_ms / 1e3, [], 0.0
+    for kind, began, ms, what, wall, *more in records:
+        if began + wall / 1e3 < start or began > end:
+            continue
+        cpu += ms
+        label = {"io": f"reads ({what} ready)", "gc": f"collector, generation {what}"}.get(kind, f"call {what}")
+        extra = f"; epoll wait before {more[0]:.2f}, runnable {more[1]:.2f}" if kind == "io" and len(more) >= 2 else ""
+        lines.append(f"  {(began - start) * 1e3:+8.2f} ms  {label}: {ms:.2f} ms of CPU in {wall:.2f}{extra}")
+    lines.append(f"  the reactor's CPU in it {cpu:.2f} ms of {wait_ms:.2f}")
+    return lines
+
+
 def report(path: Path, top: int, records_path: Path | None = None) -> None:
     """The longest of each kind; with a curve's records, per phase of its last run (those started in
-    the phase's window, the whole run's for the rest)."""
+    the phase's window, the whole run's for the rest), and what the reactor did during the phase's
+    longest probe wait."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    windows = phase_windows(records_path)
+    windows, waits = phase_windows(records_path), longest_waits(records_path)
     for phase, (t0, t1) in windows.items():
         print(f"-- {phase} ({t1 - t0:.3f} s)")
         report_kinds([r for r in records if t0 <= r[1] <= t1], top)
+        if phase in waits:
+            start, wait = waits[phase]
+            print(f"the longest probe wait, {wait:.2f} ms:")
+            print("\n".join(during(records, start, wait)))
     if windows:
         print("-- the whole run")
     report_kinds(records, top)

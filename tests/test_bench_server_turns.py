@@ -1,0 +1,55 @@
+"""server_turns.py's report of a curve phase's longest lookup wait: which of the reactor's turns,
+delayed calls and collector passes overlapped it, and their CPU together. What a run shows is a
+benchmark's; here only that the records are read right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench"
+
+
+@pytest.fixture
+def server_turns(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import server_turns
+
+    return server_turns
+
+
+def test_the_longest_wait_lists_what_overlapped_it_and_the_reactors_cpu_in_it(server_turns):
+    """A lookup sent at 10.000 s waited 9 ms: a turn's reads just before it, a Cooperator tick of
+    1 ms of CPU over 8.5 ms of wall (preempted) and the turn that answered it overlap; a turn
+    before and a collection after do not."""
+    records = [
+        ["io", 9.990, 0.2, 1, 0.2, 0.5, 0.0, 0.0, 0],  # over before the lookup came
+        ["io", 9.9995, 0.4, 1, 0.6, 0.01, 0.0, 0.0, 0],
+        ["call", 10.0002, 1.0, "Cooperator._tick", 8.5],
+        ["io", 10.0088, 0.1, 2, 0.1, 0.02, 0.0, 0.0, 0],
+        ["gc", 10.020, 0.3, 0, 0.3],
+    ]
+    lines = server_turns.during(records, 10.0, 9.0)
+    assert [line.split(":")[0].split("  ")[-1] for line in lines[:-1]] == [
+        "reads (1 ready)", "call Cooperator._tick", "reads (2 ready)"]
+    assert "1.00 ms of CPU in 8.50" in lines[1]
+    assert "epoll wait before 0.01, runnable 0.00" in lines[0]
+    assert lines[-1] == "  the reactor's CPU in it 1.50 ms of 9.00"
+
+
+def test_the_longest_waits_are_the_last_runs(server_turns, tmp_path):
+    """The curve's records: each phase's longest wait from the last run that has phase windows (its
+    start, ``probe_max_at``, and its length); a phase without a start is left out."""
+    runs = [
+        {"phase_windows": {"heartbeat_storm": [1.0, 2.0]}, "probe_max_at": {"heartbeat_storm": 1.5},
+         "figures": {"heartbeat_storm_probe_max_ms": 3.0}},
+        {"phase_windows": {"heartbeat_storm": [5.0, 6.0], "mass_disconnect": [7.0, 8.0]},
+         "probe_max_at": {"heartbeat_storm": 5.25, "mass_disconnect": None},
+         "figures": {"heartbeat_storm_probe_max_ms": 4.5, "mass_disconnect_probe_max_ms": 1.0}},
+    ]
+    path = tmp_path / "R.jsonl"
+    path.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    assert server_turns.longest_waits(path) == {"heartbeat_storm": (5.25, 4.5)}
+    assert server_turns.longest_waits(None) == {}
