@@ -33,11 +33,12 @@ def brokers_csv(registered: list[dict]) -> bytes:
 
 def clients_csv(rows: list[dict[str, Any]]) -> bytes:
     """Who talked to the NameServers (analysis/clients.py's rows)."""
-    return _csv(CLIENT_COLUMNS, (["" if row[column] is None else row[column] for column in CLIENT_COLUMNS]
-                                 for row in rows))
+    return _csv(CLIENT_COLUMNS, ([_text(row[column]) for column in CLIENT_COLUMNS] for row in rows))
 
 
 def _csv(columns: Iterable[str], rows: Iterable[list[object]]) -> bytes:
+    """``rows`` written as given: their text already made spreadsheet_text (_text), so that a
+    number the writer formatted, ``-0.500``, stays a number."""
     text = io.StringIO()
     plain = csv.writer(text, lineterminator="\n")
     # Python's writer quotes a field holding \n (the line terminator) but not one holding a lone \r,
@@ -45,9 +46,15 @@ def _csv(columns: Iterable[str], rows: Iterable[list[object]]) -> bytes:
     quoted = csv.writer(text, lineterminator="\n", quoting=csv.QUOTE_ALL)
     plain.writerow(columns)
     for row in rows:
-        cells = [spreadsheet_text(value) if isinstance(value, str) else value for value in row]
-        (quoted if any(isinstance(cell, str) and "\r" in cell for cell in cells) else plain).writerow(cells)
+        (quoted if any(isinstance(cell, str) and "\r" in cell for cell in row) else plain).writerow(row)
     return text.getvalue().encode()
+
+
+def _text(value: object) -> object:
+    """A cell as a peer's value: text as spreadsheet_text, None empty, anything else as it is."""
+    if value is None:
+        return ""
+    return spreadsheet_text(value) if isinstance(value, str) else value
 
 
 def _broker_value(column: str, value: object) -> object:
@@ -59,4 +66,4 @@ def _broker_value(column: str, value: object) -> object:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.3f}"
-    return value
+    return _text(value)

@@ -26,7 +26,7 @@ from twisted_namesrv.remoting import (
     fastjson,
 )
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
-from twisted_namesrv.remoting.crc import crc32_masked
+from twisted_namesrv.remoting.crc import crc32_masked, crc32_masked_steps
 from twisted_namesrv.remoting.header import HeaderTemplates, decode_binary_header
 
 decode_json = HeaderTemplates(16).decode_json
@@ -359,6 +359,26 @@ def test_crc_is_masked_java_crc32() -> None:
     assert crc32_masked(data) == java_crc32(data) & 0x7FFFFFFF
     assert crc32_masked(b"hello") == java_crc32(b"hello") & 0x7FFFFFFF == 0x3610A686
     assert crc32_masked(None) == 0
+
+
+def test_a_crc_takes_a_step_a_size_s_bytes_and_none_for_a_body_of_one_step() -> None:
+    """crc32_masked_steps at the step size its caller gives (answer_cache's renewal: STEP_BYTES):
+    a body of one step's bytes or fewer resumes no one (no yield), more takes a step each size's
+    bytes; the value is crc32_masked's whatever the size."""
+    data = bytes(range(256)) * 40
+
+    def stepped(body: bytes, size: int) -> tuple[int, int]:
+        steps, walk = 0, crc32_masked_steps(body, size)
+        try:
+            while True:
+                next(walk)
+                steps += 1
+        except StopIteration as done:
+            return done.value, steps
+
+    assert stepped(data, len(data)) == (crc32_masked(data), 0)
+    assert stepped(data, len(data) - 1) == (crc32_masked(data), 2)
+    assert stepped(data, 1000) == (crc32_masked(data), 11)
 
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)

@@ -43,3 +43,15 @@ def test_a_lone_carriage_return_in_a_name_stays_inside_its_cell() -> None:
             dict.fromkeys(BROKER_COLUMNS) | {"broker_name": "broker-b", "cluster": "C", "broker_id": 1}]
     written = read(brokers_csv(rows))
     assert [(row["broker_name"], row["broker_id"]) for row in written] == [("a\rb", "0"), ("broker-b", "1")]
+
+
+def test_a_negative_duration_is_written_as_a_number_not_as_text() -> None:
+    """The quote is for text a peer chose: a duration the writer formats (seconds to the
+    millisecond) is a number, negative or not; formatted first and then quoted, ``-0.500`` was
+    ``'-0.500``, a text cell no sum or sort takes as the number it is."""
+    row = dict.fromkeys(BROKER_COLUMNS) | {"broker_name": "-b", "cluster": "C", "broker_id": 0,
+                                           "interval_p50_s": -0.5, "max_gap_s": 31.25, "body_len_median": -2.0}
+    (written,) = read(brokers_csv([row]))
+    assert (written["interval_p50_s"], written["max_gap_s"], written["body_len_median"]) == ("-0.500", "31.250",
+                                                                                             "-2.000")
+    assert written["broker_name"] == "'-b"

@@ -31,7 +31,7 @@ from spark_analysis.capture.inputs import (
     split_bytes,
 )
 from spark_analysis.capture.packets import ACK, PSH, segment_columns, tcp_segments
-from spark_analysis.capture.reassembly import reassemble
+from spark_analysis.capture.reassembly import as_servers, reassemble, server_ports
 from spark_analysis.capture.records import (
     PCAP_HEADER_LEN,
     RECORD_HEADER_LEN,
@@ -51,6 +51,7 @@ from spark_analysis.decode.rows import (
     connection_rows,
     conversation_rows,
     frame_array,
+    piece_rows,
     split_rows,
 )
 from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
@@ -315,6 +316,31 @@ def test_a_range_made_pieces_a_chunk_at_a_time_decodes_as_in_one(chunk: int, mon
     assert (chunked.records, chunked.segments, chunked.bytes) == (at_once.records, at_once.segments, at_once.bytes)
     assert inputs.silences(chunked.files[str(path)].spans) == inputs.silences(at_once.files[str(path)].spans)
     assert decoded(task) == whole == decoded([Split(file, 0, file.size)])
+
+
+def test_a_compressed_capture_past_a_small_file_is_made_pieces_a_chunk_at_a_time_in_its_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzipped capture too big to be read with its task's small files (here every one:
+    GROUPED_FILE_BYTES 0) is inflated into the spool and mapped there, its records made pieces
+    CHUNK_BYTES at a time: every chunk's pieces point into the inflated copy, not the compressed
+    file, and its rows are the plain file's."""
+    path = capture("compressed_bulk.pcap")
+    plain = CaptureFile(str(path), path.stat().st_size, 0)
+    (tmp_path / "bulk.pcap.gz").write_bytes(gzip.compress(path.read_bytes()))
+    packed = CaptureFile(str(tmp_path / "bulk.pcap.gz"), (tmp_path / "bulk.pcap.gz").stat().st_size, 0)
+    (tmp_path / "spool").mkdir()
+    spool, servers = str(tmp_path / "spool"), as_servers(9876)
+    monkeypatch.setattr(inputs, "GROUPED_FILE_BYTES", 0)
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", 4099)
+    passes: list[int] = []
+    monkeypatch.setattr(inputs, "segment_columns", lambda *args: passes.append(1) or segment_columns(*args))
+    found = list(read_task([Split(packed, 0, packed.size)], server_ports(servers), inputs.ReadTally(), spool))
+    assert len(passes) > 1 and {piece.path for piece in found} == {inputs.spool_target(packed, spool)}
+    by_ends: dict[tuple, list] = defaultdict(list)
+    for piece in found:
+        by_ends[piece.ends].append(piece)
+    rows = Counter(repr(row) for parts in by_ends.values() for row in piece_rows(parts, servers))
+    assert rows == decoded([Split(plain, 0, plain.size)])
 
 
 def test_a_gigabyte_capture_is_a_reading_task_a_core() -> None:
