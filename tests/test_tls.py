@@ -419,3 +419,69 @@ def test_a_refused_renegotiation_is_a_log_line_with_the_peer_and_a_count(tmp_pat
     refused = [e for e in events if e.get("refused") == "tls_renegotiation"]
     assert [e["log_level"].name for e in refused] == ["warn", "debug"]  # once per host, as every refusal
     assert refused[0]["peer"].startswith("127.0.0.1:") and refused[0]["listener"] == "remoting"
+
+
+def stalled_client_hello(size: int) -> bytes:
+    """The first ``size`` bytes of a ClientHello announcing about 128 KiB (OpenSSL's largest), in
+    16 KiB records: OpenSSL keeps them until the message is whole, which it never is."""
+    body = b"\x01" + (131000).to_bytes(3, "big") + b"\x03\x03" + b"\x11" * 32 + b"\x00"
+    body += b"\x00" * (size - len(body))
+    return b"".join(b"\x16\x03\x01" + len(body[i:i + 16384]).to_bytes(2, "big") + body[i:i + 16384]
+                    for i in range(0, len(body), 16384))
+
+
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+def test_a_stalled_handshake_holds_against_the_memory_budget(tmp_path, certificate, mode):
+    """A peer that sends most of a ClientHello and stalls: OpenSSL keeps what it sent (twice it,
+    measured) until the idle timeout, and it was not in receiveMemoryBudget: 500 such peers (of
+    maxConnections' 10,000) took a server from 52 to 172 MB.  Now it holds against the budget,
+    and over it the handshake holding the most is closed, logged and counted (memory_budget), once:
+    no tls_handshake refusal beside it; a handshake done gives its bytes back."""
+    from OpenSSL import SSL
+    from twisted.internet import address, task
+    from twisted.internet.error import ConnectionDone
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    class Socket(StringTransport):
+        def setTcpNoDelay(self, enabled: bool) -> None:
+            """What the remoting protocol sets on a TCP transport."""
+
+    clock = task.Clock()
+    config = tls_config(tmp_path, certificate, mode)
+    config.values.update({"frameMaxLength": 100_000, "receiveMemoryBudget": 200_000})
+    service = NamesrvService.from_config(config, reactor=clock)
+    factory, budget = service.remoting.factory, service.remoting.factory.remoting.budget
+    refusals = service.state.refusals.counts
+
+    def connect(port: int):
+        proto = factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", port))
+        proto.makeConnection(Socket())
+        return proto
+
+    hello = stalled_client_hello(60_000)
+    first, second = connect(1), connect(2)
+    first.dataReceived(hello)
+    assert budget.held == 2 * len(hello)
+    second.dataReceived(hello)  # 240,120 bytes held: over 200,000, the first (as large, held longer) goes
+    assert first.transport.disconnecting and not second.transport.disconnecting
+    assert refusals["remoting", "memory_budget"] == 1 and budget.held == 2 * len(hello)
+    first.connectionLost(Failure(ConnectionDone()))
+    second.connectionLost(Failure(ConnectionDone()))
+    assert budget.held == 0 and not budget.holders
+    assert refusals["remoting", "tls_handshake"] == 1  # the second's Unexpected EOF; the first's was the budget's
+
+    client = SSL.Connection(SSL.Context(SSL.TLS_METHOD), None)
+    client.set_connect_state()
+    done = connect(3)
+    for _ in range(10):  # a whole handshake, pumped by hand
+        try:
+            client.do_handshake()
+            break
+        except SSL.WantReadError:
+            done.dataReceived(client.bio_read(65536))
+            client.bio_write(done.transport.value())
+            done.transport.clear()
+    assert budget.held > 0  # its handshake under way
+    done.dataReceived(client.bio_read(65536))  # the client's Finished
+    assert done.delegate._handshakeDone and budget.held == 0 and not budget.holders

@@ -1,7 +1,8 @@
 """One memory budget for what peers make the server hold before it can act on it, across all
 peers and listeners (``receiveMemoryBudget``): every connection's partially received frame (up to
 ``frameMaxLength``), the frame being answered later and the frames that came behind it, and the
-answers it has not read (server.py), and the bodies being inflated (each up to ``inflateMaxLength``).
+answers it has not read (server.py), what a TLS handshake not done yet sent (tls.py), and the bodies
+being inflated (each up to ``inflateMaxLength``).
 
 Per-peer limits alone bound nothing in total: 40 peers each sending 16 MiB - 1 of one frame and
 stalling took the server from 85 to 718 MB.  Here what each connection holds is held against the

@@ -25,6 +25,7 @@ from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from .budget import MemoryBudget
 from .refusals import peer_text
 from .remoting.codes import code_name
 from .remoting.command import RemotingCommand
@@ -91,7 +92,7 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
             # whatever the refusal does, the close goes on: it is what tells the remoting protocol
             # the connection is lost (and gives its place of maxConnections back)
             try:
-                if reason is not None and not self._handshakeDone:
+                if reason is not None and not self._handshakeDone and not self.handshake_dropped:
                     peer = self.transport.getPeer()
                     remoting.refuse("tls_handshake", peer_text(peer),
                                     "TLS handshake failed, closing the connection: {why}",
@@ -99,9 +100,48 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
             finally:
                 super()._tlsShutdownFinished(reason)
 
+        #: what this connection's handshake holds against the memory budget (HANDSHAKE_HELD_PER_BYTE
+        #: a byte received before it was done), and whether the budget closed it for that
+        handshake_held = 0
+        handshake_dropped = False
+
         def makeConnection(self, transport: Any) -> None:
             super().makeConnection(transport)
             self._tlsConnection.set_app_data(self)  # the way back here from OpenSSL's info callback
+
+        def dataReceived(self, data: bytes) -> None:
+            if self.handshake_dropped:
+                return
+            if not self._handshakeDone:
+                # OpenSSL keeps a handshake message until it is whole (a ClientHello up to 128 KiB, a
+                # client's certificates up to 100 KB): uncounted, 500 peers each stalled 131 KB into
+                # a ClientHello held 120 MB, outside receiveMemoryBudget
+                self._hold(self.handshake_held + HANDSHAKE_HELD_PER_BYTE * len(data))
+                if self.handshake_dropped:
+                    return
+            super().dataReceived(data)
+            if self._handshakeDone and self.handshake_held:
+                self._hold(0)  # done: what it sends now is the remoting protocol's to count
+
+        def _hold(self, size: int) -> None:
+            self.handshake_held = size
+            remoting.budget.hold(self, size)
+
+        def over_budget(self, held: int, budget: MemoryBudget) -> None:
+            """The memory budget is spent and this handshake holds the most: it goes."""
+            self.handshake_held = 0
+            self.handshake_dropped = True
+            remoting.refuse("memory_budget", peer_text(self.transport.getPeer()),
+                            "closing it: its TLS handshake holds the most ({held} bytes: twice what it sent "
+                            "before its handshake was done) and peers hold {total} bytes, over "
+                            "receiveMemoryBudget ({budget_bytes})",
+                            held=held, total=budget.held + held, budget_bytes=budget.limit)
+            self.transport.abortConnection()
+
+        def connectionLost(self, reason: Failure) -> None:
+            if self.handshake_held:
+                self._hold(0)
+            super().connectionLost(reason)
 
         def renegotiation_refused(self) -> None:
             remoting.refuse("tls_renegotiation", peer_text(self.transport.getPeer()),
@@ -111,6 +151,13 @@ def refusing_tls_factory(context: CertificateOptions, remoting: RemotingFactory)
     factory = TLSMemoryBIOFactory(context, False, remoting)
     factory.protocol = RefusingTLSProtocol
     return factory
+
+
+#: what a byte received before the handshake is done holds against receiveMemoryBudget: OpenSSL's
+#: cost, measured (500 peers stalled 300, 16,000, 65,000 and 131,000 bytes into a ClientHello grew a
+#: server by 22, 39, 105 and 120 MB: 44 KB a connection, bounded by maxConnections, and about twice
+#: the bytes past it)
+HANDSHAKE_HELD_PER_BYTE = 2
 
 
 #: TLS's no_renegotiation alert (RFC 5246, 7.2.2): what OpenSSL answers a client's renegotiation
