@@ -141,16 +141,21 @@ class HealthWatch:
         routes, perms = self.routes, self.queue_perms()
         live = routes.brokerLiveTable
         groups = []
+        live_key = routes.live_key
+        # one walk of each group's members, no call but the lookups: /metrics reads this in the
+        # reactor's turn, at the limits' defaults 20,000 groups of 5
         for name, broker in routes.brokerAddrTable.items():
-            addrs = broker.brokerAddrs
-            master = addrs.get(MASTER_ID)
+            addrs, cluster = broker.brokerAddrs, broker.cluster
             topics, write_perm = perms.get(name, (0, 0))
-            members = [live.get(routes.live_key(broker.cluster, addr)) for addr in addrs.values()]
-            groups.append(GroupHealth(
-                str(broker.cluster), name, master,
-                master is not None and routes.live_key(broker.cluster, master) in live,
-                sum(member is not None for member in members), topics, write_perm,
-                sum(member is not None and not member.restored for member in members)))
+            master_live, alive, registered = False, 0, 0
+            for broker_id, addr in addrs.items():
+                member = live.get(live_key(cluster, addr))
+                if member is not None:
+                    alive += 1
+                    registered += not member.restored
+                    master_live = master_live or broker_id == MASTER_ID
+            groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
+                                      write_perm, registered))
         present = {(group.cluster, group.broker) for group in groups}
         known = self.topology.groups
         groups += [_absent(group) for key, group in known.items() if key not in present]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -46,7 +46,7 @@ class NamesrvCollector(Collector):
     def metrics(self) -> Metrics:
         return self.seen.metrics
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Metric | Later]:  # type: ignore[override]
         yield from self._requests()
         yield from self._traffic()
         yield from self._routes()
@@ -126,7 +126,7 @@ class NamesrvCollector(Collector):
             events.add_metric([kind], counted[kind])
         yield events
 
-    def _outages(self) -> Iterator[Metric]:
+    def _outages(self) -> Iterator[Metric | Later]:
         """What an alert fires on (outages.py): every family is served from the first scrape, the
         counts at 0, so an alert needs no "absent()" clause."""
         health = self.health.health()
@@ -139,11 +139,15 @@ class NamesrvCollector(Collector):
         absent = GaugeMetricFamily("namesrv_broker_group_absent", "1 while a broker group this NameServer has "
                                    "seen has no member in the routes (expected but absent, until it registers "
                                    "again or is retired), else 0", labels=["cluster", "broker"])
-        for group in health.groups:
-            master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
-            absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
-        yield master
-        yield absent
+        groups = health.groups  # made for this read, never changed: its series are made in the thread
+
+        def by_group() -> Iterator[Metric]:
+            for group in groups:
+                master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
+                absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
+            yield master
+            yield absent
+        yield Later(by_group)
         yield GaugeMetricFamily("namesrv_broker_groups_known", "Broker groups this NameServer has seen and that "
                                 "were not retired (remembered across restarts)", value=health.known)
         yield GaugeMetricFamily("namesrv_broker_groups_back", "Known broker groups with a member that registered "
@@ -160,9 +164,13 @@ class NamesrvCollector(Collector):
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
                                      "take writes (a live master with a writable queue); 0 for a cluster whose "
                                      "groups are all absent", labels=["cluster"])
-        for cluster, count in health.writable_groups.items():
-            writable.add_metric([cluster], count)
-        yield writable
+        clusters = health.writable_groups  # as health.groups
+
+        def by_cluster() -> Iterator[Metric]:
+            for cluster, count in clusters.items():
+                writable.add_metric([cluster], count)
+            yield writable
+        yield Later(by_cluster)
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
                                      labels=["kind"])
@@ -228,30 +236,36 @@ class NamesrvCollector(Collector):
                 family.add_metric([operation, result], counts[operation, result])
         return family
 
-    def _heartbeats(self) -> Iterator[Metric]:
+    def _heartbeats(self) -> Iterator[Metric | Later]:
         """One series per live broker (cardinality: the brokers), named by cluster, broker name and id,
-        never by address: an alert on age / timeout > 0.5 is the status page's amber."""
+        never by address: an alert on age / timeout > 0.5 is the status page's amber.  What the
+        series say is read here (the tables change in the reactor's thread), in the order the tables
+        hold it; sorted and made into series in the thread (Later)."""
         routes = self.state.routes
         now_ms = routes.now_ms()  # the heartbeats' steady clock (clocks.py)
-        labels = ["cluster", "broker", "broker_id"]
-        age = GaugeMetricFamily("namesrv_broker_heartbeat_age_seconds", "Seconds since each live broker's last "
-                                "heartbeat (registration)", labels=labels)
-        timeout = GaugeMetricFamily("namesrv_broker_heartbeat_timeout_seconds", "Each live broker's heartbeat "
-                                    "timeout: it expires when its age passes this", labels=labels)
-        restored = GaugeMetricFamily("namesrv_broker_restored", "1 while a live broker is only restored from the "
-                                     "route snapshot and has not registered since", labels=labels)
-        for name, broker in sorted(routes.brokerAddrTable.items()):
-            for broker_id, addr in sorted(broker.brokerAddrs.items()):
-                live = routes.brokerLiveTable.get(routes.live_key(broker.cluster, addr))
-                if live is None:
-                    continue
-                values = [str(broker.cluster), str(name), str(broker_id)]
-                age.add_metric(values, max(0.0, (now_ms - live.lastUpdateTimestamp) / 1000))
-                timeout.add_metric(values, live.heartbeatTimeoutMillis / 1000)
-                restored.add_metric(values, 1 if live.restored else 0)
-        yield age
-        yield timeout
-        yield restored
+        live_table, live_key = routes.brokerLiveTable, routes.live_key
+        rows = [(name, broker_id, broker.cluster, live.lastUpdateTimestamp, live.heartbeatTimeoutMillis, live.restored)
+                for name, broker in routes.brokerAddrTable.items() for broker_id, addr in broker.brokerAddrs.items()
+                if (live := live_table.get(live_key(broker.cluster, addr))) is not None]
+
+        def by_broker() -> Iterator[Metric]:
+            labels = ["cluster", "broker", "broker_id"]
+            age = GaugeMetricFamily("namesrv_broker_heartbeat_age_seconds", "Seconds since each live broker's "
+                                    "last heartbeat (registration)", labels=labels)
+            timeout = GaugeMetricFamily("namesrv_broker_heartbeat_timeout_seconds", "Each live broker's heartbeat "
+                                        "timeout: it expires when its age passes this", labels=labels)
+            restored = GaugeMetricFamily("namesrv_broker_restored", "1 while a live broker is only restored from "
+                                         "the route snapshot and has not registered since", labels=labels)
+            rows.sort(key=lambda row: (row[0], row[1]))  # by name (each group's own), then id
+            for name, broker_id, cluster, last, timeout_ms, was_restored in rows:
+                values = [str(cluster), str(name), str(broker_id)]
+                age.add_metric(values, max(0.0, (now_ms - last) / 1000))
+                timeout.add_metric(values, timeout_ms / 1000)
+                restored.add_metric(values, 1 if was_restored else 0)
+            yield age
+            yield timeout
+            yield restored
+        yield Later(by_broker)
 
     def _build_info(self) -> Metric:
         info = GaugeMetricFamily("namesrv_build_info", "Always 1: this server's version, the Java generation it "
@@ -285,16 +299,38 @@ def registry(state: NamesrvState, factory: RemotingFactory, seen: Observations, 
     return found
 
 
+class Later:
+    """Families with a series per broker, group or cluster (peers make them: up to 360,000 series at
+    the limits' defaults), read in the reactor's turn and made into series in any thread: ``made``
+    runs there.  Read and made in the reactor's thread, a scrape of them held every request about
+    3 s (8-9 us a series)."""
+
+    def __init__(self, made: Callable[[], Iterable[Metric]]) -> None:
+        self.made = made
+
+
 class EscapedRegistry(CollectorRegistry):
     """A registry whose label values hold no control character (escapes.py: ``\\x1b``, ``\\u2028``
     as visible text): cluster and broker names are labels, and a broker registers them unsigned
     without ACL.  Raw, an ESC in a cluster name reached the terminal of whoever ran ``curl /metrics``
     (Prometheus's text format escapes only ``\\``, ``"`` and newlines), and a lone surrogate
-    (``"\\ud800"`` in a JSON header) made every scrape fail with 500 while that broker was registered."""
+    (``"\\ud800"`` in a JSON header) made every scrape fail with 500 while that broker was registered.
+
+    ``read`` (in the reactor's thread) takes what the families say now; ``made`` (in any thread: the
+    scrape's, apart.py) makes their series and escapes them; ``collect`` is both at once."""
 
     def collect(self) -> Iterator[Metric]:
-        for metric in super().collect():
-            if any(has_controls(value) for sample in metric.samples for value in sample.labels.values()):
-                metric.samples = [sample._replace(labels={name: escaped(text) for name, text in sample.labels.items()})
-                                  for sample in metric.samples]
-            yield metric
+        return self.made(self.read())
+
+    def read(self) -> list[Metric | Later]:
+        return list(super().collect())
+
+    @staticmethod
+    def made(read: Iterable[Metric | Later]) -> Iterator[Metric]:
+        for item in read:
+            for metric in item.made() if isinstance(item, Later) else (item,):
+                if any(has_controls(value) for sample in metric.samples for value in sample.labels.values()):
+                    metric.samples = [sample._replace(labels={name: escaped(text)
+                                                              for name, text in sample.labels.items()})
+                                      for sample in metric.samples]
+                yield metric

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib.resources import files
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..state.config import NamesrvConfig
 from ..state.hosts import AllowedHosts
 from .api import TOPIC_SEARCH_LIMIT, StatusApi
 from .auth import guarded
-from .collector import registry
+from .collector import EscapedRegistry, registry
 from .connections import BoundedSite
 from .searches import SearchBudget
 
@@ -60,19 +60,21 @@ class MetricsPage(resource.Resource):
         return answer_later(request, self.build_apart("metrics", self._begin), bytes, "/metrics")
 
     def _begin(self) -> Callable[[], bytes]:
-        """In the reactor's turn: every series as it is now; the text is made from them in the thread."""
-        read = _Read(list(self.registry.collect()))
+        """In the reactor's turn: what every family says now; their series (those per broker, group
+        and cluster: collector.Later) and the text are made from it in the thread."""
+        read = _Read(self.registry.read())
         return lambda: generate_latest(read)
 
 
 class _Read:
-    """Metric families read already, as generate_latest asks a registry for them."""
+    """Metric families read already, as generate_latest asks a registry for them: their series
+    made (and escaped) as it asks."""
 
-    def __init__(self, families: list[Any]) -> None:
-        self.families = families
+    def __init__(self, read: list[Any]) -> None:
+        self.read = read
 
-    def collect(self) -> list[Any]:
-        return self.families
+    def collect(self) -> Iterator[Any]:
+        return EscapedRegistry.made(self.read)
 
 
 def answer_later(request: server.Request, made: defer.Deferred[Any], encode: Callable[[Any], bytes],
