@@ -28,7 +28,8 @@ def truth_of(name: str) -> dict:
 
 # Known and open (none now): a capture marked here is a strict xfail, which fails the suite the day
 # the report gets it right, so the mark cannot outlive the bug.
-KNOWN_WRONG: dict[str, str] = {}
+KNOWN_WRONG: dict[str, str] = {
+    "v5-midsplit": "a write-permission change's count told 0 (the replay's) where the NameServer answered 13"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_WRONG[n], strict=True))
