@@ -539,6 +539,8 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
 EVENT_KINDS = frozenset({"server_restart", "failover", "master_elected", "write_perm_wiped", "write_perm_added"})
 #: a request's name or topic a snap length cut (its frame's first bytes were kept, not its fields)
 NOT_CAPTURED = "a {} whose name was not captured"
+#: the same in a list of names
+NAME_CUT = "(name not captured)"
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -616,8 +618,9 @@ def _plural(n: int, noun: str) -> str:
 
 
 def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
-           show: Callable[[object], str] = str) -> str:
-    """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
+           show: Callable[[object], str] = str, missing: str = "(none)") -> str:
+    """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count; an item
+    without ``key`` is said as ``missing``."""
     counts: Counter[Any] = Counter()
     who: dict[object, set[Any]] = {}
     for item in items:
@@ -627,7 +630,7 @@ def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str 
     for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))):
         notes = ([f"{n:,}{unit}"] if n > 1 or unit != "x" else []) + (
             [_plural(len(who[name]), "client{s}")] if clients and len(who[name]) > 1 else [])
-        shown.append(f"{'(none)' if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
+        shown.append(f"{missing if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
     return _first(shown)
 
 
@@ -647,17 +650,22 @@ def _silences(items: list[Item]) -> str:
 
 
 def _listed(items: list[Item]) -> str:
+    """'N things: a, b (2x), ...'. A name a snap length cut is said so; such items cannot be told
+    apart (two deletions of an uncaptured topic may be of one topic or of two): at least one more."""
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
-    counted = len(items) if kind in EVENT_KINDS else len({str(i.get(field)) for i in items})
-    return (f"{_plural(counted, noun)}: "
-            + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
+    known = {str(i.get(field)) for i in items if i.get(field) is not None}
+    cut = len(known) < len({str(i.get(field)) for i in items})
+    counted = len(items) if kind in EVENT_KINDS else len(known) + cut
+    return (f"{'at least ' if cut and kind not in EVENT_KINDS else ''}{_plural(counted, noun)}: "
+            + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None,
+                     missing=NAME_CUT))
 
 
 def _topics(items: list[Item]) -> str:
     clients = {item["client"] for item in items}
     return (f"TOPIC_NOT_EXIST for {_plural(len({i['topic'] for i in items}), 'topic{s}')} from "
-            f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True)}")
+            f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True, missing=NAME_CUT)}")
 
 
 def _answers(items: list[Item]) -> str:
@@ -911,10 +919,11 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"{story.get('client') or '?'} (DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
-            answered = story.get("topics_answered")
-            differs = (f"; the NameServer answered {answered:,}: the capture misses some of what it held"
-                       if answered is not None and answered != story.get("topics") else "")
-            held = f" ({_plural(story.get('topics') or 0, 'topic{s}')} of it held{differs})"
+            answered, topics = story.get("topics_answered"), story.get("topics") or 0
+            held = f" ({_plural(topics, 'topic{s}')} of it held)"
+            if answered is not None and answered != topics:  # the server's count first: the capture's is short
+                held = (f" ({_plural(answered, 'topic{s}')} of it held, the NameServer answered; the capture "
+                        f"holds {topics:,} of them: it misses some of what the NameServer held)")
             broker = story["broker_name"]
             if broker is None:  # cut by a snap length: which broker's topics it held is unknown
                 broker, held = NOT_CAPTURED.format("broker"), ""

@@ -616,6 +616,31 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
     assert wiped.endswith("by 127.0.0.1:46666") and "None" not in deleted + wiped
 
 
+def test_names_a_snap_length_cut_are_said_so_in_a_findings_list() -> None:
+    """Two deletions of a topic whose name was cut (mqadmin deleteTopic at two NameServers, -s 128): the
+    line said "1 topic deleted: (none) (2x)", as if no topic; they may be one topic or two."""
+    at = {"server": "127.0.0.1:9876", "client": "127.0.0.1:46666", "session": "s", "cluster": None}
+    stories = [{"kind": "topic_deleted", "topic": None, "t": "2026-11-30T05:24:45.033167Z", **at},
+               {"kind": "topic_deleted", "topic": None, "t": "2026-11-30T05:24:45.041875Z", **at},
+               {"kind": "topic_deleted", "topic": "T", "t": "2026-11-30T05:24:46Z", **at}]
+    said = findings_module.attention(list(findings_module._story_findings(stories)))["findings"]
+    (deleted,) = [f for f in said if f["kind"] == "topic_deleted"]
+    assert deleted["message"] == "at least 2 topics deleted: (name not captured) (2x), T"
+
+
+def test_a_write_perm_change_says_the_nameservers_count_before_the_captures() -> None:
+    """A wipe the NameServer answered 13 for, of a broker whose registrations' bodies were cut (or sent
+    before the capture): the line began "(0 topics of it held; ...", a count Java's log contradicts."""
+    story = {"kind": "write_perm_wiped", "broker_name": "broker-b", "topics": 0, "topics_answered": 13,
+             "t": "2026-11-30T05:24:39.173273Z", "server": "127.0.0.1:9876", "client": "127.0.0.1:43458",
+             "session": "s", "cluster": None}
+    (wiped,) = findings_module._story_findings([story])
+    assert wiped["message"].endswith("by 127.0.0.1:43458 (13 topics of it held, the NameServer answered; the "
+                                     "capture holds 0 of them: it misses some of what the NameServer held)")
+    (same,) = findings_module._story_findings([dict(story, topics=13)])
+    assert same["message"].endswith("(13 topics of it held)")
+
+
 def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
     records. It said "no frame of it decodes; what it is stays unknown"."""
