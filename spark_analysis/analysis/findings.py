@@ -56,7 +56,7 @@ KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "s
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
-         "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
+         "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
          "master_elected", "other_port_traffic", "other_server", "translated_copies", "same_traffic_twice")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
@@ -404,7 +404,11 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
            else "no frame of it decodes")
     beside = besides_nameservers(endpoints)
     for row in endpoints:
-        if row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
+        if row["kind"] == "unknown" and row["accepted"] and row.get("empty") == row["accepted"]:
+            yield _finding("port_checked", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) that "
+                           f"carried nothing either way (a port check: a launch script's poll, a load balancer's "
+                           f"probe); what it is stays unknown", endpoint=row["endpoint"], accepted=row["accepted"])
+        elif row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
             yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
                            f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
                            why="another service", protocol=spoken.get(row["endpoint"]))
@@ -460,7 +464,8 @@ def second_points(points: CapturePoints) -> list[Item]:
     differ (a warning from SKEWED_S on: times across the two captures' own connections are that far apart)."""
     items = []
     for point in points.points:
-        clock = ("" if point.clock_s is None else f"; its clock reads {point.clock_s:+,.3f} s against the other's")
+        clock = ("" if point.clock_s is None else  # + 0.0: -0.0 (a tiny negative, rounded) is said "+0.000"
+                 f"; its clock reads {round(point.clock_s, 3) + 0.0:+,.3f} s against the other's")
         items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
@@ -503,6 +508,7 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
+         "port_checked": ("endpoint", "endpoint{s} only port-checked"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
          "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
@@ -714,7 +720,8 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
     facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
     if made is None:
-        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+        named = NOT_CAPTURED.format("topic") if topic is None else repr(topic)
+        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {named}: "
                         f"TOPIC_NOT_EXIST", **facts)
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
                     f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
@@ -840,7 +847,7 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
         kind = ("nameserver" if endpoint in nameservers else "controller" if asked & controller_codes
                 else "other" if asked else "unknown")
         rows.append({"endpoint": endpoint, "kind": kind, "first": iso_time(story.first), "last": iso_time(story.last),
-                     "accepted": story.accepted, "first_accepted": _iso(story.first_accepted),
+                     "accepted": story.accepted, "empty": story.empty, "first_accepted": _iso(story.first_accepted),
                      "requests": sum(n for (server, _), n in served.items() if server == endpoint),
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
                                   "refused": o.refused, "unseen": o.unseen} for o in story.outages],

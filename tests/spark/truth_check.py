@@ -44,6 +44,7 @@ KIND_CLASSES = {
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
+    "port_checked": "port_check",  # an endpoint whose accepted connections carried nothing: the truth's port_checks
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
     "translated_copies": "translated",  # connections captured twice under NAT: exactly the truth's translated_copies
     "same_traffic_twice": "second_point",  # connections two capture points both hold: exactly the truth's second_point
@@ -134,6 +135,9 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("other_server", f"{other['endpoint']} asked {other['requests']} request(s) over "
                             f"{other['accepted']} connection(s), no NameServer", required=other["requests"] > 0,
                             match={"endpoint": other["endpoint"]}))
+    for check in truth.get("port_checks", []):  # a launch script's poll of another address the NameServer took
+        events.append(Event("port_check", f"{check['endpoint']} accepted {check['accepted']} connection(s) that "
+                            f"carried nothing", match={"endpoint": check["endpoint"]}))
     by_endpoint: dict[str, list[dict]] = defaultdict(list)
     for r in truth["refused"]:
         by_endpoint[r["endpoint"]].append(r)

@@ -142,6 +142,14 @@ ARGS: dict[str, list[str]] = {
                         "'new topic registered, MidTopicNNNN'. The brokers stop cleanly, then both NameServers, "
                         f"with no connection of a broker open. A broker whose brokerAddr the cut left out is named "
                         f"{CUT_NAMING}", ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
+    "v5-bothcut": _one("5.3.3", "--stopped", "10.79.0.1:9876=namesrv stop", "--second-point",
+                       "v5-bothcut-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v5-twohosts with "
+                       "tcpdump -i any on each host, each with its own snap length: -s 96 on the NameServer's "
+                       "(10.79.0.1; loopback too: the launch script's polls and the NameServer's own probe of "
+                       "10.79.0.1:9876), -s 128 on the brokers' (10.79.0.2); Linux cooked v2, one clock. The "
+                       "NameServer listens on all addresses (bindAddress=0.0.0.0), so its launch script's poll of "
+                       f"127.0.0.1:9876 reaches it. A broker whose brokerAddr the cut left out is named {CUT_NAMING}",
+                       endpoint="127.0.0.1:9876"),
     "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
                     "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
                     "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "
