@@ -241,6 +241,11 @@ def interval_distributions(shown: list[dict], named: StayNamer) -> dict:
         "hovertemplate": f"%{{y}}<br>%{{x}} s to <+{INTERVAL_BUCKET_S} s: %{{customdata}} intervals<extra></extra>"}])
 
 
+#: what the topic panel says when no registration's body was read
+NO_TOPIC_COUNT = ("no topic count: no registration's body was read (a snap length cut them all, or the capture "
+                  "holds none)")
+
+
 def topic_counts(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> dict:
     """Each broker's registered topic count over time, on a log scale (3 and 3,000 both show)."""
     layout = _period_panels(time_bins, 12)
@@ -260,6 +265,10 @@ def topic_counts(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> di
                     "mode": "lines+markers", "name": label, "legendgroup": label, "showlegend": period == 0 or not any(
                         time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
                     "hovertemplate": f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"}))
+    if shown and not traces:  # brokers, but not one count: an empty panel would read as brokers of no topics
+        layout.setdefault("annotations", []).append({
+            "text": NO_TOPIC_COUNT, "x": 0.5, "xref": "paper", "xanchor": "center", "y": 0.5, "yref": "paper",
+            "showarrow": False, "font": {"size": 16}})
     return _figure(layout, traces)
 
 
