@@ -56,7 +56,7 @@ KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "s
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
-         "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections",
+         "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
          "master_elected", "other_port_traffic", "other_server", "translated_copies", "same_traffic_twice")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
@@ -404,7 +404,11 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
            else "no frame of it decodes")
     beside = besides_nameservers(endpoints)
     for row in endpoints:
-        if row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
+        if row["kind"] == "unknown" and row["accepted"] and row.get("empty") == row["accepted"]:
+            yield _finding("port_checked", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) that "
+                           f"carried nothing either way (a port check: a launch script's poll, a load balancer's "
+                           f"probe); what it is stays unknown", endpoint=row["endpoint"], accepted=row["accepted"])
+        elif row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
             yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
                            f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
                            why="another service", protocol=spoken.get(row["endpoint"]))
@@ -460,7 +464,8 @@ def second_points(points: CapturePoints) -> list[Item]:
     differ (a warning from SKEWED_S on: times across the two captures' own connections are that far apart)."""
     items = []
     for point in points.points:
-        clock = ("" if point.clock_s is None else f"; its clock reads {point.clock_s:+,.3f} s against the other's")
+        clock = ("" if point.clock_s is None else  # + 0.0: -0.0 (a tiny negative, rounded) is said "+0.000"
+                 f"; its clock reads {round(point.clock_s, 3) + 0.0:+,.3f} s against the other's")
         items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
@@ -503,6 +508,7 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
+         "port_checked": ("endpoint", "endpoint{s} only port-checked"),
          "other_port_traffic": ("port", "port{s} of RocketMQ traffic left out by --port"),
          "other_server": ("endpoint", "other RocketMQ server{s} captured (not judged)"),
          "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
@@ -539,6 +545,8 @@ UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
 EVENT_KINDS = frozenset({"server_restart", "failover", "master_elected", "write_perm_wiped", "write_perm_added"})
 #: a request's name or topic a snap length cut (its frame's first bytes were kept, not its fields)
 NOT_CAPTURED = "a {} whose name was not captured"
+#: the same in a list of names
+NAME_CUT = "(name not captured)"
 #: evidence listed in a finding's one line before "and N more" (all of it is in ``evidence``)
 LISTED = 6
 
@@ -616,8 +624,9 @@ def _plural(n: int, noun: str) -> str:
 
 
 def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
-           show: Callable[[object], str] = str) -> str:
-    """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count."""
+           show: Callable[[object], str] = str, missing: str = "(none)") -> str:
+    """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count; an item
+    without ``key`` is said as ``missing``."""
     counts: Counter[Any] = Counter()
     who: dict[object, set[Any]] = {}
     for item in items:
@@ -627,7 +636,7 @@ def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str 
     for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))):
         notes = ([f"{n:,}{unit}"] if n > 1 or unit != "x" else []) + (
             [_plural(len(who[name]), "client{s}")] if clients and len(who[name]) > 1 else [])
-        shown.append(f"{'(none)' if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
+        shown.append(f"{missing if name is None else show(name)}" + (f" ({', '.join(notes)})" if notes else ""))
     return _first(shown)
 
 
@@ -647,17 +656,22 @@ def _silences(items: list[Item]) -> str:
 
 
 def _listed(items: list[Item]) -> str:
+    """'N things: a, b (2x), ...'. A name a snap length cut is said so; such items cannot be told
+    apart (two deletions of an uncaptured topic may be of one topic or of two): at least one more."""
     kind = items[0]["kind"]
     field, noun = UNITS[kind]
-    counted = len(items) if kind in EVENT_KINDS else len({str(i.get(field)) for i in items})
-    return (f"{_plural(counted, noun)}: "
-            + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None))
+    known = {str(i.get(field)) for i in items if i.get(field) is not None}
+    cut = len(known) < len({str(i.get(field)) for i in items})
+    counted = len(items) if kind in EVENT_KINDS else len(known) + cut
+    return (f"{'at least ' if cut and kind not in EVENT_KINDS else ''}{_plural(counted, noun)}: "
+            + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None,
+                     missing=NAME_CUT))
 
 
 def _topics(items: list[Item]) -> str:
     clients = {item["client"] for item in items}
     return (f"TOPIC_NOT_EXIST for {_plural(len({i['topic'] for i in items}), 'topic{s}')} from "
-            f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True)}")
+            f"{_plural(len(clients), 'client{s}')}: {_tally(items, 'topic', clients=True, missing=NAME_CUT)}")
 
 
 def _answers(items: list[Item]) -> str:
@@ -706,7 +720,8 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
     facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
     if made is None:
-        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+        named = NOT_CAPTURED.format("topic") if topic is None else repr(topic)
+        return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {named}: "
                         f"TOPIC_NOT_EXIST", **facts)
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
                     f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
@@ -832,7 +847,7 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
         kind = ("nameserver" if endpoint in nameservers else "controller" if asked & controller_codes
                 else "other" if asked else "unknown")
         rows.append({"endpoint": endpoint, "kind": kind, "first": iso_time(story.first), "last": iso_time(story.last),
-                     "accepted": story.accepted, "first_accepted": _iso(story.first_accepted),
+                     "accepted": story.accepted, "empty": story.empty, "first_accepted": _iso(story.first_accepted),
                      "requests": sum(n for (server, _), n in served.items() if server == endpoint),
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
                                   "refused": o.refused, "unseen": o.unseen} for o in story.outages],
@@ -911,10 +926,11 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
                            f"{story.get('client') or '?'} (DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
             what = "wiped" if kind == "write_perm_wiped" else "given back"
-            answered = story.get("topics_answered")
-            differs = (f"; the NameServer answered {answered:,}: the capture misses some of what it held"
-                       if answered is not None and answered != story.get("topics") else "")
-            held = f" ({_plural(story.get('topics') or 0, 'topic{s}')} of it held{differs})"
+            answered, topics = story.get("topics_answered"), story.get("topics") or 0
+            held = f" ({_plural(topics, 'topic{s}')} of it held)"
+            if answered is not None and answered != topics:  # the server's count first: the capture's is short
+                held = (f" ({_plural(answered, 'topic{s}')} of it held, the NameServer answered; the capture "
+                        f"holds {topics:,} of them: it misses some of what the NameServer held)")
             broker = story["broker_name"]
             if broker is None:  # cut by a snap length: which broker's topics it held is unknown
                 broker, held = NOT_CAPTURED.format("broker"), ""

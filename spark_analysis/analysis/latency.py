@@ -23,6 +23,7 @@ MIN_LATENCY_MS = 1e-3
 _GROWTH = 1.01  # each bucket's upper edge over the one before
 _LOG_GROWTH = math.log(_GROWTH)
 _REQUESTS = -1  # the bucket key under which a code's requests are counted
+_CUT = -2  # ... and those whose answer a snap length left unknown (its opaque not captured)
 
 
 class CodeStats(NamedTuple):
@@ -31,6 +32,9 @@ class CodeStats(NamedTuple):
     answered: int
     p: tuple[float, ...] | None  # latency percentiles in ms (PERCENTILES), None if none answered
     server: str | None = None  # the NameServer (None: all of them)
+    #: not answered as far as known because a snap length cut the opaque that pairs them: answered
+    #: or not, no one can tell (never counted unanswered, and no latency)
+    cut: int = 0
 
 
 def count_calls(calls: pa.StructArray) -> Counter[Any]:
@@ -48,6 +52,11 @@ def count_calls(calls: pa.StructArray) -> Counter[Any]:
     for code, count in _counted(codes):
         server, name = dictionary[code]
         tally[server, name, _REQUESTS] += count
+    if calls.type.get_field_index("cut") >= 0:
+        cut = pc.fill_null(calls.field("cut"), False).to_numpy(zero_copy_only=False) & ~answered
+        for code, count in _counted(codes[cut]):
+            server, name = dictionary[code]
+            tally[server, name, _CUT] += count
     for key, count in _counted(codes[answered] << 32 | bucket_of(latency[answered])):
         server, name = dictionary[key >> 32]
         tally[server, name, key & 0xFFFFFFFF] += count
@@ -77,10 +86,10 @@ def code_stats(tally: Counter[Any], by_server: bool = False) -> list[CodeStats]:
         by_code.setdefault((server if by_server else None, name), Counter())[bucket] += count
     stats = []
     for (server, name), buckets in sorted(by_code.items(), key=lambda item: (item[0][1], item[0][0] or "")):
-        requests = buckets.pop(_REQUESTS, 0)
+        requests, cut = buckets.pop(_REQUESTS, 0), buckets.pop(_CUT, 0)
         answered = sum(buckets.values())
         stats.append(CodeStats(name, requests, answered, _percentiles(buckets, answered) if answered else None,
-                               server))
+                               server, cut))
     return stats
 
 

@@ -642,6 +642,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
     answers: list[Said | None] = []
     waiting: dict[tuple[str, int], list[int]] = {}
     unknown = {REQUEST: 0, RESPONSE: 0}  # frames of no known opaque or kind, by direction
+    unsure: list[Said] = []  # those frames
     is_request: bool | None
     opaque: int | None
     for item in said:
@@ -653,6 +654,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
             is_request, opaque = item.is_request, item.known.opaque
         if is_request is None or opaque is None:
             unknown[item.direction] += 1
+            unsure.append(item)
             if is_request:
                 requests.append(item)
                 answers.append(None)
@@ -666,6 +668,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
         waiting.setdefault((item.direction, opaque), []).append(len(requests))
         requests.append(item)
         answers.append(None)
+    _pair_the_one_left(connection, requests, answers, unsure)
     yield from _block_rows(frames, blocks)
     server, client = connection.server, connection.client
     registered: dict[str, Row] = {}
@@ -839,6 +842,26 @@ def _unnamed(registered: dict[str, Row], unnamed: set[str], ext: dict[str, str |
     return unnamed_here[0] if len(unnamed_here) == 1 else None
 
 
+def _pair_the_one_left(connection: Connection, requests: list[Said], answers: list[Said | None],
+                       unsure: list[Said]) -> None:
+    """Pairs a connection's one request left without an answer with its one frame the other way of
+    unknown kind or opaque, sent after it, when the capture holds the connection from its SYN with no
+    gap: every request on it was captured and a server answers nothing else, so that frame can only
+    be the answer. mqadmin makes a connection per call, and a snap length keeps of its admin call's
+    header only the code and the first extFields (wipeTopicCount, a deletion's topic), not the
+    opaque: the NameServer's answered count was left unread."""
+    if not (connection.to_server.from_syn and connection.to_client.from_syn) or \
+            connection.to_server.gaps or connection.to_client.gaps:
+        return
+    left = [index for index, answer in enumerate(answers) if answer is None]
+    if len(left) != 1:
+        return
+    request = requests[left[0]]
+    others = [item for item in unsure if item is not request]
+    if len(others) == 1 and others[0].direction != request.direction and others[0].ts >= request.ts:
+        answers[left[0]] = others[0]
+
+
 def _cut_named_event(request: Said, answer: Said | None, code: int, client: str, server: str, unnamed: str | None
                      ) -> Iterator[tuple[str, Row]]:
     """The EVENT row of a request naming a broker or changing routes, when what names it was captured;
@@ -857,9 +880,8 @@ def _cut_named_event(request: Said, answer: Said | None, code: int, client: str,
                                 alive=code != RequestCode.UNREGISTER_BROKER, cluster=header.clusterName,
                                 broker_id=header.brokerId, **common)
     elif code in ADMIN_CODES:
-        answered = None
-        if isinstance(answer, CapturedCommand):
-            answered = optional_int(answer.command.ext.get(_ANSWERED_COUNTS.get(code, "")))
+        # the count is the answer header's first field: read where the snap length kept it whole
+        answered = None if answer is None else optional_int(_said_ext(answer).get(_ANSWERED_COUNTS.get(code, "")))
         yield EVENT, _event(broker_name=ext.get("brokerName"), cluster=ext.get("clusterName"), topic=ext.get("topic"),
                             topic_count=answered, ext=ext or None, **common)
     elif (code == RequestCode.GET_ROUTEINFO_BY_TOPIC and answer is not None

@@ -80,6 +80,9 @@ class EndpointStory:
     first: float  # its first segment in the capture
     last: float
     accepted: int = 0  # connections it accepted (a SYN-ACK seen)
+    #: of those, the ones that carried no byte either way: a port check (a launch script's poll, a
+    #: load balancer's probe), which says nothing of what the server is
+    empty: int = 0
     first_accepted: float | None = None
     outages: list[Outage] = field(default_factory=list)
     #: refused attempts not during an outage: (count, first, last, when) with when one of
@@ -130,6 +133,7 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
         first = found.first
         if found.accepted_at is not None:
             story.accepted += 1
+            story.empty += found.last_payload is None
             first = found.accepted_at
             story.first_accepted = min(story.first_accepted or first, first)
         by_server = found.first_close is not None and found.close_by_lower == (server == key[0])

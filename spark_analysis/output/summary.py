@@ -58,7 +58,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
 
 
 def _code_row(stats: CodeStats) -> dict:
-    return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered,
+    return {"code_name": stats.code_name, "requests": stats.requests, "answered": stats.answered, "cut": stats.cut,
             **{f"p{round(p * 100)}_ms": v for p, v in zip(PERCENTILES, stats.p or (None,) * len(PERCENTILES),
                                                            strict=True)}}
 

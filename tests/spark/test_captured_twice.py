@@ -251,3 +251,15 @@ def test_the_trip_between_the_two_points_is_not_told_as_a_clock_difference() -> 
     points = second_points(captures, by_path, {key: b for key in by_path["ns.pcap"]})
     (point,) = points.points
     assert point.kept_paths == ("ns.pcap",) and point.clock_s == pytest.approx(0.0, abs=1e-4)
+
+
+def test_a_clock_difference_that_rounds_to_nothing_has_no_sign() -> None:
+    """Two capture points on one clock (v5-bothcut: two namespaces of one host) measure a difference of
+    about -1 us: the finding said "its clock reads -0.000 s against the other's"."""
+    from spark_analysis.analysis import findings
+    from spark_analysis.model.capture_points import CapturePoints, SecondPoint
+
+    for clock in (-0.000001, 0.0, 0.0004):
+        point = SecondPoint("10.79.0.1:9876", ("broker.pcap",), ("ns.pcap",), 5, clock)
+        (item,) = findings.second_points(CapturePoints(points=(point,)))
+        assert item["message"].endswith("its clock reads +0.000 s against the other's"), clock

@@ -616,6 +616,60 @@ def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
     assert wiped.endswith("by 127.0.0.1:46666") and "None" not in deleted + wiped
 
 
+def test_names_a_snap_length_cut_are_said_so_in_a_findings_list() -> None:
+    """Two deletions of a topic whose name was cut (mqadmin deleteTopic at two NameServers, -s 128): the
+    line said "1 topic deleted: (none) (2x)", as if no topic; they may be one topic or two."""
+    at = {"server": "127.0.0.1:9876", "client": "127.0.0.1:46666", "session": "s", "cluster": None}
+    stories = [{"kind": "topic_deleted", "topic": None, "t": "2026-11-30T05:24:45.033167Z", **at},
+               {"kind": "topic_deleted", "topic": None, "t": "2026-11-30T05:24:45.041875Z", **at},
+               {"kind": "topic_deleted", "topic": "T", "t": "2026-11-30T05:24:46Z", **at}]
+    said = findings_module.attention(list(findings_module._story_findings(stories)))["findings"]
+    (deleted,) = [f for f in said if f["kind"] == "topic_deleted"]
+    assert deleted["message"] == "at least 2 topics deleted: (name not captured) (2x), T"
+
+
+def test_a_write_perm_change_says_the_nameservers_count_before_the_captures() -> None:
+    """A wipe the NameServer answered 13 for, of a broker whose registrations' bodies were cut (or sent
+    before the capture): the line began "(0 topics of it held; ...", a count Java's log contradicts."""
+    story = {"kind": "write_perm_wiped", "broker_name": "broker-b", "topics": 0, "topics_answered": 13,
+             "t": "2026-11-30T05:24:39.173273Z", "server": "127.0.0.1:9876", "client": "127.0.0.1:43458",
+             "session": "s", "cluster": None}
+    (wiped,) = findings_module._story_findings([story])
+    assert wiped["message"].endswith("by 127.0.0.1:43458 (13 topics of it held, the NameServer answered; the "
+                                     "capture holds 0 of them: it misses some of what the NameServer held)")
+    (same,) = findings_module._story_findings([dict(story, topics=13)])
+    assert same["message"].endswith("(13 topics of it held)")
+
+
+def test_an_endpoint_only_port_checked_is_information_not_an_unreadable_server() -> None:
+    """tcpdump -i any -s 96 on a NameServer's host (v5-bothcut): its launch script's one accepted poll
+    of 127.0.0.1:9876, no byte either way, was a warning "nothing it was asked can be read: its packets
+    were cut at 96 bytes, before any frame's header", in the headline as a server whose traffic
+    cannot be read. Nothing was asked: it is said as a port check, information."""
+    files = [{"path": "ns.pcap", "problem": None, "cut_records": 72, "cut_at": 96, "records": 402,
+              "uncaptured_bytes": 35593}]
+    endpoints = [{"endpoint": "10.79.0.1:9876", "kind": "nameserver", "accepted": 5, "empty": 0, "outages": [],
+                  "refused": []},
+                 {"endpoint": "127.0.0.1:9876", "kind": "unknown", "accepted": 1, "empty": 1, "outages": [],
+                  "refused": []}]
+    found = findings_module.evidence(files, {}, [], {}, endpoints, counts={"cut_frames": 72})
+    (checked,) = [item for item in found if item.get("endpoint") == "127.0.0.1:9876"]
+    assert (checked["kind"], checked["severity"], checked["accepted"]) == ("port_checked", "info", 1)
+    assert "carried nothing either way" in checked["message"]
+    assert "cannot be read" not in findings_module.attention(found)["attention"]
+    unread = dict(endpoints[1], empty=0)  # a byte was sent, and none of it read: still a warning
+    found = findings_module.evidence(files, {}, [], {}, [endpoints[0], unread], counts={"cut_frames": 72})
+    assert [item["severity"] for item in found if item.get("endpoint") == "127.0.0.1:9876"] == ["warning"]
+
+
+def test_a_lookup_of_a_topic_whose_name_was_cut_says_so() -> None:
+    """tcpdump -s 96: a GET_ROUTEINFO_BY_TOPIC answered TOPIC_NOT_EXIST keeps no topic: "asked 1x for the
+    route of None"."""
+    item = findings_module._unknown_topic("10.79.0.2:48400", None, 1, 1.0, 1.0, None)
+    assert item["message"] == ("10.79.0.2:48400 asked 1x for the route of a topic whose name was not captured: "
+                               "TOPIC_NOT_EXIST")
+
+
 def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     """A capture of a NameServer with tls.server.mode enforcing: every connection's bytes are TLS
     records. It said "no frame of it decodes; what it is stays unknown"."""

@@ -501,3 +501,13 @@ def test_a_row_over_many_rotated_files_names_their_ends_and_count() -> None:
     assert files_within(files, 0, 60.0 * (LISTED_FILES - 1)) == listed
     assert files_within(files, 100.0, 86_000.0) == "cap_0001.pcap ... cap_1433.pcap (1433 files)"
     assert files_within(files, 90_000.0, 95_000.0) == ""
+
+
+def test_an_accepted_connection_that_carried_nothing_is_counted_as_a_port_check() -> None:
+    """A launch script's poll (bash's /dev/tcp: connect, close) of an address the NameServer also
+    listens on, captured with -i any: accepted, no byte either way. It was told as a server whose
+    traffic "cannot be read: cut before any frame's header" (v5-bothcut)."""
+    poll = ConnectionEnds(10.0, True, 10.001, True, 10.001, False, True, 10.0005, (), None)
+    broker = ConnectionEnds(11.0, True, 40.0, False, None, False, True, 11.0, (), 39.0)
+    story = endpoint_stories(_ends(**{"10.0.0.1:40000": poll, "10.0.0.1:40001": broker}))[SERVER]
+    assert (story.accepted, story.empty) == (2, 1)

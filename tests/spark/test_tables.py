@@ -45,6 +45,22 @@ def test_latency_is_counted_per_nameserver_too() -> None:
     assert one.p[2] == pytest.approx(1.0, rel=0.01) and two.p[0] == pytest.approx(50.0, rel=0.01)
 
 
+def test_calls_whose_answer_a_snap_length_left_unknown_are_counted_apart() -> None:
+    """tcpdump -s 128 of a 5.3.3 NameServer (tests/data/captures/real/v5-midsplit): every
+    GET_BROKER_CLUSTER_INFO's answer was captured, cut before its opaque, so none pairs. report.html
+    said "40 (0 answered)" beside a summary counting 0 unanswered; now the calls no one can tell of
+    are counted (``cut``) and said."""
+    from spark_analysis.output.report import request_mix
+
+    rows = pa.array([{"code_name": "GET_BROKER_CLUSTER_INFO", "latency_ms": ms, "cut": cut, "server": "s"}
+                     for ms, cut in ((None, True), (None, True), (None, False), (2.0, False), (3.0, True))],
+                    type=tables.row_type(CALL))
+    [stats] = latency.code_stats(latency.count_calls(rows))
+    assert (stats.requests, stats.answered, stats.cut) == (5, 2, 2)
+    assert request_mix([stats])["data"][0]["text"] == ["5 (2 answered, 2 cut: answer not known)"]
+    assert request_mix([stats._replace(cut=0)])["data"][0]["text"] == ["5 (2 answered)"]
+
+
 def test_latency_percentiles_are_within_one_percent_of_the_exact_ones() -> None:
     random = np.random.default_rng(7)
     latencies = {"GET_ROUTEINFO_BY_TOPIC": random.lognormal(-1, 1.5, 5000),

@@ -100,3 +100,19 @@ def test_a_stay_without_its_nameserver_is_named_so_not_none() -> None:
     stays = [{**broker, "server": None}, {**broker, "server": "127.0.0.1:9876"}]
     assert report.stay_labels(stays, findings.at_nameserver(stays)) == [
         "c / b / 0 (MASTER) / h:1 @ ?", "c / b / 0 (MASTER) / h:1 @ 127.0.0.1:9876"]
+
+
+def test_a_topic_panel_with_no_count_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tcpdump -s 128 of brokers registering (v5-midsplit): every body cut, no topic count read. The
+    panel "Topics per broker" was drawn empty, as if the brokers held no topics; it says why now."""
+    from spark_analysis.model.periods import TimeBins
+
+    bins = TimeBins.over([(0.0, 100.0)])
+    monkeypatch.setattr(report, "stay_labels", lambda shown, named: [f"broker {n}" for n in range(len(shown))])
+    unread = {"bins": {"bin": [0, 1], "topics": [None, None]}}
+    figure = report.topic_counts([unread], bins, None)
+    assert not figure["data"]
+    assert [a["text"] for a in figure["layout"].get("annotations", [])] == [report.NO_TOPIC_COUNT]
+    read = {"bins": {"bin": [0, 1], "topics": [3, 3]}}
+    assert not report.topic_counts([read], bins, None)["layout"].get("annotations")
+    assert not report.topic_counts([], bins, None)["layout"].get("annotations")  # no broker: nothing to say

@@ -131,6 +131,8 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     for other in truth.get("other_servers", []):
         if other["requests"]:
             add("other_server", None, endpoint=other["endpoint"], requests=other["requests"])
+    for check in truth.get("port_checks", []):
+        add("port_checked", None, endpoint=check["endpoint"], accepted=check["accepted"])
     for copied in truth.get("translated_copies", []):
         add("translated_copies", None, **copied)
     for point in truth.get("second_point", []):
@@ -195,6 +197,11 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         {"kind": "other_server", "message": "made up", "endpoint": "127.0.0.1:1", "requests": 1}]})
     assert any(p.startswith("invented") for p in judge(truth, other, rows))
 
+    checked = copy.deepcopy(summary)  # a port check at an endpoint where no connection carried nothing
+    checked["findings"].append({"kind": "port_checked", "evidence": [
+        {"kind": "port_checked", "message": "made up", "endpoint": "127.0.0.1:2", "accepted": 1}]})
+    assert any(p.startswith("invented") for p in judge(truth, checked, rows))
+
     late = copy.deepcopy(summary)  # an event told at another time
     timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]
     if timed:
@@ -207,6 +214,8 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         item = next(i for f in miscounted["findings"] for i in f["evidence"] if i["kind"].startswith("write_perm")
                     and i["t"] == count["at"] and i["broker_name"] == count["broker_name"])
         item["topics"] = count["topics"] + 1
+        assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
+        item["topics"], item["topics_answered"] = count["topics"], count["topics"] + 1  # the answer's, misread
         assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
 
     doubled = copy.deepcopy(rows)  # a broker's registrations counted twice (a connection captured twice)

@@ -44,6 +44,7 @@ KIND_CLASSES = {
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
+    "port_checked": "port_check",  # an endpoint whose accepted connections carried nothing: the truth's port_checks
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
     "translated_copies": "translated",  # connections captured twice under NAT: exactly the truth's translated_copies
     "same_traffic_twice": "second_point",  # connections two capture points both hold: exactly the truth's second_point
@@ -134,6 +135,9 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("other_server", f"{other['endpoint']} asked {other['requests']} request(s) over "
                             f"{other['accepted']} connection(s), no NameServer", required=other["requests"] > 0,
                             match={"endpoint": other["endpoint"]}))
+    for check in truth.get("port_checks", []):  # a launch script's poll of another address the NameServer took
+        events.append(Event("port_check", f"{check['endpoint']} accepted {check['accepted']} connection(s) that "
+                            f"carried nothing", match={"endpoint": check["endpoint"]}))
     by_endpoint: dict[str, list[dict]] = defaultdict(list)
     for r in truth["refused"]:
         by_endpoint[r["endpoint"]].append(r)
@@ -482,10 +486,13 @@ def judge_controller(truth: dict, summary: dict) -> list[str]:
 
 def judge_topic_counts(truth: dict, summary: dict) -> list[str]:
     """The topics the report says the NameServer held for a broker when its write permission was
-    wiped or given back (the replay's count, ``topics`` of the write_perm item) against the count the
-    NameServer logged for that change (TRUTH.json ``topic_counts``); and every route lookup a finding
-    says its cause made fail came after that cause."""
+    wiped or given back (the count it answered, ``topics_answered`` of the write_perm item, where
+    captured, else the replay's, ``topics``) against the count the NameServer logged for that change
+    (TRUTH.json ``topic_counts``), and the replay's too where the capture holds every registration
+    whole (no snap length, nothing registered before it); and every route lookup a finding says its
+    cause made fail came after that cause."""
     tolerance = truth["tolerance_s"]
+    whole = not truth.get("cuts") and not any(stay.get("registered_before_capture") for stay in truth["stays"])
     items = [item for finding in summary.get("findings", []) for item in finding.get("evidence", [])]
     problems = []
     for count in truth.get("topic_counts", []):
@@ -495,9 +502,11 @@ def judge_topic_counts(truth: dict, summary: dict) -> list[str]:
                 <= tolerance]
         if not told:
             continue  # the write-permission event itself is judged (missed) by judge_findings
-        if told[0].get("topics") != count["topics"]:
-            problems.append(f"topic count of {count['broker_name']} at {count['namesrv']} at {count['at']}: told "
-                            f"{told[0].get('topics')!r}, the NameServer held {count['topics']} ({count['log']})")
+        answered, replayed = told[0].get("topics_answered"), told[0].get("topics")
+        for said, what in ((replayed if answered is None else answered, "told"), (replayed, "replayed")):
+            if said != count["topics"] and (what == "told" or whole):
+                problems.append(f"topic count of {count['broker_name']} at {count['namesrv']} at {count['at']}: "
+                                f"{what} {said!r}, the NameServer held {count['topics']} ({count['log']})")
     for item in items:
         for lookup in item.get("failed_lookups") or []:
             cause, first = seconds(item.get("t")), seconds(lookup.get("first"))

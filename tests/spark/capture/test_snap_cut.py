@@ -191,6 +191,23 @@ def test_a_real_cut_capture_tells_its_brokers_by_their_connections() -> None:
     assert not [row for row in calls if row[6] is None and not row[13]]  # unanswered only if not cut
 
 
+def test_a_cut_answer_s_topic_count_whole_in_its_start_is_read() -> None:
+    """tcpdump -i any -s 128 (tests/data/captures/real/v5-midsplit): WIPE_/ADD_WRITE_PERM_OF_BROKER's
+    answer keeps ``{"code":0,"extFields":{"wipeTopicCount":"13"},"f`` of its header: the count is whole,
+    as the NameServer logged it (13), but only a frame decoded whole was asked for it, so the finding
+    said the replay's "0 topics of it held" (its registrations' bodies were cut)."""
+    import gzip
+
+    from spark_analysis.decode.schema import EVENT_ROWS
+
+    raw = gzip.decompress((REAL / "v5-midsplit" / "v5-midsplit-052433.pcap.gz").read_bytes())
+    names = EVENT_ROWS.names
+    code, broker, count = (names.index(n) for n in ("code", "broker_name", "topic_count"))
+    events = [(row[code], row[broker], row[count]) for kind, row in connection_rows(
+        tcp_segments(iter_records(raw)), frozenset({9876, 9877})) if kind == EVENT and row[code] in (205, 206)]
+    assert events == [(RequestCode.WIPE_WRITE_PERM_OF_BROKER, "broker-b", 13)]
+
+
 def test_with_ports_the_rocketmq_traffic_on_other_ports_is_counted_not_dropped() -> None:
     """--port 9876 over a capture that also holds a broker's port: its connections and frames are
     counted by port (a frame start on 10911, nothing that is no frame on 11912), and said as one info

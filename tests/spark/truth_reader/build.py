@@ -126,6 +126,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     # a 5.x controller answers 100x codes (and BROKER_HEARTBEAT 904 in controller mode), never REGISTER_BROKER
     controllers = sorted(e for e in accepted if "controller" in kinds[e] and REGISTER not in kinds[e])
     namesrvs = sorted(e for e in accepted if e not in controllers)
+    # an endpoint whose accepted connections carried nothing either way (a launch script's poll of another
+    # address the NameServer listens on) answered no NameServer code: a port check, not a NameServer
+    carried = {c.server for c in conns if c.data["c"] or c.data["s"]}
+    port_checks = [{"endpoint": e, "accepted": sum(c.server == e and bool(c.synack) for c in conns)}
+                   for e in namesrvs if e not in carried]
+    namesrvs = [e for e in namesrvs if e in carried]
 
     # runs of each NameServer endpoint
     runs: dict[str, list[dict]] = {}
@@ -422,6 +428,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     }
     if other_conns:
         truth["other_servers"] = other_servers(other_conns, why)
+    if port_checks:
+        truth["port_checks"] = port_checks
     if copies or other_copies:
         truth["translated_copies"] = translated(copies + other_copies)
     if twice or other_twice:

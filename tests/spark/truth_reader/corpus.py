@@ -133,6 +133,23 @@ ARGS: dict[str, list[str]] = {
                     "five files; the brokers stop cleanly, then the NameServer, and all start again (steps). A "
                     f"broker whose brokerAddr the cut left out is named {CUT_NAMING}", ports="9886",
                     endpoint="127.0.0.1:9886", why=RETRY),
+    "v5-midsplit": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--stopped",
+                        "127.0.0.1:9877=namesrv on 9877 stop", "--note", "tcpdump -i any -s 128 -G 10 started after "
+                        "both NameServers ran and both brokers had registered with both: Linux cooked v2, every packet "
+                        "longer than 128 bytes cut there (a header's brokerId survives, its brokerName and brokerAddr "
+                        "do not), eleven files; broker-a registers its 2,513 topics in four bodies every 30 s "
+                        "(enableSplitRegistration, splitRegistrationSize 800); the logs leave out its 2,500 lines "
+                        "'new topic registered, MidTopicNNNN'. The brokers stop cleanly, then both NameServers, "
+                        f"with no connection of a broker open. A broker whose brokerAddr the cut left out is named "
+                        f"{CUT_NAMING}", ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
+    "v5-bothcut": _one("5.3.3", "--stopped", "10.79.0.1:9876=namesrv stop", "--second-point",
+                       "v5-bothcut-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v5-twohosts with "
+                       "tcpdump -i any on each host, each with its own snap length: -s 96 on the NameServer's "
+                       "(10.79.0.1; loopback too: the launch script's polls and the NameServer's own probe of "
+                       "10.79.0.1:9876), -s 128 on the brokers' (10.79.0.2); Linux cooked v2, one clock. The "
+                       "NameServer listens on all addresses (bindAddress=0.0.0.0), so its launch script's poll of "
+                       f"127.0.0.1:9876 reaches it. A broker whose brokerAddr the cut left out is named {CUT_NAMING}",
+                       endpoint="127.0.0.1:9876"),
     "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
                     "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
                     "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "

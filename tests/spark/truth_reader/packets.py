@@ -163,7 +163,9 @@ def _cut_header(start: bytes) -> dict:
             h[key] = int(m.group(1))
     m = re.search(r'"extFields":\{(.*)', text)
     if m:
-        h["extFields"] = dict(re.findall(r'"(\w+)":"([^"\\]*)"(?=[,}])', m.group(1)))
+        # a string closed by its quote is whole (JSON escapes every quote inside one), even where the cut
+        # fell right after it
+        h["extFields"] = dict(re.findall(r'"(\w+)":"([^"\\]*)"(?=[,}]|$)', m.group(1)))
     return h
 
 
