@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Collection, Mapping
+import struct
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 from pyspark.sql import Column
@@ -154,6 +155,15 @@ _KEY = "concat_ws(' ', lower, higher)"
 _ENDS_HASH = "hash(lower, higher)"
 
 
+def task_of(key: ConnectionKey, dealt: Mapping[ConnectionKey, int], tasks: int) -> int:
+    """The task a 4-tuple's pieces go to, as ``repartition(tasks, task_column(dealt, tasks))``
+    sends them: where a local master's driver hands the kept pieces out itself (job.py), each
+    4-tuple goes to the task it would have been shuffled to."""
+    if key in dealt:
+        return dealt[key]
+    return spark_hash_int(spark_hash_strings(key)) % tasks  # Python's % is Spark's pmod
+
+
 def _values_to_tasks(tasks: int) -> list[int]:
     """For each task, the least non-negative int that Spark's hash partitioning sends there."""
     found: dict[int, int] = {}
@@ -173,6 +183,37 @@ def spark_hash_int(value: int, seed: int = 42) -> int:
     h = (h ^ h >> 13) * 0xC2B2AE35 & _MASK
     h ^= h >> 16
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def spark_hash_strings(texts: Iterable[str], seed: int = 42) -> int:
+    """Spark's hash of string columns (``hash(a, b)``: each Murmur3_x86_32.hashUnsafeBytes of its
+    UTF-8 bytes, seeded with the hash so far; the bytes past the last whole word mixed one signed
+    byte at a time, as Spark's own, not the reference Murmur3), as a signed 32-bit int."""
+    h = seed & _MASK
+    for text in texts:
+        data = text.encode()
+        aligned = len(data) - len(data) % 4
+        for word in struct.unpack_from(f"<{aligned // 4}i", data):
+            h = _mix_h1(h, _mix_k1(word))
+        for byte in struct.unpack_from(f"{len(data) - aligned}b", data, aligned):
+            h = _mix_h1(h, _mix_k1(byte))
+        h = _fmix(h, len(data))
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _mix_k1(k: int) -> int:
+    return _rotl(k * 0xCC9E2D51 & _MASK, 15) * 0x1B873593 & _MASK
+
+
+def _mix_h1(h: int, k: int) -> int:
+    return (_rotl(h ^ k, 13) * 5 + 0xE6546B64) & _MASK
+
+
+def _fmix(h: int, length: int) -> int:
+    h ^= length
+    h = (h ^ h >> 16) * 0x85EBCA6B & _MASK
+    h = (h ^ h >> 13) * 0xC2B2AE35 & _MASK
+    return h ^ h >> 16
 
 
 _MASK = 0xFFFFFFFF

@@ -4,8 +4,9 @@ Plan: Python tasks (mapInArrow, like every Python step here: Arrow batches, no p
 byte ranges of the captures and emit, per connection 4-tuple, a piece: where the TCP segments they
 found are (inputs.Piece, ~30 bytes a segment; payloads stay in the file); they run as a job of their
 own, whose span of segments sets the report's time bins, and their pieces are kept (on a local
-master the rows and payloads in the tasks' own files, Spark keeping only where they are: KeptPieces). A shuffle brings
-every piece of a 4-tuple to one task (the costliest 4-tuples dealt out over tasks of decreasing
+master the rows and payloads in the tasks' own files, and the driver hands each decoding task where
+its pieces are: KeptPieces, _ReadPieces; elsewhere cached by Spark and shuffled). Every piece of a
+4-tuple goes to one task (the costliest 4-tuples dealt out over tasks of decreasing
 size by what the reading tasks estimated: balance.py), which orders them in capture order, maps the
 file, and reassembles and decodes that 4-tuple's connections (port reuse is told apart there, by
 SYN). With a local output and master, that task writes its rows of the tables as Parquet part
@@ -20,7 +21,7 @@ and the replay run again with every 4-tuple's events (liveness_stage.py).
 
 What the driver counts comes back as data, never through accumulators (a retried or speculative
 task would add its counts twice): each reading task ends its output with a row holding only its
-tally, which the action that fills the pieces' cache collects; each decoding task ends with one
+tally, which the reading job's action collects; each decoding task ends with one
 too, which the liveness tasks pass on with the brokers' rows. Spark keeps the output of one
 successful attempt of each task, so the counts are exact under retries. The driver only plans
 splits and collects counts and per-broker aggregates: never packets or frames.
@@ -155,11 +156,11 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
-    # liveness are then one job. Their pieces are kept for it; the action that fills that cache
+    # liveness are then one job. Their pieces are kept for it (_ReadPieces), and the same action
     # collects the tally each task ends with.
-    pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
-        read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
+        pieces, read = _ReadPieces.of(_pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool),
+                                      kept=spool is not None)
     file_rows = findings.input_files(files, read)
     by_file = findings.file_spans(files, read)
     stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
@@ -200,7 +201,6 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
     shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
-    rest = pieces.where("tally IS NULL").drop("tally")  # conditions as SQL text: one call to the JVM each
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
                      left_out=left_out)
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
@@ -212,17 +212,16 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
-        among = balance.among(guessed)
-        decoded = _dealt(rest.where(~among), Counter({key: cost for key, cost in read.costs.items()
-                                                      if key not in guessed}), shares, read.hashed_cost)
+        decoded = pieces.decoded(decode, DECODED, Counter({key: cost for key, cost in read.costs.items()
+                                                           if key not in guessed}), shares, read.hashed_cost,
+                                 guessed=guessed, among=False)
         # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
         first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
-        beside = _dealt(rest.where(among), Counter({key: read.costs[key] for key in guessed}),
-                        balance.task_shares(sc.defaultParallelism)).mapInArrow(
-            partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS)
+        beside = pieces.decoded(partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS,
+                                Counter({key: read.costs[key] for key in guessed}),
+                                balance.task_shares(sc.defaultParallelism), guessed=guessed, among=True)
     else:
-        decoded = _dealt(rest, read.costs, shares, read.hashed_cost)
-    decoded = decoded.mapInArrow(decode, DECODED)
+        decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -236,8 +235,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
-            again = _dealt(rest, read.costs, shares, read.hashed_cost).mapInArrow(
-                partial(decode_batches, servers=servers, left_out=left_out, events_only=True), DECODED)
+            again = pieces.decoded(partial(decode_batches, servers=servers, left_out=left_out, events_only=True),
+                                   DECODED, read.costs, shares, read.hashed_cost)
             replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints,
                                           servers=server_ends)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
@@ -285,7 +284,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
 
         write_report(out, summary, liveness, codes, partial(write_bytes, spark))
         progress("wrote report.html")
-    decoded.unpersist()
+    if not tables_out:
+        decoded.unpersist()
     pieces.unpersist()
     counts["summary"] = summary
     return counts
@@ -488,10 +488,72 @@ def _beside_note(guessed: int) -> str:
         "routes)" if guessed else ""
 
 
-def _dealt(pieces: DataFrame, costs: Counter, shares: list[int], hashed: int = 0) -> DataFrame:
-    """The pieces in a task per share, the costliest 4-tuples dealt out (balance.deal)."""
-    dealt = balance.deal(costs, shares, hashed=hashed)
-    return pieces.repartition(len(shares), balance.task_column(dealt, len(shares)))
+class _ReadPieces:
+    """The reading tasks' pieces, as the decoding tasks get them: a task per share, the costliest
+    4-tuples dealt out (balance.deal), the others by Spark's hash of their ends.
+
+    Where the reading tasks kept their pieces (KeptPieces: a local master), the JVM holds only
+    where each is, a few thousand rows of tens of bytes: the action that ran the reading tasks
+    collected them all, and the driver hands each decoding task its own as a table in its closure
+    (balance.task_of: the task the shuffle would send them to, in the order it would), so that
+    the second job is planned without the pieces' cache, its filters and the deal's expression, and
+    runs without their shuffle (on the 10 h capture, half of the driver's calls to the JVM between
+    the jobs, while every core waits for it). Elsewhere they stay cached in Spark and are shuffled
+    to their tasks."""
+
+    def __init__(self, spark: SparkSession, cached: DataFrame | None, located: pa.Table | None) -> None:
+        self.spark, self.cached, self.located = spark, cached, located
+
+    @classmethod
+    def of(cls, pieces: DataFrame, kept: bool) -> tuple[_ReadPieces, Tally]:
+        """Run the reading tasks: their pieces, and their tallies added up."""
+        if not kept:
+            pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
+            read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
+            # conditions as SQL text: one call to the JVM each
+            return cls(pieces.sparkSession, pieces.where("tally IS NULL").drop("tally"), None), read
+        table = pieces.toArrow()
+        tallies = table.column("tally")
+        read = _merged(tally for tally in tallies.to_pylist() if tally is not None)
+        return cls(pieces.sparkSession, None, table.filter(tallies.is_null()).drop_columns(["tally"])), read
+
+    def decoded(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: StructType,
+                costs: Counter, shares: list[int], hashed: int = 0, guessed: frozenset[ConnectionKey] = frozenset(),
+                among: bool = False) -> DataFrame:
+        """``decode`` (a mapInArrow function over batches of pieces) over a task per share; with
+        ``guessed``, only the pieces of those 4-tuples (``among``) or of the others."""
+        dealt = balance.deal(costs, shares, hashed=hashed)
+        if self.cached is not None:
+            pieces = self.cached.where(balance.among(guessed) if among else ~balance.among(guessed)) if guessed \
+                else self.cached
+            return pieces.repartition(len(shares), balance.task_column(dealt, len(shares))).mapInArrow(decode, schema)
+        located = self.located
+        assert located is not None
+        tasks: dict[ConnectionKey, int] = {}
+        handed: list[list[int]] = [[] for _ in shares]
+        for row, key in enumerate(zip(located.column("lower").to_pylist(), located.column("higher").to_pylist(),
+                                      strict=True)):
+            if guessed and (key in guessed) != among:
+                continue
+            task = tasks.get(key)
+            if task is None:
+                task = tasks[key] = balance.task_of(key, dealt, len(shares))
+            handed[task].append(row)
+        own = [located.take(pa.array(rows, pa.int64())).combine_chunks() for rows in handed]
+        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
+            partial(_decode_handed, own=own, decode=decode), schema)
+
+    def unpersist(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+
+
+def _decode_handed(batches: Iterable[pa.RecordBatch], own: list[pa.Table],
+                   decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """A decoding task given its pieces by the driver (_ReadPieces): its index is all its partition holds."""
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            yield from decode(own[index].to_batches())
 
 
 def _events_of(decoded: DataFrame) -> DataFrame:

@@ -140,3 +140,26 @@ def test_the_guessed_4_tuples_are_told_apart_whatever_their_text(spark) -> None:
               .select("lower", "higher", F.spark_partition_id().alias("task")).collect())
     assert {(row.lower, row.higher): row.task for row in placed if (row.lower, row.higher) in odd} == dict(
         zip(odd, (2, 0, 1), strict=True))
+
+
+def test_spark_hash_strings_is_sparks(spark) -> None:
+    """Every length's tail (0-3 bytes past the last word), bytes past ASCII (signed in Spark's mix)."""
+    rows = [("10.0.0.1:9876", f"10.1.0.{i}:{40000 + i}") for i in range(40)]
+    rows += [("", ""), ("a", "ab"), ("abc", "abcd"), ("é", "ünï:1"), ("\u20ac\u20ac", "x" * 37)]
+    found = spark.createDataFrame(rows, "lower string, higher string").select(
+        "lower", "higher", F.hash("lower", "higher").alias("hash")).collect()
+    assert [balance.spark_hash_strings((row.lower, row.higher)) for row in found] == [row.hash for row in found]
+
+
+def test_task_of_is_where_the_shuffle_sends_a_4_tuple(spark) -> None:
+    """The driver handing kept pieces out itself (a local master) sends each 4-tuple to the task
+    task_column's shuffle does: the dealt ones to theirs, the others by Spark's hash."""
+    tasks = 6
+    dealt = {_ends(i): (i * 5) % tasks for i in range(10)}
+    rows = [_ends(i) for i in range(60)]
+    pieces = spark.createDataFrame(rows, "lower string, higher string")
+    for deal in (dealt, {}):
+        placed = (pieces.repartition(tasks, balance.task_column(deal, tasks))
+                  .select("lower", "higher", F.spark_partition_id().alias("task")).collect())
+        assert {(row.lower, row.higher): row.task for row in placed} == {
+            key: balance.task_of(key, deal, tasks) for key in rows}

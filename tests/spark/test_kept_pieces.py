@@ -52,3 +52,30 @@ def test_the_jvm_gets_where_the_rows_are_and_decoding_reads_them_back(
     assert all(payload is None for batch in pieces for payload in batch.column("payload").to_pylist())
     assert len({path for batch in pieces for path in batch.column("kept").to_pylist()}) == 3  # one file a task
     assert _tables(kept, tmp_path / "from-kept") == _tables(inline, tmp_path / "inline")
+
+
+def _report_files(out: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(out)): path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+
+
+def test_a_local_master_hands_the_kept_pieces_out_as_spark_shuffled_them(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a local master the driver hands each decoding task its kept pieces' places itself
+    (_ReadPieces): Spark caches nothing of the reading job (the second job is planned without the
+    pieces' cache, filters and deal, while every core waits for the driver), and every file of the
+    report, each table's part files too, is byte for byte what Spark's cache and shuffle of the same
+    pieces give."""
+    capture = str(synthetic[0])
+    persisted: list[object] = []
+    frames = type(spark.range(1))  # pyspark's DataFrame as this session makes them
+    persist = frames.persist
+    monkeypatch.setattr(frames, "persist", lambda frame, *args: persisted.append(frame) or persist(frame, *args))
+    job.analyse(spark, [capture], str(tmp_path / "handed"), log=lambda _: None)
+    assert persisted == []
+    of = job._ReadPieces.of.__func__
+    monkeypatch.setattr(job._ReadPieces, "of", classmethod(lambda cls, pieces, kept: of(cls, pieces, kept=False)))
+    job.analyse(spark, [capture], str(tmp_path / "shuffled"), log=lambda _: None)
+    assert len(persisted) == 1  # the pieces, cached
+    handed, shuffled = _report_files(tmp_path / "handed"), _report_files(tmp_path / "shuffled")
+    assert sum(name.endswith(".parquet") for name in handed) > 4
+    assert handed == shuffled
