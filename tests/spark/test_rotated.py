@@ -101,7 +101,7 @@ def test_a_capture_rotated_into_gzipped_files_is_the_whole_capture(spark, tmp_pa
     for given, out in (([str(p) for p in reversed(parts)], "reversed"), ([str(tmp_path / "parts")], "directory")):
         rotated = run_job(spark, given, tmp_path / out, report=False)
         same_story(rotated, whole)
-        assert not judge(truth, rotated.summary, rotated.brokers)
+        assert not judge(truth, rotated.summary)
         assert {b["input"] for b in rotated.brokers} >= {" ".join(str(p) for p in parts)}  # a stay over the files
 
 
@@ -116,7 +116,7 @@ def test_two_machines_rotated_sets_given_mixed_are_each_machine_s_capture(spark,
     b = rotate(REAL / name / truth["files"][1], tmp_path / "parts", ["b-2.pcap.gz", "b-1.pcap.gz"])
     mixed = run_job(spark, [str(p) for p in (b[1], a[0], b[0], a[1])], tmp_path / "mixed", report=False)
     same_story(mixed, whole)
-    assert not judge(truth, mixed.summary, mixed.brokers)
+    assert not judge(truth, mixed.summary)
     for broker in mixed.brokers:  # its input: the files that carried its server, not the other capture's
         mine = a if broker["server"].endswith(":9876") else b
         assert set(broker["input"].split()) <= {str(p) for p in mine}, broker
@@ -138,8 +138,7 @@ def test_a_ring_buffer_of_short_files_some_without_packets_is_the_whole_capture(
     ring = run_job(spark, [str(tmp_path / "ring")], tmp_path / "out", report=False)
     same_story(ring, whole)
     [told] = [f for f in ring.summary["findings"] if f["kind"] == "bad_input"]
-    assert not judge(truth, {**ring.summary, "findings": [f for f in ring.summary["findings"] if f is not told]},
-                     ring.brokers)
+    assert not judge(truth, {**ring.summary, "findings": [f for f in ring.summary["findings"] if f is not told]})
     assert told["severity"] == "info" and {item["path"] for item in told["evidence"]} == {str(p) for p in quiet}
     assert "critical" not in ring.summary["attention"]
     assert f"\n      {told['message']}\n" in "\n".join(ring.progress)  # said after reading as the finding says it
