@@ -180,6 +180,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
     captures = rotated_sets(parts.spans, parts.ends, {name: read.files[path].link_type
                                                       for name, path in parts.paths.items()})
+    missing = findings.missing_files(captures)
+    for item in missing:
+        progress(item["message"])
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
     by_path, ends, left_out, copies = _one_copy_each(parts, captures, progress, sources)
     sides = server_sides(ends)
@@ -274,7 +277,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports) + copies, tally.routes_found)
+                                   findings.other_traffic(tally.others, ports) + copies + missing, tally.routes_found,
+                                   {c.first for c in captures if c.after_missing})
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
