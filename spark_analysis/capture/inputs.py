@@ -719,6 +719,10 @@ class FileFacts(NamedTuple):
     reason: str | None = None
     #: each byte range's records in time (clock_step_back reads them)
     spans: tuple[TimeSpan, ...] = ()
+    #: packets the capture itself says it dropped (a pcapng's interface statistics: the kernel's
+    #: buffer full, isb_ifdrop; the OS, isb_osdrop) and those it says it received (None: not said)
+    dropped: int = 0
+    received: int | None = None
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -742,8 +746,8 @@ class ReadTally:
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
-                  compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = ()
-                  ) -> None:
+                  compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = (),
+                  dropped: int = 0, received: int | None = None) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
@@ -752,7 +756,8 @@ class ReadTally:
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
             old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression,
-            old.reason or reason, old.spans + spans)
+            old.reason or reason, old.spans + spans, old.dropped + dropped,
+            received if old.received is None else old.received + (received or 0))
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
@@ -774,6 +779,9 @@ def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordInd
         records = index_records(iter_records(view, walk))
         if walk.trailing:  # cut while a block was written, or a block that lies: the whole blocks before it are read
             tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=walk.trailing)
+        dropped, received = walk.dropped()
+        if dropped:
+            tally.note_file(split.file.path, dropped=dropped, received=received)
         return records
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])

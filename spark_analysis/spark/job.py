@@ -161,6 +161,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
     file_rows = findings.input_files(files, read)
+    dropped = findings.dropped_packets(files, read)
     by_file = findings.file_spans(files, read)
     stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
     for (index, offset), found in read.ends.items():
@@ -172,6 +173,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
+             + "".join(f"\n      {item['message']}" for item in dropped)
              + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
@@ -277,8 +279,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports) + copies + missing, tally.routes_found,
-                                   {c.first for c in captures if c.after_missing})
+                                   findings.other_traffic(tally.others, ports) + copies + dropped + missing,
+                                   tally.routes_found, {c.first for c in captures if c.after_missing})
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
