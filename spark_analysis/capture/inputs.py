@@ -229,15 +229,39 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
              skipped: list[str] | None = None) -> list[CaptureFile]:
     """Expand files, directories (recursively, skipping hidden entries and earlier reports' outputs,
     added to ``skipped``) and globs, in argument order without duplicates; ``list_remote`` does the
-    same for a non-local path, as (uri, size)."""
+    same for a non-local path, as (uri, size). A local file met under two names (a symbolic link
+    to it, ``current.pcap -> ns-20261128.pcap``, or a hard link) is read once, under the name that
+    is no symbolic link, the other added to ``skipped``: read twice, it was two capture points."""
     seen: dict[str, int] = {}
+    named: dict[tuple[int, int], str] = {}  # a local file by device and inode -> the name it is read under
     for given in inputs:
         found = expand_local(local_path(given), skipped) if is_local(given) else list_remote(given)
         if not found:
             raise FileNotFoundError(f"no capture files at {given}")
         for path, size in found:
-            seen.setdefault(path, size)
+            identity = _identity(path) if is_local(given) else None
+            first = named.get(identity) if identity else None
+            if identity is None or first is None or first == path:
+                seen.setdefault(path, size)
+                if identity:
+                    named[identity] = path
+                continue
+            kept, other = (path, first) if os.path.islink(first) and not os.path.islink(path) else (first, path)
+            if kept == path:  # in the place of the link met first
+                seen = {(path if name == first else name): found_size for name, found_size in seen.items()}
+                named[identity] = path
+            if skipped is not None:
+                skipped.append(f"{other} (the same file as {kept})")
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A local file's device and inode: the same for every name of it."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[str, int]]:
