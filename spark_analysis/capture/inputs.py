@@ -255,6 +255,33 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
 
 
+#: a capture cut inside a record, modified this soon before the run, is taken to be still written
+STILL_WRITTEN_S = 60.0
+
+
+def still_written(file: CaptureFile, listed_at: float) -> str | None:
+    """Why a local, uncompressed capture cut inside a record (TRUNCATED) looks still written, if
+    it does: it grew after it was listed at ``listed_at`` (epoch seconds), or was modified less than
+    STILL_WRITTEN_S before. A capture running writes whole blocks (tcpdump -w buffers 4 KiB, -U
+    writes each packet), so its end is cut inside a record until the next block: not a capture
+    "stopped while writing one"."""
+    if not is_local(file.path) or compressed(file.path):
+        return None
+    try:
+        found = os.stat(local_path(file.path))
+    except OSError:
+        return None
+    if found.st_size > file.size:
+        return (f"still being written: it grew by {found.st_size - file.size:,} bytes while read (read as far as "
+                f"its last whole record when listed)")
+    age = listed_at - found.st_mtime
+    if age < STILL_WRITTEN_S:
+        return (f"still being written, it seems: modified {max(age, 0.0):,.0f} s before this run, and a capture "
+                f"running writes whole blocks (tcpdump -w 4 KiB at a time, -U each packet), so its end is cut "
+                f"inside a record until the next; read as far as its last whole record")
+    return None
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     """A local file's device and inode: the same for every name of it."""
     try:

@@ -143,6 +143,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     out = _absolute(out)
     skipped: list[str] = []
     files = inputs.discover(paths, partial(_list_hadoop, spark), skipped)
+    listed_at = time.time()
     spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
@@ -160,7 +161,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
-    file_rows = findings.input_files(files, read)
+    file_rows = findings.input_files(files, read, partial(inputs.still_written, listed_at=listed_at))
     dropped = findings.dropped_packets(files, read)
     by_file = findings.file_spans(files, read)
     stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}

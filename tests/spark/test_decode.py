@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from spark_analysis.__main__ import check_arguments
+from spark_analysis.analysis import findings
 from spark_analysis.capture import conversation, inputs
 from spark_analysis.capture.conversation import Conversation, conversation_of
 from spark_analysis.capture.inputs import (
@@ -466,6 +467,31 @@ def test_one_file_under_two_names_is_read_once_under_its_own(tmp_path: Path) -> 
                        f"{tmp_path / 'hard.pcap'} (the same file as {captures / 'other.pcap'})"]
     alone = discover([str(captures / "current.pcap")], lambda uri: [])  # a link given alone: read under it
     assert [Path(f.path).name for f in alone] == ["current.pcap"]
+
+
+def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Path) -> None:
+    """tcpdump -w still running writes 4 KiB blocks: a report then read "truncated (63 bytes after
+    the last whole record)", which docs called a capture stopped while writing one. Modified less
+    than a minute before the run, or grown while read, it says it seems still written; an older
+    one, a compressed one or a remote one says nothing more."""
+    path = tmp_path / "ns.pcap"
+    path.write_bytes(b"x" * 100)
+    listed = CaptureFile(str(path), 100, 0)
+    now = path.stat().st_mtime
+    assert "modified 5 s before this run" in (inputs.still_written(listed, now + 5.0) or "")
+    assert inputs.still_written(listed, now + inputs.STILL_WRITTEN_S + 1) is None
+    path.write_bytes(b"x" * 4196)
+    assert "it grew by 4,096 bytes while read" in (inputs.still_written(listed, now + 3600.0) or "")
+    zipped = tmp_path / "ns.pcap.gz"
+    zipped.write_bytes(b"x")
+    assert inputs.still_written(CaptureFile(str(zipped), 1, 1), now) is None
+    assert inputs.still_written(CaptureFile("hdfs://nn/ns.pcap", 1, 2), now) is None
+    read = inputs.ReadTally()
+    read.note_file(str(path), records=3, problem=inputs.TRUNCATED, trailing_bytes=63)
+    [row] = findings.input_files([listed], read, lambda file: "still being written")
+    assert findings.problem_text(row) == "truncated (63 bytes after the last whole record): still being written"
+    [row] = findings.input_files([listed], read)
+    assert findings.problem_text(row) == "truncated (63 bytes after the last whole record)"
 
 
 def test_a_link_to_nothing_is_said_so(tmp_path: Path) -> None:
