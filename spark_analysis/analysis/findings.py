@@ -155,12 +155,13 @@ def at_nameserver(brokers: Iterable[Item]) -> StayNamer:
 def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally,
                 still_written: Callable[[inputs.CaptureFile], str | None] = lambda file: None) -> list[Item]:
     """Each input with what the reading tasks found of it; a capture without records is EMPTY.
-    ``still_written``: why a TRUNCATED one seems to be still written (inputs.still_written), its
-    ``reason``."""
+    ``still_written``: why a TRUNCATED one, or one of no byte, seems to be still written
+    (inputs.still_written), its ``reason``."""
     rows = []
     for file in files:
         fact = read.files.get(file.path) or inputs.FileFacts()
-        if fact.problem == inputs.TRUNCATED and fact.reason is None:
+        if fact.reason is None and (fact.problem == inputs.TRUNCATED or (fact.problem == inputs.EMPTY
+                                                                          and not file.size)):
             fact = fact._replace(reason=still_written(file))
         step = inputs.clock_step_back(fact.spans)
         rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),

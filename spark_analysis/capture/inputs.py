@@ -260,25 +260,27 @@ STILL_WRITTEN_S = 60.0
 
 
 def still_written(file: CaptureFile, listed_at: float) -> str | None:
-    """Why a local, uncompressed capture cut inside a record (TRUNCATED) looks still written, if
-    it does: it grew after it was listed at ``listed_at`` (epoch seconds), or was modified less than
-    STILL_WRITTEN_S before. A capture running writes whole blocks (tcpdump -w buffers 4 KiB, -U
-    writes each packet), so its end is cut inside a record until the next block: not a capture
-    "stopped while writing one"."""
+    """Why a local, uncompressed capture cut inside a record (TRUNCATED), or of no byte (EMPTY),
+    looks still written, if it does: it grew after it was listed at ``listed_at`` (epoch seconds),
+    or was modified less than STILL_WRITTEN_S before. A capture running writes whole blocks
+    (tcpdump -w buffers 4 KiB, -U writes each packet): its end is cut inside a record until the
+    next block, not a capture "stopped while writing one", and one just started has no byte yet,
+    not even its header (tcpdump's file stays empty until its first block)."""
     if not is_local(file.path) or compressed(file.path):
         return None
     try:
         found = os.stat(local_path(file.path))
     except OSError:
         return None
+    what = ("nothing written yet: a capture just started writes even its header with its first block "
+            "(tcpdump -w: 4 KiB at a time, -U each packet)" if not file.size else
+            "a capture running writes whole blocks (tcpdump -w 4 KiB at a time, -U each packet), so its end is cut "
+            "inside a record until the next; read as far as its last whole record")
     if found.st_size > file.size:
-        return (f"still being written: it grew by {found.st_size - file.size:,} bytes while read (read as far as "
-                f"its last whole record when listed)")
+        return f"still being written: it grew by {found.st_size - file.size:,} bytes while read; {what}"
     age = listed_at - found.st_mtime
     if age < STILL_WRITTEN_S:
-        return (f"still being written, it seems: modified {max(age, 0.0):,.0f} s before this run, and a capture "
-                f"running writes whole blocks (tcpdump -w 4 KiB at a time, -U each packet), so its end is cut "
-                f"inside a record until the next; read as far as its last whole record")
+        return f"still being written, it seems: modified {max(age, 0.0):,.0f} s before this run; {what}"
     return None
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -478,7 +479,8 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     path.write_bytes(b"x" * 100)
     listed = CaptureFile(str(path), 100, 0)
     now = path.stat().st_mtime
-    assert "modified 5 s before this run" in (inputs.still_written(listed, now + 5.0) or "")
+    assert "modified 5 s before this run; a capture running writes whole blocks" in (
+        inputs.still_written(listed, now + 5.0) or "")
     assert inputs.still_written(listed, now + inputs.STILL_WRITTEN_S + 1) is None
     path.write_bytes(b"x" * 4196)
     assert "it grew by 4,096 bytes while read" in (inputs.still_written(listed, now + 3600.0) or "")
@@ -492,6 +494,13 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     assert findings.problem_text(row) == "truncated (63 bytes after the last whole record): still being written"
     [row] = findings.input_files([listed], read)
     assert findings.problem_text(row) == "truncated (63 bytes after the last whole record)"
+    started = tmp_path / "started.pcap"  # tcpdump -w just started: not even its header written yet
+    started.write_bytes(b"")
+    nothing = CaptureFile(str(started), 0, 3)
+    read.note_file(str(started), problem=inputs.EMPTY)
+    [row] = findings.input_files([nothing], read, partial(inputs.still_written, listed_at=now + 2.0))
+    assert findings.problem_text(row).startswith("empty: still being written, it seems: modified ")
+    assert "nothing written yet" in findings.problem_text(row)
 
 
 def test_a_link_to_nothing_is_said_so(tmp_path: Path) -> None:
