@@ -324,11 +324,15 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
     missing (a ring, ``tcpdump -W N``, overwrote them; or they were not given), and the time
     between was not captured (network_silence's rule within a file, between files). It starts a
     capture of its own, ``after_missing`` that last file (if no capture it continues without a
-    hole): the brokers' silences and the endpoints' stories are not judged across the hole."""
+    hole): the brokers' silences and the endpoints' stories are not judged across the hole. That
+    capture goes on with what the one before it saw (which no later file continues): a connection
+    last seen before the hole and heard again only in a later file is carried on past the same hole,
+    not another."""
     link_types = link_types or {}
     chains: list[list[tuple[float, float, str]]] = []
     seen: dict[int, dict[tuple[str, str], ConnectionEnds]] = {}  # per chain (by id): each 4-tuple as last seen
     after_missing: dict[int, tuple[str, float]] = {}  # per chain (by id) begun past missing files: the file before
+    since: dict[int, float] = {}  # per such chain: its start (bytes missed before it are its hole's)
     open_: list[list[tuple[float, float, str]]] = []  # those a later file may still continue
     for span in sorted(files):
         first, end, path = span
@@ -344,7 +348,7 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
             if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
                 continue
             shared = continued(seen[id(chain)], here)
-            if shared and gap > ROTATION_TOLERANCE_S and missed(seen[id(chain)], here):
+            if shared and gap > ROTATION_TOLERANCE_S and missed(seen[id(chain)], here, since.get(id(chain))):
                 holed.append((gap, chain))
             elif shared or gap <= ROTATION_TOLERANCE_S:
                 score = (shared, -gap)
@@ -358,8 +362,10 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
             chains.append(chain)
             open_.append(chain)
             if holed:
-                _, _, (_, last, before) = min((gap, id(found), found[-1]) for gap, found in holed)
-                after_missing[id(chain)] = (before, last)
+                _, _, earlier = min((gap, id(found), found) for gap, found in holed)
+                after_missing[id(chain)], since[id(chain)] = (earlier[-1][2], earlier[-1][1]), first
+                seen[id(chain)] = dict(seen[id(earlier)])
+                open_.remove(earlier)
         else:
             chain = joined
             chain.append(span)
@@ -393,12 +399,13 @@ def continued(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[t
     return sum(1 for key in before.keys() & after.keys() if before[key].goes_on_in(after[key]))
 
 
-def missed(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]
-           ) -> bool:
+def missed(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds],
+           since: float | None = None) -> bool:
     """Whether the next file carries on some connection past bytes neither file holds (sent
-    between them, when nothing captured them): ConnectionEnds.missed_before."""
+    between them, when nothing captured them): ConnectionEnds.missed_before. ``since``: only of
+    connections last seen from then on (those seen before were missed in a known hole)."""
     return any(before[key].goes_on_in(after[key]) and before[key].missed_before(after[key])
-               for key in before.keys() & after.keys())
+               for key in before.keys() & after.keys() if since is None or before[key].last >= since)
 
 
 def contradicted(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]

@@ -228,7 +228,8 @@ def test_a_file_going_on_past_bytes_no_file_holds_starts_a_capture_after_missing
     """A ring (tcpdump -C 1 -W 3 -z gzip) that wrapped: files between r1 and r5 were overwritten.
     r5 carries on r1's connection 8.4 s after r1 ended, past 3,900 bytes neither holds: a time
     nothing was captured (not a silence of the broker's), so r5 starts a capture of its own that
-    names r1 and its end. Files 0.5 s apart with bytes missed are one capture (a segment lost at a
+    names r1 and its end; a connection last seen before the hole and heard again only in a later
+    file goes on past the same hole. Files 0.5 s apart with bytes missed are one capture (a segment lost at a
     rotation), and so are files 8.4 s apart whose connections go on from where they stopped (the
     network was quiet)."""
     files = ((0.0, 30.0, "r0"), (30.0001, 60.0, "r1"), (68.4, 90.0, "r5"), (90.0001, 100.0, "r6"))
@@ -239,6 +240,13 @@ def test_a_file_going_on_past_bytes_no_file_holds_starts_a_capture_after_missing
         assert [(c.paths, c.after_missing) for c in captures] == [(("r0", "r1"), None),
                                                                   (("r5", "r6"), ("r1", 60.0))]
         assert capture_periods(captures) == [(0.0, 60.0), (68.4, 100.0)]
+    # a connection heard again only in a later file (tcpdump -G on a quiet network): the same hole
+    other = ("127.0.0.1:10921", "127.0.0.1:9876")
+    quiet = ((0.0, 30.0, "r0"), (30.0001, 60.0, "r1"), (68.4, 70.0, "r5"), (80.0, 85.0, "r6"))
+    heard = {"r0": ends["r0"], "r1": {BROKER: _open(30.0001, 60.0, 1100), other: _open(31.0, 59.0, 9000)},
+             "r5": {BROKER: _open(68.4, 70.0, 5000)}, "r6": {other: _open(80.0, 85.0, 9900)}}
+    assert [(c.paths, c.after_missing) for c in rotated_sets(quiet, heard)] == [(("r0", "r1"), None),
+                                                                               (("r5", "r6"), ("r1", 60.0))]
     near = ((0.0, 30.0, "r0"), (30.0001, 60.0, "r1"), (60.5, 90.0, "r5"), (90.0001, 100.0, "r6"))
     assert [(c.paths, c.after_missing) for c in rotated_sets(near, ends)] == [(("r0", "r1", "r5", "r6"), None)]
     ends["r5"], ends["r6"] = {BROKER: _open(68.4, 90.0, 1200)}, {BROKER: _open(90.0001, 100.0, 1300)}
