@@ -152,17 +152,11 @@ def at_nameserver(brokers: Iterable[Item]) -> StayNamer:
     return lambda label, broker: f"{label} @ {broker['server'] or '?'}" if several else label
 
 
-def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally,
-                still_written: Callable[[inputs.CaptureFile], str | None] = lambda file: None) -> list[Item]:
-    """Each input with what the reading tasks found of it; a capture without records is EMPTY.
-    ``still_written``: why a TRUNCATED one, or one of no byte, seems to be still written
-    (inputs.still_written), its ``reason``."""
+def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
+    """Each input with what the reading tasks found of it; a capture without records is EMPTY."""
     rows = []
     for file in files:
         fact = read.files.get(file.path) or inputs.FileFacts()
-        if fact.reason is None and (fact.problem == inputs.TRUNCATED or (fact.problem == inputs.EMPTY
-                                                                          and not file.size)):
-            fact = fact._replace(reason=still_written(file))
         step = inputs.clock_step_back(fact.spans)
         rows.append({"path": file.path, "size": file.size, "link_type": _link_type(fact.link_type),
                      "clock_step_back_s": None if step is None else round(step[0], 6),
@@ -177,12 +171,17 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally,
     return rows
 
 
+def may_be_still_written(f: Item) -> bool:
+    """Whether an input's problem is one a capture still being written has (inputs.still_written):
+    its end cut inside a record, or no byte at all yet."""
+    return f["problem"] == inputs.TRUNCATED or (f["problem"] == inputs.EMPTY and not f["size"])
+
+
 def problem_text(f: Item) -> str:
     """What is wrong with an input file (an input_files row), for a person: with what to do when its
     bytes are compressed (in a format not read, or read but not named by its suffix)."""
     if f["problem"] == inputs.TRUNCATED:
-        return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)" + (
-            f": {f['reason']}" if f["reason"] else "")
+        return f"{f['problem']} ({f['trailing_bytes']:,} bytes after the last whole record)"
     if quiet_file(f):
         return QUIET_FILE
     if f["problem"] in (inputs.NOT_INFLATED, inputs.EMPTY) and f["reason"]:

@@ -161,7 +161,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     pieces = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool).persist(StorageLevel.MEMORY_AND_DISK)
     with progress.meanwhile("reading"):
         read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
-    file_rows = findings.input_files(files, read, partial(inputs.still_written, listed_at=listed_at))
+    file_rows = findings.input_files(files, read)
+    # said on the console only: the report files of a capture stay the same whenever it is read
+    still = {file.path: why for file, row in zip(files, file_rows, strict=True) if findings.may_be_still_written(row)
+             and (why := inputs.still_written(file, listed_at))}
     dropped = findings.dropped_packets(files, read)
     by_file = findings.file_spans(files, read)
     stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
@@ -175,7 +178,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
              + "".join(f"\n      {item['message']}" for item in dropped)
-             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}"
+                       + (f": {still[f['path']]}" if f["path"] in still else "") for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
              + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
