@@ -153,6 +153,8 @@ def check_arguments(inputs: list[str], out: str | None, overwrite: bool) -> str 
         if is_local(given):
             path = local_path(given)
             if not expand_local(path):
+                if not glob.has_magic(path) and os.path.islink(path) and not os.path.exists(path):
+                    return f"{given} is a symbolic link to {os.readlink(path)}, which does not exist"
                 if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                     return f"no such file or directory: {given}"
                 kind = special_kind(path)

@@ -25,7 +25,7 @@ from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.model.capture_points import CapturePoints
-from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, role
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -47,7 +47,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("capture_cut", "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
+KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back", "one_way_capture", "bad_input",
+         "server_unread",
          "broker_connection_closed", "crc_failure",
          "registration_refused",
          "server_restart",
@@ -168,6 +169,12 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
                      "compression": fact.compression, "reason": fact.reason})
     return rows
+
+
+def may_be_still_written(f: Item) -> bool:
+    """Whether an input's problem is one a capture still being written has (inputs.still_written):
+    its end cut inside a record, or no byte at all yet."""
+    return f["problem"] == inputs.TRUNCATED or (f["problem"] == inputs.EMPTY and not f["size"])
 
 
 def problem_text(f: Item) -> str:
@@ -443,6 +450,48 @@ def other_traffic(others: Counter[Any], ports: Iterable[int]) -> list[Item]:
             for port, (clients, segments, frames) in sorted(by_port.items()) if frames]
 
 
+def dropped_packets(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list[Item]:
+    """Packets a capture says it dropped itself (a pcapng's interface statistics, as dumpcap and
+    tshark -w write them when they stop: its buffer was full), said first: what they held is not
+    in the file, so a connection's bytes lost to gaps and a broker's silence there may be the
+    capture's, not the network's. (tcpdump -w writes a classic pcap, which has no place for them:
+    tcpdump says "N packets dropped by kernel" on stderr as it stops.)"""
+    found = []
+    for file in files:
+        fact = read.files.get(file.path)
+        if fact is None or not fact.dropped:
+            continue
+        of = "" if fact.received is None else f" (of {fact.received:,} it counted received)"
+        found.append(_finding(
+            "packets_dropped", WARNING, f"{file.path}: the capture dropped {fact.dropped:,} packets{of}, by its "
+            f"own interface statistics (its buffer was full: capture with a larger one, dumpcap -B, tcpdump -B, "
+            f"and a port filter): what they held is unknown, so bytes lost to gaps in its connections and a "
+            f"broker's silence may be the capture's, not the network's", path=file.path, dropped=fact.dropped,
+            received=fact.received))
+    return found
+
+
+def missing_files(captures: Iterable[Capture]) -> list[Item]:
+    """Files of a rotated set missing between two it has (model/periods.rotated_sets: the later
+    carries on the earlier's connections past bytes neither holds), said first: nothing was
+    captured between them, so no broker's silence, expiry or server's outage is told across it,
+    and what happened then is unknown. A ring (``tcpdump -C M -W N``) that wrapped overwrote them;
+    with ``-z gzip`` it also leaves the newer files of the same name unzipped beside the old ones."""
+    found = []
+    for capture in captures:
+        if capture.after_missing is None:
+            continue
+        before, ended = capture.after_missing
+        seconds = capture.first - ended
+        found.append(_finding(
+            "files_missing", WARNING, f"files of a rotated set are missing between {before} and {capture.paths[0]}: "
+            f"{seconds:,.1f} s not captured, from {iso_time(ended)} to {iso_time(capture.first)} (its connections go "
+            f"on past bytes neither file holds: a ring buffer, tcpdump -W, overwrote them, or they were not given); "
+            f"nothing is told across it: what happened then is unknown", before=before, after=capture.paths[0],
+            seconds=round(seconds, 3), **{"from": iso_time(ended)}, until=iso_time(capture.first)))
+    return found
+
+
 def translated_copies(translated: Translated) -> list[Item]:
     """One info item per translation whose connections were captured twice (model/translated.py):
     what each copy was counted as, so that a NameServer behind a published port is one, and what
@@ -480,6 +529,25 @@ def _files(paths: tuple[str, ...]) -> str:
     return paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more file(s) of its rotation)"
 
 
+def dropped_headline(found: list[Item]) -> str | None:
+    """The headline's first words for a capture that dropped packets itself: 'the capture dropped
+    12,142 packets: what they held is unknown'."""
+    dropped = [item for item in found if item["kind"] == "packets_dropped"]
+    if not dropped:
+        return None
+    return f"the capture dropped {sum(item['dropped'] for item in dropped):,} packets: what they held is unknown"
+
+
+def missing_headline(found: list[Item]) -> str | None:
+    """The headline's first words for a rotated set with files missing: 'files missing from a
+    rotated set: 8.4 s not captured'."""
+    missing = [item for item in found if item["kind"] == "files_missing"]
+    if not missing:
+        return None
+    return (f"files missing from a rotated set: {sum(item['seconds'] for item in missing):,.1f} s not captured"
+            + (f" in {len(missing)} gaps" if len(missing) > 1 else ""))
+
+
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
     frames partly read'."""
@@ -504,7 +572,9 @@ def step_headline(found: list[Item]) -> str | None:
 
 
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
-UNITS = {"capture_cut": ("path", "capture file{s} cut by a snap length"),
+UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
+         "files_missing": ("after", "gap{s} of missing files in a rotated set"),
+         "capture_cut": ("path", "capture file{s} cut by a snap length"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
@@ -559,8 +629,8 @@ NO_NAMESERVER_FOUND = "no NameServer traffic found (no endpoint was asked a Name
 def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside;
-    the line leads with what the capture could not show (no NameServer in it, packets a snap
-    length cut, a clock stepped back)."""
+    the line leads with what the capture could not show (no NameServer in it, packets it dropped,
+    files of a rotated set missing, packets a snap length cut, a clock stepped back)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
@@ -568,7 +638,8 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     leads = [NO_NAMESERVER_FOUND] if not nameservers else []
-    leads += filter(None, [cut_headline(found), step_headline(found)])
+    leads += filter(None, [dropped_headline(found), missing_headline(found), cut_headline(found),
+                           step_headline(found)])
     headline = _headline(problems)
     line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
     return {"attention": line, "findings": problems}

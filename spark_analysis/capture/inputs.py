@@ -229,15 +229,68 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
              skipped: list[str] | None = None) -> list[CaptureFile]:
     """Expand files, directories (recursively, skipping hidden entries and earlier reports' outputs,
     added to ``skipped``) and globs, in argument order without duplicates; ``list_remote`` does the
-    same for a non-local path, as (uri, size)."""
+    same for a non-local path, as (uri, size). A local file met under two names (a symbolic link
+    to it, ``current.pcap -> ns-20261128.pcap``, or a hard link) is read once, under the name that
+    is no symbolic link, the other added to ``skipped``: read twice, it was two capture points."""
     seen: dict[str, int] = {}
+    named: dict[tuple[int, int], str] = {}  # a local file by device and inode -> the name it is read under
     for given in inputs:
         found = expand_local(local_path(given), skipped) if is_local(given) else list_remote(given)
         if not found:
             raise FileNotFoundError(f"no capture files at {given}")
         for path, size in found:
-            seen.setdefault(path, size)
+            identity = _identity(path) if is_local(given) else None
+            first = named.get(identity) if identity else None
+            if identity is None or first is None or first == path:
+                seen.setdefault(path, size)
+                if identity:
+                    named[identity] = path
+                continue
+            kept, other = (path, first) if os.path.islink(first) and not os.path.islink(path) else (first, path)
+            if kept == path:  # in the place of the link met first
+                seen = {(path if name == first else name): found_size for name, found_size in seen.items()}
+                named[identity] = path
+            if skipped is not None:
+                skipped.append(f"{other} (the same file as {kept})")
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
+
+
+#: a capture cut inside a record, modified this soon before the run, is taken to be still written
+STILL_WRITTEN_S = 60.0
+
+
+def still_written(file: CaptureFile, listed_at: float) -> str | None:
+    """Why a local, uncompressed capture cut inside a record (TRUNCATED), or of no byte (EMPTY),
+    looks still written, if it does: it grew after it was listed at ``listed_at`` (epoch seconds),
+    or was modified less than STILL_WRITTEN_S before. A capture running writes whole blocks
+    (tcpdump -w buffers 4 KiB, -U writes each packet): its end is cut inside a record until the
+    next block, not a capture "stopped while writing one", and one just started has no byte yet,
+    not even its header (tcpdump's file stays empty until its first block)."""
+    if not is_local(file.path) or compressed(file.path):
+        return None
+    try:
+        found = os.stat(local_path(file.path))
+    except OSError:
+        return None
+    what = ("nothing written yet: a capture just started writes even its header with its first block "
+            "(tcpdump -w: 4 KiB at a time, -U each packet)" if not file.size else
+            "a capture running writes whole blocks (tcpdump -w 4 KiB at a time, -U each packet), so its end is cut "
+            "inside a record until the next; read as far as its last whole record")
+    if found.st_size > file.size:
+        return f"still being written: it grew by {found.st_size - file.size:,} bytes while read; {what}"
+    age = listed_at - found.st_mtime
+    if age < STILL_WRITTEN_S:
+        return f"still being written, it seems: modified {max(age, 0.0):,.0f} s before this run; {what}"
+    return None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A local file's device and inode: the same for every name of it."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[str, int]]:
@@ -719,6 +772,10 @@ class FileFacts(NamedTuple):
     reason: str | None = None
     #: each byte range's records in time (clock_step_back reads them)
     spans: tuple[TimeSpan, ...] = ()
+    #: packets the capture itself says it dropped (a pcapng's interface statistics: the kernel's
+    #: buffer full, isb_ifdrop; the OS, isb_osdrop) and those it says it received (None: not said)
+    dropped: int = 0
+    received: int | None = None
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -742,8 +799,8 @@ class ReadTally:
     def note_file(self, path: str, records: int = 0, first: float | None = None, last: float | None = None,
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
-                  compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = ()
-                  ) -> None:
+                  compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = (),
+                  dropped: int = 0, received: int | None = None) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
         old = self.files.get(path) or FileFacts()
         self.files[path] = FileFacts(
@@ -752,7 +809,8 @@ class ReadTally:
             old.link_type if old.link_type is not None else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
             old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression,
-            old.reason or reason, old.spans + spans)
+            old.reason or reason, old.spans + spans, old.dropped + dropped,
+            received if old.received is None else old.received + (received or 0))
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:
@@ -774,6 +832,9 @@ def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordInd
         records = index_records(iter_records(view, walk))
         if walk.trailing:  # cut while a block was written, or a block that lies: the whole blocks before it are read
             tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=walk.trailing)
+        dropped, received = walk.dropped()
+        if dropped:
+            tally.note_file(split.file.path, dropped=dropped, received=received)
         return records
     try:
         header = parse_pcap_header(view[:PCAP_HEADER_LEN])

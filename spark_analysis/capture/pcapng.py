@@ -4,7 +4,8 @@ pcapng (draft-ietf-opsawg-pcapng) is a chain of blocks, each ``type, total lengt
 length again``, all in the byte order its section header block (SHB) says with its byte-order
 magic.  ``declarations`` declares them with construct: the section header, the interface
 description (IDB, with its options: if_tsresol, if_tsoffset), the enhanced and simple packet
-blocks (EPB, SPB); any other block type is skipped by its length.
+blocks (EPB, SPB) and the interface statistics (ISB: the packets the capture itself dropped, as
+dumpcap and tshark -w write them when they stop); any other block type is skipped by its length.
 
 Who parses what, measured (docs/benchmarks.md, "Figures behind design choices", pcapng):
 the declarations parse the cold blocks, section headers and interface descriptions (a handful a
@@ -26,16 +27,19 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, NamedTuple
 
 from spark_analysis.capture.captured import Record
 
-SHB_TYPE, IDB_TYPE, SPB_TYPE, EPB_TYPE = 0x0A0D0D0A, 1, 3, 6
+SHB_TYPE, IDB_TYPE, SPB_TYPE, ISB_TYPE, EPB_TYPE = 0x0A0D0D0A, 1, 3, 5, 6
 #: the byte-order magic as written, at +8 of a section header -> little-endian?
 _BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": True, b"\x1a\x2b\x3c\x4d": False}
 OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
+#: an ISB's counters (64-bit): packets the interface received, dropped for want of room (dumpcap
+#: writes libpcap's ps_drop here: the kernel's buffer was full), dropped by the OS
+ISB_IFRECV, ISB_IFDROP, ISB_OSDROP = 4, 5, 7
 #: type, total length, total length again: the smallest block there is
 MIN_BLOCK = 12
 _HEAD = 8
@@ -61,10 +65,20 @@ class Interface(NamedTuple):
 
 @dataclass
 class PcapngEnd:
-    """Where a walk stopped: bytes left after the last whole block, and why (None: the end)."""
+    """Where a walk stopped: bytes left after the last whole block, and why (None: the end); and
+    the interface statistics it met, the last of each interface (their counters run from the
+    capture's start): (section, interface) -> (received, dropped) packets, None where not said."""
 
     trailing: int = 0
     reason: str | None = None
+    statistics: dict[tuple[int, int], tuple[int | None, int | None]] = field(default_factory=dict)
+
+    def dropped(self) -> tuple[int, int | None]:
+        """The packets the capture says it dropped (isb_ifdrop and isb_osdrop, every interface),
+        and those it received (isb_ifrecv; None where an interface dropped some and did not say)."""
+        dropped = sum(d or 0 for _, d in self.statistics.values())
+        received = [r for r, d in self.statistics.values() if d]
+        return dropped, None if any(r is None for r in received) else sum(r or 0 for r in received)
 
 
 @cache
@@ -87,6 +101,7 @@ def declarations(little: bool) -> Any:  # a compiled construct Struct (construct
     section = c.Struct("byte_order_magic" / u32, "major" / u16, "minor" / u16, "section_length" / i64,
                        "options" / options)
     interface = c.Struct("linktype" / u16, c.Padding(2), "snaplen" / u32, "options" / options)
+    statistics = c.Struct("interface_id" / u32, "ts_high" / u32, "ts_low" / u32, "options" / options)
     enhanced = c.Struct(
         "interface_id" / u32,
         "ts_high" / u32,
@@ -104,7 +119,8 @@ def declarations(little: bool) -> Any:  # a compiled construct Struct (construct
         "length" / u32,
         c.Check((c.this.length >= MIN_BLOCK) & (c.this.length % 4 == 0)),
         "body" / c.FixedSized(c.this.length - MIN_BLOCK, c.Switch(c.this.type, {
-            SHB_TYPE: section, IDB_TYPE: interface, EPB_TYPE: enhanced, SPB_TYPE: simple}, c.GreedyBytes)),
+            SHB_TYPE: section, IDB_TYPE: interface, EPB_TYPE: enhanced, SPB_TYPE: simple, ISB_TYPE: statistics},
+            c.GreedyBytes)),
         "length_again" / u32,
         c.Check(c.this.length_again == c.this.length),
     )
@@ -125,6 +141,19 @@ def interface_of(idb: Any) -> Interface:
     return Interface(idb.linktype, idb.snaplen, ticks_per_second, ts_offset)
 
 
+def counters_of(isb: Any, little: bool) -> tuple[int | None, int | None]:
+    """An ISB as declared, read: (received, dropped) packets of its interface (dropped: for want of
+    room, isb_ifdrop, and by the OS, isb_osdrop, added), None where it says neither."""
+    found: dict[int, int] = {}
+    for option in isb.options:
+        if option.code == OPT_END:
+            break
+        if option.code in (ISB_IFRECV, ISB_IFDROP, ISB_OSDROP) and len(option.value) == 8:
+            found[option.code] = int.from_bytes(option.value, "little" if little else "big")
+    drops = [found[code] for code in (ISB_IFDROP, ISB_OSDROP) if code in found]
+    return found.get(ISB_IFRECV), sum(drops) if drops else None
+
+
 def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Iterator[Record]:
     """Yield the packet records of pcapng blocks in ``view``; each section header resets the byte
     order and the interface table.  ``end_of_walk`` is filled with where and why the walk ended."""
@@ -134,6 +163,7 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
     little = True
     interfaces: list[Interface] = []
     last_ts = 0.0
+    section = -1
     try:
         while offset < end:
             if offset + MIN_BLOCK > end:
@@ -142,7 +172,7 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
                 order = bytes(view[offset + 8:offset + 12])
                 if order not in _BYTE_ORDER:
                     raise PcapngBlockError(f"section header at {offset}: unknown byte-order magic {order.hex()}")
-                little, interfaces = _BYTE_ORDER[order], []
+                little, interfaces, section = _BYTE_ORDER[order], [], section + 1
             block_type, body, following = _block(view, offset, little)
             body_at = offset + _HEAD
             record = None
@@ -157,6 +187,8 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
                 record = _enhanced(body, body_at, little, interfaces)
             elif block_type == SPB_TYPE:
                 record = _simple(body, body_at, little, interfaces, last_ts)
+            elif block_type == ISB_TYPE:  # cold, after the packets' tests
+                _note_statistics(end_of_walk, section, view[offset:following], offset, little)
             offset = following  # the block is read: what is left starts after it
             if record is not None:
                 last_ts = record.ts
@@ -165,6 +197,18 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
         end_of_walk.reason = str(stopped)
     finally:
         end_of_walk.trailing = end - offset
+
+
+def _note_statistics(end_of_walk: PcapngEnd, section: int, block: memoryview, offset: int, little: bool) -> None:
+    """An ISB's counters noted as its interface's last (they run from the capture's start); one
+    that says none, or cannot be read, is skipped as before: statistics, not packets."""
+    try:
+        isb = _declared(block, offset, little).body
+    except PcapngBlockError:
+        return
+    counters = counters_of(isb, little)
+    if counters != (None, None):
+        end_of_walk.statistics[(section, isb.interface_id)] = counters
 
 
 def _declared(block: memoryview, offset: int, little: bool) -> Any:

@@ -275,8 +275,7 @@ def network_silence(before: Mapping[tuple[str, str], ConnectionEnds],
     ``after`` first does, was the network's: some connection carries on over it (``goes_on_in``,
     the rule between files), and none past bytes the capture missed (sent in the silence, so
     nothing captured then: a capture paused while brokers went on heartbeating)."""
-    carried = [key for key in before.keys() & after.keys() if before[key].goes_on_in(after[key])]
-    return bool(carried) and not any(before[key].missed_before(after[key]) for key in carried)
+    return bool(continued(before, after)) and not missed(before, after)
 
 
 def merge_ends(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> Ends:
@@ -293,11 +292,14 @@ def merge_ends(ends: Ends, more: Mapping[tuple[str, str], ConnectionEnds]) -> En
 
 class Capture(NamedTuple):
     """One capture as its files tell it: a file, or a rotated set of files each continuing the one
-    before; its first and last record times and its files in time order."""
+    before; its first and last record times and its files in time order. ``after_missing``: the
+    file of a rotated set it goes on from past files missing between them (rotated_sets), and when
+    that file ended: from then to ``first`` nothing was captured."""
 
     first: float
     last: float
     paths: tuple[str, ...]
+    after_missing: tuple[str, float] | None = None
 
 
 def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
@@ -315,10 +317,22 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
     no other it could continue so ran at the same time, _only_quiet_one). Otherwise (a 4-tuple the capture saw open,
     opened anew or with sequence numbers that do not go on; a longer file hearing none of its
     connections) it starts a capture of its own: another machine's or interface's capture running
-    at the same time, or one started later (another session)."""
+    at the same time, or one started later (another session).
+
+    A file that carries on a capture's connections past bytes no file holds, more than
+    ROTATION_TOLERANCE_S after its last file ended, is not its next file: files between them are
+    missing (a ring, ``tcpdump -W N``, overwrote them; or they were not given), and the time
+    between was not captured (network_silence's rule within a file, between files). It starts a
+    capture of its own, ``after_missing`` that last file (if no capture it continues without a
+    hole): the brokers' silences and the endpoints' stories are not judged across the hole. That
+    capture goes on with what the one before it saw (which no later file continues): a connection
+    last seen before the hole and heard again only in a later file is carried on past the same hole,
+    not another."""
     link_types = link_types or {}
     chains: list[list[tuple[float, float, str]]] = []
     seen: dict[int, dict[tuple[str, str], ConnectionEnds]] = {}  # per chain (by id): each 4-tuple as last seen
+    after_missing: dict[int, tuple[str, float]] = {}  # per chain (by id) begun past missing files: the file before
+    since: dict[int, float] = {}  # per such chain: its start (bytes missed before it are its hole's)
     open_: list[list[tuple[float, float, str]]] = []  # those a later file may still continue
     for span in sorted(files):
         first, end, path = span
@@ -327,29 +341,37 @@ def rotated_sets(files: FileSpans, ends: Mapping[str, Mapping[tuple[str, str], C
         open_ = [chain for chain in open_ if first - chain[-1][1] <= PERIOD_GAP_S]
         best: tuple[tuple[int, float], list[tuple[float, float, str]]] | None = None
         quiet: list[tuple[float, list[tuple[float, float, str]]]] = []  # those only a short file's rule allows
+        holed: list[tuple[float, list[tuple[float, float, str]]]] = []  # those it goes on from past missing files
         for chain in open_:
             _, last, before = chain[-1]
             gap = first - last
             if not 0.0 <= gap <= PERIOD_GAP_S or link_types.get(before) != link_types.get(path):
                 continue
             shared = continued(seen[id(chain)], here)
-            if shared or gap <= ROTATION_TOLERANCE_S:
+            if shared and gap > ROTATION_TOLERANCE_S and missed(seen[id(chain)], here, since.get(id(chain))):
+                holed.append((gap, chain))
+            elif shared or gap <= ROTATION_TOLERANCE_S:
                 score = (shared, -gap)
                 if best is None or score > best[0]:
                     best = (score, chain)
             elif short and not contradicted(seen[id(chain)], here):
                 quiet.append((gap, chain))
-        joined = best[1] if best is not None else _only_quiet_one(quiet)
+        joined = best[1] if best is not None else None if holed else _only_quiet_one(quiet)
         if joined is None:
             chain = [span]
             chains.append(chain)
             open_.append(chain)
+            if holed:
+                _, _, earlier = min((gap, id(found), found) for gap, found in holed)
+                after_missing[id(chain)], since[id(chain)] = (earlier[-1][2], earlier[-1][1]), first
+                seen[id(chain)] = dict(seen[id(earlier)])
+                open_.remove(earlier)
         else:
             chain = joined
             chain.append(span)
         merge_ends(seen.setdefault(id(chain), {}), here)
-    return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain))
-                  for chain in chains)
+    return sorted(Capture(chain[0][0], max(last for _, last, _ in chain), tuple(path for _, _, path in chain),
+                          after_missing.get(id(chain))) for chain in chains)
 
 
 def _only_quiet_one(quiet: list[tuple[float, list[tuple[float, float, str]]]]
@@ -375,6 +397,15 @@ def continued(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[t
     the first that the second has without a SYN, each way's sequence numbers going on from where
     they stopped (bytes the capture missed between them, or a retransmission, within a window)."""
     return sum(1 for key in before.keys() & after.keys() if before[key].goes_on_in(after[key]))
+
+
+def missed(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds],
+           since: float | None = None) -> bool:
+    """Whether the next file carries on some connection past bytes neither file holds (sent
+    between them, when nothing captured them): ConnectionEnds.missed_before. ``since``: only of
+    connections last seen from then on (those seen before were missed in a known hole)."""
+    return any(before[key].goes_on_in(after[key]) and before[key].missed_before(after[key])
+               for key in before.keys() & after.keys() if since is None or before[key].last >= since)
 
 
 def contradicted(before: Mapping[tuple[str, str], ConnectionEnds], after: Mapping[tuple[str, str], ConnectionEnds]

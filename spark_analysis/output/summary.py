@@ -3,6 +3,7 @@ the layout fixed by SCHEMA_VERSION (docs/capture-report.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups
@@ -20,14 +21,17 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
             brokers: list[dict], codes: list[CodeStats], server_codes: list[CodeStats] | None = None,
             clients: list[dict] | None = None, endpoints: list[dict] | None = None,
             stories: list[dict] | None = None, controller: dict | None = None,
-            others: list[dict] | None = None, routes_found: dict[Any, float] | None = None) -> dict:
+            others: list[dict] | None = None, routes_found: dict[Any, float] | None = None,
+            missing: Collection[float] = ()) -> dict:
     """summary.json: findings first, then the inputs (``file_rows``: input_files; the capture
     periods and the gaps between them), the server endpoints found (``endpoints``:
     findings.endpoint_rows) and the NameServers among them, what the controllers' traffic tells
     (``controller``: analysis/controller.controller_story), counts, brokers and calls by code;
     ``others``: the findings the driver makes itself (findings.other_traffic: what --port left out;
     the copies of connections read once: findings.second_points, findings.translated_copies);
-    ``routes_found``: when each topic's route was first served (findings.note_routes_found)."""
+    ``routes_found``: when each topic's route was first served (findings.note_routes_found);
+    ``missing``: the starts of the captures that go on after files of a rotated set missing
+    (model/periods.Capture.after_missing: the gap before each is nothing captured)."""
     registered = [b for b in brokers if b["registrations"]]
     responses = response_groups(groups)
     nameservers = [e for e in endpoints or [] if e["kind"] == "nameserver"]
@@ -45,7 +49,8 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
             "files": file_rows,
             "periods": [{"start": iso_time(a), "end": iso_time(b), "seconds": b - a} for a, b in periods],
             "gaps": [{"start": iso_time(a[1]), "end": iso_time(b[0]), "seconds": b[0] - a[1],
-                      "cause": _gap_cause(b[0] - a[1])} for a, b in zip(periods, periods[1:], strict=False)],
+                      "cause": _gap_cause(b[0] - a[1], b[0] in missing)}
+                     for a, b in zip(periods, periods[1:], strict=False)],
         },
         "counts": counts,
         "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
@@ -75,8 +80,9 @@ def _json_value(column: str, value: object) -> object:
     return _iso(value) if column in ("first_seen", "last_seen", "ended_at") else value
 
 
-def _gap_cause(seconds: float) -> str:
+def _gap_cause(seconds: float, after_missing: bool = False) -> str:
     """Why one capture period ends and the next begins: a capture that starts after the others
-    ended and continues none of their connections (another session), or nothing captured. (A NameServer's restart is its
-    endpoint's story: a finding, not a gap.)"""
-    return "another session" if seconds <= PERIOD_GAP_S else "nothing captured"
+    ended and continues none of their connections (another session), or nothing captured (longer,
+    or files of a rotated set missing: its connections go on past bytes no file holds). (A
+    NameServer's restart is its endpoint's story: a finding, not a gap.)"""
+    return "another session" if seconds <= PERIOD_GAP_S and not after_missing else "nothing captured"

@@ -144,6 +144,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     out = _absolute(out)
     skipped: list[str] = []
     files = inputs.discover(paths, partial(_list_hadoop, spark), skipped)
+    listed_at = time.time()
     spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
@@ -162,6 +163,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         pieces, read = _ReadPieces.of(_pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool),
                                       kept=spool is not None)
     file_rows = findings.input_files(files, read)
+    # said on the console only: the report files of a capture stay the same whenever it is read
+    still = {file.path: why for file, row in zip(files, file_rows, strict=True) if findings.may_be_still_written(row)
+             and (why := inputs.still_written(file, listed_at))}
+    dropped = findings.dropped_packets(files, read)
     by_file = findings.file_spans(files, read)
     stretches: dict[str, dict[int, dict[ConnectionKey, ConnectionEnds]]] = {}
     for (index, offset), found in read.ends.items():
@@ -173,7 +178,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_on_ports(ports)}" + "".join(
                  f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
-             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}" for f in file_rows
+             + "".join(f"\n      {item['message']}" for item in dropped)
+             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}"
+                       + (f": {still[f['path']]}" if f["path"] in still else "") for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
              + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
@@ -181,6 +188,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                  + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
     captures = rotated_sets(parts.spans, parts.ends, {name: read.files[path].link_type
                                                       for name, path in parts.paths.items()})
+    missing = findings.missing_files(captures)
+    for item in missing:
+        progress(item["message"])
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
     by_path, ends, left_out, copies = _one_copy_each(parts, captures, progress, sources)
     sides = server_sides(ends)
@@ -273,7 +283,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports) + copies, tally.routes_found)
+                                   findings.other_traffic(tally.others, ports) + copies + dropped + missing,
+                                   tally.routes_found, {c.first for c in captures if c.after_missing})
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(

@@ -18,6 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from spark_analysis.__main__ import check_arguments
+from spark_analysis.analysis import findings
 from spark_analysis.capture import conversation, inputs
 from spark_analysis.capture.conversation import Conversation, conversation_of
 from spark_analysis.capture.inputs import (
@@ -445,6 +447,62 @@ def test_a_pipe_in_a_captures_directory_is_skipped_and_named(tmp_path: Path) -> 
     skipped: list[str] = []
     assert [Path(f.path).name for f in discover([str(tmp_path)], lambda uri: [], skipped)] == ["1.pcap"]
     assert skipped == [f"{tmp_path / 'live.pcap'} (a pipe (FIFO))"]
+
+
+def test_one_file_under_two_names_is_read_once_under_its_own(tmp_path: Path) -> None:
+    """A directory of captures with ``current.pcap -> ns-20261128.pcap`` (a link to the newest, as
+    scripts keep one), or a hard link, or the link and the file both given: the file was read twice
+    and told as two capture points ("59 connections ... are also in ..."). Read once, under the name
+    that is no symbolic link, the other named as skipped."""
+    captures = tmp_path / "captures"
+    captures.mkdir()
+    (captures / "ns-20261128.pcap").write_bytes(b"x" * 10)
+    (captures / "current.pcap").symlink_to("ns-20261128.pcap")
+    (captures / "other.pcap").write_bytes(b"y" * 7)
+    os.link(captures / "other.pcap", tmp_path / "hard.pcap")
+    skipped: list[str] = []
+    found = discover([str(captures), str(tmp_path / "hard.pcap")], lambda uri: [], skipped)
+    assert [(Path(f.path).name, f.size, f.index) for f in found] == [("ns-20261128.pcap", 10, 0), ("other.pcap", 7, 1)]
+    assert skipped == [f"{captures / 'current.pcap'} (the same file as {captures / 'ns-20261128.pcap'})",
+                       f"{tmp_path / 'hard.pcap'} (the same file as {captures / 'other.pcap'})"]
+    alone = discover([str(captures / "current.pcap")], lambda uri: [])  # a link given alone: read under it
+    assert [Path(f.path).name for f in alone] == ["current.pcap"]
+
+
+def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Path) -> None:
+    """tcpdump -w still running writes 4 KiB blocks: a report then read "truncated (63 bytes after
+    the last whole record)", which docs called a capture stopped while writing one. Modified less
+    than a minute before the run, or grown while read, the console says it seems still written
+    (not the report's files: they stay the same whenever the capture is read); an older one, a
+    compressed one or a remote one says nothing more."""
+    path = tmp_path / "ns.pcap"
+    path.write_bytes(b"x" * 100)
+    listed = CaptureFile(str(path), 100, 0)
+    now = path.stat().st_mtime
+    assert "modified 5 s before this run; a capture running writes whole blocks" in (
+        inputs.still_written(listed, now + 5.0) or "")
+    assert inputs.still_written(listed, now + inputs.STILL_WRITTEN_S + 1) is None
+    path.write_bytes(b"x" * 4196)
+    assert "it grew by 4,096 bytes while read" in (inputs.still_written(listed, now + 3600.0) or "")
+    zipped = tmp_path / "ns.pcap.gz"
+    zipped.write_bytes(b"x")
+    assert inputs.still_written(CaptureFile(str(zipped), 1, 1), now) is None
+    assert inputs.still_written(CaptureFile("hdfs://nn/ns.pcap", 1, 2), now) is None
+    started = tmp_path / "started.pcap"  # tcpdump -w just started: not even its header written yet
+    started.write_bytes(b"")
+    nothing = CaptureFile(str(started), 0, 3)
+    assert "nothing written yet" in (inputs.still_written(nothing, now + 2.0) or "")
+    read = inputs.ReadTally()  # which inputs' problems a capture still written has
+    read.note_file(str(path), records=3, problem=inputs.TRUNCATED, trailing_bytes=63)
+    read.note_file(str(zipped), records=3)
+    rows = findings.input_files([listed, nothing, CaptureFile(str(zipped), 1, 1)], read)
+    assert [findings.may_be_still_written(row) for row in rows] == [True, True, False]
+
+
+def test_a_link_to_nothing_is_said_so(tmp_path: Path) -> None:
+    (tmp_path / "current.pcap").symlink_to("ns-gone.pcap")
+    assert check_arguments([str(tmp_path / "current.pcap")], None, False) == (
+        f"{tmp_path / 'current.pcap'} is a symbolic link to ns-gone.pcap, which does not exist")
 
 
 def test_a_worker_keeps_a_files_mapping_for_its_next_tasks_while_the_file_is_unchanged(tmp_path: Path) -> None:

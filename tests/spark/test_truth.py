@@ -8,14 +8,18 @@ the report must find the NameServers itself."""
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import json
 from pathlib import Path
 
 import pytest
 
+from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.output.brokers import brokers_csv
 from tests.spark.conftest import run_job
 from tests.spark.test_report import same_rows
-from tests.spark.truth_check import judge, seconds
+from tests.spark.truth_check import judge, judge_brokers, seconds
 from tests.spark.truth_reader.build import CUT_ADDR
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
@@ -36,7 +40,7 @@ KNOWN_WRONG: dict[str, str] = {}
 def test_report_tells_the_truth_of_a_real_capture(spark, tmp_path: Path, name: str) -> None:
     truth = truth_of(name)
     out = run_job(spark, [str(REAL / name / f) for f in truth["files"]], tmp_path / "out", report=False)
-    problems = judge(truth, out.summary, out.brokers)
+    problems = judge(truth, out.summary)
     assert not problems, f"{name}: the report disagrees with the truth in {len(problems)} way(s):\n  " + \
         "\n  ".join(problems)
 
@@ -76,8 +80,9 @@ def test_the_corpus_is_there_and_small() -> None:
 # The checker itself: it passes a report that tells each truth, and fails one that misses, invents or
 # misnames a single event (so that the test above can fail for the right reasons only).
 
-def _told(truth: dict) -> tuple[dict, list[dict]]:
-    """A summary and brokers.csv rows that tell exactly the truth, in the vocabulary truth_check reads."""
+def _told(truth: dict) -> dict:
+    """A summary.json that tells exactly the truth (its findings and its brokers), in the vocabulary
+    truth_check reads."""
     items = []
 
     def add(kind: str, t: str | None, **fields) -> None:
@@ -87,10 +92,10 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
     failed_masters = {(f["old_master"], f["master_lost"]) for f in truth["failovers"]}
     rows = []
     for s in truth["stays"]:
-        last_id = s["ids"][-1]["broker_id"]  # one a snap length cut: empty, as in the CSV
-        rows.append({"session": f"{s['namesrv']}@x", "cluster": s["cluster"], "broker_name": s["broker_name"],
-                     "broker_addr": s["broker_addr"], "broker_id": "" if last_id is None else str(last_id),
-                     "ended": s["end"], "first_seen": s["registered"], "registrations": str(s["registrations"])})
+        last_id = s["ids"][-1]["broker_id"]  # one a snap length cut: null, as in summary.json
+        rows.append({"session": f"{s['namesrv']}@x", "server": s["namesrv"], "cluster": s["cluster"],
+                     "broker_name": s["broker_name"], "broker_addr": s["broker_addr"], "broker_id": last_id,
+                     "ended": s["end"], "first_seen": s["registered"], "registrations": s["registrations"]})
         if s["end"] == "alive":
             add("broker_alive_at_end", None, broker_addr=s["broker_addr"], server=s["namesrv"])
         elif s["end"] == "expired":
@@ -140,7 +145,7 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
             read_from=point["read_from"], connections=point["connections"], clock_s=point["clock_s"] - 0.004)
     add("topic_not_exist", None, topic="TopicTest")  # not judged
     summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
-               "findings": [{"kind": i["kind"], "evidence": [i]} for i in items]}
+               "findings": [{"kind": i["kind"], "evidence": [i]} for i in items], "brokers": rows}
     if log:
         def told(change: dict) -> dict:
             return {**change, "at": None, "after": change["logged"][0], "by": change["logged"][1]}
@@ -148,7 +153,7 @@ def _told(truth: dict) -> tuple[dict, list[dict]]:
         summary["controller"] = {"groups": [{"controller": log["endpoint"], "broker_name": log["broker_name"],
                                              "elections": [told(e) for e in log["elections"]],
                                              "sync_state_sets": [told(x) for x in log["sync_state_sets"]]}]}
-    return summary, rows
+    return summary
 
 
 def _controller_view(failover: dict, log: dict | None) -> dict:
@@ -167,70 +172,86 @@ def _controller_view(failover: dict, log: dict | None) -> dict:
             "sync_state_set_epoch_after": election["sync_state_set_epoch"]}
 
 
+def test_the_checker_reads_a_broker_s_exact_name_not_the_spreadsheet_s() -> None:
+    """A broker whose name or cluster starts as a formula does (``-``, ``=``, ``+``, ``@``: a peer
+    chooses them) is written to brokers.csv with a leading ``'``: the checker reads summary.json's
+    exact names, or such a broker would be invented and its stay missed."""
+    truth = copy.deepcopy(truth_of("v5-expiry"))
+    for stay in truth["stays"]:
+        stay["broker_name"], stay["cluster"] = f"-{stay['broker_name']}", f"={stay['cluster']}"
+    summary = _told(truth)
+    assert judge(truth, summary) == []
+    written = brokers_csv([{column: seconds(row[column]) if column == "first_seen" else row.get(column)
+                            for column in BROKER_COLUMNS} for row in summary["brokers"]])
+    spreadsheet = list(csv.DictReader(io.StringIO(written.decode())))
+    assert all(row["broker_name"].startswith("'-") and row["cluster"].startswith("'=") for row in spreadsheet)
+    assert judge_brokers(truth, spreadsheet)  # what reading brokers.csv's text would say
+
+
 @pytest.mark.parametrize("name", CAPTURES)
 def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> None:
     truth = truth_of(name)
-    summary, rows = _told(truth)
-    assert judge(truth, summary, rows) == []
+    summary = _told(truth)
+    assert judge(truth, summary) == []
 
     for n, finding in enumerate(summary["findings"]):  # each event left out is missed
         if finding["kind"] == "topic_not_exist":
             continue
         less = copy.deepcopy(summary)
         del less["findings"][n]
-        assert any(p.startswith("missed") for p in judge(truth, less, rows)), finding
+        assert any(p.startswith("missed") for p in judge(truth, less)), finding
 
     invented = copy.deepcopy(summary)
     invented["findings"].append({"kind": "broker_connection_closed", "evidence": [
         {"kind": "broker_connection_closed", "severity": "critical", "message": "made up",
          "broker_addr": truth["stays"][0]["broker_addr"], "t": truth["capture"]["last"]}]})
-    assert any(p.startswith("invented") for p in judge(truth, invented, rows))
+    assert any(p.startswith("invented") for p in judge(truth, invented))
 
     restart = copy.deepcopy(summary)
     restart["findings"].append({"kind": "server_restart", "evidence": [
         {"kind": "server_restart", "message": "made up", "server": truth["nameservers"][0]["endpoint"],
          "t": truth["capture"]["first"]}]})
-    assert any(p.startswith("invented") for p in judge(truth, restart, rows))
+    assert any(p.startswith("invented") for p in judge(truth, restart))
 
     other = copy.deepcopy(summary)  # a server that is no NameServer, where the truth has none
     other["findings"].append({"kind": "other_server", "evidence": [
         {"kind": "other_server", "message": "made up", "endpoint": "127.0.0.1:1", "requests": 1}]})
-    assert any(p.startswith("invented") for p in judge(truth, other, rows))
+    assert any(p.startswith("invented") for p in judge(truth, other))
 
     checked = copy.deepcopy(summary)  # a port check at an endpoint where no connection carried nothing
     checked["findings"].append({"kind": "port_checked", "evidence": [
         {"kind": "port_checked", "message": "made up", "endpoint": "127.0.0.1:2", "accepted": 1}]})
-    assert any(p.startswith("invented") for p in judge(truth, checked, rows))
+    assert any(p.startswith("invented") for p in judge(truth, checked))
 
     late = copy.deepcopy(summary)  # an event told at another time
     timed = [f for f in late["findings"] if f["evidence"][0].get("t") and f["kind"] != "server_stopped"]
     if timed:
         timed[0]["evidence"][0]["t"] = truth["capture"]["first"] if timed[0]["evidence"][0]["t"] != \
             truth["capture"]["first"] else truth["capture"]["last"]
-        assert any(p.startswith("wrong time") for p in judge(truth, late, rows)), timed[0]
+        assert any(p.startswith("wrong time") for p in judge(truth, late)), timed[0]
 
     for n, count in enumerate(truth.get("topic_counts", [])):  # a topic count the NameServer did not hold
         miscounted = copy.deepcopy(summary)
         item = next(i for f in miscounted["findings"] for i in f["evidence"] if i["kind"].startswith("write_perm")
                     and i["t"] == count["at"] and i["broker_name"] == count["broker_name"])
         item["topics"] = count["topics"] + 1
-        assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
+        assert any(p.startswith("topic count of") for p in judge(truth, miscounted)), n
         item["topics"], item["topics_answered"] = count["topics"], count["topics"] + 1  # the answer's, misread
-        assert any(p.startswith("topic count of") for p in judge(truth, miscounted, rows)), n
+        assert any(p.startswith("topic count of") for p in judge(truth, miscounted)), n
 
-    doubled = copy.deepcopy(rows)  # a broker's registrations counted twice (a connection captured twice)
-    doubled[0]["registrations"] = str(2 * int(doubled[0]["registrations"]))
-    assert any("registrations counted" in p for p in judge(truth, summary, doubled))
+    doubled = copy.deepcopy(summary)  # a broker's registrations counted twice (a connection captured twice)
+    doubled["brokers"][0]["registrations"] *= 2
+    assert any("registrations counted" in p for p in judge(truth, doubled))
     for n, copied in enumerate(truth.get("translated_copies", [])):  # a translation told wrong or twice
         for field, value in (("seen_as", copied["counted_as"]), ("connections", copied["connections"] + 1)):
             wrong_copy = copy.deepcopy(summary)
             item = next(i for f in wrong_copy["findings"] for i in f["evidence"] if i["kind"] == "translated_copies"
                         and i["seen_as"] == copied["seen_as"])
             item[field] = value
-            assert judge(truth, wrong_copy, rows), (n, field)
+            assert judge(truth, wrong_copy), (n, field)
         twice = copy.deepcopy(summary)
         twice["findings"].append(next(f for f in summary["findings"] if f["kind"] == "translated_copies"))
-        assert any(p.startswith("invented: translated_copies") for p in judge(truth, twice, rows)), n
+        assert any(p.startswith("invented: translated_copies") for p in judge(truth, twice)), n
     for n, point in enumerate(truth.get("second_point", [])):  # two capture points' copies told wrong or twice
         for field, value in (("paths", point["read_from"]), ("read_from", point["copies_in"]),
                              ("connections", point["connections"] - 1), ("clock_s", point["clock_s"] + 0.02),
@@ -239,14 +260,16 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
             item = next(i for f in wrong_point["findings"] for i in f["evidence"] if i["kind"] == "same_traffic_twice"
                         and i["server"] == point["server"])
             item[field] = value
-            assert judge(truth, wrong_point, rows), (n, field, value)
+            assert judge(truth, wrong_point), (n, field, value)
         twice = copy.deepcopy(summary)
         twice["findings"].append(next(f for f in summary["findings"] if f["kind"] == "same_traffic_twice"))
-        assert any(p.startswith("invented: same_traffic_twice") for p in judge(truth, twice, rows)), n
-    wrong = copy.deepcopy(rows)
-    wrong[0]["ended"] = "connection_closed" if wrong[0]["ended"] != "connection_closed" else "alive"
-    assert judge(truth, summary, wrong)
-    assert judge(truth, summary, rows + [dict(rows[0], broker_addr="127.0.0.1:1")])
+        assert any(p.startswith("invented: same_traffic_twice") for p in judge(truth, twice)), n
+    wrong = copy.deepcopy(summary)
+    wrong["brokers"][0]["ended"] = "connection_closed" if wrong["brokers"][0]["ended"] != "connection_closed" \
+        else "alive"
+    assert judge(truth, wrong)
+    assert judge(truth, {**summary, "brokers": summary["brokers"] + [dict(summary["brokers"][0],
+                                                                          broker_addr="127.0.0.1:1")]})
     if truth.get("controller_log"):  # the controller's elections and sets, and each fail-over's view of them
         for change in ("elections", "sync_state_sets"):
             for field, value in (("master_epoch", 99), ("sync_state_set", [7]), ("after", truth["capture"]["first"])):
@@ -257,10 +280,10 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
                 entry[field] = value
                 if field == "after":
                     entry["by"] = value
-                assert judge(truth, wrong_change, rows), (change, field)
+                assert judge(truth, wrong_change), (change, field)
             fewer = copy.deepcopy(summary)
             del fewer["controller"]["groups"][0][change][0]
-            assert any(p.startswith("missed: controller") for p in judge(truth, fewer, rows)), change
+            assert any(p.startswith("missed: controller") for p in judge(truth, fewer)), change
         for field, value in (("master_epoch", 1), ("sync_state_set_before", [2]), ("sync_state_set_after", [1, 2]),
                              ("elected_after", truth["capture"]["first"]), ("controller", None)):
             wrong_view = copy.deepcopy(summary)
@@ -268,10 +291,10 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
             item[field] = value
             if field == "elected_after":
                 item["elected_by"] = value
-            assert judge(truth, wrong_view, rows), field
+            assert judge(truth, wrong_view), field
     unknown = copy.deepcopy(summary)
     unknown["findings"].append({"kind": "x", "evidence": [{"kind": "something_new", "message": "?"}]})
-    assert any("unknown finding kind" in p for p in judge(truth, unknown, rows))
+    assert any("unknown finding kind" in p for p in judge(truth, unknown))
 
 
 def test_a_wrong_guess_of_a_client_replays_again_and_changes_nothing(spark, tmp_path: Path) -> None:

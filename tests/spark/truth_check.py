@@ -2,10 +2,11 @@
 
 The truth was written from what the people who ran the cluster did (steps.txt) and what the Java
 NameServer logged (namesrv.log), with the packets as the clock; its format is in that folder's README.
-This module only compares: given a TRUTH.json and the report's summary.json and brokers.csv rows, it
-lists every disagreement in words (an empty list: the report told the truth). It judges classes of
-events, never one file's wording: a finding is known by its ``kind`` and its evidence fields
-(``broker_addr``, ``t``, ``server``/``endpoint``, ...), a broker row by its identity and ``ended``.
+This module only compares: given a TRUTH.json and the report's summary.json (its brokers are
+brokers.csv's rows with their exact values), it lists every disagreement in words (an empty list:
+the report told the truth). It judges classes of events, never one file's wording: a finding is
+known by its ``kind`` and its evidence fields (``broker_addr``, ``t``, ``server``/``endpoint``, ...),
+a broker row by its identity and ``ended``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ KIND_CLASSES = {
     "undecodable_connection": "absent",
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
+    "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
+    "packets_dropped": "absent",  # nor dropped packets (tcpdump's classic pcap cannot say it did)
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
@@ -362,7 +365,8 @@ def _registrations(who: str, rows: list[dict], stays: list[dict]) -> list[str]:
 
 
 def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
-    """brokers.csv against the truth's stays: one row per broker and NameServer, or one per stay."""
+    """The brokers (summary.json's, brokers.csv's rows) against the truth's stays: one row per broker
+    and NameServer, or one per stay."""
     tolerance = truth["tolerance_s"]
     stays: dict[tuple, list[dict]] = defaultdict(list)
     for s in truth["stays"]:
@@ -516,6 +520,10 @@ def judge_topic_counts(truth: dict, summary: dict) -> list[str]:
     return problems
 
 
-def judge(truth: dict, summary: dict, rows: list[dict]) -> list[str]:
-    return (judge_endpoints(truth, summary) + judge_brokers(truth, rows) + judge_findings(truth, summary)
-            + judge_controller(truth, summary) + judge_topic_counts(truth, summary))
+def judge(truth: dict, summary: dict) -> list[str]:
+    """Every disagreement of a report's summary.json with the truth. The brokers are summary.json's
+    ``brokers`` (brokers.csv's columns, exact): brokers.csv writes a peer's text that a spreadsheet
+    would run as a formula (starting ``= + - @``) with a leading ``'``, so a broker named ``-b`` is
+    ``'-b`` there and would read as invented and missed."""
+    return (judge_endpoints(truth, summary) + judge_brokers(truth, summary.get("brokers", []))
+            + judge_findings(truth, summary) + judge_controller(truth, summary) + judge_topic_counts(truth, summary))

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_analysis.capture.pcapng import EPB_TYPE, IDB_TYPE, SHB_TYPE, SPB_TYPE, PcapngEnd, declarations
+from spark_analysis.capture.pcapng import (
+    EPB_TYPE,
+    IDB_TYPE,
+    ISB_TYPE,
+    SHB_TYPE,
+    SPB_TYPE,
+    PcapngEnd,
+    declarations,
+)
 from spark_analysis.capture.records import iter_records
 from tests.spark.capture.builders import (
     CLIENT,
@@ -82,7 +90,8 @@ def by_declaration(data: bytes) -> list[tuple[float, int, bytes]]:
 def test_the_real_capture_reads_as_declared() -> None:
     data = REAL.read_bytes()
     records, end = walk(data)
-    assert len(records) == 756 and end == PcapngEnd(0, None)
+    assert len(records) == 756 and (end.trailing, end.reason) == (0, None)
+    assert end.statistics == {(0, 0): (756, 0)}  # dumpcap's: 756 received, none dropped
     assert records == by_declaration(data)
 
 
@@ -141,6 +150,48 @@ def test_a_block_cut_short_ends_the_walk_with_the_bytes_left(endian: str, cut: i
     records, end = walk(data[:last + cut])
     assert [ts for ts, *_ in records] == [1.0, 2.0]
     assert end.trailing == cut and "cut short" in (end.reason or "")
+
+
+def isb(endian: str, interface: int, **counters: int) -> bytes:
+    """An interface statistics block as dumpcap writes one when it stops: a comment, then 64-bit
+    counters (ifrecv 4, ifdrop 5, osdrop 7), opt_endofopt."""
+    codes = {"ifrecv": 4, "ifdrop": 5, "osdrop": 7}
+    comment = b"Counters provided by dumpcap"
+    options = struct.pack(endian + "HH", 1, len(comment)) + comment + b"".join(
+        struct.pack(endian + "HHQ", codes[name], 8, value) for name, value in counters.items())
+    return pcapng_block(endian, ISB_TYPE, struct.pack(endian + "III", interface, 0, 0) + options
+                        + struct.pack(endian + "HH", 0, 0))
+
+
+#: the last block of a real capture: ``dumpcap -i lo -B 1 -w x.pcapng`` on a loopback flooded with
+#: 200-byte segments, which said "Packets received/dropped on interface 'Loopback: lo': 79970/12142
+#: (pcap:12142/dumpcap:0/flushed:0/ps_ifdrop:0)" as it stopped
+DUMPCAP_ISB = bytes.fromhex(
+    "050000006c0000000000000077610600985679c201001c00436f756e746572732070726f76696465642062792064756d7063"
+    "617002000800776106006c4603c203000800776106005b5679c2040008006238010000000000050008006e2f00000000000000"
+    "0000006c000000")
+
+
+@ENDIANS
+def test_the_packets_a_capture_dropped_are_read_from_its_interface_statistics(endian: str) -> None:
+    """dumpcap (and tshark -w) end a pcapng with an ISB per interface: its counters run from the
+    start, so the last of an interface counts; drops for want of room and by the OS add up over the
+    interfaces and sections; an ISB that says no counter, or cannot be read, is skipped as before."""
+    data = b"".join([three_packets(endian), isb(endian, 0, ifrecv=10, ifdrop=1), isb(endian, 0, ifrecv=90, ifdrop=12),
+                     pcapng_idb(endian, 1), isb(endian, 1, ifrecv=5, osdrop=2), isb(endian, 0),
+                     pcapng_block(endian, ISB_TYPE, bytes(4)), pcapng_epb(endian, 1, 4_000_000, FRAME)])
+    records, end = walk(data)
+    assert [ts for ts, *_ in records] == [1.0, 2.0, 3.0, 4.0] and (end.trailing, end.reason) == (0, None)
+    assert end.statistics == {(0, 0): (90, 12), (0, 1): (5, 2)} and end.dropped() == (14, 95)
+    _, both = walk(data + three_packets(endian) + isb(endian, 0, ifdrop=3))  # a second section (mergecap)
+    assert both.dropped() == (17, None)  # an interface that dropped some did not say what it received
+    _, none = walk(three_packets(endian) + isb(endian, 0, ifrecv=3, ifdrop=0))
+    assert none.dropped()[0] == 0
+
+
+def test_a_real_dumpcap_statistics_block() -> None:
+    records, end = walk(three_packets("<") + DUMPCAP_ISB)
+    assert len(records) == 3 and end.dropped() == (12142, 79970)
 
 
 #: (what lies, the third packet block's bytes changed, what the reason says)
