@@ -34,7 +34,8 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "boo
 EXPECTED_ALERTS = {"NamesrvBrokerGroupWithoutMaster", "NamesrvBrokerGroupAbsent", "NamesrvClusterNothingWritable",
                    "NamesrvBrokerNearExpiry",
                    "NamesrvRefusingTraffic", "NamesrvConfigChanged", "NamesrvKVChanged",
-                   "NamesrvControllerWithoutLeader", "NamesrvDown", "NamesrvNoneAnswering", "NamesrvConfigNotSaved"}
+                   "NamesrvControllerWithoutLeader", "NamesrvDown", "NamesrvNoneAnswering", "NamesrvConfigNotSaved",
+                   "NamesrvBrokersRejoining"}
 
 
 def promtool() -> str:
@@ -55,7 +56,7 @@ def run_promtool(*args: str) -> str:
 
 
 def test_promtool_checks_the_rules_and_the_config():
-    assert "SUCCESS: 21 rules found" in run_promtool("check", "rules", RULES.name)
+    assert "SUCCESS: 22 rules found" in run_promtool("check", "rules", RULES.name)
     assert "is valid prometheus config file syntax" in run_promtool("check", "config", "prometheus.yml")
 
 

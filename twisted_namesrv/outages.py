@@ -15,11 +15,20 @@ A group the topology remembers (state/topology.py) whose members all left the ro
 *absent*: no live master, no live member, nothing writable, and its cluster with it.  So a whole
 cluster stopped cleanly is an outage of every one of its groups and of the cluster, as a crash is,
 until it comes back or an operator retires it.
+
+Except right after a restart: a NameServer starts with empty routes (Java's does too) and brokers
+register every 30 s, so for ``readinessBrokerWait`` ms (45 s, the wait ``/readyz`` gives them) a
+group that was up when it went down and has no live master yet is *rejoining*, not an outage: the
+page says "restarted N s ago, brokers re-registering", and the alert rules leave that
+NameServer's view of the group out (another NameServer that knows better still alerts).  The
+window is measured on the steady clock (clocks.py), so a wall clock stepped back at boot does not
+stretch it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
 from .lost_topics import DEPARTURES
@@ -53,10 +62,17 @@ class GroupHealth:
     absent: bool = False
     absent_since: float | None = None
     absent_how: str | None = None
+    #: up when this NameServer last saved its topology, no live master yet, and the restart's window
+    #: for brokers to register again is not over: expected back, not (yet) an outage
+    rejoining: bool = False
 
     @property
     def takes_writes(self) -> bool:
         return self.master_live and self.write_perm > 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.cluster, self.broker
 
     @property
     def writable_topics(self) -> int:
@@ -96,6 +112,18 @@ class RouteHealth:
 
     #: groups that were up when the remembered topology was last written (a restart expects them back)
     up_before: frozenset[tuple[str, str]] = frozenset()
+    #: seconds left of the restart's window for brokers to register again (0: over, or no wait)
+    rejoin_left: float = 0.0
+
+    @property
+    def rejoining(self) -> list[GroupHealth]:
+        """Groups expected back from the restart, not yet an outage (``GroupHealth.rejoining``)."""
+        return [group for group in self.groups if group.rejoining]
+
+    @property
+    def rejoining_clusters(self) -> list[str]:
+        """Clusters with a group rejoining: one that takes no writes yet is not yet an outage."""
+        return sorted({group.cluster for group in self.groups if group.rejoining})
 
     @property
     def not_back(self) -> list[GroupHealth]:
@@ -112,9 +140,12 @@ class HealthWatch:
     """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
     recomputed only when the routes changed (``generation``), liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager, topology: Topology) -> None:
+    def __init__(self, routes: RouteInfoManager, topology: Topology,
+                 rejoin_left: Callable[[], float] = lambda: 0.0) -> None:
         self.routes = routes
         self.topology = topology
+        #: seconds left of the restart's window for brokers to register again (steady clock)
+        self.rejoin_left = rejoin_left
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
 
     def queue_perms(self) -> dict[str, tuple[int, int]]:
@@ -159,10 +190,14 @@ class HealthWatch:
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
+        up_before = frozenset(self.topology.up_at_start)
+        left = max(0.0, self.rejoin_left()) if up_before else 0.0
+        if left:
+            groups = [replace(group, rejoining=True) if not group.master_live and group.key in up_before else group
+                      for group in groups]
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
-        up_before = frozenset(self.topology.up_at_start)
-        return RouteHealth(tuple(groups), writable, by_name, up_before)
+        return RouteHealth(tuple(groups), writable, by_name, up_before, left)
 
 
 def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:

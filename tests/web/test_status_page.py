@@ -293,6 +293,41 @@ def test_brokers_restored_from_a_snapshot_show_as_restored_until_they_heartbeat(
 
 
 @pytest_twisted.inlineCallbacks
+def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_outage(tmp_path):
+    """Restarted without a route snapshot, the page said in red that every group "is absent: every
+    member left" and every cluster "takes no writes" while the brokers were not yet due to register
+    (every 30 s).  Now it says, in amber, that the NameServer restarted and its brokers are
+    re-registering, with how long until a group not back is an outage."""
+    browser = chromium()
+    before = Night(tmp_path)
+    yield before.start()
+    yield before.broker("broker-a", "127.0.0.1:10911")
+    yield before.service.stopService()  # writes the topology: broker-a was up
+    for client in before.clients:
+        client.transport.loseConnection()
+    after = Night(tmp_path)
+    yield after.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield after.stop()
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    _, status_line = row(text, "id", "status", "div")
+    assert re.fullmatch(r"restarted \d+ s ago, brokers re-registering \(every 30 s\): 1 broker group is not back "
+                        rf"yet, an outage if not back in \d+ s: {CLUSTER}/broker-a", status_line), status_line
+    attributes, _ = row(text, "id", "status", "div")
+    assert 'class="warn"' in attributes, attributes
+    attributes, _ = row(text, "id", "outages", "div")
+    assert "hidden" in attributes, attributes
+    _, rejoining = row(text, "data-rejoining", "broker-a")
+    assert "broker-a: not registered since the NameServer restarted" in rejoining, rejoining
+
+
+@pytest_twisted.inlineCallbacks
 def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_writes(tmp_path):
     """Issue 40's outage: broker-a's master killed (its connection closes), broker-b stopped
     (unregistered). The page says so above everything, in red; the slave is read-only; the crash
