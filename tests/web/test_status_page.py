@@ -325,6 +325,8 @@ def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_o
     assert "hidden" in attributes, attributes
     _, rejoining = row(text, "data-rejoining", "broker-a")
     assert "broker-a: not registered since the NameServer restarted" in rejoining, rejoining
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
+    assert 'class="rejoining"' in attributes and "expected back" in cells, (attributes, cells)
 
 
 @pytest_twisted.inlineCallbacks
