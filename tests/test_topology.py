@@ -68,6 +68,13 @@ def test_a_whole_cluster_stopped_cleanly_is_an_outage_naming_it_until_it_is_back
         assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker=name) == 1
     assert value(samples, "namesrv_broker_groups_without_master") == 2
     assert (value(samples, "namesrv_broker_groups_known"), value(samples, "namesrv_broker_groups_absent")) == (3, 2)
+    # ... and say it was a clean stop, not a crash (the alert rules warn "stopped cleanly" rather than page)
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="cB") == 1
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="c1") == 0
+    for name in ("broker-b1", "broker-b2"):
+        assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="cB", broker=name) == 1
+    assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="c1", broker="broker-a") == 0
+    assert served.api.clusters()["outages"]["clusters_stopped_cleanly"] == ["cB"]
 
     outages = served.api.clusters()["outages"]
     assert [(g["cluster"], g["broker_name"], g["how"]) for g in outages["broker_groups_absent"]] == [
@@ -453,3 +460,15 @@ def test_groups_alike_share_one_up_set_even_after_more_than_alike_ids_sets_were_
         topology.heard("registered", {"cluster": "c", "broker": name, "id": 7, "addr": f"{name}:1"})
     ups = [topology.groups["c", name].up for name in ("a", "b", "c")]
     assert ups[0] == frozenset({7}) and ups[0] is ups[1] is ups[2]
+
+
+def test_a_group_whose_last_member_crashed_is_not_stopped_cleanly():
+    """The clean-stop warning is for unregistrations only: expired, closed and idle stay outages."""
+    from twisted_namesrv.outages import GroupHealth
+
+    def gone(how: str) -> GroupHealth:
+        return GroupHealth("c", "b", None, False, 0, 0, 0, 0, absent=True, absent_how=how)
+
+    assert gone("unregistered").stopped_cleanly
+    assert not any(gone(how).stopped_cleanly for how in ("expired", "closed", "idle",
+                                                         "not registered since the NameServer restarted"))

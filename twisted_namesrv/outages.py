@@ -41,6 +41,10 @@ from .system_topics import write_off_by_design
 CRASHES = DEPARTURES - {"unregistered"}
 
 
+#: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
+CLEAN_STOP = "unregistered"
+
+
 def is_crash(kind: str) -> bool:
     return kind in CRASHES
 
@@ -65,6 +69,13 @@ class GroupHealth:
     #: up when this NameServer last saved its topology, no live master yet, and the restart's window
     #: for brokers to register again is not over: expected back, not (yet) an outage
     rejoining: bool = False
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        """Absent, its last member having unregistered: a clean stop, not a crash (how the *last*
+        member left: a master that crashed before its slave was stopped is told by the crash's
+        own departure, ``namesrv_brokers_departed``)."""
+        return self.absent and self.absent_how == CLEAN_STOP
 
     @property
     def takes_writes(self) -> bool:
@@ -93,6 +104,16 @@ class RouteHealth:
     @property
     def clusters_without_writable_queues(self) -> list[str]:
         return [cluster for cluster, count in self.writable_groups.items() if count == 0]
+
+    @property
+    def clusters_stopped_cleanly(self) -> list[str]:
+        """Clusters every known group of which stopped cleanly (a whole cluster shut down on
+        purpose, as ``mqshutdown broker`` on each host does): nothing can be written to it, and
+        nothing crashed."""
+        clusters: dict[str, bool] = {}
+        for group in self.groups:
+            clusters[group.cluster] = clusters.get(group.cluster, True) and group.stopped_cleanly
+        return sorted(cluster for cluster, stopped in clusters.items() if stopped)
 
     #: broker name -> its group (the page looks each group up)
     by_name: dict[str, GroupHealth]

@@ -123,6 +123,7 @@ class StatusApi:
                                                      "rejoining": g.rejoining}
                                                     for g in health.without_master],
                    "clusters_without_writable_queues": health.clusters_without_writable_queues,
+                   "clusters_stopped_cleanly": health.clusters_stopped_cleanly,
                    "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
                                             for g in health.absent],
                    # right after a restart: expected back, not yet outages (outages.py)
@@ -214,7 +215,8 @@ def _departed_member(event: RouteEvent) -> dict[str, Any]:
 def _absence(group: GroupHealth) -> dict[str, Any]:
     """Since when and how an absent group's last member left (None when before this memory knew)."""
     return {"since_ms": None if group.absent_since is None else _ms(group.absent_since), "how": group.absent_how,
-            "crash": is_crash(group.absent_how or ""), "rejoining": group.rejoining}
+            "crash": is_crash(group.absent_how or ""), "stopped_cleanly": group.stopped_cleanly,
+            "rejoining": group.rejoining}
 
 
 def _expected_member(broker_id: int, addr: str, known: KnownGroup | None) -> dict[str, Any]:

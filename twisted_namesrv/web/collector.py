@@ -144,14 +144,19 @@ class NamesrvCollector(Collector):
                                       "for brokers to register again (readinessBrokerWait) is not over: expected "
                                       "back, not an outage (the alert rules leave this NameServer's view of it out)",
                                       labels=["cluster", "broker"])
+        stopped = GaugeMetricFamily("namesrv_broker_group_stopped_cleanly", "1 while a broker group is absent "
+                                    "because its last member unregistered (a clean stop, not a crash), else 0",
+                                    labels=["cluster", "broker"])
         for group in health.groups:
             labels = [group.cluster, group.broker]
             master.add_metric(labels, 1 if group.master_live else 0)
             absent.add_metric(labels, 1 if group.absent else 0)
             rejoining.add_metric(labels, 1 if group.rejoining else 0)
+            stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
         yield master
         yield absent
         yield rejoining
+        yield stopped
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
                                 value=round(health.rejoin_left, 3))
@@ -174,12 +179,17 @@ class NamesrvCollector(Collector):
         cluster_rejoining = GaugeMetricFamily("namesrv_cluster_rejoining", "1 while a broker group of the cluster "
                                               "is rejoining (namesrv_broker_group_rejoining): its writable groups are "
                                               "not counted yet", labels=["cluster"])
-        rejoining_clusters = set(health.rejoining_clusters)
+        cluster_stopped = GaugeMetricFamily("namesrv_cluster_stopped_cleanly", "1 while every known broker group "
+                                            "of the cluster stopped cleanly (its last members unregistered): it takes "
+                                            "no writes, and nothing crashed", labels=["cluster"])
+        rejoining_clusters, stopped_clusters = set(health.rejoining_clusters), set(health.clusters_stopped_cleanly)
         for cluster, count in health.writable_groups.items():
             writable.add_metric([cluster], count)
             cluster_rejoining.add_metric([cluster], 1 if cluster in rejoining_clusters else 0)
+            cluster_stopped.add_metric([cluster], 1 if cluster in stopped_clusters else 0)
         yield writable
         yield cluster_rejoining
+        yield cluster_stopped
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
                                      labels=["kind"])
