@@ -330,6 +330,42 @@ def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_o
 
 
 @pytest_twisted.inlineCallbacks
+def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_path):
+    """Every broker unregistered (mqshutdown broker), then the NameServer restarted: the page was red,
+    "DefaultCluster / broker-a is absent: every member left", like a crash.  Now amber: stopped cleanly."""
+    browser = chromium()
+    before = Night(tmp_path)
+    yield before.start()
+    client = yield before.broker("broker-a", "127.0.0.1:10911")
+    ext = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    answer = yield client.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=9, version=V5_3_3))
+    assert answer.code == ResponseCode.SUCCESS
+    client.transport.loseConnection()
+    yield before.service.stopService()
+    after = Night(tmp_path)
+    yield after.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield after.stop()
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    attributes, status_line = row(text, "id", "status", "div")
+    assert 'class="warn"' in attributes and status_line == (
+        f"cluster {CLUSTER} stopped cleanly: every broker unregistered, nothing can be written to it until its "
+        "brokers start again"), status_line
+    attributes, _ = row(text, "id", "outages", "div")
+    assert "hidden" in attributes, attributes
+    _, group = row(text, "data-stopped", "broker-a")
+    assert group.startswith("broker-a: stopped cleanly — every member unregistered"), group
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
+    assert 'class="rejoining"' in attributes and "expected, stopped cleanly" in cells, (attributes, cells)
+
+
+@pytest_twisted.inlineCallbacks
 def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_writes(tmp_path):
     """Issue 40's outage: broker-a's master killed (its connection closes), broker-b stopped
     (unregistered). The page says so above everything, in red; the slave is read-only; the crash
