@@ -13,8 +13,9 @@ write permission.
 
 A group the topology remembers (state/topology.py) whose members all left the routes stays here,
 *absent*: no live master, no live member, nothing writable, and its cluster with it.  So a whole
-cluster stopped cleanly is an outage of every one of its groups and of the cluster, as a crash is,
-until it comes back or an operator retires it.
+cluster stopped cleanly takes no writes, as after a crash, until it comes back or an operator retires
+it; it is told apart (``stopped_cleanly``: its last members unregistered), so the page and the alert
+rules say "stopped cleanly" as a warning where a crash pages.
 
 Except right after a restart: a NameServer starts with empty routes (Java's does too) and brokers
 register every 30 s, so for ``readinessBrokerWait`` ms (45 s, the wait ``/readyz`` gives them) a
@@ -36,13 +37,11 @@ from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
 from .system_topics import write_off_by_design
 
-#: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
-#: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
-CRASHES = DEPARTURES - {"unregistered"}
-
-
 #: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
 CLEAN_STOP = "unregistered"
+#: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
+#: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
+CRASHES = DEPARTURES - {CLEAN_STOP}
 
 
 def is_crash(kind: str) -> bool:
