@@ -68,6 +68,13 @@ def test_a_whole_cluster_stopped_cleanly_is_an_outage_naming_it_until_it_is_back
         assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker=name) == 1
     assert value(samples, "namesrv_broker_groups_without_master") == 2
     assert (value(samples, "namesrv_broker_groups_known"), value(samples, "namesrv_broker_groups_absent")) == (3, 2)
+    # ... and say it was a clean stop, not a crash (the alert rules warn "stopped cleanly" rather than page)
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="cB") == 1
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="c1") == 0
+    for name in ("broker-b1", "broker-b2"):
+        assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="cB", broker=name) == 1
+    assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="c1", broker="broker-a") == 0
+    assert served.api.clusters()["outages"]["clusters_stopped_cleanly"] == ["cB"]
 
     outages = served.api.clusters()["outages"]
     assert [(g["cluster"], g["broker_name"], g["how"]) for g in outages["broker_groups_absent"]] == [
@@ -339,6 +346,70 @@ def test_a_group_that_was_down_before_the_restart_does_not_delay_readiness(tmp_p
     assert value(second.scrape(), "namesrv_broker_groups_absent") == 2
 
 
+def test_right_after_a_restart_the_groups_expected_back_are_rejoining_not_outages(tmp_path):
+    """SRE's first hour: a NameServer restarted without a snapshot fired NamesrvBrokerGroupAbsent and
+    NamesrvClusterNothingWritable at its first scrape for every group, while its brokers were simply
+    not due to register yet (every 30 s).  Now, for readinessBrokerWait, a group up when it went down
+    with no live master yet is *rejoining* (its own series; the alert rules leave it out, and
+    deploy/monitoring/namesrv-alerts.test.yaml checks them), and one still not back afterwards is the
+    outage it was.  A group that was down before the restart is an outage from the first scrape."""
+    first = Served(tmp_path)
+    connections = clusters_ab(first)
+    stop_cleanly(first, B2, "broker-b2", "cB")  # down before the restart: not expected back
+    connections["broker-b2"][1].loseConnection()
+    first.service.topology.stopService()
+
+    second = Served(tmp_path, readinessBrokerWait=45_000)
+    second.clock.advance(10)
+    samples = second.scrape()
+    rejoining = {name: value(samples, "namesrv_broker_group_rejoining", cluster=cluster, broker=name)
+                 for cluster, name in (("c1", "broker-a"), ("cB", "broker-b1"), ("cB", "broker-b2"))}
+    assert rejoining == {"broker-a": 1, "broker-b1": 1, "broker-b2": 0}
+    assert value(samples, "namesrv_broker_group_absent", cluster="c1", broker="broker-a") == 1  # still the fact
+    assert value(samples, "namesrv_cluster_rejoining", cluster="c1") == 1
+    assert value(samples, "namesrv_cluster_rejoining", cluster="cB") == 1
+    assert value(samples, "namesrv_rejoin_window_seconds_left") == 35
+    outages = second.api.clusters()["outages"]
+    assert outages["rejoining"] == {"seconds_left": 35, "clusters": ["c1", "cB"], "broker_groups": [
+        {"cluster": "c1", "broker_name": "broker-a"}, {"cluster": "cB", "broker_name": "broker-b1"}]}
+    assert [(g["broker_name"], g["rejoining"]) for g in outages["broker_groups_without_master"]] == [
+        ("broker-a", True), ("broker-b1", True), ("broker-b2", False)]
+    overview = second.api.overview()
+    assert (overview["broker_groups_rejoining"], overview["rejoin_seconds_left"]) == (2, 35)
+
+    proto, transport = second.connect()
+    register(proto, transport, MASTER, "broker-a")  # back: neither rejoining nor absent
+    samples = second.scrape()
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="c1", broker="broker-a") == 0
+    assert value(samples, "namesrv_cluster_rejoining", cluster="c1") == 0
+
+    second.clock.advance(35)  # the window is over: broker-b1, not back, is an outage like any other
+    samples = second.scrape()
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cB", broker="broker-b1") == 0
+    assert value(samples, "namesrv_broker_group_absent", cluster="cB", broker="broker-b1") == 1
+    assert value(samples, "namesrv_cluster_rejoining", cluster="cB") == 0
+    assert value(samples, "namesrv_rejoin_window_seconds_left") == 0
+    assert second.api.clusters()["outages"]["rejoining"] == {"seconds_left": 0, "broker_groups": [], "clusters": []}
+
+
+def test_a_wall_clock_stepped_back_at_boot_does_not_stretch_the_restart_window(tmp_path):
+    """NTP's first sync steps the wall clock back an hour seconds after the start: /readyz waited on
+    the wall clock (now - started_at), so it stayed unready an hour and 45 s while a group that is
+    really down stayed absent.  The window runs on the steady clock (clocks.py) now."""
+    first = Served(tmp_path)
+    clusters_ab(first)
+    first.service.topology.stopService()
+
+    second = Served(tmp_path, readinessBrokerWait=45_000)
+    service = second.service
+    service.state.clock = lambda: second.clock.seconds() - 3600  # the wall clock, stepped back an hour
+    second.clock.advance(44)
+    assert not service.readiness()["broker_groups_back"]
+    second.clock.advance(1)
+    assert service.readiness()["broker_groups_back"]
+    assert value(second.scrape(), "namesrv_broker_group_rejoining", cluster="c1", broker="broker-a") == 0
+
+
 def test_a_route_snapshot_past_its_maximum_age_is_not_served(tmp_path):
     snapshot = str(tmp_path / "routes.json")
     first = Served(tmp_path, routeSnapshotPath=snapshot)
@@ -389,3 +460,15 @@ def test_groups_alike_share_one_up_set_even_after_more_than_alike_ids_sets_were_
         topology.heard("registered", {"cluster": "c", "broker": name, "id": 7, "addr": f"{name}:1"})
     ups = [topology.groups["c", name].up for name in ("a", "b", "c")]
     assert ups[0] == frozenset({7}) and ups[0] is ups[1] is ups[2]
+
+
+def test_a_group_whose_last_member_crashed_is_not_stopped_cleanly():
+    """The clean-stop warning is for unregistrations only: expired, closed and idle stay outages."""
+    from twisted_namesrv.outages import GroupHealth
+
+    def gone(how: str) -> GroupHealth:
+        return GroupHealth("c", "b", None, False, 0, 0, 0, 0, absent=True, absent_how=how)
+
+    assert gone("unregistered").stopped_cleanly
+    assert not any(gone(how).stopped_cleanly for how in ("expired", "closed", "idle",
+                                                         "not registered since the NameServer restarted"))

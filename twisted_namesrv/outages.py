@@ -13,13 +13,23 @@ write permission.
 
 A group the topology remembers (state/topology.py) whose members all left the routes stays here,
 *absent*: no live master, no live member, nothing writable, and its cluster with it.  So a whole
-cluster stopped cleanly is an outage of every one of its groups and of the cluster, as a crash is,
-until it comes back or an operator retires it.
+cluster stopped cleanly takes no writes, as after a crash, until it comes back or an operator retires
+it; it is told apart (``stopped_cleanly``: its last members unregistered), so the page and the alert
+rules say "stopped cleanly" as a warning where a crash pages.
+
+Except right after a restart: a NameServer starts with empty routes (Java's does too) and brokers
+register every 30 s, so for ``readinessBrokerWait`` ms (45 s, the wait ``/readyz`` gives them) a
+group that was up when it went down and has no live master yet is *rejoining*, not an outage: the
+page says "restarted N s ago, brokers re-registering", and the alert rules leave that
+NameServer's view of the group out (another NameServer that knows better still alerts).  The
+window is measured on the steady clock (clocks.py), so a wall clock stepped back at boot does not
+stretch it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
 from .lost_topics import DEPARTURES
@@ -27,9 +37,11 @@ from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
 from .system_topics import write_off_by_design
 
+#: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
+CLEAN_STOP = "unregistered"
 #: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
 #: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
-CRASHES = DEPARTURES - {"unregistered"}
+CRASHES = DEPARTURES - {CLEAN_STOP}
 
 
 def is_crash(kind: str) -> bool:
@@ -53,10 +65,24 @@ class GroupHealth:
     absent: bool = False
     absent_since: float | None = None
     absent_how: str | None = None
+    #: up when this NameServer last saved its topology, no live master yet, and the restart's window
+    #: for brokers to register again is not over: expected back, not (yet) an outage
+    rejoining: bool = False
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        """Absent, its last member having unregistered: a clean stop, not a crash (how the *last*
+        member left: a master that crashed before its slave was stopped is told by the crash's
+        own departure, ``namesrv_brokers_departed``)."""
+        return self.absent and self.absent_how == CLEAN_STOP
 
     @property
     def takes_writes(self) -> bool:
         return self.master_live and self.write_perm > 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.cluster, self.broker
 
     @property
     def writable_topics(self) -> int:
@@ -78,6 +104,16 @@ class RouteHealth:
     def clusters_without_writable_queues(self) -> list[str]:
         return [cluster for cluster, count in self.writable_groups.items() if count == 0]
 
+    @property
+    def clusters_stopped_cleanly(self) -> list[str]:
+        """Clusters every known group of which stopped cleanly (a whole cluster shut down on
+        purpose, as ``mqshutdown broker`` on each host does): nothing can be written to it, and
+        nothing crashed."""
+        clusters: dict[str, bool] = {}
+        for group in self.groups:
+            clusters[group.cluster] = clusters.get(group.cluster, True) and group.stopped_cleanly
+        return sorted(cluster for cluster, stopped in clusters.items() if stopped)
+
     #: broker name -> its group (the page looks each group up)
     by_name: dict[str, GroupHealth]
 
@@ -96,6 +132,18 @@ class RouteHealth:
 
     #: groups that were up when the remembered topology was last written (a restart expects them back)
     up_before: frozenset[tuple[str, str]] = frozenset()
+    #: seconds left of the restart's window for brokers to register again (0: over, or no wait)
+    rejoin_left: float = 0.0
+
+    @property
+    def rejoining(self) -> list[GroupHealth]:
+        """Groups expected back from the restart, not yet an outage (``GroupHealth.rejoining``)."""
+        return [group for group in self.groups if group.rejoining]
+
+    @property
+    def rejoining_clusters(self) -> list[str]:
+        """Clusters with a group rejoining: one that takes no writes yet is not yet an outage."""
+        return sorted({group.cluster for group in self.groups if group.rejoining})
 
     @property
     def not_back(self) -> list[GroupHealth]:
@@ -112,9 +160,12 @@ class HealthWatch:
     """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
     recomputed only when the routes changed (``generation``), liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager, topology: Topology) -> None:
+    def __init__(self, routes: RouteInfoManager, topology: Topology,
+                 rejoin_left: Callable[[], float] = lambda: 0.0) -> None:
         self.routes = routes
         self.topology = topology
+        #: seconds left of the restart's window for brokers to register again (steady clock)
+        self.rejoin_left = rejoin_left
         self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
 
     def queue_perms(self) -> dict[str, tuple[int, int]]:
@@ -164,10 +215,14 @@ class HealthWatch:
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
+        up_before = frozenset(self.topology.up_at_start)
+        left = max(0.0, self.rejoin_left()) if up_before else 0.0
+        if left:
+            groups = [replace(group, rejoining=True) if not group.master_live and group.key in up_before else group
+                      for group in groups]
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
-        up_before = frozenset(self.topology.up_at_start)
-        return RouteHealth(tuple(groups), writable, by_name, up_before)
+        return RouteHealth(tuple(groups), writable, by_name, up_before, left)
 
 
 def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:

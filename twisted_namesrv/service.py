@@ -182,7 +182,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
                          config_saves.save, BuildsApart(clock).build, acl=acl)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
-                        HealthWatch(routes, topology))
+                        HealthWatch(routes, topology, rejoin_window(config, steady_seconds(clock))))
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
@@ -193,6 +193,15 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady_seconds(clock))  # counts: no clock step
     return Owners(state, seen, fds)
+
+
+def rejoin_window(config: NamesrvConfig, steady: Callable[[], float]) -> Callable[[], float]:
+    """Seconds left, from now, of a start's window for brokers to register again
+    (``readinessBrokerWait``): ``/readyz`` waits that long for the groups up before the restart,
+    and outages.py calls them rejoining meanwhile.  On the steady clock: a wall clock stepped back
+    an hour at boot (NTP's first sync) kept ``/readyz`` unready for the hour."""
+    start = steady()
+    return lambda: start + config["readinessBrokerWait"] / 1000 - steady()
 
 
 @dataclass
@@ -471,8 +480,7 @@ class NamesrvService(service.MultiService):
 
     def brokers_back(self) -> bool:
         health = self.health.health()
-        waited = self.state.clock() - self.state.started_at >= self.config["readinessBrokerWait"] / 1000
-        return waited or not health.not_back
+        return not health.rejoin_left or not health.not_back
 
     def readiness_details(self) -> dict[str, Any]:
         """What /readyz says beside its checks: "N of M known broker groups back"."""

@@ -79,14 +79,17 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     overview = served.api.overview()
     assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (2, 1)
     clusters = served.api.clusters()
-    absent = {"since_ms": int(served.clock.seconds() * 1000), "how": "unregistered", "crash": False}
+    absent = {"since_ms": int(served.clock.seconds() * 1000), "how": "unregistered", "crash": False,
+              "stopped_cleanly": True, "rejoining": False}
     assert clusters["outages"] == {
         "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,
-                                          "master_addr": None, "absent": None},
+                                          "master_addr": None, "absent": None, "rejoining": False},
                                          {"cluster": "c1", "broker_name": "broker-b", "live_members": 0,
-                                          "master_addr": B_MASTER, "absent": absent}],
+                                          "master_addr": B_MASTER, "absent": absent, "rejoining": False}],
         "clusters_without_writable_queues": ["c1"],
-        "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}]}
+        "clusters_stopped_cleanly": [],  # broker-a did not stop: c1 is an outage
+        "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}],
+        "rejoining": {"seconds_left": 0.0, "broker_groups": [], "clusters": []}}
     (cluster,) = clusters["clusters"]
     assert cluster["writable_broker_groups"] == 0
     group_a = cluster["broker_groups"][0]

@@ -293,6 +293,79 @@ def test_brokers_restored_from_a_snapshot_show_as_restored_until_they_heartbeat(
 
 
 @pytest_twisted.inlineCallbacks
+def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_outage(tmp_path):
+    """Restarted without a route snapshot, the page said in red that every group "is absent: every
+    member left" and every cluster "takes no writes" while the brokers were not yet due to register
+    (every 30 s).  Now it says, in amber, that the NameServer restarted and its brokers are
+    re-registering, with how long until a group not back is an outage."""
+    browser = chromium()
+    before = Night(tmp_path)
+    yield before.start()
+    yield before.broker("broker-a", "127.0.0.1:10911")
+    yield before.service.stopService()  # writes the topology: broker-a was up
+    for client in before.clients:
+        client.transport.loseConnection()
+    after = Night(tmp_path)
+    yield after.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield after.stop()
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    _, status_line = row(text, "id", "status", "div")
+    assert re.fullmatch(r"restarted \d+ s ago, brokers re-registering \(every 30 s\): 1 broker group is not back "
+                        rf"yet, an outage if not back in \d+ s: {CLUSTER}/broker-a", status_line), status_line
+    attributes, _ = row(text, "id", "status", "div")
+    assert 'class="warn"' in attributes, attributes
+    attributes, _ = row(text, "id", "outages", "div")
+    assert "hidden" in attributes, attributes
+    _, rejoining = row(text, "data-rejoining", "broker-a")
+    assert "broker-a: not registered since the NameServer restarted" in rejoining, rejoining
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
+    assert 'class="rejoining"' in attributes and "expected back" in cells, (attributes, cells)
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_path):
+    """Every broker unregistered (mqshutdown broker), then the NameServer restarted: the page was red,
+    "DefaultCluster / broker-a is absent: every member left", like a crash.  Now amber: stopped cleanly."""
+    browser = chromium()
+    before = Night(tmp_path)
+    yield before.start()
+    client = yield before.broker("broker-a", "127.0.0.1:10911")
+    ext = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    answer = yield client.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=9, version=V5_3_3))
+    assert answer.code == ResponseCode.SUCCESS
+    client.transport.loseConnection()
+    yield before.service.stopService()
+    after = Night(tmp_path)
+    yield after.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield after.stop()
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    attributes, status_line = row(text, "id", "status", "div")
+    assert 'class="warn"' in attributes and status_line == (
+        f"cluster {CLUSTER} stopped cleanly: every broker unregistered, nothing can be written to it until its "
+        "brokers start again"), status_line
+    attributes, _ = row(text, "id", "outages", "div")
+    assert "hidden" in attributes, attributes
+    _, group = row(text, "data-stopped", "broker-a")
+    assert group.startswith("broker-a: stopped cleanly — every member unregistered"), group
+    attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
+    assert 'class="rejoining"' in attributes and "expected, stopped cleanly" in cells, (attributes, cells)
+
+
+@pytest_twisted.inlineCallbacks
 def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_writes(tmp_path):
     """Issue 40's outage: broker-a's master killed (its connection closes), broker-b stopped
     (unregistered). The page says so above everything, in red; the slave is read-only; the crash
@@ -333,13 +406,14 @@ def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_write
     text = dom.decode()
     assert status == 0, text[-2000:]
     _, outages = row(text, "id", "outages", "div")
-    assert re.fullmatch(f"{CLUSTER} / broker-a has no live master \\(1 slave left, read-only\\) {CLUSTER} / broker-b "
-                        f"is absent: every member left \\(unregistered, \\d+ s ago\\) cluster {CLUSTER} takes no "
-                        "writes: no broker group has a live master with writable queues", outages), outages
+    assert re.fullmatch(f"{CLUSTER} / broker-a has no live master \\(1 slave left, read-only\\) cluster {CLUSTER} "
+                        "takes no writes: no broker group has a live master with writable queues", outages), outages
     assert text.index('id="outages"') < text.index('id="status"') < text.index('id="brokers"')
     _, status_line = row(text, "id", "status", "div")
     assert status_line.startswith(f"{CLUSTER} / broker-a has no live master"), status_line
     assert status_line.index("1 broker crashed") < status_line.index("1 broker stopped cleanly"), status_line
+    assert re.search(f"{CLUSTER} / broker-b stopped cleanly: every member unregistered \\d+ s ago, nothing can be "
+                     "written to it", status_line), status_line  # amber, apart from the outages
     attributes, cells = row(text, "data-addr", "127.0.0.1:10921")
     assert 'data-perm="read-only"' in attributes and cells.endswith("read-only (slave)"), cells
     attributes, _ = row(text, "data-addr", "127.0.0.1:10911")

@@ -62,6 +62,7 @@ class StatusApi:
                 "brokers_live": len(routes.brokerLiveTable), "brokers_departed": len(self.seen.departed.brokers()),
                 "broker_groups_known": health.known, "broker_groups_back": health.back,
                 "broker_groups_absent": len(health.absent),
+                "broker_groups_rejoining": len(health.rejoining), "rejoin_seconds_left": round(health.rejoin_left, 3),
                 "topology_problem": state.topology.load_problem,
                 "topics": len(routes.topicQueueTable),
                 "kv_entries": state.kv.entries()}
@@ -80,6 +81,7 @@ class StatusApi:
             departed.setdefault((str(cluster), str(name)), []).append(event)
         absent = {(group.cluster, group.broker): group for group in health.absent}
         topology = self.state.topology
+        rejoining_clusters = set(health.rejoining_clusters)
         clusters = []
         for cluster in sorted(set(routes.clusterAddrTable) | {c for c, _ in departed} | set(health.writable_groups)):
             groups = []
@@ -106,20 +108,29 @@ class StatusApi:
                                "master_live": group.master_live if group else False,
                                "takes_writes": group.takes_writes if group else False,
                                "absent": _absence(group) if group is not None and group.absent else None,
+                               "rejoining": group.rejoining if group is not None else False,
                                "queues": {"topics": group.topics if group else 0,
                                           "writable": group.writable_topics if group else 0}})
             clusters.append({"cluster": cluster, "broker_groups": groups,
-                             "writable_broker_groups": health.writable_groups.get(cluster, 0)})
+                             "writable_broker_groups": health.writable_groups.get(cluster, 0),
+                             "rejoining": cluster in rejoining_clusters})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
                  "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
                 for t in self.seen.lost.recent(routes.topicQueueTable)]
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
                                                      "live_members": g.live_members, "master_addr": g.master_addr,
-                                                     "absent": _absence(g) if g.absent else None}
+                                                     "absent": _absence(g) if g.absent else None,
+                                                     "rejoining": g.rejoining}
                                                     for g in health.without_master],
                    "clusters_without_writable_queues": health.clusters_without_writable_queues,
+                   "clusters_stopped_cleanly": health.clusters_stopped_cleanly,
                    "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
-                                            for g in health.absent]}
+                                            for g in health.absent],
+                   # right after a restart: expected back, not yet outages (outages.py)
+                   "rejoining": {"seconds_left": round(health.rejoin_left, 3),
+                                 "broker_groups": [{"cluster": g.cluster, "broker_name": g.broker}
+                                                   for g in health.rejoining],
+                                 "clusters": health.rejoining_clusters}}
         return {"now_ms": now, "departed_keep_s": DEPARTED_KEEP_SECONDS, "outages": outages, "clusters": clusters,
                 "lost_topics": lost}
 
@@ -204,7 +215,8 @@ def _departed_member(event: RouteEvent) -> dict[str, Any]:
 def _absence(group: GroupHealth) -> dict[str, Any]:
     """Since when and how an absent group's last member left (None when before this memory knew)."""
     return {"since_ms": None if group.absent_since is None else _ms(group.absent_since), "how": group.absent_how,
-            "crash": is_crash(group.absent_how or "")}
+            "crash": is_crash(group.absent_how or ""), "stopped_cleanly": group.stopped_cleanly,
+            "rejoining": group.rejoining}
 
 
 def _expected_member(broker_id: int, addr: str, known: KnownGroup | None) -> dict[str, Any]:

@@ -139,15 +139,31 @@ class NamesrvCollector(Collector):
         absent = GaugeMetricFamily("namesrv_broker_group_absent", "1 while a broker group this NameServer has "
                                    "seen has no member in the routes (expected but absent, until it registers "
                                    "again or is retired), else 0", labels=["cluster", "broker"])
+        rejoining = GaugeMetricFamily("namesrv_broker_group_rejoining", "1 while a broker group that was up when "
+                                      "this NameServer went down has no live master yet and the restart's window "
+                                      "for brokers to register again (readinessBrokerWait) is not over: expected "
+                                      "back, not an outage (the alert rules leave this NameServer's view of it out)",
+                                      labels=["cluster", "broker"])
+        stopped = GaugeMetricFamily("namesrv_broker_group_stopped_cleanly", "1 while a broker group is absent "
+                                    "because its last member unregistered (a clean stop, not a crash), else 0",
+                                    labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
             for group in groups:
-                master.add_metric([group.cluster, group.broker], 1 if group.master_live else 0)
-                absent.add_metric([group.cluster, group.broker], 1 if group.absent else 0)
+                labels = [group.cluster, group.broker]
+                master.add_metric(labels, 1 if group.master_live else 0)
+                absent.add_metric(labels, 1 if group.absent else 0)
+                rejoining.add_metric(labels, 1 if group.rejoining else 0)
+                stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
             yield master
             yield absent
+            yield rejoining
+            yield stopped
         yield Later(by_group)
+        yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
+                                "brokers to register again (readinessBrokerWait from the start; 0 once over)",
+                                value=round(health.rejoin_left, 3))
         yield GaugeMetricFamily("namesrv_broker_groups_known", "Broker groups this NameServer has seen and that "
                                 "were not retired (remembered across restarts)", value=health.known)
         yield GaugeMetricFamily("namesrv_broker_groups_back", "Known broker groups with a member that registered "
@@ -164,12 +180,23 @@ class NamesrvCollector(Collector):
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
                                      "take writes (a live master with a writable queue); 0 for a cluster whose "
                                      "groups are all absent", labels=["cluster"])
+        cluster_rejoining = GaugeMetricFamily("namesrv_cluster_rejoining", "1 while a broker group of the cluster "
+                                              "is rejoining (namesrv_broker_group_rejoining): its writable groups are "
+                                              "not counted yet", labels=["cluster"])
+        cluster_stopped = GaugeMetricFamily("namesrv_cluster_stopped_cleanly", "1 while every known broker group "
+                                            "of the cluster stopped cleanly (its last members unregistered): it takes "
+                                            "no writes, and nothing crashed", labels=["cluster"])
         clusters = health.writable_groups  # as health.groups
 
         def by_cluster() -> Iterator[Metric]:
+            rejoining_clusters, stopped_clusters = set(health.rejoining_clusters), set(health.clusters_stopped_cleanly)
             for cluster, count in clusters.items():
                 writable.add_metric([cluster], count)
+                cluster_rejoining.add_metric([cluster], 1 if cluster in rejoining_clusters else 0)
+                cluster_stopped.add_metric([cluster], 1 if cluster in stopped_clusters else 0)
             yield writable
+            yield cluster_rejoining
+            yield cluster_stopped
         yield Later(by_cluster)
         departed = GaugeMetricFamily("namesrv_brokers_departed", "Brokers that left in the last 10 minutes and are "
                                      "not back, by how: expired, closed, idle (crashes), unregistered (a clean stop)",
