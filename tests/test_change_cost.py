@@ -976,3 +976,32 @@ def test_connections_from_one_host_hold_one_string_of_it(tmp_path):
     first, second = protocols
     assert first.host == "10.0.0.7" and first.host is second.host
     assert first.peer.address == "10.0.0.7:50001"
+
+
+def _grown(first: object, keys: list[str]) -> dict[Any, None]:
+    """A dict that held ``first``, let it go, then got ``keys`` one by one: a shard's history."""
+    grown: dict[Any, None] = {first: None}
+    del grown[first]
+    for key in keys:
+        grown[key] = None
+    return grown
+
+
+def test_the_shards_keep_their_keys_hashes_beside_them(cluster):
+    """Every shard of topicQueueTable is a dict that keeps each key's hash beside it (as a dict that
+    ever held a key other than a string does): a look-up of a topic compares the slots it probes
+    by the hashes there, not by reading each probed topic's name elsewhere in the heap (a cache
+    miss a slot in a table of a million), and a shard that grows does not read every name again.
+    Measured by its size: a dict of the same history but for a string first is smaller; and so
+    after the table is cleared."""
+    cluster.register(cluster.connect()[0], "big", 1, [f"T{i:05d}" for i in range(10_000)])
+    table = cluster.routes.topicQueueTable
+    for shard in table.shards[:4]:
+        assert len(shard) > 20
+        keys = list(shard)
+        assert sys.getsizeof(shard) == sys.getsizeof(_grown(0, keys)) > sys.getsizeof(_grown("", keys))
+    table.clear()
+    shard = table.shards[0]
+    for key in keys:
+        shard[key] = {}
+    assert sys.getsizeof(shard) == sys.getsizeof(_grown(0, keys)) > sys.getsizeof(_grown("", keys))
