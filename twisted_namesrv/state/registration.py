@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
+from operator import attrgetter
 from typing import Any, Protocol
 
 import msgspec
@@ -31,6 +32,9 @@ from .queue_table import SHARD_MASK, SHARD_SHIFT, TopicQueueTable
 from .settling import WALK_PER_STEP
 
 TOPICS_PER_STEP = 1000  # staging compares and builds this many topics per step: about a millisecond
+#: a joining group's slice of this many configs or more is staged in C when alike (Staging._add_alike):
+#: a smaller one's checks cost about what its loop does, and a call more
+ALIKE_AT_LEAST = 64
 #: a registration body's bytes hashed per step (registration_digest): about a millisecond's worth
 DIGEST_PER_STEP = 4 * STEP_BYTES
 
@@ -48,6 +52,9 @@ Staged = dict[str, QueueData | None]
 #: sets the group's queue data in them without looking each topic up a second time
 Entries = list[dict[str, QueueData] | None]
 _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic this registration has not staged (None is staged)
+#: a config's numbers as its QueueData has them (perm as sent), and its topicName: read in C
+_NUMBERS = attrgetter("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+_TOPIC_NAME = attrgetter("topicName")
 
 
 class RegistrationMemo(msgspec.Struct, frozen=True, gc=False):
@@ -221,6 +228,11 @@ class Tables(Protocol):
 
     def topic_rules(self, request: RegisterRequest) -> TopicRules: ...
 
+    @property
+    def topicsOfGroup(self) -> Mapping[str, int]:
+        """The topics of the table as of the last change holding each group's queues (a group
+        holding none is not in it)."""
+
 
 def plan_of(request: RegisterRequest, generation: int) -> RegistrationPlan:
     """A plan with nothing worked out yet: its memo and its count, from the body alone."""
@@ -240,7 +252,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
         return plan
     rules = routes.topic_rules(request)
     table = routes.queue_view()
-    staging = Staging(request.brokerName, rules)
+    staging = Staging(request.brokerName, rules, joins=request.brokerName not in routes.topicsOfGroup)
     configs = request.body.topicConfigTable.values()
     if len(configs) <= TOPICS_PER_STEP:  # one step's: staged at once, no yield
         if rules.applies and configs:
@@ -266,11 +278,12 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     return plan
 
 
-def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rules: TopicRules) -> Staging:
+def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rules: TopicRules,
+              joins: bool = False) -> Staging:
     """The staging of plan_steps, in one go (a plan that was stale when it applied): compared with
     ``view`` (the table as of the last change); the absent topics looked for in ``table`` (the
-    table itself, everything written in)."""
-    staging = Staging(request.brokerName, rules)
+    table itself, everything written in); ``joins``: no topic of ``view`` holds the group."""
+    staging = Staging(request.brokerName, rules, joins)
     if rules.applies:
         staging.add(view, request.body.topicConfigTable.values())
         if rules.remove_absent:
@@ -281,14 +294,23 @@ def stage_all(request: RegisterRequest, view: QueueView, table: QueueTable, rule
 class Staging:
     """The entries one broker's registration writes into topicQueueTable, built aside: the group's
     new QueueData for a topic (or None: out of it), so the table's own entries stay as they are
-    until the plan applies."""
+    until the plan applies.
+
+    ``joins``: no topic of the table holds the group (a first registration of its first member:
+    the caller knows it from topicsOfGroup, counted as each change commits).  Then every topic
+    its table lists is one the group lacks, whether the table holds the topic or not, so nothing
+    is looked up in topicQueueTable here: the writing looks each topic up once as it writes it
+    (settling.Staged), where staging would have looked it up a first time (a few cache misses
+    each in a table of a million: most of staging's time).  A slice of topics with alike numbers
+    (most tables') is then staged in C, without a Python loop."""
 
     __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared", "longest",
-                 "entries")
+                 "entries", "joins")
 
-    def __init__(self, broker_name: str, rules: TopicRules) -> None:
+    def __init__(self, broker_name: str, rules: TopicRules, joins: bool = False) -> None:
         self.broker_name = broker_name
         self.rules = rules
+        self.joins = joins
         self.staged: Staged = {}
         self.complete = True
         self.overwrites = False
@@ -300,22 +322,28 @@ class Staging:
         self.longest = 0  # the longest staged topic name (maxNameLength), measured as it is staged
         #: the table's entry of each staged topic (``Entries``) while every one was looked up in
         #: topicQueueTable itself, one per staged topic; None once not (a view through what is
-        #: still to be written, or a topicName staged twice)
-        self.entries: Entries | None = []
+        #: still to be written, a topicName staged twice, or nothing looked up: ``joins``)
+        self.entries: Entries | None = [] if not joins else None
 
-    def add(self, table: QueueView, configs: Iterable[TopicConfig]) -> None:
+    def add(self, table: QueueView, configs: Collection[TopicConfig]) -> None:
         """Java's createAndUpdateQueueData for each config the rules let through, where it changes
-        anything. One tight loop, as a table holds up to 100k topics: topicQueueTable's dicts
-        indexed here (``SHARD_MASK``), the counts kept in locals, and the QueueData of the topic
-        before reused while the numbers are the same (most of a table's are)."""
+        anything.  When the group joins, a big slice of alike configs in C (``_add_alike``); else
+        one tight loop, as a table holds up to 100k topics: topicQueueTable's dicts indexed here
+        (``SHARD_MASK``), none looked up when the group ``joins``; the counts kept in locals, and
+        the QueueData of the topic before reused while the numbers are the same (most of a
+        table's are)."""
+        if (self.joins and len(configs) >= ALIKE_AT_LEAST and (self.rules.every_topic or not self.rules.all_or_none)
+                and self._add_alike(list(configs))):
+            return
         name, staged, rules, shared = self.broker_name, self.staged, self.rules, self.shared
         every, read_only, lookup, in_staged = rules.every_topic, rules.read_only, table.get, staged.get
+        joins = self.joins
         shards = table.shards if type(table) is TopicQueueTable else None  # looked up in its dicts, no call
         shift, mask = SHARD_SHIFT, SHARD_MASK
         none_applies = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged
         longest, added, last, queue = self.longest, 0, None, _UNSTAGED
-        if not isinstance(table, TopicQueueTable):
-            self.entries = None  # a view's entries are not the table's
+        if not isinstance(table, TopicQueueTable) or joins:
+            self.entries = None  # a view's entries are not the table's; joining, none looked up
         entries = self.entries if self.entries is not None else []
         keep = entries.append
         held: Any = None  # the table's own entry (a dict) when the table is a TopicQueueTable
@@ -324,16 +352,13 @@ class Staging:
                 topic = config.topicName
                 old = in_staged(topic, _UNSTAGED)  # a second config of the same topicName: after the first
                 if old is _UNSTAGED:
-                    held = shards[hash(topic) >> shift & mask].get(topic) if shards is not None else lookup(topic)
-                    if held:
+                    if joins:
+                        old = None  # the group holds no topic: the writing looks it up
+                    elif held := (shards[hash(topic) >> shift & mask].get(topic) if shards is not None
+                                  else lookup(topic)):
                         old = held.get(name)
                     else:
-                        # new to the table: named by a string of its own, made beside the QueueData the
-                        # table keeps (the decoder's lies between the body's TopicConfigs, the same size
-                        # class of the heap for most names: kept once they are freed it left every other
-                        # block of its pools empty, 8 MB with 100k topics); inline, as a call per topic
-                        # was a tenth of staging a million new topics
-                        old, topic, held = None, "".join((topic, "")), None
+                        old = held = None  # new to the table (the writing names it: settling.Staged)
                 else:
                     self.entries = None  # staged twice: its entry in the order of its first staging
                 perm = config.perm & ~PERM_WRITE if read_only else config.perm
@@ -363,6 +388,29 @@ class Staging:
         finally:
             self.longest = longest
             self.added += added
+
+    def _add_alike(self, configs: list[TopicConfig]) -> bool:
+        """``configs`` of a group that joins (every one is added) staged in C, with no Python loop
+        over them, when they share their numbers and no topicName comes twice nor was staged
+        before; False (nothing staged) otherwise.  (Looking each topic up in C when the group
+        does not join was no faster than the loop: the look-ups' cache misses are its time.)"""
+        numbers = set(map(_NUMBERS, configs))
+        if len(numbers) != 1:
+            return False
+        names = list(map(_TOPIC_NAME, configs))
+        piece = dict.fromkeys(names)
+        if len(piece) != len(names) or not self.staged.keys().isdisjoint(piece):
+            return False  # a topicName twice: staged one by one, the second compared with the first
+        reads, writes, perm, flag = numbers.pop()
+        if self.rules.read_only:
+            perm &= ~PERM_WRITE
+        found = self.shared.get((reads, writes, perm, flag))
+        if found is None:
+            found = self.shared[reads, writes, perm, flag] = QueueData(self.broker_name, reads, writes, perm, flag)
+        self.staged.update(zip(names, repeat(found)))
+        self.added += len(names)
+        self.longest = max(self.longest, max(map(len, names)))
+        return True
 
     def remove_absent(self, entries: Iterable[tuple[str, Mapping[str, QueueData]]],
                       table: Mapping[str, TopicConfig]) -> None:

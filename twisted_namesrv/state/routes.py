@@ -838,7 +838,8 @@ class RouteInfoManager:
             return staging
         if rules.remove_absent:
             self.settle_now()  # the topics it lacks are looked for in the table itself
-        return stage_all(req, self.queue_view(), self._table, rules)
+        return stage_all(req, self.queue_view(), self._table, rules,
+                         joins=req.brokerName not in self.topicsOfGroup)
 
     def _check_limits(self, req: RegisterRequest, staging: Staging | None) -> None:
         """Raise RegistrationRefused, before anything changes, when the registration would pass a

@@ -47,6 +47,8 @@ LET_GO_PER_STEP = 16384
 Table = MutableMapping[str, dict[str, QueueData]]
 Queues = Mapping[str, QueueData]
 _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic the registration did not stage (None is staged)
+#: the entry of a staged topic staging did not look up: the writing looks it up
+_LOOK_UP: dict[str, QueueData] = {}
 T = TypeVar("T")
 
 
@@ -77,7 +79,8 @@ class Staged:
     replacing entries left a third of the heap in holes the allocator could not give back).
 
     ``entries``: the table's entry of each staged topic, in the staged order, as staging found
-    them in the table itself (None: new to it; registration.Entries).  Nothing changed the table
+    them in the table itself (None: new to it; registration.Entries; none at all when staging
+    looked nothing up: a group joining the table, each topic then looked up once, here).  Nothing changed the table
     between that staging and this layer's commit (the plan was fresh, no layer was pending), and
     layers are written in order, so each is still the topic's entry when its turn comes: the
     group's queue data is set in it with no second look-up of the topic in a table of a million
@@ -93,9 +96,9 @@ class Staged:
         self.events: list[Any] = []
         known: Iterable[dict[str, QueueData] | None] = entries or ()
         if entries is None or len(entries) != len(staged):
-            known = repeat(None)
+            known = repeat(_LOOK_UP)
         self._todo: Iterator[tuple[tuple[str, QueueData | None], dict[str, QueueData] | None]] = zip(
-            staged.items(), known, strict=False)  # repeat(None): endless
+            staged.items(), known, strict=False)  # repeat(_LOOK_UP): endless
         self._left = len(staged)
 
     def over(self, topic: str, queues: Queues | None) -> Queues | None:
@@ -123,14 +126,20 @@ class Staged:
         shards = table.shards if type(table) is TopicQueueTable else None
         place: MutableMapping[str, dict[str, QueueData]] = table
         for (topic, queue), entry in islice(self._todo, count):
-            if queue is not None and entry is not None:  # the topic's entry, as staging found it
-                entry[group] = queue
+            if queue is not None and entry is not None and entry is not _LOOK_UP:
+                entry[group] = queue  # the topic's entry, as staging found it
                 continue
             if shards is not None:
                 place = shards[hash(topic) >> SHARD_SHIFT & SHARD_MASK]
-            if queue is not None:  # one look for a topic new to the table, and the entry it gets
-                entry = place.setdefault(topic, new := {group: queue})
-                if entry is not new:
+            if queue is not None:
+                if entry is None or (entry := place.get(topic)) is None:  # staged as new, or found not held
+                    # new to the table: named by a string of its own, made beside the entry the
+                    # table keeps (the decoder's lies between the body's TopicConfigs, the same size
+                    # class of the heap for most names: kept once they are freed it left every
+                    # other block of its pools empty, 8 MB with 100k topics); inline, as a call
+                    # per topic was a tenth of writing a million new topics
+                    place["".join((topic, ""))] = {group: queue}
+                else:
                     entry[group] = queue
             elif (held := place.get(topic)) is not None and held.pop(group, None) is not None and not held:
                 del place[topic]
