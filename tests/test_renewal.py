@@ -525,3 +525,21 @@ def test_a_big_table_changed_is_not_hashed_in_vain_against_the_kept_one(tmp_path
     assert RemotingCommand.decode(server.send(connection, changed)[4:]).code == 0
     assert len(hashed) == 1
     assert server.service.state.answers.renewals  # the changed one kept: its next heartbeat from memory
+
+
+def test_a_registrations_digest_tells_its_fields_apart_whatever_they_hold():
+    """registration_digest hashes the header's fields as JSON, and as their repr where JSON cannot
+    hold them (a lone surrogate, which a header's ``\\ud800`` escape gives): the same fields give
+    the same digest, bodyCrc32 aside; another value, another MQVersion or revision another digest,
+    in either form, and neither form's input is ever the other's."""
+    from twisted_namesrv.state.registration import registration_digest
+    from twisted_namesrv.steps import run_steps
+
+    def digest(ext: dict[str, str | None], version: int = 409, revision: int = 0) -> bytes:
+        return run_steps(registration_digest(revision, version, ext, b"{}"))
+    ext: dict[str, str | None] = {"brokerName": "b", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "brokerId": "0"}
+    lone = {**ext, "brokerName": "b\ud800"}
+    assert digest(ext) == digest({**ext, "bodyCrc32": "7"}) and digest(lone) == digest({**lone, "bodyCrc32": "7"})
+    others = [digest(ext), digest(lone), digest({**ext, "brokerName": "b\\ud800"}), digest({**ext, "zoneName": None}),
+              digest(ext, version=410), digest(ext, revision=1), digest(lone, version=410), digest(lone, revision=1)]
+    assert len(set(others)) == len(others)

@@ -189,6 +189,24 @@ class TestHeaderTemplates:
             assert templates.decode_json(head) == real(head)
         assert parsed == others
 
+    def test_a_servers_registration_header_is_parsed_without_its_keys(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A server keeps no template of a broker's registration header, so it parses one at once:
+        no template key (json_split) or kin key made to look for what is never there, the same
+        header read as before; a capture's templates (keep_registrations) still make and keep them,
+        and a header not beginning as Java writes a registration's goes the usual way."""
+        from twisted_namesrv.remoting import header as header_module
+
+        split: list[bytes] = []
+        real = header_module.json_split
+        monkeypatch.setattr(header_module, "json_split", lambda data, *a: split.append(data) or real(data, *a))
+        ext = {"brokerName": "b", "brokerAddr": "10.0.0.1:10911", "clusterName": "c", "bodyCrc32": "7"}
+        head = RemotingCommand.request(103, ext, opaque=5).encode()[8:]
+        server, capture = HeaderTemplates(16), HeaderTemplates(16, keep_registrations=True)
+        assert server.decode_json(head) == capture.decode_json(head) == header_module._parse_json_header(head)
+        assert split == [head] and (len(server), len(capture)) == (0, 1)  # the capture's alone
+        other = head.replace(b'{"code":103,', b'{"flag":0,"code":103,', 1)  # (not Java's order)
+        assert server.decode_json(other) == header_module._parse_json_header(other) and split == [head, other]
+
     def test_binary_headers_alike_decode_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A binary header's template is its bytes around the opaque (bytes 5-8): headers alike but
         for the opaque are read once, each with its own opaque (a capture's binary clients and
