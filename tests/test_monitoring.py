@@ -280,7 +280,8 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
               for at in ("30s", "15m")]
     not_a_crash = [{"eval_time": at, "alertname": alert, "exp_alerts": []} for at in ("30s", "15m")
                    for alert in ("NamesrvBrokerGroupWithoutMaster", "NamesrvBrokerCrashed", "NamesrvBrokerGroupAbsent",
-                                 "NamesrvClusterNothingWritable", "NamesrvBrokerGroupStoppedCleanly")]
+                                 "NamesrvClusterNothingWritable", "NamesrvBrokerGroupStoppedCleanly",
+                                 "NamesrvTopicsLost")]
     promtool_alerts(tmp_path, scrapes, quiet + firing + not_a_crash)
 
     served.service.topology.stopService()  # the NameServer restarts (a kill -9 would lose at most 2 s)

@@ -48,7 +48,7 @@ def two_groups(served: Served):
 def test_the_outage_gauges_are_served_at_zero_from_the_first_scrape(tmp_path):
     samples = Served(tmp_path).scrape()
     for family in ("namesrv_broker_groups_without_master", "namesrv_clusters_without_writable_queues",
-                   "namesrv_lost_topics"):
+                   "namesrv_lost_topics", "namesrv_lost_topics_stopped_cleanly"):
         assert (family, ()) in samples and samples[family, ()] == 0
     for kind in ("closed", "expired", "idle", "unregistered"):
         assert samples["namesrv_brokers_departed", (("kind", kind),)] == 0
@@ -75,6 +75,7 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     assert value(samples, "namesrv_brokers_departed", kind="closed") == 1
     assert value(samples, "namesrv_brokers_departed", kind="unregistered") == 1
     assert value(samples, "namesrv_lost_topics") == 1  # OrdersB; broker-b's own and the system topics are not
+    assert value(samples, "namesrv_lost_topics_stopped_cleanly") == 1  # OrdersB's last broker unregistered
 
     overview = served.api.overview()
     assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (2, 1)
@@ -102,6 +103,18 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
     (stopped,) = cluster["broker_groups"][1]["members"]
     assert stopped["departed"]["kind"] == "unregistered" and not stopped["departed"]["crash"]
     assert [t["topic"] for t in clusters["lost_topics"]] == ["OrdersB"]
+
+
+def test_a_topic_lost_to_a_crash_is_not_counted_as_stopped_cleanly(tmp_path):
+    """NamesrvTopicsLost pages for namesrv_lost_topics less those stopped cleanly: a kill -9 of
+    broker-b's only member loses OrdersB to a crash."""
+    served = Served(tmp_path)
+    _, (_, b_master) = two_groups(served)
+    b_master.loseConnection()
+    served.clock.advance(0)
+    samples = served.scrape()
+    assert value(samples, "namesrv_lost_topics") == 1
+    assert value(samples, "namesrv_lost_topics_stopped_cleanly") == 0
 
 
 def test_a_live_master_is_read_write_and_its_slave_read_only(tmp_path):

@@ -18,7 +18,7 @@ from ..escapes import escaped, has_controls
 from ..lost_topics import DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..observations import Observations
-from ..outages import HealthWatch
+from ..outages import CLEAN_STOP, HealthWatch
 from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
@@ -206,9 +206,13 @@ class NamesrvCollector(Collector):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
+        lost = self.seen.lost.recent(self.state.routes.topicQueueTable)
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
-                                value=len(self.seen.lost.recent(self.state.routes.topicQueueTable)))
+                                value=len(lost))
+        yield GaugeMetricFamily("namesrv_lost_topics_stopped_cleanly", "Of namesrv_lost_topics, those whose last "
+                                "broker unregistered (a clean stop, not a crash)",
+                                value=sum(topic.kind == CLEAN_STOP for topic in lost))
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""
