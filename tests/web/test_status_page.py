@@ -292,6 +292,21 @@ def test_brokers_restored_from_a_snapshot_show_as_restored_until_they_heartbeat(
     assert members == {"127.0.0.1:10911": False, "127.0.0.1:10931": True}
 
 
+@defer.inlineCallbacks
+def rendered_then_stopped(browser: str, tmp_path: Path, night: Night):
+    """The page's DOM as headless Chromium renders it from ``night``, which is stopped after."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
+    try:
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, night.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield night.stop()
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    return text
+
+
 @pytest_twisted.inlineCallbacks
 def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_outage(tmp_path):
     """Restarted without a route snapshot, the page said in red that every group "is absent: every
@@ -307,15 +322,7 @@ def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_o
         client.transport.loseConnection()
     after = Night(tmp_path)
     yield after.start()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
-    try:
-        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
-                                                              env={**os.environ, "TZ": "UTC"})
-    finally:
-        yield after.stop()
-    text = dom.decode()
-    assert status == 0, text[-2000:]
+    text = yield rendered_then_stopped(browser, tmp_path, after)
     _, status_line = row(text, "id", "status", "div")
     assert re.fullmatch(r"restarted \d+ s ago, brokers re-registering \(every 30 s\): 1 broker group is not back "
                         rf"yet, an outage if not back in \d+ s: {CLUSTER}/broker-a", status_line), status_line
@@ -344,15 +351,7 @@ def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_pat
     yield before.service.stopService()
     after = Night(tmp_path)
     yield after.start()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-             f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
-    try:
-        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, after.base + "/"],
-                                                              env={**os.environ, "TZ": "UTC"})
-    finally:
-        yield after.stop()
-    text = dom.decode()
-    assert status == 0, text[-2000:]
+    text = yield rendered_then_stopped(browser, tmp_path, after)
     attributes, status_line = row(text, "id", "status", "div")
     assert 'class="warn"' in attributes and status_line == (
         f"cluster {CLUSTER} stopped cleanly: every broker unregistered, nothing can be written to it until its "
