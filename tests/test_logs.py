@@ -33,7 +33,7 @@ from twisted_namesrv.logs import (
     text_lines,
 )
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
-from twisted_namesrv.web.collector import NamesrvCollector
+from twisted_namesrv.web.collector import EscapedRegistry, NamesrvCollector
 
 #: this file's broker address, no other test's (the log is the whole process's)
 OWN_ADDR = "10.77.0.1:10911"
@@ -378,8 +378,8 @@ def test_the_lost_lines_reach_metrics(tmp_path, twistds_order):
         observer = options.log_observer()
         service = tap.makeService(options)
     observer.observer.lost["ENOSPC"] += 3
-    families = {family.name: family for family in
-                NamesrvCollector(service.state, service.factory, service.seen, service.seen.health).collect()}
+    collected = NamesrvCollector(service.state, service.factory, service.seen, service.seen.health).collect()
+    families = {family.name: family for family in EscapedRegistry.made(collected)}  # as a scrape makes them
     samples = {sample.labels["error"]: sample.value for sample in families["namesrv_log_lines_lost"].samples
                if sample.name.endswith("_total")}
     # every errno the log can meet is served from the start: increase() reads a series born at 3 as 0 lost
