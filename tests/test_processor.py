@@ -439,6 +439,17 @@ def test_5_3_3_need_wait_for_service(tmp_path):
     assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
 
 
+def test_a_wall_clock_stepped_back_does_not_stretch_the_wait_for_service(tmp_path):
+    """waitSecondsForService counted on the wall clock (now - started_at): NTP's first sync stepping
+    it back an hour after the start made every route lookup "name server not ready" for the hour.
+    It runs on the steady clock (NamesrvState.uptime), as readinessBrokerWait does."""
+    ns = Namesrv(tmp_path, "5.3.3", needWaitForService=True, waitSecondsForService=45)
+    ns.register()
+    ns.state.clock = lambda: ns.clock.seconds() - 3600  # the wall clock, stepped back an hour
+    ns.clock.advance(45)
+    assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == ResponseCode.SUCCESS
+
+
 def test_4_9_8_never_waits_for_service(tmp_path):
     ns = Namesrv(tmp_path, "4.9.8", needWaitForService=True, waitSecondsForService=45)
     ns.register()

@@ -76,6 +76,12 @@ def underlying(reactor: Any) -> Any:
     return reactor._reactor if isinstance(reactor, WallClockReactor) else reactor
 
 
+def since_now(steady: Callable[[], float]) -> Callable[[], float]:
+    """Seconds since this call, on ``steady`` (steady_seconds)."""
+    start = steady()
+    return lambda: steady() - start
+
+
 def steady_seconds(clock: Any) -> Callable[[], float]:
     """The clock a broker's heartbeats are stamped on: a ``WallClockReactor``'s steady clock, else
     (a test's ``task.Clock``) the clock's own."""

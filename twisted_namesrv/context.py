@@ -47,6 +47,7 @@ class NamesrvState:
     budget: MemoryBudget
     #: the broker groups seen, kept after they leave (state/topology.py)
     topology: Topology
+    #: when this start began, on the wall clock (what the status page shows)
     started_at: float = 0.0
     #: ``save_config(saved)``: write the config as it is now (UPDATE_NAMESRV_CONFIG), telling
     #: ``saved`` once the write is over (state/store.py's SavesOfNewest, off the reactor thread)
@@ -62,6 +63,9 @@ class NamesrvState:
     #: what writes the topology at once (an operator's retirement; raises StoreError when it cannot):
     #: topology_store.py's save_now, once ``load`` read the file; None before
     save_topology: Callable[[], None] | None = None
+    #: seconds since this start, on the steady clock (clocks.since_now): the windows counted from the
+    #: start (waitSecondsForService, readinessBrokerWait) are not stretched by a wall clock stepped back
+    uptime: Callable[[], float] = field(default=lambda: float("inf"))
 
     @property
     def profile(self) -> Profile:

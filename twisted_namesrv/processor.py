@@ -366,7 +366,7 @@ def route_variant(state: NamesrvState, request: RemotingCommand) -> tuple[str | 
 def waiting_for_service(state: NamesrvState) -> bool:
     config = state.config
     return (state.profile.wait_for_service and config["needWaitForService"]
-            and state.clock() - state.started_at < config["waitSecondsForService"])
+            and state.uptime() < config["waitSecondsForService"])
 
 
 def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | Answer:

@@ -28,7 +28,7 @@ from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
 from .client import TlsWrap
-from .clocks import owners_view, steady_seconds, underlying
+from .clocks import owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
 from .data_lock import StoreLock, lock_stores
@@ -178,11 +178,12 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     topology = Topology(seconds)
+    uptime = since_now(steady_seconds(clock))
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock).build, acl=acl)
+                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
-                        HealthWatch(routes, topology, rejoin_window(config, steady_seconds(clock))))
+                        HealthWatch(routes, topology, rejoin_window(config, uptime)))
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
@@ -195,13 +196,12 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     return Owners(state, seen, fds)
 
 
-def rejoin_window(config: NamesrvConfig, steady: Callable[[], float]) -> Callable[[], float]:
-    """Seconds left, from now, of a start's window for brokers to register again
-    (``readinessBrokerWait``): ``/readyz`` waits that long for the groups up before the restart,
-    and outages.py calls them rejoining meanwhile.  On the steady clock: a wall clock stepped back
+def rejoin_window(config: NamesrvConfig, uptime: Callable[[], float]) -> Callable[[], float]:
+    """Seconds left of a start's window for brokers to register again (``readinessBrokerWait``):
+    ``/readyz`` waits that long for the groups up before the restart, and outages.py calls them
+    rejoining meanwhile.  On the steady clock (``NamesrvState.uptime``): a wall clock stepped back
     an hour at boot (NTP's first sync) kept ``/readyz`` unready for the hour."""
-    start = steady()
-    return lambda: start + config["readinessBrokerWait"] / 1000 - steady()
+    return lambda: config["readinessBrokerWait"] / 1000 - uptime()
 
 
 @dataclass
