@@ -41,10 +41,14 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
     rule; a local master is kept on loopback, with the UI off unless asked for, with as many
     SQL shuffle partitions as cores (per-broker aggregates are small; 200 tasks each cost more),
     without adaptive execution (every shuffle here has its partitions set; AQE ran each stage as a
-    job of its own), with Python workers on Unix sockets (Spark >= 4.1: cheaper per task than
-    TCP), and, unless JVM options are configured (QUICK_JVM), with the parallel garbage collector
-    (it stops the tasks while it collects, with every core, where the serial one left all but one
-    idle and G1's concurrent threads slow a first job by taking cores from the tasks) and with the
+    job of its own), without a shuffle's reduce tasks preferring the host of its output (a local
+    master's shuffle names it 127.0.0.1 and its one executor's localhost, so such a task waited
+    behind every task of its stage that prefers no place: the liveness replay, the liveness
+    stage's first and longest task, ran last with a core idle), with Python workers on Unix sockets
+    (Spark >= 4.1: cheaper per task than TCP), and, unless JVM options are configured (QUICK_JVM),
+    with the parallel garbage collector (it stops the tasks while it collects, with every core,
+    where the serial one left all but one idle and G1's concurrent threads slow a first job by
+    taking cores from the tasks) and with the
     JIT's quick compiler only (Python tasks do the work; the JVM mostly moves their batches, and a
     one-shot run never earns back the optimising compiler's CPU), mapping the classes recorded in
     class_archive() if it is there, or recording them into ``record_classes`` as the JVM exits
@@ -69,7 +73,8 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
                    .config("spark.python.unix.domain.socket.enabled", "true")
                    .config("spark.ui.enabled", str(ui).lower())
                    .config("spark.sql.shuffle.partitions", str(local_cores(master)))
-                   .config("spark.sql.adaptive.enabled", "false"))
+                   .config("spark.sql.adaptive.enabled", "false")
+                   .config("spark.shuffle.reduceLocality.enabled", "false"))
         if not _java_options_configured(conf or {}):
             builder = builder.config("spark.driver.defaultJavaOptions", _quick_jvm(record_classes))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")

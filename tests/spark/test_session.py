@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark import TaskContext
 
 from spark_analysis import __main__ as cli
 from spark_analysis.spark import session
@@ -195,3 +196,23 @@ def test_without_the_spark_extra_the_command_says_what_is_missing(tmp_path) -> N
     assert run.returncode == 1
     assert run.stderr == ("python -m spark_analysis: error: plotly not installed: the capture report needs the "
                           "spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')\n")
+
+
+def test_a_shuffled_partition_starts_in_its_turn_beside_partitions_that_prefer_no_place(spark) -> None:
+    """The liveness stage is a union: the replay's partitions (read from a shuffle) first, then the
+    guessed clients' decoding (handed out by the driver: no preferred place), and each core takes
+    the next partition in order, so the replay, the stage's longest task, starts at once. A local
+    master's shuffle names its output's host as 127.0.0.1, its executor's as localhost: a reduce
+    partition preferring that host waited for every other partition (Spark's "ANY" locality) and
+    started last, with one core idle while it ran. Task attempt ids are given in launch order."""
+
+    def launched(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        context = TaskContext.get()
+        yield pa.RecordBatch.from_pydict({"partition": [context.partitionId()], "attempt": [context.taskAttemptId()]})
+
+    shuffled = spark.range(0, 8, 1, 2).repartition(1, "id").mapInArrow(launched, "partition long, attempt long")
+    handed = spark.range(0, 4, 1, 4).mapInArrow(launched, "partition long, attempt long")
+    order = [row.partition for row in sorted(shuffled.union(handed).collect(), key=lambda row: row.attempt)]
+    assert order == [0, 1, 2, 3, 4]
