@@ -24,7 +24,7 @@ from spark_analysis.capture import inputs
 from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
-from spark_analysis.model.capture_points import CapturePoints
+from spark_analysis.model.capture_points import CapturePoints, SecondPoint
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
@@ -58,7 +58,8 @@ KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back"
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
-         "master_elected", "other_port_traffic", "other_server", "translated_copies", "same_traffic_twice")
+         "master_elected", "other_port_traffic", "other_server", "translated_copies", "cut_read_elsewhere",
+         "same_traffic_twice")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -169,6 +170,15 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
                      "compression": fact.compression, "reason": fact.reason})
     return rows
+
+
+def note_cut_read_elsewhere(rows: list[Item], paths: set[str]) -> None:
+    """Marks the input rows of files a snap length cut whose cut connections were all read from
+    another capture point's copies (job.cut_read_elsewhere): their cut is information, not a limit
+    of the report. Rows of other files are left as they were."""
+    for row in rows:
+        if row["path"] in paths:
+            row["cut_read_elsewhere"] = True
 
 
 def may_be_still_written(f: Item) -> bool:
@@ -397,6 +407,15 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
     cut = [f for f in files if f.get("cut_records")]
     frames = counts.get("cut_frames", 0)
     for f in cut:
+        if f.get("cut_read_elsewhere"):
+            yield _finding("cut_read_elsewhere", INFO, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
+                           f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} "
+                           f"bytes not captured; every connection they belong to was read from another capture "
+                           f"point's copy that kept more of it (same_traffic_twice): nothing read from this file "
+                           f"is cut",
+                           path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                           uncaptured_bytes=f["uncaptured_bytes"])
+            continue
         yield _finding("capture_cut", WARNING, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
                        f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} bytes "
                        f"not captured (seen, not kept: no loss); {frames:,} frames in all partly read: their length, "
@@ -407,6 +426,7 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                        uncaptured_bytes=f["uncaptured_bytes"], cut_frames=frames,
                        stream_bytes_not_captured=counts.get("uncaptured_bytes", 0),
                        unplaced_bytes=counts.get("unplaced_bytes", 0))
+    cut = [f for f in cut if not f.get("cut_read_elsewhere")]
     why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
            else "no frame of it decodes")
     beside = besides_nameservers(endpoints)
@@ -518,11 +538,22 @@ def second_points(points: CapturePoints) -> list[Item]:
         items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
-                              f"points: each read once, from the latter, the capture holding most of that "
-                              f"server's connections, or the server's own){clock}", server=point.server,
-                              paths=list(point.paths), read_from=list(point.kept_paths), connections=point.connections,
-                              clock_s=point.clock_s))
+                              f"points: each read once, from the latter, {_why_read_from(point)}){clock}",
+                              server=point.server, paths=list(point.paths), read_from=list(point.kept_paths),
+                              connections=point.connections, clock_s=point.clock_s,
+                              **({"kept_more": point.fuller} if point.fuller else {})))
     return items
+
+
+def _why_read_from(point: SecondPoint) -> str:
+    """Why the copies were read from that capture: it kept more of their bytes (a snap length cut
+    the other's), or it holds most of the server's connections."""
+    held = "the capture holding most of that server's connections, or the server's own"
+    if not point.fuller:
+        return held
+    if point.fuller == point.connections:
+        return "whose copies a snap length cut less: it kept the bytes the former's lost"
+    return f"{point.fuller:,} of them because a snap length cut the former's copies more, the rest as {held}"
 
 
 def _files(paths: tuple[str, ...]) -> str:
@@ -575,6 +606,7 @@ def step_headline(found: list[Item]) -> str | None:
 UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
          "files_missing": ("after", "gap{s} of missing files in a rotated set"),
          "capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "cut_read_elsewhere": ("path", "cut capture file{s} read from another point's copies"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
