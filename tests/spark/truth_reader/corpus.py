@@ -160,6 +160,13 @@ ARGS: dict[str, list[str]] = {
                        "file, which kept every byte (second_point); the brokers' host's cut is told as information. "
                        "The brokers stop cleanly, then the NameServer, with no connection of a broker open",
                        endpoint="127.0.0.1:9876"),
+    "v5-lonestop": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "tcpdump -i lo -G 10 "
+                        "-Z root: a new file on the first packet 10 s or more after the last file began (three "
+                        "files: the launch script's first refused polls; its last ones, its accepted poll and the "
+                        "NameServer's own connection opening; the stop's closing packets). No broker or client "
+                        "ever connects: the NameServer is asked nothing, so nothing in the packets says it is one; "
+                        "its launch script's accepted poll and its own scanAvailableNameSrv connection to "
+                        "127.0.0.1:9876 carry no byte (port_checks)"),
     "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
                     "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
                     "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "
