@@ -56,7 +56,8 @@ KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back"
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
-         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
+         "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
+         "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
          "master_elected", "other_port_traffic", "other_server", "translated_copies", "cut_read_elsewhere",
          "same_traffic_twice")
@@ -286,8 +287,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
     named = at_nameserver(brokers)
+    missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
     for broker in brokers:
-        found += _broker_findings(broker, deletions, named)
+        found += _broker_findings(broker, deletions, named, missing_from)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -621,6 +623,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
+         "broker_alive_before_missing": ("broker", "broker{s} alive where files go missing"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
          "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
          "topics_deleted_from_broker": ("broker", "broker{s} whose topics an operator deleted"),
@@ -864,14 +867,15 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None
-                     ) -> Iterable[Item]:
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None,
+                     missing_from: Collection[str] = ()) -> Iterable[Item]:
     """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
-    with its NameServer where the run's brokers were seen at several)."""
+    with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
+    gap of missing files begins (files_missing)."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
-        yield from _story(broker, label, addr)
+        yield from _story(broker, label, addr, missing_from)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if not gap["expired"]:
@@ -910,8 +914,11 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        timestamp_to=back["data_version_ts_to"])
 
 
-def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
-    """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py)."""
+def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] = ()) -> Iterable[Item]:
+    """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py). A stay alive
+    where files of a rotated set go missing (``missing_from``) is not alive at the capture's end: its
+    capture ended there, and what became of it in the gap is unknown (the files after it tell a stay
+    of their own)."""
     ended, at = broker["ended"], broker["ended_at"]
     if ended == "connection_closed":
         yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
@@ -934,6 +941,12 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
     elif ended == "alive":
         silent = broker["trailing_s"] or 0.0
         ended = _iso(broker["last_alive"] + silent) if broker["last_alive"] is not None else "?"
+        if ended in missing_from:
+            yield _finding("broker_alive_before_missing", INFO, f"{label}: alive at {ended}, where files of the "
+                           f"rotated set go missing (last heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s "
+                           f"before): what became of it while nothing was captured is unknown", **addr,
+                           last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6), t=ended)
+            return
         yield _finding("broker_alive_at_end", INFO, f"{label}: alive when its capture ended at {ended} (last "
                        f"heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
                        last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))

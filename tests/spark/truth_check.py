@@ -43,6 +43,7 @@ KIND_CLASSES = {
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
+    "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
     "packets_dropped": "absent",  # nor dropped packets (tcpdump's classic pcap cannot say it did)
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "cut_read_elsewhere": "cut",  # the same, its cut connections all read from another point's copies
