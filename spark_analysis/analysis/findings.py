@@ -24,7 +24,7 @@ from spark_analysis.capture import inputs
 from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
-from spark_analysis.model.capture_points import CapturePoints
+from spark_analysis.model.capture_points import CapturePoints, SecondPoint
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
@@ -56,9 +56,11 @@ KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back"
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
-         "broker_unregistered", "broker_alive_at_end", "address_in_sessions", "topic_deleted",
+         "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
+         "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
-         "master_elected", "other_port_traffic", "other_server", "translated_copies", "same_traffic_twice")
+         "master_elected", "other_port_traffic", "other_server", "translated_copies", "cut_read_elsewhere",
+         "same_traffic_twice")
 #: topics RocketMQ makes per consumer group (retry, dead letters): looked up by every consumer at
 #: start-up before they exist, so TOPIC_NOT_EXIST for them is expected
 GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -171,6 +173,15 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
     return rows
 
 
+def note_cut_read_elsewhere(rows: list[Item], paths: set[str]) -> None:
+    """Marks the input rows of files a snap length cut whose cut connections were all read from
+    another capture point's copies (job.cut_read_elsewhere): their cut is information, not a limit
+    of the report. Rows of other files are left as they were."""
+    for row in rows:
+        if row["path"] in paths:
+            row["cut_read_elsewhere"] = True
+
+
 def may_be_still_written(f: Item) -> bool:
     """Whether an input's problem is one a capture still being written has (inputs.still_written):
     its end cut inside a record, or no byte at all yet."""
@@ -276,8 +287,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
                                   compression=f["compression"]))
     named = at_nameserver(brokers)
+    missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
     for broker in brokers:
-        found += _broker_findings(broker, deletions, named)
+        found += _broker_findings(broker, deletions, named, missing_from)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -397,6 +409,15 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
     cut = [f for f in files if f.get("cut_records")]
     frames = counts.get("cut_frames", 0)
     for f in cut:
+        if f.get("cut_read_elsewhere"):
+            yield _finding("cut_read_elsewhere", INFO, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
+                           f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} "
+                           f"bytes not captured; every connection they belong to was read from another capture "
+                           f"point's copy that kept more of it (same_traffic_twice): nothing read from this file "
+                           f"is cut",
+                           path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                           uncaptured_bytes=f["uncaptured_bytes"])
+            continue
         yield _finding("capture_cut", WARNING, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
                        f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} bytes "
                        f"not captured (seen, not kept: no loss); {frames:,} frames in all partly read: their length, "
@@ -407,6 +428,7 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                        uncaptured_bytes=f["uncaptured_bytes"], cut_frames=frames,
                        stream_bytes_not_captured=counts.get("uncaptured_bytes", 0),
                        unplaced_bytes=counts.get("unplaced_bytes", 0))
+    cut = [f for f in cut if not f.get("cut_read_elsewhere")]
     why = (f"its packets were cut at {min(f['cut_at'] for f in cut):,} bytes, before any frame's header" if cut
            else "no frame of it decodes")
     beside = besides_nameservers(endpoints)
@@ -461,7 +483,9 @@ def dropped_packets(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> 
         fact = read.files.get(file.path)
         if fact is None or not fact.dropped:
             continue
-        of = "" if fact.received is None else f" (of {fact.received:,} it counted received)"
+        # isb_ifrecv holds the dropped ones by the pcapng spec, not on Linux (dumpcap: 631 received, 5,442
+        # dropped, 631 in the file): the count is said as the statistics give it, never as a share
+        of = "" if fact.received is None else f" ({fact.received:,} received, by the same statistics)"
         found.append(_finding(
             "packets_dropped", WARNING, f"{file.path}: the capture dropped {fact.dropped:,} packets{of}, by its "
             f"own interface statistics (its buffer was full: capture with a larger one, dumpcap -B, tcpdump -B, "
@@ -518,11 +542,22 @@ def second_points(points: CapturePoints) -> list[Item]:
         items.append(_finding("same_traffic_twice", WARNING if abs(point.clock_s or 0.0) >= SKEWED_S else INFO,
                               f"{_plural(point.connections, 'connection{s}')} to {point.server} in "
                               f"{_files(point.paths)} are also in {_files(point.kept_paths)} (captured at two "
-                              f"points: each read once, from the latter, the capture holding most of that "
-                              f"server's connections, or the server's own){clock}", server=point.server,
-                              paths=list(point.paths), read_from=list(point.kept_paths), connections=point.connections,
-                              clock_s=point.clock_s))
+                              f"points: each read once, from the latter, {_why_read_from(point)}){clock}",
+                              server=point.server, paths=list(point.paths), read_from=list(point.kept_paths),
+                              connections=point.connections, clock_s=point.clock_s,
+                              **({"kept_more": point.fuller} if point.fuller else {})))
     return items
+
+
+def _why_read_from(point: SecondPoint) -> str:
+    """Why the copies were read from that capture: it kept more of their bytes (a snap length cut
+    the other's), or it holds most of the server's connections."""
+    held = "the capture holding most of that server's connections, or the server's own"
+    if not point.fuller:
+        return held
+    if point.fuller == point.connections:
+        return "whose copies a snap length cut less: it kept the bytes the former's lost"
+    return f"{point.fuller:,} of them because a snap length cut the former's copies more, the rest as {held}"
 
 
 def _files(paths: tuple[str, ...]) -> str:
@@ -575,6 +610,7 @@ def step_headline(found: list[Item]) -> str | None:
 UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
          "files_missing": ("after", "gap{s} of missing files in a rotated set"),
          "capture_cut": ("path", "capture file{s} cut by a snap length"),
+         "cut_read_elsewhere": ("path", "cut capture file{s} read from another point's copies"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
          "one_way_capture": ("server", "server{s} captured in one direction only"),
          "server_unread": ("endpoint", "server{s} whose traffic cannot be read"),
@@ -589,6 +625,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
          "broker_alive_at_end": ("broker", "broker{s} alive at the capture's end"),
+         "broker_alive_before_missing": ("broker", "broker{s} alive where files go missing"),
          "server_restart": ("server", "NameServer restart{s}"), "server_stopped": ("server", "NameServer{s} stopped"),
          "failover": ("broker_name", "fail-over{s}"), "topic_deleted": ("topic", "topic{s} deleted"),
          "topics_deleted_from_broker": ("broker", "broker{s} whose topics an operator deleted"),
@@ -832,14 +869,15 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
     return merged
 
 
-def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None
-                     ) -> Iterable[Item]:
+def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None,
+                     missing_from: Collection[str] = ()) -> Iterable[Item]:
     """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
-    with its NameServer where the run's brokers were seen at several)."""
+    with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
+    gap of missing files begins (files_missing)."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
-        yield from _story(broker, label, addr)
+        yield from _story(broker, label, addr, missing_from)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if not gap["expired"]:
@@ -878,8 +916,11 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        timestamp_to=back["data_version_ts_to"])
 
 
-def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
-    """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py)."""
+def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] = ()) -> Iterable[Item]:
+    """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py). A stay alive
+    where files of a rotated set go missing (``missing_from``) is not alive at the capture's end: its
+    capture ended there, and what became of it in the gap is unknown (the files after it tell a stay
+    of their own)."""
     ended, at = broker["ended"], broker["ended_at"]
     if ended == "connection_closed":
         yield _finding("broker_connection_closed", CRITICAL, f"{label}: connection closed without UNREGISTER_BROKER "
@@ -902,6 +943,12 @@ def _story(broker: Item, label: str, addr: Item) -> Iterable[Item]:
     elif ended == "alive":
         silent = broker["trailing_s"] or 0.0
         ended = _iso(broker["last_alive"] + silent) if broker["last_alive"] is not None else "?"
+        if ended in missing_from:
+            yield _finding("broker_alive_before_missing", INFO, f"{label}: alive at {ended}, where files of the "
+                           f"rotated set go missing (last heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s "
+                           f"before): what became of it while nothing was captured is unknown", **addr,
+                           last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6), t=ended)
+            return
         yield _finding("broker_alive_at_end", INFO, f"{label}: alive when its capture ended at {ended} (last "
                        f"heartbeat {_iso(broker['last_alive'])}, {silent:,.1f} s before)", **addr,
                        last_alive=_iso(broker["last_alive"]), seconds=round(silent, 6))

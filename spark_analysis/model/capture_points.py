@@ -10,7 +10,10 @@ holding the most of that server endpoint's connections (the server's own host se
 broker's host its own; when both hold as many, the one that saw the SYN-ACK soonest after the SYN,
 which is the server's host, whatever either clock says; then the one begun first), provided that
 capture saw all the bytes the other did (each way's sequence numbers cover the other's); where it
-did not, both are read, as before. What was left out and how
+did not, both are read, as before. Two points rarely keep as much of a packet: where a snap length
+cut that copy of a connection (-s 96 on one host) and another capture saw every byte it did and
+kept more of them (full length on the other), the connection is read from the latter: the bytes
+win over the server's own host. What was left out and how
 far the clocks differ is said: as NTP reckons it, from the connection whose SYN and SYN-ACK both
 captured with the shortest round trip between the two points (the SYN's trip one way and the
 SYN-ACK's the other cancel out; a packet lost on the way and sent again, seen at one point only in
@@ -42,13 +45,15 @@ class SecondPoint(NamedTuple):
     """The connections of one server endpoint that a capture (``paths``, its files) holds copies of,
     read from another capture (``kept_paths``) instead; ``clock_s``: how far this capture's clock
     reads ahead of the other's (clock_offset over the copies whose SYN and SYN-ACK both hold; None if
-    none)."""
+    none); ``fuller``: how many of them were read from there because a snap length cut this capture's
+    copy and not as much of that one's (_fuller)."""
 
     server: str
     paths: tuple[str, ...]
     kept_paths: tuple[str, ...]
     connections: int
     clock_s: float | None
+    fuller: int = 0
 
 
 class CapturePoints(NamedTuple):
@@ -78,24 +83,39 @@ def second_points(captures: list[Capture], by_path: Mapping[str, Mapping[Key, Co
     left_out: set[tuple[str, Key]] = set()
     clocks: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
     counted: Counter[tuple[str, int, int]] = Counter()
+    fuller: Counter[tuple[str, int, int]] = Counter()
     for key, indexes in holders.items():
         if len(indexes) < 2:
             continue
         server = sides[key]
-        best = min(indexes, key=lambda i: (-serves[i, server], _answered_after(held[i][key]), captures[i].first, i))
+        order = {i: (-serves[i, server], _answered_after(held[i][key]), captures[i].first, i) for i in indexes}
+        first_choice = min(indexes, key=order.__getitem__)
+        best = _fuller(indexes, first_choice, key, held, captures, order)
         for other in indexes:
             mine, theirs = held[best][key], held[other][key]
             if other == best or not _at_once(captures[best], captures[other]) or not _covers(mine, theirs):
                 continue
             left_out.update((path, key) for path in captures[other].paths if key in by_path.get(path, {}))
             counted[server, other, best] += 1
+            fuller[server, other, best] += best != first_choice
             exchange = _exchange(mine, theirs)
             if exchange is not None:
                 clocks.setdefault((server, other, best), []).append(exchange)
     points = tuple(SecondPoint(server, captures[other].paths, captures[best].paths, n,
-                               clock_offset(clocks.get((server, other, best), [])))
+                               clock_offset(clocks.get((server, other, best), [])), fuller[server, other, best])
                    for (server, other, best), n in sorted(counted.items()))
     return CapturePoints(frozenset(left_out), points)
+
+
+def _fuller(indexes: list[int], best: int, key: Key, held: Mapping[int, Mapping[Key, ConnectionEnds]],
+            captures: list[Capture], order: Mapping[int, tuple[float, float, float, int]]) -> int:
+    """``best``, unless a snap length cut its copy of the connection and another capture, at the same
+    time, saw every byte it did and kept more of them: then that one (the fewest bytes cut, then
+    ``order``), which holds the headers and bodies the cut copy lost."""
+    mine = held[best][key]
+    fuller = [i for i in indexes if held[i][key].uncaptured < mine.uncaptured
+              and _at_once(captures[i], captures[best]) and _covers(held[i][key], mine)]
+    return min(fuller, key=lambda i: (held[i][key].uncaptured, order[i])) if fuller else best
 
 
 def _exchange(mine: ConnectionEnds, theirs: ConnectionEnds) -> tuple[float, float] | None:

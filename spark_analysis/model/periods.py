@@ -92,8 +92,9 @@ class ConnectionEnds(NamedTuple):
     connection opened there) and its last a FIN or RST (closed there); when its first FIN or RST
     was (after the server accepted it, if it did), and whether the lower endpoint sent it; who sent
     its SYN (the client: the other end is the server that listens), when a SYN-ACK first came (the
-    server accepted), the SYNs answered by a reset (refused: nothing listening), and the last
-    segment carrying bytes (model/endpoints.py reads them per server endpoint)."""
+    server accepted), the SYNs answered by a reset (refused: nothing listening), the last
+    segment carrying bytes (model/endpoints.py reads them per server endpoint), and how many of
+    its bytes a snap length cut (``uncaptured``: sent and seen, not kept)."""
 
     first: float
     opened: bool
@@ -109,6 +110,7 @@ class ConnectionEnds(NamedTuple):
     #: follow its last byte (and SYN or FIN); None where that way sent nothing
     first_seq: tuple[int | None, int | None] = (None, None)
     next_seq: tuple[int | None, int | None] = (None, None)
+    uncaptured: int = 0
 
     def goes_on_in(self, later: ConnectionEnds) -> bool:
         """Whether ``later`` (the same 4-tuple in the next file) carries this connection on: open
@@ -131,7 +133,7 @@ class ConnectionEnds(NamedTuple):
 
     def merge(self, other: ConnectionEnds | None) -> ConnectionEnds:
         """The same 4-tuple in another byte range or file: the earlier start, the later end,
-        the earlier first close and acceptance; the refused SYNs of both."""
+        the earlier first close and acceptance; the refused SYNs of both; the bytes both left uncaptured."""
         if other is None:
             return self
         start = self if self.first <= other.first else other
@@ -144,7 +146,8 @@ class ConnectionEnds(NamedTuple):
                               else end.syn_by_lower, min((t for t in (self.accepted_at, other.accepted_at)
                                                           if t is not None), default=None),
                               tuple(sorted({*self.refused_at, *other.refused_at})), max(payloads, default=None),
-                              _either(start.first_seq, end.first_seq), _either(end.next_seq, start.next_seq))
+                              _either(start.first_seq, end.first_seq), _either(end.next_seq, start.next_seq),
+                              self.uncaptured + other.uncaptured)
 
 
 def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None:
@@ -174,7 +177,7 @@ def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None
                            bool(forward[syns[0]]) if len(syns) else None,
                            float(rows[accepts[0]]["ts"]) if len(accepts) else None, refused,
                            float(rows[carrying[-1]]["ts"]) if len(carrying) else None,
-                           (ways[0][0], ways[1][0]), (ways[0][1], ways[1][1]))
+                           (ways[0][0], ways[1][0]), (ways[0][1], ways[1][1]), int(rows["missing"].sum()))
     ends[piece.ends] = found.merge(ends.get(piece.ends))
 
 

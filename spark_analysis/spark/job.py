@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from functools import partial, reduce
 from typing import BinaryIO
@@ -193,6 +193,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         progress(item["message"])
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
     by_path, ends, left_out, copies = _one_copy_each(parts, captures, progress, sources)
+    findings.note_cut_read_elsewhere(file_rows, cut_read_elsewhere(parts, by_path))
     sides = server_sides(ends)
     servers: Servers = frozenset(sides.values()) | frozenset(ports)
     endpoints = endpoint_stories(ends, sides)
@@ -352,6 +353,21 @@ def _one_copy_each(parts: FileParts, captures: list[Capture], progress: Callable
     for item in told:
         progress(item["message"])
     return by_path, translated.without(ends), left_out, told
+
+
+def cut_read_elsewhere(parts: FileParts, kept: Mapping[str, Mapping[ConnectionKey, ConnectionEnds]]) -> set[str]:
+    """The files a snap length cut whose every cut connection was read from another capture's copy
+    (_one_copy_each: a second point that kept it whole): nothing the report reads of them is cut."""
+    cut: set[str] = set()
+    read_cut: set[str] = set()
+    for name, found in parts.ends.items():
+        path = parts.path(name)
+        for key, ends in found.items():
+            if ends.uncaptured:
+                cut.add(path)
+                if key in kept.get(name, {}):
+                    read_cut.add(path)
+    return cut - read_cut
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,

@@ -263,3 +263,33 @@ def test_a_clock_difference_that_rounds_to_nothing_has_no_sign() -> None:
         point = SecondPoint("10.79.0.1:9876", ("broker.pcap",), ("ns.pcap",), 5, clock)
         (item,) = findings.second_points(CapturePoints(points=(point,)))
         assert item["message"].endswith("its clock reads +0.000 s against the other's"), clock
+
+
+def test_a_connection_a_snap_length_cut_at_one_point_is_read_where_it_was_kept_whole() -> None:
+    """The brokers' host captured at -s 200 (its tcpdump begun first), the NameServer's host at full
+    length, on one clock with a round trip under RTT_STEP_S between them (two namespaces): both hold
+    every connection, and the server's own host was not told apart from the other by the SYN-ACK, so
+    the capture begun first was read, the cut one: registrations' bodies and broker addresses lost
+    though the other file held them. A copy a snap length cut is read from the capture that kept more
+    of it, when that one saw every byte it did (else as before); a cut copy in both, the lesser cut."""
+    from spark_analysis.analysis import findings
+
+    a, b = "10.81.0.2:40000", "10.81.0.1:9876"
+    whole = ConnectionEnds(10.0, True, 60.0, True, syn_by_lower=True, accepted_at=10.00002,
+                           first_seq=(1000, 5000), next_seq=(9000, 7000))
+    cut = whole._replace(uncaptured=4200)
+    captures = [Capture(9.0, 60.0, ("broker.pcap",)), Capture(10.0, 60.0, ("ns.pcap",))]
+    for at_broker, at_ns, read_from in ((cut, whole, "ns.pcap"), (whole, cut, "broker.pcap"),
+                                        (whole, whole, "broker.pcap"), (cut, cut._replace(uncaptured=900), "ns.pcap"),
+                                        (cut, whole._replace(first_seq=(3000, 5000), opened=False), "broker.pcap")):
+        by_path = {"broker.pcap": {(a, b): at_broker}, "ns.pcap": {(a, b): at_ns}}
+        points = second_points(captures, by_path, {(a, b): b})
+        if at_ns.opened:
+            assert points.left_out == {({"ns.pcap": "broker.pcap"}.get(read_from, "ns.pcap"), (a, b))}, read_from
+            (point,) = points.points
+            assert point.kept_paths == (read_from,)
+            (item,) = findings.second_points(points)
+            assert ("snap length" in item["message"]) == (point.fuller == 1) == (at_broker != at_ns and read_from
+                                                                                 == "ns.pcap")
+        else:  # the whole copy began later: it did not see every byte the cut one did, which is read, as before
+            assert points.left_out == {("ns.pcap", (a, b))}

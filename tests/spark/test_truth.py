@@ -204,12 +204,14 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
     invented = copy.deepcopy(summary)
     invented["findings"].append({"kind": "broker_connection_closed", "evidence": [
         {"kind": "broker_connection_closed", "severity": "critical", "message": "made up",
-         "broker_addr": truth["stays"][0]["broker_addr"], "t": truth["capture"]["last"]}]})
+         "broker_addr": truth["stays"][0]["broker_addr"] if truth["stays"] else "127.0.0.1:10911",  # v5-lonestop
+         "t": truth["capture"]["last"]}]})
     assert any(p.startswith("invented") for p in judge(truth, invented))
 
     restart = copy.deepcopy(summary)
     restart["findings"].append({"kind": "server_restart", "evidence": [
-        {"kind": "server_restart", "message": "made up", "server": truth["nameservers"][0]["endpoint"],
+        {"kind": "server_restart", "message": "made up",
+         "server": truth["nameservers"][0]["endpoint"] if truth["nameservers"] else "127.0.0.1:9876",
          "t": truth["capture"]["first"]}]})
     assert any(p.startswith("invented") for p in judge(truth, restart))
 
@@ -240,8 +242,9 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         assert any(p.startswith("topic count of") for p in judge(truth, miscounted)), n
 
     doubled = copy.deepcopy(summary)  # a broker's registrations counted twice (a connection captured twice)
-    doubled["brokers"][0]["registrations"] *= 2
-    assert any("registrations counted" in p for p in judge(truth, doubled))
+    if doubled["brokers"]:  # none registered in v5-lonestop
+        doubled["brokers"][0]["registrations"] *= 2
+        assert any("registrations counted" in p for p in judge(truth, doubled))
     for n, copied in enumerate(truth.get("translated_copies", [])):  # a translation told wrong or twice
         for field, value in (("seen_as", copied["counted_as"]), ("connections", copied["connections"] + 1)):
             wrong_copy = copy.deepcopy(summary)
@@ -264,12 +267,13 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         twice = copy.deepcopy(summary)
         twice["findings"].append(next(f for f in summary["findings"] if f["kind"] == "same_traffic_twice"))
         assert any(p.startswith("invented: same_traffic_twice") for p in judge(truth, twice)), n
-    wrong = copy.deepcopy(summary)
-    wrong["brokers"][0]["ended"] = "connection_closed" if wrong["brokers"][0]["ended"] != "connection_closed" \
-        else "alive"
-    assert judge(truth, wrong)
-    assert judge(truth, {**summary, "brokers": summary["brokers"] + [dict(summary["brokers"][0],
-                                                                          broker_addr="127.0.0.1:1")]})
+    if summary["brokers"]:  # a capture no broker registered in (v5-lonestop) has no row to get wrong
+        wrong = copy.deepcopy(summary)
+        wrong["brokers"][0]["ended"] = "connection_closed" if wrong["brokers"][0]["ended"] != "connection_closed" \
+            else "alive"
+        assert judge(truth, wrong)
+        assert judge(truth, {**summary, "brokers": summary["brokers"] + [dict(summary["brokers"][0],
+                                                                              broker_addr="127.0.0.1:1")]})
     if truth.get("controller_log"):  # the controller's elections and sets, and each fail-over's view of them
         for change in ("elections", "sync_state_sets"):
             for field, value in (("master_epoch", 99), ("sync_state_set", [7]), ("after", truth["capture"]["first"])):

@@ -43,8 +43,10 @@ KIND_CLASSES = {
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
+    "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
     "packets_dropped": "absent",  # nor dropped packets (tcpdump's classic pcap cannot say it did)
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
+    "cut_read_elsewhere": "cut",  # the same, its cut connections all read from another point's copies
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
     "port_checked": "port_check",  # an endpoint whose accepted connections carried nothing: the truth's port_checks

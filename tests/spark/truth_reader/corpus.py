@@ -143,13 +143,30 @@ ARGS: dict[str, list[str]] = {
                         f"with no connection of a broker open. A broker whose brokerAddr the cut left out is named "
                         f"{CUT_NAMING}", ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log")),
     "v5-bothcut": _one("5.3.3", "--stopped", "10.79.0.1:9876=namesrv stop", "--second-point",
-                       "v5-bothcut-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v5-twohosts with "
+                       "v5-bothcut-nshost.pcap.gz", "--clock-ahead", "0", "--note", "Each connection between the "
+                       "hosts is read once, from the brokers' host's file, which kept more of each packet (128 bytes "
+                       "against 96: the brokers' ids survive) (second_point)", "--note", "v5-twohosts with "
                        "tcpdump -i any on each host, each with its own snap length: -s 96 on the NameServer's "
                        "(10.79.0.1; loopback too: the launch script's polls and the NameServer's own probe of "
                        "10.79.0.1:9876), -s 128 on the brokers' (10.79.0.2); Linux cooked v2, one clock. The "
                        "NameServer listens on all addresses (bindAddress=0.0.0.0), so its launch script's poll of "
                        f"127.0.0.1:9876 reaches it. A broker whose brokerAddr the cut left out is named {CUT_NAMING}",
                        endpoint="127.0.0.1:9876"),
+    "v5-twosnap": _one("5.3.3", "--stopped", "10.81.0.1:9876=namesrv stop", "--second-point",
+                       "v5-twosnap-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v5-twohosts with "
+                       "tcpdump -i any on each host: -s 200 on the brokers' (10.81.0.2, started first), full length "
+                       "on the NameServer's (10.81.0.1; loopback too: the launch script's polls); Linux cooked v2, "
+                       "one clock. Each connection between the hosts is read once, from the NameServer's host's "
+                       "file, which kept every byte (second_point); the brokers' host's cut is told as information. "
+                       "The brokers stop cleanly, then the NameServer, with no connection of a broker open",
+                       endpoint="127.0.0.1:9876"),
+    "v5-lonestop": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "tcpdump -i lo -G 10 "
+                        "-Z root: a new file on the first packet 10 s or more after the last file began (three "
+                        "files: the launch script's first refused polls; its last ones, its accepted poll and the "
+                        "NameServer's own connection opening; the stop's closing packets). No broker or client "
+                        "ever connects: the NameServer is asked nothing, so nothing in the packets says it is one; "
+                        "its launch script's accepted poll and its own scanAvailableNameSrv connection to "
+                        "127.0.0.1:9876 carry no byte (port_checks)"),
     "v4-wrap": _one("4.9.8", "--other-ports", "10911", "10931", "--note",
                     "tcpdump -i any -s 96 -C 1 -W 2 with no filter: a ring of two 1 MB files that wrapped twice (four "
                     "files written, the first two overwritten): v4-wrap.pcap0 holds the third, v4-wrap.pcap1 the "
