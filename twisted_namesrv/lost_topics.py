@@ -9,7 +9,9 @@ TopicValidator's, retry and dead-letter) go with their broker by design and are 
 RouteInfoManager works out which topics left with a departure while it removes them (the
 one scan of topicQueueTable a batch of departures makes) and hands them here once the change is
 complete (``departed``, which the composition root hands ``RouteInfoManager.listen_lost``): this
-reads no table, so its work is the topics lost, not the topics held.
+reads no table, so its work is the topics lost, not the topics held.  Those still lost are kept
+across a restart with the page's events (event_log.py): a NameServer restarted after a broker
+took topics away still names them for the rest of their ten minutes.
 """
 
 from __future__ import annotations
@@ -76,6 +78,15 @@ class LostTopics:
         """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first."""
         self._forget(self.clock())
         return [lost for topic, lost in self._lost.items() if topic not in present]
+
+    def restore(self, kept: list[LostTopic]) -> None:
+        """The last run's lost topics (event_log.py keeps them in events.json), before this run's,
+        each with when it was lost: a restart neither forgets them nor gives them ten minutes more."""
+        lost, self._lost = self._lost, {}
+        for topic in (*kept, *lost.values()):
+            self._lost.pop(topic.topic, None)
+            self._lost[topic.topic] = topic
+        self._forget(self.clock())
 
     def _forget(self, now: float) -> None:
         """The oldest go while over the limit or older than ``keep_seconds``: found in one walk
