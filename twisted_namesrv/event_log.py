@@ -59,7 +59,7 @@ def events_path(config: NamesrvConfig) -> Path:
 def encode_events(events: list[RouteEvent], lost: Sequence[LostTopic] = ()) -> bytes:
     return json.dumps({"format": FORMAT, "events": [
         {"seq": e.seq, "ts": e.ts, "kind": e.kind, "info": e.info, "count": e.count, "first_ts": e.first_ts}
-        for e in events], "lost_topics": [dataclasses.asdict(topic) for topic in lost]},
+        for e in events], "lost_topics": [lost_topic_item(topic) for topic in lost]},
         default=str, separators=(",", ":")).encode()
 
 
@@ -80,6 +80,13 @@ def decode_events(data: bytes) -> list[RouteEvent]:
         events.append(event)
     events.sort(key=lambda e: e.seq)
     return events[-RECENT_EVENTS:]
+
+
+def lost_topic_item(topic: LostTopic) -> dict[str, Any]:
+    """A lost topic as the file keeps it: its steady-clock stamp (``at``) means nothing to the next run."""
+    item = dataclasses.asdict(topic)
+    del item["at"]
+    return item
 
 
 def decode_lost_topics(data: bytes) -> list[LostTopic]:
