@@ -186,4 +186,8 @@ class EventLogService(StepTimerService):
     def stopService(self) -> Any:
         stopped = super().stopService()  # the timer first
         self.save_if_changed(now=True)
+        if self.events.seen != self._saved:  # the stop's write failed (logged once per spell: maybe long ago)
+            log.error("events file {path} not written at the stop: the page's {count} events since its last write, "
+                      "and the topics lost since, will not be shown after the restart", path=str(self.path),
+                      count=self.events.seen - max(self._saved, 0))
         return stopped
