@@ -23,7 +23,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,11 @@ class EventLogService(StepTimerService):
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None,
-                 lost: LostTopics | None = None, present: Container[str] = ()) -> None:
+                 lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
-        the stop's too.  ``lost``: the lost topics kept with the events, those not in ``present``
-        (topicQueueTable: a topic served again is lost no more, nor after the restart)."""
+        the stop's too.  ``lost``: the lost topics kept with the events, those not in ``present()``
+        (topicQueueTable as it is then, not as wired: a table replaced, by a route snapshot, must
+        not be held; a topic served again is lost no more, nor after the restart)."""
         super().__init__(interval, self.save_if_changed, clock)
         self.events = events
         self.lost = lost
@@ -159,7 +160,7 @@ class EventLogService(StepTimerService):
         seen = self.events.seen
         if seen == self._saved or (self.writer.in_flight and not now):
             return
-        lost = self.lost.recent(self.present) if self.lost is not None else ()
+        lost = self.lost.recent(self.present()) if self.lost is not None else ()
         data = encode_events(list(self.events.recent), lost)
         if not now:
             self.writer.write_soon(data, lambda error: self._written(seen, error))
