@@ -507,3 +507,32 @@ def test_a_stop_on_a_full_disk_says_which_groups_the_restart_will_not_expect(tmp
             again = Served(data)
         assert again.api.overview()["broker_groups_known"] == 1  # the file as last written, whole
         assert any("1 broker groups of 1 clusters expected" in formatEvent(e) for e in logged)
+
+
+def test_a_controller_mode_group_stopped_cleanly_after_a_fail_over_stays_stopped_cleanly_across_a_restart(tmp_path):
+    """Seen with real 5.3.3 controller-mode brokers: broker-c0 (master) stopped cleanly, the controller
+    made broker-c1 (brokerId 2) master and it registered again as brokerId 0 on the same address, then it
+    stopped cleanly too. The routes swap the id without a departure (as Java's do), but the remembered
+    topology kept id 2 "up": after a restart of the NameServer the group was 'rejoining', then paged
+    NamesrvBrokerGroupAbsent and NamesrvClusterNothingWritable (critical, 'not registered since the
+    NameServer restarted') for a cluster stopped cleanly."""
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    for addr, broker_id in ((MASTER, "0"), (B1, "2")):
+        proto, transport = first.connect()
+        register(proto, transport, addr, "broker-ctl", extra={"clusterName": "cC", "brokerId": broker_id})
+    answer, _ = ask(first, RequestCode.UNREGISTER_BROKER, {"clusterName": "cC", "brokerAddr": MASTER,
+                                                           "brokerName": "broker-ctl", "brokerId": "0"}, account=None)
+    assert answer.code == ResponseCode.SUCCESS
+    register(proto, transport, B1, "broker-ctl", extra={"clusterName": "cC", "brokerId": "0"})  # elected master
+    stop_cleanly(first, B1, "broker-ctl", "cC")  # as brokerId 0
+    assert first.api.clusters()["outages"]["clusters_stopped_cleanly"] == ["cC"]
+    first.service.topology.stopService()
+
+    again = Served(tmp_path)
+    outages = again.api.clusters()["outages"]
+    assert outages["clusters_stopped_cleanly"] == ["cC"]
+    assert outages["rejoining"]["broker_groups"] == []  # before: [cC/broker-ctl], then an outage
+    samples = again.scrape()
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="cC") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cC", broker="broker-ctl") == 0
