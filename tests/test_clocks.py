@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -146,3 +147,44 @@ def test_a_reactor_moved_to_the_monotonic_clock_keeps_its_cancelled_calls_in_ord
     reactor.seconds = lambda: time.monotonic() + 100  # all due now
     reactor.runUntilCurrent()
     assert ran == [f"due {i}" for i in range(8)]
+
+
+def test_a_crash_and_its_lost_topic_stay_their_ten_minutes_when_the_clock_steps_forward_an_hour(tmp_path: Path):
+    """namesrv_brokers_departed and namesrv_lost_topics keep a crash for 10 minutes on the steady
+    clock. Before, on the wall clock: a step forward past 10 minutes forgot both at the next scrape
+    (NamesrvBrokerCrashed and NamesrvTopicsLost resolved, the page's list emptied) while the broker was
+    still down and its topic lost, and a step back an hour kept them an hour and 10 minutes."""
+    server, step, http = stepping_server(tmp_path)
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        topics = {name: {"topicName": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicFilterType":
+                         "SINGLE_TAG", "topicSysFlag": 0, "order": False} for name in ("Orders", "Payments")}
+        body = json.dumps({"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1, "timestamp": 1},
+                                                           "topicConfigTable": topics},
+                           "filterServerList": []}).encode()
+        sock.sendall(RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+            "brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "haServerAddr":
+            "127.0.0.1:1", "brokerId": "0", "compressed": "false"}, body, version=453).encode())
+        assert sock.recv(65536)
+        sock.close()  # the broker crashed: its connection closed, its topics lost
+
+        def gauges() -> tuple[float, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+            departed = re.search(r'^namesrv_brokers_departed\{kind="closed"\} (\S+)$', text, re.M)
+            lost = re.search(r"^namesrv_lost_topics (\S+)$", text, re.M)
+            assert departed and lost, text
+            return float(departed[1]), float(lost[1])
+
+        deadline = time.monotonic() + 10
+        while gauges() != (1, 2) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gauges() == (1, 2)
+        step.write_text("3600")  # the clock steps forward an hour
+        assert gauges() == (1, 2)  # before: (0, 0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/api/clusters", timeout=10) as answer:
+            clusters = json.load(answer)
+        lost = clusters["lost_topics"][0]
+        assert abs(lost["ts_ms"] - clusters["now_ms"]) < 10_000  # lost seconds ago, on the wall clock
+    finally:
+        server.stop()

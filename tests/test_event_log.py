@@ -112,3 +112,19 @@ def test_changed_events_fold_as_before_through_a_full_ring_and_a_restore():
     again.route_event("changed", unhashable)
     again.route_event("changed", unhashable)
     assert again.recent[-1].count == 2 and sum(e.info["broker"] == "c" for e in again.recent) == 1
+
+
+def test_lost_topics_of_an_older_file_or_a_damaged_entry(tmp_path):
+    """A file without ``lost_topics`` (written by a server before it kept them) loads its events;
+    a lost topic that is not one this server wrote is named, and the file kept aside, as a damaged event."""
+    (tmp_path / "events.json").write_text(json.dumps({"format": 1, "events": [
+        {"seq": 1, "ts": 1.0, "kind": "registered", "info": {"broker": "b"}, "count": 1, "first_ts": 1.0}]}))
+    served = run(tmp_path)
+    assert [e["kind"] for e in served.api.events()["events"]] == ["registered", "started"]
+    assert served.api.clusters()["lost_topics"] == []
+    (tmp_path / "other.json").write_text(json.dumps({"format": 1, "events": [], "lost_topics": [
+        {"topic": "T", "cluster": "c1", "broker": "b", "addr": None, "kind": "registered", "reason": "", "ts": 1.0}]}))
+    with capturedLogs() as logged:
+        run(tmp_path, eventsPath=str(tmp_path / "other.json"))
+    assert any("lost topic 0: ValueError: kind 'registered' is no departure" in formatEvent(e) for e in logged)
+    assert (tmp_path / "other.json.corrupt").exists()

@@ -157,6 +157,17 @@ def test_every_metric_the_dashboard_queries_is_served(live_metrics):
     assert [name for name in sorted(names) if not served(name, live_metrics)] == []
 
 
+def test_the_dashboard_reads_every_series_the_outage_rules_read():
+    """The dashboard and the rules agree: an outage the rules tell apart (a group rejoining after a
+    restart, a cluster or group stopped cleanly, topics lost to a clean stop) is on the dashboard too.
+    Before, its outage panels read only the older gauges: a cluster stopped cleanly, which the rules
+    call a warning, showed red as 'Clusters with nothing writable', and a restart's rejoining groups red
+    as without a master."""
+    read = {name for query in dashboard_queries() for name in metric_names(query)}
+    recorded = {rule["record"] for rule in rules() if "record" in rule}  # a name, not a series served
+    assert sorted(outage_metric_names() - recorded - read) == []
+
+
 def test_the_kubernetes_scrape_job_reads_the_manifests_annotations():
     job = yaml.safe_load((MONITORING / "prometheus-kubernetes-pods.yml").read_text())["scrape_configs"][0]
     manifest = {d["kind"]: d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/namesrv.yaml").read_text())}
@@ -226,10 +237,22 @@ def expected(alert: str, **labels: str) -> dict:
     return {"exp_labels": {**rule["labels"], **labels}, "exp_annotations": rendered}
 
 
-def promtool_alerts(tmp_path, scrapes: list[dict], checks: list[dict]) -> None:
+def dashboard_stat(title: str) -> str:
+    """The query of the dashboard's stat panel of that title, for every NameServer (``$instance``)."""
+    (panel,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title]
+    return panel["targets"][0]["expr"].replace("$instance", ".*")
+
+
+def dashboard_reads(at: str, values: dict[str, int]) -> list[dict]:
+    """promtool's promql_expr_test: at ``at``, each stat panel named shows that value."""
+    return [{"expr": dashboard_stat(title), "eval_time": at, "exp_samples": [{"labels": "{}", "value": value}]}
+            for title, value in values.items()]
+
+
+def promtool_alerts(tmp_path, scrapes: list[dict], checks: list[dict], reads: list[dict] = ()) -> None:
     test = {"rule_files": [str(RULES)], "evaluation_interval": "15s",
             "tests": [{"interval": "15s", "input_series": as_input_series(scrapes, "ns-0:9877"),
-                       "alert_rule_test": checks}]}
+                       "alert_rule_test": checks, "promql_expr_test": list(reads)}]}
     path = tmp_path / "clean-stop.test.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     assert "SUCCESS" in run_promtool("test", "rules", str(path))
@@ -282,7 +305,13 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
                    for alert in ("NamesrvBrokerGroupWithoutMaster", "NamesrvBrokerCrashed", "NamesrvBrokerGroupAbsent",
                                  "NamesrvClusterNothingWritable", "NamesrvBrokerGroupStoppedCleanly",
                                  "NamesrvTopicsLost")]
-    promtool_alerts(tmp_path, scrapes, quiet + firing + not_a_crash)
+    # the dashboard says what the rules say: amber "stopped cleanly", not red "nothing writable"
+    stopped_panels = {"Clusters with nothing writable": 0, "Broker groups gone": 0, "Broker groups without a master": 0,
+                      "Topics lost": 0, "Clusters stopped cleanly": 1, "Broker groups stopped cleanly": 2}
+    up_panels = {**stopped_panels, "Clusters stopped cleanly": 0, "Broker groups stopped cleanly": 0}
+    reads = dashboard_reads("15s", up_panels) + dashboard_reads("30s", stopped_panels)
+    reads += dashboard_reads("15m", stopped_panels)
+    promtool_alerts(tmp_path, scrapes, quiet + firing + not_a_crash, reads)
 
     served.service.topology.stopService()  # the NameServer restarts (a kill -9 would lose at most 2 s)
     restarted = Served(tmp_path)
@@ -292,4 +321,5 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
     after += [{"eval_time": "16m", "alertname": alert, "exp_alerts": []} for alert in
               ("NamesrvBrokerGroupAbsent", "NamesrvClusterNothingWritable", "NamesrvBrokerGroupWithoutMaster",
                "NamesrvBrokersRejoining")]
-    promtool_alerts(tmp_path, scrapes, quiet + firing + not_a_crash + after)
+    reads += dashboard_reads("16m", {**stopped_panels, "Broker groups rejoining after a restart": 0})
+    promtool_alerts(tmp_path, scrapes, quiet + firing + not_a_crash + after, reads)

@@ -472,3 +472,67 @@ def test_a_group_whose_last_member_crashed_is_not_stopped_cleanly():
     assert gone("unregistered").stopped_cleanly
     assert not any(gone(how).stopped_cleanly for how in ("expired", "closed", "idle",
                                                          "not registered since the NameServer restarted"))
+
+
+def test_a_stop_on_a_full_disk_says_which_groups_the_restart_will_not_expect(tmp_path):
+    """The data directory filled while running (a real 64 KiB tmpfs), then SIGTERM: the stop's write of
+    topology.json fails, so the groups seen since its last write are not expected after the restart
+    (it loads the file as last written, whole: written aside and renamed). Before, the failed write at
+    the stop said nothing (the failing spell had been logged once, maybe hours before) and the restart
+    could not know: nothing said which groups were lost. Now the stop names them."""
+    from tests.hostile.faults import disk_full, tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path / "fs") as data:
+        first = Served(data)
+        first.service.topology.startService()
+        first.service.events.startService()
+        proto, transport = first.connect()
+        register(proto, transport, MASTER, "broker-a", extra={"clusterName": "c1"})
+        first.clock.advance(2)  # written: broker-a
+        with disk_full(data):
+            with capturedLogs() as logged:
+                for addr, name in ((B1, "broker-b1"), (B2, "broker-b2")):
+                    proto, transport = first.connect()
+                    register(proto, transport, addr, name, extra={"clusterName": "cB"})
+                first.clock.advance(2)  # the periodic write fails: logged once
+                first.service.topology.stopService()  # SIGTERM, the disk still full
+                first.service.events.stopService()
+            lines = [formatEvent(e) for e in logged]
+            assert sum("cannot write topology file" in line for line in lines) == 1, lines
+            assert any("events file" in line and "not written at the stop" in line for line in lines), lines
+            (stop,) = [line for line in lines if "topology file" in line and "not written at the stop" in line]
+            assert "2 broker groups seen since its last write will not be expected after the restart: " \
+                   "cB/broker-b1, cB/broker-b2" in stop and "No space left on device" in stop, stop
+        with capturedLogs() as logged:
+            again = Served(data)
+        assert again.api.overview()["broker_groups_known"] == 1  # the file as last written, whole
+        assert any("1 broker groups of 1 clusters expected" in formatEvent(e) for e in logged)
+
+
+def test_a_controller_mode_group_stopped_cleanly_after_a_fail_over_stays_stopped_cleanly_across_a_restart(tmp_path):
+    """Seen with real 5.3.3 controller-mode brokers: broker-c0 (master) stopped cleanly, the controller
+    made broker-c1 (brokerId 2) master and it registered again as brokerId 0 on the same address, then it
+    stopped cleanly too. The routes swap the id without a departure (as Java's do), but the remembered
+    topology kept id 2 "up": after a restart of the NameServer the group was 'rejoining', then paged
+    NamesrvBrokerGroupAbsent and NamesrvClusterNothingWritable (critical, 'not registered since the
+    NameServer restarted') for a cluster stopped cleanly."""
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    for addr, broker_id in ((MASTER, "0"), (B1, "2")):
+        proto, transport = first.connect()
+        register(proto, transport, addr, "broker-ctl", extra={"clusterName": "cC", "brokerId": broker_id})
+    answer, _ = ask(first, RequestCode.UNREGISTER_BROKER, {"clusterName": "cC", "brokerAddr": MASTER,
+                                                           "brokerName": "broker-ctl", "brokerId": "0"}, account=None)
+    assert answer.code == ResponseCode.SUCCESS
+    register(proto, transport, B1, "broker-ctl", extra={"clusterName": "cC", "brokerId": "0"})  # elected master
+    stop_cleanly(first, B1, "broker-ctl", "cC")  # as brokerId 0
+    assert first.api.clusters()["outages"]["clusters_stopped_cleanly"] == ["cC"]
+    first.service.topology.stopService()
+
+    again = Served(tmp_path)
+    outages = again.api.clusters()["outages"]
+    assert outages["clusters_stopped_cleanly"] == ["cC"]
+    assert outages["rejoining"]["broker_groups"] == []  # before: [cC/broker-ctl], then an outage
+    samples = again.scrape()
+    assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="cC") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cC", broker="broker-ctl") == 0

@@ -3,7 +3,11 @@
 BROKERS brokers each, every group a cluster of its own, names of NAME characters (the defaults:
 the limits' defaults, maxBrokerGroups 20,000 and maxBrokers 100,000, and maxNameLength 512).
 
-usage: tools/metrics_scrape_cost.py [--groups 20000] [--brokers 5] [--name 512] [--rounds 3] [--src DIR]
+usage: tools/metrics_scrape_cost.py [--groups 20000] [--brokers 5] [--name 512] [--topics 2] [--rounds 3] [--src DIR]
+
+``--topics N``: every group serves the same N topics (2, its own, without): the largest topicQueueTable
+the limits allow is maxTopicQueueEntries, 8,000,000 entries, 1 M topics on 8 groups
+(``--groups 8 --brokers 2 --topics 1000000``).
 
 Registers them into a service on a fake clock (in process, no port), then scrapes: the reactor's
 turn (``MetricsPage._begin``: what the families say, read) and the thread's (the series and the
@@ -27,6 +31,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=20000)
     parser.add_argument("--brokers", type=int, default=5)
     parser.add_argument("--name", type=int, default=512)
+    parser.add_argument("--topics", type=int, default=0, help="the same N topics on every group (0: two of its own)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--src", default=str(Path(__file__).resolve().parents[1]))
     args = parser.parse_args()
@@ -49,14 +54,17 @@ def main() -> None:
     service = NamesrvService.from_config(config, reactor=clock)
     routes = service.state.routes
     pad = "x" * max(0, args.name - 12)
+    shared = {f"S{t}": TopicConfig(f"S{t}") for t in range(args.topics)}
     for g in range(args.groups):
-        topics = {f"T{g}": TopicConfig(f"T{g}"), f"U{g}": TopicConfig(f"U{g}")}  # 5.x refuses a first of one
+        topics = shared or {f"T{g}": TopicConfig(f"T{g}"), f"U{g}": TopicConfig(f"U{g}")}  # 5.x refuses a first of one
         body = RegisterBrokerBody(DataVersion(1, 1), topics, [], {})
         for b in range(args.brokers):
             addr = f"10.{g // 250 % 256}.{g % 250}.{b}:{10911 + g // 64000}"
             routes.register_broker(RegisterRequest(f"c{g}{pad}", addr, f"b{g}{pad}", b, None, body, channel=addr))
     page = MetricsPage(service.state, service.remoting.factory, service.seen, service.seen.health)
-    print(f"{len(routes.brokerAddrTable)} groups, {len(routes.brokerLiveTable)} live brokers")
+    entries = sum(len(queues) for queues in routes.topicQueueTable.values())
+    print(f"{len(routes.brokerAddrTable)} groups, {len(routes.brokerLiveTable)} live brokers, "
+          f"{entries:,} topicQueueTable entries")
     page._begin()()
     for changed in (True, False):
         for _ in range(args.rounds):

@@ -55,6 +55,9 @@ class Audited:
     config_codes: frozenset[int]
     effects: tuple[str, ...]
     name: Callable[[int], str]
+    #: answer codes that are this listener's own decisions, beyond RESULTS' refusals: refused, not
+    #: failed (the controller's: a master not available, a fenced epoch - nothing failed to save)
+    refusals: frozenset[int] = frozenset()
 
 
 #: the NameServer's: request code -> operation
@@ -82,7 +85,8 @@ NAMESRV = Audited(OPERATIONS, {
 
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
 #: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
-#: group); failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
+#: group), or the listener's own decision (``Audited.refusals``: the controller's); failed: any other
+#: answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
 RESULTS = ("ok", "refused", "failed")
 _REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
@@ -148,11 +152,11 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _result(response: RemotingCommand | None) -> tuple[str, str | None]:
+def _result(response: RemotingCommand | None, refusals: frozenset[int] = frozenset()) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
-    refused = response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION)
+    refused = response.code in _REFUSALS or response.code in refusals or remark.startswith(ACL_EXCEPTION)
     return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
 
 
@@ -193,7 +197,7 @@ class Trail:
     def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
         """The audit event of an answered (or oneway) request whose code the table names."""
         audited = self.audited
-        result, reason = _result(response)
+        result, reason = _result(response, audited.refusals)
         target = self._target(request)
         if response is not None:
             target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})

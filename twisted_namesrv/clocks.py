@@ -18,7 +18,9 @@ their 120 s timeout expired every broker at the next scan (an outage until each 
 and an alert), and a step back kept the brokers heard before it for the step plus their timeout;
 on the steady clock a step changes neither. Its readings are the wall clock's until a step, then
 off by the steps since the start: what shows a heartbeat's time converts it
-(``RouteInfoManager.now_ms`` against the wall clock's now).
+(``RouteInfoManager.now_ms`` against the wall clock's now).  The ten minutes a departed broker and
+its lost topics are kept (departures.py, lost_topics.py: namesrv_brokers_departed,
+namesrv_lost_topics and their alerts) are counted on it too, their times shown on the wall clock's now.
 
 Tests give the owners a ``task.Clock`` instead, one clock for both.
 """

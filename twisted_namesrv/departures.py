@@ -9,6 +9,7 @@ listener; a broker that registers again is no longer departed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .events import RouteEvent, broker_key
@@ -24,9 +25,14 @@ class DepartedBrokers:
     """The last departure of each broker (cluster, name, address) that left in the last
     DEPARTED_KEEP_SECONDS, oldest first."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], steady: Callable[[], float] | None = None) -> None:
+        """``clock``: the wall clock, a departure's time shown; ``steady``: the clock its
+        DEPARTED_KEEP_SECONDS are counted on (clocks.py's steady_seconds; by default ``clock``), so
+        that a wall clock stepped forward does not forget a crash at once, nor one stepped back keep it."""
         self.clock = clock
-        self._departed: dict[tuple[Any, Any, Any], RouteEvent] = {}
+        self.steady = steady or clock
+        #: each departure with when it left on the steady clock
+        self._departed: dict[tuple[Any, Any, Any], tuple[RouteEvent, float]] = {}
 
     def route_event(self, kind: str, info: dict[str, Any]) -> None:
         """RouteInfoManager's listener: a departure is kept, any other event of the broker ends its
@@ -36,17 +42,19 @@ class DepartedBrokers:
             departed.pop(key, None)
         if kind in DEPARTURES:  # only a departure is kept: every first registration passes here too
             now = self.clock()
-            departed[key] = RouteEvent(0, now, kind, dict(info), 1, now)
+            departed[key] = (RouteEvent(0, now, kind, dict(info), 1, now), self.steady())
         if departed:
             self._forget_old()
 
     def brokers(self) -> list[RouteEvent]:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
         self._forget_old()
-        return list(self._departed.values())
+        offset = self.clock() - self.steady()  # 0 until the wall clock steps: times shown on the wall clock of now
+        return [event if event.ts == at + offset else replace(event, ts=at + offset, first_ts=at + offset)
+                for event, at in self._departed.values()]
 
     def _forget_old(self) -> None:
         """Beyond DEPARTED_LIMIT, or older than DEPARTED_KEEP_SECONDS: forgotten."""
-        departed, oldest_kept = self._departed, self.clock() - DEPARTED_KEEP_SECONDS
-        while departed and (len(departed) > DEPARTED_LIMIT or next(iter(departed.values())).ts < oldest_kept):
+        departed, oldest_kept = self._departed, self.steady() - DEPARTED_KEEP_SECONDS
+        while departed and (len(departed) > DEPARTED_LIMIT or next(iter(departed.values()))[1] < oldest_kept):
             del departed[next(iter(departed))]

@@ -7,6 +7,10 @@ last ``events.RECENT_EVENTS`` events (broker events and the audit trail) are wri
 write_atomically - a reader never sees half a file - at most every EVENTS_SAVE_SECONDS when they
 changed (in a thread: file_writer.py), and at a clean stop; so a kill -9 loses at most the last few seconds of them.
 
+The topics still lost (lost_topics.py: their last broker left in the last ten minutes and none
+serves them) go in the same file, under ``lost_topics``, so that a restart does not forget them
+(an older server reading the file skips the key).
+
 At start they are loaded back, numbered as before, and a ``started`` event marks the restart.  A
 file that cannot be used (not JSON, not ours, a field missing) is logged naming it and kept as
 ``events.json.corrupt`` for whoever wants to look: the server starts with no earlier events, it
@@ -15,9 +19,11 @@ never refuses to start over them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,7 @@ from twisted.logger import Logger
 from . import __version__
 from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .file_writer import FileWriter
+from .lost_topics import DEPARTURES, LostTopic, LostTopics
 from .state.config import ConfigError, NamesrvConfig
 from .state.files import NotRegularFile, read_regular
 from .state.store import DocumentError, document_items, set_aside
@@ -49,10 +56,11 @@ def events_path(config: NamesrvConfig) -> Path:
     return Path(configured) if configured else Path(config["kvConfigPath"]).with_name(EVENTS_FILE)
 
 
-def encode_events(events: list[RouteEvent]) -> bytes:
+def encode_events(events: list[RouteEvent], lost: Sequence[LostTopic] = ()) -> bytes:
     return json.dumps({"format": FORMAT, "events": [
         {"seq": e.seq, "ts": e.ts, "kind": e.kind, "info": e.info, "count": e.count, "first_ts": e.first_ts}
-        for e in events]}, default=str, separators=(",", ":")).encode()
+        for e in events], "lost_topics": [lost_topic_item(topic) for topic in lost]},
+        default=str, separators=(",", ":")).encode()
 
 
 def decode_events(data: bytes) -> list[RouteEvent]:
@@ -74,16 +82,48 @@ def decode_events(data: bytes) -> list[RouteEvent]:
     return events[-RECENT_EVENTS:]
 
 
+def lost_topic_item(topic: LostTopic) -> dict[str, Any]:
+    """A lost topic as the file keeps it: its steady-clock stamp (``at``) means nothing to the next run."""
+    item = dataclasses.asdict(topic)
+    del item["at"]
+    return item
+
+
+def decode_lost_topics(data: bytes) -> list[LostTopic]:
+    """The lost topics of a file encode_events wrote (none in a file of an older server), oldest
+    first; anything else raises EventsFileError naming what is wrong."""
+    items = json.loads(data).get("lost_topics", [])
+    if not isinstance(items, list):
+        raise EventsFileError("lost_topics: not a list")
+    lost = []
+    for number, item in enumerate(items):
+        try:
+            cluster, addr, kind = item["cluster"], item["addr"], str(item["kind"])
+            if kind not in DEPARTURES:
+                raise ValueError(f"kind {kind!r} is no departure")
+            lost.append(LostTopic(str(item["topic"]), None if cluster is None else str(cluster), str(item["broker"]),
+                                  None if addr is None else str(addr), kind, str(item["reason"]),
+                                  float(item["ts"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EventsFileError(f"lost topic {number}: {type(exc).__name__}: {exc}") from None
+    return lost
+
+
 class EventLogService(StepTimerService):
     """Loads the events before the start (``load``), writes them when changed (every ``interval``
     seconds) and at a clean stop."""
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
-                 interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None) -> None:
+                 interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None,
+                 lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
-        the stop's too."""
+        the stop's too.  ``lost``: the lost topics kept with the events, those not in ``present()``
+        (topicQueueTable as it is then, not as wired: a table replaced, by a route snapshot, must
+        not be held; a topic served again is lost no more, nor after the restart)."""
         super().__init__(interval, self.save_if_changed, clock)
         self.events = events
+        self.lost = lost
+        self.present = present
         self.path = Path(path)
         self.writer = FileWriter(clock, self.path, "eventsPath", failures)
         self._saved = -1
@@ -94,7 +134,10 @@ class EventLogService(StepTimerService):
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
-                restored = decode_events(read_regular(self.path, None))
+                data = read_regular(self.path, None)
+                restored, lost = decode_events(data), decode_lost_topics(data)
+                if self.lost is not None:
+                    self.lost.restore(lost)
             except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
                 raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
             except OSError as exc:
@@ -117,7 +160,8 @@ class EventLogService(StepTimerService):
         seen = self.events.seen
         if seen == self._saved or (self.writer.in_flight and not now):
             return
-        data = encode_events(list(self.events.recent))
+        lost = self.lost.recent(self.present()) if self.lost is not None else ()
+        data = encode_events(list(self.events.recent), lost)
         if not now:
             self.writer.write_soon(data, lambda error: self._written(seen, error))
             return
@@ -143,4 +187,8 @@ class EventLogService(StepTimerService):
     def stopService(self) -> Any:
         stopped = super().stopService()  # the timer first
         self.save_if_changed(now=True)
+        if self.events.seen != self._saved:  # the stop's write failed (logged once per spell: maybe long ago)
+            log.error("events file {path} not written at the stop: the page's {count} events since its last write, "
+                      "and the topics lost since, will not be shown after the restart", path=str(self.path),
+                      count=self.events.seen - max(self._saved, 0))
         return stopped

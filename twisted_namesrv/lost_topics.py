@@ -9,13 +9,15 @@ TopicValidator's, retry and dead-letter) go with their broker by design and are 
 RouteInfoManager works out which topics left with a departure while it removes them (the
 one scan of topicQueueTable a batch of departures makes) and hands them here once the change is
 complete (``departed``, which the composition root hands ``RouteInfoManager.listen_lost``): this
-reads no table, so its work is the topics lost, not the topics held.
+reads no table, so its work is the topics lost, not the topics held.  Those still lost are kept
+across a restart with the page's events (event_log.py): a NameServer restarted after a broker
+took topics away still names them for the rest of their ten minutes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .system_topics import is_system_topic
@@ -34,12 +36,20 @@ class LostTopic:
     addr: str | None
     kind: str
     reason: str
+    #: when it was lost, on the wall clock (what the page shows, what a restart reads back)
     ts: float
+    #: the same on the steady clock, which its ten minutes are counted on: a wall clock stepped
+    #: forward an hour must not forget a loss at once, nor one stepped back keep it an hour longer
+    at: float = 0.0
 
 
 class LostTopics:
-    def __init__(self, clock: Callable[[], float], keep_seconds: float = KEEP_SECONDS, limit: int = LIMIT) -> None:
+    def __init__(self, clock: Callable[[], float], keep_seconds: float = KEEP_SECONDS, limit: int = LIMIT,
+                 steady: Callable[[], float] | None = None) -> None:
+        """``clock``: the wall clock; ``steady``: the clock the ages are counted on (clocks.py's
+        steady_seconds; by default ``clock``)."""
         self.clock = clock
+        self.steady = steady or clock
         self.keep_seconds = keep_seconds
         self.limit = limit
         self._lost: dict[str, LostTopic] = {}
@@ -50,15 +60,15 @@ class LostTopics:
         name = info.get("broker")
         if kind not in DEPARTURES or not isinstance(name, str):
             return
-        now = self.clock()
+        now, at = self.clock(), self.steady()
         reason = str(info.get("reason") or ("the broker unregistered" if kind == "unregistered" else kind))
         cluster = info.get("cluster")
         clusters = (cluster,) if isinstance(cluster, str) else ()
         lost = self._lost
         for topic in self._newest_applications(topics, clusters, (name,)):
             lost.pop(topic, None)
-            lost[topic] = LostTopic(topic, cluster, name, info.get("addr"), kind, reason, now)
-        self._forget(now)
+            lost[topic] = LostTopic(topic, cluster, name, info.get("addr"), kind, reason, now, at)
+        self._forget(at)
 
     def _newest_applications(self, topics: list[str], clusters: tuple[str, ...], brokers: tuple[str, ...]) -> list[str]:
         """The last ``limit`` of ``topics`` that are an application's, in their order: looked for
@@ -73,9 +83,25 @@ class LostTopics:
         return newest
 
     def recent(self, present: Container[str]) -> list[LostTopic]:
-        """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first."""
-        self._forget(self.clock())
-        return [lost for topic, lost in self._lost.items() if topic not in present]
+        """Topics lost in the last ``keep_seconds`` and not served again (``present``), oldest first,
+        each ``ts`` on the wall clock of now (a loss seconds ago says so after a step of the clock)."""
+        steady = self.steady()
+        self._forget(steady)
+        offset = self.clock() - steady  # 0 until the wall clock steps
+        return [lost if lost.ts == lost.at + offset else replace(lost, ts=lost.at + offset)
+                for topic, lost in self._lost.items() if topic not in present]
+
+    def restore(self, kept: list[LostTopic]) -> None:
+        """The last run's lost topics (event_log.py keeps them in events.json), before this run's,
+        each with when it was lost: a restart neither forgets them nor gives them ten minutes more
+        (their age is the wall clock's, the only one a restart keeps)."""
+        lost, self._lost = self._lost, {}
+        wall, steady = self.clock(), self.steady()
+        restored = [replace(topic, at=steady - (wall - topic.ts)) for topic in kept]
+        for topic in (*restored, *lost.values()):
+            self._lost.pop(topic.topic, None)
+            self._lost[topic.topic] = topic
+        self._forget(steady)
 
     def _forget(self, now: float) -> None:
         """The oldest go while over the limit or older than ``keep_seconds``: found in one walk
@@ -85,7 +111,7 @@ class LostTopics:
         over = len(lost) - self.limit
         gone: list[str] = []
         for topic, kept in lost.items():
-            if len(gone) >= over and kept.ts >= oldest_kept:
+            if len(gone) >= over and kept.at >= oldest_kept:
                 break
             gone.append(topic)
         for topic in gone:

@@ -181,7 +181,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     uptime = since_now(steady_seconds(clock))
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
                          config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
-    events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
+    # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
+    steady = steady_seconds(clock)
+    events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
+    lost = LostTopics(seconds, steady=steady)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
                         HealthWatch(routes, topology, rejoin_window(config, uptime)))
     # what makes kept answers stale
@@ -240,7 +243,8 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         state, metrics = owners.state, owners.seen.metrics
         # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
         notifier.counts, notifier.fds = metrics.pushes, owners.fds
-        events = EventLogService(owners.seen.events, events_path(config), reactor, failures=metrics.store_failures)
+        events = EventLogService(owners.seen.events, events_path(config), reactor, failures=metrics.store_failures,
+                                 lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable)
         events.load()
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
                                         metrics.store_load_refusals, failures=metrics.store_failures)

@@ -56,7 +56,12 @@ class TopologyStoreService(StepTimerService):
         self.writer = FileWriter(clock, self.path, STORE, failures)
         self.load_refusals = load_refusals
         self._saved = -1
+        #: each group's entry as the file holds it (its last good write): what a stop that cannot
+        #: write it would lose is told against it
+        self._in_file: dict[tuple[str, str], str] = {}
         self._failing = False
+        #: the last write's error, for the stop's line
+        self._error: OSError | None = None
         self._refused_told = 0
 
     def load(self) -> int:
@@ -72,6 +77,7 @@ class TopologyStoreService(StepTimerService):
             return 0
         self.topology.load(groups)
         self._saved = self.topology.version
+        self._in_file = dict(self.topology.encoded)
         if groups:
             log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen",
                      path=str(self.path), groups=len(groups), clusters=len(self.topology.clusters()))
@@ -85,9 +91,9 @@ class TopologyStoreService(StepTimerService):
 
     def save_now(self) -> None:
         """Write the memory at once (after a write in flight); StoreError when it cannot be made durable."""
-        version = self.topology.version
+        version, entries = self.topology.version, dict(self.topology.encoded)
         self.writer.write_now(encode(self.topology))
-        self._saved = version
+        self._saved, self._in_file = version, entries
 
     def save_if_changed(self, now: bool = False) -> None:
         """Write the memory when it changed since the last write: in a thread (file_writer.py), or
@@ -102,7 +108,8 @@ class TopologyStoreService(StepTimerService):
         if version == self._saved or (self.writer.in_flight and not now):
             return
         if not now:
-            self.writer.write_soon(encode(self.topology), lambda error: self._written(version, error))
+            entries = dict(self.topology.encoded)
+            self.writer.write_soon(encode(self.topology), lambda error: self._written(version, error, entries))
             return
         try:
             self.save_now()
@@ -111,8 +118,9 @@ class TopologyStoreService(StepTimerService):
             return
         self._written(version, None)
 
-    def _written(self, version: int, error: OSError | None) -> None:
+    def _written(self, version: int, error: OSError | None, entries: dict[tuple[str, str], str] | None = None) -> None:
         if error is not None:
+            self._error = error
             if not self._failing:  # once per failing spell
                 log.error("cannot write topology file {path}: {error}; groups seen since will be forgotten by a "
                           "restart until it can", path=str(self.path), error=str(error))
@@ -123,8 +131,24 @@ class TopologyStoreService(StepTimerService):
         self._failing = False
         if version > self._saved:
             self._saved = version
+            if entries is not None:
+                self._in_file = entries
 
     def stopService(self) -> Any:
         stopped = super().stopService()
         self.save_if_changed(now=True)
+        if self.topology.version != self._saved:
+            self._lost_at_stop()
         return stopped
+
+    def _lost_at_stop(self) -> None:
+        """The stop's write failed: say what the restart will not know (it reads the file as last
+        written, and cannot tell what was never in it)."""
+        entries = self.topology.encoded
+        new = sorted(key for key in entries if key not in self._in_file)
+        changed = sum(key in self._in_file and self._in_file[key] != entry for key, entry in entries.items())
+        shown = ", ".join(f"{cluster}/{broker}" for cluster, broker in new[:20]) + (", ..." if len(new) > 20 else "")
+        log.error("topology file {path} not written at the stop ({error}): {new} broker groups seen since its last "
+                  "write will not be expected after the restart: {shown}; {changed} others changed since (members, "
+                  "how they left) will be read back as they were", path=str(self.path), error=str(self._error),
+                  new=len(new), shown=shown or "none", changed=changed)

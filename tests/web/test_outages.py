@@ -173,3 +173,54 @@ def test_which_system_topics_take_no_writes_by_design():
     assert write_off_by_design("broker-a", ("c1",), ("broker-a",)) and write_off_by_design("c1", ("c1",), ())
     for topic in ("TBW102", "c1_REPLY_TOPIC", "OrdersA", "rmq_sys_REVIVE_LOG_c1", "broker-b"):
         assert not write_off_by_design(topic, ("c1",), ("broker-a",)), topic
+
+
+def test_topics_lost_before_a_restart_are_still_lost_after_it(tmp_path):
+    """A NameServer restarted after a broker took topics away still names them, for the rest of
+    their ten minutes: kept in events.json with the page's events (so a kill -9 of the NameServer
+    keeps what the timer wrote). Before, a restart forgot them: namesrv_lost_topics 0 and NamesrvTopicsLost
+    resolved while the topics were as lost as before, and the page no longer said which."""
+    from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS
+    from twisted_namesrv.lost_topics import KEEP_SECONDS
+
+    served = Served(tmp_path)
+    served.service.events.startService()
+    _, (_, b_master) = two_groups(served)
+    b_master.loseConnection()  # broker-b crashed: OrdersB lost
+    served.clock.advance(0)
+    lost_at = served.clock.seconds()
+    unregister(served, A_SLAVE, "broker-a", 1)
+    unregister(served, A_MASTER, "broker-a", 0)  # broker-a stopped cleanly: OrdersA lost too
+    served.clock.advance(EVENTS_SAVE_SECONDS)  # written by the timer: what a kill -9 of the NameServer leaves
+
+    restarted = Served(tmp_path)  # no stopService: as after kill -9
+    restarted.clock.advance(EVENTS_SAVE_SECONDS + 60)
+    samples = restarted.scrape()
+    assert value(samples, "namesrv_lost_topics") == 2
+    assert value(samples, "namesrv_lost_topics_stopped_cleanly") == 1
+    lost = {t["topic"]: t for t in restarted.api.clusters()["lost_topics"]}
+    assert (lost["OrdersB"]["broker"], lost["OrdersB"]["kind"]) == ("broker-b", "closed")
+    assert (lost["OrdersA"]["broker"], lost["OrdersA"]["kind"]) == ("broker-a", "unregistered")
+    assert lost["OrdersB"]["ts_ms"] == int(lost_at * 1000)  # when it was lost, not when the restart read it
+
+    join(restarted, A_MASTER, "broker-a", 0, ("broker-a", "OrdersA"))  # broker-a back: OrdersA served again
+    assert [t["topic"] for t in restarted.api.clusters()["lost_topics"]] == ["OrdersB"]
+    restarted.clock.advance(KEEP_SECONDS - 60)  # ten minutes after the loss, as without a restart
+    assert "OrdersB" not in [t["topic"] for t in restarted.api.clusters()["lost_topics"]]
+
+
+def test_a_topic_served_again_before_a_restart_is_not_lost_after_it(tmp_path):
+    """Only topics still lost are kept: OrdersB, lost and then served again before the restart, must
+    not count as lost while broker-b re-registers after it (NamesrvTopicsLost would page for the
+    window)."""
+    from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS
+
+    served = Served(tmp_path)
+    served.service.events.startService()
+    _, (_, b_master) = two_groups(served)
+    b_master.loseConnection()
+    served.clock.advance(0)
+    join(served, B_MASTER, "broker-b", 0, ("broker-b", "OrdersB"))  # broker-b back
+    served.clock.advance(EVENTS_SAVE_SECONDS)
+    restarted = Served(tmp_path)
+    assert value(restarted.scrape(), "namesrv_lost_topics") == 0

@@ -339,7 +339,9 @@ def test_right_after_a_restart_the_page_says_brokers_are_re_registering_not_an_o
 @pytest_twisted.inlineCallbacks
 def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_path):
     """Every broker unregistered (mqshutdown broker), then the NameServer restarted: the page was red,
-    "DefaultCluster / broker-a is absent: every member left", like a crash.  Now amber: stopped cleanly."""
+    "DefaultCluster / broker-a is absent: every member left", like a crash.  Now amber: stopped cleanly.
+    Its topics are still lost after the restart (kept in events.json), amber too: their last broker
+    unregistered, as NamesrvTopicsLost leaves them out (red before, whenever a topic was lost)."""
     browser = chromium()
     before = Night(tmp_path)
     yield before.start()
@@ -355,7 +357,7 @@ def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_pat
     attributes, status_line = row(text, "id", "status", "div")
     assert 'class="warn"' in attributes and status_line == (
         f"cluster {CLUSTER} stopped cleanly: every broker unregistered, nothing can be written to it until its "
-        "brokers start again"), status_line
+        "brokers start again; 2 topics lost their last broker: T2, TopicTest"), status_line
     attributes, _ = row(text, "id", "outages", "div")
     assert "hidden" in attributes, attributes
     _, group = row(text, "data-stopped", "broker-a")

@@ -6,7 +6,7 @@ audit.py, which the controller's service uses, imports nothing of the controller
 from __future__ import annotations
 
 from ..audit import Audited
-from .codes import ControllerRequestCode
+from .codes import ControllerRequestCode, ControllerResponseCode
 
 #: request code -> operation (the metric's label)
 CONTROLLER_OPERATIONS: dict[int, str] = {
@@ -17,6 +17,13 @@ CONTROLLER_OPERATIONS: dict[int, str] = {
     ControllerRequestCode.CONTROLLER_REGISTER_BROKER: "register_broker_to_controller",
     ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: "apply_broker_id",
 }
+#: the controller's answers that are its state machine's decisions (a master not available, a fenced
+#: epoch, a broker not alive...): refused, not failed. A controller-mode cluster started again after a
+#: full stop answers a broker outside the last sync-state set CONTROLLER_MASTER_NOT_AVAILABLE every 5 s
+#: until a member of it is back; counted failed, that paged NamesrvAdminRequestsFailing ("could not be
+#: saved", critical) for minutes. A raft error (2015) and SYSTEM_ERROR (a log append that failed) stay failed.
+REFUSALS = frozenset(code for code in ControllerResponseCode
+                     if code >= 2000 and code != ControllerResponseCode.CONTROLLER_JRAFT_INTERNAL_ERROR)
 CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
     ControllerRequestCode.CLEAN_BROKER_DATA: ("clusterName", "brokerName", "brokerControllerIdsToClean",
                                               "isCleanLivingBroker"),
@@ -25,4 +32,4 @@ CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
     ControllerRequestCode.CONTROLLER_REGISTER_BROKER: ("clusterName", "brokerName", "brokerId", "brokerAddress"),
     ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: ("clusterName", "brokerName", "appliedBrokerId"),
 }, frozenset({ControllerRequestCode.UPDATE_CONTROLLER_CONFIG}), ("masterBrokerId", "masterEpoch"),
-    lambda code: ControllerRequestCode(code).name)
+    lambda code: ControllerRequestCode(code).name, REFUSALS)

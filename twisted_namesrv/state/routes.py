@@ -714,7 +714,8 @@ class RouteInfoManager:
         addrs = broker.brokerAddrs
         prev_min_id = min(addrs) if addrs else 0
         # a slave switching to master: one address, one id
-        for broker_id in [i for i, a in addrs.items() if a == req.brokerAddr and i != req.brokerId]:
+        swapped = [i for i, a in addrs.items() if a == req.brokerAddr and i != req.brokerId]
+        for broker_id in swapped:
             del addrs[broker_id]
             self._broker_changed(req.brokerName)
         if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
@@ -750,7 +751,9 @@ class RouteInfoManager:
         elif previous.restored:
             self._emit("confirmed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
-        elif not self._same_version(previous.dataVersion, req.body.dataVersion):
+        elif swapped or not self._same_version(previous.dataVersion, req.body.dataVersion):
+            # a new data version, or a new id (a slave made master by a controller, its table the
+            # same): the remembered topology must hear the id it now serves as
             self._emit("changed", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
                        addr=req.brokerAddr, topics=topic_count)
         servers = self.filterServerTable.get(key, []) if unchanged else list(req.body.filterServerList)

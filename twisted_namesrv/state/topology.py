@@ -136,8 +136,14 @@ class Topology:
             group.up = self._alike_ids(group.up | {broker_id})
         member = group.members.get(broker_id)
         if member is None or member.addr != addr:
-            for other_id in [i for i, m in group.members.items() if m.addr == addr]:  # a slave became master
+            # a slave became master (a controller's election): the routes swap its id with no departure,
+            # as Java's do, so its old id is neither a member nor up any more (kept up, a group stopped
+            # cleanly after a fail-over was expected back after a restart, then an outage)
+            swapped = [i for i, m in group.members.items() if m.addr == addr]
+            for other_id in swapped:
                 del group.members[other_id]
+            if group.up & set(swapped):
+                group.up = self._alike_ids(group.up - set(swapped))
             group.members[broker_id] = Member(broker_id, addr, now)
             while len(group.members) > self.members_limit:
                 del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
