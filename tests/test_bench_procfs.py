@@ -95,8 +95,11 @@ def test_schedstat_read_once_or_through_a_kept_descriptor(procfs, tmp_path) -> N
     assert procfs.schedstat_ns(path) == (2_500_000, 1_000_000)
     kept = procfs.Schedstat(path)
     assert kept.read() == (2.5, 1.0) and kept.read_ns() == (2_500_000, 1_000_000)
+    assert procfs.parse_schedstat_slices(path.read_bytes()) == (2_500_000, 1_000_000, 42)
+    assert kept.read_slices() == (2.5, 1.0, 42)
     kept.close()
     assert kept.read() == (0.0, 0.0) and procfs.Schedstat(tmp_path / "gone").read_ns() == (0, 0)
+    assert kept.read_slices() == (0.0, 0.0, 0)
     with pytest.raises(OSError):
         procfs.schedstat_ns(tmp_path / "gone")
 
