@@ -184,6 +184,18 @@ def core_steal_s(core: int, proc: Path = PROC) -> float:
     return 0.0
 
 
+def kernel_thread(comm: str, proc: Path = PROC) -> int | None:
+    """The pid of the process named ``comm`` whose parent is kthreadd (pid 2: a kernel thread,
+    e.g. ``ksoftirqd/1``, which delivers a core's loopback packets once their work passes what a
+    system call may do itself); None when there is none."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            stat = pid_stat(int(entry.name), proc)
+            if stat is not None and stat.comm == comm and stat.ppid == 2:
+                return int(entry.name)
+    return None
+
+
 def parse_schedstat(data: bytes | str) -> tuple[int, int]:
     """A thread's ``schedstat``: (ns it ran on a CPU, ns it was runnable waiting for one)."""
     ran, waited, _ = parse_schedstat_slices(data)
