@@ -10,11 +10,13 @@ idle time left out.  A shared machine moves CPU time by tens of percent; this mo
 ``--tree DIR`` counts another checkout's code (a ``git worktree`` of another commit), run from
 that directory (``python -m`` puts the working directory first on the path).  ``--repeated``
 counts a repeated registration instead (the curve's second phase: each table sent again on its
-connection, a heartbeat renewed): ``--more`` brokers registered once, then twice, the difference
-over the brokers.
+connection, a heartbeat renewed): ``--more`` brokers registered once, then sent again ``--renewals``
+times (4), the difference over the renewals.  One renewal is a seventh of a first registration, and
+two runs' first registrations and start-ups differ by tens of millions of instructions: sent once
+more (1,000 brokers), four commits of one day counted 0.095-0.194 M, not in the order of the commits.
 
     .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree DIR]
-    .venv/bin/python tools/bench/instructions.py --repeated [--step brokers-5000] [--more 1500]
+    .venv/bin/python tools/bench/instructions.py --repeated [--renewals 4] [--step brokers-5000] [--more 1500]
 
 Needs valgrind (``apt-get install valgrind``); each run takes a minute or two.
 """
@@ -79,6 +81,7 @@ def main() -> None:
     p.add_argument("--fewer", type=int, default=500, metavar="N")
     p.add_argument("--more", type=int, default=1500, metavar="N")
     p.add_argument("--repeated", action="store_true", help="count a repeated registration (--more brokers)")
+    p.add_argument("--renewals", type=int, default=4, metavar="R", help="with --repeated: the tables sent R times more")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -89,9 +92,10 @@ def main() -> None:
         os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
     step = curve.step_named(a.step)
     if a.repeated:
-        once, twice = (count(a.tree.resolve(), step, a.more, a.python, sends) for sends in (1, 2))
-        print(f"{a.tree}: {(twice - once) / a.more / 1e6:.3f} M instructions a repeated registration "
-              f"({a.step}, {a.more:,} brokers registered once and twice: {once:,} and {twice:,})", flush=True)
+        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends) for sends in (1, 1 + a.renewals))
+        print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
+              f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times: {once:,} and "
+              f"{again:,})", flush=True)
         return
     fewer, more = (count(a.tree.resolve(), step, n, a.python) for n in (a.fewer, a.more))
     print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration "
