@@ -154,8 +154,11 @@ def main() -> None:
           f"{compat}", flush=True)
     phases = (("first registration", 1), ("the same tables, new dataVersion", 2),
               *[("the same again as it was (heartbeats: renewed)", 2)] * a.renewals)
+    made: dict[int, list[list[bytes]]] = {}  # the frames of each dataVersion, made once: not in a count of renewals
     for label, counter in phases[:1] if a.first_only else phases:
-        frames = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+        if counter not in made:
+            made[counter] = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+        frames = made[counter]
 
         def register(frames: list[list[bytes]] = frames) -> None:
             for protocol, pieces in zip(brokers, frames, strict=True):
