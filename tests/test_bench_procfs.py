@@ -76,6 +76,14 @@ def test_the_descendants_are_found_by_children_files_and_by_parent_links_alike(p
     assert procfs.tree_cpu_s(1, proc) == (15 + 400 + 20) / procfs.TICKS  # living ones' own CPU only
 
 
+def test_a_kernel_thread_is_found_by_name_among_kthreadds_children_only(procfs, proc) -> None:
+    fake_process(proc, 2000, "ksoftirqd/1", 5, 0, 0, [])  # a process that only calls itself so
+    assert procfs.kernel_thread("ksoftirqd/1", proc) is None
+    fake_process(proc, 21, "ksoftirqd/1", 2, 3, 9, [])
+    fake_process(proc, 16, "ksoftirqd/0", 2, 3, 9, [])
+    assert procfs.kernel_thread("ksoftirqd/1", proc) == 21
+
+
 def test_memory_lines_by_name_zero_when_missing_none_when_gone(procfs, proc) -> None:
     assert procfs.status_kib(1, ("VmRSS", "VmHWM"), proc) == {"VmRSS": 1024, "VmHWM": 2048}
     assert procfs.status_kib(2, ("VmRSS", "VmHWM"), proc) == {"VmRSS": 4096, "VmHWM": 0}
@@ -95,8 +103,11 @@ def test_schedstat_read_once_or_through_a_kept_descriptor(procfs, tmp_path) -> N
     assert procfs.schedstat_ns(path) == (2_500_000, 1_000_000)
     kept = procfs.Schedstat(path)
     assert kept.read() == (2.5, 1.0) and kept.read_ns() == (2_500_000, 1_000_000)
+    assert procfs.parse_schedstat_slices(path.read_bytes()) == (2_500_000, 1_000_000, 42)
+    assert kept.read_slices() == (2.5, 1.0, 42)
     kept.close()
     assert kept.read() == (0.0, 0.0) and procfs.Schedstat(tmp_path / "gone").read_ns() == (0, 0)
+    assert kept.read_slices() == (0.0, 0.0, 0)
     with pytest.raises(OSError):
         procfs.schedstat_ns(tmp_path / "gone")
 

@@ -76,6 +76,7 @@ from procfs import (  # beside this file: /proc read one way
     core_steal_s,
     cores_busy_s,
     descendants,
+    kernel_thread,
     launched,
     pid_cpu_s,
     status_kib,
@@ -385,8 +386,11 @@ def read_answer(s: socket.socket) -> None:
 
 
 #: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
-#: its own CPU, and how long of it the server's main thread ran and waited for a CPU (ms)
-Sample = tuple[float, float, float, float, float]
+#: its own CPU, how long of it the server's main thread ran and waited for a CPU (ms), how long the
+#: probe itself ran (ms: its send and read, and the loopback's delivery they do for the core's other
+#: packets), how many times the server's main thread was put on a CPU, and how long core 1's
+#: ksoftirqd ran and waited for it (ms: packets the system calls left it to deliver)
+Sample = tuple[float, float, float, float, float, float, int, float, float]
 
 
 def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) -> None:
@@ -400,24 +404,31 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
     own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+    softirqd_pid = kernel_thread("ksoftirqd/1")
+    softirqd = Schedstat(f"/proc/{softirqd_pid}/schedstat" if softirqd_pid else "/nonexistent")
     samples: list[Sample] = []
     opaque = 0
     try:
         while not stop.is_set():
             opaque += 1
-            (_, waited), (ran0, queued0) = own.read(), server.read()
+            (own_ran, waited, _), (ran0, queued0, slices0) = own.read_slices(), server.read_slices()
+            soft_ran0, soft_queued0 = softirqd.read()
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
             read_answer(s)
             rtt = time.monotonic() - started
-            ran1, queued1 = server.read()
-            samples.append((started, rtt, own.read()[1] - waited, ran1 - ran0, queued1 - queued0))
+            ran1, queued1, slices1 = server.read_slices()
+            own_ran1, waited1, _ = own.read_slices()
+            soft_ran1, soft_queued1 = softirqd.read()
+            samples.append((started, rtt, waited1 - waited, ran1 - ran0, queued1 - queued0, own_ran1 - own_ran,
+                            slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
-        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0))
+        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0))
     finally:
         server.close()
         own.close()
+        softirqd.close()
         out.send(samples)
 
 
@@ -432,18 +443,29 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms),
     the longest the probe itself waited for its CPU during one lookup, and what the longest wait
     was made of: the server's main thread on its CPU (``probe_max_server_ran_ms``), waiting for it
-    (``..._runqueue_ms``: the scheduler gave its core to others), neither (``probe_max_neither_ms``:
-    blocked in a system call or on a lock, or the probe's own side)."""
+    (``..._runqueue_ms``: the scheduler gave its core to others), the probe's own side (waiting for
+    its core, ``probe_max_own_runqueue_ms``, and on it, ``probe_max_own_ran_ms``: under the kernel's
+    PREEMPT_NONE a load's send in the kernel holds core 1 even from the SCHED_FIFO probe), none of
+    these (``probe_max_neither_ms``: blocked in a system call or on a lock, the packet not yet
+    delivered, or the host); how many times the server's thread was put on a CPU meanwhile
+    (``probe_max_server_slices``); and core 1's ksoftirqd's time on it and waiting for it
+    (``probe_max_softirqd_ran_ms``, ``..._runqueue_ms``: a packet of the lookup's may wait there).
+    The server's run time is the kernel's as of its last tick (``procfs.parse_schedstat_slices``):
+    within a tick (4 ms here) either way, so a wait of a few ms may show the reactor's turn as
+    neither, or a tick more ran than the wait; server_turns.py times the turns themselves."""
     inside = [sample[1:] for sample in samples if sample[0] + sample[1] >= t0 and sample[0] <= t1]
     rtts = sorted(r * 1e3 for r, *_ in inside)
     if not rtts:
         return {"probe_max_ms": None, "lookup_p50_ms": None, "lookup_p99_ms": None, "probe_runqueue_max_ms": None}
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))], 3)  # noqa: E731
-    longest, _, ran, queued = max(inside)
+    longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued = max(inside)
     return {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99),
             "probe_runqueue_max_ms": round(max(own for _, own, *_ in inside), 2),
             "probe_max_server_ran_ms": round(ran, 2), "probe_max_server_runqueue_ms": round(queued, 2),
-            "probe_max_neither_ms": round(longest * 1e3 - ran - queued, 2)}
+            "probe_max_own_runqueue_ms": round(own_queued, 2), "probe_max_own_ran_ms": round(own_ran, 2),
+            "probe_max_server_slices": slices, "probe_max_softirqd_ran_ms": round(soft_ran, 2),
+            "probe_max_softirqd_runqueue_ms": round(soft_queued, 2),
+            "probe_max_neither_ms": round(longest * 1e3 - ran - queued - own_queued - own_ran, 2)}
 
 
 # ---- one step against one server ---------------------------------------------------------------

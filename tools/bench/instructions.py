@@ -8,9 +8,15 @@ brokers and then its first ``--more`` (each broker's table once, 8 in flight, as
 of one first registration, the reactor's turns, reads and sends included, start-up and
 idle time left out.  A shared machine moves CPU time by tens of percent; this moves by about one.
 ``--tree DIR`` counts another checkout's code (a ``git worktree`` of another commit), run from
-that directory (``python -m`` puts the working directory first on the path).
+that directory (``python -m`` puts the working directory first on the path).  ``--repeated``
+counts a repeated registration instead (the curve's second phase: each table sent again on its
+connection, a heartbeat renewed): ``--more`` brokers registered once, then sent again ``--renewals``
+times (4), the difference over the renewals.  One renewal is a seventh of a first registration, and
+two runs' first registrations and start-ups differ by tens of millions of instructions: sent once
+more (1,000 brokers), four commits of one day counted 0.095-0.194 M, not in the order of the commits.
 
     .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree DIR]
+    .venv/bin/python tools/bench/instructions.py --repeated [--renewals 4] [--step brokers-5000] [--more 1500]
 
 Needs valgrind (``apt-get install valgrind``); each run takes a minute or two.
 """
@@ -21,6 +27,7 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -33,8 +40,9 @@ import curve  # noqa: E402  (tools/bench: the curve's tables, frames and server 
 COUNTED = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
-def count(tree: Path, step: curve.Step, brokers: int, python: str) -> int:
-    """The server's instructions from its start to its stop, ``brokers`` of the step registered."""
+def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1) -> int:
+    """The server's instructions from its start to its stop, ``brokers`` of the step registered
+    (each table sent ``sends`` times, the curve's way: all once, then all again)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -48,11 +56,14 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str) -> int:
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
             conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
-        curve.send_all(conns, frames, None)
+        for _ in range(sends):
+            curve.send_all(conns, frames, None)
         for conn in conns:
             conn.close()
         time.sleep(1)
-        server.proc.send_signal(2)  # SIGINT: the reactor stops, valgrind writes its count
+        # SIGTERM: the reactor stops, valgrind writes its count.  Not SIGINT: a shell starting this in
+        # the background ignores SIGINT for it, the server inherits that, and the wait ran out
+        server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(300)
         found = COUNTED.search(server.log_path.read_text())
         if found is None:
@@ -69,6 +80,8 @@ def main() -> None:
     p.add_argument("--step", default="brokers-5000", help="the curve step whose brokers register (curve.py)")
     p.add_argument("--fewer", type=int, default=500, metavar="N")
     p.add_argument("--more", type=int, default=1500, metavar="N")
+    p.add_argument("--repeated", action="store_true", help="count a repeated registration (--more brokers)")
+    p.add_argument("--renewals", type=int, default=4, metavar="R", help="with --repeated: the tables sent R times more")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -78,6 +91,12 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
     step = curve.step_named(a.step)
+    if a.repeated:
+        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends) for sends in (1, 1 + a.renewals))
+        print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
+              f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times: {once:,} and "
+              f"{again:,})", flush=True)
+        return
     fewer, more = (count(a.tree.resolve(), step, n, a.python) for n in (a.fewer, a.more))
     print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration "
           f"({a.step}, {a.fewer:,} and {a.more:,} brokers: {fewer:,} and {more:,})", flush=True)

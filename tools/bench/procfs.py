@@ -184,10 +184,35 @@ def core_steal_s(core: int, proc: Path = PROC) -> float:
     return 0.0
 
 
+def kernel_thread(comm: str, proc: Path = PROC) -> int | None:
+    """The pid of the process named ``comm`` whose parent is kthreadd (pid 2: a kernel thread,
+    e.g. ``ksoftirqd/1``, which delivers a core's loopback packets once their work passes what a
+    system call may do itself); None when there is none."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            stat = pid_stat(int(entry.name), proc)
+            if stat is not None and stat.comm == comm and stat.ppid == 2:
+                return int(entry.name)
+    return None
+
+
 def parse_schedstat(data: bytes | str) -> tuple[int, int]:
     """A thread's ``schedstat``: (ns it ran on a CPU, ns it was runnable waiting for one)."""
-    ran, waited, _ = data.split()
-    return int(ran), int(waited)
+    ran, waited, _ = parse_schedstat_slices(data)
+    return ran, waited
+
+
+def parse_schedstat_slices(data: bytes | str) -> tuple[int, int, int]:
+    """``parse_schedstat`` and the third field: how many times the thread was put on a CPU.
+
+    The kernel adds to the first (the run time) at the thread's ticks and switches only: read from
+    another CPU while the thread runs, it lags by up to a tick (4 ms at this machine's HZ of 250: a
+    spinning thread's, read every 0.2 ms from the other core, grew in steps of 3.96-4.01 ms), so a
+    window of a few ms may show none of the thread's run or a whole tick from before it.  The wait
+    (second) is added when the thread gets its CPU and the slices (third) count switches: both exact
+    once the thread has run after the window."""
+    ran, waited, slices = data.split()
+    return int(ran), int(waited), int(slices)
 
 
 def schedstat_ns(path: str | Path) -> tuple[int, int]:
@@ -220,6 +245,17 @@ class Schedstat:
         """(ms on a CPU, ms runnable waiting for one)."""
         ran, waited = self.read_ns()
         return ran / 1e6, waited / 1e6
+
+    def read_slices(self) -> tuple[float, float, int]:
+        """(ms on a CPU, ms runnable waiting for one, times put on a CPU): ``parse_schedstat_slices``;
+        zeros once the thread is gone."""
+        if self.fd is None:
+            return 0.0, 0.0, 0
+        try:
+            ran, waited, slices = parse_schedstat_slices(os.pread(self.fd, 128, 0))
+        except (OSError, ValueError):
+            return 0.0, 0.0, 0
+        return ran / 1e6, waited / 1e6, slices
 
     def close(self) -> None:
         if self.fd is not None:

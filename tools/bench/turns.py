@@ -132,6 +132,8 @@ def main() -> None:
     p.add_argument("--brokers", type=int, metavar="N", help="with --step: only its first N brokers")
     p.add_argument("--first-only", action="store_true", help="only the first registration (e.g. to count its "
                    "instructions: see docs/benchmarks.md)")
+    p.add_argument("--renewals", type=int, default=1, metavar="R", help="send the tables as they were R times (the "
+                   "third phase, heartbeats renewed): two counts' difference is a renewal's instructions")
     a = p.parse_args()
     if a.log:
         log_to_nothing(a.log)
@@ -151,9 +153,12 @@ def main() -> None:
     print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "
           f"{compat}", flush=True)
     phases = (("first registration", 1), ("the same tables, new dataVersion", 2),
-              ("the same again as it was (heartbeats: renewed)", 2))
+              *[("the same again as it was (heartbeats: renewed)", 2)] * a.renewals)
+    made: dict[int, list[list[bytes]]] = {}  # the frames of each dataVersion, made once: not in a count of renewals
     for label, counter in phases[:1] if a.first_only else phases:
-        frames = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+        if counter not in made:
+            made[counter] = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+        frames = made[counter]
 
         def register(frames: list[list[bytes]] = frames) -> None:
             for protocol, pieces in zip(brokers, frames, strict=True):
