@@ -51,6 +51,7 @@ from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
+from .state.alike import AlikeBodies
 from .state.config import ConfigError, NamesrvConfig
 from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
@@ -180,7 +181,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     topology = Topology(seconds)
     uptime = since_now(steady_seconds(clock))
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
+                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime,
+                         alike_bodies=AlikeBodies())
     events, departed, lost = RecentEvents(seconds), DepartedBrokers(seconds), LostTopics(seconds)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
                         HealthWatch(routes, topology, rejoin_window(config, uptime)))
