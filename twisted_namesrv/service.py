@@ -51,6 +51,7 @@ from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
+from .state.alike import AlikeBodies
 from .state.config import ConfigError, NamesrvConfig
 from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
@@ -170,7 +171,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
     kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
     kv.load(kv_path)
-    routes = RouteInfoManager(config, steady_seconds(clock), notifier=notifier)  # heartbeats: no clock step (clocks.py)
+    steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)
+    routes = RouteInfoManager(config, steady, notifier=notifier)
     answers = AnswerCache(routes, keep=keep_answers)
     acl = (AccessControl.from_file(config["aclAccountsFile"], config["aclReadRequired"], config["aclBrokerNetworks"],
                                    bound_required=config["aclNamesrvSignatureRequired"],
@@ -178,11 +180,11 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
     topology = Topology(seconds)
-    uptime = since_now(steady_seconds(clock))
+    uptime = since_now(steady)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
+                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime,
+                         alike_bodies=AlikeBodies())
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
-    steady = steady_seconds(clock)
     events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
@@ -195,7 +197,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
-    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady_seconds(clock))  # counts: no clock step
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady)
     return Owners(state, seen, fds)
 
 
