@@ -35,6 +35,7 @@ from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals, peer_host, peer_text
 from .remoting import FrameDecoder, RemotingDecodeError
 from .remoting.foreign import foreign_protocol
+from .state.hosts import peer_group
 
 log = Logger()
 
@@ -152,6 +153,10 @@ class RemotingProtocol(protocol.Protocol):
         peer = self.transport.getPeer()
         # one string for every connection from a host (a socket's peer address is a new one each time)
         self.host = sys.intern(str(getattr(peer, "host", "?")))
+        #: the host its place of maxConnectionsPerHost is counted under (None: no such limit)
+        self.counted_host = peer_group(self.host) if factory.max_connections_per_host else None
+        if self.counted_host is not None:
+            factory.per_host[self.counted_host] += 1
         self.peer = Peer(self.channel, peer_text(peer))
         self.decoder = FrameDecoder(factory.max_frame_length, factory.max_header_length)
         factory.connections[self.channel] = self
@@ -365,8 +370,10 @@ class RemotingProtocol(protocol.Protocol):
             self.factory.budget.hold(self, 0)
         if self.answering is not None:
             self.answering.cancel()  # a broker that left registers nothing
-        if self.factory.connections.pop(self.channel, None) is not None and self.factory.fds is not None:
-            self.factory.fds.release()
+        if self.factory.connections.pop(self.channel, None) is not None:
+            if self.factory.fds is not None:
+                self.factory.fds.release()
+            self.factory.forget_host(self.counted_host)
         self.factory.dispatcher.channel_closed(self.channel, self.close_reason)
 
 
@@ -437,11 +444,15 @@ class RemotingFactory(protocol.Factory):
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, refusals: Refusals, budget: MemoryBudget, max_connections: int = 0,
                  max_header_length: int | None = None, listener: str = "remoting",
-                 fds: FdBudget | None = None, foreign: Mapping[str, str] | None = None) -> None:
+                 fds: FdBudget | None = None, foreign: Mapping[str, str] | None = None,
+                 max_connections_per_host: int = 0) -> None:
         self.dispatcher = dispatcher
         #: what a refusal says of a peer speaking another protocol (remoting/foreign.py), by protocol
         self.foreign = dict(foreign or {})
         self.max_connections = max_connections  # 0: no limit
+        #: connections one host (state/hosts.py: peer_group, an IPv6 host's /64) may hold; 0: no limit
+        self.max_connections_per_host = max_connections_per_host
+        self.per_host: Counter[str] = Counter()  # counted only with that limit
         self.clock = clock
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length
@@ -470,13 +481,31 @@ class RemotingFactory(protocol.Factory):
         """Whether maxConnections are open, counting ``waiting`` connections accepted and not handed
         to this factory yet (a TLS port's, before their first byte: tls.py); if so the new one is
         refused (logged, counted) and its descriptor given back: its port closes it."""
-        if not self.max_connections or len(self.connections) + waiting < self.max_connections:
+        if self.max_connections and len(self.connections) + waiting >= self.max_connections:
+            self.refuse("max_connections", peer_text(addr),
+                        "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
+        elif self.host_full(addr):
+            self.refuse("max_connections_per_host", peer_text(addr),
+                        "maxConnectionsPerHost ({maximum}) are open from its host, closing the connection",
+                        maximum=self.max_connections_per_host)
+        else:
             return False
-        self.refuse("max_connections", peer_text(addr),
-                    "maxConnections ({maximum}) are open, closing the connection", maximum=self.max_connections)
         if self.fds is not None:
             self.fds.release()  # its port admitted the socket; it closes now
         return True
+
+    def host_full(self, addr: Any) -> bool:
+        """Whether ``addr``'s host holds maxConnectionsPerHost connections already (a TLS port's
+        from their first byte: until then they count against maxConnections only)."""
+        limit = self.max_connections_per_host
+        return bool(limit) and self.per_host[peer_group(str(getattr(addr, "host", "?")))] >= limit
+
+    def forget_host(self, host: str | None) -> None:
+        """A connection counted under ``host`` closed."""
+        if host is not None:
+            self.per_host[host] -= 1
+            if not self.per_host[host]:
+                del self.per_host[host]
 
     def first_bytes(self, protocol: str) -> str:
         """What a refusal says of a peer whose first bytes are ``protocol``'s (remoting/foreign.py):

@@ -401,7 +401,8 @@ class NamesrvService(service.MultiService):
         self.factory = RemotingFactory(self.dispatcher, reactor, config["frameMaxLength"],
                                        config["serverChannelMaxIdleTimeSeconds"], self.state.refusals,
                                        self.state.budget, config["maxConnections"], config["headerMaxLength"],
-                                       fds=self.fds, foreign=foreign_words(config))
+                                       fds=self.fds, foreign=foreign_words(config),
+                                       max_connections_per_host=config["maxConnectionsPerHost"])
         if self.state.acl is not None:  # the accounts file is read again when it changes, as Java's is
             ClockedTimerService(RELOAD_INTERVAL_SECONDS, partial(reload_acl, self.state.acl, self.metrics),
                                 reactor).setServiceParent(self)

@@ -69,7 +69,7 @@ class Inflater(Protocol):
     @property
     def unused_data(self) -> bytes: ...
 
-    def decompress(self, data: bytes, /) -> bytes: ...
+    def decompress(self, data: bytes, /, max_length: int = ...) -> bytes: ...
 
 
 #: the compression formats read, as ``tcpdump -z gzip`` or ``-z bzip2`` (its manual's two) or a
@@ -83,6 +83,16 @@ READ_FORMATS: dict[str, tuple[str, Callable[[], Inflater]]] = {
 INFLATERS = dict(READ_FORMATS.values())
 #: what each raises on bytes that are not its format (bz2's is an OSError)
 _INFLATE_ERRORS = (zlib.error, OSError, lzma.LZMAError)
+#: what one call of an inflater gives at most: a MiB of bzip2 inflates to a terabyte (208 bytes of it
+#: are 256 MiB of zeros), of xz to gigabytes, of gzip to a GiB, and one call gave all of it at once
+INFLATE_PIECE = 1 << 20
+#: what a compressed file read whole in memory (read_whole: remote, or through Spark's JVM on a
+#: cluster) inflates to at most, as much as a task reads of a local file (MAX_RANGE_BYTES, defined
+#: below); past it the rest is left, the file NOT_INFLATED with INFLATED_PAST_MAX as its reason
+INFLATE_IN_MEMORY_MAX = 2 << 30
+INFLATED_PAST_MAX = (f"it inflates past {INFLATE_IN_MEMORY_MAX >> 30} GiB, what a task inflates in memory (a "
+                     "compressed file read whole, remote or on a cluster; a zip bomb's kind): read as far as that; "
+                     "decompress it first, or read it from a local disk with a local master")
 #: the first bytes of compressed files, to say what an input that is not a capture is (a capture
 #: compressed in a format not read, or in one read but not named by its suffix)
 COMPRESSION_MAGICS = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
@@ -495,15 +505,15 @@ def _inflate_into(path: str, part: str, name: str, tally: ReadTally, chunk: int)
             while data:
                 started = True
                 try:
-                    inflated = inflater.decompress(data)
+                    for inflated in inflated_pieces(inflater, data):
+                        out.write(inflated)
+                        wrote += len(inflated)
                 except _INFLATE_ERRORS:
                     _note_not_inflated(tally, name, wrote, head)
                     started = False
                     data = b""
                     source.seek(0, os.SEEK_END)
                     break
-                out.write(inflated)
-                wrote += len(inflated)
                 data = b""
                 if inflater.eof:  # the next member, if any, starts in what is left
                     data = inflater.unused_data
@@ -523,17 +533,22 @@ def read_whole(data: Buffer, file: CaptureFile, ports: Ports, tally: ReadTally) 
     yield from pieces(data, records, file, ports, tally, inline=True)
 
 
-def inflate(data: Buffer, path: str, tally: ReadTally) -> bytes:
+def inflate(data: Buffer, path: str, tally: ReadTally) -> bytearray:
     """A compressed file's content (by its suffix: INFLATERS), every member of it. One cut short
     (compressed while it was written, or copied in part) gives what it holds and is TRUNCATED; one
     that is not of its suffix's format at all gives nothing and is NOT_A_CAPTURE."""
-    inflated: list[bytes] = []
+    inflated = bytearray()  # grown in place: pieces joined at the end held the whole twice
     rest = bytes(data)
     new_inflater = INFLATERS[_suffix(path)]
     while rest:
         inflater = new_inflater()
         try:
-            inflated.append(inflater.decompress(rest))
+            for piece in inflated_pieces(inflater, rest):
+                inflated += piece
+                if len(inflated) >= INFLATE_IN_MEMORY_MAX:
+                    del inflated[INFLATE_IN_MEMORY_MAX:]
+                    tally.note_file(path, problem=NOT_INFLATED, reason=INFLATED_PAST_MAX)
+                    return inflated
         except _INFLATE_ERRORS:
             _note_not_inflated(tally, path, len(inflated), data)
             break
@@ -541,7 +556,27 @@ def inflate(data: Buffer, path: str, tally: ReadTally) -> bytes:
             tally.note_file(path, problem=TRUNCATED)
             break
         rest = inflater.unused_data
-    return b"".join(inflated)
+    return inflated
+
+
+def inflated_pieces(inflater: Inflater, data: bytes, most: int = INFLATE_PIECE) -> Iterator[bytes]:
+    """What ``data`` inflates to, up to the end of its stream (``inflater.eof``; what follows is
+    ``unused_data``), ``most`` bytes at a time: never the whole of a zip bomb at once. Raises what
+    the inflater raises (_INFLATE_ERRORS) on bytes not of its format."""
+    while True:
+        piece = inflater.decompress(data, most)
+        if piece:
+            yield piece
+        if inflater.eof:
+            return
+        if hasattr(inflater, "needs_input"):  # bz2's and lzma's keep what they were not asked for
+            data = b""
+            if inflater.needs_input:
+                return
+        else:  # zlib's leaves it in unconsumed_tail, and may hold output when a piece came out full
+            data = inflater.unconsumed_tail  # type: ignore[attr-defined]
+            if not data and len(piece) < most:
+                return
 
 
 def _note_not_inflated(tally: ReadTally, path: str, inflated: int, head: Buffer) -> None:

@@ -43,6 +43,7 @@ from spark_analysis.model.periods import (
     PLOTTED_BROKERS,
     TimeBins,
 )
+from twisted_namesrv.escapes import escaped
 
 TOP_CODES = 25
 #: evidence listed under a finding in the page (summary.json has it all)
@@ -60,6 +61,23 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("cut_frames", "frames cut by a snap length (read as far as captured)"),
            ("uncaptured_bytes", "bytes sent but cut by a snap length (no loss)"),
            ("mid_frame_bytes", "bytes of frames begun before the capture (no loss)"))
+
+
+def page_text(value: object) -> str:
+    """Text a capture's peer chose (a broker's or cluster's name, an address, a remark, a file's
+    name), for the page's HTML: every control character shown as its escape (escapes.py, as the
+    console and the server's log show them: a raw U+202E turned the rest of a table cell, or a
+    picture's label, around) and HTML's specials as entities."""
+    return html.escape(escaped(value))
+
+
+def plot_text(value: object) -> str:
+    """The same for a string Plotly draws (an axis's tick, a category, a legend entry, a hover).
+    Plotly reads its text as a markup of its own: ``<a href="https://…">`` in a broker's name was
+    a live link on the page, ``<br>``, ``<b>`` and ``<span style=…>`` laid it out as the peer
+    chose, and ``%{…}`` inside a hover template took a value; escaped, each shows as itself
+    (Plotly decodes ``&lt;``, ``&gt;``, ``&amp;`` and numeric entities, not ``&quot;``)."""
+    return html.escape(escaped(value), quote=False).replace("%", "&#37;")
 
 
 def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeStats],
@@ -81,7 +99,7 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
                ("latency", "Latency by code and NameServer", latency_percentiles(_per_server(summary, codes)))]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
              f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
-             f"<p class='status'>{html.escape(summary['attention'])}</p>"
+             f"<p class='status'>{page_text(summary['attention'])}</p>"
              f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}".encode(),
              b"<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script><script charset='utf-8'>",
              pkgutil.get_data("plotly", "package_data/plotly.min.js"), b"</script>"]
@@ -121,7 +139,7 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins, named: StayNamer)
     has a row as slave, then one as master), numbered: its label is on the axis and in its traces'
     hover, not at every point (where it was most of the figure's data)."""
     rows = timeline_rows(shown, named)
-    labels = [row.label for row in rows]
+    labels = [plot_text(row.label) for row in rows]
     layout = _period_panels(time_bins, len(rows))
     for period in range(len(time_bins.starts)):
         layout[f"yaxis{_suffix(period)}"].update(tickmode="array", tickvals=list(range(len(labels))),
@@ -142,19 +160,19 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins, named: StayNamer)
                 "customdata": _numbers(counts[inside], "i4"), "mode": "markers",
                 "marker": {"symbol": "line-ns-open", "size": 14, "color": "#1f77b4", "line": {"width": 2}},
                 "name": "heartbeats", "legendgroup": "heartbeats", "showlegend": not traces,
-                "hovertemplate": f"{html.escape(row.label)}<br>%{{x}}<br>%{{customdata}} heartbeat(s)<extra></extra>"}))
+                "hovertemplate": f"{labels[number]}<br>%{{x}}<br>%{{customdata}} heartbeat(s)<extra></extra>"}))
     for number, row in enumerate(rows):
         for gap in row.broker["gaps"]:
             if not row.holds(gap["from"]):
                 continue
             color = RED if gap["expired"] else AMBER
-            text = (f"{row.label}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
+            text = (f"{labels[number]}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
                     + (" (capture end)" if gap["open"] else ""))
             traces.append(_on_panel(time_bins.period_of(gap["from"]), {
                 "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [number, number],
                 "mode": "lines+markers", "line": {"color": color, "width": 6}, "marker": {"color": color, "size": 8},
                 "hovertext": text, "hoverinfo": "text", "showlegend": False}))
-    closed = [(number, row.label, close) for number, row in enumerate(rows)
+    closed = [(number, labels[number], close) for number, row in enumerate(rows)
               for close in row.broker["closes"] if row.holds(close["t"])]
     for number, label, close in closed:  # a crash or kill: the NameServer forgot the broker there and then
         traces.append(_on_panel(time_bins.period_of(close["t"]), {
@@ -221,7 +239,7 @@ def stay_labels(shown: list[dict], named: StayNamer) -> list[str]:
 
 def interval_distributions(shown: list[dict], named: StayNamer) -> dict:
     """Each broker's intervals between heartbeats, counted per second (colour on a log scale)."""
-    labels = stay_labels(shown, named)
+    labels = [plot_text(label) for label in stay_labels(shown, named)]
     widest = max((index for b in shown for index, n in enumerate(b["interval_buckets"]) if n), default=0)
     x = [index * INTERVAL_BUCKET_S for index in range(widest + 1)]
     counts = [[n or None for n in b["interval_buckets"][:widest + 1]] for b in shown]
@@ -252,7 +270,7 @@ def topic_counts(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> di
     layout["yaxis"].update(type="log", title={"text": "topics (log scale)"})  # the other panels' match it
     middles = _middles(time_bins)
     traces = []
-    for broker, label in zip(shown, stay_labels(shown, named), strict=True):
+    for broker, label in zip(shown, map(plot_text, stay_labels(shown, named)), strict=True):
         bins = broker.get("bins") or {"bin": [], "topics": []}
         points = [(index, n) for index, n in zip(bins["bin"], bins["topics"], strict=True) if n is not None]
         for period in range(len(time_bins.starts)):
@@ -264,7 +282,7 @@ def topic_counts(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> di
                     "y": _numbers([n for _, n in inside], "i4"),
                     "mode": "lines+markers", "name": label, "legendgroup": label, "showlegend": period == 0 or not any(
                         time_bins.first_bin[0] <= index < time_bins.first_bin[1] for index, _ in points),
-                    "hovertemplate": f"{html.escape(label)}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"}))
+                    "hovertemplate": f"{label}<br>%{{x}}<br>%{{y:,}} topics<extra></extra>"}))
     if shown and not traces:  # brokers, but not one count: an empty panel would read as brokers of no topics
         layout.setdefault("annotations", []).append({
             "text": NO_TOPIC_COUNT, "x": 0.5, "xref": "paper", "xanchor": "center", "y": 0.5, "yref": "paper",
@@ -277,7 +295,8 @@ def request_mix(codes: list[CodeStats]) -> dict:
     layout = _layout(len(rows), xaxis={"type": "log",
                                        "title": {"text": f"requests (log scale; top {TOP_CODES} codes)"}})
     return _figure(layout, [{
-        "type": "bar", "x": [row.requests for row in rows], "y": [row.code_name for row in rows], "orientation": "h",
+        "type": "bar", "x": [row.requests for row in rows], "y": [plot_text(row.code_name) for row in rows],
+        "orientation": "h",
         "text": [f"{row.requests:,} ({_answered(row)})" for row in rows], "textposition": "auto",
         "hovertemplate": "%{y}: %{x:,} requests<extra></extra>"}])
 
@@ -293,7 +312,7 @@ def latency_percentiles(codes: list[CodeStats]) -> dict:
     answers at its own speed."""
     rows = sorted((row for row in codes if row.answered), key=lambda row: row.answered, reverse=True)[:TOP_CODES]
     rows = rows[::-1]
-    names = [row.code_name if row.server is None else f"{row.code_name} @ {row.server}" for row in rows]
+    names = [plot_text(row.code_name if row.server is None else f"{row.code_name} @ {row.server}") for row in rows]
     layout = _layout(len(rows) * 2, barmode="group", xaxis={
         "type": "log", "title": {"text": "latency, ms (request to answer, as captured; log scale)"}})
     traces = []
@@ -417,7 +436,7 @@ def _time(seconds: float) -> str:
 def _findings(found: list[dict]) -> str:
     """One row per problem; its evidence (one line per broker, client, topic or connection) a
     click away."""
-    rows = "".join(f"<tr class='{f['severity']}'><td>{f['severity']}</td><td>{html.escape(f['kind'])}</td>"
+    rows = "".join(f"<tr class='{f['severity']}'><td>{f['severity']}</td><td>{page_text(f['kind'])}</td>"
                    f"<td>{_evidence(f)}</td></tr>" for f in found)
     body = (f"<table><tr><th>severity</th><th>kind</th><th>what, where, when</th></tr>{rows}</table>"
             if found else "<p>No findings.</p>")
@@ -427,10 +446,10 @@ def _findings(found: list[dict]) -> str:
 def _evidence(finding: dict) -> str:
     items = finding["evidence"]
     if len(items) == 1:
-        return html.escape(finding["message"])
-    listed = "".join(f"<li>{html.escape(item['message'])}</li>" for item in items[:SHOWN_EVIDENCE])
+        return page_text(finding["message"])
+    listed = "".join(f"<li>{page_text(item['message'])}</li>" for item in items[:SHOWN_EVIDENCE])
     more = f"<li>{len(items) - SHOWN_EVIDENCE:,} more in summary.json</li>" if len(items) > SHOWN_EVIDENCE else ""
-    return (f"<details><summary>{html.escape(finding['message'])} <span class='count'>({len(items):,} items)</span>"
+    return (f"<details><summary>{page_text(finding['message'])} <span class='count'>({len(items):,} items)</span>"
             f"</summary><ul>{listed}{more}</ul></details>")
 
 
@@ -479,7 +498,7 @@ def _controller(controller: dict | None) -> str:
     for g in groups:
         title = f"{g['cluster'] or '?'} / {g['broker_name'] or '?'} at controller {g['controller']}"
         members = ", ".join(f"{m['broker_id']}: {m['broker_addr']}" for m in g["members"]) or "none known"
-        parts.append(f"<h3>{html.escape(title)}</h3><p>brokerIds: {html.escape(members)}</p>"
+        parts.append(f"<h3>{page_text(title)}</h3><p>brokerIds: {page_text(members)}</p>"
                      + _table(("master_epoch", "master_broker_id", "master_addr", "at", "after", "by",
                                "sync_state_set", "sync_state_set_epoch", "how"), g["elections"])
                      + _table(("sync_state_set_epoch", "sync_state_set", "at", "after", "by", "how"),
@@ -514,7 +533,7 @@ def _counts(counts: dict) -> str:
 def _table(columns: Iterable[str], rows: list[dict], row_class: Callable[[dict], str] = lambda row: "") -> str:
     columns = list(columns)
     head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    body = "".join(f"<tr class='{row_class(row)}'>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns)
+    body = "".join(f"<tr class='{row_class(row)}'>" + "".join(f"<td>{page_text(_cell(row[c]))}</td>" for c in columns)
                    + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 

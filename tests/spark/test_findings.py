@@ -443,7 +443,7 @@ def test_the_figures_the_page_hands_plotly_unchecked_pass_its_checks(synthetic_o
             rows = {trace.hovertemplate: set(np.frombuffer(base64.b64decode(trace.y["bdata"]), trace.y["dtype"]))
                     for trace in figure.data if trace.name == "heartbeats"}
             assert sorted(tuple(row) for row in rows.values()) == [(row,) for row in range(len(labels))]
-            assert all(hover.startswith(html.escape(labels[row]) + "<br>") for hover, (row,) in rows.items())
+            assert all(hover.startswith(labels[row] + "<br>") for hover, (row,) in rows.items())  # report.plot_text
         checked.append(match.group(1))
     assert checked == ["timeline", "intervals", "topics", "requests", "latency"]
 

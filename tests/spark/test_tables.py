@@ -194,6 +194,62 @@ def test_bzip2_and_xz_captures_are_inflated_as_gzip_ones(tmp_path: Path, suffix:
     assert tally.files[f"zstd{suffix}"].compression == "zstd"
 
 
+def _bomb(suffix: str, size: int) -> bytes:
+    """``size`` zero bytes compressed in a format read: bzip2 keeps 64 MiB in about 100 bytes."""
+    if suffix == ".gz":
+        return gzip.compress(bytes(size), 9)
+    return bz2.compress(bytes(size), 9) if suffix == ".bz2" else lzma.compress(bytes(size))
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_a_zip_bomb_is_inflated_a_piece_at_a_time(tmp_path: Path, suffix: str, monkeypatch) -> None:
+    """A compressed capture of 64 MiB of zeros, in one read of its file (a MiB of bzip2 is a terabyte):
+    each inflater gave the whole of it in one call, all in the task's memory at once; it gives
+    INFLATE_PIECE at a time now, into the spool file or the in-memory inflation alike."""
+    size = 64 << 20
+    path = tmp_path / f"bomb{suffix}"
+    path.write_bytes(_bomb(suffix, size))
+    calls: list[int] = []
+    for ending, make in inputs.READ_FORMATS.values():
+        def counted(make=make):
+            inner = make()
+
+            class Counted:
+                eof = property(lambda self: inner.eof)
+                unused_data = property(lambda self: inner.unused_data)
+                unconsumed_tail = property(lambda self: inner.unconsumed_tail)
+
+                def __getattr__(self, name: str):
+                    return getattr(inner, name)
+
+                def decompress(self, data: bytes, *max_length: int) -> bytes:
+                    out = inner.decompress(data, *max_length)
+                    calls.append(len(out))
+                    return out
+            return Counted()
+        monkeypatch.setitem(inputs.INFLATERS, ending, counted)
+    tally = inputs.ReadTally()
+    inputs.inflate_to(str(path), str(tmp_path / "bomb.pcap"), path.name, tally)
+    assert (tmp_path / "bomb.pcap").stat().st_size == size and path.name not in tally.files
+    assert max(calls) <= 1 << 20, max(calls)  # inputs.INFLATE_PIECE
+    calls.clear()
+    assert len(inputs.inflate(path.read_bytes(), path.name, tally)) == size
+    assert max(calls) <= 1 << 20, max(calls)
+
+
+def test_a_zip_bomb_read_in_memory_stops_at_its_bound(monkeypatch) -> None:
+    """Read whole in memory (a remote file, or through the JVM on a cluster), a bzip2 file of a few
+    KB inflated to whatever it held: a terabyte for a MiB. It stops at INFLATE_IN_MEMORY_MAX, the
+    file NOT_INFLATED with the reason; what came before is read."""
+    monkeypatch.setattr(inputs, "INFLATE_IN_MEMORY_MAX", 8 << 20, raising=False)
+    tally = inputs.ReadTally()
+    data = inputs.inflate(_bomb(".bz2", 64 << 20), "bomb.pcap.bz2", tally)
+    assert len(data) == 8 << 20
+    facts = tally.files["bomb.pcap.bz2"]
+    assert facts.problem == inputs.NOT_INFLATED and facts.reason.startswith("it inflates past")
+    assert "inflates past" in findings.problem_text({"problem": facts.problem, "reason": facts.reason, "size": 1})
+
+
 def test_a_compressed_capture_that_fills_the_spool_is_named_and_leaves_nothing_there(tmp_path: Path,
                                                                                      monkeypatch) -> None:
     """A full temporary directory made the reading task raise ENOSPC: the job died with a 110-line

@@ -60,7 +60,8 @@ def test_every_reason_and_event_the_docs_list_is_served_at_zero_from_the_start(t
     for family, label in (("namesrv_rejected", "reason"), ("namesrv_broker_events", "event")):
         listed = set(re.findall(r"`(\w+)`", docs[family][2])) - {"frameMaxLength", "headerMaxLength",
                                                                  "serverChannelMaxIdleTimeSeconds",
-                                                                 "receiveMemoryBudget", "fdReserve"}
+                                                                 "receiveMemoryBudget", "fdReserve",
+                                                                 "maxConnectionsPerHost"}
         served = {dict(labels)[label] for name, labels in samples if name == family + "_total"}
         assert listed == served, family
         assert all(value(samples, family + "_total", **{label: v}) == 0 for v in served)

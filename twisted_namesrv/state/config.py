@@ -131,6 +131,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("headerMaxLength", 65536, OURS, guarded=True),
     ConfigKey("inflateMaxLength", DEFAULT_MAX_INFLATED, OURS, guarded=True),
     ConfigKey("maxConnections", 10000, OURS, guarded=True),
+    #: connections one peer host (an IPv6 host's /64) may hold on the remoting port; 0: no limit, as
+    #: Java (clients behind SNAT share an address)
+    ConfigKey("maxConnectionsPerHost", 0, OURS, guarded=True),
     #: bytes of unfinished frames and inflating bodies held for all peers together; 0: a quarter of the
     #: machine's memory limit within 64..256 MiB (budget.py)
     ConfigKey("receiveMemoryBudget", 0, OURS, guarded=True),
@@ -262,6 +265,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "headerMaxLength": (64, None),
     "inflateMaxLength": (1024, None),
     "maxConnections": (0, None),
+    "maxConnectionsPerHost": (0, None),
     "receiveMemoryBudget": (0, None),
     "maxTopicsPerBroker": (1, None),
     "maxBrokerGroups": (1, None),

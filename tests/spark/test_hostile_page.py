@@ -1,0 +1,78 @@
+"""report.html given names a capture's peer chose: any peer may register a broker with the
+NameServer (Java's checks nothing), so a capture of its traffic carries whatever names it sent.
+Plotly reads the text it draws as a markup of its own, and the page's tables showed the
+Unicode controls raw: each name shows as itself, escaped, and lays nothing out."""
+
+from __future__ import annotations
+
+import json
+
+from spark_analysis.analysis import findings
+from spark_analysis.model.periods import TimeBins
+from spark_analysis.output import report
+
+#: a live link, a line break, a style, a hover template's placeholder, a bidi override, an ESC and a line separator
+HOSTILE_CLUSTER = '<a href="https://evil.example/">open</a>'
+HOSTILE_NAME = 'b\u202e<br><span style="font-size:99px">%{customdata}</span>\x1b[2J\u2028&lt;'
+
+
+def _stay(cluster: str, name: str) -> dict:
+    return {"cluster": cluster, "broker_name": name, "broker_id": "0", "role": "MASTER",
+            "broker_addr": "10.0.0.9:10911", "server": "10.0.0.2:9876", "first_seen": 100.0, "ids": None,
+            "registrations": 3, "bins": {"bin": [0, 1, 2], "heartbeats": [1, 1, 1], "topics": [3, 3, 4]},
+            "gaps": [{"from": 110.0, "to": 250.0, "seconds": 140.0, "expired": True, "open": False}],
+            "closes": [{"t": 260.0, "how": "fin from client"}], "interval_buckets": [0, 2, 0, 1]}
+
+
+def _figures(cluster: str, name: str) -> str:
+    """The three pictures of brokers, as the page writes them (JSON)."""
+    shown = [_stay(cluster, name)]
+    bins = TimeBins.over([(100.0, 300.0)])
+    named = findings.at_nameserver(shown)
+    return json.dumps([report.heartbeat_timeline(shown, bins, named), report.interval_distributions(shown, named),
+                       report.topic_counts(shown, bins, named)])
+
+
+def _strings(value: object):
+    """Every string in a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_a_peer_s_names_are_drawn_as_text_never_as_plotly_s_markup() -> None:
+    """A broker named with ``<a href="https://…">``, ``<br>``, ``<span style>`` and ``%{customdata}``:
+    Plotly made the link live in the timeline's row label, broke and styled the label, and filled
+    the placeholder in the hover. Every string of the figures is now the one a broker of a plain
+    name gives, with its label as plot_text (entities, escapes) in the same places."""
+    hostile, plain = _figures(HOSTILE_CLUSTER, HOSTILE_NAME), _figures("C", "b")
+    drawn = list(_strings(json.loads(hostile)))
+    assert not [text for text in drawn if "<a href" in text or "<span" in text or not text.isprintable()]
+    label = findings.broker_label(_stay(HOSTILE_CLUSTER, HOSTILE_NAME))
+    shown = report.plot_text(label)
+    assert "<" not in shown and "%{" not in shown and shown.isprintable()
+    assert "&lt;a href=\"https://evil.example/\"&gt;" in shown and "\\u202e" in shown and "&#37;{customdata}" in shown
+    assert "&amp;lt;" in shown  # an entity in a name shows as itself, not as what it stands for
+    assert json.dumps(shown)[1:-1] in hostile
+    assert hostile.replace(json.dumps(shown)[1:-1], json.dumps(report.plot_text(
+        findings.broker_label(_stay("C", "b"))))[1:-1]) == plain
+
+
+def test_a_peer_s_controls_and_markup_in_the_page_s_tables_show_escaped() -> None:
+    """The brokers table (and every other: inputs, answers' remarks, clients, the controller's)
+    wrote a name's U+202E, ESC and U+2028 raw: the override turned the rest of its cell around.
+    Each is its escape now, as on the console, and HTML's specials are entities."""
+    row = dict.fromkeys(report.BROKER_COLUMNS) | {"cluster": HOSTILE_CLUSTER, "broker_name": HOSTILE_NAME}
+    table = report._brokers([row])
+    assert not any(ch in table for ch in "\u202e\x1b\u2028")
+    assert "\\u202e" in table and "\\x1b[2J" in table and "\\u2028" in table
+    assert "<a href" not in table and "&lt;a href=&quot;https://evil.example/&quot;&gt;" in table
+    remark = report._response_codes([{"code_name": "GET_ROUTEINFO_BY_TOPIC", "response_code": 17,
+                                      "response_name": "TOPIC_NOT_EXIST", "remark": "no\u202eroute</td>",
+                                      "count": 1, "requesters": {"10.0.0.1:4\u2028": 1}}])
+    assert "\u202e" not in remark and "\u2028" not in remark and "no\\u202eroute&lt;/td&gt;" in remark
