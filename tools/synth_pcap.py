@@ -510,6 +510,10 @@ class Generator:
                 broker["topics"].append((frame.ts, frame.topic_count))
                 if answered_ok:
                     broker["alive"][-1].append(_micros(frame.ts))
+        for frame in self.frames:  # a broker's requests the capture lost: its silence around them is the capture's
+            session = int(self.session_change is not None and frame.ts >= self.session_change)
+            if frame.lost and frame.request and frame.broker_addr in sessions[session]:
+                sessions[session][frame.broker_addr].setdefault("lost", []).append(_micros(frame.ts))
         return {
             "capture": {"start": self.o.start, "end": self.end, "packets_written": packets,
                         "truncated_last_packet": True, "last_record": _micros(self.last_record)},
@@ -575,13 +579,17 @@ def _broker_truth(broker: dict) -> dict:
         ended = "expired" if trailing > EXPIRY_S else "near_expiry" if trailing > NEAR_EXPIRY_S else "alive"
     silences = intervals + ([trailing] if trailing is not None else [])
     requests = [e for e in events if e[1] != -1]  # a close is no request naming the broker
+    captures = [gap for gap in gaps if _lost_within(gap, broker.get("lost", []))]
     return {
         "registrations": broker["registrations"],
         "crc_failures": broker["crc_failures"],
         "refused_other": broker["refused"],
         # heartbeat gaps over half the expiry: [from, to] (silent between those signs of life, or
         # from the last one to the capture's end)
-        "gaps": gaps,
+        "gaps": [gap for gap in gaps if gap not in captures],
+        # such gaps in which requests of the broker were lost, none of their stretches between
+        # those requests over half the expiry, within the expiry: the capture's silences, not the broker's
+        "capture_gaps": captures,
         "median_interval_s": statistics.median(intervals) if intervals else None,
         "max_gap_s": max(silences) if silences else None,
         "would_expire": any(b - a > EXPIRY_S for a, b in gaps),
@@ -593,6 +601,15 @@ def _broker_truth(broker: dict) -> dict:
         "last_seen": requests[-1][0],
         "last_topic_count": max(broker["topics"])[1] if broker["topics"] else None,
     }
+
+
+def _lost_within(gap: list[float], lost: list[float]) -> bool:
+    """Whether requests the capture lost (at ``lost``) make the silence ``gap`` the capture's: some
+    within it, and no stretch of it between them over NEAR_EXPIRY_S, and it no longer than the expiry."""
+    a, b = gap
+    inside = sorted(t for t in lost if a < t < b)
+    points = [a, *inside, b]
+    return bool(inside) and b - a <= EXPIRY_S and all(y - x <= NEAR_EXPIRY_S for x, y in itertools.pairwise(points))
 
 
 def synthesize(path: str | Path, options: Options) -> dict:

@@ -56,6 +56,7 @@ KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back"
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "silence_not_captured",
          "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
          "topic_deleted",
          "topics_deleted_from_broker", "write_perm_wiped", "write_perm_added", "refused_connections", "port_checked",
@@ -637,6 +638,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
          "heartbeat_near_expiry": ("broker", f"broker{{s}} silent over {NEAR_EXPIRY_S} s"),
+         "silence_not_captured": ("broker", "broker{s} whose silence is bytes the capture missed"),
          "topic_count_drop": ("broker", "broker{s} losing topics"),
          "data_version_backwards": ("broker", "broker{s} restarted"),
          "broker_id_change": ("broker", "broker{s} changing brokerId"),
@@ -819,7 +821,8 @@ def _quiet_item(item: Item) -> bool:
     return bool(item["problem"] == inputs.EMPTY and item["severity"] == INFO)
 
 
-_MESSAGES = {"heartbeat_near_expiry": _silences, "topic_not_exist": _topics, "bad_input": _inputs,
+_MESSAGES = {"heartbeat_near_expiry": _silences, "silence_not_captured": _silences,
+             "topic_not_exist": _topics, "bad_input": _inputs,
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
 
 
@@ -880,7 +883,12 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
         yield from _story(broker, label, addr, missing_from)
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
-        if not gap["expired"]:
+        if gap.get("missed"):  # the capture's silence, not the broker's (liveness: CAPTURE_MISSED)
+            yield _finding("silence_not_captured", INFO, f"{label}: {gap['seconds']:,.1f} s without a captured "
+                           f"sign of life {when}: its connection carried {gap['missed']:,} bytes the capture "
+                           f"missed then (the capture's silence, not the broker's)", **addr, **_gap(gap),
+                           missed_bytes=gap["missed"])
+        elif not gap["expired"]:
             yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
                            f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))
     if broker["crc_failure_times"]:

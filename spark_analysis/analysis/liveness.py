@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from spark_analysis.analysis.replay import ALIVE, CLOSED, EXPIRED, UNREGISTERED, Stay
-from spark_analysis.decode.rows import CONNECTION_CLOSED
+from spark_analysis.decode.rows import CAPTURE_MISSED, CONNECTION_CLOSED
 from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
@@ -83,6 +83,7 @@ class _Walk:
         self.previous_alive: float | None = None
         self.previous_period = 0  # the capture period of previous_alive
         self.trailing: list[float] = []  # silences open at a period's end, whatever their length
+        self.missed: list[tuple[float, float, int]] = []  # (since, until, bytes) the capture missed (CAPTURE_MISSED)
 
     def alive(self, t: float, period: int) -> None:
         """A sign of life at ``t``, in capture period ``period`` (TimeBins.period_of)."""
@@ -98,9 +99,24 @@ class _Walk:
         seconds = end - start
         if not open_:
             self.intervals.append(seconds)
-        if seconds > NEAR_EXPIRY_S:
+        if seconds > NEAR_EXPIRY_S:  # past the expiry, the replay's story (what the missed bytes were is unknown)
+            missed = {} if seconds > EXPIRY_SECONDS else self.missed_within(start, end)
             self.gaps.append({"from": start, "to": end, "seconds": seconds, "expired": seconds > EXPIRY_SECONDS,
-                              "open": open_})
+                              "open": open_, **missed})
+
+    def missed_within(self, start: float, end: float) -> dict[str, int]:
+        """``missed``: the bytes the broker's connection carried within [start, end] that the capture
+        missed, where they leave no stretch of it over NEAR_EXPIRY_S outside the times they were sent
+        in (each between the chunks captured either side of it): such a silence is the capture's, not
+        the broker's. Else an empty dict: the broker was silent (a 185 s silence ended by a
+        registration the capture kept part of is still the broker's)."""
+        heard, longest, missed = start, 0.0, 0
+        for since, until, count in sorted(self.missed):
+            if start <= since and until <= end:
+                longest, heard, missed = max(longest, since - heard), max(heard, until), missed + count
+        if not missed or max(longest, end - heard) > NEAR_EXPIRY_S:
+            return {}
+        return {"missed": missed}
 
     def silent_until_period_end(self) -> float | None:
         """A broker still registered when its period ended is silent till then: that silence
@@ -139,7 +155,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         walk.trailing.append(stay.silence_s)
     version = next((e["version_name"] for e in reversed(events) if e["version_name"] is not None), None)
     registrations = [e for e in events if e["code"] == RequestCode.REGISTER_BROKER]
-    requests = [e for e in events if e["code"] != CONNECTION_CLOSED] or events
+    requests = [e for e in events if e["code"] not in (CONNECTION_CLOSED, CAPTURE_MISSED)] or events
     return {
         "session": stay.session, "server": stay.server,
         "input": files_within(files, events[0]["t"], events[-1]["t"]),
@@ -147,7 +163,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         "role": role(stay.broker_id), "broker_addr": stay.broker_addr, "version": version,
         "first_seen": requests[0]["t"], "last_seen": requests[-1]["t"], "registrations": len(registrations),
         "refused_registrations": len(refused), "crc_failures": len(crc_failures),
-        **_intervals(walk), "near_expiry": sum(not gap["expired"] for gap in walk.gaps),
+        **_intervals(walk), "near_expiry": sum(not (gap["expired"] or gap.get("missed")) for gap in walk.gaps),
         "would_expire": int(stay.end == EXPIRED), **_bodies(registrations, stay.topics),
         "unregistered": stay.end == UNREGISTERED, "ended": stay.end,
         "connection_closes": int(stay.end == CLOSED), "ended_at": stay.ended_at, "silence_s": stay.silence_s,
@@ -184,6 +200,9 @@ def _walk(events: list[dict[str, Any]], time_bins: TimeBins, observed_until: flo
         t, code = event["t"], event["code"]
         if code == CONNECTION_CLOSED:
             walk.previous_alive = None
+            continue
+        if code == CAPTURE_MISSED:
+            walk.missed.append((event["missed_since"], t, event["missed"]))
             continue
         if not since <= t < until:  # a period's events follow each other: searched once per period
             period = time_bins.period_of(t)

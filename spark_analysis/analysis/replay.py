@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from spark_analysis.decode.rows import CONNECTION_CLOSED, broker_header, is_cut_broker_addr
+from spark_analysis.decode.rows import CAPTURE_MISSED, CONNECTION_CLOSED, broker_header, is_cut_broker_addr
 from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.sessions import Sessions, iso_time
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
@@ -488,6 +488,8 @@ class _SessionReplay:
                 stay.finish(UNREGISTERED, t)
         elif code == CONNECTION_CLOSED:
             self.closed(event)
+        elif code == CAPTURE_MISSED:
+            self.missed(event)
         elif event["response_code"] in (0, None):
             self.administer(event)
 
@@ -535,6 +537,15 @@ class _SessionReplay:
             body = self.bodies.unchanged(event, header, table.tableDigest)  # type: ignore[arg-type]
         return request_of(header, (names[0], names[1], names[2]), broker_id, body, event["broker_addr"],
                           event["version"] or 0, self.profile.per_broker_heartbeat_timeout, digest)
+
+    def missed(self, event: dict[str, Any]) -> None:
+        """Bytes the broker sent over its connection that the capture missed (CAPTURE_MISSED): what
+        they were is unknown (a registration, a refused one, a lookup), so the server's tables are
+        left as the captured requests made them; the stay keeps the event, and its silences are
+        told as the capture's where such bytes fall in them (liveness)."""
+        stay = self.open.get(event["broker_addr"])
+        if stay is not None:
+            stay.events.append(event)
 
     def closed(self, event: dict[str, Any]) -> None:
         addr, t, how = event["broker_addr"], event["t"], str(event["closed"])

@@ -7,6 +7,7 @@ dataVersion timestamp integer milliseconds) that the job turns into Spark timest
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import operator
@@ -56,6 +57,9 @@ ADMIN_CODES = (RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_
 #: the code of an EVENT row saying that the connection a broker registered over closed (no request
 #: code is negative): the NameServer forgets the broker at once (onChannelDestroy)
 CONNECTION_CLOSED = -1
+#: the code of an EVENT row saying that bytes a broker sent over its connection were not captured (a
+#: sequence gap: the capture dropped them), so a silence they fall in is the capture's, not the broker's
+CAPTURE_MISSED = -2
 _REGISTRATION_COLUMNS = REGISTRATION_ROWS.names
 _EVENT_COLUMNS = EVENT_ROWS.names
 _BROKER_ADDR, _BROKER_NAME, _RESPONSE_CODE, _VERSION = (
@@ -243,6 +247,7 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
             yield EVENT, event_row(request, answer, client, server, topic=request.kind.ext.get("topic"))
     if is_controller_connection(requests):
         yield from controller_rows(conn_id, connection, list(zip(requests, answers, strict=True)), orphans)
+    yield from missed_events(connection, registered)
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)
@@ -271,6 +276,24 @@ def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterato
         yield EVENT, _event(broker_addr=addr, broker_name=name, t=connection.closed_ts, code=CONNECTION_CLOSED,
                             alive=False, cluster=cluster, broker_id=broker_id, version_name=registration[_VERSION],
                             server=connection.server, client=connection.client, closed=how)
+
+
+def missed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
+    """A CAPTURE_MISSED EVENT row per sequence gap in the requests of a connection brokers registered
+    over, for each of them: the bytes sent there that the capture missed, between the last chunk
+    captured before them (``missed_since``) and the first after (``t``). The sequence numbers prove
+    the broker was talking then; what it said is unknown."""
+    sent = connection.to_server
+    if not registered or not sent.gaps:
+        return
+    for offset, length in sent.gaps:
+        after = bisect.bisect_left(sent.offset, offset + length)
+        if not 0 < after < len(sent.ts):
+            continue  # no captured chunk on one side of it: nothing places it in time
+        for addr, registration in registered.items():
+            yield EVENT, _event(broker_addr=addr, broker_name=registration[_BROKER_NAME], t=sent.ts[after],
+                                code=CAPTURE_MISSED, alive=False, server=connection.server,
+                                client=connection.client, missed=length, missed_since=sent.ts[after - 1])
 
 
 def _event(**values: Any) -> Row:
@@ -709,6 +732,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
         else:
             yield EVENT, _cut_registration_event(request, registration, client, server)
     yield from _block_rows(calls, blocks)
+    yield from missed_events(connection, registered)
     if connection.closed_ts is not None:
         yield from closed_events(connection, registered)
     gaps = len(connection.to_server.gaps) + len(connection.to_client.gaps)

@@ -64,7 +64,9 @@ CONTROLLER_ROWS = _schema(
 #: NameServer endpoint; ``client``: who asked; ``version``: the request's MQVersion ordinal; ``ext``: the
 #: header fields of a REGISTER_BROKER, UNREGISTER_BROKER or administrator's request, which the replay reads
 #: by the server's rules (RegisterBrokerHeader); ``body_key``: a REGISTER_BROKER body's digest, ``body``:
-#: the body itself the first time its connection sent it (null after: the replay keeps it by its key)
+#: the body itself the first time its connection sent it (null after: the replay keeps it by its key);
+#: ``missed``, ``missed_since``: a decode.CAPTURE_MISSED row's bytes the broker sent that the capture
+#: missed (a sequence gap in its connection), sent between ``missed_since`` and ``t``
 EVENT_ROWS = _schema(
     ("broker_addr", pa.string()), ("broker_name", pa.string()), ("t", pa.float64()), ("code", pa.int32()),
     ("alive", pa.bool_()), ("topic_count", pa.int32()), ("cluster", pa.string()), ("broker_id", pa.int64()),
@@ -73,6 +75,7 @@ EVENT_ROWS = _schema(
     ("data_version_ts", pa.int64()), ("oneway", pa.bool_()), ("server", pa.string()),
     ("closed", pa.string()), ("topic", pa.string()), ("client", pa.string()), ("version", pa.int32()),
     ("ext", pa.map_(pa.string(), pa.string())), ("body_key", pa.binary()), ("body", pa.binary()),
+    ("missed", pa.int64()), ("missed_since", pa.float64()),
 )
 
 #: what the decoding tasks send the JVM: each row fills the column of its kind (decode/rows.py's tags);

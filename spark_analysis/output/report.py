@@ -50,7 +50,7 @@ TOP_CODES = 25
 SHOWN_EVIDENCE = 500
 #: clients shown on the page (the others are in summary.json and clients.csv)
 _CLIENTS_SHOWN = 200
-RED, AMBER = "#d62728", "#ff9f1a"
+RED, AMBER, GREY = "#d62728", "#ff9f1a", "#7f7f7f"
 #: a capture period's panel is at least this share of a time plot's width; TICKS labels fill a whole one
 MIN_PANEL_SHARE, TICKS = 0.25, 14
 _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port"), ("connection", "connections"),
@@ -133,7 +133,8 @@ def plotted_brokers(brokers: list[dict]) -> list[dict]:
 
 def heartbeat_timeline(shown: list[dict], time_bins: TimeBins, named: StayNamer) -> dict:
     """A tick per broker and time bin with heartbeats (hover: how many), one panel per capture
-    period; gaps over the expiry as red bars, near it as amber ones (hover: when and how long); a
+    period; gaps over the expiry as red bars, near it as amber ones, the capture's (bytes it missed in
+    them: silence_not_captured) as grey ones (hover: when and how long); a
     red cross where a broker's connection closed without UNREGISTER_BROKER (a crash or kill).
     A row per broker stay and role it held (timeline_rows: a slave made master within its stay
     has a row as slave, then one as master), numbered: its label is on the axis and in its traces'
@@ -165,8 +166,10 @@ def heartbeat_timeline(shown: list[dict], time_bins: TimeBins, named: StayNamer)
         for gap in row.broker["gaps"]:
             if not row.holds(gap["from"]):
                 continue
-            color = RED if gap["expired"] else AMBER
-            text = (f"{labels[number]}<br>silent {gap['seconds']:,.1f} s<br>{_time(gap['from'])} to {_time(gap['to'])}"
+            color = RED if gap["expired"] else GREY if gap.get("missed") else AMBER
+            silent = (f"{gap['seconds']:,.1f} s without a captured sign of life ({gap['missed']:,} bytes the "
+                      f"capture missed)" if gap.get("missed") else f"silent {gap['seconds']:,.1f} s")
+            text = (f"{labels[number]}<br>{silent}<br>{_time(gap['from'])} to {_time(gap['to'])}"
                     + (" (capture end)" if gap["open"] else ""))
             traces.append(_on_panel(time_bins.period_of(gap["from"]), {
                 "type": "scatter", "x": _dates([gap["from"], gap["to"]]), "y": [number, number],

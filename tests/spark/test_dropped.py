@@ -3,6 +3,7 @@ tshark -w write them when they stop) is said first: what those packets held is n
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from tests.spark.capture.test_pcapng import DUMPCAP_ISB, isb
@@ -36,3 +37,30 @@ def test_packets_the_capture_dropped_are_said_first(spark, tmp_path: Path) -> No
 
     assert same.summary["findings"] == base.summary["findings"]
     assert same.summary["attention"] == base.summary["attention"]
+
+
+#: the NameServer's port of a real capture that dropped packets: dumpcap -B 1 paused (kill -STOP) 47.7 s
+#: over a burst of UDP datagrams (RocketMQ 5.3.3, broker-a and broker-b registering every 30 s), cut to
+#: ``tcp port 9876`` (tcpdump -r ... -w ...); its packets as captured
+DROPS = Path(__file__).resolve().parents[1] / "data" / "captures" / "dropped" / "v5-drops-9876.pcap.gz"
+
+
+def test_a_silence_over_bytes_the_capture_missed_is_the_captures(spark, tmp_path: Path) -> None:
+    """broker-a's requests in the pause, a registration among them, are missing from the capture, but its
+    connection's sequence numbers go on past 7,300 bytes it sent then: its 67.1 s without a captured sign of life
+    is the capture's, information, not a broker silent over 60 s (the headline, brokers.csv's
+    near_expiry); broker-b, whose registrations the capture kept, is silent nowhere."""
+    capture = tmp_path / "v5-drops-9876.pcap"
+    capture.write_bytes(gzip.decompress(DROPS.read_bytes()))
+    told = run_job(spark, [str(capture)], tmp_path / "out", report=False)
+
+    kinds = {f["kind"]: f for f in told.summary["findings"]}
+    assert "heartbeat_near_expiry" not in kinds and "heartbeat_expired" not in kinds
+    assert "silent over" not in told.summary["attention"]
+    found = kinds["silence_not_captured"]
+    [item] = found["evidence"]
+    assert (found["severity"], item["broker_addr"], item["missed_bytes"]) == ("info", "127.0.0.1:11911", 7_300)
+    assert (item["from"], item["to"]) == ("2026-11-30T08:41:34.909490Z", "2026-11-30T08:42:41.971615Z")
+    assert "its connection carried 7,300 bytes the capture missed then" in item["message"]
+    assert {b["broker_name"]: (b["near_expiry"], b["ended"]) for b in told.brokers} == {
+        "broker-a": ("0", "unregistered"), "broker-b": ("0", "unregistered")}

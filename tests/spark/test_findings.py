@@ -54,6 +54,10 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     found = {(f["broker_addr"], f["from"], f["to"], f["kind"] == "heartbeat_expired")
              for f in kinds(summary, "heartbeat_expired") + kinds(summary, "heartbeat_near_expiry")}
     assert found == gaps and any(expired for *_, expired in gaps) and not all(expired for *_, expired in gaps)
+    # a silence around registrations the capture lost is the capture's: information, not a silent broker
+    missed = {(f["broker_addr"], f["from"], f["to"], f["severity"]) for f in kinds(summary, "silence_not_captured")}
+    assert missed == {(addr, iso_time(a), iso_time(b), "info") for addr, broker in truth["brokers"].items()
+                      for a, b in broker["capture_gaps"]} != set()
     assert {f["broker_addr"]: f["count"] for f in kinds(summary, "crc_failure")} == {
         addr: b["crc_failures"] for addr, b in truth["brokers"].items() if b["crc_failures"]} != {}
     assert {f["broker_addr"]: f["count"] for f in kinds(summary, "registration_refused")} == {
@@ -83,7 +87,7 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     assert [kind for kind, _ in problems] == [
         "broker_connection_closed", "crc_failure", "registration_refused", "bad_input", "heartbeat_expired",
         "heartbeat_near_expiry", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
-        "broker_unregistered", "broker_alive_at_end"]
+        "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
     assert sorted(subject for kind, subject in problems if kind == "unanswered") == unanswered_codes
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
     assert summary["attention"].startswith(
