@@ -278,16 +278,20 @@ def _place_refused(story: EndpointStory, attempts: list[tuple[float, int]], list
         if outage is not None and outage.up is not None:
             outage.refused += count
             continue
-        if not listened:
-            when = "never_listening"
-        elif outage is not None:
-            when = "after_stop"
-        elif story.first_accepted is not None and t < story.first_accepted:
-            when = "before_start"
-        else:
-            when = "while_up"
-        groups.setdefault(when, []).append((t, count))
+        groups.setdefault(refused_when(story, t, outage, listened), []).append((t, count))
     story.refused = [(sum(c for _, c in found), found[0][0], found[-1][0], when) for when, found in groups.items()]
+
+
+def refused_when(story: EndpointStory, t: float, outage: Outage | None, listened: bool) -> str:
+    """When a refused attempt at ``t`` came, not in an outage that ended (``outage``: one still open
+    at the capture's end, or None): the group it is told in."""
+    if not listened:
+        return "never_listening"
+    if outage is not None:
+        return "after_stop"
+    if story.first_accepted is not None and t < story.first_accepted:
+        return "before_start"
+    return "while_up"
 
 
 def nameserver_endpoints(served: Mapping[tuple[str, int], int], namesrv_codes: Iterable[int]) -> set[str]:

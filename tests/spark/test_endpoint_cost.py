@@ -67,15 +67,7 @@ def reference_place(story, attempts: list[tuple[float, int]], listened: bool) ->
         if outage is not None and outage.up is not None:
             outage.refused += count
             continue
-        if not listened:
-            when = "never_listening"
-        elif outage is not None:
-            when = "after_stop"
-        elif story.first_accepted is not None and t < story.first_accepted:
-            when = "before_start"
-        else:
-            when = "while_up"
-        groups.setdefault(when, []).append((t, count))
+        groups.setdefault(endpoints.refused_when(story, t, outage, listened), []).append((t, count))
     story.refused = [(sum(c for _, c in found), found[0][0], found[-1][0], when) for when, found in groups.items()]
 
 
