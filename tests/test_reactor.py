@@ -9,6 +9,7 @@ never a time."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from twisted.internet import abstract, error, interfaces, protocol
+from twisted.internet import abstract, error, interfaces, protocol, tcp
 from twisted.python import log
 from zope.interface import implementer
 
@@ -292,3 +293,136 @@ def test_without_epoll_the_module_imports_and_installs_nothing() -> None:
             "assert reactor.NamesrvReactor is None and reactor.install() is False\n"
             "reactor.serve_after_clients(object())\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def iterate(reactor: Any) -> None:
+    """A whole turn: the delayed calls due (the dispatcher's waiting registrations, its turn's
+    count begun again), then the ready sockets."""
+    reactor.runUntilCurrent()
+    turn(reactor)
+
+
+def readable(reactor: Any, count: int) -> None:
+    """Back once ``count`` of the reactor's accepted sockets have bytes to read (loopback delivers
+    a send in the sender's system call, or soon after in the kernel's softirq thread), so that
+    what a turn serves does not depend on when the kernel delivered them."""
+    fds = [fd for fd, s in reactor._selectables.items() if isinstance(s, tcp.Server)]
+    for _ in range(500):
+        ready, _, _ = select.select(fds, [], [], 0.01)
+        if len(ready) >= count:
+            return
+    raise AssertionError(f"{count} sockets never became readable")
+
+
+def test_a_turn_serves_at_most_newcomers_per_turn_first_reads_after_the_clients(
+        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of new connections' first reads (brokers' first registrations after a restart) is
+    served NEWCOMERS_PER_TURN a turn, in arrival order, after the sockets heard before."""
+    monkeypatch.setattr(namesrv_reactor, "NEWCOMERS_PER_TURN", 3)
+    factory = Factory()
+    clients = connect(reactor, factory, 8)
+    clients[0].sendall(b"hello")
+    readable(reactor, 1)
+    turn(reactor)
+    assert factory.served == ["hello"]  # a newcomer's first read: from now on a client heard before
+    ready_at_once(clients[1:], [f"first{i}" for i in range(1, 8)])
+    clients[0].sendall(b"lookup")
+    readable(reactor, 8)
+    turn(reactor)
+    assert factory.served[1:] == ["lookup", "first1", "first2", "first3"]
+    clients[0].sendall(b"lookup again")
+    readable(reactor, 5)
+    turn(reactor)
+    assert factory.served[5:] == ["lookup again", "first4", "first5", "first6"]
+    turn(reactor)
+    assert factory.served[9:] == ["first7"]
+    assert reactor._sets.in_newcomers == set()
+
+
+def test_a_newcomer_that_registers_moves_to_the_brokers_set_and_one_that_closes_leaves(reactor: Any) -> None:
+    factory = Factory()
+    clients = connect(reactor, factory, 3)
+    assert len(reactor._sets.in_newcomers) == 3
+    clients[0].sendall(b"register broker0")
+    clients[1].sendall(b"lookup")
+    clients[2].close()
+    readable(reactor, 3)
+    for _ in range(3):
+        turn(reactor)
+    assert sorted(factory.served) == ["broker0", "lookup"] and len(factory.lost) == 1
+    broker_fd = factory.made[0].transport.fileno()
+    assert reactor._sets.in_brokers == {broker_fd} and reactor._sets.in_newcomers == set()
+    factory.made[1].transport.pauseProducing()  # unwatched and watched again: in the clients' set
+    factory.made[1].transport.resumeProducing()
+    assert reactor._sets.in_newcomers == set()
+    clients[1].sendall(b"lookup again")
+    readable(reactor, 1)
+    turn(reactor)
+    assert factory.served[-1] == "lookup again"
+
+
+def test_a_lookup_waits_for_at_most_newcomers_per_turn_first_registrations(reactor: Any, tmp_path: Any) -> None:
+    """The real server on this reactor: 60 brokers' first registrations on new connections, all
+    ready at once, and a client heard before sending a lookup whenever a registration is handled
+    and none of its lookups waits (as one arriving in the midst of a turn): the registrations
+    handled after it came, before its answer, are at most NEWCOMERS_PER_TURN. Before, every ready
+    newcomer was read in one turn, AT_ONCE_PER_TURN (16) answered at once and the rest put off to be
+    answered that many at the start of the turns after, ahead of the lookup."""
+    from tests.support import server_config
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.service import NamesrvService
+
+    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
+    factory = service.factory
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1").getHost().port
+    client = socket.create_connection(("127.0.0.1", port))
+    frames = storm_frames(60, 100)
+    brokers = []
+    for _ in frames:  # accepted as they come (the listening port's backlog is 50)
+        brokers.append(socket.create_connection(("127.0.0.1", port)))
+        iterate(reactor)
+    for _ in range(50):
+        if len(factory.connections) == len(brokers) + 1:
+            break
+        iterate(reactor)
+    lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"}, opaque=1).encode()
+    client.sendall(lookup)  # heard before the burst
+    readable(reactor, 1)
+    iterate(reactor)
+    client.settimeout(10)
+    assert client.recv(1 << 16)
+
+    handled: list[str] = []
+    sent_at: list[int] = []  # the registrations handled when the lookup now waiting was sent
+    meanwhile: list[int] = []  # per lookup, the registrations handled from its send to its answer
+
+    def heard(kind: str, info: Any) -> None:
+        handled.append(kind)
+        if not sent_at:
+            client.sendall(lookup)
+            sent_at.append(len(handled))
+    service.state.routes.listen(heard)
+    looking_up = next(iter(factory.connections.values()))  # the client's: accepted first
+    write = looking_up._write
+
+    def answered(replies: list[bytes]) -> None:
+        if sent_at:
+            meanwhile.append(len(handled) - sent_at.pop())
+        write(replies)
+    looking_up._write = answered
+    for broker, frame in zip(brokers, frames, strict=True):
+        broker.sendall(frame)
+    readable(reactor, len(brokers))
+    for _ in range(200):
+        if len(handled) == len(brokers) and not sent_at:
+            break
+        iterate(reactor)
+    assert handled == ["registered"] * len(brokers)  # every broker registered, lookups answered between
+    assert len(meanwhile) >= len(brokers) // 8
+    assert max(meanwhile) <= 8 == namesrv_reactor.NEWCOMERS_PER_TURN, meanwhile
+    for broker in brokers:
+        broker.settimeout(10)
+        assert broker.recv(1 << 16)  # its answer
+        broker.close()
+    client.close()

@@ -16,6 +16,17 @@ while a storm is served waits for at most that many heartbeats, not for all of t
 moves to the brokers' set in the read that marks it (``serve_after_clients``: RemotingProtocol
 marks a connection once it keeps a broker's heartbeat answer) and leaves it when unregistered.
 
+A connection's first read is a broker's first registration as often as not (every broker's
+after a restart of the NameServer, thousands within a heartbeat's period); served in epoll's
+order among the clients' sockets, a burst of them made a lookup read in the same turn wait for
+all their reads. So an accepted connection waits in a third set, the newcomers', until its first
+read, which the clients' set watches as one descriptor too; a turn
+serves at most ``NEWCOMERS_PER_TURN`` of them, after every ready socket of the clients' set, those
+it leaves at the head of that set's ready list. A newcomer leaves the set in that read: for the
+brokers' set when it marked it, else for the clients'. So a lookup on a connection that was heard
+before waits for at most that many newcomers' first reads of the turn before, not for a burst of
+them (each of which the dispatcher answers at once up to ``dispatch.AT_ONCE_PER_TURN`` a turn).
+
 Twisted wraps each ready socket's service in ``log.callWithLogger`` (a context for its legacy log's
 ``system`` field, 1.4 µs a socket); nothing of this server logs through that context on a read,
 so a read of a socket that reported nothing but input is served without it. Anything else (a
@@ -35,7 +46,7 @@ import select
 import sys
 from typing import Any
 
-from twisted.internet import abstract, error
+from twisted.internet import abstract, error, tcp
 from twisted.python import log
 
 try:
@@ -54,11 +65,19 @@ BROKERS_PER_TURN = 32
 #: disconnect's closures (30-50 µs each) as many a turn as Twisted's turns took them, not more
 BROKERS_GONE_PER_TURN = 1024
 
+#: the first reads of accepted connections served in one turn at most, after the clients' (a broker's
+#: first registration is its connection's first read: 0.3-0.4 ms of CPU each, 1 M instructions);
+#: the rest wait for the next turn, still ready, so a lookup waits for no more than these
+NEWCOMERS_PER_TURN = 8
+
 #: a socket's events that say it hung up or failed
 _GONE = EPOLLHUP | EPOLLERR
 
 #: the attribute of a socket's descriptor (Twisted's FileDescriptor) that puts it after the others
 _AFTER_CLIENTS = "namesrv_after_clients"
+
+#: the attribute of an accepted connection's descriptor once its first read was served
+_HEARD = "namesrv_heard"
 
 #: what Twisted's ``_doReadOrWrite`` disconnects a selectable with when its fileno() is -1
 _NO_FILEDESC = error.ConnectionFdescWentAway("File descriptor lost")
@@ -85,39 +104,57 @@ def _descriptor(transport: Any) -> abstract.FileDescriptor | None:
     return transport
 
 
-class _TwoSets:
+class _Sets:
     """The epoll object as Twisted's EPollReactor uses it (register, modify, unregister, poll,
-    fileno, close), over two epoll sets: the clients' (every descriptor starts there) and the
-    brokers', which the clients' set watches as one more descriptor. Polling the brokers' set
-    apart, BROKERS_PER_TURN at a time, takes them in epoll's ready order, those left at the head:
-    no broker waits more than its share of turns, and no turn reports again those it left."""
+    fileno, close), over three epoll sets: the clients' (every descriptor but a newcomer starts
+    there), the newcomers' (accepted connections until their first read) and the brokers', which
+    the clients' set watches as two descriptors more. Polling the newcomers' and the brokers' sets
+    apart, a few at a time, takes them in epoll's ready order, those left at the head: none waits
+    more than its share of turns, and no turn reports again those it left."""
 
     def __init__(self) -> None:
         self.clients = select.epoll(1024)
         self.brokers = select.epoll(1024)
+        self.newcomers = select.epoll(1024)
         self.clients.register(self.brokers.fileno(), EPOLLIN)
+        self.clients.register(self.newcomers.fileno(), EPOLLIN)
         self.brokers_fd = self.brokers.fileno()
-        #: the descriptors registered in the brokers' set
+        self.newcomers_fd = self.newcomers.fileno()
+        #: the descriptors registered in the brokers' set, and in the newcomers'
         self.in_brokers: set[int] = set()
+        self.in_newcomers: set[int] = set()
 
     def register(self, fd: int, flags: int) -> None:
         self.clients.register(fd, flags)
 
+    def register_newcomer(self, fd: int, flags: int) -> None:
+        """Watch ``fd``, an accepted connection not read yet, in the newcomers' set."""
+        self.newcomers.register(fd, flags)
+        self.in_newcomers.add(fd)
+
+    def _set_of(self, fd: int) -> Any:
+        if fd in self.in_brokers:
+            return self.brokers
+        return self.newcomers if fd in self.in_newcomers else self.clients
+
     def modify(self, fd: int, flags: int) -> None:
-        (self.brokers if fd in self.in_brokers else self.clients).modify(fd, flags)
+        self._set_of(fd).modify(fd, flags)
 
     def unregister(self, fd: int) -> None:
-        if fd in self.in_brokers:
-            self.in_brokers.discard(fd)
-            self.brokers.unregister(fd)
-        else:
-            self.clients.unregister(fd)
+        self._set_of(fd).unregister(fd)
+        self.in_brokers.discard(fd)
+        self.in_newcomers.discard(fd)
 
     def to_brokers(self, fd: int, flags: int) -> None:
         """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
-        self.clients.unregister(fd)
+        self.unregister(fd)
         self.brokers.register(fd, flags)
         self.in_brokers.add(fd)
+
+    def heard(self, fd: int, flags: int) -> None:
+        """A newcomer was read: watch ``fd`` (registered for ``flags``) in the clients' set from now on."""
+        self.unregister(fd)
+        self.clients.register(fd, flags)
 
     def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
         return self.clients.poll(timeout, maxevents)
@@ -127,24 +164,37 @@ class _TwoSets:
 
     def close(self) -> None:
         self.brokers.close()
+        self.newcomers.close()
         self.clients.close()
 
 
 if EPollReactor is not None:
     class NamesrvReactor(EPollReactor):  # type: ignore[misc,valid-type]
         """EPollReactor whose turn serves the clients' ready sockets first, then at most
-        BROKERS_PER_TURN of the brokers' (module docstring)."""
+        NEWCOMERS_PER_TURN first reads of accepted connections and BROKERS_PER_TURN of the
+        brokers' sockets (module docstring)."""
 
         def __init__(self) -> None:
             super().__init__()
             self._poller.close()
-            self._poller = self._sets = _TwoSets()
+            self._poller = self._sets = _Sets()
             for fd in self._reads | self._writes:  # what the base registered already: its waker
                 self._poller.register(fd, self._flags(fd))
 
         def _flags(self, fd: int) -> int:
             """What ``fd`` is registered for (Twisted's own record of it)."""
             return (EPOLLIN if fd in self._reads else 0) | (EPOLLOUT if fd in self._writes else 0)
+
+        def _add(self, xer: Any, primary: set[int], other: set[int], selectables: dict[int, Any], event: int,
+                 antievent: int) -> None:
+            """Twisted's, but an accepted connection not read yet is watched in the newcomers' set."""
+            fd = xer.fileno()
+            if fd in primary or fd in other or not isinstance(xer, tcp.Server) or getattr(xer, _HEARD, False):
+                super()._add(xer, primary, other, selectables, event, antievent)
+                return
+            self._sets.register_newcomer(fd, event)
+            primary.add(fd)
+            selectables[fd] = xer
 
         def doPoll(self, timeout: float | None) -> None:
             sets, selectables, serve = self._sets, self._selectables, self._serve
@@ -155,10 +205,13 @@ if EPollReactor is not None:
                 if err.errno == errno.EINTR:
                     return
                 raise
-            brokers = False
+            brokers = newcomers = False
             for fd, event in ready:
                 if fd == sets.brokers_fd:
                     brokers = True
+                    continue
+                if fd == sets.newcomers_fd:
+                    newcomers = True
                     continue
                 selectable = selectables.get(fd)
                 if selectable is None:
@@ -166,8 +219,26 @@ if EPollReactor is not None:
                 serve(selectable, fd, event)
                 if getattr(selectable, _AFTER_CLIENTS, False) and selectables.get(fd) is selectable:
                     sets.to_brokers(fd, self._flags(fd))  # marked in this read (or before): moved, once
+            if newcomers:
+                self._serve_newcomers()
             if brokers:
                 self._serve_brokers()
+
+        def _serve_newcomers(self) -> None:
+            """At most NEWCOMERS_PER_TURN accepted connections' first reads, in epoll's order; each
+            leaves the newcomers' set in it, for the brokers' when the read marked it."""
+            sets, selectables, serve = self._sets, self._selectables, self._serve
+            for fd, event in sets.newcomers.poll(0, NEWCOMERS_PER_TURN):
+                selectable = selectables.get(fd)
+                if selectable is None:
+                    continue
+                setattr(selectable, _HEARD, True)
+                serve(selectable, fd, event)
+                if fd in sets.in_newcomers and selectables.get(fd) is selectable:  # still watched there
+                    if getattr(selectable, _AFTER_CLIENTS, False):
+                        sets.to_brokers(fd, self._flags(fd))
+                    else:
+                        sets.heard(fd, self._flags(fd))
 
         def _serve_brokers(self) -> None:
             """At most BROKERS_PER_TURN of the brokers' ready sockets with something to read or
