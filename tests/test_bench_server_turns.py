@@ -53,3 +53,37 @@ def test_the_longest_waits_are_the_last_runs(server_turns, tmp_path):
     path.write_text("".join(json.dumps(run) + "\n" for run in runs))
     assert server_turns.longest_waits(path) == {"heartbeat_storm": (5.25, 4.5)}
     assert server_turns.longest_waits(None) == {}
+
+
+def test_the_real_servers_turns_are_timed(tmp_path):
+    """On the server's own reactor a turn polls its clients' epoll set itself (not the reactor's
+    ``_poller``): the turns are timed there, one record a turn that read something."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import free_port
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+
+    port, out = free_port(), tmp_path / "T.jsonl"
+    server = subprocess.Popen([sys.executable, str(BENCH / "server_turns.py"), "--over", "0", "--out", str(out), "--",
+                               "--port", str(port), "--bind", "127.0.0.1", "--data-dir", str(tmp_path / "data")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(300):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    s.sendall(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=1).encode())
+                    assert s.recv(1 << 16)
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the server never answered")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    kinds = [json.loads(line)[0] for line in out.read_text().splitlines()]
+    assert "io" in kinds

@@ -426,3 +426,44 @@ def test_a_lookup_waits_for_at_most_newcomers_per_turn_first_registrations(react
         assert broker.recv(1 << 16)  # its answer
         broker.close()
     client.close()
+
+
+#: the Python calls of a reactor turn that answers one lookup from memory (the turn as Twisted's
+#: mainLoop runs it: the due calls, the timeout, the poll, the read and the send): 23 before the
+#: answer was sent on its socket itself and the turn polled the clients' set itself
+LOOKUP_TURN_CALLS = 20
+
+
+def test_a_lookup_answered_from_memory_costs_its_reactor_turn_a_counted_number_of_python_calls(
+        reactor: Any, tmp_path: Any) -> None:
+    """Every lookup a client sends on its own wakes the reactor for one turn: what that turn costs
+    in Python calls (the server's, Twisted's and the standard library's) is held here, counted."""
+    from tests.support import python_calls_run, server_config
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.service import NamesrvService
+
+    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
+    port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
+    broker, client = (socket.create_connection(("127.0.0.1", port)) for _ in range(2))
+    for _ in range(20):
+        if len(service.factory.connections) == 2:
+            break
+        iterate(reactor)
+    broker.settimeout(10)
+    client.settimeout(10)
+    broker.sendall(storm_frames(1, 1)[0])
+    readable(reactor, 1)
+    for _ in range(3):
+        iterate(reactor)
+    assert broker.recv(1 << 16)
+    calls = []
+    for opaque in range(1, 5):  # the first decoded and kept, the rest answered from memory
+        client.sendall(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"},
+                                               opaque=opaque).encode())
+        readable(reactor, 1)
+        calls.append(python_calls_run(lambda: (reactor.runUntilCurrent(), reactor.doIteration(reactor.timeout()))))
+        assert RemotingCommand.decode(client.recv(1 << 16)[4:]).code == 0  # SUCCESS, the route
+    assert calls[-1] == calls[-2] <= LOOKUP_TURN_CALLS, calls
+    broker.close()
+    client.close()

@@ -307,9 +307,25 @@ def test_answers_are_sent_at_once_unless_the_socket_is_closing(disconnecting: bo
     send_now(StringTransportWithDisconnection())  # no doWrite (TLS, tests): the reactor sends
 
 
+class _Socket:
+    """A socket whose ``send`` takes ``takes`` bytes a call, or fails (raises, as a socket does)."""
+
+    def __init__(self, transport: _SocketTransport) -> None:
+        self.transport = transport
+
+    def send(self, data: bytes) -> int:
+        takes = self.transport.takes
+        if isinstance(takes, Exception):
+            raise takes
+        taken = len(data) if takes is None else min(takes, len(data))
+        self.transport.sent.append(bytes(data[:taken]))
+        return taken
+
+
 class _SocketTransport(StringTransportWithDisconnection):
-    """What write_now needs of a socket transport (tcp.Connection's names): ``writeSomeData``
-    taking ``takes`` bytes a call (an int), or failing (an exception, as Twisted returns one)."""
+    """What write_now needs of a socket transport (tcp.Connection's names): its class's
+    ``writeSomeData`` (the mark of one) and its ``socket``, whose ``send`` takes ``takes`` bytes a
+    call, or fails (an OSError)."""
 
     dataBuffer = b""
     _writeDisconnected = False
@@ -320,13 +336,10 @@ class _SocketTransport(StringTransportWithDisconnection):
         self.sent: list[bytes] = []
         self.written: list[bytes] = []
         self._tempDataBuffer: list[bytes] = []
+        self.socket = _Socket(self)
 
-    def writeSomeData(self, data: bytes) -> int | Exception:
-        if isinstance(self.takes, Exception):
-            return self.takes
-        taken = len(data) if self.takes is None else min(self.takes, len(data))
-        self.sent.append(bytes(data[:taken]))
-        return taken
+    def writeSomeData(self, data: bytes) -> int:
+        raise AssertionError("write_now sends on the socket itself")
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
@@ -334,8 +347,8 @@ class _SocketTransport(StringTransportWithDisconnection):
 
 
 def test_an_answer_goes_straight_to_a_socket_with_nothing_queued(harness):
-    """A broker's heartbeat answered over a socket transport with nothing buffered is sent by
-    ``writeSomeData`` alone: not through ``transport.write``, which registers the socket for writing
+    """A broker's heartbeat answered over a socket transport with nothing buffered is sent by its
+    socket's ``send`` alone: not through ``transport.write``, which registers the socket for writing
     and unregisters it once sent (two epoll_ctl calls an answer, on the old code every answer's)."""
     proto = harness.factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 40000))
     transport = _SocketTransport()
@@ -378,8 +391,8 @@ def test_a_socket_transport_whose_buffers_are_named_otherwise_is_written_the_usu
 
 def test_an_answer_over_tls_is_never_written_to_the_socket_under_it() -> None:
     """TLS's wrapper (a ProtocolWrapper) hands attributes it lacks to the socket transport under
-    it: write_now must not take that socket's writeSomeData for the wrapper's (the bytes would go
-    out unencrypted), only a transport whose own class has it."""
+    it: write_now must not take that socket transport's socket for the wrapper's (the bytes would go
+    out unencrypted), only a transport whose own class has ``writeSomeData``."""
     socket = _SocketTransport()
 
     class Wrapper:

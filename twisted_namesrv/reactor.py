@@ -199,8 +199,8 @@ if EPollReactor is not None:
         def doPoll(self, timeout: float | None) -> None:
             sets, selectables, serve = self._sets, self._selectables, self._serve
             try:
-                # as Twisted's: at most as many events as descriptors watched (and the brokers' set)
-                ready = self._poller.poll(-1 if timeout is None else timeout, len(selectables) + 1)
+                # as Twisted's: at most as many events as descriptors watched (and the two sets)
+                ready = sets.clients.poll(-1 if timeout is None else timeout, len(selectables) + 2)
             except OSError as err:
                 if err.errno == errno.EINTR:
                     return

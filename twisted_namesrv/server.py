@@ -57,29 +57,35 @@ def write_now(transport: interfaces.ITransport, data: bytes) -> None:
 
     Through ``transport.write``, every answer registers the socket for writing and unregisters it
     once sent (two epoll_ctl calls and the reactor's bookkeeping, an answer each: a tenth of what a
-    broker's heartbeat costs); a socket transport with nothing buffered takes the bytes at once
-    (``writeSomeData``, Twisted's own send), and only what the kernel did not take, or a send that
-    failed, goes the usual way (the reactor then finds the failure and closes the connection).
-    Anything else (TLS, tests, a closing socket, bytes already waiting) goes through
-    ``transport.write`` and ``send_now``.  The socket transport's own class must have it: TLS's
-    wrapper hands unknown attributes to the socket under it, where these bytes would go unencrypted."""
-    write_some = getattr(transport, "writeSomeData", None) if hasattr(type(transport), "writeSomeData") else None
-    if write_some is not None and _nothing_queued(transport):
-        sent = write_some(data)
-        if type(sent) is int:
-            if sent == len(data):
-                return
-            data = data[sent:]
+    broker's heartbeat costs); a socket transport with nothing buffered takes the bytes at once, in
+    one ``send`` on its socket (what Twisted's ``writeSomeData`` does, without its two calls and the
+    view it cuts of the bytes: every lookup's answer passes here), and only what the kernel did not
+    take, or a send that failed, goes the usual way (the reactor then finds the failure and closes
+    the connection).  Anything else (TLS, tests, a closing socket, bytes already waiting) goes
+    through ``transport.write`` and ``send_now``.  The socket transport's own class must have
+    ``writeSomeData``: TLS's wrapper hands unknown attributes to the socket under it, where these
+    bytes would go unencrypted."""
+    if _nothing_queued(transport):
+        try:
+            sent = transport.socket.send(data)  # type: ignore[attr-defined]
+        except OSError:  # would block, or failed: the usual way finds out which
+            sent = 0
+        if sent == len(data):
+            return
+        data = data[sent:]
     transport.write(data)
     send_now(transport)
 
 
 def _nothing_queued(transport: object) -> bool:
-    """Whether a socket transport (Twisted's FileDescriptor) is open with no bytes waiting to be
-    sent. Its buffers are Twisted's own attributes, not an interface: a Twisted that names them
-    otherwise answers False, and every answer goes through ``transport.write`` as before."""
+    """Whether a socket transport (Twisted's FileDescriptor whose class sends: ``writeSomeData``)
+    is open with no bytes waiting to be sent. Its buffers are Twisted's own attributes, not an
+    interface: a Twisted that names them otherwise answers False, and every answer goes through
+    ``transport.write`` as before."""
+    if not hasattr(type(transport), "writeSomeData"):
+        return False
     try:
-        return bool(transport.connected and not transport.disconnecting  # type: ignore[attr-defined]
+        return bool(transport.connected and not transport.disconnecting
                     and not transport._writeDisconnected  # type: ignore[attr-defined]
                     and not transport.dataBuffer and not transport._tempDataBuffer)  # type: ignore[attr-defined]
     except AttributeError:

@@ -79,7 +79,9 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
         return call_later(delay, timed, *args, **kwargs)
     reactor.callLater = timed_call_later  # type: ignore[method-assign]
 
-    poller, polled = reactor._poller, {}
+    # the epoll object a turn polls: the server's reactor polls its clients' set itself
+    sets = getattr(reactor, "_sets", None)
+    poller, polled = (reactor._poller if sets is None else sets.clients), {}
     schedstat = Schedstat("/proc/thread-self/schedstat")  # this thread's: the reactor's
 
     def runqueue_ns() -> int:
@@ -100,7 +102,10 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
 
         def __getattr__(self, name: str) -> Any:
             return getattr(poller, name)
-    reactor._poller = TimedPoller()
+    if sets is None:
+        reactor._poller = TimedPoller()
+    else:
+        sets.clients = TimedPoller()
     iterate = reactor.doIteration
 
     def timed_iteration(timeout: float | None) -> None:
