@@ -14,9 +14,15 @@ connection, a heartbeat renewed): ``--more`` brokers registered once, then sent 
 times (4), the difference over the renewals.  One renewal is a seventh of a first registration, and
 two runs' first registrations and start-ups differ by tens of millions of instructions: sent once
 more (1,000 brokers), four commits of one day counted 0.095-0.194 M, not in the order of the commits.
+``--at-once`` sends every broker's table at once (as brokers reconnecting after a restart of the
+NameServer), not 8 in flight.  ``--lookups N`` counts a route lookup instead: ``--fewer`` brokers
+registered, then the probe's topic looked up N and 2N times in a closed loop on one connection (the
+curve's probe's, without its sleep), every lookup a wake-up of the reactor, a read and a send.
 
-    .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree DIR]
+    .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree D]
+    .venv/bin/python tools/bench/instructions.py --at-once
     .venv/bin/python tools/bench/instructions.py --repeated [--renewals 4] [--step brokers-5000] [--more 1500]
+    .venv/bin/python tools/bench/instructions.py --lookups 3000 [--fewer 10]
 
 Needs valgrind (``apt-get install valgrind``); each run takes a minute or two.
 """
@@ -40,9 +46,12 @@ import curve  # noqa: E402  (tools/bench: the curve's tables, frames and server 
 COUNTED = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
-def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1) -> int:
+def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
+          spread: float | None = None) -> int:
     """The server's instructions from its start to its stop, ``brokers`` of the step registered
-    (each table sent ``sends`` times, the curve's way: all once, then all again)."""
+    (each table sent ``sends`` times, the curve's way: all once, then all again), then ``lookups``
+    route lookups in a closed loop on one connection (the curve's probe's, without its sleep).
+    ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -57,9 +66,10 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         for conn in conns:
             conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
         for _ in range(sends):
-            curve.send_all(conns, frames, None)
+            curve.send_all(conns, frames, spread)
         for conn in conns:
             conn.close()
+        look_up(port, lookups)
         time.sleep(1)
         # SIGTERM: the reactor stops, valgrind writes its count.  Not SIGINT: a shell starting this in
         # the background ignores SIGINT for it, the server inherits that, and the wait ran out
@@ -75,6 +85,22 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         curve.tidy(scratch)
 
 
+def look_up(port: int, lookups: int) -> None:
+    """``lookups`` of the probe's topic, registered first on a broker of its own that stays
+    connected meanwhile (curve.run_step's: its connection closed, the broker and the route go)."""
+    if not lookups:
+        return
+    with socket.create_connection((curve.HOST, port)) as broker:
+        for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
+            broker.sendall(frame)
+            curve.read_frame(broker)
+        with socket.create_connection((curve.HOST, port)) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for opaque in range(1, lookups + 1):
+                s.sendall(curve.frame(105, {"topic": curve.PROBE_TOPIC}, opaque=opaque))
+                curve.read_answer(s)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--step", default="brokers-5000", help="the curve step whose brokers register (curve.py)")
@@ -82,6 +108,10 @@ def main() -> None:
     p.add_argument("--more", type=int, default=1500, metavar="N")
     p.add_argument("--repeated", action="store_true", help="count a repeated registration (--more brokers)")
     p.add_argument("--renewals", type=int, default=4, metavar="R", help="with --repeated: the tables sent R times more")
+    p.add_argument("--at-once", action="store_true",
+                   help="every broker's table sent at once (as after a restart), not 8 in flight")
+    p.add_argument("--lookups", type=int, default=0, metavar="N",
+                   help="count a route lookup instead: N, then 2N in a closed loop on one connection (--fewer brokers)")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -91,15 +121,23 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
     step = curve.step_named(a.step)
+    if a.lookups:
+        once, twice = (count(a.tree.resolve(), step, a.fewer, a.python, lookups=n) for n in (a.lookups, 2 * a.lookups))
+        print(f"{a.tree}: {(twice - once) / a.lookups / 1e3:.1f} k instructions a route lookup ({a.step}, "
+              f"{a.fewer:,} brokers registered, then {a.lookups:,} and {2 * a.lookups:,} lookups: {once:,} and "
+              f"{twice:,})", flush=True)
+        return
     if a.repeated:
         once, again = (count(a.tree.resolve(), step, a.more, a.python, sends) for sends in (1, 1 + a.renewals))
         print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
               f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times: {once:,} and "
               f"{again:,})", flush=True)
         return
-    fewer, more = (count(a.tree.resolve(), step, n, a.python) for n in (a.fewer, a.more))
+    spread = 1e-6 if a.at_once else None
+    fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread) for n in (a.fewer, a.more))
     print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration "
-          f"({a.step}, {a.fewer:,} and {a.more:,} brokers: {fewer:,} and {more:,})", flush=True)
+          f"({a.step}, {a.fewer:,} and {a.more:,} brokers{', at once' if a.at_once else ''}: {fewer:,} and {more:,})",
+          flush=True)
 
 
 if __name__ == "__main__":
