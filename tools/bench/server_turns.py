@@ -158,8 +158,9 @@ def longest_waits(path: Path | None) -> dict[str, tuple[float, float]]:
 def during(records: list[list[Any]], start: float, wait_ms: float) -> list[str]:
     """What the reactor thread did while a lookup sent at ``start`` waited ``wait_ms``: each turn's
     reads, delayed call and collector pass that overlapped it (from the lookup's start, ms: its CPU
-    and wall time; a turn's reads also the epoll wait before them and the thread's wait for a core
-    over that turn), then their CPU together. A wait the server's CPU does not fill is the
+    and wall time; a turn's reads also the epoll wait before them, the thread's wait for a core
+    over that turn and, when any, the CPU the server's other threads took over both: the log's
+    and the files' writers), then their CPU together. A wait the server's CPU does not fill is the
     scheduler's (a turn's ``runnable``, an epoll wait that ended long after the lookup came) or idle."""
     end, lines, cpu = start + wait_ms / 1e3, [], 0.0
     for kind, began, ms, what, wall, *more in records:
@@ -168,6 +169,8 @@ def during(records: list[list[Any]], start: float, wait_ms: float) -> list[str]:
         cpu += ms
         label = {"io": f"reads ({what} ready)", "gc": f"collector, generation {what}"}.get(kind, f"call {what}")
         extra = f"; epoll wait before {more[0]:.2f}, runnable {more[1]:.2f}" if kind == "io" and len(more) >= 2 else ""
+        if kind == "io" and len(more) >= 3 and more[2] >= 0.01:
+            extra += f", the server's other threads' CPU {more[2]:.2f}"
         lines.append(f"  {(began - start) * 1e3:+8.2f} ms  {label}: {ms:.2f} ms of CPU in {wall:.2f}{extra}")
     lines.append(f"  the reactor's CPU in it {cpu:.2f} ms of {wait_ms:.2f}")
     return lines
