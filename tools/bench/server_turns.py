@@ -68,6 +68,9 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
 
     def timed_call_later(delay: float, f: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(f, "__qualname__", type(f).__name__)
+        called = getattr(f, "f", None)  # a LoopingCall: named by what it calls (the events' save, the topology's...)
+        if called is not None and not hasattr(f, "__qualname__"):
+            name = f"{name} {getattr(called, '__qualname__', type(called).__name__)}"
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             began, cpu = time.monotonic(), time.thread_time()
