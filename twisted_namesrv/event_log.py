@@ -19,7 +19,6 @@ never refuses to start over them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections import Counter
@@ -83,10 +82,12 @@ def decode_events(data: bytes) -> list[RouteEvent]:
 
 
 def lost_topic_item(topic: LostTopic) -> dict[str, Any]:
-    """A lost topic as the file keeps it: its steady-clock stamp (``at``) means nothing to the next run."""
-    item = dataclasses.asdict(topic)
-    del item["at"]
-    return item
+    """A lost topic as the file keeps it, its fields in their order: its steady-clock stamp
+    (``at``) means nothing to the next run.  Written out, not ``dataclasses.asdict`` (which copies
+    every field through a recursive walk: a save of the 1,000 topics a mass disconnect leaves lost
+    took the reactor 16 ms of CPU, a lookup's wait, in a trace of the ten-broker curve step)."""
+    return {"topic": topic.topic, "cluster": topic.cluster, "broker": topic.broker, "addr": topic.addr,
+            "kind": topic.kind, "reason": topic.reason, "ts": topic.ts}
 
 
 def decode_lost_topics(data: bytes) -> list[LostTopic]:
