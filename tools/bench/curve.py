@@ -388,9 +388,10 @@ def read_answer(s: socket.socket) -> None:
 #: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
 #: its own CPU, how long of it the server's main thread ran and waited for a CPU (ms), how long the
 #: probe itself ran (ms: its send and read, and the loopback's delivery they do for the core's other
-#: packets), how many times the server's main thread was put on a CPU, and how long core 1's
-#: ksoftirqd ran and waited for it (ms: packets the system calls left it to deliver)
-Sample = tuple[float, float, float, float, float, float, int, float, float]
+#: packets), how many times the server's main thread was put on a CPU, how long core 1's
+#: ksoftirqd ran and waited for it (ms: packets the system calls left it to deliver), and the same
+#: of core 0's (the server's core: what its sends leave undelivered waits for it there)
+Sample = tuple[float, float, float, float, float, float, int, float, float, float, float]
 
 
 def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) -> None:
@@ -404,31 +405,34 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
     own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
-    softirqd_pid = kernel_thread("ksoftirqd/1")
+    softirqd_pid, server_softirqd_pid = kernel_thread("ksoftirqd/1"), kernel_thread("ksoftirqd/0")
     softirqd = Schedstat(f"/proc/{softirqd_pid}/schedstat" if softirqd_pid else "/nonexistent")
+    server_softirqd = Schedstat(f"/proc/{server_softirqd_pid}/schedstat" if server_softirqd_pid else "/nonexistent")
     samples: list[Sample] = []
     opaque = 0
     try:
         while not stop.is_set():
             opaque += 1
             (own_ran, waited, _), (ran0, queued0, slices0) = own.read_slices(), server.read_slices()
-            soft_ran0, soft_queued0 = softirqd.read()
+            (soft_ran0, soft_queued0), (soft0_ran0, soft0_queued0) = softirqd.read(), server_softirqd.read()
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
             read_answer(s)
             rtt = time.monotonic() - started
             ran1, queued1, slices1 = server.read_slices()
             own_ran1, waited1, _ = own.read_slices()
-            soft_ran1, soft_queued1 = softirqd.read()
+            (soft_ran1, soft_queued1), (soft0_ran1, soft0_queued1) = softirqd.read(), server_softirqd.read()
             samples.append((started, rtt, waited1 - waited, ran1 - ran0, queued1 - queued0, own_ran1 - own_ran,
-                            slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0))
+                            slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0,
+                            soft0_ran1 - soft0_ran0, soft0_queued1 - soft0_queued0))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
-        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0))
+        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0))
     finally:
         server.close()
         own.close()
         softirqd.close()
+        server_softirqd.close()
         out.send(samples)
 
 
@@ -449,7 +453,8 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     these (``probe_max_neither_ms``: blocked in a system call or on a lock, the packet not yet
     delivered, or the host); how many times the server's thread was put on a CPU meanwhile
     (``probe_max_server_slices``); and core 1's ksoftirqd's time on it and waiting for it
-    (``probe_max_softirqd_ran_ms``, ``..._runqueue_ms``: a packet of the lookup's may wait there).
+    (``probe_max_softirqd_ran_ms``, ``..._runqueue_ms``: a packet of the lookup's may wait there),
+    and core 0's (``probe_max_server_softirqd_ran_ms``, ``..._runqueue_ms``: where the answer's may).
     The server's run time is the kernel's as of its last tick (``procfs.parse_schedstat_slices``):
     within a tick (4 ms here) either way, so a wait of a few ms may show the reactor's turn as
     neither, or a tick more ran than the wait; server_turns.py times the turns themselves."""
@@ -458,13 +463,15 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     if not rtts:
         return {"probe_max_ms": None, "lookup_p50_ms": None, "lookup_p99_ms": None, "probe_runqueue_max_ms": None}
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))], 3)  # noqa: E731
-    longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued = max(inside)
+    longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued, *server_soft = max(inside)
     return {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99),
             "probe_runqueue_max_ms": round(max(own for _, own, *_ in inside), 2),
             "probe_max_server_ran_ms": round(ran, 2), "probe_max_server_runqueue_ms": round(queued, 2),
             "probe_max_own_runqueue_ms": round(own_queued, 2), "probe_max_own_ran_ms": round(own_ran, 2),
             "probe_max_server_slices": slices, "probe_max_softirqd_ran_ms": round(soft_ran, 2),
             "probe_max_softirqd_runqueue_ms": round(soft_queued, 2),
+            **({"probe_max_server_softirqd_ran_ms": round(server_soft[0], 2),
+                "probe_max_server_softirqd_runqueue_ms": round(server_soft[1], 2)} if server_soft else {}),
             "probe_max_neither_ms": round(longest * 1e3 - ran - queued - own_queued - own_ran, 2)}
 
 
