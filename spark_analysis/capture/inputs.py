@@ -300,6 +300,32 @@ def still_written(file: CaptureFile, listed_at: float) -> str | None:
     return None
 
 
+class InputShrank(Exception):
+    """A local capture that shrank while the run read it (``str``: which, by how much, what to do)."""
+
+
+def shrank_while_read(files: Iterable[CaptureFile]) -> str | None:
+    """What to say when a run failed and a local capture is now shorter than it was listed, else
+    None. Tasks read local captures through a mapping (mapped_file): pages past a file's new end
+    are gone, and a task touching one is killed by SIGBUS, which Spark reports as "Python worker
+    exited unexpectedly (crashed)" in 250 lines of traceback. tcpdump -W (a ring of files) truncates
+    the oldest file and writes it anew; so does a capture restarted with the same -w name. A file
+    removed or replaced by another (a rename over it) leaves the mapped one whole: nothing to say."""
+    for file in files:
+        if not is_local(file.path):
+            continue
+        try:
+            size = os.stat(local_path(file.path)).st_size
+        except OSError:
+            continue
+        if size < file.size:
+            return (f"{file.path} shrank from {file.size:,} to {size:,} bytes while it was read (a capture written "
+                    "again in place: tcpdump -W reuses its oldest file's name, a capture restarted with the same -w "
+                    "name; or a truncation): a task reading it lost the pages past its new end and was killed "
+                    "(SIGBUS); copy the captures somewhere first, or read the files tcpdump is done with")
+    return None
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     """A local file's device and inode: the same for every name of it."""
     try:
