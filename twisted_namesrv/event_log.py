@@ -16,8 +16,9 @@ file that cannot be used (not JSON, not ours, a field missing, NaN or a number p
 range, nested past what this server writes, over FILE_LIMIT) is logged naming it, counted in
 ``namesrv_store_load_refusals_total{store="eventsPath"}`` and, when damaged, kept as
 ``events.json.corrupt`` for whoever wants to look: the server starts with no earlier events, it
-never refuses to start over them (a FIFO, a device or a directory at the path is a start refused,
-naming the key: state/files.py).
+never refuses to start over them, as Java's NameServer (which keeps no events) would not: a FIFO, a
+device or a directory at the path is not read either (``not_regular``; opened without blocking:
+state/files.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from . import __version__
 from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .file_writer import FileWriter
 from .lost_topics import DEPARTURES, LostTopic, LostTopics
-from .state.config import ConfigError, NamesrvConfig
+from .state.config import NamesrvConfig
 from .state.files import FileTooBig, NotRegularFile, read_regular
 from .state.store import DocumentError, document_items, load_document, set_aside
 from .timers import StepTimerService
@@ -153,10 +154,10 @@ class EventLogService(StepTimerService):
                 restored, lost = decode_events(data), decode_lost_topics(data)
                 if self.lost is not None:
                     self.lost.restore(lost)
-            except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
-                raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
-            except OSError as exc:
-                self.load_refusals[STORE, "too_big" if isinstance(exc, FileTooBig) else "unreadable"] += 1
+            except OSError as exc:  # a FIFO (never opened blocking: files.py), a device, a directory, too big
+                reason = ("not_regular" if isinstance(exc, NotRegularFile) else
+                          "too_big" if isinstance(exc, FileTooBig) else "unreadable")
+                self.load_refusals[STORE, reason] += 1
                 log.error("events file {path} not readable, starting without earlier events: {error}",
                           path=str(self.path), error=exc.strerror)
             except EventsFileError as exc:

@@ -35,7 +35,6 @@ from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .hangup import default_hangup
-from .state.config import ConfigError
 from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
@@ -89,10 +88,9 @@ class RouteSnapshotService(StepTimerService):
                           path=str(self.path), age=age, max_age=self.max_age)
                 return 0
             data = read_regular(self.path, None)
-        except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
-            raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
-        except OSError as exc:
-            self.load_refusals["routeSnapshotPath", "unreadable"] += 1
+        except OSError as exc:  # a FIFO (never opened blocking: files.py), a device: soft state, start without
+            reason = "not_regular" if isinstance(exc, NotRegularFile) else "unreadable"
+            self.load_refusals["routeSnapshotPath", reason] += 1
             log.error("route snapshot {path} not readable, starting with empty routes: {error}", path=str(self.path),
                       error=exc)
             return 0

@@ -12,12 +12,14 @@ document no browser parses (``NaN`` is no JSON).  An events file had no size lim
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from twisted.internet import reactor
 from twisted.logger import capturedLogs, formatEvent
 
+from tests.hostile.test_not_regular_files import no_blocking
 from tests.support import server_config
 from twisted_namesrv.event_log import FILE_LIMIT as EVENTS_FILE_LIMIT
 from twisted_namesrv.service import load
@@ -83,6 +85,34 @@ def test_an_events_file_past_its_limit_is_not_read(tmp_path: Path) -> None:
     (line,) = [formatEvent(e) for e in logged if e["log_level"].name == "error"]
     assert f"events file {path} not readable" in line and f"over the {EVENTS_FILE_LIMIT}" in line
     assert path.exists()  # not damaged: not ours to move
+
+
+@pytest.mark.parametrize(("store", "kind"), [("eventsPath", "fifo"), ("eventsPath", "device"),
+                                             ("eventsPath", "directory"), ("routeSnapshotPath", "fifo"),
+                                             ("routeSnapshotPath", "device")])
+def test_no_regular_file_at_a_store_it_writes_itself_is_a_refusal_and_the_server_starts(
+        tmp_path: Path, store: str, kind: str) -> None:
+    """A FIFO, a device or a directory at eventsPath or routeSnapshotPath stopped the start
+    (``cannot start: eventsPath: ...: a FIFO (named pipe), not a regular file``), where the
+    topology file at the same place was skipped and Java, which keeps neither, starts. Now each is
+    one line, counted ``not_regular``, and the server starts; nothing blocks (state/files.py).
+    (A directory at routeSnapshotPath is still refused as the start checks where it writes: the
+    path the operator named cannot take a snapshot.)"""
+    path = tmp_path / "store"
+    if kind == "fifo":
+        target = tmp_path / "pipe.fifo"
+        os.mkfifo(target)
+        path.symlink_to(target)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    values = {store: str(path), "routeSnapshotMaxAge": 0}  # /dev/zero's time: any age is served
+    with no_blocking(), capturedLogs() as logged:
+        loaded = load(server_config(tmp_path, **values), reactor)
+    assert loaded.owners.seen.metrics.store_load_refusals == {(store, "not_regular"): 1}
+    (line,) = [formatEvent(e) for e in logged if e["log_level"].name == "error"]
+    assert str(path) in line and "not a regular file" in line, line
 
 
 def test_the_files_this_server_writes_still_load(tmp_path: Path) -> None:
