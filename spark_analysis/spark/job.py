@@ -137,7 +137,7 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
                             listed)
     except Exception as error:
         shrank = inputs.shrank_while_read(listed)
-        if shrank is None:
+        if shrank is None or output_problem(error) is not None:  # an output not written says so itself
             raise
         raise inputs.InputShrank(shrank) from error
     finally:

@@ -733,6 +733,14 @@ def test_a_capture_that_shrank_while_read_is_one_line_and_exit_8(spark, tmp_path
     with pytest.raises(ZeroDivisionError):
         cli.main(["report", str(path), "--out", str(out)])
 
+    def truncated_then_unwritable(*args, **kwargs):  # an output that cannot be written says so itself
+        os.truncate(path, 100)
+        raise tables.OutputError(f"cannot write {out}/calls: No space left on device")
+
+    monkeypatch.setattr(inputs, "plan_tasks", truncated_then_unwritable)
+    assert cli.main(["report", str(path), "--out", str(out)]) == cli.OUTPUT_FAILED
+    assert "No space left on device" in capsys.readouterr().err
+
 
 def test_an_output_that_cannot_be_written_is_one_line_and_exit_7(spark, tmp_path, monkeypatch, capsys) -> None:
     """A full disk under --out gave a 40-line traceback, exit 1, a 0-byte clients.csv and, with
