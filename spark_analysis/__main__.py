@@ -37,6 +37,8 @@ REMOTE_FAILED = 5
 #: exit status when the output cannot be written (a full disk, a quota, no permission): what the run
 #: wrote there is incomplete, without summary.json
 OUTPUT_FAILED = 7
+#: exit status when a local capture shrank while it was read (rewritten in place: a tcpdump -W ring)
+INPUT_SHRANK = 8
 #: seconds between the lines on tasks done while a Spark job runs, when stderr is not a terminal
 TASKS_EVERY_S = 30.0
 
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkRuntimeError  # after the checks: importing pyspark is slow
 
+    from spark_analysis.capture.inputs import InputShrank
     from spark_analysis.spark import remote, session
     from spark_analysis.spark.job import analyse, output_problem
 
@@ -71,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         split_size = int(args.split_mib * (1 << 20)) if args.split_mib else None
         counts = analyse(spark, args.inputs, args.out, tuple(args.port), split_size,
                          tasks_every=None if os.isatty(2) else TASKS_EVERY_S)  # on a terminal, Spark's bar
+    except InputShrank as error:
+        _forget_output(args.out, made)
+        print(f"{parser.prog}: error: {error} (the report in {args.out} is incomplete: no summary.json)",
+              file=sys.stderr)
+        return INPUT_SHRANK
     except Py4JJavaError as error:
         said = remote.problem(spark, error)
         if said is None:

@@ -12,9 +12,13 @@ serves them) go in the same file, under ``lost_topics``, so that a restart does 
 (an older server reading the file skips the key).
 
 At start they are loaded back, numbered as before, and a ``started`` event marks the restart.  A
-file that cannot be used (not JSON, not ours, a field missing) is logged naming it and kept as
+file that cannot be used (not JSON, not ours, a field missing, NaN or a number past a double's
+range, nested past what this server writes, over FILE_LIMIT) is logged naming it, counted in
+``namesrv_store_load_refusals_total{store="eventsPath"}`` and, when damaged, kept as
 ``events.json.corrupt`` for whoever wants to look: the server starts with no earlier events, it
-never refuses to start over them.
+never refuses to start over them, as Java's NameServer (which keeps no events) would not: a FIFO, a
+device or a directory at the path is not read either (``not_regular``; opened without blocking:
+state/files.py).
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from . import __version__
 from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .file_writer import FileWriter
 from .lost_topics import DEPARTURES, LostTopic, LostTopics
-from .state.config import ConfigError, NamesrvConfig
-from .state.files import NotRegularFile, read_regular
-from .state.store import DocumentError, document_items, set_aside
+from .state.config import NamesrvConfig
+from .state.files import FileTooBig, NotRegularFile, read_regular
+from .state.store import DocumentError, document_items, load_document, set_aside
 from .timers import StepTimerService
 
 log = Logger()
@@ -43,6 +47,12 @@ EVENTS_FILE = "events.json"
 FORMAT = 1
 #: how often changed events are written (a kill -9 loses at most these seconds of events)
 EVENTS_SAVE_SECONDS = 2.0
+#: the largest events file read back: RECENT_EVENTS events (an audit event keeps at most 64 values of
+#: 256 characters) and lost_topics.LIMIT lost topics (five names of up to 512 characters each), every
+#: character escaped, are under 40 MB; a 2 GB file swapped in was read whole at start
+FILE_LIMIT = 64 << 20
+#: its name in namesrv_store_load_refusals_total{store}
+STORE = "eventsPath"
 
 
 class EventsFileError(DocumentError):
@@ -74,7 +84,7 @@ def decode_events(data: bytes) -> list[RouteEvent]:
         try:
             event = RouteEvent(int(item["seq"]), float(item["ts"]), str(item["kind"]), dict(item["info"]),
                                int(item["count"]), float(item["first_ts"]))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise EventsFileError(f"event {number}: {type(exc).__name__}: {exc}") from None
         events.append(event)
     events.sort(key=lambda e: e.seq)
@@ -93,7 +103,10 @@ def lost_topic_item(topic: LostTopic) -> dict[str, Any]:
 def decode_lost_topics(data: bytes) -> list[LostTopic]:
     """The lost topics of a file encode_events wrote (none in a file of an older server), oldest
     first; anything else raises EventsFileError naming what is wrong."""
-    items = json.loads(data).get("lost_topics", [])
+    try:
+        items = load_document(data).get("lost_topics", [])
+    except (DocumentError, AttributeError) as exc:
+        raise EventsFileError(str(exc)) from None
     if not isinstance(items, list):
         raise EventsFileError("lost_topics: not a list")
     lost = []
@@ -116,11 +129,13 @@ class EventLogService(StepTimerService):
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None,
-                 lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple) -> None:
+                 lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple,
+                 load_refusals: Counter[tuple[str, str]] | None = None) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
         the stop's too.  ``lost``: the lost topics kept with the events, those not in ``present()``
         (topicQueueTable as it is then, not as wired: a table replaced, by a route snapshot, must
-        not be held; a topic served again is lost no more, nor after the restart)."""
+        not be held; a topic served again is lost no more, nor after the restart).  ``load_refusals``:
+        a file not used at start counted by why (namesrv_store_load_refusals_total)."""
         super().__init__(interval, self.save_if_changed, clock)
         self.events = events
         self.lost = lost
@@ -129,22 +144,25 @@ class EventLogService(StepTimerService):
         self.writer = FileWriter(clock, self.path, "eventsPath", failures)
         self._saved = -1
         self._failing = False
+        self.load_refusals: Counter[tuple[str, str]] = Counter() if load_refusals is None else load_refusals
 
     def load(self) -> int:
         """Restore the events of the last run, then record this start; how many were restored."""
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
-                data = read_regular(self.path, None)
+                data = read_regular(self.path, FILE_LIMIT)
                 restored, lost = decode_events(data), decode_lost_topics(data)
                 if self.lost is not None:
                     self.lost.restore(lost)
-            except NotRegularFile as exc:  # a FIFO would block the start; a directory is no events file
-                raise ConfigError(f"eventsPath: {self.path}: {exc.strerror}") from None
-            except OSError as exc:
+            except OSError as exc:  # a FIFO (never opened blocking: files.py), a device, a directory, too big
+                reason = ("not_regular" if isinstance(exc, NotRegularFile) else
+                          "too_big" if isinstance(exc, FileTooBig) else "unreadable")
+                self.load_refusals[STORE, reason] += 1
                 log.error("events file {path} not readable, starting without earlier events: {error}",
                           path=str(self.path), error=exc.strerror)
             except EventsFileError as exc:
+                self.load_refusals[STORE, "corrupt"] += 1
                 kept = set_aside(self.path)
                 log.error("events file {path} skipped ({error}); kept as {kept}, starting without earlier events",
                           path=str(self.path), error=exc, kept=str(kept))

@@ -246,7 +246,8 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
         notifier.counts, notifier.fds = metrics.pushes, owners.fds
         events = EventLogService(owners.seen.events, events_path(config), reactor, failures=metrics.store_failures,
-                                 lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable)
+                                 lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable,
+                                 load_refusals=metrics.store_load_refusals)
         events.load()
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
                                         metrics.store_load_refusals, failures=metrics.store_failures)

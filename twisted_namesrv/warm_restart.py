@@ -2,8 +2,10 @@
 
 Writes are atomic (state/store.write_atomically) and rate-limited: a check every
 ``routeSnapshotInterval`` ms writes only when the routes changed since the last write, and a
-clean stop writes once more.  A snapshot that cannot be read is logged and skipped: routes are
-soft state, so the server starts empty (as without a snapshot) rather than not at all.
+clean stop writes once more.  A snapshot that cannot be read or used (not JSON, NaN, nested past
+what this server writes, a damaged table) is logged, counted (``unreadable``, ``corrupt``) and
+skipped, a damaged one kept as ``.corrupt``: routes are soft state, so the server starts empty (as
+without a snapshot) rather than not at all.
 
 A snapshot must also be recent: each check that finds nothing new to write stamps the file's
 modification time with the time of the check, so the mtime says until when the file was known to
@@ -33,11 +35,10 @@ from twisted.internet import interfaces
 from twisted.logger import Logger
 
 from .hangup import default_hangup
-from .state.config import ConfigError
 from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
-from .state.store import write_atomically
+from .state.store import DocumentError, load_document, set_aside, write_atomically
 from .timers import StepTimerService
 
 log = Logger()
@@ -87,17 +88,17 @@ class RouteSnapshotService(StepTimerService):
                           path=str(self.path), age=age, max_age=self.max_age)
                 return 0
             data = read_regular(self.path, None)
-        except NotRegularFile as exc:  # a FIFO would block the start; a directory is no snapshot
-            raise ConfigError(f"routeSnapshotPath: {self.path}: {exc.strerror}") from None
-        except OSError as exc:
+        except OSError as exc:  # a FIFO (never opened blocking: files.py), a device: soft state, start without
+            reason = "not_regular" if isinstance(exc, NotRegularFile) else "unreadable"
+            self.load_refusals["routeSnapshotPath", reason] += 1
             log.error("route snapshot {path} not readable, starting with empty routes: {error}", path=str(self.path),
                       error=exc)
             return 0
         try:
-            restored = import_routes(self.routes, json.loads(data))
-        except (ValueError, SnapshotError) as exc:  # SnapshotError is a ValueError; so is bad JSON
-            kept = self.path.with_name(self.path.name + ".corrupt")
-            self.path.replace(kept)  # the next write must not destroy what went wrong
+            restored = import_routes(self.routes, load_document(data))
+        except (DocumentError, SnapshotError) as exc:  # bad JSON, NaN, nested too deeply; a damaged table
+            self.load_refusals["routeSnapshotPath", "corrupt"] += 1
+            kept = set_aside(self.path)  # the next write must not destroy what went wrong
             log.error("route snapshot {path} not loaded ({error}); kept as {kept}, starting with empty routes",
                       path=str(self.path), error=exc, kept=str(kept))
             return 0

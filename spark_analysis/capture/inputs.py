@@ -93,6 +93,12 @@ INFLATE_IN_MEMORY_MAX = 2 << 30
 INFLATED_PAST_MAX = (f"it inflates past {INFLATE_IN_MEMORY_MAX >> 30} GiB, what a task inflates in memory (a "
                      "compressed file read whole, remote or on a cluster; a zip bomb's kind): read as far as that; "
                      "decompress it first, or read it from a local disk with a local master")
+#: what inflating into the spool directory (TMPDIR) leaves free on its file system: the lesser of
+#: SPOOL_KEEP_FREE and SPOOL_KEEP_FREE_SHARE of its size (a small tmpfs keeps a tenth).  Past it the
+#: rest of the file is left, the file NOT_INFLATED with the reason and what came before read, as in
+#: memory.  A bomb filled the directory before, and whatever else wrote there (a shared /tmp) failed
+SPOOL_KEEP_FREE = 1 << 30
+SPOOL_KEEP_FREE_SHARE = 0.1
 #: the first bytes of compressed files, to say what an input that is not a capture is (a capture
 #: compressed in a format not read, or in one read but not named by its suffix)
 COMPRESSION_MAGICS = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
@@ -291,6 +297,32 @@ def still_written(file: CaptureFile, listed_at: float) -> str | None:
     age = listed_at - found.st_mtime
     if age < STILL_WRITTEN_S:
         return f"still being written, it seems: modified {max(age, 0.0):,.0f} s before this run; {what}"
+    return None
+
+
+class InputShrank(Exception):
+    """A local capture that shrank while the run read it (``str``: which, by how much, what to do)."""
+
+
+def shrank_while_read(files: Iterable[CaptureFile]) -> str | None:
+    """What to say when a run failed and a local capture is now shorter than it was listed, else
+    None. Tasks read local captures through a mapping (mapped_file): pages past a file's new end
+    are gone, and a task touching one is killed by SIGBUS, which Spark reports as "Python worker
+    exited unexpectedly (crashed)" in 250 lines of traceback. tcpdump -W (a ring of files) truncates
+    the oldest file and writes it anew; so does a capture restarted with the same -w name. A file
+    removed or replaced by another (a rename over it) leaves the mapped one whole: nothing to say."""
+    for file in files:
+        if not is_local(file.path):
+            continue
+        try:
+            size = os.stat(local_path(file.path)).st_size
+        except OSError:
+            continue
+        if size < file.size:
+            return (f"{file.path} shrank from {file.size:,} to {size:,} bytes while it was read (a capture written "
+                    "again in place: tcpdump -W reuses its oldest file's name, a capture restarted with the same -w "
+                    "name; or a truncation): a task reading it lost the pages past its new end and was killed "
+                    "(SIGBUS); copy the captures somewhere first, or read the files tcpdump is done with")
     return None
 
 
@@ -493,9 +525,26 @@ def inflate_to(path: str, target: str, name: str, tally: ReadTally, chunk: int =
     os.replace(part, target)
 
 
+def spool_room(directory: str) -> tuple[int, int]:
+    """(bytes that may still be written in ``directory``, what its file system keeps free): its free
+    space (what an unprivileged user may take) less the lesser of SPOOL_KEEP_FREE and
+    SPOOL_KEEP_FREE_SHARE of its size.  Asked again before each piece written, as other tasks and
+    programs write there too."""
+    seen = os.statvfs(directory)
+    keep = min(SPOOL_KEEP_FREE, int(seen.f_blocks * seen.f_frsize * SPOOL_KEEP_FREE_SHARE))
+    return seen.f_bavail * seen.f_frsize - keep, keep
+
+
+def _spool_full_reason(directory: str, keep: int, wrote: int) -> str:
+    return (f"inflating it further would leave under {keep >> 20} MiB free in {directory}, where it is inflated "
+            f"(a zip bomb's kind; TMPDIR): read as far as that, {wrote >> 20} MiB; point TMPDIR at a directory "
+            "with room for the inflated capture, or decompress it first")
+
+
 def _inflate_into(path: str, part: str, name: str, tally: ReadTally, chunk: int) -> None:
     wrote = 0
     new_inflater = INFLATERS[_suffix(name)]
+    spool = os.path.dirname(part) or "."
     with open(path, "rb") as source, open(part, "wb") as out:
         inflater = new_inflater()
         started = False  # the current member has had input
@@ -506,6 +555,10 @@ def _inflate_into(path: str, part: str, name: str, tally: ReadTally, chunk: int)
                 started = True
                 try:
                     for inflated in inflated_pieces(inflater, data):
+                        room, keep = spool_room(spool)
+                        if len(inflated) > room:
+                            tally.note_file(name, problem=NOT_INFLATED, reason=_spool_full_reason(spool, keep, wrote))
+                            return
                         out.write(inflated)
                         wrote += len(inflated)
                 except _INFLATE_ERRORS:

@@ -126,11 +126,20 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
     after the Spark jobs, while every core waits for it, and a full collection there walked every
     object of the driver's process (PySpark, pyarrow, plotly: 0.06-0.07 s each, once or twice a
     run on the 10 h benchmark capture, a quarter of the driver's own CPU); its objects are few and
-    hardly any in cycles."""
+    hardly any in cycles.
+    A run that fails while a local capture is shorter than it was listed raises InputShrank,
+    saying so (inputs.shrank_while_read: its reading task was killed)."""
     spool = tempfile.mkdtemp(prefix="spark-analysis-gz-") if spark.sparkContext.master.startswith("local") else None
+    listed: list[inputs.CaptureFile] = []
     try:
         with worker.no_cycle_collection():
-            return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool, counted_cost)
+            return _analyse(spark, paths, out, ports, split_size, report, log, tasks_every, spool, counted_cost,
+                            listed)
+    except Exception as error:
+        shrank = inputs.shrank_while_read(listed)
+        if shrank is None or output_problem(error) is not None:  # an output not written says so itself
+            raise
+        raise inputs.InputShrank(shrank) from error
     finally:
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
@@ -138,12 +147,13 @@ def analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports = 
 
 def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, split_size: int | None,
              report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None,
-             counted_cost: int) -> Counter:
+             counted_cost: int, listed: list[inputs.CaptureFile]) -> Counter:
     sc = spark.sparkContext
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     skipped: list[str] = []
     files = inputs.discover(paths, partial(_list_hadoop, spark), skipped)
+    listed += files
     listed_at = time.time()
     spooled = [f for f in files if spool is not None and inputs.is_local(f.path) and inputs.compressed(f.path)]
     local = [f for f in files if inputs.read_by_range(f)]

@@ -117,7 +117,7 @@ def base(tmp_path):
             "aclAccountsFile": str(acl)}
 
 
-@pytest.mark.parametrize("key", ["kvConfigPath", "aclAccountsFile", "routeSnapshotPath", "eventsPath",
+@pytest.mark.parametrize("key", ["kvConfigPath", "aclAccountsFile",
                                  "tls.server.certPath", "tls.server.keyPath", "tls.server.trustCertPath"])
 def test_a_fifo_at_start_is_refused_naming_its_key(tmp_path, base, pki, key):
     values = {**base, "aclEnable": key == "aclAccountsFile", key: str(fifo(tmp_path))}

@@ -24,6 +24,7 @@ import pytest
 
 from spark_analysis import __main__ as cli
 from spark_analysis.analysis import findings as findings_module
+from spark_analysis.capture import inputs
 from spark_analysis.decode.rows import CALL
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.periods import EXPIRY_SECONDS, PERIOD_GAP_S, TimeBins
@@ -696,6 +697,49 @@ def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     problem = findings_module.attention(found)["findings"]
     undecodable = next(item for item in problem if item["kind"] == "undecodable_connection")
     assert "not decoded): TLS (encrypted" in undecodable["message"]
+
+
+def test_a_capture_that_shrank_while_read_is_one_line_and_exit_8(spark, tmp_path, monkeypatch, capsys) -> None:
+    """A capture truncated while its task read it (a tcpdump -W ring writing its oldest file anew)
+    killed the task by SIGBUS: Spark said "Python worker exited unexpectedly (crashed)" in 250 lines
+    and the run ended with status 1. Here the run fails as then, just after the file shrank (the
+    kill itself is no test's to time: checked by hand, a 400 MiB capture truncated 16 s into its
+    reading stage); it names the file and both sizes, exit 8. A failure with every capture whole is
+    raised as it was."""
+    path = tmp_path / "ring0.pcap"
+    path.write_bytes(capture("v5_probe.pcap").read_bytes())
+    listed = path.stat().st_size
+    planned = inputs.plan_tasks
+
+    def truncated_then_crashed(*args, **kwargs):
+        planned(*args, **kwargs)
+        os.truncate(path, 100)
+        raise RuntimeError("Python worker exited unexpectedly (crashed)")
+
+    monkeypatch.setattr(inputs, "plan_tasks", truncated_then_crashed)
+    monkeypatch.setattr(session, "build_session", lambda *args, **kwargs: spark)
+    monkeypatch.setattr(session, "stop", lambda spark: None)
+    out = tmp_path / "out"
+    assert cli.main(["report", str(path), "--out", str(out)]) == cli.INPUT_SHRANK
+    err = capsys.readouterr().err
+    assert err.endswith(f"error: {path} shrank from {listed:,} to 100 bytes while it was read (a capture written "
+                        "again in place: tcpdump -W reuses its oldest file's name, a capture restarted with the same "
+                        "-w name; or a truncation): a task reading it lost the pages past its new end and was killed "
+                        "(SIGBUS); copy the captures somewhere first, or read the files tcpdump is done with (the "
+                        f"report in {out} is incomplete: no summary.json)\n") and "Traceback" not in err
+    assert not out.exists()
+    path.write_bytes(capture("v5_probe.pcap").read_bytes())
+    monkeypatch.setattr(inputs, "plan_tasks", lambda *args, **kwargs: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["report", str(path), "--out", str(out)])
+
+    def truncated_then_unwritable(*args, **kwargs):  # an output that cannot be written says so itself
+        os.truncate(path, 100)
+        raise tables.OutputError(f"cannot write {out}/calls: No space left on device")
+
+    monkeypatch.setattr(inputs, "plan_tasks", truncated_then_unwritable)
+    assert cli.main(["report", str(path), "--out", str(out)]) == cli.OUTPUT_FAILED
+    assert "No space left on device" in capsys.readouterr().err
 
 
 def test_an_output_that_cannot_be_written_is_one_line_and_exit_7(spark, tmp_path, monkeypatch, capsys) -> None:

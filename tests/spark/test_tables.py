@@ -274,6 +274,39 @@ def test_a_compressed_capture_that_fills_the_spool_is_named_and_leaves_nothing_t
                                           "(point TMPDIR at a directory with room for the inflated capture)")
 
 
+def test_a_zip_bomb_inflated_into_the_spool_stops_short_of_filling_it(tmp_path: Path, monkeypatch) -> None:
+    """Inflated into the spool directory (a local compressed capture on a local master), a bomb
+    took all of its file system (TMPDIR: a shared /tmp), whatever else wrote there then failing,
+    and was named only when the disk said ENOSPC. Now it stops where the file system would keep
+    less than a tenth of its size (at most SPOOL_KEEP_FREE) free: the file NOT_INFLATED with the
+    reason, what came before read. Here a spool file system of 40 MiB, a bomb of 64 MiB of zeros."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    size = 40 << 20
+    real = os.statvfs
+
+    def statvfs(path):  # a file system of ``size`` bytes, holding what the spool holds
+        if Path(path) != spool:
+            return real(path)
+        used = sum(f.stat().st_size for f in spool.iterdir())
+        return os.statvfs_result((4096, 1, size, size - used, size - used, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    path = tmp_path / "bomb.pcap.bz2"
+    path.write_bytes(_bomb(".bz2", 64 << 20))
+    tally = inputs.ReadTally()
+    target = inputs.inflated_copy(inputs.CaptureFile(str(path), path.stat().st_size, 0), tally, str(spool))
+    assert target is not None and Path(target).exists()  # what came before is read
+    inflated = Path(target).stat().st_size
+    assert size - (5 << 20) <= inflated <= size - (4 << 20)  # 4 MiB kept free, a piece (1 MiB) short of it
+    facts = tally.files[str(path)]
+    assert facts.problem == inputs.NOT_INFLATED
+    assert facts.reason.startswith(f"inflating it further would leave under 4 MiB free in {spool}, where it is "
+                                   f"inflated (a zip bomb's kind; TMPDIR): read as far as that, {inflated >> 20} MiB")
+    assert "not inflated: inflating it further" in findings.problem_text(
+        {"problem": facts.problem, "reason": facts.reason, "size": 1})
+
+
 def test_an_input_that_is_not_a_capture_says_when_it_is_compressed_and_what_to_do(tmp_path: Path) -> None:
     """A zstd capture, or a gzip one without its suffix, was only "not a capture": now the reading
     task names the format and the finding what makes it readable."""

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from twisted_namesrv.state import kv as kv_module
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager, KVLimitError
 from twisted_namesrv.state.store import SavesOfNewest, StoreError, at_once, write_atomically
 
@@ -125,6 +126,19 @@ def test_corrupt_file_raises_naming_the_file(tmp_path, content):
         file_backed(path)
     assert str(path) in str(info.value)
     assert path.read_bytes() == content  # never overwritten
+
+
+def test_a_file_java_cannot_read_either_is_refused_before_a_byte_is_read(tmp_path, monkeypatch):
+    """A KV file of 2 GiB or more (a sparse 100 GB one swapped in) was read whole, then parsed; Java's
+    NameServer cannot start with one either (a Java array of its length). Here the bound is lowered
+    to 1 MiB: the file is refused by its size, its zeros never read."""
+    monkeypatch.setattr(kv_module, "FILE_LIMIT", 1 << 20, raising=False)
+    path = tmp_path / "kvConfig.json"
+    with path.open("wb") as sparse:
+        sparse.truncate((1 << 20) + 1)
+    with pytest.raises(KVConfigError, match=r"cannot read KV config .*kvConfig.json: 1048577 bytes or more, over "
+                       r"the 1048576 this file may hold \(nor can Java's NameServer"):
+        file_backed(path)
 
 
 def test_a_change_that_would_grow_the_table_past_its_limit_changes_nothing(tmp_path):

@@ -19,8 +19,8 @@ file or a certificate bigger than TEXT_FILE_LIMIT is refused (``FileTooBig``) be
 and a file that grows while read is read no further.  A 4 GB sparse file swapped in for the
 accounts file was read whole by the reload every 5 s, on the reactor thread; under a memory limit
 the MemoryError ended the reload timer, so no later change of the accounts was ever read.  The
-stores the server writes itself (the KV store, the route snapshot, the page's events) are read at
-start as big as it wrote them.
+stores the server writes itself are read at start up to their own bounds (the KV store 2 GiB - 1,
+as Java's; the page's events 64 MiB); the route snapshot as big as it is.
 """
 
 from __future__ import annotations

@@ -27,10 +27,14 @@ from pathlib import Path
 
 from ..remoting import fastjson
 from ..remoting.fastjson import java_hash_map
-from .files import read_regular
+from .files import FileTooBig, read_regular
 from .store import Save, Saved, StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+#: the largest KV file read at start: what Java's NameServer reads too (MixAll.file2String makes a
+#: ``byte[(int) file.length()]``: a file of 2 GiB or more is a NegativeArraySizeException, no start).
+#: Checked before a byte is read: a sparse file of 100 GB swapped in was read whole, then parsed
+FILE_LIMIT = (1 << 31) - 1
 
 Table = dict[str, dict[str, str]]
 
@@ -116,7 +120,10 @@ class KVConfigManager:
         if not path.exists():
             return
         try:
-            data = read_regular(path, None)  # a FIFO would block the start: refused (files.py)
+            data = read_regular(path, FILE_LIMIT)  # a FIFO would block the start: refused (files.py)
+        except FileTooBig as exc:
+            raise KVConfigError(f"cannot read KV config {path}: {exc.strerror} (nor can Java's NameServer: "
+                                "its KVConfigManager reads the file into one Java array)") from None
         except OSError as exc:
             raise KVConfigError(f"cannot read KV config {path}: {exc.strerror}") from None
         if not data.strip():

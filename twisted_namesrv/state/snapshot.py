@@ -62,7 +62,7 @@ def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
                             f"{routes.profile.name}")
     try:
         tables = _tables(routes, snapshot)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise SnapshotError(f"damaged route snapshot: {type(exc).__name__}: {exc}") from None
     routes.restore(tables)
     return len(routes.brokerLiveTable)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -325,13 +326,36 @@ class DocumentError(ValueError):
     """A store file this server did not write (or a damaged one): the message says what is wrong."""
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is no number this server writes")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a double's overflow, read as inf
+        raise ValueError(f"{text[:40]} is out of a double's range")
+    return value
+
+
+def load_document(data: bytes) -> Any:
+    """A JSON store file this server wrote (the page's events, the remembered topology, the route
+    snapshot), or DocumentError naming what is wrong.  Its writers never write NaN, Infinity or a
+    number past a double's range, nor nest past a few levels: a file swapped in that does is not
+    theirs.  Python's json took the first two (a NaN event time made /api/events no JSON a browser
+    parses), ``int()`` of an Infinity raised OverflowError, and a file of 100,000 ``[`` a
+    RecursionError: neither was caught, so the start failed with a traceback."""
+    try:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise DocumentError("not JSON this server writes: nested too deeply") from None
+
+
 def document_items(data: bytes, fmt: int, key: str, what: str) -> list[Any]:
     """The list under ``key`` of a JSON store file ``{"format": fmt, key: [...]}`` (the page's
     events, the remembered topology); anything else raises DocumentError naming what is wrong."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DocumentError(f"not JSON: {exc}") from None
+    document = load_document(data)
     if not isinstance(document, dict) or document.get("format") != fmt or not isinstance(document.get(key), list):
         raise DocumentError(f"not {what} of format {fmt}")
     items: list[Any] = document[key]

@@ -265,7 +265,7 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
             for broker_id, addr, since in item["members"]:
                 group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
             group.up = frozenset(int(broker_id) for broker_id in item.get("up", ()))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group
     return groups

@@ -30,7 +30,7 @@ STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "even
 #: at all; a series born at its first loss would be read by increase() as no loss at all
 LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
-LOADED_STORES = ("routeSnapshotPath", "topologyPath")
+LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath")
 LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
