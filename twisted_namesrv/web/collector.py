@@ -79,7 +79,8 @@ class NamesrvCollector(Collector):
                                        "(negative or over frameMaxLength), header_length (over headerMaxLength), "
                                        "undecodable (header or serialize type), "
                                        "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds), "
-                                       "fd_reserve (the descriptors left would be fewer than fdReserve)",
+                                       "fd_reserve (the descriptors left would be fewer than fdReserve), "
+                                       "fd_table_full (an accept found no descriptor: ulimit -n reached)",
                                        labels=["reason"])
         for reason in sorted(set(REJECT_REASONS) | set(metrics.rejected)):
             rejected.add_metric([reason], metrics.rejected[reason])
