@@ -255,3 +255,47 @@ def test_a_full_descriptor_table_pauses_accepting_logs_once_and_counts(tmp_path)
             peer.close()
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_http_port_keeps_a_headroom_the_others_cannot_take():
+    table = Counted(100)
+    fds = FdBudget(256, 64, table, task.Clock().seconds, headroom=8)
+
+    def admitted(probes: bool) -> int:
+        kept = 0
+        while True:
+            table.open += 1  # accepted: its descriptor is open when the port asks
+            if not fds.admit(probes):
+                table.open -= 1
+                return kept
+            kept += 1
+
+    assert admitted(probes=False) == 256 - 64 - 8 - 100  # a remoting flood stops short of the headroom ...
+    assert admitted(probes=True) == 8  # ... which the HTTP port may still take
+    assert FdBudget(256, 0, table, task.Clock().seconds, headroom=8).admit()  # fdReserve=0: nothing kept
+
+
+def test_a_remoting_flood_leaves_the_probes_and_metrics_room_to_answer(tmp_path):
+    """Under ulimit -n 256, 300 idle remoting connections: before, they took the budget to its
+    reserve and /healthz and /metrics were closed unanswered (a scraper saw the server down, not
+    what it refused). Now they answer, and /metrics counts the refusals (fd_reserve)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    proc, port, http_port = start_limited(tmp_path, "aclEnable=false\n")
+    flood: list[socket.socket] = []
+    try:
+        flood += idle_connections(port, 300)
+        time.sleep(1)
+        assert http_get(http_port, "/healthz")[0] == 200
+        status, metrics = http_get(http_port, "/metrics")
+        assert status == 200
+        assert re.search(rb'namesrv_refusals_total\{listener="remoting",reason="fd_reserve"\} [1-9]', metrics)
+        assert not re.search(rb'namesrv_refusals_total\{listener="http",reason="fd_reserve"\} [1-9]', metrics)
+    finally:
+        for connection in flood:
+            connection.close()
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve) and 8 more for " \
+           "the HTTP port" in output

@@ -536,6 +536,8 @@ class Admission:
     fds: FdBudget
     refuse: Callable[..., None]
     make_room: Callable[[], bool] | None = None
+    #: the HTTP port's: it may take the budget's headroom too (FdBudget.headroom)
+    probes: bool = False
     #: the port's accepts failing for want of a descriptor (set when it listens)
     failures: AcceptFailures | None = None
 
@@ -555,12 +557,13 @@ class _Admitting(protocol.Factory):
         admission, fds = self.admission, self.admission.fds
         if admission.failures is not None:
             admission.failures.accepted()
-        if not fds.admit():
+        if not fds.admit(admission.probes):
             if admission.make_room is None or not admission.make_room():
+                headroom = "" if admission.probes or not fds.headroom else f" and {fds.headroom} more for the HTTP port"
                 admission.refuse("fd_reserve", peer_text(addr),
                                  "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for "
-                                 "the stores (fdReserve), closing the connection", reserve=fds.reserve,
-                                 nofile=fds.limit)
+                                 "the stores (fdReserve){headroom}, closing the connection", reserve=fds.reserve,
+                                 nofile=fds.limit, headroom=headroom)
                 return None
             fds.take()  # in the place of the one closed
         return self.inner.buildProtocol(addr)  # type: ignore[no-any-return]
