@@ -260,7 +260,7 @@ class NamesrvCollector(Collector):
         a series to read before the first refusal."""
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
                                      "operation and result: ok, refused (ACL, config black list or a value's control "
-                                     "characters), failed",
+                                     "characters), declined (the controller's not now: a broker retries), failed",
                                      labels=["operation", "result"])
         counts = self.seen.audit.counts
         for operation in self.seen.audit.operations:
