@@ -592,10 +592,11 @@ class AcceptFailures:
     lets it accept, it closes the peer instead, three info lines a peer.
 
     This reads the port's own log events (an ILogObserver put in the place of its logger's): each
-    accepting turn that failed so is one refusal, ``fd_table_full`` (counted; the peer named when
-    Twisted closed one), and the port stops reading for ACCEPT_PAUSE_SECONDS, the peers waiting in
-    the backlog; the episode's first a warning with ``ulimit -n`` and what is open, its end (the
-    next connection accepted: ``accepted()``) an info line with how long and how many turns failed.
+    accept that failed so, and each peer Twisted closed for want of a descriptor, is one refusal,
+    ``fd_table_full`` (counted; the peer named when known), and the port stops reading for
+    ACCEPT_PAUSE_SECONDS, the peers waiting in the backlog; the episode's first a warning with
+    ``ulimit -n`` and what is open, its end (the next connection accepted: ``accepted()``) an info
+    line with how long and how many accepts failed.
     Every other event of the port goes on to ``publish`` as it would have."""
 
     #: Twisted's lines of an accept without a descriptor (twisted.internet.tcp._accept)
@@ -641,8 +642,8 @@ class AcceptFailures:
     def accepted(self) -> None:
         """A connection was accepted: the episode, if one was on, is over."""
         if self.since is not None:
-            log.info("{listener}: accepting connections again after {seconds:.1f} s; {turns} accepting turns "
-                     "found no descriptor [fd_table_full]", listener=self.name,
+            log.info("{listener}: accepting connections again after {seconds:.1f} s; {turns} accepts found no "
+                     "descriptor meanwhile [fd_table_full]", listener=self.name,
                      seconds=self.clock.seconds() - self.since, turns=self.failed_turns)
             self.since = None
 
