@@ -130,7 +130,7 @@ def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
     series = {labels for (name, labels) in samples if name == "namesrv_admin_requests_total"}
     operations = {*OPERATIONS.values(), *CONTROLLER_OPERATIONS.values()}  # the controller's too, run or not
     assert series == {(("operation", o), ("result", r)) for o in operations for r in RESULTS}
-    assert len(series) == 42 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
+    assert len(series) == 56 and not any(samples[("namesrv_admin_requests_total", s)] for s in series)
 
 
 def test_a_claimed_access_key_that_nothing_verified_is_no_identity(served, tmp_path):

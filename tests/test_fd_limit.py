@@ -201,3 +201,101 @@ def test_idle_peers_under_a_low_descriptor_limit_leave_the_stores_and_the_probes
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert "EMFILE" not in output and "Too many open files" not in output, output[-3000:]
     assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve)" in output
+
+
+def wait_for_line(path, text: str, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in path.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, path.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def test_a_full_descriptor_table_pauses_accepting_logs_once_and_counts(tmp_path):
+    """``prlimit --nofile=6`` on a running server (under what it holds open), peers connecting:
+    every accept fails with EMFILE. Before, Twisted's port logged 'Could not accept new connection'
+    and was called again at once, the peers waiting in the backlog: tens of thousands of lines in
+    two seconds and a busy reactor. Now each port stops accepting for a second at a time, one
+    warning says why, each failed turn is counted (fd_table_full), a scrape on a connection already
+    open still answers, and once descriptors are free again the port accepts and says so."""
+    port, http_port = free_port(), free_port()
+    out = tmp_path / "out.log"
+    with out.open("w") as written:
+        proc = subprocess.Popen([sys.executable, "-m", "twisted_namesrv", "--port", str(port), "--metrics-port",
+                                 str(http_port), "--data-dir", str(tmp_path / "data")],
+                                stdout=written, stderr=subprocess.STDOUT)
+    peers: list[socket.socket] = []
+    scraper = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+    try:
+        wait_for_line(out, "boot success", proc)
+        scraper.request("GET", "/healthz")
+        assert scraper.getresponse().read()  # kept alive: a scraper's connection, open before
+        limits = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (6, limits[1]))
+        peers += idle_connections(port, 2) + idle_connections(http_port, 1)
+        time.sleep(2.5)
+        scraper.request("GET", "/metrics")
+        response = scraper.getresponse()
+        metrics = response.read()
+        assert response.status == 200, metrics[-2000:]
+        failed = re.search(rb'namesrv_refusals_total\{listener="remoting",reason="fd_table_full"\} (\S+)', metrics)
+        assert failed and 1 <= float(failed[1]) <= 10, failed  # a turn a second, not one a reactor turn
+        text = out.read_text()
+        assert text.count("Could not accept") == 0 and text.count("EMFILE") <= 10, text[-3000:]
+        assert text.count("listenPort: cannot accept connections: EMFILE") == 1, text[-3000:]
+        assert "metricsPort: cannot accept connections: EMFILE" in text
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, limits)
+        wait_for_line(out, "listenPort: accepting connections again", proc)
+        client = NamesrvClient(f"127.0.0.1:{port}", 10)
+        assert client.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k"}).code != -1
+        client.close()
+        assert http_get(http_port, "/healthz")[0] == 200
+    finally:
+        scraper.close()
+        for peer in peers:
+            peer.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_http_port_keeps_a_headroom_the_others_cannot_take():
+    table = Counted(100)
+    fds = FdBudget(256, 64, table, task.Clock().seconds, headroom=8)
+
+    def admitted(probes: bool) -> int:
+        kept = 0
+        while True:
+            table.open += 1  # accepted: its descriptor is open when the port asks
+            if not fds.admit(probes):
+                table.open -= 1
+                return kept
+            kept += 1
+
+    assert admitted(probes=False) == 256 - 64 - 8 - 100  # a remoting flood stops short of the headroom ...
+    assert admitted(probes=True) == 8  # ... which the HTTP port may still take
+    assert FdBudget(256, 0, table, task.Clock().seconds, headroom=8).admit()  # fdReserve=0: nothing kept
+
+
+def test_a_remoting_flood_leaves_the_probes_and_metrics_room_to_answer(tmp_path):
+    """Under ulimit -n 256, 300 idle remoting connections: before, they took the budget to its
+    reserve and /healthz and /metrics were closed unanswered (a scraper saw the server down, not
+    what it refused). Now they answer, and /metrics counts the refusals (fd_reserve)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    proc, port, http_port = start_limited(tmp_path, "aclEnable=false\n")
+    flood: list[socket.socket] = []
+    try:
+        flood += idle_connections(port, 300)
+        time.sleep(1)
+        assert http_get(http_port, "/healthz")[0] == 200
+        status, metrics = http_get(http_port, "/metrics")
+        assert status == 200
+        assert re.search(rb'namesrv_refusals_total\{listener="remoting",reason="fd_reserve"\} [1-9]', metrics)
+        assert not re.search(rb'namesrv_refusals_total\{listener="http",reason="fd_reserve"\} [1-9]', metrics)
+    finally:
+        for connection in flood:
+            connection.close()
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve) and 8 more for " \
+           "the HTTP port" in output

@@ -55,9 +55,10 @@ class Audited:
     config_codes: frozenset[int]
     effects: tuple[str, ...]
     name: Callable[[int], str]
-    #: answer codes that are this listener's own decisions, beyond RESULTS' refusals: refused, not
-    #: failed (the controller's: a master not available, a fenced epoch - nothing failed to save)
-    refusals: frozenset[int] = frozenset()
+    #: answer codes that are this listener's state machine's own decisions: declined, neither refused
+    #: nor failed (the controller's: a master not available yet, a fenced epoch - nothing failed to
+    #: save, nobody asked for what they may not)
+    declines: frozenset[int] = frozenset()
 
 
 #: the NameServer's: request code -> operation
@@ -85,9 +86,10 @@ NAMESRV = Audited(OPERATIONS, {
 
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
 #: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
-#: group), or the listener's own decision (``Audited.refusals``: the controller's); failed: any other
-#: answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
-RESULTS = ("ok", "refused", "failed")
+#: group); declined: the listener's state machine's own "not now" (``Audited.declines``: the controller's
+#: answer to a broker outside the last sync-state set, which retries every 5 s: logged at info, no alert);
+#: failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
+RESULTS = ("ok", "refused", "declined", "failed")
 _REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
 
@@ -152,12 +154,14 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _result(response: RemotingCommand | None, refusals: frozenset[int] = frozenset()) -> tuple[str, str | None]:
+def _result(response: RemotingCommand | None, declines: frozenset[int] = frozenset()) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
-    refused = response.code in _REFUSALS or response.code in refusals or remark.startswith(ACL_EXCEPTION)
-    return ("refused" if refused else "failed"), remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
+    reason = remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
+    if response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION):
+        return "refused", reason
+    return ("declined" if response.code in declines else "failed"), reason
 
 
 class AuditTrail:
@@ -175,7 +179,7 @@ class AuditTrail:
 
     def record(self, event: AuditEvent) -> None:
         """Log, count and show one audited request."""
-        level = LogLevel.info if event.result == "ok" else LogLevel.warn
+        level = LogLevel.info if event.result in ("ok", "declined") else LogLevel.warn
         log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
         self.counts[event.operation, event.result] += 1
         self.events.feed_event("audit", event.fields())
@@ -197,7 +201,7 @@ class Trail:
     def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
         """The audit event of an answered (or oneway) request whose code the table names."""
         audited = self.audited
-        result, reason = _result(response, audited.refusals)
+        result, reason = _result(response, audited.declines)
         target = self._target(request)
         if response is not None:
             target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})

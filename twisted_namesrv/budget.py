@@ -100,6 +100,10 @@ def default_budget(frame_max_length: int) -> int:
     return max(min(quarter, AUTO_MAX), AUTO_MIN, 2 * frame_max_length)
 
 
+#: descriptors past the reserve that only the HTTP port may take: a flood of remoting or controller
+#: connections leaves the probes, the status page and /metrics room to answer (and to say why)
+HTTP_HEADROOM = 8
+
 #: how often at most the descriptors open are counted again, while the estimate is near the reserve
 NEAR_RECOUNT_SECONDS = 1.0
 
@@ -139,12 +143,16 @@ class FdBudget:
     the other way.  What else opens descriptors between counts (a push to a broker, a store's file,
     a peer's HTTP client) makes it err low, by a few: the second reserve of the near zone is counted
     again before it is reached.  ``reserve`` is at most a quarter of the limit, so
-    a small ``ulimit -n`` still admits peers.  No Twisted: the clock and the count are given."""
+    a small ``ulimit -n`` still admits peers.  ``headroom`` more are left to the HTTP port
+    (``admit(probes=True)``): under ``ulimit -n 64``, 80 idle remoting connections took the budget
+    to its reserve and /healthz, /metrics and the status page were closed unanswered, Prometheus
+    saying the server down rather than what it refused.  No Twisted: the clock and the count are given."""
 
     def __init__(self, limit: int | None, reserve: int, count: Callable[[], int | None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], headroom: int = 0) -> None:
         self.limit = limit
         self.reserve = min(reserve, limit // 4) if limit is not None else reserve
+        self.headroom = headroom if self.reserve else 0
         self.count = count
         self.clock = clock
         #: descriptors open at the last count (the socket being admitted then left out) ...
@@ -155,8 +163,9 @@ class FdBudget:
         #: sockets refused for the reserve
         self.refused = 0
 
-    def admit(self) -> bool:
-        """Whether the connection just accepted (its descriptor open) may stay."""
+    def admit(self, probes: bool = False) -> bool:
+        """Whether the connection just accepted (its descriptor open) may stay; ``probes``: the HTTP
+        port's, which may take the headroom too."""
         if self.limit is None or not self.reserve:
             return True
         now = self.clock()
@@ -166,7 +175,7 @@ class FdBudget:
             counted = self.count()
             if counted is not None:
                 self.counted, self.admitted, self.counted_at = counted - 1, 0, now
-        if self.free() - 1 < self.reserve:
+        if self.free() - 1 < self.reserve + (0 if probes else self.headroom):
             self.refused += 1
             return False
         self.admitted += 1

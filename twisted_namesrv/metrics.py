@@ -27,7 +27,7 @@ OTHER_CODE = -1
 #: every ``reason`` of namesrv_rejected_total and ``event`` of namesrv_broker_events_total, served at 0 from
 #: the start so that a rate() alert has a series before the first one happens
 REJECT_REASONS = ("frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
-                  "fd_reserve", "max_connections_per_host")
+                  "fd_reserve", "fd_table_full", "max_connections_per_host")
 ROUTE_EVENT_KINDS = ("registered", "changed", "confirmed", "expired", "closed", "idle", "unregistered", "refused")
 
 

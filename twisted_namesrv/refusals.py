@@ -27,15 +27,16 @@ log = Logger(namespace="twisted_namesrv.refusals")
 REASONS: dict[str, tuple[str, ...]] = {
     "remoting": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle", "memory_budget",
                  "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value", "config_size",
-                 "fd_reserve", "max_topics_per_broker", "max_broker_groups", "max_brokers", "max_brokers_per_group",
-                 "max_topic_queue_entries", "max_name_length", "filter_servers", "max_kv_bytes",
-                 "max_connections_per_host"),
+                 "fd_reserve", "fd_table_full", "max_topics_per_broker", "max_broker_groups", "max_brokers",
+                 "max_brokers_per_group", "max_topic_queue_entries", "max_name_length", "filter_servers",
+                 "max_kv_bytes", "max_connections_per_host"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value",
-                   "config_size", "fd_reserve", "max_broker_groups", "max_brokers_per_group", "max_name_length",
-                   "max_brokers"),
+                   "config_size", "fd_reserve", "fd_table_full", "max_broker_groups", "max_brokers_per_group",
+                   "max_name_length", "max_brokers"),
     "http": ("unauthenticated", "not_admin", "host", "not_loopback", "max_connections", "idle", "request_timeout",
-             "request_body", "bad_request", "fd_reserve", "memory_budget", "search_per_client", "search_total"),
+             "request_body", "bad_request", "fd_reserve", "fd_table_full", "memory_budget", "search_per_client",
+             "search_total"),
 }
 
 

@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from . import CannotStart
-from .budget import FdBudget, MemoryBudget
+from .budget import FdBudget, MemoryBudget, count_open_fds, open_file_limit
 from .clocks import steady_seconds
 from .context import Peer
 from .dispatch import Dispatcher, Later
@@ -542,6 +542,10 @@ class Admission:
     fds: FdBudget
     refuse: Callable[..., None]
     make_room: Callable[[], bool] | None = None
+    #: the HTTP port's: it may take the budget's headroom too (FdBudget.headroom)
+    probes: bool = False
+    #: the port's accepts failing for want of a descriptor (set when it listens)
+    failures: AcceptFailures | None = None
 
     def around(self, factory: protocol.Factory) -> protocol.Factory:
         return _Admitting(factory, self)
@@ -557,12 +561,15 @@ class _Admitting(protocol.Factory):
 
     def buildProtocol(self, addr: Any) -> protocol.Protocol | None:
         admission, fds = self.admission, self.admission.fds
-        if not fds.admit():
+        if admission.failures is not None:
+            admission.failures.accepted()
+        if not fds.admit(admission.probes):
             if admission.make_room is None or not admission.make_room():
+                headroom = "" if admission.probes or not fds.headroom else f" and {fds.headroom} more for the HTTP port"
                 admission.refuse("fd_reserve", peer_text(addr),
                                  "fewer than {reserve} of {nofile} descriptors (ulimit -n) would stay free for "
-                                 "the stores (fdReserve), closing the connection", reserve=fds.reserve,
-                                 nofile=fds.limit)
+                                 "the stores (fdReserve){headroom}, closing the connection", reserve=fds.reserve,
+                                 nofile=fds.limit, headroom=headroom)
                 return None
             fds.take()  # in the place of the one closed
         return self.inner.buildProtocol(addr)  # type: ignore[no-any-return]
@@ -575,6 +582,84 @@ class _Admitting(protocol.Factory):
 
     def logPrefix(self) -> str:
         return self.inner.logPrefix()  # type: ignore[no-any-return]
+
+
+#: how long a port stops accepting once an accept found no descriptor (AcceptFailures)
+ACCEPT_PAUSE_SECONDS = 1.0
+
+
+class AcceptFailures:
+    """A listening port whose accept() finds no descriptor: EMFILE (``ulimit -n`` reached, as when
+    ``prlimit`` lowers it under what is open), ENFILE, ENOBUFS, ENOMEM.  Twisted's Port logs ``Could
+    not accept new connection`` and returns; the connection waiting in the backlog keeps the port
+    readable, so the reactor called it again at once: under ``prlimit --nofile=6`` with two clients
+    connecting, 12,000 log lines a second and a busy reactor for as long as the table stayed full
+    (the peers gone: their connections wait in the backlog).  While Twisted's reserved descriptor
+    lets it accept, it closes the peer instead, three info lines a peer.
+
+    This reads the port's own log events (an ILogObserver put in the place of its logger's): each
+    accept that failed so, and each peer Twisted closed for want of a descriptor, is one refusal,
+    ``fd_table_full`` (counted; the peer named when known), and the port stops reading for
+    ACCEPT_PAUSE_SECONDS, the peers waiting in the backlog; the episode's first a warning with
+    ``ulimit -n`` and what is open, its end (the next connection accepted: ``accepted()``) an info
+    line with how long and how many accepts failed.
+    Every other event of the port goes on to ``publish`` as it would have."""
+
+    #: Twisted's lines of an accept without a descriptor (twisted.internet.tcp._accept)
+    FAILED, CLOSED = "Could not accept new connection", "EMFILE recovery: Closed socket from"
+    QUIET = ("EMFILE encountered", "Re-reserving EMFILE recovery")
+
+    def __init__(self, name: str, port: Any, clock: interfaces.IReactorTime,
+                 refuse: Callable[..., None], publish: Callable[[dict[str, Any]], None]) -> None:
+        self.name, self.port, self.clock, self.refuse, self.publish = name, port, clock, refuse, publish
+        self.since: float | None = None  # when the episode began (None: accepting)
+        self.failed_turns = 0
+        self.resume: interfaces.IDelayedCall | None = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        text = str(event.get("log_format", ""))
+        if text.startswith(self.FAILED):
+            self._failed(str(event.get("acceptError", "?")), "?")
+        elif text.startswith(self.CLOSED):
+            address = event.get("address")
+            peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else "?"
+            self._failed("EMFILE", peer)
+        elif not text.startswith(self.QUIET):
+            self.publish(event)
+
+    def _failed(self, error: str, peer: str) -> None:
+        if self.since is None:
+            self.since, self.failed_turns = self.clock.seconds(), 0
+            log.warn("{listener}: cannot accept connections: {error} (no descriptor for them: ulimit -n {nofile}, "
+                     "{open} open); not accepting for {pause:.0f} s at a time until one is free, peers wait in the "
+                     "backlog [fd_table_full]", listener=self.name, error=error,
+                     nofile=_shown(open_file_limit(), "unlimited"),
+                     open=_shown(count_open_fds(), "cannot count: every one"), pause=ACCEPT_PAUSE_SECONDS)
+        self.failed_turns += 1
+        self.refuse("fd_table_full", peer, "no descriptor for a new connection ({error})", error=error)
+        if self.resume is None or not self.resume.active():
+            self.port.stopReading()
+            self.resume = self.clock.callLater(ACCEPT_PAUSE_SECONDS, self._resume)
+
+    def _resume(self) -> None:
+        if self.port.connected and not self.port.disconnecting:
+            self.port.startReading()
+
+    def accepted(self) -> None:
+        """A connection was accepted: the episode, if one was on, is over."""
+        if self.since is not None:
+            log.info("{listener}: accepting connections again after {seconds:.1f} s; {turns} accepts found no "
+                     "descriptor meanwhile [fd_table_full]", listener=self.name,
+                     seconds=self.clock.seconds() - self.since, turns=self.failed_turns)
+            self.since = None
+
+    def stop(self) -> None:
+        if self.resume is not None and self.resume.active():
+            self.resume.cancel()
+
+
+def _shown(value: int | None, none: str) -> str:
+    return none if value is None else str(value)
 
 
 class Listener(service.Service):
@@ -601,13 +686,25 @@ class Listener(service.Service):
             factory = self.admission.around(self.factory) if self.admission is not None else self.factory
             self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
                                                interface=self.interface)
+            if self.admission is not None:
+                self._watch_accepts(self.admission)
         except CannotListenError as exc:
             cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
             reason = f"cannot listen on {self.interface}:{self.port_number} ({self.name}): {cause}"
             log.critical("cannot start: {reason}", reason=reason)
             raise CannotStart(reason) from None
 
+    def _watch_accepts(self, admission: Admission) -> None:
+        """The port's accept failures read by AcceptFailures: its logger's events go there first."""
+        port = self.port
+        publish = port._logger.observer  # type: ignore[union-attr]
+        admission.failures = AcceptFailures(self.name, port, self.reactor, admission.refuse,  # type: ignore[arg-type]
+                                            publish)
+        port._logger = Logger(namespace=port._logger.namespace, observer=admission.failures)  # type: ignore[union-attr]
+
     def unbind(self) -> defer.Deferred[None] | None:
+        if self.admission is not None and self.admission.failures is not None:
+            self.admission.failures.stop()
         port, self.port = self.port, None
         return port.stopListening() if port is not None else None  # type: ignore[no-any-return]
 

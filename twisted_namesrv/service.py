@@ -26,7 +26,15 @@ from . import CannotStart, __version__, sdnotify
 from .answer_cache import AnswerCache
 from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
-from .budget import FdBudget, MemoryBudget, count_open_fds, default_budget, fd_limit_warning, open_file_limit
+from .budget import (
+    HTTP_HEADROOM,
+    FdBudget,
+    MemoryBudget,
+    count_open_fds,
+    default_budget,
+    fd_limit_warning,
+    open_file_limit,
+)
 from .client import TlsWrap
 from .clocks import owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
@@ -197,7 +205,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     routes.listen_lost(lost.departed)
     for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
-    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady)
+    fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
+                   HTTP_HEADROOM if config["metricsPort"] else 0)
     return Owners(state, seen, fds)
 
 
@@ -442,7 +451,7 @@ class NamesrvService(service.MultiService):
                              reactor, self.fds)
             self.web = Listener("metricsPort", site, reactor, config["metricsPort"], config["metricsBindAddress"],
                                 config["serverSocketBacklog"],
-                                Admission(self.fds, partial(self.state.refusals, "http"), site.make_room))
+                                Admission(self.fds, partial(self.state.refusals, "http"), site.make_room, probes=True))
             self.web.setServiceParent(self)
         self.port_ready: defer.Deferred = defer.Deferred()
         self.web_ready: defer.Deferred = defer.Deferred()  # fires with the status page's port

@@ -94,24 +94,33 @@ async def test_refused_controller_requests_are_audited_too(controller):
     assert counts["update_controller_config", "refused"] == 4 and counts["clean_broker_data", "refused"] == 1
 
 
-def test_a_controller_decision_is_refused_not_failed():
+def test_a_controller_decision_is_declined_neither_refused_nor_failed():
     """Seen with real 5.3.3 controller-mode brokers started again after the whole group stopped: the
     broker outside the last sync-state set asks CONTROLLER_ELECT_MASTER every 5 s and is answered
     CONTROLLER_MASTER_NOT_AVAILABLE until a member of it is back. Counted "failed", that paged
     NamesrvAdminRequestsFailing (critical: "a state change could not be saved, a full or read-only
-    disk?") for five minutes. The controller's own decisions are refusals; an error saving is a failure."""
+    disk?") for five minutes; counted "refused", NamesrvAdminRequestsRefused ("ACL, guarded key")
+    warned until five minutes after the group had its master, each answer a warning line. The
+    controller's own decisions are declined (info); an error saving is a failure, the ACL's a refusal."""
     from twisted_namesrv.audit import AuditTrail, Trail
     from twisted_namesrv.context import Peer
     from twisted_namesrv.controller.audit import CONTROLLER
     from twisted_namesrv.events import RecentEvents
+    from twisted_namesrv.remoting import ResponseCode
     from twisted_namesrv.remoting.command import RemotingCommand
 
     trail = AuditTrail(RecentEvents(lambda: 0.0), (CONTROLLER,))
     observe = Trail(CONTROLLER, lambda: 0.0, None, trail)
     elect = RemotingCommand.request(Req.CONTROLLER_ELECT_MASTER, {"clusterName": "c", "brokerName": "b",
                                                                    "brokerId": "1", "designateElect": "false"})
-    for code, remark in ((Code.CONTROLLER_MASTER_NOT_AVAILABLE, "Failed to elect a new master"),
-                         (Code.CONTROLLER_FENCED_MASTER_EPOCH, "fenced"), (Code.SYSTEM_ERROR, "cannot append: ENOSPC")):
-        observe(elect, Peer(None, "127.0.0.1:1"), RemotingCommand.response_to(elect, code, remark))
-    assert trail.counts["elect_master", "refused"] == 2
+    with capturedLogs() as events:
+        for code, remark in ((Code.CONTROLLER_MASTER_NOT_AVAILABLE, "Failed to elect a new master"),
+                             (Code.CONTROLLER_FENCED_MASTER_EPOCH, "fenced"),
+                             (Code.SYSTEM_ERROR, "cannot append: ENOSPC"),
+                             (ResponseCode.NO_PERMISSION, "AclException: no permission")):
+            observe(elect, Peer(None, "127.0.0.1:1"), RemotingCommand.response_to(elect, code, remark))
+    assert trail.counts["elect_master", "declined"] == 2
     assert trail.counts["elect_master", "failed"] == 1  # a save that failed still pages
+    assert trail.counts["elect_master", "refused"] == 1  # the ACL's
+    levels = [event["log_level"].name for event in events if "audit" in event]
+    assert levels == ["info", "info", "warn", "warn"]  # a broker's retries every 5 s are no warnings

@@ -18,11 +18,14 @@ CONTROLLER_OPERATIONS: dict[int, str] = {
     ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: "apply_broker_id",
 }
 #: the controller's answers that are its state machine's decisions (a master not available, a fenced
-#: epoch, a broker not alive...): refused, not failed. A controller-mode cluster started again after a
-#: full stop answers a broker outside the last sync-state set CONTROLLER_MASTER_NOT_AVAILABLE every 5 s
-#: until a member of it is back; counted failed, that paged NamesrvAdminRequestsFailing ("could not be
-#: saved", critical) for minutes. A raft error (2015) and SYSTEM_ERROR (a log append that failed) stay failed.
-REFUSALS = frozenset(code for code in ControllerResponseCode
+#: epoch, a broker not alive...): declined, neither failed nor refused. A controller-mode cluster started
+#: again after a full stop answers a broker outside the last sync-state set CONTROLLER_MASTER_NOT_AVAILABLE
+#: every 5 s until a member of it is back: counted failed, that paged NamesrvAdminRequestsFailing ("could
+#: not be saved", critical) for minutes; counted refused, NamesrvAdminRequestsRefused ("ACL, guarded key")
+#: warned for five minutes after the group had its master again, over the broker doing its job. The wait
+#: itself is the outage alerts' (the group without its master). A raft error (2015) and SYSTEM_ERROR (a
+#: log append that failed) stay failed.
+DECLINES = frozenset(code for code in ControllerResponseCode
                      if code >= 2000 and code != ControllerResponseCode.CONTROLLER_JRAFT_INTERNAL_ERROR)
 CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
     ControllerRequestCode.CLEAN_BROKER_DATA: ("clusterName", "brokerName", "brokerControllerIdsToClean",
@@ -32,4 +35,4 @@ CONTROLLER = Audited(CONTROLLER_OPERATIONS, {
     ControllerRequestCode.CONTROLLER_REGISTER_BROKER: ("clusterName", "brokerName", "brokerId", "brokerAddress"),
     ControllerRequestCode.CONTROLLER_APPLY_BROKER_ID: ("clusterName", "brokerName", "appliedBrokerId"),
 }, frozenset({ControllerRequestCode.UPDATE_CONTROLLER_CONFIG}), ("masterBrokerId", "masterEpoch"),
-    lambda code: ControllerRequestCode(code).name, REFUSALS)
+    lambda code: ControllerRequestCode(code).name, DECLINES)

@@ -79,7 +79,8 @@ class NamesrvCollector(Collector):
                                        "(negative or over frameMaxLength), header_length (over headerMaxLength), "
                                        "undecodable (header or serialize type), "
                                        "max_connections, idle (closed after serverChannelMaxIdleTimeSeconds), "
-                                       "fd_reserve (the descriptors left would be fewer than fdReserve)",
+                                       "fd_reserve (the descriptors left would be fewer than fdReserve), "
+                                       "fd_table_full (an accept found no descriptor: ulimit -n reached)",
                                        labels=["reason"])
         for reason in sorted(set(REJECT_REASONS) | set(metrics.rejected)):
             rejected.add_metric([reason], metrics.rejected[reason])
@@ -259,7 +260,7 @@ class NamesrvCollector(Collector):
         a series to read before the first refusal."""
         family = CounterMetricFamily("namesrv_admin_requests", "State-changing requests (the audit trail), by "
                                      "operation and result: ok, refused (ACL, config black list or a value's control "
-                                     "characters), failed",
+                                     "characters), declined (the controller's not now: a broker retries), failed",
                                      labels=["operation", "result"])
         counts = self.seen.audit.counts
         for operation in self.seen.audit.operations:
