@@ -888,6 +888,11 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                            f"sign of life {when}: its connection carried {gap['missed']:,} bytes the capture "
                            f"missed then (the capture's silence, not the broker's)", **addr, **_gap(gap),
                            missed_bytes=gap["missed"])
+        elif gap.get("missed_in"):  # silent over NEAR_EXPIRY_S for certain, and bytes the capture missed in it
+            yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
+                           f"(over {NEAR_EXPIRY_S} s, half the expiry), save {gap['missed_in']:,} bytes of its "
+                           f"connection the capture missed in it: whether those held a heartbeat is unknown, so no "
+                           f"expiry is told", **addr, **_gap(gap), missed_bytes=gap["missed_in"])
         elif not gap["expired"]:
             yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
                            f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))

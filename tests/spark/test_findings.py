@@ -48,9 +48,12 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     summary = synthetic_outputs.summary
     assert summary["schema_version"] == 2
     assert truth["injected"]["heartbeat_silences"] and truth["injected"]["near_silences"]
-    # a silence past the expiry ends the stay where the NameServer's scan drops the broker: 120 s in
+    # a silence past the expiry ends the stay where the NameServer's scan drops the broker: 120 s in; one with
+    # requests the capture lost in it is not told as an expiry (held_gaps): what the server heard is unknown
     gaps = {(addr, iso_time(a), iso_time(min(b, a + EXPIRY_SECONDS)), b - a > EXPIRY_SECONDS)
-            for addr, broker in truth["brokers"].items() for a, b in broker["gaps"]}
+            for addr, broker in truth["brokers"].items() for a, b in broker["gaps"] if [a, b] not in
+            broker["held_gaps"]} | {(addr, iso_time(a), iso_time(b), False) for addr, broker in truth["brokers"].items()
+                                    for a, b in broker["held_gaps"]}
     found = {(f["broker_addr"], f["from"], f["to"], f["kind"] == "heartbeat_expired")
              for f in kinds(summary, "heartbeat_expired") + kinds(summary, "heartbeat_near_expiry")}
     assert found == gaps and any(expired for *_, expired in gaps) and not all(expired for *_, expired in gaps)
