@@ -574,6 +574,25 @@ def dropped_headline(found: list[Item]) -> str | None:
     return f"the capture dropped {sum(item['dropped'] for item in dropped):,} packets: what they held is unknown"
 
 
+def encrypted_headline(found: list[Item]) -> str | None:
+    """The headline's first words for NameServer traffic the report cannot read because it is
+    encrypted: 'encrypted (TLS): 2 connections to 127.0.0.1:9876 cannot be read' (a NameServer with
+    tls.server.mode enforcing or permissive, its clients with TLS on; another service's TLS, told
+    as information, is not counted)."""
+    counts: dict[str, int] = {}
+    for item in found:
+        if item.get("protocol") != "TLS" or item["severity"] != WARNING:
+            continue
+        if item["kind"] == "undecodable_connection":
+            counts[item["server"]] = counts.get(item["server"], 0) + 1
+        elif item["kind"] == "server_unread":
+            counts[item["endpoint"]] = counts.get(item["endpoint"], 0) + item["accepted"]
+    if not counts:
+        return None
+    return "encrypted (TLS): " + ", ".join(f"{_plural(count, 'connection{s}')} to {server}" for server, count
+                                           in sorted(counts.items())) + " cannot be read"
+
+
 def missing_headline(found: list[Item]) -> str | None:
     """The headline's first words for a rotated set with files missing: 'files missing from a
     rotated set: 8.4 s not captured'."""
@@ -669,7 +688,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside;
     the line leads with what the capture could not show (no NameServer in it, packets it dropped,
-    files of a rotated set missing, packets a snap length cut, a clock stepped back)."""
+    traffic encrypted, files of a rotated set missing, packets a snap length cut, a clock stepped back)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
@@ -677,8 +696,8 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     leads = [NO_NAMESERVER_FOUND] if not nameservers else []
-    leads += filter(None, [dropped_headline(found), missing_headline(found), cut_headline(found),
-                           step_headline(found)])
+    leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
+                           cut_headline(found), step_headline(found)])
     headline = _headline(problems)
     line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
     return {"attention": line, "findings": problems}

@@ -501,6 +501,26 @@ def test_calls_are_noted_for_the_findings_without_spark() -> None:
         "3 warnings: 1 unknown topic, 1 request code never answered, 1 slow request code")
 
 
+def test_traffic_the_report_cannot_read_because_it_is_encrypted_leads_the_headline() -> None:
+    """A NameServer with tls.server.mode enforcing, its admin clients with TLS on (a real capture of ours:
+    two TLS connections and one plain client the server refused): the headline opens with how many of its
+    connections are encrypted and cannot be read, not with 'undecodable connections'; another service's TLS
+    (information) is not counted, and an endpoint nothing of which can be read counts its connections."""
+    tls = "TLS (encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on)"
+    said = [findings_module._finding("undecodable_connection", findings_module.WARNING, f"{conn}: 724 bytes: {tls}",
+                                     connection=conn, bytes=724, server="127.0.0.1:9876", protocol="TLS")
+            for conn in ("127.0.0.1:38796>127.0.0.1:9876@1", "127.0.0.1:38812>127.0.0.1:9876@2")]
+    said.append(findings_module._finding("undecodable_connection", findings_module.INFO, "another service's",
+                                         connection="10.0.0.1:5>10.0.0.2:443@3", bytes=9, server="10.0.0.2:443",
+                                         protocol="TLS"))
+    said.append(findings_module._finding("server_unread", findings_module.WARNING, "all TLS", endpoint="10.0.0.3:9876",
+                                         accepted=3, why="speaks TLS", protocol="TLS"))
+    assert findings_module.attention(said)["attention"] == (
+        "encrypted (TLS): 3 connections to 10.0.0.3:9876, 2 connections to 127.0.0.1:9876 cannot be read · "
+        "2 warnings: 1 server whose traffic cannot be read, 2 undecodable connections")
+    assert not findings_module.attention(said[2:3])["attention"].startswith("encrypted")
+
+
 def test_a_short_capture_period_gets_a_readable_panel() -> None:
     """An hour and 1.5 s captured: the short period's panel spans its own 1.5 s, a quarter of the
     width at least, titled with its start and length, with fewer ticks than the long one."""
