@@ -579,14 +579,16 @@ def encrypted_headline(found: list[Item]) -> str | None:
     encrypted: 'encrypted (TLS): 2 connections to 127.0.0.1:9876 cannot be read' (a NameServer with
     tls.server.mode enforcing or permissive, its clients with TLS on; another service's TLS, told
     as information, is not counted)."""
-    counts: dict[str, int] = {}
+    connections: dict[str, int] = {}  # per endpoint: its TLS connections told one by one
+    accepted: dict[str, int] = {}  # per endpoint nothing of which can be read: all it accepted (those among them)
     for item in found:
         if item.get("protocol") != "TLS" or item["severity"] != WARNING:
             continue
         if item["kind"] == "undecodable_connection":
-            counts[item["server"]] = counts.get(item["server"], 0) + 1
+            connections[item["server"]] = connections.get(item["server"], 0) + 1
         elif item["kind"] == "server_unread":
-            counts[item["endpoint"]] = counts.get(item["endpoint"], 0) + item["accepted"]
+            accepted[item["endpoint"]] = item["accepted"]
+    counts = {server: max(connections.get(server, 0), accepted.get(server, 0)) for server in {*connections, *accepted}}
     if not counts:
         return None
     return "encrypted (TLS): " + ", ".join(f"{_plural(count, 'connection{s}')} to {server}" for server, count

@@ -515,9 +515,12 @@ def test_traffic_the_report_cannot_read_because_it_is_encrypted_leads_the_headli
                                          protocol="TLS"))
     said.append(findings_module._finding("server_unread", findings_module.WARNING, "all TLS", endpoint="10.0.0.3:9876",
                                          accepted=3, why="speaks TLS", protocol="TLS"))
+    said.append(findings_module._finding("undecodable_connection", findings_module.WARNING, "one of its 3",
+                                         connection="10.0.0.9:7>10.0.0.3:9876@4", bytes=9, server="10.0.0.3:9876",
+                                         protocol="TLS"))  # one of the 3 it accepted, not a fourth
     assert findings_module.attention(said)["attention"] == (
         "encrypted (TLS): 3 connections to 10.0.0.3:9876, 2 connections to 127.0.0.1:9876 cannot be read · "
-        "2 warnings: 1 server whose traffic cannot be read, 2 undecodable connections")
+        "2 warnings: 1 server whose traffic cannot be read, 3 undecodable connections")
     assert not findings_module.attention(said[2:3])["attention"].startswith("encrypted")
 
 
@@ -803,6 +806,7 @@ def test_other_services_beside_the_nameservers_are_information() -> None:
     assert severity[("server_unread", ssh)] == severity[("undecodable_connection", ssh)] == "info"
     assert severity[("server_unread", tls_ns)] == severity[("undecodable_connection", tls_ns)] == "warning"
     assert findings_module.attention(found)["attention"] == (
+        "encrypted (TLS): 1 connection to 127.0.0.2:9876 cannot be read · "
         "2 warnings: 1 server whose traffic cannot be read, 1 undecodable connection")
     alone = findings_module.evidence([], groups, [], {}, endpoints[2:])
     assert {item["severity"] for item in alone if item["kind"] != "other_server"} == {"warning"}
