@@ -79,6 +79,7 @@ class Frame:
     code: int
     ts: float = 0.0
     lost: bool = False
+    wholly_lost: bool = False  # no packet of it captured (lost whole by the capture, not at its ends)
     oneway: bool = False
     broker_addr: str | None = None
     crc_bad: bool = False
@@ -416,6 +417,7 @@ class Generator:
         if self.rng.random() < self.o.loss:
             missed = packets.pop(count // 2)
             missed.frame.lost = True
+            missed.frame.wholly_lost = count == 1
             self.injected["capture_losses"] += 1
             return packets
         if count > 1 and self.rng.random() < self.o.reorder:
@@ -513,7 +515,8 @@ class Generator:
         for frame in self.frames:  # a broker's requests the capture lost: its silence around them is the capture's
             session = int(self.session_change is not None and frame.ts >= self.session_change)
             if frame.lost and frame.request and frame.broker_addr in sessions[session]:
-                sessions[session][frame.broker_addr].setdefault("lost", []).append(_micros(frame.ts))
+                sessions[session][frame.broker_addr].setdefault("lost", []).append(
+                    (_micros(frame.ts), frame.wholly_lost))
         return {
             "capture": {"start": self.o.start, "end": self.end, "packets_written": packets,
                         "truncated_last_packet": True, "last_record": _micros(self.last_record)},
@@ -580,6 +583,7 @@ def _broker_truth(broker: dict) -> dict:
     silences = intervals + ([trailing] if trailing is not None else [])
     requests = [e for e in events if e[1] != -1]  # a close is no request naming the broker
     captures = [gap for gap in gaps if _lost_within(gap, broker.get("lost", []))]
+    held = [gap for gap in gaps if gap not in captures and _held(gap, broker.get("lost", []))]
     return {
         "registrations": broker["registrations"],
         "crc_failures": broker["crc_failures"],
@@ -590,9 +594,12 @@ def _broker_truth(broker: dict) -> dict:
         # such gaps in which requests of the broker were lost, none of their stretches between
         # those requests over half the expiry, within the expiry: the capture's silences, not the broker's
         "capture_gaps": captures,
+        # other gaps over the expiry in whose first EXPIRY_S requests were lost: whether the NameServer heard a
+        # heartbeat in them is unknown to the capture, so no expiry is told there (a silence over half of it)
+        "held_gaps": held,
         "median_interval_s": statistics.median(intervals) if intervals else None,
         "max_gap_s": max(silences) if silences else None,
-        "would_expire": any(b - a > EXPIRY_S for a, b in gaps),
+        "would_expire": any(b - a > EXPIRY_S for a, b in gaps if [a, b] not in captures + held),
         "unregistered": last_code == RequestCode.UNREGISTER_BROKER,
         "ended": ended,
         "closes": broker["closes"],
@@ -603,13 +610,22 @@ def _broker_truth(broker: dict) -> dict:
     }
 
 
-def _lost_within(gap: list[float], lost: list[float]) -> bool:
-    """Whether requests the capture lost (at ``lost``) make the silence ``gap`` the capture's: some
-    within it, and no stretch of it between them over NEAR_EXPIRY_S, and it no longer than the expiry."""
+def _lost_within(gap: list[float], lost: list[tuple[float, bool]]) -> bool:
+    """Whether requests the capture lost (at ``lost``: when, and whether no packet of it was captured) make
+    the silence ``gap`` the capture's: one lost whole within it (nothing captured places its bytes between
+    the gap's two ends), or some lost in part and no stretch of it between them over NEAR_EXPIRY_S."""
     a, b = gap
-    inside = sorted(t for t in lost if a < t < b)
+    inside = sorted(t for t, _ in lost if a < t < b)
+    if any(whole for t, whole in lost if a < t < b):
+        return True
     points = [a, *inside, b]
-    return bool(inside) and b - a <= EXPIRY_S and all(y - x <= NEAR_EXPIRY_S for x, y in itertools.pairwise(points))
+    return bool(inside) and all(y - x <= NEAR_EXPIRY_S for x, y in itertools.pairwise(points))
+
+
+def _held(gap: list[float], lost: list[tuple[float, bool]]) -> bool:
+    """A silence over the expiry with requests the capture lost in its first EXPIRY_S: no expiry told."""
+    a, b = gap
+    return b - a > EXPIRY_S and any(a < t <= a + EXPIRY_S for t, _ in lost)
 
 
 def synthesize(path: str | Path, options: Options) -> dict:

@@ -574,6 +574,27 @@ def dropped_headline(found: list[Item]) -> str | None:
     return f"the capture dropped {sum(item['dropped'] for item in dropped):,} packets: what they held is unknown"
 
 
+def encrypted_headline(found: list[Item]) -> str | None:
+    """The headline's first words for NameServer traffic the report cannot read because it is
+    encrypted: 'encrypted (TLS): 2 connections to 127.0.0.1:9876 cannot be read' (a NameServer with
+    tls.server.mode enforcing or permissive, its clients with TLS on; another service's TLS, told
+    as information, is not counted)."""
+    connections: dict[str, int] = {}  # per endpoint: its TLS connections told one by one
+    accepted: dict[str, int] = {}  # per endpoint nothing of which can be read: all it accepted (those among them)
+    for item in found:
+        if item.get("protocol") != "TLS" or item["severity"] != WARNING:
+            continue
+        if item["kind"] == "undecodable_connection":
+            connections[item["server"]] = connections.get(item["server"], 0) + 1
+        elif item["kind"] == "server_unread":
+            accepted[item["endpoint"]] = item["accepted"]
+    counts = {server: max(connections.get(server, 0), accepted.get(server, 0)) for server in {*connections, *accepted}}
+    if not counts:
+        return None
+    return "encrypted (TLS): " + ", ".join(f"{_plural(count, 'connection{s}')} to {server}" for server, count
+                                           in sorted(counts.items())) + " cannot be read"
+
+
 def missing_headline(found: list[Item]) -> str | None:
     """The headline's first words for a rotated set with files missing: 'files missing from a
     rotated set: 8.4 s not captured'."""
@@ -669,7 +690,7 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     """summary.json's ``attention`` line and ``findings``: one finding per kind and subject (the
     request code, and response code, of call findings), most severe first, its evidence inside;
     the line leads with what the capture could not show (no NameServer in it, packets it dropped,
-    files of a rotated set missing, packets a snap length cut, a clock stepped back)."""
+    traffic encrypted, files of a rotated set missing, packets a snap length cut, a clock stepped back)."""
     grouped: dict[tuple[Any, ...], list[Item]] = {}
     for item in found:
         grouped.setdefault((item["kind"], _subject(item)), []).append(item)
@@ -677,8 +698,8 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
     leads = [NO_NAMESERVER_FOUND] if not nameservers else []
-    leads += filter(None, [dropped_headline(found), missing_headline(found), cut_headline(found),
-                           step_headline(found)])
+    leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
+                           cut_headline(found), step_headline(found)])
     headline = _headline(problems)
     line = " · ".join([*leads, headline] if headline else leads) or "nothing needs attention"
     return {"attention": line, "findings": problems}
@@ -888,6 +909,11 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                            f"sign of life {when}: its connection carried {gap['missed']:,} bytes the capture "
                            f"missed then (the capture's silence, not the broker's)", **addr, **_gap(gap),
                            missed_bytes=gap["missed"])
+        elif gap.get("missed_in"):  # silent over NEAR_EXPIRY_S for certain, and bytes the capture missed in it
+            yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
+                           f"(over {NEAR_EXPIRY_S} s, half the expiry), save {gap['missed_in']:,} bytes of its "
+                           f"connection the capture missed in it: whether those held a heartbeat is unknown, so no "
+                           f"expiry is told", **addr, **_gap(gap), missed_bytes=gap["missed_in"])
         elif not gap["expired"]:
             yield _finding("heartbeat_near_expiry", WARNING, f"{label}: silent {gap['seconds']:,.1f} s {when} "
                            f"(over {NEAR_EXPIRY_S} s, half the expiry)", **addr, **_gap(gap))

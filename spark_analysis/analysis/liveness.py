@@ -99,10 +99,19 @@ class _Walk:
         seconds = end - start
         if not open_:
             self.intervals.append(seconds)
-        if seconds > NEAR_EXPIRY_S:  # past the expiry, the replay's story (what the missed bytes were is unknown)
-            missed = {} if seconds > EXPIRY_SECONDS else self.missed_within(start, end)
-            self.gaps.append({"from": start, "to": end, "seconds": seconds, "expired": seconds > EXPIRY_SECONDS,
-                              "open": open_, **missed})
+        if seconds > NEAR_EXPIRY_S:  # past the expiry too: the replay expires none over bytes it missed
+            missed = self.missed_within(start, end)
+            held = {} if missed or open_ else self.missed_in(start, end)  # a silence partly the capture's
+            self.gaps.append({"from": start, "to": end, "seconds": seconds,
+                              "expired": seconds > EXPIRY_SECONDS and not (missed or held), "open": open_,
+                              **missed, **held})
+
+    def missed_in(self, start: float, end: float) -> dict[str, int]:
+        """``missed_in``: the bytes the broker's connection carried within [start, end] that the capture
+        missed, where they leave a stretch of it over NEAR_EXPIRY_S (the broker was silent that long for
+        certain; whether they held a heartbeat is unknown, so the replay expired it at none of them)."""
+        count = sum(count for since, until, count in self.missed if start <= since and until <= end)
+        return {"missed_in": count} if count else {}
 
     def missed_within(self, start: float, end: float) -> dict[str, int]:
         """``missed``: the bytes the broker's connection carried within [start, end] that the capture

@@ -55,7 +55,7 @@ _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: a close by the server this close to the idle time is that close
 _IDLE_SLACK_S = 1.0
 _since = itemgetter(0)  # of a topic's timeline entry
-_last_alive = attrgetter("last_alive")
+_heard = attrgetter("heard")
 
 
 @dataclass
@@ -83,10 +83,19 @@ class Stay:
     topic_drops: list[dict[str, Any]] = field(default_factory=list)
     table_known: bool = False  # a registration of its with a decodable table was applied
     names: frozenset[str] | None = None  # the topics of the last count
+    #: the end of the latest stretch of its connection whose bytes the capture missed, while it was open
+    #: (CAPTURE_MISSED): the server may have heard it until then; the replay expires it from then on only
+    held_until: float = 0.0
 
     @property
     def broker_id(self) -> int | None:
         return self.ids[-1][0] if self.ids else None
+
+    @property
+    def heard(self) -> float:
+        """The latest the server may have heard it: its last captured sign of life, or the end of bytes
+        of its connection the capture missed after it."""
+        return max(self.last_alive, self.held_until)
 
     def finish(self, end: str, t: float, silence: float | None = None) -> None:
         self.end, self.ended_at, self.silence_s = end, t, silence
@@ -224,7 +233,8 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
                   session_end: Callable[[float], float]) -> Replay:
     """Replay one endpoint's events (EVENT_ROWS as dicts), a fresh NameServer per session.
     ``session_end(t)``: the end of the capture period holding ``t``."""
-    events.sort(key=lambda e: (e["t"], e["code"] == CONNECTION_CLOSED))
+    # bytes the capture missed before a request are before it, at the time of its first chunk captured too
+    events.sort(key=lambda e: (e["t"], e["code"] == CONNECTION_CLOSED, e["code"] != CAPTURE_MISSED))
     by_session: dict[float, list[dict[str, Any]]] = {}
     bodies = Bodies()
     for event in events:
@@ -321,7 +331,7 @@ class _SessionReplay:
         #: topic -> (from when, held in topicQueueTable, why it last left) at each change of either
         self._timeline: dict[str, list[tuple[float, bool, tuple[str, Any] | None]]] = {}
         self._uncounted = False  # a stay opened or changed its id since the last count
-        #: at most the earliest last_alive of the open stays (it only grows, and a stay opens at its
+        #: at most the earliest ``heard`` of the open stays (it only grows, and a stay opens at its
         #: latest), so the idle close looks at them only when one may be silent past the idle time
         self._idle_from = start
         #: the groups holding each topic, and each group's topics, as of the last change heard
@@ -330,13 +340,19 @@ class _SessionReplay:
         self._topics_of: dict[str, set[str]] = {}
         self._changed_groups: set[str] = set()  # whose topics changed since the last count
         self._held: dict[str, frozenset[str]] = {}  # each group's topics at the last count
+        #: (since, until, broker address) of each stretch of a broker's connection the capture missed
+        #: (CAPTURE_MISSED), by since: held from since on (scan_until)
+        self._missed = sorted((e["missed_since"], e["t"], e["broker_addr"]) for e in events
+                              if e["code"] == CAPTURE_MISSED)
+        self._next_missed = 0
 
     def run(self, end: float, stopped: bool) -> None:
         for event in self.events:
             t = event["t"]
             if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 continue  # judged against the routes at its time, after the run (judge_lookups)
-            if t >= self.next_scan or t - self._idle_from > self.idle_s:  # else scan_until has nothing to do
+            if t >= self.next_scan or t - self._idle_from > self.idle_s or self._holds_due(t):
+                # else scan_until has nothing to do
                 self.scan_until(t)
             self.now = t
             self.apply(event)
@@ -431,7 +447,9 @@ class _SessionReplay:
         goes first)."""
         while True:
             close = self._idle_due(t)
-            if self.next_scan <= t and (close is None or self.next_scan < close[0]):
+            if self._holds_due(min(t, self.next_scan, t if close is None else close[0])):
+                self._hold()
+            elif self.next_scan <= t and (close is None or self.next_scan < close[0]):
                 self._scan()
             elif close is not None:
                 when, stay = close
@@ -446,11 +464,31 @@ class _SessionReplay:
         """(when, stay) of the open stay silent longest, where by ``t`` it was silent past the idle time."""
         if t - self._idle_from <= self.idle_s:  # no open stay can have been silent that long
             return None
-        stay = min(self.open.values(), key=_last_alive, default=None)
-        if stay is None or t - stay.last_alive <= self.idle_s:
-            self._idle_from = t if stay is None else stay.last_alive
+        stay = min(self.open.values(), key=_heard, default=None)
+        if stay is None or t - stay.heard <= self.idle_s:
+            self._idle_from = t if stay is None else stay.heard
             return None
-        return stay.last_alive + self.idle_s, stay
+        return stay.heard + self.idle_s, stay
+
+    def _holds_due(self, t: float) -> bool:
+        """Whether a stretch of a broker's connection the capture missed begins by ``t``."""
+        return self._next_missed < len(self._missed) and self._missed[self._next_missed][0] <= t
+
+    def _hold(self) -> None:
+        """The next stretch the capture missed of a broker's connection (CAPTURE_MISSED), at its start:
+        the broker sent bytes in it, what they were is unknown (a heartbeat among them or not), so an
+        expiry or an idle close due within it is not in evidence and is not told. The broker is held
+        in the server's tables as heard at most at the stretch's end (the first chunk captured after
+        it), and expires from there if nothing else is heard. A stay already ended is left so."""
+        since, until, addr = self._missed[self._next_missed]
+        self._next_missed += 1
+        stay = self.open.get(addr)
+        if stay is None or until <= stay.heard:
+            return
+        stay.held_until = until
+        now, self.now = self.now, until  # the server's clock at the latest it may have heard it
+        self.manager.update_broker_info_update_timestamp(stay.cluster, addr)
+        self.now = max(now, since)
 
     def _scan(self) -> None:
         """The housekeeping scan of the next tick."""
@@ -463,7 +501,7 @@ class _SessionReplay:
             if scanned is not None:  # the moment the timeout passed, not the tick that saw it
                 del self.open[scanned.broker_addr]
                 timeout = timeouts.get(channel, self.idle_s)
-                scanned.finish(EXPIRED, scanned.last_alive + timeout, timeout)
+                scanned.finish(EXPIRED, scanned.heard + timeout, timeout)
         self.next_scan += self.scan_every
 
     # -- the requests -----------------------------------------------------------------------------

@@ -154,15 +154,17 @@ def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None
     """How a 4-tuple starts and ends in a file (ConnectionEnds), from one of its pieces, merged into
     what ``ends`` knows of it: its first and last segments, its first FIN or RST once accepted (and
     which end sent it), who sent its SYNs (the client), when the server accepted, the SYNs it
-    refused (answered by a reset: a port reused after one is still a connection) and its last
-    segment with bytes."""
+    refused (answered by a reset: a port reused after one is still a connection; a SYN again with the
+    sequence number of the one before it is that attempt again, captured twice on two interfaces
+    or sent again) and its last segment with bytes."""
     rows = np.frombuffer(piece.rows, SEGMENT)
     if not len(rows):
         return
     flags, forward = rows["flags"], rows["forward"]
     syns = np.flatnonzero(flags & (SYN | ACK) == SYN)
     accepts = np.flatnonzero(flags & (SYN | ACK) == SYN | ACK)
-    refused = tuple(float(rows[i]["ts"]) for i in syns if _answered_by_reset(flags, forward, int(i)))
+    refused = tuple(float(rows[i]["ts"]) for n, i in enumerate(syns) if _answered_by_reset(flags, forward, int(i))
+                    and not (n and rows[syns[n - 1]]["seq"] == rows[i]["seq"]))  # the same SYN again: one attempt
     since = accepts[0] if len(accepts) else 0
     closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
     close = rows[closing[0]] if len(closing) else None

@@ -293,3 +293,25 @@ def test_a_connection_a_snap_length_cut_at_one_point_is_read_where_it_was_kept_w
                                                                                  == "ns.pcap")
         else:  # the whole copy began later: it did not see every byte the cut one did, which is read, as before
             assert points.left_out == {("ns.pcap", (a, b))}
+
+
+def test_attempts_refused_that_the_capture_holds_twice_are_counted_once(spark, tmp_path: Path) -> None:
+    """`dumpcap -i any -i lo` holds every packet twice, one copy per interface (a real capture of ours:
+    32 launch-script polls refused, told as 64): every record of v5-launch written twice, as a bridge and
+    its port give them, tells the same refused attempts as the capture once."""
+    folder = REAL.parents[1] / "v5-launch"
+    raw = gzip.decompress((folder / "v5-launch.pcap.gz").read_bytes())
+    twice, offset = [raw[:24]], 24
+    while offset + 16 <= len(raw):
+        length = struct.unpack("<I", raw[offset + 8:offset + 12])[0]
+        twice += [raw[offset:offset + 16 + length]] * 2
+        offset += 16 + length
+    (tmp_path / "once.pcap").write_bytes(raw)
+    (tmp_path / "twice.pcap").write_bytes(b"".join(twice))
+    once = run_job(spark, [str(tmp_path / "once.pcap")], tmp_path / "out-once", report=False)
+    doubled = run_job(spark, [str(tmp_path / "twice.pcap")], tmp_path / "out-twice", report=False)
+
+    def refused(summary: dict) -> list:
+        return [(n["endpoint"], n["refused"]) for n in summary["nameservers"]]
+
+    assert refused(doubled.summary) == refused(once.summary) and refused(once.summary)[0][1]

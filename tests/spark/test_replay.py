@@ -10,7 +10,7 @@ import pytest
 
 from spark_analysis.analysis.liveness import broker_summary
 from spark_analysis.analysis.replay import judge_lookups, lookup_stories, replay_server, stories_of
-from spark_analysis.decode.rows import CONNECTION_CLOSED, cut_broker_addr
+from spark_analysis.decode.rows import CAPTURE_MISSED, CONNECTION_CLOSED, cut_broker_addr
 from spark_analysis.decode.schema import EVENT_ROWS
 from spark_analysis.model.endpoints import endpoint_stories, server_sides
 from spark_analysis.model.periods import ConnectionEnds, TimeBins
@@ -70,6 +70,38 @@ def test_a_server_close_of_a_broker_silent_past_the_expiry_is_an_expiry() -> Non
     assert ends_of(replayed([event(10.0, REGISTER), closed(40.0, by="server")]))[0][3] == "connection_closed"
     row = broker_summary(replay.stays[0], TimeBins.over([(0.0, 600.0)]))
     assert (row["ended"], row["max_gap_s"], row["would_expire"]) == ("expired", 120.0, 1)  # the real silence
+
+
+def missed(since: float, t: float, count: int = 7_300, addr: str = "10.0.0.1:10911") -> dict:
+    """A CAPTURE_MISSED row: ``count`` bytes of the broker's connection sent between ``since`` and ``t``."""
+    return event(t, CAPTURE_MISSED, False, addr, missed=count, missed_since=since)
+
+
+def test_no_expiry_is_told_over_bytes_of_the_brokers_connection_the_capture_missed() -> None:
+    """A capture that dropped 190 s of a broker's connection (its registrations among the bytes missed, its
+    connection going on after them): whether the server heard a heartbeat then is unknown, so no expiry is
+    told at 40 + 120 s and no second stay after it: one stay, alive, its 190 s the capture's silence. A
+    broker silent 150 s before the bytes missed began expired before them; one whose server closed its
+    connection after the stretch missed expired there (the server's close is the evidence); one heard
+    last in the stretch expires 120 s after its end, if nothing else comes."""
+    held = replayed([event(10.0, REGISTER), event(40.0, REGISTER), missed(40.5, 230.0), event(230.0, REGISTER),
+                     event(260.0, REGISTER)], end=300.0)
+    assert ends_of(held) == [("10.0.0.1:10911", 0, 10.0, "alive", None)]
+    row = broker_summary(held.stays[0], TimeBins.over([(0.0, 300.0)]))
+    assert (row["ended"], row["near_expiry"], row["would_expire"]) == ("alive", 0, 0)
+    [gap] = row["gaps"]
+    assert (gap["seconds"], gap["expired"], gap["missed"]) == (190.0, False, 7_300)
+
+    before = replayed([event(10.0, REGISTER), event(40.0, REGISTER), missed(190.0, 230.0), event(230.0, REGISTER)],
+                      end=300.0)
+    assert ends_of(before) == [("10.0.0.1:10911", 0, 10.0, "expired", 160.0),
+                               ("10.0.0.1:10911", 0, 230.0, "alive", None)]
+    closed_after = replayed([event(10.0, REGISTER), event(40.0, REGISTER), missed(40.5, 230.0),
+                             closed(240.0, by="server")], end=300.0)
+    assert ends_of(closed_after) == [("10.0.0.1:10911", 0, 10.0, "expired", 240.0)]
+    assert closed_after.stays[0].silence_s == 200.0
+    quiet_after = replayed([event(10.0, REGISTER), event(40.0, REGISTER), missed(40.5, 230.0)], end=400.0)
+    assert ends_of(quiet_after) == [("10.0.0.1:10911", 0, 10.0, "expired", 350.0)]
 
 
 def test_admin_requests_change_the_replayed_routes() -> None:

@@ -123,6 +123,13 @@ def _told(truth: dict) -> dict:
     for cut in truth.get("cuts", []):
         add("capture_cut", None, cut_at=cut["cut_at"], packets=cut["packets"],
             uncaptured_bytes=cut["bytes_not_captured"])
+    for gap in truth.get("not_captured", []):
+        if gap["missed_only"]:
+            items.append({"kind": "silence_not_captured", "severity": "info", "message": "not captured",
+                          "from": gap["from"], "to": gap["until"], "broker_addr": gap["broker_addr"],
+                          "missed_bytes": gap["missed"], "server": gap["namesrv"]})
+    for drop in truth.get("dropped", []):
+        add("packets_dropped", None, dropped=drop["dropped"], received=drop["received"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],

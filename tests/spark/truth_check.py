@@ -44,7 +44,9 @@ KIND_CLASSES = {
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
     "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
-    "packets_dropped": "absent",  # nor dropped packets (tcpdump's classic pcap cannot say it did)
+    "packets_dropped": "dropped",  # what a pcapng's statistics say the capture dropped: exactly the truth's dropped
+    # a silence over bytes of the broker's connection the capture never had: must be a truth silence with them
+    "silence_not_captured": "not_captured",
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "cut_read_elsewhere": "cut",  # the same, its cut connections all read from another point's copies
     "server_unread": "absent",  # every server of the corpus can be read, cut or not
@@ -120,10 +122,24 @@ def _events(truth: dict) -> list[Event]:
     for r in truth["renumbers"]:
         events.append(Event("renumber", f"{r['broker_addr']} brokerId {r['from_id']} -> {r['to_id']} at {r['at']}",
                             seconds(r["at"]), match={"broker_addr": r["broker_addr"]}))
+    for gap in truth.get("not_captured", []):  # over bytes the capture never had: the capture's, or partly
+        if gap["missed_only"]:
+            events.append(Event("not_captured", f"{gap['broker_addr']} not captured {gap['seconds']} s from "
+                                f"{gap['from']} ({gap['missed']} bytes missed)", seconds(gap["from"]),
+                                seconds(gap["until"]),
+                                match={"broker_addr": gap["broker_addr"], "missed_bytes": gap["missed"]},
+                                where=gap["namesrv"]))
+        else:  # a stretch over 60 s of it is the broker's own: a silence, never an expiry
+            events.append(Event("near_expiry", f"{gap['broker_addr']} silent {gap['seconds']} s from {gap['from']}, "
+                                f"{gap['missed']} bytes missed in it", seconds(gap["from"]), seconds(gap["until"]),
+                                required=False, match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
     for gap in truth.get("silences", []):  # a long silence may be told (a policy), never invented
         events.append(Event("near_expiry", f"{gap['broker_addr']} silent {gap['seconds']} s from {gap['from']}",
                             seconds(gap["from"]), seconds(gap["until"]), required=False,
                             match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
+    for drop in truth.get("dropped", []):
+        events.append(Event("dropped", f"{drop['file']}: the capture dropped {drop['dropped']} packets, received "
+                            f"{drop['received']}", match={"dropped": drop["dropped"], "received": drop["received"]}))
     for cut in truth.get("cuts", []):
         events.append(Event("cut", f"{cut['file']}: {cut['packets']} packets cut at {cut['cut_at']} bytes, "
                             f"{cut['bytes_not_captured']} bytes not captured",

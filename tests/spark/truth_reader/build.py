@@ -18,6 +18,7 @@ from pathlib import Path
 from . import server_logs
 from .packets import (
     connections,
+    dropped,
     iso,
     load_steps,
     read_pcap,
@@ -287,6 +288,20 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                                  "seconds": round(b_ - a_, 3),
                                  "ended": "expired" if (b_ == end and st["end"] == "expired") else
                                  ("capture_end" if b_ == end and st["end"] == "alive" else "resumed")})
+    # not captured: every stretch over 60 s (half the expiry) between a stay's heartbeats over which its
+    # connection's sequence numbers jump past bytes the capture never had (dropped): what they were is unknown
+    not_captured = []
+    for st in stays:
+        holes = sorted((h[2], h[3], h[1]) for c in st["_conns"] for h in c.holes["c"] if h[2] is not None)
+        if not holes:
+            continue
+        beats = sorted(t for c in st["_conns"] for t, h in c.frames("c") if t is not None and t >= st["registered"]
+                       and h.get("code") in HEARTBEATS and (st["ended_at"] is None or t <= st["ended_at"]))
+        for a_, b_ in zip(beats, beats[1:], strict=False):
+            missed = missed_in(holes, a_, b_)
+            if b_ - a_ > 60.0 and missed:
+                not_captured.append({"namesrv": st["namesrv"], "broker_addr": st["broker_addr"], "from": a_,
+                                     "until": b_, "seconds": round(b_ - a_, 3), **missed})
 
     # failovers, moves, renumbers
     failovers, moves, renumbers = [], [], []
@@ -440,9 +455,28 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     cuts = [cut for f in a.files if (cut := snap_cuts(d / f))]
     if cuts:
         truth["cuts"] = cuts
+    if not_captured:
+        truth["not_captured"] = not_captured
+    drops = [drop for f in a.files if (drop := dropped(d / f))]
+    if drops:
+        truth["dropped"] = drops  # what the file's own statistics say the capture dropped
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def missed_in(holes: list[tuple[float, float, int]], start: float, end: float) -> dict:
+    """``missed``: the bytes of the broker's connection sent within a silence that the capture never had (holes
+    in its sequence numbers no segment filled: (last chunk before, first chunk after, bytes), in time order), and
+    ``missed_only``: whether they leave no stretch of it over 60 s (half the expiry) outside the times
+    they may have been sent in (the silence is then the capture's, not the broker's). Nothing if none."""
+    inside = [(since, until, count) for since, until, count in holes if start <= since and until <= end]
+    if not inside:
+        return {}
+    heard, longest = start, 0.0
+    for since, until, _count in inside:
+        longest, heard = max(longest, since - heard), max(heard, until)
+    return {"missed": sum(count for *_, count in inside), "missed_only": max(longest, end - heard) <= 60.0}
 
 
 def translated(copies) -> list[dict]:

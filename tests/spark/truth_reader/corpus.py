@@ -173,6 +173,16 @@ ARGS: dict[str, list[str]] = {
                     "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
                     f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
                     f"{CUT_NAMING}"),
+    "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
+                     "08:41:38.928Z to 08:42:26.662Z while 3,000 UDP datagrams to port 9999 filled its buffer: the "
+                     "NameServer's packets in the pause were dropped (its pcapng's statistics: 631 received, 5,442 "
+                     "dropped); broker-a's connection jumps 7,300 bytes there, its registrations among them "
+                     "(silences: missed), the NameServer's log has them all and no expiry"),
+    "v5-gaps": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP 40 s at a "
+                    "time, five times, let run 1.5 s between (it writes its buffer and a datagram: the file never "
+                    "goes a minute without a packet) while bursts of UDP datagrams to port 9999 filled its buffer: "
+                    "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
+                    "(silences: missed); the NameServer's log has no expiry"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),

@@ -26,23 +26,99 @@ def parse_iso(s: str) -> float:
 LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0), 101: (0, None)}
 
 
-def read_pcap(path: Path):
-    """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a classic pcap (Ethernet,
-    SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
+def _raw(path: Path) -> bytes:
     raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+PCAPNG = b"\x0a\x0d\x0d\x0a"
+
+
+def records(path: Path):
+    """(t, link type, captured bytes, length on the wire) of each packet of a classic pcap or a pcapng
+    (its Enhanced Packet Blocks, each with its own interface's link type and time resolution), gz or not."""
+    raw = _raw(path)
+    if raw[:4] == PCAPNG:
+        yield from _pcapng_records(raw)
+        return
     magic = raw[:4]
     endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
     nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
-    link, ethertype_at = LINK_HEADERS[struct.unpack(endian + "I", raw[20:24])[0] & 0xFFFF]
+    link = struct.unpack(endian + "I", raw[20:24])[0] & 0xFFFF
     off = 24
-    out = []
     while off + 16 <= len(raw):
-        sec, frac, incl, _orig = struct.unpack(endian + "IIII", raw[off:off + 16])
-        pkt = raw[off + 16:off + 16 + incl]
+        sec, frac, incl, orig = struct.unpack(endian + "IIII", raw[off:off + 16])
+        yield sec + frac / (1e9 if nano else 1e6), link, raw[off + 16:off + 16 + incl], orig
         off += 16 + incl
-        t = sec + frac / (1e9 if nano else 1e6)
+
+
+def _pcapng_blocks(raw: bytes):
+    """(block type, body, byte order) of each block of a pcapng (its sections' byte orders)."""
+    off, endian = 0, "<"
+    while off + 12 <= len(raw):
+        if raw[off:off + 4] == PCAPNG:
+            endian = "<" if raw[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+        kind, length = struct.unpack(endian + "II", raw[off:off + 8])
+        if length < 12 or off + length > len(raw):
+            return
+        yield kind, raw[off + 8:off + length - 4], endian
+        off += length
+
+
+def _options(body: bytes, endian: str):
+    """(code, value) of a block's options."""
+    off = 0
+    while off + 4 <= len(body):
+        code, length = struct.unpack(endian + "HH", body[off:off + 4])
+        if code == 0:
+            return
+        yield code, body[off + 4:off + 4 + length]
+        off += 4 + (length + 3) // 4 * 4
+
+
+def _pcapng_records(raw: bytes):
+    interfaces: list[tuple[int, float]] = []  # (link type, seconds per tick) of each interface of the section
+    for kind, body, endian in _pcapng_blocks(raw):
+        if kind == 0x0A0D0D0A:
+            interfaces = []
+        elif kind == 1:  # Interface Description Block
+            link = struct.unpack(endian + "H", body[:2])[0]
+            tick = 1e-6
+            for code, value in _options(body[8:], endian):
+                if code == 9:  # if_tsresol: a power of 10, or of 2 with the high bit set
+                    tick = 2.0 ** -(value[0] & 0x7F) if value[0] & 0x80 else 10.0 ** -value[0]
+            interfaces.append((link, tick))
+        elif kind == 6:  # Enhanced Packet Block
+            interface, high, low, incl, orig = struct.unpack(endian + "IIIII", body[:20])
+            link, tick = interfaces[interface]
+            yield ((high << 32) | low) * tick, link, body[20:20 + incl], orig
+
+
+def dropped(path: Path) -> dict | None:
+    """What a pcapng's Interface Statistics Blocks say the capture dropped (isb_ifdrop) and received
+    (isb_ifrecv), summed over its interfaces' last statistics; None if no block says so (a classic pcap)."""
+    raw = _raw(path)
+    if raw[:4] != PCAPNG:
+        return None
+    last: dict[int, dict[str, int]] = {}
+    for kind, body, endian in _pcapng_blocks(raw):
+        if kind == 5:  # Interface Statistics Block
+            interface = struct.unpack(endian + "I", body[:4])[0]
+            stats = {{4: "received", 5: "dropped"}[code]: struct.unpack(endian + "Q", value)[0]
+                     for code, value in _options(body[12:], endian) if code in (4, 5)}
+            last[interface] = stats
+    if not any("dropped" in stats for stats in last.values()):
+        return None
+    return {"file": path.name, "dropped": sum(s.get("dropped", 0) for s in last.values()),
+            "received": sum(s.get("received", 0) for s in last.values())}
+
+
+def read_pcap(path: Path):
+    """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a capture file (Ethernet,
+    SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
+    out = []
+    for t, link_type, pkt, _orig in records(path):
+        link, ethertype_at = LINK_HEADERS[link_type]
         if ethertype_at is None:
             if not pkt or pkt[0] >> 4 != 4:
                 continue
@@ -66,18 +142,12 @@ def read_pcap(path: Path):
 
 
 def snap_cuts(path: Path) -> dict | None:
-    """The records of a classic pcap (gz or not) captured shorter than they were sent: how many, the
+    """The records of a capture file (gz or not) captured shorter than they were sent: how many, the
     bytes not kept, and the longest kept (the snap length); None if none was cut."""
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    endian = "<" if raw[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    off, packets, lost, longest = 24, 0, 0, 0
-    while off + 16 <= len(raw):
-        _sec, _frac, incl, orig = struct.unpack(endian + "IIII", raw[off:off + 16])
-        if incl < orig:
-            packets, lost, longest = packets + 1, lost + orig - incl, max(longest, incl)
-        off += 16 + incl
+    packets, lost, longest = 0, 0, 0
+    for _t, _link, pkt, orig in records(path):
+        if len(pkt) < orig:
+            packets, lost, longest = packets + 1, lost + orig - len(pkt), max(longest, len(pkt))
     return {"file": path.name, "cut_at": longest, "packets": packets, "bytes_not_captured": lost} if packets else None
 
 
@@ -96,7 +166,10 @@ class Conn:
         self.stamps = {"c": [], "s": []}  # (offset, t)
         self.last_payload = {"c": None, "s": None}
         self.cut = {"c": [], "s": []}  # (offset, length) of bytes a snap length cut (zeros in data)
-        self.early: dict = {"c": {}, "s": {}}  # seq -> (payload, missing) of segments captured before a hole
+        self.early: dict = {"c": {}, "s": {}}  # seq -> (payload, missing, t) of segments captured before a hole
+        #: (offset in data, bytes, since, until) of each hole no segment ever filled: bytes sent that the capture
+        #: missed, between the last chunk captured before them and the first after (close_holes)
+        self.holes: dict = {"c": [], "s": []}
 
     def take(self, side: str, t: float, seq: int, payload: bytes, missing: int) -> None:
         """A segment's bytes as the receiver reads them: in sequence order, each byte once (the copy
@@ -107,18 +180,41 @@ class Conn:
             exp = self.next_seq[side] = seq
         ahead = (seq - exp) % (1 << 32)
         if 0 < ahead < 1 << 31:
-            self.early[side].setdefault(seq, (payload, missing))
+            self.early[side].setdefault(seq, (payload, missing, t))
             return
-        skip = ((exp - seq) % (1 << 32)) if ahead else 0
-        if skip >= len(payload) + missing:
+        if not self._take_one(side, t, seq, payload, missing):
             return
-        self._append(side, t, payload[skip:], missing - max(0, skip - len(payload)))
         while self.next_seq[side] in self.early[side]:
-            self._append(side, t, *self.early[side].pop(self.next_seq[side]))
+            self._append(side, t, *self.early[side].pop(self.next_seq[side])[:2])
         # early segments a later, longer one covered in part: their new tail
         for seq2 in sorted(self.early[side], key=lambda s: (s - self.next_seq[side]) % (1 << 32)):
             if seq2 in self.early[side] and (seq2 - self.next_seq[side]) % (1 << 32) >= 1 << 31:
                 self.take(side, t, seq2, *self.early[side].pop(seq2))
+
+    def _take_one(self, side: str, t: float, seq: int, payload: bytes, missing: int) -> bool:
+        """A segment at or before the next byte expected: its new bytes appended (False: it had none)."""
+        skip = (self.next_seq[side] - seq) % (1 << 32)
+        skip = 0 if skip >= 1 << 31 else skip
+        if skip >= len(payload) + missing:
+            return False
+        self._append(side, t, payload[skip:], missing - max(0, skip - len(payload)))
+        return True
+
+    def close_holes(self) -> None:
+        """Once every packet is read: segments still held ahead of a hole are after bytes the capture
+        never had (it dropped them). Each hole is noted (``holes``) and the stream goes on past it, each
+        segment at its own time; the frames after it are found again where one begins (frames)."""
+        for side in ("c", "s"):
+            early = self.early[side]
+            while early:
+                seq = min(early, key=lambda s: (s - self.next_seq[side]) % (1 << 32))
+                payload, missing, t = early.pop(seq)
+                ahead = (seq - self.next_seq[side]) % (1 << 32)
+                if 0 < ahead < 1 << 31:
+                    since = self.stamps[side][-1][1] if self.stamps[side] else None
+                    self.holes[side].append((len(self.data[side]), ahead, since, t))
+                    self.next_seq[side] = seq
+                self._take_one(side, t, seq, payload, missing)
 
     def _append(self, side: str, t: float, payload: bytes, missing: int) -> None:
         self.stamps[side].append((len(self.data[side]), t))
@@ -133,8 +229,18 @@ class Conn:
         a snap length cut gets ``_cut``, and of its header only what is plainly whole in the captured
         start: code, flag and opaque followed by their delimiter, extFields' string entries closed."""
         buf, stamps, pos, out = bytes(self.data[side]), self.stamps[side], 0, []
+        holes = [offset for offset, *_ in self.holes[side]]
         while pos + 8 <= len(buf):
             length, hl = struct.unpack(">II", buf[pos:pos + 8])
+            hole = next((o for o in holes if pos < o < pos + 4 + length), None)
+            if hole is not None or (pos in holes and not buf[pos + 8:pos + 16] == b'{"code":'):
+                # a frame the capture missed part of, or bytes after a hole: the next frame begins where a
+                # header does (length, JSON serialization, '{"code":')
+                found = buf.find(b'{"code":', max(pos + 1, hole or pos) + 8)
+                if found < 0:
+                    break
+                pos = found - 8
+                continue
             if pos + 4 + length > len(buf):
                 break
             hlen = hl & 0xFFFFFF
@@ -199,7 +305,10 @@ def connections(pkts, server_ports: set[int]):
         if payload or missing:
             c.take(side, t, seq, payload, missing)
             c.last_payload[side] = t
-    return [c for cs in conns.values() for c in cs]
+    found = [c for cs in conns.values() for c in cs]
+    for c in found:
+        c.close_holes()
+    return found
 
 
 #: how far apart the SYNs of one connection's two captures under two address pairs may be (the same
