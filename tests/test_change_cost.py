@@ -1070,3 +1070,31 @@ def test_the_shards_keep_their_keys_hashes_beside_them(cluster):
     for key in keys:
         shard[key] = {}
     assert sys.getsizeof(shard) == sys.getsizeof(_grown(0, keys)) > sys.getsizeof(_grown("", keys))
+
+
+def test_a_scrape_after_a_change_walks_no_table_entry(cluster):
+    """/metrics (and /readyz, the status page) after a change of the routes: each group's topics
+    and writable ones are read from the counts the routes keep as the tables change; before, the
+    first scrape after any change walked every (topic, group) entry of topicQueueTable in the
+    reactor's turn (3.1-3.5 s at maxTopicQueueEntries' 8 M), which any peer that may register could
+    make happen before each scrape."""
+    from twisted_namesrv.web.site import MetricsPage
+
+    service = cluster.service
+    page = MetricsPage(service.state, service.remoting.factory, service.seen, service.seen.health)
+    big, _ = cluster.connect()
+    cluster.register(big, "big", 1, BIG_TOPICS)
+    groups = [cluster.connect()[0] for _ in range(5)]
+    for index, protocol in enumerate(groups):
+        cluster.register(protocol, f"g{index:03d}", 2000 + index, GROUP_TOPICS)
+    page._begin()()
+    table = cluster.walked()
+    cluster.routes.wipe_write_perm_of_broker("g000")  # a change (that walks the table itself)
+    cluster.register(groups[1], "g001", 2001, GROUP_TOPICS[:5], counter=2)  # another
+    table.visited = 0
+    page._begin()()
+    service.readiness()
+    health = service.seen.health.health()
+    assert table.visited == 0
+    assert (health.group("g000").write_perm, health.group("g000").topics) == (0, len(GROUP_TOPICS))
+    assert (health.group("g001").write_perm, health.group("big").write_perm) == (len(GROUP_TOPICS), len(BIG_TOPICS))

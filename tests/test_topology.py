@@ -536,3 +536,42 @@ def test_a_controller_mode_group_stopped_cleanly_after_a_fail_over_stays_stopped
     samples = again.scrape()
     assert value(samples, "namesrv_cluster_stopped_cleanly", cluster="cC") == 1
     assert value(samples, "namesrv_broker_group_rejoining", cluster="cC", broker="broker-ctl") == 0
+
+
+class _CountedEntries(dict):
+    """Topology.encoded, counting the walks of every entry that are not the file's own join
+    (``dict(entries)``: a copy walks the keys, then reads each entry)."""
+
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+    def keys(self):
+        type(self).walks += 1
+        return super().keys()
+
+
+def test_a_save_keeps_no_copy_of_every_groups_entry(tmp_path):
+    """Each save (every SAVE_SECONDS while the memory changes, at most 10,000 groups) copied every
+    group's entry, only for a stop whose write might fail to tell what it lost: now that stop reads the
+    file back, and a save walks the entries once, to write them (encode's join of the values)."""
+    from collections import Counter
+
+    from twisted.internet import task
+
+    from twisted_namesrv.topology_store import TopologyStoreService
+
+    clock = task.Clock()
+    topology = Topology(clock.seconds)
+    store = TopologyStoreService(topology, tmp_path / "topology.json", clock, Counter())
+    topology.encoded = _CountedEntries()
+    store.startService()
+    for n in range(3):
+        topology.heard("registered", {"cluster": "c", "broker": f"b{n}", "id": 0, "addr": f"h:{n}"})
+        clock.advance(2)
+    store.save_now()
+    store.stopService()
+    assert _CountedEntries.walks == 0
+    assert sorted(decode((tmp_path / "topology.json").read_bytes())) == [("c", "b0"), ("c", "b1"), ("c", "b2")]

@@ -7,7 +7,7 @@ and in brokerLiveTable - and at least one of its queues has the write bit: produ
 masters (a slave's queues are read-only to clients whatever their perm says, and 5.x's acting
 master answers a slave as id 0 only with its queues made read-only).  A cluster none of whose
 groups takes writes refuses every send ("sent 0/2").  A system topic that takes no writes by
-design (system_topics.write_off_by_design: every 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<name>,
+design (state/registration.py's write_off_by_design: every 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<name>,
 perm 1) is not counted among a group's topics at all, so it never shows as a topic that lost its
 write permission.
 
@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .bodies.route import MASTER_ID, PERM_WRITE, BrokerData
+from .bodies.route import MASTER_ID
 from .lost_topics import DEPARTURES
 from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
-from .system_topics import write_off_by_design
 
 #: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
 CLEAN_STOP = "unregistered"
@@ -157,8 +156,9 @@ class RouteHealth:
 
 
 class HealthWatch:
-    """RouteHealth on request; the per-group queue counts (a scan of topicQueueTable) are
-    recomputed only when the routes changed (``generation``), liveness is read each time."""
+    """RouteHealth on request: the per-group queue counts are read from the routes, which keep
+    them as the tables change (RouteInfoManager.writableOfGroup, sealedOfGroup: no walk of
+    topicQueueTable here); liveness is read each time."""
 
     def __init__(self, routes: RouteInfoManager, topology: Topology,
                  rejoin_left: Callable[[], float] = lambda: 0.0) -> None:
@@ -166,38 +166,19 @@ class HealthWatch:
         self.topology = topology
         #: seconds left of the restart's window for brokers to register again (steady clock)
         self.rejoin_left = rejoin_left
-        self._perms: tuple[int, dict[str, tuple[int, int]]] = (-1, {})
-
-    def queue_perms(self) -> dict[str, tuple[int, int]]:
-        """Broker name -> (topics it serves, how many with the write bit); a topic read-only by
-        design (system_topics.write_off_by_design) is not counted."""
-        routes = self.routes
-        generation, table = self._perms
-        if generation != routes.generation:
-            counts: dict[str, list[int]] = {}
-            brokers = routes.brokerAddrTable
-            for topic, queues in routes.topicQueueTable.items():
-                for name, queue in queues.items():
-                    writable = bool(queue.perm & PERM_WRITE)
-                    if not writable and _read_only_by_design(topic, name, brokers.get(name)):
-                        continue
-                    pair = counts.setdefault(name, [0, 0])
-                    pair[0] += 1
-                    pair[1] += writable
-            table = {name: (pair[0], pair[1]) for name, pair in counts.items()}
-            self._perms = (routes.generation, table)
-        return table
 
     def health(self) -> RouteHealth:
-        routes, perms = self.routes, self.queue_perms()
-        live = routes.brokerLiveTable
+        routes = self.routes
+        live, topics_of, writable_of, sealed_of = (routes.brokerLiveTable, routes.topicsOfGroup,
+                                                   routes.writableOfGroup, routes.sealedOfGroup)
         groups = []
         live_key = routes.live_key
         # one walk of each group's members, no call but the lookups: /metrics reads this in the
         # reactor's turn, at the limits' defaults 20,000 groups of 5
         for name, broker in routes.brokerAddrTable.items():
             addrs, cluster = broker.brokerAddrs, broker.cluster
-            topics, write_perm = perms.get(name, (0, 0))
+            # its topics but those whose queues lack the write bit by design, and its writable ones
+            topics, write_perm = topics_of.get(name, 0) - sealed_of.get(name, 0), writable_of.get(name, 0)
             master_live, alive, registered = False, 0, 0
             for broker_id, addr in addrs.items():
                 member = live.get(live_key(cluster, addr))
@@ -223,11 +204,6 @@ class HealthWatch:
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
         return RouteHealth(tuple(groups), writable, by_name, up_before, left)
-
-
-def _read_only_by_design(topic: str, broker_name: str, broker: BrokerData | None) -> bool:
-    clusters = () if broker is None else (broker.cluster,)
-    return write_off_by_design(topic, clusters, (broker_name,))
 
 
 def _absent(known: KnownGroup) -> GroupHealth:

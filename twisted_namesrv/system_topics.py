@@ -8,7 +8,8 @@ after itself and one named after its cluster (brokerTopicEnable / clusterTopicEn
 "which topics did the outage take?" wants the application's topics, so the status page and
 ``namesrv_lost_topics`` leave these out.
 
-Some of them take no writes by design (``write_off_by_design``): Java's TopicConfigManager.init
+Some of them take no writes by design (state/registration.py's ``write_off_by_design``, where the
+routes count by it as the tables change): Java's TopicConfigManager.init
 creates each 5.x broker's ``rmq_sys_SYNC_BROKER_MEMBER_<brokerName>`` with PERM_INHERIT alone (perm
 1: neither read nor write), and the broker- and cluster-named topics so when brokerTopicEnable /
 clusterTopicEnable are off.  A group's count of writable topics (outages.py) leaves them out, so a
@@ -18,8 +19,6 @@ healthy group is never shown as "13/14 writable".
 from __future__ import annotations
 
 from collections.abc import Container
-
-from .state.routes import SYNC_BROKER_MEMBER_GROUP_PREFIX  # TopicValidator's; each 5.x broker's, perm 1
 
 #: TopicValidator.SYSTEM_TOPIC_SET (5.3.3 adds CHECKPOINT_TOPIC)
 SYSTEM_TOPICS = frozenset({
@@ -55,10 +54,3 @@ def system_topic_kind(topic: str, cluster_names: Container[str] = (),
 
 def is_system_topic(topic: str, cluster_names: Container[str] = (), broker_names: Container[str] = ()) -> bool:
     return system_topic_kind(topic, cluster_names, broker_names) is not None
-
-
-def write_off_by_design(topic: str, cluster_names: Container[str] = (), broker_names: Container[str] = ()) -> bool:
-    """Whether ``topic`` may lack the write bit on a healthy broker (see above): the member-sync
-    topic always does, the topic named after the broker or exactly after its cluster when their
-    switch is off.  Such a topic says nothing about whether the group takes writes."""
-    return topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX) or topic in broker_names or topic in cluster_names

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from .file_writer import FileWriter
 from .state.config import NamesrvConfig
 from .state.store import LoadRefused, StoreError, read_regular, set_aside
-from .state.topology import Topology, TopologyFileError, decode, encode
+from .state.topology import Topology, TopologyFileError, decode, encode, encode_group
 from .timers import StepTimerService
 
 log = Logger()
@@ -56,9 +56,6 @@ class TopologyStoreService(StepTimerService):
         self.writer = FileWriter(clock, self.path, STORE, failures)
         self.load_refusals = load_refusals
         self._saved = -1
-        #: each group's entry as the file holds it (its last good write): what a stop that cannot
-        #: write it would lose is told against it
-        self._in_file: dict[tuple[str, str], str] = {}
         self._failing = False
         #: the last write's error, for the stop's line
         self._error: OSError | None = None
@@ -77,7 +74,6 @@ class TopologyStoreService(StepTimerService):
             return 0
         self.topology.load(groups)
         self._saved = self.topology.version
-        self._in_file = dict(self.topology.encoded)
         if groups:
             log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen",
                      path=str(self.path), groups=len(groups), clusters=len(self.topology.clusters()))
@@ -91,9 +87,9 @@ class TopologyStoreService(StepTimerService):
 
     def save_now(self) -> None:
         """Write the memory at once (after a write in flight); StoreError when it cannot be made durable."""
-        version, entries = self.topology.version, dict(self.topology.encoded)
+        version = self.topology.version
         self.writer.write_now(encode(self.topology))
-        self._saved, self._in_file = version, entries
+        self._saved = version
 
     def save_if_changed(self, now: bool = False) -> None:
         """Write the memory when it changed since the last write: in a thread (file_writer.py), or
@@ -108,8 +104,7 @@ class TopologyStoreService(StepTimerService):
         if version == self._saved or (self.writer.in_flight and not now):
             return
         if not now:
-            entries = dict(self.topology.encoded)
-            self.writer.write_soon(encode(self.topology), lambda error: self._written(version, error, entries))
+            self.writer.write_soon(encode(self.topology), lambda error: self._written(version, error))
             return
         try:
             self.save_now()
@@ -118,7 +113,7 @@ class TopologyStoreService(StepTimerService):
             return
         self._written(version, None)
 
-    def _written(self, version: int, error: OSError | None, entries: dict[tuple[str, str], str] | None = None) -> None:
+    def _written(self, version: int, error: OSError | None) -> None:
         if error is not None:
             self._error = error
             if not self._failing:  # once per failing spell
@@ -129,10 +124,7 @@ class TopologyStoreService(StepTimerService):
         if self._failing:
             log.info("topology file {path} written again", path=str(self.path))
         self._failing = False
-        if version > self._saved:
-            self._saved = version
-            if entries is not None:
-                self._in_file = entries
+        self._saved = max(self._saved, version)
 
     def stopService(self) -> Any:
         stopped = super().stopService()
@@ -142,11 +134,21 @@ class TopologyStoreService(StepTimerService):
         return stopped
 
     def _lost_at_stop(self) -> None:
-        """The stop's write failed: say what the restart will not know (it reads the file as last
-        written, and cannot tell what was never in it)."""
+        """The stop's write failed: say what the restart will not know, told against the file as it
+        was last written (whole: write_atomically), read back here, so that no save has to keep a
+        copy of every group's entry for a stop that may never fail (a group loaded at start and up
+        then counts as changed until a write succeeds: the file still has it up)."""
         entries = self.topology.encoded
-        new = sorted(key for key in entries if key not in self._in_file)
-        changed = sum(key in self._in_file and self._in_file[key] != entry for key, entry in entries.items())
+        try:
+            data = read_regular(self.path, FILE_LIMIT)
+            in_file = {} if data is None else {key: encode_group(group) for key, group in decode(data).items()}
+        except (TopologyFileError, OSError) as exc:  # LoadRefused among them
+            log.error("topology file {path} not written at the stop ({error}), nor readable ({why}): what the "
+                      "restart will expect is not known", path=str(self.path), error=str(self._error),
+                      why=str(getattr(exc, "why", exc)))
+            return
+        new = sorted(key for key in entries if key not in in_file)
+        changed = sum(key in in_file and in_file[key] != entry for key, entry in entries.items())
         shown = ", ".join(f"{cluster}/{broker}" for cluster, broker in new[:20]) + (", ..." if len(new) > 20 else "")
         log.error("topology file {path} not written at the stop ({error}): {new} broker groups seen since its last "
                   "write will not be expected after the restart: {shown}; {changed} others changed since (members, "

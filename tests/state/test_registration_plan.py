@@ -113,6 +113,7 @@ def test_a_joining_group_is_staged_as_if_each_topic_were_looked_up(rules, slices
     assert list(joined.staged.items()) == list(looked.staged.items())
     assert (joined.added, joined.removed, joined.complete, joined.overwrites, joined.longest) == (
         looked.added, looked.removed, looked.complete, looked.overwrites, looked.longest)
+    assert (joined.writable, joined.sealed) == (looked.writable, looked.sealed)
     assert joined.entries is None  # nothing looked up: the writing looks each topic up
 
 

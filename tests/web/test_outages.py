@@ -12,7 +12,8 @@ from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, enc
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
-from twisted_namesrv.system_topics import is_system_topic, system_topic_kind, write_off_by_design
+from twisted_namesrv.state.registration import write_off_by_design
+from twisted_namesrv.system_topics import is_system_topic, system_topic_kind
 
 A_MASTER, A_SLAVE, B_MASTER = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.1.1:10911"
 _opaques = itertools.count(1000)

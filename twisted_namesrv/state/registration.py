@@ -16,7 +16,7 @@ Pure: no Twisted, and nothing here changes a table.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Container, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter
@@ -55,6 +55,25 @@ _UNSTAGED = QueueData("", 0, 0, 0, 0)  # a topic this registration has not stage
 #: a config's numbers as its QueueData has them (perm as sent), and its topicName: read in C
 _NUMBERS = attrgetter("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
 _TOPIC_NAME = attrgetter("topicName")
+#: TopicValidator's prefix of each 5.x broker's rmq_sys_SYNC_BROKER_MEMBER_<brokerName>, created perm 1
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+
+
+def write_off_by_design(topic: str, cluster_names: Container[str] = (), broker_names: Container[str] = ()) -> bool:
+    """Whether ``topic`` may lack the write bit on a healthy broker: Java's TopicConfigManager.init
+    creates the member-sync topic with PERM_INHERIT alone, and the topic named after the broker or
+    exactly after its cluster so when brokerTopicEnable / clusterTopicEnable are off.  Such a topic
+    says nothing about whether the group takes writes: its queues without the write bit are not
+    counted among the group's topics (``RouteInfoManager.sealedOfGroup``; system_topics.py)."""
+    return topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX) or topic in broker_names or topic in cluster_names
+
+
+def _sealed_by_design(topics: Mapping[str, Any], cluster: str, broker_name: str) -> int:
+    """How many of ``topics`` (a mapping's keys) are write_off_by_design for the group of
+    ``broker_name`` in ``cluster``: the prefix tested in C, the two named ones looked up."""
+    prefixed = sum(map(str.startswith, topics, repeat(SYNC_BROKER_MEMBER_GROUP_PREFIX)))
+    return prefixed + sum(topic in topics and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)
+                          for topic in {cluster, broker_name})
 
 
 class RegistrationMemo(msgspec.Struct, frozen=True, gc=False):
@@ -179,13 +198,16 @@ class TopicRules(msgspec.Struct, frozen=True, gc=False):
     written; else 5.x writes only those the group lacks, 4.9.8 none (``all_or_none``).
     ``read_only``: a prime slave of an acting-master group: written without the write perm.
     ``remove_absent``: 5.x deleteTopicWithBrokerRegistration, without queue mappings: the group's
-    topics the table lacks leave it."""
+    topics the table lacks leave it.
+    ``cluster``: the group's cluster as brokerAddrTable holds it (the request's for a new group),
+    whose named topic may lack the write bit by design (``write_off_by_design``)."""
 
     applies: bool
     every_topic: bool = False
     all_or_none: bool = False
     read_only: bool = False
     remove_absent: bool = False
+    cluster: str = ""
 
 
 @dataclass(slots=True)
@@ -199,7 +221,9 @@ class RegistrationPlan:
     of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
     ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
     ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
-    out of it (what the tables' limits count); ``longest``: the longest staged topic name."""
+    out of it (what the tables' limits count); ``writable``, ``sealed``: how they change the
+    group's entries with the write bit, and those without it on a topic write_off_by_design (what
+    outages.py reads per group); ``longest``: the longest staged topic name."""
 
     request: RegisterRequest
     generation: int
@@ -211,6 +235,8 @@ class RegistrationPlan:
     topicCount: int = 0
     added: int = 0
     removed: int = 0
+    writable: int = 0
+    sealed: int = 0
     longest: int = 0
     entries: Entries | None = None
 
@@ -284,6 +310,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
     plan.rules, plan.staged = rules, staging.staged
     plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
     plan.added, plan.removed, plan.longest = staging.added, staging.removed, staging.longest
+    plan.writable, plan.sealed = staging.writable, staging.sealed
     plan.entries = staging.entries
     return plan
 
@@ -314,8 +341,8 @@ class Staging:
     each in a table of a million: most of staging's time).  A slice of topics with alike numbers
     (most tables') is then staged in C, without a Python loop."""
 
-    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "shared", "longest",
-                 "entries", "joins")
+    __slots__ = ("broker_name", "rules", "staged", "complete", "overwrites", "added", "removed", "writable",
+                 "sealed", "shared", "longest", "entries", "joins")
 
     def __init__(self, broker_name: str, rules: TopicRules, joins: bool = False) -> None:
         self.broker_name = broker_name
@@ -326,6 +353,10 @@ class Staging:
         self.overwrites = False
         self.added = 0  # entries of the group new to the table
         self.removed = 0  # entries of the group leaving it
+        #: how the group's entries with the write bit change, and those without it on a topic
+        #: write_off_by_design (counted as staged, like added and removed)
+        self.writable = 0
+        self.sealed = 0
         #: the QueueData staged for each (readQueueNums, writeQueueNums, perm, topicSysFlag): one for
         #: all the topics that have them (100k topics of one group: one or a few, not 100k)
         self.shared: dict[tuple[int, int, int, int], QueueData] = {}
@@ -352,6 +383,13 @@ class Staging:
         shift, mask = SHARD_SHIFT, SHARD_MASK
         none_applies = not every and rules.all_or_none  # 4.9.8 with its dataVersion unchanged
         longest, added, last, queue = self.longest, 0, None, _UNSTAGED
+        # the write bit's count: an entry added has it but those of a run of numbers without it
+        # (``writes``: rare but for a read-only prime slave's); one replacing an entry that had it
+        # changes nothing but when it has not (``regained`` counts the replaced ones without it: an
+        # overwrite of writable entries, most, counts nothing); an entry without it is tested by
+        # write_off_by_design's rule, inline (the call was about 1,100 instructions a topic)
+        regained, unwritable, sealed, writes, write_bit = 0, 0, 0, True, PERM_WRITE
+        cluster, sync = rules.cluster, SYNC_BROKER_MEMBER_GROUP_PREFIX
         if not isinstance(table, TopicQueueTable) or joins:
             self.entries = None  # a view's entries are not the table's; joining, none looked up
         entries = self.entries if self.entries is not None else []
@@ -385,19 +423,29 @@ class Staging:
                     continue
                 else:
                     self.overwrites = True
+                    if not old.perm & write_bit:
+                        regained += 1
+                        if topic.startswith(sync) or topic == name or topic == cluster:  # write_off_by_design
+                            sealed -= 1
                 numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
                 if numbers != last:
                     found = shared.get(numbers)
                     if found is None:
                         found = shared[numbers] = QueueData(name, *numbers)
-                    last, queue = numbers, found
+                    last, queue, writes = numbers, found, bool(perm & write_bit)
                 staged[topic] = queue
                 keep(held)
+                if not writes:
+                    unwritable += 1
+                    if topic.startswith(sync) or topic == name or topic == cluster:  # write_off_by_design
+                        sealed += 1
                 if len(topic) > longest:
                     longest = len(topic)
         finally:
             self.longest = longest
             self.added += added
+            self.writable += added + regained - unwritable
+            self.sealed += sealed
 
     def _add_alike(self, configs: list[TopicConfig]) -> bool:
         """``configs`` of a group that joins (every one is added) staged in C, with no Python loop
@@ -419,6 +467,10 @@ class Staging:
             found = self.shared[reads, writes, perm, flag] = QueueData(self.broker_name, reads, writes, perm, flag)
         self.staged.update(zip(names, repeat(found)))
         self.added += len(names)
+        if perm & PERM_WRITE:
+            self.writable += len(names)
+        else:
+            self.sealed += _sealed_by_design(piece, self.rules.cluster, self.broker_name)
         self.longest = max(self.longest, max(map(len, names)))
         return True
 
@@ -437,4 +489,8 @@ class Staging:
                 staged[topic] = None
                 self.overwrites = True
                 self.removed += 1
+                if held[name].perm & PERM_WRITE:
+                    self.writable -= 1
+                elif write_off_by_design(topic, (self.rules.cluster,), (name,)):
+                    self.sealed -= 1
                 self.longest = max(self.longest, len(topic))

@@ -1,0 +1,105 @@
+"""The write bit's counts the routes keep per broker group (RouteInfoManager.writableOfGroup,
+sealedOfGroup: what outages.py and a /metrics scrape read) equal a walk of topicQueueTable after any
+sequence of changes: registrations (alike tables and mixed ones, in steps or in one go, plans gone
+stale, 5.x prime slaves writing read-only, deleteTopicWithBrokerRegistration), unregistrations,
+closed connections, expiry, wipe and add of write permission, topic deletions and REGISTER_TOPIC."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.state.test_routes import V4, V5, body, manager, topic
+from twisted_namesrv.bodies.register import RegistrationRefused
+from twisted_namesrv.bodies.route import PERM_WRITE, QueueData
+from twisted_namesrv.state import registration
+from twisted_namesrv.state.registration import SYNC_BROKER_MEMBER_GROUP_PREFIX, write_off_by_design
+from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
+from twisted_namesrv.steps import run_steps
+
+GROUPS = ["g0", "g1", "g2"]
+CLUSTERS = ["c1", "c2"]
+#: application topics, the groups' and clusters' named topics, and member-sync topics
+TOPICS = [f"T{i}" for i in range(10)] + GROUPS + CLUSTERS + [SYNC_BROKER_MEMBER_GROUP_PREFIX + g for g in GROUPS]
+PERMS = [6, 6, 6, 4, 2, 1, 7]
+
+
+def walked(routes: RouteInfoManager) -> tuple[dict[str, int], dict[str, int]]:
+    """The counts as the scrape walked them (outages.HealthWatch.queue_perms before they were kept)."""
+    writable: dict[str, int] = {}
+    sealed: dict[str, int] = {}
+    brokers = routes.brokerAddrTable
+    for name_topic, queues in routes.topicQueueTable.items():
+        for name, queue in queues.items():
+            if queue.perm & PERM_WRITE:
+                writable[name] = writable.get(name, 0) + 1
+            else:
+                broker = brokers.get(name)
+                if write_off_by_design(name_topic, () if broker is None else (broker.cluster,), (name,)):
+                    sealed[name] = sealed.get(name, 0) + 1
+    return writable, sealed
+
+
+def request(rng: random.Random, counter: int) -> RegisterRequest:
+    name = rng.choice(GROUPS)
+    broker_id = rng.choice([0, 0, 1, 2])
+    addr = f"10.0.{GROUPS.index(name)}.{broker_id}:10911"
+    alike = rng.random() < 0.3
+    perm = rng.choice(PERMS)
+    chosen = rng.sample(TOPICS, rng.randrange(2, len(TOPICS)))
+    configs = [topic(t, perm if alike else rng.choice(PERMS)) for t in chosen]
+    return RegisterRequest(rng.choice(CLUSTERS) if rng.random() < 0.2 else "c1", addr, name, broker_id, None,
+                           body(*configs, version=(1, counter if rng.random() < 0.7 else 1)), channel=addr,
+                           enableActingMaster=rng.choice([None, True, False]))
+
+
+def planned(routes: RouteInfoManager, req: RegisterRequest) -> registration.RegistrationPlan:
+    return run_steps(registration.plan_steps(req, routes))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_kept_write_counts_equal_a_walk_after_any_sequence_of_changes(seed, monkeypatch):
+    rng = random.Random(seed)
+    monkeypatch.setattr(registration, "TOPICS_PER_STEP", 4)  # plans made in steps
+    monkeypatch.setattr(registration, "ALIKE_AT_LEAST", 3)  # alike slices staged in C
+    routes, clock = manager([V4, V5][seed % 2], deleteTopicWithBrokerRegistration=seed // 2 % 2 == 1,
+                            supportActingMaster=seed // 4 % 2 == 1)
+    routes.write_at_once = rng.choice([0, 3, 1000])  # staged entries left as layers, or written at once
+    stale: registration.RegistrationPlan | None = None
+    for counter in range(1, 400):
+        action = rng.randrange(12)
+        name, addr = rng.choice(GROUPS), f"10.0.{rng.randrange(3)}.{rng.choice([0, 1, 2])}:10911"
+        if action <= 3:
+            req = request(rng, counter)
+            if rng.random() < 0.5:
+                routes.apply_registration(planned(routes, req))
+            else:
+                routes.register_broker(req)
+        elif action == 4:  # a plan made now, applied after the next change (stale, worked out again)
+            if stale is not None:
+                routes.apply_registration(stale)
+            stale = planned(routes, request(rng, counter))
+        elif action == 5:
+            routes.unregister_broker("c1", addr, name, rng.choice([0, 1, 2]))
+        elif action == 6:
+            routes.on_channels_destroy({addr: "connection closed", f"10.0.{rng.randrange(3)}.0:10911": "closed"})
+        elif action == 7:
+            clock.advance(rng.choice([1, 60, 130]))
+            routes.scan_not_active_broker()
+        elif action == 8:
+            (routes.wipe_write_perm_of_broker if rng.random() < 0.5 else routes.add_write_perm_of_broker)(name)
+        elif action == 9:
+            routes.delete_topic(rng.choice(TOPICS), rng.choice([None, "c1", "c2"]))
+        elif action == 10:
+            try:
+                routes.register_topic(rng.choice(TOPICS), [QueueData(rng.choice([*GROUPS, "unknown"]), 4, 4,
+                                                                     rng.choice(PERMS), 0)
+                                                           for _ in range(rng.randrange(1, 3))])
+            except RegistrationRefused:
+                pass
+        else:
+            routes.restore((dict(routes.topicQueueTable.items()), routes.brokerAddrTable, routes.clusterAddrTable,
+                            routes.brokerLiveTable, routes.filterServerTable, routes.topicQueueMappingInfoTable))
+        kept = (dict(routes.writableOfGroup), dict(routes.sealedOfGroup))
+        assert kept == walked(routes), (seed, counter, action)
