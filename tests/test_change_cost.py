@@ -881,16 +881,13 @@ def test_a_registration_runs_the_same_lines_at_ten_and_a_hundred_times_the_broke
 #: each yield resumed the handler and its generators) and a header's four ints in range are taken
 #: as they are (docs/benchmarks.md), 217 with the body's numbers held to Java's ranges
 #: (fastjson.java_numbers, 3) and the renewal key made by its steps (2), 213 since a server's
-#: registration header is parsed without the template and kin keys it never keeps (4), 214 with its
-#: body kept for alike brokers (state/alike.AlikeBodies: the next broker sending the same bytes
-#: makes 187, neither hashing nor decoding them); a little
+#: registration header is parsed without the template and kin keys it never keeps (4), 214 while
+#: alike brokers' bodies were kept to be decoded once (removed: real brokers seldom send one
+#: another's bytes within the few hundred milliseconds it kept them), 213 again; a little
 #: room for a call more here or there, none for a path's worth (its log line's level checked by
 #: Logger.emit alone was 7 calls).  Fewer calls is not always less work: str.format per field in
 #: place of a comprehension's call cost more
-FIRST_REGISTRATION_CALLS = 215
-#: the same for a second new broker sending the first one's body (its own header): 187 since alike
-#: brokers' bodies are hashed and decoded once (state/alike.AlikeBodies), 207 before
-ALIKE_FIRST_REGISTRATION_CALLS = 190
+FIRST_REGISTRATION_CALLS = 214
 
 
 def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
@@ -914,13 +911,21 @@ def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
     assert RemotingCommand.decode(transport.value()[4:]).code == 0
     assert [e.kind for e in cluster.service.seen.events.recent if e.info.get("broker") == "newcomer"] == ["registered"]
     assert calls <= FIRST_REGISTRATION_CALLS, calls
-    ext.update(brokerName="alike", brokerAddr="127.0.0.1:8", haServerAddr="127.0.0.1:8")  # its body the same
-    frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=78, version=409).encode()
-    alike, transport = cluster.connect()
-    calls = python_calls_run(functools.partial(alike.dataReceived, frame))
-    assert RemotingCommand.decode(transport.value()[4:]).code == 0
-    assert calls <= ALIKE_FIRST_REGISTRATION_CALLS, calls
 
+
+
+def test_a_table_another_broker_sent_is_held_to_max_topics_per_broker(tmp_path):
+    """The same body from a second broker, maxTopicsPerBroker lowered meanwhile, is counted against
+    the limit as it is then: refused whole, nothing of it applied."""
+    cluster = Cluster(tmp_path)
+    topics = [f"Alike_{j}" for j in range(4)]
+    cluster.register(cluster.connect()[0], "b0", 10000, topics)
+    cluster.service.state.config.values["maxTopicsPerBroker"] = 3
+    protocol, transport = cluster.connect()
+    cluster.register(protocol, "b1", 10001, topics)
+    answer = RemotingCommand.decode(transport.value()[4:])
+    assert answer.code != 0 and "maxTopicsPerBroker (3)" in answer.remark
+    assert dict(cluster.routes.topicQueueTable["Alike_0"]).keys() == {"b0"}
 
 def test_what_a_registration_keeps_for_its_renewal_is_nothing_to_the_collector(tmp_path):
     """A broker's memo, renewal and kept answer (what renews it from its heartbeats' bytes) are
@@ -955,59 +960,6 @@ def test_what_alike_brokers_keep_is_one_object_for_all(tmp_path):
     assert first.renewal.names[0] is second.renewal.names[0] == "SharedCluster"
     groups = cluster.service.state.topology.groups
     assert groups["SharedCluster", "broker-0"].up is groups["SharedCluster", "broker-1"].up == {0}
-
-
-def test_alike_brokers_tables_are_hashed_and_decoded_once(tmp_path, monkeypatch):
-    """Brokers that send the same body (a group's master and slave; the curve's brokers, two to a
-    table) have it hashed and decoded once: the next ones are handed what its bytes decoded to
-    (state/alike.AlikeBodies), and their routes are those of a body decoded anew.  A body that
-    differs, or one its broker sends again (its memo compared), is hashed and decoded as ever."""
-    from twisted_namesrv import processor
-    from twisted_namesrv.bodies import register as bodies
-
-    done: list[str] = []
-
-    def counted(name: str, work: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kw: Any) -> Any:
-            done.append(name)
-            return work(*args, **kw)
-        return run
-
-    monkeypatch.setattr(processor, "split_data_version", counted("hashed", processor.split_data_version))
-    monkeypatch.setattr(bodies, "_decode_json", counted("decoded", bodies._decode_json))
-    cluster = Cluster(tmp_path)
-    fresh = Cluster(tmp_path / "fresh")
-    topics = [f"Alike_{j}" for j in range(4)]
-    for index in range(3):
-        done.clear()
-        cluster.register(cluster.connect()[0], f"b{index}", 10000 + index, topics)
-        assert done == ([] if index else ["hashed", "decoded"])
-        fresh.service.state.alike_bodies.clear()
-        fresh.register(fresh.connect()[0], f"b{index}", 10000 + index, topics)
-    assert len(cluster.service.state.alike_bodies) == 1
-    for table in ("topicQueueTable", "brokerAddrTable", "clusterAddrTable"):
-        assert getattr(cluster.routes, table) == getattr(fresh.routes, table)
-    assert dict(cluster.routes.topicQueueTable["Alike_0"]).keys() == {"b0", "b1", "b2"}
-    done.clear()
-    cluster.register(cluster.connect()[0], "b3", 10003, [*topics, "Own"])  # another table
-    protocol = cluster.connect()[0]
-    cluster.register(protocol, "b4", 10004, topics)  # handed over
-    cluster.register(protocol, "b4", 10004, topics, counter=2)  # its own table again, a new dataVersion
-    assert done == ["hashed", "decoded"] * 2
-
-
-def test_a_table_decoded_for_another_broker_is_held_to_max_topics_per_broker(tmp_path):
-    """A body handed over decoded (AlikeBodies) is counted against maxTopicsPerBroker as it is then,
-    as one decoded anew: refused whole when over it."""
-    cluster = Cluster(tmp_path)
-    topics = [f"Alike_{j}" for j in range(4)]
-    cluster.register(cluster.connect()[0], "b0", 10000, topics)
-    cluster.service.state.config.values["maxTopicsPerBroker"] = 3
-    protocol, transport = cluster.connect()
-    cluster.register(protocol, "b1", 10001, topics)
-    answer = RemotingCommand.decode(transport.value()[4:])
-    assert answer.code != 0 and "maxTopicsPerBroker (3)" in answer.remark
-    assert dict(cluster.routes.topicQueueTable["Alike_0"]).keys() == {"b0"}
 
 
 def test_connections_opened_at_once_keep_no_dict_of_their_own(tmp_path):

@@ -15,7 +15,6 @@ from .budget import MemoryBudget
 from .compat import Profile
 from .refusals import Refusals
 from .state.acl import AccessControl
-from .state.alike import AlikeBodies
 from .state.config import NamesrvConfig
 from .state.kv import KVConfigManager
 from .state.routes import RouteInfoManager
@@ -67,8 +66,6 @@ class NamesrvState:
     #: seconds since this start, on the steady clock (clocks.since_now): the windows counted from the
     #: start (waitSecondsForService, readinessBrokerWait) are not stretched by a wall clock stepped back
     uptime: Callable[[], float] = field(default=lambda: float("inf"))
-    #: the last small registration bodies decoded, by their bytes: alike brokers' decoded once (state/alike.py)
-    alike_bodies: AlikeBodies = field(default_factory=AlikeBodies)
 
     @property
     def profile(self) -> Profile:

@@ -207,11 +207,9 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     if crc != 0 and (yield from crc32_masked_steps(body)) != crc:
         log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
-    split = shared = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
+    split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
     if body and not header.compressed and version >= V3_0_11:
-        # the same bytes decoded for another broker (its group's master or slave): neither hashed nor decoded again
-        shared = state.alike_bodies.get(body) if type(body) is bytes else None
-        split = shared[0] if shared is not None else (yield from split_data_version(body))
+        split = yield from split_data_version(body)
     digest = None
     names = header.names  # a property: worked out once
     if names is not None and header.brokerId is not None:
@@ -229,12 +227,11 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     routes = state.routes
 
     def decode(known: Memos | None) -> Steps[RegisterBrokerBody]:
-        """The body decoded, in full unless ``known`` lets a part of it be skipped (then not shared)."""
+        """The body decoded, in full unless ``known`` lets a part of it be skipped."""
         config = state.config.values  # the running values as the dict they are (no call a read)
         return decode_register_body_steps(body, header.compressed, version, config["inflateMaxLength"],
                                           () if known is None else digests(known), routes.reusable_pieces(known),
-                                          state.budget, config["maxTopicsPerBroker"], split,
-                                          shared[1] if shared is not None and known is None else None)
+                                          state.budget, config["maxTopicsPerBroker"], split)
 
     def memo() -> Memos | None:
         """The bodies this broker's queues hold as they say, if a registration may skip one."""
@@ -249,8 +246,6 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
         return respond(state, request, ResponseCode.SYSTEM_ERROR, str(exc), normal=False)
     except RegistrationRefused as refusal:
         return registration_refused(state, request, peer, refusal, names)
-    if known is None and shared is None and split is not None:
-        state.alike_bodies.keep(body, split, decoded)
     registration = request_of(header, names, broker_id, decoded, peer.channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)

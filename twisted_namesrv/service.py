@@ -59,7 +59,6 @@ from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
-from .state.alike import AlikeBodies
 from .state.config import ConfigError, NamesrvConfig
 from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
@@ -190,8 +189,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     topology = Topology(seconds)
     uptime = since_now(steady)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime,
-                         alike_bodies=AlikeBodies())
+                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
     events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)

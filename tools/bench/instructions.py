@@ -6,9 +6,11 @@ simulation: only the instructions are counted) twice, registering a curve step's
 brokers and then its first ``--more`` (each broker's table once, 8 in flight, as ``scale.py
 --curve`` sends them), and prints the difference over the difference in brokers: the instructions
 of one first registration, the reactor's turns, reads and sends included, start-up and
-idle time left out.  A shared machine moves CPU time by tens of percent; this moves by about one.
+idle time left out, and the server's timers held off (``UNTIMED``: their work is per second, and
+valgrind makes a second of the server's some fifty).  A shared machine moves CPU time by tens of
+percent; this moves by about one.
 ``--tree DIR`` counts another checkout's code (a ``git worktree`` of another commit), run from
-that directory (``python -m`` puts the working directory first on the path).  ``--repeated``
+that directory (``python -c`` puts the working directory first on the path).  ``--repeated``
 counts a repeated registration instead (the curve's second phase: each table sent again on its
 connection, a heartbeat renewed): ``--more`` brokers registered once, then sent again ``--renewals``
 times (4), the difference over the renewals.  One renewal is a seventh of a first registration, and
@@ -44,6 +46,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables, frames and server child)
 
 COUNTED = re.compile(r"I\s+refs:\s+([\d,]+)")
+#: the seconds every timer of the server waits for its next call while counted: none comes
+HELD_SECONDS = 1e6
+#: every timer of the server made to wait HELD_SECONDS (``timers.ClockedTimerService`` makes them all:
+#: the expiry scan, the event and topology writers, ...; the call each makes at its start stays, once in
+#: either run).  A timer's work comes per second, not per registration, and valgrind makes each
+#: registration some 50 times as long: the events file's save every 2 s (200 events as JSON, about
+#: 6 M instructions a save) was counted into the registrations, as many saves as the run's time held
+#: (callgrind of the real server, 600 brokers: 35 saves, 30% of the count; more on a loaded machine)
+HOLD_TIMERS = ("import twisted_namesrv.timers as t; made = t.ClockedTimerService.__init__; "
+               f"t.ClockedTimerService.__init__ = lambda self, step, *rest: made(self, {HELD_SECONDS!r}, *rest)")
+#: ``python -m twisted_namesrv``, its timers held off
+UNTIMED = HOLD_TIMERS + "; from twisted_namesrv.__main__ import main; main()"
 
 
 def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
@@ -56,7 +70,8 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
     command = (f"valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null {shlex.quote(python)} "
-               "-m twisted_namesrv --port {port} --bind 127.0.0.1 --data-dir {data_dir} --compat {compat}")
+               f"-c {shlex.quote(UNTIMED)} --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}} "
+               "--compat {compat}")
     curve.REPO = tree  # the server's working directory: its code
     server = curve.Server(command, scratch, "counted", step=step)
     try:

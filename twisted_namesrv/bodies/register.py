@@ -161,8 +161,8 @@ def decode_register_body(body: bytes | memoryview | None, compressed: bool, vers
 def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool, version: int,
                                max_inflated: int = DEFAULT_MAX_INFLATED, known_digests: Collection[bytes] = (),
                                known_pieces: TablePieces | None = None, budget: Budget | None = None,
-                               max_topics: int | None = None, split: VersionSplit | None = None,
-                               shared: RegisterBrokerBody | None = None) -> Steps[RegisterBrokerBody]:
+                               max_topics: int | None = None, split: VersionSplit | None = None
+                               ) -> Steps[RegisterBrokerBody]:
     """Java's three paths: no body -> empty; version < V3_0_11 -> a bare
     TopicConfigSerializeWrapper; else RegisterBrokerBody, JSON or compressed.
 
@@ -173,8 +173,6 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
     last table was cut) only its changed pieces are. A body may be a view of its frame.
 
     ``split``: the JSON body's split_data_version, if the caller has it (else worked out here).
-    ``shared``: these same bytes decoded in full before (state/alike.AlikeBodies): taken as they
-    are, held to the limits below.
 
     ``max_topics`` (maxTopicsPerBroker): a table of more topics (or static-topic mappings) is
     refused (RegistrationRefused) as its entries are counted, before they are all built: a
@@ -188,9 +186,7 @@ def decode_register_body_steps(body: bytes | memoryview | None, compressed: bool
         yield
     limit = NO_TOPIC_LIMIT if max_topics is None else max_topics
     try:
-        if shared is not None:
-            decoded = shared
-        elif version < V3_0_11:
+        if version < V3_0_11:
             yield from _countable_in_one_go(body, limit)
             decoded = _from_wrapper(_json_object(body), [])
         elif compressed:
