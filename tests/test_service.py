@@ -369,11 +369,19 @@ def test_twistd_boots_answers_and_stops_on_sigterm(twistd_run):
     assert "Traceback" not in twistd_run["boot"] + twistd_run["rest"]
 
 
+def _hangup_as_a_shell_leaves_it() -> None:
+    """SIGHUP at its default action in the server started, whatever the tests were started with: a
+    server started under ``nohup`` keeps SIGHUP ignored, as the JVM does (hangup.py), so the SIGHUP
+    tests run by a CI under ``nohup`` waited for a stop that was never coming."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def stopped_by_signal(argv: list[str], ready: str, cwd: Path, sig: int,
                       before: Callable[[str], None] | None = None) -> tuple[int, str, str]:
     """Start ``argv``, wait for ``ready`` in its output, call ``before`` with that output, send ``sig``:
     its exit status, its output until ready and the rest of it."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=subprocess_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=cwd, env=subprocess_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_hangup_as_a_shell_leaves_it)
     boot = ""
     try:
         boot = read_until(proc, ready, time.monotonic() + SUBPROCESS_TIMEOUT)
