@@ -10,7 +10,8 @@ waiting registrations) and each collector pass (by generation).  At the stop it 
 at least ``--over`` ms of CPU as JSON lines to ``--out`` (kind, monotonic start, CPU ms, what,
 wall ms; a turn's also its wait in epoll, the thread's wait for a CPU over both -- a wait the
 scheduler made -- the CPU the server's other threads took meanwhile, in ms, and the turn's page
-faults that waited for a read); ``--report FILE``
+faults that waited for a read, and what it did: the connections it accepted, the ready sockets it
+served, the registrations it began); ``--report FILE``
 prints the longest of each kind.  Run it as the server of a curve step, where the probe's longest
 wait is a wall time that the machine's other work adds to:
 
@@ -30,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import gc
+import io
 import json
+import pstats
 import resource
 import sys
 import time
@@ -42,7 +46,7 @@ from procfs import Schedstat  # beside this file: /proc read one way
 
 
 def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str],
-        twisted_reactor: bool = False) -> None:
+        twisted_reactor: bool = False, profile_over_ms: float | None = None) -> None:
     if twisted_reactor:  # Twisted's own epoll reactor, to compare with the server's (twisted_namesrv/reactor.py)
         from twisted.internet import epollreactor
 
@@ -111,15 +115,56 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
         sets.clients = TimedPoller()
     iterate = reactor.doIteration
 
+    # what a turn did, counted: connections accepted, ready sockets served (the server's reactor's),
+    # registrations begun (REGISTER_BROKER's handler; a big one's steps go on in the Cooperator's calls)
+    counts = {"accepted": 0, "served": 0, "registrations": 0}
+    from twisted.internet import tcp
+
+    build_addr = tcp.Port._buildAddr
+
+    def counted_build_addr(port: Any, address: Any) -> Any:  # called once per accepted connection
+        counts["accepted"] += 1
+        return build_addr(port, address)
+    tcp.Port._buildAddr = counted_build_addr  # type: ignore[method-assign]
+    serve = getattr(reactor, "_serve", None)
+    if serve is not None:
+        def counted_serve(*args: Any) -> Any:
+            counts["served"] += 1
+            return serve(*args)
+        reactor._serve = counted_serve
+    from twisted_namesrv import processor
+    from twisted_namesrv.remoting import RequestCode
+
+    register = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
+
+    def counted_register(*args: Any) -> Any:
+        counts["registrations"] += 1
+        return (yield from register(*args))
+    processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER] = counted_register
+
+    profiles: list[tuple[float, float, str]] = []  # (monotonic start, CPU ms, the profile's lines)
+
     def timed_iteration(timeout: float | None) -> None:
         polled.clear()
-        iterate(timeout)
+        counts.update(accepted=0, served=0, registrations=0)
+        if profile_over_ms is None:
+            iterate(timeout)
+        else:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            iterate(timeout)
+            profiler.disable()
+            if polled and (time.thread_time() - polled["cpu"]) * 1e3 >= profile_over_ms:
+                text = io.StringIO()
+                pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+                profiles.append((polled["began"], (time.thread_time() - polled["cpu"]) * 1e3, text.getvalue()))
         if polled:
             records.append(("io", polled["began"], (time.thread_time() - polled["cpu"]) * 1e3, polled["ready"],
                             (time.monotonic() - polled["began"]) * 1e3, (polled["began"] - polled["waiting"]) * 1e3,
                             (runqueue_ns() - polled["queued"]) / 1e6,
                             (time.process_time() - time.thread_time() - polled["own"]) * 1e3,
-                            major_faults() - polled["faults"]))
+                            major_faults() - polled["faults"], counts["accepted"], counts["served"],
+                            counts["registrations"]))
     reactor.doIteration = timed_iteration  # type: ignore[method-assign]
 
     def write() -> None:
@@ -127,6 +172,10 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
             for record in records:
                 if record[2] >= over_ms:
                     f.write(json.dumps(record) + "\n")
+        if profile_over_ms is not None:
+            with out.with_suffix(".profiles.txt").open("w") as f:
+                for began, ms, text in profiles:
+                    f.write(f"== turn at {began:.6f}, {ms:.2f} ms of CPU (profiled)\n{text}\n")
     reactor.addSystemEventTrigger("after", "shutdown", write)
     if thresholds:
         values = tuple(int(x) for x in thresholds.split(","))
@@ -174,6 +223,8 @@ def during(records: list[list[Any]], start: float, wait_ms: float) -> list[str]:
         extra = f"; epoll wait before {more[0]:.2f}, runnable {more[1]:.2f}" if kind == "io" and len(more) >= 2 else ""
         if kind == "io" and len(more) >= 3 and more[2] >= 0.01:
             extra += f", the server's other threads' CPU {more[2]:.2f}"
+        if kind == "io" and len(more) >= 7:
+            extra += f"; {more[4]} accepted, {more[5]} sockets served, {more[6]} registrations begun"
         lines.append(f"  {(began - start) * 1e3:+8.2f} ms  {label}: {ms:.2f} ms of CPU in {wall:.2f}{extra}")
     lines.append(f"  the reactor's CPU in it {cpu:.2f} ms of {wait_ms:.2f}")
     return lines
@@ -199,12 +250,15 @@ def report(path: Path, top: int, records_path: Path | None = None) -> None:
 
 def report_kinds(records: list[list[Any]], top: int) -> None:
     kinds: dict[str, list[tuple[float, Any]]] = collections.defaultdict(list)
-    for kind, _, ms, what, *_ in records:
+    for kind, _, ms, what, *more in records:
         label = {"io": "reactor turn's reads", "gc": f"collector, generation {what}"}.get(kind, f"call {what}")
-        kinds[label].append((ms, what if kind == "io" else None))
+        said = None
+        if kind == "io":
+            said = f"{what} ready" + (f", {more[5]} accepted, {more[7]} registrations" if len(more) >= 8 else "")
+        kinds[label].append((ms, said))
     for label, values in sorted(kinds.items(), key=lambda kv: -max(v[0] for v in kv[1])):
         longest = sorted(values, key=lambda v: -v[0])[:top]
-        shown = ", ".join(f"{ms:.1f}" + (f" ({ready} ready)" if ready is not None else "") for ms, ready in longest)
+        shown = ", ".join(f"{ms:.1f}" + (f" ({said})" if said is not None else "") for ms, said in longest)
         print(f"{label}: {len(values)} of them; longest (ms of CPU) {shown}")
 
 
@@ -214,6 +268,9 @@ def main() -> None:
     p.add_argument("--over", type=float, default=1.0, metavar="MS", help="keep only those of at least MS (1)")
     p.add_argument("--gc-thresholds", metavar="A,B,C")
     p.add_argument("--twisted-reactor", action="store_true", help="Twisted's epoll reactor, not the server's")
+    p.add_argument("--profile-over", type=float, metavar="MS",
+                   help="profile every turn (cProfile: about twice its CPU) and write those of at least MS to "
+                        "OUT's stem .profiles.txt, the functions by their own time")
     p.add_argument("--report", type=Path, metavar="FILE", help="print the longest of each kind in FILE, run nothing")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--records", type=Path, metavar="FILE",
@@ -225,7 +282,8 @@ def main() -> None:
         return
     if a.out is None:
         p.error("--out FILE is needed to run the server")
-    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server, a.twisted_reactor)
+    run(a.out, a.over, a.gc_thresholds, a.server[1:] if a.server[:1] == ["--"] else a.server, a.twisted_reactor,
+        a.profile_over)
 
 
 if __name__ == "__main__":
