@@ -339,6 +339,63 @@ def test_a_turn_serves_at_most_newcomers_per_turn_first_reads_after_the_clients(
     assert reactor._sets.in_newcomers == set()
 
 
+def waiting_to_be_accepted(port: int) -> int:
+    """The connections the kernel holds for the listening socket on ``port``, not accepted yet (for
+    a listening socket, /proc/net/tcp's rx_queue is its accept queue's length)."""
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:  # LISTEN
+                return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"no listening socket on port {port}")
+
+
+def queued(port: int, count: int) -> None:
+    """Back once ``count`` connections wait in the accept queue of ``port`` (the kernel completes a
+    loopback handshake in the connecting call or soon after), so that what a turn accepts does not
+    depend on when it did."""
+    for _ in range(500):
+        if waiting_to_be_accepted(port) >= count:
+            return
+        select.select([], [], [], 0.01)
+    raise AssertionError(f"{count} connections never waited to be accepted")
+
+
+def test_a_turn_accepts_at_most_accepts_per_turn_connections_and_serves_a_lookup_among_them(
+        reactor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections arriving by the thousand (brokers reconnecting at once) are accepted
+    ACCEPTS_PER_TURN a turn, the rest in the turns after: a lookup read in the same turn waits for
+    that many accepts, not for all. Before, Twisted's port accepted 100 in its first turn and 20
+    more in each turn after one that took as many: 5,000 brokers connecting made turns of 11-13 ms
+    of accepts, a lookup's wait (the curve's 5,000-broker step)."""
+    monkeypatch.setattr(namesrv_reactor, "ACCEPTS_PER_TURN", 5)
+    factory = Factory()
+    listening = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    port = listening.getHost().port
+    client = socket.create_connection(("127.0.0.1", port))
+    queued(port, 1)
+    turn(reactor)
+    client.sendall(b"hello")  # heard: from now on a client's socket
+    readable(reactor, 1)
+    turn(reactor)
+    assert len(factory.made) == 1 and factory.served == ["hello"]
+    assert listening.numberAccepts == 1  # Twisted's own count after a turn that accepted one
+    burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]
+    queued(port, 12)
+    client.sendall(b"lookup")
+    readable(reactor, 1)
+    accepted = []
+    for _ in range(4):
+        before = len(factory.made)
+        turn(reactor)
+        accepted.append(len(factory.made) - before)
+    assert accepted == [5, 5, 2, 0]
+    assert factory.served == ["hello", "lookup"]  # served in the first of those turns, with 5 accepts
+    assert waiting_to_be_accepted(port) == 0
+    for peer in burst + [client]:
+        peer.close()
+
+
 def test_a_newcomer_that_registers_moves_to_the_brokers_set_and_one_that_closes_leaves(reactor: Any) -> None:
     factory = Factory()
     clients = connect(reactor, factory, 3)
