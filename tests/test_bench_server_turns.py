@@ -57,7 +57,8 @@ def test_the_longest_waits_are_the_last_runs(server_turns, tmp_path):
 
 def test_the_real_servers_turns_are_timed(tmp_path):
     """On the server's own reactor a turn polls its clients' epoll set itself (not the reactor's
-    ``_poller``): the turns are timed there, one record a turn that read something."""
+    ``_poller``): the turns are timed there, one record a turn that read something, with what it
+    did counted."""
     import signal
     import socket
     import subprocess
@@ -85,5 +86,23 @@ def test_the_real_servers_turns_are_timed(tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
-    kinds = [json.loads(line)[0] for line in out.read_text().splitlines()]
-    assert "io" in kinds
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    turns = [record for record in records if record[0] == "io"]
+    assert turns
+    # each turn says what it did: connections accepted, sockets served, registrations begun
+    assert sum(turn[9] for turn in turns) >= 1 and sum(turn[10] for turn in turns) >= 2
+    assert sum(turn[11] for turn in turns) == 0  # a cluster-info request, no registration
+
+
+def test_the_longest_turns_say_what_they_did(server_turns, capsys):
+    """A turn's record with its counts (connections accepted, sockets served, registrations begun)
+    is reported with them; an older record without them, with its ready sockets alone."""
+    records = [
+        ["io", 1.0, 11.6, 1, 12.0, 0.01, 0.02, 0.0, 0, 420, 1, 0],
+        ["io", 2.0, 2.3, 2, 2.3, 0.01, 0.0, 0.0, 0, 0, 9, 8],
+        ["io", 3.0, 0.5, 1, 0.5, 0.01, 0.0, 0.0, 0],
+    ]
+    server_turns.report_kinds(records, 3)
+    assert capsys.readouterr().out == (
+        "reactor turn's reads: 3 of them; longest (ms of CPU) 11.6 (1 ready, 420 accepted, 0 registrations), "
+        "2.3 (2 ready, 0 accepted, 8 registrations), 0.5 (1 ready)\n")
