@@ -12,6 +12,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
@@ -47,8 +48,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back", "one_way_capture", "bad_input",
-         "server_unread",
+KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut", "clock_stepped_back",
+         "one_way_capture", "bad_input", "server_unread",
          "broker_connection_closed", "crc_failure",
          "registration_refused",
          "server_restart",
@@ -497,13 +498,16 @@ def dropped_packets(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> 
 
 
 def missing_files(captures: Iterable[Capture]) -> list[Item]:
-    """Files of a rotated set missing between two it has (model/periods.rotated_sets: the later
+    """Files of a ring overwritten before its oldest kept (overwritten_files), and files of a
+    rotated set missing between two it has (model/periods.rotated_sets: the later
     carries on the earlier's connections past bytes neither holds), said first: nothing was
     captured between them, so no broker's silence, expiry or server's outage is told across it,
     and what happened then is unknown. A ring (``tcpdump -C M -W N``) that wrapped overwrote them;
     with ``-z gzip`` it also leaves the newer files of the same name unzipped beside the old ones."""
     found = []
     for capture in captures:
+        if (overwritten := overwritten_files(capture)) is not None:
+            found.append(overwritten)
         if capture.after_missing is None:
             continue
         before, ended = capture.after_missing
@@ -515,6 +519,38 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
             f"nothing is told across it: what happened then is unknown", before=before, after=capture.paths[0],
             seconds=round(seconds, 3), **{"from": iso_time(ended)}, until=iso_time(capture.first)))
     return found
+
+
+#: a file of a tcpdump ring (-W N): the name given with -w, then the file's number in the ring (as
+#: many digits as N - 1 has), and a compressor's suffix when -z or the operator added one
+RING_NAME = re.compile(r"^(?P<name>.*?)(?P<number>[0-9]+)(?:\.(?:gz|bz2|xz|zst|lz4))?$")
+
+
+def overwritten_files(capture: Capture) -> Item | None:
+    """A ring that wrapped (``tcpdump -C M -W N``: files NAME0, NAME1, ... written in turn, the
+    oldest overwritten): the capture's files, in time order, numbered 2, 0, 1. The oldest kept is
+    not the ring's first file, so the files numbered before it held earlier packets and were
+    written over since: at least that many were lost, and nothing before its first packet was kept
+    (a broker's stay or a connection begun earlier is seen from then on only). Said first, as files
+    missing are. Only a ring's turn says so (each next file numbered one more, or 0); names in order
+    (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with %H%M%S, past
+    midnight) say nothing of files overwritten."""
+    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in capture.paths]
+    if len(names) < 2 or not all(names):
+        return None
+    numbers = [int(m["number"]) for m in names if m]
+    if len({(m["name"], len(m["number"])) for m in names if m}) != 1 or numbers[0] == 0:
+        return None
+    steps = list(zip(numbers, numbers[1:], strict=False))
+    if 0 not in numbers[1:] or not all(b == a + 1 or b == 0 for a, b in steps):
+        return None  # in order (files not given, or not written), or no ring's turn: names stamped by time
+    oldest = capture.paths[0]
+    return _finding("files_overwritten", WARNING, f"{oldest} is the oldest file of a ring that wrapped (tcpdump "
+                    f"-W): it is file {numbers[0]} of the ring and files numbered before it hold later packets, so "
+                    f"at least {numbers[0]} file(s) written before it were overwritten; nothing before "
+                    f"{iso_time(capture.first)} was kept: what happened then is unknown (brokers and connections "
+                    f"begun earlier are seen from then on only)", path=oldest, overwritten=numbers[0],
+                    kept_from=iso_time(capture.first))
 
 
 def translated_copies(translated: Translated) -> list[Item]:
@@ -597,12 +633,14 @@ def encrypted_headline(found: list[Item]) -> str | None:
 
 def missing_headline(found: list[Item]) -> str | None:
     """The headline's first words for a rotated set with files missing: 'files missing from a
-    rotated set: 8.4 s not captured'."""
+    rotated set: 8.4 s not captured'; for a ring that wrapped: 'a ring that wrapped: at least 2
+    file(s) overwritten before NAME.pcap2 (kept from ...)'."""
     missing = [item for item in found if item["kind"] == "files_missing"]
-    if not missing:
-        return None
-    return (f"files missing from a rotated set: {sum(item['seconds'] for item in missing):,.1f} s not captured"
-            + (f" in {len(missing)} gaps" if len(missing) > 1 else ""))
+    words = [f"files missing from a rotated set: {sum(item['seconds'] for item in missing):,.1f} s not captured"
+             + (f" in {len(missing)} gaps" if len(missing) > 1 else "")] if missing else []
+    words += [f"a ring that wrapped: at least {item['overwritten']} file(s) overwritten before {item['path']} "
+              f"(kept from {item['kept_from']})" for item in found if item["kind"] == "files_overwritten"]
+    return " · ".join(words) or None
 
 
 def cut_headline(found: list[Item]) -> str | None:
@@ -631,6 +669,7 @@ def step_headline(found: list[Item]) -> str | None:
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
          "files_missing": ("after", "gap{s} of missing files in a rotated set"),
+         "files_overwritten": ("path", "ring{s} that wrapped, oldest files overwritten"),
          "capture_cut": ("path", "capture file{s} cut by a snap length"),
          "cut_read_elsewhere": ("path", "cut capture file{s} read from another point's copies"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),

@@ -130,6 +130,8 @@ def _told(truth: dict) -> dict:
                           "missed_bytes": gap["missed"], "server": gap["namesrv"]})
     for drop in truth.get("dropped", []):
         add("packets_dropped", None, dropped=drop["dropped"], received=drop["received"])
+    for ring in truth.get("rings", []):
+        add("files_overwritten", None, path=ring["oldest_kept"], overwritten=ring["overwritten"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],

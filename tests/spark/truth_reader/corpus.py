@@ -173,6 +173,12 @@ ARGS: dict[str, list[str]] = {
                     "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
                     f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
                     f"{CUT_NAMING}"),
+    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.gz", "2", "--note",
+                     "tcpdump -i any -C 1 -W 3 with no filter and whole packets: a ring of three 1 MB files that "
+                     "wrapped (five files written, the first two overwritten: tcpdump's listing in the steps): "
+                     "v4-ring3.pcap2 holds the third, v4-ring3.pcap0 the fourth, v4-ring3.pcap1 the fifth; the set "
+                     "begins 14:16:25.742Z, 66 s after the capture did, with the brokers registered long before; "
+                     "broker-b's kill -9 closes a connection none of whose requests was kept (no stay)"),
     "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
                      "08:41:38.928Z to 08:42:26.662Z while 3,000 UDP datagrams to port 9999 filled its buffer: the "
                      "NameServer's packets in the pause were dropped (its pcapng's statistics: 631 received, 5,442 "
