@@ -645,13 +645,17 @@ def missing_headline(found: list[Item]) -> str | None:
 
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
-    frames partly read'."""
+    frames partly read'; cut so short that a server's traffic cannot be read at all (-s 64: the
+    TCP header's options reach past it, no byte of payload kept), 'packets cut at 64 bytes: before
+    any frame's header, nothing read' (not "0 frames partly read", as if nothing were lost)."""
     cut = [item for item in found if item["kind"] == "capture_cut"]
     if not cut:
         return None
     at = sorted({item["cut_at"] for item in cut})
-    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: "
-            f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read")
+    unread = any(item["kind"] == "server_unread" and "cut at" in str(item.get("why")) for item in found)
+    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: " + (
+        "before any frame's header, nothing read" if unread and not cut[0]["cut_frames"] else
+        f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read"))
 
 
 def step_headline(found: list[Item]) -> str | None:
@@ -723,6 +727,9 @@ LISTED = 6
 #: the headline's first words when no endpoint was asked a NameServer's requests (the command's error says it too):
 #: "nothing needs attention" alone would read as a healthy cluster
 NO_NAMESERVER_FOUND = "no NameServer traffic found (no endpoint was asked a NameServer's requests)"
+#: the same when a server's connections carried bytes none of which can be read (cut, encrypted): the
+#: requests may have been a NameServer's, so not "no endpoint was asked"
+NO_NAMESERVER_READ = "no NameServer traffic read (what servers were asked cannot be read: below)"
 
 
 def attention(found: list[Item], nameservers: int = 1) -> Item:
@@ -736,7 +743,8 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    leads = [NO_NAMESERVER_FOUND] if not nameservers else []
+    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING for item in found)
+    leads = [NO_NAMESERVER_READ if unread else NO_NAMESERVER_FOUND] if not nameservers else []
     leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
                            cut_headline(found), step_headline(found)])
     headline = _headline(problems)
@@ -1005,11 +1013,15 @@ def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] =
     elif ended == "expired":
         how = (f"the NameServer closed its connection after {broker['silence_s']:,.1f} s of silence"
                if broker["closed"] else f"silent {broker['silence_s']:,.1f} s: the NameServer's scan removes it")
+        again = broker["registered_again"]
+        back = ("" if again is None else f"; back {again - at:,.1f} s later: registered again at {iso_time(again)} "
+                f"(a stay of its own: brokers.csv has a row for each)")
         yield _finding("heartbeat_expired", WARNING, f"{label}: expired at {iso_time(at)}: {how} (over the "
-                       f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])})", **addr,
+                       f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])}){back}", **addr,
                        t=iso_time(at), silence_s=round(broker["silence_s"], 3), seconds=round(broker["silence_s"], 3),
                        **{"from": iso_time(at - broker["silence_s"]), "to": iso_time(at)}, open=False,
-                       last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"])
+                       last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"],
+                       registered_again=_iso(again), back_after_s=None if again is None else round(again - at, 3))
     elif ended == "unregistered":
         yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(at)} (a clean stop)",
                        **addr, t=iso_time(at))
