@@ -50,7 +50,7 @@ SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
 KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut", "clock_stepped_back",
          "one_way_capture", "bad_input", "server_unread",
-         "broker_connection_closed", "crc_failure",
+         "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
@@ -290,8 +290,10 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   compression=f["compression"]))
     named = at_nameserver(brokers)
     missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
+    stepped = [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
+               if f.get("clock_step_back_s")]
     for broker in brokers:
-        found += _broker_findings(broker, deletions, named, missing_from)
+        found += _broker_findings(broker, deletions, named, missing_from, stepped)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -686,6 +688,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "same_traffic_twice": ("server", "server{s} whose connections two captures both hold (two capture points)"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
+         "end_across_clock_step": ("broker", "broker{s} whose connection closed across a clock step"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
@@ -941,14 +944,18 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
 
 
 def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None,
-                     missing_from: Collection[str] = ()) -> Iterable[Item]:
+                     missing_from: Collection[str] = (), stepped: Sequence[tuple[float, float]] = ()
+                     ) -> Iterable[Item]:
     """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
     with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
-    gap of missing files begins (files_missing)."""
+    gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
+    in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
-        yield from _story(broker, label, addr, missing_from)
+        across = _across_step(broker, stepped)
+        yield from (_story(broker, label, addr, missing_from) if across is None else
+                    _end_across_step(broker, label, addr, across))
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if gap.get("missed"):  # the capture's silence, not the broker's (liveness: CAPTURE_MISSED)
@@ -995,6 +1002,31 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
                        counter_from=back["from"], counter_to=back["to"], timestamp_from=back["data_version_ts_from"],
                        timestamp_to=back["data_version_ts_to"])
+
+
+def _across_step(broker: Item, stepped: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The clock step whose twice-stamped times the stay's last silence (from its last heartbeat to
+    its connection's close) reaches into, if its connection closed: packets stamped there may have
+    come before the step or after it, so the silence is not measured."""
+    at, last = broker["ended_at"], broker["last_alive"]
+    if broker["ended"] not in ("connection_closed", "expired") or at is None or last is None:
+        return None
+    return next(((to, was) for to, was in stepped if last <= was and at >= to), None)
+
+
+def _end_across_step(broker: Item, label: str, addr: Item, across: tuple[float, float]) -> Iterable[Item]:
+    """A stay whose connection closed across a clock's step back: neither a crash (critical) nor an
+    expiry is told. A capture whose clock stepped back 85 s while a broker was paused: the
+    NameServer's idle close 120 s after its last heartbeat was stamped 31 s after it, and the report
+    said 'connection closed without UNREGISTER_BROKER ... a crash or a kill' (critical)."""
+    at = broker["ended_at"]
+    to, was = across
+    yield _finding("end_across_clock_step", WARNING, f"{label}: connection closed at {iso_time(at)} as stamped "
+                   f"({broker['closed']}; last heartbeat {_iso(broker['last_alive'])}), across the clock's step "
+                   f"back (from {iso_time(was)} to {iso_time(to)}: times between were stamped twice): how long it "
+                   f"was silent, and whether this was the NameServer's expiry, a crash or a kill, is unknown",
+                   **addr, t=iso_time(at), closed=broker["closed"], last_alive=_iso(broker["last_alive"]),
+                   server=broker["server"], stepped_from=iso_time(was), stepped_to=iso_time(to))
 
 
 def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] = ()) -> Iterable[Item]:

@@ -562,3 +562,20 @@ def test_an_expired_broker_that_came_back_is_said_back() -> None:
     assert "; back 55.0 s later: registered again at 1970-01-01T00:03:35.000000Z" in expired["message"]
     assert (expired["back_after_s"], expired["registered_again"]) == (55.0, iso_time(215.0))
     assert all(f["kind"] != "heartbeat_expired" for f in _broker_findings(rows[1]))
+
+
+def test_a_close_across_a_clock_step_back_is_neither_a_crash_nor_an_expiry() -> None:
+    """v5-pause's capture with its clock stepped back 85 s while broker-a was paused (editcap -t -90
+    on its packets after 14:17:40, joined with mergecap -a): the NameServer's idle close, 120 s after
+    the last heartbeat, was stamped 31 s after it, and the report said critical "connection closed
+    without UNREGISTER_BROKER ... a crash or a kill". A close whose silence reaches into times the
+    clock stamped twice is told as such, its silence unknown."""
+    from spark_analysis.analysis.findings import _broker_findings
+
+    replay = replayed([event(10.0, REGISTER), event(40.0, REGISTER), closed(71.0, by="server")], end=600.0)
+    assert ends_of(replay)[0][3] == "connection_closed"
+    row = broker_summary(replay.stays[0], TimeBins.over([(0.0, 600.0)]))
+    kinds = [f["kind"] for f in _broker_findings(row, stepped=[(46.0, 131.0)])]
+    assert kinds == ["end_across_clock_step"]
+    assert [f["kind"] for f in _broker_findings(row, stepped=[(80.0, 131.0)])] == ["broker_connection_closed"]
+    assert [f["kind"] for f in _broker_findings(row)] == ["broker_connection_closed"]

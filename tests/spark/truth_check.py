@@ -40,6 +40,7 @@ KIND_CLASSES = {
     "registration_refused": "absent",
     "bad_input": "absent",
     "undecodable_connection": "absent",
+    "end_across_clock_step": "absent",  # no capture of the corpus has its clock stepped back
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
