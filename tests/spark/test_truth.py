@@ -65,6 +65,17 @@ def test_one_rotated_file_alone_tells_what_happened_in_it(spark, tmp_path: Path)
                                                                      (stopped["broker_addr"], "alive")}
 
 
+def test_a_capture_given_twice_tells_its_truth_once(spark, tmp_path: Path) -> None:
+    """v5-pause's file given twice (`report x.pcap.gz x.pcap.gz`): read once, every stay and
+    registration counted once, the same truth (read twice, it would be two capture points)."""
+    truth = truth_of("v5-pause")
+    path = str(REAL / "v5-pause" / truth["files"][0])
+    out = run_job(spark, [path, path], tmp_path / "out", report=False)
+    problems = judge(truth, out.summary)
+    assert not problems, "\n  ".join(problems)
+    assert [f["path"] for f in out.summary["inputs"]["files"]] == [path]
+
+
 def test_the_corpus_is_there_and_small() -> None:
     """Every capture has its files, steps and NameServer log; a few MB in all."""
     assert len(CAPTURES) >= 6
