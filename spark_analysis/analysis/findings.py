@@ -1008,8 +1008,10 @@ def _across_step(broker: Item, stepped: Sequence[tuple[float, float]]) -> tuple[
     """The clock step whose twice-stamped times the stay's last silence (from its last heartbeat to
     its connection's close) reaches into, if its connection closed: packets stamped there may have
     come before the step or after it, so the silence is not measured."""
+    if not stepped or broker["ended"] not in ("connection_closed", "expired"):
+        return None
     at, last = broker["ended_at"], broker["last_alive"]
-    if broker["ended"] not in ("connection_closed", "expired") or at is None or last is None:
+    if at is None or last is None:
         return None
     return next(((to, was) for to, was in stepped if last <= was and at >= to), None)
 
