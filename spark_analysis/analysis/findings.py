@@ -12,6 +12,7 @@ connection) is grouped into one finding per kind and subject, and every event is
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
@@ -47,9 +48,9 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("packets_dropped", "files_missing", "capture_cut", "clock_stepped_back", "one_way_capture", "bad_input",
-         "server_unread",
-         "broker_connection_closed", "crc_failure",
+KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut", "clock_stepped_back",
+         "one_way_capture", "bad_input", "server_unread",
+         "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
@@ -289,8 +290,10 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   compression=f["compression"]))
     named = at_nameserver(brokers)
     missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
+    stepped = [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
+               if f.get("clock_step_back_s")]
     for broker in brokers:
-        found += _broker_findings(broker, deletions, named, missing_from)
+        found += _broker_findings(broker, deletions, named, missing_from, stepped)
     found += _endpoint_findings(endpoints or [], brokers)
     found += _story_findings(stories or [])
     found += _controller_findings(controller, stories or [])
@@ -497,13 +500,16 @@ def dropped_packets(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> 
 
 
 def missing_files(captures: Iterable[Capture]) -> list[Item]:
-    """Files of a rotated set missing between two it has (model/periods.rotated_sets: the later
+    """Files of a ring overwritten before its oldest kept (overwritten_files), and files of a
+    rotated set missing between two it has (model/periods.rotated_sets: the later
     carries on the earlier's connections past bytes neither holds), said first: nothing was
     captured between them, so no broker's silence, expiry or server's outage is told across it,
     and what happened then is unknown. A ring (``tcpdump -C M -W N``) that wrapped overwrote them;
     with ``-z gzip`` it also leaves the newer files of the same name unzipped beside the old ones."""
     found = []
     for capture in captures:
+        if (overwritten := overwritten_files(capture)) is not None:
+            found.append(overwritten)
         if capture.after_missing is None:
             continue
         before, ended = capture.after_missing
@@ -515,6 +521,38 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
             f"nothing is told across it: what happened then is unknown", before=before, after=capture.paths[0],
             seconds=round(seconds, 3), **{"from": iso_time(ended)}, until=iso_time(capture.first)))
     return found
+
+
+#: a file of a tcpdump ring (-W N): the name given with -w, then the file's number in the ring (as
+#: many digits as N - 1 has), and a compressor's suffix when -z or the operator added one
+RING_NAME = re.compile(r"^(?P<name>.*?)(?P<number>[0-9]+)(?:\.(?:gz|bz2|xz|zst|lz4))?$")
+
+
+def overwritten_files(capture: Capture) -> Item | None:
+    """A ring that wrapped (``tcpdump -C M -W N``: files NAME0, NAME1, ... written in turn, the
+    oldest overwritten): the capture's files, in time order, numbered 2, 0, 1. The oldest kept is
+    not the ring's first file, so the files numbered before it held earlier packets and were
+    written over since: at least that many were lost, and nothing before its first packet was kept
+    (a broker's stay or a connection begun earlier is seen from then on only). Said first, as files
+    missing are. Only a ring's turn says so (each next file numbered one more, or 0); names in order
+    (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with %H%M%S, past
+    midnight) say nothing of files overwritten."""
+    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in capture.paths]
+    if len(names) < 2 or not all(names):
+        return None
+    numbers = [int(m["number"]) for m in names if m]
+    if len({(m["name"], len(m["number"])) for m in names if m}) != 1 or numbers[0] == 0:
+        return None
+    steps = list(zip(numbers, numbers[1:], strict=False))
+    if 0 not in numbers[1:] or not all(b == a + 1 or b == 0 for a, b in steps):
+        return None  # in order (files not given, or not written), or no ring's turn: names stamped by time
+    oldest = capture.paths[0]
+    return _finding("files_overwritten", WARNING, f"{oldest} is the oldest file of a ring that wrapped (tcpdump "
+                    f"-W): it is file {numbers[0]} of the ring and files numbered before it hold later packets, so "
+                    f"at least {numbers[0]} file(s) written before it were overwritten; nothing before "
+                    f"{iso_time(capture.first)} was kept: what happened then is unknown (brokers and connections "
+                    f"begun earlier are seen from then on only)", path=oldest, overwritten=numbers[0],
+                    kept_from=iso_time(capture.first))
 
 
 def translated_copies(translated: Translated) -> list[Item]:
@@ -597,23 +635,29 @@ def encrypted_headline(found: list[Item]) -> str | None:
 
 def missing_headline(found: list[Item]) -> str | None:
     """The headline's first words for a rotated set with files missing: 'files missing from a
-    rotated set: 8.4 s not captured'."""
+    rotated set: 8.4 s not captured'; for a ring that wrapped: 'a ring that wrapped: at least 2
+    file(s) overwritten before NAME.pcap2 (kept from ...)'."""
     missing = [item for item in found if item["kind"] == "files_missing"]
-    if not missing:
-        return None
-    return (f"files missing from a rotated set: {sum(item['seconds'] for item in missing):,.1f} s not captured"
-            + (f" in {len(missing)} gaps" if len(missing) > 1 else ""))
+    words = [f"files missing from a rotated set: {sum(item['seconds'] for item in missing):,.1f} s not captured"
+             + (f" in {len(missing)} gaps" if len(missing) > 1 else "")] if missing else []
+    words += [f"a ring that wrapped: at least {item['overwritten']} file(s) overwritten before {item['path']} "
+              f"(kept from {item['kept_from']})" for item in found if item["kind"] == "files_overwritten"]
+    return " · ".join(words) or None
 
 
 def cut_headline(found: list[Item]) -> str | None:
     """The headline's first words for a capture a snap length cut: 'packets cut at 200 bytes: N
-    frames partly read'."""
+    frames partly read'; cut so short that a server's traffic cannot be read at all (-s 64: the
+    TCP header's options reach past it, no byte of payload kept), 'packets cut at 64 bytes: before
+    any frame's header, nothing read' (not "0 frames partly read", as if nothing were lost)."""
     cut = [item for item in found if item["kind"] == "capture_cut"]
     if not cut:
         return None
     at = sorted({item["cut_at"] for item in cut})
-    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: "
-            f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read")
+    unread = any(item["kind"] == "server_unread" and "cut at" in str(item.get("why")) for item in found)
+    return (f"packets cut at {' / '.join(f'{n:,}' for n in at)} bytes: " + (
+        "before any frame's header, nothing read" if unread and not cut[0]["cut_frames"] else
+        f"{_plural(cut[0]['cut_frames'], 'frame{s}')} partly read"))
 
 
 def step_headline(found: list[Item]) -> str | None:
@@ -631,6 +675,7 @@ def step_headline(found: list[Item]) -> str | None:
 #: per kind: the evidence field naming what a finding counts, and that thing in the summary line
 UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
          "files_missing": ("after", "gap{s} of missing files in a rotated set"),
+         "files_overwritten": ("path", "ring{s} that wrapped, oldest files overwritten"),
          "capture_cut": ("path", "capture file{s} cut by a snap length"),
          "cut_read_elsewhere": ("path", "cut capture file{s} read from another point's copies"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),
@@ -643,6 +688,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "same_traffic_twice": ("server", "server{s} whose connections two captures both hold (two capture points)"),
          "bad_input": ("path", "bad input file{s}"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
+         "end_across_clock_step": ("broker", "broker{s} whose connection closed across a clock step"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
          "topic_made_on_first_use": ("topic", "topic{s} looked up before being made"),
          "broker_unregistered": ("broker", "broker{s} unregistered"),
@@ -684,6 +730,9 @@ LISTED = 6
 #: the headline's first words when no endpoint was asked a NameServer's requests (the command's error says it too):
 #: "nothing needs attention" alone would read as a healthy cluster
 NO_NAMESERVER_FOUND = "no NameServer traffic found (no endpoint was asked a NameServer's requests)"
+#: the same when a server's connections carried bytes none of which can be read (cut, encrypted): the
+#: requests may have been a NameServer's, so not "no endpoint was asked"
+NO_NAMESERVER_READ = "no NameServer traffic read (what servers were asked cannot be read: below)"
 
 
 def attention(found: list[Item], nameservers: int = 1) -> Item:
@@ -697,7 +746,8 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    leads = [NO_NAMESERVER_FOUND] if not nameservers else []
+    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING for item in found)
+    leads = [NO_NAMESERVER_READ if unread else NO_NAMESERVER_FOUND] if not nameservers else []
     leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
                            cut_headline(found), step_headline(found)])
     headline = _headline(problems)
@@ -894,14 +944,18 @@ def response_groups(groups: Groups) -> dict[tuple[Any, ...], Item]:
 
 
 def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNamer | None = None,
-                     missing_from: Collection[str] = ()) -> Iterable[Item]:
+                     missing_from: Collection[str] = (), stepped: Sequence[tuple[float, float]] = ()
+                     ) -> Iterable[Item]:
     """What one broker stay's story and silences tell, the stay named by ``named`` (at_nameserver:
     with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
-    gap of missing files begins (files_missing)."""
+    gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
+    in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
     addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
-        yield from _story(broker, label, addr, missing_from)
+        across = _across_step(broker, stepped)
+        yield from (_story(broker, label, addr, missing_from) if across is None else
+                    _end_across_step(broker, label, addr, across))
     for gap in broker["gaps"]:  # a silence past the expiry is the stay's end (the replay's expiry): said above
         when = f"from {iso_time(gap['from'])} to {iso_time(gap['to'])}" + (" (capture end)" if gap["open"] else "")
         if gap.get("missed"):  # the capture's silence, not the broker's (liveness: CAPTURE_MISSED)
@@ -950,6 +1004,33 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        timestamp_to=back["data_version_ts_to"])
 
 
+def _across_step(broker: Item, stepped: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The clock step whose twice-stamped times the stay's last silence (from its last heartbeat to
+    its connection's close) reaches into, if its connection closed: packets stamped there may have
+    come before the step or after it, so the silence is not measured."""
+    if not stepped or broker["ended"] not in ("connection_closed", "expired"):
+        return None
+    at, last = broker["ended_at"], broker["last_alive"]
+    if at is None or last is None:
+        return None
+    return next(((to, was) for to, was in stepped if last <= was and at >= to), None)
+
+
+def _end_across_step(broker: Item, label: str, addr: Item, across: tuple[float, float]) -> Iterable[Item]:
+    """A stay whose connection closed across a clock's step back: neither a crash (critical) nor an
+    expiry is told. A capture whose clock stepped back 85 s while a broker was paused: the
+    NameServer's idle close 120 s after its last heartbeat was stamped 31 s after it, and the report
+    said 'connection closed without UNREGISTER_BROKER ... a crash or a kill' (critical)."""
+    at = broker["ended_at"]
+    to, was = across
+    yield _finding("end_across_clock_step", WARNING, f"{label}: connection closed at {iso_time(at)} as stamped "
+                   f"({broker['closed']}; last heartbeat {_iso(broker['last_alive'])}), across the clock's step "
+                   f"back (from {iso_time(was)} to {iso_time(to)}: times between were stamped twice): how long it "
+                   f"was silent, and whether this was the NameServer's expiry, a crash or a kill, is unknown",
+                   **addr, t=iso_time(at), closed=broker["closed"], last_alive=_iso(broker["last_alive"]),
+                   server=broker["server"], stepped_from=iso_time(was), stepped_to=iso_time(to))
+
+
 def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] = ()) -> Iterable[Item]:
     """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py). A stay alive
     where files of a rotated set go missing (``missing_from``) is not alive at the capture's end: its
@@ -966,11 +1047,15 @@ def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] =
     elif ended == "expired":
         how = (f"the NameServer closed its connection after {broker['silence_s']:,.1f} s of silence"
                if broker["closed"] else f"silent {broker['silence_s']:,.1f} s: the NameServer's scan removes it")
+        again = broker["registered_again"]
+        back = ("" if again is None else f"; back {again - at:,.1f} s later: registered again at {iso_time(again)} "
+                f"(a stay of its own: brokers.csv has a row for each)")
         yield _finding("heartbeat_expired", WARNING, f"{label}: expired at {iso_time(at)}: {how} (over the "
-                       f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])})", **addr,
+                       f"{EXPIRY_SECONDS} s expiry; last heartbeat {_iso(broker['last_alive'])}){back}", **addr,
                        t=iso_time(at), silence_s=round(broker["silence_s"], 3), seconds=round(broker["silence_s"], 3),
                        **{"from": iso_time(at - broker["silence_s"]), "to": iso_time(at)}, open=False,
-                       last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"])
+                       last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"],
+                       registered_again=_iso(again), back_after_s=None if again is None else round(again - at, 3))
     elif ended == "unregistered":
         yield _finding("broker_unregistered", INFO, f"{label}: unregistered at {iso_time(at)} (a clean stop)",
                        **addr, t=iso_time(at))

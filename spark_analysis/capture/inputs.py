@@ -241,13 +241,19 @@ CLIENTS_FILE, PAGE_FILE = "clients.csv", "report.html"
 WRITTEN_FILES = (*REPORT_FILES, CLIENTS_FILE, PAGE_FILE)
 
 
+#: a file given again (the same name twice, or met again under a directory or glob given too): read
+#: once, and said, since read twice it would be two capture points holding the same traffic
+GIVEN_AGAIN = "(given again: read once)"
+
+
 def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str, int]]],
              skipped: list[str] | None = None) -> list[CaptureFile]:
     """Expand files, directories (recursively, skipping hidden entries and earlier reports' outputs,
     added to ``skipped``) and globs, in argument order without duplicates; ``list_remote`` does the
     same for a non-local path, as (uri, size). A local file met under two names (a symbolic link
     to it, ``current.pcap -> ns-20261128.pcap``, or a hard link) is read once, under the name that
-    is no symbolic link, the other added to ``skipped``: read twice, it was two capture points."""
+    is no symbolic link, the other added to ``skipped``: read twice, it was two capture points. A
+    name given again is read once and added to ``skipped`` too (GIVEN_AGAIN)."""
     seen: dict[str, int] = {}
     named: dict[tuple[int, int], str] = {}  # a local file by device and inode -> the name it is read under
     for given in inputs:
@@ -258,6 +264,8 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
             identity = _identity(path) if is_local(given) else None
             first = named.get(identity) if identity else None
             if identity is None or first is None or first == path:
+                if path in seen and skipped is not None and f"{path} {GIVEN_AGAIN}" not in skipped:
+                    skipped.append(f"{path} {GIVEN_AGAIN}")
                 seen.setdefault(path, size)
                 if identity:
                     named[identity] = path

@@ -7,7 +7,8 @@ its SYN (the other end opened it), or, for a connection older than the capture, 
 server elsewhere in it (else the end more connections share: a listener is shared, an ephemeral
 port is not). A restart of an endpoint needs that endpoint's own evidence: its established
 connections closed by the server together (within SERVER_GONE_S), at least one of them busy until
-then (a server that closes connections silent for minutes is expiring them, not going away), with
+then (a server that closes connections silent for minutes is expiring them, not going away; one
+closing a client it sent nothing to is turning that client away: turned_away), with
 none going on through that moment, then a new connection accepted. Refused attempts (a SYN
 answered by a reset, never accepted) alone are never a restart: while the endpoint is down they are
 part of the restart; before it first listened, after it stopped, or while it has live connections
@@ -28,7 +29,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from spark_analysis.model.periods import NEAR_EXPIRY_S, SERVER_GONE_S, ConnectionEnds, merge_ends
+from spark_analysis.model.periods import NEAR_EXPIRY_S, SEQUENCE_SPACE, SERVER_GONE_S, ConnectionEnds, merge_ends
 
 #: 4-tuple (lower, higher) "ip:port" -> how it starts and ends, over every file
 Ends = Mapping[tuple[str, str], ConnectionEnds]
@@ -138,8 +139,8 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
             first = found.accepted_at
             story.first_accepted = min(story.first_accepted or first, first)
         by_server = found.first_close is not None and found.close_by_lower == (server == key[0])
-        established.setdefault(server, []).append(
-            _Connection(first, found.last, found.first_close, by_server, found.last_payload))
+        busy = None if by_server and turned_away(found, server == key[0]) else found.last_payload
+        established.setdefault(server, []).append(_Connection(first, found.last, found.first_close, by_server, busy))
     for server, story in stories.items():
         connections = sorted(established.get(server, []), key=lambda c: c.first)
         attempts = sorted(refused.get(server, []))
@@ -148,6 +149,22 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
                                key=lambda o: o.down)
         _place_refused(story, attempts, bool(connections))
     return stories
+
+
+def turned_away(found: ConnectionEnds, server_is_lower: bool) -> bool:
+    """Whether the server accepted this connection within the capture and sent nothing on it but
+    its SYN-ACK and FIN (or a reset): a client it would not serve, closed after the client's bytes
+    (a plain client at a NameServer with tls.server.mode enforcing, Java's or ours; a frame it could
+    not decode). Such a close is the server answering that client, not the server going away: it is
+    never a busy connection's close in _outages (a NameServer that refused a plain client and was
+    stopped later with nothing open was told "stopped" at that refusal)."""
+    if found.accepted_at is None:
+        return False
+    way = 0 if server_is_lower else 1
+    first, following = found.first_seq[way], found.next_seq[way]
+    if first is None or following is None:
+        return False  # its SYN-ACK not read: unknown
+    return (following - first) % SEQUENCE_SPACE <= 2  # its SYN and FIN, no byte
 
 
 def _outages(connections: list[_Connection]) -> list[Outage]:

@@ -168,7 +168,7 @@ def note_ends(ends: dict[tuple[str, str], ConnectionEnds], piece: Piece) -> None
     since = accepts[0] if len(accepts) else 0
     closing = np.flatnonzero(flags[since:] & (FIN | RST)) + since
     close = rows[closing[0]] if len(closing) else None
-    carrying = np.flatnonzero(rows["length"] > 0)
+    carrying = np.flatnonzero(rows["length"] + rows["missing"] > 0)  # bytes sent, kept or cut (-s 64: none kept)
     first, last = rows[0], rows[-1]
     # what each segment reaches past its sequence number (a SYN and a FIN count one each, as in TCP)
     seq, extent = rows["seq"].astype(np.int64), rows["length"] + rows["missing"] + (flags & SYN > 0) + (flags & FIN > 0)

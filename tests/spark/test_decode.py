@@ -564,3 +564,14 @@ def test_synthetic_truth_holds_in_a_single_process(tmp_path: Path) -> None:
     response_code = CALL_ROWS.names.index("response_code")
     assert sum(call[response_code] is None for call in rows[CALL]) == truth["unanswered"]
     assert sum(c.gaps for c in rows[CONNECTION]) > 0
+
+
+def test_a_file_given_twice_is_read_once_and_said(tmp_path: Path) -> None:
+    """`report v5-pause.pcap v5-pause.pcap` (a shell history edited, two globs matching one file):
+    read once, as it should be, but nothing said so: step [1] said "1 files" for two arguments."""
+    (tmp_path / "v5-pause.pcap").write_bytes(b"x" * 10)
+    skipped: list[str] = []
+    given = str(tmp_path / "v5-pause.pcap")
+    found = discover([given, given, str(tmp_path / "*.pcap")], lambda uri: [], skipped)
+    assert [f.path for f in found] == [given]
+    assert skipped == [f"{given} (given again: read once)"]

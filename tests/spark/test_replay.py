@@ -543,3 +543,39 @@ def test_an_accepted_connection_that_carried_nothing_is_counted_as_a_port_check(
     broker = ConnectionEnds(11.0, True, 40.0, False, None, False, True, 11.0, (), 39.0)
     story = endpoint_stories(_ends(**{"10.0.0.1:40000": poll, "10.0.0.1:40001": broker}))[SERVER]
     assert (story.accepted, story.empty) == (2, 1)
+
+
+def test_an_expired_broker_that_came_back_is_said_back() -> None:
+    """A broker paused 170 s (kill -STOP, then -CONT; real capture v5-pause): the NameServer closed
+    its connection 120 s after its last byte and logged its removal; the broker registered again
+    55 s later ("new broker registered"). Two stays, as the log has them; the expiry's finding said
+    nothing of the return, which only brokers.csv's second row showed."""
+    from spark_analysis.analysis.findings import _broker_findings
+
+    replay = replayed([event(10.0, REGISTER), event(40.0, REGISTER), closed(160.0, by="server"),
+                       event(215.0, REGISTER), event(245.0, UNREGISTER, False)], end=600.0)
+    assert ends_of(replay) == [("10.0.0.1:10911", 0, 10.0, "expired", 160.0),
+                               ("10.0.0.1:10911", 0, 215.0, "unregistered", 245.0)]
+    rows = [broker_summary(stay, TimeBins.over([(0.0, 600.0)])) for stay in replay.stays]
+    expired = next(f for f in _broker_findings(rows[0]) if f["kind"] == "heartbeat_expired")
+    assert "after 120.0 s of silence" in expired["message"]
+    assert "; back 55.0 s later: registered again at 1970-01-01T00:03:35.000000Z" in expired["message"]
+    assert (expired["back_after_s"], expired["registered_again"]) == (55.0, iso_time(215.0))
+    assert all(f["kind"] != "heartbeat_expired" for f in _broker_findings(rows[1]))
+
+
+def test_a_close_across_a_clock_step_back_is_neither_a_crash_nor_an_expiry() -> None:
+    """v5-pause's capture with its clock stepped back 85 s while broker-a was paused (editcap -t -90
+    on its packets after 14:17:40, joined with mergecap -a): the NameServer's idle close, 120 s after
+    the last heartbeat, was stamped 31 s after it, and the report said critical "connection closed
+    without UNREGISTER_BROKER ... a crash or a kill". A close whose silence reaches into times the
+    clock stamped twice is told as such, its silence unknown."""
+    from spark_analysis.analysis.findings import _broker_findings
+
+    replay = replayed([event(10.0, REGISTER), event(40.0, REGISTER), closed(71.0, by="server")], end=600.0)
+    assert ends_of(replay)[0][3] == "connection_closed"
+    row = broker_summary(replay.stays[0], TimeBins.over([(0.0, 600.0)]))
+    kinds = [f["kind"] for f in _broker_findings(row, stepped=[(46.0, 131.0)])]
+    assert kinds == ["end_across_clock_step"]
+    assert [f["kind"] for f in _broker_findings(row, stepped=[(80.0, 131.0)])] == ["broker_connection_closed"]
+    assert [f["kind"] for f in _broker_findings(row)] == ["broker_connection_closed"]

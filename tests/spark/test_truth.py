@@ -65,6 +65,17 @@ def test_one_rotated_file_alone_tells_what_happened_in_it(spark, tmp_path: Path)
                                                                      (stopped["broker_addr"], "alive")}
 
 
+def test_a_capture_given_twice_tells_its_truth_once(spark, tmp_path: Path) -> None:
+    """v5-pause's file given twice (`report x.pcap.gz x.pcap.gz`): read once, every stay and
+    registration counted once, the same truth (read twice, it would be two capture points)."""
+    truth = truth_of("v5-pause")
+    path = str(REAL / "v5-pause" / truth["files"][0])
+    out = run_job(spark, [path, path], tmp_path / "out", report=False)
+    problems = judge(truth, out.summary)
+    assert not problems, "\n  ".join(problems)
+    assert [f["path"] for f in out.summary["inputs"]["files"]] == [path]
+
+
 def test_the_corpus_is_there_and_small() -> None:
     """Every capture has its files, steps and NameServer log; a few MB in all."""
     assert len(CAPTURES) >= 6
@@ -130,6 +141,8 @@ def _told(truth: dict) -> dict:
                           "missed_bytes": gap["missed"], "server": gap["namesrv"]})
     for drop in truth.get("dropped", []):
         add("packets_dropped", None, dropped=drop["dropped"], received=drop["received"])
+    for ring in truth.get("rings", []):
+        add("files_overwritten", None, path=ring["oldest_kept"], overwritten=ring["overwritten"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],

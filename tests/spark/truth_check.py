@@ -40,9 +40,11 @@ KIND_CLASSES = {
     "registration_refused": "absent",
     "bad_input": "absent",
     "undecodable_connection": "absent",
+    "end_across_clock_step": "absent",  # no capture of the corpus has its clock stepped back
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
+    "files_overwritten": "ring",  # a ring that wrapped (its names): exactly the truth's rings, the count overwritten
     "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
     "packets_dropped": "dropped",  # what a pcapng's statistics say the capture dropped: exactly the truth's dropped
     # a silence over bytes of the broker's connection the capture never had: must be a truth silence with them
@@ -140,6 +142,10 @@ def _events(truth: dict) -> list[Event]:
     for drop in truth.get("dropped", []):
         events.append(Event("dropped", f"{drop['file']}: the capture dropped {drop['dropped']} packets, received "
                             f"{drop['received']}", match={"dropped": drop["dropped"], "received": drop["received"]}))
+    for ring in truth.get("rings", []):
+        events.append(Event("ring", f"{ring['oldest_kept']}: the oldest file of a ring that wrapped, "
+                            f"{ring['overwritten']} files overwritten before it",
+                            match={"overwritten": ring["overwritten"]}))
     for cut in truth.get("cuts", []):
         events.append(Event("cut", f"{cut['file']}: {cut['packets']} packets cut at {cut['cut_at']} bytes, "
                             f"{cut['bytes_not_captured']} bytes not captured",

@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     # files of a second capture point (a broker's host) taken at the same time as the others (the
     # NameServer's host): the connections both hold are read from the others once (second_point)
     ap.add_argument("--second-point", nargs="+", default=[], metavar="FILE")
+    # a tcpdump ring (-C M -W N) that wrapped: its oldest file kept and how many files written before it were
+    # overwritten, as tcpdump's listing in the steps shows them (the files' times, the count of files written)
+    ap.add_argument("--ring", nargs=2, action="append", default=[], metavar=("OLDEST_FILE", "OVERWRITTEN"))
     ap.add_argument("--clock-ahead", type=float, default=None, metavar="SECONDS",
                     help="how far the second point's clock reads ahead of the first's, as the files were made")
     return ap
@@ -460,6 +463,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     drops = [drop for f in a.files if (drop := dropped(d / f))]
     if drops:
         truth["dropped"] = drops  # what the file's own statistics say the capture dropped
+    if a.ring:
+        truth["rings"] = [{"oldest_kept": oldest, "overwritten": int(count)} for oldest, count in a.ring]
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems

@@ -20,6 +20,15 @@ OUR_NOTE = ("The NameServer is ours (twisted-namesrv, python -m twisted_namesrv 
             "(the data directory's, kept across the restart; sub-second times); both back every stay's end.")
 
 
+PAUSE = ("broker-a paused with kill -STOP 14:16:12.644Z, resumed with kill -CONT 14:19:02.670Z (170 s): the "
+         "NameServer's idle close ends its stay 120 s after its last byte (the log: IDLE exception, then the "
+         "unregister of its destroyed channel, 22:18:07 +08:00), it registers again at 14:19:03 ('new broker "
+         "registered'): two stays, the first expired, the second from its return. The five tcpdumps of the steps "
+         "ran at once on the same loopback; v5-pause, v5-pause60, v5-pause-s96 and v5-pause-nano each hold one "
+         "of them (the -s 64 one cut every packet before its payload: not in the corpus, see "
+         "test_cut_before_payload.py)")
+
+
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
          why: str = LAUNCH, endpoint: str = "127.0.0.1:9876") -> list[str]:
     return [version, ports, "--logs", *logs, "--why", f"{endpoint}={why}", *extra]
@@ -173,6 +182,22 @@ ARGS: dict[str, list[str]] = {
                     "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
                     f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
                     f"{CUT_NAMING}"),
+    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.gz", "2", "--note",
+                     "tcpdump -i any -C 1 -W 3 with no filter and whole packets: a ring of three 1 MB files that "
+                     "wrapped (five files written, the first two overwritten: tcpdump's listing in the steps): "
+                     "v4-ring3.pcap2 holds the third, v4-ring3.pcap0 the fourth, v4-ring3.pcap1 the fifth; the set "
+                     "begins 14:16:25.742Z, 66 s after the capture did, with the brokers registered long before; "
+                     "broker-b's kill -9 closes a connection none of whose requests was kept (no stay)"),
+    "v5-pause": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE),
+    "v5-pause60": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
+                       "tcpdump -G 60 -Z root -w 'v5-pause60-%H%M%S.pcap': six files, a new one on the first packet "
+                       "60 s or more after the last began, read as one capture"),
+    "v5-pause-s96": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
+                         "tcpdump -i lo -s 96: every packet longer than 96 bytes cut there (Ethernet, a 32-byte TCP "
+                         "header: 30 bytes of payload kept, the frame's length, code and opaque, no broker's name or "
+                         f"address); a broker whose brokerAddr the cut left out is named {CUT_NAMING}"),
+    "v5-pause-nano": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
+                          "tcpdump --time-stamp-precision=nano: a pcap of nanosecond stamps (magic a1b23c4d)"),
     "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
                      "08:41:38.928Z to 08:42:26.662Z while 3,000 UDP datagrams to port 9999 filled its buffer: the "
                      "NameServer's packets in the pause were dropped (its pcapng's statistics: 631 received, 5,442 "
