@@ -93,7 +93,7 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness, liveness_tasks
+from spark_analysis.spark.liveness_stage import LIVENESS, Beside, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -216,7 +216,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         tables.prepare(tables_out)
     if inputs.is_local(out):
         _forget_earlier_report(inputs.local_path(out))
-    # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
+    # two per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
@@ -237,9 +237,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                  guessed=guessed, among=False)
         # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
         first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
-        beside = pieces.decoded(partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS,
-                                Counter({key: read.costs[key] for key in guessed}),
-                                balance.task_shares(sc.defaultParallelism), guessed=guessed, among=True)
+        beside = pieces.beside(partial(_beside_replay, decode=partial(decode, first_part=first_part)),
+                               Counter({key: read.costs[key] for key in guessed}),
+                               balance.task_shares(sc.defaultParallelism), guessed)
     else:
         decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
@@ -564,11 +564,30 @@ class _ReadPieces:
                 among: bool = False) -> DataFrame:
         """``decode`` (a mapInArrow function over batches of pieces) over a task per share; with
         ``guessed``, only the pieces of those 4-tuples (``among``) or of the others."""
-        dealt = balance.deal(costs, shares, hashed=hashed)
         if self.cached is not None:
+            dealt = balance.deal(costs, shares, hashed=hashed)
             pieces = self.cached.where(balance.among(guessed) if among else ~balance.among(guessed)) if guessed \
                 else self.cached
             return pieces.repartition(len(shares), balance.task_column(dealt, len(shares))).mapInArrow(decode, schema)
+        handed = self._hand_out(costs, shares, hashed, guessed, among)
+        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
+            partial(_decode_handed, handed=handed, decode=decode), schema)
+
+    def beside(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], costs: Counter,
+               shares: list[int], guessed: frozenset[ConnectionKey]) -> DataFrame | Beside:
+        """The ``guessed`` 4-tuples' pieces decoded in the liveness stage (``decode`` gives its
+        LIVENESS rows): handed out, tasks its replay's function runs after its own (Beside: one plan
+        fewer to make); cached, a stage of their own unioned after the replay's."""
+        if self.cached is not None:
+            return self.decoded(decode, LIVENESS, costs, shares, guessed=guessed, among=True)
+        return Beside(len(shares), partial(_decode_own, handed=self._hand_out(costs, shares, 0, guessed, True),
+                                           decode=decode))
+
+    def _hand_out(self, costs: Counter, shares: list[int], hashed: int, guessed: frozenset[ConnectionKey],
+                  among: bool) -> str:
+        """The located pieces (of the ``guessed`` 4-tuples or of the others, as ``among`` says) dealt
+        to a task per share, written as a file of a batch per task; its path."""
+        dealt = balance.deal(costs, shares, hashed=hashed)
         located = self.located
         assert located is not None
         tasks: dict[ConnectionKey, int] = {}
@@ -589,8 +608,7 @@ class _ReadPieces:
                 own = located.take(pa.array(rows, pa.int64()))
                 writer.write_batch(pa.RecordBatch.from_arrays([column.combine_chunks() for column in own.columns],
                                                               schema=located.schema))
-        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
-            partial(_decode_handed, handed=path, decode=decode), schema)
+        return path
 
     def unpersist(self) -> None:
         if self.cached is not None:
@@ -603,9 +621,15 @@ def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str,
     holds, and its pieces are that batch of the ``handed`` file."""
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            with pa.OSFile(handed) as source:
-                own = pa.ipc.open_file(source).get_batch(index)
-            yield from decode([own])
+            yield from _decode_own(index, handed, decode)
+
+
+def _decode_own(index: int, handed: str, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+                ) -> Iterator[pa.RecordBatch]:
+    """Decode task ``index``'s pieces, batch ``index`` of the ``handed`` file (_ReadPieces)."""
+    with pa.OSFile(handed) as source:
+        own = pa.ipc.open_file(source).get_batch(index)
+    yield from decode([own])
 
 
 def _events_of(decoded: DataFrame) -> DataFrame:

@@ -102,3 +102,24 @@ def test_a_decoding_task_s_closure_names_its_pieces_never_holds_every_task_s(
     monkeypatch.setattr(rdd, "_prepare_for_python_RDD", prepared)
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None)
     assert sizes and max(sizes) < 8 << 10
+
+
+def test_the_guessed_clients_are_decoded_by_the_liveness_stage_s_own_function(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On two cores the guessed clients' pieces are decoded beside the replay: handed out by the
+    driver, by the liveness tasks' own Python function (liveness_stage.Beside), not a plan of their
+    own, which the driver made between the jobs while every core waited (~32 calls to the JVM).
+    Three Python functions a run, as on one core: reading, decoding, the liveness stage."""
+    frames = type(spark.range(1))
+    map_in_arrow = frames.mapInArrow
+    planned: list[str] = []
+
+    def counted(frame, function, *args, **kwargs):
+        planned.append(getattr(function, "func", function).__name__)
+        return map_in_arrow(frame, function, *args, **kwargs)
+
+    monkeypatch.setattr(frames, "mapInArrow", counted)
+    progress: list[str] = []
+    job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=progress.append, counted_cost=0)
+    assert any("guessed clients' decoded beside the replay" in line for line in progress)
+    assert planned == ["_read_tasks", "_decode_handed", "_stage_batches"]
