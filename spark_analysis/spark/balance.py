@@ -13,11 +13,13 @@ bytes (FRAME_COST_BYTES is a frame's cost in bytes' worth). The reading tasks ca
 request-response protocol changes direction once a frame: the runs of payload-carrying segments
 one way count them.
 
-The tasks are not equal: per core one of four shares, one of two and one of one (task_shares),
-biggest first, as Spark starts a stage's tasks in index order. A core that runs slower than the
-other (a busy neighbour on a shared machine, the JVM's threads on it) then ends its big task late,
-and the other core takes more of the small ones: the stage ends when the work does, not when the
-slower core's equal half does. Equal tasks would leave the faster core idle for the difference.
+The tasks are not equal: per core one of two shares and one of one (task_shares), biggest first,
+as Spark starts a stage's tasks in index order. A core that runs slower than the other (a busy
+neighbour on a shared machine, the JVM's threads on it) then ends its big task late, and the other
+core takes the small one it would have run: the stage ends nearer when the work does than when the
+slower core's equal half does. Each task costs its Python worker and the JVM a fixed ~30 ms, so
+two a core, not more: three (four, two and one shares) gave the 10 h capture's two-core run 15
+Python tasks against one core's 4 (docs/benchmarks.md).
 
 Spark's hash partitioning sends a row to pmod(murmur3(value, seed 42), partitions), the hash
 its bucketed tables on disk rely on; a dealt 4-tuple gets a value that hashes to its task. Were
@@ -101,9 +103,9 @@ def among(keys: Collection[ConnectionKey]) -> Column:
 
 def task_shares(cores: int, at_least: int = 0) -> list[int]:
     """Each decoding task's share of the work, in task order: with one core two equal tasks, with
-    more four, two and one shares per core, biggest first; ``at_least`` equal tasks where more are
+    more two shares and one per core, biggest first; ``at_least`` equal tasks where more are
     needed (remote captures, whose payloads the tasks hold: a bound on each task's memory)."""
-    shares = [1, 1] if cores == 1 else [4] * cores + [2] * cores + [1] * cores
+    shares = [1, 1] if cores == 1 else [2] * cores + [1] * cores
     return shares if at_least <= len(shares) else [1] * at_least
 
 

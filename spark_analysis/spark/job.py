@@ -93,7 +93,7 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import LIVENESS, beside_replay, broker_liveness, liveness_tasks
+from spark_analysis.spark.liveness_stage import LIVENESS, Beside, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -170,8 +170,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # liveness are then one job. Their pieces are kept for it (_ReadPieces), and the same action
     # collects the tally each task ends with.
     with progress.meanwhile("reading"):
-        pieces, read = _ReadPieces.of(_pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool),
-                                      kept=spool is not None)
+        pieces, read = _ReadPieces.of(_pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool), kept=spool)
     file_rows = findings.input_files(files, read)
     # said on the console only: the report files of a capture stay the same whenever it is read
     still = {file.path: why for file, row in zip(files, file_rows, strict=True) if findings.may_be_still_written(row)
@@ -217,7 +216,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         tables.prepare(tables_out)
     if inputs.is_local(out):
         _forget_earlier_report(inputs.local_path(out))
-    # three per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
+    # two per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
@@ -238,9 +237,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
                                  guessed=guessed, among=False)
         # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
         first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
-        beside = pieces.decoded(partial(_beside_replay, decode=partial(decode, first_part=first_part)), LIVENESS,
-                                Counter({key: read.costs[key] for key in guessed}),
-                                balance.task_shares(sc.defaultParallelism), guessed=guessed, among=True)
+        beside = pieces.beside(partial(_beside_replay, decode=partial(decode, first_part=first_part)),
+                               Counter({key: read.costs[key] for key in guessed}),
+                               balance.task_shares(sc.defaultParallelism), guessed)
     else:
         decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
@@ -531,20 +530,26 @@ class _ReadPieces:
 
     Where the reading tasks kept their pieces (KeptPieces: a local master), the JVM holds only
     where each is, a few thousand rows of tens of bytes: the action that ran the reading tasks
-    collected them all, and the driver hands each decoding task its own as a table in its closure
-    (balance.task_of: the task the shuffle would send them to, in the order it would), so that
+    collected them all, and the driver hands each decoding task its own (balance.task_of: the task
+    the shuffle would send them to, in the order it would) as a batch of a file in the job's spool
+    directory that its closure names (in the closure, every task's were pickled and sent to the JVM
+    with the plan, and every task unpickled all of them: 117 and 216 KB for the 10 h capture's two
+    decoding stages on two cores, the first part of that while every core waits for the driver), so that
     the second job is planned without the pieces' cache, its filters and the deal's expression, and
     runs without their shuffle (on the 10 h capture, half of the driver's calls to the JVM between
     the jobs, while every core waits for it). Elsewhere they stay cached in Spark and are shuffled
     to their tasks."""
 
-    def __init__(self, spark: SparkSession, cached: DataFrame | None, located: pa.Table | None) -> None:
-        self.spark, self.cached, self.located = spark, cached, located
+    def __init__(self, spark: SparkSession, cached: DataFrame | None, located: pa.Table | None,
+                 spool: str | None = None) -> None:
+        self.spark, self.cached, self.located, self.spool = spark, cached, located, spool
+        self.handed = 0  # the hand-outs written so far (each decoded() of located pieces writes one)
 
     @classmethod
-    def of(cls, pieces: DataFrame, kept: bool) -> tuple[_ReadPieces, Tally]:
-        """Run the reading tasks: their pieces, and their tallies added up."""
-        if not kept:
+    def of(cls, pieces: DataFrame, kept: str | None) -> tuple[_ReadPieces, Tally]:
+        """Run the reading tasks: their pieces, and their tallies added up. ``kept``: the job's
+        spool directory where the reading tasks kept them (KeptPieces), and where the hand-outs go."""
+        if kept is None:
             pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
             read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
             # conditions as SQL text: one call to the JVM each
@@ -552,18 +557,37 @@ class _ReadPieces:
         table = pieces.toArrow()
         tallies = table.column("tally")
         read = _merged(tally for tally in tallies.to_pylist() if tally is not None)
-        return cls(pieces.sparkSession, None, table.filter(tallies.is_null()).drop_columns(["tally"])), read
+        return cls(pieces.sparkSession, None, table.filter(tallies.is_null()).drop_columns(["tally"]), kept), read
 
     def decoded(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: StructType,
                 costs: Counter, shares: list[int], hashed: int = 0, guessed: frozenset[ConnectionKey] = frozenset(),
                 among: bool = False) -> DataFrame:
         """``decode`` (a mapInArrow function over batches of pieces) over a task per share; with
         ``guessed``, only the pieces of those 4-tuples (``among``) or of the others."""
-        dealt = balance.deal(costs, shares, hashed=hashed)
         if self.cached is not None:
+            dealt = balance.deal(costs, shares, hashed=hashed)
             pieces = self.cached.where(balance.among(guessed) if among else ~balance.among(guessed)) if guessed \
                 else self.cached
             return pieces.repartition(len(shares), balance.task_column(dealt, len(shares))).mapInArrow(decode, schema)
+        handed = self._hand_out(costs, shares, hashed, guessed, among)
+        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
+            partial(_decode_handed, handed=handed, decode=decode), schema)
+
+    def beside(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], costs: Counter,
+               shares: list[int], guessed: frozenset[ConnectionKey]) -> DataFrame | Beside:
+        """The ``guessed`` 4-tuples' pieces decoded in the liveness stage (``decode`` gives its
+        LIVENESS rows): handed out, tasks its replay's function runs after its own (Beside: one plan
+        fewer to make); cached, a stage of their own unioned after the replay's."""
+        if self.cached is not None:
+            return self.decoded(decode, LIVENESS, costs, shares, guessed=guessed, among=True)
+        return Beside(len(shares), partial(_decode_own, handed=self._hand_out(costs, shares, 0, guessed, True),
+                                           decode=decode))
+
+    def _hand_out(self, costs: Counter, shares: list[int], hashed: int, guessed: frozenset[ConnectionKey],
+                  among: bool) -> str:
+        """The located pieces (of the ``guessed`` 4-tuples or of the others, as ``among`` says) dealt
+        to a task per share, written as a file of a batch per task; its path."""
+        dealt = balance.deal(costs, shares, hashed=hashed)
         located = self.located
         assert located is not None
         tasks: dict[ConnectionKey, int] = {}
@@ -576,21 +600,36 @@ class _ReadPieces:
             if task is None:
                 task = tasks[key] = balance.task_of(key, dealt, len(shares))
             handed[task].append(row)
-        own = [located.take(pa.array(rows, pa.int64())).combine_chunks() for rows in handed]
-        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
-            partial(_decode_handed, own=own, decode=decode), schema)
+        assert self.spool is not None
+        path = os.path.join(self.spool, f"handed-{self.handed}.arrow")
+        self.handed += 1
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, located.schema) as writer:
+            for rows in handed:  # batch i: task i's pieces
+                own = located.take(pa.array(rows, pa.int64()))
+                writer.write_batch(pa.RecordBatch.from_arrays([column.combine_chunks() for column in own.columns],
+                                                              schema=located.schema))
+        return path
 
     def unpersist(self) -> None:
         if self.cached is not None:
             self.cached.unpersist()
 
 
-def _decode_handed(batches: Iterable[pa.RecordBatch], own: list[pa.Table],
+def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str,
                    decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """A decoding task given its pieces by the driver (_ReadPieces): its index is all its partition holds."""
+    """A decoding task given its pieces by the driver (_ReadPieces): its index is all its partition
+    holds, and its pieces are that batch of the ``handed`` file."""
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            yield from decode(own[index].to_batches())
+            yield from _decode_own(index, handed, decode)
+
+
+def _decode_own(index: int, handed: str, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+                ) -> Iterator[pa.RecordBatch]:
+    """Decode task ``index``'s pieces, batch ``index`` of the ``handed`` file (_ReadPieces)."""
+    with pa.OSFile(handed) as source:
+        own = pa.ipc.open_file(source).get_batch(index)
+    yield from decode([own])
 
 
 def _events_of(decoded: DataFrame) -> DataFrame:

@@ -7,20 +7,23 @@ sessions' routes over time. The decoding tasks' tallies pass through with them t
 one job.
 
 The 4-tuples guessed clients' (spark/balance.py) are decoded beside the replay, in the same stage
-as a union (job.py): their rows say the failed lookups they found (``asked``), which the driver
-judges by the replay's routes with the replay's own rule (replay.judge_lookups), and whether they
-carried any event the replay needed (``misplaced``: the guess was wrong, and the caller replays
-again with every 4-tuple's events, so that a wrong guess costs time, never a word of the report)."""
+(job.py: tasks the replay's own function runs after its own, Beside, or a union): their rows say
+the failed lookups they found (``asked``), which the driver judges by the replay's routes with the
+replay's own rule (replay.judge_lookups), and whether they carried any event the replay needed
+(``misplaced``: the guess was wrong, and the caller replays again with every 4-tuple's events, so
+that a wrong guess costs time, never a word of the report)."""
 
 from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from operator import itemgetter
+from typing import NamedTuple
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
@@ -53,17 +56,30 @@ _EVENT_CODE, _EVENT_T, _EVENT_TOPIC, _EVENT_CLIENT = (_EVENT_COLUMNS.index(name)
                                                       for name in ("code", "t", "topic", "client"))
 _LOOKUP = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 _OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced")
+#: a row of the events' columns (broker_liveness: event, event_server, tally), all null
+_NULL_EVENT = ("CAST(NULL AS BINARY)", "CAST(NULL AS STRING)", "CAST(NULL AS BINARY)")
+
+
+class Beside(NamedTuple):
+    """Tasks the liveness stage runs after its replay tasks, in the replay's own Python function
+    (the guessed clients' decoding: beside_replay): ``run(index)`` gives task ``index``'s LIVENESS
+    batches. A second Python function would be a second plan to make, as the driver makes the
+    liveness stage's while every core waits: about 32 calls to the JVM (docs/benchmarks.md)."""
+
+    tasks: int
+    run: Callable[[int], Iterator[pa.RecordBatch]]
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
-                    endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | None = None,
+                    endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | Beside | None = None,
                     servers: int | None = None) -> tuple[Liveness, bool]:
     """Liveness from the decoded broker events in one pass over them: a column EVENT (pickled lists
     of schema.EVENT_ROWS tuples, each of the server endpoint ``event_server``), and ``tally``, which
     rows of the decoding tasks' tallies hold instead and which is passed on to the driver. One
     column of events: each column of a plan costs the driver a few calls to the JVM, between the
     Spark jobs, with both cores idle. ``beside``: LIVENESS rows of the guessed clients' decoding
-    (beside_replay), run in the liveness tasks' stage. With the Liveness, whether it is whole: False
+    (beside_replay), run in the liveness tasks' stage: a DataFrame of them (unioned after the replay's),
+    or tasks for the replay's own function to run after its own (Beside). With the Liveness, whether it is whole: False
     where a guessed client's 4-tuple carried an event the replay needed (or a lookup past where a
     session's replay ran), and the replay is to run again with every 4-tuple's events. ``servers``:
     how many server endpoints the events can be of, at most (a task per core, but none that could
@@ -71,10 +87,17 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     tasks = liveness_tasks(events.sparkSession.sparkContext.defaultParallelism, servers)
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
-    replayed = events.repartition(tasks, "event_server").mapInArrow(
-        partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints),
-        LIVENESS)
-    rows = (replayed if beside is None else replayed.union(beside)).collect()
+    replay = partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints)
+    shuffled = events.repartition(tasks, "event_server")
+    if isinstance(beside, Beside):
+        # a null row per task beside: partitions after the replay's, each run by the same function (a
+        # union is by position: the events' three columns' types, not asked of the JVM)
+        nothing = events.sparkSession.range(0, beside.tasks, 1, beside.tasks).selectExpr(*_NULL_EVENT)
+        rows = shuffled.union(nothing).mapInArrow(partial(_stage_batches, replay=replay, replay_tasks=tasks,
+                                                          beside=beside.run), LIVENESS).collect()
+    else:
+        replayed = shuffled.mapInArrow(replay, LIVENESS)
+        rows = (replayed if beside is None else replayed.union(beside)).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     stories = [story for row in rows if row.stories is not None for story in json.loads(row.stories)]
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.details is not None]
@@ -125,6 +148,20 @@ def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> lis
         servers.setdefault(story["server"], len(servers))
     lookups.sort(key=lambda story: (servers[story["server"]], story["first"]))
     return [story for story in stories if story["kind"] != "lookup_failed"] + lookups
+
+
+def _stage_batches(batches: Iterable[pa.RecordBatch], replay: Callable[[Iterable[pa.RecordBatch]],
+                                                                       Iterator[pa.RecordBatch]],
+                   replay_tasks: int, beside: Callable[[int], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over the liveness stage's partitions: the first ``replay_tasks`` replay their
+    events, each after them (a null row) runs its task beside the replay (Beside)."""
+    index = TaskContext.get().partitionId() - replay_tasks
+    if index < 0:
+        yield from replay(batches)
+        return
+    for _ in batches:  # its one null row
+        pass
+    yield from beside(index)
 
 
 def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -37,23 +37,24 @@ def test_deal_with_equal_shares_gives_each_task_the_least_loaded_share() -> None
 
 
 def test_deal_fills_tasks_to_their_shares() -> None:
-    costs = {_ends(i): 10 for i in range(70)}
+    costs = {_ends(i): 10 for i in range(60)}
     dealt = balance.deal(costs, balance.task_shares(2))
-    assert _loads(costs, dealt, 6) == [200, 200, 100, 100, 50, 50]
+    assert _loads(costs, dealt, 4) == [200, 200, 100, 100]
 
 
 def test_deal_counts_what_hashes_evenly_into_every_task() -> None:
-    # 60 worth of small pieces hash 10 into each of the 6 tasks: the dealt ones make up the rest
+    # 60 worth of small pieces hash 15 into each of the 4 tasks: the dealt ones make up the rest
     costs = {_ends(i): 10 for i in range(64)}
     dealt = balance.deal(costs, balance.task_shares(2), hashed=60)
-    assert _loads(costs, dealt, 6) == [190, 190, 90, 90, 40, 40]
+    assert _loads(costs, dealt, 4) == [220, 220, 100, 100]
 
 
 def test_task_shares_per_core_biggest_first_and_equal_where_more_are_needed() -> None:
     assert balance.task_shares(1) == [1, 1]
-    assert balance.task_shares(3) == [4, 4, 4, 2, 2, 2, 1, 1, 1]
-    assert balance.task_shares(2, at_least=6) == [4, 4, 2, 2, 1, 1]
-    assert balance.task_shares(2, at_least=7) == [1] * 7
+    assert balance.task_shares(2) == [2, 2, 1, 1]
+    assert balance.task_shares(3) == [2, 2, 2, 1, 1, 1]
+    assert balance.task_shares(2, at_least=4) == [2, 2, 1, 1]
+    assert balance.task_shares(2, at_least=5) == [1] * 5
 
 
 def test_deal_keeps_only_the_costliest(monkeypatch) -> None:

@@ -73,9 +73,53 @@ def test_a_local_master_hands_the_kept_pieces_out_as_spark_shuffled_them(
     job.analyse(spark, [capture], str(tmp_path / "handed"), log=lambda _: None)
     assert persisted == []
     of = job._ReadPieces.of.__func__
-    monkeypatch.setattr(job._ReadPieces, "of", classmethod(lambda cls, pieces, kept: of(cls, pieces, kept=False)))
+    monkeypatch.setattr(job._ReadPieces, "of", classmethod(lambda cls, pieces, kept: of(cls, pieces, kept=None)))
     job.analyse(spark, [capture], str(tmp_path / "shuffled"), log=lambda _: None)
     assert len(persisted) == 1  # the pieces, cached
     handed, shuffled = _report_files(tmp_path / "handed"), _report_files(tmp_path / "shuffled")
     assert sum(name.endswith(".parquet") for name in handed) > 4
     assert handed == shuffled
+
+
+def test_a_decoding_task_s_closure_names_its_pieces_never_holds_every_task_s(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver hands each decoding task its pieces as a batch of a file in the spool: a Python
+    function's closure is pickled, sent to the JVM with the plan (the driver's work between the
+    jobs, while every core waits) and unpickled by every task of its stage, so a closure holding
+    every task's pieces cost each stage their size once per task."""
+    from pyspark.core import rdd
+
+    prepare = rdd._prepare_for_python_RDD
+    sizes: list[int] = []
+
+    def prepared(sc, command):
+        found = prepare(sc, command)
+        function = command[0] if isinstance(command, tuple) else command
+        if getattr(function, "func", None) is job._decode_handed:
+            sizes.append(len(found[0]))
+        return found
+
+    monkeypatch.setattr(rdd, "_prepare_for_python_RDD", prepared)
+    job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None)
+    assert sizes and max(sizes) < 8 << 10
+
+
+def test_the_guessed_clients_are_decoded_by_the_liveness_stage_s_own_function(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On two cores the guessed clients' pieces are decoded beside the replay: handed out by the
+    driver, by the liveness tasks' own Python function (liveness_stage.Beside), not a plan of their
+    own, which the driver made between the jobs while every core waited (~32 calls to the JVM).
+    Three Python functions a run, as on one core: reading, decoding, the liveness stage."""
+    frames = type(spark.range(1))
+    map_in_arrow = frames.mapInArrow
+    planned: list[str] = []
+
+    def counted(frame, function, *args, **kwargs):
+        planned.append(getattr(function, "func", function).__name__)
+        return map_in_arrow(frame, function, *args, **kwargs)
+
+    monkeypatch.setattr(frames, "mapInArrow", counted)
+    progress: list[str] = []
+    job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=progress.append, counted_cost=0)
+    assert any("guessed clients' decoded beside the replay" in line for line in progress)
+    assert planned == ["_read_tasks", "_decode_handed", "_stage_batches"]
