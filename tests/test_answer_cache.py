@@ -455,3 +455,62 @@ def test_a_read_of_repeats_gets_each_its_own_opaque_and_no_stale_route(tmp_path)
     after = read([21, 22])
     assert b'"readQueueNums":4' in before[0] and b'"readQueueNums":8' in after[0]
     assert b'"readQueueNums":8' in after[1]
+
+
+def held_by_replies(answers) -> int:
+    """The bytes the kept answer frames hold of their own: their keys and every bytes object of
+    their replies, each once, but the topics' kept route bodies (held by the routes anyway)."""
+    bodies = {id(body) for kept in answers.routes.values() for body in kept.bodies.values()}
+    seen, held = set(), 0
+    for head, replies in answers.replies.items():
+        held += len(head)
+        for reply in replies:
+            for value in vars(reply).values() if hasattr(reply, "__dict__") else (
+                    getattr(reply, name) for name in reply.__slots__):
+                if isinstance(value, bytes) and id(value) not in bodies and id(value) not in seen:
+                    seen.add(id(value))
+                    held += len(value)
+    return held
+
+
+def test_the_kept_answer_frames_are_bounded_in_bytes(tmp_path, monkeypatch) -> None:
+    """Any peer chooses its lookups' bytes: distinct ones of a topic served by many groups (a big
+    route body) each kept a copy of the body, and distinct lookups padded to 60 KB each kept their
+    bytes, 65,536 at a time (1,200 tiny lookups of a route of 300 groups held 337 MB in the attack
+    run, 6,000 of 60 KB 1.2 GB). Now a kept frame shares its topic's route body, a lookup whose
+    header is over KEPT_HEADER_MAX is answered and never kept, and what the frames hold stays
+    within MAX_REPLIES_BYTES; every answer is still the tables' own."""
+    from twisted_namesrv import answer_cache
+
+    monkeypatch.setattr(answer_cache, "MAX_REPLIES_BYTES", 1 << 20, raising=False)
+    protocol, transport, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_transport, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+    for group in range(60):  # T0 on 60 groups: a route body of about 9 KB
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {"T0": TopicConfig("T0", 4, 4, 6)}),
+                                    False, False)
+        for peer in (protocol, reference):
+            send(peer, RequestCode.REGISTER_BROKER, {"brokerName": f"g{group}", "brokerAddr": f"127.0.0.1:{group}",
+                                                     "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    answers = protocol.factory.dispatcher.state.answers
+
+    def both(ext: dict[str, str], opaque: int) -> bytes:
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque, version=409)
+        transport.clear()
+        reference_transport.clear()
+        protocol.dataReceived(request.encode())
+        reference.dataReceived(request.encode())
+        assert transport.value() == reference_transport.value()
+        return transport.value()
+
+    assert len(both({"topic": "T0"}, 1)) > 9_000
+    both({"topic": "T0"}, 2)
+    assert answers.replies
+    for n in range(300):  # 300 distinct lookups, each twice: the second from memory
+        both({"topic": "T0", "x": str(n)}, 10 + n)
+        both({"topic": "T0", "x": str(n)}, 1000 + n)
+        assert held_by_replies(answers) <= 1 << 20
+    answers.replies.clear()
+    pad = "x" * answer_cache.KEPT_HEADER_MAX
+    both({"topic": "T0", "pad": pad}, 3)
+    both({"topic": "T0", "pad": pad}, 4)
+    assert not answers.replies  # answered, not kept

@@ -15,12 +15,16 @@
            AMPLIFY_TOPICS topics of its own under a broker name of its own, one after the other
   http     HTTP_GROUPS broker groups whose cluster and broker names are HTTP_NAME characters long,
            then HTTP_PEERS connections to the metrics port each asking GET /metrics and reading nothing
+  kept     one topic on KEPT_GROUPS broker groups, then KEPT_LOOKUPS lookups of it on one connection
+           that differ by one field padded to KEPT_PAD characters, each sent twice (the second is
+           answered from what the server kept of the first), 50 at a time, every answer read
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
                             [--behind-seconds 8] [--behind-peers 20] [--amplify-brokers 8] [--amplify-topics 200000]
                             [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
                             [--http-groups 5000] [--http-name 400] [--http-peers 128]
+                            [--kept-groups 4] [--kept-lookups 2000] [--kept-pad 0]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
@@ -408,10 +412,33 @@ def http(server: Server, groups: int, name: int, peers: int, src: Path) -> dict[
             "refused_memory_budget": refused[0] if refused else "none"}
 
 
+def kept(server: Server, groups: int, lookups: int, pad: int, src: Path) -> dict[str, object]:
+    """Distinct route lookups, each kept by the server to answer its repeats (a header template,
+    an answer frame): what they make it hold."""
+    remoting, codes = codec(src)
+    body = plain_table_of(["kept", "kept-too"])
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=120)  # open: its brokers stay
+    brokers.sendall(b"".join(register(src, body, f"kept{g:05d}", g + 1, compressed=False) for g in range(groups)))
+    registered = sum(answer.startswith("0 ") for answer in answers(brokers, src, groups))
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=120)
+    started, answered = server.rss_mb(), 0
+    for first in range(0, lookups, 50):
+        frames = [remoting.RemotingCommand.request(
+            remoting.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "kept", "x": f"{n:08d}" + "x" * pad},
+            opaque=opaque, version=codes.V4_9_8).encode()
+            for n in range(first, min(lookups, first + 50)) for opaque in (1, 2)]
+        sock.sendall(b"".join(frames))
+        answered += sum(answer.startswith("0 ") for answer in answers(sock, src, len(frames)))
+    sock.close()
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_mb": started, "rss_after_mb": server.rss_mb(),
+            "groups": groups, "registered": registered, "lookups": lookups, "answered": answered}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", default="stall,bomb",
-                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http")
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -428,6 +455,9 @@ def main() -> None:
     parser.add_argument("--http-groups", type=int, default=5000)
     parser.add_argument("--http-name", type=int, default=400, help="characters of each cluster and broker name")
     parser.add_argument("--http-peers", type=int, default=128)
+    parser.add_argument("--kept-groups", type=int, default=4)
+    parser.add_argument("--kept-lookups", type=int, default=2000)
+    parser.add_argument("--kept-pad", type=int, default=0, help="characters of padding in each lookup")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -440,6 +470,7 @@ def main() -> None:
         "amplify": lambda s: amplify(s, args.amplify_brokers, args.amplify_topics, args.src),
         "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
         "http": lambda s: http(s, args.http_groups, args.http_name, args.http_peers, args.src),
+        "kept": lambda s: kept(s, args.kept_groups, args.kept_lookups, args.kept_pad, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]

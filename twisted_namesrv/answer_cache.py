@@ -66,7 +66,7 @@ import msgspec
 from .bodies.register import mapping_version_span
 from .remoting import RemotingCommand, SerializeType
 from .remoting.crc import crc32_masked_steps
-from .remoting.header import OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
+from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
@@ -77,6 +77,14 @@ MAX_REPLIES = 65536
 
 #: kept answer frames per request up to the opaque's digits (clients that differ only after them)
 MAX_REPLIES_PER_HEAD = 8
+
+#: the bytes the kept answer frames may hold (their requests' and answers' headers: a frame's body is
+#: its topic's kept route body, shared), about what MAX_REPLIES of Java clients' lookups take (56 MB:
+#: 300-byte requests): any peer chooses the requests' bytes, and 65,536 of KEPT_HEADER_MAX are 256 MiB
+MAX_REPLIES_BYTES = 64 << 20
+#: what a kept frame holds beside its bytes (its Reply, its bytes objects, its place in a list), and
+#: a request's start beside its bytes (its place in ``replies``): counted into MAX_REPLIES_BYTES
+REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
 
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
@@ -106,7 +114,12 @@ class Reply:
     digits: int  #: how many digits the opaque had
     answers: TopicAnswers  #: its topic's bodies: stale, the frame is not served
     prefix: bytes  #: the answer frame up to its opaque's digits
-    rest: bytes  #: the answer frame after them
+    tail: bytes  #: the answer's header after them
+    body: bytes  #: the answer's body: its topic's kept route body, the same object (not a copy)
+
+    def weight(self) -> int:
+        """What it counts against MAX_REPLIES_BYTES (its body is its topic's, counted nowhere)."""
+        return len(self.after) + len(self.prefix) + len(self.tail) + REPLY_OVERHEAD
 
 class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     """A broker's answer to the registration it sent last on its connection, around its opaque:
@@ -172,6 +185,8 @@ class AnswerCache:
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
         #: kept answer frames by the request frame up to its opaque's digits, newest first
         self.replies: dict[bytes, list[Reply]] = {}
+        #: what they hold, by their weights and their keys' lengths (MAX_REPLIES_BYTES)
+        self.replies_bytes = 0
         #: JSON header templates of this server's clients (the dispatcher decodes through them)
         self.headers = HeaderTemplates(SERVER_TEMPLATES_SIZE)
         #: each broker connection's answer to the registration it sent last (``keep_renewal``)
@@ -249,6 +264,7 @@ class AnswerCache:
         self._drop_topic_tables()
         self.tables[BROKER].clear()
         self.replies.clear()
+        self.replies_bytes = 0
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -294,6 +310,8 @@ class AnswerCache:
         body = response.body
         if not self.keep or not isinstance(body, bytes):
             return
+        if frame is not None and len(frame) > KEPT_HEADER_MAX + 4:  # (a lookup's frame: its header's length, a header)
+            frame = None  # its body is kept, not its frame: any peer chooses the frame's bytes
         answers = self.routes.get(topic)
         if answers is None:
             answers = self.routes[topic] = TopicAnswers()
@@ -314,12 +332,26 @@ class AnswerCache:
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
-        if len(self.replies) >= MAX_REPLIES:
-            self.replies.clear()
         after = frame[end:]
-        kept = self.replies.setdefault(frame[:at], [])
-        kept[:] = [k for k in kept if k.after != after][:MAX_REPLIES_PER_HEAD - 1]
-        kept.insert(0, Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail + body))
+        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail, body)
+        adding = reply.weight() + at + HEAD_OVERHEAD  # (at most: its request's start may be kept already)
+        if len(self.replies) >= MAX_REPLIES or self.replies_bytes + adding > MAX_REPLIES_BYTES:
+            self.replies.clear()
+            self.replies_bytes = 0
+        kept = self.replies.get(frame[:at])
+        if kept is None:
+            kept = self.replies[frame[:at]] = []
+            self.replies_bytes += at + HEAD_OVERHEAD
+        others = [k for k in kept if k.after != after]
+        self.replies_bytes -= sum(k.weight() for k in kept) - sum(k.weight() for k in others[:MAX_REPLIES_PER_HEAD - 1])
+        kept[:] = others[:MAX_REPLIES_PER_HEAD - 1]
+        kept.insert(0, reply)
+        self.replies_bytes += reply.weight()
+
+    def _forget_reply(self, kept: list[Reply], reply: Reply) -> None:
+        """A kept frame whose topic was dropped since, met when served."""
+        kept.remove(reply)
+        self.replies_bytes -= reply.weight()
 
     # -- a broker's registration sent again -------------------------------------------------------
     def keep_renewal(self, frame: bytes, channel: Channel, opaque: int, encoded: bytes, renewal: Renewable,
@@ -407,20 +439,20 @@ class AnswerCache:
                 if reply is None:
                     return index
                 size, after, length, answers = reply.size, reply.after, reply.digits, reply.answers
-                prefix, rest = reply.prefix, reply.rest
+                prefix, tail, body = reply.prefix, reply.tail, reply.body
                 if answers.stale:  # its topic was dropped since
-                    kept.remove(reply)
+                    self._forget_reply(kept, reply)
                     return index
                 head = frame[:at]
-                reply_size = len(prefix) + length + len(rest)
+                reply_size = len(prefix) + length + len(tail) + len(body)
                 if index <= block_until:
                     fit = min(count - index, max(1, room // reply_size))
-                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, rest, out):
+                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, tail + body, out):
                         return index + fit
             digits = frame[at:at + length]
             if not _valid_digits(digits):
                 return index
-            out += (prefix, digits, rest)
+            out += (prefix, digits, tail, body)
             room -= reply_size
             if room <= 0:
                 return index + 1
@@ -463,19 +495,20 @@ class AnswerCache:
         if reply is None:
             return 0, 0
         if reply.answers.stale:  # its topic was dropped since
-            kept.remove(reply)
+            self._forget_reply(kept, reply)
             return 0, 0
         length = reply.digits
-        n = min(len(data) // record, max(1, room // (len(reply.prefix) + length + len(reply.rest))))
+        n = min(len(data) // record, max(1, room // (len(reply.prefix) + length + len(reply.tail) + len(reply.body))))
         if n == 1:  # one lookup in flight (the latency path): no block to check
             digits = data[at:at + length]
             if not _valid_digits(digits):
                 return 0, 0
-            out.append(reply.prefix + digits + reply.rest)
+            out.append(b"".join((reply.prefix, digits, reply.tail, reply.body)))
             return record, 1
-        if not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
+        rest = reply.tail + reply.body
+        if not _splice_records(data, record, n, at, length, reply.prefix, rest, out):
             n = _first_other(data, record, n, at, length)  # the frames before the first that is not
-            if not n or not _splice_records(data, record, n, at, length, reply.prefix, reply.rest, out):
+            if not n or not _splice_records(data, record, n, at, length, reply.prefix, rest, out):
                 return 0, 0
         return n * record, n
 

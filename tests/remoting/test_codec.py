@@ -27,7 +27,13 @@ from twisted_namesrv.remoting import (
 )
 from twisted_namesrv.remoting.codes import V4_9_4, V4_9_8, V5_3_3, VERSION_NAMES, version_name
 from twisted_namesrv.remoting.crc import crc32_masked, crc32_masked_steps
-from twisted_namesrv.remoting.header import HeaderTemplates, decode_binary_header
+from twisted_namesrv.remoting.header import (
+    KEPT_HEADER_MAX,
+    Header,
+    HeaderTemplates,
+    decode_binary_header,
+    encode_binary_header,
+)
 
 decode_json = HeaderTemplates(16).decode_json
 
@@ -156,6 +162,24 @@ class TestHeaderTemplates:
         assert RemotingCommand.decode(frame, mine).ext == {"topic": "Mine"}
         assert RemotingCommand.decode(frame).ext == {"topic": "Mine"}  # no templates: parsed in full
         assert (len(mine), len(server)) == (1, 1)
+
+    def test_what_is_kept_is_bounded_in_bytes(self) -> None:
+        """Any peer chooses a header's bytes: one over KEPT_HEADER_MAX is parsed and never kept, and
+        each table's keys stay within ``max_bytes`` however many distinct headers come. Before,
+        4,096 distinct route lookups padded to 60 KB were kept: a gigabyte, parsed."""
+        templates = HeaderTemplates(4096)
+        big = RemotingCommand.request(105, {"topic": "T", "pad": "x" * KEPT_HEADER_MAX}, opaque=1).encode()[8:]
+        assert templates.decode_json(big).ext_fields["pad"] == "x" * KEPT_HEADER_MAX
+        assert templates.template_of(big) is None and len(templates) == 0 and templates.kept_bytes() == 0
+        binary = encode_binary_header(Header(code=105, opaque=1, ext_fields={"pad": "x" * KEPT_HEADER_MAX}))
+        assert templates.binary_template_of(binary) is None and templates.kept_bytes() == 0
+        for n in range(3000):  # 3,000 distinct headers just under the limit: 12 MB of keys
+            pad = f"{n:05d}" + "x" * (KEPT_HEADER_MAX - 200)
+            head = RemotingCommand.request(105, {"topic": f"T{n}", "pad": pad}, opaque=n + 1).encode()[8:]
+            assert templates.decode_json(head).ext_fields["pad"] == pad
+            assert templates.kept_bytes() <= 3 * templates.max_bytes
+            templates.binary_template_of(encode_binary_header(Header(code=105, opaque=1, ext_fields={"pad": pad})))
+        assert 0 < len(templates) and templates.max_bytes == 4096 * 512
 
     @pytest.mark.parametrize(("code", "field", "values"), [
         (105, "topic", ("TopicA", "Topic-019-17", "%RETRY%g", "TopicA")),

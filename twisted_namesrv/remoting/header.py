@@ -113,23 +113,47 @@ class HeaderTemplates:
     Without ``keep_registrations`` a header that begins as Java writes a registration's
     (``_NOT_KEPT_HEADS``) is parsed at once: no template or kin of it is kept to find, so its keys
     were made for nothing (5,000 brokers registering: 3% of a first registration's instructions).
+
+    What is kept is any peer's choice of bytes, so it is bounded in bytes too: a header longer than
+    KEPT_HEADER_MAX is parsed and never kept, and each table (the templates, their kin, the binary
+    ones) starts over when its keys would pass ``size`` * KEPT_BYTES_PER_TEMPLATE bytes. A parsed
+    header holds about ten times its bytes (a dict of many short extFields): before, distinct
+    headers of 60 KB (any peer's route lookups with a padding field) were kept 4,096 at a time, a
+    gigabyte.
     """
 
-    __slots__ = ("size", "_templates", "_binary", "_kin", "_not_kept", "_parsed_at_once")
+    __slots__ = ("size", "max_bytes", "_templates", "_binary", "_kin", "_templates_bytes", "_binary_bytes",
+                 "_kin_bytes", "_not_kept", "_parsed_at_once")
 
     def __init__(self, size: int, keep_registrations: bool = False) -> None:
         self.size = size
+        self.max_bytes = size * KEPT_BYTES_PER_TEMPLATE
         self._templates: dict[bytes, Header] = {}
         self._binary: dict[bytes, Header] = {}  # binary_template_of's, kept apart (its keys are not JSON's)
         self._kin: dict[bytes, Header] = {}  # templates by their key without their kin field's value (_kin_key)
+        self._templates_bytes = self._binary_bytes = self._kin_bytes = 0  # the bytes of each table's keys
         self._not_kept = frozenset() if keep_registrations else _NOT_KEPT
         self._parsed_at_once: tuple[bytes, ...] = () if keep_registrations else _NOT_KEPT_HEADS
 
     def __len__(self) -> int:
         return len(self._templates)
 
+    def kept_bytes(self) -> int:
+        """The bytes of every table's keys (what a peer's headers made it keep, parsed ten times that)."""
+        return self._templates_bytes + self._binary_bytes + self._kin_bytes
+
+    def _keep(self, table: dict[bytes, Header], kept_bytes: int, key: bytes, header: Header) -> int:
+        """Keep ``header`` under ``key`` in ``table``, whose keys hold ``kept_bytes``, starting it over
+        first when it holds ``size`` headers or its keys would pass ``max_bytes``: its keys' bytes then."""
+        kept_bytes += len(key)
+        if len(table) >= self.size or kept_bytes > self.max_bytes:
+            table.clear()
+            kept_bytes = len(key)
+        table[key] = header
+        return kept_bytes
+
     def decode_json(self, data: bytes) -> Header:
-        if data.startswith(self._parsed_at_once):  # (a header not kept: what the keys would find, parsed)
+        if data.startswith(self._parsed_at_once) or len(data) > KEPT_HEADER_MAX:  # (not kept: parsed at once)
             return _parse_json_header(data)
         split = json_split(data)
         if split is None:
@@ -148,7 +172,7 @@ class HeaderTemplates:
         answer for ``data``, when the caller has it (a capture's header looked up in place first)."""
         if split is None:
             split = json_split(data)
-        if split is None:
+        if split is None or len(data) > KEPT_HEADER_MAX:
             return None
         key, opaque = split
         template = self._templates.get(key)
@@ -172,11 +196,9 @@ class HeaderTemplates:
         template = self._binary.get(key)
         if template is None:
             template = decode_binary_header(data)
-            if template.code in self._not_kept:
+            if template.code in self._not_kept or len(data) > KEPT_HEADER_MAX:
                 return None
-            if len(self._binary) >= self.size:
-                self._binary.clear()
-            self._binary[key] = template
+            self._binary_bytes = self._keep(self._binary, self._binary_bytes, key, template)
         return template, opaque
 
     def _parsed(self, key: bytes, data: bytes, opaque: int) -> Header:
@@ -194,12 +216,8 @@ class HeaderTemplates:
             if header.code in self._not_kept:
                 return header
             if kin_key is not None and header.ext_fields is not None and header.ext_fields.get(name) == value:
-                if len(self._kin) >= self.size:
-                    self._kin.clear()
-                self._kin[kin_key] = header
-        if len(self._templates) >= self.size:
-            self._templates.clear()
-        self._templates[key] = header
+                self._kin_bytes = self._keep(self._kin, self._kin_bytes, kin_key, header)
+        self._templates_bytes = self._keep(self._templates, self._templates_bytes, key, header)
         return header
 
 
@@ -311,6 +329,12 @@ def _split_at(data: bytes, match: re.Match[bytes] | None, group: int, start: int
 
 #: templates a server keeps: enough for its clients (its answer cache's, answer_cache.py)
 SERVER_TEMPLATES_SIZE = 4096
+#: the longest request header anything is kept of (a template; a kept answer's key, answer_cache.py):
+#: a Java client's route lookup is 150-400 bytes, signed and with a retry topic's name under 1 KiB
+KEPT_HEADER_MAX = 4096
+#: the average header bytes a template may take (HeaderTemplates.max_bytes): a server's 4,096 keep
+#: 2 MiB of keys, parsed about 20 MB at worst
+KEPT_BYTES_PER_TEMPLATE = 512
 
 
 def decode_json_header(data: bytes) -> Header:

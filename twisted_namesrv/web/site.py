@@ -125,9 +125,9 @@ class StatusPage(resource.Resource):
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
-        first = {"api/overview": self.api.overview(), "api/clusters": self.api.clusters(),
-                 "api/events": self.api.events()}
-        data = json.dumps(first).replace("<", "\\u003c").encode()  # no "</script>" can end it early
+        first = json.dumps({"api/overview": self.api.overview(), "api/events": self.api.events()}).encode()
+        # no "</script>" can end it early: "<" as \u003c (JSON reads it as "<")
+        data = (first[:-1] + b', "api/clusters": ' + self.api.clusters_json() + b"}").replace(b"<", b"\\u003c")
         page = STATUS_PAGE.read_bytes()
         return page.replace(PRELOAD_BEFORE, b'<script id="preload" type="application/json">' + data +
                             b"</script>\n" + PRELOAD_BEFORE, 1)
@@ -139,6 +139,10 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+#: what an endpoint answers: a document, one made apart, or one encoded already (kept: state/costly.py)
+Document = bytes | dict[str, Any] | defer.Deferred[dict[str, Any]]
 
 
 class ApiResource(resource.Resource):
@@ -154,9 +158,9 @@ class ApiResource(resource.Resource):
         self.api = api
         self.searches = searches or SearchBudget()
         self.refusals = refusals or Refusals()
-        self.endpoints: dict[str, Callable[[server.Request], dict[str, Any] | defer.Deferred[dict[str, Any]]]] = {
+        self.endpoints: dict[str, Callable[[server.Request], Document]] = {
             "overview": lambda request: api.overview(),
-            "clusters": lambda request: api.clusters(),
+            "clusters": lambda request: api.clusters_json(),  # (encoded: kept, state/costly.py)
             "topics": self._topics,
             "route": self._route,
             "kv": lambda request: api.kv(),
@@ -181,6 +185,8 @@ class ApiResource(resource.Resource):
             document = {"error": str(error)}
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-cache")
+        if isinstance(document, bytes):
+            return document
         if not isinstance(document, defer.Deferred):
             return json.dumps(document).encode()
         return answer_later(request, document, lambda made: json.dumps(made).encode(), f"/api/{name}")
