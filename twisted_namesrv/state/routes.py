@@ -974,7 +974,7 @@ class RouteInfoManager:
         """Whether the group's queues on ``topic`` lack the write bit by design (named after its cluster
         as brokerAddrTable holds it, if it holds the group)."""
         broker = self.brokerAddrTable.get(broker_name)
-        return write_off_by_design(topic, () if broker is None else (broker.cluster,), (broker_name,))
+        return write_off_by_design(topic, None if broker is None else broker.cluster, broker_name)
 
     @staticmethod
     def _count_in(counts: dict[str, int], broker_name: str, change: int) -> None:
