@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
+from collections.abc import Callable, Collection, Container, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import repeat, starmap
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -139,6 +139,9 @@ def _lost_with(topic: str, departure: Departure | None) -> None:
 @dataclass(frozen=True, slots=True)
 class _LayeredView:
     get: Callable[[str], Mapping[str, QueueData] | None]
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and self.get(topic) is not None
 
 
 ChangeListener = Callable[[RouteChange], None]
@@ -369,6 +372,17 @@ class RouteInfoManager:
         """topicQueueTable as of the last change, to look topics up in (``get``) without writing
         anything: the table itself when nothing is left to write."""
         return self._table if not self._layers else _LayeredView(self.queues_of)
+
+    def routed_topics(self) -> Container[str]:
+        """The topics topicQueueTable holds as of the last change, to ask ``in`` of without writing
+        anything (a scrape's lost topics: one look-up each, through what is still to be written)."""
+        return self._table if not self._layers else _LayeredView(self.queues_of)
+
+    @property
+    def topics_written(self) -> int:
+        """Topics in topicQueueTable as written so far: what a scrape or the status page counts
+        without writing what is pending in one turn (a big change counts as its steps write it)."""
+        return len(self._table)
 
     def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
         """Of ``topics``, those whose queues name one of ``groups``, groups that left included

@@ -112,7 +112,8 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_broker_groups", "Broker names in brokerAddrTable",
                                 value=len(routes.brokerAddrTable))
         yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
-        yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
+        yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable (a big change counts as it is written "
+                                "in, over a few turns)", value=routes.topics_written)
         yield GaugeMetricFamily("namesrv_topic_queue_entries", "(topic, broker group) entries of topicQueueTable "
                                 "and topicQueueMappingInfoTable, as maxTopicQueueEntries counts them",
                                 value=routes.queueEntries + routes.mappingEntries)
@@ -207,7 +208,7 @@ class NamesrvCollector(Collector):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
-        lost = self.seen.lost.recent(self.state.routes.topicQueueTable)
+        lost = self.seen.lost.recent(self.state.routes.routed_topics())
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
                                 value=len(lost))
