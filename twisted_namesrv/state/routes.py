@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Container, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import repeat, starmap
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import msgspec
 
@@ -379,7 +379,7 @@ class RouteInfoManager:
     def routed_topics(self) -> Container[str]:
         """The topics topicQueueTable holds as of the last change, to ask ``in`` of without writing
         anything (a scrape's lost topics: one look-up each, through what is still to be written)."""
-        return self._table if not self._layers else _LayeredView(self.queues_of)
+        return cast(Container[str], self.queue_view())  # the table, or a _LayeredView: both answer ``in``
 
     @property
     def topics_written(self) -> int:
