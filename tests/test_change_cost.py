@@ -350,6 +350,42 @@ def test_a_big_registration_touches_a_bounded_slice_per_turn_and_lookups_see_it_
     assert len(table) == 2 * size + 1 and cluster.routes.settling == 0
 
 
+def test_a_scrape_while_a_big_registration_is_written_in_writes_none_of_it(tmp_path, monkeypatch):
+    """/metrics and the status page's overview and clusters read between the steps of a big
+    registration: each counts the topics written so far and looks its lost topics up through what
+    is still to write, so no turn touches more than TURN_BOUND entries (they walked
+    topicQueueTable, which writes everything pending at once: the whole registration in the
+    scrape's turn), and a lost topic the registration serves again is not lost from its commit on."""
+    from twisted_namesrv.web.api import StatusApi
+    from twisted_namesrv.web.site import MetricsPage
+
+    size = 6 * TURN_BOUND
+    cluster = Turns(tmp_path, monkeypatch)
+    service = cluster.service
+    page = MetricsPage(service.state, service.remoting.factory, service.seen, service.seen.health)
+    api = StatusApi(service.state, service.remoting.factory, service.seen, service.seen.health)
+    gone, _ = cluster.connect()
+    cluster.register(gone, "gone", 1, ["Back", "Gone"])  # (5.x refuses a first one of a single topic)
+    gone.connectionLost()
+    cluster.settle()
+    assert sorted(lost["topic"] for lost in api.clusters()["lost_topics"]) == ["Back", "Gone"]
+    table = cluster.walked()
+    new, new_out = cluster.connect()
+    read: list[tuple[int, int, list[str]]] = []
+
+    def scrape() -> None:
+        page._begin()()
+        read.append((cluster.routes.settling, api.overview()["topics"],
+                     [lost["topic"] for lost in api.clusters()["lost_topics"]]))
+    new.dataReceived(registration_frame("new", 2, [f"New{i:06d}" for i in range(size)] + ["Back"]))
+    touched = cluster.turns(table, scrape)
+    assert max(touched) <= TURN_BOUND, sorted(touched)[-5:]
+    during = [(topics, lost) for settling, topics, lost in read if settling]
+    assert len(during) >= 4 and all(lost == ["Gone"] for _, lost in during)  # read mid-write, several times
+    assert [topics for topics, _ in during] == sorted(topics for topics, _ in during)  # counted as written
+    assert read[-1][:2] == (0, size + 1) and RemotingCommand.decode(new_out.value()[4:]).code == 0
+
+
 @pytest.mark.parametrize("size", [2 * TURN_BOUND, 6 * TURN_BOUND])
 def test_a_mass_disconnect_touches_a_bounded_slice_per_turn_and_lookups_see_it_whole(tmp_path, monkeypatch, size):
     """Groups serving ``size`` topics lose their connections together beside a broker that stays:

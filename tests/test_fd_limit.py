@@ -5,7 +5,9 @@ their descriptors (a subprocess under ulimit -n 256)."""
 
 from __future__ import annotations
 
+import errno
 import http.client
+import io
 import json
 import re
 import resource
@@ -15,10 +17,11 @@ import sys
 import time
 
 import pytest_twisted
-from twisted.internet import task
-from twisted.logger import globalLogPublisher
+from twisted.internet import task, tcp
+from twisted.logger import Logger, LogLevel, capturedLogs, formatEvent, globalLogPublisher
 
 from tests.support import free_port, server_config, start_server
+from twisted_namesrv import server
 from twisted_namesrv.admin.client import NamesrvClient
 from twisted_namesrv.budget import FdBudget, fd_limit_warning
 from twisted_namesrv.remoting import RequestCode
@@ -241,6 +244,9 @@ def test_a_full_descriptor_table_pauses_accepting_logs_once_and_counts(tmp_path)
         assert failed and 1 <= float(failed[1]) <= 10, failed  # a turn a second, not one a reactor turn
         text = out.read_text()
         assert text.count("Could not accept") == 0 and text.count("EMFILE") <= 10, text[-3000:]
+        # Twisted's reserve, lost in the full table: one line of ours, not its critical traceback
+        assert "Traceback" not in text and "EMFILE recovery file descriptor" not in text, text[-3000:]
+        assert text.count("no descriptor to keep in reserve for a full descriptor table") == 1, text[-3000:]
         assert text.count("listenPort: cannot accept connections: EMFILE") == 1, text[-3000:]
         assert "metricsPort: cannot accept connections: EMFILE" in text
         resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, limits)
@@ -255,6 +261,39 @@ def test_a_full_descriptor_table_pauses_accepting_logs_once_and_counts(tmp_path)
             peer.close()
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_lost_descriptor_reserve_is_one_line_an_episode_and_taken_again_after_it():
+    """Twisted's EMFILE reserve that cannot be taken again logged a critical traceback each time;
+    now one warning while it stays lost, and it is taken again once a port accepts again (Twisted
+    itself tried only at a port's start: the next full table found no reserve)."""
+    table_full = [True]
+    opened: list[object] = []
+
+    def open_reserve() -> object:
+        if table_full[0]:
+            raise OSError(errno.EMFILE, "Too many open files")
+        opened.append(reserve := io.BytesIO())
+        return reserve
+    reservation = tcp._FileDescriptorReservation(open_reserve)
+    published: list[dict] = []
+    watch = server.ReserveFailures(reservation, published.append)
+    reservation._log = Logger(namespace="twisted.internet.tcp", observer=watch)
+    with capturedLogs() as events:
+        for _ in range(3):
+            reservation.reserve()  # as a port's start or Twisted's recovery does, the table full
+        watch.retake()  # a port accepts again, the table still full: still lost, nothing more said
+        table_full[0] = False
+        watch.retake()  # free: taken again
+        assert reservation.available() and not watch.lost and len(opened) == 1
+        reservation._log.info("Re-reserving for a test")  # the reservation's other events go on as they were
+        table_full[0] = True
+        with reservation:  # Twisted's recovery uses it, and cannot take it again: a new episode
+            pass
+    said = [formatEvent(e) for e in events if "reserve" in formatEvent(e)]
+    assert len(said) == 2 and all("no descriptor to keep in reserve" in line for line in said), said
+    assert all(e["log_level"] == LogLevel.warn for e in events if e.get("log_namespace") == "twisted_namesrv.server")
+    assert [e["log_format"] for e in published] == ["Re-reserving for a test"]
 
 
 def test_the_http_port_keeps_a_headroom_the_others_cannot_take():

@@ -9,7 +9,7 @@ from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_housekeeping import MASTER, START, config, register
-from tests.web.test_metrics_and_api import Served
+from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.service import NamesrvService
 
 INTERVAL = 10  # s
@@ -100,3 +100,23 @@ def test_a_damaged_snapshot_starts_empty(tmp_path):
     assert service.state.routes.topicQueueTable == {}
     assert (tmp_path / "routes.json.corrupt").read_bytes().endswith(b'"topicQueueTable": [')
     assert not (tmp_path / "routes.json").exists()
+
+
+def test_a_snapshot_past_the_limits_is_not_served_and_the_server_starts(tmp_path):
+    """Written while maxTopicsPerBroker allowed broker-a's two topics, read by a server that allows
+    one: refused as broker-a's registration would be now, one line and a count, and the server starts
+    empty (brokers register again within 30 s, each under the limits)."""
+    first = served(tmp_path)
+    broker, transport = first.connect()
+    register(broker, transport)
+    first.service.snapshots.stopService()
+
+    with capturedLogs() as events:
+        second = Served(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json"), maxTopicsPerBroker=1)
+    assert second.api.route("T1") is None and second.service.state.routes.brokerLiveTable == {}
+    assert second.service.snapshots.loaded and second.service.readiness()["route_snapshot_loaded"]
+    scrape = second.scrape()
+    assert value(scrape, "namesrv_store_load_refusals_total", store="routeSnapshotPath", reason="over_limits") == 1
+    (line,) = [formatEvent(e) for e in events if "route snapshot" in formatEvent(e)]
+    assert "not served" in line and "maxTopicsPerBroker (1)" in line and "[max_topics_per_broker]" in line
+    assert (tmp_path / "routes.json").exists()  # not damaged: not set aside; the next write replaces it

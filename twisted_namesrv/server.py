@@ -610,8 +610,10 @@ class AcceptFailures:
     QUIET = ("EMFILE encountered", "Re-reserving EMFILE recovery")
 
     def __init__(self, name: str, port: Any, clock: interfaces.IReactorTime,
-                 refuse: Callable[..., None], publish: Callable[[dict[str, Any]], None]) -> None:
+                 refuse: Callable[..., None], publish: Callable[[dict[str, Any]], None],
+                 reserve: ReserveFailures | None = None) -> None:
         self.name, self.port, self.clock, self.refuse, self.publish = name, port, clock, refuse, publish
+        self.reserve = reserve
         self.since: float | None = None  # when the episode began (None: accepting)
         self.failed_turns = 0
         self.resume: interfaces.IDelayedCall | None = None
@@ -652,6 +654,8 @@ class AcceptFailures:
                      "descriptor meanwhile [fd_table_full]", listener=self.name,
                      seconds=self.clock.seconds() - self.since, turns=self.failed_turns)
             self.since = None
+            if self.reserve is not None:
+                self.reserve.retake()
 
     def stop(self) -> None:
         if self.resume is not None and self.resume.active():
@@ -660,6 +664,65 @@ class AcceptFailures:
 
 def _shown(value: int | None, none: str) -> str:
     return none if value is None else str(value)
+
+
+class ReserveFailures:
+    """Twisted keeps one descriptor in reserve (``twisted.internet.tcp._reservedFD``, /dev/null
+    opened) to accept and close a peer when accept() meets EMFILE, and takes it again at once; in a
+    descriptor table still full it cannot, and logs a critical line with a traceback (``Could not
+    reserve EMFILE recovery file descriptor.``; ``re-reserve`` for another error) - then never
+    tries again but at a port's start, so the next full table finds no reserve.
+
+    This reads the reservation's log events (an ILogObserver in the place of its logger's): a
+    failure to take it is one warning line in our words while it stays lost, the accept failures
+    it leaves are paused and counted by AcceptFailures (``fd_table_full``); once a port accepts
+    again (``retake``: descriptors are free) it is taken again, for the next episode.  Every other
+    event of the reservation goes on to ``publish`` as it would have."""
+
+    FAILED = ("Could not reserve EMFILE recovery", "Could not re-reserve EMFILE recovery")
+
+    def __init__(self, reservation: Any, publish: Callable[[dict[str, Any]], None]) -> None:
+        self.reservation, self.publish = reservation, publish
+        self.lost = False  # a failure to take the reserve was said, and it is not taken since
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if not str(event.get("log_format", "")).startswith(self.FAILED):
+            self.publish(event)
+            return
+        if self.lost:
+            return
+        self.lost = True
+        failure = event.get("log_failure")
+        error = failure.getErrorMessage() if isinstance(failure, Failure) else "?"
+        log.warn("no descriptor to keep in reserve for a full descriptor table ({error}): accepts that find none "
+                 "are paused and counted until one is free [fd_table_full]", error=error)
+
+    def retake(self) -> None:
+        """Descriptors are free again: take the reserve again (a failure comes back here, unsaid)."""
+        if not self.reservation.available():
+            self.reservation.reserve()
+        if self.reservation.available():
+            self.lost = False
+
+
+#: the reservation's one watch (the reservation is the process's, shared by every port)
+_reserve_watch: list[ReserveFailures] = []
+
+
+def watch_fd_reserve() -> ReserveFailures | None:
+    """Put ReserveFailures between Twisted's descriptor reservation and its logger, once; None where
+    Twisted keeps none (Windows) or keeps it otherwise than this reads."""
+    if not _reserve_watch:
+        from twisted.internet import tcp
+
+        reservation = getattr(tcp, "_reservedFD", None)
+        logger = getattr(reservation, "_log", None)
+        if not isinstance(logger, Logger) or not hasattr(reservation, "available"):
+            return None
+        watch = ReserveFailures(reservation, logger.observer)
+        reservation._log = Logger(namespace=logger.namespace, observer=watch)  # type: ignore[union-attr]
+        _reserve_watch.append(watch)
+    return _reserve_watch[0]
 
 
 class Listener(service.Service):
@@ -684,6 +747,8 @@ class Listener(service.Service):
             return
         try:
             factory = self.admission.around(self.factory) if self.admission is not None else self.factory
+            if self.admission is not None:
+                watch_fd_reserve()  # before the port takes the reserve (its start does)
             self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
                                                interface=self.interface)
             if self.admission is not None:
@@ -699,7 +764,7 @@ class Listener(service.Service):
         port = self.port
         publish = port._logger.observer  # type: ignore[union-attr]
         admission.failures = AcceptFailures(self.name, port, self.reactor, admission.refuse,  # type: ignore[arg-type]
-                                            publish)
+                                            publish, watch_fd_reserve())
         port._logger = Logger(namespace=port._logger.namespace, observer=admission.failures)  # type: ignore[union-attr]
 
     def unbind(self) -> defer.Deferred[None] | None:

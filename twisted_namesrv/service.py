@@ -50,7 +50,7 @@ from .housekeeping import HousekeepingService, log_route_event
 from .lost_topics import LostTopics
 from .metrics import Metrics
 from .observations import Observations
-from .outages import HealthWatch
+from .outages import HealthWatch, RouteHealth
 from .peers import PeersService, peer_addresses
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -459,7 +459,7 @@ class NamesrvService(service.MultiService):
         from .web.health import health_resources
         from .web.nsaddr import nsaddr_resources
 
-        return {**health_resources(self.liveness, self.readiness, self.readiness_details),
+        return {**health_resources(self.liveness, self.readiness_probe),
                 **nsaddr_resources(self.config, self.listen_port)}
 
     def own_address(self) -> str:
@@ -481,25 +481,28 @@ class NamesrvService(service.MultiService):
         """``/healthz``: the process answers (this runs in it) and every listener is bound."""
         return {f"{listener.name}_bound": listener.port is not None for listener in self.listeners()}
 
-    def readiness(self) -> dict[str, bool]:
+    def readiness_probe(self) -> tuple[dict[str, bool], dict[str, Any]]:
+        """``/readyz``'s checks and details from one computation of the route health (each walks
+        every broker group: at the limits' 20,000 groups, not twice a probe)."""
+        health = self.health.health()
+        return self.readiness(health), self.readiness_details(health)
+
+    def readiness(self, health: RouteHealth | None = None) -> dict[str, bool]:
         """``/readyz``: live, the KV store and any route snapshot loaded (both are loaded before the
         service can start: a KV file that cannot be read stops the start), not stopping, and the
         broker groups that were up when it last saved its topology (state/topology.py) routed again -
         registered since the start or restored from the route snapshot - or ``readinessBrokerWait``
         ms past the start: a group that stays down must not keep every NameServer unready for ever,
         and one that was down before the restart is an outage, not a reason to wait."""
+        health = self.health.health() if health is None else health
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
                 "started": bool(self.running), "not_stopping": not self.stopping,
-                "broker_groups_back": self.brokers_back()}
+                "broker_groups_back": not health.rejoin_left or not health.not_back}
 
-    def brokers_back(self) -> bool:
-        health = self.health.health()
-        return not health.rejoin_left or not health.not_back
-
-    def readiness_details(self) -> dict[str, Any]:
+    def readiness_details(self, health: RouteHealth | None = None) -> dict[str, Any]:
         """What /readyz says beside its checks: "N of M known broker groups back"."""
-        health = self.health.health()
+        health = self.health.health() if health is None else health
         absent = [f"{group.cluster}/{group.broker}" for group in health.absent]
         waiting = [f"{group.cluster}/{group.broker}" for group in health.not_back]
         return {"broker_groups": {"known": health.known, "back": health.back, "routed": health.known - len(absent),

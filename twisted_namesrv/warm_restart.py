@@ -13,7 +13,9 @@ hold the routes.  One older than ``routeSnapshotMaxAge`` (the server was down th
 NameServer - Java's, in a rollback - served meanwhile) is not served: its brokers would have expired
 had a NameServer been running, and what changed meanwhile is unknown.  It is logged and counted in
 ``namesrv_store_load_refusals_total{store="routeSnapshotPath",reason="too_old"}``, and the server
-starts empty; the next write replaces it.
+starts empty; the next write replaces it.  So is one whose tables pass a limit a registration is
+held to (maxBrokerGroups, maxBrokers, maxBrokersPerGroup, maxTopicsPerBroker, maxTopicQueueEntries,
+maxNameLength: written under larger limits, or crafted), counted as ``reason="over_limits"``.
 
 Encoding a big table takes long enough to stall every client, so the periodic write runs in a
 forked child (as Redis' BGSAVE does): it sees the routes as they were at the fork, writes them
@@ -34,6 +36,7 @@ from pathlib import Path
 from twisted.internet import interfaces
 from twisted.logger import Logger
 
+from .bodies.register import RegistrationRefused
 from .hangup import default_hangup
 from .state.files import NotRegularFile, read_regular
 from .state.routes import RouteInfoManager
@@ -96,6 +99,12 @@ class RouteSnapshotService(StepTimerService):
             return 0
         try:
             restored = import_routes(self.routes, load_document(data))
+        except RegistrationRefused as refusal:  # tables no registration could have made here: not served
+            self.load_refusals["routeSnapshotPath", "over_limits"] += 1
+            log.error("route snapshot {path} not served: {why} [{reason}], the limits a registration is held to; "
+                      "starting with empty routes until brokers register", path=str(self.path), why=refusal,
+                      reason=refusal.reason)
+            return 0
         except (DocumentError, SnapshotError) as exc:  # bad JSON, NaN, nested too deeply; a damaged table
             self.load_refusals["routeSnapshotPath", "corrupt"] += 1
             kept = set_aside(self.path)  # the next write must not destroy what went wrong

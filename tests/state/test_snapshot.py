@@ -7,9 +7,10 @@ import json
 import pytest
 
 from tests.state.test_routes import BOTH, MASTER_A, MASTER_B, SLAVE_A, V5, manager, register
+from twisted_namesrv.bodies.register import RegistrationRefused
 from twisted_namesrv.bodies.route import cluster_info_bean, queue_mapping_info, topic_list_body, topic_route_bean
 from twisted_namesrv.remoting import fastjson
-from twisted_namesrv.state.routes import RouteInfoManager
+from twisted_namesrv.state.routes import FILTER_SERVERS_MAX, RouteInfoManager
 from twisted_namesrv.state.snapshot import SnapshotError, export_routes, import_routes
 
 # as decode_register_body stores it: in bean order, currIdMap keyed by int
@@ -102,3 +103,61 @@ def test_a_damaged_snapshot_changes_nothing(damage):
     with pytest.raises(SnapshotError):
         import_routes(routes, snapshot)
     assert (routes.topicQueueTable, routes.brokerAddrTable, routes.brokerLiveTable) == ({}, {}, {})
+
+
+#: populated(V5): broker groups 2, brokers 3, broker-a's members 2 and topics 3, topic-queue entries 8
+#: (5 queue entries and static topic T1's mapping of 2 queues); each limit one under what it holds
+UNDER_THE_LIMITS = [({"maxBrokerGroups": 1}, "max_broker_groups"), ({"maxBrokers": 2}, "max_brokers"),
+                    ({"maxBrokersPerGroup": 1}, "max_brokers_per_group"),
+                    ({"maxTopicsPerBroker": 2}, "max_topics_per_broker"),
+                    ({"maxTopicQueueEntries": 7}, "max_topic_queue_entries")]
+LONG = "x" * 17  # maxNameLength 16 below
+
+
+@pytest.mark.parametrize("limits,reason", UNDER_THE_LIMITS)
+def test_a_snapshot_past_a_limit_of_the_tables_is_refused_and_changes_nothing(limits, reason):
+    """A snapshot holds no more than registrations could have put in the tables under this server's
+    limits: one written under larger limits (or crafted) is refused as the registration would be."""
+    snapshot = json.loads(json.dumps(export_routes(populated(V5)[0])))
+    routes, _ = manager(V5, **limits)
+    with pytest.raises(RegistrationRefused) as refused:
+        import_routes(routes, snapshot)
+    assert refused.value.reason == reason
+    assert (routes.topicQueueTable, routes.brokerAddrTable, routes.brokerLiveTable) == ({}, {}, {})
+    assert (routes.queueEntries, routes.mappingEntries, routes.topicsOfGroup, routes.generation) == (0, 0, {}, 0)
+
+
+def test_a_snapshot_at_the_limits_loads():
+    """The same rule as a registration's: holding exactly a limit is within it."""
+    snapshot = json.loads(json.dumps(export_routes(populated(V5)[0])))
+    routes, _ = manager(V5, maxBrokerGroups=2, maxBrokers=3, maxBrokersPerGroup=2, maxTopicsPerBroker=3,
+                        maxTopicQueueEntries=8, maxNameLength=16)
+    assert import_routes(routes, snapshot) == 3
+
+
+@pytest.mark.parametrize("craft", [
+    lambda s: s["topicQueueTable"].update({LONG: [["broker-b", 4, 4, 6, 0]]}),
+    lambda s: s["brokerAddrTable"]["broker-b"].update(zoneName=LONG),
+    lambda s: s["brokerAddrTable"]["broker-b"].update(brokerAddrs=[[0, LONG]]),
+    lambda s: s["clusterAddrTable"].update({LONG: ["broker-b"]}),
+    lambda s: s["brokerLiveTable"][0].update(haServerAddr=LONG),
+    lambda s: s["filterServerTable"][0].__setitem__(2, [LONG]),
+    lambda s: s["topicQueueMappingInfoTable"]["T1"]["broker-a"].update(scope=LONG),
+    lambda s: s["topicQueueTable"]["T3"][0].__setitem__(0, LONG),  # a queue of a group nobody lists
+], ids=["topic", "zone", "addr", "cluster", "ha", "filter server", "mapping", "queue group"])
+def test_a_snapshot_with_a_name_past_max_name_length_is_refused(craft):
+    snapshot = json.loads(json.dumps(export_routes(populated(V5)[0])))
+    craft(snapshot)
+    routes, _ = manager(V5, maxNameLength=16)
+    with pytest.raises(RegistrationRefused) as refused:
+        import_routes(routes, snapshot)
+    assert refused.value.reason == "max_name_length" and routes.brokerAddrTable == {}
+
+
+def test_a_snapshot_with_more_filter_servers_than_a_registration_may_list_is_refused():
+    snapshot = json.loads(json.dumps(export_routes(populated(V5)[0])))
+    snapshot["filterServerTable"][0][2] = [f"10.0.0.{i}:1" for i in range(FILTER_SERVERS_MAX + 1)]
+    routes, _ = manager(V5)
+    with pytest.raises(RegistrationRefused) as refused:
+        import_routes(routes, snapshot)
+    assert refused.value.reason == "filter_servers" and routes.brokerAddrTable == {}

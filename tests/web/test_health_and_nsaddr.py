@@ -47,6 +47,23 @@ def test_probes_answer_ok_with_their_checks_while_serving(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
+def test_readyz_works_out_the_route_health_once(tmp_path):
+    """Its checks (broker_groups_back) and its details ("N of M known broker groups back") read one
+    computation of the route health, which walks every broker group: it was made twice a probe."""
+    service, _, base = yield started(tmp_path)
+    watch, made = service.health, []
+    health = watch.health
+    watch.health = lambda: made.append(1) or health()
+    try:
+        code, _, body = yield get(base + "/readyz")
+        assert code == 200 and json.loads(body)["broker_groups"]["summary"] == "0 of 0 known broker groups back"
+        assert len(made) == 1
+    finally:
+        del watch.health
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
 def test_readyz_fails_naming_the_check_once_stopping_and_healthz_when_a_listener_is_gone(tmp_path):
     service, _, base = yield started(tmp_path)
     try:

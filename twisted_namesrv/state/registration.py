@@ -16,7 +16,7 @@ Pure: no Twisted, and nothing here changes a table.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Container, Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter
@@ -59,21 +59,22 @@ _TOPIC_NAME = attrgetter("topicName")
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 
-def write_off_by_design(topic: str, cluster_names: Container[str] = (), broker_names: Container[str] = ()) -> bool:
-    """Whether ``topic`` may lack the write bit on a healthy broker: Java's TopicConfigManager.init
-    creates the member-sync topic with PERM_INHERIT alone, and the topic named after the broker or
-    exactly after its cluster so when brokerTopicEnable / clusterTopicEnable are off.  Such a topic
-    says nothing about whether the group takes writes: its queues without the write bit are not
-    counted among the group's topics (``RouteInfoManager.sealedOfGroup``; system_topics.py)."""
-    return topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX) or topic in broker_names or topic in cluster_names
-
-
-def _sealed_by_design(topics: Mapping[str, Any], cluster: str, broker_name: str) -> int:
-    """How many of ``topics`` (a mapping's keys) are write_off_by_design for the group of
-    ``broker_name`` in ``cluster``: the prefix tested in C, the two named ones looked up."""
+def written_off_by_design(topics: list[str], cluster: str | None, broker_name: str | None) -> int:
+    """How many of ``topics`` may lack the write bit on a healthy broker of group ``broker_name`` in
+    ``cluster``: Java's TopicConfigManager.init creates the member-sync topic with PERM_INHERIT
+    alone, and the topic named after the broker or exactly after its cluster so when
+    brokerTopicEnable / clusterTopicEnable are off.  Such a topic says nothing about whether the
+    group takes writes: its queues without the write bit are not counted among the group's topics
+    (``RouteInfoManager.sealedOfGroup``; system_topics.py).  The one statement of the rule, for a
+    list so that a registration's topics are tested in C (no call a topic: ``Staging.add``)."""
     prefixed = sum(map(str.startswith, topics, repeat(SYNC_BROKER_MEMBER_GROUP_PREFIX)))
-    return prefixed + sum(topic in topics and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)
-                          for topic in {cluster, broker_name})
+    return prefixed + sum(topics.count(named) for named in {cluster, broker_name}
+                          if named is not None and not named.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX))
+
+
+def write_off_by_design(topic: str, cluster: str | None = None, broker_name: str | None = None) -> bool:
+    """Whether ``topic`` may lack the write bit by design (``written_off_by_design``)."""
+    return written_off_by_design([topic], cluster, broker_name) > 0
 
 
 class RegistrationMemo(msgspec.Struct, frozen=True, gc=False):
@@ -386,10 +387,12 @@ class Staging:
         # the write bit's count: an entry added has it but those of a run of numbers without it
         # (``writes``: rare but for a read-only prime slave's); one replacing an entry that had it
         # changes nothing but when it has not (``regained`` counts the replaced ones without it: an
-        # overwrite of writable entries, most, counts nothing); an entry without it is tested by
-        # write_off_by_design's rule, inline (the call was about 1,100 instructions a topic)
-        regained, unwritable, sealed, writes, write_bit = 0, 0, 0, True, PERM_WRITE
-        cluster, sync = rules.cluster, SYNC_BROKER_MEMBER_GROUP_PREFIX
+        # overwrite of writable entries, most, counts nothing); the topics of the entries without it
+        # are kept (``off``, ``back``: those they replace) and tested after the loop, in C
+        # (written_off_by_design: a call a topic was about 1,100 instructions)
+        regained, unwritable, writes, write_bit = 0, 0, True, PERM_WRITE
+        off: list[str] = []
+        back: list[str] = []
         if not isinstance(table, TopicQueueTable) or joins:
             self.entries = None  # a view's entries are not the table's; joining, none looked up
         entries = self.entries if self.entries is not None else []
@@ -425,8 +428,7 @@ class Staging:
                     self.overwrites = True
                     if not old.perm & write_bit:
                         regained += 1
-                        if topic.startswith(sync) or topic == name or topic == cluster:  # write_off_by_design
-                            sealed -= 1
+                        back.append(topic)
                 numbers = (config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
                 if numbers != last:
                     found = shared.get(numbers)
@@ -437,15 +439,16 @@ class Staging:
                 keep(held)
                 if not writes:
                     unwritable += 1
-                    if topic.startswith(sync) or topic == name or topic == cluster:  # write_off_by_design
-                        sealed += 1
+                    off.append(topic)
                 if len(topic) > longest:
                     longest = len(topic)
         finally:
             self.longest = longest
             self.added += added
             self.writable += added + regained - unwritable
-            self.sealed += sealed
+            if off or back:
+                cluster = rules.cluster
+                self.sealed += written_off_by_design(off, cluster, name) - written_off_by_design(back, cluster, name)
 
     def _add_alike(self, configs: list[TopicConfig]) -> bool:
         """``configs`` of a group that joins (every one is added) staged in C, with no Python loop
@@ -470,7 +473,7 @@ class Staging:
         if perm & PERM_WRITE:
             self.writable += len(names)
         else:
-            self.sealed += _sealed_by_design(piece, self.rules.cluster, self.broker_name)
+            self.sealed += written_off_by_design(names, self.rules.cluster, self.broker_name)
         self.longest = max(self.longest, max(map(len, names)))
         return True
 
@@ -491,6 +494,6 @@ class Staging:
                 self.removed += 1
                 if held[name].perm & PERM_WRITE:
                     self.writable -= 1
-                elif write_off_by_design(topic, (self.rules.cluster,), (name,)):
+                elif write_off_by_design(topic, self.rules.cluster, name):
                     self.sealed -= 1
                 self.longest = max(self.longest, len(topic))

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
+from collections.abc import Callable, Collection, Container, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import repeat, starmap
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import msgspec
 
@@ -139,6 +139,9 @@ def _lost_with(topic: str, departure: Departure | None) -> None:
 @dataclass(frozen=True, slots=True)
 class _LayeredView:
     get: Callable[[str], Mapping[str, QueueData] | None]
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and self.get(topic) is not None
 
 
 ChangeListener = Callable[[RouteChange], None]
@@ -275,6 +278,13 @@ class RouteData:
 
 #: the most filterServerList entries a registration may hold (brokers since 4.x send an empty list)
 FILTER_SERVERS_MAX = 8
+#: the tables' counting limits (state/config.py) in the order ``_hold`` takes their counts, each with
+#: what it counts, and the reason a refusal of each is counted under
+_LIMITS = (("maxBrokerGroups", "broker groups"), ("maxBrokers", "brokers"), ("maxBrokersPerGroup", "members"),
+           ("maxTopicsPerBroker", "topics"), ("maxTopicQueueEntries", "topic-queue entries"))
+LIMIT_REASONS = {"maxBrokerGroups": "max_broker_groups", "maxBrokers": "max_brokers",
+                 "maxBrokersPerGroup": "max_brokers_per_group", "maxTopicsPerBroker": "max_topics_per_broker",
+                 "maxTopicQueueEntries": "max_topic_queue_entries"}
 
 
 def mapping_entries(info: dict[str, Any] | None) -> int:
@@ -365,6 +375,17 @@ class RouteInfoManager:
         """topicQueueTable as of the last change, to look topics up in (``get``) without writing
         anything: the table itself when nothing is left to write."""
         return self._table if not self._layers else _LayeredView(self.queues_of)
+
+    def routed_topics(self) -> Container[str]:
+        """The topics topicQueueTable holds as of the last change, to ask ``in`` of without writing
+        anything (a scrape's lost topics: one look-up each, through what is still to be written)."""
+        return cast(Container[str], self.queue_view())  # the table, or a _LayeredView: both answer ``in``
+
+    @property
+    def topics_written(self) -> int:
+        """Topics in topicQueueTable as written so far: what a scrape or the status page counts
+        without writing what is pending in one turn (a big change counts as its steps write it)."""
+        return len(self._table)
 
     def topics_naming(self, groups: Collection[str | None], topics: Iterable[str]) -> list[str]:
         """Of ``topics``, those whose queues name one of ``groups``, groups that left included
@@ -581,10 +602,20 @@ class RouteInfoManager:
     @_one_change
     def restore(self, tables: RouteTables) -> None:
         """The six tables replaced at once by ones read back (state/snapshot.py, before listening):
-        one change, of everything."""
+        one change, of everything.  Held to the limits a registration is held to (``_check_tables``:
+        a snapshot written under larger ones, or crafted): RegistrationRefused, the tables as they were."""
+        before = (self._table, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
+                  self.filterServerTable, self.topicQueueMappingInfoTable)
         (self.topicQueueTable, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
          self.filterServerTable, self.topicQueueMappingInfoTable) = tables
         self.recount()
+        try:
+            self._check_tables()
+        except RegistrationRefused:
+            (self.topicQueueTable, self.brokerAddrTable, self.clusterAddrTable, self.brokerLiveTable,
+             self.filterServerTable, self.topicQueueMappingInfoTable) = before
+            self.recount()
+            raise
         self._everything_changed()
 
     def _forget_tables(self) -> None:
@@ -868,44 +899,84 @@ class RouteInfoManager:
                            ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
                            ("zoneName", req.zoneName)), longest)
         servers = req.body.filterServerList
+        if servers:  # (none from brokers since 4.x)
+            self._check_filter_servers(servers, longest)
+        name = req.brokerName
+        # what the tables would hold that this registration adds to (0: adds none, so passes none)
+        groups = len(self.brokerAddrTable) + 1 if name not in self.brokerAddrTable else 0
+        brokers = (len(self.brokerLiveTable) + 1 if self.live_key(req.clusterName, req.brokerAddr)
+                   not in self.brokerLiveTable else 0)
+        broker = self.brokerAddrTable.get(name)
+        members = broker.brokerAddrs if broker is not None else {}
+        member = len(members) + 1 if req.brokerId not in members and req.brokerAddr not in members.values() else 0
+        topics = entries = 0
+        if staging is not None:
+            mappings = req.body.topicQueueMappingInfoMap
+            if staging.longest > longest:  # measured as they were staged, in steps
+                self._check_names((("topic", topic) for topic in staging.staged), longest)
+            if mappings:  # (5.x's static topics only)
+                self._check_names((("static topic mapping", text) for info in mappings.values()
+                                   for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
+            added = staging.added - staging.removed
+            topics = self.topicsOfGroup.get(name, 0) + added if added > 0 else 0
+            new_mappings = self._new_mappings(req, staging.rules) if mappings else 0
+            if added + new_mappings > 0:
+                entries = self.queueEntries + self.mappingEntries + added + new_mappings
+        self._hold(name, groups, brokers, member, topics, entries)
+
+    def _hold(self, group: str | None, groups: int = 0, brokers: int = 0, members: int = 0, topics: int = 0,
+              entries: int = 0) -> None:
+        """The rule of the tables' limits, stated once: RegistrationRefused for the first count
+        over its limit: the broker groups, brokers and topic-queue entries the tables would hold, the
+        members and topics broker ``group`` would (0: not counted).  One call for all of them (a
+        registration makes it once), the counts compared in one expression: a loop over the limits
+        was about 4,000 instructions a registration; it runs only to name the limit passed."""
+        config = self.config.values
+        if (groups <= config["maxBrokerGroups"] and brokers <= config["maxBrokers"]
+                and members <= config["maxBrokersPerGroup"] and topics <= config["maxTopicsPerBroker"]
+                and entries <= config["maxTopicQueueEntries"]):
+            return
+        for (key, what), count in zip(_LIMITS, (groups, brokers, members, topics, entries), strict=True):
+            if count > config[key]:
+                holder = f"broker group {group}" if what in ("members", "topics") else "the route tables"
+                raise RegistrationRefused(LIMIT_REASONS[key], f"{holder} would hold {count} {what}, over {key} "
+                                          f"({config[key]})")
+
+    def _check_tables(self) -> None:
+        """RegistrationRefused when the tables as they are (restored from a snapshot, counted:
+        ``recount``) pass a limit a registration is held to (``_check_limits``): the same rules
+        (``_hold``, ``_check_names``, ``_check_filter_servers``), applied to every group, broker,
+        name and count at once."""
+        longest = self.config.values["maxNameLength"]
+        self._hold(None, groups=len(self.brokerAddrTable), brokers=len(self.brokerLiveTable),
+                   entries=self.queueEntries + self.mappingEntries)
+        for name, broker in self.brokerAddrTable.items():
+            self._hold(name, members=len(broker.brokerAddrs))
+            self._check_names((("brokerName", name), ("clusterName", broker.cluster), ("zoneName", broker.zoneName),
+                               *(("brokerAddr", addr) for addr in broker.brokerAddrs.values())), longest)
+        for name, count in self.topicsOfGroup.items():  # the queue data's group names too
+            self._hold(name, topics=count)
+            self._check_names((("brokerName", name),), longest)
+        self._check_names((("clusterName", text) for cluster, names in self.clusterAddrTable.items()
+                           for text in (cluster, *names)), longest)
+        for key, live in self.brokerLiveTable.items():
+            self._check_names((("brokerAddr", self._addr_of(key)), ("haServerAddr", live.haServerAddr)), longest)
+        for servers in self.filterServerTable.values():
+            self._check_filter_servers(servers, longest)
+        table = self._table
+        if max(map(len, table), default=0) > longest:  # measured in C, named in Python only when one is over
+            self._check_names((("topic", topic) for topic in table), longest)
+        self._check_names((("static topic mapping", text) for topic, held in self.topicQueueMappingInfoTable.items()
+                           for info in held.values()
+                           for text in (topic, info.get("topic"), info.get("bname"), info.get("scope"))), longest)
+
+    def _check_filter_servers(self, servers: list[str], longest: int) -> None:
+        """RegistrationRefused when a broker lists more filter servers than a registration may, or
+        one's address passes maxNameLength."""
         if len(servers) > FILTER_SERVERS_MAX:
             raise RegistrationRefused("filter_servers", f"its filterServerList lists {len(servers)} servers, over the "
                                       f"{FILTER_SERVERS_MAX} a registration may list (brokers since 4.x send none)")
-        if servers:  # (none from brokers since 4.x)
-            self._check_names((("filterServerList", server) for server in servers), longest)
-        if req.brokerName not in self.brokerAddrTable and len(self.brokerAddrTable) >= config["maxBrokerGroups"]:
-            raise RegistrationRefused("max_broker_groups", f"a new broker group, and {len(self.brokerAddrTable)} "
-                                      f"are registered: maxBrokerGroups ({config['maxBrokerGroups']})")
-        key = self.live_key(req.clusterName, req.brokerAddr)
-        if key not in self.brokerLiveTable and len(self.brokerLiveTable) >= config["maxBrokers"]:
-            raise RegistrationRefused("max_brokers", f"a new broker, and {len(self.brokerLiveTable)} are registered: "
-                                      f"maxBrokers ({config['maxBrokers']})")
-        broker = self.brokerAddrTable.get(req.brokerName)
-        members = broker.brokerAddrs if broker is not None else {}
-        if (len(members) >= config["maxBrokersPerGroup"] and req.brokerId not in members
-                and req.brokerAddr not in members.values()):
-            raise RegistrationRefused("max_brokers_per_group", f"a new member of broker group {req.brokerName}, "
-                                      f"which has {len(members)}: maxBrokersPerGroup ({config['maxBrokersPerGroup']})")
-        if staging is None:
-            return
-        name = req.brokerName
-        mappings = req.body.topicQueueMappingInfoMap
-        if staging.longest > longest:  # measured as they were staged, in steps
-            self._check_names((("topic", topic) for topic in staging.staged), longest)
-        if mappings:  # (5.x's static topics only)
-            self._check_names((("static topic mapping", text) for info in mappings.values()
-                               for text in (info.get("topic"), info.get("bname"), info.get("scope"))), longest)
-        added = staging.added - staging.removed
-        group = self.topicsOfGroup.get(name, 0)
-        per_group, whole = config["maxTopicsPerBroker"], config["maxTopicQueueEntries"]
-        if added > 0 and group + added > per_group:
-            raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold {group + added} "
-                                      f"topics, over maxTopicsPerBroker ({per_group})")
-        new_mappings = self._new_mappings(req, staging.rules)
-        entries = self.queueEntries + self.mappingEntries + added + new_mappings
-        if added + new_mappings > 0 and entries > whole:
-            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} "
-                                      f"topic-queue entries, over maxTopicQueueEntries ({whole})")
+        self._check_names((("filterServerList", server) for server in servers), longest)
 
     def _new_mappings(self, req: RegisterRequest, rules: TopicRules) -> int:
         """The entries 5.x's static-topic mappings of the registration add to
@@ -974,7 +1045,7 @@ class RouteInfoManager:
         """Whether the group's queues on ``topic`` lack the write bit by design (named after its cluster
         as brokerAddrTable holds it, if it holds the group)."""
         broker = self.brokerAddrTable.get(broker_name)
-        return write_off_by_design(topic, () if broker is None else (broker.cluster,), (broker_name,))
+        return write_off_by_design(topic, None if broker is None else broker.cluster, broker_name)
 
     @staticmethod
     def _count_in(counts: dict[str, int], broker_name: str, change: int) -> None:
@@ -1050,14 +1121,8 @@ class RouteInfoManager:
             if queue.brokerName not in held:
                 new.add(queue.brokerName)
         for name in sorted(new):
-            if self.topicsOfGroup.get(name, 0) + 1 > config["maxTopicsPerBroker"]:
-                raise RegistrationRefused("max_topics_per_broker", f"broker group {name} would hold "
-                                          f"{self.topicsOfGroup.get(name, 0) + 1} topics, over maxTopicsPerBroker "
-                                          f"({config['maxTopicsPerBroker']})")
-        entries = self.queueEntries + self.mappingEntries + len(new)
-        if entries > config["maxTopicQueueEntries"]:
-            raise RegistrationRefused("max_topic_queue_entries", f"the route tables would hold {entries} topic-queue "
-                                      f"entries, over maxTopicQueueEntries ({config['maxTopicQueueEntries']})")
+            self._hold(name, topics=self.topicsOfGroup.get(name, 0) + 1)
+        self._hold(None, entries=self.queueEntries + self.mappingEntries + len(new))
 
     # -- liveness ---------------------------------------------------------------------------
     def query_broker_topic_config(self, cluster: str | None, addr: str | None) -> DataVersion | None:

@@ -54,7 +54,9 @@ def _live(key: Any, live: BrokerLiveInfo) -> dict[str, Any]:
 
 
 def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
-    """Fill empty ``routes`` from a snapshot; returns the brokers restored, all unconfirmed."""
+    """Fill empty ``routes`` from a snapshot; returns the brokers restored, all unconfirmed.
+    RegistrationRefused (nothing restored) when the tables would pass a limit a registration is
+    held to (RouteInfoManager.restore): written under larger limits, or crafted."""
     if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
         raise SnapshotError(f"not a route snapshot of format {SNAPSHOT_FORMAT}")
     if snapshot.get("profile") != routes.profile.name:
@@ -64,7 +66,7 @@ def import_routes(routes: RouteInfoManager, snapshot: dict[str, Any]) -> int:
         tables = _tables(routes, snapshot)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise SnapshotError(f"damaged route snapshot: {type(exc).__name__}: {exc}") from None
-    routes.restore(tables)
+    routes.restore(tables)  # RegistrationRefused past a limit of the tables: nothing restored
     return len(routes.brokerLiveTable)
 
 
@@ -84,7 +86,7 @@ def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> RouteTables:
     topics = {str(topic): {str(q[0]): queue_data(q) for q in queues}
               for topic, queues in snapshot["topicQueueTable"].items()}
     brokers = {str(name): BrokerData(str(b["cluster"]), str(name), {int(i): str(a) for i, a in b["brokerAddrs"]},
-                                     b["zoneName"], bool(b["enableActingMaster"]))
+                                     _text(b["zoneName"]), bool(b["enableActingMaster"]))
                for name, b in snapshot["brokerAddrTable"].items()}
     clusters = {str(cluster): dict.fromkeys(map(str, names)) for cluster, names in snapshot["clusterAddrTable"].items()}
     live = {}
@@ -92,9 +94,19 @@ def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> RouteTables:
         cluster, addr = entry["key"]
         live[live_key(cluster, str(addr))] = BrokerLiveInfo(
             now, int(entry["heartbeatTimeoutMillis"]), DataVersion(*map(int, entry["dataVersion"])), None,
-            entry["haServerAddr"], None, int(entry["topicCount"]), entry["version"], restored=True)
+            _text(entry["haServerAddr"]), None, int(entry["topicCount"]), _number(entry["version"]), restored=True)
     filters = {live_key(cluster, str(addr)): [str(s) for s in servers]
                for cluster, addr, servers in snapshot["filterServerTable"]}
     mappings = {str(topic): {str(b): queue_mapping_info(info) for b, info in by_broker.items()}
                 for topic, by_broker in snapshot["topicQueueMappingInfoTable"].items()}
     return topics, brokers, clusters, live, filters, mappings
+
+
+def _text(value: Any) -> str | None:
+    """An optional name (zoneName, haServerAddr) as a registration holds it: a string or None."""
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> int | None:
+    """An optional number (the broker's MQVersion ordinal): an int or None."""
+    return None if value is None else int(value)

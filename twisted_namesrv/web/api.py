@@ -67,7 +67,7 @@ class StatusApi:
                 "broker_groups_absent": len(health.absent),
                 "broker_groups_rejoining": len(health.rejoining), "rejoin_seconds_left": round(health.rejoin_left, 3),
                 "topology_problem": state.topology.load_problem,
-                "topics": len(routes.topicQueueTable),
+                "topics": routes.topics_written,
                 "kv_entries": state.kv.entries()}
 
     def clusters_json(self) -> bytes:
@@ -125,7 +125,7 @@ class StatusApi:
                              "rejoining": cluster in rejoining_clusters})
         lost = [{"topic": t.topic, "cluster": t.cluster, "broker": t.broker, "addr": t.addr, "kind": t.kind,
                  "crash": is_crash(t.kind), "reason": t.reason, "ts_ms": _ms(t.ts)}
-                for t in self.seen.lost.recent(routes.topicQueueTable)]
+                for t in self.seen.lost.recent(routes.routed_topics())]
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
                                                      "live_members": g.live_members, "master_addr": g.master_addr,
                                                      "absent": _absence(g) if g.absent else None,

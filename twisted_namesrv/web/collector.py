@@ -31,7 +31,7 @@ STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "even
 LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath")
-LOAD_REFUSALS = ("corrupt", "not_regular", "too_big", "too_old", "unreadable")
+LOAD_REFUSALS = ("corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
@@ -112,7 +112,8 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_broker_groups", "Broker names in brokerAddrTable",
                                 value=len(routes.brokerAddrTable))
         yield GaugeMetricFamily("namesrv_clusters", "Clusters in clusterAddrTable", value=len(routes.clusterAddrTable))
-        yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable", value=len(routes.topicQueueTable))
+        yield GaugeMetricFamily("namesrv_topics", "Topics in topicQueueTable (a big change counts as it is written "
+                                "in, over a few turns)", value=routes.topics_written)
         yield GaugeMetricFamily("namesrv_topic_queue_entries", "(topic, broker group) entries of topicQueueTable "
                                 "and topicQueueMappingInfoTable, as maxTopicQueueEntries counts them",
                                 value=routes.queueEntries + routes.mappingEntries)
@@ -207,7 +208,7 @@ class NamesrvCollector(Collector):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._peers()
-        lost = self.seen.lost.recent(self.state.routes.topicQueueTable)
+        lost = self.seen.lost.recent(self.state.routes.routed_topics())
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
                                 "broker left in the last 10 minutes and that no broker serves again",
                                 value=len(lost))
@@ -252,7 +253,8 @@ class NamesrvCollector(Collector):
                                 value=1 if self.state.config.unsaved else 0)
         yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
                         "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
-                        "symlink), too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
+                        "symlink), over_limits (a route snapshot past a limit of the tables), too_big, too_old (a "
+                        "route snapshot past routeSnapshotMaxAge), unreadable",
                         "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:

@@ -21,8 +21,9 @@ from twisted.web import resource, server
 
 #: a check's name -> whether it passes now
 Checks = Callable[[], Mapping[str, bool]]
-#: more for a person reading the probe's answer (never decides its status)
-Details = Callable[[], Mapping[str, Any]]
+#: the checks, and more for a person reading the probe's answer (never decides its status), from
+#: one computation: /readyz's both read the route health, worked out once per request
+Probe = Callable[[], tuple[Mapping[str, bool], Mapping[str, Any]]]
 
 
 class HealthResource(resource.Resource):
@@ -30,25 +31,23 @@ class HealthResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, checks: Checks, details: Details | None = None) -> None:
+    def __init__(self, probe: Probe) -> None:
         super().__init__()
-        self.checks = checks
-        self.details = details
+        self.probe = probe
 
     def render_GET(self, request: server.Request) -> bytes:
-        results = dict(self.checks())
+        checks, details = self.probe()
+        results = dict(checks)
         failing = sorted(name for name, ok in results.items() if not ok)
         request.setResponseCode(503 if failing else 200)
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-cache")
-        document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing,
-                    **(self.details() if self.details is not None else {})}
+        document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing, **details}
         return (json.dumps(document) + "\n").encode()
 
     render_HEAD = render_GET
 
 
-def health_resources(live: Checks, ready: Checks, ready_details: Details | None = None
-                     ) -> dict[bytes, resource.IResource]:
+def health_resources(live: Checks, ready: Probe) -> dict[bytes, resource.IResource]:
     """The children to put on the site's root."""
-    return {b"healthz": HealthResource(live), b"readyz": HealthResource(ready, ready_details)}
+    return {b"healthz": HealthResource(lambda: (live(), {})), b"readyz": HealthResource(ready)}
