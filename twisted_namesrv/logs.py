@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import json
 import math
 import os
@@ -103,12 +104,17 @@ class WholeWrites:
 
 
 class _Whole:
-    """Twisted's log file with its file's writes whole (WholeWrites), on every file it opens."""
+    """Twisted's log file with its file's writes whole (WholeWrites), on every file it opens, in
+    append mode: logrotate's ``copytruncate`` empties the file under the server, and Twisted's file
+    (opened ``rb+``, sought to its end) wrote the next line at the old offset, the file then starting
+    with a hole of NUL bytes as long as the log had been; with O_APPEND each line goes at the end."""
 
     _file: Any
 
     def _openFile(self) -> None:
         super()._openFile()  # type: ignore[misc]
+        descriptor = self._file.fileno()
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         self._file = WholeWrites(self._file)
 
     def write(self, data: str | bytes) -> None:
@@ -122,6 +128,14 @@ class _Whole:
 
 class SizedLogFile(_Whole, logfile.LogFile):
     """Twisted's file that rotates past a size, keeping ``maxRotatedFiles``, written whole."""
+
+    def shouldRotate(self) -> bool:
+        """Past the size by Twisted's count of what it wrote, and by the file's own size (one fstat
+        then, not at every line): a file a copytruncate emptied since is not rotated."""
+        if not super().shouldRotate():
+            return False
+        self.size = os.fstat(self._file.fileno()).st_size
+        return bool(super().shouldRotate())
 
 
 class DailyLogFile(_Whole, logfile.DailyLogFile):
