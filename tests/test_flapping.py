@@ -77,6 +77,7 @@ def test_a_broker_flapping_for_ten_minutes_is_one_warning_summaries_and_one_sett
     assert len(route_lines) == 1 + 2 * FLAP_DEPARTURES, told
     (started,) = [line for line in told if line.startswith("broker flapping: ")]
     assert started.startswith("broker flapping: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: 3 departures in ")
+    assert told[told.index(started) - 1].startswith("broker closed: cluster=c1 broker=broker-a")  # its line first
     still = [line for line in told if line.startswith("broker still flapping: ")]
     assert len(still) == 2  # every 5 minutes while it flaps: the 10 minutes' two
     assert "registered" in still[0] and "closed" in still[0]

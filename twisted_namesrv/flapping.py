@@ -81,14 +81,16 @@ class FlapWatch:
         self.clock, self.steady, self.tell = clock, steady, tell
         #: each broker's departures within the window (steady clock), for those not flapping
         self._departures: dict[tuple[Any, Any, Any], deque[float]] = {}
-        self._flapping: dict[tuple[Any, Any, Any], Flap] = {}
+        #: the brokers flapping now by broker_key (read by the composition root's filter: empty, no
+        #: call is made for a registration)
+        self.now_flapping: dict[tuple[Any, Any, Any], Flap] = {}
         self.started = 0
 
     def heard(self, kind: str, info: dict[str, Any]) -> bool:
         """A route event: True when it is to be told as it is (its log line, its page event),
         False when it is summarised (its broker flaps)."""
         key = broker_key(info)
-        flap = self._flapping.get(key)
+        flap = self.now_flapping.get(key)
         if flap is not None:
             flap.kinds[kind] += 1
             flap.recent[kind] += 1
@@ -111,11 +113,11 @@ class FlapWatch:
             while len(self._departures) > LIMIT:
                 del self._departures[next(iter(self._departures))]
             return
-        if len(self._flapping) >= LIMIT:  # as many flapping as the page keeps departures: told one by one
+        if len(self.now_flapping) >= LIMIT:  # as many flapping as the page keeps departures: told one by one
             self._departures[key] = times
             return
         flap = Flap(dict(info), self.clock(), now, last_kind=kind, last_steady=now, summary_steady=now)
-        self._flapping[key] = flap
+        self.now_flapping[key] = flap
         self.started += 1
         minutes = (now - times[0]) / 60
         self._tell("warn", "flapping", info,
@@ -129,9 +131,9 @@ class FlapWatch:
         settles; one still flapping is summarised every FLAP_SUMMARY_SECONDS; departures older
         than the window forgotten."""
         now = self.steady()
-        for key, flap in list(self._flapping.items()):
+        for key, flap in list(self.now_flapping.items()):
             if now - flap.last_steady >= FLAP_SETTLE_SECONDS:
-                del self._flapping[key]
+                del self.now_flapping[key]
                 self._settled(flap, now)
             elif now - flap.summary_steady >= FLAP_SUMMARY_SECONDS and flap.recent:
                 self._summarise(flap, now)
@@ -164,11 +166,11 @@ class FlapWatch:
 
     def flapping(self) -> list[Flap]:
         """The brokers flapping now, the longest flapping first."""
-        return list(self._flapping.values())
+        return list(self.now_flapping.values())
 
     def flap_of(self, info: dict[str, Any]) -> Flap | None:
         """The broker's flap, if it flaps now."""
-        return self._flapping.get(broker_key(info))
+        return self.now_flapping.get(broker_key(info))
 
 
 def _name(info: dict[str, Any]) -> str:

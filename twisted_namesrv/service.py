@@ -48,7 +48,7 @@ from .file_writer import FileWriter
 from .flapping import FLAP_TICK_SECONDS, FlapWatch
 from .hangup import stop_on_hangup
 from .housekeeping import HousekeepingService, log_flapping, log_route_event
-from .lost_topics import LostTopics
+from .lost_topics import DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
 from .outages import HealthWatch
@@ -214,10 +214,16 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
 def told_unless_flapping(flaps: FlapWatch, events: RecentEvents) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
     are summarised, its start and end one page event each; every one is counted all the same."""
+    flapping = flaps.now_flapping
+
     def told(kind: str, info: dict) -> None:
-        if flaps.heard(kind, info):
-            log_route_event(kind, info)
-            events.route_event(kind, info)
+        if flapping and flaps.flap_of(info) is not None:  # none flapping: nothing more for a registration
+            flaps.heard(kind, info)  # summarised
+            return
+        log_route_event(kind, info)
+        events.route_event(kind, info)
+        if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
+            flaps.heard(kind, info)
     return told
 
 
