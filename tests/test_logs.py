@@ -542,3 +542,35 @@ def test_a_copytruncated_log_rotates_by_its_size_not_by_what_was_written_before(
     while not (tmp_path / "n.log.1").exists():  # and past 2000 bytes of its own, it rotates
         writer(_line("z" * 60, 1200.0))
     assert (tmp_path / "n.log.1").stat().st_size >= 2000 and (tmp_path / "n.log").read_text().count("z" * 60) == 1
+
+
+def test_sigusr1_reopens_the_log_file_after_logrotate_renamed_it(tmp_path):
+    """logrotate's create renames the file and makes a new one, then its postrotate sends SIGUSR1:
+    Python's default action ended the server there and then (no clean stop, no line); now the file
+    is reopened and the next lines go to the new one."""
+    import os
+    import signal
+
+    from twisted_namesrv.logs import reopen_on_usr1
+
+    class Reactor:
+        def callFromThread(self, f, *args):  # noqa: N802 - Twisted's name
+            f(*args)
+
+    log = open_log_file(str(tmp_path / "namesrv.log"))
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    globalLogPublisher.addObserver(writer)
+    before = signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # a server this process started earlier installed one
+    try:
+        assert reopen_on_usr1(Reactor(), writer)
+        writer(_line("before the rotation", 1000.0))
+        os.rename(tmp_path / "namesrv.log", tmp_path / "namesrv.log.1")  # logrotate's create
+        (tmp_path / "namesrv.log").touch()
+        os.kill(os.getpid(), signal.SIGUSR1)  # its postrotate
+        writer(_line("after it", 1001.0))
+    finally:
+        globalLogPublisher.removeObserver(writer)
+        signal.signal(signal.SIGUSR1, before)
+    assert "before the rotation" in (tmp_path / "namesrv.log.1").read_text()
+    new = (tmp_path / "namesrv.log").read_text()
+    assert "Received SIGUSR1, log file reopened: " in new and new.endswith("after it\n"), new

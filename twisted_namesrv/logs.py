@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import threading
@@ -163,6 +164,36 @@ def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_K
         return SizedLogFile(target.name, str(target.parent), rotateLength=size, maxRotatedFiles=keep)
     except OSError as exc:
         raise LogOptionError(f"--log-file: cannot write {target}: {exc.strerror}") from None
+
+
+def reopen_on_usr1(reactor: Any, writer: Any) -> bool:
+    """From now on SIGUSR1 reopens the log file ``writer`` (a LineWriter) writes to, in the reactor's
+    thread: logrotate's ``create`` renames the file and makes a new one, and its ``postrotate``
+    sends SIGUSR1 (as nginx and syslog daemons take it).  Before, Python's default action for SIGUSR1
+    ended the server at once, no clean stop, no line.  Logging to stdout (the journal) there is
+    nothing to reopen: one line says so.  Not installed when SIGUSR1 is not at its default (ignored
+    at start, or a program embedding the server handles it); whether it was installed."""
+    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+        return False
+    out = getattr(writer, "out", None)
+
+    def reopen() -> None:
+        if not isinstance(out, logfile.BaseLogFile):
+            _log.info("Received SIGUSR1: the log goes to standard output, no file to reopen")
+            return
+        try:
+            out.reopen()
+        except OSError as exc:  # the next line opens it again (_Whole.write), or is counted lost
+            _log.error("Received SIGUSR1: cannot reopen the log file {path}: {error}", path=out.path,
+                       error=exc.strerror or str(exc))
+            return
+        _log.info("Received SIGUSR1, log file reopened: {path}", path=out.path)
+
+    signal.signal(signal.SIGUSR1, lambda number, frame: reactor.callFromThread(reopen))
+    return True
+
+
+_log = Logger()
 
 
 def configured_observer(log_format: str = "text", path: str | None = None, rotate: str = DEFAULT_ROTATE,
