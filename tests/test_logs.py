@@ -574,3 +574,24 @@ def test_sigusr1_reopens_the_log_file_after_logrotate_renamed_it(tmp_path):
     assert "before the rotation" in (tmp_path / "namesrv.log.1").read_text()
     new = (tmp_path / "namesrv.log").read_text()
     assert "Received SIGUSR1, log file reopened: " in new and new.endswith("after it\n"), new
+
+
+def test_a_reopen_whose_new_file_cannot_be_opened_loses_lines_counted_until_it_can(tmp_path):
+    """Twisted's reopen deleted its file before opening the new one: an open that failed (the new
+    file not the server's to open, a directory in its place) left none, and every later line raised
+    AttributeError into the publisher, uncounted, the log gone until a restart."""
+    import os
+
+    log = open_log_file(str(tmp_path / "n.log"))
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("one", 1000.0))
+    os.rename(tmp_path / "n.log", tmp_path / "n.log.1")
+    os.mkdir(tmp_path / "n.log")
+    with pytest.raises(OSError):
+        log.reopen()
+    writer(_line("two", 1001.0))
+    assert writer.lost == {"EISDIR": 1}
+    os.rmdir(tmp_path / "n.log")
+    writer(_line("three", 1002.0))
+    text = (tmp_path / "n.log").read_text()
+    assert "1 log lines not written" in text and text.endswith("three\n"), text

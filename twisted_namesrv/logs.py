@@ -118,6 +118,13 @@ class _Whole:
         fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         self._file = WholeWrites(self._file)
 
+    def reopen(self) -> None:
+        """The file at the path opened again (SIGUSR1: reopen_on_usr1).  Twisted's reopen deletes its
+        file before opening the new one, so an open that failed left none (every later line an
+        AttributeError nobody counted); here the closed one stays, opened again at the next line."""
+        self._file.close()
+        self._openFile()
+
     def write(self, data: str | bytes) -> None:
         """Twisted's rotate closes the file, renames it, then opens a new one; when that open failed
         (no descriptor left, the directory read-only) every later line went to the closed file, a
