@@ -10,7 +10,6 @@ from twisted_namesrv import service as service_module
 from twisted_namesrv.audit import Trail
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.housekeeping import log_route_event
 from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService, build
@@ -29,8 +28,12 @@ def test_every_subscription_is_wired_by_the_root_in_its_stated_order(tmp_path) -
     state, seen = owners.state, owners.seen
     answers = state.answers
     assert state.routes.subscribers == [answers.changed]
-    assert state.routes._listeners == [log_route_event, seen.metrics.route_event, seen.events.route_event,
-                                       seen.departed.route_event, state.topology.heard]
+    told, *others = state.routes._listeners
+    # the log line and the page's event, unless the broker flaps (flapping.py)
+    assert told.__qualname__ == "told_unless_flapping.<locals>.told"
+    held = [cell.cell_contents for cell in told.__closure__]
+    assert seen.flaps in held and seen.events in held and seen.flaps.now_flapping in held
+    assert others == [seen.metrics.route_event, seen.departed.route_event, state.topology.heard]
     assert seen.health.topology is state.topology and seen.health.routes is state.routes
     assert state.routes._lost_listeners == [seen.lost.departed]
     assert state.kv._subscribers == [answers.kv_changed] and state.config._subscribers == [answers.config_changed]
@@ -42,7 +45,7 @@ def test_two_servers_share_no_owner(tmp_path) -> None:
     one, two = build(config(tmp_path / "1"), task.Clock()), build(config(tmp_path / "2"), task.Clock())
     for name in ("routes", "kv", "answers", "refusals", "budget", "topology"):
         assert getattr(one.state, name) is not getattr(two.state, name), name
-    for name in ("metrics", "events", "departed", "lost", "audit", "health"):
+    for name in ("metrics", "events", "departed", "lost", "audit", "health", "flaps"):
         assert getattr(one.seen, name) is not getattr(two.seen, name), name
 
 

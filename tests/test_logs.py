@@ -30,6 +30,7 @@ from twisted_namesrv.logs import (
     event_as_json_line,
     event_as_text_line,
     json_lines,
+    open_log_file,
     text_lines,
 )
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
@@ -505,3 +506,92 @@ def test_lines_past_the_held_bytes_are_lost_counted_and_the_gap_said_once_the_re
     assert lines[-1].endswith("back") and writer.lost["EAGAIN"] == lost
     # said on stderr once, by the writer's thread (stderr is often the same stuck pipe)
     assert len(warnings) == 1 and "EAGAIN" in warnings[0]
+
+
+@pytest.mark.parametrize("rotate", ["128MB", "daily"])
+def test_logrotate_copytruncate_leaves_no_hole_and_the_next_line_first(tmp_path, rotate):
+    """logrotate's copytruncate copies the file and truncates it in place. Twisted's log file was
+    opened without O_APPEND: the next line went at the old offset, the file began with that many NUL
+    bytes (grep: "binary file matches"), a sparse hole as long as the log had been."""
+    log = open_log_file(str(tmp_path / "namesrv.log"), rotate)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    for n in range(50):
+        writer(_line(f"before {n}", 1000.0 + n))
+    copied = (tmp_path / "namesrv.log").read_bytes()  # what copytruncate copies, then truncates
+    with open(tmp_path / "namesrv.log", "r+b") as target:
+        target.truncate(0)
+    writer(_line("after the truncate", 1100.0))
+    text = (tmp_path / "namesrv.log").read_bytes()
+    assert b"\0" not in text and text.endswith(b"after the truncate\n") and text.count(b"\n") == 1, text[:80]
+    assert copied.count(b"\n") == 50 and writer.lost == {}
+
+
+def test_a_copytruncated_log_rotates_by_its_size_not_by_what_was_written_before(tmp_path):
+    """The size the file rotates at is the file's: after a copytruncate the server's own count of
+    what it wrote would rotate a file that had just been emptied."""
+    log = SizedLogFile("n.log", str(tmp_path), rotateLength=2000, maxRotatedFiles=3)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    while (tmp_path / "n.log").stat().st_size < 1500:
+        writer(_line("x" * 60, 1000.0))
+    with open(tmp_path / "n.log", "r+b") as target:
+        target.truncate(0)
+    for n in range(10):  # what it wrote in all is past 2000 bytes, the file is not
+        writer(_line("y" * 60, 1100.0 + n))
+    assert not (tmp_path / "n.log.1").exists()
+    assert (tmp_path / "n.log").read_text().count("y" * 60) == 10
+    while not (tmp_path / "n.log.1").exists():  # and past 2000 bytes of its own, it rotates
+        writer(_line("z" * 60, 1200.0))
+    assert (tmp_path / "n.log.1").stat().st_size >= 2000 and (tmp_path / "n.log").read_text().count("z" * 60) == 1
+
+
+def test_sigusr1_reopens_the_log_file_after_logrotate_renamed_it(tmp_path):
+    """logrotate's create renames the file and makes a new one, then its postrotate sends SIGUSR1:
+    Python's default action ended the server there and then (no clean stop, no line); now the file
+    is reopened and the next lines go to the new one."""
+    import os
+    import signal
+
+    from twisted_namesrv.logs import reopen_on_usr1
+
+    class Reactor:
+        def callFromThread(self, f, *args):  # noqa: N802 - Twisted's name
+            f(*args)
+
+    log = open_log_file(str(tmp_path / "namesrv.log"))
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    globalLogPublisher.addObserver(writer)
+    before = signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # a server this process started earlier installed one
+    try:
+        assert reopen_on_usr1(Reactor(), writer)
+        writer(_line("before the rotation", 1000.0))
+        os.rename(tmp_path / "namesrv.log", tmp_path / "namesrv.log.1")  # logrotate's create
+        (tmp_path / "namesrv.log").touch()
+        os.kill(os.getpid(), signal.SIGUSR1)  # its postrotate
+        writer(_line("after it", 1001.0))
+    finally:
+        globalLogPublisher.removeObserver(writer)
+        signal.signal(signal.SIGUSR1, before)
+    assert "before the rotation" in (tmp_path / "namesrv.log.1").read_text()
+    new = (tmp_path / "namesrv.log").read_text()
+    assert "Received SIGUSR1, log file reopened: " in new and new.endswith("after it\n"), new
+
+
+def test_a_reopen_whose_new_file_cannot_be_opened_loses_lines_counted_until_it_can(tmp_path):
+    """Twisted's reopen deleted its file before opening the new one: an open that failed (the new
+    file not the server's to open, a directory in its place) left none, and every later line raised
+    AttributeError into the publisher, uncounted, the log gone until a restart."""
+    import os
+
+    log = open_log_file(str(tmp_path / "n.log"))
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("one", 1000.0))
+    os.rename(tmp_path / "n.log", tmp_path / "n.log.1")
+    os.mkdir(tmp_path / "n.log")
+    with pytest.raises(OSError):
+        log.reopen()
+    writer(_line("two", 1001.0))
+    assert writer.lost == {"EISDIR": 1}
+    os.rmdir(tmp_path / "n.log")
+    writer(_line("three", 1002.0))
+    text = (tmp_path / "n.log").read_text()
+    assert "1 log lines not written" in text and text.endswith("three\n"), text

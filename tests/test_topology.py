@@ -575,3 +575,29 @@ def test_a_save_keeps_no_copy_of_every_groups_entry(tmp_path):
     store.stopService()
     assert _CountedEntries.walks == 0
     assert sorted(decode((tmp_path / "topology.json").read_bytes())) == [("c", "b0"), ("c", "b1"), ("c", "b2")]
+
+
+def test_a_restart_logs_how_the_groups_it_expects_were_left(tmp_path):
+    """A cluster stopped cleanly, then the NameServer restarted: its log said only "2 broker groups
+    of 1 clusters expected, as last seen", while the page and the alerts said stopped cleanly."""
+    from collections import Counter
+
+    from twisted.internet import task
+
+    from twisted_namesrv.topology_store import TopologyStoreService
+
+    clock = task.Clock()
+    topology = Topology(clock.seconds)
+    store = TopologyStoreService(topology, tmp_path / "topology.json", clock, Counter())
+    for name, addr in (("a", "h:1"), ("b", "h:2"), ("c", "h:3")):
+        topology.heard("registered", {"cluster": "cA", "broker": name, "id": 0, "addr": addr})
+    topology.heard("unregistered", {"cluster": "cA", "broker": "a", "id": 0, "addr": "h:1"})
+    topology.heard("expired", {"cluster": "cA", "broker": "b", "id": 0, "addr": "h:2"})
+    store.save_now()
+    again = TopologyStoreService(Topology(clock.seconds), tmp_path / "topology.json", clock, Counter())
+    with capturedLogs() as events:
+        again.load()
+    (line,) = [formatEvent(e) for e in events if "expected, as last seen" in formatEvent(e)]
+    assert line.endswith("3 broker groups of 1 clusters expected, as last seen: 1 up when it last stopped, expected "
+                         "to register again; absent before it: 1 left (expired): cA/b; 1 stopped cleanly "
+                         "(unregistered): cA/a"), line

@@ -16,6 +16,7 @@ CHECKED = ["twisted_namesrv/remoting", "twisted_namesrv/bodies", "twisted_namesr
            "twisted_namesrv/processor.py", "twisted_namesrv/metrics.py", "twisted_namesrv/compat.py",
            "twisted_namesrv/steps.py", "twisted_namesrv/outages.py", "twisted_namesrv/system_topics.py",
            "twisted_namesrv/events.py", "twisted_namesrv/departures.py", "twisted_namesrv/lost_topics.py",
+           "twisted_namesrv/flapping.py",
            "twisted_namesrv/schema.py", "twisted_namesrv/observations.py", "twisted_namesrv/properties.py",
            "twisted_namesrv/escapes.py"]
 

@@ -37,3 +37,8 @@ def log_route_event(kind: str, info: dict) -> None:
     # registration's CPU (logs.py writes such a message as it is); the fields stay the event's,
     # for JSON lines
     emit_made(log, LogLevel.info, f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)
+
+
+def log_flapping(level: str, text: str, fields: dict) -> None:
+    """flapping.py's lines: a broker started flapping, still flaps (warnings), settled (info)."""
+    emit_made(log, LogLevel.warn if level == "warn" else LogLevel.info, text, **fields)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import threading
@@ -103,13 +105,25 @@ class WholeWrites:
 
 
 class _Whole:
-    """Twisted's log file with its file's writes whole (WholeWrites), on every file it opens."""
+    """Twisted's log file with its file's writes whole (WholeWrites), on every file it opens, in
+    append mode: logrotate's ``copytruncate`` empties the file under the server, and Twisted's file
+    (opened ``rb+``, sought to its end) wrote the next line at the old offset, the file then starting
+    with a hole of NUL bytes as long as the log had been; with O_APPEND each line goes at the end."""
 
     _file: Any
 
     def _openFile(self) -> None:
         super()._openFile()  # type: ignore[misc]
+        descriptor = self._file.fileno()
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         self._file = WholeWrites(self._file)
+
+    def reopen(self) -> None:
+        """The file at the path opened again (SIGUSR1: reopen_on_usr1).  Twisted's reopen deletes its
+        file before opening the new one, so an open that failed left none (every later line an
+        AttributeError nobody counted); here the closed one stays, opened again at the next line."""
+        self._file.close()
+        self._openFile()
 
     def write(self, data: str | bytes) -> None:
         """Twisted's rotate closes the file, renames it, then opens a new one; when that open failed
@@ -122,6 +136,14 @@ class _Whole:
 
 class SizedLogFile(_Whole, logfile.LogFile):
     """Twisted's file that rotates past a size, keeping ``maxRotatedFiles``, written whole."""
+
+    def shouldRotate(self) -> bool:
+        """Past the size by Twisted's count of what it wrote, and by the file's own size (one fstat
+        then, not at every line): a file a copytruncate emptied since is not rotated."""
+        if not super().shouldRotate():
+            return False
+        self.size = os.fstat(self._file.fileno()).st_size
+        return bool(super().shouldRotate())
 
 
 class DailyLogFile(_Whole, logfile.DailyLogFile):
@@ -149,6 +171,36 @@ def open_log_file(path: str, rotate: str = DEFAULT_ROTATE, keep: int = DEFAULT_K
         return SizedLogFile(target.name, str(target.parent), rotateLength=size, maxRotatedFiles=keep)
     except OSError as exc:
         raise LogOptionError(f"--log-file: cannot write {target}: {exc.strerror}") from None
+
+
+def reopen_on_usr1(reactor: Any, writer: Any) -> bool:
+    """From now on SIGUSR1 reopens the log file ``writer`` (a LineWriter) writes to, in the reactor's
+    thread: logrotate's ``create`` renames the file and makes a new one, and its ``postrotate``
+    sends SIGUSR1 (as nginx and syslog daemons take it).  Before, Python's default action for SIGUSR1
+    ended the server at once, no clean stop, no line.  Logging to stdout (the journal) there is
+    nothing to reopen: one line says so.  Not installed when SIGUSR1 is not at its default (ignored
+    at start, or a program embedding the server handles it); whether it was installed."""
+    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+        return False
+    out = getattr(writer, "out", None)
+
+    def reopen() -> None:
+        if not isinstance(out, logfile.BaseLogFile):
+            _log.info("Received SIGUSR1: the log goes to standard output, no file to reopen")
+            return
+        try:
+            out.reopen()
+        except OSError as exc:  # the next line opens it again (_Whole.write), or is counted lost
+            _log.error("Received SIGUSR1: cannot reopen the log file {path}: {error}", path=out.path,
+                       error=exc.strerror or str(exc))
+            return
+        _log.info("Received SIGUSR1, log file reopened: {path}", path=out.path)
+
+    signal.signal(signal.SIGUSR1, lambda number, frame: reactor.callFromThread(reopen))
+    return True
+
+
+_log = Logger()
 
 
 def configured_observer(log_format: str = "text", path: str | None = None, rotate: str = DEFAULT_ROTATE,

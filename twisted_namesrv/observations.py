@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .audit import AuditTrail
 from .departures import DepartedBrokers
 from .events import RecentEvents
+from .flapping import FlapWatch
 from .lost_topics import LostTopics
 from .metrics import Metrics
 from .outages import HealthWatch
@@ -17,8 +18,9 @@ from .outages import HealthWatch
 @dataclass(frozen=True)
 class Observations:
     """The counters (``metrics``), the page's recent events, the brokers and the topics that left
-    lately, the audit trail (its counts), and the outages worked out from the routes and the
-    remembered topology (``health``: one computation for the page, /api, /metrics and /readyz)."""
+    lately, the audit trail (its counts), the outages worked out from the routes and the
+    remembered topology (``health``: one computation for the page, /api, /metrics and /readyz), and
+    the brokers flapping (``flaps``)."""
 
     metrics: Metrics
     events: RecentEvents
@@ -26,3 +28,4 @@ class Observations:
     lost: LostTopics
     audit: AuditTrail
     health: HealthWatch
+    flaps: FlapWatch

@@ -45,9 +45,10 @@ from .dispatch import Dispatcher
 from .event_log import EventLogService, events_path
 from .events import RecentEvents
 from .file_writer import FileWriter
+from .flapping import FLAP_TICK_SECONDS, FlapWatch
 from .hangup import stop_on_hangup
-from .housekeeping import HousekeepingService, log_route_event
-from .lost_topics import LostTopics
+from .housekeeping import HousekeepingService, log_flapping, log_route_event
+from .lost_topics import DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
 from .outages import HealthWatch, RouteHealth
@@ -157,9 +158,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     - a key put or deleted: the answer cache (an ORDER_TOPIC_CONFIG key is a topic's orderTopicConf);
     - a config update: the answer cache (everything: switches shape answers);
     - a departure that took topics away: the lost topics, before the event's listeners;
-    - a route event: the log line, the counter by kind, the page's events, the departed brokers,
-      the remembered topology (each reads the tables as changed: events come once the change is
-      complete);
+    - a route event: the log line and the page's events unless its broker flaps (flapping.py:
+      then summarised), the counter by kind, the departed brokers, the remembered topology (each
+      reads the tables as changed: events come once the change is complete);
     - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
       the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
       it and feeds it to the page's events."""
@@ -193,19 +194,48 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
     events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
+    flaps = FlapWatch(seconds, steady, flapping_told(events))
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
-                        HealthWatch(routes, topology, rejoin_window(config, uptime)))
+                        HealthWatch(routes, topology, rejoin_window(config, uptime)), flaps)
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
     config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
-    for heard in (log_route_event, metrics.route_event, events.route_event, departed.route_event, topology.heard):
+    routes.listen(told_unless_flapping(flaps, events))
+    for heard in (metrics.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
                    HTTP_HEADROOM if config["metricsPort"] else 0)
     return Owners(state, seen, fds)
+
+
+def told_unless_flapping(flaps: FlapWatch, events: RecentEvents) -> Callable[[str, dict], None]:
+    """The route events' log line and page event, unless the broker flaps (flapping.py): then they
+    are summarised, its start and end one page event each; every one is counted all the same."""
+    flapping = flaps.now_flapping
+
+    def told(kind: str, info: dict) -> None:
+        if flapping and flaps.flap_of(info) is not None:  # none flapping: nothing more for a registration
+            flaps.heard(kind, info)  # summarised
+            return
+        log_route_event(kind, info)
+        events.route_event(kind, info)
+        if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
+            flaps.heard(kind, info)
+    return told
+
+
+def flapping_told(events: RecentEvents) -> Callable[[str, str, dict], None]:
+    """flapping.py's lines: logged; a broker's start and end of flapping also one page event each
+    (its route events meanwhile are not on the page)."""
+    def tell(level: str, text: str, fields: dict) -> None:
+        log_flapping(level, text, fields)
+        if fields["flapping"] != "ongoing":
+            kind = "flapping" if fields["flapping"] == "started" else "settled"
+            events.feed_event(kind, {**fields["broker_info"], "reason": fields["detail"]})
+    return tell
 
 
 def rejoin_window(config: NamesrvConfig, uptime: Callable[[], float]) -> Callable[[], float]:
@@ -416,6 +446,7 @@ class NamesrvService(service.MultiService):
                                 reactor).setServiceParent(self)
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
+        ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
             self.snapshots.setServiceParent(self)

@@ -27,7 +27,16 @@ from .launch import (
     umask_from,
     warn_of,
 )
-from .logs import DEFAULT_KEEP, DEFAULT_ROTATE, FORMATS, LEVELS, LogOptionError, configured_observer, rotation
+from .logs import (
+    DEFAULT_KEEP,
+    DEFAULT_ROTATE,
+    FORMATS,
+    LEVELS,
+    LogOptionError,
+    configured_observer,
+    reopen_on_usr1,
+    rotation,
+)
 from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
 
@@ -181,6 +190,11 @@ class Options(usage.Options):
             raise SystemExit(cannot_start_line(exc)) from None
         if hasattr(observer.observer, "lost"):  # our LineWriter: it counts into the Counter makeService handed over
             observer.observer.lost = self.log_lines_lost
+            # its file reopened on SIGUSR1 (logrotate's create), once the reactor runs: twistd asks for
+            # the observer after makeService, python -m before, so the service cannot be handed it
+            from twisted.internet import reactor
+
+            reactor.callWhenRunning(reopen_on_usr1, reactor, observer.observer)
         return observer
 
 

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from .file_writer import FileWriter
 from .state.config import NamesrvConfig
 from .state.store import LoadRefused, StoreError, read_regular, set_aside
-from .state.topology import Topology, TopologyFileError, decode, encode, encode_group
+from .state.topology import KnownGroup, Topology, TopologyFileError, decode, encode, encode_group
 from .timers import StepTimerService
 
 log = Logger()
@@ -75,8 +75,9 @@ class TopologyStoreService(StepTimerService):
         self.topology.load(groups)
         self._saved = self.topology.version
         if groups:
-            log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen",
-                     path=str(self.path), groups=len(groups), clusters=len(self.topology.clusters()))
+            log.info("topology {path}: {groups} broker groups of {clusters} clusters expected, as last seen: "
+                     "{how}", path=str(self.path), groups=len(groups), clusters=len(self.topology.clusters()),
+                     how=as_left(groups, self.topology.up_at_start))
         return len(groups)
 
     def _refused(self, reason: str, why: str) -> None:
@@ -154,3 +155,24 @@ class TopologyStoreService(StepTimerService):
                   "write will not be expected after the restart: {shown}; {changed} others changed since (members, "
                   "how they left) will be read back as they were", path=str(self.path), error=str(self._error),
                   new=len(new), shown=shown or "none", changed=changed)
+
+
+def as_left(groups: dict[tuple[str, str], KnownGroup], up: set[tuple[str, str]]) -> str:
+    """How the last run left them: those up (expected to register again) and those absent before
+    it by how their last member left, named (five at most each), so that a restart's log says a
+    cluster stopped cleanly before it, as the page and the alerts do."""
+    def named(keys: list[tuple[str, str]]) -> str:
+        names = [f"{cluster}/{broker}" for cluster, broker in sorted(keys)]
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    absent: dict[str, list[tuple[str, str]]] = {}
+    for key, group in groups.items():
+        if key not in up:
+            absent.setdefault(group.how or "never registered", []).append(key)
+    said = [f"{len(up)} up when it last stopped, expected to register again" if up else
+            "none was up when it last stopped"]
+    if absent:
+        said.append("absent before it: " + "; ".join(
+            f"{len(keys)} {'stopped cleanly (unregistered)' if how == 'unregistered' else f'left ({how})'}: "
+            f"{named(keys)}" for how, keys in sorted(absent.items())))
+    return "; ".join(said)

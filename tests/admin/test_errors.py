@@ -41,6 +41,38 @@ async def test_timeout():
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_read_passing_over_a_silent_namesrv_says_so(tmp_path):
+    """A firewall that drops packets (not one that refuses) makes the list's first NameServer a
+    silent pause of --timeout: the answer came from the next, and nothing said the first was
+    unreachable."""
+    port, one = silent_server(), await namesrv(tmp_path, "one")
+    try:
+        silent = f"127.0.0.1:{port.getHost().port}"
+        run = await run_cli("-n", f"{silent};{one.addr}", "--timeout", "0.3", "clusterList")
+    finally:
+        await port.stopListening()
+        await one.stop()
+    assert run.code == 0 and run.out.startswith("#Cluster Name")
+    assert run.err == (f"warning: {silent}: no answer to GET_BROKER_CLUSTER_INFO within 0.3 s "
+                       f"(answered by {one.addr})\n")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_left_unanswered_may_have_been_applied_and_says_so():
+    """An answer dropped on its way back (a firewall on the return path, a NameServer stopping):
+    the request was sent and was applied there, but "no answer" read as "not done"."""
+    port = silent_server()
+    try:
+        addr = f"127.0.0.1:{port.getHost().port}"
+        run = await run_cli("-n", addr, "--timeout", "0.3", "updateKvConfig", "-s", "NS", "-k", "k", "-v", "v")
+    finally:
+        await port.stopListening()
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (f"error: {addr}: no answer to PUT_KV_CONFIG within 0.3 s: it was sent, so it may have "
+                       "been applied; read it back before sending it again\n")
+
+
+@pytest_twisted.ensureDeferred
 async def test_usage_errors():
     assert (await run_cli("topicRoute")).code == 2  # -t missing
     assert (await run_cli("noSuchCommand")).code == 2
@@ -160,7 +192,9 @@ async def test_reads_fall_over_to_the_next_namesrv_and_writes_go_to_each(tmp_pat
         for server in (one, two):
             assert (await run_cli("-n", server.addr, "getKvConfig", "-s", "NS", "-k", "k")).out == "v\n"
         run = await run_cli("-n", f"{dead};{two.addr}", "getKvConfig", "-s", "NS", "-k", "k")
-        assert (run.code, run.out, run.err) == (0, "v\n", "")
+        # the first of -n unreachable is said, though the next answered (before: nothing)
+        assert (run.code, run.out) == (0, "v\n")
+        assert run.err == f"warning: connect to {dead} failed: Connection refused (answered by {two.addr})\n"
         run = await run_cli("-n", f"{dead};{one.addr}", "wipeWritePerm", "-b", "broker-x")
         assert run.code == 1 and run.out == ""
         assert run.err == (f"error: connect to {dead} failed: Connection refused\n"

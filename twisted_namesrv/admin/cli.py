@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         out.write(json_text(outcome.data) + "\n")
     elif outcome.text:
         out.write(printable_lines(outcome.text) + "\n")
+    for note in namesrvs.skipped:  # a NameServer of -n that did not answer: said, though another did
+        err.write(f"warning: {error_lines(note)}\n")
     for error in outcome.errors:
         err.write(f"error: {error_lines(str(error))}\n")
     return 1 if outcome.errors else 0

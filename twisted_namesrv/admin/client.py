@@ -20,7 +20,7 @@ from typing import Any
 
 from ..remoting import FrameDecoder, RemotingCommand, RemotingDecodeError, ResponseCode, fastjson
 from ..remoting.codes import V4_9_8, code_name
-from ..state.acl import needs_signature, signed_bound
+from ..state.acl import ADMIN_CODES, CONTROLLER_ADMIN_CODES, CONTROLLER_ELECT_MASTER, needs_signature, signed_bound
 from ..state.config import DEFAULT_LISTEN_PORT as DEFAULT_PORT
 from ..state.hosts import host_port, written_as_list
 
@@ -264,7 +264,8 @@ class NamesrvClient:
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
-                raise TransportError(f"{self.addr}: no answer to {code_name(code)} within {self.timeout:g} s")
+                raise TransportError(f"{self.addr}: no answer to {code_name(code)} within {self.timeout:g} s"
+                                     f"{UNKNOWN_OUTCOME if code in CHANGES else ''}")
             if probe_at is not None and now >= probe_at:
                 probe_at = None
                 if self._speaks_http(min(PROBE_AFTER, remaining / 2)):
@@ -304,6 +305,13 @@ class NamesrvClient:
         return f"{self.addr} answered HTTP, not RocketMQ remoting (is that the status/metrics port?)"
 
 
+#: requests that change a NameServer's (or its controller's) state: the ACL's admin codes and an election
+CHANGES = ADMIN_CODES | CONTROLLER_ADMIN_CODES | {CONTROLLER_ELECT_MASTER}
+#: said of such a request sent and not answered (its answer dropped by a firewall, a NameServer
+#: stopped while writing): it may have been applied, as one was, found by reading it back
+UNKNOWN_OUTCOME = ": it was sent, so it may have been applied; read it back before sending it again"
+
+
 class FanOut:
     """The time and nonce of NamesrvSignatures (state/acl.py), one for a request sent to every
     NameServer of a list: the same request (code, fields, body) to the next NameServer gets the
@@ -326,13 +334,17 @@ class FanOut:
 
 class Namesrvs:
     """The ``-n`` list: read requests go to the first NameServer that answers (a transport
-    failure moves on to the next, as the Java client picks another channel), writes to each."""
+    failure moves on to the next, as the Java client picks another channel), writes to each.
+    ``skipped``: the failures of those a read passed over before one answered, for the operator
+    (the CLI's warnings): a firewalled NameServer was a silent pause of ``--timeout`` before the
+    answer, and the list's first NameServer never said unreachable."""
 
     def __init__(self, addrs: list[str], timeout: float = DEFAULT_TIMEOUT,
                  credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None,
                  sign_reads: bool = False) -> None:
         fan_out = FanOut()  # a write to each signed with one nonce: no copy of it replays to another
         self.clients = [NamesrvClient(addr, timeout, credentials, tls, sign_reads, fan_out) for addr in addrs]
+        self.skipped: list[str] = []
 
     def __enter__(self) -> Namesrvs:
         return self
@@ -346,7 +358,10 @@ class Namesrvs:
         failures = []
         for client in self.clients:
             try:
-                return client.addr, client.call_ok(code, ext, body)
+                response = client.call_ok(code, ext, body)
             except TransportError as exc:
                 failures.append(str(exc))
+                continue
+            self.skipped += [f"{failure} (answered by {client.addr})" for failure in failures]
+            return client.addr, response
         raise TransportError("; ".join(failures))

@@ -135,6 +135,12 @@ class StatusApi:
                    "clusters_stopped_cleanly": health.clusters_stopped_cleanly,
                    "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
                                             for g in health.absent],
+                   # registering and leaving again and again (flapping.py): amber, not an outage in itself
+                   "brokers_flapping": [{"cluster": f.info.get("cluster"), "broker_name": f.info.get("broker"),
+                                         "id": f.info.get("id"), "addr": f.info.get("addr"),
+                                         "since_ms": _ms(f.since), "departures": f.departures,
+                                         "registrations": f.registrations, "last": f.last_kind}
+                                        for f in self.seen.flaps.flapping()],
                    # right after a restart: expected back, not yet outages (outages.py)
                    "rejoining": {"seconds_left": round(health.rejoin_left, 3),
                                  "broker_groups": [{"cluster": g.cluster, "broker_name": g.broker}

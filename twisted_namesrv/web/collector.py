@@ -207,6 +207,7 @@ class NamesrvCollector(Collector):
         for kind in sorted(DEPARTURES):
             departed.add_metric([kind], kinds[kind])
         yield departed
+        yield from self._flapping()
         yield from self._peers()
         lost = self.seen.lost.recent(self.state.routes.routed_topics())
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
@@ -215,6 +216,19 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_lost_topics_stopped_cleanly", "Of namesrv_lost_topics, those whose last "
                                 "broker unregistered (a clean stop, not a crash)",
                                 value=sum(topic.kind == CLEAN_STOP for topic in lost))
+
+    def _flapping(self) -> Iterator[Metric]:
+        """Brokers that keep leaving and coming back (flapping.py): by group, while they flap."""
+        flaps = self.seen.flaps
+        yield CounterMetricFamily("namesrv_broker_flapping_started", "Brokers that started flapping (left 3 "
+                                  "times in 10 minutes) since start", value=flaps.started)
+        now = GaugeMetricFamily("namesrv_brokers_flapping", "Members of the broker group flapping now (left 3 "
+                                "times in 10 minutes, not settled: 5 minutes without registering or leaving); a "
+                                "series only while one flaps", labels=["cluster", "broker"])
+        groups = Counter((str(flap.info.get("cluster")), str(flap.info.get("broker"))) for flap in flaps.flapping())
+        for (cluster, broker), count in sorted(groups.items()):
+            now.add_metric([cluster, broker], count)
+        yield now
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""

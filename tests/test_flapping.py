@@ -1,0 +1,180 @@
+"""A broker that keeps leaving and coming back (flapping.py): one warning, its lines summarised,
+one line when it settles; the counter, the gauge and the page's list say it meanwhile.  On a fake
+clock: the windows are counted, never waited for."""
+
+from __future__ import annotations
+
+from twisted.internet import task
+from twisted.logger import capturedLogs
+
+from tests import built
+from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
+from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.flapping import FLAP_DEPARTURES, FLAP_SETTLE_SECONDS, FLAP_WINDOW_SECONDS, FlapWatch
+from twisted_namesrv.logs import message_of
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.routes import RegisterRequest
+
+A = MASTER = "10.0.0.1:10911"
+B = "10.0.0.2:10911"
+
+
+class World:
+    """The owners the composition root builds, on one fake clock, with the timer's tick by hand."""
+
+    def __init__(self, tmp_path) -> None:
+        self.clock = task.Clock()
+        self.clock.advance(1_000_000)
+        config = NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
+                                "configStorePath": str(tmp_path / "ns.properties")}, schema=SERVER_SCHEMA)
+        self.owners = built.owners(config, self.clock)
+        self.routes, self.seen = self.owners.state.routes, self.owners.seen
+        self.version = 0
+
+    def register(self, addr: str = A, name: str = "broker-a") -> None:
+        self.version += 1
+        topics = {t: TopicConfig(t) for t in ("T1", "T2")}  # 5.3.3 refuses a first registration of one topic
+        body = RegisterBrokerBody(DataVersion(self.version, self.version), topics, [], {})
+        self.routes.register_broker(RegisterRequest("c1", addr, name, 0, None, body, channel=addr))
+
+    def advance(self, seconds: float) -> None:
+        """Second by second, ticking every 5 s as the server's timer does."""
+        for _ in range(int(seconds)):
+            self.clock.advance(1)
+            if int(self.clock.seconds()) % 5 == 0:
+                self.seen.flaps.tick()
+
+
+def lines(events) -> list[str]:
+    return [message_of(e) for e in events if e.get("log_namespace") == "twisted_namesrv.housekeeping"]
+
+
+def flap(world: World, minutes: float, every: float = 5.0, kill: bool = True) -> None:
+    """The broker registers, then leaves ``every`` seconds later (closed, or a clean stop), again and again."""
+    for _ in range(int(minutes * 60 / every / 2)):
+        world.register()
+        world.advance(every)
+        if kill:
+            world.routes.on_channel_destroy(A, "connection closed")
+        else:
+            world.routes.unregister_broker("c1", A, "broker-a", 0)
+        world.advance(every)
+
+
+def test_a_broker_flapping_for_ten_minutes_is_one_warning_summaries_and_one_settled_line(tmp_path):
+    """Before: every registration and departure one info line, 24 a minute (240 in the 10 minutes),
+    and the page's last 200 events all this broker's."""
+    world = World(tmp_path)
+    with capturedLogs() as events:
+        world.register(B, "broker-b")  # a steady neighbour, told once
+        flap(world, 10)
+        world.register()  # it stays up
+        world.advance(FLAP_SETTLE_SECONDS + 5)
+    told = lines(events)
+    route_lines = [line for line in told if line.startswith(("broker registered", "broker closed"))]
+    # the broker-b line, then broker-a's lines until its third departure
+    assert len(route_lines) == 1 + 2 * FLAP_DEPARTURES, told
+    (started,) = [line for line in told if line.startswith("broker flapping: ")]
+    assert started.startswith("broker flapping: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: 3 departures in ")
+    assert told[told.index(started) - 1].startswith("broker closed: cluster=c1 broker=broker-a")  # its line first
+    still = [line for line in told if line.startswith("broker still flapping: ")]
+    assert len(still) == 2  # every 5 minutes while it flaps: the 10 minutes' two
+    assert "registered" in still[0] and "closed" in still[0]
+    (settled,) = [line for line in told if line.startswith("broker settled: ")]
+    assert "broker=broker-a" in settled and ": registered (the last registered" in settled
+    # the 10 minutes' 60 cycles less the 3 told, and the last registration
+    assert "58 registered, 57 closed summarised" in settled
+    assert len(told) <= 12, told
+    levels = {message_of(e): e["log_level"].name for e in events if e.get("log_namespace", "").endswith("housekeeping")}
+    assert levels[started] == "warn" and levels[settled] == "info"
+    # every event counted all the same
+    metrics = world.seen.metrics
+    assert metrics.route_events["closed"] == 60 and metrics.route_events["registered"] == 62
+    # the page: this broker's start and end of flapping, not its 121 route events
+    kinds = [e.kind for e in world.seen.events.recent]
+    assert kinds.count("flapping") == 1 and kinds.count("settled") == 1 and len(kinds) <= 12
+    assert world.seen.flaps.flapping() == [] and world.seen.flaps.started == 1
+
+
+def test_a_clean_stop_restart_loop_flaps_too_and_settling_gone_says_so(tmp_path):
+    world = World(tmp_path)
+    with capturedLogs() as events:
+        flap(world, 2, every=10, kill=False)  # stops cleanly each time
+        assert [(f.info["broker"], f.info["addr"]) for f in world.seen.flaps.flapping()] == [("broker-a", A)]
+        world.advance(FLAP_SETTLE_SECONDS + 5)  # and stays stopped
+    (settled,) = [line for line in lines(events) if line.startswith("broker settled: ")]
+    assert ": gone (the last unregistered" in settled
+
+
+def test_a_rolling_restart_is_no_flap(tmp_path):
+    """Each broker restarted once or twice within the window, two groups: nothing summarised."""
+    world = World(tmp_path)
+    with capturedLogs() as events:
+        for addr, name in ((A, "broker-a"), (B, "broker-b")) * (FLAP_DEPARTURES - 1):
+            world.register(addr, name)
+            world.advance(30)
+            world.routes.on_channel_destroy(addr, "connection closed")
+            world.advance(30)
+    assert world.seen.flaps.flapping() == [] and world.seen.flaps.started == 0
+    assert not [line for line in lines(events) if "flapping" in line]
+
+
+def test_departures_further_apart_than_the_window_are_no_flap():
+    now = [0.0]
+    told: list[tuple[str, str]] = []
+    watch = FlapWatch(lambda: now[0], lambda: now[0], lambda level, text, fields: told.append((level, text)))
+    info = {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": A}
+    for _ in range(10):
+        assert watch.heard("registered", info) and watch.heard("expired", info)
+        now[0] += FLAP_WINDOW_SECONDS / (FLAP_DEPARTURES - 1) + 1
+        watch.tick()
+    assert told == [] and watch.started == 0
+
+
+def test_a_slaves_new_data_version_at_each_heartbeat_does_not_keep_it_flapping():
+    """A "changed" event is summarised while the broker flaps, but is no flap: it settles."""
+    now = [0.0]
+    told: list[tuple[str, str]] = []
+    watch = FlapWatch(lambda: now[0], lambda: now[0], lambda level, text, fields: told.append((level, text)))
+    info = {"cluster": "c1", "broker": "broker-a", "id": 1, "addr": A}
+    for _ in range(FLAP_DEPARTURES):
+        watch.heard("registered", info)
+        watch.heard("closed", info)
+        now[0] += 5
+    watch.heard("registered", info)
+    for _ in range(int(FLAP_SETTLE_SECONDS / 30) + 2):
+        now[0] += 30
+        assert not watch.heard("changed", info) or watch.flap_of(info) is None
+        watch.tick()
+    assert watch.flap_of(info) is None
+    assert told[-1][1].startswith("broker settled: ") and "registered" in told[-1][1]
+
+
+def test_metrics_and_the_page_say_flapping_while_it_lasts(tmp_path):
+    """The served wiring (NamesrvService on a fake clock): the gauge names the group while a member
+    flaps, the counter counts it, /api/clusters lists it; gone once it settles."""
+    from tests.web.test_metrics_and_api import Served, value
+
+    served = Served(tmp_path)
+    assert value(served.scrape(), "namesrv_broker_flapping_started_total") == 0  # served from the start
+    for _ in range(FLAP_DEPARTURES):
+        _, transport = served.broker()
+        served.clock.advance(5)
+        transport.loseConnection()
+        served.clock.advance(5)
+    served.broker()
+    samples = served.scrape()
+    assert value(samples, "namesrv_brokers_flapping", cluster="c1", broker="broker-a") == 1
+    assert value(samples, "namesrv_broker_flapping_started_total") == 1
+    (flapping,) = served.api.clusters()["outages"]["brokers_flapping"]
+    assert (flapping["cluster"], flapping["broker_name"], flapping["addr"]) == ("c1", "broker-a", MASTER)
+    assert flapping["departures"] == 0 and flapping["registrations"] == 1  # summarised since it started
+    assert [e.kind for e in served.service.seen.events.recent].count("flapping") == 1
+    served.clock.advance(125)  # the scan expires it (summarised): no heartbeat here
+    served.clock.advance(FLAP_SETTLE_SECONDS)
+    served.service.seen.flaps.tick()
+    samples = served.scrape()
+    assert ("namesrv_brokers_flapping", (("broker", "broker-a"), ("cluster", "c1"))) not in samples
+    assert value(samples, "namesrv_broker_flapping_started_total") == 1
+    assert served.api.clusters()["outages"]["brokers_flapping"] == []

@@ -1,0 +1,182 @@
+"""Brokers that keep leaving and coming back: one warning, not a log line per registration.
+
+A broker in a crash loop, or on a link that keeps dropping, registers and leaves again every few
+seconds: every registration and every departure is one info line (housekeeping.log_route_event) and
+one event on the status page, 24 lines a minute for a broker flapping every 5 s, burying the rest of
+the log and pushing everything else out of the page's last 200 events.  What an operator wants at
+3 a.m. is "broker-a is flapping" once, how often, and when it stopped.
+
+So a broker (cluster, name, address: events.broker_key) that left FLAP_DEPARTURES times within
+FLAP_WINDOW_SECONDS is **flapping**: that departure is told as usual, followed by one warning
+(``tell``); its route events after that are summarised, not told one by one (``heard`` says False:
+the composition root then neither logs them nor adds them to the page's events; the counters
+count them all), with one warning every FLAP_SUMMARY_SECONDS while it goes on, and it **settles**
+once FLAP_SETTLE_SECONDS pass without its registering or leaving: one info line then says how many
+were summarised, from when to when, and how it was left (registered or gone: a broker that
+settles gone is an outage the departure alerts tell).  The windows are on the steady clock
+(clocks.py), the times told on the wall clock.  Pure: no Twisted, the clocks and ``tell`` injected;
+``tick`` is called by a timer the composition root makes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import broker_key
+from .lost_topics import DEPARTURES, LIMIT
+
+#: departures of one broker within FLAP_WINDOW_SECONDS that make it flapping
+FLAP_DEPARTURES = 3
+#: the window those departures are counted in (the 10 minutes a departure stays on the page)
+FLAP_WINDOW_SECONDS = 600.0
+#: a flapping broker settles once this long passes without its registering or leaving
+FLAP_SETTLE_SECONDS = 300.0
+#: while a broker flaps, one summary line this often (when it had events since the last)
+FLAP_SUMMARY_SECONDS = 300.0
+#: how often the composition root's timer calls ``tick``
+FLAP_TICK_SECONDS = 5.0
+
+#: route events that bring a broker (back) into brokerLiveTable
+ARRIVALS = frozenset({"registered", "confirmed"})
+
+#: tell(level, message, fields): "warn" or "info", the line made whole, its fields for JSON lines
+Tell = Callable[[str, str, dict[str, Any]], None]
+
+
+@dataclass
+class Flap:
+    """One broker flapping: since when, what it did since, and what it did last."""
+
+    info: dict[str, Any]
+    #: when it started flapping: the wall clock (told), the steady clock (counted)
+    since: float
+    since_steady: float
+    #: its route events summarised since it started flapping, by kind
+    kinds: Counter[str] = field(default_factory=Counter)
+    #: of those, since the last summary line
+    recent: Counter[str] = field(default_factory=Counter)
+    last_kind: str = ""
+    #: when its last route event came, and the last summary line was told (steady clock)
+    last_steady: float = 0.0
+    summary_steady: float = 0.0
+
+    @property
+    def departures(self) -> int:
+        return sum(n for kind, n in self.kinds.items() if kind in DEPARTURES)
+
+    @property
+    def registrations(self) -> int:
+        return sum(n for kind, n in self.kinds.items() if kind in ARRIVALS)
+
+
+class FlapWatch:
+    """The one owner of which brokers flap: a filter in front of the route events' log line and
+    page event (``heard``), the flapping brokers for ``/metrics`` and the page (``flapping``), and
+    how many started flapping since start (``started``, a counter)."""
+
+    def __init__(self, clock: Callable[[], float], steady: Callable[[], float], tell: Tell) -> None:
+        self.clock, self.steady, self.tell = clock, steady, tell
+        #: each broker's departures within the window (steady clock), for those not flapping
+        self._departures: dict[tuple[Any, Any, Any], deque[float]] = {}
+        #: the brokers flapping now by broker_key (read by the composition root's filter: empty, no
+        #: call is made for a registration)
+        self.now_flapping: dict[tuple[Any, Any, Any], Flap] = {}
+        self.started = 0
+
+    def heard(self, kind: str, info: dict[str, Any]) -> bool:
+        """A route event: True when it is to be told as it is (its log line, its page event),
+        False when it is summarised (its broker flaps)."""
+        key = broker_key(info)
+        flap = self.now_flapping.get(key)
+        if flap is not None:
+            flap.kinds[kind] += 1
+            flap.recent[kind] += 1
+            if kind in ARRIVALS or kind in DEPARTURES:  # a "changed" (a slave's new data version at each
+                # heartbeat) is summarised too, but is no flap: a broker that stays settles
+                flap.last_kind, flap.last_steady, flap.info = kind, self.steady(), dict(info)
+            return False
+        if kind in DEPARTURES:
+            self._departed(key, kind, info)
+        return True
+
+    def _departed(self, key: tuple[Any, Any, Any], kind: str, info: dict[str, Any]) -> None:
+        now = self.steady()
+        times = self._departures.pop(key, None) or deque()
+        times.append(now)
+        while times[0] <= now - FLAP_WINDOW_SECONDS:
+            times.popleft()
+        if len(times) < FLAP_DEPARTURES:
+            self._departures[key] = times  # the newest last: the oldest first out (LIMIT)
+            while len(self._departures) > LIMIT:
+                del self._departures[next(iter(self._departures))]
+            return
+        if len(self.now_flapping) >= LIMIT:  # as many flapping as the page keeps departures: told one by one
+            self._departures[key] = times
+            return
+        flap = Flap(dict(info), self.clock(), now, last_kind=kind, last_steady=now, summary_steady=now)
+        self.now_flapping[key] = flap
+        self.started += 1
+        minutes = (now - times[0]) / 60
+        self._tell("warn", "flapping", info,
+                   f"{len(times)} departures in {minutes:.1f} min (the last {kind}); its registrations and "
+                   f"departures are summarised here every {FLAP_SUMMARY_SECONDS / 60:.0f} min until it settles "
+                   f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)",
+                   flapping="started", departures=len(times), window_s=round(now - times[0], 3))
+
+    def tick(self) -> None:
+        """The timer's call: a broker that neither registered nor left for FLAP_SETTLE_SECONDS
+        settles; one still flapping is summarised every FLAP_SUMMARY_SECONDS; departures older
+        than the window forgotten."""
+        now = self.steady()
+        for key, flap in list(self.now_flapping.items()):
+            if now - flap.last_steady >= FLAP_SETTLE_SECONDS:
+                del self.now_flapping[key]
+                self._settled(flap, now)
+            elif now - flap.summary_steady >= FLAP_SUMMARY_SECONDS and flap.recent:
+                self._summarise(flap, now)
+        oldest = now - FLAP_WINDOW_SECONDS
+        for key in [key for key, times in self._departures.items() if times[-1] <= oldest]:
+            del self._departures[key]
+
+    def _summarise(self, flap: Flap, now: float) -> None:
+        minutes = (now - flap.summary_steady) / 60
+        self._tell("warn", "still flapping", flap.info,
+                   f"{_kinds(flap.recent)} in the last {minutes:.1f} min (the last {flap.last_kind}); flapping "
+                   f"for {(now - flap.since_steady) / 60:.1f} min",
+                   flapping="ongoing", events=dict(flap.recent), last=flap.last_kind)
+        flap.recent.clear()
+        flap.summary_steady = now
+
+    def _settled(self, flap: Flap, now: float) -> None:
+        left = "gone" if flap.last_kind in DEPARTURES else "registered"
+        quiet = now - flap.last_steady
+        self._tell("info", "settled", flap.info,
+                   f"{left} (the last {flap.last_kind} {quiet / 60:.1f} min ago) after flapping "
+                   f"{(flap.last_steady - flap.since_steady) / 60:.1f} min: "
+                   f"{_kinds(flap.kinds) or 'no route event'} summarised",
+                   flapping="settled", events=dict(flap.kinds), last=flap.last_kind, left=left)
+
+    def _tell(self, level: str, what: str, info: dict[str, Any], detail: str, **fields: Any) -> None:
+        """One line: ``broker WHAT: cluster=... broker=... id=... addr=...: DETAIL``."""
+        self.tell(level, f"broker {what}: {_name(info)}: {detail}",
+                  {**fields, "broker_info": dict(info), "detail": detail})
+
+    def flapping(self) -> list[Flap]:
+        """The brokers flapping now, the longest flapping first."""
+        return list(self.now_flapping.values())
+
+    def flap_of(self, info: dict[str, Any]) -> Flap | None:
+        """The broker's flap, if it flaps now."""
+        return self.now_flapping.get(broker_key(info))
+
+
+def _name(info: dict[str, Any]) -> str:
+    return f"cluster={info.get('cluster')} broker={info.get('broker')} id={info.get('id')} addr={info.get('addr')}"
+
+
+def _kinds(kinds: Counter[str]) -> str:
+    """``12 registered, 12 closed``: the most first."""
+    return ", ".join(f"{n} {kind}" for kind, n in kinds.most_common() if n)
