@@ -147,7 +147,7 @@ class Options(usage.Options):
         self._check_log_options()
         self._no_pidfile_in_the_foreground()
         try:
-            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), self["strict-config"],
+            self.config = NamesrvConfig.from_file(self["configFile"], self.overrides(), bool(self["strict-config"]),
                                                   SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))

@@ -216,7 +216,7 @@ def _whitelist(entries: Any, where: str) -> AddressMatch:
 
 def signature(secret_key: str, ext: Mapping[str, str | None], body: bytes | memoryview | None) -> str:
     """AclUtils.calSignature(combineRequestContent(...)): values in Java String order of keys (a
-    null value appends "null", as StringBuilder does).  A lone surrogate (a JSON header's ``\ud800``)
+    null value appends "null", as StringBuilder does).  A lone surrogate (a JSON header's ``\\ud800``)
     becomes ``?``, as Java's String.getBytes(UTF_8) writes it: signed like Java, never an exception."""
     fields = sorted((k for k in ext if k != SIGNATURE), key=lambda k: k.encode("utf-16-be", "surrogatepass"))
     content = "".join("null" if ext[k] is None else str(ext[k]) for k in fields).encode("utf-8", "replace")
@@ -245,7 +245,7 @@ def bound_content(code: int, stamp_ms: int, nonce: bytes, ext: Mapping[str, str 
     extField but Signature and NamesrvSignature by name and value (each length-prefixed, a null value
     marked apart from an empty one, in key order), and the body.  So unlike ACL 1.0's content it
     cannot be moved to another code, or its fields re-cut or renamed, and it is fresh once.  Text is
-    UTF-8 with lone surrogates (a JSON header's ``\ud800``) kept as their bytes: never an exception."""
+    UTF-8 with lone surrogates (a JSON header's ``\\ud800``) kept as their bytes: never an exception."""
     fields = sorted((k for k in ext if k not in (SIGNATURE, NAMESRV_SIGNATURE)), key=lambda k: _utf8(k))
     parts = [BOUND_PREFIX, code.to_bytes(4, "big", signed=True), stamp_ms.to_bytes(8, "big"),
              _length_prefixed(nonce), len(fields).to_bytes(4, "big")]
