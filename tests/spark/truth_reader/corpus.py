@@ -128,7 +128,7 @@ ARGS: dict[str, list[str]] = {
                      "read once, from the NameServer's host's file (second_point), whose clock is the same",
                      endpoint="10.66.0.1:9876"),
     "v5-lossy": _one("5.3.3", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
-                     "v5-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v4-lossy with 5.3.3: two hosts "
+                     "v5-lossy-brokerhost.pcap.xz", "--clock-ahead", "0", "--note", "v4-lossy with 5.3.3: two hosts "
                      "on one clock (two network namespaces), the link between them impaired by v4-lossy's "
                      "lossylink.py (3% lost, 10% reordered, 1% duplicated, 5 ms delay, each way), tcpdump on each end "
                      "(raw IP); broker-a's store holds 3,000 topics of its own (BigTopic0000..2999, from an earlier "
