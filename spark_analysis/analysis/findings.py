@@ -55,7 +55,7 @@ KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
-         "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
+         "broker_address_change", "topic_not_exist", "response_code", "turned_away", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "silence_not_captured",
          "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
@@ -325,7 +325,11 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               code_name=name, response_code=response, response_name=code_name(response, True),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
+    refusals = _turned_away(endpoints or [], groups)
     for (name, client), (count, first, last, _) in sorted(groups.get(UNANSWERED, {}).items(), key=_by_key):
+        if client in refusals:
+            found.append(_refused_requests(name, client, count, first, last, refusals[client]))
+            continue
         found.append(_finding("unanswered", WARNING, f"{count} {name} request(s) from {client} never answered",
                               code_name=name, client=client, count=count, first=_iso(first), last=_iso(last)))
     for (name,), (count, first, last, worst) in sorted(groups.get(SLOW, {}).items(), key=_by_key):
@@ -348,6 +352,29 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               connection=conn_id, bytes=count, server=server, protocol=protocol))
     found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
+
+
+def _turned_away(endpoints: list[Item], groups: Groups) -> dict[str, Item]:
+    """Per client a server turned away (model/endpoints.turned_away: it closed the connection after the
+    client's bytes without sending one): the server, when it closed, and whether the server's other
+    connections speak TLS."""
+    tls = {server for (_, server, protocol) in groups.get(UNDECODABLE, {}) if protocol == TLS}
+    return {refusal["client"]: {"server": row["endpoint"], "t": refusal["t"], "tls": row["endpoint"] in tls}
+            for row in endpoints for refusal in row.get("turned_away", ())}
+
+
+def _refused_requests(name: str, client: str, count: int, first: Any, last: Any, refusal: Item) -> Item:
+    """A client's unanswered requests on a connection its server turned away: a refusal the server's
+    own packets show, not answers lost. TLS is named only where the server's other connections speak
+    it: a plain-text client at a server that takes TLS only (tls.server.mode enforcing, Java's or
+    ours, closes so); else the packets say no more than a close without a word."""
+    why = ("its other connections here speak TLS: a plain-text client at a server that takes TLS only "
+           "(tls.server.mode enforcing)" if refusal["tls"] else
+           "the packets do not say why (a frame it could not decode, a client it will not serve)")
+    return _finding("turned_away", WARNING, f"{client} turned away by {refusal['server']}: it closed the connection "
+                    f"at {refusal['t']} after {count} {name} request(s), without sending a byte (a refusal, not an "
+                    f"answer lost); {why}", server=refusal["server"], client=client, code_name=name, count=count,
+                    first=_iso(first), last=_iso(last), t=refusal["t"], tls=refusal["tls"])
 
 
 #: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
@@ -711,6 +738,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "broker_id_change": ("broker", "broker{s} changing brokerId"),
          "broker_address_change": ("broker_name", "broker{s} moving address"),
          "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "kind{s} of error answer"),
+         "turned_away": ("client", "client{s} turned away by a NameServer (closed with no answer)"),
          "unanswered": ("code_name", "request code{s} never answered"),
          "slow_answer": ("code_name", "slow request code{s}"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
@@ -1090,6 +1118,9 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                                   "refused": o.refused, "unseen": o.unseen} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
+        if story.turned_away:  # only where there were: every other capture's summary as it was
+            rows[-1]["turned_away"] = [{"client": client, "t": iso_time(t)}
+                                       for client, t in sorted(story.turned_away.items())]
     return rows
 
 
