@@ -533,10 +533,10 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
     captured between them, so no broker's silence, expiry or server's outage is told across it,
     and what happened then is unknown. A ring (``tcpdump -C M -W N``) that wrapped overwrote them;
     with ``-z gzip`` it also leaves the newer files of the same name unzipped beside the old ones."""
-    found = []
+    captures = list(captures)
+    found = [overwritten for paths, gaps, kept_from in _rings_across_gaps(captures)
+             if (overwritten := overwritten_files(paths, gaps, kept_from)) is not None]
     for capture in captures:
-        if (overwritten := overwritten_files(capture)) is not None:
-            found.append(overwritten)
         if capture.after_missing is None:
             continue
         before, ended = capture.after_missing
@@ -555,31 +555,55 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
 RING_NAME = re.compile(r"^(?P<name>.*?)(?P<number>[0-9]+)(?:\.(?:gz|bz2|xz|zst|lz4))?$")
 
 
-def overwritten_files(capture: Capture) -> Item | None:
+def _rings_across_gaps(captures: list[Capture]) -> Iterable[tuple[tuple[str, ...], frozenset[int], float]]:
+    """Each chain of captures joined where files of a rotated set go missing between them (a capture's
+    ``after_missing`` names the file before the gap): its files in time order, the positions of the
+    files that follow a gap, and when its first file begins. A ring with a file lost in the middle is
+    one ring still: its names say whether it wrapped."""
+    after = {c.after_missing[0]: c for c in captures if c.after_missing is not None}
+    lasts = {c.paths[-1] for c in captures}
+    for head in captures:
+        if head.after_missing is not None and head.after_missing[0] in lasts:
+            continue  # not a chain's first
+        paths, gaps = list(head.paths), set()
+        following = after.get(paths[-1])
+        while following is not None:
+            gaps.add(len(paths))
+            paths += following.paths
+            following = after.get(paths[-1])
+        yield tuple(paths), frozenset(gaps), head.first
+
+
+def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_from: float = 0.0) -> Item | None:
     """A ring that wrapped (``tcpdump -C M -W N``: files NAME0, NAME1, ... written in turn, the
     oldest overwritten): the capture's files, in time order, numbered 2, 0, 1. The oldest kept is
-    not the ring's first file, so the files numbered before it held earlier packets and were
-    written over since: at least that many were lost, and nothing before its first packet was kept
-    (a broker's stay or a connection begun earlier is seen from then on only). Said first, as files
-    missing are. Only a ring's turn says so (each next file numbered one more, or 0); names in order
-    (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with %H%M%S, past
-    midnight) say nothing of files overwritten."""
-    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in capture.paths]
+    not the ring's first file, and files numbered below it hold later packets: the ring came round
+    to them, so they and every file numbered before them were written over since (at least the
+    highest of them plus one), and nothing before ``kept_from`` (the first packet) was kept (a
+    broker's stay or a connection begun earlier is seen from then on only). Said first, as files
+    missing are. Only a ring's turn says so: each next file numbered one more, or 0, except after a
+    gap (``gaps``: positions of files that follow files missing, _rings_across_gaps), where any
+    number but the same may follow (2, then 1 after file 0 was lost: the ring still wrapped). Names
+    in order (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with
+    %H%M%S, past midnight) say nothing of files overwritten."""
+    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in paths]
     if len(names) < 2 or not all(names):
         return None
     numbers = [int(m["number"]) for m in names if m]
     if len({(m["name"], len(m["number"])) for m in names if m}) != 1 or numbers[0] == 0:
         return None
-    steps = list(zip(numbers, numbers[1:], strict=False))
-    if 0 not in numbers[1:] or not all(b == a + 1 or b == 0 for a, b in steps):
+    ring_turns = all(b != a if i + 1 in gaps else b in (a + 1, 0)
+                     for i, (a, b) in enumerate(zip(numbers, numbers[1:], strict=False)))
+    came_round = [n for n in numbers[1:] if n < numbers[0]]
+    if not ring_turns or not came_round:
         return None  # in order (files not given, or not written), or no ring's turn: names stamped by time
-    oldest = capture.paths[0]
+    oldest, overwritten = paths[0], max(came_round) + 1
     return _finding("files_overwritten", WARNING, f"{oldest} is the oldest file of a ring that wrapped (tcpdump "
                     f"-W): it is file {numbers[0]} of the ring and files numbered before it hold later packets, so "
-                    f"at least {numbers[0]} file(s) written before it were overwritten; nothing before "
-                    f"{iso_time(capture.first)} was kept: what happened then is unknown (brokers and connections "
-                    f"begun earlier are seen from then on only)", path=oldest, overwritten=numbers[0],
-                    kept_from=iso_time(capture.first))
+                    f"at least {overwritten} file(s) written before it were overwritten; nothing before "
+                    f"{iso_time(kept_from)} was kept: what happened then is unknown (brokers and connections "
+                    f"begun earlier are seen from then on only)", path=oldest, overwritten=overwritten,
+                    kept_from=iso_time(kept_from))
 
 
 def translated_copies(translated: Translated) -> list[Item]:
