@@ -153,6 +153,8 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
         story.outages = sorted(story.outages + _unseen_outages(connections, attempts, story.outages),
                                key=lambda o: o.down)
         _place_refused(story, attempts, bool(connections))
+        # a close as the server went away (stopped with a request unanswered) is its going, not a refusal
+        story.turned_away = {client: t for client, t in story.turned_away.items() if story.went_away(t) is None}
     return stories
 
 

@@ -180,6 +180,11 @@ def _told(truth: dict) -> dict:
         add("port_checked", None, endpoint=check["endpoint"], accepted=check["accepted"])
     for copied in truth.get("translated_copies", []):
         add("translated_copies", None, **copied)
+    for unread in truth.get("unread_connections", []):
+        add("undecodable_connection", None, connection=f"{unread['client']}>{unread['server']}@1.0",
+            server=unread["server"], protocol=unread["protocol"], bytes=unread["bytes"])
+    for refusal in truth.get("turned_away", []):
+        add("turned_away", refusal["at"], client=refusal["client"], server=refusal["server"])
     for point in truth.get("second_point", []):
         add("same_traffic_twice", None, server=point["server"], paths=[f"captures/{f}" for f in point["copies_in"]],
             read_from=point["read_from"], connections=point["connections"], clock_s=point["clock_s"] - 0.004)

@@ -209,6 +209,12 @@ ARGS: dict[str, list[str]] = {
                     "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
                     "(silences: missed); the NameServer's log has no expiry"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
+    "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
+                   "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
+                   "namesrv-admin: namesrv.log is its log of this run (UTC, seconds)", "--note",
+                   "tls.server.mode enforcing (--tls-mode enforcing): four TLS clients (namesrv-admin --tls), then a "
+                   "plain one the server closed without a byte (turned_away); the launch script's poll wrote a "
+                   "newline (1 byte, unread, refused as plain by the log)", why=OUR_RETRY.split(";")[0]),
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
     "v5-ours-kill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", "--note", OUR_NOTE,
