@@ -183,13 +183,17 @@ def _told(truth: dict) -> dict:
     for unread in truth.get("unread_connections", []):
         add("undecodable_connection", None, connection=f"{unread['client']}>{unread['server']}@1.0",
             server=unread["server"], protocol=unread["protocol"], bytes=unread["bytes"])
+    for server in truth.get("unread_servers", []):
+        add("server_unread", None, endpoint=server["endpoint"], accepted=server["accepted"], why=server["why"])
     for refusal in truth.get("turned_away", []):
         add("turned_away", refusal["at"], client=refusal["client"], server=refusal["server"])
     for point in truth.get("second_point", []):
         add("same_traffic_twice", None, server=point["server"], paths=[f"captures/{f}" for f in point["copies_in"]],
             read_from=point["read_from"], connections=point["connections"], clock_s=point["clock_s"] - 0.004)
     add("topic_not_exist", None, topic="TopicTest")  # not judged
-    summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
+    unread = {u["endpoint"] for u in truth.get("unread_servers", [])}  # no NameServer to the report: cut unread
+    summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]
+                               if ns["endpoint"] not in unread],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items], "brokers": rows}
     if log:
         def told(change: dict) -> dict:

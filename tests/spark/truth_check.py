@@ -52,7 +52,7 @@ KIND_CLASSES = {
     "silence_not_captured": "not_captured",
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "cut_read_elsewhere": "cut",  # the same, its cut connections all read from another point's copies
-    "server_unread": "absent",  # every server of the corpus can be read, cut or not
+    "server_unread": "unread_server",  # a server nothing of which can be read: the truth's unread_servers
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
     "port_checked": "port_check",  # an endpoint whose accepted connections carried nothing: the truth's port_checks
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
@@ -237,6 +237,7 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
     unfitted: list[tuple[dict, str]] = []
     translated_told: list[dict] = []
     unread_told: list[dict] = []
+    unread_servers_told: set[str] = set()
     second_told: list[dict] = []
     for item in items:
         kind = item.get("kind")
@@ -254,6 +255,11 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         if cls == "translated":
             translated_told.append(item)
+            continue
+        if cls == "unread_server":
+            if not any(u["endpoint"] == _endpoint(item) for u in truth.get("unread_servers", [])):
+                problems.append(f"invented: {kind}: {item.get('message')}")
+            unread_servers_told.add(_endpoint(item))
             continue
         if cls in ("unread", "turned_away"):
             unread_told.append(item)
@@ -291,6 +297,8 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             told[i].append(item)
     problems += judge_translated(truth, translated_told) + judge_second_point(truth, second_told)
     problems += judge_unread(truth, unread_told)
+    problems += [f"missed: {u['endpoint']} unread ({u['why']})" for u in truth.get("unread_servers", [])
+                 if u["endpoint"] not in unread_servers_told]
     for item, cls in unfitted:
         # the right event at the wrong time (or with none), if nothing told it at its time: said once as
         # such, not as invented + missed; else a duplicate, invented
@@ -471,7 +479,10 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
 
 def judge_endpoints(truth: dict, summary: dict) -> list[str]:
     """The NameServer endpoints the report found by itself, against the truth's."""
-    expected = {ns["endpoint"] for ns in truth["nameservers"]}
+    # a NameServer nothing of which was captured (cut before any payload) is known by its port to
+    # whoever captured it, not by its packets: the report names it unread (server_unread), not a NameServer
+    unread = {u["endpoint"] for u in truth.get("unread_servers", [])}
+    expected = {ns["endpoint"] for ns in truth["nameservers"]} - unread
     if "nameservers" in summary:
         found = {ns["endpoint"] if isinstance(ns, dict) else ns for ns in summary["nameservers"]}
     else:

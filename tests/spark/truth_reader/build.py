@@ -450,6 +450,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["port_checks"] = port_checks
     if unread := unread_connections(conns, namesrvs):
         truth["unread_connections"] = unread
+    if cut_out := cut_before_payload(conns, namesrvs):
+        truth["unread_servers"] = cut_out
     if turned := turned_away(conns, namesrvs, runs, log, problems):
         truth["turned_away"] = turned
     if copies or other_copies:
@@ -480,10 +482,25 @@ def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
     found = []
     for c in conns:
         data = bytes(c.data["c"])
+        if sum(n for _o, n in c.cut["c"]) >= len(data):
+            continue  # nothing of it captured (a snap length cut every byte): cut, not another protocol
         if c.server in namesrvs and data and not any("code" in h for _t, h in c.frames("c")):
             found.append({"client": c.client, "server": c.server, "bytes": len(data),
                           "protocol": "TLS" if data[:2] == b"\x16\x03" else None})
     return sorted(found, key=lambda u: u["client"])
+
+
+def cut_before_payload(conns, namesrvs: list[str]) -> list[dict]:
+    """NameServer endpoints not one byte of whose connections' payload was captured, though they
+    carried some (a snap length shorter than the headers: tcpdump -s 64 on Ethernet): what they
+    were asked cannot be read at all; with the connections each accepted."""
+    out = []
+    for e in namesrvs:
+        mine = [c for c in conns if c.server == e]
+        if any(c.data[side] and sum(n for _o, n in c.cut[side]) < len(c.data[side]) for c in mine for side in "cs"):
+            continue
+        out.append({"endpoint": e, "accepted": sum(bool(c.synack) for c in mine), "why": "cut before any payload"})
+    return out
 
 
 def turned_away(conns, namesrvs: list[str], runs: dict[str, list[dict]], log, problems: list[str]) -> list[dict]:

@@ -24,9 +24,8 @@ PAUSE = ("broker-a paused with kill -STOP 14:16:12.644Z, resumed with kill -CONT
          "NameServer's idle close ends its stay 120 s after its last byte (the log: IDLE exception, then the "
          "unregister of its destroyed channel, 22:18:07 +08:00), it registers again at 14:19:03 ('new broker "
          "registered'): two stays, the first expired, the second from its return. The five tcpdumps of the steps "
-         "ran at once on the same loopback; v5-pause, v5-pause60, v5-pause-s96 and v5-pause-nano each hold one "
-         "of them (the -s 64 one cut every packet before its payload: not in the corpus, see "
-         "test_cut_before_payload.py)")
+         "ran at once on the same loopback; v5-pause, v5-pause60, v5-pause-s96, v5-pause-s64 and v5-pause-nano "
+         "each hold one of them (the -s 64 one cut every packet before its payload)")
 
 
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
@@ -196,6 +195,11 @@ ARGS: dict[str, list[str]] = {
                          "tcpdump -i lo -s 96: every packet longer than 96 bytes cut there (Ethernet, a 32-byte TCP "
                          "header: 30 bytes of payload kept, the frame's length, code and opaque, no broker's name or "
                          f"address); a broker whose brokerAddr the cut left out is named {CUT_NAMING}"),
+    "v5-pause-s64": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
+                         "tcpdump -i lo -s 64: every packet carrying bytes cut before its first byte of payload "
+                         "(Ethernet 14, IP 20, TCP 32 with its timestamps: 66 bytes of headers); the connections' "
+                         "opens, closes and refused attempts are there, no frame is: no stay, registration or "
+                         "lookup can be read, and the NameServer's traffic is told unread (cut_before_payload)"),
     "v5-pause-nano": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
                           "tcpdump --time-stamp-precision=nano: a pcap of nanosecond stamps (magic a1b23c4d)"),
     "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
