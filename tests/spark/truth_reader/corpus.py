@@ -115,6 +115,12 @@ ARGS: dict[str, list[str]] = {
                         "later afterwards (editcap -t 0.35: a host whose clock reads 350 ms ahead). Each connection "
                         "is read once, from the NameServer's host's file (second_point)",
                         endpoint="10.77.0.1:9876"),
+    "v5-merged": _one("5.3.3", "--stopped", "10.77.0.1:9876=namesrv stop", "--note", "v5-twohosts' two files "
+                      "merged into one (mergecap -F pcap -w v5-merged.pcap v5-twohosts-nshost.pcap.gz "
+                      "v5-twohosts-brokerhost.pcap.gz, in time order): every packet of a connection twice, the "
+                      "brokers' host's copy stamped by its clock (0.35 s ahead); each connection, frame and "
+                      "registration read once, as from the two files given together (no second point to name: "
+                      "one file)", endpoint="10.77.0.1:9876"),
     "v5-proxy": _one("5.3.3", "--stopped", "127.0.0.1:38876=namesrv stop", "--note", "The 5.3.3 proxy (cluster "
                      "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
                      "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
