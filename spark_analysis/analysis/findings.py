@@ -380,7 +380,7 @@ def _refused_requests(name: str, client: str, count: int, first: Any, last: Any,
 #: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
-          HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
+          HTTP: "a web server's port, not RocketMQ remoting"}
 
 
 def _one_way(server: str, side: str, count: int) -> Item:
@@ -798,7 +798,9 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING for item in found)
+    # a server speaking HTTP was read: it is a web server, no NameServer whose traffic is hidden (TLS, a cut)
+    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING and item.get("protocol") != HTTP
+                 for item in found)
     leads = [NO_NAMESERVER_READ if unread else NO_NAMESERVER_FOUND] if not nameservers else []
     leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
                            cut_headline(found), step_headline(found)])
