@@ -55,7 +55,7 @@ KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut",
          "server_restart",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
-         "broker_address_change", "topic_not_exist", "response_code", "unanswered", "slow_answer",
+         "broker_address_change", "topic_not_exist", "response_code", "turned_away", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
          "silence_not_captured",
          "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
@@ -325,7 +325,11 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               code_name=name, response_code=response, response_name=code_name(response, True),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
+    refusals = _turned_away(endpoints or [], groups)
     for (name, client), (count, first, last, _) in sorted(groups.get(UNANSWERED, {}).items(), key=_by_key):
+        if client in refusals:
+            found.append(_refused_requests(name, client, count, first, last, refusals[client]))
+            continue
         found.append(_finding("unanswered", WARNING, f"{count} {name} request(s) from {client} never answered",
                               code_name=name, client=client, count=count, first=_iso(first), last=_iso(last)))
     for (name,), (count, first, last, worst) in sorted(groups.get(SLOW, {}).items(), key=_by_key):
@@ -350,10 +354,33 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     return found
 
 
+def _turned_away(endpoints: list[Item], groups: Groups) -> dict[str, Item]:
+    """Per client a server turned away (model/endpoints.turned_away: it closed the connection after the
+    client's bytes without sending one): the server, when it closed, and whether the server's other
+    connections speak TLS."""
+    tls = {server for (_, server, protocol) in groups.get(UNDECODABLE, {}) if protocol == TLS}
+    return {refusal["client"]: {"server": row["endpoint"], "t": refusal["t"], "tls": row["endpoint"] in tls}
+            for row in endpoints for refusal in row.get("turned_away", ())}
+
+
+def _refused_requests(name: str, client: str, count: int, first: Any, last: Any, refusal: Item) -> Item:
+    """A client's unanswered requests on a connection its server turned away: a refusal the server's
+    own packets show, not answers lost. TLS is named only where the server's other connections speak
+    it: a plain-text client at a server that takes TLS only (tls.server.mode enforcing, Java's or
+    ours, closes so); else the packets say no more than a close without a word."""
+    why = ("its other connections here speak TLS: a plain-text client at a server that takes TLS only "
+           "(tls.server.mode enforcing)" if refusal["tls"] else
+           "the packets do not say why (a frame it could not decode, a client it will not serve)")
+    return _finding("turned_away", WARNING, f"{client} turned away by {refusal['server']}: it closed the connection "
+                    f"at {refusal['t']} after {count} {name} request(s), without sending a byte (a refusal, not an "
+                    f"answer lost); {why}", server=refusal["server"], client=client, code_name=name, count=count,
+                    first=_iso(first), last=_iso(last), t=refusal["t"], tls=refusal["tls"])
+
+
 #: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
-          HTTP: "an HTTP port captured with the NameServer's, not RocketMQ remoting"}
+          HTTP: "a web server's port, not RocketMQ remoting"}
 
 
 def _one_way(server: str, side: str, count: int) -> Item:
@@ -506,10 +533,10 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
     captured between them, so no broker's silence, expiry or server's outage is told across it,
     and what happened then is unknown. A ring (``tcpdump -C M -W N``) that wrapped overwrote them;
     with ``-z gzip`` it also leaves the newer files of the same name unzipped beside the old ones."""
-    found = []
+    captures = list(captures)
+    found = [overwritten for paths, gaps, kept_from in _rings_across_gaps(captures)
+             if (overwritten := overwritten_files(paths, gaps, kept_from)) is not None]
     for capture in captures:
-        if (overwritten := overwritten_files(capture)) is not None:
-            found.append(overwritten)
         if capture.after_missing is None:
             continue
         before, ended = capture.after_missing
@@ -528,31 +555,55 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
 RING_NAME = re.compile(r"^(?P<name>.*?)(?P<number>[0-9]+)(?:\.(?:gz|bz2|xz|zst|lz4))?$")
 
 
-def overwritten_files(capture: Capture) -> Item | None:
+def _rings_across_gaps(captures: list[Capture]) -> Iterable[tuple[tuple[str, ...], frozenset[int], float]]:
+    """Each chain of captures joined where files of a rotated set go missing between them (a capture's
+    ``after_missing`` names the file before the gap): its files in time order, the positions of the
+    files that follow a gap, and when its first file begins. A ring with a file lost in the middle is
+    one ring still: its names say whether it wrapped."""
+    after = {c.after_missing[0]: c for c in captures if c.after_missing is not None}
+    lasts = {c.paths[-1] for c in captures}
+    for head in captures:
+        if head.after_missing is not None and head.after_missing[0] in lasts:
+            continue  # not a chain's first
+        paths, gaps = list(head.paths), set()
+        following = after.get(paths[-1])
+        while following is not None:
+            gaps.add(len(paths))
+            paths += following.paths
+            following = after.get(paths[-1])
+        yield tuple(paths), frozenset(gaps), head.first
+
+
+def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_from: float = 0.0) -> Item | None:
     """A ring that wrapped (``tcpdump -C M -W N``: files NAME0, NAME1, ... written in turn, the
     oldest overwritten): the capture's files, in time order, numbered 2, 0, 1. The oldest kept is
-    not the ring's first file, so the files numbered before it held earlier packets and were
-    written over since: at least that many were lost, and nothing before its first packet was kept
-    (a broker's stay or a connection begun earlier is seen from then on only). Said first, as files
-    missing are. Only a ring's turn says so (each next file numbered one more, or 0); names in order
-    (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with %H%M%S, past
-    midnight) say nothing of files overwritten."""
-    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in capture.paths]
+    not the ring's first file, and files numbered below it hold later packets: the ring came round
+    to them, so they and every file numbered before them were written over since (at least the
+    highest of them plus one), and nothing before ``kept_from`` (the first packet) was kept (a
+    broker's stay or a connection begun earlier is seen from then on only). Said first, as files
+    missing are. Only a ring's turn says so: each next file numbered one more, or 0, except after a
+    gap (``gaps``: positions of files that follow files missing, _rings_across_gaps), where any
+    number but the same may follow (2, then 1 after file 0 was lost: the ring still wrapped). Names
+    in order (0, 1: a ring that wrapped whole laps looks so too) or stamped by time (-G with
+    %H%M%S, past midnight) say nothing of files overwritten."""
+    names = [RING_NAME.match(path.rsplit("/", 1)[-1]) for path in paths]
     if len(names) < 2 or not all(names):
         return None
     numbers = [int(m["number"]) for m in names if m]
     if len({(m["name"], len(m["number"])) for m in names if m}) != 1 or numbers[0] == 0:
         return None
-    steps = list(zip(numbers, numbers[1:], strict=False))
-    if 0 not in numbers[1:] or not all(b == a + 1 or b == 0 for a, b in steps):
+    ring_turns = all(b != a if i + 1 in gaps else b in (a + 1, 0)
+                     for i, (a, b) in enumerate(zip(numbers, numbers[1:], strict=False)))
+    came_round = [n for n in numbers[1:] if n < numbers[0]]
+    if not ring_turns or not came_round:
         return None  # in order (files not given, or not written), or no ring's turn: names stamped by time
-    oldest = capture.paths[0]
+    oldest, overwritten = paths[0], max(came_round) + 1
     return _finding("files_overwritten", WARNING, f"{oldest} is the oldest file of a ring that wrapped (tcpdump "
                     f"-W): it is file {numbers[0]} of the ring and files numbered before it hold later packets, so "
-                    f"at least {numbers[0]} file(s) written before it were overwritten; nothing before "
-                    f"{iso_time(capture.first)} was kept: what happened then is unknown (brokers and connections "
-                    f"begun earlier are seen from then on only)", path=oldest, overwritten=numbers[0],
-                    kept_from=iso_time(capture.first))
+                    f"at least {overwritten} file(s) written before it were overwritten; nothing before "
+                    f"{iso_time(kept_from)} was kept: what happened then is unknown (brokers and connections "
+                    f"begun earlier are seen from then on only)", path=oldest, overwritten=overwritten,
+                    kept_from=iso_time(kept_from))
 
 
 def translated_copies(translated: Translated) -> list[Item]:
@@ -711,6 +762,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "broker_id_change": ("broker", "broker{s} changing brokerId"),
          "broker_address_change": ("broker_name", "broker{s} moving address"),
          "topic_not_exist": ("topic", "unknown topic{s}"), "response_code": ("code_name", "kind{s} of error answer"),
+         "turned_away": ("client", "client{s} turned away by a NameServer (closed with no answer)"),
          "unanswered": ("code_name", "request code{s} never answered"),
          "slow_answer": ("code_name", "slow request code{s}"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
@@ -746,7 +798,9 @@ def attention(found: list[Item], nameservers: int = 1) -> Item:
     problems = [_problem(kind, subject, items) for (kind, subject), items in grouped.items()]
     problems.sort(key=lambda p: (SEVERITIES.index(p["severity"]), KINDS.index(p["kind"]), -len(p["evidence"]),
                                  -sum(item.get("count", 1) for item in p["evidence"]), p["message"]))
-    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING for item in found)
+    # a server speaking HTTP was read: it is a web server, no NameServer whose traffic is hidden (TLS, a cut)
+    unread = any(item["kind"] == "server_unread" and item["severity"] == WARNING and item.get("protocol") != HTTP
+                 for item in found)
     leads = [NO_NAMESERVER_READ if unread else NO_NAMESERVER_FOUND] if not nameservers else []
     leads += filter(None, [dropped_headline(found), encrypted_headline(found), missing_headline(found),
                            cut_headline(found), step_headline(found)])
@@ -1090,6 +1144,9 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                                   "refused": o.refused, "unseen": o.unseen} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
+        if story.turned_away:  # only where there were: every other capture's summary as it was
+            rows[-1]["turned_away"] = [{"client": client, "t": iso_time(t)}
+                                       for client, t in sorted(story.turned_away.items())]
     return rows
 
 

@@ -90,6 +90,8 @@ class EndpointStory:
     #: refused attempts not during an outage: (count, first, last, when) with when one of
     #: "before_start" (it had accepted nothing yet), "after_stop", "while_up", "never_listening"
     refused: list[tuple[int, float, float, str]] = field(default_factory=list)
+    #: clients it closed after their bytes without sending one (turned_away): client "ip:port" -> that close
+    turned_away: dict[str, float] = field(default_factory=dict)
 
     @property
     def restarts(self) -> list[Outage]:
@@ -139,7 +141,10 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
             first = found.accepted_at
             story.first_accepted = min(story.first_accepted or first, first)
         by_server = found.first_close is not None and found.close_by_lower == (server == key[0])
-        busy = None if by_server and turned_away(found, server == key[0]) else found.last_payload
+        refusal = by_server and turned_away(found, server == key[0])
+        if refusal and found.last_payload is not None and found.first_close is not None:  # the client's bytes
+            story.turned_away[key[1] if server == key[0] else key[0]] = found.first_close
+        busy = None if refusal else found.last_payload
         established.setdefault(server, []).append(_Connection(first, found.last, found.first_close, by_server, busy))
     for server, story in stories.items():
         connections = sorted(established.get(server, []), key=lambda c: c.first)
@@ -148,6 +153,8 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
         story.outages = sorted(story.outages + _unseen_outages(connections, attempts, story.outages),
                                key=lambda o: o.down)
         _place_refused(story, attempts, bool(connections))
+        # a close as the server went away (stopped with a request unanswered) is its going, not a refusal
+        story.turned_away = {client: t for client, t in story.turned_away.items() if story.went_away(t) is None}
     return stories
 
 

@@ -832,6 +832,26 @@ def test_a_capture_without_a_nameserver_does_not_read_as_a_healthy_one() -> None
         "1 warning: 1 capture file cut by a snap length")
 
 
+def test_a_web_server_on_the_nameserver_port_is_no_nameserver_found_not_one_unread() -> None:
+    """python -m http.server on 9876, 20 GETs captured (real, by hand): the report led with "no
+    NameServer traffic read (what servers were asked cannot be read: below)", while the command
+    said "no NameServer traffic found", and told its HTTP "an HTTP port captured with the
+    NameServer's" with no NameServer in the capture. HTTP is read as HTTP: a web server's port."""
+    server = {"endpoint": "127.0.0.1:9876", "kind": "unknown", "accepted": 20, "requests": 0, "outages": [],
+              "refused": []}
+    groups: findings_module.Groups = {findings_module.UNDECODABLE: {
+        ("127.0.0.1:55904>127.0.0.1:9876@1.0", "127.0.0.1:9876", "HTTP"): [118, 1.0, 1.0, None]}}
+    found = findings_module.evidence([], groups, [], {}, [server])
+    unread = next(f for f in found if f["kind"] == "server_unread")
+    assert "speak HTTP (a web server's port, not RocketMQ remoting)" in unread["message"]
+    assert "NameServer's" not in unread["message"]
+    assert findings_module.attention(found, nameservers=0)["attention"].startswith(
+        findings_module.NO_NAMESERVER_FOUND + " · 2 warnings")
+    groups[findings_module.UNDECODABLE] = {("c>127.0.0.1:9876@1.0", "127.0.0.1:9876", "TLS"): [700, 1.0, 1.0, None]}
+    tls = findings_module.evidence([], groups, [], {}, [server])  # a TLS NameServer may be behind it: unread
+    assert findings_module.attention(tls, nameservers=0)["attention"].startswith(findings_module.NO_NAMESERVER_READ)
+
+
 def test_other_services_beside_the_nameservers_are_information() -> None:
     """A capture with no port filter on a NameServer's host holds ssh, a database, a web server:
     each connection was a warning ("bytes that are no remoting frame") and each server one

@@ -65,6 +65,26 @@ def test_one_rotated_file_alone_tells_what_happened_in_it(spark, tmp_path: Path)
                                                                      (stopped["broker_addr"], "alive")}
 
 
+def test_a_ring_with_its_middle_file_lost_tells_the_stretch_and_nothing_across_it(spark, tmp_path: Path) -> None:
+    """v4-ring3 given without pcap0 (the ring's fourth file, 1.2 s of broker-a's heartbeats and the
+    producer's traffic): the stretch missing said first with the ring's wrap, broker-a alive at the
+    end as the truth has it, and no stop, expiry, close or silence told across the gap."""
+    truth = truth_of("v4-ring3")
+    files = [str(REAL / "v4-ring3" / f) for f in ("v4-ring3.pcap2.gz", "v4-ring3.pcap1.gz")]
+    out = run_job(spark, files, tmp_path / "out", report=False)
+    kinds = {item["kind"] for f in out.summary["findings"] for item in f["evidence"]}
+    assert kinds == {"files_missing", "files_overwritten", "topic_not_exist", "broker_alive_at_end", "other_server"}
+    missing = next(f["evidence"][0] for f in out.summary["findings"] if f["kind"] == "files_missing")
+    assert (missing["before"], missing["after"]) == tuple(files)
+    assert 1.0 < missing["seconds"] < 1.4  # pcap0's span, 14:16:27.150-14:16:28.326
+    ring = next(f["evidence"][0] for f in out.summary["findings"] if f["kind"] == "files_overwritten")
+    assert (ring["path"], ring["overwritten"]) == (files[0], truth["rings"][0]["overwritten"])
+    stay = truth["stays"][0]
+    assert [(r["broker_addr"], r["ended"]) for r in out.brokers] == [(stay["broker_addr"], "alive")]
+    assert out.summary["attention"].startswith("files missing from a rotated set: 1.2 s not captured · a ring that "
+                                               "wrapped: at least 2 file(s) overwritten before")
+
+
 def test_a_capture_given_twice_tells_its_truth_once(spark, tmp_path: Path) -> None:
     """v5-pause's file given twice (`report x.pcap.gz x.pcap.gz`): read once, every stay and
     registration counted once, the same truth (read twice, it would be two capture points)."""
@@ -160,11 +180,20 @@ def _told(truth: dict) -> dict:
         add("port_checked", None, endpoint=check["endpoint"], accepted=check["accepted"])
     for copied in truth.get("translated_copies", []):
         add("translated_copies", None, **copied)
+    for unread in truth.get("unread_connections", []):
+        add("undecodable_connection", None, connection=f"{unread['client']}>{unread['server']}@1.0",
+            server=unread["server"], protocol=unread["protocol"], bytes=unread["bytes"])
+    for server in truth.get("unread_servers", []):
+        add("server_unread", None, endpoint=server["endpoint"], accepted=server["accepted"], why=server["why"])
+    for refusal in truth.get("turned_away", []):
+        add("turned_away", refusal["at"], client=refusal["client"], server=refusal["server"])
     for point in truth.get("second_point", []):
         add("same_traffic_twice", None, server=point["server"], paths=[f"captures/{f}" for f in point["copies_in"]],
             read_from=point["read_from"], connections=point["connections"], clock_s=point["clock_s"] - 0.004)
     add("topic_not_exist", None, topic="TopicTest")  # not judged
-    summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]],
+    unread = {u["endpoint"] for u in truth.get("unread_servers", [])}  # no NameServer to the report: cut unread
+    summary = {"nameservers": [{"endpoint": ns["endpoint"]} for ns in truth["nameservers"]
+                               if ns["endpoint"] not in unread],
                "findings": [{"kind": i["kind"], "evidence": [i]} for i in items], "brokers": rows}
     if log:
         def told(change: dict) -> dict:

@@ -68,7 +68,18 @@ def test_javas_lines_are_read_in_its_zone() -> None:
 
 
 OURS = [name for name in FOLDERS if json.loads((REAL / name / "TRUTH.json").read_text())
-        .get("nameserver_software") == "twisted-namesrv"]
+        .get("nameserver_software") == "twisted-namesrv" and (REAL / name / "events.json").is_file()]
+
+
+def test_a_refusal_our_log_does_not_back_is_a_problem(tmp_path: Path) -> None:
+    """v5-tls: the plain client our TLS-enforcing server closed without a byte is a refusal its log
+    backs (the host's first refusal, a plain peer); with that line gone, the reader says so."""
+    folder = tmp_path / "v5-tls"
+    shutil.copytree(REAL / "v5-tls", folder)
+    assert rebuilt(folder)[1] == []
+    log = folder / "namesrv.log"
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True) if "plain (non-TLS)" not in line))
+    assert any(p.startswith("no refusal log line for 127.0.0.1") for p in rebuilt(folder)[1])
 
 
 def test_the_corpus_holds_a_capture_of_our_own_server() -> None:

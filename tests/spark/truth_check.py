@@ -39,7 +39,8 @@ KIND_CLASSES = {
     "crc_failure": "absent",
     "registration_refused": "absent",
     "bad_input": "absent",
-    "undecodable_connection": "absent",
+    "undecodable_connection": "unread",  # bytes no remoting frame: must be one of the truth's unread_connections
+    "turned_away": "turned_away",  # a client its server closed without a byte: the truth's turned_away, at its time
     "end_across_clock_step": "absent",  # no capture of the corpus has its clock stepped back
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
@@ -51,7 +52,7 @@ KIND_CLASSES = {
     "silence_not_captured": "not_captured",
     "capture_cut": "cut",  # packets a snap length cut: must be the truth's (its snap length and counts)
     "cut_read_elsewhere": "cut",  # the same, its cut connections all read from another point's copies
-    "server_unread": "absent",  # every server of the corpus can be read, cut or not
+    "server_unread": "unread_server",  # a server nothing of which can be read: the truth's unread_servers
     "other_port_traffic": "absent",  # only with --port, which the truth test never gives
     "port_checked": "port_check",  # an endpoint whose accepted connections carried nothing: the truth's port_checks
     "other_server": "other_server",  # a server that is no NameServer (a broker's port): must be one of the truth's
@@ -235,6 +236,8 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
     refused_told: dict[str, int] = defaultdict(int)
     unfitted: list[tuple[dict, str]] = []
     translated_told: list[dict] = []
+    unread_told: list[dict] = []
+    unread_servers_told: set[str] = set()
     second_told: list[dict] = []
     for item in items:
         kind = item.get("kind")
@@ -252,6 +255,14 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         if cls == "translated":
             translated_told.append(item)
+            continue
+        if cls == "unread_server":
+            if not any(u["endpoint"] == _endpoint(item) for u in truth.get("unread_servers", [])):
+                problems.append(f"invented: {kind}: {item.get('message')}")
+            unread_servers_told.add(_endpoint(item))
+            continue
+        if cls in ("unread", "turned_away"):
+            unread_told.append(item)
             continue
         if cls == "second_point":
             second_told.append(item)
@@ -285,6 +296,9 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
         for i in fitting:
             told[i].append(item)
     problems += judge_translated(truth, translated_told) + judge_second_point(truth, second_told)
+    problems += judge_unread(truth, unread_told)
+    problems += [f"missed: {u['endpoint']} unread ({u['why']})" for u in truth.get("unread_servers", [])
+                 if u["endpoint"] not in unread_servers_told]
     for item, cls in unfitted:
         # the right event at the wrong time (or with none), if nothing told it at its time: said once as
         # such, not as invented + missed; else a duplicate, invented
@@ -308,6 +322,37 @@ def judge_findings(truth: dict, summary: dict) -> list[str]:
             continue
         for item in told[i]:
             problems += _extra_problems(event, item, tolerance)
+    return problems
+
+
+def judge_unread(truth: dict, told: list[dict]) -> list[str]:
+    """The report's undecodable connections and turned-away clients against the truth's
+    (``unread_connections``: a client's bytes no remoting frame, TLS or not; ``turned_away``: a client
+    its NameServer closed without a byte): each one told once, with its protocol or at its close,
+    none missed, none invented."""
+    unread = {(u["client"], u["server"]): u for u in truth.get("unread_connections", [])}
+    refused = {(u["client"], u["server"]): u for u in truth.get("turned_away", [])}
+    problems: list[str] = []
+    seen: set[tuple[str, tuple[Any, Any]]] = set()
+    for item in told:
+        if item["kind"] == "undecodable_connection":
+            key = (str(item.get("connection", "")).split(">", 1)[0], item.get("server"))
+            expected = unread.get(key)
+            wrong = expected is None or expected["protocol"] != item.get("protocol")
+        else:
+            key = (item.get("client"), item.get("server"))
+            expected, at = refused.get(key), seconds(item.get("t"))
+            wrong = expected is None
+            off = None if expected is None or at is None else abs(at - (seconds(expected["at"]) or 0.0))
+            if expected is not None and (off is None or off > truth["tolerance_s"]):
+                problems.append(f"wrong time: turned_away told at {item.get('t')}; truth: {key[0]} turned away at "
+                                f"{expected['at']}")
+        if wrong or (item["kind"], key) in seen:
+            problems.append(f"invented: {item['kind']}: {item.get('message')}")
+        seen.add((item["kind"], key))
+    problems += [f"missed: undecodable connection of {c} to {s}" for c, s in unread
+                 if ("undecodable_connection", (c, s)) not in seen]
+    problems += [f"missed: {c} turned away by {s}" for c, s in refused if ("turned_away", (c, s)) not in seen]
     return problems
 
 
@@ -434,7 +479,10 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
 
 def judge_endpoints(truth: dict, summary: dict) -> list[str]:
     """The NameServer endpoints the report found by itself, against the truth's."""
-    expected = {ns["endpoint"] for ns in truth["nameservers"]}
+    # a NameServer nothing of which was captured (cut before any payload) is known by its port to
+    # whoever captured it, not by its packets: the report names it unread (server_unread), not a NameServer
+    unread = {u["endpoint"] for u in truth.get("unread_servers", [])}
+    expected = {ns["endpoint"] for ns in truth["nameservers"]} - unread
     if "nameservers" in summary:
         found = {ns["endpoint"] if isinstance(ns, dict) else ns for ns in summary["nameservers"]}
     else:

@@ -448,6 +448,12 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["other_servers"] = other_servers(other_conns, why)
     if port_checks:
         truth["port_checks"] = port_checks
+    if unread := unread_connections(conns, namesrvs):
+        truth["unread_connections"] = unread
+    if cut_out := cut_before_payload(conns, namesrvs):
+        truth["unread_servers"] = cut_out
+    if turned := turned_away(conns, namesrvs, runs, log, problems):
+        truth["turned_away"] = turned
     if copies or other_copies:
         truth["translated_copies"] = translated(copies + other_copies)
     if twice or other_twice:
@@ -468,6 +474,63 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
     return _times(truth), problems
+
+
+def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
+    """Connections to a NameServer whose client's bytes are no remoting frame: TLS records (a
+    handshake's first byte 0x16, version 3.x: a client with TLS on) or anything else (protocol null)."""
+    found = []
+    for c in conns:
+        data = bytes(c.data["c"])
+        if sum(n for _o, n in c.cut["c"]) >= len(data):
+            continue  # nothing of it captured (a snap length cut every byte): cut, not another protocol
+        if c.server in namesrvs and data and not any("code" in h for _t, h in c.frames("c")):
+            found.append({"client": c.client, "server": c.server, "bytes": len(data),
+                          "protocol": "TLS" if data[:2] == b"\x16\x03" else None})
+    return sorted(found, key=lambda u: u["client"])
+
+
+def cut_before_payload(conns, namesrvs: list[str]) -> list[dict]:
+    """NameServer endpoints not one byte of whose connections' payload was captured, though they
+    carried some (a snap length shorter than the headers: tcpdump -s 64 on Ethernet): what they
+    were asked cannot be read at all; with the connections each accepted."""
+    out = []
+    for e in namesrvs:
+        mine = [c for c in conns if c.server == e]
+        if any(c.data[side] and sum(n for _o, n in c.cut[side]) < len(c.data[side]) for c in mine for side in "cs"):
+            continue
+        out.append({"endpoint": e, "accepted": sum(bool(c.synack) for c in mine), "why": "cut before any payload"})
+    return out
+
+
+def turned_away(conns, namesrvs: list[str], runs: dict[str, list[dict]], log, problems: list[str]) -> list[dict]:
+    """Clients a NameServer closed after their bytes without sending one (its FIN or reset before
+    theirs): refused, not left unanswered; a close within 1 s of one of its runs' ends is its stop
+    (v5-restart2: a lookup sent as its second run was stopped), not a refusal. Our server logs the
+    first refusal of each host (a plain peer at a port with tls.server.mode=enforcing) and counts
+    the later ones: a refusal must have that line, for its client or earlier for its host."""
+    found = []
+    ends = defaultdict(list)
+    for e, rs in runs.items():
+        ends[e] += [r["down"] for r in rs if r["down"] is not None]
+    for c in conns:
+        closed = min([t for t in (c.fin.get("s"), c.rst if c.rst_by == "s" else None) if t is not None],
+                     default=None)
+        theirs = min([t for t in (c.fin.get("c"), c.rst if c.rst_by == "c" else None) if t is not None],
+                     default=None)
+        if (c.server not in namesrvs or not c.data["c"] or c.data["s"] or closed is None
+                or (theirs is not None and theirs < closed) or any(abs(closed - t) <= 1.0 for t in ends[c.server])):
+            continue
+        refusal = {"client": c.client, "server": c.server, "at": closed}
+        if log.knows("not_tls"):
+            host = c.client.rsplit(":", 1)[0]
+            lines = [line for t, line in log.find("not_tls", client=f"{host}:") if t <= closed + 1]
+            if not lines:
+                problems.append(f"no refusal log line for {host} by {iso(closed)} ({c.client} turned away)")
+            refusal["how"] = (f"closed by the server after the client's bytes, none sent; this host's first refusal "
+                              f"logged (later ones counted): {log.message(lines[0])}" if lines else "")
+        found.append(refusal)
+    return sorted(found, key=lambda u: u["at"])
 
 
 def missed_in(holes: list[tuple[float, float, int]], start: float, end: float) -> dict:

@@ -24,9 +24,8 @@ PAUSE = ("broker-a paused with kill -STOP 14:16:12.644Z, resumed with kill -CONT
          "NameServer's idle close ends its stay 120 s after its last byte (the log: IDLE exception, then the "
          "unregister of its destroyed channel, 22:18:07 +08:00), it registers again at 14:19:03 ('new broker "
          "registered'): two stays, the first expired, the second from its return. The five tcpdumps of the steps "
-         "ran at once on the same loopback; v5-pause, v5-pause60, v5-pause-s96 and v5-pause-nano each hold one "
-         "of them (the -s 64 one cut every packet before its payload: not in the corpus, see "
-         "test_cut_before_payload.py)")
+         "ran at once on the same loopback; v5-pause, v5-pause60, v5-pause-s96, v5-pause-s64 and v5-pause-nano "
+         "each hold one of them (the -s 64 one cut every packet before its payload)")
 
 
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
@@ -116,6 +115,12 @@ ARGS: dict[str, list[str]] = {
                         "later afterwards (editcap -t 0.35: a host whose clock reads 350 ms ahead). Each connection "
                         "is read once, from the NameServer's host's file (second_point)",
                         endpoint="10.77.0.1:9876"),
+    "v5-merged": _one("5.3.3", "--stopped", "10.77.0.1:9876=namesrv stop", "--note", "v5-twohosts' two files "
+                      "merged into one (mergecap -F pcap -w v5-merged.pcap v5-twohosts-nshost.pcap.gz "
+                      "v5-twohosts-brokerhost.pcap.gz, in time order): every packet of a connection twice, the "
+                      "brokers' host's copy stamped by its clock (0.35 s ahead); each connection, frame and "
+                      "registration read once, as from the two files given together (no second point to name: "
+                      "one file)", endpoint="10.77.0.1:9876"),
     "v5-proxy": _one("5.3.3", "--stopped", "127.0.0.1:38876=namesrv stop", "--note", "The 5.3.3 proxy (cluster "
                      "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
                      "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
@@ -128,7 +133,7 @@ ARGS: dict[str, list[str]] = {
                      "read once, from the NameServer's host's file (second_point), whose clock is the same",
                      endpoint="10.66.0.1:9876"),
     "v5-lossy": _one("5.3.3", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
-                     "v5-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "v4-lossy with 5.3.3: two hosts "
+                     "v5-lossy-brokerhost.pcap.xz", "--clock-ahead", "0", "--note", "v4-lossy with 5.3.3: two hosts "
                      "on one clock (two network namespaces), the link between them impaired by v4-lossy's "
                      "lossylink.py (3% lost, 10% reordered, 1% duplicated, 5 ms delay, each way), tcpdump on each end "
                      "(raw IP); broker-a's store holds 3,000 topics of its own (BigTopic0000..2999, from an earlier "
@@ -196,6 +201,11 @@ ARGS: dict[str, list[str]] = {
                          "tcpdump -i lo -s 96: every packet longer than 96 bytes cut there (Ethernet, a 32-byte TCP "
                          "header: 30 bytes of payload kept, the frame's length, code and opaque, no broker's name or "
                          f"address); a broker whose brokerAddr the cut left out is named {CUT_NAMING}"),
+    "v5-pause-s64": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
+                         "tcpdump -i lo -s 64: every packet carrying bytes cut before its first byte of payload "
+                         "(Ethernet 14, IP 20, TCP 32 with its timestamps: 66 bytes of headers); the connections' "
+                         "opens, closes and refused attempts are there, no frame is: no stay, registration or "
+                         "lookup can be read, and the NameServer's traffic is told unread (cut_before_payload)"),
     "v5-pause-nano": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
                           "tcpdump --time-stamp-precision=nano: a pcap of nanosecond stamps (magic a1b23c4d)"),
     "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
@@ -209,6 +219,12 @@ ARGS: dict[str, list[str]] = {
                     "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
                     "(silences: missed); the NameServer's log has no expiry"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
+    "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
+                   "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
+                   "namesrv-admin: namesrv.log is its log of this run (UTC, seconds)", "--note",
+                   "tls.server.mode enforcing (--tls-mode enforcing): four TLS clients (namesrv-admin --tls), then a "
+                   "plain one the server closed without a byte (turned_away); the launch script's poll wrote a "
+                   "newline (1 byte, unread, refused as plain by the log)", why=OUR_RETRY.split(";")[0]),
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
     "v5-ours-kill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", "--note", OUR_NOTE,

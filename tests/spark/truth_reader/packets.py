@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import lzma
 import re
 import struct
 from collections import defaultdict
@@ -27,8 +28,12 @@ LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0), 101: (0, None)}
 
 
 def _raw(path: Path) -> bytes:
+    """A capture file's bytes, inflated if gzip (as tcpdump -z gzip and gzip -9 -n leave them) or xz (the
+    largest captures of the corpus are kept so, to keep it small)."""
     raw = path.read_bytes()
-    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    if raw[:2] == b"\x1f\x8b":
+        return gzip.decompress(raw)
+    return lzma.decompress(raw) if raw[:6] == b"\xfd7zXZ\x00" else raw
 
 
 PCAPNG = b"\x0a\x0d\x0d\x0a"

@@ -52,6 +52,8 @@ OURS = {
     "write_perm": r"{op} write perm of broker\[{broker}\], client: \S+, \d+\s*$",
     "start": r"The Name Server boot success",
     "stop": r"Received SIG(TERM|INT), shutting down",
+    # a plain peer refused at a TLS-enforcing port: the first of each host is logged, later ones counted
+    "not_tls": r"refused on remoting from {client}\S*: a plain \(non-TLS\) peer",
 }
 
 
