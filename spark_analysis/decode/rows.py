@@ -46,6 +46,7 @@ from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.foreign import foreign_protocol
+from twisted_namesrv.remoting.header import KEPT_HEADER_MAX
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 __all__ = ["CONTROLLER", "CONTROLLER_NOTE"]  # rows of calls to a controller, and their notes (decode/controller.py)
@@ -92,7 +93,7 @@ def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
     """The server's RegisterBrokerHeader of a request's extFields, read once per distinct header: a
     broker sends the same fields (bodyCrc32 included) in every registration and heartbeat until its
     topics change, and reading them by Java's rules costs a dozen fields' parsing each time."""
-    return _broker_header(tuple(ext.items()))[1]
+    return _broker_of(tuple(ext.items()))[1]
 
 
 def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
@@ -101,8 +102,17 @@ def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBroker
     header once: replay.Bodies.header) and its broker_header, kept on the kind (a broker's
     registrations and heartbeats alike are one kind: their fields not even hashed again)."""
     if kind.broker is None:
-        kind.broker = _broker_header(tuple(kind.ext.items()))
+        kind.broker = _broker_of(tuple(kind.ext.items()))
     return kind.broker
+
+
+def _broker_of(items: tuple[tuple[str, str | None], ...]) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
+    """_broker_header's, kept for the worker's later tasks unless the fields are longer than any
+    header kept (KEPT_HEADER_MAX, the header templates' rule): a header is any peer's choice up to a
+    frame's length, and 4,096 kept could hold gigabytes a task had let go of."""
+    if sum(len(key) + len(value or "") for key, value in items) > KEPT_HEADER_MAX:
+        return _broker_header.__wrapped__(items)
+    return _broker_header(items)
 
 
 @lru_cache(maxsize=4096)

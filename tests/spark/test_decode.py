@@ -167,6 +167,28 @@ def test_requests_naming_a_broker_are_its_events() -> None:
         ("10.0.0.9:10911", "b", RequestCode.UNREGISTER_BROKER, False, None)]
 
 
+def test_a_broker_s_header_too_big_to_keep_is_read_not_kept() -> None:
+    """A broker's fields are read once per distinct header and kept for the worker's later tasks;
+    a header is any peer's choice up to a frame's length, so one over KEPT_HEADER_MAX (kept by no
+    table of headers) is read for its own frames and never kept. Before, 40 registrations whose
+    headers held 2 MB of padding each stayed in a Python worker after their task, 78 MiB (4,096 of
+    them could: a frame is up to 16 MiB)."""
+    from spark_analysis.decode import rows
+    from twisted_namesrv.remoting.header import KEPT_HEADER_MAX
+
+    ext = {"brokerAddr": "10.0.0.9:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0",
+           "compressed": "false"}
+    rows._broker_header.cache_clear()
+    big = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext | {"pad": "x" * KEPT_HEADER_MAX}, BODY,
+                                  opaque=7).encode()
+    events = rows_of(handshake() + client_stream(big))[EVENT]
+    assert [(e[0], e[1], e[3]) for e in events] == [("10.0.0.9:10911", "b", RequestCode.REGISTER_BROKER)]
+    assert rows._broker_header.cache_info().currsize == 0
+    small = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, BODY, opaque=8).encode()
+    assert [(e[0], e[1]) for e in rows_of(handshake() + client_stream(small))[EVENT]] == [("10.0.0.9:10911", "b")]
+    assert rows._broker_header.cache_info().currsize == 1
+
+
 def event(t: float, name: str | None, code: int, alive: bool, topics: int | None = None, **more) -> dict:
     """An EVENT row as brokers.broker_summary reads it."""
     return {**dict.fromkeys(EVENT_ROWS.names), "broker_addr": "10.0.0.1:10911", "broker_name": name, "t": t,
