@@ -521,6 +521,30 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     assert [findings.may_be_still_written(row) for row in rows] == [True, True, False]
 
 
+def test_a_capture_dating_a_packet_where_no_date_is_says_so_and_is_read(tmp_path: Path) -> None:
+    """A pcapng whose packet block is dated in the year 586,524 (its timestamp 2^64 - 1 ticks): the
+    file's row said its first and last times, and the report stopped there with a traceback
+    (ValueError: year 586524 is out of range). The packet is not read, the others are, and the
+    file's problem says how many were dated so and why: a warning, as a file cut short is."""
+    from tests.spark.capture.builders import ethernet, ipv4, pcapng_epb, pcapng_idb, pcapng_shb, tcp
+
+    blocks = [pcapng_epb("<", 0, ticks, ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 1001 + n, PSH | ACK,
+                                                                                  b"x"))))
+              for n, ticks in enumerate((1_000_000, (1 << 64) - 1, 3_000_000))]
+    path = tmp_path / "lies.pcapng"
+    path.write_bytes(b"".join([pcapng_shb("<"), pcapng_idb("<", 1), *blocks]))
+    listed, read = CaptureFile(str(path), path.stat().st_size, 0), inputs.ReadTally()
+    assert list(read_task([Split(listed, 0, listed.size)], server_ports(as_servers(9876)), read))
+    assert (read.records, read.segments) == (2, 2)
+    (row,) = findings.input_files([listed], read)
+    assert (row["records"], row["first"], row["last"]) == (
+        2, "1970-01-01T00:00:01.000000Z", "1970-01-01T00:00:03.000000Z")
+    assert row["problem"] == inputs.UNDATED and findings.problem_text(row) == (
+        "1 packet dated before 1970 or past 9999 (its timestamp or its interface's if_tsoffset lies): not read")
+    (item,) = findings.evidence([row], {}, [], {})
+    assert (item["kind"], item["severity"]) == ("bad_input", findings.WARNING)
+
+
 def test_a_link_to_nothing_is_said_so(tmp_path: Path) -> None:
     (tmp_path / "current.pcap").symlink_to("ns-gone.pcap")
     assert check_arguments([str(tmp_path / "current.pcap")], None, False) == (
