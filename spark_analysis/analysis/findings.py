@@ -258,7 +258,7 @@ def _input_severity(f: Item) -> str:
     a capture, and says so as information (the operator's problems stay on top); any other input
     that is not a capture, or is empty or unreadable, is critical: a capture the report could not
     read."""
-    if f["problem"] in (inputs.TRUNCATED, inputs.UNDATED) and f["records"]:
+    if f["problem"] in inputs.READ_ANYWAY and f["records"]:
         return WARNING
     if quiet_file(f):
         return INFO

@@ -116,6 +116,8 @@ NOTHING_INFLATED = "it inflates to no byte, not even a capture header"
 NOT_INFLATED = "not inflated"
 #: a pcapng whose packets some are dated where no date is (pcapng.DATED): FileFacts.reason says how many
 UNDATED = "packets dated where no date is"
+#: the problems of a file whose other records are read: a capture all the same (a warning, not critical)
+READ_ANYWAY = (TRUNCATED, UNDATED)
 
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
