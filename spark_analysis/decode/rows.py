@@ -39,7 +39,7 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS, arrow_array
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
@@ -439,11 +439,11 @@ def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: in
     _, first, said_at = np.unique(ids, return_index=True, return_inverse=True)
     said = list(map(every_said.__getitem__, first.tolist()))
     of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at.reshape(-1).astype(np.int32))
-    named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
+    named = [arrow_array(column, field.type).take(of_connection) for column, field in zip(
         zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
     alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)
-    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
-                                                                                 strict=True)]
+    alike = [arrow_array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
+                                                                                    strict=True)]
     return own, named, alike
 
 
@@ -537,7 +537,7 @@ def call_array(blocks: Iterable[CallBlock]) -> pa.StructArray:
     for at, array in zip(_CALL_NAMED + _CALL_ALIKE, named + alike, strict=True):
         columns[at] = array
     for at, values in zip(_CALL_OWN, own, strict=True):
-        columns[at] = pa.array(values, _CALL_FIELDS[at].type)
+        columns[at] = arrow_array(values, _CALL_FIELDS[at].type)
     for at, field in enumerate(_CALL_FIELDS):  # input and session: filled later (Places)
         if columns[at] is None:
             columns[at] = pa.nulls(len(own[0]), field.type)
