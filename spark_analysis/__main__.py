@@ -24,7 +24,7 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
 from spark_analysis.analysis.findings import NO_NAMESERVER_FOUND  # noqa: E402
-from spark_analysis.capture.inputs import TRUNCATED, expand_local, is_local, local_path, special_kind  # noqa: E402
+from spark_analysis.capture.inputs import READ_ANYWAY, expand_local, is_local, local_path, special_kind  # noqa: E402
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             starting.join()
         session.stop(spark)
     files = counts["summary"]["inputs"]["files"]
-    if not any(f["problem"] in (None, TRUNCATED) and f["records"] for f in files):
+    if not any(f["problem"] in (None, *READ_ANYWAY) and f["records"] for f in files):
         print(f"{parser.prog}: error: no input is a capture with records (see the findings)", file=sys.stderr)
         return NO_CAPTURE
     if not counts["summary"]["nameservers"]:

@@ -199,6 +199,8 @@ def problem_text(f: Item) -> str:
         return QUIET_FILE
     if f["problem"] in (inputs.NOT_INFLATED, inputs.EMPTY) and f["reason"]:
         return f"{f['problem']}: {f['reason']}"
+    if f["problem"] == inputs.UNDATED:
+        return str(f["reason"])
     if f["problem"] == LINK_NOT_READ:
         return (f"its link type, {f['link_type']}, is not read ({LINK_TYPES_SAID}): no packet of it was decoded; "
                 f"capture with one of those (Linux: tcpdump -i any)")
@@ -251,11 +253,12 @@ def quiet_file(f: Item) -> bool:
 
 
 def _input_severity(f: Item) -> str:
-    """A capture cut while a record was written still has its other records read: a warning.  A
-    notes or steps file that a directory brought along is not a capture, and says so as information
-    (the operator's problems stay on top); any other input that is not a capture, or is empty or
-    unreadable, is critical: a capture the report could not read."""
-    if f["problem"] == inputs.TRUNCATED and f["records"]:
+    """A capture cut while a record was written, or one dating a packet where no date is, still has
+    its other records read: a warning.  A notes or steps file that a directory brought along is not
+    a capture, and says so as information (the operator's problems stay on top); any other input
+    that is not a capture, or is empty or unreadable, is critical: a capture the report could not
+    read."""
+    if f["problem"] in inputs.READ_ANYWAY and f["records"]:
         return WARNING
     if quiet_file(f):
         return INFO

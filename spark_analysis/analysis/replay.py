@@ -229,6 +229,11 @@ class Bodies:
         return self._decoded[key]
 
 
+#: scans in a row that can remove nothing run one by one up to this many (an hour of 5 s ticks), and are
+#: passed over past it (_SessionReplay._pass_idle_ticks)
+IDLE_TICKS = 720
+
+
 def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions, story: EndpointStory | None,
                   session_end: Callable[[float], float]) -> Replay:
     """Replay one endpoint's events (EVENT_ROWS as dicts), a fresh NameServer per session.
@@ -450,7 +455,8 @@ class _SessionReplay:
             if self._holds_due(min(t, self.next_scan, t if close is None else close[0])):
                 self._hold()
             elif self.next_scan <= t and (close is None or self.next_scan < close[0]):
-                self._scan()
+                if not self._pass_idle_ticks(t):  # else what is due first is found again
+                    self._scan()
             elif close is not None:
                 when, stay = close
                 self.now = when
@@ -489,6 +495,23 @@ class _SessionReplay:
         now, self.now = self.now, until  # the server's clock at the latest it may have heard it
         self.manager.update_broker_info_update_timestamp(stay.cluster, addr)
         self.now = max(now, since)
+
+    def _pass_idle_ticks(self, t: float) -> bool:
+        """Past the scans due by ``t`` that can remove nothing, when they are more than IDLE_TICKS:
+        none can before a live broker's heartbeat and timeout have passed (scan_not_active_broker's
+        rule), and no broker comes in within scan_until (its holds and closes only end or renew
+        stays). A silence of years (a capture's clock stepped forward, a packet dated far ahead)
+        was a scan at every tick of it. Shorter runs of ticks are scanned one by one, as ever.
+        Whether it passed over any."""
+        table = self.manager.brokerLiveTable
+        due = min((live.lastUpdateTimestamp + live.heartbeatTimeoutMillis for live in table.values()),
+                  default=None)
+        until = t if due is None else min(t, due / 1000)
+        idle = int((until - self.next_scan) // self.scan_every) - 1  # the tick before the last, still scanned
+        if idle <= IDLE_TICKS:
+            return False
+        self.next_scan += idle * self.scan_every
+        return True
 
     def _scan(self) -> None:
         """The housekeeping scan of the next tick."""

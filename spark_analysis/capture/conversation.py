@@ -229,8 +229,11 @@ def _timed_frames_by_chunk(run: Run) -> tuple[list[tuple[float, bytes]], bytes, 
 
 
 #: the kinds of the headers decoded, by serialize type (JSON, ROCKETMQ) and template key: a header's
-#: bytes but for its opaque (HeaderTemplates' json_split and binary_split, the server's own rule)
+#: bytes but for its opaque (HeaderTemplates' json_split and binary_split, the server's own rule),
+#: kept as the templates are (HeaderTemplates.keep: a key is any peer's bytes, so bounded in bytes too)
 _KINDS: dict[int, dict[bytes, FrameKind]] = {SerializeType.JSON.value: {}, SerializeType.ROCKETMQ.value: {}}
+#: the bytes of each table's keys
+_KIND_BYTES = dict.fromkeys(_KINDS, 0)
 _SPLIT = {SerializeType.JSON.value: json_split, SerializeType.ROCKETMQ.value: binary_split}
 _JSON = SerializeType.JSON.value
 #: a header's template and opaque by its serialize type, read by the codec (a kind not met yet)
@@ -242,6 +245,7 @@ def forget_kinds() -> None:
     """Forget the kinds of frames met (as a new worker starts: tests)."""
     for kinds in _KINDS.values():
         kinds.clear()
+    _KIND_BYTES.update(dict.fromkeys(_KINDS, 0))
 
 
 def _kind_at(data: bytes, serialize_type: int, start: int, end: int, split: tuple[bytes, int] | None = None
@@ -261,9 +265,8 @@ def _kind_at(data: bytes, serialize_type: int, start: int, end: int, split: tupl
         found = _TEMPLATE_OF[serialize_type](data[start:end], split)
         if found is None:
             return None
-        if len(kinds) >= _TEMPLATES.size:
-            kinds.clear()
-        kind = kinds[key] = FrameKind(found[0], serialize_type)
+        kind = FrameKind(found[0], serialize_type)
+        _KIND_BYTES[serialize_type] = _TEMPLATES.keep(kinds, _KIND_BYTES[serialize_type], key, kind)
     return kind, opaque
 
 

@@ -114,6 +114,10 @@ NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
 NOTHING_INFLATED = "it inflates to no byte, not even a capture header"
 #: a compressed capture its task could not inflate into the spool directory (FileFacts.reason says why)
 NOT_INFLATED = "not inflated"
+#: a pcapng whose packets some are dated where no date is (pcapng.DATED): FileFacts.reason says how many
+UNDATED = "packets dated where no date is"
+#: the problems of a file whose other records are read: a capture all the same (a warning, not critical)
+READ_ANYWAY = (TRUNCATED, UNDATED)
 
 #: (lower endpoint, higher endpoint) as "ip:port": both directions of a connection share it
 ConnectionKey = tuple[str, str]
@@ -854,7 +858,7 @@ class FileFacts(NamedTuple):
     first: float | None = None
     last: float | None = None
     link_type: int | None = None
-    problem: str | None = None  # NOT_A_CAPTURE, EMPTY or TRUNCATED
+    problem: str | None = None  # NOT_A_CAPTURE, EMPTY, TRUNCATED or UNDATED
     trailing_bytes: int = 0  # after the last whole record (TRUNCATED)
     #: records a snap length cut (captured shorter than sent), the bytes they lost so, and the
     #: longest of them as captured (the snap length, link header included)
@@ -928,6 +932,10 @@ def _split_records(content: Buffer, split: Split, tally: ReadTally) -> RecordInd
         records = index_records(iter_records(view, walk))
         if walk.trailing:  # cut while a block was written, or a block that lies: the whole blocks before it are read
             tally.note_file(split.file.path, problem=TRUNCATED, trailing_bytes=walk.trailing)
+        if walk.undated:
+            tally.note_file(split.file.path, problem=UNDATED, reason=(
+                f"{walk.undated:,} packet{'s' if walk.undated > 1 else ''} dated before 1970 or past 9999 (its "
+                f"timestamp or its interface's if_tsoffset lies): not read"))
         dropped, received = walk.dropped()
         if dropped:
             tally.note_file(split.file.path, dropped=dropped, received=received)

@@ -42,6 +42,15 @@ OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
 ISB_IFRECV, ISB_IFDROP, ISB_OSDROP = 4, 5, 7
 #: type, total length, total length again: the smallest block there is
 MIN_BLOCK = 12
+#: interface descriptions one section may hold (a capture has a few, a busy Kubernetes node's every
+#: veth some hundreds): each is kept for the packets naming it, from 20 bytes of a file, so a file of
+#: them was 3.5 times its size in a task's memory; past it the walk ends
+MAX_INTERFACES = 1 << 16
+#: the seconds a packet may be dated at: from 1970 (no capture is older) to the end of the year 9999,
+#: the last a date holds (Python's datetime, Spark's timestamps). A packet block's time is 64 bits of
+#: ticks plus its interface's if_tsoffset (64 bits of seconds, signed): one dated outside is counted
+#: (PcapngEnd.undated), not read
+DATED = (0.0, 253402300800.0)
 _HEAD = 8
 _EPB_FIXED = 20  # interface, timestamp high and low, captured and original length
 # the hot path: the same layouts as the declarations (tests hold them to it), read with struct
@@ -72,6 +81,8 @@ class PcapngEnd:
     trailing: int = 0
     reason: str | None = None
     statistics: dict[tuple[int, int], tuple[int | None, int | None]] = field(default_factory=dict)
+    #: packet blocks dated outside DATED, not read
+    undated: int = 0
 
     def dropped(self) -> tuple[int, int | None]:
         """The packets the capture says it dropped (isb_ifdrop and isb_osdrop, every interface),
@@ -182,6 +193,9 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
                     raise PcapngBlockError(f"section header at {offset}: pcapng version "
                                            f"{declared.body.major}.{declared.body.minor}")
                 if block_type == IDB_TYPE:
+                    if len(interfaces) >= MAX_INTERFACES:
+                        raise PcapngBlockError(f"interface description at {offset}: more than {MAX_INTERFACES} "
+                                               f"interfaces in one section")
                     interfaces.append(interface_of(declared.body))
             elif block_type == EPB_TYPE:
                 record = _enhanced(body, body_at, little, interfaces)
@@ -191,6 +205,9 @@ def iter_pcapng(view: memoryview, end_of_walk: PcapngEnd | None = None) -> Itera
                 _note_statistics(end_of_walk, section, view[offset:following], offset, little)
             offset = following  # the block is read: what is left starts after it
             if record is not None:
+                if not DATED[0] <= record.ts < DATED[1]:
+                    end_of_walk.undated += 1
+                    continue
                 last_ts = record.ts
                 yield record
     except PcapngBlockError as stopped:

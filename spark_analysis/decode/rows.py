@@ -39,13 +39,14 @@ from spark_analysis.capture.reassembly import (
     server_ports,
 )
 from spark_analysis.decode.controller import CONTROLLER, CONTROLLER_NOTE, controller_rows, is_controller_connection
-from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS
+from spark_analysis.decode.schema import CALL_ROWS, EVENT_ROWS, FRAME_ROWS, REGISTRATION_ROWS, arrow_array
 from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.remoting import RequestCode, ResponseCode, SerializeType
 from twisted_namesrv.remoting.codes import code_name, version_name
 from twisted_namesrv.remoting.crc import crc32_masked
 from twisted_namesrv.remoting.foreign import foreign_protocol
+from twisted_namesrv.remoting.header import KEPT_HEADER_MAX
 
 FRAME, CALL, REGISTRATION, CONNECTION, EVENT = "frame", "call", "registration", "connection", "event"
 __all__ = ["CONTROLLER", "CONTROLLER_NOTE"]  # rows of calls to a controller, and their notes (decode/controller.py)
@@ -92,7 +93,7 @@ def broker_header(ext: dict[str, str | None]) -> RegisterBrokerHeader:
     """The server's RegisterBrokerHeader of a request's extFields, read once per distinct header: a
     broker sends the same fields (bodyCrc32 included) in every registration and heartbeat until its
     topics change, and reading them by Java's rules costs a dozen fields' parsing each time."""
-    return _broker_header(tuple(ext.items()))[1]
+    return _broker_of(tuple(ext.items()))[1]
 
 
 def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
@@ -101,8 +102,17 @@ def _kind_broker(kind: FrameKind) -> tuple[dict[str, str | None], RegisterBroker
     header once: replay.Bodies.header) and its broker_header, kept on the kind (a broker's
     registrations and heartbeats alike are one kind: their fields not even hashed again)."""
     if kind.broker is None:
-        kind.broker = _broker_header(tuple(kind.ext.items()))
+        kind.broker = _broker_of(tuple(kind.ext.items()))
     return kind.broker
+
+
+def _broker_of(items: tuple[tuple[str, str | None], ...]) -> tuple[dict[str, str | None], RegisterBrokerHeader]:
+    """_broker_header's, kept for the worker's later tasks unless the fields are longer than any
+    header kept (KEPT_HEADER_MAX, the header templates' rule): a header is any peer's choice up to a
+    frame's length, and 4,096 kept could hold gigabytes a task had let go of."""
+    if sum(len(key) + len(value or "") for key, value in items) > KEPT_HEADER_MAX:
+        return _broker_header.__wrapped__(items)
+    return _broker_header(items)
 
 
 @lru_cache(maxsize=4096)
@@ -429,11 +439,11 @@ def _block_columns(blocks: Iterable[FrameBlock] | Iterable[CallBlock], owned: in
     _, first, said_at = np.unique(ids, return_index=True, return_inverse=True)
     said = list(map(every_said.__getitem__, first.tolist()))
     of_connection, of_said = pa.array(connection_at, pa.int32()), pa.array(said_at.reshape(-1).astype(np.int32))
-    named = [pa.array(column, field.type).take(of_connection) for column, field in zip(
+    named = [arrow_array(column, field.type).take(of_connection) for column, field in zip(
         zip(*connections, strict=True) if connections else [()] * len(named_fields), named_fields, strict=True)]
     alike_columns = list(zip(*alike_rows(said), strict=True)) if said else [()] * len(alike_fields)
-    alike = [pa.array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
-                                                                                 strict=True)]
+    alike = [arrow_array(column, field.type).take(of_said) for column, field in zip(alike_columns, alike_fields,
+                                                                                    strict=True)]
     return own, named, alike
 
 
@@ -527,7 +537,7 @@ def call_array(blocks: Iterable[CallBlock]) -> pa.StructArray:
     for at, array in zip(_CALL_NAMED + _CALL_ALIKE, named + alike, strict=True):
         columns[at] = array
     for at, values in zip(_CALL_OWN, own, strict=True):
-        columns[at] = pa.array(values, _CALL_FIELDS[at].type)
+        columns[at] = arrow_array(values, _CALL_FIELDS[at].type)
     for at, field in enumerate(_CALL_FIELDS):  # input and session: filled later (Places)
         if columns[at] is None:
             columns[at] = pa.nulls(len(own[0]), field.type)

@@ -8,11 +8,47 @@ as timestamps (SECONDS_COLUMNS, MILLIS_COLUMNS).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
+
+from twisted_namesrv.remoting.fastjson import java_utf8
 
 
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(name, kind, True) for name, kind in fields])
+
+
+def arrow_array(values: Any, kind: pa.DataType | None = None) -> pa.Array:
+    """``pa.array(values, kind)``, text holding a lone surrogate written as Java writes it to its peers
+    (String.getBytes: ``?``, fastjson.java_utf8): JSON carries one (``"\\ud800"`` in a header or a
+    body), the NameServer keeps it in a name as Java's does, and Arrow's text is UTF-8, which cannot
+    hold it. Before, one such registration in a capture stopped the whole report (UnicodeEncodeError).
+    The values are looked through only when Arrow refuses them: no cost for every other capture."""
+    try:
+        return pa.array(values, kind)
+    except UnicodeEncodeError:
+        return pa.array(utf8_values(values), kind)
+
+
+def arrow_batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """``pa.RecordBatch.from_pylist(rows, schema)``, text as arrow_array writes it."""
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except UnicodeEncodeError:
+        return pa.RecordBatch.from_pylist(utf8_values(rows), schema=schema)
+
+
+def utf8_values(value: Any) -> Any:
+    """``value`` with every text in it (in lists, tuples and dicts, keys too) as UTF-8 holds it: a lone
+    surrogate as ``?``, as Java writes it (arrow_array; the CSV files)."""
+    if isinstance(value, str):
+        return java_utf8(value).decode()
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(utf8_values, value)) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {utf8_values(key): utf8_values(item) for key, item in value.items()}
+    return value
 
 
 FRAME_ROWS = _schema(

@@ -12,6 +12,7 @@ from typing import Any
 from spark_analysis.analysis.clients import CLIENT_COLUMNS
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.sessions import iso_time
+from twisted_namesrv.remoting.fastjson import java_utf8
 
 #: what makes Excel, LibreOffice and Google Sheets read a cell as a formula (OWASP's CSV injection
 #: list): a broker registered as ``=HYPERLINK("http://…")`` became a link in the operator's sheet
@@ -47,7 +48,7 @@ def _csv(columns: Iterable[str], rows: Iterable[list[object]]) -> bytes:
     plain.writerow(columns)
     for row in rows:
         (quoted if any(isinstance(cell, str) and "\r" in cell for cell in row) else plain).writerow(row)
-    return text.getvalue().encode()
+    return java_utf8(text.getvalue())  # a lone surrogate (JSON carries one) as Java writes it, '?'
 
 
 def _text(value: object) -> object:

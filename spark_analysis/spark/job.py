@@ -71,7 +71,7 @@ from spark_analysis.decode.rows import (
     frame_array,
     piece_rows,
 )
-from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS
+from spark_analysis.decode.schema import MILLIS_COLUMNS, SECONDS_COLUMNS, arrow_array
 from spark_analysis.model.capture_points import second_points
 from spark_analysis.model.endpoints import endpoint_stories, merged_ends, nameserver_endpoints, server_sides
 from spark_analysis.model.periods import (
@@ -705,7 +705,7 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
         if not rows or events_only:
             rows.clear()
             continue
-        array = pa.array(rows, type=_ARROW_DECODED.field(kind).type) if make is None else make(rows)
+        array = arrow_array(rows, _ARROW_DECODED.field(kind).type) if make is None else make(rows)
         rows.clear()
         if places is not None:
             array = places.fill(array)

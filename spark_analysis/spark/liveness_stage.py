@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, Str
 
 from spark_analysis.analysis.liveness import Liveness, broker_summary, plot_order
 from spark_analysis.analysis.replay import SessionRoutes, judge_lookups, lookup_stories, replay_server
-from spark_analysis.decode.schema import BROKER_COLUMNS, EVENT_ROWS
+from spark_analysis.decode.schema import BROKER_COLUMNS, EVENT_ROWS, arrow_batch
 from spark_analysis.model.endpoints import EndpointStory
 from spark_analysis.model.periods import PLOTTED_BROKERS, TimeBins
 from spark_analysis.model.sessions import FileSpans, Sessions
@@ -185,7 +185,7 @@ def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             if len(asked) < len(found):
                 rows.append({"server": server, "misplaced": True})
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
+            yield arrow_batch(rows, _ARROW_LIVENESS)
 
 
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, files: FileSpans,
@@ -222,4 +222,4 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
             rows.append({"stories": json.dumps(stories)})
         rows += [{"tally": tally} for tally in tallies] + routes
     if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_LIVENESS)
+        yield arrow_batch(rows, _ARROW_LIVENESS)

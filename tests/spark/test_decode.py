@@ -167,6 +167,28 @@ def test_requests_naming_a_broker_are_its_events() -> None:
         ("10.0.0.9:10911", "b", RequestCode.UNREGISTER_BROKER, False, None)]
 
 
+def test_a_broker_s_header_too_big_to_keep_is_read_not_kept() -> None:
+    """A broker's fields are read once per distinct header and kept for the worker's later tasks;
+    a header is any peer's choice up to a frame's length, so one over KEPT_HEADER_MAX (kept by no
+    table of headers) is read for its own frames and never kept. Before, 40 registrations whose
+    headers held 2 MB of padding each stayed in a Python worker after their task, 78 MiB (4,096 of
+    them could: a frame is up to 16 MiB)."""
+    from spark_analysis.decode import rows
+    from twisted_namesrv.remoting.header import KEPT_HEADER_MAX
+
+    ext = {"brokerAddr": "10.0.0.9:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0",
+           "compressed": "false"}
+    rows._broker_header.cache_clear()
+    big = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext | {"pad": "x" * KEPT_HEADER_MAX}, BODY,
+                                  opaque=7).encode()
+    events = rows_of(handshake() + client_stream(big))[EVENT]
+    assert [(e[0], e[1], e[3]) for e in events] == [("10.0.0.9:10911", "b", RequestCode.REGISTER_BROKER)]
+    assert rows._broker_header.cache_info().currsize == 0
+    small = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, BODY, opaque=8).encode()
+    assert [(e[0], e[1]) for e in rows_of(handshake() + client_stream(small))[EVENT]] == [("10.0.0.9:10911", "b")]
+    assert rows._broker_header.cache_info().currsize == 1
+
+
 def event(t: float, name: str | None, code: int, alive: bool, topics: int | None = None, **more) -> dict:
     """An EVENT row as brokers.broker_summary reads it."""
     return {**dict.fromkeys(EVENT_ROWS.names), "broker_addr": "10.0.0.1:10911", "broker_name": name, "t": t,
@@ -497,6 +519,30 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     read.note_file(str(zipped), records=3)
     rows = findings.input_files([listed, nothing, CaptureFile(str(zipped), 1, 1)], read)
     assert [findings.may_be_still_written(row) for row in rows] == [True, True, False]
+
+
+def test_a_capture_dating_a_packet_where_no_date_is_says_so_and_is_read(tmp_path: Path) -> None:
+    """A pcapng whose packet block is dated in the year 586,524 (its timestamp 2^64 - 1 ticks): the
+    file's row said its first and last times, and the report stopped there with a traceback
+    (ValueError: year 586524 is out of range). The packet is not read, the others are, and the
+    file's problem says how many were dated so and why: a warning, as a file cut short is."""
+    from tests.spark.capture.builders import ethernet, ipv4, pcapng_epb, pcapng_idb, pcapng_shb, tcp
+
+    blocks = [pcapng_epb("<", 0, ticks, ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 1001 + n, PSH | ACK,
+                                                                                  b"x"))))
+              for n, ticks in enumerate((1_000_000, (1 << 64) - 1, 3_000_000))]
+    path = tmp_path / "lies.pcapng"
+    path.write_bytes(b"".join([pcapng_shb("<"), pcapng_idb("<", 1), *blocks]))
+    listed, read = CaptureFile(str(path), path.stat().st_size, 0), inputs.ReadTally()
+    assert list(read_task([Split(listed, 0, listed.size)], server_ports(as_servers(9876)), read))
+    assert (read.records, read.segments) == (2, 2)
+    (row,) = findings.input_files([listed], read)
+    assert (row["records"], row["first"], row["last"]) == (
+        2, "1970-01-01T00:00:01.000000Z", "1970-01-01T00:00:03.000000Z")
+    assert row["problem"] == inputs.UNDATED and findings.problem_text(row) == (
+        "1 packet dated before 1970 or past 9999 (its timestamp or its interface's if_tsoffset lies): not read")
+    (item,) = findings.evidence([row], {}, [], {})
+    assert (item["kind"], item["severity"]) == ("bad_input", findings.WARNING)
 
 
 def test_a_link_to_nothing_is_said_so(tmp_path: Path) -> None:

@@ -76,3 +76,60 @@ def test_a_peer_s_controls_and_markup_in_the_page_s_tables_show_escaped() -> Non
                                       "response_name": "TOPIC_NOT_EXIST", "remark": "no\u202eroute</td>",
                                       "count": 1, "requesters": {"10.0.0.1:4\u2028": 1}}])
     assert "\u202e" not in remark and "\u2028" not in remark and "no\\u202eroute&lt;/td&gt;" in remark
+
+
+def _registrations_named(name_escape: bytes) -> bytes:
+    """A classic pcap of a broker registering three times, answered, under names whose JSON header
+    holds ``name_escape`` as written (``\\ud800``: a lone surrogate, which JSON carries and the
+    NameServer keeps), and so does its answer's remark and its language."""
+    import struct
+
+    from tests.spark.capture.builders import BODY, CLIENT, SERVER, ethernet, ipv4, pcap, tcp
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.remoting.codes import V4_9_8
+    from twisted_namesrv.remoting.crc import crc32_masked
+
+    def named(frame: bytes) -> bytes:
+        (word,) = struct.unpack(">I", frame[4:8])
+        header, body = frame[8:8 + word], frame[8 + word:]
+        header = header.replace(b"NAME", name_escape)
+        return struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
+
+    ext = {"brokerAddr": "10.0.0.9:10911", "brokerName": "bNAME", "clusterName": "CNAME", "brokerId": "0",
+           "compressed": "false", "bodyCrc32": str(crc32_masked(BODY))}
+    frames, t, seqs = [], 1_700_000_000.0, {CLIENT: 1001, SERVER: 5001}
+
+    def send(src: tuple[str, int], dst: tuple[str, int], flags: int, payload: bytes = b"") -> None:
+        nonlocal t
+        t += 0.01
+        frames.append((t, ethernet(ipv4(src[0], dst[0], tcp(src, dst, seqs[src] - (flags == 0x02), flags, payload,
+                                                                seqs[dst])))))
+        seqs[src] += len(payload)
+
+    send(CLIENT, SERVER, 0x02)
+    send(SERVER, CLIENT, 0x12)
+    send(CLIENT, SERVER, 0x10)
+    for opaque in (1, 2, 3):
+        request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, BODY, opaque=opaque, version=V4_9_8,
+                                          language="JAVANAME")
+        send(CLIENT, SERVER, 0x18, named(request.encode()))
+        send(SERVER, CLIENT, 0x18, named(RemotingCommand.response_to(request, remark="okNAME").encode()))
+        t += 30
+    return pcap(frames)
+
+
+def test_a_name_holding_a_lone_surrogate_is_written_as_java_writes_it(spark, tmp_path) -> None:
+    """JSON carries a lone surrogate (``"\\ud800"``), the NameServer keeps it in a broker's name (Java's
+    does too), and Arrow's and the CSV files' text is UTF-8, which cannot: one such registration in a
+    capture stopped the whole report (UnicodeEncodeError in a decoding task, 165 lines of Spark's
+    traceback, exit 1). Every table and file is written now, each such name as Java writes it to
+    its peers (String.getBytes: ``?``), the page and summary.json too."""
+    from tests.spark.conftest import run_job
+
+    path = tmp_path / "surrogate.pcap"
+    path.write_bytes(_registrations_named(b"\\ud800"))
+    outputs = run_job(spark, [str(path)], tmp_path / "out", report=True)
+    assert [(row["cluster"], row["broker_name"]) for row in outputs.brokers] == [("C?", "b?")]
+    assert {(row["broker_name"], row["cluster"]) for row in outputs.registrations} == {("b?", "C?")}
+    assert [(b["cluster"], b["broker_name"]) for b in outputs.summary["brokers"]] == [("C?", "b?")]
+    assert "C? / b? / 0 (MASTER)" in (tmp_path / "out" / "report.html").read_text()

@@ -579,3 +579,24 @@ def test_a_close_across_a_clock_step_back_is_neither_a_crash_nor_an_expiry() -> 
     assert kinds == ["end_across_clock_step"]
     assert [f["kind"] for f in _broker_findings(row, stepped=[(80.0, 131.0)])] == ["broker_connection_closed"]
     assert [f["kind"] for f in _broker_findings(row)] == ["broker_connection_closed"]
+
+
+def test_a_long_silence_costs_the_scans_that_can_expire_something(monkeypatch) -> None:
+    """The server's housekeeping scan runs every 5-10 s; the replay ran it at every tick of a
+    silence, however long: a capture whose clock was stepped years forward (a host that booted at
+    its RTC's 2000 and was set right by NTP), or one packet dated in the year 9000, held a liveness
+    task for hours, for ever (6.3 M scans a year of silence). A scan with no broker whose timeout can
+    pass by its tick removes nothing, so the replay goes to the last tick before one can (counted:
+    a day of silence was 17,280 scans); what the stays say is the same."""
+    from spark_analysis.analysis import replay as replay_module
+
+    scans = []
+    scan = replay_module.RouteInfoManager.scan_not_active_broker
+    monkeypatch.setattr(replay_module.RouteInfoManager, "scan_not_active_broker",
+                        lambda self: scans.append(self.now_ms()) or scan(self))
+    day = 86_400.0
+    replay = replayed([event(10.0, REGISTER), event(40.0, REGISTER), event(day, REGISTER, addr="10.0.0.2:10911"),
+                       event(day + 30.0, REGISTER, addr="10.0.0.2:10911")], end=2 * day)
+    assert ends_of(replay) == [("10.0.0.1:10911", 0, 10.0, "expired", 160.0),
+                               ("10.0.0.2:10911", 0, day, "expired", day + 150.0)]
+    assert len(scans) < 100

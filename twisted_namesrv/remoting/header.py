@@ -12,7 +12,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import fastjson
 from .codes import LanguageCode, RequestCode
@@ -96,6 +96,7 @@ _NOT_KEPT_HEADS = tuple(b'{"code":%d,' % code for code in sorted(_NOT_KEPT))
 #: the opaque's digits, matched right after OPAQUE_KEY
 _OPAQUE_DIGITS = re.compile(rb"-?\d+")
 _OPAQUE_KEY_LENGTH = len(OPAQUE_KEY)
+K = TypeVar("K")  # what a table kept by headers' bytes holds (HeaderTemplates.keep)
 
 
 class HeaderTemplates:
@@ -142,14 +143,16 @@ class HeaderTemplates:
         """The bytes of every table's keys (what a peer's headers made it keep, parsed ten times that)."""
         return self._templates_bytes + self._binary_bytes + self._kin_bytes
 
-    def _keep(self, table: dict[bytes, Header], kept_bytes: int, key: bytes, header: Header) -> int:
-        """Keep ``header`` under ``key`` in ``table``, whose keys hold ``kept_bytes``, starting it over
-        first when it holds ``size`` headers or its keys would pass ``max_bytes``: its keys' bytes then."""
+    def keep(self, table: dict[bytes, K], kept_bytes: int, key: bytes, value: K) -> int:
+        """Keep ``value`` under ``key`` in ``table``, whose keys hold ``kept_bytes``, starting it over
+        first when it holds ``size`` values or its keys would pass ``max_bytes``: its keys' bytes then.
+        The rule of every table kept by headers' bytes, these and their owner's (a capture's kinds of
+        frames, capture/conversation.py)."""
         kept_bytes += len(key)
         if len(table) >= self.size or kept_bytes > self.max_bytes:
             table.clear()
             kept_bytes = len(key)
-        table[key] = header
+        table[key] = value
         return kept_bytes
 
     def decode_json(self, data: bytes) -> Header:
@@ -198,7 +201,7 @@ class HeaderTemplates:
             template = decode_binary_header(data)
             if template.code in self._not_kept or len(data) > KEPT_HEADER_MAX:
                 return None
-            self._binary_bytes = self._keep(self._binary, self._binary_bytes, key, template)
+            self._binary_bytes = self.keep(self._binary, self._binary_bytes, key, template)
         return template, opaque
 
     def _parsed(self, key: bytes, data: bytes, opaque: int) -> Header:
@@ -216,8 +219,8 @@ class HeaderTemplates:
             if header.code in self._not_kept:
                 return header
             if kin_key is not None and header.ext_fields is not None and header.ext_fields.get(name) == value:
-                self._kin_bytes = self._keep(self._kin, self._kin_bytes, kin_key, header)
-        self._templates_bytes = self._keep(self._templates, self._templates_bytes, key, header)
+                self._kin_bytes = self.keep(self._kin, self._kin_bytes, kin_key, header)
+        self._templates_bytes = self.keep(self._templates, self._templates_bytes, key, header)
         return header
 
 

@@ -114,3 +114,28 @@ def test_a_brokers_repeated_registration_header_is_parsed_once(monkeypatch: pyte
     decoded = [RemotingCommand.decode(frame, conversation._TEMPLATES) for frame in frames]
     assert [(command.ext, command.opaque) for command in decoded] == [(ext, 11), (ext, 12), (ext, 13)]
     assert len(parsed) == 1
+
+
+def test_the_kinds_kept_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind's key is a header's bytes, any peer's choice up to KEPT_HEADER_MAX: the kinds a worker
+    keeps start over where the capture's templates do, past ``max_bytes`` of keys, not only past
+    their count. Before, only the count (65,536) bounded them, and a capture of 65,000 distinct route
+    lookups of 3.3 KB (215 MB, tiny extFields each) took a Python worker from 69 to 1,318 MB, kept
+    for every task the worker ran after; the templates themselves held 14 MB of keys then."""
+    from spark_analysis.capture import conversation
+    from twisted_namesrv.remoting.header import KEPT_HEADER_MAX, HeaderTemplates
+
+    small = HeaderTemplates(64, keep_registrations=True)  # 32 KiB of keys: the real one's rule, smaller
+    monkeypatch.setattr(conversation, "_TEMPLATES", small)
+    monkeypatch.setitem(conversation._TEMPLATE_OF, SerializeType.JSON.value, small.template_of)
+    monkeypatch.setitem(conversation._TEMPLATE_OF, SerializeType.ROCKETMQ.value, small.binary_template_of)
+    conversation.forget_kinds()
+    for n in range(200):  # 200 distinct headers just under the limit: 700 KB of keys
+        ext = {"topic": f"T{n}", "pad": "x" * (KEPT_HEADER_MAX - 600)}
+        for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ):
+            frame = RemotingCommand.request(105, ext, opaque=n + 1, serialize_type=serialize_type).encode()
+            commands = conversation_of(only(reassemble(handshake() + client_stream(frame)))).commands
+            assert [(c.command.ext, c.opaque) for c in commands] == [(ext, n + 1)]
+        for kinds in conversation._KINDS.values():
+            assert 0 < sum(map(len, kinds)) <= small.max_bytes
+    conversation.forget_kinds()

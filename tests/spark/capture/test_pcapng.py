@@ -18,6 +18,7 @@ from spark_analysis.capture.pcapng import (
     EPB_TYPE,
     IDB_TYPE,
     ISB_TYPE,
+    OPT_TSOFFSET,
     SHB_TYPE,
     SPB_TYPE,
     PcapngEnd,
@@ -265,3 +266,41 @@ def test_construct_ships_to_executors_in_the_jobs_zip(tmp_path: Path) -> None:
                             "import construct, spark_analysis.capture.pcapng as p; p.declarations(False); "
                             "print(construct.__file__)"], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert found.stdout.startswith(str(zipped))
+
+
+@ENDIANS
+def test_a_record_dated_where_no_date_is_is_counted_not_read(endian: str) -> None:
+    """A packet block's time is its timestamp (64 bits of ticks) plus its interface's if_tsoffset (a
+    signed 64-bit count of seconds): a file can date a packet in the year 586,524, or 2^62 seconds
+    on, where no date (Python's, Spark's timestamps) is. Such a record is counted, not read, and the
+    walk goes on; before, one of them stopped the whole report with a traceback (ValueError: year
+    586524 is out of range; OSError: Value too large for defined data type)."""
+    far = [pcapng_epb(endian, 0, ticks, FRAME) for ticks in (1_000_000, (1 << 64) - 1, 3_000_000)]
+    records, end = walk(b"".join([pcapng_shb(endian), pcapng_idb(endian, 1), *far]))
+    assert [ts for ts, *_ in records] == [1.0, 3.0] and (end.undated, end.reason, end.trailing) == (1, None, 0)
+    offset = struct.pack(endian + "HH", OPT_TSOFFSET, 8) + struct.pack(endian + "q", 1 << 62) + bytes(4)
+    shifted = pcapng_block(endian, IDB_TYPE, struct.pack(endian + "HHI", 1, 0, 0) + offset)
+    records, end = walk(b"".join([pcapng_shb(endian), shifted, *far[:1]]) + three_packets(endian))
+    assert [ts for ts, *_ in records] == [1.0, 2.0, 3.0] and end.undated == 1
+    before = struct.pack(endian + "HH", OPT_TSOFFSET, 8) + struct.pack(endian + "q", -5) + bytes(4)
+    records, end = walk(b"".join([pcapng_shb(endian), pcapng_block(
+        endian, IDB_TYPE, struct.pack(endian + "HHI", 1, 0, 0) + before), *far[:1]]))
+    assert records == [] and end.undated == 1  # 1969: no capture was made then
+
+
+def test_a_section_of_more_interfaces_than_any_capture_has_ends_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every interface description is kept for the packets naming it by index, and one takes 20 bytes
+    of a file: a file of them (1,000,000 in 19 MiB) took a task 66 MB and 27 s of CPU, and a GiB of
+    them would take 3.5 GB. Past MAX_INTERFACES in one section (65,536; a capture has a few, a busy
+    Kubernetes node's every veth some hundreds) the walk ends there, with the reason, the records
+    before it kept."""
+    from spark_analysis.capture import pcapng
+
+    monkeypatch.setattr(pcapng, "MAX_INTERFACES", 4)
+    head = pcapng_shb("<") + pcapng_idb("<", 1) * 4 + pcapng_epb("<", 3, 1_000_000, FRAME)
+    rest = pcapng_idb("<", 1) + pcapng_epb("<", 4, 2_000_000, FRAME)
+    records, end = walk(head + rest)
+    assert [ts for ts, *_ in records] == [1.0] and end.trailing == len(rest)
+    assert end.reason == f"interface description at {len(head)}: more than 4 interfaces in one section"
+    records, end = walk(head + three_packets("<"))  # a new section starts its own table
+    assert [ts for ts, *_ in records] == [1.0, 1.0, 2.0, 3.0] and end.reason is None
