@@ -238,7 +238,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         # in the liveness stage, their part files numbered after the others'
         beside = pieces.beside(partial(_beside_replay, decode=decode),
                                Counter({key: read.costs[key] for key in guessed}),
-                               balance.task_shares(sc.defaultParallelism), guessed, first_part=len(shares),
+                               balance.claimed_shares(sc.defaultParallelism), guessed, first_part=len(shares),
                                replay_tasks=liveness_tasks(sc.defaultParallelism, server_ends))
     else:
         decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
