@@ -109,6 +109,14 @@ def task_shares(cores: int, at_least: int = 0) -> list[int]:
     return shares if at_least <= len(shares) else [1] * at_least
 
 
+def claimed_shares(cores: int) -> list[int]:
+    """The shares of the batches a stage's tasks take for themselves (job.Claims), biggest first:
+    four, two and one per core. A batch costs no Python task of its own there, only its part files
+    and a tally (a few ms), so the last ones can be small: the core that takes the last batch ends
+    at most that batch after the other, where a task a share ended up to a sixth of the work late."""
+    return [4] * cores + [2] * cores + [1] * cores
+
+
 def deal(costs: Mapping[ConnectionKey, int], shares: list[int], hashed: int = 0) -> dict[ConnectionKey, int]:
     """The costliest 4-tuples, each with its task: costliest first, to the task furthest below
     its share of the whole. ``hashed`` is the cost of the 4-tuples no reading task counted: they,

@@ -235,11 +235,11 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         decoded = pieces.decoded(decode, DECODED, Counter({key: cost for key, cost in read.costs.items()
                                                            if key not in guessed}), shares, read.hashed_cost,
                                  guessed=guessed, among=False)
-        # in the liveness stage (a union, the liveness tasks first), their part files numbered after the others'
-        first_part = len(shares) - liveness_tasks(sc.defaultParallelism, server_ends)
-        beside = pieces.beside(partial(_beside_replay, decode=partial(decode, first_part=first_part)),
+        # in the liveness stage, their part files numbered after the others'
+        beside = pieces.beside(partial(_beside_replay, decode=decode),
                                Counter({key: read.costs[key] for key in guessed}),
-                               balance.task_shares(sc.defaultParallelism), guessed)
+                               balance.claimed_shares(sc.defaultParallelism), guessed, first_part=len(shares),
+                               replay_tasks=liveness_tasks(sc.defaultParallelism, server_ends))
     else:
         decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
@@ -573,15 +573,18 @@ class _ReadPieces:
         return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
             partial(_decode_handed, handed=handed, decode=decode), schema)
 
-    def beside(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], costs: Counter,
-               shares: list[int], guessed: frozenset[ConnectionKey]) -> DataFrame | Beside:
+    def beside(self, decode: Callable[..., Iterator[pa.RecordBatch]], costs: Counter, shares: list[int],
+               guessed: frozenset[ConnectionKey], first_part: int, replay_tasks: int) -> DataFrame | Beside:
         """The ``guessed`` 4-tuples' pieces decoded in the liveness stage (``decode`` gives its
-        LIVENESS rows): handed out, tasks its replay's function runs after its own (Beside: one plan
-        fewer to make); cached, a stage of their own unioned after the replay's."""
+        LIVENESS rows), a part of them per share, their part files numbered from ``first_part``:
+        handed out, a batch of the hand-out per share, which the stage's tasks take for themselves
+        (Beside, Claims: the replay's own function, one plan fewer to make, and a Python task a
+        core, not one a share); cached, a stage of their own unioned after the ``replay_tasks``."""
         if self.cached is not None:
-            return self.decoded(decode, LIVENESS, costs, shares, guessed=guessed, among=True)
-        return Beside(len(shares), partial(_decode_own, handed=self._hand_out(costs, shares, 0, guessed, True),
-                                           decode=decode))
+            return self.decoded(partial(decode, first_part=first_part - replay_tasks), LIVENESS, costs, shares,
+                                guessed=guessed, among=True)
+        return Beside(partial(_decode_claimed, handed=self._hand_out(costs, shares, 0, guessed, True),
+                              batches=len(shares), decode=partial(decode, first_part=first_part)))
 
     def _hand_out(self, costs: Counter, shares: list[int], hashed: int, guessed: frozenset[ConnectionKey],
                   among: bool) -> str:
@@ -632,20 +635,75 @@ def _decode_own(index: int, handed: str, decode: Callable[[Iterable[pa.RecordBat
     yield from decode([own])
 
 
+def _decode_claimed(partition: int, attempt: int, handed: str, batches: int,
+                    decode: Callable[..., Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """Decode the batches of the ``handed`` file (_ReadPieces) that this task takes (Claims), each
+    as its own part (``decode``'s ``batch``)."""
+    for index in Claims(handed, batches).taken(partition, attempt):
+        yield from _decode_own(index, handed, partial(decode, batch=index))
+
+
+class Claims:
+    """The batches of a hand-out that a stage's tasks take for themselves, each the next one nobody
+    took when it is free, biggest first: a Python task a core, not one a batch (each costs its
+    worker and the JVM ~30 ms, at the job's end while the other core waits), and the core that
+    ends its replay first takes what is left. A batch is taken by a file beside the hand-out
+    naming the task (linked in whole: taken or not, never half), so that a task run again first
+    takes back what its failed attempt took, whose output Spark dropped with it: every batch's
+    rows come once, from one successful attempt. Spark runs one attempt of a task at a time
+    (a local master, the only one the driver hands out to, runs no speculative copies)."""
+
+    def __init__(self, handed: str, batches: int) -> None:
+        self.handed, self.batches = handed, batches
+
+    def taken(self, partition: int, attempt: int) -> Iterator[int]:
+        """The batches task ``partition`` decodes, in order, each taken only when the one before is done."""
+        if attempt:
+            yield from (index for index in range(self.batches) if self._holder(index) == partition)
+        for index in range(self.batches):
+            if self._take(index, partition, attempt):
+                yield index
+
+    def _path(self, index: int) -> str:
+        return f"{self.handed}.taken-{index}"
+
+    def _holder(self, index: int) -> int | None:
+        try:
+            with open(self._path(index), "rb") as file:
+                return int(file.read())
+        except FileNotFoundError:
+            return None
+
+    def _take(self, index: int, partition: int, attempt: int) -> bool:
+        path = self._path(index)
+        if os.path.exists(path):
+            return False
+        mine = f"{path}.{partition}.{attempt}"
+        with open(mine, "wb") as file:
+            file.write(str(partition).encode())
+        try:
+            os.link(mine, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(mine)
+
+
 def _events_of(decoded: DataFrame) -> DataFrame:
     """What the liveness stage reads of the decoded rows: the events and the tallies."""
     return decoded.where(f"{EVENT} IS NOT NULL OR tally IS NOT NULL").select(EVENT, "event_server", "tally")
 
 
-def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iterator[pa.RecordBatch]]
-                   ) -> Iterator[pa.RecordBatch]:
+def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iterator[pa.RecordBatch]],
+                   first_part: int, batch: int | None = None) -> Iterator[pa.RecordBatch]:
     """The guessed clients' pieces decoded in the liveness stage, as its rows (liveness_stage.beside_replay)."""
-    return beside_replay(decode(batches))
+    return beside_replay(decode(batches, first_part=first_part, handed=batch), batch)
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_out: str | None = None,
                    places: Places | None = None, left_out: frozenset[tuple[str, ConnectionKey]] = frozenset(),
-                   events_only: bool = False, first_part: int = 0
+                   events_only: bool = False, first_part: int = 0, handed: int | None = None
                    ) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
@@ -655,7 +713,8 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     ``left_out`` are copies of others read elsewhere (_one_copy_each), not decoded. ``events_only``:
     no table rows (the events replayed again, the tables written already). ``first_part``: the
     number of the part files of the stage's partition 0 (the guessed clients' are numbered after
-    the others')."""
+    the others'); ``handed``: which of a hand-out's batches the pieces are, where any task may take
+    it (Claims): the part files are numbered by it, not by the task."""
     worker.settle()
     by_connection: dict[tuple[str, str], list[Piece]] = {}
     kept = _KeptReader()
@@ -667,7 +726,8 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
                     rows, payload = kept.read(kept_in, kept_at, kept_len)
                 by_connection.setdefault((lower, higher), []).append(Piece((lower, higher), path, rows, payload))
     kept.close()
-    writer = tables.PartWriter(tables_out, first_part + TaskContext.get().partitionId()) if tables_out else None
+    part = first_part + (TaskContext.get().partitionId() if handed is None else handed)
+    writer = tables.PartWriter(tables_out, part) if tables_out else None
     pending: dict[str, list] = {kind: [] for kind in (*_TABLE_KINDS, *_BLOCKS, EVENT, CONNECTION, CONTROLLER_NOTE)}
     appends = {kind: rows.append for kind, rows in pending.items()}
     tally = Tally()

@@ -7,7 +7,7 @@ sessions' routes over time. The decoding tasks' tallies pass through with them t
 one job.
 
 The 4-tuples guessed clients' (spark/balance.py) are decoded beside the replay, in the same stage
-(job.py: tasks the replay's own function runs after its own, Beside, or a union): their rows say
+(job.py: work the replay's tasks take for themselves once their replay is done, Beside, or a union): their rows say
 the failed lookups they found (``asked``), which the driver judges by the replay's routes with the
 replay's own rule (replay.judge_lookups), and whether they carried any event the replay needed
 (``misplaced``: the guess was wrong, and the caller replays again with every 4-tuple's events, so
@@ -49,25 +49,26 @@ _COLUMN_TYPES = {
 LIVENESS = StructType([StructField(column, _COLUMN_TYPES.get(column, LongType()), True) for column in BROKER_COLUMNS]
                       + [StructField("details", StringType(), True), StructField("stories", StringType(), True),
                          StructField("tally", BinaryType(), True), StructField("routes", BinaryType(), True),
-                         StructField("asked", BinaryType(), True), StructField("misplaced", BooleanType(), True)])
+                         StructField("asked", BinaryType(), True), StructField("misplaced", BooleanType(), True),
+                         StructField("batch", LongType(), True)])
 _ARROW_LIVENESS = to_arrow_schema(LIVENESS)
 _EVENT_COLUMNS = EVENT_ROWS.names
 _EVENT_CODE, _EVENT_T, _EVENT_TOPIC, _EVENT_CLIENT = (_EVENT_COLUMNS.index(name)
                                                       for name in ("code", "t", "topic", "client"))
 _LOOKUP = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-_OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced")
-#: a row of the events' columns (broker_liveness: event, event_server, tally), all null
-_NULL_EVENT = ("CAST(NULL AS BINARY)", "CAST(NULL AS STRING)", "CAST(NULL AS BINARY)")
+_OWN_COLUMNS = ("details", "stories", "tally", "routes", "asked", "misplaced", "batch")
 
 
 class Beside(NamedTuple):
-    """Tasks the liveness stage runs after its replay tasks, in the replay's own Python function
-    (the guessed clients' decoding: beside_replay): ``run(index)`` gives task ``index``'s LIVENESS
-    batches. A second Python function would be a second plan to make, as the driver makes the
-    liveness stage's while every core waits: about 32 calls to the JVM (docs/benchmarks.md)."""
+    """Work the liveness stage's tasks take for themselves, in the replay's own Python function
+    (the guessed clients' decoding: beside_replay): ``run(partition, attempt)`` gives the LIVENESS
+    batches of what task ``partition``'s attempt took (job.Claims), each row naming its ``batch``.
+    The stage has a task a core: the one replaying a NameServer takes some once its replay is done,
+    the others (with nothing to replay) from the start.
+    A second Python function would be a second plan to make, as the driver makes the liveness
+    stage's while every core waits: about 32 calls to the JVM (docs/benchmarks.md)."""
 
-    tasks: int
-    run: Callable[[int], Iterator[pa.RecordBatch]]
+    run: Callable[[int, int], Iterator[pa.RecordBatch]]
 
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
@@ -79,24 +80,25 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     column of events: each column of a plan costs the driver a few calls to the JVM, between the
     Spark jobs, with both cores idle. ``beside``: LIVENESS rows of the guessed clients' decoding
     (beside_replay), run in the liveness tasks' stage: a DataFrame of them (unioned after the replay's),
-    or tasks for the replay's own function to run after its own (Beside). With the Liveness, whether it is whole: False
+    or work the replay's own tasks take (Beside). With the Liveness, whether it is whole: False
     where a guessed client's 4-tuple carried an event the replay needed (or a lookup past where a
     session's replay ran), and the replay is to run again with every 4-tuple's events. ``servers``:
     how many server endpoints the events can be of, at most (a task per core, but none that could
     only be empty: an empty Python task costs ~10 ms of the JVM's CPU, in the stage the job ends with)."""
-    tasks = liveness_tasks(events.sparkSession.sparkContext.defaultParallelism, servers)
+    cores = events.sparkSession.sparkContext.defaultParallelism
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
     replay = partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints)
-    shuffled = events.repartition(tasks, "event_server")
     if isinstance(beside, Beside):
-        # a null row per task beside: partitions after the replay's, each run by the same function (a
-        # union is by position: the events' three columns' types, not asked of the JVM)
-        nothing = events.sparkSession.range(0, beside.tasks, 1, beside.tasks).selectExpr(*_NULL_EVENT)
-        rows = shuffled.union(nothing).mapInArrow(partial(_stage_batches, replay=replay, replay_tasks=tasks,
-                                                          beside=beside.run), LIVENESS).collect()
+        # a task a core, each replaying the servers its partition holds (none, for all but one where the
+        # capture has one NameServer), then taking work beside the replay while there is some
+        rows = events.repartition(cores, "event_server").mapInArrow(
+            partial(_stage_batches, replay=replay, beside=beside.run), LIVENESS).collect()
+        # the rows decoded beside in the order of their batches, whichever task took each (the order of
+        # a union's partitions, a batch each; the replay's first)
+        rows.sort(key=lambda row: -1 if row.batch is None else row.batch)
     else:
-        replayed = shuffled.mapInArrow(replay, LIVENESS)
+        replayed = events.repartition(liveness_tasks(cores, servers), "event_server").mapInArrow(replay, LIVENESS)
         rows = (replayed if beside is None else replayed.union(beside)).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
     stories = [story for row in rows if row.stories is not None for story in json.loads(row.stories)]
@@ -152,22 +154,19 @@ def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> lis
 
 def _stage_batches(batches: Iterable[pa.RecordBatch], replay: Callable[[Iterable[pa.RecordBatch]],
                                                                        Iterator[pa.RecordBatch]],
-                   replay_tasks: int, beside: Callable[[int], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over the liveness stage's partitions: the first ``replay_tasks`` replay their
-    events, each after them (a null row) runs its task beside the replay (Beside)."""
-    index = TaskContext.get().partitionId() - replay_tasks
-    if index < 0:
-        yield from replay(batches)
-        return
-    for _ in batches:  # its one null row
-        pass
-    yield from beside(index)
+                   beside: Callable[[int, int], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over the liveness stage's partitions, one a core: each replays the events of
+    the servers it holds (maybe none), then takes work beside the replay (Beside) while there is some."""
+    yield from replay(batches)
+    context = TaskContext.get()
+    yield from beside(context.partitionId(), context.attemptNumber())
 
 
-def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def beside_replay(decoded: Iterable[pa.RecordBatch], handed: int | None = None) -> Iterator[pa.RecordBatch]:
     """The guessed clients' decoding (job.decode_batches' DECODED batches, the tables written by
     the task) as LIVENESS rows: each server's failed lookups (``asked``: time, topic and client
-    each), whether any other event came (``misplaced``), and the task's tally."""
+    each), whether any other event came (``misplaced``), and the task's tally; each row naming the
+    hand-out's batch decoded (``handed``, its ``batch``: Beside)."""
     for batch in decoded:
         rows: list[dict] = []
         columns = (batch.column(name).to_pylist() for name in ("event", "event_server", "tally"))
@@ -185,7 +184,7 @@ def beside_replay(decoded: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             if len(asked) < len(found):
                 rows.append({"server": server, "misplaced": True})
         if rows:
-            yield arrow_batch(rows, _ARROW_LIVENESS)
+            yield arrow_batch([{**row, "batch": handed} for row in rows], _ARROW_LIVENESS)
 
 
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, files: FileSpans,

@@ -57,6 +57,23 @@ def test_task_shares_per_core_biggest_first_and_equal_where_more_are_needed() ->
     assert balance.task_shares(2, at_least=5) == [1] * 5
 
 
+def test_batches_taken_beside_the_replay_end_the_two_cores_at_most_a_small_batch_apart() -> None:
+    """The liveness stage's two tasks take the batches beside the replay (job.Claims), biggest first,
+    each core the next when it is free, one core after its replay: whatever the replay's length up
+    to the work beside it, the cores end at most the smallest batch (a fourteenth of it) apart,
+    where batches of a task's shares ([2, 2, 1, 1]) left one idle up to a sixth of it."""
+    shares = balance.claimed_shares(2)
+
+    def apart(replay: float) -> float:
+        free = [replay, 0.0]
+        for share in shares:
+            core = free.index(min(free))
+            free[core] += share / sum(shares)
+        return max(free) - min(free)
+
+    assert max(apart(replay / 100) for replay in range(101)) <= 1 / 14 + 1e-9
+
+
 def test_deal_keeps_only_the_costliest(monkeypatch) -> None:
     monkeypatch.setattr(balance, "MAX_DEALT", 10)
     costs = {_ends(i): 1000 - i for i in range(100)}

@@ -123,3 +123,34 @@ def test_the_guessed_clients_are_decoded_by_the_liveness_stage_s_own_function(
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=progress.append, counted_cost=0)
     assert any("guessed clients' decoded beside the replay" in line for line in progress)
     assert planned == ["_read_tasks", "_decode_handed", "_stage_batches"]
+
+
+def test_the_liveness_stage_runs_a_python_task_a_core_which_take_the_batches_beside(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path) -> None:
+    """The guessed clients' batches are taken by the liveness stage's tasks for themselves (job.Claims),
+    the replay's among them once its replay is done: a Python task a core, not one a batch (each
+    costs its worker and the JVM ~30 ms, at the job's end while the other core waits)."""
+    sc = spark.sparkContext
+    sc.setJobGroup("beside", "the liveness stage's tasks")
+    try:
+        progress: list[str] = []
+        job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=progress.append, counted_cost=0)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert any("guessed clients' decoded beside the replay" in line for line in progress)
+    tracker = sc.statusTracker()
+    last = tracker.getJobInfo(max(tracker.getJobIdsForGroup("beside")))
+    assert last is not None
+    assert tracker.getStageInfo(max(last.stageIds)).numTasks == sc.defaultParallelism
+
+
+def test_each_batch_is_taken_once_and_a_task_run_again_takes_back_its_own(tmp_path: Path) -> None:
+    """Two tasks taking a hand-out's batches in turn get each once, in order; a task run again
+    (its failed attempt's output dropped by Spark) first takes back what it took, then what is left."""
+    handed = str(tmp_path / "handed-0.arrow")
+    first, second = job.Claims(handed, 5).taken(0, 0), job.Claims(handed, 5).taken(1, 0)
+    assert [next(first), next(second), next(first)] == [0, 1, 2]
+    again = list(job.Claims(handed, 5).taken(0, 1))  # task 0's first attempt failed after taking 0 and 2
+    assert again == [0, 2, 3, 4]
+    assert list(second) == [] and list(first) == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"handed-0.arrow.taken-{index}" for index in range(5)]
