@@ -61,12 +61,13 @@ UNTIMED = HOLD_TIMERS + "; from twisted_namesrv.__main__ import main; main()"
 
 
 def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
-          spread: float | None = None, storm: float | None = None) -> int:
+          spread: float | None = None, storm: float | None = None, kept_lookup: bool = False) -> int:
     """The server's instructions from its start to its stop, ``brokers`` of the step registered
     (each table sent ``sends`` times, the curve's way: all once, then all again), then ``lookups``
     route lookups in a closed loop on one connection (the curve's probe's, without its sleep).
     ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all);
-    ``storm``: so the sends after the first (a storm's heartbeats, the curve's spread over its second)."""
+    ``storm``: so the sends after the first (a storm's heartbeats, the curve's spread over its second);
+    ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's is)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -81,6 +82,7 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
             conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
+        look_up(port, 2 if kept_lookup else 0)
         for sent in range(sends):
             curve.send_all(conns, frames, spread if not sent or storm is None else storm)
         for conn in conns:
@@ -128,6 +130,8 @@ def main() -> None:
                    help="with --repeated: each sending again spread over S seconds (a storm's), not 8 in flight: "
                         "under valgrind, S long enough puts each heartbeat in a reactor turn of its own, as a "
                         "storm on a quiet machine does")
+    p.add_argument("--kept-lookup", action="store_true",
+                   help="with --repeated: a route lookup's answer kept first, as the curve's probe's is")
     p.add_argument("--at-once", action="store_true",
                    help="every broker's table sent at once (as after a restart), not 8 in flight")
     p.add_argument("--lookups", type=int, default=0, metavar="N",
@@ -148,9 +152,10 @@ def main() -> None:
               f"{twice:,})", flush=True)
         return
     if a.repeated:
-        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends, storm=a.storm)
+        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends, storm=a.storm, kept_lookup=a.kept_lookup)
                        for sends in (1, 1 + a.renewals))
-        how = "" if a.storm is None else f", each time spread over {a.storm:g} s"
+        how = ("" if a.storm is None else f", each time spread over {a.storm:g} s") + (
+            ", a lookup's answer kept" if a.kept_lookup else "")
         print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
               f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times{how}: {once:,} "
               f"and {again:,})", flush=True)
