@@ -67,7 +67,8 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
     route lookups in a closed loop on one connection (the curve's probe's, without its sleep).
     ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all);
     ``storm``: so the sends after the first (a storm's heartbeats, the curve's spread over its second);
-    ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's is)."""
+    ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's
+    is, its broker connected throughout: ``keep_lookup``)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -82,11 +83,13 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
             conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
-        look_up(port, 2 if kept_lookup else 0)
+        prober = keep_lookup(port) if kept_lookup else None
         for sent in range(sends):
             curve.send_all(conns, frames, spread if not sent or storm is None else storm)
         for conn in conns:
             conn.close()
+        if prober is not None:
+            prober.close()
         look_up(port, lookups)
         time.sleep(1)
         # SIGTERM: the reactor stops, valgrind writes its count.  Not SIGINT: a shell starting this in
@@ -101,6 +104,22 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         server.stop()
         server.discard()
         curve.tidy(scratch)
+
+
+def keep_lookup(port: int) -> socket.socket:
+    """The probe's topic registered on a broker connection of its own and looked up twice (its
+    answer decoded and kept, then served from memory), as the curve's probe's is while its load
+    runs: that broker's connection, to close once they are done (its route stays until then)."""
+    broker = socket.create_connection((curve.HOST, port))
+    for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
+        broker.sendall(frame)
+        curve.read_frame(broker)
+    with socket.create_connection((curve.HOST, port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for opaque in (1, 2):
+            s.sendall(curve.frame(105, {"topic": curve.PROBE_TOPIC}, opaque=opaque))
+            curve.read_answer(s)
+    return broker
 
 
 def look_up(port: int, lookups: int) -> None:
