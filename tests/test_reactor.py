@@ -525,3 +525,91 @@ def test_a_lookup_answered_from_memory_costs_its_reactor_turn_a_counted_number_o
     assert calls[-1] == calls[-2] <= LOOKUP_TURN_CALLS, calls
     broker.close()
     client.close()
+
+
+#: a turn that renews one broker's heartbeat from memory while a client's lookup answer is kept
+#: (the storm's: the probe's): its Python calls (42 while each heartbeat was first looked for among
+#: the kept lookups, in its read and again once cut)
+HEARTBEAT_TURN_CALLS = 38
+
+
+def test_a_heartbeat_renewed_from_memory_costs_its_reactor_turn_a_counted_number_of_python_calls(
+        reactor: Any, tmp_path: Any) -> None:
+    """On a quiet machine every heartbeat of a storm wakes the reactor for a turn of its own: what
+    that turn costs in Python calls is held here, counted, with a lookup's answer kept: a broker's
+    heartbeat is renewed before anything of it is looked for among the kept lookups."""
+    from tests.support import python_calls_run, server_config
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.service import NamesrvService
+
+    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
+    port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
+    broker, client = (socket.create_connection(("127.0.0.1", port)) for _ in range(2))
+    for _ in range(20):
+        if len(service.factory.connections) == 2:
+            break
+        iterate(reactor)
+    broker.settimeout(10)
+    client.settimeout(10)
+    for opaque in (1, 2):  # registered, then its answer kept for the connection
+        broker.sendall(storm_frames(1, opaque)[0])
+        readable(reactor, 1)
+        for _ in range(3):
+            iterate(reactor)
+        assert broker.recv(1 << 16)
+    for opaque in (1, 2):  # the client's lookup, decoded and kept, then answered from memory
+        client.sendall(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"},
+                                               opaque=opaque).encode())
+        readable(reactor, 1)
+        iterate(reactor)
+        assert RemotingCommand.decode(client.recv(1 << 16)[4:]).code == 0
+    assert service.state.answers.replies
+    calls = []
+    for opaque in range(3, 6):
+        broker.sendall(storm_frames(1, opaque)[0])
+        readable(reactor, 1)
+        calls.append(python_calls_run(lambda: (reactor.runUntilCurrent(), reactor.doIteration(reactor.timeout()))))
+        answer = RemotingCommand.decode(broker.recv(1 << 16)[4:])
+        assert (answer.code, answer.opaque) == (0, opaque)
+    assert calls[-1] == calls[-2] <= HEARTBEAT_TURN_CALLS, calls
+    broker.close()
+    client.close()
+
+
+def test_a_lookup_on_a_brokers_connection_is_answered_as_any(reactor: Any, tmp_path: Any) -> None:
+    """A broker's connection is not looked up among the kept lookups (its heartbeats are none):
+    a route lookup it sends, again and again, is answered all the same, and its heartbeat after."""
+    from tests.support import server_config
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.service import NamesrvService
+
+    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
+    port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
+    broker = socket.create_connection(("127.0.0.1", port))
+    for _ in range(20):
+        if len(service.factory.connections) == 1:
+            break
+        iterate(reactor)
+    broker.settimeout(10)
+    for opaque in (1, 2):  # registered, then its answer kept for the connection
+        broker.sendall(storm_frames(1, opaque)[0])
+        readable(reactor, 1)
+        for _ in range(3):
+            iterate(reactor)
+        assert broker.recv(1 << 16)
+    assert service.state.answers.renewals
+    lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"}, opaque=10).encode()
+    for opaque in (10, 11, 12):
+        broker.sendall(lookup.replace(b'"opaque":10', b'"opaque":%d' % opaque) if opaque != 10 else lookup)
+        readable(reactor, 1)
+        iterate(reactor)
+        answer = RemotingCommand.decode(broker.recv(1 << 16)[4:])
+        assert (answer.code, answer.opaque) == (0, opaque) and b"127.0.0.1:3000" in bytes(answer.body or b"")
+    broker.sendall(storm_frames(1, 13)[0])
+    readable(reactor, 1)
+    iterate(reactor)
+    answer = RemotingCommand.decode(broker.recv(1 << 16)[4:])
+    assert (answer.code, answer.opaque) == (0, 13)
+    broker.close()

@@ -220,18 +220,10 @@ class Dispatcher:
             if used >= room:
                 return Full(frames[index:])
             begun = perf_counter() if counted else 0.0
-            if answers.replies:
-                mark = len(out)
-                done = answers.replies_from_memory(frames, index, out, room - used)
-                if done > index:
-                    used += sum(map(len, out[mark:]))
-                    if counted:
-                        self.metrics.answered_from_memory((perf_counter() - begun) / (done - index), done - index)
-                    index = done
-                    continue
             frame = frames[index]
-            index += 1
             big = len(frame) >= self.step_from
+            # a broker's connection keeping its heartbeat's answer: its frame is tried as that heartbeat
+            # first (a storm's every read), as a kept lookup only when it is not one
             renewable = bool(answers.renewals) and peer.channel in answers.renewals and (
                 not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
             if renewable and (not big or self._renewal_fits(len(frame))):
@@ -243,7 +235,18 @@ class Dispatcher:
                     if counted:
                         self.metrics.answered(RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS,
                                               perf_counter() - begun)
+                    index += 1
                     continue
+            if answers.replies:
+                mark = len(out)
+                done = answers.replies_from_memory(frames, index, out, room - used)
+                if done > index:
+                    used += sum(map(len, out[mark:]))
+                    if counted:
+                        self.metrics.answered_from_memory((perf_counter() - begun) / (done - index), done - index)
+                    index = done
+                    continue
+            index += 1
             if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy

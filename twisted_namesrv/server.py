@@ -203,8 +203,9 @@ class RemotingProtocol(protocol.Protocol):
         if self.idle is not None:
             self.idle.heard(self)
         busy = self.answering is not None or self.writing_paused or bool(self.waiting)
-        if not busy and self.decoder.empty:
-            # a client's repeated lookups, as they came: answered before (instead of) cutting them
+        if not busy and self.decoder.empty and not self.after_clients:
+            # a client's repeated lookups, as they came: answered before (instead of) cutting them (not
+            # a broker's reads: heartbeats, which the dispatcher renews before it looks for a lookup)
             replies: list[bytes] = []
             used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:

@@ -61,11 +61,14 @@ UNTIMED = HOLD_TIMERS + "; from twisted_namesrv.__main__ import main; main()"
 
 
 def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
-          spread: float | None = None) -> int:
+          spread: float | None = None, storm: float | None = None, kept_lookup: bool = False) -> int:
     """The server's instructions from its start to its stop, ``brokers`` of the step registered
     (each table sent ``sends`` times, the curve's way: all once, then all again), then ``lookups``
     route lookups in a closed loop on one connection (the curve's probe's, without its sleep).
-    ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all)."""
+    ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all);
+    ``storm``: so the sends after the first (a storm's heartbeats, the curve's spread over its second);
+    ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's
+    is, its broker connected throughout: ``keep_lookup``)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -80,10 +83,13 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
             conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
-        for _ in range(sends):
-            curve.send_all(conns, frames, spread)
+        prober = keep_lookup(port) if kept_lookup else None
+        for sent in range(sends):
+            curve.send_all(conns, frames, spread if not sent or storm is None else storm)
         for conn in conns:
             conn.close()
+        if prober is not None:
+            prober.close()
         look_up(port, lookups)
         time.sleep(1)
         # SIGTERM: the reactor stops, valgrind writes its count.  Not SIGINT: a shell starting this in
@@ -98,6 +104,22 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         server.stop()
         server.discard()
         curve.tidy(scratch)
+
+
+def keep_lookup(port: int) -> socket.socket:
+    """The probe's topic registered on a broker connection of its own and looked up twice (its
+    answer decoded and kept, then served from memory), as the curve's probe's is while its load
+    runs: that broker's connection, to close once they are done (its route stays until then)."""
+    broker = socket.create_connection((curve.HOST, port))
+    for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
+        broker.sendall(frame)
+        curve.read_frame(broker)
+    with socket.create_connection((curve.HOST, port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for opaque in (1, 2):
+            s.sendall(curve.frame(105, {"topic": curve.PROBE_TOPIC}, opaque=opaque))
+            curve.read_answer(s)
+    return broker
 
 
 def look_up(port: int, lookups: int) -> None:
@@ -123,6 +145,12 @@ def main() -> None:
     p.add_argument("--more", type=int, default=1500, metavar="N")
     p.add_argument("--repeated", action="store_true", help="count a repeated registration (--more brokers)")
     p.add_argument("--renewals", type=int, default=4, metavar="R", help="with --repeated: the tables sent R times more")
+    p.add_argument("--storm", type=float, metavar="S",
+                   help="with --repeated: each sending again spread over S seconds (a storm's), not 8 in flight: "
+                        "under valgrind, S long enough puts each heartbeat in a reactor turn of its own, as a "
+                        "storm on a quiet machine does")
+    p.add_argument("--kept-lookup", action="store_true",
+                   help="with --repeated: a route lookup's answer kept first, as the curve's probe's is")
     p.add_argument("--at-once", action="store_true",
                    help="every broker's table sent at once (as after a restart), not 8 in flight")
     p.add_argument("--lookups", type=int, default=0, metavar="N",
@@ -143,10 +171,13 @@ def main() -> None:
               f"{twice:,})", flush=True)
         return
     if a.repeated:
-        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends) for sends in (1, 1 + a.renewals))
+        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends, storm=a.storm, kept_lookup=a.kept_lookup)
+                       for sends in (1, 1 + a.renewals))
+        how = ("" if a.storm is None else f", each time spread over {a.storm:g} s") + (
+            ", a lookup's answer kept" if a.kept_lookup else "")
         print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
-              f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times: {once:,} and "
-              f"{again:,})", flush=True)
+              f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times{how}: {once:,} "
+              f"and {again:,})", flush=True)
         return
     spread = 1e-6 if a.at_once else None
     fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread) for n in (a.fewer, a.more))
