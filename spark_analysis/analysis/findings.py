@@ -1043,7 +1043,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
         removed = drop.get("removed") or []
         facts = {**addr, "t": iso_time(drop["t"]), "topics_from": drop["from"], "topics_to": drop["to"],
                  "removed": removed}
-        causes = _deleted_by_operator(drop, deletions)
+        causes = _deleted_by_operator(drop, deletions, broker["server"])
         if causes:
             told = "; ".join(f"{d['topic']!r} deleted by {d['client'] or '?'} at {d['t']} (DELETE_TOPIC_IN_NAMESRV "
                              f"at {d['server']})" for d in causes)
@@ -1275,18 +1275,20 @@ def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
     return found
 
 
-def _deleted_by_operator(drop: Item, deletions: Sequence[Item]) -> list[Item]:
+def _deleted_by_operator(drop: Item, deletions: Sequence[Item], server: str) -> list[Item]:
     """The captured deletions (topic_deleted stories, at any NameServer) that explain a drop: each
     topic the table lost deleted between DELETION_BEFORE_S before the table that had it was last seen
-    and DELETION_AFTER_S after the drop; empty if one is not (or the lost topics are not known)."""
+    and DELETION_AFTER_S after the drop; empty if one is not (or the lost topics are not known). Of
+    several (mqadmin deletes at every NameServer), the one at the stay's own ``server``, else the
+    earliest: never the order the stories came in, which is the liveness stage's partitions'."""
     removed = drop.get("removed") or []
     low, high = drop["had_at"] - DELETION_BEFORE_S, drop["t"] + DELETION_AFTER_S
     causes = []
     for topic in removed:
-        cause = next((d for d in deletions if d["topic"] == topic and low <= _seconds(d["t"]) <= high), None)
-        if cause is None:
+        found = [d for d in deletions if d["topic"] == topic and low <= _seconds(d["t"]) <= high]
+        if not found:
             return []
-        causes.append(cause)
+        causes.append(min(found, key=lambda d: (d["server"] != server, _seconds(d["t"]), d["server"])))
     return causes
 
 

@@ -101,7 +101,10 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
         replayed = events.repartition(liveness_tasks(cores, servers), "event_server").mapInArrow(replay, LIVENESS)
         rows = (replayed if beside is None else replayed.union(beside)).collect()
     tallies = [row.tally for row in rows if row.tally is not None]
-    stories = [story for row in rows if row.stories is not None for story in json.loads(row.stories)]
+    # each server's stories in its replay's order, the servers by name: not the order of the tasks
+    # that replayed them, which moves with the cores (the report is the same on any master)
+    stories = sorted((story for row in rows if row.stories is not None for story in json.loads(row.stories)),
+                     key=itemgetter("server"))
     brokers = [{**row.asDict(), **json.loads(row.details)} for row in rows if row.details is not None]
     for broker in brokers:
         for column in _OWN_COLUMNS:
@@ -142,13 +145,10 @@ def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessio
 
 def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> list[dict]:
     """The stories, with the failed lookups judged on the driver among the replay's own: each
-    server's in order of first (as one replay judges them), the servers in the order they came."""
+    server's in order of first (as one replay judges them), the servers by name."""
     lookups = [story for story in stories if story["kind"] == "lookup_failed"]
     lookups += [story for found in more for story in found or ()]
-    servers: dict[str, int] = {}
-    for story in lookups:
-        servers.setdefault(story["server"], len(servers))
-    lookups.sort(key=lambda story: (servers[story["server"]], story["first"]))
+    lookups.sort(key=itemgetter("server", "first"))
     return [story for story in stories if story["kind"] != "lookup_failed"] + lookups
 
 

@@ -633,6 +633,27 @@ def test_a_cause_the_capture_shows_explains_a_drop_and_ranks_the_lookups_it_fail
     assert both["message"].endswith("then 1 route lookup(s) answered TOPIC_NOT_EXIST for T")
 
 
+def test_a_drop_is_tied_to_the_deletion_at_its_own_nameserver_whatever_the_stories_order() -> None:
+    """mqadmin deletes a topic at every NameServer; a broker's drop seen at one was tied to the first
+    deletion in the stories' order, which is the liveness stage's tasks' (moving with the cores): on
+    three NameServers every broker's drop named the same one. Its own server's deletion, else the
+    earliest, whatever the order."""
+    drop = {"from": 15, "to": 14, "t": 30.2, "had_at": 10.0, "removed": ["D"]}
+    broker = {"broker_addr": "10.0.0.1:10911", "session": "10.0.0.9:9877@x", "server": "10.0.0.9:9877",
+              "registrations": 0, "gaps": [], "crc_failure_times": [], "refused": [], "topic_drops": [drop],
+              "version_backwards": [], "cluster": "C", "broker_name": "a", "broker_id": 0, "role": "MASTER"}
+    at = [{"kind": "topic_deleted", "topic": "D", "t": iso_time(t), "client": f"10.0.0.7:{port}", "server": server}
+          for t, port, server in ((30.0, 1, "10.0.0.9:9876"), (30.1, 2, "10.0.0.9:9877"), (29.9, 3, "10.0.0.9:9878"))]
+    for deletions in (at, at[::-1]):
+        (told,) = list(findings_module._broker_findings(broker, deletions))
+        assert told["kind"] == "topics_deleted_from_broker"
+        assert [d["server"] for d in told["deleted"]] == ["10.0.0.9:9877"]
+    elsewhere = {**broker, "server": "10.0.0.9:9879"}
+    for deletions in (at, at[::-1]):
+        (told,) = list(findings_module._broker_findings(elsewhere, deletions))
+        assert [d["server"] for d in told["deleted"]] == ["10.0.0.9:9878"]  # the earliest
+
+
 def test_a_deletion_and_a_wipe_whose_names_a_snap_length_cut_say_so() -> None:
     """``tcpdump -s 96`` keeps a DELETE_TOPIC_IN_NAMESRV's and a WIPE_WRITE_PERM_OF_BROKER's frame but
     not their topic or broker name: the findings said "topic None deleted" and "write permission of
