@@ -62,6 +62,7 @@ def test_the_count_is_taken_before_the_brokers_connections_close(tmp_path: Path,
         def discard(self) -> None:
             pass
 
+    monkeypatch.setattr(instructions.curve, "REPO", instructions.curve.REPO)  # (count sets it to the tree)
     monkeypatch.setattr(instructions.curve, "Server", Server)
     monkeypatch.setattr(instructions.socket, "create_connection", lambda address: Connection())
     monkeypatch.setattr(instructions.curve, "send_all", lambda conns, frames, spread: happened.append("sent"))
