@@ -878,13 +878,8 @@ class RouteInfoManager:
         if not rules.applies or (req.body.tableUnchanged
                                  and self.live_key(req.clusterName, req.brokerAddr) in self.brokerLiveTable):
             return None
-        if fresh and plan.staged is not None:
-            staging = Staging(req.brokerName, rules)
-            staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
-            staging.added, staging.removed, staging.longest = plan.added, plan.removed, plan.longest
-            staging.writable, staging.sealed = plan.writable, plan.sealed
-            staging.entries = plan.entries
-            return staging
+        if fresh and plan.staging is not None:
+            return plan.staging  # (its rules are these: ``fresh``)
         if rules.remove_absent:
             self.settle_now()  # the topics it lacks are looked for in the table itself
         return stage_all(req, self.queue_view(), self._table, rules,
