@@ -37,10 +37,14 @@ class DepartedBrokers:
     def route_event(self, kind: str, info: dict[str, Any]) -> None:
         """RouteInfoManager's listener: a departure is kept, any other event of the broker ends its
         departure (the event's ``seq`` is the page's list's business: events.py)."""
-        departed, key = self._departed, broker_key(info)
+        departed = self._departed
+        departure = kind in DEPARTURES
+        if not (departed or departure):  # none kept and none to keep: every first registration ends here
+            return
+        key = broker_key(info)
         if departed:
             departed.pop(key, None)
-        if kind in DEPARTURES:  # only a departure is kept: every first registration passes here too
+        if departure:  # only a departure is kept
             now = self.clock()
             departed[key] = (RouteEvent(0, now, kind, dict(info), 1, now), self.steady())
         if departed:

@@ -43,9 +43,9 @@ def test_the_plan_lists_what_changes_and_the_tables_change_only_when_it_applies(
     except StopIteration as done:
         plan = done.value
     assert turns >= 4  # five topics, two per step, then the removals' walk
-    assert {t: q and q.brokerName for t, q in plan.staged.items()} == {
+    assert {t: q and q.brokerName for t, q in plan.staging.staged.items()} == {
         "T2": "broker-a", "T5": "broker-a", "T6": "broker-a", "T3": None}  # the group leaves T3
-    assert plan.staged["T2"].perm == 4 and routes.topicQueueTable["T2"]["broker-a"].perm != 4
+    assert plan.staging.staged["T2"].perm == 4 and routes.topicQueueTable["T2"]["broker-a"].perm != 4
     assert plan.topicCount == 5
     assert routes.apply_registration(plan) is not None
     assert sorted(routes.topicQueueTable) == ["T1", "T2", "T4", "T5", "T6"]
@@ -62,7 +62,7 @@ def test_a_plan_made_stale_is_compared_again_when_it_applies(profile):
         register(routes, topics=("T1", "T2", "T3"))
     req = request("T1", "T2", "T4")
     plan = run_steps(plan_for(stepped, req))
-    assert list(plan.staged) == (["T4", "T3"] if profile is V5 else ["T4"])  # 5.3.3 deletes T3
+    assert list(plan.staging.staged) == (["T4", "T3"] if profile is V5 else ["T4"])  # 5.3.3 deletes T3
     for routes in (stepped, reference):
         routes.wipe_write_perm_of_broker("broker-a")
         routes.register_topic("T9", [QueueData("broker-a", 1, 1, 6, 0)])
@@ -78,7 +78,7 @@ def test_an_unchanged_table_is_not_compared():
     req = request()
     req.body.tableUnchanged = True
     plan = run_steps(plan_for(routes, req))
-    assert plan.staged is None and plan.rules is None
+    assert plan.staging is None and plan.rules is None
 
 
 def _staged_by(joins: bool, rules: registration.TopicRules, slices) -> registration.Staging:
@@ -133,7 +133,7 @@ def test_a_group_holding_topics_is_not_staged_as_joining():
     routes, _ = manager(V5)
     req = request("T1", "T2")
     plan = run_steps(plan_steps(req, routes))
-    assert plan.entries is None  # joined: nothing looked up
+    assert plan.staging.entries is None  # joined: nothing looked up
     routes.apply_registration(plan)
     again = run_steps(plan_steps(request("T1", topic("T2", perm=4), "T3", version=(2, 3)), routes))
-    assert again.entries is not None and again.added == 1 and again.overwrites
+    assert again.staging.entries is not None and again.staging.added == 1 and again.staging.overwrites

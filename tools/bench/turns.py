@@ -132,6 +132,9 @@ def main() -> None:
     p.add_argument("--brokers", type=int, metavar="N", help="with --step: only its first N brokers")
     p.add_argument("--first-only", action="store_true", help="only the first registration (e.g. to count its "
                    "instructions: see docs/benchmarks.md)")
+    p.add_argument("--frames", type=int, metavar="M", help="with --step: make the frames of its first M brokers "
+                   "(at least --brokers), register --brokers of them: two counts made with one M differ by the "
+                   "server's work alone, not by this tool's making of frames (json.dumps of each body)")
     p.add_argument("--renewals", type=int, default=1, metavar="R", help="send the tables as they were R times (the "
                    "third phase, heartbeats renewed): two counts' difference is a renewal's instructions")
     a = p.parse_args()
@@ -139,11 +142,12 @@ def main() -> None:
         log_to_nothing(a.log)
     if a.step:
         step = curve.step_named(a.step)
-        tables = curve.broker_tables(step)[:a.brokers]
+        made_for = curve.broker_tables(step)[:max(a.frames or 0, a.brokers or 0) or None]
+        tables = made_for[:a.brokers]
         compat = a.compat or step.compat
         split = curve.SPLIT_TOPICS
     else:
-        tables = [("stall-big", "127.0.0.1:50911", [f"big-topic-{i:07d}" for i in range(a.topics)])]
+        tables = made_for = [("stall-big", "127.0.0.1:50911", [f"big-topic-{i:07d}" for i in range(a.topics)])]
         compat = a.compat or "4.9.8"
         split = max(1, a.topics)
     curve.SPLIT_TOPICS = split
@@ -151,13 +155,14 @@ def main() -> None:
     brokers = [bench.connect() for _ in tables]
     entries = sum(len(topics) for _, _, topics in tables)
     print(f"{len(tables):,} broker(s), {entries:,} topic-queue entries in pieces of at most {split:,} topics, "
-          f"{compat}", flush=True)
+          f"{compat}" + (f"; frames made for {len(made_for):,}" if len(made_for) != len(tables) else ""), flush=True)
     phases = (("first registration", 1), ("the same tables, new dataVersion", 2),
               *[("the same again as it was (heartbeats: renewed)", 2)] * a.renewals)
     made: dict[int, list[list[bytes]]] = {}  # the frames of each dataVersion, made once: not in a count of renewals
     for label, counter in phases[:1] if a.first_only else phases:
-        if counter not in made:
-            made[counter] = [curve.register_frames(name, addr, topics, counter) for name, addr, topics in tables]
+        if counter not in made:  # (all of --frames' brokers', the same work whatever --brokers)
+            made[counter] = [curve.register_frames(name, addr, topics, counter)
+                             for name, addr, topics in made_for][:len(tables)]
         frames = made[counter]
 
         def register(frames: list[list[bytes]] = frames) -> None:

@@ -216,30 +216,18 @@ class RegistrationPlan:
     """What a registration will do, worked out from topicQueueTable as of ``generation`` under
     ``rules`` (None: nothing worked out; the manager works it out when it applies).
 
-    ``staged``: the entries topicQueueTable will hold for each topic it changes.  ``complete``:
-    once applied, every topic of the table is held as the table says (the memo may be kept);
-    ``overwrites``: it changes queue data the group already held (not only adds), so the memos
-    of the broker's other pieces may no longer hold.  ``memo``: kept for the broker if complete.
-    ``topicCount``: the broker's live info counts this many topics (the memo's when unchanged).
-    ``added``, ``removed``: the group's entries the staged ones add to topicQueueTable and take
-    out of it (what the tables' limits count); ``writable``, ``sealed``: how they change the
-    group's entries with the write bit, and those without it on a topic write_off_by_design (what
-    outages.py reads per group); ``longest``: the longest staged topic name."""
+    ``staging``: the entries topicQueueTable will hold for each topic it changes, with what they
+    add, remove and change (``Staging``), handed to the manager as staged (its own while they
+    hold: no copy of its fields made between the plan and its applying).  ``memo``: kept for the
+    broker if complete.  ``topicCount``: the broker's live info counts this many topics (the
+    memo's when unchanged)."""
 
     request: RegisterRequest
     generation: int
     rules: TopicRules | None = None
-    staged: Staged | None = None
-    complete: bool = False
-    overwrites: bool = False
+    staging: Staging | None = None
     memo: RegistrationMemo | None = None
     topicCount: int = 0
-    added: int = 0
-    removed: int = 0
-    writable: int = 0
-    sealed: int = 0
-    longest: int = 0
-    entries: Entries | None = None
 
 
 class QueueView(Protocol):
@@ -308,11 +296,7 @@ def plan_steps(request: RegisterRequest, routes: Tables) -> Steps[RegistrationPl
             yield  # a walk of topicQueueTable: in slices, as the rest
         if routes.generation != generation:
             return plan  # stale: the manager works it out again, in one go
-    plan.rules, plan.staged = rules, staging.staged
-    plan.complete, plan.overwrites = staging.complete and rules.applies, staging.overwrites
-    plan.added, plan.removed, plan.longest = staging.added, staging.removed, staging.longest
-    plan.writable, plan.sealed = staging.writable, staging.sealed
-    plan.entries = staging.entries
+    plan.rules, plan.staging = rules, staging
     return plan
 
 

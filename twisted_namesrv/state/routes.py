@@ -497,7 +497,10 @@ class RouteInfoManager:
 
     def _collects(self) -> bool:
         """Whether a change starting now is collected topic by topic: someone holds something."""
-        return any(holds() for _, holds in self._subscribers)
+        for _, holds in self._subscribers:  # (a loop: no generator resumed per subscriber, every change)
+            if holds():
+                return True
+        return False
 
     def _publish(self, pending: _Pending) -> None:
         """A change is complete: commit its many entries as a layer (what lookups read from now
@@ -656,7 +659,7 @@ class RouteInfoManager:
         memo = plan.memo if complete else None
         if memo is None:
             return kept
-        if self.removes_absent_topics or not kept:
+        if not kept or self.removes_absent_topics:  # (a first registration: none kept, no switch read)
             return (memo,)
         others = tuple(held for held in kept if held.digest != memo.digest)
         return (*others[len(others) - MAX_MEMOS + 1:], memo) if len(others) >= MAX_MEMOS else (*others, memo)
@@ -715,7 +718,7 @@ class RouteInfoManager:
         if not (is_master or is_prime_slave):
             return TopicRules(applies=False)
         register_first = not addrs.get(req.brokerId) or (previous is not None and previous.restored)
-        changed = not self._same_version(None if previous is None else previous.dataVersion, req.body.dataVersion)
+        changed = previous is None or not self._same_version(previous.dataVersion, req.body.dataVersion)
         if p.acting_master_rules:
             acting = bool(req.enableActingMaster)
         else:
@@ -737,19 +740,22 @@ class RouteInfoManager:
         rules = self.topic_rules(req)  # before anything changes
         fresh = plan.generation == self.generation and plan.rules == rules
         staging = self._staging(plan, rules, fresh)
-        self._check_limits(req, staging)
+        key = self.live_key(req.clusterName, req.brokerAddr)
+        self._check_limits(req, staging, key)
         names = self.clusterAddrTable.setdefault(req.clusterName, {})
-        if req.brokerName not in names:
+        group_changed = req.brokerName not in names  # (marked once below: a new group changes all three)
+        if group_changed:
             names[req.brokerName] = None
-            self._broker_changed(req.brokerName)
         broker = self.brokerAddrTable.get(req.brokerName)
         if broker is None:
             broker = self.brokerAddrTable[req.brokerName] = BrokerData(req.clusterName, req.brokerName, {})
-            self._broker_changed(req.brokerName)
+            group_changed = True
         if p.acting_master_rules and (broker.enableActingMaster, broker.zoneName) != (
                 bool(req.enableActingMaster), req.zoneName):
             broker.enableActingMaster = bool(req.enableActingMaster)
             broker.zoneName = req.zoneName
+            group_changed = True
+        if group_changed:
             self._broker_changed(req.brokerName)
         addrs = broker.brokerAddrs
         prev_min_id = min(addrs) if addrs else 0
@@ -759,9 +765,8 @@ class RouteInfoManager:
             del addrs[broker_id]
             self._broker_changed(req.brokerName)
         if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
-            self.brokerLiveTable.pop(self.live_key(req.clusterName, req.brokerAddr), None)
+            self.brokerLiveTable.pop(key, None)
             return RegisterBrokerResult()
-        key = self.live_key(req.clusterName, req.brokerAddr)
         previous = self.brokerLiveTable.get(key)
         unchanged = req.body.tableUnchanged and previous is not None
         memos = previous.memos if previous is not None else None
@@ -873,26 +878,22 @@ class RouteInfoManager:
         if not rules.applies or (req.body.tableUnchanged
                                  and self.live_key(req.clusterName, req.brokerAddr) in self.brokerLiveTable):
             return None
-        if fresh and plan.staged is not None:
-            staging = Staging(req.brokerName, rules)
-            staging.staged, staging.complete, staging.overwrites = plan.staged, plan.complete, plan.overwrites
-            staging.added, staging.removed, staging.longest = plan.added, plan.removed, plan.longest
-            staging.writable, staging.sealed = plan.writable, plan.sealed
-            staging.entries = plan.entries
-            return staging
+        if fresh and plan.staging is not None:
+            return plan.staging  # (its rules are these: ``fresh``)
         if rules.remove_absent:
             self.settle_now()  # the topics it lacks are looked for in the table itself
         return stage_all(req, self.queue_view(), self._table, rules,
                          joins=req.brokerName not in self.topicsOfGroup)
 
-    def _check_limits(self, req: RegisterRequest, staging: Staging | None) -> None:
+    def _check_limits(self, req: RegisterRequest, staging: Staging | None, key: LiveKey) -> None:
         """Raise RegistrationRefused, before anything changes, when the registration would pass a
         limit of the tables: maxBrokerGroups (brokerAddrTable), maxBrokers (brokerLiveTable),
         maxBrokersPerGroup (a group's addresses: each registration of a member walks them),
         maxTopicsPerBroker (the topics holding this group's queues) or maxTopicQueueEntries
         (topicQueueTable's (topic, group) entries with topicQueueMappingInfoTable's), and the names'
         lengths (maxNameLength).  What its table adds and removes is counted as it was staged:
-        constant time here, and only the staged topics' names are looked at."""
+        constant time here, and only the staged topics' names are looked at; ``key``: the broker's in
+        brokerLiveTable (``live_key``, worked out once by the caller)."""
         config = self.config.values  # the running values as the dict they are (no call a read)
         longest = config["maxNameLength"]
         self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
@@ -904,8 +905,7 @@ class RouteInfoManager:
         name = req.brokerName
         # what the tables would hold that this registration adds to (0: adds none, so passes none)
         groups = len(self.brokerAddrTable) + 1 if name not in self.brokerAddrTable else 0
-        brokers = (len(self.brokerLiveTable) + 1 if self.live_key(req.clusterName, req.brokerAddr)
-                   not in self.brokerLiveTable else 0)
+        brokers = len(self.brokerLiveTable) + 1 if key not in self.brokerLiveTable else 0
         broker = self.brokerAddrTable.get(name)
         members = broker.brokerAddrs if broker is not None else {}
         member = len(members) + 1 if req.brokerId not in members and req.brokerAddr not in members.values() else 0

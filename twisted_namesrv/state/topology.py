@@ -139,11 +139,12 @@ class Topology:
             # a slave became master (a controller's election): the routes swap its id with no departure,
             # as Java's do, so its old id is neither a member nor up any more (kept up, a group stopped
             # cleanly after a fail-over was expected back after a restart, then an outage)
-            swapped = [i for i, m in group.members.items() if m.addr == addr]
-            for other_id in swapped:
-                del group.members[other_id]
-            if group.up & set(swapped):
-                group.up = self._alike_ids(group.up - set(swapped))
+            if group.members:  # (a new group's first member: none to swap, no scan)
+                swapped = [i for i, m in group.members.items() if m.addr == addr]
+                for other_id in swapped:
+                    del group.members[other_id]
+                if group.up & set(swapped):
+                    group.up = self._alike_ids(group.up - set(swapped))
             group.members[broker_id] = Member(broker_id, addr, now)
             while len(group.members) > self.members_limit:
                 del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
@@ -193,7 +194,7 @@ class Topology:
 
     def _changed(self, group: KnownGroup) -> None:
         """``group`` changed: its entry in the file is encoded again, and the store writes."""
-        self.encoded[group.key] = encode_group(group)
+        self.encoded[group.cluster, group.broker] = encode_group(group)  # (its key, without the property's call)
         self.version += 1
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
