@@ -31,7 +31,7 @@ STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "even
 LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath")
-LOAD_REFUSALS = ("corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
+LOAD_REFUSALS = ("ahead_of_clock", "corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
@@ -266,9 +266,10 @@ class NamesrvCollector(Collector):
                                 "read-only file: a ConfigMap): a restart goes back to the file",
                                 value=1 if self.state.config.unsaved else 0)
         yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
-                        "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
-                        "symlink), over_limits (a route snapshot past a limit of the tables), too_big, too_old (a "
-                        "route snapshot past routeSnapshotMaxAge), unreadable",
+                        "(routeSnapshotPath, topologyPath) and reason: ahead_of_clock (a route snapshot stamped "
+                        "after the host's clock's now: stepped back since, its age unknown), corrupt, not_regular "
+                        "(a FIFO, device or symlink), over_limits (a route snapshot past a limit of the tables), "
+                        "too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
                         "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:
