@@ -36,7 +36,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
-from .files import TEXT_FILE_LIMIT, read_regular_text
+from .files import TEXT_FILE_LIMIT, cannot_look, read_regular_text
 from .hosts import AllowedHostsError, parse_allowed, written_as_list
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -518,6 +518,15 @@ def repeated_keys(path: str, read: list[tuple[str, str]]) -> list[str]:
             for name, texts in values.items() if len(texts) > 1]
 
 
+def _saved_exists(store: str) -> bool:
+    """Whether configStorePath holds values saved at runtime; ConfigError naming the directory, its
+    owner and ours when it cannot even be looked at (another user's data dir, mode 0700)."""
+    try:
+        return Path(store).exists()
+    except OSError as exc:
+        raise ConfigError(f"configStorePath={store}: {cannot_look(store, exc)}") from None
+
+
 #: 4.9.8's scanNotActiveBroker period (NamesrvController schedules it every 10 s, not configurable)
 FIXED_SCAN_INTERVAL_MS = 10_000
 
@@ -574,7 +583,7 @@ class NamesrvConfig:
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         else:
             store = str(values.get("configStorePath") or schema.by_name["configStorePath"].default)
-            if Path(store).exists():  # a FIFO or a directory there is refused, not skipped
+            if _saved_exists(store):  # a FIFO or a directory there is refused, not skipped
                 saved = read_properties(store, "configStorePath: cannot read")
                 file_keys = {name: text for name, text in saved.items()
                              if name in schema.by_name and not schema.by_name[name].guarded and name not in values}
