@@ -13,6 +13,7 @@ from twisted.copyright import version as twisted_version
 
 from .. import __version__
 from ..audit import RESULTS
+from ..budget import machine_limit
 from ..context import NamesrvState
 from ..escapes import escaped, has_controls
 from ..lost_topics import DEPARTURES
@@ -103,6 +104,12 @@ class NamesrvCollector(Collector):
         for result in PUSH_RESULTS:
             pushes.add_metric([result], metrics.pushes[result])
         yield pushes
+        limit = machine_limit()
+        if limit is not None:  # read at each scrape: a container's limit may be resized in place
+            yield GaugeMetricFamily("namesrv_memory_limit_bytes", "The memory this process may use before the kernel "
+                                    "kills it or refuses to give more: the least of the machine's, the cgroup's "
+                                    "memory.max (a container's --memory, a pod's limit) and RLIMIT_AS/RLIMIT_DATA; "
+                                    "process_resident_memory_bytes near it is an OOM kill on its way", value=limit)
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
