@@ -4,11 +4,12 @@ forgotten.  RouteInfoManager works them out as it removes them and hands them ov
 
 from __future__ import annotations
 
+import pytest
 from twisted.internet import task
 
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
 from twisted_namesrv.bodies.route import DataVersion
-from twisted_namesrv.lost_topics import LostTopics
+from twisted_namesrv.lost_topics import LostTopic, LostTopics
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.routes import RegisterRequest, RouteInfoManager
 
@@ -103,3 +104,23 @@ def test_a_departure_of_many_topics_looks_at_about_the_newest_limit_of_them(monk
     lost.departed("closed", {"broker": "b", "addr": "h:1"}, topics)
     assert len(looked) == 11
     assert [t.topic for t in lost.recent(set())] == topics[-11:-1]
+
+
+
+@pytest.mark.parametrize(("started", "kept_for"), [(43_200.0 - 3_540, 600), (43_200.0 + 60, 540),
+                                                   (43_200.0 + 3_600, 0)])
+def test_a_restart_after_the_clock_stepped_back_keeps_a_loss_ten_minutes_not_the_step_more(started, kept_for):
+    """A loss saved at 12:00 and read back by a server started at 11:01 (the host's clock stepped
+    back an hour between the stop and the start: a VM restored, a boot before NTP's sync) was
+    stamped 59 minutes in the future: namesrv_lost_topics and its alert held it 69 minutes.  A time
+    ahead of the clock is read as now: its ten minutes count from the restart.  A step forward
+    (loss saved at 12:00, started at 13:00) forgets it at once, as any loss older than ten minutes."""
+    saved = LostTopic("T", "c1", "a", "h:1", "closed", "connection closed", ts=43_200.0)
+    wall, steady = [started], [5.0]
+    lost = LostTopics(lambda: wall[0], keep_seconds=600, steady=lambda: steady[0])
+    lost.restore([saved])
+    assert [t.ts for t in lost.recent(set())] == ([min(saved.ts, started)] if kept_for else [])
+    wall[0], steady[0] = wall[0] + kept_for - 1, steady[0] + kept_for - 1
+    assert len(lost.recent(set())) == (1 if kept_for else 0)
+    wall[0], steady[0] = wall[0] + 2, steady[0] + 2
+    assert lost.recent(set()) == []

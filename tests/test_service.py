@@ -272,6 +272,35 @@ def test_a_crash_s_leftover_temp_file_of_another_uid_does_not_stop_the_server():
         os.chmod(data, 0o700)
 
 
+def test_a_data_dir_another_user_keeps_closed_is_refused_in_one_line():
+    """A data dir of another user, mode 0700 (the unit's StateDirectory, then a start by hand under
+    another account; a chown -R gone wrong): looking for the saved configStorePath in it (and, with
+    -c, the data dir's check) raised PermissionError, a traceback and no line saying what and where."""
+    with tempfile.TemporaryDirectory() as base:
+        data = Path(base) / "namesrv"
+        data.mkdir()
+        data.chmod(0o700 if os.geteuid() == 0 else 0o000)  # root's: closed to the child's uid
+        os.chmod(base, 0o755)
+        seen = data.stat()
+
+        def start() -> tuple[str]:
+            try:
+                tap.Options().parseOptions(["--data-dir", str(data), "--port", "0"])
+            except SystemExit as exc:
+                return (str(exc.code),)
+            return ("started",)
+
+        try:
+            [said] = as_another_uid(start)
+            [why] = as_another_uid(lambda: (store.unwritable(data / "deeper" / "kvConfig.json"),))  # -c's check
+        finally:
+            data.chmod(0o700)
+        closed = (f"cannot look in {data}: Permission denied (owned by uid {seen.st_uid} gid {seen.st_gid}, mode "
+                  f"{seen.st_mode & 0o7777:04o}; running as uid {os.getuid() or 1000680000} gid {os.getgid()})")
+        assert said == f"namesrv: cannot start: configStorePath={data}/namesrv.properties: {closed}"
+        assert why == closed
+
+
 def as_another_uid(work):
     """``work()`` as this process (not root), or for root in a child as uid 1000680000 of group 0."""
     if os.geteuid():

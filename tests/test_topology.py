@@ -434,6 +434,20 @@ def test_a_route_snapshot_past_its_maximum_age_is_not_served(tmp_path):
     fourth = Served(tmp_path, routeSnapshotPath=snapshot, routeSnapshotMaxAge=0)  # 0: any age
     assert fourth.api.route("T1") is not None
 
+    # stamped an hour ahead of the clock: the clock stepped back an hour (or more) since, so the
+    # snapshot may be minutes or hours old: its age is unknown, and it is not served either
+    os.utime(snapshot, (stopped + 3600, stopped + 3600))
+    with capturedLogs() as events:
+        fifth = Served(tmp_path, routeSnapshotPath=snapshot)
+    assert fifth.api.route("T1") is None and fifth.service.state.routes.brokerLiveTable == {}
+    scrape = fifth.scrape()
+    assert value(scrape, "namesrv_store_load_refusals_total", store="routeSnapshotPath", reason="ahead_of_clock") == 1
+    assert value(scrape, "namesrv_store_load_refusals_total", store="routeSnapshotPath", reason="too_old") == 0
+    assert any("not served" in formatEvent(e) and "3600 s ahead of this host's clock" in formatEvent(e)
+               for e in events)
+    os.utime(snapshot, (stopped + 0.5, stopped + 0.5))  # within a second: the same clock, served
+    assert Served(tmp_path, routeSnapshotPath=snapshot).api.route("T1") is not None
+
 
 def test_a_registration_of_a_new_member_encodes_its_entry_without_json_dumps(monkeypatch):
     """json.dumps of one entry was a twentieth of a 5,000-broker first registration's CPU."""

@@ -4,6 +4,7 @@ and a damaged file costs a log line, not the start."""
 from __future__ import annotations
 
 import json
+import os
 
 from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
@@ -93,6 +94,7 @@ def test_a_restart_serves_the_snapshot_until_brokers_expire(tmp_path):
 
 def test_a_damaged_snapshot_starts_empty(tmp_path):
     (tmp_path / "routes.json").write_bytes(b'{"format": 1, "profile": "5.3.3", "topicQueueTable": [')
+    os.utime(tmp_path / "routes.json", (START, START))  # written just before the start, on its clock
     clock = task.Clock()
     clock.advance(START)
     service = NamesrvService.from_config(config(tmp_path, routeSnapshotPath=str(tmp_path / "routes.json")),

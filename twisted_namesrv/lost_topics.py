@@ -94,10 +94,12 @@ class LostTopics:
     def restore(self, kept: list[LostTopic]) -> None:
         """The last run's lost topics (event_log.py keeps them in events.json), before this run's,
         each with when it was lost: a restart neither forgets them nor gives them ten minutes more
-        (their age is the wall clock's, the only one a restart keeps)."""
+        (their age is the wall clock's, the only one a restart keeps).  One saved at a time ahead of
+        the clock (stepped back between the stop and the start) is taken as lost now: kept its ten
+        minutes from the restart, not the step's hour more, and never shown lost in the future."""
         lost, self._lost = self._lost, {}
         wall, steady = self.clock(), self.steady()
-        restored = [replace(topic, at=steady - (wall - topic.ts)) for topic in kept]
+        restored = [replace(topic, ts=min(topic.ts, wall), at=steady - max(0.0, wall - topic.ts)) for topic in kept]
         for topic in (*restored, *lost.values()):
             self._lost.pop(topic.topic, None)
             self._lost[topic.topic] = topic

@@ -62,11 +62,15 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def load(text: str) -> dict[str, str]:
     """``Properties.load(Reader)`` of ``text``: every key and value, the last of a key kept."""
-    loaded: dict[str, str] = {}
+    return dict(pairs(text))
+
+
+def pairs(text: str) -> Iterator[tuple[str, str]]:
+    """Every key and value of ``text`` in its order, a key given twice twice: what ``load`` keeps
+    the last of, for a reader that tells the others (Java drops them in silence)."""
     for line in logical_lines(text):
         key, value = _split(line)
-        loaded[_unescape(key)] = _unescape(value)
-    return loaded
+        yield _unescape(key), _unescape(value)
 
 
 def _natural_lines(text: str) -> Iterator[tuple[str, str | None]]:

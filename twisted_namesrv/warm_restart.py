@@ -13,7 +13,10 @@ hold the routes.  One older than ``routeSnapshotMaxAge`` (the server was down th
 NameServer - Java's, in a rollback - served meanwhile) is not served: its brokers would have expired
 had a NameServer been running, and what changed meanwhile is unknown.  It is logged and counted in
 ``namesrv_store_load_refusals_total{store="routeSnapshotPath",reason="too_old"}``, and the server
-starts empty; the next write replaces it.  So is one whose tables pass a limit a registration is
+starts empty; the next write replaces it.  So is one stamped ahead of the host's clock
+(``reason="ahead_of_clock"``): the clock stepped back since, by as much or more, so how old it is
+cannot be told (a boot before NTP's sync with the hardware clock behind read a snapshot five
+minutes old as "current in an hour" and served it).  So is one whose tables pass a limit a registration is
 held to (maxBrokerGroups, maxBrokers, maxBrokersPerGroup, maxTopicsPerBroker, maxTopicQueueEntries,
 maxNameLength: written under larger limits, or crafted), counted as ``reason="over_limits"``.
 
@@ -57,6 +60,11 @@ class _Writer:
     version: tuple[int, int]
 
 
+#: seconds an mtime may be ahead of the clock before the snapshot's age is unknown: the stamp is the
+#: same host's clock, so only a step back (or a file copied from another host) puts it further ahead
+CLOCK_SLACK = 1.0
+
+
 class RouteSnapshotService(StepTimerService):
     """Restores the routes before the start (``load``), writes them when changed (every ``interval``
     seconds, in a child) and at a clean stop."""
@@ -84,6 +92,12 @@ class RouteSnapshotService(StepTimerService):
             return 0
         try:
             age = self._clock.seconds() - self.path.stat().st_mtime
+            if self.max_age and age < -CLOCK_SLACK:
+                self.load_refusals["routeSnapshotPath", "ahead_of_clock"] += 1
+                log.error("route snapshot {path} not served: last known current {ahead:.0f} s ahead of this host's "
+                          "clock (stepped back since it was written), so its age is unknown; starting with empty "
+                          "routes until brokers register", path=str(self.path), ahead=-age)
+                return 0
             if self.max_age and age > self.max_age:
                 self.load_refusals["routeSnapshotPath", "too_old"] += 1
                 log.error("route snapshot {path} not served: last known current {age:.0f} s ago, over "

@@ -21,6 +21,7 @@ from twisted.logger import capturedLogs, formatEvent
 
 from tests.hostile.test_not_regular_files import no_blocking
 from tests.support import server_config
+from twisted_namesrv.clocks import owners_view
 from twisted_namesrv.event_log import FILE_LIMIT as EVENTS_FILE_LIMIT
 from twisted_namesrv.service import load
 
@@ -62,7 +63,7 @@ def test_a_store_file_it_did_not_write_is_refused_counted_and_the_server_starts(
     path.write_bytes(content)
     config = server_config(tmp_path, routeSnapshotPath=str(tmp_path / "snapshot.json"))
     with capturedLogs() as logged:
-        loaded = load(config, reactor)  # before: RecursionError / OverflowError out of the start
+        loaded = load(config, owners_view(reactor))  # before: RecursionError / OverflowError out of the start
     refusals = loaded.owners.seen.metrics.store_load_refusals
     assert refusals == {(store, "corrupt"): 1}
     errors = [formatEvent(e) for e in logged if e["log_level"].name == "error"]
@@ -109,7 +110,7 @@ def test_no_regular_file_at_a_store_it_writes_itself_is_a_refusal_and_the_server
         path.mkdir()
     values = {store: str(path), "routeSnapshotMaxAge": 0}  # /dev/zero's time: any age is served
     with no_blocking(), capturedLogs() as logged:
-        loaded = load(server_config(tmp_path, **values), reactor)
+        loaded = load(server_config(tmp_path, **values), owners_view(reactor))
     assert loaded.owners.seen.metrics.store_load_refusals == {(store, "not_regular"): 1}
     (line,) = [formatEvent(e) for e in logged if e["log_level"].name == "error"]
     assert str(path) in line and "not a regular file" in line, line

@@ -61,6 +61,28 @@ def test_a_file_warns_of_keys_no_setting_has_and_strict_refuses_them(tmp_path):
         NamesrvConfig.from_file(str(path), strict=True)
 
 
+def test_a_key_set_twice_warns_naming_the_value_used_a_secret_masked(tmp_path):
+    """Java keeps the last and says nothing: a line appended at the bottom silently beat the one
+    an operator reads at the top."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPort=9876\r\norderMessageEnable=true\r\nlistenPort=9877 \r\n"
+                    "tls.server.keyPassword=a\ntls.server.keyPassword=b\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert config["listenPort"] == 9877 and config["orderMessageEnable"] is True
+    assert config.warnings == [
+        f"{path}: listenPort set 2 times, the last used: listenPort=9877 (as Java's Properties.load; "
+        "the earlier lines are ignored)",
+        f"{path}: tls.server.keyPassword set 2 times, the last used: tls.server.keyPassword=****** "
+        "(as Java's Properties.load; the earlier lines are ignored)"]
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_bytes(b"\xef\xbb\xbflistenPort=9988\r\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert (config["listenPort"], config.warnings) == (9988, [])
+
+
 @pytest.mark.parametrize("text", ["maybe", "yes", "1", ""])
 def test_a_file_boolean_must_say_true_or_false_but_the_wire_reads_it_as_java(tmp_path, text):
     path = tmp_path / "namesrv.conf"

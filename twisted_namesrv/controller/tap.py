@@ -23,7 +23,7 @@ from ..launch import (
     warn_of,
 )
 from ..logs import configured_observer
-from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties
+from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties_file
 from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
 
 #: the keys a standalone controller's ``-c`` file may hold: ControllerConfig's (it converts and checks them)
@@ -45,8 +45,8 @@ class Options(usage.Options):
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
-                props = read_properties(self["configFile"])
-                warnings = check_file_keys(self["configFile"], props, self["strict-config"], CONTROLLER_FILE_SCHEMA)
+                props, warnings = read_properties_file(self["configFile"])
+                warnings += check_file_keys(self["configFile"], props, self["strict-config"], CONTROLLER_FILE_SCHEMA)
             except ConfigError as exc:
                 cannot_start(str(exc))
             warn_of(warnings)

@@ -36,7 +36,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
-from .files import TEXT_FILE_LIMIT, read_regular_text
+from .files import TEXT_FILE_LIMIT, cannot_look, read_regular_text
 from .hosts import AllowedHostsError, parse_allowed, written_as_list
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -488,14 +488,43 @@ def read_properties(path: str, what: str = "cannot read config file") -> dict[st
     a regular file only (state/files.py); ConfigError starting with ``what`` says why not.  A
     byte-order mark at the start (what Windows editors write) is read past: Java reads it as part
     of the first key, which then names no setting and its value is dropped in silence."""
+    return read_properties_file(path, what)[0]
+
+
+def read_properties_file(path: str, what: str = "cannot read config file") -> tuple[dict[str, str], list[str]]:
+    """``read_properties`` and a warning for each key the file sets more than once: the last is
+    used, as Java's Properties.load does, and Java says nothing of the others, so a line appended
+    at the end (``listenPort=9877``) silently beat the one an operator reads at the top."""
     try:
-        return properties.load(read_regular_text(path, TEXT_FILE_LIMIT, "utf-8-sig"))
+        read = list(properties.pairs(read_regular_text(path, TEXT_FILE_LIMIT, "utf-8-sig")))
+        return dict(read), repeated_keys(path, read)
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {path}: not UTF-8 ({exc.reason})") from None
     except properties.PropertiesError as exc:
         raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
+
+
+def repeated_keys(path: str, read: list[tuple[str, str]]) -> list[str]:
+    """A warning for each key of ``read`` (a file's keys and values in order) given more than once,
+    naming the value used (a secret's masked)."""
+    values: dict[str, list[str]] = {}
+    for name, text in read:
+        values.setdefault(name, []).append(text)
+    return [f"{path}: {escaped(name)} set {len(texts)} times, the last used: {escaped(name)}="
+            f"{MASK if is_secret(name) else escaped(texts[-1].strip())} (as Java's Properties.load; "
+            "the earlier lines are ignored)"
+            for name, texts in values.items() if len(texts) > 1]
+
+
+def _saved_exists(store: str) -> bool:
+    """Whether configStorePath holds values saved at runtime; ConfigError naming the directory, its
+    owner and ours when it cannot even be looked at (another user's data dir, mode 0700)."""
+    try:
+        return Path(store).exists()
+    except OSError as exc:
+        raise ConfigError(f"configStorePath={store}: {cannot_look(store, exc)}") from None
 
 
 #: 4.9.8's scanNotActiveBroker period (NamesrvController schedules it every 10 s, not configurable)
@@ -549,12 +578,12 @@ class NamesrvConfig:
         file_keys: dict[str, str] = {}
         warnings: list[str] = []
         if path:
-            file_keys = read_properties(path)
-            warnings = check_file_keys(path, file_keys, strict, schema)
+            file_keys, warnings = read_properties_file(path)
+            warnings += check_file_keys(path, file_keys, strict, schema)
             values.setdefault("configStorePath", path)  # Java: -c sets configStorePath
         else:
             store = str(values.get("configStorePath") or schema.by_name["configStorePath"].default)
-            if Path(store).exists():  # a FIFO or a directory there is refused, not skipped
+            if _saved_exists(store):  # a FIFO or a directory there is refused, not skipped
                 saved = read_properties(store, "configStorePath: cannot read")
                 file_keys = {name: text for name, text in saved.items()
                              if name in schema.by_name and not schema.by_name[name].guarded and name not in values}

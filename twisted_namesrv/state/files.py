@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 #: what a file that is not a regular one is, by its st_mode
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -102,6 +103,22 @@ def owner_and_us(path: str | os.PathLike[str]) -> str:
     except OSError:
         return us
     return f"owned by uid {seen.st_uid} gid {seen.st_gid}, mode {seen.st_mode & 0o7777:04o}; {us}"
+
+
+def cannot_look(path: str | os.PathLike[str], exc: OSError) -> str:
+    """Why ``path`` could not even be looked for (``exc`` from a stat): the nearest directory above
+    it that we can see but not search, its owner and mode and who we are (another user's data dir,
+    mode 0700: a start by hand under another account than the unit's)."""
+    closed = next((above for above in Path(path).parents if _seen(above)), Path(path).parent)
+    return f"cannot look in {closed}: {exc.strerror} ({owner_and_us(closed)})"
+
+
+def _seen(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
 
 
 def read_regular(path: str | os.PathLike[str], limit: int | None) -> bytes:

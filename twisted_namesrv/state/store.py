@@ -240,8 +240,15 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     """Why write_atomically could not replace ``path`` (its directory is a file, cannot be created or
     written, or the path is a directory), or None.  Creates nothing that was not there: a server
     that then fails to start (a port taken) leaves no empty data directory behind; the first write
-    creates the missing directories."""
+    creates the missing directories; a directory on the way we may not search is named with its owner."""
     target = Path(path)
+    try:
+        return _unwritable(target)
+    except OSError as exc:  # a stat refused: another user's directory, mode 0700
+        return files.cannot_look(target, exc)
+
+
+def _unwritable(target: Path) -> str | None:
     if target.is_dir():
         return f"{target} is a directory"
     existing = next(p for p in (target.parent, *target.parent.parents) if p.exists() or p == p.parent)

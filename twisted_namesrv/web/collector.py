@@ -13,6 +13,7 @@ from twisted.copyright import version as twisted_version
 
 from .. import __version__
 from ..audit import RESULTS
+from ..budget import machine_limit
 from ..context import NamesrvState
 from ..escapes import escaped, has_controls
 from ..lost_topics import DEPARTURES
@@ -31,7 +32,7 @@ STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "even
 LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
 LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath")
-LOAD_REFUSALS = ("corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
+LOAD_REFUSALS = ("ahead_of_clock", "corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
@@ -103,6 +104,12 @@ class NamesrvCollector(Collector):
         for result in PUSH_RESULTS:
             pushes.add_metric([result], metrics.pushes[result])
         yield pushes
+        limit = machine_limit()
+        if limit is not None:  # read at each scrape: a container's limit may be resized in place
+            yield GaugeMetricFamily("namesrv_memory_limit_bytes", "The memory this process may use before the kernel "
+                                    "kills it or refuses to give more: the least of the machine's, the cgroup's "
+                                    "memory.max (a container's --memory, a pod's limit) and RLIMIT_AS/RLIMIT_DATA; "
+                                    "process_resident_memory_bytes near it is an OOM kill on its way", value=limit)
         yield CounterMetricFamily("namesrv_received_bytes", "Bytes received", value=metrics.bytes_received)
         yield CounterMetricFamily("namesrv_sent_bytes", "Bytes of answers sent", value=metrics.bytes_sent)
 
@@ -266,9 +273,10 @@ class NamesrvCollector(Collector):
                                 "read-only file: a ConfigMap): a restart goes back to the file",
                                 value=1 if self.state.config.unsaved else 0)
         yield _by_store("namesrv_store_load_refusals", "Files read at start and not used, by store "
-                        "(routeSnapshotPath, topologyPath) and reason: corrupt, not_regular (a FIFO, device or "
-                        "symlink), over_limits (a route snapshot past a limit of the tables), too_big, too_old (a "
-                        "route snapshot past routeSnapshotMaxAge), unreadable",
+                        "(routeSnapshotPath, topologyPath) and reason: ahead_of_clock (a route snapshot stamped "
+                        "after the host's clock's now: stepped back since, its age unknown), corrupt, not_regular "
+                        "(a FIFO, device or symlink), over_limits (a route snapshot past a limit of the tables), "
+                        "too_big, too_old (a route snapshot past routeSnapshotMaxAge), unreadable",
                         "reason", self.metrics.store_load_refusals, LOADED_STORES, LOAD_REFUSALS)
 
     def _admin_requests(self) -> Metric:
