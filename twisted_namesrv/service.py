@@ -59,6 +59,7 @@ from .remoting.fastjson import java_utf8
 from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
+from .starts import count_start, starts_path
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
@@ -597,6 +598,9 @@ class NamesrvService(service.MultiService):
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
+        # counted once bound, the data dir locked, and as the user that runs (not twistd's privileged step)
+        self.metrics.starts = count_start(starts_path(self.config), self.metrics.store_failures,
+                                          self.metrics.store_load_refusals)
         super().startService()
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)
