@@ -29,7 +29,8 @@ def test_each_start_adds_one_to_the_count_in_the_file(tmp_path):
 
 @pytest.mark.parametrize(("content", "reason"), [
     (b'{"starts": 4', "corrupt"), (b'{"starts": -1}', "corrupt"), (b'{"starts": "7"}', "corrupt"),
-    (b'{"starts": true}', "corrupt"), (b"[]", "corrupt"), (b"\x00" * 10, "corrupt"),
+    (b'{"starts": true}', "corrupt"), (b"[]", "corrupt"), (b"\x00" * 10, "corrupt"), (b"[" * LIMIT, "corrupt"),
+    (b"\xff\xfe", "corrupt"),
     (b" " * (LIMIT + 1), "too_big"),
 ])
 def test_a_file_that_is_not_a_count_starts_it_again_counted(tmp_path, content, reason):

@@ -56,29 +56,24 @@ def count_start(path: Path, failures: Counter[tuple[str, str]], refusals: Counte
 
 
 def _read(path: Path, refusals: Counter[tuple[str, str]]) -> int:
+    """The starts ``path`` counts: 0 without the file (a first start), and, said and counted, for
+    one that is not a count this server writes."""
     try:
-        data = read_regular(path, LIMIT)
+        starts = json.loads(read_regular(path, LIMIT))["starts"]
     except FileNotFoundError:
-        return 0  # a first start
+        return 0
     except FileTooBig:
         reason = "too_big"
     except NotRegularFile:
         reason = "not_regular"
     except OSError as exc:
-        reason = "unreadable"
-        log.warn("cannot read {path} ({error}): namesrv_starts_total starts again", path=str(path),
-                 error=errno_name(exc))
-        refusals[STORE, reason] += 1
-        return 0
+        reason = f"unreadable: {errno_name(exc)}"
+    except (ValueError, TypeError, KeyError, RecursionError):  # (nested too deeply: within 4 KiB it can be)
+        reason = "corrupt"
     else:
-        try:
-            starts = json.loads(data)["starts"]
-        except (ValueError, TypeError, KeyError):
-            starts = None
         if type(starts) is int and starts >= 0:
             return starts
         reason = "corrupt"
-    log.warn("{path} is not a count of starts ({reason}): namesrv_starts_total starts again", path=str(path),
-             reason=reason)
-    refusals[STORE, reason] += 1
+    log.warn("{path} is not read ({reason}): namesrv_starts_total starts again", path=str(path), reason=reason)
+    refusals[STORE, reason.partition(":")[0]] += 1
     return 0
