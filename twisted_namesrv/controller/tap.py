@@ -39,10 +39,11 @@ class Options(usage.Options):
         ["bind", None, "127.0.0.1", "address to listen on"],
     ]
     optFlags = [["strict-config", None, "refuse a -c file holding keys the controller does not know (else a warning)"]]
+    #: twistd's logging the operator kept (``--logger NAME``, ``--syslog``), or None: ours writes the log
+    own_logging: str | None = None
 
     def postOptions(self) -> None:
-        #: escaped lines (logs.py), to twistd's --logfile or stdout; or the operator's --logger, --syslog
-        self.own_logging = take_over_twistd_logging(self)
+        self.own_logging = take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
