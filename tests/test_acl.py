@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 import pytest
 import pytest_twisted
@@ -154,7 +155,7 @@ def test_a_bad_accounts_file_is_refused_naming_it(tmp_path, text, problem):
     path = tmp_path / "plain_acl.yml"
     path.write_text(text)
     with pytest.raises(AclConfigError, match=f"^aclAccountsFile: .*{problem}"):
-        AccessControl.from_file(str(path))
+        AccessControl.from_file(str(path), clock=time.time)
 
 
 def test_acl_on_without_an_accounts_file_is_a_config_error(tmp_path):
@@ -215,7 +216,7 @@ def test_a_bad_whitelist_pattern_stops_the_start_naming_it(tmp_path, pattern):
     path = tmp_path / "plain_acl.yml"
     path.write_text(f"accounts:\n  - accessKey: a\n    secretKey: s\n    whiteRemoteAddress: '{pattern}'\n")
     with pytest.raises(AclConfigError, match="account 1: bad address pattern"):
-        AccessControl.from_file(str(path))
+        AccessControl.from_file(str(path), clock=time.time)
 
 
 WHITELISTS = """\
@@ -237,7 +238,7 @@ accounts:
 def whitelisted(tmp_path):
     path = tmp_path / "plain_acl.yml"
     path.write_text(WHITELISTS)
-    return AccessControl.from_file(str(path))
+    return AccessControl.from_file(str(path), clock=time.time)
 
 
 def test_the_global_whitelist_lets_brokers_and_readers_in_unsigned_but_never_an_admin_write(whitelisted):

@@ -514,3 +514,54 @@ def test_the_kept_answer_frames_are_bounded_in_bytes(tmp_path, monkeypatch) -> N
     both({"topic": "T0", "pad": pad}, 3)
     both({"topic": "T0", "pad": pad}, 4)
     assert not answers.replies  # answered, not kept
+
+
+def test_every_clients_kept_frame_of_a_topic_shares_one_answer_end(tmp_path, monkeypatch) -> None:
+    """A kept frame's end (its header after the opaque and its body) is joined once per topic and
+    variant, and shared by every client's kept frame of it: a pipelined read of lookups joined the
+    header's end and the body again at each answer.  Past MAX_RESTS_PER_TOPIC a new end keeps no
+    frame (a peer cannot have a topic's body copied more times), and is answered all the same."""
+    from twisted_namesrv import answer_cache
+
+    protocol, transport, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_transport, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+    body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {"T0": TopicConfig("T0", 4, 4, 6)}),
+                                False, False)
+    for peer in (protocol, reference):
+        send(peer, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1", "clusterName": "c",
+                                                 "haServerAddr": "h", "brokerId": "0"}, body)
+    answers = protocol.factory.dispatcher.state.answers
+
+    def both(version: int, client: str, opaques: list[int]) -> None:
+        data = b"".join(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T0", "c": client},
+                                                opaque=o, version=version).encode() for o in opaques)
+        transport.clear()
+        reference_transport.clear()
+        protocol.dataReceived(data)
+        reference.dataReceived(data)
+        assert transport.value() == reference_transport.value()
+
+    for client in ("a", "b", "c"):  # (4.9.4 and later: standard JSON; before: Java's own)
+        for version in (409, 317):
+            both(version, client, [1])
+            both(version, client, [2, 3, 4, 5, 6])  # a block, from memory
+    topic = answers.routes["T0"]
+    assert len(topic.bodies) == len(topic.rests) == 2
+    kept = [reply for replies in answers.replies.values() for reply in replies]
+    assert len(kept) == 6 and {id(reply.rest) for reply in kept} == {id(rest) for rest in topic.rests.values()}
+    for (variant, tail), rest in topic.rests.items():
+        assert rest == tail + topic.bodies[variant]
+
+    monkeypatch.setattr(answer_cache, "MAX_RESTS_PER_TOPIC", 1)
+    send(protocol, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1", "clusterName": "c",
+                                                 "haServerAddr": "h", "brokerId": "0"},
+         encode_register_body(RegisterBrokerBody(DataVersion(1, 2), {"T0": TopicConfig("T0", 8, 8, 6)}), False, False))
+    send(reference, RequestCode.REGISTER_BROKER, {"brokerName": "a", "brokerAddr": "127.0.0.1:1", "clusterName": "c",
+                                                  "haServerAddr": "h", "brokerId": "0"},
+         encode_register_body(RegisterBrokerBody(DataVersion(1, 2), {"T0": TopicConfig("T0", 8, 8, 6)}), False, False))
+    for version in (409, 317):
+        both(version, "a", [1])
+        both(version, "a", [2, 3, 4, 5, 6])
+    topic = answers.routes["T0"]
+    assert len(topic.bodies) == 2 and len(topic.rests) == 1
+    assert len([reply for replies in answers.replies.values() for reply in replies if reply.answers is topic]) == 1

@@ -3,6 +3,8 @@ there in a stated order, and nothing a second owner of anything."""
 
 from __future__ import annotations
 
+from itertools import count
+
 from twisted.internet import task
 
 from twisted_namesrv import budget
@@ -14,6 +16,7 @@ from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.service import NamesrvService, build
 from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.costly import KeepTimers
 
 from .test_answer_cache import connect, send
 
@@ -85,3 +88,19 @@ def test_the_descriptor_budget_and_the_audit_trail_are_the_roots(tmp_path, monke
     assert build(config(tmp_path / "t"), task.Clock()).fds.limit is None  # tests: no limit unless given
     (trail,) = server.controller.dispatcher.observers
     assert isinstance(trail, Trail) and trail.into is server.seen.audit
+
+
+def test_the_timers_given_to_the_root_keep_the_costly_values(tmp_path) -> None:
+    """``build``'s ``keep_timers`` are what the health behind /readyz and /metrics is kept by
+    (state/costly.py has no clock of its own): each making costs a (fake) CPU second, so it is kept
+    until the (fake) monotonic clock moves past four."""
+    now = [0.0]
+    cpu = count(step=1.0)
+    owners = build(config(tmp_path), task.Clock(),
+                   keep_timers=KeepTimers(clock=lambda: now[0], cost=lambda: float(next(cpu))))
+    health = owners.seen.health
+    first = health.health()
+    now[0] += 3.9
+    assert health.health() is first
+    now[0] += 0.2
+    assert health.health() is not first

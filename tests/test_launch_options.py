@@ -5,14 +5,18 @@ every launcher, no pid file in the foreground, and runtime config changes that s
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import pytest_twisted
 from twisted.logger import Logger, LogLevel
 
-from tests.support import connect
+from tests.support import answer_to, connect
 from tests.test_launchers import BIN, IN_REPO_VENV, REPO, TIMEOUT, run
 from twisted_namesrv import logs, tap
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -174,3 +178,67 @@ def test_the_saved_file_gives_back_only_keys_a_runtime_update_may_change(tmp_pat
     config = NamesrvConfig.from_file(None, {"configStorePath": str(store)})
     assert (config["orderMessageEnable"], config["productEnvName"]) == (True, "x")
     assert config["listenPort"] == 9876 and config["kvConfigPath"] != "/elsewhere"
+
+
+def _started(argv: list[str], tmp_path, ready: str, log: Path | None = None) -> subprocess.Popen:
+    """A server (or controller) started in the foreground, once ``ready`` is in its output (or in
+    ``log``); a server once it answered a request too: its reactor runs (the boot line comes before)."""
+    process = subprocess.Popen(argv, cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if log is None:
+        seen: list[str] = []
+        for line in process.stdout:
+            seen.append(line)
+            if ready in line:
+                port = int(re.search(r"address 127\.0\.0\.1:(\d+)", line).group(1))
+                asked = RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"}, opaque=1)
+                assert answer_to(port, asked.encode(), timeout=TIMEOUT).code == ResponseCode.QUERY_NOT_FOUND
+                return process
+        process.kill()
+        raise AssertionError("".join(seen))
+    deadline = time.monotonic() + TIMEOUT
+    while not (log.exists() and ready in log.read_text()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(process.communicate()[0] + (log.read_text() if log.exists() else ""))
+        time.sleep(0.1)
+    return process
+
+
+def _usr1_then_stop(process: subprocess.Popen) -> tuple[int | None, str]:
+    """SIGUSR1 (logrotate's postrotate), then whether it is still running, then a clean stop."""
+    process.send_signal(signal.SIGUSR1)
+    for _ in range(100):
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    running = process.poll()
+    process.terminate()
+    out, _ = process.communicate(timeout=TIMEOUT)
+    return running, out
+
+
+def test_sigusr1_under_the_operators_own_twistd_logger_is_a_line_not_the_end_of_the_server(tmp_path):
+    """twistd installs its rotation on SIGUSR1 only for its own observer: with the operator's
+    ``--logger`` (or ``--syslog``) nothing handled it and Python's default action ended the server
+    at once, no clean stop, no line; the server writes no file to reopen then, and says so."""
+    argv = [str(BIN / "twistd"), "-n", "--logger", "twisted_namesrv.logs.json_lines", "namesrv", "--port", "0",
+            "--data-dir", str(tmp_path / "d")]
+    server = _started(argv, tmp_path, "boot success")
+    running, out = _usr1_then_stop(server)
+    assert running is None, out
+    assert "Received SIGUSR1: the log is written by twistd's --logger twisted_namesrv.logs.json_lines" in out, out
+    assert "Main loop terminated" in out, out  # stopped by the SIGTERM after it, cleanly
+
+
+def test_sigusr1_reopens_the_standalone_controllers_log_file(tmp_path):
+    """``twistd namesrv-controller --logfile``: our observer replaced twistd's (which rotated on
+    SIGUSR1) without a handler of its own, so logrotate's postrotate ended the controller."""
+    log = tmp_path / "controller.log"
+    argv = [str(BIN / "twistd"), "-n", "--logfile", str(log), "namesrv-controller", "--port", "0"]
+    controller = _started(argv, tmp_path, "controller listening on", log)
+    os.rename(log, tmp_path / "controller.log.1")  # logrotate's create
+    log.touch()
+    running, out = _usr1_then_stop(controller)
+    assert running is None, out
+    assert f"Received SIGUSR1, log file reopened: {log}" in log.read_text(), out

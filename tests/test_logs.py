@@ -150,14 +150,16 @@ class _Twistd(dict):
     ({"logfile": "app.log"}, "app.log", True),
     ({"logfile": "-"}, None, True),
     ({"nodaemon": False}, "twistd.log", True),  # a daemon without --logfile: twistd's own default name
-    ({"logger": "some.factory"}, None, False),  # an operator's --logger stays
-    ({"syslog": True}, None, False),
+    ({"logger": "some.factory"}, None, "--logger some.factory"),  # an operator's --logger stays
+    ({"syslog": True}, None, "--syslog"),
 ])
 def test_twistds_own_text_observer_is_replaced_by_ours(given, file, taken):
+    """``taken``: ours writes the log; else the operator's logging kept, which SIGUSR1 is told of."""
     options = tap.Options()
     options.parent = _Twistd({"logger": None, "logfile": None, "nodaemon": True, "syslog": False, **given})
-    launch.take_over_twistd_logging(options)
-    assert (options.parent["logger"] == "twisted_namesrv.launch.twistd_log_observer") is taken
+    kept = launch.take_over_twistd_logging(options)
+    assert (options.parent["logger"] == "twisted_namesrv.launch.twistd_log_observer") is (taken is True)
+    assert kept == (None if taken is True else taken)
     assert launch.twistd_log_file(options) == file
 
 

@@ -85,6 +85,10 @@ MAX_REPLIES_BYTES = 64 << 20
 #: what a kept frame holds beside its bytes (its Reply, its bytes objects, its place in a list), and
 #: a request's start beside its bytes (its place in ``replies``): counted into MAX_REPLIES_BYTES
 REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
+#: the answer frames' ends (header end and body, joined) a topic keeps (``TopicAnswers.rests``): the
+#: header's end is the server's (one per variant in practice); past this, a new one keeps no frame, so
+#: a peer cannot make a topic's body be copied more than this many times
+MAX_RESTS_PER_TOPIC = 4
 
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
@@ -96,12 +100,16 @@ ALIKE_PIECES = 4096
 
 class TopicAnswers:
     """One topic's kept route bodies, by variant; ``stale`` once the topic is dropped, which is
-    how the answer frames kept from them (``Reply.answers``) know not to be served."""
+    how the answer frames kept from them (``Reply.answers``) know not to be served.  ``rests``: the
+    answer frames' ends, each an answer header's end after the opaque and a body, joined once, by
+    (variant, that header end): every client's kept frame of the topic shares one (at most
+    MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call."""
 
-    __slots__ = ("bodies", "stale")
+    __slots__ = ("bodies", "rests", "stale")
 
     def __init__(self) -> None:
         self.bodies: dict[Hashable, bytes] = {}
+        self.rests: dict[tuple[Hashable, bytes], bytes] = {}
         self.stale = False
 
 
@@ -114,12 +122,15 @@ class Reply:
     digits: int  #: how many digits the opaque had
     answers: TopicAnswers  #: its topic's bodies: stale, the frame is not served
     prefix: bytes  #: the answer frame up to its opaque's digits
-    tail: bytes  #: the answer's header after them
-    body: bytes  #: the answer's body: its topic's kept route body, the same object (not a copy)
+    #: the answer after them, its header's end and its body: its topic's (``TopicAnswers.rests``),
+    #: the same object for every client (not a copy)
+    rest: bytes
+    tail: int  #: the length of its header's end in ``rest``
 
     def weight(self) -> int:
-        """What it counts against MAX_REPLIES_BYTES (its body is its topic's, counted nowhere)."""
-        return len(self.after) + len(self.prefix) + len(self.tail) + REPLY_OVERHEAD
+        """What it counts against MAX_REPLIES_BYTES (its ``rest`` is its topic's, counted nowhere;
+        its header's end is counted for each, as when each frame kept its own)."""
+        return len(self.after) + len(self.prefix) + self.tail + REPLY_OVERHEAD
 
 class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     """A broker's answer to the registration it sent last on its connection, around its opaque:
@@ -319,9 +330,10 @@ class AnswerCache:
         if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
-            self._keep_reply(frame, request.opaque, encoded, answers, body)
+            self._keep_reply(frame, request.opaque, encoded, answers, variant, body)
 
-    def _keep_reply(self, frame: bytes, opaque: int, encoded: bytes, answers: TopicAnswers, body: bytes) -> None:
+    def _keep_reply(self, frame: bytes, opaque: int, encoded: bytes, answers: TopicAnswers, variant: Hashable,
+                    body: bytes) -> None:
         digits = str(opaque).encode()
         at = frame.find(OPAQUE_KEY) + _OPAQUE_AT
         end = at + len(digits)
@@ -330,10 +342,15 @@ class AnswerCache:
         if opaque < 0 or frame[at:end] != digits or split < 0:
             return  # not as replies_from_memory reads it: always decoded
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
+        rest = answers.rests.get((variant, tail))
+        if rest is None:
+            if len(answers.rests) >= MAX_RESTS_PER_TOPIC:
+                return  # (the topic's bodies stay kept: it is answered from them)
+            rest = answers.rests[variant, tail] = tail + body
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         after = frame[end:]
-        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, tail, body)
+        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, rest, len(tail))
         adding = reply.weight() + at + HEAD_OVERHEAD  # (at most: its request's start may be kept already)
         if len(self.replies) >= MAX_REPLIES or self.replies_bytes + adding > MAX_REPLIES_BYTES:
             self.replies.clear()
@@ -439,20 +456,20 @@ class AnswerCache:
                 if reply is None:
                     return index
                 size, after, length, answers = reply.size, reply.after, reply.digits, reply.answers
-                prefix, tail, body = reply.prefix, reply.tail, reply.body
+                prefix, rest = reply.prefix, reply.rest
                 if answers.stale:  # its topic was dropped since
                     self._forget_reply(kept, reply)
                     return index
                 head = frame[:at]
-                reply_size = len(prefix) + length + len(tail) + len(body)
+                reply_size = len(prefix) + length + len(rest)
                 if index <= block_until:
                     fit = min(count - index, max(1, room // reply_size))
-                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, tail + body, out):
+                    if fit >= BLOCK_FROM and _splice_block(frames, index, fit, at, length, prefix, rest, out):
                         return index + fit
             digits = frame[at:at + length]
             if not _valid_digits(digits):
                 return index
-            out += (prefix, digits, tail, body)
+            out += (prefix, digits, rest)
             room -= reply_size
             if room <= 0:
                 return index + 1
@@ -497,18 +514,17 @@ class AnswerCache:
         if reply.answers.stale:  # its topic was dropped since
             self._forget_reply(kept, reply)
             return 0, 0
-        length = reply.digits
-        n = min(len(data) // record, max(1, room // (len(reply.prefix) + length + len(reply.tail) + len(reply.body))))
+        length, prefix, rest = reply.digits, reply.prefix, reply.rest
+        n = min(len(data) // record, max(1, room // (len(prefix) + length + len(rest))))
         if n == 1:  # one lookup in flight (the latency path): no block to check
             digits = data[at:at + length]
             if not _valid_digits(digits):
                 return 0, 0
-            out.append(b"".join((reply.prefix, digits, reply.tail, reply.body)))
+            out += (prefix, digits, rest)  # joined with the read's other answers (server.py: one send)
             return record, 1
-        rest = reply.tail + reply.body
-        if not _splice_records(data, record, n, at, length, reply.prefix, rest, out):
+        if not _splice_records(data, record, n, at, length, prefix, rest, out):
             n = _first_other(data, record, n, at, length)  # the frames before the first that is not
-            if not n or not _splice_records(data, record, n, at, length, reply.prefix, rest, out):
+            if not n or not _splice_records(data, record, n, at, length, prefix, rest, out):
                 return 0, 0
         return n * record, n
 
@@ -602,7 +618,7 @@ def _splice_records(data: bytes, record: int, n: int, at: int, length: int, pref
         digits = first[at:at + length]
         if not _valid_digits(digits):
             return False
-        out.append((prefix + digits + rest) * n)
+        out.append(b"".join((prefix, digits, rest)) * n)
         return True
     if length >= 10:
         return False
@@ -615,7 +631,7 @@ def _splice_records(data: bytes, record: int, n: int, at: int, length: int, pref
         blanked[at + k::record] = zeros
     if blanked != blanked[:record] * n:  # every record is the first but for its digits
         return False
-    answer = prefix + b"0" * length + rest
+    answer = b"".join((prefix, b"0" * length, rest))
     answers, step = bytearray(answer * n), len(answer)
     for k, column in enumerate(columns):
         answers[len(prefix) + k::step] = column

@@ -33,6 +33,13 @@ from typing import Any
 
 from zope.interface import directlyProvides, providedBy
 
+from .state.costly import KeepTimers
+
+#: what a value costly to make (state/costly.py) is timed by in a server: how long it is kept on the
+#: monotonic clock, what it cost in the making thread's CPU time (which a descheduled process does not
+#: inflate); the pure layer has no clock of its own, the composition root gives it these
+PROCESS_KEEP_TIMERS = KeepTimers(clock=time.monotonic, cost=time.thread_time)
+
 
 class WallClockReactor:
     """The reactor as the server's owners see it: ``seconds()`` the wall clock; every other

@@ -88,17 +88,22 @@ def warn_of(warnings: Iterable[str]) -> None:
 _twistd_options: Any = None
 
 
-def take_over_twistd_logging(options: usage.Options, asked: bool = False) -> None:
+def take_over_twistd_logging(options: usage.Options, asked: bool = False) -> str | None:
     """Under twistd, our observer (logs.py) instead of twistd's own: when ``asked`` (a log option of
     ours says something else than its default) even over its ``--logger``; else unless ``--logger``
     or ``--syslog`` is given, honouring its ``--logfile`` (twistd_log_file): twistd's text observer
-    writes what a peer put in a name raw, ESC and CR and all, and loses a line holding a lone surrogate."""
+    writes what a peer put in a name raw, ESC and CR and all, and loses a line holding a lone surrogate.
+    The operator's own logging left to twistd (``--logger NAME``, ``--syslog``; None when ours
+    writes the log, or outside twistd): SIGUSR1 has nothing of ours to reopen then (usr1_not_ours)."""
     parent = getattr(options, "parent", None)
-    if parent is None or "logger" not in parent or not (asked or not (parent["logger"] or parent.get("syslog"))):
-        return
+    if parent is None or "logger" not in parent:
+        return None
+    if not asked and (parent["logger"] or parent.get("syslog")):
+        return f"--logger {parent['logger']}" if parent["logger"] else "--syslog"
     global _twistd_options
     _twistd_options = options
     parent["logger"] = f"{__name__}.{twistd_log_observer.__name__}"  # twistd imports it by name
+    return None
 
 
 def twistd_log_file(options: usage.Options) -> str | None:

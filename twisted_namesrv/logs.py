@@ -180,8 +180,6 @@ def reopen_on_usr1(reactor: Any, writer: Any) -> bool:
     ended the server at once, no clean stop, no line.  Logging to stdout (the journal) there is
     nothing to reopen: one line says so.  Not installed when SIGUSR1 is not at its default (ignored
     at start, or a program embedding the server handles it); whether it was installed."""
-    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
-        return False
     out = getattr(writer, "out", None)
 
     def reopen() -> None:
@@ -196,7 +194,29 @@ def reopen_on_usr1(reactor: Any, writer: Any) -> bool:
             return
         _log.info("Received SIGUSR1, log file reopened: {path}", path=out.path)
 
-    signal.signal(signal.SIGUSR1, lambda number, frame: reactor.callFromThread(reopen))
+    return _on_usr1(reactor, reopen)
+
+
+def usr1_not_ours(reactor: Any, whose: str) -> bool:
+    """From now on SIGUSR1 is one line, the server going on, when twistd logs through the operator's
+    own ``whose`` (``--logger NAME``, ``--syslog``: launch.take_over_twistd_logging): the server writes
+    no file of its own to reopen, and twistd installs its rotation on SIGUSR1 only for its own
+    observer, so Python's default action ended the server there (logrotate's ``postrotate`` a crash).
+    The same rules as reopen_on_usr1: not installed when SIGUSR1 is not at its default (the
+    operator's logger installed its own handler); whether it was installed."""
+    def say() -> None:
+        _log.info("Received SIGUSR1: the log is written by twistd's {whose}, not by the server: nothing "
+                  "reopened (the server's own --log-file is reopened on SIGUSR1)", whose=whose)
+
+    return _on_usr1(reactor, say)
+
+
+def _on_usr1(reactor: Any, act: Callable[[], None]) -> bool:
+    """``act`` on each SIGUSR1, in the reactor's thread, when SIGUSR1 is at its default (else none
+    installed: whoever set it keeps it); whether it was installed."""
+    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGUSR1, lambda number, frame: reactor.callFromThread(act))
     return True
 
 

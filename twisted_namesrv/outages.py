@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 from .bodies.route import MASTER_ID
 from .lost_topics import DEPARTURES
-from .state.costly import Costly
+from .state.costly import Costly, KeepTimers
 from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
 
@@ -161,15 +161,17 @@ class HealthWatch:
     them as the tables change (RouteInfoManager.writableOfGroup, sealedOfGroup: no walk of
     topicQueueTable here); liveness is read each time."""
 
-    def __init__(self, routes: RouteInfoManager, topology: Topology,
+    def __init__(self, routes: RouteInfoManager, topology: Topology, keep_timers: KeepTimers,
                  rejoin_left: Callable[[], float] = lambda: 0.0) -> None:
         self.routes = routes
         self.topology = topology
         #: seconds left of the restart's window for brokers to register again (steady clock)
         self.rejoin_left = rejoin_left
+        #: what the kept values are timed by (the composition root's; /api's clusters are kept by them too)
+        self.keep_timers = keep_timers
         #: made again at most so often that it takes a fifth of the reactor (state/costly.py): /readyz,
         #: public on every bind, asked in a loop at 20,000 groups held every request 0.13-0.6 s each time
-        self.kept = Costly(self._health)
+        self.kept = Costly(self._health, keep_timers)
 
     def health(self) -> RouteHealth:
         """The groups' health, as of at most ``Costly``'s keep ago (now, for any cluster cheap to walk)."""

@@ -36,7 +36,7 @@ from .budget import (
     open_file_limit,
 )
 from .client import TlsWrap
-from .clocks import owners_view, since_now, steady_seconds, underlying
+from .clocks import PROCESS_KEEP_TIMERS, owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
 from .data_lock import StoreLock, lock_stores
@@ -59,8 +59,10 @@ from .remoting.fastjson import java_utf8
 from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
+from .starts import count_start, starts_path
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
+from .state.costly import KeepTimers
 from .state.hosts import host_port
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
@@ -144,13 +146,17 @@ class Owners:
 
 
 def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
-          keep_answers: bool = True, fd_limit: int | None = None) -> Owners:
+          keep_answers: bool = True, fd_limit: int | None = None,
+          keep_timers: KeepTimers = PROCESS_KEEP_TIMERS) -> Owners:
     """Every owner, constructed once and wired, in one place (as Java's NamesrvController and
     twisted.names' tap): the KV store loaded from its file (a corrupt file raises KVConfigError),
     with aclEnable the accounts (AclConfigError).  A save that fails is counted in the metrics by
     (store, errno name).  ``keep_answers=False``: a cache that keeps nothing (the differential
     tests' reference).  ``fd_limit``: the descriptor limit ``load`` read (``ulimit -n``; None:
     unlimited, every connection admitted), less fdReserve the budget of every port's connections.
+    ``keep_timers``: what the values costly to make are kept by (state/costly.py: the health behind
+    /readyz and /metrics, /api's clusters), the process's monotonic clock and CPU time unless a test
+    gives its own.
 
     Who hears what, in this order (nothing subscribes itself):
 
@@ -196,7 +202,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     lost = LostTopics(seconds, steady=steady)
     flaps = FlapWatch(seconds, steady, flapping_told(events))
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
-                        HealthWatch(routes, topology, rejoin_window(config, uptime)), flaps)
+                        HealthWatch(routes, topology, keep_timers, rejoin_window(config, uptime)), flaps)
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
@@ -592,6 +598,9 @@ class NamesrvService(service.MultiService):
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
+        # counted once bound, the data dir locked, and as the user that runs (not twistd's privileged step)
+        self.metrics.starts = count_start(starts_path(self.config), self.metrics.store_failures,
+                                          self.metrics.store_load_refusals)
         super().startService()
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)

@@ -36,6 +36,7 @@ from .logs import (
     configured_observer,
     reopen_on_usr1,
     rotation,
+    usr1_not_ours,
 )
 from .schema import SERVER_SCHEMA
 from .state.config import ConfigError, NamesrvConfig
@@ -139,6 +140,8 @@ class Options(usage.Options):
         #: the log writer's count of lines it could not write, for /metrics: made before both the service
         #: and the observer, since twistd calls makeService before it builds its logger (python -m, after)
         self.log_lines_lost: Counter[str] = Counter()
+        #: twistd's logging the operator kept (``--logger NAME``, ``--syslog``), or None: ours writes the log
+        self.own_logging: str | None = None
 
     def postOptions(self) -> None:
         self.controller_port()
@@ -168,7 +171,7 @@ class Options(usage.Options):
             raise usage.UsageError(f"--log-level: {self['log-level']} is not one of {', '.join(LEVELS)}")
         if not self["log-keep"].isdigit():
             raise usage.UsageError(f"--log-keep: not a number: {self['log-keep']}")
-        take_over_twistd_logging(self, self._logs_asked())
+        self.own_logging = take_over_twistd_logging(self, self._logs_asked())
 
     def _no_pidfile_in_the_foreground(self) -> None:
         """``twistd -n namesrv`` writes no ./twistd.pid unless --pidfile says so: a second server
@@ -204,6 +207,12 @@ def makeService(options: Options):
     report_cannot_start_in_one_line()
     log_written_to_the_end()
     umask_from()  # before the first file is made (the lock file, when the service starts)
+    if options.own_logging:  # no file of ours to reopen: SIGUSR1 a line, not the end of the server
+        from twisted.internet import reactor
+
+        # once the reactor runs: twistd makes the operator's observer after makeService, and one
+        # that installs its own SIGUSR1 handler (as twistd's: only over the default) keeps it
+        reactor.callWhenRunning(usr1_not_ours, reactor, options.own_logging)
     try:  # every file the server starts from is read here, before twistd daemonises
         return NamesrvService.from_config(options.config, controller_port=options.controller_port(),
                                           controller_bind=options["controller-bind"],

@@ -160,7 +160,7 @@ def test_a_fifo_as_the_controllers_store_or_config_file_is_refused(tmp_path, bas
 def test_a_fifo_swapped_in_for_the_accounts_keeps_the_old_ones(tmp_path):
     accounts = tmp_path / "plain_acl.yml"
     accounts.write_text(ACCOUNTS)
-    acl = AccessControl.from_file(str(accounts))
+    acl = AccessControl.from_file(str(accounts), clock=time.time)
     metrics = Metrics()
     accounts.unlink()
     accounts.symlink_to(fifo(tmp_path).resolve())
@@ -182,7 +182,7 @@ def test_a_huge_file_swapped_in_for_the_accounts_is_refused_unread(tmp_path):
     limit the MemoryError ended the reload timer: no later change of the accounts was read)."""
     accounts = tmp_path / "plain_acl.yml"
     accounts.write_text(ACCOUNTS)
-    acl = AccessControl.from_file(str(accounts))
+    acl = AccessControl.from_file(str(accounts), clock=time.time)
     metrics = Metrics()
     huge = tmp_path / "huge.yml"
     with open(huge, "wb") as handle:
@@ -205,7 +205,7 @@ def test_a_huge_file_swapped_in_for_the_accounts_is_refused_unread(tmp_path):
 def test_the_reload_timer_survives_whatever_a_reload_raises(tmp_path, monkeypatch):
     accounts = tmp_path / "plain_acl.yml"
     accounts.write_text(ACCOUNTS)
-    acl = AccessControl.from_file(str(accounts))
+    acl = AccessControl.from_file(str(accounts), clock=time.time)
     metrics = Metrics()
     monkeypatch.setattr(acl, "reload_if_changed", lambda: (_ for _ in ()).throw(MemoryError()))
     with capturedLogs() as events:

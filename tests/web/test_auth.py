@@ -103,6 +103,28 @@ async def test_refusals_say_nothing_but_401_and_accounts_see_what_they_may(web):
 
 
 @pytest_twisted.ensureDeferred
+async def test_no_answer_may_be_stored_by_a_cache(web):
+    """Cache-Control is one rule (web/auth.py: CACHE_CONTROL, set by the Gate): ``no-store`` on every
+    answer -- the page and /api (addresses, KV values), /metrics (addresses in its labels), the probes,
+    the address server, a refusal and a 404, for GET and HEAD; /api said ``no-cache`` (stored,
+    revalidated) and /metrics nothing."""
+    def check() -> None:
+        for path, credentials, status in (
+                ("/", READER, 200), ("/api/overview", READER, 200), ("/api/clusters", READER, 200),
+                ("/api/kv", OPERATOR, 200), ("/api/nosuch", READER, 404), ("/metrics", None, 200),
+                ("/healthz", None, 200), ("/readyz", None, None), ("/rocketmq/nsaddr", None, 200),
+                ("/api/kv", None, 401), ("/api/kv", READER, 403), ("/nosuch", READER, 404)):
+            answered, headers, _ = get(web + path, credentials)
+            assert status is None or answered == status, (path, answered)
+            assert headers.get("cache-control") == "no-store", (path, headers)
+        request = urllib.request.Request(web + "/metrics", method="HEAD")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.headers["cache-control"] == "no-store"
+
+    await threads.deferToThread(check)
+
+
+@pytest_twisted.ensureDeferred
 async def test_without_acl_the_site_is_open_and_the_listener_on_its_own_loopback_address(tmp_path):
     config = server_config(tmp_path, metricsPort=free_port())
     assert config["metricsBindAddress"] == "127.0.0.1"

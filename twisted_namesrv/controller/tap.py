@@ -2,7 +2,7 @@
 
 ``-c FILE`` holds the controller keys (controllerDLegerPeers/SelfId name the listen address, or
 ``--port``/``--bind``), read by the same reader as the NameServer's ``-c`` (state/config.py:
-``read_properties``, ``check_file_keys``): a key the controller does not know is a warning on stderr
+``read_properties_file``, ``check_file_keys``): a key the controller does not know is a warning on stderr
 and in the log (``--strict-config`` refuses it); a configuration it cannot run with ends it with one
 line on stderr."""
 
@@ -22,7 +22,7 @@ from ..launch import (
     umask_from,
     warn_of,
 )
-from ..logs import configured_observer
+from ..logs import configured_observer, reopen_on_usr1, usr1_not_ours
 from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties_file
 from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
 
@@ -39,9 +39,11 @@ class Options(usage.Options):
         ["bind", None, "127.0.0.1", "address to listen on"],
     ]
     optFlags = [["strict-config", None, "refuse a -c file holding keys the controller does not know (else a warning)"]]
+    #: twistd's logging the operator kept (``--logger NAME``, ``--syslog``), or None: ours writes the log
+    own_logging: str | None = None
 
     def postOptions(self) -> None:
-        take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
+        self.own_logging = take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
             try:
@@ -62,8 +64,14 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--port: not a number: {self['port']}") from None
 
     def log_observer(self) -> Any:
-        """Text lines as the NameServer writes them (logs.py), where twistd would write its own."""
-        return configured_observer("text", twistd_log_file(self))
+        """Text lines as the NameServer writes them (logs.py), where twistd would write its own; its
+        file reopened on SIGUSR1, as the NameServer's (twistd's own observer rotated its file then,
+        ours had no handler: logrotate's postrotate ended the controller)."""
+        observer = configured_observer("text", twistd_log_file(self))
+        from twisted.internet import reactor
+
+        reopen_on_usr1(reactor, observer.observer)  # now: it says it listens before the reactor runs
+        return observer
 
 
 def makeService(options: Options) -> Any:
@@ -72,6 +80,12 @@ def makeService(options: Options) -> Any:
     report_cannot_start_in_one_line()
     log_written_to_the_end()
     umask_from()  # its store's files, as the NameServer's (launch.py)
+    if options.own_logging:  # no file of ours to reopen: SIGUSR1 a line, not the end of the controller
+        from twisted.internet import reactor
+
+        # once the reactor runs: twistd makes the operator's observer after makeService, and one
+        # that installs its own SIGUSR1 handler (as twistd's: only over the default) keeps it
+        reactor.callWhenRunning(usr1_not_ours, reactor, options.own_logging)
     try:
         return ControllerService(options.config, port=options["port"], bind=options["bind"])
     except CannotStart as exc:

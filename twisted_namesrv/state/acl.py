@@ -34,7 +34,6 @@ import hashlib
 import heapq
 import hmac
 import ipaddress
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,12 +330,13 @@ class NonceCache:
 
 class AccessControl:
     """The accounts and whitelists of one ``plain_acl.yml`` (``path``, read again by
-    ``reload_if_changed``) and the networks of ``aclBrokerNetworks``."""
+    ``reload_if_changed``) and the networks of ``aclBrokerNetworks``; ``clock``, the wall clock a
+    NamesrvSignature's time is compared with (injected by the composition root: no default)."""
 
     def __init__(self, accounts: dict[str, Account], read_required: bool = False,
                  global_white: AddressMatch = _never, broker_networks: AddressMatch = _never,
                  path: str | None = None, *, bound_required: bool = False,
-                 window: float = DEFAULT_WINDOW_SECONDS, clock: Callable[[], float] = time.time) -> None:
+                 window: float = DEFAULT_WINDOW_SECONDS, clock: Callable[[], float]) -> None:
         self.accounts = accounts
         self.read_required = read_required
         self.global_white = global_white
@@ -358,7 +358,7 @@ class AccessControl:
     @classmethod
     def from_file(cls, path: str, read_required: bool = False, broker_networks: str = "", *,
                   bound_required: bool = False, window: float = DEFAULT_WINDOW_SECONDS,
-                  clock: Callable[[], float] = time.time) -> AccessControl:
+                  clock: Callable[[], float]) -> AccessControl:
         """plain_acl.yml: ``globalWhiteRemoteAddresses`` and ``accounts: [{accessKey, secretKey,
         admin, whiteRemoteAddress}]`` (topic and group permissions are the brokers' business: ignored)."""
         stamp = _stamp(path)

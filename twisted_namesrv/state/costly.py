@@ -12,14 +12,13 @@ process does not inflate), so whatever asks in a loop, the making takes at most 
 that thread. What is cheap to make (under ``keep_from`` seconds: every cluster of a few thousand
 groups) is made for each ask, as before, so a small cluster's answers are never old; a big one's
 are at most ``factor`` times their cost old (a second at 20,000 groups), capped at ``keep_max``.
-Pure: the timers are injected.
+Pure: the timers (``KeepTimers``) are injected by the composition root; none defaults to a real clock.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -31,16 +30,23 @@ KEEP_FROM = 0.02
 KEEP_MAX = 10.0
 
 
+class KeepTimers(NamedTuple):
+    """What a ``Costly`` measures with: ``clock``, a monotonic clock (seconds), how long a value is
+    kept; ``cost``, a CPU timer of the making thread (seconds), what making it cost.  The
+    composition root gives the process's (service.py: ``build``), a test its own."""
+
+    clock: Callable[[], float]
+    cost: Callable[[], float]
+
+
 class Costly(Generic[T]):
     """``get()``: what ``make()`` returns, made again once the one kept is ``factor`` times its
-    cost old (``cost``: a CPU timer of the making thread; ``clock``: a monotonic clock)."""
+    cost old, as ``timers`` measure them."""
 
-    def __init__(self, make: Callable[[], T], clock: Callable[[], float] = time.monotonic,
-                 cost: Callable[[], float] = time.thread_time, factor: float = KEEP_FACTOR,
+    def __init__(self, make: Callable[[], T], timers: KeepTimers, factor: float = KEEP_FACTOR,
                  keep_from: float = KEEP_FROM, keep_max: float = KEEP_MAX) -> None:
         self.make = make
-        self.clock = clock
-        self.cost = cost
+        self.clock, self.cost = timers
         self.factor = factor
         self.keep_from = keep_from
         self.keep_max = keep_max

@@ -41,7 +41,7 @@ class StatusApi:
         self.factory = factory
         self.seen = seen
         self.health = health
-        self._clusters_json = Costly(lambda: json.dumps(self.clusters()).encode())
+        self._clusters_json = Costly(lambda: json.dumps(self.clusters()).encode(), health.keep_timers)
 
     @property
     def metrics(self) -> Metrics:

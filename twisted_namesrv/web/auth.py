@@ -13,7 +13,8 @@ are served beyond this machine: a peer that is not loopback, or a loopback peer 
 loopback, gets 403 (empty) for the status page and ``/api`` (the Gate), so an image or manifest
 that binds ``metricsBindAddress`` to every interface for the probes and the scrape exposes nothing
 else; the server also warns at start.  On every bind and every path, a Host that names neither
-this machine nor a configured name is refused (DNS rebinding: state/hosts.py).
+this machine nor a configured name is refused (DNS rebinding: state/hosts.py).  Every answer,
+whatever its path, says ``Cache-Control: no-store`` (CACHE_CONTROL: the one rule, set by the Gate).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ PUBLIC_PREFIXES = (b"/rocketmq/nsaddr-",)
 #: paths that need an admin account: values an operator writes (KV); below them too
 ADMIN_PATHS = frozenset({b"/api/kv"})
 REALM = "twisted-namesrv"
+#: every answer's Cache-Control, set by the Gate, the one place (no resource sets its own).  Per
+#: endpoint, the same decision: ``/api/*`` and the status page (its first answers inline) hold
+#: broker, client and peer addresses and, for an admin, KV values; ``/metrics`` names brokers by
+#: their addresses; ``/readyz`` names broker groups; ``/rocketmq/nsaddr`` is the NameServers'
+#: addresses; a refusal or a 404 says what this server serves.  None of it may be kept by a browser's
+#: disk cache or a proxy between (``no-cache`` allowed storing it, revalidated; this server gives no
+#: validator to revalidate with, so storing bought nothing), and an old copy of any is a wrong answer.
+CACHE_CONTROL = b"no-store"
 
 
 def is_public(path: bytes) -> bool:
@@ -71,7 +80,6 @@ class Refusal(resource.Resource):
         request.setResponseCode(self.status)
         if self.status == 401:
             request.setHeader(b"www-authenticate", f'Basic realm="{REALM}", charset="UTF-8"'.encode())
-        request.setHeader(b"cache-control", b"no-store")
         request.setHeader(b"content-length", b"0")
         return b""
 
@@ -134,6 +142,7 @@ class Gate(resource.Resource):
         self.hosts = hosts or AllowedHosts()
 
     def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
+        request.setHeader(b"cache-control", CACHE_CONTROL)  # every answer, refusals included
         absolute = absolute_form(request)
         segments = normalized(absolute[1] if absolute else [path, *request.postpath])
         request.prepath[-1:] = segments[:1]

@@ -24,14 +24,14 @@ from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES, STORE_ERRORS = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath"), ("ENOSPC", "EMFILE", "EIO",
-                                                                                        "EROFS")
+STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts")
+STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
 #: at all; a series born at its first loss would be read by increase() as no loss at all
 LOG_ERRORS = ("EAGAIN", "EBADF", "EIO", "EMFILE", "ENOSPC", "EPIPE", "EROFS")
 #: ... and namesrv_store_load_refusals: files read at start that were not used, by why
-LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath")
+LOADED_STORES = ("routeSnapshotPath", "topologyPath", "eventsPath", "starts")
 LOAD_REFUSALS = ("ahead_of_clock", "corrupt", "not_regular", "over_limits", "too_big", "too_old", "unreadable")
 
 class NamesrvCollector(Collector):
@@ -95,6 +95,9 @@ class NamesrvCollector(Collector):
         for listener, reason, count in self.state.refusals.series():
             refusals.add_metric([listener, reason], count)
         yield refusals
+        yield CounterMetricFamily("namesrv_starts", "Starts of a NameServer on this data directory, this one "
+                                  "included, counted in its starts.json across restarts: a crash loop faster "
+                                  "than the scrapes shows here", value=metrics.starts)
         yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
                                   "written, bad YAML, not a regular file): the accounts read before stay",
                                   value=metrics.acl_reload_failures)

@@ -41,7 +41,6 @@ class HealthResource(resource.Resource):
         failing = sorted(name for name, ok in results.items() if not ok)
         request.setResponseCode(503 if failing else 200)
         request.setHeader(b"content-type", b"application/json")
-        request.setHeader(b"cache-control", b"no-cache")
         document = {"status": "fail" if failing else "ok", "checks": results, "failing": failing, **details}
         return (json.dumps(document) + "\n").encode()
 

@@ -49,7 +49,6 @@ class NsaddrResource(resource.Resource):
         if request.postpath:  # /rocketmq/nsaddr/anything
             return pages.notFound().render(request)
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
-        request.setHeader(b"cache-control", b"no-cache")
         return self.answer(request).encode()
 
 

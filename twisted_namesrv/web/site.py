@@ -124,7 +124,6 @@ class StatusPage(resource.Resource):
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
-        request.setHeader(b"cache-control", b"no-cache")
         first = json.dumps({"api/overview": self.api.overview(), "api/events": self.api.events()}).encode()
         # no "</script>" can end it early: "<" as \u003c (JSON reads it as "<")
         data = (first[:-1] + b', "api/clusters": ' + self.api.clusters_json() + b"}").replace(b"<", b"\\u003c")
@@ -184,7 +183,6 @@ class ApiResource(resource.Resource):
             request.setResponseCode(error.status)
             document = {"error": str(error)}
         request.setHeader(b"content-type", b"application/json")
-        request.setHeader(b"cache-control", b"no-cache")
         if isinstance(document, bytes):
             return document
         if not isinstance(document, defer.Deferred):
