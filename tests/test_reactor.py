@@ -492,24 +492,32 @@ def test_a_lookup_waits_for_at_most_newcomers_per_turn_first_registrations(react
 LOOKUP_TURN_CALLS = 18
 
 
-def test_a_lookup_answered_from_memory_costs_its_reactor_turn_a_counted_number_of_python_calls(
-        reactor: Any, tmp_path: Any) -> None:
-    """Every lookup a client sends on its own wakes the reactor for one turn: what that turn costs
-    in Python calls (the server's, Twisted's and the standard library's) is held here, counted."""
-    from tests.support import python_calls_run, server_config
-    from tests.test_renewal import storm_frames
-    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+def served_connections(reactor: Any, tmp_path: Any, count: int) -> tuple[Any, list[socket.socket]]:
+    """A NameServer's service on this reactor and ``count`` connections to it, each accepted."""
+    from tests.support import server_config
     from twisted_namesrv.service import NamesrvService
 
     service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
     port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
-    broker, client = (socket.create_connection(("127.0.0.1", port)) for _ in range(2))
+    connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
     for _ in range(20):
-        if len(service.factory.connections) == 2:
+        if len(service.factory.connections) == count:
             break
         iterate(reactor)
-    broker.settimeout(10)
-    client.settimeout(10)
+    for connection in connections:
+        connection.settimeout(10)
+    return service, connections
+
+
+def test_a_lookup_answered_from_memory_costs_its_reactor_turn_a_counted_number_of_python_calls(
+        reactor: Any, tmp_path: Any) -> None:
+    """Every lookup a client sends on its own wakes the reactor for one turn: what that turn costs
+    in Python calls (the server's, Twisted's and the standard library's) is held here, counted."""
+    from tests.support import python_calls_run
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+
+    service, (broker, client) = served_connections(reactor, tmp_path, 2)
     broker.sendall(storm_frames(1, 1)[0])
     readable(reactor, 1)
     for _ in range(3):
@@ -538,20 +546,11 @@ def test_a_heartbeat_renewed_from_memory_costs_its_reactor_turn_a_counted_number
     """On a quiet machine every heartbeat of a storm wakes the reactor for a turn of its own: what
     that turn costs in Python calls is held here, counted, with a lookup's answer kept: a broker's
     heartbeat is renewed before anything of it is looked for among the kept lookups."""
-    from tests.support import python_calls_run, server_config
+    from tests.support import python_calls_run
     from tests.test_renewal import storm_frames
     from twisted_namesrv.remoting import RemotingCommand, RequestCode
-    from twisted_namesrv.service import NamesrvService
 
-    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
-    port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
-    broker, client = (socket.create_connection(("127.0.0.1", port)) for _ in range(2))
-    for _ in range(20):
-        if len(service.factory.connections) == 2:
-            break
-        iterate(reactor)
-    broker.settimeout(10)
-    client.settimeout(10)
+    service, (broker, client) = served_connections(reactor, tmp_path, 2)
     for opaque in (1, 2):  # registered, then its answer kept for the connection
         broker.sendall(storm_frames(1, opaque)[0])
         readable(reactor, 1)
@@ -580,19 +579,10 @@ def test_a_heartbeat_renewed_from_memory_costs_its_reactor_turn_a_counted_number
 def test_a_lookup_on_a_brokers_connection_is_answered_as_any(reactor: Any, tmp_path: Any) -> None:
     """A broker's connection is not looked up among the kept lookups (its heartbeats are none):
     a route lookup it sends, again and again, is answered all the same, and its heartbeat after."""
-    from tests.support import server_config
     from tests.test_renewal import storm_frames
     from twisted_namesrv.remoting import RemotingCommand, RequestCode
-    from twisted_namesrv.service import NamesrvService
 
-    service = NamesrvService.from_config(server_config(tmp_path), reactor=reactor)
-    port = reactor.listenTCP(0, service.factory, interface="127.0.0.1").getHost().port
-    broker = socket.create_connection(("127.0.0.1", port))
-    for _ in range(20):
-        if len(service.factory.connections) == 1:
-            break
-        iterate(reactor)
-    broker.settimeout(10)
+    service, (broker,) = served_connections(reactor, tmp_path, 1)
     for opaque in (1, 2):  # registered, then its answer kept for the connection
         broker.sendall(storm_frames(1, opaque)[0])
         readable(reactor, 1)
