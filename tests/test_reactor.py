@@ -509,6 +509,18 @@ def served_connections(reactor: Any, tmp_path: Any, count: int) -> tuple[Any, li
     return service, connections
 
 
+def heartbeat_kept(reactor: Any, broker: socket.socket) -> None:
+    """``broker`` registered, then registered again: its heartbeat's answer kept for the connection."""
+    from tests.test_renewal import storm_frames
+
+    for opaque in (1, 2):
+        broker.sendall(storm_frames(1, opaque)[0])
+        readable(reactor, 1)
+        for _ in range(3):
+            iterate(reactor)
+        assert broker.recv(1 << 16)
+
+
 def test_a_lookup_answered_from_memory_costs_its_reactor_turn_a_counted_number_of_python_calls(
         reactor: Any, tmp_path: Any) -> None:
     """Every lookup a client sends on its own wakes the reactor for one turn: what that turn costs
@@ -551,12 +563,7 @@ def test_a_heartbeat_renewed_from_memory_costs_its_reactor_turn_a_counted_number
     from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
     service, (broker, client) = served_connections(reactor, tmp_path, 2)
-    for opaque in (1, 2):  # registered, then its answer kept for the connection
-        broker.sendall(storm_frames(1, opaque)[0])
-        readable(reactor, 1)
-        for _ in range(3):
-            iterate(reactor)
-        assert broker.recv(1 << 16)
+    heartbeat_kept(reactor, broker)
     for opaque in (1, 2):  # the client's lookup, decoded and kept, then answered from memory
         client.sendall(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"},
                                                opaque=opaque).encode())
@@ -583,12 +590,7 @@ def test_a_lookup_on_a_brokers_connection_is_answered_as_any(reactor: Any, tmp_p
     from twisted_namesrv.remoting import RemotingCommand, RequestCode
 
     service, (broker,) = served_connections(reactor, tmp_path, 1)
-    for opaque in (1, 2):  # registered, then its answer kept for the connection
-        broker.sendall(storm_frames(1, opaque)[0])
-        readable(reactor, 1)
-        for _ in range(3):
-            iterate(reactor)
-        assert broker.recv(1 << 16)
+    heartbeat_kept(reactor, broker)
     assert service.state.answers.renewals
     lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"}, opaque=10).encode()
     for opaque in (10, 11, 12):
