@@ -8,11 +8,14 @@ as timestamps (SECONDS_COLUMNS, MILLIS_COLUMNS).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from twisted_namesrv.remoting.fastjson import java_utf8
+
+T = TypeVar("T")
 
 
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
@@ -25,18 +28,20 @@ def arrow_array(values: Any, kind: pa.DataType | None = None) -> pa.Array:
     body), the NameServer keeps it in a name as Java's does, and Arrow's text is UTF-8, which cannot
     hold it. Before, one such registration in a capture stopped the whole report (UnicodeEncodeError).
     The values are looked through only when Arrow refuses them: no cost for every other capture."""
-    try:
-        return pa.array(values, kind)
-    except UnicodeEncodeError:
-        return pa.array(utf8_values(values), kind)
+    return _as_utf8(lambda text: pa.array(text, kind), values)
 
 
 def arrow_batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
     """``pa.RecordBatch.from_pylist(rows, schema)``, text as arrow_array writes it."""
+    return _as_utf8(lambda text: pa.RecordBatch.from_pylist(text, schema=schema), rows)
+
+
+def _as_utf8(make: Callable[[Any], T], values: Any) -> T:
+    """``make(values)``, or, when Arrow refuses a text of them, ``make`` of them as UTF-8 holds them."""
     try:
-        return pa.RecordBatch.from_pylist(rows, schema=schema)
+        return make(values)
     except UnicodeEncodeError:
-        return pa.RecordBatch.from_pylist(utf8_values(rows), schema=schema)
+        return make(utf8_values(values))
 
 
 def utf8_values(value: Any) -> Any:
