@@ -20,8 +20,9 @@ def procfs(monkeypatch):
     return procfs
 
 
-def stat_line(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0) -> str:
-    middle = " ".join(["0"] * 9)  # pgrp ... cmajflt: fields 5 to 13
+def stat_line(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0,
+              minflt: int = 0, cminflt: int = 0) -> str:
+    middle = f"0 0 0 0 0 {minflt} {cminflt} 0 0"  # pgrp ... cmajflt: fields 5 to 13
     return f"{pid} ({comm}) S {ppid} {middle} {utime} {stime} {cutime} {cstime} 20 0 1 0 100\n"
 
 
@@ -65,6 +66,13 @@ def test_a_stat_line_is_read_after_the_last_parenthesis_of_its_name(procfs, proc
     assert (stat.comm, stat.ppid, stat.own_ticks, stat.reaped_ticks) == ("java) S 9 (x", 1, 400, 0)
     assert procfs.pid_stat(99, proc) is None and procfs.pid_cpu_s(99, proc) == 0.0  # gone
     assert procfs.pid_cpu_s(2, proc) == 400 / procfs.TICKS
+
+
+def test_a_stat_lines_minor_faults_its_own_and_its_reaped_childrens(procfs, tmp_path) -> None:
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5" / "stat").write_text(stat_line(5, "python3", 1, 1, 1, minflt=71_294, cminflt=12))
+    stat = procfs.pid_stat(5, tmp_path)
+    assert (stat.minflt, stat.cminflt, stat.utime, stat.stime) == (71_294, 12, 1, 1)
 
 
 def test_the_descendants_are_found_by_children_files_and_by_parent_links_alike(procfs, proc) -> None:

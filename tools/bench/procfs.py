@@ -35,6 +35,10 @@ class PidStat(NamedTuple):
     #: the CPU of its children it waited for (reaped)
     cutime: int
     cstime: int
+    #: page faults served without a read (a page mapped, zeroed or found in the page cache): its own,
+    #: and its reaped children's
+    minflt: int = 0
+    cminflt: int = 0
 
     @property
     def own_ticks(self) -> int:
@@ -52,7 +56,8 @@ def parse_pid_stat(text: str) -> PidStat:
     if opened < 0 or closed < opened:
         raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
     fields = text[closed + 2 :].split()  # from the state, the stat's third field
-    return PidStat(text[opened + 1 : closed], int(fields[1]), *(int(f) for f in fields[11:15]))
+    return PidStat(text[opened + 1 : closed], int(fields[1]), *(int(f) for f in fields[11:15]),
+                   int(fields[7]), int(fields[8]))
 
 
 def pid_stat(pid: int, proc: Path = PROC) -> PidStat | None:

@@ -18,15 +18,19 @@ medians, with the fastest and the first run beside them.
 the driver does after the last Spark job (brokers.csv, summary.json, report.html). "cpu_s" is
 the CPU time of a master's whole process tree in a job ("jvm_cpu_s" its JVM's, "python_cpu_s" the
 driver's and Python workers'), "busy" that over job time x cores: where a two-core run uses as much
-CPU as a one-core run, what it lacks of 2x is time a core sat idle. "others_cpu_s": the CPU other
+CPU as a one-core run, what it lacks of 2x is time a core sat idle; "python_faults" and
+"jvm_faults" their minor page faults. "others_cpu_s": the CPU other
 processes took of a run's cores meanwhile (from /proc/stat: what a slow round lost to the machine's
-other work), and, in the probe, of its cores in each of its three runs (alone on each, together).
+other work), and, in the probe, of both its cores in each of its six runs.
 "two_core_probe": in every round, the job's own Python work without Spark (reading and decoding
-the capture's first 512 MiB) timed alone on each of the two cores, then on both at once; its
-"scaling" is what two cores gave that fixed work at that moment (2.0 where running side by side
-costs nothing): the ceiling the job's two-core speedup is read against on a shared machine.
+the capture's first 512 MiB) timed alone on each of the two cores, on both at once twice, and alone
+on each again (two_core_probe); its "scaling" is what two cores gave that fixed work at that moment
+(2.0 where running side by side costs nothing): the ceiling the job's two-core speedup is read
+against on a shared machine; "scaling_first" the former probe's (alone on each once, then together
+once), kept to compare.
 "speedup_of_probe": the job's two-core speedup over the probe's scaling, per round (both measured
-within a minute of each other) and their median, and the same of the medians.
+within a minute of each other) and their median, and the same of the medians; "first_rounds" over
+"scaling_first".
 "stages": from Spark's event log, each stage of a job, in order: its tasks, its span from the first
 task's launch to the last task's end, and the core-seconds its cores sat idle within that span
 (span x cores - the tasks' time), and what its tasks' JVM side spent and moved (their task
@@ -235,7 +239,8 @@ class SparkChild:
         self.process.stdin.flush()
         result = json.loads(self.process.stdout.readline())
         after, busy = tree_cpu_by_kind(self.process.pid), cores_busy_s(self.on) - busy
-        result |= {f"{kind}_cpu_s": round(after[kind] - before[kind], 3) for kind in after}
+        result |= {f"{kind}_cpu_s": round(after[kind] - before[kind], 3) for kind in ("jvm", "python")}
+        result |= {kind: after[kind] - before[kind] for kind in ("jvm_faults", "python_faults")}
         result["cpu_s"] = result["jvm_cpu_s"] + result["python_cpu_s"]
         result["others_cpu_s"] = round(max(0.0, busy - result["cpu_s"]), 3)
         result["busy"] = result["cpu_s"] / (result["job_s"] * self.cores)
@@ -250,16 +255,22 @@ def tree_cpu_by_kind(root: int) -> dict[str, float]:
     """User and system CPU seconds of a process and all its descendants, living or reaped (Linux
     /proc), split: ``jvm``, the JVM's own threads (tasks' JVM side, shuffles, the
     driver's calls, its compiler and collector), and ``python``, the driver's process and the
-    Python workers (with any of them reaped)."""
+    Python workers (with any of them reaped); and, as ``jvm_faults`` and ``python_faults``, their
+    minor page faults (a page mapped, zeroed or found in the page cache: what a worker's freed and
+    reused memory costs again, a count the machine's load does not move)."""
     ticks = {"jvm": 0, "python": 0}
+    faults = {"jvm_faults": 0, "python_faults": 0}
     for pid in [root, *descendants(root)]:
         stat = pid_stat(pid)
         if stat is None:  # gone meanwhile
             continue
-        ticks["jvm" if stat.comm == "java" else "python"] += stat.own_ticks
+        kind = "jvm" if stat.comm == "java" else "python"
+        ticks[kind] += stat.own_ticks
+        faults[f"{kind}_faults"] += stat.minflt
         if pid != root:  # the root's reaped children: the launcher's JVM, before any run
             ticks["python"] += stat.reaped_ticks
-    return {kind: count / TICKS for kind, count in ticks.items()}
+            faults["python_faults"] += stat.cminflt
+    return {kind: count / TICKS for kind, count in ticks.items()} | faults
 
 
 def tshark_run(capture: Path) -> dict:
@@ -289,20 +300,22 @@ def _probe_on(core: int, capture: Path, results) -> None:
     results.put((core, probe_work(capture)))
 
 
-def probes(capture: Path, cores: list[int], others: list[float]) -> list[float]:
-    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here);
-    appends to ``others`` the CPU other processes took of those cores meanwhile."""
+def probes(capture: Path, cores: list[int], probed: list[int]) -> tuple[list[float], float]:
+    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here); with
+    the CPU other processes took meanwhile of all the ``probed`` cores, those running no copy too
+    (a copy "alone" on one core shares the machine's caches and memory with whatever the other
+    core runs)."""
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
     workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
-    busy, own = cores_busy_s(set(cores)), _children_cpu_seconds()
+    busy, own = cores_busy_s(set(probed)), _children_cpu_seconds()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     seconds = dict(results.get() for _ in workers)
-    others.append(round(max(0.0, cores_busy_s(set(cores)) - busy - (_children_cpu_seconds() - own)), 3))
-    return [seconds[core] for core in cores]
+    others = round(max(0.0, cores_busy_s(set(probed)) - busy - (_children_cpu_seconds() - own)), 3)
+    return [seconds[core] for core in cores], others
 
 
 def _children_cpu_seconds() -> float:
@@ -311,13 +324,30 @@ def _children_cpu_seconds() -> float:
 
 
 def two_core_probe(capture: Path) -> dict:
-    """The probe alone on each of the first two cores, then on both at once."""
+    """The probe alone on each of the first two cores, together on both twice, and alone on each
+    again in the reverse order (ABBA: a machine whose speed drifts steadily through the round moves
+    the alone and the together runs alike); ``scaling``: the lesser of each core's two alone runs
+    over the lesser of the two together runs (each its slower copy's). Whatever else runs only
+    lengthens a run: the Spark children's JVMs finishing their run (the former probe's first run
+    after them met 0.17-0.21 s of other CPU in two quiet rounds of six), other work on the core, or
+    on the other core while a copy ran "alone" there; the lesser of two is each kind's least
+    disturbed, and the together runs, exposed on two cores, gain more by it than the alone ones do
+    (a higher scaling: a lower share, not a higher one). ``scaling_first``: the former probe's
+    figure, the first alone runs and the first together run, kept to compare."""
     cores = sorted(os.sched_getaffinity(0))[:2]
-    others: list[float] = []
-    alone = [probes(capture, [core], others)[0] for core in cores]
-    together = probes(capture, cores, others)
-    result = {"alone_s": alone, "together_s": together, "scaling": sum(alone) / max(together),
-              "others_cpu_s": others}
+    runs: list[dict] = []
+
+    def run(kind: str, on: list[int]) -> list[float]:
+        seconds, others = probes(capture, on, cores)
+        runs.append({"kind": kind, "s": [round(s, 3) for s in seconds], "others_cpu_s": others})
+        return seconds
+
+    first = [run(f"alone on {core}", [core])[0] for core in cores]
+    together = [max(run("together", cores)) for _ in range(2)]
+    second = [run(f"alone on {core}", [core])[0] for core in reversed(cores)][::-1]
+    alone = [min(pair) for pair in zip(first, second, strict=True)]
+    result = {"alone_s": alone, "together_s": min(together), "scaling": sum(alone) / min(together),
+              "scaling_first": sum(first) / together[0], "runs": runs}
     print(f"  two-core probe: {result}", file=sys.stderr)
     return result
 
@@ -344,9 +374,10 @@ def measure(args: argparse.Namespace) -> dict:
     finally:
         for child in children:
             child.close()
-    figures["two_core_probe"] = {"runs": probed, "scaling": {"median": median(probed, "scaling"),
-                                                             "min": min(r["scaling"] for r in probed),
-                                                             "max": max(r["scaling"] for r in probed)}}
+    figures["two_core_probe"] = {"runs": probed, **{key: {"median": median(probed, key),
+                                                          "min": min(r[key] for r in probed),
+                                                          "max": max(r[key] for r in probed)}
+                                                    for key in ("scaling", "scaling_first")}}
     figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s"),
                          "wall_s": {"median": median(tshark, "wall_s"), "min": min(r["wall_s"] for r in tshark)}}
     for child in children:
@@ -358,6 +389,8 @@ def measure(args: argparse.Namespace) -> dict:
                                            "first": done[0]["job_s"]},
                                  "tail_s": median(done, "tail_s"), "cpu_s": median(done, "cpu_s"),
                                  "jvm_cpu_s": median(done, "jvm_cpu_s"), "python_cpu_s": median(done, "python_cpu_s"),
+                                 "python_faults": median(done, "python_faults"),
+                                 "jvm_faults": median(done, "jvm_faults"),
                                  "others_cpu_s": median(done, "others_cpu_s"),
                                  "busy": median(done, "busy"), "idle_core_s": median(done, "idle_core_s"),
                                  "last_stage_s": median(done, "last_stage_s")}
@@ -368,7 +401,9 @@ def measure(args: argparse.Namespace) -> dict:
         figures["speedup_decode"] = median(one, "decode_s") / median(two, "decode_s")
         # the goal's measure: the job's speedup as a share of what two cores gave the probe, round by round
         shares = [speedup / r["scaling"] for speedup, r in zip(figures["speedup_job_rounds"], probed, strict=True)]
-        figures["speedup_of_probe"] = {"median": statistics.median(shares), "rounds": shares,
+        firsts = [speedup / r["scaling_first"] for speedup, r in zip(figures["speedup_job_rounds"], probed,
+                                                                      strict=True)]
+        figures["speedup_of_probe"] = {"median": statistics.median(shares), "rounds": shares, "first_rounds": firsts,
                                        "of_medians": figures["speedup_job"] / figures["two_core_probe"]["scaling"][
                                            "median"]}
     figures["load_after"] = os.getloadavg()
