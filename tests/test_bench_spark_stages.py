@@ -82,7 +82,7 @@ def test_the_two_core_probe_runs_alone_together_together_alone_and_takes_the_les
     def probes(capture, cores, probed):
         order.append(tuple(cores))
         assert probed == [0, 1]  # the other core's work is counted while a copy runs alone
-        return next(timed), 0.0
+        return [(seconds, 1.0 if len(cores) == 1 else 1.05) for seconds in next(timed)], 0.0
 
     monkeypatch.setattr(bench, "probes", probes)
     found = bench.two_core_probe(Path("capture.pcap"))
@@ -90,5 +90,6 @@ def test_the_two_core_probe_runs_alone_together_together_alone_and_takes_the_les
     assert found["alone_s"] == [1.9, 2.0] and found["together_s"] == 2.0
     assert found["scaling"] == pytest.approx(3.9 / 2.0)
     assert found["scaling_first"] == pytest.approx(4.2 / 2.0)
+    assert found["cpu_scaling"] == pytest.approx(2 / 1.05)  # side by side, each copy's CPU 5% more
     assert [run["kind"] for run in found["runs"]] == ["alone on 0", "alone on 1", "together", "together",
                                                       "alone on 1", "alone on 0"]

@@ -27,7 +27,8 @@ the capture's first 512 MiB) timed alone on each of the two cores, on both at on
 on each again (two_core_probe); its "scaling" is what two cores gave that fixed work at that moment
 (2.0 where running side by side costs nothing): the ceiling the job's two-core speedup is read
 against on a shared machine; "scaling_first" the former probe's (alone on each once, then together
-once), kept to compare.
+once), kept to compare, and "cpu_scaling" the same from the copies' own CPU seconds (what side by
+side costs the work itself, which others' work on the cores moves far less).
 "speedup_of_probe": the job's two-core speedup over the probe's scaling, per round (both measured
 within a minute of each other) and their median, and the same of the medians; "first_rounds" over
 "scaling_first".
@@ -297,14 +298,16 @@ def probe_work(capture: Path) -> float:
 
 def _probe_on(core: int, capture: Path, results) -> None:
     os.sched_setaffinity(0, {core})
-    results.put((core, probe_work(capture)))
+    seconds = probe_work(capture)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    results.put((core, (seconds, used.ru_utime + used.ru_stime)))
 
 
-def probes(capture: Path, cores: list[int], probed: list[int]) -> tuple[list[float], float]:
-    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here); with
-    the CPU other processes took meanwhile of all the ``probed`` cores, those running no copy too
-    (a copy "alone" on one core shares the machine's caches and memory with whatever the other
-    core runs)."""
+def probes(capture: Path, cores: list[int], probed: list[int]) -> tuple[list[tuple[float, float]], float]:
+    """probe_work on each of ``cores`` at once, in a forked process each (no JVM lives here): each
+    copy's seconds and its process's CPU seconds; with the CPU other processes took meanwhile of all
+    the ``probed`` cores, those running no copy too (a copy "alone" on one core shares the
+    machine's caches and memory with whatever the other core runs)."""
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
     workers = [context.Process(target=_probe_on, args=(core, capture, results)) for core in cores]
@@ -338,16 +341,20 @@ def two_core_probe(capture: Path) -> dict:
     runs: list[dict] = []
 
     def run(kind: str, on: list[int]) -> list[float]:
-        seconds, others = probes(capture, on, cores)
-        runs.append({"kind": kind, "s": [round(s, 3) for s in seconds], "others_cpu_s": others})
-        return seconds
+        copies, others = probes(capture, on, cores)
+        runs.append({"kind": kind, "s": [round(s, 3) for s, _ in copies], "cpu_s": [round(c, 3) for _, c in copies],
+                     "others_cpu_s": others})
+        return [s for s, _ in copies]
 
     first = [run(f"alone on {core}", [core])[0] for core in cores]
     together = [max(run("together", cores)) for _ in range(2)]
     second = [run(f"alone on {core}", [core])[0] for core in reversed(cores)][::-1]
     alone = [min(pair) for pair in zip(first, second, strict=True)]
+    cpu = {kind: statistics.mean(c for r in runs if r["kind"].startswith(kind) for c in r["cpu_s"])
+           for kind in ("alone", "together")}
     result = {"alone_s": alone, "together_s": min(together), "scaling": sum(alone) / min(together),
-              "scaling_first": sum(first) / together[0], "runs": runs}
+              "scaling_first": sum(first) / together[0], "cpu_scaling": 2 * cpu["alone"] / cpu["together"],
+              "runs": runs}
     print(f"  two-core probe: {result}", file=sys.stderr)
     return result
 
@@ -377,7 +384,7 @@ def measure(args: argparse.Namespace) -> dict:
     figures["two_core_probe"] = {"runs": probed, **{key: {"median": median(probed, key),
                                                           "min": min(r[key] for r in probed),
                                                           "max": max(r[key] for r in probed)}
-                                                    for key in ("scaling", "scaling_first")}}
+                                                    for key in ("scaling", "scaling_first", "cpu_scaling")}}
     figures["tshark"] = {"runs": tshark, "MB_per_s": size / MB / median(tshark, "wall_s"),
                          "wall_s": {"median": median(tshark, "wall_s"), "min": min(r["wall_s"] for r in tshark)}}
     for child in children:
