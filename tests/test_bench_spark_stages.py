@@ -93,3 +93,21 @@ def test_the_two_core_probe_runs_alone_together_together_alone_and_takes_the_les
     assert found["cpu_scaling"] == pytest.approx(2 / 1.05)  # side by side, each copy's CPU 5% more
     assert [run["kind"] for run in found["runs"]] == ["alone on 0", "alone on 1", "together", "together",
                                                       "alone on 1", "alone on 0"]
+
+
+def test_the_probes_copies_set_malloc_as_the_workers_are_set(bench, monkeypatch):
+    """A forked copy inherits its parent's malloc, not the workers' (their variables are read as a
+    process starts): the probe sets the same values itself, from the one place that holds them."""
+    from spark_analysis.spark.session import WORKER_MALLOC
+
+    called = []
+
+    class Libc:
+        def mallopt(self, parameter, value):
+            called.append((parameter, value))
+            return 1
+
+    monkeypatch.setattr(bench.ctypes, "CDLL", lambda name: Libc())
+    bench._malloc_as_workers()
+    assert called == [(-3, int(WORKER_MALLOC["MALLOC_MMAP_THRESHOLD_"])),
+                      (-1, int(WORKER_MALLOC["MALLOC_TRIM_THRESHOLD_"]))]
